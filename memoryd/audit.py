@@ -1,0 +1,220 @@
+"""The JSONL audit log: one schema table of events, an appending writer that rotates, a reader."""
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+Level = Literal["debug", "info", "warning", "error"]
+LEVELS: dict[str, int] = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    level: Level
+    summary: str
+    fields: tuple[str, ...] = ()
+
+
+# Every event memoryd writes, in one place; the README's table is generated from this.
+EVENTS: dict[str, EventSpec] = {
+    "daemon.started": EventSpec("info", "the daemon started", ("version", "dirs", "config")),
+    "daemon.stopped": EventSpec("info", "the daemon stopped", ("reason",)),
+    "daemon.waiting": EventSpec("info", "the Claude home does not exist yet; waiting", ("path",)),
+    "dir.discovered": EventSpec("info", "a memory dir was found", ("kind", "mode", "real_path")),
+    "dir.lost": EventSpec("info", "a memory dir disappeared or was replaced", ("reason",)),
+    "index.updated": EventSpec(
+        "info",
+        "MEMORY.md (and the archive) were rewritten",
+        ("added", "removed", "rewritten", "collapsed", "demoted", "bytes_before", "bytes_after"),
+    ),
+    "index.unmanaged": EventSpec("info", "the index is not memoryd's to edit", ("reason",)),
+    "index.over_budget": EventSpec(
+        "warning", "the index is over its budget", ("lines", "chars", "bytes", "outside_window")
+    ),
+    "index.demoted": EventSpec("info", "entries moved to MEMORY-ARCHIVE.md", ("files", "count")),
+    "index.conflict": EventSpec(
+        "warning", "someone wrote the index during our write; retried", ("file", "attempt")
+    ),
+    "index.dead_link": EventSpec("info", "a pointer names a file never seen", ("file", "target")),
+    "index.invalid_link": EventSpec(
+        "warning", "a pointer leaves the folder or is malformed; never followed", ("file", "target")
+    ),
+    "index.verify_failed": EventSpec(
+        "error", "the index on disk failed verification", ("problems",)
+    ),
+    "index.write_failed": EventSpec("error", "the index could not be written", ("file", "error")),
+    "file.unparseable": EventSpec(
+        "warning", "a file in a memory dir cannot be used; it is kept", ("file", "problem", "hint")
+    ),
+    "dream.started": EventSpec("info", "a dream pass started", ("pass_id", "trigger")),
+    "dream.completed": EventSpec(
+        "info", "a dream pass finished", ("saved", "deleted", "flagged", "kept", "duration_ms")
+    ),
+    "dream.failed": EventSpec(
+        "error",
+        "a dream pass failed",
+        ("saved", "deleted", "flagged", "kept", "duration_ms", "error"),
+    ),
+    "dream.refused": EventSpec(
+        "warning", "the circuit breaker stopped a pass", ("would_move", "limit", "plan")
+    ),
+    "dream.skipped": EventSpec("info", "a dream pass did not run", ("why",)),
+    "dream.kept": EventSpec("info", "a candidate was spared", ("file", "guard", "reason")),
+    "dream.move_skipped": EventSpec("warning", "a planned move was not made", ("file", "why")),
+    "trash.moved": EventSpec(
+        "info", "a memory file was moved into the trash", ("file", "id", "reason", "sha256")
+    ),
+    "trash.restored": EventSpec("info", "a file came back from the trash", ("file", "id", "as")),
+    "trash.purged": EventSpec("info", "trash day folders past retention were removed", ("days",)),
+    "watch.overflow": EventSpec("warning", "file events were lost; rescanning", ("detail",)),
+    "watch.rescanned": EventSpec("info", "a full rescan finished", ("dirs", "changed")),
+    "watch.limit": EventSpec("warning", "a watch could not be added", ("error", "hint")),
+    "pass.recovered": EventSpec(
+        "warning", "an unfinished operation was completed or rolled back", ("journal", "outcome")
+    ),
+    "config.invalid": EventSpec("error", "the configuration is invalid", ("source", "problems")),
+    "config.reloaded": EventSpec("info", "the configuration was reloaded", ("source",)),
+}
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class AuditLog:
+    """Appends JSON lines with O_APPEND; rotates by size so `tail -F` follows the new file."""
+
+    def __init__(
+        self, path: Path, *, max_bytes: int = 10_000_000, backups: int = 5, level: str = "info"
+    ) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self.threshold = LEVELS[level]
+
+    def write(
+        self, event: str, *, dir: Path | None = None, level: str | None = None, **fields: Any
+    ) -> dict[str, Any] | None:
+        spec = EVENTS.get(event)
+        if spec is None:
+            raise KeyError(f"undeclared audit event {event!r}: add it to memoryd.audit.EVENTS")
+        chosen = level or spec.level
+        if LEVELS[chosen] < self.threshold:
+            return None
+        row: dict[str, Any] = {
+            "ts": _now_iso(),
+            "v": SCHEMA_VERSION,
+            "event": event,
+            "level": chosen,
+            "pid": os.getpid(),
+        }
+        if dir is not None:
+            row["dir"] = str(dir)
+        row.update(fields)
+        line = json.dumps(row, ensure_ascii=True, default=str, separators=(",", ":")) + "\n"
+        self._append(line.encode("ascii"))
+        return row
+
+    def _append(self, data: bytes) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            if self.path.stat().st_size + len(data) > self.max_bytes:
+                self._rotate()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def _rotate(self) -> None:
+        # Rename, never copy-truncate: `tail -F` notices the new inode and reopens by name.
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if self.path.stat().st_size <= self.max_bytes // 2:
+                    return  # another process rotated while we waited for the lock
+            except FileNotFoundError:
+                return
+            for n in range(self.backups - 1, 0, -1):
+                older = self.path.with_name(f"{self.path.name}.{n}")
+                if older.exists():
+                    older.replace(self.path.with_name(f"{self.path.name}.{n + 1}"))
+            self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+        finally:
+            os.close(fd)
+
+
+class NullAudit(AuditLog):
+    """Writes nothing: for `--dry-run` and for pure computations that need an audit handle."""
+
+    def __init__(self) -> None:
+        super().__init__(Path(os.devnull))
+        self.rows: list[dict[str, Any]] = []
+
+    def _append(self, data: bytes) -> None:
+        self.rows.append(json.loads(data))
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+_SINCE = re.compile(r"^(\d+)\s*([smhd])$")
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """`2h`, `30m`, `7d` -> a UNIX time that far back; an ISO date/time is taken as is."""
+    now = time.time() if now is None else now
+    match = _SINCE.match(text.strip())
+    if match:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+        return now - int(match.group(1)) * unit
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as error:
+        raise ValueError(f"--since {text!r}: write e.g. 2h, 30m, 7d or 2026-11-30T08:00") from error
+    if parsed.tzinfo is None:
+        parsed = parsed.astimezone()
+    return parsed.timestamp()
+
+
+def row_time(row: Mapping[str, Any]) -> float:
+    try:
+        return datetime.fromisoformat(str(row["ts"]).replace("Z", "+00:00")).timestamp()
+    except (KeyError, ValueError):
+        return 0.0
+
+
+def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """Rows of one log file in order; a torn or foreign line is skipped, never fatal."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                return  # torn last line: a writer is mid-append or crashed
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and "event" in row:
+                yield row
+
+
+def read_rows(path: Path, backups: int = 5) -> Iterator[dict[str, Any]]:
+    """All rows, oldest rotated file first."""
+    for n in range(backups, 0, -1):
+        yield from iter_lines(path.with_name(f"{path.name}.{n}"))
+    yield from iter_lines(path)

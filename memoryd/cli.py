@@ -1,0 +1,414 @@
+"""The `memoryd` command line: argparse, dispatch, rendering. No maintenance logic of its own."""
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from memoryd import __version__, audit
+from memoryd.config import Config, config_as_dict, load_config
+from memoryd.discover import MemoryDir, discover
+from memoryd.errors import ConfigError, MemorydError
+from memoryd.index import INDEX_NAME
+from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file
+from memoryd.paths import app_paths
+from memoryd.runtime import Runtime
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+Handler = Callable[[argparse.Namespace, Runtime, TextIO], int]
+
+
+def _dirs_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "dirs",
+        nargs="*",
+        type=Path,
+        metavar="DIR",
+        help="memory dirs, repos or Claude homes to work on (default: every discovered dir)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memoryd",
+        description="Keeps coding agents' memory folders healthy: deterministic, explainable, "
+        "reversible maintenance of memory files and their MEMORY.md index.",
+        epilog="Exit codes: 0 fine, 1 findings or a failed action, 2 usage or configuration error.",
+    )
+    parser.add_argument("--version", action="version", version=f"memoryd {__version__}")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="configuration file (default: <user config dir>/memoryd/config.toml, else built-in "
+        "defaults)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "dirs",
+        help="list memory dirs, their kind, repo root, files and budget",
+        description="List every memory dir memoryd finds, with its kind, repo "
+        "root (or why none), memory files, unparseable files, index lines and "
+        "budget use.",
+    )
+    _dirs_arg(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+    p = sub.add_parser(
+        "index",
+        help="bring MEMORY.md in step with the memory files",
+        description="Update each managed dir's MEMORY.md incrementally: add "
+        "pointers for new memories, remove pointers of gone ones, keep every "
+        "hand-written line, keep the index within the agent's load window.",
+    )
+    _dirs_arg(p)
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; print what would change as a unified diff and exit 1 "
+        "if anything would",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+    p = sub.add_parser(
+        "log",
+        help="show the audit log for a person",
+        description="Render the JSONL audit log as readable lines.",
+    )
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new rows")
+    p.add_argument(
+        "--since", metavar="WHEN", help="only rows newer than this (2h, 30m, 7d or an ISO time)"
+    )
+    p.add_argument("--dir", metavar="D", help="only rows about this memory dir")
+    p.add_argument("--event", metavar="PATTERN", help="only these events (glob, e.g. 'dream.*')")
+    p.add_argument("--json", action="store_true", help="print the raw JSON rows")
+
+    p = sub.add_parser(
+        "config",
+        help="check or show the configuration",
+        description="Validate the configuration (every problem at once) or "
+        "print the effective configuration.",
+    )
+    config_sub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    config_sub.add_parser("check", help="validate; exit 2 listing every problem")
+    config_sub.add_parser("show", help="print the effective configuration as TOML")
+    return parser
+
+
+# --- dirs --------------------------------------------------------------------------------------
+def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
+    outcome = index_dir(rt, md, check=True)
+    scan = outcome.scan
+    main_text = None
+    from memoryd import fsops  # local: only this summary needs a raw read
+
+    with fsops.open_dir(md.real_path) as fd:
+        main_text = read_index_file(fd, INDEX_NAME).text
+    return {
+        "path": str(md.path),
+        "real_path": str(md.real_path),
+        "via_symlink": md.via_symlink,
+        "kind": md.kind,
+        "label": md.label,
+        "repo_root": str(md.repo_root) if md.repo_root else None,
+        "repo_reason": md.repo_reason,
+        "mode": "managed" if outcome.ownership and outcome.ownership.managed else "unmanaged",
+        "mode_reason": outcome.ownership.reason if outcome.ownership else "",
+        "memory_files": len(scan.memories) if scan else 0,
+        "unparseable": sorted(scan.problems) if scan else [],
+        "notes": sorted(n for n, s in scan.files.items() if s.kind == "note") if scan else [],
+        "conflict_copies": scan.conflicts if scan else [],
+        "index": budget_use(main_text, rt) if main_text is not None else None,
+        "in_sync": outcome.status in ("unchanged", "unmanaged"),
+    }
+
+
+def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    rt.dry_run = True
+    dirs = discover(rt.config, args.dirs)
+    rows = [_dir_summary(rt, md) for md in dirs]
+    if args.json:
+        json.dump(
+            {"claude_home": str(rt.config.paths.claude_home), "dirs": rows},
+            out,
+            indent=2,
+            ensure_ascii=False,
+        )
+        out.write("\n")
+        return EXIT_OK
+    if not rows:
+        home = rt.config.paths.claude_home
+        note = "" if home.exists() else " (it does not exist yet)"
+        out.write(f"No memory dirs found under {home}{note}.\n")
+        return EXIT_OK
+    for row in rows:
+        link = f" (via symlink {row['path']})" if row["via_symlink"] else ""
+        out.write(f"{row['real_path']}{link}\n")
+        out.write(f"  kind: {row['kind']}  index: {row['mode']} — {row['mode_reason']}\n")
+        root = row["repo_root"] or "none"
+        out.write(f"  repo root: {root} ({row['repo_reason']})\n")
+        out.write(f"  memory files: {row['memory_files']}")
+        if row["unparseable"]:
+            out.write(f"  unparseable: {len(row['unparseable'])} ({', '.join(row['unparseable'])})")
+        if row["notes"]:
+            out.write(f"  other markdown: {len(row['notes'])}")
+        out.write("\n")
+        idx = row["index"]
+        if idx is None:
+            out.write("  MEMORY.md: missing\n")
+        else:
+            out.write(
+                f"  MEMORY.md: {idx['lines']}/{idx['max_lines']} lines, "
+                f"{idx['chars']}/{idx['max_chars']} chars, {idx['bytes']}/"
+                f"{idx['target_bytes']} bytes target"
+                f"{'' if row['in_sync'] else ' — out of step (run memoryd index)'}\n"
+            )
+    return EXIT_OK
+
+
+# --- index -------------------------------------------------------------------------------------
+def _outcome_json(o: IndexOutcome) -> dict[str, Any]:
+    edit = o.edit
+    return {
+        "dir": str(o.dir.path),
+        "status": o.status,
+        "managed": bool(o.ownership and o.ownership.managed),
+        "reason": o.ownership.reason if o.ownership else "",
+        "message": o.message,
+        "added": edit.added if edit else [],
+        "removed": edit.removed if edit else [],
+        "rewritten": edit.rewritten if edit else [],
+        "collapsed": edit.collapsed if edit else [],
+        "demoted": edit.demoted if edit else [],
+        "waiting": edit.waiting if edit else [],
+        "dead_links": edit.dead_links if edit else [],
+        "invalid_links": edit.invalid_links if edit else [],
+        "problems": o.problems,
+        "diff": o.diff,
+    }
+
+
+def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    dirs = discover(rt.config, args.dirs)
+    outcomes = [index_dir(rt, md, check=args.check) for md in dirs]
+    failed = any(o.status in ("error", "conflict") for o in outcomes)
+    would = any(o.status == "would_change" for o in outcomes)
+    if args.json:
+        json.dump({"dirs": [_outcome_json(o) for o in outcomes]}, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        if not dirs:
+            out.write(f"No memory dirs found under {rt.config.paths.claude_home}.\n")
+        for o in outcomes:
+            out.write(_render_outcome(o))
+    if failed or (args.check and would):
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def _some(items: list[str], limit: int = 5) -> str:
+    unique = sorted(set(items))
+    more = f" and {len(unique) - limit} more" if len(unique) > limit else ""
+    return ", ".join(unique[:limit]) + more
+
+
+def _render_outcome(o: IndexOutcome) -> str:
+    where = str(o.dir.path)
+    if o.status == "unmanaged":
+        return f"{where}: unmanaged — {o.message} (nothing changed)\n"
+    if o.status in ("error", "conflict"):
+        details = "".join(f"    {p}\n" for p in o.problems)
+        return f"{where}: FAILED — {o.message}\n{details}"
+    edit = o.edit
+    assert edit is not None
+    parts = [
+        f"{label} {len(items)}"
+        for label, items in (
+            ("added", edit.added),
+            ("removed", edit.removed),
+            ("rewritten", edit.rewritten),
+            ("collapsed", edit.collapsed),
+            ("demoted", edit.demoted),
+        )
+        if items
+    ]
+    notes = []
+    if edit.waiting:
+        notes.append(f"{len(edit.waiting)} new file(s) within their grace")
+    if edit.dead_links:
+        notes.append(f"dead links kept (no such file yet): {_some(edit.dead_links)}")
+    if edit.invalid_links:
+        notes.append(f"invalid links kept (never followed): {_some(edit.invalid_links)}")
+    if not edit.fits_window:
+        notes.append(
+            "still over the agent's load window (hand-written content or recent "
+            "entries cannot move)"
+        )
+    note = "".join(f"    {n}\n" for n in notes)
+    if o.status == "would_change":
+        return f"{where}: would change ({', '.join(parts) or 'trailer'})\n{note}{o.diff}"
+    if o.status == "updated":
+        return f"{where}: updated ({', '.join(parts) or 'trailer'})\n{note}"
+    return f"{where}: in sync\n{note}"
+
+
+# --- log ---------------------------------------------------------------------------------------
+def _render_row(row: dict[str, Any]) -> str:
+    skip = {"ts", "v", "event", "level", "pid", "dir"}
+    rest = " ".join(
+        f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v}"
+        for k, v in row.items()
+        if k not in skip
+    )
+    where = f" {row['dir']}" if "dir" in row else ""
+    level = "" if row.get("level") == "info" else f" [{str(row.get('level', '')).upper()}]"
+    return f"{row.get('ts', '?')} {row.get('event', '?')}{level}{where}  {rest}".rstrip() + "\n"
+
+
+def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    import fnmatch
+
+    try:
+        since = audit.parse_since(args.since) if args.since else None
+    except ValueError as error:
+        raise MemorydError(str(error)) from error
+    want_dir = str(Path(args.dir).expanduser().absolute()) if args.dir else None
+
+    def wanted(row: dict[str, Any]) -> bool:
+        if since is not None and audit.row_time(row) < since:
+            return False
+        if args.event and not fnmatch.fnmatchcase(str(row.get("event")), args.event):
+            return False
+        return not (want_dir and not str(row.get("dir", "")).startswith(want_dir))
+
+    def emit(row: dict[str, Any]) -> None:
+        if wanted(row):
+            out.write(json.dumps(row, ensure_ascii=False) + "\n" if args.json else _render_row(row))
+
+    path = rt.paths.audit_log
+    for row in audit.read_rows(path, rt.config.log.backups):
+        emit(row)
+    if not args.follow:
+        return EXIT_OK
+    out.flush()
+    return _follow(path, emit, out)
+
+
+def _follow(path: Path, emit: Callable[[dict[str, Any]], None], out: TextIO) -> int:
+    """Like `tail -F`: reopen by name when the file is rotated, skip torn lines until whole."""
+    import os
+
+    position = path.stat().st_size if path.exists() else 0
+    inode = path.stat().st_ino if path.exists() else None
+    pending = b""
+    try:
+        while True:
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                time.sleep(0.5)
+                continue
+            if st.st_ino != inode or st.st_size < position:
+                inode, position, pending = st.st_ino, 0, b""
+            if st.st_size > position:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.lseek(fd, position, os.SEEK_SET)
+                    chunk = os.read(fd, st.st_size - position)
+                finally:
+                    os.close(fd)
+                position += len(chunk)
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    try:
+                        row = json.loads(raw)
+                    except ValueError:
+                        continue
+                    if isinstance(row, dict):
+                        emit(row)
+                out.flush()
+            time.sleep(0.3)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+# --- config ------------------------------------------------------------------------------------
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def cmd_config(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    if args.config_command == "check":
+        out.write(f"{rt.config.source}: configuration is valid\n")
+        return EXIT_OK
+    data = config_as_dict(rt.config)
+    out.write(f"# effective configuration (from {rt.config.source})\n")
+    for section, table in data.items():
+        assert isinstance(table, dict)
+        if section == "dirs":
+            for path, values in table.items():
+                out.write(f"\n[dirs.{json.dumps(path)}]\n")
+                for key, value in values.items():
+                    out.write(f"{key} = {_toml_value(value)}\n")
+            continue
+        out.write(f"\n[{section}]\n")
+        for key, value in table.items():
+            out.write(f"{key} = {_toml_value(value)}\n")
+    return EXIT_OK
+
+
+HANDLERS: dict[str, Handler] = {
+    "dirs": cmd_dirs,
+    "index": cmd_index,
+    "log": cmd_log,
+    "config": cmd_config,
+}
+
+
+def main(
+    argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0) if isinstance(exit_.code, int) else EXIT_USAGE
+    paths = app_paths()
+    try:
+        config: Config = load_config(args.config, paths)
+    except ConfigError as error:
+        err.write(f"memoryd: {error}\n")
+        if args.command != "config":
+            err.write("Fix the file, then check it with `memoryd config check`.\n")
+        with contextlib.suppress(OSError):
+            Runtime.create(Config(), paths).audit.write(
+                "config.invalid", source=error.source, problems=error.problems
+            )
+        return EXIT_USAGE
+    rt = Runtime.create(config, paths)
+    try:
+        return HANDLERS[args.command](args, rt, out)
+    except MemorydError as error:
+        err.write(f"memoryd: {error}\n")
+        return EXIT_FINDINGS
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def entry() -> None:
+    sys.exit(main())

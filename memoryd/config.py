@@ -1,0 +1,345 @@
+"""TOML configuration: load once into a frozen dataclass; validation reports every problem."""
+
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from memoryd.errors import ConfigError
+from memoryd.paths import AppPaths, default_claude_home, expand
+
+IndexMode = Literal["auto", "manage", "off"]
+BudgetMode = Literal["never", "hard", "target"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """`"2s"`, `"10m"`, `"1h"`, `"7d"`, `"250ms"` -> seconds; ValueError otherwise."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f'not a duration: {text!r} (write e.g. "2s", "10m", "1h", "7d")')
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    for unit in ("d", "h", "m", "s"):
+        size = _UNIT_SECONDS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{round(seconds * 1000)}ms"
+
+
+@dataclass(frozen=True, slots=True)
+class DirOverride:
+    """Per-dir settings from `[dirs."<path>"]`."""
+
+    mode: IndexMode = "auto"
+    repo_root: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PathsConfig:
+    claude_home: Path = field(default_factory=default_claude_home)
+    repos: tuple[str, ...] = ()
+    extra_memory_dirs: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IndexConfig:
+    separator: str = " — "
+    new_file_grace: float = 10.0
+    budget: BudgetMode = "hard"
+    max_lines: int = 200
+    max_chars: int = 25_000
+    target_bytes: int = 17_408
+    keep_recent: float = 7 * 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class WatchConfig:
+    debounce: float = 2.0
+    max_wait: float = 30.0
+    reconcile_every: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class DreamConfig:
+    pile_up: int = 5
+    quiet: float = 600.0
+    min_interval: float = 3600.0
+    duplicate_threshold: float = 0.6
+    contradiction_threshold: float = 0.4
+    guard_recent: float = 14 * 86400.0
+    consult_window: float = 14 * 86400.0
+    breaker_min: int = 3
+    breaker_fraction: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class TrashConfig:
+    keep_days: int = 30
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    level: LogLevel = "info"
+    max_bytes: int = 10_000_000
+    backups: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ParseConfig:
+    max_file_bytes: int = 1024 * 1024
+    max_frontmatter_bytes: int = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    dream: DreamConfig = field(default_factory=DreamConfig)
+    trash: TrashConfig = field(default_factory=TrashConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    parse: ParseConfig = field(default_factory=ParseConfig)
+    dirs: Mapping[Path, DirOverride] = field(default_factory=dict)
+    source: str = "built-in defaults"
+
+    def override_for(self, memory_dir: Path) -> DirOverride:
+        """The `[dirs]` entry for a dir, matched by its path or its resolved path."""
+        for candidate in (memory_dir, memory_dir.resolve()):
+            if candidate in self.dirs:
+                return self.dirs[candidate]
+        return DirOverride()
+
+
+# --- validation -------------------------------------------------------------------------------
+# Each leaf key maps to a converter that returns the typed value or raises ValueError with a
+# message for a person. Unknown keys are errors: a typo must not silently fall back to a default.
+
+Converter = Callable[[object], object]
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def _int(minimum: int) -> Converter:
+    def convert(value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number, got {_type_name(value)} {value!r}")
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return convert
+
+
+def _fraction(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number between 0 and 1, got {_type_name(value)} {value!r}")
+    if not 0 < float(value) <= 1:
+        raise ValueError(f"must be between 0 and 1, got {value}")
+    return float(value)
+
+
+def _duration(value: object) -> object:
+    if not isinstance(value, str):
+        raise ValueError(f'expected a duration string like "2s", got {_type_name(value)} {value!r}')
+    return parse_duration(value)
+
+
+def _str(value: object) -> object:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {_type_name(value)} {value!r}")
+    return value
+
+
+def _choice(*options: str) -> Converter:
+    def convert(value: object) -> object:
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}; got {value!r}")
+        return value
+
+    return convert
+
+
+def _folder(value: object) -> object:
+    """A folder path: may not exist yet, but must not be a file."""
+    text = _str(value)
+    assert isinstance(text, str)
+    path = expand(text)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is a file, not a folder")
+    return path
+
+
+def _str_list(value: object) -> object:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _folder_list(value: object) -> object:
+    items = _str_list(value)
+    assert isinstance(items, tuple)
+    return tuple(_folder(v) for v in items)
+
+
+_SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
+    "paths": (
+        PathsConfig,
+        {"claude_home": _folder, "repos": _str_list, "extra_memory_dirs": _folder_list},
+    ),
+    "index": (
+        IndexConfig,
+        {
+            "separator": _str,
+            "new_file_grace": _duration,
+            "budget": _choice("never", "hard", "target"),
+            "max_lines": _int(1),
+            "max_chars": _int(1),
+            "target_bytes": _int(1),
+            "keep_recent": _duration,
+        },
+    ),
+    "watch": (
+        WatchConfig,
+        {"debounce": _duration, "max_wait": _duration, "reconcile_every": _duration},
+    ),
+    "dream": (
+        DreamConfig,
+        {
+            "pile_up": _int(1),
+            "quiet": _duration,
+            "min_interval": _duration,
+            "duplicate_threshold": _fraction,
+            "contradiction_threshold": _fraction,
+            "guard_recent": _duration,
+            "consult_window": _duration,
+            "breaker_min": _int(0),
+            "breaker_fraction": _fraction,
+        },
+    ),
+    "trash": (TrashConfig, {"keep_days": _int(1)}),
+    "log": (
+        LogConfig,
+        {
+            "level": _choice("debug", "info", "warning", "error"),
+            "max_bytes": _int(4096),
+            "backups": _int(1),
+        },
+    ),
+    "parse": (ParseConfig, {"max_file_bytes": _int(1024), "max_frontmatter_bytes": _int(256)}),
+}
+_DIR_KEYS: dict[str, Converter] = {"mode": _choice("auto", "manage", "off"), "repo_root": _folder}
+
+
+def build_config(data: Mapping[str, object], source: str) -> Config:
+    """Validate a parsed TOML document; raise ConfigError listing every problem."""
+    problems: list[str] = []
+    sections: dict[str, object] = {}
+    for key in sorted(set(data) - set(_SECTIONS) - {"dirs"}):
+        problems.append(f"{key}: unknown section (known: {', '.join([*_SECTIONS, 'dirs'])})")
+    for name, (cls, converters) in _SECTIONS.items():
+        table = data.get(name, {})
+        if not isinstance(table, dict):
+            problems.append(f"{name}: expected a table, got {_type_name(table)}")
+            continue
+        values: dict[str, object] = {}
+        for key, raw in table.items():
+            converter = converters.get(key)
+            if converter is None:
+                problems.append(f"{name}.{key}: unknown key (known: {', '.join(converters)})")
+                continue
+            try:
+                values[key] = converter(raw)
+            except ValueError as error:
+                problems.append(f"{name}.{key}: {error}")
+        sections[name] = cls(**values)
+
+    dirs: dict[Path, DirOverride] = {}
+    raw_dirs = data.get("dirs", {})
+    if not isinstance(raw_dirs, dict):
+        problems.append(f"dirs: expected a table of folders, got {_type_name(raw_dirs)}")
+        raw_dirs = {}
+    for dir_key, table in raw_dirs.items():
+        prefix = f'dirs."{dir_key}"'
+        if not isinstance(table, dict):
+            problems.append(f"{prefix}: expected a table with mode / repo_root")
+            continue
+        values = {}
+        for key, raw in table.items():
+            converter = _DIR_KEYS.get(key)
+            if converter is None:
+                problems.append(f"{prefix}.{key}: unknown key (known: {', '.join(_DIR_KEYS)})")
+                continue
+            try:
+                values[key] = converter(raw)
+            except ValueError as error:
+                problems.append(f"{prefix}.{key}: {error}")
+        dirs[expand(dir_key)] = DirOverride(**values)  # type: ignore[arg-type]
+
+    watch = sections.get("watch")
+    if isinstance(watch, WatchConfig) and watch.max_wait < watch.debounce:
+        problems.append("watch.max_wait: must not be shorter than watch.debounce")
+    dream = sections.get("dream")
+    if isinstance(dream, DreamConfig) and dream.contradiction_threshold > dream.duplicate_threshold:
+        problems.append("dream.contradiction_threshold: must not exceed dream.duplicate_threshold")
+    if problems:
+        raise ConfigError(source, problems)
+    return Config(dirs=dirs, source=source, **sections)  # type: ignore[arg-type]
+
+
+def load_config(explicit: Path | None, paths: AppPaths) -> Config:
+    """`--config FILE`, else `<user_config_dir>/config.toml`, else built-in defaults."""
+    path = explicit if explicit is not None else paths.config_file
+    if explicit is None and not path.exists():
+        return Config()
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(str(path), [f"cannot read the file: {error.strerror}"]) from error
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(str(path), ["the file is not UTF-8 text"]) from error
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(str(path), [f"not valid TOML: {error}"]) from error
+    return build_config(data, str(path))
+
+
+def config_as_dict(config: Config) -> dict[str, object]:
+    """The effective configuration as plain TOML-like values, for `memoryd config show`."""
+    out: dict[str, object] = {}
+    for section in _SECTIONS:
+        values = getattr(config, section)
+        table: dict[str, object] = {}
+        for item in fields(values):
+            value = getattr(values, item.name)
+            converter = _SECTIONS[section][1][item.name]
+            if converter is _duration:
+                value = format_duration(value)
+            elif isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = [str(v) for v in value]
+            table[item.name] = value
+        out[section] = table
+    out["dirs"] = {
+        str(path): {
+            "mode": o.mode,
+            **({"repo_root": str(o.repo_root)} if o.repo_root else {}),
+        }
+        for path, o in sorted(config.dirs.items())
+    }
+    return out
+
+
+def with_claude_home(config: Config, claude_home: Path) -> Config:
+    return replace(config, paths=replace(config.paths, claude_home=claude_home))

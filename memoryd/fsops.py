@@ -1,0 +1,322 @@
+"""The only module that writes files: check-and-swap replaces, no-replace moves, private files.
+
+Every write into a memory dir goes through `replace_file` (index files) or `move_no_replace`
+(trash moves). Both work relative to an open directory descriptor and never follow symlinks.
+"""
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import os
+import secrets
+import signal
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from memoryd.errors import MemorydError, UnsafeFilesystemOperation, WriteConflict
+
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+TEMP_MARK = ".memoryd-"  # every temp file memoryd creates has this in its name
+
+# Test hook: called after our temp file is complete and before the swap; a test can write
+# MEMORY.md here to act as a concurrent writer.
+before_swap: Callable[[Path, str], None] | None = None
+
+
+def _load_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name, use_errno=True)
+        func = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func  # type: ignore[no-any-return,unused-ignore]
+
+
+_renameat2 = _load_renameat2()
+# Tests switch this off to exercise the portable fallback.
+use_renameat2 = _renameat2 is not None
+
+
+def renameat2(src_fd: int, src: str, dst_fd: int, dst: str, flags: int) -> None:
+    """Raise NotImplementedError where the kernel, libc or filesystem cannot do it."""
+    if not use_renameat2 or _renameat2 is None:
+        raise NotImplementedError
+    result = _renameat2(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), flags)
+    if result != 0:
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+            raise NotImplementedError
+        raise OSError(err, os.strerror(err), dst)
+
+
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    ino: int
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+@contextlib.contextmanager
+def open_dir(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_regular(dir_fd: int, name: str, limit: int) -> tuple[bytes, os.stat_result]:
+    """Read a regular file without following a symlink or blocking on a FIFO.
+
+    Raises OSError (ELOOP for a symlink, EFTYPE-like EINVAL for a non-regular file) and
+    ValueError when the file is over `limit` bytes.
+    """
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", name)
+        if st.st_size > limit:
+            raise ValueError(st.st_size)
+        chunks = []
+        remaining = limit + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise ValueError(len(data))
+        return data, st
+    finally:
+        os.close(fd)
+
+
+def identity_of(dir_fd: int, name: str, limit: int = 64 << 20) -> tuple[bytes, FileIdentity] | None:
+    """Current bytes and identity of a file in the dir, or None when it does not exist."""
+    try:
+        data, st = read_regular(dir_fd, name, limit)
+    except FileNotFoundError:
+        return None
+    sha = hashlib.sha256(data).hexdigest()
+    return data, FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, sha)
+
+
+def fsync_dir(dir_fd: int) -> None:
+    with contextlib.suppress(OSError):  # some filesystems refuse fsync on a directory
+        os.fsync(dir_fd)
+
+
+def temp_name(name: str) -> str:
+    return f".{name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> str:
+    tmp = temp_name(name)
+    fd = os.open(
+        tmp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+        dir_fd=dir_fd,
+    )
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        if mode != 0o600:
+            os.fchmod(fd, mode)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def _same(current: FileIdentity | None, expected: FileIdentity | None) -> bool:
+    if current is None or expected is None:
+        return current is expected
+    return current == expected
+
+
+def replace_file(
+    dir_path: Path,
+    name: str,
+    data: bytes,
+    expected: FileIdentity | None,
+    *,
+    keep_prev: str | None = None,
+) -> FileIdentity:
+    """Atomically replace `name` with `data` if it is still `expected` (None: must not exist).
+
+    Raises WriteConflict when someone else wrote it meanwhile (nothing of theirs is lost),
+    MemorydError for a write failure such as a full disk (the old file is untouched).
+    """
+    with open_dir(dir_path) as dir_fd:
+        mode = 0o600
+        if expected is not None:
+            with contextlib.suppress(OSError):
+                mode = stat.S_IMODE(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        try:
+            tmp = _write_temp(dir_fd, name, data, mode)
+        except OSError as error:
+            raise MemorydError(
+                f"{dir_path / name}: could not write the new version ({error.strerror}); "
+                "the old file is untouched. Free disk space or fix permissions, then rerun."
+            ) from error
+        try:
+            if before_swap is not None:
+                before_swap(dir_path, name)
+            crash_point("index.before_swap")
+            _check_unchanged(dir_fd, name, expected, dir_path)
+            if expected is None:
+                _create_no_replace(dir_fd, tmp, name, dir_path)
+            else:
+                _swap(dir_fd, tmp, name, expected, keep_prev, dir_path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        fsync_dir(dir_fd)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+
+
+def _check_unchanged(dir_fd: int, name: str, expected: FileIdentity | None, dir_path: Path) -> None:
+    current = identity_of(dir_fd, name)
+    if not _same(current[1] if current else None, expected):
+        raise WriteConflict(f"{dir_path / name} changed while memoryd was editing it")
+
+
+def _create_no_replace(dir_fd: int, tmp: str, name: str, dir_path: Path) -> None:
+    try:
+        renameat2(dir_fd, tmp, dir_fd, name, RENAME_NOREPLACE)
+    except NotImplementedError:
+        pass
+    except FileExistsError as error:
+        raise WriteConflict(f"{dir_path / name} appeared while memoryd was creating it") from error
+    else:
+        return
+    try:
+        os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError as error:
+        raise WriteConflict(f"{dir_path / name} appeared while memoryd was creating it") from error
+    os.unlink(tmp, dir_fd=dir_fd)
+
+
+def _swap(
+    dir_fd: int, tmp: str, name: str, expected: FileIdentity, keep_prev: str | None, dir_path: Path
+) -> None:
+    try:
+        # Exchange, then look at what came out: if it is not what we read, someone slipped a
+        # write in after our check, so exchange back and let the caller retry from theirs.
+        renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
+    except NotImplementedError:
+        if keep_prev is not None:
+            previous = identity_of(dir_fd, name)
+            if previous is not None:
+                prev_tmp = _write_temp(dir_fd, keep_prev, previous[0], 0o600)
+                os.rename(prev_tmp, keep_prev, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return
+    out = identity_of(dir_fd, tmp)
+    if out is None or out[1].ino != expected.ino or out[1].sha256 != expected.sha256:
+        renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
+        raise WriteConflict(f"{dir_path / name} changed during the swap")
+    crash_point("index.after_swap")
+    if keep_prev is not None:
+        os.rename(tmp, keep_prev, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    else:
+        os.unlink(tmp, dir_fd=dir_fd)
+
+
+def move_no_replace(src_dir: Path, src: str, dst_dir: Path, dst: str) -> None:
+    """Rename a file between two folders of one filesystem; never overwrite, never copy.
+
+    Raises FileExistsError when `dst` exists and UnsafeFilesystemOperation across filesystems.
+    """
+    with open_dir(src_dir) as src_fd, open_dir(dst_dir) as dst_fd:
+        if os.fstat(src_fd).st_dev != os.fstat(dst_fd).st_dev:
+            raise UnsafeFilesystemOperation(
+                f"{dst_dir} is on another filesystem than {src_dir}: memoryd moves files only "
+                "by rename, never by copy. Keep the trash inside the memory dir."
+            )
+        try:
+            renameat2(src_fd, src, dst_fd, dst, RENAME_NOREPLACE)
+        except NotImplementedError:
+            try:
+                os.link(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+            except OSError as error:
+                if error.errno == errno.EXDEV:
+                    raise UnsafeFilesystemOperation(
+                        f"{dst_dir} is on another filesystem than {src_dir}"
+                    ) from error
+                raise
+            os.unlink(src, dir_fd=src_fd)
+        except OSError as error:
+            if error.errno == errno.EXDEV:
+                raise UnsafeFilesystemOperation(
+                    f"{dst_dir} is on another filesystem than {src_dir}"
+                ) from error
+            raise
+        fsync_dir(dst_fd)
+        fsync_dir(src_fd)
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create memoryd's own folders 0700 (memories hold private text)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Atomically write one of memoryd's own files (state, status, journal) as 0600."""
+    ensure_private_dir(path.parent)
+    with open_dir(path.parent) as dir_fd:
+        tmp = _write_temp(dir_fd, path.name, data, 0o600)
+        try:
+            os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        fsync_dir(dir_fd)
+
+
+def is_own_temp(name: str) -> bool:
+    return TEMP_MARK in name and name.endswith(".tmp")
+
+
+# --- crash points --------------------------------------------------------------------------------
+# `MEMORYD_CRASH_AT=k` makes the k-th crash point of the process kill it with SIGKILL, so tests
+# can prove that a crash at any step loses nothing. Unset, it costs one dict lookup.
+_crash_counter = [0]
+
+
+def crash_point(label: str) -> None:
+    target = os.environ.get("MEMORYD_CRASH_AT")
+    if not target:
+        return
+    _crash_counter[0] += 1
+    if _crash_counter[0] == int(target):
+        trace = os.environ.get("MEMORYD_CRASH_TRACE")
+        if trace:
+            with open(trace, "a", encoding="utf-8") as handle:
+                handle.write(f"{_crash_counter[0]} {label}\n")
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,551 @@
+"""MEMORY.md as text: pointer lines, line-level edits, budget and archive. Pure: text in, text out.
+
+Only pointer lines are memoryd's to touch; every other line belongs to the person and is kept
+byte-for-byte (order, CRLF, a missing final newline). See DESIGN §3.
+"""
+
+import re
+from collections.abc import Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from datetime import date
+from enum import StrEnum
+from urllib.parse import unquote
+
+INDEX_NAME = "MEMORY.md"
+ARCHIVE_NAME = "MEMORY-ARCHIVE.md"
+PREV_NAME = ".MEMORY.md.prev"
+MANAGE_MARK = "<!-- memoryd: manage -->"
+OFF_MARK = "<!-- memoryd: off -->"
+
+POINTER = re.compile(r"^\s*[-*]\s+\[(.*?)\]\(([^()\s]+)\)")
+TRAILER = re.compile(
+    r"^> (\d+) memory files? total\. Every file is indexed exactly once across this file and "
+    r"\[MEMORY-ARCHIVE\.md\]\(MEMORY-ARCHIVE\.md\)"
+)
+TRAILER_TEXT = (
+    "> {n} memory files total. Every file is indexed exactly once across this file and "
+    "[MEMORY-ARCHIVE.md](MEMORY-ARCHIVE.md); read the archive when a topic is not listed here."
+)
+DEMOTED_HEADING = re.compile(r"^## Moved from MEMORY\.md (\d{4}-\d{2}-\d{2}) \((\d+)\)\s*$")
+_SEPARATOR = re.compile(r"^\s*(?:—|–|--|-)\s*")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_ENCODED_TRAVERSAL = re.compile(r"%(?:2e|2f|5c|00)", re.IGNORECASE)
+# Characters that look like `.`, `/` or `\` but are not, used to smuggle traversal past checks.
+_LOOKALIKES = frozenset("\uff0e\uff0f\uff3c\u2215\u2044\u2024\u3002\ufe52\u29f8\u29f9\u2216")
+# Bytes a link target cannot hold raw under the pointer pattern, or that markdown would misread.
+_ENCODE = {c: f"%{ord(c):02X}" for c in "%()[]<>#\\ \t\r\n\x0b\x0c"}
+
+
+class LinkKind(StrEnum):
+    LOCAL = "local"  # a basename inside the memory dir
+    ELSEWHERE = "elsewhere"  # a subfolder, an anchor, a web URL: never touched
+    INVALID = "invalid"  # leaves the folder or is disguised: reported, never opened
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    raw: str
+    target: str  # decoded basename for LOCAL links, else the raw text
+    kind: LinkKind
+
+
+def encode_target(filename: str) -> str:
+    """Percent-encode what the pointer pattern or markdown cannot carry (spaces, parens, ...)."""
+    return "".join(
+        _ENCODE.get(c, c) if c.isprintable() or c in _ENCODE else f"%{ord(c):02X}" for c in filename
+    )
+
+
+def classify_link(raw: str) -> Link:
+    if raw.startswith("#"):
+        return Link(raw, raw, LinkKind.ELSEWHERE)
+    if raw.lower().startswith(("http://", "https://", "mailto:")):
+        return Link(raw, raw, LinkKind.ELSEWHERE)
+    if (
+        _SCHEME.match(raw)
+        or raw.startswith(("/", "~"))
+        or "\\" in raw
+        or _ENCODED_TRAVERSAL.search(raw)
+        or any(c in _LOOKALIKES for c in raw)
+    ):
+        return Link(raw, raw, LinkKind.INVALID)
+    path = raw.split("#", 1)[0].split("?", 1)[0]
+    decoded = unquote(path)
+    if any(part == ".." for part in decoded.split("/")) or any(c in _LOOKALIKES for c in decoded):
+        return Link(raw, raw, LinkKind.INVALID)
+    if "/" in decoded or "#" in raw or "?" in raw or decoded in ("", "."):
+        return Link(raw, raw, LinkKind.ELSEWHERE)
+    return Link(raw, decoded, LinkKind.LOCAL)
+
+
+@dataclass(slots=True)
+class Line:
+    content: str  # without its line ending
+    eol: str  # "\n", "\r\n" or "" (only the last line may lack one)
+    link: Link | None = None
+
+    @property
+    def text(self) -> str:
+        return self.content + self.eol
+
+
+def split_lines(text: str) -> list[Line]:
+    lines: list[Line] = []
+    for chunk in re.split(r"(?<=\n)", text):
+        if not chunk:
+            continue
+        if chunk.endswith("\r\n"):
+            content, eol = chunk[:-2], "\r\n"
+        elif chunk.endswith("\n"):
+            content, eol = chunk[:-1], "\n"
+        else:
+            content, eol = chunk, ""
+        match = POINTER.match(content)
+        lines.append(Line(content, eol, classify_link(match.group(2)) if match else None))
+    return lines
+
+
+def join_lines(lines: Iterable[Line]) -> str:
+    return "".join(line.text for line in lines)
+
+
+def dominant_eol(text: str) -> str:
+    crlf = text.count("\r\n")
+    return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"
+
+
+def pointer_targets(text: str) -> list[str]:
+    """Decoded basenames of the LOCAL pointer lines of an index text, in order."""
+    return [
+        line.link.target
+        for line in split_lines(text)
+        if line.link is not None and line.link.kind is LinkKind.LOCAL
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What the index needs to know about one parseable memory file."""
+
+    filename: str
+    name: str
+    description: str
+    type: str
+    age_ts: float  # the newest of mtime and a frontmatter `modified` date, as a UNIX time
+
+
+def render_pointer(filename: str, name: str, description: str, separator: str) -> str:
+    label = name or filename.removesuffix(".md")
+    line = f"- [{label}]({encode_target(filename)})"
+    return f"{line}{separator}{description}" if description else line
+
+
+# --- ownership ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    managed: bool
+    reason: str
+
+
+def decide_ownership(
+    main: str | None,
+    archive: str | None,
+    linked: Mapping[str, str],
+    memory_files: Set[str],
+    override: str = "auto",
+) -> Ownership:
+    """Is this index a list of pointers memoryd may edit? (DESIGN §3, "Whose index is it?")."""
+    if main is not None and OFF_MARK in main:
+        return Ownership(False, f"MEMORY.md holds {OFF_MARK}")
+    if override == "off":
+        return Ownership(False, "the config sets mode = off for this dir")
+    if override == "manage":
+        return Ownership(True, "the config sets mode = manage for this dir")
+    if main is None or not main.strip():
+        return Ownership(True, "MEMORY.md is missing or blank")
+    if MANAGE_MARK in main:
+        return Ownership(True, f"MEMORY.md holds {MANAGE_MARK}")
+    if not memory_files:
+        return Ownership(True, "the dir has no memory files yet")
+    targets = set(pointer_targets(main))
+    if archive is not None:
+        targets.update(pointer_targets(archive))
+    for name, text in linked.items():
+        if name in targets:
+            targets.update(pointer_targets(text))
+    covered = len(memory_files & targets)
+    if covered * 2 >= len(memory_files):
+        return Ownership(True, f"{covered} of {len(memory_files)} memory files have pointer lines")
+    return Ownership(
+        False,
+        f"only {covered} of {len(memory_files)} memory files are pointer targets: this index is "
+        f"hand-organised (add {MANAGE_MARK} to MEMORY.md to let memoryd manage it)",
+    )
+
+
+# --- budget ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Budget:
+    max_lines: int = 200
+    max_chars: int = 25_000  # UTF-16 code units, as the agent counts them
+    target_bytes: int = 17_408
+    mode: str = "hard"  # never | hard | target
+    keep_recent: float = 7 * 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    lines: int
+    chars: int
+    bytes: int
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def measure(text: str) -> Measure:
+    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    return Measure(lines, utf16_len(text), len(text.encode("utf-8")))
+
+
+def fits(m: Measure, budget: Budget, *, target: bool) -> bool:
+    ok = m.lines <= budget.max_lines and m.chars <= budget.max_chars
+    return ok and (not target or m.bytes <= budget.target_bytes)
+
+
+def outside_window(text: str, budget: Budget) -> list[str]:
+    """Targets of pointer lines the agent never sees: past line 200 or 25,000 UTF-16 units."""
+    out: list[str] = []
+    chars = 0
+    for number, line in enumerate(split_lines(text), start=1):
+        chars += utf16_len(line.text)
+        if (number > budget.max_lines or chars > budget.max_chars) and line.link is not None:
+            out.append(line.link.target)
+    return out
+
+
+# --- the edit ----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class IndexEdit:
+    main: str | None
+    archive: str | None
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    rewritten: list[str] = field(default_factory=list)
+    collapsed: list[str] = field(default_factory=list)
+    demoted: list[str] = field(default_factory=list)
+    dead_links: list[str] = field(default_factory=list)
+    invalid_links: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # new files still inside their grace
+    trailer_changed: bool = False
+    over_budget: Measure | None = None
+    outside: list[str] = field(default_factory=list)
+    fits_window: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class IndexInput:
+    main: str | None
+    archive: str | None
+    memories: Mapping[str, Entry]
+    present: Set[str]  # every name in the dir, exact case
+    seen: Mapping[str, tuple[str, str]]  # previous (name, description) of files memoryd saw
+    ready: Set[str]  # memory files past their grace: may get a new pointer now
+    heading: str
+    separator: str = " — "
+    budget: Budget = field(default_factory=Budget)
+    now: float = 0.0
+    today: date = field(default_factory=date.today)
+
+
+def _is_generated(line: Line, entry: Entry, prev: tuple[str, str] | None, sep: str) -> bool:
+    candidates = {render_pointer(entry.filename, entry.name, entry.description, sep)}
+    if prev is not None:
+        candidates.add(render_pointer(entry.filename, prev[0], prev[1], sep))
+    return line.content in candidates
+
+
+def _finish(lines: list[Line], had_final_newline: bool, eol: str) -> str:
+    if not lines:
+        return ""
+    last = lines[-1]
+    if had_final_newline and not last.eol:
+        last.eol = eol
+    elif not had_final_newline:
+        last.eol = ""
+    for line in lines[:-1]:
+        if not line.eol:
+            line.eol = eol
+    return join_lines(lines)
+
+
+def update_index(inp: IndexInput) -> IndexEdit:
+    """Apply DESIGN §3's incremental rules to the index texts; return the new texts and why."""
+    edit = IndexEdit(main=inp.main, archive=inp.archive)
+    main_text = inp.main or ""
+    blank_main = not main_text.strip()
+    eol = dominant_eol(main_text) if main_text else "\n"
+    main_final_nl = main_text.endswith("\n") if main_text else True
+    main_lines = split_lines(main_text) if not blank_main else []
+    arch_text = inp.archive
+    arch_lines = split_lines(arch_text) if arch_text is not None else []
+    arch_eol = dominant_eol(arch_text) if arch_text else eol
+    arch_final_nl = arch_text.endswith("\n") if arch_text else True
+
+    # 1. Pointer lines of gone files go; dead and invalid links are reported and kept.
+    def keep(line: Line) -> bool:
+        link = line.link
+        if link is None:
+            return True
+        if link.kind is LinkKind.INVALID:
+            edit.invalid_links.append(link.raw)
+            return True
+        if link.kind is not LinkKind.LOCAL or link.target in inp.present:
+            return True
+        if link.target in inp.seen:
+            edit.removed.append(link.target)
+            return False
+        edit.dead_links.append(link.target)
+        return True
+
+    main_lines = [line for line in main_lines if keep(line)]
+    arch_lines = [line for line in arch_lines if keep(line)]
+
+    # 2. A line exactly as memoryd would have written it from the previous name/description
+    #    follows the file's new name/description; a person's wording is never touched.
+    for line in (*main_lines, *arch_lines):
+        link = line.link
+        if link is None or link.kind is not LinkKind.LOCAL or link.target not in inp.memories:
+            continue
+        entry = inp.memories[link.target]
+        prev = inp.seen.get(link.target)
+        if prev is None or prev == (entry.name, entry.description):
+            continue
+        if line.content == render_pointer(entry.filename, prev[0], prev[1], inp.separator):
+            line.content = render_pointer(
+                entry.filename, entry.name, entry.description, inp.separator
+            )
+            edit.rewritten.append(entry.filename)
+
+    # 3. Duplicate pointers to one file collapse: a hand-written line beats a generated one,
+    #    and among equals the first wins (MEMORY.md before the archive).
+    groups: dict[str, list[Line]] = {}
+    for line in (*main_lines, *arch_lines):
+        link = line.link
+        if link is not None and link.kind is LinkKind.LOCAL and link.target in inp.memories:
+            groups.setdefault(link.target, []).append(line)
+    losers: set[int] = set()
+    for target, group in groups.items():
+        if len(group) < 2:
+            continue
+        entry = inp.memories[target]
+        prev = inp.seen.get(target)
+        written = [ln for ln in group if not _is_generated(ln, entry, prev, inp.separator)]
+        winner = written[0] if written else group[0]
+        for ln in group:
+            if ln is not winner:
+                losers.add(id(ln))
+                edit.collapsed.append(target)
+    if losers:
+        main_lines = [ln for ln in main_lines if id(ln) not in losers]
+        arch_lines = [ln for ln in arch_lines if id(ln) not in losers]
+
+    # 4. New memory files past their grace get a pointer after the last pointer line.
+    indexed = {
+        ln.link.target
+        for ln in (*main_lines, *arch_lines)
+        if ln.link is not None and ln.link.kind is LinkKind.LOCAL
+    }
+    unindexed = sorted(set(inp.memories) - indexed)
+    new = [f for f in unindexed if f in inp.ready]
+    edit.waiting = [f for f in unindexed if f not in inp.ready]
+    if new:
+        added = [
+            Line(
+                render_pointer(f, inp.memories[f].name, inp.memories[f].description, inp.separator),
+                eol,
+                classify_link(encode_target(f)),
+            )
+            for f in new
+        ]
+        edit.added = new
+        if blank_main:
+            heading = Line(f"# {inp.heading} Memory", eol)
+            main_lines = [heading, Line("", eol), *added]
+            main_final_nl = True
+        else:
+            last_pointer = max(
+                (i for i, ln in enumerate(main_lines) if ln.link is not None), default=None
+            )
+            if last_pointer is None:
+                if main_lines and not main_lines[-1].eol:
+                    main_lines[-1].eol = eol
+                if main_lines and main_lines[-1].content.strip():
+                    main_lines.append(Line("", eol))
+                main_lines.extend(added)
+            else:
+                if not main_lines[last_pointer].eol:
+                    main_lines[last_pointer].eol = eol
+                main_lines[last_pointer + 1 : last_pointer + 1] = added
+
+    # 5. Budget: demote the oldest eligible entries into the archive while over the window.
+    archive_exists = arch_text is not None
+    total = len(inp.memories)
+    trailer_line = Line(TRAILER_TEXT.format(n=total), eol)
+
+    def with_trailer(lines: list[Line], force: bool = False) -> list[Line]:
+        trailer_at = [i for i, ln in enumerate(lines) if TRAILER.match(ln.content)]
+        if not trailer_at:
+            if not (archive_exists or edit.demoted or force):
+                return lines
+            out = list(lines)
+            if out and not out[-1].eol:
+                out[-1] = Line(out[-1].content, eol, out[-1].link)
+            if out and out[-1].content.strip():
+                out.append(Line("", eol))
+            out.append(trailer_line)
+            return out
+        out = [ln for i, ln in enumerate(lines) if i == trailer_at[0] or i not in trailer_at]
+        first = out[trailer_at[0]]
+        match = TRAILER.match(first.content)
+        if match and int(match.group(1)) != total:
+            out[trailer_at[0]] = Line(TRAILER_TEXT.format(n=total), first.eol)
+        return out
+
+    def render_main(lines: list[Line], force_trailer: bool = False) -> str:
+        copies = [Line(ln.content, ln.eol, ln.link) for ln in with_trailer(lines, force_trailer)]
+        return _finish(copies, main_final_nl, eol)
+
+    target_mode = inp.budget.mode == "target"
+    if (
+        inp.budget.mode != "never"
+        and main_lines
+        and not fits(measure(render_main(main_lines)), inp.budget, target=target_mode)
+    ):
+        eligible = sorted(
+            (inp.memories[ln.link.target].age_ts, ln.link.target, index)
+            for index, ln in enumerate(main_lines)
+            if ln.link is not None
+            and ln.link.kind is LinkKind.LOCAL
+            and ln.link.target in inp.memories
+            and inp.memories[ln.link.target].type != "user"
+            and inp.now - inp.memories[ln.link.target].age_ts > inp.budget.keep_recent
+        )
+        # Subtract each demoted line from one measurement instead of re-rendering per line
+        # (quadratic at 10,000 entries); the final text is measured exactly afterwards.
+        m = measure(render_main(main_lines, force_trailer=True))
+        lines_left, chars, size = m.lines, m.chars, m.bytes
+        demoted_at: set[int] = set()
+        for _, target, index in eligible:
+            if fits(Measure(lines_left, chars, size), inp.budget, target=target_mode):
+                break
+            line = main_lines[index]
+            demoted_at.add(index)
+            edit.demoted.append(target)
+            lines_left -= 1
+            chars -= utf16_len(line.content) + len(eol)
+            size -= len(line.content.encode("utf-8")) + len(eol)
+        if demoted_at:
+            moved = [ln for i, ln in enumerate(main_lines) if i in demoted_at]
+            main_lines = [ln for i, ln in enumerate(main_lines) if i not in demoted_at]
+            arch_lines = _append_to_archive(
+                arch_lines, moved, inp.heading, inp.today, arch_eol, archive_exists
+            )
+            arch_final_nl = True
+            archive_exists = True
+
+    if main_lines:
+        edit.main = render_main(main_lines)
+    elif blank_main:
+        edit.main = inp.main
+    else:
+        edit.main = ""
+    edit.archive = (
+        _finish(arch_lines, arch_final_nl, arch_eol)
+        if (arch_text is not None or edit.demoted)
+        else None
+    )
+    old_trailers = [ln.content for ln in split_lines(inp.main or "") if TRAILER.match(ln.content)]
+    new_trailers = [ln.content for ln in split_lines(edit.main or "") if TRAILER.match(ln.content)]
+    edit.trailer_changed = old_trailers != new_trailers
+
+    if edit.main is not None:
+        final = measure(edit.main)
+        edit.fits_window = fits(final, inp.budget, target=False)
+        if final.bytes > inp.budget.target_bytes or not edit.fits_window:
+            edit.over_budget = final
+            edit.outside = outside_window(edit.main, inp.budget)
+    return edit
+
+
+def _append_to_archive(
+    arch_lines: list[Line],
+    moved: Sequence[Line],
+    heading: str,
+    today: date,
+    eol: str,
+    exists: bool,
+) -> list[Line]:
+    out = list(arch_lines)
+    if not exists:
+        out = [
+            Line(f"# {heading} Memory Archive", eol),
+            Line("", eol),
+            Line("Entries moved out of MEMORY.md to keep it within what the agent loads.", eol),
+        ]
+    if out and not out[-1].eol:
+        out[-1].eol = eol
+    stamp = today.isoformat()
+    headings = [i for i, ln in enumerate(out) if DEMOTED_HEADING.match(ln.content)]
+    if headings:
+        match = DEMOTED_HEADING.match(out[headings[-1]].content)
+        assert match is not None
+        last_is_today = match.group(1) == stamp and all(
+            ln.link is not None or not ln.content.strip() for ln in out[headings[-1] + 1 :]
+        )
+        if last_is_today:
+            count = int(match.group(2)) + len(moved)
+            out[headings[-1]] = Line(f"## Moved from MEMORY.md {stamp} ({count})", eol)
+            while out and not out[-1].content.strip():
+                out.pop()
+            out.extend(Line(ln.content, eol, ln.link) for ln in moved)
+            return out
+    if out and out[-1].content.strip():
+        out.append(Line("", eol))
+    out.append(Line(f"## Moved from MEMORY.md {stamp} ({len(moved)})", eol))
+    out.extend(Line(ln.content, eol, ln.link) for ln in moved)
+    return out
+
+
+# --- verification ------------------------------------------------------------------------------
+def verify(
+    main: str | None,
+    archive: str | None,
+    memory_files: Set[str],
+    present: Set[str],
+    allowed_dead: Set[str] = frozenset(),
+) -> list[str]:
+    """Problems with the index as it is on disk; an empty list means it is consistent."""
+    problems: list[str] = []
+    counts: dict[str, int] = {}
+    trailers = 0
+    for label, text in (("MEMORY.md", main), ("MEMORY-ARCHIVE.md", archive)):
+        if text is None:
+            continue
+        for line in split_lines(text):
+            if TRAILER.match(line.content):
+                trailers += 1 if label == "MEMORY.md" else 0
+            link = line.link
+            if link is None or link.kind is not LinkKind.LOCAL:
+                continue
+            counts[link.target] = counts.get(link.target, 0) + 1
+            if link.target not in present and link.target not in allowed_dead:
+                problems.append(f"{label}: link {link.raw} does not resolve (exact case)")
+    for name in sorted(memory_files):
+        n = counts.get(name, 0)
+        if n != 1:
+            problems.append(f"{name} is indexed {n} times across MEMORY.md and the archive")
+    if trailers > 1:
+        problems.append(f"MEMORY.md holds {trailers} trailer lines")
+    return problems

@@ -1,0 +1,334 @@
+"""Keep one memory dir's MEMORY.md in step with its files: scan, decide, swap in, verify, log."""
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memoryd import fsops
+from memoryd.discover import MemoryDir
+from memoryd.errors import MemorydError, WriteConflict
+from memoryd.fsops import FileIdentity
+from memoryd.index import (
+    ARCHIVE_NAME,
+    INDEX_NAME,
+    PREV_NAME,
+    Budget,
+    IndexEdit,
+    IndexInput,
+    LinkKind,
+    Ownership,
+    decide_ownership,
+    measure,
+    split_lines,
+    update_index,
+    verify,
+)
+from memoryd.runtime import Runtime
+from memoryd.scan import DirScan, Scanned, scan_dir
+from memoryd.state import DirState
+
+MAX_INDEX_BYTES = 8 * 1024 * 1024
+LINKED_BYTES = 512 * 1024
+CONFLICT_RETRIES = 3
+
+
+@dataclass(slots=True)
+class IndexText:
+    """An index file as read: its text (None when missing) and the identity to re-check."""
+
+    text: str | None
+    identity: FileIdentity | None
+    bom: bool = False
+    error: str = ""
+
+
+@dataclass(slots=True)
+class IndexOutcome:
+    dir: MemoryDir
+    status: str  # unchanged | updated | would_change | unmanaged | conflict | error
+    ownership: Ownership | None = None
+    edit: IndexEdit | None = None
+    diff: str = ""
+    message: str = ""
+    problems: list[str] = field(default_factory=list)
+    scan: DirScan | None = None
+
+
+def read_index_file(dir_fd: int, name: str) -> IndexText:
+    try:
+        found = fsops.identity_of(dir_fd, name, MAX_INDEX_BYTES)
+    except ValueError:
+        return IndexText(None, None, error=f"{name} is over {MAX_INDEX_BYTES} bytes")
+    except OSError as error:
+        return IndexText(None, None, error=f"{name} cannot be read as a file ({error.strerror})")
+    if found is None:
+        return IndexText(None, None)
+    data, identity = found
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return IndexText(None, identity, error=f"{name} is not UTF-8 text")
+    bom = text.startswith("\ufeff")
+    return IndexText(text.removeprefix("\ufeff"), identity, bom)
+
+
+def _encode(text: str, bom: bool) -> bytes:
+    return (("\ufeff" if bom else "") + text).encode("utf-8")
+
+
+def _linked_texts(dir_fd: int, main: str, scan: DirScan) -> dict[str, str]:
+    """Texts of local .md files MEMORY.md points to (category files of a tree index)."""
+    out: dict[str, str] = {}
+    for line in split_lines(main):
+        link = line.link
+        if link is None or link.kind is not LinkKind.LOCAL or not link.target.endswith(".md"):
+            continue
+        if link.target in out or link.target not in scan.present:
+            continue
+        info = scan.files.get(link.target)
+        if info is not None and info.kind == "problem":
+            continue
+        try:
+            data, _ = fsops.read_regular(dir_fd, link.target, LINKED_BYTES)
+        except (OSError, ValueError):
+            continue
+        out[link.target] = data.decode("utf-8", "replace")
+    return out
+
+
+def _ready(memories: dict[str, Scanned], now: float, grace: float) -> set[str]:
+    return {n for n, s in memories.items() if now - s.mtime_ns / 1e9 >= grace}
+
+
+def _report_problems(rt: Runtime, md: MemoryDir, scan: DirScan, state: DirState) -> None:
+    current = set()
+    for name, info in sorted(scan.problems.items()):
+        key = f"unparseable:{name}"
+        current.add(key)
+        signature = f"{info.problem_kind}:{info.sha256 or info.mtime_ns}"
+        if state.report_once(key, signature):
+            rt.audit.write(
+                "file.unparseable",
+                dir=md.path,
+                file=name,
+                problem=info.problem_message,
+                hint=info.problem_hint,
+                kind=info.problem_kind,
+            )
+    state.forget_reports("unparseable:", current)
+
+
+def _report_links(rt: Runtime, md: MemoryDir, edit: IndexEdit, state: DirState) -> None:
+    current = set()
+    for event, targets in (
+        ("index.dead_link", edit.dead_links),
+        ("index.invalid_link", edit.invalid_links),
+    ):
+        for target in sorted(set(targets)):
+            key = f"{event}:{target}"
+            current.add(key)
+            if state.report_once(key):
+                rt.audit.write(event, dir=md.path, file=INDEX_NAME, target=target)
+    state.forget_reports("index.dead_link:", current)
+    state.forget_reports("index.invalid_link:", current)
+
+
+def _diff(name: str, before: str | None, after: str | None) -> str:
+    lines = difflib.unified_diff(
+        (before or "").splitlines(keepends=True),
+        (after or "").splitlines(keepends=True),
+        fromfile=f"a/{name}",
+        tofile=f"b/{name}",
+    )
+    return "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
+
+
+def index_dir(
+    rt: Runtime, md: MemoryDir, *, check: bool = False, grace: float = 0.0, mode: str | None = None
+) -> IndexOutcome:
+    """One incremental index update of one dir; retries from the other writer's version."""
+    for attempt in range(1, CONFLICT_RETRIES + 1):
+        try:
+            return _index_once(rt, md, check=check, grace=grace, mode=mode)
+        except WriteConflict as conflict:
+            rt.audit.write(
+                "index.conflict",
+                dir=md.path,
+                file=INDEX_NAME,
+                attempt=attempt,
+                detail=str(conflict),
+            )
+    return IndexOutcome(
+        md,
+        "conflict",
+        message=(
+            f"{md.path / INDEX_NAME}: another writer kept changing it; nothing was lost, "
+            "memoryd will try again on the next change"
+        ),
+    )
+
+
+def _index_once(
+    rt: Runtime, md: MemoryDir, *, check: bool, grace: float, mode: str | None
+) -> IndexOutcome:
+    cfg = rt.config
+    state = rt.store.load(md.real_path)
+    cache = rt.store.load_cache(md.real_path)
+    scan = scan_dir(
+        md.real_path,
+        cache,
+        max_file_bytes=cfg.parse.max_file_bytes,
+        max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
+    )
+    memories = scan.memories
+    with fsops.open_dir(md.real_path) as dir_fd:
+        main = read_index_file(dir_fd, INDEX_NAME)
+        archive = read_index_file(dir_fd, ARCHIVE_NAME)
+        linked = _linked_texts(dir_fd, main.text, scan) if main.text else {}
+    outcome = IndexOutcome(md, "unchanged", scan=scan)
+
+    if main.error or archive.error:
+        ownership = Ownership(False, main.error or archive.error)
+    else:
+        override = mode or cfg.override_for(md.path).mode
+        ownership = decide_ownership(main.text, archive.text, linked, set(memories), override)
+    outcome.ownership = ownership
+    if not rt.dry_run:
+        _report_problems(rt, md, scan, state)
+    if not ownership.managed:
+        outcome.status = "unmanaged"
+        outcome.message = ownership.reason
+        if not check and not rt.dry_run:
+            if state.report_once("unmanaged", ownership.reason):
+                rt.audit.write("index.unmanaged", dir=md.path, reason=ownership.reason)
+            rt.store.save(md.real_path, state)
+            rt.store.save_cache(md.real_path, scan.files)
+        return outcome
+
+    now = rt.clock()
+    budget = Budget(
+        cfg.index.max_lines,
+        cfg.index.max_chars,
+        cfg.index.target_bytes,
+        cfg.index.budget,
+        cfg.index.keep_recent,
+    )
+    edit = update_index(
+        IndexInput(
+            main=main.text,
+            archive=archive.text,
+            memories={n: s.entry() for n, s in memories.items()},
+            present=scan.present,
+            seen=state.seen_pairs() if state.known else {},
+            ready=_ready(memories, now, grace),
+            heading=md.heading,
+            separator=cfg.index.separator,
+            budget=budget,
+            now=now,
+            today=rt.today(),
+        )
+    )
+    outcome.edit = edit
+    main_changed = edit.main != main.text
+    archive_changed = edit.archive != archive.text
+    if check or rt.dry_run:
+        if main_changed or archive_changed:
+            outcome.status = "would_change"
+            outcome.diff = (_diff(INDEX_NAME, main.text, edit.main) if main_changed else "") + (
+                _diff(ARCHIVE_NAME, archive.text, edit.archive) if archive_changed else ""
+            )
+        return outcome
+
+    if main_changed or archive_changed:
+        try:
+            if archive_changed and edit.archive is not None:
+                # The archive first: a crash in between leaves a line indexed twice (collapsed
+                # on the next pass), never a line indexed nowhere.
+                fsops.replace_file(
+                    md.real_path, ARCHIVE_NAME, _encode(edit.archive, archive.bom), archive.identity
+                )
+            if main_changed and edit.main is not None:
+                fsops.replace_file(
+                    md.real_path,
+                    INDEX_NAME,
+                    _encode(edit.main, main.bom),
+                    main.identity,
+                    keep_prev=PREV_NAME,
+                )
+        except MemorydError as error:
+            if isinstance(error, WriteConflict):
+                raise
+            rt.audit.write("index.write_failed", dir=md.path, file=INDEX_NAME, error=str(error))
+            return IndexOutcome(md, "error", ownership, edit, message=str(error), scan=scan)
+        outcome.status = "updated"
+        before = len(_encode(main.text or "", main.bom))
+        after = len(_encode(edit.main or "", main.bom))
+        rt.audit.write(
+            "index.updated",
+            dir=md.path,
+            added=edit.added,
+            removed=edit.removed,
+            rewritten=edit.rewritten,
+            collapsed=edit.collapsed,
+            demoted=edit.demoted,
+            bytes_before=before,
+            bytes_after=after,
+        )
+        if edit.demoted:
+            rt.audit.write(
+                "index.demoted", dir=md.path, files=edit.demoted, count=len(edit.demoted)
+            )
+        if edit.over_budget is not None:
+            m = edit.over_budget
+            rt.audit.write(
+                "index.over_budget",
+                dir=md.path,
+                lines=m.lines,
+                chars=m.chars,
+                bytes=m.bytes,
+                outside_window=edit.outside,
+            )
+        state.last_index_ts = now
+        outcome.problems = verify_on_disk(md, scan, edit.dead_links, edit.waiting)
+        if outcome.problems:
+            outcome.status = "error"
+            outcome.message = "the index failed verification after writing"
+            rt.audit.write(
+                "index.verify_failed", dir=md.path, problems=outcome.problems, level="error"
+            )
+
+    _report_links(rt, md, edit, state)
+    state.known = True
+    state.seen = {n: [s.name, s.description] for n, s in sorted(memories.items())}
+    rt.store.save(md.real_path, state)
+    rt.store.save_cache(md.real_path, scan.files)
+    return outcome
+
+
+def verify_on_disk(
+    md: MemoryDir, scan: DirScan, allowed_dead: list[str], waiting: list[str]
+) -> list[str]:
+    """Re-read the index files from disk and check DESIGN §3's promises against the scan."""
+    expected = set(scan.memories) - set(waiting)
+    with fsops.open_dir(md.real_path) as dir_fd:
+        main = read_index_file(dir_fd, INDEX_NAME)
+        archive = read_index_file(dir_fd, ARCHIVE_NAME)
+    return verify(main.text, archive.text, expected, scan.present, set(allowed_dead))
+
+
+def budget_use(text: str | None, rt: Runtime) -> dict[str, int]:
+    m = measure(text or "")
+    return {
+        "lines": m.lines,
+        "max_lines": rt.config.index.max_lines,
+        "chars": m.chars,
+        "max_chars": rt.config.index.max_chars,
+        "bytes": m.bytes,
+        "target_bytes": rt.config.index.target_bytes,
+    }
+
+
+def index_path(md: MemoryDir) -> Path:
+    return md.real_path / INDEX_NAME

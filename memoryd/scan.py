@@ -1,0 +1,258 @@
+"""Read one memory dir safely: list and classify every entry, parse what changed since last time."""
+
+import fnmatch
+import marshal
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from memoryd import fsops
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME, PREV_NAME, Entry
+from memoryd.memfile import (
+    MAX_FILE_BYTES,
+    MAX_FRONTMATTER_BYTES,
+    Memory,
+    NotMemory,
+    Problem,
+    parse_memory,
+)
+
+TRASH_DIR = ".trash"
+# Editor and sync leftovers (DESIGN §4.1): never memories, never indexed.
+_TEMP_PATTERNS = ("*.tmp.*", "*~", "4913", "*.swp", "*.swx")
+_CONFLICT_PATTERNS = ("*.sync-conflict-*", "*(conflicted copy*", "*conflicted copy*")
+
+
+def is_index_name(name: str) -> bool:
+    return name.startswith("MEMORY") and name.endswith(".md")
+
+
+def skip_reason(name: str) -> str | None:
+    """Why a directory entry is never a memory candidate, or None when it might be one."""
+    if name.startswith("."):
+        return "dotfile"
+    if is_index_name(name):
+        return "index"
+    if any(fnmatch.fnmatchcase(name, p) for p in _CONFLICT_PATTERNS):
+        return "conflict copy"
+    if any(fnmatch.fnmatchcase(name, p) for p in _TEMP_PATTERNS):
+        return "temp file"
+    if not name.endswith(".md"):
+        return "not markdown"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Scanned:
+    """What memoryd keeps per file between scans: small, no body (bodies are re-read by dream)."""
+
+    filename: str
+    ino: int
+    size: int
+    mtime_ns: int
+    kind: str  # "memory" | "note" | "problem"
+    sha256: str = ""
+    name: str = ""
+    description: str = ""
+    type: str = ""
+    modified_ts: float = 0.0
+    problem_kind: str = ""
+    problem_message: str = ""
+    problem_hint: str = ""
+
+    @property
+    def age_ts(self) -> float:
+        return max(self.mtime_ns / 1e9, self.modified_ts)
+
+    def entry(self) -> Entry:
+        return Entry(self.filename, self.name, self.description, self.type, self.age_ts)
+
+    def as_tuple(self) -> tuple[object, ...]:
+        return tuple(getattr(self, f) for f in self.__slots__)
+
+
+@dataclass(slots=True)
+class DirScan:
+    path: Path
+    files: dict[str, Scanned] = field(default_factory=dict)
+    present: frozenset[str] = frozenset()
+    conflicts: list[str] = field(default_factory=list)
+    subdirs: list[str] = field(default_factory=list)
+    reread: int = 0  # how many files had to be read (the rest came from the cache)
+
+    @property
+    def memories(self) -> dict[str, Scanned]:
+        return {n: s for n, s in self.files.items() if s.kind == "memory"}
+
+    @property
+    def problems(self) -> dict[str, Scanned]:
+        return {n: s for n, s in self.files.items() if s.kind == "problem"}
+
+
+def parse_date(text: str) -> float:
+    """A frontmatter `modified` date as a UNIX time; 0 when it is not a date."""
+    if not text:
+        return 0.0
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def _problem(name: str, st: os.stat_result, kind: str, message: str, hint: str) -> Scanned:
+    return Scanned(
+        name,
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+        "problem",
+        problem_kind=kind,
+        problem_message=message,
+        problem_hint=hint,
+    )
+
+
+def _classify_link(dir_path: Path, name: str, st: os.stat_result) -> Scanned:
+    try:
+        target = os.readlink(dir_path / name)
+    except OSError:
+        target = ""
+    resolved = os.path.realpath(dir_path / target) if target else ""
+    inside = resolved.startswith(os.path.realpath(dir_path) + os.sep)
+    if inside:
+        return _problem(
+            name,
+            st,
+            "symlink",
+            f"is a symlink to {target}",
+            "memoryd does not follow links; replace it with the file itself",
+        )
+    return _problem(
+        name,
+        st,
+        "symlink_out",
+        f"is a symlink out of the memory dir (to {target})",
+        "memoryd never follows links out of a memory dir; move the file in instead",
+    )
+
+
+def read_one(dir_fd: int, name: str, st: os.stat_result, max_file: int, max_fm: int) -> Scanned:
+    try:
+        data, fst = fsops.read_regular(dir_fd, name, max_file)
+    except ValueError:
+        return _problem(
+            name,
+            st,
+            "too_large",
+            f"file is over the {max_file}-byte limit",
+            "split it into smaller memories or raise parse.max_file_bytes",
+        )
+    except OSError as error:
+        return _problem(
+            name,
+            st,
+            "unreadable",
+            f"cannot be read ({error.strerror})",
+            "check the file's permissions",
+        )
+    parsed = parse_memory(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
+    base = (name, fst.st_ino, fst.st_size, fst.st_mtime_ns)
+    if isinstance(parsed, Memory):
+        return Scanned(
+            *base,
+            "memory",
+            parsed.sha256,
+            parsed.name,
+            parsed.description,
+            parsed.type,
+            parse_date(parsed.modified),
+        )
+    if isinstance(parsed, NotMemory):
+        return Scanned(*base, "note", parsed.sha256)
+    assert isinstance(parsed, Problem)
+    return Scanned(
+        *base,
+        "problem",
+        parsed.sha256,
+        problem_kind=parsed.kind,
+        problem_message=parsed.message,
+        problem_hint=parsed.hint,
+    )
+
+
+def scan_dir(
+    path: Path,
+    cache: Mapping[str, Scanned] | None = None,
+    *,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
+) -> DirScan:
+    """List and classify a memory dir; re-read only files whose (inode, size, mtime_ns) moved."""
+    cache = cache or {}
+    result = DirScan(path)
+    names: list[str] = []
+    with fsops.open_dir(path) as dir_fd:
+        with os.scandir(dir_fd) as entries:
+            listing = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
+        for name, st in sorted(listing):
+            names.append(name)
+            if stat.S_ISDIR(st.st_mode):
+                if name != TRASH_DIR and not name.startswith("."):
+                    result.subdirs.append(name)
+                continue
+            reason = skip_reason(name)
+            if reason == "conflict copy":
+                result.conflicts.append(name)
+            if reason is not None:
+                continue
+            cached = cache.get(name)
+            if (
+                cached is not None
+                and cached.ino == st.st_ino
+                and cached.size == st.st_size
+                and cached.mtime_ns == st.st_mtime_ns
+            ):
+                result.files[name] = cached
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                result.files[name] = _classify_link(path, name, st)
+            elif not stat.S_ISREG(st.st_mode):
+                result.files[name] = _problem(
+                    name,
+                    st,
+                    "not_regular",
+                    "is not a regular file (a FIFO, socket or device)",
+                    "memoryd never opens these; remove it from the memory dir",
+                )
+            else:
+                result.reread += 1
+                result.files[name] = read_one(
+                    dir_fd, name, st, max_file_bytes, max_frontmatter_bytes
+                )
+    result.present = frozenset(names)
+    return result
+
+
+def index_files_present(scan: DirScan) -> tuple[bool, bool]:
+    return INDEX_NAME in scan.present, ARCHIVE_NAME in scan.present
+
+
+def dump_cache(files: Mapping[str, Scanned]) -> bytes:
+    return marshal.dumps([s.as_tuple() for s in files.values()])
+
+
+def load_cache(data: bytes) -> dict[str, Scanned]:
+    try:
+        rows = marshal.loads(data)  # noqa: S302 - our own file in a 0700 state dir
+        return {row[0]: Scanned(*row) for row in rows}
+    except (ValueError, TypeError, EOFError, IndexError):
+        return {}
+
+
+__all__ = ["PREV_NAME", "TRASH_DIR", "DirScan", "Scanned", "scan_dir"]

@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from memoryd.paths import ensure_private_dir
+
 SCHEMA_VERSION = 1
 
 Level = Literal["debug", "info", "warning", "error"]
@@ -126,7 +128,8 @@ class AuditLog:
         return row
 
     def _append(self, data: bytes) -> None:
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not self.path.parent.is_dir():
+            ensure_private_dir(self.path.parent)
         with contextlib.suppress(OSError):
             if self.path.stat().st_size + len(data) > self.max_bytes:
                 self._rotate()

@@ -385,7 +385,9 @@ def main(
     err = err or sys.stderr
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        # argparse prints help and usage errors itself; send them where the caller asked.
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0) if isinstance(exit_.code, int) else EXIT_USAGE
     paths = app_paths()

@@ -142,6 +142,10 @@ def repo_dirs(repo: Path, config: Config) -> Iterator[MemoryDir]:
         yield _make(memory, "repo", repo.name, repo, "repo-scope memory", config)
     kinds = (("agent-memory", "repo-agent"), ("agent-memory-local", "repo-agent-local"))
     for folder, kind in kinds:
+        if (claude / folder / INDEX_NAME).is_file():
+            # Some repos keep one memory dir right at agent-memory/ (often a symlink to it).
+            yield _make(claude / folder, kind, repo.name, repo, "repo-scope memory", config)
+            continue
         for agent in _subdirs(claude / folder):
             yield _make(agent, kind, agent.name, repo, "repo-scope memory", config)
 
@@ -156,6 +160,43 @@ def home_dirs(claude_home: Path, config: Config) -> Iterator[MemoryDir]:
         yield _make(agent, "agent", agent.name, None, "user-scope agent memory", config)
 
 
+def _named_dir(path: Path, config: Config) -> MemoryDir:
+    """A memory dir named directly: recognise the standard layouts by their folder names."""
+    parent = path.parent
+    if parent.name in ("agent-memory", "agent-memory-local"):
+        kind = "agent" if parent.parent.name != ".claude" else (
+            "repo-agent" if parent.name == "agent-memory" else "repo-agent-local")
+        if kind == "agent":
+            return _make(path, kind, path.name, None, "user-scope agent memory", config)
+        return _make(path, kind, path.name, parent.parent.parent, "repo-scope memory", config)
+    if path.name == "memory" and parent.parent.name == "projects":
+        root, reason = project_repo_root(parent, parent.name)
+        return _make(path, "project", parent.name, root, reason, config)
+    root, reason = _repo_of(path)
+    return _make(path, "explicit", path.name, root, reason, config)
+
+
+_SEARCH_SKIP = frozenset({"node_modules", "vendor", "target", "dist", "build", "__pycache__"})
+
+
+def _search(top: Path, config: Config) -> Iterator[MemoryDir]:
+    """Repos (a `.claude/` folder) and MEMORY.md folders below a folder, a few levels deep."""
+    stack = [(top, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        if _is_dir(folder / ".claude"):
+            yield from repo_dirs(folder, config)
+        if folder != top and (folder / INDEX_NAME).is_file():
+            yield _named_dir(folder, config)
+            continue  # its own subfolders are found as nested dirs
+        if depth < NESTED_DEPTH:
+            stack.extend(
+                (sub, depth + 1)
+                for sub in reversed(_subdirs(folder))
+                if sub.name not in _SEARCH_SKIP and not sub.is_symlink()
+            )
+
+
 def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
     """A folder named on the command line: a memory dir, a repo, or a Claude home."""
     if not _is_dir(path):
@@ -167,19 +208,10 @@ def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
         p.suffix == ".md" for p in path.iterdir() if not p.name.startswith(".")
     )
     if has_md:
-        root, reason = _repo_of(path)
-        return [_make(path, "explicit", path.name, root, reason, config)]
-    found = list(repo_dirs(path, config))
+        return [_named_dir(path, config)]
+    found = list(_search(path, config))
     if found:
         return found
-    holder = MemoryDir(path, path.resolve(), "explicit", path.name, None, "", False)
-    nested = [
-        replace(md, repo_root=root, repo_reason=reason)
-        for md in nested_dirs(holder, config)
-        for root, reason in [_repo_of(md.path)]
-    ]
-    if nested:
-        return nested
     raise MemorydError(
         f"{path}: no memory files here; name a memory dir (a folder of *.md memories), "
         "a repo with .claude/, or a Claude home"

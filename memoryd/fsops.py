@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation, WriteConflict
+from memoryd.paths import ensure_private_dir
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -277,12 +278,6 @@ def move_no_replace(src_dir: Path, src: str, dst_dir: Path, dst: str) -> None:
             raise
         fsync_dir(dst_fd)
         fsync_dir(src_fd)
-
-
-def ensure_private_dir(path: Path) -> Path:
-    """Create memoryd's own folders 0700 (memories hold private text)."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
 
 
 def write_private(path: Path, data: bytes) -> None:

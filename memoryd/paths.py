@@ -1,5 +1,6 @@
 """Where memoryd's own files live, and where the Claude home is."""
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,3 +51,20 @@ def default_claude_home() -> Path:
 def expand(path: str) -> Path:
     """Expand `~` and environment variables the way a person writing a config expects."""
     return Path(os.path.expandvars(os.path.expanduser(path)))
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create memoryd's own folders 0700 (memories hold private text), missing parents too.
+
+    XDG asks for 0700 base folders as well, so creating `~/.local/state` that way is right.
+    """
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+            os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+    return path

@@ -1,0 +1,5 @@
+"""`python -m memoryd` runs the command line."""
+
+from memoryd.cli import entry
+
+entry()

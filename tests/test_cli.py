@@ -1,0 +1,85 @@
+"""The command line: help for every command, exit codes, `memoryd log` for a person."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memoryd.cli import build_parser
+from tests.conftest import Env, write_memory
+
+
+def _commands() -> list[list[str]]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    out = []
+    for name, p in sub.choices.items():  # type: ignore[union-attr]
+        out.append([name])
+        for action in p._actions:
+            if action.dest.endswith("_command") and action.choices:
+                out.extend([name, child] for child in action.choices)
+    return out
+
+
+@pytest.mark.parametrize("words", _commands(), ids=" ".join)
+def test_every_command_has_help(cli, words: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """`memoryd <command> --help` describes every option and exits 0."""
+    result = cli(*words, "--help")
+    assert result.code == 0
+    assert "usage: memoryd" in result.out
+
+
+def test_usage_errors_exit_2(cli) -> None:  # type: ignore[no-untyped-def]
+    """An unknown command or option is a usage error: exit 2."""
+    assert cli("frobnicate").code == 2
+    assert cli("index", "--bogus").code == 2
+
+
+def test_missing_dir_names_the_path(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A DIR that does not exist is named in the error, with what to pass instead."""
+    result = cli("index", tmp_path / "nope")
+    assert result.code == 1
+    assert str(tmp_path / "nope") in result.err and "name a memory dir" in result.err
+
+
+def test_log_renders_filters_and_skips_torn_lines(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`memoryd log` prints readable lines, filters by event and dir, and skips a torn row."""
+    folder = tmp_path / "m"
+    write_memory(folder, "a.md")
+    assert cli("index", folder).code == 0
+    with env.audit_path.open("a") as handle:
+        handle.write('{"event": "index.upd')
+    result = cli("log")
+    assert result.code == 0
+    assert "index.updated" in result.out and str(folder) in result.out
+    assert cli("log", "--event", "dream.*").out == ""
+    assert "index.updated" in cli("log", "--dir", folder).out
+    assert cli("log", "--dir", tmp_path / "other").out == ""
+    rows = [json.loads(line) for line in cli("log", "--json").out.splitlines()]
+    assert rows and all("ts" in r for r in rows)
+    assert cli("log", "--since", "1h").out == result.out
+    assert cli("log", "--since", "whenever").code == 1
+
+
+def test_console_script_runs(env: Env) -> None:
+    """`python -m memoryd --version` works as an installed program would."""
+    proc = subprocess.run([sys.executable, "-m", "memoryd", "--version"], capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith("memoryd ")
+
+
+def test_readme_lists_every_audit_event_and_the_two_quick_start_commands() -> None:
+    """The README's event table is the schema table; its quick start has the CI test command."""
+    from memoryd.audit import EVENTS
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    for name, spec in EVENTS.items():
+        assert f"| `{name}` | {spec.level} |" in readme, f"{name} missing from README"
+    test_command = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/pytest"
+    assert test_command in readme
+    ci = (root / ".ci" / "run").read_text()
+    assert ".venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'" in ci
+    assert ".venv/bin/pytest\n" in ci

@@ -1,0 +1,294 @@
+"""`memoryd index` on real folders: safe writes, bad inputs, concurrency, budget, no-op runs."""
+
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from memoryd import fsops
+from memoryd.config import Config
+from memoryd.discover import explicit_dirs
+from memoryd.indexer import index_dir
+from tests.conftest import Env, tree_digest, write_memory
+
+
+def _dir(path: Path):  # type: ignore[no-untyped-def]
+    return explicit_dirs(path, Config())[0]
+
+
+@pytest.fixture
+def mdir(tmp_path: Path) -> Path:
+    folder = tmp_path / "repo" / ".claude" / "memory"
+    write_memory(folder, "alpha.md", description="first memory")
+    write_memory(folder, "beta.md", description="second memory")
+    (folder / "MEMORY.md").write_text("# Notes\n\n- [alpha](alpha.md) — first memory\n\nprose\n")
+    return folder
+
+
+def _levels(env: Env) -> list[str]:
+    return [f"{r['event']}:{r['level']}" for r in env.audit_rows()]
+
+
+def test_index_adds_missing_pointer_and_second_run_writes_nothing(env: Env, cli, mdir: Path
+                                                                  ) -> None:
+    """The first run adds what is missing; the second changes no byte, mtime or audit row."""
+    result = cli("index", mdir)
+    assert result.code == 0, result.err
+    assert (mdir / "MEMORY.md").read_text() == (
+        "# Notes\n\n- [alpha](alpha.md) — first memory\n- [beta](beta.md) — second memory\n"
+        "\nprose\n"
+    )
+    assert (mdir / ".MEMORY.md.prev").read_text().startswith("# Notes")
+    before = tree_digest(mdir)
+    rows = len(env.audit_rows())
+    again = cli("index", mdir)
+    assert again.code == 0 and "in sync" in again.out
+    assert tree_digest(mdir) == before
+    assert len(env.audit_rows()) == rows
+    assert not [p for p in os.listdir(mdir) if fsops.is_own_temp(p)]
+
+
+def test_check_prints_a_diff_and_exits_1_without_writing(env: Env, cli, mdir: Path) -> None:
+    """`index --check` shows the unified diff, exits 1, and leaves every byte as it was."""
+    before = tree_digest(mdir)
+    result = cli("index", "--check", mdir)
+    assert result.code == 1
+    assert "+- [beta](beta.md) — second memory" in result.out
+    assert tree_digest(mdir) == before
+    assert cli("index", mdir).code == 0
+    assert cli("index", "--check", mdir).code == 0
+
+
+def test_deleted_memory_loses_its_pointer_hand_written_lines_stay(env: Env, cli, mdir: Path
+                                                                  ) -> None:
+    """A file memoryd saw and that is gone loses its pointer; every other line stays."""
+    assert cli("index", mdir).code == 0
+    (mdir / "beta.md").unlink()
+    assert cli("index", mdir).code == 0
+    assert (mdir / "MEMORY.md").read_text() == (
+        "# Notes\n\n- [alpha](alpha.md) — first memory\n\nprose\n"
+    )
+    updated = [r for r in env.audit_rows() if r["event"] == "index.updated"]
+    assert updated[-1]["removed"] == ["beta.md"]
+
+
+def test_fifo_and_symlink_out_are_never_opened_or_indexed(env: Env, cli, mdir: Path,
+                                                          tmp_path: Path) -> None:
+    """A FIFO named x.md and a symlink to a file outside are reported once and left alone."""
+    os.mkfifo(mdir / "x.md")
+    outside = write_memory(tmp_path / "elsewhere", "secret.md", description="private")
+    (mdir / "link.md").symlink_to(outside)
+    result = cli("index", mdir)  # would hang forever if the FIFO were opened for reading
+    assert result.code == 0, result.err
+    text = (mdir / "MEMORY.md").read_text()
+    assert "x.md" not in text and "link.md" not in text and "secret" not in text
+    problems = {r["file"]: r["kind"] for r in env.audit_rows() if r["event"] == "file.unparseable"}
+    assert problems == {"x.md": "not_regular", "link.md": "symlink_out"}
+    cli("index", mdir)
+    again = [r for r in env.audit_rows() if r["event"] == "file.unparseable"]
+    assert len(again) == 2, "each problem is reported once, not every scan"
+
+
+def test_unparseable_memory_keeps_its_pointer(env: Env, cli, mdir: Path) -> None:
+    """A memory whose YAML breaks keeps its file and its index line, and is reported."""
+    cli("index", mdir)
+    (mdir / "beta.md").write_text("---\nname: [broken\n---\nbody\n")
+    result = cli("index", mdir)
+    assert result.code == 0
+    assert "- [beta](beta.md) — second memory" in (mdir / "MEMORY.md").read_text()
+    rows = [r for r in env.audit_rows() if r["event"] == "file.unparseable"]
+    assert rows[-1]["file"] == "beta.md" and "YAML" in rows[-1]["problem"]
+
+
+@pytest.mark.parametrize("filename", [
+    'quote"d.md', "it's.md", "with space.md", "new\nline.md", "-dash.md", "paren (1).md",
+])
+def test_odd_names_are_indexed_once_and_resolve(env: Env, cli, mdir: Path, filename: str) -> None:
+    """Names with quotes, spaces, a newline or a leading dash are indexed exactly once."""
+    assert cli("index", mdir).code == 0
+    write_memory(mdir, filename, name="odd one", description="odd")
+    assert cli("index", mdir).code == 0
+    assert cli("index", "--check", mdir).code == 0
+    from memoryd.index import pointer_targets
+
+    targets = pointer_targets((mdir / "MEMORY.md").read_text())
+    assert targets.count(filename) == 1
+
+
+def test_traversal_link_in_index_is_kept_and_reported(env: Env, cli, mdir: Path) -> None:
+    """`[x](../../.ssh/id_rsa)` is reported as invalid, never opened, never removed."""
+    path = mdir / "MEMORY.md"
+    path.write_text(path.read_text() + "- [x](../../.ssh/id_rsa)\n")
+    assert cli("index", mdir).code == 0
+    assert "- [x](../../.ssh/id_rsa)\n" in path.read_text()
+    rows = [r for r in env.audit_rows() if r["event"] == "index.invalid_link"]
+    assert [r["target"] for r in rows] == ["../../.ssh/id_rsa"]
+
+
+def test_crlf_index_without_final_newline_keeps_its_bytes(env: Env, cli, mdir: Path) -> None:
+    """A CRLF index without a final newline gains a CRLF pointer and still has no final newline."""
+    path = mdir / "MEMORY.md"
+    path.write_bytes(b"# Notes\r\n\r\n- [alpha](alpha.md) \xe2\x80\x94 first memory\r\ntail")
+    assert cli("index", mdir).code == 0
+    assert path.read_bytes() == (
+        b"# Notes\r\n\r\n- [alpha](alpha.md) \xe2\x80\x94 first memory\r\n"
+        b"- [beta](beta.md) \xe2\x80\x94 second memory\r\ntail"
+    )
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "fallback"])
+def test_concurrent_rename_over_between_read_and_swap_loses_nothing(
+    env: Env, mdir: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
+) -> None:
+    """Someone renames a new MEMORY.md over ours mid-write: their line survives, ours follows."""
+    monkeypatch.setattr(fsops, "use_renameat2", exchange and fsops._renameat2 is not None)
+    calls = []
+
+    def other_writer(folder: Path, name: str) -> None:
+        if name == "MEMORY.md" and not calls:
+            calls.append(1)
+            tmp = folder / "agent.tmp.123"
+            tmp.write_text("# Notes\n\n- [alpha](alpha.md) — first memory\n- [Their line](x.md)\n")
+            tmp.replace(folder / "MEMORY.md")
+
+    monkeypatch.setattr(fsops, "before_swap", other_writer)
+    rt = env.runtime()
+    outcome = index_dir(rt, _dir(mdir))
+    assert outcome.status == "updated"
+    text = (mdir / "MEMORY.md").read_text()
+    assert "- [Their line](x.md)\n" in text
+    assert "- [beta](beta.md) — second memory\n" in text
+    assert [r["event"] for r in env.audit_rows()].count("index.conflict") == 1
+
+
+def test_in_place_truncate_and_write_is_detected(env: Env, mdir: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer truncating and rewriting MEMORY.md in place (same inode) is not clobbered."""
+    calls = []
+
+    def editor(folder: Path, name: str) -> None:
+        if name == "MEMORY.md" and not calls:
+            calls.append(1)
+            with open(folder / "MEMORY.md", "r+", encoding="utf-8") as handle:
+                handle.truncate(0)
+                handle.write("# Edited by hand\n- [alpha](alpha.md) — mine now\n")
+
+    monkeypatch.setattr(fsops, "before_swap", editor)
+    outcome = index_dir(env.runtime(), _dir(mdir))
+    assert outcome.status == "updated"
+    assert (mdir / "MEMORY.md").read_text() == (
+        "# Edited by hand\n- [alpha](alpha.md) — mine now\n- [beta](beta.md) — second memory\n"
+    )
+
+
+def test_full_disk_on_temp_write_leaves_index_untouched(env: Env, cli, mdir: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC while writing the temp file: exit 1, a clear message, old index byte-identical."""
+    before = tree_digest(mdir)
+    real_write = os.write
+
+    def full(fd: int, data: bytes) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(fsops.os, "write", full)
+    result = cli("index", mdir)
+    assert result.code == 1
+    assert "No space left on device" in result.out
+    assert "the old file is untouched" in result.out
+    assert tree_digest(mdir) == before
+    assert [r["event"] for r in env.audit_rows()].count("index.write_failed") == 1
+
+
+def test_read_only_folder_fails_clearly_and_changes_nothing(cli, monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """In a folder the user cannot write, `index` exits 1 naming the folder; nothing changes."""
+    base = Path(tempfile.mkdtemp(prefix="memoryd-ro-"))
+    os.chmod(base, 0o755)
+    folder = base / "memory"
+    write_memory(folder, "a.md")
+    write_memory(folder, "b.md")
+    (folder / "MEMORY.md").write_text("- [a](a.md) — a memory\n")
+    home = base / "home"
+    home.mkdir()
+    os.chmod(home, 0o777)  # memoryd's own state must stay writable for the unprivileged user
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    for p in (*folder.iterdir(), folder):
+        os.chmod(p, 0o555 if p.is_dir() else 0o444)
+    before = tree_digest(folder)
+    # Root ignores permission bits, so act as `nobody` for the run (seteuid is reversible).
+    as_root = os.geteuid() == 0
+    try:
+        if as_root:
+            os.seteuid(65534)
+        result = cli("index", folder)
+    finally:
+        if as_root:
+            os.seteuid(0)
+        for dirpath, _, _ in os.walk(base):
+            os.chmod(dirpath, 0o755)
+    try:
+        assert result.code == 1, result.out + result.err
+        assert str(folder) in result.out
+        assert "Permission denied" in result.out
+        assert tree_digest(folder) == before
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_budget_on_disk_250_memories(env: Env, cli, tmp_path: Path) -> None:
+    """250 memories: MEMORY.md fits the window, the archive holds the rest, rerun is a no-op."""
+    folder = tmp_path / "big"
+    for i in range(250):
+        write_memory(folder, f"note_{i:03d}.md", description=f"memory number {i} " + "w" * 70,
+                     age_days=400 - i)
+    assert cli("index", folder).code == 0
+    main = (folder / "MEMORY.md").read_text()
+    from memoryd.index import measure, verify
+    from memoryd.scan import scan_dir
+
+    m = measure(main)
+    assert m.lines <= 200 and m.chars <= 25_000
+    archive = (folder / "MEMORY-ARCHIVE.md").read_text()
+    scan = scan_dir(folder)
+    assert verify(main, archive, set(scan.memories), scan.present) == []
+    assert "note_000.md" in archive and "note_249.md" in main
+    before = tree_digest(folder)
+    assert cli("index", folder).code == 0
+    assert tree_digest(folder) == before
+    events = [r["event"] for r in env.audit_rows()]
+    assert "index.demoted" in events and "index.over_budget" in events
+
+
+def test_unmanaged_dir_is_byte_identical_and_reported_once(env: Env, cli, tmp_path: Path) -> None:
+    """A hand-organised index is left alone: exit 0, `unmanaged` said once, bytes unchanged."""
+    folder = tmp_path / "tree"
+    for i in range(4):
+        write_memory(folder, f"leaf_{i}.md")
+    (folder / "MEMORY.md").write_text("# Work log\n\nSee leaf files by topic.\n")
+    before = tree_digest(folder)
+    assert cli("index", folder).code == 0
+    assert cli("index", "--check", folder).code == 0
+    assert cli("index", folder).code == 0
+    assert tree_digest(folder) == before
+    assert [r["event"] for r in env.audit_rows()].count("index.unmanaged") == 1
+    (folder / "MEMORY.md").write_text("# Work log\n<!-- memoryd: manage -->\n")
+    assert cli("index", folder).code == 0
+    assert "leaf_3.md" in (folder / "MEMORY.md").read_text()
+
+
+def test_new_memory_dir_without_index_gets_one_private(env: Env, cli, tmp_path: Path) -> None:
+    """A new MEMORY.md is created 0600 with a heading; memoryd's own folders are 0700."""
+    folder = tmp_path / "proj" / ".claude" / "agent-memory" / "reviewer"
+    write_memory(folder, "a.md")
+    assert cli("index", folder).code == 0
+    path = folder / "MEMORY.md"
+    assert path.read_text().startswith("# reviewer Memory\n\n- [a](a.md)")
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert env.state.stat().st_mode & 0o777 == 0o700
+    assert env.audit_path.stat().st_mode & 0o777 == 0o600

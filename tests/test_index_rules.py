@@ -1,0 +1,246 @@
+"""The index editor as a pure function: pointer-line edits that never touch a person's lines."""
+
+from datetime import date
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memoryd.index import (
+    TRAILER,
+    Budget,
+    Entry,
+    IndexInput,
+    LinkKind,
+    classify_link,
+    decide_ownership,
+    encode_target,
+    measure,
+    pointer_targets,
+    render_pointer,
+    split_lines,
+    update_index,
+    verify,
+)
+
+NOW = 1_800_000_000.0
+OLD = NOW - 60 * 86400
+
+
+def entry(filename: str, name: str | None = None, desc: str = "d", type_: str = "project",
+          age: float = OLD) -> Entry:
+    return Entry(filename, name if name is not None else filename[:-3], desc, type_, age)
+
+
+def run(main: str | None, memories: list[Entry], *, seen: dict[str, tuple[str, str]] | None = None,
+        present: set[str] | None = None, archive: str | None = None, ready: set[str] | None = None,
+        budget: Budget | None = None):  # type: ignore[no-untyped-def]
+    mems = {e.filename: e for e in memories}
+    return update_index(IndexInput(
+        main=main, archive=archive, memories=mems,
+        present=frozenset(present if present is not None else mems),
+        seen=seen or {}, ready=frozenset(ready if ready is not None else mems),
+        heading="proj", budget=budget or Budget(), now=NOW, today=date(2026, 11, 30),
+    ))
+
+
+def test_new_index_gets_a_heading_and_pointers_in_file_name_order() -> None:
+    """A missing MEMORY.md starts with `# <name> Memory` and lists new files by name."""
+    edit = run(None, [entry("b.md", desc="bee"), entry("a.md", "Alpha", "first")])
+    assert edit.main == "# proj Memory\n\n- [Alpha](a.md) — first\n- [b](b.md) — bee\n"
+    assert edit.added == ["a.md", "b.md"]
+
+
+def test_new_pointer_goes_after_the_last_pointer_line() -> None:
+    """A new pointer lands after the last pointer line, before trailing prose."""
+    main = "# T\n\n- [a](a.md) — x\n\n## Notes\nprose stays\n"
+    edit = run(main, [entry("a.md"), entry("c.md", desc="new")])
+    assert edit.main == "# T\n\n- [a](a.md) — x\n- [c](c.md) — new\n\n## Notes\nprose stays\n"
+
+
+def test_pointer_appended_after_a_blank_line_when_there_is_none() -> None:
+    """With no pointer line at all, new pointers go at the end after one blank line."""
+    edit = run("# Only prose\nhello", [entry("a.md")])
+    assert edit.main == "# Only prose\nhello\n\n- [a](a.md) — d"
+
+
+def test_crlf_and_missing_final_newline_are_preserved() -> None:
+    """CRLF stays CRLF, and a file without a final newline still has none."""
+    main = "# T\r\n\r\n- [a](a.md) — x\r\nclosing prose"
+    edit = run(main, [entry("a.md"), entry("b.md")])
+    assert edit.main == "# T\r\n\r\n- [a](a.md) — x\r\n- [b](b.md) — d\r\nclosing prose"
+
+
+def test_gone_file_seen_before_loses_its_pointer_dead_link_kept() -> None:
+    """A pointer to a file memoryd saw that is now gone is removed; a never-seen one is kept."""
+    main = "- [a](a.md) — x\n- [gone](gone.md) — y\n- [future](future.md) — z\n"
+    edit = run(main, [entry("a.md", desc="x")], seen={"a.md": ("a", "x"), "gone.md": ("gone", "y")})
+    assert edit.main == "- [a](a.md) — x\n- [future](future.md) — z\n"
+    assert edit.removed == ["gone.md"]
+    assert edit.dead_links == ["future.md"]
+
+
+def test_generated_line_follows_a_rename_but_hand_written_does_not() -> None:
+    """Only a line exactly as memoryd would have written it is rewritten (invariant 5)."""
+    main = "- [old](a.md) — old desc\n- [My own words](b.md) — mine\n"
+    seen = {"a.md": ("old", "old desc"), "b.md": ("b", "bdesc")}
+    edit = run(main, [entry("a.md", "new", "new desc"), entry("b.md", "B2", "changed")], seen=seen)
+    assert edit.main == "- [new](a.md) — new desc\n- [My own words](b.md) — mine\n"
+    assert edit.rewritten == ["a.md"]
+
+
+def test_duplicate_pointers_collapse_hand_written_wins() -> None:
+    """Two pointers to one file become one; the person's wording beats the generated line."""
+    main = "- [a](a.md) — d\n- [Better words](a.md)\n- [b](b.md) — d\n- [b](b.md) — d\n"
+    edit = run(main, [entry("a.md"), entry("b.md")])
+    assert edit.main == "- [Better words](a.md)\n- [b](b.md) — d\n"
+    assert sorted(edit.collapsed) == ["a.md", "b.md"]
+
+
+def test_links_elsewhere_are_never_touched() -> None:
+    """Subfolder, URL and anchor links are left alone, even when they look like memories."""
+    main = ("- [sub](sub/a.md)\n- [web](https://example.com/a.md)\n- [anchor](#top)\n"
+            "- [a](a.md) — d\n")
+    edit = run(main, [entry("a.md")], seen={"sub/a.md": ("x", "y")})
+    assert edit.main == main
+
+
+@pytest.mark.parametrize("raw", [
+    "../../.ssh/id_rsa", "/etc/passwd", "%2e%2e%2fsecret.md", "..%2Fsecret.md", "a\\b.md",
+    "file:///etc/passwd", "javascript:alert(1)", "．．／secret.md", "~/.ssh/id_rsa",
+    "sub/../../x.md",
+])
+def test_escaping_links_are_invalid(raw: str) -> None:
+    """Traversal, absolute paths, schemes, backslashes, encodings and lookalikes are invalid."""
+    assert classify_link(raw).kind is LinkKind.INVALID
+
+
+def test_invalid_link_is_reported_and_kept() -> None:
+    """`[x](../../.ssh/id_rsa)` stays in the index and is reported, never followed."""
+    main = "- [x](../../.ssh/id_rsa)\n- [a](a.md) — d\n"
+    edit = run(main, [entry("a.md")])
+    assert edit.main == main
+    assert edit.invalid_links == ["../../.ssh/id_rsa"]
+
+
+@pytest.mark.parametrize("filename", [
+    "with space.md", "paren(1).md", "quote'\"s.md", "new\nline.md", "-leading-dash.md",
+    "百分%.md", "hash#tag.md",
+])
+def test_odd_file_names_round_trip_through_a_pointer(filename: str) -> None:
+    """Names with spaces, parentheses, quotes, newlines or `%` encode so the pattern reads back."""
+    line = render_pointer(filename, "n", "d", " — ")
+    assert "\n" not in line
+    assert pointer_targets(line) == [filename]
+    assert encode_target("with space.md") == "with%20space.md"
+
+
+def test_new_file_within_grace_waits() -> None:
+    """A file not yet past its grace gets no pointer (the agent may be about to add one)."""
+    edit = run("- [a](a.md) — d\n", [entry("a.md"), entry("b.md")], ready={"a.md"})
+    assert edit.main == "- [a](a.md) — d\n"
+    assert edit.waiting == ["b.md"]
+
+
+def _big(n: int) -> list[Entry]:
+    return [entry(f"m{i:04d}.md", desc="x" * 60, age=OLD - (n - i) * 60) for i in range(n)]
+
+
+def test_budget_demotes_oldest_into_archive_with_one_trailer() -> None:
+    """250 entries: MEMORY.md fits 200 lines / 25,000 units; the oldest go to the archive."""
+    mems = _big(250)
+    first = run(None, mems)
+    assert first.main is not None and first.archive is not None
+    m = measure(first.main)
+    assert m.lines <= 200 and m.chars <= 25_000
+    assert first.demoted[0] == "m0000.md"  # the oldest goes first
+    assert [ln for ln in first.main.splitlines() if TRAILER.match(ln)] == [
+        "> 250 memory files total. Every file is indexed exactly once across this file and "
+        "[MEMORY-ARCHIVE.md](MEMORY-ARCHIVE.md); read the archive when a topic is not listed here."
+    ]
+    assert "## Moved from MEMORY.md 2026-11-30 (" in first.archive
+    names = {e.filename for e in mems}
+    assert verify(first.main, first.archive, names, names) == []
+    again = run(first.main, mems, archive=first.archive, seen={e.filename: (e.name, e.description)
+                                                               for e in mems})
+    assert (again.main, again.archive) == (first.main, first.archive)
+
+
+def test_user_and_recent_memories_are_never_demoted() -> None:
+    """`user` memories and ones changed in the last 7 days stay in MEMORY.md."""
+    mems = _big(240)
+    mems[0] = entry("m0000.md", desc="x" * 60, type_="user", age=OLD - 10**6)
+    mems[1] = entry("m0001.md", desc="x" * 60, age=NOW - 86400)
+    edit = run(None, mems)
+    assert "m0000.md" not in edit.demoted
+    assert "m0001.md" not in edit.demoted
+    assert edit.demoted
+
+
+def test_budget_never_mode_reports_but_moves_nothing() -> None:
+    """With budget = never, an oversize index is reported and nothing is demoted."""
+    edit = run(None, _big(250), budget=Budget(mode="never"))
+    assert edit.demoted == []
+    assert edit.over_budget is not None
+    assert edit.outside and not edit.fits_window
+
+
+def test_trailer_count_updates_when_files_change() -> None:
+    """The trailer's count follows the number of memory files, and stays single."""
+    mems = _big(250)
+    first = run(None, mems)
+    assert first.main is not None
+    seen = {e.filename: (e.name, e.description) for e in mems}
+    fewer = run(first.main, mems[:-1], archive=first.archive, seen=seen)
+    assert fewer.main is not None
+    trailers = [ln for ln in fewer.main.splitlines() if TRAILER.match(ln)]
+    assert len(trailers) == 1 and trailers[0].startswith("> 249 memory files total.")
+
+
+def test_ownership_rules() -> None:
+    """Managed when missing, marked, or at least half the files are pointer targets."""
+    files = {"a.md", "b.md", "c.md", "d.md"}
+    assert decide_ownership(None, None, {}, files).managed
+    assert decide_ownership("  \n", None, {}, files).managed
+    assert decide_ownership("- [a](a.md)\n- [b](b.md)\n", None, {}, files).managed
+    assert not decide_ownership("- [a](a.md)\n", None, {}, files).managed
+    assert decide_ownership("- [a](a.md)\n<!-- memoryd: manage -->", None, {}, files).managed
+    assert not decide_ownership("<!-- memoryd: off -->", None, {}, set()).managed
+    tree = decide_ownership("- [cat](cat.md)\n", None, {"cat.md": "- [a](a.md)\n- [b](b.md)"},
+                            files)
+    assert tree.managed
+    assert not decide_ownership("- [a](a.md)\n", None, {}, files, override="off").managed
+    assert decide_ownership("prose", None, {}, files, override="manage").managed
+
+
+lines_st = st.lists(
+    st.one_of(
+        st.sampled_from(["# Heading", "", "prose line", "* [x](x.md) own words", "> quote",
+                         "- [a](a.md) — d", "- [b](b.md)", "- [ext](https://e.x/y.md)"]),
+        st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp")),
+                max_size=20),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines_st, st.booleans(), st.booleans(), st.sets(st.sampled_from(["a.md", "b.md", "c.md",
+                                                                         "x.md"])))
+def test_hand_written_lines_survive_in_order_and_a_second_pass_is_a_no_op(
+    lines: list[str], crlf: bool, final_newline: bool, files: set[str]
+) -> None:
+    """Every non-pointer line survives in order, and running the edit again changes nothing."""
+    eol = "\r\n" if crlf else "\n"
+    main = eol.join(lines) + (eol if final_newline and lines else "")
+    mems = [entry(f) for f in sorted(files)]
+    first = run(main, mems)
+    # A blank MEMORY.md counts as missing (DESIGN §3): it has no lines worth keeping.
+    written = [ln.content for ln in split_lines(main) if ln.link is None] if main.strip() else []
+    out = first.main or ""
+    after = [ln.content for ln in split_lines(out) if ln.link is None]
+    it = iter(after)
+    assert all(any(w == a for a in it) for w in written), "a hand-written line was lost"
+    seen = {e.filename: (e.name, e.description) for e in mems}
+    second = run(first.main, mems, seen=seen, archive=first.archive)
+    assert (second.main, second.archive) == (first.main, first.archive)

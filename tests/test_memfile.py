@@ -1,0 +1,166 @@
+"""Parsing one memory file: every input gives a value, never an exception."""
+
+import time
+import tracemalloc
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memoryd.memfile import Memory, NotMemory, Problem, parse_flat, parse_memory
+
+
+def test_flat_frontmatter_is_read_without_yaml() -> None:
+    """Flat `key: value` lines take the fast path and keep every field as a string."""
+    data = b"---\nname: Deploy flow\ndescription: how staging deploys\ntype: project\n---\nbody\n"
+    parsed = parse_memory("deploy.md", data)
+    assert isinstance(parsed, Memory)
+    assert (parsed.name, parsed.description, parsed.type) == (
+        "Deploy flow",
+        "how staging deploys",
+        "project",
+    )
+    assert parsed.body == "body\n"
+    assert parse_flat("name: x\ndescription: y") == {"name": "x", "description": "y"}
+
+
+def test_fast_path_agrees_with_yaml_on_quoting() -> None:
+    """Quoted values decode as YAML would; anything unusual falls back to the YAML loader."""
+    assert parse_flat("a: 'it''s'\nb: \"two words\"") == {"a": "it's", "b": "two words"}
+    assert parse_flat("a: [1, 2]") is None
+    assert parse_flat("a: x # comment") is None
+    assert parse_flat("metadata:\n  type: user") is None
+
+
+def test_nested_metadata_type_is_used() -> None:
+    """`metadata.type` counts as the type when there is no top-level one."""
+    parsed = parse_memory("a.md", b"---\nname: a\nmetadata:\n  type: feedback\n---\nx")
+    assert isinstance(parsed, Memory)
+    assert parsed.type == "feedback"
+
+
+def test_yaml_scalars_stay_strings() -> None:
+    """YAML 1.1 would turn `no` into False and dates into date objects; memoryd keeps text."""
+    parsed = parse_memory("a.md", b"---\nname: no\nmodified: 2026-01-02\nn: 07\n---\n")
+    assert isinstance(parsed, Memory)
+    assert parsed.frontmatter == {"name": "no", "modified": "2026-01-02", "n": "07"}
+
+
+def test_bom_and_crlf_are_read() -> None:
+    """A UTF-8 BOM does not hide the frontmatter, and CRLF line endings parse."""
+    data = "\ufeff---\r\nname: 한국어 메모\r\ntype: user\r\n---\r\n본문\r\n".encode()
+    parsed = parse_memory("k.md", data)
+    assert isinstance(parsed, Memory)
+    assert parsed.name == "한국어 메모"
+    assert parsed.type == "user"
+
+
+def test_no_frontmatter_is_not_a_memory() -> None:
+    """A README without frontmatter is a note: kept, never indexed automatically."""
+    assert isinstance(parse_memory("README.md", b"# Notes\n\ntext"), NotMemory)
+
+
+def test_colon_inside_a_flat_value_is_read_leniently() -> None:
+    """Real agents write `: ` inside descriptions; strict YAML refuses, memoryd reads it."""
+    data = (b"---\nname: x\ndescription: don't type it as `: object`; leave it\n"
+            b"type: feedback\n---\n")
+    parsed = parse_memory("x.md", data)
+    assert isinstance(parsed, Memory)
+    assert parsed.description == "don't type it as `: object`; leave it"
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (b"---\nname: [unclosed\n---\nbody", "bad_yaml"),
+        (b"---\nname: x\n  bad: indent: here\n---\n", "bad_yaml"),
+        (b"---\n- a\n- b\n---\n", "bad_frontmatter"),
+        (b"---\nname: x\n" + b"k: v\n" * 40, "bad_frontmatter"),
+        (b"---\nname: x\x00\x01\n---\n", "binary"),
+        (b"---\nname: \xff\xfe\n---\n", "not_utf8"),
+    ],
+    ids=["unclosed-flow", "bad-indent", "list", "unclosed-frontmatter", "binary", "latin1"],
+)
+def test_bad_files_are_problems_naming_the_fix(data: bytes, kind: str) -> None:
+    """Malformed input becomes a Problem with a reason and a hint, never an exception."""
+    parsed = parse_memory("bad.md", data)
+    assert isinstance(parsed, Problem)
+    assert parsed.kind == kind
+    assert parsed.message
+    assert parsed.hint
+    assert parsed.sha256
+
+
+def test_yaml_bomb_is_refused_quickly_and_small() -> None:
+    """A billion-laughs bomb is refused (aliases are not allowed) in milliseconds, small memory."""
+    bomb = ["---", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i, name in enumerate("bcdefghi"):
+        prev = "abcdefghi"[i]
+        bomb.append(f"{name}: &{name} [{','.join(['*' + prev] * 9)}]")
+    bomb.append("---")
+    data = "\n".join(bomb).encode()
+    tracemalloc.start()
+    started = time.perf_counter()
+    parsed = parse_memory("bomb.md", data)
+    elapsed = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert isinstance(parsed, Problem)
+    assert "alias" in parsed.message
+    assert elapsed < 1.0  # a bound on runaway expansion, not a performance target
+    assert peak < 5_000_000
+
+
+def test_oversized_file_is_a_problem() -> None:
+    """A 2 MiB file is over the 1 MiB cap and reported, not parsed."""
+    data = b"---\nname: big\n---\n" + b"x" * (2 * 1024 * 1024)
+    parsed = parse_memory("big.md", data)
+    assert isinstance(parsed, Problem)
+    assert parsed.kind == "too_large"
+
+
+def test_oversized_frontmatter_is_a_problem() -> None:
+    """Frontmatter over 16 KiB is refused even when the file is small enough."""
+    data = b"---\nname: x\ndescription: " + b"y" * 20000 + b"\n---\nbody"
+    parsed = parse_memory("fm.md", data)
+    assert isinstance(parsed, Problem)
+    assert parsed.kind == "bad_frontmatter"
+
+
+def test_description_newlines_fold_into_one_line() -> None:
+    """A multi-line description folds to one line so an index pointer stays one line."""
+    data = b"---\nname: x\ndescription: |\n  first line\n  second line\n---\n"
+    parsed = parse_memory("x.md", data)
+    assert isinstance(parsed, Memory)
+    assert parsed.description == "first line second line"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_any_bytes_give_a_value(data: bytes) -> None:
+    """No byte string makes the parser raise."""
+    assert isinstance(parse_memory("f.md", b"---\n" + data), Memory | NotMemory | Problem)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True),
+        st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp")),
+                max_size=30),
+        max_size=5,
+    )
+)
+def test_fast_path_matches_the_yaml_loader(fields: dict[str, str]) -> None:
+    """Whenever the fast path accepts frontmatter, the YAML loader reads the same strings."""
+    from memoryd.memfile import load_yaml_strings
+
+    text = "\n".join(f"{k}: {v}" for k, v in fields.items())
+    fast = parse_flat(text)
+    if fast is None:
+        return
+    try:
+        slow = load_yaml_strings(text) or {}
+    except Exception:
+        pytest.fail(f"fast path accepted what YAML refuses: {text!r}")
+    assert fast == {k: ("" if v is None else v) for k, v in slow.items()}

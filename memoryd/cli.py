@@ -77,6 +77,73 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
     p = sub.add_parser(
+        "dream",
+        help="run the deterministic consolidation pass",
+        description="Prune fully stale memories, merge duplicates and resolve "
+        "contradictions by checks anyone can repeat; move (never delete) into "
+        "the trash; update the index; print the report.",
+    )
+    _dirs_arg(p)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="write nothing at all; print [DRY RUN] Would move: lines",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    p.add_argument(
+        "--repo-root",
+        type=Path,
+        metavar="PATH",
+        help="the code tree to check references against (overrides discovery)",
+    )
+
+    p = sub.add_parser(
+        "explain",
+        help="show every check and rule applied to one memory",
+        description="For one memory: its references and their scope, its "
+        "classification, each guard and whether it holds, consult evidence, "
+        "duplicate and contradiction candidates with overlap scores, and the "
+        "decision the dream pass would take.",
+    )
+    p.add_argument("file", type=Path, metavar="FILE", help="a memory file")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument(
+        "--repo-root",
+        type=Path,
+        metavar="PATH",
+        help="the code tree to check references against (overrides discovery)",
+    )
+
+    p = sub.add_parser(
+        "trash",
+        help="list, restore or purge trashed memories",
+        description="memoryd moves memories into <memory dir>/.trash/YYYY-MM-DD/ "
+        "with a manifest; nothing is deleted until the day folder is purged.",
+    )
+    trash_sub = p.add_subparsers(dest="trash_command", metavar="ACTION", required=True)
+    q = trash_sub.add_parser("list", help="list trashed files (id, date, reason, file)")
+    _dirs_arg(q)
+    q.add_argument("--json", action="store_true", help="print one JSON document")
+    q = trash_sub.add_parser("restore", help="move a trashed file back and restore its pointer")
+    q.add_argument("key", metavar="ID|PATH", help="an id from `trash list`, or the trashed file")
+    q.add_argument(
+        "dirs",
+        nargs="*",
+        type=Path,
+        metavar="DIR",
+        help="where to look (default: every discovered dir)",
+    )
+    q = trash_sub.add_parser("purge", help="remove day folders past their retention")
+    _dirs_arg(q)
+    q.add_argument(
+        "--older-than",
+        metavar="AGE",
+        default=None,
+        help="retention as a duration, e.g. 30d (default: trash.keep_days)",
+    )
+    q.add_argument("--dry-run", action="store_true", help="say what would be purged")
+
+    p = sub.add_parser(
         "log",
         help="show the audit log for a person",
         description="Render the JSONL audit log as readable lines.",
@@ -195,6 +262,8 @@ def _outcome_json(o: IndexOutcome) -> dict[str, Any]:
 
 
 def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    if not args.check:
+        _recover(rt)
     dirs = discover(rt.config, args.dirs)
     outcomes = [index_dir(rt, md, check=args.check) for md in dirs]
     failed = any(o.status in ("error", "conflict") for o in outcomes)
@@ -370,8 +439,135 @@ def cmd_config(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     return EXIT_OK
 
 
+# --- dream, explain, trash ---------------------------------------------------------------------
+def _recover(rt: Runtime) -> None:
+    """Finish what a crash left unfinished before doing anything else (DESIGN §2.3)."""
+    from memoryd.dream.run import recover
+
+    for recovery in recover(rt):
+        sys.stderr.write(
+            f"memoryd: recovered an unfinished pass in {recovery.journal.dir}: {recovery.outcome}\n"
+        )
+
+
+def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from dataclasses import replace
+
+    from memoryd import housekeeping
+    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.report import render_text, result_json, totals
+
+    rt.dry_run = args.dry_run  # a dry run writes nothing at all: no state, no audit row
+    if not args.dry_run:
+        _recover(rt)
+    dirs = discover(rt.config, args.dirs)
+    if args.repo_root is not None:
+        root = args.repo_root.expanduser().absolute()
+        if not root.is_dir():
+            raise MemorydError(f"{root}: --repo-root must be a folder")
+        dirs = [replace(d, repo_root=root, repo_reason="given with --repo-root") for d in dirs]
+    if not args.dry_run:
+        housekeeping.rotate(rt, dirs)
+    repos = RepoCache()
+    results = [dream_dir(rt, md, repos=repos, dry_run=args.dry_run) for md in dirs]
+    declined: dict[Path, set[str]] = {
+        r.dir.real_path: {i.filename for i in r.plan.items.values() if i.promotion_declined}
+        for r in results
+        if r.plan
+    }
+    promo_line, promos = housekeeping.promotion_candidates(dirs, declined)
+    hk = [housekeeping.orphan_hints(dirs), promo_line]
+    hk += [f"  {d}: {f} (topic in {n} other dirs)" for d, f, n in promos]
+    if args.json:
+        doc = {
+            "dry_run": args.dry_run,
+            "totals": totals(results),
+            "dirs": [result_json(r) for r in results],
+            "housekeeping": hk,
+            "promotion_candidates": [{"dir": d, "file": f, "other_dirs": n} for d, f, n in promos],
+        }
+        json.dump(doc, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write(render_text(results, hk, args.dry_run))
+    failed = any(r.status in ("failed", "refused") for r in results)
+    return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd.dream.explain import explain, render
+    from memoryd.dream.run import RepoCache
+
+    rt.dry_run = True
+    root = args.repo_root.expanduser().absolute() if args.repo_root else None
+    data = explain(rt, args.file, RepoCache(), root)
+    if args.json:
+        json.dump(data, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write(render(data))
+    return EXIT_OK
+
+
+def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd import housekeeping
+    from memoryd.config import parse_duration
+
+    if args.trash_command == "list":
+        listed = housekeeping.list_trash(discover(rt.config, args.dirs))
+        rows = [
+            {
+                "id": x.entry.record.id,
+                "dir": str(x.dir.path),
+                "day": x.entry.record.day,
+                "file": x.entry.record.original_name,
+                "reason": x.entry.record.reason,
+                "duplicate_of": x.entry.record.duplicate_of,
+                "superseded_by": x.entry.record.superseded_by,
+                "path": str(x.entry.stored_path),
+            }
+            for x in listed
+        ]
+        if args.json:
+            json.dump({"trash": rows}, out, indent=2, ensure_ascii=False)
+            out.write("\n")
+        elif not rows:
+            out.write("The trash is empty.\n")
+        for r in [] if args.json else rows:
+            because = r["duplicate_of"] or r["superseded_by"]
+            extra = f" (kept: {because})" if because else ""
+            out.write(f"{r['id']}  {r['day']}  {r['reason']:<13} {r['dir']}/{r['file']}{extra}\n")
+        return EXIT_OK
+    _recover(rt)
+    if args.trash_command == "restore":
+        dirs = discover(rt.config, args.dirs)
+        found = housekeeping.find_entry(rt, dirs, args.key)
+        name = housekeeping.restore(rt, found)
+        out.write(f"restored {found.entry.record.original_name} as {found.dir.path / name}\n")
+        return EXIT_OK
+    dirs = discover(rt.config, args.dirs)
+    keep = None
+    if args.older_than:
+        try:
+            keep = max(0, int(parse_duration(args.older_than) // 86400))
+        except ValueError as error:
+            raise MemorydError(f"--older-than: {error}") from error
+    results = housekeeping.rotate(rt, dirs, keep_days=keep, dry_run=args.dry_run)
+    for rot in results:
+        if rot.refused:
+            out.write(f"{rot.dir.path}: purged nothing — {rot.refused}\n")
+        elif args.dry_run and rot.would_purge:
+            out.write(f"{rot.dir.path}: [DRY RUN] would purge {', '.join(rot.would_purge)}\n")
+        elif rot.purged:
+            out.write(f"{rot.dir.path}: purged {', '.join(rot.purged)}\n")
+    return EXIT_FINDINGS if any(rot.refused for rot in results) else EXIT_OK
+
+
 HANDLERS: dict[str, Handler] = {
     "dirs": cmd_dirs,
+    "dream": cmd_dream,
+    "explain": cmd_explain,
+    "trash": cmd_trash,
     "index": cmd_index,
     "log": cmd_log,
     "config": cmd_config,

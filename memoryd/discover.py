@@ -5,7 +5,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from memoryd.config import Config
@@ -164,8 +164,11 @@ def _named_dir(path: Path, config: Config) -> MemoryDir:
     """A memory dir named directly: recognise the standard layouts by their folder names."""
     parent = path.parent
     if parent.name in ("agent-memory", "agent-memory-local"):
-        kind = "agent" if parent.parent.name != ".claude" else (
-            "repo-agent" if parent.name == "agent-memory" else "repo-agent-local")
+        kind = (
+            "agent"
+            if parent.parent.name != ".claude"
+            else ("repo-agent" if parent.name == "agent-memory" else "repo-agent-local")
+        )
         if kind == "agent":
             return _make(path, kind, path.name, None, "user-scope agent memory", config)
         return _make(path, kind, path.name, parent.parent.parent, "repo-scope memory", config)

@@ -257,6 +257,7 @@ class IndexInput:
     budget: Budget = field(default_factory=Budget)
     now: float = 0.0
     today: date = field(default_factory=date.today)
+    preferred: Mapping[str, str] = field(default_factory=dict)  # file -> pointer line to reuse
 
 
 def _is_generated(line: Line, entry: Entry, prev: tuple[str, str] | None, sep: str) -> bool:
@@ -264,6 +265,18 @@ def _is_generated(line: Line, entry: Entry, prev: tuple[str, str] | None, sep: s
     if prev is not None:
         candidates.add(render_pointer(entry.filename, prev[0], prev[1], sep))
     return line.content in candidates
+
+
+def _new_pointer(filename: str, inp: IndexInput, eol: str) -> Line:
+    """A line for a new pointer: the one it had before (a restore), else a generated one."""
+    old = inp.preferred.get(filename)
+    if old is not None:
+        lines = split_lines(old.rstrip("\r\n"))
+        if len(lines) == 1 and lines[0].link is not None and lines[0].link.target == filename:
+            return Line(lines[0].content, eol, lines[0].link)
+    entry = inp.memories[filename]
+    content = render_pointer(filename, entry.name, entry.description, inp.separator)
+    return Line(content, eol, classify_link(encode_target(filename)))
 
 
 def _finish(lines: list[Line], had_final_newline: bool, eol: str) -> str:
@@ -361,14 +374,7 @@ def update_index(inp: IndexInput) -> IndexEdit:
     new = [f for f in unindexed if f in inp.ready]
     edit.waiting = [f for f in unindexed if f not in inp.ready]
     if new:
-        added = [
-            Line(
-                render_pointer(f, inp.memories[f].name, inp.memories[f].description, inp.separator),
-                eol,
-                classify_link(encode_target(f)),
-            )
-            for f in new
-        ]
+        added = [_new_pointer(f, inp, eol) for f in new]
         edit.added = new
         if blank_main:
             heading = Line(f"# {inp.heading} Memory", eol)

@@ -1,6 +1,7 @@
 """Keep one memory dir's MEMORY.md in step with its files: scan, decide, swap in, verify, log."""
 
 import difflib
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,12 +147,31 @@ def _diff(name: str, before: str | None, after: str | None) -> str:
 
 
 def index_dir(
-    rt: Runtime, md: MemoryDir, *, check: bool = False, grace: float = 0.0, mode: str | None = None
+    rt: Runtime,
+    md: MemoryDir,
+    *,
+    check: bool = False,
+    grace: float = 0.0,
+    mode: str | None = None,
+    forget: Set[str] = frozenset(),
+    preferred: Mapping[str, str] | None = None,
 ) -> IndexOutcome:
-    """One incremental index update of one dir; retries from the other writer's version."""
+    """One incremental index update of one dir; retries from the other writer's version.
+
+    `forget`: files memoryd itself just moved away, whose pointers go even if it never saw
+    them before. `preferred`: pointer lines to use for files coming back from the trash.
+    """
     for attempt in range(1, CONFLICT_RETRIES + 1):
         try:
-            return _index_once(rt, md, check=check, grace=grace, mode=mode)
+            return _index_once(
+                rt,
+                md,
+                check=check,
+                grace=grace,
+                mode=mode,
+                forget=forget,
+                preferred=preferred or {},
+            )
         except WriteConflict as conflict:
             rt.audit.write(
                 "index.conflict",
@@ -171,7 +191,14 @@ def index_dir(
 
 
 def _index_once(
-    rt: Runtime, md: MemoryDir, *, check: bool, grace: float, mode: str | None
+    rt: Runtime,
+    md: MemoryDir,
+    *,
+    check: bool,
+    grace: float,
+    mode: str | None,
+    forget: Set[str],
+    preferred: Mapping[str, str],
 ) -> IndexOutcome:
     cfg = rt.config
     state = rt.store.load(md.real_path)
@@ -221,7 +248,11 @@ def _index_once(
             archive=archive.text,
             memories={n: s.entry() for n, s in memories.items()},
             present=scan.present,
-            seen=state.seen_pairs() if state.known else {},
+            seen={
+                **(state.seen_pairs() if state.known else {}),
+                **{name: ("", "") for name in forget if name not in memories},
+            },
+            preferred=preferred,
             ready=_ready(memories, now, grace),
             heading=md.heading,
             separator=cfg.index.separator,

@@ -1,0 +1,1 @@
+"""Deterministic consolidation of a memory dir: staleness, duplicates, contradictions."""

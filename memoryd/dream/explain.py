@@ -1,0 +1,132 @@
+"""`memoryd explain FILE`: every fact and rule the dream pass would apply to one memory."""
+
+from pathlib import Path
+from typing import Any
+
+from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.dream.plan import guards_for, plan_pass
+from memoryd.dream.run import RepoCache, consult_map, consult_sources, inventory, thresholds
+from memoryd.dream.similar import overlap
+from memoryd.errors import MemorydError
+from memoryd.runtime import Runtime
+
+
+def explain(
+    rt: Runtime, file: Path, repos: RepoCache, repo_root: Path | None = None
+) -> dict[str, Any]:
+    file = file.expanduser().absolute()
+    if not file.is_file() or file.is_symlink():
+        raise MemorydError(f"{file}: not a memory file (name a *.md file in a memory dir)")
+    md: MemoryDir = explicit_dirs(file.parent, rt.config)[0]
+    if repo_root is not None:
+        from dataclasses import replace
+
+        md = replace(md, repo_root=repo_root, repo_reason="given with --repo-root")
+    repo = repos.get(md.repo_root)
+    inv = inventory(md, rt, repo)
+    by_name = {i.filename: i for i in inv.items}
+    item = by_name.get(file.name)
+    if item is None:
+        raise MemorydError(
+            f"{file}: memoryd cannot use this file as a memory (no frontmatter, unparseable, or "
+            "a skipped name); `memoryd dirs` lists the unparseable files with the reason"
+        )
+    now = rt.clock()
+    t = thresholds(rt)
+    consults = consult_map(inv.items, consult_sources(md, rt), now - rt.config.dream.consult_window)
+    plan = plan_pass(inv.items, now, t, consults)
+    move = next((m for m in plan.moves if m.filename == item.filename), None)
+    similar = []
+    for other in inv.items:
+        if other.filename == item.filename or other.type != item.type:
+            continue
+        score = overlap(item.words, other.words)
+        if score >= t.contradiction:
+            objects = (item.positives & other.negatives) | (item.negatives & other.positives)
+            similar.append(
+                {
+                    "file": other.filename,
+                    "overlap": round(score, 3),
+                    "kind": "duplicate" if score >= t.duplicate else "contradiction candidate",
+                    "opposing_directives": sorted(objects),
+                    "newer": other.filename
+                    if (other.age_ts, other.filename) > (item.age_ts, item.filename)
+                    else item.filename,
+                }
+            )
+    similar.sort(key=lambda s: (-float(str(s["overlap"])), str(s["file"])))
+    if move is not None:
+        decision = f"move to trash — {move.reason}: {move.detail}"
+    elif plan.refused and item.filename in {m.filename for m in plan.moves}:
+        decision = "would move, but the circuit breaker refused the pass"
+    else:
+        flag = next((f for f in plan.flagged if f.filename == item.filename), None)
+        if flag and flag.guard:
+            decision = f"keep — fully stale, but guard {flag.guard} holds"
+        elif flag:
+            decision = "keep — partially stale: flagged for review"
+        else:
+            decision = "keep"
+    return {
+        "file": str(file),
+        "dir": str(md.path),
+        "repo_root": str(md.repo_root) if md.repo_root else None,
+        "repo_reason": md.repo_reason,
+        "type": item.type or None,
+        "refs": [
+            {
+                "ref": c.ref,
+                "kind": c.kind,
+                "scope": c.scope.value,
+                "status": c.status.value,
+                **({"moved_to": c.moved_to} if c.moved_to else {}),
+            }
+            for c in item.checks
+        ],
+        "classification": item.classification.value,
+        "guards": [
+            {"guard": g.name, "holds": g.holds, "detail": g.detail}
+            for g in guards_for(item, now, t, consults.get(item.filename))
+        ],
+        "consult": consults.get(item.filename),
+        "similar": similar,
+        "decision": decision,
+        "breaker": plan.refused or None,
+    }
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = [
+        f"{data['file']}",
+        f"  dir: {data['dir']}",
+        f"  repo root: {data['repo_root'] or 'none'} ({data['repo_reason']})",
+        f"  type: {data['type'] or 'none'}",
+        "  references:",
+    ]
+    if not data["refs"]:
+        lines.append("    (none)")
+    for ref in data["refs"]:
+        moved = f" -> {ref['moved_to']}" if ref.get("moved_to") else ""
+        lines.append(f"    {ref['kind']:<6} {ref['ref']}: {ref['scope']}, {ref['status']}{moved}")
+    lines.append(f"  classification: {data['classification']}")
+    lines.append("  guards:")
+    for guard in data["guards"]:
+        mark = "holds" if guard["holds"] else "no"
+        lines.append(f"    {guard['guard']:<28}{mark:<7}{guard['detail']}")
+    lines.append(f"  consulted: {data['consult'] or 'no evidence in the window'}")
+    lines.append("  similar memories (same type):")
+    if not data["similar"]:
+        lines.append("    (none at or above the contradiction threshold)")
+    for s in data["similar"]:
+        opp = (
+            f"; opposing on {', '.join(s['opposing_directives'])}"
+            if s["opposing_directives"]
+            else ""
+        )
+        lines.append(
+            f"    {s['file']}: overlap {s['overlap']:.2f}, {s['kind']}, newer: {s['newer']}{opp}"
+        )
+    lines.append(f"  decision: {data['decision']}")
+    if data["breaker"]:
+        lines.append(f"  circuit breaker: {data['breaker']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,248 @@
+"""The dream pass as a pure decision: memories in, a plan of moves and reasons out (DESIGN §4)."""
+
+import re
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from memoryd.dream.refs import (
+    Classification,
+    RefCheck,
+    Scope,
+    Status,
+    check_refs,
+    classify,
+    extract_refs,
+)
+from memoryd.dream.repo import RepoIndex
+from memoryd.dream.similar import Vocabulary, directives, find_similar_pairs, significant_words
+
+_PROHIBITION = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    duplicate: float = 0.6
+    contradiction: float = 0.4
+    guard_recent: float = 14 * 86400.0
+    consult_window: float = 14 * 86400.0
+    breaker_min: int = 3
+    breaker_fraction: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One memory as the planner sees it: derived facts only, no body kept."""
+
+    filename: str
+    name: str
+    type: str
+    sha256: str
+    age_ts: float  # newest of mtime and a frontmatter `modified`/`last_verified` date
+    checks: tuple[RefCheck, ...]
+    classification: Classification
+    words: "array[int]"
+    positives: frozenset[str]
+    negatives: frozenset[str]
+    prohibition: str  # the prohibition phrase found in the body, or ""
+    promotion_declined: bool = False
+
+    @property
+    def missing(self) -> list[str]:
+        return [
+            c.ref for c in self.checks if c.scope is Scope.VERIFIABLE and c.status is Status.MISSING
+        ]
+
+
+def make_item(
+    filename: str,
+    name: str,
+    type_: str,
+    sha256: str,
+    age_ts: float,
+    body: str,
+    repo: RepoIndex | None,
+    vocabulary: Vocabulary,
+    promotion_declined: bool = False,
+) -> Item:
+    checks = check_refs(extract_refs(body), repo)
+    positives, negatives = directives(body)
+    found = _PROHIBITION.search(body)
+    return Item(
+        filename=filename,
+        name=name,
+        type=type_,
+        sha256=sha256,
+        age_ts=age_ts,
+        checks=checks,
+        classification=classify(checks),
+        words=vocabulary.ids(significant_words(body)),
+        positives=positives,
+        negatives=negatives,
+        prohibition=found.group(0).lower() if found else "",
+        promotion_declined=promotion_declined,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    name: str
+    holds: bool
+    detail: str
+
+
+def guards_for(item: Item, now: float, t: Thresholds, consult: str | None) -> list[Guard]:
+    """Every prune guard of DESIGN §4.4 with whether it holds (all listed, for `explain`)."""
+    recent = now - item.age_ts < t.guard_recent
+    return [
+        Guard("type_user", item.type == "user", "user memories are never pruned as stale"),
+        Guard(
+            "type_feedback_or_reference",
+            item.type in ("feedback", "reference"),
+            "the lesson outlives its example paths",
+        ),
+        Guard("recently_changed", recent, f"changed {(now - item.age_ts) / 86400:.1f} days ago"),
+        Guard(
+            "prohibition",
+            bool(item.prohibition),
+            f"the body says '{item.prohibition}'" if item.prohibition else "no prohibition",
+        ),
+        Guard("consulted", consult is not None, consult or "no consult in the window"),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    filename: str
+    sha256: str
+    reason: str  # stale | duplicate | contradiction
+    detail: str
+    duplicate_of: str | None = None
+    superseded_by: str | None = None
+    overlap: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    filename: str
+    classification: Classification
+    missing: tuple[str, ...]
+    guard: str  # the guard that kept it, or "" for a partially stale memory
+
+
+@dataclass(slots=True)
+class Plan:
+    items: dict[str, Item]
+    moves: list[Move] = field(default_factory=list)
+    flagged: list[Flag] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    refused: str = ""  # why the circuit breaker stopped the moves
+    limit: int = 0
+    similar: list[tuple[str, str, float]] = field(default_factory=list)
+
+    @property
+    def by_reason(self) -> dict[str, int]:
+        out = {"stale": 0, "duplicate": 0, "contradiction": 0}
+        for move in self.moves:
+            out[move.reason] += 1
+        return out
+
+
+def newer(a: Item, b: Item) -> bool:
+    """Is `a` the newer of two memories? Ties go to the later file name, so it is deterministic."""
+    return (a.age_ts, a.filename) > (b.age_ts, b.filename)
+
+
+def breaker_limit(n: int, t: Thresholds) -> int:
+    return max(t.breaker_min, int(t.breaker_fraction * n))
+
+
+def plan_pass(
+    items: Sequence[Item], now: float, t: Thresholds, consults: Mapping[str, str | None]
+) -> Plan:
+    """Decide every move and every flag; each decision carries its reason."""
+    by_name = {i.filename: i for i in items}
+    plan = Plan(items=by_name)
+    ordered = sorted(items, key=lambda i: i.filename)
+    pairs = find_similar_pairs([(i.type, i.words) for i in ordered], t.contradiction)
+    neighbours: dict[str, list[tuple[str, float]]] = {}
+    for pair in pairs:
+        a, b = ordered[pair.a].filename, ordered[pair.b].filename
+        neighbours.setdefault(a, []).append((b, pair.overlap))
+        neighbours.setdefault(b, []).append((a, pair.overlap))
+        plan.similar.append((a, b, pair.overlap))
+
+    moved: dict[str, Move] = {}
+    # Duplicates, newest first: a memory loses to its newest duplicate that survives itself.
+    newest_first = sorted(items, key=lambda i: (i.age_ts, i.filename), reverse=True)
+    for item in newest_first:
+        winners = [
+            (by_name[other], score)
+            for other, score in neighbours.get(item.filename, [])
+            if score >= t.duplicate and newer(by_name[other], item) and other not in moved
+        ]
+        if winners:
+            winner, score = max(winners, key=lambda w: (w[0].age_ts, w[0].filename))
+            moved[item.filename] = Move(
+                item.filename,
+                item.sha256,
+                "duplicate",
+                f"{score:.0%} of its significant words are in the newer {winner.filename}",
+                duplicate_of=winner.filename,
+                overlap=score,
+            )
+    # Contradictions: same type, overlap in [low, duplicate), opposite directives on one object.
+    for item in newest_first:
+        if item.filename in moved:
+            continue
+        for other, score in sorted(neighbours.get(item.filename, [])):
+            if score >= t.duplicate or other in moved:
+                continue
+            rival = by_name[other]
+            if not newer(rival, item):
+                continue
+            objects = (item.positives & rival.negatives) | (item.negatives & rival.positives)
+            if objects:
+                what = ", ".join(sorted(objects))
+                moved[item.filename] = Move(
+                    item.filename,
+                    item.sha256,
+                    "contradiction",
+                    f"the newer {rival.filename} says the opposite about {what}",
+                    superseded_by=rival.filename,
+                    overlap=score,
+                )
+                break
+    # Staleness: FULLY_STALE goes unless a guard holds; the guards protect stale memories only.
+    for item in ordered:
+        plan.counts[item.classification.value] = plan.counts.get(item.classification.value, 0) + 1
+        if item.filename in moved:
+            continue
+        if item.classification is Classification.PARTIALLY_STALE:
+            plan.flagged.append(Flag(item.filename, item.classification, tuple(item.missing), ""))
+        elif item.classification is Classification.FULLY_STALE:
+            holding = [g for g in guards_for(item, now, t, consults.get(item.filename)) if g.holds]
+            if holding:
+                plan.flagged.append(
+                    Flag(item.filename, item.classification, tuple(item.missing), holding[0].name)
+                )
+            else:
+                moved[item.filename] = Move(
+                    item.filename,
+                    item.sha256,
+                    "stale",
+                    "every path it names is gone: " + ", ".join(item.missing),
+                )
+    plan.moves = sorted(moved.values(), key=lambda m: m.filename)
+    plan.limit = breaker_limit(len(items), t)
+    if len(plan.moves) > plan.limit:
+        plan.refused = (
+            f"would move {len(plan.moves)} of {len(items)} memories, more than the "
+            f"limit of {plan.limit} (max({t.breaker_min}, "
+            f"{t.breaker_fraction:.0%})); nothing was moved"
+        )
+    return plan
+
+
+def kept_by_guard(plan: Plan) -> list[Flag]:
+    return [f for f in plan.flagged if f.guard]

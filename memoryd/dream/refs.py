@@ -1,0 +1,270 @@
+"""References in a memory body (paths, symbols), checked against a repo and classified."""
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final, Literal
+
+from memoryd.dream.repo import RepoIndex, normalize_rel
+
+
+class Scope(StrEnum):
+    """Whether a reference can be checked against the repo root."""
+
+    VERIFIABLE = "verifiable"
+    UNVERIFIABLE = "unverifiable"
+
+
+class Status(StrEnum):
+    """What the check found."""
+
+    FOUND = "found"
+    MOVED = "moved"
+    MISSING = "missing"
+    UNCHECKED = "unchecked"
+
+
+class Classification(StrEnum):
+    """How much of a memory's verifiable references still hold."""
+
+    EVERGREEN = "evergreen"
+    FRESH = "fresh"
+    PARTIALLY_STALE = "partially_stale"
+    FULLY_STALE = "fully_stale"
+
+
+# Lower-case extensions that make a token a file path.
+PATH_EXTENSIONS: Final = frozenset(
+    {
+        "py", "pyi", "ipynb", "ts", "tsx", "mts", "cts", "js", "jsx", "mjs", "cjs", "vue",
+        "svelte", "astro", "rs", "go", "java", "kt", "kts", "scala", "groovy", "gradle", "c",
+        "h", "cc", "cpp", "cxx", "hh", "hpp", "hxx", "mm", "cs", "fs", "swift", "rb", "php",
+        "pl", "pm", "lua", "jl", "dart", "ex", "exs", "erl", "hrl", "hs", "ml", "mli", "elm",
+        "clj", "cljs", "zig", "nim", "sh", "bash", "zsh", "fish", "ps1", "bat", "sql", "css",
+        "scss", "sass", "less", "html", "htm", "xml", "md", "mdx", "rst", "txt", "json",
+        "jsonc", "json5", "jsonl", "toml", "yaml", "yml", "ini", "cfg", "conf", "env", "proto",
+        "graphql", "gql", "tf", "hcl", "cmake", "mk", "properties", "lock", "log", "csv",
+        "tsv", "svg", "png", "jpg", "jpeg", "gif", "webp", "ico", "pdf", "wasm", "db",
+        "sqlite", "service", "plist", "patch", "diff",
+    }
+)  # fmt: skip
+# Files that are paths without an extension (or are nothing but one).
+PATH_FILENAMES: Final = frozenset(
+    {
+        "Makefile", "GNUmakefile", "Dockerfile", "Justfile", "Rakefile", "Gemfile",
+        "Procfile", "Containerfile", "Vagrantfile", ".env", ".gitignore", ".gitattributes",
+        ".gitmodules", ".editorconfig", ".npmrc", ".nvmrc", ".prettierrc", ".eslintrc",
+        ".dockerignore", ".python-version", ".tool-versions", ".envrc",
+    }
+)  # fmt: skip
+
+# A run of characters a path can be made of. Anything else (spaces, brackets, quotes,
+# backticks, commas, non-ASCII letters such as Korean particles) ends it.
+_RUN_RE: Final = re.compile(r"[A-Za-z0-9_.~$%@+\-/\\:#*?]+")
+_BACKTICK_RE: Final = re.compile(r"`([^`\n]+)`")
+_LINE_SUFFIX_RE: Final = re.compile(r"(?::\d+(?:[-:]\d+)*|#L\d+(?:-L?\d+)?)$")
+_URL_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+_DRIVE_RE: Final = re.compile(r"^[A-Za-z]:[\\/]")
+_LEAD_STRIP: Final = "*:?#"
+_TRAIL_STRIP: Final = ".,:;!?*#"
+
+_IDENT: Final = r"[A-Za-z_][A-Za-z0-9_]*"
+_NOT_IDENT_BEFORE: Final = r"(?<![A-Za-z0-9_])"
+# `name()`, `obj.name()`, `name(...)` anywhere; inside backticks any argument list counts.
+_CALL_RE: Final = re.compile(_NOT_IDENT_BEFORE + rf"({_IDENT})\((?:\)|\.\.\.\)|…\))")
+_CODE_CALL_RE: Final = re.compile(_NOT_IDENT_BEFORE + rf"({_IDENT})\(")
+_DEF_RE: Final = re.compile(
+    _NOT_IDENT_BEFORE + rf"(def|class|fn|func|function)[ \t]+({_IDENT})(\(?)"
+)
+_DOTTED_RE: Final = re.compile(rf"{_IDENT}(?:\.{_IDENT})*")
+# Words that look like calls in code spans but are syntax.
+_KEYWORDS: Final = frozenset(
+    {
+        "if", "elif", "for", "while", "switch", "catch", "return", "and", "not", "with",
+        "assert", "lambda", "yield", "await", "typeof", "sizeof", "def", "class", "function",
+        "func", "new", "print",
+    }
+)  # fmt: skip
+_MIN_SYMBOL_LEN: Final = 3  # the repo token index keeps identifiers of 3+ characters
+
+
+@dataclass(frozen=True, slots=True)
+class Refs:
+    """Paths and symbols a memory body mentions, each once, in order of first appearance."""
+
+    paths: tuple[str, ...]
+    symbols: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RefCheck:
+    """The outcome of checking one reference."""
+
+    ref: str
+    kind: Literal["path", "symbol"]
+    scope: Scope
+    status: Status
+    moved_to: str | None = None
+
+
+def _clean_run(run: str) -> str:
+    tok = run.lstrip(_LEAD_STRIP).rstrip(_TRAIL_STRIP)
+    if _URL_RE.match(tok):
+        return tok
+    return _LINE_SUFFIX_RE.sub("", tok).rstrip(_TRAIL_STRIP)
+
+
+def _has_path_name(tok: str) -> bool:
+    """True when the last segment is a known file name or has a known extension."""
+    name = re.split(r"[/\\]", tok)[-1]
+    if name in PATH_FILENAMES:
+        return True
+    stem, dot, ext = name.rpartition(".")
+    return bool(dot) and stem not in ("", ".", "*") and ext.lower() in PATH_EXTENSIONS
+
+
+def _looks_like_symbol(name: str) -> bool:
+    """An identifier that is code, not an English word: has ``_`` or an inner capital."""
+    if len(name) < _MIN_SYMBOL_LEN or name.lower() in _KEYWORDS:
+        return False
+    if "_" in name.strip("_") or (name.startswith("_") and any(c.isalpha() for c in name)):
+        return True
+    has_lower = any(c.islower() for c in name)
+    return has_lower and any(c.isupper() for c in name[1:])
+
+
+def _symbol_ok(name: str) -> bool:
+    return len(name) >= _MIN_SYMBOL_LEN and name not in _KEYWORDS
+
+
+def extract_refs(body: str) -> Refs:
+    """Find the file paths and code symbols a memory body mentions."""
+    paths: list[tuple[int, str]] = []
+    symbols: list[tuple[int, str]] = []
+
+    for m in _RUN_RE.finditer(body):
+        tok = _clean_run(m.group())
+        if tok and _has_path_name(tok):
+            paths.append((m.start(), tok))
+
+    for m in _BACKTICK_RE.finditer(body):
+        content = m.group(1).strip()
+        start = m.start(1)
+        if _RUN_RE.fullmatch(content):
+            tok = _clean_run(content)
+            # In backticks a folder or extension-less file still reads as a path.
+            if tok and ("/" in tok or "\\" in tok or _has_path_name(tok)):
+                paths.append((start, tok))
+                continue
+        for cm in _CODE_CALL_RE.finditer(content):
+            if _symbol_ok(cm.group(1)):
+                symbols.append((start + cm.start(1), cm.group(1)))
+        bare = content.removesuffix("()")
+        if _DOTTED_RE.fullmatch(bare) and not _has_path_name(bare):
+            offset = start
+            for part in bare.split("."):
+                if _looks_like_symbol(part):
+                    symbols.append((offset, part))
+                offset += len(part) + 1
+
+    for m in _CALL_RE.finditer(body):
+        if _symbol_ok(m.group(1)):
+            symbols.append((m.start(1), m.group(1)))
+
+    for m in _DEF_RE.finditer(body):
+        keyword, name, paren = m.group(1), m.group(2), m.group(3)
+        if keyword == "class":
+            # "class of problems" is English; "class Foo" and "class my_thing" are code.
+            ok = name[0].isupper() or _looks_like_symbol(name)
+        elif keyword == "function":
+            ok = bool(paren) or _looks_like_symbol(name)
+        else:
+            ok = True
+        if ok and _symbol_ok(name):
+            symbols.append((m.start(2), name))
+
+    return Refs(paths=_first_seen(paths), symbols=_first_seen(symbols))
+
+
+def _first_seen(found: list[tuple[int, str]]) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for _, value in sorted(found, key=lambda item: item[0]):
+        seen.setdefault(value, None)
+    return tuple(seen)
+
+
+def _outside_repo(ref: str) -> bool:
+    """Paths that name something outside any repo root: home, absolute, env vars, URLs."""
+    return (
+        ref.startswith(("~", "/", "$", "%", "\\"))
+        or bool(_URL_RE.match(ref))
+        or bool(_DRIVE_RE.match(ref))
+        or "*" in ref
+        or "?" in ref
+    )
+
+
+def _check_path(ref: str, repo: RepoIndex) -> RefCheck:
+    def result(scope: Scope, status: Status, moved_to: str | None = None) -> RefCheck:
+        return RefCheck(ref, "path", scope, status, moved_to)
+
+    unverifiable = result(Scope.UNVERIFIABLE, Status.UNCHECKED)
+    if _outside_repo(ref):
+        return unverifiable
+    rel = normalize_rel(ref)
+    if not rel:
+        return unverifiable
+    parts = rel.split("/")
+    basename = parts[-1]
+    candidates = repo.by_basename.get(basename, ())
+    if len(parts) == 1:
+        # A bare name says nothing about where it lives: only a hit can be scoped.
+        if rel in repo.top_level:
+            return result(Scope.VERIFIABLE, Status.FOUND)
+        if candidates:
+            return result(Scope.VERIFIABLE, Status.MOVED, candidates[0])
+        return unverifiable
+    if parts[0] not in repo.top_level:
+        return unverifiable
+    if repo.has_path(rel):
+        return result(Scope.VERIFIABLE, Status.FOUND)
+    if repo.under_opaque(rel):
+        return unverifiable
+    if candidates:
+        return result(Scope.VERIFIABLE, Status.MOVED, candidates[0])
+    if not repo.complete:
+        return unverifiable
+    return result(Scope.VERIFIABLE, Status.MISSING)
+
+
+def check_refs(refs: Refs, repo: RepoIndex | None) -> tuple[RefCheck, ...]:
+    """Scope and check every reference: paths first, then symbols, each in input order."""
+    if repo is None:
+        return tuple(
+            RefCheck(p, "path", Scope.UNVERIFIABLE, Status.UNCHECKED) for p in refs.paths
+        ) + tuple(RefCheck(s, "symbol", Scope.UNVERIFIABLE, Status.UNCHECKED) for s in refs.symbols)
+    return tuple(_check_path(p, repo) for p in refs.paths) + tuple(
+        RefCheck(
+            s, "symbol", Scope.VERIFIABLE, Status.FOUND if s in repo.tokens else Status.MISSING
+        )
+        for s in refs.symbols
+    )
+
+
+def classify(checks: Sequence[RefCheck]) -> Classification:
+    """Classify a memory from its reference checks (DESIGN §4.3)."""
+    paths = [c for c in checks if c.kind == "path" and c.scope is Scope.VERIFIABLE]
+    if not paths:
+        return Classification.EVERGREEN
+    # Anything short of a definite MISSING counts as present: unsure means keep.
+    missing = [c for c in paths if c.status is Status.MISSING]
+    if not missing:
+        return Classification.FRESH
+    if len(missing) < len(paths):
+        return Classification.PARTIALLY_STALE
+    symbols_found = any(
+        c.kind == "symbol" and c.scope is Scope.VERIFIABLE and c.status is not Status.MISSING
+        for c in checks
+    )
+    return Classification.PARTIALLY_STALE if symbols_found else Classification.FULLY_STALE

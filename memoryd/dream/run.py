@@ -1,0 +1,414 @@
+"""Run one dream pass over one memory dir: read, plan, check the breaker, journal, move, index."""
+
+import os
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from memoryd import fsops, journal, trash
+from memoryd.discover import MemoryDir
+from memoryd.dream.consult import ConsultLog, ConsultSource, Subject, consulted
+from memoryd.dream.plan import Item, Move, Plan, Thresholds, make_item, plan_pass
+from memoryd.dream.repo import RepoIndex
+from memoryd.dream.similar import Vocabulary
+from memoryd.errors import MemorydError
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME, LinkKind, split_lines
+from memoryd.indexer import IndexOutcome, index_dir, read_index_file
+from memoryd.memfile import Memory, parse_memory
+from memoryd.runtime import Runtime
+from memoryd.scan import parse_date, scan_dir
+from memoryd.trash import TrashRecord
+
+LOCK_NAME = ".consolidate-lock"
+LOCK_FRESH = 3600.0
+
+
+@dataclass(slots=True)
+class DreamResult:
+    dir: MemoryDir
+    pass_id: str
+    status: str  # completed | dry_run | refused | skipped | unmanaged | failed
+    plan: Plan | None = None
+    moved: list[TrashRecord] = field(default_factory=list)
+    skipped_moves: list[tuple[str, str]] = field(default_factory=list)  # file, why
+    index: IndexOutcome | None = None
+    message: str = ""
+    repo_note: str = ""
+    duration_ms: int = 0
+    files: int = 0
+    unparseable: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        plan = self.plan
+        moved_by = {"stale": 0, "duplicate": 0, "contradiction": 0}
+        for record in self.moved:
+            moved_by[record.reason] = moved_by.get(record.reason, 0) + 1
+        classes = plan.counts if plan else {}
+        kept = len([f for f in plan.flagged if f.guard]) if plan else 0
+        return {
+            "files": self.files,
+            "stale_pruned": moved_by["stale"],
+            "duplicates_merged": moved_by["duplicate"],
+            "contradictions_resolved": moved_by["contradiction"],
+            "partially_stale_kept": classes.get("partially_stale", 0),
+            "evergreen": classes.get("evergreen", 0),
+            "fresh": classes.get("fresh", 0),
+            "kept_by_guard": kept,
+            "surviving": self.files - len(self.moved),
+            "flagged": len(plan.flagged) if plan else 0,
+        }
+
+
+class RepoCache:
+    """One RepoIndex per repo root per run (built once, not once per dir)."""
+
+    def __init__(self) -> None:
+        self._built: dict[Path, RepoIndex | None] = {}
+
+    def get(self, root: Path | None) -> RepoIndex | None:
+        if root is None:
+            return None
+        if root not in self._built:
+            self._built[root] = RepoIndex.build(root) if root.is_dir() else None
+        return self._built[root]
+
+
+def lock_is_fresh(md: MemoryDir, now: float) -> bool:
+    try:
+        st = os.lstat(md.real_path / LOCK_NAME)
+    except OSError:
+        return False
+    return now - st.st_mtime < LOCK_FRESH
+
+
+def thresholds(rt: Runtime) -> Thresholds:
+    d = rt.config.dream
+    return Thresholds(
+        d.duplicate_threshold,
+        d.contradiction_threshold,
+        d.guard_recent,
+        d.consult_window,
+        d.breaker_min,
+        d.breaker_fraction,
+    )
+
+
+@dataclass(slots=True)
+class Inventory:
+    items: list[Item]
+    unparseable: list[str]
+    conflicts: list[str]
+    memories: dict[str, Memory]  # kept only when asked (explain)
+
+
+def inventory(
+    md: MemoryDir, rt: Runtime, repo: RepoIndex | None, *, keep: bool = False
+) -> Inventory:
+    """Parse every memory file (bodies are read now and not kept past their derived facts)."""
+    scan = scan_dir(
+        md.real_path,
+        rt.store.load_cache(md.real_path),
+        max_file_bytes=rt.config.parse.max_file_bytes,
+        max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
+    )
+    vocabulary = Vocabulary()
+    items: list[Item] = []
+    kept: dict[str, Memory] = {}
+    unparseable = sorted(scan.problems)
+    with fsops.open_dir(md.real_path) as dir_fd:
+        for name, info in sorted(scan.memories.items()):
+            try:
+                data, st = fsops.read_regular(dir_fd, name, rt.config.parse.max_file_bytes)
+            except (OSError, ValueError):
+                unparseable.append(name)
+                continue
+            parsed = parse_memory(
+                name,
+                data,
+                max_file_bytes=rt.config.parse.max_file_bytes,
+                max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
+            )
+            if not isinstance(parsed, Memory):
+                unparseable.append(name)
+                continue
+            age = max(st.st_mtime, parse_date(parsed.modified))
+            declined = str(parsed.frontmatter.get("promotion", "")).strip().lower() == "declined"
+            items.append(
+                make_item(
+                    name,
+                    parsed.name,
+                    parsed.type,
+                    parsed.sha256,
+                    age,
+                    parsed.body,
+                    repo,
+                    vocabulary,
+                    declined,
+                )
+            )
+            if keep:
+                kept[name] = parsed
+            del info
+    return Inventory(items, sorted(set(unparseable)), scan.conflicts, kept)
+
+
+def consult_sources(
+    md: MemoryDir, rt: Runtime, extra: Sequence[ConsultSource] = ()
+) -> list[ConsultSource]:
+    sources: list[ConsultSource] = list(extra)
+    log = ConsultLog.load(md.repo_root)
+    if log is not None:
+        sources.append(log)
+    return sources
+
+
+def consult_map(
+    items: Sequence[Item], sources: Sequence[ConsultSource], since: float
+) -> dict[str, str | None]:
+    return {i.filename: consulted(sources, Subject(i.filename, i.name), since) for i in items}
+
+
+def _index_lines(md: MemoryDir) -> dict[str, str]:
+    """The pointer line of each file in MEMORY.md or the archive, to give back on restore."""
+    out: dict[str, str] = {}
+    with fsops.open_dir(md.real_path) as fd:
+        for name in (INDEX_NAME, ARCHIVE_NAME):
+            text = read_index_file(fd, name).text
+            for line in split_lines(text or ""):
+                link = line.link
+                if link is not None and link.kind is LinkKind.LOCAL:
+                    out.setdefault(link.target, line.content)
+    return out
+
+
+def _record(
+    move: Move,
+    md: MemoryDir,
+    pass_id: str,
+    day: str,
+    stored: str,
+    index_line: str | None,
+    item: Item,
+) -> TrashRecord:
+    return TrashRecord(
+        id=trash.new_id(),
+        original_name=move.filename,
+        stored_name=stored,
+        day=day,
+        sha256=move.sha256,
+        size=0,
+        reason=move.reason,
+        pass_id=pass_id,
+        time=datetime.now().astimezone().isoformat(timespec="seconds"),
+        duplicate_of=move.duplicate_of,
+        superseded_by=move.superseded_by,
+        index_line=index_line,
+        details={
+            "detail": move.detail,
+            "missing": item.missing,
+            **({"overlap": round(move.overlap, 3)} if move.overlap is not None else {}),
+        },
+    )
+
+
+def dream_dir(
+    rt: Runtime,
+    md: MemoryDir,
+    *,
+    repos: RepoCache,
+    dry_run: bool = False,
+    trigger: str = "command",
+    extra_sources: Sequence[ConsultSource] = (),
+) -> DreamResult:
+    """One pass; every decision, including each decision not to act, is logged."""
+    started = time.monotonic()
+    pass_id = datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+    result = DreamResult(md, pass_id, "completed")
+    now = rt.clock()
+    audit = rt.audit
+    if lock_is_fresh(md, now):
+        result.status = "skipped"
+        result.message = f"{LOCK_NAME} is fresh: Claude Code is consolidating this dir itself"
+        if not dry_run:
+            audit.write("dream.skipped", dir=md.path, why=result.message)
+        return result
+    repo = repos.get(md.repo_root)
+    if md.repo_root is None:
+        result.repo_note = f"no repo root ({md.repo_reason}): every reference is unverifiable"
+    elif repo is None:
+        result.repo_note = f"repo root {md.repo_root} is missing: every reference is unverifiable"
+    # Ownership is decided by the index code; a pass may not move files whose pointer lines
+    # it is not allowed to remove.
+    probe = index_dir(rt, md, check=True)
+    managed = bool(probe.ownership and probe.ownership.managed)
+    if not dry_run:
+        audit.write("dream.started", dir=md.path, pass_id=pass_id, trigger=trigger)
+    try:
+        inv = inventory(md, rt, repo)
+        result.files = len(inv.items)
+        result.unparseable = inv.unparseable
+        result.conflicts = inv.conflicts
+        sources = consult_sources(md, rt, extra_sources)
+        consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window)
+        plan = plan_pass(inv.items, now, thresholds(rt), consults)
+        result.plan = plan
+        if not dry_run:
+            for flag in plan.flagged:
+                if flag.guard:
+                    audit.write(
+                        "dream.kept",
+                        dir=md.path,
+                        file=flag.filename,
+                        guard=flag.guard,
+                        reason="fully stale, kept by a guard",
+                        missing=list(flag.missing),
+                    )
+        if not managed:
+            result.status = "unmanaged"
+            result.message = (probe.ownership.reason if probe.ownership else "") + (
+                "; the pass reports and moves nothing"
+            )
+        elif plan.refused:
+            result.status = "refused"
+            result.message = plan.refused
+            if not dry_run:
+                audit.write(
+                    "dream.refused",
+                    dir=md.path,
+                    would_move=len(plan.moves),
+                    limit=plan.limit,
+                    plan=[
+                        {"file": m.filename, "reason": m.reason, "detail": m.detail}
+                        for m in plan.moves
+                    ],
+                )
+                for move in plan.moves:
+                    audit.write(
+                        "dream.move_skipped", dir=md.path, file=move.filename, why="circuit breaker"
+                    )
+        elif dry_run:
+            result.status = "dry_run"
+        elif plan.moves:
+            _apply(rt, md, plan, result)
+        if not dry_run and managed and result.index is None:
+            result.index = index_dir(rt, md)
+    except (MemorydError, OSError) as error:
+        result.status = "failed"
+        result.message = str(error)
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        if not dry_run:
+            audit.write("dream.failed", dir=md.path, error=str(error), **_summary(result))
+        return result
+    result.duration_ms = int((time.monotonic() - started) * 1000)
+    if not dry_run:
+        audit.write(
+            "dream.completed",
+            dir=md.path,
+            pass_id=pass_id,
+            status=result.status,
+            **_summary(result),
+        )
+        state = rt.store.load(md.real_path)
+        state.last_dream_ts = now
+        state.last_dream_result = result.status
+        state.changed_since_dream = []
+        rt.store.save(md.real_path, state)
+    return result
+
+
+def _summary(result: DreamResult) -> dict[str, Any]:
+    c = result.counts()
+    return {
+        "saved": c["surviving"],
+        "deleted": len(result.moved),
+        "flagged": c["flagged"],
+        "kept": c["kept_by_guard"],
+        "duration_ms": result.duration_ms,
+    }
+
+
+def _apply(rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult) -> None:
+    """Journal the moves, then make each one whose file is still what was planned."""
+    day = rt.today().isoformat()
+    folder = trash.day_folder(md.real_path, rt.today())
+    lines = _index_lines(md)
+    records: list[TrashRecord] = []
+    taken: set[str] = set()
+    for move in plan.moves:
+        stored = trash.free_name(folder, move.filename)
+        while stored in taken:  # two planned moves must not pick one free name
+            stem = stored.removesuffix(".md")
+            stored = trash.free_name(folder, f"{stem}.x.md")
+        taken.add(stored)
+        records.append(
+            _record(
+                move,
+                md,
+                result.pass_id,
+                day,
+                stored,
+                lines.get(move.filename),
+                plan.items[move.filename],
+            )
+        )
+    entry = journal.begin(rt.paths.state_dir, result.pass_id, md.real_path, records)
+    for record in records:
+        with fsops.open_dir(md.real_path) as dir_fd:
+            found = fsops.identity_of(dir_fd, record.original_name)
+        current = found[1] if found else None
+        if current is None or current.sha256 != record.sha256:
+            why = "modified since plan" if current is not None else "gone since plan"
+            result.skipped_moves.append((record.original_name, why))
+            rt.audit.write("dream.move_skipped", dir=md.path, file=record.original_name, why=why)
+            continue
+        sized = replace(record, size=current.size)
+        trash.move_to_trash(md.real_path, sized)
+        journal.mark_done(entry, record.id)
+        result.moved.append(sized)
+        rt.audit.write(
+            "trash.moved",
+            dir=md.path,
+            file=record.original_name,
+            id=record.id,
+            reason=record.reason,
+            sha256=record.sha256,
+            duplicate_of=record.duplicate_of,
+            superseded_by=record.superseded_by,
+            stored=f"{trash.TRASH_DIR}/{day}/{record.stored_name}",
+        )
+    result.index = index_dir(rt, md, forget={r.original_name for r in result.moved})
+    journal.commit(entry)
+
+
+def recover(rt: Runtime) -> list[journal.Recovery]:
+    """Finish or roll back every pass a crash left unfinished; log each as `pass.recovered`."""
+    from memoryd.discover import explicit_dirs
+
+    done = []
+    for path in journal.pending(rt.paths.state_dir):
+        entry = journal.load(path)
+        if entry is None:
+            rt.audit.write(
+                "pass.recovered", journal=str(path), outcome="unreadable journal set aside"
+            )
+            path.rename(path.with_suffix(".unreadable"))
+            continue
+        if not entry.committed and entry.dir.is_dir():
+            recovery = journal.settle(entry)
+            try:
+                md = explicit_dirs(entry.dir, rt.config)[0]
+            except MemorydError:
+                md = None
+            if md is not None:
+                index_dir(rt, md, forget={r.original_name for r in recovery.moved})
+            rt.audit.write(
+                "pass.recovered", dir=entry.dir, journal=path.name, outcome=recovery.outcome
+            )
+            done.append(recovery)
+        path.unlink()
+    return done

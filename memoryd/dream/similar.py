@@ -1,0 +1,722 @@
+"""Significant words, exact duplicate search and contradiction search over memory bodies.
+
+Duplicate search is exact: every pair of the same type whose overlap coefficient
+|A∩B| / min(|A|,|B|) reaches the threshold is found, none missed, none approximated. Two
+interchangeable engines give identical answers:
+
+* numpy (optional): per type, docs sorted by size so that min(|A|,|B|) is the row's size; in
+  row blocks, intersection counts are a dense float32 matrix product over the frequent words
+  plus scattered counts from the posting lists of the rare words.
+* pure Python: the same split, with each frequent word's posting list as one big-int bitset
+  and the per-column counts kept bit-sliced (carry-save adders), so that a whole row of counts
+  costs a handful of big-int operations per word; rare words are counted from posting lists.
+"""
+
+import math
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Final
+
+try:
+    import numpy as np
+except ImportError:  # numpy is optional: the pure-Python engine gives the same answers
+    np = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+HAVE_NUMPY: Final = np is not None
+
+# DESIGN §4.6, verbatim.
+STOPWORDS: Final = frozenset(
+    {
+        "the", "a", "an", "is", "are", "was", "were", "be", "been", "have", "has", "had",
+        "do", "does", "did", "will", "would", "could", "should", "may", "might", "can",
+        "shall", "to", "of", "in", "for", "on", "with", "at", "by", "from", "as", "into",
+        "through", "during", "before", "after", "this", "that", "it", "not", "no", "but",
+        "or", "and", "if", "then", "than", "so",
+    }
+)  # fmt: skip
+
+POSITIVE_DIRECTIVES: Final = ("do", "use", "always", "prefer")
+NEGATIVE_DIRECTIVES: Final = ("do not", "don't", "dont", "avoid", "stop using", "never")
+
+# Tuning of the engines (they change speed and memory, never the answer).
+_BLOCK_CELLS: Final = 1 << 22  # pairs scored at once by the numpy engine (~16 MB float32)
+_GATHER_MAX: Final = 1 << 20  # posting entries expanded at once by the numpy engine
+_DENSE_FRACTION: Final = 0.05  # numpy: words in ≥ 5 % of a type's docs go in the matrix
+_DENSE_MAX_COLS: Final = 2048
+_DENSE_MAX_CELLS: Final = 1 << 24  # docs × dense words, float32 (64 MB)
+_BITSET_MIN_DF: Final = 16  # pure: words in at least this many docs get a bitset ...
+_BITSET_DF_DIVISOR: Final = 128  # ... and in at least 1/128 of the type's docs
+_QUERY_BITSET_MIN_DF: Final = 32  # pure query index: bitsets for words in this many docs
+
+
+def significant_words(body: str) -> frozenset[str]:
+    """The body's significant words (DESIGN §4.6).
+
+    Lower-cased, split on whitespace, minus words of 2 characters or fewer and minus
+    ``STOPWORDS``. Punctuation is deliberately kept ("pnpm." and "pnpm" are different words):
+    the spec defines the split on whitespace alone, and the duplicate threshold was set on it.
+    """
+    return frozenset(w for w in body.lower().split() if len(w) > 2 and w not in STOPWORDS)
+
+
+class Vocabulary:
+    """Dense integer ids for words, so word sets can be compact sorted ``array('I')``."""
+
+    __slots__ = ("_ids", "_words")
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._words: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self._words)
+
+    def id(self, word: str) -> int:
+        """The id of ``word``, assigning the next free one on first sight."""
+        found = self._ids.get(word)
+        if found is None:
+            found = len(self._words)
+            self._ids[word] = found
+            self._words.append(word)
+        return found
+
+    def ids(self, words: Iterable[str]) -> "array[int]":
+        """Sorted, de-duplicated ids of ``words`` (new words get new ids)."""
+        return array("I", sorted({self.id(w) for w in words}))
+
+    def word(self, word_id: int) -> str:
+        """The word behind ``word_id``."""
+        return self._words[word_id]
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """Two docs (indexes into the input, ``a < b``) and their overlap coefficient."""
+
+    a: int
+    b: int
+    overlap: float
+
+
+def overlap(a: Sequence[int], b: Sequence[int]) -> float:
+    """|A∩B| / min(|A|,|B|) of two word-id collections; 0.0 when either is empty."""
+    sa, sb = set(a), set(b)
+    if not sa or not sb:
+        return 0.0
+    return len(sa & sb) / min(len(sa), len(sb))
+
+
+def _check_low(low: float) -> None:
+    if not low > 0.0:  # also refuses NaN
+        raise ValueError(f"overlap threshold must be > 0, got {low!r}")
+
+
+def _resolve_numpy(use_numpy: bool | None) -> bool:
+    if use_numpy is None:
+        return HAVE_NUMPY
+    if use_numpy and not HAVE_NUMPY:
+        raise RuntimeError("use_numpy=True but numpy is not installed")
+    return use_numpy
+
+
+def _min_shared(low: float, size: int) -> int:
+    """Smallest shared-word count k with k / size >= low, exactly as the final check divides."""
+    k = max(1, math.ceil(low * size) - 1)
+    while k <= size and k / size < low:
+        k += 1
+    return k  # size + 1 when no count can reach low
+
+
+def _need_table(low: float, max_size: int) -> list[int]:
+    return [max_size + 2] + [_min_shared(low, m) for m in range(1, max_size + 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bit-sliced counting over big-int bitsets (pure engine).
+
+
+def _bit_slices(vectors: list[int]) -> list[int]:
+    """Sum 0/1 vectors column-wise: slice ``l`` of the result holds bit ``l`` of every count.
+
+    A carry-save tree: each full adder folds three vectors of one weight into one of that
+    weight and one of the next, so n vectors cost about 5n big-int operations.
+    """
+    slices: list[int] = []
+    level = vectors
+    while level:
+        items = list(level)
+        carries: list[int] = []
+        i = 0
+        while len(items) - i >= 3:
+            a, b, c = items[i], items[i + 1], items[i + 2]
+            i += 3
+            t = a ^ b
+            items.append(t ^ c)
+            carry = (a & b) | (t & c)
+            if carry:
+                carries.append(carry)
+        rest = items[i:]
+        if len(rest) == 2:
+            slices.append(rest[0] ^ rest[1])
+            carry = rest[0] & rest[1]
+            if carry:
+                carries.append(carry)
+        else:
+            slices.append(rest[0] if rest else 0)
+        level = carries
+    return slices
+
+
+def _at_least(slices: list[int], k: int) -> int:
+    """Bitset of the columns whose bit-sliced count is ≥ k (k ≥ 1)."""
+    if k.bit_length() > len(slices):
+        return 0
+    gt = 0
+    eq = -1  # every column ties so far; becomes a finite bitset at k's first 1 bit
+    for lvl in range(len(slices) - 1, -1, -1):
+        s = slices[lvl]
+        if (k >> lvl) & 1:
+            eq &= s
+            if not eq:
+                return gt
+        else:
+            gt |= eq & s
+            eq &= ~s
+    return gt | eq
+
+
+def _bit_positions(x: int) -> list[int]:
+    """Indexes of the set bits of ``x`` ≥ 0, ascending (scans in C via ``bin``)."""
+    text = bin(x)[:1:-1]
+    out: list[int] = []
+    p = text.find("1")
+    while p >= 0:
+        out.append(p)
+        p = text.find("1", p + 1)
+    return out
+
+
+def _bitset(positions: Iterable[int], nbits: int) -> int:
+    buf = bytearray((nbits + 7) // 8)
+    for p in positions:
+        buf[p >> 3] |= 1 << (p & 7)
+    return int.from_bytes(buf, "little")
+
+
+def _bit_of(data: bytes, pos: int) -> int:
+    byte = pos >> 3
+    return (data[byte] >> (pos & 7)) & 1 if byte < len(data) else 0
+
+
+def _to_bytes(x: int) -> bytes:
+    return x.to_bytes((x.bit_length() + 7) // 8, "little")
+
+
+def _group_pairs_pure(
+    members: list[int], rows: "list[array[int]]", low: float
+) -> list[tuple[int, int, float]]:
+    """All qualifying pairs inside one type (``rows[k]`` = sorted unique ids of members[k])."""
+    n = len(members)
+    order = sorted(range(n), key=lambda k: (len(rows[k]), members[k]))
+    members = [members[k] for k in order]
+    rows = [rows[k] for k in order]
+    sizes = [len(r) for r in rows]
+    need = _need_table(low, sizes[-1] if sizes else 0)
+    df = Counter(chain.from_iterable(rows))
+    bitset_min = max(_BITSET_MIN_DF, n // _BITSET_DF_DIVISOR)
+    postings: dict[int, array[int]] = {}
+    for pos, row in enumerate(rows):
+        for w in row:
+            if df[w] >= 2:
+                plist = postings.get(w)
+                if plist is None:
+                    plist = postings[w] = array("I")
+                plist.append(pos)
+    bits = {w: _bitset(p, n) for w, p in postings.items() if len(p) >= bitset_min}
+    for w in bits:
+        del postings[w]
+
+    out: list[tuple[int, int, float]] = []
+    for i in range(n - 1):
+        row = rows[i]
+        shift = i + 1
+        vectors = [v for w in row if w in bits and (v := bits[w] >> shift)]
+        hits: list[int] = []
+        for plist in [postings[w] for w in row if w in postings]:
+            start = bisect_right(plist, i)
+            if start < len(plist):
+                hits.extend(plist[start:])
+        if not vectors and not hits:
+            continue
+        k = need[sizes[i]]
+        slices = _bit_slices(vectors)
+        found = {shift + p for p in _bit_positions(_at_least(slices, k))}
+        if hits:
+            rare = Counter(hits)
+            for r in set(rare.values()):
+                if r >= k:
+                    found.update(j for j, c in rare.items() if c == r)
+                    continue
+                enough = _at_least(slices, k - r)
+                # Walk whichever side is smaller: the columns that qualify, or the hits.
+                if enough.bit_count() * 4 < len(rare):
+                    found.update(
+                        shift + p for p in _bit_positions(enough) if rare.get(shift + p) == r
+                    )
+                elif enough:
+                    data = _to_bytes(enough)
+                    found.update(j for j, c in rare.items() if c == r and _bit_of(data, j - shift))
+        if not found:
+            continue
+        mine = set(row)
+        for j in sorted(found):
+            ov = len(mine.intersection(rows[j])) / sizes[i]
+            if ov >= low:
+                a, b2 = members[i], members[j]
+                out.append((a, b2, ov) if a < b2 else (b2, a, ov))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy engine.
+
+if TYPE_CHECKING:
+    Arr = npt.NDArray[Any]
+
+
+def _ranges(starts: "Arr", lens: "Arr") -> "Arr":
+    """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop."""
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lens, dtype=np.int64)
+    out: Arr = np.repeat((starts - (ends - lens)).astype(np.int64), lens)
+    out += np.arange(total, dtype=np.int64)
+    return out
+
+
+def _flatten(rows: Sequence[Sequence[int]]) -> tuple["Arr", "Arr"]:
+    """All rows' ids in one uint32 array (4 bytes an entry), and each row's length."""
+    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    buf = array("I")
+    for r in rows:
+        buf.extend(r if isinstance(r, array) and r.typecode == "I" else array("I", r))
+    flat = np.frombuffer(buf, dtype=np.uint32) if buf else np.zeros(0, dtype=np.uint32)
+    return flat, lengths
+
+
+def _dedupe_rows(flat: "Arr", lengths: "Arr") -> tuple["Arr", "Arr"]:
+    """Make every row strictly increasing (sorted, unique): ids are a set."""
+    if flat.size < 2:
+        return flat, lengths
+    rising = flat[1:] > flat[:-1]
+    starts = np.cumsum(lengths)[:-1]
+    starts = starts[(starts > 0) & (starts < flat.size)]
+    rising[starts - 1] = True  # a row boundary is not a fall
+    if rising.all():
+        return flat, lengths
+    row_of = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+    span = int(flat.max()) + 1
+    keys = np.unique(row_of * span + flat.astype(np.int64))
+    counts = np.bincount(keys // span, minlength=lengths.size).astype(np.int64)
+    return (keys % span).astype(np.uint32), counts
+
+
+def _group_pairs_numpy(
+    members: "Arr",
+    offsets: "Arr",
+    lengths: "Arr",
+    flat: "Arr",
+    low: float,
+    *,
+    block_cells: int = _BLOCK_CELLS,
+    gather_max: int = _GATHER_MAX,
+    dense_fraction: float = _DENSE_FRACTION,
+) -> list[tuple["Arr", "Arr", "Arr"]]:
+    """All qualifying pairs inside one type; ``members`` are doc indexes, none empty."""
+    sizes = lengths[members]
+    order = np.lexsort((members, sizes))
+    members, sizes = members[order], sizes[order]
+    n = int(members.size)
+    words = flat[_ranges(offsets[members], sizes)]
+    n_words = int(words.max()) + 1
+    if n_words > 4 * words.size + 4096:
+        # Sparse id space: renumber so per-word tables stay small.
+        uniq, inverse = np.unique(words, return_inverse=True)
+        words, n_words = inverse.reshape(-1).astype(np.int32), int(uniq.size)
+        del uniq, inverse
+    df = np.bincount(words, minlength=n_words)
+
+    # Frequent words go into a dense 0/1 matrix, scored by one BLAS product per block;
+    # their posting lists would cost df² scattered increments.
+    cutoff = max(2, math.ceil(dense_fraction * n))
+    dense_words = np.flatnonzero(df >= cutoff)
+    max_cols = min(_DENSE_MAX_COLS, max(1, _DENSE_MAX_CELLS // n))
+    if dense_words.size > max_cols:
+        dense_words = dense_words[np.lexsort((dense_words, -df[dense_words]))[:max_cols]]
+    n_dense = int(dense_words.size)
+    dense_col = np.full(n_words, -1, dtype=np.int32)
+    dense_col[dense_words] = np.arange(n_dense, dtype=np.int32)
+    rows_local = np.repeat(np.arange(n, dtype=np.int32), sizes)
+    col = dense_col[words]
+    in_matrix = col >= 0
+    matrix = np.zeros((n, n_dense), dtype=np.float32)
+    matrix[rows_local[in_matrix], col[in_matrix]] = 1.0
+    del col, dense_col
+
+    # The other words held by 2+ docs: a CSC posting array, and for each entry of a row the
+    # slice of the later docs that hold the same word.
+    sparse = (df >= 2)[words]
+    sparse &= ~in_matrix
+    del in_matrix
+    e_row = rows_local[sparse]
+    e_word = words[sparse]
+    del rows_local, words, sparse
+    by_word = np.argsort(e_word, kind="stable")
+    post = e_row[by_word]
+    e_lo = np.empty(by_word.size, dtype=np.int32)
+    e_lo[by_word] = np.arange(1, by_word.size + 1, dtype=np.int32)
+    del by_word
+    word_end = np.cumsum(np.bincount(e_word, minlength=n_words))
+    e_len = (word_end[e_word] - e_lo).astype(np.int32)
+    del e_word, word_end
+
+    need = np.array(_need_table(low, int(sizes[-1])), dtype=np.float32)
+    out: list[tuple[Arr, Arr, Arr]] = []
+    r0 = 0
+    while r0 < n - 1:
+        width = n - r0
+        r1 = r0 + max(1, min(width, block_cells // width))
+        inter = (
+            matrix[r0:r1] @ matrix[r0:].T
+            if n_dense
+            else np.zeros((r1 - r0, width), dtype=np.float32)
+        )
+        s0, s1 = (int(x) for x in np.searchsorted(e_row, (r0, r1)))
+        if s1 > s0:
+            assert inter.flags.c_contiguous  # the flat view below must alias the block
+            _scatter_counts(
+                inter.reshape(-1), e_row[s0:s1], e_lo[s0:s1], e_len[s0:s1], post, r0, width,
+                gather_max,
+            )  # fmt: skip
+        bi, ci = np.nonzero(inter >= need[sizes[r0:r1]][:, None])
+        upper = ci > bi
+        bi, ci = bi[upper], ci[upper]
+        if bi.size:
+            ov = inter[bi, ci].astype(np.float64) / sizes[r0 + bi].astype(np.float64)
+            ok = ov >= low
+            a, c = members[r0 + bi[ok]], members[r0 + ci[ok]]
+            out.append((np.minimum(a, c), np.maximum(a, c), ov[ok]))
+        r0 = r1
+    return out
+
+
+def _scatter_counts(
+    target: "Arr",
+    rows: "Arr",
+    lo: "Arr",
+    lens: "Arr",
+    post: "Arr",
+    r0: int,
+    width: int,
+    gather_max: int,
+) -> None:
+    """Add the rare-word co-occurrences of rows ``r0 + ...`` into the flat block ``target``."""
+    cum = np.cumsum(lens, dtype=np.int64)
+    start = 0
+    while start < lens.size:
+        base = int(cum[start - 1]) if start else 0
+        end = max(start + 1, int(np.searchsorted(cum, base + gather_max, side="right")))
+        chunk = slice(start, end)
+        cols = post[_ranges(lo[chunk], lens[chunk])].astype(np.int64)
+        if cols.size:
+            cols += np.repeat((rows[chunk].astype(np.int64) - r0) * width - r0, lens[chunk])
+            if cols.size * 8 < target.size:
+                np.add.at(target, cols, np.float32(1.0))
+            else:
+                target += np.bincount(cols, minlength=target.size).astype(np.float32)
+        start = end
+
+
+def _pairs_numpy(
+    docs: Sequence[tuple[str, Sequence[int]]], low: float, **tuning: Any
+) -> list[Pair]:
+    flat, lengths = _dedupe_rows(*_flatten([w for _, w in docs]))
+    offsets = np.cumsum(lengths) - lengths
+    groups: dict[str, list[int]] = {}
+    for i, (doc_type, _) in enumerate(docs):
+        if lengths[i]:
+            groups.setdefault(doc_type, []).append(i)
+    parts: list[tuple[Arr, Arr, Arr]] = []
+    for doc_type in sorted(groups):
+        members = np.array(groups[doc_type], dtype=np.int64)
+        if members.size >= 2:
+            parts.extend(_group_pairs_numpy(members, offsets, lengths, flat, low, **tuning))
+    if not parts:
+        return []
+    a = np.concatenate([p[0] for p in parts])
+    b = np.concatenate([p[1] for p in parts])
+    ov = np.concatenate([p[2] for p in parts])
+    order = np.lexsort((b, a))
+    return [
+        Pair(int(x), int(y), float(z))
+        for x, y, z in zip(a[order].tolist(), b[order].tolist(), ov[order].tolist(), strict=True)
+    ]
+
+
+def _pairs_pure(docs: Sequence[tuple[str, Sequence[int]]], low: float) -> list[Pair]:
+    groups: dict[str, tuple[list[int], list[array[int]]]] = {}
+    for i, (doc_type, words) in enumerate(docs):
+        row = array("I", sorted(set(words)))
+        if row:
+            members, rows = groups.setdefault(doc_type, ([], []))
+            members.append(i)
+            rows.append(row)
+    found: list[tuple[int, int, float]] = []
+    for doc_type in sorted(groups):
+        found.extend(_group_pairs_pure(*groups[doc_type], low))
+    found.sort()
+    return [Pair(a, b, ov) for a, b, ov in found]
+
+
+def find_similar_pairs(
+    docs: Sequence[tuple[str, Sequence[int]]], low: float, *, use_numpy: bool | None = None
+) -> list[Pair]:
+    """Every pair of same-type docs whose overlap coefficient is ≥ ``low``, sorted by (a, b).
+
+    ``docs[i]`` is (type, word ids); ids are treated as a set. Empty docs never pair. Exact.
+    ``use_numpy`` None picks numpy when it is installed; both engines give the same list.
+    """
+    _check_low(low)
+    if _resolve_numpy(use_numpy):
+        return _pairs_numpy(docs, low)
+    return _pairs_pure(docs, low)
+
+
+# ---------------------------------------------------------------------------------------------
+# One doc against an existing set.
+
+
+@dataclass(frozen=True, slots=True)
+class _PureTypeIndex:
+    members: tuple[int, ...]
+    sizes: tuple[int, ...]
+    bits: dict[int, int]  # frequent word -> bitset over local positions
+    postings: "dict[int, array[int]]"  # other words -> local positions
+    size_steps: tuple[int, ...]  # distinct sizes, ascending
+    size_at_least: tuple[int, ...]  # [t]: bitset of docs with size >= size_steps[t]; [-1] = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _NumpyTypeIndex:
+    members: "Arr"
+    sizes: "Arr"
+    words: "Arr"  # sorted distinct word ids
+    indptr: "Arr"
+    post: "Arr"  # local positions, grouped by word
+
+
+class SimilarityIndex:
+    """A set of docs prepared once, to score one changed doc against all of them quickly."""
+
+    def __init__(
+        self, docs: Sequence[tuple[str, Sequence[int]]], *, use_numpy: bool | None = None
+    ) -> None:
+        self._numpy = _resolve_numpy(use_numpy)
+        self._size = len(docs)
+        grouped: dict[str, tuple[list[int], list[array[int]]]] = {}
+        for i, (doc_type, words) in enumerate(docs):
+            row = array("I", sorted(set(words)))
+            if row:
+                members, rows = grouped.setdefault(doc_type, ([], []))
+                members.append(i)
+                rows.append(row)
+        self._pure: dict[str, _PureTypeIndex] = {}
+        self._np: dict[str, _NumpyTypeIndex] = {}
+        for doc_type, (members, rows) in grouped.items():
+            if self._numpy:
+                self._np[doc_type] = self._build_numpy(members, rows)
+            else:
+                self._pure[doc_type] = self._build_pure(members, rows)
+
+    def __len__(self) -> int:
+        return self._size
+
+    @staticmethod
+    def _build_pure(members: list[int], rows: "list[array[int]]") -> _PureTypeIndex:
+        n = len(members)
+        postings: dict[int, array[int]] = {}
+        for pos, row in enumerate(rows):
+            for w in row:
+                plist = postings.get(w)
+                if plist is None:
+                    plist = postings[w] = array("I")
+                plist.append(pos)
+        bits = {w: _bitset(p, n) for w, p in postings.items() if len(p) >= _QUERY_BITSET_MIN_DF}
+        for w in bits:
+            del postings[w]
+        sizes = tuple(len(r) for r in rows)
+        steps = tuple(sorted(set(sizes)))
+        by_size: dict[int, list[int]] = {}
+        for pos, size in enumerate(sizes):
+            by_size.setdefault(size, []).append(pos)
+        at_least = [0] * (len(steps) + 1)
+        for t in range(len(steps) - 1, -1, -1):
+            at_least[t] = at_least[t + 1] | _bitset(by_size[steps[t]], n)
+        return _PureTypeIndex(tuple(members), sizes, bits, postings, steps, tuple(at_least))
+
+    @staticmethod
+    def _build_numpy(members: list[int], rows: "list[array[int]]") -> _NumpyTypeIndex:
+        flat, sizes = _flatten(rows)
+        row_of = np.repeat(np.arange(len(rows), dtype=np.int64), sizes)
+        by_word = np.argsort(flat, kind="stable")
+        words, counts = np.unique(flat, return_counts=True)
+        indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        return _NumpyTypeIndex(
+            np.array(members, dtype=np.int64), sizes, words.astype(np.int64), indptr,
+            row_of[by_word],
+        )  # fmt: skip
+
+    def query(self, doc: Sequence[int], doc_type: str, low: float) -> list[tuple[int, float]]:
+        """(doc index, overlap) for every indexed doc of ``doc_type`` at ``low`` or above."""
+        _check_low(low)
+        q = sorted(set(doc))
+        if not q:
+            return []
+        if self._numpy:
+            np_index = self._np.get(doc_type)
+            return [] if np_index is None else _query_numpy(np_index, q, low)
+        pure_index = self._pure.get(doc_type)
+        return [] if pure_index is None else _query_pure(pure_index, q, low)
+
+
+def _query_numpy(ix: _NumpyTypeIndex, q: list[int], low: float) -> list[tuple[int, float]]:
+    qa = np.array(q, dtype=np.int64)
+    at = np.searchsorted(ix.words, qa)
+    known = at < ix.words.size
+    known[known] = ix.words[at[known]] == qa[known]
+    at = at[known]
+    counts = np.bincount(
+        ix.post[_ranges(ix.indptr[at], ix.indptr[at + 1] - ix.indptr[at])],
+        minlength=ix.members.size,
+    )
+    hit = np.flatnonzero(counts)
+    ov = counts[hit].astype(np.float64) / np.minimum(ix.sizes[hit], len(q)).astype(np.float64)
+    ok = ov >= low
+    return list(zip(ix.members[hit[ok]].tolist(), ov[ok].tolist(), strict=True))
+
+
+def _query_pure(ix: _PureTypeIndex, q: list[int], low: float) -> list[tuple[int, float]]:
+    sq = len(q)
+    vectors = [ix.bits[w] for w in q if w in ix.bits]
+    hits: list[int] = []
+    for w in q:
+        plist = ix.postings.get(w)
+        if plist is not None:
+            hits.extend(plist)
+    slices = _bit_slices(vectors)
+    # Docs at least as big as the query all need the same count; smaller ones need a count
+    # that depends on their own size, so they are taken one band of sizes at a time.
+    steps, at_least = ix.size_steps, ix.size_at_least
+    split = bisect_left(steps, sq)
+    candidates = 0
+    if split < len(steps):
+        candidates |= _at_least(slices, _min_shared(low, sq)) & at_least[split]
+    t = 0
+    while t < split:
+        k = _min_shared(low, steps[t])
+        t2 = t + 1
+        while t2 < split and _min_shared(low, steps[t2]) == k:
+            t2 += 1
+        candidates |= _at_least(slices, k) & at_least[t] & ~at_least[t2]
+        t = t2
+    rare = Counter(hits)
+    slice_bytes = [_to_bytes(s) for s in slices]
+    out: list[tuple[int, float]] = []
+    for pos in sorted(set(_bit_positions(candidates)).union(rare)):
+        shared = rare.get(pos, 0) + sum(
+            _bit_of(sb, pos) << lvl for lvl, sb in enumerate(slice_bytes)
+        )
+        ov = shared / min(sq, ix.sizes[pos])
+        if ov >= low:
+            out.append((ix.members[pos], ov))
+    return out
+
+
+def candidates_for(
+    doc: Sequence[int], doc_type: str, index: SimilarityIndex, low: float
+) -> list[tuple[int, float]]:
+    """(doc index, overlap) of every doc in ``index`` of the same type with overlap ≥ ``low``.
+
+    Sorted by doc index. A copy of ``doc`` that is itself in the index is returned too.
+    """
+    return index.query(doc, doc_type, low)
+
+
+# ---------------------------------------------------------------------------------------------
+# Contradictions.
+
+_STRIP: Final = "\"'`*_~.,;:!?()[]{}<>«»“”‘’—–-"
+_SKIP_AFTER_DIRECTIVE: Final = frozenset({"use", "using"})
+
+
+def _norm_token(token: str) -> str:
+    return token.replace("’", "'").replace("‘", "'").strip(_STRIP)
+
+
+def _directive_at(tokens: list[str], i: int) -> tuple[int, bool] | None:
+    """(length, is_positive) of the directive starting at ``tokens[i]``, if there is one."""
+    t = tokens[i]
+    nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+    if t == "do" and nxt == "not":
+        return 2, False
+    if t == "stop" and nxt == "using":
+        return 2, False
+    if t in ("don't", "dont", "avoid", "never"):
+        return 1, False
+    if t in POSITIVE_DIRECTIVES:
+        return 1, True
+    return None
+
+
+def directives(body: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(objects the body tells to do/use, objects it tells not to), per DESIGN §4.7.
+
+    The object is the first significant word after the directive, skipping ``use``/``using``,
+    with surrounding punctuation removed. Words between a directive and its object are not
+    read as directives themselves, so "don't use X" is never also "use X".
+    """
+    tokens = [_norm_token(t) for t in body.lower().split()]
+    positive: set[str] = set()
+    negative: set[str] = set()
+    i = 0
+    while i < len(tokens):
+        found = _directive_at(tokens, i)
+        if found is None:
+            i += 1
+            continue
+        length, is_positive = found
+        j = i + length
+        while j < len(tokens) and tokens[j] in _SKIP_AFTER_DIRECTIVE:
+            j += 1
+        while j < len(tokens) and (len(tokens[j]) <= 2 or tokens[j] in STOPWORDS):
+            j += 1
+        if j == len(tokens):
+            break
+        (positive if is_positive else negative).add(tokens[j])
+        i = j  # the object may itself start a directive ("always avoid X")
+    return frozenset(positive), frozenset(negative)
+
+
+def opposes(a_body: str, b_body: str) -> frozenset[str]:
+    """Objects that one body says to do/use and the other says not to."""
+    a_pos, a_neg = directives(a_body)
+    b_pos, b_neg = directives(b_body)
+    return (a_pos & b_neg) | (a_neg & b_pos)

@@ -1,0 +1,174 @@
+"""Trash commands across dirs (list, restore with its pointer line, rotation) and pass hints."""
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+from memoryd import fsops, trash
+from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.errors import MemorydError
+from memoryd.index import INDEX_NAME, pointer_targets
+from memoryd.indexer import index_dir, read_index_file
+from memoryd.runtime import Runtime
+
+CLOCK_FILE = "trash-clock.json"
+
+
+@dataclass(slots=True)
+class Listed:
+    dir: MemoryDir
+    entry: trash.Entry
+
+
+def list_trash(dirs: Sequence[MemoryDir], *, include_restored: bool = False) -> list[Listed]:
+    out = []
+    for md in dirs:
+        for entry in trash.entries(md.real_path):
+            if entry.restored_as and not include_restored:
+                continue
+            out.append(Listed(md, entry))
+    return out
+
+
+def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
+    """The trashed file named by id or path; a path inside a `.trash` names its own dir."""
+    candidates = list(dirs)
+    path = Path(key).expanduser()
+    if trash.TRASH_DIR in path.parts:
+        holder = Path(*path.parts[: path.parts.index(trash.TRASH_DIR)])
+        candidates = explicit_dirs(holder, rt.config) + candidates
+    for md in candidates:
+        found = trash.find(md.real_path, key if not path.is_absolute() else str(path))
+        if found is not None:
+            return Listed(md, found)
+    raise MemorydError(
+        f"{key}: no trash manifest knows this id or path; `memoryd trash list` shows what can "
+        "be restored (a file the manifest does not know is never restored)"
+    )
+
+
+def restore(rt: Runtime, listed: Listed) -> str:
+    """Move the file back and give it its pointer line again (the old wording if it had one)."""
+    name = trash.restore(listed.dir.real_path, listed.entry)
+    record = listed.entry.record
+    rt.audit.write(
+        "trash.restored",
+        dir=listed.dir.path,
+        file=record.original_name,
+        id=record.id,
+        **{"as": name},
+    )
+    preferred = {}
+    if record.index_line and name == record.original_name:
+        preferred[name] = record.index_line
+    index_dir(rt, listed.dir, preferred=preferred)
+    return name
+
+
+# --- rotation ----------------------------------------------------------------------------------
+def _last_run(rt: Runtime) -> date | None:
+    try:
+        data = json.loads((rt.paths.state_dir / CLOCK_FILE).read_bytes())
+        return date.fromisoformat(data["last_run"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save_last_run(rt: Runtime, today: date) -> None:
+    previous = _last_run(rt)
+    if previous is None or today > previous:
+        fsops.write_private(
+            rt.paths.state_dir / CLOCK_FILE, json.dumps({"last_run": today.isoformat()}).encode()
+        )
+
+
+@dataclass(slots=True)
+class Rotation:
+    dir: MemoryDir
+    purged: list[str] = field(default_factory=list)
+    would_purge: list[str] = field(default_factory=list)
+    refused: str = ""
+    leftovers: list[str] = field(default_factory=list)
+
+
+def rotate(
+    rt: Runtime, dirs: Sequence[MemoryDir], *, keep_days: int | None = None, dry_run: bool = False
+) -> list[Rotation]:
+    """Purge day folders past retention in each dir, unless the clock looks wrong."""
+    today = rt.today()
+    last = _last_run(rt)
+    keep = rt.config.trash.keep_days if keep_days is None else keep_days
+    results = []
+    for md in dirs:
+        names = trash.day_names(md.real_path)
+        result = Rotation(md)
+        if not dry_run:
+            result.leftovers = trash.finish_leftovers(md.real_path)
+        plan = trash.plan_purge(names, today, keep, last)
+        result.refused = plan.refused
+        if dry_run:
+            result.would_purge = plan.purge
+        elif plan.purge:
+            result.purged = trash.purge_days(md.real_path, plan.purge)
+            rt.audit.write("trash.purged", dir=md.path, days=result.purged, keep_days=keep)
+        if plan.refused and names and not dry_run:
+            rt.audit.write(
+                "trash.purged", dir=md.path, days=[], refused=plan.refused, level="warning"
+            )
+        results.append(result)
+    if not dry_run and not any(r.refused for r in results):
+        _save_last_run(rt, today)
+    return results
+
+
+# --- pass hints (DESIGN §4.12) -----------------------------------------------------------------
+_TYPE_PREFIX = re.compile(r"^(?:user|feedback|project|reference)[_-]")
+
+
+def topic_key(filename: str) -> str:
+    stem = _TYPE_PREFIX.sub("", filename.removesuffix(".md").lower())
+    return re.sub(r"[^a-z0-9]+", "_", stem).strip("_")
+
+
+def orphan_hints(dirs: Sequence[MemoryDir]) -> str:
+    projects = [d for d in dirs if d.kind == "project"]
+    if not projects:
+        return "orphaned project dirs: skipped (no project memory dirs in this run)"
+    gone = [d for d in projects if "no longer exists" in d.repo_reason]
+    if not gone:
+        return f"orphaned project dirs: none ({len(projects)} checked)"
+    listed = "; ".join(f"{d.path} ({d.repo_reason})" for d in gone)
+    return f"orphaned project dirs (hint only, nothing removed): {listed}"
+
+
+def promotion_candidates(
+    dirs: Sequence[MemoryDir], declined: dict[Path, set[str]]
+) -> tuple[str, list[tuple[str, str, int]]]:
+    """Memories whose topic key appears in the indexes of 2+ other dirs (listed only)."""
+    if len(dirs) < 3:
+        return (
+            "promotion candidates: skipped (needs 3 or more memory dirs in one run; "
+            f"this run has {len(dirs)})"
+        ), []
+    keys_by_dir: dict[Path, set[str]] = {}
+    for md in dirs:
+        with fsops.open_dir(md.real_path) as fd:
+            text = read_index_file(fd, INDEX_NAME).text or ""
+        keys_by_dir[md.real_path] = {topic_key(t) for t in pointer_targets(text)} - {""}
+    found: list[tuple[str, str, int]] = []
+    for md in dirs:
+        with fsops.open_dir(md.real_path) as fd:
+            text = read_index_file(fd, INDEX_NAME).text or ""
+        for target in sorted(set(pointer_targets(text))):
+            if target in declined.get(md.real_path, set()):
+                continue
+            key = topic_key(target)
+            others = sum(1 for p, keys in keys_by_dir.items() if p != md.real_path and key in keys)
+            if others >= 2:
+                found.append((str(md.path), target, others))
+    if not found:
+        return f"promotion candidates: none across {len(dirs)} dirs", []
+    return f"promotion candidates: {len(found)} (listed only)", found

@@ -1,0 +1,149 @@
+"""The intent journal of a dream pass, and recovery of a pass that a crash left unfinished.
+
+A pass writes (and fsyncs) its whole plan of moves before the first one, appends a line per move
+made, and a commit line at the end. Recovery at the start of any writing command rolls forward
+what was done (manifest records, index lines) and leaves the rest to the next pass.
+"""
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memoryd import fsops, trash
+from memoryd.paths import ensure_private_dir
+from memoryd.trash import TrashRecord
+
+JOURNAL_DIR = "journal"
+
+
+def journal_dir(state_dir: Path) -> Path:
+    return state_dir / JOURNAL_DIR
+
+
+@dataclass(slots=True)
+class Journal:
+    path: Path
+    pass_id: str
+    dir: Path
+    moves: list[TrashRecord]
+    done: set[str] = field(default_factory=set)
+    committed: bool = False
+
+
+def _append(path: Path, row: dict[str, Any]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, (json.dumps(row, ensure_ascii=True) + "\n").encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def begin(state_dir: Path, pass_id: str, memory_dir: Path, moves: list[TrashRecord]) -> Journal:
+    folder = ensure_private_dir(journal_dir(state_dir))
+    path = folder / f"{pass_id}.jsonl"
+    intent = {
+        "intent": pass_id,
+        "dir": str(memory_dir),
+        "moves": [json.loads(m.to_json()) for m in moves],
+    }
+    tmp = folder / f".{pass_id}{fsops.TEMP_MARK}intent.tmp"
+    fsops.write_private(tmp, (json.dumps(intent, ensure_ascii=True) + "\n").encode("ascii"))
+    os.rename(tmp, path)  # the journal appears whole or not at all
+    with fsops.open_dir(folder) as fd:
+        fsops.fsync_dir(fd)
+    fsops.crash_point("journal.begun")
+    return Journal(path, pass_id, memory_dir, moves)
+
+
+def mark_done(journal: Journal, record_id: str) -> None:
+    _append(journal.path, {"done": record_id})
+    journal.done.add(record_id)
+    fsops.crash_point("journal.marked")
+
+
+def commit(journal: Journal) -> None:
+    _append(journal.path, {"commit": journal.pass_id})
+    fsops.crash_point("journal.committed")
+    journal.path.unlink()
+
+
+def load(path: Path) -> Journal | None:
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError:
+        return None
+    try:
+        intent = json.loads(lines[0])
+        moves = [TrashRecord(**m) for m in intent["moves"]]
+        journal = Journal(path, intent["intent"], Path(intent["dir"]), moves)
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+    for raw in lines[1:]:
+        try:
+            row = json.loads(raw)
+        except ValueError:
+            continue  # a torn last line
+        if "done" in row:
+            journal.done.add(row["done"])
+        if "commit" in row:
+            journal.committed = True
+    return journal
+
+
+def pending(state_dir: Path) -> list[Path]:
+    folder = journal_dir(state_dir)
+    try:
+        return sorted(folder / n for n in os.listdir(folder) if n.endswith(".jsonl"))
+    except OSError:
+        return []
+
+
+@dataclass(slots=True)
+class Recovery:
+    journal: Journal
+    moved: list[TrashRecord] = field(default_factory=list)
+    not_moved: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        text = (
+            f"rolled forward {len(self.moved)} move(s); {len(self.not_moved)} not made "
+            "(the next pass decides again)"
+        )
+        return text + (f"; {'; '.join(self.problems)}" if self.problems else "")
+
+
+def _manifest_ids(folder: Path) -> set[str]:
+    return {str(row.get("id")) for row in trash._iter_manifest(folder) if "id" in row}
+
+
+def settle(journal: Journal) -> Recovery:
+    """Find out which planned moves happened, and finish their bookkeeping. Idempotent."""
+    result = Recovery(journal)
+    memory_dir = journal.dir
+    for record in journal.moves:
+        folder = memory_dir / trash.TRASH_DIR / record.day
+        src = memory_dir / record.original_name
+        dst = folder / record.stored_name
+        src_there = os.path.lexists(src)
+        dst_there = os.path.lexists(dst)
+        if src_there and dst_there:
+            if os.lstat(src).st_ino == os.lstat(dst).st_ino:
+                os.unlink(src)  # the link-then-unlink fallback stopped halfway
+                src_there = False
+            else:
+                result.problems.append(f"{record.original_name} is both in the dir and the trash")
+                continue
+        if dst_there and not src_there:
+            if record.id not in _manifest_ids(folder):
+                trash.append_record(folder, record.to_json())
+            result.moved.append(record)
+        elif src_there:
+            result.not_moved.append(record.original_name)
+        else:
+            result.problems.append(f"{record.original_name} is in neither the dir nor the trash")
+    return result

@@ -1,0 +1,314 @@
+"""The trash: `<memory dir>/.trash/YYYY-MM-DD/` day folders with a JSONL manifest each.
+
+memoryd never deletes a memory: it renames it into today's day folder (same filesystem, never
+overwriting) and appends a manifest record saying why. Restore renames it back. Day folders past
+their retention are purged, but only when the clock looks sane.
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from memoryd import fsops
+from memoryd.errors import MemorydError, UnsafeFilesystemOperation
+
+TRASH_DIR = ".trash"
+MANIFEST = "manifest.jsonl"
+PURGING_PREFIX = ".purging-"
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+FAR_FORWARD_DAYS = 366  # a jump this far since the last run is a broken clock, not a holiday
+
+
+@dataclass(frozen=True, slots=True)
+class TrashRecord:
+    id: str
+    original_name: str
+    stored_name: str
+    day: str
+    sha256: str
+    size: int
+    reason: str
+    pass_id: str
+    time: str
+    duplicate_of: str | None = None
+    superseded_by: str | None = None
+    index_line: str | None = None  # the pointer line it had, so a restore can put it back
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=True, sort_keys=True)
+
+
+def parse_day(name: str) -> date | None:
+    if not _DAY.match(name):
+        return None
+    try:
+        return date.fromisoformat(name)
+    except ValueError:
+        return None
+
+
+def new_id() -> str:
+    return secrets.token_hex(5)
+
+
+def trash_root(memory_dir: Path) -> Path:
+    return memory_dir / TRASH_DIR
+
+
+def _ensure_real_dir(path: Path) -> None:
+    """Create a trash folder 0700, refusing a symlink or a non-folder in its place."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        path.mkdir(mode=0o700)
+        os.chmod(path, 0o700)
+        return
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UnsafeFilesystemOperation(
+            f"{path} is not a plain folder (a symlink or a file): memoryd will not put memories "
+            "there. Move it aside and rerun."
+        )
+
+
+def day_folder(memory_dir: Path, day: date) -> Path:
+    root = trash_root(memory_dir)
+    _ensure_real_dir(root)
+    folder = root / day.isoformat()
+    _ensure_real_dir(folder)
+    return folder
+
+
+def free_name(folder: Path, name: str) -> str:
+    """`name`, or `name.2.md`, `name.3.md`... : the first that does not exist in the folder."""
+    if not os.path.lexists(folder / name):
+        return name
+    stem = name.removesuffix(".md")
+    n = 2
+    while os.path.lexists(folder / f"{stem}.{n}.md"):
+        n += 1
+    return f"{stem}.{n}.md"
+
+
+def append_record(folder: Path, line: str) -> None:
+    fd = os.open(
+        folder / MANIFEST,
+        os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+    )
+    try:
+        os.write(fd, (line + "\n").encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def move_to_trash(memory_dir: Path, record: TrashRecord) -> None:
+    """Rename `record.original_name` into its day folder as `record.stored_name`, then log it."""
+    folder = day_folder(memory_dir, date.fromisoformat(record.day))
+    fsops.move_no_replace(memory_dir, record.original_name, folder, record.stored_name)
+    fsops.crash_point("trash.after_move")
+    append_record(folder, record.to_json())
+
+
+# --- reading manifests -----------------------------------------------------------------------
+@dataclass(slots=True)
+class Entry:
+    """A record with where its file is now; `restored_as` once it went back."""
+
+    record: TrashRecord
+    folder: Path
+    restored_as: str | None = None
+
+    @property
+    def stored_path(self) -> Path:
+        return self.folder / self.record.stored_name
+
+
+def _iter_manifest(folder: Path) -> Iterator[dict[str, Any]]:
+    try:
+        fd = os.open(folder / MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as handle:
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                return
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                yield row
+
+
+def entries(memory_dir: Path) -> list[Entry]:
+    """Every trashed file of a dir, oldest first, with its restore state."""
+    root = trash_root(memory_dir)
+    out: dict[str, Entry] = {}
+    try:
+        days = sorted(p for p in os.listdir(root) if parse_day(p) is not None)
+    except OSError:
+        return []
+    for day in days:
+        folder = root / day
+        if os.path.islink(folder):
+            continue
+        for row in _iter_manifest(folder):
+            if "restored" in row:
+                if row["restored"] in out:
+                    out[row["restored"]].restored_as = str(row.get("as", ""))
+                continue
+            try:
+                record = TrashRecord(
+                    **{k: v for k, v in row.items() if k in TrashRecord.__dataclass_fields__}
+                )
+            except TypeError:
+                continue
+            out[record.id] = Entry(record, folder)
+    return list(out.values())
+
+
+def find(memory_dir: Path, key: str) -> Entry | None:
+    """An entry by id, or by the path of its stored file."""
+    for entry in entries(memory_dir):
+        if entry.record.id == key:
+            return entry
+        with contextlib.suppress(OSError):
+            if Path(key).resolve() == entry.stored_path.resolve():
+                return entry
+    return None
+
+
+def restore_name(memory_dir: Path, original: str) -> str:
+    if not os.path.lexists(memory_dir / original):
+        return original
+    stem = original.removesuffix(".md")
+    n = 1
+    while os.path.lexists(memory_dir / f"{stem}.restored-{n}.md"):
+        n += 1
+    return f"{stem}.restored-{n}.md"
+
+
+def restore(memory_dir: Path, entry: Entry) -> str:
+    """Move a trashed file back; returns the name it got. The sha256 must still match."""
+    if entry.restored_as:
+        raise MemorydError(
+            f"{entry.record.id} was already restored as {entry.restored_as} in {memory_dir}"
+        )
+    try:
+        data, _ = _read_stored(entry)
+    except FileNotFoundError as error:
+        raise MemorydError(
+            f"{entry.stored_path}: the trashed file is gone (purged or moved by hand); "
+            "nothing to restore"
+        ) from error
+    if hashlib.sha256(data).hexdigest() != entry.record.sha256:
+        raise MemorydError(
+            f"{entry.stored_path}: its content no longer matches the manifest's sha256; "
+            "restore it by hand if you trust it"
+        )
+    name = restore_name(memory_dir, entry.record.original_name)
+    fsops.move_no_replace(entry.folder, entry.record.stored_name, memory_dir, name)
+    append_record(
+        entry.folder,
+        json.dumps(
+            {
+                "restored": entry.record.id,
+                "as": name,
+                "time": datetime.now().astimezone().isoformat(),
+            }
+        ),
+    )
+    return name
+
+
+def _read_stored(entry: Entry) -> tuple[bytes, os.stat_result]:
+    with fsops.open_dir(entry.folder) as fd:
+        return fsops.read_regular(fd, entry.record.stored_name, 64 << 20)
+
+
+# --- rotation ----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class PurgePlan:
+    purge: list[str] = field(default_factory=list)
+    refused: str = ""
+
+
+def plan_purge(
+    day_names: list[str], today: date, keep_days: int, last_run: date | None
+) -> PurgePlan:
+    """Which day folders are past retention; nothing when the clock looks wrong (pure)."""
+    days = sorted(d for d in (parse_day(n) for n in day_names) if d is not None)
+    newest = days[-1] if days else None
+    if last_run is not None and today < last_run - timedelta(days=1):
+        return PurgePlan(refused=f"the clock went back from {last_run} to {today}")
+    if last_run is not None and today > last_run + timedelta(days=FAR_FORWARD_DAYS):
+        return PurgePlan(refused=f"the clock jumped forward from {last_run} to {today}")
+    if newest is not None and today < newest - timedelta(days=1):
+        return PurgePlan(refused=f"today ({today}) is before the newest trash folder ({newest})")
+    cutoff = today - timedelta(days=keep_days)
+    return PurgePlan(purge=[d.isoformat() for d in days if d < cutoff])
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder without following any symlink inside it (a link is removed, not its target).
+
+    shutil.rmtree uses the fd-based walk on Linux, which never follows links; on platforms
+    where it cannot, refuse instead of risking a walk out of the trash.
+    """
+    if not shutil.rmtree.avoids_symlink_attacks:
+        raise UnsafeFilesystemOperation(
+            f"{path}: this platform cannot remove folders without following links; "
+            "remove it by hand"
+        )
+    shutil.rmtree(path)
+
+
+def purge_days(memory_dir: Path, days: list[str]) -> list[str]:
+    """Rename each day folder aside, then remove it; finished ones are returned."""
+    root = trash_root(memory_dir)
+    done = []
+    for day in days:
+        folder = root / day
+        if os.path.islink(folder) or not folder.is_dir():
+            continue
+        aside = root / f"{PURGING_PREFIX}{day}-{secrets.token_hex(3)}"
+        os.rename(folder, aside)
+        fsops.crash_point("trash.purge_aside")
+        remove_tree(aside)
+        done.append(day)
+    return done
+
+
+def finish_leftovers(memory_dir: Path) -> list[str]:
+    """Remove aside-folders a crashed purge left behind."""
+    root = trash_root(memory_dir)
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    done = []
+    for name in sorted(names):
+        path = root / name
+        if name.startswith(PURGING_PREFIX) and path.is_dir() and not path.is_symlink():
+            remove_tree(path)
+            done.append(name)
+    return done
+
+
+def day_names(memory_dir: Path) -> list[str]:
+    try:
+        return [n for n in os.listdir(trash_root(memory_dir)) if parse_day(n) is not None]
+    except OSError:
+        return []

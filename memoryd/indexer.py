@@ -222,7 +222,7 @@ def _index_once(
         override = mode or cfg.override_for(md.path).mode
         ownership = decide_ownership(main.text, archive.text, linked, set(memories), override)
     outcome.ownership = ownership
-    if not rt.dry_run:
+    if not rt.dry_run and not check:
         _report_problems(rt, md, scan, state)
     if not ownership.managed:
         outcome.status = "unmanaged"

@@ -132,26 +132,44 @@ def parse_flat(text: str) -> dict[str, str] | None:
     return out
 
 
-_LENIENT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*):[ \t]+(.*?)[ \t]*$")
+_LENIENT_LINE = re.compile(r"^([ \t]*)([A-Za-z_][A-Za-z0-9_-]*):(?:[ \t]+(.*?))?[ \t]*$")
+_STRUCTURE_START = "[{&*!|>%@`"
 
 
-def parse_lenient(text: str) -> dict[str, str] | None:
-    """Flat `key: value` lines that YAML rejects only for a `: ` inside the value.
+def parse_lenient(text: str) -> dict[str, Any] | None:
+    """`key: value` lines (one level of nesting) that strict YAML rejects for their values.
 
-    Agents write descriptions like `avoid typing it as `: object``: strict YAML refuses them,
-    the agent itself reads them fine. Taken verbatim, but never when the value opens a YAML
-    structure (then the author may have meant one, and the file is reported instead).
+    Agents write descriptions such as `avoid typing it as `: object`` or `"quoted" then more`:
+    strict YAML refuses them, the agent itself reads them fine. Values are taken verbatim, but
+    never when one opens a YAML structure (`[`, `{`, an anchor, a block scalar): then the author
+    may have meant YAML, and the file is reported instead.
     """
-    out: dict[str, str] = {}
-    for line in text.split("\n"):
-        line = line.removesuffix("\r")
+    out: dict[str, Any] = {}
+    nested: dict[str, str] | None = None
+    for raw in text.split("\n"):
+        line = raw.removesuffix("\r")
         if not line.strip():
             continue
         match = _LENIENT_LINE.match(line)
-        if match is None or match.group(1) in out or match.group(2)[:1] in "[{\"'&*!|>%@`":
+        if match is None:
             return None
-        out[match.group(1)] = match.group(2)
-    return out
+        indent, key, value = match.group(1), match.group(2), match.group(3) or ""
+        if value[:1] and value[0] in _STRUCTURE_START:
+            return None
+        if indent:
+            if nested is None or key in nested or not value:
+                return None
+            nested[key] = value
+            continue
+        if key in out:
+            return None
+        if value:
+            out[key] = value
+            nested = None
+        else:
+            nested = {}
+            out[key] = nested
+    return {k: ("" if v == {} else v) for k, v in out.items()}
 
 
 def _hint_for_yaml(error: Exception) -> str:

@@ -31,6 +31,9 @@ def _find_corpus() -> Path | None:
 CORPUS = _find_corpus()
 
 
+LEVEL_ORDER = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+
 @dataclass
 class Env:
     home: Path

@@ -247,7 +247,8 @@ def dream_dir(
     probe = index_dir(rt, md, check=True)
     managed = bool(probe.ownership and probe.ownership.managed)
     if not dry_run:
-        audit.write("dream.started", dir=md.path, pass_id=pass_id, trigger=trigger)
+        # Debug level: a pass that finds nothing to do leaves no row above debug (DESIGN §2.6).
+        audit.write("dream.started", dir=md.path, pass_id=pass_id, trigger=trigger, level="debug")
     try:
         inv = inventory(md, rt, repo)
         result.files = len(inv.items)
@@ -260,9 +261,12 @@ def dream_dir(
         if not dry_run:
             for flag in plan.flagged:
                 if flag.guard:
-                    audit.write(
+                    _say_once(
+                        rt,
+                        md,
+                        f"kept:{flag.filename}",
+                        f"{plan.items[flag.filename].sha256}:{flag.guard}",
                         "dream.kept",
-                        dir=md.path,
                         file=flag.filename,
                         guard=flag.guard,
                         reason="fully stale, kept by a guard",
@@ -276,17 +280,19 @@ def dream_dir(
         elif plan.refused:
             result.status = "refused"
             result.message = plan.refused
-            if not dry_run:
-                audit.write(
-                    "dream.refused",
-                    dir=md.path,
-                    would_move=len(plan.moves),
-                    limit=plan.limit,
-                    plan=[
-                        {"file": m.filename, "reason": m.reason, "detail": m.detail}
-                        for m in plan.moves
-                    ],
-                )
+            signature = ",".join(f"{m.filename}:{m.sha256[:12]}" for m in plan.moves)
+            if not dry_run and _say_once(
+                rt,
+                md,
+                "refused",
+                signature,
+                "dream.refused",
+                would_move=len(plan.moves),
+                limit=plan.limit,
+                plan=[
+                    {"file": m.filename, "reason": m.reason, "detail": m.detail} for m in plan.moves
+                ],
+            ):
                 for move in plan.moves:
                     audit.write(
                         "dream.move_skipped", dir=md.path, file=move.filename, why="circuit breaker"
@@ -306,9 +312,11 @@ def dream_dir(
         return result
     result.duration_ms = int((time.monotonic() - started) * 1000)
     if not dry_run:
+        acted = bool(result.moved or result.skipped_moves)
         audit.write(
             "dream.completed",
             dir=md.path,
+            level="info" if acted else "debug",
             pass_id=pass_id,
             status=result.status,
             **_summary(result),
@@ -319,6 +327,18 @@ def dream_dir(
         state.changed_since_dream = []
         rt.store.save(md.real_path, state)
     return result
+
+
+def _say_once(
+    rt: Runtime, md: MemoryDir, key: str, signature: str, event: str, **fields: Any
+) -> bool:
+    """Write an audit row the first time this (key, signature) is seen for the dir."""
+    state = rt.store.load(md.real_path)
+    if not state.report_once(f"dream:{key}", signature):
+        return False
+    rt.store.save(md.real_path, state)
+    rt.audit.write(event, dir=md.path, **fields)
+    return True
 
 
 def _summary(result: DreamResult) -> dict[str, Any]:

@@ -1,0 +1,280 @@
+"""Significant words, exact duplicate search, one-doc queries and contradictions (§4.6-4.7)."""
+
+import itertools
+import random
+import subprocess
+import sys
+import textwrap
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memoryd.dream import similar
+from memoryd.dream.similar import (
+    HAVE_NUMPY,
+    STOPWORDS,
+    Pair,
+    SimilarityIndex,
+    Vocabulary,
+    candidates_for,
+    directives,
+    find_similar_pairs,
+    opposes,
+    overlap,
+    significant_words,
+)
+
+ENGINES = [
+    pytest.param(False, id="pure"),
+    pytest.param(True, id="numpy", marks=pytest.mark.skipif(not HAVE_NUMPY, reason="no numpy")),
+]
+# Tunings of the numpy engine that force each of its code paths on small inputs: everything
+# in the sparse posting lists, a mix, everything in the dense matrix; tiny blocks and chunks.
+NUMPY_TUNINGS: list[dict[str, Any]] = [
+    {"dense_fraction": 2.0, "block_cells": 1, "gather_max": 1},
+    {"dense_fraction": 0.3, "block_cells": 40, "gather_max": 5},
+    {"dense_fraction": 0.0, "block_cells": 7},
+]
+
+Docs = list[tuple[str, Sequence[int]]]
+
+
+def brute_pairs(docs: Docs, low: float) -> list[Pair]:
+    """The definition, checked on every pair."""
+    out = []
+    for i, j in itertools.combinations(range(len(docs)), 2):
+        (ta, wa), (tb, wb) = docs[i], docs[j]
+        if ta == tb and wa and wb and overlap(wa, wb) >= low:
+            out.append(Pair(i, j, overlap(wa, wb)))
+    return out
+
+
+def brute_query(
+    doc: Sequence[int], doc_type: str, docs: Docs, low: float
+) -> list[tuple[int, float]]:
+    return [
+        (i, overlap(doc, words))
+        for i, (t, words) in enumerate(docs)
+        if t == doc_type and doc and words and overlap(doc, words) >= low
+    ]
+
+
+def word_ids(max_id: int, max_len: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(0, max_id), max_size=max_len)
+
+
+docs_strategy = st.integers(1, 40).flatmap(
+    lambda vocab: st.lists(st.tuples(st.sampled_from("ab"), word_ids(vocab, 24)), max_size=45)
+)
+lows = st.sampled_from([0.4, 0.6, 0.5, 0.75, 1.0, 1 / 3])
+
+
+def test_stopwords_are_the_design_list() -> None:
+    """STOPWORDS is exactly the list in DESIGN §4.6."""
+    design = (
+        "the a an is are was were be been have has had do does did will would could should may "
+        "might can shall to of in for on with at by from as into through during before after "
+        "this that it not no but or and if then than so"
+    )
+    assert frozenset(design.split()) == STOPWORDS
+
+
+def test_significant_words_follow_the_definition() -> None:
+    """Lower-cased, split on whitespace only, short words and stopwords dropped."""
+    body = "Always USE pnpm.\nThe CI runs\ton main; it is OK\u00a0now"
+    assert significant_words(body) == {"always", "use", "pnpm.", "runs", "main;", "now"}
+
+
+def test_vocabulary_gives_sorted_unique_stable_ids() -> None:
+    """Ids are dense, assigned on first sight, and each word set comes back sorted and unique."""
+    vocab = Vocabulary()
+    assert vocab.ids(["zeta", "alpha", "zeta"]).tolist() == sorted(
+        [vocab.id("zeta"), vocab.id("alpha")]
+    )
+    assert vocab.ids(["alpha", "new"]) == array("I", [vocab.id("alpha"), 2])
+    assert len(vocab) == 3
+    assert vocab.word(vocab.id("new")) == "new"
+
+
+def test_overlap_coefficient() -> None:
+    """|A∩B| / min(|A|,|B|), with duplicates ignored and empty sets scoring 0."""
+    assert overlap([1, 2, 3], [2, 3, 4, 5, 6]) == 2 / 3
+    assert overlap([1, 1, 2], [2]) == 1.0
+    assert overlap([], [1]) == 0.0
+
+
+@pytest.mark.parametrize("use_numpy", ENGINES)
+@settings(max_examples=150, deadline=None)
+@given(docs=docs_strategy, low=lows)
+def test_pairs_match_brute_force(use_numpy: bool, docs: Docs, low: float) -> None:
+    """Both engines return exactly the pairs (and overlaps) of the all-pairs definition."""
+    assert find_similar_pairs(docs, low, use_numpy=use_numpy) == brute_pairs(docs, low)
+
+
+@pytest.mark.skipif(not HAVE_NUMPY, reason="no numpy")
+@pytest.mark.parametrize("tuning", NUMPY_TUNINGS)
+@settings(max_examples=80, deadline=None)
+@given(docs=docs_strategy, low=lows)
+def test_numpy_engine_paths_match_brute_force(
+    tuning: dict[str, Any], docs: Docs, low: float
+) -> None:
+    """The numpy engine is exact whichever split of dense and sparse words and block size."""
+    assert similar._pairs_numpy(docs, low, **tuning) == brute_pairs(docs, low)
+
+
+@pytest.mark.parametrize("use_numpy", ENGINES)
+def test_unsorted_input_is_read_as_a_set(use_numpy: bool) -> None:
+    """Word ids out of order or repeated count once, as in a set."""
+    docs: Docs = [("a", [5, 1, 3, 3, 1]), ("a", [3, 1, 5]), ("a", [9, 8])]
+    assert find_similar_pairs(docs, 0.6, use_numpy=use_numpy) == [Pair(0, 1, 1.0)]
+
+
+@pytest.mark.parametrize("use_numpy", ENGINES)
+@pytest.mark.parametrize(
+    ("small", "big", "shared", "is_pair"),
+    [
+        (5, 8, 3, True),  # 3/5 is exactly 0.6
+        (15, 20, 9, True),  # 9/15 is 0.6, though 0.6 * 15 rounds to 9.000000000000002
+        (10, 10, 6, True),
+        (10, 10, 5, False),
+        (100, 120, 59, False),  # 0.59, just below
+        (100, 120, 60, True),
+    ],
+)
+def test_threshold_boundary(
+    use_numpy: bool, small: int, big: int, shared: int, is_pair: bool
+) -> None:
+    """An overlap of exactly 0.6 is a duplicate; anything below is not."""
+    a = list(range(small))
+    b = list(range(small - shared, small - shared + big))
+    pairs = find_similar_pairs([("a", a), ("a", b)], 0.6, use_numpy=use_numpy)
+    assert pairs == ([Pair(0, 1, shared / small)] if is_pair else [])
+
+
+@pytest.mark.parametrize("use_numpy", ENGINES)
+def test_types_and_empty_sets_never_pair(use_numpy: bool) -> None:
+    """Identical word sets of different types do not pair, and empty sets pair with nothing."""
+    docs: Docs = [("project", [1, 2, 3]), ("feedback", [1, 2, 3]), ("project", []), ("user", [])]
+    assert find_similar_pairs(docs, 0.6, use_numpy=use_numpy) == []
+
+
+def test_threshold_must_be_positive() -> None:
+    """A threshold of 0 or below is refused: pairs sharing nothing cannot be enumerated."""
+    with pytest.raises(ValueError, match="threshold"):
+        find_similar_pairs([("a", [1])], 0.0)
+
+
+@pytest.mark.parametrize("use_numpy", ENGINES)
+@settings(max_examples=100, deadline=None)
+@given(
+    docs=docs_strategy,
+    queries=st.lists(st.tuples(st.sampled_from("abc"), word_ids(45, 24)), max_size=6),
+    low=lows,
+)
+def test_candidates_for_matches_brute_force(
+    use_numpy: bool, docs: Docs, queries: list[tuple[str, list[int]]], low: float
+) -> None:
+    """One doc against an index returns exactly the docs the definition would pick."""
+    index = SimilarityIndex(docs, use_numpy=use_numpy)
+    for doc_type, doc in queries:
+        assert candidates_for(doc, doc_type, index, low) == brute_query(doc, doc_type, docs, low)
+
+
+@pytest.mark.parametrize("use_numpy", ENGINES)
+def test_candidates_for_on_a_larger_index(use_numpy: bool) -> None:
+    """With hundreds of docs (frequent words as bitsets) the query is still exact."""
+    rng = random.Random(3)
+    docs: Docs = [
+        (rng.choice("ab"), sorted({min(int(rng.expovariate(0.05)), 400) for _ in range(30)}))
+        for _ in range(600)
+    ]
+    index = SimilarityIndex(docs, use_numpy=use_numpy)
+    for doc_type, doc in docs[:40]:
+        for low in (0.4, 0.6):
+            assert candidates_for(doc, doc_type, index, low) == brute_query(
+                doc, doc_type, docs, low
+            )
+
+
+def test_engines_agree_on_a_zipf_corpus() -> None:
+    """On a few hundred Zipf-like docs with planted duplicates, both engines give one answer."""
+    rng = random.Random(5)
+    docs: Docs = []
+    for _ in range(500):
+        if docs and rng.random() < 0.05:
+            doc_type, words = docs[rng.randrange(len(docs))]
+            docs.append((doc_type, sorted(set(words[3:]) | {rng.randrange(3000)})))
+        else:
+            words = {int(rng.paretovariate(0.8)) % 3000 for _ in range(rng.randint(20, 90))}
+            docs.append((rng.choice(("project", "feedback", "user")), sorted(words)))
+    expected = find_similar_pairs(docs, 0.4, use_numpy=False)
+    assert len([p for p in expected if p.overlap >= 0.6]) >= 10
+    if HAVE_NUMPY:
+        assert find_similar_pairs(docs, 0.4, use_numpy=True) == expected
+    assert expected == brute_pairs(docs, 0.4)
+
+
+def test_works_without_numpy(tmp_path: Path) -> None:
+    """With numpy unimportable the module loads, picks the pure engine and refuses numpy."""
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["numpy"] = None
+        from memoryd.dream.similar import HAVE_NUMPY, SimilarityIndex, find_similar_pairs
+        assert not HAVE_NUMPY
+        docs = [("a", [1, 2, 3]), ("a", [1, 2, 3, 4]), ("b", [1, 2, 3])]
+        assert [(p.a, p.b) for p in find_similar_pairs(docs, 0.6)] == [(0, 1)]
+        assert SimilarityIndex(docs).query([1, 2], "a", 0.6) == [(0, 1.0), (1, 1.0)]
+        try:
+            find_similar_pairs(docs, 0.6, use_numpy=True)
+        except RuntimeError:
+            print("refused")
+        """
+    )
+    root = Path(similar.__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "refused"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "objects"),
+    [
+        ("Always use pnpm for installs.", "Never use pnpm here.", {"pnpm"}),
+        ("Always use pnpm.", "Never use yarn.", set()),
+        ("Prefer ruff over flake8", "Avoid ruff; it breaks CI", {"ruff"}),
+        ("Use bun to install", "Stop using bun: it is slow", {"bun"}),
+        ("Use `poetry` for locks", "Don’t use poetry", {"poetry"}),
+        ("Do squash merges", "Do not squash merges", {"squash"}),
+        ("USE DOCKER", "dont use docker.", {"docker"}),
+        ("Don't use npm", "Don't use npm either", set()),
+        ("Never do rebase on main", "Do rebase before merging", {"rebase"}),
+    ],
+)
+def test_opposes_examples(a: str, b: str, objects: set[str]) -> None:
+    """Opposite directives about the same object oppose, in either order, and nothing else."""
+    assert opposes(a, b) == objects
+    assert opposes(b, a) == objects
+
+
+@pytest.mark.parametrize(
+    ("body", "positive", "negative"),
+    [
+        ("do not commit secrets", set(), {"commit"}),
+        ("don't use yarn", set(), {"yarn"}),
+        ("never do rebases; use merges", {"merges"}, {"rebases"}),
+        ("always prefer small diffs", {"prefer", "small"}, set()),
+        ("avoid using mocks.", set(), {"mocks"}),
+        ("use", set(), set()),
+    ],
+)
+def test_directives(body: str, positive: set[str], negative: set[str]) -> None:
+    """The object is the first significant word after a directive, skipping use/using."""
+    assert directives(body) == (positive, negative)

@@ -541,6 +541,8 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     _recover(rt)
     if args.trash_command == "restore":
         dirs = discover(rt.config, args.dirs)
+        if not args.dirs:  # also every dir memoryd has worked on, wherever it was
+            dirs += housekeeping.known_dirs(rt)
         found = housekeeping.find_entry(rt, dirs, args.key)
         name = housekeeping.restore(rt, found)
         out.write(f"restored {found.entry.record.original_name} as {found.dir.path / name}\n")

@@ -299,8 +299,12 @@ def build_config(data: Mapping[str, object], source: str) -> Config:
 def load_config(explicit: Path | None, paths: AppPaths) -> Config:
     """`--config FILE`, else `<user_config_dir>/config.toml`, else built-in defaults."""
     path = explicit if explicit is not None else paths.config_file
-    if explicit is None and not path.exists():
-        return Config()
+    if explicit is None:
+        try:
+            if not path.exists():
+                return Config()
+        except OSError as error:
+            raise ConfigError(str(path), [f"cannot check the file: {error.strerror}"]) from error
     try:
         raw = path.read_bytes()
     except OSError as error:

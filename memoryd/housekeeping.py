@@ -33,6 +33,22 @@ def list_trash(dirs: Sequence[MemoryDir], *, include_restored: bool = False) -> 
     return out
 
 
+def known_dirs(rt: Runtime) -> list[MemoryDir]:
+    """Every dir memoryd has worked on before (its state remembers them) that still exists."""
+    out = []
+    for path in sorted(rt.store.root.glob("*.json")):
+        try:
+            folder = Path(json.loads(path.read_bytes())["path"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if folder.is_dir():
+            try:
+                out.extend(explicit_dirs(folder, rt.config)[:1])
+            except MemorydError:
+                continue
+    return out
+
+
 def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
     """The trashed file named by id or path; a path inside a `.trash` names its own dir."""
     candidates = list(dirs)

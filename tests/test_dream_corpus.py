@@ -13,7 +13,7 @@ REPOS = sorted(p.name for p in CORPUS.iterdir() if p.is_dir() and p.name != "_al
 
 @pytest.mark.parametrize("repo", REPOS)
 def test_dream_over_a_corpus_repo(env: Env, cli, tmp_path: Path, repo: str) -> None:
-    """Dry run writes nothing; a real pass moves only what it reports, all restorable; rerun no-op."""
+    """Dry run writes nothing; a pass moves only what it reports, all restorable; rerun no-op."""
     root = copy_corpus(tmp_path / "corpus") / repo
     if not any(root.iterdir()):
         pytest.skip(f"{repo} holds no files in the corpus")
@@ -43,7 +43,7 @@ def test_dream_over_a_corpus_repo(env: Env, cli, tmp_path: Path, repo: str) -> N
         if key in after and not Path(key).name.startswith("MEMORY") and key.endswith(".md"):
             assert after[key][0] == sha, f"{key} changed"
 
-    rows_before = [r for r in env.audit_rows()]
+    rows_before = list(env.audit_rows())
     second = cli("--config", "/dev/null", "dream", root)
     assert second.code in (0, 1), second.err
     assert tree_digest(root) == after, "a second pass changed the folder"

@@ -63,7 +63,9 @@ def significant_words(body: str) -> frozenset[str]:
     ``STOPWORDS``. Punctuation is deliberately kept ("pnpm." and "pnpm" are different words):
     the spec defines the split on whitespace alone, and the duplicate threshold was set on it.
     """
-    return frozenset(w for w in body.lower().split() if len(w) > 2 and w not in STOPWORDS)
+    words = set(body.lower().split())
+    words.difference_update(STOPWORDS)
+    return frozenset(w for w in words if len(w) > 2)
 
 
 class Vocabulary:
@@ -89,7 +91,13 @@ class Vocabulary:
 
     def ids(self, words: Iterable[str]) -> "array[int]":
         """Sorted, de-duplicated ids of ``words`` (new words get new ids)."""
-        return array("I", sorted({self.id(w) for w in words}))
+        unique = words if isinstance(words, set | frozenset) else set(words)
+        known = self._ids
+        for w in unique:
+            if w not in known:
+                known[w] = len(self._words)
+                self._words.append(w)
+        return array("I", sorted(map(known.__getitem__, unique)))
 
     def word(self, word_id: int) -> str:
         """The word behind ``word_id``."""

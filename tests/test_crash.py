@@ -1,0 +1,116 @@
+"""Crash safety: SIGKILL at every step of a dream pass and of an index write loses nothing."""
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from memoryd.index import pointer_targets, split_lines
+from memoryd.scan import scan_dir
+from tests.test_dream_planted import _filler, mem
+
+HAND_WRITTEN = "# Project notes\n\nKeep these words exactly.\n\n"
+
+
+def _template(root: Path) -> Path:
+    repo = root / "app"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "app.py").write_text("x = 1\n")
+    (repo / ".claude" / "memory").mkdir(parents=True)
+    mem(repo, "stale_a.md", "Lived in `src/removed_a.py`.")
+    mem(repo, "stale_b.md", "Lived in `src/removed_b.py`.")
+    deploy = ("Deploy staging by running the release script with the canary flag enabled "
+              "first then promote production after verification checks complete")
+    mem(repo, "dup_old.md", deploy + " successfully", age=50)
+    mem(repo, "dup_new.md", deploy + " fine", age=20)
+    _filler(repo, 12)
+    folder = repo / ".claude" / "memory"
+    pointers = "".join(f"- [{p.stem}]({p.name}) — d\n" for p in sorted(folder.glob("*.md")))
+    (folder / "MEMORY.md").write_text(HAND_WRITTEN + pointers + "\n## Footer\nmine\n")
+    return repo
+
+
+def _memory_hashes(folder: Path) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for path in folder.rglob("*.md"):
+        if path.name.startswith(("MEMORY", ".")) or path.is_symlink():
+            continue
+        out[hashlib.sha256(path.read_bytes()).hexdigest()] += 1
+    return out
+
+
+def _run(env: dict[str, str], *args: str, crash_at: int | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    run_env = dict(env)
+    if crash_at is not None:
+        run_env["MEMORYD_CRASH_AT"] = str(crash_at)
+    return subprocess.run([sys.executable, "-m", "memoryd", *args], env=run_env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def _check_consistent(folder: Path, before: Counter[str]) -> None:
+    after = _memory_hashes(folder)  # the dir and its .trash
+    assert not (before - after), "a memory's bytes are in neither the dir nor the trash"
+    text = (folder / "MEMORY.md").read_text()
+    assert text.startswith(HAND_WRITTEN) and text.endswith("\n## Footer\nmine\n")
+    live = set(scan_dir(folder).memories)
+    targets = pointer_targets(text)
+    assert sorted(targets) == sorted(live), "the index does not list exactly the live memories"
+    assert all(line.eol for line in split_lines(text))
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
+            "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "cfg")}
+
+
+def test_sigkill_at_every_step_of_a_dream_pass(tmp_path: Path) -> None:
+    """For k = 1, 2, ...: kill -9 at crash point k, recover, check nothing was lost."""
+    template = _template(tmp_path / "template")
+    k = recovered = 0
+    completed = False
+    while not completed:
+        k += 1
+        assert k < 60, "the pass never completed"
+        case = tmp_path / f"k{k}"
+        shutil.copytree(template.parent, case, symlinks=True)
+        folder = case / "app" / ".claude" / "memory"
+        env = _env(case / "home")
+        before = _memory_hashes(folder)
+        proc = _run(env, "dream", str(folder), crash_at=k)
+        if proc.returncode == -signal.SIGKILL:
+            recovery = _run(env, "index", str(folder))  # any writing command recovers first
+            assert recovery.returncode == 0, recovery.stdout + recovery.stderr
+            recovered += "recovered an unfinished pass" in recovery.stderr
+            _check_consistent(folder, before)
+            again = _run(env, "dream", str(folder))  # a rerun completes the pass
+            assert again.returncode == 0, again.stdout + again.stderr
+        else:
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            completed = True
+        _check_consistent(folder, before)
+        assert not (folder / "stale_a.md").exists() and not (folder / "dup_old.md").exists()
+        assert not list((case / "home" / "state").rglob("journal/*.jsonl"))
+    assert k > 8, "the crash points were never reached"
+    assert recovered >= 5, "recovery from the journal was never exercised"
+
+
+def test_sigkill_during_a_purge_is_finished_later(tmp_path: Path) -> None:
+    """A purge killed after renaming a day folder aside finishes on the next purge."""
+    repo = _template(tmp_path)
+    folder = repo / ".claude" / "memory"
+    old = folder / ".trash" / "2020-01-01"
+    old.mkdir(parents=True)
+    (old / "gone.md").write_text("old\n")
+    env = _env(tmp_path / "home")
+    before = _memory_hashes(folder) - Counter([hashlib.sha256(b"old\n").hexdigest()])
+    proc = _run(env, "trash", "purge", str(folder), crash_at=1)
+    assert proc.returncode == -signal.SIGKILL
+    assert not old.exists() and list((folder / ".trash").glob(".purging-*"))
+    assert _run(env, "trash", "purge", str(folder)).returncode == 0
+    assert list((folder / ".trash").iterdir()) == []
+    assert _memory_hashes(folder) == before

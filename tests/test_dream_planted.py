@@ -1,0 +1,343 @@
+"""The dream pass on planted cases: each classification, guard, duplicate and contradiction rule."""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Env, tree_digest, write_memory
+
+DAY = 86400
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A small code tree with a memory dir inside its .claude/."""
+    root = tmp_path / "app"
+    for rel in ("src/app.py", "src/util.py", "docs/guide.md", "lib/deep/moved_here.py"):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("def handle_request():\n    return 1\nclass PaymentGateway: pass\n")
+    (root / ".claude" / "memory").mkdir(parents=True)
+    return root
+
+
+def mem(repo: Path, name: str, body: str, *, type_: str = "project", age: float = 40,
+        extra: str = "") -> Path:
+    folder = repo / ".claude" / "memory"
+    path = folder / name
+    title = " ".join(name[:-3].split())  # a newline in a file name must not break the YAML
+    path.write_text(f"---\nname: {title}\ndescription: d\ntype: {type_}\n{extra}---\n{body}\n")
+    stamp = time.time() - age * DAY
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def dream(cli, repo: Path, *args: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    result = cli("dream", "--json", *args, repo / ".claude" / "memory")
+    assert result.code in (0, 1), result.err
+    return json.loads(result.out)["dirs"][0]  # type: ignore[no-any-return]
+
+
+def moved(report: dict) -> dict[str, str]:  # type: ignore[type-arg]
+    return {c["file"]: c["reason"] for c in report["changes"]}
+
+
+def explain(cli, path: Path) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    result = cli("explain", "--json", path)
+    assert result.code == 0, result.err
+    return json.loads(result.out)  # type: ignore[no-any-return]
+
+
+def _filler(repo: Path, n: int = 12) -> None:
+    """Unrelated evergreen memories so the circuit breaker's 20% leaves room for one move."""
+    topics = ["anchor", "barley", "canyon", "dolphin", "ember", "fjord", "glacier", "harbor",
+              "iris", "jasper", "kestrel", "lantern", "meadow", "nectar", "orchid"]
+    for i in range(n):
+        mem(repo, f"filler_{i}.md", f"{topics[i]} {topics[i]}s {topics[i]}-like")
+
+
+def test_each_classification(env: Env, cli, repo: Path) -> None:
+    """Evergreen, fresh, partially stale and fully stale, as `explain` and the pass see them."""
+    ever = mem(repo, "ever.md", "Prefer small commits and clear messages.")
+    fresh = mem(repo, "fresh.md", "The app starts in `src/app.py` and calls handle_request().")
+    part = mem(repo, "part.md", "See `src/app.py` and `src/removed.py:12` for the flow.")
+    full = mem(repo, "full.md", "Old flow lived in `src/removed.py` and `src/gone.py`.")
+    _filler(repo)
+    assert explain(cli, ever)["classification"] == "evergreen"
+    assert explain(cli, fresh)["classification"] == "fresh"
+    assert explain(cli, part)["classification"] == "partially_stale"
+    assert explain(cli, full)["classification"] == "fully_stale"
+    report = dream(cli, repo)
+    assert moved(report) == {"full.md": "stale"}
+    flagged = {f["file"]: f for f in report["flagged"]}
+    assert flagged["part.md"]["missing"] == ["src/removed.py"]
+    assert flagged["part.md"]["guard"] is None
+
+
+def test_unverifiable_references_never_count(env: Env, cli, repo: Path) -> None:
+    """~/, absolute, $VAR, URL and unknown-first-segment paths are recorded, never counted."""
+    body = ("Config in `~/.claude/settings.json`, logs at `/var/app/x.py`, `$HOME/y.py`, "
+            "https://example.com/z.py and `vendor/thing/w.py`.")
+    path = mem(repo, "unv.md", body)
+    data = explain(cli, path)
+    scopes = {r["ref"]: r["scope"] for r in data["refs"] if r["kind"] == "path"}
+    assert set(scopes.values()) == {"unverifiable"}
+    assert data["classification"] == "evergreen"
+
+
+def test_moved_file_counts_as_found(env: Env, cli, repo: Path) -> None:
+    """A missing path whose basename exists elsewhere in the repo is MOVED, not missing."""
+    path = mem(repo, "moved.md", "The helper is in `lib/moved_here.py`.")
+    data = explain(cli, path)
+    [ref] = [r for r in data["refs"] if r["kind"] == "path"]
+    assert ref["status"] == "moved" and ref["moved_to"] == "lib/deep/moved_here.py"
+    assert data["classification"] == "fresh"
+
+
+@pytest.mark.parametrize(
+    ("guard", "kwargs"),
+    [
+        ("type_user", {"type_": "user"}),
+        ("type_feedback_or_reference", {"type_": "feedback"}),
+        ("type_feedback_or_reference", {"type_": "reference"}),
+        ("recently_changed", {"age": 3}),
+        ("recently_changed", {"extra": "modified: 2099-01-01\n"}),
+        ("prohibition", {"body_extra": " Do not run it on Fridays."}),
+    ],
+)
+def test_each_guard_keeps_a_fully_stale_memory(env: Env, cli, repo: Path, guard: str,
+                                               kwargs: dict) -> None:  # type: ignore[type-arg]
+    """A fully stale memory under a guard stays, is flagged with the guard, and is logged."""
+    body = "Old flow lived in `src/removed.py`." + kwargs.pop("body_extra", "")
+    mem(repo, "stale.md", body, **kwargs)
+    _filler(repo)
+    report = dream(cli, repo)
+    assert moved(report) == {}
+    flag = {f["file"]: f for f in report["flagged"]}["stale.md"]
+    assert flag["guard"] == guard
+    kept = [r for r in env.audit_rows() if r["event"] == "dream.kept"]
+    assert kept and kept[0]["guard"] == guard and kept[0]["file"] == "stale.md"
+
+
+def test_consult_log_inside_and_outside_the_window(env: Env, cli, repo: Path) -> None:
+    """A consult within 14 days keeps a stale memory; an older one does not."""
+    logs = repo / ".claude" / "logs"
+    logs.mkdir(parents=True)
+    now = time.time()
+    rows = [
+        {"ts": now - 2 * DAY, "names": ["payment_flow"]},
+        {"ts": now - 30 * DAY, "names": ["billing_notes"]},
+        {"ts": now - 1 * DAY, "query": "how does the refund handling work"},
+        "torn",
+    ]
+    (logs / "memory-consult.jsonl").write_text(
+        "\n".join(json.dumps(r) if isinstance(r, dict) else r for r in rows))
+    bodies = {"payment_flow.md": "Payments go through `src/removed_payments.py` nightly.",
+              "billing_notes.md": "Invoices were rendered by `src/removed_invoices.py` once.",
+              "refund_handling.md": "Refund approvals sit in `src/removed_refunds.py` queues."}
+    for name, body in bodies.items():
+        mem(repo, name, body)
+    _filler(repo)
+    report = dream(cli, repo)
+    assert moved(report) == {"billing_notes.md": "stale"}
+    guards = {f["file"]: f["guard"] for f in report["flagged"]}
+    assert guards == {"payment_flow.md": "consulted", "refund_handling.md": "consulted"}
+
+
+def test_unreadable_consult_log_means_consulted(env: Env, cli, repo: Path) -> None:
+    """A consult log that exists but cannot be read protects every memory (unsure = kept)."""
+    logs = repo / ".claude" / "logs"
+    logs.mkdir(parents=True)
+    os.mkfifo(logs / "memory-consult.jsonl")  # exists, cannot be read as a log
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    report = dream(cli, repo)
+    assert moved(report) == {}
+    assert report["flagged"][0]["guard"] == "consulted"
+
+
+DEPLOY = ("Deploy staging by running the release script with the canary flag enabled first then "
+          "promote production after verification checks complete")
+
+
+def test_duplicates_newer_wins_and_near_duplicate_kept(env: Env, cli, repo: Path) -> None:
+    """Overlap >= 0.6 in one type: the older moves with duplicate_of; below 0.6 both stay."""
+    mem(repo, "old.md", DEPLOY + " successfully", age=50)
+    mem(repo, "new.md", DEPLOY + " fine", age=20)
+    near = ("Deploy staging by running the release script then wait for the monitoring "
+            "dashboards alerts pager rotation escalation policy documentation review")
+    mem(repo, "near.md", near, age=60)
+    mem(repo, "other_type.md", DEPLOY + " successfully", type_="reference", age=70)
+    _filler(repo)
+    report = dream(cli, repo)
+    assert moved(report) == {"old.md": "duplicate"}
+    [change] = report["changes"]
+    assert change["duplicate_of"] == "new.md"
+    listed = json.loads(cli("trash", "list", "--json", repo / ".claude" / "memory").out)["trash"]
+    assert listed[0]["duplicate_of"] == "new.md"
+
+
+def test_user_type_duplicate_is_merged(env: Env, cli, repo: Path) -> None:
+    """Guards protect stale memories only: a user-type duplicate still goes (the newer keeps it)."""
+    mem(repo, "me_old.md", DEPLOY + " successfully", type_="user", age=50)
+    mem(repo, "me_new.md", DEPLOY + " fine", type_="user", age=10)
+    _filler(repo)
+    assert moved(dream(cli, repo)) == {"me_old.md": "duplicate"}
+
+
+# Ten shared significant words; with `use` and the object, two memories of 21 words each
+# share 12 (same object, 0.57) or 11 (different objects, 0.52): the contradiction band.
+BASE = "installing packages across monorepo workspace lockfile registry cache offline mirror"
+OWN_A = "alpha bravo charlie delta echo foxtrot golf hotel india"
+OWN_B = "juliet kilo lima mike november oscar papa quebec romeo"
+
+
+def test_contradiction_on_the_same_object_is_resolved(env: Env, cli, repo: Path) -> None:
+    """`always use pnpm` vs `never use pnpm` at overlap in [0.4, 0.6): the older is superseded."""
+    mem(repo, "pkg_old.md", f"Always use pnpm {BASE} {OWN_A}", age=50)
+    mem(repo, "pkg_new.md", f"Never use pnpm {BASE} {OWN_B}", age=5)
+    _filler(repo)
+    data = explain(cli, repo / ".claude" / "memory" / "pkg_old.md")
+    [sim] = data["similar"]
+    assert 0.4 <= sim["overlap"] < 0.6 and sim["opposing_directives"] == ["pnpm"]
+    report = dream(cli, repo)
+    assert moved(report) == {"pkg_old.md": "contradiction"}
+    assert report["changes"][0]["superseded_by"] == "pkg_new.md"
+
+
+def test_opposite_directives_on_different_objects_are_not_a_contradiction(env: Env, cli,
+                                                                          repo: Path) -> None:
+    """`always use pnpm` vs `never use yarn` oppose nothing: both stay."""
+    mem(repo, "pkg_old.md", f"Always use pnpm {BASE} {OWN_A}", age=50)
+    mem(repo, "pkg_new.md", f"Never use yarn {BASE} {OWN_B}", age=5)
+    _filler(repo)
+    assert moved(dream(cli, repo)) == {}
+
+
+def test_circuit_breaker_moves_nothing_and_reports_the_plan(env: Env, cli, repo: Path) -> None:
+    """More than max(3, 20%) planned moves: nothing moves, dream.refused, the plan printed."""
+    for i in range(5):
+        mem(repo, f"stale_{i}.md", f"Lived in `src/removed_{i}.py`.")
+    mem(repo, "keep.md", "Nothing to check here.")
+    before = tree_digest(repo / ".claude" / "memory")
+    result = cli("dream", repo / ".claude" / "memory")
+    assert result.code == 1
+    assert "Plan (not applied" in result.out and "stale_4.md" in result.out
+    after = tree_digest(repo / ".claude" / "memory")
+    assert {k: v for k, v in after.items() if k.startswith("stale")} == {
+        k: v for k, v in before.items() if k.startswith("stale")}
+    refused = [r for r in env.audit_rows() if r["event"] == "dream.refused"]
+    assert refused and refused[0]["would_move"] == 5 and refused[0]["limit"] == 3
+
+
+def test_modified_since_plan_is_skipped(env: Env, cli, repo: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A file that changes between plan and apply is not moved, and that is reported."""
+    from memoryd import journal
+
+    target = mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    real_begin = journal.begin
+
+    def agent_edits_meanwhile(*args, **kwargs):  # type: ignore[no-untyped-def]
+        target.write_text(target.read_text() + "\nA new line from the agent.\n")
+        return real_begin(*args, **kwargs)
+
+    monkeypatch.setattr(journal, "begin", agent_edits_meanwhile)
+    report = dream(cli, repo)
+    assert moved(report) == {}
+    assert report["skipped_moves"] == [{"file": "stale.md", "why": "modified since plan"}]
+    assert target.exists()
+    assert [r["why"] for r in env.audit_rows() if r["event"] == "dream.move_skipped"] == [
+        "modified since plan"]
+
+
+def test_fresh_consolidate_lock_skips_the_pass(env: Env, cli, repo: Path) -> None:
+    """Claude Code's own fresh .consolidate-lock means the pass is skipped and logged."""
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    (repo / ".claude" / "memory" / ".consolidate-lock").write_text("123")
+    report = dream(cli, repo)
+    assert report["status"] == "skipped" and moved(report) == {}
+    assert [r["event"] for r in env.audit_rows()].count("dream.skipped") == 1
+
+
+def test_moves_update_the_index_and_restore_brings_the_line_back(env: Env, cli,
+                                                                 repo: Path) -> None:
+    """A moved memory's pointer leaves MEMORY.md; restore brings file and hand-written line back."""
+    folder = repo / ".claude" / "memory"
+    stale = mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    assert cli("index", folder).code == 0
+    index = folder / "MEMORY.md"
+    index.write_text(index.read_text().replace("- [stale](stale.md) — d",
+                                               "- [My own words about it](stale.md)"))
+    original = stale.read_bytes()
+    report = dream(cli, repo)
+    assert moved(report) == {"stale.md": "stale"}
+    assert "stale.md" not in index.read_text()
+    assert cli("index", "--check", folder).code == 0
+    [change] = report["changes"]
+    assert cli("trash", "restore", change["id"]).code == 0
+    assert stale.read_bytes() == original
+    assert "- [My own words about it](stale.md)\n" in index.read_text()
+    assert cli("trash", "restore", change["id"]).code == 1  # once only
+    assert cli("trash", "restore", "0000000000").code == 1  # unknown ids are refused
+
+
+def test_restore_under_a_taken_name(env: Env, cli, repo: Path) -> None:
+    """If the name is taken again, the file comes back as <stem>.restored-1.md."""
+    folder = repo / ".claude" / "memory"
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    [change] = dream(cli, repo)["changes"]
+    write_memory(folder, "stale.md", description="a new one")
+    assert cli("trash", "restore", change["id"]).code == 0
+    assert (folder / "stale.restored-1.md").read_text().endswith("Lived in `src/removed.py`.\n")
+    assert "stale.restored-1.md" in (folder / "MEMORY.md").read_text()
+
+
+def test_unmanaged_dir_reports_and_moves_nothing(env: Env, cli, repo: Path) -> None:
+    """In a dir whose index memoryd does not manage, the pass moves nothing."""
+    folder = repo / ".claude" / "memory"
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    (folder / "MEMORY.md").write_text("# Hand-organised\n<!-- memoryd: off -->\n")
+    before = tree_digest(folder)
+    report = dream(cli, repo)
+    assert report["status"] == "unmanaged" and moved(report) == {}
+    assert [p["file"] for p in report["planned"]] == ["stale.md"]
+    assert tree_digest(folder) == before
+
+
+def test_dry_run_prints_would_move_and_writes_nothing(env: Env, cli, repo: Path) -> None:
+    """`--dry-run` prints [DRY RUN] Would move lines and writes nothing anywhere."""
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    before = tree_digest(repo)
+    result = cli("dream", "--dry-run", repo / ".claude" / "memory")
+    assert result.code == 0
+    assert "[DRY RUN] Would move: stale.md" in result.out
+    assert tree_digest(repo) == before
+    assert not env.state.exists() and not env.audit_path.exists()
+
+
+def test_no_repo_root_means_nothing_is_stale(env: Env, cli, tmp_path: Path) -> None:
+    """Without a repo root every reference is unverifiable and nothing is pruned as stale."""
+    folder = tmp_path / "loose"
+    write_memory(folder, "a.md", body="Lived in `src/removed.py`.\n")
+    result = cli("dream", "--json", folder)
+    report = json.loads(result.out)["dirs"][0]
+    assert report["changes"] == [] and "no repo root" in report["repo_note"]
+
+
+def test_repo_root_option_overrides(env: Env, cli, repo: Path, tmp_path: Path) -> None:
+    """`--repo-root` checks references against the given tree instead."""
+    folder = tmp_path / "loose"
+    write_memory(folder, "a.md", body="Lived in `src/removed.py` and `src/gone.py`.\n")
+    for word in ("apples", "bridges", "copper", "dunes"):
+        write_memory(folder, f"{word}.md", body=f"{word}\n")
+    result = cli("dream", "--json", "--repo-root", repo, folder)
+    report = json.loads(result.out)["dirs"][0]
+    assert [c["file"] for c in report["changes"]] == ["a.md"]

@@ -1,0 +1,205 @@
+"""The trash: no-replace moves, restore, rotation with clock sanity, links and odd names."""
+
+import errno
+import json
+import os
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+
+from memoryd import fsops, trash
+from tests.conftest import Env, tree_digest, write_memory
+from tests.test_dream_planted import _filler, mem
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "app"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("x = 1\n")
+    (root / ".claude" / "memory").mkdir(parents=True)
+    return root
+
+
+def test_plan_purge_respects_retention_and_the_clock() -> None:
+    """Old day folders go; future ones are age 0; a clock gone back or far forward purges none."""
+    today = date(2026, 11, 30)
+    names = ["2026-09-01", "2026-11-05", "2026-11-29", "not-a-date", "2026-13-45"]
+    assert trash.plan_purge(names, today, 30, today - timedelta(days=1)).purge == ["2026-09-01"]
+    assert trash.plan_purge(names, today, 30, None).purge == ["2026-09-01"]
+    back = trash.plan_purge(names, today, 30, today + timedelta(days=3))
+    assert back.purge == [] and "went back" in back.refused
+    ahead = trash.plan_purge(names, today, 30, today - timedelta(days=400))
+    assert ahead.purge == [] and "jumped forward" in ahead.refused
+    future = trash.plan_purge([*names, "2026-12-25"], today, 30, None)
+    assert future.purge == [] and "before the newest trash folder" in future.refused
+    assert trash.plan_purge(["2026-12-01"], today, 30, None).purge == []  # a day ahead: age 0
+
+
+def _old_day(folder: Path, days_ago: int) -> Path:
+    day = folder / ".trash" / (date.today() - timedelta(days=days_ago)).isoformat()
+    day.mkdir(parents=True)
+    return day
+
+
+def test_purge_removes_a_planted_link_not_its_target(env: Env, cli, repo: Path) -> None:
+    """A symlink inside an old day folder pointing at HOME: purge removes the link only."""
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    precious = env.home / "precious.txt"
+    precious.write_text("keep me")
+    day = _old_day(folder, 45)
+    (day / "evil").symlink_to(env.home)
+    (day / "old.md").write_text("---\nname: old\n---\n")
+    keep = folder / ".trash" / "keepme"
+    keep.mkdir()
+    result = cli("trash", "purge", folder)
+    assert result.code == 0, result.err
+    assert not day.exists()
+    assert precious.read_text() == "keep me" and env.home.is_dir()
+    assert keep.is_dir(), "a folder not named YYYY-MM-DD is never touched"
+    rows = [r for r in env.audit_rows() if r["event"] == "trash.purged"]
+    assert rows and rows[0]["days"] == [day.name]
+
+
+def test_purge_dry_run_and_older_than(env: Env, cli, repo: Path) -> None:
+    """`--dry-run` only says what would go; `--older-than` overrides the retention."""
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    day = _old_day(folder, 10)
+    out = cli("trash", "purge", "--dry-run", "--older-than", "7d", folder)
+    assert out.code == 0 and "[DRY RUN] would purge" in out.out and day.exists()
+    assert cli("trash", "purge", folder).code == 0 and day.exists()  # 10 < 30 days
+    assert cli("trash", "purge", "--older-than", "7d", folder).code == 0 and not day.exists()
+
+
+def test_clock_gone_back_refuses_purge(env: Env, cli, repo: Path) -> None:
+    """If the last run was in the future, the clock went back: nothing is purged, exit 1."""
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    day = _old_day(folder, 90)
+    env.state.mkdir(parents=True, exist_ok=True)
+    later = (date.today() + timedelta(days=5)).isoformat()
+    (env.state / "trash-clock.json").write_text(json.dumps({"last_run": later}))
+    result = cli("trash", "purge", folder)
+    assert result.code == 1 and "went back" in result.out
+    assert day.exists()
+
+
+def test_leftover_aside_folder_is_finished(env: Env, cli, repo: Path) -> None:
+    """A purge that crashed after renaming aside is finished by the next purge."""
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    aside = folder / ".trash" / ".purging-2026-01-01-abc123"
+    aside.mkdir(parents=True)
+    (aside / "x.md").write_text("x")
+    assert cli("trash", "purge", folder).code == 0
+    assert not aside.exists()
+
+
+def test_trash_on_another_filesystem_is_refused(env: Env, cli, repo: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """EXDEV on the move: nothing moves or is copied, the pass fails with a clear message."""
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    folder = repo / ".claude" / "memory"
+    before = {k: v[0] for k, v in tree_digest(folder).items()}
+
+    def cross_device(*args: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(fsops, "renameat2", cross_device)
+    monkeypatch.setattr(fsops.os, "link", cross_device)
+    result = cli("dream", folder)
+    assert result.code == 1
+    assert "another filesystem" in result.out
+    after = {k: v[0] for k, v in tree_digest(folder).items() if "/.trash/" not in f"/{k}"}
+    assert {k: v for k, v in after.items() if not k.startswith("MEMORY")} == {
+        k: v for k, v in before.items() if not k.startswith("MEMORY")}
+    assert [r["event"] for r in env.audit_rows()].count("dream.failed") == 1
+
+
+def test_trash_that_is_a_symlink_is_refused(env: Env, cli, repo: Path, tmp_path: Path) -> None:
+    """A `.trash` that is a symlink out of the dir is never written through."""
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    folder = repo / ".claude" / "memory"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (folder / ".trash").symlink_to(elsewhere)
+    result = cli("dream", folder)
+    assert result.code == 1 and "not a plain folder" in result.out
+    assert list(elsewhere.iterdir()) == []
+    assert (folder / "stale.md").exists()
+
+
+@pytest.mark.parametrize("name", ['quo"te.md', "new\nline.md", "it's (1).md"])
+def test_odd_names_move_and_come_back(env: Env, cli, repo: Path, name: str) -> None:
+    """Names with quotes, a newline or parentheses survive a move into the trash and back."""
+    path = mem(repo, name, "Lived in `src/removed.py`.")
+    original = path.read_bytes()
+    _filler(repo)
+    result = json.loads(cli("dream", "--json", repo / ".claude" / "memory").out)
+    [change] = result["dirs"][0]["changes"]
+    assert change["file"] == name and not path.exists()
+    assert cli("trash", "restore", change["id"], repo / ".claude" / "memory").code == 0
+    assert path.read_bytes() == original
+
+
+def test_collision_in_the_trash_never_overwrites(env: Env, repo: Path) -> None:
+    """A second file of the same name on the same day is stored as name.2.md."""
+    folder = repo / ".claude" / "memory"
+    day = trash.day_folder(folder, date.today())
+    (day / "x.md").write_text("first")
+    assert trash.free_name(day, "x.md") == "x.2.md"
+    (day / "x.2.md").write_text("second")
+    assert trash.free_name(day, "x.md") == "x.3.md"
+    write_memory(folder, "x.md")
+    with pytest.raises(FileExistsError):
+        fsops.move_no_replace(folder, "x.md", day, "x.md")
+    assert (day / "x.md").read_text() == "first"
+
+
+def test_unreadable_memory_is_kept_and_reported(cli, repo: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory the user cannot read is kept where it is, reported, and not considered."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="memoryd-unreadable-"))
+    os.chmod(base, 0o777)
+    folder = base / "memory"
+    write_memory(folder, "secret.md", body="Lived in `src/removed.py`.\n")
+    write_memory(folder, "ok.md")
+    os.chmod(folder, 0o777)
+    os.chmod(folder / "ok.md", 0o666)
+    os.chmod(folder / "secret.md", 0o000)
+    monkeypatch.setenv("XDG_STATE_HOME", str(base / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(base / "config"))
+    as_root = os.geteuid() == 0
+    try:
+        if as_root:
+            os.seteuid(65534)  # root reads anything; act as an ordinary user
+        result = cli("dream", "--json", folder)
+    finally:
+        if as_root:
+            os.seteuid(0)
+    try:
+        report = json.loads(result.out)["dirs"][0]
+        assert "secret.md" in report["unparseable"]
+        assert report["changes"] == []
+        assert (folder / "secret.md").exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_rotation_runs_at_the_start_of_a_pass(env: Env, cli, repo: Path) -> None:
+    """A dream pass purges day folders past retention before it starts."""
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    day = _old_day(folder, 31)
+    time.sleep(0)  # the clock file is written by the pass itself
+    assert cli("dream", folder).code == 0
+    assert not day.exists()

@@ -139,6 +139,12 @@ class AuditLog:
         finally:
             os.close(fd)
 
+    def rotate_if_needed(self) -> None:
+        """Rotate when the file is over its size (another writer may have filled it)."""
+        with contextlib.suppress(OSError):
+            if self.path.stat().st_size > self.max_bytes:
+                self._rotate()
+
     def _rotate(self) -> None:
         # Rename, never copy-truncate: `tail -F` notices the new inode and reopens by name.
         lock_path = self.path.with_name(self.path.name + ".lock")

@@ -76,6 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
+    p = sub.add_parser("run", help="run the daemon in the foreground (as a user service does)",
+                       description="Watch every memory dir, keep indexes in step as files "
+                       "change, dream when memories pile up, write a heartbeat. Runs in the "
+                       "foreground; one instance per user. SIGTERM/SIGINT stop it cleanly, "
+                       "SIGHUP reloads the configuration.")
+    p = sub.add_parser("status", help="is the daemon running, and how are its dirs",
+                       description="Read the daemon's heartbeat (status.json). Exit 0 when it "
+                       "runs with a fresh heartbeat, 1 otherwise.")
+    p.add_argument("--json", action="store_true", help="print the status document")
+
     p = sub.add_parser(
         "dream",
         help="run the deterministic consolidation pass",
@@ -565,7 +575,67 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     return EXIT_FINDINGS if any(rot.refused for rot in results) else EXIT_OK
 
 
+# --- run, status -------------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd import daemon
+
+    return daemon.run(args.config, rt.paths, rt.config)
+
+
+def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from datetime import UTC, datetime
+
+    from memoryd import daemon
+
+    pid = daemon.lock_holder(rt.paths)
+    try:
+        status = json.loads(rt.paths.status_file.read_bytes())
+    except (OSError, ValueError):
+        status = None
+    age = None
+    if status and status.get("heartbeat"):
+        beat = datetime.fromisoformat(status["heartbeat"])
+        age = (datetime.now(UTC) - beat).total_seconds()
+    stale_after = 4 * float(status.get("heartbeat_every", daemon.HEARTBEAT_EVERY)) if status else 0
+    running = pid is not None
+    fresh = running and age is not None and age <= stale_after and status.get("pid") == pid
+    if args.json:
+        doc = {"running": running, "pid": pid, "heartbeat_age_s": age, "fresh": fresh,
+               "status": status}
+        json.dump(doc, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+        return EXIT_OK if fresh else EXIT_FINDINGS
+    if not running:
+        out.write(f"memoryd is not running (nothing holds {rt.paths.lock_file}).\n")
+        if status:
+            out.write(f"Its last heartbeat was {status.get('heartbeat')} (pid {status.get('pid')})."
+                      "\n")
+        out.write("Start it with `memoryd run`, or `memoryd service install` to run it as a "
+                  "user service.\n")
+        return EXIT_FINDINGS
+    if not fresh:
+        when = f"{age:.0f} s ago" if age is not None else "never"
+        out.write(f"memoryd is running (pid {pid}) but its heartbeat is stale (last {when}); "
+                  "it may be stuck: see its log (journalctl --user -u memoryd).\n")
+        return EXIT_FINDINGS
+    assert status is not None
+    out.write(f"memoryd {status.get('version')} is running (pid {pid}) since {status['started']};"
+              f" heartbeat {age:.0f} s ago.\n")
+    if status.get("waiting_for_claude_home"):
+        out.write(f"Waiting for {status['claude_home']} to exist.\n")
+    if not status.get("consult_signal", True):
+        out.write("Consult signal from read events is off (file events were lost once).\n")
+    for d in status.get("dirs", []):
+        out.write(f"  {d['real_path']}  [{d['kind']}] files {d['files']}, index {d['index']}, "
+                  f"pending changes {d['pending_changes']}, last pass {d['last_pass'] or 'never'}"
+                  f"{' (' + d['last_pass_result'] + ')' if d['last_pass_result'] else ''}, "
+                  f"watch {d['watch']}\n")
+    return EXIT_OK
+
+
 HANDLERS: dict[str, Handler] = {
+    "run": cmd_run,
+    "status": cmd_status,
     "dirs": cmd_dirs,
     "dream": cmd_dream,
     "explain": cmd_explain,

@@ -125,7 +125,7 @@ def temp_name(name: str) -> str:
     return f".{name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}.tmp"
 
 
-def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> str:
+def _write_temp(dir_fd: int, name: str, data: bytes, mode: int, *, sync: bool = True) -> str:
     tmp = temp_name(name)
     fd = os.open(
         tmp,
@@ -140,7 +140,8 @@ def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> str:
             view = view[written:]
         if mode != 0o600:
             os.fchmod(fd, mode)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -280,18 +281,23 @@ def move_no_replace(src_dir: Path, src: str, dst_dir: Path, dst: str) -> None:
         fsync_dir(src_fd)
 
 
-def write_private(path: Path, data: bytes) -> None:
-    """Atomically write one of memoryd's own files (state, status, journal) as 0600."""
+def write_private(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Atomically write one of memoryd's own files (state, status, journal) as 0600.
+
+    `durable=False` skips the fsyncs: for a heartbeat rewritten every few seconds, where the
+    previous version is as good as the new one after a power cut.
+    """
     ensure_private_dir(path.parent)
     with open_dir(path.parent) as dir_fd:
-        tmp = _write_temp(dir_fd, path.name, data, 0o600)
+        tmp = _write_temp(dir_fd, path.name, data, 0o600, sync=durable)
         try:
             os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
-        fsync_dir(dir_fd)
+        if durable:
+            fsync_dir(dir_fd)
 
 
 def is_own_temp(name: str) -> bool:

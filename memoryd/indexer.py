@@ -53,6 +53,7 @@ class IndexOutcome:
     message: str = ""
     problems: list[str] = field(default_factory=list)
     scan: DirScan | None = None
+    retry_after: float | None = None  # when to look again (files in their grace, settling)
 
 
 def read_index_file(dir_fd: int, name: str) -> IndexText:
@@ -101,11 +102,26 @@ def _ready(memories: dict[str, Scanned], now: float, grace: float) -> set[str]:
     return {n for n, s in memories.items() if now - s.mtime_ns / 1e9 >= grace}
 
 
-def _report_problems(rt: Runtime, md: MemoryDir, scan: DirScan, state: DirState) -> None:
+def _report_problems(
+    rt: Runtime, md: MemoryDir, scan: DirScan, state: DirState, settle: float
+) -> float | None:
+    """Report each problem file once; a file still settling is looked at again instead.
+
+    An agent's file that fails to parse right after it was written may be half-written:
+    it is never acted on, and reported only once it has been still for `settle` seconds.
+    Returns when to look again, if anything is still settling.
+    """
     current = set()
+    now = rt.clock()
+    retry: float | None = None
     for name, info in sorted(scan.problems.items()):
         key = f"unparseable:{name}"
         current.add(key)
+        young = now - info.mtime_ns / 1e9 < settle
+        if info.problem_kind == "unstable" or young:
+            due = now + 1.0 if info.problem_kind == "unstable" else info.mtime_ns / 1e9 + settle
+            retry = due if retry is None else min(retry, due)
+            continue
         signature = f"{info.problem_kind}:{info.sha256 or info.mtime_ns}"
         if state.report_once(key, signature):
             rt.audit.write(
@@ -117,6 +133,7 @@ def _report_problems(rt: Runtime, md: MemoryDir, scan: DirScan, state: DirState)
                 kind=info.problem_kind,
             )
     state.forget_reports("unparseable:", current)
+    return retry
 
 
 def _report_links(rt: Runtime, md: MemoryDir, edit: IndexEdit, state: DirState) -> None:
@@ -155,6 +172,7 @@ def index_dir(
     mode: str | None = None,
     forget: Set[str] = frozenset(),
     preferred: Mapping[str, str] | None = None,
+    settle: float = 0.0,
 ) -> IndexOutcome:
     """One incremental index update of one dir; retries from the other writer's version.
 
@@ -171,6 +189,7 @@ def index_dir(
                 mode=mode,
                 forget=forget,
                 preferred=preferred or {},
+                settle=settle,
             )
         except WriteConflict as conflict:
             rt.audit.write(
@@ -199,6 +218,7 @@ def _index_once(
     mode: str | None,
     forget: Set[str],
     preferred: Mapping[str, str],
+    settle: float,
 ) -> IndexOutcome:
     cfg = rt.config
     state = rt.store.load(md.real_path)
@@ -215,6 +235,7 @@ def _index_once(
         archive = read_index_file(dir_fd, ARCHIVE_NAME)
         linked = _linked_texts(dir_fd, main.text, scan) if main.text else {}
     outcome = IndexOutcome(md, "unchanged", scan=scan)
+    now = rt.clock()
 
     if main.error or archive.error:
         ownership = Ownership(False, main.error or archive.error)
@@ -223,7 +244,13 @@ def _index_once(
         ownership = decide_ownership(main.text, archive.text, linked, set(memories), override)
     outcome.ownership = ownership
     if not rt.dry_run and not check:
-        _report_problems(rt, md, scan, state)
+        outcome.retry_after = _report_problems(rt, md, scan, state, settle)
+        if state.known:
+            # The daemon's pile-up count: memory files added or changed since the last pass.
+            fresh = sorted(set(scan.changed) & set(memories))
+            if fresh:
+                state.changed_since_dream = sorted(set(state.changed_since_dream) | set(fresh))
+                state.last_change_ts = rt.clock()
     if not ownership.managed:
         outcome.status = "unmanaged"
         outcome.message = ownership.reason
@@ -234,7 +261,6 @@ def _index_once(
             rt.store.save_cache(md.real_path, scan.files)
         return outcome
 
-    now = rt.clock()
     budget = Budget(
         cfg.index.max_lines,
         cfg.index.max_chars,
@@ -330,6 +356,9 @@ def _index_once(
                 "index.verify_failed", dir=md.path, problems=outcome.problems, level="error"
             )
 
+    if edit.waiting:
+        due = min(memories[n].mtime_ns / 1e9 + grace for n in edit.waiting)
+        outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
     _report_links(rt, md, edit, state)
     state.known = True
     state.seen = {n: [s.name, s.description] for n, s in sorted(memories.items())}

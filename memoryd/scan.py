@@ -82,6 +82,8 @@ class DirScan:
     conflicts: list[str] = field(default_factory=list)
     subdirs: list[str] = field(default_factory=list)
     reread: int = 0  # how many files had to be read (the rest came from the cache)
+    changed: list[str] = field(default_factory=list)  # names that are new or changed since
+
 
     @property
     def memories(self) -> dict[str, Scanned]:
@@ -161,6 +163,15 @@ def read_one(dir_fd: int, name: str, st: os.stat_result, max_file: int, max_fm: 
             f"cannot be read ({error.strerror})",
             "check the file's permissions",
         )
+    try:
+        after = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        after = None
+    if after is None or (after.st_size, after.st_mtime_ns) != (fst.st_size, fst.st_mtime_ns):
+        # A writer is mid-write: never act on it, and never cache it (mtime_ns -1 never matches).
+        return Scanned(name, fst.st_ino, fst.st_size, -1, "problem", problem_kind="unstable",
+                       problem_message="changed while it was being read",
+                       problem_hint="memoryd looks again shortly")
     parsed = parse_memory(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
     base = (name, fst.st_ino, fst.st_size, fst.st_mtime_ns)
     if isinstance(parsed, Memory):
@@ -232,6 +243,7 @@ def scan_dir(
                 )
             else:
                 result.reread += 1
+                result.changed.append(name)
                 result.files[name] = read_one(
                     dir_fd, name, st, max_file_bytes, max_frontmatter_bytes
                 )

@@ -30,6 +30,8 @@ class DirState:
     last_dream_ts: float = 0.0
     last_dream_result: str = ""
     last_index_ts: float = 0.0
+    last_change_ts: float = 0.0
+    reads: dict[str, float] = field(default_factory=dict)  # file -> last read by the agent
 
     def seen_pairs(self) -> dict[str, tuple[str, str]]:
         return {k: (v[0], v[1]) for k, v in self.seen.items()}

@@ -46,13 +46,14 @@ POSITIVE_DIRECTIVES: Final = ("do", "use", "always", "prefer")
 NEGATIVE_DIRECTIVES: Final = ("do not", "don't", "dont", "avoid", "stop using", "never")
 
 # Tuning of the engines (they change speed and memory, never the answer).
-_BLOCK_CELLS: Final = 1 << 22  # pairs scored at once by the numpy engine (~16 MB float32)
+_BLOCK_CELLS: Final = 1 << 18  # pairs scored at once by the numpy engine (1 MB float32)
+_BLOCK_MIN_ROWS: Final = 32  # ... but never fewer rows than this, for the BLAS product
 _GATHER_MAX: Final = 1 << 20  # posting entries expanded at once by the numpy engine
 _DENSE_FRACTION: Final = 0.05  # numpy: words in ≥ 5 % of a type's docs go in the matrix
 _DENSE_MAX_COLS: Final = 2048
 _DENSE_MAX_CELLS: Final = 1 << 24  # docs × dense words, float32 (64 MB)
 _BITSET_MIN_DF: Final = 16  # pure: words in at least this many docs get a bitset ...
-_BITSET_DF_DIVISOR: Final = 128  # ... and in at least 1/128 of the type's docs
+_BITSET_DF_DIVISOR: Final = 256  # ... and in at least 1/256 of the type's docs
 _QUERY_BITSET_MIN_DF: Final = 32  # pure query index: bitsets for words in this many docs
 
 
@@ -345,6 +346,7 @@ def _group_pairs_numpy(
     low: float,
     *,
     block_cells: int = _BLOCK_CELLS,
+    block_min_rows: int = _BLOCK_MIN_ROWS,
     gather_max: int = _GATHER_MAX,
     dense_fraction: float = _DENSE_FRACTION,
 ) -> list[tuple["Arr", "Arr", "Arr"]]:
@@ -401,7 +403,7 @@ def _group_pairs_numpy(
     r0 = 0
     while r0 < n - 1:
         width = n - r0
-        r1 = r0 + max(1, min(width, block_cells // width))
+        r1 = r0 + min(width, max(block_min_rows, block_cells // width))
         inter = (
             matrix[r0:r1] @ matrix[r0:].T
             if n_dense

@@ -1,0 +1,530 @@
+"""`memoryd run`: the composition root. Observer, debouncer, one-worker scheduler, signals.
+
+Threads: the watchdog observer only classifies events and enqueues; the main thread waits for
+deadlines and hands work to the scheduler; the scheduler's single worker does every bit of file
+work, so work is serialised. Signal handlers only set flags.
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from memoryd import __version__, fsops, housekeeping, notify
+from memoryd.config import Config, load_config
+from memoryd.discover import MemoryDir, discover
+from memoryd.dream.consult import ReadEvents
+from memoryd.dream.run import RepoCache, dream_dir, lock_is_fresh, recover
+from memoryd.errors import ConfigError, MemorydError
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.indexer import index_dir
+from memoryd.logsetup import configure, get_logger
+from memoryd.paths import AppPaths, ensure_private_dir
+from memoryd.runtime import Runtime
+from memoryd.watch import Debouncer, Kind, Signal, Watcher, install_overflow_hook
+
+HEARTBEAT_EVERY = 15.0
+STALE_AFTER = 300.0  # a worker silent this long is stuck: stop telling systemd we are alive
+SETTLE = 5.0  # an unparseable file younger than this may be half-written: look again later
+OWN_READ_SLACK = 1.5
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class AlreadyRunning(MemorydError):
+    pass
+
+
+def acquire_lock(paths: AppPaths) -> int:
+    """One instance per user: an exclusive flock on a file in the state dir, holding our pid."""
+    ensure_private_dir(paths.state_dir)
+    fd = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise AlreadyRunning(
+            f"memoryd is already running (pid {holder}, lock {paths.lock_file}); stop it first "
+            "(`systemctl --user stop memoryd`, or kill that pid)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def lock_holder(paths: AppPaths) -> int | None:
+    """The pid holding the instance lock, or None when no daemon runs."""
+    try:
+        fd = os.open(paths.lock_file, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class DirEntry:
+    md: MemoryDir
+    identity: tuple[int, int]
+    watch: str = "ok"  # ok | polling (no watch could be added) | lost
+    last_index_write: float = 0.0
+    last_status: str = ""
+    reading: tuple[float, float] = (0.0, 0.0)  # when memoryd itself last read the dir
+
+
+def identity_of(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+@dataclass
+class Daemon:
+    config_path: Path | None
+    paths: AppPaths
+    rt: Runtime
+    mono: Callable[[], float] = time.monotonic
+    dirs: dict[Path, DirEntry] = field(default_factory=dict)
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)
+    log: Any = field(default_factory=get_logger)
+    _reload: bool = False
+    _rediscover: bool = True
+    _rescan_reason: str = ""
+    _reads: list[tuple[float, Path, str]] = field(default_factory=list)
+    _own_writes: dict[tuple[Path, str], tuple[int, int, int]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _last_beat: float = 0.0
+    _started: str = ""
+    _waiting_said: bool = False
+    _limit_said: bool = False
+    consult_signal: bool = True
+    debouncer: Debouncer = field(init=False)
+    watcher: Watcher = field(init=False)
+    scheduler: BackgroundScheduler = field(init=False)
+
+    def __post_init__(self) -> None:
+        w = self.rt.config.watch
+        self.debouncer = Debouncer(w.debounce, w.max_wait, self.mono)
+        self.watcher = Watcher(self.on_signal)
+
+    # --- observer thread: classify and enqueue only --------------------------------------------
+    def on_signal(self, sig: Signal) -> None:
+        if sig.kind is Kind.STRUCTURE:
+            self._rediscover = True
+        elif sig.kind is Kind.READ:
+            if self.consult_signal:
+                with self._lock:
+                    self._reads.append((self.mono(), sig.dir, sig.name))
+            return
+        elif self._is_own_write(sig.dir, sig.name):
+            return
+        else:
+            self.debouncer.touch(sig.dir)
+        self.wake.set()
+
+    def _is_own_write(self, folder: Path, name: str) -> bool:
+        """Events for content memoryd itself just wrote (same file, size and mtime) are dropped."""
+        expected = self._own_writes.get((folder, name))
+        if expected is None:
+            return False
+        try:
+            st = os.lstat(folder / name)
+        except OSError:
+            return False
+        return (st.st_ino, st.st_size, st.st_mtime_ns) == expected
+
+    def on_overflow(self, detail: str) -> None:
+        self._rescan_reason = detail
+        self.wake.set()
+
+    # --- main thread ---------------------------------------------------------------------------
+    def submit(self, func: Callable[..., None], *args: Any) -> None:
+        self.scheduler.add_job(self._guarded, args=(func, *args), misfire_grace_time=None)
+
+    def _guarded(self, func: Callable[..., None], *args: Any) -> None:
+        """Every job runs through here: one failure is logged and the worker carries on."""
+        self._last_beat = self.mono()
+        try:
+            func(*args)
+        except Exception as error:  # noqa: BLE001 - the daemon must outlive any one batch
+            self.log.error("job failed", job=func.__name__, error=str(error), exc_info=True)
+        finally:
+            self._last_beat = self.mono()
+
+    def run(self) -> int:
+        self._started = datetime.now(UTC).isoformat(timespec="seconds")
+        self.scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(max_workers=1)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            timezone="UTC",
+        )
+        install_overflow_hook(self.on_overflow)
+        self.watcher.start()
+        self._install_signals()
+        self.scheduler.start()
+        cfg = self.rt.config
+        self.scheduler.add_job(self._guarded, "interval", args=(self.reconcile,),
+                               seconds=cfg.watch.reconcile_every, id="reconcile")
+        self.scheduler.add_job(self._guarded, "interval", args=(self.heartbeat,),
+                               seconds=HEARTBEAT_EVERY, id="heartbeat")
+        self.scheduler.add_job(self._guarded, "interval", args=(self.rotate_trash,),
+                               days=1, id="trash-rotation")
+        self.scheduler.add_job(self._guarded, "interval", args=(self.rotate_audit,),
+                               hours=1, id="audit-rotation")
+        self.submit(self.start_up)
+        notify.notify("READY=1")
+        interval = notify.watchdog_interval()
+        next_ping = self.mono()
+        while not self.stop_event.is_set():
+            deadline = self.debouncer.next_deadline()
+            timeout = HEARTBEAT_EVERY if deadline is None else max(0.0, deadline - self.mono())
+            if interval is not None:
+                timeout = min(timeout, max(0.0, next_ping - self.mono()))
+            self.wake.wait(timeout)
+            self.wake.clear()
+            if interval is not None and self.mono() >= next_ping:
+                if self.mono() - self._last_beat < STALE_AFTER:
+                    notify.notify("WATCHDOG=1")
+                next_ping = self.mono() + interval
+            if self.stop_event.is_set():
+                break
+            if self._reload:
+                self._reload = False
+                self.submit(self.reload)
+            if self._rescan_reason:
+                reason, self._rescan_reason = self._rescan_reason, ""
+                self.submit(self.rescan, reason)
+            if self._rediscover:
+                self._rediscover = False
+                self.submit(self.rediscover)
+            due = self.debouncer.pop_due()
+            if due:
+                self.submit(self.process, due)
+        return self.shut_down()
+
+    def _install_signals(self) -> None:
+        def stop(signum: int, _frame: object) -> None:
+            self.stop_event.set()
+            self.wake.set()
+
+        def reload(signum: int, _frame: object) -> None:
+            self._reload = True
+            self.wake.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGHUP, reload)
+
+    def shut_down(self) -> int:
+        notify.notify("STOPPING=1")
+        pending = self.debouncer.pop_all()
+        if pending:
+            self.submit(self.process, pending)  # flush what the debounce was holding
+        self.submit(self.heartbeat)
+        self.scheduler.shutdown(wait=True)
+        self.watcher.stop()
+        self.rt.audit.write("daemon.stopped", reason="signal")
+        self.log.info("memoryd stopped")
+        return EXIT_OK
+
+    # --- worker jobs ---------------------------------------------------------------------------
+    def start_up(self) -> None:
+        for recovery in recover(self.rt):
+            self.log.warning("recovered an unfinished pass", dir=str(recovery.journal.dir),
+                             outcome=recovery.outcome)
+        self.rediscover()
+        self.rt.audit.write("daemon.started", version=__version__, dirs=len(self.dirs),
+                            config=self.rt.config.source)
+        self.log.info("memoryd started", dirs=len(self.dirs),
+                      claude_home=str(self.rt.config.paths.claude_home))
+        self.heartbeat()
+
+    def rediscover(self) -> None:
+        """Find memory dirs, arm watches on them and where new ones appear; drop lost ones."""
+        cfg = self.rt.config
+        home = cfg.paths.claude_home
+        if not home.is_dir():
+            if not self._waiting_said:
+                self._waiting_said = True
+                self.rt.audit.write("daemon.waiting", path=str(home))
+                self.log.info(f"waiting for {home} to exist", path=str(home))
+        else:
+            self._waiting_said = False
+        found = {md.real_path: md for md in discover(cfg)}
+        for path in sorted(set(self.dirs) - set(found)):
+            self._lose(self.dirs[path], "it is no longer found where memory dirs live")
+        new = []
+        for path, md in sorted(found.items()):
+            ident = identity_of(path)
+            entry = self.dirs.get(path)
+            if ident is None:
+                continue
+            if entry is not None and entry.identity != ident:
+                self._lose(entry, "it was replaced by another folder of the same name")
+                entry = None
+            if entry is None:
+                self.dirs[path] = DirEntry(md, ident)
+                new.append(path)
+                probe = index_dir(self.rt, md, check=True)
+                mode = "managed" if probe.ownership and probe.ownership.managed else "unmanaged"
+                self.rt.audit.write("dir.discovered", dir=md.path, kind=md.kind, mode=mode,
+                                    real_path=str(md.real_path))
+        self._sync_watches()
+        if new:
+            self.process(new)
+
+    def _parents(self) -> set[Path]:
+        cfg = self.rt.config
+        home = cfg.paths.claude_home
+        out: set[Path] = set()
+        probe = home
+        while not probe.is_dir() and probe != probe.parent:
+            probe = probe.parent
+        out.add(probe)  # the Claude home, or the nearest folder where it will appear
+        if home.is_dir():
+            for sub in ("projects", "agent-memory"):
+                if (home / sub).is_dir():
+                    out.add(home / sub)
+            projects = home / "projects"
+            if projects.is_dir():
+                with contextlib.suppress(OSError):
+                    out.update(p for p in projects.iterdir() if p.is_dir() and not p.is_symlink())
+        for md in (e.md for e in self.dirs.values()):
+            if md.kind in ("repo", "repo-agent", "repo-agent-local") and md.repo_root:
+                for sub in (".claude", ".claude/agent-memory", ".claude/agent-memory-local"):
+                    if (md.repo_root / sub).is_dir():
+                        out.add(md.repo_root / sub)
+        return out
+
+    def _sync_watches(self) -> None:
+        wanted = {(p, False) for p in self.dirs} | {(p, True) for p in self._parents()}
+        errors = self.watcher.sync(wanted)
+        failed = {e.path for e in errors}
+        for path, entry in self.dirs.items():
+            entry.watch = "polling" if path in failed else "ok"
+        limits = [e for e in errors if e.limit]
+        if limits and not self._limit_said:
+            self._limit_said = True
+            hint = ("raise the inotify limits, e.g. `sudo sysctl fs.inotify.max_user_watches="
+                    "524288 fs.inotify.max_user_instances=1024`; until then these dirs are "
+                    f"checked every {int(self.rt.config.watch.reconcile_every)} s")
+            self.rt.audit.write("watch.limit", error=limits[0].error, hint=hint,
+                                dirs=[str(e.path) for e in limits])
+            self.log.warning("cannot watch every dir", error=limits[0].error, hint=hint)
+
+    def _lose(self, entry: DirEntry, reason: str) -> None:
+        self.dirs.pop(entry.md.real_path, None)
+        self.watcher.remove(entry.md.real_path, parent=False)
+        self.rt.audit.write("dir.lost", dir=entry.md.path, reason=reason)
+
+    def process(self, paths: list[Path]) -> None:
+        """Re-stat each dir and bring its index in step; nothing to do writes nothing."""
+        for path in paths:
+            entry = self.dirs.get(path)
+            if entry is None:
+                continue
+            ident = identity_of(path)
+            if ident != entry.identity:  # deleted, or replaced: never write to a stale path
+                self._lose(entry, "it was deleted or replaced")
+                self._rediscover = True
+                self.wake.set()
+                continue
+            started = self.mono()
+            outcome = index_dir(self.rt, entry.md, grace=self.rt.config.index.new_file_grace,
+                                settle=SETTLE)
+            entry.reading = (started, self.mono())
+            entry.last_status = outcome.status
+            if outcome.status == "updated":
+                entry.last_index_write = time.time()
+                for name in (INDEX_NAME, ARCHIVE_NAME):
+                    with contextlib.suppress(OSError):
+                        st = os.lstat(path / name)
+                        self._own_writes[(path, name)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+            elif outcome.status in ("error", "conflict"):
+                self.log.warning("index not updated", dir=str(entry.md.path),
+                                 message=outcome.message)
+            if outcome.retry_after is not None:
+                self.debouncer.schedule(path, self.mono() + max(0.0, outcome.retry_after -
+                                                                time.time()))
+                self.wake.set()
+        self.absorb_reads()
+        self.check_pile_up()
+
+    def absorb_reads(self) -> None:
+        """Record reads by other processes (the consult signal); drop the ones we caused."""
+        with self._lock:
+            reads, self._reads = self._reads, []
+        by_dir: dict[Path, dict[str, float]] = {}
+        now = time.time()
+        for when, folder, name in reads:
+            entry = self.dirs.get(folder)
+            if entry is None:
+                continue
+            start, end = entry.reading
+            if start - OWN_READ_SLACK <= when <= end + OWN_READ_SLACK:
+                continue
+            by_dir.setdefault(folder, {})[name] = now - (self.mono() - when)
+        for folder, seen in by_dir.items():
+            state = self.rt.store.load(folder)
+            state.reads.update(seen)
+            self.rt.store.save(folder, state)
+
+    def check_pile_up(self) -> None:
+        """Dream where enough changed, the dir is quiet and the last pass is old enough."""
+        cfg = self.rt.config.dream
+        now = time.time()
+        for path, entry in sorted(self.dirs.items()):
+            state = self.rt.store.load(path)
+            count = len(state.changed_since_dream)
+            if count < cfg.pile_up:
+                continue
+            if now - state.last_change_ts < cfg.quiet:
+                self.debouncer.schedule(path, self.mono() + cfg.quiet -
+                                        (now - state.last_change_ts))
+                self.wake.set()
+                continue
+            why = ""
+            if now - state.last_dream_ts < cfg.min_interval:
+                why = (f"{count} files changed, but the last pass was less than "
+                       f"{int(cfg.min_interval)} s ago")
+                self.debouncer.schedule(path, self.mono() + cfg.min_interval -
+                                        (now - state.last_dream_ts))
+            elif lock_is_fresh(entry.md, now):
+                why = "Claude Code's .consolidate-lock is fresh: it is consolidating this dir"
+                self.debouncer.schedule(path, self.mono() + 300)
+            if why:
+                if state.report_once("pile-up-skip", why.split(",")[0]):
+                    self.rt.store.save(path, state)
+                    self.rt.audit.write("dream.skipped", dir=entry.md.path, why=why)
+                continue
+            started = self.mono()
+            reads = ReadEvents(state.reads) if self.consult_signal else ReadEvents({})
+            result = dream_dir(self.rt, entry.md, repos=RepoCache(), trigger="pile-up",
+                               extra_sources=[reads])
+            entry.reading = (started, self.mono())
+            state = self.rt.store.load(path)
+            state.reported.pop("pile-up-skip", None)
+            self.rt.store.save(path, state)
+            self.log.info("dream pass", dir=str(entry.md.path), status=result.status,
+                          moved=len(result.moved))
+            for record_dir, name in ((path, INDEX_NAME), (path, ARCHIVE_NAME)):
+                with contextlib.suppress(OSError):
+                    st = os.lstat(record_dir / name)
+                    self._own_writes[(record_dir, name)] = (st.st_ino, st.st_size,
+                                                            st.st_mtime_ns)
+
+    def reconcile(self) -> None:
+        """Never trust events alone: rediscover, then a stat-only look at every dir."""
+        self.rediscover()
+        self.process(sorted(self.dirs))
+
+    def rescan(self, detail: str) -> None:
+        self.rt.audit.write("watch.overflow", detail=detail)
+        self.log.warning("file events were lost; rescanning", detail=detail)
+        if self.consult_signal:
+            self.consult_signal = False  # reads cannot be told apart reliably after a loss
+            self.log.warning("consult signal from read events turned off after an overflow")
+        before = {p: e.last_index_write for p, e in self.dirs.items()}
+        self.reconcile()
+        changed = sum(1 for p, e in self.dirs.items() if e.last_index_write != before.get(p))
+        self.rt.audit.write("watch.rescanned", dirs=len(self.dirs), changed=changed)
+
+    def rotate_trash(self) -> None:
+        housekeeping.rotate(self.rt, [e.md for e in self.dirs.values()])
+
+    def rotate_audit(self) -> None:
+        self.rt.audit.rotate_if_needed()
+
+    def reload(self) -> None:
+        try:
+            config = load_config(self.config_path, self.paths)
+        except ConfigError as error:
+            self.rt.audit.write("config.invalid", source=error.source, problems=error.problems)
+            self.log.error("configuration invalid; keeping the previous one",
+                           problems=error.problems)
+            return
+        self.rt.config = config
+        self.rt.audit = Runtime.create(config, self.paths).audit
+        self.debouncer.quiet = config.watch.debounce
+        self.debouncer.max_wait = config.watch.max_wait
+        self.scheduler.reschedule_job("reconcile", trigger="interval",
+                                      seconds=config.watch.reconcile_every)
+        self.rt.audit.write("config.reloaded", source=config.source)
+        self.log.info("configuration reloaded", source=config.source)
+        self.rediscover()
+
+    def heartbeat(self) -> None:
+        self._last_beat = self.mono()
+        self.absorb_reads()
+        dirs = []
+        for path, entry in sorted(self.dirs.items()):
+            state = self.rt.store.load(path)
+            dirs.append({
+                "path": str(entry.md.path),
+                "real_path": str(path),
+                "kind": entry.md.kind,
+                "files": len(state.seen),
+                "index": entry.last_status or "not yet",
+                "pending_changes": len(state.changed_since_dream),
+                "last_index_write": _iso(entry.last_index_write or state.last_index_ts),
+                "last_pass": _iso(state.last_dream_ts),
+                "last_pass_result": state.last_dream_result or None,
+                "watch": entry.watch,
+            })
+        status = {
+            "pid": os.getpid(),
+            "version": __version__,
+            "started": self._started,
+            "heartbeat": datetime.now(UTC).isoformat(timespec="seconds"),
+            "heartbeat_every": HEARTBEAT_EVERY,
+            "config": self.rt.config.source,
+            "claude_home": str(self.rt.config.paths.claude_home),
+            "waiting_for_claude_home": not self.rt.config.paths.claude_home.is_dir(),
+            "consult_signal": self.consult_signal,
+            "pending": sorted(str(p) for p in self.debouncer.pending()),
+            "dirs": dirs,
+        }
+        fsops.write_private(self.paths.status_file,
+                            json.dumps(status, indent=1, ensure_ascii=False).encode(),
+                            durable=False)
+
+
+def _iso(ts: float) -> str | None:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
+
+
+def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
+    configure(config.log.level)
+    try:
+        lock_fd = acquire_lock(paths)
+    except AlreadyRunning as error:
+        get_logger().error(str(error))
+        return EXIT_USAGE
+    try:
+        daemon = Daemon(config_path, paths, Runtime.create(config, paths))
+        return daemon.run()
+    finally:
+        os.close(lock_fd)
+

@@ -1,0 +1,251 @@
+"""File events: watchdog wiring, a pure event filter, the overflow hook and the Debouncer.
+
+The watchdog handler runs on the observer thread and must only filter and enqueue; every bit of
+file work happens later on the worker. Events are hints, never the truth: the worker re-stats.
+"""
+
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileClosedNoWriteEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+
+from memoryd.fsops import is_own_temp
+from memoryd.scan import TRASH_DIR, skip_reason
+
+# Only close-after-write, delete and move: not every open, attribute change and modify. This is
+# what keeps a 10,000-file checkout from overflowing the inotify queue (DESIGN §10). An atomic
+# save arrives as a move onto the file; an in-place write as a close-after-write.
+MEMORY_DIR_EVENTS: list[type[FileSystemEvent]] = [
+    FileClosedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+]
+READ_EVENTS: list[type[FileSystemEvent]] = [FileClosedNoWriteEvent]
+PARENT_EVENTS: list[type[FileSystemEvent]] = [DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
+INOTIFY_LOGGER = "watchdog.observers.inotify_c"
+
+
+class Kind(Enum):
+    DIRTY = "dirty"  # a memory dir changed: re-stat it
+    READ = "read"  # an agent read a memory file (the consult signal)
+    STRUCTURE = "structure"  # a folder appeared or went where memory dirs live: rediscover
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    kind: Kind
+    dir: Path
+    name: str = ""
+
+
+def _names(event: FileSystemEvent) -> list[str]:
+    paths = [event.src_path]
+    if getattr(event, "dest_path", ""):
+        paths.append(event.dest_path)
+    return [os.fsdecode(p) for p in paths if p]
+
+
+def classify(event: FileSystemEvent, watched_dir: Path, *, parent: bool) -> list[Signal]:
+    """What an event means for memoryd (pure: the event and the watch in, signals out)."""
+    if parent:
+        return [Signal(Kind.STRUCTURE, watched_dir)] if event.is_directory or isinstance(
+            event, DirDeletedEvent | DirMovedEvent) else []
+    out: list[Signal] = []
+    for raw in _names(event):
+        path = Path(raw)
+        if path == watched_dir:  # the memory dir itself was deleted or moved
+            out.append(Signal(Kind.STRUCTURE, watched_dir))
+            continue
+        if path.parent != watched_dir:
+            continue
+        name = path.name
+        if name == TRASH_DIR or is_own_temp(name):
+            continue  # our own writes never retrigger work
+        if isinstance(event, FileClosedNoWriteEvent):
+            if skip_reason(name) is None:
+                out.append(Signal(Kind.READ, watched_dir, name))
+            continue
+        reason = skip_reason(name)
+        if reason in ("dotfile",) and name != ".consolidate-lock":
+            continue
+        out.append(Signal(Kind.DIRTY, watched_dir, name))
+    return out
+
+
+class Debouncer:
+    """Per-key quiet period with a maximum wait; the clock is injected (pure, thread-safe).
+
+    A key is due when it has been quiet for `quiet` seconds, or `max_wait` seconds after its
+    first touch in a burst, whichever comes first. `schedule` asks for a look at a given time.
+    """
+
+    def __init__(self, quiet: float, max_wait: float, clock: Callable[[], float]) -> None:
+        self.quiet = quiet
+        self.max_wait = max_wait
+        self.clock = clock
+        self._first: dict[Any, float] = {}
+        self._last: dict[Any, float] = {}
+        self._at: dict[Any, float] = {}
+        self._lock = threading.Lock()
+
+    def touch(self, key: Any) -> None:
+        now = self.clock()
+        with self._lock:
+            self._first.setdefault(key, now)
+            self._last[key] = now
+
+    def schedule(self, key: Any, at: float) -> None:
+        with self._lock:
+            self._at[key] = min(at, self._at.get(key, at))
+
+    def _due_at(self, key: Any) -> float:
+        times = []
+        if key in self._last:
+            times.append(min(self._last[key] + self.quiet, self._first[key] + self.max_wait))
+        if key in self._at:
+            times.append(self._at[key])
+        return min(times)
+
+    def next_deadline(self) -> float | None:
+        with self._lock:
+            keys = set(self._last) | set(self._at)
+            return min((self._due_at(k) for k in keys), default=None)
+
+    def pop_due(self) -> list[Any]:
+        now = self.clock()
+        with self._lock:
+            keys = set(self._last) | set(self._at)
+            due = sorted((k for k in keys if self._due_at(k) <= now), key=str)
+            for key in due:
+                self._first.pop(key, None)
+                self._last.pop(key, None)
+                self._at.pop(key, None)
+            return due
+
+    def pop_all(self) -> list[Any]:
+        with self._lock:
+            keys = sorted(set(self._last) | set(self._at), key=str)
+            self._first.clear()
+            self._last.clear()
+            self._at.clear()
+            return keys
+
+    def pending(self) -> set[Any]:
+        with self._lock:
+            return set(self._last) | set(self._at)
+
+
+class OverflowHook(logging.Handler):
+    """watchdog only logs an inotify queue overflow; turn that warning into a callback."""
+
+    def __init__(self, on_overflow: Callable[[str], None]) -> None:
+        super().__init__(level=logging.WARNING)
+        self.on_overflow = on_overflow
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "overflow" in message.lower():
+            self.on_overflow(message)
+
+
+def install_overflow_hook(on_overflow: Callable[[str], None]) -> OverflowHook:
+    hook = OverflowHook(on_overflow)
+    logger = logging.getLogger(INOTIFY_LOGGER)
+    logger.addHandler(hook)
+    logger.setLevel(min(logger.level or logging.WARNING, logging.WARNING))
+    return hook
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watched: Path, parent: bool, sink: Callable[[Signal], None]) -> None:
+        self.watched = watched
+        self.parent = parent
+        self.sink = sink
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        for signal in classify(event, self.watched, parent=self.parent):
+            self.sink(signal)
+
+
+@dataclass(slots=True)
+class WatchError:
+    path: Path
+    error: str
+    limit: bool  # ENOSPC/EMFILE: the user's inotify limits are exhausted
+
+
+@dataclass
+class Watcher:
+    """Owns the watchdog observer; adds and removes non-recursive watches by real path."""
+
+    sink: Callable[[Signal], None]
+    reads: bool = True
+    observer: Any = field(default=None)
+    _watches: dict[tuple[Path, bool], Any] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self.observer = Observer()
+        self.observer.daemon = True
+        self.observer.start()
+
+    def stop(self) -> None:
+        if self.observer is not None:
+            self.observer.stop()
+            self.observer.join(timeout=5)
+
+    def watched(self) -> set[tuple[Path, bool]]:
+        return set(self._watches)
+
+    def add(self, path: Path, *, parent: bool) -> WatchError | None:
+        key = (path, parent)
+        if key in self._watches:
+            return None
+        kinds = PARENT_EVENTS if parent else MEMORY_DIR_EVENTS + (READ_EVENTS if self.reads else [])
+        try:
+            watch = self.observer.schedule(_Handler(path, parent, self.sink), str(path),
+                                           recursive=False, event_filter=kinds)
+        except OSError as error:
+            limit = error.errno in (errno.ENOSPC, errno.EMFILE)
+            return WatchError(path, error.strerror or str(error), limit)
+        self._watches[key] = watch
+        return None
+
+    def remove(self, path: Path, *, parent: bool) -> None:
+        watch = self._watches.pop((path, parent), None)
+        if watch is not None:
+            try:
+                self.observer.unschedule(watch)
+            except (KeyError, OSError):
+                pass  # the kernel already dropped it (the folder is gone)
+
+    def sync(self, wanted: Iterable[tuple[Path, bool]]) -> list[WatchError]:
+        """Make the set of watches exactly `wanted`; return the ones that could not be added."""
+        wanted = set(wanted)
+        for path, parent in self.watched() - wanted:
+            self.remove(path, parent=parent)
+        errors = []
+        for path, parent in sorted(wanted - self.watched(), key=lambda k: (str(k[0]), k[1])):
+            problem = self.add(path, parent=parent)
+            if problem is not None:
+                errors.append(problem)
+        return errors

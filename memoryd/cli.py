@@ -86,6 +86,22 @@ def build_parser() -> argparse.ArgumentParser:
                        "runs with a fresh heartbeat, 1 otherwise.")
     p.add_argument("--json", action="store_true", help="print the status document")
 
+    p = sub.add_parser("service", help="install memoryd as a user service (systemd/launchd)",
+                       description="Render the systemd user unit or the launchd agent with the "
+                       "absolute path of this memoryd, write it, and enable and start it.")
+    p.add_argument("action", choices=["install", "uninstall", "status"], help="what to do")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the file and the commands instead of running them")
+    p.add_argument("--manager", choices=["systemd", "launchd"], default=None,
+                   help="which service manager (default: launchd on macOS, else systemd)")
+    p = sub.add_parser("demo", help="show memoryd at work in a throw-away sandbox",
+                       description="Build a sandbox (its own HOME, Claude home, repo and "
+                       "memories with a duplicate, a stale reference, a contradiction and a "
+                       "hand-written index), run the daemon against it, write a memory as an "
+                       "agent would, and show the index change, a dream report, the log and a "
+                       "restore. Nothing outside the sandbox is touched.")
+    p.add_argument("--keep", action="store_true", help="keep the sandbox folder afterwards")
+
     p = sub.add_parser(
         "dream",
         help="run the deterministic consolidation pass",
@@ -633,7 +649,32 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_service(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd import service
+
+    manager = args.manager or service.default_manager()
+    config = args.config.expanduser().absolute() if args.config else None
+    plan = service.plan(args.action, manager, config, rt.paths)
+    if args.dry_run:
+        if plan.content:
+            out.write(f"# would write {plan.file}:\n{plan.content}\n")
+        for cmd in plan.commands:
+            out.write(f"$ {' '.join(cmd)}\n")
+        return EXIT_OK
+    for line in service.execute(plan, args.action):
+        out.write(line + "\n")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd import demo
+
+    return demo.run(out, keep=args.keep)
+
+
 HANDLERS: dict[str, Handler] = {
+    "service": cmd_service,
+    "demo": cmd_demo,
     "run": cmd_run,
     "status": cmd_status,
     "dirs": cmd_dirs,

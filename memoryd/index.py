@@ -381,9 +381,17 @@ def update_index(inp: IndexInput) -> IndexEdit:
             main_lines = [heading, Line("", eol), *added]
             main_final_nl = True
         else:
+            # After the last pointer to a file of this dir; links to the web or elsewhere
+            # (a "## Links" section) are not where a new memory belongs.
             last_pointer = max(
-                (i for i, ln in enumerate(main_lines) if ln.link is not None), default=None
+                (i for i, ln in enumerate(main_lines)
+                 if ln.link is not None and ln.link.kind is LinkKind.LOCAL),
+                default=None,
             )
+            if last_pointer is None:
+                last_pointer = max(
+                    (i for i, ln in enumerate(main_lines) if ln.link is not None), default=None
+                )
             if last_pointer is None:
                 if main_lines and not main_lines[-1].eol:
                     main_lines[-1].eol = eol

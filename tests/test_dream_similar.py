@@ -36,9 +36,9 @@ ENGINES = [
 # Tunings of the numpy engine that force each of its code paths on small inputs: everything
 # in the sparse posting lists, a mix, everything in the dense matrix; tiny blocks and chunks.
 NUMPY_TUNINGS: list[dict[str, Any]] = [
-    {"dense_fraction": 2.0, "block_cells": 1, "gather_max": 1},
-    {"dense_fraction": 0.3, "block_cells": 40, "gather_max": 5},
-    {"dense_fraction": 0.0, "block_cells": 7},
+    {"dense_fraction": 2.0, "block_cells": 1, "block_min_rows": 1, "gather_max": 1},
+    {"dense_fraction": 0.3, "block_cells": 40, "block_min_rows": 2, "gather_max": 5},
+    {"dense_fraction": 0.0, "block_cells": 7, "block_min_rows": 3},
 ]
 
 Docs = list[tuple[str, Sequence[int]]]

@@ -244,3 +244,10 @@ def test_hand_written_lines_survive_in_order_and_a_second_pass_is_a_no_op(
     seen = {e.filename: (e.name, e.description) for e in mems}
     second = run(first.main, mems, seen=seen, archive=first.archive)
     assert (second.main, second.archive) == (first.main, first.archive)
+
+
+def test_new_pointer_goes_after_the_last_local_pointer_not_a_web_link() -> None:
+    """A trailing "## Links" list of URLs is not where a new memory's pointer belongs."""
+    main = "- [a](a.md) — d\n\n## Links\n- [wiki](https://example.com/wiki)\n"
+    edit = run(main, [entry("a.md"), entry("b.md")])
+    assert edit.main == "- [a](a.md) — d\n- [b](b.md) — d\n\n## Links\n- [wiki](https://example.com/wiki)\n"

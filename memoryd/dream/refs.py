@@ -63,11 +63,11 @@ PATH_FILENAMES: Final = frozenset(
 # backticks, commas, non-ASCII letters such as Korean particles) ends it.
 _RUN_RE: Final = re.compile(r"[A-Za-z0-9_.~$%@+\-/\\:#*?]+")
 _BACKTICK_RE: Final = re.compile(r"`([^`\n]+)`")
-_LINE_SUFFIX_RE: Final = re.compile(r"(?::\d+(?:[-:]\d+)*|#L\d+(?:-L?\d+)?)$")
+_LINE_SUFFIX_RE: Final = re.compile(r"(?::\d+(?:[-:]\d+)*|#[^/]*)$")  # :12, :12-30, #L12, #anchor
 _URL_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _DRIVE_RE: Final = re.compile(r"^[A-Za-z]:[\\/]")
-_LEAD_STRIP: Final = "*:?#"
-_TRAIL_STRIP: Final = ".,:;!?*#"
+_LEAD_STRIP: Final = ":?#"
+_TRAIL_STRIP: Final = ".,:;!?#"
 
 _IDENT: Final = r"[A-Za-z_][A-Za-z0-9_]*"
 _NOT_IDENT_BEFORE: Final = r"(?<![A-Za-z0-9_])"
@@ -109,10 +109,11 @@ class RefCheck:
 
 
 def _clean_run(run: str) -> str:
+    """A run without surrounding punctuation and line or anchor suffix; "" if nothing is left."""
     tok = run.lstrip(_LEAD_STRIP).rstrip(_TRAIL_STRIP)
-    if _URL_RE.match(tok):
-        return tok
-    return _LINE_SUFFIX_RE.sub("", tok).rstrip(_TRAIL_STRIP)
+    if not _URL_RE.match(tok):
+        tok = _LINE_SUFFIX_RE.sub("", tok).rstrip(_TRAIL_STRIP)
+    return tok if any(c.isalnum() for c in tok) else ""
 
 
 def _has_path_name(tok: str) -> bool:
@@ -143,7 +144,10 @@ def extract_refs(body: str) -> Refs:
     paths: list[tuple[int, str]] = []
     symbols: list[tuple[int, str]] = []
 
-    for m in _RUN_RE.finditer(body):
+    # Markdown bold is not part of a path (a lone `*` is kept: it makes a glob).
+    for m in _RUN_RE.finditer(body.replace("**", "  ")):
+        if body.startswith("(", m.end()):
+            continue  # `console.log(...)`, `path.join(...)`: a call, not a file
         tok = _clean_run(m.group())
         if tok and _has_path_name(tok):
             paths.append((m.start(), tok))

@@ -168,7 +168,7 @@ class Daemon:
         self._last_beat = self.mono()
         try:
             func(*args)
-        except Exception as error:  # noqa: BLE001 - the daemon must outlive any one batch
+        except Exception as error:
             self.log.error("job failed", job=func.__name__, error=str(error), exc_info=True)
         finally:
             self._last_beat = self.mono()
@@ -233,6 +233,8 @@ class Daemon:
             self._reload = True
             self.wake.set()
 
+        if threading.current_thread() is not threading.main_thread():
+            return  # embedded (tests): the owner stops us through stop_event
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGHUP, reload)
@@ -454,6 +456,10 @@ class Daemon:
     def rotate_trash(self) -> None:
         housekeeping.rotate(self.rt, [e.md for e in self.dirs.values()])
 
+    def request_stop(self) -> None:
+        self.stop_event.set()
+        self.wake.set()
+
     def rotate_audit(self) -> None:
         self.rt.audit.rotate_if_needed()
 
@@ -462,8 +468,9 @@ class Daemon:
             config = load_config(self.config_path, self.paths)
         except ConfigError as error:
             self.rt.audit.write("config.invalid", source=error.source, problems=error.problems)
-            self.log.error("configuration invalid; keeping the previous one",
-                           problems=error.problems)
+            # Not log.exception: the problems list says it all, a traceback would add nothing.
+            self.log.warning("configuration invalid; keeping the previous one",
+                             problems=error.problems)
             return
         self.rt.config = config
         self.rt.audit = Runtime.create(config, self.paths).audit

@@ -153,8 +153,15 @@ def decide_ownership(
     linked: Mapping[str, str],
     memory_files: Set[str],
     override: str = "auto",
+    known: Set[str] | None = None,
 ) -> Ownership:
-    """Is this index a list of pointers memoryd may edit? (DESIGN §3, "Whose index is it?")."""
+    """Is this index a list of pointers memoryd may edit? (DESIGN §3, "Whose index is it?").
+
+    `known`: when memoryd managed this index at its last pass, the memory files it knew then.
+    Files that arrived since are what the index should gain, so they do not count against
+    ownership (a burst of new files must not turn a managed index into an unmanaged one);
+    a person rewriting the index into something else still does.
+    """
     if main is not None and OFF_MARK in main:
         return Ownership(False, f"MEMORY.md holds {OFF_MARK}")
     if override == "off":
@@ -165,6 +172,10 @@ def decide_ownership(
         return Ownership(True, "MEMORY.md is missing or blank")
     if MANAGE_MARK in main:
         return Ownership(True, f"MEMORY.md holds {MANAGE_MARK}")
+    if known is not None:
+        if not memory_files & known:
+            return Ownership(True, "memoryd managed this index and every file since is new")
+        memory_files = memory_files & known
     if not memory_files:
         return Ownership(True, "the dir has no memory files yet")
     targets = set(pointer_targets(main))
@@ -285,7 +296,9 @@ def _finish(lines: list[Line], had_final_newline: bool, eol: str) -> str:
     last = lines[-1]
     if had_final_newline and not last.eol:
         last.eol = eol
-    elif not had_final_newline:
+    elif not had_final_newline and last.content:
+        # Keep "no final newline" as it was; but a blank last line would vanish without its
+        # line ending, and a person's line outranks the missing newline.
         last.eol = ""
     for line in lines[:-1]:
         if not line.eol:

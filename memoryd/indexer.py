@@ -1,6 +1,7 @@
 """Keep one memory dir's MEMORY.md in step with its files: scan, decide, swap in, verify, log."""
 
 import difflib
+import re
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,7 +242,10 @@ def _index_once(
         ownership = Ownership(False, main.error or archive.error)
     else:
         override = mode or cfg.override_for(md.path).mode
-        ownership = decide_ownership(main.text, archive.text, linked, set(memories), override)
+        known = set(state.seen) if state.known and state.managed else None
+        ownership = decide_ownership(
+            main.text, archive.text, linked, set(memories), override, known
+        )
     outcome.ownership = ownership
     if not rt.dry_run and not check:
         outcome.retry_after = _report_problems(rt, md, scan, state, settle)
@@ -255,8 +259,10 @@ def _index_once(
         outcome.status = "unmanaged"
         outcome.message = ownership.reason
         if not check and not rt.dry_run:
-            if state.report_once("unmanaged", ownership.reason):
+            # Said once per kind of reason, not again each time a count in it changes.
+            if state.report_once("unmanaged", re.sub(r"\d+", "N", ownership.reason)):
                 rt.audit.write("index.unmanaged", dir=md.path, reason=ownership.reason)
+            state.managed = False
             rt.store.save(md.real_path, state)
             rt.store.save_cache(md.real_path, scan.files)
         return outcome
@@ -361,6 +367,8 @@ def _index_once(
         outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
     _report_links(rt, md, edit, state)
     state.known = True
+    state.managed = True
+    state.reported.pop("unmanaged", None)
     state.seen = {n: [s.name, s.description] for n, s in sorted(memories.items())}
     rt.store.save(md.real_path, state)
     rt.store.save_cache(md.real_path, scan.files)

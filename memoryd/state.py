@@ -24,6 +24,7 @@ def dir_key(real_path: Path) -> str:
 class DirState:
     path: str = ""
     known: bool = False  # False until memoryd has finished one index pass over the dir
+    managed: bool = False  # whether memoryd managed the index at its last pass
     seen: dict[str, list[str]] = field(default_factory=dict)  # file -> [name, description]
     reported: dict[str, str] = field(default_factory=dict)  # what was said once -> signature
     changed_since_dream: list[str] = field(default_factory=list)

@@ -4,6 +4,7 @@ The watchdog handler runs on the observer thread and must only filter and enqueu
 file work happens later on the worker. Events are hints, never the truth: the worker re-stats.
 """
 
+import contextlib
 import errno
 import logging
 import os
@@ -233,10 +234,9 @@ class Watcher:
     def remove(self, path: Path, *, parent: bool) -> None:
         watch = self._watches.pop((path, parent), None)
         if watch is not None:
-            try:
+            # The kernel may have dropped it already (the folder is gone).
+            with contextlib.suppress(KeyError, OSError):
                 self.observer.unschedule(watch)
-            except (KeyError, OSError):
-                pass  # the kernel already dropped it (the folder is gone)
 
     def sync(self, wanted: Iterable[tuple[Path, bool]]) -> list[WatchError]:
         """Make the set of watches exactly `wanted`; return the ones that could not be added."""

@@ -77,6 +77,9 @@ REPO = repo_of(
         ("run `./scripts/run.sh` first", ("./scripts/run.sh",)),
         ("the Makefile and .env", ("Makefile", ".env")),
         ("`run the tests`", ()),
+        ("see docs/plan.md#rollout and `docs/faq.md#why`", ("docs/plan.md", "docs/faq.md")),
+        ("call console.log(x) and path.join(a, b)", ()),
+        ("styles in `*.module.css`; the root is `/`", ("*.module.css",)),
     ],
 )
 def test_extract_paths(body: str, paths: tuple[str, ...]) -> None:
@@ -130,6 +133,7 @@ def test_extract_symbols(body: str, symbols: tuple[str, ...]) -> None:
         ("other/app.py", Scope.UNVERIFIABLE, Status.UNCHECKED, None),
         ("../sibling/app.py", Scope.UNVERIFIABLE, Status.UNCHECKED, None),
         ("src/*.py", Scope.UNVERIFIABLE, Status.UNCHECKED, None),
+        ("*.module.css", Scope.UNVERIFIABLE, Status.UNCHECKED, None),
         ("node_modules/x/index.js", Scope.UNVERIFIABLE, Status.UNCHECKED, None),
         ("node_modules", Scope.VERIFIABLE, Status.FOUND, None),
     ],

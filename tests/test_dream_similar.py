@@ -163,10 +163,13 @@ def test_types_and_empty_sets_never_pair(use_numpy: bool) -> None:
     assert find_similar_pairs(docs, 0.6, use_numpy=use_numpy) == []
 
 
-def test_threshold_must_be_positive() -> None:
-    """A threshold of 0 or below is refused: pairs sharing nothing cannot be enumerated."""
+@pytest.mark.parametrize("low", [0.0, -0.5, float("nan"), float("inf")])
+def test_threshold_must_be_positive_and_finite(low: float) -> None:
+    """A threshold of 0 or below (or not a number) is refused by both entry points."""
     with pytest.raises(ValueError, match="threshold"):
-        find_similar_pairs([("a", [1])], 0.0)
+        find_similar_pairs([("a", [1])], low)
+    with pytest.raises(ValueError, match="threshold"):
+        candidates_for([1], "a", SimilarityIndex([("a", [1])]), low)
 
 
 @pytest.mark.parametrize("use_numpy", ENGINES)

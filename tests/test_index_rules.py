@@ -251,3 +251,15 @@ def test_new_pointer_goes_after_the_last_local_pointer_not_a_web_link() -> None:
     main = "- [a](a.md) — d\n\n## Links\n- [wiki](https://example.com/wiki)\n"
     edit = run(main, [entry("a.md"), entry("b.md")])
     assert edit.main == "- [a](a.md) — d\n- [b](b.md) — d\n\n## Links\n- [wiki](https://example.com/wiki)\n"
+
+
+def test_ownership_stays_with_memoryd_when_many_new_files_arrive() -> None:
+    """A burst of new files does not make a managed index unmanaged; a rewrite by hand does."""
+    known = {"a.md", "b.md"}
+    files = known | {f"new{i}.md" for i in range(50)}
+    ours = "- [a](a.md)\n- [b](b.md)\n"
+    assert not decide_ownership(ours, None, {}, files).managed
+    assert decide_ownership(ours, None, {}, files, known=known).managed
+    assert decide_ownership(ours, None, {}, {"n1.md", "n2.md"}, known=known).managed
+    rewritten = "# My own tree\n- [topics](topics.md)\n"
+    assert not decide_ownership(rewritten, None, {}, files, known=known).managed

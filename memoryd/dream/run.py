@@ -312,7 +312,9 @@ def dream_dir(
         return result
     result.duration_ms = int((time.monotonic() - started) * 1000)
     if not dry_run:
-        acted = bool(result.moved or result.skipped_moves)
+        # A pass someone asked for by piling up changes is news; a rerun with nothing to do
+        # from the command line is not (DESIGN §2.6).
+        acted = bool(result.moved or result.skipped_moves) or trigger != "command"
         audit.write(
             "dream.completed",
             dir=md.path,

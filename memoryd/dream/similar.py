@@ -44,6 +44,8 @@ STOPWORDS: Final = frozenset(
 
 POSITIVE_DIRECTIVES: Final = ("do", "use", "always", "prefer")
 NEGATIVE_DIRECTIVES: Final = ("do not", "don't", "dont", "avoid", "stop using", "never")
+_NEGATIVE_PHRASES: Final = frozenset(tuple(d.split()) for d in NEGATIVE_DIRECTIVES if " " in d)
+_NEGATIVE_WORDS: Final = frozenset(d for d in NEGATIVE_DIRECTIVES if " " not in d)
 
 # Tuning of the engines (they change speed and memory, never the answer).
 _BLOCK_CELLS: Final = 1 << 18  # pairs scored at once by the numpy engine (1 MB float32)
@@ -62,7 +64,7 @@ def significant_words(body: str) -> frozenset[str]:
 
     Lower-cased, split on whitespace, minus words of 2 characters or fewer and minus
     ``STOPWORDS``. Punctuation is deliberately kept ("pnpm." and "pnpm" are different words):
-    the spec defines the split on whitespace alone, and the duplicate threshold was set on it.
+    the spec defines the split on whitespace alone.
     """
     words = set(body.lower().split())
     words.difference_update(STOPWORDS)
@@ -123,8 +125,8 @@ def overlap(a: Sequence[int], b: Sequence[int]) -> float:
 
 
 def _check_low(low: float) -> None:
-    if not low > 0.0:  # also refuses NaN
-        raise ValueError(f"overlap threshold must be > 0, got {low!r}")
+    if not 0.0 < low < math.inf:  # also refuses NaN
+        raise ValueError(f"overlap threshold must be a finite number > 0, got {low!r}")
 
 
 def _resolve_numpy(use_numpy: bool | None) -> bool:
@@ -684,12 +686,10 @@ def _norm_token(token: str) -> str:
 def _directive_at(tokens: list[str], i: int) -> tuple[int, bool] | None:
     """(length, is_positive) of the directive starting at ``tokens[i]``, if there is one."""
     t = tokens[i]
-    nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
-    if t == "do" and nxt == "not":
+    # Two-word negatives first, so that "do not" is never read as the positive "do".
+    if i + 1 < len(tokens) and (t, tokens[i + 1]) in _NEGATIVE_PHRASES:
         return 2, False
-    if t == "stop" and nxt == "using":
-        return 2, False
-    if t in ("don't", "dont", "avoid", "never"):
+    if t in _NEGATIVE_WORDS:
         return 1, False
     if t in POSITIVE_DIRECTIVES:
         return 1, True

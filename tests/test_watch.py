@@ -1,0 +1,157 @@
+"""The watch layer: the debounce contract on a fake clock, the pure event filter, the overflow
+hook driving a rescan, and watch-limit fallback (the daemon runs in-process here)."""
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from watchdog.events import (
+    DirDeletedEvent,
+    FileClosedEvent,
+    FileClosedNoWriteEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+)
+
+from memoryd.config import build_config
+from memoryd.daemon import Daemon
+from memoryd.watch import Debouncer, Kind, Signal, Watcher, WatchError, classify
+from tests.conftest import Env, write_memory
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_debounce_waits_for_quiet() -> None:
+    """A key is due only after `quiet` seconds without a touch."""
+    clock = FakeClock()
+    d = Debouncer(2.0, 30.0, clock)
+    d.touch("a")
+    clock.now += 1.5
+    d.touch("a")
+    clock.now += 1.9
+    assert d.pop_due() == []
+    clock.now += 0.2
+    assert d.pop_due() == ["a"]
+    assert d.pop_due() == [] and d.next_deadline() is None
+
+
+def test_debounce_max_wait_under_continuous_churn() -> None:
+    """Under churn that never goes quiet, the key is due `max_wait` after its first touch."""
+    clock = FakeClock()
+    d = Debouncer(2.0, 30.0, clock)
+    for _ in range(40):
+        d.touch("a")
+        clock.now += 1.0
+        if d.pop_due():
+            break
+    assert clock.now - 1000.0 == 30.0
+
+
+def test_debounce_schedule_and_flush() -> None:
+    """`schedule` asks for a look at a time; `pop_all` hands over everything pending."""
+    clock = FakeClock()
+    d = Debouncer(2.0, 30.0, clock)
+    d.schedule("b", clock.now + 10)
+    d.schedule("b", clock.now + 5)
+    assert d.next_deadline() == clock.now + 5
+    d.touch("c")
+    assert sorted(d.pop_all()) == ["b", "c"] and d.pending() == set()
+
+
+DIR = Path("/m")
+
+
+@pytest.mark.parametrize(("event", "expected"), [
+    (FileClosedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),
+    (FileMovedEvent("/m/a.md.tmp.1.ab", "/m/a.md"),
+     [Signal(Kind.DIRTY, DIR, "a.md.tmp.1.ab"), Signal(Kind.DIRTY, DIR, "a.md")]),
+    (FileDeletedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),
+    (FileClosedEvent("/m/.MEMORY.md.memoryd-1-ab.tmp"), []),
+    (FileClosedEvent("/m/.MEMORY.md.prev"), []),
+    (FileClosedEvent("/m/sub/a.md"), []),
+    (FileClosedNoWriteEvent("/m/a.md"), [Signal(Kind.READ, DIR, "a.md")]),
+    (FileClosedNoWriteEvent("/m/MEMORY.md"), []),
+    (DirDeletedEvent("/m"), [Signal(Kind.STRUCTURE, DIR)]),
+])
+def test_event_filter_table(event, expected) -> None:  # type: ignore[no-untyped-def]
+    """What each kind of event means: dirty, read, structure, or nothing (our own writes)."""
+    assert classify(event, DIR, parent=False) == expected
+
+
+@pytest.fixture
+def embedded(env: Env, tmp_path: Path) -> Iterator[Daemon]:
+    """The real daemon loop on a thread of this process (signals are left to the test)."""
+    cfg = build_config({
+        "paths": {"claude_home": str(env.claude)},
+        "index": {"new_file_grace": "0s"},
+        "watch": {"debounce": "100ms", "max_wait": "1s", "reconcile_every": "1h"},
+    }, "test")
+    daemon = Daemon(None, env.runtime(cfg).paths, env.runtime(cfg))
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not daemon.paths.status_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield daemon
+    daemon.request_stop()
+    thread.join(timeout=20)
+    assert not thread.is_alive()
+
+
+def _wait(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(env: Env,
+                                                                   embedded: Daemon) -> None:
+    """Events are lost; the overflow warning (through watchdog's logger) triggers a rescan."""
+    folder = env.claude / "agent-memory" / "helper"
+    write_memory(folder, "a.md")
+    assert _wait(lambda: (folder / "MEMORY.md").exists())
+    time.sleep(1.0)  # let every event of the set-up drain
+    embedded.watcher.observer.unschedule_all()  # from here on, every event is "lost"
+    time.sleep(0.3)
+    write_memory(folder, "b.md")
+    time.sleep(0.6)
+    assert "b.md" not in (folder / "MEMORY.md").read_text()
+    logging.getLogger("watchdog.observers.inotify_c").warning(
+        "Inotify queue overflowed; filesystem events were lost")
+    assert _wait(lambda: "b.md" in (folder / "MEMORY.md").read_text())
+    assert _wait(lambda: "watch.rescanned" in [r["event"] for r in env.audit_rows()])
+    assert "watch.overflow" in [r["event"] for r in env.audit_rows()]
+    assert embedded.consult_signal is False
+
+
+def test_watch_limit_is_reported_once_and_falls_back_to_polling(
+        env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC from inotify: `watch.limit` with the sysctl hint, once; the dir is polled."""
+    def refuse(self: Watcher, path: Path, *, parent: bool) -> WatchError | None:
+        return None if parent else WatchError(path, "No space left on device", True)
+
+    monkeypatch.setattr(Watcher, "add", refuse)
+    cfg = build_config({"paths": {"claude_home": str(env.claude)}}, "test")
+    folder = env.claude / "agent-memory" / "helper"
+    write_memory(folder, "a.md")
+    rt = env.runtime(cfg)
+    daemon = Daemon(None, rt.paths, rt)
+    daemon.watcher.observer = type("NoObserver", (), {"schedule": None})()
+    daemon.rediscover()
+    daemon.rediscover()
+    rows = [r for r in env.audit_rows() if r["event"] == "watch.limit"]
+    assert len(rows) == 1 and "max_user_watches" in str(rows[0]["hint"])
+    assert all(e.watch == "polling" for e in daemon.dirs.values())
+    assert (folder / "MEMORY.md").exists()  # the dir is still looked after

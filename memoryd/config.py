@@ -65,6 +65,7 @@ class WatchConfig:
     debounce: float = 2.0
     max_wait: float = 30.0
     reconcile_every: float = 300.0
+    consult_signal: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +155,12 @@ def _duration(value: object) -> object:
     return parse_duration(value)
 
 
+def _bool(value: object) -> object:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {_type_name(value)} {value!r}")
+    return value
+
+
 def _str(value: object) -> object:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {_type_name(value)} {value!r}")
@@ -210,7 +217,12 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
     ),
     "watch": (
         WatchConfig,
-        {"debounce": _duration, "max_wait": _duration, "reconcile_every": _duration},
+        {
+            "debounce": _duration,
+            "max_wait": _duration,
+            "reconcile_every": _duration,
+            "consult_signal": _bool,
+        },
     ),
     "dream": (
         DreamConfig,

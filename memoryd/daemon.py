@@ -24,7 +24,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from memoryd import __version__, fsops, housekeeping, notify
 from memoryd.config import Config, load_config
 from memoryd.discover import MemoryDir, discover
-from memoryd.dream.consult import ReadEvents
 from memoryd.dream.run import RepoCache, dream_dir, lock_is_fresh, recover
 from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
@@ -127,7 +126,8 @@ class Daemon:
     def __post_init__(self) -> None:
         w = self.rt.config.watch
         self.debouncer = Debouncer(w.debounce, w.max_wait, self.mono)
-        self.watcher = Watcher(self.on_signal)
+        self.consult_signal = w.consult_signal
+        self.watcher = Watcher(self.on_signal, reads=w.consult_signal)
 
     # --- observer thread: classify and enqueue only --------------------------------------------
     def on_signal(self, sig: Signal) -> None:
@@ -185,14 +185,26 @@ class Daemon:
         self._install_signals()
         self.scheduler.start()
         cfg = self.rt.config
-        self.scheduler.add_job(self._guarded, "interval", args=(self.reconcile,),
-                               seconds=cfg.watch.reconcile_every, id="reconcile")
-        self.scheduler.add_job(self._guarded, "interval", args=(self.heartbeat,),
-                               seconds=HEARTBEAT_EVERY, id="heartbeat")
-        self.scheduler.add_job(self._guarded, "interval", args=(self.rotate_trash,),
-                               days=1, id="trash-rotation")
-        self.scheduler.add_job(self._guarded, "interval", args=(self.rotate_audit,),
-                               hours=1, id="audit-rotation")
+        self.scheduler.add_job(
+            self._guarded,
+            "interval",
+            args=(self.reconcile,),
+            seconds=cfg.watch.reconcile_every,
+            id="reconcile",
+        )
+        self.scheduler.add_job(
+            self._guarded,
+            "interval",
+            args=(self.heartbeat,),
+            seconds=HEARTBEAT_EVERY,
+            id="heartbeat",
+        )
+        self.scheduler.add_job(
+            self._guarded, "interval", args=(self.rotate_trash,), days=1, id="trash-rotation"
+        )
+        self.scheduler.add_job(
+            self._guarded, "interval", args=(self.rotate_audit,), hours=1, id="audit-rotation"
+        )
         self.submit(self.start_up)
         notify.notify("READY=1")
         interval = notify.watchdog_interval()
@@ -241,12 +253,15 @@ class Daemon:
 
     def shut_down(self) -> int:
         notify.notify("STOPPING=1")
-        pending = self.debouncer.pop_all()
-        if pending:
-            self.submit(self.process, pending)  # flush what the debounce was holding
-        self.submit(self.heartbeat)
-        self.scheduler.shutdown(wait=True)
+        # Flush: events may still sit in watchdog's buffer (it holds them ~0.5 s to pair
+        # moves), so look at every dir once more rather than only at what the debounce holds.
         self.watcher.stop()
+        self.debouncer.pop_all()
+        # Finish the job in hand; queued ones are dropped by APScheduler's shutdown, so the
+        # flush runs here, after the worker is gone (still one thread doing file work).
+        self.scheduler.shutdown(wait=True)
+        self._guarded(self.process, sorted(self.dirs))
+        self._guarded(self.heartbeat)
         self.rt.audit.write("daemon.stopped", reason="signal")
         self.log.info("memoryd stopped")
         return EXIT_OK
@@ -254,13 +269,20 @@ class Daemon:
     # --- worker jobs ---------------------------------------------------------------------------
     def start_up(self) -> None:
         for recovery in recover(self.rt):
-            self.log.warning("recovered an unfinished pass", dir=str(recovery.journal.dir),
-                             outcome=recovery.outcome)
+            self.log.warning(
+                "recovered an unfinished pass",
+                dir=str(recovery.journal.dir),
+                outcome=recovery.outcome,
+            )
         self.rediscover()
-        self.rt.audit.write("daemon.started", version=__version__, dirs=len(self.dirs),
-                            config=self.rt.config.source)
-        self.log.info("memoryd started", dirs=len(self.dirs),
-                      claude_home=str(self.rt.config.paths.claude_home))
+        self.rt.audit.write(
+            "daemon.started", version=__version__, dirs=len(self.dirs), config=self.rt.config.source
+        )
+        self.log.info(
+            "memoryd started",
+            dirs=len(self.dirs),
+            claude_home=str(self.rt.config.paths.claude_home),
+        )
         self.heartbeat()
 
     def rediscover(self) -> None:
@@ -291,8 +313,13 @@ class Daemon:
                 new.append(path)
                 probe = index_dir(self.rt, md, check=True)
                 mode = "managed" if probe.ownership and probe.ownership.managed else "unmanaged"
-                self.rt.audit.write("dir.discovered", dir=md.path, kind=md.kind, mode=mode,
-                                    real_path=str(md.real_path))
+                self.rt.audit.write(
+                    "dir.discovered",
+                    dir=md.path,
+                    kind=md.kind,
+                    mode=mode,
+                    real_path=str(md.real_path),
+                )
         self._sync_watches()
         if new:
             self.process(new)
@@ -329,11 +356,14 @@ class Daemon:
         limits = [e for e in errors if e.limit]
         if limits and not self._limit_said:
             self._limit_said = True
-            hint = ("raise the inotify limits, e.g. `sudo sysctl fs.inotify.max_user_watches="
-                    "524288 fs.inotify.max_user_instances=1024`; until then these dirs are "
-                    f"checked every {int(self.rt.config.watch.reconcile_every)} s")
-            self.rt.audit.write("watch.limit", error=limits[0].error, hint=hint,
-                                dirs=[str(e.path) for e in limits])
+            hint = (
+                "raise the inotify limits, e.g. `sudo sysctl fs.inotify.max_user_watches="
+                "524288 fs.inotify.max_user_instances=1024`; until then these dirs are "
+                f"checked every {int(self.rt.config.watch.reconcile_every)} s"
+            )
+            self.rt.audit.write(
+                "watch.limit", error=limits[0].error, hint=hint, dirs=[str(e.path) for e in limits]
+            )
             self.log.warning("cannot watch every dir", error=limits[0].error, hint=hint)
 
     def _lose(self, entry: DirEntry, reason: str) -> None:
@@ -343,6 +373,7 @@ class Daemon:
 
     def process(self, paths: list[Path]) -> None:
         """Re-stat each dir and bring its index in step; nothing to do writes nothing."""
+        self.absorb_reads()  # before our own reads below move the windows they are judged by
         for path in paths:
             entry = self.dirs.get(path)
             if entry is None:
@@ -354,8 +385,9 @@ class Daemon:
                 self.wake.set()
                 continue
             started = self.mono()
-            outcome = index_dir(self.rt, entry.md, grace=self.rt.config.index.new_file_grace,
-                                settle=SETTLE)
+            outcome = index_dir(
+                self.rt, entry.md, grace=self.rt.config.index.new_file_grace, settle=SETTLE
+            )
             entry.reading = (started, self.mono())
             entry.last_status = outcome.status
             if outcome.status == "updated":
@@ -365,11 +397,13 @@ class Daemon:
                         st = os.lstat(path / name)
                         self._own_writes[(path, name)] = (st.st_ino, st.st_size, st.st_mtime_ns)
             elif outcome.status in ("error", "conflict"):
-                self.log.warning("index not updated", dir=str(entry.md.path),
-                                 message=outcome.message)
+                self.log.warning(
+                    "index not updated", dir=str(entry.md.path), message=outcome.message
+                )
             if outcome.retry_after is not None:
-                self.debouncer.schedule(path, self.mono() + max(0.0, outcome.retry_after -
-                                                                time.time()))
+                self.debouncer.schedule(
+                    path, self.mono() + max(0.0, outcome.retry_after - time.time())
+                )
                 self.wake.set()
         self.absorb_reads()
         self.check_pile_up()
@@ -385,7 +419,7 @@ class Daemon:
             if entry is None:
                 continue
             start, end = entry.reading
-            if start - OWN_READ_SLACK <= when <= end + OWN_READ_SLACK:
+            if start <= when <= end + OWN_READ_SLACK:  # events arrive a little after the read
                 continue
             by_dir.setdefault(folder, {})[name] = now - (self.mono() - when)
         for folder, seen in by_dir.items():
@@ -403,16 +437,20 @@ class Daemon:
             if count < cfg.pile_up:
                 continue
             if now - state.last_change_ts < cfg.quiet:
-                self.debouncer.schedule(path, self.mono() + cfg.quiet -
-                                        (now - state.last_change_ts))
+                self.debouncer.schedule(
+                    path, self.mono() + cfg.quiet - (now - state.last_change_ts)
+                )
                 self.wake.set()
                 continue
             why = ""
             if now - state.last_dream_ts < cfg.min_interval:
-                why = (f"{count} files changed, but the last pass was less than "
-                       f"{int(cfg.min_interval)} s ago")
-                self.debouncer.schedule(path, self.mono() + cfg.min_interval -
-                                        (now - state.last_dream_ts))
+                why = (
+                    f"{count} files changed, but the last pass was less than "
+                    f"{int(cfg.min_interval)} s ago"
+                )
+                self.debouncer.schedule(
+                    path, self.mono() + cfg.min_interval - (now - state.last_dream_ts)
+                )
             elif lock_is_fresh(entry.md, now):
                 why = "Claude Code's .consolidate-lock is fresh: it is consolidating this dir"
                 self.debouncer.schedule(path, self.mono() + 300)
@@ -422,20 +460,18 @@ class Daemon:
                     self.rt.audit.write("dream.skipped", dir=entry.md.path, why=why)
                 continue
             started = self.mono()
-            reads = ReadEvents(state.reads) if self.consult_signal else ReadEvents({})
-            result = dream_dir(self.rt, entry.md, repos=RepoCache(), trigger="pile-up",
-                               extra_sources=[reads])
+            result = dream_dir(self.rt, entry.md, repos=RepoCache(), trigger="pile-up")
             entry.reading = (started, self.mono())
             state = self.rt.store.load(path)
             state.reported.pop("pile-up-skip", None)
             self.rt.store.save(path, state)
-            self.log.info("dream pass", dir=str(entry.md.path), status=result.status,
-                          moved=len(result.moved))
+            self.log.info(
+                "dream pass", dir=str(entry.md.path), status=result.status, moved=len(result.moved)
+            )
             for record_dir, name in ((path, INDEX_NAME), (path, ARCHIVE_NAME)):
                 with contextlib.suppress(OSError):
                     st = os.lstat(record_dir / name)
-                    self._own_writes[(record_dir, name)] = (st.st_ino, st.st_size,
-                                                            st.st_mtime_ns)
+                    self._own_writes[(record_dir, name)] = (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def reconcile(self) -> None:
         """Never trust events alone: rediscover, then a stat-only look at every dir."""
@@ -469,15 +505,17 @@ class Daemon:
         except ConfigError as error:
             self.rt.audit.write("config.invalid", source=error.source, problems=error.problems)
             # Not log.exception: the problems list says it all, a traceback would add nothing.
-            self.log.warning("configuration invalid; keeping the previous one",
-                             problems=error.problems)
+            self.log.warning(
+                "configuration invalid; keeping the previous one", problems=error.problems
+            )
             return
         self.rt.config = config
         self.rt.audit = Runtime.create(config, self.paths).audit
         self.debouncer.quiet = config.watch.debounce
         self.debouncer.max_wait = config.watch.max_wait
-        self.scheduler.reschedule_job("reconcile", trigger="interval",
-                                      seconds=config.watch.reconcile_every)
+        self.scheduler.reschedule_job(
+            "reconcile", trigger="interval", seconds=config.watch.reconcile_every
+        )
         self.rt.audit.write("config.reloaded", source=config.source)
         self.log.info("configuration reloaded", source=config.source)
         self.rediscover()
@@ -488,18 +526,20 @@ class Daemon:
         dirs = []
         for path, entry in sorted(self.dirs.items()):
             state = self.rt.store.load(path)
-            dirs.append({
-                "path": str(entry.md.path),
-                "real_path": str(path),
-                "kind": entry.md.kind,
-                "files": len(state.seen),
-                "index": entry.last_status or "not yet",
-                "pending_changes": len(state.changed_since_dream),
-                "last_index_write": _iso(entry.last_index_write or state.last_index_ts),
-                "last_pass": _iso(state.last_dream_ts),
-                "last_pass_result": state.last_dream_result or None,
-                "watch": entry.watch,
-            })
+            dirs.append(
+                {
+                    "path": str(entry.md.path),
+                    "real_path": str(path),
+                    "kind": entry.md.kind,
+                    "files": len(state.seen),
+                    "index": entry.last_status or "not yet",
+                    "pending_changes": len(state.changed_since_dream),
+                    "last_index_write": _iso(entry.last_index_write or state.last_index_ts),
+                    "last_pass": _iso(state.last_dream_ts),
+                    "last_pass_result": state.last_dream_result or None,
+                    "watch": entry.watch,
+                }
+            )
         status = {
             "pid": os.getpid(),
             "version": __version__,
@@ -513,9 +553,11 @@ class Daemon:
             "pending": sorted(str(p) for p in self.debouncer.pending()),
             "dirs": dirs,
         }
-        fsops.write_private(self.paths.status_file,
-                            json.dumps(status, indent=1, ensure_ascii=False).encode(),
-                            durable=False)
+        fsops.write_private(
+            self.paths.status_file,
+            json.dumps(status, indent=1, ensure_ascii=False).encode(),
+            durable=False,
+        )
 
 
 def _iso(ts: float) -> str | None:
@@ -534,4 +576,3 @@ def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
         return daemon.run()
     finally:
         os.close(lock_fd)
-

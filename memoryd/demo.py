@@ -27,36 +27,71 @@ max_wait = "5s"
 """
 
 MEMORIES = {
-    "deploy_steps.md": ("Deploy steps", "how to ship to staging", "project", 60,
-                        "Deploy staging by running the release script with the canary flag "
-                        "enabled first, then promote production after the smoke checks pass."),
-    "deploy_howto.md": ("Deploy how-to", "shipping to staging", "project", 20,
-                        "Deploy staging by running the release script with the canary flag "
-                        "enabled first, then promote production after the smoke checks pass "
-                        "cleanly."),
-    "legacy_cart.md": ("Legacy cart", "where the old cart lived", "project", 45,
-                       "The cart totals were computed in `src/cart_legacy.py` and "
-                       "`src/totals_old.py`."),
-    "checkout_flow.md": ("Checkout flow", "entry point of checkout", "project", 30,
-                         "Checkout starts in `src/checkout.py` and calls `apply_discounts()`."),
-    "pkg_manager_old.md": ("Package manager", "which installer to use", "feedback", 50,
-                           "Always use pnpm for installing packages across the monorepo "
-                           "workspace lockfile registry cache offline mirror alpha bravo "
-                           "charlie delta echo foxtrot golf hotel india"),
-    "pkg_manager_new.md": ("Package manager (new)", "which installer to use now", "feedback", 5,
-                           "Never use pnpm for installing packages across the monorepo "
-                           "workspace lockfile registry cache offline mirror juliet kilo lima "
-                           "mike november oscar papa quebec romeo"),
-    "user_role.md": ("Role", "who I am", "user", 90,
-                     "Backend engineer; prefers small reviewed pull requests."),
+    "deploy_steps.md": (
+        "Deploy steps",
+        "how to ship to staging",
+        "project",
+        60,
+        "Deploy staging by running the release script with the canary flag "
+        "enabled first, then promote production after the smoke checks pass.",
+    ),
+    "deploy_howto.md": (
+        "Deploy how-to",
+        "shipping to staging",
+        "project",
+        20,
+        "Deploy staging by running the release script with the canary flag "
+        "enabled first, then promote production after the smoke checks pass "
+        "cleanly.",
+    ),
+    "legacy_cart.md": (
+        "Legacy cart",
+        "where the old cart lived",
+        "project",
+        45,
+        "The cart totals were computed in `src/cart_legacy.py` and `src/totals_old.py`.",
+    ),
+    "checkout_flow.md": (
+        "Checkout flow",
+        "entry point of checkout",
+        "project",
+        30,
+        "Checkout starts in `src/checkout.py` and calls `apply_discounts()`.",
+    ),
+    "pkg_manager_old.md": (
+        "Package manager",
+        "which installer to use",
+        "feedback",
+        50,
+        "Always use pnpm for installing packages across the monorepo "
+        "workspace lockfile registry cache offline mirror alpha bravo "
+        "charlie delta echo foxtrot golf hotel india",
+    ),
+    "pkg_manager_new.md": (
+        "Package manager (new)",
+        "which installer to use now",
+        "feedback",
+        5,
+        "Never use pnpm for installing packages across the monorepo "
+        "workspace lockfile registry cache offline mirror juliet kilo lima "
+        "mike november oscar papa quebec romeo",
+    ),
+    "user_role.md": (
+        "Role",
+        "who I am",
+        "user",
+        90,
+        "Backend engineer; prefers small reviewed pull requests.",
+    ),
 }
 FILLER = ["anchor", "barley", "canyon", "dolphin", "ember", "fjord", "glacier", "harbor"]
 
 
-def _write(path: Path, name: str, description: str, type_: str, age_days: float,
-           body: str) -> None:
-    path.write_text(f"---\nname: {name}\ndescription: {description}\ntype: {type_}\n---\n\n"
-                    f"{body}\n", encoding="utf-8")
+def _write(path: Path, name: str, description: str, type_: str, age_days: float, body: str) -> None:
+    path.write_text(
+        f"---\nname: {name}\ndescription: {description}\ntype: {type_}\n---\n\n{body}\n",
+        encoding="utf-8",
+    )
     stamp = time.time() - age_days * DAY
     os.utime(path, (stamp, stamp))
 
@@ -75,8 +110,14 @@ def build(root: Path) -> tuple[Path, Path, dict[str, str]]:
     for filename, (name, description, type_, age, body) in MEMORIES.items():
         _write(memory / filename, name, description, type_, age, body)
     for i, word in enumerate(FILLER):
-        _write(memory / f"topic_{word}.md", word.title(), f"notes on {word}", "reference",
-               40 + i, f"{word} {word}s {word}-like")
+        _write(
+            memory / f"topic_{word}.md",
+            word.title(),
+            f"notes on {word}",
+            "reference",
+            40 + i,
+            f"{word} {word}s {word}-like",
+        )
     lines = ["# shop Memory", "", "Hand-written notes stay exactly as they are.", ""]
     lines += [f"- [{MEMORIES[f][0]}]({f}) — {MEMORIES[f][1]}" for f in sorted(MEMORIES)]
     lines += [f"- [{w.title()}](topic_{w}.md) — notes on {w}" for w in FILLER]
@@ -96,8 +137,14 @@ def build(root: Path) -> tuple[Path, Path, dict[str, str]]:
 
 
 def _memoryd(env: dict[str, str], config: Path, *args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "memoryd", "--config", str(config), *args],
-                            env=env, capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "memoryd", "--config", str(config), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     return result.stdout + result.stderr
 
 
@@ -115,31 +162,47 @@ def run(out: TextIO, keep: bool = False) -> int:
     try:
         memory, config, env = build(root)
         say = out.write
-        say(f"A sandbox at {root}: a repo `shop`, its Claude project memory with a duplicate, a "
-            "stale reference, a contradiction and a hand-written index.\n\n")
+        say(
+            f"A sandbox at {root}: a repo `shop`, its Claude project memory with a duplicate, a "
+            "stale reference, a contradiction and a hand-written index.\n\n"
+        )
         say("== 1. The daemon starts and watches the memory dir\n")
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "memoryd", "--config", str(config), "run"], env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [sys.executable, "-m", "memoryd", "--config", str(config), "run"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             status_file = Path(env["XDG_STATE_HOME"]) / "memoryd" / "status.json"
             _wait_for(status_file.exists)
-            say("== 2. An agent saves a new memory (temp file, then rename, as Claude Code "
-                "does)\n")
+            say("== 2. An agent saves a new memory (temp file, then rename, as Claude Code does)\n")
             before = (memory / "MEMORY.md").read_text()
             tmp = memory / "api_limits.md.tmp.4242.beef"
-            tmp.write_text("---\nname: API rate limits\ndescription: 100 requests a minute per "
-                           "key\ntype: reference\n---\n\nThe public API allows 100 requests a "
-                           "minute per key.\n")
+            tmp.write_text(
+                "---\nname: API rate limits\ndescription: 100 requests a minute per "
+                "key\ntype: reference\n---\n\nThe public API allows 100 requests a "
+                "minute per key.\n"
+            )
             tmp.rename(memory / "api_limits.md")
             _wait_for(lambda: "api_limits.md" in (memory / "MEMORY.md").read_text())
             after = (memory / "MEMORY.md").read_text()
             import difflib
 
-            say("".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
-                                             "MEMORY.md (before)", "MEMORY.md (after)")))
-            say("\n== 3. A dream pass: deterministic checks, moves into the trash, an "
-                "explained report\n")
+            say(
+                "".join(
+                    difflib.unified_diff(
+                        before.splitlines(True),
+                        after.splitlines(True),
+                        "MEMORY.md (before)",
+                        "MEMORY.md (after)",
+                    )
+                )
+            )
+            say(
+                "\n== 3. A dream pass: deterministic checks, moves into the trash, an "
+                "explained report\n"
+            )
             say(_memoryd(env, config, "dream", str(memory)))
             say("\n== 4. The audit log (`memoryd log`; `tail -F` works on the file too)\n")
             say(_memoryd(env, config, "log"))

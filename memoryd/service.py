@@ -97,14 +97,18 @@ def plan(action: str, manager: str, config: Path | None, paths: AppPaths) -> Pla
         file = unit_dir() / UNIT_NAME
         content = render_unit(command, config) if action == "install" else ""
         commands = {
-            "install": [["systemctl", "--user", "daemon-reload"],
-                        ["systemctl", "--user", "enable", "--now", UNIT_NAME]],
+            "install": [
+                ["systemctl", "--user", "daemon-reload"],
+                ["systemctl", "--user", "enable", "--now", UNIT_NAME],
+            ],
             "uninstall": [["systemctl", "--user", "disable", "--now", UNIT_NAME]],
             "status": [["systemctl", "--user", "status", "--no-pager", UNIT_NAME]],
         }[action]
-        manual = (f"write the unit to {file}, then run `systemctl --user daemon-reload && "
-                  f"systemctl --user enable --now {UNIT_NAME}`; without a user manager, run "
-                  f"`{' '.join(command)} run` from your session's start-up instead")
+        manual = (
+            f"write the unit to {file}, then run `systemctl --user daemon-reload && "
+            f"systemctl --user enable --now {UNIT_NAME}`; without a user manager, run "
+            f"`{' '.join(command)} run` from your session's start-up instead"
+        )
     else:
         uid = os.getuid()
         file = Path.home() / "Library" / "LaunchAgents" / PLIST_NAME
@@ -114,7 +118,7 @@ def plan(action: str, manager: str, config: Path | None, paths: AppPaths) -> Pla
             "uninstall": [["launchctl", "bootout", f"gui/{uid}/{LABEL}"]],
             "status": [["launchctl", "print", f"gui/{uid}/{LABEL}"]],
         }[action]
-        manual = (f"write the plist to {file}, then run `launchctl bootstrap gui/{uid} {file}`")
+        manual = f"write the plist to {file}, then run `launchctl bootstrap gui/{uid} {file}`"
     return Plan(manager, file, content, commands, manual)
 
 
@@ -141,6 +145,10 @@ def execute(p: Plan, action: str) -> list[str]:
             p.file.unlink()
             output.append(f"removed {p.file}")
         if p.manager == "systemd":
-            subprocess.run(["systemctl", "--user", "daemon-reload"], capture_output=True,
-                           check=False, timeout=60)
+            subprocess.run(
+                ["systemctl", "--user", "daemon-reload"],
+                capture_output=True,
+                check=False,
+                timeout=60,
+            )
     return output

@@ -69,8 +69,11 @@ def _names(event: FileSystemEvent) -> list[str]:
 def classify(event: FileSystemEvent, watched_dir: Path, *, parent: bool) -> list[Signal]:
     """What an event means for memoryd (pure: the event and the watch in, signals out)."""
     if parent:
-        return [Signal(Kind.STRUCTURE, watched_dir)] if event.is_directory or isinstance(
-            event, DirDeletedEvent | DirMovedEvent) else []
+        return (
+            [Signal(Kind.STRUCTURE, watched_dir)]
+            if event.is_directory or isinstance(event, DirDeletedEvent | DirMovedEvent)
+            else []
+        )
     out: list[Signal] = []
     for raw in _names(event):
         path = Path(raw)
@@ -223,8 +226,9 @@ class Watcher:
             return None
         kinds = PARENT_EVENTS if parent else MEMORY_DIR_EVENTS + (READ_EVENTS if self.reads else [])
         try:
-            watch = self.observer.schedule(_Handler(path, parent, self.sink), str(path),
-                                           recursive=False, event_filter=kinds)
+            watch = self.observer.schedule(
+                _Handler(path, parent, self.sink), str(path), recursive=False, event_filter=kinds
+            )
         except OSError as error:
             limit = error.errno in (errno.ENOSPC, errno.EMFILE)
             return WatchError(path, error.strerror or str(error), limit)

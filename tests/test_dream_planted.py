@@ -341,3 +341,21 @@ def test_repo_root_option_overrides(env: Env, cli, repo: Path, tmp_path: Path) -
     result = cli("dream", "--json", "--repo-root", repo, folder)
     report = json.loads(result.out)["dirs"][0]
     assert [c["file"] for c in report["changes"]] == ["a.md"]
+
+
+def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path) -> None:  # type: ignore[no-untyped-def]
+    """A read the daemon recorded in the last 14 days is a consult: the stale memory stays."""
+    from memoryd.state import StateStore
+
+    folder = repo / ".claude" / "memory"
+    mem(repo, "read_recently.md", "Lived in `src/removed_one.py`.")
+    mem(repo, "read_long_ago.md", "Lived in `src/removed_two.py`.")
+    _filler(repo)
+    store = StateStore(env.state)
+    state = store.load(folder.resolve())
+    state.reads = {"read_recently.md": time.time() - 3 * DAY,
+                   "read_long_ago.md": time.time() - 40 * DAY}
+    store.save(folder.resolve(), state)
+    report = dream(cli, repo)
+    assert moved(report) == {"read_long_ago.md": "stale"}
+    assert {f["file"]: f["guard"] for f in report["flagged"]} == {"read_recently.md": "consulted"}

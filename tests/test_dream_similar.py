@@ -33,13 +33,36 @@ ENGINES = [
     pytest.param(False, id="pure"),
     pytest.param(True, id="numpy", marks=pytest.mark.skipif(not HAVE_NUMPY, reason="no numpy")),
 ]
-# Tunings of the numpy engine that force each of its code paths on small inputs: everything
-# in the sparse posting lists, a mix, everything in the dense matrix; tiny blocks and chunks.
-NUMPY_TUNINGS: list[dict[str, Any]] = [
-    {"dense_fraction": 2.0, "block_cells": 1, "block_min_rows": 1, "gather_max": 1},
-    {"dense_fraction": 0.3, "block_cells": 40, "block_min_rows": 2, "gather_max": 5},
-    {"dense_fraction": 0.0, "block_cells": 7, "block_min_rows": 3},
-]
+# Tunings of the numpy engine that force each of its code paths on small inputs: both dense
+# kernels, everything in the sparse posting lists, a mix, everything dense; tiny blocks.
+HAVE_POPCOUNT = HAVE_NUMPY and hasattr(similar.np, "bitwise_count")
+NUMPY_TUNINGS = [
+    pytest.param(
+        {"dense_fraction": 2.0, "block_cells": 1, "block_min_rows": 1, "gather_max": 1},
+        id="all-sparse",
+    ),
+    pytest.param(
+        {"dense_kernel": "gemm", "dense_fraction": 0.3, "block_cells": 40, "block_min_rows": 2,
+         "gather_max": 5},
+        id="gemm-mixed",
+    ),
+    pytest.param(
+        {"dense_kernel": "gemm", "dense_fraction": 0.0, "block_cells": 7, "block_min_rows": 3},
+        id="gemm-all-dense",
+    ),
+    pytest.param(
+        {"dense_kernel": "popcount", "dense_fraction": 0.3, "block_cells": 40,
+         "block_min_rows": 2, "gather_max": 5},
+        id="popcount-mixed",
+        marks=pytest.mark.skipif(not HAVE_POPCOUNT, reason="numpy without bitwise_count"),
+    ),
+    pytest.param(
+        {"dense_kernel": "popcount", "dense_fraction": 0.0, "block_cells": 7,
+         "block_min_rows": 3},
+        id="popcount-all-dense",
+        marks=pytest.mark.skipif(not HAVE_POPCOUNT, reason="numpy without bitwise_count"),
+    ),
+]  # fmt: skip
 
 Docs = list[tuple[str, Sequence[int]]]
 
@@ -125,6 +148,22 @@ def test_numpy_engine_paths_match_brute_force(
 ) -> None:
     """The numpy engine is exact whichever split of dense and sparse words and block size."""
     assert similar._pairs_numpy(docs, low, **tuning) == brute_pairs(docs, low)
+
+
+@pytest.mark.skipif(not HAVE_NUMPY, reason="no numpy")
+@pytest.mark.parametrize("kernel", ["gemm", "popcount"])
+def test_dense_kernels_with_hundreds_of_dense_words(kernel: str) -> None:
+    """With several 64-word chunks of dense words, each kernel still gives the exact pairs."""
+    if kernel == "popcount" and not HAVE_POPCOUNT:
+        pytest.skip("numpy without bitwise_count")
+    rng = random.Random(11)
+    docs: Docs = [
+        (rng.choice("ab"), rng.sample(range(320), rng.randint(5, 200))) for _ in range(90)
+    ]
+    docs += [(t, words[: len(words) * 3 // 4]) for t, words in docs[:15]]
+    got = similar._pairs_numpy(docs, 0.4, dense_kernel=kernel, dense_fraction=0.0)
+    assert got == brute_pairs(docs, 0.4)
+    assert len(got) >= 15
 
 
 @pytest.mark.parametrize("use_numpy", ENGINES)

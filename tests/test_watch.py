@@ -155,3 +155,19 @@ def test_watch_limit_is_reported_once_and_falls_back_to_polling(
     assert len(rows) == 1 and "max_user_watches" in str(rows[0]["hint"])
     assert all(e.watch == "polling" for e in daemon.dirs.values())
     assert (folder / "MEMORY.md").exists()  # the dir is still looked after
+
+
+def test_reads_by_the_agent_are_recorded_and_our_own_are_not(env: Env, embedded: Daemon) -> None:
+    """Reading a memory file (close without write) is recorded; memoryd's own reads are not."""
+    folder = env.claude / "agent-memory" / "helper"
+    write_memory(folder, "a.md")
+    write_memory(folder, "b.md")
+    assert _wait(lambda: (folder / "MEMORY.md").exists())
+    time.sleep(2.0)  # past the window of memoryd's own reads of the dir
+    (folder / "a.md").read_bytes()  # the agent consults a memory
+    time.sleep(0.3)
+    write_memory(folder, "c.md")  # any change makes the worker absorb pending reads
+    store = embedded.rt.store
+
+    assert _wait(lambda: "a.md" in store.load(folder).reads)
+    assert "b.md" not in store.load(folder).reads

@@ -11,7 +11,7 @@ from typing import Any
 
 from memoryd import fsops, journal, trash
 from memoryd.discover import MemoryDir
-from memoryd.dream.consult import ConsultLog, ConsultSource, Subject, consulted
+from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject, consulted
 from memoryd.dream.plan import Item, Move, Plan, Thresholds, make_item, plan_pass
 from memoryd.dream.repo import RepoIndex
 from memoryd.dream.similar import Vocabulary
@@ -160,7 +160,8 @@ def inventory(
 def consult_sources(
     md: MemoryDir, rt: Runtime, extra: Sequence[ConsultSource] = ()
 ) -> list[ConsultSource]:
-    sources: list[ConsultSource] = list(extra)
+    """The consult log of the dir's repo, and the reads the daemon recorded in the state dir."""
+    sources: list[ConsultSource] = [*extra, ReadEvents(rt.store.load(md.real_path).reads)]
     log = ConsultLog.load(md.repo_root)
     if log is not None:
         sources.append(log)

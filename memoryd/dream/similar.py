@@ -16,7 +16,7 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Final
@@ -51,7 +51,9 @@ _NEGATIVE_WORDS: Final = frozenset(d for d in NEGATIVE_DIRECTIVES if " " not in 
 _BLOCK_CELLS: Final = 1 << 18  # pairs scored at once by the numpy engine (1 MB float32)
 _BLOCK_MIN_ROWS: Final = 32  # ... but never fewer rows than this, for the BLAS product
 _GATHER_MAX: Final = 1 << 20  # posting entries expanded at once by the numpy engine
-_DENSE_FRACTION: Final = 0.1  # numpy: words in ≥ 10 % of a type's docs go in the matrix
+# numpy: words in at least this share of a type's docs are counted densely (per kernel).
+_DENSE_FRACTION_POPCOUNT: Final = 0.05
+_DENSE_FRACTION_GEMM: Final = 0.1
 _DENSE_MAX_COLS: Final = 2048
 _DENSE_MAX_CELLS: Final = 1 << 24  # docs × dense words, float32 (64 MB)
 _BITSET_MIN_DF: Final = 16  # pure: words in at least this many docs get a bitset ...
@@ -340,6 +342,48 @@ def _dedupe_rows(flat: "Arr", lengths: "Arr") -> tuple["Arr", "Arr"]:
     return (keys % span).astype(np.uint32), counts
 
 
+def _dense_counter(
+    rows: "Arr", cols: "Arr", n: int, n_cols: int, max_size: int, kernel: str
+) -> "Callable[[int, int], Arr]":
+    """A function giving, for rows r0..r1, the frequent words each shares with rows r0..n.
+
+    ``popcount`` (numpy ≥ 2) ANDs 64 words at a time and counts bits: single-threaded and
+    cheap per word. ``gemm`` is a float32 matrix product, exact for counts below 2**24; it is
+    the fallback for older numpy, because a multi-threaded BLAS spins badly on a busy machine.
+    """
+    count_type = np.uint16 if max_size < 65_000 else np.uint32
+    if n_cols == 0:
+        return lambda r0, r1: np.zeros((r1 - r0, n - r0), dtype=count_type)
+    if kernel == "popcount":
+        n_chunks = (n_cols + 63) // 64
+        bits = np.zeros((n, n_chunks * 64), dtype=np.bool_)
+        bits[rows, cols] = True
+        # One contiguous row of n uint64 per 64 words; bit order inside is irrelevant to AND.
+        packed = np.ascontiguousarray(
+            np.packbits(bits, axis=1, bitorder="little").view(np.uint64).T
+        )
+        del bits
+
+        def popcount_block(r0: int, r1: int) -> "Arr":
+            counts = np.zeros((r1 - r0, n - r0), dtype=count_type)
+            both = np.empty(counts.shape, dtype=np.uint64)
+            ones = np.empty(counts.shape, dtype=np.uint8)
+            for chunk in packed:
+                np.bitwise_and(chunk[r0:r1, None], chunk[None, r0:], out=both)
+                counts += np.bitwise_count(both, out=ones)
+            return counts
+
+        return popcount_block
+    matrix = np.zeros((n, n_cols), dtype=np.float32)
+    matrix[rows, cols] = 1.0
+
+    def gemm_block(r0: int, r1: int) -> "Arr":
+        product: Arr = matrix[r0:r1] @ matrix[r0:].T
+        return product
+
+    return gemm_block
+
+
 def _group_pairs_numpy(
     members: "Arr",
     offsets: "Arr",
@@ -350,9 +394,17 @@ def _group_pairs_numpy(
     block_cells: int = _BLOCK_CELLS,
     block_min_rows: int = _BLOCK_MIN_ROWS,
     gather_max: int = _GATHER_MAX,
-    dense_fraction: float = _DENSE_FRACTION,
+    dense_fraction: float | None = None,
+    dense_kernel: str | None = None,
 ) -> list[tuple["Arr", "Arr", "Arr"]]:
     """All qualifying pairs inside one type; ``members`` are doc indexes, none empty."""
+    if dense_kernel is None:
+        dense_kernel = "popcount" if hasattr(np, "bitwise_count") else "gemm"
+    if dense_kernel not in ("popcount", "gemm"):
+        raise ValueError(f"unknown dense kernel {dense_kernel!r}")
+    if dense_fraction is None:
+        popcount = dense_kernel == "popcount"
+        dense_fraction = _DENSE_FRACTION_POPCOUNT if popcount else _DENSE_FRACTION_GEMM
     sizes = lengths[members]
     order = np.lexsort((members, sizes))
     members, sizes = members[order], sizes[order]
@@ -366,8 +418,8 @@ def _group_pairs_numpy(
         del uniq, inverse
     df = np.bincount(words, minlength=n_words)
 
-    # Frequent words go into a dense 0/1 matrix, scored by one BLAS product per block;
-    # their posting lists would cost df² scattered increments.
+    # Frequent words are counted densely, a whole block of pairs at once; their posting
+    # lists would cost df² scattered increments.
     cutoff = max(2, math.ceil(dense_fraction * n))
     dense_words = np.flatnonzero(df >= cutoff)
     max_cols = min(_DENSE_MAX_COLS, max(1, _DENSE_MAX_CELLS // n))
@@ -379,8 +431,9 @@ def _group_pairs_numpy(
     rows_local = np.repeat(np.arange(n, dtype=np.int32), sizes)
     col = dense_col[words]
     in_matrix = col >= 0
-    matrix = np.zeros((n, n_dense), dtype=np.float32)
-    matrix[rows_local[in_matrix], col[in_matrix]] = 1.0
+    dense_block = _dense_counter(
+        rows_local[in_matrix], col[in_matrix], n, n_dense, int(sizes[-1]), dense_kernel
+    )
     del col, dense_col
 
     # The other words held by 2+ docs: a CSC posting array, and for each entry of a row the
@@ -400,17 +453,13 @@ def _group_pairs_numpy(
     e_len = (word_end[e_word] - e_lo).astype(np.int32)
     del e_word, word_end
 
-    need = np.array(_need_table(low, int(sizes[-1])), dtype=np.float32)
+    need = np.array(_need_table(low, int(sizes[-1])), dtype=np.int64)
     out: list[tuple[Arr, Arr, Arr]] = []
     r0 = 0
     while r0 < n - 1:
         width = n - r0
         r1 = r0 + min(width, max(block_min_rows, block_cells // width))
-        inter = (
-            matrix[r0:r1] @ matrix[r0:].T
-            if n_dense
-            else np.zeros((r1 - r0, width), dtype=np.float32)
-        )
+        inter = dense_block(r0, r1)
         s0, s1 = (int(x) for x in np.searchsorted(e_row, (r0, r1)))
         if s1 > s0:
             assert inter.flags.c_contiguous  # the flat view below must alias the block
@@ -451,9 +500,9 @@ def _scatter_counts(
         if cols.size:
             cols += np.repeat((rows[chunk].astype(np.int64) - r0) * width - r0, lens[chunk])
             if cols.size * 8 < target.size:
-                np.add.at(target, cols, np.float32(1.0))
+                np.add.at(target, cols, 1)
             else:
-                target += np.bincount(cols, minlength=target.size).astype(np.float32)
+                target += np.bincount(cols, minlength=target.size).astype(target.dtype)
         start = end
 
 

@@ -83,3 +83,33 @@ def test_readme_lists_every_audit_event_and_the_two_quick_start_commands() -> No
     ci = (root / ".ci" / "run").read_text()
     assert ".venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'" in ci
     assert ".venv/bin/pytest\n" in ci
+
+
+def test_log_follow_survives_rotation(env: Env, tmp_path: Path) -> None:
+    """`memoryd log -f` prints new rows, across a size rotation of the file."""
+    import os
+    import time
+
+    from memoryd.audit import AuditLog
+
+    log = AuditLog(env.audit_path, max_bytes=4096, backups=2)
+    log.write("dream.skipped", why="before")
+    proc = subprocess.Popen([sys.executable, "-m", "memoryd", "log", "-f"], env=os.environ.copy(),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        time.sleep(1.0)
+        for i in range(40):
+            log.write("dream.skipped", why=f"filler {i} " + "x" * 60)
+        log.write("dream.skipped", why="after rotation")
+        assert env.audit_path.with_name("audit.jsonl.1").exists()
+        seen = ""
+        deadline = time.monotonic() + 10
+        os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
+        while "after rotation" not in seen and time.monotonic() < deadline:
+            seen += proc.stdout.read() or ""  # type: ignore[union-attr]
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stdout.close()  # type: ignore[union-attr]
+    assert "why=before" in seen and "why=after rotation" in seen

@@ -93,11 +93,14 @@ def read_regular(dir_fd: int, name: str, limit: int) -> tuple[bytes, os.stat_res
         chunks = []
         remaining = limit + 1
         while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
+            want = min(remaining, max(st.st_size + 1, 1 << 16))
+            chunk = os.read(fd, want)
             if not chunk:
                 break
             chunks.append(chunk)
             remaining -= len(chunk)
+            if len(chunk) < want:
+                break  # a short read of a regular file is its end
         data = b"".join(chunks)
         if len(data) > limit:
             raise ValueError(len(data))

@@ -66,12 +66,12 @@ def classify_link(raw: str) -> Link:
         or raw.startswith(("/", "~"))
         or "\\" in raw
         or _ENCODED_TRAVERSAL.search(raw)
-        or any(c in _LOOKALIKES for c in raw)
+        or not _LOOKALIKES.isdisjoint(raw)
     ):
         return Link(raw, raw, LinkKind.INVALID)
     path = raw.split("#", 1)[0].split("?", 1)[0]
     decoded = unquote(path)
-    if any(part == ".." for part in decoded.split("/")) or any(c in _LOOKALIKES for c in decoded):
+    if ".." in decoded.split("/") or not _LOOKALIKES.isdisjoint(decoded):
         return Link(raw, raw, LinkKind.INVALID)
     if "/" in decoded or "#" in raw or "?" in raw or decoded in ("", "."):
         return Link(raw, raw, LinkKind.ELSEWHERE)

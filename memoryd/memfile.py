@@ -81,8 +81,7 @@ def _construct_str(loader: yaml.SafeLoader, node: yaml.Node) -> str:
 
 # Resolve every plain scalar as a string by removing the implicit resolvers; explicit tags
 # (`!!int 3`) are refused by routing every known scalar tag to the string constructor.
-_StringOnlyLoader.yaml_implicit_resolvers = {}
-for _tag in (
+_STRING_TAGS = (
     "tag:yaml.org,2002:bool",
     "tag:yaml.org,2002:int",
     "tag:yaml.org,2002:float",
@@ -90,45 +89,159 @@ for _tag in (
     "tag:yaml.org,2002:timestamp",
     "tag:yaml.org,2002:binary",
     "tag:yaml.org,2002:str",
-):
+)
+_StringOnlyLoader.yaml_implicit_resolvers = {}
+for _tag in _STRING_TAGS:
     _StringOnlyLoader.add_constructor(_tag, _construct_str)
 
 
+_CStringOnlyLoader: Any = None
+if getattr(yaml, "__with_libyaml__", False):
+
+    class _CStringOnlyLoader(yaml.CSafeLoader):  # type: ignore[no-redef]
+        """The same rules, composed by libyaml; aliases are refused after composing."""
+
+    _CStringOnlyLoader.yaml_implicit_resolvers = {}
+    for _tag in _STRING_TAGS:
+        _CStringOnlyLoader.add_constructor(_tag, _construct_str)
+
+
+def _refuse_aliases(root: yaml.Node) -> None:
+    """An alias composes to a node met twice: refuse it, as the pure loader does."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            raise yaml.composer.ComposerError(
+                None, None, "aliases are not allowed in memory frontmatter", node.start_mark
+            )
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack += (key, value)
+
+
 def load_yaml_strings(text: str) -> Any:
-    return yaml.load(text, Loader=_StringOnlyLoader)  # noqa: S506 - the loader is safe, see above
+    if _CStringOnlyLoader is None:
+        return yaml.load(text, Loader=_StringOnlyLoader)  # noqa: S506 - the loader is safe
+    loader = _CStringOnlyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_aliases(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
-# --- the fast path: flat `key: value` lines ----------------------------------------------------
-_FLAT_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*):(?:[ \t]+(.*?))?[ \t]*$")
-# A plain scalar that YAML would read exactly as its text: no leading indicator, no `: ` or ` #`.
-_PLAIN_SAFE = re.compile(r"^[^-?:,\[\]{}#&*!|>'\"%@`\s](?:(?!: | #)[^\t])*$")
-_SINGLE_QUOTED = re.compile(r"^'((?:[^']|'')*)'$")
-_DOUBLE_QUOTED = re.compile(r'^"([^"\\]*)"$')
+# --- the fast path: flat lines and one indented block ---------------------------------------
 
 
-def parse_flat(text: str) -> dict[str, str] | None:
-    """Read frontmatter made only of flat `key: value` lines; None means ask the YAML loader."""
-    out: dict[str, str] = {}
-    for line in text.split("\n"):
-        line = line.removesuffix("\r")
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
+_INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
+
+
+def _scalar(value: str) -> str | None:
+    """A one-line scalar's string exactly as YAML reads it, or None when YAML must decide."""
+    if value == "":
+        return ""
+    first = value[0]
+    if first == "'":
+        inner = value[1:-1]
+        if len(value) >= 2 and value[-1] == "'" and "'" not in inner.replace("''", ""):
+            return inner.replace("''", "'")
+        return None
+    if first == '"':
+        inner = value[1:-1]
+        if len(value) >= 2 and value[-1] == '"' and '"' not in inner and "\\" not in inner:
+            return inner
+        return None
+    if first in _INDICATORS or first.isspace() or value == "~" or value.endswith(":"):
+        return None
+    if "\t" in value or ": " in value or " #" in value:
+        return None
+    return value
+
+
+def _key_value(line: str) -> tuple[str, str] | None:
+    key, colon, value = line.partition(":")
+    if not colon or (value and value[0] not in " \t") or not _KEY.match(key):
+        return None
+    return key, value.strip(" \t")
+
+
+def _flow_list(value: str) -> list[str] | None:
+    """`[a, b]` of plain items with no `:`, quotes or brackets; None otherwise."""
+    if not value.endswith("]"):
+        return None
+    inner = value[1:-1].strip(" ")
+    if not inner:
+        return []
+    items = [item.strip(" ") for item in inner.split(",")]
+    if any(not item or any(c in item for c in ":[]{}'\"") for item in items):
+        return None
+    out = [_scalar(item) for item in items]
+    return None if any(v is None for v in out) else out  # type: ignore[return-value]
+
+
+def parse_flat(text: str) -> dict[str, Any] | None:
+    """Read simple frontmatter exactly as the YAML loader would; None means ask the loader.
+
+    Simple: top-level `key: value` lines, where a value is a one-line scalar or a `[a, b]` list,
+    or empty and followed by one indented block of `key: value` lines (`metadata:`) or of
+    `- item` lines (`related:`). Anything else (comments, multi-line scalars, deeper nesting,
+    anchors) goes to the loader.
+    """
+    out: dict[str, Any] = {}
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    i, count = 0, len(lines)
+    while i < count:
+        line = lines[i]
+        i += 1
         if not line.strip():
             continue
-        match = _FLAT_LINE.match(line)
-        if match is None:
-            return None
-        key, value = match.group(1), match.group(2) or ""
-        if key in out:
-            return None  # let YAML decide what a duplicate key means
-        if value == "":
+        pair = _key_value(line)
+        if pair is None or pair[0] in out:
+            return None  # an indented or odd line; or a duplicate key, for YAML to decide
+        key, value = pair
+        if value:
+            parsed = _flow_list(value) if value[0] == "[" else _scalar(value)
+            if parsed is None:
+                return None
+            out[key] = parsed
+            continue
+        block = []
+        while i < count and (not lines[i].strip() or lines[i][0] == " "):
+            if lines[i].strip():
+                block.append(lines[i])
+            i += 1
+        if not block:
             out[key] = ""
-        elif (quoted := _SINGLE_QUOTED.match(value)) is not None:
-            out[key] = quoted.group(1).replace("''", "'")
-        elif (quoted := _DOUBLE_QUOTED.match(value)) is not None:
-            out[key] = quoted.group(1)
-        elif _PLAIN_SAFE.match(value) and value not in ("~",) and not value.endswith(":"):
-            out[key] = value
-        else:
+            continue
+        indent = len(block[0]) - len(block[0].lstrip(" "))
+        items = [b[indent:] for b in block]
+        if any(len(b) - len(b.lstrip(" ")) != indent for b in block):
             return None
+        if all(item.startswith("- ") for item in items):
+            values = [_scalar(item[2:].strip(" \t")) for item in items]
+            if any(not v for v in values):
+                return None
+            out[key] = values
+            continue
+        nested: dict[str, str] = {}
+        for item in items:
+            pair = _key_value(item)
+            if pair is None or pair[0] in nested:
+                return None
+            scalar = _scalar(pair[1])
+            if scalar is None:
+                return None
+            nested[pair[0]] = scalar
+        out[key] = nested
     return out
 
 
@@ -172,6 +285,28 @@ def parse_lenient(text: str) -> dict[str, Any] | None:
     return {k: ("" if v == {} else v) for k, v in out.items()}
 
 
+_PLAIN_WITH_HASH = re.compile(
+    r"^([A-Za-z_][A-Za-z0-9_-]*):[ \t]+([^'\"\[{&*!|>#\s].*? #.*?)[ \t]*$"
+)
+
+
+def _keep_hash_text(fields: dict[str, Any], fm_text: str) -> None:
+    """`description: review of #2041 dedup` means the whole text, not a YAML comment.
+
+    Agents write `#123` issue numbers and `#tags` in plain values; YAML would cut the value at
+    ` #`, silently shortening the description memoryd shows in the index. For top-level plain
+    values, the text as written wins.
+    """
+    for line in fm_text.split("\n"):
+        match = _PLAIN_WITH_HASH.match(line.removesuffix("\r"))
+        if match is None:
+            continue
+        key, raw = match.group(1), match.group(2)
+        value = fields.get(key)
+        if isinstance(value, str) and raw.startswith(value.rstrip()) and raw != value:
+            fields[key] = raw
+
+
 def _hint_for_yaml(error: Exception) -> str:
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
     return text[:200]
@@ -181,13 +316,18 @@ def _split_frontmatter(text: str, max_fm_bytes: int) -> tuple[str, str] | str | 
     """(frontmatter, body), or None when the file has none, or an error message."""
     if not text.startswith(("---\n", "---\r\n")):
         return None
-    lines = text.split("\n")
-    for i in range(1, min(len(lines), MAX_FRONTMATTER_LINES + 1)):
-        if lines[i].rstrip("\r").rstrip() in ("---", "..."):
-            fm = "\n".join(lines[1:i])
+    start = pos = text.index("\n") + 1
+    for _ in range(MAX_FRONTMATTER_LINES):
+        end = text.find("\n", pos)
+        line = text[pos:] if end < 0 else text[pos:end]
+        if line.rstrip("\r").rstrip() in ("---", "..."):
+            fm = text[start : max(start, pos - 1)]
             if len(fm.encode("utf-8")) > max_fm_bytes:
                 return f"frontmatter is larger than {max_fm_bytes} bytes"
-            return fm, "\n".join(lines[i + 1 :])
+            return fm, "" if end < 0 else text[end + 1 :]
+        if end < 0:
+            break
+        pos = end + 1
     return f"frontmatter is not closed by '---' within {MAX_FRONTMATTER_LINES} lines"
 
 
@@ -288,6 +428,8 @@ def parse_memory(
             "write the frontmatter as 'key: value' lines",
             digest,
         )
+    if " #" in fm_text:
+        _keep_hash_text(fields_, fm_text)
     modified = _text_field(fields_, "modified") or _text_field(fields_, "last_verified")
     return Memory(
         filename=filename,

@@ -2,7 +2,9 @@
 
 import fnmatch
 import marshal
+import operator
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,22 +32,26 @@ def is_index_name(name: str) -> bool:
     return name.startswith("MEMORY") and name.endswith(".md")
 
 
+_CONFLICT = re.compile("|".join(fnmatch.translate(p) for p in _CONFLICT_PATTERNS))
+_TEMP = re.compile("|".join(fnmatch.translate(p) for p in _TEMP_PATTERNS))
+
+
 def skip_reason(name: str) -> str | None:
     """Why a directory entry is never a memory candidate, or None when it might be one."""
     if name.startswith("."):
         return "dotfile"
     if is_index_name(name):
         return "index"
-    if any(fnmatch.fnmatchcase(name, p) for p in _CONFLICT_PATTERNS):
+    if _CONFLICT.match(name):
         return "conflict copy"
-    if any(fnmatch.fnmatchcase(name, p) for p in _TEMP_PATTERNS):
+    if _TEMP.match(name):
         return "temp file"
     if not name.endswith(".md"):
         return "not markdown"
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Scanned:
     """What memoryd keeps per file between scans: small, no body (bodies are re-read by dream)."""
 
@@ -71,7 +77,10 @@ class Scanned:
         return Entry(self.filename, self.name, self.description, self.type, self.age_ts)
 
     def as_tuple(self) -> tuple[object, ...]:
-        return tuple(getattr(self, f) for f in self.__slots__)
+        return _scanned_fields(self)
+
+
+_scanned_fields = operator.attrgetter(*Scanned.__slots__)
 
 
 @dataclass(slots=True)
@@ -217,11 +226,7 @@ def scan_dir(
                 if name != TRASH_DIR and not name.startswith("."):
                     result.subdirs.append(name)
                 continue
-            reason = skip_reason(name)
-            if reason == "conflict copy":
-                result.conflicts.append(name)
-            if reason is not None:
-                continue
+            # Only names that passed skip_reason are ever cached, so a hit needs no name checks.
             cached = cache.get(name)
             if (
                 cached is not None
@@ -230,6 +235,11 @@ def scan_dir(
                 and cached.mtime_ns == st.st_mtime_ns
             ):
                 result.files[name] = cached
+                continue
+            reason = skip_reason(name)
+            if reason == "conflict copy":
+                result.conflicts.append(name)
+            if reason is not None:
                 continue
             if stat.S_ISLNK(st.st_mode):
                 result.files[name] = _classify_link(path, name, st)

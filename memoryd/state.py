@@ -8,7 +8,7 @@ said once), pile-up counts for the daemon, and a parse cache for a fast restart.
 import contextlib
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,12 @@ class StateStore:
 
     def save(self, real_path: Path, state: DirState) -> None:
         path, _ = self._paths(real_path)
-        data = json.dumps(asdict(state), ensure_ascii=True, sort_keys=True, indent=1).encode()
+        data = json.dumps(
+            {f.name: getattr(state, f.name) for f in fields(state)},
+            ensure_ascii=True,
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
         with contextlib.suppress(OSError):
             if path.read_bytes() == data:
                 return

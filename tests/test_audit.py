@@ -52,19 +52,19 @@ def test_rotation_keeps_rows_and_tail_follows(tmp_path: Path) -> None:
     log = AuditLog(path, max_bytes=4096, backups=3)
     log.write("dream.skipped", why="start")
     tail = subprocess.Popen(["tail", "-F", "-n", "+1", str(path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.DEVNULL)
     try:
         for i in range(60):
             log.write("dream.skipped", why=f"row {i:03d} " + "x" * 40)
         time.sleep(1.5)  # tail -F polls about once a second for a renamed file
         log.write("dream.skipped", why="after rotation")
         deadline = time.monotonic() + 10
-        seen = ""
+        raw = b""
         os.set_blocking(tail.stdout.fileno(), False)  # type: ignore[union-attr]
-        while "after rotation" not in seen and time.monotonic() < deadline:
-            chunk = tail.stdout.read()  # type: ignore[union-attr]
-            seen += chunk or ""
+        while b"after rotation" not in raw and time.monotonic() < deadline:
+            raw += tail.stdout.read() or b""  # type: ignore[union-attr]
             time.sleep(0.1)
+        seen = raw.decode()
     finally:
         tail.kill()
         tail.wait()

@@ -95,19 +95,20 @@ def test_log_follow_survives_rotation(env: Env, tmp_path: Path) -> None:
     log = AuditLog(env.audit_path, max_bytes=4096, backups=2)
     log.write("dream.skipped", why="before")
     proc = subprocess.Popen([sys.executable, "-m", "memoryd", "log", "-f"], env=os.environ.copy(),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.0)
         for i in range(40):
             log.write("dream.skipped", why=f"filler {i} " + "x" * 60)
         log.write("dream.skipped", why="after rotation")
         assert env.audit_path.with_name("audit.jsonl.1").exists()
-        seen = ""
+        raw = b""
         deadline = time.monotonic() + 10
         os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
-        while "after rotation" not in seen and time.monotonic() < deadline:
-            seen += proc.stdout.read() or ""  # type: ignore[union-attr]
+        while b"after rotation" not in raw and time.monotonic() < deadline:
+            raw += proc.stdout.read() or b""  # type: ignore[union-attr]
             time.sleep(0.1)
+        seen = raw.decode()
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -175,23 +175,26 @@ def test_unsorted_input_is_read_as_a_set(use_numpy: bool) -> None:
 
 @pytest.mark.parametrize("use_numpy", ENGINES)
 @pytest.mark.parametrize(
-    ("small", "big", "shared", "is_pair"),
+    ("low", "small", "big", "shared", "is_pair"),
     [
-        (5, 8, 3, True),  # 3/5 is exactly 0.6
-        (15, 20, 9, True),  # 9/15 is 0.6, though 0.6 * 15 rounds to 9.000000000000002
-        (10, 10, 6, True),
-        (10, 10, 5, False),
-        (100, 120, 59, False),  # 0.59, just below
-        (100, 120, 60, True),
+        (0.6, 5, 8, 3, True),  # 3/5 is exactly 0.6
+        (0.6, 15, 20, 9, True),
+        (0.6, 10, 10, 6, True),
+        (0.6, 10, 10, 5, False),
+        (0.6, 100, 120, 59, False),  # 0.59, just below
+        (0.6, 100, 120, 60, True),
+        (0.6, 100_000, 100_001, 59_999, False),  # 0.59999, just below
+        (0.55, 100, 120, 55, True),  # 55/100 == 0.55, though 0.55 * 100 == 55.00000000000001
+        (0.55, 100, 120, 54, False),
     ],
 )
 def test_threshold_boundary(
-    use_numpy: bool, small: int, big: int, shared: int, is_pair: bool
+    use_numpy: bool, low: float, small: int, big: int, shared: int, is_pair: bool
 ) -> None:
-    """An overlap of exactly 0.6 is a duplicate; anything below is not."""
+    """An overlap exactly at the threshold is a duplicate; anything below is not."""
     a = list(range(small))
     b = list(range(small - shared, small - shared + big))
-    pairs = find_similar_pairs([("a", a), ("a", b)], 0.6, use_numpy=use_numpy)
+    pairs = find_similar_pairs([("a", a), ("a", b)], low, use_numpy=use_numpy)
     assert pairs == ([Pair(0, 1, shared / small)] if is_pair else [])
 
 

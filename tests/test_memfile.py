@@ -27,9 +27,24 @@ def test_flat_frontmatter_is_read_without_yaml() -> None:
 def test_fast_path_agrees_with_yaml_on_quoting() -> None:
     """Quoted values decode as YAML would; anything unusual falls back to the YAML loader."""
     assert parse_flat("a: 'it''s'\nb: \"two words\"") == {"a": "it's", "b": "two words"}
-    assert parse_flat("a: [1, 2]") is None
+    assert parse_flat("a: [1, 2]") == {"a": ["1", "2"]}
+    assert parse_flat("a: [x: 1]") is None
     assert parse_flat("a: x # comment") is None
-    assert parse_flat("metadata:\n  type: user") is None
+    assert parse_flat("metadata:\n  type: user") == {"metadata": {"type": "user"}}
+    assert parse_flat("related:\n  - a.md\n  - b.md") == {"related": ["a.md", "b.md"]}
+    assert parse_flat("metadata:\n  type: user\n   odd: indent") is None
+
+
+def test_hash_inside_a_plain_description_is_text_not_a_comment() -> None:
+    """`review of #2041 dedup` keeps its `#2041`: YAML would cut it as a comment."""
+    data = (b"---\nname: review-2041\ndescription: Adversarial review of #2041 cc-watch dedup\n"
+            b"metadata:\n  type: project\n---\nbody\n")
+    parsed = parse_memory("r.md", data)
+    assert isinstance(parsed, Memory)
+    assert parsed.description == "Adversarial review of #2041 cc-watch dedup"
+    assert parsed.type == "project"
+    quoted = parse_memory("q.md", b"---\nname: x\ndescription: 'quoted #1'\n---\n")
+    assert isinstance(quoted, Memory) and quoted.description == "quoted #1"
 
 
 def test_nested_metadata_type_is_used() -> None:

@@ -1,7 +1,6 @@
 """A snapshot of a repo root (files, dirs, basenames, source tokens), built once per pass."""
 
 import os
-import re
 import stat
 import types
 from collections.abc import Mapping
@@ -47,8 +46,12 @@ TEXT_FILENAMES: Final = frozenset(
     {"Makefile", "GNUmakefile", "Dockerfile", "Justfile", "Rakefile", "Gemfile", "Procfile"}
 )
 
-# An identifier of 3+ characters; bytes mode keeps the scan in C and the classes ASCII.
-_TOKEN_RE: Final = re.compile(rb"\b[A-Za-z_][A-Za-z0-9_]{2,}")
+# Every byte that cannot be part of an ASCII identifier becomes a space, so that one
+# translate + split (both in C) cuts a file into identifier runs; short runs and runs that
+# start with a digit are dropped once, from the set of distinct runs.
+_IDENT_BYTES: Final = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
+_SPACE_OUT_NON_IDENT: Final = bytes(c if c in _IDENT_BYTES else 0x20 for c in range(256))
+_MIN_TOKEN_LEN: Final = 3
 _BINARY_PROBE_BYTES: Final = 8192
 
 
@@ -59,18 +62,18 @@ def _is_text_source(name: str) -> bool:
     return bool(dot) and ext.lower() in TEXT_EXTENSIONS
 
 
-def _read_tokens(path: str, size: int, max_bytes: int) -> set[bytes]:
-    """Identifiers of one file, or none when it is too big, binary or unreadable."""
+def _read_runs(path: str, size: int, max_bytes: int) -> list[bytes]:
+    """Identifier runs of one file, or none when it is too big, binary or unreadable."""
     if size > max_bytes:
-        return set()
+        return []
     try:
         with open(path, "rb") as fh:
             data = fh.read(max_bytes + 1)
     except OSError:
-        return set()
+        return []
     if len(data) > max_bytes or b"\0" in data[:_BINARY_PROBE_BYTES]:
-        return set()
-    return set(_TOKEN_RE.findall(data))
+        return []
+    return data.translate(_SPACE_OUT_NON_IDENT).split()
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ class RepoIndex:
         dirs: list[str] = []
         top_level: list[str] = []
         opaque: list[str] = []
-        raw_tokens: set[bytes] = set()
+        runs: set[bytes] = set()
         complete = True
         # Depth-first with sorted entries, so that a walk cut short by max_files always
         # keeps the same files.
@@ -158,7 +161,7 @@ class RepoIndex:
                     except OSError:
                         continue
                     if stat.S_ISREG(st.st_mode):
-                        raw_tokens |= _read_tokens(entry.path, st.st_size, max_token_file_bytes)
+                        runs.update(_read_runs(entry.path, st.st_size, max_token_file_bytes))
             stack.extend(reversed(subdirs))
 
         grouped: dict[str, list[str]] = {}
@@ -174,7 +177,9 @@ class RepoIndex:
             dirs=frozenset(dirs),
             top_level=frozenset(top_level),
             by_basename=types.MappingProxyType(by_basename),
-            tokens=frozenset(t.decode("ascii") for t in raw_tokens),
+            tokens=frozenset(
+                r.decode("ascii") for r in runs if len(r) >= _MIN_TOKEN_LEN and not r[:1].isdigit()
+            ),
             opaque=frozenset(opaque),
             complete=complete,
         )

@@ -1,15 +1,18 @@
 """Significant words, exact duplicate search and contradiction search over memory bodies.
 
 Duplicate search is exact: every pair of the same type whose overlap coefficient
-|A∩B| / min(|A|,|B|) reaches the threshold is found, none missed, none approximated. Two
-interchangeable engines give identical answers:
+|A∩B| / min(|A|,|B|) reaches the threshold is found, none missed, none approximated. At a
+0.4-0.6 threshold, candidate filters (prefix filtering) still leave a large share of all pairs,
+so both engines count the shared words of every same-type pair, but cheaply: the words held by
+many docs are counted densely, a whole row of pairs at a time, and the rest from posting lists.
+Docs are sorted by size, so min(|A|,|B|) is the size of the earlier doc of a pair.
 
-* numpy (optional): per type, docs sorted by size so that min(|A|,|B|) is the row's size; in
-  row blocks, intersection counts are a dense float32 matrix product over the frequent words
-  plus scattered counts from the posting lists of the rare words.
-* pure Python: the same split, with each frequent word's posting list as one big-int bitset
-  and the per-column counts kept bit-sliced (carry-save adders), so that a whole row of counts
-  costs a handful of big-int operations per word; rare words are counted from posting lists.
+* numpy (optional): per type, in blocks of rows, the frequent words are 64-bit masks ANDed
+  and popcounted (a float32 matrix product on numpy < 2), and the rare words' co-occurrences
+  are scattered in from a CSC posting array.
+* pure Python: each frequent word is one big-int bitset over the docs, and a row's counts are
+  kept bit-sliced with carry-save adders (about five big-int operations a word); the rare
+  words are counted from posting lists. Same answers, to the last bit of every overlap.
 """
 
 import math

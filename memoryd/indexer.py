@@ -234,18 +234,23 @@ def _index_once(
     with fsops.open_dir(md.real_path) as dir_fd:
         main = read_index_file(dir_fd, INDEX_NAME)
         archive = read_index_file(dir_fd, ARCHIVE_NAME)
-        linked = _linked_texts(dir_fd, main.text, scan) if main.text else {}
+        if main.error or archive.error:
+            ownership = Ownership(False, main.error or archive.error)
+        else:
+            override = mode or cfg.override_for(md.path).mode
+            known = set(state.seen) if state.known and state.managed else None
+            ownership = decide_ownership(
+                main.text, archive.text, {}, set(memories), override, known
+            )
+            if not ownership.managed and main.text and override == "auto":
+                # Only now read the files MEMORY.md points to (a tree index's category
+                # files): it costs a read of each, which most dirs never need.
+                linked = _linked_texts(dir_fd, main.text, scan)
+                ownership = decide_ownership(
+                    main.text, archive.text, linked, set(memories), override, known
+                )
     outcome = IndexOutcome(md, "unchanged", scan=scan)
     now = rt.clock()
-
-    if main.error or archive.error:
-        ownership = Ownership(False, main.error or archive.error)
-    else:
-        override = mode or cfg.override_for(md.path).mode
-        known = set(state.seen) if state.known and state.managed else None
-        ownership = decide_ownership(
-            main.text, archive.text, linked, set(memories), override, known
-        )
     outcome.ownership = ownership
     if not rt.dry_run and not check:
         outcome.retry_after = _report_problems(rt, md, scan, state, settle)

@@ -8,7 +8,7 @@ said once), pile-up counts for the daemon, and a parse cache for a fast restart.
 import contextlib
 import hashlib
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,40 @@ class DirState:
             del self.reported[key]
 
 
+FileId = tuple[int, int, int]  # inode, size, mtime_ns: changes whenever anyone rewrites it
+
+
+def _file_id(path: Path) -> FileId | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _copy(state: DirState) -> DirState:
+    """A copy deep enough for callers that mutate (they replace or update these containers)."""
+    return replace(
+        state,
+        seen=dict(state.seen),
+        reported=dict(state.reported),
+        changed_since_dream=list(state.changed_since_dream),
+        reads=dict(state.reads),
+    )
+
+
 class StateStore:
-    """Loads and saves DirState and parse caches under `<state_dir>/dirs/`."""
+    """Loads and saves DirState and parse caches under `<state_dir>/dirs/`.
+
+    A long-running process keeps what it last read or wrote in memory, and trusts it while the
+    file on disk is unchanged (same inode, size, mtime): a pass over a 10,000-file dir then
+    neither re-parses nor re-writes state that did not change.
+    """
 
     def __init__(self, state_dir: Path) -> None:
         self.root = state_dir / "dirs"
+        self._states: dict[Path, tuple[FileId, DirState]] = {}
+        self._caches: dict[Path, tuple[FileId, dict[str, Scanned]]] = {}
 
     def _paths(self, real_path: Path) -> tuple[Path, Path]:
         key = dir_key(real_path)
@@ -62,6 +91,10 @@ class StateStore:
 
     def load(self, real_path: Path) -> DirState:
         path, _ = self._paths(real_path)
+        current = _file_id(path)
+        held = self._states.get(real_path)
+        if held is not None and current is not None and held[0] == current:
+            return _copy(held[1])
         try:
             data: dict[str, Any] = json.loads(path.read_bytes())
         except (OSError, ValueError):
@@ -70,10 +103,15 @@ class StateStore:
         for key, value in data.items():
             if hasattr(state, key):
                 setattr(state, key, value)
+        if current is not None:
+            self._states[real_path] = (current, _copy(state))
         return state
 
     def save(self, real_path: Path, state: DirState) -> None:
         path, _ = self._paths(real_path)
+        held = self._states.get(real_path)
+        if held is not None and held[1] == state and held[0] == _file_id(path):
+            return  # nothing changed since we read or wrote it
         data = json.dumps(
             {f.name: getattr(state, f.name) for f in fields(state)},
             ensure_ascii=True,
@@ -81,21 +119,38 @@ class StateStore:
             separators=(",", ":"),
         ).encode()
         with contextlib.suppress(OSError):
-            if path.read_bytes() == data:
+            if held is None and path.read_bytes() == data:
+                self._states[real_path] = (_file_id(path) or (0, 0, 0), _copy(state))
                 return
         fsops.write_private(path, data)
+        written = _file_id(path)
+        if written is not None:
+            self._states[real_path] = (written, _copy(state))
 
     def load_cache(self, real_path: Path) -> dict[str, Scanned]:
         _, path = self._paths(real_path)
+        current = _file_id(path)
+        held = self._caches.get(real_path)
+        if held is not None and current is not None and held[0] == current:
+            return held[1]  # read-only for callers: scan_dir only looks entries up
         try:
-            return load_cache(path.read_bytes())
+            files = load_cache(path.read_bytes())
         except OSError:
             return {}
+        if current is not None:
+            self._caches[real_path] = (current, files)
+        return files
 
     def save_cache(self, real_path: Path, files: dict[str, Scanned]) -> None:
         _, path = self._paths(real_path)
+        held = self._caches.get(real_path)
+        if held is not None and held[0] == _file_id(path) and held[1] == files:
+            return
         data = dump_cache(files)
         with contextlib.suppress(OSError):
-            if path.read_bytes() == data:
+            if held is None and path.read_bytes() == data:
                 return
         fsops.write_private(path, data)
+        written = _file_id(path)
+        if written is not None:
+            self._caches[real_path] = (written, dict(files))

@@ -268,7 +268,8 @@ def test_ownership_stays_with_memoryd_when_many_new_files_arrive() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([
     "- [a](a.md)", "* [b](b.md) x", "  - [c d](c%20d.md)", "-[no](space.md)", "text [e](e.md)",
-    "\u3000- [wide](w.md)", "- [f](f.md)\r", "", "- [g](sub/g.md)", "-\t[h](h.md)", "\x0b- [v](v.md)",
+    "\u3000- [wide](w.md)", "- [f](f.md)\r", "", "- [g](sub/g.md)", "-\t[h](h.md)",
+    "\x0b- [v](v.md)",
 ]), max_size=10), st.sampled_from(["\n", "\r\n"]))
 def test_whole_text_scan_agrees_with_line_by_line(lines: list[str], eol: str) -> None:
     """The fast whole-text pointer scan finds exactly what the line-by-line parser finds."""

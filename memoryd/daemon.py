@@ -31,6 +31,7 @@ from memoryd.indexer import index_dir
 from memoryd.logsetup import configure, get_logger
 from memoryd.paths import AppPaths, ensure_private_dir
 from memoryd.runtime import Runtime
+from memoryd.scan import DirScan
 from memoryd.watch import Debouncer, Kind, Signal, Watcher, install_overflow_hook
 
 HEARTBEAT_EVERY = 15.0
@@ -88,6 +89,7 @@ class DirEntry:
     last_index_write: float = 0.0
     last_status: str = ""
     reading: tuple[float, float] = (0.0, 0.0)  # when memoryd itself last read the dir
+    scan: DirScan | None = None  # the last full picture of the dir, for incremental passes
 
 
 def identity_of(path: Path) -> tuple[int, int] | None:
@@ -112,6 +114,7 @@ class Daemon:
     _rediscover: bool = True
     _rescan_reason: str = ""
     _reads: list[tuple[float, Path, str]] = field(default_factory=list)
+    _changed: dict[Path, set[str]] = field(default_factory=dict)  # names events reported
     _own_writes: dict[tuple[Path, str], tuple[int, int, int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _last_beat: float = 0.0
@@ -141,6 +144,8 @@ class Daemon:
         elif self._is_own_write(sig.dir, sig.name):
             return
         else:
+            with self._lock:
+                self._changed.setdefault(sig.dir, set()).add(sig.name)
             self.debouncer.touch(sig.dir)
         self.wake.set()
 
@@ -260,7 +265,7 @@ class Daemon:
         # Finish the job in hand; queued ones are dropped by APScheduler's shutdown, so the
         # flush runs here, after the worker is gone (still one thread doing file work).
         self.scheduler.shutdown(wait=True)
-        self._guarded(self.process, sorted(self.dirs))
+        self._guarded(self.process, sorted(self.dirs), True)
         self._guarded(self.heartbeat)
         self.rt.audit.write("daemon.stopped", reason="signal")
         self.log.info("memoryd stopped")
@@ -371,7 +376,7 @@ class Daemon:
         self.watcher.remove(entry.md.real_path, parent=False)
         self.rt.audit.write("dir.lost", dir=entry.md.path, reason=reason)
 
-    def process(self, paths: list[Path]) -> None:
+    def process(self, paths: list[Path], full: bool = False) -> None:
         """Re-stat each dir and bring its index in step; nothing to do writes nothing."""
         self.absorb_reads()  # before our own reads below move the windows they are judged by
         for path in paths:
@@ -384,11 +389,22 @@ class Daemon:
                 self._rediscover = True
                 self.wake.set()
                 continue
+            with self._lock:
+                names = self._changed.pop(path, None)
+            incremental = bool(names) and not full and entry.scan is not None
             started = self.mono()
             outcome = index_dir(
-                self.rt, entry.md, grace=self.rt.config.index.new_file_grace, settle=SETTLE
+                self.rt,
+                entry.md,
+                grace=self.rt.config.index.new_file_grace,
+                settle=SETTLE,
+                # Events name what changed; without them (a retry, a reconcile), scan in full.
+                previous=entry.scan if incremental else None,
+                only=names if incremental else None,
             )
             entry.reading = (started, self.mono())
+            if outcome.scan is not None:
+                entry.scan = outcome.scan
             entry.last_status = outcome.status
             if outcome.status == "updated":
                 entry.last_index_write = time.time()
@@ -462,6 +478,7 @@ class Daemon:
             started = self.mono()
             result = dream_dir(self.rt, entry.md, repos=RepoCache(), trigger="pile-up")
             entry.reading = (started, self.mono())
+            entry.scan = None  # the pass moved files: the next look is a full one
             state = self.rt.store.load(path)
             state.reported.pop("pile-up-skip", None)
             self.rt.store.save(path, state)
@@ -476,7 +493,7 @@ class Daemon:
     def reconcile(self) -> None:
         """Never trust events alone: rediscover, then a stat-only look at every dir."""
         self.rediscover()
-        self.process(sorted(self.dirs))
+        self.process(sorted(self.dirs), full=True)
 
     def rescan(self, detail: str) -> None:
         self.rt.audit.write("watch.overflow", detail=detail)

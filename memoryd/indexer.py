@@ -174,6 +174,8 @@ def index_dir(
     forget: Set[str] = frozenset(),
     preferred: Mapping[str, str] | None = None,
     settle: float = 0.0,
+    previous: DirScan | None = None,
+    only: Set[str] | None = None,
 ) -> IndexOutcome:
     """One incremental index update of one dir; retries from the other writer's version.
 
@@ -191,6 +193,9 @@ def index_dir(
                 forget=forget,
                 preferred=preferred or {},
                 settle=settle,
+                # After a conflict the other writer may have changed anything: scan in full.
+                previous=previous if attempt == 1 else None,
+                only=only if attempt == 1 else None,
             )
         except WriteConflict as conflict:
             rt.audit.write(
@@ -220,6 +225,8 @@ def _index_once(
     forget: Set[str],
     preferred: Mapping[str, str],
     settle: float,
+    previous: DirScan | None,
+    only: Set[str] | None,
 ) -> IndexOutcome:
     cfg = rt.config
     state = rt.store.load(md.real_path)
@@ -229,6 +236,8 @@ def _index_once(
         cache,
         max_file_bytes=cfg.parse.max_file_bytes,
         max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
+        previous=previous,
+        only=only,
     )
     memories = scan.memories
     with fsops.open_dir(md.real_path) as dir_fd:

@@ -6,7 +6,7 @@ import operator
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -206,58 +206,83 @@ def read_one(dir_fd: int, name: str, st: os.stat_result, max_file: int, max_fm: 
     )
 
 
+def _take(result: DirScan, dir_fd: int, name: str, st: os.stat_result,
+          cache: Mapping[str, Scanned], limits: tuple[int, int]) -> None:
+    """Classify one directory entry into the scan (reading it only if it changed)."""
+    if stat.S_ISDIR(st.st_mode):
+        if name != TRASH_DIR and not name.startswith("."):
+            result.subdirs.append(name)
+        return
+    # Only names that passed skip_reason are ever cached, so a hit needs no name checks.
+    cached = cache.get(name)
+    if (
+        cached is not None
+        and cached.ino == st.st_ino
+        and cached.size == st.st_size
+        and cached.mtime_ns == st.st_mtime_ns
+    ):
+        result.files[name] = cached
+        return
+    reason = skip_reason(name)
+    if reason == "conflict copy":
+        result.conflicts.append(name)
+    if reason is not None:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        result.files[name] = _classify_link(result.path, name, st)
+    elif not stat.S_ISREG(st.st_mode):
+        result.files[name] = _problem(
+            name,
+            st,
+            "not_regular",
+            "is not a regular file (a FIFO, socket or device)",
+            "memoryd never opens these; remove it from the memory dir",
+        )
+    else:
+        result.reread += 1
+        result.changed.append(name)
+        result.files[name] = read_one(dir_fd, name, st, *limits)
+
+
 def scan_dir(
     path: Path,
     cache: Mapping[str, Scanned] | None = None,
     *,
     max_file_bytes: int = MAX_FILE_BYTES,
     max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
+    previous: "DirScan | None" = None,
+    only: Set[str] | None = None,
 ) -> DirScan:
-    """List and classify a memory dir; re-read only files whose (inode, size, mtime_ns) moved."""
+    """List and classify a memory dir; re-read only files whose (inode, size, mtime_ns) moved.
+
+    With `previous` (a full scan of this dir) and `only` (the names file events reported),
+    only those names are looked at and everything else is taken from `previous`: the daemon's
+    path for one changed file among thousands. The periodic reconcile scans in full.
+    """
     cache = cache or {}
     result = DirScan(path)
-    names: list[str] = []
+    limits = (max_file_bytes, max_frontmatter_bytes)
     with fsops.open_dir(path) as dir_fd:
+        if previous is not None and only is not None:
+            present = set(previous.present)
+            result.files = {n: f for n, f in previous.files.items() if n not in only}
+            result.conflicts = [n for n in previous.conflicts if n not in only]
+            result.subdirs = [n for n in previous.subdirs if n not in only]
+            for name in sorted(only):
+                try:
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    present.discard(name)
+                    continue
+                present.add(name)
+                _take(result, dir_fd, name, st, previous.files, limits)
+            result.present = frozenset(present)
+            return result
         with os.scandir(dir_fd) as entries:
             listing = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
         for name, st in sorted(listing):
-            names.append(name)
-            if stat.S_ISDIR(st.st_mode):
-                if name != TRASH_DIR and not name.startswith("."):
-                    result.subdirs.append(name)
-                continue
-            # Only names that passed skip_reason are ever cached, so a hit needs no name checks.
-            cached = cache.get(name)
-            if (
-                cached is not None
-                and cached.ino == st.st_ino
-                and cached.size == st.st_size
-                and cached.mtime_ns == st.st_mtime_ns
-            ):
-                result.files[name] = cached
-                continue
-            reason = skip_reason(name)
-            if reason == "conflict copy":
-                result.conflicts.append(name)
-            if reason is not None:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                result.files[name] = _classify_link(path, name, st)
-            elif not stat.S_ISREG(st.st_mode):
-                result.files[name] = _problem(
-                    name,
-                    st,
-                    "not_regular",
-                    "is not a regular file (a FIFO, socket or device)",
-                    "memoryd never opens these; remove it from the memory dir",
-                )
-            else:
-                result.reread += 1
-                result.changed.append(name)
-                result.files[name] = read_one(
-                    dir_fd, name, st, max_file_bytes, max_frontmatter_bytes
-                )
-    result.present = frozenset(names)
+            _take(result, dir_fd, name, st, cache, limits)
+        result.present = frozenset(name for name, _ in listing)
     return result
 
 

@@ -1,0 +1,48 @@
+"""Scanning a memory dir: the incremental path sees exactly what a full scan sees."""
+
+import os
+import random
+from pathlib import Path
+
+from memoryd.scan import scan_dir
+from tests.conftest import write_memory
+
+
+def _same(a, b) -> None:  # type: ignore[no-untyped-def]
+    assert a.present == b.present
+    assert a.files == b.files
+    assert sorted(a.conflicts) == sorted(b.conflicts)
+    assert sorted(a.subdirs) == sorted(b.subdirs)
+
+
+def test_incremental_scan_equals_a_full_scan_after_random_changes(tmp_path: Path) -> None:
+    """Create, rewrite, delete, replace with a FIFO or a folder: named changes only, same result."""
+    rng = random.Random(7)
+    folder = tmp_path / "m"
+    for i in range(40):
+        write_memory(folder, f"m{i}.md", description=f"d{i}")
+    previous = scan_dir(folder)
+    for round_ in range(30):
+        changed: set[str] = set()
+        for _ in range(rng.randint(1, 5)):
+            name = f"m{rng.randint(0, 50)}.md"
+            path = folder / name
+            action = rng.choice(["write", "delete", "odd", "conflict"])
+            if path.is_dir():
+                path.rmdir()
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+            if action == "write":
+                write_memory(folder, name, description=f"round {round_}", age_days=None)
+            elif action == "odd":
+                rng.choice([lambda p: os.mkfifo(p), lambda p: p.mkdir(),
+                            lambda p: p.write_text("---\nname: [x\n---\n")])(path)
+            elif action == "conflict":
+                changed.add(name)  # the unlink above
+                name = f"m{round_}.sync-conflict-1.md"
+                (folder / name).write_text("x")
+            changed.add(name)
+        incremental = scan_dir(folder, previous=previous, only=changed)
+        full = scan_dir(folder, previous.files)
+        _same(incremental, full)
+        previous = full

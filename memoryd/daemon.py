@@ -401,6 +401,7 @@ class Daemon:
                 # Events name what changed; without them (a retry, a reconcile), scan in full.
                 previous=entry.scan if incremental else None,
                 only=names if incremental else None,
+                persist_cache=False,  # kept in memory; written by the heartbeat
             )
             entry.reading = (started, self.mono())
             if outcome.scan is not None:
@@ -540,6 +541,9 @@ class Daemon:
     def heartbeat(self) -> None:
         self._last_beat = self.mono()
         self.absorb_reads()
+        for path, entry in self.dirs.items():
+            if entry.scan is not None:  # the parse cache, for a fast restart
+                self.rt.store.save_cache(path, entry.scan.files)
         dirs = []
         for path, entry in sorted(self.dirs.items()):
             state = self.rt.store.load(path)

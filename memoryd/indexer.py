@@ -176,6 +176,7 @@ def index_dir(
     settle: float = 0.0,
     previous: DirScan | None = None,
     only: Set[str] | None = None,
+    persist_cache: bool = True,
 ) -> IndexOutcome:
     """One incremental index update of one dir; retries from the other writer's version.
 
@@ -196,6 +197,7 @@ def index_dir(
                 # After a conflict the other writer may have changed anything: scan in full.
                 previous=previous if attempt == 1 else None,
                 only=only if attempt == 1 else None,
+                persist_cache=persist_cache,
             )
         except WriteConflict as conflict:
             rt.audit.write(
@@ -227,6 +229,7 @@ def _index_once(
     settle: float,
     previous: DirScan | None,
     only: Set[str] | None,
+    persist_cache: bool,
 ) -> IndexOutcome:
     cfg = rt.config
     state = rt.store.load(md.real_path)
@@ -385,7 +388,8 @@ def _index_once(
     state.reported.pop("unmanaged", None)
     state.seen = {n: [s.name, s.description] for n, s in sorted(memories.items())}
     rt.store.save(md.real_path, state)
-    rt.store.save_cache(md.real_path, scan.files)
+    if persist_cache:
+        rt.store.save_cache(md.real_path, scan.files)
     return outcome
 
 

@@ -33,6 +33,15 @@ def _dirs_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _repo_root_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repo-root",
+        type=Path,
+        metavar="PATH",
+        help="the code tree to check references against (overrides discovery)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memoryd",
@@ -116,12 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write nothing at all; print [DRY RUN] Would move: lines",
     )
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
-    p.add_argument(
-        "--repo-root",
-        type=Path,
-        metavar="PATH",
-        help="the code tree to check references against (overrides discovery)",
-    )
+    _repo_root_arg(p)
 
     p = sub.add_parser(
         "explain",
@@ -133,12 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", type=Path, metavar="FILE", help="a memory file")
     p.add_argument("--json", action="store_true", help="print one JSON document")
-    p.add_argument(
-        "--repo-root",
-        type=Path,
-        metavar="PATH",
-        help="the code tree to check references against (overrides discovery)",
-    )
+    _repo_root_arg(p)
 
     p = sub.add_parser(
         "trash",

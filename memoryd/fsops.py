@@ -263,17 +263,13 @@ def move_no_replace(src_dir: Path, src: str, dst_dir: Path, dst: str) -> None:
                 "by rename, never by copy. Keep the trash inside the memory dir."
             )
         try:
-            renameat2(src_fd, src, dst_fd, dst, RENAME_NOREPLACE)
-        except NotImplementedError:
             try:
+                renameat2(src_fd, src, dst_fd, dst, RENAME_NOREPLACE)
+            except NotImplementedError:
+                # link + unlink never overwrites either; a crash in between leaves two names
+                # for one inode, which recovery resolves (journal.settle).
                 os.link(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
-            except OSError as error:
-                if error.errno == errno.EXDEV:
-                    raise UnsafeFilesystemOperation(
-                        f"{dst_dir} is on another filesystem than {src_dir}"
-                    ) from error
-                raise
-            os.unlink(src, dir_fd=src_fd)
+                os.unlink(src, dir_fd=src_fd)
         except OSError as error:
             if error.errno == errno.EXDEV:
                 raise UnsafeFilesystemOperation(

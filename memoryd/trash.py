@@ -89,15 +89,20 @@ def day_folder(memory_dir: Path, day: date) -> Path:
     return folder
 
 
-def free_name(folder: Path, name: str) -> str:
-    """`name`, or `name.2.md`, `name.3.md`... : the first that does not exist in the folder."""
+def _first_free(folder: Path, name: str, variant: str, first: int) -> str:
+    """`name` if free in the folder, else the first free `<stem><variant><n>.md`."""
     if not os.path.lexists(folder / name):
         return name
     stem = name.removesuffix(".md")
-    n = 2
-    while os.path.lexists(folder / f"{stem}.{n}.md"):
+    n = first
+    while os.path.lexists(folder / f"{stem}{variant}{n}.md"):
         n += 1
-    return f"{stem}.{n}.md"
+    return f"{stem}{variant}{n}.md"
+
+
+def free_name(folder: Path, name: str) -> str:
+    """`name`, or `name.2.md`, `name.3.md`... : never overwrite in the trash."""
+    return _first_free(folder, name, ".", 2)
 
 
 def append_record(folder: Path, line: str) -> None:
@@ -191,13 +196,8 @@ def find(memory_dir: Path, key: str) -> Entry | None:
 
 
 def restore_name(memory_dir: Path, original: str) -> str:
-    if not os.path.lexists(memory_dir / original):
-        return original
-    stem = original.removesuffix(".md")
-    n = 1
-    while os.path.lexists(memory_dir / f"{stem}.restored-{n}.md"):
-        n += 1
-    return f"{stem}.restored-{n}.md"
+    """The original name, or `<stem>.restored-<n>.md` when that is taken again."""
+    return _first_free(memory_dir, original, ".restored-", 1)
 
 
 def restore(memory_dir: Path, entry: Entry) -> str:

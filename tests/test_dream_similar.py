@@ -132,7 +132,7 @@ def test_overlap_coefficient() -> None:
 
 
 @pytest.mark.parametrize("use_numpy", ENGINES)
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(docs=docs_strategy, low=lows)
 def test_pairs_match_brute_force(use_numpy: bool, docs: Docs, low: float) -> None:
     """Both engines return exactly the pairs (and overlaps) of the all-pairs definition."""
@@ -141,7 +141,7 @@ def test_pairs_match_brute_force(use_numpy: bool, docs: Docs, low: float) -> Non
 
 @pytest.mark.skipif(not HAVE_NUMPY, reason="no numpy")
 @pytest.mark.parametrize("tuning", NUMPY_TUNINGS)
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(docs=docs_strategy, low=lows)
 def test_numpy_engine_paths_match_brute_force(
     tuning: dict[str, Any], docs: Docs, low: float

@@ -467,7 +467,7 @@ def cmd_config(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 # --- dream, explain, trash ---------------------------------------------------------------------
 def _recover(rt: Runtime) -> None:
     """Finish what a crash left unfinished before doing anything else (DESIGN §2.3)."""
-    from memoryd.dream.run import recover
+    from memoryd.recovery import recover
 
     for recovery in recover(rt):
         sys.stderr.write(

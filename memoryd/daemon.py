@@ -6,6 +6,7 @@ work, so work is serialised. Signal handlers only set flags.
 """
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -23,13 +24,13 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from memoryd import __version__, fsops, housekeeping, notify
 from memoryd.config import Config, load_config
-from memoryd.discover import MemoryDir, discover
-from memoryd.dream.run import RepoCache, dream_dir, lock_is_fresh, recover
+from memoryd.discover import MemoryDir, discover, lock_is_fresh
 from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import index_dir
 from memoryd.logsetup import configure, get_logger
 from memoryd.paths import AppPaths, ensure_private_dir
+from memoryd.recovery import recover
 from memoryd.runtime import Runtime
 from memoryd.scan import DirScan
 from memoryd.watch import Debouncer, Kind, Signal, Watcher, install_overflow_hook
@@ -476,6 +477,10 @@ class Daemon:
                     self.rt.store.save(path, state)
                     self.rt.audit.write("dream.skipped", dir=entry.md.path, why=why)
                 continue
+            # Imported here: the dream pass brings numpy and rapidfuzz, which an idle daemon
+            # that never dreams should not carry in memory.
+            from memoryd.dream.run import RepoCache, dream_dir
+
             started = self.mono()
             result = dream_dir(self.rt, entry.md, repos=RepoCache(), trigger="pile-up")
             entry.reading = (started, self.mono())
@@ -541,6 +546,7 @@ class Daemon:
     def heartbeat(self) -> None:
         self._last_beat = self.mono()
         self.absorb_reads()
+        _return_freed_memory()
         for path, entry in self.dirs.items():
             if entry.scan is not None:  # the parse cache, for a fast restart
                 self.rt.store.save_cache(path, entry.scan.files)
@@ -579,6 +585,26 @@ class Daemon:
             json.dumps(status, indent=1, ensure_ascii=False).encode(),
             durable=False,
         )
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None  # not glibc (macOS, musl): nothing to do
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def _return_freed_memory() -> None:
+    """Hand memory freed after a big pass back to the OS (glibc keeps it otherwise).
+
+    A first pass over 10,000 files allocates tens of MB that are freed but stay in the
+    process's heap; for a daemon that then idles for weeks, that is RSS for nothing.
+    """
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 def _iso(ts: float) -> str | None:

@@ -19,6 +19,10 @@ NESTED_DEPTH = 4
 _NOT_SLUG = re.compile(r"[^A-Za-z0-9]")
 
 
+CLAUDE_LOCK = ".consolidate-lock"  # Claude Code's own consolidation lock in a memory dir
+CLAUDE_LOCK_FRESH = 3600.0
+
+
 def slugify(path: str) -> str:
     """Claude Code's project slug: every character outside [A-Za-z0-9] becomes `-` (lossy)."""
     return _NOT_SLUG.sub("-", path)
@@ -243,3 +247,13 @@ def discover(config: Config, explicit: Iterable[Path] = ()) -> list[MemoryDir]:
         for candidate in (md, *nested_dirs(md, config)):
             result.setdefault(candidate.real_path, candidate)
     return sorted(result.values(), key=lambda d: str(d.real_path))
+
+
+def lock_is_fresh(md: MemoryDir, now: float) -> bool:
+    """Is Claude Code consolidating this dir itself (its lock younger than an hour)?"""
+    try:
+        st = os.lstat(md.real_path / CLAUDE_LOCK)
+    except OSError:
+        return False
+    return now - st.st_mtime < CLAUDE_LOCK_FRESH
+

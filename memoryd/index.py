@@ -94,7 +94,7 @@ class Line:
 ParsedLine = tuple[str, str, Link | None]
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=2)  # the two texts of a pass; a big one costs MBs
 def _parse_lines(text: str) -> tuple[ParsedLine, ...]:
     """The lines of an index text, classified; cached, since the same text is read each pass."""
     out: list[ParsedLine] = []
@@ -133,7 +133,7 @@ _POINTER_IN_TEXT = re.compile(r"^[^\S\r\n]*[-*][^\S\r\n]+\[(.*?)\]\(([^()\s]+)\)
 _TRAILER_IN_TEXT = re.compile(TRAILER.pattern, re.MULTILINE)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=2)  # the two texts of a pass; a big one costs MBs
 def local_links(text: str) -> tuple[Link, ...]:
     """The LOCAL links of an index text's pointer lines, in order (cached per text)."""
     links = (classify_link(m.group(2)) for m in _POINTER_IN_TEXT.finditer(text))

@@ -1,6 +1,5 @@
 """Run one dream pass over one memory dir: read, plan, check the breaker, journal, move, index."""
 
-import os
 import secrets
 import time
 from collections.abc import Sequence
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import fsops, journal, trash
-from memoryd.discover import MemoryDir
+from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
 from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject, consulted
 from memoryd.dream.plan import Item, Move, Plan, Thresholds, make_item, plan_pass
 from memoryd.dream.repo import RepoIndex
@@ -22,9 +21,6 @@ from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import parse_date, scan_dir
 from memoryd.trash import TrashRecord
-
-LOCK_NAME = ".consolidate-lock"
-LOCK_FRESH = 3600.0
 
 
 @dataclass(slots=True)
@@ -76,14 +72,6 @@ class RepoCache:
         if root not in self._built:
             self._built[root] = RepoIndex.build(root) if root.is_dir() else None
         return self._built[root]
-
-
-def lock_is_fresh(md: MemoryDir, now: float) -> bool:
-    try:
-        st = os.lstat(md.real_path / LOCK_NAME)
-    except OSError:
-        return False
-    return now - st.st_mtime < LOCK_FRESH
 
 
 def thresholds(rt: Runtime) -> Thresholds:
@@ -234,7 +222,7 @@ def dream_dir(
     audit = rt.audit
     if lock_is_fresh(md, now):
         result.status = "skipped"
-        result.message = f"{LOCK_NAME} is fresh: Claude Code is consolidating this dir itself"
+        result.message = f"{CLAUDE_LOCK} is fresh: Claude Code is consolidating this dir itself"
         if not dry_run:
             audit.write("dream.skipped", dir=md.path, why=result.message)
         return result
@@ -406,32 +394,3 @@ def _apply(rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult) -> None:
         )
     result.index = index_dir(rt, md, forget={r.original_name for r in result.moved})
     journal.commit(entry)
-
-
-def recover(rt: Runtime) -> list[journal.Recovery]:
-    """Finish or roll back every pass a crash left unfinished; log each as `pass.recovered`."""
-    from memoryd.discover import explicit_dirs
-
-    done = []
-    for path in journal.pending(rt.paths.state_dir):
-        entry = journal.load(path)
-        if entry is None:
-            rt.audit.write(
-                "pass.recovered", journal=str(path), outcome="unreadable journal set aside"
-            )
-            path.rename(path.with_suffix(".unreadable"))
-            continue
-        if not entry.committed and entry.dir.is_dir():
-            recovery = journal.settle(entry)
-            try:
-                md = explicit_dirs(entry.dir, rt.config)[0]
-            except MemorydError:
-                md = None
-            if md is not None:
-                index_dir(rt, md, forget={r.original_name for r in recovery.moved})
-            rt.audit.write(
-                "pass.recovered", dir=entry.dir, journal=path.name, outcome=recovery.outcome
-            )
-            done.append(recovery)
-        path.unlink()
-    return done

@@ -589,9 +589,10 @@ class Daemon:
 
 def _load_malloc_trim() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None  # not glibc (macOS, musl): nothing to do
+    return trim
 
 
 _malloc_trim = _load_malloc_trim()

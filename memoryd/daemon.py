@@ -292,7 +292,19 @@ class Daemon:
         self.heartbeat()
 
     def rediscover(self) -> None:
-        """Find memory dirs, arm watches on them and where new ones appear; drop lost ones."""
+        """Find memory dirs, arm watches on them and where new ones appear; drop lost ones.
+
+        Repeated until no new watch was armed: folders created between a listing and the
+        watch on their parent (`mkdir -p` of a whole new project) produce no event, so they
+        are found by listing again once the watches stand.
+        """
+        for _ in range(8):
+            before = self.watcher.watched()
+            self._discover_once()
+            if self.watcher.watched() <= before:
+                return
+
+    def _discover_once(self) -> None:
         cfg = self.rt.config
         home = cfg.paths.claude_home
         if not home.is_dir():

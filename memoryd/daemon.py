@@ -8,6 +8,7 @@ work, so work is serialised. Signal handlers only set flags.
 import contextlib
 import ctypes
 import fcntl
+import gc
 import json
 import os
 import signal
@@ -626,6 +627,10 @@ def _iso(ts: float) -> str | None:
 
 def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
     configure(config.log.level)
+    # A pass over 10,000 files allocates ~100,000 short-lived objects; the default thresholds
+    # then run dozens of collections per pass (measured: ~35 ms of a 150 ms pass). This
+    # process is the daemon, so it may collect less often; the objects die young either way.
+    gc.set_threshold(50_000, 50, 100)
     try:
         lock_fd = acquire_lock(paths)
     except AlreadyRunning as error:

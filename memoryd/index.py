@@ -515,8 +515,10 @@ def update_index(inp: IndexInput) -> IndexEdit:
         if (arch_text is not None or edit.demoted)
         else None
     )
-    old_trailers = [ln.content for ln in split_lines(inp.main or "") if TRAILER.match(ln.content)]
-    new_trailers = [ln.content for ln in split_lines(edit.main or "") if TRAILER.match(ln.content)]
+    # A regex over the text, not split_lines: parsing here would push the archive's parsed
+    # lines out of the small cache and make every pass parse it again.
+    old_trailers = _TRAILER_IN_TEXT.findall(inp.main or "")
+    new_trailers = _TRAILER_IN_TEXT.findall(edit.main or "")
     edit.trailer_changed = old_trailers != new_trailers
 
     if edit.main is not None:

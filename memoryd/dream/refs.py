@@ -146,9 +146,14 @@ def extract_refs(body: str) -> Refs:
 
     # Markdown bold is not part of a path (a lone `*` is kept: it makes a glob).
     for m in _RUN_RE.finditer(body.replace("**", "  ")):
+        run = m.group()
+        # Most runs are plain words: a path needs a dot (an extension) or one of the
+        # extension-less names, all of which end in "file" (Makefile, Dockerfile, ...).
+        if "." not in run and "file" not in run:
+            continue
         if body.startswith("(", m.end()):
             continue  # `console.log(...)`, `path.join(...)`: a call, not a file
-        tok = _clean_run(m.group())
+        tok = _clean_run(run)
         if tok and _has_path_name(tok):
             paths.append((m.start(), tok))
 

@@ -19,7 +19,7 @@ from memoryd.index import ARCHIVE_NAME, INDEX_NAME, LinkKind, split_lines
 from memoryd.indexer import IndexOutcome, index_dir, read_index_file
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
-from memoryd.scan import parse_date, scan_dir
+from memoryd.scan import DirScan, parse_date, scan_dir
 from memoryd.trash import TrashRecord
 
 
@@ -95,15 +95,25 @@ class Inventory:
 
 
 def inventory(
-    md: MemoryDir, rt: Runtime, repo: RepoIndex | None, *, keep: bool = False
+    md: MemoryDir,
+    rt: Runtime,
+    repo: RepoIndex | None,
+    *,
+    keep: bool = False,
+    scan: DirScan | None = None,
 ) -> Inventory:
-    """Parse every memory file (bodies are read now and not kept past their derived facts)."""
-    scan = scan_dir(
-        md.real_path,
-        rt.store.load_cache(md.real_path),
-        max_file_bytes=rt.config.parse.max_file_bytes,
-        max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
-    )
+    """Parse every memory file (bodies are read now and not kept past their derived facts).
+
+    `scan`: a scan of the dir just made (the ownership probe's), so the listing and the
+    frontmatter are not read twice; each body is still read here, and re-hashed by apply.
+    """
+    if scan is None:
+        scan = scan_dir(
+            md.real_path,
+            rt.store.load_cache(md.real_path),
+            max_file_bytes=rt.config.parse.max_file_bytes,
+            max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
+        )
     vocabulary = Vocabulary()
     items: list[Item] = []
     kept: dict[str, Memory] = {}
@@ -239,7 +249,7 @@ def dream_dir(
         # Debug level: a pass that finds nothing to do leaves no row above debug (DESIGN §2.6).
         audit.write("dream.started", dir=md.path, pass_id=pass_id, trigger=trigger, level="debug")
     try:
-        inv = inventory(md, rt, repo)
+        inv = inventory(md, rt, repo, scan=probe.scan)
         result.files = len(inv.items)
         result.unparseable = inv.unparseable
         result.conflicts = inv.conflicts

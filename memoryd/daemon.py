@@ -27,7 +27,6 @@ from memoryd import __version__, fsops, housekeeping, notify
 from memoryd.config import Config, load_config
 from memoryd.discover import MemoryDir, discover, lock_is_fresh
 from memoryd.errors import ConfigError, MemorydError
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import index_dir
 from memoryd.logsetup import configure, get_logger
 from memoryd.paths import AppPaths, ensure_private_dir
@@ -162,6 +161,9 @@ class Daemon:
             return False
         return (st.st_ino, st.st_size, st.st_mtime_ns) == expected
 
+    def _record_own_write(self, folder: Path, name: str, identity: tuple[int, int, int]) -> None:
+        self._own_writes[(folder, name)] = identity
+
     def on_overflow(self, detail: str) -> None:
         self._rescan_reason = detail
         self.wake.set()
@@ -188,6 +190,7 @@ class Daemon:
             timezone="UTC",
         )
         install_overflow_hook(self.on_overflow)
+        fsops.on_own_write = self._record_own_write
         self.watcher.start()
         self._install_signals()
         self.scheduler.start()
@@ -269,6 +272,7 @@ class Daemon:
         self.scheduler.shutdown(wait=True)
         self._guarded(self.process, sorted(self.dirs), True)
         self._guarded(self.heartbeat)
+        fsops.on_own_write = None
         self.rt.audit.write("daemon.stopped", reason="signal")
         self.log.info("memoryd stopped")
         return EXIT_OK
@@ -422,11 +426,7 @@ class Daemon:
                 entry.scan = outcome.scan
             entry.last_status = outcome.status
             if outcome.status == "updated":
-                entry.last_index_write = time.time()
-                for name in (INDEX_NAME, ARCHIVE_NAME):
-                    with contextlib.suppress(OSError):
-                        st = os.lstat(path / name)
-                        self._own_writes[(path, name)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+                entry.last_index_write = time.time()  # its events are known: _record_own_write
             elif outcome.status in ("error", "conflict"):
                 self.log.warning(
                     "index not updated", dir=str(entry.md.path), message=outcome.message
@@ -504,10 +504,6 @@ class Daemon:
             self.log.info(
                 "dream pass", dir=str(entry.md.path), status=result.status, moved=len(result.moved)
             )
-            for record_dir, name in ((path, INDEX_NAME), (path, ARCHIVE_NAME)):
-                with contextlib.suppress(OSError):
-                    st = os.lstat(record_dir / name)
-                    self._own_writes[(record_dir, name)] = (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def reconcile(self) -> None:
         """Never trust events alone: rediscover, then a stat-only look at every dir."""

@@ -27,6 +27,9 @@ TEMP_MARK = ".memoryd-"  # every temp file memoryd creates has this in its name
 # Test hook: called after our temp file is complete and before the swap; a test can write
 # MEMORY.md here to act as a concurrent writer.
 before_swap: Callable[[Path, str], None] | None = None
+# The daemon's hook: told the identity (inode, size, mtime_ns) a file will have once our swap
+# lands (a rename keeps all three), before the swap, so the event it causes is known as ours.
+on_own_write: Callable[[Path, str, tuple[int, int, int]], None] | None = None
 
 
 def _load_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
@@ -186,6 +189,9 @@ def replace_file(
                 "the old file is untouched. Free disk space or fix permissions, then rerun."
             ) from error
         try:
+            if on_own_write is not None:
+                st = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False)
+                on_own_write(dir_path, name, (st.st_ino, st.st_size, st.st_mtime_ns))
             if before_swap is not None:
                 before_swap(dir_path, name)
             crash_point("index.before_swap")

@@ -30,6 +30,9 @@ from memoryd.scan import DirScan, Scanned, scan_dir
 from memoryd.state import DirState
 
 MAX_INDEX_BYTES = 8 * 1024 * 1024
+# The archive is never loaded whole by the agent and grows ~200 bytes per memory: 8 MiB would
+# be reached near 43,000 memories, and the dir would then stop being managed.
+MAX_ARCHIVE_BYTES = 128 * 1024 * 1024
 LINKED_BYTES = 512 * 1024
 CONFLICT_RETRIES = 3
 
@@ -58,10 +61,11 @@ class IndexOutcome:
 
 
 def read_index_file(dir_fd: int, name: str) -> IndexText:
+    limit = MAX_ARCHIVE_BYTES if name == ARCHIVE_NAME else MAX_INDEX_BYTES
     try:
-        found = fsops.identity_of(dir_fd, name, MAX_INDEX_BYTES)
+        found = fsops.identity_of(dir_fd, name, limit)
     except ValueError:
-        return IndexText(None, None, error=f"{name} is over {MAX_INDEX_BYTES} bytes")
+        return IndexText(None, None, error=f"{name} is over {limit} bytes")
     except OSError as error:
         return IndexText(None, None, error=f"{name} cannot be read as a file ({error.strerror})")
     if found is None:

@@ -257,15 +257,16 @@ def dream_dir(
         consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window)
         plan = plan_pass(inv.items, now, thresholds(rt), consults)
         result.plan = plan
-        if not dry_run:
+        # What was already said lives in the dir's state: loaded once and saved once, not per
+        # row (a save per kept memory was most of a 10,000-memory pass).
+        said = None if dry_run else rt.store.load(md.real_path)
+        if said is not None:
             for flag in plan.flagged:
-                if flag.guard:
-                    _say_once(
-                        rt,
-                        md,
-                        f"kept:{flag.filename}",
-                        f"{plan.items[flag.filename].sha256}:{flag.guard}",
+                signature = f"{plan.items[flag.filename].sha256}:{flag.guard}"
+                if flag.guard and said.report_once(f"dream:kept:{flag.filename}", signature):
+                    audit.write(
                         "dream.kept",
+                        dir=md.path,
                         file=flag.filename,
                         guard=flag.guard,
                         reason="fully stale, kept by a guard",
@@ -280,26 +281,28 @@ def dream_dir(
             result.status = "refused"
             result.message = plan.refused
             signature = ",".join(f"{m.filename}:{m.sha256[:12]}" for m in plan.moves)
-            if not dry_run and _say_once(
-                rt,
-                md,
-                "refused",
-                signature,
-                "dream.refused",
-                would_move=len(plan.moves),
-                limit=plan.limit,
-                plan=[
-                    {"file": m.filename, "reason": m.reason, "detail": m.detail} for m in plan.moves
-                ],
-            ):
+            if said is not None and said.report_once("dream:refused", signature):
+                audit.write(
+                    "dream.refused",
+                    dir=md.path,
+                    would_move=len(plan.moves),
+                    limit=plan.limit,
+                    plan=[
+                        {"file": m.filename, "reason": m.reason, "detail": m.detail}
+                        for m in plan.moves
+                    ],
+                )
                 for move in plan.moves:
                     audit.write(
                         "dream.move_skipped", dir=md.path, file=move.filename, why="circuit breaker"
                     )
-        elif dry_run:
-            result.status = "dry_run"
-        elif plan.moves:
-            _apply(rt, md, plan, result)
+        if said is not None:
+            rt.store.save(md.real_path, said)
+        if managed and not plan.refused:
+            if dry_run:
+                result.status = "dry_run"
+            elif plan.moves:
+                _apply(rt, md, plan, result)
         if not dry_run and managed and result.index is None:
             result.index = index_dir(rt, md)
     except (MemorydError, OSError) as error:
@@ -328,18 +331,6 @@ def dream_dir(
         state.changed_since_dream = []
         rt.store.save(md.real_path, state)
     return result
-
-
-def _say_once(
-    rt: Runtime, md: MemoryDir, key: str, signature: str, event: str, **fields: Any
-) -> bool:
-    """Write an audit row the first time this (key, signature) is seen for the dir."""
-    state = rt.store.load(md.real_path)
-    if not state.report_once(f"dream:{key}", signature):
-        return False
-    rt.store.save(md.real_path, state)
-    rt.audit.write(event, dir=md.path, **fields)
-    return True
 
 
 def _summary(result: DreamResult) -> dict[str, Any]:

@@ -61,7 +61,7 @@ _DENSE_MAX_COLS: Final = 2048
 _DENSE_MAX_CELLS: Final = 1 << 24  # docs × dense words, float32 (64 MB)
 _BITSET_MIN_DF: Final = 16  # pure: words in at least this many docs get a bitset ...
 _BITSET_DF_DIVISOR: Final = 256  # ... and in at least 1/256 of the type's docs
-_QUERY_BITSET_MIN_DF: Final = 32  # pure query index: bitsets for words in this many docs
+_QUERY_BITSET_MIN_DF: Final = 8  # pure query index: bitsets for words in this many docs
 
 
 def significant_words(body: str) -> frozenset[str]:

@@ -914,7 +914,6 @@ def phase_times(
         (run_mod, "consult_map", "consult_map"),
         (run_mod, "plan_pass", "plan_pass (the rest)"),
         (plan_mod, "find_similar_pairs", "find_similar_pairs"),
-        (run_mod, "_say_once", "_say_once (the rest)"),
         (StateStore, "load", "StateStore.load (json)"),
         (StateStore, "save", "StateStore.save (json, fsync)"),
         (run_mod, "_apply", "_apply (journal, moves; the rest)"),

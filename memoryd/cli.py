@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from memoryd import __version__, audit
+from memoryd import __version__, audit, fsops
 from memoryd.config import Config, config_as_dict, load_config
 from memoryd.discover import MemoryDir, discover
 from memoryd.errors import ConfigError, MemorydError
@@ -198,8 +198,6 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
     outcome = index_dir(rt, md, check=True)
     scan = outcome.scan
     main_text = None
-    from memoryd import fsops  # local: only this summary needs a raw read
-
     with fsops.open_dir(md.real_path) as fd:
         main_text = read_index_file(fd, INDEX_NAME).text
     return {

@@ -271,7 +271,6 @@ class IndexEdit:
     dead_links: list[str] = field(default_factory=list)
     invalid_links: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # new files still inside their grace
-    trailer_changed: bool = False
     over_budget: Measure | None = None
     outside: list[str] = field(default_factory=list)
     fits_window: bool = True
@@ -515,11 +514,6 @@ def update_index(inp: IndexInput) -> IndexEdit:
         if (arch_text is not None or edit.demoted)
         else None
     )
-    # A regex over the text, not split_lines: parsing here would push the archive's parsed
-    # lines out of the small cache and make every pass parse it again.
-    old_trailers = _TRAILER_IN_TEXT.findall(inp.main or "")
-    new_trailers = _TRAILER_IN_TEXT.findall(edit.main or "")
-    edit.trailer_changed = old_trailers != new_trailers
 
     if edit.main is not None:
         final = measure(edit.main)

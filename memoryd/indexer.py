@@ -4,7 +4,6 @@ import difflib
 import re
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from memoryd import fsops
 from memoryd.discover import MemoryDir
@@ -418,7 +417,3 @@ def budget_use(text: str | None, rt: Runtime) -> dict[str, int]:
         "bytes": m.bytes,
         "target_bytes": rt.config.index.target_bytes,
     }
-
-
-def index_path(md: MemoryDir) -> Path:
-    return md.real_path / INDEX_NAME

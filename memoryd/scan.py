@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from memoryd import fsops
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, PREV_NAME, Entry
+from memoryd.index import Entry
 from memoryd.memfile import (
     MAX_FILE_BYTES,
     MAX_FRONTMATTER_BYTES,
@@ -286,10 +286,6 @@ def scan_dir(
     return result
 
 
-def index_files_present(scan: DirScan) -> tuple[bool, bool]:
-    return INDEX_NAME in scan.present, ARCHIVE_NAME in scan.present
-
-
 def dump_cache(files: Mapping[str, Scanned]) -> bytes:
     return marshal.dumps([s.as_tuple() for s in files.values()])
 
@@ -301,5 +297,3 @@ def load_cache(data: bytes) -> dict[str, Scanned]:
     except (ValueError, TypeError, EOFError, IndexError):
         return {}
 
-
-__all__ = ["PREV_NAME", "TRASH_DIR", "DirScan", "Scanned", "scan_dir"]

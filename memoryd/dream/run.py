@@ -11,7 +11,7 @@ from typing import Any
 from memoryd import fsops, journal, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
 from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject, consulted
-from memoryd.dream.plan import Item, Move, Plan, Thresholds, make_item, plan_pass
+from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make_item, plan_pass
 from memoryd.dream.repo import RepoIndex
 from memoryd.dream.similar import Vocabulary
 from memoryd.errors import MemorydError
@@ -45,7 +45,7 @@ class DreamResult:
         for record in self.moved:
             moved_by[record.reason] = moved_by.get(record.reason, 0) + 1
         classes = plan.counts if plan else {}
-        kept = len([f for f in plan.flagged if f.guard]) if plan else 0
+        kept = len(kept_by_guard(plan)) if plan else 0
         return {
             "files": self.files,
             "stale_pruned": moved_by["stale"],

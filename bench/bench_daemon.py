@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import _synth
+from _stats import percentile
 
 from memoryd.audit import iter_lines
 from memoryd.config import parse_duration
@@ -79,12 +80,6 @@ consult_signal = {consult}
 
 
 # --- statistics and the table ------------------------------------------------------------------
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile: p99 of 30 samples is the largest, never an interpolation."""
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
-
 @dataclass
 class Row:
     label: str

@@ -35,7 +35,6 @@ import gc
 import io
 import itertools
 import json
-import math
 import os
 import platform
 import pstats
@@ -56,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import _synth
+from _stats import percentile
 
 from memoryd import discover, indexer
 from memoryd.config import Config
@@ -686,12 +686,6 @@ def timed(fn: Callable[[], object], repeat: int) -> list[float]:
         fn()
         out.append(time.perf_counter() - start)
     return out
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile: p99 of 100 samples is the 99th, never an interpolation."""
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
 @dataclass

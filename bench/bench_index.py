@@ -11,7 +11,6 @@ import cProfile
 import gc
 import io
 import json
-import math
 import os
 import platform
 import pstats
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import _synth
+from _stats import percentile
 
 from memoryd import discover, fsops, indexer
 from memoryd.config import Config
@@ -73,12 +73,6 @@ def timed_rounds(fns: Sequence[Callable[[], object]], repeat: int) -> list[list[
         for i in order:
             out[i] += timed(fns[i], 1)
     return out
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile: p99 of 30 samples is the largest, never an interpolation."""
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
 @dataclass

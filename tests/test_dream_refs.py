@@ -80,6 +80,10 @@ REPO = repo_of(
         ("see docs/plan.md#rollout and `docs/faq.md#why`", ("docs/plan.md", "docs/faq.md")),
         ("call console.log(x) and path.join(a, b)", ()),
         ("styles in `*.module.css`; the root is `/`", ("*.module.css",)),
+        # Runs end at non-ASCII characters, even ones that are not valid text on their own.
+        ("é src/a.py\ud800lib/b.py日docs/c.md", ("src/a.py", "lib/b.py", "docs/c.md")),
+        ("ends here. Then v1. and a.b. and a.py. and a.py.", ("a.py",)),
+        ("the Makefile, the Makefile; a Dockerfile.", ("Makefile", "Dockerfile")),
     ],
 )
 def test_extract_paths(body: str, paths: tuple[str, ...]) -> None:
@@ -105,6 +109,15 @@ def test_extract_paths(body: str, paths: tuple[str, ...]) -> None:
         ("`parseConfig(path)`를 호출한다", ("parseConfig",)),
         ("f() and go() are too short", ()),
         ("`if (x)` is syntax", ()),
+        (
+            "undef class_name and undef class Foo; 9go_on() and é_private() or x.run_all(…)",
+            (
+                "Foo",
+                "_private",
+                "run_all",
+            ),
+        ),
+        ("function\tstart_up(", ("start_up",)),
     ],
 )
 def test_extract_symbols(body: str, symbols: tuple[str, ...]) -> None:

@@ -69,14 +69,26 @@ _DRIVE_RE: Final = re.compile(r"^[A-Za-z]:[\\/]")
 _LEAD_STRIP: Final = ":?#"
 _TRAIL_STRIP: Final = ".,:;!?#"
 
+# The same characters as bytes, for cutting a whole body into runs in C (see _path_runs).
+_RUN_BYTES: Final = frozenset(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.~$%@+-/\\:#*?"
+)
+_SPACE_OUT_NON_RUN: Final = bytes(c if c in _RUN_BYTES else 0x20 for c in range(256))
+# A dot inside a run, or "file". A run whose only dot ends it ("the end.") is no path.
+_DOT_OR_FILE_RE: Final = re.compile(rb"\.(?=[^ ])|file")
+
 _IDENT: Final = r"[A-Za-z_][A-Za-z0-9_]*"
+_IDENT_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _NOT_IDENT_BEFORE: Final = r"(?<![A-Za-z0-9_])"
 # `name()`, `obj.name()`, `name(...)` anywhere; inside backticks any argument list counts.
-_CALL_RE: Final = re.compile(_NOT_IDENT_BEFORE + rf"({_IDENT})\((?:\)|\.\.\.\)|…\))")
+# Found from the parentheses, which are rare, then the name before them (see _calls).
+_CALL_PARENS_RE: Final = re.compile(r"\((?:\)|\.\.\.\)|…\))")
 _CODE_CALL_RE: Final = re.compile(_NOT_IDENT_BEFORE + rf"({_IDENT})\(")
-_DEF_RE: Final = re.compile(
-    _NOT_IDENT_BEFORE + rf"(def|class|fn|func|function)[ \t]+({_IDENT})(\(?)"
-)
+# No look-behind in front: it would stop the regex engine from skipping ahead to the
+# keywords' first letters; _defs checks the character before a match instead.
+_DEF_RE: Final = re.compile(rf"(def|class|fn|func|function)[ \t]+({_IDENT})(\(?)")
+# Most bodies hold no keyword followed by a blank: a few substring tests rule them out.
+_DEF_STARTS: Final = tuple(k + b for k in ("def", "class", "fn", "func", "function") for b in " \t")
 _DOTTED_RE: Final = re.compile(rf"{_IDENT}(?:\.{_IDENT})*")
 # Words that look like calls in code spans but are syntax.
 _KEYWORDS: Final = frozenset(
@@ -118,7 +130,7 @@ def _clean_run(run: str) -> str:
 
 def _has_path_name(tok: str) -> bool:
     """True when the last segment is a known file name or has a known extension."""
-    name = re.split(r"[/\\]", tok)[-1]
+    name = tok.replace("\\", "/").rpartition("/")[2]
     if name in PATH_FILENAMES:
         return True
     stem, dot, ext = name.rpartition(".")
@@ -144,18 +156,14 @@ def extract_refs(body: str) -> Refs:
     paths: list[tuple[int, str]] = []
     symbols: list[tuple[int, str]] = []
 
-    # Markdown bold is not part of a path (a lone `*` is kept: it makes a glob).
-    for m in _RUN_RE.finditer(body.replace("**", "  ")):
-        run = m.group()
-        # Most runs are plain words: a path needs a dot (an extension) or one of the
-        # extension-less names, all of which end in "file" (Makefile, Dockerfile, ...).
-        if "." not in run and "file" not in run:
-            continue
-        if body.startswith("(", m.end()):
+    for start, run in _path_runs(body):
+        if "." not in run.rstrip(_TRAIL_STRIP) and "file" not in run:
+            continue  # "v1.;": cleaning would leave no dot, so no path
+        if body.startswith("(", start + len(run)):
             continue  # `console.log(...)`, `path.join(...)`: a call, not a file
         tok = _clean_run(run)
         if tok and _has_path_name(tok):
-            paths.append((m.start(), tok))
+            paths.append((start, tok))
 
     for m in _BACKTICK_RE.finditer(body):
         content = m.group(1).strip()
@@ -177,11 +185,64 @@ def extract_refs(body: str) -> Refs:
                     symbols.append((offset, part))
                 offset += len(part) + 1
 
-    for m in _CALL_RE.finditer(body):
-        if _symbol_ok(m.group(1)):
-            symbols.append((m.start(1), m.group(1)))
+    symbols.extend(_calls(body))
+    symbols.extend(_defs(body))
+    return Refs(paths=_first_seen(paths), symbols=_first_seen(symbols))
 
-    for m in _DEF_RE.finditer(body):
+
+def _path_runs(body: str) -> list[tuple[int, str]]:
+    """(offset, run) of each run of path characters that holds an inner dot or "file".
+
+    Most runs are plain words: a path needs a dot before its end (an extension) or one of the
+    extension-less names, all of which end in "file" (Makefile, Dockerfile, ...). So runs are
+    found from those dots and "file"s, which are few, in a copy of the body where every other
+    character is a space (non-ASCII characters end a run, and so do their UTF-8 bytes): the
+    run around a hit is then two searches for a space, in C. Each run is located again in the
+    text, in order: a run that holds a dot or "file" cannot sit inside a run that holds neither.
+    """
+    # Markdown bold is not part of a path (a lone `*` is kept: it makes a glob).
+    text = body.replace("**", "  ")
+    spaced = text.encode("utf-8", "surrogatepass").translate(_SPACE_OUT_NON_RUN)
+    out: list[tuple[int, str]] = []
+    end = at = 0
+    for hit in _DOT_OR_FILE_RE.finditer(spaced):
+        if hit.start() < end:
+            continue  # another dot of the run just taken
+        start = spaced.rfind(b" ", 0, hit.start()) + 1
+        end = spaced.find(b" ", hit.start())
+        if end < 0:
+            end = len(spaced)
+        run = spaced[start:end].decode("ascii")
+        at = text.index(run, at)
+        out.append((at, run))
+        at += len(run)
+    return out
+
+
+def _calls(body: str) -> list[tuple[int, str]]:
+    """`name()`, `name(...)`, `name(…)` anywhere: the name is the identifier run before them."""
+    out: list[tuple[int, str]] = []
+    for m in _CALL_PARENS_RE.finditer(body):
+        end = start = m.start()
+        while start and body[start - 1] in _IDENT_CHARS:
+            start -= 1
+        name = body[start:end]
+        if name and not name[0].isdigit() and _symbol_ok(name):
+            out.append((start, name))
+    return out
+
+
+def _defs(body: str) -> list[tuple[int, str]]:
+    """Names after `def`, `class`, `fn`, `func`, `function` (the keyword a word of its own)."""
+    out: list[tuple[int, str]] = []
+    if not any(start in body for start in _DEF_STARTS):
+        return out
+    pos = 0
+    while (m := _DEF_RE.search(body, pos)) is not None:
+        if m.start() and body[m.start() - 1] in _IDENT_CHARS:
+            pos = m.start() + 1  # inside a word ("undef x"): look again one character on
+            continue
+        pos = m.end()
         keyword, name, paren = m.group(1), m.group(2), m.group(3)
         if keyword == "class":
             # "class of problems" is English; "class Foo" and "class my_thing" are code.
@@ -191,9 +252,8 @@ def extract_refs(body: str) -> Refs:
         else:
             ok = True
         if ok and _symbol_ok(name):
-            symbols.append((m.start(2), name))
-
-    return Refs(paths=_first_seen(paths), symbols=_first_seen(symbols))
+            out.append((m.start(2), name))
+    return out
 
 
 def _first_seen(found: list[tuple[int, str]]) -> tuple[str, ...]:

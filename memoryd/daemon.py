@@ -27,7 +27,7 @@ from memoryd import __version__, fsops, housekeeping, notify
 from memoryd.config import Config, load_config
 from memoryd.discover import MemoryDir, discover, lock_is_fresh
 from memoryd.errors import ConfigError, MemorydError
-from memoryd.indexer import index_dir
+from memoryd.indexer import Held, index_dir
 from memoryd.logsetup import configure, get_logger
 from memoryd.paths import AppPaths, ensure_private_dir
 from memoryd.recovery import recover
@@ -91,6 +91,7 @@ class DirEntry:
     last_status: str = ""
     reading: tuple[float, float] = (0.0, 0.0)  # when memoryd itself last read the dir
     scan: DirScan | None = None  # the last full picture of the dir, for incremental passes
+    held: Held | None = None  # what the last pass left for one over just the changed files
 
 
 def identity_of(path: Path) -> tuple[int, int] | None:
@@ -420,7 +421,10 @@ class Daemon:
                 previous=entry.scan if incremental else None,
                 only=names if incremental else None,
                 persist_cache=False,  # kept in memory; written by the heartbeat
+                held=entry.held if incremental else None,
+                hold=True,
             )
+            entry.held = outcome.held
             entry.reading = (started, self.mono())
             if outcome.scan is not None:
                 entry.scan = outcome.scan
@@ -498,6 +502,7 @@ class Daemon:
             result = dream_dir(self.rt, entry.md, repos=RepoCache(), trigger="pile-up")
             entry.reading = (started, self.mono())
             entry.scan = None  # the pass moved files: the next look is a full one
+            entry.held = None
             state = self.rt.store.load(path)
             state.reported.pop("pile-up-skip", None)
             self.rt.store.save(path, state)

@@ -85,6 +85,7 @@ class Line:
     content: str  # without its line ending
     eol: str  # "\n", "\r\n" or "" (only the last line may lack one)
     link: Link | None = None
+    origin: int = -1  # where an edit restricted to some lines took it from (index_held)
 
     @property
     def text(self) -> str:
@@ -176,13 +177,15 @@ def decide_ownership(
     memory_files: Set[str],
     override: str = "auto",
     known: Set[str] | None = None,
+    archive_targets: Set[str] | None = None,
 ) -> Ownership:
     """Is this index a list of pointers memoryd may edit? (DESIGN §3, "Whose index is it?").
 
     `known`: when memoryd managed this index at its last pass, the memory files it knew then.
     Files that arrived since are what the index should gain, so they do not count against
     ownership (a burst of new files must not turn a managed index into an unmanaged one);
-    a person rewriting the index into something else still does.
+    a person rewriting the index into something else still does. `archive_targets`: the
+    archive's pointer targets when the caller holds them already (not re-read from its text).
     """
     if main is not None and OFF_MARK in main:
         return Ownership(False, f"MEMORY.md holds {OFF_MARK}")
@@ -195,18 +198,21 @@ def decide_ownership(
     if MANAGE_MARK in main:
         return Ownership(True, f"MEMORY.md holds {MANAGE_MARK}")
     if known is not None:
-        if not memory_files & known:
-            return Ownership(True, "memoryd managed this index and every file since is new")
         memory_files = memory_files & known
+        if not memory_files:
+            return Ownership(True, "memoryd managed this index and every file since is new")
     if not memory_files:
         return Ownership(True, "the dir has no memory files yet")
     targets = set(pointer_targets(main))
-    if archive is not None:
+    if archive is not None and archive_targets is None:
         targets.update(pointer_targets(archive))
     for name, text in linked.items():
-        if name in targets:
+        if name in targets or (archive_targets is not None and name in archive_targets):
             targets.update(pointer_targets(text))
-    covered = len(memory_files & targets)
+    uncovered = set(memory_files) - targets
+    if archive_targets is not None:
+        uncovered.difference_update(archive_targets)  # no copy of the archive's 10,000 targets
+    covered = len(memory_files) - len(uncovered)
     if covered * 2 >= len(memory_files):
         return Ownership(True, f"{covered} of {len(memory_files)} memory files have pointer lines")
     return Ownership(
@@ -290,6 +296,9 @@ class IndexInput:
     now: float = 0.0
     today: date = field(default_factory=date.today)
     preferred: Mapping[str, str] = field(default_factory=dict)  # file -> pointer line to reuse
+    # How many memory files the dir holds, when `memories` carries only the ones an edit
+    # restricted to changed files needs (index_held); None: len(memories).
+    total: int | None = None
 
 
 def _is_generated(line: Line, entry: Entry, prev: tuple[str, str] | None, sep: str) -> bool:
@@ -329,6 +338,19 @@ def _finish(lines: list[Line], had_final_newline: bool, eol: str) -> str:
 
 def update_index(inp: IndexInput) -> IndexEdit:
     """Apply DESIGN §3's incremental rules to the index texts; return the new texts and why."""
+    return edit_lines(inp)[0]
+
+
+def edit_lines(
+    inp: IndexInput, archive_lines: list[Line] | None = None, archive_eol: str | None = None
+) -> tuple[IndexEdit, list[Line]]:
+    """`update_index`, also returning the archive's final lines.
+
+    `archive_lines`: some of the archive's lines, in order, instead of all of `inp.archive`
+    (whose text still decides whether the archive exists and ends in a newline): the edit of
+    `index_held`, which looks only at the lines a change can affect, and also knows the
+    archive's dominant line ending (`archive_eol`) without counting them all again.
+    """
     edit = IndexEdit(main=inp.main, archive=inp.archive)
     main_text = inp.main or ""
     blank_main = not main_text.strip()
@@ -336,8 +358,11 @@ def update_index(inp: IndexInput) -> IndexEdit:
     main_final_nl = main_text.endswith("\n") if main_text else True
     main_lines = split_lines(main_text) if not blank_main else []
     arch_text = inp.archive
-    arch_lines = split_lines(arch_text) if arch_text is not None else []
-    arch_eol = dominant_eol(arch_text) if arch_text else eol
+    if archive_lines is not None:
+        arch_lines = archive_lines
+    else:
+        arch_lines = split_lines(arch_text) if arch_text is not None else []
+    arch_eol = archive_eol or (dominant_eol(arch_text) if arch_text else eol)
     arch_final_nl = arch_text.endswith("\n") if arch_text else True
 
     # 1. Pointer lines of gone files go; dead and invalid links are reported and kept.
@@ -439,7 +464,7 @@ def update_index(inp: IndexInput) -> IndexEdit:
 
     # 5. Budget: demote the oldest eligible entries into the archive while over the window.
     archive_exists = arch_text is not None
-    total = len(inp.memories)
+    total = len(inp.memories) if inp.total is None else inp.total
     trailer_line = Line(TRAILER_TEXT.format(n=total), eol)
 
     def with_trailer(lines: list[Line], force: bool = False) -> list[Line]:
@@ -509,11 +534,10 @@ def update_index(inp: IndexInput) -> IndexEdit:
         edit.main = inp.main
     else:
         edit.main = ""
-    edit.archive = (
-        _finish(arch_lines, arch_final_nl, arch_eol)
-        if (arch_text is not None or edit.demoted)
-        else None
-    )
+    if arch_text is not None or edit.demoted:
+        edit.archive = _finish(arch_lines, arch_final_nl, arch_eol)
+    else:
+        edit.archive = None
 
     if edit.main is not None:
         final = measure(edit.main)
@@ -521,7 +545,7 @@ def update_index(inp: IndexInput) -> IndexEdit:
         if final.bytes > inp.budget.target_bytes or not edit.fits_window:
             edit.over_budget = final
             edit.outside = outside_window(edit.main, inp.budget)
-    return edit
+    return edit, arch_lines
 
 
 def _append_to_archive(
@@ -551,7 +575,9 @@ def _append_to_archive(
         )
         if last_is_today:
             count = int(match.group(2)) + len(moved)
-            out[headings[-1]] = Line(f"## Moved from MEMORY.md {stamp} ({count})", eol)
+            # Changed in place, so an edit restricted to some lines knows where it came from.
+            out[headings[-1]].content = f"## Moved from MEMORY.md {stamp} ({count})"
+            out[headings[-1]].eol = eol
             while out and not out[-1].content.strip():
                 out.pop()
             out.extend(Line(ln.content, eol, ln.link) for ln in moved)

@@ -1,11 +1,13 @@
 """Keep one memory dir's MEMORY.md in step with its files: scan, decide, swap in, verify, log."""
 
 import difflib
+import os
 import re
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
-from memoryd import fsops
+from memoryd import fsops, index_held
+from memoryd.config import IndexConfig
 from memoryd.discover import MemoryDir
 from memoryd.errors import MemorydError, WriteConflict
 from memoryd.fsops import FileIdentity
@@ -14,6 +16,7 @@ from memoryd.index import (
     INDEX_NAME,
     PREV_NAME,
     Budget,
+    Entry,
     IndexEdit,
     IndexInput,
     LinkKind,
@@ -57,6 +60,24 @@ class IndexOutcome:
     problems: list[str] = field(default_factory=list)
     scan: DirScan | None = None
     retry_after: float | None = None  # when to look again (files in their grace, settling)
+    held: "Held | None" = None  # for the next pass of a caller that keeps it (the daemon)
+
+
+@dataclass(slots=True)
+class Held:
+    """What a pass over a managed dir leaves for the next one, so that a pass after a few
+    changed files costs what those files cost rather than what the dir holds (DESIGN §10:
+    one change among 10,000 within 15 ms). Valid while both index files are as written."""
+
+    scan: DirScan
+    index: index_held.HeldIndex
+    memories: dict[str, Entry]
+    main: FileIdentity | None
+    archive: FileIdentity | None
+    main_bom: bool
+    archive_bom: bool
+    waiting: frozenset[str]
+    config: IndexConfig  # the settings it was made under: a reload means a full pass
 
 
 def read_index_file(dir_fd: int, name: str) -> IndexText:
@@ -107,18 +128,24 @@ def _ready(memories: dict[str, Scanned], now: float, grace: float) -> set[str]:
 
 
 def _report_problems(
-    rt: Runtime, md: MemoryDir, scan: DirScan, state: DirState, settle: float
+    rt: Runtime,
+    md: MemoryDir,
+    problems: Mapping[str, Scanned],
+    state: DirState,
+    settle: float,
+    scope: Set[str] | None = None,
 ) -> float | None:
     """Report each problem file once; a file still settling is looked at again instead.
 
     An agent's file that fails to parse right after it was written may be half-written:
     it is never acted on, and reported only once it has been still for `settle` seconds.
-    Returns when to look again, if anything is still settling.
+    Returns when to look again, if anything is still settling. `scope`: the only names
+    looked at (the rest are as the last pass left them); None: the whole dir.
     """
     current = set()
     now = rt.clock()
     retry: float | None = None
-    for name, info in sorted(scan.problems.items()):
+    for name, info in sorted(problems.items()):
         key = f"unparseable:{name}"
         current.add(key)
         young = now - info.mtime_ns / 1e9 < settle
@@ -136,7 +163,12 @@ def _report_problems(
                 hint=info.problem_hint,
                 kind=info.problem_kind,
             )
-    state.forget_reports("unparseable:", current)
+    if scope is None:
+        state.forget_reports("unparseable:", current)
+    else:
+        for name in scope:
+            if f"unparseable:{name}" not in current:
+                state.reported.pop(f"unparseable:{name}", None)
     return retry
 
 
@@ -180,12 +212,28 @@ def index_dir(
     previous: DirScan | None = None,
     only: Set[str] | None = None,
     persist_cache: bool = True,
+    held: Held | None = None,
+    hold: bool = False,
 ) -> IndexOutcome:
     """One incremental index update of one dir; retries from the other writer's version.
 
     `forget`: files memoryd itself just moved away, whose pointers go even if it never saw
     them before. `preferred`: pointer lines to use for files coming back from the trash.
+    `hold`: leave what a pass over just the changed files needs in `outcome.held`, to be
+    passed back as `held` with `only` (the names that changed) by a caller that keeps it.
     """
+    if held is not None and only is not None and not (check or rt.dry_run or mode or forget
+                                                      or preferred):
+        try:
+            fast = _index_changed(rt, md, held, only, grace, settle)
+        except WriteConflict as conflict:
+            rt.audit.write(
+                "index.conflict", dir=md.path, file=INDEX_NAME, attempt=1, detail=str(conflict)
+            )
+            fast = None
+            previous = None  # the other writer may have changed anything: scan in full
+        if fast is not None:
+            return fast
     for attempt in range(1, CONFLICT_RETRIES + 1):
         try:
             return _index_once(
@@ -201,6 +249,7 @@ def index_dir(
                 previous=previous if attempt == 1 else None,
                 only=only if attempt == 1 else None,
                 persist_cache=persist_cache,
+                keep=hold,
             )
         except WriteConflict as conflict:
             rt.audit.write(
@@ -233,6 +282,7 @@ def _index_once(
     previous: DirScan | None,
     only: Set[str] | None,
     persist_cache: bool,
+    keep: bool,
 ) -> IndexOutcome:
     cfg = rt.config
     state = rt.store.load(md.real_path)
@@ -268,7 +318,7 @@ def _index_once(
     now = rt.clock()
     outcome.ownership = ownership
     if not rt.dry_run and not check:
-        outcome.retry_after = _report_problems(rt, md, scan, state, settle)
+        outcome.retry_after = _report_problems(rt, md, scan.problems, state, settle)
         if state.known:
             # The daemon's pile-up count: memory files added or changed since the last pass.
             fresh = sorted(set(scan.changed) & set(memories))
@@ -287,18 +337,13 @@ def _index_once(
             rt.store.save_cache(md.real_path, scan.files)
         return outcome
 
-    budget = Budget(
-        cfg.index.max_lines,
-        cfg.index.max_chars,
-        cfg.index.target_bytes,
-        cfg.index.budget,
-        cfg.index.keep_recent,
-    )
+    budget = _budget(cfg.index)
+    entries = {n: s.entry() for n, s in memories.items()}
     edit = update_index(
         IndexInput(
             main=main.text,
             archive=archive.text,
-            memories={n: s.entry() for n, s in memories.items()},
+            memories=entries,
             present=scan.present,
             seen={
                 **(state.seen_pairs() if state.known else {}),
@@ -324,63 +369,16 @@ def _index_once(
             )
         return outcome
 
+    main_id, archive_id = main.identity, archive.identity
     if main_changed or archive_changed:
-        try:
-            if archive_changed and edit.archive is not None:
-                # The archive first: a crash in between leaves a line indexed twice (collapsed
-                # on the next pass), never a line indexed nowhere.
-                fsops.replace_file(
-                    md.real_path, ARCHIVE_NAME, _encode(edit.archive, archive.bom), archive.identity
-                )
-            if main_changed and edit.main is not None:
-                fsops.replace_file(
-                    md.real_path,
-                    INDEX_NAME,
-                    _encode(edit.main, main.bom),
-                    main.identity,
-                    keep_prev=PREV_NAME,
-                )
-        except MemorydError as error:
-            if isinstance(error, WriteConflict):
-                raise
-            rt.audit.write("index.write_failed", dir=md.path, file=INDEX_NAME, error=str(error))
-            return IndexOutcome(md, "error", ownership, edit, message=str(error), scan=scan)
+        written = _write(rt, md, main, archive, edit, main_changed, archive_changed)
+        if isinstance(written, str):
+            return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
+        main_id, archive_id = written
         outcome.status = "updated"
-        before = len(_encode(main.text or "", main.bom))
-        after = len(_encode(edit.main or "", main.bom))
-        rt.audit.write(
-            "index.updated",
-            dir=md.path,
-            added=edit.added,
-            removed=edit.removed,
-            rewritten=edit.rewritten,
-            collapsed=edit.collapsed,
-            demoted=edit.demoted,
-            bytes_before=before,
-            bytes_after=after,
-        )
-        if edit.demoted:
-            rt.audit.write(
-                "index.demoted", dir=md.path, files=edit.demoted, count=len(edit.demoted)
-            )
-        if edit.over_budget is not None:
-            m = edit.over_budget
-            rt.audit.write(
-                "index.over_budget",
-                dir=md.path,
-                lines=m.lines,
-                chars=m.chars,
-                bytes=m.bytes,
-                outside_window=edit.outside,
-            )
         state.last_index_ts = now
         outcome.problems = verify_on_disk(md, scan, edit.dead_links, edit.waiting)
-        if outcome.problems:
-            outcome.status = "error"
-            outcome.message = "the index failed verification after writing"
-            rt.audit.write(
-                "index.verify_failed", dir=md.path, problems=outcome.problems, level="error"
-            )
+        _report_verify(rt, md, outcome)
 
     if edit.waiting:
         due = min(memories[n].mtime_ns / 1e9 + grace for n in edit.waiting)
@@ -393,7 +391,262 @@ def _index_once(
     rt.store.save(md.real_path, state)
     if persist_cache:
         rt.store.save_cache(md.real_path, scan.files)
+    if keep and outcome.status in ("updated", "unchanged") and edit.main is not None:
+        outcome.held = Held(
+            scan,
+            index_held.hold(edit.main, edit.archive, set(edit.dead_links)),
+            entries,
+            main_id,
+            archive_id,
+            main.bom,
+            archive.bom,
+            frozenset(edit.waiting),
+            cfg.index,
+        )
     return outcome
+
+
+def _write(
+    rt: Runtime,
+    md: MemoryDir,
+    main: IndexText,
+    archive: IndexText,
+    edit: IndexEdit,
+    main_changed: bool,
+    archive_changed: bool,
+) -> tuple[FileIdentity | None, FileIdentity | None] | str:
+    """Swap in the new index texts and log it; the new identities, or the error message.
+
+    Raises WriteConflict when another writer got in first (the caller retries from theirs).
+    """
+    main_id, archive_id = main.identity, archive.identity
+    try:
+        if archive_changed and edit.archive is not None:
+            # The archive first: a crash in between leaves a line indexed twice (collapsed
+            # on the next pass), never a line indexed nowhere.
+            archive_id = fsops.replace_file(
+                md.real_path, ARCHIVE_NAME, _encode(edit.archive, archive.bom), archive.identity
+            )
+        if main_changed and edit.main is not None:
+            main_id = fsops.replace_file(
+                md.real_path,
+                INDEX_NAME,
+                _encode(edit.main, main.bom),
+                main.identity,
+                keep_prev=PREV_NAME,
+            )
+    except MemorydError as error:
+        if isinstance(error, WriteConflict):
+            raise
+        rt.audit.write("index.write_failed", dir=md.path, file=INDEX_NAME, error=str(error))
+        return str(error)
+    before = len(_encode(main.text or "", main.bom))
+    after = len(_encode(edit.main or "", main.bom))
+    rt.audit.write(
+        "index.updated",
+        dir=md.path,
+        added=edit.added,
+        removed=edit.removed,
+        rewritten=edit.rewritten,
+        collapsed=edit.collapsed,
+        demoted=edit.demoted,
+        bytes_before=before,
+        bytes_after=after,
+    )
+    if edit.demoted:
+        rt.audit.write("index.demoted", dir=md.path, files=edit.demoted, count=len(edit.demoted))
+    if edit.over_budget is not None:
+        m = edit.over_budget
+        rt.audit.write(
+            "index.over_budget",
+            dir=md.path,
+            lines=m.lines,
+            chars=m.chars,
+            bytes=m.bytes,
+            outside_window=edit.outside,
+        )
+    return main_id, archive_id
+
+
+def _report_verify(rt: Runtime, md: MemoryDir, outcome: IndexOutcome) -> None:
+    if outcome.problems:
+        outcome.status = "error"
+        outcome.message = "the index failed verification after writing"
+        rt.audit.write(
+            "index.verify_failed", dir=md.path, problems=outcome.problems, level="error"
+        )
+
+
+def _same_file(dir_fd: int, name: str, identity: FileIdentity | None) -> bool:
+    """Whether a file is still the one identified (stat only; the swap re-checks its bytes)."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return identity is None
+    if identity is None:
+        return False
+    return (st.st_ino, st.st_size, st.st_mtime_ns) == (
+        identity.ino, identity.size, identity.mtime_ns
+    )
+
+
+def _index_changed(
+    rt: Runtime, md: MemoryDir, held: Held, only: Set[str], grace: float, settle: float
+) -> IndexOutcome | None:
+    """The pass after `only` changed, touching only what they touch; None: run a full pass.
+
+    It gives what the full pass would (tests/test_index_held.py checks the edit against
+    update_index over random indexes): it applies while the index files are exactly as the
+    last pass left them, the dir is managed, and the settings are the same.
+    """
+    cfg = rt.config
+    if held.config != cfg.index or INDEX_NAME in only or ARCHIVE_NAME in only:
+        return None
+    state = rt.store.load(md.real_path)
+    if not (state.known and state.managed):
+        return None
+    with fsops.open_dir(md.real_path) as dir_fd:
+        if not (
+            _same_file(dir_fd, INDEX_NAME, held.main)
+            and _same_file(dir_fd, ARCHIVE_NAME, held.archive)
+        ):
+            return None
+    scan = scan_dir(
+        md.real_path,
+        max_file_bytes=cfg.parse.max_file_bytes,
+        max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
+        previous=held.scan,
+        only=only,
+    )
+    memories = dict(held.memories)
+    changed_files = {n: scan.files[n] for n in only if n in scan.files}
+    for name in only:
+        info = changed_files.get(name)
+        if info is not None and info.kind == "memory":
+            memories[name] = info.entry()
+        else:
+            memories.pop(name, None)
+    index = held.index
+    override = cfg.override_for(md.path).mode
+    ownership = decide_ownership(
+        index.main,
+        None,
+        {},
+        memories.keys(),
+        override,
+        state.seen.keys(),
+        archive_targets=index.where.keys(),
+    )
+    if not ownership.managed:
+        return None  # the full pass says why, once
+
+    now = rt.clock()
+    outcome = IndexOutcome(md, "unchanged", ownership, scan=scan)
+    candidates = (only | held.waiting) & memories.keys()
+    ready = {n for n in candidates if now - scan.files[n].mtime_ns / 1e9 >= grace}
+    result = index_held.edit_changed(
+        index,
+        IndexInput(
+            main=index.main,
+            archive=index.archive,
+            memories=memories,
+            present=scan.present,
+            seen=index_held.pairs(state.seen),
+            ready=ready,
+            heading=md.heading,
+            separator=cfg.index.separator,
+            budget=_budget(cfg.index),
+            now=now,
+            today=rt.today(),
+        ),
+        only,
+        held.waiting,
+    )
+    if result is None:
+        return None
+    edit, index = result
+    outcome.edit = edit
+    problems = {n: s for n, s in changed_files.items() if s.kind == "problem"}
+    outcome.retry_after = _report_problems(rt, md, problems, state, settle, scope=only)
+    fresh = sorted(set(scan.changed) & memories.keys())
+    if fresh:
+        state.changed_since_dream = sorted(set(state.changed_since_dream) | set(fresh))
+        state.last_change_ts = now
+    main = IndexText(held.index.main, held.main, held.main_bom)
+    archive = IndexText(held.index.archive, held.archive, held.archive_bom)
+    main_id, archive_id = held.main, held.archive
+    main_changed = edit.main != main.text
+    archive_changed = edit.archive != archive.text
+    if main_changed or archive_changed:
+        written = _write(rt, md, main, archive, edit, main_changed, archive_changed)
+        if isinstance(written, str):
+            return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
+        main_id, archive_id = written
+        outcome.status = "updated"
+        state.last_index_ts = now
+        touched = (only | set(edit.added) | set(edit.demoted)) & memories.keys()
+        outcome.problems = _verify_changed(
+            md,
+            {INDEX_NAME: main_id if main_changed else None,
+             ARCHIVE_NAME: archive_id if archive_changed else None},
+            edit,
+            index,
+            touched - set(edit.waiting),
+            scan.present,
+        )
+        _report_verify(rt, md, outcome)
+    if edit.waiting:
+        due = min(scan.files[n].mtime_ns / 1e9 + grace for n in edit.waiting)
+        outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
+    _report_links(rt, md, edit, state)
+    state.reported.pop("unmanaged", None)
+    for name in only:
+        if name in memories:
+            entry = memories[name]
+            state.seen[name] = [entry.name, entry.description]
+        else:
+            state.seen.pop(name, None)
+    rt.store.save(md.real_path, state, seen_changed=only)
+    if outcome.status == "unchanged" or (outcome.status == "updated" and not outcome.problems):
+        outcome.held = Held(
+            scan,
+            index,
+            memories,
+            main_id,
+            archive_id,
+            held.main_bom,
+            held.archive_bom,
+            frozenset(edit.waiting),
+            cfg.index,
+        )
+    return outcome
+
+
+def _verify_changed(
+    md: MemoryDir,
+    written: Mapping[str, FileIdentity | None],
+    edit: IndexEdit,
+    index: index_held.HeldIndex,
+    touched: Set[str],
+    present: Set[str],
+) -> list[str]:
+    """Read the written files back: they must hold what was written; and the touched files
+    must be indexed once each (every other file was verified by an earlier pass and none of
+    its lines moved)."""
+    problems = []
+    with fsops.open_dir(md.real_path) as dir_fd:
+        for name, identity in written.items():
+            if identity is None:
+                continue
+            on_disk = fsops.identity_of(dir_fd, name, MAX_ARCHIVE_BYTES)
+            if on_disk is None or on_disk[1].sha256 != identity.sha256:
+                problems.append(f"{name} on disk is not what was written")
+    return problems + index_held.check(index, touched, present, set(edit.dead_links))
+
+
+def _budget(index: IndexConfig) -> Budget:
+    return Budget(index.max_lines, index.max_chars, index.target_bytes, index.budget,
+                  index.keep_recent)
 
 
 def verify_on_disk(

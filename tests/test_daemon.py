@@ -220,8 +220,10 @@ def test_pile_up_dreams_after_five_changes_and_survives_restart(tmp_path: Path, 
         wait_for(lambda: second.rows("dream.completed"), timeout=20, what="a pile-up pass")
         time.sleep(1.5)
         assert len(second.rows("dream.completed")) == 1
-        state = json.loads(next((second.state / "dirs").glob("*.json")).read_text())
-        assert state["changed_since_dream"] == []
+        from memoryd.state import StateStore
+
+        state = StateStore(second.state).load(folder.resolve())
+        assert state.known and state.changed_since_dream == []
     finally:
         second.stop()
 

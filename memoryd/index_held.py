@@ -1,0 +1,244 @@
+"""A managed index held between passes, edited by looking only at what a change can affect.
+
+`update_index` reads every line of MEMORY.md and MEMORY-ARCHIVE.md. At 10,000 memories the
+archive holds ~10,000 lines, and one changed file would cost a pass over all of them. But once a
+pass has run, every line is as DESIGN §3's rules want it, and the rules act per target: a line is
+removed, rewritten or collapsed only for its own file, and a new pointer is only ever for a file
+no line points to. So after a change only these lines can move: the ones that point at a changed
+file, and the few the archive's append rules look at (the last "Moved from" heading, the first
+line after it that is not a pointer, the end of the file).
+
+The daemon therefore holds the archive as a list of lines with a map from each target to its
+positions, runs the very same edit (`edit_lines`) over MEMORY.md (small by design) plus just
+those archive lines, and splices the result back. Anything the splice cannot place is refused
+(None) and the caller runs the full edit instead. Pure: text in, text out.
+"""
+
+from collections.abc import Iterator, Mapping, Set
+from dataclasses import dataclass, replace
+
+from memoryd.index import (
+    DEMOTED_HEADING,
+    POINTER,
+    TRAILER,
+    IndexEdit,
+    IndexInput,
+    Line,
+    LinkKind,
+    classify_link,
+    edit_lines,
+    local_links,
+    split_lines,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldIndex:
+    main: str | None
+    archive: str | None
+    lines: list[str]  # the archive's lines with their endings; "" where a line was removed
+    where: dict[str, list[int]]  # each local pointer target -> its positions in `lines`
+    invalid: dict[int, str]  # position -> raw link, for the archive's invalid links
+    heading_at: int  # the last "## Moved from MEMORY.md" heading, or -1
+    offending_at: int  # the first line after it that is neither a pointer nor blank, or -1
+    dead: frozenset[str]  # dead link targets across both files
+    crlf: int = 0  # lines ending in CRLF and in a bare LF: the archive's dominant line ending
+    lf: int = 0
+
+    @property
+    def eol(self) -> str | None:
+        if not self.archive:
+            return None
+        return "\r\n" if self.crlf and self.crlf >= self.lf else "\n"
+
+
+def _ending(text: str) -> tuple[int, int]:
+    if text.endswith("\r\n"):
+        return 1, 0
+    return (0, 1) if text.endswith("\n") else (0, 0)
+
+
+def _line(position: int, text: str) -> Line:
+    if text.endswith("\r\n"):
+        content, eol = text[:-2], "\r\n"
+    elif text.endswith("\n"):
+        content, eol = text[:-1], "\n"
+    else:
+        content, eol = text, ""
+    match = POINTER.match(content)
+    return Line(content, eol, classify_link(match.group(2)) if match else None, position)
+
+
+def hold(main: str | None, archive: str | None, dead: Set[str]) -> HeldIndex:
+    """Take the index as a full pass left it (one pass over the archive's lines)."""
+    lines: list[str] = []
+    where: dict[str, list[int]] = {}
+    invalid: dict[int, str] = {}
+    heading_at = offending_at = -1
+    crlf = lf = 0
+    for position, line in enumerate(split_lines(archive) if archive is not None else []):
+        lines.append(line.content + line.eol)
+        crlf += line.eol == "\r\n"
+        lf += line.eol == "\n"
+        link = line.link
+        if link is not None:
+            if link.kind is LinkKind.LOCAL:
+                where.setdefault(link.target, []).append(position)
+            elif link.kind is LinkKind.INVALID:
+                invalid[position] = link.raw
+        elif DEMOTED_HEADING.match(line.content):
+            heading_at, offending_at = position, -1
+        elif heading_at >= 0 and offending_at < 0 and line.content.strip():
+            offending_at = position
+    return HeldIndex(main, archive, lines, where, invalid, heading_at, offending_at,
+                     frozenset(dead), crlf, lf)
+
+
+def _from_end(held: HeldIndex, changed: Set[str]) -> Iterator[int]:
+    """Positions from the end back to the last line no edit of `changed` can remove.
+
+    The ending rules (a final newline kept or not, trailing blank lines dropped before an
+    append) look at the archive's last lines as they are after removals, so the restricted
+    edit must see every line down to one that is sure to stay.
+    """
+    for position in range(len(held.lines) - 1, -1, -1):
+        text = held.lines[position]
+        if not text:
+            continue
+        yield position
+        line = _line(position, text)
+        link = line.link
+        removable = link is not None and link.kind is LinkKind.LOCAL and link.target in changed
+        if line.content.strip() and not removable:
+            return
+
+
+def edit_changed(
+    held: HeldIndex, inp: IndexInput, changed: Set[str], waiting: Set[str]
+) -> tuple[IndexEdit, HeldIndex] | None:
+    """`update_index` for a held index after `changed` files changed, without reading it all.
+
+    `inp.memories` holds every memory file of the dir (only the entries the edit needs are
+    looked up); `inp.ready` need only cover `changed` and `waiting` (files that were still in
+    their grace at the last pass). Returns None when the result cannot be spliced back.
+    """
+    main_targets = {link.target for link in local_links(held.main)} if held.main else set()
+    wanted = (main_targets | changed | waiting) & inp.memories.keys()
+    positions: set[int] = set()
+    for target in changed:
+        positions.update(held.where.get(target, ()))
+    for position in (held.heading_at, held.offending_at):
+        if position >= 0:
+            positions.add(position)
+    positions.update(_from_end(held, changed))
+    some = [_line(p, held.lines[p]) for p in sorted(positions)]
+    links = {line.origin: line.link for line in some}  # before the edit changes any line
+    restricted = replace(
+        inp,
+        main=held.main,
+        archive=held.archive,
+        memories={name: inp.memories[name] for name in wanted},
+        total=len(inp.memories),
+    )
+    edit, out = edit_lines(restricted, some, held.eol)
+
+    lines = list(held.lines)
+    crlf, lf = held.crlf, held.lf
+
+    def put(position: int, text: str) -> None:
+        nonlocal crlf, lf
+        old, new = _ending(lines[position]), _ending(text)
+        crlf += new[0] - old[0]
+        lf += new[1] - old[1]
+        lines[position] = text
+
+    kept: set[int] = set()
+    appended: list[Line] = []
+    last = -1
+    for line in out:
+        if line.origin < 0:
+            appended.append(line)
+            continue
+        if appended or line.origin <= last:
+            return None  # a line moved: not an edit this splice can express
+        last = line.origin
+        kept.add(line.origin)
+        put(line.origin, line.content + line.eol)
+    where = dict(held.where)
+    for position in positions - kept:
+        put(position, "")
+        link = links[position]
+        if link is not None and link.kind is LinkKind.LOCAL:
+            rest = [p for p in where[link.target] if p != position]
+            if rest:
+                where[link.target] = rest
+            else:
+                del where[link.target]
+    heading_at, offending_at = held.heading_at, held.offending_at
+    for line in appended:
+        position = len(lines)
+        lines.append("")
+        put(position, line.content + line.eol)
+        if line.link is not None and line.link.kind is LinkKind.LOCAL:
+            where[line.link.target] = [*where.get(line.link.target, ()), position]
+        elif DEMOTED_HEADING.match(line.content):
+            heading_at, offending_at = position, -1
+        elif heading_at >= 0 and offending_at < 0 and line.content.strip():
+            offending_at = position
+    if edit.archive is not None:
+        edit.archive = "".join(lines)
+    # The restricted edit saw only some archive lines: add what the others still report.
+    edit.invalid_links += [raw for p, raw in held.invalid.items() if p not in positions]
+    dead = frozenset(edit.dead_links) | (held.dead - changed)
+    edit.dead_links = sorted(dead)
+    after = HeldIndex(edit.main, edit.archive, lines, where, held.invalid, heading_at,
+                      offending_at, dead, crlf, lf)
+    return edit, after
+
+
+def check(
+    held: HeldIndex, targets: Set[str], present: Set[str], allowed_dead: Set[str]
+) -> list[str]:
+    """DESIGN §3's promises for the files an edit touched (`targets`): each indexed once.
+
+    Every other file was checked by an earlier pass and no line of it moved since.
+    """
+    problems: list[str] = []
+    in_main: dict[str, int] = {}
+    for link in local_links(held.main) if held.main else ():
+        in_main[link.target] = in_main.get(link.target, 0) + 1
+        if link.target not in present and link.target not in allowed_dead:
+            problems.append(f"MEMORY.md: link {link.raw} does not resolve (exact case)")
+    for name in sorted(targets):
+        n = in_main.get(name, 0) + len(held.where.get(name, ()))
+        if n != 1:
+            problems.append(f"{name} is indexed {n} times across MEMORY.md and the archive")
+    trailers = sum(1 for line in split_lines(held.main or "") if TRAILER.match(line.content))
+    if trailers > 1:
+        problems.append(f"MEMORY.md holds {trailers} trailer lines")
+    return problems
+
+
+def pairs(seen: Mapping[str, list[str]]) -> Mapping[str, tuple[str, str]]:
+    """State's `seen` ([name, description] lists) as the pairs IndexInput wants, without a copy."""
+    return _Pairs(seen)
+
+
+class _Pairs(Mapping[str, tuple[str, str]]):
+    __slots__ = ("_seen",)
+
+    def __init__(self, seen: Mapping[str, list[str]]) -> None:
+        self._seen = seen
+
+    def __getitem__(self, key: str) -> tuple[str, str]:
+        value = self._seen[key]
+        return (value[0], value[1])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._seen
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._seen)
+
+    def __len__(self) -> int:
+        return len(self._seen)

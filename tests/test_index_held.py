@@ -1,0 +1,210 @@
+"""The held index's edit restricted to changed files gives exactly what the full edit gives."""
+
+from dataclasses import dataclass, field
+from datetime import date
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memoryd.index import Budget, Entry, IndexEdit, IndexInput, dominant_eol, update_index
+from memoryd.index_held import HeldIndex, check, edit_changed, hold, pairs
+
+NOW = 1_800_000_000.0
+DAY = 86400.0
+NAMES = [f"f{i}.md" for i in range(14)]
+
+
+@dataclass
+class Dir:
+    main: str | None
+    archive: str | None
+    memories: dict[str, Entry]
+    present: set[str]
+    seen: dict[str, list[str]] = field(default_factory=dict)
+    young: set[str] = field(default_factory=set)
+
+    def input(self, budget: Budget) -> IndexInput:
+        return IndexInput(
+            main=self.main,
+            archive=self.archive,
+            memories=dict(self.memories),
+            present=frozenset(self.present),
+            seen=pairs(self.seen),
+            ready=frozenset(set(self.memories) - self.young),
+            heading="proj",
+            budget=budget,
+            now=NOW,
+            today=date(2026, 11, 30),
+        )
+
+    def settle(self, edit: IndexEdit) -> None:
+        self.main, self.archive = edit.main, edit.archive
+        self.seen = {n: [e.name, e.description] for n, e in self.memories.items()}
+
+
+def summary(edit: IndexEdit) -> tuple[object, ...]:
+    return (
+        edit.main,
+        edit.archive,
+        sorted(edit.added),
+        sorted(edit.removed),
+        sorted(edit.rewritten),
+        sorted(edit.collapsed),
+        edit.demoted,
+        sorted(edit.waiting),
+        set(edit.dead_links),
+        sorted(edit.invalid_links),
+        edit.over_budget,
+        edit.outside,
+    )
+
+
+def entry(name: str, desc: str, type_: str, age_days: int) -> Entry:
+    return Entry(name, name[:-3].upper(), desc, type_, NOW - age_days * DAY)
+
+
+hand_lines = st.sampled_from(
+    [
+        "prose a person wrote",
+        "",
+        "## A heading",
+        "- [web](https://example.com/x.md)",
+        "- [bad](../escape.md)",
+        "- [sub](notes/sub.md)",
+        "- [gone](ghost.md) — dead before anything",
+        "## Moved from MEMORY.md 2026-11-30 (2)",
+        "## Moved from MEMORY.md 2026-10-01 (1)",
+    ]
+)
+
+
+@st.composite
+def index_text(draw: st.DrawFn, names: list[str]) -> str | None:
+    if draw(st.integers(0, 5)) == 0:
+        return None
+    lines = []
+    for _ in range(draw(st.integers(0, 12))):
+        if draw(st.booleans()):
+            target = draw(st.sampled_from(names))
+            style = draw(st.integers(0, 2))
+            if style == 0:
+                lines.append(f"- [{target[:-3].upper()}]({target}) — old")
+            elif style == 1:
+                lines.append(f"* [{target}]({target}) hand-written words")
+            else:
+                lines.append(f"- [{target[:-3].upper()}]({target})")
+        else:
+            lines.append(draw(hand_lines))
+    eol = draw(st.sampled_from(["\n", "\r\n"]))
+    text = eol.join(lines)
+    if lines and draw(st.booleans()):
+        text += eol
+    return text
+
+
+change = st.tuples(
+    st.sampled_from(NAMES),
+    st.sampled_from(["delete", "describe", "rename", "create", "young", "note", "retype"]),
+    st.integers(0, 3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    main=index_text(NAMES + ["ghost.md"]),
+    archive=index_text(NAMES + ["ghost.md"]),
+    initial=st.sets(st.sampled_from(NAMES), min_size=0, max_size=12),
+    ages=st.lists(st.integers(0, 90), min_size=len(NAMES), max_size=len(NAMES)),
+    max_lines=st.integers(3, 14),
+    steps=st.lists(st.lists(change, min_size=1, max_size=4), min_size=1, max_size=4),
+)
+def test_restricted_edit_equals_the_full_edit(
+    main: str | None,
+    archive: str | None,
+    initial: set[str],
+    ages: list[int],
+    max_lines: int,
+    steps: list[list[tuple[str, str, int]]],
+) -> None:
+    """Over random indexes, budgets and change sequences, every step matches update_index."""
+    budget = Budget(max_lines=max_lines)
+    types = ["project", "feedback", "user", "reference"]
+    d = Dir(
+        main,
+        archive,
+        {n: entry(n, "first", types[i % 4], ages[i]) for i, n in enumerate(NAMES) if n in initial},
+        set(initial) | {"notes"},
+    )
+    first = update_index(d.input(budget))
+    d.settle(first)
+    held: HeldIndex = hold(d.main, d.archive, set(first.dead_links))
+    waiting = set(first.waiting)
+    for k, step in enumerate(steps):
+        changed: set[str] = set()
+        d.young = set()
+        for name, kind, n in step:
+            changed.add(name)
+            i = NAMES.index(name)
+            if kind == "delete":
+                d.memories.pop(name, None)
+                d.present.discard(name)
+            elif kind == "note":  # present, but not a memory (no frontmatter, or unparseable)
+                d.memories.pop(name, None)
+                d.present.add(name)
+            else:
+                old = d.memories.get(name) or entry(name, "first", types[i % 4], ages[i])
+                new = Entry(
+                    name,
+                    f"R{k}{n}" if kind == "rename" else old.name,
+                    f"step {k} v{n}" if kind == "describe" else old.description,
+                    types[n] if kind == "retype" else old.type,
+                    NOW - n * DAY if kind != "create" else old.age_ts,
+                )
+                d.memories[name] = new
+                d.present.add(name)
+                if kind == "young":
+                    d.young.add(name)
+        inp = d.input(budget)
+        full = update_index(inp)
+        fast = edit_changed(held, inp, changed, waiting)
+        if fast is None:
+            held = hold(full.main, full.archive, set(full.dead_links))
+        else:
+            assert summary(fast[0]) == summary(full)
+            held = fast[1]
+            touched = (changed | set(full.added) | set(full.demoted)) & set(d.memories)
+            assert check(held, touched - set(full.waiting), d.present, set(full.dead_links)) == []
+        waiting = set(full.waiting)
+        d.settle(full)
+        assert held.main == d.main and held.archive == d.archive
+        if held.archive:
+            assert held.eol == dominant_eol(held.archive)
+
+
+def test_the_splice_keeps_every_untouched_archive_line_byte_for_byte() -> None:
+    """A rewrite deep in a large archive changes that one line and nothing else."""
+    names = [f"m{i:04}.md" for i in range(3000)]
+    memories = {n: Entry(n, n[:-3], "d", "project", NOW - 30 * DAY) for n in names}
+    archive = "# proj Memory Archive\r\n\r\n" + "".join(f"- [{n[:-3]}]({n}) — d\r\n" for n in names)
+    main = "# proj Memory\n\nhand-written\n"
+    held = hold(main, archive, set())
+    memories["m1500.md"] = Entry("m1500.md", "m1500", "new words", "project", NOW)
+    inp = IndexInput(
+        main=main,
+        archive=archive,
+        memories=memories,
+        present=frozenset(names),
+        seen={n: (n[:-3], "d") for n in names},
+        ready=frozenset(),
+        heading="proj",
+        now=NOW,
+        today=date(2026, 11, 30),
+    )
+    result = edit_changed(held, inp, {"m1500.md"}, set())
+    assert result is not None
+    edit, after = result
+    assert edit.rewritten == ["m1500.md"]
+    assert edit.archive == archive.replace("- [m1500](m1500.md) — d\r\n",
+                                           "- [m1500](m1500.md) — new words\r\n")
+    assert edit == update_index(inp)
+    assert after.where["m1500.md"] == held.where["m1500.md"]

@@ -1,0 +1,94 @@
+"""Per-dir state: small saves go to a log beside the base file, and a fresh process reads both."""
+
+from pathlib import Path
+
+from memoryd.state import LOG_FOLD_BYTES, DirState, StateStore
+
+
+def seen_of(n: int) -> dict[str, list[str]]:
+    return {f"m{i}.md": [f"m{i}", f"description {i}"] for i in range(n)}
+
+
+def test_a_save_of_one_changed_file_appends_instead_of_rewriting(tmp_path: Path) -> None:
+    """After the first save, changing one file's entry appends one short line to the log."""
+    store = StateStore(tmp_path)
+    folder = tmp_path / "memory"
+    state = DirState(path=str(folder), known=True, seen=seen_of(2000))
+    store.save(folder, state)
+    base = next((tmp_path / "dirs").glob("*.json"))
+    base_bytes = base.read_bytes()
+    state.seen["m7.md"] = ["m7", "changed"]
+    del state.seen["m8.md"]
+    state.last_index_ts = 12.5
+    store.save(folder, state, seen_changed={"m7.md", "m8.md"})
+    assert base.read_bytes() == base_bytes
+    log = next((tmp_path / "dirs").glob("*.log"))
+    assert 0 < log.stat().st_size < 300
+    assert StateStore(tmp_path).load(folder) == state  # a fresh process sees both
+
+
+def test_a_torn_last_log_line_is_skipped(tmp_path: Path) -> None:
+    """A crash mid-append leaves a partial line: the saves before it still load."""
+    store = StateStore(tmp_path)
+    folder = tmp_path / "memory"
+    state = DirState(path=str(folder), seen=seen_of(3))
+    store.save(folder, state)
+    state.seen["m1.md"] = ["m1", "second"]
+    store.save(folder, state, seen_changed={"m1.md"})
+    log = next((tmp_path / "dirs").glob("*.log"))
+    with log.open("ab") as f:
+        f.write(b'{"seen":{"m2.md":["m2","tor')
+    loaded = StateStore(tmp_path).load(folder)
+    assert loaded.seen["m1.md"] == ["m1", "second"]
+    assert loaded.seen["m2.md"] == ["m2", "description 2"]
+
+
+def test_an_old_log_never_replays_over_a_newer_base(tmp_path: Path) -> None:
+    """A crash after a fold wrote the new base but before the old log was removed: the old
+    log belongs to the previous generation and is ignored."""
+    store = StateStore(tmp_path)
+    folder = tmp_path / "memory"
+    state = DirState(path=str(folder), seen=seen_of(3))
+    store.save(folder, state)
+    state.seen["m0.md"] = ["m0", "old change"]
+    store.save(folder, state, seen_changed={"m0.md"})
+    old_log = next((tmp_path / "dirs").glob("*.log"))
+    kept = old_log.read_bytes()
+    state.seen["m0.md"] = ["m0", "newest"]
+    state.seen["m5.md"] = ["m5", "not announced"]  # beyond seen_changed: a full write
+    store.save(folder, state, seen_changed={"m0.md"})
+    assert not old_log.exists()
+    old_log.write_bytes(kept)  # as if the crash came before its removal
+    assert StateStore(tmp_path).load(folder).seen["m0.md"] == ["m0", "newest"]
+
+
+def test_the_log_is_folded_into_the_base_once_it_grows(tmp_path: Path) -> None:
+    """Appends stop once the log outgrows LOG_FOLD_BYTES: the next save writes a new base."""
+    store = StateStore(tmp_path)
+    folder = tmp_path / "memory"
+    state = DirState(path=str(folder), seen=seen_of(10))
+    store.save(folder, state)
+    long = "x" * 4000
+    for i in range(LOG_FOLD_BYTES // 4000 + 2):
+        state.seen["m1.md"] = ["m1", f"{i}{long}"]
+        store.save(folder, state, seen_changed={"m1.md"})
+    logs = list((tmp_path / "dirs").glob("*.log"))
+    assert all(log.stat().st_size <= LOG_FOLD_BYTES + 5000 for log in logs)
+    assert StateStore(tmp_path).load(folder) == state
+
+
+def test_a_change_by_another_process_is_read_not_overwritten(tmp_path: Path) -> None:
+    """Two stores on one state dir (a CLI command beside the daemon): each sees the other's
+    saves, because the held copy is trusted only while the files are unchanged."""
+    folder = tmp_path / "memory"
+    one, two = StateStore(tmp_path), StateStore(tmp_path)
+    state = DirState(path=str(folder), seen=seen_of(3))
+    one.save(folder, state)
+    other = two.load(folder)
+    other.last_dream_ts = 99.0
+    two.save(folder, other)
+    mine = one.load(folder)
+    assert mine.last_dream_ts == 99.0
+    mine.seen["m0.md"] = ["m0", "mine"]
+    one.save(folder, mine, seen_changed={"m0.md"})
+    assert two.load(folder) == mine

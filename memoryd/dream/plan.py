@@ -18,6 +18,9 @@ from memoryd.dream.repo import RepoIndex
 from memoryd.dream.similar import Vocabulary, directives, find_similar_pairs, significant_words
 
 _PROHIBITION = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
+# Every match holds one of these once lower-cased (of the letters involved only "i" has
+# case-insensitive partners outside ASCII), so a body with none of them needs no regex search.
+_PROHIBITION_HINTS = ("do not", "don", "never", "avo")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +70,8 @@ def make_item(
 ) -> Item:
     checks = check_refs(extract_refs(body), repo)
     positives, negatives = directives(body)
-    found = _PROHIBITION.search(body)
+    lowered = body.lower()
+    found = _PROHIBITION.search(body) if any(h in lowered for h in _PROHIBITION_HINTS) else None
     return Item(
         filename=filename,
         name=name,

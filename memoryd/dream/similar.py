@@ -73,7 +73,7 @@ def significant_words(body: str) -> frozenset[str]:
     """
     words = set(body.lower().split())
     words.difference_update(STOPWORDS)
-    return frozenset(w for w in words if len(w) > 2)
+    return frozenset([w for w in words if len(w) > 2])
 
 
 class Vocabulary:
@@ -101,10 +101,9 @@ class Vocabulary:
         """Sorted, de-duplicated ids of ``words`` (new words get new ids)."""
         unique = words if isinstance(words, set | frozenset) else set(words)
         known = self._ids
-        for w in unique:
-            if w not in known:
-                known[w] = len(self._words)
-                self._words.append(w)
+        for w in unique.difference(known):  # the set difference runs in C; most words are known
+            known[w] = len(self._words)
+            self._words.append(w)
         return array("I", sorted(map(known.__getitem__, unique)))
 
     def word(self, word_id: int) -> str:
@@ -731,8 +730,10 @@ _STRIP: Final = "\"'`*_~.,;:!?()[]{}<>«»“”‘’—–-"
 _SKIP_AFTER_DIRECTIVE: Final = frozenset({"use", "using"})
 
 
-def _norm_token(token: str) -> str:
-    return token.replace("’", "'").replace("‘", "'").strip(_STRIP)
+# The first token of every directive: only these positions can start one.
+_DIRECTIVE_STARTS: Final = frozenset(
+    {*POSITIVE_DIRECTIVES, *_NEGATIVE_WORDS, *(phrase[0] for phrase in _NEGATIVE_PHRASES)}
+)
 
 
 def _directive_at(tokens: list[str], i: int) -> tuple[int, bool] | None:
@@ -755,25 +756,32 @@ def directives(body: str) -> tuple[frozenset[str], frozenset[str]]:
     with surrounding punctuation removed. Words between a directive and its object are not
     read as directives themselves, so "don't use X" is never also "use X".
     """
-    tokens = [_norm_token(t) for t in body.lower().split()]
+    text = body.lower()
+    if "’" in text or "‘" in text:
+        text = text.replace("’", "'").replace("‘", "'")
+    tokens = [t.strip(_STRIP) for t in text.split()]
     positive: set[str] = set()
     negative: set[str] = set()
-    i = 0
-    while i < len(tokens):
+    if _DIRECTIVE_STARTS.isdisjoint(tokens):
+        return frozenset(), frozenset()
+    n = len(tokens)
+    resume = 0  # tokens before this were a directive or stood between one and its object
+    for i in [k for k, t in enumerate(tokens) if t in _DIRECTIVE_STARTS]:
+        if i < resume:
+            continue
         found = _directive_at(tokens, i)
         if found is None:
-            i += 1
             continue
         length, is_positive = found
         j = i + length
-        while j < len(tokens) and tokens[j] in _SKIP_AFTER_DIRECTIVE:
+        while j < n and tokens[j] in _SKIP_AFTER_DIRECTIVE:
             j += 1
-        while j < len(tokens) and (len(tokens[j]) <= 2 or tokens[j] in STOPWORDS):
+        while j < n and (len(tokens[j]) <= 2 or tokens[j] in STOPWORDS):
             j += 1
-        if j == len(tokens):
+        if j == n:
             break
         (positive if is_positive else negative).add(tokens[j])
-        i = j  # the object may itself start a directive ("always avoid X")
+        resume = j  # the object may itself start a directive ("always avoid X")
     return frozenset(positive), frozenset(negative)
 
 

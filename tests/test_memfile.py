@@ -35,6 +35,67 @@ def test_fast_path_agrees_with_yaml_on_quoting() -> None:
     assert parse_flat("metadata:\n  type: user\n   odd: indent") is None
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('name: x\ndescription: "a: b"\nmetadata:\n  type: user\n  id: 1-2',
+         {"name": "x", "description": "a: b", "metadata": {"type": "user", "id": "1-2"}}),
+        ("a:\nb: c\nd:", {"a": "", "b": "c", "d": ""}),
+        ("name: x  \ntype: user", {"name": "x", "type": "user"}),
+        ("name: x\r\nmetadata:\r\n  type: user\r", {"name": "x", "metadata": {"type": "user"}}),
+        ("metadata:\n\n  type: user", {"metadata": {"type": "user"}}),
+        ("a: it's \"fine\"\nb: C#\nc: http://x/y", {"a": 'it\'s "fine"', "b": "C#", "c": "http://x/y"}),
+        ("description: a: b", None),
+        ("name: x:", None),
+        ("name: ~", None),
+        ('name: "a\\b"', None),
+        ("a: x\n  b: y", None),
+        ("a: x\na: y", None),
+        ("m:\n  a: x\n  a: y", None),
+        ("m:\n  a: x\n    b: y", None),
+    ],
+)
+def test_flat_reading_of_common_and_near_common_shapes(
+    text: str, expected: dict[str, object] | None
+) -> None:
+    """The shapes agents write most, and their near misses that must go to the YAML loader."""
+    assert parse_flat(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "description"),
+    [
+        (b"---\ndescription: d\n...\nbody", "d"),
+        (b"---\ndescription: d\n--- \t\nbody", "d"),
+        (b"---\ndescription: d\n---", "d"),
+        (b"---\r\ndescription: d\r\n---\r\nbody", "d"),
+        (b"---\ndescription: d\n----\nx: y\n---\n", None),
+        (b"---\ndescription: d\n--- x\n---\n", None),
+        (b"---\n" + b"a: b\n" * 28 + b"description: d\n---\n", "d"),
+        (b"---\n" + b"a: b\n" * 29 + b"description: d\n---\n", None),
+    ],
+    ids=["dots", "trailing-blanks", "at-end", "crlf", "rule", "dashes-then-text", "line-30",
+         "line-31"],
+)
+def test_frontmatter_closes_at_the_first_closing_line_within_30(
+    data: bytes, description: str | None
+) -> None:
+    """`---` or `...` with only blanks after it closes; past 30 lines the file is a Problem."""
+    parsed = parse_memory("a.md", data)
+    if description is None:
+        assert isinstance(parsed, Problem)
+    else:
+        assert isinstance(parsed, Memory) and parsed.description == description
+
+
+def test_bom_is_skipped_and_bad_utf8_offsets_count_after_it() -> None:
+    """A UTF-8 BOM is not part of the text; a decoding error names the byte after it."""
+    parsed = parse_memory("a.md", b"\xef\xbb\xbf---\nname: x\n---\n")
+    assert isinstance(parsed, Memory) and parsed.name == "x"
+    bad = parse_memory("b.md", b"\xef\xbb\xbf---\n\xff")
+    assert isinstance(bad, Problem) and bad.message == "not UTF-8 text (byte 4)"
+
+
 def test_hash_inside_a_plain_description_is_text_not_a_comment() -> None:
     """`review of #2041 dedup` keeps its `#2041`: YAML would cut it as a comment."""
     data = (b"---\nname: review-2041\ndescription: Adversarial review of #2041 cc-watch dedup\n"

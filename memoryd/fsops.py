@@ -195,7 +195,9 @@ def replace_file(
             if before_swap is not None:
                 before_swap(dir_path, name)
             crash_point("index.before_swap")
-            _check_unchanged(dir_fd, name, expected, dir_path)
+            # By stat only: the exchange below checks the bytes of what it took out (and the
+            # fallback without it checks them in full before renaming).
+            _check_unchanged(dir_fd, name, expected, dir_path, by_stat=True)
             if expected is None:
                 _create_no_replace(dir_fd, tmp, name, dir_path)
             else:
@@ -209,9 +211,22 @@ def replace_file(
         return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, hashlib.sha256(data).hexdigest())
 
 
-def _check_unchanged(dir_fd: int, name: str, expected: FileIdentity | None, dir_path: Path) -> None:
-    current = identity_of(dir_fd, name)
-    if not _same(current[1] if current else None, expected):
+def _check_unchanged(
+    dir_fd: int, name: str, expected: FileIdentity | None, dir_path: Path, *, by_stat: bool = False
+) -> None:
+    if by_stat:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            same = expected is None
+        else:
+            same = expected is not None and (st.st_ino, st.st_size, st.st_mtime_ns) == (
+                expected.ino, expected.size, expected.mtime_ns
+            )
+    else:
+        current = identity_of(dir_fd, name)
+        same = _same(current[1] if current else None, expected)
+    if not same:
         raise WriteConflict(f"{dir_path / name} changed while memoryd was editing it")
 
 
@@ -239,6 +254,7 @@ def _swap(
         # write in after our check, so exchange back and let the caller retry from theirs.
         renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
     except NotImplementedError:
+        _check_unchanged(dir_fd, name, expected, dir_path)
         if keep_prev is not None:
             previous = identity_of(dir_fd, name)
             if previous is not None:

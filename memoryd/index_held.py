@@ -15,7 +15,7 @@ those archive lines, and splices the result back. Anything the splice cannot pla
 """
 
 from collections.abc import Iterator, Mapping, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from memoryd.index import (
     DEMOTED_HEADING,
@@ -44,6 +44,12 @@ class HeldIndex:
     dead: frozenset[str]  # dead link targets across both files
     crlf: int = 0  # lines ending in CRLF and in a bare LF: the archive's dominant line ending
     lf: int = 0
+    # `lines` in UTF-8, so writing the archive joins bytes instead of encoding 2 MB of text.
+    encoded: list[bytes] = field(default_factory=list)
+
+    @property
+    def archive_data(self) -> bytes | None:
+        return None if self.archive is None else b"".join(self.encoded)
 
     @property
     def eol(self) -> str | None:
@@ -91,7 +97,7 @@ def hold(main: str | None, archive: str | None, dead: Set[str]) -> HeldIndex:
         elif heading_at >= 0 and offending_at < 0 and line.content.strip():
             offending_at = position
     return HeldIndex(main, archive, lines, where, invalid, heading_at, offending_at,
-                     frozenset(dead), crlf, lf)
+                     frozenset(dead), crlf, lf, [line.encode("utf-8") for line in lines])
 
 
 def _from_end(held: HeldIndex, changed: Set[str]) -> Iterator[int]:
@@ -143,6 +149,7 @@ def edit_changed(
     edit, out = edit_lines(restricted, some, held.eol)
 
     lines = list(held.lines)
+    encoded = list(held.encoded)
     crlf, lf = held.crlf, held.lf
 
     def put(position: int, text: str) -> None:
@@ -151,6 +158,7 @@ def edit_changed(
         crlf += new[0] - old[0]
         lf += new[1] - old[1]
         lines[position] = text
+        encoded[position] = text.encode("utf-8")
 
     kept: set[int] = set()
     appended: list[Line] = []
@@ -178,6 +186,7 @@ def edit_changed(
     for line in appended:
         position = len(lines)
         lines.append("")
+        encoded.append(b"")
         put(position, line.content + line.eol)
         if line.link is not None and line.link.kind is LinkKind.LOCAL:
             where[line.link.target] = [*where.get(line.link.target, ()), position]
@@ -192,7 +201,7 @@ def edit_changed(
     dead = frozenset(edit.dead_links) | (held.dead - changed)
     edit.dead_links = sorted(dead)
     after = HeldIndex(edit.main, edit.archive, lines, where, held.invalid, heading_at,
-                      offending_at, dead, crlf, lf)
+                      offending_at, dead, crlf, lf, encoded)
     return edit, after
 
 

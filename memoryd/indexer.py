@@ -99,6 +99,9 @@ def read_index_file(dir_fd: int, name: str) -> IndexText:
     return IndexText(text.removeprefix("\ufeff"), identity, bom)
 
 
+BOM = "\ufeff".encode()
+
+
 def _encode(text: str, bom: bool) -> bytes:
     return (("\ufeff" if bom else "") + text).encode("utf-8")
 
@@ -374,7 +377,7 @@ def _index_once(
         written = _write(rt, md, main, archive, edit, main_changed, archive_changed)
         if isinstance(written, str):
             return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
-        main_id, archive_id = written
+        main_id, archive_id = written.main, written.archive
         outcome.status = "updated"
         state.last_index_ts = now
         outcome.problems = verify_on_disk(md, scan, edit.dead_links, edit.waiting)
@@ -406,6 +409,13 @@ def _index_once(
     return outcome
 
 
+@dataclass(slots=True)
+class Written:
+    main: FileIdentity | None  # the identities after the write (as before, if not written)
+    archive: FileIdentity | None
+    data: dict[str, bytes]  # the bytes of each file written, by name
+
+
 def _write(
     rt: Runtime,
     md: MemoryDir,
@@ -414,26 +424,28 @@ def _write(
     edit: IndexEdit,
     main_changed: bool,
     archive_changed: bool,
-) -> tuple[FileIdentity | None, FileIdentity | None] | str:
-    """Swap in the new index texts and log it; the new identities, or the error message.
+    archive_data: bytes | None = None,
+) -> Written | str:
+    """Swap in the new index texts and log it; what was written, or the error message.
 
     Raises WriteConflict when another writer got in first (the caller retries from theirs).
+    `archive_data`: the new archive's text in UTF-8 when the caller has it already.
     """
-    main_id, archive_id = main.identity, archive.identity
+    out = Written(main.identity, archive.identity, {})
     try:
         if archive_changed and edit.archive is not None:
             # The archive first: a crash in between leaves a line indexed twice (collapsed
             # on the next pass), never a line indexed nowhere.
-            archive_id = fsops.replace_file(
-                md.real_path, ARCHIVE_NAME, _encode(edit.archive, archive.bom), archive.identity
-            )
+            if archive_data is not None:
+                data = (BOM if archive.bom else b"") + archive_data
+            else:
+                data = _encode(edit.archive, archive.bom)
+            out.data[ARCHIVE_NAME] = data
+            out.archive = fsops.replace_file(md.real_path, ARCHIVE_NAME, data, archive.identity)
         if main_changed and edit.main is not None:
-            main_id = fsops.replace_file(
-                md.real_path,
-                INDEX_NAME,
-                _encode(edit.main, main.bom),
-                main.identity,
-                keep_prev=PREV_NAME,
+            data = out.data[INDEX_NAME] = _encode(edit.main, main.bom)
+            out.main = fsops.replace_file(
+                md.real_path, INDEX_NAME, data, main.identity, keep_prev=PREV_NAME
             )
     except MemorydError as error:
         if isinstance(error, WriteConflict):
@@ -465,7 +477,7 @@ def _write(
             bytes=m.bytes,
             outside_window=edit.outside,
         )
-    return main_id, archive_id
+    return out
 
 
 def _report_verify(rt: Runtime, md: MemoryDir, outcome: IndexOutcome) -> None:
@@ -578,17 +590,25 @@ def _index_changed(
     main_changed = edit.main != main.text
     archive_changed = edit.archive != archive.text
     if main_changed or archive_changed:
-        written = _write(rt, md, main, archive, edit, main_changed, archive_changed)
+        written = _write(
+            rt,
+            md,
+            main,
+            archive,
+            edit,
+            main_changed,
+            archive_changed,
+            index.archive_data if archive_changed else None,
+        )
         if isinstance(written, str):
             return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
-        main_id, archive_id = written
+        main_id, archive_id = written.main, written.archive
         outcome.status = "updated"
         state.last_index_ts = now
         touched = (only | set(edit.added) | set(edit.demoted)) & memories.keys()
         outcome.problems = _verify_changed(
             md,
-            {INDEX_NAME: main_id if main_changed else None,
-             ARCHIVE_NAME: archive_id if archive_changed else None},
+            written.data,
             edit,
             index,
             touched - set(edit.waiting),
@@ -624,7 +644,7 @@ def _index_changed(
 
 def _verify_changed(
     md: MemoryDir,
-    written: Mapping[str, FileIdentity | None],
+    written: Mapping[str, bytes],
     edit: IndexEdit,
     index: index_held.HeldIndex,
     touched: Set[str],
@@ -635,11 +655,12 @@ def _verify_changed(
     its lines moved)."""
     problems = []
     with fsops.open_dir(md.real_path) as dir_fd:
-        for name, identity in written.items():
-            if identity is None:
-                continue
-            on_disk = fsops.identity_of(dir_fd, name, MAX_ARCHIVE_BYTES)
-            if on_disk is None or on_disk[1].sha256 != identity.sha256:
+        for name, data in written.items():
+            try:
+                on_disk, _ = fsops.read_regular(dir_fd, name, MAX_ARCHIVE_BYTES)
+            except (OSError, ValueError):
+                on_disk = None
+            if on_disk != data:
                 problems.append(f"{name} on disk is not what was written")
     return problems + index_held.check(index, touched, present, set(edit.dead_links))
 

@@ -111,8 +111,8 @@ change = st.tuples(
 
 @settings(max_examples=300, deadline=None)
 @given(
-    main=index_text(NAMES + ["ghost.md"]),
-    archive=index_text(NAMES + ["ghost.md"]),
+    main=index_text([*NAMES, "ghost.md"]),
+    archive=index_text([*NAMES, "ghost.md"]),
     initial=st.sets(st.sampled_from(NAMES), min_size=0, max_size=12),
     ages=st.lists(st.integers(0, 90), min_size=len(NAMES), max_size=len(NAMES)),
     max_lines=st.integers(3, 14),
@@ -179,6 +179,7 @@ def test_restricted_edit_equals_the_full_edit(
         assert held.main == d.main and held.archive == d.archive
         if held.archive:
             assert held.eol == dominant_eol(held.archive)
+        assert held.archive_data == (None if d.archive is None else d.archive.encode())
 
 
 def test_the_splice_keeps_every_untouched_archive_line_byte_for_byte() -> None:

@@ -22,8 +22,7 @@ def explain(
         from dataclasses import replace
 
         md = replace(md, repo_root=repo_root, repo_reason="given with --repo-root")
-    repo = repos.get(md.repo_root)
-    inv = inventory(md, rt, repo)
+    inv = inventory(md, rt, repos.checker(md.repo_root))
     by_name = {i.filename: i for i in inv.items}
     item = by_name.get(file.name)
     if item is None:

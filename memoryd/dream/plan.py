@@ -1,26 +1,12 @@
 """The dream pass as a pure decision: memories in, a plan of moves and reasons out (DESIGN §4)."""
 
-import re
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memoryd.dream.refs import (
-    Classification,
-    RefCheck,
-    Scope,
-    Status,
-    check_refs,
-    classify,
-    extract_refs,
-)
-from memoryd.dream.repo import RepoIndex
-from memoryd.dream.similar import Vocabulary, directives, find_similar_pairs, significant_words
-
-_PROHIBITION = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
-# Every match holds one of these once lower-cased (of the letters involved only "i" has
-# case-insensitive partners outside ASCII), so a body with none of them needs no regex search.
-_PROHIBITION_HINTS = ("do not", "don", "never", "avo")
+from memoryd.dream.facts import Facts
+from memoryd.dream.refs import Classification, RefCheck, RefChecker, Scope, Status, classify
+from memoryd.dream.similar import find_similar_pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,34 +43,22 @@ class Item:
         ]
 
 
-def make_item(
-    filename: str,
-    name: str,
-    type_: str,
-    sha256: str,
-    age_ts: float,
-    body: str,
-    repo: RepoIndex | None,
-    vocabulary: Vocabulary,
-    promotion_declined: bool = False,
-) -> Item:
-    checks = check_refs(extract_refs(body), repo)
-    positives, negatives = directives(body)
-    lowered = body.lower()
-    found = _PROHIBITION.search(body) if any(h in lowered for h in _PROHIBITION_HINTS) else None
+def make_item(filename: str, sha256: str, mtime: float, facts: Facts, checker: RefChecker) -> Item:
+    """The planner's view of one memory: its facts, its references checked, its age."""
+    checks = checker.check(facts.refs)
     return Item(
         filename=filename,
-        name=name,
-        type=type_,
+        name=facts.name,
+        type=facts.type,
         sha256=sha256,
-        age_ts=age_ts,
+        age_ts=max(mtime, facts.modified_ts),
         checks=checks,
         classification=classify(checks),
-        words=vocabulary.ids(significant_words(body)),
-        positives=positives,
-        negatives=negatives,
-        prohibition=found.group(0).lower() if found else "",
-        promotion_declined=promotion_declined,
+        words=facts.words,
+        positives=facts.positives,
+        negatives=facts.negatives,
+        prohibition=facts.prohibition,
+        promotion_declined=facts.promotion_declined,
     )
 
 

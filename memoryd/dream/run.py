@@ -1,6 +1,8 @@
 """Run one dream pass over one memory dir: read, plan, check the breaker, journal, move, index."""
 
+import hashlib
 import secrets
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -11,15 +13,16 @@ from typing import Any
 from memoryd import fsops, journal, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
 from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject, consulted
+from memoryd.dream.facts import FactsCache, derive
 from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make_item, plan_pass
-from memoryd.dream.repo import RepoIndex
-from memoryd.dream.similar import Vocabulary
+from memoryd.dream.refs import RefChecker
+from memoryd.dream.repo import RepoIndex, tree_signature
 from memoryd.errors import MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, LinkKind, split_lines
 from memoryd.indexer import IndexOutcome, index_dir, read_index_file
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
-from memoryd.scan import DirScan, parse_date, scan_dir
+from memoryd.scan import DirScan, scan_dir
 from memoryd.trash import TrashRecord
 
 
@@ -61,17 +64,43 @@ class DreamResult:
 
 
 class RepoCache:
-    """One RepoIndex per repo root per run (built once, not once per dir)."""
+    """One repo snapshot, with its reference checker, per repo root per run (not per dir).
+
+    Snapshots outlive the run in this process: the next run reuses one while its tree's stat
+    signature is unchanged (a stat walk is a quarter of a build), with every reference its
+    checker already checked.
+    """
 
     def __init__(self) -> None:
-        self._built: dict[Path, RepoIndex | None] = {}
+        self._built: dict[Path, RefChecker] = {}
 
     def get(self, root: Path | None) -> RepoIndex | None:
+        return self.checker(root).repo
+
+    def checker(self, root: Path | None) -> RefChecker:
         if root is None:
-            return None
+            return RefChecker(None)
         if root not in self._built:
-            self._built[root] = RepoIndex.build(root) if root.is_dir() else None
+            self._built[root] = _snapshot(root)
         return self._built[root]
+
+
+_HELD_ROOTS = 8  # repo snapshots kept between runs (the least recently used goes first)
+_held_snapshots: dict[Path, RefChecker] = {}
+_held_lock = threading.Lock()
+
+
+def _snapshot(root: Path) -> RefChecker:
+    with _held_lock:
+        held = _held_snapshots.pop(root, None)
+        if not root.is_dir():
+            return RefChecker(None)
+        if held is None or held.repo is None or held.repo.signature != tree_signature(root):
+            held = RefChecker(RepoIndex.build(root))
+        _held_snapshots[root] = held
+        while len(_held_snapshots) > _HELD_ROOTS:
+            del _held_snapshots[next(iter(_held_snapshots))]
+        return held
 
 
 def thresholds(rt: Runtime) -> Thresholds:
@@ -94,64 +123,62 @@ class Inventory:
     memories: dict[str, Memory]  # kept only when asked (explain)
 
 
+# Each memory's facts, kept between passes in this process (see FactsCache).
+_facts = FactsCache()
+_facts_lock = threading.Lock()
+
+
 def inventory(
     md: MemoryDir,
     rt: Runtime,
-    repo: RepoIndex | None,
+    checker: RefChecker,
     *,
     keep: bool = False,
     scan: DirScan | None = None,
 ) -> Inventory:
-    """Parse every memory file (bodies are read now and not kept past their derived facts).
+    """Read every memory file; parse it and derive its facts unless its content was seen before.
 
-    `scan`: a scan of the dir just made (the ownership probe's), so the listing and the
-    frontmatter are not read twice; each body is still read here, and re-hashed by apply.
+    `scan`: a scan of the dir just made (the ownership probe's), so the listing is not made
+    twice. Each file is still read and hashed here (and re-hashed by apply): a pass decides
+    from the bytes as they are now, not from the scan's stat-keyed cache. `keep` (explain)
+    parses every file, to hand back each Memory.
     """
+    limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
     if scan is None:
         scan = scan_dir(
             md.real_path,
             rt.store.load_cache(md.real_path),
-            max_file_bytes=rt.config.parse.max_file_bytes,
-            max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
+            max_file_bytes=limits[0],
+            max_frontmatter_bytes=limits[1],
         )
-    vocabulary = Vocabulary()
     items: list[Item] = []
     kept: dict[str, Memory] = {}
     unparseable = sorted(scan.problems)
-    with fsops.open_dir(md.real_path) as dir_fd:
-        for name, info in sorted(scan.memories.items()):
+    used: set[str] = set()
+    with _facts_lock, fsops.open_dir(md.real_path) as dir_fd:
+        _facts.begin(limits)
+        for name in sorted(scan.memories):
             try:
-                data, st = fsops.read_regular(dir_fd, name, rt.config.parse.max_file_bytes)
+                data, st = fsops.read_regular(dir_fd, name, limits[0])
             except (OSError, ValueError):
                 unparseable.append(name)
                 continue
-            parsed = parse_memory(
-                name,
-                data,
-                max_file_bytes=rt.config.parse.max_file_bytes,
-                max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
-            )
-            if not isinstance(parsed, Memory):
-                unparseable.append(name)
-                continue
-            age = max(st.st_mtime, parse_date(parsed.modified))
-            declined = str(parsed.frontmatter.get("promotion", "")).strip().lower() == "declined"
-            items.append(
-                make_item(
-                    name,
-                    parsed.name,
-                    parsed.type,
-                    parsed.sha256,
-                    age,
-                    parsed.body,
-                    repo,
-                    vocabulary,
-                    declined,
+            sha256 = hashlib.sha256(data).hexdigest()
+            facts = None if keep else _facts.get(sha256)
+            if facts is None:
+                parsed = parse_memory(
+                    name, data, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1]
                 )
-            )
-            if keep:
-                kept[name] = parsed
-            del info
+                if not isinstance(parsed, Memory):
+                    unparseable.append(name)
+                    continue
+                facts = derive(parsed, _facts.vocabulary)
+                _facts.put(sha256, facts)
+                if keep:
+                    kept[name] = parsed
+            used.add(sha256)
+            items.append(make_item(name, sha256, st.st_mtime, facts, checker))
+        _facts.finish(md.real_path, frozenset(used))
     return Inventory(items, sorted(set(unparseable)), scan.conflicts, kept)
 
 
@@ -236,7 +263,8 @@ def dream_dir(
         if not dry_run:
             audit.write("dream.skipped", dir=md.path, why=result.message)
         return result
-    repo = repos.get(md.repo_root)
+    checker = repos.checker(md.repo_root)
+    repo = checker.repo
     if md.repo_root is None:
         result.repo_note = f"no repo root ({md.repo_reason}): every reference is unverifiable"
     elif repo is None:
@@ -249,7 +277,7 @@ def dream_dir(
         # Debug level: a pass that finds nothing to do leaves no row above debug (DESIGN §2.6).
         audit.write("dream.started", dir=md.path, pass_id=pass_id, trigger=trigger, level="debug")
     try:
-        inv = inventory(md, rt, repo, scan=probe.scan)
+        inv = inventory(md, rt, checker, scan=probe.scan)
         result.files = len(inv.items)
         result.unparseable = inv.unparseable
         result.conflicts = inv.conflicts

@@ -1,0 +1,118 @@
+"""What the planner needs from one memory file's bytes, derived once per content and reused.
+
+Everything here is a function of the file's bytes alone (and the parse limits): not of its
+name, its mtime or the repo. So it is keyed by the bytes' sha256, and an entry can never be
+stale: a file that changed has another key. The repo-dependent part (checking the references)
+and the time-dependent part (the age, the guards) are left to the planner.
+"""
+
+import re
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from memoryd.dream.refs import Refs, extract_refs
+from memoryd.dream.similar import Vocabulary, directives, significant_words
+from memoryd.memfile import Memory
+from memoryd.scan import parse_date
+
+_PROHIBITION: Final = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
+# Every match holds one of these once lower-cased (of the letters involved only "i" has
+# case-insensitive partners outside ASCII), so a body with none of them needs no regex search.
+_PROHIBITION_HINTS: Final = ("do not", "don", "never", "avo")
+# Most bodies name nothing and give no directive: they share these instead of empty copies.
+_NO_REFS: Final = Refs(paths=(), symbols=())
+_NOTHING: Final = frozenset[str]()
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """One memory file's frontmatter fields and body-derived facts (the body is not kept)."""
+
+    name: str
+    type: str
+    modified_ts: float  # a frontmatter `modified`/`last_verified` date as a UNIX time, or 0
+    promotion_declined: bool
+    refs: Refs
+    words: "array[int]"  # significant words, as sorted ids of the vocabulary that derived them
+    positives: frozenset[str]
+    negatives: frozenset[str]
+    prohibition: str  # the prohibition phrase found in the body, or ""
+
+
+def prohibition(body: str) -> str:
+    """The first prohibition phrase of the body (DESIGN §4.4), lower-cased, or ""."""
+    lowered = body.lower()
+    if not any(hint in lowered for hint in _PROHIBITION_HINTS):
+        return ""
+    found = _PROHIBITION.search(body)
+    return found.group(0).lower() if found else ""
+
+
+def derive(memory: Memory, vocabulary: Vocabulary) -> Facts:
+    body = memory.body
+    refs = extract_refs(body)
+    positives, negatives = directives(body)
+    declined = str(memory.frontmatter.get("promotion", "")).strip().lower() == "declined"
+    return Facts(
+        name=memory.name,
+        type=memory.type,
+        modified_ts=parse_date(memory.modified),
+        promotion_declined=declined,
+        refs=refs if refs.paths or refs.symbols else _NO_REFS,
+        words=vocabulary.ids(significant_words(body)),
+        positives=positives or _NOTHING,
+        negatives=negatives or _NOTHING,
+        prohibition=prohibition(body),
+    )
+
+
+class FactsCache:
+    """Facts by sha256, kept between passes in one process, with the vocabulary of their ids.
+
+    Bounded by what the dirs hold: after a pass over a dir, entries that no dir's latest pass
+    used are dropped. The vocabulary still holds the words of dropped entries, so once more
+    entries were dropped than are kept, it starts again, empty, with an empty cache. A change
+    of parse limits (which decide what parses at all) also starts again.
+    """
+
+    __slots__ = ("_dropped", "_entries", "_limits", "_used", "vocabulary")
+
+    def __init__(self) -> None:
+        self._limits: tuple[int, int] = (0, 0)
+        self._entries: dict[str, Facts] = {}
+        self._used: dict[Path, frozenset[str]] = {}
+        self._dropped = 0
+        self.vocabulary = Vocabulary()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def begin(self, limits: tuple[int, int]) -> None:
+        """Start a pass parsed with these (max file, max frontmatter) byte limits."""
+        if limits != self._limits:
+            self._reset()
+            self._limits = limits
+
+    def get(self, sha256: str) -> Facts | None:
+        return self._entries.get(sha256)
+
+    def put(self, sha256: str, facts: Facts) -> None:
+        self._entries[sha256] = facts
+
+    def finish(self, dir_path: Path, used: frozenset[str]) -> None:
+        """The pass over ``dir_path`` used these entries: drop what no dir still uses."""
+        self._used[dir_path] = used
+        live = frozenset[str]().union(*self._used.values())
+        if len(live) < len(self._entries):
+            self._dropped += len(self._entries) - len(live)
+            self._entries = {k: v for k, v in self._entries.items() if k in live}
+        if self._dropped > len(self._entries):
+            self._reset()
+
+    def _reset(self) -> None:
+        self._entries = {}
+        self._used = {}
+        self._dropped = 0
+        self.vocabulary = Vocabulary()

@@ -1,0 +1,237 @@
+"""What one dream pass keeps for the next in the same process: facts by content, repo snapshots."""
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryd.config import Config, ParseConfig
+from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.dream import run as run_module
+from memoryd.dream.facts import FactsCache, derive
+from memoryd.dream.refs import Classification, RefChecker
+from memoryd.dream.repo import RepoIndex, tree_signature
+from memoryd.dream.run import Inventory, RepoCache, inventory
+from memoryd.dream.similar import Vocabulary
+from memoryd.memfile import Memory, parse_memory
+from memoryd.runtime import Runtime
+from tests.conftest import Env
+
+DAY = 86400
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches(monkeypatch: pytest.MonkeyPatch) -> FactsCache:
+    """Each test starts with nothing kept by an earlier one."""
+    cache = FactsCache()
+    monkeypatch.setattr(run_module, "_facts", cache)
+    monkeypatch.setattr(run_module, "_held_snapshots", {})
+    return cache
+
+
+@pytest.fixture
+def derived(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The bodies the pass derived facts from, in order (a cache hit derives nothing)."""
+    seen: list[str] = []
+
+    def counting(memory: Memory, vocabulary: Vocabulary) -> Any:
+        seen.append(memory.body.strip())
+        return derive(memory, vocabulary)
+
+    monkeypatch.setattr(run_module, "derive", counting)
+    return seen
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A code tree; its memory dir lies outside it, so memories add no tokens of their own."""
+    root = tmp_path / "app"
+    (root / "src").mkdir(parents=True)
+    (root / "src/app.py").write_text("def handle_request():\n    return 1\n")
+    (tmp_path / "memory").mkdir()
+    return root
+
+
+def folder(repo: Path) -> Path:
+    return repo.parent / "memory"
+
+
+def mem(repo: Path, name: str, body: str, *, age: float = 40) -> Path:
+    path = folder(repo) / name
+    path.write_text(f"---\nname: {name[:-3]}\ndescription: d\ntype: project\n---\n{body}\n")
+    stamp = time.time() - age * DAY
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def memory_dir(repo: Path) -> MemoryDir:
+    from dataclasses import replace
+
+    md = explicit_dirs(folder(repo), Config())[0]
+    return replace(md, repo_root=repo, repo_reason="test")
+
+
+def take(env: Env, repo: Path, config: Config | None = None) -> Inventory:
+    rt: Runtime = env.runtime(config)
+    return inventory(memory_dir(repo), rt, RepoCache().checker(repo))
+
+
+def facts_of(inv: Inventory) -> dict[str, tuple[object, ...]]:
+    """Every item as the planner sees it, words as text (ids depend on the vocabulary)."""
+    return {
+        i.filename: (
+            i.name, i.type, i.sha256, i.age_ts, i.checks, i.classification,
+            len(i.words), i.positives, i.negatives, i.prohibition, i.promotion_declined,
+        )
+        for i in inv.items
+    }  # fmt: skip
+
+
+def test_second_pass_derives_nothing_and_sees_the_same(
+    env: Env, repo: Path, derived: list[str]
+) -> None:
+    """Unchanged files are not parsed again, and every fact the planner sees is the same."""
+    mem(repo, "a.md", "Always use pnpm in `src/app.py`, never yarn.")
+    mem(repo, "b.md", "Do not edit `src/gone.py`; call handle_request() instead.")
+    first = take(env, repo)
+    assert len(derived) == 2
+    second = take(env, repo)
+    assert len(derived) == 2
+    assert facts_of(second) == facts_of(first)
+    assert [list(i.words) for i in second.items] == [list(i.words) for i in first.items]
+
+
+def test_a_changed_file_is_derived_again(env: Env, repo: Path, derived: list[str]) -> None:
+    """Entries are keyed by content: an edited file never gets its old facts."""
+    path = mem(repo, "a.md", "Keep `src/app.py` small.")
+    assert take(env, repo).items[0].classification is Classification.FRESH
+    stat = path.stat()
+    # Same size and mtime as before: only the bytes tell the edit apart.
+    path.write_text(path.read_text().replace("src/app.py", "src/xyz.py"))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size
+    item = take(env, repo).items[0]
+    assert item.classification is Classification.FULLY_STALE
+    assert derived == ["Keep `src/app.py` small.", "Keep `src/xyz.py` small."]
+
+
+def test_copies_share_facts_but_keep_their_own_name_and_age(
+    env: Env, repo: Path, derived: list[str]
+) -> None:
+    """Facts depend on the bytes alone; the file name and mtime stay each file's own."""
+    mem(repo, "a.md", "Same words in both files here.", age=30)
+    (folder(repo) / "b.md").write_bytes((folder(repo) / "a.md").read_bytes())
+    items = {i.filename: i for i in take(env, repo).items}
+    assert len(derived) == 1
+    assert items["a.md"].sha256 == items["b.md"].sha256
+    assert items["a.md"].age_ts < items["b.md"].age_ts
+
+
+def test_entries_of_files_gone_from_every_dir_are_dropped(
+    env: Env, repo: Path, fresh_caches: FactsCache
+) -> None:
+    mem(repo, "a.md", "First memory body words.")
+    mem(repo, "b.md", "Second memory body words.")
+    take(env, repo)
+    assert len(fresh_caches) == 2
+    (folder(repo) / "b.md").unlink()
+    take(env, repo)
+    assert len(fresh_caches) == 1
+
+
+def test_the_vocabulary_starts_again_after_churn(
+    env: Env, repo: Path, fresh_caches: FactsCache
+) -> None:
+    """Dropped entries leave their words behind: once they outnumber the kept ones, start over."""
+    path = mem(repo, "a.md", "version 0 of this body")
+    take(env, repo)
+    vocabulary = fresh_caches.vocabulary
+    for k in range(1, 3):
+        path.write_text(path.read_text().replace(f"version {k - 1} ", f"version {k} "))
+        take(env, repo)
+    assert fresh_caches.vocabulary is not vocabulary
+    assert len(fresh_caches) == 0  # the next pass derives afresh, in the new vocabulary
+    assert len(take(env, repo).items) == 1 and len(fresh_caches) == 1
+
+
+def test_other_parse_limits_parse_again(env: Env, repo: Path) -> None:
+    """What parses at all depends on the limits: a pass with other limits derives afresh."""
+    mem(repo, "a.md", "x" * 3000)
+    assert len(take(env, repo).items) == 1
+    small = Config(parse=ParseConfig(max_file_bytes=2048))
+    inv = take(env, repo, small)
+    assert inv.items == [] and inv.unparseable == ["a.md"]
+    assert len(take(env, repo).items) == 1
+
+
+def test_explain_parses_every_file(env: Env, repo: Path, derived: list[str]) -> None:
+    """`keep` hands back each Memory, so it never takes facts from the cache."""
+    mem(repo, "a.md", "A body to explain.")
+    take(env, repo)
+    rt = env.runtime()
+    inv = inventory(memory_dir(repo), rt, RepoCache().checker(repo), keep=True)
+    assert list(inv.memories) == ["a.md"] and len(derived) == 2
+
+
+def test_facts_match_a_direct_parse(repo: Path) -> None:
+    path = mem(repo, "a.md", "Never use yarn; always use `pnpm` with `src/app.py`.")
+    parsed = parse_memory("a.md", path.read_bytes())
+    assert isinstance(parsed, Memory)
+    vocabulary = Vocabulary()
+    facts = derive(parsed, vocabulary)
+    assert (facts.name, facts.type, facts.prohibition) == ("a", "project", "never")
+    assert facts.refs.paths == ("src/app.py",)
+    assert (facts.positives, facts.negatives) == ({"pnpm"}, {"yarn"})
+    assert sorted(vocabulary.word(w) for w in facts.words) == sorted(
+        {"never", "use", "yarn;", "always", "`pnpm`", "`src/app.py`."}
+    )
+
+
+# --- repo snapshots ------------------------------------------------------------------------------
+
+
+def test_signature_follows_names_kinds_and_sources(repo: Path) -> None:
+    before = tree_signature(repo)
+    assert tree_signature(repo) == before == RepoIndex.build(repo).signature
+    source = repo / "src/app.py"
+    stat = source.stat()
+    source.write_text(source.read_text().replace("handle", "HANDLE"))
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # ctime still moves
+    changed = tree_signature(repo)
+    assert changed != before
+    (repo / "src/new.txt").write_text("")
+    assert tree_signature(repo) != changed
+    (repo / "src/new.txt").unlink()
+    assert tree_signature(repo) == changed
+    (repo / "src/new").mkdir()
+    assert tree_signature(repo) != changed
+
+
+def test_snapshot_is_reused_while_the_tree_is_unchanged(repo: Path) -> None:
+    first = RepoCache().get(repo)
+    assert first is not None and RepoCache().get(repo) is first
+    assert RepoCache().checker(repo) is RepoCache().checker(repo)
+    (repo / "src/more.py").write_text("def later_symbol(): pass\n")
+    second = RepoCache().get(repo)
+    assert second is not first and second is not None
+    assert "later_symbol" in second.tokens and "later_symbol" not in first.tokens
+
+
+def test_a_pass_sees_a_symbol_defined_since_the_last_pass(env: Env, repo: Path) -> None:
+    """A reused snapshot's checked references go with it: a rebuilt one checks again."""
+    mem(repo, "a.md", "The `src/gone.py` helper calls later_symbol() for us.")
+    (item,) = take(env, repo).items
+    assert item.classification is Classification.FULLY_STALE
+    (repo / "src/more.py").write_text("def later_symbol(): pass\n")
+    (item,) = take(env, repo).items
+    assert item.classification is Classification.PARTIALLY_STALE
+
+
+def test_a_missing_root_is_not_kept(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    assert RepoCache().get(gone) is None
+    checker = RepoCache().checker(gone)
+    assert isinstance(checker, RefChecker) and checker.repo is None
+    assert run_module._held_snapshots == {}

@@ -80,11 +80,24 @@ def open_dir(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def read_regular(dir_fd: int, name: str, limit: int) -> tuple[bytes, os.stat_result]:
+class ChangedWhileReading(Exception):
+    """The file's size or mtime moved between the first and the last look: a writer is mid-write."""
+
+    def __init__(self, name: str, st: os.stat_result) -> None:
+        super().__init__(name)
+        self.st = st  # the first look
+
+
+def read_regular(
+    dir_fd: int, name: str, limit: int, *, stable: bool = False
+) -> tuple[bytes, os.stat_result]:
     """Read a regular file without following a symlink or blocking on a FIFO.
 
     Raises OSError (ELOOP for a symlink, EFTYPE-like EINVAL for a non-regular file) and
-    ValueError when the file is over `limit` bytes.
+    ValueError when the file is over `limit` bytes. With `stable`, the open file is looked at
+    again after reading, and ChangedWhileReading is raised when its size or mtime moved: the
+    bytes may be half of an in-place write. (A file renamed over this one meanwhile does not
+    count: what was read is the whole of the file that was opened.)
     """
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
@@ -93,20 +106,30 @@ def read_regular(dir_fd: int, name: str, limit: int) -> tuple[bytes, os.stat_res
             raise OSError(errno.EINVAL, "not a regular file", name)
         if st.st_size > limit:
             raise ValueError(st.st_size)
-        chunks = []
-        remaining = limit + 1
-        while remaining > 0:
-            want = min(remaining, max(st.st_size + 1, 1 << 16))
-            chunk = os.read(fd, want)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-            if len(chunk) < want:
-                break  # a short read of a regular file is its end
-        data = b"".join(chunks)
-        if len(data) > limit:
-            raise ValueError(len(data))
+        # A short read of a regular file is its end: the first read, one byte more than fstat
+        # said, nearly always is one. Only a file that grew since goes round the loop.
+        step = max(st.st_size + 1, 1 << 16)
+        want = min(limit + 1, step)
+        data = os.read(fd, want)
+        if len(data) == want:
+            chunks = [data]
+            remaining = limit + 1 - want
+            while remaining > 0:
+                want = min(remaining, step)
+                chunk = os.read(fd, want)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+                if len(chunk) < want:
+                    break
+            data = b"".join(chunks)
+            if len(data) > limit:
+                raise ValueError(len(data))
+        if stable:
+            after = os.fstat(fd)
+            if after.st_size != st.st_size or after.st_mtime_ns != st.st_mtime_ns:
+                raise ChangedWhileReading(name, st)
         return data, st
     finally:
         os.close(fd)

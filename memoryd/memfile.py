@@ -5,7 +5,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -367,8 +367,8 @@ def _hint_for_yaml(error: Exception) -> str:
     return text[:200]
 
 
-def _split_frontmatter(text: str, max_fm_bytes: int) -> tuple[str, str] | str | None:
-    """(frontmatter, body), or None when the file has none, or an error message."""
+def _split_frontmatter(text: str, max_fm_bytes: int) -> tuple[str, int] | str | None:
+    """(frontmatter, where the body starts), or None when the file has none, or an error message."""
     if not text.startswith(("---\n", "---\r\n")):
         return None
     start = text.index("\n") + 1
@@ -389,7 +389,7 @@ def _split_frontmatter(text: str, max_fm_bytes: int) -> tuple[str, str] | str | 
     fm = text[start : max(start, newline)]
     if (len(fm) if fm.isascii() else len(fm.encode("utf-8"))) > max_fm_bytes:
         return f"frontmatter is larger than {max_fm_bytes} bytes"
-    return fm, "" if end < 0 else text[end + 1 :]
+    return fm, len(text) if end < 0 else end + 1
 
 
 def _text_field(data: Mapping[str, Any], key: str) -> str:
@@ -408,14 +408,10 @@ def memory_type(data: Mapping[str, Any]) -> str:
     return ""
 
 
-def parse_memory(
-    filename: str,
-    data: bytes,
-    *,
-    max_file_bytes: int = MAX_FILE_BYTES,
-    max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
-) -> Parsed:
-    """Turn a file's bytes into a value; every failure is a Problem naming what to do."""
+def _parse(
+    filename: str, data: bytes, max_file_bytes: int, max_frontmatter_bytes: int
+) -> tuple[str, dict[str, Any], str, int] | NotMemory | Problem:
+    """(sha256, frontmatter fields, text, where the body starts), or what the file is instead."""
     digest = hashlib.sha256(data).hexdigest()
     if len(data) > max_file_bytes:
         return Problem(
@@ -456,7 +452,7 @@ def parse_memory(
             "close the frontmatter with a '---' line near the top",
             digest,
         )
-    fm_text, body = split
+    fm_text, body_start = split
     fields_: Any = parse_flat(fm_text)
     if fields_ is None:
         try:
@@ -493,15 +489,62 @@ def parse_memory(
         )
     if " #" in fm_text:
         _keep_hash_text(fields_, fm_text)
-    modified = _text_field(fields_, "modified") or _text_field(fields_, "last_verified")
+    return digest, fields_, text, body_start
+
+
+class Summary(NamedTuple):
+    """What the scanner keeps of a memory: `parse_memory`'s fields without the body and the
+    frontmatter (building those for every file of a cold scan costs a fifth of it)."""
+
+    sha256: str
+    name: str
+    description: str
+    type: str
+    modified: str
+
+
+def _summarize(fields: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """name, description, type, modified: the frontmatter fields memoryd uses."""
+    name, description = _text_field(fields, "name"), _text_field(fields, "description")
+    modified = _text_field(fields, "modified") or _text_field(fields, "last_verified")
+    return name, description, memory_type(fields), modified
+
+
+def parse_memory(
+    filename: str,
+    data: bytes,
+    *,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
+) -> Parsed:
+    """Turn a file's bytes into a value; every failure is a Problem naming what to do."""
+    parsed = _parse(filename, data, max_file_bytes, max_frontmatter_bytes)
+    if not isinstance(parsed, tuple):
+        return parsed
+    digest, fields, text, body_start = parsed
+    name, description, type_, modified = _summarize(fields)
     return Memory(
         filename=filename,
-        name=_text_field(fields_, "name"),
-        description=_text_field(fields_, "description"),
-        type=memory_type(fields_),
-        frontmatter=fields_,
-        body=body,
+        name=name,
+        description=description,
+        type=type_,
+        frontmatter=fields,
+        body=text[body_start:],
         sha256=digest,
         size=len(data),
         modified=modified,
     )
+
+
+def parse_summary(
+    filename: str,
+    data: bytes,
+    *,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
+) -> Summary | NotMemory | Problem:
+    """`parse_memory` for the scanner: the same verdict, a Summary where that has a Memory."""
+    parsed = _parse(filename, data, max_file_bytes, max_frontmatter_bytes)
+    if not isinstance(parsed, tuple):
+        return parsed
+    return Summary(parsed[0], *_summarize(parsed[1]))

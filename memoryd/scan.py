@@ -1,10 +1,8 @@
 """Read one memory dir safely: list and classify every entry, parse what changed since last time."""
 
-import fnmatch
 import marshal
 import operator
 import os
-import re
 import stat
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
@@ -16,35 +14,33 @@ from memoryd.index import Entry
 from memoryd.memfile import (
     MAX_FILE_BYTES,
     MAX_FRONTMATTER_BYTES,
-    Memory,
     NotMemory,
-    Problem,
-    parse_memory,
+    Summary,
+    parse_summary,
 )
 
 TRASH_DIR = ".trash"
-# Editor and sync leftovers (DESIGN §4.1): never memories, never indexed.
-_TEMP_PATTERNS = ("*.tmp.*", "*~", "4913", "*.swp", "*.swx")
-_CONFLICT_PATTERNS = ("*.sync-conflict-*", "*(conflicted copy*", "*conflicted copy*")
 
 
 def is_index_name(name: str) -> bool:
     return name.startswith("MEMORY") and name.endswith(".md")
 
 
-_CONFLICT = re.compile("|".join(fnmatch.translate(p) for p in _CONFLICT_PATTERNS))
-_TEMP = re.compile("|".join(fnmatch.translate(p) for p in _TEMP_PATTERNS))
-
-
 def skip_reason(name: str) -> str | None:
-    """Why a directory entry is never a memory candidate, or None when it might be one."""
+    """Why a directory entry is never a memory candidate, or None when it might be one.
+
+    Editor and sync leftovers (DESIGN §4.1) are never memories, never indexed: the conflict
+    copies `*.sync-conflict-*`, `*(conflicted copy*`, `*conflicted copy*` and the temp files
+    `*.tmp.*`, `*~`, `4913`, `*.swp`, `*.swx`. Each of those globs is a plain substring, suffix
+    or equality test, written as one: this runs for every entry of every scan.
+    """
     if name.startswith("."):
         return "dotfile"
     if is_index_name(name):
         return "index"
-    if _CONFLICT.match(name):
+    if ".sync-conflict-" in name or "conflicted copy" in name:
         return "conflict copy"
-    if _TEMP.match(name):
+    if ".tmp." in name or name.endswith(("~", ".swp", ".swx")) or name == "4913":
         return "temp file"
     if not name.endswith(".md"):
         return "not markdown"
@@ -155,7 +151,13 @@ def _classify_link(dir_path: Path, name: str, st: os.stat_result) -> Scanned:
 
 def read_one(dir_fd: int, name: str, st: os.stat_result, max_file: int, max_fm: int) -> Scanned:
     try:
-        data, fst = fsops.read_regular(dir_fd, name, max_file)
+        data, fst = fsops.read_regular(dir_fd, name, max_file, stable=True)
+    except fsops.ChangedWhileReading as changed:
+        # A writer is mid-write: never act on it, and never cache it (mtime_ns -1 never matches).
+        fst = changed.st
+        return Scanned(name, fst.st_ino, fst.st_size, -1, "problem", problem_kind="unstable",
+                       problem_message="changed while it was being read",
+                       problem_hint="memoryd looks again shortly")
     except ValueError:
         return _problem(
             name,
@@ -172,32 +174,18 @@ def read_one(dir_fd: int, name: str, st: os.stat_result, max_file: int, max_fm: 
             f"cannot be read ({error.strerror})",
             "check the file's permissions",
         )
-    try:
-        after = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        after = None
-    if after is None or (after.st_size, after.st_mtime_ns) != (fst.st_size, fst.st_mtime_ns):
-        # A writer is mid-write: never act on it, and never cache it (mtime_ns -1 never matches).
-        return Scanned(name, fst.st_ino, fst.st_size, -1, "problem", problem_kind="unstable",
-                       problem_message="changed while it was being read",
-                       problem_hint="memoryd looks again shortly")
-    parsed = parse_memory(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
-    base = (name, fst.st_ino, fst.st_size, fst.st_mtime_ns)
-    if isinstance(parsed, Memory):
-        return Scanned(
-            *base,
-            "memory",
-            parsed.sha256,
-            parsed.name,
-            parsed.description,
-            parsed.type,
-            parse_date(parsed.modified),
-        )
+    parsed = parse_summary(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
+    if isinstance(parsed, Summary):
+        digest, title, description, type_, modified = parsed
+        return Scanned(name, fst.st_ino, fst.st_size, fst.st_mtime_ns, "memory", digest, title,
+                       description, type_, parse_date(modified))
     if isinstance(parsed, NotMemory):
-        return Scanned(*base, "note", parsed.sha256)
-    assert isinstance(parsed, Problem)
+        return Scanned(name, fst.st_ino, fst.st_size, fst.st_mtime_ns, "note", parsed.sha256)
     return Scanned(
-        *base,
+        name,
+        fst.st_ino,
+        fst.st_size,
+        fst.st_mtime_ns,
         "problem",
         parsed.sha256,
         problem_kind=parsed.kind,
@@ -281,10 +269,23 @@ def scan_dir(
             result.present = frozenset(present)
             return result
         with os.scandir(dir_fd) as entries:
-            listing = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
-        for name, st in sorted(listing):
-            _take(result, dir_fd, name, st, cache, limits)
-        result.present = frozenset(name for name, _ in listing)
+            listing = {e.name: e.stat(follow_symlinks=False) for e in entries}
+        files, cached_file, is_dir = result.files, cache.get, stat.S_ISDIR
+        for name in sorted(listing):
+            st = listing[name]
+            cached = cached_file(name)
+            # `_take`'s cache hit, inline: at 10,000 files the call alone is a fifth of a reconcile.
+            if (
+                cached is not None
+                and cached.mtime_ns == st.st_mtime_ns
+                and cached.ino == st.st_ino
+                and cached.size == st.st_size
+                and not is_dir(st.st_mode)
+            ):
+                files[name] = cached
+            else:
+                _take(result, dir_fd, name, st, cache, limits)
+        result.present = frozenset(listing)
     return result
 
 

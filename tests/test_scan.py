@@ -4,6 +4,8 @@ import os
 import random
 from pathlib import Path
 
+import pytest
+
 from memoryd.scan import scan_dir
 from tests.conftest import write_memory
 
@@ -46,3 +48,29 @@ def test_incremental_scan_equals_a_full_scan_after_random_changes(tmp_path: Path
         full = scan_dir(folder, previous.files)
         _same(incremental, full)
         previous = full
+
+
+def test_a_file_written_while_it_is_read_is_unstable_and_not_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer appending mid-read: the scan reports it as unstable, and the next scan re-reads."""
+    folder = tmp_path / "m"
+    path = write_memory(folder, "a.md", description="first")
+    real_read = os.read
+
+    def read_during_a_write(fd: int, n: int) -> bytes:
+        data = real_read(fd, n)
+        with path.open("a") as out:
+            out.write("more body\n")
+        os.utime(path, ns=(1, 2))
+        return data
+
+    monkeypatch.setattr(os, "read", read_during_a_write)
+    first = scan_dir(folder)
+    monkeypatch.undo()
+    assert first.files["a.md"].problem_kind == "unstable"
+    again = scan_dir(folder, first.files)
+    assert again.reread == 1
+    assert again.files["a.md"].kind == "memory"
+    assert again.files["a.md"].description == "first"
+

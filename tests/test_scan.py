@@ -1,12 +1,13 @@
 """Scanning a memory dir: the incremental path sees exactly what a full scan sees."""
 
+import marshal
 import os
 import random
 from pathlib import Path
 
 import pytest
 
-from memoryd.scan import scan_dir
+from memoryd.scan import dump_cache, load_cache, scan_dir
 from tests.conftest import write_memory
 
 
@@ -74,3 +75,19 @@ def test_a_file_written_while_it_is_read_is_unstable_and_not_cached(
     assert again.files["a.md"].kind == "memory"
     assert again.files["a.md"].description == "first"
 
+
+def test_cache_round_trips_and_a_bad_cache_is_no_cache(tmp_path: Path) -> None:
+    """A saved cache loads back equal; truncated, foreign or old-format bytes load as empty."""
+    folder = tmp_path / "m"
+    for i in range(5):
+        write_memory(folder, f"m{i}.md", description=f"d{i}")
+    (folder / "notes.md").write_text("no frontmatter\n")
+    (folder / "bad.md").write_text("---\nname: [x\n---\n")
+    files = scan_dir(folder).files
+    data = dump_cache(files)
+    assert load_cache(data) == files
+    assert load_cache(dump_cache({})) == {}
+    old_rows = marshal.dumps([s.as_tuple() for s in files.values()])
+    for bad in (data[: len(data) // 2], b"", b"\x00garbage", old_rows, marshal.dumps((1, 2))):
+        assert load_cache(bad) == {}
+    assert scan_dir(folder, load_cache(data)).reread == 0

@@ -379,12 +379,14 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         del posts
 
         # 1, 2 and 4, with the baseline and the floors, sampled in interleaved rounds.
-        store = StateStore(tmp / "restart-state")
-        store.save_cache(path, scan.files)  # 2: the cache a restart finds
+        restart_state = tmp / "restart-state"
+        StateStore(restart_state).save_cache(path, scan.files)  # 2: the cache a restart finds
         cache = scan.files  # 4: the cache a running daemon holds
 
         def restart() -> None:
-            result = scan_dir(path, store.load_cache(path))
+            # A fresh store, as a new process has: one that saved the cache would hand back the
+            # copy it holds in memory and never read the file.
+            result = scan_dir(path, StateStore(restart_state).load_cache(path))
             assert result.reread == 0, result.reread
 
         def reconcile_once() -> None:

@@ -141,6 +141,13 @@ def local_links(text: str) -> tuple[Link, ...]:
     return tuple(link for link in links if link.kind is LinkKind.LOCAL)
 
 
+def release_parsed() -> None:
+    """Drop the cached parses of the last texts: at 10,000 memories they hold ~10 MB, which a
+    long-running process should not keep between passes."""
+    _parse_lines.cache_clear()
+    local_links.cache_clear()
+
+
 def pointer_targets(text: str) -> list[str]:
     """Decoded basenames of the LOCAL pointer lines of an index text, in order."""
     return [link.target for link in local_links(text)]
@@ -341,15 +348,24 @@ def update_index(inp: IndexInput) -> IndexEdit:
     return edit_lines(inp)[0]
 
 
+@dataclass(slots=True)
+class SomeArchiveLines:
+    """Some of the archive's lines, in order, and what the edit needs to know of the whole."""
+
+    lines: list[Line]
+    exists: bool
+    eol: str | None  # its dominant line ending; None when it holds no line
+    final_newline: bool
+
+
 def edit_lines(
-    inp: IndexInput, archive_lines: list[Line] | None = None, archive_eol: str | None = None
+    inp: IndexInput, some: SomeArchiveLines | None = None
 ) -> tuple[IndexEdit, list[Line]]:
     """`update_index`, also returning the archive's final lines.
 
-    `archive_lines`: some of the archive's lines, in order, instead of all of `inp.archive`
-    (whose text still decides whether the archive exists and ends in a newline): the edit of
-    `index_held`, which looks only at the lines a change can affect, and also knows the
-    archive's dominant line ending (`archive_eol`) without counting them all again.
+    `some`: only some of the archive's lines instead of `inp.archive` (ignored then): the edit
+    of `index_held`, which looks only at the lines a change can affect. The returned edit's
+    `archive` is then the text of those lines after the edit, not of the whole archive.
     """
     edit = IndexEdit(main=inp.main, archive=inp.archive)
     main_text = inp.main or ""
@@ -357,13 +373,18 @@ def edit_lines(
     eol = dominant_eol(main_text) if main_text else "\n"
     main_final_nl = main_text.endswith("\n") if main_text else True
     main_lines = split_lines(main_text) if not blank_main else []
-    arch_text = inp.archive
-    if archive_lines is not None:
-        arch_lines = archive_lines
+    if some is not None:
+        arch_lines = some.lines
+        archive_exists = some.exists
+        arch_eol = some.eol or eol
+        arch_final_nl = some.final_newline
     else:
+        arch_text = inp.archive
         arch_lines = split_lines(arch_text) if arch_text is not None else []
-    arch_eol = archive_eol or (dominant_eol(arch_text) if arch_text else eol)
-    arch_final_nl = arch_text.endswith("\n") if arch_text else True
+        archive_exists = arch_text is not None
+        arch_eol = dominant_eol(arch_text) if arch_text else eol
+        arch_final_nl = arch_text.endswith("\n") if arch_text else True
+    had_archive = archive_exists
 
     # 1. Pointer lines of gone files go; dead and invalid links are reported and kept.
     def keep(line: Line) -> bool:
@@ -463,7 +484,6 @@ def edit_lines(
                 main_lines[last_pointer + 1 : last_pointer + 1] = added
 
     # 5. Budget: demote the oldest eligible entries into the archive while over the window.
-    archive_exists = arch_text is not None
     total = len(inp.memories) if inp.total is None else inp.total
     trailer_line = Line(TRAILER_TEXT.format(n=total), eol)
 
@@ -534,7 +554,7 @@ def edit_lines(
         edit.main = inp.main
     else:
         edit.main = ""
-    if arch_text is not None or edit.demoted:
+    if had_archive or edit.demoted:
         edit.archive = _finish(arch_lines, arch_final_nl, arch_eol)
     else:
         edit.archive = None

@@ -14,8 +14,8 @@ those archive lines, and splices the result back. Anything the splice cannot pla
 (None) and the caller runs the full edit instead. Pure: text in, text out.
 """
 
-from collections.abc import Iterator, Mapping, Set
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Mapping, Set
+from dataclasses import dataclass, replace
 
 from memoryd.index import (
     DEMOTED_HEADING,
@@ -25,6 +25,7 @@ from memoryd.index import (
     IndexInput,
     Line,
     LinkKind,
+    SomeArchiveLines,
     classify_link,
     edit_lines,
     local_links,
@@ -35,36 +36,48 @@ from memoryd.index import (
 @dataclass(frozen=True, slots=True)
 class HeldIndex:
     main: str | None
-    archive: str | None
-    lines: list[str]  # the archive's lines with their endings; "" where a line was removed
+    exists: bool  # whether MEMORY-ARCHIVE.md exists
+    # The archive's lines with their endings, in UTF-8 (half the memory of text, and a write
+    # joins them instead of encoding 2 MB); b"" where a line was removed.
+    lines: list[bytes]
     where: dict[str, list[int]]  # each local pointer target -> its positions in `lines`
     invalid: dict[int, str]  # position -> raw link, for the archive's invalid links
     heading_at: int  # the last "## Moved from MEMORY.md" heading, or -1
     offending_at: int  # the first line after it that is neither a pointer nor blank, or -1
     dead: frozenset[str]  # dead link targets across both files
-    crlf: int = 0  # lines ending in CRLF and in a bare LF: the archive's dominant line ending
-    lf: int = 0
-    # `lines` in UTF-8, so writing the archive joins bytes instead of encoding 2 MB of text.
-    encoded: list[bytes] = field(default_factory=list)
+    crlf: int  # lines ending in CRLF and in a bare LF: the archive's dominant line ending
+    lf: int
 
     @property
     def archive_data(self) -> bytes | None:
-        return None if self.archive is None else b"".join(self.encoded)
+        return b"".join(self.lines) if self.exists else None
 
     @property
-    def eol(self) -> str | None:
-        if not self.archive:
-            return None
-        return "\r\n" if self.crlf and self.crlf >= self.lf else "\n"
+    def archive(self) -> str | None:
+        data = self.archive_data
+        return None if data is None else data.decode("utf-8")
+
+    def some(self, positions: Iterable[int]) -> SomeArchiveLines:
+        last = next((line for line in reversed(self.lines) if line), b"")
+        eol = None if not (self.crlf or self.lf or last) else (
+            "\r\n" if self.crlf and self.crlf >= self.lf else "\n"
+        )
+        return SomeArchiveLines(
+            [_line(p, self.lines[p]) for p in sorted(positions)],
+            self.exists,
+            eol,
+            last.endswith(b"\n") if last else True,
+        )
 
 
-def _ending(text: str) -> tuple[int, int]:
-    if text.endswith("\r\n"):
+def _ending(data: bytes) -> tuple[int, int]:
+    if data.endswith(b"\r\n"):
         return 1, 0
-    return (0, 1) if text.endswith("\n") else (0, 0)
+    return (0, 1) if data.endswith(b"\n") else (0, 0)
 
 
-def _line(position: int, text: str) -> Line:
+def _line(position: int, data: bytes) -> Line:
+    text = data.decode("utf-8")
     if text.endswith("\r\n"):
         content, eol = text[:-2], "\r\n"
     elif text.endswith("\n"):
@@ -77,13 +90,13 @@ def _line(position: int, text: str) -> Line:
 
 def hold(main: str | None, archive: str | None, dead: Set[str]) -> HeldIndex:
     """Take the index as a full pass left it (one pass over the archive's lines)."""
-    lines: list[str] = []
+    lines: list[bytes] = []
     where: dict[str, list[int]] = {}
     invalid: dict[int, str] = {}
     heading_at = offending_at = -1
     crlf = lf = 0
     for position, line in enumerate(split_lines(archive) if archive is not None else []):
-        lines.append(line.content + line.eol)
+        lines.append((line.content + line.eol).encode("utf-8"))
         crlf += line.eol == "\r\n"
         lf += line.eol == "\n"
         link = line.link
@@ -96,8 +109,8 @@ def hold(main: str | None, archive: str | None, dead: Set[str]) -> HeldIndex:
             heading_at, offending_at = position, -1
         elif heading_at >= 0 and offending_at < 0 and line.content.strip():
             offending_at = position
-    return HeldIndex(main, archive, lines, where, invalid, heading_at, offending_at,
-                     frozenset(dead), crlf, lf, [line.encode("utf-8") for line in lines])
+    return HeldIndex(main, archive is not None, lines, where, invalid, heading_at,
+                     offending_at, frozenset(dead), crlf, lf)
 
 
 def _from_end(held: HeldIndex, changed: Set[str]) -> Iterator[int]:
@@ -108,25 +121,35 @@ def _from_end(held: HeldIndex, changed: Set[str]) -> Iterator[int]:
     edit must see every line down to one that is sure to stay.
     """
     for position in range(len(held.lines) - 1, -1, -1):
-        text = held.lines[position]
-        if not text:
+        data = held.lines[position]
+        if not data:
             continue
         yield position
-        line = _line(position, text)
+        line = _line(position, data)
         link = line.link
         removable = link is not None and link.kind is LinkKind.LOCAL and link.target in changed
         if line.content.strip() and not removable:
             return
 
 
+@dataclass(slots=True)
+class ChangedEdit:
+    # As update_index's edit, except `archive`, which is not made (decoding 2 MB would cost
+    # more than the whole edit): the new archive is `held.archive_data`.
+    edit: IndexEdit
+    held: HeldIndex  # the index after the edit, for the next one
+    archive_changed: bool
+
+
 def edit_changed(
     held: HeldIndex, inp: IndexInput, changed: Set[str], waiting: Set[str]
-) -> tuple[IndexEdit, HeldIndex] | None:
+) -> ChangedEdit | None:
     """`update_index` for a held index after `changed` files changed, without reading it all.
 
     `inp.memories` holds every memory file of the dir (only the entries the edit needs are
     looked up); `inp.ready` need only cover `changed` and `waiting` (files that were still in
-    their grace at the last pass). Returns None when the result cannot be spliced back.
+    their grace at the last pass); `inp.main` and `inp.archive` are not read (the held index
+    has them). Returns None when the result cannot be spliced back.
     """
     main_targets = {link.target for link in local_links(held.main)} if held.main else set()
     wanted = (main_targets | changed | waiting) & inp.memories.keys()
@@ -137,28 +160,30 @@ def edit_changed(
         if position >= 0:
             positions.add(position)
     positions.update(_from_end(held, changed))
-    some = [_line(p, held.lines[p]) for p in sorted(positions)]
-    links = {line.origin: line.link for line in some}  # before the edit changes any line
+    some = held.some(positions)
+    links = {line.origin: line.link for line in some.lines}  # before the edit changes them
     restricted = replace(
         inp,
         main=held.main,
-        archive=held.archive,
+        archive=None,
         memories={name: inp.memories[name] for name in wanted},
         total=len(inp.memories),
     )
-    edit, out = edit_lines(restricted, some, held.eol)
+    edit, out = edit_lines(restricted, some)
 
     lines = list(held.lines)
-    encoded = list(held.encoded)
     crlf, lf = held.crlf, held.lf
+    archive_changed = held.exists != (edit.archive is not None)
 
-    def put(position: int, text: str) -> None:
-        nonlocal crlf, lf
-        old, new = _ending(lines[position]), _ending(text)
+    def put(position: int, data: bytes) -> None:
+        nonlocal crlf, lf, archive_changed
+        if data == lines[position]:
+            return
+        old, new = _ending(lines[position]), _ending(data)
         crlf += new[0] - old[0]
         lf += new[1] - old[1]
-        lines[position] = text
-        encoded[position] = text.encode("utf-8")
+        lines[position] = data
+        archive_changed = True
 
     kept: set[int] = set()
     appended: list[Line] = []
@@ -171,10 +196,10 @@ def edit_changed(
             return None  # a line moved: not an edit this splice can express
         last = line.origin
         kept.add(line.origin)
-        put(line.origin, line.content + line.eol)
+        put(line.origin, (line.content + line.eol).encode("utf-8"))
     where = dict(held.where)
     for position in positions - kept:
-        put(position, "")
+        put(position, b"")
         link = links[position]
         if link is not None and link.kind is LinkKind.LOCAL:
             rest = [p for p in where[link.target] if p != position]
@@ -185,24 +210,23 @@ def edit_changed(
     heading_at, offending_at = held.heading_at, held.offending_at
     for line in appended:
         position = len(lines)
-        lines.append("")
-        encoded.append(b"")
-        put(position, line.content + line.eol)
+        lines.append(b"")
+        put(position, (line.content + line.eol).encode("utf-8"))
         if line.link is not None and line.link.kind is LinkKind.LOCAL:
             where[line.link.target] = [*where.get(line.link.target, ()), position]
         elif DEMOTED_HEADING.match(line.content):
             heading_at, offending_at = position, -1
         elif heading_at >= 0 and offending_at < 0 and line.content.strip():
             offending_at = position
-    if edit.archive is not None:
-        edit.archive = "".join(lines)
+    exists = edit.archive is not None
+    edit.archive = None  # see ChangedEdit
     # The restricted edit saw only some archive lines: add what the others still report.
     edit.invalid_links += [raw for p, raw in held.invalid.items() if p not in positions]
     dead = frozenset(edit.dead_links) | (held.dead - changed)
     edit.dead_links = sorted(dead)
-    after = HeldIndex(edit.main, edit.archive, lines, where, held.invalid, heading_at,
-                      offending_at, dead, crlf, lf, encoded)
-    return edit, after
+    after = HeldIndex(edit.main, exists, lines, where, held.invalid, heading_at, offending_at,
+                      dead, crlf, lf)
+    return ChangedEdit(edit, after, archive_changed)
 
 
 def check(

@@ -23,6 +23,7 @@ from memoryd.index import (
     Ownership,
     decide_ownership,
     measure,
+    release_parsed,
     split_lines,
     update_index,
     verify,
@@ -237,6 +238,40 @@ def index_dir(
             previous = None  # the other writer may have changed anything: scan in full
         if fast is not None:
             return fast
+    try:
+        return _index_with_retries(
+            rt,
+            md,
+            check=check,
+            grace=grace,
+            mode=mode,
+            forget=forget,
+            preferred=preferred or {},
+            settle=settle,
+            previous=previous,
+            only=only,
+            persist_cache=persist_cache,
+            keep=hold,
+        )
+    finally:
+        release_parsed()
+
+
+def _index_with_retries(
+    rt: Runtime,
+    md: MemoryDir,
+    *,
+    check: bool,
+    grace: float,
+    mode: str | None,
+    forget: Set[str],
+    preferred: Mapping[str, str],
+    settle: float,
+    previous: DirScan | None,
+    only: Set[str] | None,
+    persist_cache: bool,
+    keep: bool,
+) -> IndexOutcome:
     for attempt in range(1, CONFLICT_RETRIES + 1):
         try:
             return _index_once(
@@ -252,7 +287,7 @@ def index_dir(
                 previous=previous if attempt == 1 else None,
                 only=only if attempt == 1 else None,
                 persist_cache=persist_cache,
-                keep=hold,
+                keep=keep,
             )
         except WriteConflict as conflict:
             rt.audit.write(
@@ -433,12 +468,13 @@ def _write(
     """
     out = Written(main.identity, archive.identity, {})
     try:
-        if archive_changed and edit.archive is not None:
+        if archive_changed and (edit.archive is not None or archive_data is not None):
             # The archive first: a crash in between leaves a line indexed twice (collapsed
             # on the next pass), never a line indexed nowhere.
             if archive_data is not None:
                 data = (BOM if archive.bom else b"") + archive_data
             else:
+                assert edit.archive is not None
                 data = _encode(edit.archive, archive.bom)
             out.data[ARCHIVE_NAME] = data
             out.archive = fsops.replace_file(md.real_path, ARCHIVE_NAME, data, archive.identity)
@@ -576,7 +612,7 @@ def _index_changed(
     )
     if result is None:
         return None
-    edit, index = result
+    edit, index = result.edit, result.held
     outcome.edit = edit
     problems = {n: s for n, s in changed_files.items() if s.kind == "problem"}
     outcome.retry_after = _report_problems(rt, md, problems, state, settle, scope=only)
@@ -585,10 +621,10 @@ def _index_changed(
         state.changed_since_dream = sorted(set(state.changed_since_dream) | set(fresh))
         state.last_change_ts = now
     main = IndexText(held.index.main, held.main, held.main_bom)
-    archive = IndexText(held.index.archive, held.archive, held.archive_bom)
+    archive = IndexText(None, held.archive, held.archive_bom)  # its text is not needed
     main_id, archive_id = held.main, held.archive
     main_changed = edit.main != main.text
-    archive_changed = edit.archive != archive.text
+    archive_changed = result.archive_changed
     if main_changed or archive_changed:
         written = _write(
             rt,

@@ -170,16 +170,18 @@ def test_restricted_edit_equals_the_full_edit(
         if fast is None:
             held = hold(full.main, full.archive, set(full.dead_links))
         else:
-            assert summary(fast[0]) == summary(full)
-            held = fast[1]
+            assert fast.held.archive == full.archive
+            assert fast.archive_changed == (full.archive != d.archive)
+            fast.edit.archive = full.archive  # not made by the restricted edit
+            assert summary(fast.edit) == summary(full)
+            held = fast.held
             touched = (changed | set(full.added) | set(full.demoted)) & set(d.memories)
             assert check(held, touched - set(full.waiting), d.present, set(full.dead_links)) == []
         waiting = set(full.waiting)
         d.settle(full)
         assert held.main == d.main and held.archive == d.archive
         if held.archive:
-            assert held.eol == dominant_eol(held.archive)
-        assert held.archive_data == (None if d.archive is None else d.archive.encode())
+            assert held.some(()).eol == dominant_eol(held.archive)
 
 
 def test_the_splice_keeps_every_untouched_archive_line_byte_for_byte() -> None:
@@ -203,9 +205,10 @@ def test_the_splice_keeps_every_untouched_archive_line_byte_for_byte() -> None:
     )
     result = edit_changed(held, inp, {"m1500.md"}, set())
     assert result is not None
-    edit, after = result
-    assert edit.rewritten == ["m1500.md"]
-    assert edit.archive == archive.replace("- [m1500](m1500.md) — d\r\n",
-                                           "- [m1500](m1500.md) — new words\r\n")
-    assert edit == update_index(inp)
-    assert after.where["m1500.md"] == held.where["m1500.md"]
+    assert result.edit.rewritten == ["m1500.md"]
+    assert result.archive_changed
+    expected = archive.replace("- [m1500](m1500.md) — d\r\n", "- [m1500](m1500.md) — new words\r\n")
+    assert result.held.archive_data == expected.encode()
+    result.edit.archive = expected
+    assert result.edit == update_index(inp)
+    assert result.held.where["m1500.md"] == held.where["m1500.md"]

@@ -261,19 +261,36 @@ class IndexRun:
 def run_index(
     rt: Runtime,
     md: discover.MemoryDir,
-    change: Callable[[int], object],
+    change: Callable[[int], set[str]],
     reps: int,
     between: Callable[[], object] | None = None,
+    daemon: bool = False,
 ) -> IndexRun:
-    """Time `index_dir` after each of `reps` changes; `between` runs untimed after each."""
+    """Time `index_dir` after each of `reps` changes; `between` runs untimed after each.
+
+    `daemon`: the daemon's path after its debounce: it holds what its last pass left and the
+    names the file events reported (`held`, `only`). Otherwise a one-shot `memoryd index`.
+    """
     run = IndexRun()
+    held = indexer.index_dir(rt, md, hold=True).held if daemon else None
     for k in range(reps):
         if between is not None and k:
             between()
-        change(k)
+        names = change(k)
         gc.collect()
         start = time.perf_counter()
-        outcome = indexer.index_dir(rt, md)
+        if daemon:
+            outcome = indexer.index_dir(
+                rt,
+                md,
+                previous=held.scan if held else None,
+                only=names,
+                held=held,
+                hold=True,
+            )
+            held = outcome.held
+        else:
+            outcome = indexer.index_dir(rt, md)
         run.samples.append(time.perf_counter() - start)
         if outcome.status != "updated":
             run.bad.append(f"{outcome.status}: {outcome.message or outcome.problems[:2]}")
@@ -443,28 +460,42 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 since_naive = 0
                 naive_index.extend(timed(lambda: naive_rebuild(path, naive_out), 1))
 
-        def describe(name: str) -> Callable[[int], None]:
-            def change(k: int) -> None:
+        def describe(name: str) -> Callable[[int], set[str]]:
+            def change(k: int) -> set[str]:
                 _synth.set_description(path / name, f"Revised note {k} for {name} " + "x" * (k % 3))
+                return {name}
 
             return change
 
-        def add(k: int) -> None:
-            _synth.new_file(path, n + 100_000 + k, seed=args.seed)
+        def add(k: int) -> set[str]:
+            return {_synth.new_file(path, n + 100_000 + k, seed=args.seed).filename}
 
-        changes = [("description changed, pointer in MEMORY.md", describe(in_main))]
+        def add_later(k: int) -> set[str]:
+            return add(args.index_reps + k)
+
+        main_change = describe(in_main)
+        changes = [("description changed, pointer in MEMORY.md", main_change, main_change)]
         if in_archive is not None:
-            changes.append(("description changed, pointer in archive", describe(in_archive)))
-        changes.append(("one new file", add))
-        every = max(1, len(changes) * args.index_reps // repeat)
+            changes.append(
+                ("description changed, pointer in archive", describe(in_archive),
+                 describe(in_archive))
+            )
+        changes.append(("one new file", add, add_later))
+        every = max(1, 2 * len(changes) * args.index_reps // repeat)
         since_naive = 0
         naive_index += timed(lambda: naive_rebuild(path, naive_out), 1)
         index_runs: dict[str, IndexRun] = {}
-        for label, change in changes:
-            run = run_index(rt, md, change, args.index_reps, naive_between)
+        for label, change, one_shot_change in changes:
+            run = run_index(rt, md, change, args.index_reps, naive_between, daemon=True)
             index_runs[label] = run
             for stat in ("p50", "p99"):
                 rows.append(Row(f"3. {label}", naive_index, run.samples, 15 * MS, stat=stat))
+            once = run_index(rt, md, one_shot_change, args.index_reps, naive_between)
+            index_runs[f"{label} (one-shot)"] = once
+            rows.append(
+                Row(f"3. {label}: one-shot `memoryd index`", naive_index, once.samples, None,
+                    stat="p50")
+            )
         rows.append(rows_4)
 
         # 5. Memory: fresh interpreters, peak RSS growth while holding every file's parse.
@@ -516,12 +547,22 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
             print(f"\n-- cProfile, figure 1 (one cold scan_dir of {n:,} files) --")
             print(profile_top(lambda: scan_dir(path, {}), args.profile_lines))
             change = describe(in_main)
-            change(10_000)
-            print("-- cProfile, figure 3 (one index_dir after a description change) --")
-            print(profile_top(lambda: indexer.index_dir(rt, md), args.profile_lines))
+            held = indexer.index_dir(rt, md, hold=True).held
+            names = change(10_000)
+            print("-- cProfile, figure 3 (the daemon's index_dir after a description change) --")
+            print(
+                profile_top(
+                    lambda: indexer.index_dir(
+                        rt, md, previous=held.scan if held else None, only=names, held=held
+                    ),
+                    args.profile_lines,
+                )
+            )
             passes = 10
             with phase_timer() as spent:
-                total = run_index(rt, md, lambda k: change(20_000 + k), passes).samples
+                total = run_index(
+                    rt, md, lambda k: change(20_000 + k), passes, daemon=True
+                ).samples
             print(
                 f"-- figure 3, where the time goes (mean of {passes} passes after a description "
                 "change; exclusive times) --"

@@ -323,3 +323,17 @@ def test_opposes_examples(a: str, b: str, objects: set[str]) -> None:
 def test_directives(body: str, positive: set[str], negative: set[str]) -> None:
     """The object is the first significant word after a directive, skipping use/using."""
     assert directives(body) == (positive, negative)
+
+
+@pytest.mark.skipif(not HAVE_NUMPY, reason="no numpy")
+@pytest.mark.parametrize("step", [1, 2, 1 << 20])
+def test_ranges_are_exact_in_int32_and_past_it(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """The position ranges the numpy engine gathers with: int32 while every value fits."""
+    import numpy as np
+
+    monkeypatch.setattr(similar, "_RANGE_STEP", step)
+    small = similar._ranges(np.array([5, 0, 40]), np.array([3, 0, 2]))
+    assert small.dtype == np.int32 and small.tolist() == [5, 6, 7, 40, 41]
+    top = 2**31 - 2
+    big = similar._ranges(np.array([7, top]), np.array([1, 4]))
+    assert big.dtype == np.int64 and big.tolist() == [7, top, top + 1, top + 2, top + 3]

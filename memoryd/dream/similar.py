@@ -306,24 +306,39 @@ if TYPE_CHECKING:
     Arr = npt.NDArray[Any]
 
 
+_RANGE_STEP: Final = 1 << 20  # positions added at once by _ranges (4-8 MB of temporary)
+
+
 def _ranges(starts: "Arr", lens: "Arr") -> "Arr":
-    """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop."""
+    """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop.
+
+    int32 when every value fits (half the memory: at 100,000 memories this array is the
+    largest the duplicate search makes), and the running positions are added a slice at a
+    time rather than from one more array as long as the result.
+    """
     total = int(lens.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
     ends = np.cumsum(lens, dtype=np.int64)
-    out: Arr = np.repeat((starts - (ends - lens)).astype(np.int64), lens)
-    out += np.arange(total, dtype=np.int64)
+    shifts = starts - (ends - lens)
+    small = total < 2**31 and int(shifts.min()) > -(2**31) and int(shifts.max()) + total < 2**31
+    out: Arr = np.repeat(shifts.astype(np.int32 if small else np.int64), lens)
+    for at in range(0, total, _RANGE_STEP):
+        stop = min(total, at + _RANGE_STEP)
+        out[at:stop] += np.arange(at, stop, dtype=out.dtype)
     return out
 
 
 def _flatten(rows: Sequence[Sequence[int]]) -> tuple["Arr", "Arr"]:
-    """All rows' ids in one uint32 array (4 bytes an entry), and each row's length."""
+    """All rows' ids in one uint32 array (4 bytes an entry), and each row's length.
+
+    One join of the rows' buffers: the array is allocated once, at its final size.
+    """
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-    buf = array("I")
-    for r in rows:
-        buf.extend(r if isinstance(r, array) and r.typecode == "I" else array("I", r))
-    flat = np.frombuffer(buf, dtype=np.uint32) if buf else np.zeros(0, dtype=np.uint32)
+    joined = b"".join(
+        r if isinstance(r, array) and r.typecode == "I" else array("I", r) for r in rows
+    )
+    flat = np.frombuffer(joined, dtype=np.uint32) if joined else np.zeros(0, dtype=np.uint32)
     return flat, lengths
 
 
@@ -388,9 +403,7 @@ def _dense_counter(
 
 def _group_pairs_numpy(
     members: "Arr",
-    offsets: "Arr",
-    lengths: "Arr",
-    flat: "Arr",
+    rows: "Sequence[Sequence[int]]",
     low: float,
     *,
     block_cells: int = _BLOCK_CELLS,
@@ -407,11 +420,14 @@ def _group_pairs_numpy(
     if dense_fraction is None:
         popcount = dense_kernel == "popcount"
         dense_fraction = _DENSE_FRACTION_POPCOUNT if popcount else _DENSE_FRACTION_GEMM
-    sizes = lengths[members]
-    order = np.lexsort((members, sizes))
-    members, sizes = members[order], sizes[order]
+    # Only this type's rows are flattened, and the flat copy goes once they are in size order:
+    # the largest arrays of a 100,000-memory pass are made here.
+    flat, lengths = _dedupe_rows(*_flatten(rows))
+    order = np.lexsort((members, lengths))
+    members, sizes = members[order], lengths[order]
     n = int(members.size)
-    words = flat[_ranges(offsets[members], sizes)]
+    words = flat[_ranges((np.cumsum(lengths) - lengths)[order], sizes)]
+    del flat, lengths, order
     n_words = int(words.max()) + 1
     if n_words > 4 * words.size + 4096:
         # Sparse id space: renumber so per-word tables stay small.
@@ -451,8 +467,9 @@ def _group_pairs_numpy(
     e_lo = np.empty(by_word.size, dtype=np.int32)
     e_lo[by_word] = np.arange(1, by_word.size + 1, dtype=np.int32)
     del by_word
-    word_end = np.cumsum(np.bincount(e_word, minlength=n_words))
-    e_len = (word_end[e_word] - e_lo).astype(np.int32)
+    word_end = np.cumsum(np.bincount(e_word, minlength=n_words), dtype=np.int32)
+    e_len = word_end[e_word]
+    e_len -= e_lo
     del e_word, word_end
 
     need = np.array(_need_table(low, int(sizes[-1])), dtype=np.int64)
@@ -511,17 +528,16 @@ def _scatter_counts(
 def _pairs_numpy(
     docs: Sequence[tuple[str, Sequence[int]]], low: float, **tuning: Any
 ) -> list[Pair]:
-    flat, lengths = _dedupe_rows(*_flatten([w for _, w in docs]))
-    offsets = np.cumsum(lengths) - lengths
     groups: dict[str, list[int]] = {}
-    for i, (doc_type, _) in enumerate(docs):
-        if lengths[i]:
+    for i, (doc_type, words) in enumerate(docs):
+        if len(words):
             groups.setdefault(doc_type, []).append(i)
     parts: list[tuple[Arr, Arr, Arr]] = []
     for doc_type in sorted(groups):
-        members = np.array(groups[doc_type], dtype=np.int64)
-        if members.size >= 2:
-            parts.extend(_group_pairs_numpy(members, offsets, lengths, flat, low, **tuning))
+        members = groups[doc_type]
+        if len(members) >= 2:
+            rows = [docs[i][1] for i in members]
+            parts.extend(_group_pairs_numpy(np.array(members, dtype=np.int64), rows, low, **tuning))
     if not parts:
         return []
     a = np.concatenate([p[0] for p in parts])

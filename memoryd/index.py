@@ -52,6 +52,8 @@ class Link:
 
 def encode_target(filename: str) -> str:
     """Percent-encode what the pointer pattern or markdown cannot carry (spaces, parens, ...)."""
+    if filename.isprintable() and _ENCODE.keys().isdisjoint(filename):
+        return filename  # nearly every name: two C-level checks instead of a loop per character
     return "".join(
         _ENCODE.get(c, c) if c.isprintable() or c in _ENCODE else f"%{ord(c):02X}" for c in filename
     )

@@ -367,13 +367,32 @@ def _hint_for_yaml(error: Exception) -> str:
     return text[:200]
 
 
+# The usual header in one match: `---`, up to 29 lines that begin with a letter, `_` or a space
+# (so none of them can close it), then the closing line.
+_USUAL_HEADER = re.compile(r"---\n((?:[A-Za-z_ ][^\n]*\n){0,29})(?:---|\.\.\.)[^\S\n]*(?:\n|\Z)")
+
+
 def _split_frontmatter(text: str, max_fm_bytes: int) -> tuple[str, int] | str | None:
     """(frontmatter, where the body starts), or None when the file has none, or an error message."""
+    usual = _USUAL_HEADER.match(text)
+    if usual is not None:
+        fm, body_start = text[4 : max(4, usual.end(1) - 1)], usual.end()
+    else:
+        found = _find_closing(text)
+        if found is None or isinstance(found, str):
+            return found
+        fm, body_start = found
+    if (len(fm) if fm.isascii() else len(fm.encode("utf-8"))) > max_fm_bytes:
+        return f"frontmatter is larger than {max_fm_bytes} bytes"
+    return fm, body_start
+
+
+def _find_closing(text: str) -> tuple[str, int] | str | None:
+    """`_split_frontmatter` for any header: the first closing line within 30, found with
+    str.find (a closing line is `---` or `...` with only whitespace after it)."""
     if not text.startswith(("---\n", "---\r\n")):
         return None
     start = text.index("\n") + 1
-    # A closing line is `---` or `...` with only whitespace after it; look for the two prefixes
-    # with str.find rather than walking the lines one by one.
     newline = start - 1
     while True:
         dash = text.find("\n---", newline)
@@ -386,17 +405,18 @@ def _split_frontmatter(text: str, max_fm_bytes: int) -> tuple[str, int] | str | 
         if not rest or rest.isspace():
             break
         newline += 1
-    fm = text[start : max(start, newline)]
-    if (len(fm) if fm.isascii() else len(fm.encode("utf-8"))) > max_fm_bytes:
-        return f"frontmatter is larger than {max_fm_bytes} bytes"
-    return fm, len(text) if end < 0 else end + 1
+    return text[start : max(start, newline)], len(text) if end < 0 else end + 1
 
 
 def _text_field(data: Mapping[str, Any], key: str) -> str:
     value = data.get(key)
-    if isinstance(value, str):
-        return " ".join(value.split())  # fold newlines and runs of space: an index line is one line
-    return ""
+    if not isinstance(value, str):
+        return ""
+    # Most values are one line already: printable (so the only whitespace is " "), with no run
+    # of spaces and none at either end. Checking that is cheaper than splitting and joining.
+    if value.isprintable() and "  " not in value and value[:1] != " " and value[-1:] != " ":
+        return value
+    return " ".join(value.split())  # fold newlines and runs of space: an index line is one line
 
 
 def memory_type(data: Mapping[str, Any]) -> str:

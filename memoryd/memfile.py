@@ -202,8 +202,9 @@ _SIMPLE_LINE = re.compile(
 )
 
 
-def _parse_simple(text: str) -> dict[str, Any] | None:
-    """`parse_flat` for frontmatter made only of _SIMPLE_LINE lines; None for anything else."""
+def _simple_lines(text: str) -> tuple[dict[str, Any], int] | None:
+    """The fields of frontmatter made only of _SIMPLE_LINE lines, and how many `: ` its lines
+    hold outside plain values; None for any other frontmatter."""
     if "\t" in text or "\r" in text or " #" in text:
         return None  # a comment, or a value `_keep_hash_text` must see, is for YAML to decide
     out: dict[str, Any] = {}
@@ -237,7 +238,27 @@ def _parse_simple(text: str) -> dict[str, Any] | None:
             block_key = key
     if block is not None and not block:
         out[block_key] = ""
-    return out if text.count(": ") == colons else None
+    return out, colons
+
+
+def _parse_simple(text: str) -> dict[str, Any] | None:
+    """`parse_flat` for frontmatter made only of _SIMPLE_LINE lines; None for anything else."""
+    simple = _simple_lines(text)
+    if simple is None or text.count(": ") != simple[1]:
+        return None  # not simple, or a plain value holds `: `, which `_scalar` leaves to YAML
+    return simple[0]
+
+
+def _yaml_refuses(text: str) -> bool:
+    """Whether YAML is sure to refuse this frontmatter: simple lines, but a plain value holds
+    `: `. YAML ends the plain scalar there and then meets a second mapping value on one line,
+    an error in any block mapping. (Characters YAML also takes as line breaks void that.)"""
+    simple = _simple_lines(text)
+    return (
+        simple is not None
+        and text.count(": ") > simple[1]
+        and not any(c in text for c in "\x85\u2028\u2029")
+    )
 
 
 def parse_flat(text: str) -> dict[str, Any] | None:
@@ -474,6 +495,9 @@ def _parse(
         )
     fm_text, body_start = split
     fields_: Any = parse_flat(fm_text)
+    if fields_ is None and _yaml_refuses(fm_text):
+        # What the loader's error below leads to, without running the loader to see it fail.
+        fields_ = parse_lenient(fm_text)
     if fields_ is None:
         try:
             fields_ = load_yaml_strings(fm_text)

@@ -2,12 +2,22 @@
 
 import time
 import tracemalloc
+from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd.memfile import Memory, NotMemory, Problem, parse_flat, parse_memory
+from memoryd.memfile import (
+    Memory,
+    NotMemory,
+    Problem,
+    _yaml_refuses,
+    load_yaml_strings,
+    parse_flat,
+    parse_memory,
+)
 
 
 def test_flat_frontmatter_is_read_without_yaml() -> None:
@@ -229,8 +239,6 @@ def test_any_bytes_give_a_value(data: bytes) -> None:
 )
 def test_fast_path_matches_the_yaml_loader(fields: dict[str, str]) -> None:
     """Whenever the fast path accepts frontmatter, the YAML loader reads the same strings."""
-    from memoryd.memfile import load_yaml_strings
-
     text = "\n".join(f"{k}: {v}" for k, v in fields.items())
     fast = parse_flat(text)
     if fast is None:
@@ -240,3 +248,29 @@ def test_fast_path_matches_the_yaml_loader(fields: dict[str, str]) -> None:
     except Exception:
         pytest.fail(f"fast path accepted what YAML refuses: {text!r}")
     assert fast == {k: ("" if v is None else v) for k, v in slow.items()}
+
+
+_WORDS = st.lists(
+    st.sampled_from(["b", " b", ": b", ":b", "\u00e9", "\u2028", "\u3000", '"', "#"]), max_size=6
+).map(lambda middle: "a" + "".join(middle) + "c")
+_KEYS = st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        _KEYS, st.one_of(_WORDS, st.dictionaries(_KEYS, _WORDS, min_size=1)), min_size=1
+    )
+)
+def test_what_the_loader_is_skipped_for_it_refuses(fields: dict[str, Any]) -> None:
+    """Frontmatter the YAML loader is not run on, as sure to fail, does fail in the loader."""
+    lines = []
+    for key, value in fields.items():
+        if isinstance(value, str):
+            lines.append(f"{key}: {value}")
+        else:
+            lines += [f"{key}:", *(f"  {k}: {v}" for k, v in value.items())]
+    text = "\n".join(lines)
+    if _yaml_refuses(text):
+        with pytest.raises(yaml.YAMLError):
+            load_yaml_strings(text)

@@ -241,14 +241,6 @@ def _simple_lines(text: str) -> tuple[dict[str, Any], int] | None:
     return out, colons
 
 
-def _parse_simple(text: str) -> dict[str, Any] | None:
-    """`parse_flat` for frontmatter made only of _SIMPLE_LINE lines; None for anything else."""
-    simple = _simple_lines(text)
-    if simple is None or text.count(": ") != simple[1]:
-        return None  # not simple, or a plain value holds `: `, which `_scalar` leaves to YAML
-    return simple[0]
-
-
 def _yaml_refuses(text: str) -> bool:
     """Whether YAML is sure to refuse this frontmatter: simple lines, but a plain value holds
     `: `. YAML ends the plain scalar there and then meets a second mapping value on one line,
@@ -269,9 +261,10 @@ def parse_flat(text: str) -> dict[str, Any] | None:
     `- item` lines (`related:`). Anything else (comments, multi-line scalars, deeper nesting,
     anchors) goes to the loader.
     """
-    simple = _parse_simple(text)
+    simple = _simple_lines(text)
     if simple is not None:
-        return simple
+        # Unless a plain value holds `: `, which `_scalar` leaves to YAML.
+        return simple[0] if text.count(": ") == simple[1] else None
     out: dict[str, Any] = {}
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     i, count = 0, len(lines)
@@ -550,7 +543,10 @@ class Summary(NamedTuple):
 def _summarize(fields: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """name, description, type, modified: the frontmatter fields memoryd uses."""
     name, description = _text_field(fields, "name"), _text_field(fields, "description")
-    modified = _text_field(fields, "modified") or _text_field(fields, "last_verified")
+    # Most memories have neither date: look before calling.
+    modified = _text_field(fields, "modified") if "modified" in fields else ""
+    if not modified and "last_verified" in fields:
+        modified = _text_field(fields, "last_verified")
     return name, description, memory_type(fields), modified
 
 

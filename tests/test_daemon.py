@@ -75,11 +75,11 @@ def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str =
 
 
 def start(tmp_path: Path, *, grace: str = "0s", extra_env: dict[str, str] | None = None,
-          name: str = "d") -> Running:
+          name: str = "d", index_config: str = "") -> Running:
     home = tmp_path / f"home-{name}"
     home.mkdir(exist_ok=True)
     config = tmp_path / f"config-{name}.toml"
-    config.write_text(CONFIG.format(grace=grace))
+    config.write_text(CONFIG.format(grace=grace).replace("[index]\n", "[index]\n" + index_config))
     env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
            "XDG_STATE_HOME": str(home / ".local" / "state"),
            "XDG_CONFIG_HOME": str(home / ".config"), **(extra_env or {})}
@@ -314,3 +314,118 @@ def test_waits_for_a_missing_claude_home_and_says_so(daemon: Running) -> None:
     folder.mkdir(parents=True)
     agent_write(folder, "a.md")
     wait_for(lambda: "a.md" in index_text(folder), what="the new Claude home")
+
+
+SMALL_INDEX = 'max_lines = 12\nkeep_recent = "0s"\n'
+
+
+def consistent(folder: Path, hand: list[str]) -> bool:
+    """Every memory file indexed once across both files, no dangling link, hand lines kept."""
+    from memoryd.index import verify
+
+    main = index_text(folder)
+    archive_path = folder / "MEMORY-ARCHIVE.md"
+    archive = archive_path.read_text() if archive_path.exists() else None
+    files = {p.name for p in folder.glob("*.md") if not p.name.startswith("MEMORY")}
+    present = {p.name for p in folder.iterdir()}
+    return not verify(main, archive, files, present) and all(line in main for line in hand)
+
+
+def archive_text(folder: Path) -> str:
+    return (folder / "MEMORY-ARCHIVE.md").read_text()
+
+
+def test_a_change_touches_only_its_own_line_and_a_hand_edit_is_kept(  # type: ignore[no-untyped-def]
+    tmp_path: Path, project
+) -> None:
+    """With an archive, a description change rewrites one archive line and nothing else; a
+    person's edit of MEMORY.md between two changes is kept (the held index is not trusted)."""
+    running = start(tmp_path, name="h", index_config=SMALL_INDEX)
+    try:
+        folder = project(running, "held")
+        for i in range(30):
+            write_memory(folder, f"m{i:02d}.md", description=f"note {i}")
+        wait_for(lambda: consistent(folder, []) and "m29.md" in index_text(folder)
+                 + archive_text(folder), what="30 files indexed across both files")
+        archived = next(f"m{i:02d}.md" for i in range(30)
+                        if f"(m{i:02d}.md)" in archive_text(folder))
+        main_before, archive_before = index_text(folder), archive_text(folder)
+        agent_write(folder, archived, "revised words")
+        wait_for(lambda: "revised words" in archive_text(folder), what="the archive line rewritten")
+        assert index_text(folder) == main_before
+        changed = [
+            (a, b) for a, b in zip(archive_before.splitlines(), archive_text(folder).splitlines(),
+                                   strict=True) if a != b
+        ]
+        assert len(changed) == 1 and f"({archived})" in changed[0][1]
+
+        with (folder / "MEMORY.md").open("a") as handle:
+            handle.write("a line a person added\n")
+        agent_write(folder, "late.md", "added after the hand edit")
+        wait_for(lambda: "late.md" in index_text(folder) + archive_text(folder),
+                 what="the new file indexed")
+        (folder / archived).unlink()
+        wait_for(lambda: f"({archived})" not in archive_text(folder), what="the pointer removed")
+        wait_for(lambda: consistent(folder, ["a line a person added"]), what="a consistent index")
+        check = running.cli("index", "--check", str(folder))
+        assert check.returncode == 0, check.stdout + check.stderr  # a full pass agrees
+        assert running.rows("index.verify_failed") == []
+    finally:
+        running.stop()
+
+
+def crash_once(base: Path, project, k: int, hand: list[str]) -> bool:  # type: ignore[no-untyped-def]
+    """One run of the scenario with the daemon killed at its k-th write step; then a restart.
+
+    Returns whether the daemon lived through the scenario (k is past its last write step).
+    """
+    crashing = start(base, name="c", index_config=SMALL_INDEX,
+                     extra_env={"MEMORYD_CRASH_AT": str(k)})
+    folder = project(crashing, f"crash{k}")
+    for i in range(20):
+        write_memory(folder, f"m{i:02d}.md", description=f"note {i}")
+    (folder / "MEMORY.md").write_text("# Mine\n\n" + "\n".join(hand) + "\n")
+    before = {p.name for p in folder.glob("m*.md")}
+
+    def indexed(name: str) -> bool:
+        archive = folder / "MEMORY-ARCHIVE.md"
+        return f"({name})" in index_text(folder) + (archive.read_text() if archive.exists() else "")
+
+    try:
+        wait_for(lambda: crashing.proc.poll() is not None or indexed("m19.md"), timeout=20,
+                 what="indexed or killed")
+        for step in range(3):
+            if crashing.proc.poll() is not None:
+                break
+            agent_write(folder, f"m{step:02d}.md", f"revised {step}")
+            agent_write(folder, f"new{step}.md", f"new {step}")
+            name = f"new{step}.md"
+            wait_for(lambda: crashing.proc.poll() is not None or indexed(name),  # noqa: B023
+                     timeout=20, what="the new file indexed or killed")
+        survived = crashing.proc.poll() is None
+    finally:
+        crashing.stop()
+    after = start(base, name="c", index_config=SMALL_INDEX)
+    try:
+        wait_for(lambda: consistent(folder, hand), timeout=20, what=f"consistent after k={k}")
+        assert before <= {p.name for p in folder.glob("*.md")}  # every memory file is still there
+        assert after.rows("index.verify_failed") == []
+    finally:
+        after.stop()
+    return survived
+
+
+def test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index(  # type: ignore[no-untyped-def]
+    tmp_path: Path, project
+) -> None:
+    """The daemon killed at each write step of its passes (k = 1, 2, ...): after a restart the
+    index is consistent, every memory file is still there, hand-written lines are intact."""
+    hand = ["<!-- memoryd: manage -->", "prose a person wrote"]
+    k = 0
+    while True:
+        k += 1
+        base = tmp_path / f"k{k}"
+        base.mkdir()
+        if crash_once(base, project, k, hand):
+            break  # k is past every write step of the scenario
+    assert k > 4  # the loop did kill the daemon at several steps

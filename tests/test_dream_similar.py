@@ -166,6 +166,21 @@ def test_dense_kernels_with_hundreds_of_dense_words(kernel: str) -> None:
     assert len(got) >= 15
 
 
+@pytest.mark.skipif(not HAVE_NUMPY, reason="no numpy")
+def test_numpy_engine_in_small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrays filled a slice at a time (to bound temporaries) give the same exact pairs."""
+    rng = random.Random(5)
+    docs: Docs = [(rng.choice("ab"), rng.sample(range(90), rng.randint(1, 40))) for _ in range(60)]
+    docs += [(t, words[: len(words) * 3 // 4 + 1]) for t, words in docs[:10]]
+    expected = brute_pairs(docs, 0.4)
+    assert len(expected) >= 10
+    monkeypatch.setattr(similar, "_RANGE_STEP", 3)
+    for kernel in ("gemm", "popcount") if HAVE_POPCOUNT else ("gemm",):
+        for fraction in (0.0, 0.2):
+            tuning = {"dense_kernel": kernel, "dense_fraction": fraction}
+            assert similar._pairs_numpy(docs, 0.4, **tuning) == expected
+
+
 @pytest.mark.parametrize("use_numpy", ENGINES)
 def test_unsorted_input_is_read_as_a_set(use_numpy: bool) -> None:
     """Word ids out of order or repeated count once, as in a set."""

@@ -373,13 +373,14 @@ def _dense_counter(
         return lambda r0, r1: np.zeros((r1 - r0, n - r0), dtype=count_type)
     if kernel == "popcount":
         n_chunks = (n_cols + 63) // 64
-        bits = np.zeros((n, n_chunks * 64), dtype=np.bool_)
-        bits[rows, cols] = True
-        # One contiguous row of n uint64 per 64 words; bit order inside is irrelevant to AND.
-        packed = np.ascontiguousarray(
-            np.packbits(bits, axis=1, bitorder="little").view(np.uint64).T
-        )
-        del bits
+        # One contiguous row of n uint64 per 64 words (word c is bit c % 64 of row c // 64),
+        # set in place: a docs × words bool matrix first would be the search's largest array.
+        packed = np.zeros((n_chunks, n), dtype=np.uint64)
+        cells = packed.reshape(-1)
+        for at in range(0, rows.size, _RANGE_STEP):
+            col = cols[at : at + _RANGE_STEP].astype(np.int64)
+            bit = np.left_shift(np.uint64(1), (col & 63).astype(np.uint64))
+            np.bitwise_or.at(cells, (col >> 6) * n + rows[at : at + _RANGE_STEP], bit)
 
         def popcount_block(r0: int, r1: int) -> "Arr":
             counts = np.zeros((r1 - r0, n - r0), dtype=count_type)
@@ -449,10 +450,10 @@ def _group_pairs_numpy(
     rows_local = np.repeat(np.arange(n, dtype=np.int32), sizes)
     col = dense_col[words]
     in_matrix = col >= 0
-    dense_block = _dense_counter(
-        rows_local[in_matrix], col[in_matrix], n, n_dense, int(sizes[-1]), dense_kernel
-    )
+    dense_rows, dense_cols = rows_local[in_matrix], col[in_matrix]
     del col, dense_col
+    dense_block = _dense_counter(dense_rows, dense_cols, n, n_dense, int(sizes[-1]), dense_kernel)
+    del dense_rows, dense_cols
 
     # The other words held by 2+ docs: a CSC posting array, and for each entry of a row the
     # slice of the later docs that hold the same word.
@@ -462,15 +463,18 @@ def _group_pairs_numpy(
     e_row = rows_local[sparse]
     e_word = words[sparse]
     del rows_local, words, sparse
-    by_word = np.argsort(e_word, kind="stable")
-    post = e_row[by_word]
-    e_lo = np.empty(by_word.size, dtype=np.int32)
-    e_lo[by_word] = np.arange(1, by_word.size + 1, dtype=np.int32)
-    del by_word
+    # In an order that keeps few entry-long arrays alive at once (the search's peak).
+    by_word = np.argsort(e_word, kind="stable").astype(np.int32)
     word_end = np.cumsum(np.bincount(e_word, minlength=n_words), dtype=np.int32)
     e_len = word_end[e_word]
-    e_len -= e_lo
     del e_word, word_end
+    post = e_row[by_word]
+    e_lo = np.empty(by_word.size, dtype=np.int32)
+    for at in range(0, by_word.size, _RANGE_STEP):
+        stop = min(by_word.size, at + _RANGE_STEP)
+        e_lo[by_word[at:stop]] = np.arange(at + 1, stop + 1, dtype=np.int32)
+    del by_word
+    e_len -= e_lo
 
     need = np.array(_need_table(low, int(sizes[-1])), dtype=np.int64)
     out: list[tuple[Arr, Arr, Arr]] = []

@@ -88,6 +88,8 @@ def test_cache_round_trips_and_a_bad_cache_is_no_cache(tmp_path: Path) -> None:
     assert load_cache(data) == files
     assert load_cache(dump_cache({})) == {}
     old_rows = marshal.dumps([s.as_tuple() for s in files.values()])
-    for bad in (data[: len(data) // 2], b"", b"\x00garbage", old_rows, marshal.dumps((1, 2))):
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x40
+    for bad in (data[: len(data) // 2], b"", b"\x00garbage", old_rows, bytes(flipped)):
         assert load_cache(bad) == {}
     assert scan_dir(folder, load_cache(data)).reread == 0

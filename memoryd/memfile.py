@@ -540,14 +540,14 @@ class Summary(NamedTuple):
     modified: str
 
 
-def _summarize(fields: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    """name, description, type, modified: the frontmatter fields memoryd uses."""
+def _summarize(digest: str, fields: Mapping[str, Any]) -> Summary:
+    """The frontmatter fields memoryd uses."""
     name, description = _text_field(fields, "name"), _text_field(fields, "description")
     # Most memories have neither date: look before calling.
     modified = _text_field(fields, "modified") if "modified" in fields else ""
     if not modified and "last_verified" in fields:
         modified = _text_field(fields, "last_verified")
-    return name, description, memory_type(fields), modified
+    return Summary(digest, name, description, memory_type(fields), modified)
 
 
 def parse_memory(
@@ -562,17 +562,17 @@ def parse_memory(
     if not isinstance(parsed, tuple):
         return parsed
     digest, fields, text, body_start = parsed
-    name, description, type_, modified = _summarize(fields)
+    summary = _summarize(digest, fields)
     return Memory(
         filename=filename,
-        name=name,
-        description=description,
-        type=type_,
+        name=summary.name,
+        description=summary.description,
+        type=summary.type,
         frontmatter=fields,
         body=text[body_start:],
         sha256=digest,
         size=len(data),
-        modified=modified,
+        modified=summary.modified,
     )
 
 
@@ -587,4 +587,4 @@ def parse_summary(
     parsed = _parse(filename, data, max_file_bytes, max_frontmatter_bytes)
     if not isinstance(parsed, tuple):
         return parsed
-    return Summary(parsed[0], *_summarize(parsed[1]))
+    return _summarize(parsed[0], parsed[1])

@@ -194,7 +194,7 @@ def _flow_list(value: str) -> list[str] | None:
 # plain (no indicator first, not ending in `:` or a space) or double-quoted with no `"` or `\`
 # inside. A line of any other shape (blank, `- item`, trailing blanks, ...) leaves `key` empty.
 # The rules a regex would pay per character for (no tab, CR or ` #` anywhere, no `: ` inside a
-# plain value) `_parse_simple` checks over the whole text.
+# plain value) are checked over the whole text instead: see `_simple_lines` and `parse_flat`.
 _SIMPLE_LINE = re.compile(
     r"^(?:( *)([A-Za-z_][A-Za-z0-9_-]*):"
     r"(?: +([^-?:,\[\]{}#&*!|>'\"%@`~\s].*(?<![: ]))| +(\"[^\"\\\n]*\"))?|.*)$",
@@ -531,7 +531,7 @@ def _parse(
 
 class Summary(NamedTuple):
     """What the scanner keeps of a memory: `parse_memory`'s fields without the body and the
-    frontmatter (building those for every file of a cold scan costs a fifth of it)."""
+    frontmatter (building those for every file of a cold scan costs a tenth of it)."""
 
     sha256: str
     name: str

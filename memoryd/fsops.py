@@ -135,13 +135,18 @@ def read_regular(
         os.close(fd)
 
 
-def identity_of(dir_fd: int, name: str, limit: int = 64 << 20) -> tuple[bytes, FileIdentity] | None:
-    """Current bytes and identity of a file in the dir, or None when it does not exist."""
+def identity_of(
+    dir_fd: int, name: str, limit: int = 64 << 20, *, digest: bool = True
+) -> tuple[bytes, FileIdentity] | None:
+    """Current bytes and identity of a file in the dir, or None when it does not exist.
+
+    `digest=False`: no sha256 (left empty), for a caller that compares the bytes instead.
+    """
     try:
         data, st = read_regular(dir_fd, name, limit)
     except FileNotFoundError:
         return None
-    sha = hashlib.sha256(data).hexdigest()
+    sha = hashlib.sha256(data).hexdigest() if digest else ""
     return data, FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, sha)
 
 
@@ -180,12 +185,6 @@ def _write_temp(dir_fd: int, name: str, data: bytes, mode: int, *, sync: bool = 
     return tmp
 
 
-def _same(current: FileIdentity | None, expected: FileIdentity | None) -> bool:
-    if current is None or expected is None:
-        return current is expected
-    return current == expected
-
-
 def replace_file(
     dir_path: Path,
     name: str,
@@ -193,11 +192,16 @@ def replace_file(
     expected: FileIdentity | None,
     *,
     keep_prev: str | None = None,
+    expected_data: bytes | None = None,
 ) -> FileIdentity:
     """Atomically replace `name` with `data` if it is still `expected` (None: must not exist).
 
     Raises WriteConflict when someone else wrote it meanwhile (nothing of theirs is lost),
     MemorydError for a write failure such as a full disk (the old file is untouched).
+    `expected_data`: the expected file's bytes, from a caller that holds them (the daemon):
+    they are compared as they are instead of by sha256, and the returned identity carries no
+    sha256 (such a caller compares bytes next time too). Hashing a 2 MB archive twice costs
+    more than the rest of a daemon's pass.
     """
     with open_dir(dir_path) as dir_fd:
         mode = 0o600
@@ -220,35 +224,43 @@ def replace_file(
             crash_point("index.before_swap")
             # By stat only: the exchange below checks the bytes of what it took out (and the
             # fallback without it checks them in full before renaming).
-            _check_unchanged(dir_fd, name, expected, dir_path, by_stat=True)
+            _check_unchanged(dir_fd, name, expected, dir_path)
             if expected is None:
                 _create_no_replace(dir_fd, tmp, name, dir_path)
             else:
-                _swap(dir_fd, tmp, name, expected, keep_prev, dir_path)
+                _swap(dir_fd, tmp, name, (expected, expected_data), keep_prev, dir_path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         fsync_dir(dir_fd)
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+        digest = hashlib.sha256(data).hexdigest() if expected_data is None else ""
+        return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, digest)
+
+
+Expected = tuple[FileIdentity, bytes | None]  # the identity, and the bytes when they are held
+
+
+def _is_expected(found: tuple[bytes, FileIdentity] | None, expected: Expected) -> bool:
+    identity, data = expected
+    if found is None or found[1].ino != identity.ino:
+        return False
+    return found[0] == data if data is not None else found[1].sha256 == identity.sha256
 
 
 def _check_unchanged(
-    dir_fd: int, name: str, expected: FileIdentity | None, dir_path: Path, *, by_stat: bool = False
+    dir_fd: int, name: str, expected: FileIdentity | None, dir_path: Path
 ) -> None:
-    if by_stat:
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            same = expected is None
-        else:
-            same = expected is not None and (st.st_ino, st.st_size, st.st_mtime_ns) == (
-                expected.ino, expected.size, expected.mtime_ns
-            )
+    """A look by stat before the swap, which then checks the bytes of what it took out."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        same = expected is None
     else:
-        current = identity_of(dir_fd, name)
-        same = _same(current[1] if current else None, expected)
+        same = expected is not None and (st.st_ino, st.st_size, st.st_mtime_ns) == (
+            expected.ino, expected.size, expected.mtime_ns
+        )
     if not same:
         raise WriteConflict(f"{dir_path / name} changed while memoryd was editing it")
 
@@ -270,14 +282,15 @@ def _create_no_replace(dir_fd: int, tmp: str, name: str, dir_path: Path) -> None
 
 
 def _swap(
-    dir_fd: int, tmp: str, name: str, expected: FileIdentity, keep_prev: str | None, dir_path: Path
+    dir_fd: int, tmp: str, name: str, expected: Expected, keep_prev: str | None, dir_path: Path
 ) -> None:
     try:
         # Exchange, then look at what came out: if it is not what we read, someone slipped a
         # write in after our check, so exchange back and let the caller retry from theirs.
         renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
     except NotImplementedError:
-        _check_unchanged(dir_fd, name, expected, dir_path)
+        if not _is_expected(identity_of(dir_fd, name), expected):
+            raise WriteConflict(f"{dir_path / name} changed while memoryd was editing it") from None
         if keep_prev is not None:
             previous = identity_of(dir_fd, name)
             if previous is not None:
@@ -285,8 +298,7 @@ def _swap(
                 os.rename(prev_tmp, keep_prev, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return
-    out = identity_of(dir_fd, tmp)
-    if out is None or out[1].ino != expected.ino or out[1].sha256 != expected.sha256:
+    if not _is_expected(identity_of(dir_fd, tmp, digest=expected[1] is None), expected):
         renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
         raise WriteConflict(f"{dir_path / name} changed during the swap")
     crash_point("index.after_swap")

@@ -460,11 +460,14 @@ def _write(
     main_changed: bool,
     archive_changed: bool,
     archive_data: bytes | None = None,
+    held: tuple[bytes | None, bytes | None] = (None, None),
 ) -> Written | str:
     """Swap in the new index texts and log it; what was written, or the error message.
 
     Raises WriteConflict when another writer got in first (the caller retries from theirs).
-    `archive_data`: the new archive's text in UTF-8 when the caller has it already.
+    `archive_data`: the new archive's text in UTF-8 when the caller has it already. `held`:
+    the bytes MEMORY.md and the archive should hold now, from a caller that keeps them (the
+    swap compares them instead of hashing; see fsops.replace_file).
     """
     out = Written(main.identity, archive.identity, {})
     try:
@@ -477,11 +480,18 @@ def _write(
                 assert edit.archive is not None
                 data = _encode(edit.archive, archive.bom)
             out.data[ARCHIVE_NAME] = data
-            out.archive = fsops.replace_file(md.real_path, ARCHIVE_NAME, data, archive.identity)
+            out.archive = fsops.replace_file(
+                md.real_path, ARCHIVE_NAME, data, archive.identity, expected_data=held[1]
+            )
         if main_changed and edit.main is not None:
             data = out.data[INDEX_NAME] = _encode(edit.main, main.bom)
             out.main = fsops.replace_file(
-                md.real_path, INDEX_NAME, data, main.identity, keep_prev=PREV_NAME
+                md.real_path,
+                INDEX_NAME,
+                data,
+                main.identity,
+                keep_prev=PREV_NAME,
+                expected_data=held[0],
             )
     except MemorydError as error:
         if isinstance(error, WriteConflict):
@@ -635,6 +645,10 @@ def _index_changed(
             main_changed,
             archive_changed,
             index.archive_data if archive_changed else None,
+            held=(
+                _encode(held.index.main, held.main_bom) if held.index.main is not None else None,
+                _held_archive(held) if archive_changed else None,
+            ),
         )
         if isinstance(written, str):
             return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
@@ -676,6 +690,11 @@ def _index_changed(
             cfg.index,
         )
     return outcome
+
+
+def _held_archive(held: Held) -> bytes | None:
+    data = held.index.archive_data
+    return None if data is None else (BOM if held.archive_bom else b"") + data
 
 
 def _verify_changed(

@@ -292,3 +292,38 @@ def test_new_memory_dir_without_index_gets_one_private(env: Env, cli, tmp_path: 
     assert path.stat().st_mode & 0o777 == 0o600
     assert env.state.stat().st_mode & 0o777 == 0o700
     assert env.audit_path.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "fallback"])
+def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
+    env: Env, mdir: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
+) -> None:
+    """The daemon's pass after a change checks the index it holds by stat, then swaps; a writer
+    who rewrites MEMORY.md in place with the same size and mtime is caught by the bytes the
+    swap took out (or, without the exchange, by a read before the rename): nothing is lost."""
+    monkeypatch.setattr(fsops, "use_renameat2", exchange and fsops._renameat2 is not None)
+    rt = env.runtime()
+    first = index_dir(rt, _dir(mdir), hold=True)
+    assert first.status == "updated" and first.held is not None
+    write_memory(mdir, "alpha.md", description="revised memory")
+    calls = []
+
+    def same_size_editor(folder: Path, name: str) -> None:
+        if name != "MEMORY.md" or calls:
+            return
+        calls.append(1)
+        path = folder / "MEMORY.md"
+        st = path.stat()
+        text = path.read_text()
+        with open(path, "r+", encoding="utf-8") as handle:
+            handle.write(text.replace("prose", "PROSE"))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    monkeypatch.setattr(fsops, "before_swap", same_size_editor)
+    outcome = index_dir(rt, _dir(mdir), previous=first.held.scan, only={"alpha.md"},
+                        held=first.held, hold=True)
+    assert outcome.status == "updated"
+    text = (mdir / "MEMORY.md").read_text()
+    assert "\nPROSE\n" in text
+    assert "- [alpha](alpha.md) — revised memory\n" in text
+    assert [r["event"] for r in env.audit_rows()].count("index.conflict") == 1

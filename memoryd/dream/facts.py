@@ -72,8 +72,8 @@ def derive(memory: Memory, vocabulary: Vocabulary) -> Facts:
 def _shared(refs: Refs) -> Refs:
     """``refs`` holding one string per distinct reference across all memories.
 
-    Memories of one project name the same paths and symbols again and again: at 100,000
-    memories their own copies of them were ~35 MB of a pass.
+    Memories of one project name the same paths and symbols again and again (at 10,000
+    memories, 6,600 distinct paths among 16,500); each memory's own copies would all be kept.
     """
     if not refs.paths and not refs.symbols:
         return _NO_REFS

@@ -34,7 +34,7 @@ from memoryd import discover, fsops, indexer
 from memoryd.config import Config
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, POINTER
 from memoryd.paths import AppPaths
-from memoryd.runtime import Runtime
+from memoryd.runtime import Runtime, tune_gc
 from memoryd.scan import scan_dir
 from memoryd.state import StateStore
 
@@ -626,9 +626,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(child_memory(mode, Path(path), args._traced)))
         return 0
 
+    # As every memoryd process does (cli.main): both sides then collect on the same schedule.
+    tune_gc()
     print(
         f"memoryd index bench — Python {platform.python_version()} on {platform.system()} "
-        f"{platform.machine()}, {os.cpu_count()} CPUs; times are wall clock, warm page cache"
+        f"{platform.machine()}, {os.cpu_count()} CPUs; times are wall clock, warm page cache; "
+        f"gc thresholds {gc.get_threshold()} (memoryd's, for both sides)"
     )
     results = [bench_size(n, args) for n in args.n]
     if args.json:

@@ -16,7 +16,7 @@ from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file
 from memoryd.paths import app_paths
-from memoryd.runtime import Runtime
+from memoryd.runtime import Runtime, tune_gc
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -689,6 +689,7 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    tune_gc()
     parser = build_parser()
     try:
         # argparse prints help and usage errors itself; send them where the caller asked.

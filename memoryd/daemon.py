@@ -8,7 +8,6 @@ work, so work is serialised. Signal handlers only set flags.
 import contextlib
 import ctypes
 import fcntl
-import gc
 import json
 import os
 import signal
@@ -31,7 +30,7 @@ from memoryd.indexer import Held, index_dir
 from memoryd.logsetup import configure, get_logger
 from memoryd.paths import AppPaths, ensure_private_dir
 from memoryd.recovery import recover
-from memoryd.runtime import Runtime
+from memoryd.runtime import Runtime, tune_gc
 from memoryd.scan import DirScan
 from memoryd.watch import Debouncer, Kind, Signal, Watcher, install_overflow_hook
 
@@ -648,10 +647,7 @@ def _iso(ts: float) -> str | None:
 def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
     _one_malloc_arena()  # before any thread starts
     configure(config.log.level)
-    # A pass over 10,000 files allocates ~100,000 short-lived objects; the default thresholds
-    # then run dozens of collections per pass (measured: ~35 ms of a 150 ms pass). This
-    # process is the daemon, so it may collect less often; the objects die young either way.
-    gc.set_threshold(50_000, 50, 100)
+    tune_gc()  # also done by cli.main; here for callers that start the daemon directly
     try:
         lock_fd = acquire_lock(paths)
     except AlreadyRunning as error:

@@ -187,6 +187,7 @@ def decide_ownership(
     override: str = "auto",
     known: Set[str] | None = None,
     archive_targets: Set[str] | None = None,
+    only_missing: Set[str] | None = None,
 ) -> Ownership:
     """Is this index a list of pointers memoryd may edit? (DESIGN §3, "Whose index is it?").
 
@@ -195,6 +196,8 @@ def decide_ownership(
     ownership (a burst of new files must not turn a managed index into an unmanaged one);
     a person rewriting the index into something else still does. `archive_targets`: the
     archive's pointer targets when the caller holds them already (not re-read from its text).
+    `only_missing`: when the caller knows that no other memory file can lack a pointer (the
+    daemon, after a pass that gave every file one: only the changed and the waiting can).
     """
     if main is not None and OFF_MARK in main:
         return Ownership(False, f"MEMORY.md holds {OFF_MARK}")
@@ -218,9 +221,14 @@ def decide_ownership(
     for name, text in linked.items():
         if name in targets or (archive_targets is not None and name in archive_targets):
             targets.update(pointer_targets(text))
-    uncovered = set(memory_files) - targets
-    if archive_targets is not None:
-        uncovered.difference_update(archive_targets)  # no copy of the archive's 10,000 targets
+    elsewhere = archive_targets if archive_targets is not None else frozenset()
+    if only_missing is not None:
+        uncovered = {
+            f for f in only_missing if f in memory_files and f not in targets and f not in elsewhere
+        }
+    else:
+        uncovered = set(memory_files) - targets
+        uncovered.difference_update(elsewhere)  # no copy of the archive's 10,000 targets
     covered = len(memory_files) - len(uncovered)
     if covered * 2 >= len(memory_files):
         return Ownership(True, f"{covered} of {len(memory_files)} memory files have pointer lines")

@@ -594,6 +594,8 @@ def _index_changed(
         override,
         state.seen.keys(),
         archive_targets=index.where.keys(),
+        # The last pass gave every memory file a pointer but those still in their grace.
+        only_missing=only | held.waiting,
     )
     if not ownership.managed:
         return None  # the full pass says why, once
@@ -606,7 +608,7 @@ def _index_changed(
         index,
         IndexInput(
             main=index.main,
-            archive=index.archive,
+            archive=None,  # not read: the held index has it
             memories=memories,
             present=scan.present,
             seen=index_held.pairs(state.seen),

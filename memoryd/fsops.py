@@ -216,8 +216,10 @@ def replace_file(
                 "the old file is untouched. Free disk space or fix permissions, then rerun."
             ) from error
         try:
+            # The identity the file will have under its name (a rename keeps inode and mtime),
+            # taken now: a stat by name after the swap could already see another writer's.
+            st = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False)
             if on_own_write is not None:
-                st = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False)
                 on_own_write(dir_path, name, (st.st_ino, st.st_size, st.st_mtime_ns))
             if before_swap is not None:
                 before_swap(dir_path, name)
@@ -234,7 +236,6 @@ def replace_file(
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         fsync_dir(dir_fd)
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         digest = hashlib.sha256(data).hexdigest() if expected_data is None else ""
         return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, digest)
 

@@ -415,7 +415,7 @@ def _index_once(
         main_id, archive_id = written.main, written.archive
         outcome.status = "updated"
         state.last_index_ts = now
-        outcome.problems = verify_on_disk(md, scan, edit.dead_links, edit.waiting)
+        outcome.problems = verify_on_disk(md, scan, edit.dead_links, edit.waiting, written)
         _report_verify(rt, md, outcome)
 
     if edit.waiting:
@@ -660,7 +660,7 @@ def _index_changed(
         touched = (only | set(edit.added) | set(edit.demoted)) & memories.keys()
         outcome.problems = _verify_changed(
             md,
-            written.data,
+            written,
             edit,
             index,
             touched - set(edit.waiting),
@@ -701,7 +701,7 @@ def _held_archive(held: Held) -> bytes | None:
 
 def _verify_changed(
     md: MemoryDir,
-    written: Mapping[str, bytes],
+    written: Written,
     edit: IndexEdit,
     index: index_held.HeldIndex,
     touched: Set[str],
@@ -709,14 +709,22 @@ def _verify_changed(
 ) -> list[str]:
     """Read the written files back: they must hold what was written; and the touched files
     must be indexed once each (every other file was verified by an earlier pass and none of
-    its lines moved)."""
+    its lines moved). A file another writer replaced since is theirs, as in verify_on_disk."""
     problems = []
     with fsops.open_dir(md.real_path) as dir_fd:
-        for name, data in written.items():
+        for name, data in written.data.items():
+            ours = written.main if name == INDEX_NAME else written.archive
             try:
-                on_disk, _ = fsops.read_regular(dir_fd, name, MAX_ARCHIVE_BYTES)
-            except (OSError, ValueError):
-                on_disk = None
+                on_disk, st = fsops.read_regular(dir_fd, name, MAX_ARCHIVE_BYTES)
+            except FileNotFoundError:
+                return []  # removed since our write: another writer's doing
+            except (OSError, ValueError) as error:
+                problems.append(f"{name} cannot be read back ({error})")
+                continue
+            if ours is not None and (st.st_ino, st.st_size, st.st_mtime_ns) != (
+                ours.ino, ours.size, ours.mtime_ns
+            ):
+                return []
             if on_disk != data:
                 problems.append(f"{name} on disk is not what was written")
     return problems + index_held.check(index, touched, present, set(edit.dead_links))
@@ -728,14 +736,36 @@ def _budget(index: IndexConfig) -> Budget:
 
 
 def verify_on_disk(
-    md: MemoryDir, scan: DirScan, allowed_dead: list[str], waiting: list[str]
+    md: MemoryDir,
+    scan: DirScan,
+    allowed_dead: list[str],
+    waiting: list[str],
+    written: Written | None = None,
 ) -> list[str]:
-    """Re-read the index files from disk and check DESIGN §3's promises against the scan."""
+    """Re-read the index files from disk and check DESIGN §3's promises against the scan.
+
+    With `written` (what this pass wrote): a file another writer replaced since is theirs to
+    have written, not a failed write of ours; its events bring the next pass, which reads it.
+    """
     expected = set(scan.memories) - set(waiting)
     with fsops.open_dir(md.real_path) as dir_fd:
         main = read_index_file(dir_fd, INDEX_NAME)
         archive = read_index_file(dir_fd, ARCHIVE_NAME)
+    if written is not None and (
+        _replaced(main.identity, written.main, INDEX_NAME in written.data)
+        or _replaced(archive.identity, written.archive, ARCHIVE_NAME in written.data)
+    ):
+        return []
     return verify(main.text, archive.text, expected, scan.present, set(allowed_dead))
+
+
+def _replaced(found: FileIdentity | None, ours: FileIdentity | None, wrote: bool) -> bool:
+    """Whether a file this pass wrote is no longer the one it wrote (another writer's now)."""
+    if not wrote or ours is None:
+        return False
+    return found is None or (found.ino, found.size, found.mtime_ns) != (
+        ours.ino, ours.size, ours.mtime_ns
+    )
 
 
 def budget_use(text: str | None, rt: Runtime) -> dict[str, int]:

@@ -382,9 +382,10 @@ def crash_once(base: Path, project, k: int, hand: list[str]) -> bool:  # type: i
     crashing = start(base, name="c", index_config=SMALL_INDEX,
                      extra_env={"MEMORYD_CRASH_AT": str(k)})
     folder = project(crashing, f"crash{k}")
+    # The index first: written after the files, it would race the daemon's first pass.
+    (folder / "MEMORY.md").write_text("# Mine\n\n" + "\n".join(hand) + "\n")
     for i in range(20):
         write_memory(folder, f"m{i:02d}.md", description=f"note {i}")
-    (folder / "MEMORY.md").write_text("# Mine\n\n" + "\n".join(hand) + "\n")
     before = {p.name for p in folder.glob("m*.md")}
 
     def indexed(name: str) -> bool:

@@ -327,3 +327,35 @@ def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
     assert "\nPROSE\n" in text
     assert "- [alpha](alpha.md) — revised memory\n" in text
     assert [r["event"] for r in env.audit_rows()].count("index.conflict") == 1
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["full", "held"])
+def test_another_writer_right_after_our_swap_is_not_a_failed_verification(
+    env: Env, mdir: Path, monkeypatch: pytest.MonkeyPatch, held: bool
+) -> None:
+    """Someone replaces MEMORY.md just after memoryd's swap: the read-back finds their file,
+    which is not a write of ours gone wrong: no index.verify_failed, and their text stays."""
+    rt = env.runtime()
+    first = index_dir(rt, _dir(mdir), hold=True)
+    assert first.held is not None
+    write_memory(mdir, "alpha.md", description="revised memory")
+    real_fsync_dir = fsops.fsync_dir
+    calls = []
+
+    def then_another_writer(dir_fd: int) -> None:
+        real_fsync_dir(dir_fd)
+        if not calls and (mdir / "MEMORY.md").exists():
+            calls.append(1)
+            tmp = mdir / "agent.tmp.1"
+            tmp.write_text("# Theirs\n\nwritten just after\n")
+            tmp.replace(mdir / "MEMORY.md")
+
+    monkeypatch.setattr(fsops, "fsync_dir", then_another_writer)
+    if held:
+        outcome = index_dir(rt, _dir(mdir), previous=first.held.scan, only={"alpha.md"},
+                            held=first.held, hold=True)
+    else:
+        outcome = index_dir(rt, _dir(mdir))
+    assert calls and outcome.status == "updated", outcome.problems
+    assert (mdir / "MEMORY.md").read_text() == "# Theirs\n\nwritten just after\n"
+    assert "index.verify_failed" not in [r["event"] for r in env.audit_rows()]

@@ -502,10 +502,12 @@ class Daemon:
                 continue
             # Imported here: the dream pass brings numpy and rapidfuzz, which an idle daemon
             # that never dreams should not carry in memory.
-            from memoryd.dream.run import RepoCache, dream_dir
+            from memoryd.dream.run import RepoCache, dream_dir, release_caches
 
             started = self.mono()
             result = dream_dir(self.rt, entry.md, repos=RepoCache(), trigger="pile-up")
+            release_caches()  # a pass an hour or more apart gains little from them
+            _return_freed_memory()
             entry.reading = (started, self.mono())
             entry.scan = None  # the pass moved files: the next look is a full one
             entry.held = None

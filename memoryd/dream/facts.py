@@ -123,6 +123,10 @@ class FactsCache:
         if self._dropped > len(self._entries):
             self._reset()
 
+    def clear(self) -> None:
+        """Forget everything (the next pass derives every memory's facts again)."""
+        self._reset()
+
     def _reset(self) -> None:
         self._entries = {}
         self._used = {}

@@ -103,17 +103,21 @@ def _parse_lines(text: str) -> tuple[ParsedLine, ...]:
     out: list[ParsedLine] = []
     # Split on "\n" only: str.splitlines would also split on \x0b, \x1c, U+2028 and others.
     for chunk in re.split(r"(?<=\n)", text):
-        if not chunk:
-            continue
-        if chunk.endswith("\r\n"):
-            content, eol = chunk[:-2], "\r\n"
-        elif chunk.endswith("\n"):
-            content, eol = chunk[:-1], "\n"
-        else:
-            content, eol = chunk, ""
-        match = POINTER.match(content)
-        out.append((content, eol, classify_link(match.group(2)) if match else None))
+        if chunk:
+            out.append(parse_line(chunk))
     return tuple(out)
+
+
+def parse_line(chunk: str) -> ParsedLine:
+    """One line with its ending: its content, the ending, its pointer link if it is one."""
+    if chunk.endswith("\r\n"):
+        content, eol = chunk[:-2], "\r\n"
+    elif chunk.endswith("\n"):
+        content, eol = chunk[:-1], "\n"
+    else:
+        content, eol = chunk, ""
+    match = POINTER.match(content)
+    return content, eol, classify_link(match.group(2)) if match else None
 
 
 def split_lines(text: str) -> list[Line]:

@@ -19,16 +19,15 @@ from dataclasses import dataclass, replace
 
 from memoryd.index import (
     DEMOTED_HEADING,
-    POINTER,
     TRAILER,
     IndexEdit,
     IndexInput,
     Line,
     LinkKind,
     SomeArchiveLines,
-    classify_link,
     edit_lines,
     local_links,
+    parse_line,
     split_lines,
 )
 
@@ -77,15 +76,8 @@ def _ending(data: bytes) -> tuple[int, int]:
 
 
 def _line(position: int, data: bytes) -> Line:
-    text = data.decode("utf-8")
-    if text.endswith("\r\n"):
-        content, eol = text[:-2], "\r\n"
-    elif text.endswith("\n"):
-        content, eol = text[:-1], "\n"
-    else:
-        content, eol = text, ""
-    match = POINTER.match(content)
-    return Line(content, eol, classify_link(match.group(2)) if match else None, position)
+    content, eol, link = parse_line(data.decode("utf-8"))
+    return Line(content, eol, link, position)
 
 
 def hold(main: str | None, archive: str | None, dead: Set[str]) -> HeldIndex:

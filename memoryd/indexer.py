@@ -239,64 +239,33 @@ def index_dir(
         if fast is not None:
             return fast
     try:
-        return _index_with_retries(
-            rt,
-            md,
-            check=check,
-            grace=grace,
-            mode=mode,
-            forget=forget,
-            preferred=preferred or {},
-            settle=settle,
-            previous=previous,
-            only=only,
-            persist_cache=persist_cache,
-            keep=hold,
-        )
+        for attempt in range(1, CONFLICT_RETRIES + 1):
+            try:
+                return _index_once(
+                    rt,
+                    md,
+                    check=check,
+                    grace=grace,
+                    mode=mode,
+                    forget=forget,
+                    preferred=preferred or {},
+                    settle=settle,
+                    # After a conflict the other writer may have changed anything: scan in full.
+                    previous=previous if attempt == 1 else None,
+                    only=only if attempt == 1 else None,
+                    persist_cache=persist_cache,
+                    keep=hold,
+                )
+            except WriteConflict as conflict:
+                rt.audit.write(
+                    "index.conflict",
+                    dir=md.path,
+                    file=INDEX_NAME,
+                    attempt=attempt,
+                    detail=str(conflict),
+                )
     finally:
         release_parsed()
-
-
-def _index_with_retries(
-    rt: Runtime,
-    md: MemoryDir,
-    *,
-    check: bool,
-    grace: float,
-    mode: str | None,
-    forget: Set[str],
-    preferred: Mapping[str, str],
-    settle: float,
-    previous: DirScan | None,
-    only: Set[str] | None,
-    persist_cache: bool,
-    keep: bool,
-) -> IndexOutcome:
-    for attempt in range(1, CONFLICT_RETRIES + 1):
-        try:
-            return _index_once(
-                rt,
-                md,
-                check=check,
-                grace=grace,
-                mode=mode,
-                forget=forget,
-                preferred=preferred or {},
-                settle=settle,
-                # After a conflict the other writer may have changed anything: scan in full.
-                previous=previous if attempt == 1 else None,
-                only=only if attempt == 1 else None,
-                persist_cache=persist_cache,
-                keep=keep,
-            )
-        except WriteConflict as conflict:
-            rt.audit.write(
-                "index.conflict",
-                dir=md.path,
-                file=INDEX_NAME,
-                attempt=attempt,
-                detail=str(conflict),
-            )
     return IndexOutcome(
         md,
         "conflict",

@@ -14,6 +14,7 @@ those archive lines, and splices the result back. Anything the splice cannot pla
 (None) and the caller runs the full edit instead. Pure: text in, text out.
 """
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, replace
 
@@ -82,15 +83,17 @@ def _line(position: int, data: bytes) -> Line:
 
 def hold(main: str | None, archive: str | None, dead: Set[str]) -> HeldIndex:
     """Take the index as a full pass left it (one pass over the archive's lines)."""
-    lines: list[bytes] = []
+    data = archive.encode("utf-8") if archive is not None else b""
+    # Split in C, at the line ends split_lines uses ("\n" is one byte in UTF-8 and never part
+    # of another character): the held lines are made in one go, not among the parse's
+    # temporaries, which would leave them scattered over the heap once those are freed.
+    lines = [chunk for chunk in _LINE_END.split(data) if chunk]
+    crlf = data.count(b"\r\n")
+    lf = data.count(b"\n") - crlf
     where: dict[str, list[int]] = {}
     invalid: dict[int, str] = {}
     heading_at = offending_at = -1
-    crlf = lf = 0
     for position, line in enumerate(split_lines(archive) if archive is not None else []):
-        lines.append((line.content + line.eol).encode("utf-8"))
-        crlf += line.eol == "\r\n"
-        lf += line.eol == "\n"
         link = line.link
         if link is not None:
             if link.kind is LinkKind.LOCAL:
@@ -103,6 +106,9 @@ def hold(main: str | None, archive: str | None, dead: Set[str]) -> HeldIndex:
             offending_at = position
     return HeldIndex(main, archive is not None, lines, where, invalid, heading_at,
                      offending_at, frozenset(dead), crlf, lf)
+
+
+_LINE_END = re.compile(rb"(?<=\n)")
 
 
 def _from_end(held: HeldIndex, changed: Set[str]) -> Iterator[int]:

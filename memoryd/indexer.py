@@ -293,7 +293,9 @@ def _index_once(
 ) -> IndexOutcome:
     cfg = rt.config
     state = rt.store.load(md.real_path)
-    cache = rt.store.load_cache(md.real_path)
+    # A caller's own last scan is the fresher cache (the daemon writes its cache to disk only
+    # with the heartbeat): a full look then reads only what changed since that scan.
+    cache = previous.files if previous is not None else rt.store.load_cache(md.real_path)
     scan = scan_dir(
         md.real_path,
         cache,

@@ -220,11 +220,14 @@ class Watcher:
     def watched(self) -> set[tuple[Path, bool]]:
         return set(self._watches)
 
-    def add(self, path: Path, *, parent: bool) -> WatchError | None:
+    def add(self, path: Path, *, parent: bool, reads: bool | None = None) -> WatchError | None:
+        """Watch a memory dir (`parent`: a folder where memory dirs appear). `reads`: whether
+        its read events are wanted, when not as the watcher was made."""
         key = (path, parent)
         if key in self._watches:
             return None
-        kinds = PARENT_EVENTS if parent else MEMORY_DIR_EVENTS + (READ_EVENTS if self.reads else [])
+        with_reads = self.reads if reads is None else reads
+        kinds = PARENT_EVENTS if parent else MEMORY_DIR_EVENTS + (READ_EVENTS if with_reads else [])
         try:
             watch = self.observer.schedule(
                 _Handler(path, parent, self.sink), str(path), recursive=False, event_filter=kinds
@@ -234,6 +237,14 @@ class Watcher:
             return WatchError(path, error.strerror or str(error), limit)
         self._watches[key] = watch
         return None
+
+    def rewatch(self, path: Path, *, reads: bool) -> WatchError | None:
+        """Watch a memory dir again, with or without its read events. Events in between are
+        lost: the caller looks at the dir again in full afterwards."""
+        if (path, False) not in self._watches:
+            return None
+        self.remove(path, parent=False)
+        return self.add(path, parent=False, reads=reads)
 
     def remove(self, path: Path, *, parent: bool) -> None:
         watch = self._watches.pop((path, parent), None)

@@ -25,7 +25,7 @@ debounce = "200ms"
 max_wait = "2s"
 reconcile_every = "1h"
 [dream]
-pile_up = 5
+pile_up = {pile_up}
 quiet = "1s"
 min_interval = "0s"
 """
@@ -75,11 +75,12 @@ def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str =
 
 
 def start(tmp_path: Path, *, grace: str = "0s", extra_env: dict[str, str] | None = None,
-          name: str = "d", index_config: str = "") -> Running:
+          name: str = "d", index_config: str = "", pile_up: int = 5) -> Running:
     home = tmp_path / f"home-{name}"
     home.mkdir(exist_ok=True)
     config = tmp_path / f"config-{name}.toml"
-    config.write_text(CONFIG.format(grace=grace).replace("[index]\n", "[index]\n" + index_config))
+    config.write_text(CONFIG.format(grace=grace, pile_up=pile_up).replace(
+        "[index]\n", "[index]\n" + index_config))
     env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
            "XDG_STATE_HOME": str(home / ".local" / "state"),
            "XDG_CONFIG_HOME": str(home / ".config"), **(extra_env or {})}
@@ -265,7 +266,7 @@ def test_sighup_with_a_bad_config_keeps_the_old_one(daemon: Running, project) ->
     folder = project(daemon, "after-hup")
     agent_write(folder, "a.md")
     wait_for(lambda: "a.md" in index_text(folder), what="still working")
-    daemon.config.write_text(CONFIG.format(grace="0s"))
+    daemon.config.write_text(CONFIG.format(grace="0s", pile_up=5))
     daemon.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: daemon.rows("config.reloaded"), what="config.reloaded")
 
@@ -430,3 +431,34 @@ def test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index(  # type
         if crash_once(base, project, k, hand):
             break  # k is past every write step of the scenario
     assert k > 4  # the loop did kill the daemon at several steps
+
+
+def test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events(  # type: ignore[no-untyped-def]
+    tmp_path: Path, project
+) -> None:
+    """A pass over 600 changed files watches the dir without read events (its own reads would
+    flood the handler); afterwards they are watched again: an agent's read is recorded."""
+    from memoryd.state import StateStore
+
+    running = start(tmp_path, name="r", pile_up=100_000)  # no dream pass reading every file
+    try:
+        folder = project(running, "reads")
+        wait_for(lambda: running.rows("dir.discovered"), what="discovery")
+        for i in range(600):  # within one debounce: one pass over 600 names
+            write_memory(folder, f"m{i:03d}.md", description=f"note {i}")
+
+        def indexed(name: str) -> bool:
+            archive = folder / "MEMORY-ARCHIVE.md"
+            text = index_text(folder) + (archive.read_text() if archive.exists() else "")
+            return f"({name})" in text
+
+        wait_for(lambda: all(indexed(f"m{i:03d}.md") for i in range(600)), timeout=30,
+                 what="600 files indexed")
+        time.sleep(2.0)  # past the window in which reads are taken for memoryd's own
+        (folder / "m005.md").read_bytes()  # the agent consults a memory
+        agent_write(folder, "later.md", "written after the read")  # a pass absorbs the read
+        wait_for(lambda: indexed("later.md"), what="the later file indexed")
+        state = StateStore(running.state).load(folder.resolve())
+        assert list(state.reads) == ["m005.md"]
+    finally:
+        running.stop()

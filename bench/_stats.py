@@ -1,4 +1,4 @@
-"""Statistics shared by the benches."""
+"""Statistics and tables shared by the benches."""
 
 import math
 from collections.abc import Sequence
@@ -8,3 +8,18 @@ def percentile(samples: Sequence[float], q: float) -> float:
     """Nearest-rank percentile: p99 of 30 samples is the largest, never an interpolation."""
     ordered = sorted(samples)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def markdown_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    """A markdown table, the first column left-aligned, the others right-aligned."""
+    widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "| " + " | ".join(parts) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), rule, *(line(r) for r in body)])

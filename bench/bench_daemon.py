@@ -48,17 +48,13 @@ from pathlib import Path
 from typing import Any
 
 import _synth
-from _stats import percentile
+from _naive import naive_load_all, naive_rebuild
+from _stats import markdown_table, percentile
 
 from memoryd.audit import iter_lines
 from memoryd.config import parse_duration
 from memoryd.discover import slugify
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, POINTER
-
-try:
-    import frontmatter
-except ImportError:  # pragma: no cover - the message is the point
-    sys.exit("python-frontmatter is missing: pip install -e '.[bench]'")
 
 MS = 1e-3
 MB = 1024 * 1024
@@ -151,15 +147,7 @@ def render_table(rows: Sequence[Row]) -> str:
         target = "≤ " + fmt(row.target, row.unit) if row.target is not None else "—"
         body.append((f"{row.label} [{stat}, {n}]", fmt(row.base, row.unit),
                      fmt(row.mine, row.unit), ratio(row.base, row.mine), target, row.met))
-    widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [c.ljust(w) if i == 0 else c.rjust(w)
-                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
-        return "| " + " | ".join(parts) + " |"
-
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(header), rule, *(line(r) for r in body)])
+    return markdown_table(header, body)
 
 
 # --- /proc --------------------------------------------------------------------------------------
@@ -333,45 +321,6 @@ def with_description(text: str, description: str) -> bytes:
 
 
 # --- naive baselines ----------------------------------------------------------------------------
-def naive_names(path: Path) -> list[str]:
-    return sorted(n for n in os.listdir(path)
-                  if n.endswith(".md") and not n.startswith(("MEMORY", ".")))
-
-
-def naive_load_all(path: Path) -> list[Any]:
-    posts = []
-    for name in naive_names(path):
-        with contextlib.suppress(Exception):  # a naive tool skips what it cannot parse
-            posts.append(frontmatter.load(path / name))
-    return posts
-
-
-def naive_rebuild(path: Path, out_dir: Path) -> None:
-    """Parse every file, regenerate the whole index, write it (temp, fsync, rename)."""
-    lines = [f"# {path.name} Memory", ""]
-    for name in naive_names(path):
-        try:
-            post = frontmatter.load(path / name)
-        except Exception:
-            continue
-        label = str(post.metadata.get("name") or name.removesuffix(".md"))
-        description = " ".join(str(post.metadata.get("description") or "").split())
-        lines.append(f"- [{label}]({name}){_synth.SEPARATOR}{description}")
-    tmp = out_dir / f".{INDEX_NAME}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, ("\n".join(lines) + "\n").encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, out_dir / INDEX_NAME)
-    dir_fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def timed_naive(path: Path, out_dir: Path) -> float:
     gc.collect()
     start = time.perf_counter()
@@ -401,7 +350,7 @@ def child_poll(path: str) -> None:
 
 def child_hold(path: str) -> None:
     """Baseline of the RSS row: a fresh interpreter holding every file's python-frontmatter Post."""
-    posts = naive_load_all(Path(path))
+    posts, _ = naive_load_all(Path(path))
     gc.collect()
     print(json.dumps({"rss": proc_status(os.getpid(), "VmRSS"), "posts": len(posts)}), flush=True)
 

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import _synth
-from _stats import percentile
+from _stats import markdown_table, percentile
 
 from memoryd import discover, indexer
 from memoryd.config import Config
@@ -748,17 +748,7 @@ def render_table(rows: Sequence[Row]) -> str:
         if row.censored and naive and mine:
             ratio = f"< {naive / mine:,.1f}×"
         body.append((label, shown, mine_shown, ratio, target, row.met))
-    widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "| " + " | ".join(parts) + " |"
-
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(header), rule, *(line(r) for r in body)])
+    return markdown_table(header, body)
 
 
 def peak_rss() -> dict[str, int]:

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import _synth
-from _stats import percentile
+from _naive import naive_load_all, naive_rebuild
+from _stats import markdown_table, percentile
 
 from memoryd import discover, fsops, indexer
 from memoryd.config import Config
@@ -37,11 +38,6 @@ from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, tune_gc
 from memoryd.scan import scan_dir
 from memoryd.state import StateStore
-
-try:
-    import frontmatter
-except ImportError:  # pragma: no cover - the message is the point
-    sys.exit("python-frontmatter is missing: pip install -e '.[bench]'")
 
 MS = 1e-3
 MB = 1024 * 1024
@@ -123,59 +119,7 @@ def render_table(rows: Sequence[Row]) -> str:
         target = "≤ " + fmt(row.target, row.unit) if row.target is not None else "—"
         label = f"{row.label} [{row.stat}]"
         body.append((label, fmt(naive, row.unit), fmt(mine, row.unit), ratio, target, row.met))
-    widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "| " + " | ".join(parts) + " |"
-
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(header), rule, *(line(r) for r in body)])
-
-
-# --- the naive baselines -----------------------------------------------------------------------
-def naive_names(path: Path) -> list[str]:
-    return sorted(
-        n for n in os.listdir(path) if n.endswith(".md") and not n.startswith(("MEMORY", "."))
-    )
-
-
-def naive_load_all(path: Path) -> tuple[list[Any], int]:
-    """python-frontmatter on every *.md: the Posts, and how many files it could not load."""
-    posts, failed = [], 0
-    for name in naive_names(path):
-        try:
-            posts.append(frontmatter.load(path / name))
-        except Exception:  # a naive tool skips what it cannot parse
-            failed += 1
-    return posts, failed
-
-
-def naive_rebuild(path: Path, out_dir: Path) -> None:
-    """Parse every file, regenerate the whole index, write it (temp, fsync, rename)."""
-    lines = [f"# {path.name} Memory", ""]
-    for name in naive_names(path):
-        try:
-            post = frontmatter.load(path / name)
-        except Exception:
-            continue
-        label = str(post.metadata.get("name") or name.removesuffix(".md"))
-        description = " ".join(str(post.metadata.get("description") or "").split())
-        lines.append(f"- [{label}]({name}){_synth.SEPARATOR}{description}")
-    data = ("\n".join(lines) + "\n").encode("utf-8")
-    tmp = out_dir / f".{INDEX_NAME}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, out_dir / INDEX_NAME)
-    with fsops.open_dir(out_dir) as dir_fd:
-        fsops.fsync_dir(dir_fd)
+    return markdown_table(header, body)
 
 
 # --- floors: what the hardware and the kernel cost, for context --------------------------------

@@ -52,11 +52,6 @@ class HeldIndex:
     def archive_data(self) -> bytes | None:
         return b"".join(self.lines) if self.exists else None
 
-    @property
-    def archive(self) -> str | None:
-        data = self.archive_data
-        return None if data is None else data.decode("utf-8")
-
     def some(self, positions: Iterable[int]) -> SomeArchiveLines:
         last = next((line for line in reversed(self.lines) if line), b"")
         eol = None if not (self.crlf or self.lf or last) else (

@@ -176,6 +176,14 @@ def _report_problems(
     return retry
 
 
+def _count_changed(state: DirState, scan: DirScan, memories: Set[str], now: float) -> None:
+    """The daemon's pile-up count: memory files added or changed since the last dream pass."""
+    fresh = set(scan.changed) & memories
+    if fresh:
+        state.changed_since_dream = sorted(set(state.changed_since_dream) | fresh)
+        state.last_change_ts = now
+
+
 def _report_links(rt: Runtime, md: MemoryDir, edit: IndexEdit, state: DirState) -> None:
     current = set()
     for event, targets in (
@@ -329,11 +337,7 @@ def _index_once(
     if not rt.dry_run and not check:
         outcome.retry_after = _report_problems(rt, md, scan.problems, state, settle)
         if state.known:
-            # The daemon's pile-up count: memory files added or changed since the last pass.
-            fresh = sorted(set(scan.changed) & set(memories))
-            if fresh:
-                state.changed_since_dream = sorted(set(state.changed_since_dream) | set(fresh))
-                state.last_change_ts = rt.clock()
+            _count_changed(state, scan, memories.keys(), now)
     if not ownership.managed:
         outcome.status = "unmanaged"
         outcome.message = ownership.reason
@@ -599,10 +603,7 @@ def _index_changed(
     outcome.edit = edit
     problems = {n: s for n, s in changed_files.items() if s.kind == "problem"}
     outcome.retry_after = _report_problems(rt, md, problems, state, settle, scope=only)
-    fresh = sorted(set(scan.changed) & memories.keys())
-    if fresh:
-        state.changed_since_dream = sorted(set(state.changed_since_dream) | set(fresh))
-        state.last_change_ts = now
+    _count_changed(state, scan, memories.keys(), now)
     main = IndexText(held.index.main, held.main, held.main_bom)
     archive = IndexText(None, held.archive, held.archive_bom)  # its text is not needed
     main_id, archive_id = held.main, held.archive

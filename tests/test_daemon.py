@@ -462,3 +462,32 @@ def test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events(  # type
         assert list(state.reads) == ["m005.md"]
     finally:
         running.stop()
+
+
+def test_an_unparseable_change_is_reported_once_and_again_after_a_fix(  # type: ignore[no-untyped-def]
+    daemon: Running, project
+) -> None:
+    """A pass over just the changed files reports a broken file once (never indexing it),
+    forgets the report when it is fixed, and reports it again when it breaks again."""
+    folder = project(daemon, "broken")
+    write_memory(folder, "good.md")
+    wait_for(lambda: "good.md" in index_text(folder), what="baseline")
+
+    def break_it() -> None:
+        path = folder / "bad.md"
+        path.write_text("---\nname: [unclosed\ndescription: x\n---\nbody\n")
+        old = time.time() - 60  # past the settle time a fresh file gets
+        os.utime(path, (old, old))
+
+    def reports() -> int:
+        return sum(1 for r in daemon.rows("file.unparseable") if r["file"] == "bad.md")
+
+    break_it()
+    wait_for(lambda: reports() == 1, what="the broken file reported")
+    agent_write(folder, "good2.md")  # another pass: no second report
+    wait_for(lambda: "good2.md" in index_text(folder), what="a later change indexed")
+    assert reports() == 1 and "bad.md" not in index_text(folder)
+    agent_write(folder, "bad.md", "fixed now")
+    wait_for(lambda: "bad.md" in index_text(folder), what="the fixed file indexed")
+    break_it()
+    wait_for(lambda: reports() == 2, what="reported again after breaking again")

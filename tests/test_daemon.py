@@ -1,5 +1,6 @@
 """`memoryd run` as a real process against a temp HOME: events, discovery, signals, liveness."""
 
+import hashlib
 import json
 import os
 import signal
@@ -388,6 +389,9 @@ def crash_once(base: Path, project, k: int, hand: list[str]) -> bool:  # type: i
     for i in range(20):
         write_memory(folder, f"m{i:02d}.md", description=f"note {i}")
     before = {p.name for p in folder.glob("m*.md")}
+    # The scenario rewrites m00-m02 itself; every other memory must keep its bytes (§2.1).
+    untouched = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                 for p in folder.glob("m*.md") if p.name[1:3] not in ("00", "01", "02")}
 
     def indexed(name: str) -> bool:
         archive = folder / "MEMORY-ARCHIVE.md"
@@ -411,6 +415,8 @@ def crash_once(base: Path, project, k: int, hand: list[str]) -> bool:  # type: i
     try:
         wait_for(lambda: consistent(folder, hand), timeout=20, what=f"consistent after k={k}")
         assert before <= {p.name for p in folder.glob("*.md")}  # every memory file is still there
+        assert untouched == {n: hashlib.sha256((folder / n).read_bytes()).hexdigest()
+                             for n in untouched}
         assert after.rows("index.verify_failed") == []
     finally:
         after.stop()

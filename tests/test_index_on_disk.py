@@ -359,3 +359,19 @@ def test_another_writer_right_after_our_swap_is_not_a_failed_verification(
     assert calls and outcome.status == "updated", outcome.problems
     assert (mdir / "MEMORY.md").read_text() == "# Theirs\n\nwritten just after\n"
     assert "index.verify_failed" not in [r["event"] for r in env.audit_rows()]
+
+
+def test_held_pass_with_nothing_to_do_writes_nothing(env: Env, mdir: Path) -> None:
+    """The daemon's pass after a change that moves no index line (a body edited): nothing is
+    written in the memory dir, no temp file, no new mtime, no audit row (§2.6)."""
+    rt = env.runtime()
+    first = index_dir(rt, _dir(mdir), hold=True)
+    assert first.held is not None
+    rows = len(env.audit_rows())
+    write_memory(mdir, "beta.md", description="second memory", body="Another body.\n")
+    before = {k: v for k, v in tree_digest(mdir).items() if k != "beta.md"}
+    outcome = index_dir(rt, _dir(mdir), previous=first.held.scan, only={"beta.md"},
+                        held=first.held, hold=True)
+    assert outcome.status == "unchanged" and outcome.held is not None
+    assert {k: v for k, v in tree_digest(mdir).items() if k != "beta.md"} == before
+    assert len(env.audit_rows()) == rows

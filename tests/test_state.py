@@ -1,5 +1,6 @@
 """Per-dir state: small saves go to a log beside the base file, and a fresh process reads both."""
 
+import stat
 from pathlib import Path
 
 from memoryd.state import LOG_FOLD_BYTES, DirState, StateStore
@@ -24,6 +25,7 @@ def test_a_save_of_one_changed_file_appends_instead_of_rewriting(tmp_path: Path)
     assert base.read_bytes() == base_bytes
     log = next((tmp_path / "dirs").glob("*.log"))
     assert 0 < log.stat().st_size < 300
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600  # private, like the base (§2.8)
     assert StateStore(tmp_path).load(folder) == state  # a fresh process sees both
 
 

@@ -313,29 +313,42 @@ def move_no_replace(src_dir: Path, src: str, dst_dir: Path, dst: str) -> None:
     """Rename a file between two folders of one filesystem; never overwrite, never copy.
 
     Raises FileExistsError when `dst` exists and UnsafeFilesystemOperation across filesystems.
+    Both folders are fsynced before it returns.
     """
     with open_dir(src_dir) as src_fd, open_dir(dst_dir) as dst_fd:
-        if os.fstat(src_fd).st_dev != os.fstat(dst_fd).st_dev:
-            raise UnsafeFilesystemOperation(
-                f"{dst_dir} is on another filesystem than {src_dir}: memoryd moves files only "
-                "by rename, never by copy. Keep the trash inside the memory dir."
-            )
-        try:
-            try:
-                renameat2(src_fd, src, dst_fd, dst, RENAME_NOREPLACE)
-            except NotImplementedError:
-                # link + unlink never overwrites either; a crash in between leaves two names
-                # for one inode, which recovery resolves (journal.settle).
-                os.link(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
-                os.unlink(src, dir_fd=src_fd)
-        except OSError as error:
-            if error.errno == errno.EXDEV:
-                raise UnsafeFilesystemOperation(
-                    f"{dst_dir} is on another filesystem than {src_dir}"
-                ) from error
-            raise
+        check_same_filesystem(src_fd, src_dir, dst_fd, dst_dir)
+        rename_no_replace(src_fd, src, dst_fd, dst, where=(src_dir, dst_dir))
         fsync_dir(dst_fd)
         fsync_dir(src_fd)
+
+
+def check_same_filesystem(src_fd: int, src_dir: Path, dst_fd: int, dst_dir: Path) -> None:
+    if os.fstat(src_fd).st_dev != os.fstat(dst_fd).st_dev:
+        raise UnsafeFilesystemOperation(
+            f"{dst_dir} is on another filesystem than {src_dir}: memoryd moves files only "
+            "by rename, never by copy. Keep the trash inside the memory dir."
+        )
+
+
+def rename_no_replace(
+    src_fd: int, src: str, dst_fd: int, dst: str, *, where: tuple[Path, Path]
+) -> None:
+    """The rename of `move_no_replace` relative to two open folders, with no fsync: for a
+    caller that moves many files and syncs both folders once at the end."""
+    try:
+        try:
+            renameat2(src_fd, src, dst_fd, dst, RENAME_NOREPLACE)
+        except NotImplementedError:
+            # link + unlink never overwrites either; a crash in between leaves two names
+            # for one inode, which recovery resolves (journal.settle).
+            os.link(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+            os.unlink(src, dir_fd=src_fd)
+    except OSError as error:
+        if error.errno == errno.EXDEV:
+            raise UnsafeFilesystemOperation(
+                f"{where[1]} is on another filesystem than {where[0]}"
+            ) from error
+        raise
 
 
 def write_private(path: Path, data: bytes, *, durable: bool = True) -> None:

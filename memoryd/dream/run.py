@@ -416,29 +416,31 @@ def _apply(rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult) -> None:
             )
         )
     entry = journal.begin(rt.paths.state_dir, result.pass_id, md.real_path, records)
-    for record in records:
-        with fsops.open_dir(md.real_path) as dir_fd:
-            found = fsops.identity_of(dir_fd, record.original_name)
-        current = found[1] if found else None
-        if current is None or current.sha256 != record.sha256:
-            why = "modified since plan" if current is not None else "gone since plan"
-            result.skipped_moves.append((record.original_name, why))
-            rt.audit.write("dream.move_skipped", dir=md.path, file=record.original_name, why=why)
-            continue
-        sized = replace(record, size=current.size)
-        trash.move_to_trash(md.real_path, sized)
-        journal.mark_done(entry, record.id)
-        result.moved.append(sized)
-        rt.audit.write(
-            "trash.moved",
-            dir=md.path,
-            file=record.original_name,
-            id=record.id,
-            reason=record.reason,
-            sha256=record.sha256,
-            duplicate_of=record.duplicate_of,
-            superseded_by=record.superseded_by,
-            stored=f"{trash.TRASH_DIR}/{day}/{record.stored_name}",
-        )
+    with trash.Mover(md.real_path, rt.today()) as mover:
+        for record in records:
+            found = fsops.identity_of(mover.dir_fd, record.original_name)
+            current = found[1] if found else None
+            if current is None or current.sha256 != record.sha256:
+                why = "modified since plan" if current is not None else "gone since plan"
+                result.skipped_moves.append((record.original_name, why))
+                rt.audit.write(
+                    "dream.move_skipped", dir=md.path, file=record.original_name, why=why
+                )
+                continue
+            sized = replace(record, size=current.size)
+            mover.move(sized)
+            journal.mark_done(entry, record.id)
+            result.moved.append(sized)
+            rt.audit.write(
+                "trash.moved",
+                dir=md.path,
+                file=record.original_name,
+                id=record.id,
+                reason=record.reason,
+                sha256=record.sha256,
+                duplicate_of=record.duplicate_of,
+                superseded_by=record.superseded_by,
+                stored=f"{trash.TRASH_DIR}/{day}/{record.stored_name}",
+            )
     result.index = index_dir(rt, md, forget={r.original_name for r in result.moved})
     journal.commit(entry)

@@ -525,7 +525,7 @@ class Daemon:
             from memoryd.dream.run import RepoCache, dream_dir, release_caches
 
             started = self.mono()
-            result = dream_dir(self.rt, entry.md, repos=RepoCache(), trigger="pile-up")
+            result = dream_dir(self.rt, entry.md, repos=RepoCache(self.rt.store), trigger="pile-up")
             release_caches()  # a pass an hour or more apart gains little from them
             _return_freed_memory()
             entry.reading = (started, self.mono())

@@ -1,10 +1,8 @@
 """Read one memory dir safely: list and classify every entry, parse what changed since last time."""
 
-import marshal
 import operator
 import os
 import stat
-import zlib
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,6 +17,7 @@ from memoryd.memfile import (
     Summary,
     parse_summary,
 )
+from memoryd.sealed import seal, unseal
 
 TRASH_DIR = ".trash"
 
@@ -320,28 +319,22 @@ def scan_dir(
     return result
 
 
-# The cache file: a CRC-32 of the rest, then marshal of a header naming the format and Scanned's
-# fields (a file from another version reads as no cache) and one column per field, which
-# marshal loads faster than a tuple per file. The CRC keeps a damaged file from marshal, which
-# trusts the lengths it reads: one flipped byte can make it allocate gigabytes.
+# The cache file (sealed.py): a header naming the format and Scanned's fields, and one column
+# per field, which marshal loads faster than a tuple per file.
 _CACHE_HEADER = ("memoryd scan cache", 2, Scanned.__slots__)
 
 
 def dump_cache(files: Mapping[str, Scanned]) -> bytes:
     rows = map(Scanned.as_tuple, files.values())
-    body = marshal.dumps((_CACHE_HEADER, tuple(zip(*rows, strict=True))))
-    return zlib.crc32(body).to_bytes(4, "little") + body
+    return seal(_CACHE_HEADER, tuple(zip(*rows, strict=True)))
 
 
 def load_cache(data: bytes) -> dict[str, Scanned]:
     """The files of a saved cache; {} for anything unreadable, so a bad cache means a re-parse."""
-    body = memoryview(data)[4:]
-    if len(data) < 4 or zlib.crc32(body) != int.from_bytes(data[:4], "little"):
-        return {}
+    columns = unseal(_CACHE_HEADER, data)
     try:
-        header, columns = marshal.loads(body)  # noqa: S302 - our own file in a 0700 state dir
-        if header != _CACHE_HEADER or len(columns) != len(Scanned.__slots__):
+        if not isinstance(columns, tuple) or len(columns) != len(Scanned.__slots__):
             return {}
         return dict(zip(columns[0], map(Scanned, *columns), strict=True))
-    except (ValueError, TypeError, EOFError, LookupError):
+    except (ValueError, TypeError, LookupError):
         return {}

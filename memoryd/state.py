@@ -243,6 +243,20 @@ class StateStore:
             self._caches[real_path] = (current, files)
         return files
 
+    def _repo_path(self, root: Path) -> Path:
+        return self.root.parent / "repos" / f"{dir_key(root)}.tokens"
+
+    def load_repo_tokens(self, root: Path) -> bytes | None:
+        """The saved token cache of a repo root (``repo.dump_sources``), or None."""
+        try:
+            return self._repo_path(root).read_bytes()
+        except OSError:
+            return None
+
+    def save_repo_tokens(self, root: Path, data: bytes) -> None:
+        # Not fsynced: a cache lost to a power cut costs one rebuild.
+        fsops.write_private(self._repo_path(root), data, durable=False)
+
     def save_cache(self, real_path: Path, files: dict[str, Scanned]) -> None:
         _, path = self._paths(real_path)
         held = self._caches.get(real_path)

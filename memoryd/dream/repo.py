@@ -2,11 +2,14 @@
 
 import os
 import stat
+import time
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+
+from memoryd.sealed import seal, unseal
 
 # Folders that hold generated or vendored trees: walking them is slow and their contents say
 # nothing about whether a memory's reference to the project's own code is still true.
@@ -153,6 +156,67 @@ def _stamp(what: int, rel: str, st: os.stat_result | None) -> tuple[object, ...]
     return (what, rel, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
 
+Stamp = tuple[int, int, int, int, int]  # inode, size, mtime_ns, ctime_ns, mode
+
+# A source modified this recently may be written again within the same timestamp tick, so its
+# tokens are not kept for the next build (the "racily clean" files of git).
+_RACY_NS: Final = 2_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SourceTokens:
+    """The identifier runs of every text source a build read, for the next build to reuse.
+
+    ``files`` maps each source's relative path to the stat stamp it was read under and its
+    distinct runs joined by spaces (one bytes object a file, not a set: a set per file would
+    hold ~25 MB for a 5,000-file tree); ``tokens`` is what the index keeps of their union. A
+    build reads again only the sources whose stamp
+    changed (``RepoIndex.build(previous=...)``); between processes they travel through
+    ``dump_sources`` and ``load_sources``.
+    """
+
+    max_bytes: int  # the size cap the runs were read under
+    tokens: frozenset[str]
+    files: Mapping[str, tuple[Stamp, bytes]]
+
+
+_SOURCES_HEADER: Final = ("memoryd repo tokens", 1)
+
+
+def dump_sources(root: Path, sources: SourceTokens) -> bytes:
+    rels = tuple(sources.files)
+    stamps = tuple(sources.files[r][0] for r in rels)
+    runs = tuple(sources.files[r][1] for r in rels)
+    payload = (os.fspath(root), sources.max_bytes, tuple(sources.tokens), rels, stamps, runs)
+    return seal(_SOURCES_HEADER, payload)
+
+
+def load_sources(root: Path, data: bytes | None) -> SourceTokens | None:
+    """What ``dump_sources`` wrote for ``root``; None for no file, a damaged one or another root."""
+    payload: Any = unseal(_SOURCES_HEADER, data) if data else None
+    try:
+        saved_root, max_bytes, tokens, rels, stamps, runs = payload
+        if saved_root != os.fspath(root):
+            return None
+        files = dict(zip(rels, zip(stamps, runs, strict=True), strict=True))
+        return SourceTokens(int(max_bytes), frozenset(tokens), files)
+    except (TypeError, ValueError):
+        return None
+
+
+def _runs_of(
+    rel: str, path: str, st: os.stat_result, max_bytes: int, previous: SourceTokens | None
+) -> tuple[Stamp, "set[bytes] | bytes"]:
+    """A source's stamp and its distinct runs: the previous build's (joined bytes) when the
+    stamp is the same, else a fresh read (a set)."""
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+    if previous is not None:
+        kept = previous.files.get(rel)
+        if kept is not None and kept[0] == stamp:
+            return stamp, kept[1]
+    return stamp, set(_read_runs(path, st.st_size, max_bytes))
+
+
 @dataclass(frozen=True)
 class RepoIndex:
     """What exists under a repo root, for checking memories' references against it.
@@ -176,24 +240,37 @@ class RepoIndex:
     complete: bool = True
     signature: int = field(default=0, compare=False)
 
+    # Kept for the next build, not part of what the index says.
+    sources: SourceTokens | None = field(default=None, compare=False, repr=False)
+
     @classmethod
     def build(
-        cls, root: Path, *, max_files: int = 200_000, max_token_file_bytes: int = 512 * 1024
+        cls,
+        root: Path,
+        *,
+        max_files: int = 200_000,
+        max_token_file_bytes: int = 512 * 1024,
+        previous: SourceTokens | None = None,
     ) -> "RepoIndex":
         """Walk ``root`` once (no symlinks followed) and index it.
 
-        Raises ``NotADirectoryError`` or ``FileNotFoundError`` when ``root`` is not a folder;
-        anything unreadable below it is skipped.
+        ``previous``: the ``sources`` of an earlier build of this root; sources whose stat
+        stamp is unchanged are not read again. Raises ``NotADirectoryError`` or
+        ``FileNotFoundError`` when ``root`` is not a folder; anything unreadable below it is
+        skipped.
         """
         if not root.is_dir():
             if root.exists():
                 raise NotADirectoryError(f"repo root is not a folder: {root}")
             raise FileNotFoundError(f"repo root does not exist: {root}")
+        if previous is not None and previous.max_bytes != max_token_file_bytes:
+            previous = None
+        started_ns = time.time_ns()
         files: list[str] = []
         dirs: list[str] = []
         top_level: list[str] = []
         opaque: list[str] = []
-        runs: set[bytes] = set()
+        read: list[tuple[str, Stamp, set[bytes] | bytes]] = []
         complete = True
         stamps: list[tuple[object, ...]] = []
         for what, rel, path, st in _walk(root, max_files):
@@ -211,7 +288,11 @@ class RepoIndex:
                 if what == _LINK:
                     opaque.append(rel)
                 elif what == _SOURCE and st is not None and stat.S_ISREG(st.st_mode):
-                    runs.update(_read_runs(path, st.st_size, max_token_file_bytes))
+                    stamp, runs = _runs_of(rel, path, st, max_token_file_bytes, previous)
+                    if st.st_mtime_ns >= started_ns - _RACY_NS:
+                        stamp = (0, -1, 0, 0, 0)  # never matches: read again next time
+                    read.append((rel, stamp, runs))
+        sources = _merge_sources(read, previous, max_token_file_bytes)
 
         grouped: dict[str, list[str]] = {}
         for rel in files:
@@ -226,12 +307,11 @@ class RepoIndex:
             dirs=frozenset(dirs),
             top_level=frozenset(top_level),
             by_basename=types.MappingProxyType(by_basename),
-            tokens=frozenset(
-                r.decode("ascii") for r in runs if len(r) >= _MIN_TOKEN_LEN and not r[:1].isdigit()
-            ),
+            tokens=sources.tokens,
             opaque=frozenset(opaque),
             complete=complete,
             signature=hash(tuple(stamps)),
+            sources=sources,
         )
 
     def has_path(self, rel: str) -> bool:
@@ -246,6 +326,34 @@ class RepoIndex:
             return False
         parts = norm.split("/")
         return any("/".join(parts[:i]) in self.opaque for i in range(1, len(parts)))
+
+
+def _merge_sources(
+    read: list[tuple[str, Stamp, "set[bytes] | bytes"]],
+    previous: SourceTokens | None,
+    max_bytes: int,
+) -> SourceTokens:
+    """The sources of one build, from runs read now (sets) and runs kept from ``previous``
+    (joined bytes); ``previous`` itself when nothing changed."""
+    fresh = [runs for _, _, runs in read if isinstance(runs, set)]
+    if (
+        previous is not None
+        and not fresh
+        and len(read) == len(previous.files)
+        and all(previous.files[rel][0] == stamp for rel, stamp, _ in read)
+    ):
+        return previous
+    words: set[bytes] = set().union(*fresh)
+    kept = [runs for _, _, runs in read if not isinstance(runs, set)]
+    words.update(b" ".join(kept).split())
+    files = {
+        rel: (stamp, b" ".join(runs) if isinstance(runs, set) else runs)
+        for rel, stamp, runs in read
+    }
+    tokens = frozenset(
+        r.decode("ascii") for r in words if len(r) >= _MIN_TOKEN_LEN and not r[:1].isdigit()
+    )
+    return SourceTokens(max_bytes, tokens, files)
 
 
 def normalize_rel(rel: str) -> str | None:

@@ -1,5 +1,6 @@
 """Run one dream pass over one memory dir: read, plan, check the breaker, journal, move, index."""
 
+import contextlib
 import hashlib
 import secrets
 import threading
@@ -16,13 +17,14 @@ from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject
 from memoryd.dream.facts import FactsCache, derive
 from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make_item, plan_pass
 from memoryd.dream.refs import RefChecker
-from memoryd.dream.repo import RepoIndex, tree_signature
+from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sources
 from memoryd.errors import MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, LinkKind, Ownership, split_lines
 from memoryd.indexer import IndexOutcome, index_dir, read_index_file
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import DirScan, scan_dir
+from memoryd.state import StateStore
 from memoryd.trash import TrashRecord
 
 
@@ -66,41 +68,68 @@ class DreamResult:
 class RepoCache:
     """One repo snapshot, with its reference checker, per repo root per run (not per dir).
 
-    Snapshots outlive the run in this process: the next run reuses one while its tree's stat
-    signature is unchanged (a stat walk is a quarter of a build), with every reference its
-    checker already checked.
+    Snapshots outlive the run in this process: the next run rebuilds from the held one,
+    reading only the sources whose stat changed, and keeps the checker (with every reference
+    it already checked) when nothing did. A process that holds none starts from the token
+    cache saved in `store`'s state dir.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, store: StateStore | None = None) -> None:
         self._built: dict[Path, RefChecker] = {}
+        self._store = store
 
     def get(self, root: Path | None) -> RepoIndex | None:
         return self.checker(root).repo
 
-    def checker(self, root: Path | None) -> RefChecker:
+    def checker(self, root: Path | None, *, save: bool = False) -> RefChecker:
+        """`save`: write the token cache back when it changed (never for a dry run, which
+        writes nothing at all)."""
         if root is None:
             return RefChecker(None)
         if root not in self._built:
-            self._built[root] = _snapshot(root)
+            self._built[root] = _snapshot(root, self._store, save=save)
+        elif save:
+            _snapshot_saved(root, self._built[root], self._store)
         return self._built[root]
 
 
 _HELD_ROOTS = 8  # repo snapshots kept between runs (the least recently used goes first)
 _held_snapshots: dict[Path, RefChecker] = {}
+_on_disk: dict[Path, SourceTokens] = {}  # the sources last read from or written to the state dir
 _held_lock = threading.Lock()
 
 
-def _snapshot(root: Path) -> RefChecker:
+def _snapshot(root: Path, store: StateStore | None, *, save: bool) -> RefChecker:
     with _held_lock:
         held = _held_snapshots.pop(root, None)
         if not root.is_dir():
             return RefChecker(None)
-        if held is None or held.repo is None or held.repo.signature != tree_signature(root):
-            held = RefChecker(RepoIndex.build(root))
+        previous = held.repo.sources if held is not None and held.repo is not None else None
+        if previous is None and store is not None:
+            previous = load_sources(root, store.load_repo_tokens(root))
+            if previous is not None:
+                _on_disk[root] = previous
+        repo = RepoIndex.build(root, previous=previous)
+        if held is None or held.repo is None or held.repo.signature != repo.signature:
+            held = RefChecker(repo)
         _held_snapshots[root] = held
         while len(_held_snapshots) > _HELD_ROOTS:
-            del _held_snapshots[next(iter(_held_snapshots))]
+            gone = next(iter(_held_snapshots))
+            del _held_snapshots[gone]
+            _on_disk.pop(gone, None)
+        if save:
+            _snapshot_saved(root, held, store)
         return held
+
+
+def _snapshot_saved(root: Path, checker: RefChecker, store: StateStore | None) -> None:
+    """Write the snapshot's token cache to the state dir unless it is what is there."""
+    sources = checker.repo.sources if checker.repo is not None else None
+    if store is None or sources is None or _on_disk.get(root) is sources:
+        return
+    with contextlib.suppress(OSError):  # a cache: no pass needs it
+        store.save_repo_tokens(root, dump_sources(root, sources))
+        _on_disk[root] = sources
 
 
 def thresholds(rt: Runtime) -> Thresholds:
@@ -270,7 +299,7 @@ def dream_dir(
         if not dry_run:
             audit.write("dream.skipped", dir=md.path, why=result.message)
         return result
-    checker = repos.checker(md.repo_root)
+    checker = repos.checker(md.repo_root, save=not dry_run)
     repo = checker.repo
     if md.repo_root is None:
         result.repo_note = f"no repo root ({md.repo_reason}): every reference is unverifiable"

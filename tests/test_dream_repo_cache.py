@@ -1,0 +1,193 @@
+"""The repo token cache: a build from an earlier build's sources (in this process or saved in
+the state dir) reads only the sources whose stat changed, and says exactly what a fresh build
+says."""
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memoryd.dream import repo as repo_module
+from memoryd.dream import run as run_module
+from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sources
+from memoryd.dream.run import RepoCache
+from memoryd.state import StateStore
+from tests.conftest import Result
+
+OLD = time.time() - 3600  # an mtime far enough back for a source's tokens to be kept
+
+
+def write(root: Path, rel: str, text: str | bytes, *, mtime: float = OLD) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    os.utime(path, (mtime, mtime))
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sources a build read, in order."""
+    seen: list[str] = []
+    original = repo_module._read_runs
+
+    def counting(path: str, size: int, max_bytes: int) -> list[bytes]:
+        seen.append(Path(path).name)
+        return original(path, size, max_bytes)
+
+    monkeypatch.setattr(repo_module, "_read_runs", counting)
+    return seen
+
+
+@pytest.fixture(autouse=True)
+def nothing_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_module, "_held_snapshots", {})
+    monkeypatch.setattr(run_module, "_on_disk", {})
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    write(root, "src/app.py", "def parse_config(path):\n    return MemoryStore(path)\n")
+    write(root, "src/lib/util.ts", "export function renderPage() { return ab; }\n")
+    write(root, "README.md", "The memory_store module.\n")
+    write(root, "assets/logo.png", b"\x89PNG\0png_only")
+    return root
+
+
+def test_an_unchanged_tree_is_not_read_again(tree: Path, reads: list[str]) -> None:
+    first = RepoIndex.build(tree)
+    assert sorted(reads) == ["README.md", "app.py", "util.ts"]
+    again = RepoIndex.build(tree, previous=first.sources)
+    assert sorted(reads) == ["README.md", "app.py", "util.ts"]  # nothing more
+    assert again == first and again.sources is first.sources
+
+
+def test_only_changed_sources_are_read_and_the_result_is_a_fresh_builds(
+    tree: Path, reads: list[str]
+) -> None:
+    first = RepoIndex.build(tree)
+    reads.clear()
+    write(tree, "src/app.py", "def renamed_config(path): pass\n")  # same mtime: ctime moves
+    write(tree, "src/new.go", "func brandNewThing() {}\n")
+    (tree / "README.md").unlink()
+    rebuilt = RepoIndex.build(tree, previous=first.sources)
+    assert sorted(reads) == ["app.py", "new.go"]
+    fresh = RepoIndex.build(tree)
+    assert rebuilt == fresh
+    assert "renamed_config" in rebuilt.tokens and "brandNewThing" in rebuilt.tokens
+    assert "parse_config" not in rebuilt.tokens and "memory_store" not in rebuilt.tokens
+
+
+def test_a_source_written_just_now_is_read_again_next_time(tree: Path, reads: list[str]) -> None:
+    """A file modified within the timestamp tick of a read may change again unseen by its
+    stat: its tokens are not kept (git's "racily clean" files)."""
+    write(tree, "src/hot.py", "def hot_symbol(): pass\n", mtime=time.time())
+    first = RepoIndex.build(tree)
+    reads.clear()
+    RepoIndex.build(tree, previous=first.sources)
+    assert reads == ["hot.py"]
+
+
+def test_another_size_cap_reads_everything_again(tree: Path, reads: list[str]) -> None:
+    first = RepoIndex.build(tree)
+    reads.clear()
+    small = RepoIndex.build(tree, previous=first.sources, max_token_file_bytes=10)
+    assert len(reads) == 3 and small == RepoIndex.build(tree, max_token_file_bytes=10)
+
+
+def test_saved_sources_round_trip_and_a_damaged_file_is_no_cache(tree: Path) -> None:
+    sources = RepoIndex.build(tree).sources
+    assert sources is not None
+    data = dump_sources(tree, sources)
+    assert load_sources(tree, data) == sources
+    assert load_sources(tree.parent / "other", data) is None  # saved for another root
+    for broken in (b"", data[:-1], data[:10] + bytes([data[10] ^ 1]) + data[11:], b"x" * 64):
+        assert load_sources(tree, broken) is None
+    assert load_sources(tree, None) is None
+
+
+# A tree of a few sources, changed by random steps; each build from the previous one's sources
+# must equal a fresh build.
+_NAMES = ("a.py", "b.ts", "sub/c.go", "sub/d.md", "e.png")
+_WORDS = ("alpha_one", "betaTwo", "gamma_three", "deltaFour", "x1", "ab", "epsilon_five")
+
+
+@st.composite
+def steps(draw: Callable[..., object]) -> list[tuple[str, str, str]]:
+    kinds = st.sampled_from(("write", "delete", "touch", "binary"))
+    step = st.tuples(kinds, st.sampled_from(_NAMES), st.lists(st.sampled_from(_WORDS), max_size=4))
+    out = draw(st.lists(step, min_size=1, max_size=12))
+    return [(k, n, " ".join(w)) for k, n, w in out]  # type: ignore[union-attr]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(changes=steps())
+def test_incremental_builds_equal_fresh_builds(
+    tmp_path: Path, changes: list[tuple[str, str, str]]
+) -> None:
+    root = tmp_path / f"t{time.monotonic_ns()}"
+    root.mkdir()
+    previous: SourceTokens | None = None
+    for k, (kind, name, text) in enumerate(changes):
+        path = root / name
+        if kind == "delete":
+            path.unlink(missing_ok=True)
+        elif kind == "touch" and path.exists():
+            os.utime(path, (OLD + k, OLD + k))
+        elif kind == "binary":
+            write(root, name, b"\0" + text.encode(), mtime=OLD + k)
+        else:
+            write(root, name, f"{text}\n", mtime=OLD + k)
+        built = RepoIndex.build(root, previous=previous)
+        assert built == RepoIndex.build(root)
+        previous = built.sources
+        # And through the state dir, as the next process would see it.
+        assert previous is not None
+        assert load_sources(root, dump_sources(root, previous)) == previous
+
+
+def test_a_real_pass_saves_the_cache_a_dry_run_only_reads_it(
+    tree: Path, tmp_path: Path, reads: list[str]
+) -> None:
+    store = StateStore(tmp_path / "state")
+    RepoCache(store).checker(tree)  # save=False: what a dry run asks for
+    assert store.load_repo_tokens(tree) is None
+    assert not (tmp_path / "state").exists()
+    RepoCache(store).checker(tree, save=True)
+    saved = store.load_repo_tokens(tree)
+    assert saved is not None
+    assert (tmp_path / "state" / "repos").stat().st_mode & 0o777 == 0o700
+    # A new process: nothing held in memory, the cache read from the state dir.
+    run_module._held_snapshots.clear()
+    run_module._on_disk.clear()
+    reads.clear()
+    repo = RepoCache(store).get(tree)
+    assert reads == [] and repo == RepoIndex.build(tree)
+    # Nothing changed: the saved file is not written again.
+    before = os.stat(store._repo_path(tree)).st_mtime_ns
+    RepoCache(store).checker(tree, save=True)
+    assert os.stat(store._repo_path(tree)).st_mtime_ns == before
+
+
+def test_dream_dry_run_writes_no_repo_cache(
+    cli: Callable[..., Result], tmp_path: Path, tree: Path
+) -> None:
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    (memory / "a.md").write_text(
+        "---\nname: a\ndescription: d\ntype: project\n---\nSee `src/app.py`.\n"
+    )
+    state = Path(os.environ["XDG_STATE_HOME"]) / "memoryd" / "repos"
+    assert cli("dream", memory, "--dry-run", "--repo-root", tree).code == 0
+    assert not state.exists()
+    assert cli("dream", memory, "--repo-root", tree).code == 0
+    assert len(list(state.iterdir())) == 1

@@ -897,8 +897,11 @@ def phase_times(
 
     for owner, attr, label in (
         (run_mod.RepoCache, "checker", "repo snapshot (the rest)"),
-        (run_mod, "tree_signature", "tree_signature (stat walk of a held snapshot's tree)"),
-        (run_mod.RepoIndex, "build", "RepoIndex.build (walk + token index)"),
+        (run_mod, "load_sources", "repo token cache: read from the state dir"),
+        (run_mod, "dump_sources", "repo token cache: written to the state dir"),
+        (run_mod.RepoIndex, "build", "RepoIndex.build (walk + tokens of changed sources)"),
+        (run_mod, "_adopt_saved", "dream facts: read from the state dir"),
+        (run_mod, "_save_facts", "dream facts: written to the state dir"),
         (run_mod, "index_dir", "index_dir (ownership probe; index after moves)"),
         (run_mod, "scan_dir", "scan_dir in inventory (stat, cache)"),
         (fsops, "read_regular", "fsops.read_regular (open + read)"),

@@ -117,8 +117,9 @@ def _change(before: DirState, after: DirState, seen_changed: Set[str] | None) ->
         for name in _FIELDS
         if name != "seen" and getattr(after, name) != getattr(before, name)
     }
-    return json.dumps({"seen": seen, "set": rest}, ensure_ascii=True,
-                      separators=(",", ":")).encode()
+    return json.dumps(
+        {"seen": seen, "set": rest}, ensure_ascii=True, separators=(",", ":")
+    ).encode()
 
 
 # A state's changes since its last full write are appended to a log beside it, one JSON line a
@@ -242,6 +243,17 @@ class StateStore:
         if current is not None:
             self._caches[real_path] = (current, files)
         return files
+
+    def load_facts(self, real_path: Path) -> bytes | None:
+        """The dream facts a pass saved for the dir (``FactsCache.dump``), or None."""
+        try:
+            return (self.root / f"{dir_key(real_path)}.facts").read_bytes()
+        except OSError:
+            return None
+
+    def save_facts(self, real_path: Path, data: bytes) -> None:
+        # Not fsynced: facts lost to a power cut are derived again by the next pass.
+        fsops.write_private(self.root / f"{dir_key(real_path)}.facts", data, durable=False)
 
     def _repo_path(self, root: Path) -> Path:
         return self.root.parent / "repos" / f"{dir_key(root)}.tokens"

@@ -28,6 +28,8 @@ def fresh_caches(monkeypatch: pytest.MonkeyPatch) -> FactsCache:
     cache = FactsCache()
     monkeypatch.setattr(run_module, "_facts", cache)
     monkeypatch.setattr(run_module, "_held_snapshots", {})
+    monkeypatch.setattr(run_module, "_on_disk", {})
+    monkeypatch.setattr(run_module, "_saved_facts", {})
     return cache
 
 
@@ -73,9 +75,25 @@ def memory_dir(repo: Path) -> MemoryDir:
     return replace(md, repo_root=repo, repo_reason="test")
 
 
-def take(env: Env, repo: Path, config: Config | None = None) -> Inventory:
+def take(env: Env, repo: Path, config: Config | None = None, *, save: bool = False) -> Inventory:
     rt: Runtime = env.runtime(config)
-    return inventory(memory_dir(repo), rt, RepoCache().checker(repo))
+    return inventory(memory_dir(repo), rt, RepoCache().checker(repo), save=save)
+
+
+def new_process(monkeypatch: pytest.MonkeyPatch) -> FactsCache:
+    """What a new process holds: no facts, nothing known of the state dir's files."""
+    cache = FactsCache()
+    monkeypatch.setattr(run_module, "_facts", cache)
+    monkeypatch.setattr(run_module, "_saved_facts", {})
+    return cache
+
+
+def words_of(inv: Inventory, vocabulary: Vocabulary) -> dict[str, list[str]]:
+    return {i.filename: sorted(vocabulary.word(w) for w in i.words) for i in inv.items}
+
+
+def facts_files(env: Env) -> list[Path]:
+    return sorted((env.state / "dirs").glob("*.facts"))
 
 
 def facts_of(inv: Inventory) -> dict[str, tuple[object, ...]]:
@@ -235,3 +253,80 @@ def test_a_missing_root_is_not_kept(tmp_path: Path) -> None:
     checker = RepoCache().checker(gone)
     assert isinstance(checker, RefChecker) and checker.repo is None
     assert run_module._held_snapshots == {}
+
+
+# --- facts saved in the state dir, for the next process ------------------------------------------
+
+
+def test_a_new_process_takes_the_saved_facts_and_sees_the_same(
+    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mem(repo, "a.md", "Always use pnpm in `src/app.py`, never yarn. Call handle_request().")
+    mem(repo, "b.md", "Do not edit `src/gone.py`; the staging deploy needs it.")
+    first = take(env, repo, save=True)
+    vocabulary = run_module._facts.vocabulary
+    assert len(derived) == 2 and len(facts_files(env)) == 1
+    cache = new_process(monkeypatch)
+    second = take(env, repo)
+    assert len(derived) == 2  # nothing derived again
+    assert facts_of(second) == facts_of(first)
+    assert words_of(second, cache.vocabulary) == words_of(first, vocabulary)
+    assert (facts_files(env)[0].stat().st_mode & 0o777) == 0o600
+
+
+def test_saved_facts_join_a_cache_that_holds_others(
+    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taken into a cache with its own vocabulary, the saved ids are renumbered."""
+    mem(repo, "a.md", "Prefer ruff over black for `src/app.py` formatting.")
+    first = take(env, repo, save=True)
+    words_before = words_of(first, run_module._facts.vocabulary)
+    cache = new_process(monkeypatch)
+    parse = Config().parse
+    cache.begin((parse.max_file_bytes, parse.max_frontmatter_bytes))
+    for word in ("unrelated", "words", "first", "formatting"):
+        cache.vocabulary.id(word)
+    second = take(env, repo)
+    assert len(derived) == 1
+    assert words_of(second, cache.vocabulary) == words_before
+
+
+def test_only_a_saving_pass_writes_and_only_when_the_contents_changed(env: Env, repo: Path) -> None:
+    mem(repo, "a.md", "One body.")
+    take(env, repo)  # a dry run's inventory
+    assert facts_files(env) == []
+    take(env, repo, save=True)
+    (saved,) = facts_files(env)
+    stamp = saved.stat().st_mtime_ns
+    take(env, repo, save=True)
+    assert saved.stat().st_mtime_ns == stamp
+    mem(repo, "b.md", "Another body.")
+    take(env, repo, save=True)
+    assert saved.stat().st_mtime_ns != stamp
+
+
+def test_a_damaged_or_foreign_facts_file_is_derived_again(
+    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mem(repo, "a.md", "Keep `src/app.py` small.")
+    first = take(env, repo, save=True)
+    (saved,) = facts_files(env)
+    data = saved.read_bytes()
+    for broken in (data[:-3], data[:40] + bytes([data[40] ^ 0xFF]) + data[41:], b"\0" * 99):
+        saved.write_bytes(broken)
+        new_process(monkeypatch)
+        assert facts_of(take(env, repo)) == facts_of(first)
+    assert len(derived) == 4
+    # Saved under other parse limits: not used either.
+    saved.write_bytes(data)
+    new_process(monkeypatch)
+    take(env, repo, Config(parse=ParseConfig(max_file_bytes=4096)))
+    assert len(derived) == 5
+
+
+def test_dream_dry_run_writes_no_facts(env: Env, cli: Any, repo: Path) -> None:
+    mem(repo, "a.md", "Keep `src/app.py` small.")
+    assert cli("dream", folder(repo), "--dry-run", "--repo-root", repo).code == 0
+    assert facts_files(env) == []
+    assert cli("dream", folder(repo), "--repo-root", repo).code == 0
+    assert len(facts_files(env)) == 1

@@ -9,14 +9,16 @@ and the time-dependent part (the age, the guards) are left to the planner.
 import re
 import sys
 from array import array
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from memoryd.dream.refs import Refs, extract_refs
 from memoryd.dream.similar import Vocabulary, directives, significant_words
 from memoryd.memfile import Memory
 from memoryd.scan import parse_date
+from memoryd.sealed import seal, unseal
 
 _PROHIBITION: Final = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
 # Every match holds one of these once lower-cased (of the letters involved only "i" has
@@ -127,8 +129,94 @@ class FactsCache:
         """Forget everything (the next pass derives every memory's facts again)."""
         self._reset()
 
+    def adopt(self, saved: "SavedFacts") -> None:
+        """Take the entries of a saved file that this cache does not hold yet."""
+        entries = self._entries
+        if not entries and not len(self.vocabulary):
+            # A fresh cache takes the saved ids as they are: no renumbering.
+            self.vocabulary = Vocabulary.of(saved.words)
+            for sha256, row in saved.rows.items():
+                entries[sha256] = _facts_of(row, array("I", row[5]))
+            return
+        remap: list[int] | None = None
+        for sha256, row in saved.rows.items():
+            if sha256 in entries:
+                continue
+            if remap is None:
+                remap = [self.vocabulary.id(w) for w in saved.words]
+            ids = array("I", sorted(map(remap.__getitem__, array("I", row[5]))))
+            entries[sha256] = _facts_of(row, ids)
+
+    def dump(self, used: Iterable[str]) -> bytes:
+        """The entries in ``used``, sealed for the state dir (see ``load_saved``)."""
+        chosen = [(sha, self._entries[sha]) for sha in used if sha in self._entries]
+        words = self.vocabulary.words()
+        arrays = [f.words for _, f in chosen]
+        needed: set[int] = set()
+        for ids in arrays:
+            needed.update(ids)
+        if len(words) > 2 * len(needed) + 1024:
+            # Words of other dirs would dominate the file: number this dir's own afresh.
+            order = sorted(needed)
+            renumber = {old: new for new, old in enumerate(order)}
+            words = [words[i] for i in order]
+            arrays = [array("I", map(renumber.__getitem__, ids)) for ids in arrays]
+        rows = tuple(
+            (sha, f.name, f.type, f.modified_ts, f.promotion_declined, ids.tobytes(),
+             f.refs.paths, f.refs.symbols, f.positives, f.negatives, f.prohibition)
+            for (sha, f), ids in zip(chosen, arrays, strict=True)
+        )  # fmt: skip
+        return seal(_SAVED_HEADER, (self._limits, tuple(words), rows))
+
     def _reset(self) -> None:
         self._entries = {}
         self._used = {}
         self._dropped = 0
         self.vocabulary = Vocabulary()
+
+
+# The saved file: each row is (sha256, name, type, modified_ts, promotion_declined, word ids as
+# array("I") bytes into `words`, paths, symbols, positives, negatives, prohibition).
+_SAVED_HEADER: Final = ("memoryd dream facts", 1, Facts.__slots__)
+
+
+@dataclass(frozen=True, slots=True)
+class SavedFacts:
+    """The facts a pass saved for a dir, as read back from the state dir."""
+
+    words: tuple[str, ...]
+    rows: Mapping[str, tuple[Any, ...]]  # sha256 -> row
+
+
+def load_saved(data: bytes | None, limits: tuple[int, int]) -> SavedFacts | None:
+    """What ``FactsCache.dump`` wrote under these parse limits; None for anything else."""
+    payload: Any = unseal(_SAVED_HEADER, data) if data else None
+    try:
+        saved_limits, words, rows = payload
+        if tuple(saved_limits) != limits or not isinstance(words, tuple):
+            return None
+        by_sha = {row[0]: row for row in rows if len(row) == 11}
+        if len(by_sha) != len(rows) or len(set(words)) != len(words):
+            return None
+        for row in rows:  # ids must name words of the file
+            ids = array("I", row[5])
+            if ids and max(ids) >= len(words):
+                return None
+        return SavedFacts(words, by_sha)
+    except (TypeError, ValueError):
+        return None
+
+
+def _facts_of(row: tuple[Any, ...], ids: "array[int]") -> Facts:
+    _, name, type_, modified_ts, declined, _, paths, symbols, positives, negatives, banned = row
+    return Facts(
+        name=name,
+        type=sys.intern(type_),
+        modified_ts=modified_ts,
+        promotion_declined=declined,
+        refs=_shared(Refs(paths, symbols)),
+        words=ids,
+        positives=positives or _NOTHING,
+        negatives=negatives or _NOTHING,
+        prohibition=banned,
+    )

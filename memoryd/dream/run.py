@@ -14,7 +14,7 @@ from typing import Any
 from memoryd import fsops, journal, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
 from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject, consulted
-from memoryd.dream.facts import FactsCache, derive
+from memoryd.dream.facts import FactsCache, derive, load_saved
 from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make_item, plan_pass
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sources
@@ -171,13 +171,16 @@ def inventory(
     *,
     keep: bool = False,
     scan: DirScan | None = None,
+    save: bool = False,
 ) -> Inventory:
     """Read every memory file; parse it and derive its facts unless its content was seen before.
 
     `scan`: a scan of the dir just made (the ownership probe's), so the listing is not made
     twice. Each file is still read and hashed here (and re-hashed by apply): a pass decides
     from the bytes as they are now, not from the scan's stat-keyed cache. `keep` (explain)
-    parses every file, to hand back each Memory.
+    parses every file, to hand back each Memory. Facts this process does not hold are looked
+    up in those the dir's last saving pass left in the state dir; `save` (not for a dry run)
+    writes them back when the dir's contents changed.
     """
     limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
     if scan is None:
@@ -191,6 +194,7 @@ def inventory(
     kept: dict[str, Memory] = {}
     unparseable = sorted(scan.problems)
     used: set[str] = set()
+    looked = False
     with _facts_lock, fsops.open_dir(md.real_path) as dir_fd:
         _facts.begin(limits)
         for name in sorted(scan.memories):
@@ -201,6 +205,10 @@ def inventory(
                 continue
             sha256 = hashlib.sha256(data).hexdigest()
             facts = None if keep else _facts.get(sha256)
+            if facts is None and not keep and not looked:
+                looked = True  # one look at the saved facts, at the first content not held
+                _adopt_saved(rt, md, limits)
+                facts = _facts.get(sha256)
             if facts is None:
                 parsed = parse_memory(
                     name, data, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1]
@@ -215,7 +223,29 @@ def inventory(
             used.add(sha256)
             items.append(make_item(name, sha256, st.st_mtime, facts, checker))
         _facts.finish(md.real_path, frozenset(used))
+        if save:
+            _save_facts(rt, md, frozenset(used))
     return Inventory(items, sorted(set(unparseable)), scan.conflicts, kept)
+
+
+# The set of contents whose facts each dir's file in the state dir holds, as last read or
+# written by this process: a pass whose dir holds the same contents does not write it again.
+_saved_facts: dict[Path, frozenset[str]] = {}
+
+
+def _adopt_saved(rt: Runtime, md: MemoryDir, limits: tuple[int, int]) -> None:
+    saved = load_saved(rt.store.load_facts(md.real_path), limits)
+    if saved is not None:
+        _facts.adopt(saved)
+        _saved_facts[md.real_path] = frozenset(saved.rows)
+
+
+def _save_facts(rt: Runtime, md: MemoryDir, used: frozenset[str]) -> None:
+    if _saved_facts.get(md.real_path) == used:
+        return
+    with contextlib.suppress(OSError):  # a cache: no pass needs it
+        rt.store.save_facts(md.real_path, _facts.dump(sorted(used)))
+        _saved_facts[md.real_path] = used
 
 
 def consult_sources(
@@ -313,7 +343,7 @@ def dream_dir(
         # Debug level: a pass that finds nothing to do leaves no row above debug (DESIGN §2.6).
         audit.write("dream.started", dir=md.path, pass_id=pass_id, trigger=trigger, level="debug")
     try:
-        inv = inventory(md, rt, checker, scan=scan)
+        inv = inventory(md, rt, checker, scan=scan, save=not dry_run)
         del scan  # nor the listing, past the inventory
         result.files = len(inv.items)
         result.unparseable = inv.unparseable

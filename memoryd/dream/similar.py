@@ -85,8 +85,22 @@ class Vocabulary:
         self._ids: dict[str, int] = {}
         self._words: list[str] = []
 
+    @classmethod
+    def of(cls, words: Iterable[str]) -> "Vocabulary":
+        """A vocabulary whose ids are the positions of ``words`` (distinct words)."""
+        made = cls()
+        made._words = list(words)
+        made._ids = {w: i for i, w in enumerate(made._words)}
+        if len(made._ids) != len(made._words):
+            raise ValueError("a vocabulary's words must be distinct")
+        return made
+
     def __len__(self) -> int:
         return len(self._words)
+
+    def words(self) -> list[str]:
+        """Every word, by id (a copy)."""
+        return list(self._words)
 
     def id(self, word: str) -> int:
         """The id of ``word``, assigning the next free one on first sight."""

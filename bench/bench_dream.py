@@ -14,9 +14,11 @@ extrapolated; their cells say so.
    each process's first pass. Real passes stop when `--real-budget` is spent (at least one runs)
    and a pass still running after `--pass-timeout` is stopped and shown as a lower bound.
    The last pass of each kind also prints where its time went (exclusive time per collaborator).
-   A process keeps what a pass derived for its next pass (repo snapshots while the tree's stats
-   are unchanged, each memory's facts by content hash), as the daemon does; so the first pass of
-   each process, which finds nothing kept, also gets a row of its own: the cold figure.
+   A process keeps what a pass derived for its next pass (the repo snapshot, each memory's facts
+   by content hash), as the daemon does, and a real pass also saves both in the state dir for
+   the next process (a dry run only reads them). So the first pass of a process gets rows of
+   its own: "first in a fresh process" finds what an earlier real pass over the same files
+   saved (the usual `memoryd dream`), "first ever" finds nothing saved at all.
    Naive: python-frontmatter on every file + all pairs of frozensets of str.
 2. Stale-symbol check: 1,000 memories naming a few symbols each vs the 5,000-file tree:
    `RepoIndex.build` + `extract_refs`/`check_refs` vs one `grep -rqw` per symbol (sampled).
@@ -804,6 +806,15 @@ def fresh_copy(work: Path, src: Path, dst: Path) -> None:
             moved[name] = replace(scanned, ino=os.lstat(dst / name).st_ino)
     store.save_cache(dst.resolve(), moved)
     store.save(dst.resolve(), store.load(src.resolve()))
+    carry_facts(store, src, dst)
+
+
+def carry_facts(store: StateStore, src: Path, dst: Path) -> None:
+    """Give `dst` the dream facts an earlier real pass saved for `src` (they are keyed by
+    content, so a dir with the same files may use them as they are)."""
+    data = store.load_facts(src.resolve())
+    if data is not None:
+        store.save_facts(dst.resolve(), data)
 
 
 def settle(rt: Runtime, md: discover.MemoryDir) -> str:
@@ -908,8 +919,7 @@ def phase_times(
         (run_mod, "parse_memory", "parse_memory (frontmatter, sha256): content not seen before"),
         (run_mod, "derive", "derive (the rest)"),
         (facts_mod, "extract_refs", "extract_refs"),
-        (facts_mod, "directives", "directives"),
-        (facts_mod, "significant_words", "significant_words"),
+        (facts_mod, "words_and_directives", "words_and_directives"),
         (facts_mod, "prohibition", "prohibition"),
         (similar_mod.Vocabulary, "ids", "Vocabulary.ids"),
         (run_mod, "make_item", "make_item (the rest)"),
@@ -1007,7 +1017,7 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
         md = memory_dir(master, repo_root)
 
         def dry() -> DreamResult:
-            return dream_dir(rt, md, repos=RepoCache(), dry_run=True)
+            return dream_dir(rt, md, repos=RepoCache(rt.store), dry_run=True)
 
         for k in range(job["repeat"]):
             if k == job["repeat"] - 1:  # the last one also says where the time goes
@@ -1035,7 +1045,7 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
         md_copy = memory_dir(dst, repo_root)
 
         def real(md_copy: discover.MemoryDir = md_copy) -> DreamResult:
-            return dream_dir(rt, md_copy, repos=RepoCache())
+            return dream_dir(rt, md_copy, repos=RepoCache(rt.store))
 
         # Every real pass is timed with the breakdown on (< 1 % of it); the last one is shown.
         out["phases"] = {}
@@ -1061,7 +1071,7 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
         fresh_copy(work, master, dst)
         md_copy = memory_dir(dst, repo_root)
         out["profile"] = profile_top(
-            lambda: dream_dir(rt, md_copy, repos=RepoCache()), job["profile_lines"]
+            lambda: dream_dir(rt, md_copy, repos=RepoCache(rt.store)), job["profile_lines"]
         )
         shutil.rmtree(dst)
     return out
@@ -1122,6 +1132,13 @@ def bench_pass(n: int, repo: Repo, work: Path, args: argparse.Namespace) -> list
     }
     dry = run_child({**job, "mode": "dry"})
     real = run_child({**job, "mode": "real"})
+    # Both first passes above found nothing saved: no pass had run over these files. The real
+    # ones saved the repo's token cache and the facts of every file they read; the master dir
+    # gets the facts of the first (same files), as an earlier real pass over it would have left
+    # them. Then one more first pass of each kind in a fresh process: the usual `memoryd dream`.
+    carry_facts(StateStore(work / "state"), work / "copies" / "run-0", path)
+    warm_dry = run_child({**job, "mode": "dry", "repeat": 1, "profile": "off"})
+    warm_real = run_child({**job, "mode": "real", "real_repeat": 1, "profile": "off"})
 
     # The naive baseline: python-frontmatter + all pairs of frozensets, in this process.
     naive_repeat = args.naive_repeat
@@ -1156,6 +1173,10 @@ def bench_pass(n: int, repo: Repo, work: Path, args: argparse.Namespace) -> list
         f"flagged {counts['flagged']:,} (kept by a guard {counts['kept_by_guard']:,})"
     )
     censored = bool(real.get("censored"))
+    print(
+        f"   first passes in a fresh process after a real pass saved its caches: dry "
+        f"{fmt(warm_dry['times'][0], 'time')}, real {fmt(warm_real['times'][0], 'time')}"
+    )
     print(
         f"   dry passes ({len(dry['times'])}, the first in a fresh process): "
         + ", ".join(fmt(t, "time") for t in dry["times"])
@@ -1217,13 +1238,30 @@ def bench_pass(n: int, repo: Repo, work: Path, args: argparse.Namespace) -> list
         Row(
             f"1. dream pass, {label}, dry run, first in a fresh process",
             naive,
-            dry["times"],
+            warm_dry["times"],
             target,
             stat="first",
             extrapolated=extrapolated,
         ),
         Row(
             f"1. dream pass, {label}, real, first in a fresh process",
+            naive,
+            warm_real["times"],
+            target,
+            stat="first",
+            extrapolated=extrapolated,
+            censored=bool(warm_real.get("censored")),
+        ),
+        Row(
+            f"1. dream pass, {label}, dry run, first ever (nothing saved)",
+            naive,
+            dry["times"],
+            target,
+            stat="first",
+            extrapolated=extrapolated,
+        ),
+        Row(
+            f"1. dream pass, {label}, real, first ever (nothing saved)",
             naive,
             real["times"],
             target,
@@ -1241,7 +1279,11 @@ def bench_pass(n: int, repo: Repo, work: Path, args: argparse.Namespace) -> list
         ),
     ]
     if n >= 10_000:
-        for what, res in (("dry pass", dry), ("real pass", real)):
+        for what, res in (
+            ("dry pass", dry),
+            ("real pass", real),
+            ("first real pass in a fresh process, caches saved", warm_real),
+        ):
             if res.get("phases"):
                 stopped = " (stopped at the time limit)" if res is real and censored else ""
                 print()

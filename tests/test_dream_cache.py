@@ -228,12 +228,16 @@ def test_signature_follows_names_kinds_and_sources(repo: Path) -> None:
 
 
 def test_snapshot_is_reused_while_the_tree_is_unchanged(repo: Path) -> None:
+    old = time.time() - DAY  # a source written just now would be read again (racy)
+    os.utime(repo / "src/app.py", (old, old))
     first = RepoCache().get(repo)
     assert first is not None and RepoCache().get(repo) is first
     assert RepoCache().checker(repo) is RepoCache().checker(repo)
     (repo / "src/more.py").write_text("def later_symbol(): pass\n")
     second = RepoCache().get(repo)
     assert second is not first and second is not None
+    checker = RepoCache().checker(repo)  # more.py is read again (racy), the checks are kept
+    assert checker is RepoCache().checker(repo) and checker.repo == second
     assert "later_symbol" in second.tokens and "later_symbol" not in first.tokens
 
 

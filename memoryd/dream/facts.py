@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from memoryd.dream.refs import Refs, extract_refs
-from memoryd.dream.similar import Vocabulary, directives, significant_words
+from memoryd.dream.similar import Vocabulary, words_and_directives
 from memoryd.memfile import Memory
 from memoryd.scan import parse_date
 from memoryd.sealed import seal, unseal
@@ -56,7 +56,7 @@ def prohibition(body: str) -> str:
 def derive(memory: Memory, vocabulary: Vocabulary) -> Facts:
     body = memory.body
     refs = extract_refs(body)
-    positives, negatives = directives(body)
+    words, (positives, negatives) = words_and_directives(body)
     declined = str(memory.frontmatter.get("promotion", "")).strip().lower() == "declined"
     return Facts(
         name=memory.name,
@@ -64,7 +64,7 @@ def derive(memory: Memory, vocabulary: Vocabulary) -> Facts:
         modified_ts=parse_date(memory.modified),
         promotion_declined=declined,
         refs=_shared(refs),
-        words=vocabulary.ids(significant_words(body)),
+        words=vocabulary.ids(words),
         positives=positives or _NOTHING,
         negatives=negatives or _NOTHING,
         prohibition=prohibition(body),

@@ -235,7 +235,15 @@ def _calls(body: str) -> list[tuple[int, str]]:
 def _defs(body: str) -> list[tuple[int, str]]:
     """Names after `def`, `class`, `fn`, `func`, `function` (the keyword a word of its own)."""
     out: list[tuple[int, str]] = []
-    if not any(start in body for start in _DEF_STARTS):
+    # Unrolled: any() over _DEF_STARTS costs twice as much, and this runs on every body.
+    if not (
+        "def " in body
+        or "class " in body
+        or "fn " in body
+        or "func " in body
+        or "function " in body
+        or ("\t" in body and any(start in body for start in _DEF_STARTS))
+    ):
         return out
     pos = 0
     while (m := _DEF_RE.search(body, pos)) is not None:

@@ -110,8 +110,12 @@ def _snapshot(root: Path, store: StateStore | None, *, save: bool) -> RefChecker
             if previous is not None:
                 _on_disk[root] = previous
         repo = RepoIndex.build(root, previous=previous)
-        if held is None or held.repo is None or held.repo.signature != repo.signature:
+        if held is None or held.repo is None or not _same_tree(held.repo, repo):
             held = RefChecker(repo)
+        elif held.repo.sources is not repo.sources:
+            # The same tree, but sources read again (racy ones, say): keep the checks made,
+            # and hand the new sources to the next build.
+            held.repo = repo
         _held_snapshots[root] = held
         while len(_held_snapshots) > _HELD_ROOTS:
             gone = next(iter(_held_snapshots))
@@ -120,6 +124,13 @@ def _snapshot(root: Path, store: StateStore | None, *, save: bool) -> RefChecker
         if save:
             _snapshot_saved(root, held, store)
         return held
+
+
+def _same_tree(a: RepoIndex, b: RepoIndex) -> bool:
+    """Whether every reference check made against ``a`` holds against ``b``."""
+    if a.sources is not None and a.sources is b.sources:
+        return True  # nothing read again
+    return a.signature == b.signature and a.tokens == b.tokens
 
 
 def _snapshot_saved(root: Path, checker: RefChecker, store: StateStore | None) -> None:

@@ -71,9 +71,23 @@ def significant_words(body: str) -> frozenset[str]:
     ``STOPWORDS``. Punctuation is deliberately kept ("pnpm." and "pnpm" are different words):
     the spec defines the split on whitespace alone.
     """
-    words = set(body.lower().split())
+    return frozenset(_significant(body.lower().split()))
+
+
+def _significant(tokens: list[str]) -> set[str]:
+    words = set(tokens)
     words.difference_update(STOPWORDS)
-    return frozenset([w for w in words if len(w) > 2])
+    return {w for w in words if len(w) > 2}
+
+
+def words_and_directives(body: str) -> tuple[set[str], tuple[frozenset[str], frozenset[str]]]:
+    """``significant_words`` and ``directives`` of one body, lower-cased and split once."""
+    text = body.lower()
+    tokens = text.split()
+    words = _significant(tokens)
+    if "’" in text or "‘" in text:
+        return words, _directives(text.replace("’", "'").replace("‘", "'").split())
+    return words, _directives(tokens)
 
 
 class Vocabulary:
@@ -793,7 +807,12 @@ def directives(body: str) -> tuple[frozenset[str], frozenset[str]]:
     text = body.lower()
     if "’" in text or "‘" in text:
         text = text.replace("’", "'").replace("‘", "'")
-    tokens = [t.strip(_STRIP) for t in text.split()]
+    return _directives(text.split())
+
+
+def _directives(words: list[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """``directives`` of a lower-cased body split on whitespace, curly quotes made straight."""
+    tokens = [t.strip(_STRIP) for t in words]
     positive: set[str] = set()
     negative: set[str] = set()
     if _DIRECTIVE_STARTS.isdisjoint(tokens):

@@ -9,11 +9,13 @@ import ctypes
 import ctypes.util
 import errno
 import hashlib
+import itertools
 import os
 import secrets
 import signal
 import stat
-from collections.abc import Callable, Iterator
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,7 +161,41 @@ def temp_name(name: str) -> str:
     return f".{name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}.tmp"
 
 
-def _write_temp(dir_fd: int, name: str, data: bytes, mode: int, *, sync: bool = True) -> str:
+# What a file is written from: its bytes, or pieces (the daemon's held archive lines) whose
+# concatenation they are. Pieces are written with writev and compared a block at a time: a
+# block is below the daemon's mmap threshold (daemon._tune_malloc), so its buffer comes from
+# the heap and is reused, where one 2 MB buffer would be mapped, and page-faulted, each pass.
+Content = bytes | Sequence[bytes]
+_BLOCK = 1 << 16
+_IOV_MAX = 1024  # pieces per writev (POSIX guarantees 16; Linux and the BSDs take 1024)
+
+
+def _blocks(pieces: Sequence[bytes]) -> Iterator[bytes]:
+    """The concatenation of `pieces`, in blocks of about _BLOCK bytes (whole pieces each)."""
+    ends = list(itertools.accumulate(map(len, pieces)))
+    start = 0
+    while start < len(pieces):
+        done = ends[start - 1] if start else 0
+        stop = bisect_left(ends, done + _BLOCK) + 1
+        yield b"".join(pieces[start:stop])
+        start = stop
+
+
+def _write_all(fd: int, data: Content) -> None:
+    if isinstance(data, bytes):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        return
+    for start in range(0, len(data), _IOV_MAX):
+        batch = data[start : start + _IOV_MAX]
+        written = os.writev(fd, batch)
+        if written < sum(map(len, batch)):  # a short write: finish the batch a block at a time
+            rest = b"".join(batch)[written:]
+            _write_all(fd, rest)
+
+
+def _write_temp(dir_fd: int, name: str, data: Content, mode: int, *, sync: bool = True) -> str:
     tmp = temp_name(name)
     fd = os.open(
         tmp,
@@ -168,10 +204,7 @@ def _write_temp(dir_fd: int, name: str, data: bytes, mode: int, *, sync: bool = 
         dir_fd=dir_fd,
     )
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        _write_all(fd, data)
         if mode != 0o600:
             os.fchmod(fd, mode)
         if sync:
@@ -185,14 +218,51 @@ def _write_temp(dir_fd: int, name: str, data: bytes, mode: int, *, sync: bool = 
     return tmp
 
 
+def _digest(data: Content) -> str:
+    if isinstance(data, bytes):
+        return hashlib.sha256(data).hexdigest()
+    h = hashlib.sha256()
+    for piece in data:
+        h.update(piece)
+    return h.hexdigest()
+
+
+def holds(dir_fd: int, name: str, ino: int, pieces: Content) -> bool:
+    """Whether `name` is the regular file `ino` and holds exactly the concatenation of
+    `pieces` (compared a block at a time)."""
+    try:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    try:
+        st = os.fstat(fd)
+        blocks = (pieces,) if isinstance(pieces, bytes) else _blocks(pieces)
+        size = len(pieces) if isinstance(pieces, bytes) else sum(map(len, pieces))
+        if not stat.S_ISREG(st.st_mode) or st.st_ino != ino or st.st_size != size:
+            return False
+        for want in blocks:
+            got = os.read(fd, len(want))
+            while len(got) < len(want):
+                more = os.read(fd, len(want) - len(got))
+                if not more:
+                    return False
+                got += more
+            if got != want:
+                return False
+        return os.read(fd, 1) == b""
+    finally:
+        os.close(fd)
+
+
 def replace_file(
     dir_path: Path,
     name: str,
-    data: bytes,
+    data: Content,
     expected: FileIdentity | None,
     *,
     keep_prev: str | None = None,
-    expected_data: bytes | None = None,
+    expected_data: Content | None = None,
 ) -> FileIdentity:
     """Atomically replace `name` with `data` if it is still `expected` (None: must not exist).
 
@@ -201,7 +271,7 @@ def replace_file(
     `expected_data`: the expected file's bytes, from a caller that holds them (the daemon):
     they are compared as they are instead of by sha256, and the returned identity carries no
     sha256 (such a caller compares bytes next time too). Hashing a 2 MB archive twice costs
-    more than the rest of a daemon's pass.
+    more than the rest of a daemon's pass. Either may be pieces (see `Content`).
     """
     with open_dir(dir_path) as dir_fd:
         mode = 0o600
@@ -236,23 +306,22 @@ def replace_file(
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         fsync_dir(dir_fd)
-        digest = hashlib.sha256(data).hexdigest() if expected_data is None else ""
+        digest = _digest(data) if expected_data is None else ""
         return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, digest)
 
 
-Expected = tuple[FileIdentity, bytes | None]  # the identity, and the bytes when they are held
+Expected = tuple[FileIdentity, Content | None]  # the identity, and the bytes when they are held
 
 
-def _is_expected(found: tuple[bytes, FileIdentity] | None, expected: Expected) -> bool:
+def _is_expected(dir_fd: int, name: str, expected: Expected) -> bool:
     identity, data = expected
-    if found is None or found[1].ino != identity.ino:
-        return False
-    return found[0] == data if data is not None else found[1].sha256 == identity.sha256
+    if data is not None:
+        return holds(dir_fd, name, identity.ino, data)
+    found = identity_of(dir_fd, name)
+    return found is not None and found[1].ino == identity.ino and found[1].sha256 == identity.sha256
 
 
-def _check_unchanged(
-    dir_fd: int, name: str, expected: FileIdentity | None, dir_path: Path
-) -> None:
+def _check_unchanged(dir_fd: int, name: str, expected: FileIdentity | None, dir_path: Path) -> None:
     """A look by stat before the swap, which then checks the bytes of what it took out."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -260,7 +329,9 @@ def _check_unchanged(
         same = expected is None
     else:
         same = expected is not None and (st.st_ino, st.st_size, st.st_mtime_ns) == (
-            expected.ino, expected.size, expected.mtime_ns
+            expected.ino,
+            expected.size,
+            expected.mtime_ns,
         )
     if not same:
         raise WriteConflict(f"{dir_path / name} changed while memoryd was editing it")
@@ -290,7 +361,7 @@ def _swap(
         # write in after our check, so exchange back and let the caller retry from theirs.
         renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
     except NotImplementedError:
-        if not _is_expected(identity_of(dir_fd, name), expected):
+        if not _is_expected(dir_fd, name, expected):
             raise WriteConflict(f"{dir_path / name} changed while memoryd was editing it") from None
         if keep_prev is not None:
             previous = identity_of(dir_fd, name)
@@ -299,7 +370,7 @@ def _swap(
                 os.rename(prev_tmp, keep_prev, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return
-    if not _is_expected(identity_of(dir_fd, tmp, digest=expected[1] is None), expected):
+    if not _is_expected(dir_fd, tmp, expected):
         renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
         raise WriteConflict(f"{dir_path / name} changed during the swap")
     crash_point("index.after_swap")

@@ -5,6 +5,7 @@ byte-for-byte (order, CRLF, a missing final newline). See DESIGN §3.
 """
 
 import functools
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -214,11 +215,18 @@ def decide_ownership(
         return Ownership(True, "MEMORY.md is missing or blank")
     if MANAGE_MARK in main:
         return Ownership(True, f"MEMORY.md holds {MANAGE_MARK}")
-    if known is not None:
-        memory_files = memory_files & known
-        if not memory_files:
-            return Ownership(True, "memoryd managed this index and every file since is new")
-    if not memory_files:
+    # The files that count are those memoryd knew; the set of those that arrived since is
+    # small, where a copy of the others would be 10,000 names on every daemon pass.
+    # (`memory_files - known` would copy all of them first: dict views subtract that way.)
+    arrived = (
+        set(itertools.filterfalse(known.__contains__, memory_files))
+        if known is not None
+        else frozenset[str]()
+    )
+    total = len(memory_files) - len(arrived)
+    if known is not None and not total:
+        return Ownership(True, "memoryd managed this index and every file since is new")
+    if not total:
         return Ownership(True, "the dir has no memory files yet")
     targets = set(pointer_targets(main))
     if archive is not None and archive_targets is None:
@@ -229,17 +237,20 @@ def decide_ownership(
     elsewhere = archive_targets if archive_targets is not None else frozenset()
     if only_missing is not None:
         uncovered = {
-            f for f in only_missing if f in memory_files and f not in targets and f not in elsewhere
+            f
+            for f in only_missing
+            if f in memory_files and f not in arrived and f not in targets and f not in elsewhere
         }
     else:
         uncovered = set(memory_files) - targets
+        uncovered.difference_update(arrived)
         uncovered.difference_update(elsewhere)  # no copy of the archive's 10,000 targets
-    covered = len(memory_files) - len(uncovered)
-    if covered * 2 >= len(memory_files):
-        return Ownership(True, f"{covered} of {len(memory_files)} memory files have pointer lines")
+    covered = total - len(uncovered)
+    if covered * 2 >= total:
+        return Ownership(True, f"{covered} of {total} memory files have pointer lines")
     return Ownership(
         False,
-        f"only {covered} of {len(memory_files)} memory files are pointer targets: this index is "
+        f"only {covered} of {total} memory files are pointer targets: this index is "
         f"hand-organised (add {MANAGE_MARK} to MEMORY.md to let memoryd manage it)",
     )
 
@@ -479,8 +490,11 @@ def edit_lines(
             # After the last pointer to a file of this dir; links to the web or elsewhere
             # (a "## Links" section) are not where a new memory belongs.
             last_pointer = max(
-                (i for i, ln in enumerate(main_lines)
-                 if ln.link is not None and ln.link.kind is LinkKind.LOCAL),
+                (
+                    i
+                    for i, ln in enumerate(main_lines)
+                    if ln.link is not None and ln.link.kind is LinkKind.LOCAL
+                ),
                 default=None,
             )
             if last_pointer is None:

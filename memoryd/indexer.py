@@ -234,8 +234,11 @@ def index_dir(
     `hold`: leave what a pass over just the changed files needs in `outcome.held`, to be
     passed back as `held` with `only` (the names that changed) by a caller that keeps it.
     """
-    if held is not None and only is not None and not (check or rt.dry_run or mode or forget
-                                                      or preferred):
+    if (
+        held is not None
+        and only is not None
+        and not (check or rt.dry_run or mode or forget or preferred)
+    ):
         try:
             fast = _index_changed(rt, md, held, only, grace, settle)
         except WriteConflict as conflict:
@@ -423,7 +426,7 @@ def _index_once(
 class Written:
     main: FileIdentity | None  # the identities after the write (as before, if not written)
     archive: FileIdentity | None
-    data: dict[str, bytes]  # the bytes of each file written, by name
+    data: dict[str, fsops.Content]  # the bytes of each file written, by name
 
 
 def _write(
@@ -434,23 +437,24 @@ def _write(
     edit: IndexEdit,
     main_changed: bool,
     archive_changed: bool,
-    archive_data: bytes | None = None,
-    held: tuple[bytes | None, bytes | None] = (None, None),
+    archive_data: fsops.Content | None = None,
+    held: tuple[bytes | None, fsops.Content | None] = (None, None),
 ) -> Written | str:
     """Swap in the new index texts and log it; what was written, or the error message.
 
     Raises WriteConflict when another writer got in first (the caller retries from theirs).
-    `archive_data`: the new archive's text in UTF-8 when the caller has it already. `held`:
-    the bytes MEMORY.md and the archive should hold now, from a caller that keeps them (the
-    swap compares them instead of hashing; see fsops.replace_file).
+    `archive_data`: the new archive's text in UTF-8 when the caller has it already (or its
+    lines: see fsops.Content). `held`: the bytes MEMORY.md and the archive should hold now,
+    from a caller that keeps them (the swap compares them instead of hashing).
     """
     out = Written(main.identity, archive.identity, {})
     try:
         if archive_changed and (edit.archive is not None or archive_data is not None):
             # The archive first: a crash in between leaves a line indexed twice (collapsed
             # on the next pass), never a line indexed nowhere.
+            data: fsops.Content
             if archive_data is not None:
-                data = (BOM if archive.bom else b"") + archive_data
+                data = _with_bom(archive_data, archive.bom)
             else:
                 assert edit.archive is not None
                 data = _encode(edit.archive, archive.bom)
@@ -505,9 +509,7 @@ def _report_verify(rt: Runtime, md: MemoryDir, outcome: IndexOutcome) -> None:
     if outcome.problems:
         outcome.status = "error"
         outcome.message = "the index failed verification after writing"
-        rt.audit.write(
-            "index.verify_failed", dir=md.path, problems=outcome.problems, level="error"
-        )
+        rt.audit.write("index.verify_failed", dir=md.path, problems=outcome.problems, level="error")
 
 
 def _same_file(dir_fd: int, name: str, identity: FileIdentity | None) -> bool:
@@ -519,7 +521,9 @@ def _same_file(dir_fd: int, name: str, identity: FileIdentity | None) -> bool:
     if identity is None:
         return False
     return (st.st_ino, st.st_size, st.st_mtime_ns) == (
-        identity.ino, identity.size, identity.mtime_ns
+        identity.ino,
+        identity.size,
+        identity.mtime_ns,
     )
 
 
@@ -610,6 +614,10 @@ def _index_changed(
     main_changed = edit.main != main.text
     archive_changed = result.archive_changed
     if main_changed or archive_changed:
+        # The archive as its lines: joined, the new one and the held one would each be a
+        # 2 MB copy made for one write and one comparison.
+        new_lines = _archive_lines(index) if archive_changed else None
+        old_lines = _archive_lines(held.index) if archive_changed else None
         written = _write(
             rt,
             md,
@@ -618,10 +626,10 @@ def _index_changed(
             edit,
             main_changed,
             archive_changed,
-            index.archive_data if archive_changed else None,
+            new_lines,
             held=(
                 _encode(held.index.main, held.main_bom) if held.index.main is not None else None,
-                _held_archive(held) if archive_changed else None,
+                None if old_lines is None else _with_bom(old_lines, held.archive_bom),
             ),
         )
         if isinstance(written, str):
@@ -666,9 +674,14 @@ def _index_changed(
     return outcome
 
 
-def _held_archive(held: Held) -> bytes | None:
-    data = held.index.archive_data
-    return None if data is None else (BOM if held.archive_bom else b"") + data
+def _archive_lines(index: index_held.HeldIndex) -> list[bytes] | None:
+    return index.lines if index.exists else None
+
+
+def _with_bom(data: fsops.Content, bom: bool) -> fsops.Content:
+    if not bom:
+        return data
+    return BOM + data if isinstance(data, bytes) else [BOM, *data]
 
 
 def _verify_changed(
@@ -692,15 +705,18 @@ def _verify_changed(
             except FileNotFoundError:
                 return []  # removed since our write: another writer's doing
             if ours is None or (st.st_ino, st.st_size, st.st_mtime_ns) != (
-                ours.ino, ours.size, ours.mtime_ns
+                ours.ino,
+                ours.size,
+                ours.mtime_ns,
             ):
                 return []  # replaced since: another writer's, their events bring a pass
     return index_held.check(index, touched, present, set(edit.dead_links))
 
 
 def _budget(index: IndexConfig) -> Budget:
-    return Budget(index.max_lines, index.max_chars, index.target_bytes, index.budget,
-                  index.keep_recent)
+    return Budget(
+        index.max_lines, index.max_chars, index.target_bytes, index.budget, index.keep_recent
+    )
 
 
 def verify_on_disk(
@@ -732,7 +748,9 @@ def _replaced(found: FileIdentity | None, ours: FileIdentity | None, wrote: bool
     if not wrote or ours is None:
         return False
     return found is None or (found.ino, found.size, found.mtime_ns) != (
-        ours.ino, ours.size, ours.mtime_ns
+        ours.ino,
+        ours.size,
+        ours.mtime_ns,
     )
 
 

@@ -89,7 +89,6 @@ class DirScan:
     reread: int = 0  # how many files had to be read (the rest came from the cache)
     changed: list[str] = field(default_factory=list)  # names that are new or changed since
 
-
     @property
     def memories(self) -> dict[str, Scanned]:
         return {n: s for n, s in self.files.items() if s.kind == "memory"}
@@ -170,9 +169,16 @@ def read_one(
     except fsops.ChangedWhileReading as changed:
         # A writer is mid-write: never act on it, and never cache it (mtime_ns -1 never matches).
         fst = changed.st
-        return Scanned(name, fst.st_ino, fst.st_size, -1, "problem", problem_kind="unstable",
-                       problem_message="changed while it was being read",
-                       problem_hint="memoryd looks again shortly")
+        return Scanned(
+            name,
+            fst.st_ino,
+            fst.st_size,
+            -1,
+            "problem",
+            problem_kind="unstable",
+            problem_message="changed while it was being read",
+            problem_hint="memoryd looks again shortly",
+        )
     except ValueError:
         return _problem(
             name,
@@ -192,8 +198,18 @@ def read_one(
     parsed = parse_summary(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
     if isinstance(parsed, Summary):
         digest, title, description, type_, modified = parsed
-        return Scanned(name, fst.st_ino, fst.st_size, fst.st_mtime_ns, "memory", digest, title,
-                       description, type_, parse_date(modified))
+        return Scanned(
+            name,
+            fst.st_ino,
+            fst.st_size,
+            fst.st_mtime_ns,
+            "memory",
+            digest,
+            title,
+            description,
+            type_,
+            parse_date(modified),
+        )
     if isinstance(parsed, NotMemory):
         return Scanned(name, fst.st_ino, fst.st_size, fst.st_mtime_ns, "note", parsed.sha256)
     return Scanned(
@@ -209,8 +225,14 @@ def read_one(
     )
 
 
-def _take(result: DirScan, dir_fd: int, name: str, st: os.stat_result,
-          cache: Mapping[str, Scanned], limits: tuple[int, int]) -> None:
+def _take(
+    result: DirScan,
+    dir_fd: int,
+    name: str,
+    st: os.stat_result,
+    cache: Mapping[str, Scanned],
+    limits: tuple[int, int],
+) -> None:
     """Classify one directory entry into the scan (reading it only if it changed)."""
     if stat.S_ISDIR(st.st_mode):
         if name != TRASH_DIR and not name.startswith("."):
@@ -245,8 +267,9 @@ def _take(result: DirScan, dir_fd: int, name: str, st: os.stat_result,
         _read_changed(result, dir_fd, name, st, limits)
 
 
-def _read_changed(result: DirScan, dir_fd: int, name: str, st: os.stat_result | None,
-                  limits: tuple[int, int]) -> None:
+def _read_changed(
+    result: DirScan, dir_fd: int, name: str, st: os.stat_result | None, limits: tuple[int, int]
+) -> None:
     result.reread += 1
     result.changed.append(name)
     result.files[name] = read_one(dir_fd, name, st, *limits)
@@ -272,21 +295,27 @@ def scan_dir(
     limits = (max_file_bytes, max_frontmatter_bytes)
     with fsops.open_dir(path) as dir_fd:
         if previous is not None and only is not None:
-            present = set(previous.present)
             result.files = dict(previous.files)  # a C-level copy: 10,000 entries in ~0.1 ms
             for name in only:
                 result.files.pop(name, None)
             result.conflicts = [n for n in previous.conflicts if n not in only]
             result.subdirs = [n for n in previous.subdirs if n not in only]
+            found: set[str] = set()
             for name in sorted(only):
                 try:
                     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 except FileNotFoundError:
-                    present.discard(name)
                     continue
-                present.add(name)
+                found.add(name)
                 _take(result, dir_fd, name, st, previous.files, limits)
-            result.present = frozenset(present)
+            # A new frozenset only when a name came or went (a copy of 10,000 names each).
+            came, gone = found - previous.present, (only - found) & previous.present
+            present = previous.present
+            if gone:
+                present = present - gone
+            if came:
+                present = present | came
+            result.present = present
             return result
         with os.scandir(dir_fd) as entries:
             listing = {e.name: e for e in entries}

@@ -77,6 +77,14 @@ def _copy(state: DirState) -> DirState:
     )
 
 
+def _shallow(value: Any) -> Any:
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
 def _apply(state: DirState, data: Mapping[str, Any]) -> None:
     for key, value in data.items():
         if key in _FIELDS:
@@ -96,30 +104,32 @@ def _apply_change(state: DirState, change: Mapping[str, Any]) -> None:
         _apply(state, rest)
 
 
-def _change(before: DirState, after: DirState, seen_changed: Set[str] | None) -> bytes | None:
-    """One log line taking `before` to `after`; None when `seen` differs beyond `seen_changed`."""
+def _delta(
+    before: DirState, after: DirState, seen_changed: Set[str] | None
+) -> dict[str, Any] | None:
+    """What takes `before` to `after`, as a log line holds it; None when `seen` changed and
+    the caller did not say where. `seen_changed`: the caller's word that no other name's
+    `seen` entry changed (the daemon's pass over a few files), so that 10,000 entries are
+    neither compared nor copied on every save; a name added or removed elsewhere still shows
+    in the count and makes it None."""
     seen: dict[str, list[str] | None] = {}
-    if before.seen != after.seen:
-        if seen_changed is None:
-            return None
+    if seen_changed is not None:
+        size = len(before.seen)
         for name in seen_changed:
-            seen[name] = after.seen.get(name)
-        patched = dict(before.seen)
-        for name, value in seen.items():
-            if value is None:
-                patched.pop(name, None)
-            else:
-                patched[name] = value
-        if patched != after.seen:
-            return None  # it changed elsewhere too: write it whole
+            value = after.seen.get(name)
+            if before.seen.get(name) != value:
+                seen[name] = value
+                size += (value is not None) - (name in before.seen)
+        if size != len(after.seen):
+            return None  # a name came or went elsewhere too: write it whole
+    elif before.seen != after.seen:
+        return None
     rest = {
         name: getattr(after, name)
         for name in _FIELDS
         if name != "seen" and getattr(after, name) != getattr(before, name)
     }
-    return json.dumps(
-        {"seen": seen, "set": rest}, ensure_ascii=True, separators=(",", ":")
-    ).encode()
+    return {"seen": seen, "set": rest}
 
 
 # A state's changes since its last full write are appended to a log beside it, one JSON line a
@@ -192,15 +202,14 @@ class StateStore:
         if held is not None and held[0][0] is not None:
             state_id = self._state_id(real_path, held[1])
             if state_id == held[0]:
-                if held[2] == state:
+                delta = _delta(held[2], state, seen_changed)
+                if delta is not None and not delta["seen"] and not delta["set"]:
                     return  # nothing changed since we read or wrote it
                 log_size = state_id[1][1] if state_id[1] is not None else 0
                 base_size = state_id[0][1] if state_id[0] is not None else 0
-                if log_size < max(LOG_FOLD_BYTES, base_size):
-                    change = _change(held[2], state, seen_changed)
-                    if change is not None:
-                        self._append(real_path, held[1], state, change)
-                        return
+                if delta is not None and log_size < max(LOG_FOLD_BYTES, base_size):
+                    self._append(real_path, held[1], held[2], delta)
+                    return
         generation = held[1] + 1 if held is not None else 0
         record = {f.name: getattr(state, f.name) for f in fields(state)}
         data = json.dumps(
@@ -217,7 +226,11 @@ class StateStore:
         if written is not None:
             self._states[real_path] = ((written, None), generation, _copy(state))
 
-    def _append(self, real_path: Path, generation: int, state: DirState, change: bytes) -> None:
+    def _append(
+        self, real_path: Path, generation: int, held: DirState, delta: dict[str, Any]
+    ) -> None:
+        """Log `delta`, and apply it to `held` (this store's own copy: no copy of `seen`)."""
+        change = json.dumps(delta, ensure_ascii=True, separators=(",", ":")).encode()
         log_path = self._log_path(real_path, generation)
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -228,7 +241,11 @@ class StateStore:
             os.write(fd, change + b"\n")
         finally:
             os.close(fd)
-        self._states[real_path] = (self._state_id(real_path, generation), generation, _copy(state))
+        # The caller goes on mutating its state's containers: `held` gets copies of those that
+        # changed (as _copy makes; `seen` values are replaced, never mutated, by callers).
+        rest = {k: _shallow(v) for k, v in delta["set"].items()}
+        _apply_change(held, {"seen": delta["seen"], "set": rest})
+        self._states[real_path] = (self._state_id(real_path, generation), generation, held)
 
     def load_cache(self, real_path: Path) -> dict[str, Scanned]:
         _, path = self._paths(real_path)

@@ -32,8 +32,9 @@ def _levels(env: Env) -> list[str]:
     return [f"{r['event']}:{r['level']}" for r in env.audit_rows()]
 
 
-def test_index_adds_missing_pointer_and_second_run_writes_nothing(env: Env, cli, mdir: Path
-                                                                  ) -> None:
+def test_index_adds_missing_pointer_and_second_run_writes_nothing(
+    env: Env, cli, mdir: Path
+) -> None:
     """The first run adds what is missing; the second changes no byte, mtime or audit row."""
     result = cli("index", mdir)
     assert result.code == 0, result.err
@@ -62,8 +63,9 @@ def test_check_prints_a_diff_and_exits_1_without_writing(env: Env, cli, mdir: Pa
     assert cli("index", "--check", mdir).code == 0
 
 
-def test_deleted_memory_loses_its_pointer_hand_written_lines_stay(env: Env, cli, mdir: Path
-                                                                  ) -> None:
+def test_deleted_memory_loses_its_pointer_hand_written_lines_stay(
+    env: Env, cli, mdir: Path
+) -> None:
     """A file memoryd saw and that is gone loses its pointer; every other line stays."""
     assert cli("index", mdir).code == 0
     (mdir / "beta.md").unlink()
@@ -75,8 +77,9 @@ def test_deleted_memory_loses_its_pointer_hand_written_lines_stay(env: Env, cli,
     assert updated[-1]["removed"] == ["beta.md"]
 
 
-def test_fifo_and_symlink_out_are_never_opened_or_indexed(env: Env, cli, mdir: Path,
-                                                          tmp_path: Path) -> None:
+def test_fifo_and_symlink_out_are_never_opened_or_indexed(
+    env: Env, cli, mdir: Path, tmp_path: Path
+) -> None:
     """A FIFO named x.md and a symlink to a file outside are reported once and left alone."""
     os.mkfifo(mdir / "x.md")
     outside = write_memory(tmp_path / "elsewhere", "secret.md", description="private")
@@ -103,9 +106,17 @@ def test_unparseable_memory_keeps_its_pointer(env: Env, cli, mdir: Path) -> None
     assert rows[-1]["file"] == "beta.md" and "YAML" in rows[-1]["problem"]
 
 
-@pytest.mark.parametrize("filename", [
-    'quote"d.md', "it's.md", "with space.md", "new\nline.md", "-dash.md", "paren (1).md",
-])
+@pytest.mark.parametrize(
+    "filename",
+    [
+        'quote"d.md',
+        "it's.md",
+        "with space.md",
+        "new\nline.md",
+        "-dash.md",
+        "paren (1).md",
+    ],
+)
 def test_odd_names_are_indexed_once_and_resolve(env: Env, cli, mdir: Path, filename: str) -> None:
     """Names with quotes, spaces, a newline or a leading dash are indexed exactly once."""
     assert cli("index", mdir).code == 0
@@ -164,8 +175,9 @@ def test_concurrent_rename_over_between_read_and_swap_loses_nothing(
     assert [r["event"] for r in env.audit_rows()].count("index.conflict") == 1
 
 
-def test_in_place_truncate_and_write_is_detected(env: Env, mdir: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_in_place_truncate_and_write_is_detected(
+    env: Env, mdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A writer truncating and rewriting MEMORY.md in place (same inode) is not clobbered."""
     calls = []
 
@@ -184,8 +196,9 @@ def test_in_place_truncate_and_write_is_detected(env: Env, mdir: Path,
     )
 
 
-def test_full_disk_on_temp_write_leaves_index_untouched(env: Env, cli, mdir: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_disk_on_temp_write_leaves_index_untouched(
+    env: Env, cli, mdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ENOSPC while writing the temp file: exit 1, a clear message, old index byte-identical."""
     before = tree_digest(mdir)
     real_write = os.write
@@ -204,8 +217,9 @@ def test_full_disk_on_temp_write_leaves_index_untouched(env: Env, cli, mdir: Pat
     assert [r["event"] for r in env.audit_rows()].count("index.write_failed") == 1
 
 
-def test_read_only_folder_fails_clearly_and_changes_nothing(cli, monkeypatch: pytest.MonkeyPatch
-                                                          ) -> None:
+def test_read_only_folder_fails_clearly_and_changes_nothing(
+    cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In a folder the user cannot write, `index` exits 1 naming the folder; nothing changes."""
     base = Path(tempfile.mkdtemp(prefix="memoryd-ro-"))
     os.chmod(base, 0o755)
@@ -245,8 +259,12 @@ def test_budget_on_disk_250_memories(env: Env, cli, tmp_path: Path) -> None:
     """250 memories: MEMORY.md fits the window, the archive holds the rest, rerun is a no-op."""
     folder = tmp_path / "big"
     for i in range(250):
-        write_memory(folder, f"note_{i:03d}.md", description=f"memory number {i} " + "w" * 70,
-                     age_days=400 - i)
+        write_memory(
+            folder,
+            f"note_{i:03d}.md",
+            description=f"memory number {i} " + "w" * 70,
+            age_days=400 - i,
+        )
     assert cli("index", folder).code == 0
     main = (folder / "MEMORY.md").read_text()
     from memoryd.index import measure, verify
@@ -320,8 +338,9 @@ def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
     monkeypatch.setattr(fsops, "before_swap", same_size_editor)
-    outcome = index_dir(rt, _dir(mdir), previous=first.held.scan, only={"alpha.md"},
-                        held=first.held, hold=True)
+    outcome = index_dir(
+        rt, _dir(mdir), previous=first.held.scan, only={"alpha.md"}, held=first.held, hold=True
+    )
     assert outcome.status == "updated"
     text = (mdir / "MEMORY.md").read_text()
     assert "\nPROSE\n" in text
@@ -352,8 +371,9 @@ def test_another_writer_right_after_our_swap_is_not_a_failed_verification(
 
     monkeypatch.setattr(fsops, "fsync_dir", then_another_writer)
     if held:
-        outcome = index_dir(rt, _dir(mdir), previous=first.held.scan, only={"alpha.md"},
-                            held=first.held, hold=True)
+        outcome = index_dir(
+            rt, _dir(mdir), previous=first.held.scan, only={"alpha.md"}, held=first.held, hold=True
+        )
     else:
         outcome = index_dir(rt, _dir(mdir))
     assert calls and outcome.status == "updated", outcome.problems
@@ -370,8 +390,55 @@ def test_held_pass_with_nothing_to_do_writes_nothing(env: Env, mdir: Path) -> No
     rows = len(env.audit_rows())
     write_memory(mdir, "beta.md", description="second memory", body="Another body.\n")
     before = {k: v for k, v in tree_digest(mdir).items() if k != "beta.md"}
-    outcome = index_dir(rt, _dir(mdir), previous=first.held.scan, only={"beta.md"},
-                        held=first.held, hold=True)
+    outcome = index_dir(
+        rt, _dir(mdir), previous=first.held.scan, only={"beta.md"}, held=first.held, hold=True
+    )
     assert outcome.status == "unchanged" and outcome.held is not None
     assert {k: v for k, v in tree_digest(mdir).items() if k != "beta.md"} == before
     assert len(env.audit_rows()) == rows
+
+
+# --- a file written from pieces (the daemon's held archive lines) -------------------------------
+def _pieces(n: int) -> list[bytes]:
+    # Lines of uneven length, empty ones (the held index's tombstones) and non-ASCII among them,
+    # enough of them to span several writev batches and compare blocks.
+    return [
+        b"" if k % 7 == 3 else f"- [note {k} \u00e9t\u00e9](m{k}.md) {'x' * (k % 50)}\n".encode()
+        for k in range(n)
+    ]
+
+
+def test_replace_file_from_pieces_writes_their_concatenation(tmp_path: Path) -> None:
+    pieces = _pieces(5000)
+    (tmp_path / "A.md").write_bytes(b"old\n")
+    with fsops.open_dir(tmp_path) as fd:
+        found = fsops.identity_of(fd, "A.md")
+    assert found is not None
+    identity = fsops.replace_file(tmp_path, "A.md", pieces, found[1])
+    assert (tmp_path / "A.md").read_bytes() == b"".join(pieces)
+    assert identity.sha256 == __import__("hashlib").sha256(b"".join(pieces)).hexdigest()
+    # And back, with the old content given as held pieces (compared, not hashed).
+    fsops.replace_file(tmp_path, "A.md", b"new\n", identity, expected_data=pieces)
+    assert (tmp_path / "A.md").read_bytes() == b"new\n"
+
+
+def test_holds_compares_every_byte_of_the_pieces(tmp_path: Path) -> None:
+    pieces = _pieces(3000)
+    data = b"".join(pieces)
+    path = tmp_path / "A.md"
+    path.write_bytes(data)
+    ino = path.stat().st_ino
+    with fsops.open_dir(tmp_path) as fd:
+        assert fsops.holds(fd, "A.md", ino, pieces)
+        assert fsops.holds(fd, "A.md", ino, data)
+        assert not fsops.holds(fd, "A.md", ino + 1, pieces)  # another file
+        assert not fsops.holds(fd, "A.md", ino, pieces[:-2])  # shorter
+        assert not fsops.holds(fd, "missing.md", ino, pieces)
+        for at in (0, len(data) // 2, len(data) - 1):  # one byte changed, size kept
+            changed = bytearray(data)
+            changed[at] ^= 0x01
+            with open(path, "r+b") as handle:
+                handle.write(bytes(changed))
+            assert not fsops.holds(fd, "A.md", ino, pieces)
+        path.write_bytes(data)
+        assert fsops.holds(fd, "A.md", ino, pieces)

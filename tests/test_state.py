@@ -94,3 +94,27 @@ def test_a_change_by_another_process_is_read_not_overwritten(tmp_path: Path) -> 
     mine.seen["m0.md"] = ["m0", "mine"]
     one.save(folder, mine, seen_changed={"m0.md"})
     assert two.load(folder) == mine
+
+
+def test_a_logged_save_leaves_the_held_copy_equal_to_what_a_new_store_reads(
+    tmp_path: Path,
+) -> None:
+    """A save with `seen_changed` updates the store's own copy from the logged change: the
+    next load from memory and a load by another process agree, and a caller mutating its
+    state afterwards does not reach into the store."""
+    store = StateStore(tmp_path)
+    folder = tmp_path / "memory"
+    state = DirState(path=str(folder), seen=seen_of(50))
+    store.save(folder, state)
+    state.seen["m3.md"] = ["m3", "changed"]
+    state.seen.pop("m4.md")
+    state.seen["new.md"] = ["new", "d"]
+    state.reported["x"] = "1"
+    state.changed_since_dream.append("new.md")
+    store.save(folder, state, seen_changed={"m3.md", "m4.md", "new.md"})
+    assert len(list((tmp_path / "dirs").glob("*.log"))) == 1  # appended, not rewritten
+    state.reported["later"] = "caller's own"
+    state.changed_since_dream.append("later.md")
+    state.reported.pop("later")
+    state.changed_since_dream.pop()
+    assert store.load(folder) == StateStore(tmp_path).load(folder) == state

@@ -944,8 +944,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.debounce}, grace 0 s; inotify max_queued_events {queue}; load average "
           f"{os.getloadavg()[0]:.1f}",
           flush=True)
-    tmp_obj = tempfile.TemporaryDirectory(prefix="memoryd-bench-daemon-")
-    tmp = Path(tmp_obj.name)
+    # mkdtemp, not TemporaryDirectory: the latter's finalizer would remove a --keep dir at exit.
+    tmp = Path(tempfile.mkdtemp(prefix="memoryd-bench-daemon-"))
     rows: list[Row] = []
     notes: list[str] = []
     started = time.monotonic()
@@ -1023,7 +1023,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.keep:
             print(f"kept {tmp}")
         else:
-            tmp_obj.cleanup()
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -15,7 +15,7 @@ import secrets
 import signal
 import stat
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,9 +170,9 @@ _BLOCK = 1 << 16
 _IOV_MAX = 1024  # pieces per writev (POSIX guarantees 16; Linux and the BSDs take 1024)
 
 
-def _blocks(pieces: Sequence[bytes]) -> Iterator[bytes]:
-    """The concatenation of `pieces`, in blocks of about _BLOCK bytes (whole pieces each)."""
-    ends = list(itertools.accumulate(map(len, pieces)))
+def _blocks(pieces: Sequence[bytes], ends: Sequence[int]) -> Iterator[bytes]:
+    """The concatenation of `pieces`, in blocks of about _BLOCK bytes (whole pieces each);
+    `ends`: where each piece ends in it (the running sum of their lengths)."""
     start = 0
     while start < len(pieces):
         done = ends[start - 1] if start else 0
@@ -237,8 +237,13 @@ def holds(dir_fd: int, name: str, ino: int, pieces: Content) -> bool:
         return False
     try:
         st = os.fstat(fd)
-        blocks = (pieces,) if isinstance(pieces, bytes) else _blocks(pieces)
-        size = len(pieces) if isinstance(pieces, bytes) else sum(map(len, pieces))
+        if isinstance(pieces, bytes):
+            blocks: Iterable[bytes] = (pieces,)
+            size = len(pieces)
+        else:
+            ends = list(itertools.accumulate(map(len, pieces)))
+            blocks = _blocks(pieces, ends)
+            size = ends[-1] if ends else 0
         if not stat.S_ISREG(st.st_mode) or st.st_ino != ino or st.st_size != size:
             return False
         for want in blocks:
@@ -422,7 +427,7 @@ def rename_no_replace(
         raise
 
 
-def write_private(path: Path, data: bytes, *, durable: bool = True) -> None:
+def write_private(path: Path, data: Content, *, durable: bool = True) -> None:
     """Atomically write one of memoryd's own files (state, status, journal) as 0600.
 
     `durable=False` skips the fsyncs: for a heartbeat rewritten every few seconds, where the

@@ -11,8 +11,14 @@ from typing import Any
 
 
 def seal(header: tuple[Any, ...], payload: Any) -> bytes:
+    return b"".join(seal_pieces(header, payload))
+
+
+def seal_pieces(header: tuple[Any, ...], payload: Any) -> list[bytes]:
+    """`seal` as two pieces to write one after the other: for a file of tens of MB, one
+    copy fewer than joining them."""
     body = marshal.dumps((header, payload))
-    return zlib.crc32(body).to_bytes(4, "little") + body
+    return [zlib.crc32(body).to_bytes(4, "little"), body]
 
 
 def unseal(header: tuple[Any, ...], data: bytes) -> Any | None:

@@ -268,7 +268,7 @@ class StateStore:
         except OSError:
             return None
 
-    def save_facts(self, real_path: Path, data: bytes) -> None:
+    def save_facts(self, real_path: Path, data: fsops.Content) -> None:
         # Not fsynced: facts lost to a power cut are derived again by the next pass.
         fsops.write_private(self.root / f"{dir_key(real_path)}.facts", data, durable=False)
 

@@ -18,7 +18,7 @@ from memoryd.dream.refs import Refs, extract_refs
 from memoryd.dream.similar import Vocabulary, words_and_directives
 from memoryd.memfile import Memory
 from memoryd.scan import parse_date
-from memoryd.sealed import seal, unseal
+from memoryd.sealed import seal_pieces, unseal
 
 _PROHIBITION: Final = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
 # Every match holds one of these once lower-cased (of the letters involved only "i" has
@@ -147,8 +147,9 @@ class FactsCache:
             ids = array("I", sorted(map(remap.__getitem__, array("I", row[5]))))
             entries[sha256] = _facts_of(row, ids)
 
-    def dump(self, used: Iterable[str]) -> bytes:
-        """The entries in ``used``, sealed for the state dir (see ``load_saved``)."""
+    def dump(self, used: Iterable[str]) -> list[bytes]:
+        """The entries in ``used``, sealed for the state dir (see ``load_saved``), as pieces
+        to write one after the other."""
         chosen = [(sha, self._entries[sha]) for sha in used if sha in self._entries]
         words = self.vocabulary.words()
         arrays = [f.words for _, f in chosen]
@@ -166,7 +167,7 @@ class FactsCache:
              f.refs.paths, f.refs.symbols, f.positives, f.negatives, f.prohibition)
             for (sha, f), ids in zip(chosen, arrays, strict=True)
         )  # fmt: skip
-        return seal(_SAVED_HEADER, (self._limits, tuple(words), rows))
+        return seal_pieces(_SAVED_HEADER, (self._limits, tuple(words), rows))
 
     def _reset(self) -> None:
         self._entries = {}

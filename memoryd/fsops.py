@@ -181,21 +181,29 @@ def _blocks(pieces: Sequence[bytes], ends: Sequence[int]) -> Iterator[bytes]:
         start = stop
 
 
-def _write_all(fd: int, data: Content) -> None:
+def _write_all(fd: int, data: Content | Iterable[bytes]) -> None:
     if isinstance(data, bytes):
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        return
-    for start in range(0, len(data), _IOV_MAX):
-        batch = data[start : start + _IOV_MAX]
+    elif isinstance(data, list | tuple):
+        _writev_all(fd, data)
+    else:  # made as it is written (see write_private)
+        for piece in data:
+            _write_all(fd, piece)
+
+
+def _writev_all(fd: int, pieces: Sequence[bytes]) -> None:
+    for start in range(0, len(pieces), _IOV_MAX):
+        batch = pieces[start : start + _IOV_MAX]
         written = os.writev(fd, batch)
-        if written < sum(map(len, batch)):  # a short write: finish the batch a block at a time
-            rest = b"".join(batch)[written:]
-            _write_all(fd, rest)
+        if written < sum(map(len, batch)):  # a short write: finish the batch plainly
+            _write_all(fd, b"".join(batch)[written:])
 
 
-def _write_temp(dir_fd: int, name: str, data: Content, mode: int, *, sync: bool = True) -> str:
+def _write_temp(
+    dir_fd: int, name: str, data: Content | Iterable[bytes], mode: int, *, sync: bool = True
+) -> str:
     tmp = temp_name(name)
     fd = os.open(
         tmp,
@@ -427,8 +435,10 @@ def rename_no_replace(
         raise
 
 
-def write_private(path: Path, data: Content, *, durable: bool = True) -> None:
+def write_private(path: Path, data: Content | Iterable[bytes], *, durable: bool = True) -> None:
     """Atomically write one of memoryd's own files (state, status, journal) as 0600.
+
+    `data` may be made as it is written (an iterator of pieces), for a big cache file.
 
     `durable=False` skips the fsyncs: for a heartbeat rewritten every few seconds, where the
     previous version is as good as the new one after a power cut.

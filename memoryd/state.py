@@ -9,7 +9,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -268,7 +268,7 @@ class StateStore:
         except OSError:
             return None
 
-    def save_facts(self, real_path: Path, data: fsops.Content) -> None:
+    def save_facts(self, real_path: Path, data: Iterable[bytes]) -> None:
         # Not fsynced: facts lost to a power cut are derived again by the next pass.
         fsops.write_private(self.root / f"{dir_key(real_path)}.facts", data, durable=False)
 

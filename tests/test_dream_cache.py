@@ -334,3 +334,26 @@ def test_dream_dry_run_writes_no_facts(env: Env, cli: Any, repo: Path) -> None:
     assert facts_files(env) == []
     assert cli("dream", folder(repo), "--repo-root", repo).code == 0
     assert len(facts_files(env)) == 1
+
+
+def test_saved_facts_are_taken_frame_by_frame_up_to_a_damaged_one(
+    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is written and read a frame at a time; a damaged frame ends it, and the
+    frames before it are still taken."""
+    from memoryd.dream import facts as facts_module
+
+    monkeypatch.setattr(facts_module, "_ROWS_PER_FRAME", 2)
+    for k in range(7):
+        mem(repo, f"m{k}.md", f"Body number {k} with its own words w{k}.")
+    first = take(env, repo, save=True)
+    (saved,) = facts_files(env)
+    data = saved.read_bytes()
+    new_process(monkeypatch)
+    assert facts_of(take(env, repo)) == facts_of(first)
+    assert len(derived) == 7  # all seven taken from the file
+    # Damage the last frame (one row): the three frames before it are taken.
+    saved.write_bytes(data[:-5] + bytes([data[-5] ^ 0xFF]) + data[-4:])
+    new_process(monkeypatch)
+    assert facts_of(take(env, repo)) == facts_of(first)
+    assert len(derived) == 8

@@ -9,7 +9,7 @@ and the time-dependent part (the age, the guards) are left to the planner.
 import re
 import sys
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -18,7 +18,7 @@ from memoryd.dream.refs import Refs, extract_refs
 from memoryd.dream.similar import Vocabulary, words_and_directives
 from memoryd.memfile import Memory
 from memoryd.scan import parse_date
-from memoryd.sealed import seal_pieces, unseal
+from memoryd.sealed import frame, frames
 
 _PROHIBITION: Final = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
 # Every match holds one of these once lower-cased (of the letters involved only "i" has
@@ -129,45 +129,59 @@ class FactsCache:
         """Forget everything (the next pass derives every memory's facts again)."""
         self._reset()
 
-    def adopt(self, saved: "SavedFacts") -> None:
-        """Take the entries of a saved file that this cache does not hold yet."""
+    def adopt(self, saved: "SavedFacts") -> frozenset[str]:
+        """Take the entries of a saved file that this cache does not hold yet; the contents
+        the file holds (those of its frames that were whole)."""
         entries = self._entries
+        held: set[str] = set()
+        remap: list[int] | None = None
         if not entries and not len(self.vocabulary):
             # A fresh cache takes the saved ids as they are: no renumbering.
             self.vocabulary = Vocabulary.of(saved.words)
-            for sha256, row in saved.rows.items():
-                entries[sha256] = _facts_of(row, array("I", row[5]))
-            return
-        remap: list[int] | None = None
-        for sha256, row in saved.rows.items():
-            if sha256 in entries:
-                continue
-            if remap is None:
-                remap = [self.vocabulary.id(w) for w in saved.words]
-            ids = array("I", sorted(map(remap.__getitem__, array("I", row[5]))))
-            entries[sha256] = _facts_of(row, ids)
+            for rows in saved.chunks:
+                for row in rows:
+                    entries[row[0]] = _facts_of(row, array("I", row[5]))
+                    held.add(row[0])
+            return frozenset(held)
+        for rows in saved.chunks:
+            for row in rows:
+                held.add(row[0])
+                if row[0] in entries:
+                    continue
+                if remap is None:
+                    remap = [self.vocabulary.id(w) for w in saved.words]
+                ids = array("I", sorted(map(remap.__getitem__, array("I", row[5]))))
+                entries[row[0]] = _facts_of(row, ids)
+        return frozenset(held)
 
-    def dump(self, used: Iterable[str]) -> list[bytes]:
-        """The entries in ``used``, sealed for the state dir (see ``load_saved``), as pieces
-        to write one after the other."""
+    def dump(self, used: Iterable[str]) -> Iterator[bytes]:
+        """The entries in ``used`` for the state dir (see ``load_saved``), a frame at a time:
+        at 100,000 memories the whole file at once would raise a pass's peak by ~80 MB."""
         chosen = [(sha, self._entries[sha]) for sha in used if sha in self._entries]
         words = self.vocabulary.words()
-        arrays = [f.words for _, f in chosen]
-        needed: set[int] = set()
-        for ids in arrays:
-            needed.update(ids)
-        if len(words) > 2 * len(needed) + 1024:
-            # Words of other dirs would dominate the file: number this dir's own afresh.
-            order = sorted(needed)
-            renumber = {old: new for new, old in enumerate(order)}
-            words = [words[i] for i in order]
-            arrays = [array("I", map(renumber.__getitem__, ids)) for ids in arrays]
-        rows = tuple(
-            (sha, f.name, f.type, f.modified_ts, f.promotion_declined, ids.tobytes(),
-             f.refs.paths, f.refs.symbols, f.positives, f.negatives, f.prohibition)
-            for (sha, f), ids in zip(chosen, arrays, strict=True)
-        )  # fmt: skip
-        return seal_pieces(_SAVED_HEADER, (self._limits, tuple(words), rows))
+        renumber: dict[int, int] | None = None
+        if len(self._entries) > len(chosen):
+            needed: set[int] = set()
+            for _, f in chosen:
+                needed.update(f.words)
+            if len(words) > 2 * len(needed) + 1024:
+                # Words of other dirs would dominate the file: number this dir's own afresh.
+                order = sorted(needed)
+                renumber = {old: new for new, old in enumerate(order)}
+                words = [words[i] for i in order]
+        yield frame((_SAVED_HEADER, self._limits, tuple(words)))
+        del words
+        for start in range(0, len(chosen), _ROWS_PER_FRAME):
+            rows = []
+            for sha, f in chosen[start : start + _ROWS_PER_FRAME]:
+                ids = f.words
+                if renumber is not None:
+                    ids = array("I", map(renumber.__getitem__, ids))
+                rows.append(
+                    (sha, f.name, f.type, f.modified_ts, f.promotion_declined, ids.tobytes(),
+                     f.refs.paths, f.refs.symbols, f.positives, f.negatives, f.prohibition)
+                )  # fmt: skip
+            yield frame(tuple(rows))
 
     def _reset(self) -> None:
         self._entries = {}
@@ -176,36 +190,54 @@ class FactsCache:
         self.vocabulary = Vocabulary()
 
 
-# The saved file: each row is (sha256, name, type, modified_ts, promotion_declined, word ids as
-# array("I") bytes into `words`, paths, symbols, positives, negatives, prohibition).
-_SAVED_HEADER: Final = ("memoryd dream facts", 1, Facts.__slots__)
+# The saved file (sealed.frames): a first frame (header, parse limits, words), then frames of
+# up to _ROWS_PER_FRAME rows, each (sha256, name, type, modified_ts, promotion_declined, word ids
+# as array("I") bytes into `words`, paths, symbols, positives, negatives, prohibition).
+_SAVED_HEADER: Final = ("memoryd dream facts", 2, Facts.__slots__)
+_ROWS_PER_FRAME: Final = 2048
 
 
 @dataclass(frozen=True, slots=True)
 class SavedFacts:
-    """The facts a pass saved for a dir, as read back from the state dir."""
+    """The facts a pass saved for a dir, read back from the state dir a frame at a time."""
 
     words: tuple[str, ...]
-    rows: Mapping[str, tuple[Any, ...]]  # sha256 -> row
+    chunks: Iterator[list[tuple[Any, ...]]]  # the checked rows of each whole frame
 
 
 def load_saved(data: bytes | None, limits: tuple[int, int]) -> SavedFacts | None:
-    """What ``FactsCache.dump`` wrote under these parse limits; None for anything else."""
-    payload: Any = unseal(_SAVED_HEADER, data) if data else None
-    try:
-        saved_limits, words, rows = payload
-        if tuple(saved_limits) != limits or not isinstance(words, tuple):
-            return None
-        by_sha = {row[0]: row for row in rows if len(row) == 11}
-        if len(by_sha) != len(rows) or len(set(words)) != len(words):
-            return None
-        for row in rows:  # ids must name words of the file
-            ids = array("I", row[5])
-            if ids and max(ids) >= len(words):
-                return None
-        return SavedFacts(words, by_sha)
-    except (TypeError, ValueError):
+    """What ``FactsCache.dump`` wrote under these parse limits; None for anything else.
+
+    Rows are checked as their frame is taken: a row of the wrong shape, or with a word id
+    beyond the words, ends the file there."""
+    if not data:
         return None
+    payloads = frames(data)
+    try:
+        header, saved_limits, words = next(payloads)
+        if header != _SAVED_HEADER or tuple(saved_limits) != limits:
+            return None
+        if not isinstance(words, tuple) or len(set(words)) != len(words):
+            return None
+    except (StopIteration, TypeError, ValueError):
+        return None
+    return SavedFacts(words, _checked(payloads, len(words)))
+
+
+def _checked(payloads: Iterator[Any], n_words: int) -> Iterator[list[tuple[Any, ...]]]:
+    for rows in payloads:
+        good: list[tuple[Any, ...]] = []
+        try:
+            for row in rows:
+                if len(row) != 11:
+                    return
+                ids = array("I", row[5])
+                if ids and max(ids) >= n_words:
+                    return
+                good.append(row)
+        except (TypeError, ValueError):
+            return
+        yield good
 
 
 def _facts_of(row: tuple[Any, ...], ids: "array[int]") -> Facts:

@@ -247,8 +247,7 @@ _saved_facts: dict[Path, frozenset[str]] = {}
 def _adopt_saved(rt: Runtime, md: MemoryDir, limits: tuple[int, int]) -> None:
     saved = load_saved(rt.store.load_facts(md.real_path), limits)
     if saved is not None:
-        _facts.adopt(saved)
-        _saved_facts[md.real_path] = frozenset(saved.rows)
+        _saved_facts[md.real_path] = _facts.adopt(saved)
 
 
 def _save_facts(rt: Runtime, md: MemoryDir, used: frozenset[str]) -> None:

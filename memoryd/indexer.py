@@ -226,6 +226,7 @@ def index_dir(
     persist_cache: bool = True,
     held: Held | None = None,
     hold: bool = False,
+    probe: bool = False,
 ) -> IndexOutcome:
     """One incremental index update of one dir; retries from the other writer's version.
 
@@ -233,6 +234,8 @@ def index_dir(
     them before. `preferred`: pointer lines to use for files coming back from the trash.
     `hold`: leave what a pass over just the changed files needs in `outcome.held`, to be
     passed back as `held` with `only` (the names that changed) by a caller that keeps it.
+    `probe` (with `check`): stop once ownership is decided; the outcome has no edit (for the
+    dream pass, which needs to know only whether it may remove pointer lines).
     """
     if (
         held is not None
@@ -266,6 +269,7 @@ def index_dir(
                     only=only if attempt == 1 else None,
                     persist_cache=persist_cache,
                     keep=hold,
+                    probe=probe and check,
                 )
             except WriteConflict as conflict:
                 rt.audit.write(
@@ -301,6 +305,7 @@ def _index_once(
     only: Set[str] | None,
     persist_cache: bool,
     keep: bool,
+    probe: bool = False,
 ) -> IndexOutcome:
     cfg = rt.config
     state = rt.store.load(md.real_path)
@@ -337,6 +342,10 @@ def _index_once(
     outcome = IndexOutcome(md, "unchanged", scan=scan)
     now = rt.clock()
     outcome.ownership = ownership
+    if probe:
+        if not ownership.managed:
+            outcome.status, outcome.message = "unmanaged", ownership.reason
+        return outcome
     if not rt.dry_run and not check:
         outcome.retry_after = _report_problems(rt, md, scan.problems, state, settle)
         if state.known:

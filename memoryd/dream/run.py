@@ -441,11 +441,10 @@ def dream_dir(
 def _probe(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirScan | None]:
     """Whether memoryd manages the dir's index, and the scan made to find out.
 
-    Only these two are kept: the rest of the outcome (the index edit it would make, its diff,
-    the state held for a next index pass; about 4 MB a 10,000 memories) would otherwise live
-    on through the pass's peak, the duplicate search.
+    The index edit is not made (a probe stops once ownership is decided: the edit was a
+    tenth of a 10,000-memory pass), and only these two are kept.
     """
-    probe = index_dir(rt, md, check=True)
+    probe = index_dir(rt, md, check=True, probe=True)
     return probe.ownership, probe.scan
 
 

@@ -1576,8 +1576,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "frozenset[str] (same type, overlap ≥ 0.4); naive symbol check: one `grep -rqw` per "
         "symbol; naive duplicate check: a Python loop over every frozenset. Peak RSS is "
         "ru_maxrss after the first pass of a fresh process (dry and real passes each get one, "
-        "with and without saved caches; the largest is shown), launched through /bin/sh so it does not start at this process's "
-        "peak; the naive one holds every parsed file's word set."
+        "with and without saved caches; the largest is shown), launched through /bin/sh so it "
+        "does not start at this process's peak; the naive one holds every parsed file's word "
+        "set."
     )
     print(f"total bench time {time.perf_counter() - started:.0f} s")
     if args.json:

@@ -89,7 +89,8 @@ class RepoCache:
         if root not in self._built:
             self._built[root] = _snapshot(root, self._store, save=save)
         elif save:
-            _snapshot_saved(root, self._built[root], self._store)
+            with _held_lock:
+                _snapshot_saved(root, self._built[root], self._store)
         return self._built[root]
 
 
@@ -134,7 +135,8 @@ def _same_tree(a: RepoIndex, b: RepoIndex) -> bool:
 
 
 def _snapshot_saved(root: Path, checker: RefChecker, store: StateStore | None) -> None:
-    """Write the snapshot's token cache to the state dir unless it is what is there."""
+    """Write the snapshot's token cache to the state dir unless it is what is there (under
+    _held_lock)."""
     sources = checker.repo.sources if checker.repo is not None else None
     if store is None or sources is None or _on_disk.get(root) is sources:
         return

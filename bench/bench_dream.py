@@ -388,11 +388,13 @@ def make_repo(root: Path, n_files: int, seed: int) -> Repo:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("module.exports = legacyPadLeft;\n")
-    # A real tree was not all written in the last seconds: files that new are read again by
-    # every build (RepoIndex's racy-file rule), which would slow the first passes timed here.
+    # A real tree was not all written in the last seconds: sources that new (by mtime or
+    # ctime) are read again by every build (RepoIndex's racy-file rule), which would slow the
+    # first passes timed here. Their ctime cannot be set back, so wait it out.
     old = time.time() - 3600
     for rel in files:
         os.utime(root / rel, (old, old))
+    time.sleep(2.1)
 
     index = RepoIndex.build(root)
     tokens = index.tokens

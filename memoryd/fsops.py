@@ -334,6 +334,15 @@ def _is_expected(dir_fd: int, name: str, expected: Expected) -> bool:
     return found is not None and found[1].ino == identity.ino and found[1].sha256 == identity.sha256
 
 
+def _looks_expected(dir_fd: int, name: str, expected: Expected) -> bool:
+    """`_is_expected`, where a file that cannot even be looked at (a symlink, a FIFO, one
+    over the read limit) is simply not the expected one."""
+    try:
+        return _is_expected(dir_fd, name, expected)
+    except (OSError, ValueError):
+        return False
+
+
 def _check_unchanged(dir_fd: int, name: str, expected: FileIdentity | None, dir_path: Path) -> None:
     """A look by stat before the swap, which then checks the bytes of what it took out."""
     try:
@@ -374,7 +383,7 @@ def _swap(
         # write in after our check, so exchange back and let the caller retry from theirs.
         renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
     except NotImplementedError:
-        if not _is_expected(dir_fd, name, expected):
+        if not _looks_expected(dir_fd, name, expected):
             raise WriteConflict(f"{dir_path / name} changed while memoryd was editing it") from None
         if keep_prev is not None:
             previous = identity_of(dir_fd, name)
@@ -383,7 +392,9 @@ def _swap(
                 os.rename(prev_tmp, keep_prev, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return
-    if not _is_expected(dir_fd, tmp, expected):
+    # `tmp` now names what was under `name`: if looking at it fails, it is someone else's
+    # file (a symlink swapped in, say) and must go back, never be unlinked as our temp.
+    if not _looks_expected(dir_fd, tmp, expected):
         renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
         raise WriteConflict(f"{dir_path / name} changed during the swap")
     crash_point("index.after_swap")

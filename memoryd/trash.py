@@ -105,12 +105,32 @@ def free_name(folder: Path, name: str) -> str:
     return _first_free(folder, name, ".", 2)
 
 
-def append_record(folder: Path, line: str) -> None:
+def open_manifest(folder: Path, *, dir_fd: int | None = None) -> int:
+    """The day folder's manifest, opened for appending lines.
+
+    A power cut can leave a manifest's last line torn (or, on some filesystems, its tail
+    zero-filled): a line appended to that would be glued to it and lost with it. So a
+    manifest that does not end in a newline gets one first; the torn line stays a line of
+    its own that readers skip.
+    """
     fd = os.open(
-        folder / MANIFEST,
-        os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        MANIFEST if dir_fd is not None else folder / MANIFEST,
+        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
         0o600,
+        dir_fd=dir_fd,
     )
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def append_record(folder: Path, line: str) -> None:
+    fd = open_manifest(folder)
     try:
         os.write(fd, (line + "\n").encode("ascii"))
         os.fsync(fd)
@@ -158,12 +178,7 @@ class Mover:
         )
         fsops.crash_point("trash.after_move")
         if self._manifest < 0:
-            self._manifest = os.open(
-                MANIFEST,
-                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=self._folder_fd,
-            )
+            self._manifest = open_manifest(self.folder, dir_fd=self._folder_fd)
         os.write(self._manifest, (record.to_json() + "\n").encode("ascii"))
 
     def close(self) -> None:

@@ -227,9 +227,13 @@ def test_signature_follows_names_kinds_and_sources(repo: Path) -> None:
     assert tree_signature(repo) != changed
 
 
-def test_snapshot_is_reused_while_the_tree_is_unchanged(repo: Path) -> None:
-    old = time.time() - DAY  # a source written just now would be read again (racy)
-    os.utime(repo / "src/app.py", (old, old))
+def test_snapshot_is_reused_while_the_tree_is_unchanged(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memoryd.dream import repo as repo_module
+
+    # A source written just now (by ctime) would be read again by every build (racy).
+    monkeypatch.setattr(repo_module, "_RACY_NS", 0)
     first = RepoCache().get(repo)
     assert first is not None and RepoCache().get(repo) is first
     assert RepoCache().checker(repo) is RepoCache().checker(repo)
@@ -357,3 +361,50 @@ def test_saved_facts_are_taken_frame_by_frame_up_to_a_damaged_one(
     new_process(monkeypatch)
     assert facts_of(take(env, repo)) == facts_of(first)
     assert len(derived) == 8
+
+
+def test_saved_facts_keep_this_dirs_rows_when_the_cache_starts_again(
+    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Churn makes the cache start afresh at the end of a pass (finish): the file that pass
+    saves still holds every memory of the dir."""
+    path = mem(repo, "a.md", "version 0 of this body")
+    mem(repo, "b.md", "another steady body text")
+    take(env, repo, save=True)
+    for k in range(1, 4):
+        path.write_text(path.read_text().replace(f"version {k - 1} ", f"version {k} "))
+        take(env, repo, save=True)
+    seen = len(derived)
+    new_process(monkeypatch)
+    take(env, repo)
+    assert len(derived) == seen  # both taken from the file
+
+
+def test_rows_that_pass_the_checksum_but_not_the_format_are_derived_again(
+    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file with our header whose rows hold other types (another version's, a bug's) is
+    not taken, and no pass fails on it."""
+    from memoryd.dream import facts as facts_module
+    from memoryd.sealed import frame
+
+    mem(repo, "a.md", "Keep `src/app.py` small.")
+    first = take(env, repo, save=True)
+    (saved,) = facts_files(env)
+    parse = Config().parse
+    limits = (parse.max_file_bytes, parse.max_frontmatter_bytes)
+    head = frame((facts_module._SAVED_HEADER, limits, ("keep", "small.")))
+    good = (first.items[0].sha256, "a", "project", 0.0, False, b"\0\0\0\0", (), (),
+            frozenset(), frozenset(), "")  # fmt: skip
+    for bad in (
+        (*good[:2], 7, *good[3:]),  # a type that is no str
+        (*good[:5], [-1], *good[6:]),  # ids that are no bytes
+        (*good[:5], b"\x05\x00\x00\x00", *good[6:]),  # an id past the words
+        (*good[:6], (1, 2), *good[7:]),  # paths that are no str
+        (*good[:8], {"x"}, *good[9:]),  # a set where a frozenset belongs
+    ):
+        saved.write_bytes(head + frame((bad,)))
+        new_process(monkeypatch)
+        before = len(derived)
+        assert facts_of(take(env, repo)) == facts_of(first)
+        assert len(derived) == before + 1

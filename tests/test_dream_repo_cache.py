@@ -49,6 +49,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def nothing_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(run_module, "_held_snapshots", {})
     monkeypatch.setattr(run_module, "_on_disk", {})
+    # Every file here was written (its ctime set) moments ago: without this, the racy rule
+    # would have every build read every source again. Its own test sets it back.
+    monkeypatch.setattr(repo_module, "_RACY_NS", 0)
 
 
 @pytest.fixture
@@ -85,14 +88,44 @@ def test_only_changed_sources_are_read_and_the_result_is_a_fresh_builds(
     assert "parse_config" not in rebuilt.tokens and "memory_store" not in rebuilt.tokens
 
 
-def test_a_source_written_just_now_is_read_again_next_time(tree: Path, reads: list[str]) -> None:
+def test_a_source_written_just_now_is_read_again_next_time(
+    tree: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A file modified within the timestamp tick of a read may change again unseen by its
-    stat: its tokens are not kept (git's "racily clean" files)."""
-    write(tree, "src/hot.py", "def hot_symbol(): pass\n", mtime=time.time())
+    stat: its tokens are not kept (git's "racily clean" files). Recent by mtime or by ctime
+    (an mtime set back by `cp -p` or tar says nothing of when the bytes were written)."""
     first = RepoIndex.build(tree)
+    write(tree, "src/hot.py", "def hot_symbol(): pass\n", mtime=time.time())
+    write(tree, "src/copied.py", "def copied_symbol(): pass\n")  # old mtime, new ctime
+    monkeypatch.setattr(repo_module, "_RACY_NS", 3_600_000_000_000)  # everything is recent
+    second = RepoIndex.build(tree, previous=first.sources)
     reads.clear()
-    RepoIndex.build(tree, previous=first.sources)
-    assert reads == ["hot.py"]
+    RepoIndex.build(tree, previous=second.sources)
+    assert sorted(reads) == ["README.md", "app.py", "copied.py", "hot.py", "util.ts"]
+    monkeypatch.setattr(repo_module, "_RACY_NS", 0)
+    third = RepoIndex.build(tree, previous=second.sources)
+    reads.clear()
+    assert RepoIndex.build(tree, previous=third.sources) == third and reads == []
+
+
+def test_a_source_that_could_not_be_read_is_read_again(
+    tree: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed read (EMFILE, EIO) may pass: its empty result is not kept under the stamp."""
+    original = repo_module._read_runs
+    failing = {"app.py"}
+
+    def flaky(path: str, size: int, max_bytes: int) -> list[bytes] | None:
+        if Path(path).name in failing:
+            return None
+        return original(path, size, max_bytes)
+
+    monkeypatch.setattr(repo_module, "_read_runs", flaky)
+    first = RepoIndex.build(tree)
+    assert "parse_config" not in first.tokens
+    failing.clear()
+    again = RepoIndex.build(tree, previous=first.sources)
+    assert "parse_config" in again.tokens and again == RepoIndex.build(tree)
 
 
 def test_another_size_cap_reads_everything_again(tree: Path, reads: list[str]) -> None:
@@ -191,3 +224,33 @@ def test_dream_dry_run_writes_no_repo_cache(
     assert not state.exists()
     assert cli("dream", memory, "--repo-root", tree).code == 0
     assert len(list(state.iterdir())) == 1
+
+
+def test_a_file_that_is_no_source_still_changes_the_snapshot(tree: Path) -> None:
+    """Only sources are read for tokens, but every name counts for path references: adding a
+    picture or removing a data file must not leave the held snapshot as it was."""
+    from memoryd.dream.refs import Refs, Status
+
+    refs = Refs(("src/new.png", "assets/logo.png"), ())
+    checker = RepoCache().checker(tree)
+    assert [c.status for c in checker.check(refs)] == [Status.MISSING, Status.FOUND]
+    write(tree, "src/new.png", b"\x89PNG\0")
+    (tree / "assets/logo.png").unlink()
+    again = RepoCache().checker(tree)
+    assert again.repo == RepoIndex.build(tree)
+    assert [c.status for c in again.check(refs)] == [Status.FOUND, Status.MISSING]
+
+
+def test_a_cache_file_with_the_right_header_but_wrong_fields_is_no_cache(tree: Path) -> None:
+    from memoryd.sealed import seal
+
+    header = repo_module._SOURCES_HEADER
+    root = str(tree)
+    for payload in (
+        (root, "big", ("tok",), ("a.py",), ((1, 2, 3, 4, 5),), (b"tok",)),
+        (root, 10, (1,), ("a.py",), ((1, 2, 3, 4, 5),), (b"tok",)),
+        (root, 10, ("tok",), ("a.py",), ((1, 2, 3),), (b"tok",)),
+        (root, 10, ("tok",), ("a.py",), ((1, 2, 3, 4, 5),), ("tok",)),
+        (root, 10, ("tok",), (7,), ((1, 2, 3, 4, 5),), (b"tok",)),
+    ):
+        assert load_sources(tree, seal(header, payload)) is None

@@ -442,3 +442,29 @@ def test_holds_compares_every_byte_of_the_pieces(tmp_path: Path) -> None:
             assert not fsops.holds(fd, "A.md", ino, pieces)
         path.write_bytes(data)
         assert fsops.holds(fd, "A.md", ino, pieces)
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "fallback"])
+def test_a_failed_look_at_the_old_file_is_a_conflict_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
+) -> None:
+    """After the exchange our temp name holds what was under the index's name: if looking
+    at it fails (a symlink swapped in, say), it is exchanged back, never unlinked; without
+    the exchange, nothing is renamed. Either way: a conflict, their file in place."""
+    if exchange and fsops._renameat2 is None:
+        pytest.skip("no renameat2 here")
+    monkeypatch.setattr(fsops, "use_renameat2", exchange)
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes(b"theirs\n")
+    with fsops.open_dir(tmp_path) as fd:
+        found = fsops.identity_of(fd, "MEMORY.md")
+    assert found is not None
+
+    def looking_fails(*args: object) -> bool:
+        raise OSError(errno.ELOOP, "too many levels of symbolic links")
+
+    monkeypatch.setattr(fsops, "_is_expected", looking_fails)
+    with pytest.raises(fsops.WriteConflict):
+        fsops.replace_file(tmp_path, "MEMORY.md", b"ours\n", found[1])
+    assert path.read_bytes() == b"theirs\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["MEMORY.md"]

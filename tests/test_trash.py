@@ -99,8 +99,9 @@ def test_leftover_aside_folder_is_finished(env: Env, cli, repo: Path) -> None:
     assert not aside.exists()
 
 
-def test_trash_on_another_filesystem_is_refused(env: Env, cli, repo: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trash_on_another_filesystem_is_refused(
+    env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """EXDEV on the move: nothing moves or is copied, the pass fails with a clear message."""
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
     _filler(repo)
@@ -117,7 +118,8 @@ def test_trash_on_another_filesystem_is_refused(env: Env, cli, repo: Path,
     assert "another filesystem" in result.out
     after = {k: v[0] for k, v in tree_digest(folder).items() if "/.trash/" not in f"/{k}"}
     assert {k: v for k, v in after.items() if not k.startswith("MEMORY")} == {
-        k: v for k, v in before.items() if not k.startswith("MEMORY")}
+        k: v for k, v in before.items() if not k.startswith("MEMORY")
+    }
     assert [r["event"] for r in env.audit_rows()].count("dream.failed") == 1
 
 
@@ -162,8 +164,9 @@ def test_collision_in_the_trash_never_overwrites(env: Env, repo: Path) -> None:
     assert (day / "x.md").read_text() == "first"
 
 
-def test_unreadable_memory_is_kept_and_reported(cli, repo: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreadable_memory_is_kept_and_reported(
+    cli, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A memory the user cannot read is kept where it is, reported, and not considered."""
     import shutil
     import tempfile
@@ -203,3 +206,44 @@ def test_rotation_runs_at_the_start_of_a_pass(env: Env, cli, repo: Path) -> None
     time.sleep(0)  # the clock file is written by the pass itself
     assert cli("dream", folder).code == 0
     assert not day.exists()
+
+
+def test_a_pass_over_midnight_keeps_one_day_folder(env: Env, repo: Path) -> None:
+    """The day is taken once: records, manifest and the files' folder agree even when the
+    date changes while the pass runs."""
+    from dataclasses import replace as dc_replace
+
+    from memoryd.config import Config
+    from memoryd.discover import explicit_dirs
+    from memoryd.dream.run import RepoCache, dream_dir
+
+    _filler(repo)
+    body = "the staging deploy runs through the blue green pipeline every friday evening"
+    mem(repo, "older.md", body, age=50)
+    mem(repo, "newer.md", body + " again", age=40)
+    rt = env.runtime()
+    days = iter([date(2026, 5, 1)] + [date(2026, 5, 2)] * 50)  # midnight after the first look
+    rt.today = lambda: next(days)  # type: ignore[method-assign]
+    md = explicit_dirs(repo / ".claude" / "memory", Config())[0]
+    md = dc_replace(md, repo_root=repo, repo_reason="test")
+    result = dream_dir(rt, md, repos=RepoCache())
+    assert [r.original_name for r in result.moved] == ["older.md"]
+    (entry,) = trash.entries(md.real_path)
+    assert entry.stored_path.is_file() and entry.record.day == entry.folder.name
+
+
+def test_a_torn_manifest_tail_does_not_swallow_the_next_record(tmp_path: Path) -> None:
+    """After a power cut the last line may be torn or zero-filled: a record appended after it
+    must stay readable (and the torn line stays a line of its own)."""
+    folder = tmp_path / "memory" / ".trash" / "2026-05-01"
+    folder.mkdir(parents=True)
+    good = {"id": "a1", "original_name": "a.md", "stored_name": "a.md", "day": "2026-05-01"}
+    for tail in (b'{"id": "torn', b"\0\0\0\0"):
+        (folder / trash.MANIFEST).write_bytes(json.dumps(good).encode() + b"\n" + tail)
+        trash.append_record(folder, json.dumps({**good, "id": "b2"}))
+        ids = [row["id"] for row in trash._iter_manifest(folder)]
+        assert ids == ["a1", "b2"]
+        with trash.Mover(tmp_path / "memory", date(2026, 5, 1)) as mover:
+            fd = trash.open_manifest(folder, dir_fd=mover._folder_fd)
+            os.close(fd)
+        assert (folder / trash.MANIFEST).read_bytes().endswith(b"\n")

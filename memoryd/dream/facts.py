@@ -229,15 +229,35 @@ def _checked(payloads: Iterator[Any], n_words: int) -> Iterator[list[tuple[Any, 
         good: list[tuple[Any, ...]] = []
         try:
             for row in rows:
-                if len(row) != 11:
-                    return
-                ids = array("I", row[5])
-                if ids and max(ids) >= n_words:
+                if not _row_ok(row, n_words):
                     return
                 good.append(row)
         except (TypeError, ValueError):
             return
         yield good
+
+
+def _row_ok(row: Any, n_words: int) -> bool:
+    """A row as dump writes it: field types, and word ids within the file's words."""
+    if not isinstance(row, tuple) or len(row) != 11:
+        return False
+    sha, name, type_, modified_ts, declined, ids, paths, symbols, pos, neg, banned = row
+    if not (
+        isinstance(sha, str)
+        and isinstance(name, str)
+        and isinstance(type_, str)
+        and isinstance(modified_ts, float | int)
+        and isinstance(declined, bool)
+        and isinstance(ids, bytes)
+        and isinstance(banned, str)
+        and all(
+            isinstance(x, tuple) and all(isinstance(v, str) for v in x) for x in (paths, symbols)
+        )
+        and all(isinstance(x, frozenset) and all(isinstance(v, str) for v in x) for x in (pos, neg))
+    ):
+        return False
+    words = array("I", ids)  # ValueError when not a whole number of ids
+    return not words or max(words) < n_words
 
 
 def _facts_of(row: tuple[Any, ...], ids: "array[int]") -> Facts:

@@ -65,15 +65,16 @@ def _is_text_source(name: str) -> bool:
     return bool(dot) and ext.lower() in TEXT_EXTENSIONS
 
 
-def _read_runs(path: str, size: int, max_bytes: int) -> list[bytes]:
-    """Identifier runs of one file, or none when it is too big, binary or unreadable."""
+def _read_runs(path: str, size: int, max_bytes: int) -> list[bytes] | None:
+    """Identifier runs of one file: none when it is too big or binary, None when it could not
+    be read (which may pass: such a file is read again by the next build)."""
     if size > max_bytes:
         return []
     try:
         with open(path, "rb") as fh:
             data = fh.read(max_bytes + 1)
     except OSError:
-        return []
+        return None
     if len(data) > max_bytes or b"\0" in data[:_BINARY_PROBE_BYTES]:
         return []
     return data.translate(_SPACE_OUT_NON_IDENT).split()
@@ -158,9 +159,10 @@ def _stamp(what: int, rel: str, st: os.stat_result | None) -> tuple[object, ...]
 
 Stamp = tuple[int, int, int, int, int]  # inode, size, mtime_ns, ctime_ns, mode
 
-# A source modified this recently may be written again within the same timestamp tick, so its
-# tokens are not kept for the next build (the "racily clean" files of git).
+# A source modified (or given its mtime) this recently may be written again within the same
+# timestamp tick, so its tokens are not kept for the next build (git's "racily clean" files).
 _RACY_NS: Final = 2_000_000_000
+_NEVER: Final[Stamp] = (0, -1, 0, 0, 0)  # a stamp no file has: its source is read next time
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +198,21 @@ def load_sources(root: Path, data: bytes | None) -> SourceTokens | None:
     payload: Any = unseal(_SOURCES_HEADER, data) if data else None
     try:
         saved_root, max_bytes, tokens, rels, stamps, runs = payload
-        if saved_root != os.fspath(root):
+        if saved_root != os.fspath(root) or not isinstance(max_bytes, int):
+            return None
+        if not all(isinstance(t, str) for t in tokens):
             return None
         files = dict(zip(rels, zip(stamps, runs, strict=True), strict=True))
-        return SourceTokens(int(max_bytes), frozenset(tokens), files)
+        for rel, (stamp, kept) in files.items():  # as a build makes them, or no cache at all
+            if not (
+                isinstance(rel, str)
+                and isinstance(kept, bytes)
+                and isinstance(stamp, tuple)
+                and len(stamp) == 5
+                and all(isinstance(v, int) for v in stamp)
+            ):
+                return None
+        return SourceTokens(max_bytes, frozenset(tokens), files)
     except (TypeError, ValueError):
         return None
 
@@ -214,7 +227,10 @@ def _runs_of(
         kept = previous.files.get(rel)
         if kept is not None and kept[0] == stamp:
             return stamp, kept[1]
-    return stamp, set(_read_runs(path, st.st_size, max_bytes))
+    runs = _read_runs(path, st.st_size, max_bytes)
+    if runs is None:
+        return _NEVER, set()
+    return stamp, set(runs)
 
 
 @dataclass(frozen=True)
@@ -290,8 +306,8 @@ class RepoIndex:
                     opaque.append(rel)
                 elif what == _SOURCE and st is not None and stat.S_ISREG(st.st_mode):
                     stamp, runs = _runs_of(rel, path, st, max_token_file_bytes, previous)
-                    if st.st_mtime_ns >= started_ns - _RACY_NS:
-                        stamp = (0, -1, 0, 0, 0)  # never matches: read again next time
+                    if max(st.st_mtime_ns, st.st_ctime_ns) >= started_ns - _RACY_NS:
+                        stamp = _NEVER  # read again next time
                     if isinstance(runs, set):
                         # Joined at once: a set per file kept to the end would raise the
                         # peak by ~25 MB for a 5,000-file tree.

@@ -128,10 +128,10 @@ def _snapshot(root: Path, store: StateStore | None, *, save: bool) -> RefChecker
 
 
 def _same_tree(a: RepoIndex, b: RepoIndex) -> bool:
-    """Whether every reference check made against ``a`` holds against ``b``."""
-    if a.sources is not None and a.sources is b.sources:
-        return True  # nothing read again
-    return a.signature == b.signature and a.tokens == b.tokens
+    """Whether every reference check made against ``a`` holds against ``b``: the same names,
+    kinds and stats (the signature: a file that is no source, a folder, a link count too),
+    and the same tokens (sources read again, racy ones say, may have changed unseen)."""
+    return a.signature == b.signature and (a.sources is b.sources or a.tokens == b.tokens)
 
 
 def _snapshot_saved(root: Path, checker: RefChecker, store: StateStore | None) -> None:
@@ -235,9 +235,9 @@ def inventory(
                     kept[name] = parsed
             used.add(sha256)
             items.append(make_item(name, sha256, st.st_mtime, facts, checker))
-        _facts.finish(md.real_path, frozenset(used))
-        if save:
+        if save:  # before finish(), which may start the cache afresh
             _save_facts(rt, md, frozenset(used))
+        _facts.finish(md.real_path, frozenset(used))
     return Inventory(items, sorted(set(unparseable)), scan.conflicts, kept)
 
 
@@ -248,8 +248,14 @@ _saved_facts: dict[Path, frozenset[str]] = {}
 
 def _adopt_saved(rt: Runtime, md: MemoryDir, limits: tuple[int, int]) -> None:
     saved = load_saved(rt.store.load_facts(md.real_path), limits)
-    if saved is not None:
+    if saved is None:
+        return
+    try:
         _saved_facts[md.real_path] = _facts.adopt(saved)
+    except (TypeError, ValueError, LookupError, OverflowError):
+        # A row that passed its frame's checksum but is not what a pass writes: the rows
+        # before it were taken, the rest are derived again (and the file written anew).
+        _saved_facts.pop(md.real_path, None)
 
 
 def _save_facts(rt: Runtime, md: MemoryDir, used: frozenset[str]) -> None:
@@ -463,8 +469,9 @@ def _summary(result: DreamResult) -> dict[str, Any]:
 
 def _apply(rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult) -> None:
     """Journal the moves, then make each one whose file is still what was planned."""
-    day = rt.today().isoformat()
-    folder = trash.day_folder(md.real_path, rt.today())
+    today = rt.today()  # once: a pass running over midnight keeps one day folder
+    day = today.isoformat()
+    folder = trash.day_folder(md.real_path, today)
     lines = _index_lines(md)
     records: list[TrashRecord] = []
     taken: set[str] = set()
@@ -486,7 +493,7 @@ def _apply(rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult) -> None:
             )
         )
     entry = journal.begin(rt.paths.state_dir, result.pass_id, md.real_path, records)
-    with trash.Mover(md.real_path, rt.today()) as mover:
+    with trash.Mover(md.real_path, today) as mover:
         for record in records:
             found = fsops.identity_of(mover.dir_fd, record.original_name)
             current = found[1] if found else None

@@ -9,7 +9,7 @@ and the time-dependent part (the age, the guards) are left to the planner.
 import re
 import sys
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -156,24 +156,26 @@ class FactsCache:
 
     def dump(self, used: Iterable[str]) -> Iterator[bytes]:
         """The entries in ``used`` for the state dir (see ``load_saved``), a frame at a time:
-        at 100,000 memories the whole file at once would raise a pass's peak by ~80 MB."""
-        chosen = [(sha, self._entries[sha]) for sha in used if sha in self._entries]
-        words = self.vocabulary.words()
+        at 100,000 memories the whole file at once would raise a pass's peak by ~80 MB, so
+        nothing here copies the entries or the vocabulary either."""
+        shas = [sha for sha in used if sha in self._entries]
+        words: Sequence[str] = self.vocabulary.all_words()
         renumber: dict[int, int] | None = None
-        if len(self._entries) > len(chosen):
+        if len(self._entries) > len(shas):
             needed: set[int] = set()
-            for _, f in chosen:
-                needed.update(f.words)
+            for sha in shas:
+                needed.update(self._entries[sha].words)
             if len(words) > 2 * len(needed) + 1024:
                 # Words of other dirs would dominate the file: number this dir's own afresh.
                 order = sorted(needed)
                 renumber = {old: new for new, old in enumerate(order)}
                 words = [words[i] for i in order]
-        yield frame((_SAVED_HEADER, self._limits, tuple(words)))
+        yield frame((_SAVED_HEADER, self._limits, words))
         del words
-        for start in range(0, len(chosen), _ROWS_PER_FRAME):
+        for start in range(0, len(shas), _ROWS_PER_FRAME):
             rows = []
-            for sha, f in chosen[start : start + _ROWS_PER_FRAME]:
+            for sha in shas[start : start + _ROWS_PER_FRAME]:
+                f = self._entries[sha]
                 ids = f.words
                 if renumber is not None:
                     ids = array("I", map(renumber.__getitem__, ids))
@@ -214,10 +216,14 @@ def load_saved(data: bytes | None, limits: tuple[int, int]) -> SavedFacts | None
         return None
     payloads = frames(data)
     try:
-        header, saved_limits, words = next(payloads)
+        header, saved_limits, saved_words = next(payloads)
         if header != _SAVED_HEADER or tuple(saved_limits) != limits:
             return None
-        if not isinstance(words, tuple) or len(set(words)) != len(words):
+        if not isinstance(saved_words, list | tuple):
+            return None
+        words = tuple(saved_words)
+        del saved_words
+        if len(set(words)) != len(words) or not all(isinstance(w, str) for w in words):
             return None
     except (StopIteration, TypeError, ValueError):
         return None

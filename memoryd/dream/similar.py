@@ -112,9 +112,9 @@ class Vocabulary:
     def __len__(self) -> int:
         return len(self._words)
 
-    def words(self) -> list[str]:
-        """Every word, by id (a copy)."""
-        return list(self._words)
+    def all_words(self) -> Sequence[str]:
+        """Every word, by id: the vocabulary's own list, not a copy (do not change it)."""
+        return self._words
 
     def id(self, word: str) -> int:
         """The id of ``word``, assigning the next free one on first sight."""

@@ -55,6 +55,9 @@ EVENTS: dict[str, EventSpec] = {
         "error", "the index on disk failed verification", ("problems",)
     ),
     "index.write_failed": EventSpec("error", "the index could not be written", ("file", "error")),
+    "index.temp_removed": EventSpec(
+        "info", "temp files a killed memoryd left behind were removed", ("files",)
+    ),
     "file.unparseable": EventSpec(
         "warning", "a file in a memory dir cannot be used; it is kept", ("file", "problem", "hint")
     ),

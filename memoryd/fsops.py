@@ -471,6 +471,50 @@ def is_own_temp(name: str) -> bool:
     return TEMP_MARK in name and name.endswith(".tmp")
 
 
+STRAY_TEMP_AGE = 3600.0  # seconds: no write of memoryd's lasts this long
+
+
+def temp_owner(name: str) -> int | None:
+    """The pid in one of memoryd's temp names (see temp_name), or None."""
+    if not is_own_temp(name):
+        return None
+    pid, dash, _ = name.rpartition(TEMP_MARK)[2].partition("-")
+    return int(pid) if dash and pid.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def remove_stray_temps(
+    dir_path: Path, names: Iterable[str], now: float
+) -> list[str]:
+    """Remove temp files of memoryd's own that a killed memoryd left behind (a crash between
+    writing a temp and swapping it in): those whose writer is gone and that are over an hour
+    old. Anything else (a live writer's, a symlink, a folder) stays. The names removed."""
+    removed: list[str] = []
+    with open_dir(dir_path) as dir_fd:
+        for name in names:
+            pid = temp_owner(name)
+            if pid is None or pid == os.getpid() or _alive(pid):
+                continue
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < STRAY_TEMP_AGE:
+                    continue
+                os.unlink(name, dir_fd=dir_fd)
+            except OSError:
+                continue
+            removed.append(name)
+    return removed
+
+
 # --- crash points --------------------------------------------------------------------------------
 # `MEMORYD_CRASH_AT=k` makes the k-th crash point of the process kill it with SIGKILL, so tests
 # can prove that a crash at any step loses nothing. Unset, it costs one dict lookup.

@@ -3,6 +3,7 @@
 import difflib
 import os
 import re
+import time
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
@@ -348,6 +349,10 @@ def _index_once(
         return outcome
     if not rt.dry_run and not check:
         outcome.retry_after = _report_problems(rt, md, scan.problems, state, settle)
+        if scan.own_temps:
+            stray = fsops.remove_stray_temps(md.real_path, scan.own_temps, time.time())
+            if stray:
+                rt.audit.write("index.temp_removed", dir=md.path, files=stray)
         if state.known:
             _count_changed(state, scan, memories.keys(), now)
     if not ownership.managed:

@@ -87,6 +87,7 @@ class DirScan:
     conflicts: list[str] = field(default_factory=list)
     subdirs: list[str] = field(default_factory=list)
     reread: int = 0  # how many files had to be read (the rest came from the cache)
+    own_temps: list[str] = field(default_factory=list)  # memoryd's temp names seen (full scans)
     changed: list[str] = field(default_factory=list)  # names that are new or changed since
 
     @property
@@ -319,6 +320,7 @@ def scan_dir(
             return result
         with os.scandir(dir_fd) as entries:
             listing = {e.name: e for e in entries}
+        result.own_temps = [n for n in listing if n.startswith(".") and fsops.is_own_temp(n)]
         files, cached_file, is_dir = result.files, cache.get, stat.S_ISDIR
         for name in sorted(listing):
             entry = listing[name]

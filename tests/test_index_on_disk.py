@@ -4,6 +4,7 @@ import errno
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -468,3 +469,46 @@ def test_a_failed_look_at_the_old_file_is_a_conflict_and_loses_nothing(
         fsops.replace_file(tmp_path, "MEMORY.md", b"ours\n", found[1])
     assert path.read_bytes() == b"theirs\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["MEMORY.md"]
+
+
+def test_temp_files_a_killed_memoryd_left_are_removed_and_nothing_else(
+    env: Env, cli, mdir: Path
+) -> None:
+    """A kill -9 between writing a temp and swapping it in leaves the temp behind: the next
+    full pass removes it once its writer is gone and it is an hour old; a live writer's, a
+    fresh one, a symlink and someone else's file with a similar name all stay."""
+    import subprocess
+    import sys
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = int(gone.stdout)
+    old = time.time() - 2 * 3600
+
+    def temp(pid: int, *, age: float = old, link: bool = False) -> str:
+        name = f".MEMORY.md{fsops.TEMP_MARK}{pid}-{os.urandom(4).hex()}.tmp"
+        if link:
+            (mdir / name).symlink_to(mdir / "alpha.md")
+        else:
+            (mdir / name).write_bytes(b"half a write")
+            os.utime(mdir / name, (age, age))
+        return name
+
+    stray = temp(dead)
+    kept = {
+        temp(os.getpid()),  # ours: a write in progress
+        temp(1),  # a live process
+        temp(dead, age=time.time()),  # too fresh to say
+        temp(dead, link=True),  # not a regular file
+    }
+    (mdir / ".MEMORY.md.memoryd-notes.tmp").write_text("no pid")
+    kept.add(".MEMORY.md.memoryd-notes.tmp")
+    assert cli("index", mdir).code == 0
+    names = set(os.listdir(mdir))
+    assert stray not in names and kept <= names
+    (row,) = [r for r in env.audit_rows() if r["event"] == "index.temp_removed"]
+    assert row["files"] == [stray]

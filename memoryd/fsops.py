@@ -276,6 +276,7 @@ def replace_file(
     *,
     keep_prev: str | None = None,
     expected_data: Content | None = None,
+    leftovers: list[str] | None = None,
 ) -> FileIdentity:
     """Atomically replace `name` with `data` if it is still `expected` (None: must not exist).
 
@@ -285,6 +286,8 @@ def replace_file(
     they are compared as they are instead of by sha256, and the returned identity carries no
     sha256 (such a caller compares bytes next time too). Hashing a 2 MB archive twice costs
     more than the rest of a daemon's pass. Either may be pieces (see `Content`).
+    `leftovers`: where to put the name the old file has after the swap, for a caller that
+    removes it later (`remove_leftovers`) instead of now, before its next write.
     """
     with open_dir(dir_path) as dir_fd:
         mode = 0o600
@@ -313,7 +316,7 @@ def replace_file(
             if expected is None:
                 _create_no_replace(dir_fd, tmp, name, dir_path)
             else:
-                _swap(dir_fd, tmp, name, (expected, expected_data), keep_prev, dir_path)
+                _swap(dir_fd, tmp, name, (expected, expected_data), keep_prev, dir_path, leftovers)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
@@ -376,7 +379,13 @@ def _create_no_replace(dir_fd: int, tmp: str, name: str, dir_path: Path) -> None
 
 
 def _swap(
-    dir_fd: int, tmp: str, name: str, expected: Expected, keep_prev: str | None, dir_path: Path
+    dir_fd: int,
+    tmp: str,
+    name: str,
+    expected: Expected,
+    keep_prev: str | None,
+    dir_path: Path,
+    leftovers: list[str] | None = None,
 ) -> None:
     try:
         # Exchange, then look at what came out: if it is not what we read, someone slipped a
@@ -400,8 +409,20 @@ def _swap(
     crash_point("index.after_swap")
     if keep_prev is not None:
         os.rename(tmp, keep_prev, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    elif leftovers is not None:
+        leftovers.append(tmp)  # one of our temp names: swept after a crash (remove_stray_temps)
     else:
         os.unlink(tmp, dir_fd=dir_fd)
+
+
+def remove_leftovers(dir_path: Path, names: list[str]) -> None:
+    """Remove the old files `replace_file` left under temp names (see its `leftovers`)."""
+    if not names:
+        return
+    with open_dir(dir_path) as dir_fd:
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=dir_fd)
 
 
 def move_no_replace(src_dir: Path, src: str, dst_dir: Path, dst: str) -> None:
@@ -492,9 +513,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stray_temps(
-    dir_path: Path, names: Iterable[str], now: float
-) -> list[str]:
+def remove_stray_temps(dir_path: Path, names: Iterable[str], now: float) -> list[str]:
     """Remove temp files of memoryd's own that a killed memoryd left behind (a crash between
     writing a temp and swapping it in): those whose writer is gone and that are over an hour
     old. Anything else (a live writer's, a symlink, a folder) stays. The names removed."""

@@ -462,6 +462,9 @@ def _write(
     from a caller that keeps them (the swap compares them instead of hashing).
     """
     out = Written(main.identity, archive.identity, {})
+    # The old archive (up to megabytes of page cache to free) is removed after MEMORY.md is
+    # written, not between the two writes: the agent sees its index sooner.
+    leftovers: list[str] = []
     try:
         if archive_changed and (edit.archive is not None or archive_data is not None):
             # The archive first: a crash in between leaves a line indexed twice (collapsed
@@ -474,7 +477,12 @@ def _write(
                 data = _encode(edit.archive, archive.bom)
             out.data[ARCHIVE_NAME] = data
             out.archive = fsops.replace_file(
-                md.real_path, ARCHIVE_NAME, data, archive.identity, expected_data=held[1]
+                md.real_path,
+                ARCHIVE_NAME,
+                data,
+                archive.identity,
+                expected_data=held[1],
+                leftovers=leftovers,
             )
         if main_changed and edit.main is not None:
             data = out.data[INDEX_NAME] = _encode(edit.main, main.bom)
@@ -491,6 +499,8 @@ def _write(
             raise
         rt.audit.write("index.write_failed", dir=md.path, file=INDEX_NAME, error=str(error))
         return str(error)
+    finally:
+        fsops.remove_leftovers(md.real_path, leftovers)
     before = len(_encode(main.text or "", main.bom))
     after = len(_encode(edit.main or "", main.bom))
     rt.audit.write(

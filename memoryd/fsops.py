@@ -137,18 +137,13 @@ def read_regular(
         os.close(fd)
 
 
-def identity_of(
-    dir_fd: int, name: str, limit: int = 64 << 20, *, digest: bool = True
-) -> tuple[bytes, FileIdentity] | None:
-    """Current bytes and identity of a file in the dir, or None when it does not exist.
-
-    `digest=False`: no sha256 (left empty), for a caller that compares the bytes instead.
-    """
+def identity_of(dir_fd: int, name: str, limit: int = 64 << 20) -> tuple[bytes, FileIdentity] | None:
+    """Current bytes and identity of a file in the dir, or None when it does not exist."""
     try:
         data, st = read_regular(dir_fd, name, limit)
     except FileNotFoundError:
         return None
-    sha = hashlib.sha256(data).hexdigest() if digest else ""
+    sha = hashlib.sha256(data).hexdigest()
     return data, FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, sha)
 
 

@@ -128,7 +128,7 @@ def _from_end(held: HeldIndex, changed: Set[str]) -> Iterator[int]:
 @dataclass(slots=True)
 class ChangedEdit:
     # As update_index's edit, except `archive`, which is not made (decoding 2 MB would cost
-    # more than the whole edit): the new archive is `held.archive_data`.
+    # more than the whole edit): the new archive is `held.lines`, written as they are.
     edit: IndexEdit
     held: HeldIndex  # the index after the edit, for the next one
     archive_changed: bool

@@ -264,13 +264,16 @@ class StateStore:
     def load_facts(self, real_path: Path) -> bytes | None:
         """The dream facts a pass saved for the dir (``FactsCache.dump``), or None."""
         try:
-            return (self.root / f"{dir_key(real_path)}.facts").read_bytes()
+            return self._facts_path(real_path).read_bytes()
         except OSError:
             return None
 
     def save_facts(self, real_path: Path, data: Iterable[bytes]) -> None:
         # Not fsynced: facts lost to a power cut are derived again by the next pass.
-        fsops.write_private(self.root / f"{dir_key(real_path)}.facts", data, durable=False)
+        fsops.write_private(self._facts_path(real_path), data, durable=False)
+
+    def _facts_path(self, real_path: Path) -> Path:
+        return self.root / f"{dir_key(real_path)}.facts"
 
     def _repo_path(self, root: Path) -> Path:
         return self.root.parent / "repos" / f"{dir_key(root)}.tokens"

@@ -105,8 +105,8 @@ def free_name(folder: Path, name: str) -> str:
     return _first_free(folder, name, ".", 2)
 
 
-def open_manifest(folder: Path, *, dir_fd: int | None = None) -> int:
-    """The day folder's manifest, opened for appending lines.
+def open_manifest(dir_fd: int) -> int:
+    """The manifest of the day folder open as `dir_fd`, opened for appending lines.
 
     A power cut can leave a manifest's last line torn (or, on some filesystems, its tail
     zero-filled): a line appended to that would be glued to it and lost with it. So a
@@ -114,7 +114,7 @@ def open_manifest(folder: Path, *, dir_fd: int | None = None) -> int:
     its own that readers skip.
     """
     fd = os.open(
-        MANIFEST if dir_fd is not None else folder / MANIFEST,
+        MANIFEST,
         os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
         0o600,
         dir_fd=dir_fd,
@@ -130,7 +130,8 @@ def open_manifest(folder: Path, *, dir_fd: int | None = None) -> int:
 
 
 def append_record(folder: Path, line: str) -> None:
-    fd = open_manifest(folder)
+    with fsops.open_dir(folder) as dir_fd:
+        fd = open_manifest(dir_fd)
     try:
         os.write(fd, (line + "\n").encode("ascii"))
         os.fsync(fd)
@@ -178,7 +179,7 @@ class Mover:
         )
         fsops.crash_point("trash.after_move")
         if self._manifest < 0:
-            self._manifest = open_manifest(self.folder, dir_fd=self._folder_fd)
+            self._manifest = open_manifest(self._folder_fd)
         os.write(self._manifest, (record.to_json() + "\n").encode("ascii"))
 
     def close(self) -> None:

@@ -17,18 +17,13 @@ from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sourc
 from memoryd.dream.run import RepoCache
 from memoryd.state import StateStore
 from tests.conftest import Result
+from tests.test_dream_repo import write as write_file
 
 OLD = time.time() - 3600  # an mtime far enough back for a source's tokens to be kept
 
 
 def write(root: Path, rel: str, text: str | bytes, *, mtime: float = OLD) -> None:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(text, bytes):
-        path.write_bytes(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    os.utime(path, (mtime, mtime))
+    os.utime(write_file(root, rel, text), (mtime, mtime))
 
 
 @pytest.fixture

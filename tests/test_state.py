@@ -10,12 +10,18 @@ def seen_of(n: int) -> dict[str, list[str]]:
     return {f"m{i}.md": [f"m{i}", f"description {i}"] for i in range(n)}
 
 
-def test_a_save_of_one_changed_file_appends_instead_of_rewriting(tmp_path: Path) -> None:
-    """After the first save, changing one file's entry appends one short line to the log."""
+def saved_once(tmp_path: Path, n: int, *, known: bool = False) -> tuple[StateStore, Path, DirState]:
+    """A store under tmp_path, a dir's state with `n` seen files, saved once (the base file)."""
     store = StateStore(tmp_path)
     folder = tmp_path / "memory"
-    state = DirState(path=str(folder), known=True, seen=seen_of(2000))
+    state = DirState(path=str(folder), known=known, seen=seen_of(n))
     store.save(folder, state)
+    return store, folder, state
+
+
+def test_a_save_of_one_changed_file_appends_instead_of_rewriting(tmp_path: Path) -> None:
+    """After the first save, changing one file's entry appends one short line to the log."""
+    store, folder, state = saved_once(tmp_path, 2000, known=True)
     base = next((tmp_path / "dirs").glob("*.json"))
     base_bytes = base.read_bytes()
     state.seen["m7.md"] = ["m7", "changed"]
@@ -31,10 +37,7 @@ def test_a_save_of_one_changed_file_appends_instead_of_rewriting(tmp_path: Path)
 
 def test_a_torn_last_log_line_is_skipped(tmp_path: Path) -> None:
     """A crash mid-append leaves a partial line: the saves before it still load."""
-    store = StateStore(tmp_path)
-    folder = tmp_path / "memory"
-    state = DirState(path=str(folder), seen=seen_of(3))
-    store.save(folder, state)
+    store, folder, state = saved_once(tmp_path, 3)
     state.seen["m1.md"] = ["m1", "second"]
     store.save(folder, state, seen_changed={"m1.md"})
     log = next((tmp_path / "dirs").glob("*.log"))
@@ -48,10 +51,7 @@ def test_a_torn_last_log_line_is_skipped(tmp_path: Path) -> None:
 def test_an_old_log_never_replays_over_a_newer_base(tmp_path: Path) -> None:
     """A crash after a fold wrote the new base but before the old log was removed: the old
     log belongs to the previous generation and is ignored."""
-    store = StateStore(tmp_path)
-    folder = tmp_path / "memory"
-    state = DirState(path=str(folder), seen=seen_of(3))
-    store.save(folder, state)
+    store, folder, state = saved_once(tmp_path, 3)
     state.seen["m0.md"] = ["m0", "old change"]
     store.save(folder, state, seen_changed={"m0.md"})
     old_log = next((tmp_path / "dirs").glob("*.log"))
@@ -66,10 +66,7 @@ def test_an_old_log_never_replays_over_a_newer_base(tmp_path: Path) -> None:
 
 def test_the_log_is_folded_into_the_base_once_it_grows(tmp_path: Path) -> None:
     """Appends stop once the log outgrows LOG_FOLD_BYTES: the next save writes a new base."""
-    store = StateStore(tmp_path)
-    folder = tmp_path / "memory"
-    state = DirState(path=str(folder), seen=seen_of(10))
-    store.save(folder, state)
+    store, folder, state = saved_once(tmp_path, 10)
     long = "x" * 4000
     for i in range(LOG_FOLD_BYTES // 4000 + 2):
         state.seen["m1.md"] = ["m1", f"{i}{long}"]
@@ -102,10 +99,7 @@ def test_a_logged_save_leaves_the_held_copy_equal_to_what_a_new_store_reads(
     """A save with `seen_changed` updates the store's own copy from the logged change: the
     next load from memory and a load by another process agree, and a caller mutating its
     state afterwards does not reach into the store."""
-    store = StateStore(tmp_path)
-    folder = tmp_path / "memory"
-    state = DirState(path=str(folder), seen=seen_of(50))
-    store.save(folder, state)
+    store, folder, state = saved_once(tmp_path, 50)
     state.seen["m3.md"] = ["m3", "changed"]
     state.seen.pop("m4.md")
     state.seen["new.md"] = ["new", "d"]

@@ -244,6 +244,6 @@ def test_a_torn_manifest_tail_does_not_swallow_the_next_record(tmp_path: Path) -
         ids = [row["id"] for row in trash._iter_manifest(folder)]
         assert ids == ["a1", "b2"]
         with trash.Mover(tmp_path / "memory", date(2026, 5, 1)) as mover:
-            fd = trash.open_manifest(folder, dir_fd=mover._folder_fd)
+            fd = trash.open_manifest(mover._folder_fd)
             os.close(fd)
         assert (folder / trash.MANIFEST).read_bytes().endswith(b"\n")

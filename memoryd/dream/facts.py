@@ -134,23 +134,21 @@ class FactsCache:
         the file holds (those of its frames that were whole)."""
         entries = self._entries
         held: set[str] = set()
-        remap: list[int] | None = None
-        if not entries and not len(self.vocabulary):
-            # A fresh cache takes the saved ids as they are: no renumbering.
+        # A fresh cache takes the saved ids as they are; one that holds words renumbers them.
+        fresh = not entries and not len(self.vocabulary)
+        if fresh:
             self.vocabulary = Vocabulary.of(saved.words)
-            for rows in saved.chunks:
-                for row in rows:
-                    entries[row[0]] = _facts_of(row, array("I", row[5]))
-                    held.add(row[0])
-            return frozenset(held)
+        remap: list[int] | None = None
         for rows in saved.chunks:
             for row in rows:
                 held.add(row[0])
                 if row[0] in entries:
                     continue
-                if remap is None:
-                    remap = [self.vocabulary.id(w) for w in saved.words]
-                ids = array("I", sorted(map(remap.__getitem__, array("I", row[5]))))
+                ids = array("I", row[5])
+                if not fresh:
+                    if remap is None:
+                        remap = [self.vocabulary.id(w) for w in saved.words]
+                    ids = array("I", sorted(map(remap.__getitem__, ids)))
                 entries[row[0]] = _facts_of(row, ids)
         return frozenset(held)
 

@@ -172,9 +172,8 @@ class SourceTokens:
     ``files`` maps each source's relative path to the stat stamp it was read under and its
     distinct runs joined by spaces (one bytes object a file, not a set: a set per file would
     hold ~25 MB for a 5,000-file tree); ``tokens`` is what the index keeps of their union. A
-    build reads again only the sources whose stamp
-    changed (``RepoIndex.build(previous=...)``); between processes they travel through
-    ``dump_sources`` and ``load_sources``.
+    build reads again only the sources whose stamp changed (``RepoIndex.build(previous=...)``);
+    between processes they travel through ``dump_sources`` and ``load_sources``.
     """
 
     max_bytes: int  # the size cap the runs were read under

@@ -467,11 +467,8 @@ def _summary(result: DreamResult) -> dict[str, Any]:
     }
 
 
-def _apply(rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult) -> None:
-    """Journal the moves, then make each one whose file is still what was planned."""
-    today = rt.today()  # once: a pass running over midnight keeps one day folder
-    day = today.isoformat()
-    folder = trash.day_folder(md.real_path, today)
+def _trash_records(plan: Plan, md: MemoryDir, pass_id: str, folder: Path) -> list[TrashRecord]:
+    """One manifest record per planned move, each with a free name in the day folder."""
     lines = _index_lines(md)
     records: list[TrashRecord] = []
     taken: set[str] = set()
@@ -485,39 +482,53 @@ def _apply(rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult) -> None:
             _record(
                 move,
                 md,
-                result.pass_id,
-                day,
+                pass_id,
+                folder.name,
                 stored,
                 lines.get(move.filename),
                 plan.items[move.filename],
             )
         )
-    entry = journal.begin(rt.paths.state_dir, result.pass_id, md.real_path, records)
-    with trash.Mover(md.real_path, today) as mover:
-        for record in records:
-            found = fsops.identity_of(mover.dir_fd, record.original_name)
-            current = found[1] if found else None
-            if current is None or current.sha256 != record.sha256:
-                why = "modified since plan" if current is not None else "gone since plan"
-                result.skipped_moves.append((record.original_name, why))
-                rt.audit.write(
-                    "dream.move_skipped", dir=md.path, file=record.original_name, why=why
-                )
-                continue
-            sized = replace(record, size=current.size)
-            mover.move(sized)
-            journal.mark_done(entry, record.id)
-            result.moved.append(sized)
-            rt.audit.write(
-                "trash.moved",
-                dir=md.path,
-                file=record.original_name,
-                id=record.id,
-                reason=record.reason,
-                sha256=record.sha256,
-                duplicate_of=record.duplicate_of,
-                superseded_by=record.superseded_by,
-                stored=f"{trash.TRASH_DIR}/{day}/{record.stored_name}",
-            )
+    return records
+
+
+def _apply(rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult) -> None:
+    """Journal the moves, then make each one whose file is still what was planned."""
+    # The date is taken once: a pass running over midnight keeps one day folder.
+    with trash.Mover(md.real_path, rt.today()) as mover:
+        records = _trash_records(plan, md, result.pass_id, mover.folder)
+        entry = _move_all(rt, md, mover, records, result)
+    # The moves are on disk (the mover synced them): the index, then the journal's end.
     result.index = index_dir(rt, md, forget={r.original_name for r in result.moved})
     journal.commit(entry)
+
+
+def _move_all(
+    rt: Runtime, md: MemoryDir, mover: trash.Mover, records: list[TrashRecord], result: DreamResult
+) -> journal.Journal:
+    """Journal the records, then move each file that is still what was planned."""
+    entry = journal.begin(rt.paths.state_dir, result.pass_id, md.real_path, records)
+    for record in records:
+        found = fsops.identity_of(mover.dir_fd, record.original_name)
+        current = found[1] if found else None
+        if current is None or current.sha256 != record.sha256:
+            why = "modified since plan" if current is not None else "gone since plan"
+            result.skipped_moves.append((record.original_name, why))
+            rt.audit.write("dream.move_skipped", dir=md.path, file=record.original_name, why=why)
+            continue
+        sized = replace(record, size=current.size)
+        mover.move(sized)
+        journal.mark_done(entry, record.id)
+        result.moved.append(sized)
+        rt.audit.write(
+            "trash.moved",
+            dir=md.path,
+            file=record.original_name,
+            id=record.id,
+            reason=record.reason,
+            sha256=record.sha256,
+            duplicate_of=record.duplicate_of,
+            superseded_by=record.superseded_by,
+            stored=f"{trash.TRASH_DIR}/{record.day}/{record.stored_name}",
+        )
+    return entry

@@ -194,6 +194,7 @@ def decide_ownership(
     known: Set[str] | None = None,
     archive_targets: Set[str] | None = None,
     only_missing: Set[str] | None = None,
+    arrived: Set[str] | None = None,
 ) -> Ownership:
     """Is this index a list of pointers memoryd may edit? (DESIGN §3, "Whose index is it?").
 
@@ -204,6 +205,8 @@ def decide_ownership(
     archive's pointer targets when the caller holds them already (not re-read from its text).
     `only_missing`: when the caller knows that no other memory file can lack a pointer (the
     daemon, after a pass that gave every file one: only the changed and the waiting can).
+    `arrived` (with `known`): the memory files not in `known`, from a caller that knows them
+    without looking at every file.
     """
     if main is not None and OFF_MARK in main:
         return Ownership(False, f"MEMORY.md holds {OFF_MARK}")
@@ -218,11 +221,10 @@ def decide_ownership(
     # The files that count are those memoryd knew; the set of those that arrived since is
     # small, where a copy of the others would be 10,000 names on every daemon pass.
     # (`memory_files - known` would copy all of them first: dict views subtract that way.)
-    arrived = (
-        set(itertools.filterfalse(known.__contains__, memory_files))
-        if known is not None
-        else frozenset[str]()
-    )
+    if known is None:
+        arrived = frozenset[str]()
+    elif arrived is None:
+        arrived = set(itertools.filterfalse(known.__contains__, memory_files))
     total = len(memory_files) - len(arrived)
     if known is not None and not total:
         return Ownership(True, "memoryd managed this index and every file since is new")

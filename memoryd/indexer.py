@@ -80,6 +80,9 @@ class Held:
     archive_bom: bool
     waiting: frozenset[str]
     config: IndexConfig  # the settings it was made under: a reload means a full pass
+    # The state store's token for `seen` as this pass saved it (naming exactly the files of
+    # `memories`): while the store still gives it, only changed files can be unknown to it.
+    seen_token: object | None = None
 
 
 def read_index_file(dir_fd: int, name: str) -> IndexText:
@@ -432,6 +435,7 @@ def _index_once(
             archive.bom,
             frozenset(edit.waiting),
             cfg.index,
+            rt.store.seen_token(md.real_path),
         )
     return outcome
 
@@ -589,6 +593,11 @@ def _index_changed(
             memories.pop(name, None)
     index = held.index
     override = cfg.override_for(md.path).mode
+    arrived = None
+    if held.seen_token is not None and rt.store.seen_token(md.real_path) is held.seen_token:
+        # `seen` names the held memories: only a changed file can be new to it (no look at
+        # the 10,000 others, which costs more than the rest of the ownership check).
+        arrived = {n for n in only if n in memories and n not in state.seen}
     ownership = decide_ownership(
         index.main,
         None,
@@ -599,6 +608,7 @@ def _index_changed(
         archive_targets=index.where.keys(),
         # The last pass gave every memory file a pointer but those still in their grace.
         only_missing=only | held.waiting,
+        arrived=arrived,
     )
     if not ownership.managed:
         return None  # the full pass says why, once
@@ -694,6 +704,7 @@ def _index_changed(
             held.archive_bom,
             frozenset(edit.waiting),
             cfg.index,
+            rt.store.seen_token(md.real_path),
         )
     return outcome
 

@@ -153,6 +153,9 @@ class StateStore:
         self.root = state_dir / "dirs"
         self._states: dict[Path, tuple[StateId, int, DirState]] = {}  # id, generation, state
         self._caches: dict[Path, tuple[FileId, dict[str, Scanned]]] = {}
+        # A new token each time a dir's `seen` may have changed (read from disk, or saved with
+        # a change to it): a caller that kept the token knows `seen` is what it last saved.
+        self._seen_tokens: dict[Path, object] = {}
 
     def _paths(self, real_path: Path) -> tuple[Path, Path]:
         key = dir_key(real_path)
@@ -192,7 +195,16 @@ class StateStore:
                         _apply_change(state, change)
         if base_id is not None:
             self._states[real_path] = ((base_id, log_id), generation, _copy(state))
+        self._seen_tokens[real_path] = object()
         return state
+
+    def seen_token(self, real_path: Path) -> object | None:
+        """An opaque value that stays the same object while the dir's `seen` is the one this
+        store last read or saved and nothing else wrote the state since; None if unknown."""
+        held = self._states.get(real_path)
+        if held is None or self._state_id(real_path, held[1]) != held[0]:
+            return None
+        return self._seen_tokens.get(real_path)
 
     def save(self, real_path: Path, state: DirState, seen_changed: Set[str] | None = None) -> None:
         """Write what changed since the last load or save; `seen_changed`: the only names
@@ -223,6 +235,7 @@ class StateStore:
             with contextlib.suppress(OSError):
                 stale.unlink()
         written = _file_id(path)
+        self._seen_tokens[real_path] = object()
         if written is not None:
             self._states[real_path] = ((written, None), generation, _copy(state))
 
@@ -244,6 +257,8 @@ class StateStore:
         # The caller goes on mutating its state's containers: `held` gets copies of those that
         # changed (as _copy makes; `seen` values are replaced, never mutated, by callers).
         rest = {k: _shallow(v) for k, v in delta["set"].items()}
+        if delta["seen"]:
+            self._seen_tokens[real_path] = object()
         _apply_change(held, {"seen": delta["seen"], "set": rest})
         self._states[real_path] = (self._state_id(real_path, generation), generation, held)
 

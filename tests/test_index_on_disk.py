@@ -512,3 +512,43 @@ def test_temp_files_a_killed_memoryd_left_are_removed_and_nothing_else(
     assert stray not in names and kept <= names
     (row,) = [r for r in env.audit_rows() if r["event"] == "index.temp_removed"]
     assert row["files"] == [stray]
+
+
+def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
+    env: Env, mdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ownership in the daemon's pass after a change looks only at the changed files for
+    memory files memoryd had not seen, and only while the saved state is the one the last
+    pass wrote: after another process saved it, every file is looked at again."""
+    from memoryd import indexer
+    from memoryd.state import StateStore
+
+    rt = env.runtime()
+    first = index_dir(rt, _dir(mdir), hold=True)
+    assert first.held is not None
+    given: list[object] = []
+    real = indexer.decide_ownership
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        given.append(kwargs.get("arrived"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(indexer, "decide_ownership", spy)
+    write_memory(mdir, "gamma.md", description="third memory")
+    second = index_dir(
+        rt, _dir(mdir), previous=first.held.scan, only={"gamma.md"}, held=first.held, hold=True
+    )
+    assert second.status == "updated" and second.held is not None
+    assert given == [{"gamma.md"}]
+    # Another process rewrites the state, forgetting a file: its word is not taken on trust.
+    other = StateStore(env.state)
+    theirs = other.load(mdir.resolve())
+    theirs.seen.pop("alpha.md")
+    other.save(mdir.resolve(), theirs, seen_changed={"alpha.md"})
+    write_memory(mdir, "delta.md", description="fourth memory")
+    third = index_dir(
+        rt, _dir(mdir), previous=second.held.scan, only={"delta.md"}, held=second.held, hold=True
+    )
+    assert third.status == "updated"
+    assert given[1:] == [None]
+    assert "- [delta](delta.md)" in (mdir / "MEMORY.md").read_text()

@@ -112,3 +112,30 @@ def test_a_logged_save_leaves_the_held_copy_equal_to_what_a_new_store_reads(
     state.reported.pop("later")
     state.changed_since_dream.pop()
     assert store.load(folder) == StateStore(tmp_path).load(folder) == state
+
+
+def test_the_seen_token_changes_exactly_when_seen_may_have(tmp_path: Path) -> None:
+    """The daemon trusts `seen` to name the files it held while the token is the same object:
+    a save that leaves `seen` alone keeps it; a change to `seen`, a rewrite of the base file
+    and a save by another process each give a new one (or none)."""
+    store, folder, state = saved_once(tmp_path, 20, known=True)
+    token = store.seen_token(folder)
+    assert token is not None
+    state.last_index_ts = 3.0
+    store.save(folder, state, seen_changed=set())
+    assert store.seen_token(folder) is token
+    state.seen["m1.md"] = ["m1", "changed"]
+    store.save(folder, state, seen_changed={"m1.md"})
+    changed = store.seen_token(folder)
+    assert changed is not None and changed is not token
+    store.save(folder, state)  # nothing changed: no write at all
+    assert store.seen_token(folder) is changed
+    other = StateStore(tmp_path)
+    theirs = other.load(folder)
+    theirs.seen.pop("m2.md")
+    other.save(folder, theirs, seen_changed={"m2.md"})
+    assert store.seen_token(folder) is None  # written by someone else since
+    assert store.load(folder) == theirs
+    reread = store.seen_token(folder)
+    assert reread is not None and reread is not changed
+    assert StateStore(tmp_path).seen_token(folder) is None  # never read: nothing to trust

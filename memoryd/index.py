@@ -595,7 +595,8 @@ def edit_lines(
         edit.fits_window = fits(final, inp.budget, target=False)
         if final.bytes > inp.budget.target_bytes or not edit.fits_window:
             edit.over_budget = final
-            edit.outside = outside_window(edit.main, inp.budget)
+            # Within the window no line is past it (the common case: over the soft target).
+            edit.outside = [] if edit.fits_window else outside_window(edit.main, inp.budget)
     return edit, arch_lines
 
 

@@ -17,6 +17,7 @@ those archive lines, and splices the result back. Anything the splice cannot pla
 import re
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, replace
+from typing import Any
 
 from memoryd.index import (
     DEMOTED_HEADING,
@@ -259,6 +260,10 @@ class _Pairs(Mapping[str, tuple[str, str]]):
     def __getitem__(self, key: str) -> tuple[str, str]:
         value = self._seen[key]
         return (value[0], value[1])
+
+    def get(self, key: str, default: Any = None) -> Any:  # Mapping's goes through a KeyError
+        value = self._seen.get(key)
+        return default if value is None else (value[0], value[1])
 
     def __contains__(self, key: object) -> bool:
         return key in self._seen

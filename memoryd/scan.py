@@ -3,7 +3,7 @@
 import operator
 import os
 import stat
-from collections.abc import Mapping, Set
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,11 +79,49 @@ class Scanned:
 _scanned_fields = operator.attrgetter(*Scanned.__slots__)
 
 
+class Names(Set[str]):
+    """The names in a dir as a full listing saw them plus the few that came or went since:
+    the daemon's pass over one new file among 10,000 then copies no 10,000 names. Immutable;
+    `changed` gives a new one, a plain frozenset again once the difference grows."""
+
+    __slots__ = ("_base", "_came", "_gone")
+    COMPACT_AT = 256
+
+    def __init__(self, base: frozenset[str], came: frozenset[str], gone: frozenset[str]) -> None:
+        self._base = base
+        self._came = came  # none of them in base
+        self._gone = gone  # all of them in base
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._came or (name in self._base and name not in self._gone)
+
+    def __iter__(self) -> Iterator[str]:
+        gone = self._gone
+        yield from (n for n in self._base if n not in gone)
+        yield from self._came
+
+    def __len__(self) -> int:
+        return len(self._base) - len(self._gone) + len(self._came)
+
+    @staticmethod
+    def changed(names: Set[str], came: Set[str], gone: Set[str]) -> Set[str]:
+        """`names` with `came` (not in it) added and `gone` (all in it) removed."""
+        if isinstance(names, Names):
+            base, had_came, had_gone = names._base, names._came, names._gone
+        else:
+            base, had_came, had_gone = frozenset(names), frozenset(), frozenset()
+        new_came = (had_came - gone) | {n for n in came if n not in base}
+        new_gone = (had_gone - came) | {n for n in gone if n in base}
+        if len(new_came) + len(new_gone) > Names.COMPACT_AT:
+            return frozenset(Names(base, new_came, new_gone))
+        return Names(base, new_came, new_gone)
+
+
 @dataclass(slots=True)
 class DirScan:
     path: Path
     files: dict[str, Scanned] = field(default_factory=dict)
-    present: frozenset[str] = frozenset()
+    present: Set[str] = frozenset()  # every name in the dir, exact case (see Names)
     conflicts: list[str] = field(default_factory=list)
     subdirs: list[str] = field(default_factory=list)
     reread: int = 0  # how many files had to be read (the rest came from the cache)
@@ -309,14 +347,10 @@ def scan_dir(
                     continue
                 found.add(name)
                 _take(result, dir_fd, name, st, previous.files, limits)
-            # A new frozenset only when a name came or went (a copy of 10,000 names each).
-            came, gone = found - previous.present, (only - found) & previous.present
-            present = previous.present
-            if gone:
-                present = present - gone
-            if came:
-                present = present | came
-            result.present = present
+            had = previous.present
+            came = {n for n in found if n not in had}
+            gone = {n for n in only if n not in found and n in had}
+            result.present = Names.changed(had, came, gone) if came or gone else had
             return result
         with os.scandir(dir_fd) as entries:
             listing = {e.name: e for e in entries}

@@ -3,11 +3,14 @@
 import marshal
 import os
 import random
+from collections.abc import Set
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from memoryd.scan import dump_cache, load_cache, scan_dir
+from memoryd.scan import Names, dump_cache, load_cache, scan_dir
 from tests.conftest import write_memory
 
 
@@ -48,7 +51,8 @@ def test_incremental_scan_equals_a_full_scan_after_random_changes(tmp_path: Path
         incremental = scan_dir(folder, previous=previous, only=changed)
         full = scan_dir(folder, previous.files)
         _same(incremental, full)
-        previous = full
+        # The daemon chains incremental scans (their listings carry what came and went).
+        previous = incremental if round_ % 3 else full
 
 
 def test_a_file_written_while_it_is_read_is_unstable_and_not_cached(
@@ -93,3 +97,31 @@ def test_cache_round_trips_and_a_bad_cache_is_no_cache(tmp_path: Path) -> None:
     for bad in (data[: len(data) // 2], b"", b"\x00garbage", old_rows, bytes(flipped)):
         assert load_cache(bad) == {}
     assert scan_dir(folder, load_cache(data)).reread == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    base=st.frozensets(st.sampled_from("abcdefghij"), max_size=10),
+    steps=st.lists(st.sets(st.sampled_from("abcdefghijkl"), max_size=4), max_size=12),
+    compact_at=st.sampled_from([0, 2, 256]),
+)
+def test_names_after_changes_are_the_set_they_stand_for(
+    base: frozenset[str], steps: list[set[str]], compact_at: int
+) -> None:
+    """The daemon's dir listing after names came and went (toggled here, step by step) holds,
+    counts and lists exactly what a plain set would, whether or not it compacts on the way."""
+    Names.COMPACT_AT, saved = compact_at, Names.COMPACT_AT
+    try:
+        names: Set[str] = base
+        truth = set(base)
+        for toggled in steps:
+            came = {n for n in toggled if n not in truth}
+            gone = toggled & truth
+            names = Names.changed(names, came, gone)
+            truth = (truth | came) - gone
+            assert len(names) == len(truth)
+            assert sorted(names) == sorted(truth)
+            assert all((n in names) == (n in truth) for n in "abcdefghijklm")
+            assert names == truth
+    finally:
+        Names.COMPACT_AT = saved

@@ -1024,7 +1024,7 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
         md = memory_dir(master, repo_root)
 
         def dry() -> DreamResult:
-            return dream_dir(rt, md, repos=RepoCache(rt.store), dry_run=True)
+            return dream_dir(rt, md, repos=RepoCache.of(rt), dry_run=True)
 
         for k in range(job["repeat"]):
             if k == job["repeat"] - 1:  # the last one also says where the time goes
@@ -1052,7 +1052,7 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
         md_copy = memory_dir(dst, repo_root)
 
         def real(md_copy: discover.MemoryDir = md_copy) -> DreamResult:
-            return dream_dir(rt, md_copy, repos=RepoCache(rt.store))
+            return dream_dir(rt, md_copy, repos=RepoCache.of(rt))
 
         # Every real pass is timed with the breakdown on (< 1 % of it); the last one is shown.
         out["phases"] = {}
@@ -1078,7 +1078,7 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
         fresh_copy(work, master, dst)
         md_copy = memory_dir(dst, repo_root)
         out["profile"] = profile_top(
-            lambda: dream_dir(rt, md_copy, repos=RepoCache(rt.store)), job["profile_lines"]
+            lambda: dream_dir(rt, md_copy, repos=RepoCache.of(rt)), job["profile_lines"]
         )
         shutil.rmtree(dst)
     return out

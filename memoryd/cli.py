@@ -491,7 +491,7 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         dirs = [replace(d, repo_root=root, repo_reason="given with --repo-root") for d in dirs]
     if not args.dry_run:
         housekeeping.rotate(rt, dirs)
-    repos = RepoCache(rt.store)
+    repos = RepoCache.of(rt)
     results = [dream_dir(rt, md, repos=repos, dry_run=args.dry_run) for md in dirs]
     declined: dict[Path, set[str]] = {
         r.dir.real_path: {i.filename for i in r.plan.items.values() if i.promotion_declined}
@@ -523,7 +523,7 @@ def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     rt.dry_run = True
     root = args.repo_root.expanduser().absolute() if args.repo_root else None
-    data = explain(rt, args.file, RepoCache(rt.store), root)
+    data = explain(rt, args.file, RepoCache.of(rt), root)
     if args.json:
         json.dump(data, out, indent=2, ensure_ascii=False)
         out.write("\n")

@@ -522,11 +522,11 @@ class Daemon:
                 continue
             # Imported here: the dream pass brings numpy and rapidfuzz, which an idle daemon
             # that never dreams should not carry in memory.
-            from memoryd.dream.run import RepoCache, dream_dir, release_caches
+            from memoryd.dream.run import RepoCache, dream_dir
 
             started = self.mono()
-            result = dream_dir(self.rt, entry.md, repos=RepoCache(self.rt.store), trigger="pile-up")
-            release_caches()  # a pass an hour or more apart gains little from them
+            result = dream_dir(self.rt, entry.md, repos=RepoCache.of(self.rt), trigger="pile-up")
+            self.rt.dream.release_facts()  # a pass an hour or more apart gains little from them
             _return_freed_memory()
             entry.reading = (started, self.mono())
             entry.scan = None  # the pass moved files: the next look is a full one

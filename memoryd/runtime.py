@@ -8,6 +8,7 @@ from datetime import date
 
 from memoryd.audit import AuditLog
 from memoryd.config import Config
+from memoryd.dream.memo import DreamMemo
 from memoryd.paths import AppPaths, app_paths
 from memoryd.state import StateStore
 
@@ -21,6 +22,8 @@ class Runtime:
     clock: Callable[[], float] = field(default=time.time)
     today: Callable[[], date] = field(default=date.today)
     dry_run: bool = False
+    # What dream passes keep for later ones made with this Runtime (see DreamMemo).
+    dream: DreamMemo = field(default_factory=DreamMemo, repr=False, compare=False)
 
     @classmethod
     def create(cls, config: Config, paths: AppPaths | None = None) -> "Runtime":

@@ -11,6 +11,7 @@ from memoryd.config import Config, ParseConfig
 from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.dream import run as run_module
 from memoryd.dream.facts import FactsCache, derive
+from memoryd.dream.memo import DreamMemo
 from memoryd.dream.refs import Classification, RefChecker
 from memoryd.dream.repo import RepoIndex, tree_signature
 from memoryd.dream.run import Inventory, RepoCache, inventory
@@ -22,14 +23,18 @@ from tests.conftest import Env
 DAY = 86400
 
 
+class Process:
+    """What one process keeps between its passes: every Runtime `take` makes shares it, as
+    one process's commands do; `new_process` starts another."""
+
+    memo = DreamMemo()
+
+
 @pytest.fixture(autouse=True)
-def fresh_caches(monkeypatch: pytest.MonkeyPatch) -> FactsCache:
-    """Each test starts with nothing kept by an earlier one."""
+def fresh_caches() -> FactsCache:
+    """Each test starts as a new process: nothing kept by an earlier test."""
     cache = FactsCache()
-    monkeypatch.setattr(run_module, "_facts", cache)
-    monkeypatch.setattr(run_module, "_held_snapshots", {})
-    monkeypatch.setattr(run_module, "_on_disk", {})
-    monkeypatch.setattr(run_module, "_saved_facts", {})
+    Process.memo = DreamMemo(facts=cache)
     return cache
 
 
@@ -75,16 +80,21 @@ def memory_dir(repo: Path) -> MemoryDir:
     return replace(md, repo_root=repo, repo_reason="test")
 
 
-def take(env: Env, repo: Path, config: Config | None = None, *, save: bool = False) -> Inventory:
+def runtime(env: Env, config: Config | None = None) -> Runtime:
     rt: Runtime = env.runtime(config)
-    return inventory(memory_dir(repo), rt, RepoCache().checker(repo), save=save)
+    rt.dream = Process.memo
+    return rt
 
 
-def new_process(monkeypatch: pytest.MonkeyPatch) -> FactsCache:
+def take(env: Env, repo: Path, config: Config | None = None, *, save: bool = False) -> Inventory:
+    rt = runtime(env, config)
+    return inventory(memory_dir(repo), rt, RepoCache.of(rt).checker(repo), save=save)
+
+
+def new_process() -> FactsCache:
     """What a new process holds: no facts, nothing known of the state dir's files."""
     cache = FactsCache()
-    monkeypatch.setattr(run_module, "_facts", cache)
-    monkeypatch.setattr(run_module, "_saved_facts", {})
+    Process.memo = DreamMemo(facts=cache)
     return cache
 
 
@@ -174,6 +184,30 @@ def test_the_vocabulary_starts_again_after_churn(
     assert len(take(env, repo).items) == 1 and len(fresh_caches) == 1
 
 
+def test_what_passes_keep_belongs_to_their_runtime(
+    env: Env, repo: Path, derived: list[str]
+) -> None:
+    """Passes made with one Runtime share facts and snapshots; another Runtime (another
+    process, another test) starts with nothing; the daemon may let the facts go."""
+    mem(repo, "a.md", "Keep `src/app.py` small.")
+    one, other = env.runtime(), env.runtime()
+
+    def take_with(rt: Runtime) -> Inventory:
+        return inventory(memory_dir(repo), rt, RepoCache.of(rt).checker(repo))
+
+    take_with(one)
+    take_with(one)
+    assert len(derived) == 1
+    take_with(other)
+    assert len(derived) == 2
+    # The checker (with the checks made) is kept while the tree is the same.
+    assert RepoCache.of(one).checker(repo) is RepoCache.of(one).checker(repo)
+    assert RepoCache.of(one).checker(repo) is not RepoCache.of(other).checker(repo)
+    one.dream.release_facts()
+    take_with(one)
+    assert len(derived) == 3
+
+
 def test_other_parse_limits_parse_again(env: Env, repo: Path) -> None:
     """What parses at all depends on the limits: a pass with other limits derives afresh."""
     mem(repo, "a.md", "x" * 3000)
@@ -188,8 +222,8 @@ def test_explain_parses_every_file(env: Env, repo: Path, derived: list[str]) -> 
     """`keep` hands back each Memory, so it never takes facts from the cache."""
     mem(repo, "a.md", "A body to explain.")
     take(env, repo)
-    rt = env.runtime()
-    inv = inventory(memory_dir(repo), rt, RepoCache().checker(repo), keep=True)
+    rt = runtime(env)
+    inv = inventory(memory_dir(repo), rt, RepoCache.of(rt).checker(repo), keep=True)
     assert list(inv.memories) == ["a.md"] and len(derived) == 2
 
 
@@ -234,14 +268,16 @@ def test_snapshot_is_reused_while_the_tree_is_unchanged(
 
     # A source written just now (by ctime) would be read again by every build (racy).
     monkeypatch.setattr(repo_module, "_RACY_NS", 0)
-    first = RepoCache().get(repo)
-    assert first is not None and RepoCache().get(repo) is first
-    assert RepoCache().checker(repo) is RepoCache().checker(repo)
+    memo = DreamMemo()
+    first = RepoCache(memo=memo).get(repo)
+    assert first is not None and RepoCache(memo=memo).get(repo) is first
+    assert RepoCache(memo=memo).checker(repo) is RepoCache(memo=memo).checker(repo)
+    assert RepoCache().get(repo) is not first  # another process's memo holds nothing
     (repo / "src/more.py").write_text("def later_symbol(): pass\n")
-    second = RepoCache().get(repo)
+    second = RepoCache(memo=memo).get(repo)
     assert second is not first and second is not None
-    checker = RepoCache().checker(repo)  # more.py is read again (racy), the checks are kept
-    assert checker is RepoCache().checker(repo) and checker.repo == second
+    checker = RepoCache(memo=memo).checker(repo)  # more.py is read again (racy), checks kept
+    assert checker is RepoCache(memo=memo).checker(repo) and checker.repo == second
     assert "later_symbol" in second.tokens and "later_symbol" not in first.tokens
 
 
@@ -257,24 +293,25 @@ def test_a_pass_sees_a_symbol_defined_since_the_last_pass(env: Env, repo: Path) 
 
 def test_a_missing_root_is_not_kept(tmp_path: Path) -> None:
     gone = tmp_path / "gone"
-    assert RepoCache().get(gone) is None
-    checker = RepoCache().checker(gone)
+    memo = DreamMemo()
+    assert RepoCache(memo=memo).get(gone) is None
+    checker = RepoCache(memo=memo).checker(gone)
     assert isinstance(checker, RefChecker) and checker.repo is None
-    assert run_module._held_snapshots == {}
+    assert memo.snapshots == {}
 
 
 # --- facts saved in the state dir, for the next process ------------------------------------------
 
 
 def test_a_new_process_takes_the_saved_facts_and_sees_the_same(
-    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+    env: Env, repo: Path, derived: list[str], fresh_caches: FactsCache
 ) -> None:
     mem(repo, "a.md", "Always use pnpm in `src/app.py`, never yarn. Call handle_request().")
     mem(repo, "b.md", "Do not edit `src/gone.py`; the staging deploy needs it.")
     first = take(env, repo, save=True)
-    vocabulary = run_module._facts.vocabulary
+    vocabulary = fresh_caches.vocabulary
     assert len(derived) == 2 and len(facts_files(env)) == 1
-    cache = new_process(monkeypatch)
+    cache = new_process()
     second = take(env, repo)
     assert len(derived) == 2  # nothing derived again
     assert facts_of(second) == facts_of(first)
@@ -283,13 +320,13 @@ def test_a_new_process_takes_the_saved_facts_and_sees_the_same(
 
 
 def test_saved_facts_join_a_cache_that_holds_others(
-    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+    env: Env, repo: Path, derived: list[str], fresh_caches: FactsCache
 ) -> None:
     """Taken into a cache with its own vocabulary, the saved ids are renumbered."""
     mem(repo, "a.md", "Prefer ruff over black for `src/app.py` formatting.")
     first = take(env, repo, save=True)
-    words_before = words_of(first, run_module._facts.vocabulary)
-    cache = new_process(monkeypatch)
+    words_before = words_of(first, fresh_caches.vocabulary)
+    cache = new_process()
     parse = Config().parse
     cache.begin((parse.max_file_bytes, parse.max_frontmatter_bytes))
     for word in ("unrelated", "words", "first", "formatting"):
@@ -314,7 +351,7 @@ def test_only_a_saving_pass_writes_and_only_when_the_contents_changed(env: Env, 
 
 
 def test_a_damaged_or_foreign_facts_file_is_derived_again(
-    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+    env: Env, repo: Path, derived: list[str]
 ) -> None:
     mem(repo, "a.md", "Keep `src/app.py` small.")
     first = take(env, repo, save=True)
@@ -322,12 +359,12 @@ def test_a_damaged_or_foreign_facts_file_is_derived_again(
     data = saved.read_bytes()
     for broken in (data[:-3], data[:40] + bytes([data[40] ^ 0xFF]) + data[41:], b"\0" * 99):
         saved.write_bytes(broken)
-        new_process(monkeypatch)
+        new_process()
         assert facts_of(take(env, repo)) == facts_of(first)
     assert len(derived) == 4
     # Saved under other parse limits: not used either.
     saved.write_bytes(data)
-    new_process(monkeypatch)
+    new_process()
     take(env, repo, Config(parse=ParseConfig(max_file_bytes=4096)))
     assert len(derived) == 5
 
@@ -353,18 +390,18 @@ def test_saved_facts_are_taken_frame_by_frame_up_to_a_damaged_one(
     first = take(env, repo, save=True)
     (saved,) = facts_files(env)
     data = saved.read_bytes()
-    new_process(monkeypatch)
+    new_process()
     assert facts_of(take(env, repo)) == facts_of(first)
     assert len(derived) == 7  # all seven taken from the file
     # Damage the last frame (one row): the three frames before it are taken.
     saved.write_bytes(data[:-5] + bytes([data[-5] ^ 0xFF]) + data[-4:])
-    new_process(monkeypatch)
+    new_process()
     assert facts_of(take(env, repo)) == facts_of(first)
     assert len(derived) == 8
 
 
 def test_saved_facts_keep_this_dirs_rows_when_the_cache_starts_again(
-    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+    env: Env, repo: Path, derived: list[str]
 ) -> None:
     """Churn makes the cache start afresh at the end of a pass (finish): the file that pass
     saves still holds every memory of the dir."""
@@ -375,13 +412,13 @@ def test_saved_facts_keep_this_dirs_rows_when_the_cache_starts_again(
         path.write_text(path.read_text().replace(f"version {k - 1} ", f"version {k} "))
         take(env, repo, save=True)
     seen = len(derived)
-    new_process(monkeypatch)
+    new_process()
     take(env, repo)
     assert len(derived) == seen  # both taken from the file
 
 
 def test_rows_that_pass_the_checksum_but_not_the_format_are_derived_again(
-    env: Env, repo: Path, derived: list[str], monkeypatch: pytest.MonkeyPatch
+    env: Env, repo: Path, derived: list[str]
 ) -> None:
     """A file with our header whose rows hold other types (another version's, a bug's) is
     not taken, and no pass fails on it."""
@@ -404,7 +441,7 @@ def test_rows_that_pass_the_checksum_but_not_the_format_are_derived_again(
         (*good[:8], {"x"}, *good[9:]),  # a set where a frozenset belongs
     ):
         saved.write_bytes(head + frame((bad,)))
-        new_process(monkeypatch)
+        new_process()
         before = len(derived)
         assert facts_of(take(env, repo)) == facts_of(first)
         assert len(derived) == before + 1

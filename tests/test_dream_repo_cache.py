@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memoryd.dream import repo as repo_module
-from memoryd.dream import run as run_module
+from memoryd.dream.memo import DreamMemo
 from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sources
 from memoryd.dream.run import RepoCache
 from memoryd.state import StateStore
@@ -41,9 +41,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_held(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_module, "_held_snapshots", {})
-    monkeypatch.setattr(run_module, "_on_disk", {})
+def no_racy_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every file here was written (its ctime set) moments ago: without this, the racy rule
     # would have every build read every source again. Its own test sets it back.
     monkeypatch.setattr(repo_module, "_RACY_NS", 0)
@@ -187,22 +185,23 @@ def test_a_real_pass_saves_the_cache_a_dry_run_only_reads_it(
     tree: Path, tmp_path: Path, reads: list[str]
 ) -> None:
     store = StateStore(tmp_path / "state")
-    RepoCache(store).checker(tree)  # save=False: what a dry run asks for
+    process = DreamMemo()
+    RepoCache(store, process).checker(tree)  # save=False: what a dry run asks for
     assert store.load_repo_tokens(tree) is None
     assert not (tmp_path / "state").exists()
-    RepoCache(store).checker(tree, save=True)
+    reads.clear()
+    RepoCache(store, process).checker(tree, save=True)  # the held snapshot, saved
+    assert reads == []
     saved = store.load_repo_tokens(tree)
     assert saved is not None
     assert (tmp_path / "state" / "repos").stat().st_mode & 0o777 == 0o700
     # A new process: nothing held in memory, the cache read from the state dir.
-    run_module._held_snapshots.clear()
-    run_module._on_disk.clear()
-    reads.clear()
-    repo = RepoCache(store).get(tree)
+    process = DreamMemo()
+    repo = RepoCache(store, process).get(tree)
     assert reads == [] and repo == RepoIndex.build(tree)
     # Nothing changed: the saved file is not written again.
     before = os.stat(store._repo_path(tree)).st_mtime_ns
-    RepoCache(store).checker(tree, save=True)
+    RepoCache(store, process).checker(tree, save=True)
     assert os.stat(store._repo_path(tree)).st_mtime_ns == before
 
 
@@ -227,11 +226,13 @@ def test_a_file_that_is_no_source_still_changes_the_snapshot(tree: Path) -> None
     from memoryd.dream.refs import Refs, Status
 
     refs = Refs(("src/new.png", "assets/logo.png"), ())
-    checker = RepoCache().checker(tree)
+    process = DreamMemo()
+    checker = RepoCache(memo=process).checker(tree)
     assert [c.status for c in checker.check(refs)] == [Status.MISSING, Status.FOUND]
     write(tree, "src/new.png", b"\x89PNG\0")
     (tree / "assets/logo.png").unlink()
-    again = RepoCache().checker(tree)
+    again = RepoCache(memo=process).checker(tree)
+    assert again is not checker  # the held snapshot was looked at again, not kept
     assert again.repo == RepoIndex.build(tree)
     assert [c.status for c in again.check(refs)] == [Status.FOUND, Status.MISSING]
 

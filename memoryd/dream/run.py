@@ -3,7 +3,6 @@
 import contextlib
 import hashlib
 import secrets
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -15,9 +14,10 @@ from memoryd import fsops, journal, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
 from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject, consulted
 from memoryd.dream.facts import FactsCache, derive, load_saved
+from memoryd.dream.memo import DreamMemo
 from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make_item, plan_pass
 from memoryd.dream.refs import RefChecker
-from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sources
+from memoryd.dream.repo import RepoIndex, dump_sources, load_sources
 from memoryd.errors import MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, LinkKind, Ownership, split_lines
 from memoryd.indexer import IndexOutcome, index_dir, read_index_file
@@ -68,15 +68,21 @@ class DreamResult:
 class RepoCache:
     """One repo snapshot, with its reference checker, per repo root per run (not per dir).
 
-    Snapshots outlive the run in this process: the next run rebuilds from the held one,
-    reading only the sources whose stat changed, and keeps the checker (with every reference
-    it already checked) when nothing did. A process that holds none starts from the token
-    cache saved in `store`'s state dir.
+    Snapshots outlive the run in `memo` (the Runtime's): the next run rebuilds from the held
+    one, reading only the sources whose stat changed, and keeps the checker (with every
+    reference it already checked) when nothing did. A process that holds none starts from the
+    token cache saved in `store`'s state dir. Without a memo, nothing outlives the run.
     """
 
-    def __init__(self, store: StateStore | None = None) -> None:
+    def __init__(self, store: StateStore | None = None, memo: DreamMemo | None = None) -> None:
         self._built: dict[Path, RefChecker] = {}
         self._store = store
+        self._memo = memo if memo is not None else DreamMemo()
+
+    @classmethod
+    def of(cls, rt: Runtime) -> "RepoCache":
+        """The cache a command's run uses: the Runtime's memo and state dir."""
+        return cls(rt.store, rt.dream)
 
     def get(self, root: Path | None) -> RepoIndex | None:
         return self.checker(root).repo
@@ -87,29 +93,26 @@ class RepoCache:
         if root is None:
             return RefChecker(None)
         if root not in self._built:
-            self._built[root] = _snapshot(root, self._store, save=save)
+            self._built[root] = _snapshot(self._memo, root, self._store, save=save)
         elif save:
-            with _held_lock:
-                _snapshot_saved(root, self._built[root], self._store)
+            with self._memo.repo_lock:
+                _snapshot_saved(self._memo, root, self._built[root], self._store)
         return self._built[root]
 
 
 _HELD_ROOTS = 8  # repo snapshots kept between runs (the least recently used goes first)
-_held_snapshots: dict[Path, RefChecker] = {}
-_on_disk: dict[Path, SourceTokens] = {}  # the sources last read from or written to the state dir
-_held_lock = threading.Lock()
 
 
-def _snapshot(root: Path, store: StateStore | None, *, save: bool) -> RefChecker:
-    with _held_lock:
-        held = _held_snapshots.pop(root, None)
+def _snapshot(memo: DreamMemo, root: Path, store: StateStore | None, *, save: bool) -> RefChecker:
+    with memo.repo_lock:
+        held = memo.snapshots.pop(root, None)
         if not root.is_dir():
             return RefChecker(None)
         previous = held.repo.sources if held is not None and held.repo is not None else None
         if previous is None and store is not None:
             previous = load_sources(root, store.load_repo_tokens(root))
             if previous is not None:
-                _on_disk[root] = previous
+                memo.on_disk[root] = previous
         repo = RepoIndex.build(root, previous=previous)
         if held is None or held.repo is None or not _same_tree(held.repo, repo):
             held = RefChecker(repo)
@@ -117,13 +120,13 @@ def _snapshot(root: Path, store: StateStore | None, *, save: bool) -> RefChecker
             # The same tree, but sources read again (racy ones, say): keep the checks made,
             # and hand the new sources to the next build.
             held.repo = repo
-        _held_snapshots[root] = held
-        while len(_held_snapshots) > _HELD_ROOTS:
-            gone = next(iter(_held_snapshots))
-            del _held_snapshots[gone]
-            _on_disk.pop(gone, None)
+        memo.snapshots[root] = held
+        while len(memo.snapshots) > _HELD_ROOTS:
+            gone = next(iter(memo.snapshots))
+            del memo.snapshots[gone]
+            memo.on_disk.pop(gone, None)
         if save:
-            _snapshot_saved(root, held, store)
+            _snapshot_saved(memo, root, held, store)
         return held
 
 
@@ -134,15 +137,17 @@ def _same_tree(a: RepoIndex, b: RepoIndex) -> bool:
     return a.signature == b.signature and (a.sources is b.sources or a.tokens == b.tokens)
 
 
-def _snapshot_saved(root: Path, checker: RefChecker, store: StateStore | None) -> None:
+def _snapshot_saved(
+    memo: DreamMemo, root: Path, checker: RefChecker, store: StateStore | None
+) -> None:
     """Write the snapshot's token cache to the state dir unless it is what is there (under
-    _held_lock)."""
+    the memo's repo lock)."""
     sources = checker.repo.sources if checker.repo is not None else None
-    if store is None or sources is None or _on_disk.get(root) is sources:
+    if store is None or sources is None or memo.on_disk.get(root) is sources:
         return
     with contextlib.suppress(OSError):  # a cache: no pass needs it
         store.save_repo_tokens(root, dump_sources(root, sources))
-        _on_disk[root] = sources
+        memo.on_disk[root] = sources
 
 
 def thresholds(rt: Runtime) -> Thresholds:
@@ -165,16 +170,11 @@ class Inventory:
     memories: dict[str, Memory]  # kept only when asked (explain)
 
 
-# Each memory's facts, kept between passes in this process (see FactsCache).
-_facts = FactsCache()
-_facts_lock = threading.Lock()
-
-
-def release_caches() -> None:
-    """Forget the facts kept for later passes (~2.3 KB a memory): for the daemon, which
-    dreams a dir now and then and should not hold 23 MB at 10,000 memories in between."""
-    with _facts_lock:
-        _facts.clear()
+def _facts_of(memo: DreamMemo) -> FactsCache:
+    """The memo's facts (made here, not with the memo: this module is the one that may)."""
+    if memo.facts is None:
+        memo.facts = FactsCache()
+    return memo.facts
 
 
 def inventory(
@@ -208,8 +208,10 @@ def inventory(
     unparseable = sorted(scan.problems)
     used: set[str] = set()
     looked = False
-    with _facts_lock, fsops.open_dir(md.real_path) as dir_fd:
-        _facts.begin(limits)
+    memo = rt.dream
+    with memo.facts_lock, fsops.open_dir(md.real_path) as dir_fd:
+        facts_cache = _facts_of(memo)
+        facts_cache.begin(limits)
         for name in sorted(scan.memories):
             try:
                 data, st = fsops.read_regular(dir_fd, name, limits[0])
@@ -217,11 +219,11 @@ def inventory(
                 unparseable.append(name)
                 continue
             sha256 = hashlib.sha256(data).hexdigest()
-            facts = None if keep else _facts.get(sha256)
+            facts = None if keep else facts_cache.get(sha256)
             if facts is None and not keep and not looked:
                 looked = True  # one look at the saved facts, at the first content not held
                 _adopt_saved(rt, md, limits)
-                facts = _facts.get(sha256)
+                facts = facts_cache.get(sha256)
             if facts is None:
                 parsed = parse_memory(
                     name, data, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1]
@@ -229,41 +231,39 @@ def inventory(
                 if not isinstance(parsed, Memory):
                     unparseable.append(name)
                     continue
-                facts = derive(parsed, _facts.vocabulary)
-                _facts.put(sha256, facts)
+                facts = derive(parsed, facts_cache.vocabulary)
+                facts_cache.put(sha256, facts)
                 if keep:
                     kept[name] = parsed
             used.add(sha256)
             items.append(make_item(name, sha256, st.st_mtime, facts, checker))
         if save:  # before finish(), which may start the cache afresh
             _save_facts(rt, md, frozenset(used))
-        _facts.finish(md.real_path, frozenset(used))
+        facts_cache.finish(md.real_path, frozenset(used))
     return Inventory(items, sorted(set(unparseable)), scan.conflicts, kept)
 
 
-# The set of contents whose facts each dir's file in the state dir holds, as last read or
-# written by this process: a pass whose dir holds the same contents does not write it again.
-_saved_facts: dict[Path, frozenset[str]] = {}
-
-
 def _adopt_saved(rt: Runtime, md: MemoryDir, limits: tuple[int, int]) -> None:
+    """Take the facts the dir's last saving pass left in the state dir (under the facts lock)."""
     saved = load_saved(rt.store.load_facts(md.real_path), limits)
     if saved is None:
         return
+    memo = rt.dream
     try:
-        _saved_facts[md.real_path] = _facts.adopt(saved)
+        memo.saved_facts[md.real_path] = _facts_of(memo).adopt(saved)
     except (TypeError, ValueError, LookupError, OverflowError):
         # A row that passed its frame's checksum but is not what a pass writes: the rows
         # before it were taken, the rest are derived again (and the file written anew).
-        _saved_facts.pop(md.real_path, None)
+        memo.saved_facts.pop(md.real_path, None)
 
 
 def _save_facts(rt: Runtime, md: MemoryDir, used: frozenset[str]) -> None:
-    if _saved_facts.get(md.real_path) == used:
+    memo = rt.dream
+    if memo.saved_facts.get(md.real_path) == used:
         return
     with contextlib.suppress(OSError):  # a cache: no pass needs it
-        rt.store.save_facts(md.real_path, _facts.dump(sorted(used)))
-        _saved_facts[md.real_path] = used
+        rt.store.save_facts(md.real_path, _facts_of(memo).dump(sorted(used)))
+        memo.saved_facts[md.real_path] = used
 
 
 def consult_sources(

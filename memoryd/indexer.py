@@ -704,7 +704,9 @@ def _index_changed(
             held.archive_bom,
             frozenset(edit.waiting),
             cfg.index,
-            rt.store.seen_token(md.real_path),
+            # Only a pass that began from its own `seen` leaves one that names `memories`
+            # (after another process's save, the next full pass makes them agree again).
+            rt.store.seen_token(md.real_path) if arrived is not None else None,
         )
     return outcome
 

@@ -3,10 +3,11 @@
 import operator
 import os
 import stat
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from memoryd import fsops
 from memoryd.index import Entry
@@ -79,6 +80,9 @@ class Scanned:
 _scanned_fields = operator.attrgetter(*Scanned.__slots__)
 
 
+_T = TypeVar("_T")
+
+
 class Names(Set[str]):
     """The names in a dir as a full listing saw them plus the few that came or went since:
     the daemon's pass over one new file among 10,000 then copies no 10,000 names. Immutable;
@@ -102,6 +106,11 @@ class Names(Set[str]):
 
     def __len__(self) -> int:
         return len(self._base) - len(self._gone) + len(self._came)
+
+    @classmethod
+    def _from_iterable(cls, items: Iterable[_T]) -> frozenset[_T]:
+        # What Set's operators (-, &, |, ^) build their result with: a plain frozenset.
+        return frozenset(items)
 
     @staticmethod
     def changed(names: Set[str], came: Set[str], gone: Set[str]) -> Set[str]:

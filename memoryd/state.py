@@ -220,7 +220,7 @@ class StateStore:
                 log_size = state_id[1][1] if state_id[1] is not None else 0
                 base_size = state_id[0][1] if state_id[0] is not None else 0
                 if delta is not None and log_size < max(LOG_FOLD_BYTES, base_size):
-                    self._append(real_path, held[1], held[2], delta)
+                    self._append(real_path, held[1], held[2], delta, state_id)
                     return
         generation = held[1] + 1 if held is not None else 0
         record = {f.name: getattr(state, f.name) for f in fields(state)}
@@ -240,10 +240,16 @@ class StateStore:
             self._states[real_path] = ((written, None), generation, _copy(state))
 
     def _append(
-        self, real_path: Path, generation: int, held: DirState, delta: dict[str, Any]
+        self,
+        real_path: Path,
+        generation: int,
+        held: DirState,
+        delta: dict[str, Any],
+        state_id: StateId,
     ) -> None:
-        """Log `delta`, and apply it to `held` (this store's own copy: no copy of `seen`)."""
-        change = json.dumps(delta, ensure_ascii=True, separators=(",", ":")).encode()
+        """Log `delta`, and apply it to `held` (this store's own copy: no copy of `seen`).
+        `state_id`: the files as they were checked to be `held`'s just before."""
+        line = json.dumps(delta, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
         log_path = self._log_path(real_path, generation)
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -251,16 +257,25 @@ class StateStore:
             # the index write this follows has just paid for its own durability, and losing the
             # last lines to a power cut costs only this: a file deleted just before the cut
             # keeps its pointer, reported as a dead link, and a problem may be said twice.
-            os.write(fd, change + b"\n")
+            written = os.write(fd, line)
+            st = os.fstat(fd)
         finally:
             os.close(fd)
+        if delta["seen"]:
+            self._seen_tokens[real_path] = object()
+        log_before = state_id[1][1] if state_id[1] is not None else 0
+        if written != len(line) or st.st_size != log_before + len(line):
+            # Another process appended too (or the write fell short): what the file says now
+            # is not `held` plus our line, so nothing is trusted until it is read again.
+            del self._states[real_path]
+            self._seen_tokens.pop(real_path, None)
+            return
         # The caller goes on mutating its state's containers: `held` gets copies of those that
         # changed (as _copy makes; `seen` values are replaced, never mutated, by callers).
         rest = {k: _shallow(v) for k, v in delta["set"].items()}
-        if delta["seen"]:
-            self._seen_tokens[real_path] = object()
         _apply_change(held, {"seen": delta["seen"], "set": rest})
-        self._states[real_path] = (self._state_id(real_path, generation), generation, held)
+        log_id = (st.st_ino, st.st_size, st.st_mtime_ns)
+        self._states[real_path] = ((state_id[0], log_id), generation, held)
 
     def load_cache(self, real_path: Path) -> dict[str, Scanned]:
         _, path = self._paths(real_path)

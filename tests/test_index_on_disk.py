@@ -549,6 +549,20 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     third = index_dir(
         rt, _dir(mdir), previous=second.held.scan, only={"delta.md"}, held=second.held, hold=True
     )
-    assert third.status == "updated"
+    assert third.status == "updated" and third.held is not None
     assert given[1:] == [None]
     assert "- [delta](delta.md)" in (mdir / "MEMORY.md").read_text()
+    # The pass that began from their `seen` does not vouch for it either: the next pass
+    # looks at every file too, until a full pass makes `seen` and the files agree again.
+    write_memory(mdir, "eps.md", description="fifth memory")
+    fourth = index_dir(
+        rt, _dir(mdir), previous=third.held.scan, only={"eps.md"}, held=third.held, hold=True
+    )
+    assert fourth.status == "updated" and given[2:] == [None]
+    full = index_dir(rt, _dir(mdir), hold=True)
+    assert full.held is not None and set(rt.store.load(mdir.resolve()).seen) == set(
+        full.held.memories
+    )
+    write_memory(mdir, "zeta.md", description="sixth memory")
+    index_dir(rt, _dir(mdir), previous=full.held.scan, only={"zeta.md"}, held=full.held, hold=True)
+    assert given[4:] == [{"zeta.md"}]  # after the full pass's own look at every file

@@ -123,5 +123,8 @@ def test_names_after_changes_are_the_set_they_stand_for(
             assert sorted(names) == sorted(truth)
             assert all((n in names) == (n in truth) for n in "abcdefghijklm")
             assert names == truth
+            # Set's operators give plain frozensets of the right names.
+            assert names - {"a", "k"} == truth - {"a", "k"}
+            assert (names | {"m"}) == truth | {"m"} and (names & {"a", "b"}) == truth & {"a", "b"}
     finally:
         Names.COMPACT_AT = saved

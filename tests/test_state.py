@@ -3,6 +3,8 @@
 import stat
 from pathlib import Path
 
+import pytest
+
 from memoryd.state import LOG_FOLD_BYTES, DirState, StateStore
 
 
@@ -139,3 +141,36 @@ def test_the_seen_token_changes_exactly_when_seen_may_have(tmp_path: Path) -> No
     reread = store.seen_token(folder)
     assert reread is not None and reread is not changed
     assert StateStore(tmp_path).seen_token(folder) is None  # never read: nothing to trust
+
+
+def test_a_line_another_process_appends_meanwhile_is_not_taken_for_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between this store's look at the log and its append, another process appends too: the
+    store must not keep its own copy as if the log held only its change."""
+    import os
+
+    from memoryd import state as state_module
+
+    store, folder, state = saved_once(tmp_path, 10, known=True)
+    theirs_store = StateStore(tmp_path)
+    theirs = theirs_store.load(folder)
+    theirs.seen["m1.md"] = ["m1", "theirs"]
+    real_open = os.open
+    raced: list[int] = []
+
+    def open_then_race(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).endswith(".log") and not raced:
+            raced.append(1)
+            theirs_store.save(folder, theirs, seen_changed={"m1.md"})  # their line first
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(state_module.os, "open", open_then_race)
+    state.seen["m2.md"] = ["m2", "mine"]
+    store.save(folder, state, seen_changed={"m2.md"})
+    monkeypatch.setattr(state_module.os, "open", real_open)
+    assert raced
+    on_disk = StateStore(tmp_path).load(folder)
+    assert on_disk.seen["m1.md"] == ["m1", "theirs"] and on_disk.seen["m2.md"] == ["m2", "mine"]
+    assert store.load(folder) == on_disk
+    assert store.seen_token(folder) is not None  # read again: its own token, trusted afresh

@@ -136,8 +136,13 @@ class AuditLog:
         with contextlib.suppress(OSError):
             if self.path.stat().st_size + len(data) > self.max_bytes:
                 self._rotate()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
+            # A torn last line (a writer killed mid-row, a full disk) must stay alone on its
+            # line: a row appended to it would be unreadable too.
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
             os.write(fd, data)
         finally:
             os.close(fd)

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from memoryd import __version__, audit, fsops
 from memoryd.config import Config, config_as_dict, load_config
 from memoryd.discover import MemoryDir, discover
-from memoryd.errors import ConfigError, MemorydError
+from memoryd.errors import ConfigError, MemorydError, UsageError
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file
 from memoryd.paths import app_paths
@@ -369,7 +369,7 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     try:
         since = audit.parse_since(args.since) if args.since else None
     except ValueError as error:
-        raise MemorydError(str(error)) from error
+        raise UsageError(str(error)) from error
     want_dir = str(Path(args.dir).expanduser().absolute()) if args.dir else None
 
     def wanted(row: dict[str, Any]) -> bool:
@@ -377,7 +377,12 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             return False
         if args.event and not fnmatch.fnmatchcase(str(row.get("event")), args.event):
             return False
-        return not (want_dir and not str(row.get("dir", "")).startswith(want_dir))
+        if not want_dir:
+            return True
+        # The dir or a folder inside it (a parent such as ~/.claude/projects takes all of its
+        # memory dirs), never a sibling that merely starts with the same letters.
+        found = str(row.get("dir", ""))
+        return found == want_dir or found.startswith(want_dir.rstrip("/") + "/")
 
     def emit(row: dict[str, Any]) -> None:
         if wanted(row):
@@ -487,7 +492,7 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if args.repo_root is not None:
         root = args.repo_root.expanduser().absolute()
         if not root.is_dir():
-            raise MemorydError(f"{root}: --repo-root must be a folder")
+            raise UsageError(f"{root}: --repo-root must be a folder")
         dirs = [replace(d, repo_root=root, repo_reason="given with --repo-root") for d in dirs]
     if not args.dry_run:
         housekeeping.rotate(rt, dirs)
@@ -523,6 +528,8 @@ def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     rt.dry_run = True
     root = args.repo_root.expanduser().absolute() if args.repo_root else None
+    if root is not None and not root.is_dir():
+        raise UsageError(f"{root}: --repo-root must be a folder")
     data = explain(rt, args.file, RepoCache.of(rt), root)
     if args.json:
         json.dump(data, out, indent=2, ensure_ascii=False)
@@ -576,7 +583,7 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         try:
             keep = max(0, int(parse_duration(args.older_than) // 86400))
         except ValueError as error:
-            raise MemorydError(f"--older-than: {error}") from error
+            raise UsageError(f"--older-than: {error}") from error
     results = housekeeping.rotate(rt, dirs, keep_days=keep, dry_run=args.dry_run)
     for rot in results:
         if rot.refused:
@@ -712,6 +719,9 @@ def main(
     rt = Runtime.create(config, paths)
     try:
         return HANDLERS[args.command](args, rt, out)
+    except UsageError as error:
+        err.write(f"memoryd: {error}\n")
+        return EXIT_USAGE
     except MemorydError as error:
         err.write(f"memoryd: {error}\n")
         return EXIT_FINDINGS

@@ -298,6 +298,8 @@ class Daemon:
             claude_home=str(self.rt.config.paths.claude_home),
         )
         self.heartbeat()
+        # Then daily (the job): a daemon restarted every day, a laptop's, still purges.
+        self.rotate_trash()
 
     def rediscover(self) -> None:
         """Find memory dirs, arm watches on them and where new ones appear; drop lost ones.
@@ -525,6 +527,7 @@ class Daemon:
             from memoryd.dream.run import RepoCache, dream_dir
 
             started = self.mono()
+            housekeeping.rotate(self.rt, [entry.md])  # DESIGN §5: at the start of a later pass
             result = dream_dir(self.rt, entry.md, repos=RepoCache.of(self.rt), trigger="pile-up")
             self.rt.dream.release_facts()  # a pass an hour or more apart gains little from them
             _return_freed_memory()

@@ -15,6 +15,10 @@ class ConfigError(MemorydError):
         super().__init__(f"{source}: invalid configuration:\n{lines}")
 
 
+class UsageError(MemorydError):
+    """A command-line value that cannot be used (exit 2, as argparse's own errors)."""
+
+
 class WriteConflict(MemorydError):
     """Someone changed a file between our read and our swap; retry from their version."""
 

@@ -5,6 +5,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import yaml
@@ -29,7 +30,7 @@ class Memory:
     body: str
     sha256: str
     size: int
-    modified: str = ""  # the frontmatter's `modified` or `last_verified`, as written
+    modified: str = ""  # the newer of the frontmatter's `modified` and `last_verified`, as written
 
     @property
     def display_name(self) -> str:
@@ -540,13 +541,30 @@ class Summary(NamedTuple):
     modified: str
 
 
+def parse_date(text: str) -> float:
+    """A frontmatter date (`modified`, `last_verified`) as a UNIX time; 0 when it is not one."""
+    if not text:
+        return 0.0
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+
 def _summarize(digest: str, fields: Mapping[str, Any]) -> Summary:
     """The frontmatter fields memoryd uses."""
     name, description = _text_field(fields, "name"), _text_field(fields, "description")
-    # Most memories have neither date: look before calling.
+    # Most memories have neither date: look before calling. With both, the newer one counts
+    # (a memory verified last week is recent whatever its `modified` says).
     modified = _text_field(fields, "modified") if "modified" in fields else ""
-    if not modified and "last_verified" in fields:
-        modified = _text_field(fields, "last_verified")
+    if "last_verified" in fields:
+        verified = _text_field(fields, "last_verified")
+        if not modified or parse_date(verified) > parse_date(modified):
+            modified = verified
     return Summary(digest, name, description, memory_type(fields), modified)
 
 

@@ -95,7 +95,7 @@ def render_text(results: Sequence[DreamResult], housekeeping: Sequence[str], dry
         if result.repo_note:
             lines.append(f"  note: {result.repo_note}")
         plan = result.plan
-        if dry_run and plan and plan.moves:
+        if dry_run and plan and plan.moves and result.status == "dry_run":
             for move in plan.moves:
                 target = move.duplicate_of or move.superseded_by
                 extra = f" (kept: {target})" if target else ""
@@ -105,6 +105,10 @@ def render_text(results: Sequence[DreamResult], housekeeping: Sequence[str], dry
                 )
         if result.status == "refused" and plan:
             lines.append("  Plan (not applied; apply by hand after review):")
+            for move in plan.moves:
+                lines.append(f"    {move.filename}: {move.reason} — {move.detail}")
+        if result.status == "unmanaged" and plan and plan.moves:
+            lines.append("  Would move, if memoryd managed this index (nothing is moved):")
             for move in plan.moves:
                 lines.append(f"    {move.filename}: {move.reason} — {move.detail}")
         if result.moved:

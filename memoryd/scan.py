@@ -5,7 +5,6 @@ import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,6 +15,7 @@ from memoryd.memfile import (
     MAX_FRONTMATTER_BYTES,
     NotMemory,
     Summary,
+    parse_date,
     parse_summary,
 )
 from memoryd.sealed import seal, unseal
@@ -144,19 +144,6 @@ class DirScan:
     @property
     def problems(self) -> dict[str, Scanned]:
         return {n: s for n, s in self.files.items() if s.kind == "problem"}
-
-
-def parse_date(text: str) -> float:
-    """A frontmatter `modified` date as a UNIX time; 0 when it is not a date."""
-    if not text:
-        return 0.0
-    try:
-        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return 0.0
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 def _problem(name: str, st: os.stat_result, kind: str, message: str, hint: str) -> Scanned:
@@ -395,7 +382,7 @@ def scan_dir(
 
 # The cache file (sealed.py): a header naming the format and Scanned's fields, and one column
 # per field, which marshal loads faster than a tuple per file.
-_CACHE_HEADER = ("memoryd scan cache", 2, Scanned.__slots__)
+_CACHE_HEADER = ("memoryd scan cache", 3, Scanned.__slots__)  # 3: newest date
 
 
 def dump_cache(files: Mapping[str, Scanned]) -> bytes:

@@ -46,6 +46,22 @@ def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
     assert [r["event"] for r in iter_lines(path)] == ["a.b", "c.d"]
 
 
+def test_a_row_after_a_torn_line_starts_a_line_of_its_own(tmp_path: Path) -> None:
+    """A writer killed mid-row leaves a torn line; the next row must not be glued to it."""
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.write("daemon.started", version="1")
+    with (tmp_path / "audit.jsonl").open("ab") as handle:
+        handle.write(b'{"event": "daemon.sto')
+    log.write("daemon.stopped")
+    log.write("daemon.started", version="2")
+    assert [r["event"] for r in iter_lines(tmp_path / "audit.jsonl")] == [
+        "daemon.started",
+        "daemon.stopped",
+        "daemon.started",
+    ]
+    assert (tmp_path / "audit.jsonl").read_bytes().count(b"\n") == 4  # one newline added
+
+
 def test_rotation_keeps_rows_and_tail_follows(tmp_path: Path) -> None:
     """Size rotation renames the file; `tail -F` keeps printing across it; readers see all rows."""
     path = tmp_path / "audit.jsonl"

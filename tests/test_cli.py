@@ -57,10 +57,22 @@ def test_log_renders_filters_and_skips_torn_lines(env: Env, cli, tmp_path: Path)
     assert cli("log", "--event", "dream.*").out == ""
     assert "index.updated" in cli("log", "--dir", folder).out
     assert cli("log", "--dir", tmp_path / "other").out == ""
+    assert cli("log", "--dir", tmp_path).out == cli("log", "--dir", folder).out  # a parent
     rows = [json.loads(line) for line in cli("log", "--json").out.splitlines()]
     assert rows and all("ts" in r for r in rows)
     assert cli("log", "--since", "1h").out == result.out
-    assert cli("log", "--since", "whenever").code == 1
+    # A value that cannot be used is a usage error (DESIGN §8: exit 2), named in the message.
+    bad = cli("log", "--since", "whenever")
+    assert bad.code == 2 and "--since 'whenever'" in bad.err
+    assert cli("trash", "purge", "--older-than", "soon").code == 2
+    assert cli("dream", "--repo-root", tmp_path / "nowhere", folder).code == 2
+    assert cli("explain", "--repo-root", tmp_path / "nowhere", folder / "a.md").code == 2
+    # A row written after the torn one is whole and readable; --dir takes no sibling.
+    sibling = tmp_path / "m2"  # its path starts with the first one's
+    write_memory(sibling, "b.md")
+    assert cli("index", sibling).code == 0
+    assert str(sibling) not in cli("log", "--dir", folder).out
+    assert str(sibling) in cli("log", "--dir", sibling).out
 
 
 def test_console_script_runs(env: Env) -> None:

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -228,6 +229,26 @@ def test_pile_up_dreams_after_five_changes_and_survives_restart(tmp_path: Path, 
         assert state.known and state.changed_since_dream == []
     finally:
         second.stop()
+
+
+def test_start_up_purges_trash_past_retention(tmp_path: Path, project) -> None:  # type: ignore[no-untyped-def]
+    """Day folders past `trash.keep_days` go when the daemon starts, not only a day later."""
+    first = start(tmp_path, name="t")
+    folder = project(first, "rot")
+    write_memory(folder, "a.md")
+    wait_for(lambda: "a.md" in index_text(folder), what="the first index")
+    assert first.stop() == 0
+    old, recent = folder / ".trash" / "2000-01-01", folder / ".trash" / date.today().isoformat()
+    for day in (old, recent):
+        day.mkdir(parents=True)
+        (day / "x.md").write_text("a trashed memory\n")
+    second = start(tmp_path, name="t")
+    try:
+        wait_for(lambda: second.rows("trash.purged"), what="the start-up rotation")
+        assert not old.exists() and (recent / "x.md").exists()
+        assert second.rows("trash.purged")[0]["days"] == ["2000-01-01"]
+    finally:
+        assert second.stop() == 0
 
 
 def test_sigterm_flushes_pending_work_and_exits_0(tmp_path: Path, project) -> None:  # type: ignore[no-untyped-def]

@@ -1,5 +1,6 @@
 """The dream pass on planted cases: each classification, guard, duplicate and contradiction rule."""
 
+import datetime
 import json
 import os
 import time
@@ -97,6 +98,9 @@ def test_moved_file_counts_as_found(env: Env, cli, repo: Path) -> None:
     assert data["classification"] == "fresh"
 
 
+_DAYS_AGO_3 = (datetime.date.today() - datetime.timedelta(days=3)).isoformat()
+
+
 @pytest.mark.parametrize(
     ("guard", "kwargs"),
     [
@@ -105,6 +109,9 @@ def test_moved_file_counts_as_found(env: Env, cli, repo: Path) -> None:
         ("type_feedback_or_reference", {"type_": "reference"}),
         ("recently_changed", {"age": 3}),
         ("recently_changed", {"extra": "modified: 2099-01-01\n"}),
+        # Verified three days ago, modified long before: the newer date counts.
+        ("recently_changed", {"extra": f"modified: 2024-01-01\nlast_verified: {_DAYS_AGO_3}\n"}),
+        ("recently_changed", {"extra": f"last_verified: {_DAYS_AGO_3}\nmodified: 2024-01-01\n"}),
         ("prohibition", {"body_extra": " Do not run it on Fridays."}),
     ],
 )
@@ -309,6 +316,45 @@ def test_unmanaged_dir_reports_and_moves_nothing(env: Env, cli, repo: Path) -> N
     assert report["status"] == "unmanaged" and moved(report) == {}
     assert [p["file"] for p in report["planned"]] == ["stale.md"]
     assert tree_digest(folder) == before
+    # Said once, as an index pass says it; the dry run and explain promise no move either.
+    rows = [r for r in env.audit_rows() if r["event"] == "index.unmanaged"]
+    assert len(rows) == 1 and "memoryd: off" in rows[0]["reason"]
+    dream(cli, repo)
+    assert [r["event"] for r in env.audit_rows()].count("index.unmanaged") == 1
+    dry = cli("dream", "--dry-run", folder)
+    assert "Would move: stale.md" not in dry.out
+    assert "Would move, if memoryd managed this index (nothing is moved):" in dry.out
+    told = explain(cli, folder / "stale.md")
+    assert told["decision"].startswith("keep — it would move") and "not manage" in told["decision"]
+    assert told["index"].startswith("not managed")
+    assert tree_digest(folder) == before
+
+
+def test_a_dir_that_vanishes_before_the_pass_is_a_failed_pass(
+    env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever stops a pass before its inventory (the dir gone, the repo unreadable) ends in
+    `dream.failed` with the error, and the other dirs of the run still get their pass."""
+    from memoryd.dream import run as run_module
+
+    mem(repo, "a.md", "Lived in `src/removed.py`.")
+    other = repo.parent / "other"
+    write_memory(other, "b.md", body="Plain words.\n")
+
+    def gone(rt, md):  # type: ignore[no-untyped-def]
+        if md.path.name == "memory":
+            raise FileNotFoundError(2, "No such file or directory", str(md.path))
+        return real(rt, md)
+
+    real = run_module.probe_ownership
+    monkeypatch.setattr(run_module, "probe_ownership", gone)
+    result = cli("dream", "--json", repo / ".claude" / "memory", other)
+    assert result.code == 1, result.err
+    statuses = {Path(d["dir"]).name: d["status"] for d in json.loads(result.out)["dirs"]}
+    assert statuses == {"memory": "failed", "other": "completed"}
+    failed = [r for r in env.audit_rows() if r["event"] == "dream.failed"]
+    assert len(failed) == 1 and "No such file" in failed[0]["error"]
+    assert {"saved", "deleted", "flagged", "kept", "duration_ms"} <= failed[0].keys()
 
 
 def test_dry_run_prints_would_move_and_writes_nothing(env: Env, cli, repo: Path) -> None:

@@ -5,7 +5,14 @@ from typing import Any
 
 from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.dream.plan import guards_for, plan_pass
-from memoryd.dream.run import RepoCache, consult_map, consult_sources, inventory, thresholds
+from memoryd.dream.run import (
+    RepoCache,
+    consult_map,
+    consult_sources,
+    inventory,
+    probe_ownership,
+    thresholds,
+)
 from memoryd.dream.similar import overlap
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
@@ -22,7 +29,9 @@ def explain(
         from dataclasses import replace
 
         md = replace(md, repo_root=repo_root, repo_reason="given with --repo-root")
-    inv = inventory(md, rt, repos.checker(md.repo_root))
+    ownership, scan = probe_ownership(rt, md)
+    managed = bool(ownership and ownership.managed)
+    inv = inventory(md, rt, repos.checker(md.repo_root), scan=scan)
     by_name = {i.filename: i for i in inv.items}
     item = by_name.get(file.name)
     if item is None:
@@ -54,10 +63,15 @@ def explain(
                 }
             )
     similar.sort(key=lambda s: (-float(str(s["overlap"])), str(s["file"])))
-    if move is not None:
-        decision = f"move to trash — {move.reason}: {move.detail}"
-    elif plan.refused and item.filename in {m.filename for m in plan.moves}:
+    if move is not None and not managed:
+        decision = (
+            f"keep — it would move ({move.reason}: {move.detail}), but memoryd does not manage "
+            "this dir's index, so the pass moves nothing"
+        )
+    elif move is not None and plan.refused:
         decision = "would move, but the circuit breaker refused the pass"
+    elif move is not None:
+        decision = f"move to trash — {move.reason}: {move.detail}"
     else:
         flag = next((f for f in plan.flagged if f.filename == item.filename), None)
         if flag and flag.guard:
@@ -91,6 +105,7 @@ def explain(
         "similar": similar,
         "decision": decision,
         "breaker": plan.refused or None,
+        "index": "managed" if managed else f"not managed: {ownership.reason if ownership else '?'}",
     }
 
 
@@ -125,6 +140,7 @@ def render(data: dict[str, Any]) -> str:
         lines.append(
             f"    {s['file']}: overlap {s['overlap']:.2f}, {s['kind']}, newer: {s['newer']}{opp}"
         )
+    lines.append(f"  index: {data['index']}")
     lines.append(f"  decision: {data['decision']}")
     if data["breaker"]:
         lines.append(f"  circuit breaker: {data['breaker']}")

@@ -16,8 +16,7 @@ from typing import Any, Final
 
 from memoryd.dream.refs import Refs, extract_refs
 from memoryd.dream.similar import Vocabulary, words_and_directives
-from memoryd.memfile import Memory
-from memoryd.scan import parse_date
+from memoryd.memfile import Memory, parse_date
 from memoryd.sealed import frame, frames
 
 _PROHIBITION: Final = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
@@ -193,7 +192,7 @@ class FactsCache:
 # The saved file (sealed.frames): a first frame (header, parse limits, words), then frames of
 # up to _ROWS_PER_FRAME rows, each (sha256, name, type, modified_ts, promotion_declined, word ids
 # as array("I") bytes into `words`, paths, symbols, positives, negatives, prohibition).
-_SAVED_HEADER: Final = ("memoryd dream facts", 2, Facts.__slots__)
+_SAVED_HEADER: Final = ("memoryd dream facts", 3, Facts.__slots__)  # 3: newest date
 _ROWS_PER_FRAME: Final = 2048
 
 

@@ -2,6 +2,7 @@
 
 import contextlib
 import hashlib
+import re
 import secrets
 import time
 from collections.abc import Sequence
@@ -347,20 +348,22 @@ def dream_dir(
         if not dry_run:
             audit.write("dream.skipped", dir=md.path, why=result.message)
         return result
-    checker = repos.checker(md.repo_root, save=not dry_run)
-    repo = checker.repo
-    if md.repo_root is None:
-        result.repo_note = f"no repo root ({md.repo_reason}): every reference is unverifiable"
-    elif repo is None:
-        result.repo_note = f"repo root {md.repo_root} is missing: every reference is unverifiable"
-    # Ownership is decided by the index code; a pass may not move files whose pointer lines
-    # it is not allowed to remove.
-    ownership, scan = _probe(rt, md)
-    managed = bool(ownership and ownership.managed)
     if not dry_run:
         # Debug level: a pass that finds nothing to do leaves no row above debug (DESIGN §2.6).
         audit.write("dream.started", dir=md.path, pass_id=pass_id, trigger=trigger, level="debug")
     try:
+        checker = repos.checker(md.repo_root, save=not dry_run)
+        repo = checker.repo
+        if md.repo_root is None:
+            result.repo_note = f"no repo root ({md.repo_reason}): every reference is unverifiable"
+        elif repo is None:
+            result.repo_note = (
+                f"repo root {md.repo_root} is missing: every reference is unverifiable"
+            )
+        # Ownership is decided by the index code; a pass may not move files whose pointer
+        # lines it is not allowed to remove.
+        ownership, scan = probe_ownership(rt, md)
+        managed = bool(ownership and ownership.managed)
         inv = inventory(md, rt, checker, scan=scan, save=not dry_run)
         del scan  # nor the listing, past the inventory
         result.files = len(inv.items)
@@ -387,9 +390,11 @@ def dream_dir(
                     )
         if not managed:
             result.status = "unmanaged"
-            result.message = (ownership.reason if ownership else "") + (
-                "; the pass reports and moves nothing"
-            )
+            reason = ownership.reason if ownership else "the index could not be read"
+            result.message = reason + "; the pass reports and moves nothing"
+            # As an index pass says it (DESIGN §3: once, with the reason).
+            if said is not None and said.report_once("unmanaged", re.sub(r"\d+", "N", reason)):
+                audit.write("index.unmanaged", dir=md.path, reason=reason)
         elif plan.refused:
             result.status = "refused"
             result.message = plan.refused
@@ -446,7 +451,7 @@ def dream_dir(
     return result
 
 
-def _probe(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirScan | None]:
+def probe_ownership(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirScan | None]:
     """Whether memoryd manages the dir's index, and the scan made to find out.
 
     The index edit is not made (a probe stops once ownership is decided: the edit was a

@@ -503,21 +503,26 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         for r in results
         if r.plan
     }
-    promo_line, promos = housekeeping.promotion_candidates(dirs, declined)
+    # Other projects' indexes count even when this run names one dir (their memory dirs are
+    # only read, never passed over).
+    known = discover(rt.config) if args.dirs else dirs
+    promo_line, promos = housekeeping.promotion_candidates(dirs, declined, known)
     hk = [housekeeping.orphan_hints(dirs), promo_line]
-    hk += [f"  {d}: {f} (topic in {n} other dirs)" for d, f, n in promos]
+    hk += [f"  {d}: {f} (topic in {n} other projects)" for d, f, n in promos]
     if args.json:
         doc = {
             "dry_run": args.dry_run,
-            "totals": totals(results),
+            "totals": totals(results, len(promos)),
             "dirs": [result_json(r) for r in results],
             "housekeeping": hk,
-            "promotion_candidates": [{"dir": d, "file": f, "other_dirs": n} for d, f, n in promos],
+            "promotion_candidates": [
+                {"dir": d, "file": f, "other_projects": n} for d, f, n in promos
+            ],
         }
         json.dump(doc, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        out.write(render_text(results, hk, args.dry_run))
+        out.write(render_text(results, hk, args.dry_run, len(promos)))
     failed = any(r.status in ("failed", "refused") for r in results)
     return EXIT_FINDINGS if failed else EXIT_OK
 

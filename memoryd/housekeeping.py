@@ -160,31 +160,49 @@ def orphan_hints(dirs: Sequence[MemoryDir]) -> str:
     return f"orphaned project dirs (hint only, nothing removed): {listed}"
 
 
-def promotion_candidates(
-    dirs: Sequence[MemoryDir], declined: dict[Path, set[str]]
-) -> tuple[str, list[tuple[str, str, int]]]:
-    """Memories whose topic key appears in the indexes of 2+ other dirs (listed only)."""
-    if len(dirs) < 3:
-        return (
-            "promotion candidates: skipped (needs 3 or more memory dirs in one run; "
-            f"this run has {len(dirs)})"
-        ), []
-    keys_by_dir: dict[Path, set[str]] = {}
-    for md in dirs:
+def project_of(md: MemoryDir) -> Path:
+    """The project a memory dir belongs to: its repo root (a repo's agent dirs and its Claude
+    project dir are one project), else the dir itself."""
+    return md.repo_root.absolute() if md.repo_root is not None else md.real_path
+
+
+def _index_targets(md: MemoryDir) -> list[str]:
+    try:
         with fsops.open_dir(md.real_path) as fd:
             text = read_index_file(fd, INDEX_NAME).text or ""
-        keys_by_dir[md.real_path] = {topic_key(t) for t in pointer_targets(text)} - {""}
+    except OSError:
+        return []  # gone or unreadable since discovery: it names nothing
+    return pointer_targets(text)
+
+
+def promotion_candidates(
+    dirs: Sequence[MemoryDir],
+    declined: dict[Path, set[str]],
+    known: Sequence[MemoryDir] = (),
+) -> tuple[str, list[tuple[str, str, int]]]:
+    """Memories of `dirs` whose topic key appears in the indexes of 2+ other projects (DESIGN
+    §4.12; listed only), looked for in `dirs` and every other `known` dir."""
+    every = {md.real_path: md for md in (*known, *dirs)}
+    keys_by_project: dict[Path, set[str]] = {}
+    for md in every.values():
+        keys = keys_by_project.setdefault(project_of(md), set())
+        keys.update(topic_key(t) for t in _index_targets(md))
+        keys.discard("")
+    if len(keys_by_project) < 3:
+        return (
+            "promotion candidates: skipped (needs memory dirs of 3 or more projects; "
+            f"found {len(keys_by_project)})"
+        ), []
     found: list[tuple[str, str, int]] = []
     for md in dirs:
-        with fsops.open_dir(md.real_path) as fd:
-            text = read_index_file(fd, INDEX_NAME).text or ""
-        for target in sorted(set(pointer_targets(text))):
+        own = project_of(md)
+        for target in sorted(set(_index_targets(md))):
             if target in declined.get(md.real_path, set()):
                 continue
             key = topic_key(target)
-            others = sum(1 for p, keys in keys_by_dir.items() if p != md.real_path and key in keys)
+            others = sum(1 for p, keys in keys_by_project.items() if p != own and key in keys)
             if others >= 2:
                 found.append((str(md.path), target, others))
     if not found:
-        return f"promotion candidates: none across {len(dirs)} dirs", []
+        return f"promotion candidates: none across {len(keys_by_project)} projects", []
     return f"promotion candidates: {len(found)} (listed only)", found

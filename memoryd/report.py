@@ -18,12 +18,14 @@ COUNT_LABELS = [
 ]
 
 
-def totals(results: Sequence[DreamResult]) -> dict[str, int]:
+def totals(results: Sequence[DreamResult], promotion_candidates: int = 0) -> dict[str, int]:
+    """The report's counts over every dir (DESIGN §4.11); a dry run's say what it would do."""
     out: dict[str, int] = {"dirs": len(results)}
     for result in results:
         for key, value in result.counts().items():
             out[key] = out.get(key, 0) + value
     out["indexes_rebuilt"] = sum(1 for r in results if r.index and r.index.status == "updated")
+    out["promotion_candidates"] = promotion_candidates
     return out
 
 
@@ -77,15 +79,25 @@ def result_json(result: DreamResult) -> dict[str, Any]:
     }
 
 
-def render_text(results: Sequence[DreamResult], housekeeping: Sequence[str], dry_run: bool) -> str:
+def render_text(
+    results: Sequence[DreamResult],
+    housekeeping: Sequence[str],
+    dry_run: bool,
+    promotion_candidates: int = 0,
+) -> str:
     lines: list[str] = []
-    t = totals(results)
-    title = "Dream report (dry run: nothing was written)" if dry_run else "Dream report"
+    t = totals(results, promotion_candidates)
+    title = (
+        "Dream report (dry run: nothing was written; counts are what a pass would do)"
+        if dry_run
+        else "Dream report"
+    )
     lines += [title, "=" * len(title), ""]
     lines.append(f"  {'dirs':<26}{t['dirs']:>7}")
     for key, label in COUNT_LABELS:
         lines.append(f"  {label:<26}{t.get(key, 0):>7}")
     lines.append(f"  {'indexes rebuilt':<26}{t['indexes_rebuilt']:>7}")
+    lines.append(f"  {'promotion candidates':<26}{t['promotion_candidates']:>7}")
     lines.append("")
     for result in results:
         header = f"{result.dir.path}: {result.status}"

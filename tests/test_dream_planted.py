@@ -405,3 +405,45 @@ def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path) -> None: 
     report = dream(cli, repo)
     assert moved(report) == {"read_long_ago.md": "stale"}
     assert {f["file"]: f["guard"] for f in report["flagged"]} == {"read_recently.md": "consulted"}
+
+
+def test_promotion_candidates_count_projects_not_dirs(env: Env, cli, tmp_path: Path) -> None:
+    """A topic in the indexes of 2+ other *projects* is listed; two agent dirs of one repo are
+    one project; other projects' dirs count when the run names one dir; `promotion:
+    declined` opts out; the count is in the totals."""
+    repo = tmp_path / "x"
+    (repo / "src").mkdir(parents=True)
+    a, b = repo / ".claude" / "agent-memory" / "a", repo / ".claude" / "agent-memory" / "b"
+    for folder in (a, b):
+        write_memory(folder, "testing.md", body="Run the suite before pushing.\n")
+        assert cli("index", folder).code == 0
+    report = json.loads(cli("dream", "--json", a, b).out)
+    assert report["promotion_candidates"] == [] and report["totals"]["promotion_candidates"] == 0
+    skipped = "needs memory dirs of 3 or more projects; found 1"
+    assert any(skipped in line for line in report["housekeeping"])
+    for slug, filename in (("p1", "feedback_testing.md"), ("p2", "project-testing.md")):
+        folder = env.home / ".claude" / "projects" / slug / "memory"
+        write_memory(folder, filename, body="Tests first.\n")
+        write_memory(folder, "deploy.md", body="Deploy on Tuesdays.\n")
+        assert cli("index", folder).code == 0
+    declined = write_memory(a, "deploy.md", body="Deploy from main.\n")
+    declined.write_text(
+        declined.read_text().replace("type: project\n", "type: project\npromotion: declined\n")
+    )
+    assert cli("index", a).code == 0
+    report = json.loads(cli("dream", "--json", a).out)  # one dir named; the others discovered
+    assert report["promotion_candidates"] == [
+        {"dir": str(a), "file": "testing.md", "other_projects": 2}
+    ]
+    assert report["totals"]["promotion_candidates"] == 1
+    text = cli("dream", a).out
+    assert "promotion candidates" in text and "testing.md (topic in 2 other projects)" in text
+
+
+def test_a_dry_run_counts_what_the_pass_would_do(env: Env, cli, repo: Path) -> None:
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    dry = json.loads(cli("dream", "--json", "--dry-run", repo / ".claude" / "memory").out)
+    real = json.loads(cli("dream", "--json", repo / ".claude" / "memory").out)
+    assert dry["totals"]["stale_pruned"] == real["totals"]["stale_pruned"] == 1
+    assert dry["totals"]["surviving"] == real["totals"]["surviving"] == 12

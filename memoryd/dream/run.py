@@ -46,10 +46,16 @@ class DreamResult:
     conflicts: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
+        """What the pass did; for a dry run, what it would do (its planned moves)."""
         plan = self.plan
         moved_by = {"stale": 0, "duplicate": 0, "contradiction": 0}
-        for record in self.moved:
-            moved_by[record.reason] = moved_by.get(record.reason, 0) + 1
+        reasons = (
+            [m.reason for m in plan.moves]
+            if self.status == "dry_run" and plan
+            else [r.reason for r in self.moved]
+        )
+        for reason in reasons:
+            moved_by[reason] = moved_by.get(reason, 0) + 1
         classes = plan.counts if plan else {}
         kept = len(kept_by_guard(plan)) if plan else 0
         return {
@@ -61,7 +67,7 @@ class DreamResult:
             "evergreen": classes.get("evergreen", 0),
             "fresh": classes.get("fresh", 0),
             "kept_by_guard": kept,
-            "surviving": self.files - len(self.moved),
+            "surviving": self.files - len(reasons),
             "flagged": len(plan.flagged) if plan else 0,
         }
 

@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from memoryd.audit import iter_lines
 from memoryd.index import pointer_targets, split_lines
 from memoryd.scan import scan_dir
 from tests.test_dream_planted import _filler, mem
@@ -85,7 +86,12 @@ def test_sigkill_at_every_step_of_a_dream_pass(tmp_path: Path) -> None:
         if proc.returncode == -signal.SIGKILL:
             recovery = _run(env, "index", str(folder))  # any writing command recovers first
             assert recovery.returncode == 0, recovery.stdout + recovery.stderr
-            recovered += "recovered an unfinished pass" in recovery.stderr
+            if "recovered an unfinished pass" in recovery.stderr:
+                recovered += 1
+                log = case / "home" / "state" / "memoryd" / "log" / "audit.jsonl"
+                rows = [r for r in iter_lines(log) if r["event"] == "pass.recovered"]
+                assert len(rows) == 1 and rows[0]["dir"] == str(folder.resolve()), rows
+                assert rows[0]["outcome"] and rows[0]["level"] == "warning"
             _check_consistent(folder, before)
             again = _run(env, "dream", str(folder))  # a rerun completes the pass
             assert again.returncode == 0, again.stdout + again.stderr

@@ -286,9 +286,16 @@ def test_moves_update_the_index_and_restore_brings_the_line_back(env: Env, cli,
     assert "stale.md" not in index.read_text()
     assert cli("index", "--check", folder).code == 0
     [change] = report["changes"]
+    completed = [r for r in env.audit_rows() if r["event"] == "dream.completed"]
+    assert [(r["saved"], r["deleted"], r["kept"]) for r in completed] == [(12, 1, 0)]
+    assert completed[0]["flagged"] >= 0 and completed[0]["duration_ms"] >= 0
     assert cli("trash", "restore", change["id"]).code == 0
     assert stale.read_bytes() == original
     assert "- [My own words about it](stale.md)\n" in index.read_text()
+    restored = [r for r in env.audit_rows() if r["event"] == "trash.restored"]
+    assert [(r["file"], r["id"], r["as"]) for r in restored] == [
+        ("stale.md", change["id"], "stale.md")
+    ]
     assert cli("trash", "restore", change["id"]).code == 1  # once only
     assert cli("trash", "restore", "0000000000").code == 1  # unknown ids are refused
 

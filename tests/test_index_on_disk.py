@@ -140,6 +140,40 @@ def test_traversal_link_in_index_is_kept_and_reported(env: Env, cli, mdir: Path)
     assert [r["target"] for r in rows] == ["../../.ssh/id_rsa"]
 
 
+def test_a_pointer_to_a_file_never_seen_is_kept_and_reported_once(
+    env: Env, cli, mdir: Path
+) -> None:
+    """A dead link (a file memoryd never saw) stays, is reported once, and again only when it
+    comes back after being fixed."""
+    path = mdir / "MEMORY.md"
+    assert cli("index", mdir).code == 0
+    path.write_text(path.read_text() + "- [ghost](ghost.md) — never there\n")
+    for _ in range(2):
+        assert cli("index", mdir).code == 0
+    assert "- [ghost](ghost.md) — never there\n" in path.read_text()
+    rows = [r for r in env.audit_rows() if r["event"] == "index.dead_link"]
+    assert [(r["file"], r["target"]) for r in rows] == [("MEMORY.md", "ghost.md")]
+
+
+def test_budget_target_demotes_down_to_the_soft_target(env: Env, cli, tmp_path: Path) -> None:
+    """`[index] budget = "target"`: MEMORY.md is brought under 17,408 bytes, not just the window."""
+    env.config_dir.mkdir(parents=True, exist_ok=True)
+    (env.config_dir / "config.toml").write_text('[index]\nbudget = "target"\n')
+    folder = tmp_path / "big"
+    for i in range(150):
+        write_memory(folder, f"note_{i:03d}.md", description=f"memory {i} " + "w" * 90,
+                     age_days=400 - i)
+    assert cli("index", folder).code == 0
+    from memoryd.index import measure
+
+    m = measure((folder / "MEMORY.md").read_text())
+    assert m.bytes <= 17_408 and m.lines < 150
+    assert "note_000.md" in (folder / "MEMORY-ARCHIVE.md").read_text()
+    before = tree_digest(folder)
+    assert cli("index", folder).code == 0
+    assert tree_digest(folder) == before
+
+
 def test_crlf_index_without_final_newline_keeps_its_bytes(env: Env, cli, mdir: Path) -> None:
     """A CRLF index without a final newline gains a CRLF pointer and still has no final newline."""
     path = mdir / "MEMORY.md"

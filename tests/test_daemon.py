@@ -223,6 +223,8 @@ def test_pile_up_dreams_after_five_changes_and_survives_restart(tmp_path: Path, 
         wait_for(lambda: second.rows("dream.completed"), timeout=20, what="a pile-up pass")
         time.sleep(1.5)
         assert len(second.rows("dream.completed")) == 1
+        [began] = second.rows("dream.started")  # a pass the daemon starts itself is news
+        assert began["trigger"] == "pile-up" and began["level"] == "info"
         from memoryd.state import StateStore
 
         state = StateStore(second.state).load(folder.resolve())

@@ -355,8 +355,15 @@ def dream_dir(
             audit.write("dream.skipped", dir=md.path, why=result.message)
         return result
     if not dry_run:
-        # Debug level: a pass that finds nothing to do leaves no row above debug (DESIGN §2.6).
-        audit.write("dream.started", dir=md.path, pass_id=pass_id, trigger=trigger, level="debug")
+        # A command's pass is at debug level: a rerun that finds nothing to do leaves no row
+        # above debug (DESIGN §2.6); a pass the daemon starts on its own is news.
+        audit.write(
+            "dream.started",
+            dir=md.path,
+            pass_id=pass_id,
+            trigger=trigger,
+            level="debug" if trigger == "command" else "info",
+        )
     try:
         checker = repos.checker(md.repo_root, save=not dry_run)
         repo = checker.repo

@@ -119,10 +119,19 @@ def rotate(
     keep = rt.config.trash.keep_days if keep_days is None else keep_days
     results = []
     for md in dirs:
-        names = trash.day_names(md.real_path)
         result = Rotation(md)
-        if not dry_run:
-            result.leftovers = trash.finish_leftovers(md.real_path)
+        try:
+            names = trash.day_names(md.real_path)
+            if not dry_run:
+                result.leftovers = trash.finish_leftovers(md.real_path)
+        except MemorydError as error:  # `.trash` is a symlink or a file: nothing is touched
+            result.refused = str(error)
+            if not dry_run:
+                rt.audit.write(
+                    "trash.purged", dir=md.path, days=[], refused=result.refused, level="warning"
+                )
+            results.append(result)
+            continue
         plan = trash.plan_purge(names, today, keep, last)
         result.refused = plan.refused
         if dry_run:

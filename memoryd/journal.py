@@ -7,11 +7,12 @@ what was done (manifest records, index lines) and leaves the rest to the next pa
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from memoryd import fsops, trash
+from memoryd.errors import MemorydError
 from memoryd.paths import ensure_private_dir
 from memoryd.trash import TrashRecord
 
@@ -109,6 +110,7 @@ class Recovery:
     moved: list[TrashRecord] = field(default_factory=list)
     not_moved: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    unrecorded: list[str] = field(default_factory=list)  # moved, manifest line still to write
 
     @property
     def outcome(self) -> str:
@@ -119,8 +121,8 @@ class Recovery:
         return text + (f"; {'; '.join(self.problems)}" if self.problems else "")
 
 
-def _manifest_ids(folder: Path) -> set[str]:
-    return {str(row.get("id")) for row in trash._iter_manifest(folder) if "id" in row}
+def _manifest_ids(memory_dir: Path, day: str) -> set[str]:
+    return {str(row.get("id")) for row in trash.manifest_rows(memory_dir, day) if "id" in row}
 
 
 def settle(journal: Journal) -> Recovery:
@@ -141,8 +143,18 @@ def settle(journal: Journal) -> Recovery:
                 result.problems.append(f"{record.original_name} is both in the dir and the trash")
                 continue
         if dst_there and not src_there:
-            if record.id not in _manifest_ids(folder):
-                trash.append_record(folder, record.to_json())
+            if record.id not in _manifest_ids(memory_dir, record.day):
+                # The journal's record was made before the move: the size is the file's.
+                done = replace(record, size=os.lstat(dst).st_size)
+                try:
+                    trash.append_record(memory_dir, record.day, done.to_json())
+                except (OSError, MemorydError) as error:
+                    result.unrecorded.append(record.original_name)
+                    result.problems.append(
+                        f"{dst}: its manifest record could not be written ({error}); free some "
+                        "disk space: the next memoryd command writes it"
+                    )
+                    continue
             result.moved.append(record)
         elif src_there:
             result.not_moved.append(record.original_name)

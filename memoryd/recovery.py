@@ -30,5 +30,7 @@ def recover(rt: Runtime) -> list[journal.Recovery]:
                 "pass.recovered", dir=entry.dir, journal=path.name, outcome=recovery.outcome
             )
             done.append(recovery)
+            if recovery.unrecorded:
+                continue  # kept: the next command writes the missing manifest records
         path.unlink()
     return done

@@ -6,6 +6,7 @@ their retention are purged, but only when the clock looks sane.
 """
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -66,6 +67,13 @@ def trash_root(memory_dir: Path) -> Path:
     return memory_dir / TRASH_DIR
 
 
+def _not_plain(path: Path) -> UnsafeFilesystemOperation:
+    return UnsafeFilesystemOperation(
+        f"{path} is not a plain folder (a symlink or a file): memoryd will not put memories "
+        "there, nor read or remove anything through it. Move it aside and rerun."
+    )
+
+
 def _ensure_real_dir(path: Path) -> None:
     """Create a trash folder 0700, refusing a symlink or a non-folder in its place."""
     try:
@@ -75,10 +83,63 @@ def _ensure_real_dir(path: Path) -> None:
         os.chmod(path, 0o700)
         return
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise UnsafeFilesystemOperation(
-            f"{path} is not a plain folder (a symlink or a file): memoryd will not put memories "
-            "there. Move it aside and rerun."
-        )
+        raise _not_plain(path)
+
+
+_NO_FOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@contextlib.contextmanager
+def open_trash(memory_dir: Path) -> Iterator[int | None]:
+    """The memory dir's `.trash`, opened without following a link; None when there is none.
+
+    Everything that reads, moves or removes in the trash goes through this descriptor (never
+    through a path), so a `.trash` that is, or becomes, a symlink can never lead a purge or a
+    restore out of the memory dir: it is refused.
+    """
+    with fsops.open_dir(memory_dir) as dir_fd:
+        try:
+            fd = os.open(TRASH_DIR, _NO_FOLLOW_DIR, dir_fd=dir_fd)
+        except FileNotFoundError:
+            fd = -1
+        except OSError as error:  # ELOOP: a symlink; ENOTDIR: a file
+            raise _not_plain(memory_dir / TRASH_DIR) from error
+    try:
+        yield fd if fd >= 0 else None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def open_day(memory_dir: Path, day: str) -> Iterator[int]:
+    """A day folder of the trash, reached without following any link (raises when it is not
+    a plain folder, FileNotFoundError when it does not exist)."""
+    with open_trash(memory_dir) as trash_fd:
+        if trash_fd is None:
+            raise FileNotFoundError(2, "No such file or directory", str(memory_dir / TRASH_DIR))
+        try:
+            fd = os.open(day, _NO_FOLLOW_DIR, dir_fd=trash_fd)
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            raise _not_plain(memory_dir / TRASH_DIR / day) from error
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _day_dirs(trash_fd: int) -> list[str]:
+    """The names of the trash's day folders that are plain folders (links are no days)."""
+    out = []
+    for name in os.listdir(trash_fd):
+        if parse_day(name) is None:
+            continue
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.stat(name, dir_fd=trash_fd, follow_symlinks=False).st_mode):
+                out.append(name)
+    return sorted(out)
 
 
 def day_folder(memory_dir: Path, day: date) -> Path:
@@ -129,11 +190,19 @@ def open_manifest(dir_fd: int) -> int:
     return fd
 
 
-def append_record(folder: Path, line: str) -> None:
-    with fsops.open_dir(folder) as dir_fd:
-        fd = open_manifest(dir_fd)
+def _write_line(fd: int, line: str) -> None:
+    """One manifest line, whole or not at all as far as readers go: a short write (a full
+    disk) raises, and its torn piece is a line of its own for the next writer (open_manifest)."""
+    data = (line + "\n").encode("ascii")
+    if os.write(fd, data) != len(data):
+        raise OSError(errno.ENOSPC, "the manifest line could not be written whole")
+
+
+def append_record(memory_dir: Path, day: str, line: str) -> None:
+    with open_day(memory_dir, day) as day_fd:
+        fd = open_manifest(day_fd)
     try:
-        os.write(fd, (line + "\n").encode("ascii"))
+        _write_line(fd, line)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -169,7 +238,13 @@ class Mover:
         self.close()
 
     def move(self, record: TrashRecord) -> None:
-        """Rename `record.original_name` to `record.stored_name` in the day folder; log it."""
+        """Rename `record.original_name` to `record.stored_name` in the day folder; log it.
+
+        A move whose manifest line cannot be written (a full disk) is undone: no file sits in
+        the trash without its record.
+        """
+        if self._manifest < 0:
+            self._manifest = open_manifest(self._folder_fd)
         fsops.rename_no_replace(
             self.dir_fd,
             record.original_name,
@@ -178,9 +253,21 @@ class Mover:
             where=(self.memory_dir, self.folder),
         )
         fsops.crash_point("trash.after_move")
-        if self._manifest < 0:
-            self._manifest = open_manifest(self._folder_fd)
-        os.write(self._manifest, (record.to_json() + "\n").encode("ascii"))
+        try:
+            _write_line(self._manifest, record.to_json())
+        except OSError as error:
+            fsops.rename_no_replace(
+                self._folder_fd,
+                record.stored_name,
+                self.dir_fd,
+                record.original_name,
+                where=(self.folder, self.memory_dir),
+            )
+            raise MemorydError(
+                f"{self.folder / MANIFEST}: could not record the move of "
+                f"{record.original_name} ({error.strerror}); the file was put back and nothing "
+                "else moved. Free some disk space and rerun."
+            ) from error
 
     def close(self) -> None:
         """Make every move so far durable: the manifest first, then both folders."""
@@ -209,9 +296,11 @@ class Entry:
         return self.folder / self.record.stored_name
 
 
-def _iter_manifest(folder: Path) -> Iterator[dict[str, Any]]:
+def manifest_rows(memory_dir: Path, day: str) -> Iterator[dict[str, Any]]:
+    """The rows of a day folder's manifest (none when it or its folder cannot be read)."""
     try:
-        fd = os.open(folder / MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with open_day(memory_dir, day) as day_fd:
+            fd = os.open(MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=day_fd)
     except OSError:
         return
     with os.fdopen(fd, "rb") as handle:
@@ -227,18 +316,15 @@ def _iter_manifest(folder: Path) -> Iterator[dict[str, Any]]:
 
 
 def entries(memory_dir: Path) -> list[Entry]:
-    """Every trashed file of a dir, oldest first, with its restore state."""
+    """Every trashed file of a dir, oldest first, with its restore state. Raises
+    UnsafeFilesystemOperation when `.trash` is a symlink or a file."""
     root = trash_root(memory_dir)
     out: dict[str, Entry] = {}
-    try:
-        days = sorted(p for p in os.listdir(root) if parse_day(p) is not None)
-    except OSError:
-        return []
+    with open_trash(memory_dir) as trash_fd:
+        days = _day_dirs(trash_fd) if trash_fd is not None else []
     for day in days:
         folder = root / day
-        if os.path.islink(folder):
-            continue
-        for row in _iter_manifest(folder):
+        for row in manifest_rows(memory_dir, day):
             if "restored" in row:
                 if row["restored"] in out:
                     out[row["restored"]].restored_as = str(row.get("as", ""))
@@ -288,9 +374,16 @@ def restore(memory_dir: Path, entry: Entry) -> str:
             "restore it by hand if you trust it"
         )
     name = restore_name(memory_dir, entry.record.original_name)
-    fsops.move_no_replace(entry.folder, entry.record.stored_name, memory_dir, name)
+    with fsops.open_dir(memory_dir) as dir_fd, open_day(memory_dir, entry.folder.name) as day_fd:
+        fsops.check_same_filesystem(day_fd, entry.folder, dir_fd, memory_dir)
+        fsops.rename_no_replace(
+            day_fd, entry.record.stored_name, dir_fd, name, where=(entry.folder, memory_dir)
+        )
+        fsops.fsync_dir(dir_fd)
+        fsops.fsync_dir(day_fd)
     append_record(
-        entry.folder,
+        memory_dir,
+        entry.folder.name,
         json.dumps(
             {
                 "restored": entry.record.id,
@@ -303,7 +396,7 @@ def restore(memory_dir: Path, entry: Entry) -> str:
 
 
 def _read_stored(entry: Entry) -> tuple[bytes, os.stat_result]:
-    with fsops.open_dir(entry.folder) as fd:
+    with open_day(entry.folder.parent.parent, entry.folder.name) as fd:
         return fsops.read_regular(fd, entry.record.stored_name, 64 << 20)
 
 
@@ -330,54 +423,61 @@ def plan_purge(
     return PurgePlan(purge=[d.isoformat() for d in days if d < cutoff])
 
 
-def remove_tree(path: Path) -> None:
-    """Remove a folder without following any symlink inside it (a link is removed, not its target).
+def _remove_tree_at(trash_fd: int, name: str, memory_dir: Path) -> None:
+    """Remove a folder of the trash without following any symlink inside it (a link is
+    removed, not its target).
 
     shutil.rmtree uses the fd-based walk on Linux, which never follows links; on platforms
     where it cannot, refuse instead of risking a walk out of the trash.
     """
     if not shutil.rmtree.avoids_symlink_attacks:
         raise UnsafeFilesystemOperation(
-            f"{path}: this platform cannot remove folders without following links; "
-            "remove it by hand"
+            f"{memory_dir / TRASH_DIR / name}: this platform cannot remove folders without "
+            "following links; remove it by hand"
         )
-    shutil.rmtree(path)
+    shutil.rmtree(name, dir_fd=trash_fd)
+
+
+def _is_plain_dir(trash_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=trash_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def purge_days(memory_dir: Path, days: list[str]) -> list[str]:
-    """Rename each day folder aside, then remove it; finished ones are returned."""
-    root = trash_root(memory_dir)
-    done = []
-    for day in days:
-        folder = root / day
-        if os.path.islink(folder) or not folder.is_dir():
-            continue
-        aside = root / f"{PURGING_PREFIX}{day}-{secrets.token_hex(3)}"
-        os.rename(folder, aside)
-        fsops.crash_point("trash.purge_aside")
-        remove_tree(aside)
-        done.append(day)
+    """Rename each day folder aside, then remove it; finished ones are returned. All of it
+    relative to the trash's own descriptor: nothing is reached through a link."""
+    done: list[str] = []
+    with open_trash(memory_dir) as trash_fd:
+        if trash_fd is None:
+            return done
+        for day in days:
+            if not _is_plain_dir(trash_fd, day):
+                continue
+            aside = f"{PURGING_PREFIX}{day}-{secrets.token_hex(3)}"
+            os.rename(day, aside, src_dir_fd=trash_fd, dst_dir_fd=trash_fd)
+            fsops.crash_point("trash.purge_aside")
+            _remove_tree_at(trash_fd, aside, memory_dir)
+            done.append(day)
     return done
 
 
 def finish_leftovers(memory_dir: Path) -> list[str]:
     """Remove aside-folders a crashed purge left behind."""
-    root = trash_root(memory_dir)
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    done = []
-    for name in sorted(names):
-        path = root / name
-        if name.startswith(PURGING_PREFIX) and path.is_dir() and not path.is_symlink():
-            remove_tree(path)
-            done.append(name)
+    done: list[str] = []
+    with open_trash(memory_dir) as trash_fd:
+        if trash_fd is None:
+            return done
+        for name in sorted(os.listdir(trash_fd)):
+            if name.startswith(PURGING_PREFIX) and _is_plain_dir(trash_fd, name):
+                _remove_tree_at(trash_fd, name, memory_dir)
+                done.append(name)
     return done
 
 
 def day_names(memory_dir: Path) -> list[str]:
-    try:
-        return [n for n in os.listdir(trash_root(memory_dir)) if parse_day(n) is not None]
-    except OSError:
-        return []
+    """The trash's day folders (plain folders only). Raises UnsafeFilesystemOperation when
+    `.trash` is a symlink or a file."""
+    with open_trash(memory_dir) as trash_fd:
+        return _day_dirs(trash_fd) if trash_fd is not None else []

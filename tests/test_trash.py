@@ -240,10 +240,131 @@ def test_a_torn_manifest_tail_does_not_swallow_the_next_record(tmp_path: Path) -
     good = {"id": "a1", "original_name": "a.md", "stored_name": "a.md", "day": "2026-05-01"}
     for tail in (b'{"id": "torn', b"\0\0\0\0"):
         (folder / trash.MANIFEST).write_bytes(json.dumps(good).encode() + b"\n" + tail)
-        trash.append_record(folder, json.dumps({**good, "id": "b2"}))
-        ids = [row["id"] for row in trash._iter_manifest(folder)]
+        trash.append_record(tmp_path / "memory", "2026-05-01", json.dumps({**good, "id": "b2"}))
+        ids = [row["id"] for row in trash.manifest_rows(tmp_path / "memory", "2026-05-01")]
         assert ids == ["a1", "b2"]
         with trash.Mover(tmp_path / "memory", date(2026, 5, 1)) as mover:
             fd = trash.open_manifest(mover._folder_fd)
             os.close(fd)
         assert (folder / trash.MANIFEST).read_bytes().endswith(b"\n")
+
+
+def test_nothing_is_purged_listed_or_restored_through_a_symlinked_trash(
+    env: Env, cli, repo: Path, tmp_path: Path
+) -> None:
+    """`.trash` -> a folder elsewhere holding a date-named folder: purge, dream, list and the
+    dry run never reach into it (it could be HOME)."""
+    folder = repo / ".claude" / "memory"
+    mem(repo, "a.md", "Plain words.")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "2020-01-01").mkdir(parents=True)
+    (elsewhere / "2020-01-01" / "keep.txt").write_text("not memoryd's\n")
+    (elsewhere / "2020-01-01" / trash.MANIFEST).write_text(
+        json.dumps({"id": "x1", "original_name": "k.md", "stored_name": "keep.txt",
+                    "day": "2020-01-01", "sha256": "0", "size": 1, "reason": "stale",
+                    "pass_id": "p", "time": "t"}) + "\n"
+    )
+    (folder / ".trash").symlink_to(elsewhere)
+    dry = cli("trash", "purge", "--dry-run", folder)
+    assert "2020-01-01" not in dry.out.replace(str(elsewhere), "")
+    purge = cli("trash", "purge", folder)
+    assert "not a plain folder" in purge.out + purge.err
+    cli("dream", folder)
+    assert (elsewhere / "2020-01-01" / "keep.txt").read_text() == "not memoryd's\n"
+    listed = cli("trash", "list", folder)
+    assert "not a plain folder" in listed.err and "x1" not in listed.out
+    assert cli("trash", "restore", "x1", folder).code == 1
+    assert not (folder / "k.md").exists()
+    rows = [r for r in env.audit_rows() if r["event"] == "trash.purged"]
+    assert rows and all(r["days"] == [] and "not a plain folder" in r["refused"] for r in rows)
+
+
+def test_a_symlinked_day_folder_is_neither_planned_nor_purged(
+    env: Env, cli, repo: Path, tmp_path: Path
+) -> None:
+    folder = repo / ".claude" / "memory"
+    mem(repo, "a.md", "Plain words.")
+    (folder / ".trash").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("x")
+    (folder / ".trash" / "2020-01-01").symlink_to(outside)
+    assert "2020-01-01" not in cli("trash", "purge", "--dry-run", folder).out
+    cli("trash", "purge", folder)
+    assert (outside / "keep.txt").exists() and (folder / ".trash" / "2020-01-01").is_symlink()
+
+
+def test_a_move_whose_record_cannot_be_written_is_undone(
+    env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk when the manifest line is written: the file goes back, the pass fails with
+    a message saying what to do, and nothing sits in the trash without its record."""
+    folder = repo / ".claude" / "memory"
+    path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    original = path.read_bytes()
+    _filler(repo)
+    assert cli("index", folder).code == 0
+    real = trash._write_line
+
+    def full(fd: int, line: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trash, "_write_line", full)
+    result = cli("dream", "--json", folder)
+    [report] = json.loads(result.out)["dirs"]
+    assert result.code == 1 and report["status"] == "failed"
+    assert "Free some disk space" in report["message"]
+    assert path.read_bytes() == original
+    assert [p.name for p in (folder / ".trash").rglob("*.md")] == []
+    assert "stale.md" in (folder / "MEMORY.md").read_text()
+    monkeypatch.setattr(trash, "_write_line", real)
+    assert cli("dream", folder).code == 0 and not path.exists()
+    (entry,) = trash.entries(folder)
+    assert entry.record.original_name == "stale.md" and entry.record.size == len(original)
+
+
+def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
+    env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash right after a move leaves a journal; recovery that cannot write the missing
+    manifest record (disk full) neither crashes nor forgets it, and writes it, with the file's
+    size, once it can."""
+    from dataclasses import replace as dc_replace
+
+    from memoryd import journal
+    from memoryd.config import Config
+    from memoryd.discover import explicit_dirs
+    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.recovery import recover
+
+    class Crash(BaseException):
+        pass
+
+    def crash_after_move(label: str) -> None:
+        if label == "trash.after_move":
+            raise Crash
+
+    path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    size = path.stat().st_size
+    _filler(repo)
+    rt = env.runtime()
+    md = dc_replace(explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo,
+                    repo_reason="test")
+    monkeypatch.setattr(fsops, "crash_point", crash_after_move)
+    with pytest.raises(Crash):
+        dream_dir(rt, md, repos=RepoCache())
+    monkeypatch.undo()
+    assert journal.pending(rt.paths.state_dir) and not path.exists()
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trash, "append_record", full)
+    [first] = recover(rt)
+    assert first.unrecorded == ["stale.md"] and journal.pending(rt.paths.state_dir)
+    assert trash.entries(md.real_path) == []
+    monkeypatch.undo()
+    [second] = recover(rt)
+    assert second.unrecorded == [] and not journal.pending(rt.paths.state_dir)
+    (entry,) = trash.entries(md.real_path)
+    assert entry.record.original_name == "stale.md" and entry.record.size == size

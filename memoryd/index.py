@@ -31,11 +31,14 @@ TRAILER_TEXT = (
 DEMOTED_HEADING = re.compile(r"^## Moved from MEMORY\.md (\d{4}-\d{2}-\d{2}) \((\d+)\)\s*$")
 _SEPARATOR = re.compile(r"^\s*(?:—|–|--|-)\s*")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_ENCODED_TRAVERSAL = re.compile(r"%(?:2e|2f|5c|00)", re.IGNORECASE)
+# `.`, `/` and NUL never need encoding in a basename: encoded, they can only hide a traversal.
+# (An encoded `\` can stand for a real backslash in a name; see the decoded check below.)
+_ENCODED_TRAVERSAL = re.compile(r"%(?:2e|2f|00)", re.IGNORECASE)
 # Characters that look like `.`, `/` or `\` but are not, used to smuggle traversal past checks.
 _LOOKALIKES = frozenset("\uff0e\uff0f\uff3c\u2215\u2044\u2024\u3002\ufe52\u29f8\u29f9\u2216")
 # Bytes a link target cannot hold raw under the pointer pattern, or that markdown would misread.
-_ENCODE = {c: f"%{ord(c):02X}" for c in "%()[]<>#\\ \t\r\n\x0b\x0c"}
+# `:` would read as a URL scheme and `?` as a query; a leading `~` is encoded too (below).
+_ENCODE = {c: f"%{ord(c):02X}" for c in "%()[]<>#?:\\ \t\r\n\x0b\x0c"}
 
 
 class LinkKind(StrEnum):
@@ -53,11 +56,24 @@ class Link:
 
 def encode_target(filename: str) -> str:
     """Percent-encode what the pointer pattern or markdown cannot carry (spaces, parens, ...)."""
-    if filename.isprintable() and _ENCODE.keys().isdisjoint(filename):
+    if filename.isprintable() and _ENCODE.keys().isdisjoint(filename) and filename[:1] != "~":
         return filename  # nearly every name: two C-level checks instead of a loop per character
-    return "".join(
-        _ENCODE.get(c, c) if c.isprintable() or c in _ENCODE else f"%{ord(c):02X}" for c in filename
+    encoded = "".join(
+        _ENCODE.get(c, c) if c.isprintable() or c in _ENCODE else _utf8_escaped(c)
+        for c in filename
     )
+    return "%7E" + encoded[1:] if encoded.startswith("~") else encoded
+
+
+def _utf8_escaped(char: str) -> str:
+    return "".join(f"%{b:02X}" for b in char.encode("utf-8", "surrogatepass"))
+
+
+def linkable(filename: str) -> bool:
+    """Whether a pointer line can name this file so that it reads back as this very file
+    (a name holding a look-alike of `.`, `/` or `\\` cannot: such links are refused as tricks)."""
+    link = classify_link(encode_target(filename))
+    return link.kind is LinkKind.LOCAL and link.target == filename
 
 
 @functools.lru_cache(maxsize=65536)
@@ -76,7 +92,11 @@ def classify_link(raw: str) -> Link:
         return Link(raw, raw, LinkKind.INVALID)
     path = raw.split("#", 1)[0].split("?", 1)[0]
     decoded = unquote(path)
-    if ".." in decoded.split("/") or not _LOOKALIKES.isdisjoint(decoded):
+    if (
+        ".." in re.split(r"[/\\]", decoded)
+        or not _LOOKALIKES.isdisjoint(decoded)
+        or "\0" in decoded
+    ):
         return Link(raw, raw, LinkKind.INVALID)
     if "/" in decoded or "#" in raw or "?" in raw or decoded in ("", "."):
         return Link(raw, raw, LinkKind.ELSEWHERE)

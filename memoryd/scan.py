@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from memoryd import fsops
-from memoryd.index import Entry
+from memoryd.index import Entry, linkable
 from memoryd.memfile import (
     MAX_FILE_BYTES,
     MAX_FRONTMATTER_BYTES,
@@ -136,6 +136,7 @@ class DirScan:
     reread: int = 0  # how many files had to be read (the rest came from the cache)
     own_temps: list[str] = field(default_factory=list)  # memoryd's temp names seen (full scans)
     changed: list[str] = field(default_factory=list)  # names that are new or changed since
+    vanished: list[str] = field(default_factory=list)  # listed, then gone before they were read
 
     @property
     def memories(self) -> dict[str, Scanned]:
@@ -222,6 +223,9 @@ def read_one(
             f"file is over the {max_file}-byte limit",
             "split it into smaller memories or raise parse.max_file_bytes",
         )
+    except FileNotFoundError:
+        # Removed between the listing and the read: not a problem of the file's, just gone.
+        return Scanned(name, 0, 0, -1, "problem", problem_kind=GONE)
     except OSError as error:
         return _problem(
             name,
@@ -231,6 +235,16 @@ def read_one(
             "check the file's permissions",
         )
     parsed = parse_summary(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
+    if isinstance(parsed, Summary) and not linkable(name):
+        # Its pointer would read back as another name or as a trick (a look-alike of `.`, `/`
+        # or `\`, an undecodable byte): indexing it would add a line on every pass.
+        return _problem(
+            name,
+            fst,
+            "unlinkable",
+            "its name cannot be written as a link in MEMORY.md that reads back as this file",
+            "rename it with plain letters, digits, dots, dashes and underscores",
+        )
     if isinstance(parsed, Summary):
         digest, title, description, type_, modified = parsed
         return Scanned(
@@ -302,12 +316,19 @@ def _take(
         _read_changed(result, dir_fd, name, st, limits)
 
 
+GONE = "gone"  # a read_one result for a file removed since it was listed (never kept)
+
+
 def _read_changed(
     result: DirScan, dir_fd: int, name: str, st: os.stat_result | None, limits: tuple[int, int]
 ) -> None:
     result.reread += 1
+    scanned = read_one(dir_fd, name, st, *limits)
+    if scanned.problem_kind == GONE:
+        result.vanished.append(name)
+        return
     result.changed.append(name)
-    result.files[name] = read_one(dir_fd, name, st, *limits)
+    result.files[name] = scanned
 
 
 def scan_dir(
@@ -341,8 +362,9 @@ def scan_dir(
                     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                found.add(name)
                 _take(result, dir_fd, name, st, previous.files, limits)
+                if name not in result.vanished:
+                    found.add(name)
             had = previous.present
             came = {n for n in found if n not in had}
             gone = {n for n in only if n not in found and n in had}
@@ -352,6 +374,7 @@ def scan_dir(
             listing = {e.name: e for e in entries}
         result.own_temps = [n for n in listing if n.startswith(".") and fsops.is_own_temp(n)]
         files, cached_file, is_dir = result.files, cache.get, stat.S_ISDIR
+        removed: list[str] = []  # gone between the listing and their stat
         for name in sorted(listing):
             entry = listing[name]
             cached = cached_file(name)
@@ -364,7 +387,11 @@ def scan_dir(
                 # fstats what it opens, so an lstat here would only be thrown away.
                 _read_changed(result, dir_fd, name, None, limits)
                 continue
-            st = entry.stat(follow_symlinks=False)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                removed.append(name)  # an editor's or sed's temp file, say
+                continue
             # `_take`'s cache hit, inline: at 10,000 files the call alone is a fifth of a reconcile.
             if (
                 cached is not None
@@ -376,7 +403,7 @@ def scan_dir(
                 files[name] = cached
             else:
                 _take(result, dir_fd, name, st, cache, limits)
-        result.present = frozenset(listing)
+        result.present = frozenset(listing).difference(removed, result.vanished)
     return result
 
 

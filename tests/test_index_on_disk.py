@@ -116,18 +116,40 @@ def test_unparseable_memory_keeps_its_pointer(env: Env, cli, mdir: Path) -> None
         "new\nline.md",
         "-dash.md",
         "paren (1).md",
+        "todo: later.md",  # reads as a URL scheme unless encoded
+        "dir\\sub.md",  # a backslash is a plain character in a POSIX name
+        "what?.md",  # reads as a query unless encoded
+        "~notes.md",  # reads as a home path unless encoded
+        "zero\u200bwidth.md",  # not printable
     ],
 )
 def test_odd_names_are_indexed_once_and_resolve(env: Env, cli, mdir: Path, filename: str) -> None:
-    """Names with quotes, spaces, a newline or a leading dash are indexed exactly once."""
+    """Names with quotes, spaces, a newline, a leading dash, a colon, a backslash... are
+    indexed exactly once, however many passes run."""
     assert cli("index", mdir).code == 0
     write_memory(mdir, filename, name="odd one", description="odd")
-    assert cli("index", mdir).code == 0
+    for _ in range(3):
+        assert cli("index", mdir).code == 0
     assert cli("index", "--check", mdir).code == 0
     from memoryd.index import pointer_targets
 
     targets = pointer_targets((mdir / "MEMORY.md").read_text())
     assert targets.count(filename) == 1
+
+
+def test_a_name_no_link_can_carry_is_reported_not_indexed_again_and_again(
+    env: Env, cli, mdir: Path
+) -> None:
+    """A look-alike of `.` in a name would make its link read as a trick: the file is reported
+    once with what to do, gets no pointer, and the index stays as it was on every pass."""
+    assert cli("index", mdir).code == 0
+    write_memory(mdir, "a\uff0eb.md", description="fullwidth dot")
+    for _ in range(3):
+        assert cli("index", mdir).code == 0
+    assert "\uff0e" not in (mdir / "MEMORY.md").read_text()
+    assert cli("index", "--check", mdir).code == 0
+    rows = [r for r in env.audit_rows() if r["event"] == "file.unparseable"]
+    assert len(rows) == 1 and rows[0]["file"] == "a\uff0eb.md" and "rename" in rows[0]["hint"]
 
 
 def test_traversal_link_in_index_is_kept_and_reported(env: Env, cli, mdir: Path) -> None:

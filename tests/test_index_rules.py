@@ -15,6 +15,7 @@ from memoryd.index import (
     classify_link,
     decide_ownership,
     encode_target,
+    linkable,
     measure,
     pointer_targets,
     render_pointer,
@@ -277,3 +278,30 @@ def test_whole_text_scan_agrees_with_line_by_line(lines: list[str], eol: str) ->
     slow = [ln.link.target for ln in split_lines(text)
             if ln.link is not None and ln.link.kind is LinkKind.LOCAL]
     assert pointer_targets(text) == slow
+
+
+_LOOKALIKE_CHARS = "\uff0e\uff0f\uff3c\u2215\u2044\u2024\u3002\ufe52\u29f8\u29f9\u2216"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(
+        st.one_of(st.characters(), st.sampled_from(list(":?#%~\\()[] .") + list(_LOOKALIKE_CHARS))),
+        min_size=1,
+        max_size=12,
+    ).filter(lambda n: "/" not in n and "\0" not in n and n not in (".", ".."))
+)
+def test_every_name_without_a_trick_gets_a_link_that_reads_back_as_itself(name: str) -> None:
+    """The pointer memoryd writes for a file must name that file when read back, or the file
+    would get a new pointer on every pass; only names a link cannot carry safely are refused."""
+    import re
+
+    tricky = (
+        any(c in _LOOKALIKE_CHARS for c in name)
+        or any(0xD800 <= ord(c) <= 0xDFFF for c in name)
+        or ".." in re.split(r"\\", name)
+    )
+    assert linkable(name) is not tricky
+    if not tricky:
+        line = render_pointer(name, "label", "d", " — ")
+        assert pointer_targets(line + "\n") == [name]

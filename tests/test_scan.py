@@ -1,5 +1,6 @@
 """Scanning a memory dir: the incremental path sees exactly what a full scan sees."""
 
+import contextlib
 import marshal
 import os
 import random
@@ -128,3 +129,36 @@ def test_names_after_changes_are_the_set_they_stand_for(
             assert (names | {"m"}) == truth | {"m"} and (names & {"a", "b"}) == truth & {"a", "b"}
     finally:
         Names.COMPACT_AT = saved
+
+
+def test_files_removed_while_the_dir_is_scanned_are_simply_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file deleted between the listing and its stat (a skipped temp file) or its read (a
+    new memory) is neither a crash nor a problem to report: it is not there."""
+    from memoryd import fsops
+    from memoryd import scan as scan_module
+
+    folder = tmp_path / "m"
+    write_memory(folder, "kept.md")
+    first = scan_dir(folder)
+    write_memory(folder, "new.md")
+    (folder / "sedXYZ12").write_text("an editor's temp file")
+    real_scandir, real_read = os.scandir, fsops.read_regular
+
+    def listing_then_delete(fd):  # type: ignore[no-untyped-def]
+        entries = list(real_scandir(fd))
+        (folder / "sedXYZ12").unlink()
+        return contextlib.nullcontext(iter(entries))
+
+    def read_after_delete(dir_fd, name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if name == "new.md":
+            (folder / "new.md").unlink()
+        return real_read(dir_fd, name, *args, **kwargs)
+
+    monkeypatch.setattr(scan_module.os, "scandir", listing_then_delete)
+    monkeypatch.setattr(scan_module.fsops, "read_regular", read_after_delete)
+    result = scan_dir(folder, first.files)
+    assert set(result.files) == {"kept.md"} and result.problems == {}
+    assert "new.md" not in result.present and "sedXYZ12" not in result.present
+    assert result.vanished == ["new.md"]

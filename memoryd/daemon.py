@@ -442,6 +442,7 @@ class Daemon:
                 persist_cache=False,  # kept in memory; written by the heartbeat
                 held=entry.held if incremental else None,
                 hold=True,
+                wait_lock=False,  # a command holds the dir: "busy", looked at again shortly
             )
             entry.held = outcome.held
             if outcome.ownership is not None:
@@ -527,8 +528,11 @@ class Daemon:
             from memoryd.dream.run import RepoCache, dream_dir
 
             started = self.mono()
-            housekeeping.rotate(self.rt, [entry.md])  # DESIGN §5: at the start of a later pass
-            result = dream_dir(self.rt, entry.md, repos=RepoCache.of(self.rt), trigger="pile-up")
+            # DESIGN §5: at the start of a later pass (a dir a command holds: next time).
+            housekeeping.rotate(self.rt, [entry.md], wait_lock=False)
+            result = dream_dir(
+                self.rt, entry.md, repos=RepoCache.of(self.rt), trigger="pile-up", wait_lock=False
+            )
             self.rt.dream.release_facts()  # a pass an hour or more apart gains little from them
             _return_freed_memory()
             entry.reading = (started, self.mono())
@@ -558,7 +562,7 @@ class Daemon:
         self.rt.audit.write("watch.rescanned", dirs=len(self.dirs), changed=changed)
 
     def rotate_trash(self) -> None:
-        housekeeping.rotate(self.rt, [e.md for e in self.dirs.values()])
+        housekeeping.rotate(self.rt, [e.md for e in self.dirs.values()], wait_lock=False)
 
     def request_stop(self) -> None:
         self.stop_event.set()

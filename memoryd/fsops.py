@@ -308,10 +308,19 @@ def replace_file(
             # By stat only: the exchange below checks the bytes of what it took out (and the
             # fallback without it checks them in full before renaming).
             _check_unchanged(dir_fd, name, expected, dir_path)
-            if expected is None:
-                _create_no_replace(dir_fd, tmp, name, dir_path)
-            else:
-                _swap(dir_fd, tmp, name, (expected, expected_data), keep_prev, dir_path, leftovers)
+            try:
+                if expected is None:
+                    _create_no_replace(dir_fd, tmp, name, dir_path)
+                else:
+                    _swap(
+                        dir_fd, tmp, name, (expected, expected_data), keep_prev, dir_path, leftovers
+                    )
+            except OSError as error:  # EPERM (an immutable file), EROFS, EACCES...
+                raise MemorydError(
+                    f"{dir_path / name}: could not be replaced ({error.strerror}); it is "
+                    "untouched. Check the file's and the folder's permissions (or `chattr -i`), "
+                    "then rerun."
+                ) from error
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)

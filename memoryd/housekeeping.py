@@ -1,5 +1,6 @@
 """Trash commands across dirs (list, restore with its pointer line, rotation) and pass hints."""
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -68,6 +69,11 @@ def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
 
 def restore(rt: Runtime, listed: Listed) -> str:
     """Move the file back and give it its pointer line again (the old wording if it had one)."""
+    with rt.store.lock(listed.dir.real_path):
+        return _restore(rt, listed)
+
+
+def _restore(rt: Runtime, listed: Listed) -> str:
     name = trash.restore(listed.dir.real_path, listed.entry)
     record = listed.entry.record
     rt.audit.write(
@@ -111,42 +117,62 @@ class Rotation:
 
 
 def rotate(
-    rt: Runtime, dirs: Sequence[MemoryDir], *, keep_days: int | None = None, dry_run: bool = False
+    rt: Runtime,
+    dirs: Sequence[MemoryDir],
+    *,
+    keep_days: int | None = None,
+    dry_run: bool = False,
+    wait_lock: bool = True,
 ) -> list[Rotation]:
-    """Purge day folders past retention in each dir, unless the clock looks wrong."""
+    """Purge day folders past retention in each dir, unless the clock looks wrong. Each dir
+    under its writer lock; `wait_lock=False` (the daemon) leaves a busy dir for the next time."""
     today = rt.today()
     last = _last_run(rt)
     keep = rt.config.trash.keep_days if keep_days is None else keep_days
     results = []
     for md in dirs:
         result = Rotation(md)
-        try:
-            names = trash.day_names(md.real_path)
-            if not dry_run:
-                result.leftovers = trash.finish_leftovers(md.real_path)
-        except MemorydError as error:  # `.trash` is a symlink or a file: nothing is touched
-            result.refused = str(error)
-            if not dry_run:
-                rt.audit.write(
-                    "trash.purged", dir=md.path, days=[], refused=result.refused, level="warning"
-                )
-            results.append(result)
-            continue
-        plan = trash.plan_purge(names, today, keep, last)
-        result.refused = plan.refused
-        if dry_run:
-            result.would_purge = plan.purge
-        elif plan.purge:
-            result.purged = trash.purge_days(md.real_path, plan.purge)
-            rt.audit.write("trash.purged", dir=md.path, days=result.purged, keep_days=keep)
-        if plan.refused and names and not dry_run:
-            rt.audit.write(
-                "trash.purged", dir=md.path, days=[], refused=plan.refused, level="warning"
-            )
+        with contextlib.ExitStack() as held:
+            if not dry_run and not held.enter_context(rt.store.lock(md.real_path, wait=wait_lock)):
+                result.refused = "another memoryd process is working on this dir"
+                results.append(result)
+                continue
+            _rotate_one(rt, md, result, today, keep, last, dry_run)
         results.append(result)
     if not dry_run and not any(r.refused for r in results):
         _save_last_run(rt, today)
     return results
+
+
+def _rotate_one(
+    rt: Runtime,
+    md: MemoryDir,
+    result: Rotation,
+    today: date,
+    keep: int,
+    last: date | None,
+    dry_run: bool,
+) -> None:
+    try:
+        names = trash.day_names(md.real_path)
+        if not dry_run:
+            result.leftovers = trash.finish_leftovers(md.real_path)
+    except MemorydError as error:  # `.trash` is a symlink or a file: nothing is touched
+        result.refused = str(error)
+        if not dry_run:
+            rt.audit.write(
+                "trash.purged", dir=md.path, days=[], refused=result.refused, level="warning"
+            )
+        return
+    plan = trash.plan_purge(names, today, keep, last)
+    result.refused = plan.refused
+    if dry_run:
+        result.would_purge = plan.purge
+    elif plan.purge:
+        result.purged = trash.purge_days(md.real_path, plan.purge)
+        rt.audit.write("trash.purged", dir=md.path, days=result.purged, keep_days=keep)
+    if plan.refused and names and not dry_run:
+        rt.audit.write("trash.purged", dir=md.path, days=[], refused=plan.refused, level="warning")
 
 
 # --- pass hints (DESIGN §4.12) -----------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Keep one memory dir's MEMORY.md in step with its files: scan, decide, swap in, verify, log."""
 
 import difflib
+import functools
 import os
 import re
 import time
@@ -54,7 +55,7 @@ class IndexText:
 @dataclass(slots=True)
 class IndexOutcome:
     dir: MemoryDir
-    status: str  # unchanged | updated | would_change | unmanaged | conflict | error
+    status: str  # unchanged | updated | would_change | unmanaged | conflict | busy | error
     ownership: Ownership | None = None
     edit: IndexEdit | None = None
     diff: str = ""
@@ -215,6 +216,9 @@ def _diff(name: str, before: str | None, after: str | None) -> str:
     )
 
 
+BUSY_RETRY = 1.0  # seconds until a caller that would not wait for the dir's lock looks again
+
+
 def index_dir(
     rt: Runtime,
     md: MemoryDir,
@@ -231,6 +235,45 @@ def index_dir(
     held: Held | None = None,
     hold: bool = False,
     probe: bool = False,
+    wait_lock: bool = True,
+) -> IndexOutcome:
+    """One incremental index update of one dir (see `_index_dir`), under the dir's writer lock
+    unless it writes nothing. `wait_lock=False` (the daemon): when another process holds the
+    lock, nothing is done and the outcome is "busy", with a time to look again."""
+    run = functools.partial(
+        _index_dir, rt, md, check=check, grace=grace, mode=mode, forget=forget,
+        preferred=preferred, settle=settle, previous=previous, only=only,
+        persist_cache=persist_cache, held=held, hold=hold, probe=probe,
+    )  # fmt: skip
+    if check or rt.dry_run:
+        return run()
+    with rt.store.lock(md.real_path, wait=wait_lock) as locked:
+        if not locked:
+            return IndexOutcome(
+                md,
+                "busy",
+                message="another memoryd process is working on this dir; looking again shortly",
+                retry_after=time.time() + BUSY_RETRY,
+            )
+        return run()
+
+
+def _index_dir(
+    rt: Runtime,
+    md: MemoryDir,
+    *,
+    check: bool,
+    grace: float,
+    mode: str | None,
+    forget: Set[str],
+    preferred: Mapping[str, str] | None,
+    settle: float,
+    previous: DirScan | None,
+    only: Set[str] | None,
+    persist_cache: bool,
+    held: Held | None,
+    hold: bool,
+    probe: bool,
 ) -> IndexOutcome:
     """One incremental index update of one dir; retries from the other writer's version.
 

@@ -1,36 +1,65 @@
 """Recovery at start-up: finish or roll back every pass a crash left unfinished (DESIGN §2.3)."""
 
+import time
+from pathlib import Path
+
 from memoryd import journal
 from memoryd.discover import explicit_dirs
 from memoryd.errors import MemorydError
 from memoryd.indexer import index_dir
 from memoryd.runtime import Runtime
 
+# A journal that does not parse is set aside only once it is this old: a pass starting right
+# now may be writing its first line.
+UNREADABLE_AFTER = 60.0
+
 
 def recover(rt: Runtime) -> list[journal.Recovery]:
-    """Finish or roll back every pass a crash left unfinished; log each as `pass.recovered`."""
+    """Finish or roll back every pass a crash left unfinished; log each as `pass.recovered`.
+
+    A journal whose dir another process holds (its writer lock) belongs to a pass running
+    now, not to a crashed one: it is left alone.
+    """
     done = []
     for path in journal.pending(rt.paths.state_dir):
         entry = journal.load(path)
         if entry is None:
-            rt.audit.write(
-                "pass.recovered", journal=str(path), outcome="unreadable journal set aside"
-            )
-            path.rename(path.with_suffix(".unreadable"))
+            _set_aside(rt, path)
             continue
-        if not entry.committed and entry.dir.is_dir():
-            recovery = journal.settle(entry)
-            try:
-                md = explicit_dirs(entry.dir, rt.config)[0]
-            except MemorydError:
-                md = None
-            if md is not None:
-                index_dir(rt, md, forget={r.original_name for r in recovery.moved})
-            rt.audit.write(
-                "pass.recovered", dir=entry.dir, journal=path.name, outcome=recovery.outcome
-            )
-            done.append(recovery)
-            if recovery.unrecorded:
-                continue  # kept: the next command writes the missing manifest records
-        path.unlink()
+        with rt.store.lock(entry.dir, wait=False) as locked:
+            # Read again under the lock: the pass that wrote it may have ended meanwhile.
+            entry = journal.load(path) if locked else None
+            if entry is not None:
+                recovery = _recover_one(rt, path, entry)
+                if recovery is not None:
+                    done.append(recovery)
     return done
+
+
+def _set_aside(rt: Runtime, path: Path) -> None:
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return  # a live pass committed and removed it
+    if age >= UNREADABLE_AFTER:
+        rt.audit.write("pass.recovered", journal=str(path), outcome="unreadable journal set aside")
+        path.rename(path.with_suffix(".unreadable"))
+
+
+def _recover_one(rt: Runtime, path: Path, entry: journal.Journal) -> journal.Recovery | None:
+    """Settle one crashed pass's moves, update its dir's index, then drop the journal (kept
+    when a manifest record could not be written yet)."""
+    recovery = None
+    if not entry.committed and entry.dir.is_dir():
+        recovery = journal.settle(entry)
+        try:
+            md = explicit_dirs(entry.dir, rt.config)[0]
+        except MemorydError:
+            md = None
+        if md is not None:
+            index_dir(rt, md, forget={r.original_name for r in recovery.moved})
+        rt.audit.write("pass.recovered", dir=entry.dir, journal=path.name, outcome=recovery.outcome)
+        if recovery.unrecorded:
+            return recovery  # kept: the next command writes the missing manifest records
+    path.unlink()
+    return recovery

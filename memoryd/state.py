@@ -6,15 +6,18 @@ said once), pile-up counts for the daemon, and a parse cache for a fast restart.
 """
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping, Set
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from memoryd import fsops
+from memoryd.paths import ensure_private_dir
 from memoryd.scan import Scanned, dump_cache, load_cache
 
 
@@ -156,6 +159,45 @@ class StateStore:
         # A new token each time a dir's `seen` may have changed (read from disk, or saved with
         # a change to it): a caller that kept the token knows `seen` is what it last saved.
         self._seen_tokens: dict[Path, object] = {}
+        self._locks = threading.local()  # per thread: real path -> (lock fd, depth)
+
+    @contextlib.contextmanager
+    def lock(self, real_path: Path, *, wait: bool = True) -> Iterator[bool]:
+        """Hold the dir's writer lock (an advisory flock in the state dir) for a whole pass:
+        one memoryd process at a time edits a dir's index, moves its files or recovers its
+        pass (a daemon and a command run by hand would otherwise undo each other's `seen`).
+
+        Reentrant in a thread (a dream pass runs index passes). Yields False, holding nothing,
+        when another process has it and `wait` is False; else waits for it.
+        """
+        held: dict[Path, list[int]] = self._locks.__dict__.setdefault("held", {})
+        mine = held.get(real_path)
+        if mine is not None:
+            mine[1] += 1
+            try:
+                yield True
+            finally:
+                mine[1] -= 1
+            return
+        ensure_private_dir(self.root)
+        fd = os.open(
+            self.root / f"{dir_key(real_path)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    yield False
+                    return
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            held[real_path] = [fd, 1]
+            try:
+                yield True
+            finally:
+                del held[real_path]
+        finally:
+            os.close(fd)  # and with it the lock
 
     def _paths(self, real_path: Path) -> tuple[Path, Path]:
         key = dir_key(real_path)

@@ -622,3 +622,24 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     write_memory(mdir, "zeta.md", description="sixth memory")
     index_dir(rt, _dir(mdir), previous=full.held.scan, only={"zeta.md"}, held=full.held, hold=True)
     assert given[4:] == [{"zeta.md"}]  # after the full pass's own look at every file
+
+
+def test_an_index_that_cannot_be_replaced_is_an_error_naming_it(
+    env: Env, cli, mdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An immutable MEMORY.md (chattr +i) refuses the swap with EPERM: a clear error naming
+    the file and what to do, the file untouched, no temp file left behind."""
+    assert cli("index", mdir).code == 0
+    write_memory(mdir, "gamma.md", description="third memory")
+    before = (mdir / "MEMORY.md").read_bytes()
+
+    def immutable(*args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(fsops, "renameat2", immutable)
+    result = cli("index", mdir)
+    said = result.out + result.err
+    assert result.code == 1 and "Traceback" not in said
+    assert f"{mdir.resolve() / 'MEMORY.md'}: could not be replaced" in said and "chattr -i" in said
+    assert (mdir / "MEMORY.md").read_bytes() == before
+    assert [p.name for p in mdir.iterdir() if p.name.startswith(".") and "prev" not in p.name] == []

@@ -174,3 +174,39 @@ def test_a_line_another_process_appends_meanwhile_is_not_taken_for_ours(
     assert on_disk.seen["m1.md"] == ["m1", "theirs"] and on_disk.seen["m2.md"] == ["m2", "mine"]
     assert store.load(folder) == on_disk
     assert store.seen_token(folder) is not None  # read again: its own token, trusted afresh
+
+
+def test_the_dir_lock_is_one_writer_across_processes_and_reentrant_within_one(
+    tmp_path: Path,
+) -> None:
+    """A dir's writer lock: another process holding it makes a non-waiting caller get False;
+    the holder may take it again (a dream pass runs index passes); released on exit."""
+    import subprocess
+    import sys
+
+    store = StateStore(tmp_path)
+    folder = tmp_path / "memory"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys; from pathlib import Path; from memoryd.state import StateStore\n"
+            f"s = StateStore(Path({str(tmp_path)!r}))\n"
+            f"with s.lock(Path({str(folder)!r})):\n"
+            "    print('held', flush=True); sys.stdin.readline()\n"
+        )],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with store.lock(folder, wait=False) as got:
+            assert got is False
+    finally:
+        assert holder.stdin is not None and holder.stdout is not None
+        holder.stdin.close()
+        holder.wait(timeout=10)
+        holder.stdout.close()
+    with store.lock(folder, wait=False) as got:
+        assert got is True
+        with store.lock(folder, wait=False) as again:
+            assert again is True
+    with store.lock(tmp_path / "other", wait=False) as got:
+        assert got is True

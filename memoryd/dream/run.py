@@ -1,6 +1,7 @@
 """Run one dream pass over one memory dir: read, plan, check the breaker, journal, move, index."""
 
 import contextlib
+import functools
 import hashlib
 import re
 import secrets
@@ -341,8 +342,36 @@ def dream_dir(
     dry_run: bool = False,
     trigger: str = "command",
     extra_sources: Sequence[ConsultSource] = (),
+    wait_lock: bool = True,
 ) -> DreamResult:
-    """One pass; every decision, including each decision not to act, is logged."""
+    """One pass; every decision, including each decision not to act, is logged. A real pass
+    holds the dir's writer lock throughout (its moves, journal and index update are one
+    piece of work); `wait_lock=False` (the daemon) skips the pass when another process has it.
+    """
+    run = functools.partial(
+        _dream_dir, rt, md, repos=repos, dry_run=dry_run, trigger=trigger,
+        extra_sources=extra_sources,
+    )  # fmt: skip
+    if dry_run:
+        return run()
+    with rt.store.lock(md.real_path, wait=wait_lock) as locked:
+        if locked:
+            return run()
+    result = DreamResult(md, "-", "skipped")
+    result.message = "another memoryd process is working on this dir"
+    rt.audit.write("dream.skipped", dir=md.path, why=result.message)
+    return result
+
+
+def _dream_dir(
+    rt: Runtime,
+    md: MemoryDir,
+    *,
+    repos: RepoCache,
+    dry_run: bool,
+    trigger: str,
+    extra_sources: Sequence[ConsultSource],
+) -> DreamResult:
     started = time.monotonic()
     pass_id = datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     result = DreamResult(md, pass_id, "completed")

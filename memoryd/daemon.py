@@ -26,6 +26,7 @@ from memoryd import __version__, fsops, housekeeping, notify
 from memoryd.config import Config, load_config
 from memoryd.discover import MemoryDir, discover, lock_is_fresh
 from memoryd.errors import ConfigError, MemorydError
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Held, index_dir
 from memoryd.logsetup import configure, get_logger
 from memoryd.paths import AppPaths, ensure_private_dir
@@ -118,6 +119,7 @@ class Daemon:
     _rescan_reason: str = ""
     _reads: list[tuple[float, Path, str]] = field(default_factory=list)
     _changed: dict[Path, set[str]] = field(default_factory=dict)  # names events reported
+    _lost_watches: set[tuple[Path, bool]] = field(default_factory=set)  # their folder went
     _rescan_dirs: set[Path] = field(default_factory=set)  # to look at in full, not by events
     _own_writes: dict[tuple[Path, str], tuple[int, int, int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -139,6 +141,10 @@ class Daemon:
     # --- observer thread: classify and enqueue only --------------------------------------------
     def on_signal(self, sig: Signal) -> None:
         if sig.kind is Kind.STRUCTURE:
+            self._rediscover = True
+        elif sig.kind is Kind.LOST:
+            with self._lock:
+                self._lost_watches.add((sig.dir, sig.name == "parent"))
             self._rediscover = True
         elif sig.kind is Kind.READ:
             if self.consult_signal:
@@ -308,11 +314,29 @@ class Daemon:
         watch on their parent (`mkdir -p` of a whole new project) produce no event, so they
         are found by listing again once the watches stand.
         """
-        for _ in range(8):
-            before = self.watcher.watched()
-            self._discover_once()
-            if self.watcher.watched() <= before:
-                return
+        with self._lock:
+            lost, self._lost_watches = self._lost_watches, set()
+        for path, parent in lost:
+            # The kernel dropped the watch with the folder; a folder made in its place, even
+            # one with the same inode number (the identity check cannot tell), needs a new
+            # one, and a look in full: what happened in between raised no event.
+            self.watcher.remove(path, parent=parent)
+            entry = None if parent else self.dirs.get(path)
+            if entry is not None:
+                entry.scan, entry.held = None, None
+                with self._lock:
+                    self._rescan_dirs.add(path)
+                self.debouncer.schedule(path, self.mono())
+        dirs_before = set(self.dirs)
+        try:
+            for _ in range(8):
+                before = self.watcher.watched()
+                self._discover_once()
+                if self.watcher.watched() <= before:
+                    return
+        finally:
+            if set(self.dirs) != dirs_before or lost:
+                self.heartbeat()  # `memoryd status` tells of a new or lost dir at once
 
     def _discover_once(self) -> None:
         cfg = self.rt.config
@@ -420,7 +444,13 @@ class Daemon:
                 names = self._changed.pop(path, None)
                 rescan = path in self._rescan_dirs
                 self._rescan_dirs.discard(path)
-            incremental = bool(names) and not (full or rescan) and entry.scan is not None
+            # Someone else wrote the index (a `memoryd trash restore`, a person, the agent):
+            # they may have changed files whose events were not ours to see (a move in from
+            # the trash raises none on some systems), so every file is looked at (by stat).
+            foreign_index = names is not None and not names.isdisjoint((INDEX_NAME, ARCHIVE_NAME))
+            incremental = (
+                bool(names) and not (full or rescan or foreign_index) and entry.scan is not None
+            )
             # Reading thousands of changed files (a checkout) raises as many read events, all
             # our own and dropped, but handling them competes with the pass for the
             # interpreter: it took 1.2-1.4 s instead of 0.4 s at 10,000. So the dir is watched
@@ -583,8 +613,18 @@ class Daemon:
             return
         self.rt.config = config
         self.rt.audit = Runtime.create(config, self.paths).audit
+        configure(config.log.level)
         self.debouncer.quiet = config.watch.debounce
         self.debouncer.max_wait = config.watch.max_wait
+        if config.watch.consult_signal != self.watcher.reads:
+            # Watches with or without read events; what happened in between is looked at.
+            self.consult_signal = self.watcher.reads = config.watch.consult_signal
+            for path, entry in self.dirs.items():
+                if self.watcher.rewatch(path, reads=self.consult_signal) is not None:
+                    entry.watch = "polling"
+                with self._lock:
+                    self._rescan_dirs.add(path)
+                self.debouncer.schedule(path, self.mono())
         self.scheduler.reschedule_job(
             "reconcile", trigger="interval", seconds=config.watch.reconcile_every
         )

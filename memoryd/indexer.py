@@ -81,8 +81,9 @@ class Held:
     archive_bom: bool
     waiting: frozenset[str]
     config: IndexConfig  # the settings it was made under: a reload means a full pass
-    # The state store's token for `seen` as this pass saved it (naming exactly the files of
-    # `memories`): while the store still gives it, only changed files can be unknown to it.
+    # The state store's token for `seen` as this pass saved it (naming every file of
+    # `memories`, and files that cannot be parsed for now): while the store still gives it,
+    # only changed files can be unknown to it.
     seen_token: object | None = None
 
 
@@ -463,7 +464,12 @@ def _index_once(
     state.known = True
     state.managed = True
     state.reported.pop("unmanaged", None)
-    state.seen = {n: [s.name, s.description] for n, s in sorted(memories.items())}
+    # A memory that cannot be parsed for now (mid-edit, broken frontmatter) is still one
+    # memoryd saw: kept, its pointer goes if it is deleted, and a line generated from its
+    # old description still follows a fixed one.
+    still = {n: state.seen[n] for n in scan.problems if n in state.seen}
+    seen = {n: [s.name, s.description] for n, s in memories.items()} | still
+    state.seen = dict(sorted(seen.items()))
     rt.store.save(md.real_path, state)
     if persist_cache:
         rt.store.save_cache(md.real_path, scan.files)
@@ -733,7 +739,7 @@ def _index_changed(
         if name in memories:
             entry = memories[name]
             state.seen[name] = [entry.name, entry.description]
-        else:
+        elif name not in problems:  # a problem for now keeps what was seen (see _index_once)
             state.seen.pop(name, None)
     rt.store.save(md.real_path, state, seen_changed=only)
     if outcome.status == "unchanged" or (outcome.status == "updated" and not outcome.problems):

@@ -173,6 +173,81 @@ def test_new_dir_deleted_and_recreated_and_symlinked(daemon: Running, project, t
     wait_for(lambda: "c.md" in index_text(real), what="symlinked dir watched at its real path")
 
 
+def test_a_dir_recreated_at_once_files_moved_in_and_a_late_link_are_seen(  # type: ignore[no-untyped-def]
+    daemon: Running, project, tmp_path: Path
+) -> None:
+    """Gone and made again in one breath (same inode number, no dir.lost in between): watched
+    again. A file moved in from another folder (no close event): indexed. A symlinked memory
+    dir made after its project folder: discovered. None of it waits for the reconcile (1 h)."""
+    import shutil
+
+    folder = project(daemon, "quick")
+    agent_write(folder, "a.md")
+    wait_for(lambda: "a.md" in index_text(folder), what="first index")
+    shutil.rmtree(folder)
+    folder.mkdir()
+    time.sleep(0.5)
+    agent_write(folder, "b.md")
+    wait_for(lambda: "b.md" in index_text(folder), timeout=10, what="recreated dir re-armed")
+    elsewhere = tmp_path / "drafts"
+    elsewhere.mkdir()
+    write_memory(elsewhere, "moved.md", description="moved in")
+    os.rename(elsewhere / "moved.md", folder / "moved.md")
+    wait_for(lambda: "moved.md" in index_text(folder), timeout=10, what="a file moved in")
+    slug = daemon.claude / "projects" / "-late-link"
+    slug.mkdir(parents=True)
+    time.sleep(0.5)  # the project folder first, its memory dir later (as Claude Code does)
+    real = tmp_path / "real-memory"
+    real.mkdir()
+    (slug / "memory").symlink_to(real)
+    agent_write(real, "c.md")
+    wait_for(lambda: "c.md" in index_text(real), timeout=10, what="a late symlinked dir")
+
+
+def test_a_restore_while_the_daemon_runs_keeps_its_pointer(tmp_path: Path, project) -> None:  # type: ignore[no-untyped-def]
+    """`memoryd trash restore` writes the pointer back; the daemon, seeing someone else's index
+    write, looks at every file and keeps it."""
+    running = start(tmp_path, name="r")
+    try:
+        folder = project(running, "restore")
+        topics = ["anchor", "barley", "canyon", "dolphin", "ember", "fjord"]
+        for topic in topics:
+            write_memory(folder, f"{topic}.md", body=f"{topic} {topic}s {topic}-like\n")
+        write_memory(folder, "old.md", body="Lived in `src/removed.py`.\n", age_days=60)
+        wait_for(lambda: "old.md" in index_text(folder), what="indexed")
+        repo = tmp_path / "code" / "restore"
+        (repo / "src").mkdir(parents=True, exist_ok=True)
+        (repo / "src" / "app.py").write_text("x = 1\n")
+        moved = running.cli("dream", "--json", "--repo-root", str(repo), str(folder))
+        [change] = json.loads(moved.stdout)["dirs"][0]["changes"]
+        wait_for(lambda: "old.md" not in index_text(folder), what="the pointer gone")
+        assert running.cli("trash", "restore", change["id"]).returncode == 0
+        assert "old.md" in index_text(folder)
+        time.sleep(1.5)  # the daemon's pass after the restore has run
+        assert "old.md" in index_text(folder)
+        assert running.cli("index", "--check", str(folder)).returncode == 0
+    finally:
+        assert running.stop() == 0
+
+
+def test_a_memory_broken_for_a_while_is_still_one_memoryd_saw(daemon: Running, project) -> None:  # type: ignore[no-untyped-def]
+    """Unparseable for a while, then deleted: its pointer goes. Unparseable, then fixed with a
+    new description: the line memoryd generated follows it."""
+    folder = project(daemon, "broken")
+    agent_write(folder, "b.md", "first words")
+    agent_write(folder, "c.md", "steady")
+    wait_for(lambda: "b.md" in index_text(folder), what="indexed")
+    (folder / "b.md").write_text("---\nname: [unclosed\n---\nbody\n")
+    wait_for(lambda: daemon.rows("file.unparseable"), what="reported")
+    agent_write(folder, "b.md", "second words")
+    wait_for(lambda: "second words" in index_text(folder), what="the generated line follows")
+    assert "first words" not in index_text(folder)
+    (folder / "b.md").write_text("---\nname: [unclosed\n---\nbody\n")
+    time.sleep(1.0)
+    (folder / "b.md").unlink()
+    wait_for(lambda: "b.md" not in index_text(folder), what="the pointer of a deleted file")
+
+
 def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project) -> None:  # type: ignore[no-untyped-def]
     """2,000 files as fast as possible: every file indexed once, few index writes, no loop."""
     folder = project(daemon, "burst")

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 from watchdog.events import (
+    DirCreatedEvent,
     DirDeletedEvent,
     FileClosedEvent,
     FileClosedNoWriteEvent,
+    FileCreatedEvent,
     FileDeletedEvent,
     FileMovedEvent,
 )
@@ -80,11 +82,24 @@ DIR = Path("/m")
     (FileClosedEvent("/m/sub/a.md"), []),
     (FileClosedNoWriteEvent("/m/a.md"), [Signal(Kind.READ, DIR, "a.md")]),
     (FileClosedNoWriteEvent("/m/MEMORY.md"), []),
-    (DirDeletedEvent("/m"), [Signal(Kind.STRUCTURE, DIR)]),
+    (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR)]),  # its watch went with it
+    (FileCreatedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),  # moved in from elsewhere
 ])
 def test_event_filter_table(event, expected) -> None:  # type: ignore[no-untyped-def]
     """What each kind of event means: dirty, read, structure, or nothing (our own writes)."""
     assert classify(event, DIR, parent=False) == expected
+
+
+@pytest.mark.parametrize(("event", "expected"), [
+    (DirCreatedEvent("/m/slug"), [Signal(Kind.STRUCTURE, DIR)]),
+    (FileCreatedEvent("/m/slug"), [Signal(Kind.STRUCTURE, DIR)]),  # a symlink to a memory dir
+    (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR, "parent")]),
+    (FileClosedEvent("/m/notes.txt"), []),
+])
+def test_parent_event_table(event, expected) -> None:  # type: ignore[no-untyped-def]
+    """Where memory dirs appear: a folder or a link made or gone means look again; the
+    watched folder itself gone means its watch is gone too."""
+    assert classify(event, DIR, parent=True) == expected
 
 
 @pytest.fixture
@@ -171,3 +186,19 @@ def test_reads_by_the_agent_are_recorded_and_our_own_are_not(env: Env, embedded:
 
     assert _wait(lambda: "a.md" in store.load(folder).reads)
     assert "b.md" not in store.load(folder).reads
+
+
+def test_a_watch_whose_folder_went_is_made_again(env: Env, embedded: Daemon) -> None:
+    """The kernel drops a watch with its folder. A folder made again in its place may have
+    the same inode number, so the identity check cannot tell: the watch is made anew anyway,
+    and the dir looked at in full."""
+    folder = env.claude / "agent-memory" / "helper"
+    write_memory(folder, "a.md")
+    assert _wait(lambda: (folder / "MEMORY.md").exists())
+    key = (folder.resolve(), False)
+    old_watch = embedded.watcher._watches[key]
+    embedded.on_signal(Signal(Kind.LOST, folder.resolve()))
+    # (Watches of one path compare equal: it is the object that must be new.)
+    assert _wait(lambda: embedded.watcher._watches.get(key, old_watch) is not old_watch)
+    write_memory(folder, "b.md")
+    assert _wait(lambda: "b.md" in (folder / "MEMORY.md").read_text())

@@ -39,6 +39,8 @@ HEARTBEAT_EVERY = 15.0
 STALE_AFTER = 300.0  # a worker silent this long is stuck: stop telling systemd we are alive
 SETTLE = 5.0  # an unparseable file younger than this may be half-written: look again later
 OWN_READ_SLACK = 1.5
+# A read within this long after a memoryd command was seen reading the dir is the command's.
+READERS_SLACK = 1.5
 QUIET_READS_FROM = 500  # changed names in one pass from which the dir's read events are paused
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -94,6 +96,36 @@ class DirEntry:
     scan: DirScan | None = None  # the last full picture of the dir, for incremental passes
     held: Held | None = None  # what the last pass left for one over just the changed files
     managed: bool = False  # whether memoryd managed its index at the last pass
+    # The dir's readers file, which memoryd commands lock (shared) while they read its memory
+    # files (StateStore.reading); the daemon probes it to tell their reads from an agent's.
+    readers_fd: int = -1
+    readers_seen: float = float("-inf")  # when a memoryd reader was last seen holding it
+
+    def memoryd_reading(self, now: float) -> bool:
+        """Whether a read seen now is most likely a memoryd command's: one holds the readers
+        file, or did a moment ago (its last reads' events may arrive after it let go)."""
+        fd = self.readers_fd
+        if fd < 0:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.readers_seen = now
+            return True
+        except OSError:
+            return False  # closed meanwhile: the dir was lost
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return now - self.readers_seen < READERS_SLACK
+
+    def open_readers(self, path: Path) -> None:
+        with contextlib.suppress(OSError):
+            ensure_private_dir(path.parent)
+            self.readers_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def close_readers(self) -> None:
+        fd, self.readers_fd = self.readers_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 def identity_of(path: Path) -> tuple[int, int] | None:
@@ -147,6 +179,9 @@ class Daemon:
                 self._lost_watches.add((sig.dir, sig.name == "parent"))
             self._rediscover = True
         elif sig.kind is Kind.READ:
+            entry = self.dirs.get(sig.dir)
+            if entry is not None and entry.memoryd_reading(self.mono()):
+                return  # a memoryd command's read (`dream --dry-run`, `explain`...)
             if self.consult_signal:
                 with self._lock:
                     self._reads.append((self.mono(), sig.dir, sig.name))
@@ -361,7 +396,8 @@ class Daemon:
                 self._lose(entry, "it was replaced by another folder of the same name")
                 entry = None
             if entry is None:
-                self.dirs[path] = DirEntry(md, ident)
+                entry = self.dirs[path] = DirEntry(md, ident)
+                entry.open_readers(self.rt.store.readers_path(path))
                 new.append(path)
         self._sync_watches()
         if new:
@@ -425,6 +461,7 @@ class Daemon:
     def _lose(self, entry: DirEntry, reason: str) -> None:
         self.dirs.pop(entry.md.real_path, None)
         self.watcher.remove(entry.md.real_path, parent=False)
+        entry.close_readers()
         self.rt.audit.write("dir.lost", dir=entry.md.path, reason=reason)
 
     def process(self, paths: list[Path], full: bool = False) -> None:

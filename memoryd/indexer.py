@@ -5,7 +5,7 @@ import functools
 import os
 import re
 import time
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 
 from memoryd import fsops, index_held
@@ -246,9 +246,16 @@ def index_dir(
         preferred=preferred, settle=settle, previous=previous, only=only,
         persist_cache=persist_cache, held=held, hold=hold, probe=probe,
     )  # fmt: skip
-    if check or rt.dry_run:
-        return run()
-    with rt.store.lock(md.real_path, wait=wait_lock) as locked:
+    with rt.store.reading(md.real_path):
+        if check or rt.dry_run:
+            return run()
+        return _index_locked(rt, md, run, wait_lock)
+
+
+def _index_locked(
+    rt: Runtime, md: MemoryDir, run: Callable[[], IndexOutcome], wait: bool
+) -> IndexOutcome:
+    with rt.store.lock(md.real_path, wait=wait) as locked:
         if not locked:
             return IndexOutcome(
                 md,

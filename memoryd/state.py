@@ -161,6 +161,28 @@ class StateStore:
         self._seen_tokens: dict[Path, object] = {}
         self._locks = threading.local()  # per thread: real path -> (lock fd, depth)
 
+    def readers_path(self, real_path: Path) -> Path:
+        return self.root / f"{dir_key(real_path)}.readers"
+
+    @contextlib.contextmanager
+    def reading(self, real_path: Path) -> Iterator[None]:
+        """Tell a running daemon that this process reads the dir's memory files, so that it
+        does not take those reads for an agent consulting them (DESIGN §4.5): a shared lock
+        on a file the daemon made for the dir. Writes nothing: without that file no daemon
+        watches the dir, and there is no one to tell."""
+        try:
+            fd = os.open(
+                self.readers_path(real_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+            )
+        except OSError:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
     @contextlib.contextmanager
     def lock(self, real_path: Path, *, wait: bool = True) -> Iterator[bool]:
         """Hold the dir's writer lock (an advisory flock in the state dir) for a whole pass:

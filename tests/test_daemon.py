@@ -248,6 +248,30 @@ def test_a_memory_broken_for_a_while_is_still_one_memoryd_saw(daemon: Running, p
     wait_for(lambda: "b.md" not in index_text(folder), what="the pointer of a deleted file")
 
 
+def test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it(  # type: ignore[no-untyped-def]
+    daemon: Running, project
+) -> None:
+    """`memoryd dream --dry-run` and `memoryd explain` read every memory of the dir: the
+    daemon must not count those reads as the agent consulting them (they would keep stale
+    memories for 14 days); an agent's read still counts."""
+    from memoryd.state import StateStore
+
+    folder = project(daemon, "reads")
+    for i in range(4):
+        write_memory(folder, f"n{i}.md", body=f"topic{i} words here\n")
+    wait_for(lambda: "n3.md" in index_text(folder), what="indexed")
+    time.sleep(2.0)  # past the daemon's own reads of the dir
+    assert daemon.cli("dream", "--dry-run", str(folder)).returncode in (0, 1)
+    assert daemon.cli("explain", str(folder / "n1.md")).returncode == 0
+    time.sleep(2.0)  # and past the commands'
+    (folder / "n2.md").read_bytes()  # the agent consults one memory
+    time.sleep(0.3)
+    agent_write(folder, "trigger.md")  # a change: the daemon takes in the reads it saw
+    store = StateStore(daemon.state)
+    wait_for(lambda: "n2.md" in store.load(folder.resolve()).reads, what="the agent's read")
+    assert set(store.load(folder.resolve()).reads) == {"n2.md"}
+
+
 def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project) -> None:  # type: ignore[no-untyped-def]
     """2,000 files as fast as possible: every file indexed once, few index writes, no loop."""
     folder = project(daemon, "burst")

@@ -31,7 +31,8 @@ def explain(
         md = replace(md, repo_root=repo_root, repo_reason="given with --repo-root")
     ownership, scan = probe_ownership(rt, md)
     managed = bool(ownership and ownership.managed)
-    inv = inventory(md, rt, repos.checker(md.repo_root), scan=scan)
+    with rt.store.reading(md.real_path):
+        inv = inventory(md, rt, repos.checker(md.repo_root), scan=scan)
     by_name = {i.filename: i for i in inv.items}
     item = by_name.get(file.name)
     if item is None:

@@ -352,11 +352,12 @@ def dream_dir(
         _dream_dir, rt, md, repos=repos, dry_run=dry_run, trigger=trigger,
         extra_sources=extra_sources,
     )  # fmt: skip
-    if dry_run:
-        return run()
-    with rt.store.lock(md.real_path, wait=wait_lock) as locked:
-        if locked:
+    with rt.store.reading(md.real_path):
+        if dry_run:
             return run()
+        with rt.store.lock(md.real_path, wait=wait_lock) as locked:
+            if locked:
+                return run()
     result = DreamResult(md, "-", "skipped")
     result.message = "another memoryd process is working on this dir"
     rt.audit.write("dream.skipped", dir=md.path, why=result.message)

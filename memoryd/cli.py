@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from memoryd import __version__, audit, fsops
 from memoryd.config import Config, config_as_dict, load_config
 from memoryd.discover import MemoryDir, discover
+from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file
@@ -212,6 +213,17 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
         "mode_reason": outcome.ownership.reason if outcome.ownership else "",
         "memory_files": len(scan.memories) if scan else 0,
         "unparseable": sorted(scan.problems) if scan else [],
+        "problems": [
+            {
+                "file": name,
+                "kind": found.problem_kind,
+                "problem": found.problem_message,
+                "hint": found.problem_hint,
+            }
+            for name, found in sorted(scan.problems.items())
+        ]
+        if scan
+        else [],
         "notes": sorted(n for n, s in scan.files.items() if s.kind == "note") if scan else [],
         "conflict_copies": scan.conflicts if scan else [],
         "index": budget_use(main_text, rt) if main_text is not None else None,
@@ -239,16 +251,20 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         return EXIT_OK
     for row in rows:
         link = f" (via symlink {row['path']})" if row["via_symlink"] else ""
-        out.write(f"{row['real_path']}{link}\n")
+        out.write(f"{shown(row['real_path'])}{shown(link)}\n")
         out.write(f"  kind: {row['kind']}  index: {row['mode']} — {row['mode_reason']}\n")
         root = row["repo_root"] or "none"
         out.write(f"  repo root: {root} ({row['repo_reason']})\n")
         out.write(f"  memory files: {row['memory_files']}")
         if row["unparseable"]:
-            out.write(f"  unparseable: {len(row['unparseable'])} ({', '.join(row['unparseable'])})")
+            out.write(f"  unparseable: {len(row['unparseable'])}")
         if row["notes"]:
             out.write(f"  other markdown: {len(row['notes'])}")
         out.write("\n")
+        for problem in row["problems"]:
+            out.write(
+                f"    {shown(problem['file'])}: {problem['problem']} — {problem['hint']}\n"
+            )
         idx = row["index"]
         if idx is None:
             out.write("  MEMORY.md: missing\n")
@@ -360,7 +376,8 @@ def _render_row(row: dict[str, Any]) -> str:
     )
     where = f" {row['dir']}" if "dir" in row else ""
     level = "" if row.get("level") == "info" else f" [{str(row.get('level', '')).upper()}]"
-    return f"{row.get('ts', '?')} {row.get('event', '?')}{level}{where}  {rest}".rstrip() + "\n"
+    line = f"{row.get('ts', '?')} {row.get('event', '?')}{level}{where}  {rest}".rstrip()
+    return shown(line) + "\n"
 
 
 def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
@@ -571,7 +588,8 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         for r in [] if args.json else rows:
             because = r["duplicate_of"] or r["superseded_by"]
             extra = f" (kept: {because})" if because else ""
-            out.write(f"{r['id']}  {r['day']}  {r['reason']:<13} {r['dir']}/{r['file']}{extra}\n")
+            where = shown(f"{r['dir']}/{r['file']}")
+            out.write(f"{r['id']}  {r['day']}  {r['reason']:<13} {where}{shown(extra)}\n")
         return EXIT_OK
     _recover(rt)
     if args.trash_command == "restore":
@@ -580,7 +598,10 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             dirs += housekeeping.known_dirs(rt)
         found = housekeeping.find_entry(rt, dirs, args.key)
         name = housekeeping.restore(rt, found)
-        out.write(f"restored {found.entry.record.original_name} as {found.dir.path / name}\n")
+        out.write(
+            f"restored {shown(found.entry.record.original_name)} as "
+            f"{shown(found.dir.path / name)}\n"
+        )
         return EXIT_OK
     dirs = discover(rt.config, args.dirs)
     keep = None

@@ -9,8 +9,10 @@ import contextlib
 import ctypes
 import fcntl
 import json
+import math
 import os
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -39,8 +41,10 @@ HEARTBEAT_EVERY = 15.0
 STALE_AFTER = 300.0  # a worker silent this long is stuck: stop telling systemd we are alive
 SETTLE = 5.0  # an unparseable file younger than this may be half-written: look again later
 OWN_READ_SLACK = 1.5
-# A read within this long after a memoryd command was seen reading the dir is the command's.
-READERS_SLACK = 1.5
+# A read seen this close to a memoryd command holding the dir's readers file open is the
+# command's (events of two watches may reach the handler a little out of order).
+READERS_SLACK = 0.5
+READERS_KEEP = 120.0  # how long a closed window is kept (reads are taken in well before)
 QUIET_READS_FROM = 500  # changed names in one pass from which the dir's read events are paused
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -96,36 +100,14 @@ class DirEntry:
     scan: DirScan | None = None  # the last full picture of the dir, for incremental passes
     held: Held | None = None  # what the last pass left for one over just the changed files
     managed: bool = False  # whether memoryd managed its index at the last pass
-    # The dir's readers file, which memoryd commands lock (shared) while they read its memory
-    # files (StateStore.reading); the daemon probes it to tell their reads from an agent's.
-    readers_fd: int = -1
-    readers_seen: float = float("-inf")  # when a memoryd reader was last seen holding it
 
-    def memoryd_reading(self, now: float) -> bool:
-        """Whether a read seen now is most likely a memoryd command's: one holds the readers
-        file, or did a moment ago (its last reads' events may arrive after it let go)."""
-        fd = self.readers_fd
-        if fd < 0:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.readers_seen = now
-            return True
-        except OSError:
-            return False  # closed meanwhile: the dir was lost
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return now - self.readers_seen < READERS_SLACK
 
-    def open_readers(self, path: Path) -> None:
-        with contextlib.suppress(OSError):
-            ensure_private_dir(path.parent)
-            self.readers_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-
-    def close_readers(self) -> None:
-        fd, self.readers_fd = self.readers_fd, -1
-        if fd >= 0:
-            os.close(fd)
+def make_readers_file(path: Path) -> None:
+    """Make a dir's readers file (see StateStore.reading) without opening it: an open by the
+    daemon would read as a memoryd command beginning to read."""
+    with contextlib.suppress(OSError):
+        ensure_private_dir(path.parent)
+        os.mknod(path, 0o600 | stat.S_IFREG)
 
 
 def identity_of(path: Path) -> tuple[int, int] | None:
@@ -152,6 +134,8 @@ class Daemon:
     _reads: list[tuple[float, Path, str]] = field(default_factory=list)
     _changed: dict[Path, set[str]] = field(default_factory=dict)  # names events reported
     _lost_watches: set[tuple[Path, bool]] = field(default_factory=set)  # their folder went
+    # Per readers file: when memoryd commands held it open ([opened, closed] as events came).
+    _reader_windows: dict[str, list[list[float]]] = field(default_factory=dict)
     _rescan_dirs: set[Path] = field(default_factory=set)  # to look at in full, not by events
     _own_writes: dict[tuple[Path, str], tuple[int, int, int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -178,10 +162,17 @@ class Daemon:
             with self._lock:
                 self._lost_watches.add((sig.dir, sig.name == "parent"))
             self._rediscover = True
+        elif sig.kind in (Kind.READER_OPENED, Kind.READER_CLOSED):
+            with self._lock:
+                windows = self._reader_windows.setdefault(sig.name, [])
+                if sig.kind is Kind.READER_OPENED:
+                    windows.append([self.mono(), math.inf])
+                else:
+                    still = [w for w in windows if w[1] == math.inf]
+                    if still:
+                        still[0][1] = self.mono()
+            return
         elif sig.kind is Kind.READ:
-            entry = self.dirs.get(sig.dir)
-            if entry is not None and entry.memoryd_reading(self.mono()):
-                return  # a memoryd command's read (`dream --dry-run`, `explain`...)
             if self.consult_signal:
                 with self._lock:
                     self._reads.append((self.mono(), sig.dir, sig.name))
@@ -236,6 +227,14 @@ class Daemon:
         install_overflow_hook(self.on_overflow)
         fsops.on_own_write = self._record_own_write
         self.watcher.start()
+        ensure_private_dir(self.rt.store.root)
+        problem = self.watcher.add_readers(self.rt.store.root)
+        if problem is not None:
+            self.log.warning(
+                "cannot watch the state dir: a memoryd command's reads may count as consults",
+                path=str(problem.path),
+                error=problem.error,
+            )
         self._install_signals()
         self.scheduler.start()
         cfg = self.rt.config
@@ -396,8 +395,8 @@ class Daemon:
                 self._lose(entry, "it was replaced by another folder of the same name")
                 entry = None
             if entry is None:
-                entry = self.dirs[path] = DirEntry(md, ident)
-                entry.open_readers(self.rt.store.readers_path(path))
+                self.dirs[path] = DirEntry(md, ident)
+                make_readers_file(self.rt.store.readers_path(path))
                 new.append(path)
         self._sync_watches()
         if new:
@@ -461,7 +460,6 @@ class Daemon:
     def _lose(self, entry: DirEntry, reason: str) -> None:
         self.dirs.pop(entry.md.real_path, None)
         self.watcher.remove(entry.md.real_path, parent=False)
-        entry.close_readers()
         self.rt.audit.write("dir.lost", dir=entry.md.path, reason=reason)
 
     def process(self, paths: list[Path], full: bool = False) -> None:
@@ -545,6 +543,10 @@ class Daemon:
             reads, self._reads = self._reads, []
         by_dir: dict[Path, dict[str, float]] = {}
         now = time.time()
+        with self._lock:
+            windows = {k: [tuple(w) for w in v] for k, v in self._reader_windows.items()}
+            for kept in self._reader_windows.values():  # forget the long closed ones
+                kept[:] = [w for w in kept if self.mono() - w[1] < READERS_KEEP]
         for when, folder, name in reads:
             entry = self.dirs.get(folder)
             if entry is None:
@@ -552,6 +554,9 @@ class Daemon:
             start, end = entry.reading
             if start <= when <= end + OWN_READ_SLACK:  # events arrive a little after the read
                 continue
+            commands = windows.get(self.rt.store.readers_path(folder).name, ())
+            if any(s - READERS_SLACK <= when <= e + READERS_SLACK for s, e in commands):
+                continue  # a memoryd command's read (`dream --dry-run`, `explain`...)
             by_dir.setdefault(folder, {})[name] = now - (self.mono() - when)
         for folder, seen in by_dir.items():
             state = self.rt.store.load(folder)

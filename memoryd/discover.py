@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memoryd.config import Config
-from memoryd.errors import MemorydError
+from memoryd.errors import UsageError
 from memoryd.index import INDEX_NAME
 from memoryd.paths import expand
 
@@ -207,7 +207,7 @@ def _search(top: Path, config: Config) -> Iterator[MemoryDir]:
 def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
     """A folder named on the command line: a memory dir, a repo, or a Claude home."""
     if not _is_dir(path):
-        raise MemorydError(f"{path}: no such folder; name a memory dir, a repo or a Claude home")
+        raise UsageError(f"{path}: no such folder; name a memory dir, a repo or a Claude home")
     path = path.absolute()
     if (path / "projects").is_dir() or (path / "agent-memory").is_dir():
         return list(home_dirs(path, config))
@@ -219,7 +219,7 @@ def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
     found = list(_search(path, config))
     if found:
         return found
-    raise MemorydError(
+    raise UsageError(
         f"{path}: no memory files here; name a memory dir (a folder of *.md memories), "
         "a repo with .claude/, or a Claude home"
     )

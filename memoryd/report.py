@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 from typing import Any
 
+from memoryd.display import shown
 from memoryd.dream.run import DreamResult
 
 COUNT_LABELS = [
@@ -100,7 +101,7 @@ def render_text(
     lines.append(f"  {'promotion candidates':<26}{t['promotion_candidates']:>7}")
     lines.append("")
     for result in results:
-        header = f"{result.dir.path}: {result.status}"
+        header = f"{shown(result.dir.path)}: {result.status}"
         if result.message:
             header += f" — {result.message}"
         lines.append(header)
@@ -112,39 +113,41 @@ def render_text(
                 target = move.duplicate_of or move.superseded_by
                 extra = f" (kept: {target})" if target else ""
                 lines.append(
-                    f"  [DRY RUN] Would move: {move.filename} -> .trash/ — "
+                    f"  [DRY RUN] Would move: {shown(move.filename)} -> .trash/ — "
                     f"{move.reason}: {move.detail}{extra}"
                 )
         if result.status == "refused" and plan:
             lines.append("  Plan (not applied; apply by hand after review):")
             for move in plan.moves:
-                lines.append(f"    {move.filename}: {move.reason} — {move.detail}")
+                lines.append(f"    {shown(move.filename)}: {move.reason} — {move.detail}")
         if result.status == "unmanaged" and plan and plan.moves:
             lines.append("  Would move, if memoryd managed this index (nothing is moved):")
             for move in plan.moves:
-                lines.append(f"    {move.filename}: {move.reason} — {move.detail}")
+                lines.append(f"    {shown(move.filename)}: {move.reason} — {move.detail}")
         if result.moved:
             lines.append("  Changes made:")
             for r in result.moved:
                 lines.append(
-                    f"    {r.original_name}: moved to .trash/{r.day}/{r.stored_name} — "
+                    f"    {shown(r.original_name)}: moved to "
+                    f".trash/{r.day}/{shown(r.stored_name)} — "
                     f"{r.reason}: {r.details.get('detail', '')} "
                     f"(restore: memoryd trash restore {r.id})"
                 )
         for name, why in result.skipped_moves:
-            lines.append(f"    {name}: not moved — {why}")
+            lines.append(f"    {shown(name)}: not moved — {why}")
         if plan and plan.flagged:
             lines.append("  Flagged for review:")
             for flag in plan.flagged:
                 missing = ", ".join(flag.missing) or "-"
                 guard = f"; kept by guard {flag.guard}" if flag.guard else ""
                 lines.append(
-                    f"    {flag.filename}: {flag.classification.value}, missing: {missing}{guard}"
+                    f"    {shown(flag.filename)}: {flag.classification.value}, missing: "
+                    f"{shown(missing)}{guard}"
                 )
         for name in result.unparseable:
-            lines.append(f"  unparseable (kept, not considered): {name}")
+            lines.append(f"  unparseable (kept, not considered): {shown(name)}")
         for name in result.conflicts:
-            lines.append(f"  sync conflict copy (reported, never consolidated): {name}")
+            lines.append(f"  sync conflict copy (reported, never consolidated): {shown(name)}")
     if housekeeping:
         lines += ["", "Housekeeping:"]
         lines += [f"  {h}" for h in housekeeping]

@@ -167,9 +167,10 @@ class StateStore:
     @contextlib.contextmanager
     def reading(self, real_path: Path) -> Iterator[None]:
         """Tell a running daemon that this process reads the dir's memory files, so that it
-        does not take those reads for an agent consulting them (DESIGN §4.5): a shared lock
-        on a file the daemon made for the dir. Writes nothing: without that file no daemon
-        watches the dir, and there is no one to tell."""
+        does not take those reads for an agent consulting them (DESIGN §4.5): the readers file
+        the daemon made for the dir is held open meanwhile, and the daemon sees it opened and
+        closed (inotify) in the same stream as the reads. Writes nothing: without that file
+        no daemon watches the dir, and there is no one to tell."""
         try:
             fd = os.open(
                 self.readers_path(real_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -178,7 +179,6 @@ class StateStore:
             yield
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
             yield
         finally:
             os.close(fd)

@@ -24,6 +24,7 @@ from watchdog.events import (
     FileCreatedEvent,
     FileDeletedEvent,
     FileMovedEvent,
+    FileOpenedEvent,
     FileSystemEvent,
     FileSystemEventHandler,
 )
@@ -47,6 +48,8 @@ MEMORY_DIR_EVENTS: list[type[FileSystemEvent]] = [
     DirMovedEvent,
 ]
 READ_EVENTS: list[type[FileSystemEvent]] = [FileClosedNoWriteEvent]
+READERS_EVENTS: list[type[FileSystemEvent]] = [FileOpenedEvent, FileClosedNoWriteEvent]
+READERS_SUFFIX = ".readers"  # the state dir's files memoryd commands hold open while reading
 # A symlink made where memory dirs live is a file event (a link to a memory dir elsewhere).
 PARENT_EVENTS: list[type[FileSystemEvent]] = [
     DirCreatedEvent,
@@ -62,6 +65,8 @@ class Kind(Enum):
     READ = "read"  # an agent read a memory file (the consult signal)
     STRUCTURE = "structure"  # a folder appeared or went where memory dirs live: rediscover
     LOST = "lost"  # the watched folder itself was deleted or moved: its watch is dead
+    READER_OPENED = "reader_opened"  # a memoryd command began reading a dir (name: its file)
+    READER_CLOSED = "reader_closed"  # ... and ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +200,27 @@ def install_overflow_hook(on_overflow: Callable[[str], None]) -> OverflowHook:
     return hook
 
 
+def classify_readers(event: FileSystemEvent) -> list[Signal]:
+    """An event in the state dir: a readers file opened or closed, or nothing (pure)."""
+    path = Path(os.fsdecode(event.src_path))
+    if not path.name.endswith(READERS_SUFFIX):
+        return []
+    if isinstance(event, FileOpenedEvent):
+        return [Signal(Kind.READER_OPENED, path.parent, path.name)]
+    if isinstance(event, FileClosedNoWriteEvent):
+        return [Signal(Kind.READER_CLOSED, path.parent, path.name)]
+    return []
+
+
+class _ReadersHandler(FileSystemEventHandler):
+    def __init__(self, sink: Callable[[Signal], None]) -> None:
+        self.sink = sink
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        for signal in classify_readers(event):
+            self.sink(signal)
+
+
 class _Handler(FileSystemEventHandler):
     def __init__(self, watched: Path, parent: bool, sink: Callable[[Signal], None]) -> None:
         self.watched = watched
@@ -249,6 +275,7 @@ class Watcher:
     reads: bool = True
     observer: Any = field(default=None)
     _watches: dict[tuple[Path, bool], Any] = field(default_factory=dict)
+    _readers: dict[tuple[Path, bool], Any] = field(default_factory=dict)  # kept out of sync()
 
     def start(self) -> None:
         self.observer = _observer()
@@ -279,6 +306,23 @@ class Watcher:
             limit = error.errno in (errno.ENOSPC, errno.EMFILE)
             return WatchError(path, error.strerror or str(error), limit)
         self._watches[key] = watch
+        return None
+
+    def add_readers(self, state_dirs: Path) -> WatchError | None:
+        """Watch the state dir where memoryd commands hold readers files open while they read
+        a memory dir (see StateStore.reading), so their reads are not taken for an agent's."""
+        key = (state_dirs, True)
+        if key in self._readers:
+            return None
+        try:
+            self._readers[key] = self.observer.schedule(
+                _ReadersHandler(self.sink),
+                str(state_dirs),
+                recursive=False,
+                event_filter=READERS_EVENTS,
+            )
+        except OSError as error:
+            return WatchError(state_dirs, error.strerror or str(error), False)
         return None
 
     def rewatch(self, path: Path, *, reads: bool) -> WatchError | None:

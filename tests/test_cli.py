@@ -1,6 +1,7 @@
 """The command line: help for every command, exit codes, `memoryd log` for a person."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ def test_usage_errors_exit_2(cli) -> None:  # type: ignore[no-untyped-def]
 def test_missing_dir_names_the_path(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A DIR that does not exist is named in the error, with what to pass instead."""
     result = cli("index", tmp_path / "nope")
-    assert result.code == 1
+    assert result.code == 2  # a usage error (DESIGN §8)
     assert str(tmp_path / "nope") in result.err and "name a memory dir" in result.err
 
 
@@ -126,3 +127,36 @@ def test_log_follow_survives_rotation(env: Env, tmp_path: Path) -> None:
         proc.wait(timeout=10)
         proc.stdout.close()  # type: ignore[union-attr]
     assert "why=before" in seen and "why=after rotation" in seen
+
+
+def test_why_a_file_is_no_memory_is_said_where_one_asks(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`explain` and `dirs` say why a file is not used, and what to do, not just that."""
+    folder = tmp_path / "m"
+    write_memory(folder, "a.md")
+    (folder / "broken.md").write_text("---\nname: [unclosed\n---\nbody\n")
+    (folder / "plain.md").write_text("no frontmatter at all\n")
+    os.mkfifo(folder / "pipe.md")
+    (folder / "link.md").symlink_to(folder / "a.md")
+    broken = cli("explain", folder / "broken.md")
+    assert broken.code == 1 and "cannot use it as a memory" in broken.err
+    assert "broken.md" in broken.err and "(" in broken.err  # the problem, then what to do
+    assert "note, not a memory" in cli("explain", folder / "plain.md").err
+    assert "not a regular file" in cli("explain", folder / "pipe.md").err
+    assert "a symlink" in cli("explain", folder / "link.md").err
+    listing = cli("dirs", folder).out
+    assert any(line.strip().startswith("broken.md: ") for line in listing.splitlines())
+    rows = json.loads(cli("dirs", "--json", folder).out)["dirs"][0]["problems"]
+    assert [r["file"] for r in rows if r["file"] == "broken.md"] and all(r["hint"] for r in rows)
+
+
+def test_control_characters_in_names_are_shown_escaped(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from memoryd.display import shown
+
+    assert shown("new\nline.md") == "new\\nline.md"
+    assert shown("\x1b[31mred") == "\\x1b[31mred"
+    assert shown("한국어 메모.md") == "한국어 메모.md"
+    folder = tmp_path / "m\x1b[2J"
+    write_memory(folder, "a.md")
+    assert cli("index", folder).code == 0
+    logged = cli("log").out
+    assert "\x1b" not in logged and "m\\x1b[2J" in logged

@@ -16,14 +16,23 @@ from memoryd.dream.run import (
 from memoryd.dream.similar import overlap
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
+from memoryd.scan import DirScan, skip_reason
 
 
 def explain(
     rt: Runtime, file: Path, repos: RepoCache, repo_root: Path | None = None
 ) -> dict[str, Any]:
     file = file.expanduser().absolute()
-    if not file.is_file() or file.is_symlink():
-        raise MemorydError(f"{file}: not a memory file (name a *.md file in a memory dir)")
+    if file.is_symlink():
+        raise MemorydError(
+            f"{file}: a symlink, which memoryd never follows (name the file it points to)"
+        )
+    if not file.exists():
+        raise MemorydError(f"{file}: no such file (name a *.md file in a memory dir)")
+    if not file.is_file():
+        raise MemorydError(
+            f"{file}: not a regular file (a folder, a FIFO or a device): memoryd never opens it"
+        )
     md: MemoryDir = explicit_dirs(file.parent, rt.config)[0]
     if repo_root is not None:
         from dataclasses import replace
@@ -36,10 +45,7 @@ def explain(
     by_name = {i.filename: i for i in inv.items}
     item = by_name.get(file.name)
     if item is None:
-        raise MemorydError(
-            f"{file}: memoryd cannot use this file as a memory (no frontmatter, unparseable, or "
-            "a skipped name); `memoryd dirs` lists the unparseable files with the reason"
-        )
+        raise MemorydError(f"{file}: {_why_not_a_memory(file.name, scan)}")
     now = rt.clock()
     t = thresholds(rt)
     consults = consult_map(inv.items, consult_sources(md, rt), now - rt.config.dream.consult_window)
@@ -108,6 +114,21 @@ def explain(
         "breaker": plan.refused or None,
         "index": "managed" if managed else f"not managed: {ownership.reason if ownership else '?'}",
     }
+
+
+def _why_not_a_memory(name: str, scan: DirScan | None) -> str:
+    found = scan.files.get(name) if scan else None
+    if found is not None and found.kind == "problem":
+        return f"memoryd cannot use it as a memory: {found.problem_message} ({found.problem_hint})"
+    if found is not None and found.kind == "note":
+        return (
+            "it has no frontmatter (name, description, type), so it is a note, not a memory; "
+            "memoryd leaves it alone"
+        )
+    reason = skip_reason(name)
+    if reason is not None:
+        return f"memoryd skips this name ({reason}): it is never a memory"
+    return "memoryd cannot use this file as a memory"
 
 
 def render(data: dict[str, Any]) -> str:

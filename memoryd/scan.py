@@ -129,7 +129,7 @@ class Names(Set[str]):
 @dataclass(slots=True)
 class DirScan:
     path: Path
-    files: dict[str, Scanned] = field(default_factory=dict)
+    files: dict[str, Scanned] = field(default_factory=dict)  # never changed once made
     present: Set[str] = frozenset()  # every name in the dir, exact case (see Names)
     conflicts: list[str] = field(default_factory=list)
     subdirs: list[str] = field(default_factory=list)

@@ -508,6 +508,7 @@ class Daemon:
                 held=entry.held if incremental else None,
                 hold=True,
                 wait_lock=False,  # a command holds the dir: "busy", looked at again shortly
+                daemon=True,
             )
             entry.held = outcome.held
             if outcome.ownership is not None:

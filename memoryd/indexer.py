@@ -1,5 +1,6 @@
 """Keep one memory dir's MEMORY.md in step with its files: scan, decide, swap in, verify, log."""
 
+import contextlib
 import difflib
 import functools
 import os
@@ -237,16 +238,19 @@ def index_dir(
     hold: bool = False,
     probe: bool = False,
     wait_lock: bool = True,
+    daemon: bool = False,
 ) -> IndexOutcome:
     """One incremental index update of one dir (see `_index_dir`), under the dir's writer lock
     unless it writes nothing. `wait_lock=False` (the daemon): when another process holds the
-    lock, nothing is done and the outcome is "busy", with a time to look again."""
+    lock, nothing is done and the outcome is "busy", with a time to look again. `daemon`: the
+    caller is the daemon, which needs no telling that memoryd reads the dir (see
+    StateStore.reading); the open and close would only wake its own watch mid-pass."""
     run = functools.partial(
         _index_dir, rt, md, check=check, grace=grace, mode=mode, forget=forget,
         preferred=preferred, settle=settle, previous=previous, only=only,
         persist_cache=persist_cache, held=held, hold=hold, probe=probe,
     )  # fmt: skip
-    with rt.store.reading(md.real_path):
+    with contextlib.nullcontext() if daemon else rt.store.reading(md.real_path):
         if check or rt.dry_run:
             return run()
         return _index_locked(rt, md, run, wait_lock)

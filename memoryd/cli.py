@@ -591,7 +591,8 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             where = shown(f"{r['dir']}/{r['file']}")
             out.write(f"{r['id']}  {r['day']}  {r['reason']:<13} {where}{shown(extra)}\n")
         return EXIT_OK
-    _recover(rt)
+    if not (args.trash_command == "purge" and args.dry_run):  # a dry run writes nothing at all
+        _recover(rt)
     if args.trash_command == "restore":
         dirs = discover(rt.config, args.dirs)
         if not args.dirs:  # also every dir memoryd has worked on, wherever it was

@@ -45,6 +45,7 @@ OWN_READ_SLACK = 1.5
 # command's (events of two watches may reach the handler a little out of order).
 READERS_SLACK = 0.5
 READERS_KEEP = 120.0  # how long a closed window is kept (reads are taken in well before)
+READERS_LONGEST = 900.0  # a command reading a dir longer than this is no command (a lost close)
 QUIET_READS_FROM = 500  # changed names in one pass from which the dir's read events are paused
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -200,6 +201,8 @@ class Daemon:
         self._own_writes[(folder, name)] = identity
 
     def on_overflow(self, detail: str) -> None:
+        with self._lock:
+            self._reader_windows.clear()  # their close events may be among those lost
         self._rescan_reason = detail
         self.wake.set()
 
@@ -546,8 +549,15 @@ class Daemon:
         now = time.time()
         with self._lock:
             windows = {k: [tuple(w) for w in v] for k, v in self._reader_windows.items()}
-            for kept in self._reader_windows.values():  # forget the long closed ones
-                kept[:] = [w for w in kept if self.mono() - w[1] < READERS_KEEP]
+            for kept in self._reader_windows.values():
+                # Forget the long closed ones, and any open one whose close was never seen
+                # (an event lost to an overflow): it would hide every read for good.
+                kept[:] = [
+                    w
+                    for w in kept
+                    if self.mono() - w[1] < READERS_KEEP
+                    and self.mono() - w[0] < READERS_LONGEST
+                ]
         for when, folder, name in reads:
             entry = self.dirs.get(folder)
             if entry is None:

@@ -69,9 +69,16 @@ def _utf8_escaped(char: str) -> str:
     return "".join(f"%{b:02X}" for b in char.encode("utf-8", "surrogatepass"))
 
 
+# Names made of these alone always link back to themselves (nearly every memory's name): no
+# need to build and classify the link (4 µs a name, 40 ms of a 10,000-file cold scan).
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
 def linkable(filename: str) -> bool:
     """Whether a pointer line can name this file so that it reads back as this very file
     (a name holding a look-alike of `.`, `/` or `\\` cannot: such links are refused as tricks)."""
+    if _PLAIN_NAME.fullmatch(filename):
+        return True
     link = classify_link(encode_target(filename))
     return link.kind is LinkKind.LOCAL and link.target == filename
 

@@ -125,10 +125,38 @@ def _manifest_ids(memory_dir: Path, day: str) -> set[str]:
     return {str(row.get("id")) for row in trash.manifest_rows(memory_dir, day) if "id" in row}
 
 
+def _record_once(memory_dir: Path, record: TrashRecord, dst: Path, result: "Recovery") -> bool:
+    """Give a file the journal moved its manifest record, unless it has one; False when it
+    could not be written (the journal is then kept for the next command)."""
+    if record.id in _manifest_ids(memory_dir, record.day):
+        return True
+    # The journal's record was made before the move: the size is the file's.
+    done = replace(record, size=os.lstat(dst).st_size)
+    try:
+        trash.append_record(memory_dir, record.day, done.to_json())
+    except (OSError, MemorydError) as error:
+        result.unrecorded.append(record.original_name)
+        result.problems.append(
+            f"{dst}: its manifest record could not be written ({error}); free some disk "
+            "space: the next memoryd command writes it"
+        )
+        return False
+    return True
+
+
 def settle(journal: Journal) -> Recovery:
     """Find out which planned moves happened, and finish their bookkeeping. Idempotent."""
     result = Recovery(journal)
     memory_dir = journal.dir
+    try:
+        with trash.open_trash(memory_dir):
+            pass
+    except MemorydError as error:
+        # `.trash` became a symlink or a file: nothing is looked at or written through it.
+        # The journal stays until a person moves it aside (the message says so).
+        result.problems.append(str(error))
+        result.unrecorded.extend(r.original_name for r in journal.moves)
+        return result
     for record in journal.moves:
         folder = memory_dir / trash.TRASH_DIR / record.day
         src = memory_dir / record.original_name
@@ -140,22 +168,17 @@ def settle(journal: Journal) -> Recovery:
                 os.unlink(src)  # the link-then-unlink fallback stopped halfway
                 src_there = False
             else:
-                result.problems.append(f"{record.original_name} is both in the dir and the trash")
+                # A new file took the name after the move (a move undone that could not be):
+                # the trashed one still gets its record, so it can be restored.
+                result.problems.append(
+                    f"{record.original_name} is both in the dir and the trash: a new file took "
+                    "its name; the trashed one stays restorable"
+                )
+                _record_once(memory_dir, record, dst, result)
                 continue
         if dst_there and not src_there:
-            if record.id not in _manifest_ids(memory_dir, record.day):
-                # The journal's record was made before the move: the size is the file's.
-                done = replace(record, size=os.lstat(dst).st_size)
-                try:
-                    trash.append_record(memory_dir, record.day, done.to_json())
-                except (OSError, MemorydError) as error:
-                    result.unrecorded.append(record.original_name)
-                    result.problems.append(
-                        f"{dst}: its manifest record could not be written ({error}); free some "
-                        "disk space: the next memoryd command writes it"
-                    )
-                    continue
-            result.moved.append(record)
+            if _record_once(memory_dir, record, dst, result):
+                result.moved.append(record)
         elif src_there:
             result.not_moved.append(record.original_name)
         else:

@@ -301,7 +301,7 @@ def manifest_rows(memory_dir: Path, day: str) -> Iterator[dict[str, Any]]:
     try:
         with open_day(memory_dir, day) as day_fd:
             fd = os.open(MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=day_fd)
-    except OSError:
+    except (OSError, MemorydError):
         return
     with os.fdopen(fd, "rb") as handle:
         for raw in handle:

@@ -350,21 +350,83 @@ def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
     rt = env.runtime()
     md = dc_replace(explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo,
                     repo_reason="test")
+    # Each patch is put back by name: monkeypatch.undo() would also undo the private HOME.
+    real_crash_point = fsops.crash_point
     monkeypatch.setattr(fsops, "crash_point", crash_after_move)
     with pytest.raises(Crash):
         dream_dir(rt, md, repos=RepoCache())
-    monkeypatch.undo()
+    monkeypatch.setattr(fsops, "crash_point", real_crash_point)
     assert journal.pending(rt.paths.state_dir) and not path.exists()
 
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    real_append = trash.append_record
     monkeypatch.setattr(trash, "append_record", full)
     [first] = recover(rt)
     assert first.unrecorded == ["stale.md"] and journal.pending(rt.paths.state_dir)
     assert trash.entries(md.real_path) == []
-    monkeypatch.undo()
+    monkeypatch.setattr(trash, "append_record", real_append)
     [second] = recover(rt)
     assert second.unrecorded == [] and not journal.pending(rt.paths.state_dir)
     (entry,) = trash.entries(md.real_path)
     assert entry.record.original_name == "stale.md" and entry.record.size == size
+
+
+def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A dream pass killed right after its first move: a journal is pending."""
+    from dataclasses import replace as dc_replace
+
+    from memoryd.config import Config
+    from memoryd.discover import explicit_dirs
+    from memoryd.dream.run import RepoCache, dream_dir
+
+    class Crash(BaseException):
+        pass
+
+    def crash_after_move(label: str) -> None:
+        if label == "trash.after_move":
+            raise Crash
+
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    rt = env.runtime()
+    md = dc_replace(explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo,
+                    repo_reason="test")
+    real_crash_point = fsops.crash_point
+    monkeypatch.setattr(fsops, "crash_point", crash_after_move)
+    with pytest.raises(Crash):
+        dream_dir(rt, md, repos=RepoCache())
+    monkeypatch.setattr(fsops, "crash_point", real_crash_point)
+    return rt, md
+
+
+def test_recovery_through_a_trash_made_a_symlink_since_neither_crashes_nor_follows_it(
+    env: Env, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memoryd import journal
+    from memoryd.recovery import recover
+
+    rt, _ = _crashed_pass(env, repo, monkeypatch)
+    folder = repo / ".claude" / "memory"
+    aside = tmp_path / "trash-aside"
+    (folder / ".trash").rename(aside)
+    (folder / ".trash").symlink_to(aside)
+    manifests = {p: p.read_bytes() for p in aside.rglob(trash.MANIFEST)}
+    [recovery] = recover(rt)
+    assert any("not a plain folder" in p for p in recovery.problems)
+    assert journal.pending(rt.paths.state_dir)  # kept for after the fix
+    assert {p: p.read_bytes() for p in aside.rglob(trash.MANIFEST)} == manifests
+
+
+def test_a_dry_purge_recovers_nothing_and_writes_nothing(
+    env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memoryd import journal
+
+    rt, _ = _crashed_pass(env, repo, monkeypatch)
+    before = tree_digest(env.state)
+    rows = len(env.audit_rows())
+    assert cli("trash", "purge", "--dry-run", repo / ".claude" / "memory").code == 0
+    assert tree_digest(env.state) == before and len(env.audit_rows()) == rows
+    assert journal.pending(rt.paths.state_dir)

@@ -75,6 +75,7 @@ from memoryd.dream.similar import (
     candidates_for,
     significant_words,
 )
+from memoryd.indexer import MAX_INDEX_BYTES
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime
 from memoryd.state import StateStore
@@ -684,7 +685,13 @@ def make_dream_dir(path: Path, n: int, repo: Repo, *, seed: int, now: float) -> 
         infos.append(info)
         i += 1
     (path / "README.md").write_text("# Notes\n\nA folder of memories for the benches.\n")
-    (path / "MEMORY.md").write_bytes(_synth.render_index(path.name, infos).encode("utf-8"))
+    index = _synth.render_index(path.name, infos).encode("utf-8")
+    if len(index) > MAX_INDEX_BYTES:
+        # Past memoryd's read limit the dir would be unmanaged and a real pass would move
+        # nothing. A dir this big grew up under memoryd: start from a blank index and let the
+        # settle build MEMORY.md and its archive, as the daemon would have.
+        index = f"# {path.name} Memory\n".encode()
+    (path / "MEMORY.md").write_bytes(index)
     return planted
 
 

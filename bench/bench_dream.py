@@ -688,9 +688,10 @@ def make_dream_dir(path: Path, n: int, repo: Repo, *, seed: int, now: float) -> 
     index = _synth.render_index(path.name, infos).encode("utf-8")
     if len(index) > MAX_INDEX_BYTES:
         # Past memoryd's read limit the dir would be unmanaged and a real pass would move
-        # nothing. A dir this big grew up under memoryd: start from a blank index and let the
-        # settle build MEMORY.md and its archive, as the daemon would have.
-        index = f"# {path.name} Memory\n".encode()
+        # nothing. A dir this big grew up under memoryd: start from an empty index (a heading
+        # alone would read as a hand-written one) and let the settle build MEMORY.md and its
+        # archive, as the daemon would have.
+        index = b""
     (path / "MEMORY.md").write_bytes(index)
     return planted
 

@@ -225,7 +225,9 @@ class Mover:
         self._manifest = -1
         try:
             self.dir_fd = self._stack.enter_context(fsops.open_dir(memory_dir))
-            self._folder_fd = self._stack.enter_context(fsops.open_dir(self.folder))
+            # Through the trash's own descriptor: a `.trash` swapped for a link since it was
+            # checked is refused, never followed.
+            self._folder_fd = self._stack.enter_context(open_day(memory_dir, self.folder.name))
             fsops.check_same_filesystem(self.dir_fd, memory_dir, self._folder_fd, self.folder)
         except BaseException:
             self._stack.close()

@@ -430,3 +430,27 @@ def test_a_dry_purge_recovers_nothing_and_writes_nothing(
     assert cli("trash", "purge", "--dry-run", repo / ".claude" / "memory").code == 0
     assert tree_digest(env.state) == before and len(env.audit_rows()) == rows
     assert journal.pending(rt.paths.state_dir)
+
+
+def test_a_trash_swapped_for_a_link_after_its_check_is_not_moved_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The day folder is checked, then opened: a `.trash` made a symlink in between is
+    refused when the mover opens it, never followed."""
+    from memoryd.errors import UnsafeFilesystemOperation
+
+    folder = tmp_path / "memory"
+    write_memory(folder, "a.md")
+    elsewhere = tmp_path / "elsewhere"
+    real_day_folder = trash.day_folder
+
+    def checked_then_swapped(memory_dir: Path, day: date) -> Path:
+        made = real_day_folder(memory_dir, day)
+        (memory_dir / trash.TRASH_DIR).rename(elsewhere)
+        (memory_dir / trash.TRASH_DIR).symlink_to(elsewhere)
+        return made
+
+    monkeypatch.setattr(trash, "day_folder", checked_then_swapped)
+    with pytest.raises(UnsafeFilesystemOperation):
+        trash.Mover(folder, date(2026, 5, 1))
+    assert (folder / "a.md").exists() and list(elsewhere.iterdir()) == [elsewhere / "2026-05-01"]

@@ -2,11 +2,10 @@
 
 import contextlib
 import difflib
-import functools
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
 from memoryd import fsops, index_held
@@ -240,53 +239,6 @@ def index_dir(
     wait_lock: bool = True,
     daemon: bool = False,
 ) -> IndexOutcome:
-    """One incremental index update of one dir (see `_index_dir`), under the dir's writer lock
-    unless it writes nothing. `wait_lock=False` (the daemon): when another process holds the
-    lock, nothing is done and the outcome is "busy", with a time to look again. `daemon`: the
-    caller is the daemon, which needs no telling that memoryd reads the dir (see
-    StateStore.reading); the open and close would only wake its own watch mid-pass."""
-    run = functools.partial(
-        _index_dir, rt, md, check=check, grace=grace, mode=mode, forget=forget,
-        preferred=preferred, settle=settle, previous=previous, only=only,
-        persist_cache=persist_cache, held=held, hold=hold, probe=probe,
-    )  # fmt: skip
-    with contextlib.nullcontext() if daemon else rt.store.reading(md.real_path):
-        if check or rt.dry_run:
-            return run()
-        return _index_locked(rt, md, run, wait_lock)
-
-
-def _index_locked(
-    rt: Runtime, md: MemoryDir, run: Callable[[], IndexOutcome], wait: bool
-) -> IndexOutcome:
-    with rt.store.lock(md.real_path, wait=wait) as locked:
-        if not locked:
-            return IndexOutcome(
-                md,
-                "busy",
-                message="another memoryd process is working on this dir; looking again shortly",
-                retry_after=time.time() + BUSY_RETRY,
-            )
-        return run()
-
-
-def _index_dir(
-    rt: Runtime,
-    md: MemoryDir,
-    *,
-    check: bool,
-    grace: float,
-    mode: str | None,
-    forget: Set[str],
-    preferred: Mapping[str, str] | None,
-    settle: float,
-    previous: DirScan | None,
-    only: Set[str] | None,
-    persist_cache: bool,
-    held: Held | None,
-    hold: bool,
-    probe: bool,
-) -> IndexOutcome:
     """One incremental index update of one dir; retries from the other writer's version.
 
     `forget`: files memoryd itself just moved away, whose pointers go even if it never saw
@@ -295,59 +247,75 @@ def _index_dir(
     passed back as `held` with `only` (the names that changed) by a caller that keeps it.
     `probe` (with `check`): stop once ownership is decided; the outcome has no edit (for the
     dream pass, which needs to know only whether it may remove pointer lines).
+
+    A pass that may write holds the dir's writer lock. `wait_lock=False` (the daemon): when
+    another process holds it, nothing is done and the outcome is "busy", with a time to look
+    again. `daemon`: the caller is the daemon, which needs no telling that memoryd reads the
+    dir (see StateStore.reading); the open and close would only wake its own watch mid-pass.
     """
-    if (
-        held is not None
-        and only is not None
-        and not (check or rt.dry_run or mode or forget or preferred)
-    ):
-        try:
-            fast = _index_changed(rt, md, held, only, grace, settle)
-        except WriteConflict as conflict:
-            rt.audit.write(
-                "index.conflict", dir=md.path, file=INDEX_NAME, attempt=1, detail=str(conflict)
+    with contextlib.ExitStack() as stack:
+        if not daemon:
+            stack.enter_context(rt.store.reading(md.real_path))
+        writes = not (check or rt.dry_run)
+        if writes and not stack.enter_context(rt.store.lock(md.real_path, wait=wait_lock)):
+            return IndexOutcome(
+                md,
+                "busy",
+                message="another memoryd process is working on this dir; looking again shortly",
+                retry_after=time.time() + BUSY_RETRY,
             )
-            fast = None
-            previous = None  # the other writer may have changed anything: scan in full
-        if fast is not None:
-            return fast
-    try:
-        for attempt in range(1, CONFLICT_RETRIES + 1):
+        if (
+            held is not None
+            and only is not None
+            and not (check or rt.dry_run or mode or forget or preferred)
+        ):
             try:
-                return _index_once(
-                    rt,
-                    md,
-                    check=check,
-                    grace=grace,
-                    mode=mode,
-                    forget=forget,
-                    preferred=preferred or {},
-                    settle=settle,
-                    # After a conflict the other writer may have changed anything: scan in full.
-                    previous=previous if attempt == 1 else None,
-                    only=only if attempt == 1 else None,
-                    persist_cache=persist_cache,
-                    keep=hold,
-                    probe=probe and check,
-                )
+                fast = _index_changed(rt, md, held, only, grace, settle)
             except WriteConflict as conflict:
                 rt.audit.write(
-                    "index.conflict",
-                    dir=md.path,
-                    file=INDEX_NAME,
-                    attempt=attempt,
-                    detail=str(conflict),
+                    "index.conflict", dir=md.path, file=INDEX_NAME, attempt=1, detail=str(conflict)
                 )
-    finally:
-        release_parsed()
-    return IndexOutcome(
-        md,
-        "conflict",
-        message=(
-            f"{md.path / INDEX_NAME}: another writer kept changing it; nothing was lost, "
-            "memoryd will try again on the next change"
-        ),
-    )
+                fast = None
+                previous = None  # the other writer may have changed anything: scan in full
+            if fast is not None:
+                return fast
+        try:
+            for attempt in range(1, CONFLICT_RETRIES + 1):
+                try:
+                    return _index_once(
+                        rt,
+                        md,
+                        check=check,
+                        grace=grace,
+                        mode=mode,
+                        forget=forget,
+                        preferred=preferred or {},
+                        settle=settle,
+                        # After a conflict the other writer may have changed anything: scan in full.
+                        previous=previous if attempt == 1 else None,
+                        only=only if attempt == 1 else None,
+                        persist_cache=persist_cache,
+                        keep=hold,
+                        probe=probe and check,
+                    )
+                except WriteConflict as conflict:
+                    rt.audit.write(
+                        "index.conflict",
+                        dir=md.path,
+                        file=INDEX_NAME,
+                        attempt=attempt,
+                        detail=str(conflict),
+                    )
+        finally:
+            release_parsed()
+        return IndexOutcome(
+            md,
+            "conflict",
+            message=(
+                f"{md.path / INDEX_NAME}: another writer kept changing it; nothing was lost, "
+                "memoryd will try again on the next change"
+            ),
+        )
 
 
 def _index_once(

@@ -1,10 +1,13 @@
 """Shared fixtures: an isolated HOME/XDG per test, corpus copies, tree hashing, CLI runner."""
 
+import contextlib
 import hashlib
 import io
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,3 +172,24 @@ def write_memory(
 @pytest.fixture
 def corpus(tmp_path: Path) -> Iterator[Path]:
     yield copy_corpus(tmp_path / "corpus")
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(state_dir: Path, real_path: Path) -> Iterator[None]:
+    """Another process holds the dir's writer lock (StateStore.lock) until the block ends."""
+    script = (
+        "import sys; from pathlib import Path; from memoryd.state import StateStore\n"
+        f"s = StateStore(Path({str(state_dir)!r}))\n"
+        f"with s.lock(Path({str(real_path)!r})):\n"
+        "    print('held', flush=True); sys.stdin.readline()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as holder:
+        assert holder.stdin is not None and holder.stdout is not None
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            yield
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=10)

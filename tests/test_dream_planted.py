@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Env, tree_digest, write_memory
+from tests.conftest import Env, lock_held_elsewhere, tree_digest, write_memory
 
 DAY = 86400
 
@@ -462,9 +462,6 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     """While another memoryd holds a dir, the daemon's index pass says "busy" (and when to
     look again), its dream pass is skipped and said, and recovery leaves that pass's journal
     alone."""
-    import subprocess
-    import sys
-
     from memoryd import journal
     from memoryd.config import Config
     from memoryd.discover import explicit_dirs
@@ -477,28 +474,13 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     rt = env.runtime()
     md = explicit_dirs(folder, Config())[0]
     live = journal.begin(rt.paths.state_dir, "p1", md.real_path, [])
-    holder = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import sys; from pathlib import Path; from memoryd.state import StateStore\n"
-            f"s = StateStore(Path({str(rt.paths.state_dir)!r}))\n"
-            f"with s.lock(Path({str(md.real_path)!r})):\n"
-            "    print('held', flush=True); sys.stdin.readline()\n"
-        )],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with lock_held_elsewhere(rt.paths.state_dir, md.real_path):
         outcome = index_dir(rt, md, wait_lock=False)
         assert outcome.status == "busy" and outcome.retry_after is not None
         assert not (folder / "MEMORY.md").exists()
         result = dream_dir(rt, md, repos=RepoCache(), wait_lock=False)
         assert result.status == "skipped"
         assert recover(rt) == [] and live.path.exists()
-    finally:
-        assert holder.stdin is not None and holder.stdout is not None
-        holder.stdin.close()
-        holder.wait(timeout=10)
-        holder.stdout.close()
     skipped = [r for r in env.audit_rows() if r["event"] == "dream.skipped"]
     assert [r["why"] for r in skipped] == ["another memoryd process is working on this dir"]
     assert index_dir(rt, md, wait_lock=False).status == "updated"

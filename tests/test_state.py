@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.state import LOG_FOLD_BYTES, DirState, StateStore
+from tests.conftest import lock_held_elsewhere
 
 
 def seen_of(n: int) -> dict[str, list[str]]:
@@ -181,29 +182,10 @@ def test_the_dir_lock_is_one_writer_across_processes_and_reentrant_within_one(
 ) -> None:
     """A dir's writer lock: another process holding it makes a non-waiting caller get False;
     the holder may take it again (a dream pass runs index passes); released on exit."""
-    import subprocess
-    import sys
-
     store = StateStore(tmp_path)
     folder = tmp_path / "memory"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import sys; from pathlib import Path; from memoryd.state import StateStore\n"
-            f"s = StateStore(Path({str(tmp_path)!r}))\n"
-            f"with s.lock(Path({str(folder)!r})):\n"
-            "    print('held', flush=True); sys.stdin.readline()\n"
-        )],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with store.lock(folder, wait=False) as got:
-            assert got is False
-    finally:
-        assert holder.stdin is not None and holder.stdout is not None
-        holder.stdin.close()
-        holder.wait(timeout=10)
-        holder.stdout.close()
+    with lock_held_elsewhere(tmp_path, folder), store.lock(folder, wait=False) as got:
+        assert got is False
     with store.lock(folder, wait=False) as got:
         assert got is True
         with store.lock(folder, wait=False) as again:

@@ -323,19 +323,14 @@ def test_a_move_whose_record_cannot_be_written_is_undone(
     assert entry.record.original_name == "stale.md" and entry.record.size == len(original)
 
 
-def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
-    env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A crash right after a move leaves a journal; recovery that cannot write the missing
-    manifest record (disk full) neither crashes nor forgets it, and writes it, with the file's
-    size, once it can."""
+def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A dream pass killed right after its first move (of stale.md): a journal is pending.
+    Each patch is put back by name: monkeypatch.undo() would also undo the private HOME."""
     from dataclasses import replace as dc_replace
 
-    from memoryd import journal
     from memoryd.config import Config
     from memoryd.discover import explicit_dirs
     from memoryd.dream.run import RepoCache, dream_dir
-    from memoryd.recovery import recover
 
     class Crash(BaseException):
         pass
@@ -345,18 +340,30 @@ def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
             raise Crash
 
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    size = path.stat().st_size
     _filler(repo)
     rt = env.runtime()
     md = dc_replace(explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo,
                     repo_reason="test")
-    # Each patch is put back by name: monkeypatch.undo() would also undo the private HOME.
     real_crash_point = fsops.crash_point
     monkeypatch.setattr(fsops, "crash_point", crash_after_move)
     with pytest.raises(Crash):
         dream_dir(rt, md, repos=RepoCache())
     monkeypatch.setattr(fsops, "crash_point", real_crash_point)
+    return rt, md, path
+
+
+def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
+    env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash right after a move leaves a journal; recovery that cannot write the missing
+    manifest record (disk full) neither crashes nor forgets it, and writes it, with the file's
+    size, once it can."""
+    from memoryd import journal
+    from memoryd.recovery import recover
+
+    rt, md, path = _crashed_pass(env, repo, monkeypatch)
     assert journal.pending(rt.paths.state_dir) and not path.exists()
+    size = next(md.real_path.glob(".trash/*/stale.md")).stat().st_size  # moved, not recorded
 
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -373,41 +380,13 @@ def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
     assert entry.record.original_name == "stale.md" and entry.record.size == size
 
 
-def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """A dream pass killed right after its first move: a journal is pending."""
-    from dataclasses import replace as dc_replace
-
-    from memoryd.config import Config
-    from memoryd.discover import explicit_dirs
-    from memoryd.dream.run import RepoCache, dream_dir
-
-    class Crash(BaseException):
-        pass
-
-    def crash_after_move(label: str) -> None:
-        if label == "trash.after_move":
-            raise Crash
-
-    mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
-    rt = env.runtime()
-    md = dc_replace(explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo,
-                    repo_reason="test")
-    real_crash_point = fsops.crash_point
-    monkeypatch.setattr(fsops, "crash_point", crash_after_move)
-    with pytest.raises(Crash):
-        dream_dir(rt, md, repos=RepoCache())
-    monkeypatch.setattr(fsops, "crash_point", real_crash_point)
-    return rt, md
-
-
 def test_recovery_through_a_trash_made_a_symlink_since_neither_crashes_nor_follows_it(
     env: Env, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from memoryd import journal
     from memoryd.recovery import recover
 
-    rt, _ = _crashed_pass(env, repo, monkeypatch)
+    rt, _, _ = _crashed_pass(env, repo, monkeypatch)
     folder = repo / ".claude" / "memory"
     aside = tmp_path / "trash-aside"
     (folder / ".trash").rename(aside)
@@ -424,7 +403,7 @@ def test_a_dry_purge_recovers_nothing_and_writes_nothing(
 ) -> None:
     from memoryd import journal
 
-    rt, _ = _crashed_pass(env, repo, monkeypatch)
+    rt, _, _ = _crashed_pass(env, repo, monkeypatch)
     before = tree_digest(env.state)
     rows = len(env.audit_rows())
     assert cli("trash", "purge", "--dry-run", repo / ".claude" / "memory").code == 0

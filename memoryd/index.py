@@ -7,7 +7,7 @@ byte-for-byte (order, CRLF, a missing final newline). See DESIGN §3.
 import functools
 import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import date
 from enum import StrEnum
@@ -181,6 +181,29 @@ def release_parsed() -> None:
     _parse_lines.cache_clear()
     local_links.cache_clear()
     classify_link.cache_clear()
+
+
+@dataclass(frozen=True, slots=True)
+class PointerLine:
+    target: str  # the decoded basename of a LOCAL link
+    content: str  # the whole line, without its ending
+
+
+# POINTER over a whole text, as split_lines' lines see it: a line ends at "\n" only, so its
+# leading whitespace may hold a lone "\r" (it never holds a "\n": no match spans two lines).
+_POINTER_LINE_IN_TEXT = re.compile(r"^[^\S\n]*[-*][^\S\n]+\[(.*?)\]\(([^()\s]+)\)", re.MULTILINE)
+
+
+def pointer_lines(text: str) -> Iterator[PointerLine]:
+    """The pointer lines of an index text with a LOCAL link, in order, as `split_lines` reads
+    them (content without its ending), without splitting the text into line objects."""
+    for found in _POINTER_LINE_IN_TEXT.finditer(text):
+        link = classify_link(found.group(2))
+        if link.kind is LinkKind.LOCAL:
+            start = found.start()
+            end = text.find("\n", found.end())
+            content = text[start:] if end < 0 else text[start:end].removesuffix("\r")
+            yield PointerLine(link.target, content)
 
 
 def pointer_targets(text: str) -> list[str]:

@@ -89,16 +89,18 @@ def hold(main: str | None, archive: str | None, dead: Set[str]) -> HeldIndex:
     where: dict[str, list[int]] = {}
     invalid: dict[int, str] = {}
     heading_at = offending_at = -1
-    for position, line in enumerate(split_lines(archive) if archive is not None else []):
-        link = line.link
+    # Line by line, nothing kept but the maps: split_lines would hold every line of a
+    # 100,000-line archive as objects at once (~60 MB), and cache them.
+    for position, chunk in enumerate(lines):
+        content, _, link = parse_line(chunk.decode("utf-8"))
         if link is not None:
             if link.kind is LinkKind.LOCAL:
                 where.setdefault(link.target, []).append(position)
             elif link.kind is LinkKind.INVALID:
                 invalid[position] = link.raw
-        elif DEMOTED_HEADING.match(line.content):
+        elif DEMOTED_HEADING.match(content):
             heading_at, offending_at = position, -1
-        elif heading_at >= 0 and offending_at < 0 and line.content.strip():
+        elif heading_at >= 0 and offending_at < 0 and content.strip():
             offending_at = position
     return HeldIndex(main, archive is not None, lines, where, invalid, heading_at,
                      offending_at, frozenset(dead), crlf, lf)
@@ -246,30 +248,43 @@ def check(
     return problems
 
 
-def pairs(seen: Mapping[str, list[str]]) -> Mapping[str, tuple[str, str]]:
-    """State's `seen` ([name, description] lists) as the pairs IndexInput wants, without a copy."""
-    return _Pairs(seen)
+def pairs(
+    seen: Mapping[str, list[str]], forget: Set[str] = frozenset()
+) -> Mapping[str, tuple[str, str]]:
+    """State's `seen` ([name, description] lists) as the pairs IndexInput wants, without a copy.
+
+    `forget`: files memoryd itself moved away, seen or not (their pointers go, as for any file
+    memoryd saw), with no name or description."""
+    return _Pairs(seen, frozenset(n for n in forget if n not in seen))
 
 
 class _Pairs(Mapping[str, tuple[str, str]]):
-    __slots__ = ("_seen",)
+    __slots__ = ("_extra", "_seen")
 
-    def __init__(self, seen: Mapping[str, list[str]]) -> None:
+    def __init__(self, seen: Mapping[str, list[str]], extra: frozenset[str]) -> None:
         self._seen = seen
+        self._extra = extra  # none of them in seen
 
     def __getitem__(self, key: str) -> tuple[str, str]:
-        value = self._seen[key]
+        value = self._seen.get(key)
+        if value is None:
+            if key in self._extra:
+                return ("", "")
+            raise KeyError(key)
         return (value[0], value[1])
 
     def get(self, key: str, default: Any = None) -> Any:  # Mapping's goes through a KeyError
         value = self._seen.get(key)
-        return default if value is None else (value[0], value[1])
+        if value is None:
+            return ("", "") if key in self._extra else default
+        return (value[0], value[1])
 
     def __contains__(self, key: object) -> bool:
-        return key in self._seen
+        return key in self._seen or key in self._extra
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._seen)
+        yield from self._seen
+        yield from self._extra
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self._seen) + len(self._extra)

@@ -2,11 +2,12 @@
 
 import contextlib
 import difflib
+import hashlib
 import os
 import re
 import time
 from collections.abc import Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memoryd import fsops, index_held
 from memoryd.config import IndexConfig
@@ -24,6 +25,7 @@ from memoryd.index import (
     LinkKind,
     Ownership,
     decide_ownership,
+    local_links,
     measure,
     release_parsed,
     split_lines,
@@ -264,13 +266,9 @@ def index_dir(
                 message="another memoryd process is working on this dir; looking again shortly",
                 retry_after=time.time() + BUSY_RETRY,
             )
-        if (
-            held is not None
-            and only is not None
-            and not (check or rt.dry_run or mode or forget or preferred)
-        ):
+        if held is not None and only is not None and not (check or rt.dry_run or preferred):
             try:
-                fast = _index_changed(rt, md, held, only, grace, settle)
+                fast = _index_changed(rt, md, held, only | forget, grace, settle, forget, mode)
             except WriteConflict as conflict:
                 rt.audit.write(
                     "index.conflict", dir=md.path, file=INDEX_NAME, attempt=1, detail=str(conflict)
@@ -389,6 +387,7 @@ def _index_once(
             if state.report_once("unmanaged", re.sub(r"\d+", "N", ownership.reason)):
                 rt.audit.write("index.unmanaged", dir=md.path, reason=ownership.reason)
             state.managed = False
+            state.settled = []
             rt.store.save(md.real_path, state)
             rt.store.save_cache(md.real_path, scan.files)
         return outcome
@@ -440,6 +439,9 @@ def _index_once(
         due = min(memories[n].mtime_ns / 1e9 + grace for n in edit.waiting)
         outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
     _report_links(rt, md, edit, state)
+    state.settled = (
+        [] if outcome.problems else settled_mark(main_id, archive_id, cfg.index, md.heading)
+    )
     state.known = True
     state.managed = True
     state.reported.pop("unmanaged", None)
@@ -586,7 +588,14 @@ def _same_file(dir_fd: int, name: str, identity: FileIdentity | None) -> bool:
 
 
 def _index_changed(
-    rt: Runtime, md: MemoryDir, held: Held, only: Set[str], grace: float, settle: float
+    rt: Runtime,
+    md: MemoryDir,
+    held: Held,
+    only: Set[str],
+    grace: float,
+    settle: float,
+    forget: Set[str] = frozenset(),
+    mode: str | None = None,
 ) -> IndexOutcome | None:
     """The pass after `only` changed, touching only what they touch; None: run a full pass.
 
@@ -622,7 +631,7 @@ def _index_changed(
         else:
             memories.pop(name, None)
     index = held.index
-    override = cfg.override_for(md.path).mode
+    override = mode or cfg.override_for(md.path).mode
     arrived = None
     if held.seen_token is not None and rt.store.seen_token(md.real_path) is held.seen_token:
         # `seen` names the held memories: only a changed file can be new to it (no look at
@@ -654,7 +663,8 @@ def _index_changed(
             archive=None,  # not read: the held index has it
             memories=memories,
             present=scan.present,
-            seen=index_held.pairs(state.seen),
+            # As the full pass: a file memoryd moved away counts as seen (its pointer goes).
+            seen=index_held.pairs(state.seen, {n for n in forget if n not in memories}),
             ready=ready,
             heading=md.heading,
             separator=cfg.index.separator,
@@ -715,6 +725,9 @@ def _index_changed(
         due = min(scan.files[n].mtime_ns / 1e9 + grace for n in edit.waiting)
         outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
     _report_links(rt, md, edit, state)
+    state.settled = (
+        [] if outcome.problems else settled_mark(main_id, archive_id, cfg.index, md.heading)
+    )
     state.reported.pop("unmanaged", None)
     for name in only:
         if name in memories:
@@ -739,6 +752,108 @@ def _index_changed(
             rt.store.seen_token(md.real_path) if arrived is not None else None,
         )
     return outcome
+
+
+@dataclass(slots=True)
+class Basis:
+    """What a dream pass keeps of its ownership probe's scan for the index update after its
+    moves: the names, and the files whose entry differs from what memoryd last saw. Not the
+    scan (nor an entry per memory), which a pass over 100,000 memories could not keep beside
+    its own data within its memory target."""
+
+    memories: frozenset[str]
+    present: Set[str]
+    unseen: frozenset[str]  # new, renamed or redescribed since memoryd's last pass; or gone
+
+    @classmethod
+    def of(cls, scan: DirScan, seen: Mapping[str, list[str]]) -> "Basis":
+        unseen: set[str] = set()
+        memories = []
+        for name, scanned in scan.files.items():
+            if scanned.kind != "memory":
+                continue
+            memories.append(name)
+            before = seen.get(name)
+            if before is None or before[0] != scanned.name or before[1] != scanned.description:
+                unseen.add(name)
+        names = frozenset(memories)
+        unseen.update(n for n in seen if n not in names)  # gone, or a problem for now
+        return cls(names, scan.present, frozenset(unseen))
+
+
+# Stands for the entries of the memories a held edit does not look at (see _settled_index).
+_NOT_READ = Entry("", "", "", "", 0.0)
+
+
+def index_after_dream(
+    rt: Runtime, md: MemoryDir, moved: Set[str], basis: Basis | None
+) -> IndexOutcome:
+    """The index update that ends a real dream pass (DESIGN §4.9): the pointer lines of the
+    `moved` files go, with everything else a full pass would do.
+
+    When both index files are still exactly as memoryd's last verified pass left them (the
+    sha256 DirState.settled records), that is the daemon's edit of just the lines a change
+    can touch: those of the moved files, and of every file the index does not yet show as it
+    should (new, gone, renamed, unindexed or indexed twice). A full pass would split all of a
+    100,000-line archive into objects, ~300 MB on top of the pass. Otherwise, a full pass.
+    """
+    # The pass moved files because its probe found the index managed: it stays managed for
+    # this update (the moves may leave fewer files with pointers than half), unless MEMORY.md
+    # or the config has said "off" since.
+    mode = None if rt.config.override_for(md.path).mode == "off" else "manage"
+    held = _settled_index(rt, md, basis, moved) if basis is not None else None
+    if held is None:
+        return index_dir(rt, md, forget=moved, mode=mode)
+    made, changed = held
+    outcome = index_dir(rt, md, held=made, only=changed, forget=moved, mode=mode)
+    outcome.held = None  # made from a scan of the changed files only: for no later pass
+    return outcome
+
+
+def _settled_index(
+    rt: Runtime, md: MemoryDir, basis: Basis, moved: Set[str]
+) -> tuple[Held, set[str]] | None:
+    """The index as memoryd's last pass left it, held, and the files an update must read and
+    whose lines it must look at; None unless the index files are what that pass verified.
+
+    The held edit reads the files it is given (`only`) and looks up the entries of no other
+    memory: MEMORY.md's own targets are among those given, so every other memory stands in
+    the held entries by name alone.
+    """
+    state = rt.store.load(md.real_path)
+    if not (state.known and state.managed and state.settled) or rt.dry_run:
+        return None
+    with fsops.open_dir(md.real_path) as dir_fd:
+        main = read_index_file(dir_fd, INDEX_NAME)
+        archive = read_index_file(dir_fd, ARCHIVE_NAME)
+    if main.error or archive.error or main.text is None:
+        return None
+    if settled_mark(main.identity, archive.identity, rt.config.index, md.heading) != state.settled:
+        return None
+    index = index_held.hold(main.text, archive.text, frozenset())
+    in_main: dict[str, int] = {}
+    for link in local_links(main.text):
+        in_main[link.target] = in_main.get(link.target, 0) + 1
+    where = index.where
+    changed = set(basis.unseen | in_main.keys())  # and the moved files (index_dir adds them)
+    # The pass that left the index gave every memory file one pointer, but those still in
+    # their grace then (the daemon's): a dream pass indexes them at once.
+    changed.update(n for n in basis.memories if n not in where and n not in in_main)
+    seen = state.seen
+    targets = in_main.keys() | where.keys()
+    dead = frozenset(t for t in targets if t not in basis.present and t not in seen)
+    held = Held(
+        DirScan(md.real_path, present=basis.present),  # the held edit reads only `changed`
+        replace(index, dead=dead - moved),
+        dict.fromkeys(basis.memories, _NOT_READ),
+        main.identity,
+        archive.identity,
+        main.bom,
+        archive.bom,
+        frozenset(),
+        rt.config.index,
+    )
+    return held, changed
 
 
 def _archive_lines(index: index_held.HeldIndex) -> list[bytes] | None:
@@ -778,6 +893,14 @@ def _verify_changed(
             ):
                 return []  # replaced since: another writer's, their events bring a pass
     return index_held.check(index, touched, present, set(edit.dead_links))
+
+
+def settled_mark(
+    main: FileIdentity | None, archive: FileIdentity | None, index: IndexConfig, heading: str
+) -> list[str]:
+    """What DirState.settled records for index files a verified pass left as they are."""
+    settings = hashlib.sha256(repr((index, heading)).encode("utf-8")).hexdigest()[:16]
+    return [main.sha256 if main else "", archive.sha256 if archive else "", settings]
 
 
 def _budget(index: IndexConfig) -> Budget:

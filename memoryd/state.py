@@ -38,6 +38,10 @@ class DirState:
     last_index_ts: float = 0.0
     last_change_ts: float = 0.0
     reads: dict[str, float] = field(default_factory=dict)  # file -> last read by the agent
+    # The sha256 of MEMORY.md and of the archive ("" when missing) as memoryd's last index pass
+    # left them, and the settings it ran under; [] when that pass did not end verified. While
+    # both files still hash to these, each of their lines is as an index pass wants it.
+    settled: list[str] = field(default_factory=list)
 
     def seen_pairs(self) -> dict[str, tuple[str, str]]:
         return {k: (v[0], v[1]) for k, v in self.seen.items()}
@@ -340,6 +344,11 @@ class StateStore:
         _apply_change(held, {"seen": delta["seen"], "set": rest})
         log_id = (st.st_ino, st.st_size, st.st_mtime_ns)
         self._states[real_path] = ((state_id[0], log_id), generation, held)
+
+    def release_cache(self, real_path: Path) -> None:
+        """Stop holding the dir's parse cache in memory (the next load reads the file): for a
+        pass that is done with the scan and needs the memory (100,000 entries are ~90 MB)."""
+        self._caches.pop(real_path, None)
 
     def load_cache(self, real_path: Path) -> dict[str, Scanned]:
         _, path = self._paths(real_path)

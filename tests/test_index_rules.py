@@ -17,6 +17,7 @@ from memoryd.index import (
     encode_target,
     linkable,
     measure,
+    pointer_lines,
     pointer_targets,
     render_pointer,
     split_lines,
@@ -278,6 +279,20 @@ def test_whole_text_scan_agrees_with_line_by_line(lines: list[str], eol: str) ->
     slow = [ln.link.target for ln in split_lines(text)
             if ln.link is not None and ln.link.kind is LinkKind.LOCAL]
     assert pointer_targets(text) == slow
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([
+    "- [a](a.md)", "* [b](b.md) x", "  - [c d](c%20d.md)", "-[no](space.md)", "text [e](e.md)",
+    "\u3000- [wide](w.md)", "- [f](f.md)\r", "", "- [g](sub/g.md)", "-\t[h](h.md)",
+    "\x0b- [v](v.md)", "\r- [r](r.md)", " \r\t* [s](s.md) tail\r", "- [a](a.md) again",
+]), max_size=10), st.sampled_from(["\n", "\r\n"]), st.booleans())
+def test_pointer_lines_agree_with_the_line_parser(lines: list[str], eol: str, end: bool) -> None:
+    """The pointer lines found without splitting are the parser's, with their whole content."""
+    text = eol.join(lines) + (eol if end else "")
+    slow = [(ln.link.target, ln.content) for ln in split_lines(text)
+            if ln.link is not None and ln.link.kind is LinkKind.LOCAL]
+    assert [(p.target, p.content) for p in pointer_lines(text)] == slow
 
 
 _LOOKALIKE_CHARS = "\uff0e\uff0f\uff3c\u2215\u2044\u2024\u3002\ufe52\u29f8\u29f9\u2216"

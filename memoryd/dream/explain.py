@@ -6,6 +6,7 @@ from typing import Any
 from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.dream.plan import guards_for, plan_pass
 from memoryd.dream.run import (
+    Listing,
     RepoCache,
     consult_map,
     consult_sources,
@@ -41,7 +42,8 @@ def explain(
     ownership, scan = probe_ownership(rt, md)
     managed = bool(ownership and ownership.managed)
     with rt.store.reading(md.real_path):
-        inv = inventory(md, rt, repos.checker(md.repo_root), scan=scan)
+        listing = Listing.of(scan) if scan is not None else None
+        inv = inventory(md, rt, repos.checker(md.repo_root), listing=listing)
     by_name = {i.filename: i for i in inv.items}
     item = by_name.get(file.name)
     if item is None:

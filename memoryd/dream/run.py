@@ -6,7 +6,7 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -21,8 +21,8 @@ from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repo import RepoIndex, dump_sources, load_sources
 from memoryd.errors import MemorydError
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, LinkKind, Ownership, split_lines
-from memoryd.indexer import IndexOutcome, index_dir, read_index_file
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME, Ownership, pointer_lines
+from memoryd.indexer import Basis, IndexOutcome, index_after_dream, index_dir, read_index_file
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import DirScan, scan_dir
@@ -185,42 +185,58 @@ def _facts_of(memo: DreamMemo) -> FactsCache:
     return memo.facts
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """The names a scan found, without what it holds per file (which a pass would keep alive
+    with the scan: ~90 MB at 100,000 memories)."""
+
+    memories: list[str]  # in name order
+    problems: list[str]
+    conflicts: list[str]
+
+    @classmethod
+    def of(cls, scan: DirScan) -> "Listing":
+        return cls(sorted(scan.memories), sorted(scan.problems), list(scan.conflicts))
+
+
 def inventory(
     md: MemoryDir,
     rt: Runtime,
     checker: RefChecker,
     *,
     keep: bool = False,
-    scan: DirScan | None = None,
+    listing: Listing | None = None,
     save: bool = False,
 ) -> Inventory:
     """Read every memory file; parse it and derive its facts unless its content was seen before.
 
-    `scan`: a scan of the dir just made (the ownership probe's), so the listing is not made
-    twice. Each file is still read and hashed here (and re-hashed by apply): a pass decides
-    from the bytes as they are now, not from the scan's stat-keyed cache. `keep` (explain)
+    `listing`: what a scan of the dir just made found (the ownership probe's), so the listing
+    is not made twice. Each file is still read and hashed here (and re-hashed by apply): a pass
+    decides from the bytes as they are now, not from the scan's stat-keyed cache. `keep` (explain)
     parses every file, to hand back each Memory. Facts this process does not hold are looked
     up in those the dir's last saving pass left in the state dir; `save` (not for a dry run)
     writes them back when the dir's contents changed.
     """
     limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
-    if scan is None:
-        scan = scan_dir(
-            md.real_path,
-            rt.store.load_cache(md.real_path),
-            max_file_bytes=limits[0],
-            max_frontmatter_bytes=limits[1],
+    if listing is None:
+        listing = Listing.of(
+            scan_dir(
+                md.real_path,
+                rt.store.load_cache(md.real_path),
+                max_file_bytes=limits[0],
+                max_frontmatter_bytes=limits[1],
+            )
         )
     items: list[Item] = []
     kept: dict[str, Memory] = {}
-    unparseable = sorted(scan.problems)
+    unparseable = list(listing.problems)
     used: set[str] = set()
     looked = False
     memo = rt.dream
     with memo.facts_lock, fsops.open_dir(md.real_path) as dir_fd:
         facts_cache = _facts_of(memo)
         facts_cache.begin(limits)
-        for name in sorted(scan.memories):
+        for name in listing.memories:
             try:
                 data, st = fsops.read_regular(dir_fd, name, limits[0])
             except (OSError, ValueError):
@@ -248,7 +264,7 @@ def inventory(
         if save:  # before finish(), which may start the cache afresh
             _save_facts(rt, md, frozenset(used))
         facts_cache.finish(md.real_path, frozenset(used))
-    return Inventory(items, sorted(set(unparseable)), scan.conflicts, kept)
+    return Inventory(items, sorted(set(unparseable)), listing.conflicts, kept)
 
 
 def _adopt_saved(rt: Runtime, md: MemoryDir, limits: tuple[int, int]) -> None:
@@ -291,16 +307,18 @@ def consult_map(
     return {i.filename: consulted(sources, Subject(i.filename, i.name), since) for i in items}
 
 
-def _index_lines(md: MemoryDir) -> dict[str, str]:
-    """The pointer line of each file in MEMORY.md or the archive, to give back on restore."""
+def _index_lines(md: MemoryDir, wanted: Set[str]) -> dict[str, str]:
+    """The pointer line of each of `wanted` in MEMORY.md or the archive, to give back on restore.
+
+    Only the pointer lines are looked at, one regex scan of each text (the archive of a
+    100,000-memory dir holds 100,000 lines: split into objects they cost ~100 MB)."""
     out: dict[str, str] = {}
     with fsops.open_dir(md.real_path) as fd:
         for name in (INDEX_NAME, ARCHIVE_NAME):
-            text = read_index_file(fd, name).text
-            for line in split_lines(text or ""):
-                link = line.link
-                if link is not None and link.kind is LinkKind.LOCAL:
-                    out.setdefault(link.target, line.content)
+            text = read_index_file(fd, name).text or ""
+            for found in pointer_lines(text):
+                if found.target in wanted:
+                    out.setdefault(found.target, found.content)
     return out
 
 
@@ -407,8 +425,19 @@ def _dream_dir(
         # lines it is not allowed to remove.
         ownership, scan = probe_ownership(rt, md)
         managed = bool(ownership and ownership.managed)
-        inv = inventory(md, rt, checker, scan=scan, save=not dry_run)
-        del scan  # nor the listing, past the inventory
+        listing = Listing.of(scan) if scan is not None else None
+        # Of the scan, the pass keeps only names: the listing, and what its own index update
+        # needs (see Basis). Nor does the store hold the parse cache past here (a full index
+        # pass, when one is needed after all, reads it again).
+        basis = (
+            Basis.of(scan, rt.store.load(md.real_path).seen)
+            if scan is not None and managed and not dry_run
+            else None
+        )
+        del scan
+        rt.store.release_cache(md.real_path)
+        inv = inventory(md, rt, checker, listing=listing, save=not dry_run)
+        del listing
         result.files = len(inv.items)
         result.unparseable = inv.unparseable
         result.conflicts = inv.conflicts
@@ -463,9 +492,9 @@ def _dream_dir(
             if dry_run:
                 result.status = "dry_run"
             elif plan.moves:
-                _apply(rt, md, plan, result)
+                _apply(rt, md, plan, result, basis)
         if not dry_run and managed and result.index is None:
-            result.index = index_dir(rt, md)
+            result.index = index_after_dream(rt, md, frozenset(), basis)
     except (MemorydError, OSError) as error:
         result.status = "failed"
         result.message = str(error)
@@ -517,7 +546,7 @@ def _summary(result: DreamResult) -> dict[str, Any]:
 
 def _trash_records(plan: Plan, md: MemoryDir, pass_id: str, folder: Path) -> list[TrashRecord]:
     """One manifest record per planned move, each with a free name in the day folder."""
-    lines = _index_lines(md)
+    lines = _index_lines(md, {move.filename for move in plan.moves})
     records: list[TrashRecord] = []
     taken: set[str] = set()
     for move in plan.moves:
@@ -540,14 +569,16 @@ def _trash_records(plan: Plan, md: MemoryDir, pass_id: str, folder: Path) -> lis
     return records
 
 
-def _apply(rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult) -> None:
+def _apply(
+    rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult, basis: Basis | None
+) -> None:
     """Journal the moves, then make each one whose file is still what was planned."""
     # The date is taken once: a pass running over midnight keeps one day folder.
     with trash.Mover(md.real_path, rt.today()) as mover:
         records = _trash_records(plan, md, result.pass_id, mover.folder)
         entry = _move_all(rt, md, mover, records, result)
     # The moves are on disk (the mover synced them): the index, then the journal's end.
-    result.index = index_dir(rt, md, forget={r.original_name for r in result.moved})
+    result.index = index_after_dream(rt, md, {r.original_name for r in result.moved}, basis)
     journal.commit(entry)
 
 

@@ -1,0 +1,263 @@
+"""The index update that ends a dream pass: the held edit of a settled index gives exactly what
+a full index pass gives, and a dream pass takes it only while the index is what memoryd left."""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memoryd import indexer
+from memoryd.config import Config, IndexConfig
+from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.dream.run import probe_ownership
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.indexer import Basis, index_after_dream, index_dir
+from tests.conftest import Env, copy_corpus, corpus_memory_dirs, tree_digest, write_memory
+
+NAMES = [f"m{i:02d}.md" for i in range(16)]
+# A budget small enough that the older memories are demoted into the archive.
+CONFIG = Config(index=IndexConfig(max_lines=8, keep_recent=86400.0))
+
+
+def _dir(path: Path, config: Config) -> MemoryDir:
+    return explicit_dirs(path, config)[0]
+
+
+def _index_files(path: Path) -> tuple[bytes | None, bytes | None]:
+    def read(name: str) -> bytes | None:
+        return (path / name).read_bytes() if (path / name).exists() else None
+
+    return read(INDEX_NAME), read(ARCHIVE_NAME)
+
+
+class Spy:
+    """Whether index_after_dream took the held edit (the settled index) or a full pass."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.paths: list[bool] = []
+        real = indexer._settled_index
+
+        def spy(*args: Any) -> Any:
+            made = real(*args)
+            self.paths.append(made is not None)
+            return made
+
+        monkeypatch.setattr(indexer, "_settled_index", spy)
+
+
+memory = st.tuples(
+    st.sampled_from(["user", "project", "feedback", "reference"]),
+    st.integers(0, 60),  # age in days
+    st.sampled_from(["alpha", "beta", "gamma — with a dash", "naïve café"]),
+)
+change = st.sampled_from(["keep", "keep", "keep", "delete", "redescribe", "rename", "unpoint"])
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    before=st.dictionaries(st.sampled_from(NAMES), memory, min_size=1, max_size=14),
+    changes=st.lists(change, min_size=16, max_size=16),
+    new=st.sets(st.sampled_from([f"new{i}.md" for i in range(4)]), max_size=3),
+    moved_picks=st.lists(st.booleans(), min_size=20, max_size=20),
+    hand_edit=st.booleans(),
+    young=st.sets(st.sampled_from(["young0.md", "young1.md"])),
+    ghost=st.booleans(),
+)
+def test_held_update_after_moves_gives_what_a_full_pass_gives(
+    env: Env,
+    monkeypatch: pytest.MonkeyPatch,
+    before: dict[str, tuple[str, int, str]],
+    changes: list[str],
+    new: set[str],
+    moved_picks: list[bool],
+    hand_edit: bool,
+    young: set[str],
+    ghost: bool,
+) -> None:
+    """Twin dirs, indexed (new files left in their grace, as the daemon leaves them), then
+    changed alike (files deleted, redescribed, renamed, added, pointers removed by hand) and a
+    dream's moves made: one gets index_after_dream, the other a
+    full pass. Their index files and `seen` must come out identical."""
+    rt = env.runtime(CONFIG)
+    spy = Spy(monkeypatch)
+    with tempfile.TemporaryDirectory(dir=env.home) as tmp:
+        twins = [Path(tmp) / side / "proj" / "memory" for side in ("held", "full")]
+        for path in twins:
+            if ghost:  # a pointer to a file never written: a dead link, reported and kept
+                path.mkdir(parents=True)
+                (path / INDEX_NAME).write_text(
+                    "# proj\n<!-- memoryd: manage -->\n\n- [ghost](ghost.md) — not yet\n",
+                    encoding="utf-8",
+                )
+                (path / ARCHIVE_NAME).write_text("- [far](far.md) — not yet\n", encoding="utf-8")
+            for name, (type_, age, desc) in sorted(before.items()):
+                write_memory(path, name, description=desc, type_=type_, age_days=age)
+            for _ in range(2):
+                index_dir(rt, _dir(path, CONFIG))
+            for name in sorted(young):  # seen, but left in their grace by the daemon's pass
+                write_memory(path, name, description="just written", age_days=None)
+            if young:
+                assert index_dir(rt, _dir(path, CONFIG), grace=60.0).edit.waiting  # type: ignore[union-attr]
+        names = sorted(before)
+        edited = hand_edit
+        for path in twins:
+            for name, what in zip(names, changes, strict=False):
+                if what == "delete":
+                    (path / name).unlink()
+                elif what in ("redescribe", "rename"):
+                    type_, age, desc = before[name]
+                    write_memory(
+                        path,
+                        name,
+                        name="renamed" if what == "rename" else None,
+                        description=desc if what == "rename" else desc + " (updated)",
+                        type_=type_,
+                        age_days=age,
+                    )
+            for name in sorted(new):
+                write_memory(path, name, description="arrived since", age_days=None)
+            if hand_edit:  # someone else's edit: the index is no longer what memoryd left
+                with (path / INDEX_NAME).open("a", encoding="utf-8") as f:
+                    f.write("a line a person added\n")
+            unpointed = [n for n, w in zip(names, changes, strict=False) if w == "unpoint"]
+            archive = path / ARCHIVE_NAME
+            if unpointed and archive.exists():  # pointer lines gone by hand, files kept
+                lines = archive.read_text(encoding="utf-8").splitlines(keepends=True)
+                kept = [ln for ln in lines if not any(f"({n})" in ln for n in unpointed)]
+                edited = edited or kept != lines
+                archive.write_text("".join(kept), encoding="utf-8")
+        held, full = twins
+        md_held, md_full = _dir(held, CONFIG), _dir(full, CONFIG)
+        ownership, scan = probe_ownership(rt, md_held)
+        assert ownership is not None and scan is not None
+        probe_full, _ = probe_ownership(rt, md_full)
+        assert probe_full is not None and probe_full.managed == ownership.managed
+        if not ownership.managed:
+            return
+        basis = Basis.of(scan, rt.store.load(md_held.real_path).seen)
+        present = sorted(n for n in os.listdir(held) if n.endswith(".md") and "MEMORY" not in n)
+        moved = {n for n, pick in zip(present, moved_picks, strict=False) if pick}
+        for path in twins:
+            for name in moved:
+                (path / name).unlink()
+        spy.paths.clear()
+        got = index_after_dream(rt, md_held, moved, basis)
+        want = index_dir(rt, md_full, forget=moved, mode="manage")  # as the pass's probe found
+        assert _index_files(held) == _index_files(full)
+        assert rt.store.load(md_held.real_path).seen == rt.store.load(md_full.real_path).seen
+        assert (got.status, got.problems) == (want.status, want.problems)
+        assert got.edit is not None and want.edit is not None
+        assert set(got.edit.dead_links) == set(want.edit.dead_links)
+        reported = [rt.store.load(md.real_path).reported for md in (md_held, md_full)]
+        assert reported[0] == reported[1]
+        assert not got.problems
+        # Someone else's edit to either index file means a full pass; else the held edit ran.
+        assert spy.paths == [not edited]
+        # And a full pass over the result changes nothing: the update left the index settled.
+        assert index_dir(rt, md_held).status == "unchanged"
+        assert rt.store.load(md_held.real_path).settled
+
+
+def test_a_dream_pass_over_a_settled_index_takes_the_held_update(
+    env: Env, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planted: an indexed dir, two duplicates; the real pass moves the older one through the
+    held update, and its pointer goes while every other line stays."""
+    repo = tmp_path / "repo"
+    mem = repo / ".claude" / "memory"
+    (repo / ".git").mkdir(parents=True)
+    body = "Always run the integration suite with the docker compose stack before merging.\n"
+    write_memory(mem, "old.md", description="integration suite", body=body, age_days=40)
+    write_memory(mem, "new.md", description="integration suite again", body=body, age_days=30)
+    for i in range(6):
+        write_memory(mem, f"other{i}.md", description=f"unrelated {i}", body=f"Topic {i} x{i}.\n")
+    assert cli("index", mem).code == 0
+    rt_state = json.loads(next((env.state / "dirs").glob("*.json")).read_text())
+    assert rt_state["settled"]
+    spy = Spy(monkeypatch)
+    result = cli("dream", mem, "--json")
+    assert result.code == 0, result.err
+    assert spy.paths == [True]
+    assert not (mem / "old.md").exists()
+    text = (mem / INDEX_NAME).read_text(encoding="utf-8")
+    assert "(old.md)" not in text and "(new.md)" in text
+    assert all(f"(other{i}.md)" in text for i in range(6))
+    assert cli("index", "--check", mem).code == 0  # nothing left for a full pass to do
+
+
+@pytest.mark.parametrize("settled", [True, False])
+def test_moves_that_leave_fewer_than_half_indexed_still_take_their_pointers_along(
+    env: Env, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settled: bool
+) -> None:
+    """The probe found the index managed (3 of 6 files pointed to; 3 more in their grace
+    after the daemon's last pass); the pass moves one of the three. The update must not then
+    call the index hand-organised and leave a pointer to a file in the trash."""
+    repo = tmp_path / "repo"
+    mem = repo / ".claude" / "memory"
+    (repo / ".git").mkdir(parents=True)
+    body = "Always run the integration suite with the docker compose stack before merging.\n"
+    write_memory(mem, "dup-old.md", description="integration suite", body=body, age_days=40)
+    write_memory(mem, "dup-new.md", description="integration suite", body=body, age_days=30)
+    write_memory(mem, "keep.md", description="something else", body="Tabs, not spaces.\n")
+    rt = env.runtime()
+    md = _dir(mem, Config())
+    assert index_dir(rt, md).status == "updated"
+    for i, topic in enumerate(("Prefer ripgrep over grep.", "Releases go out on Tuesdays.",
+                               "The staging cluster lives in eu-west.")):  # fmt: skip
+        write_memory(mem, f"young{i}.md", description=f"fresh {i}", body=topic, age_days=None)
+    assert index_dir(rt, md, grace=60.0).status == "unchanged"  # they wait for their pointers
+    if not settled:
+        monkeypatch.setattr(indexer, "_settled_index", lambda *args: None)
+    result = cli("dream", mem, "--json")
+    assert result.code == 0, result.err
+    assert [c["file"] for d in json.loads(result.out)["dirs"] for c in d["changes"]] == [
+        "dup-old.md"
+    ]
+    text = (mem / INDEX_NAME).read_text(encoding="utf-8")
+    assert "(dup-old.md)" not in text
+    for name in ("dup-new.md", "keep.md", "young0.md", "young1.md", "young2.md"):
+        assert f"({name})" in text
+    assert cli("index", "--check", mem).code == 0
+
+
+def test_dream_over_the_corpus_gives_the_same_index_either_way(
+    env: Env, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every corpus repo, indexed, then dreamt over twice: once as it comes (the held update
+    wherever the index is settled), once with full passes only. Same files everywhere."""
+    roots = [copy_corpus(tmp_path / side / "corpus") for side in ("held", "full")]
+    repos = sorted(p.name for p in roots[0].iterdir() if p.is_dir())
+    body = "Run the migration check with the staging database snapshot before each deploy.\n"
+    for root in roots:
+        for folder in corpus_memory_dirs(root):  # a duplicate pair in each: the older one goes
+            if not folder.is_symlink() and not folder.parent.is_symlink():
+                write_memory(folder, "planted-a.md", description="deploy check", body=body,
+                             age_days=40)  # fmt: skip
+                write_memory(folder, "planted-b.md", description="deploy check", body=body,
+                             age_days=30)  # fmt: skip
+        for repo in repos:
+            cli("--config", "/dev/null", "index", root / repo)
+    spy = Spy(monkeypatch)
+    moved = 0
+    for repo in repos:
+        report = json.loads(cli("--config", "/dev/null", "dream", "--json", roots[0] / repo).out)
+        moved += sum(len(d["changes"]) for d in report["dirs"])
+    # Every managed dir's update was the held one (none was touched since its index pass).
+    assert moved >= 10 and len(spy.paths) >= 10 and all(spy.paths)
+    monkeypatch.setattr(indexer, "_settled_index", lambda *args: None)
+    for repo in repos:
+        cli("--config", "/dev/null", "dream", roots[1] / repo)
+    held, full = (
+        {k: sha for k, (sha, _) in tree_digest(root).items() if "/.trash/" not in f"/{k}"}
+        for root in roots
+    )
+    assert held == full

@@ -928,7 +928,8 @@ def phase_times(
         (run_mod.RepoIndex, "build", "RepoIndex.build (walk + tokens of changed sources)"),
         (run_mod, "_adopt_saved", "dream facts: read from the state dir"),
         (run_mod, "_save_facts", "dream facts: written to the state dir"),
-        (run_mod, "index_dir", "index_dir (ownership probe; index after moves)"),
+        (run_mod, "index_dir", "index_dir (the ownership probe)"),
+        (run_mod, "index_after_dream", "index update after the moves (held edit or full pass)"),
         (run_mod, "scan_dir", "scan_dir in inventory (stat, cache)"),
         (fsops, "read_regular", "fsops.read_regular (open + read)"),
         (run_mod, "parse_memory", "parse_memory (frontmatter, sha256): content not seen before"),
@@ -1052,6 +1053,17 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
 
     copies = work / "copies"
     spent = 0.0
+    # Which index update each real pass made after its moves: the held edit of a settled
+    # index (the daemon keeps it settled), or a full pass.
+    settled_index = indexer._settled_index
+    made: list[bool] = []
+
+    def spied(*args: Any) -> Any:
+        held = settled_index(*args)
+        made.append(held is not None)
+        return held
+
+    indexer._settled_index = spied  # type: ignore[assignment]
     for k in range(job["real_repeat"]):
         if k and spent >= job["real_budget"]:
             break
@@ -1078,7 +1090,9 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
         out["times"].append(took)
         note(k, result)
         out["moved"].append(_moves(result))
-        out["index"] = result.index.status if result.index else "—"
+        out["index"] = (result.index.status if result.index else "—") + (
+            " (held edit)" if made and made[-1] else " (full pass)"
+        )
         shutil.rmtree(dst)
     out["rss_end"] = peak_rss()
     if job["profile"] == "real":

@@ -820,7 +820,14 @@ def fresh_copy(work: Path, src: Path, dst: Path) -> None:
         with contextlib.suppress(OSError):
             moved[name] = replace(scanned, ino=os.lstat(dst / name).st_ino)
     store.save_cache(dst.resolve(), moved)
-    store.save(dst.resolve(), store.load(src.resolve()))
+    state = store.load(src.resolve())
+    if state.settled:  # the identities of the index files the settling pass left, the copy's
+        main, archive, settings = state.settled
+        state.settled = [
+            None if was is None else [os.lstat(dst / name).st_ino, *was[1:]]
+            for was, name in ((main, indexer.INDEX_NAME), (archive, indexer.ARCHIVE_NAME))
+        ] + [settings]
+    store.save(dst.resolve(), state)
     carry_facts(store, src, dst)
 
 

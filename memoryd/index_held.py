@@ -79,7 +79,16 @@ def _line(position: int, data: bytes) -> Line:
 
 def hold(main: str | None, archive: str | None, dead: Set[str]) -> HeldIndex:
     """Take the index as a full pass left it (one pass over the archive's lines)."""
-    data = archive.encode("utf-8") if archive is not None else b""
+    return hold_data(main, archive.encode("utf-8") if archive is not None else None, dead)
+
+
+def hold_data(main: str | None, archive: bytes | None, dead: Set[str]) -> HeldIndex:
+    """`hold` from the archive's bytes as read (no BOM), never decoded whole: its text would
+    cost twice its bytes (one em dash makes every character of a str two bytes wide).
+
+    Raises UnicodeDecodeError when a line is not UTF-8.
+    """
+    data = archive if archive is not None else b""
     # Split in C, at the line ends split_lines uses ("\n" is one byte in UTF-8 and never part
     # of another character): the held lines are made in one go, not among the parse's
     # temporaries, which would leave them scattered over the heap once those are freed.

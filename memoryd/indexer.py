@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from memoryd import fsops, index_held
 from memoryd.config import IndexConfig
@@ -791,10 +792,10 @@ def index_after_dream(
     """The index update that ends a real dream pass (DESIGN §4.9): the pointer lines of the
     `moved` files go, with everything else a full pass would do.
 
-    When both index files are still exactly as memoryd's last verified pass left them (the
-    sha256 DirState.settled records), that is the daemon's edit of just the lines a change
+    When both index files are still the very files memoryd's last verified pass left (the
+    identities DirState.settled records), that is the daemon's edit of just the lines a change
     can touch: those of the moved files, and of every file the index does not yet show as it
-    should (new, gone, renamed, unindexed or indexed twice). A full pass would split all of a
+    should (new, gone, renamed, redescribed or unindexed). A full pass would split all of a
     100,000-line archive into objects, ~300 MB on top of the pass. Otherwise, a full pass.
     """
     # The pass moved files because its probe found the index managed: it stays managed for
@@ -825,12 +826,17 @@ def _settled_index(
         return None
     with fsops.open_dir(md.real_path) as dir_fd:
         main = read_index_file(dir_fd, INDEX_NAME)
-        archive = read_index_file(dir_fd, ARCHIVE_NAME)
-    if main.error or archive.error or main.text is None:
+        found = _archive_data(dir_fd)
+    if main.error or found is None or main.text is None:
         return None
+    data, archive = found
     if settled_mark(main.identity, archive.identity, rt.config.index, md.heading) != state.settled:
         return None
-    index = index_held.hold(main.text, archive.text, frozenset())
+    try:
+        index = index_held.hold_data(main.text, data, frozenset())
+    except UnicodeDecodeError:
+        return None  # the full pass says what is wrong with it
+    del data
     in_main: dict[str, int] = {}
     for link in local_links(main.text):
         in_main[link.target] = in_main.get(link.target, 0) + 1
@@ -854,6 +860,21 @@ def _settled_index(
         rt.config.index,
     )
     return held, changed
+
+
+def _archive_data(dir_fd: int) -> tuple[bytes | None, IndexText] | None:
+    """The archive's bytes (no BOM) and what read_index_file would say of it but its text;
+    None when read_index_file would give an error."""
+    try:
+        data, st = fsops.read_regular(dir_fd, ARCHIVE_NAME, MAX_ARCHIVE_BYTES)
+    except FileNotFoundError:
+        return None, IndexText(None, None)
+    except (OSError, ValueError):
+        return None
+    bom = data.startswith(BOM)
+    # No sha256: the held edit compares bytes, and the settled record identities by stat.
+    identity = FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, "")
+    return (data[len(BOM) :] if bom else data), IndexText(None, identity, bom)
 
 
 def _archive_lines(index: index_held.HeldIndex) -> list[bytes] | None:
@@ -897,10 +918,16 @@ def _verify_changed(
 
 def settled_mark(
     main: FileIdentity | None, archive: FileIdentity | None, index: IndexConfig, heading: str
-) -> list[str]:
-    """What DirState.settled records for index files a verified pass left as they are."""
+) -> list[Any]:
+    """What DirState.settled records for index files a verified pass left as they are: their
+    identities (inode, size, mtime_ns, which any rewrite changes; the daemon's held index
+    trusts no more than that either), and the settings the pass ran under."""
     settings = hashlib.sha256(repr((index, heading)).encode("utf-8")).hexdigest()[:16]
-    return [main.sha256 if main else "", archive.sha256 if archive else "", settings]
+    return [_stat_of(main), _stat_of(archive), settings]
+
+
+def _stat_of(identity: FileIdentity | None) -> list[int] | None:
+    return None if identity is None else [identity.ino, identity.size, identity.mtime_ns]
 
 
 def _budget(index: IndexConfig) -> Budget:

@@ -38,10 +38,10 @@ class DirState:
     last_index_ts: float = 0.0
     last_change_ts: float = 0.0
     reads: dict[str, float] = field(default_factory=dict)  # file -> last read by the agent
-    # The sha256 of MEMORY.md and of the archive ("" when missing) as memoryd's last index pass
-    # left them, and the settings it ran under; [] when that pass did not end verified. While
-    # both files still hash to these, each of their lines is as an index pass wants it.
-    settled: list[str] = field(default_factory=list)
+    # MEMORY.md's and the archive's [inode, size, mtime_ns] (null when missing) as memoryd's
+    # last index pass left them, and the settings it ran under; [] when that pass did not end
+    # verified. While both files are still these, each line is as an index pass wants it.
+    settled: list[Any] = field(default_factory=list)
 
     def seen_pairs(self) -> dict[str, tuple[str, str]]:
         return {k: (v[0], v[1]) for k, v in self.seen.items()}

@@ -133,8 +133,9 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
             if unpointed and archive.exists():  # pointer lines gone by hand, files kept
                 lines = archive.read_text(encoding="utf-8").splitlines(keepends=True)
                 kept = [ln for ln in lines if not any(f"({n})" in ln for n in unpointed)]
-                edited = edited or kept != lines
-                archive.write_text("".join(kept), encoding="utf-8")
+                if kept != lines:
+                    edited = True
+                    archive.write_text("".join(kept), encoding="utf-8")
         held, full = twins
         md_held, md_full = _dir(held, CONFIG), _dir(full, CONFIG)
         ownership, scan = probe_ownership(rt, md_held)
@@ -192,6 +193,31 @@ def test_a_dream_pass_over_a_settled_index_takes_the_held_update(
     assert "(old.md)" not in text and "(new.md)" in text
     assert all(f"(other{i}.md)" in text for i in range(6))
     assert cli("index", "--check", mem).code == 0  # nothing left for a full pass to do
+
+
+def test_after_the_daemons_own_edit_a_dream_still_takes_the_held_update(
+    env: Env, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon keeps the index settled with its held edits (which write without hashing
+    what they write): the record they leave must still let a dream pass take the held update."""
+    repo = tmp_path / "repo"
+    mem = repo / ".claude" / "memory"
+    (repo / ".git").mkdir(parents=True)
+    body = "Always run the integration suite with the docker compose stack before merging.\n"
+    write_memory(mem, "dup-old.md", description="integration suite", body=body, age_days=40)
+    write_memory(mem, "dup-new.md", description="integration suite", body=body, age_days=30)
+    rt = env.runtime()
+    md = _dir(mem, Config())
+    first = index_dir(rt, md, hold=True, daemon=True)
+    assert first.held is not None
+    write_memory(mem, "later.md", description="written later", body="Use uv for envs.\n")
+    after = index_dir(rt, md, held=first.held, only={"later.md"}, daemon=True)
+    assert after.status == "updated" and after.held is not None  # the held edit wrote it
+    spy = Spy(monkeypatch)
+    assert cli("dream", mem).code == 0
+    assert spy.paths == [True] and not (mem / "dup-old.md").exists()
+    assert "(dup-old.md)" not in (mem / INDEX_NAME).read_text(encoding="utf-8")
+    assert cli("index", "--check", mem).code == 0
 
 
 @pytest.mark.parametrize("settled", [True, False])

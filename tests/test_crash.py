@@ -9,6 +9,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from memoryd.audit import iter_lines
 from memoryd.index import pointer_targets, split_lines
 from memoryd.scan import scan_dir
@@ -69,8 +71,10 @@ def _env(home: Path) -> dict[str, str]:
             "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "cfg")}
 
 
-def test_sigkill_at_every_step_of_a_dream_pass(tmp_path: Path) -> None:
-    """For k = 1, 2, ...: kill -9 at crash point k, recover, check nothing was lost."""
+@pytest.mark.parametrize("indexed", [False, True], ids=["hand-written index", "settled index"])
+def test_sigkill_at_every_step_of_a_dream_pass(tmp_path: Path, indexed: bool) -> None:
+    """For k = 1, 2, ...: kill -9 at crash point k, recover, check nothing was lost. With the
+    index as memoryd's own pass left it, the update after the moves is the held edit."""
     template = _template(tmp_path / "template")
     k = recovered = 0
     completed = False
@@ -81,6 +85,8 @@ def test_sigkill_at_every_step_of_a_dream_pass(tmp_path: Path) -> None:
         shutil.copytree(template.parent, case, symlinks=True)
         folder = case / "app" / ".claude" / "memory"
         env = _env(case / "home")
+        if indexed:
+            assert _run(env, "index", str(folder)).returncode == 0
         before = _memory_hashes(folder)
         proc = _run(env, "dream", str(folder), crash_at=k)
         if proc.returncode == -signal.SIGKILL:

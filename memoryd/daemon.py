@@ -164,14 +164,20 @@ class Daemon:
                 self._lost_watches.add((sig.dir, sig.name == "parent"))
             self._rediscover = True
         elif sig.kind in (Kind.READER_OPENED, Kind.READER_CLOSED):
+            # Not a count of opens and closes: repeated identical events are merged (by
+            # inotify, and by the observer's queue), so two commands opening or closing at
+            # once can show as one event. An open starts a window unless one is open; a close
+            # ends all. A command still reading after another closed then counts as an agent:
+            # the safe way round (a window left open would hide every agent read for good).
             with self._lock:
                 windows = self._reader_windows.setdefault(sig.name, [])
                 if sig.kind is Kind.READER_OPENED:
-                    windows.append([self.mono(), math.inf])
+                    if not any(w[1] == math.inf for w in windows):
+                        windows.append([self.mono(), math.inf])
                 else:
-                    still = [w for w in windows if w[1] == math.inf]
-                    if still:
-                        still[0][1] = self.mono()
+                    for w in windows:
+                        if w[1] == math.inf:
+                            w[1] = self.mono()
             return
         elif sig.kind is Kind.READ:
             if self.consult_signal:

@@ -164,6 +164,8 @@ class StateStore:
         # a change to it): a caller that kept the token knows `seen` is what it last saved.
         self._seen_tokens: dict[Path, object] = {}
         self._locks = threading.local()  # per thread: real path -> (lock fd, depth)
+        self._readers: dict[Path, tuple[int, int]] = {}  # real path -> (readers fd, depth)
+        self._readers_lock = threading.Lock()
 
     def readers_path(self, real_path: Path) -> Path:
         return self.root / f"{dir_key(real_path)}.readers"
@@ -174,18 +176,32 @@ class StateStore:
         does not take those reads for an agent consulting them (DESIGN §4.5): the readers file
         the daemon made for the dir is held open meanwhile, and the daemon sees it opened and
         closed (inotify) in the same stream as the reads. Writes nothing: without that file
-        no daemon watches the dir, and there is no one to tell."""
-        try:
-            fd = os.open(
-                self.readers_path(real_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-            )
-        except OSError:
-            yield
-            return
+        no daemon watches the dir, and there is no one to tell. Reentrant: a process opens it
+        once however its passes nest (a pass inside a pass), one open and one close for the
+        daemon to pair."""
+        with self._readers_lock:
+            held = self._readers.get(real_path)
+            if held is not None:
+                self._readers[real_path] = (held[0], held[1] + 1)
+            else:
+                try:
+                    fd = os.open(
+                        self.readers_path(real_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                    )
+                except OSError:
+                    fd = -1
+                self._readers[real_path] = (fd, 1)
         try:
             yield
         finally:
-            os.close(fd)
+            with self._readers_lock:
+                fd, depth = self._readers[real_path]
+                if depth > 1:
+                    self._readers[real_path] = (fd, depth - 1)
+                else:
+                    del self._readers[real_path]
+                    if fd >= 0:
+                        os.close(fd)
 
     @contextlib.contextmanager
     def lock(self, real_path: Path, *, wait: bool = True) -> Iterator[bool]:

@@ -192,3 +192,36 @@ def test_the_dir_lock_is_one_writer_across_processes_and_reentrant_within_one(
             assert again is True
     with store.lock(tmp_path / "other", wait=False) as got:
         assert got is True
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open files in /proc")
+def test_reading_opens_the_readers_file_once_however_passes_nest(tmp_path: Path) -> None:
+    """A daemon pairs the readers file's opens and closes, and repeated identical events are
+    merged on their way to it: a pass inside a pass (the dream's probe, say) must not open
+    the file a second time."""
+    store = StateStore(tmp_path / "state")
+    real = tmp_path / "memory"
+    store.root.mkdir(parents=True)
+    store.readers_path(real).touch()
+
+    def opened() -> int:
+        fds = Path("/proc/self/fd")
+        target = str(store.readers_path(real))
+        return sum(1 for fd in fds.iterdir() if _link(fd) == target)
+
+    with store.reading(real):
+        assert opened() == 1
+        with store.reading(real), store.reading(real):
+            assert opened() == 1
+        assert opened() == 1
+    assert opened() == 0
+    with store.reading(real):  # and again afterwards
+        assert opened() == 1
+    assert opened() == 0
+
+
+def _link(fd: Path) -> str:
+    try:
+        return str(fd.readlink())
+    except OSError:
+        return ""

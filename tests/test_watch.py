@@ -202,3 +202,24 @@ def test_a_watch_whose_folder_went_is_made_again(env: Env, embedded: Daemon) -> 
     assert _wait(lambda: embedded.watcher._watches.get(key, old_watch) is not old_watch)
     write_memory(folder, "b.md")
     assert _wait(lambda: "b.md" in (folder / "MEMORY.md").read_text())
+
+
+def test_merged_reader_events_never_leave_a_command_window_open(env: Env) -> None:
+    """Repeated identical events are merged (inotify, the observer's queue): two commands that
+    open or close at once may show as one event. Whatever arrives, a close leaves no window
+    open; one left open would take every agent read for a command's for 15 minutes."""
+    cfg = build_config({"paths": {"claude_home": str(env.claude)}}, "test")
+    rt = env.runtime(cfg)
+    daemon = Daemon(None, rt.paths, rt)
+    folder = env.claude / "agent-memory" / "helper"
+    opened, closed = (Signal(kind, folder, "k.readers")
+                      for kind in (Kind.READER_OPENED, Kind.READER_CLOSED))  # fmt: skip
+    for stream in ([opened, opened, closed], [opened, closed, opened, opened, closed],
+                   [opened, closed, closed], [opened, opened, closed, closed]):  # fmt: skip
+        daemon._reader_windows.clear()
+        for sig in stream:
+            daemon.on_signal(sig)
+        windows = daemon._reader_windows["k.readers"]
+        assert windows and all(end != float("inf") for _, end in windows), stream
+    daemon.on_signal(opened)  # and a command reading now is one
+    assert any(end == float("inf") for _, end in daemon._reader_windows["k.readers"])

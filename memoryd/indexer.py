@@ -792,11 +792,12 @@ def index_after_dream(
     """The index update that ends a real dream pass (DESIGN §4.9): the pointer lines of the
     `moved` files go, with everything else a full pass would do.
 
-    When both index files are still the very files memoryd's last verified pass left (the
-    identities DirState.settled records), that is the daemon's edit of just the lines a change
-    can touch: those of the moved files, and of every file the index does not yet show as it
-    should (new, gone, renamed, redescribed or unindexed). A full pass would split all of a
-    100,000-line archive into objects, ~300 MB on top of the pass. Otherwise, a full pass.
+    When the archive is still the very file memoryd's last verified pass left (the identity
+    DirState.settled records), that is the daemon's edit of just the lines a change can touch:
+    all of MEMORY.md (which the agent may have edited since), and the archive lines of the
+    moved files and of every file the index does not yet show as it should (new, gone,
+    renamed, redescribed or unindexed). A full pass would split all of a 100,000-line archive
+    into objects, ~300 MB on top of the pass. Otherwise, a full pass.
     """
     # The pass moved files because its probe found the index managed: it stays managed for
     # this update (the moves may leave fewer files with pointers than half), unless MEMORY.md
@@ -814,8 +815,8 @@ def index_after_dream(
 def _settled_index(
     rt: Runtime, md: MemoryDir, basis: Basis, moved: Set[str]
 ) -> tuple[Held, set[str]] | None:
-    """The index as memoryd's last pass left it, held, and the files an update must read and
-    whose lines it must look at; None unless the index files are what that pass verified.
+    """The index as it is, held, and the files an update must read and whose lines it must
+    look at; None unless the archive is the one memoryd's last verified pass left.
 
     The held edit reads the files it is given (`only`) and looks up the entries of no other
     memory: MEMORY.md's own targets are among those given, so every other memory stands in
@@ -830,7 +831,10 @@ def _settled_index(
     if main.error or found is None or main.text is None:
         return None
     data, archive = found
-    if settled_mark(main.identity, archive.identity, rt.config.index, md.heading) != state.settled:
+    # MEMORY.md may have changed since (the agent writes its own pointers): the held edit
+    # reads all of it, with every file it names (below). The archive it takes as it is.
+    mark = settled_mark(main.identity, archive.identity, rt.config.index, md.heading)
+    if mark[1:] != state.settled[1:]:
         return None
     try:
         index = index_held.hold_data(main.text, data, frozenset())

@@ -40,7 +40,8 @@ class DirState:
     reads: dict[str, float] = field(default_factory=dict)  # file -> last read by the agent
     # MEMORY.md's and the archive's [inode, size, mtime_ns] (null when missing) as memoryd's
     # last index pass left them, and the settings it ran under; [] when that pass did not end
-    # verified. While both files are still these, each line is as an index pass wants it.
+    # verified. While the archive is still that file, each of its lines is as an index pass
+    # wants it (see indexer.index_after_dream).
     settled: list[Any] = field(default_factory=list)
 
     def seen_pairs(self) -> dict[str, tuple[str, str]]:

@@ -68,7 +68,7 @@ change = st.sampled_from(["keep", "keep", "keep", "delete", "redescribe", "renam
     changes=st.lists(change, min_size=16, max_size=16),
     new=st.sets(st.sampled_from([f"new{i}.md" for i in range(4)]), max_size=3),
     moved_picks=st.lists(st.booleans(), min_size=20, max_size=20),
-    hand_edit=st.booleans(),
+    hand_edit=st.sampled_from(["none", "prose", "pointer again", "drop pointer", "own pointer"]),
     young=st.sets(st.sampled_from(["young0.md", "young1.md"])),
     ghost=st.booleans(),
 )
@@ -79,14 +79,14 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
     changes: list[str],
     new: set[str],
     moved_picks: list[bool],
-    hand_edit: bool,
+    hand_edit: str,
     young: set[str],
     ghost: bool,
 ) -> None:
     """Twin dirs, indexed (new files left in their grace, as the daemon leaves them), then
-    changed alike (files deleted, redescribed, renamed, added, pointers removed by hand) and a
-    dream's moves made: one gets index_after_dream, the other a
-    full pass. Their index files and `seen` must come out identical."""
+    changed alike (files deleted, redescribed, renamed, added; MEMORY.md edited by hand; pointer
+    lines removed from the archive) and a dream's moves made: one gets index_after_dream, the
+    other a full pass. Their index files and `seen` must come out identical."""
     rt = env.runtime(CONFIG)
     spy = Spy(monkeypatch)
     with tempfile.TemporaryDirectory(dir=env.home) as tmp:
@@ -108,7 +108,7 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
             if young:
                 assert index_dir(rt, _dir(path, CONFIG), grace=60.0).edit.waiting  # type: ignore[union-attr]
         names = sorted(before)
-        edited = hand_edit
+        edited = False  # the archive edited by someone else
         for path in twins:
             for name, what in zip(names, changes, strict=False):
                 if what == "delete":
@@ -125,9 +125,20 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
                     )
             for name in sorted(new):
                 write_memory(path, name, description="arrived since", age_days=None)
-            if hand_edit:  # someone else's edit: the index is no longer what memoryd left
-                with (path / INDEX_NAME).open("a", encoding="utf-8") as f:
-                    f.write("a line a person added\n")
+            index = path / INDEX_NAME  # the agent's (or a person's) edits to MEMORY.md
+            text = index.read_text(encoding="utf-8")
+            if hand_edit == "prose":
+                text += "a line a person added\n"
+            elif hand_edit == "pointer again":  # a second line for a file indexed already
+                text += f"- [again]({names[0]}) in the agent's own words\n"
+            elif hand_edit == "drop pointer":
+                lines = text.splitlines(keepends=True)
+                at = next((i for i, ln in enumerate(lines) if ln.startswith("- [")), None)
+                text = "".join(lines[:at] + lines[at + 1 :]) if at is not None else text
+            elif hand_edit == "own pointer" and new:
+                text += f"- [{min(new)}]({min(new)}) — the agent wrote its pointer\n"
+            if text != index.read_text(encoding="utf-8"):
+                index.write_text(text, encoding="utf-8")
             unpointed = [n for n, w in zip(names, changes, strict=False) if w == "unpoint"]
             archive = path / ARCHIVE_NAME
             if unpointed and archive.exists():  # pointer lines gone by hand, files kept
@@ -161,7 +172,8 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
         reported = [rt.store.load(md.real_path).reported for md in (md_held, md_full)]
         assert reported[0] == reported[1]
         assert not got.problems
-        # Someone else's edit to either index file means a full pass; else the held edit ran.
+        # Someone else's edit to the archive means a full pass; else the held edit ran (it
+        # reads all of MEMORY.md whatever happened to it).
         assert spy.paths == [not edited]
         # And a full pass over the result changes nothing: the update left the index settled.
         assert index_dir(rt, md_held).status == "unchanged"

@@ -162,9 +162,10 @@ def dominant_eol(text: str) -> str:
     return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"
 
 
-# POINTER over a whole text at once: one C-level scan instead of a Python loop per line. The
-# leading whitespace excludes CR/LF, so a match never spans two lines.
-_POINTER_IN_TEXT = re.compile(r"^[^\S\r\n]*[-*][^\S\r\n]+\[(.*?)\]\(([^()\s]+)\)", re.MULTILINE)
+# POINTER over a whole text at once: one C-level scan instead of a Python loop per line. A
+# line ends at "\n" only, as split_lines reads it, so its leading whitespace may hold a lone
+# "\r"; it never holds a "\n": no match spans two lines.
+_POINTER_IN_TEXT = re.compile(r"^[^\S\n]*[-*][^\S\n]+\[(.*?)\]\(([^()\s]+)\)", re.MULTILINE)
 _TRAILER_IN_TEXT = re.compile(TRAILER.pattern, re.MULTILINE)
 
 
@@ -189,15 +190,10 @@ class PointerLine:
     content: str  # the whole line, without its ending
 
 
-# POINTER over a whole text, as split_lines' lines see it: a line ends at "\n" only, so its
-# leading whitespace may hold a lone "\r" (it never holds a "\n": no match spans two lines).
-_POINTER_LINE_IN_TEXT = re.compile(r"^[^\S\n]*[-*][^\S\n]+\[(.*?)\]\(([^()\s]+)\)", re.MULTILINE)
-
-
 def pointer_lines(text: str) -> Iterator[PointerLine]:
     """The pointer lines of an index text with a LOCAL link, in order, as `split_lines` reads
     them (content without its ending), without splitting the text into line objects."""
-    for found in _POINTER_LINE_IN_TEXT.finditer(text):
+    for found in _POINTER_IN_TEXT.finditer(text):
         link = classify_link(found.group(2))
         if link.kind is LinkKind.LOCAL:
             start = found.start()

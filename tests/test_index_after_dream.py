@@ -180,17 +180,23 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
         assert rt.store.load(md_held.real_path).settled
 
 
+def _duplicates_repo(tmp_path: Path, old: str = "dup-old.md", new: str = "dup-new.md") -> Path:
+    """A repo whose memory dir holds two duplicates (`old` the older); the memory dir."""
+    repo = tmp_path / "repo"
+    mem = repo / ".claude" / "memory"
+    (repo / ".git").mkdir(parents=True)
+    body = "Always run the integration suite with the docker compose stack before merging.\n"
+    write_memory(mem, old, description="integration suite", body=body, age_days=40)
+    write_memory(mem, new, description="integration suite again", body=body, age_days=30)
+    return mem
+
+
 def test_a_dream_pass_over_a_settled_index_takes_the_held_update(
     env: Env, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Planted: an indexed dir, two duplicates; the real pass moves the older one through the
     held update, and its pointer goes while every other line stays."""
-    repo = tmp_path / "repo"
-    mem = repo / ".claude" / "memory"
-    (repo / ".git").mkdir(parents=True)
-    body = "Always run the integration suite with the docker compose stack before merging.\n"
-    write_memory(mem, "old.md", description="integration suite", body=body, age_days=40)
-    write_memory(mem, "new.md", description="integration suite again", body=body, age_days=30)
+    mem = _duplicates_repo(tmp_path, "old.md", "new.md")
     for i in range(6):
         write_memory(mem, f"other{i}.md", description=f"unrelated {i}", body=f"Topic {i} x{i}.\n")
     assert cli("index", mem).code == 0
@@ -212,12 +218,7 @@ def test_after_the_daemons_own_edit_a_dream_still_takes_the_held_update(
 ) -> None:
     """The daemon keeps the index settled with its held edits (which write without hashing
     what they write): the record they leave must still let a dream pass take the held update."""
-    repo = tmp_path / "repo"
-    mem = repo / ".claude" / "memory"
-    (repo / ".git").mkdir(parents=True)
-    body = "Always run the integration suite with the docker compose stack before merging.\n"
-    write_memory(mem, "dup-old.md", description="integration suite", body=body, age_days=40)
-    write_memory(mem, "dup-new.md", description="integration suite", body=body, age_days=30)
+    mem = _duplicates_repo(tmp_path)
     rt = env.runtime()
     md = _dir(mem, Config())
     first = index_dir(rt, md, hold=True, daemon=True)
@@ -239,12 +240,7 @@ def test_moves_that_leave_fewer_than_half_indexed_still_take_their_pointers_alon
     """The probe found the index managed (3 of 6 files pointed to; 3 more in their grace
     after the daemon's last pass); the pass moves one of the three. The update must not then
     call the index hand-organised and leave a pointer to a file in the trash."""
-    repo = tmp_path / "repo"
-    mem = repo / ".claude" / "memory"
-    (repo / ".git").mkdir(parents=True)
-    body = "Always run the integration suite with the docker compose stack before merging.\n"
-    write_memory(mem, "dup-old.md", description="integration suite", body=body, age_days=40)
-    write_memory(mem, "dup-new.md", description="integration suite", body=body, age_days=30)
+    mem = _duplicates_repo(tmp_path)
     write_memory(mem, "keep.md", description="something else", body="Tabs, not spaces.\n")
     rt = env.runtime()
     md = _dir(mem, Config())

@@ -295,3 +295,32 @@ def test_dream_over_the_corpus_gives_the_same_index_either_way(
         for root in roots
     )
     assert held == full
+
+
+def test_an_archive_rewritten_in_place_with_its_stat_kept_gets_a_full_pass(
+    env: Env, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record trusts the archive's inode, size and mtime. A writer that keeps all three
+    while putting bytes that are not UTF-8 in it is not trusted blindly: the held update
+    declines, and the full pass says what is wrong with the file, losing nothing."""
+    mem = _duplicates_repo(tmp_path)
+    for i in range(3):
+        write_memory(mem, f"other{i}.md", description=f"unrelated {i}", body=f"Topic {i} x{i}.\n")
+    config = Config(index=IndexConfig(max_lines=4, keep_recent=86400.0))
+    rt = env.runtime(config)
+    md = _dir(mem, config)
+    index_dir(rt, md)
+    archive = mem / ARCHIVE_NAME
+    st = archive.stat()
+    data = archive.read_bytes()
+    with archive.open("r+b") as f:  # same inode, same size
+        f.write(b"\xff" + data[1:])
+    os.utime(archive, ns=(st.st_atime_ns, st.st_mtime_ns))
+    spy = Spy(monkeypatch)
+    ownership, _ = probe_ownership(rt, md)
+    assert ownership is not None and not ownership.managed  # a pass would not even move
+    memories = set(os.listdir(mem))
+    got = index_after_dream(rt, md, frozenset(), Basis(frozenset(), frozenset(), frozenset()))
+    assert spy.paths == [False]
+    assert got.status == "unmanaged" and "not UTF-8" in got.message
+    assert set(os.listdir(mem)) == memories and archive.read_bytes()[1:] == data[1:]

@@ -81,6 +81,9 @@ EVENTS: dict[str, EventSpec] = {
     ),
     "trash.restored": EventSpec("info", "a file came back from the trash", ("file", "id", "as")),
     "trash.purged": EventSpec("info", "trash day folders past retention were removed", ("days",)),
+    "trash.kept": EventSpec(
+        "warning", "a trash day folder nothing says the age of is kept", ("day", "problem")
+    ),
     "watch.overflow": EventSpec("warning", "file events were lost; rescanning", ("detail",)),
     "watch.rescanned": EventSpec("info", "a full rescan finished", ("dirs", "changed")),
     "watch.limit": EventSpec("warning", "a watch could not be added", ("error", "hint")),

@@ -562,11 +562,11 @@ def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import housekeeping
+    from memoryd import housekeeping, trash
     from memoryd.config import parse_duration
 
     if args.trash_command == "list":
-        listed = housekeeping.list_trash(discover(rt.config, args.dirs))
+        listing = housekeeping.list_trash(discover(rt.config, args.dirs))
         rows = [
             {
                 "id": x.entry.record.id,
@@ -578,10 +578,20 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                 "superseded_by": x.entry.record.superseded_by,
                 "path": str(x.entry.stored_path),
             }
-            for x in listed
+            for x in listing.listed
+        ]
+        invalid = [
+            {
+                "dir": str(md.path),
+                "manifest": str(bad.folder / trash.MANIFEST),
+                "line": bad.line,
+                "problem": bad.problem,
+                "message": bad.message,
+            }
+            for md, bad in listing.invalid
         ]
         if args.json:
-            json.dump({"trash": rows}, out, indent=2, ensure_ascii=False)
+            json.dump({"trash": rows, "invalid": invalid}, out, indent=2, ensure_ascii=False)
             out.write("\n")
         elif not rows:
             out.write("The trash is empty.\n")
@@ -590,7 +600,9 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             extra = f" (kept: {because})" if because else ""
             where = shown(f"{r['dir']}/{r['file']}")
             out.write(f"{r['id']}  {r['day']}  {r['reason']:<13} {where}{shown(extra)}\n")
-        return EXIT_OK
+        for bad in [] if args.json else invalid:
+            out.write(f"INVALID  {shown(bad['message'])}\n")
+        return EXIT_FINDINGS if invalid else EXIT_OK
     if not (args.trash_command == "purge" and args.dry_run):  # a dry run writes nothing at all
         _recover(rt)
     if args.trash_command == "restore":
@@ -613,13 +625,18 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             raise UsageError(f"--older-than: {error}") from error
     results = housekeeping.rotate(rt, dirs, keep_days=keep, dry_run=args.dry_run)
     for rot in results:
+        where = shown(rot.dir.path)
         if rot.refused:
-            out.write(f"{rot.dir.path}: purged nothing — {rot.refused}\n")
+            out.write(f"{where}: purged nothing — {shown(rot.refused)}\n")
         elif args.dry_run and rot.would_purge:
-            out.write(f"{rot.dir.path}: [DRY RUN] would purge {', '.join(rot.would_purge)}\n")
+            out.write(f"{where}: [DRY RUN] would purge {', '.join(rot.would_purge)}\n")
         elif rot.purged:
-            out.write(f"{rot.dir.path}: purged {', '.join(rot.purged)}\n")
-    return EXIT_FINDINGS if any(rot.refused for rot in results) else EXIT_OK
+            out.write(f"{where}: purged {', '.join(rot.purged)}\n")
+        for day, why in rot.kept:
+            out.write(f"{where}: kept {day} — {shown(why)}\n")
+        for problem in rot.problems:
+            out.write(f"{shown(problem)}\n")
+    return EXIT_FINDINGS if any(rot.refused or rot.problems for rot in results) else EXIT_OK
 
 
 # --- run, status -------------------------------------------------------------------------------

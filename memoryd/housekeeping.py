@@ -2,11 +2,13 @@
 
 import contextlib
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from memoryd import fsops, trash
 from memoryd.discover import MemoryDir, explicit_dirs
@@ -14,6 +16,7 @@ from memoryd.errors import MemorydError
 from memoryd.index import INDEX_NAME, pointer_targets
 from memoryd.indexer import index_dir, read_index_file
 from memoryd.runtime import Runtime
+from memoryd.state import dir_key
 
 CLOCK_FILE = "trash-clock.json"
 
@@ -24,13 +27,23 @@ class Listed:
     entry: trash.Entry
 
 
-def list_trash(dirs: Sequence[MemoryDir], *, include_restored: bool = False) -> list[Listed]:
-    out = []
+@dataclass(slots=True)
+class TrashListing:
+    listed: list[Listed] = field(default_factory=list)
+    invalid: list[tuple[MemoryDir, trash.Invalid]] = field(default_factory=list)
+
+
+def list_trash(dirs: Sequence[MemoryDir], *, include_restored: bool = False) -> TrashListing:
+    """The restorable files of each dir's trash, and the manifest records memoryd will not act
+    on (names the mover could not have written), which are never listed as restorable."""
+    out = TrashListing()
     for md in dirs:
-        for entry in trash.entries(md.real_path):
+        found = trash.contents(md.real_path)
+        out.invalid.extend((md, bad) for bad in found.invalid)
+        for entry in found.entries:
             if entry.restored_as and not include_restored:
                 continue
-            out.append(Listed(md, entry))
+            out.listed.append(Listed(md, entry))
     return out
 
 
@@ -61,6 +74,14 @@ def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
         found = trash.find(md.real_path, key if not path.is_absolute() else str(path))
         if found is not None:
             return Listed(md, found)
+    for md in candidates:
+        try:
+            invalid = trash.contents(md.real_path).invalid
+        except MemorydError:
+            continue
+        for bad in invalid:
+            if bad.id and bad.id == key:
+                raise MemorydError(bad.message)
     raise MemorydError(
         f"{key}: no trash manifest knows this id or path; `memoryd trash list` shows what can "
         "be restored (a file the manifest does not know is never restored)"
@@ -91,20 +112,116 @@ def _restore(rt: Runtime, listed: Listed) -> str:
 
 
 # --- rotation ----------------------------------------------------------------------------------
-def _last_run(rt: Runtime) -> date | None:
+# Retention rests on time memoryd itself has watched pass since it last saw a day folder
+# change, never on the folder's name alone (a pass under a clock set in the past files its
+# moves under an old date) nor on the wall clock alone (a clock a year ahead makes the whole
+# trash "old"). The clock record in the state dir keeps, besides the last run's date:
+# - `wall`, `boot`: the wall clock and the boot clock (`Runtime.boot`) at the last reading;
+# - `high_water`: the latest wall time memoryd ever recorded;
+# - `witnessed`: a running count of the time memoryd can vouch for. Each reading adds the boot
+#   clock's advance when the boot is the same (it cannot be set: it is the time that really
+#   passed, however the wall clock moved); after a reboot, the time since that boot (the last
+#   reading was before it), or the wall clock's step when it is a plausible one (0 to a day);
+#   a longer wall-clock jump across a reboot is credited nothing. Too little credit only keeps
+#   the trash longer; too much would lose memories.
+# Each dir's day folders are recorded (`<key>.trash-days.json`) with their identity (folder
+# and manifest inode, size, mtime) and the witnessed count when memoryd first saw them so: any
+# write to a folder (a move, a restore) starts its retention again.
+CLOCK_FILE = "trash-clock.json"
+DAYS_SUFFIX = ".trash-days.json"
+MAX_STEP = 86400.0  # the longest wall-clock step taken on trust across a reboot
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _clock_record(rt: Runtime) -> dict[str, Any]:
     try:
         data = json.loads((rt.paths.state_dir / CLOCK_FILE).read_bytes())
-        return date.fromisoformat(data["last_run"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _last_run(rt: Runtime) -> date | None:
+    try:
+        return date.fromisoformat(_clock_record(rt)["last_run"])
+    except (KeyError, TypeError, ValueError):
         return None
 
 
+def _write_clock(rt: Runtime, record: dict[str, Any]) -> None:
+    fsops.write_private(
+        rt.paths.state_dir / CLOCK_FILE, json.dumps(record, sort_keys=True).encode()
+    )
+
+
 def _save_last_run(rt: Runtime, today: date) -> None:
-    previous = _last_run(rt)
-    if previous is None or today > previous:
-        fsops.write_private(
-            rt.paths.state_dir / CLOCK_FILE, json.dumps({"last_run": today.isoformat()}).encode()
-        )
+    with rt.store.lock(rt.paths.state_dir / CLOCK_FILE):
+        record = _clock_record(rt)
+        previous = _last_run(rt)
+        if previous is None or today > previous:
+            _write_clock(rt, {**record, "last_run": today.isoformat()})
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    wall: float  # the wall clock now
+    high_water: float  # the latest wall time memoryd has recorded, now included
+    witnessed: float  # the running count of time memoryd can vouch for, now
+
+
+def _credit(before: dict[str, Any], wall: float, boot: tuple[str, float] | None) -> float:
+    """How much of the time since the last reading memoryd can vouch for."""
+    last_boot = before.get("boot")
+    if (
+        boot is not None
+        and isinstance(last_boot, list)
+        and len(last_boot) == 2
+        and last_boot[0] == boot[0]
+        and _number(last_boot[1]) is not None
+    ):
+        return max(0.0, boot[1] - float(last_boot[1]))
+    last_wall = _number(before.get("wall"))
+    step = wall - last_wall if last_wall is not None else 0.0
+    return max(step if 0.0 <= step <= MAX_STEP else 0.0, boot[1] if boot is not None else 0.0)
+
+
+def observe_clock(rt: Runtime, *, save: bool = True) -> Clock:
+    """Take a reading of the clocks; `save=False` (a dry run) records nothing."""
+    wall, boot = rt.clock(), rt.boot()
+    with rt.store.lock(rt.paths.state_dir / CLOCK_FILE) if save else contextlib.nullcontext():
+        before = _clock_record(rt)
+        counted = _number(before.get("witnessed"))
+        witnessed = wall if counted is None else counted + _credit(before, wall, boot)
+        high_water = max(wall, _number(before.get("high_water")) or wall)
+        if save:
+            _write_clock(
+                rt,
+                {
+                    **before,
+                    "wall": wall,
+                    "boot": list(boot) if boot is not None else None,
+                    "high_water": high_water,
+                    "witnessed": witnessed,
+                },
+            )
+    return Clock(wall, high_water, witnessed)
+
+
+def _days_path(rt: Runtime, md: MemoryDir) -> Path:
+    return rt.store.root / f"{dir_key(md.real_path)}{DAYS_SUFFIX}"
+
+
+def _load_days(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
+    try:
+        data = json.loads(_days_path(rt, md).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 @dataclass(slots=True)
@@ -114,6 +231,8 @@ class Rotation:
     would_purge: list[str] = field(default_factory=list)
     refused: str = ""
     leftovers: list[str] = field(default_factory=list)
+    kept: list[tuple[str, str]] = field(default_factory=list)  # past retention by name, kept
+    problems: list[str] = field(default_factory=list)  # day folders nothing can vouch for
 
 
 def rotate(
@@ -125,10 +244,15 @@ def rotate(
     wait_lock: bool = True,
 ) -> list[Rotation]:
     """Purge day folders past retention in each dir, unless the clock looks wrong. Each dir
-    under its writer lock; `wait_lock=False` (the daemon) leaves a busy dir for the next time."""
+    under its writer lock; `wait_lock=False` (the daemon) leaves a busy dir for the next time.
+
+    `keep_days` (a person's `--older-than`) changes the retention, not how age is measured:
+    a folder still goes only once memoryd has watched it that long, and no clock memoryd has
+    seen puts one of its records within that many days."""
     today = rt.today()
     last = _last_run(rt)
     keep = rt.config.trash.keep_days if keep_days is None else keep_days
+    clock = observe_clock(rt, save=not dry_run)
     results = []
     for md in dirs:
         result = Rotation(md)
@@ -137,20 +261,44 @@ def rotate(
                 result.refused = "another memoryd process is working on this dir"
                 results.append(result)
                 continue
-            _rotate_one(rt, md, result, today, keep, last, dry_run)
+            _rotate_one(rt, md, result, _When(today, last, clock), keep, dry_run)
         results.append(result)
     if not dry_run and not any(r.refused for r in results):
         _save_last_run(rt, today)
     return results
 
 
+@dataclass(frozen=True, slots=True)
+class _When:
+    today: date
+    last_run: date | None
+    clock: Clock
+
+
+def _held_because(
+    day: str, facts: trash.DayFacts, since: float, when: _When, keep: int
+) -> str | None:
+    """Why a day folder past retention by its name is kept all the same, or None."""
+    if facts.problem:
+        return facts.problem
+    if day >= when.today.isoformat():  # (a folder of a clock gone back is watched below)
+        return "it is today's folder"
+    span = keep * 86400.0
+    clock = when.clock
+    if any(abs(clock.wall - t) < span or abs(clock.high_water - t) < span for t in facts.times):
+        return f"one of its records was written within {keep} days by a clock memoryd has seen"
+    watched = clock.witnessed - since
+    if watched < span or (keep == 0 and watched <= 0):
+        return f"memoryd has watched it for {max(0.0, watched) / 86400:.1f} of {keep} days"
+    return None
+
+
 def _rotate_one(
     rt: Runtime,
     md: MemoryDir,
     result: Rotation,
-    today: date,
+    when: _When,
     keep: int,
-    last: date | None,
     dry_run: bool,
 ) -> None:
     try:
@@ -164,14 +312,51 @@ def _rotate_one(
                 "trash.purged", dir=md.path, days=[], refused=result.refused, level="warning"
             )
         return
-    plan = trash.plan_purge(names, today, keep, last)
+    plan = trash.plan_purge(names, when.today, keep, when.last_run)
     result.refused = plan.refused
+    record = _load_days(rt, md)
+    known, reported = record.get("days"), record.get("reported")
+    known = known if isinstance(known, dict) else {}
+    reported = reported if isinstance(reported, dict) else {}
+    days: dict[str, Any] = {}
+    purge: list[str] = []
+    new_reports: dict[str, str] = {}
+    for day in names:
+        facts = trash.day_facts(md.real_path, day)
+        old = known.get(day)
+        since = when.clock.witnessed
+        if isinstance(old, dict) and facts.identity and old.get("identity") == facts.identity:
+            since = _number(old.get("since")) or since
+        days[day] = {"identity": facts.identity, "since": since}
+        if day not in plan.purge:
+            continue
+        if facts.problem:  # said once a folder is past retention by its name, not before
+            message = (
+                f"{md.real_path / trash.TRASH_DIR / day}: kept, {facts.problem}; look inside "
+                "and remove it by hand if it holds nothing you want"
+            )
+            result.problems.append(message)
+            new_reports[day] = facts.problem
+            if not dry_run and reported.get(day) != facts.problem:
+                rt.audit.write("trash.kept", dir=md.path, day=day, problem=facts.problem)
+        why = _held_because(day, facts, since, when, keep)
+        if why is None:
+            purge.append(day)
+        else:
+            result.kept.append((day, why))
     if dry_run:
-        result.would_purge = plan.purge
-    elif plan.purge:
-        result.purged = trash.purge_days(md.real_path, plan.purge)
+        result.would_purge = purge
+        return
+    if purge:
+        result.purged = trash.purge_days(md.real_path, purge)
         rt.audit.write("trash.purged", dir=md.path, days=result.purged, keep_days=keep)
-    if plan.refused and names and not dry_run:
+    for day in result.purged:
+        days.pop(day, None)
+        new_reports.pop(day, None)
+    fresh = {"days": days, "reported": new_reports}
+    if fresh != record:
+        fsops.write_private(_days_path(rt, md), json.dumps(fresh, sort_keys=True).encode())
+    if plan.refused and names:
         rt.audit.write("trash.purged", dir=md.path, days=[], refused=plan.refused, level="warning")
 
 

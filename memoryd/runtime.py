@@ -13,6 +13,19 @@ from memoryd.paths import AppPaths, app_paths
 from memoryd.state import StateStore
 
 
+def boot_clock() -> tuple[str, float] | None:
+    """This boot's id and the seconds since it began, sleep included (Linux); None elsewhere.
+
+    Unlike the wall clock, it cannot be set: within one boot it measures how much time really
+    passed, which is what trash retention needs when the wall clock is wrong."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            boot_id = handle.read().strip()
+        return boot_id, time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
 @dataclass
 class Runtime:
     config: Config
@@ -21,6 +34,7 @@ class Runtime:
     store: StateStore
     clock: Callable[[], float] = field(default=time.time)
     today: Callable[[], date] = field(default=date.today)
+    boot: Callable[[], tuple[str, float] | None] = field(default=boot_clock)
     dry_run: bool = False
     # What dream passes keep for later ones made with this Runtime (see DreamMemo).
     dream: DreamMemo = field(default_factory=DreamMemo, repr=False, compare=False)

@@ -22,6 +22,7 @@ from typing import Any
 
 from memoryd import fsops
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
+from memoryd.scan import skip_reason
 
 TRASH_DIR = ".trash"
 MANIFEST = "manifest.jsonl"
@@ -285,6 +286,72 @@ class Mover:
 
 
 # --- reading manifests -----------------------------------------------------------------------
+# A manifest is a file in the memory dir: anyone who can write there can plant one. So every
+# name read from it must be one the mover could have written (DESIGN §2.7): a memory file's
+# plain name (what `scan.skip_reason` lets through: no leading dot, `*.md`, not an index), one
+# directory entry (no `/`, no NUL, not over NAME_MAX bytes), ids as `new_id` makes them. A
+# newline, a quote or a backslash are legal in a POSIX name and the mover does write them
+# (test_odd_names_move_and_come_back); they are harmless in a name used only relative to a
+# folder descriptor, and shown escaped.
+NAME_MAX_BYTES = 255
+_ID = re.compile(r"^[0-9a-f]{10}$")
+_TEXT_FIELDS = ("id", "original_name", "stored_name", "day", "sha256", "reason", "pass_id", "time")
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` is not a name the mover could have written, or None when it is."""
+    if not isinstance(name, str) or not name:
+        return "not a file name"
+    if "/" in name or "\0" in name:
+        return "not a plain file name (it has a path separator or a NUL)"
+    try:
+        size = len(os.fsencode(name))
+    except UnicodeError:
+        return "not a file name this system can encode"
+    if size > NAME_MAX_BYTES:
+        return f"longer than {NAME_MAX_BYTES} bytes"
+    why = skip_reason(name)
+    if why is not None:
+        return f"not a memory file's name ({why})"
+    return None
+
+
+def record_problem(row: dict[str, Any], day: str) -> str | None:
+    """Why a manifest row is not a move record memoryd wrote into day folder `day`, or None."""
+    for key in _TEXT_FIELDS:
+        if not isinstance(row.get(key), str):
+            return f"its {key!r} is missing or not text"
+    if not _ID.match(row["id"]):
+        return f"its id {row['id']!r} is not one memoryd makes"
+    if row["day"] != day:
+        return f"it says day {row['day']!r} but sits in {day}"
+    for key in ("original_name", "stored_name"):
+        why = name_problem(row[key])
+        if why is not None:
+            return f"its {key} {row[key]!r} is {why}"
+    if not isinstance(row.get("size", 0), int):
+        return "its size is not a number"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """A manifest line memoryd will not act on: listed as such, never restored."""
+
+    folder: Path
+    line: int
+    problem: str
+    id: str = ""  # the id the line gives, if it is text: what a person may ask to restore
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{self.folder / MANIFEST} line {self.line}: {self.problem}; memoryd does not act "
+            "on this record (it is not restorable). If you trust the file it names, move it "
+            "back by hand; else delete the line"
+        )
+
+
 @dataclass(slots=True)
 class Entry:
     """A record with where its file is now; `restored_as` once it went back."""
@@ -298,51 +365,89 @@ class Entry:
         return self.folder / self.record.stored_name
 
 
-def manifest_rows(memory_dir: Path, day: str) -> Iterator[dict[str, Any]]:
-    """The rows of a day folder's manifest (none when it or its folder cannot be read)."""
+def _manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """(line number, row) of a day folder's manifest, None for a line that is no JSON object;
+    nothing when it or its folder cannot be read. A last line without its newline is torn
+    (a power cut): not a line yet."""
     try:
         with open_day(memory_dir, day) as day_fd:
             fd = os.open(MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=day_fd)
     except (OSError, MemorydError):
         return
     with os.fdopen(fd, "rb") as handle:
-        for raw in handle:
+        for number, raw in enumerate(handle, 1):
             if not raw.endswith(b"\n"):
                 return
             try:
                 row = json.loads(raw)
             except ValueError:
-                continue
-            if isinstance(row, dict):
-                yield row
+                row = None
+            yield number, row if isinstance(row, dict) else None
 
 
-def entries(memory_dir: Path) -> list[Entry]:
-    """Every trashed file of a dir, oldest first, with its restore state. Raises
-    UnsafeFilesystemOperation when `.trash` is a symlink or a file."""
+def manifest_rows(memory_dir: Path, day: str) -> Iterator[dict[str, Any]]:
+    """The rows of a day folder's manifest (none when it or its folder cannot be read)."""
+    for _, row in _manifest_lines(memory_dir, day):
+        if row is not None:
+            yield row
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(slots=True)
+class Contents:
+    entries: list[Entry] = field(default_factory=list)
+    invalid: list[Invalid] = field(default_factory=list)
+
+
+def contents(memory_dir: Path) -> Contents:
+    """Every trashed file of a dir, oldest first, with its restore state, and every manifest
+    record memoryd will not act on. Raises UnsafeFilesystemOperation when `.trash` is a
+    symlink or a file."""
     root = trash_root(memory_dir)
     out: dict[str, Entry] = {}
+    invalid: list[Invalid] = []
     with open_trash(memory_dir) as trash_fd:
         days = _day_dirs(trash_fd) if trash_fd is not None else []
     for day in days:
         folder = root / day
-        for row in manifest_rows(memory_dir, day):
+        for number, row in _manifest_lines(memory_dir, day):
+            if row is None:
+                continue  # a torn line a power cut left: readers skip it (open_manifest)
             if "restored" in row:
-                if row["restored"] in out:
-                    out[row["restored"]].restored_as = str(row.get("as", ""))
+                restored, name = row["restored"], row.get("as")
+                why = name_problem(name)
+                if why is not None:
+                    why = f"its restored name {name!r} is {why}"
+                    invalid.append(Invalid(folder, number, why, _text(restored)))
+                elif isinstance(restored, str) and restored in out:
+                    out[restored].restored_as = str(name)
                 continue
-            try:
-                record = TrashRecord(
-                    **{k: v for k, v in row.items() if k in TrashRecord.__dataclass_fields__}
-                )
-            except TypeError:
-                continue
-            out[record.id] = Entry(record, folder)
-    return list(out.values())
+            why = record_problem(row, day)
+            if why is None:
+                try:
+                    record = TrashRecord(
+                        **{k: v for k, v in row.items() if k in TrashRecord.__dataclass_fields__}
+                    )
+                except TypeError:
+                    why = "it is not a move record"
+                else:
+                    out[record.id] = Entry(record, folder)
+            if why is not None:
+                invalid.append(Invalid(folder, number, why, _text(row.get("id"))))
+    return Contents(list(out.values()), invalid)
+
+
+def entries(memory_dir: Path) -> list[Entry]:
+    """Every valid trashed file of a dir, oldest first, with its restore state (see
+    `contents`, which also gives the records memoryd will not act on)."""
+    return contents(memory_dir).entries
 
 
 def find(memory_dir: Path, key: str) -> Entry | None:
-    """An entry by id, or by the path of its stored file."""
+    """An entry by id, or by the path of its stored file (valid records only)."""
     for entry in entries(memory_dir):
         if entry.record.id == key:
             return entry
@@ -362,6 +467,13 @@ def restore(memory_dir: Path, entry: Entry) -> str:
     if entry.restored_as:
         raise MemorydError(
             f"{entry.record.id} was already restored as {entry.restored_as} in {memory_dir}"
+        )
+    # Checked again here, whoever made the entry: these names are used as they are.
+    why = record_problem(asdict(entry.record), entry.folder.name)
+    if why is not None:
+        raise MemorydError(
+            f"{entry.folder / MANIFEST}: the record of {entry.record.id!r}: {why}; memoryd "
+            "does not act on it. If you trust the file it names, move it back by hand"
         )
     try:
         data, _ = _read_stored(entry)
@@ -423,6 +535,60 @@ def plan_purge(
         return PurgePlan(refused=f"today ({today}) is before the newest trash folder ({newest})")
     cutoff = today - timedelta(days=keep_days)
     return PurgePlan(purge=[d.isoformat() for d in days if d < cutoff])
+
+
+@dataclass(frozen=True, slots=True)
+class DayFacts:
+    """What a day folder itself says about when memoryd wrote it, for retention."""
+
+    identity: list[int]  # folder dev, ino, mtime_ns; manifest ino, size, mtime_ns
+    times: list[float]  # every valid record's `time` (moves and restores), as epoch seconds
+    problem: str = ""  # why nothing here can say when memoryd moved its files
+
+
+def _epoch(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.astimezone()).timestamp()
+
+
+def day_facts(memory_dir: Path, day: str) -> DayFacts:
+    """The identity of a day folder and its manifest, and the times its records give.
+
+    A folder whose manifest is missing or unreadable, or has no valid record, or a record
+    without a readable time, has a `problem`: retention cannot rest on its name alone."""
+    try:
+        with open_day(memory_dir, day) as day_fd:
+            folder = os.fstat(day_fd)
+            manifest = os.stat(MANIFEST, dir_fd=day_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return DayFacts([], [], "it has no manifest.jsonl saying when memoryd moved its files")
+    except (OSError, MemorydError) as error:
+        return DayFacts([], [], f"its manifest cannot be read ({error})")
+    if not stat.S_ISREG(manifest.st_mode):
+        return DayFacts([], [], "its manifest.jsonl is not a regular file")
+    identity = [folder.st_dev, folder.st_ino, folder.st_mtime_ns]
+    identity += [manifest.st_ino, manifest.st_size, manifest.st_mtime_ns]
+    times: list[float] = []
+    records = 0
+    for number, row in _manifest_lines(memory_dir, day):
+        if row is None:
+            continue
+        moved = "restored" not in row
+        if moved and record_problem(row, day) is not None:
+            continue
+        when = _epoch(row.get("time"))
+        if when is None:
+            return DayFacts(identity, [], f"line {number} of its manifest has no readable time")
+        records += moved
+        times.append(when)
+    if not records:
+        return DayFacts(identity, [], "its manifest has no valid move record")
+    return DayFacts(identity, times)
 
 
 def _remove_tree_at(trash_fd: int, name: str, memory_dir: Path) -> None:

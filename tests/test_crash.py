@@ -115,10 +115,14 @@ def test_sigkill_during_a_purge_is_finished_later(tmp_path: Path) -> None:
     """A purge killed after renaming a day folder aside finishes on the next purge."""
     repo = _template(tmp_path)
     folder = repo / ".claude" / "memory"
-    old = folder / ".trash" / "2020-01-01"
-    old.mkdir(parents=True)
+    from datetime import date, datetime
+
+    from tests.test_trash import plant_day, watched_for
+
+    old = plant_day(folder, date(2020, 1, 1), datetime(2020, 1, 1, 12), "gone.md")
     (old / "gone.md").write_text("old\n")
     env = _env(tmp_path / "home")
+    watched_for(tmp_path / "home" / "state" / "memoryd", folder, 45)
     before = _memory_hashes(folder) - Counter([hashlib.sha256(b"old\n").hexdigest()])
     proc = _run(env, "trash", "purge", str(folder), crash_at=1)
     assert proc.returncode == -signal.SIGKILL

@@ -339,10 +339,13 @@ def test_start_up_purges_trash_past_retention(tmp_path: Path, project) -> None: 
     write_memory(folder, "a.md")
     wait_for(lambda: "a.md" in index_text(folder), what="the first index")
     assert first.stop() == 0
-    old, recent = folder / ".trash" / "2000-01-01", folder / ".trash" / date.today().isoformat()
-    for day in (old, recent):
-        day.mkdir(parents=True)
-        (day / "x.md").write_text("a trashed memory\n")
+    from datetime import datetime
+
+    from tests.test_trash import plant_day, watched_for
+
+    old = plant_day(folder, date(2000, 1, 1), datetime(2000, 1, 1, 12), "x.md")
+    recent = plant_day(folder, date.today(), datetime.now(), "x.md")
+    watched_for(first.state, folder, 45)  # memoryd saw both 45 days ago (retention: 30)
     second = start(tmp_path, name="t")
     try:
         wait_for(lambda: second.rows("trash.purged"), what="the start-up rotation")

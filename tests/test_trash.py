@@ -1,15 +1,20 @@
 """The trash: no-replace moves, restore, rotation with clock sanity, links and odd names."""
 
 import errno
+import hashlib
 import json
 import os
 import time
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from memoryd import fsops, trash
+from memoryd import fsops, housekeeping, trash
+from memoryd.config import Config
+from memoryd.discover import explicit_dirs
+from memoryd.paths import AppPaths
+from memoryd.runtime import Runtime, boot_clock
 from tests.conftest import Env, tree_digest, write_memory
 from tests.test_dream_planted import _filler, mem
 
@@ -38,10 +43,45 @@ def test_plan_purge_respects_retention_and_the_clock() -> None:
     assert trash.plan_purge(["2026-12-01"], today, 30, None).purge == []  # a day ahead: age 0
 
 
+def plant_day(folder: Path, day: date, moved_at: datetime, name: str = "old.md") -> Path:
+    """A day folder as memoryd leaves it: a trashed file and its manifest record."""
+    path = folder / ".trash" / day.isoformat()
+    path.mkdir(parents=True, exist_ok=True)
+    data = f"---\nname: {name}\n---\n".encode()
+    (path / name).write_bytes(data)
+    record = trash.TrashRecord(
+        id=trash.new_id(), original_name=name, stored_name=name, day=day.isoformat(),
+        sha256=hashlib.sha256(data).hexdigest(), size=len(data), reason="stale", pass_id="p",
+        time=moved_at.astimezone().isoformat(timespec="seconds"),
+    )
+    with (path / trash.MANIFEST).open("a") as manifest:
+        manifest.write(record.to_json() + "\n")
+    return path
+
+
+def watched_for(state_dir: Path, folder: Path, days: float) -> None:
+    """Make memoryd have seen `folder`'s trash as it is now `days` days ago, by every clock: a
+    rotation (purging nothing) with the wall clock and the boot clock set back that far. Its
+    audit rows (a clock gone back, after a later run) go to a log of their own."""
+    logs = state_dir.parent / "aging-log"
+    rt = Runtime.create(Config(), AppPaths(state_dir / "none.toml", state_dir, logs))
+    back, now, real = days * 86400, time.time(), boot_clock()
+    rt.clock = lambda: now - back  # type: ignore[method-assign]
+    rt.today = lambda: date.fromtimestamp(now - back)  # type: ignore[method-assign]
+    rt.boot = lambda: (real[0], real[1] - back) if real else ("aged", 0.0)  # type: ignore[method-assign]
+    md = explicit_dirs(folder, Config())[0]
+    housekeeping.rotate(rt, [md], keep_days=36500)
+    if real is None:  # no boot clock here: the aged boot's own reading, a moment ago
+        rt.clock, rt.today = (lambda: now), date.today  # type: ignore[method-assign]
+        rt.boot = lambda: ("aged", back)  # type: ignore[method-assign]
+        housekeeping.rotate(rt, [md], keep_days=36500)
+
+
 def _old_day(folder: Path, days_ago: int) -> Path:
-    day = folder / ".trash" / (date.today() - timedelta(days=days_ago)).isoformat()
-    day.mkdir(parents=True)
-    return day
+    """A day folder with its manifest, named and recorded `days_ago` days back (memoryd has
+    not watched it yet: see watched_for)."""
+    when = datetime.now() - timedelta(days=days_ago)
+    return plant_day(folder, when.date(), when)
 
 
 def test_purge_removes_a_planted_link_not_its_target(env: Env, cli, repo: Path) -> None:
@@ -55,6 +95,7 @@ def test_purge_removes_a_planted_link_not_its_target(env: Env, cli, repo: Path) 
     (day / "old.md").write_text("---\nname: old\n---\n")
     keep = folder / ".trash" / "keepme"
     keep.mkdir()
+    watched_for(env.state, folder, 45)
     result = cli("trash", "purge", folder)
     assert result.code == 0, result.err
     assert not day.exists()
@@ -69,6 +110,7 @@ def test_purge_dry_run_and_older_than(env: Env, cli, repo: Path) -> None:
     folder = repo / ".claude" / "memory"
     write_memory(folder, "a.md")
     day = _old_day(folder, 10)
+    watched_for(env.state, folder, 10)
     out = cli("trash", "purge", "--dry-run", "--older-than", "7d", folder)
     assert out.code == 0 and "[DRY RUN] would purge" in out.out and day.exists()
     assert cli("trash", "purge", folder).code == 0 and day.exists()  # 10 < 30 days
@@ -203,7 +245,7 @@ def test_rotation_runs_at_the_start_of_a_pass(env: Env, cli, repo: Path) -> None
     folder = repo / ".claude" / "memory"
     write_memory(folder, "a.md")
     day = _old_day(folder, 31)
-    time.sleep(0)  # the clock file is written by the pass itself
+    watched_for(env.state, folder, 31)
     assert cli("dream", folder).code == 0
     assert not day.exists()
 
@@ -433,3 +475,235 @@ def test_a_trash_swapped_for_a_link_after_its_check_is_not_moved_into(
     with pytest.raises(UnsafeFilesystemOperation):
         trash.Mover(folder, date(2026, 5, 1))
     assert (folder / "a.md").exists() and list(elsewhere.iterdir()) == [elsewhere / "2026-05-01"]
+
+
+# --- retention rests on when memoryd moved a file, by clocks it can vouch for -----------------
+class FakeClocks:
+    """The wall clock (and its date) and the boot clock, set by the test."""
+
+    def __init__(self, rt: Runtime, wall: float) -> None:
+        self.wall, self.boot_id, self.uptime = wall, "boot-1", 1000.0
+        rt.clock = lambda: self.wall  # type: ignore[method-assign]
+        rt.today = lambda: date.fromtimestamp(self.wall)  # type: ignore[method-assign]
+        rt.boot = lambda: (self.boot_id, self.uptime)  # type: ignore[method-assign]
+
+    def advance(self, seconds: float, *, wall: float | None = None) -> None:
+        """Real time passes; the wall clock says `wall` (else it keeps time too)."""
+        self.uptime += seconds
+        self.wall = self.wall + seconds if wall is None else wall
+
+
+def _pass(rt: Runtime, repo: Path) -> Path:
+    """What `memoryd dream` does: rotate, then a pass that trashes stale.md; its day folder."""
+    from dataclasses import replace as dc_replace
+
+    from memoryd.dream.run import RepoCache, dream_dir
+
+    md = dc_replace(explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo,
+                    repo_reason="test")
+    housekeeping.rotate(rt, [md])
+    result = dream_dir(rt, md, repos=RepoCache())
+    assert [r.original_name for r in result.moved] == ["stale.md"]
+    return md.real_path / trash.TRASH_DIR / result.moved[0].day
+
+
+def _as_the_clock_wrote_it(day: Path, wall: float) -> None:
+    """The manifest's times as a wrong system clock writes them (the pass takes the record's
+    time from the system clock, which the test cannot set)."""
+    stamp = datetime.fromtimestamp(wall).astimezone().isoformat(timespec="seconds")
+    rows = [json.loads(line) for line in (day / trash.MANIFEST).read_text().splitlines()]
+    (day / trash.MANIFEST).write_text("".join(json.dumps({**r, "time": stamp}) + "\n"
+                                              for r in rows))
+
+
+def _rotate(rt: Runtime, repo: Path, **kw: object) -> housekeeping.Rotation:
+    md = explicit_dirs(repo / ".claude" / "memory", Config())[0]
+    [result] = housekeeping.rotate(rt, [md], **kw)  # type: ignore[arg-type]
+    return result
+
+
+def test_a_pass_under_a_clock_set_in_the_past_is_not_purged_once_it_is_corrected(
+    env: Env, repo: Path
+) -> None:
+    """The clock is 100 days behind during a pass: its moves are filed under that date. The
+    first purge after the clock is put right keeps them; they go keep_days of real time later."""
+    mem(repo, "stale.md", "Lived in `src/removed.py`.", age=400)
+    _filler(repo)
+    rt = env.runtime()
+    true_now = time.time()
+    clocks = FakeClocks(rt, true_now)
+    _rotate(rt, repo)  # memoryd ran before, with the clock right
+    clocks.advance(600, wall=true_now - 100 * 86400)
+    day = _pass(rt, repo)
+    _as_the_clock_wrote_it(day, clocks.wall)
+    assert day.name == date.fromtimestamp(true_now - 100 * 86400).isoformat()
+    clocks.advance(600, wall=true_now + 1200)  # put right, minutes after the pass
+    kept = _rotate(rt, repo)
+    assert day.is_dir() and kept.purged == [] and [d for d, _ in kept.kept] == [day.name]
+    assert "watched it for 0.0 of 30 days" in kept.kept[0][1]
+    (entry,) = trash.entries(day.parent.parent)
+    assert entry.stored_path.is_file()
+    clocks.advance(29 * 86400)
+    assert _rotate(rt, repo).purged == [] and day.is_dir()
+    clocks.advance(2 * 86400)  # 31 days of real time since memoryd first saw it
+    assert _rotate(rt, repo).purged == [day.name] and not day.exists()
+
+
+@pytest.mark.parametrize("reboot", [False, True], ids=["same boot", "after a reboot"])
+def test_a_clock_a_year_ahead_purges_nothing_recent(env: Env, repo: Path, reboot: bool) -> None:
+    """Moves made today, then the clock jumps 365 days ahead (under the 366-day limit): no
+    purge removes them, nor today's folder, by the retention or by a person's --older-than
+    30d, however many readings that wrong clock gives, until 30 days of real time passed."""
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    rt = env.runtime()
+    clocks = FakeClocks(rt, time.time())
+    day = _pass(rt, repo)
+    digest = tree_digest(day)
+    if reboot:
+        clocks.boot_id, clocks.uptime = "boot-2", 300.0
+    clocks.advance(600, wall=clocks.wall + 365 * 86400)
+    first = _rotate(rt, repo)
+    assert first.purged == [] and first.refused == "" and [d for d, _ in first.kept] == [day.name]
+    for _ in range(20):  # the wrong clock keeps time from there: an hour per reading
+        clocks.advance(3600)
+        assert _rotate(rt, repo, keep_days=30).purged == []
+    assert tree_digest(day) == digest
+    clocks.advance(30 * 86400)
+    assert _rotate(rt, repo).purged == [day.name]
+
+
+def test_todays_folder_is_never_purged_even_by_older_than_0d(env: Env, cli, repo: Path) -> None:
+    folder = repo / ".claude" / "memory"
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    assert cli("dream", folder).code == 0
+    [day] = (folder / ".trash").iterdir()
+    result = cli("trash", "purge", "--older-than", "0d", folder)
+    assert result.code == 0 and day.is_dir() and "purged" not in result.out
+
+
+@pytest.mark.parametrize("manifest", [None, b"", b"not json\n", b'{"id": "x"}\n'],
+                         ids=["no manifest", "empty", "not JSON", "no valid record"])
+def test_a_planted_folder_without_a_manifest_is_kept_and_reported_once(
+    env: Env, cli, repo: Path, manifest: bytes | None
+) -> None:
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    day = folder / ".trash" / "2020-01-01"
+    day.mkdir(parents=True)
+    (day / "x.md").write_text("a trashed memory\n")
+    if manifest is not None:
+        (day / trash.MANIFEST).write_bytes(manifest)
+    watched_for(env.state, folder, 45)
+    digest = tree_digest(day)
+    first = cli("trash", "purge", folder)
+    assert first.code == 1 and f"{day}: kept" in first.out and "by hand" in first.out
+    assert cli("trash", "purge", folder).code == 1 and cli("dream", folder).code == 0
+    assert tree_digest(day) == digest
+    rows = [r for r in env.audit_rows() if r["event"] == "trash.kept"]
+    assert len(rows) == 1 and rows[0]["day"] == "2020-01-01" and rows[0]["level"] == "warning"
+    assert not [r for r in env.audit_rows() if r["event"] == "trash.purged" and r["days"]]
+
+
+def test_a_record_within_keep_days_of_the_high_water_mark_is_kept() -> None:
+    """Records stamped by a clock a year ahead, the clock since put right and 40 days watched:
+    a record within keep_days of the latest time memoryd saw still holds the folder. (A purge
+    also refuses while the clock is behind the last run's date; this holds without that.)"""
+    now = time.time()
+    ahead = now + 365 * 86400
+    facts = trash.DayFacts([1, 2, 3, 4, 5, 6], [ahead])
+    clock = housekeeping.Clock(now, ahead, 40 * 86400)
+    when = housekeeping._When(date.fromtimestamp(now), None, clock)
+    why = housekeeping._held_because("2020-01-01", facts, 0.0, when, 30)
+    assert why is not None and "by a clock memoryd has seen" in why
+    later = housekeeping.Clock(ahead + 31 * 86400, ahead + 31 * 86400, 400 * 86400)
+    when = housekeeping._When(date.fromtimestamp(later.wall), None, later)
+    assert housekeeping._held_because("2020-01-01", facts, 0.0, when, 30) is None
+
+
+# --- names read from a manifest -----------------------------------------------------------------
+def _hostile_row(folder: Path, outside: Path, field_name: str, value: str) -> tuple[Path, str]:
+    """A day folder of today holding a planted manifest line; the stored file matches its sha."""
+    day = folder / ".trash" / date.today().isoformat()
+    day.mkdir(parents=True)
+    data = b"planted\n"
+    (day / "victim.md").write_bytes(data)
+    if value == "STORED-OUTSIDE":
+        value = os.path.relpath(outside / "victim.txt", day)
+        data = (outside / "victim.txt").read_bytes()
+    if value == "ORIGINAL-OUTSIDE":  # lands exactly in `outside` when taken as a path
+        value = os.path.relpath(outside / "x.md", folder)
+    row = {"id": "ab12cd34ef", "original_name": "victim.md", "stored_name": "victim.md",
+           "day": day.name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+           "reason": "stale", "pass_id": "p", "time": datetime.now().astimezone().isoformat()}
+    row[field_name] = value
+    (day / trash.MANIFEST).write_text(json.dumps(row) + "\n")
+    return day, row["id"]
+
+
+@pytest.mark.parametrize(
+    ("field_name", "value"),
+    [
+        ("original_name", "../../outside/x"),
+        ("original_name", "ORIGINAL-OUTSIDE"),
+        ("stored_name", "STORED-OUTSIDE"),
+        ("original_name", "sub/x.md"),
+        ("original_name", ".hidden.md"),
+        ("original_name", "MEMORY.md"),
+        ("original_name", "x.md\0.md"),
+        ("original_name", "x" * 253 + ".md"),
+        ("original_name", "notes.txt"),
+        ("stored_name", "manifest.jsonl"),
+        ("stored_name", ".."),
+        ("day", "../2020-01-01"),
+        ("id", "../../x"),
+    ],
+)
+def test_a_hostile_manifest_name_is_reported_and_never_acted_on(
+    env: Env, cli, repo: Path, tmp_path: Path, field_name: str, value: str
+) -> None:
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("someone else's file\n")
+    day, key = _hostile_row(folder, outside, field_name, value)
+    before = (tree_digest(outside), tree_digest(folder))
+    listed = cli("trash", "list", folder)
+    assert listed.code == 1 and f"INVALID  {day / trash.MANIFEST} line 1:" in listed.out
+    assert "The trash is empty." in listed.out  # not shown as a restorable entry
+    doc = json.loads(cli("trash", "list", "--json", folder).out)
+    assert doc["trash"] == [] and doc["invalid"][0]["manifest"] == str(day / trash.MANIFEST)
+    restored = cli("trash", "restore", key if field_name != "id" else value, folder)
+    assert restored.code == 1 and "victim" not in os.listdir(folder)
+    if field_name != "id":
+        assert f"{day / trash.MANIFEST} line 1" in restored.err
+    cli("trash", "purge", folder)
+    assert (tree_digest(outside), tree_digest(folder)) == before
+    assert sorted(os.listdir(outside)) == ["victim.txt"]
+
+
+def test_a_hostile_restored_name_is_reported(env: Env, cli, repo: Path) -> None:
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    day = _old_day(folder, 0)
+    with (day / trash.MANIFEST).open("a") as manifest:
+        manifest.write(json.dumps({"restored": "x", "as": "../../y"}) + "\n")
+    listed = cli("trash", "list", folder)
+    assert f"{day / trash.MANIFEST} line 2: its restored name" in listed.out
+
+
+def test_restore_checks_the_names_of_an_entry_it_is_given(tmp_path: Path) -> None:
+    """Whoever built the entry, restore itself refuses a name the mover could not write."""
+    from memoryd.errors import MemorydError
+
+    folder = tmp_path / "memory"
+    write_memory(folder, "a.md")
+    day = _old_day(folder, 0)
+    (entry,) = trash.entries(folder)
+    record = {**json.loads(entry.record.to_json()), "original_name": "../escaped.md"}
+    bad = trash.Entry(trash.TrashRecord(**record), entry.folder)
+    with pytest.raises(MemorydError, match=r"manifest\.jsonl"):
+        trash.restore(folder, bad)
+    assert not (tmp_path / "escaped.md").exists() and (day / "old.md").exists()

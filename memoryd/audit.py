@@ -75,7 +75,9 @@ EVENTS: dict[str, EventSpec] = {
     ),
     "dream.skipped": EventSpec("info", "a dream pass did not run", ("why",)),
     "dream.kept": EventSpec("info", "a candidate was spared", ("file", "guard", "reason")),
-    "dream.move_skipped": EventSpec("warning", "a planned move was not made", ("file", "why")),
+    "dream.move_skipped": EventSpec(
+        "warning", "a planned move was not made", ("file", "why", "kept_as")
+    ),
     "trash.moved": EventSpec(
         "info", "a memory file was moved into the trash", ("file", "id", "reason", "sha256")
     ),

@@ -502,7 +502,13 @@ def write_private(path: Path, data: Content | Iterable[bytes], *, durable: bool 
     """
     ensure_private_dir(path.parent)
     with open_dir(path.parent) as dir_fd:
-        tmp = _write_temp(dir_fd, path.name, data, 0o600, sync=durable)
+        try:
+            tmp = _write_temp(dir_fd, path.name, data, 0o600, sync=durable)
+        except OSError as error:
+            if error.filename is not None:
+                raise
+            # A failed write names no file (ENOSPC, EFBIG): say which one.
+            raise OSError(error.errno, error.strerror, str(path)) from error
         try:
             os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:

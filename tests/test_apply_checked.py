@@ -109,6 +109,34 @@ def test_a_file_swapped_between_check_and_rename_stays_in_the_dir(
     assert path.read_bytes() == _version(2)
 
 
+def test_without_renameat2_a_save_between_link_and_unlink_is_not_unlinked(
+    env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The portable move links the file into the trash, then unlinks its name: an agent's
+    save landing on the name in between is a new file, which stays; the checked one is in
+    the trash with its record."""
+    monkeypatch.setattr(fsops, "use_renameat2", False)
+    path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    planned = path.read_bytes()
+    _filler(repo)
+    rt, md = env.runtime(), _dir(repo)
+    real_link = os.link
+
+    def link_then_agent_saves(*args: object, **kwargs: object) -> None:
+        real_link(*args, **kwargs)  # type: ignore[arg-type]
+        if args[:2] == ("stale.md", "stale.md"):  # into the day folder, not yet unlinked
+            _swap_in(path, _version(2))
+
+    monkeypatch.setattr(os, "link", link_then_agent_saves)
+    result = _pass(rt, md)
+    monkeypatch.setattr(os, "link", real_link)
+    assert [r.original_name for r in result.moved] == ["stale.md"]
+    assert path.read_bytes() == _version(2)
+    assert _trash_check(md.real_path) == (1, 0, set())
+    (entry,) = trash.entries(md.real_path)
+    assert entry.stored_path.read_bytes() == planned
+
+
 def test_a_file_rewritten_in_place_after_its_check_is_put_back(
     env: Env, repo: Path
 ) -> None:

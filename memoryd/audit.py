@@ -1,17 +1,19 @@
 """The JSONL audit log: one schema table of events, an appending writer that rotates, a reader."""
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from memoryd.logsetup import get_logger
 from memoryd.paths import ensure_private_dir
 
 SCHEMA_VERSION = 1
@@ -75,7 +77,9 @@ EVENTS: dict[str, EventSpec] = {
     ),
     "dream.skipped": EventSpec("info", "a dream pass did not run", ("why",)),
     "dream.kept": EventSpec("info", "a candidate was spared", ("file", "guard", "reason")),
-    "dream.move_skipped": EventSpec("warning", "a planned move was not made", ("file", "why")),
+    "dream.move_skipped": EventSpec(
+        "warning", "a planned move was not made", ("file", "why", "kept_as")
+    ),
     "trash.moved": EventSpec(
         "info", "a memory file was moved into the trash", ("file", "id", "reason", "sha256")
     ),
@@ -99,20 +103,50 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _say_on_stderr(path: Path, error: OSError | None) -> None:
+    """The default `on_failure`: a structlog warning when rows stop reaching the log (`error`),
+    and a note when they reach it again (None)."""
+    log = get_logger()
+    if error is None:
+        log.info("the audit log is written again", path=str(path))
+        return
+    log.warning(
+        "the audit log cannot be written; memoryd goes on without it",
+        path=str(path),
+        error=error.strerror or str(error),
+        hint=f"free disk space, or make {path.parent} a folder memoryd can write; "
+        "rows are lost until then",
+    )
+
+
 class AuditLog:
-    """Appends JSON lines with O_APPEND; rotates by size so `tail -F` follows the new file."""
+    """Appends JSON lines with O_APPEND; rotates by size so `tail -F` follows the new file.
+
+    A row that cannot be written (a full disk, EIO, a read-only or missing log folder) never
+    fails what it reports: `write` carries on, and `on_failure` is told once when rows stop
+    reaching the log and once when they reach it again.
+    """
 
     def __init__(
-        self, path: Path, *, max_bytes: int = 10_000_000, backups: int = 5, level: str = "info"
+        self,
+        path: Path,
+        *,
+        max_bytes: int = 10_000_000,
+        backups: int = 5,
+        level: str = "info",
+        on_failure: Callable[[Path, OSError | None], None] = _say_on_stderr,
     ) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
         self.threshold = LEVELS[level]
+        self.on_failure = on_failure
+        self.failing = False  # the last row could not be written
 
     def write(
         self, event: str, *, dir: Path | None = None, level: str | None = None, **fields: Any
     ) -> dict[str, Any] | None:
+        """Append one row; the row, or None when it is below the level or was not written."""
         spec = EVENTS.get(event)
         if spec is None:
             raise KeyError(f"undeclared audit event {event!r}: add it to memoryd.audit.EVENTS")
@@ -130,8 +164,22 @@ class AuditLog:
             row["dir"] = str(dir)
         row.update(fields)
         line = json.dumps(row, ensure_ascii=True, default=str, separators=(",", ":")) + "\n"
-        self._append(line.encode("ascii"))
+        try:
+            self._append(line.encode("ascii"))
+        except OSError as error:
+            self._tell(error)
+            return None
+        if self.failing:
+            self._tell(None)
         return row
+
+    def _tell(self, error: OSError | None) -> None:
+        if self.failing == (error is not None):
+            return  # said already
+        self.failing = error is not None
+        # Telling must not fail the action either (a closed or broken stderr).
+        with contextlib.suppress(Exception):
+            self.on_failure(self.path, error)
 
     def _append(self, data: bytes) -> None:
         if not self.path.parent.is_dir():
@@ -146,7 +194,8 @@ class AuditLog:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 data = b"\n" + data
-            os.write(fd, data)
+            if os.write(fd, data) != len(data):  # a short write: the disk filled up
+                raise OSError(errno.ENOSPC, "the row could not be written whole", str(self.path))
         finally:
             os.close(fd)
 

@@ -16,6 +16,7 @@ from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file
+from memoryd.logsetup import configure
 from memoryd.paths import app_paths
 from memoryd.runtime import Runtime, tune_gc
 
@@ -748,6 +749,8 @@ def main(
             args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0) if isinstance(exit_.code, int) else EXIT_USAGE
+    # Warnings (an audit log that cannot be written) go where this run's errors go.
+    configure(file=err)
     paths = app_paths()
     try:
         config: Config = load_config(args.config, paths)
@@ -771,6 +774,15 @@ def main(
         return EXIT_FINDINGS
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as error:
+        # What no step turned into a message of its own (a state file on a full disk, say):
+        # still the file and what to do, not a traceback.
+        where = f"{error.filename}: " if error.filename else ""
+        err.write(
+            f"memoryd: {where}{error.strerror or error}. Free disk space or fix the "
+            "permissions there, then rerun.\n"
+        )
+        return EXIT_FINDINGS
 
 
 def entry() -> None:

@@ -7,6 +7,7 @@ work, so work is serialised. Signal handlers only set flags.
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import json
 import math
@@ -779,6 +780,40 @@ def _iso(ts: float) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
 
 
+class FolderUnusable(MemorydError):
+    pass
+
+
+def check_own_folders(paths: AppPaths) -> None:
+    """Raise FolderUnusable naming the first of memoryd's own folders the daemon cannot write
+    (called once the instance lock, a file in the state dir, is held): it would otherwise die
+    on its first save, or run for weeks with no audit trail."""
+    state = paths.state_dir
+    for folder, what, probe in (
+        (state / "dirs", "state", None),
+        (state / "journal", "state", None),
+        (paths.log_dir, "log", paths.audit_log.name),
+    ):
+        try:
+            ensure_private_dir(folder)
+            if not folder.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(folder))
+            if probe is not None:  # opened as the audit writer opens it; nothing written
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                os.close(os.open(folder / probe, flags, 0o600))
+        except OSError as error:
+            raise unusable(folder if what == "log" else state, what, error) from error
+
+
+def unusable(folder: Path, what: str, error: OSError) -> FolderUnusable:
+    where = f": {error.filename}" if error.filename and str(error.filename) != str(folder) else ""
+    return FolderUnusable(
+        f"{folder}: memoryd cannot write its {what} folder ({error.strerror}{where}). Make it "
+        "a folder this user can write (free disk space, fix its permissions, or move aside "
+        "a file in its place), or point XDG_STATE_HOME elsewhere; then start memoryd again."
+    )
+
+
 def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
     _tune_malloc()  # before any thread starts
     configure(config.log.level)
@@ -786,6 +821,15 @@ def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
     try:
         lock_fd = acquire_lock(paths)
     except AlreadyRunning as error:
+        get_logger().error(str(error))
+        return EXIT_USAGE
+    except OSError as error:
+        get_logger().error(str(unusable(paths.state_dir, "state", error)))
+        return EXIT_USAGE
+    try:
+        check_own_folders(paths)
+    except FolderUnusable as error:
+        os.close(lock_fd)
         get_logger().error(str(error))
         return EXIT_USAGE
     try:

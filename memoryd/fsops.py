@@ -460,15 +460,36 @@ def rename_no_replace(
             renameat2(src_fd, src, dst_fd, dst, RENAME_NOREPLACE)
         except NotImplementedError:
             # link + unlink never overwrites either; a crash in between leaves two names
-            # for one inode, which recovery resolves (journal.settle).
+            # for one inode, which recovery resolves (journal.settle). A file renamed onto
+            # `src` after the link is someone else's new one, not what was moved: it stays.
             os.link(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
-            os.unlink(src, dir_fd=src_fd)
+            moved = os.stat(dst, dir_fd=dst_fd, follow_symlinks=False).st_ino
+            with contextlib.suppress(FileNotFoundError):  # gone meanwhile: nothing to unlink
+                if os.stat(src, dir_fd=src_fd, follow_symlinks=False).st_ino == moved:
+                    os.unlink(src, dir_fd=src_fd)
     except OSError as error:
         if error.errno == errno.EXDEV:
             raise UnsafeFilesystemOperation(
                 f"{where[1]} is on another filesystem than {where[0]}"
             ) from error
         raise
+
+
+def rename_to_free(
+    src_fd: int, src: str, dst_fd: int, name: str, variant: str, *, where: tuple[Path, Path]
+) -> str:
+    """`rename_no_replace` to `name`, or else to the first free `<stem><variant><n>.md`
+    (n = 1, 2, ...): never overwriting, and with no look before the rename that another
+    process could outrun. Returns the name the file got."""
+    stem, suffix = (name[:-3], ".md") if name.endswith(".md") else (name, "")
+    for n in itertools.count():
+        candidate = f"{stem}{variant}{n}{suffix}" if n else name
+        try:
+            rename_no_replace(src_fd, src, dst_fd, candidate, where=where)
+        except FileExistsError:
+            continue
+        return candidate
+    raise AssertionError("unreachable")  # itertools.count() never ends
 
 
 def write_private(path: Path, data: Content | Iterable[bytes], *, durable: bool = True) -> None:
@@ -481,7 +502,13 @@ def write_private(path: Path, data: Content | Iterable[bytes], *, durable: bool 
     """
     ensure_private_dir(path.parent)
     with open_dir(path.parent) as dir_fd:
-        tmp = _write_temp(dir_fd, path.name, data, 0o600, sync=durable)
+        try:
+            tmp = _write_temp(dir_fd, path.name, data, 0o600, sync=durable)
+        except OSError as error:
+            if error.filename is not None:
+                raise
+            # A failed write names no file (ENOSPC, EFBIG): say which one.
+            raise OSError(error.errno, error.strerror, str(path)) from error
         try:
             os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:

@@ -163,19 +163,36 @@ def settle(journal: Journal) -> Recovery:
         dst = folder / record.stored_name
         src_there = os.path.lexists(src)
         dst_there = os.path.lexists(dst)
-        if src_there and dst_there:
-            if os.lstat(src).st_ino == os.lstat(dst).st_ino:
-                os.unlink(src)  # the link-then-unlink fallback stopped halfway
-                src_there = False
-            else:
-                # A new file took the name after the move (a move undone that could not be):
-                # the trashed one still gets its record, so it can be restored.
-                result.problems.append(
-                    f"{record.original_name} is both in the dir and the trash: a new file took "
-                    "its name; the trashed one stays restorable"
-                )
-                _record_once(memory_dir, record, dst, result)
+        if src_there and dst_there and os.lstat(src).st_ino == os.lstat(dst).st_ino:
+            os.unlink(src)  # the link-then-unlink fallback stopped halfway
+            src_there = False
+        if dst_there and record.id not in _manifest_ids(memory_dir, record.day):
+            # Moved, not yet recorded: the pass may have died before it looked at what it
+            # moved. A version it never checked (renamed onto the name between its check and
+            # its rename) goes back into the dir; it is no move of this pass.
+            try:
+                kept = trash.put_back_unchecked(memory_dir, record)
+            except (OSError, MemorydError) as error:
+                result.unrecorded.append(record.original_name)
+                result.problems.append(f"{dst}: could not be checked ({error})")
                 continue
+            if kept is not None:
+                result.not_moved.append(record.original_name)
+                back = "" if kept == record.original_name else f" as {kept}"
+                result.problems.append(
+                    f"{record.original_name}: what was moved was not the version the pass "
+                    f"checked; it was put back{back}"
+                )
+                continue
+        if src_there and dst_there:
+            # A new file took the name after the move (a move undone that could not be):
+            # the trashed one still gets its record, so it can be restored.
+            result.problems.append(
+                f"{record.original_name} is both in the dir and the trash: a new file took "
+                "its name; the trashed one stays restorable"
+            )
+            _record_once(memory_dir, record, dst, result)
+            continue
         if dst_there and not src_there:
             if _record_once(memory_dir, record, dst, result):
                 result.moved.append(record)

@@ -2,7 +2,7 @@
 
 import logging
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -11,9 +11,13 @@ def _json_default(value: object) -> str:
     return str(value)
 
 
-def configure(level: str = "info", *, json_output: bool | None = None) -> None:
+def configure(
+    level: str = "info", *, json_output: bool | None = None, file: TextIO | None = None
+) -> None:
+    """Log to `file` (stderr unless given: a command's own error stream)."""
+    file = file or sys.stderr
     if json_output is None:
-        json_output = not sys.stderr.isatty()
+        json_output = not file.isatty()
     renderer: Any
     if json_output:
         renderer = structlog.processors.JSONRenderer(default=_json_default)
@@ -34,7 +38,7 @@ def configure(level: str = "info", *, json_output: bool | None = None) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             getattr(logging, level.upper(), logging.INFO)
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=file),
         cache_logger_on_first_use=False,
     )
 

@@ -63,7 +63,10 @@ def result_json(result: DreamResult) -> dict[str, Any]:
             }
             for m in (plan.moves if plan else [])
         ],
-        "skipped_moves": [{"file": f, "why": w} for f, w in result.skipped_moves],
+        "skipped_moves": [
+            {"file": f, "why": w, **({"kept_as": result.kept_as[f]} if f in result.kept_as else {})}
+            for f, w in result.skipped_moves
+        ],
         "flagged": [
             {
                 "file": f.filename,
@@ -134,7 +137,9 @@ def render_text(
                     f"(restore: memoryd trash restore {r.id})"
                 )
         for name, why in result.skipped_moves:
-            lines.append(f"    {shown(name)}: not moved — {why}")
+            kept = result.kept_as.get(name)
+            where = f"; kept as {shown(kept)} (a new {shown(name)} took its name)" if kept else ""
+            lines.append(f"    {shown(name)}: not moved — {why}{where}")
         if plan and plan.flagged:
             lines.append("  Flagged for review:")
             for flag in plan.flagged:

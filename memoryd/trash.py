@@ -14,8 +14,8 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -199,6 +199,46 @@ def _write_line(fd: int, line: str) -> None:
         raise OSError(errno.ENOSPC, "the manifest line could not be written whole")
 
 
+def holds_planned(folder_fd: int, record: TrashRecord, ino: int | None = None) -> bool:
+    """Whether the record's stored file is a regular file holding the planned bytes (and,
+    given `ino`, is that inode)."""
+    try:
+        data, st = fsops.read_regular(folder_fd, record.stored_name, 64 << 20)
+    except (OSError, ValueError):
+        return False
+    if ino is not None and st.st_ino != ino:
+        return False
+    return hashlib.sha256(data).hexdigest() == record.sha256
+
+
+def put_back(folder_fd: int, dir_fd: int, record: TrashRecord, where: tuple[Path, Path]) -> str:
+    """Move a file the checks refused from the trash back into the memory dir, under its
+    own name or, when a new file took that, `<stem>.kept-<n>.md`; the name it got.
+
+    Raises MemorydError when it cannot (the file is then named, for a person to move)."""
+    try:
+        name = fsops.rename_to_free(
+            folder_fd, record.stored_name, dir_fd, record.original_name, KEPT_VARIANT, where=where
+        )
+    except OSError as error:
+        raise MemorydError(
+            f"{where[0] / record.stored_name}: a version of {record.original_name} that "
+            f"memoryd had not checked was moved here and could not be put back "
+            f"({error.strerror}); move it back to {where[1]} by hand"
+        ) from error
+    fsops.crash_point("trash.put_back")
+    return name
+
+
+def put_back_unchecked(memory_dir: Path, record: TrashRecord) -> str | None:
+    """For recovery: if the record's stored file is not the planned bytes, put it back into
+    the dir (see `put_back`) and return the name it got; None when it is the planned file."""
+    with fsops.open_dir(memory_dir) as dir_fd, open_day(memory_dir, record.day) as day_fd:
+        if holds_planned(day_fd, record):
+            return None
+        return put_back(day_fd, dir_fd, record, (memory_dir / TRASH_DIR / record.day, memory_dir))
+
+
 def append_record(memory_dir: Path, day: str, line: str) -> None:
     with open_day(memory_dir, day) as day_fd:
         fd = open_manifest(day_fd)
@@ -209,6 +249,21 @@ def append_record(memory_dir: Path, day: str, line: str) -> None:
         os.close(fd)
 
 
+MODIFIED = "modified since plan"
+GONE = "gone since plan"
+KEPT_VARIANT = ".kept-"  # `<stem>.kept-<n>.md`: a file put back whose name was taken meanwhile
+
+
+@dataclass(frozen=True, slots=True)
+class Unmoved:
+    """A planned move not made: why (MODIFIED or GONE), and `kept_as` when the file was
+    moved, found not to be the one checked, and put back under another name because a new
+    file had taken its own."""
+
+    why: str
+    kept_as: str | None = None
+
+
 class Mover:
     """Moves one pass's files into one day folder, syncing the disk once, at `close`.
 
@@ -217,11 +272,17 @@ class Mover:
     journal, fsynced before the first move, names every planned move: after a power cut,
     recovery finds each file where it is and appends any manifest line that did not reach the
     disk (journal.settle). `close` fsyncs the manifest, then both folders.
+
+    `before_move` is called with a file's name between its check and its rename (a test's
+    concurrent writer).
     """
 
-    def __init__(self, memory_dir: Path, day: date) -> None:
+    def __init__(
+        self, memory_dir: Path, day: date, *, before_move: Callable[[str], None] | None = None
+    ) -> None:
         self.memory_dir = memory_dir
         self.folder = day_folder(memory_dir, day)
+        self._before_move = before_move
         self._stack = contextlib.ExitStack()
         self._manifest = -1
         try:
@@ -240,14 +301,33 @@ class Mover:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def move(self, record: TrashRecord) -> None:
-        """Rename `record.original_name` to `record.stored_name` in the day folder; log it.
+    def move(self, record: TrashRecord) -> TrashRecord | Unmoved:
+        """Move `record.original_name` to `record.stored_name` in the day folder if it still
+        holds the planned bytes (`record.sha256`), and log it. Returns the record with the
+        file's size, or why the move was not made.
 
-        A move whose manifest line cannot be written (a full disk) is undone: no file sits in
-        the trash without its record.
+        The check and the rename are two steps, and a file renamed onto the name between them
+        would be moved unchecked. So what was moved is looked at again in the trash: it must
+        be the very file checked (its inode) and still hold the planned bytes. If not, it goes
+        back (under a `.kept-<n>` name if a new file took its own meanwhile), and the move
+        counts as not made: the trash never holds a file its manifest's sha256 does not match.
+        A move whose manifest line cannot be written (a full disk) is undone too: no file sits
+        in the trash without its record.
         """
+        try:
+            found = fsops.identity_of(self.dir_fd, record.original_name)
+        except (OSError, ValueError):  # a symlink, a FIFO, too big: no longer what was planned
+            return Unmoved(MODIFIED)
+        if found is None:
+            return Unmoved(GONE)
+        checked = found[1]
+        if checked.sha256 != record.sha256:
+            return Unmoved(MODIFIED)
+        record = replace(record, size=checked.size)
         if self._manifest < 0:
             self._manifest = open_manifest(self._folder_fd)
+        if self._before_move is not None:
+            self._before_move(record.original_name)
         fsops.rename_no_replace(
             self.dir_fd,
             record.original_name,
@@ -256,21 +336,23 @@ class Mover:
             where=(self.memory_dir, self.folder),
         )
         fsops.crash_point("trash.after_move")
+        if not holds_planned(self._folder_fd, record, checked.ino):
+            name = self._put_back(record)
+            return Unmoved(MODIFIED, None if name == record.original_name else name)
         try:
             _write_line(self._manifest, record.to_json())
         except OSError as error:
-            fsops.rename_no_replace(
-                self._folder_fd,
-                record.stored_name,
-                self.dir_fd,
-                record.original_name,
-                where=(self.folder, self.memory_dir),
-            )
+            name = self._put_back(record)
+            back = "" if name == record.original_name else f" as {name} (its name was taken)"
             raise MemorydError(
                 f"{self.folder / MANIFEST}: could not record the move of "
-                f"{record.original_name} ({error.strerror}); the file was put back and nothing "
-                "else moved. Free some disk space and rerun."
+                f"{record.original_name} ({error.strerror}); the file was put back{back} and "
+                "nothing else moved. Free some disk space and rerun."
             ) from error
+        return record
+
+    def _put_back(self, record: TrashRecord) -> str:
+        return put_back(self._folder_fd, self.dir_fd, record, (self.folder, self.memory_dir))
 
     def close(self) -> None:
         """Make every move so far durable: the manifest first, then both folders."""

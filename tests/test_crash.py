@@ -130,3 +130,88 @@ def test_sigkill_during_a_purge_is_finished_later(tmp_path: Path) -> None:
     assert _run(env, "trash", "purge", str(folder)).returncode == 0
     assert list((folder / ".trash").iterdir()) == []
     assert _memory_hashes(folder) == before
+
+
+SWAPPING_PASS = """
+import os, sys, time
+from pathlib import Path
+from memoryd.config import Config
+from memoryd.discover import discover
+from memoryd.dream.run import RepoCache, dream_dir
+from memoryd.paths import app_paths
+from memoryd.recovery import recover
+from memoryd.runtime import Runtime
+
+folder, marker = Path(sys.argv[1]), Path(sys.argv[2])
+rt = Runtime.create(Config(), app_paths())
+recover(rt)
+[md] = discover(rt.config, [folder])
+
+def agent_saves(name):
+    if name == "stale_a.md" and not marker.exists():
+        tmp = folder / ".stale_a.md.agent.tmp"
+        tmp.write_bytes(sys.argv[3].encode())
+        old = time.time() - 40 * 86400
+        os.utime(tmp, (old, old))
+        os.replace(tmp, folder / "stale_a.md")
+        marker.touch()
+
+result = dream_dir(rt, md, repos=RepoCache.of(rt), before_move=agent_saves)
+sys.exit(0 if result.status == "completed" else 1)
+"""
+
+
+def test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename(
+    tmp_path: Path,
+) -> None:
+    """An agent saves stale_a.md by rename between the pass's check and its rename; kill -9
+    at every crash point of that pass (the put-back included), recover: the agent's version
+    is in the dir byte for byte (or, after a rerun checked it, in the trash), every manifest
+    sha256 is its file's bytes, and nothing sits in the trash without its record."""
+    from memoryd import trash
+
+    template = _template(tmp_path / "template")
+    new_version = ("---\nname: stale_a\ndescription: d\ntype: project\n---\n"
+                   "Lived in `src/removed_a.py`. Saved again by the agent.\n")
+    new_sha = hashlib.sha256(new_version.encode()).hexdigest()
+    trace = tmp_path / "trace"  # the label of each crash point that killed the pass
+    k = 0
+    completed = False
+    while not completed:
+        k += 1
+        assert k < 60, "the pass never completed"
+        case = tmp_path / f"k{k}"
+        shutil.copytree(template.parent, case, symlinks=True)
+        folder = case / "app" / ".claude" / "memory"
+        env = {**_env(case / "home"), "PYTHONPATH": str(Path(__file__).parents[1]),
+               "MEMORYD_CRASH_AT": str(k), "MEMORYD_CRASH_TRACE": str(trace)}
+        before = _memory_hashes(folder)
+        old_sha = hashlib.sha256((folder / "stale_a.md").read_bytes()).hexdigest()
+        marker = case / "swapped"
+        proc = subprocess.run([sys.executable, "-c", SWAPPING_PASS, str(folder), str(marker),
+                               new_version], env=env, capture_output=True, text=True,
+                              timeout=60, check=False)
+        if proc.returncode == -signal.SIGKILL:
+            recovery = _run(_env(case / "home"), "index", str(folder))
+            assert recovery.returncode == 0, recovery.stdout + recovery.stderr
+        else:
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            completed = True
+        if marker.exists():  # the agent's save replaced the version the pass planned
+            before = before - Counter([old_sha]) + Counter([new_sha])
+            assert (folder / "stale_a.md").read_text() == new_version
+        _check_consistent(folder, before)
+        entries = [e for e in trash.entries(folder) if not e.restored_as]
+        for entry in entries:
+            data = entry.stored_path.read_bytes()
+            assert hashlib.sha256(data).hexdigest() == entry.record.sha256, entry.record
+        stored = set(folder.glob(".trash/*/*.md"))
+        assert stored == {e.stored_path for e in entries}, "a file in the trash has no record"
+        assert new_sha not in {e.record.sha256 for e in entries}, "moved without a check"
+        again = _run(_env(case / "home"), "dream", str(folder))  # a rerun completes the pass
+        assert again.returncode == 0, again.stdout + again.stderr
+        _check_consistent(folder, before)
+        assert not (folder / "stale_a.md").exists() and not (folder / "dup_old.md").exists()
+        assert not list((case / "home" / "state").rglob("journal/*.jsonl"))
+    labels = {line.split()[1] for line in trace.read_text().splitlines()}
+    assert {"trash.after_move", "trash.put_back", "journal.marked"} <= labels, labels

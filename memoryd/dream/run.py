@@ -6,8 +6,8 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Sequence, Set
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence, Set
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,8 @@ class DreamResult:
     plan: Plan | None = None
     moved: list[TrashRecord] = field(default_factory=list)
     skipped_moves: list[tuple[str, str]] = field(default_factory=list)  # file, why
+    # A skipped move's file put back under another name (a new file took its own meanwhile).
+    kept_as: dict[str, str] = field(default_factory=dict)
     index: IndexOutcome | None = None
     message: str = ""
     repo_note: str = ""
@@ -361,14 +363,16 @@ def dream_dir(
     trigger: str = "command",
     extra_sources: Sequence[ConsultSource] = (),
     wait_lock: bool = True,
+    before_move: Callable[[str], None] | None = None,
 ) -> DreamResult:
     """One pass; every decision, including each decision not to act, is logged. A real pass
     holds the dir's writer lock throughout (its moves, journal and index update are one
     piece of work); `wait_lock=False` (the daemon) skips the pass when another process has it.
+    `before_move`: see trash.Mover (a test's concurrent writer).
     """
     run = functools.partial(
         _dream_dir, rt, md, repos=repos, dry_run=dry_run, trigger=trigger,
-        extra_sources=extra_sources,
+        extra_sources=extra_sources, before_move=before_move,
     )  # fmt: skip
     with rt.store.reading(md.real_path):
         if dry_run:
@@ -390,6 +394,7 @@ def _dream_dir(
     dry_run: bool,
     trigger: str,
     extra_sources: Sequence[ConsultSource],
+    before_move: Callable[[str], None] | None,
 ) -> DreamResult:
     started = time.monotonic()
     pass_id = datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
@@ -492,7 +497,7 @@ def _dream_dir(
             if dry_run:
                 result.status = "dry_run"
             elif plan.moves:
-                _apply(rt, md, plan, result, basis)
+                _apply(rt, md, plan, result, basis, before_move)
         if not dry_run and managed and result.index is None:
             result.index = index_after_dream(rt, md, frozenset(), basis)
     except (MemorydError, OSError) as error:
@@ -570,11 +575,16 @@ def _trash_records(plan: Plan, md: MemoryDir, pass_id: str, folder: Path) -> lis
 
 
 def _apply(
-    rt: Runtime, md: MemoryDir, plan: Plan, result: DreamResult, basis: Basis | None
+    rt: Runtime,
+    md: MemoryDir,
+    plan: Plan,
+    result: DreamResult,
+    basis: Basis | None,
+    before_move: Callable[[str], None] | None = None,
 ) -> None:
     """Journal the moves, then make each one whose file is still what was planned."""
     # The date is taken once: a pass running over midnight keeps one day folder.
-    with trash.Mover(md.real_path, rt.today()) as mover:
+    with trash.Mover(md.real_path, rt.today(), before_move=before_move) as mover:
         records = _trash_records(plan, md, result.pass_id, mover.folder)
         entry = _move_all(rt, md, mover, records, result)
     # The moves are on disk (the mover synced them): the index, then the journal's end.
@@ -585,20 +595,23 @@ def _apply(
 def _move_all(
     rt: Runtime, md: MemoryDir, mover: trash.Mover, records: list[TrashRecord], result: DreamResult
 ) -> journal.Journal:
-    """Journal the records, then move each file that is still what was planned."""
+    """Journal the records, then move each file that is still what was planned (the mover
+    checks it, and checks what it moved)."""
     entry = journal.begin(rt.paths.state_dir, result.pass_id, md.real_path, records)
     for record in records:
-        found = fsops.identity_of(mover.dir_fd, record.original_name)
-        current = found[1] if found else None
-        if current is None or current.sha256 != record.sha256:
-            why = "modified since plan" if current is not None else "gone since plan"
-            result.skipped_moves.append((record.original_name, why))
-            rt.audit.write("dream.move_skipped", dir=md.path, file=record.original_name, why=why)
+        outcome = mover.move(record)
+        if isinstance(outcome, trash.Unmoved):
+            result.skipped_moves.append((record.original_name, outcome.why))
+            kept = {"kept_as": outcome.kept_as} if outcome.kept_as else {}
+            if outcome.kept_as:
+                result.kept_as[record.original_name] = outcome.kept_as
+            rt.audit.write(
+                "dream.move_skipped", dir=md.path, file=record.original_name, why=outcome.why,
+                **kept,
+            )  # fmt: skip
             continue
-        sized = replace(record, size=current.size)
-        mover.move(sized)
         journal.mark_done(entry, record.id)
-        result.moved.append(sized)
+        result.moved.append(outcome)
         rt.audit.write(
             "trash.moved",
             dir=md.path,

@@ -26,7 +26,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from memoryd import __version__, fsops, housekeeping, notify
 from memoryd.config import Config, load_config
-from memoryd.discover import MemoryDir, discover, lock_is_fresh
+from memoryd.discover import MemoryDir, discover_all, lock_is_fresh, report_refused
 from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Held, index_dir
@@ -75,7 +75,8 @@ def acquire_lock(paths: AppPaths) -> int:
 def lock_holder(paths: AppPaths) -> int | None:
     """The pid holding the instance lock, or None when no daemon runs."""
     try:
-        fd = os.open(paths.lock_file, os.O_RDONLY | os.O_CLOEXEC)
+        # Non-blocking: a FIFO planted there must not hang `memoryd status`.
+        fd = os.open(paths.lock_file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -391,7 +392,10 @@ class Daemon:
                 self.log.info(f"waiting for {home} to exist", path=str(home))
         else:
             self._waiting_said = False
-        found = {md.real_path: md for md in discover(cfg)}
+        discovery = discover_all(cfg)
+        # A link out of its repo or Claude home (a notes vault): said once, never watched.
+        report_refused(self.rt, discovery.refused)
+        found = {md.real_path: md for md in discovery.dirs}
         for path in sorted(set(self.dirs) - set(found)):
             self._lose(self.dirs[path], "it is no longer found where memory dirs live")
         new = []
@@ -442,8 +446,12 @@ class Daemon:
                     out.update(p for p in projects.iterdir() if p.is_dir() and not p.is_symlink())
         for md in (e.md for e in self.dirs.values()):
             if md.kind in ("repo", "repo-agent", "repo-agent-local") and md.repo_root:
+                repo = md.repo_root.resolve()
                 for sub in (".claude", ".claude/agent-memory", ".claude/agent-memory-local"):
-                    if (md.repo_root / sub).is_dir():
+                    # Not through a link out of the repo: nothing outside it is watched.
+                    if (md.repo_root / sub).is_dir() and (
+                        (md.repo_root / sub).resolve().is_relative_to(repo)
+                    ):
                         out.add(md.repo_root / sub)
         return out
 

@@ -16,10 +16,11 @@ from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file
-from memoryd.paths import app_paths
+from memoryd.paths import app_paths, read_bounded
 from memoryd.runtime import Runtime, tune_gc
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+STATUS_MAX_BYTES = 64 << 20  # status.json: a few hundred bytes a dir
 
 Handler = Callable[[argparse.Namespace, Runtime, TextIO], int]
 
@@ -680,7 +681,8 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     pid = daemon.lock_holder(rt.paths)
     try:
-        status = json.loads(rt.paths.status_file.read_bytes())
+        # Bounded, and never a FIFO planted in its place (it would hang `memoryd status`).
+        status = json.loads(read_bounded(rt.paths.status_file, STATUS_MAX_BYTES, follow=False))
     except (OSError, ValueError):
         status = None
     age = None

@@ -31,7 +31,7 @@ from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Held, index_dir
 from memoryd.logsetup import configure, get_logger
-from memoryd.paths import AppPaths, ensure_private_dir
+from memoryd.paths import AppPaths, ensure_private_dir, file_kind
 from memoryd.recovery import recover
 from memoryd.runtime import Runtime, tune_gc
 from memoryd.scan import DirScan
@@ -57,7 +57,14 @@ class AlreadyRunning(MemorydError):
 def acquire_lock(paths: AppPaths) -> int:
     """One instance per user: an exclusive flock on a file in the state dir, holding our pid."""
     ensure_private_dir(paths.state_dir)
-    fd = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # a FIFO opened O_RDWR never blocks, but is no lock file
+        os.close(fd)
+        raise MemorydError(
+            f"{paths.lock_file} is {file_kind(mode)}, not memoryd's lock file: remove it and "
+            "start again"
+        )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -793,7 +800,7 @@ def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
     tune_gc()  # also done by cli.main; here for callers that start the daemon directly
     try:
         lock_fd = acquire_lock(paths)
-    except AlreadyRunning as error:
+    except MemorydError as error:  # already running, or no lock file that can be used
         get_logger().error(str(error))
         return EXIT_USAGE
     try:

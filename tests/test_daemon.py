@@ -688,3 +688,26 @@ def test_sighup_with_a_fifo_config_keeps_indexing_and_stops_on_sigterm(  # type:
     agent_write(folder, "a.md")
     wait_for(lambda: "a.md" in index_text(folder), what="still indexing")
     assert daemon.stop() == 0
+
+
+def test_fifos_in_place_of_the_lock_and_status_files_hang_nothing(tmp_path: Path) -> None:
+    """A FIFO planted as memoryd.lock or status.json: `memoryd run` exits 2 naming the lock
+    file, `memoryd status` answers (exit 1, not running); the old code blocked in open()."""
+    home = tmp_path / "home"
+    state = home / ".local" / "state" / "memoryd"
+    state.mkdir(parents=True, mode=0o700)
+    os.mkfifo(state / "memoryd.lock")
+    os.mkfifo(state / "status.json")
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
+           "XDG_STATE_HOME": str(home / ".local" / "state"),
+           "XDG_CONFIG_HOME": str(home / ".config")}
+
+    def memoryd(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memoryd", "--config", "/dev/null", *args],
+                              env=env, capture_output=True, text=True, timeout=30, check=False)
+
+    status = memoryd("status")
+    assert status.returncode == 1 and "not running" in status.stdout
+    run = memoryd("run")
+    assert run.returncode == 2 and str(state / "memoryd.lock") in run.stderr
+    assert "FIFO" in run.stderr

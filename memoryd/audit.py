@@ -36,6 +36,11 @@ EVENTS: dict[str, EventSpec] = {
     "daemon.waiting": EventSpec("info", "the Claude home does not exist yet; waiting", ("path",)),
     "dir.discovered": EventSpec("info", "a memory dir was found", ("kind", "mode", "real_path")),
     "dir.lost": EventSpec("info", "a memory dir disappeared or was replaced", ("reason",)),
+    "dir.refused": EventSpec(
+        "warning",
+        "a memory dir's link leads out of its repo or Claude home; left alone",
+        ("kind", "target", "within", "reason", "hint"),
+    ),
     "index.updated": EventSpec(
         "info",
         "MEMORY.md (and the archive) were rewritten",

@@ -11,16 +11,17 @@ from typing import Any, TextIO
 
 from memoryd import __version__, audit, fsops
 from memoryd.config import Config, config_as_dict, load_config
-from memoryd.discover import MemoryDir, discover
+from memoryd.discover import MemoryDir, RefusedDir, discover, discover_all, report_refused
 from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file
 from memoryd.logsetup import configure
-from memoryd.paths import app_paths
+from memoryd.paths import app_paths, read_bounded
 from memoryd.runtime import Runtime, tune_gc
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+STATUS_MAX_BYTES = 64 << 20  # status.json: a few hundred bytes a dir
 
 Handler = Callable[[argparse.Namespace, Runtime, TextIO], int]
 
@@ -232,19 +233,52 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
     }
 
 
+def _refused_json(r: RefusedDir) -> dict[str, Any]:
+    return {
+        "path": str(r.path),
+        "target": str(r.target),
+        "kind": r.kind,
+        "label": r.label,
+        "within": str(r.within),
+        "reason": r.reason,
+        "hint": r.hint,
+    }
+
+
+def _render_refused(refused: list[RefusedDir]) -> str:
+    return "".join(
+        f"{shown(str(r.path))} -> {shown(str(r.target))}\n"
+        f"  kind: {r.kind}  refused — {shown(r.reason)}\n  {shown(r.hint)}\n"
+        for r in refused
+    )
+
+
+def _discover(rt: Runtime, dirs: list[Path]) -> tuple[list[MemoryDir], list[RefusedDir]]:
+    """The dirs to work on; links leading out of their repo or Claude home are said once."""
+    found = discover_all(rt.config, dirs)
+    report_refused(rt, found.refused)
+    return found.dirs, found.refused
+
+
 def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     rt.dry_run = True
-    dirs = discover(rt.config, args.dirs)
+    found = discover_all(rt.config, args.dirs)
+    dirs = found.dirs
     rows = [_dir_summary(rt, md) for md in dirs]
     if args.json:
         json.dump(
-            {"claude_home": str(rt.config.paths.claude_home), "dirs": rows},
+            {
+                "claude_home": str(rt.config.paths.claude_home),
+                "dirs": rows,
+                "refused": [_refused_json(r) for r in found.refused],
+            },
             out,
             indent=2,
             ensure_ascii=False,
         )
         out.write("\n")
         return EXIT_OK
+    out.write(_render_refused(found.refused))
     if not rows:
         home = rt.config.paths.claude_home
         note = "" if home.exists() else " (it does not exist yet)"
@@ -304,18 +338,27 @@ def _outcome_json(o: IndexOutcome) -> dict[str, Any]:
 def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.check:
         _recover(rt)
-    dirs = discover(rt.config, args.dirs)
+    if args.check:
+        found = discover_all(rt.config, args.dirs)  # changes nothing: not even the audit log
+        dirs, refused = found.dirs, found.refused
+    else:
+        dirs, refused = _discover(rt, args.dirs)
     outcomes = [index_dir(rt, md, check=args.check) for md in dirs]
     failed = any(o.status in ("error", "conflict") for o in outcomes)
     would = any(o.status == "would_change" for o in outcomes)
     if args.json:
-        json.dump({"dirs": [_outcome_json(o) for o in outcomes]}, out, indent=2, ensure_ascii=False)
+        doc = {
+            "dirs": [_outcome_json(o) for o in outcomes],
+            "refused": [_refused_json(r) for r in refused],
+        }
+        json.dump(doc, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
         if not dirs:
             out.write(f"No memory dirs found under {rt.config.paths.claude_home}.\n")
         for o in outcomes:
             out.write(_render_outcome(o))
+        out.write(_render_refused(refused))
     if failed or (args.check and would):
         return EXIT_FINDINGS
     return EXIT_OK
@@ -506,7 +549,7 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     rt.dry_run = args.dry_run  # a dry run writes nothing at all: no state, no audit row
     if not args.dry_run:
         _recover(rt)
-    dirs = discover(rt.config, args.dirs)
+    dirs, refused = _discover(rt, args.dirs)  # a dry run says nothing (rt.dry_run)
     if args.repo_root is not None:
         root = args.repo_root.expanduser().absolute()
         if not root.is_dir():
@@ -536,11 +579,13 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             "promotion_candidates": [
                 {"dir": d, "file": f, "other_projects": n} for d, f, n in promos
             ],
+            "refused": [_refused_json(r) for r in refused],
         }
         json.dump(doc, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
         out.write(render_text(results, hk, args.dry_run, len(promos)))
+        out.write(_render_refused(refused))
     failed = any(r.status in ("failed", "refused") for r in results)
     return EXIT_FINDINGS if failed else EXIT_OK
 
@@ -654,7 +699,8 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     pid = daemon.lock_holder(rt.paths)
     try:
-        status = json.loads(rt.paths.status_file.read_bytes())
+        # Bounded, and never a FIFO planted in its place (it would hang `memoryd status`).
+        status = json.loads(read_bounded(rt.paths.status_file, STATUS_MAX_BYTES, follow=False))
     except (OSError, ValueError):
         status = None
     age = None

@@ -1,6 +1,8 @@
 """TOML configuration: load once into a frozen dataclass; validation reports every problem."""
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -8,7 +10,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memoryd.errors import ConfigError
-from memoryd.paths import AppPaths, default_claude_home, expand
+from memoryd.paths import (
+    AppPaths,
+    FileTooLarge,
+    NotRegularFile,
+    default_claude_home,
+    expand,
+    read_bounded,
+)
 
 IndexMode = Literal["auto", "manage", "off"]
 BudgetMode = Literal["never", "hard", "target"]
@@ -16,6 +25,9 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# A configuration is a few KB; a bigger file is the wrong file (read whole, it would be held
+# in memory, and a device such as /dev/zero never ends).
+CONFIG_MAX_BYTES = 1024 * 1024
 
 
 def parse_duration(text: str) -> float:
@@ -308,6 +320,15 @@ def build_config(data: Mapping[str, object], source: str) -> Config:
     return Config(dirs=dirs, source=source, **sections)  # type: ignore[arg-type]
 
 
+def _is_null_device(path: Path) -> bool:
+    """`--config /dev/null` is the usual way to say "no configuration": it reads as empty."""
+    try:
+        st, null = os.stat(path), os.stat(os.devnull)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == null.st_rdev
+
+
 def load_config(explicit: Path | None, paths: AppPaths) -> Config:
     """`--config FILE`, else `<user_config_dir>/config.toml`, else built-in defaults."""
     path = explicit if explicit is not None else paths.config_file
@@ -318,7 +339,24 @@ def load_config(explicit: Path | None, paths: AppPaths) -> Config:
         except OSError as error:
             raise ConfigError(str(path), [f"cannot check the file: {error.strerror}"]) from error
     try:
-        raw = path.read_bytes()
+        # A FIFO would block the reader (the daemon's worker, on SIGHUP) until someone writes.
+        raw = b"" if _is_null_device(path) else read_bounded(path, CONFIG_MAX_BYTES)
+    except NotRegularFile as error:
+        raise ConfigError(
+            str(path),
+            [
+                f"{error.what}, not a regular file: name a TOML file "
+                "(a symlink to one is fine) with --config or at this path"
+            ],
+        ) from error
+    except FileTooLarge as error:
+        raise ConfigError(
+            str(path),
+            [
+                f"the file is over {CONFIG_MAX_BYTES} bytes ({error.size}): a memoryd "
+                "configuration is a few KB; name the right file"
+            ],
+        ) from error
     except OSError as error:
         raise ConfigError(str(path), [f"cannot read the file: {error.strerror}"]) from error
     try:

@@ -27,12 +27,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from memoryd import __version__, fsops, housekeeping, notify
 from memoryd.config import Config, load_config
-from memoryd.discover import MemoryDir, discover, lock_is_fresh
+from memoryd.discover import MemoryDir, discover_all, lock_is_fresh, report_refused
 from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Held, index_dir
 from memoryd.logsetup import configure, get_logger
-from memoryd.paths import AppPaths, ensure_private_dir
+from memoryd.paths import AppPaths, ensure_private_dir, file_kind
 from memoryd.recovery import recover
 from memoryd.runtime import Runtime, tune_gc
 from memoryd.scan import DirScan
@@ -58,7 +58,14 @@ class AlreadyRunning(MemorydError):
 def acquire_lock(paths: AppPaths) -> int:
     """One instance per user: an exclusive flock on a file in the state dir, holding our pid."""
     ensure_private_dir(paths.state_dir)
-    fd = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # a FIFO opened O_RDWR never blocks, but is no lock file
+        os.close(fd)
+        raise MemorydError(
+            f"{paths.lock_file} is {file_kind(mode)}, not memoryd's lock file: remove it and "
+            "start again"
+        )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -76,7 +83,8 @@ def acquire_lock(paths: AppPaths) -> int:
 def lock_holder(paths: AppPaths) -> int | None:
     """The pid holding the instance lock, or None when no daemon runs."""
     try:
-        fd = os.open(paths.lock_file, os.O_RDONLY | os.O_CLOEXEC)
+        # Non-blocking: a FIFO planted there must not hang `memoryd status`.
+        fd = os.open(paths.lock_file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -392,7 +400,10 @@ class Daemon:
                 self.log.info(f"waiting for {home} to exist", path=str(home))
         else:
             self._waiting_said = False
-        found = {md.real_path: md for md in discover(cfg)}
+        discovery = discover_all(cfg)
+        # A link out of its repo or Claude home (a notes vault): said once, never watched.
+        report_refused(self.rt, discovery.refused)
+        found = {md.real_path: md for md in discovery.dirs}
         for path in sorted(set(self.dirs) - set(found)):
             self._lose(self.dirs[path], "it is no longer found where memory dirs live")
         new = []
@@ -443,8 +454,12 @@ class Daemon:
                     out.update(p for p in projects.iterdir() if p.is_dir() and not p.is_symlink())
         for md in (e.md for e in self.dirs.values()):
             if md.kind in ("repo", "repo-agent", "repo-agent-local") and md.repo_root:
+                repo = md.repo_root.resolve()
                 for sub in (".claude", ".claude/agent-memory", ".claude/agent-memory-local"):
-                    if (md.repo_root / sub).is_dir():
+                    # Not through a link out of the repo: nothing outside it is watched.
+                    if (md.repo_root / sub).is_dir() and (
+                        (md.repo_root / sub).resolve().is_relative_to(repo)
+                    ):
                         out.add(md.repo_root / sub)
         return out
 
@@ -820,7 +835,7 @@ def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
     tune_gc()  # also done by cli.main; here for callers that start the daemon directly
     try:
         lock_fd = acquire_lock(paths)
-    except AlreadyRunning as error:
+    except MemorydError as error:  # already running, or no lock file that can be used
         get_logger().error(str(error))
         return EXIT_USAGE
     except OSError as error:

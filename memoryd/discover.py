@@ -1,17 +1,26 @@
-"""Find memory dirs and the code tree (repo root) each one talks about. Reads only."""
+"""Find memory dirs and the code tree (repo root) each one talks about.
+
+Reads only, but for `report_refused`, which writes an audit row and memoryd's own record of
+what it said (in the state dir, never in a memory dir).
+"""
 
 import glob
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from memoryd import fsops
 from memoryd.config import Config
 from memoryd.errors import UsageError
 from memoryd.index import INDEX_NAME
-from memoryd.paths import expand
+from memoryd.paths import expand, read_bounded
+
+if TYPE_CHECKING:
+    from memoryd.runtime import Runtime
 
 TRANSCRIPT_FILES = 20  # newest session transcripts read per project
 TRANSCRIPT_BYTES = 256 * 1024  # read at most this much of each
@@ -48,6 +57,41 @@ class MemoryDir:
         return self.label
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedDir:
+    """A memory dir whose link leads out of the repo or Claude home it was found in: left alone."""
+
+    path: Path  # where it was found (the link, or a folder under one)
+    target: Path  # where it leads, fully resolved
+    kind: str
+    label: str
+    within: Path  # the repo or Claude home (resolved) it had to stay in
+
+    @property
+    def scope(self) -> str:
+        return "repo" if self.kind.startswith("repo") else "Claude home"
+
+    @property
+    def reason(self) -> str:
+        return f"its link leads to {self.target}, outside the {self.scope} {self.within}"
+
+    @property
+    def hint(self) -> str:
+        return (
+            f"to let memoryd maintain it, name {self.target} in paths.extra_memory_dirs "
+            "(or name it on the command line)"
+        )
+
+
+Found = MemoryDir | RefusedDir
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    dirs: list[MemoryDir]
+    refused: list[RefusedDir]
+
+
 def _is_dir(path: Path) -> bool:
     try:
         return path.is_dir()
@@ -77,8 +121,8 @@ def project_repo_root(project_dir: Path, slug: str) -> tuple[Path | None, str]:
     mismatched: set[str] = set()
     for transcript in transcripts:
         try:
-            with transcript.open("rb") as handle:
-                chunk = handle.read(TRANSCRIPT_BYTES)
+            # Never blocks on a FIFO swapped in since the listing, nor follows a link.
+            chunk = read_bounded(transcript, TRANSCRIPT_BYTES, follow=False, prefix=True)
         except OSError:
             continue
         for raw in chunk.split(b"\n"):
@@ -114,14 +158,43 @@ def _repo_of(path: Path) -> tuple[Path | None, str]:
     return None, "not inside a repo (no .claude/ or .git above it)"
 
 
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a link loop: nothing resolves inside it
+        return path.absolute()
+
+
+def _opted_in(real: Path, config: Config) -> bool:
+    """Is this folder named in paths.extra_memory_dirs (by itself or by a link to it)?"""
+    return any(_resolved(extra) == real for extra in config.paths.extra_memory_dirs)
+
+
 def _make(
-    path: Path, kind: str, label: str, root: Path | None, reason: str, config: Config
-) -> MemoryDir:
-    real = path.resolve()
+    path: Path,
+    kind: str,
+    label: str,
+    root: Path | None,
+    reason: str,
+    config: Config,
+    within: Path | None = None,
+) -> Found:
+    """`within`: the resolved repo or Claude home a dir found there must stay in (a link out of
+    it, to a notes vault say, is refused); None for a dir named in the config or by hand."""
+    real = _resolved(path)
+    if within is not None and not real.is_relative_to(within) and not _opted_in(real, config):
+        return RefusedDir(path, real, kind, label, within)
     override = config.override_for(path)
     if override.repo_root is not None:
         root, reason = override.repo_root, "set in the config"
     return MemoryDir(path, real, kind, label, root, reason, via_symlink=real != path.absolute())
+
+
+def _named(path: Path, kind: str, label: str, root: Path | None, reason: str, config: Config
+           ) -> MemoryDir:
+    made = _make(path, kind, label, root, reason, config)
+    assert isinstance(made, MemoryDir)  # no boundary: never refused
+    return made
 
 
 def nested_dirs(parent: MemoryDir, config: Config) -> Iterator[MemoryDir]:
@@ -135,33 +208,44 @@ def nested_dirs(parent: MemoryDir, config: Config) -> Iterator[MemoryDir]:
             if sub.is_symlink():
                 continue
             if (sub / INDEX_NAME).is_file():
-                yield _make(sub, "nested", sub.name, parent.repo_root, parent.repo_reason, config)
+                # Under a resolved folder and no symlink itself: never leaves its parent.
+                yield _named(sub, "nested", sub.name, parent.repo_root, parent.repo_reason, config)
             stack.append((sub, depth + 1))
 
 
-def repo_dirs(repo: Path, config: Config) -> Iterator[MemoryDir]:
+def repo_dirs(repo: Path, config: Config) -> Iterator[Found]:
+    """A repo's `.claude/` memory dirs; one that leads out of the repo comes as a RefusedDir."""
     claude = repo / ".claude"
+    within = _resolved(repo)
     memory = claude / "memory"
     if _is_dir(memory):
-        yield _make(memory, "repo", repo.name, repo, "repo-scope memory", config)
+        yield _make(memory, "repo", repo.name, repo, "repo-scope memory", config, within)
     kinds = (("agent-memory", "repo-agent"), ("agent-memory-local", "repo-agent-local"))
     for folder, kind in kinds:
         if (claude / folder / INDEX_NAME).is_file():
             # Some repos keep one memory dir right at agent-memory/ (often a symlink to it).
-            yield _make(claude / folder, kind, repo.name, repo, "repo-scope memory", config)
+            yield _make(
+                claude / folder, kind, repo.name, repo, "repo-scope memory", config, within
+            )
             continue
         for agent in _subdirs(claude / folder):
-            yield _make(agent, kind, agent.name, repo, "repo-scope memory", config)
+            yield _make(agent, kind, agent.name, repo, "repo-scope memory", config, within)
 
 
-def home_dirs(claude_home: Path, config: Config) -> Iterator[MemoryDir]:
+def home_dirs(claude_home: Path, config: Config) -> Iterator[Found]:
+    """A Claude home's project and agent memory dirs; one leading out of it is refused."""
+    within = _resolved(claude_home)
     for project in _subdirs(claude_home / "projects"):
         memory = project / "memory"
         if _is_dir(memory):
+            made = _make(memory, "project", project.name, None, "", config, within)
+            if isinstance(made, RefusedDir):
+                yield made  # its transcripts are not read: they may be as far out as it is
+                continue
             root, reason = project_repo_root(project, project.name)
-            yield _make(memory, "project", project.name, root, reason, config)
+            yield _make(memory, "project", project.name, root, reason, config, within)
     for agent in _subdirs(claude_home / "agent-memory"):
-        yield _make(agent, "agent", agent.name, None, "user-scope agent memory", config)
+        yield _make(agent, "agent", agent.name, None, "user-scope agent memory", config, within)
 
 
 def _named_dir(path: Path, config: Config) -> MemoryDir:
@@ -174,19 +258,19 @@ def _named_dir(path: Path, config: Config) -> MemoryDir:
             else ("repo-agent" if parent.name == "agent-memory" else "repo-agent-local")
         )
         if kind == "agent":
-            return _make(path, kind, path.name, None, "user-scope agent memory", config)
-        return _make(path, kind, path.name, parent.parent.parent, "repo-scope memory", config)
+            return _named(path, kind, path.name, None, "user-scope agent memory", config)
+        return _named(path, kind, path.name, parent.parent.parent, "repo-scope memory", config)
     if path.name == "memory" and parent.parent.name == "projects":
         root, reason = project_repo_root(parent, parent.name)
-        return _make(path, "project", parent.name, root, reason, config)
+        return _named(path, "project", parent.name, root, reason, config)
     root, reason = _repo_of(path)
-    return _make(path, "explicit", path.name, root, reason, config)
+    return _named(path, "explicit", path.name, root, reason, config)
 
 
 _SEARCH_SKIP = frozenset({"node_modules", "vendor", "target", "dist", "build", "__pycache__"})
 
 
-def _search(top: Path, config: Config) -> Iterator[MemoryDir]:
+def _search(top: Path, config: Config) -> Iterator[Found]:
     """Repos (a `.claude/` folder) and MEMORY.md folders below a folder, a few levels deep."""
     stack = [(top, 0)]
     while stack:
@@ -204,7 +288,7 @@ def _search(top: Path, config: Config) -> Iterator[MemoryDir]:
             )
 
 
-def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
+def _explicit(path: Path, config: Config) -> list[Found]:
     """A folder named on the command line: a memory dir, a repo, or a Claude home."""
     if not _is_dir(path):
         raise UsageError(f"{path}: no such folder; name a memory dir, a repo or a Claude home")
@@ -215,7 +299,7 @@ def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
         p.suffix == ".md" for p in path.iterdir() if not p.name.startswith(".")
     )
     if has_md:
-        return [_named_dir(path, config)]
+        return [_named_dir(path, config)]  # named itself: followed wherever it leads
     found = list(_search(path, config))
     if found:
         return found
@@ -225,13 +309,25 @@ def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
     )
 
 
-def discover(config: Config, explicit: Iterable[Path] = ()) -> list[MemoryDir]:
-    """Every memory dir, once each (by real path), nested ones included, in path order."""
+def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
+    """The memory dirs of a folder named on the command line (refused links left out)."""
+    found = _explicit(path, config)
+    dirs = [f for f in found if isinstance(f, MemoryDir)]
+    if not dirs and found:
+        refused = found[0]
+        assert isinstance(refused, RefusedDir)
+        raise UsageError(f"{refused.path}: not followed: {refused.reason}; {refused.hint}")
+    return dirs
+
+
+def discover_all(config: Config, explicit: Iterable[Path] = ()) -> Discovery:
+    """Every memory dir, once each (by real path), nested ones included, in path order; and
+    the ones refused because their link leads out of their repo or Claude home."""
     explicit = list(explicit)
-    found: list[MemoryDir] = []
+    found: list[Found] = []
     if explicit:
         for path in explicit:
-            found.extend(explicit_dirs(path, config))
+            found.extend(_explicit(path, config))
     else:
         found.extend(home_dirs(config.paths.claude_home, config))
         for pattern in config.paths.repos:
@@ -241,12 +337,63 @@ def discover(config: Config, explicit: Iterable[Path] = ()) -> list[MemoryDir]:
         for extra in config.paths.extra_memory_dirs:
             if _is_dir(extra):
                 root, reason = _repo_of(extra.absolute())
-                found.append(_make(expand(str(extra)), "extra", extra.name, root, reason, config))
+                found.append(_named(expand(str(extra)), "extra", extra.name, root, reason, config))
     result: dict[Path, MemoryDir] = {}
+    refused: dict[Path, RefusedDir] = {}
     for md in found:
+        if isinstance(md, RefusedDir):
+            refused.setdefault(md.path.absolute(), md)
+            continue
         for candidate in (md, *nested_dirs(md, config)):
             result.setdefault(candidate.real_path, candidate)
-    return sorted(result.values(), key=lambda d: str(d.real_path))
+    # A target named on the command line as well is used there, not refused.
+    return Discovery(
+        dirs=sorted(result.values(), key=lambda d: str(d.real_path)),
+        refused=sorted(
+            (r for r in refused.values() if r.target not in result), key=lambda r: str(r.path)
+        ),
+    )
+
+
+def discover(config: Config, explicit: Iterable[Path] = ()) -> list[MemoryDir]:
+    """Every memory dir, once each (by real path), nested ones included, in path order."""
+    return discover_all(config, explicit).dirs
+
+
+REFUSED_RECORD = "refused-links.json"  # in the state dir: which refusals were said, and where
+REFUSED_RECORD_MAX = 1024 * 1024
+
+
+def report_refused(rt: "Runtime", refused: Sequence[RefusedDir]) -> None:
+    """Say once (an audit row `dir.refused`) that a link is left alone; again when its target
+    changes. A dry run says nothing."""
+    if rt.dry_run or not refused:
+        return
+    record_path = rt.paths.state_dir / REFUSED_RECORD
+    try:
+        record = json.loads(read_bounded(record_path, REFUSED_RECORD_MAX, follow=False))
+    except (OSError, ValueError):
+        record = {}
+    if not isinstance(record, dict):
+        record = {}
+    said = False
+    for r in refused:
+        key = str(r.path.absolute())
+        if record.get(key) == str(r.target):
+            continue
+        record[key] = str(r.target)
+        said = True
+        rt.audit.write(
+            "dir.refused",
+            dir=r.path,
+            kind=r.kind,
+            target=str(r.target),
+            within=str(r.within),
+            reason=r.reason,
+            hint=r.hint,
+        )
+    if said:
+        fsops.write_private(record_path, json.dumps(record, indent=1, sort_keys=True).encode())
 
 
 def lock_is_fresh(md: MemoryDir, now: float) -> bool:

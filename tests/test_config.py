@@ -1,5 +1,9 @@
 """Configuration: defaults, every problem reported at once, the example file is complete."""
 
+import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +94,62 @@ def test_config_check_cli_exit_codes(env, cli, tmp_path: Path) -> None:  # type:
     assert shown.code == 0 and 'debounce = "1s"' in shown.out
     rows = [r for r in env.audit_rows() if r["event"] == "config.invalid"]
     assert len(rows) == 2
+
+
+def _config_check(config: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """`memoryd --config FILE config check` in a child with its address space capped at 1 GiB:
+    a reader without bound dies there of MemoryError (exit 1), not of the OOM killer."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
+           "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config")}
+    return subprocess.run([sys.executable, "-m", "memoryd", "--config", str(config), "config",
+                           "check"], env=env, capture_output=True, text=True, timeout=60,
+                          check=False, preexec_fn=cap)
+
+
+def test_a_config_linked_to_dev_zero_is_refused_unread(tmp_path: Path) -> None:
+    """A config symlinked to /dev/zero is refused as a device, naming the file (exit 2); the old
+    code read it without end (24 GB before the OOM killer; MemoryError under the cap here)."""
+    link = tmp_path / "config.toml"
+    link.symlink_to("/dev/zero")
+    done = _config_check(link, tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert str(link) in done.stderr and "character device" in done.stderr
+
+
+def test_an_oversized_config_is_refused(tmp_path: Path) -> None:
+    """A config over 1 MiB (valid TOML: a long comment) is refused with its size, never parsed."""
+    limit = 1024 * 1024  # the documented limit (config.CONFIG_MAX_BYTES)
+    big = tmp_path / "config.toml"
+    big.write_text('[watch]\ndebounce = "1s"\n# ' + "x" * limit + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(big, AppPaths(tmp_path / "none.toml", tmp_path, tmp_path))
+    assert caught.value.source == str(big)
+    assert f"over {limit} bytes" in caught.value.problems[0]
+    exact = tmp_path / "exact.toml"  # at the limit: still read
+    head = '[watch]\ndebounce = "1s"\n# '
+    exact.write_text(head + "x" * (limit - len(head) - 1) + "\n")
+    assert load_config(exact, AppPaths(tmp_path / "n.toml", tmp_path, tmp_path)).watch.debounce == 1
+
+
+def test_special_files_as_config(tmp_path: Path) -> None:
+    """A FIFO (at --config or the default path) is refused without blocking, a folder too;
+    /dev/null still reads as an empty configuration; a symlink to a regular file is followed."""
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    paths = AppPaths(fifo, tmp_path, tmp_path)
+    for explicit in (fifo, None):
+        with pytest.raises(ConfigError, match="FIFO"):
+            load_config(explicit, paths)
+    with pytest.raises(ConfigError, match="a folder"):
+        load_config(tmp_path, paths)
+    assert load_config(Path("/dev/null"), paths).source == "/dev/null"
+    real = tmp_path / "dotfiles" / "memoryd.toml"
+    real.parent.mkdir()
+    real.write_text('[watch]\ndebounce = "3s"\n')
+    link = tmp_path / "linked.toml"
+    link.symlink_to(real)
+    assert load_config(link, paths).watch.debounce == 3

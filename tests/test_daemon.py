@@ -77,12 +77,13 @@ def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str =
 
 
 def start(tmp_path: Path, *, grace: str = "0s", extra_env: dict[str, str] | None = None,
-          name: str = "d", index_config: str = "", pile_up: int = 5) -> Running:
+          name: str = "d", index_config: str = "", pile_up: int = 5, more_config: str = ""
+          ) -> Running:
     home = tmp_path / f"home-{name}"
     home.mkdir(exist_ok=True)
     config = tmp_path / f"config-{name}.toml"
     config.write_text(CONFIG.format(grace=grace, pile_up=pile_up).replace(
-        "[index]\n", "[index]\n" + index_config))
+        "[index]\n", "[index]\n" + index_config) + more_config)
     env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
            "XDG_STATE_HOME": str(home / ".local" / "state"),
            "XDG_CONFIG_HOME": str(home / ".config"), **(extra_env or {})}
@@ -163,7 +164,7 @@ def test_new_dir_deleted_and_recreated_and_symlinked(daemon: Running, project, t
     folder.mkdir()
     agent_write(folder, "b.md")
     wait_for(lambda: "b.md" in index_text(folder), what="recreated dir re-armed")
-    real = tmp_path / "elsewhere" / "agent-mem"
+    real = daemon.claude / "elsewhere" / "agent-mem"  # a link out of the home is refused
     real.mkdir(parents=True)
     (daemon.claude / "agent-memory").mkdir(parents=True)
     (daemon.claude / "agent-memory" / "linked").symlink_to(real)
@@ -197,7 +198,7 @@ def test_a_dir_recreated_at_once_files_moved_in_and_a_late_link_are_seen(  # typ
     slug = daemon.claude / "projects" / "-late-link"
     slug.mkdir(parents=True)
     time.sleep(0.5)  # the project folder first, its memory dir later (as Claude Code does)
-    real = tmp_path / "real-memory"
+    real = daemon.claude / "real-memory"  # inside the Claude home: followed
     real.mkdir()
     (slug / "memory").symlink_to(real)
     agent_write(real, "c.md")
@@ -622,3 +623,94 @@ def test_an_unparseable_change_is_reported_once_and_again_after_a_fix(  # type: 
     wait_for(lambda: "bad.md" in index_text(folder), what="the fixed file indexed")
     break_it()
     wait_for(lambda: reports() == 2, what="reported again after breaking again")
+
+
+def test_the_daemon_leaves_a_vault_linked_into_a_repo_alone(tmp_path: Path) -> None:
+    """A repo's agent-memory link to a notes vault outside it: the running daemon reports it
+    once and never writes there (byte-identical, no new file), while the repo's own dir is
+    indexed, dreamed over, and a dir made later is still discovered."""
+    from tests.test_discover import DUPLICATE, snapshot, vault
+
+    notes = vault(tmp_path)
+    repo = tmp_path / "repos" / "app"
+    agents = repo / ".claude" / "agent-memory"
+    agents.mkdir(parents=True)
+    (agents / "notes").symlink_to(notes)
+    planner = agents / "planner"
+    write_memory(planner, "plan.md")
+    running = start(tmp_path, pile_up=2, more_config=f'[paths]\nrepos = ["{repo}"]\n')
+    try:
+        wait_for(lambda: running.rows("dir.refused"), what="the link reported")
+        # The person keeps writing notes in the vault: nothing of it is memoryd's business.
+        write_memory(notes, "deploy-third.md", body=DUPLICATE, age_days=None)
+        write_memory(notes, "deploy-fourth.md", body=DUPLICATE, age_days=None)
+        before = snapshot(notes.parent)
+        agent_write(planner, "one.md", "first change")
+        agent_write(planner, "two.md", "second change")
+        wait_for(lambda: [r for r in running.rows("dream.completed")
+                          if r["dir"] == str(planner)], timeout=30, what="the repo dir's pass")
+        write_memory(agents / "late", "late.md")  # a rediscovery after the refusal
+        wait_for(lambda: "late.md" in index_text(agents / "late"), what="a late dir indexed")
+        assert running.stop() == 0
+    finally:
+        running.stop()
+    assert snapshot(notes.parent) == before, "the daemon wrote in the vault"
+    [row] = running.rows("dir.refused")
+    assert row["dir"] == str(agents / "notes") and row["target"] == str(notes.resolve())
+    assert not [r for r in running.rows() if str(r.get("dir", "")).startswith(str(notes))]
+
+
+def test_a_fifo_config_at_start_up_exits_2_at_once(tmp_path: Path) -> None:
+    """`memoryd --config FIFO run` names the file and exits 2; it does not wait for a writer
+    (the old code blocked in open() forever: the timeout below fails it)."""
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
+           "XDG_STATE_HOME": str(home / ".local" / "state")}
+    done = subprocess.run([sys.executable, "-m", "memoryd", "--config", str(fifo), "run"],
+                          env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2
+    assert str(fifo) in done.stderr and "FIFO" in done.stderr
+
+
+def test_sighup_with_a_fifo_config_keeps_indexing_and_stops_on_sigterm(  # type: ignore[no-untyped-def]
+    daemon: Running, project
+) -> None:
+    """The config replaced by a FIFO, then SIGHUP: the reload refuses it (config.invalid, the
+    old config kept), the worker goes on indexing, and SIGTERM stops it with exit 0. The old
+    code's worker blocked opening the FIFO: no more indexing, and SIGTERM waited for it."""
+    daemon.config.unlink()
+    os.mkfifo(daemon.config)
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: daemon.rows("config.invalid"), what="config.invalid")
+    [row] = daemon.rows("config.invalid")
+    assert row["source"] == str(daemon.config) and "FIFO" in str(row["problems"])
+    folder = project(daemon, "after-fifo")
+    agent_write(folder, "a.md")
+    wait_for(lambda: "a.md" in index_text(folder), what="still indexing")
+    assert daemon.stop() == 0
+
+
+def test_fifos_in_place_of_the_lock_and_status_files_hang_nothing(tmp_path: Path) -> None:
+    """A FIFO planted as memoryd.lock or status.json: `memoryd run` exits 2 naming the lock
+    file, `memoryd status` answers (exit 1, not running); the old code blocked in open()."""
+    home = tmp_path / "home"
+    state = home / ".local" / "state" / "memoryd"
+    state.mkdir(parents=True, mode=0o700)
+    os.mkfifo(state / "memoryd.lock")
+    os.mkfifo(state / "status.json")
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
+           "XDG_STATE_HOME": str(home / ".local" / "state"),
+           "XDG_CONFIG_HOME": str(home / ".config")}
+
+    def memoryd(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memoryd", "--config", "/dev/null", *args],
+                              env=env, capture_output=True, text=True, timeout=30, check=False)
+
+    status = memoryd("status")
+    assert status.returncode == 1 and "not running" in status.stdout
+    run = memoryd("run")
+    assert run.returncode == 2 and str(state / "memoryd.lock") in run.stderr
+    assert "FIFO" in run.stderr

@@ -1,12 +1,15 @@
 """Discovery: every memory location, repo roots from transcripts, symlinked folders."""
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
+import pytest
+
 from memoryd.config import Config, build_config, with_claude_home
 from memoryd.discover import discover, project_repo_root, slugify
-from tests.conftest import Env, write_memory
+from tests.conftest import Env, Result, write_memory
 
 
 def _home(env: Env, tmp_path: Path) -> tuple[Path, Path]:
@@ -77,8 +80,8 @@ def test_discover_finds_every_location(env: Env, tmp_path: Path) -> None:
 
 
 def test_symlinked_memory_folder_is_followed_once(env: Env, tmp_path: Path) -> None:
-    """A symlinked memory folder is used at its real path and listed once."""
-    real = tmp_path / "real-memory"
+    """A symlinked memory folder inside the Claude home is used at its real path, listed once."""
+    real = env.claude / "real-memory"
     write_memory(real, "a.md")
     (env.claude / "agent-memory").mkdir(parents=True)
     os.symlink(real, env.claude / "agent-memory" / "linked")
@@ -100,3 +103,170 @@ def test_missing_claude_home_is_not_an_error(env: Env, cli) -> None:  # type: ig
     result = cli("dirs")
     assert result.code == 0 and "does not exist yet" in result.out
     assert cli("index").code == 0
+
+
+# --- memory-dir links out of their repo or Claude home (issue 11, item 6) ---------------------
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every entry under root (files, folders, links) with a file's sha256 and a link's target:
+    a new MEMORY.md, `.trash/` or `.MEMORY.md.prev` anywhere shows as a difference."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = "-> " + os.readlink(path)
+            elif path.is_dir():
+                out[rel] = "dir"
+            else:
+                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+DUPLICATE = "The staging deploy runs from the release branch after the nightly build passes.\n"
+
+
+def vault(tmp_path: Path) -> Path:
+    """A person's notes vault: two memory-like notes a dream pass would take for duplicates."""
+    notes = tmp_path / "vault" / "notes"
+    write_memory(notes, "deploy.md", body=DUPLICATE, age_days=40)
+    write_memory(notes, "deploy-again.md", body=DUPLICATE, age_days=30)
+    (notes / "diary.md").write_text("# Private diary\n\nnot a memory\n")
+    return notes
+
+
+@pytest.fixture
+def linked_repo(env: Env, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A repo whose `.claude/agent-memory/notes` links to a vault outside it; a config that
+    covers the repo. Returns (repo, vault notes, config file)."""
+    notes = vault(tmp_path)
+    repo = tmp_path / "repos" / "app"
+    (repo / ".claude" / "agent-memory").mkdir(parents=True)
+    (repo / ".claude" / "agent-memory" / "notes").symlink_to(notes)
+    write_memory(repo / ".claude" / "agent-memory" / "planner", "plan.md")
+    config = tmp_path / "config.toml"
+    config.write_text(f'[paths]\nclaude_home = "{env.claude}"\nrepos = ["{repo}"]\n')
+    return repo, notes, config
+
+
+def refused_rows(env: Env) -> list[dict[str, object]]:
+    return [r for r in env.audit_rows() if r["event"] == "dir.refused"]
+
+
+def test_a_link_out_of_the_repo_is_left_alone_by_index_dream_and_dirs(  # type: ignore[no-untyped-def]
+    env: Env, cli, linked_repo: tuple[Path, Path, Path]
+) -> None:
+    """`index`, `dream` and `dirs` leave a vault linked as an agent-memory dir byte-identical
+    (no MEMORY.md, no .trash/, no note moved), report the link once, and `dirs` shows it as
+    refused with its target and what to do; the repo's own memory dir is still worked on."""
+    repo, notes, config = linked_repo
+    link = repo / ".claude" / "agent-memory" / "notes"
+    before = snapshot(notes.parent)
+    first: Result = cli("--config", config, "index")
+    assert first.code == 0, first.err
+    assert "refused" in first.out and str(notes) in first.out
+    dream = cli("--config", config, "dream")
+    assert dream.code == 0, dream.out + dream.err
+    again = cli("--config", config, "index")
+    assert again.code == 0
+    assert snapshot(notes.parent) == before, "the vault was written to"
+    assert (repo / ".claude" / "agent-memory" / "planner" / "MEMORY.md").is_file()
+    [row] = refused_rows(env)  # said once over three commands
+    assert row["dir"] == str(link) and row["target"] == str(notes.resolve())
+    assert row["within"] == str(repo.resolve()) and row["level"] == "warning"
+    assert "paths.extra_memory_dirs" in str(row["hint"])
+    listed = cli("--config", config, "dirs", "--json")
+    doc = json.loads(listed.out)
+    assert [d["label"] for d in doc["dirs"]] == ["planner"]
+    [refused] = doc["refused"]
+    assert refused["path"] == str(link) and refused["target"] == str(notes.resolve())
+    assert "outside the repo" in refused["reason"]
+    text = cli("--config", config, "dirs")
+    assert f"{link} -> {notes.resolve()}" in text.out and "refused" in text.out
+    assert "paths.extra_memory_dirs" in text.out
+    named = cli("--config", config, "index", repo)  # the repo named: its link is not
+    assert named.code == 0 and "refused" in named.out
+    assert snapshot(notes.parent) == before
+    assert len(refused_rows(env)) == 1
+
+
+def test_a_link_named_in_extra_memory_dirs_is_followed(  # type: ignore[no-untyped-def]
+    env: Env, cli, linked_repo: tuple[Path, Path, Path]
+) -> None:
+    """Naming the target in paths.extra_memory_dirs opts in: the dir is kept as the repo's
+    agent memory (its repo root the repo) and indexed; nothing is refused."""
+    repo, notes, config = linked_repo
+    config.write_text(config.read_text() + f'extra_memory_dirs = ["{notes}"]\n')
+    result = cli("--config", config, "index")
+    assert result.code == 0, result.err
+    assert "deploy.md" in (notes / "MEMORY.md").read_text()
+    doc = json.loads(cli("--config", config, "dirs", "--json").out)
+    assert doc["refused"] == []
+    [linked] = [d for d in doc["dirs"] if d["real_path"] == str(notes.resolve())]
+    assert linked["kind"] == "repo-agent" and linked["repo_root"] == str(repo)
+    assert refused_rows(env) == []
+
+
+def test_the_link_named_on_the_command_line_is_followed(  # type: ignore[no-untyped-def]
+    env: Env, cli, linked_repo: tuple[Path, Path, Path]
+) -> None:
+    """A person naming the linked folder itself on the command line means it."""
+    repo, notes, config = linked_repo
+    result = cli("--config", config, "index", repo / ".claude" / "agent-memory" / "notes")
+    assert result.code == 0, result.err
+    assert (notes / "MEMORY.md").is_file() and refused_rows(env) == []
+
+
+def test_links_that_stay_inside_or_come_back_are_followed(env: Env, cli, tmp_path: Path  # type: ignore[no-untyped-def]
+                                                          ) -> None:
+    """A link to a folder inside the repo is followed; so is a chain that leaves the repo and
+    comes back (the resolved folder is inside, and all I/O goes there, not through the hop);
+    a chain that starts inside and ends outside is refused."""
+    repo = tmp_path / "repo"
+    agents = repo / ".claude" / "agent-memory"
+    agents.mkdir(parents=True)
+    write_memory(repo / "memories" / "inside", "a.md")
+    write_memory(repo / "memories" / "back", "b.md")
+    (agents / "inside").symlink_to("../../memories/inside")
+    hops = tmp_path / "hops"
+    hops.mkdir()
+    (hops / "back").symlink_to(repo / "memories" / "back")
+    (agents / "back").symlink_to(hops / "back")
+    outside = vault(tmp_path)
+    (repo / "memories" / "hop-out").symlink_to(outside)
+    (agents / "out").symlink_to(repo / "memories" / "hop-out")
+    before_out, before_hops = snapshot(outside.parent), snapshot(hops)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[paths]\nclaude_home = "{env.claude}"\nrepos = ["{repo}"]\n')
+    assert cli("--config", config, "index").code == 0
+    assert (repo / "memories" / "inside" / "MEMORY.md").is_file()
+    assert (repo / "memories" / "back" / "MEMORY.md").is_file()
+    assert snapshot(outside.parent) == before_out and snapshot(hops) == before_hops
+    [row] = refused_rows(env)
+    assert row["dir"] == str(agents / "out") and row["target"] == str(outside.resolve())
+    # The hop repointed at the vault: the chain now ends outside, and is refused too.
+    (hops / "back").unlink()
+    (hops / "back").symlink_to(outside)
+    assert cli("--config", config, "index").code == 0
+    assert snapshot(outside.parent) == before_out
+    assert {r["dir"] for r in refused_rows(env)} == {str(agents / "out"), str(agents / "back")}
+
+
+def test_a_claude_home_link_out_of_it_is_refused(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`projects/<slug>/memory` and `agent-memory/<agent>` linking out of the Claude home are
+    left alone (the project's transcripts are not read either)."""
+    notes = vault(tmp_path)
+    project = env.claude / "projects" / "-x"
+    project.mkdir(parents=True)
+    (project / "memory").symlink_to(notes)
+    (env.claude / "agent-memory").mkdir()
+    (env.claude / "agent-memory" / "vaulted").symlink_to(notes)
+    before = snapshot(notes.parent)
+    assert cli("index").code == 0
+    assert cli("dream").code == 0
+    assert snapshot(notes.parent) == before
+    rows = refused_rows(env)
+    assert sorted(r["kind"] for r in rows) == ["agent", "project"]
+    assert all(r["within"] == str(env.claude.resolve()) for r in rows)

@@ -6,7 +6,7 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import Any
 
 from memoryd import fsops, journal, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
+from memoryd.dream.budget import PassBudget, PassStopped
 from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject, consulted
 from memoryd.dream.facts import FactsCache, derive, load_saved
 from memoryd.dream.memo import DreamMemo
@@ -207,6 +208,7 @@ def inventory(
     keep: bool = False,
     listing: Listing | None = None,
     save: bool = False,
+    budget: PassBudget | None = None,
 ) -> Inventory:
     """Read every memory file; parse it and derive its facts unless its content was seen before.
 
@@ -215,7 +217,7 @@ def inventory(
     decides from the bytes as they are now, not from the scan's stat-keyed cache. `keep` (explain)
     parses every file, to hand back each Memory. Facts this process does not hold are looked
     up in those the dir's last saving pass left in the state dir; `save` (not for a dry run)
-    writes them back when the dir's contents changed.
+    writes them back when the dir's contents changed. `budget`: checked after each file.
     """
     limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
     if listing is None:
@@ -237,6 +239,7 @@ def inventory(
         facts_cache = _facts_of(memo)
         facts_cache.begin(limits)
         for name in listing.memories:
+            file_started = budget.clock() if budget is not None else 0.0
             try:
                 data, st = fsops.read_regular(dir_fd, name, limits[0])
             except (OSError, ValueError):
@@ -261,6 +264,8 @@ def inventory(
                     kept[name] = parsed
             used.add(sha256)
             items.append(make_item(name, sha256, st.st_mtime, facts, checker))
+            if budget is not None:
+                budget.check(name, file_started)
         if save:  # before finish(), which may start the cache afresh
             _save_facts(rt, md, frozenset(used))
         facts_cache.finish(md.real_path, frozenset(used))
@@ -302,9 +307,17 @@ def consult_sources(
 
 
 def consult_map(
-    items: Sequence[Item], sources: Sequence[ConsultSource], since: float
+    items: Sequence[Item],
+    sources: Sequence[ConsultSource],
+    since: float,
+    budget: PassBudget | None = None,
 ) -> dict[str, str | None]:
-    return {i.filename: consulted(sources, Subject(i.filename, i.name), since) for i in items}
+    out: dict[str, str | None] = {}
+    for i in items:
+        out[i.filename] = consulted(sources, Subject(i.filename, i.name), since)
+        if budget is not None:
+            budget.check(f"the consult evidence of {i.filename}")
+    return out
 
 
 def _index_lines(md: MemoryDir, wanted: Set[str]) -> dict[str, str]:
@@ -361,14 +374,19 @@ def dream_dir(
     trigger: str = "command",
     extra_sources: Sequence[ConsultSource] = (),
     wait_lock: bool = True,
+    stop: Callable[[], bool] = lambda: False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> DreamResult:
     """One pass; every decision, including each decision not to act, is logged. A real pass
     holds the dir's writer lock throughout (its moves, journal and index update are one
     piece of work); `wait_lock=False` (the daemon) skips the pass when another process has it.
+    Past `dream.file_budget` or `dream.pass_budget` (by `clock`), or once `stop()` (the
+    daemon's SIGTERM), the pass stops before its first move: it fails and moves nothing.
     """
+    budget = PassBudget(rt.config.dream.file_budget, rt.config.dream.pass_budget, stop, clock)
     run = functools.partial(
         _dream_dir, rt, md, repos=repos, dry_run=dry_run, trigger=trigger,
-        extra_sources=extra_sources,
+        extra_sources=extra_sources, budget=budget,
     )  # fmt: skip
     with rt.store.reading(md.real_path):
         if dry_run:
@@ -390,6 +408,7 @@ def _dream_dir(
     dry_run: bool,
     trigger: str,
     extra_sources: Sequence[ConsultSource],
+    budget: PassBudget,
 ) -> DreamResult:
     started = time.monotonic()
     pass_id = datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
@@ -413,8 +432,10 @@ def _dream_dir(
             level="debug" if trigger == "command" else "info",
         )
     try:
+        budget.check("the start")
         checker = repos.checker(md.repo_root, save=not dry_run)
         repo = checker.repo
+        budget.check("the repo snapshot")
         if md.repo_root is None:
             result.repo_note = f"no repo root ({md.repo_reason}): every reference is unverifiable"
         elif repo is None:
@@ -436,14 +457,15 @@ def _dream_dir(
         )
         del scan
         rt.store.release_cache(md.real_path)
-        inv = inventory(md, rt, checker, listing=listing, save=not dry_run)
+        inv = inventory(md, rt, checker, listing=listing, save=not dry_run, budget=budget)
         del listing
         result.files = len(inv.items)
         result.unparseable = inv.unparseable
         result.conflicts = inv.conflicts
         sources = consult_sources(md, rt, extra_sources)
-        consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window)
+        consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window, budget)
         plan = plan_pass(inv.items, now, thresholds(rt), consults)
+        budget.check("the plan")
         result.plan = plan
         # What was already said lives in the dir's state: loaded once and saved once, not per
         # row (a save per kept memory was most of a 10,000-memory pass).
@@ -492,6 +514,7 @@ def _dream_dir(
             if dry_run:
                 result.status = "dry_run"
             elif plan.moves:
+                budget.check("the first move")
                 _apply(rt, md, plan, result, basis)
         if not dry_run and managed and result.index is None:
             result.index = index_after_dream(rt, md, frozenset(), basis)
@@ -501,6 +524,12 @@ def _dream_dir(
         result.duration_ms = int((time.monotonic() - started) * 1000)
         if not dry_run:
             audit.write("dream.failed", dir=md.path, error=str(error), **_summary(result))
+            if isinstance(error, PassStopped) and error.budget:
+                # Counted as a pass for `dream.min_interval`: the daemon must not spend the
+                # whole budget again at its next look.
+                state = rt.store.load(md.real_path)
+                state.last_dream_ts, state.last_dream_result = now, result.status
+                rt.store.save(md.real_path, state)
         return result
     result.duration_ms = int((time.monotonic() - started) * 1000)
     if not dry_run:

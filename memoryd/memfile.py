@@ -396,9 +396,27 @@ def _keep_hash_text(fields: dict[str, Any], fm_text: str) -> None:
             fields[key] = raw
 
 
+# What each kind of YAML error means, in words of memoryd's own: the loader's messages quote
+# the frontmatter (`could not determine a constructor for the tag '!secret-value'`), and a
+# problem's message goes to the audit log and command output, which never carry memory text.
+_YAML_CATEGORIES = (
+    (yaml.constructor.ConstructorError, "a tag or value memoryd does not accept"),
+    (yaml.composer.ComposerError, "an alias or anchor"),
+    (yaml.scanner.ScannerError, "characters YAML cannot read"),
+    (yaml.parser.ParserError, "a structure YAML cannot parse"),
+)
+
+
 def _hint_for_yaml(error: Exception) -> str:
-    text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return text[:200]
+    """The kind of a YAML error and where it is (line and column in the file), no text."""
+    category = next(
+        (what for kind, what in _YAML_CATEGORIES if isinstance(error, kind)), "a YAML error"
+    )
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    if mark is None:
+        return category
+    # The mark counts from the frontmatter's first line, which is the file's second.
+    return f"{category} at line {mark.line + 2}, column {mark.column + 1}"
 
 
 # The usual header in one match: `---`, up to 29 lines that begin with a letter, `_` or a space

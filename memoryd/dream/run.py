@@ -480,7 +480,8 @@ def _dream_dir(
                         file=flag.filename,
                         guard=flag.guard,
                         reason="fully stale, kept by a guard",
-                        missing=list(flag.missing),
+                        # A count, not the paths: they are memory text (DESIGN §2.8).
+                        missing=len(flag.missing),
                     )
         if not managed:
             result.status = "unmanaged"
@@ -500,7 +501,7 @@ def _dream_dir(
                     would_move=len(plan.moves),
                     limit=plan.limit,
                     plan=[
-                        {"file": m.filename, "reason": m.reason, "detail": m.detail}
+                        {"file": m.filename, "reason": m.reason, "detail": _logged_detail(m, plan)}
                         for m in plan.moves
                     ],
                 )
@@ -550,6 +551,16 @@ def _dream_dir(
         state.changed_since_dream = []
         rt.store.save(md.real_path, state)
     return result
+
+
+def _logged_detail(move: Move, plan: Plan) -> str:
+    """A move's detail as the audit log may carry it: names and counts, never the paths or
+    words of the memory's body that the report shows (DESIGN §2.8)."""
+    if move.reason == "stale":
+        return f"all {len(plan.items[move.filename].missing)} paths it names are gone"
+    if move.superseded_by:
+        return f"the newer {move.superseded_by} says the opposite"
+    return move.detail  # a duplicate: an overlap and the newer file's name
 
 
 def probe_ownership(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirScan | None]:

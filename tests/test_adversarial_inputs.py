@@ -77,10 +77,11 @@ def _frontmatter_file(value_line: str) -> bytes:
     ],
 )
 def test_frontmatter_at_its_size_limit_parses_in_linear_time(line: str) -> None:
-    """60 files of 15 KB frontmatter with a long run of blanks parse in well under the bound."""
+    """600 files of 15 KB frontmatter with a long run of blanks parse in well under the bound
+    (old: 0.7 s a file, 7 minutes)."""
     data = _frontmatter_file(line)
     assert len(data) < MAX_FRONTMATTER_BYTES
-    for _ in range(60):
+    for _ in range(600):
         parsed = parse_memory("m.md", data)
     assert parsed.filename == "m.md"
 
@@ -93,7 +94,7 @@ def test_the_lenient_and_hash_readers_keep_their_values() -> None:
     assert isinstance(hashed, Memory) and hashed.description == "fix #2041 dedup"
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(20)
 def test_indexing_sixty_files_of_invalid_frontmatter_is_linear(  # type: ignore[no-untyped-def]
     env: Env, cli, tmp_path: Path
 ) -> None:

@@ -91,6 +91,8 @@ class DreamConfig:
     consult_window: float = 14 * 86400.0
     breaker_min: int = 3
     breaker_fraction: float = 0.2
+    file_budget: float = 10.0  # a pass that spends longer on one file stops, moving nothing
+    pass_budget: float = 600.0  # ... and one that runs longer in all
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +167,13 @@ def _duration(value: object) -> object:
     if not isinstance(value, str):
         raise ValueError(f'expected a duration string like "2s", got {_type_name(value)} {value!r}')
     return parse_duration(value)
+
+
+def _positive_duration(value: object) -> object:
+    seconds = _duration(value)
+    if seconds == 0:
+        raise ValueError(f"must be longer than 0, got {value!r}")
+    return seconds
 
 
 def _bool(value: object) -> object:
@@ -248,6 +257,8 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
             "consult_window": _duration,
             "breaker_min": _int(0),
             "breaker_fraction": _fraction,
+            "file_budget": _positive_duration,
+            "pass_budget": _positive_duration,
         },
     ),
     "trash": (TrashConfig, {"keep_days": _int(1)}),
@@ -377,7 +388,7 @@ def config_as_dict(config: Config) -> dict[str, object]:
         for item in fields(values):
             value = getattr(values, item.name)
             converter = _SECTIONS[section][1][item.name]
-            if converter is _duration:
+            if converter in (_duration, _positive_duration):
                 value = format_duration(value)
             elif isinstance(value, Path):
                 value = str(value)

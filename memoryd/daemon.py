@@ -636,7 +636,12 @@ class Daemon:
             # DESIGN §5: at the start of a later pass (a dir a command holds: next time).
             housekeeping.rotate(self.rt, [entry.md], wait_lock=False)
             result = dream_dir(
-                self.rt, entry.md, repos=RepoCache.of(self.rt), trigger="pile-up", wait_lock=False
+                self.rt,
+                entry.md,
+                repos=RepoCache.of(self.rt),
+                trigger="pile-up",
+                wait_lock=False,
+                stop=self.stop_event.is_set,  # SIGTERM stops a pass before its moves
             )
             self.rt.dream.release_facts()  # a pass an hour or more apart gains little from them
             _return_freed_memory()

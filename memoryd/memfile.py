@@ -315,7 +315,10 @@ def parse_flat(text: str) -> dict[str, Any] | None:
     return out
 
 
-_LENIENT_LINE = re.compile(r"^([ \t]*)([A-Za-z_][A-Za-z0-9_-]*):(?:[ \t]+(.*?))?[ \t]*$")
+# `key:` at the start of a line, after any indent. What follows is read with str methods: a
+# regex for the value (`[ \t]+(.*?)[ \t]*$`) rescans the trailing blanks from every position of
+# a run of blanks, quadratic in it (15 KB of frontmatter took a second).
+_LENIENT_KEY = re.compile(r"([ \t]*)([A-Za-z_][A-Za-z0-9_-]*):")
 _STRUCTURE_START = "[{&*!|>%@`"
 
 
@@ -333,10 +336,13 @@ def parse_lenient(text: str) -> dict[str, Any] | None:
         line = raw.removesuffix("\r")
         if not line.strip():
             continue
-        match = _LENIENT_LINE.match(line)
+        match = _LENIENT_KEY.match(line)
         if match is None:
             return None
-        indent, key, value = match.group(1), match.group(2), match.group(3) or ""
+        indent, key = match.group(1), match.group(2)
+        value = _value_after_key(line, match.end())
+        if value is None:
+            return None
         if value[:1] and value[0] in _STRUCTURE_START:
             return None
         if indent:
@@ -355,9 +361,17 @@ def parse_lenient(text: str) -> dict[str, Any] | None:
     return {k: ("" if v == {} else v) for k, v in out.items()}
 
 
-_PLAIN_WITH_HASH = re.compile(
-    r"^([A-Za-z_][A-Za-z0-9_-]*):[ \t]+([^'\"\[{&*!|>#\s].*? #.*?)[ \t]*$"
-)
+def _value_after_key(line: str, at: int) -> str | None:
+    """The value of a `key: value` line whose key ends at ``at``, blanks around it dropped;
+    None when a character other than a blank follows the colon."""
+    rest = line[at:]
+    if rest and rest[0] not in " \t":
+        return None
+    return rest.strip(" \t")
+
+
+_TOP_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*:")
+_NOT_PLAIN_START = frozenset("'\"[{&*!|>#")
 
 
 def _keep_hash_text(fields: dict[str, Any], fm_text: str) -> None:
@@ -368,18 +382,41 @@ def _keep_hash_text(fields: dict[str, Any], fm_text: str) -> None:
     values, the text as written wins.
     """
     for line in fm_text.split("\n"):
-        match = _PLAIN_WITH_HASH.match(line.removesuffix("\r"))
-        if match is None:
+        line = line.removesuffix("\r")
+        match = _TOP_KEY.match(line)
+        if match is None or line[match.end() : match.end() + 1] not in (" ", "\t"):
             continue
-        key, raw = match.group(1), match.group(2)
+        raw = _value_after_key(line, match.end()) or ""
+        # A plain value (not quoted, no structure, no comment alone) with ` #` inside it.
+        if not raw or raw[0] in _NOT_PLAIN_START or raw[0].isspace() or raw.find(" #", 1) < 0:
+            continue
+        key = match.group(0)[:-1]
         value = fields.get(key)
         if isinstance(value, str) and raw.startswith(value.rstrip()) and raw != value:
             fields[key] = raw
 
 
+# What each kind of YAML error means, in words of memoryd's own: the loader's messages quote
+# the frontmatter (`could not determine a constructor for the tag '!secret-value'`), and a
+# problem's message goes to the audit log and command output, which never carry memory text.
+_YAML_CATEGORIES = (
+    (yaml.constructor.ConstructorError, "a tag or value memoryd does not accept"),
+    (yaml.composer.ComposerError, "an alias or anchor"),
+    (yaml.scanner.ScannerError, "characters YAML cannot read"),
+    (yaml.parser.ParserError, "a structure YAML cannot parse"),
+)
+
+
 def _hint_for_yaml(error: Exception) -> str:
-    text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return text[:200]
+    """The kind of a YAML error and where it is (line and column in the file), no text."""
+    category = next(
+        (what for kind, what in _YAML_CATEGORIES if isinstance(error, kind)), "a YAML error"
+    )
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    if mark is None:
+        return category
+    # The mark counts from the frontmatter's first line, which is the file's second.
+    return f"{category} at line {mark.line + 2}, column {mark.column + 1}"
 
 
 # The usual header in one match: `---`, up to 29 lines that begin with a letter, `_` or a space

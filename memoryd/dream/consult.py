@@ -6,6 +6,7 @@ every memory.
 """
 
 import json
+import math
 import os
 import re
 import stat
@@ -57,13 +58,69 @@ def _row_time(row: Mapping[str, object]) -> float | None:
     return None
 
 
+# A row without a time counts at any `since`.
+_ALWAYS = float("inf")
+# fuzz.ratio is 2·LCS / (len(a) + len(b)): at the cutoff, the longer string is at most this many
+# times the shorter, so a string is compared only with those of the lengths in that window.
+_LENGTH_SPAN = 200.0 / FUZZY_CUTOFF - 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _ByLength:
+    """Strings grouped by length, each with the text a match of it reports."""
+
+    groups: Mapping[int, tuple[list[str], list[str]]]  # length -> (strings, what to report)
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> "_ByLength":
+        groups: dict[int, tuple[list[str], list[str]]] = {}
+        for text, shown in pairs:
+            strings, shown_as = groups.setdefault(len(text), ([], []))
+            strings.append(text)
+            shown_as.append(shown)
+        return cls(groups)
+
+    def match(self, query: str) -> str | None:
+        """What the first string within FUZZY_CUTOFF of ``query`` reports, or None."""
+        size = len(query)
+        low, high = math.ceil(size / _LENGTH_SPAN - 1e-9), math.floor(size * _LENGTH_SPAN + 1e-9)
+        for length in range(low, high + 1):
+            group = self.groups.get(length)
+            if group is None:
+                continue
+            found = process.extractOne(
+                query, group[0], scorer=fuzz.ratio, processor=None, score_cutoff=FUZZY_CUTOFF
+            )
+            if found is not None:
+                return group[1][found[2]]
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """The log's names and query words of rows at or after one `since`, ready to match."""
+
+    since: float
+    names: frozenset[str]
+    fuzzy_names: _ByLength  # each name as `utils.default_process` leaves it
+    words: _ByLength
+
+
 @dataclass(slots=True)
 class ConsultLog:
-    """`<repo>/.claude/logs/memory-consult.jsonl`: rows with `names` and/or a `query`."""
+    """`<repo>/.claude/logs/memory-consult.jsonl`: rows with `names` and/or a `query`.
+
+    A log is read once and kept as its distinct names and query words, each with the newest
+    time a row gave it; a memory is then matched against those, not against every row: the
+    cost of a pass is linear in the log, not in the log times the memories (a 4 MB log of
+    rows naming memories took a 20-memory pass 8 s).
+    """
 
     path: Path
     unreadable: str = ""  # why the log could not be read; then everything counts as consulted
-    rows: list[tuple[float | None, tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
+    names: dict[str, float] = field(default_factory=dict)  # lower-cased name -> newest time
+    words: dict[str, float] = field(default_factory=dict)  # query word -> newest time
+    _window: _Window | None = None
 
     @classmethod
     def load(cls, repo_root: Path | None) -> "ConsultLog | None":
@@ -94,36 +151,53 @@ class ConsultLog:
             if not isinstance(row, dict):
                 continue
             names = row.get("names") or []
-            names = tuple(str(n).lower() for n in names) if isinstance(names, list) else ()
             query = row.get("query")
-            words = tuple(_tokens(query)) if isinstance(query, str) else ()
-            if names or words:
-                log.rows.append((_row_time(row), names, words))
+            if not (isinstance(names, list) and names) and not isinstance(query, str):
+                continue
+            when = _row_time(row)
+            newest = _ALWAYS if when is None else when
+            if isinstance(names, list):
+                for name in names:
+                    _keep_newest(log.names, str(name).lower(), newest)
+            if isinstance(query, str):
+                for word in _tokens(query):
+                    _keep_newest(log.words, word, newest)
         return log
 
     def evidence(self, subject: Subject, since: float) -> str | None:
         if self.unreadable:
             return f"{self.path} exists but cannot be read ({self.unreadable}): unsure means kept"
+        window = self._window
+        if window is None or window.since != since:
+            window = self._window = self._window_at(since)
         keys = {subject.stem.lower(), subject.name.lower(), subject.filename.lower()} - {""}
-        tokens = sorted(set(_tokens(subject.name) + _tokens(subject.stem.replace("_", " "))))
-        for when, names, words in self.rows:
-            if when is not None and when < since:
-                continue
-            for name in names:
-                if name in keys or process.extractOne(
-                    name,
-                    keys,
-                    scorer=fuzz.ratio,
-                    processor=utils.default_process,
-                    score_cutoff=FUZZY_CUTOFF,
-                ):
-                    return f"named in {self.path.name}: {name}"
-            for word in words:
-                if tokens and process.extractOne(
-                    word, tokens, scorer=fuzz.ratio, score_cutoff=FUZZY_CUTOFF
-                ):
-                    return f"query word '{word}' in {self.path.name}"
+        for key in sorted(keys):
+            if key in window.names:
+                return f"named in {self.path.name}: {key}"
+        for key in sorted(keys):
+            found = window.fuzzy_names.match(utils.default_process(key))
+            if found is not None:
+                return f"named in {self.path.name}: {found}"
+        for token in sorted(set(_tokens(subject.name) + _tokens(subject.stem.replace("_", " ")))):
+            found = window.words.match(token)
+            if found is not None:
+                return f"query word '{found}' in {self.path.name}"
         return None
+
+    def _window_at(self, since: float) -> _Window:
+        names = [name for name, when in self.names.items() if when >= since]
+        words = [word for word, when in self.words.items() if when >= since]
+        return _Window(
+            since,
+            frozenset(names),
+            _ByLength.of((utils.default_process(name), name) for name in names),
+            _ByLength.of((word, word) for word in words),
+        )
+
+
+def _keep_newest(seen: dict[str, float], key: str, when: float) -> None:
+    if seen.get(key, -_ALWAYS) < when:
+        seen[key] = when
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from memoryd import fsops, journal, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
+from memoryd.dream.budget import PassBudget, PassStopped
 from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject, consulted
 from memoryd.dream.facts import FactsCache, derive, load_saved
 from memoryd.dream.memo import DreamMemo
@@ -209,6 +210,7 @@ def inventory(
     keep: bool = False,
     listing: Listing | None = None,
     save: bool = False,
+    budget: PassBudget | None = None,
 ) -> Inventory:
     """Read every memory file; parse it and derive its facts unless its content was seen before.
 
@@ -217,7 +219,7 @@ def inventory(
     decides from the bytes as they are now, not from the scan's stat-keyed cache. `keep` (explain)
     parses every file, to hand back each Memory. Facts this process does not hold are looked
     up in those the dir's last saving pass left in the state dir; `save` (not for a dry run)
-    writes them back when the dir's contents changed.
+    writes them back when the dir's contents changed. `budget`: checked after each file.
     """
     limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
     if listing is None:
@@ -239,6 +241,7 @@ def inventory(
         facts_cache = _facts_of(memo)
         facts_cache.begin(limits)
         for name in listing.memories:
+            file_started = budget.clock() if budget is not None else 0.0
             try:
                 data, st = fsops.read_regular(dir_fd, name, limits[0])
             except (OSError, ValueError):
@@ -263,6 +266,8 @@ def inventory(
                     kept[name] = parsed
             used.add(sha256)
             items.append(make_item(name, sha256, st.st_mtime, facts, checker))
+            if budget is not None:
+                budget.check(name, file_started)
         if save:  # before finish(), which may start the cache afresh
             _save_facts(rt, md, frozenset(used))
         facts_cache.finish(md.real_path, frozenset(used))
@@ -304,9 +309,17 @@ def consult_sources(
 
 
 def consult_map(
-    items: Sequence[Item], sources: Sequence[ConsultSource], since: float
+    items: Sequence[Item],
+    sources: Sequence[ConsultSource],
+    since: float,
+    budget: PassBudget | None = None,
 ) -> dict[str, str | None]:
-    return {i.filename: consulted(sources, Subject(i.filename, i.name), since) for i in items}
+    out: dict[str, str | None] = {}
+    for i in items:
+        out[i.filename] = consulted(sources, Subject(i.filename, i.name), since)
+        if budget is not None:
+            budget.check(f"the consult evidence of {i.filename}")
+    return out
 
 
 def _index_lines(md: MemoryDir, wanted: Set[str]) -> dict[str, str]:
@@ -364,15 +377,20 @@ def dream_dir(
     extra_sources: Sequence[ConsultSource] = (),
     wait_lock: bool = True,
     before_move: Callable[[str], None] | None = None,
+    stop: Callable[[], bool] = lambda: False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> DreamResult:
     """One pass; every decision, including each decision not to act, is logged. A real pass
     holds the dir's writer lock throughout (its moves, journal and index update are one
     piece of work); `wait_lock=False` (the daemon) skips the pass when another process has it.
     `before_move`: see trash.Mover (a test's concurrent writer).
+    Past `dream.file_budget` or `dream.pass_budget` (by `clock`), or once `stop()` (the
+    daemon's SIGTERM), the pass stops before its first move: it fails and moves nothing.
     """
+    budget = PassBudget(rt.config.dream.file_budget, rt.config.dream.pass_budget, stop, clock)
     run = functools.partial(
         _dream_dir, rt, md, repos=repos, dry_run=dry_run, trigger=trigger,
-        extra_sources=extra_sources, before_move=before_move,
+        extra_sources=extra_sources, before_move=before_move, budget=budget,
     )  # fmt: skip
     with rt.store.reading(md.real_path):
         if dry_run:
@@ -395,6 +413,7 @@ def _dream_dir(
     trigger: str,
     extra_sources: Sequence[ConsultSource],
     before_move: Callable[[str], None] | None,
+    budget: PassBudget,
 ) -> DreamResult:
     started = time.monotonic()
     pass_id = datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
@@ -418,8 +437,10 @@ def _dream_dir(
             level="debug" if trigger == "command" else "info",
         )
     try:
+        budget.check("the start")
         checker = repos.checker(md.repo_root, save=not dry_run)
         repo = checker.repo
+        budget.check("the repo snapshot")
         if md.repo_root is None:
             result.repo_note = f"no repo root ({md.repo_reason}): every reference is unverifiable"
         elif repo is None:
@@ -441,14 +462,15 @@ def _dream_dir(
         )
         del scan
         rt.store.release_cache(md.real_path)
-        inv = inventory(md, rt, checker, listing=listing, save=not dry_run)
+        inv = inventory(md, rt, checker, listing=listing, save=not dry_run, budget=budget)
         del listing
         result.files = len(inv.items)
         result.unparseable = inv.unparseable
         result.conflicts = inv.conflicts
         sources = consult_sources(md, rt, extra_sources)
-        consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window)
+        consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window, budget)
         plan = plan_pass(inv.items, now, thresholds(rt), consults)
+        budget.check("the plan")
         result.plan = plan
         # What was already said lives in the dir's state: loaded once and saved once, not per
         # row (a save per kept memory was most of a 10,000-memory pass).
@@ -463,7 +485,8 @@ def _dream_dir(
                         file=flag.filename,
                         guard=flag.guard,
                         reason="fully stale, kept by a guard",
-                        missing=list(flag.missing),
+                        # A count, not the paths: they are memory text (DESIGN §2.8).
+                        missing=len(flag.missing),
                     )
         if not managed:
             result.status = "unmanaged"
@@ -483,7 +506,7 @@ def _dream_dir(
                     would_move=len(plan.moves),
                     limit=plan.limit,
                     plan=[
-                        {"file": m.filename, "reason": m.reason, "detail": m.detail}
+                        {"file": m.filename, "reason": m.reason, "detail": _logged_detail(m, plan)}
                         for m in plan.moves
                     ],
                 )
@@ -497,6 +520,7 @@ def _dream_dir(
             if dry_run:
                 result.status = "dry_run"
             elif plan.moves:
+                budget.check("the first move")
                 _apply(rt, md, plan, result, basis, before_move)
         if not dry_run and managed and result.index is None:
             result.index = index_after_dream(rt, md, frozenset(), basis)
@@ -506,6 +530,12 @@ def _dream_dir(
         result.duration_ms = int((time.monotonic() - started) * 1000)
         if not dry_run:
             audit.write("dream.failed", dir=md.path, error=str(error), **_summary(result))
+            if isinstance(error, PassStopped) and error.budget:
+                # Counted as a pass for `dream.min_interval`: the daemon must not spend the
+                # whole budget again at its next look.
+                state = rt.store.load(md.real_path)
+                state.last_dream_ts, state.last_dream_result = now, result.status
+                rt.store.save(md.real_path, state)
         return result
     result.duration_ms = int((time.monotonic() - started) * 1000)
     if not dry_run:
@@ -526,6 +556,16 @@ def _dream_dir(
         state.changed_since_dream = []
         rt.store.save(md.real_path, state)
     return result
+
+
+def _logged_detail(move: Move, plan: Plan) -> str:
+    """A move's detail as the audit log may carry it: names and counts, never the paths or
+    words of the memory's body that the report shows (DESIGN §2.8)."""
+    if move.reason == "stale":
+        return f"all {len(plan.items[move.filename].missing)} paths it names are gone"
+    if move.superseded_by:
+        return f"the newer {move.superseded_by} says the opposite"
+    return move.detail  # a duplicate: an overlap and the newer file's name
 
 
 def probe_ownership(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirScan | None]:

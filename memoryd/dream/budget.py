@@ -1,0 +1,60 @@
+"""How long a dream pass may work, and whether it was asked to stop: checked between steps."""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from memoryd.config import format_duration
+from memoryd.errors import MemorydError
+
+
+class PassStopped(MemorydError):
+    """A pass stopped before its moves (over a time budget, or memoryd is stopping)."""
+
+    def __init__(self, message: str, *, budget: str = "") -> None:
+        super().__init__(message)
+        self.budget = budget  # the config key that ran out, or "" when asked to stop
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(slots=True)
+class PassBudget:
+    """The time budgets of one pass (`dream.file_budget`, `dream.pass_budget`) and a stop flag.
+
+    Python cannot interrupt a step in the middle (a regex, say), so the pass checks between
+    steps: after each file it reads, after each memory's consult lookup, after the plan, and
+    before the first move. Over a budget, or asked to stop, it raises PassStopped; the pass
+    then moves nothing. The parsers are linear, so a step at the size limits takes well under
+    a second: the budgets bound the pass whatever it meets.
+    """
+
+    file_budget: float
+    pass_budget: float
+    stop: Callable[[], bool] = _never
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def check(self, step: str, step_started: float | None = None) -> None:
+        """Raise PassStopped when asked to stop, over the pass budget, or (with the time
+        ``step`` started) over the file budget; ``step`` names it (a file name, never text)."""
+        if self.stop():
+            raise PassStopped(f"memoryd is stopping: the pass stopped at {step} and moved nothing")
+        now = self.clock()
+        if step_started is not None and now - step_started > self.file_budget:
+            raise PassStopped(
+                f"{step} took {now - step_started:.1f} s, over dream.file_budget "
+                f"({format_duration(self.file_budget)}): the pass stopped and moved nothing",
+                budget="dream.file_budget",
+            )
+        if now - self.started > self.pass_budget:
+            raise PassStopped(
+                f"the pass ran {now - self.started:.1f} s, over dream.pass_budget "
+                f"({format_duration(self.pass_budget)}), at {step}: it stopped and moved nothing",
+                budget="dream.pass_budget",
+            )

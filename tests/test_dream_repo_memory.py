@@ -95,6 +95,12 @@ def test_a_memory_dir_at_agent_memory_itself_and_as_a_symlink(tmp_path: Path) ->
     assert "flat_dir_token" not in flat.tokens and flat.memory_dirs == {".claude/agent-memory"}
     assert ".claude/agent-memory" not in linked.files
     assert linked.in_memory_dir(".claude/agent-memory/review/review.md")
+    # Named as memory, whether the checkout holds them or not (logs are rarely committed).
+    assert flat.in_memory_dir(".claude/logs/spawns.jsonl") and flat.in_memory_dir(".claude/memory")
+    assert flat.in_memory_dir("src/.trash/2026-01-02/x.md")
+    assert not flat.in_memory_dir(".claude/settings.json") and not flat.in_memory_dir("memory/a.md")
+    (check,) = check_refs(Refs(paths=(".claude/logs/spawns.jsonl",), symbols=()), flat)
+    assert (check.scope, check.status) == (Scope.UNVERIFIABLE, Status.UNCHECKED)
     # The link's target is a plain folder of the tree (discovery does not look for it there).
     assert "linked_memory_token" in linked.tokens
 
@@ -127,15 +133,19 @@ def test_paths_inside_memory_dirs_are_unverifiable(repo: Path) -> None:
     }
 
 
-def test_token_file_is_the_first_code_source_then_the_first_prose_one(tmp_path: Path) -> None:
-    """The file shown for a token: walk order, code before prose; whole identifiers only."""
-    write(tmp_path, "README.md", "shared_name prose_only\n")
+def test_token_file_is_the_first_code_source_then_markup_then_prose(tmp_path: Path) -> None:
+    """The file shown for a token: walk order, code before markup and data before prose;
+    whole identifiers only."""
+    write(tmp_path, "README.md", "shared_name prose_only page_name\n")
+    write(tmp_path, "a/page.html", "<p>shared_name page_name</p>\n")
     write(tmp_path, "a/z.py", "shared_name = other_name\n")
     write(tmp_path, "b/a.py", "shared_name = 1\nprefixed_name_tail = 2\n")
+    write(tmp_path, "b/conf.yaml", "page_name: 1\n")
     write(tmp_path, "docs/guide.md", "prose_only later_prose\n")
     write(tmp_path, "x.txt", "name_tail\n")
     index = RepoIndex.build(tmp_path)
-    assert index.token_file("shared_name") == "a/z.py"  # README.md is walked first
+    assert index.token_file("shared_name") == "a/z.py"  # README.md, a/page.html come first
+    assert index.token_file("page_name") == "a/page.html"
     assert index.token_file("prose_only") == "README.md"
     assert index.token_file("later_prose") == "docs/guide.md"
     assert index.token_file("name_tail") == "x.txt"  # not b/a.py's prefixed_name_tail
@@ -241,3 +251,79 @@ def test_explain_names_the_file_each_symbol_was_found_in(env: Env, cli: Cli, rep
     write_memory(folder, "own.md", body="See `.claude/agent-memory/reviewer/live_code.md`.\n")
     [ref] = json.loads(cli("explain", "--json", folder / "own.md").out)["refs"]
     assert ref["scope"] == "unverifiable" and "memory dir" in ref["note"]
+
+
+# --- opt-in: a real repo ----------------------------------------------------------------------
+
+ORCHESTKIT = os.environ.get("MEMORYD_ORCHESTKIT")
+ORCHESTKIT_COMMIT = "7c4f5aa8453eab32ccfeb2b08b77fe4c31fc6256"
+# A copy of a real review memory of that repo, about a helper module its history removed
+# (src/hooks/src/lib/monorepo-advisory.ts, deleted in 6a26db042): text from the module's own
+# comments, nothing of it left in the tree.
+PLANTED = """---
+name: review-monorepo-advisory
+description: Findings from the review of the shared monorepo sparsePaths advisory (#2335)
+metadata:
+  type: project
+---
+
+## Monorepo advisory review (2026-06-10)
+Shared by the WorktreeCreate provisioner (#2335) and the worktree lifecycle logger; extracted
+from the logger so both consumers share one implementation.
+
+- `detectMonorepo()` in `src/hooks/src/lib/monorepo-advisory.ts:40` — heuristic: more than
+  MONOREPO_DIR_THRESHOLD (15) top-level dirs, or a workspace marker file.
+- `getSparsePaths()` reads the worktree sparse-paths key from project settings (CC 2.1.76+).
+- `maybeEmitMonorepoAdvisory()` writes the advisory once per worktree.
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not ORCHESTKIT,
+    reason=f"set MEMORYD_ORCHESTKIT to a yonatangross/orchestkit checkout at {ORCHESTKIT_COMMIT}",
+)
+def test_a_real_repo_flags_the_memory_citing_removed_code_and_no_other(
+    env: Env, cli: Cli, tmp_path: Path
+) -> None:
+    import shutil
+    import subprocess
+
+    source = Path(str(ORCHESTKIT))
+    head = subprocess.run(
+        ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert head == ORCHESTKIT_COMMIT, f"MEMORYD_ORCHESTKIT is at {head or 'no commit'}"
+    # Hard links: the test only adds a file, and a dry run writes nothing in the tree.
+    root = tmp_path / "orchestkit"
+    shutil.copytree(source, root, symlinks=True, copy_function=os.link,
+                    ignore=shutil.ignore_patterns(".git"))
+    reviewer = root / ".claude/agent-memory/ork-code-quality-reviewer"
+    planted = reviewer / "review-monorepo-advisory.md"
+    planted.unlink(missing_ok=True)  # a link to the checkout's file, were there one
+    planted.write_text(PLANTED, encoding="utf-8")
+    then = time.time() - 60 * 86400
+    os.utime(planted, (then, then))
+    dirs = sorted([*root.glob(".claude/agent-memory/*"),
+                   *root.glob("docs/site/.claude/agent-memory/*")])
+    result = cli("dream", "--dry-run", "--json", *dirs)
+    assert result.code == 0, result.err
+    reports = json.loads(result.out)["dirs"]
+    assert [(p["file"], p["reason"]) for d in reports for p in d["planned"]] == [
+        ("review-monorepo-advisory.md", "stale")
+    ]
+    # The one other memory flagged names three files that never existed in the repo's history.
+    assert [f["file"] for d in reports for f in d["flagged"]] == [
+        "release_notes_player_v2_design.md"
+    ]
+    # The review of PR #835 names two helpers that PR removed: only the memory's own text held
+    # them. Each symbol found is shown in a file of the code, never in a memory dir.
+    data = json.loads(cli("explain", "--json", reviewer / "review-v7-hooks-pr835.md").out)
+    symbols = {r["ref"]: r for r in data["refs"] if r["kind"] == "symbol"}
+    assert {s for s, r in symbols.items() if r["status"] == "missing"} == {
+        "_splitCompound", "normalizeCommandLegacy"
+    }
+    for ref in symbols.values():
+        if ref["status"] == "found":
+            assert (root / ref["found_in"]).is_file() and "agent-memory" not in ref["found_in"]
+    assert data["classification"] == "fresh"  # the four files it reviews are all still there

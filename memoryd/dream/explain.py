@@ -131,7 +131,7 @@ def _where(check: RefCheck, repo: RepoIndex | None) -> dict[str, str]:
         found_in = repo.token_file(check.ref)
         return {"found_in": found_in} if found_in else {}
     if check.kind == "path" and check.scope is Scope.UNVERIFIABLE and repo.in_memory_dir(check.ref):
-        return {"note": "inside a memory dir, which is no evidence of code"}
+        return {"note": "in a memory dir, a trash or .claude/logs: no evidence of code"}
     return {}
 
 

@@ -66,14 +66,23 @@ _MIN_TOKEN_LEN: Final = 3
 _BINARY_PROBE_BYTES: Final = 8192
 
 
-# Sources that are prose: a token they hold is shown as found in one of them only when no other
-# source holds it (a person judging the evidence wants the code, not a changelog's mention).
+# Where a token is shown as found (``RepoIndex.token_file``), a person judging the evidence wants
+# the code, not a page or a changelog that mentions it: code first, then markup and data, then
+# prose (lower-case extensions; anything else is code).
+_MARKUP_EXTENSIONS: Final = frozenset(
+    {
+        "html", "htm", "xml", "svg", "css", "scss", "sass", "less", "json", "jsonc", "json5",
+        "yaml", "yml", "toml", "ini", "cfg", "conf", "env", "properties", "lock",
+    }
+)  # fmt: skip
 _PROSE_EXTENSIONS: Final = frozenset({"md", "mdx", "rst", "txt"})
 
 
-def _is_prose(rel: str) -> bool:
+def _evidence_rank(rel: str) -> int:
+    """0 for code, 1 for markup and data, 2 for prose."""
     _, dot, ext = rel.rpartition(".")
-    return bool(dot) and "/" not in ext and ext.lower() in _PROSE_EXTENSIONS
+    ext = ext.lower() if dot and "/" not in ext else ""
+    return 2 if ext in _PROSE_EXTENSIONS else 1 if ext in _MARKUP_EXTENSIONS else 0
 
 
 def _is_memory_folder(parent: str, name: str) -> bool:
@@ -397,18 +406,20 @@ class RepoIndex:
         )
 
     def in_memory_dir(self, rel: str) -> bool:
-        """True when ``rel`` is a memory dir of the tree or lies inside one."""
+        """True when ``rel`` is a memory dir of the tree or lies inside one, or would be one by
+        its name (a `.claude/logs/` or `.trash/` the checkout does not hold is still no code)."""
         norm = normalize_rel(rel)
-        if not norm or not self.memory_dirs:
+        if not norm:
             return False
         parts = norm.split("/")
-        return any("/".join(parts[:i]) in self.memory_dirs for i in range(1, len(parts) + 1))
+        return any(
+            _is_memory_folder(parts[i - 1] if i else "", part) for i, part in enumerate(parts)
+        ) or any("/".join(parts[:i]) in self.memory_dirs for i in range(1, len(parts) + 1))
 
     def token_file(self, token: str) -> str | None:
         """The source shown as holding ``token``: the first in walk order among those whose
-        identifiers include it, a code source before any prose one (a person judging the
-        evidence wants the code, not a changelog's mention). None when no source holds it, or
-        the index was not built from a disk.
+        identifiers include it, code before markup and data before prose (see
+        _evidence_rank). None when no source holds it, or the index was not built from a disk.
 
         A search of the runs kept for the next build, made only when asked (``explain``): a
         pass needs only whether a token is there, and a token-to-file map made by every build
@@ -417,13 +428,14 @@ class RepoIndex:
         if self.sources is None or token not in self.tokens:
             return None
         needle = token.encode("ascii")  # every token is an ASCII identifier
-        prose: str | None = None
+        best: list[str | None] = [None, None, None]  # the first of each rank
         for rel, (_, runs) in self.sources.files.items():
-            if (prose is None or not _is_prose(rel)) and _holds_run(runs, needle):
-                if not _is_prose(rel):
+            rank = _evidence_rank(rel)
+            if best[rank] is None and _holds_run(runs, needle):
+                if rank == 0:
                     return rel
-                prose = rel
-        return prose
+                best[rank] = rel
+        return best[1] or best[2]
 
 
 def _holds_run(runs: bytes, run: bytes) -> bool:

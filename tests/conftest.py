@@ -21,7 +21,12 @@ from memoryd.runtime import Runtime
 
 
 def _find_corpus() -> Path | None:
-    """`$MEMORYD_CORPUS`, else a `shared/corpus` beside the checkout or any folder above it."""
+    """`$MEMORYD_CORPUS`, else a `shared/corpus` beside the checkout or any folder above it.
+
+    The corpus is not part of the project: a clone of it alone has none, and the tests that
+    need it skip (``needs_corpus``). `$MEMORYD_CORPUS` naming no folder is an error, reported
+    before any test runs (``pytest_configure``): whoever set it meant the tests to run.
+    """
     if os.environ.get("MEMORYD_CORPUS"):
         return Path(os.environ["MEMORYD_CORPUS"])
     for parent in Path(__file__).resolve().parents:
@@ -32,6 +37,20 @@ def _find_corpus() -> Path | None:
 
 
 CORPUS = _find_corpus()
+CORPUS_MISSING = (
+    "the real-world corpus is not here (no shared/corpus beside the checkout or above it): "
+    "set MEMORYD_CORPUS to its folder to run this test"
+)
+# For every test that reads the corpus: skipped, with the reason, when there is none.
+needs_corpus = pytest.mark.skipif(CORPUS is None, reason=CORPUS_MISSING)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if CORPUS is not None and not CORPUS.is_dir():
+        raise pytest.UsageError(
+            f"MEMORYD_CORPUS={os.environ.get('MEMORYD_CORPUS')}: no such folder; point it at "
+            "the real-world corpus (shared/corpus), or unset it to skip the tests that need it"
+        )
 
 
 LEVEL_ORDER = {"debug": 10, "info": 20, "warning": 30, "error": 40}
@@ -119,7 +138,7 @@ def tree_digest(root: Path) -> dict[str, tuple[str, int]]:
 def copy_corpus(dest: Path) -> Path:
     """A writable copy of the shared corpus (which is read-only and must never change)."""
     if CORPUS is None:
-        pytest.fail("shared/corpus not found beside the checkout; set MEMORYD_CORPUS")
+        pytest.skip(CORPUS_MISSING)
     shutil.copytree(CORPUS, dest, symlinks=True, ignore=shutil.ignore_patterns("_alt_versions"))
     for dirpath, _, filenames in os.walk(dest):
         os.chmod(dirpath, 0o755)

@@ -7,7 +7,9 @@ import pytest
 
 from memoryd.index import pointer_targets, split_lines
 from memoryd.scan import scan_dir
-from tests.conftest import CORPUS, Env, copy_corpus, corpus_memory_dirs, tree_digest
+from tests.conftest import CORPUS, Env, copy_corpus, corpus_memory_dirs, needs_corpus, tree_digest
+
+pytestmark = needs_corpus
 
 REPOS = sorted(p.name for p in CORPUS.iterdir() if p.is_dir() and p.name != "_alt_versions"
                ) if CORPUS else []

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CORPUS, LEVEL_ORDER, Env, copy_corpus, tree_digest
+from tests.conftest import CORPUS, LEVEL_ORDER, Env, copy_corpus, needs_corpus, tree_digest
+
+pytestmark = needs_corpus
 
 REPOS = sorted(p.name for p in CORPUS.iterdir() if p.is_dir() and p.name != "_alt_versions"
                ) if CORPUS else []

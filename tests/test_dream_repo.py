@@ -27,7 +27,8 @@ def tree(tmp_path: Path) -> Path:
     write(root, "src/app.py", "def parse_config(path):\n    return MemoryStore(path)\n")
     write(root, "src/lib/util.ts", "export function renderPage() { return ab; }\n")
     write(root, "README.md", "The memory_store module.\n")
-    write(root, ".claude/agent-memory/x/notes.md", "kept_token\n")
+    write(root, "docs/notes.md", "kept_token\n")
+    write(root, ".claude/agent-memory/x/notes.md", "memory_only_token\n")
     write(root, "node_modules/pkg/index.js", "function vendored_only() {}\n")
     write(root, "build/out.js", "function built_only() {}\n")
     write(root, "deep/__pycache__/app.cpython-311.pyc", b"\0\0cached_only")
@@ -50,14 +51,14 @@ def test_build_lists_files_dirs_and_top_level(tree: Path) -> None:
         "src/blob.py",
         "src/lib/util.ts",
         "README.md",
-        ".claude/agent-memory/x/notes.md",
+        "docs/notes.md",
         "assets/logo.png",
         "linked",
     }
-    assert {"src", "src/lib", ".claude", ".claude/agent-memory/x", "node_modules"} <= index.dirs
+    assert {"src", "src/lib", ".claude", "docs", "node_modules"} <= index.dirs
     assert index.top_level == {
         "src", "README.md", ".claude", "node_modules", "build", "deep", ".git", "assets",
-        "linked",
+        "linked", "docs",
     }  # fmt: skip
     assert index.complete
 

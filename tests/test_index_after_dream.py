@@ -17,7 +17,14 @@ from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.dream.run import probe_ownership
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Basis, index_after_dream, index_dir
-from tests.conftest import Env, copy_corpus, corpus_memory_dirs, tree_digest, write_memory
+from tests.conftest import (
+    Env,
+    copy_corpus,
+    corpus_memory_dirs,
+    needs_corpus,
+    tree_digest,
+    write_memory,
+)
 
 NAMES = [f"m{i:02d}.md" for i in range(16)]
 # A budget small enough that the older memories are demoted into the archive.
@@ -263,6 +270,7 @@ def test_moves_that_leave_fewer_than_half_indexed_still_take_their_pointers_alon
     assert cli("index", "--check", mem).code == 0
 
 
+@needs_corpus
 def test_dream_over_the_corpus_gives_the_same_index_either_way(
     env: Env, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,6 +5,8 @@ from typing import Any
 
 from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.dream.plan import guards_for, plan_pass
+from memoryd.dream.refs import RefCheck, Scope, Status
+from memoryd.dream.repo import RepoIndex
 from memoryd.dream.run import (
     Listing,
     RepoCache,
@@ -43,7 +45,8 @@ def explain(
     managed = bool(ownership and ownership.managed)
     with rt.store.reading(md.real_path):
         listing = Listing.of(scan) if scan is not None else None
-        inv = inventory(md, rt, repos.checker(md.repo_root), listing=listing)
+        checker = repos.checker(md.repo_root)
+        inv = inventory(md, rt, checker, listing=listing)
     by_name = {i.filename: i for i in inv.items}
     item = by_name.get(file.name)
     if item is None:
@@ -102,6 +105,7 @@ def explain(
                 "scope": c.scope.value,
                 "status": c.status.value,
                 **({"moved_to": c.moved_to} if c.moved_to else {}),
+                **_where(c, checker.repo),
             }
             for c in item.checks
         ],
@@ -116,6 +120,19 @@ def explain(
         "breaker": plan.refused or None,
         "index": "managed" if managed else f"not managed: {ownership.reason if ownership else '?'}",
     }
+
+
+def _where(check: RefCheck, repo: RepoIndex | None) -> dict[str, str]:
+    """Where a found symbol was seen (a repo file), and why a path inside a memory dir was not
+    checked, for a person to judge the evidence."""
+    if repo is None:
+        return {}
+    if check.kind == "symbol" and check.status is Status.FOUND:
+        found_in = repo.token_file(check.ref)
+        return {"found_in": found_in} if found_in else {}
+    if check.kind == "path" and check.scope is Scope.UNVERIFIABLE and repo.in_memory_dir(check.ref):
+        return {"note": "in a memory dir, a trash or .claude/logs: no evidence of code"}
+    return {}
 
 
 def _why_not_a_memory(name: str, scan: DirScan | None) -> str:
@@ -145,7 +162,11 @@ def render(data: dict[str, Any]) -> str:
         lines.append("    (none)")
     for ref in data["refs"]:
         moved = f" -> {ref['moved_to']}" if ref.get("moved_to") else ""
-        lines.append(f"    {ref['kind']:<6} {ref['ref']}: {ref['scope']}, {ref['status']}{moved}")
+        where = f" in {ref['found_in']}" if ref.get("found_in") else ""
+        where += f" ({ref['note']})" if ref.get("note") else ""
+        lines.append(
+            f"    {ref['kind']:<6} {ref['ref']}: {ref['scope']}, {ref['status']}{moved}{where}"
+        )
     lines.append(f"  classification: {data['classification']}")
     lines.append("  guards:")
     for guard in data["guards"]:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from memoryd.index import INDEX_NAME
+from memoryd.scan import TRASH_DIR
 from memoryd.sealed import seal, unseal
 
 # Folders that hold generated or vendored trees: walking them is slow and their contents say
@@ -31,6 +33,12 @@ SKIP_DIRS: Final = frozenset(
         ".cache",
     }
 )
+
+# Memory dirs are left out of the snapshot: a memory's own text (or a copy of it in the trash, or
+# a log quoting it) is no evidence that the code it cites exists. A memory dir is what discovery
+# takes for one (discover.repo_dirs, nested_dirs): a folder of a `.claude/` folder with one of
+# these names, or any folder below the root that holds a MEMORY.md; and every `.trash/`.
+CLAUDE_MEMORY_FOLDERS: Final = frozenset({"memory", "agent-memory", "agent-memory-local", "logs"})
 
 # Files whose identifiers feed the token index (lower-case extension without the dot).
 TEXT_EXTENSIONS: Final = frozenset(
@@ -58,6 +66,30 @@ _MIN_TOKEN_LEN: Final = 3
 _BINARY_PROBE_BYTES: Final = 8192
 
 
+# Where a token is shown as found (``RepoIndex.token_file``), a person judging the evidence wants
+# the code, not a page or a changelog that mentions it: code first, then markup and data, then
+# prose (lower-case extensions; anything else is code).
+_MARKUP_EXTENSIONS: Final = frozenset(
+    {
+        "html", "htm", "xml", "svg", "css", "scss", "sass", "less", "json", "jsonc", "json5",
+        "yaml", "yml", "toml", "ini", "cfg", "conf", "env", "properties", "lock",
+    }
+)  # fmt: skip
+_PROSE_EXTENSIONS: Final = frozenset({"md", "mdx", "rst", "txt"})
+
+
+def _evidence_rank(rel: str) -> int:
+    """0 for code, 1 for markup and data, 2 for prose."""
+    _, dot, ext = rel.rpartition(".")
+    ext = ext.lower() if dot and "/" not in ext else ""
+    return 2 if ext in _PROSE_EXTENSIONS else 1 if ext in _MARKUP_EXTENSIONS else 0
+
+
+def _is_memory_folder(parent: str, name: str) -> bool:
+    """A folder (or a link to one) that is memory by its name alone (see CLAUDE_MEMORY_FOLDERS)."""
+    return name == TRASH_DIR or (parent == ".claude" and name in CLAUDE_MEMORY_FOLDERS)
+
+
 def _is_text_source(name: str) -> bool:
     if name in TEXT_FILENAMES:
         return True
@@ -81,7 +113,7 @@ def _read_runs(path: str, size: int, max_bytes: int) -> list[bytes] | None:
 
 
 # What the walk reports, in walk order (see _walk).
-_TOP, _DIR, _OPAQUE, _FILE, _LINK, _SOURCE, _INCOMPLETE = range(7)
+_TOP, _DIR, _OPAQUE, _FILE, _LINK, _SOURCE, _INCOMPLETE, _MEMORY = range(8)
 
 
 def _walk(root: Path, max_files: int) -> Iterator[tuple[int, str, str, os.stat_result | None]]:
@@ -89,9 +121,12 @@ def _walk(root: Path, max_files: int) -> Iterator[tuple[int, str, str, os.stat_r
 
     Yields (what, relative path, absolute path, stat): the top-level names, every folder
     (then ``_OPAQUE`` when it is not entered), every file, and for each regular text source
-    (``_SOURCE``) its stat, or None when it cannot be had. ``_INCOMPLETE`` ends the walk when
-    it stopped at ``max_files`` or the root could not be listed. Sorting makes a walk cut short
-    by max_files always keep the same files, and two walks of an unchanged tree say the same.
+    (``_SOURCE``) its stat, or None when it cannot be had. ``_MEMORY`` names a memory dir,
+    which is not entered: a folder named as one (instead of ``_DIR``, or ``_LINK`` for a link),
+    or a folder below the root found to hold a MEMORY.md when it is listed (after its
+    ``_DIR``). ``_INCOMPLETE`` ends the walk when it stopped at ``max_files`` or the root could
+    not be listed. Sorting makes a walk cut short by max_files always keep the same files, and
+    two walks of an unchanged tree say the same.
     """
     files = 0
     stack: list[tuple[str, str]] = [(os.fspath(root), "")]
@@ -106,6 +141,10 @@ def _walk(root: Path, max_files: int) -> Iterator[tuple[int, str, str, os.stat_r
                 return
             yield _OPAQUE, rel_dir, abs_dir, None
             continue
+        if rel_dir and any(entry.name == INDEX_NAME for entry in entries):
+            yield _MEMORY, rel_dir, abs_dir, None
+            continue
+        parent = rel_dir.rpartition("/")[2]
         subdirs: list[tuple[str, str]] = []
         for entry in entries:
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
@@ -115,6 +154,9 @@ def _walk(root: Path, max_files: int) -> Iterator[tuple[int, str, str, os.stat_r
                 is_link = entry.is_symlink()
                 is_dir = not is_link and entry.is_dir(follow_symlinks=False)
             except OSError:
+                continue
+            if (is_dir or is_link) and _is_memory_folder(parent, entry.name):
+                yield _MEMORY, rel, entry.path, None
                 continue
             if is_dir:
                 yield _DIR, rel, entry.path, None
@@ -243,6 +285,10 @@ class RepoIndex:
     ``complete`` is False when the walk stopped at ``max_files`` or the root could not be
     listed, so a path not seen may still exist. ``signature`` is the ``tree_signature`` of
     the walk that built it (0 when not built from a disk).
+
+    Memory dirs (``memory_dirs``: see CLAUDE_MEMORY_FOLDERS) are in none of ``files``,
+    ``dirs``, ``top_level``, ``by_basename`` or ``tokens``: what exists only as memory is no
+    evidence, and nothing is said about paths at or below them (``under_opaque``).
     """
 
     root: Path
@@ -254,6 +300,7 @@ class RepoIndex:
     opaque: frozenset[str] = field(default=frozenset())
     complete: bool = True
     signature: int = field(default=0, compare=False)
+    memory_dirs: frozenset[str] = field(default=frozenset())
 
     # Kept for the next build, not part of what the index says.
     sources: SourceTokens | None = field(default=None, compare=False, repr=False)
@@ -287,6 +334,7 @@ class RepoIndex:
         opaque: list[str] = []
         read: list[tuple[str, Stamp, bytes, bool]] = []  # rel, stamp, runs, read now
         words: set[bytes] = set()  # the runs of the sources read now
+        memory: list[str] = []
         complete = True
         stamps: list[tuple[object, ...]] = []
         for what, rel, path, st in _walk(root, max_files):
@@ -299,6 +347,8 @@ class RepoIndex:
                 opaque.append(rel)
             elif what == _INCOMPLETE:
                 complete = False
+            elif what == _MEMORY:
+                memory.append(rel)
             else:
                 files.append(rel)
                 if what == _LINK:
@@ -315,6 +365,7 @@ class RepoIndex:
                     else:
                         read.append((rel, stamp, runs, False))
         sources = _merge_sources(read, words, previous, max_token_file_bytes)
+        excluded = frozenset(memory)
 
         grouped: dict[str, list[str]] = {}
         for rel in files:
@@ -326,13 +377,15 @@ class RepoIndex:
         return cls(
             root=root,
             files=frozenset(files),
-            dirs=frozenset(dirs),
-            top_level=frozenset(top_level),
+            # A folder found to hold a MEMORY.md was listed as a folder before it was entered.
+            dirs=frozenset(dirs) - excluded,
+            top_level=frozenset(top_level) - excluded,
             by_basename=types.MappingProxyType(by_basename),
             tokens=sources.tokens,
             opaque=frozenset(opaque),
             complete=complete,
             signature=hash(tuple(stamps)),
+            memory_dirs=excluded,
             sources=sources,
         )
 
@@ -342,12 +395,58 @@ class RepoIndex:
         return norm is not None and (norm == "" or norm in self.files or norm in self.dirs)
 
     def under_opaque(self, rel: str) -> bool:
-        """True when ``rel`` lies strictly inside a folder the walk did not enter."""
+        """True when ``rel`` lies strictly inside a folder the walk did not enter, or is a
+        memory dir or lies inside one."""
         norm = normalize_rel(rel)
         if not norm:
             return False
         parts = norm.split("/")
-        return any("/".join(parts[:i]) in self.opaque for i in range(1, len(parts)))
+        return self.in_memory_dir(norm) or any(
+            "/".join(parts[:i]) in self.opaque for i in range(1, len(parts))
+        )
+
+    def in_memory_dir(self, rel: str) -> bool:
+        """True when ``rel`` is a memory dir of the tree or lies inside one, or would be one by
+        its name (a `.claude/logs/` or `.trash/` the checkout does not hold is still no code)."""
+        norm = normalize_rel(rel)
+        if not norm:
+            return False
+        parts = norm.split("/")
+        return any(
+            _is_memory_folder(parts[i - 1] if i else "", part) for i, part in enumerate(parts)
+        ) or any("/".join(parts[:i]) in self.memory_dirs for i in range(1, len(parts) + 1))
+
+    def token_file(self, token: str) -> str | None:
+        """The source shown as holding ``token``: the first in walk order among those whose
+        identifiers include it, code before markup and data before prose (see
+        _evidence_rank). None when no source holds it, or the index was not built from a disk.
+
+        A search of the runs kept for the next build, made only when asked (``explain``): a
+        pass needs only whether a token is there, and a token-to-file map made by every build
+        would cost it more than a tenth of its time.
+        """
+        if self.sources is None or token not in self.tokens:
+            return None
+        needle = token.encode("ascii")  # every token is an ASCII identifier
+        best: list[str | None] = [None, None, None]  # the first of each rank
+        for rel, (_, runs) in self.sources.files.items():
+            rank = _evidence_rank(rel)
+            if best[rank] is None and _holds_run(runs, needle):
+                if rank == 0:
+                    return rel
+                best[rank] = rel
+        return best[1] or best[2]
+
+
+def _holds_run(runs: bytes, run: bytes) -> bool:
+    """Whether ``run`` is one of the space-separated ``runs``."""
+    at = runs.find(run)
+    while at >= 0:
+        end = at + len(run)
+        if (at == 0 or runs[at - 1] == 0x20) and (end == len(runs) or runs[end] == 0x20):
+            return True
+        at = runs.find(run, end)
+    return False
 
 
 def _merge_sources(

@@ -68,6 +68,12 @@ class IndexOutcome:
     retry_after: float | None = None  # when to look again (files in their grace, settling)
     held: "Held | None" = None  # for the next pass of a caller that keeps it (the daemon)
 
+    @property
+    def write_failed(self) -> bool:
+        """Whether the index could not be written at all (a full disk, permissions), as
+        opposed to written and then failing verification."""
+        return self.status == "error" and not self.problems
+
 
 @dataclass(slots=True)
 class Held:
@@ -402,6 +408,8 @@ def _index_once(
             memories=entries,
             present=scan.present,
             seen={
+                # Files memoryd saw leave on an earlier pass: their pointers still go.
+                **{n: ("", "") for n in state.gone if n not in scan.present},
                 **(state.seen_pairs() if state.known else {}),
                 **{name: ("", "") for name in forget if name not in memories},
             },
@@ -426,9 +434,17 @@ def _index_once(
         return outcome
 
     main_id, archive_id = main.identity, archive.identity
+    left = _left(state, scan, forget)
     if main_changed or archive_changed:
         written = _write(rt, md, main, archive, edit, main_changed, archive_changed)
         if isinstance(written, str):
+            # The files that left are remembered, so that their pointers go once a write
+            # succeeds (a full disk after a dream's moves must not leave them for good).
+            # (If the state cannot be saved either, `seen` still names them, or the dream
+            # pass's journal does: see dream.run._apply.)
+            state.note_gone(left, now)
+            with contextlib.suppress(OSError):
+                rt.store.save(md.real_path, state)
             return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
         main_id, archive_id = written.main, written.archive
         outcome.status = "updated"
@@ -449,6 +465,8 @@ def _index_once(
     # A memory that cannot be parsed for now (mid-edit, broken frontmatter) is still one
     # memoryd saw: kept, its pointer goes if it is deleted, and a line generated from its
     # old description still follows a fixed one.
+    state.note_gone(left, now)
+    state.forget_gone(scan.present)
     still = {n: state.seen[n] for n in scan.problems if n in state.seen}
     state.seen = {  # one dict, in name order (no second copy: 100,000 entries are MBs)
         n: [m.name, m.description] if (m := memories.get(n)) is not None else still[n]
@@ -471,6 +489,12 @@ def _index_once(
             rt.store.seen_token(md.real_path),
         )
     return outcome
+
+
+def _left(state: DirState, scan: DirScan, forget: Set[str]) -> set[str]:
+    """The files memoryd saw, or moved away itself, that are no longer in the dir."""
+    seen = state.seen if state.known else {}
+    return {n for n in (*seen, *forget) if n not in scan.present}
 
 
 @dataclass(slots=True)
@@ -665,7 +689,12 @@ def _index_changed(
             memories=memories,
             present=scan.present,
             # As the full pass: a file memoryd moved away counts as seen (its pointer goes).
-            seen=index_held.pairs(state.seen, {n for n in forget if n not in memories}),
+            seen=index_held.pairs(
+                state.seen,
+                {n for n in forget if n not in memories},
+                gone=state.gone.keys(),
+                present=scan.present,
+            ),
             ready=ready,
             heading=md.heading,
             separator=cfg.index.separator,
@@ -730,6 +759,10 @@ def _index_changed(
         [] if outcome.problems else settled_mark(main_id, archive_id, cfg.index, md.heading)
     )
     state.reported.pop("unmanaged", None)
+    state.note_gone(
+        {n for n in only if n not in scan.present and (n in state.seen or n in forget)}, now
+    )
+    state.forget_gone(scan.present, only)
     for name in only:
         if name in memories:
             entry = memories[name]
@@ -851,7 +884,12 @@ def _settled_index(
     changed.update(n for n in basis.memories if n not in where and n not in in_main)
     seen = state.seen
     targets = in_main.keys() | where.keys()
-    dead = frozenset(t for t in targets if t not in basis.present and t not in seen)
+    dead = frozenset(
+        t for t in targets if t not in basis.present and t not in seen and t not in state.gone
+    )
+    # A pointer to a file memoryd saw leave on an earlier pass (its index write failed, or
+    # an agent put the line back) goes now: its lines are looked at too.
+    changed.update(t for t in targets if t not in basis.present and t in state.gone)
     held = Held(
         DirScan(md.real_path, present=basis.present),  # the held edit reads only `changed`
         replace(index, dead=dead - moved),

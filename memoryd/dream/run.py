@@ -495,6 +495,8 @@ def _dream_dir(
                 _apply(rt, md, plan, result, basis)
         if not dry_run and managed and result.index is None:
             result.index = index_after_dream(rt, md, frozenset(), basis)
+        if result.index is not None and result.index.status == "error":
+            raise IndexNotWritten(_index_failure(md, result))
     except (MemorydError, OSError) as error:
         result.status = "failed"
         result.message = str(error)
@@ -579,7 +581,28 @@ def _apply(
         entry = _move_all(rt, md, mover, records, result)
     # The moves are on disk (the mover synced them): the index, then the journal's end.
     result.index = index_after_dream(rt, md, {r.original_name for r in result.moved}, basis)
-    journal.commit(entry)
+    if not result.index.write_failed:
+        journal.commit(entry)
+    # Else the journal stays: the next memoryd command recovers the pass, which removes the
+    # moved files' pointers once the index can be written (DirState.gone says so too, but
+    # the state dir may be on the disk that is full).
+
+
+class IndexNotWritten(MemorydError):
+    """The pass's index update failed: the pass failed, whatever it moved."""
+
+
+def _index_failure(md: MemoryDir, result: DreamResult) -> str:
+    index = result.index
+    assert index is not None
+    what = index.message or "the index update failed"
+    if not result.moved:
+        return f"{md.path / INDEX_NAME} was not updated: {what}"
+    return (
+        f"{len(result.moved)} file(s) were moved to the trash, but {md.path / INDEX_NAME} "
+        f"could not be updated: {what}. Their pointer lines go at the next `memoryd index` "
+        "or `dream` that can write it"
+    )
 
 
 def _move_all(

@@ -6,7 +6,7 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -228,6 +228,60 @@ def _diff(name: str, before: str | None, after: str | None) -> str:
 
 BUSY_RETRY = 1.0  # seconds until a caller that would not wait for the dir's lock looks again
 
+# An index file someone else changed this recently may be mid-write: `tool > MEMORY.md`
+# truncates it, then writes, and memoryd reading in between would take the blank file for
+# a managed, empty index and swap its own in over the writer's (whose bytes would land in
+# the old file). So it is not acted on until it has been still this long. A blank one waits
+# longer: the gap before its first write is the tool's whole run time.
+INDEX_SETTLE = 0.5
+BLANK_SETTLE = 5.0
+SETTLE_WAIT = BLANK_SETTLE + 1.0  # the longest a one-shot command waits for one to settle
+# A file dated further ahead than this is not being written now: the clock cannot tell.
+FUTURE_SLACK = 2.0
+
+
+def settles_at(blank: bool, mtime_ns: int, now: float) -> float | None:
+    """When an index file another program last changed at `mtime_ns` may be taken as
+    written; None: now. Blank or changed within the last moments, it is being written."""
+    changed = mtime_ns / 1e9
+    due = changed + (BLANK_SETTLE if blank else INDEX_SETTLE)
+    return due if changed - FUTURE_SLACK <= now < due else None
+
+
+class BeingWritten(Exception):
+    """An index file is being written by another program (see settles_at)."""
+
+    def __init__(self, path: str, due: float, age: float) -> None:
+        super().__init__(path)
+        self.path = path
+        self.due = due
+        self.age = age
+
+
+def _settling(
+    md: MemoryDir,
+    texts: Sequence[tuple[str, IndexText]],
+    settled: list[Any],
+    now: float,
+    *,
+    blank_only: bool = False,
+) -> BeingWritten | None:
+    """The index file (of `texts`, MEMORY.md's then the archive's) that another program is
+    still writing, if any; a file memoryd's own last pass left (`settled`) never is."""
+    for position, (name, found) in enumerate(texts):
+        identity = found.identity
+        if identity is None:
+            continue
+        if len(settled) > position and settled[position] == _stat_of(identity):
+            continue  # as memoryd wrote it
+        blank = found.text is not None and not found.text.strip()
+        if blank_only and not blank:
+            continue
+        due = settles_at(blank, identity.mtime_ns, now)
+        if due is not None:
+            return BeingWritten(str(md.path / name), due, now - identity.mtime_ns / 1e9)
+    return None
+
 
 def index_dir(
     rt: Runtime,
@@ -284,8 +338,11 @@ def index_dir(
                 previous = None  # the other writer may have changed anything: scan in full
             if fast is not None:
                 return fast
+        waited = 0.0
         try:
-            for attempt in range(1, CONFLICT_RETRIES + 1):
+            attempt = 0
+            while attempt < CONFLICT_RETRIES:
+                attempt += 1
                 try:
                     return _index_once(
                         rt,
@@ -311,6 +368,15 @@ def index_dir(
                         attempt=attempt,
                         detail=str(conflict),
                     )
+                except BeingWritten as busy:
+                    # Like a memory file still changing: the daemon looks again once it is
+                    # due; a command waits a little for it, then says so and leaves it.
+                    pause = max(busy.due - rt.clock(), 0.05)
+                    if daemon or waited + pause > SETTLE_WAIT:
+                        return _settling_outcome(md, busy, daemon)
+                    rt.sleep(pause)
+                    waited += pause
+                    attempt -= 1  # not a conflict: the wait does not use up a retry
         finally:
             release_parsed()
         return IndexOutcome(
@@ -321,6 +387,19 @@ def index_dir(
                 "memoryd will try again on the next change"
             ),
         )
+
+
+def _settling_outcome(md: MemoryDir, busy: BeingWritten, daemon: bool) -> IndexOutcome:
+    then = "memoryd looks again once it is still" if daemon else "rerun once it is written"
+    return IndexOutcome(
+        md,
+        "settling",
+        message=(
+            f"{busy.path} is being written by another program (changed {busy.age:.1f} s ago, "
+            f"or blank); nothing was changed: {then}"
+        ),
+        retry_after=busy.due,
+    )
 
 
 def _index_once(
@@ -374,7 +453,13 @@ def _index_once(
     outcome = IndexOutcome(md, "unchanged", scan=scan)
     now = rt.clock()
     outcome.ownership = ownership
+    texts = ((INDEX_NAME, main), (ARCHIVE_NAME, archive))
     if probe:
+        # A dream pass acts on what the probe finds: a blank MEMORY.md that is being
+        # written is not "missing or blank, so managed".
+        busy = _settling(md, texts, state.settled, now, blank_only=True)
+        if busy is not None:
+            raise busy
         if not ownership.managed:
             outcome.status, outcome.message = "unmanaged", ownership.reason
         return outcome
@@ -436,6 +521,14 @@ def _index_once(
     main_id, archive_id = main.identity, archive.identity
     left = _left(state, scan, forget)
     if main_changed or archive_changed:
+        busy = _settling(md, texts, state.settled, now)
+        if busy is not None:
+            # What this pass found out is kept (what it reported, the files that left); the
+            # index is left to its writer.
+            state.note_gone(left, now)
+            with contextlib.suppress(OSError):  # as after a failed write, below
+                rt.store.save(md.real_path, state)
+            raise busy
         written = _write(rt, md, main, archive, edit, main_changed, archive_changed)
         if isinstance(written, str):
             # The files that left are remembered, so that their pointers go once a write
@@ -708,15 +801,19 @@ def _index_changed(
     if result is None:
         return None
     edit, index = result.edit, result.held
+    main = IndexText(held.index.main, held.main, held.main_bom)
+    archive = IndexText(None, held.archive, held.archive_bom)  # its text is not needed
+    main_changed = edit.main != main.text
+    archive_changed = result.archive_changed
+    if (main_changed or archive_changed) and _settling(
+        md, ((INDEX_NAME, main), (ARCHIVE_NAME, archive)), state.settled, now
+    ):
+        return None  # the full pass waits for the other program, or says why it cannot
     outcome.edit = edit
     problems = {n: s for n, s in changed_files.items() if s.kind == "problem"}
     outcome.retry_after = _report_problems(rt, md, problems, state, settle, scope=only)
     _count_changed(state, scan, memories.keys(), now)
-    main = IndexText(held.index.main, held.main, held.main_bom)
-    archive = IndexText(None, held.archive, held.archive_bom)  # its text is not needed
     main_id, archive_id = held.main, held.archive
-    main_changed = edit.main != main.text
-    archive_changed = result.archive_changed
     if main_changed or archive_changed:
         # The archive as its lines: joined, the new one and the held one would each be a
         # 2 MB copy made for one write and one comparison.

@@ -21,6 +21,7 @@ class Runtime:
     store: StateStore
     clock: Callable[[], float] = field(default=time.time)
     today: Callable[[], date] = field(default=date.today)
+    sleep: Callable[[float], None] = field(default=time.sleep)  # a one-shot command's waits
     dry_run: bool = False
     # What dream passes keep for later ones made with this Runtime (see DreamMemo).
     dream: DreamMemo = field(default_factory=DreamMemo, repr=False, compare=False)

@@ -423,7 +423,16 @@ def _dream_dir(
             )
         # Ownership is decided by the index code; a pass may not move files whose pointer
         # lines it is not allowed to remove.
-        ownership, scan = probe_ownership(rt, md)
+        try:
+            ownership, scan = probe_ownership(rt, md)
+        except IndexBeingWritten as busy:
+            # MEMORY.md is blank because a program is writing it: what it will hold decides
+            # whether this pass may move anything. Next time.
+            result.status = "skipped"
+            result.message = str(busy)
+            if not dry_run:
+                audit.write("dream.skipped", dir=md.path, why=result.message)
+            return result
         managed = bool(ownership and ownership.managed)
         listing = Listing.of(scan) if scan is not None else None
         # Of the scan, the pass keeps only names: the listing, and what its own index update
@@ -495,7 +504,7 @@ def _dream_dir(
                 _apply(rt, md, plan, result, basis)
         if not dry_run and managed and result.index is None:
             result.index = index_after_dream(rt, md, frozenset(), basis)
-        if result.index is not None and result.index.status == "error":
+        if result.index is not None and result.index.status in INDEX_NOT_UPDATED:
             raise IndexNotWritten(_index_failure(md, result))
     except (MemorydError, OSError) as error:
         result.status = "failed"
@@ -529,10 +538,17 @@ def probe_ownership(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirSc
     """Whether memoryd manages the dir's index, and the scan made to find out.
 
     The index edit is not made (a probe stops once ownership is decided: the edit was a
-    tenth of a 10,000-memory pass), and only these two are kept.
+    tenth of a 10,000-memory pass), and only these two are kept. Raises IndexBeingWritten
+    when MEMORY.md stays blank while a program writes it.
     """
     probe = index_dir(rt, md, check=True, probe=True)
+    if probe.status == "settling":
+        raise IndexBeingWritten(probe.message)
     return probe.ownership, probe.scan
+
+
+class IndexBeingWritten(MemorydError):
+    """The dir's index is being written by another program (see indexer.settles_at)."""
 
 
 def _summary(result: DreamResult) -> dict[str, Any]:
@@ -586,6 +602,11 @@ def _apply(
     # Else the journal stays: the next memoryd command recovers the pass, which removes the
     # moved files' pointers once the index can be written (DirState.gone says so too, but
     # the state dir may be on the disk that is full).
+
+
+# Index outcomes after which the pass's pointer edits are not on disk: a failed pass. (Its
+# moved files' pointers go at a later pass: DirState.gone, and the journal for a failed write.)
+INDEX_NOT_UPDATED = ("error", "conflict", "settling")
 
 
 class IndexNotWritten(MemorydError):

@@ -5,6 +5,7 @@ import difflib
 import hashlib
 import os
 import re
+import stat
 import time
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ class IndexText:
     identity: FileIdentity | None
     bom: bool = False
     error: str = ""
+    read_only: bool = False  # no write permission for its owner: the person's "do not touch"
 
 
 @dataclass(slots=True)
@@ -99,20 +101,33 @@ class Held:
 def read_index_file(dir_fd: int, name: str) -> IndexText:
     limit = MAX_ARCHIVE_BYTES if name == ARCHIVE_NAME else MAX_INDEX_BYTES
     try:
-        found = fsops.identity_of(dir_fd, name, limit)
+        data, st = fsops.read_regular(dir_fd, name, limit)
+    except FileNotFoundError:
+        return IndexText(None, None)
     except ValueError:
         return IndexText(None, None, error=f"{name} is over {limit} bytes")
     except OSError as error:
         return IndexText(None, None, error=f"{name} cannot be read as a file ({error.strerror})")
-    if found is None:
-        return IndexText(None, None)
-    data, identity = found
+    sha = hashlib.sha256(data).hexdigest()
+    identity = FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, sha)
+    read_only = not st.st_mode & stat.S_IWUSR
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return IndexText(None, identity, error=f"{name} is not UTF-8 text")
+        return IndexText(None, identity, error=f"{name} is not UTF-8 text", read_only=read_only)
     bom = text.startswith("\ufeff")
-    return IndexText(text.removeprefix("\ufeff"), identity, bom)
+    return IndexText(text.removeprefix("\ufeff"), identity, bom, read_only=read_only)
+
+
+def _read_only_reason(md: MemoryDir, texts: Sequence[IndexText]) -> str:
+    """Why memoryd leaves the index alone when a person made one of its files read-only."""
+    for name, found in zip((INDEX_NAME, ARCHIVE_NAME), texts, strict=True):
+        if found.read_only:
+            return (
+                f"{name} is read-only: memoryd takes that as \"do not touch\" and writes "
+                f"nothing; `chmod u+w {md.path / name}` lets it manage the index again"
+            )
+    return ""
 
 
 BOM = "\ufeff".encode()
@@ -450,6 +465,9 @@ def _index_once(
                 ownership = decide_ownership(
                     main.text, archive.text, linked, set(memories), override, known
                 )
+        read_only = _read_only_reason(md, (main, archive))
+        if read_only and ownership.managed:
+            ownership = Ownership(False, read_only)
     outcome = IndexOutcome(md, "unchanged", scan=scan)
     now = rt.clock()
     outcome.ownership = ownership
@@ -696,8 +714,8 @@ def _same_file(dir_fd: int, name: str, identity: FileIdentity | None) -> bool:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return identity is None
-    if identity is None:
-        return False
+    if identity is None or not st.st_mode & stat.S_IWUSR:
+        return False  # made read-only since (a chmod keeps the mtime): the full pass says so
     return (st.st_ino, st.st_size, st.st_mtime_ns) == (
         identity.ino,
         identity.size,

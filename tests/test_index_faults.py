@@ -338,3 +338,59 @@ def test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes(
     updates = [r for r in env.audit_rows() if r["event"] == "index.updated"]
     assert lost == 0, f"{lost} of 16 hand-written marks lost over {passes} passes"
     assert len(updates) >= 3  # memoryd did write between the tool's rounds
+
+
+# --- a read-only index -----------------------------------------------------------------------
+@pytest.mark.parametrize("which", [INDEX_NAME, "MEMORY-ARCHIVE.md"])
+def test_a_read_only_index_is_the_persons_do_not_touch(
+    env: Env, cli, tmp_path: Path, which: str
+) -> None:
+    """A MEMORY.md (or archive) without its owner's write permission is left exactly as it
+    is: nothing written, said once with the file and `chmod u+w`, shown by `dirs`, and
+    `index --check` says unmanaged and exits 0. Writable again, it is managed again."""
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="first")
+    write_memory(folder, "b.md", description="second")
+    (folder / INDEX_NAME).write_text("# Mine\n\n- [a](a.md) — first\n")
+    (folder / "MEMORY-ARCHIVE.md").write_text("# Archive\n")
+    for name in (INDEX_NAME, "MEMORY-ARCHIVE.md"):
+        st = (folder / name).stat()
+        os.utime(folder / name, ns=(st.st_atime_ns, st.st_mtime_ns - 10**10))
+    os.chmod(folder / which, 0o444)
+    before = tree_digest(folder)
+    first = cli("index", folder)
+    assert first.code == 0, first.out + first.err
+    assert "unmanaged" in first.out and f"{which} is read-only" in first.out
+    assert f"chmod u+w {folder / which}" in first.out
+    assert cli("index", folder).code == 0
+    check = cli("index", "--check", folder)
+    assert check.code == 0 and "read-only" in check.out
+    assert tree_digest(folder) == before
+    assert (folder / which).stat().st_mode & 0o777 == 0o444
+    said = [r for r in env.audit_rows() if r["event"] == "index.unmanaged"]
+    assert len(said) == 1 and f"{which} is read-only" in str(said[0]["reason"])
+    row = json.loads(cli("dirs", "--json", folder).out)["dirs"][0]
+    assert row["mode"] == "unmanaged" and "read-only" in row["mode_reason"]
+    os.chmod(folder / which, 0o644)
+    assert cli("index", folder).code == 0
+    assert "- [b](b.md) — second" in (folder / INDEX_NAME).read_text()
+
+
+def test_the_daemons_held_pass_leaves_an_index_made_read_only_since(
+    env: Env, tmp_path: Path
+) -> None:
+    """A chmod keeps the mtime, so the held index still matches by stat: the held pass
+    must look at the mode too, and leave the file to the full pass, which writes nothing."""
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="first")
+    rt = env.runtime()
+    md = _dir(folder)
+    first = index_dir(rt, md, hold=True, daemon=True)
+    assert first.status == "updated" and first.held is not None
+    os.chmod(folder / INDEX_NAME, 0o444)
+    before = tree_digest(folder)
+    write_memory(folder, "b.md", description="second")
+    after = index_dir(rt, md, hold=True, held=first.held, only={"b.md"}, daemon=True)
+    assert after.status == "unmanaged" and "read-only" in after.message
+    assert tree_digest(folder).items() >= before.items()
+    assert "(b.md)" not in (folder / INDEX_NAME).read_text()

@@ -344,7 +344,8 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     else:
         dirs, refused = _discover(rt, args.dirs)
     outcomes = [index_dir(rt, md, check=args.check) for md in dirs]
-    failed = any(o.status in ("error", "conflict") for o in outcomes)
+    # A dir left to the program writing its index is not in step either: a failed action.
+    failed = any(o.status in ("error", "conflict", "settling") for o in outcomes)
     would = any(o.status == "would_change" for o in outcomes)
     if args.json:
         doc = {
@@ -374,6 +375,8 @@ def _render_outcome(o: IndexOutcome) -> str:
     where = str(o.dir.path)
     if o.status == "unmanaged":
         return f"{where}: unmanaged — {o.message} (nothing changed)\n"
+    if o.status == "settling":
+        return f"{where}: not updated — {o.message}\n"
     if o.status in ("error", "conflict"):
         details = "".join(f"    {p}\n" for p in o.problems)
         return f"{where}: FAILED — {o.message}\n{details}"

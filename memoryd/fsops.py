@@ -413,6 +413,11 @@ def _swap(
     crash_point("index.after_swap")
     if keep_prev is not None:
         os.rename(tmp, keep_prev, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        # A program that opened the old file before the exchange (`tool > MEMORY.md`) may
+        # have written to it since the look above: then its file goes back under the name.
+        if not _looks_expected(dir_fd, keep_prev, expected):
+            renameat2(dir_fd, keep_prev, dir_fd, name, RENAME_EXCHANGE)
+            raise WriteConflict(f"{dir_path / name} was written to during the swap")
     elif leftovers is not None:
         leftovers.append(tmp)  # one of our temp names: swept after a crash (remove_stray_temps)
     else:

@@ -258,26 +258,44 @@ def check(
 
 
 def pairs(
-    seen: Mapping[str, list[str]], forget: Set[str] = frozenset()
+    seen: Mapping[str, list[str]],
+    forget: Set[str] = frozenset(),
+    *,
+    gone: Set[str] = frozenset(),
+    present: Set[str] = frozenset(),
 ) -> Mapping[str, tuple[str, str]]:
     """State's `seen` ([name, description] lists) as the pairs IndexInput wants, without a copy.
 
     `forget`: files memoryd itself moved away, seen or not (their pointers go, as for any file
-    memoryd saw), with no name or description."""
-    return _Pairs(seen, frozenset(n for n in forget if n not in seen))
+    memoryd saw), with no name or description. `gone`: files memoryd saw leave on an earlier
+    pass (DirState.gone), the same while no file of that name is in `present`; looked up as
+    they are, not copied (up to 10,000 names on every daemon pass)."""
+    return _Pairs(seen, frozenset(n for n in forget if n not in seen), gone, present)
 
 
 class _Pairs(Mapping[str, tuple[str, str]]):
-    __slots__ = ("_extra", "_seen")
+    __slots__ = ("_extra", "_gone", "_present", "_seen")
 
-    def __init__(self, seen: Mapping[str, list[str]], extra: frozenset[str]) -> None:
+    def __init__(
+        self,
+        seen: Mapping[str, list[str]],
+        extra: frozenset[str],
+        gone: Set[str],
+        present: Set[str],
+    ) -> None:
         self._seen = seen
         self._extra = extra  # none of them in seen
+        self._gone = gone
+        self._present = present
+
+    def _unnamed(self, key: object) -> bool:
+        """Whether `key` stands, with no name or description, for a file that left."""
+        return key in self._extra or (key in self._gone and key not in self._present)
 
     def __getitem__(self, key: str) -> tuple[str, str]:
         value = self._seen.get(key)
         if value is None:
-            if key in self._extra:
+            if self._unnamed(key):
                 return ("", "")
             raise KeyError(key)
         return (value[0], value[1])
@@ -285,15 +303,17 @@ class _Pairs(Mapping[str, tuple[str, str]]):
     def get(self, key: str, default: Any = None) -> Any:  # Mapping's goes through a KeyError
         value = self._seen.get(key)
         if value is None:
-            return ("", "") if key in self._extra else default
+            return ("", "") if self._unnamed(key) else default
         return (value[0], value[1])
 
     def __contains__(self, key: object) -> bool:
-        return key in self._seen or key in self._extra
+        return key in self._seen or self._unnamed(key)
 
     def __iter__(self) -> Iterator[str]:
         yield from self._seen
         yield from self._extra
+        yield from (n for n in self._gone if n not in self._present and n not in self._seen
+                    and n not in self._extra)  # fmt: skip
 
     def __len__(self) -> int:
-        return len(self._seen) + len(self._extra)
+        return sum(1 for _ in self)

@@ -5,8 +5,9 @@ import difflib
 import hashlib
 import os
 import re
+import stat
 import time
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -53,6 +54,7 @@ class IndexText:
     identity: FileIdentity | None
     bom: bool = False
     error: str = ""
+    read_only: bool = False  # no write permission for its owner: the person's "do not touch"
 
 
 @dataclass(slots=True)
@@ -67,6 +69,12 @@ class IndexOutcome:
     scan: DirScan | None = None
     retry_after: float | None = None  # when to look again (files in their grace, settling)
     held: "Held | None" = None  # for the next pass of a caller that keeps it (the daemon)
+
+    @property
+    def write_failed(self) -> bool:
+        """Whether the index could not be written at all (a full disk, permissions), as
+        opposed to written and then failing verification."""
+        return self.status == "error" and not self.problems
 
 
 @dataclass(slots=True)
@@ -93,20 +101,33 @@ class Held:
 def read_index_file(dir_fd: int, name: str) -> IndexText:
     limit = MAX_ARCHIVE_BYTES if name == ARCHIVE_NAME else MAX_INDEX_BYTES
     try:
-        found = fsops.identity_of(dir_fd, name, limit)
+        data, st = fsops.read_regular(dir_fd, name, limit)
+    except FileNotFoundError:
+        return IndexText(None, None)
     except ValueError:
         return IndexText(None, None, error=f"{name} is over {limit} bytes")
     except OSError as error:
         return IndexText(None, None, error=f"{name} cannot be read as a file ({error.strerror})")
-    if found is None:
-        return IndexText(None, None)
-    data, identity = found
+    sha = hashlib.sha256(data).hexdigest()
+    identity = FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, sha)
+    read_only = not st.st_mode & stat.S_IWUSR
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return IndexText(None, identity, error=f"{name} is not UTF-8 text")
+        return IndexText(None, identity, error=f"{name} is not UTF-8 text", read_only=read_only)
     bom = text.startswith("\ufeff")
-    return IndexText(text.removeprefix("\ufeff"), identity, bom)
+    return IndexText(text.removeprefix("\ufeff"), identity, bom, read_only=read_only)
+
+
+def _read_only_reason(md: MemoryDir, texts: Sequence[IndexText]) -> str:
+    """Why memoryd leaves the index alone when a person made one of its files read-only."""
+    for name, found in zip((INDEX_NAME, ARCHIVE_NAME), texts, strict=True):
+        if found.read_only:
+            return (
+                f"{name} is read-only: memoryd takes that as \"do not touch\" and writes "
+                f"nothing; `chmod u+w {md.path / name}` lets it manage the index again"
+            )
+    return ""
 
 
 BOM = "\ufeff".encode()
@@ -222,6 +243,60 @@ def _diff(name: str, before: str | None, after: str | None) -> str:
 
 BUSY_RETRY = 1.0  # seconds until a caller that would not wait for the dir's lock looks again
 
+# An index file someone else changed this recently may be mid-write: `tool > MEMORY.md`
+# truncates it, then writes, and memoryd reading in between would take the blank file for
+# a managed, empty index and swap its own in over the writer's (whose bytes would land in
+# the old file). So it is not acted on until it has been still this long. A blank one waits
+# longer: the gap before its first write is the tool's whole run time.
+INDEX_SETTLE = 0.5
+BLANK_SETTLE = 5.0
+SETTLE_WAIT = BLANK_SETTLE + 1.0  # the longest a one-shot command waits for one to settle
+# A file dated further ahead than this is not being written now: the clock cannot tell.
+FUTURE_SLACK = 2.0
+
+
+def settles_at(blank: bool, mtime_ns: int, now: float) -> float | None:
+    """When an index file another program last changed at `mtime_ns` may be taken as
+    written; None: now. Blank or changed within the last moments, it is being written."""
+    changed = mtime_ns / 1e9
+    due = changed + (BLANK_SETTLE if blank else INDEX_SETTLE)
+    return due if changed - FUTURE_SLACK <= now < due else None
+
+
+class BeingWritten(Exception):
+    """An index file is being written by another program (see settles_at)."""
+
+    def __init__(self, path: str, due: float, age: float) -> None:
+        super().__init__(path)
+        self.path = path
+        self.due = due
+        self.age = age
+
+
+def _settling(
+    md: MemoryDir,
+    texts: Sequence[tuple[str, IndexText]],
+    settled: list[Any],
+    now: float,
+    *,
+    blank_only: bool = False,
+) -> BeingWritten | None:
+    """The index file (of `texts`, MEMORY.md's then the archive's) that another program is
+    still writing, if any; a file memoryd's own last pass left (`settled`) never is."""
+    for position, (name, found) in enumerate(texts):
+        identity = found.identity
+        if identity is None:
+            continue
+        if len(settled) > position and settled[position] == _stat_of(identity):
+            continue  # as memoryd wrote it
+        blank = found.text is not None and not found.text.strip()
+        if blank_only and not blank:
+            continue
+        due = settles_at(blank, identity.mtime_ns, now)
+        if due is not None:
+            return BeingWritten(str(md.path / name), due, now - identity.mtime_ns / 1e9)
+    return None
+
 
 def index_dir(
     rt: Runtime,
@@ -278,8 +353,11 @@ def index_dir(
                 previous = None  # the other writer may have changed anything: scan in full
             if fast is not None:
                 return fast
+        waited = 0.0
         try:
-            for attempt in range(1, CONFLICT_RETRIES + 1):
+            attempt = 0
+            while attempt < CONFLICT_RETRIES:
+                attempt += 1
                 try:
                     return _index_once(
                         rt,
@@ -305,6 +383,15 @@ def index_dir(
                         attempt=attempt,
                         detail=str(conflict),
                     )
+                except BeingWritten as busy:
+                    # Like a memory file still changing: the daemon looks again once it is
+                    # due; a command waits a little for it, then says so and leaves it.
+                    pause = max(busy.due - rt.clock(), 0.05)
+                    if daemon or waited + pause > SETTLE_WAIT:
+                        return _settling_outcome(md, busy, daemon)
+                    rt.sleep(pause)
+                    waited += pause
+                    attempt -= 1  # not a conflict: the wait does not use up a retry
         finally:
             release_parsed()
         return IndexOutcome(
@@ -315,6 +402,19 @@ def index_dir(
                 "memoryd will try again on the next change"
             ),
         )
+
+
+def _settling_outcome(md: MemoryDir, busy: BeingWritten, daemon: bool) -> IndexOutcome:
+    then = "memoryd looks again once it is still" if daemon else "rerun once it is written"
+    return IndexOutcome(
+        md,
+        "settling",
+        message=(
+            f"{busy.path} is being written by another program (changed {busy.age:.1f} s ago, "
+            f"or blank); nothing was changed: {then}"
+        ),
+        retry_after=busy.due,
+    )
 
 
 def _index_once(
@@ -365,10 +465,19 @@ def _index_once(
                 ownership = decide_ownership(
                     main.text, archive.text, linked, set(memories), override, known
                 )
+        read_only = _read_only_reason(md, (main, archive))
+        if read_only and ownership.managed:
+            ownership = Ownership(False, read_only)
     outcome = IndexOutcome(md, "unchanged", scan=scan)
     now = rt.clock()
     outcome.ownership = ownership
+    texts = ((INDEX_NAME, main), (ARCHIVE_NAME, archive))
     if probe:
+        # A dream pass acts on what the probe finds: a blank MEMORY.md that is being
+        # written is not "missing or blank, so managed".
+        busy = _settling(md, texts, state.settled, now, blank_only=True)
+        if busy is not None:
+            raise busy
         if not ownership.managed:
             outcome.status, outcome.message = "unmanaged", ownership.reason
         return outcome
@@ -402,6 +511,8 @@ def _index_once(
             memories=entries,
             present=scan.present,
             seen={
+                # Files memoryd saw leave on an earlier pass: their pointers still go.
+                **{n: ("", "") for n in state.gone if n not in scan.present},
                 **(state.seen_pairs() if state.known else {}),
                 **{name: ("", "") for name in forget if name not in memories},
             },
@@ -426,9 +537,25 @@ def _index_once(
         return outcome
 
     main_id, archive_id = main.identity, archive.identity
+    left = _left(state, scan, forget)
     if main_changed or archive_changed:
+        busy = _settling(md, texts, state.settled, now)
+        if busy is not None:
+            # What this pass found out is kept (what it reported, the files that left); the
+            # index is left to its writer.
+            state.note_gone(left, now)
+            with contextlib.suppress(OSError):  # as after a failed write, below
+                rt.store.save(md.real_path, state)
+            raise busy
         written = _write(rt, md, main, archive, edit, main_changed, archive_changed)
         if isinstance(written, str):
+            # The files that left are remembered, so that their pointers go once a write
+            # succeeds (a full disk after a dream's moves must not leave them for good).
+            # (If the state cannot be saved either, `seen` still names them, or the dream
+            # pass's journal does: see dream.run._apply.)
+            state.note_gone(left, now)
+            with contextlib.suppress(OSError):
+                rt.store.save(md.real_path, state)
             return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
         main_id, archive_id = written.main, written.archive
         outcome.status = "updated"
@@ -449,6 +576,8 @@ def _index_once(
     # A memory that cannot be parsed for now (mid-edit, broken frontmatter) is still one
     # memoryd saw: kept, its pointer goes if it is deleted, and a line generated from its
     # old description still follows a fixed one.
+    state.note_gone(left, now)
+    state.forget_gone(scan.present)
     still = {n: state.seen[n] for n in scan.problems if n in state.seen}
     state.seen = {  # one dict, in name order (no second copy: 100,000 entries are MBs)
         n: [m.name, m.description] if (m := memories.get(n)) is not None else still[n]
@@ -471,6 +600,12 @@ def _index_once(
             rt.store.seen_token(md.real_path),
         )
     return outcome
+
+
+def _left(state: DirState, scan: DirScan, forget: Set[str]) -> set[str]:
+    """The files memoryd saw, or moved away itself, that are no longer in the dir."""
+    seen = state.seen if state.known else {}
+    return {n for n in (*seen, *forget) if n not in scan.present}
 
 
 @dataclass(slots=True)
@@ -579,8 +714,8 @@ def _same_file(dir_fd: int, name: str, identity: FileIdentity | None) -> bool:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return identity is None
-    if identity is None:
-        return False
+    if identity is None or not st.st_mode & stat.S_IWUSR:
+        return False  # made read-only since (a chmod keeps the mtime): the full pass says so
     return (st.st_ino, st.st_size, st.st_mtime_ns) == (
         identity.ino,
         identity.size,
@@ -665,7 +800,12 @@ def _index_changed(
             memories=memories,
             present=scan.present,
             # As the full pass: a file memoryd moved away counts as seen (its pointer goes).
-            seen=index_held.pairs(state.seen, {n for n in forget if n not in memories}),
+            seen=index_held.pairs(
+                state.seen,
+                {n for n in forget if n not in memories},
+                gone=state.gone.keys(),
+                present=scan.present,
+            ),
             ready=ready,
             heading=md.heading,
             separator=cfg.index.separator,
@@ -679,15 +819,19 @@ def _index_changed(
     if result is None:
         return None
     edit, index = result.edit, result.held
+    main = IndexText(held.index.main, held.main, held.main_bom)
+    archive = IndexText(None, held.archive, held.archive_bom)  # its text is not needed
+    main_changed = edit.main != main.text
+    archive_changed = result.archive_changed
+    if (main_changed or archive_changed) and _settling(
+        md, ((INDEX_NAME, main), (ARCHIVE_NAME, archive)), state.settled, now
+    ):
+        return None  # the full pass waits for the other program, or says why it cannot
     outcome.edit = edit
     problems = {n: s for n, s in changed_files.items() if s.kind == "problem"}
     outcome.retry_after = _report_problems(rt, md, problems, state, settle, scope=only)
     _count_changed(state, scan, memories.keys(), now)
-    main = IndexText(held.index.main, held.main, held.main_bom)
-    archive = IndexText(None, held.archive, held.archive_bom)  # its text is not needed
     main_id, archive_id = held.main, held.archive
-    main_changed = edit.main != main.text
-    archive_changed = result.archive_changed
     if main_changed or archive_changed:
         # The archive as its lines: joined, the new one and the held one would each be a
         # 2 MB copy made for one write and one comparison.
@@ -730,6 +874,10 @@ def _index_changed(
         [] if outcome.problems else settled_mark(main_id, archive_id, cfg.index, md.heading)
     )
     state.reported.pop("unmanaged", None)
+    state.note_gone(
+        {n for n in only if n not in scan.present and (n in state.seen or n in forget)}, now
+    )
+    state.forget_gone(scan.present, only)
     for name in only:
         if name in memories:
             entry = memories[name]
@@ -851,7 +999,12 @@ def _settled_index(
     changed.update(n for n in basis.memories if n not in where and n not in in_main)
     seen = state.seen
     targets = in_main.keys() | where.keys()
-    dead = frozenset(t for t in targets if t not in basis.present and t not in seen)
+    dead = frozenset(
+        t for t in targets if t not in basis.present and t not in seen and t not in state.gone
+    )
+    # A pointer to a file memoryd saw leave on an earlier pass (its index write failed, or
+    # an agent put the line back) goes now: its lines are looked at too.
+    changed.update(t for t in targets if t not in basis.present and t in state.gone)
     held = Held(
         DirScan(md.real_path, present=basis.present),  # the held edit reads only `changed`
         replace(index, dead=dead - moved),

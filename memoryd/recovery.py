@@ -56,10 +56,18 @@ def _recover_one(rt: Runtime, path: Path, entry: journal.Journal) -> journal.Rec
             md = explicit_dirs(entry.dir, rt.config)[0]
         except MemorydError:
             md = None
+        unwritten = False
         if md is not None:
-            index_dir(rt, md, forget={r.original_name for r in recovery.moved})
+            index = index_dir(rt, md, forget={r.original_name for r in recovery.moved})
+            unwritten = index.write_failed
+            if unwritten:
+                recovery.problems.append(
+                    f"{md.path}: its index could not be written ({index.message}); the moved "
+                    "files' pointer lines go at the next command that can write it"
+                )
         rt.audit.write("pass.recovered", dir=entry.dir, journal=path.name, outcome=recovery.outcome)
-        if recovery.unrecorded:
-            return recovery  # kept: the next command writes the missing manifest records
+        if recovery.unrecorded or unwritten:
+            # Kept: the next command writes the missing manifest records, or the index.
+            return recovery
     path.unlink()
     return recovery

@@ -35,6 +35,7 @@ class Runtime:
     clock: Callable[[], float] = field(default=time.time)
     today: Callable[[], date] = field(default=date.today)
     boot: Callable[[], tuple[str, float] | None] = field(default=boot_clock)
+    sleep: Callable[[float], None] = field(default=time.sleep)  # a one-shot command's waits
     dry_run: bool = False
     # What dream passes keep for later ones made with this Runtime (see DreamMemo).
     dream: DreamMemo = field(default_factory=DreamMemo, repr=False, compare=False)

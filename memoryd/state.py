@@ -20,6 +20,10 @@ from memoryd import fsops
 from memoryd.paths import ensure_private_dir
 from memoryd.scan import Scanned, dump_cache, load_cache
 
+# Names of files that left a dir kept in its state (see DirState.gone): ~40 bytes each, and
+# more than the circuit breaker lets one pass move from a 10,000-memory dir many times over.
+GONE_KEEP = 10_000
+
 
 def dir_key(real_path: Path) -> str:
     return hashlib.sha256(str(real_path).encode("utf-8", "surrogateescape")).hexdigest()[:20]
@@ -43,6 +47,24 @@ class DirState:
     # verified. While the archive is still that file, each of its lines is as an index pass
     # wants it (see indexer.index_after_dream).
     settled: list[Any] = field(default_factory=list)
+    # Files memoryd saw leave the dir (deleted, moved to the trash) -> when: their pointers
+    # stay removable after the pass that saw them go (an index write that failed, an agent's
+    # stale read-modify-write putting a pointer back). Oldest first, at most GONE_KEEP; a name
+    # is forgotten once a file of that name exists again.
+    gone: dict[str, float] = field(default_factory=dict)
+
+    def note_gone(self, names: Iterable[str], when: float) -> None:
+        """Remember that these files left the dir (the oldest record goes past GONE_KEEP)."""
+        for name in sorted(names):
+            self.gone.pop(name, None)
+            self.gone[name] = when
+        if len(self.gone) > GONE_KEEP:
+            self.gone = dict(list(self.gone.items())[-GONE_KEEP:])
+
+    def forget_gone(self, present: Set[str], names: Iterable[str] | None = None) -> None:
+        """Forget the files that exist again (of `names` only, when given)."""
+        for name in [n for n in (self.gone if names is None else names) if n in present]:
+            self.gone.pop(name, None)
 
     def seen_pairs(self) -> dict[str, tuple[str, str]]:
         return {k: (v[0], v[1]) for k, v in self.seen.items()}
@@ -82,6 +104,7 @@ def _copy(state: DirState) -> DirState:
         reported=dict(state.reported),
         changed_since_dream=list(state.changed_since_dream),
         reads=dict(state.reads),
+        gone=dict(state.gone),
     )
 
 

@@ -106,6 +106,8 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
                     encoding="utf-8",
                 )
                 (path / ARCHIVE_NAME).write_text("- [far](far.md) — not yet\n", encoding="utf-8")
+                _written_earlier(path / INDEX_NAME)
+                _written_earlier(path / ARCHIVE_NAME)
             for name, (type_, age, desc) in sorted(before.items()):
                 write_memory(path, name, description=desc, type_=type_, age_days=age)
             for _ in range(2):
@@ -146,6 +148,7 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
                 text += f"- [{min(new)}]({min(new)}) — the agent wrote its pointer\n"
             if text != index.read_text(encoding="utf-8"):
                 index.write_text(text, encoding="utf-8")
+                _written_earlier(index)
             unpointed = [n for n, w in zip(names, changes, strict=False) if w == "unpoint"]
             archive = path / ARCHIVE_NAME
             if unpointed and archive.exists():  # pointer lines gone by hand, files kept
@@ -154,6 +157,7 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
                 if kept != lines:
                     edited = True
                     archive.write_text("".join(kept), encoding="utf-8")
+                    _written_earlier(archive)
         held, full = twins
         md_held, md_full = _dir(held, CONFIG), _dir(full, CONFIG)
         ownership, scan = probe_ownership(rt, md_held)
@@ -185,6 +189,13 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
         # And a full pass over the result changes nothing: the update left the index settled.
         assert index_dir(rt, md_held).status == "unchanged"
         assert rt.store.load(md_held.real_path).settled
+
+
+def _written_earlier(path: Path) -> None:
+    """Date a hand edit a few seconds back: it was made between passes, not while one runs
+    (an index changed within the last moments is being written, and a pass waits for it)."""
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 10**10))
 
 
 def _duplicates_repo(tmp_path: Path, old: str = "dup-old.md", new: str = "dup-new.md") -> Path:

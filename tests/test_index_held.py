@@ -22,6 +22,7 @@ class Dir:
     present: set[str]
     seen: dict[str, list[str]] = field(default_factory=dict)
     young: set[str] = field(default_factory=set)
+    gone: set[str] = field(default_factory=set)  # as DirState.gone: seen, then left
 
     def input(self, budget: Budget) -> IndexInput:
         return IndexInput(
@@ -29,7 +30,7 @@ class Dir:
             archive=self.archive,
             memories=dict(self.memories),
             present=frozenset(self.present),
-            seen=pairs(self.seen),
+            seen=pairs(self.seen, gone=self.gone, present=frozenset(self.present)),
             ready=frozenset(set(self.memories) - self.young),
             heading="proj",
             budget=budget,
@@ -39,6 +40,8 @@ class Dir:
 
     def settle(self, edit: IndexEdit) -> None:
         self.main, self.archive = edit.main, edit.archive
+        self.gone |= {n for n in self.seen if n not in self.present}
+        self.gone -= self.present
         self.seen = {n: [e.name, e.description] for n, e in self.memories.items()}
 
 
@@ -169,6 +172,16 @@ def test_restricted_edit_equals_the_full_edit(
                 d.present.add(name)
                 if kind == "young":
                     d.young.add(name)
+        if k % 2 and d.gone and d.main is not None:
+            # An agent writes back a stale MEMORY.md naming a file that left: MEMORY.md
+            # changed, so the daemon holds the index afresh; the next step is restricted.
+            start = "\n" if d.main and not d.main.endswith("\n") else ""
+            d.main += f"{start}- [{min(d.gone)[:-3].upper()}]({min(d.gone)}) — put back\n"
+            put_back = update_index(d.input(budget))
+            assert min(d.gone) in put_back.removed or min(d.gone) in d.present
+            d.settle(put_back)
+            held = hold(d.main, d.archive, set(put_back.dead_links))
+            waiting = set(put_back.waiting)
         inp = d.input(budget)
         full = update_index(inp)
         fast = edit_changed(held, inp, changed, waiting)

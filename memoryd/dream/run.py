@@ -449,7 +449,16 @@ def _dream_dir(
             )
         # Ownership is decided by the index code; a pass may not move files whose pointer
         # lines it is not allowed to remove.
-        ownership, scan = probe_ownership(rt, md)
+        try:
+            ownership, scan = probe_ownership(rt, md)
+        except IndexBeingWritten as busy:
+            # MEMORY.md is blank because a program is writing it: what it will hold decides
+            # whether this pass may move anything. Next time.
+            result.status = "skipped"
+            result.message = str(busy)
+            if not dry_run:
+                audit.write("dream.skipped", dir=md.path, why=result.message)
+            return result
         managed = bool(ownership and ownership.managed)
         listing = Listing.of(scan) if scan is not None else None
         # Of the scan, the pass keeps only names: the listing, and what its own index update
@@ -524,6 +533,8 @@ def _dream_dir(
                 _apply(rt, md, plan, result, basis, before_move)
         if not dry_run and managed and result.index is None:
             result.index = index_after_dream(rt, md, frozenset(), basis)
+        if result.index is not None and result.index.status in INDEX_NOT_UPDATED:
+            raise IndexNotWritten(_index_failure(md, result))
     except (MemorydError, OSError) as error:
         result.status = "failed"
         result.message = str(error)
@@ -572,10 +583,17 @@ def probe_ownership(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirSc
     """Whether memoryd manages the dir's index, and the scan made to find out.
 
     The index edit is not made (a probe stops once ownership is decided: the edit was a
-    tenth of a 10,000-memory pass), and only these two are kept.
+    tenth of a 10,000-memory pass), and only these two are kept. Raises IndexBeingWritten
+    when MEMORY.md stays blank while a program writes it.
     """
     probe = index_dir(rt, md, check=True, probe=True)
+    if probe.status == "settling":
+        raise IndexBeingWritten(probe.message)
     return probe.ownership, probe.scan
+
+
+class IndexBeingWritten(MemorydError):
+    """The dir's index is being written by another program (see indexer.settles_at)."""
 
 
 def _summary(result: DreamResult) -> dict[str, Any]:
@@ -629,7 +647,33 @@ def _apply(
         entry = _move_all(rt, md, mover, records, result)
     # The moves are on disk (the mover synced them): the index, then the journal's end.
     result.index = index_after_dream(rt, md, {r.original_name for r in result.moved}, basis)
-    journal.commit(entry)
+    if not result.index.write_failed:
+        journal.commit(entry)
+    # Else the journal stays: the next memoryd command recovers the pass, which removes the
+    # moved files' pointers once the index can be written (DirState.gone says so too, but
+    # the state dir may be on the disk that is full).
+
+
+# Index outcomes after which the pass's pointer edits are not on disk: a failed pass. (Its
+# moved files' pointers go at a later pass: DirState.gone, and the journal for a failed write.)
+INDEX_NOT_UPDATED = ("error", "conflict", "settling")
+
+
+class IndexNotWritten(MemorydError):
+    """The pass's index update failed: the pass failed, whatever it moved."""
+
+
+def _index_failure(md: MemoryDir, result: DreamResult) -> str:
+    index = result.index
+    assert index is not None
+    what = index.message or "the index update failed"
+    if not result.moved:
+        return f"{md.path / INDEX_NAME} was not updated: {what}"
+    return (
+        f"{len(result.moved)} file(s) were moved to the trash, but {md.path / INDEX_NAME} "
+        f"could not be updated: {what}. Their pointer lines go at the next `memoryd index` "
+        "or `dream` that can write it"
+    )
 
 
 def _move_all(

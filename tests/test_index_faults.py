@@ -1,0 +1,396 @@
+"""The index under faults: a full disk after a dream's moves, pointers put back to files that
+left, a read-only MEMORY.md, and an index being rewritten in place while memoryd reads it."""
+
+import errno
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memoryd import fsops
+from memoryd.config import Config
+from memoryd.discover import explicit_dirs
+from memoryd.index import INDEX_NAME
+from memoryd.indexer import BLANK_SETTLE, INDEX_SETTLE, SETTLE_WAIT, index_dir, settles_at
+from tests.conftest import Env, tree_digest, write_memory
+from tests.test_dream_planted import _filler, mem
+
+DEPLOY = (
+    "Deploy staging by running the release script with the canary flag enabled first then "
+    "promote production after verification checks complete"
+)
+
+
+def _dir(path: Path):  # type: ignore[no-untyped-def]
+    return explicit_dirs(path, Config())[0]
+
+
+def _dup_repo(root: Path) -> Path:
+    """A repo whose memory dir holds a duplicate pair among fillers, every file pointed to
+    from a hand-written MEMORY.md memoryd has never indexed; the memory dir."""
+    repo = root / "app"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "app.py").write_text("x = 1\n")
+    (repo / ".claude" / "memory").mkdir(parents=True)
+    mem(repo, "dup_old.md", DEPLOY + " successfully", age=50)
+    mem(repo, "dup_new.md", DEPLOY + " fine", age=20)
+    _filler(repo, 12)
+    folder = repo / ".claude" / "memory"
+    pointers = "".join(f"- [{p.stem}]({p.name}) — d\n" for p in sorted(folder.glob("*.md")))
+    (folder / INDEX_NAME).write_text("# Notes\n\nmine\n\n" + pointers)
+    return folder
+
+
+@pytest.fixture
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
+    """While the flag holds True, writing the temp file of a new MEMORY.md fails with ENOSPC
+    (the fault at the writer's boundary; every file stays real)."""
+    on = [True]
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if on[0] and os.readlink(f"/proc/self/fd/{fd}").rpartition("/")[2].startswith(
+            f".{INDEX_NAME}{fsops.TEMP_MARK}"
+        ):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(fsops.os, "write", write)
+    yield on
+
+
+@pytest.mark.parametrize("then", ["index", "dream"])
+def test_a_failed_index_write_after_moves_fails_the_pass_and_heals_later(
+    env: Env, cli, tmp_path: Path, full_disk: list[bool], then: str
+) -> None:
+    """A dir's first dream on a full disk: the duplicate moves, MEMORY.md cannot be written.
+    The pass is failed (exit 1, `failed` in text and JSON, `dream.failed` with the error, no
+    `dream.completed`), and once space returns the next `index` or `dream` removes the moved
+    file's pointer instead of keeping it as a dead link."""
+    folder = _dup_repo(tmp_path)
+    before = (folder / INDEX_NAME).read_bytes()
+    result = cli("dream", "--json", folder)
+    assert result.code == 1, result.out + result.err
+    report = json.loads(result.out)["dirs"][0]
+    assert report["status"] == "failed" and report["index"] == "error"
+    assert "No space left on device" in report["message"] and "dup_old.md" not in str(
+        os.listdir(folder)
+    )
+    assert [c["file"] for c in report["changes"]] == ["dup_old.md"]
+    assert (folder / INDEX_NAME).read_bytes() == before  # untouched, pointer still there
+    rows = env.audit_rows()
+    failed = [r for r in rows if r["event"] == "dream.failed"]
+    assert len(failed) == 1 and "No space left" in str(failed[0]["error"])
+    assert failed[0]["deleted"] == 1
+    assert not [r for r in rows if r["event"] == "dream.completed"]
+
+    full_disk[0] = False  # space returns
+    result = cli(then, folder)
+    assert result.code == 0, result.out + result.err
+    text = (folder / INDEX_NAME).read_text()
+    assert "(dup_old.md)" not in text and "(dup_new.md)" in text
+    assert text.startswith("# Notes\n\nmine\n\n")
+    assert cli("index", "--check", folder).code == 0
+    assert not list((env.state / "journal").glob("*.jsonl"))
+
+
+def test_a_failed_index_write_is_said_plainly_in_the_text_report(
+    env: Env, cli, tmp_path: Path, full_disk: list[bool]
+) -> None:
+    """The text report names the pass `failed`, the index file and the full disk."""
+    folder = _dup_repo(tmp_path)
+    result = cli("dream", folder)
+    assert result.code == 1
+    header = next(line for line in result.out.splitlines() if line.startswith(str(folder)))
+    assert ": failed — " in header and INDEX_NAME in header and "No space left" in header
+    assert "dup_old.md: moved to" in result.out
+
+
+def test_the_gone_record_outlives_a_state_that_cannot_be_recovered_from_the_journal(
+    env: Env, cli, tmp_path: Path, full_disk: list[bool]
+) -> None:
+    """Even with the pass's journal gone (set aside by a person), the dir's state remembers
+    the moved file: the next index pass removes its pointer."""
+    folder = _dup_repo(tmp_path)
+    assert cli("dream", folder).code == 1
+    for journal in (env.state / "journal").glob("*.jsonl"):
+        journal.unlink()
+    full_disk[0] = False
+    assert cli("index", folder).code == 0
+    assert "(dup_old.md)" not in (folder / INDEX_NAME).read_text()
+
+
+@pytest.mark.parametrize("path", ["full", "held"])
+def test_a_pointer_put_back_to_a_file_memoryd_saw_leave_is_removed_later(
+    env: Env, tmp_path: Path, path: str
+) -> None:
+    """An agent's stale read-modify-write of MEMORY.md puts back the pointer memoryd just
+    removed for a deleted file: it is removed again, not kept as a dead link for good; and
+    once a file of that name exists again, its pointer is kept."""
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="first")
+    write_memory(folder, "b.md", description="second")
+    rt = env.runtime()
+    md = _dir(folder)
+    first = index_dir(rt, md, hold=True)
+    stale = (folder / INDEX_NAME).read_text()  # what the agent read
+    assert "(b.md)" in stale
+    (folder / "b.md").unlink()
+    second = index_dir(rt, md, hold=True, held=first.held, only={"b.md"})
+    assert second.status == "updated" and "(b.md)" not in (folder / INDEX_NAME).read_text()
+    # The agent writes back its stale copy, with a line of its own.
+    (folder / INDEX_NAME).write_text(stale + "- [c](c.md) — the agent's, file to come\n")
+    if path == "held":
+        # A daemon's pass holds the index it wrote; MEMORY.md changed: a full look follows.
+        third = index_dir(rt, md, hold=True, held=second.held, only={INDEX_NAME})
+    else:
+        third = index_dir(rt, md)
+    assert third.status == "updated", third.message
+    text = (folder / INDEX_NAME).read_text()
+    assert "(b.md)" not in text and "- [c](c.md)" in text  # c.md was never seen: kept
+    assert third.edit is not None and third.edit.removed == ["b.md"]
+    write_memory(folder, "b.md", description="back again")
+    (folder / INDEX_NAME).write_text(stale)
+    index_dir(rt, md)
+    assert "(b.md)" in (folder / INDEX_NAME).read_text()
+    assert "b.md" not in rt.store.load(md.real_path).gone
+
+
+# --- an index being written ------------------------------------------------------------------
+class FakeClock:
+    """A wall clock that moves only when memoryd sleeps; `on_sleep` acts as the writer."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.slept: list[float] = []
+        self.on_sleep: list[object] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        for act in self.on_sleep:
+            act(self.now)  # type: ignore[operator]
+
+
+def test_a_blank_or_just_changed_index_is_being_written() -> None:
+    """The rule, on a fake clock: blank and recent, or changed within the last moments, is
+    being written until it has been still long enough; old, or dated far ahead, it is not."""
+    t = 1_000_000.0
+    ns = int(t * 1e9)
+    assert settles_at(True, ns, t + 0.001) == t + BLANK_SETTLE
+    assert settles_at(True, ns, t + BLANK_SETTLE - 0.01) == t + BLANK_SETTLE
+    assert settles_at(True, ns, t + BLANK_SETTLE) is None
+    assert settles_at(False, ns, t + 0.001) == t + INDEX_SETTLE
+    assert settles_at(False, ns, t + INDEX_SETTLE) is None
+    assert settles_at(False, ns, t - 1.0) == t + INDEX_SETTLE  # a coarse clock lags a little
+    assert settles_at(True, ns, t - 3600.0) is None  # dated an hour ahead: cannot tell
+    assert INDEX_SETTLE < BLANK_SETTLE < SETTLE_WAIT
+
+
+def _truncated(tmp_path: Path) -> tuple[Path, os.stat_result]:
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="first")
+    (folder / INDEX_NAME).write_text("")  # `tool > MEMORY.md`, before the tool writes
+    return folder, (folder / INDEX_NAME).stat()
+
+
+def test_a_one_shot_pass_waits_for_a_just_truncated_index(env: Env, tmp_path: Path) -> None:
+    """A command finding MEMORY.md blank a moment after it was truncated waits, and then
+    edits what the writer wrote, not a blank file of its own."""
+    folder, st = _truncated(tmp_path)
+    write_memory(folder, "b.md", description="second")
+    clock = FakeClock(st.st_mtime_ns / 1e9 + 0.001)
+    mine = "# Regenerated by a tool\n\nhand-written mark 1\n- [a](a.md) — as the tool says\n"
+
+    def writer(now: float) -> None:
+        if now >= st.st_mtime_ns / 1e9 + 0.5 and (folder / INDEX_NAME).stat().st_size == 0:
+            with open(folder / INDEX_NAME, "r+", encoding="utf-8") as handle:
+                handle.write(mine)
+            os.utime(folder / INDEX_NAME, (now, now))
+
+    clock.on_sleep.append(writer)
+    rt = env.runtime()
+    rt.clock, rt.sleep = clock, clock.sleep
+    outcome = index_dir(rt, _dir(folder))
+    assert outcome.status == "updated", outcome.message
+    assert (folder / INDEX_NAME).read_text() == mine + "- [b](b.md) — second\n"
+    assert clock.slept and sum(clock.slept) <= SETTLE_WAIT
+
+
+def test_a_pass_never_takes_an_index_that_stays_blank_while_written(
+    env: Env, tmp_path: Path
+) -> None:
+    """Still blank and still being written after the longest wait: the command writes
+    nothing and says why (status `settling`); the daemon does not wait at all, it looks
+    again when the file is due to settle. The dream pass's probe skips the pass."""
+    from memoryd.dream.run import RepoCache, dream_dir
+
+    folder, st = _truncated(tmp_path)
+    before = tree_digest(folder)
+    clock = FakeClock(st.st_mtime_ns / 1e9 + 0.001)
+
+    def truncating_again(now: float) -> None:
+        os.truncate(folder / INDEX_NAME, 0)
+        os.utime(folder / INDEX_NAME, (now, now))
+
+    clock.on_sleep.append(truncating_again)
+    rt = env.runtime()
+    rt.clock, rt.sleep = clock, clock.sleep
+    md = _dir(folder)
+    outcome = index_dir(rt, md)
+    assert outcome.status == "settling" and "being written" in outcome.message
+    assert str(folder / INDEX_NAME) in outcome.message
+    assert sum(clock.slept) <= SETTLE_WAIT
+    clock.slept.clear()
+    daemon = index_dir(rt, md, daemon=True)
+    assert daemon.status == "settling" and not clock.slept
+    assert daemon.retry_after == clock.now + BLANK_SETTLE  # the file was just truncated
+    result = dream_dir(rt, md, repos=RepoCache.of(rt))
+    assert result.status == "skipped" and "being written" in result.message
+    assert tree_digest(folder).keys() == before.keys()  # no new index, no trash
+    assert (folder / INDEX_NAME).read_text() == ""
+    assert not [r for r in env.audit_rows() if r["event"] == "index.updated"]
+
+
+def test_bytes_written_to_the_old_index_during_the_swap_survive(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program that opened MEMORY.md before memoryd's exchange writes to it just after:
+    its file goes back under the name and memoryd edits that one; nothing of it is lost."""
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="first")
+    write_memory(folder, "b.md", description="second")
+    (folder / INDEX_NAME).write_text("# Mine\n\n- [a](a.md) — first\n")
+    old = (folder / INDEX_NAME).stat()
+    os.utime(folder / INDEX_NAME, ns=(old.st_atime_ns, old.st_mtime_ns - 10**10))
+    opened: list[int] = []
+
+    def open_early(dir_path: Path, name: str) -> None:
+        if name == INDEX_NAME and not opened:
+            opened.append(os.open(dir_path / name, os.O_WRONLY | os.O_APPEND))
+
+    real_point = fsops.crash_point
+
+    def late_write(label: str) -> None:
+        if label == "index.after_swap" and opened and opened[0] >= 0:
+            os.write(opened[0], b"hand-written after the exchange\n")
+            os.close(opened[0])
+            opened[0] = -1
+        real_point(label)
+
+    monkeypatch.setattr(fsops, "before_swap", open_early)
+    monkeypatch.setattr(fsops, "crash_point", late_write)
+    outcome = index_dir(env.runtime(), _dir(folder))
+    assert outcome.status == "updated", outcome.message
+    text = (folder / INDEX_NAME).read_text()
+    assert "hand-written after the exchange\n" in text and "- [b](b.md) — second" in text
+    assert [r["event"] for r in env.audit_rows()].count("index.conflict") == 1
+
+
+WRITER = r"""
+import random, sys, time
+path, rounds = sys.argv[1], int(sys.argv[2])
+rng = random.Random(11)
+lost = 0
+for i in range(rounds):
+    with open(path, "w", encoding="utf-8") as handle:  # `tool > MEMORY.md`: truncate, then write
+        handle.flush()
+        time.sleep(rng.choice([0.001, 0.02, 0.2]))
+        handle.write(f"# Made by a tool\n\nmark-{i} by hand\n- [a](a.md) — the tool's words\n")
+    time.sleep(rng.choice([0.05, 0.8]))  # memoryd may edit it now, but keeps every mark
+    with open(path, encoding="utf-8") as handle:
+        lost += f"mark-{i} by hand" not in handle.read()
+print(lost, flush=True)
+"""
+
+
+def test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes(
+    env: Env, tmp_path: Path
+) -> None:
+    """A real writer process regenerates MEMORY.md in place (truncate, a gap of 1-200 ms,
+    write) while index passes run back to back: every hand-written mark it wrote is still
+    in MEMORY.md when it looks, and memoryd did edit the file meanwhile (b.md's pointer)."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="first")
+    write_memory(folder, "b.md", description="second")
+    (folder / INDEX_NAME).write_text("# Made by a tool\n\n- [a](a.md) — the tool's words\n")
+    rt = env.runtime()
+    md = _dir(folder)
+    with subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(folder / INDEX_NAME), "16"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as writer:
+        passes = 0
+        while writer.poll() is None:
+            index_dir(rt, md)
+            passes += 1
+        assert writer.stdout is not None
+        lost = int(writer.stdout.read())
+    updates = [r for r in env.audit_rows() if r["event"] == "index.updated"]
+    assert lost == 0, f"{lost} of 16 hand-written marks lost over {passes} passes"
+    assert len(updates) >= 3  # memoryd did write between the tool's rounds
+
+
+# --- a read-only index -----------------------------------------------------------------------
+@pytest.mark.parametrize("which", [INDEX_NAME, "MEMORY-ARCHIVE.md"])
+def test_a_read_only_index_is_the_persons_do_not_touch(
+    env: Env, cli, tmp_path: Path, which: str
+) -> None:
+    """A MEMORY.md (or archive) without its owner's write permission is left exactly as it
+    is: nothing written, said once with the file and `chmod u+w`, shown by `dirs`, and
+    `index --check` says unmanaged and exits 0. Writable again, it is managed again."""
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="first")
+    write_memory(folder, "b.md", description="second")
+    (folder / INDEX_NAME).write_text("# Mine\n\n- [a](a.md) — first\n")
+    (folder / "MEMORY-ARCHIVE.md").write_text("# Archive\n")
+    for name in (INDEX_NAME, "MEMORY-ARCHIVE.md"):
+        st = (folder / name).stat()
+        os.utime(folder / name, ns=(st.st_atime_ns, st.st_mtime_ns - 10**10))
+    os.chmod(folder / which, 0o444)
+    before = tree_digest(folder)
+    first = cli("index", folder)
+    assert first.code == 0, first.out + first.err
+    assert "unmanaged" in first.out and f"{which} is read-only" in first.out
+    assert f"chmod u+w {folder / which}" in first.out
+    assert cli("index", folder).code == 0
+    check = cli("index", "--check", folder)
+    assert check.code == 0 and "read-only" in check.out
+    assert tree_digest(folder) == before
+    assert (folder / which).stat().st_mode & 0o777 == 0o444
+    said = [r for r in env.audit_rows() if r["event"] == "index.unmanaged"]
+    assert len(said) == 1 and f"{which} is read-only" in str(said[0]["reason"])
+    row = json.loads(cli("dirs", "--json", folder).out)["dirs"][0]
+    assert row["mode"] == "unmanaged" and "read-only" in row["mode_reason"]
+    os.chmod(folder / which, 0o644)
+    assert cli("index", folder).code == 0
+    assert "- [b](b.md) — second" in (folder / INDEX_NAME).read_text()
+
+
+def test_the_daemons_held_pass_leaves_an_index_made_read_only_since(
+    env: Env, tmp_path: Path
+) -> None:
+    """A chmod keeps the mtime, so the held index still matches by stat: the held pass
+    must look at the mode too, and leave the file to the full pass, which writes nothing."""
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="first")
+    rt = env.runtime()
+    md = _dir(folder)
+    first = index_dir(rt, md, hold=True, daemon=True)
+    assert first.status == "updated" and first.held is not None
+    os.chmod(folder / INDEX_NAME, 0o444)
+    before = tree_digest(folder)
+    write_memory(folder, "b.md", description="second")
+    after = index_dir(rt, md, hold=True, held=first.held, only={"b.md"}, daemon=True)
+    assert after.status == "unmanaged" and "read-only" in after.message
+    assert tree_digest(folder).items() >= before.items()
+    assert "(b.md)" not in (folder / INDEX_NAME).read_text()

@@ -11,7 +11,15 @@ from typing import Any, TextIO
 
 from memoryd import __version__, audit, fsops
 from memoryd.config import Config, config_as_dict, load_config
-from memoryd.discover import MemoryDir, RefusedDir, discover, discover_all, report_refused
+from memoryd.discover import (
+    Discovery,
+    EmptyRepo,
+    MemoryDir,
+    RefusedDir,
+    discover,
+    discover_all,
+    report_refused,
+)
 from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
 from memoryd.index import INDEX_NAME
@@ -253,11 +261,19 @@ def _render_refused(refused: list[RefusedDir]) -> str:
     )
 
 
-def _discover(rt: Runtime, dirs: list[Path]) -> tuple[list[MemoryDir], list[RefusedDir]]:
+def _empty_json(e: EmptyRepo) -> dict[str, Any]:
+    return {"repo": str(e.path), "looked_in": e.looked_in}
+
+
+def _render_empty(found: Discovery) -> str:
+    return "".join(f"{shown(e.message)}\n" for e in found.empty_repos)
+
+
+def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
     """The dirs to work on; links leading out of their repo or Claude home are said once."""
     found = discover_all(rt.config, dirs)
     report_refused(rt, found.refused)
-    return found.dirs, found.refused
+    return found
 
 
 def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
@@ -271,6 +287,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                 "claude_home": str(rt.config.paths.claude_home),
                 "dirs": rows,
                 "refused": [_refused_json(r) for r in found.refused],
+                "empty_repos": [_empty_json(e) for e in found.empty_repos],
             },
             out,
             indent=2,
@@ -279,6 +296,9 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         out.write("\n")
         return EXIT_OK
     out.write(_render_refused(found.refused))
+    out.write(_render_empty(found))
+    if not rows and found.empty_repos:
+        return EXIT_OK
     if not rows:
         home = rt.config.paths.claude_home
         note = "" if home.exists() else " (it does not exist yet)"
@@ -338,11 +358,9 @@ def _outcome_json(o: IndexOutcome) -> dict[str, Any]:
 def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.check:
         _recover(rt)
-    if args.check:
-        found = discover_all(rt.config, args.dirs)  # changes nothing: not even the audit log
-        dirs, refused = found.dirs, found.refused
-    else:
-        dirs, refused = _discover(rt, args.dirs)
+    # --check changes nothing: not even the audit log.
+    found = discover_all(rt.config, args.dirs) if args.check else _discover(rt, args.dirs)
+    dirs, refused = found.dirs, found.refused
     outcomes = [index_dir(rt, md, check=args.check) for md in dirs]
     failed = any(o.status in ("error", "conflict") for o in outcomes)
     would = any(o.status == "would_change" for o in outcomes)
@@ -350,15 +368,17 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         doc = {
             "dirs": [_outcome_json(o) for o in outcomes],
             "refused": [_refused_json(r) for r in refused],
+            "empty_repos": [_empty_json(e) for e in found.empty_repos],
         }
         json.dump(doc, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        if not dirs:
+        if not dirs and not found.empty_repos:
             out.write(f"No memory dirs found under {rt.config.paths.claude_home}.\n")
         for o in outcomes:
             out.write(_render_outcome(o))
         out.write(_render_refused(refused))
+        out.write(_render_empty(found))
     if failed or (args.check and would):
         return EXIT_FINDINGS
     return EXIT_OK
@@ -549,7 +569,8 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     rt.dry_run = args.dry_run  # a dry run writes nothing at all: no state, no audit row
     if not args.dry_run:
         _recover(rt)
-    dirs, refused = _discover(rt, args.dirs)  # a dry run says nothing (rt.dry_run)
+    found = _discover(rt, args.dirs)  # a dry run says nothing (rt.dry_run)
+    dirs, refused = found.dirs, found.refused
     if args.repo_root is not None:
         root = args.repo_root.expanduser().absolute()
         if not root.is_dir():
@@ -580,12 +601,14 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                 {"dir": d, "file": f, "other_projects": n} for d, f, n in promos
             ],
             "refused": [_refused_json(r) for r in refused],
+            "empty_repos": [_empty_json(e) for e in found.empty_repos],
         }
         json.dump(doc, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
         out.write(render_text(results, hk, args.dry_run, len(promos)))
         out.write(_render_refused(refused))
+        out.write(_render_empty(found))
     failed = any(r.status in ("failed", "refused") for r in results)
     return EXIT_FINDINGS if failed else EXIT_OK
 

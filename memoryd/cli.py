@@ -805,6 +805,29 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+READ_ONLY = frozenset({"status", "log", "dirs"})  # and `trash list`
+CONFIG_PROBLEMS_SHOWN = 3
+
+
+def _read_only(args: argparse.Namespace) -> bool:
+    """A command that only looks (it runs on the built-in defaults when the file is invalid)."""
+    return args.command in READ_ONLY or (
+        args.command == "trash" and args.trash_command == "list"
+    )
+
+
+def _config_warning(error: ConfigError) -> str:
+    shown_problems = "; ".join(error.problems[:CONFIG_PROBLEMS_SHOWN])
+    more = len(error.problems) - CONFIG_PROBLEMS_SHOWN
+    if more > 0:
+        shown_problems += f"; and {more} more"
+    return (
+        f"memoryd: warning: {error.source}: invalid configuration ({shown_problems}); this "
+        "command uses the built-in defaults instead. See every problem with "
+        "`memoryd config check`.\n"
+    )
+
+
 def main(
     argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
@@ -824,14 +847,21 @@ def main(
     try:
         config: Config = load_config(args.config, paths)
     except ConfigError as error:
-        err.write(f"memoryd: {error}\n")
-        if args.command != "config":
-            err.write("Fix the file, then check it with `memoryd config check`.\n")
-        with contextlib.suppress(OSError):
-            Runtime.create(Config(), paths).audit.write(
-                "config.invalid", source=error.source, problems=error.problems
-            )
-        return EXIT_USAGE
+        if _read_only(args):
+            # A daemon may still run on the configuration it read before the file broke:
+            # looking at it must not need the file fixed first.
+            config = Config(source="built-in defaults (the configuration file is invalid)")
+            err.write(_config_warning(error))
+        else:
+            err.write(f"memoryd: {error}\n")
+            if args.command != "config":
+                err.write("Fix the file, then check it with `memoryd config check`.\n")
+            if args.command == "run":  # the daemon's own log says why it did not start
+                with contextlib.suppress(OSError):
+                    Runtime.create(Config(), paths).audit.write(
+                        "config.invalid", source=error.source, problems=error.problems
+                    )
+            return EXIT_USAGE
     rt = Runtime.create(config, paths)
     try:
         return HANDLERS[args.command](args, rt, out)

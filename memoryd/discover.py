@@ -294,6 +294,8 @@ def _layout_dir(path: Path, config: Config) -> MemoryDir | None:
 def memory_dir_at(path: Path, config: Config) -> MemoryDir:
     """A folder taken as a memory dir itself: one memoryd already knows as one (its state,
     journal or trash says so), or named directly. The standard layouts by their folder names."""
+    if not _is_dir(path):
+        raise UsageError(f"{path}: no such folder; name a memory dir, a repo or a Claude home")
     found = _layout_dir(path, config)
     if found is not None:
         return found

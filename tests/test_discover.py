@@ -422,3 +422,10 @@ def test_an_empty_auto_memory_dir_is_a_dir_with_nothing_to_do(env: Env, cli) -> 
         result = cli(command, memory)
         assert result.code == 0, (command, result.err)
     assert sorted(memory.iterdir()) == []
+
+
+def test_a_trash_path_in_a_gone_folder_is_a_usage_error(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`trash restore` of a `.trash/` path whose memory dir does not exist names the folder
+    (exit 2), as before memory dirs were told from repos."""
+    result = cli("trash", "restore", tmp_path / "gone" / ".trash" / "2024-01-01" / "x.md")
+    assert result.code == 2 and "gone: no such folder" in result.err

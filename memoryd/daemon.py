@@ -648,6 +648,12 @@ class Daemon:
             entry.reading = (started, self.mono())
             entry.scan = None  # the pass moved files: the next look is a full one
             entry.held = None
+            if result.index is not None and result.index.retry_after is not None:
+                # New files its index update left in their grace: indexed once out of it.
+                self.debouncer.schedule(
+                    path, self.mono() + max(0.0, result.index.retry_after - time.time())
+                )
+                self.wake.set()
             state = self.rt.store.load(path)
             state.reported.pop("pile-up-skip", None)
             self.rt.store.save(path, state)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import fsops, trash
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover import MemoryDir, memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.index import INDEX_NAME, pointer_targets
 from memoryd.indexer import index_dir, read_index_file
@@ -57,7 +57,7 @@ def known_dirs(rt: Runtime) -> list[MemoryDir]:
             continue
         if folder.is_dir():
             try:
-                out.extend(explicit_dirs(folder, rt.config)[:1])
+                out.append(memory_dir_at(folder, rt.config))
             except MemorydError:
                 continue
     return out
@@ -69,7 +69,7 @@ def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
     path = Path(key).expanduser()
     if trash.TRASH_DIR in path.parts:
         holder = Path(*path.parts[: path.parts.index(trash.TRASH_DIR)])
-        candidates = explicit_dirs(holder, rt.config) + candidates
+        candidates = [memory_dir_at(holder, rt.config), *candidates]
     for md in candidates:
         found = trash.find(md.real_path, key if not path.is_absolute() else str(path))
         if found is not None:

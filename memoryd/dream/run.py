@@ -420,6 +420,9 @@ def _dream_dir(
     result = DreamResult(md, pass_id, "completed")
     now = rt.clock()
     audit = rt.audit
+    # The daemon's pass leaves a just-written file its grace for the agent's own pointer, as
+    # the daemon's index updates do; a pass on the command line indexes it at once.
+    grace = 0.0 if trigger == "command" else rt.config.index.new_file_grace
     if lock_is_fresh(md, now):
         result.status = "skipped"
         result.message = f"{CLAUDE_LOCK} is fresh: Claude Code is consolidating this dir itself"
@@ -530,9 +533,9 @@ def _dream_dir(
                 result.status = "dry_run"
             elif plan.moves:
                 budget.check("the first move")
-                _apply(rt, md, plan, result, basis, before_move)
+                _apply(rt, md, plan, result, basis, grace, before_move)
         if not dry_run and managed and result.index is None:
-            result.index = index_after_dream(rt, md, frozenset(), basis)
+            result.index = index_after_dream(rt, md, frozenset(), basis, grace=grace)
         if result.index is not None and result.index.status in INDEX_NOT_UPDATED:
             raise IndexNotWritten(_index_failure(md, result))
     except (MemorydError, OSError) as error:
@@ -638,6 +641,7 @@ def _apply(
     plan: Plan,
     result: DreamResult,
     basis: Basis | None,
+    grace: float,
     before_move: Callable[[str], None] | None = None,
 ) -> None:
     """Journal the moves, then make each one whose file is still what was planned."""
@@ -646,7 +650,8 @@ def _apply(
         records = _trash_records(plan, md, result.pass_id, mover.folder)
         entry = _move_all(rt, md, mover, records, result)
     # The moves are on disk (the mover synced them): the index, then the journal's end.
-    result.index = index_after_dream(rt, md, {r.original_name for r in result.moved}, basis)
+    moved = {r.original_name for r in result.moved}
+    result.index = index_after_dream(rt, md, moved, basis, grace=grace)
     if not result.index.write_failed:
         journal.commit(entry)
     # Else the journal stays: the next memoryd command recovers the pass, which removes the

@@ -162,8 +162,12 @@ def harvest(
     evidence is dropped, older transcripts are not read). `save`: write the state back (never
     for a dry run; then the next scan reads the same bytes again).
     """
-    lock = _locked(state_dir) if save else contextlib.nullcontext()
-    with lock:
+    with contextlib.ExitStack() as held:
+        if save:
+            try:
+                held.enter_context(_locked(state_dir))
+            except OSError:
+                save = False  # a state dir it cannot write: read as a dry run does
         result = load(state_dir)
         scan = _Scan(result, since, {str(k) for k in known}, scan_bytes, chunk_bytes)
         listed: set[str] = set()
@@ -172,6 +176,7 @@ def harvest(
             scan.transcript(claude_home / "projects" / name, name, st)
         for gone in set(result.files) - listed:
             del result.files[gone]
+            scan.changed = True
         _prune(result, since)
         if save and scan.changed:
             with contextlib.suppress(OSError):  # evidence lost is read again next time

@@ -760,7 +760,7 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
               f" heartbeat {age:.0f} s ago.\n")
     if status.get("waiting_for_claude_home"):
         out.write(f"Waiting for {status['claude_home']} to exist.\n")
-    if not status.get("consult_signal", True):
+    if status.get("read_events") == "lost":
         out.write("Consult signal from read events is off (file events were lost once).\n")
     for d in status.get("dirs", []):
         out.write(f"  {d['real_path']}  [{d['kind']}] files {d['files']}, index {d['index']}, "

@@ -53,7 +53,8 @@ def explain(
         raise MemorydError(f"{file}: {_why_not_a_memory(file.name, scan)}")
     now = rt.clock()
     t = thresholds(rt)
-    consults = consult_map(inv.items, consult_sources(md, rt), now - rt.config.dream.consult_window)
+    since = now - rt.config.dream.consult_window
+    consults = consult_map(inv.items, consult_sources(md, rt, save=False), since)
     plan = plan_pass(inv.items, now, t, consults)
     move = next((m for m in plan.moves if m.filename == item.filename), None)
     similar = []

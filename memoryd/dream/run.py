@@ -14,8 +14,16 @@ from typing import Any
 
 from memoryd import fsops, journal, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
+from memoryd.dream import transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
-from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject, consulted
+from memoryd.dream.consult import (
+    ConsultLog,
+    ConsultSource,
+    ReadEvents,
+    RecordedConsults,
+    Subject,
+    consulted,
+)
 from memoryd.dream.facts import FactsCache, derive, load_saved
 from memoryd.dream.memo import DreamMemo
 from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make_item, plan_pass
@@ -298,14 +306,40 @@ def _save_facts(rt: Runtime, md: MemoryDir, used: frozenset[str]) -> None:
 
 
 def consult_sources(
-    md: MemoryDir, rt: Runtime, extra: Sequence[ConsultSource] = ()
+    md: MemoryDir, rt: Runtime, extra: Sequence[ConsultSource] = (), *, save: bool = True
 ) -> list[ConsultSource]:
-    """The consult log of the dir's repo, and the reads the daemon recorded in the state dir."""
-    sources: list[ConsultSource] = [*extra, ReadEvents(rt.store.load(md.real_path).reads)]
+    """The agent's tool calls on the dir's files in the session transcripts (read on from
+    where the last scan stopped; `save`: keep how far, never for a dry run), the consult
+    log of the dir's repo, and the reads the daemon recorded when the config opts in."""
+    since = rt.clock() - rt.config.dream.consult_window
+    known = {md.real_path, *(_real(p) for p in rt.config.paths.extra_memory_dirs)}
+    found = transcripts.harvest(
+        rt.config.paths.claude_home, rt.paths.state_dir, since=since, known=known, save=save
+    )
+    unsure = ""
+    if found.unread:
+        left = sum(found.unread.values())
+        unsure = (
+            f"{len(found.unread)} session transcript(s) not read to the end yet ({left} bytes "
+            "left, read by the next passes): unsure means kept"
+        )
+    sources: list[ConsultSource] = [
+        *extra,
+        RecordedConsults(found.evidence_for(md.real_path), unsure),
+    ]
     log = ConsultLog.load(md.repo_root)
     if log is not None:
         sources.append(log)
+    if rt.config.watch.reads_count:
+        sources.append(ReadEvents(rt.store.load(md.real_path).reads))
     return sources
+
+
+def _real(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
 
 
 def consult_map(
@@ -479,7 +513,7 @@ def _dream_dir(
         result.files = len(inv.items)
         result.unparseable = inv.unparseable
         result.conflicts = inv.conflicts
-        sources = consult_sources(md, rt, extra_sources)
+        sources = consult_sources(md, rt, extra_sources, save=not dry_run)
         consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window, budget)
         plan = plan_pass(inv.items, now, thresholds(rt), consults)
         budget.check("the plan")

@@ -11,7 +11,15 @@ from typing import Any, TextIO
 
 from memoryd import __version__, audit, fsops
 from memoryd.config import Config, config_as_dict, load_config
-from memoryd.discover import MemoryDir, RefusedDir, discover, discover_all, report_refused
+from memoryd.discover import (
+    Discovery,
+    EmptyRepo,
+    MemoryDir,
+    RefusedDir,
+    discover,
+    discover_all,
+    report_refused,
+)
 from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
 from memoryd.index import INDEX_NAME
@@ -259,11 +267,19 @@ def _render_refused(refused: list[RefusedDir]) -> str:
     )
 
 
-def _discover(rt: Runtime, dirs: list[Path]) -> tuple[list[MemoryDir], list[RefusedDir]]:
+def _empty_json(e: EmptyRepo) -> dict[str, Any]:
+    return {"repo": str(e.path), "looked_in": e.looked_in}
+
+
+def _render_empty(found: Discovery) -> str:
+    return "".join(f"{shown(e.message)}\n" for e in found.empty_repos)
+
+
+def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
     """The dirs to work on; links leading out of their repo or Claude home are said once."""
     found = discover_all(rt.config, dirs)
     report_refused(rt, found.refused)
-    return found.dirs, found.refused
+    return found
 
 
 def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
@@ -277,6 +293,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                 "claude_home": str(rt.config.paths.claude_home),
                 "dirs": rows,
                 "refused": [_refused_json(r) for r in found.refused],
+                "empty_repos": [_empty_json(e) for e in found.empty_repos],
             },
             out,
             indent=2,
@@ -285,6 +302,9 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         out.write("\n")
         return EXIT_OK
     out.write(_render_refused(found.refused))
+    out.write(_render_empty(found))
+    if not rows and found.empty_repos:
+        return EXIT_OK
     if not rows:
         home = rt.config.paths.claude_home
         note = "" if home.exists() else " (it does not exist yet)"
@@ -344,11 +364,9 @@ def _outcome_json(o: IndexOutcome) -> dict[str, Any]:
 def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.check:
         _recover(rt)
-    if args.check:
-        found = discover_all(rt.config, args.dirs)  # changes nothing: not even the audit log
-        dirs, refused = found.dirs, found.refused
-    else:
-        dirs, refused = _discover(rt, args.dirs)
+    # --check changes nothing: not even the audit log.
+    found = discover_all(rt.config, args.dirs) if args.check else _discover(rt, args.dirs)
+    dirs, refused = found.dirs, found.refused
     outcomes = [index_dir(rt, md, check=args.check) for md in dirs]
     # A dir left to the program writing its index is not in step either: a failed action.
     failed = any(o.status in ("error", "conflict", "settling") for o in outcomes)
@@ -357,15 +375,17 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         doc = {
             "dirs": [_outcome_json(o) for o in outcomes],
             "refused": [_refused_json(r) for r in refused],
+            "empty_repos": [_empty_json(e) for e in found.empty_repos],
         }
         json.dump(doc, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        if not dirs:
+        if not dirs and not found.empty_repos:
             out.write(f"No memory dirs found under {rt.config.paths.claude_home}.\n")
         for o in outcomes:
             out.write(_render_outcome(o))
         out.write(_render_refused(refused))
+        out.write(_render_empty(found))
     if failed or (args.check and would):
         return EXIT_FINDINGS
     return EXIT_OK
@@ -558,7 +578,8 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     rt.dry_run = args.dry_run  # a dry run writes nothing at all: no state, no audit row
     if not args.dry_run:
         _recover(rt)
-    dirs, refused = _discover(rt, args.dirs)  # a dry run says nothing (rt.dry_run)
+    found = _discover(rt, args.dirs)  # a dry run says nothing (rt.dry_run)
+    dirs, refused = found.dirs, found.refused
     if args.repo_root is not None:
         root = args.repo_root.expanduser().absolute()
         if not root.is_dir():
@@ -589,12 +610,14 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                 {"dir": d, "file": f, "other_projects": n} for d, f, n in promos
             ],
             "refused": [_refused_json(r) for r in refused],
+            "empty_repos": [_empty_json(e) for e in found.empty_repos],
         }
         json.dump(doc, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
         out.write(render_text(results, hk, args.dry_run, len(promos)))
         out.write(_render_refused(refused))
+        out.write(_render_empty(found))
     failed = any(r.status in ("failed", "refused") for r in results)
     return EXIT_FINDINGS if failed else EXIT_OK
 
@@ -743,7 +766,7 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
               f" heartbeat {age:.0f} s ago.\n")
     if status.get("waiting_for_claude_home"):
         out.write(f"Waiting for {status['claude_home']} to exist.\n")
-    if not status.get("consult_signal", True):
+    if status.get("read_events") == "lost":
         out.write("Consult signal from read events is off (file events were lost once).\n")
     for d in status.get("dirs", []):
         out.write(f"  {d['real_path']}  [{d['kind']}] files {d['files']}, index {d['index']}, "
@@ -791,6 +814,29 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+READ_ONLY = frozenset({"status", "log", "dirs"})  # and `trash list`
+CONFIG_PROBLEMS_SHOWN = 3
+
+
+def _read_only(args: argparse.Namespace) -> bool:
+    """A command that only looks (it runs on the built-in defaults when the file is invalid)."""
+    return args.command in READ_ONLY or (
+        args.command == "trash" and args.trash_command == "list"
+    )
+
+
+def _config_warning(error: ConfigError) -> str:
+    shown_problems = "; ".join(error.problems[:CONFIG_PROBLEMS_SHOWN])
+    more = len(error.problems) - CONFIG_PROBLEMS_SHOWN
+    if more > 0:
+        shown_problems += f"; and {more} more"
+    return (
+        f"memoryd: warning: {error.source}: invalid configuration ({shown_problems}); this "
+        "command uses the built-in defaults instead. See every problem with "
+        "`memoryd config check`.\n"
+    )
+
+
 def main(
     argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
@@ -810,14 +856,21 @@ def main(
     try:
         config: Config = load_config(args.config, paths)
     except ConfigError as error:
-        err.write(f"memoryd: {error}\n")
-        if args.command != "config":
-            err.write("Fix the file, then check it with `memoryd config check`.\n")
-        with contextlib.suppress(OSError):
-            Runtime.create(Config(), paths).audit.write(
-                "config.invalid", source=error.source, problems=error.problems
-            )
-        return EXIT_USAGE
+        if _read_only(args):
+            # A daemon may still run on the configuration it read before the file broke:
+            # looking at it must not need the file fixed first.
+            config = Config(source="built-in defaults (the configuration file is invalid)")
+            err.write(_config_warning(error))
+        else:
+            err.write(f"memoryd: {error}\n")
+            if args.command != "config":
+                err.write("Fix the file, then check it with `memoryd config check`.\n")
+            if args.command == "run":  # the daemon's own log says why it did not start
+                with contextlib.suppress(OSError):
+                    Runtime.create(Config(), paths).audit.write(
+                        "config.invalid", source=error.source, problems=error.problems
+                    )
+            return EXIT_USAGE
     rt = Runtime.create(config, paths)
     try:
         return HANDLERS[args.command](args, rt, out)

@@ -22,6 +22,8 @@ from memoryd.paths import (
 IndexMode = Literal["auto", "manage", "off"]
 BudgetMode = Literal["never", "hard", "target"]
 LogLevel = Literal["debug", "info", "warning", "error"]
+ConsultSignal = Literal["transcripts", "transcripts+reads"]
+CONSULT_SIGNALS: tuple[ConsultSignal, ...] = ("transcripts", "transcripts+reads")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -77,7 +79,13 @@ class WatchConfig:
     debounce: float = 2.0
     max_wait: float = 30.0
     reconcile_every: float = 300.0
-    consult_signal: bool = True
+    # What counts as the agent consulting a memory: its tool calls in Claude Code's session
+    # transcripts; "+reads" adds every read inotify sees (any process's).
+    consult_signal: ConsultSignal = "transcripts"
+
+    @property
+    def reads_count(self) -> bool:
+        return self.consult_signal == "transcripts+reads"
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +184,16 @@ def _positive_duration(value: object) -> object:
     return seconds
 
 
-def _bool(value: object) -> object:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {_type_name(value)} {value!r}")
+def _consult_signal(value: object) -> object:
+    # Before transcripts were read this was a switch for read events (default true): kept
+    # readable, so an existing config does not stop the daemon; true said "count reads".
+    if isinstance(value, bool):
+        return "transcripts+reads" if value else "transcripts"
+    if value not in CONSULT_SIGNALS:
+        raise ValueError(
+            f'expected "transcripts" (the agent\'s tool calls in its session transcripts) or '
+            f'"transcripts+reads" (also any process\'s reads of memory files); got {value!r}'
+        )
     return value
 
 
@@ -242,7 +257,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
             "debounce": _duration,
             "max_wait": _duration,
             "reconcile_every": _duration,
-            "consult_signal": _bool,
+            "consult_signal": _consult_signal,
         },
     ),
     "dream": (

@@ -153,7 +153,8 @@ class Daemon:
     _started: str = ""
     _waiting_said: bool = False
     _limit_said: bool = False
-    consult_signal: bool = True
+    consult_signal: bool = False  # read events recorded as consults (watch.consult_signal)
+    _reads_lost: bool = False  # ... and turned off after lost file events
     debouncer: Debouncer = field(init=False)
     watcher: Watcher = field(init=False)
     scheduler: BackgroundScheduler = field(init=False)
@@ -161,8 +162,8 @@ class Daemon:
     def __post_init__(self) -> None:
         w = self.rt.config.watch
         self.debouncer = Debouncer(w.debounce, w.max_wait, self.mono)
-        self.consult_signal = w.consult_signal
-        self.watcher = Watcher(self.on_signal, reads=w.consult_signal)
+        self.consult_signal = w.reads_count
+        self.watcher = Watcher(self.on_signal, reads=w.reads_count)
 
     # --- observer thread: classify and enqueue only --------------------------------------------
     def on_signal(self, sig: Signal) -> None:
@@ -648,6 +649,12 @@ class Daemon:
             entry.reading = (started, self.mono())
             entry.scan = None  # the pass moved files: the next look is a full one
             entry.held = None
+            if result.index is not None and result.index.retry_after is not None:
+                # New files its index update left in their grace: indexed once out of it.
+                self.debouncer.schedule(
+                    path, self.mono() + max(0.0, result.index.retry_after - time.time())
+                )
+                self.wake.set()
             state = self.rt.store.load(path)
             state.reported.pop("pile-up-skip", None)
             self.rt.store.save(path, state)
@@ -665,6 +672,7 @@ class Daemon:
         self.log.warning("file events were lost; rescanning", detail=detail)
         if self.consult_signal:
             self.consult_signal = False  # reads cannot be told apart reliably after a loss
+            self._reads_lost = True
             self.log.warning("consult signal from read events turned off after an overflow")
         before = {p: e.last_index_write for p, e in self.dirs.items()}
         self.reconcile()
@@ -696,9 +704,10 @@ class Daemon:
         configure(config.log.level)
         self.debouncer.quiet = config.watch.debounce
         self.debouncer.max_wait = config.watch.max_wait
-        if config.watch.consult_signal != self.watcher.reads:
+        if config.watch.reads_count != self.watcher.reads:
             # Watches with or without read events; what happened in between is looked at.
-            self.consult_signal = self.watcher.reads = config.watch.consult_signal
+            self.consult_signal = self.watcher.reads = config.watch.reads_count
+            self._reads_lost = False
             for path, entry in self.dirs.items():
                 if self.watcher.rewatch(path, reads=self.consult_signal) is not None:
                     entry.watch = "polling"
@@ -745,7 +754,8 @@ class Daemon:
             "config": self.rt.config.source,
             "claude_home": str(self.rt.config.paths.claude_home),
             "waiting_for_claude_home": not self.rt.config.paths.claude_home.is_dir(),
-            "consult_signal": self.consult_signal,
+            "consult_signal": self.rt.config.watch.consult_signal,
+            "read_events": "lost" if self._reads_lost else "on" if self.consult_signal else "off",
             "pending": sorted(str(p) for p in self.debouncer.pending()),
             "dirs": dirs,
         }

@@ -9,7 +9,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,9 @@ TRANSCRIPT_BYTES = 256 * 1024  # read at most this much of each
 NESTED_DEPTH = 4
 _NOT_SLUG = re.compile(r"[^A-Za-z0-9]")
 
+
+GIT_FILE_BYTES = 4096  # a worktree's `.git` file and its `commondir`: one line each
+_BOM = b"\xef\xbb\xbf"
 
 CLAUDE_LOCK = ".consolidate-lock"  # Claude Code's own consolidation lock in a memory dir
 CLAUDE_LOCK_FRESH = 3600.0
@@ -87,9 +90,25 @@ Found = MemoryDir | RefusedDir
 
 
 @dataclass(frozen=True, slots=True)
+class EmptyRepo:
+    """A repo named on the command line that has no memory dir at all (yet)."""
+
+    path: Path
+    looked_in: list[str]
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{self.path}: a repo with no memory dirs yet (looked for "
+            f"{', '.join(self.looked_in)}); nothing to do"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Discovery:
     dirs: list[MemoryDir]
     refused: list[RefusedDir]
+    empty_repos: list[EmptyRepo] = field(default_factory=list)
 
 
 def _is_dir(path: Path) -> bool:
@@ -248,8 +267,9 @@ def home_dirs(claude_home: Path, config: Config) -> Iterator[Found]:
         yield _make(agent, "agent", agent.name, None, "user-scope agent memory", config, within)
 
 
-def _named_dir(path: Path, config: Config) -> MemoryDir:
-    """A memory dir named directly: recognise the standard layouts by their folder names."""
+def _layout_dir(path: Path, config: Config) -> MemoryDir | None:
+    """A folder at one of the standard memory-dir layouts, recognised by its folder names
+    (empty or not: a dir the agent has not written to yet is still a memory dir)."""
     parent = path.parent
     if parent.name in ("agent-memory", "agent-memory-local"):
         kind = (
@@ -263,46 +283,182 @@ def _named_dir(path: Path, config: Config) -> MemoryDir:
     if path.name == "memory" and parent.parent.name == "projects":
         root, reason = project_repo_root(parent, parent.name)
         return _named(path, "project", parent.name, root, reason, config)
+    if parent.name == ".claude" and path.name in ("memory", "agent-memory", "agent-memory-local"):
+        repo = parent.parent
+        kinds = {"memory": "repo", "agent-memory": "repo-agent"}
+        kind = kinds.get(path.name, "repo-agent-local")
+        return _named(path, kind, repo.name, repo, "repo-scope memory", config)
+    return None
+
+
+def memory_dir_at(path: Path, config: Config) -> MemoryDir:
+    """A folder taken as a memory dir itself: one memoryd already knows as one (its state,
+    journal or trash says so), or named directly. The standard layouts by their folder names."""
+    if not _is_dir(path):
+        raise UsageError(f"{path}: no such folder; name a memory dir, a repo or a Claude home")
+    found = _layout_dir(path, config)
+    if found is not None:
+        return found
     root, reason = _repo_of(path)
     return _named(path, "explicit", path.name, root, reason, config)
+
+
+
+def memory_dir_of(file: Path, config: Config) -> MemoryDir:
+    """The memory dir holding a file named on the command line (`explain FILE`); a repo
+    root is none, whatever markdown it holds."""
+    folder = file.parent
+    if _layout_dir(folder, config) is None and is_repo(folder):
+        raise UsageError(
+            f"{file}: in the repo root {folder}, which is no memory dir (its markdown is the "
+            "repo's own); name a file in one of its memory dirs (see `memoryd dirs "
+            f"{folder}`)"
+        )
+    return memory_dir_at(folder, config)
+
+
+def is_repo(path: Path) -> bool:
+    """A folder with `.git` (a folder, or the file a git worktree has) or `.claude/`."""
+    return os.path.lexists(path / ".git") or _is_dir(path / ".claude")
+
+
+def _git_common_root(repo: Path) -> Path | None:
+    """For a git worktree (a `.git` file, `gitdir: <main>/.git/worktrees/<name>`): the main
+    work tree, whose path keys Claude Code's auto memory; None for anything else."""
+    try:
+        head = read_bounded(repo / ".git", GIT_FILE_BYTES, follow=False)
+    except OSError:
+        return None  # a folder (an ordinary repo), or nothing readable
+    line = head.decode("utf-8", "replace").strip()
+    if not line.startswith("gitdir:"):
+        return None
+    gitdir = Path(line.removeprefix("gitdir:").strip())
+    gitdir = gitdir if gitdir.is_absolute() else repo / gitdir
+    try:
+        common = read_bounded(gitdir / "commondir", GIT_FILE_BYTES, follow=False)
+    except OSError:
+        return None
+    common_dir = Path(common.decode("utf-8", "replace").strip())
+    common_dir = _resolved(common_dir if common_dir.is_absolute() else gitdir / common_dir)
+    if common_dir.name != ".git" or not _is_dir(common_dir.parent):
+        return None  # a bare repo: no main work tree
+    return common_dir.parent
+
+
+def auto_memory_dirs(repo: Path, config: Config) -> Iterator[Found]:
+    """The user's auto-memory dir for a repo, `<claude_home>/projects/<slug>/memory/` (slug of
+    the repo's absolute path; for a worktree, also of its main work tree), where one exists."""
+    home = config.paths.claude_home
+    roots = [repo]
+    main = _git_common_root(repo)
+    if main is not None and main != repo:
+        roots.append(main)
+    for root in roots:
+        slug = slugify(str(root))
+        memory = home / "projects" / slug / "memory"
+        if not _is_dir(memory):
+            continue
+        within = _resolved(home)
+        made = _make(memory, "project", slug, None, "", config, within)
+        if isinstance(made, RefusedDir):
+            yield made
+            continue
+        found, reason = project_repo_root(memory.parent, slug)
+        if found is None:
+            found, reason = root, f"the repo its slug names ({reason})"
+        yield _make(memory, "project", slug, found, reason, config, within)
+
+
+def looked_in(repo: Path, config: Config) -> list[str]:
+    """Where the memory dirs of a repo would be (for saying that it has none)."""
+    claude = repo / ".claude"
+    home = config.paths.claude_home / "projects" / slugify(str(repo)) / "memory"
+    return [
+        f"{claude / 'memory'}/",
+        f"{claude / 'agent-memory'}/<agent>/",
+        f"{claude / 'agent-memory-local'}/<agent>/",
+        f"{home}/",
+    ]
 
 
 _SEARCH_SKIP = frozenset({"node_modules", "vendor", "target", "dist", "build", "__pycache__"})
 
 
 def _search(top: Path, config: Config) -> Iterator[Found]:
-    """Repos (a `.claude/` folder) and MEMORY.md folders below a folder, a few levels deep."""
-    stack = [(top, 0)]
+    """The memory dirs below a folder, a few levels deep: each repo's (its `.claude/` dirs and
+    the user's auto-memory dir for it) and, outside repos, folders holding a MEMORY.md. Inside
+    a repo only `.claude/` dirs count (a sub-project's too): its other markdown is the repo's
+    own, never memories."""
+    stack = [(top, 0, False)]
     while stack:
-        folder, depth = stack.pop()
+        folder, depth, in_repo = stack.pop()
         if _is_dir(folder / ".claude"):
             yield from repo_dirs(folder, config)
-        if folder != top and (folder / INDEX_NAME).is_file():
-            yield _named_dir(folder, config)
+        if not in_repo and is_repo(folder):
+            yield from auto_memory_dirs(folder, config)
+            in_repo = True
+        elif not in_repo and folder != top and (folder / INDEX_NAME).is_file():
+            yield memory_dir_at(folder, config)
             continue  # its own subfolders are found as nested dirs
         if depth < NESTED_DEPTH:
             stack.extend(
-                (sub, depth + 1)
+                (sub, depth + 1, in_repo)
                 for sub in reversed(_subdirs(folder))
                 if sub.name not in _SEARCH_SKIP and not sub.is_symlink()
             )
 
 
-def _explicit(path: Path, config: Config) -> list[Found]:
-    """A folder named on the command line: a memory dir, a repo, or a Claude home."""
+def _has_memories(path: Path) -> bool:
+    """A MEMORY.md, or a `*.md` with frontmatter (a memory) right in the folder; a README or
+    notes without frontmatter do not make a folder a memory dir."""
+    if os.path.lexists(path / INDEX_NAME):
+        return True
+    try:
+        entries = [p for p in path.iterdir() if p.suffix == ".md" and not p.name.startswith(".")]
+    except OSError:
+        return False
+    for entry in sorted(entries):
+        try:
+            head = read_bounded(entry, len(_BOM) + 5, follow=False, prefix=True)
+        except OSError:
+            continue  # a link, a FIFO, unreadable: never read here
+        if head.removeprefix(_BOM).startswith((b"---\n", b"---\r\n")):
+            return True
+    return False
+
+
+def _is_claude_home(path: Path, config: Config) -> bool:
+    """A folder with `projects/` or `agent-memory/` that is not a repo's own."""
+    if not (_is_dir(path / "projects") or _is_dir(path / "agent-memory")):
+        return False
+    # A repo may have a projects/ folder of its own; a Claude home kept in git (dotfiles)
+    # is still one when it is named .claude or is the configured one.
+    return (
+        not is_repo(path)
+        or path.name == ".claude"
+        or _resolved(path) == _resolved(config.paths.claude_home)
+    )
+
+
+def _explicit(path: Path, config: Config) -> tuple[list[Found], bool]:
+    """A folder named on the command line: a memory dir, a repo, a Claude home, or a folder
+    holding any of those. Also whether it is a repo (which may have no memory dirs yet)."""
     if not _is_dir(path):
         raise UsageError(f"{path}: no such folder; name a memory dir, a repo or a Claude home")
     path = path.absolute()
-    if (path / "projects").is_dir() or (path / "agent-memory").is_dir():
-        return list(home_dirs(path, config))
-    has_md = (path / INDEX_NAME).exists() or any(
-        p.suffix == ".md" for p in path.iterdir() if not p.name.startswith(".")
-    )
-    if has_md:
-        return [_named_dir(path, config)]  # named itself: followed wherever it leads
+    layout = _layout_dir(path, config)
+    if layout is not None:
+        return [layout], False
+    if _is_claude_home(path, config):
+        return list(home_dirs(path, config)), False
+    if is_repo(path):
+        # Never a memory dir itself, whatever markdown it holds (its README, its DESIGN.md).
+        return list(_search(path, config)), True
+    if _has_memories(path):
+        return [memory_dir_at(path, config)], False  # named itself: followed wherever it leads
     found = list(_search(path, config))
     if found:
-        return found
+        return found, False
     raise UsageError(
         f"{path}: no memory files here; name a memory dir (a folder of *.md memories), "
         "a repo with .claude/, or a Claude home"
@@ -311,7 +467,7 @@ def _explicit(path: Path, config: Config) -> list[Found]:
 
 def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
     """The memory dirs of a folder named on the command line (refused links left out)."""
-    found = _explicit(path, config)
+    found, _ = _explicit(path, config)
     dirs = [f for f in found if isinstance(f, MemoryDir)]
     if not dirs and found:
         refused = found[0]
@@ -325,9 +481,13 @@ def discover_all(config: Config, explicit: Iterable[Path] = ()) -> Discovery:
     the ones refused because their link leads out of their repo or Claude home."""
     explicit = list(explicit)
     found: list[Found] = []
+    empty: list[EmptyRepo] = []
     if explicit:
         for path in explicit:
-            found.extend(_explicit(path, config))
+            named, repo = _explicit(path, config)
+            found.extend(named)
+            if repo and not named:
+                empty.append(EmptyRepo(path.absolute(), looked_in(path.absolute(), config)))
     else:
         found.extend(home_dirs(config.paths.claude_home, config))
         for pattern in config.paths.repos:
@@ -352,6 +512,7 @@ def discover_all(config: Config, explicit: Iterable[Path] = ()) -> Discovery:
         refused=sorted(
             (r for r in refused.values() if r.target not in result), key=lambda r: str(r.path)
         ),
+        empty_repos=empty,
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import fsops, restored, trash
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover import MemoryDir, memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.index import INDEX_NAME, Place, pointer_targets
 from memoryd.indexer import index_dir, read_index_file
@@ -57,7 +57,7 @@ def known_dirs(rt: Runtime) -> list[MemoryDir]:
             continue
         if folder.is_dir():
             try:
-                out.extend(explicit_dirs(folder, rt.config)[:1])
+                out.append(memory_dir_at(folder, rt.config))
             except MemorydError:
                 continue
     return out
@@ -70,15 +70,16 @@ def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
     else its newest restored one (which restore refuses, saying so)."""
     candidates = list(dirs)
     path = Path(key).expanduser()
-    if "/" in key:
-        if trash.TRASH_DIR in path.parts:
-            holders = [Path(*path.parts[: path.parts.index(trash.TRASH_DIR)])]
-        else:
-            holders = [path.parent, path.parent.parent.parent]  # <dir>/<file>, <dir>/<day>/<file>
-        for holder in holders:
+    if trash.TRASH_DIR in path.parts:
+        holder = Path(*path.parts[: path.parts.index(trash.TRASH_DIR)])
+        candidates = [memory_dir_at(holder, rt.config), *candidates]  # gone: a usage error
+    elif "/" in key:
+        # `<dir>/<file>` as the text listing prints it; `<day>/<file>` from the memory dir.
+        named = []
+        for holder in (path.parent, Path.cwd()):
             with contextlib.suppress(MemorydError, OSError):
-                if holder.is_dir():
-                    candidates = explicit_dirs(holder, rt.config)[:1] + candidates
+                named.append(memory_dir_at(holder, rt.config))
+        candidates = named + candidates
     done: Listed | None = None
     seen: set[Path] = set()
     for md in candidates:

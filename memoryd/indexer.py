@@ -942,10 +942,11 @@ _NOT_READ = Entry("", "", "", "", 0.0)
 
 
 def index_after_dream(
-    rt: Runtime, md: MemoryDir, moved: Set[str], basis: Basis | None
+    rt: Runtime, md: MemoryDir, moved: Set[str], basis: Basis | None, *, grace: float = 0.0
 ) -> IndexOutcome:
     """The index update that ends a real dream pass (DESIGN §4.9): the pointer lines of the
-    `moved` files go, with everything else a full pass would do.
+    `moved` files go, with everything else a full pass would do. `grace`: as for index_dir
+    (a pass the daemon starts keeps new files' grace; a command's indexes them at once).
 
     When the archive is still the very file memoryd's last verified pass left (the identity
     DirState.settled records), that is the daemon's edit of just the lines a change can touch:
@@ -960,9 +961,9 @@ def index_after_dream(
     mode = None if rt.config.override_for(md.path).mode == "off" else "manage"
     held = _settled_index(rt, md, basis, moved) if basis is not None else None
     if held is None:
-        return index_dir(rt, md, forget=moved, mode=mode)
+        return index_dir(rt, md, forget=moved, mode=mode, grace=grace)
     made, changed = held
-    outcome = index_dir(rt, md, held=made, only=changed, forget=moved, mode=mode)
+    outcome = index_dir(rt, md, held=made, only=changed, forget=moved, mode=mode, grace=grace)
     outcome.held = None  # made from a scan of the changed files only: for no later pass
     return outcome
 
@@ -1002,7 +1003,7 @@ def _settled_index(
     where = index.where
     changed = set(basis.unseen | in_main.keys())  # and the moved files (index_dir adds them)
     # The pass that left the index gave every memory file one pointer, but those still in
-    # their grace then (the daemon's): a dream pass indexes them at once.
+    # their grace then (the daemon's): looked at now, indexed once out of `grace`.
     changed.update(n for n in basis.memories if n not in where and n not in in_main)
     seen = state.seen
     targets = in_main.keys() | where.keys()

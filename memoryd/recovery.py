@@ -4,7 +4,7 @@ import time
 from pathlib import Path
 
 from memoryd import journal
-from memoryd.discover import explicit_dirs
+from memoryd.discover import memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.indexer import index_dir
 from memoryd.runtime import Runtime
@@ -53,7 +53,7 @@ def _recover_one(rt: Runtime, path: Path, entry: journal.Journal) -> journal.Rec
     if not entry.committed and entry.dir.is_dir():
         recovery = journal.settle(entry)
         try:
-            md = explicit_dirs(entry.dir, rt.config)[0]
+            md = memory_dir_at(entry.dir, rt.config)
         except MemorydError:
             md = None
         unwritten = False

@@ -8,6 +8,7 @@ memoryd's: they are the ground truth memoryd's model of the agent's view is held
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -15,13 +16,21 @@ from typing import Any
 
 import pytest
 
-from tests.claude_client import Captured, MemoryBlock, Reply, claude_bin, run_claude
+from tests.claude_client import BIN_ENV, Captured, MemoryBlock, Reply, claude_bin, run_claude
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 WARN = "\n\n> WARNING: MEMORY.md is "  # a blank line, then a quote line
 TAIL = " Keep index entries to one line under ~200 chars; move detail into topic files."
 MIB4 = 4 * 1024 * 1024
+
+
+# One skip line for the whole module (not one per check) when no binary is configured.
+if not os.environ.get(BIN_ENV):
+    pytest.skip(
+        f"set {BIN_ENV} to a Claude Code binary to run the real-client checks",
+        allow_module_level=True,
+    )
 
 
 @pytest.fixture(autouse=True)

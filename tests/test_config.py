@@ -92,8 +92,43 @@ def test_config_check_cli_exit_codes(env, cli, tmp_path: Path) -> None:  # type:
     assert cli("--config", broken, "config", "check").code == 2
     shown = cli("--config", good, "config", "show")
     assert shown.code == 0 and 'debounce = "1s"' in shown.out
-    rows = [r for r in env.audit_rows() if r["event"] == "config.invalid"]
-    assert len(rows) == 2
+    # Only the daemon logs config.invalid (issue 12): a command says it on stderr.
+    assert not env.audit_path.exists() or not [
+        r for r in env.audit_rows() if r["event"] == "config.invalid"
+    ]
+
+
+def test_a_bad_config_leaves_read_only_commands_usable(env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """With the user's config file broken (while a daemon may run on the old one), `status`,
+    `log`, `trash list` and `dirs` run on the built-in defaults, warning on stderr with the
+    file, its first problems and `memoryd config check`; commands that write still refuse
+    (exit 2); none writes config.invalid, which only the daemon (`run`) logs."""
+    from tests.conftest import write_memory
+
+    write_memory(env.claude / "agent-memory" / "reviewer", "style.md")
+    env.config_dir.mkdir(parents=True)
+    bad = env.config_dir / "config.toml"
+    bad.write_text('[watch]\ndebounce = 3\nmax_wiat = "1s"\n')
+    for command, code in ((("status",), 1), (("log",), 0), (("trash", "list"), 0),
+                          (("dirs",), 0)):
+        result = cli(*command)
+        assert result.code == code, (command, result.err)
+        assert f"warning: {bad}: invalid configuration" in result.err, command
+        assert "watch.debounce" in result.err and "watch.max_wiat" in result.err
+        assert "memoryd config check" in result.err
+    assert "reviewer" in cli("dirs").out  # found on the default Claude home
+    for command in (("index",), ("dream",), ("trash", "purge"), ("trash", "restore", "x"),
+                    ("config", "check")):
+        result = cli(*command)
+        assert result.code == 2, (command, result.err)
+        assert "invalid configuration" in result.err and "warning" not in result.err
+    assert not env.audit_path.exists() or not [
+        r for r in env.audit_rows() if r["event"] == "config.invalid"
+    ]
+    assert not (env.claude / "agent-memory" / "reviewer" / "MEMORY.md").exists()
+    assert cli("run").code == 2
+    [row] = [r for r in env.audit_rows() if r["event"] == "config.invalid"]
+    assert row["level"] == "error" and row["source"] == str(bad)
 
 
 def _config_check(config: Path, home: Path) -> subprocess.CompletedProcess[str]:

@@ -77,13 +77,16 @@ def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str =
 
 
 def start(tmp_path: Path, *, grace: str = "0s", extra_env: dict[str, str] | None = None,
-          name: str = "d", index_config: str = "", pile_up: int = 5, more_config: str = ""
-          ) -> Running:
+          name: str = "d", index_config: str = "", pile_up: int = 5, more_config: str = "",
+          reads: bool = False) -> Running:
+    """`reads`: watch.consult_signal = "transcripts+reads" (read events count as consults)."""
     home = tmp_path / f"home-{name}"
     home.mkdir(exist_ok=True)
     config = tmp_path / f"config-{name}.toml"
+    watch = 'consult_signal = "transcripts+reads"\n' if reads else ""
     config.write_text(CONFIG.format(grace=grace, pile_up=pile_up).replace(
-        "[index]\n", "[index]\n" + index_config) + more_config)
+        "[index]\n", "[index]\n" + index_config).replace("[watch]\n", "[watch]\n" + watch)
+        + more_config)
     env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
            "XDG_STATE_HOME": str(home / ".local" / "state"),
            "XDG_CONFIG_HOME": str(home / ".config"), **(extra_env or {})}
@@ -250,27 +253,31 @@ def test_a_memory_broken_for_a_while_is_still_one_memoryd_saw(daemon: Running, p
 
 
 def test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it(  # type: ignore[no-untyped-def]
-    daemon: Running, project
+    tmp_path: Path, project
 ) -> None:
-    """`memoryd dream --dry-run` and `memoryd explain` read every memory of the dir: the
-    daemon must not count those reads as the agent consulting them (they would keep stale
-    memories for 14 days); an agent's read still counts."""
+    """Read events opted in: `memoryd dream --dry-run` and `memoryd explain` read every memory
+    of the dir: the daemon must not count those reads as the agent consulting them (they
+    would keep stale memories for 14 days); another process's read still counts."""
     from memoryd.state import StateStore
 
-    folder = project(daemon, "reads")
-    for i in range(4):
-        write_memory(folder, f"n{i}.md", body=f"topic{i} words here\n")
-    wait_for(lambda: "n3.md" in index_text(folder), what="indexed")
-    time.sleep(2.0)  # past the daemon's own reads of the dir
-    assert daemon.cli("dream", "--dry-run", str(folder)).returncode in (0, 1)
-    assert daemon.cli("explain", str(folder / "n1.md")).returncode == 0
-    time.sleep(2.0)  # and past the commands'
-    (folder / "n2.md").read_bytes()  # the agent consults one memory
-    time.sleep(0.3)
-    agent_write(folder, "trigger.md")  # a change: the daemon takes in the reads it saw
-    store = StateStore(daemon.state)
-    wait_for(lambda: "n2.md" in store.load(folder.resolve()).reads, what="the agent's read")
-    assert set(store.load(folder.resolve()).reads) == {"n2.md"}
+    daemon = start(tmp_path, reads=True)
+    try:
+        folder = project(daemon, "reads")
+        for i in range(4):
+            write_memory(folder, f"n{i}.md", body=f"topic{i} words here\n")
+        wait_for(lambda: "n3.md" in index_text(folder), what="indexed")
+        time.sleep(2.0)  # past the daemon's own reads of the dir
+        assert daemon.cli("dream", "--dry-run", str(folder)).returncode in (0, 1)
+        assert daemon.cli("explain", str(folder / "n1.md")).returncode == 0
+        time.sleep(2.0)  # and past the commands'
+        (folder / "n2.md").read_bytes()  # the agent consults one memory
+        time.sleep(0.3)
+        agent_write(folder, "trigger.md")  # a change: the daemon takes in the reads it saw
+        store = StateStore(daemon.state)
+        wait_for(lambda: "n2.md" in store.load(folder.resolve()).reads, what="the agent's read")
+        assert set(store.load(folder.resolve()).reads) == {"n2.md"}
+    finally:
+        assert daemon.stop() == 0
 
 
 def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project) -> None:  # type: ignore[no-untyped-def]
@@ -568,11 +575,13 @@ def test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index(  # type
 def test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events(  # type: ignore[no-untyped-def]
     tmp_path: Path, project
 ) -> None:
-    """A pass over 600 changed files watches the dir without read events (its own reads would
-    flood the handler); afterwards they are watched again: an agent's read is recorded."""
+    """Read events opted in: a pass over 600 changed files watches the dir without read
+    events (its own reads would flood the handler); afterwards they are watched again: an
+    agent's read is recorded."""
     from memoryd.state import StateStore
 
-    running = start(tmp_path, name="r", pile_up=100_000)  # no dream pass reading every file
+    # pile_up: no dream pass reading every file
+    running = start(tmp_path, name="r", pile_up=100_000, reads=True)
     try:
         folder = project(running, "reads")
         wait_for(lambda: running.rows("dir.discovered"), what="discovery")

@@ -9,7 +9,7 @@ import pytest
 
 from memoryd.config import Config, build_config, with_claude_home
 from memoryd.discover import discover, project_repo_root, slugify
-from tests.conftest import Env, Result, write_memory
+from tests.conftest import CORPUS, Env, Result, copy_corpus, corpus_memory_dirs, write_memory
 
 
 def _home(env: Env, tmp_path: Path) -> tuple[Path, Path]:
@@ -270,3 +270,162 @@ def test_a_claude_home_link_out_of_it_is_refused(env: Env, cli, tmp_path: Path) 
     rows = refused_rows(env)
     assert sorted(r["kind"] for r in rows) == ["agent", "project"]
     assert all(r["within"] == str(env.claude.resolve()) for r in rows)
+
+
+# --- a repo named on the command line (issue 12, item 2) ---------------------------------------
+
+DESIGN_DOC = "---\ntitle: Design\nstatus: draft\n---\n\n# Design\n\nHow the app is built.\n"
+
+
+def root_files(repo: Path) -> dict[str, str]:
+    """sha256 of every entry right in the repo root (a new MEMORY.md or .trash/ shows up)."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in repo.iterdir()
+        if p.name not in (".claude", ".git")
+    }
+
+
+@pytest.fixture
+def planted_repo(env: Env, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A git repo with top-level docs (a DESIGN.md with frontmatter, a near copy of it, a
+    README), a reviewer agent's memory dir, and the user's auto-memory dir for the repo.
+    Returns (repo, the agent's dir, the auto-memory dir)."""
+    repo = tmp_path / "code" / "app"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "DESIGN.md").write_text(DESIGN_DOC)
+    (repo / "DESIGN-old.md").write_text(DESIGN_DOC)  # a duplicate a dream pass would move
+    old = (repo / "DESIGN-old.md").stat().st_mtime - 40 * 86400
+    os.utime(repo / "DESIGN-old.md", (old, old))
+    (repo / "README.md").write_text("# app\n")
+    reviewer = repo / ".claude" / "agent-memory" / "reviewer"
+    write_memory(reviewer, "review_style.md", description="how reviews are written")
+    auto = env.claude / "projects" / slugify(str(repo)) / "memory"
+    write_memory(auto, "deploy.md", description="how staging deploys run")
+    return repo, reviewer, auto
+
+
+def test_a_named_repo_is_its_memory_dirs_never_its_root(  # type: ignore[no-untyped-def]
+    env: Env, cli, planted_repo: tuple[Path, Path, Path]
+) -> None:
+    """`dirs`, `index` and `dream --dry-run` on a repo name exactly its agent-memory dir and
+    the user's auto-memory dir for it: the root's markdown is never taken for memories (no
+    MEMORY.md there, no `Would move: DESIGN-old.md`, its files byte-identical)."""
+    repo, reviewer, auto = planted_repo
+    before = root_files(repo)
+    expected = {str(reviewer), str(auto)}
+    listed = cli("dirs", "--json", repo)
+    assert listed.code == 0, listed.err
+    doc = json.loads(listed.out)
+    assert {d["real_path"] for d in doc["dirs"]} == expected
+    kinds = {d["real_path"]: (d["kind"], d["repo_root"]) for d in doc["dirs"]}
+    assert kinds[str(reviewer)] == ("repo-agent", str(repo))
+    assert kinds[str(auto)] == ("project", str(repo))  # no transcripts: the repo it names
+    dry = cli("dream", "--dry-run", "--json", repo)
+    assert dry.code == 0, dry.err
+    assert {d["dir"] for d in json.loads(dry.out)["dirs"]} == expected
+    assert "DESIGN" not in dry.out
+    text = cli("dream", "--dry-run", repo)
+    assert "Would move" not in text.out and "DESIGN" not in text.out
+    indexed = cli("index", "--json", repo)
+    assert indexed.code == 0, indexed.err
+    assert {d["dir"] for d in json.loads(indexed.out)["dirs"]} == expected
+    assert (reviewer / "MEMORY.md").is_file() and (auto / "MEMORY.md").is_file()
+    assert cli("dream", repo).code == 0
+    assert root_files(repo) == before, "the repo root was written to"
+
+
+def test_a_worktree_is_a_repo_and_finds_its_main_repo_auto_memory(  # type: ignore[no-untyped-def]
+    env: Env, cli, tmp_path: Path
+) -> None:
+    """A git worktree has a `.git` file: it is a repo (its notes with frontmatter are no
+    memories), and Claude Code's auto memory of its main work tree is found too."""
+    main = tmp_path / "code" / "app"
+    gitdir = main / ".git" / "worktrees" / "feature"
+    gitdir.mkdir(parents=True)
+    (gitdir / "commondir").write_text("../..\n")
+    tree = tmp_path / "code" / "app-feature"
+    tree.mkdir()
+    (tree / ".git").write_text(f"gitdir: {gitdir}\n")
+    (tree / "NOTES.md").write_text(DESIGN_DOC)
+    auto = env.claude / "projects" / slugify(str(main)) / "memory"
+    write_memory(auto, "deploy.md")
+    mine = env.claude / "projects" / slugify(str(tree)) / "memory"
+    write_memory(mine, "feature.md")
+    before = root_files(tree)
+    listed = cli("dirs", "--json", tree)
+    assert listed.code == 0, listed.err
+    assert {d["real_path"] for d in json.loads(listed.out)["dirs"]} == {str(auto), str(mine)}
+    assert cli("index", tree).code == 0
+    assert root_files(tree) == before and not (tree / "MEMORY.md").exists()
+
+
+def test_a_repo_without_memory_dirs_says_so_and_writes_nothing(  # type: ignore[no-untyped-def]
+    env: Env, cli, tmp_path: Path
+) -> None:
+    """A repo with no memory dir yet is not a usage error: `dirs`, `index` and `dream` say
+    plainly that there is nothing, where they looked, and exit 0; nothing is created."""
+    repo = tmp_path / "code" / "app"
+    (repo / ".claude").mkdir(parents=True)  # a repo by its .claude/ alone (settings only)
+    (repo / ".claude" / "settings.json").write_text("{}\n")
+    (repo / "DESIGN.md").write_text(DESIGN_DOC)
+    before = snapshot(repo)
+    for command in (("dirs",), ("index",), ("dream",), ("dream", "--dry-run")):
+        result = cli(*command, repo)
+        assert result.code == 0, (command, result.err)
+        assert "a repo with no memory dirs yet" in result.out, command
+        assert f"{repo / '.claude' / 'agent-memory'}/<agent>/" in result.out
+        assert slugify(str(repo)) in result.out  # the auto-memory dir it looked for
+    doc = json.loads(cli("dirs", "--json", repo).out)
+    assert doc["dirs"] == [] and doc["empty_repos"][0]["repo"] == str(repo)
+    assert snapshot(repo) == before
+
+
+def test_explain_refuses_a_file_in_a_repo_root(  # type: ignore[no-untyped-def]
+    env: Env, cli, planted_repo: tuple[Path, Path, Path]
+) -> None:
+    """`explain DESIGN.md` in a repo root says it is no memory dir (exit 2), naming what to do."""
+    repo, _, _ = planted_repo
+    result = cli("explain", repo / "DESIGN.md")
+    assert result.code == 2 and "no memory dir" in result.err and "memoryd dirs" in result.err
+
+
+@pytest.mark.skipif(CORPUS is None, reason="shared/corpus not found; set MEMORYD_CORPUS")
+def test_a_folder_of_repos_lists_every_memory_dir_in_it(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`memoryd dirs` on the corpus's top folder (a README and a folder per repo) lists every
+    memory dir of every repo, each with its repo's kind, and not the top folder itself."""
+    root = copy_corpus(tmp_path / "corpus")
+    result = cli("--config", "/dev/null", "dirs", "--json", root)
+    assert result.code == 0, result.err
+    rows = json.loads(result.out)["dirs"]
+    listed = {Path(d["real_path"]) for d in rows}
+    assert {d.resolve() for d in corpus_memory_dirs(root)} <= listed
+    assert root.resolve() not in listed
+    kinds = {Path(d["real_path"]).name: d["kind"] for d in rows}
+    assert kinds["ork-web-research-analyst"] == "repo-agent"  # a sub-project's .claude/
+    assert kinds["review-agent"] == "repo-agent"
+
+
+# --- an empty memory dir at a known layout (issue 12, item 5) ----------------------------------
+
+
+def test_an_empty_auto_memory_dir_is_a_dir_with_nothing_to_do(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+    """`projects/<slug>/memory/` with no files yet, named on the command line: listed by
+    `dirs`, nothing to do for `index` and `dream` (exit 0), nothing written."""
+    memory = env.claude / "projects" / "-home-me-app" / "memory"
+    memory.mkdir(parents=True)
+    listed = cli("dirs", "--json", memory)
+    assert listed.code == 0, listed.err
+    [row] = json.loads(listed.out)["dirs"]
+    assert row["kind"] == "project" and row["memory_files"] == 0
+    for command in ("index", "dream"):
+        result = cli(command, memory)
+        assert result.code == 0, (command, result.err)
+    assert sorted(memory.iterdir()) == []
+
+
+def test_a_trash_path_in_a_gone_folder_is_a_usage_error(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`trash restore` of a `.trash/` path whose memory dir does not exist names the folder
+    (exit 2), as before memory dirs were told from repos."""
+    result = cli("trash", "restore", tmp_path / "gone" / ".trash" / "2024-01-01" / "x.md")
+    assert result.code == 2 and "gone: no such folder" in result.err

@@ -396,8 +396,12 @@ def test_repo_root_option_overrides(env: Env, cli, repo: Path, tmp_path: Path) -
     assert [c["file"] for c in report["changes"]] == ["a.md"]
 
 
-def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path) -> None:  # type: ignore[no-untyped-def]
-    """A read the daemon recorded in the last 14 days is a consult: the stale memory stays."""
+@pytest.mark.parametrize("signal", ["transcripts", "transcripts+reads"])
+def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                            signal: str) -> None:
+    """Opted in (watch.consult_signal = "transcripts+reads"), a read the daemon recorded in
+    the last 14 days is a consult: the stale memory stays. By default it is not (any process
+    reads files): both go."""
     from memoryd.state import StateStore
 
     folder = repo / ".claude" / "memory"
@@ -409,7 +413,14 @@ def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path) -> None: 
     state.reads = {"read_recently.md": time.time() - 3 * DAY,
                    "read_long_ago.md": time.time() - 40 * DAY}
     store.save(folder.resolve(), state)
-    report = dream(cli, repo)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[watch]\nconsult_signal = "{signal}"\n')
+    result = cli("--config", config, "dream", "--json", folder)
+    assert result.code in (0, 1), result.err
+    report = json.loads(result.out)["dirs"][0]
+    if signal == "transcripts":
+        assert moved(report) == {"read_long_ago.md": "stale", "read_recently.md": "stale"}
+        return
     assert moved(report) == {"read_long_ago.md": "stale"}
     assert {f["file"]: f["guard"] for f in report["flagged"]} == {"read_recently.md": "consulted"}
 

@@ -343,3 +343,53 @@ def test_an_archive_rewritten_in_place_with_its_stat_kept_gets_a_full_pass(
     assert spy.paths == [False]
     assert got.status == "unmanaged" and "not UTF-8" in got.message
     assert set(os.listdir(mem)) == memories and archive.read_bytes()[1:] == data[1:]
+
+
+DUPLICATE = "The staging deploy runs from the release branch after the nightly build passes.\n"
+
+
+@pytest.mark.parametrize("settled", [True, False], ids=["held-edit", "full-pass"])
+def test_a_daemon_pass_keeps_a_new_files_grace(
+    env: Env, monkeypatch: pytest.MonkeyPatch, settled: bool
+) -> None:
+    """A pass the daemon starts (a pile-up) moves a duplicate, then updates the index: a
+    memory written 6 s before (by the injected clock) is inside the 10 s grace, so it gets no
+    pointer yet (it waits, with a time to look again); once out of it, the daemon's next
+    update adds it. The same pass from the command line indexes it at once."""
+    from dataclasses import replace
+
+    from memoryd.dream.run import RepoCache, dream_dir
+
+    now = 2_000_000_000.0
+    results = {}
+    spy = Spy(monkeypatch)
+    for trigger in ("pile-up", "command"):
+        rt = replace(env.runtime(), clock=lambda: now)
+        path = env.home / trigger / "proj" / "memory"
+        write_memory(path, "deploy.md", body=DUPLICATE, age_days=None)
+        write_memory(path, "deploy-again.md", body=DUPLICATE, age_days=None)
+        write_memory(path, "other.md", body="Unrelated words about the font cache.\n",
+                     age_days=None)
+        for name, age in (("deploy.md", 40), ("deploy-again.md", 30), ("other.md", 20)):
+            os.utime(path / name, (now - age * 86400, now - age * 86400))
+        if settled:
+            for _ in range(2):
+                index_dir(rt, _dir(path, Config()))
+        write_memory(path, "fresh.md", description="just written", age_days=None)
+        os.utime(path / "fresh.md", (now - 6, now - 6))
+        result = dream_dir(rt, _dir(path, Config()), repos=RepoCache.of(rt), trigger=trigger)
+        assert [r.original_name for r in result.moved] == ["deploy.md"], result.message
+        assert result.index is not None and result.index.status == "updated"
+        results[trigger] = (rt, path, result.index)
+        assert spy.paths[-1] is settled  # the held edit of a settled index, or a full pass
+    rt, path, outcome = results["pile-up"]
+    assert "fresh.md" not in (path / INDEX_NAME).read_text()
+    assert outcome.edit is not None and outcome.edit.waiting == ["fresh.md"]
+    assert outcome.retry_after == pytest.approx(now - 6 + 10)
+    assert "deploy-again.md" in (path / INDEX_NAME).read_text()
+    later = replace(rt, clock=lambda: now + 5)  # out of its grace: the daemon's next look
+    index_dir(later, _dir(path, Config()), grace=later.config.index.new_file_grace)
+    assert "fresh.md" in (path / INDEX_NAME).read_text()
+    _, path, outcome = results["command"]
+    assert "fresh.md" in (path / INDEX_NAME).read_text()
+    assert outcome.edit is not None and outcome.edit.waiting == []

@@ -103,12 +103,16 @@ def test_parent_event_table(event, expected) -> None:  # type: ignore[no-untyped
 
 
 @pytest.fixture
-def embedded(env: Env, tmp_path: Path) -> Iterator[Daemon]:
-    """The real daemon loop on a thread of this process (signals are left to the test)."""
+def embedded(env: Env, request: pytest.FixtureRequest) -> Iterator[Daemon]:
+    """The real daemon loop on a thread of this process (signals are left to the test).
+    `@pytest.mark.parametrize("embedded", [signal], indirect=True)` sets watch.consult_signal."""
+    watch: dict[str, object] = {"debounce": "100ms", "max_wait": "1s", "reconcile_every": "1h"}
+    if getattr(request, "param", None):
+        watch["consult_signal"] = request.param
     cfg = build_config({
         "paths": {"claude_home": str(env.claude)},
         "index": {"new_file_grace": "0s"},
-        "watch": {"debounce": "100ms", "max_wait": "1s", "reconcile_every": "1h"},
+        "watch": watch,
     }, "test")
     daemon = Daemon(None, env.runtime(cfg).paths, env.runtime(cfg))
     thread = threading.Thread(target=daemon.run, daemon=True)
@@ -131,6 +135,7 @@ def _wait(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-
     return False
 
 
+@pytest.mark.parametrize("embedded", ["transcripts+reads"], indirect=True)
 def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(env: Env,
                                                                    embedded: Daemon) -> None:
     """Events are lost; the overflow warning (through watchdog's logger) triggers a rescan."""
@@ -172,8 +177,10 @@ def test_watch_limit_is_reported_once_and_falls_back_to_polling(
     assert (folder / "MEMORY.md").exists()  # the dir is still looked after
 
 
+@pytest.mark.parametrize("embedded", ["transcripts+reads"], indirect=True)
 def test_reads_by_the_agent_are_recorded_and_our_own_are_not(env: Env, embedded: Daemon) -> None:
-    """Reading a memory file (close without write) is recorded; memoryd's own reads are not."""
+    """Opted in (watch.consult_signal = "transcripts+reads"): reading a memory file (close
+    without write) is recorded; memoryd's own reads are not."""
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
     write_memory(folder, "b.md")
@@ -186,6 +193,25 @@ def test_reads_by_the_agent_are_recorded_and_our_own_are_not(env: Env, embedded:
 
     assert _wait(lambda: "a.md" in store.load(folder).reads)
     assert "b.md" not in store.load(folder).reads
+
+
+def test_by_default_a_grep_of_the_memory_dir_is_no_consult(env: Env, embedded: Daemon) -> None:
+    """With the default watch.consult_signal ("transcripts"), a `grep -r` over the memory dir
+    (any process reading its files) records nothing: only the agent's tool calls count."""
+    import subprocess
+
+    folder = env.claude / "agent-memory" / "helper"
+    write_memory(folder, "a.md")
+    write_memory(folder, "b.md")
+    assert _wait(lambda: (folder / "MEMORY.md").exists())
+    time.sleep(2.0)  # past the window of memoryd's own reads of the dir
+    subprocess.run(["grep", "-r", "a memory", str(folder)], capture_output=True, check=False)
+    time.sleep(0.3)
+    write_memory(folder, "c.md")  # any change makes the worker absorb pending reads
+    assert _wait(lambda: "c.md" in (folder / "MEMORY.md").read_text())
+    embedded.absorb_reads()  # what the worker does after a pass (the old code recorded it)
+    assert embedded.rt.store.load(folder.resolve()).reads == {}
+    assert embedded.consult_signal is False
 
 
 def test_a_watch_whose_folder_went_is_made_again(env: Env, embedded: Daemon) -> None:

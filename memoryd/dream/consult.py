@@ -1,8 +1,11 @@
 """Evidence that the agent consulted a memory recently (a prune guard). Reads only.
 
-Two sources plug in through `ConsultSource`: the repo's `memory-consult.jsonl` log, and read
-events the daemon records. Unsure means consulted: a log that exists but cannot be read protects
-every memory.
+Sources plug in through `ConsultSource`. The primary one is `RecordedConsults`: the agent's own
+tool calls on memory files, each with its time, session and tool, as memoryd keeps them in its
+state dir (read from Claude Code's session transcripts by `dream.transcripts`; an MCP server's
+calls fit the same record). Then the repo's `memory-consult.jsonl` log, and, only when
+`watch.consult_signal` opts in, the read events the daemon saw (any process's reads).
+Unsure means consulted: a log that exists but cannot be read protects every memory.
 """
 
 import json
@@ -12,7 +15,7 @@ import re
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -45,7 +48,8 @@ def _tokens(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text) if len(w) > 2]
 
 
-def _row_time(row: Mapping[str, object]) -> float | None:
+def row_time(row: Mapping[str, object]) -> float | None:
+    """A row's time from `ts`, `timestamp` or `time` (epoch s or ms, or ISO 8601), or None."""
     for key in ("ts", "timestamp", "time"):
         value = row.get(key)
         if isinstance(value, int | float):
@@ -154,7 +158,7 @@ class ConsultLog:
             query = row.get("query")
             if not (isinstance(names, list) and names) and not isinstance(query, str):
                 continue
-            when = _row_time(row)
+            when = row_time(row)
             newest = _ALWAYS if when is None else when
             if isinstance(names, list):
                 for name in names:
@@ -200,9 +204,62 @@ def _keep_newest(seen: dict[str, float], key: str, when: float) -> None:
         seen[key] = when
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One recorded consult of a memory by the agent: the newest one known for that file."""
+
+    when: float
+    session: str
+    tool: str  # Read, Edit, Bash...
+    where: str  # the record it was found in (a transcript, relative to `projects/`)
+
+    def row(self) -> list[object]:
+        return [self.when, self.session, self.tool, self.where]
+
+    @classmethod
+    def of(cls, row: object) -> "Seen | None":
+        """From `row()`'s form; None for anything else (a foreign or damaged state file)."""
+        if not isinstance(row, list) or len(row) != 4:
+            return None
+        when, session, tool, where = row
+        if isinstance(when, bool) or not isinstance(when, int | float):
+            return None
+        if not all(isinstance(v, str) for v in (session, tool, where)):
+            return None
+        return cls(float(when), session, tool, where)
+
+    def describe(self) -> str:
+        stamp = datetime.fromtimestamp(self.when, UTC).isoformat(timespec="seconds")
+        return (
+            f"{self.tool} by the agent at {stamp.replace('+00:00', 'Z')} in session "
+            f"{self.session or '(unknown)'} (transcript {self.where})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedConsults:
+    """The agent's tool calls on one memory dir's files (file -> newest), as recorded.
+
+    `unsure`: why the record may be missing recent calls (transcripts not read to the end);
+    then every memory counts as consulted, as for a log that cannot be read.
+    """
+
+    seen: Mapping[str, Seen]
+    unsure: str = ""
+
+    def evidence(self, subject: Subject, since: float) -> str | None:
+        found = self.seen.get(subject.filename)
+        if found is not None and found.when >= since:
+            return found.describe()
+        return self.unsure or None
+
+
 @dataclass(slots=True)
 class ReadEvents:
-    """Reads of memory files by other processes, recorded by the daemon: file -> last time."""
+    """Reads of memory files by other processes, recorded by the daemon: file -> last time.
+
+    Any process: an agent, a `grep -r`, a backup, Claude Code's scan of every memory's
+    frontmatter at session start. Counted only when `watch.consult_signal` opts in."""
 
     last_read: Mapping[str, float]
 
@@ -210,7 +267,8 @@ class ReadEvents:
         when = self.last_read.get(subject.filename)
         if when is not None and when >= since:
             return (
-                f"read by the agent at {datetime.fromtimestamp(when).isoformat(timespec='seconds')}"
+                "read by some process (inotify; watch.consult_signal) at "
+                f"{datetime.fromtimestamp(when).isoformat(timespec='seconds')}"
             )
         return None
 

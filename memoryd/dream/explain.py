@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Any
 
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover import MemoryDir, memory_dir_of
 from memoryd.dream.plan import guards_for, plan_pass
 from memoryd.dream.refs import RefCheck, Scope, Status
 from memoryd.dream.repo import RepoIndex
@@ -37,7 +37,7 @@ def explain(
         raise MemorydError(
             f"{file}: not a regular file (a folder, a FIFO or a device): memoryd never opens it"
         )
-    md: MemoryDir = explicit_dirs(file.parent, rt.config)[0]
+    md: MemoryDir = memory_dir_of(file, rt.config)
     if repo_root is not None:
         from dataclasses import replace
 
@@ -54,7 +54,8 @@ def explain(
         raise MemorydError(f"{file}: {_why_not_a_memory(file.name, scan)}")
     now = rt.clock()
     t = thresholds(rt)
-    consults = consult_map(inv.items, consult_sources(md, rt), now - rt.config.dream.consult_window)
+    since = now - rt.config.dream.consult_window
+    consults = consult_map(inv.items, consult_sources(md, rt, save=False), since)
     pins = restored_pins(rt, md, inv)
     pin = pins.get(item.filename)
     plan = plan_pass(inv.items, now, t, consults, pins)

@@ -14,8 +14,16 @@ from typing import Any
 
 from memoryd import fsops, journal, restored, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
+from memoryd.dream import transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
-from memoryd.dream.consult import ConsultLog, ConsultSource, ReadEvents, Subject, consulted
+from memoryd.dream.consult import (
+    ConsultLog,
+    ConsultSource,
+    ReadEvents,
+    RecordedConsults,
+    Subject,
+    consulted,
+)
 from memoryd.dream.facts import FactsCache, derive, load_saved
 from memoryd.dream.memo import DreamMemo
 from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make_item, plan_pass
@@ -307,14 +315,40 @@ def restored_pins(rt: Runtime, md: MemoryDir, inv: "Inventory") -> dict[str, str
 
 
 def consult_sources(
-    md: MemoryDir, rt: Runtime, extra: Sequence[ConsultSource] = ()
+    md: MemoryDir, rt: Runtime, extra: Sequence[ConsultSource] = (), *, save: bool = True
 ) -> list[ConsultSource]:
-    """The consult log of the dir's repo, and the reads the daemon recorded in the state dir."""
-    sources: list[ConsultSource] = [*extra, ReadEvents(rt.store.load(md.real_path).reads)]
+    """The agent's tool calls on the dir's files in the session transcripts (read on from
+    where the last scan stopped; `save`: keep how far, never for a dry run), the consult
+    log of the dir's repo, and the reads the daemon recorded when the config opts in."""
+    since = rt.clock() - rt.config.dream.consult_window
+    known = {md.real_path, *(_real(p) for p in rt.config.paths.extra_memory_dirs)}
+    found = transcripts.harvest(
+        rt.config.paths.claude_home, rt.paths.state_dir, since=since, known=known, save=save
+    )
+    unsure = ""
+    if found.unread:
+        left = sum(found.unread.values())
+        unsure = (
+            f"{len(found.unread)} session transcript(s) not read to the end yet ({left} bytes "
+            "left, read by the next passes): unsure means kept"
+        )
+    sources: list[ConsultSource] = [
+        *extra,
+        RecordedConsults(found.evidence_for(md.real_path), unsure),
+    ]
     log = ConsultLog.load(md.repo_root)
     if log is not None:
         sources.append(log)
+    if rt.config.watch.reads_count:
+        sources.append(ReadEvents(rt.store.load(md.real_path).reads))
     return sources
+
+
+def _real(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
 
 
 def consult_map(
@@ -436,6 +470,9 @@ def _dream_dir(
     result = DreamResult(md, pass_id, "completed")
     now = rt.clock()
     audit = rt.audit
+    # The daemon's pass leaves a just-written file its grace for the agent's own pointer, as
+    # the daemon's index updates do; a pass on the command line indexes it at once.
+    grace = 0.0 if trigger == "command" else rt.config.index.new_file_grace
     if lock_is_fresh(md, now):
         result.status = "skipped"
         result.message = f"{CLAUDE_LOCK} is fresh: Claude Code is consolidating this dir itself"
@@ -492,7 +529,7 @@ def _dream_dir(
         result.files = len(inv.items)
         result.unparseable = inv.unparseable
         result.conflicts = inv.conflicts
-        sources = consult_sources(md, rt, extra_sources)
+        sources = consult_sources(md, rt, extra_sources, save=not dry_run)
         consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window, budget)
         plan = plan_pass(inv.items, now, thresholds(rt), consults, restored_pins(rt, md, inv))
         budget.check("the plan")
@@ -546,9 +583,9 @@ def _dream_dir(
                 result.status = "dry_run"
             elif plan.moves:
                 budget.check("the first move")
-                _apply(rt, md, plan, result, basis, before_move)
+                _apply(rt, md, plan, result, basis, grace, before_move)
         if not dry_run and managed and result.index is None:
-            result.index = index_after_dream(rt, md, frozenset(), basis)
+            result.index = index_after_dream(rt, md, frozenset(), basis, grace=grace)
         if result.index is not None and result.index.status in INDEX_NOT_UPDATED:
             raise IndexNotWritten(_index_failure(md, result))
     except (MemorydError, OSError) as error:
@@ -655,6 +692,7 @@ def _apply(
     plan: Plan,
     result: DreamResult,
     basis: Basis | None,
+    grace: float,
     before_move: Callable[[str], None] | None = None,
 ) -> None:
     """Journal the moves, then make each one whose file is still what was planned."""
@@ -663,7 +701,8 @@ def _apply(
         records = _trash_records(plan, md, result.pass_id, mover.folder)
         entry = _move_all(rt, md, mover, records, result)
     # The moves are on disk (the mover synced them): the index, then the journal's end.
-    result.index = index_after_dream(rt, md, {r.original_name for r in result.moved}, basis)
+    moved = {r.original_name for r in result.moved}
+    result.index = index_after_dream(rt, md, moved, basis, grace=grace)
     if not result.index.write_failed:
         journal.commit(entry)
     # Else the journal stays: the next memoryd command recovers the pass, which removes the

@@ -549,10 +549,11 @@ def matches(memory_dir: Path, entry: Entry, key: str) -> bool:
     if "/" not in key:
         return key in (record.original_name, record.stored_name)
     path = Path(key).expanduser()
-    if path.is_absolute():
-        candidates = [path]
-    else:
-        candidates = [Path.cwd() / path, memory_dir / path, memory_dir / TRASH_DIR / path]
+    candidates = [path]
+    if not path.is_absolute():
+        candidates = [memory_dir / path, memory_dir / TRASH_DIR / path]
+        with contextlib.suppress(OSError):  # a working folder that is gone
+            candidates.append(Path.cwd() / path)
     known = (entry.stored_path, memory_dir / record.original_name)
     return any(_same(c, k) for c in candidates for k in known)
 

@@ -161,7 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     _dirs_arg(q)
     q.add_argument("--json", action="store_true", help="print one JSON document")
     q = trash_sub.add_parser("restore", help="move a trashed file back and restore its pointer")
-    q.add_argument("key", metavar="ID|PATH", help="an id from `trash list`, or the trashed file")
+    q.add_argument(
+        "key",
+        metavar="ID|PATH|NAME",
+        help="as `trash list` prints it: an id, the file's path or the trashed file's path "
+        "(relative or absolute, with or without .trash/), or its name; a path or a name means "
+        "its newest entry still in the trash",
+    )
     q.add_argument(
         "dirs",
         nargs="*",

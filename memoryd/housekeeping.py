@@ -10,10 +10,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, trash
+from memoryd import fsops, restored, trash
 from memoryd.discover import MemoryDir, memory_dir_at
 from memoryd.errors import MemorydError
-from memoryd.index import INDEX_NAME, pointer_targets
+from memoryd.index import INDEX_NAME, Place, pointer_targets
 from memoryd.indexer import index_dir, read_index_file
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
@@ -64,16 +64,38 @@ def known_dirs(rt: Runtime) -> list[MemoryDir]:
 
 
 def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
-    """The trashed file named by id or path; a path inside a `.trash` names its own dir."""
+    """The trashed file named by id, path or name (every form `trash list` prints; see
+    trash.find). A path names its own dir (the one holding its `.trash`, or the folder of the
+    path it had); a path or a name means its newest entry still in the trash, in any dir,
+    else its newest restored one (which restore refuses, saying so)."""
     candidates = list(dirs)
     path = Path(key).expanduser()
     if trash.TRASH_DIR in path.parts:
         holder = Path(*path.parts[: path.parts.index(trash.TRASH_DIR)])
-        candidates = [memory_dir_at(holder, rt.config), *candidates]
+        candidates = [memory_dir_at(holder, rt.config), *candidates]  # gone: a usage error
+    elif "/" in key:
+        # `<dir>/<file>` as the text listing prints it; `<day>/<file>` from the memory dir.
+        named = []
+        for holder in (path.parent, Path.cwd()):
+            with contextlib.suppress(MemorydError, OSError):
+                named.append(memory_dir_at(holder, rt.config))
+        candidates = named + candidates
+    done: Listed | None = None
+    seen: set[Path] = set()
     for md in candidates:
-        found = trash.find(md.real_path, key if not path.is_absolute() else str(path))
-        if found is not None:
+        if md.real_path in seen:
+            continue
+        seen.add(md.real_path)
+        try:
+            found = trash.find(md.real_path, key)
+        except MemorydError:
+            continue
+        if found is not None and (not found.restored_as or found.record.id == key):
             return Listed(md, found)
+        if found is not None and done is None:
+            done = Listed(md, found)
+    if done is not None:
+        return done
     for md in candidates:
         try:
             invalid = trash.contents(md.real_path).invalid
@@ -83,20 +105,30 @@ def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
             if bad.id and bad.id == key:
                 raise MemorydError(bad.message)
     raise MemorydError(
-        f"{key}: no trash manifest knows this id or path; `memoryd trash list` shows what can "
-        "be restored (a file the manifest does not know is never restored)"
+        f"{key}: no trash manifest knows this id, path or name; `memoryd trash list` shows "
+        "what can be restored (a file the manifest does not know is never restored)"
     )
 
 
 def restore(rt: Runtime, listed: Listed) -> str:
-    """Move the file back and give it its pointer line again (the old wording if it had one)."""
+    """Move the file back, pin it (a restore is final: no pass moves it again until its
+    bytes change; see memoryd.restored), and give it its pointer line again (the old wording
+    if it had one) where it sat, if that place is still there."""
     with rt.store.lock(listed.dir.real_path):
         return _restore(rt, listed)
 
 
 def _restore(rt: Runtime, listed: Listed) -> str:
-    name = trash.restore(listed.dir.real_path, listed.entry)
     record = listed.entry.record
+    real = listed.dir.real_path
+    when = restored.now_iso(rt.clock())
+    if not listed.entry.restored_as:
+        # Pinned before it moves back: a pass (after this lock) never sees it unpinned.
+        restored.record(rt.store, real, restored.Pin(
+            record.original_name, record.sha256, when, record.id))  # fmt: skip
+    name = trash.restore(real, listed.entry)
+    if name != record.original_name:
+        restored.record(rt.store, real, restored.Pin(name, record.sha256, when, record.id))
     rt.audit.write(
         "trash.restored",
         dir=listed.dir.path,
@@ -107,7 +139,8 @@ def _restore(rt: Runtime, listed: Listed) -> str:
     preferred = {}
     if record.index_line and name == record.original_name:
         preferred[name] = record.index_line
-    index_dir(rt, listed.dir, preferred=preferred)
+    place = Place.of(record.index_place) if record.index_line else None
+    index_dir(rt, listed.dir, preferred=preferred, placements={name: place} if place else None)
     return name
 
 

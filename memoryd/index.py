@@ -202,6 +202,91 @@ def pointer_lines(text: str) -> Iterator[PointerLine]:
             yield PointerLine(link.target, content)
 
 
+# A heading line (ATX: up to three spaces, one to six `#`, then a blank or the end).
+HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a pointer line sat in MEMORY.md, so that a restore can put it back there: the
+    pointer line just before it under the same heading (None: it was the first there), and
+    that heading's line (None: it sat above every heading)."""
+
+    after: str | None
+    heading: str | None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"after": self.after, "heading": self.heading}
+
+    @classmethod
+    def of(cls, value: object) -> "Place | None":
+        """A Place from a manifest's record, None when it has none or it is malformed (a
+        manifest is a file anyone who can write the dir can plant: one line each, or nothing)."""
+        if not isinstance(value, dict):
+            return None
+        after, heading = value.get("after"), value.get("heading")
+        for text in (after, heading):
+            if text is not None and (not isinstance(text, str) or "\n" in text or "\r" in text):
+                return None
+        return cls(after, heading)
+
+
+def pointer_places(text: str, wanted: Set[str]) -> dict[str, Place]:
+    """Where the first pointer line of each of `wanted` sits in an index text (see Place)."""
+    out: dict[str, Place] = {}
+    heading: str | None = None
+    before: str | None = None
+    for content, _, link in _parse_lines(text):
+        if link is None and HEADING.match(content):
+            heading, before = content, None
+        elif link is not None:
+            if link.kind is LinkKind.LOCAL and link.target in wanted:
+                out.setdefault(link.target, Place(before, heading))
+            before = content
+    return out
+
+
+def _placed_at(lines: Sequence[Line], place: Place) -> int | None:
+    """Where a restored pointer goes back (an index into `lines`), or None for the usual rule
+    (after the last pointer): after its old neighbour if that line is still there; else, under
+    its heading, before the section's first pointer if it was the first there, or after the
+    section's last line that is not blank; a heading gone (or none, with no neighbour left)
+    is no place."""
+    if place.after is not None:
+        for i, line in enumerate(lines):
+            if line.link is not None and line.content == place.after:
+                return i + 1
+    if place.heading is None:
+        if place.after is not None:
+            return None
+        start = 0
+    else:
+        found = next(
+            (i for i, ln in enumerate(lines) if ln.link is None and ln.content == place.heading),
+            None,
+        )
+        if found is None:
+            return None
+        start = found + 1
+    end = next(
+        (
+            i
+            for i in range(start, len(lines))
+            if lines[i].link is None
+            and (HEADING.match(lines[i].content) or TRAILER.match(lines[i].content))
+        ),
+        len(lines),
+    )
+    if place.after is None:
+        first = next((i for i in range(start, end) if lines[i].link is not None), None)
+        if first is not None:
+            return first
+        if place.heading is None:
+            return None
+    # (The heading's own line is not blank: an empty section puts it right under its heading.)
+    return max(i for i in range(start - 1, end) if lines[i].content.strip()) + 1
+
+
 def pointer_targets(text: str) -> list[str]:
     """Decoded basenames of the LOCAL pointer lines of an index text, in order."""
     return [link.target for link in local_links(text)]
@@ -377,6 +462,8 @@ class IndexInput:
     now: float = 0.0
     today: date = field(default_factory=date.today)
     preferred: Mapping[str, str] = field(default_factory=dict)  # file -> pointer line to reuse
+    # file -> where its pointer sat before it went to the trash (a restore; see Place)
+    placements: Mapping[str, Place] = field(default_factory=dict)
     # How many memory files the dir holds, when `memories` carries only the ones an edit
     # restricted to changed files needs (index_held); None: len(memories).
     total: int | None = None
@@ -399,6 +486,25 @@ def _new_pointer(filename: str, inp: IndexInput, eol: str) -> Line:
     entry = inp.memories[filename]
     content = render_pointer(filename, entry.name, entry.description, inp.separator)
     return Line(content, eol, classify_link(encode_target(filename)))
+
+
+def _put_back_placed(
+    lines: list[Line], new: Sequence[str], inp: IndexInput, eol: str
+) -> dict[str, int]:
+    """Insert the pointers of the `new` files that have a place (a restore) there, in place;
+    the files placed and where. Only a line's missing final ending is added to a line that
+    is there: every other byte of the person's text stays as it was."""
+    placed: dict[str, int] = {}
+    for filename in new:
+        place = inp.placements.get(filename)
+        at = _placed_at(lines, place) if place is not None else None
+        if at is None:
+            continue
+        if at > 0 and not lines[at - 1].eol:
+            lines[at - 1].eol = eol
+        lines.insert(at, _new_pointer(filename, inp, eol))
+        placed[filename] = at
+    return placed
 
 
 def _finish(lines: list[Line], had_final_newline: bool, eol: str) -> str:
@@ -528,8 +634,12 @@ def edit_lines(
     new = [f for f in unindexed if f in inp.ready]
     edit.waiting = [f for f in unindexed if f not in inp.ready]
     if new:
-        added = [_new_pointer(f, inp, eol) for f in new]
         edit.added = new
+        # A restored pointer goes back where it was, when that place is still there.
+        placed = {} if blank_main else _put_back_placed(main_lines, new, inp, eol)
+        new = [f for f in new if f not in placed]
+        added = [_new_pointer(f, inp, eol) for f in new]
+    if new:
         if blank_main:
             heading = Line(f"# {inp.heading} Memory", eol)
             main_lines = [heading, Line("", eol), *added]

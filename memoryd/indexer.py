@@ -26,6 +26,7 @@ from memoryd.index import (
     IndexInput,
     LinkKind,
     Ownership,
+    Place,
     decide_ownership,
     local_links,
     measure,
@@ -307,6 +308,7 @@ def index_dir(
     mode: str | None = None,
     forget: Set[str] = frozenset(),
     preferred: Mapping[str, str] | None = None,
+    placements: Mapping[str, Place] | None = None,
     settle: float = 0.0,
     previous: DirScan | None = None,
     only: Set[str] | None = None,
@@ -320,7 +322,8 @@ def index_dir(
     """One incremental index update of one dir; retries from the other writer's version.
 
     `forget`: files memoryd itself just moved away, whose pointers go even if it never saw
-    them before. `preferred`: pointer lines to use for files coming back from the trash.
+    them before. `preferred`: pointer lines to use for files coming back from the trash;
+    `placements`: where their pointers sat (index.Place), to put them back there.
     `hold`: leave what a pass over just the changed files needs in `outcome.held`, to be
     passed back as `held` with `only` (the names that changed) by a caller that keeps it.
     `probe` (with `check`): stop once ownership is decided; the outcome has no edit (for the
@@ -342,7 +345,8 @@ def index_dir(
                 message="another memoryd process is working on this dir; looking again shortly",
                 retry_after=time.time() + BUSY_RETRY,
             )
-        if held is not None and only is not None and not (check or rt.dry_run or preferred):
+        restoring = bool(preferred or placements)
+        if held is not None and only is not None and not (check or rt.dry_run or restoring):
             try:
                 fast = _index_changed(rt, md, held, only | forget, grace, settle, forget, mode)
             except WriteConflict as conflict:
@@ -367,6 +371,7 @@ def index_dir(
                         mode=mode,
                         forget=forget,
                         preferred=preferred or {},
+                        placements=placements or {},
                         settle=settle,
                         # After a conflict the other writer may have changed anything: scan in full.
                         previous=previous if attempt == 1 else None,
@@ -426,6 +431,7 @@ def _index_once(
     mode: str | None,
     forget: Set[str],
     preferred: Mapping[str, str],
+    placements: Mapping[str, Place],
     settle: float,
     previous: DirScan | None,
     only: Set[str] | None,
@@ -517,6 +523,7 @@ def _index_once(
                 **{name: ("", "") for name in forget if name not in memories},
             },
             preferred=preferred,
+            placements=placements,
             ready=_ready(memories, now, grace),
             heading=md.heading,
             separator=cfg.index.separator,

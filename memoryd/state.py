@@ -415,6 +415,20 @@ class StateStore:
         # Not fsynced: facts lost to a power cut are derived again by the next pass.
         fsops.write_private(self._facts_path(real_path), data, durable=False)
 
+    def load_pins(self, real_path: Path) -> bytes | None:
+        """The dir's restore pins (``restored.record``), or None."""
+        try:
+            return self._pins_path(real_path).read_bytes()
+        except OSError:
+            return None
+
+    def save_pins(self, real_path: Path, data: bytes) -> None:
+        # Durable: a pin is a person's decision, and it is written before the file moves back.
+        fsops.write_private(self._pins_path(real_path), data)
+
+    def _pins_path(self, real_path: Path) -> Path:
+        return self.root / f"{dir_key(real_path)}.restored"
+
     def _facts_path(self, real_path: Path) -> Path:
         return self.root / f"{dir_key(real_path)}.facts"
 

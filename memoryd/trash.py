@@ -45,6 +45,9 @@ class TrashRecord:
     duplicate_of: str | None = None
     superseded_by: str | None = None
     index_line: str | None = None  # the pointer line it had, so a restore can put it back
+    # Where that line sat in MEMORY.md (index.Place as JSON: the pointer line before it and the
+    # heading it was under), so a restore puts it back there; None in older manifests.
+    index_place: dict[str, str | None] | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -436,11 +439,13 @@ class Invalid:
 
 @dataclass(slots=True)
 class Entry:
-    """A record with where its file is now; `restored_as` once it went back."""
+    """A record with where its file is now; `restored_as` (and when: `restored_at`) once it
+    went back."""
 
     record: TrashRecord
     folder: Path
     restored_as: str | None = None
+    restored_at: str | None = None
 
     @property
     def stored_path(self) -> Path:
@@ -506,6 +511,7 @@ def contents(memory_dir: Path) -> Contents:
                     invalid.append(Invalid(folder, number, why, _text(restored)))
                 elif isinstance(restored, str) and restored in out:
                     out[restored].restored_as = str(name)
+                    out[restored].restored_at = _text(row.get("time")) or None
                 continue
             why = record_problem(row, day)
             if why is None:
@@ -528,15 +534,44 @@ def entries(memory_dir: Path) -> list[Entry]:
     return contents(memory_dir).entries
 
 
+def _same(a: Path, b: Path) -> bool:
+    with contextlib.suppress(OSError, RuntimeError):
+        return a == b or a.resolve() == b.resolve()
+    return False
+
+
+def matches(memory_dir: Path, entry: Entry, key: str) -> bool:
+    """Whether `key` names the entry in one of the forms `trash list` prints or a person types:
+    its trashed file's path (absolute, relative to the working folder or to the memory dir,
+    with or without the `.trash/` prefix), the path it had (`<dir>/<file>`, the dir through
+    a link or not), or its original or stored name."""
+    record = entry.record
+    if "/" not in key:
+        return key in (record.original_name, record.stored_name)
+    path = Path(key).expanduser()
+    candidates = [path]
+    if not path.is_absolute():
+        candidates = [memory_dir / path, memory_dir / TRASH_DIR / path]
+        with contextlib.suppress(OSError):  # a working folder that is gone
+            candidates.append(Path.cwd() / path)
+    known = (entry.stored_path, memory_dir / record.original_name)
+    return any(_same(c, k) for c in candidates for k in known)
+
+
 def find(memory_dir: Path, key: str) -> Entry | None:
-    """An entry by id, or by the path of its stored file (valid records only)."""
-    for entry in entries(memory_dir):
+    """An entry by id, or by a path or a name (see `matches`; valid records only).
+
+    A path or a name can fit several entries (a stored name is used again once its file was
+    restored, a name trashed twice): it means the newest one still in the trash, else the
+    newest restored one (which `restore` refuses, saying when and as what it came back)."""
+    found = entries(memory_dir)
+    for entry in found:
         if entry.record.id == key:
             return entry
-        with contextlib.suppress(OSError):
-            if Path(key).resolve() == entry.stored_path.resolve():
-                return entry
-    return None
+    fitting = [e for e in found if matches(memory_dir, e, key)]
+    live = [e for e in fitting if not e.restored_as]
+    pick = live or fitting  # oldest first (by day folder, then manifest line): the last
+    return pick[-1] if pick else None
 
 
 def restore_name(memory_dir: Path, original: str) -> str:
@@ -547,8 +582,12 @@ def restore_name(memory_dir: Path, original: str) -> str:
 def restore(memory_dir: Path, entry: Entry) -> str:
     """Move a trashed file back; returns the name it got. The sha256 must still match."""
     if entry.restored_as:
+        when = f" on {entry.restored_at}" if entry.restored_at else ""
         raise MemorydError(
-            f"{entry.record.id} was already restored as {entry.restored_as} in {memory_dir}"
+            f"{entry.record.id} ({entry.record.original_name}, trashed {entry.record.day}) was "
+            f"already restored{when} as {entry.restored_as}: the current file is "
+            f"{memory_dir / entry.restored_as}; nothing was done (`memoryd trash list` shows "
+            "what is still in the trash)"
         )
     # Checked again here, whoever made the entry: these names are used as they are.
     why = record_problem(asdict(entry.record), entry.folder.name)

@@ -14,6 +14,7 @@ from memoryd.dream.run import (
     consult_sources,
     inventory,
     probe_ownership,
+    restored_pins,
     thresholds,
 )
 from memoryd.dream.similar import overlap
@@ -55,7 +56,9 @@ def explain(
     t = thresholds(rt)
     since = now - rt.config.dream.consult_window
     consults = consult_map(inv.items, consult_sources(md, rt, save=False), since)
-    plan = plan_pass(inv.items, now, t, consults)
+    pins = restored_pins(rt, md, inv)
+    pin = pins.get(item.filename)
+    plan = plan_pass(inv.items, now, t, consults, pins)
     move = next((m for m in plan.moves if m.filename == item.filename), None)
     similar = []
     for other in inv.items:
@@ -87,7 +90,9 @@ def explain(
         decision = f"move to trash — {move.reason}: {move.detail}"
     else:
         flag = next((f for f in plan.flagged if f.filename == item.filename), None)
-        if flag and flag.guard:
+        if pin is not None:
+            decision = f"keep — {pin}"
+        elif flag and flag.guard:
             decision = f"keep — fully stale, but guard {flag.guard} holds"
         elif flag:
             decision = "keep — partially stale: flagged for review"
@@ -113,8 +118,9 @@ def explain(
         "classification": item.classification.value,
         "guards": [
             {"guard": g.name, "holds": g.holds, "detail": g.detail}
-            for g in guards_for(item, now, t, consults.get(item.filename))
+            for g in guards_for(item, now, t, consults.get(item.filename), pin)
         ],
+        "restored": pin,
         "consult": consults.get(item.filename),
         "similar": similar,
         "decision": decision,
@@ -173,6 +179,8 @@ def render(data: dict[str, Any]) -> str:
     for guard in data["guards"]:
         mark = "holds" if guard["holds"] else "no"
         lines.append(f"    {guard['guard']:<28}{mark:<7}{guard['detail']}")
+    if data.get("restored"):
+        lines.append(f"  restored: {data['restored']}")
     lines.append(f"  consulted: {data['consult'] or 'no evidence in the window'}")
     lines.append("  similar memories (same type):")
     if not data["similar"]:

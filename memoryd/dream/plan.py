@@ -69,10 +69,14 @@ class Guard:
     detail: str
 
 
-def guards_for(item: Item, now: float, t: Thresholds, consult: str | None) -> list[Guard]:
-    """Every prune guard of DESIGN §4.4 with whether it holds (all listed, for `explain`)."""
+def guards_for(
+    item: Item, now: float, t: Thresholds, consult: str | None, restored: str | None = None
+) -> list[Guard]:
+    """Every prune guard of DESIGN §4.4 with whether it holds (all listed, for `explain`).
+    `restored`: what the pin of a memory a person restored says (memoryd.restored)."""
     recent = now - item.age_ts < t.guard_recent
     return [
+        Guard("restored", restored is not None, restored or "not restored by a person"),
         Guard("type_user", item.type == "user", "user memories are never pruned as stale"),
         Guard(
             "type_feedback_or_reference",
@@ -136,9 +140,18 @@ def breaker_limit(n: int, t: Thresholds) -> int:
 
 
 def plan_pass(
-    items: Sequence[Item], now: float, t: Thresholds, consults: Mapping[str, str | None]
+    items: Sequence[Item],
+    now: float,
+    t: Thresholds,
+    consults: Mapping[str, str | None],
+    restored: Mapping[str, str] | None = None,
 ) -> Plan:
-    """Decide every move and every flag; each decision carries its reason."""
+    """Decide every move and every flag; each decision carries its reason.
+
+    `restored`: the memories a person restored (file -> what its pin says): they take part in
+    no move, neither as the one moved nor as the newer one that sends another to the trash
+    (DESIGN §5, "Restores are final"); a fully stale one is kept by the guard `restored`."""
+    pins = restored or {}
     by_name = {i.filename: i for i in items}
     plan = Plan(items=by_name)
     ordered = sorted(items, key=lambda i: i.filename)
@@ -154,10 +167,15 @@ def plan_pass(
     # Duplicates, newest first: a memory loses to its newest duplicate that survives itself.
     newest_first = sorted(items, key=lambda i: (i.age_ts, i.filename), reverse=True)
     for item in newest_first:
+        if item.filename in pins:
+            continue
         winners = [
             (by_name[other], score)
             for other, score in neighbours.get(item.filename, [])
-            if score >= t.duplicate and newer(by_name[other], item) and other not in moved
+            if score >= t.duplicate
+            and newer(by_name[other], item)
+            and other not in moved
+            and other not in pins
         ]
         if winners:
             winner, score = max(winners, key=lambda w: (w[0].age_ts, w[0].filename))
@@ -171,10 +189,10 @@ def plan_pass(
             )
     # Contradictions: same type, overlap in [low, duplicate), opposite directives on one object.
     for item in newest_first:
-        if item.filename in moved:
+        if item.filename in moved or item.filename in pins:
             continue
         for other, score in sorted(neighbours.get(item.filename, [])):
-            if score >= t.duplicate or other in moved:
+            if score >= t.duplicate or other in moved or other in pins:
                 continue
             rival = by_name[other]
             if not newer(rival, item):
@@ -199,7 +217,8 @@ def plan_pass(
         if item.classification is Classification.PARTIALLY_STALE:
             plan.flagged.append(Flag(item.filename, item.classification, tuple(item.missing), ""))
         elif item.classification is Classification.FULLY_STALE:
-            holding = [g for g in guards_for(item, now, t, consults.get(item.filename)) if g.holds]
+            guards = guards_for(item, now, t, consults.get(item.filename), pins.get(item.filename))
+            holding = [g for g in guards if g.holds]
             if holding:
                 plan.flagged.append(
                     Flag(item.filename, item.classification, tuple(item.missing), holding[0].name)

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, journal, trash
+from memoryd import fsops, journal, restored, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
 from memoryd.dream import transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
@@ -30,7 +30,7 @@ from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repo import RepoIndex, dump_sources, load_sources
 from memoryd.errors import MemorydError
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, Ownership, pointer_lines
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME, Ownership, Place, pointer_lines, pointer_places
 from memoryd.indexer import Basis, IndexOutcome, index_after_dream, index_dir, read_index_file
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
@@ -305,6 +305,15 @@ def _save_facts(rt: Runtime, md: MemoryDir, used: frozenset[str]) -> None:
         memo.saved_facts[md.real_path] = used
 
 
+def restored_pins(rt: Runtime, md: MemoryDir, inv: "Inventory") -> dict[str, str]:
+    """The dir's memories a person restored that still hold the restored bytes -> what their
+    pin says (memoryd.restored): no pass moves them."""
+    found = restored.pinned(
+        restored.load(rt.store, md.real_path), ((i.filename, i.sha256) for i in inv.items)
+    )
+    return {name: pin.detail for name, pin in found.items()}
+
+
 def consult_sources(
     md: MemoryDir, rt: Runtime, extra: Sequence[ConsultSource] = (), *, save: bool = True
 ) -> list[ConsultSource]:
@@ -356,19 +365,24 @@ def consult_map(
     return out
 
 
-def _index_lines(md: MemoryDir, wanted: Set[str]) -> dict[str, str]:
-    """The pointer line of each of `wanted` in MEMORY.md or the archive, to give back on restore.
+def _index_lines(md: MemoryDir, wanted: Set[str]) -> tuple[dict[str, str], dict[str, Place]]:
+    """The pointer line of each of `wanted` in MEMORY.md or the archive, and where it sits in
+    MEMORY.md (index.Place), to give back on restore where it was.
 
-    Only the pointer lines are looked at, one regex scan of each text (the archive of a
-    100,000-memory dir holds 100,000 lines: split into objects they cost ~100 MB)."""
+    Only the pointer lines of the archive are looked at, one regex scan of its text (the
+    archive of a 100,000-memory dir holds 100,000 lines: split into objects they cost ~100
+    MB); MEMORY.md, which the agent loads, is read line by line for the headings."""
     out: dict[str, str] = {}
+    places: dict[str, Place] = {}
     with fsops.open_dir(md.real_path) as fd:
         for name in (INDEX_NAME, ARCHIVE_NAME):
             text = read_index_file(fd, name).text or ""
             for found in pointer_lines(text):
                 if found.target in wanted:
                     out.setdefault(found.target, found.content)
-    return out
+            if name == INDEX_NAME and text:
+                places = pointer_places(text, wanted)
+    return out, places
 
 
 def _record(
@@ -379,6 +393,7 @@ def _record(
     stored: str,
     index_line: str | None,
     item: Item,
+    place: Place | None = None,
 ) -> TrashRecord:
     return TrashRecord(
         id=trash.new_id(),
@@ -393,6 +408,7 @@ def _record(
         duplicate_of=move.duplicate_of,
         superseded_by=move.superseded_by,
         index_line=index_line,
+        index_place=place.to_json() if place is not None and index_line is not None else None,
         details={
             "detail": move.detail,
             "missing": item.missing,
@@ -515,7 +531,7 @@ def _dream_dir(
         result.conflicts = inv.conflicts
         sources = consult_sources(md, rt, extra_sources, save=not dry_run)
         consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window, budget)
-        plan = plan_pass(inv.items, now, thresholds(rt), consults)
+        plan = plan_pass(inv.items, now, thresholds(rt), consults, restored_pins(rt, md, inv))
         budget.check("the plan")
         result.plan = plan
         # What was already said lives in the dir's state: loaded once and saved once, not per
@@ -646,7 +662,7 @@ def _summary(result: DreamResult) -> dict[str, Any]:
 
 def _trash_records(plan: Plan, md: MemoryDir, pass_id: str, folder: Path) -> list[TrashRecord]:
     """One manifest record per planned move, each with a free name in the day folder."""
-    lines = _index_lines(md, {move.filename for move in plan.moves})
+    lines, places = _index_lines(md, {move.filename for move in plan.moves})
     records: list[TrashRecord] = []
     taken: set[str] = set()
     for move in plan.moves:
@@ -664,6 +680,7 @@ def _trash_records(plan: Plan, md: MemoryDir, pass_id: str, folder: Path) -> lis
                 stored,
                 lines.get(move.filename),
                 plan.items[move.filename],
+                places.get(move.filename),
             )
         )
     return records

@@ -93,6 +93,15 @@ class FileTooLarge(OSError):
         self.limit = limit
 
 
+def read_problem(error: OSError) -> str:
+    """Why a file could not be read, for a person, without its path (the caller names it)."""
+    if isinstance(error, NotRegularFile):
+        return f"it is {error.what}, not a regular file"
+    if isinstance(error, FileTooLarge):
+        return f"it is over {error.limit} bytes ({error.size})"
+    return f"it cannot be read ({error.strerror or error})"
+
+
 def file_kind(mode: int) -> str:
     """What a non-regular file is, for a person."""
     if stat.S_ISFIFO(mode):

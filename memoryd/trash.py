@@ -22,7 +22,7 @@ from typing import Any
 
 from memoryd import fsops
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
-from memoryd.paths import BoundedLines, file_kind, open_regular
+from memoryd.paths import BoundedLines, file_kind, open_regular, read_problem
 from memoryd.scan import skip_reason
 
 TRASH_DIR = ".trash"
@@ -492,7 +492,7 @@ def _manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
     except MemorydError:
         return  # the day folder is not a plain folder: it is no day (see _day_dirs)
     except OSError as error:
-        yield 0, _unreadable(error)
+        yield 0, read_problem(error)
         return
     try:
         lines = BoundedLines(fd, max_line=MANIFEST_LINE_MAX, max_bytes=MANIFEST_MAX_BYTES)
@@ -511,16 +511,9 @@ def _manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
                 "are not read"
             )
     except OSError as error:
-        yield 0, _unreadable(error)
+        yield 0, read_problem(error)
     finally:
         os.close(fd)
-
-
-def _unreadable(error: OSError) -> str:
-    what = getattr(error, "what", None)  # paths.NotRegularFile
-    if what is not None:
-        return f"it is {what}, not a regular file"
-    return f"it cannot be read ({error.strerror or error})"
 
 
 def manifest_rows(memory_dir: Path, day: str) -> Iterator[dict[str, Any]]:

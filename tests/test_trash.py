@@ -18,6 +18,7 @@ from memoryd.config import Config
 from memoryd.discover import explicit_dirs
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, boot_clock
+from memoryd.state import dir_key
 from tests.conftest import Env, tree_digest, write_memory
 from tests.test_dream_planted import _filler, mem
 
@@ -819,3 +820,31 @@ def test_a_huge_manifest_is_read_to_its_limit_and_the_rest_reported(
         "after it are not read",
     }
     assert cli("trash", "restore", "bbbbbbbbbb", folder).code == 1
+
+
+def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> None:
+    """Every state file a pass and a purge read (the dir's state, cache, facts and trash-days
+    record, the repo's tokens, the trash clock, a pending journal) replaced by a FIFO: `dream`
+    and `trash purge` finish, each FIFO is named once, and the pass's saves replace them. The
+    old code waited on the first FIFO it read (the journal, at recovery) for ever."""
+    folder = repo / ".claude" / "memory"
+    mem(repo, "a.md", "Plain words.")
+    _filler(repo)
+    assert cli("dream", folder).code == 0 and cli("trash", "purge", folder).code == 0
+    key = dir_key(folder.resolve())
+    fifos = [env.state / "dirs" / f"{key}{suffix}"
+             for suffix in (".json", ".cache", ".facts", housekeeping.DAYS_SUFFIX)]
+    fifos += [env.state / housekeeping.CLOCK_FILE, *(env.state / "repos").glob("*.tokens")]
+    assert all(p.is_file() for p in fifos) and len(fifos) == 6
+    for path in fifos:
+        path.unlink()
+        os.mkfifo(path)
+    (env.state / "journal").mkdir(mode=0o700, exist_ok=True)
+    os.mkfifo(env.state / "journal" / "0123456789.jsonl")
+    dreamt = memoryd_child(env, "dream", folder)
+    assert dreamt.returncode == 0, dreamt.stderr
+    purged = memoryd_child(env, "trash", "purge", folder)
+    assert purged.returncode == 0, purged.stderr
+    said = dreamt.stderr + purged.stderr
+    assert all(said.count(str(p)) == 1 for p in fifos), said
+    assert all(p.is_file() for p in fifos)  # rebuilt by the saves

@@ -172,15 +172,7 @@ def read_bounded(path: Path, limit: int, *, follow: bool = True, prefix: bool = 
     try:
         if st.st_size > limit and not prefix:
             raise FileTooLarge(path, st.st_size, limit)
-        chunks: list[bytes] = []
-        remaining = limit + 1  # one byte more: a file that grew past the limit since fstat
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        data = b"".join(chunks)
+        data = read_open(fd, limit)
     finally:
         os.close(fd)
     if len(data) > limit:
@@ -188,6 +180,20 @@ def read_bounded(path: Path, limit: int, *, follow: bool = True, prefix: bool = 
             raise FileTooLarge(path, len(data), limit)
         data = data[:limit]
     return data
+
+
+def read_open(fd: int, limit: int) -> bytes:
+    """An open file's bytes to its end, but never more than `limit` + 1 (one byte more: the
+    caller tells a file that grew past the limit from one at it)."""
+    chunks: list[bytes] = []
+    remaining = limit + 1
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
 
 
 class BoundedLines:

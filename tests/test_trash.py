@@ -23,15 +23,6 @@ from tests.conftest import Env, tree_digest, write_memory
 from tests.test_dream_planted import _filler, mem
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "app"
-    (root / "src").mkdir(parents=True)
-    (root / "src" / "app.py").write_text("x = 1\n")
-    (root / ".claude" / "memory").mkdir(parents=True)
-    return root
-
-
 def test_plan_purge_respects_retention_and_the_clock() -> None:
     """Old day folders go; future ones are age 0; a clock gone back or far forward purges none."""
     today = date(2026, 11, 30)

@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -13,8 +14,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from memoryd.errors import MemorydError
 from memoryd.logsetup import get_logger
-from memoryd.paths import ensure_private_dir
+from memoryd.paths import (
+    BoundedLines,
+    NotRegularFile,
+    ensure_private_dir,
+    file_kind,
+    open_regular,
+    read_problem,
+)
 
 SCHEMA_VERSION = 1
 
@@ -192,11 +201,15 @@ class AuditLog:
         with contextlib.suppress(OSError):
             if self.path.stat().st_size + len(data) > self.max_bytes:
                 self._rotate()
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(self.path, flags, 0o600)
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would swallow rows, then block the writer
+                raise NotRegularFile(self.path, file_kind(st.st_mode))
             # A torn last line (a writer killed mid-row, a full disk) must stay alone on its
             # line: a row appended to it would be unreadable too.
-            size = os.fstat(fd).st_size
+            size = st.st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 data = b"\n" + data
             if os.write(fd, data) != len(data):  # a short write: the disk filled up
@@ -269,22 +282,36 @@ def row_time(row: Mapping[str, Any]) -> float:
         return 0.0
 
 
+# A row is a few hundred bytes; a line over this is none memoryd wrote (or two torn together).
+MAX_LINE_BYTES = 1 << 20
+
+
 def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
-    """Rows of one log file in order; a torn or foreign line is skipped, never fatal."""
+    """Rows of one log file in order; a torn, over-long or foreign line is skipped, never
+    fatal. Raises MemorydError when the file is not a regular file (a FIFO there is never
+    waited on, a link to a device never read)."""
     try:
-        handle = path.open("rb")
+        fd, _ = open_regular(path)  # a link is followed, as the writer follows it
     except FileNotFoundError:
         return
-    with handle:
-        for raw in handle:
-            if not raw.endswith(b"\n"):
-                return  # torn last line: a writer is mid-append or crashed
+    except NotRegularFile as error:
+        raise MemorydError(
+            f"{path}: {read_problem(error)}; memoryd reads its audit log only from a regular "
+            "file. Move it aside: the next row starts a new log"
+        ) from error
+    try:
+        # A last line without its newline is torn (a writer mid-append, or crashed): not read.
+        for _, raw in BoundedLines(fd, max_line=MAX_LINE_BYTES):
+            if raw is None:
+                continue  # over-long: torn lines run together, or none memoryd wrote
             try:
                 row = json.loads(raw)
             except ValueError:
                 continue
             if isinstance(row, dict) and "event" in row:
                 yield row
+    finally:
+        os.close(fd)
 
 
 def read_rows(path: Path, backups: int = 5) -> Iterator[dict[str, Any]]:

@@ -52,8 +52,8 @@ def known_dirs(rt: Runtime) -> list[MemoryDir]:
     out = []
     for path in sorted(rt.store.root.glob("*.json")):
         try:
-            folder = Path(json.loads(path.read_bytes())["path"])
-        except (OSError, ValueError, KeyError, TypeError):
+            folder = Path(json.loads(rt.store.read_file(path) or b"")["path"])
+        except (ValueError, KeyError, TypeError):
             continue
         if folder.is_dir():
             try:
@@ -173,8 +173,8 @@ def _number(value: object) -> float | None:
 
 def _clock_record(rt: Runtime) -> dict[str, Any]:
     try:
-        data = json.loads((rt.paths.state_dir / CLOCK_FILE).read_bytes())
-    except (OSError, ValueError):
+        data = json.loads(rt.store.read_file(rt.paths.state_dir / CLOCK_FILE) or b"{}")
+    except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -251,8 +251,8 @@ def _days_path(rt: Runtime, md: MemoryDir) -> Path:
 
 def _load_days(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
     try:
-        data = json.loads(_days_path(rt, md).read_bytes())
-    except (OSError, ValueError):
+        data = json.loads(rt.store.read_file(_days_path(rt, md)) or b"{}")
+    except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from memoryd import fsops, trash
 from memoryd.errors import MemorydError
-from memoryd.paths import ensure_private_dir
+from memoryd.paths import ensure_private_dir, read_bounded
 from memoryd.trash import TrashRecord
 
 JOURNAL_DIR = "journal"
@@ -34,7 +34,9 @@ class Journal:
 
 
 def _append(path: Path, row: dict[str, Any], *, sync: bool = True) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    # O_NONBLOCK: a FIFO in its place fails the append (ENXIO) instead of waiting for a reader.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
     try:
         os.write(fd, (json.dumps(row, ensure_ascii=True) + "\n").encode("ascii"))
         if sync:
@@ -73,9 +75,16 @@ def commit(journal: Journal) -> None:
     journal.path.unlink()
 
 
+# An intent lists a pass's moves (a few hundred bytes each, at most a fifth of a dir's files):
+# a journal over this is none memoryd wrote.
+JOURNAL_MAX_BYTES = 256 << 20
+
+
 def load(path: Path) -> Journal | None:
+    """A journal as `begin` and the appends wrote it; None when it cannot be read (not a
+    regular file, a symlink, over JOURNAL_MAX_BYTES) or its intent does not parse."""
     try:
-        lines = path.read_bytes().split(b"\n")
+        lines = read_bounded(path, JOURNAL_MAX_BYTES, follow=False).split(b"\n")
     except OSError:
         return None
     try:
@@ -89,6 +98,8 @@ def load(path: Path) -> Journal | None:
             row = json.loads(raw)
         except ValueError:
             continue  # a torn last line
+        if not isinstance(row, dict):
+            continue
         if "done" in row:
             journal.done.add(row["done"])
         if "commit" in row:

@@ -1,9 +1,11 @@
-"""Where memoryd's own files live, where the Claude home is, and a bounded reader for files
+"""Where memoryd's own files live, where the Claude home is, and bounded readers for files
 named by the config or found on disk (never a FIFO or a device)."""
 
 import contextlib
+import errno
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +93,15 @@ class FileTooLarge(OSError):
         self.limit = limit
 
 
+def read_problem(error: OSError) -> str:
+    """Why a file could not be read, for a person, without its path (the caller names it)."""
+    if isinstance(error, NotRegularFile):
+        return f"it is {error.what}, not a regular file"
+    if isinstance(error, FileTooLarge):
+        return f"it is over {error.limit} bytes ({error.size})"
+    return f"it cannot be read ({error.strerror or error})"
+
+
 def file_kind(mode: int) -> str:
     """What a non-regular file is, for a person."""
     if stat.S_ISFIFO(mode):
@@ -103,39 +114,65 @@ def file_kind(mode: int) -> str:
         return "a socket"
     if stat.S_ISDIR(mode):
         return "a folder"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
     return "not a regular file"
+
+
+def open_regular(
+    path: Path | str,
+    *,
+    dir_fd: int | None = None,
+    follow: bool = True,
+    looked: os.stat_result | None = None,
+    shown: Path | None = None,
+) -> tuple[int, os.stat_result]:
+    """Open a regular file for reading, never blocking on a FIFO nor acting on a device; the
+    descriptor (the caller closes it) and its fstat.
+
+    `path` is relative to `dir_fd` when one is given. It is looked at before the open (opening
+    some devices acts on them), unless the caller's own lstat of it (`looked`) said it is a
+    regular file; then it is opened O_NONBLOCK and looked at again through the descriptor: a
+    FIFO swapped in meanwhile opens at once, and is refused then. `follow=False`: a symlink is
+    refused, never followed. `shown`: the path errors name (default `path`).
+    Raises NotRegularFile or OSError.
+    """
+    name = shown if shown is not None else Path(path)
+    if looked is None:
+        looked = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow)
+    if not stat.S_ISREG(looked.st_mode):
+        raise NotRegularFile(name, file_kind(looked.st_mode))
+    nofollow = 0 if follow else os.O_NOFOLLOW
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | nofollow, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno == errno.ELOOP and not follow:  # a link swapped in since the look
+            raise NotRegularFile(name, "a symbolic link") from error
+        raise
+    try:
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotRegularFile(name, file_kind(st.st_mode))
+    return fd, st
 
 
 def read_bounded(path: Path, limit: int, *, follow: bool = True, prefix: bool = False) -> bytes:
     """Read a regular file whole (at most `limit` bytes), never blocking on a FIFO or reading
-    a device without end.
+    a device without end (see `open_regular`).
 
-    `follow`: a symlink is followed (a config kept in a dotfiles repo); else ELOOP. The path
-    is looked at before the open (opening some devices acts on them) and the open file again
-    after it (a FIFO swapped in between opens at once with O_NONBLOCK, and is refused then).
+    `follow`: a symlink is followed (a config kept in a dotfiles repo); else it is refused.
     `prefix`: read the first `limit` bytes of a longer file instead of refusing it.
     Raises NotRegularFile, FileTooLarge (without `prefix`) or OSError.
     """
-    nofollow = 0 if follow else os.O_NOFOLLOW
-    before = os.stat(path, follow_symlinks=follow)
-    if not stat.S_ISREG(before.st_mode):
-        raise NotRegularFile(path, file_kind(before.st_mode))
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | nofollow)
+    fd, st = open_regular(path, follow=follow)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(path, file_kind(st.st_mode))
         if st.st_size > limit and not prefix:
             raise FileTooLarge(path, st.st_size, limit)
-        chunks: list[bytes] = []
-        remaining = limit + 1  # one byte more: a file that grew past the limit since fstat
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        data = b"".join(chunks)
+        data = read_open(fd, limit)
     finally:
         os.close(fd)
     if len(data) > limit:
@@ -143,3 +180,73 @@ def read_bounded(path: Path, limit: int, *, follow: bool = True, prefix: bool = 
             raise FileTooLarge(path, len(data), limit)
         data = data[:limit]
     return data
+
+
+def read_open(fd: int, limit: int) -> bytes:
+    """An open file's bytes to its end, but never more than `limit` + 1 (one byte more: the
+    caller tells a file that grew past the limit from one at it)."""
+    chunks: list[bytes] = []
+    remaining = limit + 1
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+class BoundedLines:
+    """The lines of an open file, read in pieces: memory bounded by `max_line`, reading by
+    `max_bytes`, time linear in what is read.
+
+    Iterating yields (line number, the line with its newline), or (line number, None) for a
+    line over `max_line` bytes, which is never held whole. A last line without its newline is
+    torn (a writer mid-append, a power cut): not a line yet, never yielded. Reading stops
+    after `max_bytes`; `cut` is then the number of the first line not read whole (0 when the
+    file ended within the limit), for the caller to report rather than drop in silence.
+    """
+
+    CHUNK = 1 << 16
+
+    def __init__(self, fd: int, *, max_line: int, max_bytes: int | None = None) -> None:
+        self.fd = fd
+        self.max_line = max_line
+        self.max_bytes = max_bytes
+        self.cut = 0
+
+    def __iter__(self) -> Iterator[tuple[int, bytes | None]]:
+        held = bytearray()  # the start of the current line, while it is short enough
+        over = False  # the current line is over max_line: skipped up to its newline
+        number = 0
+        left = self.max_bytes
+        while True:
+            want = self.CHUNK if left is None else min(self.CHUNK, left)
+            if want == 0:
+                if os.read(self.fd, 1):
+                    self.cut = number + 1
+                return
+            chunk = os.read(self.fd, want)
+            if not chunk:
+                return
+            if left is not None:
+                left -= len(chunk)
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                number += 1
+                if over or len(held) + end + 1 - start > self.max_line:
+                    yield number, None
+                elif held:
+                    held += chunk[start : end + 1]
+                    yield number, bytes(held)
+                else:
+                    yield number, chunk[start : end + 1]
+                held.clear()
+                over = False
+                start = end + 1
+            if not over:
+                if len(held) + len(chunk) - start > self.max_line:
+                    over = True
+                    held.clear()
+                else:
+                    held += chunk[start:]

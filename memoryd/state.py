@@ -4,6 +4,10 @@ Per dir: the memory files it has seen with their name/description (so a gone fil
 be removed and a generated line recognised), the pointer lines it wrote itself (so a duplicate of
 one is told from the agent's), what it has already reported (so each problem is
 said once), pile-up counts for the daemon, and a parse cache for a fast restart.
+
+Every state file is read as a regular file of bounded size, never through a symlink and never
+blocking on a FIFO: anything else in its place is damaged state, done without (a fresh state,
+no cache: both are rebuilt, the next save replaces the file) and said once.
 """
 
 import contextlib
@@ -12,13 +16,14 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from memoryd import fsops
-from memoryd.paths import ensure_private_dir
+from memoryd.logsetup import get_logger
+from memoryd.paths import ensure_private_dir, open_regular, read_bounded, read_problem
 from memoryd.scan import Scanned, dump_cache, load_cache
 
 # Names of files that left a dir kept in its state (see DirState.gone): ~40 bytes each, and
@@ -194,6 +199,19 @@ def _keyed_delta(
 # ones. It is folded into a new base once it outgrows this, or the base.
 LOG_FOLD_BYTES = 256 * 1024
 StateId = tuple[FileId | None, FileId | None]  # the base file and its log
+# The most of one state file memoryd reads (none it writes comes near: a 100,000-file dir's
+# cache is tens of MB): a bound, so that nothing in the state dir is read without end.
+STATE_MAX_BYTES = 1 << 30
+
+
+def _say_on_stderr(path: Path, problem: str) -> None:
+    """The default `on_damaged`: a structlog warning."""
+    get_logger().warning(
+        "a state file cannot be used; memoryd does without it and rebuilds it",
+        path=str(path),
+        problem=problem,
+        hint="nothing to do unless this recurs; then remove the file",
+    )
 
 
 class StateStore:
@@ -204,8 +222,12 @@ class StateStore:
     neither re-parses nor re-writes state that did not change.
     """
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(
+        self, state_dir: Path, *, on_damaged: Callable[[Path, str], None] = _say_on_stderr
+    ) -> None:
         self.root = state_dir / "dirs"
+        self.on_damaged = on_damaged
+        self._damaged: set[tuple[Path, str]] = set()  # said once each
         self._states: dict[Path, tuple[StateId, int, DirState]] = {}  # id, generation, state
         self._caches: dict[Path, tuple[FileId, dict[str, Scanned]]] = {}
         # A new token each time a dir's `seen` may have changed (read from disk, or saved with
@@ -217,6 +239,25 @@ class StateStore:
 
     def readers_path(self, real_path: Path) -> Path:
         return self.root / f"{dir_key(real_path)}.readers"
+
+    def read_file(self, path: Path) -> bytes | None:
+        """One of memoryd's own state files, whole; None when it is missing or damaged (not a
+        regular file, a symlink, over STATE_MAX_BYTES, unreadable), which is said once."""
+        try:
+            return read_bounded(path, STATE_MAX_BYTES, follow=False)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            self._damage(path, error)
+            return None
+
+    def _damage(self, path: Path, error: OSError) -> None:
+        problem = read_problem(error)
+        if (path, problem) in self._damaged:
+            return
+        self._damaged.add((path, problem))
+        with contextlib.suppress(Exception):  # telling must not fail the command
+            self.on_damaged(path, problem)
 
     @contextlib.contextmanager
     def reading(self, real_path: Path) -> Iterator[None]:
@@ -232,11 +273,13 @@ class StateStore:
             if held is not None:
                 self._readers[real_path] = (held[0], held[1] + 1)
             else:
+                path = self.readers_path(real_path)
                 try:
-                    fd = os.open(
-                        self.readers_path(real_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-                    )
-                except OSError:
+                    fd, _ = open_regular(path, follow=False)  # a FIFO there: refused at once
+                except FileNotFoundError:
+                    fd = -1
+                except OSError as error:
+                    self._damage(path, error)
                     fd = -1
                 self._readers[real_path] = (fd, 1)
         try:
@@ -306,9 +349,12 @@ class StateStore:
         if held is not None and self._state_id(real_path, held[1]) == held[0]:
             return _copy(held[2])
         base_id = _file_id(path)
+        raw = self.read_file(path)
         try:
-            data: dict[str, Any] = json.loads(path.read_bytes())
-        except (OSError, ValueError):
+            data: Any = json.loads(raw) if raw is not None else None
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
             return DirState(path=str(real_path))
         generation = data.pop("_log", 0)
         generation = generation if isinstance(generation, int) else 0
@@ -316,16 +362,15 @@ class StateStore:
         _apply(state, data)
         log_path = self._log_path(real_path, generation)
         log_id = _file_id(log_path)
-        if log_id is not None:
-            with contextlib.suppress(OSError):
-                for line in log_path.read_bytes().splitlines():
-                    try:
-                        change = json.loads(line)
-                    except ValueError:
-                        continue  # a torn last line: that save never finished
-                    if isinstance(change, dict):
-                        _apply_change(state, change)
-        if base_id is not None:
+        log = self.read_file(log_path) if log_id is not None else b""
+        for line in (log or b"").splitlines():
+            try:
+                change = json.loads(line)
+            except ValueError:
+                continue  # a torn last line: that save never finished
+            if isinstance(change, dict):
+                _apply_change(state, change)
+        if base_id is not None and log is not None:  # (a damaged log: the next save is whole)
             self._states[real_path] = ((base_id, log_id), generation, _copy(state))
         self._seen_tokens[real_path] = object()
         return state
@@ -390,7 +435,9 @@ class StateStore:
         `state_id`: the files as they were checked to be `held`'s just before."""
         line = json.dumps(delta, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
         log_path = self._log_path(real_path, generation)
-        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # O_NONBLOCK: a FIFO put there since the load fails the save (ENXIO), never hangs it.
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(log_path, flags | os.O_CLOEXEC, 0o600)
         try:
             # Written through to the kernel (a killed process loses nothing) but not fsynced:
             # the index write this follows has just paid for its own durability, and losing the
@@ -427,20 +474,17 @@ class StateStore:
         held = self._caches.get(real_path)
         if held is not None and current is not None and held[0] == current:
             return held[1]  # read-only for callers: scan_dir only looks entries up
-        try:
-            files = load_cache(path.read_bytes())
-        except OSError:
+        data = self.read_file(path)
+        if data is None:
             return {}
+        files = load_cache(data)
         if current is not None:
             self._caches[real_path] = (current, files)
         return files
 
     def load_facts(self, real_path: Path) -> bytes | None:
         """The dream facts a pass saved for the dir (``FactsCache.dump``), or None."""
-        try:
-            return self._facts_path(real_path).read_bytes()
-        except OSError:
-            return None
+        return self.read_file(self._facts_path(real_path))
 
     def save_facts(self, real_path: Path, data: Iterable[bytes]) -> None:
         # Not fsynced: facts lost to a power cut are derived again by the next pass.
@@ -468,10 +512,7 @@ class StateStore:
 
     def load_repo_tokens(self, root: Path) -> bytes | None:
         """The saved token cache of a repo root (``repo.dump_sources``), or None."""
-        try:
-            return self._repo_path(root).read_bytes()
-        except OSError:
-            return None
+        return self.read_file(self._repo_path(root))
 
     def save_repo_tokens(self, root: Path, data: bytes) -> None:
         # Not fsynced: a cache lost to a power cut costs one rebuild.
@@ -484,9 +525,8 @@ class StateStore:
         if same and held is not None and held[0] == _file_id(path):
             return
         data = dump_cache(files)
-        with contextlib.suppress(OSError):
-            if held is None and path.read_bytes() == data:
-                return
+        if held is None and self.read_file(path) == data:
+            return
         fsops.write_private(path, data)
         written = _file_id(path)
         if written is not None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from memoryd import fsops
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
+from memoryd.paths import BoundedLines, file_kind, open_regular, read_problem
 from memoryd.scan import skip_reason
 
 TRASH_DIR = ".trash"
@@ -170,22 +171,36 @@ def free_name(folder: Path, name: str) -> str:
     return _first_free(folder, name, ".", 2)
 
 
-def open_manifest(dir_fd: int) -> int:
-    """The manifest of the day folder open as `dir_fd`, opened for appending lines.
+def open_manifest(dir_fd: int, folder: Path | None = None) -> int:
+    """The manifest of the day folder open as `dir_fd` (`folder`, for messages), opened for
+    appending lines.
 
     A power cut can leave a manifest's last line torn (or, on some filesystems, its tail
     zero-filled): a line appended to that would be glued to it and lost with it. So a
     manifest that does not end in a newline gets one first; the torn line stays a line of
-    its own that readers skip.
+    its own that readers skip. A manifest that is not a regular file (a FIFO planted there
+    would swallow the records, then block) is refused before anything moves.
     """
     fd = os.open(
         MANIFEST,
-        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
         0o600,
         dir_fd=dir_fd,
     )
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        where = (folder / MANIFEST) if folder is not None else Path(MANIFEST)
+        raise UnsafeFilesystemOperation(
+            f"{where} is {file_kind(st.st_mode)}, not a regular file: memoryd records no move "
+            "in it (and so moves nothing into this folder). Move it aside and rerun."
+        )
+    try:
+        size = st.st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             os.write(fd, b"\n")
     except BaseException:
@@ -244,7 +259,7 @@ def put_back_unchecked(memory_dir: Path, record: TrashRecord) -> str | None:
 
 def append_record(memory_dir: Path, day: str, line: str) -> None:
     with open_day(memory_dir, day) as day_fd:
-        fd = open_manifest(day_fd)
+        fd = open_manifest(day_fd, memory_dir / TRASH_DIR / day)
     try:
         _write_line(fd, line)
         os.fsync(fd)
@@ -328,7 +343,7 @@ class Mover:
             return Unmoved(MODIFIED)
         record = replace(record, size=checked.size)
         if self._manifest < 0:
-            self._manifest = open_manifest(self._folder_fd)
+            self._manifest = open_manifest(self._folder_fd, self.folder)
         if self._before_move is not None:
             self._before_move(record.original_name)
         fsops.rename_no_replace(
@@ -379,6 +394,11 @@ class Mover:
 # (test_odd_names_move_and_come_back); they are harmless in a name used only relative to a
 # folder descriptor, and shown escaped.
 NAME_MAX_BYTES = 255
+# A record is a few hundred bytes (its pointer line and details included): a line over this is
+# none the mover wrote, and a manifest over this (~100,000 records in one day folder) is read up
+# to here, the rest reported. Both keep a planted manifest from holding a reader for long.
+MANIFEST_LINE_MAX = 1 << 20
+MANIFEST_MAX_BYTES = 64 << 20
 _ID = re.compile(r"^[0-9a-f]{10}$")
 _TEXT_FIELDS = ("id", "original_name", "stored_name", "day", "sha256", "reason", "pass_id", "time")
 
@@ -424,12 +444,18 @@ class Invalid:
     """A manifest line memoryd will not act on: listed as such, never restored."""
 
     folder: Path
-    line: int
+    line: int  # 0: the manifest as a whole
     problem: str
     id: str = ""  # the id the line gives, if it is text: what a person may ask to restore
 
     @property
     def message(self) -> str:
+        if not self.line:
+            return (
+                f"{self.folder / MANIFEST}: {self.problem}; memoryd does not read it nor act on "
+                "any record in this folder (none is restorable). If you trust the files here, "
+                "move them back by hand; else move the manifest aside"
+            )
         return (
             f"{self.folder / MANIFEST} line {self.line}: {self.problem}; memoryd does not act "
             "on this record (it is not restorable). If you trust the file it names, move it "
@@ -452,30 +478,53 @@ class Entry:
         return self.folder / self.record.stored_name
 
 
-def _manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """(line number, row) of a day folder's manifest, None for a line that is no JSON object;
-    nothing when it or its folder cannot be read. A last line without its newline is torn
-    (a power cut): not a line yet."""
+Line = dict[str, Any] | str | None  # a row; why it was not read (str); no JSON object (None)
+
+
+def _manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
+    """(line number, row) of a day folder's manifest, None for a line that is no JSON object.
+    Nothing when there is no manifest (or folder); (0, why) when it is not a regular file (a
+    symlink is never followed, a FIFO never waited on) or cannot be read; (n, why) for a line
+    over MANIFEST_LINE_MAX and for line n onwards past MANIFEST_MAX_BYTES. A last line without
+    its newline is torn (a power cut): not a line yet."""
     try:
         with open_day(memory_dir, day) as day_fd:
-            fd = os.open(MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=day_fd)
-    except (OSError, MemorydError):
+            fd, _ = open_regular(
+                MANIFEST, dir_fd=day_fd, follow=False, shown=memory_dir / TRASH_DIR / day
+            )
+    except FileNotFoundError:
         return
-    with os.fdopen(fd, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            if not raw.endswith(b"\n"):
-                return
+    except MemorydError:
+        return  # the day folder is not a plain folder: it is no day (see _day_dirs)
+    except OSError as error:
+        yield 0, read_problem(error)
+        return
+    try:
+        lines = BoundedLines(fd, max_line=MANIFEST_LINE_MAX, max_bytes=MANIFEST_MAX_BYTES)
+        for number, raw in lines:
+            if raw is None:
+                yield number, f"the line is over {MANIFEST_LINE_MAX} bytes: none memoryd wrote"
+                continue
             try:
                 row = json.loads(raw)
             except ValueError:
                 row = None
             yield number, row if isinstance(row, dict) else None
+        if lines.cut:
+            yield lines.cut, (
+                f"the manifest is over {MANIFEST_MAX_BYTES} bytes: this line and all after it "
+                "are not read"
+            )
+    except OSError as error:
+        yield 0, read_problem(error)
+    finally:
+        os.close(fd)
 
 
 def manifest_rows(memory_dir: Path, day: str) -> Iterator[dict[str, Any]]:
     """The rows of a day folder's manifest (none when it or its folder cannot be read)."""
     for _, row in _manifest_lines(memory_dir, day):
-        if row is not None:
+        if isinstance(row, dict):
             yield row
 
 
@@ -503,6 +552,9 @@ def contents(memory_dir: Path) -> Contents:
         for number, row in _manifest_lines(memory_dir, day):
             if row is None:
                 continue  # a torn line a power cut left: readers skip it (open_manifest)
+            if isinstance(row, str):
+                invalid.append(Invalid(folder, number, row))
+                continue
             if "restored" in row:
                 restored, name = row["restored"], row.get("as")
                 why = name_problem(name)
@@ -699,6 +751,9 @@ def day_facts(memory_dir: Path, day: str) -> DayFacts:
     for number, row in _manifest_lines(memory_dir, day):
         if row is None:
             continue
+        if isinstance(row, str):
+            where = f"line {number} of its manifest" if number else "its manifest"
+            return DayFacts(identity, [], f"{where}: {row}")
         moved = "restored" not in row
         if moved and record_problem(row, day) is not None:
             continue

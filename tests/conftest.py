@@ -188,6 +188,21 @@ def write_memory(
     return path
 
 
+def make_small_repo(tmp_path: Path) -> Path:
+    """`app/`: one source file and an empty repo-scope memory dir, `.claude/memory/`."""
+    root = tmp_path / "app"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("x = 1\n")
+    (root / ".claude" / "memory").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """`make_small_repo`; modules that need a tree of their own override this fixture."""
+    return make_small_repo(tmp_path)
+
+
 @pytest.fixture
 def corpus(tmp_path: Path) -> Iterator[Path]:
     yield copy_corpus(tmp_path / "corpus")

@@ -21,15 +21,6 @@ from tests.conftest import Env
 from tests.test_dream_planted import DAY, _filler, mem
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "app"
-    (root / "src").mkdir(parents=True)
-    (root / "src" / "app.py").write_text("x = 1\n")
-    (root / ".claude" / "memory").mkdir(parents=True)
-    return root
-
-
 def _dir(repo: Path) -> MemoryDir:
     md = explicit_dirs(repo / ".claude" / "memory", Config())[0]
     return replace(md, repo_root=repo, repo_reason="test")

@@ -98,3 +98,71 @@ def test_since_accepts_relative_and_iso_times() -> None:
     assert parse_since("2026-11-30T00:00:00Z") == 1795996800
     with pytest.raises(ValueError, match="--since"):
         parse_since("yesterday-ish")
+
+
+def _row_of(size: int, event: str) -> bytes:
+    """A valid audit row of exactly `size` bytes, newline included."""
+    head = json.dumps({"ts": "2026-12-01T00:00:00.000Z", "v": 1, "event": event, "pad": ""})
+    line = head[:-2] + "x" * (size - len(head) - 1) + '"}\n'
+    assert len(line) == size
+    return line.encode()
+
+
+def test_a_line_over_the_limit_is_skipped_as_torn(tmp_path: Path) -> None:
+    """A row of MAX_LINE_BYTES (newline included) is read; one byte more and it is skipped
+    like a torn line, never held whole; the rows around it are read. The old reader read any
+    line whole and returned the over-long row."""
+    from memoryd.audit import MAX_LINE_BYTES
+
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(_row_of(200, "a.first") + _row_of(MAX_LINE_BYTES, "b.at_limit")
+                     + _row_of(MAX_LINE_BYTES + 1, "c.over") + _row_of(200, "d.last"))
+    assert [r["event"] for r in iter_lines(path)] == ["a.first", "b.at_limit", "d.last"]
+
+
+def _memoryd_log(home: Path) -> subprocess.CompletedProcess[str]:
+    """`memoryd log --json` in a child with its address space capped at 768 MiB."""
+    import resource
+    import sys
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20))
+
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
+           "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config")}
+    return subprocess.run([sys.executable, "-m", "memoryd", "log", "--json"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False,
+                          preexec_fn=cap)
+
+
+def test_a_gigabyte_line_is_read_through_in_bounded_memory(tmp_path: Path) -> None:
+    """A 1 GiB line (a sparse run of NULs, as a crash can leave) between two rows: `memoryd
+    log` shows both rows in a child capped at 768 MiB; the old reader held the line whole and
+    died of MemoryError."""
+    path = tmp_path / "state" / "memoryd" / "log" / "audit.jsonl"
+    path.parent.mkdir(parents=True)
+    with path.open("wb") as log:
+        log.write(_row_of(200, "a.first"))
+        log.truncate(200 + (1 << 30))
+        log.seek(0, os.SEEK_END)
+        log.write(b"\n" + _row_of(200, "b.last"))
+    done = _memoryd_log(tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [json.loads(line)["event"] for line in done.stdout.splitlines()] == ["a.first",
+                                                                                 "b.last"]
+
+
+def test_a_fifo_at_the_audit_path_hangs_neither_the_reader_nor_the_writer(tmp_path: Path) -> None:
+    """A FIFO planted as audit.jsonl: `memoryd log` names it and exits 1 at once (the old code
+    waited for a writer for ever); a row written meanwhile is refused and said once, never
+    put into the pipe."""
+    path = tmp_path / "state" / "memoryd" / "log" / "audit.jsonl"
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    done = _memoryd_log(tmp_path)
+    assert done.returncode == 1 and f"{path}: it is a FIFO" in done.stderr
+    told: list[object] = []
+    log = AuditLog(path, on_failure=lambda p, e: told.append(e))
+    assert log.write("dream.skipped", why="x") is None
+    assert log.write("dream.skipped", why="y") is None
+    assert len(told) == 1 and "FIFO" in str(told[0])

@@ -15,7 +15,7 @@ import pytest
 from memoryd import audit
 from memoryd.audit import AuditLog
 from memoryd.discover import slugify
-from tests.conftest import Env
+from tests.conftest import Env, make_small_repo
 from tests.test_daemon import agent_write, index_text, start, wait_for
 from tests.test_dream_planted import _filler, mem
 
@@ -24,10 +24,7 @@ WARNING = "the audit log cannot be written"
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "app"
-    (root / "src").mkdir(parents=True)
-    (root / "src" / "app.py").write_text("x = 1\n")
-    (root / ".claude" / "memory").mkdir(parents=True)
+    root = make_small_repo(tmp_path)
     mem(root, "stale.md", "Lived in `src/removed.py`.")
     _filler(root)
     return root

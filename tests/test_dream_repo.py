@@ -138,7 +138,7 @@ def test_build_is_deterministic_and_capped(tmp_path: Path) -> None:
 
 def test_unreadable_entries_are_skipped(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder or file that cannot be read is skipped silently; the folder becomes opaque."""
-    real_scandir, real_open = os.scandir, open
+    real_scandir, real_open = os.scandir, repo_module.open_regular
 
     def scandir(path: str) -> Any:
         if path.endswith(os.sep + "lib"):
@@ -151,7 +151,7 @@ def test_unreadable_entries_are_skipped(tree: Path, monkeypatch: pytest.MonkeyPa
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    monkeypatch.setattr(repo_module, "open", fake_open, raising=False)
+    monkeypatch.setattr(repo_module, "open_regular", fake_open)
     index = RepoIndex.build(tree)
     assert "src/lib" in index.opaque
     assert "src/lib/util.ts" not in index.files
@@ -168,3 +168,33 @@ def test_root_must_be_a_folder(tmp_path: Path) -> None:
         RepoIndex.build(tmp_path / "nope")
     with pytest.raises(NotADirectoryError):
         RepoIndex.build(write(tmp_path, "file.txt", "x"))
+
+
+@pytest.mark.timeout(30)  # the old code waited on the FIFO for ever
+def test_special_files_are_listed_never_opened_even_when_swapped_in(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repo may hold FIFOs and sockets (a dev server's, say) under source names: they are
+    listed, never read. One renamed onto a source's name after the walk looked at it is
+    opened non-blocking and refused: the build finishes without its tokens and reads it again
+    next time. The old code opened it blocking and waited for a writer for ever."""
+    import socket
+
+    os.mkfifo(tree / "src" / "pipe.py")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(tree / "src" / "server.sock.py"))
+        real_walk = repo_module._walk
+
+        def swapping_walk(root: Path, max_files: int) -> Any:
+            for item in real_walk(root, max_files):
+                if item[1] == "src/app.py":
+                    fifo = tree / "src" / "new-fifo"
+                    os.mkfifo(fifo)
+                    fifo.replace(tree / "src" / "app.py")  # after its lstat, before its read
+                yield item
+
+        monkeypatch.setattr(repo_module, "_walk", swapping_walk)
+        index = RepoIndex.build(tree)
+    assert {"src/pipe.py", "src/server.sock.py", "src/app.py"} <= index.files
+    assert "parse_config" not in index.tokens and "renderPage" in index.tokens
+    assert index.sources is not None and index.sources.files["src/app.py"][0] == repo_module._NEVER

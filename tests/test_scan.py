@@ -162,3 +162,34 @@ def test_files_removed_while_the_dir_is_scanned_are_simply_gone(
     assert set(result.files) == {"kept.md"} and result.problems == {}
     assert "new.md" not in result.present and "sedXYZ12" not in result.present
     assert result.vanished == ["new.md"]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("cached", [False, True], ids=["new file", "changed file"])
+def test_a_fifo_swapped_in_after_the_listing_is_reported_not_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """A memory replaced by a FIFO between the listing's look at it and its read (a new file,
+    and one whose cache entry no longer matches): the read opens it non-blocking and refuses
+    it, the file is reported unreadable, the others are read. (fsops.read_regular held this
+    already; without its O_NONBLOCK the scan waits here for ever.)"""
+    from memoryd import fsops
+
+    folder = tmp_path / "m"
+    write_memory(folder, "a.md", description="first")
+    write_memory(folder, "b.md", description="other")
+    cache = scan_dir(folder).files if cached else None
+    if cached:
+        write_memory(folder, "a.md", description="changed")
+    real = fsops.read_regular
+
+    def swap_then_read(dir_fd: int, name: str, limit: int, **kwargs: bool) -> object:
+        if name == "a.md":
+            os.unlink(name, dir_fd=dir_fd)
+            os.mkfifo(name, dir_fd=dir_fd)
+        return real(dir_fd, name, limit, **kwargs)
+
+    monkeypatch.setattr(fsops, "read_regular", swap_then_read)
+    result = scan_dir(folder, cache)
+    assert result.files["a.md"].problem_kind == "unreadable"
+    assert result.files["b.md"].description == "other"

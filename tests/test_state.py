@@ -1,11 +1,12 @@
 """Per-dir state: small saves go to a log beside the base file, and a fresh process reads both."""
 
+import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from memoryd.state import LOG_FOLD_BYTES, DirState, StateStore
+from memoryd.state import LOG_FOLD_BYTES, STATE_MAX_BYTES, DirState, StateStore
 from tests.conftest import lock_held_elsewhere
 
 
@@ -253,3 +254,81 @@ def _link(fd: Path) -> str:
         return str(fd.readlink())
     except OSError:
         return ""
+
+
+# --- damaged state: special files, links, sizes (DESIGN §2.7) -----------------------------------
+def _all_state_files(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    """A dir with every state file memoryd keeps for it (base, log, cache, facts, readers, a
+    repo's tokens), and the store's paths of each."""
+    store, folder, state = saved_once(tmp_path, 3)
+    state.seen["m1.md"] = ["m1", "second"]
+    store.save(folder, state, seen_changed={"m1.md"})  # the log
+    store.save_cache(folder, {})
+    store.save_facts(folder, [b"facts"])
+    store.save_repo_tokens(folder, b"tokens")
+    store.readers_path(folder).touch()
+    root = tmp_path / "dirs"
+    files = {"base": next(root.glob("*.json")), "log": next(root.glob("*.log")),
+             "cache": next(root.glob("*.cache")), "facts": next(root.glob("*.facts")),
+             "readers": store.readers_path(folder),
+             "tokens": next((tmp_path / "repos").glob("*.tokens"))}
+    return folder, files
+
+
+def _use_every_file(store: StateStore, folder: Path) -> tuple[DirState, object, object, object]:
+    with store.reading(folder):
+        pass
+    return (store.load(folder), store.load_cache(folder), store.load_facts(folder),
+            store.load_repo_tokens(folder))
+
+
+@pytest.mark.timeout(30)  # the old code waited on the FIFO for ever
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "oversize"])
+def test_a_state_file_that_is_no_regular_file_is_damaged_state_said_once(
+    tmp_path: Path, kind: str
+) -> None:
+    """Each state file replaced by a FIFO, a symlink to a copy of itself, or a sparse file
+    over STATE_MAX_BYTES: none is waited on, followed or read; each counts as damaged (a fresh
+    state, no cache) and is said once however often it is met. The old code blocked on the
+    FIFO, followed the link and read the big file whole."""
+    folder, files = _all_state_files(tmp_path)
+    for name, path in files.items():
+        if name == "log":
+            continue  # met only while the base is good: below
+        copy = path.with_name(path.name + ".copy")
+        path.rename(copy)
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "symlink":
+            path.symlink_to(copy)
+        else:
+            with path.open("wb") as big:
+                big.truncate(STATE_MAX_BYTES + 1)
+    said: list[tuple[Path, str]] = []
+    store = StateStore(tmp_path, on_damaged=lambda p, why: said.append((p, why)))
+    state, cache, facts, tokens = _use_every_file(store, folder)
+    assert state == DirState(path=str(folder)) and cache == {}
+    assert facts is None and tokens is None
+    _use_every_file(store, folder)
+    unread = {"log"} | ({"readers"} if kind == "oversize" else set())  # held open, never read
+    assert sorted(p for p, _ in said) == sorted(p for n, p in files.items() if n not in unread)
+    assert all(why.startswith("it is ") for _, why in said)
+    store.save(folder, DirState(path=str(folder), seen=seen_of(1)))  # replaces the damaged base
+    assert StateStore(tmp_path).load(folder).seen == seen_of(1)
+
+
+@pytest.mark.timeout(30)
+def test_a_fifo_as_the_state_log_is_done_without_and_replaced(tmp_path: Path) -> None:
+    """A FIFO as the base's log: the base alone is loaded, said once, and the next save writes
+    the base whole (removing the FIFO) instead of appending into it."""
+    folder, files = _all_state_files(tmp_path)
+    files["log"].unlink()
+    os.mkfifo(files["log"])
+    said: list[tuple[Path, str]] = []
+    store = StateStore(tmp_path, on_damaged=lambda p, why: said.append((p, why)))
+    state = store.load(folder)
+    assert state.seen == seen_of(3) and said == [(files["log"], "it is a FIFO (named pipe), "
+                                                  "not a regular file")]
+    state.seen["m2.md"] = ["m2", "after"]
+    store.save(folder, state, seen_changed={"m2.md"})
+    assert not files["log"].exists() and StateStore(tmp_path).load(folder) == state

@@ -4,6 +4,9 @@ import errno
 import hashlib
 import json
 import os
+import stat
+import subprocess
+import sys
 import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -15,17 +18,9 @@ from memoryd.config import Config
 from memoryd.discover import explicit_dirs
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, boot_clock
+from memoryd.state import dir_key
 from tests.conftest import Env, tree_digest, write_memory
 from tests.test_dream_planted import _filler, mem
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "app"
-    (root / "src").mkdir(parents=True)
-    (root / "src" / "app.py").write_text("x = 1\n")
-    (root / ".claude" / "memory").mkdir(parents=True)
-    return root
 
 
 def test_plan_purge_respects_retention_and_the_clock() -> None:
@@ -707,3 +702,140 @@ def test_restore_checks_the_names_of_an_entry_it_is_given(tmp_path: Path) -> Non
     with pytest.raises(MemorydError, match=r"manifest\.jsonl"):
         trash.restore(folder, bad)
     assert not (tmp_path / "escaped.md").exists() and (day / "old.md").exists()
+
+
+# --- special files and sizes in the trash (DESIGN §2.7) -----------------------------------------
+def memoryd_child(
+    env: Env, *args: str | Path, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`memoryd ARGS` in a child process with the test's HOME and XDG folders: a reader that
+    blocks on a FIFO hangs the child, and the timeout (a run takes a second or two) fails the
+    test instead of the suite."""
+    child_env = {**os.environ, "HOME": str(env.home),
+                 "XDG_CONFIG_HOME": str(env.home / ".config"),
+                 "XDG_STATE_HOME": str(env.home / ".local" / "state"),
+                 "XDG_CACHE_HOME": str(env.home / ".cache")}
+    child_env.pop("CLAUDE_CONFIG_DIR", None)
+    return subprocess.run([sys.executable, "-m", "memoryd", *map(str, args)], env=child_env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_a_fifo_manifest_hangs_no_trash_command(env: Env, repo: Path) -> None:
+    """A FIFO planted as a day folder's manifest.jsonl (the memory dir is the agents' to write)
+    is reported by `trash list`, and list, restore and purge all finish; the old code's list
+    and restore opened it for reading and waited for a writer for ever."""
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    good = _old_day(folder, 3)
+    (entry,) = trash.entries(folder)
+    planted = folder / ".trash" / "2020-01-01"
+    planted.mkdir()
+    (planted / "x.md").write_text("---\nname: x\n---\n")
+    os.mkfifo(planted / trash.MANIFEST)
+    listed = memoryd_child(env, "trash", "list", folder)
+    assert listed.returncode == 1, listed.stderr
+    assert f"INVALID  {planted / trash.MANIFEST}: it is a FIFO" in listed.stdout
+    assert entry.record.id in listed.stdout  # the good day is listed all the same
+    restored = memoryd_child(env, "trash", "restore", entry.record.id, folder)
+    assert restored.returncode == 0, restored.stderr
+    assert (folder / "old.md").exists() and not (good / "old.md").exists()
+    purged = memoryd_child(env, "trash", "purge", folder)
+    assert purged.returncode == 1 and f"{planted}: kept" in purged.stdout
+    assert stat.S_ISFIFO(os.lstat(planted / trash.MANIFEST).st_mode)
+
+
+def test_a_fifo_as_todays_manifest_moves_nothing(env: Env, repo: Path) -> None:
+    """A FIFO as today's manifest.jsonl: the pass refuses it before its first move (its records
+    would go into the pipe and be lost), names it, and the memory stays where it is."""
+    folder = repo / ".claude" / "memory"
+    path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    today = folder / ".trash" / date.today().isoformat()
+    today.mkdir(parents=True)
+    os.mkfifo(today / trash.MANIFEST)
+    done = memoryd_child(env, "dream", "--json", folder)
+    [report] = json.loads(done.stdout)["dirs"]
+    assert done.returncode == 1 and report["status"] == "failed", done.stderr
+    assert f"{today / trash.MANIFEST} is a FIFO" in report["message"]
+    assert path.exists() and os.listdir(today) == [trash.MANIFEST]
+    assert not trash.contents(folder).entries
+
+
+def test_a_symlinked_manifest_is_reported_and_never_followed(
+    env: Env, cli, repo: Path, tmp_path: Path
+) -> None:
+    """manifest.jsonl as a link to a manifest elsewhere whose record names a file in the day
+    folder: reported, its record neither listed nor restorable (the old code said nothing)."""
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    day = _old_day(folder, 3)
+    (entry,) = trash.entries(folder)
+    outside = tmp_path / "outside.jsonl"
+    (day / trash.MANIFEST).rename(outside)
+    (day / trash.MANIFEST).symlink_to(outside)
+    listed = cli("trash", "list", folder)
+    assert listed.code == 1 and entry.record.id not in listed.out.split("INVALID")[0]
+    assert f"INVALID  {day / trash.MANIFEST}: it is a symbolic link" in listed.out
+    restored = cli("trash", "restore", entry.record.id, folder)
+    assert restored.code == 1 and (day / "old.md").exists() and not (folder / "old.md").exists()
+
+
+def test_a_huge_manifest_is_read_to_its_limit_and_the_rest_reported(
+    env: Env, cli, repo: Path
+) -> None:
+    """A record line over 1 MiB and the lines past 64 MiB (trash.MANIFEST_LINE_MAX,
+    MANIFEST_MAX_BYTES) are reported, never listed as restorable; the records before them are.
+    The old code read every line whole, at any length: it listed both planted records."""
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md")
+    day = _old_day(folder, 3)
+    (first,) = trash.entries(folder)
+    good = json.loads(first.record.to_json())
+    long_row = {**good, "id": "aaaaaaaaaa", "details": {"pad": "x" * trash.MANIFEST_LINE_MAX}}
+    late_row = {**good, "id": "bbbbbbbbbb"}
+    filler = b"#" * (trash.MANIFEST_LINE_MAX - 1) + b"\n"  # at the line limit: read, no JSON
+    with (day / trash.MANIFEST).open("ab") as manifest:
+        manifest.write(json.dumps(long_row).encode() + b"\n")
+        for _ in range(trash.MANIFEST_MAX_BYTES // len(filler)):
+            manifest.write(filler)
+        manifest.write(json.dumps(late_row).encode() + b"\n")
+    assert (day / trash.MANIFEST).stat().st_size > trash.MANIFEST_MAX_BYTES
+    doc = json.loads(cli("trash", "list", "--json", folder).out)
+    assert [r["id"] for r in doc["trash"]] == [first.record.id]
+    problems = {r["line"]: r["problem"] for r in doc["invalid"]}
+    with (day / trash.MANIFEST).open("rb") as manifest:  # the line that crosses the limit
+        limit = manifest.read(trash.MANIFEST_MAX_BYTES).count(b"\n") + 1
+    assert problems == {
+        2: f"the line is over {trash.MANIFEST_LINE_MAX} bytes: none memoryd wrote",
+        limit: f"the manifest is over {trash.MANIFEST_MAX_BYTES} bytes: this line and all "
+        "after it are not read",
+    }
+    assert cli("trash", "restore", "bbbbbbbbbb", folder).code == 1
+
+
+def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> None:
+    """Every state file a pass and a purge read (the dir's state, cache, facts and trash-days
+    record, the repo's tokens, the trash clock, a pending journal) replaced by a FIFO: `dream`
+    and `trash purge` finish, each FIFO is named once, and the pass's saves replace them. The
+    old code waited on the first FIFO it read (the journal, at recovery) for ever."""
+    folder = repo / ".claude" / "memory"
+    mem(repo, "a.md", "Plain words.")
+    _filler(repo)
+    assert cli("dream", folder).code == 0 and cli("trash", "purge", folder).code == 0
+    key = dir_key(folder.resolve())
+    fifos = [env.state / "dirs" / f"{key}{suffix}"
+             for suffix in (".json", ".cache", ".facts", housekeeping.DAYS_SUFFIX)]
+    fifos += [env.state / housekeeping.CLOCK_FILE, *(env.state / "repos").glob("*.tokens")]
+    assert all(p.is_file() for p in fifos) and len(fifos) == 6
+    for path in fifos:
+        path.unlink()
+        os.mkfifo(path)
+    (env.state / "journal").mkdir(mode=0o700, exist_ok=True)
+    os.mkfifo(env.state / "journal" / "0123456789.jsonl")
+    dreamt = memoryd_child(env, "dream", folder)
+    assert dreamt.returncode == 0, dreamt.stderr
+    purged = memoryd_child(env, "trash", "purge", folder)
+    assert purged.returncode == 0, purged.stderr
+    said = dreamt.stderr + purged.stderr
+    assert all(said.count(str(p)) == 1 for p in fifos), said
+    assert all(p.is_file() for p in fifos)  # rebuilt by the saves

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from memoryd.index import INDEX_NAME
+from memoryd.paths import open_regular, read_open
 from memoryd.scan import TRASH_DIR
 from memoryd.sealed import seal, unseal
 
@@ -97,16 +98,23 @@ def _is_text_source(name: str) -> bool:
     return bool(dot) and ext.lower() in TEXT_EXTENSIONS
 
 
-def _read_runs(path: str, size: int, max_bytes: int) -> list[bytes] | None:
-    """Identifier runs of one file: none when it is too big or binary, None when it could not
-    be read (which may pass: such a file is read again by the next build)."""
-    if size > max_bytes:
+def _read_runs(path: str, st: os.stat_result, max_bytes: int) -> list[bytes] | None:
+    """Identifier runs of one file (`st`: the walk's lstat of it): none when it is too big or
+    binary, None when it could not be read (which may pass: such a file is read again by the
+    next build). A FIFO, socket or device renamed onto the name since the walk looked is
+    opened non-blocking and refused, never waited on; a symlink is not followed."""
+    if st.st_size > max_bytes:
         return []
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+        fd, _ = open_regular(path, follow=False, looked=st)
     except OSError:
         return None
+    try:
+        data = read_open(fd, max_bytes)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     if len(data) > max_bytes or b"\0" in data[:_BINARY_PROBE_BYTES]:
         return []
     return data.translate(_SPACE_OUT_NON_IDENT).split()
@@ -268,7 +276,7 @@ def _runs_of(
         kept = previous.files.get(rel)
         if kept is not None and kept[0] == stamp:
             return stamp, kept[1]
-    runs = _read_runs(path, st.st_size, max_bytes)
+    runs = _read_runs(path, st, max_bytes)
     if runs is None:
         return _NEVER, set()
     return stamp, set(runs)

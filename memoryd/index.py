@@ -5,9 +5,10 @@ byte-for-byte (order, CRLF, a missing final newline). See DESIGN §3.
 """
 
 import functools
+import hashlib
 import itertools
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import date
 from enum import StrEnum
@@ -446,6 +447,10 @@ class IndexEdit:
     over_budget: Measure | None = None
     outside: list[str] = field(default_factory=list)
     fits_window: bool = True
+    # What `IndexInput.own` becomes for the files whose lines the edit looked at: the digest of
+    # the line memoryd now owns, or None (its line is gone, or lost to another). The pointers
+    # the edit adds are not in it: see note_own.
+    own: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,13 +472,46 @@ class IndexInput:
     # How many memory files the dir holds, when `memories` carries only the ones an edit
     # restricted to changed files needs (index_held); None: len(memories).
     total: int | None = None
+    # file -> line_digest of the pointer line memoryd itself wrote for it (DirState.own): only
+    # that line is memoryd's; any other, however much it looks like memoryd's template, is
+    # the agent's or a person's.
+    own: Mapping[str, str] = field(default_factory=dict)
 
 
-def _is_generated(line: Line, entry: Entry, prev: tuple[str, str] | None, sep: str) -> bool:
-    candidates = {render_pointer(entry.filename, entry.name, entry.description, sep)}
-    if prev is not None:
-        candidates.add(render_pointer(entry.filename, prev[0], prev[1], sep))
-    return line.content in candidates
+def line_digest(content: str) -> str:
+    """A short fingerprint of a pointer line (without its ending), as the state records it."""
+    data = content.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def _is_generated(content: str, record: str | None) -> bool:
+    """Whether a line is the one memoryd wrote for its file (`content`: as the pass found it)."""
+    return record is not None and line_digest(content) == record
+
+
+def note_own(
+    own: MutableMapping[str, str],
+    edit: IndexEdit,
+    memories: Mapping[str, Entry],
+    separator: str,
+    restored: Set[str] = frozenset(),
+) -> set[str]:
+    """Take `edit`'s word on memoryd's own lines into `own` (see IndexInput.own), with the
+    pointers it added: generated from the entry, except those of `restored` files (a line put
+    back from the trash is as the agent wrote it). The names whose record changed."""
+    changed: set[str] = set()
+    for name, digest in edit.own.items():
+        if digest is None:
+            own.pop(name, None)
+        else:
+            own[name] = digest
+        changed.add(name)
+    for name in edit.added:
+        if name not in restored:
+            entry = memories[name]
+            own[name] = line_digest(render_pointer(name, entry.name, entry.description, separator))
+            changed.add(name)
+    return changed
 
 
 def _new_pointer(filename: str, inp: IndexInput, eol: str) -> Line:
@@ -587,6 +625,7 @@ def edit_lines(
 
     # 2. A line exactly as memoryd would have written it from the previous name/description
     #    follows the file's new name/description; a person's wording is never touched.
+    rewrote: dict[int, str] = {}  # id of a line rewritten -> its content before
     for line in (*main_lines, *arch_lines):
         link = line.link
         if link is None or link.kind is not LinkKind.LOCAL or link.target not in inp.memories:
@@ -596,13 +635,16 @@ def edit_lines(
         if prev is None or prev == (entry.name, entry.description):
             continue
         if line.content == render_pointer(entry.filename, prev[0], prev[1], inp.separator):
+            rewrote[id(line)] = line.content
             line.content = render_pointer(
                 entry.filename, entry.name, entry.description, inp.separator
             )
             edit.rewritten.append(entry.filename)
 
-    # 3. Duplicate pointers to one file collapse: a hand-written line beats a generated one,
-    #    and among equals the first wins (MEMORY.md before the archive).
+    # 3. Duplicate pointers to one file collapse: memoryd's own line (the one its state
+    #    recorded, not one that merely looks like its template) loses to any other, and among
+    #    the others the first wins (MEMORY.md before the archive). The record follows: it
+    #    names the line left if memoryd wrote it (a rewrite above included), else nothing.
     groups: dict[str, list[Line]] = {}
     for line in (*main_lines, *arch_lines):
         link = line.link
@@ -610,16 +652,20 @@ def edit_lines(
             groups.setdefault(link.target, []).append(line)
     losers: set[int] = set()
     for target, group in groups.items():
-        if len(group) < 2:
-            continue
-        entry = inp.memories[target]
-        prev = inp.seen.get(target)
-        written = [ln for ln in group if not _is_generated(ln, entry, prev, inp.separator)]
-        winner = written[0] if written else group[0]
+        record = inp.own.get(target)
+        if len(group) < 2 and record is None and id(group[0]) not in rewrote:
+            continue  # the agent's one line: nothing to decide, nothing to record
+        mine = [_is_generated(rewrote.get(id(ln), ln.content), record) for ln in group]
+        at = next((i for i, m in enumerate(mine) if not m), 0)
+        winner = group[at]
         for ln in group:
             if ln is not winner:
                 losers.add(id(ln))
                 edit.collapsed.append(target)
+        owned = mine[at] or id(winner) in rewrote
+        now_own = line_digest(winner.content) if owned else None
+        if now_own != record:
+            edit.own[target] = now_own
     if losers:
         main_lines = [ln for ln in main_lines if id(ln) not in losers]
         arch_lines = [ln for ln in arch_lines if id(ln) not in losers]

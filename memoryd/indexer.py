@@ -30,6 +30,7 @@ from memoryd.index import (
     decide_ownership,
     local_links,
     measure,
+    note_own,
     release_parsed,
     split_lines,
     update_index,
@@ -525,6 +526,7 @@ def _index_once(
             preferred=preferred,
             placements=placements,
             ready=_ready(memories, now, grace),
+            own=state.own if state.known else {},
             heading=md.heading,
             separator=cfg.index.separator,
             budget=budget,
@@ -590,6 +592,9 @@ def _index_once(
         n: [m.name, m.description] if (m := memories.get(n)) is not None else still[n]
         for n in sorted(memories.keys() | still.keys())
     }
+    for name in [n for n in state.own if n not in memories and n not in still]:
+        del state.own[name]  # its file is gone (a problem for now keeps it, as `seen`)
+    note_own(state.own, edit, entries, cfg.index.separator, restored=preferred.keys())
     rt.store.save(md.real_path, state)
     if persist_cache:
         rt.store.save_cache(md.real_path, scan.files)
@@ -819,6 +824,7 @@ def _index_changed(
             budget=_budget(cfg.index),
             now=now,
             today=rt.today(),
+            own=state.own,
         ),
         only,
         held.waiting,
@@ -891,7 +897,9 @@ def _index_changed(
             state.seen[name] = [entry.name, entry.description]
         elif name not in problems:  # a problem for now keeps what was seen (see _index_once)
             state.seen.pop(name, None)
-    rt.store.save(md.real_path, state, seen_changed=only)
+            state.own.pop(name, None)
+    own_changed = note_own(state.own, edit, memories, cfg.index.separator) | only
+    rt.store.save(md.real_path, state, seen_changed=only, own_changed=own_changed)
     if outcome.status == "unchanged" or (outcome.status == "updated" and not outcome.problems):
         outcome.held = Held(
             scan,

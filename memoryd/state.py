@@ -1,7 +1,8 @@
 """memoryd's memory of each dir, kept in the state dir (never in the memory dir).
 
 Per dir: the memory files it has seen with their name/description (so a gone file's pointer can
-be removed and a generated line recognised), what it has already reported (so each problem is
+be removed and a generated line recognised), the pointer lines it wrote itself (so a duplicate of
+one is told from the agent's), what it has already reported (so each problem is
 said once), pile-up counts for the daemon, and a parse cache for a fast restart.
 
 Every state file is read as a regular file of bounded size, never through a symlink and never
@@ -40,6 +41,10 @@ class DirState:
     known: bool = False  # False until memoryd has finished one index pass over the dir
     managed: bool = False  # whether memoryd managed the index at its last pass
     seen: dict[str, list[str]] = field(default_factory=dict)  # file -> [name, description]
+    # file -> index.line_digest of the pointer line memoryd wrote for it (added, or rewritten
+    # under DESIGN §2.5), while that line is in the index: the line that loses when the file
+    # has two (IndexInput.own). Saved per name, as `seen` is.
+    own: dict[str, str] = field(default_factory=dict)
     reported: dict[str, str] = field(default_factory=dict)  # what was said once -> signature
     changed_since_dream: list[str] = field(default_factory=list)
     last_dream_ts: float = 0.0
@@ -106,6 +111,7 @@ def _copy(state: DirState) -> DirState:
     return replace(
         state,
         seen=dict(state.seen),
+        own=dict(state.own),
         reported=dict(state.reported),
         changed_since_dream=list(state.changed_since_dream),
         reads=dict(state.reads),
@@ -127,45 +133,63 @@ def _apply(state: DirState, data: Mapping[str, Any]) -> None:
             setattr(state, key, value)
 
 
+# The fields a log line changes per name (name -> new value, None: gone) rather than whole.
+_KEYED = ("seen", "own")
+
+
 def _apply_change(state: DirState, change: Mapping[str, Any]) -> None:
-    seen = change.get("seen")
-    if isinstance(seen, dict):
-        for name, value in seen.items():
-            if value is None:
-                state.seen.pop(name, None)
-            else:
-                state.seen[name] = value
+    for key in _KEYED:
+        delta = change.get(key)
+        if isinstance(delta, dict):
+            held: dict[str, Any] = getattr(state, key)
+            for name, value in delta.items():
+                if value is None:
+                    held.pop(name, None)
+                else:
+                    held[name] = value
     rest = change.get("set")
     if isinstance(rest, dict):
         _apply(state, rest)
 
 
 def _delta(
-    before: DirState, after: DirState, seen_changed: Set[str] | None
+    before: DirState,
+    after: DirState,
+    seen_changed: Set[str] | None,
+    own_changed: Set[str] | None = None,
 ) -> dict[str, Any] | None:
-    """What takes `before` to `after`, as a log line holds it; None when `seen` changed and
-    the caller did not say where. `seen_changed`: the caller's word that no other name's
-    `seen` entry changed (the daemon's pass over a few files), so that 10,000 entries are
-    neither compared nor copied on every save; a name added or removed elsewhere still shows
-    in the count and makes it None."""
-    seen: dict[str, list[str] | None] = {}
-    if seen_changed is not None:
-        size = len(before.seen)
-        for name in seen_changed:
-            value = after.seen.get(name)
-            if before.seen.get(name) != value:
-                seen[name] = value
-                size += (value is not None) - (name in before.seen)
-        if size != len(after.seen):
-            return None  # a name came or went elsewhere too: write it whole
-    elif before.seen != after.seen:
-        return None
+    """What takes `before` to `after`, as a log line holds it; None when `seen` (or `own`)
+    changed and the caller did not say where. `seen_changed`: the caller's word that no other
+    name's `seen` entry changed (the daemon's pass over a few files), so that 10,000 entries
+    are neither compared nor copied on every save; a name added or removed elsewhere still
+    shows in the count and makes it None. `own_changed`: the same for `own` (None: as
+    `seen_changed`)."""
+    seen = _keyed_delta(before.seen, after.seen, seen_changed)
+    own = _keyed_delta(before.own, after.own, seen_changed if own_changed is None else own_changed)
+    if seen is None or own is None:
+        return None  # write it whole
     rest = {
         name: getattr(after, name)
         for name in _FIELDS
-        if name != "seen" and getattr(after, name) != getattr(before, name)
+        if name not in _KEYED and getattr(after, name) != getattr(before, name)
     }
-    return {"seen": seen, "set": rest}
+    return {"seen": seen, "own": own, "set": rest}
+
+
+def _keyed_delta(
+    before: Mapping[str, Any], after: Mapping[str, Any], changed: Set[str] | None
+) -> dict[str, Any] | None:
+    """The per-name change of one keyed field (see _delta), or None if it cannot be said."""
+    out: dict[str, Any] = {}
+    if changed is None:
+        return out if before == after else None
+    size = len(before)
+    for name in changed:
+        value = after.get(name)
+        if before.get(name) != value:
+            out[name] = value
+            size += (value is not None) - (name in before)
+    return out if size == len(after) else None  # else a name came or went elsewhere too
 
 
 # A state's changes since its last full write are appended to a log beside it, one JSON line a
@@ -359,16 +383,23 @@ class StateStore:
             return None
         return self._seen_tokens.get(real_path)
 
-    def save(self, real_path: Path, state: DirState, seen_changed: Set[str] | None = None) -> None:
+    def save(
+        self,
+        real_path: Path,
+        state: DirState,
+        seen_changed: Set[str] | None = None,
+        own_changed: Set[str] | None = None,
+    ) -> None:
         """Write what changed since the last load or save; `seen_changed`: the only names
-        whose `seen` entry may differ (a pass over a few files), else all are compared."""
+        whose `seen` entry may differ (a pass over a few files), else all are compared;
+        `own_changed`: the same for `own` (None: `seen_changed`)."""
         path, _ = self._paths(real_path)
         held = self._states.get(real_path)
         if held is not None and held[0][0] is not None:
             state_id = self._state_id(real_path, held[1])
             if state_id == held[0]:
-                delta = _delta(held[2], state, seen_changed)
-                if delta is not None and not delta["seen"] and not delta["set"]:
+                delta = _delta(held[2], state, seen_changed, own_changed)
+                if delta is not None and not any(delta.values()):
                     return  # nothing changed since we read or wrote it
                 log_size = state_id[1][1] if state_id[1] is not None else 0
                 base_size = state_id[0][1] if state_id[0] is not None else 0
@@ -428,7 +459,7 @@ class StateStore:
         # The caller goes on mutating its state's containers: `held` gets copies of those that
         # changed (as _copy makes; `seen` values are replaced, never mutated, by callers).
         rest = {k: _shallow(v) for k, v in delta["set"].items()}
-        _apply_change(held, {"seen": delta["seen"], "set": rest})
+        _apply_change(held, {"seen": delta["seen"], "own": delta["own"], "set": rest})
         log_id = (st.st_ino, st.st_size, st.st_mtime_ns)
         self._states[real_path] = ((state_id[0], log_id), generation, held)
 

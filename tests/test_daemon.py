@@ -154,6 +154,20 @@ def test_writes_and_deletes_keep_the_index_in_step(daemon: Running, project) -> 
                                   "- [third](third.md) — three\n")
 
 
+def test_the_agents_first_line_for_a_file_wins_over_its_later_one(  # type: ignore[no-untyped-def]
+    daemon: Running, project
+) -> None:
+    """Two pointer lines the agent wrote for one file, the first exactly memoryd's template:
+    the daemon keeps the first (memoryd never wrote it) and every other byte."""
+    folder = project(daemon, "dup")
+    (folder / "MEMORY.md").write_text(
+        "# Mine\n\n- [Old](x.md) — one\nprose\n- [Old again](x.md) — two\n"
+    )
+    write_memory(folder, "x.md", name="Old", description="one")
+    wait_for(lambda: index_text(folder).count("(x.md)") == 1, what="the duplicate collapsed")
+    assert index_text(folder) == "# Mine\n\n- [Old](x.md) — one\nprose\n"
+
+
 def test_new_dir_deleted_and_recreated_and_symlinked(daemon: Running, project, tmp_path: Path  # type: ignore[no-untyped-def]
                                                      ) -> None:
     """A dir made after start is indexed; deleted and recreated it is re-armed; links followed."""

@@ -6,7 +6,17 @@ from datetime import date
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd.index import Budget, Entry, IndexEdit, IndexInput, dominant_eol, update_index
+from memoryd.index import (
+    Budget,
+    Entry,
+    IndexEdit,
+    IndexInput,
+    dominant_eol,
+    line_digest,
+    note_own,
+    pointer_lines,
+    update_index,
+)
 from memoryd.index_held import HeldIndex, check, edit_changed, hold, pairs
 
 NOW = 1_800_000_000.0
@@ -23,6 +33,7 @@ class Dir:
     seen: dict[str, list[str]] = field(default_factory=dict)
     young: set[str] = field(default_factory=set)
     gone: set[str] = field(default_factory=set)  # as DirState.gone: seen, then left
+    own: dict[str, str] = field(default_factory=dict)  # as DirState.own
 
     def input(self, budget: Budget) -> IndexInput:
         return IndexInput(
@@ -36,6 +47,7 @@ class Dir:
             budget=budget,
             now=NOW,
             today=date(2026, 11, 30),
+            own=self.own,
         )
 
     def settle(self, edit: IndexEdit) -> None:
@@ -43,6 +55,13 @@ class Dir:
         self.gone |= {n for n in self.seen if n not in self.present}
         self.gone -= self.present
         self.seen = {n: [e.name, e.description] for n, e in self.memories.items()}
+        self.own = {n: d for n, d in self.own.items() if n in self.memories}
+        note_own(self.own, edit, self.memories, " — ")
+        # The record names only lines that are there (so the restricted edit, which sees
+        # few lines, never has one to forget).
+        there = {(p.target, line_digest(p.content))
+                 for text in (self.main, self.archive) if text for p in pointer_lines(text)}
+        assert set(self.own.items()) <= there
 
 
 def archive_of(held: HeldIndex) -> str | None:
@@ -64,6 +83,7 @@ def summary(edit: IndexEdit) -> tuple[object, ...]:
         sorted(edit.invalid_links),
         edit.over_budget,
         edit.outside,
+        edit.own,
     )
 
 
@@ -94,11 +114,13 @@ def index_text(draw: st.DrawFn, names: list[str]) -> str | None:
     for _ in range(draw(st.integers(0, 12))):
         if draw(st.booleans()):
             target = draw(st.sampled_from(names))
-            style = draw(st.integers(0, 2))
-            if style == 0:
+            style = draw(st.integers(0, 3))
+            if style == 0:  # as memoryd wrote it when the description was "old" (see `own`)
                 lines.append(f"- [{target[:-3].upper()}]({target}) — old")
             elif style == 1:
                 lines.append(f"* [{target}]({target}) hand-written words")
+            elif style == 2:  # the agent's, exactly the template of the file as it is first
+                lines.append(f"- [{target[:-3].upper()}]({target}) — first")
             else:
                 lines.append(f"- [{target[:-3].upper()}]({target})")
         else:
@@ -125,6 +147,7 @@ change = st.tuples(
     ages=st.lists(st.integers(0, 90), min_size=len(NAMES), max_size=len(NAMES)),
     max_lines=st.integers(3, 14),
     steps=st.lists(st.lists(change, min_size=1, max_size=4), min_size=1, max_size=4),
+    wrote=st.sets(st.sampled_from(NAMES)),
 )
 def test_restricted_edit_equals_the_full_edit(
     main: str | None,
@@ -133,8 +156,12 @@ def test_restricted_edit_equals_the_full_edit(
     ages: list[int],
     max_lines: int,
     steps: list[list[tuple[str, str, int]]],
+    wrote: set[str],
 ) -> None:
-    """Over random indexes, budgets and change sequences, every step matches update_index."""
+    """Over random indexes, budgets and change sequences, every step matches update_index.
+
+    `wrote`: the files whose "— old" line memoryd wrote (the state's record of its own
+    lines), so that an agent's template-looking line may come before memoryd's own."""
     budget = Budget(max_lines=max_lines)
     types = ["project", "feedback", "user", "reference"]
     d = Dir(
@@ -142,6 +169,7 @@ def test_restricted_edit_equals_the_full_edit(
         archive,
         {n: entry(n, "first", types[i % 4], ages[i]) for i, n in enumerate(NAMES) if n in initial},
         set(initial) | {"notes"},
+        own={n: line_digest(f"- [{n[:-3].upper()}]({n}) — old") for n in wrote & initial},
     )
     first = update_index(d.input(budget))
     d.settle(first)

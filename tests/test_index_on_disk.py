@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import fsops
-from memoryd.config import Config
+from memoryd import fsops, indexer
+from memoryd.config import Config, IndexConfig
 from memoryd.discover import explicit_dirs
 from memoryd.indexer import index_dir
 from tests.conftest import Env, tree_digest, write_memory
@@ -646,3 +646,41 @@ def test_an_index_that_cannot_be_replaced_is_an_error_naming_it(
     assert f"{mdir.resolve() / 'MEMORY.md'}: could not be replaced" in said and "chattr -i" in said
     assert (mdir / "MEMORY.md").read_bytes() == before
     assert [p.name for p in mdir.iterdir() if p.name.startswith(".") and "prev" not in p.name] == []
+
+
+def test_the_line_memoryd_added_stays_its_own_across_a_restart_and_loses_to_the_agents(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's pass over one new file (the held, incremental edit) records the pointer
+    it adds as memoryd's; a new process reads that record back, so when the agent adds its
+    own line for the file later, memoryd's goes, though it no longer looks like the template
+    (the separator setting changed meanwhile)."""
+    folder = tmp_path / "repo" / ".claude" / "memory"
+    write_memory(folder, "a.md", description="first")
+    (folder / "MEMORY.md").write_text("# Notes\n\n- [a](a.md) — first\n")
+    rt = env.runtime()
+    md = _dir(folder)
+    first = index_dir(rt, md, hold=True)
+    assert first.status == "unchanged" and first.held is not None
+    taken: list[object] = []
+    real = indexer._index_changed
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        taken.append(made := real(*args, **kwargs))
+        return made
+
+    monkeypatch.setattr(indexer, "_index_changed", spy)
+    write_memory(folder, "x.md", description="new one")
+    assert index_dir(rt, md, held=first.held, only={"x.md"}).status == "updated"
+    assert taken and taken[0] is not None  # the held edit wrote it, not a full pass
+    assert (folder / "MEMORY.md").read_text() == (
+        "# Notes\n\n- [a](a.md) — first\n- [x](x.md) — new one\n"
+    )
+    with (folder / "MEMORY.md").open("a") as handle:
+        handle.write("- [X, as I put it](x.md) -- mine\n")
+    later = index_dir(env.runtime(Config(index=IndexConfig(separator=" -- "))), md)
+    assert later.status == "updated" and later.edit is not None
+    assert later.edit.collapsed == ["x.md"]
+    assert (folder / "MEMORY.md").read_text() == (
+        "# Notes\n\n- [a](a.md) — first\n- [X, as I put it](x.md) -- mine\n"
+    )

@@ -15,8 +15,10 @@ from memoryd.index import (
     classify_link,
     decide_ownership,
     encode_target,
+    line_digest,
     linkable,
     measure,
+    note_own,
     pointer_lines,
     pointer_targets,
     render_pointer,
@@ -36,13 +38,15 @@ def entry(filename: str, name: str | None = None, desc: str = "d", type_: str = 
 
 def run(main: str | None, memories: list[Entry], *, seen: dict[str, tuple[str, str]] | None = None,
         present: set[str] | None = None, archive: str | None = None, ready: set[str] | None = None,
-        budget: Budget | None = None):  # type: ignore[no-untyped-def]
+        budget: Budget | None = None, own: dict[str, str] | None = None,
+        separator: str = " — "):  # type: ignore[no-untyped-def]
     mems = {e.filename: e for e in memories}
     return update_index(IndexInput(
         main=main, archive=archive, memories=mems,
         present=frozenset(present if present is not None else mems),
         seen=seen or {}, ready=frozenset(ready if ready is not None else mems),
         heading="proj", budget=budget or Budget(), now=NOW, today=date(2026, 11, 30),
+        own=own or {}, separator=separator,
     ))
 
 
@@ -92,11 +96,61 @@ def test_generated_line_follows_a_rename_but_hand_written_does_not() -> None:
 
 
 def test_duplicate_pointers_collapse_hand_written_wins() -> None:
-    """Two pointers to one file become one; the person's wording beats the generated line."""
+    """Two pointers to one file become one; the person's wording beats the line memoryd wrote
+    (the one its state recorded), and the record goes with the line."""
     main = "- [a](a.md) — d\n- [Better words](a.md)\n- [b](b.md) — d\n- [b](b.md) — d\n"
-    edit = run(main, [entry("a.md"), entry("b.md")])
+    own = {"a.md": line_digest("- [a](a.md) — d")}
+    edit = run(main, [entry("a.md"), entry("b.md")], own=own)
     assert edit.main == "- [Better words](a.md)\n- [b](b.md) — d\n"
     assert sorted(edit.collapsed) == ["a.md", "b.md"]
+    assert edit.own == {"a.md": None}
+
+
+@pytest.mark.parametrize("seen", [None, {"x.md": ("Old", "one")}], ids=["unseen", "old-state"])
+def test_a_template_looking_line_the_agent_wrote_wins_over_its_later_one(
+    seen: dict[str, tuple[str, str]] | None,
+) -> None:
+    """Two lines of the agent's for one file, the first exactly memoryd's template: not
+    memoryd's (its state never recorded writing it), so the first wins; every other byte
+    stays (CRLF, the prose between, no final newline). Also from a state that knows the file
+    but has no record of memoryd's lines (one from before it kept them)."""
+    main = ("# Notes\r\n\r\n- [Old](x.md) — one\r\nsome prose\r\n- [Old again](x.md) — two\r\n"
+            "- [y](y.md) — d")
+    edit = run(main, [entry("x.md", "Old", "one"), entry("y.md")], seen=seen)
+    assert edit.main == main.replace("- [Old again](x.md) — two\r\n", "")
+    assert edit.collapsed == ["x.md"]
+    assert edit.own == {}
+
+
+def test_memoryds_own_added_line_loses_to_a_later_agent_line() -> None:
+    """The pointer memoryd added is recorded as its own, and loses to a line the agent adds
+    for the same file later, even once it no longer looks like the template (the separator
+    setting changed since); the record then goes."""
+    mems = [entry("x.md", "x", "d"), entry("y.md")]
+    first = run("# T\n\n- [y](y.md) — d\n", mems)
+    assert first.main == "# T\n\n- [y](y.md) — d\n- [x](x.md) — d\n"
+    own: dict[str, str] = {}
+    assert note_own(own, first, {e.filename: e for e in mems}, " — ") == {"x.md"}
+    main = f"{first.main}- [X, in my words](x.md) — kept\n"
+    edit = run(main, mems, seen={"x.md": ("x", "d"), "y.md": ("y", "d")}, own=own,
+               separator=" -- ")
+    assert edit.main == "# T\n\n- [y](y.md) — d\n- [X, in my words](x.md) — kept\n"
+    assert edit.collapsed == ["x.md"]
+    assert note_own(own, edit, {e.filename: e for e in mems}, " -- ") == {"x.md"}
+    assert own == {}
+
+
+def test_a_line_memoryd_rewrote_is_its_own() -> None:
+    """A line rewritten under DESIGN §2.5 after a rename is memoryd's from then on: recorded
+    as the new text, and it loses to the agent's line for the file."""
+    main = "- [old](a.md) — d\n- [A in my words](a.md) — mine\n"
+    own = {"a.md": line_digest("- [old](a.md) — d")}
+    edit = run(main, [entry("a.md", "new", "d")], seen={"a.md": ("old", "d")}, own=own)
+    assert edit.main == "- [A in my words](a.md) — mine\n"
+    assert edit.own == {"a.md": None}
+    alone = run("- [old](a.md) — d\n", [entry("a.md", "new", "d")], seen={"a.md": ("old", "d")})
+    assert alone.main == "- [new](a.md) — d\n"
+    assert alone.own == {"a.md": line_digest("- [new](a.md) — d")}
 
 
 def test_links_elsewhere_are_never_touched() -> None:

@@ -39,6 +39,34 @@ def test_a_save_of_one_changed_file_appends_instead_of_rewriting(tmp_path: Path)
     assert StateStore(tmp_path).load(folder) == state  # a fresh process sees both
 
 
+def test_memoryds_own_lines_are_saved_per_name_and_read_by_a_fresh_store(tmp_path: Path) -> None:
+    """The record of memoryd's own pointer lines (DirState.own) changes per name in the log,
+    as `seen` does: a save after one new pointer appends a short line, even at 2,000
+    records; a change beyond the names announced writes the base whole instead."""
+    store = StateStore(tmp_path)
+    folder = tmp_path / "memory"
+    own = {f"m{i}.md": f"{i:016x}" for i in range(2000)}
+    state = DirState(path=str(folder), known=True, seen=seen_of(2000), own=own)
+    store.save(folder, state)
+    base = next((tmp_path / "dirs").glob("*.json"))
+    base_bytes = base.read_bytes()
+    state.seen["new.md"] = ["new", "d"]
+    state.own["new.md"] = "00ff00ff00ff00ff"
+    del state.own["m3.md"]  # its line went (the agent rewrote it)
+    store.save(folder, state, seen_changed={"new.md"}, own_changed={"new.md", "m3.md"})
+    assert base.read_bytes() == base_bytes
+    log = next((tmp_path / "dirs").glob("*.log"))
+    assert 0 < log.stat().st_size < 300
+    assert StateStore(tmp_path).load(folder) == store.load(folder) == state  # a restart
+    del state.own["m4.md"]  # not announced: the count shows it
+    store.save(folder, state, seen_changed=set(), own_changed={"m5.md"})
+    assert base.read_bytes() != base_bytes
+    assert StateStore(tmp_path).load(folder) == state
+    state.own["m6.md"] = "2222222222222222"  # own_changed unsaid: seen_changed's names
+    store.save(folder, state, seen_changed={"m6.md"})
+    assert StateStore(tmp_path).load(folder).own["m6.md"] == "2222222222222222"
+
+
 def test_a_torn_last_log_line_is_skipped(tmp_path: Path) -> None:
     """A crash mid-append leaves a partial line: the saves before it still load."""
     store, folder, state = saved_once(tmp_path, 3)

@@ -147,6 +147,21 @@ def identity_of(dir_fd: int, name: str, limit: int = 64 << 20) -> tuple[bytes, F
     return data, FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, sha)
 
 
+def stat_id(dir_fd: int, name: str) -> list[int] | None:
+    """`name`'s [inode, size, mtime_ns] (a link not followed); None when it is missing."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def written_since(found: Sequence[int] | None, was: Sequence[int]) -> bool:
+    """Whether a file memoryd recorded as `was` ([inode, size, mtime_ns]) is still that inode
+    with other contents: written in place since. Another inode is another file, not this."""
+    return found is not None and found[0] == was[0] and list(found) != list(was)
+
+
 def fsync_dir(dir_fd: int) -> None:
     with contextlib.suppress(OSError):  # some filesystems refuse fsync on a directory
         os.fsync(dir_fd)
@@ -270,6 +285,7 @@ def replace_file(
     expected: FileIdentity | None,
     *,
     keep_prev: str | None = None,
+    prev_was: Sequence[int] | None = None,
     expected_data: Content | None = None,
     leftovers: list[str] | None = None,
 ) -> FileIdentity:
@@ -283,6 +299,10 @@ def replace_file(
     more than the rest of a daemon's pass. Either may be pieces (see `Content`).
     `leftovers`: where to put the name the old file has after the swap, for a caller that
     removes it later (`remove_leftovers`) instead of now, before its next write.
+    `prev_was`: the [inode, size, mtime_ns] `keep_prev` had when memoryd put it there. If it
+    is still that inode but its size or mtime changed, a program that had the old file open
+    (`slow_tool > MEMORY.md`) wrote to it since: it is never replaced (WriteConflict; the
+    caller brings those bytes back, see indexer._late_write).
     """
     with open_dir(dir_path) as dir_fd:
         mode = 0o600
@@ -308,6 +328,8 @@ def replace_file(
             # By stat only: the exchange below checks the bytes of what it took out (and the
             # fallback without it checks them in full before renaming).
             _check_unchanged(dir_fd, name, expected, dir_path)
+            if keep_prev is not None and prev_was is not None:
+                _check_prev_unwritten(dir_fd, keep_prev, prev_was, dir_path)
             try:
                 if expected is None:
                     _create_no_replace(dir_fd, tmp, name, dir_path)
@@ -366,6 +388,11 @@ def _check_unchanged(dir_fd: int, name: str, expected: FileIdentity | None, dir_
         raise WriteConflict(f"{dir_path / name} changed while memoryd was editing it")
 
 
+def _check_prev_unwritten(dir_fd: int, prev: str, was: Sequence[int], dir_path: Path) -> None:
+    if written_since(stat_id(dir_fd, prev), was):
+        raise WriteConflict(f"{dir_path / prev} was written to after memoryd's last swap")
+
+
 def _create_no_replace(dir_fd: int, tmp: str, name: str, dir_path: Path) -> None:
     try:
         renameat2(dir_fd, tmp, dir_fd, name, RENAME_NOREPLACE)
@@ -422,6 +449,26 @@ def _swap(
         leftovers.append(tmp)  # one of our temp names: swept after a crash (remove_stray_temps)
     else:
         os.unlink(tmp, dir_fd=dir_fd)
+
+
+def put_back_late(
+    dir_fd: int, prev: str, name: str, wrote: Sequence[int], late: str, dir_path: Path
+) -> str:
+    """Give `prev`'s file (a writer's bytes that landed in the old file after a swap) the
+    name `name` again if `name` is still the file memoryd wrote (`wrote`: its [inode, size,
+    mtime_ns]), by an exchange, so that memoryd's version is what `prev` holds; else, or if
+    `name` changed during the exchange (then it goes back), the first free `late`,
+    `late-1`, ... Never replaces a file. Returns the name the bytes got."""
+    if stat_id(dir_fd, name) == list(wrote):
+        try:
+            renameat2(dir_fd, prev, dir_fd, name, RENAME_EXCHANGE)
+        except NotImplementedError:
+            pass
+        else:
+            if stat_id(dir_fd, prev) == list(wrote):
+                return name
+            renameat2(dir_fd, prev, dir_fd, name, RENAME_EXCHANGE)
+    return rename_to_free(dir_fd, prev, dir_fd, late, "-", where=(dir_path, dir_path))
 
 
 def remove_leftovers(dir_path: Path, names: list[str]) -> None:

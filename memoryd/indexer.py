@@ -442,6 +442,8 @@ def _index_once(
 ) -> IndexOutcome:
     cfg = rt.config
     state = rt.store.load(md.real_path)
+    if state.prev and not (check or rt.dry_run):
+        _late_write(rt, md, state)
     # A caller's own last scan is the fresher cache (the daemon writes its cache to disk only
     # with the heartbeat): a full look then reads only what changed since that scan.
     cache = previous.files if previous is not None else rt.store.load_cache(md.real_path)
@@ -556,7 +558,9 @@ def _index_once(
             with contextlib.suppress(OSError):  # as after a failed write, below
                 rt.store.save(md.real_path, state)
             raise busy
-        written = _write(rt, md, main, archive, edit, main_changed, archive_changed)
+        written = _write(
+            rt, md, main, archive, edit, main_changed, archive_changed, prev_was=state.prev
+        )
         if isinstance(written, str):
             # The files that left are remembered, so that their pointers go once a write
             # succeeds (a full disk after a dream's moves must not leave them for good).
@@ -567,6 +571,8 @@ def _index_once(
                 rt.store.save(md.real_path, state)
             return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
         main_id, archive_id = written.main, written.archive
+        if written.prev is not None:
+            state.prev = written.prev
         outcome.status = "updated"
         state.last_index_ts = now
         outcome.problems = verify_on_disk(md, scan, edit.dead_links, edit.waiting, written)
@@ -614,6 +620,39 @@ def _index_once(
     return outcome
 
 
+# Where a writer's late bytes go when MEMORY.md is no longer memoryd's (see _late_write).
+LATE_NAME = INDEX_NAME + ".late"
+
+
+def _late_write(rt: Runtime, md: MemoryDir, state: DirState) -> None:
+    """Bytes a program wrote to MEMORY.md's old file after memoryd swapped it out as
+    .MEMORY.md.prev go back. `slow_tool > MEMORY.md` truncates at once and writes when it
+    is done, which may be after any wait for a blank index to settle: memoryd took the blank
+    file for an empty index, and the tool's output, meant for MEMORY.md, lands in the old
+    inode. It becomes MEMORY.md again while MEMORY.md is as memoryd wrote it, else
+    MEMORY.md.late (-1, -2, ...) for the person to merge; either is an index.conflict."""
+    was, wrote = state.prev
+    with fsops.open_dir(md.real_path) as dir_fd:
+        found = fsops.stat_id(dir_fd, PREV_NAME)
+        if found == was:
+            return
+        state.prev = []  # (gone, or another file: not the one memoryd left there)
+        if fsops.written_since(found, was):
+            put = fsops.put_back_late(dir_fd, PREV_NAME, INDEX_NAME, wrote, LATE_NAME, md.path)
+            if put == INDEX_NAME:
+                detail = (
+                    f"{PREV_NAME} was written to after memoryd replaced {INDEX_NAME} (a slow "
+                    f"`tool > {INDEX_NAME}`): it is {INDEX_NAME} again"
+                )
+            else:
+                detail = (
+                    f"{PREV_NAME} was written to after memoryd replaced {INDEX_NAME}, which "
+                    f"has changed since: those bytes are kept as {put}; merge them by hand"
+                )
+            rt.audit.write("index.conflict", dir=md.path, file=INDEX_NAME, attempt=0, detail=detail)
+    rt.store.save(md.real_path, state)
+
+
 def _left(state: DirState, scan: DirScan, forget: Set[str]) -> set[str]:
     """The files memoryd saw, or moved away itself, that are no longer in the dir."""
     seen = state.seen if state.known else {}
@@ -625,6 +664,7 @@ class Written:
     main: FileIdentity | None  # the identities after the write (as before, if not written)
     archive: FileIdentity | None
     data: dict[str, fsops.Content]  # the bytes of each file written, by name
+    prev: list[Any] | None = None  # for DirState.prev, when MEMORY.md's old file was kept
 
 
 def _write(
@@ -637,13 +677,15 @@ def _write(
     archive_changed: bool,
     archive_data: fsops.Content | None = None,
     held: tuple[bytes | None, fsops.Content | None] = (None, None),
+    prev_was: list[Any] | None = None,
 ) -> Written | str:
     """Swap in the new index texts and log it; what was written, or the error message.
 
     Raises WriteConflict when another writer got in first (the caller retries from theirs).
     `archive_data`: the new archive's text in UTF-8 when the caller has it already (or its
     lines: see fsops.Content). `held`: the bytes MEMORY.md and the archive should hold now,
-    from a caller that keeps them (the swap compares them instead of hashing).
+    from a caller that keeps them (the swap compares them instead of hashing). `prev_was`:
+    DirState.prev (a `.MEMORY.md.prev` written to since is never replaced).
     """
     out = Written(main.identity, archive.identity, {})
     # The old archive (up to megabytes of page cache to free) is removed after MEMORY.md is
@@ -676,8 +718,11 @@ def _write(
                 data,
                 main.identity,
                 keep_prev=PREV_NAME,
+                prev_was=prev_was[0] if prev_was else None,
                 expected_data=held[0],
             )
+            if main.identity is not None:
+                out.prev = [_stat_of(main.identity), _stat_of(out.main)]
     except MemorydError as error:
         if isinstance(error, WriteConflict):
             raise
@@ -761,8 +806,8 @@ def _index_changed(
         if not (
             _same_file(dir_fd, INDEX_NAME, held.main)
             and _same_file(dir_fd, ARCHIVE_NAME, held.archive)
-        ):
-            return None
+        ) or (state.prev and fsops.written_since(fsops.stat_id(dir_fd, PREV_NAME), state.prev[0])):
+            return None  # (the full pass brings a writer's late bytes back: see _late_write)
     scan = scan_dir(
         md.real_path,
         max_file_bytes=cfg.parse.max_file_bytes,
@@ -863,10 +908,13 @@ def _index_changed(
                 _encode(held.index.main, held.main_bom) if held.index.main is not None else None,
                 None if old_lines is None else _with_bom(old_lines, held.archive_bom),
             ),
+            prev_was=state.prev,
         )
         if isinstance(written, str):
             return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
         main_id, archive_id = written.main, written.archive
+        if written.prev is not None:
+            state.prev = written.prev
         outcome.status = "updated"
         state.last_index_ts = now
         touched = (only | set(edit.added) | set(edit.demoted)) & memories.keys()

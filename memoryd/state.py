@@ -62,6 +62,11 @@ class DirState:
     # stale read-modify-write putting a pointer back). Oldest first, at most GONE_KEEP; a name
     # is forgotten once a file of that name exists again.
     gone: dict[str, float] = field(default_factory=dict)
+    # [the [inode, size, mtime_ns] of the file memoryd's last write of MEMORY.md put under
+    # .MEMORY.md.prev, and MEMORY.md's as that write left it]; [] when none is kept. If the
+    # old file is written to later (a slow `tool > MEMORY.md` that truncated it before the
+    # swap), those bytes were meant for MEMORY.md (see indexer._late_write).
+    prev: list[Any] = field(default_factory=list)
 
     def note_gone(self, names: Iterable[str], when: float) -> None:
         """Remember that these files left the dir (the oldest record goes past GONE_KEEP)."""

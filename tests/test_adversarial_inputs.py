@@ -20,7 +20,7 @@ from memoryd.dream.consult import ConsultLog, Subject
 from memoryd.dream.refs import extract_refs
 from memoryd.dream.run import RepoCache, dream_dir
 from memoryd.memfile import MAX_FILE_BYTES, MAX_FRONTMATTER_BYTES, Memory, parse_memory
-from tests.conftest import Env, tree_digest, write_memory
+from tests.conftest import Env, make_small_repo, tree_digest, write_memory
 
 
 def _body_of(unit: str, suffix: str, size: int = MAX_FILE_BYTES - 200) -> str:
@@ -227,3 +227,40 @@ def test_budgets_are_validated_like_other_durations(key: str, value: object) -> 
         build_config({"dream": {key: value}}, "test.toml")
     assert f"dream.{key}" in str(raised.value)
     assert build_config({"dream": {key: "90s"}}, "t").dream.__getattribute__(key) == 90.0
+
+
+@pytest.mark.timeout(30)
+def test_explain_on_one_path_at_the_size_limit_is_linear(  # type: ignore[no-untyped-def]
+    env: Env, cli, repo: Path
+) -> None:
+    """`explain` on a 1 MiB memory whose body is one backticked `a/a/a/…` path: asking whether
+    it lies in a memory dir hashed every prefix of it (25 KiB 0.7 s, 200 KiB 29 s, 1 MiB more
+    than 150 s); the bound is far below that, and the path is still reported."""
+    folder = repo / ".claude" / "agent-memory" / "a"
+    path = "a/" * ((MAX_FILE_BYTES - 200) // 2)
+    file = write_memory(folder, "big.md", body=f"`{path}`\n")
+    assert file.stat().st_size <= MAX_FILE_BYTES
+    result = cli("explain", "--json", file)
+    assert result.code == 0, result.err
+    [ref] = json.loads(result.out)["refs"]
+    assert ref["kind"] == "path" and ref["ref"] == path
+
+
+@pytest.mark.timeout(30)
+def test_a_path_at_the_size_limit_is_placed_in_linear_time(tmp_path: Path) -> None:
+    """`under_opaque` and `in_memory_dir` on a 1 MiB path: only prefixes as long as the
+    longest folder are looked up (old: every prefix, minutes a call), with the same answers
+    as before at both ends."""
+    from memoryd.dream.repo import RepoIndex
+
+    root = make_small_repo(tmp_path)
+    (root / "node_modules" / "a").mkdir(parents=True)
+    index = RepoIndex.build(root)
+    assert "node_modules" in index.opaque and ".claude/memory" in index.memory_dirs
+    deep = "a/" * (MAX_FILE_BYTES // 2)
+    assert not index.under_opaque(deep) and not index.in_memory_dir(deep)
+    assert index.under_opaque("node_modules/" + deep)
+    assert index.in_memory_dir(".claude/memory/" + deep)
+    assert index.in_memory_dir(".claude/memory") and not index.under_opaque("node_modules")
+    assert not index.in_memory_dir(".claude/memoryX/a")
+    assert not index.under_opaque("node_modulesX/a")

@@ -340,6 +340,144 @@ def test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes(
     assert len(updates) >= 3  # memoryd did write between the tool's rounds
 
 
+SLOW_WRITER = r"""
+import sys, time
+path, rounds, gap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+lost = 0
+for i in range(rounds):
+    with open(path, "w", encoding="utf-8") as handle:  # `slow_tool > MEMORY.md`
+        handle.flush()
+        time.sleep(gap)  # longer than any wait for a blank index to settle
+        handle.write(f"# Made by a slow tool\n\nmark-{i} by hand\n- [a](a.md) — the tool's\n")
+    deadline = time.monotonic() + 5.0  # memoryd's next pass brings it back
+    while True:
+        with open(path, encoding="utf-8") as handle:
+            if f"mark-{i} by hand" in handle.read():
+                break
+        if time.monotonic() > deadline:
+            lost += 1
+            break
+        time.sleep(0.02)
+print(lost, flush=True)
+"""
+
+
+def test_a_slow_tool_writing_after_the_settle_wait_loses_no_mark(env: Env, tmp_path: Path) -> None:
+    """A real writer process truncates MEMORY.md and writes only after memoryd has taken the
+    blank file as settled (the pass's clock runs ahead by more than the wait) and swapped its
+    own in: the bytes land in the old file, now .MEMORY.md.prev, and the next pass puts that
+    file back as MEMORY.md (an index.conflict); every mark survives the passes after it."""
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="first")
+    write_memory(folder, "b.md", description="second")
+    (folder / INDEX_NAME).write_text("# Made by a slow tool\n\n- [a](a.md) — the tool's\n")
+    rt = env.runtime()
+    rt.clock = lambda: time.time() + SETTLE_WAIT + 1.0  # every blank index is old to it
+    md = _dir(folder)
+    with subprocess.Popen(
+        [sys.executable, "-c", SLOW_WRITER, str(folder / INDEX_NAME), "6", "0.3"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as writer:
+        passes = 0
+        while writer.poll() is None:
+            index_dir(rt, md)
+            passes += 1
+        assert writer.stdout is not None
+        lost = int(writer.stdout.read())
+    assert lost == 0, f"{lost} of 6 hand-written marks lost over {passes} passes"
+    back = [r for r in env.audit_rows() if r["event"] == "index.conflict"]
+    assert any("written to after memoryd replaced" in str(r["detail"]) for r in back)
+    index_dir(rt, md)
+    text = (folder / INDEX_NAME).read_text()
+    assert "mark-5 by hand" in text and "- [b](b.md) — second" in text
+
+
+def test_a_one_shot_index_in_a_slow_tools_gap_loses_nothing(
+    env: Env, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The adversary's case with `memoryd index`: the tool truncated MEMORY.md longer ago
+    than the wait (its mtime is set back), the command swaps in a blank index's edit, then
+    the tool writes. The next command gives the tool's file its name back; the write after
+    that edits it and never replaces the kept old file it came from."""
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="a")
+    write_memory(folder, "b.md", description="b")
+    path = folder / INDEX_NAME
+    path.write_text("- [a](a.md) — a\n- [b](b.md) — b\n")
+    with open(path, "w", encoding="utf-8") as tool:  # truncates now
+        old = path.stat().st_mtime_ns - int((SETTLE_WAIT + 1) * 1e9)
+        os.utime(path, ns=(old, old))
+        first = cli("index", folder)
+        assert first.code == 0 and "updated" in first.out, first.out + first.err
+        tool.write("# Hand-written index\nMY NOTES\n- [a](a.md) — a\n- [b](b.md) — b\n")
+    assert "MY NOTES" not in path.read_text()  # (the old code's loss starts here)
+    assert cli("index", folder).code == 0
+    assert "MY NOTES" in path.read_text()
+    write_memory(folder, "c.md", description="c")
+    assert cli("index", folder).code == 0
+    text = path.read_text()
+    assert "MY NOTES" in text and "- [c](c.md) — c" in text
+    [row] = [r for r in env.audit_rows() if r["event"] == "index.conflict"]
+    assert "it is MEMORY.md again" in str(row["detail"])
+
+
+def test_late_bytes_are_kept_aside_when_memory_md_changed_since(
+    env: Env, cli, tmp_path: Path
+) -> None:
+    """The tool writes into the old file after an agent replaced memoryd's MEMORY.md: neither
+    is lost. The agent's stays MEMORY.md, the tool's becomes MEMORY.md.late (no memory, never
+    indexed), said once; a second time, MEMORY.md.late-1."""
+    folder = tmp_path / "proj" / "memory"
+    write_memory(folder, "a.md", description="a")
+    path = folder / INDEX_NAME
+    for n, kept in enumerate(["MEMORY.md.late", "MEMORY.md.late-1"]):
+        path.write_text(f"- [a](a.md) — a {n}\n")
+        with open(path, "w", encoding="utf-8") as tool:
+            old = path.stat().st_mtime_ns - int((SETTLE_WAIT + 1) * 1e9)
+            os.utime(path, ns=(old, old))
+            assert cli("index", folder).code == 0
+            tool.write(f"TOOL {n}\n")
+        agent = folder / "agent.tmp"
+        agent.write_text(f"# Agent {n}\n\n- [a](a.md) — a\n")
+        agent.rename(path)
+        assert cli("index", folder).code == 0
+        assert (folder / kept).read_text() == f"TOOL {n}\n"
+        assert path.read_text().startswith(f"# Agent {n}\n")
+    rows = [r for r in env.audit_rows() if r["event"] == "index.conflict"]
+    assert ["kept as MEMORY.md.late" in str(r["detail"]) for r in rows] == [True, True]
+
+
+def test_a_kept_old_index_written_to_is_never_replaced(tmp_path: Path) -> None:
+    """The writer's own check: given what `.MEMORY.md.prev` was when memoryd made it, a
+    swap that would replace it after it was written to in place refuses, and changes
+    nothing; another file under that name (memoryd's own, after a crash) is replaced."""
+    from memoryd.errors import WriteConflict
+    from memoryd.index import PREV_NAME
+
+    (tmp_path / INDEX_NAME).write_text("index\n")
+    (tmp_path / PREV_NAME).write_text("")
+    was = fsops.stat_id(os.open(tmp_path, os.O_RDONLY), PREV_NAME)
+    assert was is not None
+    with open(tmp_path / PREV_NAME, "a", encoding="utf-8") as late:
+        late.write("late bytes\n")
+    with fsops.open_dir(tmp_path) as dir_fd:
+        _, current = fsops.identity_of(dir_fd, INDEX_NAME) or (b"", None)
+    with pytest.raises(WriteConflict, match="written to after"):
+        fsops.replace_file(
+            tmp_path, INDEX_NAME, b"new\n", current, keep_prev=PREV_NAME, prev_was=was
+        )
+    assert (tmp_path / INDEX_NAME).read_text() == "index\n"
+    assert (tmp_path / PREV_NAME).read_text() == "late bytes\n"
+    other = [was[0] + 1, *was[1:]]
+    fsops.replace_file(tmp_path, INDEX_NAME, b"new\n", current, keep_prev=PREV_NAME, prev_was=other)
+    assert (tmp_path / PREV_NAME).read_text() == "index\n"
+
+
 # --- a read-only index -----------------------------------------------------------------------
 @pytest.mark.parametrize("which", [INDEX_NAME, "MEMORY-ARCHIVE.md"])
 def test_a_read_only_index_is_the_persons_do_not_touch(

@@ -1,5 +1,6 @@
 """A snapshot of a repo root (files, dirs, basenames, source tokens), built once per pass."""
 
+import functools
 import os
 import stat
 import time
@@ -408,10 +409,7 @@ class RepoIndex:
         norm = normalize_rel(rel)
         if not norm:
             return False
-        parts = norm.split("/")
-        return self.in_memory_dir(norm) or any(
-            "/".join(parts[:i]) in self.opaque for i in range(1, len(parts))
-        )
+        return self.in_memory_dir(norm) or _has_folder_above(norm, self.opaque)
 
     def in_memory_dir(self, rel: str) -> bool:
         """True when ``rel`` is a memory dir of the tree or lies inside one, or would be one by
@@ -420,9 +418,11 @@ class RepoIndex:
         if not norm:
             return False
         parts = norm.split("/")
-        return any(
-            _is_memory_folder(parts[i - 1] if i else "", part) for i, part in enumerate(parts)
-        ) or any("/".join(parts[:i]) in self.memory_dirs for i in range(1, len(parts) + 1))
+        return (
+            any(_is_memory_folder(parts[i - 1] if i else "", part) for i, part in enumerate(parts))
+            or norm in self.memory_dirs
+            or _has_folder_above(norm, self.memory_dirs)
+        )
 
     def token_file(self, token: str) -> str | None:
         """The source shown as holding ``token``: the first in walk order among those whose
@@ -477,6 +477,31 @@ def _merge_sources(
         r.decode("ascii") for r in words if len(r) >= _MIN_TOKEN_LEN and not r[:1].isdigit()
     )
     return SourceTokens(max_bytes, tokens, {rel: (stamp, runs) for rel, stamp, runs, _ in read})
+
+
+def _has_folder_above(norm: str, folders: frozenset[str]) -> bool:
+    """True when a folder in ``folders`` lies strictly above ``norm`` (a normalized path).
+
+    Only the prefixes no longer than the longest folder are looked up: hashing every prefix
+    is quadratic in the path's length, and a memory's body can hold one 1 MiB `a/a/a/…` path
+    (``explain`` took minutes on it).
+    """
+    if not folders:
+        return False
+    longest = _longest(folders)
+    end = norm.find("/")
+    while 0 < end <= longest:
+        if norm[:end] in folders:
+            return True
+        end = norm.find("/", end + 1)
+    return False
+
+
+@functools.lru_cache(maxsize=8)
+def _longest(folders: frozenset[str]) -> int:
+    """The length of the longest path in ``folders``, once per set (a frozenset keeps its
+    hash, so the look-up is cheap)."""
+    return max(map(len, folders), default=0)
 
 
 def normalize_rel(rel: str) -> str | None:

@@ -1,7 +1,7 @@
 """The agent's view of MEMORY.md: exactly the text Claude Code loads, and which lines it sees.
 
 The expected texts are what Claude Code 2.1.332 sent for each input (recorded with
-tests/claude_client.py; tests/test_claude_real.py re-checks this very table against the binary
+tests/claude_client.py; tests/test_claude_view.py re-checks this very table against the binary
 when one is configured).
 """
 

@@ -57,7 +57,7 @@ class Hidden(StrEnum):
 class View:
     """The agent's view of one MEMORY.md text (lines numbered from 0, split on `\\n`)."""
 
-    loaded: str  # the text the agent gets, as sent (the warning, if any, not included)
+    kept: str  # what the window keeps, before the binary's last clean-up (see `loaded`)
     warned: bool  # whether Claude Code appends its "only part of it was loaded" warning
     lines: int  # lines of the trimmed text, as the window counts them
     units: int  # its UTF-16 code units
@@ -67,6 +67,11 @@ class View:
     visible: frozenset[int]  # lines whose start the agent sees, with the whole first segment
     construct: dict[int, Hidden] = field(default_factory=dict)  # lines hidden by a construct
     past_lines_from: int | None = None  # the first line at or past window line `max_lines`
+
+    @property
+    def loaded(self) -> str:
+        """The text the agent gets, as sent (the warning, if any, not included)."""
+        return _sanitise(self.kept)
 
     def hidden(self, number: int) -> Hidden | None:
         """Why line `number` is not seen (None: it is)."""
@@ -126,16 +131,10 @@ def agent_view(
     if size > MAX_LOAD_BYTES:
         return View("", False, 0, 0, size, True, False, frozenset())
     construct: dict[int, Hidden] = {}
-    # Each line: its text, and the source line it starts (None: a piece with no line start
-    # of its own, such as what follows a `\r` or what a comment block leaves).
-    pieces: list[tuple[str, int | None]] = []
-    source = text.split("\n")
-    final_newline = len(source) > 1 and source[-1] == ""
-    if final_newline:
-        source.pop()
-    start_line = 0
-    rest_of_first = None
-    if kind is ViewKind.AUTO and text.find("---", 3) >= 0:
+    start_line = 0  # the first source line after the frontmatter
+    body_at = 0  # where it starts in `text`
+    rest_of_first = None  # what is left of a line the frontmatter ends in
+    if kind is ViewKind.AUTO and text.startswith("---") and text.find("---", 3) >= 0:
         found = _FRONTMATTER.match(text)
         if found is not None:
             cut = found.end()
@@ -143,22 +142,34 @@ def agent_view(
             line_start = text.rfind("\n", 0, cut) + 1
             for number in range(upto):
                 construct[number] = Hidden.FRONTMATTER
-            start_line = upto
+            start_line, body_at = upto, cut
             if cut > line_start:
                 construct[upto] = Hidden.FRONTMATTER
-                rest_of_first = text[cut:].split("\n", 1)[0]
-                start_line = upto + 1
-    body = source[start_line:]
-    folded = False
+                end = text.find("\n", cut)
+                rest_of_first = text[cut:] if end < 0 else text[cut:end]
+                start_line, body_at = upto + 1, len(text) if end < 0 else end + 1
     if kind is ViewKind.AUTO and "<!--" in text:
-        stripped = _strip_comments(body, start_line, rest_of_first, final_newline, construct)
+        source = text[body_at:].split("\n")
+        final_newline = len(source) > 1 and source[-1] == ""
+        if final_newline:
+            source.pop()
+        if rest_of_first is not None and body_at == len(text):
+            source = []
+        stripped = _strip_comments(source, start_line, rest_of_first, final_newline, construct)
         if stripped is not None:
-            pieces, folded = stripped, True
-    if not folded:
-        if rest_of_first is not None:
-            pieces.append((rest_of_first, None))
-        pieces.extend((line, start_line + i) for i, line in enumerate(body))
-    return _window(pieces, size, folded, construct, max_lines, max_units)
+            return _window(stripped, size, True, construct, max_lines, max_units)
+    if rest_of_first is not None:
+        # The rest of the line comes first, with no line start of its own.
+        rest = text[body_at:]
+        pieces: list[tuple[str, int | None]] = [(rest_of_first, None)]
+        if body_at < len(text):
+            lines = rest.split("\n")
+            if len(lines) > 1 and lines[-1] == "":
+                lines.pop()
+            pieces.extend((line, start_line + i) for i, line in enumerate(lines))
+        return _window(pieces, size, False, construct, max_lines, max_units)
+    return _plain_window(text[body_at:] if body_at else text, start_line, size, construct,
+                         max_lines, max_units)
 
 
 def _strip_comments(
@@ -434,9 +445,46 @@ def _window(
     text = cut_mid_line if cut_mid_line is not None else "\n".join(shown[:whole])
     warned = count > max_lines or units > max_units
     return View(
-        _sanitise(text), warned, count, units, size, False, folded, visible, construct,
+        text, warned, count, units, size, False, folded, visible, construct,
         past_lines_from,
     )
+
+
+def _plain_window(
+    text: str,
+    offset: int,
+    size: int,
+    construct: dict[int, Hidden],
+    max_lines: int,
+    max_units: int,
+) -> View:
+    """`_window` for a text whose lines are the source lines from `offset` on (nothing
+    stripped inside it), in C-level string calls: this is every edit's measurement."""
+    left = text.lstrip(JS_SPACE)
+    trimmed = left.rstrip(JS_SPACE)
+    if not trimmed:
+        return View("", False, 0, 0, size, False, False, frozenset(), construct)
+    first = offset + text.count("\n", 0, len(text) - len(left))
+    count = trimmed.count("\n") + 1
+    units = _utf16_len(trimmed)
+    past_lines_from = None
+    shown, whole = trimmed, count
+    if count > max_lines:
+        past_lines_from = first + max_lines
+        shown, whole = "\n".join(trimmed.split("\n", max_lines)[:max_lines]), max_lines
+    kept = shown
+    if _utf16_len(shown) > max_units:
+        head = _utf16_prefix(shown, max_units + 1)  # a "\n" at index max_units still counts
+        cut = head.rfind("\n")
+        if cut > 0:
+            kept = shown[:cut]
+            whole = kept.count("\n") + 1
+        else:
+            kept, whole = _utf16_prefix(shown, max_units), 0
+    warned = count > max_lines or units > max_units
+    visible = frozenset(range(first, first + whole))
+    return View(kept, warned, count, units, size, False, False, visible, construct,
+                past_lines_from)
 
 
 def _utf16_len(text: str) -> int:

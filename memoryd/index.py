@@ -183,6 +183,7 @@ def release_parsed() -> None:
     ~12 MB, which a long-running process should not keep between passes."""
     _parse_lines.cache_clear()
     local_links.cache_clear()
+    _view.cache_clear()
     classify_link.cache_clear()
 
 
@@ -338,7 +339,12 @@ def fits(m: Measure, budget: Budget, *, target: bool) -> bool:
 
 def view_of(text: str, budget: Budget, kind: ViewKind) -> View:
     """The agent's view of an index text under this budget's window (DESIGN §3, amended)."""
-    return agent_view(text, kind, max_lines=budget.max_lines, max_units=budget.max_chars)
+    return _view(text, budget.max_lines, budget.max_chars, kind)
+
+
+@functools.lru_cache(maxsize=4)  # an edit looks at the same text more than once
+def _view(text: str, max_lines: int, max_units: int, kind: ViewKind) -> View:
+    return agent_view(text, kind, max_lines=max_lines, max_units=max_units)
 
 
 def measure_view(text: str, view: View) -> Measure:

@@ -511,11 +511,13 @@ def edit_lines(
     had_archive = archive_exists
     # Lines the agent cannot see for what the text holds (a comment block, stripped
     # frontmatter): hand-written, kept as they are, and no pointer of them indexes a memory.
-    # They are known by identity, so the filtering below keeps the mark.
+    # They are known by identity, so the filtering below keeps the mark (and `hidden` keeps
+    # them alive, so no line made later can take an identity over).
     shadow: dict[int, Hidden] = {}
     if main_lines and ("<!--" in main_text or main_text.startswith("---")):
         construct = view_of(main_text, inp.budget, inp.view).construct
-        shadow = {id(main_lines[n]): why for n, why in construct.items() if n < len(main_lines)}
+        hidden = [(main_lines[n], why) for n, why in construct.items() if n < len(main_lines)]
+        shadow = {id(line): why for line, why in hidden}
 
     # 1. Pointer lines of gone files go; dead and invalid links are reported and kept.
     def keep(line: Line) -> bool:

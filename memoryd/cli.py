@@ -23,7 +23,7 @@ from memoryd.discover import (
 from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
 from memoryd.index import INDEX_NAME
-from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file
+from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file, view_kind
 from memoryd.logsetup import configure
 from memoryd.paths import app_paths, read_bounded
 from memoryd.runtime import Runtime, tune_gc
@@ -242,7 +242,7 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
         else [],
         "notes": sorted(n for n, s in scan.files.items() if s.kind == "note") if scan else [],
         "conflict_copies": scan.conflicts if scan else [],
-        "index": budget_use(main_text, rt) if main_text is not None else None,
+        "index": budget_use(main_text, rt, view_kind(md)) if main_text is not None else None,
         "in_sync": outcome.status in ("unchanged", "unmanaged"),
     }
 
@@ -336,6 +336,9 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                 f"{idx['target_bytes']} bytes target"
                 f"{'' if row['in_sync'] else ' — out of step (run memoryd index)'}\n"
             )
+            if idx["hidden_pointers"]:
+                why = ", ".join(f"{n} {reason}" for reason, n in idx["hidden_pointers"].items())
+                out.write(f"  pointers the agent does not see: {why}\n")
     return EXIT_OK
 
 

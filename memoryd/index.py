@@ -14,6 +14,8 @@ from datetime import date
 from enum import StrEnum
 from urllib.parse import unquote
 
+from memoryd.agentview import Hidden, View, ViewKind, agent_view
+
 INDEX_NAME = "MEMORY.md"
 ARCHIVE_NAME = "MEMORY-ARCHIVE.md"
 PREV_NAME = ".MEMORY.md.prev"
@@ -182,6 +184,7 @@ def release_parsed() -> None:
     ~12 MB, which a long-running process should not keep between passes."""
     _parse_lines.cache_clear()
     local_links.cache_clear()
+    _view.cache_clear()
     classify_link.cache_clear()
 
 
@@ -420,14 +423,57 @@ def fits(m: Measure, budget: Budget, *, target: bool) -> bool:
     return ok and (not target or m.bytes <= budget.target_bytes)
 
 
-def outside_window(text: str, budget: Budget) -> list[str]:
-    """Targets of pointer lines the agent never sees: past line 200 or 25,000 UTF-16 units."""
+def view_of(text: str, budget: Budget, kind: ViewKind) -> View:
+    """The agent's view of an index text under this budget's window (DESIGN §3, amended)."""
+    return _view(text, budget.max_lines, budget.max_chars, kind)
+
+
+@functools.lru_cache(maxsize=4)  # an edit looks at the same text more than once
+def _view(text: str, max_lines: int, max_units: int, kind: ViewKind) -> View:
+    return agent_view(text, kind, max_lines=max_lines, max_units=max_units)
+
+
+def measure_view(text: str, view: View) -> Measure:
+    """The window's measure of what the agent loads (not of the raw text: `measure`)."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    return Measure(view.lines, view.units, size)
+
+
+def fits_view(text: str, view: View, budget: Budget, *, target: bool) -> bool:
+    return view.fits(budget.max_lines, budget.max_chars) and (
+        not target or measure_view(text, view).bytes <= budget.target_bytes
+    )
+
+
+def outside_window(
+    text: str, budget: Budget, kind: ViewKind = ViewKind.AUTO, view: View | None = None
+) -> list[str]:
+    """Targets of pointer lines past the agent's window (line 200, 25,000 UTF-16 units, or
+    the 4 MiB limit); those hidden in a comment or in frontmatter are not listed here."""
+    view = view if view is not None else view_of(text, budget, kind)
     out: list[str] = []
-    chars = 0
-    for number, line in enumerate(split_lines(text), start=1):
-        chars += utf16_len(line.text)
-        if (number > budget.max_lines or chars > budget.max_chars) and line.link is not None:
+    for number, line in enumerate(split_lines(text)):
+        if line.link is None:
+            continue
+        why = view.hidden(number)
+        if why is not None and not why.by_construct:
             out.append(line.link.target)
+    return out
+
+
+def visible_local_links(text: str, kind: ViewKind, budget: Budget | None = None) -> list[Link]:
+    """The LOCAL links of the pointer lines the agent can see for what they hold (outside
+    comments and stripped frontmatter; the window's cut does not count here)."""
+    hides = "<!--" in text or text.startswith("---")
+    view = view_of(text, budget or Budget(), kind) if hides else None
+    if view is None or not view.construct:
+        return list(local_links(text))
+    construct = view.construct
+    out = []
+    for number, line in enumerate(split_lines(text)):
+        link = line.link
+        if link is not None and link.kind is LinkKind.LOCAL and number not in construct:
+            out.append(link)
     return out
 
 
@@ -444,6 +490,9 @@ class IndexEdit:
     dead_links: list[str] = field(default_factory=list)
     invalid_links: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # new files still inside their grace
+    # Memories whose only pointers in MEMORY.md the agent cannot see, and why (the hand-written
+    # lines stay; each memory gets a visible pointer once past its grace).
+    shadowed: dict[str, Hidden] = field(default_factory=dict)
     over_budget: Measure | None = None
     outside: list[str] = field(default_factory=list)
     fits_window: bool = True
@@ -476,6 +525,7 @@ class IndexInput:
     # that line is memoryd's; any other, however much it looks like memoryd's template, is
     # the agent's or a person's.
     own: Mapping[str, str] = field(default_factory=dict)
+    view: ViewKind = ViewKind.AUTO  # how the agent loads this dir's MEMORY.md
 
 
 def line_digest(content: str) -> str:
@@ -603,11 +653,20 @@ def edit_lines(
         arch_eol = dominant_eol(arch_text) if arch_text else eol
         arch_final_nl = arch_text.endswith("\n") if arch_text else True
     had_archive = archive_exists
+    # Lines the agent cannot see for what the text holds (a comment block, stripped
+    # frontmatter): hand-written, kept as they are, and no pointer of them indexes a memory.
+    # They are known by identity, so the filtering below keeps the mark (and `hidden` keeps
+    # them alive, so no line made later can take an identity over).
+    shadow: dict[int, Hidden] = {}
+    if main_lines and ("<!--" in main_text or main_text.startswith("---")):
+        construct = view_of(main_text, inp.budget, inp.view).construct
+        hidden = [(main_lines[n], why) for n, why in construct.items() if n < len(main_lines)]
+        shadow = {id(line): why for line, why in hidden}
 
     # 1. Pointer lines of gone files go; dead and invalid links are reported and kept.
     def keep(line: Line) -> bool:
         link = line.link
-        if link is None:
+        if link is None or id(line) in shadow:
             return True
         if link.kind is LinkKind.INVALID:
             edit.invalid_links.append(link.raw)
@@ -630,6 +689,8 @@ def edit_lines(
         link = line.link
         if link is None or link.kind is not LinkKind.LOCAL or link.target not in inp.memories:
             continue
+        if id(line) in shadow:
+            continue
         entry = inp.memories[link.target]
         prev = inp.seen.get(link.target)
         if prev is None or prev == (entry.name, entry.description):
@@ -645,10 +706,17 @@ def edit_lines(
     #    recorded, not one that merely looks like its template) loses to any other, and among
     #    the others the first wins (MEMORY.md before the archive). The record follows: it
     #    names the line left if memoryd wrote it (a rewrite above included), else nothing.
+    #    A hidden line takes no part: it is the person's and stays, and the visible pointer
+    #    beside it is the one that indexes the memory for the agent.
     groups: dict[str, list[Line]] = {}
     for line in (*main_lines, *arch_lines):
         link = line.link
-        if link is not None and link.kind is LinkKind.LOCAL and link.target in inp.memories:
+        if (
+            link is not None
+            and link.kind is LinkKind.LOCAL
+            and link.target in inp.memories
+            and id(line) not in shadow
+        ):
             groups.setdefault(link.target, []).append(line)
     losers: set[int] = set()
     for target, group in groups.items():
@@ -670,13 +738,19 @@ def edit_lines(
         main_lines = [ln for ln in main_lines if id(ln) not in losers]
         arch_lines = [ln for ln in arch_lines if id(ln) not in losers]
 
-    # 4. New memory files past their grace get a pointer after the last pointer line.
+    # 4. New memory files past their grace get a pointer after the last pointer line (one
+    #    the agent can see); so does a memory whose only pointers are hidden.
     indexed = {
         ln.link.target
         for ln in (*main_lines, *arch_lines)
-        if ln.link is not None and ln.link.kind is LinkKind.LOCAL
+        if ln.link is not None and ln.link.kind is LinkKind.LOCAL and id(ln) not in shadow
     }
     unindexed = sorted(set(inp.memories) - indexed)
+    for ln in main_lines:
+        why = shadow.get(id(ln))
+        link = ln.link
+        if why is not None and link is not None and link.target in inp.memories.keys() - indexed:
+            edit.shadowed.setdefault(link.target, why)
     new = [f for f in unindexed if f in inp.ready]
     edit.waiting = [f for f in unindexed if f not in inp.ready]
     if new:
@@ -697,13 +771,20 @@ def edit_lines(
                 (
                     i
                     for i, ln in enumerate(main_lines)
-                    if ln.link is not None and ln.link.kind is LinkKind.LOCAL
+                    if ln.link is not None
+                    and ln.link.kind is LinkKind.LOCAL
+                    and id(ln) not in shadow
                 ),
                 default=None,
             )
             if last_pointer is None:
                 last_pointer = max(
-                    (i for i, ln in enumerate(main_lines) if ln.link is not None), default=None
+                    (
+                        i
+                        for i, ln in enumerate(main_lines)
+                        if ln.link is not None and id(ln) not in shadow
+                    ),
+                    default=None,
                 )
             if last_pointer is None:
                 if main_lines and not main_lines[-1].eol:
@@ -744,34 +825,51 @@ def edit_lines(
         return _finish(copies, main_final_nl, eol)
 
     target_mode = inp.budget.mode == "target"
-    if (
-        inp.budget.mode != "never"
-        and main_lines
-        and not fits(measure(render_main(main_lines)), inp.budget, target=target_mode)
+    first_text = render_main(main_lines) if inp.budget.mode != "never" and main_lines else ""
+    if first_text and not fits_view(
+        first_text, view_of(first_text, inp.budget, inp.view), inp.budget, target=target_mode
     ):
         eligible = sorted(
             (inp.memories[ln.link.target].age_ts, ln.link.target, index)
             for index, ln in enumerate(main_lines)
             if ln.link is not None
             and ln.link.kind is LinkKind.LOCAL
+            and id(ln) not in shadow
             and ln.link.target in inp.memories
             and inp.memories[ln.link.target].type != "user"
             and inp.now - inp.memories[ln.link.target].age_ts > inp.budget.keep_recent
         )
-        # Subtract each demoted line from one measurement instead of re-rendering per line
-        # (quadratic at 10,000 entries); the final text is measured exactly afterwards.
-        m = measure(render_main(main_lines, force_trailer=True))
-        lines_left, chars, size = m.lines, m.chars, m.bytes
         demoted_at: set[int] = set()
-        for _, target, index in eligible:
-            if fits(Measure(lines_left, chars, size), inp.budget, target=target_mode):
+        queue = iter(eligible)
+        rounds = 0
+        while True:
+            # Subtract each demoted line from one measurement of the agent's view instead of
+            # re-rendering per line (quadratic at 10,000 entries); then measure again exactly,
+            # and go on only if the estimate fell short (trimmed edges, lone CRs).
+            text = render_main(
+                [ln for i, ln in enumerate(main_lines) if i not in demoted_at], force_trailer=True
+            )
+            view = view_of(text, inp.budget, inp.view)
+            if fits_view(text, view, inp.budget, target=target_mode) or rounds > 8:
                 break
-            line = main_lines[index]
-            demoted_at.add(index)
-            edit.demoted.append(target)
-            lines_left -= 1
-            chars -= utf16_len(line.content) + len(eol)
-            size -= len(line.content.encode("utf-8")) + len(eol)
+            rounds += 1
+            # Over 4 MiB the agent loads nothing: estimate from the raw text (never less).
+            m = measure(text) if view.too_big else measure_view(text, view)
+            lines_left, chars, size = m.lines, m.chars, m.bytes
+            progressed = False
+            for _, target, index in queue:
+                line = main_lines[index]
+                demoted_at.add(index)
+                edit.demoted.append(target)
+                progressed = True
+                lines_left -= 1 + (line.content.count("\r") if view.folded else 0)
+                chars -= utf16_len(line.content) + (1 if view.folded else len(line.eol or eol))
+                size -= len(line.content.encode("utf-8")) + len(eol)
+                estimate = Measure(lines_left, chars, size)
+                if fits(estimate, inp.budget, target=target_mode):
+                    break
+            if not progressed:
+                break
         if demoted_at:
             moved = [ln for i, ln in enumerate(main_lines) if i in demoted_at]
             main_lines = [ln for i, ln in enumerate(main_lines) if i not in demoted_at]
@@ -793,12 +891,15 @@ def edit_lines(
         edit.archive = None
 
     if edit.main is not None:
-        final = measure(edit.main)
-        edit.fits_window = fits(final, inp.budget, target=False)
+        view = view_of(edit.main, inp.budget, inp.view)
+        final = measure_view(edit.main, view)
+        edit.fits_window = view.fits(inp.budget.max_lines, inp.budget.max_chars)
         if final.bytes > inp.budget.target_bytes or not edit.fits_window:
             edit.over_budget = final
             # Within the window no line is past it (the common case: over the soft target).
-            edit.outside = [] if edit.fits_window else outside_window(edit.main, inp.budget)
+            edit.outside = (
+                [] if edit.fits_window else outside_window(edit.main, inp.budget, view=view)
+            )
     return edit, arch_lines
 
 
@@ -850,15 +951,20 @@ def verify(
     memory_files: Set[str],
     present: Set[str],
     allowed_dead: Set[str] = frozenset(),
+    kind: ViewKind = ViewKind.AUTO,
 ) -> list[str]:
-    """Problems with the index as it is on disk; an empty list means it is consistent."""
+    """Problems with the index as it is on disk; an empty list means it is consistent.
+
+    MEMORY.md's pointer lines count as the agent sees them: one hidden in a comment block or
+    in stripped frontmatter indexes nothing (and, hand-written, is not checked)."""
     problems: list[str] = []
     counts: dict[str, int] = {}
     trailers = len(_TRAILER_IN_TEXT.findall(main)) if main else 0
     for label, text in (("MEMORY.md", main), ("MEMORY-ARCHIVE.md", archive)):
         if text is None:
             continue
-        for link in local_links(text):
+        links = visible_local_links(text, kind) if label == INDEX_NAME else local_links(text)
+        for link in links:
             counts[link.target] = counts.get(link.target, 0) + 1
             if link.target not in present and link.target not in allowed_dead:
                 problems.append(f"{label}: link {link.raw} does not resolve (exact case)")

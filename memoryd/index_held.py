@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, replace
 from typing import Any
 
+from memoryd.agentview import ViewKind
 from memoryd.index import (
     DEMOTED_HEADING,
     TRAILER,
@@ -31,6 +32,7 @@ from memoryd.index import (
     local_links,
     parse_line,
     split_lines,
+    visible_local_links,
 )
 
 
@@ -161,6 +163,13 @@ def edit_changed(
     positions: set[int] = set()
     for target in changed:
         positions.update(held.where.get(target, ()))
+    if held.main and main_targets:
+        # A memory whose pointers in MEMORY.md the agent cannot see (in a comment block, in
+        # stripped frontmatter) is indexed by its archive line, if any: the edit must see it,
+        # or it would give the memory a second pointer.
+        seen = {link.target for link in visible_local_links(held.main, inp.view)}
+        for target in main_targets - seen:
+            positions.update(held.where.get(target, ()))
     for position in (held.heading_at, held.offending_at):
         if position >= 0:
             positions.add(position)
@@ -235,15 +244,20 @@ def edit_changed(
 
 
 def check(
-    held: HeldIndex, targets: Set[str], present: Set[str], allowed_dead: Set[str]
+    held: HeldIndex,
+    targets: Set[str],
+    present: Set[str],
+    allowed_dead: Set[str],
+    kind: ViewKind = ViewKind.AUTO,
 ) -> list[str]:
-    """DESIGN §3's promises for the files an edit touched (`targets`): each indexed once.
+    """DESIGN §3's promises for the files an edit touched (`targets`): each indexed once
+    (MEMORY.md's pointers as the agent sees them, as `index.verify` counts them).
 
     Every other file was checked by an earlier pass and no line of it moved since.
     """
     problems: list[str] = []
     in_main: dict[str, int] = {}
-    for link in local_links(held.main) if held.main else ():
+    for link in visible_local_links(held.main, kind) if held.main else ():
         in_main[link.target] = in_main.get(link.target, 0) + 1
         if link.target not in present and link.target not in allowed_dead:
             problems.append(f"MEMORY.md: link {link.raw} does not resolve (exact case)")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memoryd import fsops, index_held
+from memoryd.agentview import Hidden, ViewKind
 from memoryd.config import IndexConfig
 from memoryd.discover import MemoryDir
 from memoryd.errors import MemorydError, WriteConflict
@@ -29,12 +30,13 @@ from memoryd.index import (
     Place,
     decide_ownership,
     local_links,
-    measure,
+    measure_view,
     note_own,
     release_parsed,
     split_lines,
     update_index,
     verify,
+    view_of,
 )
 from memoryd.runtime import Runtime
 from memoryd.scan import DirScan, Scanned, scan_dir
@@ -534,6 +536,7 @@ def _index_once(
             budget=budget,
             now=now,
             today=rt.today(),
+            view=view_kind(md),
         )
     )
     outcome.edit = edit
@@ -870,6 +873,7 @@ def _index_changed(
             now=now,
             today=rt.today(),
             own=state.own,
+            view=view_kind(md),
         ),
         only,
         held.waiting,
@@ -1134,7 +1138,7 @@ def _verify_changed(
                 ours.mtime_ns,
             ):
                 return []  # replaced since: another writer's, their events bring a pass
-    return index_held.check(index, touched, present, set(edit.dead_links))
+    return index_held.check(index, touched, present, set(edit.dead_links), view_kind(md))
 
 
 def settled_mark(
@@ -1178,7 +1182,9 @@ def verify_on_disk(
         or _replaced(archive.identity, written.archive, ARCHIVE_NAME in written.data)
     ):
         return []
-    return verify(main.text, archive.text, expected, scan.present, set(allowed_dead))
+    return verify(
+        main.text, archive.text, expected, scan.present, set(allowed_dead), view_kind(md)
+    )
 
 
 def _replaced(found: FileIdentity | None, ours: FileIdentity | None, wrote: bool) -> bool:
@@ -1192,8 +1198,66 @@ def _replaced(found: FileIdentity | None, ours: FileIdentity | None, wrote: bool
     )
 
 
-def budget_use(text: str | None, rt: Runtime) -> dict[str, int]:
-    m = measure(text or "")
+def view_kind(md: MemoryDir) -> ViewKind:
+    """How Claude Code loads this dir's MEMORY.md: an auto-memory dir (`projects/<slug>/
+    memory`) has its frontmatter and comment blocks stripped; agent-memory and other dirs
+    are only windowed."""
+    path = md.path
+    if md.kind == "project" or (path.name == "memory" and path.parent.parent.name == "projects"):
+        return ViewKind.AUTO
+    return ViewKind.PLAIN
+
+
+def agent_sees(rt: Runtime, md: MemoryDir, filename: str) -> str:
+    """Where the agent finds a memory's pointer, or why it does not (for `explain`)."""
+    budget = _budget(rt.config.index)
+    with fsops.open_dir(md.real_path) as dir_fd:
+        main = read_index_file(dir_fd, INDEX_NAME)
+        archive = read_index_file(dir_fd, ARCHIVE_NAME)
+    text = main.text or ""
+    view = view_of(text, budget, view_kind(md))
+    seen: list[int] = []
+    hidden: list[str] = []
+    for number, line in enumerate(split_lines(text)):
+        link = line.link
+        if link is None or link.kind is not LinkKind.LOCAL or link.target != filename:
+            continue
+        why = view.hidden(number)
+        if why is None:
+            seen.append(number + 1)
+        else:
+            hidden.append(f"the pointer on MEMORY.md line {number + 1} is {why.value}")
+    in_archive = archive.text is not None and filename in {
+        link.target for link in local_links(archive.text)
+    }
+    if seen:
+        found = f"loaded: its pointer on MEMORY.md line {seen[0]} is in what the agent loads"
+    elif in_archive:
+        found = "in MEMORY-ARCHIVE.md, which the agent reads when a topic is not listed"
+    else:
+        found = "not indexed for the agent"
+    if hidden:
+        found += "; " + "; ".join(hidden)
+        if not seen and not in_archive:
+            found += " (memoryd adds a visible pointer once it is past its grace)"
+    return found
+
+
+def budget_use(text: str | None, rt: Runtime, kind: ViewKind = ViewKind.AUTO) -> dict[str, Any]:
+    """The index against the agent's window, measured on what the agent loads, and how many
+    of its pointer lines the agent does not see, by why."""
+    text = text or ""
+    budget = _budget(rt.config.index)
+    view = view_of(text, budget, kind)
+    m = measure_view(text, view)
+    hidden: dict[str, int] = {}
+    for number, line in enumerate(split_lines(text)):
+        link = line.link
+        if link is None or link.kind is not LinkKind.LOCAL:
+            continue
+        why: Hidden | None = view.hidden(number)
+        if why is not None:
+            hidden[why.value] = hidden.get(why.value, 0) + 1
     return {
         "lines": m.lines,
         "max_lines": rt.config.index.max_lines,
@@ -1201,4 +1265,6 @@ def budget_use(text: str | None, rt: Runtime) -> dict[str, int]:
         "max_chars": rt.config.index.max_chars,
         "bytes": m.bytes,
         "target_bytes": rt.config.index.target_bytes,
+        "loaded_whole": view.fits(budget.max_lines, budget.max_chars),
+        "hidden_pointers": hidden,
     }

@@ -75,7 +75,8 @@ change = st.sampled_from(["keep", "keep", "keep", "delete", "redescribe", "renam
     changes=st.lists(change, min_size=16, max_size=16),
     new=st.sets(st.sampled_from([f"new{i}.md" for i in range(4)]), max_size=3),
     moved_picks=st.lists(st.booleans(), min_size=20, max_size=20),
-    hand_edit=st.sampled_from(["none", "prose", "pointer again", "drop pointer", "own pointer"]),
+    hand_edit=st.sampled_from(["none", "prose", "pointer again", "drop pointer", "own pointer",
+                               "comment pointer", "comment new"]),
     young=st.sets(st.sampled_from(["young0.md", "young1.md"])),
     ghost=st.booleans(),
 )
@@ -97,7 +98,8 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
     rt = env.runtime(CONFIG)
     spy = Spy(monkeypatch)
     with tempfile.TemporaryDirectory(dir=env.home) as tmp:
-        twins = [Path(tmp) / side / "proj" / "memory" for side in ("held", "full")]
+        # Auto-memory dirs (`projects/<slug>/memory`): the agent strips comments from them.
+        twins = [Path(tmp) / side / "projects" / "proj" / "memory" for side in ("held", "full")]
         for path in twins:
             if ghost:  # a pointer to a file never written: a dead link, reported and kept
                 path.mkdir(parents=True)
@@ -146,6 +148,14 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
                 text = "".join(lines[:at] + lines[at + 1 :]) if at is not None else text
             elif hand_edit == "own pointer" and new:
                 text += f"- [{min(new)}]({min(new)}) — the agent wrote its pointer\n"
+            elif hand_edit == "comment pointer":  # a person comments a pointer out
+                lines = text.splitlines(keepends=True)
+                at = next((i for i, ln in enumerate(lines) if ln.startswith("- [")), None)
+                if at is not None:
+                    lines[at:at + 1] = ["<!--\n", lines[at], "-->\n"]
+                text = "".join(lines)
+            elif hand_edit == "comment new" and new:  # the only pointer, hidden
+                text += f"<!-- - [{min(new)}]({min(new)}) — hidden\n-->\n"
             if text != index.read_text(encoding="utf-8"):
                 index.write_text(text, encoding="utf-8")
                 _written_earlier(index)

@@ -102,6 +102,11 @@ hand_lines = st.sampled_from(
         "- [gone](ghost.md) — dead before anything",
         "## Moved from MEMORY.md 2026-11-30 (2)",
         "## Moved from MEMORY.md 2026-10-01 (1)",
+        # Comment blocks and a leading `---` hide the pointers between them from the agent.
+        "<!--",
+        "-->",
+        "<!-- a note -->",
+        "---",
     ]
 )
 

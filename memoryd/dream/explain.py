@@ -19,6 +19,7 @@ from memoryd.dream.run import (
 )
 from memoryd.dream.similar import overlap
 from memoryd.errors import MemorydError
+from memoryd.indexer import agent_sees
 from memoryd.runtime import Runtime
 from memoryd.scan import DirScan, skip_reason
 
@@ -126,6 +127,7 @@ def explain(
         "decision": decision,
         "breaker": plan.refused or None,
         "index": "managed" if managed else f"not managed: {ownership.reason if ownership else '?'}",
+        "agent_sees": agent_sees(rt, md, item.filename),
     }
 
 
@@ -195,6 +197,7 @@ def render(data: dict[str, Any]) -> str:
             f"    {s['file']}: overlap {s['overlap']:.2f}, {s['kind']}, newer: {s['newer']}{opp}"
         )
     lines.append(f"  index: {data['index']}")
+    lines.append(f"  agent's view: {data['agent_sees']}")
     lines.append(f"  decision: {data['decision']}")
     if data["breaker"]:
         lines.append(f"  circuit breaker: {data['breaker']}")

@@ -900,7 +900,22 @@ def edit_lines(
             edit.outside = (
                 [] if edit.fits_window else outside_window(edit.main, inp.budget, view=view)
             )
+    if edit.dead_links and edit.main is not None and view_reshaped(main_text, edit.main):
+        # Dead links are reported for the index as written: one the edit's own change hid
+        # (removing a first pointer above a `---` line makes the rest frontmatter) is no
+        # pointer of the agent's any more, and one it revealed is one.
+        dead = {link.target for link in visible_local_links(edit.main, inp.view)}
+        dead.update(ln.link.target for ln in arch_lines if ln.link is not None)
+        edit.dead_links = [t for t in edit.dead_links if t in dead]
     return edit, arch_lines
+
+
+def view_reshaped(before: str, after: str) -> bool:
+    """Whether an edit may have changed which MEMORY.md lines the agent cannot see: the text
+    now starts (or no longer starts) with a `---` line, or its comment markers changed."""
+    if before.startswith("---") != after.startswith("---"):
+        return True
+    return (before.count("<!--"), before.count("-->")) != (after.count("<!--"), after.count("-->"))
 
 
 def _append_to_archive(

@@ -32,6 +32,7 @@ from memoryd.index import (
     local_links,
     parse_line,
     split_lines,
+    view_reshaped,
     visible_local_links,
 )
 
@@ -184,6 +185,8 @@ def edit_changed(
         total=len(inp.memories),
     )
     edit, out = edit_lines(restricted, some)
+    if view_reshaped(held.main or "", edit.main or ""):
+        return None  # what the agent cannot see changed shape: the full edit re-reads it all
 
     lines = list(held.lines)
     crlf, lf = held.crlf, held.lf

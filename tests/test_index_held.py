@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from datetime import date
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memoryd.index import (
@@ -153,6 +153,15 @@ change = st.tuples(
     max_lines=st.integers(3, 14),
     steps=st.lists(st.lists(change, min_size=1, max_size=4), min_size=1, max_size=4),
     wrote=st.sets(st.sampled_from(NAMES)),
+)
+@example(  # demoting the first pointer above a `---` line turns the rest into frontmatter
+    main="- [F0](f0.md) — old\n---\nprose a person wrote\n- [gone](ghost.md) — dead\n---",
+    archive=None,
+    initial={"f0.md"},
+    ages=[8] + [0] * (len(NAMES) - 1),
+    max_lines=3,
+    steps=[[("f0.md", "delete", 0)]],
+    wrote=set(),
 )
 def test_restricted_edit_equals_the_full_edit(
     main: str | None,

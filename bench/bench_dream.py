@@ -63,7 +63,7 @@ import _synth
 from _stats import markdown_table, percentile
 
 from memoryd import discover, indexer
-from memoryd.config import Config
+from memoryd.config import Config, with_claude_home
 from memoryd.dream.refs import Status, check_refs, extract_refs
 from memoryd.dream.repo import RepoIndex
 from memoryd.dream.run import DreamResult, RepoCache, dream_dir
@@ -797,7 +797,8 @@ def run_child(job: dict[str, Any]) -> dict[str, Any]:
 
 def make_runtime(root: Path) -> Runtime:
     paths = AppPaths(config_file=root / "c.toml", state_dir=root / "state", log_dir=root / "log")
-    return Runtime.create(Config(), paths)
+    # A Claude home of the bench's own: the consult scan must not read this user's transcripts.
+    return Runtime.create(with_claude_home(Config(), root / "claude"), paths)
 
 
 def memory_dir(path: Path, repo_root: Path) -> discover.MemoryDir:

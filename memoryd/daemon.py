@@ -32,7 +32,7 @@ from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Held, index_dir
 from memoryd.logsetup import configure, get_logger
-from memoryd.paths import AppPaths, ensure_private_dir, file_kind
+from memoryd.paths import AppPaths, NotRegularFile, ensure_private_dir, regular_fd
 from memoryd.recovery import recover
 from memoryd.runtime import Runtime, tune_gc
 from memoryd.scan import DirScan
@@ -59,13 +59,13 @@ def acquire_lock(paths: AppPaths) -> int:
     """One instance per user: an exclusive flock on a file in the state dir, holding our pid."""
     ensure_private_dir(paths.state_dir)
     fd = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):  # a FIFO opened O_RDWR never blocks, but is no lock file
-        os.close(fd)
+    try:
+        regular_fd(fd, paths.lock_file)  # a FIFO opened O_RDWR never blocks, but is no lock file
+    except NotRegularFile as error:
         raise MemorydError(
-            f"{paths.lock_file} is {file_kind(mode)}, not memoryd's lock file: remove it and "
+            f"{paths.lock_file} is {error.what}, not memoryd's lock file: remove it and "
             "start again"
-        )
+        ) from error
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -5,7 +5,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,19 +104,20 @@ def read_problem(error: OSError) -> str:
 
 def file_kind(mode: int) -> str:
     """What a non-regular file is, for a person."""
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
+    for test, kind in _KINDS:
+        if test(mode):
+            return kind
     return "not a regular file"
+
+
+_KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
 
 
 def open_regular(
@@ -149,6 +150,13 @@ def open_regular(
         if error.errno == errno.ELOOP and not follow:  # a link swapped in since the look
             raise NotRegularFile(name, "a symbolic link") from error
         raise
+    return fd, regular_fd(fd, name)
+
+
+def regular_fd(fd: int, name: Path) -> os.stat_result:
+    """The fstat of an open descriptor that must be a regular file; otherwise the descriptor
+    is closed and NotRegularFile (naming `name`) raised. A FIFO opened O_NONBLOCK, or for
+    writing, opens at once: this look through the descriptor is what refuses it."""
     try:
         st = os.fstat(fd)
     except BaseException:
@@ -157,7 +165,7 @@ def open_regular(
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise NotRegularFile(name, file_kind(st.st_mode))
-    return fd, st
+    return st
 
 
 def read_bounded(path: Path, limit: int, *, follow: bool = True, prefix: bool = False) -> bytes:

@@ -22,7 +22,13 @@ from typing import Any
 
 from memoryd import fsops
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
-from memoryd.paths import BoundedLines, file_kind, open_regular, read_problem
+from memoryd.paths import (
+    BoundedLines,
+    NotRegularFile,
+    open_regular,
+    read_problem,
+    regular_fd,
+)
 from memoryd.scan import skip_reason
 
 TRASH_DIR = ".trash"
@@ -187,18 +193,14 @@ def open_manifest(dir_fd: int, folder: Path | None = None) -> int:
         0o600,
         dir_fd=dir_fd,
     )
+    where = (folder / MANIFEST) if folder is not None else Path(MANIFEST)
     try:
-        st = os.fstat(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        where = (folder / MANIFEST) if folder is not None else Path(MANIFEST)
+        st = regular_fd(fd, where)
+    except NotRegularFile as error:
         raise UnsafeFilesystemOperation(
-            f"{where} is {file_kind(st.st_mode)}, not a regular file: memoryd records no move "
-            "in it (and so moves nothing into this folder). Move it aside and rerun."
-        )
+            f"{error}: memoryd records no move in it (and so moves nothing into this folder). "
+            "Move it aside and rerun."
+        ) from error
     try:
         size = st.st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":

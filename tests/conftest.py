@@ -188,6 +188,20 @@ def write_memory(
     return path
 
 
+class InjectedCrash(BaseException):
+    """Raised by `crash_at` (a BaseException, so no `except Exception` in memoryd swallows it)."""
+
+
+def crash_at(label: str) -> Callable[[str], None]:
+    """A stand-in for `fsops.crash_point` that crashes the operation at the point `label`."""
+
+    def crash_point(at: str) -> None:
+        if at == label:
+            raise InjectedCrash
+
+    return crash_point
+
+
 def make_small_repo(tmp_path: Path) -> Path:
     """`app/`: one source file and an empty repo-scope memory dir, `.claude/memory/`."""
     root = tmp_path / "app"

@@ -17,7 +17,7 @@ from memoryd.config import Config
 from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.dream.run import DreamResult, RepoCache, dream_dir
 from memoryd.runtime import Runtime
-from tests.conftest import Env
+from tests.conftest import Env, InjectedCrash, crash_at
 from tests.test_dream_planted import DAY, _filler, mem
 
 
@@ -187,19 +187,12 @@ def test_recovery_puts_back_an_unchecked_file_a_crash_left_in_the_trash(
     records no move."""
     from memoryd.recovery import recover
 
-    class Crash(BaseException):
-        pass
-
-    def crash_after_move(label: str) -> None:
-        if label == "trash.after_move":
-            raise Crash
-
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     _filler(repo)
     rt, md = env.runtime(), _dir(repo)
     real_crash_point = fsops.crash_point
-    monkeypatch.setattr(fsops, "crash_point", crash_after_move)
-    with pytest.raises(Crash):
+    monkeypatch.setattr(fsops, "crash_point", crash_at("trash.after_move"))
+    with pytest.raises(InjectedCrash):
         _pass(rt, md, lambda name: _swap_in(path, _version(2)))
     monkeypatch.setattr(fsops, "crash_point", real_crash_point)
     assert not path.exists() and journal.pending(rt.paths.state_dir)

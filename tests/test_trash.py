@@ -19,7 +19,7 @@ from memoryd.discover import explicit_dirs
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, boot_clock
 from memoryd.state import dir_key
-from tests.conftest import Env, tree_digest, write_memory
+from tests.conftest import Env, InjectedCrash, crash_at, tree_digest, write_memory
 from tests.test_dream_planted import _filler, mem
 
 
@@ -369,21 +369,14 @@ def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):  # typ
     from memoryd.discover import explicit_dirs
     from memoryd.dream.run import RepoCache, dream_dir
 
-    class Crash(BaseException):
-        pass
-
-    def crash_after_move(label: str) -> None:
-        if label == "trash.after_move":
-            raise Crash
-
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     _filler(repo)
     rt = env.runtime()
     md = dc_replace(explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo,
                     repo_reason="test")
     real_crash_point = fsops.crash_point
-    monkeypatch.setattr(fsops, "crash_point", crash_after_move)
-    with pytest.raises(Crash):
+    monkeypatch.setattr(fsops, "crash_point", crash_at("trash.after_move"))
+    with pytest.raises(InjectedCrash):
         dream_dir(rt, md, repos=RepoCache())
     monkeypatch.setattr(fsops, "crash_point", real_crash_point)
     return rt, md, path

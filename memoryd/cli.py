@@ -53,6 +53,15 @@ def _repo_root_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _color_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the text: auto (on a terminal, unless NO_COLOR is set), always, never",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memoryd",
@@ -73,12 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "dirs",
         help="list memory dirs, their kind, repo root, files and budget",
-        description="List every memory dir memoryd finds, with its kind, repo "
-        "root (or why none), memory files, unparseable files, index lines and "
-        "budget use.",
+        description="List every memory dir memoryd finds as a table (name, kind, mode, "
+        "memories, index lines and window use, flagged, last pass); with DIR, the detail: "
+        "repo root (or why none), why the index is managed or not, unparseable files, "
+        "index lines and budget use.",
     )
     _dirs_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    _color_arg(p)
 
     p = sub.add_parser(
         "index",
@@ -244,6 +255,34 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
         "conflict_copies": scan.conflicts if scan else [],
         "index": budget_use(main_text, rt, view_kind(md)) if main_text is not None else None,
         "in_sync": outcome.status in ("unchanged", "unmanaged"),
+        **_dir_history(rt, md),
+    }
+
+
+def _dir_name(md: MemoryDir) -> str:
+    """The name a person knows a dir by: the project's, or `project/agent`."""
+    if md.kind in ("agent", "repo-agent", "repo-agent-local", "explicit", "extra", "nested"):
+        return f"{md.repo_root.name}/{md.label}" if md.repo_root else md.label
+    return md.repo_root.name if md.repo_root else md.label
+
+
+def _iso(ts: float) -> str | None:
+    from datetime import UTC, datetime
+
+    if not ts:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _dir_history(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
+    """What the dir's state says of memoryd's last passes (absolute UTC times)."""
+    state = rt.store.load(md.real_path)
+    return {
+        "name": _dir_name(md),
+        "flagged": state.last_dream_flagged if state.last_dream_flagged >= 0 else None,
+        "last_pass": _iso(state.last_dream_ts),
+        "last_pass_result": state.last_dream_result or None,
+        "last_index_write": _iso(state.last_index_ts),
     }
 
 
@@ -309,6 +348,15 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         home = rt.config.paths.claude_home
         note = "" if home.exists() else " (it does not exist yet)"
         out.write(f"No memory dirs found under {home}{note}.\n")
+        return EXIT_OK
+    if not args.dirs:
+        import os
+
+        from memoryd.humanize import Painter, terminal_width, use_color
+        from memoryd.views.dirs import render
+
+        paint = Painter(use_color(args.color, out, os.environ))
+        out.write(render(rows, time.time(), terminal_width(out, os.environ), paint))
         return EXIT_OK
     for row in rows:
         link = f" (via symlink {row['path']})" if row["via_symlink"] else ""

@@ -162,3 +162,28 @@ def table(
         padded = [c.ljust(widths[i]) for i, c in enumerate(cells[:-1])] + [cells[-1]]
         lines.append(clip("  ".join(padded).rstrip(), width))
     return lines
+
+
+def layout(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    *,
+    shrink: int = 0,
+) -> tuple[list[str], list[list[str]]]:
+    """`table`'s layout as cells (the header's, then each row's), each clipped and padded to
+    its column's width but the last, for a caller that colours cells before joining them with
+    two spaces (escape codes then never count as columns)."""
+    all_rows = [list(header), *[list(r) for r in rows]]
+    count = len(header)
+    widths = [max(len(r[i]) for r in all_rows) for i in range(count)]
+    over = sum(widths) + 2 * (count - 1) - width
+    if over > 0:
+        widths[shrink] = max(8, widths[shrink] - over)
+    # The last column takes what is left, so that no line is wider than `width`.
+    widths[-1] = max(0, min(widths[-1], width - sum(widths[:-1]) - 2 * (count - 1)))
+    cells = [
+        [clip(r[i], widths[i]).ljust(widths[i] if i < count - 1 else 0) for i in range(count)]
+        for r in all_rows
+    ]
+    return cells[0], cells[1:]

@@ -49,6 +49,9 @@ class DirState:
     changed_since_dream: list[str] = field(default_factory=list)
     last_dream_ts: float = 0.0
     last_dream_result: str = ""
+    # Memories the last pass flagged for review and no person has acknowledged (memoryd.acked);
+    # -1 before any pass counted them.
+    last_dream_flagged: int = -1
     last_index_ts: float = 0.0
     last_change_ts: float = 0.0
     reads: dict[str, float] = field(default_factory=dict)  # file -> last read by the agent

@@ -617,6 +617,7 @@ def _dream_dir(
         state = rt.store.load(md.real_path)
         state.last_dream_ts = now
         state.last_dream_result = result.status
+        state.last_dream_flagged = result.counts()["flagged"]
         state.changed_since_dream = []
         rt.store.save(md.real_path, state)
     return result

@@ -1,0 +1,1 @@
+"""Views for people: pure renderers, rows in and text out (memoryd.humanize does the layout)."""

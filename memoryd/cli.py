@@ -168,9 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
         "with a manifest; nothing is deleted until the day folder is purged.",
     )
     trash_sub = p.add_subparsers(dest="trash_command", metavar="ACTION", required=True)
-    q = trash_sub.add_parser("list", help="list trashed files (id, date, reason, file)")
+    q = trash_sub.add_parser("list", help="list trashed files (id, when, reason, file)")
     _dirs_arg(q)
     q.add_argument("--json", action="store_true", help="print one JSON document")
+    _color_arg(q)
     q = trash_sub.add_parser("restore", help="move a trashed file back and restore its pointer")
     q.add_argument(
         "key",
@@ -706,6 +707,7 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                 "duplicate_of": x.entry.record.duplicate_of,
                 "superseded_by": x.entry.record.superseded_by,
                 "path": str(x.entry.stored_path),
+                "time": x.entry.record.time,
             }
             for x in listing.listed
         ]
@@ -722,13 +724,14 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         if args.json:
             json.dump({"trash": rows, "invalid": invalid}, out, indent=2, ensure_ascii=False)
             out.write("\n")
-        elif not rows:
-            out.write("The trash is empty.\n")
-        for r in [] if args.json else rows:
-            because = r["duplicate_of"] or r["superseded_by"]
-            extra = f" (kept: {because})" if because else ""
-            where = shown(f"{r['dir']}/{r['file']}")
-            out.write(f"{r['id']}  {r['day']}  {r['reason']:<13} {where}{shown(extra)}\n")
+        else:
+            import os
+
+            from memoryd.humanize import Painter, use_color
+            from memoryd.views.trash import render
+
+            paint = Painter(use_color(args.color, out, os.environ))
+            out.write(render(rows, time.time(), paint))
         for bad in [] if args.json else invalid:
             out.write(f"INVALID  {shown(bad['message'])}\n")
         return EXIT_FINDINGS if invalid else EXIT_OK

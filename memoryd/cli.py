@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
         "if anything would",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="list every dir, those in sync too, and why each unmanaged one is",
+    )
 
     p = sub.add_parser("run", help="run the daemon in the foreground (as a user service does)",
                        description="Watch every memory dir, keep indexes in step as files "
@@ -419,6 +425,9 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     # --check changes nothing: not even the audit log.
     found = discover_all(rt.config, args.dirs) if args.check else _discover(rt, args.dirs)
     dirs, refused = found.dirs, found.refused
+    # Why a dir is unmanaged is said once (as its `index.unmanaged` row is), not at every run:
+    # the run that records it in the dir's state says it; `-v` and `dirs DIR` say it again.
+    said = {md.real_path: rt.store.load(md.real_path).reported.get("unmanaged") for md in dirs}
     outcomes = [index_dir(rt, md, check=args.check) for md in dirs]
     # A dir left to the program writing its index is not in step either: a failed action.
     failed = any(o.status in ("error", "conflict", "settling") for o in outcomes)
@@ -434,13 +443,45 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     else:
         if not dirs and not found.empty_repos:
             out.write(f"No memory dirs found under {rt.config.paths.claude_home}.\n")
+        quiet = {"in sync": 0, "unmanaged": 0}
         for o in outcomes:
+            if not args.verbose and o.status == "unchanged" and _nothing_to_note(o):
+                quiet["in sync"] += 1
+                continue
+            if not args.verbose and o.status == "unmanaged" and not args.check:
+                now_said = rt.store.load(o.dir.real_path).reported.get("unmanaged")
+                if now_said == said.get(o.dir.real_path):
+                    quiet["unmanaged"] += 1
+                    continue
             out.write(_render_outcome(o))
         out.write(_render_refused(refused))
         out.write(_render_empty(found))
+        out.write(_quiet_line(quiet))
     if failed or (args.check and would):
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+def _nothing_to_note(o: IndexOutcome) -> bool:
+    """An in-sync dir with nothing to say (no dead link, no file in its grace, in the window)."""
+    edit = o.edit
+    return edit is None or not (
+        edit.waiting or edit.dead_links or edit.invalid_links or not edit.fits_window
+    )
+
+
+def _quiet_line(quiet: dict[str, int]) -> str:
+    """What `index` left unsaid, in one line: the dirs in sync, and the unmanaged ones whose
+    reason was said before."""
+    parts = []
+    if quiet["in sync"]:
+        parts.append(f"{quiet['in sync']} dir{'s' if quiet['in sync'] != 1 else ''} in sync")
+    if quiet["unmanaged"]:
+        parts.append(f"{quiet['unmanaged']} unmanaged, nothing changed")
+    if not parts:
+        return ""
+    why = ", and says why a dir is unmanaged" if quiet["unmanaged"] else ""
+    return f"{'; '.join(parts)} (-v lists them{why}).\n"
 
 
 def _some(items: list[str], limit: int = 5) -> str:

@@ -681,7 +681,16 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.dry_run:
         housekeeping.rotate(rt, dirs)
     repos = RepoCache.of(rt)
+    # Why a dir is unmanaged is said by the pass that records it (see cmd_index).
+    said = {md.real_path: rt.store.load(md.real_path).reported.get("unmanaged") for md in dirs}
     results = [dream_dir(rt, md, repos=repos, dry_run=args.dry_run) for md in dirs]
+    said_before = {
+        r.dir.real_path
+        for r in results
+        if r.status == "unmanaged"
+        and said[r.dir.real_path] is not None
+        and rt.store.load(r.dir.real_path).reported.get("unmanaged") == said[r.dir.real_path]
+    }
     declined: dict[Path, set[str]] = {
         r.dir.real_path: {i.filename for i in r.plan.items.values() if i.promotion_declined}
         for r in results
@@ -708,7 +717,7 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         json.dump(doc, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        out.write(render_text(results, hk, args.dry_run, len(promos)))
+        out.write(render_text(results, hk, args.dry_run, len(promos), said_before))
         out.write(_render_refused(refused))
         out.write(_render_empty(found))
     failed = any(r.status in ("failed", "refused") for r in results)

@@ -1,6 +1,7 @@
 """Render dream results and `explain` for a person (text) or a program (JSON)."""
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
+from pathlib import Path
 from typing import Any
 
 from memoryd.display import shown
@@ -25,7 +26,10 @@ def totals(results: Sequence[DreamResult], promotion_candidates: int = 0) -> dic
     for result in results:
         for key, value in result.counts().items():
             out[key] = out.get(key, 0) + value
-    out["indexes_rebuilt"] = sum(1 for r in results if r.index and r.index.status == "updated")
+    # An index pass edits lines (it never regenerates a file); the old key stays for programs.
+    out["indexes_updated"] = sum(1 for r in results if r.index and r.index.status == "updated")
+    out["indexes_rebuilt"] = out["indexes_updated"]
+    out["acknowledged"] = sum(len(r.acknowledged) for r in results)
     out["promotion_candidates"] = promotion_candidates
     return out
 
@@ -73,6 +77,7 @@ def result_json(result: DreamResult) -> dict[str, Any]:
                 "classification": f.classification.value,
                 "missing": list(f.missing),
                 "guard": f.guard or None,
+                "acknowledged": f.filename in result.acknowledged,
             }
             for f in (plan.flagged if plan else [])
         ],
@@ -83,12 +88,63 @@ def result_json(result: DreamResult) -> dict[str, Any]:
     }
 
 
+# A pass's status as a person reads it (the status words are for programs: --json).
+STATUS_WORDS = {
+    "completed": "done",
+    "refused": "refused by the circuit breaker",
+    "skipped": "skipped",
+    "unmanaged": "not managed by memoryd, report only",
+    "failed": "FAILED",
+}
+
+
+def status_text(result: DreamResult) -> str:
+    """The status of a dir's pass in words, with what it moved."""
+    if result.status == "completed":
+        moved = len(result.moved)
+        return f"done, {moved} moved to the trash" if moved else "done, nothing to move"
+    if result.status == "dry_run":
+        planned = len(result.plan.moves) if result.plan else 0
+        return f"would move {planned} to the trash" if planned else "nothing to move"
+    return STATUS_WORDS.get(result.status, result.status.replace("_", " "))
+
+
+def ref_text(ref: str, kind: str) -> str:
+    """A reference as the memory means it: a symbol as a backticked name, a path as is."""
+    return f"`{ref}`" if kind == "symbol" else ref
+
+
+def missing_text(result: DreamResult, filename: str, missing: Sequence[str]) -> str:
+    """The missing references of a memory, symbols as symbols (the plan knows which is which)."""
+    item = result.plan.items.get(filename) if result.plan else None
+    kinds = {c.ref: c.kind for c in item.checks} if item is not None else {}
+    return ", ".join(shown(ref_text(ref, kinds.get(ref, "path"))) for ref in missing) or "-"
+
+
+def move_detail(result: DreamResult, filename: str, reason: str, detail: str) -> str:
+    """Why a file moves: for a stale one, the paths that are gone and the symbols not found,
+    each as what it is."""
+    item = result.plan.items.get(filename) if result.plan else None
+    if reason != "stale" or item is None:
+        return detail
+    gone = [c.ref for c in item.checks if c.kind == "path" and c.ref in item.missing]
+    symbols = [c.ref for c in item.checks if c.kind == "symbol" and c.ref in item.missing]
+    text = "every path it names is gone: " + ", ".join(shown(p) for p in gone)
+    if symbols:
+        text += "; no longer in the code: " + ", ".join(shown(f"`{s}`") for s in symbols)
+    return text
+
+
 def render_text(
     results: Sequence[DreamResult],
     housekeeping: Sequence[str],
     dry_run: bool,
     promotion_candidates: int = 0,
+    said_before: Set[Path] = frozenset(),
 ) -> str:
+    """The report: each dir's pass, housekeeping, then the counts, last, so that they stay on
+    screen. `said_before`: dirs (real paths) whose reason for being unmanaged an earlier run
+    said; their header says where to read it again instead."""
     lines: list[str] = []
     t = totals(results, promotion_candidates)
     title = (
@@ -97,15 +153,11 @@ def render_text(
         else "Dream report"
     )
     lines += [title, "=" * len(title), ""]
-    lines.append(f"  {'dirs':<26}{t['dirs']:>7}")
-    for key, label in COUNT_LABELS:
-        lines.append(f"  {label:<26}{t.get(key, 0):>7}")
-    lines.append(f"  {'indexes rebuilt':<26}{t['indexes_rebuilt']:>7}")
-    lines.append(f"  {'promotion candidates':<26}{t['promotion_candidates']:>7}")
-    lines.append("")
     for result in results:
-        header = f"{shown(result.dir.path)}: {result.status}"
-        if result.message:
+        header = f"{shown(result.dir.path)}: {status_text(result)}"
+        if result.status == "unmanaged" and result.dir.real_path in said_before:
+            header += f" (why: memoryd dirs {shown(result.dir.path)})"
+        elif result.message:
             header += f" — {result.message}"
         lines.append(header)
         if result.repo_note:
@@ -115,45 +167,68 @@ def render_text(
             for move in plan.moves:
                 target = move.duplicate_of or move.superseded_by
                 extra = f" (kept: {target})" if target else ""
+                detail = move_detail(result, move.filename, move.reason, move.detail)
                 lines.append(
                     f"  [DRY RUN] Would move: {shown(move.filename)} -> .trash/ — "
-                    f"{move.reason}: {move.detail}{extra}"
+                    f"{move.reason}: {detail}{extra}"
                 )
         if result.status == "refused" and plan:
-            lines.append("  Plan (not applied; apply by hand after review):")
+            lines.append(
+                "  Plan (not applied; after review, apply it with "
+                f"`memoryd dream {shown(result.dir.path)} --apply {result.pass_id}`):"
+            )
             for move in plan.moves:
-                lines.append(f"    {shown(move.filename)}: {move.reason} — {move.detail}")
+                detail = move_detail(result, move.filename, move.reason, move.detail)
+                lines.append(f"    {shown(move.filename)}: {move.reason} — {detail}")
         if result.status == "unmanaged" and plan and plan.moves:
             lines.append("  Would move, if memoryd managed this index (nothing is moved):")
             for move in plan.moves:
-                lines.append(f"    {shown(move.filename)}: {move.reason} — {move.detail}")
+                detail = move_detail(result, move.filename, move.reason, move.detail)
+                lines.append(f"    {shown(move.filename)}: {move.reason} — {detail}")
         if result.moved:
             lines.append("  Changes made:")
             for r in result.moved:
+                detail = move_detail(
+                    result, r.original_name, r.reason, str(r.details.get("detail", ""))
+                )
                 lines.append(
                     f"    {shown(r.original_name)}: moved to "
-                    f".trash/{r.day}/{shown(r.stored_name)} — "
-                    f"{r.reason}: {r.details.get('detail', '')} "
+                    f".trash/{r.day}/{shown(r.stored_name)} — {r.reason}: {detail} "
                     f"(restore: memoryd trash restore {r.id})"
                 )
         for name, why in result.skipped_moves:
             kept = result.kept_as.get(name)
             where = f"; kept as {shown(kept)} (a new {shown(name)} took its name)" if kept else ""
             lines.append(f"    {shown(name)}: not moved — {why}{where}")
-        if plan and plan.flagged:
-            lines.append("  Flagged for review:")
-            for flag in plan.flagged:
-                missing = ", ".join(flag.missing) or "-"
+        listed = [f for f in plan.flagged if f.filename not in result.acknowledged] if plan else []
+        if listed:
+            lines.append("  Flagged for review (memoryd ack FILE once seen):")
+            for flag in listed:
                 guard = f"; kept by guard {flag.guard}" if flag.guard else ""
                 lines.append(
-                    f"    {shown(flag.filename)}: {flag.classification.value}, missing: "
-                    f"{shown(missing)}{guard}"
+                    f"    {shown(flag.filename)}: {flag.classification.value.replace('_', ' ')}"
+                    f", missing: {missing_text(result, flag.filename, flag.missing)}{guard}"
                 )
+        if result.acknowledged:
+            n = len(result.acknowledged)
+            lines.append(
+                f"  {n} flagged {'memory' if n == 1 else 'memories'} acknowledged already, not "
+                "listed (memoryd explain FILE shows them)"
+            )
         for name in result.unparseable:
             lines.append(f"  unparseable (kept, not considered): {shown(name)}")
         for name in result.conflicts:
             lines.append(f"  sync conflict copy (reported, never consolidated): {shown(name)}")
+        lines.append("")
     if housekeeping:
-        lines += ["", "Housekeeping:"]
+        lines += ["Housekeeping:"]
         lines += [f"  {h}" for h in housekeeping]
+        lines.append("")
+    lines.append("Would do:" if dry_run else "Totals:")
+    lines.append(f"  {'dirs':<26}{t['dirs']:>7}")
+    for key, label in COUNT_LABELS:
+        lines.append(f"  {label:<26}{t.get(key, 0):>7}")
+    lines.append(f"  {'flagged for review':<26}{t.get('flagged', 0) - t['acknowledged']:>7}")
+    lines.append(f"  {'indexes updated':<26}{t['indexes_updated']:>7}")
+    lines.append(f"  {'promotion candidates':<26}{t['promotion_candidates']:>7}")
     return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, journal, restored, trash
+from memoryd import acked, fsops, journal, restored, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
 from memoryd.dream import transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
@@ -56,6 +56,8 @@ class DreamResult:
     files: int = 0
     unparseable: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    # Flagged memories a person acknowledged as they are now (memoryd.acked): not listed.
+    acknowledged: set[str] = field(default_factory=set)
 
     def counts(self) -> dict[str, int]:
         """What the pass did; for a dry run, what it would do (its planned moves)."""
@@ -534,6 +536,7 @@ def _dream_dir(
         plan = plan_pass(inv.items, now, thresholds(rt), consults, restored_pins(rt, md, inv))
         budget.check("the plan")
         result.plan = plan
+        result.acknowledged = acked.acknowledged(acked.load(rt.store, md.real_path), plan)
         # What was already said lives in the dir's state: loaded once and saved once, not per
         # row (a save per kept memory was most of a 10,000-memory pass).
         said = None if dry_run else rt.store.load(md.real_path)
@@ -617,7 +620,7 @@ def _dream_dir(
         state = rt.store.load(md.real_path)
         state.last_dream_ts = now
         state.last_dream_result = result.status
-        state.last_dream_flagged = result.counts()["flagged"]
+        state.last_dream_flagged = result.counts()["flagged"] - len(result.acknowledged)
         state.changed_since_dream = []
         rt.store.save(md.real_path, state)
     return result

@@ -94,6 +94,9 @@ EVENTS: dict[str, EventSpec] = {
     "dream.move_skipped": EventSpec(
         "warning", "a planned move was not made", ("file", "why", "kept_as")
     ),
+    "flag.acknowledged": EventSpec(
+        "info", "a person acknowledged a memory flagged for review", ("file", "sha256")
+    ),
     "trash.moved": EventSpec(
         "info", "a memory file was moved into the trash", ("file", "id", "reason", "sha256")
     ),

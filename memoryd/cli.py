@@ -225,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     config_sub.add_parser("check", help="validate; exit 2 listing every problem")
     config_sub.add_parser("show", help="print the effective configuration as TOML")
+    from memoryd import cmd_ack
+
+    cmd_ack.add_parser(sub)
     return parser
 
 
@@ -897,6 +900,12 @@ def cmd_service(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_ack(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd import cmd_ack as ack
+
+    return ack.cmd_ack(args, rt, out)
+
+
 def cmd_demo(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd import demo
 
@@ -915,6 +924,7 @@ HANDLERS: dict[str, Handler] = {
     "index": cmd_index,
     "log": cmd_log,
     "config": cmd_config,
+    "ack": cmd_ack,
 }
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.discover import MemoryDir, memory_dir_of
-from memoryd.dream.plan import guards_for, plan_pass
+from memoryd.dream.plan import Item, guards_for, plan_pass
 from memoryd.dream.refs import RefCheck, Scope, Status
 from memoryd.dream.repo import RepoIndex
 from memoryd.dream.run import (
@@ -122,6 +122,7 @@ def explain(
             for g in guards_for(item, now, t, consults.get(item.filename), pin)
         ],
         "restored": pin,
+        "acknowledged": _acknowledged(rt, md, item),
         "consult": consults.get(item.filename),
         "similar": similar,
         "decision": decision,
@@ -129,6 +130,21 @@ def explain(
         "index": "managed" if managed else f"not managed: {ownership.reason if ownership else '?'}",
         "agent_sees": agent_sees(rt, md, item.filename),
     }
+
+
+def _acknowledged(rt: Runtime, md: MemoryDir, item: Item) -> str | None:
+    """What a person's `memoryd ack` of the memory says now (memoryd.acked), or None."""
+    from memoryd import acked
+
+    ack = next((a for a in acked.load(rt.store, md.real_path) if a.file == item.filename), None)
+    if ack is None:
+        return None
+    if acked.holds(ack, item):
+        return ack.detail
+    return (
+        f"acknowledged by a person on {ack.time[:10]}, but it changed since (its bytes or its "
+        "references' status): listed for review again"
+    )
 
 
 def _where(check: RefCheck, repo: RepoIndex | None) -> dict[str, str]:
@@ -183,6 +199,8 @@ def render(data: dict[str, Any]) -> str:
         lines.append(f"    {guard['guard']:<28}{mark:<7}{guard['detail']}")
     if data.get("restored"):
         lines.append(f"  restored: {data['restored']}")
+    if data.get("acknowledged"):
+        lines.append(f"  acknowledged: {data['acknowledged']}")
     lines.append(f"  consulted: {data['consult'] or 'no evidence in the window'}")
     lines.append("  similar memories (same type):")
     if not data["similar"]:

@@ -1,0 +1,91 @@
+"""`memoryd ack FILE`: a flag a person saw is not listed again until the memory's bytes or its
+references' status change (issue 16). The record is memoryd's, never in the file."""
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Env, tree_digest
+
+DAY = 86400
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "app"
+    (root / ".git").mkdir(parents=True)
+    (root / "src").mkdir()
+    (root / "src" / "app.py").write_text("def handle_request():\n    return 1\n")
+    memory = root / ".claude" / "memory"
+    memory.mkdir(parents=True)
+    for i, topic in enumerate(["anchor", "barley", "canyon", "dolphin", "ember", "fjord"]):
+        _mem(memory / f"filler_{i}.md", f"{topic} {topic}s {topic}-like")
+    _mem(memory / "half.md", "See `src/app.py`, `src/removed.py` and `src/later.py`.")
+    return root
+
+
+def _mem(path: Path, body: str, age: float = 40) -> None:
+    path.write_text(f"---\nname: {path.stem}\ndescription: d\ntype: project\n---\n{body}\n")
+    stamp = time.time() - age * DAY
+    os.utime(path, (stamp, stamp))
+
+
+def _flag_lines(cli, folder: Path) -> list[str]:  # type: ignore[no-untyped-def]
+    result = cli("dream", folder)
+    assert result.code == 0, result.err
+    return [line.strip() for line in result.out.splitlines() if line.strip().startswith("half.md:")]
+
+
+def test_an_acknowledged_flag_is_not_listed_until_the_memory_changes(  # type: ignore[no-untyped-def]
+    env: Env, cli, repo: Path
+) -> None:
+    folder = repo / ".claude" / "memory"
+    half = folder / "half.md"
+    assert _flag_lines(cli, folder) == [
+        "half.md: partially stale, missing: src/removed.py, src/later.py"
+    ]
+    before = tree_digest(folder)
+    done = cli("ack", half)
+    assert done.code == 0, done.err
+    assert f"acknowledged {half}" in done.out
+    assert tree_digest(folder) == before  # the file, its mtime, the dir: untouched
+    [record] = list((env.state / "dirs").glob("*.acked"))
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    [row] = [r for r in env.audit_rows() if r["event"] == "flag.acknowledged"]
+    assert row["file"] == "half.md" and row["dir"] == str(folder)
+
+    result = cli("dream", folder)
+    assert "half.md:" not in result.out
+    assert "1 flagged memory acknowledged already, not listed" in result.out
+    [flag] = json.loads(cli("dream", "--json", folder).out)["dirs"][0]["flagged"]
+    assert flag["file"] == "half.md" and flag["acknowledged"] is True
+    [listed] = json.loads(cli("dirs", "--json", folder).out)["dirs"]
+    assert listed["flagged"] == 0  # the last pass's flags, less those acknowledged
+    explained = cli("explain", half).out
+    assert "acknowledged: acknowledged by a person on " in explained
+    assert "not listed for review again until" in explained
+
+    # Its references' status changes (one of its paths exists again): listed again.
+    (repo / "src" / "later.py").write_text("x = 1\n")
+    assert _flag_lines(cli, folder) == ["half.md: partially stale, missing: src/removed.py"]
+    assert "but it changed since" in cli("explain", half).out
+    assert cli("ack", half).code == 0
+    assert _flag_lines(cli, folder) == []
+
+    # Its bytes change: listed again.
+    _mem(half, "See `src/app.py` and `src/removed.py`, edited.")
+    assert _flag_lines(cli, folder) == ["half.md: partially stale, missing: src/removed.py"]
+
+
+def test_only_a_flagged_memory_can_be_acknowledged(env: Env, cli, repo: Path) -> None:  # type: ignore[no-untyped-def]
+    folder = repo / ".claude" / "memory"
+    result = cli("ack", folder / "filler_0.md")
+    assert result.code == 1 and "not flagged for review; nothing to acknowledge" in result.out
+    assert not list((env.state / "dirs").glob("*.acked"))
+    missing = cli("ack", folder / "nope.md")
+    assert missing.code == 1 and "nope.md" in missing.err
+    assert not [r for r in env.audit_rows() if r["event"] == "flag.acknowledged"]

@@ -87,7 +87,9 @@ EVENTS: dict[str, EventSpec] = {
         ("saved", "deleted", "flagged", "kept", "duration_ms", "error"),
     ),
     "dream.refused": EventSpec(
-        "warning", "the circuit breaker stopped a pass", ("would_move", "limit", "plan")
+        "warning",
+        "the circuit breaker stopped a pass",
+        ("pass_id", "would_move", "limit", "plan"),
     ),
     "dream.skipped": EventSpec("info", "a dream pass did not run", ("why",)),
     "dream.kept": EventSpec("info", "a candidate was spared", ("file", "guard", "reason")),

@@ -153,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="write nothing at all; print [DRY RUN] Would move: lines",
     )
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    p.add_argument(
+        "--apply",
+        metavar="PASS_ID",
+        help="apply the plan of this pass the circuit breaker refused, after review: exactly "
+        "its moves, and only if every file it names still holds the bytes it was planned from "
+        "(else exit 1, naming those that changed, and nothing moves)",
+    )
     _repo_root_arg(p)
 
     p = sub.add_parser(
@@ -671,6 +678,8 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd.dream.run import RepoCache, dream_dir
     from memoryd.report import render_text, result_json, totals
 
+    if args.apply:
+        return _dream_apply(args, rt, out)
     rt.dry_run = args.dry_run  # a dry run writes nothing at all: no state, no audit row
     if not args.dry_run:
         _recover(rt)
@@ -725,6 +734,35 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         out.write(_render_empty(found))
     failed = any(r.status in ("failed", "refused") for r in results)
     return EXIT_FINDINGS if failed else EXIT_OK
+
+
+def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    """`dream DIR --apply PASS_ID`: the plan a refused pass kept, applied after review."""
+    from memoryd.dream import refused
+    from memoryd.dream.run import apply_refused
+    from memoryd.report import render_text, result_json
+
+    if args.dry_run or args.repo_root is not None:
+        raise UsageError("--apply takes no --dry-run or --repo-root: it applies a stored plan")
+    if not args.dirs:
+        raise UsageError("--apply PASS_ID needs the DIR whose pass was refused")
+    _recover(rt)
+    dirs = _discover(rt, args.dirs).dirs
+    held = [md for md in dirs if refused.exists(rt.paths.state_dir, md.real_path, args.apply)]
+    md = held[0] if held else dirs[0] if len(dirs) == 1 else None
+    if md is None:
+        raise MemorydError(
+            f"no refused plan {args.apply} for {', '.join(str(d) for d in args.dirs)}; name "
+            "the memory dir its report named"
+        )
+    result = apply_refused(rt, md, args.apply)
+    if args.json:
+        json.dump({"applied": args.apply, "dirs": [result_json(result)]}, out, indent=2,
+                  ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write(render_text([result], [], False))
+    return EXIT_OK if result.status == "completed" and not result.skipped_moves else EXIT_FINDINGS
 
 
 def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

@@ -172,11 +172,14 @@ def render_text(
                     f"  [DRY RUN] Would move: {shown(move.filename)} -> .trash/ — "
                     f"{move.reason}: {detail}{extra}"
                 )
-        if result.status == "refused" and plan:
+        if result.status == "refused" and plan and dry_run:
+            lines.append("  Plan (not applied; a pass without --dry-run keeps it to apply):")
+        elif result.status == "refused" and plan:
             lines.append(
                 "  Plan (not applied; after review, apply it with "
                 f"`memoryd dream {shown(result.dir.path)} --apply {result.pass_id}`):"
             )
+        if result.status == "refused" and plan:
             for move in plan.moves:
                 detail = move_detail(result, move.filename, move.reason, move.detail)
                 lines.append(f"    {shown(move.filename)}: {move.reason} — {detail}")

@@ -6,7 +6,7 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -14,7 +14,7 @@ from typing import Any
 
 from memoryd import acked, fsops, journal, restored, trash
 from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
-from memoryd.dream import transcripts
+from memoryd.dream import refused, transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
 from memoryd.dream.consult import (
     ConsultLog,
@@ -394,7 +394,7 @@ def _record(
     day: str,
     stored: str,
     index_line: str | None,
-    item: Item,
+    missing: list[str],
     place: Place | None = None,
 ) -> TrashRecord:
     return TrashRecord(
@@ -413,7 +413,7 @@ def _record(
         index_place=place.to_json() if place is not None and index_line is not None else None,
         details={
             "detail": move.detail,
-            "missing": item.missing,
+            "missing": missing,
             **({"overlap": round(move.overlap, 3)} if move.overlap is not None else {}),
         },
     )
@@ -563,11 +563,14 @@ def _dream_dir(
         elif plan.refused:
             result.status = "refused"
             result.message = plan.refused
+            if not dry_run:  # kept for a person to apply after review (`dream --apply`)
+                refused.save(rt.paths.state_dir, md.real_path, pass_id, plan)
             signature = ",".join(f"{m.filename}:{m.sha256[:12]}" for m in plan.moves)
             if said is not None and said.report_once("dream:refused", signature):
                 audit.write(
                     "dream.refused",
                     dir=md.path,
+                    pass_id=pass_id,
                     would_move=len(plan.moves),
                     limit=plan.limit,
                     plan=[
@@ -664,8 +667,15 @@ def _summary(result: DreamResult) -> dict[str, Any]:
     }
 
 
-def _trash_records(plan: Plan, md: MemoryDir, pass_id: str, folder: Path) -> list[TrashRecord]:
-    """One manifest record per planned move, each with a free name in the day folder."""
+def _trash_records(
+    plan: Plan,
+    md: MemoryDir,
+    pass_id: str,
+    folder: Path,
+    missing: Mapping[str, list[str]] | None = None,
+) -> list[TrashRecord]:
+    """One manifest record per planned move, each with a free name in the day folder.
+    `missing`: each move's missing references, for a plan without its items (a stored one)."""
     lines, places = _index_lines(md, {move.filename for move in plan.moves})
     records: list[TrashRecord] = []
     taken: set[str] = set()
@@ -683,7 +693,9 @@ def _trash_records(plan: Plan, md: MemoryDir, pass_id: str, folder: Path) -> lis
                 folder.name,
                 stored,
                 lines.get(move.filename),
-                plan.items[move.filename],
+                missing[move.filename]
+                if missing is not None
+                else plan.items[move.filename].missing,
                 places.get(move.filename),
             )
         )
@@ -698,11 +710,12 @@ def _apply(
     basis: Basis | None,
     grace: float,
     before_move: Callable[[str], None] | None = None,
+    missing: Mapping[str, list[str]] | None = None,
 ) -> None:
     """Journal the moves, then make each one whose file is still what was planned."""
     # The date is taken once: a pass running over midnight keeps one day folder.
     with trash.Mover(md.real_path, rt.today(), before_move=before_move) as mover:
-        records = _trash_records(plan, md, result.pass_id, mover.folder)
+        records = _trash_records(plan, md, result.pass_id, mover.folder, missing)
         entry = _move_all(rt, md, mover, records, result)
     # The moves are on disk (the mover synced them): the index, then the journal's end.
     moved = {r.original_name for r in result.moved}
@@ -768,3 +781,83 @@ def _move_all(
             stored=f"{trash.TRASH_DIR}/{record.day}/{record.stored_name}",
         )
     return entry
+
+
+class PlanChanged(MemorydError):
+    """A refused plan's files are not what it was made from: it is not applied."""
+
+
+def apply_refused(
+    rt: Runtime,
+    md: MemoryDir,
+    pass_id: str,
+    *,
+    before_move: Callable[[str], None] | None = None,
+) -> DreamResult:
+    """Apply exactly the plan a refused pass kept (memoryd.dream.refused), after a person's
+    review: the same journalled, checked moves and index update as a pass's, under the dir's
+    writer lock. Nothing moves unless every file the plan rests on still holds the bytes it
+    was planned from (PlanChanged names those that do not), and the dir's index is still
+    memoryd's. The plan is removed once applied."""
+    started = time.monotonic()
+    with rt.store.reading(md.real_path), rt.store.lock(md.real_path):
+        stored = refused.load(rt.paths.state_dir, md.real_path, pass_id)
+        ownership, scan = probe_ownership(rt, md)
+        if not (ownership and ownership.managed) or scan is None:
+            why = ownership.reason if ownership else "its index cannot be read"
+            raise MemorydError(
+                f"{md.path}: memoryd does not manage this dir's index now ({why}); the plan "
+                f"{pass_id} is not applied and nothing moved"
+            )
+        changed = _changed_since(rt, md, stored.files)
+        if changed:
+            raise PlanChanged(
+                f"{md.path}: the plan {pass_id} is not applied, nothing moved: "
+                + "; ".join(f"{name} {why}" for name, why in changed)
+                + ". Run `memoryd dream` for a plan of the files as they are now"
+            )
+        result = DreamResult(md, pass_id, "completed")
+        plan = Plan(items={}, moves=stored.as_moves())
+        result.plan = plan
+        result.files = len(scan.memories)
+        basis = Basis.of(scan, rt.store.load(md.real_path).seen)
+        del scan
+        rt.audit.write("dream.started", dir=md.path, pass_id=pass_id, trigger="apply")
+        _apply(rt, md, plan, result, basis, 0.0, before_move, stored.missing())
+        refused.remove(rt.paths.state_dir, md.real_path, pass_id)
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        if result.index is not None and result.index.status in INDEX_NOT_UPDATED:
+            result.status = "failed"
+            result.message = _index_failure(md, result)
+            rt.audit.write("dream.failed", dir=md.path, error=result.message, **_summary(result))
+            return result
+        rt.audit.write(
+            "dream.completed",
+            dir=md.path,
+            pass_id=pass_id,
+            status=result.status,
+            applied="refused plan",
+            **_summary(result),
+        )
+        state = rt.store.load(md.real_path)
+        state.last_dream_ts, state.last_dream_result = rt.clock(), result.status
+        rt.store.save(md.real_path, state)
+    return result
+
+
+def _changed_since(rt: Runtime, md: MemoryDir, files: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The files of a stored plan that no longer hold the bytes it was made from."""
+    out = []
+    with fsops.open_dir(md.real_path) as fd:
+        for name, sha256 in sorted(files.items()):
+            try:
+                data, _ = fsops.read_regular(fd, name, rt.config.parse.max_file_bytes)
+            except FileNotFoundError:
+                out.append((name, "is gone"))
+                continue
+            except (OSError, ValueError):
+                out.append((name, "cannot be read"))
+                continue
+            if hashlib.sha256(data).hexdigest() != sha256:
+                out.append((name, "changed since the plan"))
+    return out

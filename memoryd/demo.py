@@ -4,8 +4,10 @@ Everything happens under one temporary folder (HOME, the Claude home, the state 
 point there), so nothing of the user's is read or written.
 """
 
+import difflib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -175,7 +177,8 @@ def run(out: TextIO, keep: bool = False) -> int:
         )
         try:
             status_file = Path(env["XDG_STATE_HOME"]) / "memoryd" / "status.json"
-            _wait_for(status_file.exists)
+            started = _wait_for(status_file.exists)
+            say(_started_text(started, daemon.pid, memory, env))
             say("== 2. An agent saves a new memory (temp file, then rename, as Claude Code does)\n")
             before = (memory / "MEMORY.md").read_text()
             tmp = memory / "api_limits.md.tmp.4242.beef"
@@ -187,8 +190,6 @@ def run(out: TextIO, keep: bool = False) -> int:
             tmp.rename(memory / "api_limits.md")
             _wait_for(lambda: "api_limits.md" in (memory / "MEMORY.md").read_text())
             after = (memory / "MEMORY.md").read_text()
-            import difflib
-
             say(
                 "".join(
                     difflib.unified_diff(
@@ -205,14 +206,24 @@ def run(out: TextIO, keep: bool = False) -> int:
             )
             say(_memoryd(env, config, "dream", str(memory)))
             say("\n== 4. The audit log (`memoryd log`; `tail -F` works on the file too)\n")
-            say(_memoryd(env, config, "log"))
+            say(_compact_log(_memoryd(env, config, "log", "--json"), memory))
             say("\n== 5. Nothing is lost: the trash, and how to restore\n")
             say(_memoryd(env, config, "trash", "list", str(memory)))
             listed = json.loads(_memoryd(env, config, "trash", "list", "--json", str(memory)))
             if listed["trash"]:
                 first = listed["trash"][0]
                 say(f"$ memoryd trash restore {first['id']}\n")
+                before = (memory / "MEMORY.md").read_text()
                 say(_memoryd(env, config, "trash", "restore", first["id"], str(memory)))
+                back = [
+                    line[2:]
+                    for line in difflib.ndiff(
+                        before.splitlines(), (memory / "MEMORY.md").read_text().splitlines()
+                    )
+                    if line.startswith("+ ")
+                ]
+                say("Its pointer is back in MEMORY.md, where it sat:\n")
+                say("".join(f"  +{line}\n" for line in back) or "  (no pointer line came back)\n")
         finally:
             daemon.send_signal(signal.SIGTERM)
             try:
@@ -221,8 +232,84 @@ def run(out: TextIO, keep: bool = False) -> int:
                 daemon.kill()
         say(f"\nThe daemon stopped cleanly (exit {daemon.returncode}).\n")
         if keep:
-            say(f"The sandbox is kept at {root}.\n")
+            say(_keep_text(root, config, env))
         return 0
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+LOG_WIDTH = 100  # a log row on one line of a 100-column terminal
+# Fields a person does not read in a log row: identities and hashes (`explain`, `trash list`
+# and `--json` have them).
+_LOG_HIDDEN = frozenset({
+    "ts", "v", "event", "level", "pid", "dir", "sha256", "real_path", "stored", "bytes_before",
+    "bytes_after", "duration_ms", "pass_id", "version", "config",
+})  # fmt: skip
+
+
+def _started_text(started: bool, pid: int, memory: Path, env: dict[str, str]) -> str:
+    log = Path(env["XDG_STATE_HOME"]) / "memoryd" / "log" / "audit.jsonl"
+    if not started:
+        return f"The daemon (pid {pid}) did not write its heartbeat in time; going on.\n"
+    return (
+        f"`memoryd run` (pid {pid}) watches 1 memory dir (paths from here on are in the "
+        "sandbox; ~ is its HOME):\n"
+        f"  {_short(memory, env)}\n"
+        f"and writes its audit log to {_short(log, env)}\n"
+    )
+
+
+def _short(path: Path, env: dict[str, str]) -> str:
+    from memoryd.humanize import short_path
+
+    return short_path(path, env.get("HOME"))
+
+
+def _compact_log(raw: str, memory: Path) -> str:
+    """`memoryd log --json` as one line a row, for the demo (the log's own renderer prints the
+    raw form): local time, level when not info, event, the fields that matter; no hashes,
+    no empty fields, and the dir only when it is not the sandbox's one memory dir."""
+    from memoryd.humanize import clip, clock_time, parse_ts
+
+    now = time.time()
+    lines = []
+    for text in raw.splitlines():
+        try:
+            row = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(row, dict):
+            continue
+        when = parse_ts(row.get("ts"))
+        stamp = clock_time(when, now) if when is not None else "?"
+        level = "" if row.get("level") == "info" else f" {str(row.get('level')).upper()}"
+        fields = []
+        for key, value in row.items():
+            if key in _LOG_HIDDEN or value in (None, "", [], {}):
+                continue
+            shown = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+            fields.append(f"{key}={shown}")
+        where = "" if row.get("dir") in (None, str(memory)) else f" {row['dir']}"
+        line = f"{stamp}{level} {row.get('event', '?')}{where}  {' '.join(fields)}".rstrip()
+        lines.append(clip(line, LOG_WIDTH))
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _keep_text(root: Path, config: Path, env: dict[str, str]) -> str:
+    """Where the sandbox is and how to run memoryd in it: a shell with the sandbox's own HOME
+    and XDG dirs, and its configuration file (so that nothing of the user's is used)."""
+    names = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
+    assigned = " \\\n      ".join(f"{name}={shlex.quote(env[name])}" for name in names)
+    memoryd = shutil.which("memoryd") or f"{shlex.quote(sys.executable)} -m memoryd"
+    run = f"{memoryd} --config {shlex.quote(str(config))}"
+    return (
+        f"The sandbox is kept at {root}.\n"
+        "To run memoryd in it (never on your own files), start a shell with its environment:\n"
+        f"  env {assigned} \\\n      \"$SHELL\"\n"
+        "and in that shell give each command the sandbox's configuration:\n"
+        f"  {run} status\n"
+        f"  {run} dirs\n"
+        f"  {run} log\n"
+        f"Remove it with: rm -rf {shlex.quote(str(root))}\n"
+    )

@@ -94,7 +94,7 @@ STATUS_WORDS = {
     "refused": "refused by the circuit breaker",
     "skipped": "skipped",
     "unmanaged": "not managed by memoryd, report only",
-    "failed": "FAILED",
+    "failed": "failed",
 }
 
 

@@ -191,6 +191,10 @@ def _transcripts(project_dir: Path) -> list[Path]:
         return []
 
 
+class _HeadLines(BoundedLines):
+    CHUNK = 8192  # the first rows of a transcript are short; a cwd is usually in the first
+
+
 def _first_cwd(transcript: Path, slug: str, mismatched: set[str]) -> str | None:
     """The first recorded `cwd` whose slug is `slug`, read line by line up to it (it sits in
     the first rows; the rest of a big transcript is never read). Others go to `mismatched`."""
@@ -201,7 +205,7 @@ def _first_cwd(transcript: Path, slug: str, mismatched: set[str]) -> str | None:
         return None
     try:
         # A torn last line (a session mid-write) is no line yet; an over-long row is skipped.
-        for _, raw in BoundedLines(fd, max_line=TRANSCRIPT_BYTES, max_bytes=TRANSCRIPT_BYTES):
+        for _, raw in _HeadLines(fd, max_line=TRANSCRIPT_BYTES, max_bytes=TRANSCRIPT_BYTES):
             if raw is None or b'"cwd"' not in raw:
                 continue
             try:
@@ -252,10 +256,11 @@ def git_root(path: Path) -> Path | None:
     return None
 
 
-def canonical_root(cwd: Path) -> Path:
+def canonical_root(cwd: Path, top: Path | None = None) -> Path:
     """What Claude Code keys a session's auto memory by: the canonical git root of its cwd (a
-    subfolder maps to its repo, a worktree to the main work tree), else the cwd itself."""
-    top = git_root(cwd)
+    subfolder maps to its repo, a worktree to the main work tree), else the cwd itself.
+    `top`: the cwd's git_root, when the caller has it."""
+    top = top if top is not None else git_root(cwd)
     if top is None:
         return cwd
     main = _git_common_root(top)
@@ -269,6 +274,7 @@ class Session:
     folder: str  # the project folder's name: the cwd's own slug
     transcript: str
     cwd: Path
+    top: Path  # git_root(cwd), else the cwd (a worktree's own work tree, say)
     root: Path  # canonical_root(cwd); the cwd itself when it is gone
 
     @property
@@ -305,8 +311,9 @@ class Transcripts:
                 if cwd is None:
                     continue
                 path = Path(cwd)
-                root = canonical_root(path) if _is_dir(path) else path
-                self._sessions.append(Session(folder.name, transcript, path, root))
+                top = git_root(path) if _is_dir(path) else None
+                root = canonical_root(path, top) if top is not None else path
+                self._sessions.append(Session(folder.name, transcript, path, top or path, root))
         return self._sessions
 
     def repo_root(self, slug: str, own: Path | None = None) -> tuple[Path | None, str]:
@@ -480,6 +487,7 @@ class ClaudeView:
         self.user = user_settings(self.home, self.warnings)
         self._settings: dict[Path, tuple[Settings | None, Settings | None]] = {}
         self._plans: list[tuple[Session, Plan]] | None = None
+        self._loads: dict[Path, list[tuple[Session, Plan]]] | None = None
 
     @property
     def base(self) -> Path:
@@ -519,6 +527,14 @@ class ClaudeView:
                 if _is_dir(session.cwd):
                     self._plans.append((session, self.plan(session.cwd, session.root)))
         return self._plans
+
+    def loads(self) -> dict[Path, list[tuple[Session, Plan]]]:
+        """The sessions (with their plans) by the resolved dir each loads."""
+        if self._loads is None:
+            self._loads = {}
+            for session, plan in self.plans():
+                self._loads.setdefault(_resolved(plan.dir), []).append((session, plan))
+        return self._loads
 
     def everywhere(self) -> tuple[Path, str] | None:
         """The one auto-memory dir the environment or the user's settings give every project."""
@@ -580,8 +596,8 @@ class ClaudeView:
         for session in self.transcripts.sessions():
             if not _is_dir(session.cwd):
                 continue
-            for root in (session.cwd, git_root(session.cwd), session.root):
-                if root is None or not _is_dir(root):
+            for root in dict.fromkeys((session.cwd, session.top, session.root)):
+                if not _is_dir(root):
                     continue
                 real = _resolved(root)
                 if real in roots or _resolved(root / ".claude") == home_claude:
@@ -594,12 +610,9 @@ class ClaudeView:
         memoryd cannot tell)."""
         if md.kind != "project":
             return ""
-        mine = []
-        for session, plan in self.plans():
-            if _resolved(plan.dir) == md.real_path:
-                if plan.switch.on:
-                    return ""
-                mine.append((session, plan))
+        mine = self.loads().get(md.real_path, [])
+        if any(plan.switch.on for _, plan in mine):
+            return ""
         if mine:
             session, plan = mine[0]
             return f"auto memory is off for {session.cwd} ({plan.switch.source})"

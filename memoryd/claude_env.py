@@ -99,23 +99,20 @@ def read_settings(path: Path, warnings: list[str]) -> Settings | None:
     )
 
 
-def setting_dir(value: str, home: Path, cwd: Path | None) -> Path | None:
+def setting_dir(value: str, home: Path) -> Path | None:
     """An `autoMemoryDirectory` value as the client takes it: `~/` is the home (a `~/..` that
-    climbs out of it is ignored), a relative path is relative to the session's folder (none
-    known: ignored), trailing slashes dropped; the root or a near-empty path is ignored."""
+    climbs out of it is ignored), trailing slashes dropped; a relative path, the root or a
+    near-empty path is ignored (the client then uses the default place)."""
     text = value
     if text.startswith(("~/", "~\\")):
         rest = os.path.normpath(text[2:] or ".")
         if rest in (".", "..") or rest.startswith(("../", "..\\")):
             return None
         text = str(home / rest)
-    path = Path(text)
-    if not path.is_absolute():
-        if cwd is None:
-            return None
-        path = cwd / path
-    normal = os.path.normpath(path)
-    if len(normal) < 3 or "\x00" in normal:
+    if not os.path.isabs(text) or "\x00" in text:
+        return None
+    normal = os.path.normpath(text)
+    if len(normal) < 3:
         return None
     return Path(normal)
 
@@ -147,11 +144,16 @@ def user_settings(claude_home: Path, warnings: list[str]) -> Settings | None:
     return read_settings(claude_home / "settings.json", warnings)
 
 
-def project_settings(root: Path, warnings: list[str]) -> tuple[Settings | None, Settings | None]:
-    """A project's `.claude/settings.local.json` (the person's own) and `.claude/settings.json`
-    (checked in), in the client's order of precedence."""
-    claude = root / ".claude"
-    return (
-        read_settings(claude / "settings.local.json", warnings),
-        read_settings(claude / "settings.json", warnings),
+def project_settings(
+    cwd: Path, root: Path, warnings: list[str]
+) -> tuple[Settings | None, Settings | None, Settings | None]:
+    """A session's project layers, highest precedence first, as the client 2.1.332 reads them
+    (observed): the person's own `.claude/settings.local.json` of the canonical git root (a
+    worktree's main work tree), then the cwd's, then the cwd's checked-in
+    `.claude/settings.json` (a git root's `settings.json` does not count for a subfolder)."""
+    cwd_local = read_settings(cwd / ".claude" / "settings.local.json", warnings)
+    root_local = (
+        read_settings(root / ".claude" / "settings.local.json", warnings) if root != cwd
+        else None
     )
+    return root_local, cwd_local, read_settings(cwd / ".claude" / "settings.json", warnings)

@@ -472,9 +472,10 @@ class ClaudeView:
     """How Claude Code finds auto memory on this machine, for one discovery: the Claude home's
     transcripts, the environment (`config.claude_env`) and the settings files, each read once.
 
-    Precedence as the client has it: CLAUDE_COWORK_MEMORY_PATH_OVERRIDE, else the first of a
-    project's `settings.local.json`, its `settings.json` and the user's `settings.json` that
-    sets `autoMemoryDirectory` (an unusable value means the default place), else
+    Precedence as the client has it: CLAUDE_COWORK_MEMORY_PATH_OVERRIDE, else the first of the
+    canonical git root's `settings.local.json`, the cwd's `settings.local.json` and
+    `settings.json`, and the user's `settings.json` that sets `autoMemoryDirectory` (an
+    unusable value, a relative one say, means the default place), else
     `<base>/projects/<slug of the cwd's canonical git root>/memory/`, the base being
     CLAUDE_CODE_REMOTE_MEMORY_DIR or the Claude home."""
 
@@ -485,7 +486,7 @@ class ClaudeView:
         self.transcripts = Transcripts(self.home / "projects")
         self.warnings: list[str] = []
         self.user = user_settings(self.home, self.warnings)
-        self._settings: dict[Path, tuple[Settings | None, Settings | None]] = {}
+        self._settings: dict[tuple[Path, Path], tuple[Settings | None, ...]] = {}
         self._plans: list[tuple[Session, Plan]] | None = None
         self._loads: dict[Path, list[tuple[Session, Plan]]] | None = None
 
@@ -493,10 +494,10 @@ class ClaudeView:
     def base(self) -> Path:
         return self.env.remote_memory_dir or self.home
 
-    def _project_settings(self, cwd: Path) -> tuple[Settings | None, Settings | None]:
-        key = _resolved(cwd)
+    def _project_settings(self, cwd: Path, root: Path) -> tuple[Settings | None, ...]:
+        key = (_resolved(cwd), _resolved(root))
         if key not in self._settings:
-            self._settings[key] = project_settings(cwd, self.warnings)
+            self._settings[key] = project_settings(cwd, root, self.warnings)
         return self._settings[key]
 
     def switch(self) -> Switch:
@@ -505,15 +506,18 @@ class ClaudeView:
 
     def plan(self, cwd: Path, root: Path) -> Plan:
         """The auto-memory dir of a session started in `cwd` (canonical git root `root`)."""
-        local, project = self._project_settings(cwd) if _is_dir(cwd) else (None, None)
-        switch = auto_memory_switch(self.env, [local, project, self.user])
+        root_local, local, project = (
+            self._project_settings(cwd, root) if _is_dir(cwd) else (None, None, None)
+        )
+        switch = auto_memory_switch(self.env, [root_local, local, project, self.user])
         if self.env.cowork_override is not None:
             return Plan(self.env.cowork_override, f"{COWORK_OVERRIDE} in memoryd's environment",
                         switch)
-        for layer, checked_in in ((local, False), (project, True), (self.user, False)):
+        layers = ((root_local, False), (local, False), (project, True), (self.user, False))
+        for layer, checked_in in layers:
             if layer is None or layer.directory is None:
                 continue
-            where = setting_dir(layer.directory, self.env.home, cwd)
+            where = setting_dir(layer.directory, self.env.home)
             if where is not None:
                 return Plan(where, f"autoMemoryDirectory in {layer.path}", switch, checked_in)
             break  # the client takes the first value set, and falls back to the default
@@ -541,7 +545,7 @@ class ClaudeView:
         if self.env.cowork_override is not None:
             return self.env.cowork_override, f"{COWORK_OVERRIDE} in memoryd's environment"
         if self.user is not None and self.user.directory is not None:
-            where = setting_dir(self.user.directory, self.env.home, None)
+            where = setting_dir(self.user.directory, self.env.home)
             if where is not None:
                 return where, f"autoMemoryDirectory in {self.user.path}"
         return None
@@ -561,17 +565,20 @@ class ClaudeView:
                 continue
             if not _is_dir(plan.dir):
                 continue
-            yield self._relocated_dir(plan, session.root)
+            yield self._relocated_dir(plan, session.root, session.top)
 
-    def _relocated_dir(self, plan: Plan, root: Path) -> Found:
+    def _relocated_dir(self, plan: Plan, root: Path, top: Path) -> Found:
         """A project's relocated auto-memory dir; one its checked-in settings name outside the
-        repo and the Claude home is refused (a repo's file does not get memoryd to edit
-        folders elsewhere, as a link in it does not)."""
+        repo (its work tree `top` or main work tree `root`) and the Claude home is refused (a
+        repo's file does not get memoryd to edit folders elsewhere, as a link in it does not)."""
         reason = f"the project whose {plan.source.removeprefix('autoMemoryDirectory in ')} " \
                  "puts its auto memory here"
         within = None
-        if plan.checked_in and not _resolved(plan.dir).is_relative_to(_resolved(self.home)):
-            within = _resolved(root)
+        real = _resolved(plan.dir)
+        if plan.checked_in and not any(
+            real.is_relative_to(_resolved(inside)) for inside in (self.home, top, root)
+        ):
+            within = _resolved(top)
         made = _make(plan.dir, "project", plan.dir.name, root, reason, self.config, within)
         if isinstance(made, RefusedDir):
             return replace(made, source=plan.source)
@@ -585,7 +592,7 @@ class ClaudeView:
                 yield _named(plan.dir, "project", plan.dir.name, None,
                              f"one auto-memory dir for every project ({plan.source})", self.config)
             else:
-                yield self._relocated_dir(plan, canonical_root(repo))
+                yield self._relocated_dir(plan, canonical_root(repo), git_root(repo) or repo)
 
     def known_repos(self) -> list[Path]:
         """The folders the transcripts know sessions ran in, with their git roots (a worktree's

@@ -175,3 +175,26 @@ def test_turned_off_the_binary_loads_nothing_and_memoryd_says_so(
     assert str(settings) in found.auto_memory_off
     [md] = found.dirs
     assert md.not_loaded.startswith("auto memory is off")
+
+
+def test_a_subfolder_session_takes_the_repo_roots_local_settings(
+    home: Path, tmp_path: Path
+) -> None:
+    """In a git subfolder the binary honours the repo root's `settings.local.json` (and not its
+    `settings.json`, whose `autoMemoryEnabled: false` it ignores there): memoryd, reading the
+    binary's transcript, finds the same dir and calls it loaded."""
+    repo = tmp_path / "repo"
+    sub = repo / "pkg" / "sub"
+    sub.mkdir(parents=True)
+    git(repo, "init", "-q")
+    target = home / "moved"
+    target.mkdir()
+    (target / INDEX_NAME).write_text("moved by the root's local settings\n")
+    (repo / ".claude").mkdir()
+    (repo / ".claude" / "settings.local.json").write_text(
+        json.dumps({"autoMemoryDirectory": "~/moved"}))
+    (repo / ".claude" / "settings.json").write_text(json.dumps({"autoMemoryEnabled": False}))
+    cap = run_claude(home, sub)
+    md = loaded_dir(discover(config(home)), cap)
+    assert md.real_path == target.resolve() and md.not_loaded == ""
+    assert md.repo_root == repo.resolve()

@@ -306,7 +306,7 @@ def test_a_project_setting_relocates_inside_its_repo(
     dir of the project is not loaded any more, and says where it went."""
     folder = git_repo / "docs" / "memory"
     write_memory(folder, "a.md")
-    settings(git_repo / ".claude" / name, {"autoMemoryDirectory": "docs/memory"})
+    settings(git_repo / ".claude" / name, {"autoMemoryDirectory": str(folder)})
     transcript(env.claude, git_repo)
     default = env.claude / "projects" / slugify(str(git_repo)) / "memory"
     write_memory(default, "b.md")
@@ -314,6 +314,48 @@ def test_a_project_setting_relocates_inside_its_repo(
     assert dirs[folder].kind == "project" and view_kind(dirs[folder]) is ViewKind.AUTO
     assert dirs[folder].repo_root == git_repo.resolve()
     assert str(folder) in dirs[default].not_loaded and name in dirs[default].not_loaded
+
+
+def test_a_relative_setting_is_ignored(env: Env, git_repo: Path) -> None:
+    """A relative `autoMemoryDirectory` is no relocation to the client (it uses the default
+    place): the folder is not discovered and the default dir is what the agent loads."""
+    folder = git_repo / "docs" / "memory"
+    write_memory(folder, "a.md")
+    settings(git_repo / ".claude" / "settings.local.json", {"autoMemoryDirectory": "docs/memory"})
+    transcript(env.claude, git_repo)
+    default = env.claude / "projects" / slugify(str(git_repo)) / "memory"
+    write_memory(default, "b.md")
+    dirs = {md.real_path: md for md in discover(config_with(env))}
+    assert folder not in dirs and dirs[default].not_loaded == ""
+
+
+def test_a_subfolder_session_reads_the_roots_local_settings_only(
+    env: Env, git_repo: Path, tmp_path: Path
+) -> None:
+    """As the client does (observed, 2.1.332): a session in a subfolder honours the repo
+    root's `settings.local.json` but not its `settings.json`; a worktree session its main work
+    tree's `settings.local.json`."""
+    sub = git_repo / "pkg" / "sub"
+    transcript(env.claude, sub)
+    memory = env.claude / "projects" / slugify(str(git_repo)) / "memory"
+    write_memory(memory, "a.md")
+    settings(git_repo / ".claude" / "settings.json", {"autoMemoryEnabled": False})
+    [md] = discover(config_with(env))
+    assert md.not_loaded == ""
+    settings(git_repo / ".claude" / "settings.local.json", {"autoMemoryEnabled": False})
+    [md] = discover(config_with(env))
+    assert "auto memory is off for" in md.not_loaded and str(sub) in md.not_loaded
+    (git_repo / ".claude" / "settings.json").unlink()
+    folder = env.home / "moved"
+    write_memory(folder, "b.md")
+    settings(git_repo / ".claude" / "settings.local.json", {"autoMemoryDirectory": "~/moved"})
+    (env.claude / "projects" / slugify(str(sub))).rename(tmp_path / "away")
+    tree = tmp_path / "code" / "repo-feature"
+    git(git_repo, "worktree", "add", "-q", str(tree), "-b", "feature")
+    transcript(env.claude, tree)
+    dirs = {md.real_path: md for md in discover(config_with(env))}
+    assert dirs[folder].repo_root == git_repo.resolve()
+    assert str(folder) in dirs[memory].not_loaded
 
 
 def test_a_checked_in_setting_out_of_the_repo_is_refused(

@@ -213,8 +213,8 @@ def _first_cwd(transcript: Path, slug: str, mismatched: set[str]) -> str | None:
             except ValueError:
                 continue
             cwd = row.get("cwd") if isinstance(row, dict) else None
-            if not isinstance(cwd, str) or not cwd or "\x00" in cwd:
-                continue
+            if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\x00" in cwd:
+                continue  # a relative one would be taken from memoryd's own working folder
             if slugify(cwd) == slug:
                 return cwd
             mismatched.add(cwd)

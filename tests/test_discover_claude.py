@@ -521,3 +521,16 @@ def test_a_subfolder_slug_memory_dir_is_not_loaded(env: Env, git_repo: Path) -> 
     [md] = discover(config_with(env))
     assert md.real_path == stale
     assert f"the dir of its git root {git_repo.resolve()}" in md.not_loaded
+
+
+def test_a_relative_cwd_is_no_repo_root(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transcript naming a relative cwd (no client writes one) gives no root, whatever
+    folder of that name memoryd happens to run in."""
+    (tmp_path / "code").mkdir()
+    monkeypatch.chdir(tmp_path)
+    project = env.claude / "projects" / "code"
+    write_memory(project / "memory", "a.md")
+    (project / "s.jsonl").write_text(json.dumps({"cwd": "code"}) + "\n")
+    assert project_repo_root(project, "code")[0] is None

@@ -253,6 +253,7 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
         "label": md.label,
         "repo_root": str(md.repo_root) if md.repo_root else None,
         "repo_reason": md.repo_reason,
+        "not_loaded": md.not_loaded,
         "mode": "managed" if outcome.ownership and outcome.ownership.managed else "unmanaged",
         "mode_reason": outcome.ownership.reason if outcome.ownership else "",
         "memory_files": len(scan.memories) if scan else 0,
@@ -347,6 +348,8 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         json.dump(
             {
                 "claude_home": str(rt.config.paths.claude_home),
+                "auto_memory_off": found.auto_memory_off,
+                "warnings": found.warnings,
                 "dirs": rows,
                 "refused": [_refused_json(r) for r in found.refused],
                 "empty_repos": [_empty_json(e) for e in found.empty_repos],
@@ -357,6 +360,10 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         )
         out.write("\n")
         return EXIT_OK
+    out.write("".join(f"warning: {shown(w)}\n" for w in found.warnings))
+    if found.auto_memory_off:
+        out.write(f"Auto memory is turned off ({shown(found.auto_memory_off)}): Claude Code "
+                  "loads no auto-memory MEMORY.md; memoryd still maintains the files.\n")
     out.write(_render_refused(found.refused))
     out.write(_render_empty(found))
     if not rows and found.empty_repos:
@@ -381,6 +388,8 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         out.write(f"  kind: {row['kind']}  index: {row['mode']} — {row['mode_reason']}\n")
         root = row["repo_root"] or "none"
         out.write(f"  repo root: {root} ({row['repo_reason']})\n")
+        if row["not_loaded"]:
+            out.write(f"  not loaded by the agent: {shown(row['not_loaded'])}\n")
         out.write(f"  memory files: {row['memory_files']}")
         if row["unparseable"]:
             out.write(f"  unparseable: {len(row['unparseable'])}")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from memoryd.claude_env import ClaudeEnv
 from memoryd.errors import ConfigError
 from memoryd.paths import (
     AppPaths,
@@ -132,6 +133,9 @@ class Config:
     parse: ParseConfig = field(default_factory=ParseConfig)
     dirs: Mapping[Path, DirOverride] = field(default_factory=dict)
     source: str = "built-in defaults"
+    # Claude Code's variables that move or turn off its auto memory, as memoryd started with
+    # them (read once, here at the edge; tests pass their own).
+    claude_env: ClaudeEnv = field(default_factory=ClaudeEnv.from_environ)
 
     def override_for(self, memory_dir: Path) -> DirOverride:
         """The `[dirs]` entry for a dir, matched by its path or its resolved path."""

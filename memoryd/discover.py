@@ -8,16 +8,27 @@ import glob
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memoryd import fsops
+from memoryd.claude_env import (
+    COWORK_OVERRIDE,
+    REMOTE_MEMORY_DIR,
+    Settings,
+    Switch,
+    auto_memory_switch,
+    project_settings,
+    setting_dir,
+    user_settings,
+)
 from memoryd.config import Config
 from memoryd.errors import UsageError
 from memoryd.index import INDEX_NAME
-from memoryd.paths import expand, read_bounded
+from memoryd.paths import BoundedLines, expand, open_regular, read_bounded
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime
@@ -35,9 +46,44 @@ CLAUDE_LOCK = ".consolidate-lock"  # Claude Code's own consolidation lock in a m
 CLAUDE_LOCK_FRESH = 3600.0
 
 
+SLUG_MAX = 200  # a longer slug is cut there and gets the path's hash
+
+
+def _dashes(match: re.Match[str]) -> str:
+    return "--" if ord(match.group()) > 0xFFFF else "-"  # two UTF-16 units: two dashes
+
+
+def _string_hash(text: str) -> int:
+    """JavaScript's `h = (h << 5) - h + unit` over the UTF-16 code units, kept to int32."""
+    h = 0
+    for char in text:
+        code = ord(char)
+        if code > 0xFFFF:  # a surrogate pair
+            code -= 0x10000
+            h = (h * 31 + 0xD800 + (code >> 10)) & 0xFFFFFFFF
+            code = 0xDC00 + (code & 0x3FF)
+        h = (h * 31 + code) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _base36(number: int) -> str:
+    digits = ""
+    while True:
+        number, rest = divmod(number, 36)
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"[rest] + digits
+        if number == 0:
+            return digits
+
+
 def slugify(path: str) -> str:
-    """Claude Code's project slug: every character outside [A-Za-z0-9] becomes `-` (lossy)."""
-    return _NOT_SLUG.sub("-", path)
+    """Claude Code's project slug (lossy): every UTF-16 code unit outside [A-Za-z0-9] becomes
+    `-` (an emoji two, a flag four); a slug over 200 characters is its first 200, `-` and the
+    base-36 of the absolute 32-bit string hash of the path. The path is taken as it is: no
+    Unicode normalisation (an NFD `e\u0301` gives `e-`, as the client does on Linux)."""
+    slug = _NOT_SLUG.sub(_dashes, path)
+    if len(slug) <= SLUG_MAX:
+        return slug
+    return f"{slug[:SLUG_MAX]}-{_base36(abs(_string_hash(path)))}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +95,9 @@ class MemoryDir:
     repo_root: Path | None
     repo_reason: str  # how the repo root was found, or why there is none
     via_symlink: bool = False
+    # Why Claude Code loads none of it into a session (auto memory off, or kept elsewhere);
+    # empty when it does, or when memoryd cannot tell. memoryd maintains it all the same.
+    not_loaded: str = ""
 
     @property
     def heading(self) -> str:
@@ -69,13 +118,19 @@ class RefusedDir:
     kind: str
     label: str
     within: Path  # the repo or Claude home (resolved) it had to stay in
+    source: str = ""  # the checked-in setting that names it, when no link does
 
     @property
     def scope(self) -> str:
-        return "repo" if self.kind.startswith("repo") else "Claude home"
+        return "repo" if self.kind.startswith("repo") or self.source else "Claude home"
 
     @property
     def reason(self) -> str:
+        if self.source:
+            return (
+                f"{self.source} names {self.target}, outside the repo {self.within} and the "
+                "Claude home (a checked-in setting is followed only inside them)"
+            )
         return f"its link leads to {self.target}, outside the {self.scope} {self.within}"
 
     @property
@@ -109,6 +164,8 @@ class Discovery:
     dirs: list[MemoryDir]
     refused: list[RefusedDir]
     empty_repos: list[EmptyRepo] = field(default_factory=list)
+    auto_memory_off: str = ""  # what turned Claude Code's auto memory off everywhere, if anything
+    warnings: list[str] = field(default_factory=list)  # settings files that could not be used
 
 
 def _is_dir(path: Path) -> bool:
@@ -125,44 +182,167 @@ def _subdirs(path: Path) -> list[Path]:
         return []
 
 
-def project_repo_root(project_dir: Path, slug: str) -> tuple[Path | None, str]:
-    """The `cwd` recorded in the project's session transcripts, checked against its slug."""
+def _transcripts(project_dir: Path) -> list[Path]:
+    """The project's newest session transcripts (regular files, never links), newest first."""
     try:
-        transcripts = sorted(
-            (p for p in project_dir.glob("*.jsonl") if p.is_file() and not p.is_symlink()),
-            key=lambda p: p.stat().st_mtime,
-            reverse=True,
-        )[:TRANSCRIPT_FILES]
+        found = [p for p in project_dir.glob("*.jsonl") if p.is_file() and not p.is_symlink()]
+        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)[:TRANSCRIPT_FILES]
     except OSError:
-        transcripts = []
+        return []
+
+
+class _HeadLines(BoundedLines):
+    CHUNK = 8192  # the first rows of a transcript are short; a cwd is usually in the first
+
+
+def _first_cwd(transcript: Path, slug: str, mismatched: set[str]) -> str | None:
+    """The first recorded `cwd` whose slug is `slug`, read line by line up to it (it sits in
+    the first rows; the rest of a big transcript is never read). Others go to `mismatched`."""
+    try:
+        # Never blocks on a FIFO swapped in since the listing, nor follows a link.
+        fd, _ = open_regular(transcript, follow=False)
+    except OSError:
+        return None
+    try:
+        # A torn last line (a session mid-write) is no line yet; an over-long row is skipped.
+        for _, raw in _HeadLines(fd, max_line=TRANSCRIPT_BYTES, max_bytes=TRANSCRIPT_BYTES):
+            if raw is None or b'"cwd"' not in raw:
+                continue
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                continue
+            cwd = row.get("cwd") if isinstance(row, dict) else None
+            if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\x00" in cwd:
+                continue  # a relative one would be taken from memoryd's own working folder
+            if slugify(cwd) == slug:
+                return cwd
+            mismatched.add(cwd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
+def _own_cwd(project_dir: Path, slug: str) -> tuple[str | None, str]:
+    """The cwd the project's own transcripts record (matching its slug), and where, or why
+    there is none; the newest transcript that records one decides."""
+    transcripts = _transcripts(project_dir)
     if not transcripts:
         return None, "no session transcripts (*.jsonl) to read a cwd from"
     mismatched: set[str] = set()
     for transcript in transcripts:
-        try:
-            # Never blocks on a FIFO swapped in since the listing, nor follows a link.
-            chunk = read_bounded(transcript, TRANSCRIPT_BYTES, follow=False, prefix=True)
-        except OSError:
-            continue
-        for raw in chunk.split(b"\n"):
-            if b'"cwd"' not in raw:
-                continue
-            try:
-                row = json.loads(raw)  # a torn last line simply fails to parse
-            except ValueError:
-                continue
-            cwd = row.get("cwd") if isinstance(row, dict) else None
-            if not isinstance(cwd, str) or not cwd:
-                continue
-            if slugify(cwd) != slug:
-                mismatched.add(cwd)
-                continue
-            if not _is_dir(Path(cwd)):
-                return None, f"the project folder {cwd} no longer exists"
-            return Path(cwd), f"cwd in {transcript.name}"
+        cwd = _first_cwd(transcript, slug, mismatched)
+        if cwd is not None:
+            return cwd, transcript.name
     if mismatched:
         return None, f"transcripts name cwd {sorted(mismatched)[0]}, which does not match the slug"
     return None, "no cwd found in the session transcripts"
+
+
+def git_root(path: Path) -> Path | None:
+    """The nearest folder at or above `path` with a `.git` (a folder, or a worktree's file),
+    as the client finds it: a `.git` that is a symlink ends the search with none."""
+    for folder in (path, *path.parents):
+        try:
+            st = os.lstat(folder / ".git")
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            return None
+        if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+            return folder
+    return None
+
+
+def canonical_root(cwd: Path, top: Path | None = None) -> Path:
+    """What Claude Code keys a session's auto memory by: the canonical git root of its cwd (a
+    subfolder maps to its repo, a worktree to the main work tree), else the cwd itself.
+    `top`: the cwd's git_root, when the caller has it."""
+    top = top if top is not None else git_root(cwd)
+    if top is None:
+        return cwd
+    main = _git_common_root(top)
+    return _resolved(main if main is not None else top)
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A project folder of the Claude home and the cwd its transcripts record."""
+
+    folder: str  # the project folder's name: the cwd's own slug
+    transcript: str
+    cwd: Path
+    top: Path  # git_root(cwd), else the cwd (a worktree's own work tree, say)
+    root: Path  # canonical_root(cwd); the cwd itself when it is gone
+
+    @property
+    def where(self) -> str:
+        return f"{self.folder}/{self.transcript}"
+
+
+class Transcripts:
+    """The cwds a Claude home's session transcripts record, read once per discovery and only
+    as far as needed: a project folder's own cwd when its memory dir asks, every folder's when
+    a dir's repo root is to be found through another folder (subfolders, worktrees), or the
+    repos known from transcripts are wanted."""
+
+    def __init__(self, projects: Path) -> None:
+        self.projects = projects  # <claude_home>/projects
+        self._own: dict[str, tuple[str | None, str]] = {}
+        self._sessions: list[Session] | None = None
+
+    def own(self, project_dir: Path, slug: str) -> tuple[str | None, str]:
+        key = str(project_dir.absolute())
+        if key not in self._own:
+            self._own[key] = _own_cwd(project_dir, slug)
+        return self._own[key]
+
+    def sessions(self) -> list[Session]:
+        """One per project folder whose transcripts record its cwd (folders that are links are
+        not read: their transcripts may be anywhere)."""
+        if self._sessions is None:
+            self._sessions = []
+            for folder in _subdirs(self.projects):
+                if folder.is_symlink():
+                    continue
+                cwd, transcript = self.own(folder, folder.name)
+                if cwd is None:
+                    continue
+                path = Path(cwd)
+                top = git_root(path) if _is_dir(path) else None
+                root = canonical_root(path, top) if top is not None else path
+                self._sessions.append(Session(folder.name, transcript, path, top or path, root))
+        return self._sessions
+
+    def repo_root(self, slug: str, own: Path | None = None) -> tuple[Path | None, str]:
+        """The repo root of the auto-memory dir with this slug: the cwd its own project folder
+        (`own`, default `projects/<slug>`) records, else the git root of a cwd another folder
+        records that maps to it."""
+        cwd, said = self.own(own if own is not None else self.projects / slug, slug)
+        if cwd is not None and _is_dir(Path(cwd)):
+            return Path(cwd), f"cwd in {said}"
+        for session in self.sessions():
+            if session.folder == slug or slugify(str(session.root)) != slug:
+                continue
+            if _is_dir(session.root):
+                return session.root, f"git root of the cwd {session.cwd} in {session.where}"
+        if cwd is not None:
+            return None, f"the project folder {cwd} no longer exists"
+        return None, said
+
+
+def project_repo_root(
+    project_dir: Path, slug: str, transcripts: Transcripts | None = None
+) -> tuple[Path | None, str]:
+    """The repo root of `<claude_home>/projects/<slug>/memory`: the `cwd` recorded in the
+    project's session transcripts, checked against its slug; else the git root of a cwd that
+    another project folder's transcripts record, when that root's slug is this one (a session
+    in a subfolder or a worktree keeps its transcripts under its own slug)."""
+    if transcripts is None:
+        transcripts = Transcripts(project_dir.parent)
+    return transcripts.repo_root(slug, project_dir)
 
 
 def _repo_of(path: Path) -> tuple[Path | None, str]:
@@ -251,20 +431,220 @@ def repo_dirs(repo: Path, config: Config) -> Iterator[Found]:
             yield _make(agent, kind, agent.name, repo, "repo-scope memory", config, within)
 
 
-def home_dirs(claude_home: Path, config: Config) -> Iterator[Found]:
-    """A Claude home's project and agent memory dirs; one leading out of it is refused."""
-    within = _resolved(claude_home)
-    for project in _subdirs(claude_home / "projects"):
+def _project_dirs(base: Path, config: Config, transcripts: Transcripts) -> Iterator[Found]:
+    """`<base>/projects/<slug>/memory/` dirs (the Claude home's, or the base that
+    CLAUDE_CODE_REMOTE_MEMORY_DIR names); one leading out of the base is refused."""
+    within = _resolved(base)
+    for project in _subdirs(base / "projects"):
         memory = project / "memory"
         if _is_dir(memory):
             made = _make(memory, "project", project.name, None, "", config, within)
             if isinstance(made, RefusedDir):
                 yield made  # its transcripts are not read: they may be as far out as it is
                 continue
-            root, reason = project_repo_root(project, project.name)
+            root, reason = transcripts.repo_root(project.name)
             yield _make(memory, "project", project.name, root, reason, config, within)
+
+
+def home_dirs(
+    claude_home: Path, config: Config, transcripts: Transcripts | None = None
+) -> Iterator[Found]:
+    """A Claude home's project and agent memory dirs; one leading out of it is refused."""
+    if transcripts is None:
+        transcripts = Transcripts(claude_home / "projects")
+    yield from _project_dirs(claude_home, config, transcripts)
+    within = _resolved(claude_home)
     for agent in _subdirs(claude_home / "agent-memory"):
         yield _make(agent, "agent", agent.name, None, "user-scope agent memory", config, within)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Where Claude Code keeps a session's auto memory, and whether it loads it."""
+
+    dir: Path
+    source: str  # the variable or setting that put it there; empty for the default place
+    switch: Switch
+    checked_in: bool = False  # named by a project's checked-in `.claude/settings.json`
+
+
+class ClaudeView:
+    """How Claude Code finds auto memory on this machine, for one discovery: the Claude home's
+    transcripts, the environment (`config.claude_env`) and the settings files, each read once.
+
+    Precedence as the client has it: CLAUDE_COWORK_MEMORY_PATH_OVERRIDE, else the first of the
+    canonical git root's `settings.local.json`, the cwd's `settings.local.json` and
+    `settings.json`, and the user's `settings.json` that sets `autoMemoryDirectory` (an
+    unusable value, a relative one say, means the default place), else
+    `<base>/projects/<slug of the cwd's canonical git root>/memory/`, the base being
+    CLAUDE_CODE_REMOTE_MEMORY_DIR or the Claude home."""
+
+    def __init__(self, config: Config, claude_home: Path | None = None) -> None:
+        self.config = config
+        self.env = config.claude_env
+        self.home = claude_home if claude_home is not None else config.paths.claude_home
+        self.transcripts = Transcripts(self.home / "projects")
+        self.warnings: list[str] = []
+        self.user = user_settings(self.home, self.warnings)
+        self._settings: dict[tuple[Path, Path], tuple[Settings | None, ...]] = {}
+        self._plans: list[tuple[Session, Plan]] | None = None
+        self._loads: dict[Path, list[tuple[Session, Plan]]] | None = None
+
+    @property
+    def base(self) -> Path:
+        return self.env.remote_memory_dir or self.home
+
+    def _project_settings(self, cwd: Path, root: Path) -> tuple[Settings | None, ...]:
+        key = (_resolved(cwd), _resolved(root))
+        if key not in self._settings:
+            self._settings[key] = project_settings(cwd, root, self.warnings)
+        return self._settings[key]
+
+    def switch(self) -> Switch:
+        """Auto memory on or off where no project says otherwise."""
+        return auto_memory_switch(self.env, [self.user])
+
+    def plan(self, cwd: Path, root: Path) -> Plan:
+        """The auto-memory dir of a session started in `cwd` (canonical git root `root`)."""
+        root_local, local, project = (
+            self._project_settings(cwd, root) if _is_dir(cwd) else (None, None, None)
+        )
+        switch = auto_memory_switch(self.env, [root_local, local, project, self.user])
+        if self.env.cowork_override is not None:
+            return Plan(self.env.cowork_override, f"{COWORK_OVERRIDE} in memoryd's environment",
+                        switch)
+        layers = ((root_local, False), (local, False), (project, True), (self.user, False))
+        for layer, checked_in in layers:
+            if layer is None or layer.directory is None:
+                continue
+            where = setting_dir(layer.directory, self.env.home)
+            if where is not None:
+                return Plan(where, f"autoMemoryDirectory in {layer.path}", switch, checked_in)
+            break  # the client takes the first value set, and falls back to the default
+        return Plan(self.base / "projects" / slugify(str(root)) / "memory", "", switch)
+
+    def plans(self) -> list[tuple[Session, Plan]]:
+        """Each session the transcripts know whose folder still exists, with its plan."""
+        if self._plans is None:
+            self._plans = []
+            for session in self.transcripts.sessions():
+                if _is_dir(session.cwd):
+                    self._plans.append((session, self.plan(session.cwd, session.root)))
+        return self._plans
+
+    def loads(self) -> dict[Path, list[tuple[Session, Plan]]]:
+        """The sessions (with their plans) by the resolved dir each loads."""
+        if self._loads is None:
+            self._loads = {}
+            for session, plan in self.plans():
+                self._loads.setdefault(_resolved(plan.dir), []).append((session, plan))
+        return self._loads
+
+    def everywhere(self) -> tuple[Path, str] | None:
+        """The one auto-memory dir the environment or the user's settings give every project."""
+        if self.env.cowork_override is not None:
+            return self.env.cowork_override, f"{COWORK_OVERRIDE} in memoryd's environment"
+        if self.user is not None and self.user.directory is not None:
+            where = setting_dir(self.user.directory, self.env.home)
+            if where is not None:
+                return where, f"autoMemoryDirectory in {self.user.path}"
+        return None
+
+    def relocated(self) -> Iterator[Found]:
+        """The auto-memory dirs the environment and settings put somewhere else than
+        `<claude_home>/projects/<slug>/memory/`, where they exist."""
+        config = self.config
+        if self.env.remote_memory_dir is not None:
+            yield from _project_dirs(self.env.remote_memory_dir, config, self.transcripts)
+        shared = self.everywhere()
+        if shared is not None and _is_dir(shared[0]):
+            yield _named(shared[0], "project", shared[0].name, None,
+                         f"one auto-memory dir for every project ({shared[1]})", config)
+        for session, plan in self.plans():
+            if not plan.source or plan.source == (shared or (None, ""))[1]:
+                continue
+            if not _is_dir(plan.dir):
+                continue
+            yield self._relocated_dir(plan, session.root, session.top)
+
+    def _relocated_dir(self, plan: Plan, root: Path, top: Path) -> Found:
+        """A project's relocated auto-memory dir; one its checked-in settings name outside the
+        repo (its work tree `top` or main work tree `root`) and the Claude home is refused (a
+        repo's file does not get memoryd to edit folders elsewhere, as a link in it does not)."""
+        reason = f"the project whose {plan.source.removeprefix('autoMemoryDirectory in ')} " \
+                 "puts its auto memory here"
+        within = None
+        real = _resolved(plan.dir)
+        if plan.checked_in and not any(
+            real.is_relative_to(_resolved(inside)) for inside in (self.home, top, root)
+        ):
+            within = _resolved(top)
+        made = _make(plan.dir, "project", plan.dir.name, root, reason, self.config, within)
+        if isinstance(made, RefusedDir):
+            return replace(made, source=plan.source)
+        return made
+
+    def for_repo(self, repo: Path) -> Iterator[Found]:
+        """A repo's relocated auto-memory dir, for a repo named on the command line."""
+        plan = self.plan(repo, canonical_root(repo))
+        if plan.source and _is_dir(plan.dir):
+            if plan.source == (self.everywhere() or (None, ""))[1]:
+                yield _named(plan.dir, "project", plan.dir.name, None,
+                             f"one auto-memory dir for every project ({plan.source})", self.config)
+            else:
+                yield self._relocated_dir(plan, canonical_root(repo), git_root(repo) or repo)
+
+    def known_repos(self) -> list[Path]:
+        """The folders the transcripts know sessions ran in, with their git roots (a worktree's
+        and its main work tree), that exist; once each by real path. Not the Claude home's
+        own parent (a session in the home folder: its `.claude/` is the Claude home)."""
+        home_claude = _resolved(self.home)
+        roots: dict[Path, Path] = {}
+        for session in self.transcripts.sessions():
+            if not _is_dir(session.cwd):
+                continue
+            for root in dict.fromkeys((session.cwd, session.top, session.root)):
+                if not _is_dir(root):
+                    continue
+                real = _resolved(root)
+                if real in roots or _resolved(root / ".claude") == home_claude:
+                    continue
+                roots[real] = root
+        return [roots[real] for real in sorted(roots)]
+
+    def not_loaded(self, md: MemoryDir) -> str:
+        """Why Claude Code loads no session's auto memory from this dir, or "" (it does, or
+        memoryd cannot tell)."""
+        if md.kind != "project":
+            return ""
+        mine = self.loads().get(md.real_path, [])
+        if any(plan.switch.on for _, plan in mine):
+            return ""
+        if mine:
+            session, plan = mine[0]
+            return f"auto memory is off for {session.cwd} ({plan.switch.source})"
+        switch = self.switch()
+        if not switch.on:
+            return f"auto memory is off ({switch.source})"
+        at_default = md.path.name == "memory" and md.path.parent.parent.name == "projects"
+        if not at_default:
+            return ""
+        remote = self.env.remote_memory_dir
+        base = f"{REMOTE_MEMORY_DIR} in memoryd's environment"
+        for session, plan in self.plans():
+            if slugify(str(session.root)) == md.label:
+                return f"Claude Code keeps the auto memory of {session.cwd} in {plan.dir} " \
+                       f"instead ({plan.source or base})"
+            if session.folder == md.label and not plan.source:
+                # A session in a subfolder or a worktree: keyed by its repo's git root.
+                return f"Claude Code keeps the auto memory of {session.cwd} in {plan.dir}, " \
+                       f"the dir of its git root {session.root}"
+        shared = self.everywhere()
+        if shared is not None:
+            return f"Claude Code keeps auto memory in {shared[0]} instead ({shared[1]})"
+        if remote is not None and not md.real_path.is_relative_to(_resolved(remote)):
+            return f"Claude Code keeps auto memory under {remote}/projects/ instead ({base})"
+        return ""
 
 
 def _layout_dir(path: Path, config: Config) -> MemoryDir | None:
@@ -299,6 +679,11 @@ def memory_dir_at(path: Path, config: Config) -> MemoryDir:
     found = _layout_dir(path, config)
     if found is not None:
         return found
+    shared = ClaudeView(config).everywhere()
+    if shared is not None and _resolved(shared[0]) == _resolved(path):
+        # An auto-memory dir by where Claude Code keeps it: loaded (and stripped) as one.
+        return _named(path, "project", path.name, None,
+                      f"one auto-memory dir for every project ({shared[1]})", config)
     root, reason = _repo_of(path)
     return _named(path, "explicit", path.name, root, reason, config)
 
@@ -345,28 +730,37 @@ def _git_common_root(repo: Path) -> Path | None:
     return common_dir.parent
 
 
-def auto_memory_dirs(repo: Path, config: Config) -> Iterator[Found]:
-    """The user's auto-memory dir for a repo, `<claude_home>/projects/<slug>/memory/` (slug of
-    the repo's absolute path; for a worktree, also of its main work tree), where one exists."""
-    home = config.paths.claude_home
+def auto_memory_dirs(
+    repo: Path, config: Config, view: "ClaudeView | None" = None
+) -> Iterator[Found]:
+    """The user's auto-memory dirs for a repo, where they exist: `<base>/projects/<slug>/
+    memory/` for the slug of the repo's path and of its canonical git root (a worktree's main
+    work tree), the base being the Claude home and CLAUDE_CODE_REMOTE_MEMORY_DIR; and the dir
+    its settings or the environment relocate its auto memory to."""
+    view = view if view is not None else ClaudeView(config)
     roots = [repo]
     main = _git_common_root(repo)
     if main is not None and main != repo:
         roots.append(main)
-    for root in roots:
-        slug = slugify(str(root))
-        memory = home / "projects" / slug / "memory"
-        if not _is_dir(memory):
-            continue
-        within = _resolved(home)
-        made = _make(memory, "project", slug, None, "", config, within)
-        if isinstance(made, RefusedDir):
-            yield made
-            continue
-        found, reason = project_repo_root(memory.parent, slug)
-        if found is None:
-            found, reason = root, f"the repo its slug names ({reason})"
-        yield _make(memory, "project", slug, found, reason, config, within)
+    bases = [view.home]
+    if view.env.remote_memory_dir is not None:
+        bases.append(view.env.remote_memory_dir)
+    for base in bases:
+        within = _resolved(base)
+        for root in roots:
+            slug = slugify(str(root))
+            memory = base / "projects" / slug / "memory"
+            if not _is_dir(memory):
+                continue
+            made = _make(memory, "project", slug, None, "", config, within)
+            if isinstance(made, RefusedDir):
+                yield made
+                continue
+            found, reason = view.transcripts.repo_root(slug)
+            if found is None:
+                found, reason = root, f"the repo its slug names ({reason})"
+            yield _make(memory, "project", slug, found, reason, config, within)
+    yield from view.for_repo(repo)
 
 
 def looked_in(repo: Path, config: Config) -> list[str]:
@@ -384,7 +778,7 @@ def looked_in(repo: Path, config: Config) -> list[str]:
 _SEARCH_SKIP = frozenset({"node_modules", "vendor", "target", "dist", "build", "__pycache__"})
 
 
-def _search(top: Path, config: Config) -> Iterator[Found]:
+def _search(top: Path, config: Config, view: ClaudeView) -> Iterator[Found]:
     """The memory dirs below a folder, a few levels deep: each repo's (its `.claude/` dirs and
     the user's auto-memory dir for it) and, outside repos, folders holding a MEMORY.md. Inside
     a repo only `.claude/` dirs count (a sub-project's too): its other markdown is the repo's
@@ -395,7 +789,7 @@ def _search(top: Path, config: Config) -> Iterator[Found]:
         if _is_dir(folder / ".claude"):
             yield from repo_dirs(folder, config)
         if not in_repo and is_repo(folder):
-            yield from auto_memory_dirs(folder, config)
+            yield from auto_memory_dirs(folder, config, view)
             in_repo = True
         elif not in_repo and folder != top and (folder / INDEX_NAME).is_file():
             yield memory_dir_at(folder, config)
@@ -440,9 +834,12 @@ def _is_claude_home(path: Path, config: Config) -> bool:
     )
 
 
-def _explicit(path: Path, config: Config) -> tuple[list[Found], bool]:
+def _explicit(
+    path: Path, config: Config, view: ClaudeView | None = None
+) -> tuple[list[Found], bool]:
     """A folder named on the command line: a memory dir, a repo, a Claude home, or a folder
     holding any of those. Also whether it is a repo (which may have no memory dirs yet)."""
+    view = view if view is not None else ClaudeView(config)
     if not _is_dir(path):
         raise UsageError(f"{path}: no such folder; name a memory dir, a repo or a Claude home")
     path = path.absolute()
@@ -453,10 +850,10 @@ def _explicit(path: Path, config: Config) -> tuple[list[Found], bool]:
         return list(home_dirs(path, config)), False
     if is_repo(path):
         # Never a memory dir itself, whatever markdown it holds (its README, its DESIGN.md).
-        return list(_search(path, config)), True
+        return list(_search(path, config, view)), True
     if _has_memories(path):
         return [memory_dir_at(path, config)], False  # named itself: followed wherever it leads
-    found = list(_search(path, config))
+    found = list(_search(path, config, view))
     if found:
         return found, False
     raise UsageError(
@@ -482,14 +879,19 @@ def discover_all(config: Config, explicit: Iterable[Path] = ()) -> Discovery:
     explicit = list(explicit)
     found: list[Found] = []
     empty: list[EmptyRepo] = []
+    view = ClaudeView(config)
     if explicit:
         for path in explicit:
-            named, repo = _explicit(path, config)
+            named, repo = _explicit(path, config, view)
             found.extend(named)
             if repo and not named:
                 empty.append(EmptyRepo(path.absolute(), looked_in(path.absolute(), config)))
     else:
-        found.extend(home_dirs(config.paths.claude_home, config))
+        found.extend(home_dirs(config.paths.claude_home, config, view.transcripts))
+        found.extend(view.relocated())
+        # Repo-scope memory of every repo a session ran in, without paths.repos.
+        for known in view.known_repos():
+            found.extend(repo_dirs(known, config))
         for pattern in config.paths.repos:
             for match in sorted(glob.glob(os.path.expanduser(pattern))):
                 if _is_dir(Path(match)):
@@ -506,8 +908,15 @@ def discover_all(config: Config, explicit: Iterable[Path] = ()) -> Discovery:
             continue
         for candidate in (md, *nested_dirs(md, config)):
             result.setdefault(candidate.real_path, candidate)
+    for real, md in result.items():
+        why = view.not_loaded(md)
+        if why:
+            result[real] = replace(md, not_loaded=why)
+    switch = view.switch()
     # A target named on the command line as well is used there, not refused.
     return Discovery(
+        auto_memory_off="" if switch.on else switch.source,
+        warnings=view.warnings,
         dirs=sorted(result.values(), key=lambda d: str(d.real_path)),
         refused=sorted(
             (r for r in refused.values() if r.target not in result), key=lambda r: str(r.path)

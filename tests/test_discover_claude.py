@@ -424,7 +424,10 @@ def test_the_env_switch_turns_auto_memory_off_and_dirs_says_so(
     result = cli("dirs")
     assert result.code == 0, result.err
     assert "Auto memory is turned off (CLAUDE_CODE_DISABLE_AUTO_MEMORY=1" in result.out
-    assert "not loaded by the agent: auto memory is off" in result.out
+    assert "not loaded" in result.out  # the table's INDEX cell
+    assert "1 not loaded by the agent" in result.out  # its summary line
+    detail = cli("dirs", str(memory))
+    assert "not loaded by the agent: auto memory is off" in detail.out
     doc = json.loads(cli("dirs", "--json").out)
     assert "CLAUDE_CODE_DISABLE_AUTO_MEMORY=1" in doc["auto_memory_off"]
     assert doc["dirs"][0]["not_loaded"].startswith("auto memory is off")

@@ -28,7 +28,10 @@ KIND_WORDS = {"repo-agent-local": "repo-local"}
 
 def index_cell(row: Mapping[str, Any]) -> str:
     """MEMORY.md's lines and how much of the agent's load window it takes (lines or
-    characters, whichever is nearer its limit): `42 21%`; `none` without a MEMORY.md."""
+    characters, whichever is nearer its limit): `42 21%`; `none` without a MEMORY.md;
+    `not loaded` for a dir the agent does not load at all (auto memory off, or moved)."""
+    if row.get("not_loaded"):
+        return "not loaded"  # the agent reads none of it: `dirs DIR` says why
     idx = row.get("index")
     if idx is None:
         return "none"
@@ -84,6 +87,9 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> str:
         parts.append(f"{flagged} flagged for review")
     if unparseable:
         parts.append(_plural(unparseable, "file") + " unparseable")
+    not_loaded = sum(1 for r in rows if r.get("not_loaded"))
+    if not_loaded:
+        parts.append(f"{not_loaded} not loaded by the agent")
     if out_of_step:
         parts.append(f"{out_of_step} out of step (marked *: run memoryd index)")
     return ", ".join(parts) + "."

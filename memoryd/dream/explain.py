@@ -128,6 +128,7 @@ def explain(
         "breaker": plan.refused or None,
         "index": "managed" if managed else f"not managed: {ownership.reason if ownership else '?'}",
         "agent_sees": agent_sees(rt, md, item.filename),
+        "secrets": [f.to_json() for f in inv.secrets.get(item.filename, [])],
     }
 
 
@@ -195,6 +196,11 @@ def render(data: dict[str, Any]) -> str:
         )
         lines.append(
             f"    {s['file']}: overlap {s['overlap']:.2f}, {s['kind']}, newer: {s['newer']}{opp}"
+        )
+    for found in data.get("secrets", []):
+        lines.append(
+            f"  secret: line {found['line']}: {found['kind']} (flagged, never moved; take it "
+            "out of the memory by hand)"
         )
     lines.append(f"  index: {data['index']}")
     lines.append(f"  agent's view: {data['agent_sees']}")

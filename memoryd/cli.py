@@ -214,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     config_sub.add_parser("check", help="validate; exit 2 listing every problem")
     config_sub.add_parser("show", help="print the effective configuration as TOML")
+    from memoryd import cmd_forget  # its parser only; the command's work imports on use
+
+    cmd_forget.add_parser(sub)
     return parser
 
 
@@ -897,7 +900,16 @@ HANDLERS: dict[str, Handler] = {
     "index": cmd_index,
     "log": cmd_log,
     "config": cmd_config,
+    "forget": lambda args, rt, out: _lazy("cmd_forget", args, rt, out),
 }
+
+
+def _lazy(module: str, args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    """A command whose module is imported only when it runs."""
+    import importlib
+
+    handler: Handler = getattr(importlib.import_module(f"memoryd.{module}"), module)
+    return handler(args, rt, out)
 
 
 READ_ONLY = frozenset({"status", "log", "dirs"})  # and `trash list`

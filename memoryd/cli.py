@@ -214,9 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     config_sub.add_parser("check", help="validate; exit 2 listing every problem")
     config_sub.add_parser("show", help="print the effective configuration as TOML")
-    from memoryd import cmd_forget  # its parser only; the command's work imports on use
+    from memoryd import cmd_forget, cmd_history  # their parsers; the work imports on use
 
     cmd_forget.add_parser(sub)
+    cmd_history.add_parser(sub)
     return parser
 
 
@@ -782,6 +783,13 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             f"restored {shown(found.entry.record.original_name)} as "
             f"{shown(found.dir.path / name)}\n"
         )
+        record = found.entry.record
+        winner = record.duplicate_of or record.superseded_by
+        if winner:  # a restored loser says what it had lost to
+            out.write(
+                f"  it had lost to {shown(winner)} on {record.day} ({record.reason}, pass "
+                f"{record.pass_id}); see `memoryd history {shown(name)}`\n"
+            )
         return EXIT_OK
     dirs = discover(rt.config, args.dirs)
     keep = None
@@ -901,6 +909,7 @@ HANDLERS: dict[str, Handler] = {
     "log": cmd_log,
     "config": cmd_config,
     "forget": lambda args, rt, out: _lazy("cmd_forget", args, rt, out),
+    "history": lambda args, rt, out: _lazy("cmd_history", args, rt, out),
 }
 
 
@@ -912,7 +921,7 @@ def _lazy(module: str, args: argparse.Namespace, rt: Runtime, out: TextIO) -> in
     return handler(args, rt, out)
 
 
-READ_ONLY = frozenset({"status", "log", "dirs"})  # and `trash list`
+READ_ONLY = frozenset({"status", "log", "dirs", "history"})  # and `trash list`
 CONFIG_PROBLEMS_SHOWN = 3
 
 

@@ -87,8 +87,17 @@ POSITIVES: list[tuple[str, str, str]] = [
         "alerts go to {}",
     ),
     ("Stripe live key", "sk" + "_live_" + _pick(_ALNUM, 24), "Stripe: {}"),
-    ("OpenAI API key", "sk-" + _pick(_ALNUM, 48), "OPENAI_API_KEY={}"),
-    ("OpenAI API key", "sk-" + "proj-" + _b64url(60), "new-style key {} in .env"),
+    # Real OpenAI keys carry T3BlbkFJ ("OpenAI" in base64) mid-way.
+    (
+        "OpenAI API key",
+        "sk-" + _pick(_ALNUM, 20) + "T3Blbk" + "FJ" + _pick(_ALNUM, 20),
+        "OPENAI_API_KEY={}",
+    ),
+    (
+        "OpenAI API key",
+        "sk-" + "proj-" + _b64url(40) + _pick(_ALNUM, 20) + "T3Blbk" + "FJ" + _pick(_ALNUM, 20),
+        "new-style key {} in .env",
+    ),
     ("Anthropic API key", "sk-" + "ant-api03-" + _b64url(80), "Claude key {} (rotate it)"),
     ("Google API key", "AIza" + _b64url(35), "maps key {}"),
     ("JSON web token", _jwt(), "a session cookie looked like {} yesterday"),

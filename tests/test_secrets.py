@@ -180,3 +180,41 @@ def test_a_changed_file_is_said_again_and_a_cleaned_one_is_forgotten(
     assert all(
         r["kind"] == kind for r in env.audit_rows() if r["event"] == "memory.secret_found"
     )
+
+
+def test_the_separator_search_finds_what_the_plain_pattern_finds() -> None:
+    """`_assignments` (searched near separators only) gives exactly the matches of the
+    assignment pattern run over the whole text, on mixes of every sample."""
+    import random
+
+    rng = random.Random(5)
+    pieces = [tpl.format(value) for _, value, tpl in POSITIVES] + NEGATIVES
+    pieces += ["key: value", "a:b:c=d", "token=" + "x" * 400, "pass ::= == :"]
+    for _ in range(300):
+        text = "\n".join(rng.choices(pieces, k=8))
+        plain = [m.span() for m in secrets._ASSIGNMENT.finditer(text)]
+        assert [m.span() for m in secrets._assignments(text)] == plain
+
+
+def test_an_unchanged_memory_is_not_scanned_again_by_the_next_pass(
+    env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's second pass over the same bytes reuses the findings (by content hash) and
+    still reports them; a changed file is scanned again."""
+    from memoryd.discover import discover
+    from memoryd.dream import run
+
+    folder = repo / ".claude" / "memory"
+    _plant(folder)
+    scanned: list[int] = []
+    real = run.find_bytes
+    monkeypatch.setattr(run, "find_bytes", lambda data: scanned.append(1) or real(data))
+    rt = env.runtime()
+    (md,) = discover(rt.config, [repo])
+    first = run.dream_dir(rt, md, repos=run.RepoCache.of(rt), dry_run=True)
+    assert len(scanned) == len(POSITIVES) and len(first.secrets) == len(POSITIVES)
+    second = run.dream_dir(rt, md, repos=run.RepoCache.of(rt), dry_run=True)
+    assert len(scanned) == len(POSITIVES) and second.secrets == first.secrets
+    (folder / "user_secret_00.md").write_text((folder / "user_secret_00.md").read_text() + "x\n")
+    run.dream_dir(rt, md, repos=run.RepoCache.of(rt), dry_run=True)
+    assert len(scanned) == len(POSITIVES) + 1

@@ -250,6 +250,8 @@ def inventory(
     held_secrets: dict[str, list[Finding]] = {}
     looked = False
     memo = rt.dream
+    known_secrets = memo.secrets.get(md.real_path, {})
+    seen_secrets: dict[str, tuple[Finding, ...]] = {}
     with memo.facts_lock, fsops.open_dir(md.real_path) as dir_fd:
         facts_cache = _facts_of(memo)
         facts_cache.begin(limits)
@@ -261,9 +263,12 @@ def inventory(
                 unparseable.append(name)
                 continue
             sha256 = hashlib.sha256(data).hexdigest()
-            found_secrets = find_bytes(data)
+            found_secrets = known_secrets.get(sha256)
+            if found_secrets is None:
+                found_secrets = tuple(find_bytes(data))
+            seen_secrets[sha256] = found_secrets
             if found_secrets:
-                held_secrets[name] = found_secrets
+                held_secrets[name] = list(found_secrets)
             facts = None if keep else facts_cache.get(sha256)
             if facts is None and not keep and not looked:
                 looked = True  # one look at the saved facts, at the first content not held
@@ -287,6 +292,7 @@ def inventory(
         if save:  # before finish(), which may start the cache afresh
             _save_facts(rt, md, frozenset(used))
         facts_cache.finish(md.real_path, frozenset(used))
+        memo.secrets[md.real_path] = seen_secrets
     return Inventory(items, sorted(set(unparseable)), listing.conflicts, kept, held_secrets)
 
 

@@ -286,15 +286,29 @@ class Duplicate:
 
 def duplicates(store: Store, now: float, threshold: float) -> list[Duplicate]:
     """Pairs of active records (any scope) that say the same: the dream pass's overlap rule on
-    `rule` + `because`, among records whose scopes share an entry."""
+    `rule` + `because`, among records whose scopes share an entry.
+
+    Records with the very same words (a record pasted again) are one group, each member paired
+    with the group's first only: n copies are n - 1 findings, not n²/2 pairs to enumerate.
+    Distinct word sets are paired by the dream pass's exact engine."""
     live = active(store, None, now)
     vocabulary = Vocabulary()
-    docs = [("", vocabulary.ids(significant_words(f"{r.rule} {r.because}"))) for r in live]
+    groups: dict[tuple[int, ...], list[Record]] = {}
+    for r in live:
+        ids = tuple(sorted(set(vocabulary.ids(significant_words(f"{r.rule} {r.because}")))))
+        if ids:
+            groups.setdefault(ids, []).append(r)
     out = []
-    for pair in find_similar_pairs(docs, threshold):
-        a, b = live[pair.a], live[pair.b]
+    keys = list(groups)
+    for members in groups.values():
+        out += [
+            Duplicate(members[0], m, 1.0) for m in members[1:] if _shares(members[0].scope, m.scope)
+        ]
+    for pair in find_similar_pairs([("", k) for k in keys], threshold):
+        a, b = groups[keys[pair.a]][0], groups[keys[pair.b]][0]
         if _shares(a.scope, b.scope):
             out.append(Duplicate(a, b, pair.overlap))
+    out.sort(key=lambda d: (d.a.line, d.b.line))
     return out
 
 

@@ -3,6 +3,7 @@
 and the store never written."""
 
 import hashlib
+import itertools
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from memoryd import records
-from tests.conftest import Env, Result
+from tests.conftest import Env, Result, write_memory
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DAY = 86400.0
@@ -205,9 +206,49 @@ def test_dirs_and_explain_report_a_repos_store_and_never_write_it(
     doc = json.loads(cli("dirs", repo, "--json").out)
     (row,) = doc["record_stores"]
     assert row["records"] == 5 and row["active"] == 3  # fresh, x, y
-    for args in (("index", repo), ("dream", repo), ("dream", repo, "--dry-run"), ("trash", "list")):
+    memory = write_memory(repo / ".claude" / "memory", "project_rule.md", body="Use pnpm.\n")
+    files = [planted_store, memory]
+    digests = [_sha(p) for p in files]
+    commands = [
+        ("dirs", repo),
+        ("dirs", repo, "--secrets", "--json"),
+        ("dirs", planted_store),
+        ("explain", planted_store),
+        ("explain", memory),
+        ("history", memory),
+        ("forget", "pnpm", repo, "--dry-run"),
+        ("forget", "pnpm", repo),  # no terminal, no --yes: nothing happens
+        ("index", repo),
+        ("index", repo, "--check"),
+        ("dream", repo, "--dry-run"),
+        ("dream", repo),
+        ("trash", "list", repo),
+        ("status",),
+        ("log",),
+    ]
+    for args in commands:
         cli(*args)
+        assert [_sha(p) for p in files] == digests, args
     assert _sha(planted_store) == before
+
+
+def test_a_store_over_the_limit_is_read_to_its_last_whole_line_and_said_so(
+    env: Env, repo: Path, cli: Callable[..., Result]
+) -> None:
+    """Past 16 MiB nothing is read; the cut is a finding, no record is read in half."""
+    line = json.dumps(rec("r", evidence="e" * 1000)) + "\n"
+    count = records.MAX_STORE_BYTES // len(line) + 5
+    path = repo / ".agent" / "memory.jsonl"
+    path.parent.mkdir()
+    lines = [line.replace('"r"', f'"r{i}"', 1) for i in range(count)]
+    path.write_text("".join(lines))
+    whole = sum(
+        1 for end in itertools.accumulate(map(len, lines)) if end <= records.MAX_STORE_BYTES
+    )
+    doc = json.loads(cli("explain", path, "--json").out)
+    assert doc["records"] == whole
+    assert len(doc["duplicates"]) == whole - 1  # copies: each paired with the first only
+    assert [p["kind"] for p in doc["problems"]] == ["cut"]
 
 
 def test_configured_stores_are_read_and_a_folder_there_is_a_config_error(

@@ -107,6 +107,16 @@ EVENTS: dict[str, EventSpec] = {
     "trash.kept": EventSpec(
         "warning", "a trash day folder nothing says the age of is kept", ("day", "problem")
     ),
+    "memory.secret_found": EventSpec(
+        "warning",
+        "a memory holds a secret (said once per file version; never the value; never moved)",
+        ("file", "line", "kind"),
+    ),
+    "memory.forgotten": EventSpec(
+        "info",
+        "a memory a person asked to forget was moved to the trash (restorable)",
+        ("file", "id", "reason", "sha256"),
+    ),
     "watch.overflow": EventSpec("warning", "file events were lost; rescanning", ("detail",)),
     "watch.rescanned": EventSpec("info", "a full rescan finished", ("dirs", "changed")),
     "watch.limit": EventSpec("warning", "a watch could not be added", ("error", "hint")),

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from memoryd import __version__, audit, fsops
+from memoryd import __version__, audit, findings, fsops
 from memoryd.config import Config, config_as_dict, load_config
 from memoryd.discover import (
     Discovery,
@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     _dirs_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
     _color_arg(p)
+    p.add_argument(
+        "--secrets",
+        action="store_true",
+        help="list each secret a memory holds (file, line, kind; never the value)",
+    )
 
     p = sub.add_parser(
         "index",
@@ -170,7 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
         "duplicate and contradiction candidates with overlap scores, and the "
         "decision the dream pass would take.",
     )
-    p.add_argument("file", type=Path, metavar="FILE", help="a memory file")
+    p.add_argument(
+        "file", type=Path, metavar="FILE", help="a memory file, or a JSONL record store"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     _repo_root_arg(p)
 
@@ -235,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     from memoryd import cmd_ack
 
     cmd_ack.add_parser(sub)
+    from memoryd import cmd_forget, cmd_history  # their parsers; the work imports on use
+
+    cmd_forget.add_parser(sub)
+    cmd_history.add_parser(sub)
     return parser
 
 
@@ -271,6 +282,13 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
         else [],
         "notes": sorted(n for n, s in scan.files.items() if s.kind == "note") if scan else [],
         "conflict_copies": scan.conflicts if scan else [],
+        "secrets": [
+            {"file": name, **f.to_json()}
+            for name, found in sorted(
+                findings.dir_secrets(rt, md, scan.memories if scan else ()).items()
+            )
+            for f in found
+        ],
         "index": budget_use(main_text, rt, view_kind(md)) if main_text is not None else None,
         "in_sync": outcome.status in ("unchanged", "unmanaged"),
         **_dir_history(rt, md),
@@ -341,9 +359,15 @@ def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
 
 def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     rt.dry_run = True
-    found = discover_all(rt.config, args.dirs)
+    named = [p for p in args.dirs if not findings.is_store_file(p)]
+    found = (
+        discover_all(rt.config, named)
+        if named or not args.dirs
+        else Discovery(dirs=[], refused=[])
+    )
     dirs = found.dirs
     rows = [_dir_summary(rt, md) for md in dirs]
+    stores = _store_reports(rt, dirs, args.dirs)
     if args.json:
         json.dump(
             {
@@ -353,6 +377,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                 "dirs": rows,
                 "refused": [_refused_json(r) for r in found.refused],
                 "empty_repos": [_empty_json(e) for e in found.empty_repos],
+                "record_stores": stores,
             },
             out,
             indent=2,
@@ -366,7 +391,8 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                   "loads no auto-memory MEMORY.md; memoryd still maintains the files.\n")
     out.write(_render_refused(found.refused))
     out.write(_render_empty(found))
-    if not rows and found.empty_repos:
+    _render_stores(stores, out)
+    if not rows and (found.empty_repos or stores):
         return EXIT_OK
     if not rows:
         home = rt.config.paths.claude_home
@@ -381,6 +407,8 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
         paint = Painter(use_color(args.color, out, os.environ))
         out.write(render(rows, time.time(), terminal_width(out, os.environ), paint))
+        if args.secrets:
+            out.write(_render_secrets(rows))
         return EXIT_OK
     for row in rows:
         link = f" (via symlink {row['path']})" if row["via_symlink"] else ""
@@ -395,7 +423,12 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             out.write(f"  unparseable: {len(row['unparseable'])}")
         if row["notes"]:
             out.write(f"  other markdown: {len(row['notes'])}")
+        if row["secrets"]:
+            files = len({s["file"] for s in row["secrets"]})
+            out.write(f"  secrets: {len(row['secrets'])} in {files} file(s)")
         out.write("\n")
+        if args.secrets:
+            out.write(_render_secrets([row], indent="    ", where=False))
         for problem in row["problems"]:
             out.write(
                 f"    {shown(problem['file'])}: {problem['problem']} — {problem['hint']}\n"
@@ -414,6 +447,55 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                 why = ", ".join(f"{n} {reason}" for reason, n in idx["hidden_pointers"].items())
                 out.write(f"  pointers the agent does not see: {why}\n")
     return EXIT_OK
+
+
+def _store_reports(rt: Runtime, dirs: list[MemoryDir], named: list[Path]) -> list[dict[str, Any]]:
+    """Every known JSONL record store, validated (memoryd.records), as JSON rows."""
+    files = findings.store_files(rt.config, dirs, named)
+    if not files:
+        return []
+    from memoryd import records
+
+    out = []
+    for file in files:
+        read = findings.read_store(file)
+        row: dict[str, Any] = {"path": str(file.path), "origin": file.origin}
+        if read.data is None:
+            row["problem"] = read.problem
+        else:
+            store = records.parse(read.data, cut=read.cut)
+            report = records.report(store, rt.clock(), rt.config.dream.duplicate_threshold)
+            row.update(report.to_json())
+            row["lines"] = records.render(report)
+        out.append(row)
+    return out
+
+
+def _render_secrets(
+    rows: list[dict[str, Any]], *, indent: str = "", where: bool = True
+) -> str:
+    """Each secret a memory holds, as `file:line: kind` (never the value)."""
+    lines = []
+    for row in rows:
+        base = f"{row['real_path']}/" if where else ""
+        lines += [
+            f"{indent}{shown(base + s['file'])}:{s['line']}: {s['kind']} "
+            "(flagged, never moved; take it out by hand)\n"
+            for s in row["secrets"]
+        ]
+    if where and lines:
+        lines.insert(0, "\nSecrets in memories:\n")
+    return "".join(lines)
+
+
+def _render_stores(stores: list[dict[str, Any]], out: TextIO) -> None:
+    for row in stores:
+        out.write(f"{shown(row['path'])}\n  kind: record store ({shown(row['origin'])})\n")
+        if "problem" in row:
+            out.write(f"  not read: {row['problem']}\n")
+            continue
+        for line in row["lines"]:
+            out.write(f"  {shown(line)}\n")
 
 
 # --- index -------------------------------------------------------------------------------------
@@ -779,6 +861,8 @@ def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd.dream.run import RepoCache
 
     rt.dry_run = True
+    if findings.is_store_file(args.file):
+        return _explain_store(args, rt, out)
     root = args.repo_root.expanduser().absolute() if args.repo_root else None
     if root is not None and not root.is_dir():
         raise UsageError(f"{root}: --repo-root must be a folder")
@@ -788,6 +872,24 @@ def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         out.write("\n")
     else:
         out.write(render(data))
+    return EXIT_OK
+
+
+def _explain_store(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    """`explain STORE`: every line of a JSONL record store validated, and its findings."""
+    path = args.file.expanduser().absolute()
+    if not path.exists():
+        raise MemorydError(f"{path}: no such file (name a JSONL record store or a memory file)")
+    (row,) = _store_reports(rt, [], [path])
+    if args.json:
+        json.dump(row, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        _render_stores([row], out)
+    if "problem" in row:
+        raise MemorydError(
+            f"{path}: {row['problem']}; memoryd reads a store only as a regular file"
+        )
     return EXIT_OK
 
 
@@ -847,6 +949,13 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             f"restored {shown(found.entry.record.original_name)} as "
             f"{shown(found.dir.path / name)}\n"
         )
+        record = found.entry.record
+        winner = record.duplicate_of or record.superseded_by
+        if winner:  # a restored loser says what it had lost to
+            out.write(
+                f"  it had lost to {shown(winner)} on {record.day} ({record.reason}, pass "
+                f"{record.pass_id}); see `memoryd history {shown(name)}`\n"
+            )
         return EXIT_OK
     dirs = discover(rt.config, args.dirs)
     keep = None
@@ -972,10 +1081,20 @@ HANDLERS: dict[str, Handler] = {
     "log": cmd_log,
     "config": cmd_config,
     "ack": cmd_ack,
+    "forget": lambda args, rt, out: _lazy("cmd_forget", args, rt, out),
+    "history": lambda args, rt, out: _lazy("cmd_history", args, rt, out),
 }
 
 
-READ_ONLY = frozenset({"status", "log", "dirs"})  # and `trash list`
+def _lazy(module: str, args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    """A command whose module is imported only when it runs."""
+    import importlib
+
+    handler: Handler = getattr(importlib.import_module(f"memoryd.{module}"), module)
+    return handler(args, rt, out)
+
+
+READ_ONLY = frozenset({"status", "log", "dirs", "history"})  # and `trash list`
 CONFIG_PROBLEMS_SHOWN = 3
 
 

@@ -62,6 +62,7 @@ class PathsConfig:
     claude_home: Path = field(default_factory=default_claude_home)
     repos: tuple[str, ...] = ()
     extra_memory_dirs: tuple[Path, ...] = ()
+    record_stores: tuple[Path, ...] = ()  # JSONL record stores beyond <repo>/.agent/memory.jsonl
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,10 +239,28 @@ def _folder_list(value: object) -> object:
     return tuple(_folder(v) for v in items)
 
 
+def _file_list(value: object) -> object:
+    """File paths: may not exist yet, but must not be folders."""
+    items = _str_list(value)
+    assert isinstance(items, tuple)
+    out = []
+    for text in items:
+        path = expand(text)
+        if path.is_dir():
+            raise ValueError(f"{path} is a folder, not a file")
+        out.append(path)
+    return tuple(out)
+
+
 _SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
     "paths": (
         PathsConfig,
-        {"claude_home": _folder, "repos": _str_list, "extra_memory_dirs": _folder_list},
+        {
+            "claude_home": _folder,
+            "repos": _str_list,
+            "extra_memory_dirs": _folder_list,
+            "record_stores": _file_list,
+        },
     ),
     "index": (
         IndexConfig,

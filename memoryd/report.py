@@ -6,6 +6,7 @@ from typing import Any
 
 from memoryd.display import shown
 from memoryd.dream.run import DreamResult
+from memoryd.secrets import summary as secret_summary
 
 COUNT_LABELS = [
     ("files", "memory files"),
@@ -82,6 +83,11 @@ def result_json(result: DreamResult) -> dict[str, Any]:
             for f in (plan.flagged if plan else [])
         ],
         "unparseable": result.unparseable,
+        "secrets": [
+            {"file": name, **f.to_json()}
+            for name, found in sorted(result.secrets.items())
+            for f in found
+        ],
         "conflict_copies": result.conflicts,
         "index": result.index.status if result.index else None,
         "duration_ms": result.duration_ms,
@@ -218,6 +224,10 @@ def render_text(
                 f"  {n} flagged {'memory' if n == 1 else 'memories'} acknowledged already, not "
                 "listed (memoryd explain FILE shows them)"
             )
+        if result.secrets:
+            lines.append("  Secrets (flagged, never moved: take them out of the memory by hand):")
+            for name, found in sorted(result.secrets.items()):
+                lines.append(f"    {shown(name)}: {secret_summary(found)}")
         for name in result.unparseable:
             lines.append(f"  unparseable (kept, not considered): {shown(name)}")
         for name in result.conflicts:

@@ -129,6 +129,8 @@ def explain(
         "breaker": plan.refused or None,
         "index": "managed" if managed else f"not managed: {ownership.reason if ownership else '?'}",
         "agent_sees": agent_sees(rt, md, item.filename),
+        "secrets": [f.to_json() for f in inv.secrets.get(item.filename, [])],
+        "history": _history(md, item.filename),
     }
 
 
@@ -145,6 +147,17 @@ def _acknowledged(rt: Runtime, md: MemoryDir, item: Item) -> str | None:
         f"acknowledged by a person on {ack.time[:10]}, but it changed since (its bytes or its "
         "references' status): listed for review again"
     )
+
+
+def _history(md: MemoryDir, name: str) -> list[dict[str, Any]]:
+    """What this memory superseded and what superseded it (memoryd.lineage), from the trash."""
+    from memoryd import lineage, trash
+
+    try:
+        entries = trash.contents(md.real_path).entries
+    except MemorydError:
+        return []
+    return [link.to_json() for link in lineage.history(name, entries).entries]
 
 
 def _where(check: RefCheck, repo: RepoIndex | None) -> dict[str, str]:
@@ -213,6 +226,23 @@ def render(data: dict[str, Any]) -> str:
         )
         lines.append(
             f"    {s['file']}: overlap {s['overlap']:.2f}, {s['kind']}, newer: {s['newer']}{opp}"
+        )
+    for found in data.get("secrets", []):
+        lines.append(
+            f"  secret: line {found['line']}: {found['kind']} (flagged, never moved; take it "
+            "out of the memory by hand)"
+        )
+    for link in data.get("history", []):
+        verb = "lost to" if link["kind"] == "superseded_by" else "won over"
+        a, b = (
+            (link["loser"], link["winner"])
+            if link["kind"] == "superseded_by"
+            else (link["winner"], link["loser"])
+        )
+        back = f"; restored as {link['restored_as']}" if link["restored_as"] else ""
+        lines.append(
+            f"  history: {a} {verb} {b} on {link['day']} ({link['reason']}, pass "
+            f"{link['pass_id']}){back}"
         )
     lines.append(f"  index: {data['index']}")
     lines.append(f"  agent's view: {data['agent_sees']}")

@@ -18,6 +18,7 @@ from memoryd.dream.refs import Refs, extract_refs
 from memoryd.dream.similar import Vocabulary, words_and_directives
 from memoryd.memfile import Memory, parse_date
 from memoryd.sealed import frame, frames
+from memoryd.secrets import mask
 
 _PROHIBITION: Final = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
 # Every match holds one of these once lower-cased (of the letters involved only "i" has
@@ -53,7 +54,9 @@ def prohibition(body: str) -> str:
 
 
 def derive(memory: Memory, vocabulary: Vocabulary) -> Facts:
-    body = memory.body
+    # Masked: its words and references are saved in the facts cache, which must not hold a
+    # secret (memoryd.secrets); a secret is no word two memories share by meaning anyway.
+    body = mask(memory.body)
     refs = extract_refs(body)
     words, (positives, negatives) = words_and_directives(body)
     declined = str(memory.frontmatter.get("promotion", "")).strip().lower() == "declined"

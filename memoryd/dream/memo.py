@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # not imported at run time: the facts module pulls in numpy
     from memoryd.dream.facts import FactsCache
     from memoryd.dream.refs import RefChecker
     from memoryd.dream.repo import SourceTokens
+    from memoryd.secrets import Finding
 
 
 @dataclass(eq=False)
@@ -29,6 +30,9 @@ class DreamMemo:
     facts: "FactsCache | None" = None
     saved_facts: dict[Path, frozenset[str]] = field(default_factory=dict)
     facts_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Per dir, the secrets (memoryd.secrets.Finding) of each content hash the last pass read:
+    # scanning every byte of every memory again each pass was as much as reading them.
+    secrets: "dict[Path, dict[str, tuple[Finding, ...]]]" = field(default_factory=dict)
 
     def release_facts(self) -> None:
         """Forget the facts kept for later passes (~2.3 KB a memory): for the daemon, which
@@ -36,3 +40,4 @@ class DreamMemo:
         with self.facts_lock:
             if self.facts is not None:
                 self.facts.clear()
+            self.secrets.clear()

@@ -35,7 +35,8 @@ from memoryd.indexer import Basis, IndexOutcome, index_after_dream, index_dir, r
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import DirScan, scan_dir
-from memoryd.state import StateStore
+from memoryd.secrets import Finding, find_bytes
+from memoryd.state import DirState, StateStore
 from memoryd.trash import TrashRecord
 
 
@@ -58,6 +59,7 @@ class DreamResult:
     conflicts: list[str] = field(default_factory=list)
     # Flagged memories a person acknowledged as they are now (memoryd.acked): not listed.
     acknowledged: set[str] = field(default_factory=set)
+    secrets: dict[str, list[Finding]] = field(default_factory=dict)  # file -> found
 
     def counts(self) -> dict[str, int]:
         """What the pass did; for a dry run, what it would do (its planned moves)."""
@@ -189,6 +191,8 @@ class Inventory:
     unparseable: list[str]
     conflicts: list[str]
     memories: dict[str, Memory]  # kept only when asked (explain)
+    # file -> the secrets it holds (line and kind, never the value): flagged, never moved.
+    secrets: dict[str, list[Finding]] = field(default_factory=dict)
 
 
 def _facts_of(memo: DreamMemo) -> FactsCache:
@@ -245,8 +249,11 @@ def inventory(
     kept: dict[str, Memory] = {}
     unparseable = list(listing.problems)
     used: set[str] = set()
+    held_secrets: dict[str, list[Finding]] = {}
     looked = False
     memo = rt.dream
+    known_secrets = memo.secrets.get(md.real_path, {})
+    seen_secrets: dict[str, tuple[Finding, ...]] = {}
     with memo.facts_lock, fsops.open_dir(md.real_path) as dir_fd:
         facts_cache = _facts_of(memo)
         facts_cache.begin(limits)
@@ -258,6 +265,12 @@ def inventory(
                 unparseable.append(name)
                 continue
             sha256 = hashlib.sha256(data).hexdigest()
+            found_secrets = known_secrets.get(sha256)
+            if found_secrets is None:
+                found_secrets = tuple(find_bytes(data))
+            seen_secrets[sha256] = found_secrets
+            if found_secrets:
+                held_secrets[name] = list(found_secrets)
             facts = None if keep else facts_cache.get(sha256)
             if facts is None and not keep and not looked:
                 looked = True  # one look at the saved facts, at the first content not held
@@ -281,7 +294,8 @@ def inventory(
         if save:  # before finish(), which may start the cache afresh
             _save_facts(rt, md, frozenset(used))
         facts_cache.finish(md.real_path, frozenset(used))
-    return Inventory(items, sorted(set(unparseable)), listing.conflicts, kept)
+        memo.secrets[md.real_path] = seen_secrets
+    return Inventory(items, sorted(set(unparseable)), listing.conflicts, kept, held_secrets)
 
 
 def _adopt_saved(rt: Runtime, md: MemoryDir, limits: tuple[int, int]) -> None:
@@ -531,6 +545,7 @@ def _dream_dir(
         result.files = len(inv.items)
         result.unparseable = inv.unparseable
         result.conflicts = inv.conflicts
+        result.secrets = inv.secrets
         sources = consult_sources(md, rt, extra_sources, save=not dry_run)
         consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window, budget)
         plan = plan_pass(inv.items, now, thresholds(rt), consults, restored_pins(rt, md, inv))
@@ -553,6 +568,8 @@ def _dream_dir(
                         # A count, not the paths: they are memory text (DESIGN §2.8).
                         missing=len(flag.missing),
                     )
+        if said is not None:
+            report_secrets(rt, md, said, inv)
         if not managed:
             result.status = "unmanaged"
             reason = ownership.reason if ownership else "the index could not be read"
@@ -627,6 +644,23 @@ def _dream_dir(
         state.changed_since_dream = []
         rt.store.save(md.real_path, state)
     return result
+
+
+def report_secrets(rt: Runtime, md: MemoryDir, said: DirState, inv: Inventory) -> None:
+    """`memory.secret_found` for each secret (file, line, kind: never the value), said once
+    per file version: a file is said again only once its bytes change and still hold one."""
+    sha = {i.filename: i.sha256 for i in inv.items}
+    current = set()
+    for name, found in sorted(inv.secrets.items()):
+        key = f"secret:{name}"
+        current.add(key)
+        if said.report_once(key, sha.get(name, "?")):
+            for finding in found:
+                rt.audit.write(
+                    "memory.secret_found", dir=md.path, file=name, line=finding.line,
+                    kind=finding.kind,
+                )  # fmt: skip
+    said.forget_reports("secret:", current)
 
 
 def _logged_detail(move: Move, plan: Plan) -> str:

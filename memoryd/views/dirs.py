@@ -87,6 +87,11 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> str:
         parts.append(f"{flagged} flagged for review")
     if unparseable:
         parts.append(_plural(unparseable, "file") + " unparseable")
+    secrets = [s for r in rows for s in r.get("secrets", ())]
+    if secrets:
+        files = len({(r["real_path"], s["file"]) for r in rows for s in r.get("secrets", ())})
+        parts.append(f"{_plural(len(secrets), 'secret')} in {_plural(files, 'memory', 'memories')}"
+                     " (memoryd dirs --secrets)")
     not_loaded = sum(1 for r in rows if r.get("not_loaded"))
     if not_loaded:
         parts.append(f"{not_loaded} not loaded by the agent")

@@ -1,0 +1,310 @@
+"""Secrets in memory text: where they are and of what kind, never what they are (pure).
+
+Memories are loaded into every session and often synced: a credential in one is a leak.
+`find(text)` gives each secret's line and kind, `mask(text)` the text with every secret
+replaced by `[secret: <kind>]`, for anything memoryd shows or keeps (a search index, a cache).
+No function here returns or logs a secret's value.
+
+Why a hand-written pattern list and not the `detect-secrets` library: measured on the planted
+set of tests/secret_samples.py by bench/bench_secrets.py (24 secrets of every kind here, 26
+look-alike lines), detect-secrets 1.5.0 (default plugins and filters, a file scan) finds 21
+(recall 0.88: it has no Anthropic or Google key pattern, and misses a JSON "auth_token") and
+flags 6 look-alikes (precision 0.78: sha256 digests as memoryd's own manifests hold them,
+base64 of prose, and assignments of placeholders and expressions); this list finds 24 and
+flags none. It also costs ~130 ms of start-up (its plugins and `requests`) against ~17 ms,
+and ~3.3 s to scan 1 MiB against ~0.13 s. The patterns here are anchored on each provider's
+fixed prefix; only assignments to a secret-like name (`password = ...`) fall back to an
+entropy check, so a digest named `sha256:` is never a finding. And it adds no dependency:
+another provider is one line.
+
+Every pattern is a plain regex without nested quantifiers; a kind is searched for only in a
+text holding one of its plain-substring hints, and assignments only just before a `:` or `=`
+with a keyword in reach (see `_assignments`): linear at the 1 MiB file limit, ~0.1 ms for a
+typical 2 KB memory. The dream pass keeps each content's findings by hash for its next pass.
+"""
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One secret: its 1-based line in the text and its kind (never its value)."""
+
+    line: int
+    kind: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"line": self.line, "kind": self.kind}
+
+
+class Kind(StrEnum):
+    """A secret's kind, as a person reads it in `dirs --secrets`, `explain` and the log."""
+
+    PRIVATE_KEY = "private key"
+    AWS_ACCESS_KEY = "AWS access key id"
+    AWS_SIGNING = "AWS secret access key"
+    GITHUB = "GitHub token"
+    GITLAB = "GitLab token"
+    SLACK = "Slack token"
+    SLACK_WEBHOOK = "Slack webhook URL"
+    STRIPE_KEY = "Stripe live key"
+    ANTHROPIC_KEY = "Anthropic API key"
+    OPENAI_KEY = "OpenAI API key"
+    GOOGLE_API_KEY = "Google API key"
+    JWT = "JSON web token"
+    URL_LOGIN = "password in a URL"
+    ASSIGNMENT = "secret assignment"
+
+
+_BEGIN_KEY: Final = re.compile(r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+_END_KEY: Final = re.compile(r"-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+
+# (kind, hints, pattern): the value is group "v" when the pattern has one, else the whole
+# match; a text holding none of the hints (plain substrings) is not searched for that kind.
+# Order matters where prefixes overlap: sk-ant- before sk-.
+_TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
+    (
+        Kind.AWS_ACCESS_KEY,
+        ("AKIA", "ASIA", "ABIA", "ACCA"),
+        re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![A-Z0-9])"),
+    ),
+    (
+        Kind.AWS_SIGNING,
+        ("aws", "AWS", "Aws"),
+        re.compile(
+            r"(?i:aws_?secret_?(?:access_?)?key)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})"
+            r"(?![A-Za-z0-9/+])"
+        ),
+    ),
+    (
+        Kind.GITHUB,
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+        re.compile(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])"),
+    ),
+    (
+        Kind.GITHUB,
+        ("github_pat_",),
+        re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{50,255}"),
+    ),
+    (Kind.GITLAB, ("glpat-",), re.compile(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,64}")),
+    (Kind.SLACK, ("xox",), re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,250}")),
+    (
+        Kind.SLACK_WEBHOOK,
+        ("hooks.slack.com",),
+        re.compile(r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}"),
+    ),
+    (Kind.STRIPE_KEY, ("k_live_",), re.compile(r"(?<![A-Za-z0-9_])[rs]k_live_[A-Za-z0-9]{16,247}")),
+    (
+        Kind.ANTHROPIC_KEY,
+        ("sk-ant-",),
+        re.compile(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,255}"),
+    ),
+    # sk- then 20+ characters; `_random` below keeps out words such as sk-learn-compatible.
+    (
+        Kind.OPENAI_KEY,
+        ("sk-",),
+        re.compile(r"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-)?[A-Za-z0-9_-]{20,255}"),
+    ),
+    (
+        Kind.GOOGLE_API_KEY,
+        ("AIza",),
+        re.compile(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"),
+    ),
+    (
+        Kind.JWT,
+        ("eyJ",),
+        re.compile(
+            r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,4096}"
+            r"\.[A-Za-z0-9_-]{8,4096}"
+        ),
+    ),
+    (
+        Kind.URL_LOGIN,
+        ("://",),
+        re.compile(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@]{1,128}:(?P<v>[^\s:/@]{3,128})@[\w.-]"),
+    ),
+)
+
+# `password = ...`, `api_key: ...`, `"client_secret": "..."`: a secret-like name, then a value.
+_ASSIGNMENT: Final = re.compile(
+    r"(?i)(?:(?<=[_-])|(?<![A-Za-z0-9]))"
+    r"(?:password|passwd|pwd|pass|secret|secret[_-]?key|api[_-]?key|apikey|access[_-]?key"
+    r"|access[_-]?token|auth[_-]?token|refresh[_-]?token|bearer|token|client[_-]?secret"
+    r"|private[_-]?key|credentials?)"
+    r"[\"']?[ \t]{0,8}(?:[:=]|:=|=>)[ \t]{0,8}(?:bearer[ \t]+)?[\"'`]?(?P<v>[^\s\"'`,;]{8,256})"
+)
+_PLACEHOLDER: Final = re.compile(
+    r"(?i)^(?:<.*>|\$\{?[A-Z_][A-Z0-9_]*\}?|\{\{.*\}\}|%\(?\w+\)?s?|x{4,}|\*{3,}|\.{3,}"
+    r"|(?:your|my|the|some|example|dummy|fake|sample|test|changeme|placeholder|redacted|"
+    r"none|null|true|false|undefined|secret|password|env|process\.env|os\.environ)\b.*)$"
+)
+# Cheap substring hints: a text with none of them holds no secret these patterns find.
+_HINTS: Final = (
+    "PRIVATE KEY", "AKIA", "ASIA", "ABIA", "ACCA", "gh", "github_pat_", "glpat-", "xox",
+    "hooks.slack", "_live_", "sk-", "AIza", "eyJ", "://", "ass", "secret", "key", "token",
+    "pwd", "bearer", "credential", "PASS", "SECRET", "KEY", "TOKEN", "Key", "Token", "Secret",
+)  # fmt: skip
+MASK: Final = "[secret: {kind}]"
+_NOT_A_VALUE: Final = re.compile(
+    r"[a-z]+(?:[._-][a-z]+)*|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
+    r"|[A-Za-z_][\w.]*\(.*"
+)
+
+
+def _entropy(value: str) -> float:
+    """Shannon entropy in bits per character."""
+    counts: dict[str, int] = {}
+    for ch in value:
+        counts[ch] = counts.get(ch, 0) + 1
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def _random(value: str) -> bool:
+    """Whether a token's tail looks generated, not written: digits and letters of both cases
+    (an OpenAI key's body always has them; `sk-learn-compatible-estimators` has neither)."""
+    return (
+        any(c.isdigit() for c in value)
+        and any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+    )
+
+
+def _secret_value(value: str) -> bool:
+    """Whether an assigned value is a credential rather than a placeholder, a word, a path
+    or a variable: long enough, not a placeholder, and high in entropy for its alphabet."""
+    if _PLACEHOLDER.match(value):
+        return False
+    value = value.rstrip(".)]}>")
+    if len(value) < 8 or _PLACEHOLDER.match(value):
+        return False
+    if "/" in value and not re.search(r"[A-Za-z0-9+/]{30,}", value):
+        return False  # a path, not a base64 key
+    if _NOT_A_VALUE.fullmatch(value):
+        return False  # a word, a constant's name, an attribute chain, a call: `os.getenv(...)`
+    hexish = re.fullmatch(r"[0-9a-fA-F]+", value) is not None
+    classes = sum(
+        (any(c.islower() for c in value), any(c.isupper() for c in value),
+         any(c.isdigit() for c in value), any(not c.isalnum() for c in value))
+    )  # fmt: skip
+    if classes < 2 and not hexish:
+        return False
+    return _entropy(value) >= (3.0 if hexish else 3.3)
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    start: int
+    end: int
+    kind: str
+
+
+def _spans(text: str) -> list[_Span]:
+    """Every secret's character span and kind, by start, overlaps dropped (first wins)."""
+    if not any(hint in text for hint in _HINTS):
+        return []
+    found: list[_Span] = []
+    pos = 0
+    while (begin := _BEGIN_KEY.search(text, pos)) is not None:
+        end = _END_KEY.search(text, begin.end())
+        stop = end.end() if end is not None else len(text)
+        found.append(_Span(begin.start(), stop, Kind.PRIVATE_KEY))
+        pos = stop
+    for kind, hints, pattern in _TOKENS:
+        if not any(hint in text for hint in hints):
+            continue
+        for match in pattern.finditer(text):
+            group = "v" if "v" in pattern.groupindex else 0
+            value = match.group(group)
+            if kind == Kind.OPENAI_KEY and not _random(value):
+                continue
+            if kind == Kind.URL_LOGIN and _PLACEHOLDER.match(value):
+                continue
+            found.append(_Span(match.start(group), match.end(group), kind))
+    for match in _assignments(text):
+        if _secret_value(match.group("v")):
+            found.append(_Span(match.start("v"), match.end("v"), Kind.ASSIGNMENT))
+    found.sort(key=lambda s: (s.start, -s.end))
+    out: list[_Span] = []
+    for span in found:
+        if out and span.start < out[-1].end:
+            continue  # inside one already found (a key block, a token in an assignment)
+        out.append(span)
+    return out
+
+
+_SEPARATOR: Final = re.compile(r"[:=]")
+_KEYWORDS: Final = ("pass", "pwd", "secret", "key", "token", "bearer", "credential")
+_NAME_REACH: Final = 48  # the longest name + quote + blanks the assignment pattern takes
+_VALUE_REACH: Final = 300  # ... and the longest separator + value after the name
+
+
+def _assignments(text: str) -> Iterator[re.Match[str]]:
+    """What `_ASSIGNMENT.finditer(text)` gives, tried only at the positions just before a `:`
+    or `=` that has a keyword within reach: one case-insensitive alternation tried at every
+    position was most of the scan. A match's separator is within `_NAME_REACH` of its start
+    and no separator lies between, so each position is tried once, for the first separator
+    after it: linear, however dense the separators (an adversarial text)."""
+    lower = text.lower()
+    if not any(k in lower for k in _KEYWORDS):
+        return
+    done = 0  # matches do not overlap: none starts before the end of the last one
+    tried = 0  # every position before this was tried already
+    for sep in _SEPARATOR.finditer(text):
+        at = sep.start()
+        start = max(done, tried, at - _NAME_REACH)
+        tried = max(tried, at + 1)
+        if start >= at or not any(k in lower[start:at] for k in _KEYWORDS):
+            continue
+        end = min(len(text), at + _VALUE_REACH)
+        for pos in range(start, at):
+            match = _ASSIGNMENT.match(text, pos, end)
+            if match is not None:
+                done = tried = match.end()
+                yield match
+                break
+
+
+def _line_starts(text: str, spans: list[_Span]) -> Iterator[tuple[_Span, int]]:
+    line, pos = 1, 0
+    for span in spans:
+        line += text.count("\n", pos, span.start)
+        pos = span.start
+        yield span, line
+
+
+def find(text: str) -> list[Finding]:
+    """The secrets of a text: line (1-based) and kind of each, in order."""
+    return [Finding(line, span.kind) for span, line in _line_starts(text, _spans(text))]
+
+
+def mask(text: str) -> str:
+    """The text with every secret replaced by `[secret: <kind>]`; the text itself when it
+    holds none. For anything memoryd shows (`show`, search results) or keeps (an index, a
+    cache): the value never leaves the memory file."""
+    spans = _spans(text)
+    if not spans:
+        return text
+    parts: list[str] = []
+    pos = 0
+    for span in spans:
+        parts.append(text[pos : span.start])
+        parts.append(MASK.format(kind=span.kind))
+        pos = span.end
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def find_bytes(data: bytes) -> list[Finding]:
+    """`find` over a file's bytes (decoded as memoryd reads memories: UTF-8, errors replaced)."""
+    return find(data.decode("utf-8", "replace"))
+
+
+def summary(findings: list[Finding]) -> str:
+    """`line 3: AWS access key id, line 9: private key` (for a person; no value)."""
+    return ", ".join(f"line {f.line}: {f.kind}" for f in findings)

@@ -1,0 +1,198 @@
+"""`memoryd forget`: asks on a terminal (a real pty), does nothing without one unless --yes,
+moves through the checked mover to the trash (restorable), and removes the pointer lines
+from both tiers; refuses a query matching more than a quarter of a dir."""
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Env, Result, tree_digest, write_memory
+
+ARCHIVE = "MEMORY-ARCHIVE.md"
+
+
+def _plant(folder: Path) -> None:
+    """Eight memories; two about pnpm (one indexed only in the archive)."""
+    for n in range(6):
+        write_memory(folder, f"project_m{n}.md", description=f"memory {n}", body=f"topic{n}\n")
+    write_memory(folder, "project_pnpm.md", description="package manager", body="Use pnpm.\n")
+    write_memory(folder, "feedback_lock.md", description="lockfile", body="pnpm lockfile wins\n")
+    lines = "".join(f"- [m{n}](project_m{n}.md) — memory {n}\n" for n in range(6))
+    (folder / "MEMORY.md").write_text(
+        f"# app Memory\n\n{lines}- [pnpm](project_pnpm.md) — package manager\n"
+    )
+    (folder / ARCHIVE).write_text("# Archive\n\n- [lock](feedback_lock.md) — lockfile\n")
+
+
+@pytest.fixture
+def folder(repo: Path) -> Path:
+    path = repo / ".claude" / "memory"
+    _plant(path)
+    return path
+
+
+def _run(
+    *args: str | Path, stdin: int | None = subprocess.DEVNULL
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memoryd", *map(str, args)],
+        stdin=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _on_pty(args: list[str | Path], answer: bytes) -> tuple[int, str]:
+    """Run memoryd with a pty as its terminal; answer its question; (exit code, output)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memoryd", *map(str, args)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        close_fds=True,
+    )
+    os.close(slave)
+    seen = b""
+    answered = False
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if not answered and b"[y/N]" in seen:
+                os.write(master, answer)
+                answered = True
+        code = proc.wait(timeout=30)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    assert answered, seen.decode(errors="replace")
+    return code, seen.decode(errors="replace")
+
+
+def test_on_a_terminal_yes_forgets_from_both_tiers_and_restore_brings_it_back(
+    env: Env, repo: Path, folder: Path
+) -> None:
+    """Asked on a pty, `y` moves both pnpm memories to the trash (reason forgotten), their
+    pointer lines leave MEMORY.md and the archive, the rest is untouched, each is logged, and
+    `trash restore` brings one back with its pointer."""
+    others = {k: v for k, v in tree_digest(folder).items() if "pnpm" not in k and "lock" not in k}
+    others.pop("MEMORY.md")
+    others.pop(ARCHIVE)
+    code, output = _on_pty(["forget", "pnpm", repo], b"y\n")
+    assert code == 0, output
+    assert "Forget these 2 memories? [y/N]" in output
+    assert not (folder / "project_pnpm.md").exists() and not (folder / "feedback_lock.md").exists()
+    assert "project_pnpm.md" not in (folder / "MEMORY.md").read_text()
+    assert "feedback_lock.md" not in (folder / ARCHIVE).read_text()
+    after = tree_digest(folder)
+    assert {k: after[k] for k in others} == others
+    trashed = _run("trash", "list", repo, "--json")
+    rows = json.loads(trashed.stdout)["trash"]
+    assert sorted((r["file"], r["reason"]) for r in rows) == [
+        ("feedback_lock.md", "forgotten"),
+        ("project_pnpm.md", "forgotten"),
+    ]
+    logged = sorted(r["file"] for r in env.audit_rows() if r["event"] == "memory.forgotten")
+    assert logged == ["feedback_lock.md", "project_pnpm.md"]
+    pnpm = next(r["id"] for r in rows if r["file"] == "project_pnpm.md")
+    restored = _run("trash", "restore", pnpm, repo)
+    assert restored.returncode == 0, restored.stderr
+    assert (folder / "project_pnpm.md").exists()
+    assert "- [pnpm](project_pnpm.md) — package manager" in (folder / "MEMORY.md").read_text()
+
+
+def test_on_a_terminal_no_changes_nothing(env: Env, repo: Path, folder: Path) -> None:
+    """Any answer but yes leaves every file byte-identical."""
+    before = tree_digest(repo)
+    code, output = _on_pty(["forget", "pnpm", repo], b"n\n")
+    assert code == 1 and "Nothing was forgotten" in output
+    assert tree_digest(repo) == before
+
+
+def test_without_a_terminal_nothing_happens_unless_yes(env: Env, repo: Path, folder: Path) -> None:
+    """No terminal and no --yes: exit 1, it says so, nothing changes (not the state dir's
+    trash either); --dry-run lists and changes nothing; --yes forgets."""
+    before = tree_digest(repo)
+    result = _run("forget", "pnpm", repo)
+    assert result.returncode == 1
+    assert "Not on a terminal, and --yes was not given: nothing was forgotten" in result.stdout
+    assert "project_pnpm.md" in result.stdout and "feedback_lock.md" in result.stdout
+    dry = _run("forget", "pnpm", repo, "--dry-run")
+    assert dry.returncode == 0 and "[DRY RUN] Would forget (2)" in dry.stdout
+    assert tree_digest(repo) == before
+    assert not (folder / ".trash").exists()
+    done = _run("forget", "pnpm", repo, "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "forgot " in done.stdout and "restore: memoryd trash restore" in done.stdout
+    assert not (folder / "project_pnpm.md").exists()
+
+
+def test_a_query_matching_over_a_quarter_is_refused_unless_files_are_named(
+    env: Env, repo: Path, folder: Path, cli: Callable[..., Result]
+) -> None:
+    """`memory` is in 6 of 8 descriptions: refused, exit 1, nothing changed; the same six
+    named as files are forgotten."""
+    before = tree_digest(repo)
+    refused = cli("forget", "memory", repo, "--yes")
+    assert refused.code == 1
+    assert "matches 6 of its 8 memories, more than a quarter" in refused.out
+    assert tree_digest(repo) == before
+    named = [folder / f"project_m{n}.md" for n in range(3)]
+    done = cli("forget", *named, "--yes")
+    assert done.code == 0, done.out + done.err
+    assert all(not p.exists() for p in named)
+    assert "project_m0.md" not in (folder / "MEMORY.md").read_text()
+
+
+def test_a_file_changed_since_it_was_listed_is_not_moved(
+    env: Env, repo: Path, folder: Path
+) -> None:
+    """The move checks the bytes that were listed: a file the agent rewrote meanwhile stays."""
+    from memoryd.cmd_forget import forget_in, select
+    from memoryd.discover import discover
+
+    rt = env.runtime()
+    dirs = discover(rt.config, [repo])
+    chosen = select(rt, ["pnpm"], [], dirs)
+    assert sorted(t.name for t in chosen.targets) == ["feedback_lock.md", "project_pnpm.md"]
+    (folder / "project_pnpm.md").write_text((folder / "project_pnpm.md").read_text() + "new\n")
+    done = forget_in(rt, dirs[0], chosen.targets)
+    assert [r.original_name for r in done.moved] == ["feedback_lock.md"]
+    assert done.skipped == [("project_pnpm.md", "changed since it was listed")]
+    assert (folder / "project_pnpm.md").read_text().endswith("new\n")
+
+
+def test_an_unmanaged_index_is_refused(
+    env: Env, repo: Path, folder: Path, cli: Callable[..., Result]
+) -> None:
+    """A dir whose MEMORY.md says `memoryd: off` keeps everything: its pointers would stay."""
+    (folder / "MEMORY.md").write_text(
+        "<!-- memoryd: off -->\n" + (folder / "MEMORY.md").read_text()
+    )
+    before = tree_digest(repo)
+    result = cli("forget", "pnpm", repo, "--yes")
+    assert result.code == 1
+    assert "not memoryd's to edit" in result.out
+    assert tree_digest(repo) == before

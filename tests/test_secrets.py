@@ -1,0 +1,236 @@
+"""Secrets in memories: found by kind and line, masked, reported once, never shown or moved."""
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from memoryd import secrets
+from tests.conftest import Env, Result, write_memory
+from tests.secret_samples import NEGATIVES, POSITIVES, planted_text
+
+FRONTMATTER_LINES = 6  # write_memory: ---, name, description, type, ---, a blank line
+
+
+def test_every_planted_kind_is_found_on_its_line_by_kind_and_none_of_the_look_alikes() -> None:
+    """Each planted secret is one finding of its kind on its line; the bait lines give none."""
+    text = planted_text()
+    found = secrets.find(text)
+    expected = []
+    line = 1
+    for kind, value, template in POSITIVES:
+        at = template.index("{}")
+        expected.append(secrets.Finding(line + template[:at].count("\n"), kind))
+        line += template.format(value).count("\n") + 1
+    assert found == expected
+    for bait in NEGATIVES:
+        assert secrets.find(bait) == [], bait
+
+
+def test_a_finding_holds_no_value_and_mask_removes_every_one() -> None:
+    """A Finding is a line and a kind only; masked text keeps the rest and holds no value."""
+    assert set(secrets.Finding.__dataclass_fields__) == {"line", "kind"}
+    text = planted_text()
+    masked = secrets.mask(text)
+    for kind, value, _ in POSITIVES:
+        assert value not in masked
+        for piece in value.splitlines():  # a key block's rows too
+            if len(piece) >= 12:
+                assert piece not in masked
+        assert f"[secret: {kind}]" in masked
+    for bait in NEGATIVES:
+        assert bait in masked
+        assert secrets.mask(bait) is bait  # untouched text is returned as it is
+
+
+def test_an_unterminated_key_block_is_masked_to_the_end() -> None:
+    """A private key block cut short (no END line) still hides everything after BEGIN."""
+    _, value, _ = POSITIVES[0]
+    cut = value.rsplit("\n", 1)[0]
+    text = f"intro\n{cut}\n"
+    assert secrets.find(text) == [secrets.Finding(2, "private key")]
+    assert secrets.mask(text) == "intro\n[secret: private key]"
+
+
+@pytest.mark.timeout(30)
+def test_scanning_is_linear_at_the_size_limit() -> None:
+    """1 MiB of text dense in every hint (sk-, eyJ, key:, token=, ://) scans in well under a
+    second here; a pattern with nested quantifiers would take minutes (the timeout)."""
+    unit = "api_key: short sk-abc eyJ.eyJ. token= AKIA ghp_ xox- http://a:@ password:x " * 4
+    text = (unit + "\n") * ((1 << 20) // (len(unit) + 1))
+    started = time.perf_counter()
+    assert secrets.find(text) == []
+    assert secrets.mask(text) is text
+    assert time.perf_counter() - started < 20
+
+
+def _plant(folder: Path) -> dict[str, tuple[str, str, int]]:
+    """One user memory per planted secret (user memories are never moved); file -> (kind,
+    value, line)."""
+    planted = {}
+    for n, (kind, value, template) in enumerate(POSITIVES):
+        name = f"user_secret_{n:02d}.md"
+        body = (
+            f"Topic{n} words{n} unique{n} about item{n}.\n"
+            + template.format(value)
+            + f"\nclosing{n} remark{n}.\n"
+        )
+        write_memory(folder, name, type_="user", description=f"note {n}", body=body)
+        at = template.index("{}")
+        planted[name] = (kind, value, FRONTMATTER_LINES + 2 + template[:at].count("\n"))
+    return planted
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.glob("*.md"))
+        if p.name != "MEMORY.md"
+    }
+
+
+def _every_file_under(*roots: Path) -> bytes:
+    out = b""
+    for root in roots:
+        for dirpath, _, names in os.walk(root):
+            for name in names:
+                path = Path(dirpath) / name
+                if path.is_file() and not path.is_symlink():
+                    out += path.read_bytes()
+    return out
+
+
+def test_secrets_are_reported_everywhere_by_line_and_kind_never_by_value(
+    env: Env, repo: Path, cli: Callable[..., Result]
+) -> None:
+    """dirs, dirs --secrets, explain, dream (text, JSON, dry run) and the audit log name each
+    planted secret's file, line and kind; no output, log row or file memoryd wrote holds a
+    value; no memory is moved or changed."""
+    folder = repo / ".claude" / "memory"
+    planted = _plant(folder)
+    before = _digest(folder)
+    outputs: list[Result] = []
+
+    dirs = cli("dirs", repo)
+    outputs.append(dirs)
+    assert f"secrets: {len(planted)} in {len(planted)} file(s)" in dirs.out
+    listed = cli("dirs", repo, "--secrets")
+    outputs.append(listed)
+    for name, (kind, _, line) in planted.items():
+        assert f"{name}:{line}: {kind}" in listed.out
+    as_json = cli("dirs", repo, "--json")
+    outputs.append(as_json)
+    rows = json.loads(as_json.out)["dirs"][0]["secrets"]
+    assert {(r["file"], r["line"], r["kind"]) for r in rows} == {
+        (n, line, kind) for n, (kind, _, line) in planted.items()
+    }
+    name, (kind, _, line) = next(iter(planted.items()))
+    explained = cli("explain", folder / name)
+    outputs.append(explained)
+    assert f"secret: line {line}: {kind}" in explained.out
+    outputs.append(cli("dream", repo, "--dry-run"))
+    dream = cli("dream", repo)
+    outputs.append(dream)
+    assert dream.code == 0, dream.err
+    for name, (kind, _, line) in planted.items():
+        assert f"{name}: line {line}: {kind}" in dream.out
+    outputs.append(cli("dream", repo, "--json"))
+    outputs.append(cli("log"))
+    outputs.append(cli("log", "--json"))
+
+    rows = [r for r in env.audit_rows() if r["event"] == "memory.secret_found"]
+    assert sorted((r["file"], r["line"], r["kind"]) for r in rows) == sorted(
+        (n, line, kind) for n, (kind, _, line) in planted.items()
+    )  # once per file version: the second pass said nothing again
+    assert _digest(folder) == before  # nothing moved, nothing changed
+    written = _every_file_under(env.state, env.logs)  # facts cache, parse cache, state, log
+    for _, value, _ in POSITIVES:
+        for result in outputs:
+            assert value not in result.out and value not in result.err
+        assert value.encode() not in written
+
+
+def test_a_changed_file_is_said_again_and_a_cleaned_one_is_forgotten(
+    env: Env, repo: Path, cli: Callable[..., Result]
+) -> None:
+    """`memory.secret_found` is said once per file version: again when the bytes change and
+    still hold a secret; a file cleaned, then given a secret again, is said again."""
+    folder = repo / ".claude" / "memory"
+    kind, value, template = POSITIVES[2]
+    path = write_memory(folder, "user_a.md", type_="user", body=template.format(value) + "\n")
+
+    def said() -> int:
+        return sum(1 for r in env.audit_rows() if r["event"] == "memory.secret_found")
+
+    assert cli("dream", repo).code == 0
+    assert cli("dream", repo).code == 0
+    assert said() == 1
+    path.write_text(path.read_text() + "more text\n")
+    assert cli("dream", repo).code == 0
+    assert said() == 2
+    write_memory(folder, "user_a.md", type_="user", body="nothing secret here\n")
+    assert cli("dream", repo).code == 0
+    write_memory(folder, "user_a.md", type_="user", body=template.format(value) + "\n")
+    assert cli("dream", repo).code == 0
+    assert said() == 3
+    assert all(
+        r["kind"] == kind for r in env.audit_rows() if r["event"] == "memory.secret_found"
+    )
+
+
+def test_the_separator_search_finds_what_the_plain_pattern_finds() -> None:
+    """`_assignments` (searched near separators only) gives exactly the matches of the
+    assignment pattern run over the whole text, on mixes of every sample."""
+    import random
+
+    rng = random.Random(5)
+    pieces = [tpl.format(value) for _, value, tpl in POSITIVES] + NEGATIVES
+    pieces += ["key: value", "a:b:c=d", "token=" + "x" * 400, "pass ::= == :"]
+    for _ in range(300):
+        text = "\n".join(rng.choices(pieces, k=8))
+        plain = [m.span() for m in secrets._ASSIGNMENT.finditer(text)]
+        assert [m.span() for m in secrets._assignments(text)] == plain
+
+
+def test_an_unchanged_memory_is_not_scanned_again_by_the_next_pass(
+    env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's second pass over the same bytes reuses the findings (by content hash) and
+    still reports them; a changed file is scanned again."""
+    from memoryd.discover import discover
+    from memoryd.dream import run
+
+    folder = repo / ".claude" / "memory"
+    _plant(folder)
+    scanned: list[int] = []
+    real = run.find_bytes
+    monkeypatch.setattr(run, "find_bytes", lambda data: scanned.append(1) or real(data))
+    rt = env.runtime()
+    (md,) = discover(rt.config, [repo])
+    first = run.dream_dir(rt, md, repos=run.RepoCache.of(rt), dry_run=True)
+    assert len(scanned) == len(POSITIVES) and len(first.secrets) == len(POSITIVES)
+    second = run.dream_dir(rt, md, repos=run.RepoCache.of(rt), dry_run=True)
+    assert len(scanned) == len(POSITIVES) and second.secrets == first.secrets
+    (folder / "user_secret_00.md").write_text((folder / "user_secret_00.md").read_text() + "x\n")
+    run.dream_dir(rt, md, repos=run.RepoCache.of(rt), dry_run=True)
+    assert len(scanned) == len(POSITIVES) + 1
+
+
+def test_the_dirs_table_counts_secrets_and_lists_them_with_secrets(
+    env: Env, cli: Callable[..., Result]
+) -> None:
+    """Without DIR, `dirs` is a table: its summary counts the secrets found and points at
+    `--secrets`, which lists each one's full path, line and kind after the table (no value)."""
+    folder = env.claude / "projects" / "-p" / "memory"
+    planted = _plant(folder)
+    table = cli("dirs")
+    assert table.code == 0, table.err
+    assert f"{len(planted)} secrets in {len(planted)} memories (memoryd dirs --secrets)" in table.out
+    listed = cli("dirs", "--secrets")
+    for name, (kind, value, line) in planted.items():
+        assert f"{folder / name}:{line}: {kind}" in listed.out
+        assert value not in listed.out and value not in table.out

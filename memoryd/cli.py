@@ -4,7 +4,6 @@ import argparse
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -53,6 +52,17 @@ def _repo_root_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _color_arg(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    """`--color`, on the top parser (default auto) and on each human view (where it wins)."""
+    parser.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default=default if default is not None else argparse.SUPPRESS,
+        help="colour: on a terminal only (auto, the default; NO_COLOR turns it off), always, "
+        "never",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memoryd",
@@ -68,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="configuration file (default: <user config dir>/memoryd/config.toml, else built-in "
         "defaults)",
     )
+    _color_arg(parser, "auto")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser(
@@ -190,7 +201,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the audit log for a person",
         description="Render the JSONL audit log as readable lines.",
     )
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new rows")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="show the last rows, then keep printing new ones (across rotation)")
+    p.add_argument("-n", "--lines", metavar="N", type=_lines_arg, default=-1,
+                   help=f"show the last N rows, or `all` (default: {FOLLOW_LAST} with -f, else "
+                   "all)")
+    p.add_argument("--summary", action="store_true",
+                   help="what memoryd did, per dir, in sentences and counts (default --since 1d)")
+    p.add_argument("--utc", action="store_true", help="times in UTC instead of local time")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="every field of each row (hashes, ids, pids)")
+    _color_arg(p)
     p.add_argument(
         "--since", metavar="WHEN", help="only rows newer than this (2h, 30m, 7d or an ISO time)"
     )
@@ -443,27 +464,49 @@ def _render_outcome(o: IndexOutcome) -> str:
 
 
 # --- log ---------------------------------------------------------------------------------------
-def _render_row(row: dict[str, Any]) -> str:
-    skip = {"ts", "v", "event", "level", "pid", "dir"}
-    rest = " ".join(
-        f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v}"
-        for k, v in row.items()
-        if k not in skip
+FOLLOW_EVERY = 0.25  # seconds between looks at the log while following
+FOLLOW_LAST = 10  # rows `log -f` shows before following, as `tail` does
+
+
+def _lines_arg(text: str) -> int | None:
+    if text == "all":
+        return None
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: give a number of rows or `all`")
+
+
+def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> "Any":
+    import os
+
+    from memoryd.humanize import Painter, terminal_width, use_color
+    from memoryd.logview import View
+
+    # Piped into grep or a file, a row is never cut; on a terminal it fits the width.
+    width = terminal_width(out, os.environ, default=1 << 20)
+    return View(
+        now=rt.clock(),
+        home=str(Path.home()),
+        utc=args.utc,
+        width=width,
+        verbose=args.verbose,
+        paint=Painter(use_color(args.color, out, os.environ)),
     )
-    where = f" {row['dir']}" if "dir" in row else ""
-    level = "" if row.get("level") == "info" else f" [{str(row.get('level', '')).upper()}]"
-    line = f"{row.get('ts', '?')} {row.get('event', '?')}{level}{where}  {rest}".rstrip()
-    return shown(line) + "\n"
 
 
 def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import fnmatch
+    import os
 
+    err: TextIO = getattr(args, "stderr", sys.stderr)
     try:
-        since = audit.parse_since(args.since) if args.since else None
+        since = audit.parse_since(args.since, rt.clock()) if args.since else None
     except ValueError as error:
         raise UsageError(str(error)) from error
-    want_dir = str(Path(args.dir).expanduser().absolute()) if args.dir else None
+    if args.summary and since is None:
+        since = rt.clock() - 86400  # the morning view: the last day unless told otherwise
+    want = Path(args.dir).expanduser().absolute() if args.dir else None
+    want_dir = str(want) if want else None
 
     def wanted(row: dict[str, Any]) -> bool:
         if since is not None and audit.row_time(row) < since:
@@ -477,56 +520,61 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         found = str(row.get("dir", ""))
         return found == want_dir or found.startswith(want_dir.rstrip("/") + "/")
 
+    from memoryd.logfollow import Follower
+    from memoryd.logview import View, render_row, render_summary, summary_json
+
+    view: View = _log_view(args, rt, out)
+
     def emit(row: dict[str, Any]) -> None:
-        if wanted(row):
-            out.write(json.dumps(row, ensure_ascii=False) + "\n" if args.json else _render_row(row))
+        out.write(json.dumps(row, ensure_ascii=False) + "\n" if args.json
+                  else render_row(row, view) + "\n")
+
+    def warn(message: str) -> None:
+        err.write(f"memoryd: {'warning: ' if args.follow else ''}{message}\n")
+        err.flush()
 
     path = rt.paths.audit_log
-    for row in audit.read_rows(path, rt.config.log.backups):
-        emit(row)
-    if not args.follow:
-        return EXIT_OK
-    out.flush()
-    return _follow(path, emit, out)
-
-
-def _follow(path: Path, emit: Callable[[dict[str, Any]], None], out: TextIO) -> int:
-    """Like `tail -F`: reopen by name when the file is rotated, skip torn lines until whole."""
-    import os
-
-    position = path.stat().st_size if path.exists() else 0
-    inode = path.stat().st_ino if path.exists() else None
-    pending = b""
+    backups = rt.config.log.backups
+    follower = Follower(path, warn=warn, backups=backups)
     try:
+        last = args.lines if args.lines != -1 else (FOLLOW_LAST if args.follow else None)
+        filtered = since is not None or args.event or want_dir
+        history = [r for r in follower.history(None if filtered else last) if wanted(r)]
+        logged = os.path.lexists(path) or any(
+            path.with_name(f"{path.name}.{n}").exists() for n in range(1, backups + 1)
+        )
+        if not logged:
+            err.write(f"memoryd: no audit log yet at {path} (memoryd writes it once it does "
+                      f"something){'; waiting for rows' if args.follow else ''}.\n")
+        elif want and not history and not args.follow:
+            missing = "" if want.exists() else " (no such folder)"
+            err.write(f"memoryd: no rows about {want}{missing} in {path}.\n")
+            if missing:
+                return EXIT_FINDINGS
+        if args.summary:
+            if args.json:
+                json.dump(summary_json(history), out, indent=2, ensure_ascii=False)
+                out.write("\n")
+            else:
+                out.write(render_summary(history, view, since=since))
+            return EXIT_OK
+        for row in history[-last:] if last else [] if last == 0 else history:
+            emit(row)
+        if not args.follow:
+            return EXIT_FINDINGS if follower.problem else EXIT_OK  # a file that is no log
+        out.flush()
         while True:
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                time.sleep(0.5)
-                continue
-            if st.st_ino != inode or st.st_size < position:
-                inode, position, pending = st.st_ino, 0, b""
-            if st.st_size > position:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    os.lseek(fd, position, os.SEEK_SET)
-                    chunk = os.read(fd, st.st_size - position)
-                finally:
-                    os.close(fd)
-                position += len(chunk)
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    try:
-                        row = json.loads(raw)
-                    except ValueError:
-                        continue
-                    if isinstance(row, dict):
-                        emit(row)
-                out.flush()
-            time.sleep(0.3)
+            rows = follower.poll()
+            for row in rows:
+                if wanted(row):
+                    emit(row)
+            out.flush()
+            if not rows:  # while rows come, look again at once: rotations come fast then
+                rt.sleep(FOLLOW_EVERY)
     except KeyboardInterrupt:
         return EXIT_OK
+    finally:
+        follower.close()
 
 
 # --- config ------------------------------------------------------------------------------------
@@ -875,6 +923,7 @@ def main(
                     )
             return EXIT_USAGE
     rt = Runtime.create(config, paths)
+    args.stderr = err  # a handler's warnings go where this run's errors go
     try:
         return HANDLERS[args.command](args, rt, out)
     except UsageError as error:

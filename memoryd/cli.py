@@ -839,9 +839,10 @@ def cmd_service(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         for cmd in plan.commands:
             out.write(f"$ {' '.join(cmd)}\n")
         return EXIT_OK
-    for line in service.execute(plan, args.action):
+    done = service.execute(plan, args.action)
+    for line in done.lines:
         out.write(line + "\n")
-    return EXIT_OK
+    return EXIT_OK if done.ok else EXIT_FINDINGS
 
 
 def cmd_demo(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

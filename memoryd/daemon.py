@@ -347,15 +347,16 @@ class Daemon:
                 dir=str(recovery.journal.dir),
                 outcome=recovery.outcome,
             )
+        # Said first, with where the audit log is (tailing it is how people follow memoryd).
+        self.log.info("memoryd started", config=self.rt.config.source,
+                      audit_log=str(self.paths.audit_log))  # fmt: skip
         self.rediscover()
         self.rt.audit.write(
             "daemon.started", version=__version__, dirs=len(self.dirs), config=self.rt.config.source
         )
-        self.log.info(
-            "memoryd started",
-            dirs=len(self.dirs),
-            claude_home=str(self.rt.config.paths.claude_home),
-        )
+        if self.dirs or self.rt.config.paths.claude_home.is_dir():
+            self.log.info(f"watching {len(self.dirs)} memory dirs",
+                          claude_home=str(self.rt.config.paths.claude_home))  # fmt: skip
         self.heartbeat()
         # Then daily (the job): a daemon restarted every day, a laptop's, still purges.
         self.rotate_trash()
@@ -398,7 +399,7 @@ class Daemon:
             if not self._waiting_said:
                 self._waiting_said = True
                 self.rt.audit.write("daemon.waiting", path=str(home))
-                self.log.info(f"waiting for {home} to exist", path=str(home))
+                self.log.info("waiting for the Claude home to exist", path=str(home))
         else:
             self._waiting_said = False
         discovery = discover_all(cfg)

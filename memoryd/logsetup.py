@@ -1,7 +1,9 @@
 """Operational logging to stderr via structlog: readable on a terminal, JSON under a manager."""
 
 import logging
+import os
 import sys
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 import structlog
@@ -11,13 +13,23 @@ def _json_default(value: object) -> str:
     return str(value)
 
 
+def under_service_manager(env: Mapping[str, str]) -> bool:
+    """Whether a service manager started us and keeps our stderr (journald, launchd): systemd
+    sets INVOCATION_ID (and JOURNAL_STREAM, NOTIFY_SOCKET for a notify unit); launchd names
+    the job in XPC_SERVICE_NAME ("0" in a terminal session on macOS)."""
+    if env.get("INVOCATION_ID") or env.get("JOURNAL_STREAM") or env.get("NOTIFY_SOCKET"):
+        return True
+    return env.get("XPC_SERVICE_NAME", "0") not in ("", "0")
+
+
 def configure(
     level: str = "info", *, json_output: bool | None = None, file: TextIO | None = None
 ) -> None:
-    """Log to `file` (stderr unless given: a command's own error stream)."""
+    """Log to `file` (stderr unless given: a command's own error stream): JSON lines under a
+    service manager, readable lines otherwise (a terminal, or piped through `tee`)."""
     file = file or sys.stderr
     if json_output is None:
-        json_output = not file.isatty()
+        json_output = under_service_manager(os.environ)
     renderer: Any
     if json_output:
         renderer = structlog.processors.JSONRenderer(default=_json_default)

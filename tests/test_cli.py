@@ -160,3 +160,55 @@ def test_control_characters_in_names_are_shown_escaped(env: Env, cli, tmp_path: 
     assert cli("index", folder).code == 0
     logged = cli("log").out
     assert "\x1b" not in logged and "m\\x1b[2J" in logged
+
+
+SERVICE_VARS = ("INVOCATION_ID", "JOURNAL_STREAM", "NOTIFY_SOCKET", "XPC_SERVICE_NAME")
+
+
+def _run_until(env: Env, extra: dict[str, str], line: str) -> str:
+    """`memoryd run` with stderr piped (as through `tee`), stopped once `line` is printed."""
+    import signal
+    import time
+
+    child_env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS} | extra
+    proc = subprocess.Popen([sys.executable, "-m", "memoryd", "run"], env=child_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    try:
+        for got in proc.stderr:
+            seen.append(got)
+            if line in got or time.monotonic() > deadline:
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=30)
+    return "".join(seen) + rest
+
+
+def test_run_says_started_then_waiting_and_where_the_log_is(env: Env) -> None:
+    """Piped through `tee`, `memoryd run` prints readable lines (JSON only under a service
+    manager): "started" first, naming the audit log; then "waiting" naming the Claude home
+    once. The old one printed JSON, "waiting" first, the path twice and no audit log."""
+    text = _run_until(env, {}, "waiting for")
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert not any(line.lstrip().startswith("{") for line in lines), text
+    started = next(i for i, line in enumerate(lines) if "memoryd started" in line)
+    waiting = next(i for i, line in enumerate(lines) if "waiting for" in line)
+    assert started < waiting, text
+    assert str(env.audit_path) in lines[started]
+    assert text.count(str(env.claude)) == 1, text
+    under_systemd = _run_until(env, {"INVOCATION_ID": "0123"}, "waiting for")
+    first = json.loads(under_systemd.splitlines()[0])
+    assert first["event"] == "memoryd started" and first["audit_log"] == str(env.audit_path)
+
+
+def test_service_manager_detection() -> None:
+    from memoryd.logsetup import under_service_manager
+
+    assert not under_service_manager({})
+    assert under_service_manager({"INVOCATION_ID": "x"})
+    assert under_service_manager({"JOURNAL_STREAM": "8:123"})
+    assert under_service_manager({"XPC_SERVICE_NAME": "io.memoryd.daemon"})
+    assert not under_service_manager({"XPC_SERVICE_NAME": "0"})  # a macOS terminal

@@ -24,11 +24,10 @@ from memoryd.errors import ConfigError, MemorydError, UsageError
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file, view_kind
 from memoryd.logsetup import configure
-from memoryd.paths import app_paths, read_bounded
+from memoryd.paths import app_paths
 from memoryd.runtime import Runtime, tune_gc
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
-STATUS_MAX_BYTES = 64 << 20  # status.json: a few hundred bytes a dir
 
 Handler = Callable[[argparse.Namespace, Runtime, TextIO], int]
 
@@ -116,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Read the daemon's heartbeat (status.json). Exit 0 when it "
                        "runs with a fresh heartbeat, 1 otherwise.")
     p.add_argument("--json", action="store_true", help="print the status document")
+    _color_arg(p)
 
     p = sub.add_parser("service", help="install memoryd as a user service (systemd/launchd)",
                        description="Render the systemd user unit or the launchd agent with the "
@@ -776,55 +776,22 @@ def cmd_run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from datetime import UTC, datetime
+    import os
 
-    from memoryd import daemon
+    from memoryd.humanize import Painter, terminal_width, use_color
+    from memoryd.logview import View
+    from memoryd.statusview import gather, render
 
-    pid = daemon.lock_holder(rt.paths)
-    try:
-        # Bounded, and never a FIFO planted in its place (it would hang `memoryd status`).
-        status = json.loads(read_bounded(rt.paths.status_file, STATUS_MAX_BYTES, follow=False))
-    except (OSError, ValueError):
-        status = None
-    age = None
-    if status and status.get("heartbeat"):
-        beat = datetime.fromisoformat(status["heartbeat"])
-        age = (datetime.now(UTC) - beat).total_seconds()
-    stale_after = 4 * float(status.get("heartbeat_every", daemon.HEARTBEAT_EVERY)) if status else 0
-    running = pid is not None
-    fresh = running and age is not None and age <= stale_after and status.get("pid") == pid
+    now = rt.clock()
+    found = gather(rt, now)
     if args.json:
-        doc = {"running": running, "pid": pid, "heartbeat_age_s": age, "fresh": fresh,
-               "status": status}
-        json.dump(doc, out, indent=2, ensure_ascii=False)
+        json.dump(found.as_json(), out, indent=2, ensure_ascii=False)
         out.write("\n")
-        return EXIT_OK if fresh else EXIT_FINDINGS
-    if not running:
-        out.write(f"memoryd is not running (nothing holds {rt.paths.lock_file}).\n")
-        if status:
-            out.write(f"Its last heartbeat was {status.get('heartbeat')} (pid {status.get('pid')})."
-                      "\n")
-        out.write("Start it with `memoryd run`, or `memoryd service install` to run it as a "
-                  "user service.\n")
-        return EXIT_FINDINGS
-    if not fresh:
-        when = f"{age:.0f} s ago" if age is not None else "never"
-        out.write(f"memoryd is running (pid {pid}) but its heartbeat is stale (last {when}); "
-                  "it may be stuck: see its log (journalctl --user -u memoryd).\n")
-        return EXIT_FINDINGS
-    assert status is not None
-    out.write(f"memoryd {status.get('version')} is running (pid {pid}) since {status['started']};"
-              f" heartbeat {age:.0f} s ago.\n")
-    if status.get("waiting_for_claude_home"):
-        out.write(f"Waiting for {status['claude_home']} to exist.\n")
-    if status.get("read_events") == "lost":
-        out.write("Consult signal from read events is off (file events were lost once).\n")
-    for d in status.get("dirs", []):
-        out.write(f"  {d['real_path']}  [{d['kind']}] files {d['files']}, index {d['index']}, "
-                  f"pending changes {d['pending_changes']}, last pass {d['last_pass'] or 'never'}"
-                  f"{' (' + d['last_pass_result'] + ')' if d['last_pass_result'] else ''}, "
-                  f"watch {d['watch']}\n")
-    return EXIT_OK
+    else:
+        view = View(now=now, home=str(Path.home()), width=terminal_width(out, os.environ),
+                    paint=Painter(use_color(args.color, out, os.environ)))
+        out.write(render(found, view))
+    return EXIT_OK if found.fresh else EXIT_FINDINGS
 
 
 def cmd_service(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

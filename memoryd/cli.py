@@ -1,35 +1,30 @@
 """The `memoryd` command line: argparse, dispatch, rendering. No maintenance logic of its own."""
 
+from __future__ import annotations
+
 import argparse
 import contextlib
 import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from memoryd import __version__, audit, fsops
-from memoryd.config import Config, config_as_dict, load_config
-from memoryd.discover import (
-    Discovery,
-    EmptyRepo,
-    MemoryDir,
-    RefusedDir,
-    discover,
-    discover_all,
-    report_refused,
-)
+from memoryd import __version__
 from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
-from memoryd.index import INDEX_NAME
-from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file, view_kind
-from memoryd.logsetup import configure
-from memoryd.paths import app_paths
-from memoryd.runtime import Runtime, tune_gc
 
+if TYPE_CHECKING:
+    from memoryd.discover import Discovery, EmptyRepo, MemoryDir, RefusedDir
+    from memoryd.indexer import IndexOutcome
+    from memoryd.logview import View
+    from memoryd.runtime import Runtime
+
+# Start-up time is the whole process's (`memoryd --help`, `status`): each handler imports what
+# it uses, so a command pays only for its own modules.
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
-Handler = Callable[[argparse.Namespace, Runtime, TextIO], int]
+Handler = Callable[[argparse.Namespace, "Runtime", TextIO], int]
 
 
 def _dirs_arg(parser: argparse.ArgumentParser) -> None:
@@ -233,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- dirs --------------------------------------------------------------------------------------
 def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
+    from memoryd import fsops
+    from memoryd.index import INDEX_NAME
+    from memoryd.indexer import budget_use, index_dir, read_index_file, view_kind
+
     outcome = index_dir(rt, md, check=True)
     scan = outcome.scan
     main_text = None
@@ -298,12 +297,16 @@ def _render_empty(found: Discovery) -> str:
 
 def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
     """The dirs to work on; links leading out of their repo or Claude home are said once."""
+    from memoryd.discover import discover_all, report_refused
+
     found = discover_all(rt.config, dirs)
     report_refused(rt, found.refused)
     return found
 
 
 def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd.discover import discover_all
+
     rt.dry_run = True
     found = discover_all(rt.config, args.dirs)
     dirs = found.dirs
@@ -386,6 +389,9 @@ def _outcome_json(o: IndexOutcome) -> dict[str, Any]:
 
 
 def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd.discover import discover_all
+    from memoryd.indexer import index_dir
+
     if not args.check:
         _recover(rt)
     # --check changes nothing: not even the audit log.
@@ -476,7 +482,7 @@ def _lines_arg(text: str) -> int | None:
     raise argparse.ArgumentTypeError(f"{text!r}: give a number of rows or `all`")
 
 
-def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> "Any":
+def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> View:
     import os
 
     from memoryd.humanize import Painter, terminal_width, use_color
@@ -497,6 +503,8 @@ def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> "Any":
 def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import fnmatch
     import os
+
+    from memoryd import audit
 
     err: TextIO = getattr(args, "stderr", sys.stderr)
     try:
@@ -521,9 +529,9 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         return found == want_dir or found.startswith(want_dir.rstrip("/") + "/")
 
     from memoryd.logfollow import Follower
-    from memoryd.logview import View, render_row, render_summary, summary_json
+    from memoryd.logview import render_row, render_summary, summary_json
 
-    view: View = _log_view(args, rt, out)
+    view = _log_view(args, rt, out)
 
     def emit(row: dict[str, Any]) -> None:
         out.write(json.dumps(row, ensure_ascii=False) + "\n" if args.json
@@ -589,6 +597,8 @@ def _toml_value(value: Any) -> str:
 
 
 def cmd_config(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd.config import config_as_dict
+
     if args.config_command == "check":
         out.write(f"{rt.config.source}: configuration is valid\n")
         return EXIT_OK
@@ -623,6 +633,7 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from dataclasses import replace
 
     from memoryd import housekeeping
+    from memoryd.discover import discover
     from memoryd.dream.run import RepoCache, dream_dir
     from memoryd.report import render_text, result_json, totals
 
@@ -693,6 +704,7 @@ def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd import housekeeping, trash
     from memoryd.config import parse_duration
+    from memoryd.discover import discover
 
     if args.trash_command == "list":
         listing = housekeeping.list_trash(discover(rt.config, args.dirs))
@@ -861,7 +873,6 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    tune_gc()
     parser = build_parser()
     try:
         # argparse prints help and usage errors itself; send them where the caller asked.
@@ -869,11 +880,17 @@ def main(
             args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0) if isinstance(exit_.code, int) else EXIT_USAGE
+    from memoryd.config import Config, load_config
+    from memoryd.logsetup import configure
+    from memoryd.paths import app_paths
+    from memoryd.runtime import Runtime, tune_gc
+
+    tune_gc()
     # Warnings (an audit log that cannot be written) go where this run's errors go.
     configure(file=err)
     paths = app_paths()
     try:
-        config: Config = load_config(args.config, paths)
+        config = load_config(args.config, paths)
     except ConfigError as error:
         if _read_only(args):
             # A daemon may still run on the configuration it read before the file broke:

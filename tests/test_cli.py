@@ -212,3 +212,22 @@ def test_service_manager_detection() -> None:
     assert under_service_manager({"JOURNAL_STREAM": "8:123"})
     assert under_service_manager({"XPC_SERVICE_NAME": "io.memoryd.daemon"})
     assert not under_service_manager({"XPC_SERVICE_NAME": "0"})  # a macOS terminal
+
+
+HEAVY = ("memoryd.indexer", "memoryd.discover", "memoryd.scan", "memoryd.memfile",
+         "memoryd.daemon", "structlog", "yaml", "watchdog", "apscheduler")
+
+
+@pytest.mark.parametrize("words", [["--help"], ["status"], ["status", "--json"], ["log"]])
+def test_light_commands_import_no_heavy_module(env: Env, words: list[str]) -> None:
+    """`--help`, `status` and `log` as whole processes load none of the modules that made
+    start-up ~250 ms (the index machinery, YAML, structlog, the daemon's libraries): each
+    handler imports what it uses. The old cli.py imported the indexer and discovery at the
+    top, for every command."""
+    probe = ("import sys\nfrom memoryd.cli import main\n"
+             f"code = main({words!r})\n"
+             f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=False, env=os.environ.copy())
+    loaded = next(line for line in proc.stdout.splitlines() if line.startswith("LOADED"))
+    assert loaded == "LOADED []", (loaded, proc.stderr[-500:])

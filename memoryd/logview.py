@@ -59,7 +59,12 @@ def dir_label(path: str, home: str | None) -> str:
             return shown(f"agent/{rest[1]}" if user_level else f"{owner.name}/{rest[1]}")
         if rest == ("memory",) and not user_level:
             return shown(owner.name)
-    return short_path(path, home)
+        if rest and not user_level:
+            return shown("/".join((owner.name, *rest)))
+    short = short_path(path, home)
+    if short.startswith("~") or len(parts) <= 4:
+        return short
+    return shown("…/" + "/".join(parts[-2:]))  # a folder of its own: its name and its parent's
 
 
 def _names(items: object, limit: int = 2, unit: str = "") -> str:
@@ -316,7 +321,7 @@ class DirTally:
             (self.skipped_moves, ("planned move skipped", "planned moves skipped")),
             (len(self.dead_links), ("dead link", "dead links")),
             (len(self.invalid_links), ("invalid link", "invalid links")),
-            (self.over_budget, ("time over budget", "times over budget")),
+            (self.over_budget, ("index write over the budget", "index writes over the budget")),
             (self.write_errors, ("index write failed", "index writes failed")),
         ):
             if n:
@@ -443,12 +448,13 @@ def render_summary(rows: Iterable[Row], view: View, *, since: float | None) -> s
         if not text:
             quiet.append(dir_label(where, view.home))
             continue
-        label = view.paint(dir_label(where, view.home), "bold")
-        lines.append(f"{label} ({short_path(where, view.home)})")
+        label, full = dir_label(where, view.home), short_path(where, view.home)
+        path_note = clip(f" ({full})", view.width - len(label)) if full != label else ""
+        lines.append(view.paint(label, "bold") + path_note)
         lines.extend(textwrap.wrap(f"{text}.", max(40, view.width), initial_indent="  ",
                                    subsequent_indent="  ", break_on_hyphens=False))
-    if quiet:
-        lines.append(f"Nothing to report in {_plural(len(quiet), 'dir')}: {', '.join(quiet)}.")
+    if quiet:  # rows about them, none worth a sentence (a pass that found nothing to do)
+        lines.append(f"Nothing to report in {_plural(len(quiet), 'other dir')}.")
     if "" in tallies:
         own = _own_sentence(tallies[""])
         if own:

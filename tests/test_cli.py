@@ -54,7 +54,8 @@ def test_log_renders_filters_and_skips_torn_lines(env: Env, cli, tmp_path: Path)
         handle.write('{"event": "index.upd')
     result = cli("log")
     assert result.code == 0
-    assert "index.updated" in result.out and str(folder) in result.out
+    assert "index.updated" in result.out and f"/{folder.name} " in result.out  # shortened
+    assert str(folder) in cli("log", "--verbose").out
     assert cli("log", "--event", "dream.*").out == ""
     assert "index.updated" in cli("log", "--dir", folder).out
     assert cli("log", "--dir", tmp_path / "other").out == ""
@@ -72,8 +73,8 @@ def test_log_renders_filters_and_skips_torn_lines(env: Env, cli, tmp_path: Path)
     sibling = tmp_path / "m2"  # its path starts with the first one's
     write_memory(sibling, "b.md")
     assert cli("index", sibling).code == 0
-    assert str(sibling) not in cli("log", "--dir", folder).out
-    assert str(sibling) in cli("log", "--dir", sibling).out
+    assert str(sibling) not in cli("log", "-v", "--dir", folder).out
+    assert str(sibling) in cli("log", "-v", "--dir", sibling).out
 
 
 def test_console_script_runs(env: Env) -> None:

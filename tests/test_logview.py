@@ -300,6 +300,9 @@ def test_local_time_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
         (f"{HOME}/.claude/agent-memory/planner", "agent/planner"),
         (f"{HOME}/code/web/.claude/memory", "web"),
         (f"{HOME}/notes", "~/notes"),
+        ("/srv/code/vrcpilot/memory/agents/critic", "…/agents/critic"),
+        ("/srv/code/web/.claude/agent-memory", "web/agent-memory"),
+        ("/srv/notes", "/srv/notes"),
     ],
 )
 def test_dir_labels(path: str, label: str) -> None:
@@ -339,6 +342,7 @@ def _summary_rows() -> list[dict[str, Any]]:
         {"event": "index.unmanaged", "dir": other, "reason": "hand-written"},
         {"event": "watch.overflow", "detail": "queue"},
         {"event": "brand.new", "dir": other},
+        {"event": "dream.started", "dir": "/srv/quiet/.claude/memory", "pass_id": "p2"},
     ]
     return [{"ts": TS, "v": 1, "level": "info", "pid": 1, **r} for r in rows]
 
@@ -348,13 +352,14 @@ def test_summary_says_what_memoryd_did_per_dir() -> None:
     text = render_summary(_summary_rows(), View(now=NOW, home=HOME, utc=True, width=120),
                           since=NOW - 86400)
     assert text.splitlines() == [
-        "memoryd since Jan 14 08:00Z (24 h ago): 14 rows, 2 dirs.",
+        "memoryd since Jan 14 08:00Z (24 h ago): 15 rows, 3 dirs.",
         "src-shop (~/.claude/projects/-home-ann-src-shop/memory)",
         "  3 memories moved to the trash (2 duplicates, 1 contradiction), 5 pointers added, 3 "
         "pointers removed, 1 index demoted",
         "  12 entries, 1 dream pass; 2 files unparseable.",
         "web (~/code/web/.claude/memory)",
         "  1 brand.new.",
+        "Nothing to report in 1 other dir.",
         "memoryd itself: 1 start, 1 lost batch of file events.",
     ]
     counts = summary_json(_summary_rows())["dirs"]
@@ -366,7 +371,7 @@ def test_summary_at_80_columns_wraps_and_says_nothing_logged() -> None:
     narrow = render_summary(_summary_rows(), View(now=NOW, home=HOME, utc=True, width=80),
                             since=None)
     assert all(len(line) <= 80 for line in narrow.splitlines())
-    assert narrow.startswith("memoryd in the whole log: 14 rows")
+    assert narrow.startswith("memoryd in the whole log: 15 rows")
     assert render_summary([], View(now=NOW, home=HOME), since=NOW - 3600).startswith(
         "Nothing logged since")
 

@@ -1,37 +1,30 @@
 """The `memoryd` command line: argparse, dispatch, rendering. No maintenance logic of its own."""
 
+from __future__ import annotations
+
 import argparse
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from memoryd import __version__, audit, findings, fsops
-from memoryd.config import Config, config_as_dict, load_config
-from memoryd.discover import (
-    Discovery,
-    EmptyRepo,
-    MemoryDir,
-    RefusedDir,
-    discover,
-    discover_all,
-    report_refused,
-)
+from memoryd import __version__
 from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
-from memoryd.index import INDEX_NAME
-from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file, view_kind
-from memoryd.logsetup import configure
-from memoryd.paths import app_paths, read_bounded
-from memoryd.runtime import Runtime, tune_gc
 
+if TYPE_CHECKING:
+    from memoryd.discover import Discovery, EmptyRepo, MemoryDir, RefusedDir
+    from memoryd.indexer import IndexOutcome
+    from memoryd.logview import View
+    from memoryd.runtime import Runtime
+
+# Start-up time is the whole process's (`memoryd --help`, `status`): each handler imports what
+# it uses, so a command pays only for its own modules.
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
-STATUS_MAX_BYTES = 64 << 20  # status.json: a few hundred bytes a dir
 
-Handler = Callable[[argparse.Namespace, Runtime, TextIO], int]
+Handler = Callable[[argparse.Namespace, "Runtime", TextIO], int]
 
 
 def _dirs_arg(parser: argparse.ArgumentParser) -> None:
@@ -53,12 +46,14 @@ def _repo_root_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _color_arg(parser: argparse.ArgumentParser) -> None:
+def _color_arg(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    """`--color`, on the top parser (default auto) and on each human view (where it wins)."""
     parser.add_argument(
         "--color",
         choices=("auto", "always", "never"),
-        default="auto",
-        help="colour the text: auto (on a terminal, unless NO_COLOR is set), always, never",
+        default=default if default is not None else argparse.SUPPRESS,
+        help="colour: on a terminal only (auto, the default; NO_COLOR turns it off), always, "
+        "never",
     )
 
 
@@ -77,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="configuration file (default: <user config dir>/memoryd/config.toml, else built-in "
         "defaults)",
     )
+    _color_arg(parser, "auto")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser(
@@ -127,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Read the daemon's heartbeat (status.json). Exit 0 when it "
                        "runs with a fresh heartbeat, 1 otherwise.")
     p.add_argument("--json", action="store_true", help="print the status document")
+    _color_arg(p)
 
     p = sub.add_parser("service", help="install memoryd as a user service (systemd/launchd)",
                        description="Render the systemd user unit or the launchd agent with the "
@@ -222,7 +219,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the audit log for a person",
         description="Render the JSONL audit log as readable lines.",
     )
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new rows")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="show the last rows, then keep printing new ones (across rotation)")
+    p.add_argument("-n", "--lines", metavar="N", type=_lines_arg, default=-1,
+                   help=f"show the last N rows, or `all` (default: {FOLLOW_LAST} with -f, else "
+                   "all)")
+    p.add_argument("--summary", action="store_true",
+                   help="what memoryd did, per dir, in sentences and counts (default --since 1d)")
+    p.add_argument("--utc", action="store_true", help="times in UTC instead of local time")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="every field of each row (hashes, ids, pids)")
+    _color_arg(p)
     p.add_argument(
         "--since", metavar="WHEN", help="only rows newer than this (2h, 30m, 7d or an ISO time)"
     )
@@ -251,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- dirs --------------------------------------------------------------------------------------
 def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
+    from memoryd import findings, fsops
+    from memoryd.index import INDEX_NAME
+    from memoryd.indexer import budget_use, index_dir, read_index_file, view_kind
+
     outcome = index_dir(rt, md, check=True)
     scan = outcome.scan
     main_text = None
@@ -352,12 +363,19 @@ def _render_empty(found: Discovery) -> str:
 
 def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
     """The dirs to work on; links leading out of their repo or Claude home are said once."""
+    from memoryd.discover import discover_all, report_refused
+
     found = discover_all(rt.config, dirs)
     report_refused(rt, found.refused)
     return found
 
 
 def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    import time
+
+    from memoryd import findings
+    from memoryd.discover import discover_all
+
     rt.dry_run = True
     named = [p for p in args.dirs if not findings.is_store_file(p)]
     found = (
@@ -451,6 +469,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 def _store_reports(rt: Runtime, dirs: list[MemoryDir], named: list[Path]) -> list[dict[str, Any]]:
     """Every known JSONL record store, validated (memoryd.records), as JSON rows."""
+    from memoryd import findings
     files = findings.store_files(rt.config, dirs, named)
     if not files:
         return []
@@ -521,6 +540,9 @@ def _outcome_json(o: IndexOutcome) -> dict[str, Any]:
 
 
 def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd.discover import discover_all
+    from memoryd.indexer import index_dir
+
     if not args.check:
         _recover(rt)
     # --check changes nothing: not even the audit log.
@@ -634,27 +656,51 @@ def _render_outcome(o: IndexOutcome) -> str:
 
 
 # --- log ---------------------------------------------------------------------------------------
-def _render_row(row: dict[str, Any]) -> str:
-    skip = {"ts", "v", "event", "level", "pid", "dir"}
-    rest = " ".join(
-        f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v}"
-        for k, v in row.items()
-        if k not in skip
+FOLLOW_EVERY = 0.25  # seconds between looks at the log while following
+FOLLOW_LAST = 10  # rows `log -f` shows before following, as `tail` does
+
+
+def _lines_arg(text: str) -> int | None:
+    if text == "all":
+        return None
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: give a number of rows or `all`")
+
+
+def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> View:
+    import os
+
+    from memoryd.humanize import Painter, terminal_width, use_color
+    from memoryd.logview import View
+
+    # Piped into grep or a file, a row is never cut; on a terminal it fits the width.
+    width = terminal_width(out, os.environ, default=1 << 20)
+    return View(
+        now=rt.clock(),
+        home=str(Path.home()),
+        utc=args.utc,
+        width=width,
+        verbose=args.verbose,
+        paint=Painter(use_color(args.color, out, os.environ)),
     )
-    where = f" {row['dir']}" if "dir" in row else ""
-    level = "" if row.get("level") == "info" else f" [{str(row.get('level', '')).upper()}]"
-    line = f"{row.get('ts', '?')} {row.get('event', '?')}{level}{where}  {rest}".rstrip()
-    return shown(line) + "\n"
 
 
 def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import fnmatch
+    import os
 
+    from memoryd import audit
+
+    err: TextIO = getattr(args, "stderr", sys.stderr)
     try:
-        since = audit.parse_since(args.since) if args.since else None
+        since = audit.parse_since(args.since, rt.clock()) if args.since else None
     except ValueError as error:
         raise UsageError(str(error)) from error
-    want_dir = str(Path(args.dir).expanduser().absolute()) if args.dir else None
+    if args.summary and since is None:
+        since = rt.clock() - 86400  # the morning view: the last day unless told otherwise
+    want = Path(args.dir).expanduser().absolute() if args.dir else None
+    want_dir = str(want) if want else None
 
     def wanted(row: dict[str, Any]) -> bool:
         if since is not None and audit.row_time(row) < since:
@@ -668,56 +714,61 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         found = str(row.get("dir", ""))
         return found == want_dir or found.startswith(want_dir.rstrip("/") + "/")
 
+    from memoryd.logfollow import Follower
+    from memoryd.logview import render_row, render_summary, summary_json
+
+    view = _log_view(args, rt, out)
+
     def emit(row: dict[str, Any]) -> None:
-        if wanted(row):
-            out.write(json.dumps(row, ensure_ascii=False) + "\n" if args.json else _render_row(row))
+        out.write(json.dumps(row, ensure_ascii=False) + "\n" if args.json
+                  else render_row(row, view) + "\n")
+
+    def warn(message: str) -> None:
+        err.write(f"memoryd: {'warning: ' if args.follow else ''}{message}\n")
+        err.flush()
 
     path = rt.paths.audit_log
-    for row in audit.read_rows(path, rt.config.log.backups):
-        emit(row)
-    if not args.follow:
-        return EXIT_OK
-    out.flush()
-    return _follow(path, emit, out)
-
-
-def _follow(path: Path, emit: Callable[[dict[str, Any]], None], out: TextIO) -> int:
-    """Like `tail -F`: reopen by name when the file is rotated, skip torn lines until whole."""
-    import os
-
-    position = path.stat().st_size if path.exists() else 0
-    inode = path.stat().st_ino if path.exists() else None
-    pending = b""
+    backups = rt.config.log.backups
+    follower = Follower(path, warn=warn, backups=backups)
     try:
+        last = args.lines if args.lines != -1 else (FOLLOW_LAST if args.follow else None)
+        filtered = since is not None or args.event or want_dir
+        history = [r for r in follower.history(None if filtered else last) if wanted(r)]
+        logged = os.path.lexists(path) or any(
+            path.with_name(f"{path.name}.{n}").exists() for n in range(1, backups + 1)
+        )
+        if not logged:
+            err.write(f"memoryd: no audit log yet at {path} (memoryd writes it once it does "
+                      f"something){'; waiting for rows' if args.follow else ''}.\n")
+        elif want and not history and not args.follow:
+            missing = "" if want.exists() else " (no such folder)"
+            err.write(f"memoryd: no rows about {want}{missing} in {path}.\n")
+            if missing:
+                return EXIT_FINDINGS
+        if args.summary:
+            if args.json:
+                json.dump(summary_json(history), out, indent=2, ensure_ascii=False)
+                out.write("\n")
+            else:
+                out.write(render_summary(history, view, since=since))
+            return EXIT_OK
+        for row in history[-last:] if last else [] if last == 0 else history:
+            emit(row)
+        if not args.follow:
+            return EXIT_FINDINGS if follower.problem else EXIT_OK  # a file that is no log
+        out.flush()
         while True:
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                time.sleep(0.5)
-                continue
-            if st.st_ino != inode or st.st_size < position:
-                inode, position, pending = st.st_ino, 0, b""
-            if st.st_size > position:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    os.lseek(fd, position, os.SEEK_SET)
-                    chunk = os.read(fd, st.st_size - position)
-                finally:
-                    os.close(fd)
-                position += len(chunk)
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    try:
-                        row = json.loads(raw)
-                    except ValueError:
-                        continue
-                    if isinstance(row, dict):
-                        emit(row)
-                out.flush()
-            time.sleep(0.3)
+            rows = follower.poll()
+            for row in rows:
+                if wanted(row):
+                    emit(row)
+            out.flush()
+            if not rows:  # while rows come, look again at once: rotations come fast then
+                rt.sleep(FOLLOW_EVERY)
     except KeyboardInterrupt:
         return EXIT_OK
+    finally:
+        follower.close()
 
 
 # --- config ------------------------------------------------------------------------------------
@@ -732,6 +783,8 @@ def _toml_value(value: Any) -> str:
 
 
 def cmd_config(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd.config import config_as_dict
+
     if args.config_command == "check":
         out.write(f"{rt.config.source}: configuration is valid\n")
         return EXIT_OK
@@ -766,6 +819,7 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from dataclasses import replace
 
     from memoryd import housekeeping
+    from memoryd.discover import discover
     from memoryd.dream.run import RepoCache, dream_dir
     from memoryd.report import render_text, result_json, totals
 
@@ -857,6 +911,7 @@ def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd import findings
     from memoryd.dream.explain import explain, render
     from memoryd.dream.run import RepoCache
 
@@ -894,8 +949,11 @@ def _explain_store(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    import time
+
     from memoryd import housekeeping, trash
     from memoryd.config import parse_duration
+    from memoryd.discover import discover
 
     if args.trash_command == "list":
         listing = housekeeping.list_trash(discover(rt.config, args.dirs))
@@ -988,55 +1046,22 @@ def cmd_run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from datetime import UTC, datetime
+    import os
 
-    from memoryd import daemon
+    from memoryd.humanize import Painter, terminal_width, use_color
+    from memoryd.logview import View
+    from memoryd.statusview import gather, render
 
-    pid = daemon.lock_holder(rt.paths)
-    try:
-        # Bounded, and never a FIFO planted in its place (it would hang `memoryd status`).
-        status = json.loads(read_bounded(rt.paths.status_file, STATUS_MAX_BYTES, follow=False))
-    except (OSError, ValueError):
-        status = None
-    age = None
-    if status and status.get("heartbeat"):
-        beat = datetime.fromisoformat(status["heartbeat"])
-        age = (datetime.now(UTC) - beat).total_seconds()
-    stale_after = 4 * float(status.get("heartbeat_every", daemon.HEARTBEAT_EVERY)) if status else 0
-    running = pid is not None
-    fresh = running and age is not None and age <= stale_after and status.get("pid") == pid
+    now = rt.clock()
+    found = gather(rt, now)
     if args.json:
-        doc = {"running": running, "pid": pid, "heartbeat_age_s": age, "fresh": fresh,
-               "status": status}
-        json.dump(doc, out, indent=2, ensure_ascii=False)
+        json.dump(found.as_json(), out, indent=2, ensure_ascii=False)
         out.write("\n")
-        return EXIT_OK if fresh else EXIT_FINDINGS
-    if not running:
-        out.write(f"memoryd is not running (nothing holds {rt.paths.lock_file}).\n")
-        if status:
-            out.write(f"Its last heartbeat was {status.get('heartbeat')} (pid {status.get('pid')})."
-                      "\n")
-        out.write("Start it with `memoryd run`, or `memoryd service install` to run it as a "
-                  "user service.\n")
-        return EXIT_FINDINGS
-    if not fresh:
-        when = f"{age:.0f} s ago" if age is not None else "never"
-        out.write(f"memoryd is running (pid {pid}) but its heartbeat is stale (last {when}); "
-                  "it may be stuck: see its log (journalctl --user -u memoryd).\n")
-        return EXIT_FINDINGS
-    assert status is not None
-    out.write(f"memoryd {status.get('version')} is running (pid {pid}) since {status['started']};"
-              f" heartbeat {age:.0f} s ago.\n")
-    if status.get("waiting_for_claude_home"):
-        out.write(f"Waiting for {status['claude_home']} to exist.\n")
-    if status.get("read_events") == "lost":
-        out.write("Consult signal from read events is off (file events were lost once).\n")
-    for d in status.get("dirs", []):
-        out.write(f"  {d['real_path']}  [{d['kind']}] files {d['files']}, index {d['index']}, "
-                  f"pending changes {d['pending_changes']}, last pass {d['last_pass'] or 'never'}"
-                  f"{' (' + d['last_pass_result'] + ')' if d['last_pass_result'] else ''}, "
-                  f"watch {d['watch']}\n")
-    return EXIT_OK
+    else:
+        view = View(now=now, home=str(Path.home()), width=terminal_width(out, os.environ),
+                    paint=Painter(use_color(args.color, out, os.environ)))
+        out.write(render(found, view))
+    return EXIT_OK if found.fresh else EXIT_FINDINGS
 
 
 def cmd_service(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
@@ -1051,9 +1076,10 @@ def cmd_service(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         for cmd in plan.commands:
             out.write(f"$ {' '.join(cmd)}\n")
         return EXIT_OK
-    for line in service.execute(plan, args.action):
+    done = service.execute(plan, args.action)
+    for line in done.lines:
         out.write(line + "\n")
-    return EXIT_OK
+    return EXIT_OK if done.ok else EXIT_FINDINGS
 
 
 def cmd_ack(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
@@ -1122,7 +1148,6 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    tune_gc()
     parser = build_parser()
     try:
         # argparse prints help and usage errors itself; send them where the caller asked.
@@ -1130,11 +1155,17 @@ def main(
             args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0) if isinstance(exit_.code, int) else EXIT_USAGE
+    from memoryd.config import Config, load_config
+    from memoryd.logsetup import configure
+    from memoryd.paths import app_paths
+    from memoryd.runtime import Runtime, tune_gc
+
+    tune_gc()
     # Warnings (an audit log that cannot be written) go where this run's errors go.
     configure(file=err)
     paths = app_paths()
     try:
-        config: Config = load_config(args.config, paths)
+        config = load_config(args.config, paths)
     except ConfigError as error:
         if _read_only(args):
             # A daemon may still run on the configuration it read before the file broke:
@@ -1152,6 +1183,7 @@ def main(
                     )
             return EXIT_USAGE
     rt = Runtime.create(config, paths)
+    args.stderr = err  # a handler's warnings go where this run's errors go
     try:
         return HANDLERS[args.command](args, rt, out)
     except UsageError as error:

@@ -3,11 +3,13 @@ it changes (memoryd.acked). Writes memoryd's own record in the state dir, never 
 
 import argparse
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from memoryd.display import shown
 from memoryd.errors import MemorydError
-from memoryd.runtime import Runtime
+
+if TYPE_CHECKING:
+    from memoryd.runtime import Runtime
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 
@@ -33,7 +35,7 @@ def _checked(file: Path) -> Path:
     return file
 
 
-def cmd_ack(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+def cmd_ack(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     from memoryd import acked
     from memoryd.discover import MemoryDir, memory_dir_of
     from memoryd.dream.plan import plan_pass

@@ -31,6 +31,7 @@ from memoryd.discover import MemoryDir, discover_all, lock_is_fresh, report_refu
 from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Held, index_dir
+from memoryd.instance import lock_holder as lock_holder  # moved; still importable here
 from memoryd.logsetup import configure, get_logger
 from memoryd.paths import AppPaths, NotRegularFile, ensure_private_dir, regular_fd
 from memoryd.recovery import recover
@@ -78,25 +79,6 @@ def acquire_lock(paths: AppPaths) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
-
-
-def lock_holder(paths: AppPaths) -> int | None:
-    """The pid holding the instance lock, or None when no daemon runs."""
-    try:
-        # Non-blocking: a FIFO planted there must not hang `memoryd status`.
-        fd = os.open(paths.lock_file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
 
 
 @dataclass(slots=True)
@@ -347,15 +329,16 @@ class Daemon:
                 dir=str(recovery.journal.dir),
                 outcome=recovery.outcome,
             )
+        # Said first, with where the audit log is (tailing it is how people follow memoryd).
+        self.log.info("memoryd started", config=self.rt.config.source,
+                      audit_log=str(self.paths.audit_log))  # fmt: skip
         self.rediscover()
         self.rt.audit.write(
             "daemon.started", version=__version__, dirs=len(self.dirs), config=self.rt.config.source
         )
-        self.log.info(
-            "memoryd started",
-            dirs=len(self.dirs),
-            claude_home=str(self.rt.config.paths.claude_home),
-        )
+        if self.dirs or self.rt.config.paths.claude_home.is_dir():
+            self.log.info(f"watching {len(self.dirs)} memory dirs",
+                          claude_home=str(self.rt.config.paths.claude_home))  # fmt: skip
         self.heartbeat()
         # Then daily (the job): a daemon restarted every day, a laptop's, still purges.
         self.rotate_trash()
@@ -398,7 +381,7 @@ class Daemon:
             if not self._waiting_said:
                 self._waiting_said = True
                 self.rt.audit.write("daemon.waiting", path=str(home))
-                self.log.info(f"waiting for {home} to exist", path=str(home))
+                self.log.info("waiting for the Claude home to exist", path=str(home))
         else:
             self._waiting_said = False
         discovery = discover_all(cfg)
@@ -729,6 +712,7 @@ class Daemon:
             if entry.scan is not None:  # the parse cache, for a fast restart
                 self.rt.store.save_cache(path, entry.scan.files)
         dirs = []
+        queued = self.debouncer.pending()  # dirs whose changes wait out the debounce
         for path, entry in sorted(self.dirs.items()):
             state = self.rt.store.load(path)
             dirs.append(
@@ -736,7 +720,9 @@ class Daemon:
                     "path": str(entry.md.path),
                     "real_path": str(path),
                     "kind": entry.md.kind,
-                    "files": len(state.seen),
+                    # What the last scan found: `seen` stays empty in a dir memoryd does not manage.
+                    "files": len(entry.scan.memories) if entry.scan else len(state.seen),
+                    "queued": path in queued,
                     "index": entry.last_status or "not yet",
                     "pending_changes": len(state.changed_since_dream),
                     "last_index_write": _iso(entry.last_index_write or state.last_index_ts),

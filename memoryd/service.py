@@ -4,6 +4,7 @@ The templates live in the repo's `systemd/` and `launchd/` folders; a built pack
 under `<prefix>/share/memoryd/`.
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -79,7 +80,8 @@ class Plan:
     file: Path
     content: str
     commands: list[list[str]]
-    manual: str  # what to do by hand when the manager cannot be reached
+    manual: str  # how to install by hand when the manager cannot be reached
+    undo: str = ""  # what is left to do by hand after a failed uninstall
 
 
 def default_manager() -> str:
@@ -109,6 +111,11 @@ def plan(action: str, manager: str, config: Path | None, paths: AppPaths) -> Pla
             f"systemctl --user enable --now {UNIT_NAME}`; without a user manager, run "
             f"`{' '.join(command)} run` from your session's start-up instead"
         )
+        undo = (
+            f"A memoryd the manager started may still run: `memoryd status` names its pid; stop "
+            f"it with `systemctl --user stop {UNIT_NAME}` once the manager can be reached, or "
+            "kill that pid"
+        )
     else:
         uid = os.getuid()
         file = Path.home() / "Library" / "LaunchAgents" / PLIST_NAME
@@ -119,36 +126,124 @@ def plan(action: str, manager: str, config: Path | None, paths: AppPaths) -> Pla
             "status": [["launchctl", "print", f"gui/{uid}/{LABEL}"]],
         }[action]
         manual = f"write the plist to {file}, then run `launchctl bootstrap gui/{uid} {file}`"
-    return Plan(manager, file, content, commands, manual)
+        undo = (
+            f"If the agent is still loaded (`launchctl print gui/{uid}/{LABEL}`), stop it with "
+            f"`launchctl bootout gui/{uid}/{LABEL}`"
+        )
+    return Plan(manager, file, content, commands, manual, undo)
 
 
-def execute(p: Plan, action: str) -> list[str]:
-    """Carry out a plan; raise MemorydError naming the manual steps when the manager fails."""
+# A unit file or a plist holds no secret (the program's path, the config's path) and is read
+# by the service manager: 0644, as systemd's and launchd's own files are, whatever the umask.
+SERVICE_FILE_MODE = 0o644
+# What `systemctl --user` says when no user manager can be reached (a container, an ssh
+# session without lingering, a `su` shell): no command of it can work, so say what to do.
+NO_BUS = "Failed to connect to bus"
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    lines: list[str]
+    ok: bool  # for `status`: whether the manager says the service is there and running
+
+
+def _write_service_file(path: Path, content: str) -> None:
+    """Write the file whole (a temp file renamed over it), mode SERVICE_FILE_MODE."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, SERVICE_FILE_MODE)
+    try:
+        os.fchmod(fd, SERVICE_FILE_MODE)  # the umask narrowed the mode given to open
+        os.write(fd, content.encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
+
+
+def _unreachable(p: Plan, output: str) -> str:
+    if p.manager == "systemd" and NO_BUS in output:
+        return (
+            "no systemd user manager can be reached from this session (no user bus: a "
+            "container, an ssh or su session without `loginctl enable-linger`)"
+        )
+    return ""
+
+
+def execute(p: Plan, action: str) -> Done:
+    """Carry out a plan. A failed install leaves the service file as it was (none, or the old
+    one); a failed uninstall still removes it and says what is left to do by hand; a status
+    the manager cannot give (no user bus) is an error. Raises MemorydError when the manager
+    cannot be asked or refuses."""
     tool = p.commands[0][0]
     if shutil.which(tool) is None:
         raise MemorydError(f"`{tool}` is not available on this machine; by hand: {p.manual}")
     output: list[str] = []
+    previous: str | None = None
     if action == "install":
-        p.file.parent.mkdir(parents=True, exist_ok=True)
-        p.file.write_text(p.content, encoding="utf-8")
+        with contextlib.suppress(OSError):
+            previous = p.file.read_text(encoding="utf-8")
+        _write_service_file(p.file, p.content)
         output.append(f"wrote {p.file}")
     for cmd in p.commands:
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
-        output.append(f"$ {' '.join(cmd)}\n{result.stdout}{result.stderr}".rstrip())
-        if result.returncode != 0 and action != "status":
+        result = _run(cmd)
+        said = f"{result.stdout}{result.stderr}"
+        output.append(f"$ {' '.join(cmd)}\n{said}".rstrip())
+        if result.returncode == 0:
+            continue
+        why = (result.stderr or result.stdout).strip()
+        unreachable = _unreachable(p, said)
+        if action == "status":
+            if unreachable:
+                raise MemorydError(f"`{' '.join(cmd)}` failed ({why}): {unreachable}")
+            return Done(output, ok=False)
+        if action == "install":
+            _roll_back(p, previous)
             raise MemorydError(
-                f"`{' '.join(cmd)}` failed ({(result.stderr or result.stdout).strip()}); "
-                f"by hand: {p.manual}"
+                f"`{' '.join(cmd)}` failed ({why}){': ' + unreachable if unreachable else ''}; "
+                f"{'put back the previous' if previous is not None else 'removed'} {p.file}. "
+                f"By hand: {p.manual}"
             )
+        # Uninstall: the file goes anyway, so the manager cannot start memoryd again; what
+        # the manager still runs is for the person to stop, said plainly.
+        removed = _remove_service_file(p)
+        raise MemorydError(
+            f"`{' '.join(cmd)}` failed ({why}){': ' + unreachable if unreachable else ''}; "
+            f"{'removed ' + ', '.join(removed) if removed else 'no service file was there'}, "
+            f"so it does not start again. {p.undo}"
+        )
     if action == "uninstall":
-        if p.file.exists():
-            p.file.unlink()
-            output.append(f"removed {p.file}")
+        output.extend(f"removed {name}" for name in _remove_service_file(p))
         if p.manager == "systemd":
-            subprocess.run(
-                ["systemctl", "--user", "daemon-reload"],
-                capture_output=True,
-                check=False,
-                timeout=60,
-            )
-    return output
+            _run(["systemctl", "--user", "daemon-reload"])
+    return Done(output, ok=True)
+
+
+def _remove_service_file(p: Plan) -> list[str]:
+    """Remove the service file, and the link `systemctl enable` made to it; what was removed."""
+    removed = []
+    candidates = [p.file]
+    if p.manager == "systemd":
+        candidates.append(p.file.parent / "default.target.wants" / p.file.name)
+    for path in candidates:
+        if path != p.file and not path.is_symlink():
+            continue  # not the link `enable` makes: not ours to remove
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(str(path))
+    return removed
+
+
+def _roll_back(p: Plan, previous: str | None) -> None:
+    """Leave the service file as it was before a failed install."""
+    with contextlib.suppress(OSError):
+        if previous is None:
+            p.file.unlink()
+        else:
+            _write_service_file(p.file, previous)
+    if p.manager == "systemd":
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            _run(["systemctl", "--user", "daemon-reload"])

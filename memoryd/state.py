@@ -19,12 +19,14 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops
 from memoryd.logsetup import get_logger
 from memoryd.paths import ensure_private_dir, open_regular, read_bounded, read_problem
-from memoryd.scan import Scanned, dump_cache, load_cache
+
+if TYPE_CHECKING:  # the parse cache's module (and its YAML parser) loads with the first cache
+    from memoryd.scan import Scanned
 
 # Names of files that left a dir kept in its state (see DirState.gone): ~40 bytes each, and
 # more than the circuit breaker lets one pass move from a 10,000-memory dir many times over.
@@ -476,7 +478,9 @@ class StateStore:
         pass that is done with the scan and needs the memory (100,000 entries are ~90 MB)."""
         self._caches.pop(real_path, None)
 
-    def load_cache(self, real_path: Path) -> dict[str, Scanned]:
+    def load_cache(self, real_path: Path) -> "dict[str, Scanned]":
+        from memoryd.scan import load_cache
+
         _, path = self._paths(real_path)
         current = _file_id(path)
         held = self._caches.get(real_path)
@@ -526,7 +530,9 @@ class StateStore:
         # Not fsynced: a cache lost to a power cut costs one rebuild.
         fsops.write_private(self._repo_path(root), data, durable=False)
 
-    def save_cache(self, real_path: Path, files: dict[str, Scanned]) -> None:
+    def save_cache(self, real_path: Path, files: "dict[str, Scanned]") -> None:
+        from memoryd.scan import dump_cache
+
         _, path = self._paths(real_path)
         held = self._caches.get(real_path)
         same = held is not None and (held[1] is files or held[1] == files)

@@ -54,7 +54,8 @@ def test_log_renders_filters_and_skips_torn_lines(env: Env, cli, tmp_path: Path)
         handle.write('{"event": "index.upd')
     result = cli("log")
     assert result.code == 0
-    assert "index.updated" in result.out and str(folder) in result.out
+    assert "index.updated" in result.out and f"/{folder.name} " in result.out  # shortened
+    assert str(folder) in cli("log", "--verbose").out
     assert cli("log", "--event", "dream.*").out == ""
     assert "index.updated" in cli("log", "--dir", folder).out
     assert cli("log", "--dir", tmp_path / "other").out == ""
@@ -72,8 +73,8 @@ def test_log_renders_filters_and_skips_torn_lines(env: Env, cli, tmp_path: Path)
     sibling = tmp_path / "m2"  # its path starts with the first one's
     write_memory(sibling, "b.md")
     assert cli("index", sibling).code == 0
-    assert str(sibling) not in cli("log", "--dir", folder).out
-    assert str(sibling) in cli("log", "--dir", sibling).out
+    assert str(sibling) not in cli("log", "-v", "--dir", folder).out
+    assert str(sibling) in cli("log", "-v", "--dir", sibling).out
 
 
 def test_console_script_runs(env: Env) -> None:
@@ -126,7 +127,7 @@ def test_log_follow_survives_rotation(env: Env, tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=10)
         proc.stdout.close()  # type: ignore[union-attr]
-    assert "why=before" in seen and "why=after rotation" in seen
+    assert " before\n" in seen and " after rotation\n" in seen
 
 
 def test_why_a_file_is_no_memory_is_said_where_one_asks(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -160,3 +161,74 @@ def test_control_characters_in_names_are_shown_escaped(env: Env, cli, tmp_path: 
     assert cli("index", folder).code == 0
     logged = cli("log").out
     assert "\x1b" not in logged and "m\\x1b[2J" in logged
+
+
+SERVICE_VARS = ("INVOCATION_ID", "JOURNAL_STREAM", "NOTIFY_SOCKET", "XPC_SERVICE_NAME")
+
+
+def _run_until(env: Env, extra: dict[str, str], line: str) -> str:
+    """`memoryd run` with stderr piped (as through `tee`), stopped once `line` is printed."""
+    import signal
+    import time
+
+    child_env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS} | extra
+    proc = subprocess.Popen([sys.executable, "-m", "memoryd", "run"], env=child_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    try:
+        for got in proc.stderr:
+            seen.append(got)
+            if line in got or time.monotonic() > deadline:
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=30)
+    return "".join(seen) + rest
+
+
+def test_run_says_started_then_waiting_and_where_the_log_is(env: Env) -> None:
+    """Piped through `tee`, `memoryd run` prints readable lines (JSON only under a service
+    manager): "started" first, naming the audit log; then "waiting" naming the Claude home
+    once. The old one printed JSON, "waiting" first, the path twice and no audit log."""
+    text = _run_until(env, {}, "waiting for")
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert not any(line.lstrip().startswith("{") for line in lines), text
+    started = next(i for i, line in enumerate(lines) if "memoryd started" in line)
+    waiting = next(i for i, line in enumerate(lines) if "waiting for" in line)
+    assert started < waiting, text
+    assert str(env.audit_path) in lines[started]
+    assert text.count(str(env.claude)) == 1, text
+    under_systemd = _run_until(env, {"INVOCATION_ID": "0123"}, "waiting for")
+    first = json.loads(under_systemd.splitlines()[0])
+    assert first["event"] == "memoryd started" and first["audit_log"] == str(env.audit_path)
+
+
+def test_service_manager_detection() -> None:
+    from memoryd.logsetup import under_service_manager
+
+    assert not under_service_manager({})
+    assert under_service_manager({"INVOCATION_ID": "x"})
+    assert under_service_manager({"JOURNAL_STREAM": "8:123"})
+    assert under_service_manager({"XPC_SERVICE_NAME": "io.memoryd.daemon"})
+    assert not under_service_manager({"XPC_SERVICE_NAME": "0"})  # a macOS terminal
+
+
+HEAVY = ("memoryd.indexer", "memoryd.discover", "memoryd.scan", "memoryd.memfile",
+         "memoryd.daemon", "structlog", "yaml", "watchdog", "apscheduler")
+
+
+@pytest.mark.parametrize("words", [["--help"], ["status"], ["status", "--json"], ["log"]])
+def test_light_commands_import_no_heavy_module(env: Env, words: list[str]) -> None:
+    """`--help`, `status` and `log` as whole processes load none of the modules that made
+    start-up ~250 ms (the index machinery, YAML, structlog, the daemon's libraries): each
+    handler imports what it uses. The old cli.py imported the indexer and discovery at the
+    top, for every command."""
+    probe = ("import sys\nfrom memoryd.cli import main\n"
+             f"code = main({words!r})\n"
+             f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=False, env=os.environ.copy())
+    loaded = next(line for line in proc.stdout.splitlines() if line.startswith("LOADED"))
+    assert loaded == "LOADED []", (loaded, proc.stderr[-500:])

@@ -229,7 +229,8 @@ def test_the_dirs_table_counts_secrets_and_lists_them_with_secrets(
     planted = _plant(folder)
     table = cli("dirs")
     assert table.code == 0, table.err
-    assert f"{len(planted)} secrets in {len(planted)} memories (memoryd dirs --secrets)" in table.out
+    summary = f"{len(planted)} secrets in {len(planted)} memories (memoryd dirs --secrets)"
+    assert summary in table.out
     listed = cli("dirs", "--secrets")
     for name, (kind, value, line) in planted.items():
         assert f"{folder / name}:{line}: {kind}" in listed.out

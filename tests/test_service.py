@@ -1,7 +1,9 @@
 """Service files: the unit and the plist render with absolute paths and DESIGN §7's settings."""
 
+import os
 import plistlib
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -100,3 +102,124 @@ def test_demo_runs_in_a_sandbox_and_leaves_nothing(env: Env, cli) -> None:  # ty
         assert expected in result.out, expected
     assert tree_digest(env.home) == before_home
     assert set(Path(tempfile.gettempdir()).glob("memoryd-demo-*")) == before_tmp
+
+
+FAKE_MANAGER = """#!/bin/sh
+# A stand-in service manager: records its arguments, fails where FAKE_FAIL matches them.
+echo "$(basename "$0") $*" >> "$FAKE_LOG"
+case "$*" in
+  *"$FAKE_FAIL"*) echo "$FAKE_SAYS" >&2; exit "${FAKE_CODE:-1}" ;;
+esac
+echo "ok"
+"""
+
+
+@pytest.fixture
+def fake_manager(env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """systemctl and launchctl scripts first on PATH; their calls go to the returned file."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    for tool in ("systemctl", "launchctl"):
+        script = bin_dir / tool
+        script.write_text(FAKE_MANAGER)
+        script.chmod(0o755)
+    calls = tmp_path / "calls.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_LOG", str(calls))
+    monkeypatch.setenv("FAKE_FAIL", "no call matches this")
+    monkeypatch.setenv("FAKE_SAYS", "")
+    return calls
+
+
+def _unit(env: Env) -> Path:
+    return env.home / ".config" / "systemd" / "user" / service.UNIT_NAME
+
+
+def test_install_writes_a_0644_unit_and_uninstall_removes_it(  # type: ignore[no-untyped-def]
+    env: Env, cli, fake_manager: Path
+) -> None:
+    """install writes the unit 0644 whatever the umask (it holds no secret; the manager reads
+    it), then reloads and enables; uninstall disables and removes it."""
+    old = os.umask(0o077)
+    try:
+        result = cli("service", "install", "--manager", "systemd")
+    finally:
+        os.umask(old)
+    assert result.code == 0, result.err
+    assert stat.S_IMODE(_unit(env).stat().st_mode) == 0o644
+    assert "systemctl --user enable --now memoryd.service" in fake_manager.read_text()
+    result = cli("service", "uninstall", "--manager", "systemd")
+    assert result.code == 0, result.err
+    assert not _unit(env).exists() and "removed" in result.out
+
+
+def test_a_failed_install_leaves_no_unit(  # type: ignore[no-untyped-def]
+    env: Env, cli, fake_manager: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """enable fails (no user bus): exit 1, the unit is removed again and the message names
+    the reason and the steps by hand; a unit there before is put back as it was. The old
+    code left the new unit written."""
+    monkeypatch.setenv("FAKE_FAIL", "enable")
+    monkeypatch.setenv("FAKE_SAYS", "Failed to connect to bus: No medium found")
+    result = cli("service", "install", "--manager", "systemd")
+    assert result.code == 1
+    assert not _unit(env).exists()
+    assert "no systemd user manager can be reached" in result.err and "By hand" in result.err
+    _unit(env).write_text("# the unit a person wrote\n")
+    assert cli("service", "install", "--manager", "systemd").code == 1
+    assert _unit(env).read_text() == "# the unit a person wrote\n"
+
+
+def test_a_failed_uninstall_says_what_is_left_not_the_install_steps(  # type: ignore[no-untyped-def]
+    env: Env, cli, fake_manager: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """disable fails: exit 1; the unit and its enable link are removed so the manager cannot
+    start memoryd again, and the message says how to stop one still running, never the
+    install steps (the old message told the person to write the unit and enable it)."""
+    assert cli("service", "install", "--manager", "systemd").code == 0
+    wants = _unit(env).parent / "default.target.wants"
+    wants.mkdir()
+    (wants / service.UNIT_NAME).symlink_to(_unit(env))
+    monkeypatch.setenv("FAKE_FAIL", "disable")
+    monkeypatch.setenv("FAKE_SAYS", "Failed to connect to bus: No medium found")
+    result = cli("service", "uninstall", "--manager", "systemd")
+    assert result.code == 1
+    assert "write the unit" not in result.err and "enable --now" not in result.err
+    assert "memoryd status" in result.err and "systemctl --user stop" in result.err
+    assert not _unit(env).exists() and not os.path.lexists(wants / service.UNIT_NAME)
+
+
+@pytest.mark.parametrize(("says", "code"), [
+    ("Failed to connect to bus: No medium found", 1),
+    ("Unit memoryd.service could not be found.", 4),
+    ("", 3),  # inactive
+])
+def test_service_status_exits_non_zero_when_the_manager_says_so(  # type: ignore[no-untyped-def]
+    env: Env, cli, fake_manager: Path, monkeypatch: pytest.MonkeyPatch, says: str, code: int
+) -> None:
+    """`service status` exits 1 when systemctl fails (the old code exited 0 after `Failed to
+    connect to bus`); without a bus it says why."""
+    monkeypatch.setenv("FAKE_FAIL", "status")
+    monkeypatch.setenv("FAKE_SAYS", says)
+    monkeypatch.setenv("FAKE_CODE", str(code))
+    result = cli("service", "status", "--manager", "systemd")
+    assert result.code == 1
+    if "bus" in says:
+        assert "no systemd user manager can be reached" in result.err
+    monkeypatch.setenv("FAKE_FAIL", "no call matches this")
+    assert cli("service", "status", "--manager", "systemd").code == 0
+
+
+def test_launchd_install_and_a_failed_bootstrap(  # type: ignore[no-untyped-def]
+    env: Env, cli, fake_manager: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """launchd: the plist is written 0644 and bootstrapped; a failed bootstrap removes it."""
+    plist = env.home / "Library" / "LaunchAgents" / service.PLIST_NAME
+    assert cli("service", "install", "--manager", "launchd").code == 0
+    assert stat.S_IMODE(plist.stat().st_mode) == 0o644
+    assert "launchctl bootstrap gui/" in fake_manager.read_text()
+    plist.unlink()
+    monkeypatch.setenv("FAKE_FAIL", "bootstrap")
+    monkeypatch.setenv("FAKE_SAYS", "Bootstrap failed: 5: Input/output error")
+    result = cli("service", "install", "--manager", "launchd")
+    assert result.code == 1 and not plist.exists()

@@ -1,0 +1,98 @@
+"""A memory's history (`memoryd history FILE|NAME [DIR …]`, memoryd.cmd_history): its
+supersession history, from the trash manifests (memoryd.lineage), also for a file that is in
+the trash now. Reads only."""
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+from memoryd import lineage, trash
+from memoryd.discover import MemoryDir, discover, memory_dir_at
+from memoryd.display import shown
+from memoryd.errors import MemorydError
+from memoryd.runtime import Runtime
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def _entries(md: MemoryDir) -> list[trash.Entry]:
+    try:
+        return trash.contents(md.real_path).entries
+    except MemorydError:  # `.trash` is a symlink or a file: nothing memoryd reads there
+        return []
+
+
+def history_of(md: MemoryDir, name: str) -> dict[str, Any]:
+    """One memory's history in its dir, as JSON: the subject, whether it exists, its own
+    trash records and every supersession entry (each with a `kind`)."""
+    found = lineage.history(name, _entries(md))
+    return {
+        "dir": str(md.path),
+        "file": name,
+        "exists": (md.real_path / name).is_file(),
+        "in_trash": [
+            {
+                "id": e.record.id,
+                "day": e.record.day,
+                "reason": e.record.reason,
+                "pass_id": e.record.pass_id,
+                "stored": f"{trash.TRASH_DIR}/{e.record.day}/{e.record.stored_name}",
+                "restored_as": e.restored_as,
+                "restored_at": e.restored_at,
+            }
+            for e in found.in_trash
+        ],
+        "entries": [link.to_json() for link in found.entries],
+        "_history": found,
+    }
+
+
+def _resolve(rt: Runtime, key: str, dirs: list[Path]) -> list[tuple[MemoryDir, str]]:
+    path = Path(key).expanduser()
+    if "/" in key or path.exists():
+        path = path.absolute()
+        if trash.TRASH_DIR in path.parts:
+            at = path.parts.index(trash.TRASH_DIR)
+            md = memory_dir_at(Path(*path.parts[:at]), rt.config)
+            for entry in _entries(md):
+                if trash.matches(md.real_path, entry, str(path)):
+                    return [(md, entry.record.original_name)]
+            raise MemorydError(f"{path}: no trash record names this file")
+        return [(memory_dir_at(path.parent, rt.config), path.name)]
+    from memoryd.housekeeping import known_dirs
+
+    looked = discover(rt.config, dirs)
+    if not dirs:
+        looked += [d for d in known_dirs(rt) if d.real_path not in {x.real_path for x in looked}]
+    names = [key] if key.endswith(".md") else [key, f"{key}.md"]
+    out = []
+    for md in looked:
+        known = lineage.names_in(_entries(md))
+        for name in names:
+            if name in known or (md.real_path / name).is_file():
+                out.append((md, name))
+                break
+    return out
+
+
+def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    """`memoryd history` as the command line gives it (parsed by memoryd.cmd_history)."""
+    found = _resolve(rt, args.key, args.dirs)
+    if not found:
+        raise MemorydError(
+            f"{args.key}: no memory of that name and no trash record naming it in the dirs "
+            "looked in (name its path, or the dir to look in)"
+        )
+    docs = [history_of(md, name) for md, name in found]
+    if args.json:
+        for doc in docs:
+            del doc["_history"]
+        json.dump({"histories": docs}, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+        return EXIT_OK
+    for doc in docs:
+        where = f"{doc['dir']}/{doc['file']}" + ("" if doc["exists"] else " (not in the dir now)")
+        for line in lineage.render(doc["_history"], where):
+            out.write(f"{shown(line)}\n")
+    return EXIT_OK

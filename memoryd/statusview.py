@@ -1,0 +1,217 @@
+"""`memoryd status`: what the daemon's heartbeat says, or, when it is stopped, what its state
+files on disk say; relative times for a person, absolute ones in JSON.
+
+`gather` reads (status.json, the instance lock, each dir's state); `render` is pure.
+"""
+
+import json
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memoryd.humanize import ago, clock_time, parse_ts, short_path, table
+from memoryd.instance import lock_holder
+from memoryd.logview import View, dir_label
+from memoryd.paths import read_bounded
+
+STATUS_MAX_BYTES = 64 << 20  # status.json: a few hundred bytes a dir
+HEARTBEAT_EVERY = 15.0  # the daemon's, for a status.json that does not say it
+PLAIN_RESULT = "completed"  # a pass's result that the table does not repeat
+STALE_BEATS = 4  # a heartbeat older than this many intervals is stale
+
+
+@dataclass(frozen=True, slots=True)
+class DirRow:
+    path: str
+    kind: str
+    files: int | None  # memory files the last scan found; None when unknown (from disk)
+    index: str  # the last index pass's outcome, or "" when unknown
+    changed_since_dream: int
+    queued: bool | None  # waiting out the debounce now; None when no daemon runs
+    last_index_write: str | None  # ISO times, as JSON gives them
+    last_pass: str | None
+    last_pass_result: str | None
+    watch: str
+
+
+@dataclass
+class Status:
+    running: bool
+    pid: int | None
+    fresh: bool
+    heartbeat_age_s: float | None
+    status: dict[str, Any] | None  # status.json as the daemon wrote it
+    dirs: list[DirRow] = field(default_factory=list)
+    from_disk: bool = False  # the rows come from state files, not a live heartbeat
+    audit_log: str = ""
+    config: str = ""
+    lock_file: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "running": self.running,
+            "pid": self.pid,
+            "heartbeat_age_s": self.heartbeat_age_s,
+            "fresh": self.fresh,
+            "status": self.status,
+            "dirs": [asdict(d) for d in self.dirs],
+            "dirs_from_disk": self.from_disk,
+            "audit_log": self.audit_log,
+            "config": self.config,
+        }
+
+
+def _row(d: Mapping[str, Any], live: bool) -> DirRow:
+    return DirRow(
+        path=str(d.get("real_path") or d.get("path") or ""),
+        kind=str(d.get("kind", "")),
+        files=d.get("files") if isinstance(d.get("files"), int) else None,
+        index=str(d.get("index") or ""),
+        changed_since_dream=int(d.get("pending_changes") or 0),
+        queued=bool(d.get("queued")) if live else None,
+        last_index_write=d.get("last_index_write"),
+        last_pass=d.get("last_pass"),
+        last_pass_result=d.get("last_pass_result"),
+        watch=str(d.get("watch", "")) if live else "",
+    )
+
+
+def _iso(ts: float) -> str | None:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
+
+
+def _cached(rt: Any, folder: str) -> int | None:
+    """Memory files in the dir's parse cache (what the last scan found), None without one."""
+    files = rt.store.load_cache(Path(folder))
+    return sum(1 for f in files.values() if f.kind == "memory") if files else None
+
+
+def _from_disk(rt: Any, last: dict[str, Any] | None) -> list[DirRow]:
+    """Each dir memoryd keeps state for, as its state says now, with the file counts of the
+    daemon's last heartbeat where it gave them."""
+    beat = {str(d.get("real_path")): d for d in (last or {}).get("dirs", []) if isinstance(d, dict)}
+    rows = []
+    for path in sorted(rt.store.root.glob("*.json")):
+        try:
+            folder = json.loads(rt.store.read_file(path) or b"")["path"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        state = rt.store.load(Path(folder))
+        seen = beat.get(folder, {})
+        rows.append(DirRow(
+            path=folder,
+            kind=str(seen.get("kind", "")),
+            files=seen["files"] if isinstance(seen.get("files"), int) else _cached(rt, folder),
+            index=str(seen.get("index") or ("managed" if state.managed else "")),
+            changed_since_dream=len(state.changed_since_dream),
+            queued=None,
+            last_index_write=_iso(state.last_index_ts),
+            last_pass=_iso(state.last_dream_ts),
+            last_pass_result=state.last_dream_result or None,
+            watch="",
+        ))  # fmt: skip
+    return rows
+
+
+def gather(rt: Any, now: float) -> Status:
+    """The daemon's state: its lock, its heartbeat, and each dir's (live, or from disk)."""
+    pid = lock_holder(rt.paths)
+    try:
+        # Bounded, and never a FIFO planted in its place (it would hang `memoryd status`).
+        status = json.loads(read_bounded(rt.paths.status_file, STATUS_MAX_BYTES, follow=False))
+        if not isinstance(status, dict):
+            status = None
+    except (OSError, ValueError):
+        status = None
+    beat = parse_ts(status.get("heartbeat")) if status else None
+    age = now - beat if beat is not None else None
+    every = float(status.get("heartbeat_every", HEARTBEAT_EVERY)) if status else HEARTBEAT_EVERY
+    running = pid is not None
+    fresh = bool(running and status and age is not None and age <= STALE_BEATS * every
+                 and status.get("pid") == pid)  # fmt: skip
+    result = Status(running, pid, fresh, age, status, audit_log=str(rt.paths.audit_log),
+                    config=rt.config.source, lock_file=str(rt.paths.lock_file))  # fmt: skip
+    if fresh and status:
+        result.dirs = [_row(d, True) for d in status.get("dirs", []) if isinstance(d, dict)]
+    else:
+        result.dirs, result.from_disk = _from_disk(rt, status), True
+    return result
+
+
+def _when(iso: str | None, view: View) -> str:
+    ts = parse_ts(iso)
+    return ago(ts, view.now) if ts is not None else "never"
+
+
+def dir_table(rows: Sequence[DirRow], view: View, *, live: bool) -> list[str]:
+    header = ["DIR", "KIND", "FILES", "INDEX", "CHANGED", "WRITTEN", "LAST PASS"]
+    watch = live and any(d.watch != "ok" for d in rows)  # said only when one is not
+    if live:
+        header += ["QUEUED", *(["WATCH"] if watch else [])]
+    body = []
+    for d in rows:
+        last_pass = _when(d.last_pass, view)
+        if d.last_pass and d.last_pass_result not in (None, "", PLAIN_RESULT):
+            last_pass += f" ({d.last_pass_result})"  # a pass that did not end as planned
+        cells = [dir_label(d.path, view.home), d.kind or "?",
+                 "?" if d.files is None else str(d.files), d.index or "?",
+                 str(d.changed_since_dream), _when(d.last_index_write, view), last_pass]
+        if live:
+            cells += ["yes" if d.queued else "no", *([d.watch or "?"] if watch else [])]
+        body.append(cells)
+    # Too wide for the terminal: the kind goes first (the dir's name mostly says it).
+    natural = sum(max(len(r[i]) for r in [header, *body]) + 2 for i in range(len(header)))
+    if natural > view.width - 2:
+        header = header[:1] + header[2:]
+        body = [r[:1] + r[2:] for r in body]
+    lines = ["  " + line for line in table(header, body, view.width - 2, shrink=0)]
+    key = "CHANGED: files changed since the last dream; WRITTEN: the last index write"
+    note = f"({key}{'; QUEUED: waiting out the debounce' if live else ''})"
+    return [*lines, *textwrap.wrap(note, view.width, initial_indent="  ", subsequent_indent="  ")]
+
+
+def render(s: Status, view: View) -> str:
+    """The status for a person: one sentence on the daemon, then its dirs as a table."""
+    out = []
+    status = s.status or {}
+    where = (f"Audit log: {short_path(s.audit_log, view.home)}   config: "
+             f"{short_path(s.config, view.home)}")  # fmt: skip
+    if not s.running:
+        out.append(f"memoryd is not running (nothing holds {short_path(s.lock_file, view.home)}).")
+        if status.get("heartbeat"):
+            out.append(f"Its last heartbeat was {_when(status['heartbeat'], view)} "
+                       f"(pid {status.get('pid')}).")  # fmt: skip
+        out.append("Start it with `memoryd run`, or `memoryd service install` to run it as a "
+                   "user service.")  # fmt: skip
+    elif not s.fresh:
+        when = ago(view.now - s.heartbeat_age_s, view.now) if s.heartbeat_age_s is not None \
+            else "never"
+        out.append(f"memoryd is running (pid {s.pid}) but its heartbeat is stale (last {when}); "
+                   "it may be stuck: see its log (journalctl --user -u memoryd).")  # fmt: skip
+    else:
+        started = parse_ts(status.get("started"))
+        since = (f" since {clock_time(started, view.now, utc=view.utc)} "
+                 f"({ago(started, view.now)})") if started is not None else ""  # fmt: skip
+        beat = ago(view.now - (s.heartbeat_age_s or 0), view.now)
+        out.append(f"memoryd {status.get('version')} is running (pid {s.pid}){since}; "
+                   f"heartbeat {beat}.")  # fmt: skip
+        if status.get("waiting_for_claude_home"):
+            out.append(f"Waiting for {short_path(status['claude_home'], view.home)} to exist.")
+        if status.get("read_events") == "lost":
+            out.append("Consult signal from read events is off (file events were lost once).")
+        queued = sum(1 for d in s.dirs if d.queued)
+        if queued:
+            out.append(f"{queued} dir{'s' if queued != 1 else ''} with changes waiting out the "
+                       "debounce.")  # fmt: skip
+    out.append(where)
+    if s.dirs:
+        out.append("Dirs, as their state on disk says (the daemon is not watching):"
+                   if s.from_disk else "Dirs:")  # fmt: skip
+        out.extend(dir_table(s.dirs, view, live=not s.from_disk))
+    elif s.fresh:
+        out.append("No memory dirs yet.")
+    return "\n".join(out) + "\n"

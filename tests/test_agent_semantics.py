@@ -7,8 +7,6 @@ import os
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-import pytest
-
 from memoryd import trash
 from tests.conftest import Env
 from tests.test_dream_planted import _filler, dream, mem, moved, repo  # noqa: F401

@@ -355,7 +355,8 @@ def test_a_move_whose_record_cannot_be_written_is_undone(
     assert result.code == 1 and report["status"] == "failed"
     assert "Free some disk space" in report["message"]
     assert path.read_bytes() == original
-    assert [p.name for p in (folder / ".trash").rglob("*") if p.is_file() and p.name != trash.MANIFEST] == []
+    trashed = (folder / ".trash").rglob("*")
+    assert [p.name for p in trashed if p.is_file() and p.name != trash.MANIFEST] == []
     assert "stale.md" in (folder / "MEMORY.md").read_text()
     monkeypatch.setattr(trash, "_write_line", real)
     assert cli("dream", folder).code == 0 and not path.exists()
@@ -396,7 +397,7 @@ def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
 
     rt, md, path = _crashed_pass(env, repo, monkeypatch)
     assert journal.pending(rt.paths.state_dir) and not path.exists()
-    size = next(md.real_path.glob(".trash/*/stale.md.trashed")).stat().st_size  # moved, not recorded
+    size = next(md.real_path.glob(".trash/*/stale.md.trashed")).stat().st_size  # not recorded
 
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")

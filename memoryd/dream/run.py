@@ -666,10 +666,7 @@ def _trash_records(plan: Plan, md: MemoryDir, pass_id: str, folder: Path) -> lis
     records: list[TrashRecord] = []
     taken: set[str] = set()
     for move in plan.moves:
-        stored = trash.free_name(folder, move.filename)
-        while stored in taken:  # two planned moves must not pick one free name
-            stem = stored.removesuffix(".md")
-            stored = trash.free_name(folder, f"{stem}.x.md")
+        stored = trash.free_name(folder, move.filename, taken)  # never one name for two moves
         taken.add(stored)
         records.append(
             _record(

@@ -7,6 +7,7 @@ byte-for-byte (order, CRLF, a missing final newline). See DESIGN §3.
 import functools
 import hashlib
 import itertools
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -652,6 +653,10 @@ def edit_lines(
         archive_exists = arch_text is not None
         arch_eol = dominant_eol(arch_text) if arch_text else eol
         arch_final_nl = arch_text.endswith("\n") if arch_text else True
+        if arch_text is not None and not has_frontmatter(arch_text):
+            # An archive from before memoryd wrote one gets its frontmatter (once: then it
+            # has one). The held edit (index_held) refuses such an archive, so this runs.
+            arch_lines = [*archive_frontmatter(inp.heading, arch_eol), *arch_lines]
     had_archive = archive_exists
     # Lines the agent cannot see for what the text holds (a comment block, stripped
     # frontmatter): hand-written, kept as they are, and no pointer of them indexes a memory.
@@ -918,6 +923,32 @@ def view_reshaped(before: str, after: str) -> bool:
     return (before.count("<!--"), before.count("-->")) != (after.count("<!--"), after.count("-->"))
 
 
+def archive_frontmatter(heading: str, eol: str) -> list[Line]:
+    """The frontmatter the archive starts with: Claude Code's scan of the memory dir lists
+    the archive as a memory, and picks memories to read on demand by their description.
+
+    The values are YAML double-quoted (JSON) strings, so a `:` or a `#` in the project's name
+    cannot break them; a run of three dashes in the name would end the block early for Claude
+    Code (it closes frontmatter at the first `---` anywhere), so it becomes two."""
+    project = re.sub(r"-{3,}", "--", " ".join(heading.split()))
+    description = (
+        f"Archived index entries for {project}: pointers to older memories, moved out of "
+        "MEMORY.md to keep it within what the agent loads. Search here for a topic "
+        "MEMORY.md does not list."
+    )
+    return [
+        Line("---", eol),
+        Line(f"name: {json.dumps(f'{project} memory archive', ensure_ascii=False)}", eol),
+        Line(f"description: {json.dumps(description, ensure_ascii=False)}", eol),
+        Line("---", eol),
+    ]
+
+
+def has_frontmatter(text: str) -> bool:
+    """Whether an archive's text starts with a frontmatter block (its own or a person's)."""
+    return text.removeprefix("\ufeff").startswith("---")
+
+
 def _append_to_archive(
     arch_lines: list[Line],
     moved: Sequence[Line],
@@ -929,6 +960,7 @@ def _append_to_archive(
     out = list(arch_lines)
     if not exists:
         out = [
+            *archive_frontmatter(heading, eol),
             Line(f"# {heading} Memory Archive", eol),
             Line("", eol),
             Line("Entries moved out of MEMORY.md to keep it within what the agent loads.", eol),

@@ -7,8 +7,12 @@ import os
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from memoryd import trash
-from tests.conftest import Env
+import pytest
+
+from memoryd import memfile, trash
+from memoryd.index import archive_frontmatter, pointer_targets, verify
+from tests.conftest import Env, write_memory
+from tests.test_index_rules import _big, run
 from tests.test_dream_planted import _filler, dream, mem, moved, repo  # noqa: F401
 from tests.test_trash import plant_day
 
@@ -102,3 +106,60 @@ def test_a_long_name_moves_and_restores(env: Env, cli, repo: Path) -> None:  # n
     assert hashlib.sha256(entry.stored_path.read_bytes()).hexdigest() == entry.record.sha256
     assert cli("trash", "restore", entry.record.id, folder).code == 0
     assert path.read_bytes() == original
+
+
+# --- 2. the archive chosen on demand ---------------------------------------------------------
+def claude_frontmatter(text: str) -> dict[str, object]:
+    """The fields Claude Code's memory scan reads from a file's text (its `K0` rule)."""
+    region = memfile._agent_region(text.removeprefix("\ufeff"))
+    return memfile._fields_of(region) if region is not None else {}
+
+
+def test_a_new_archive_names_what_it_holds_to_claudes_scan() -> None:
+    """The archive a demotion starts has a description for Claude Code's scan (which lists it
+    as a memory), memoryd reads none of its frontmatter as a pointer, and a second pass
+    changes nothing."""
+    mems = _big(250)
+    first = run(None, mems)
+    assert first.archive is not None and first.demoted
+    fields = claude_frontmatter(first.archive)
+    assert str(fields["description"]).startswith("Archived index entries for proj: ")
+    assert "search here" in str(fields["description"]).lower()
+    assert sorted(pointer_targets(first.archive)) == sorted(first.demoted)
+    names = {e.filename for e in mems}
+    assert verify(first.main or "", first.archive, names, names) == []
+    seen = {e.filename: (e.name, e.description) for e in mems}
+    again = run(first.main, mems, archive=first.archive, seen=seen)
+    assert (again.main, again.archive) == (first.main, first.archive)
+
+
+@pytest.mark.parametrize("heading", ["a---b: #c", 'say "hi" \\ there', "x\ny"])
+def test_the_archive_description_survives_any_project_name(heading: str) -> None:
+    """A project name with `---` (which would end Claude Code's frontmatter early), `: #`,
+    quotes, a backslash or a newline still gives one description naming it."""
+    lines = archive_frontmatter(heading, "\n")
+    fields = claude_frontmatter("".join(line.text for line in lines) + "# x\n")
+    assert "Archived index entries for " in str(fields["description"])
+    assert "---" not in str(fields["description"])
+
+
+def test_an_archive_without_frontmatter_is_upgraded_once(env: Env, cli, tmp_path: Path) -> None:
+    """An archive an older memoryd wrote gets the frontmatter at its top, every line of it
+    kept byte for byte below; the next `index` writes nothing."""
+    folder = tmp_path / "mem"
+    folder.mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        write_memory(folder, name)
+    (folder / "MEMORY.md").write_text("# p Memory\n\n- [a](a.md) — d\n")
+    old = "# p Memory Archive\r\n\r\n## Moved from MEMORY.md 2026-01-02 (2)\r\n" \
+          "- [b](b.md) — d\r\n- [c](c.md) — mine\r\n"
+    archive = folder / "MEMORY-ARCHIVE.md"
+    archive.write_bytes(old.encode())
+    assert cli("index", folder).code == 0
+    data = archive.read_bytes().decode()
+    assert data.endswith(old) and data.startswith("---\r\n")
+    assert "Archived index entries for " in str(claude_frontmatter(data)["description"])
+    stamp = archive.stat().st_mtime_ns
+    assert cli("index", "--check", folder).code == 0
+    assert cli("index", folder).code == 0
+    assert archive.stat().st_mtime_ns == stamp and archive.read_bytes().decode() == data

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from memoryd import memfile, trash
-from memoryd.index import archive_frontmatter, pointer_targets, verify
+from memoryd.index import pointer_targets, verify
 from tests.conftest import Env, write_memory
-from tests.test_index_rules import _big, run
 from tests.test_dream_planted import _filler, dream, mem, moved, repo  # noqa: F401
+from tests.test_index_rules import _big, run
 from tests.test_trash import plant_day
 
 
@@ -137,6 +137,8 @@ def test_a_new_archive_names_what_it_holds_to_claudes_scan() -> None:
 def test_the_archive_description_survives_any_project_name(heading: str) -> None:
     """A project name with `---` (which would end Claude Code's frontmatter early), `: #`,
     quotes, a backslash or a newline still gives one description naming it."""
+    from memoryd.index import archive_frontmatter
+
     lines = archive_frontmatter(heading, "\n")
     fields = claude_frontmatter("".join(line.text for line in lines) + "# x\n")
     assert "Archived index entries for " in str(fields["description"])

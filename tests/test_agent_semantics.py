@@ -12,7 +12,7 @@ import pytest
 from memoryd import memfile, trash
 from memoryd.index import pointer_targets, verify
 from tests.conftest import Env, write_memory
-from tests.test_dream_planted import _filler, dream, mem, moved, repo  # noqa: F401
+from tests.test_dream_planted import _filler, dream, explain, mem, moved, repo  # noqa: F401
 from tests.test_index_rules import _big, run
 from tests.test_trash import plant_day
 
@@ -165,3 +165,82 @@ def test_an_archive_without_frontmatter_is_upgraded_once(env: Env, cli, tmp_path
     assert cli("index", "--check", folder).code == 0
     assert cli("index", folder).code == 0
     assert archive.stat().st_mtime_ns == stamp and archive.read_bytes().decode() == data
+
+
+# --- 3. types as the agent reads them --------------------------------------------------------
+@pytest.mark.parametrize(
+    ("front", "agent", "guards"),
+    [
+        ("type: project\nmetadata:\n  type: reference\n", "reference", "reference"),
+        ("type: project\nmetadata:\n  type: user\n", "user", "user"),
+        ("metadata:\n  type: feedback\n", "feedback", "feedback"),
+        ("type: Project\n", "", "project"),
+        ("type: User\n", "", "user"),
+        ("type: user\nmetadata:\n  type: Project\n", "", "user"),
+        ("type: user\nmetadata:\n  type: project\n", "project", "user"),
+        ("description: a --- b\ntype: feedback\n", "", "feedback"),
+        ("type: project\n", "project", "project"),
+    ],
+)
+def test_the_agents_type_and_the_guards_type(front: str, agent: str, guards: str) -> None:
+    """Claude Code's reading (metadata over the top level, exact names, the block ends at the
+    first `---`) and the guards' reading (the most protective of it and the lenient ones)."""
+    parsed = memfile.parse_memory("m.md", f"---\nname: m\n{front}---\nBody.\n".encode())
+    assert isinstance(parsed, memfile.Memory)
+    assert (parsed.agent_type, parsed.type) == (agent, guards)
+
+
+def test_a_dots_line_closes_nothing_for_the_agent() -> None:
+    """`...` ends YAML for memoryd, not the frontmatter for Claude Code: its block runs to the
+    next `---` (here a rule in the body), so the type it reads is the body's."""
+    text = "---\nname: m\ntype: project\n...\nBody.\n\n---\ntype: user\n"
+    parsed = memfile.parse_memory("m.md", text.encode())
+    assert isinstance(parsed, memfile.Memory)
+    assert parsed.agent_type == "" and parsed.type == "project"  # the block holds `...` lines
+    alone = memfile.parse_memory("m.md", b"---\nname: m\ntype: reference\n...\nBody.\n")
+    assert isinstance(alone, memfile.Memory) and alone.agent_type == ""
+    assert alone.type == "reference"
+
+
+def test_duplicates_pair_only_within_the_type_the_agent_reads(
+    env: Env, cli, repo: Path  # noqa: F811
+) -> None:
+    """Two near-identical memories, both `type: project` at the top level, one with
+    `metadata.type: reference`: Claude Code files them under different types, so they are
+    no duplicates; `Project` is no type to it, so it pairs with no `project` either."""
+    deploy = ("Deploy staging by running the release script with the canary flag enabled "
+              "first then promote production after verification checks complete")
+    mem(repo, "dup_old.md", deploy + " successfully", age=50,
+        extra="metadata:\n  type: reference\n")
+    mem(repo, "dup_new.md", deploy + " fine", age=20)
+    mem(repo, "cap_old.md", "Rotate the signing keys every quarter using the vault rotation "
+        "runbook and record the new fingerprints in the audit sheet today", type_="Project",
+        age=50)
+    mem(repo, "cap_new.md", "Rotate the signing keys every quarter using the vault rotation "
+        "runbook and record the new fingerprints in the audit sheet now", age=20)
+    _filler(repo)
+    report = dream(cli, repo)
+    assert moved(report) == {}, report
+    data = explain(cli, repo / ".claude" / "memory" / "dup_new.md")
+    assert data["similar"] == []
+
+
+def test_a_guard_takes_the_protective_reading_and_explain_says_so(
+    env: Env, cli, repo: Path  # noqa: F811
+) -> None:
+    """A fully stale `type: User` memory (no type to Claude Code) and a `type: project` one
+    with `metadata.type: user` are kept as user memories; `explain` gives both readings."""
+    folder = repo / ".claude" / "memory"
+    mem(repo, "caps.md", "Lived in `src/removed.py`.", type_="User")
+    mem(repo, "nested.md", "Lived in `src/gone.py`.", extra="metadata:\n  type: user\n")
+    _filler(repo)
+    assert moved(dream(cli, repo)) == {}
+    data = explain(cli, folder / "caps.md")
+    assert (data["type"], data["guard_type"]) == (None, "user")
+    [guard] = [g for g in data["guards"] if g["guard"] == "type_user"]
+    assert guard["holds"] and "Claude Code reads no type" in guard["detail"]
+    text = cli("explain", folder / "caps.md").out
+    assert "type: none (as Claude Code reads it); the guards take the protective reading: user" in text
+    nested = explain(cli, folder / "nested.md")
+    assert (nested["type"], nested["guard_type"]) == ("user", "user")
+    assert [g["holds"] for g in nested["guards"] if g["guard"] == "type_user"] == [True]

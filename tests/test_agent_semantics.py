@@ -240,7 +240,8 @@ def test_a_guard_takes_the_protective_reading_and_explain_says_so(
     [guard] = [g for g in data["guards"] if g["guard"] == "type_user"]
     assert guard["holds"] and "Claude Code reads no type" in guard["detail"]
     text = cli("explain", folder / "caps.md").out
-    assert "type: none (as Claude Code reads it); the guards take the protective reading: user" in text
+    assert "type: none (as Claude Code reads it); the guards take the protective reading: " \
+        "user" in text
     nested = explain(cli, folder / "nested.md")
     assert (nested["type"], nested["guard_type"]) == ("user", "user")
     assert [g["holds"] for g in nested["guards"] if g["guard"] == "type_user"] == [True]

@@ -4,6 +4,8 @@ archive it picks on demand, memory types, `.consolidate-lock`, lone-CR indexes."
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -245,3 +247,113 @@ def test_a_guard_takes_the_protective_reading_and_explain_says_so(
     nested = explain(cli, folder / "nested.md")
     assert (nested["type"], nested["guard_type"]) == ("user", "user")
     assert [g["holds"] for g in nested["guards"] if g["guard"] == "type_user"] == [True]
+
+
+# --- 4. the lock as Claude Code means it -----------------------------------------------------
+def _dir(folder: Path):  # type: ignore[no-untyped-def]
+    from memoryd.config import Config
+    from memoryd.discover import explicit_dirs
+
+    if not (folder / "a.md").exists():
+        write_memory(folder, "a.md")  # a folder of memories is a memory dir
+    return explicit_dirs(folder, Config())[0]
+
+
+@pytest.mark.parametrize(
+    ("body", "age", "alive", "pid", "held"),
+    [
+        ("4242", 10, True, 4242, True),
+        ("4242", 10, False, 4242, False),  # a dead PID holds nothing
+        ("4242", 3601, True, 4242, False),  # an hour old: stale, whoever lives
+        ("  4242\n1764590000000\n", 10, True, 4242, True),  # the pid + timestamp form
+        ("4242abc", 10, True, 4242, True),  # parseInt's leading digits
+        ("garbage", 10, True, None, False),
+        ("", 10, True, None, False),  # what a rolled-back dream leaves
+        ("1", 10, True, 1, False),  # init is never a holder
+        ("-5", 10, True, -5, False),
+    ],
+)
+def test_the_lock_is_held_only_fresh_and_with_a_live_pid(
+    tmp_path: Path, body: str, age: float, alive: bool, pid: int | None, held: bool
+) -> None:
+    from memoryd.discover import claude_lock, lock_is_fresh
+
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    lock = folder / ".consolidate-lock"
+    lock.write_text(body)
+    now = 1_800_000_000.0
+    os.utime(lock, (now - age, now - age))
+    asked: list[int] = []
+
+    def liveness(p: int) -> bool:
+        asked.append(p)
+        return alive
+
+    found = claude_lock(_dir(folder), now, liveness)
+    assert found is not None and (found.pid, found.held, found.mtime) == (pid, held, now - age)
+    assert lock_is_fresh(_dir(folder), now, liveness) is held
+    assert set(asked) <= {4242}
+
+
+def test_a_lock_that_is_no_regular_file_holds_nothing(tmp_path: Path) -> None:
+    """A FIFO is never opened (it would block), a symlink never followed."""
+    from memoryd.discover import claude_lock
+
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    os.mkfifo(folder / ".consolidate-lock")
+    assert claude_lock(_dir(folder), 0.0, lambda p: True) is None
+    (folder / ".consolidate-lock").unlink()
+    (tmp_path / "elsewhere").write_text(str(os.getpid()))
+    (folder / ".consolidate-lock").symlink_to(tmp_path / "elsewhere")
+    assert claude_lock(_dir(folder), 0.0, lambda p: True) is None
+
+
+def test_pid_liveness_of_real_processes() -> None:
+    """A running child is alive; once reaped, its PID is dead."""
+    from memoryd.discover import pid_alive
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert pid_alive(child.pid) and pid_alive(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    assert not pid_alive(child.pid)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may signal every process: no EPERM")
+def test_a_process_of_another_user_counts_alive() -> None:
+    """EPERM from kill(1, 0): the process exists; memoryd defers (Claude Code would not)."""
+    from memoryd.discover import pid_alive
+
+    assert pid_alive(1)
+
+
+def test_a_pass_defers_to_a_live_holder_only_and_dirs_shows_the_last_consolidation(
+    env: Env, cli, repo: Path  # noqa: F811
+) -> None:
+    """A fresh lock naming a live child process defers the pass; the same lock once that
+    process is gone (Claude Code's dream done, the file left as its timestamp) does not, and
+    `dirs` reports its mtime as Claude Code's last consolidation."""
+    folder = repo / ".claude" / "memory"
+    mem(repo, "stale.md", "Lived in `src/removed.py`.")
+    _filler(repo)
+    lock = folder / ".consolidate-lock"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock.write_text(str(child.pid))
+        report = dream(cli, repo)
+        assert report["status"] == "skipped" and f"PID {child.pid}" in report["message"]
+        listed = json.loads(cli("dirs", "--json", folder).out)["dirs"][0]
+        assert listed["claude_lock_held"] is True
+    finally:
+        child.kill()
+        child.wait()
+    stamp = lock.stat().st_mtime
+    assert moved(dream(cli, repo)) == {"stale.md": "stale"}
+    [row] = json.loads(cli("dirs", "--json", folder).out)["dirs"]
+    when = datetime.fromisoformat(row["claude_consolidated"]).timestamp()
+    assert abs(when - stamp) < 1 and row["claude_lock_held"] is False
+    assert "Claude Code's last consolidation: " in cli("dirs", folder).out

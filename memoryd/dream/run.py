@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import fsops, journal, restored, trash
-from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
+from memoryd.discover import MemoryDir, claude_lock
 from memoryd.dream import transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
 from memoryd.dream.consult import (
@@ -473,9 +473,10 @@ def _dream_dir(
     # The daemon's pass leaves a just-written file its grace for the agent's own pointer, as
     # the daemon's index updates do; a pass on the command line indexes it at once.
     grace = 0.0 if trigger == "command" else rt.config.index.new_file_grace
-    if lock_is_fresh(md, now):
+    lock = claude_lock(md, now)
+    if lock is not None and lock.held:
         result.status = "skipped"
-        result.message = f"{CLAUDE_LOCK} is fresh: Claude Code is consolidating this dir itself"
+        result.message = f"{lock.why}: Claude Code is consolidating this dir itself"
         if not dry_run:
             audit.write("dream.skipped", dir=md.path, why=result.message)
         return result

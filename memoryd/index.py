@@ -180,6 +180,29 @@ def local_links(text: str) -> tuple[Link, ...]:
     return tuple(link for link in links if link.kind is LinkKind.LOCAL)
 
 
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
+def cr_links(text: str) -> list[Link]:
+    """The LOCAL links of pointers that follow a lone `\r` inside a line of `text`.
+
+    A line split on `\n` only is what Claude Code's window counts (with no comment removed,
+    a lone-CR file is one line to it), but before sending the text it turns every `\r` into
+    `\n`: the agent reads each piece as a line of its own, and a pointer in one indexes its
+    memory. memoryd keeps such a line whole (its bytes are the person's)."""
+    if "\r" not in text or not _LONE_CR.search(text):
+        return []
+    out = []
+    for line in text.split("\n"):
+        for piece in line.removesuffix("\r").split("\r")[1:]:
+            match = POINTER.match(piece)
+            if match:
+                link = classify_link(match.group(2))
+                if link.kind is LinkKind.LOCAL:
+                    out.append(link)
+    return out
+
+
 def release_parsed() -> None:
     """Drop the cached parses of the last texts and their links: at 10,000 memories they hold
     ~12 MB, which a long-running process should not keep between passes."""
@@ -367,6 +390,7 @@ def decide_ownership(
     if not total:
         return Ownership(True, "the dir has no memory files yet")
     targets = set(pointer_targets(main))
+    targets.update(link.target for link in cr_links(main))
     if archive is not None and archive_targets is None:
         targets.update(pointer_targets(archive))
     for name, text in linked.items():
@@ -468,13 +492,15 @@ def visible_local_links(text: str, kind: ViewKind, budget: Budget | None = None)
     hides = "<!--" in text or text.startswith("---")
     view = view_of(text, budget or Budget(), kind) if hides else None
     if view is None or not view.construct:
-        return list(local_links(text))
+        return [*local_links(text), *cr_links(text)]
     construct = view.construct
     out = []
     for number, line in enumerate(split_lines(text)):
         link = line.link
         if link is not None and link.kind is LinkKind.LOCAL and number not in construct:
             out.append(link)
+        if "\r" in line.content and number not in construct:
+            out.extend(cr_links(line.content))
     return out
 
 
@@ -750,6 +776,10 @@ def edit_lines(
         for ln in (*main_lines, *arch_lines)
         if ln.link is not None and ln.link.kind is LinkKind.LOCAL and id(ln) not in shadow
     }
+    if "\r" in main_text:  # a pointer after a lone CR is one the agent reads (cr_links)
+        for ln in main_lines:
+            if "\r" in ln.content and id(ln) not in shadow:
+                indexed.update(link.target for link in cr_links(ln.content))
     unindexed = sorted(set(inp.memories) - indexed)
     for ln in main_lines:
         why = shadow.get(id(ln))

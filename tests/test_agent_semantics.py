@@ -15,7 +15,7 @@ from memoryd import memfile, trash
 from memoryd.index import pointer_targets, verify
 from tests.conftest import Env, write_memory
 from tests.test_dream_planted import _filler, dream, explain, mem, moved, repo  # noqa: F401
-from tests.test_index_rules import _big, run
+from tests.test_index_rules import _big, entry, run
 from tests.test_trash import plant_day
 
 
@@ -358,3 +358,43 @@ def test_a_pass_defers_to_a_live_holder_only_and_dirs_shows_the_last_consolidati
     assert abs(when - stamp) < 1 and row["claude_lock_held"] is False
     assert "Claude Code's last consolidation: " in cli("dirs", folder).out
     assert f"PID {child.pid}" in report["message"]  # the skip named the holder
+
+
+# --- 5. lone CR ----------------------------------------------------------------------------
+LONE_CR = "- [a](a.md) — d\r- [b](b.md) — d\r- [c](c.md) — d\r"
+
+
+def test_a_lone_cr_index_is_one_window_line_whose_pointers_the_agent_reads() -> None:
+    """No comment: Claude Code's window counts one line (and so does memoryd's parser), and
+    the agent gets every piece as a line (the CRs become newlines before sending): each
+    pointer indexes its memory, so memoryd adds none again and verify finds each once."""
+    from memoryd.agentview import ViewKind, agent_view
+    from memoryd.index import split_lines, visible_local_links
+
+    view = agent_view(LONE_CR, ViewKind.AUTO)
+    assert (view.lines, view.visible, view.warned) == (1, frozenset({0}), False)
+    assert len(split_lines(LONE_CR)) == 1
+    assert pointer_targets(view.loaded) == ["a.md", "b.md", "c.md"]
+    assert [x.target for x in visible_local_links(LONE_CR, ViewKind.AUTO)] == [
+        "a.md", "b.md", "c.md"]
+    mems = [entry(n) for n in ("a.md", "b.md", "c.md")]
+    edit = run(LONE_CR, mems)
+    assert edit.added == [] and edit.main == LONE_CR
+    names = {e.filename for e in mems}
+    assert verify(LONE_CR, None, names, names) == []
+
+
+def test_a_lone_cr_index_on_disk_is_in_sync(env: Env, cli, tmp_path: Path) -> None:
+    """On disk, with and without a comment line after it: managed (every memory has its
+    pointer) and in sync; `dirs` measures one line without the comment."""
+    folder = tmp_path / "mem"
+    for name in ("a.md", "b.md", "c.md"):
+        write_memory(folder, name)
+    index = folder / "MEMORY.md"
+    index.write_bytes(LONE_CR.encode())
+    assert cli("index", "--check", folder).code == 0
+    [row] = json.loads(cli("dirs", "--json", folder).out)["dirs"]
+    assert row["mode"] == "managed" and row["in_sync"] and row["index"]["lines"] == 1
+    index.write_bytes((LONE_CR + "\n<!-- memoryd: manage -->\n").encode())
+    before = index.read_bytes()
+    assert cli("index", folder).code == 0 and index.read_bytes() == before

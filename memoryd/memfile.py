@@ -535,6 +535,14 @@ def agent_type(text: str, fm_text: str, fields: Mapping[str, Any]) -> str:
 
     Where both find the same block (no `---` inside it, closed by a `---` line: nearly every
     file), memoryd's fields are Claude Code's; else its own block is read again."""
+    closing = 5 + len(fm_text)  # after `---\n`, the block and its `\n`
+    if (
+        text.startswith("---", closing)
+        and text.startswith("---\n")
+        and "---" not in fm_text
+        and fm_text.count("\n") < AGENT_SCAN_LINES - 2  # the closing line is among the 30
+    ):
+        return merged_type(fields)
     region = _agent_region(text)
     if region is None:
         return ""
@@ -549,6 +557,8 @@ def protective_type(fields: Mapping[str, Any], agent: str) -> str:
     `type: User` or a `metadata: {type: user}` under a top-level `type: project` is guarded
     as a user memory."""
     meta = fields.get("metadata")
+    if meta is None and fields.get("type", "") == agent:
+        return agent  # the usual file: one type, written exactly
     readings = {agent}
     for value in (fields.get("type"), meta.get("type") if isinstance(meta, dict) else None):
         if isinstance(value, str):

@@ -203,6 +203,17 @@ def cr_links(text: str) -> list[Link]:
     return out
 
 
+def _cr_visible(content: str, hiding: View | None) -> list[Link]:
+    """`cr_links(content)`; of a line a construct hides (`hiding`: the view that says so),
+    only those the agent's loaded text holds: the construct that starts the line (a comment)
+    may end before a later piece of it."""
+    links = cr_links(content)
+    if hiding is None or not links:
+        return links
+    loaded = set(pointer_targets(hiding.loaded))
+    return [link for link in links if link.target in loaded]
+
+
 def release_parsed() -> None:
     """Drop the cached parses of the last texts and their links: at 10,000 memories they hold
     ~12 MB, which a long-running process should not keep between passes."""
@@ -499,8 +510,9 @@ def visible_local_links(text: str, kind: ViewKind, budget: Budget | None = None)
         link = line.link
         if link is not None and link.kind is LinkKind.LOCAL and number not in construct:
             out.append(link)
-        if "\r" in line.content and number not in construct:
-            out.extend(cr_links(line.content))
+        if "\r" in line.content:
+            hiding = view if number in construct else None
+            out.extend(_cr_visible(line.content, hiding))
     return out
 
 
@@ -689,8 +701,10 @@ def edit_lines(
     # They are known by identity, so the filtering below keeps the mark (and `hidden` keeps
     # them alive, so no line made later can take an identity over).
     shadow: dict[int, Hidden] = {}
+    seen_view: View | None = None
     if main_lines and ("<!--" in main_text or main_text.startswith("---")):
-        construct = view_of(main_text, inp.budget, inp.view).construct
+        seen_view = view_of(main_text, inp.budget, inp.view)
+        construct = seen_view.construct
         hidden = [(main_lines[n], why) for n, why in construct.items() if n < len(main_lines)]
         shadow = {id(line): why for line, why in hidden}
 
@@ -778,8 +792,9 @@ def edit_lines(
     }
     if "\r" in main_text:  # a pointer after a lone CR is one the agent reads (cr_links)
         for ln in main_lines:
-            if "\r" in ln.content and id(ln) not in shadow:
-                indexed.update(link.target for link in cr_links(ln.content))
+            if "\r" in ln.content:
+                hiding = seen_view if id(ln) in shadow else None
+                indexed.update(link.target for link in _cr_visible(ln.content, hiding))
     unindexed = sorted(set(inp.memories) - indexed)
     for ln in main_lines:
         why = shadow.get(id(ln))

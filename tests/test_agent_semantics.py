@@ -398,3 +398,22 @@ def test_a_lone_cr_index_on_disk_is_in_sync(env: Env, cli, tmp_path: Path) -> No
     index.write_bytes((LONE_CR + "\n<!-- memoryd: manage -->\n").encode())
     before = index.read_bytes()
     assert cli("index", folder).code == 0 and index.read_bytes() == before
+
+
+def test_lone_cr_pieces_after_a_comment_are_read_and_pieces_inside_it_are_not() -> None:
+    """A comment starting a lone-CR line hides that line from memoryd's model, but only its
+    own pieces from the agent: the pointers after it index their memories; a pointer inside
+    a comment that spans pieces gets a visible one."""
+    from memoryd.agentview import ViewKind
+    from memoryd.index import visible_local_links
+
+    mems = [entry(n) for n in ("a.md", "b.md", "c.md")]
+    after = "<!-- memoryd: manage -->\r" + LONE_CR
+    edit = run(after, mems)
+    assert edit.added == [] and edit.main == after
+    assert [x.target for x in visible_local_links(after, ViewKind.AUTO)] == [
+        "a.md", "b.md", "c.md"]
+    inside = "<!-- note\r- [a](a.md) — d\r-->\r- [b](b.md) — d\r- [c](c.md) — d\r"
+    edit = run(inside, mems)
+    assert edit.added == ["a.md"]
+    assert [x.target for x in visible_local_links(inside, ViewKind.AUTO)] == ["b.md", "c.md"]

@@ -557,8 +557,10 @@ def protective_type(fields: Mapping[str, Any], agent: str) -> str:
     `type: User` or a `metadata: {type: user}` under a top-level `type: project` is guarded
     as a user memory."""
     meta = fields.get("metadata")
-    if meta is None and fields.get("type", "") == agent:
-        return agent  # the usual file: one type, written exactly
+    top = fields.get("type", agent)
+    nested = meta.get("type", agent) if isinstance(meta, dict) else None if meta else agent
+    if top == agent and nested == agent:
+        return agent  # the usual file: one type, written exactly (top level or in metadata)
     readings = {agent}
     for value in (fields.get("type"), meta.get("type") if isinstance(meta, dict) else None):
         if isinstance(value, str):

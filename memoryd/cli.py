@@ -303,6 +303,7 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
         "index": budget_use(main_text, rt, view_kind(md)) if main_text is not None else None,
         "in_sync": outcome.status in ("unchanged", "unmanaged"),
         **_dir_history(rt, md),
+        **_claude_lock_json(md, rt),
     }
 
 
@@ -330,6 +331,21 @@ def _dir_history(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
         "last_pass": _iso(state.last_dream_ts),
         "last_pass_result": state.last_dream_result or None,
         "last_index_write": _iso(state.last_index_ts),
+    }
+
+
+def _claude_lock_json(md: MemoryDir, rt: Runtime) -> dict[str, Any]:
+    """When Claude Code last consolidated the dir (its `.consolidate-lock`'s mtime, which
+    stays after a dream of its own), and whether it holds the lock now."""
+    from datetime import datetime
+
+    from memoryd.discover import claude_lock
+
+    lock = claude_lock(md, rt.clock())
+    when = datetime.fromtimestamp(lock.mtime).astimezone() if lock else None
+    return {
+        "claude_consolidated": when.isoformat(timespec="seconds") if when else None,
+        "claude_lock_held": bool(lock and lock.held),
     }
 
 
@@ -451,6 +467,9 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             out.write(
                 f"    {shown(problem['file'])}: {problem['problem']} — {problem['hint']}\n"
             )
+        if row["claude_consolidated"]:
+            now = " (it holds its lock now)" if row["claude_lock_held"] else ""
+            out.write(f"  Claude Code's last consolidation: {row['claude_consolidated']}{now}\n")
         idx = row["index"]
         if idx is None:
             out.write("  MEMORY.md: missing\n")

@@ -604,8 +604,8 @@ class Daemon:
                 self.debouncer.schedule(
                     path, self.mono() + cfg.min_interval - (now - state.last_dream_ts)
                 )
-            elif lock_is_fresh(entry.md, now):
-                why = "Claude Code's .consolidate-lock is fresh: it is consolidating this dir"
+            elif lock_is_fresh(entry.md, now):  # fresh and its PID alive (claude_lock)
+                why = "Claude Code's .consolidate-lock is held: it is consolidating this dir"
                 self.debouncer.schedule(path, self.mono() + 300)
             if why:
                 if state.report_once("pile-up-skip", why.split(",")[0]):

@@ -7,6 +7,7 @@ byte-for-byte (order, CRLF, a missing final newline). See DESIGN §3.
 import functools
 import hashlib
 import itertools
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -177,6 +178,40 @@ def local_links(text: str) -> tuple[Link, ...]:
     """The LOCAL links of an index text's pointer lines, in order (cached per text)."""
     links = (classify_link(m.group(2)) for m in _POINTER_IN_TEXT.finditer(text))
     return tuple(link for link in links if link.kind is LinkKind.LOCAL)
+
+
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
+def cr_links(text: str) -> list[Link]:
+    """The LOCAL links of pointers that follow a lone `\r` inside a line of `text`.
+
+    A line split on `\n` only is what Claude Code's window counts (with no comment removed,
+    a lone-CR file is one line to it), but before sending the text it turns every `\r` into
+    `\n`: the agent reads each piece as a line of its own, and a pointer in one indexes its
+    memory. memoryd keeps such a line whole (its bytes are the person's)."""
+    if "\r" not in text or not _LONE_CR.search(text):
+        return []
+    out = []
+    for line in text.split("\n"):
+        for piece in line.removesuffix("\r").split("\r")[1:]:
+            match = POINTER.match(piece)
+            if match:
+                link = classify_link(match.group(2))
+                if link.kind is LinkKind.LOCAL:
+                    out.append(link)
+    return out
+
+
+def _cr_visible(content: str, hiding: View | None) -> list[Link]:
+    """`cr_links(content)`; of a line a construct hides (`hiding`: the view that says so),
+    only those the agent's loaded text holds: the construct that starts the line (a comment)
+    may end before a later piece of it."""
+    links = cr_links(content)
+    if hiding is None or not links:
+        return links
+    loaded = set(pointer_targets(hiding.loaded))
+    return [link for link in links if link.target in loaded]
 
 
 def release_parsed() -> None:
@@ -366,6 +401,7 @@ def decide_ownership(
     if not total:
         return Ownership(True, "the dir has no memory files yet")
     targets = set(pointer_targets(main))
+    targets.update(link.target for link in cr_links(main))
     if archive is not None and archive_targets is None:
         targets.update(pointer_targets(archive))
     for name, text in linked.items():
@@ -467,13 +503,16 @@ def visible_local_links(text: str, kind: ViewKind, budget: Budget | None = None)
     hides = "<!--" in text or text.startswith("---")
     view = view_of(text, budget or Budget(), kind) if hides else None
     if view is None or not view.construct:
-        return list(local_links(text))
+        return [*local_links(text), *cr_links(text)]
     construct = view.construct
     out = []
     for number, line in enumerate(split_lines(text)):
         link = line.link
         if link is not None and link.kind is LinkKind.LOCAL and number not in construct:
             out.append(link)
+        if "\r" in line.content:
+            hiding = view if number in construct else None
+            out.extend(_cr_visible(line.content, hiding))
     return out
 
 
@@ -652,14 +691,20 @@ def edit_lines(
         archive_exists = arch_text is not None
         arch_eol = dominant_eol(arch_text) if arch_text else eol
         arch_final_nl = arch_text.endswith("\n") if arch_text else True
+        if arch_text is not None and not has_frontmatter(arch_text):
+            # An archive from before memoryd wrote one gets its frontmatter (once: then it
+            # has one). The held edit (index_held) refuses such an archive, so this runs.
+            arch_lines = [*archive_frontmatter(inp.heading, arch_eol), *arch_lines]
     had_archive = archive_exists
     # Lines the agent cannot see for what the text holds (a comment block, stripped
     # frontmatter): hand-written, kept as they are, and no pointer of them indexes a memory.
     # They are known by identity, so the filtering below keeps the mark (and `hidden` keeps
     # them alive, so no line made later can take an identity over).
     shadow: dict[int, Hidden] = {}
+    seen_view: View | None = None
     if main_lines and ("<!--" in main_text or main_text.startswith("---")):
-        construct = view_of(main_text, inp.budget, inp.view).construct
+        seen_view = view_of(main_text, inp.budget, inp.view)
+        construct = seen_view.construct
         hidden = [(main_lines[n], why) for n, why in construct.items() if n < len(main_lines)]
         shadow = {id(line): why for line, why in hidden}
 
@@ -745,6 +790,11 @@ def edit_lines(
         for ln in (*main_lines, *arch_lines)
         if ln.link is not None and ln.link.kind is LinkKind.LOCAL and id(ln) not in shadow
     }
+    if "\r" in main_text:  # a pointer after a lone CR is one the agent reads (cr_links)
+        for ln in main_lines:
+            if "\r" in ln.content:
+                hiding = seen_view if id(ln) in shadow else None
+                indexed.update(link.target for link in _cr_visible(ln.content, hiding))
     unindexed = sorted(set(inp.memories) - indexed)
     for ln in main_lines:
         why = shadow.get(id(ln))
@@ -918,6 +968,32 @@ def view_reshaped(before: str, after: str) -> bool:
     return (before.count("<!--"), before.count("-->")) != (after.count("<!--"), after.count("-->"))
 
 
+def archive_frontmatter(heading: str, eol: str) -> list[Line]:
+    """The frontmatter the archive starts with: Claude Code's scan of the memory dir lists
+    the archive as a memory, and picks memories to read on demand by their description.
+
+    The values are YAML double-quoted (JSON) strings, so a `:` or a `#` in the project's name
+    cannot break them; a run of three dashes in the name would end the block early for Claude
+    Code (it closes frontmatter at the first `---` anywhere), so it becomes two."""
+    project = re.sub(r"-{3,}", "--", " ".join(heading.split()))
+    description = (
+        f"Archived index entries for {project}: pointers to older memories, moved out of "
+        "MEMORY.md to keep it within what the agent loads. Search here for a topic "
+        "MEMORY.md does not list."
+    )
+    return [
+        Line("---", eol),
+        Line(f"name: {json.dumps(f'{project} memory archive', ensure_ascii=False)}", eol),
+        Line(f"description: {json.dumps(description, ensure_ascii=False)}", eol),
+        Line("---", eol),
+    ]
+
+
+def has_frontmatter(text: str) -> bool:
+    """Whether an archive's text starts with a frontmatter block (its own or a person's)."""
+    return text.removeprefix("\ufeff").startswith("---")
+
+
 def _append_to_archive(
     arch_lines: list[Line],
     moved: Sequence[Line],
@@ -929,6 +1005,7 @@ def _append_to_archive(
     out = list(arch_lines)
     if not exists:
         out = [
+            *archive_frontmatter(heading, eol),
             Line(f"# {heading} Memory Archive", eol),
             Line("", eol),
             Line("Entries moved out of MEMORY.md to keep it within what the agent loads.", eol),

@@ -159,6 +159,10 @@ def edit_changed(
     their grace at the last pass); `inp.main` and `inp.archive` are not read (the held index
     has them). Returns None when the result cannot be spliced back.
     """
+    if held.exists and not next((line for line in held.lines if line), b"").startswith(
+        (b"---", b"\xef\xbb\xbf---")
+    ):
+        return None  # an archive without its frontmatter: the full edit gives it one
     main_targets = {link.target for link in local_links(held.main)} if held.main else set()
     wanted = (main_targets | changed | waiting) & inp.memories.keys()
     positions: set[int] = set()

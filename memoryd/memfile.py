@@ -25,12 +25,15 @@ class Memory:
     filename: str
     name: str
     description: str
-    type: str  # one of MEMORY_TYPES, or "" when missing or unknown
+    # One of MEMORY_TYPES or "": the protective reading (`protective_type`), which the guards
+    # and the budget use; `agent_type` is the type as Claude Code reads it.
+    type: str
     frontmatter: Frontmatter
     body: str
     sha256: str
     size: int
     modified: str = ""  # the newer of the frontmatter's `modified` and `last_verified`, as written
+    agent_type: str = ""  # see `agent_type`: what duplicate and contradiction pairing use
 
     @property
     def display_name(self) -> str:
@@ -472,7 +475,8 @@ def _text_field(data: Mapping[str, Any], key: str) -> str:
 
 
 def memory_type(data: Mapping[str, Any]) -> str:
-    """`type` top-level, or nested as `metadata.type`; "" when missing or not one we know."""
+    """`type` top-level, or nested as `metadata.type`; "" when missing or not one we know.
+    The lenient reading: case and blanks do not matter, the top level comes first."""
     meta = data.get("metadata")
     for value in (data.get("type"), meta.get("type") if isinstance(meta, dict) else None):
         if isinstance(value, str) and value.strip().lower() in MEMORY_TYPES:
@@ -480,10 +484,95 @@ def memory_type(data: Mapping[str, Any]) -> str:
     return ""
 
 
+def merged_type(data: Mapping[str, Any]) -> str:
+    """The type as Claude Code takes it from frontmatter fields: `metadata` merged over the top
+    level (a `metadata.type`, even an empty one, beats a top-level `type`), then matched
+    exactly against MEMORY_TYPES (`Project` or ` user` is no type to it); "" otherwise."""
+    meta = data.get("metadata")
+    value = meta["type"] if isinstance(meta, dict) and "type" in meta else data.get("type")
+    return value if isinstance(value, str) and value in MEMORY_TYPES else ""
+
+
+# The frontmatter as Claude Code finds it (2.1.332, `K0`): `^---\s*\n([\s\S]*?)---`, on the text
+# without its BOM, only if a `---` follows the first three characters at all, within the first
+# 30 lines its memory scan reads. So the block ends at the first `---` anywhere, even inside a
+# value (`description: a --- b`), and a `...` line does not end it.
+_AGENT_FRONTMATTER = re.compile(r"---\s*\n(.*?)---", re.DOTALL)
+AGENT_SCAN_LINES = 30
+# Most protective first: what the guards take where two readings disagree.
+_PROTECTIVE_ORDER = ("user", "feedback", "reference", "project")
+
+
+def _agent_region(text: str) -> str | None:
+    """The frontmatter text Claude Code reads from a memory file (BOM already gone), or None."""
+    end = -1
+    for _ in range(AGENT_SCAN_LINES):
+        end = text.find("\n", end + 1)
+        if end < 0:
+            break
+    head = text if end < 0 else text[: end + 1]
+    if head.find("---", 3) < 0:
+        return None
+    found = _AGENT_FRONTMATTER.match(head)
+    return found.group(1) if found else None
+
+
+def _fields_of(fm_text: str) -> dict[str, Any]:
+    """Frontmatter fields of a block for a second reading; {} when they cannot be read."""
+    fields = parse_flat(fm_text)
+    if fields is None:
+        try:
+            loaded = load_yaml_strings(fm_text)
+        except (yaml.YAMLError, ValueError, RecursionError, MemoryError):
+            loaded = parse_lenient(fm_text)
+        fields = loaded if isinstance(loaded, dict) else {}
+    return fields
+
+
+def agent_type(text: str, fm_text: str, fields: Mapping[str, Any]) -> str:
+    """The type Claude Code reads in a memory file whose text (BOM gone) is `text`, given
+    memoryd's own frontmatter block `fm_text` and its `fields`.
+
+    Where both find the same block (no `---` inside it, closed by a `---` line: nearly every
+    file), memoryd's fields are Claude Code's; else its own block is read again."""
+    closing = 5 + len(fm_text)  # after `---\n`, the block and its `\n`
+    if (
+        text.startswith("---", closing)
+        and text.startswith("---\n")
+        and "---" not in fm_text
+        and fm_text.count("\n") < AGENT_SCAN_LINES - 2  # the closing line is among the 30
+    ):
+        return merged_type(fields)
+    region = _agent_region(text)
+    if region is None:
+        return ""
+    if "---" in fm_text or region.rstrip("\r\n") != fm_text.rstrip("\r\n"):
+        fields = _fields_of(region)
+    return merged_type(fields)
+
+
+def protective_type(fields: Mapping[str, Any], agent: str) -> str:
+    """The reading the guards take: of Claude Code's (`agent`) and the lenient ones (top-level
+    `type` and `metadata.type`, any case), the most protective type any of them gives, so a
+    `type: User` or a `metadata: {type: user}` under a top-level `type: project` is guarded
+    as a user memory."""
+    meta = fields.get("metadata")
+    top = fields.get("type", agent)
+    nested = meta.get("type", agent) if isinstance(meta, dict) else None if meta else agent
+    if top == agent and nested == agent:
+        return agent  # the usual file: one type, written exactly (top level or in metadata)
+    readings = {agent}
+    for value in (fields.get("type"), meta.get("type") if isinstance(meta, dict) else None):
+        if isinstance(value, str):
+            readings.add(value.strip().lower())
+    return next((t for t in _PROTECTIVE_ORDER if t in readings), "")
+
+
 def _parse(
     filename: str, data: bytes, max_file_bytes: int, max_frontmatter_bytes: int
-) -> tuple[str, dict[str, Any], str, int] | NotMemory | Problem:
-    """(sha256, frontmatter fields, text, where the body starts), or what the file is instead."""
+) -> tuple[str, dict[str, Any], str, int, str] | NotMemory | Problem:
+    """(sha256, frontmatter fields, text, where the body starts, the frontmatter's text), or
+    what the file is instead."""
     digest = hashlib.sha256(data).hexdigest()
     if len(data) > max_file_bytes:
         return Problem(
@@ -564,7 +653,7 @@ def _parse(
         )
     if " #" in fm_text:
         _keep_hash_text(fields_, fm_text)
-    return digest, fields_, text, body_start
+    return digest, fields_, text, body_start, fm_text
 
 
 class Summary(NamedTuple):
@@ -574,8 +663,9 @@ class Summary(NamedTuple):
     sha256: str
     name: str
     description: str
-    type: str
+    type: str  # the protective reading (see Memory.type)
     modified: str
+    agent_type: str = ""
 
 
 def parse_date(text: str) -> float:
@@ -592,7 +682,7 @@ def parse_date(text: str) -> float:
 
 
 
-def _summarize(digest: str, fields: Mapping[str, Any]) -> Summary:
+def _summarize(digest: str, fields: Mapping[str, Any], text: str, fm_text: str) -> Summary:
     """The frontmatter fields memoryd uses."""
     name, description = _text_field(fields, "name"), _text_field(fields, "description")
     # Most memories have neither date: look before calling. With both, the newer one counts
@@ -602,7 +692,8 @@ def _summarize(digest: str, fields: Mapping[str, Any]) -> Summary:
         verified = _text_field(fields, "last_verified")
         if not modified or parse_date(verified) > parse_date(modified):
             modified = verified
-    return Summary(digest, name, description, memory_type(fields), modified)
+    agent = agent_type(text, fm_text, fields)
+    return Summary(digest, name, description, protective_type(fields, agent), modified, agent)
 
 
 def parse_memory(
@@ -616,8 +707,8 @@ def parse_memory(
     parsed = _parse(filename, data, max_file_bytes, max_frontmatter_bytes)
     if not isinstance(parsed, tuple):
         return parsed
-    digest, fields, text, body_start = parsed
-    summary = _summarize(digest, fields)
+    digest, fields, text, body_start, fm_text = parsed
+    summary = _summarize(digest, fields, text, fm_text)
     return Memory(
         filename=filename,
         name=summary.name,
@@ -628,6 +719,7 @@ def parse_memory(
         sha256=digest,
         size=len(data),
         modified=summary.modified,
+        agent_type=summary.agent_type,
     )
 
 
@@ -642,4 +734,4 @@ def parse_summary(
     parsed = _parse(filename, data, max_file_bytes, max_frontmatter_bytes)
     if not isinstance(parsed, tuple):
         return parsed
-    return _summarize(parsed[0], parsed[1])
+    return _summarize(parsed[0], parsed[1], parsed[2], parsed[4])

@@ -246,7 +246,7 @@ def read_one(
             "rename it with plain letters, digits, dots, dashes and underscores",
         )
     if isinstance(parsed, Summary):
-        digest, title, description, type_, modified = parsed
+        digest, title, description, type_, modified = parsed[:5]
         return Scanned(
             name,
             fst.st_ino,
@@ -409,7 +409,7 @@ def scan_dir(
 
 # The cache file (sealed.py): a header naming the format and Scanned's fields, and one column
 # per field, which marshal loads faster than a tuple per file.
-_CACHE_HEADER = ("memoryd scan cache", 3, Scanned.__slots__)  # 3: newest date
+_CACHE_HEADER = ("memoryd scan cache", 4, Scanned.__slots__)  # 4: the protective type
 
 
 def dump_cache(files: Mapping[str, Scanned]) -> bytes:

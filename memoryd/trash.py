@@ -14,7 +14,7 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -33,6 +33,8 @@ from memoryd.scan import skip_reason
 
 TRASH_DIR = ".trash"
 MANIFEST = "manifest.jsonl"
+# Appended to a trashed file's name (see free_name); a trash written before has plain names.
+TRASHED_SUFFIX = ".trashed"
 PURGING_PREFIX = ".purging-"
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 FAR_FORWARD_DAYS = 366  # a jump this far since the last run is a broken clock, not a holiday
@@ -172,9 +174,36 @@ def _first_free(folder: Path, name: str, variant: str, first: int) -> str:
     return f"{stem}{variant}{n}.md"
 
 
-def free_name(folder: Path, name: str) -> str:
-    """`name`, or `name.2.md`, `name.3.md`... : never overwrite in the trash."""
-    return _first_free(folder, name, ".", 2)
+def _fit(stem: str, tail: str) -> str:
+    """`<stem><tail>`, the stem cut (at a character's start) so that the name fits in
+    NAME_MAX_BYTES: a memory name near the limit still gets a stored name."""
+    raw, end = os.fsencode(stem), os.fsencode(tail)
+    if len(raw) + len(end) <= NAME_MAX_BYTES:
+        return stem + tail
+    cut = raw[: max(1, NAME_MAX_BYTES - len(end))]
+    while len(cut) > 1 and (cut[-1] & 0xC0) == 0x80:  # inside a UTF-8 sequence
+        cut = cut[:-1]
+    if len(cut) > 1 and cut[-1] >= 0xC0:  # a sequence's first byte without the rest
+        cut = cut[:-1]
+    return os.fsdecode(cut) + tail
+
+
+def free_name(folder: Path, name: str, taken: Collection[str] = ()) -> str:
+    """The name a trashed `name` is stored under: `<name>.trashed`, or `<stem>.2.md.trashed`,
+    `<stem>.3.md.trashed`... : never overwriting in the trash (a file of the older naming,
+    `<name>` itself, counts as taken too), never one of `taken`.
+
+    No stored name ends in `.md`: Claude Code scans every `*.md` below the memory dir for
+    memories (2.1.197 dot-folders included, so `.trash/` too), and a trashed file must not
+    come back to the agent as a live memory."""
+    stem = name.removesuffix(".md")
+    n = 1
+    while True:
+        stored = _fit(stem, (".md" if n == 1 else f".{n}.md") + TRASHED_SUFFIX)
+        older = stored.removesuffix(TRASHED_SUFFIX)
+        if stored not in taken and not any(os.path.lexists(folder / x) for x in (stored, older)):
+            return stored
+        n += 1
 
 
 def open_manifest(dir_fd: int, folder: Path | None = None) -> int:
@@ -423,6 +452,19 @@ def name_problem(name: object) -> str | None:
     return None
 
 
+def stored_problem(name: object) -> str | None:
+    """Why `name` is no name the mover could have stored a file under (`<memory
+    name>.trashed`, or a plain memory name as memoryd stored them before), or None."""
+    if isinstance(name, str) and name.endswith(TRASHED_SUFFIX):
+        try:
+            if len(os.fsencode(name)) > NAME_MAX_BYTES:
+                return f"longer than {NAME_MAX_BYTES} bytes"
+        except UnicodeError:
+            return "not a file name this system can encode"
+        return name_problem(name.removesuffix(TRASHED_SUFFIX))
+    return name_problem(name)
+
+
 def record_problem(row: dict[str, Any], day: str) -> str | None:
     """Why a manifest row is not a move record memoryd wrote into day folder `day`, or None."""
     for key in _TEXT_FIELDS:
@@ -433,7 +475,7 @@ def record_problem(row: dict[str, Any], day: str) -> str | None:
     if row["day"] != day:
         return f"it says day {row['day']!r} but sits in {day}"
     for key in ("original_name", "stored_name"):
-        why = name_problem(row[key])
+        why = name_problem(row[key]) if key == "original_name" else stored_problem(row[key])
         if why is not None:
             return f"its {key} {row[key]!r} is {why}"
     if not isinstance(row.get("size", 0), int):
@@ -608,7 +650,10 @@ def matches(memory_dir: Path, entry: Entry, key: str) -> bool:
         candidates = [memory_dir / path, memory_dir / TRASH_DIR / path]
         with contextlib.suppress(OSError):  # a working folder that is gone
             candidates.append(Path.cwd() / path)
-    known = (entry.stored_path, memory_dir / record.original_name)
+    # The trashed file's path under the naming of older memoryd versions (its name without
+    # `.trashed`) still names it: a person may have that path from before.
+    older = entry.folder / record.stored_name.removesuffix(TRASHED_SUFFIX)
+    known = (entry.stored_path, older, memory_dir / record.original_name)
     return any(_same(c, k) for c in candidates for k in known)
 
 

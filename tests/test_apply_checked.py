@@ -115,7 +115,7 @@ def test_without_renameat2_a_save_between_link_and_unlink_is_not_unlinked(
 
     def link_then_agent_saves(*args: object, **kwargs: object) -> None:
         real_link(*args, **kwargs)  # type: ignore[arg-type]
-        if args[:2] == ("stale.md", "stale.md"):  # into the day folder, not yet unlinked
+        if args[:2] == ("stale.md", "stale.md.trashed"):  # into the trash, not yet unlinked
             _swap_in(path, _version(2))
 
     monkeypatch.setattr(os, "link", link_then_agent_saves)

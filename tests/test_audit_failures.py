@@ -31,7 +31,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def _moved(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.glob(".trash/*/*.md"))
+    return sorted(p.name.removesuffix(".trashed") for p in folder.glob(".trash/*/*.md.trashed"))
 
 
 def test_the_writer_says_once_when_rows_stop_and_once_when_they_come_back(

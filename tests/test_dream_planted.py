@@ -262,9 +262,10 @@ def test_modified_since_plan_is_skipped(env: Env, cli, repo: Path, monkeypatch) 
 
 
 def test_fresh_consolidate_lock_skips_the_pass(env: Env, cli, repo: Path) -> None:
-    """Claude Code's own fresh .consolidate-lock means the pass is skipped and logged."""
+    """Claude Code's own fresh .consolidate-lock, naming a live PID (this process), means the
+    pass is skipped and logged."""
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    (repo / ".claude" / "memory" / ".consolidate-lock").write_text("123")
+    (repo / ".claude" / "memory" / ".consolidate-lock").write_text(str(os.getpid()))
     report = dream(cli, repo)
     assert report["status"] == "skipped" and moved(report) == {}
     assert [r["event"] for r in env.audit_rows()].count("dream.skipped") == 1

@@ -11,6 +11,7 @@ from memoryd.index import (
     Entry,
     IndexEdit,
     IndexInput,
+    archive_frontmatter,
     dominant_eol,
     line_digest,
     note_own,
@@ -248,7 +249,9 @@ def test_the_splice_keeps_every_untouched_archive_line_byte_for_byte() -> None:
     """A rewrite deep in a large archive changes that one line and nothing else."""
     names = [f"m{i:04}.md" for i in range(3000)]
     memories = {n: Entry(n, n[:-3], "d", "project", NOW - 30 * DAY) for n in names}
-    archive = "# proj Memory Archive\r\n\r\n" + "".join(f"- [{n[:-3]}]({n}) — d\r\n" for n in names)
+    front = "".join(line.text for line in archive_frontmatter("proj", "\r\n"))  # as written now
+    archive = front + "# proj Memory Archive\r\n\r\n" + "".join(
+        f"- [{n[:-3]}]({n}) — d\r\n" for n in names)
     main = "# proj Memory\n\nhand-written\n"
     held = hold(main, archive, set())
     memories["m1500.md"] = Entry("m1500.md", "m1500", "new words", "project", NOW)

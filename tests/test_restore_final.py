@@ -178,12 +178,12 @@ def test_restore_takes_every_form_trash_list_prints(
         rows[names[0]]["id"],  # the id
         printed[names[1]],  # the path the text listing prints (<dir>/<file>)
         rows[names[2]]["path"],  # the stored path --json prints
-        f".trash/{day}/{names[3]}",  # relative, from the memory dir
-        f"{day}/{names[4]}",  # relative, without the .trash/ prefix
+        f".trash/{day}/{names[3]}.trashed",  # relative, from the memory dir
+        f"{day}/{names[4]}.trashed",  # relative, without the .trash/ prefix
         names[5],  # the original name
     ]
     monkeypatch.chdir(folder)
-    before = {n: (folder / ".trash" / day / n).read_bytes() for n in names}
+    before = {n: (folder / ".trash" / day / f"{n}.trashed").read_bytes() for n in names}
     for name, form in zip(names, forms, strict=True):
         restored = cli("trash", "restore", form, folder)
         assert restored.code == 0, (form, restored.err)

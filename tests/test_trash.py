@@ -188,13 +188,16 @@ def test_odd_names_move_and_come_back(env: Env, cli, repo: Path, name: str) -> N
 
 
 def test_collision_in_the_trash_never_overwrites(env: Env, repo: Path) -> None:
-    """A second file of the same name on the same day is stored as name.2.md."""
+    """A second file of the same name on the same day is stored as name.2.md.trashed (a file
+    of the older plain naming counts as taken too)."""
     folder = repo / ".claude" / "memory"
     day = trash.day_folder(folder, date.today())
-    (day / "x.md").write_text("first")
-    assert trash.free_name(day, "x.md") == "x.2.md"
-    (day / "x.2.md").write_text("second")
-    assert trash.free_name(day, "x.md") == "x.3.md"
+    assert trash.free_name(day, "x.md") == "x.md.trashed"
+    (day / "x.md").write_text("first")  # as an older memoryd stored it
+    assert trash.free_name(day, "x.md") == "x.2.md.trashed"
+    (day / "x.2.md.trashed").write_text("second")
+    assert trash.free_name(day, "x.md") == "x.3.md.trashed"
+    assert trash.free_name(day, "x.md", {"x.3.md.trashed"}) == "x.4.md.trashed"
     write_memory(folder, "x.md")
     with pytest.raises(FileExistsError):
         fsops.move_no_replace(folder, "x.md", day, "x.md")
@@ -352,7 +355,8 @@ def test_a_move_whose_record_cannot_be_written_is_undone(
     assert result.code == 1 and report["status"] == "failed"
     assert "Free some disk space" in report["message"]
     assert path.read_bytes() == original
-    assert [p.name for p in (folder / ".trash").rglob("*.md")] == []
+    trashed = (folder / ".trash").rglob("*")
+    assert [p.name for p in trashed if p.is_file() and p.name != trash.MANIFEST] == []
     assert "stale.md" in (folder / "MEMORY.md").read_text()
     monkeypatch.setattr(trash, "_write_line", real)
     assert cli("dream", folder).code == 0 and not path.exists()
@@ -393,7 +397,7 @@ def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
 
     rt, md, path = _crashed_pass(env, repo, monkeypatch)
     assert journal.pending(rt.paths.state_dir) and not path.exists()
-    size = next(md.real_path.glob(".trash/*/stale.md")).stat().st_size  # moved, not recorded
+    size = next(md.real_path.glob(".trash/*/stale.md.trashed")).stat().st_size  # not recorded
 
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")

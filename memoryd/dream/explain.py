@@ -63,7 +63,7 @@ def explain(
     move = next((m for m in plan.moves if m.filename == item.filename), None)
     similar = []
     for other in inv.items:
-        if other.filename == item.filename or other.type != item.type:
+        if other.filename == item.filename or other.agent_type != item.agent_type:
             continue
         score = overlap(item.words, other.words)
         if score >= t.contradiction:
@@ -104,7 +104,9 @@ def explain(
         "dir": str(md.path),
         "repo_root": str(md.repo_root) if md.repo_root else None,
         "repo_reason": md.repo_reason,
-        "type": item.type or None,
+        # The type as the agent reads it (pairing goes by it); the guards' reading beside it.
+        "type": item.agent_type or None,
+        "guard_type": item.type or None,
         "refs": [
             {
                 "ref": c.ref,
@@ -188,12 +190,21 @@ def _why_not_a_memory(name: str, scan: DirScan | None) -> str:
     return "memoryd cannot use this file as a memory"
 
 
+def _guard_reading(data: dict[str, Any]) -> str:
+    if data.get("guard_type") == data["type"]:
+        return ""
+    return (
+        f" (as Claude Code reads it); the guards take the protective reading: "
+        f"{data.get('guard_type') or 'none'}"
+    )
+
+
 def render(data: dict[str, Any]) -> str:
     lines = [
         f"{data['file']}",
         f"  dir: {data['dir']}",
         f"  repo root: {data['repo_root'] or 'none'} ({data['repo_reason']})",
-        f"  type: {data['type'] or 'none'}",
+        f"  type: {data['type'] or 'none'}" + _guard_reading(data),
         "  references:",
     ]
     if not data["refs"]:

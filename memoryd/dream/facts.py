@@ -34,7 +34,7 @@ class Facts:
     """One memory file's frontmatter fields and body-derived facts (the body is not kept)."""
 
     name: str
-    type: str
+    type: str  # the protective reading, for the guards (Memory.type)
     modified_ts: float  # a frontmatter `modified`/`last_verified` date as a UNIX time, or 0
     promotion_declined: bool
     refs: Refs
@@ -42,6 +42,7 @@ class Facts:
     positives: frozenset[str]
     negatives: frozenset[str]
     prohibition: str  # the prohibition phrase found in the body, or ""
+    agent_type: str = ""  # the type as Claude Code reads it, for pairing (Memory.agent_type)
 
 
 def prohibition(body: str) -> str:
@@ -70,6 +71,7 @@ def derive(memory: Memory, vocabulary: Vocabulary) -> Facts:
         positives=positives or _NOTHING,
         negatives=negatives or _NOTHING,
         prohibition=prohibition(body),
+        agent_type=sys.intern(memory.agent_type),
     )
 
 
@@ -181,7 +183,8 @@ class FactsCache:
                     ids = array("I", map(renumber.__getitem__, ids))
                 rows.append(
                     (sha, f.name, f.type, f.modified_ts, f.promotion_declined, ids.tobytes(),
-                     f.refs.paths, f.refs.symbols, f.positives, f.negatives, f.prohibition)
+                     f.refs.paths, f.refs.symbols, f.positives, f.negatives, f.prohibition,
+                     f.agent_type)
                 )  # fmt: skip
             yield frame(tuple(rows))
 
@@ -194,8 +197,9 @@ class FactsCache:
 
 # The saved file (sealed.frames): a first frame (header, parse limits, words), then frames of
 # up to _ROWS_PER_FRAME rows, each (sha256, name, type, modified_ts, promotion_declined, word ids
-# as array("I") bytes into `words`, paths, symbols, positives, negatives, prohibition).
-_SAVED_HEADER: Final = ("memoryd dream facts", 3, Facts.__slots__)  # 3: newest date
+# as array("I") bytes into `words`, paths, symbols, positives, negatives, prohibition,
+# agent_type).
+_SAVED_HEADER: Final = ("memoryd dream facts", 4, Facts.__slots__)  # 4: two type readings
 _ROWS_PER_FRAME: Final = 2048
 
 
@@ -245,13 +249,14 @@ def _checked(payloads: Iterator[Any], n_words: int) -> Iterator[list[tuple[Any, 
 
 def _row_ok(row: Any, n_words: int) -> bool:
     """A row as dump writes it: field types, and word ids within the file's words."""
-    if not isinstance(row, tuple) or len(row) != 11:
+    if not isinstance(row, tuple) or len(row) != 12:
         return False
-    sha, name, type_, modified_ts, declined, ids, paths, symbols, pos, neg, banned = row
+    sha, name, type_, modified_ts, declined, ids, paths, symbols, pos, neg, banned, agent = row
     if not (
         isinstance(sha, str)
         and isinstance(name, str)
         and isinstance(type_, str)
+        and isinstance(agent, str)
         and isinstance(modified_ts, float | int)
         and isinstance(declined, bool)
         and isinstance(ids, bytes)
@@ -267,7 +272,8 @@ def _row_ok(row: Any, n_words: int) -> bool:
 
 
 def _facts_of(row: tuple[Any, ...], ids: "array[int]") -> Facts:
-    _, name, type_, modified_ts, declined, _, paths, symbols, positives, negatives, banned = row
+    _, name, type_, modified_ts, declined, _, paths, symbols, positives, negatives = row[:10]
+    banned, agent = row[10:]
     return Facts(
         name=name,
         type=sys.intern(type_),
@@ -278,4 +284,5 @@ def _facts_of(row: tuple[Any, ...], ids: "array[int]") -> Facts:
         positives=positives or _NOTHING,
         negatives=negatives or _NOTHING,
         prohibition=banned,
+        agent_type=sys.intern(agent),
     )

@@ -25,7 +25,7 @@ class Item:
 
     filename: str
     name: str
-    type: str
+    type: str  # the protective reading: what the guards go by
     sha256: str
     age_ts: float  # newest of mtime and a frontmatter `modified`/`last_verified` date
     checks: tuple[RefCheck, ...]
@@ -35,6 +35,7 @@ class Item:
     negatives: frozenset[str]
     prohibition: str  # the prohibition phrase found in the body, or ""
     promotion_declined: bool = False
+    agent_type: str = ""  # the type as Claude Code reads it: what pairing goes by
 
     @property
     def missing(self) -> list[str]:
@@ -59,6 +60,7 @@ def make_item(filename: str, sha256: str, mtime: float, facts: Facts, checker: R
         negatives=facts.negatives,
         prohibition=facts.prohibition,
         promotion_declined=facts.promotion_declined,
+        agent_type=facts.agent_type,
     )
 
 
@@ -75,13 +77,26 @@ def guards_for(
     """Every prune guard of DESIGN §4.4 with whether it holds (all listed, for `explain`).
     `restored`: what the pin of a memory a person restored says (memoryd.restored)."""
     recent = now - item.age_ts < t.guard_recent
+    # The type guards go by the protective reading (memfile.protective_type); where Claude
+    # Code reads the type otherwise, the detail says which reading keeps the memory.
+    differs = (
+        f" (read as {item.type} by the protective reading; Claude Code reads "
+        f"{item.agent_type or 'no type'})"
+        if item.type != item.agent_type
+        else ""
+    )
     return [
         Guard("restored", restored is not None, restored or "not restored by a person"),
-        Guard("type_user", item.type == "user", "user memories are never pruned as stale"),
+        Guard(
+            "type_user",
+            item.type == "user",
+            "user memories are never pruned as stale" + (differs if item.type == "user" else ""),
+        ),
         Guard(
             "type_feedback_or_reference",
             item.type in ("feedback", "reference"),
-            "the lesson outlives its example paths",
+            "the lesson outlives its example paths"
+            + (differs if item.type in ("feedback", "reference") else ""),
         ),
         Guard("recently_changed", recent, f"changed {(now - item.age_ts) / 86400:.1f} days ago"),
         Guard(
@@ -155,7 +170,9 @@ def plan_pass(
     by_name = {i.filename: i for i in items}
     plan = Plan(items=by_name)
     ordered = sorted(items, key=lambda i: i.filename)
-    pairs = find_similar_pairs([(i.type, i.words) for i in ordered], t.contradiction)
+    # Paired by the type the agent reads (memfile.agent_type): two memories Claude Code files
+    # under different types are no duplicates of each other to it.
+    pairs = find_similar_pairs([(i.agent_type, i.words) for i in ordered], t.contradiction)
     neighbours: dict[str, list[tuple[str, float]]] = {}
     for pair in pairs:
         a, b = ordered[pair.a].filename, ordered[pair.b].filename

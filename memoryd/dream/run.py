@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import acked, fsops, journal, restored, trash
-from memoryd.discover import CLAUDE_LOCK, MemoryDir, lock_is_fresh
+from memoryd.discover import MemoryDir, claude_lock
 from memoryd.dream import refused, transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
 from memoryd.dream.consult import (
@@ -489,9 +489,10 @@ def _dream_dir(
     # The daemon's pass leaves a just-written file its grace for the agent's own pointer, as
     # the daemon's index updates do; a pass on the command line indexes it at once.
     grace = 0.0 if trigger == "command" else rt.config.index.new_file_grace
-    if lock_is_fresh(md, now):
+    lock = claude_lock(md, now)
+    if lock is not None and lock.held:
         result.status = "skipped"
-        result.message = f"{CLAUDE_LOCK} is fresh: Claude Code is consolidating this dir itself"
+        result.message = f"{lock.why}: Claude Code is consolidating this dir itself"
         if not dry_run:
             audit.write("dream.skipped", dir=md.path, why=result.message)
         return result
@@ -714,10 +715,7 @@ def _trash_records(
     records: list[TrashRecord] = []
     taken: set[str] = set()
     for move in plan.moves:
-        stored = trash.free_name(folder, move.filename)
-        while stored in taken:  # two planned moves must not pick one free name
-            stem = stored.removesuffix(".md")
-            stored = trash.free_name(folder, f"{stem}.x.md")
+        stored = trash.free_name(folder, move.filename, taken)  # never one name for two moves
         taken.add(stored)
         records.append(
             _record(

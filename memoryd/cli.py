@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from memoryd import __version__, audit, fsops
+from memoryd import __version__, audit, cmd_versions, fsops
 from memoryd.config import Config, config_as_dict, load_config
 from memoryd.discover import (
     Discovery,
@@ -207,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     config_sub.add_parser("check", help="validate; exit 2 listing every problem")
     config_sub.add_parser("show", help="print the effective configuration as TOML")
+    if "history" not in sub.choices:  # versions (another `history` may take it: see cmd_versions)
+        cmd_versions.add_parser(sub)
     return parser
 
 
@@ -683,6 +685,8 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             out.write(f"{r['id']}  {r['day']}  {r['reason']:<13} {where}{shown(extra)}\n")
         for bad in [] if args.json else invalid:
             out.write(f"INVALID  {shown(bad['message'])}\n")
+        if not args.json:  # versions: files deleted outside memoryd, restorable the same way
+            out.write(cmd_versions.render_deleted(cmd_versions.deleted_rows(rt, args.dirs)))
         return EXIT_FINDINGS if invalid else EXIT_OK
     if not (args.trash_command == "purge" and args.dry_run):  # a dry run writes nothing at all
         _recover(rt)
@@ -690,7 +694,12 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         dirs = discover(rt.config, args.dirs)
         if not args.dirs:  # also every dir memoryd has worked on, wherever it was
             dirs += housekeeping.known_dirs(rt)
-        found = housekeeping.find_entry(rt, dirs, args.key)
+        try:
+            found = housekeeping.find_entry(rt, dirs, args.key)
+        except MemorydError:  # versions: or a file deleted outside memoryd
+            if cmd_versions.restore_deleted(rt, args.key, args.dirs, out):
+                return EXIT_OK
+            raise
         name = housekeeping.restore(rt, found)
         out.write(
             f"restored {shown(found.entry.record.original_name)} as "
@@ -815,6 +824,7 @@ HANDLERS: dict[str, Handler] = {
     "log": cmd_log,
     "config": cmd_config,
 }
+HANDLERS.setdefault("history", cmd_versions.cmd_history)  # versions (see cmd_versions)
 
 
 READ_ONLY = frozenset({"status", "log", "dirs"})  # and `trash list`
@@ -876,7 +886,8 @@ def main(
             return EXIT_USAGE
     rt = Runtime.create(config, paths)
     try:
-        return HANDLERS[args.command](args, rt, out)
+        with cmd_versions.keeping(args, rt):  # versions
+            return HANDLERS[args.command](args, rt, out)
     except UsageError as error:
         err.write(f"memoryd: {error}\n")
         return EXIT_USAGE

@@ -785,6 +785,7 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                   f"pending changes {d['pending_changes']}, last pass {d['last_pass'] or 'never'}"
                   f"{' (' + d['last_pass_result'] + ')' if d['last_pass_result'] else ''}, "
                   f"watch {d['watch']}\n")
+    out.write(cmd_versions.alarm_lines(rt))  # versions: mass changes of the last day
     return EXIT_OK
 
 

@@ -51,6 +51,8 @@ OBJECT_MAX = 64 << 20  # the archive's read limit is below this
 DAY = 86400.0
 
 AuditWrite = Callable[..., None]
+ALARMS = "alarms.json"
+ALARMS_KEEP = 50
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -558,6 +560,7 @@ class VersionStore:
         d.alarmed_until = now + self.alarm_window  # one alarm a burst
         deleted = sorted({n for _, k, n in d.changes if k == "deleted"})
         rewritten = sorted({n for _, k, n in d.changes if k == "rewritten"})
+        self._guard(self._keep_alarm, d.path, now, len(deleted), len(rewritten))
         if self.audit is not None:
             self.audit(
                 "memory.mass_change",
@@ -568,6 +571,12 @@ class VersionStore:
                 window_s=int(self.alarm_window),
                 restore=f"memoryd trash list {d.path}; memoryd history {d.path}/FILE --restore N",
             )
+
+    def _keep_alarm(self, path: Path, now: float, deleted: int, rewritten: int) -> None:
+        """The last alarms, for `memoryd status` (which reads no audit log)."""
+        kept = [a for a in alarms(self) if a.get("dir") != str(path)][-(ALARMS_KEEP - 1) :]
+        kept.append({"dir": str(path), "t": now, "deleted": deleted, "rewritten": rewritten})
+        fsops.write_private(self.root / ALARMS, json.dumps(kept, ensure_ascii=True).encode())
 
     # --- safety ----------------------------------------------------------------------------------
     def _say(self, problem: str) -> None:
@@ -602,6 +611,15 @@ def _write_temp(dir_fd: int, name: str, data: bytes | Sequence[bytes], *, sync: 
         raise
     os.close(fd)
     return tmp
+
+
+def alarms(store: VersionStore) -> list[dict[str, Any]]:
+    """The last mass-change alarms (one per dir, the newest), oldest first."""
+    try:
+        data = json.loads(store.root.joinpath(ALARMS).read_bytes()[: 1 << 20])
+    except (OSError, ValueError):
+        return []
+    return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []
 
 
 def deleted_id(path: Path, name: str, when: float) -> str:

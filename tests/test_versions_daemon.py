@@ -55,6 +55,8 @@ def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
         alarm = running.rows("memory.mass_change")
         assert len(alarm) == 1 and alarm[0]["level"] == "warning"
         assert alarm[0]["deleted"] == 5 and alarm[0]["rewritten"] == 2
+        status = running.cli("status")
+        assert "ALARM" in status.stdout and "5 memory files deleted" in status.stdout
         rewritten = {r["file"] for r in running.rows("memory.rewritten_outside")}
         assert {"m5.md", "m6.md"} <= rewritten
 
@@ -91,7 +93,7 @@ def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
     assert len(digests) == len(objects)
     for data in original.values():
         assert hashlib.sha256(data).hexdigest() in digests
-    for root, dirs, files in os.walk(running.state / "versions"):
+    for root, _dirs, files in os.walk(running.state / "versions"):
         assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
         for f in files:
             assert stat.S_IMODE(os.stat(Path(root) / f).st_mode) == 0o600

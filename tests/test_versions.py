@@ -106,7 +106,8 @@ def test_deletions_and_rewrites_by_others_are_rows_and_a_burst_is_one_alarm(env:
     folder = _dir(env)
     for i in range(8):
         _mem(folder, f"m{i}.md", f"lesson {i}")
-    clock, events = Clock(), []  # type: Clock, Events
+    clock = Clock()
+    events: Events = []
     store = _store(env, clock, events, alarm_files=3, alarm_window=600)
     with versions.active(store):
         previous = scan_dir(folder)

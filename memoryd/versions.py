@@ -107,8 +107,11 @@ class _Dir:
     path: Path
     log: Path
     offset: int = 0
-    latest: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # name -> sha, e, size
-    present: set[str] = field(default_factory=set)  # names whose latest record is `seen`
+    # Names whose latest record is `seen` -> sha256 (10,000 of them in a big dir: the strings
+    # are the scan's own once a full scan has run, see end_scan), and the few others.
+    seen: dict[str, str] = field(default_factory=dict)
+    other: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> sha256, event
+    shared: bool = False
     loaded: bool = False
     changes: list[tuple[float, str, str]] = field(default_factory=list)  # outside: t, kind, name
     alarmed_until: float = 0.0
@@ -275,7 +278,7 @@ class VersionStore:
             return
         try:
             if st.st_size < d.offset:  # compacted by a prune: read again from the start
-                d.offset, d.latest, d.present = 0, {}, set()
+                d.offset, d.seen, d.other = 0, {}, {}
             if st.st_size == d.offset:
                 d.loaded = True
                 return
@@ -296,11 +299,13 @@ class VersionStore:
 
     @staticmethod
     def _apply(d: _Dir, rec: Record) -> None:
-        d.latest[rec.f] = (rec.h, rec.e, rec.n)
-        if rec.e == "seen":
-            d.present.add(rec.f)
-        else:
-            d.present.discard(rec.f)
+        _set(d, rec.f, rec.h, rec.e)
+
+    @staticmethod
+    def latest(d: _Dir, name: str) -> tuple[str, str] | None:
+        """The sha256 and event of `name`'s latest record."""
+        sha = d.seen.get(name)
+        return (sha, "seen") if sha is not None else d.other.get(name)
 
     def _append(self, d: _Dir, records: Sequence[dict[str, Any]]) -> None:
         if not records:
@@ -322,10 +327,15 @@ class VersionStore:
             )
             # Through to the kernel (a killed process loses nothing), not fsynced: the
             # objects it names are, and a power cut then loses at most these lines.
-            os.write(fd, head + body)
+            written = os.write(fd, head + body)
         finally:
             os.close(fd)
-        self._catch_up(d)
+        if st.st_size == d.offset and d.loaded and written == len(head) + len(body):
+            for r in records:  # applied as they are: their strings stay the caller's
+                _set(d, r["f"], r["h"], r["e"])
+            d.offset += written
+        else:
+            self._catch_up(d)  # another process appended since: read it all in order
 
     def record(
         self, path: Path, name: str, sha: str, size: int, event: str, by: str, **extra: Any
@@ -434,7 +444,7 @@ class VersionStore:
             told: list[tuple[str, str, str, str, int, bool]] = []  # said once the log has them
             arrived: dict[str, str] = {}  # sha -> a name it came under (a rename's other half)
             for name, sha, size, kind in session.reads:
-                latest = d.latest.get(name)
+                latest = self.latest(d, name)
                 if latest is not None and latest[0] == sha and latest[1] == "seen":
                     continue
                 by = (
@@ -448,9 +458,15 @@ class VersionStore:
                     prev = before.get(name)
                     counts = kind == "memory" or (prev is not None and prev.kind == "memory")
                     told.append(("rewritten", name, sha, latest[0], size, counts))
-            candidates = d.present if only is None else (n for n in only if n in d.present)
-            for name in sorted(n for n in candidates if n not in present):
-                sha, _, size = d.latest[name]
+            if only is None:
+                gone = [n for n in d.seen if n not in present]
+                self._share(d, files)
+            else:
+                gone = [n for n in only if n in d.seen and n not in present]
+            for name in sorted(gone):
+                sha = d.seen[name]
+                prev = before.get(name)
+                size = prev.size if prev is not None else 0
                 row: dict[str, Any] = {
                     "t": now,
                     "f": name,
@@ -462,7 +478,6 @@ class VersionStore:
                 if sha in arrived:
                     row["to"] = arrived[sha]  # renamed: nothing was lost
                 else:
-                    prev = before.get(name)
                     counts = prev is None or prev.kind == "memory"
                     told.append(("deleted", name, sha, "", size, counts))
                 rows.append(row)
@@ -471,6 +486,22 @@ class VersionStore:
                 self._outside(d, now, kind, name, sha, prev_sha, size, counts)
             self._alarm(d, now)
 
+    @staticmethod
+    def _share(d: _Dir, files: Mapping[str, "scan.Scanned"]) -> None:
+        """Once per dir: hold the scan's own name and sha256 strings, not copies read from
+        the log (10,000 of each would be ~2 MB for nothing)."""
+        if d.shared:
+            return
+        d.shared = True
+        shared: dict[str, str] = {}
+        for name, sha in d.seen.items():
+            info = files.get(name)
+            if info is not None and info.sha256 == sha:
+                shared[info.filename] = info.sha256
+            else:
+                shared[name] = sha
+        d.seen = shared
+
     def _backfill(
         self, session: Session, dir_fd: int, files: Mapping[str, "scan.Scanned"], d: _Dir
     ) -> None:
@@ -478,7 +509,7 @@ class VersionStore:
         than the store, a log pruned or lost): read once, so that each has its version."""
         read = {r[0] for r in session.reads}
         for name, info in files.items():
-            if info.kind not in ("memory", "note") or name in d.latest or name in read:
+            if info.kind not in ("memory", "note") or name in d.seen or name in read:
                 continue
             try:
                 data, _ = fsops.read_regular(dir_fd, name, OBJECT_MAX)
@@ -511,7 +542,7 @@ class VersionStore:
         d = self._dir(path)
         self._catch_up(d)
         self._index_sha[(path, name)] = sha
-        latest = d.latest.get(name)
+        latest = self.latest(d, name)
         if latest is not None and latest[0] == sha and latest[1] == "seen":
             return
         self.store_object(data, sha)
@@ -590,6 +621,15 @@ class VersionStore:
             func(*args)
         except OSError as error:
             self._say(f"{error.filename or self.root}: {error.strerror or error}")
+
+
+def _set(d: _Dir, name: str, sha: str, event: str) -> None:
+    if event == "seen":
+        d.seen[name] = sha
+        d.other.pop(name, None)
+    else:
+        d.seen.pop(name, None)
+        d.other[name] = (sha, event)
 
 
 def _write_temp(dir_fd: int, name: str, data: bytes | Sequence[bytes], *, sync: bool) -> str:

@@ -58,6 +58,7 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
     store = versions.for_runtime(rt)
     with versions.active(store):
         if command == "run":
+            store.defer = True  # the daemon: objects are put in place at each heartbeat
             store._guard(versions.prune, store)
         yield
 

@@ -211,9 +211,13 @@ import sys
 from pathlib import Path
 from memoryd import versions
 from memoryd.scan import scan_dir
+import os, signal
 store = versions.VersionStore(Path(sys.argv[2]))
+store.defer = len(sys.argv) > 3  # the daemon's way: objects put in place at the next flush
 with versions.active(store):
     scan_dir(Path(sys.argv[1]))
+    if store.defer:
+        os.kill(os.getpid(), signal.SIGKILL)  # before any flush
 """
 
 
@@ -257,3 +261,21 @@ def test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version(tmp_path:
         assert k > count  # every object's write and the rename step were crash points
         labels = trace.read_text()
         assert "versions.writing" in labels and "versions.before_rename" in labels
+
+
+def test_a_daemon_killed_before_its_flush_loses_no_version(tmp_path: Path) -> None:
+    """The daemon renames a pass's new objects into place at its next heartbeat; killed
+    before it, the next start puts every whole temp in place (none is left behind)."""
+    folder = tmp_path / "mem"
+    folder.mkdir()
+    datas = [_mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)]
+    state = tmp_path / "state"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env.pop("MEMORYD_CRASH_AT", None)
+    run = [sys.executable, "-c", CRASH_SCRIPT, str(folder), str(state)]
+    killed = subprocess.run([*run, "defer"], env=env, capture_output=True, timeout=60, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    objects = state / "versions" / "objects"
+    assert not [p for p in objects.iterdir() if not p.name.startswith(".")]  # all temps
+    assert subprocess.run(run, env=env, timeout=60, check=False).returncode == 0
+    assert sorted(p.name for p in objects.iterdir()) == sorted(_sha(d) for d in datas)

@@ -117,6 +117,21 @@ EVENTS: dict[str, EventSpec] = {
         "a memory a person asked to forget was moved to the trash (restorable)",
         ("file", "id", "reason", "sha256"),
     ),
+    "memory.deleted_outside": EventSpec(
+        "info",
+        "a memory file was deleted by another process; its last version is kept",
+        ("file", "sha256", "size", "restore"),
+    ),
+    "memory.rewritten_outside": EventSpec(
+        "info",
+        "a memory file (or index) was rewritten by another process; the old version is kept",
+        ("file", "sha256", "previous", "size", "restore"),
+    ),
+    "memory.mass_change": EventSpec(
+        "warning",
+        "many memory files of a dir were deleted or rewritten by others in a short time",
+        ("deleted", "rewritten", "files", "window_s", "restore"),
+    ),
     "watch.overflow": EventSpec("warning", "file events were lost; rescanning", ("detail",)),
     "watch.rescanned": EventSpec("info", "a full rescan finished", ("dirs", "changed")),
     "watch.limit": EventSpec("warning", "a watch could not be added", ("error", "hint")),

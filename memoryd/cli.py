@@ -1013,6 +1013,10 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             out.write(render(rows, time.time(), paint))
         for bad in [] if args.json else invalid:
             out.write(f"INVALID  {shown(bad['message'])}\n")
+        if not args.json:  # versions: files deleted outside memoryd, restorable the same way
+            from memoryd import cmd_versions
+
+            out.write(cmd_versions.render_deleted(cmd_versions.deleted_rows(rt, args.dirs)))
         return EXIT_FINDINGS if invalid else EXIT_OK
     if not (args.trash_command == "purge" and args.dry_run):  # a dry run writes nothing at all
         _recover(rt)
@@ -1020,7 +1024,14 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         dirs = discover(rt.config, args.dirs)
         if not args.dirs:  # also every dir memoryd has worked on, wherever it was
             dirs += housekeeping.known_dirs(rt)
-        found = housekeeping.find_entry(rt, dirs, args.key)
+        try:
+            found = housekeeping.find_entry(rt, dirs, args.key)
+        except MemorydError:  # versions: or a file deleted outside memoryd
+            from memoryd import cmd_versions
+
+            if cmd_versions.restore_deleted(rt, args.key, args.dirs, out):
+                return EXIT_OK
+            raise
         name = housekeeping.restore(rt, found)
         out.write(
             f"restored {shown(found.entry.record.original_name)} as "
@@ -1080,6 +1091,9 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         view = View(now=now, home=str(Path.home()), width=terminal_width(out, os.environ),
                     paint=Painter(use_color(args.color, out, os.environ)))
         out.write(render(found, view))
+        from memoryd.cmd_versions import alarm_lines
+
+        out.write(alarm_lines(rt))  # mass changes by other processes, of the last day
     return EXIT_OK if found.fresh else EXIT_FINDINGS
 
 
@@ -1131,6 +1145,18 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+def _keeping_versions(
+    args: argparse.Namespace, rt: Runtime
+) -> contextlib.AbstractContextManager[None]:
+    """The version store for a command that may write (memoryd.cmd_versions.keeping); the
+    read-only commands do not even import it."""
+    if args.command not in VERSIONED:
+        return contextlib.nullcontext()
+    from memoryd.cmd_versions import keeping
+
+    return keeping(args, rt)
+
+
 def _lazy(module: str, args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     """A command whose module is imported only when it runs."""
     import importlib
@@ -1139,12 +1165,15 @@ def _lazy(module: str, args: argparse.Namespace, rt: Runtime, out: TextIO) -> in
     return handler(args, rt, out)
 
 
+VERSIONED = frozenset({"run", "index", "dream", "trash", "history"})  # see cmd_versions.keeping
 READ_ONLY = frozenset({"status", "log", "dirs", "history"})  # and `trash list`
 CONFIG_PROBLEMS_SHOWN = 3
 
 
 def _read_only(args: argparse.Namespace) -> bool:
     """A command that only looks (it runs on the built-in defaults when the file is invalid)."""
+    if args.command == "history":  # `--restore` writes a version back
+        return getattr(args, "restore", None) is None
     return args.command in READ_ONLY or (
         args.command == "trash" and args.trash_command == "list"
     )
@@ -1204,7 +1233,8 @@ def main(
     rt = Runtime.create(config, paths)
     args.stderr = err  # a handler's warnings go where this run's errors go
     try:
-        return HANDLERS[args.command](args, rt, out)
+        with _keeping_versions(args, rt):
+            return HANDLERS[args.command](args, rt, out)
     except UsageError as error:
         err.write(f"memoryd: {error}\n")
         return EXIT_USAGE

@@ -111,6 +111,14 @@ class TrashConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class VersionsConfig:
+    keep_days: int = 30  # a replaced or deleted version is kept this long after it was
+    max_bytes: int = 512 * 1024 * 1024  # the store's cap (see memoryd.versions.prune)
+    alarm_files: int = 3  # more memory files than this deleted or rewritten by others ...
+    alarm_window: float = 600.0  # ... within this long: memory.mass_change
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     level: LogLevel = "info"
     max_bytes: int = 10_000_000
@@ -130,6 +138,7 @@ class Config:
     watch: WatchConfig = field(default_factory=WatchConfig)
     dream: DreamConfig = field(default_factory=DreamConfig)
     trash: TrashConfig = field(default_factory=TrashConfig)
+    versions: VersionsConfig = field(default_factory=VersionsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     parse: ParseConfig = field(default_factory=ParseConfig)
     dirs: Mapping[Path, DirOverride] = field(default_factory=dict)
@@ -300,6 +309,15 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
         },
     ),
     "trash": (TrashConfig, {"keep_days": _int(1)}),
+    "versions": (
+        VersionsConfig,
+        {
+            "keep_days": _int(1),
+            "max_bytes": _int(1024 * 1024),
+            "alarm_files": _int(0),
+            "alarm_window": _positive_duration,
+        },
+    ),
     "log": (
         LogConfig,
         {

@@ -25,7 +25,7 @@ from typing import Any
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from memoryd import __version__, fsops, housekeeping, notify
+from memoryd import __version__, fsops, housekeeping, notify, versions
 from memoryd.config import Config, load_config
 from memoryd.discover import MemoryDir, discover_all, lock_is_fresh, report_refused
 from memoryd.errors import ConfigError, MemorydError
@@ -706,6 +706,7 @@ class Daemon:
 
     def heartbeat(self) -> None:
         self._last_beat = self.mono()
+        versions.flush_active()  # versions: the index versions memoryd wrote since
         self.absorb_reads()
         _return_freed_memory()
         for path, entry in self.dirs.items():

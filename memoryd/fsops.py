@@ -32,6 +32,8 @@ before_swap: Callable[[Path, str], None] | None = None
 # The daemon's hook: told the identity (inode, size, mtime_ns) a file will have once our swap
 # lands (a rename keeps all three), before the swap, so the event it causes is known as ours.
 on_own_write: Callable[[Path, str, tuple[int, int, int]], None] | None = None
+# The version store's hook (memoryd.versions): told what memoryd wrote, once it is in place.
+on_own_content: "Callable[[Path, str, Content, tuple[int, int, int]], None] | None" = None
 
 
 def _load_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
@@ -348,6 +350,8 @@ def replace_file(
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         fsync_dir(dir_fd)
+        if on_own_content is not None:  # versions
+            on_own_content(dir_path, name, data, (st.st_ino, st.st_size, st.st_mtime_ns))
         digest = _digest(data) if expected_data is None else ""
         return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, digest)
 

@@ -10,7 +10,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, restored, trash
+from memoryd import fsops, restored, trash, versions
 from memoryd.discover import MemoryDir, memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.index import INDEX_NAME, Place, pointer_targets
@@ -127,6 +127,7 @@ def _restore(rt: Runtime, listed: Listed) -> str:
         restored.record(rt.store, real, restored.Pin(
             record.original_name, record.sha256, when, record.id))  # fmt: skip
     name = trash.restore(real, listed.entry)
+    versions.note_restored(real, name, record.sha256, record.size)
     if name != record.original_name:
         restored.record(rt.store, real, restored.Pin(name, record.sha256, when, record.id))
     rt.audit.write(

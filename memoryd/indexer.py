@@ -7,7 +7,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -102,6 +102,10 @@ class Held:
     seen_token: object | None = None
 
 
+# The version store's hook (memoryd.versions): told of every index file's bytes read.
+on_index_read: Callable[[int, str, bytes, str], None] | None = None
+
+
 def read_index_file(dir_fd: int, name: str) -> IndexText:
     limit = MAX_ARCHIVE_BYTES if name == ARCHIVE_NAME else MAX_INDEX_BYTES
     try:
@@ -113,6 +117,8 @@ def read_index_file(dir_fd: int, name: str) -> IndexText:
     except OSError as error:
         return IndexText(None, None, error=f"{name} cannot be read as a file ({error.strerror})")
     sha = hashlib.sha256(data).hexdigest()
+    if on_index_read is not None:  # versions
+        on_index_read(dir_fd, name, data, sha)
     identity = FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, sha)
     read_only = not st.st_mode & stat.S_IWUSR
     try:

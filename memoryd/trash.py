@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops
+from memoryd import fsops, versions
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
 from memoryd.paths import (
     BoundedLines,
@@ -398,6 +398,8 @@ class Mover:
                 f"{record.original_name} ({error.strerror}); the file was put back{back} and "
                 "nothing else moved. Free some disk space and rerun."
             ) from error
+        versions.note_moved(self.memory_dir, record.original_name, record.sha256, record.size,
+                            record.id)  # fmt: skip
         return record
 
     def _put_back(self, record: TrashRecord) -> str:

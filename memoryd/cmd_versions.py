@@ -1,0 +1,285 @@
+"""`memoryd history FILE|NAME`: the versions memoryd kept of a memory (or index), `--diff`
+between them, `--restore N` to write one back; and the version store's part in `trash list`
+and `trash restore` (files deleted outside memoryd)."""
+
+import argparse
+import contextlib
+import json
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from memoryd import versions
+from memoryd.display import shown
+from memoryd.errors import MemorydError, UsageError
+from memoryd.runtime import Runtime
+
+EXIT_OK, EXIT_FINDINGS = 0, 1
+PRUNE_EVERY = 86400.0
+
+
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser(
+        "history",
+        help="the versions memoryd kept of a memory file or index; diff or restore one",
+        description="Every version of a memory file (and of MEMORY.md / MEMORY-ARCHIVE.md) "
+        "memoryd read is kept in its state dir for versions.keep_days. List them (when seen, "
+        "size, sha256, whether memoryd or another process wrote it), show what changed, or "
+        "write an earlier one back as a new version (the current one stays in the history).",
+    )
+    p.add_argument("file", metavar="FILE|NAME", help="a memory file's path, or its name")
+    p.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="where to look for NAME")
+    p.add_argument(
+        "--diff",
+        nargs="?",
+        const="",
+        metavar="A[..B]",
+        help="show what changed: from the previous version to the newest (no value), from "
+        "version A to the file now, or from A to B",
+    )
+    p.add_argument("--restore", type=int, metavar="VERSION", help="write VERSION back")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+@contextlib.contextmanager
+def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
+    """Keep versions of what this command reads (every command that may write, and the
+    daemon); a dry run, a check and the read-only commands write nothing, so keep none."""
+    command = getattr(args, "command", "")
+    if (
+        command not in ("run", "index", "dream", "trash", "history")
+        or getattr(args, "dry_run", False)
+        or getattr(args, "check", False)
+        or (command == "trash" and getattr(args, "trash_command", "") == "list")
+    ):
+        yield
+        return
+    store = versions.for_runtime(rt)
+    with versions.active(store):
+        if command == "run":
+            store.defer = True  # the daemon: objects are put in place at each heartbeat
+            store._guard(versions.prune, store)
+        yield
+
+
+def _locate(rt: Runtime, key: str, dirs: Sequence[Path]) -> tuple[Path, str]:
+    """The dir and the name FILE|NAME means: a path names both (its folder need not be a
+    memory dir memoryd still finds: the file may be gone); a bare name is looked for in
+    DIR..., else in every dir the store holds versions of."""
+    store = versions.for_runtime(rt)
+    path = Path(key).expanduser()
+    if "/" in key:
+        folder = path.parent.resolve() if path.parent.exists() else path.parent.absolute()
+        return folder, path.name
+    candidates = [d.resolve() for d in dirs] if dirs else store.known_dirs()
+    holding = [d for d in candidates if versions.versions_of(store, d, key)]
+    if not holding:
+        raise UsageError(
+            f"{key}: no version of a file of that name is kept in "
+            f"{'the dirs named' if dirs else 'any memory dir'}; give its path (`memoryd "
+            "history <dir>/<file>`)"
+        )
+    if len(holding) > 1:
+        raise UsageError(
+            f"{key}: files of that name are kept in {len(holding)} dirs "
+            f"({', '.join(str(d) for d in holding[:3])}); give its path"
+        )
+    return holding[0], key
+
+
+def cmd_history(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    store = versions.current() or versions.for_runtime(rt)
+    folder, name = _locate(rt, args.file, args.dirs)
+    found = versions.versions_of(store, folder, name)
+    if args.restore is not None:
+        return _restore(rt, store, folder, name, found, args.restore, out)
+    if args.diff is not None:
+        out.write(_diff(store, folder, name, found, args.diff))
+        return EXIT_OK
+    if args.json:
+        rows = [
+            {
+                "version": v.number,
+                "sha256": v.sha256,
+                "size": v.size,
+                "seen": v.seen,
+                "until": v.until,
+                "by": v.by,
+                "ended_by": v.ended_by or None,
+                "restorable": v.stored,
+            }
+            for v in found
+        ]
+        json.dump({"dir": str(folder), "file": name, "versions": rows}, out, indent=2)
+        out.write("\n")
+        return EXIT_OK
+    out.write(shown(render_versions(folder, name, found)))
+    return EXIT_OK if found else EXIT_FINDINGS
+
+
+def render_versions(folder: Path, name: str, found: Sequence[versions.Version]) -> str:
+    return versions.render_versions(folder, name, found, time.time())
+
+
+def _current(folder: Path, name: str) -> bytes | None:
+    from memoryd import fsops
+
+    try:
+        with fsops.open_dir(folder) as fd:
+            return fsops.read_regular(fd, name, versions.OBJECT_MAX)[0]
+    except (OSError, ValueError):
+        return None
+
+
+def _pick(found: Sequence[versions.Version], number: int) -> versions.Version:
+    for v in found:
+        if v.number == number:
+            return v
+    raise UsageError(f"no version {number}: `memoryd history` lists versions 1 to {len(found)}")
+
+
+def _diff(
+    store: versions.VersionStore,
+    folder: Path,
+    name: str,
+    found: Sequence[versions.Version],
+    spec: str,
+) -> str:
+    if not found:
+        return f"{folder / name}: no version kept\n"
+    if not spec:
+        if len(found) < 2:
+            return versions.diff(store, name, found[-1], None, _current(folder, name))
+        return versions.diff(store, name, found[-2], found[-1], None)
+    a, _, b = spec.partition("..")
+    try:
+        older = _pick(found, int(a))
+        newer = _pick(found, int(b)) if b else None
+    except ValueError as error:
+        raise UsageError(f"--diff {spec}: give version numbers, A or A..B") from error
+    return versions.diff(
+        store, name, older, newer, _current(folder, name) if newer is None else None
+    )
+
+
+def _restore(
+    rt: Runtime,
+    store: versions.VersionStore,
+    folder: Path,
+    name: str,
+    found: Sequence[versions.Version],
+    number: int,
+    out: TextIO,
+) -> int:
+    from memoryd import fsops
+
+    version = _pick(found, number)
+    data = store.read_object(version.sha256)
+    if data is None:
+        raise MemorydError(
+            f"{folder / name}: the bytes of version {number} are no longer kept (pruned past "
+            "versions.keep_days or the store's cap); nothing was written"
+        )
+    with rt.store.lock(folder), fsops.open_dir(folder) as fd:
+        now = fsops.identity_of(fd, name, versions.OBJECT_MAX)
+        if now is not None and now[1].sha256 == version.sha256:
+            out.write(f"{shown(folder / name)} already holds version {number}; nothing to do\n")
+            return EXIT_OK
+        store.intend_restore(folder, name, data)
+        # The check-and-swap writer: if someone writes the file meanwhile, nothing of
+        # theirs is lost and nothing is written (rerun to restore over their version).
+        fsops.replace_file(folder, name, data, now[1] if now is not None else None)
+    rt.audit.write(
+        "trash.restored", dir=folder, file=name, id=f"v{number}:{version.sha256[:12]}",
+        **{"as": name},
+    )  # fmt: skip
+    out.write(
+        f"restored version {number} of {shown(folder / name)} ({version.size} bytes, "
+        f"{version.sha256[:12]}); the version it replaced stays in its history\n"
+    )
+    return EXIT_OK
+
+
+# --- trash list / restore: files deleted outside memoryd -------------------------------------
+def deleted_rows(rt: Runtime, dirs: Sequence[Path]) -> list[versions.Deleted]:
+    store = versions.current() or versions.for_runtime(rt)
+    wanted = {d.resolve() for d in dirs}
+    known = store.known_dirs()
+    return [
+        d for path in known if not wanted or path in wanted for d in versions.deleted(store, path)
+    ]
+
+
+def render_deleted(items: Sequence[versions.Deleted]) -> str:
+    from memoryd.humanize import ago
+
+    now = time.time()
+    return "".join(
+        f"{d.id}  {'':10}  deleted outside memoryd, {ago(d.when, now)}  {shown(d.dir / d.name)}\n"
+        for d in items
+    )
+
+
+def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) -> bool:
+    """`trash restore ID` for a file deleted outside memoryd: False when `key` names none."""
+    from memoryd import fsops, restored, trash
+    from memoryd.discover import memory_dir_at
+    from memoryd.index import INDEX_NAME, pointer_lines, pointer_places
+    from memoryd.indexer import index_dir
+
+    store = versions.current() or versions.for_runtime(rt)
+    known = [d.resolve() for d in dirs] or store.known_dirs()
+    item = versions.find_deleted(store, known, key)
+    if item is None:
+        return False
+    data = store.read_object(item.sha256)
+    if data is None:
+        raise MemorydError(f"{item.dir / item.name}: its kept version is damaged or gone")
+    md = memory_dir_at(item.dir, rt.config)
+    with rt.store.lock(item.dir):
+        name = trash.restore_name(item.dir, item.name)
+        when = restored.now_iso(rt.clock())
+        restored.record(rt.store, item.dir, restored.Pin(name, item.sha256, when, item.id))
+        store.intend_restore(item.dir, name, data)
+        fsops.replace_file(item.dir, name, data, None)  # never over a file (a new name instead)
+        if name != item.name:
+            store.record(item.dir, item.name, item.sha256, item.size, "gone", versions.MEMORYD,
+                         restored_as=name)  # fmt: skip
+        rt.audit.write("trash.restored", dir=item.dir, file=item.name, id=item.id, **{"as": name})
+        # Its pointer line, as the newest kept MEMORY.md that had one held it, where it sat.
+        preferred: dict[str, str] = {}
+        placements = {}
+        for v in reversed(versions.versions_of(store, item.dir, INDEX_NAME)[-20:]):
+            text = (store.read_object(v.sha256) or b"").decode("utf-8", "replace")
+            lines = [p.content for p in pointer_lines(text) if p.target == item.name]
+            if lines:
+                if name == item.name:
+                    preferred[name] = lines[0]
+                placements = pointer_places(text.removeprefix("\ufeff"), {item.name})
+                break
+        place = placements.get(item.name)
+        index_dir(rt, md, preferred=preferred, placements={name: place} if place else None)
+    out.write(f"restored {shown(item.name)} as {shown(item.dir / name)}\n")
+    return True
+
+
+ALARM_SHOWN = 86400.0  # `status` shows a mass change for a day
+
+
+def alarm_lines(rt: Runtime) -> str:
+    """`memoryd status`: the mass changes of the last day, and how to undo them."""
+    from memoryd.humanize import ago
+
+    now = time.time()
+    out = []
+    for a in versions.alarms(versions.for_runtime(rt)):
+        when = a.get("t")
+        if not isinstance(when, int | float) or now - when > ALARM_SHOWN:
+            continue
+        out.append(
+            f"  ALARM {shown(str(a.get('dir')))}: {a.get('deleted')} memory files deleted and "
+            f"{a.get('rewritten')} rewritten by another process, {ago(when, now)}; "
+            "`memoryd trash list` and `memoryd history FILE` bring them back\n"
+        )
+    return "".join(out)

@@ -1,0 +1,1048 @@
+"""Undo for what others do (DESIGN Amendments, §2.2 widened): every version of a memory file,
+and of MEMORY.md / MEMORY-ARCHIVE.md, that memoryd reads is kept by content in the state dir.
+
+Layout, all 0700/0600, never in a memory dir:
+- `<state>/versions/objects/<sha256>`: a version's bytes, stored once whatever dirs and names
+  hold them; written as a temp file, fsynced, renamed (a kill -9 leaves a whole object or a
+  temp file, never half an object under its name), then the folder fsynced.
+- `<state>/versions/logs/<dir key>.jsonl`: per memory dir, one JSON line per event, appended:
+  `{"t": when, "f": name, "h": sha256, "n": size, "e": event, "by": "memoryd"|"other"}` with
+  `e` one of `seen` (a version first read), `gone` (the file left the dir), `moved` (memoryd
+  moved it into the trash), `restoring` (memoryd is about to write these bytes back). The
+  first line names the dir. A torn last line (a crash mid-append) is skipped.
+
+Where versions come from: a scan reads a changed file's bytes anyway (`scan.observer`, one
+session per `scan_dir`); an index file's bytes are read by `indexer.read_index_file`
+(`observe_index`); memoryd's own index writes are told by `fsops.on_own_content` and stored
+at the next flush (the heartbeat, the end of a command, or before anyone else's version of
+that file is recorded). Deletions are names a scan no longer finds. Nothing is ever re-read
+for the store's sake.
+
+What memoryd cannot see it cannot keep: a version written and replaced while no memoryd
+process ran is not in the store; the last version memoryd saw is what it can give back.
+"""
+
+import contextlib
+import ctypes
+import ctypes.util
+import difflib
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memoryd import fsops
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.logsetup import get_logger
+from memoryd.paths import BoundedLines, ensure_private_dir, open_regular
+from memoryd.state import dir_key
+
+if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
+    from memoryd import scan
+
+MEMORYD, OTHER = "memoryd", "other"
+INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)
+BATCH_SYNC_FROM = 16  # objects in one scan from which one syncfs replaces an fsync each
+LOG_LINE_MAX = 1 << 16
+OBJECT_MAX = 64 << 20  # the archive's read limit is below this
+DAY = 86400.0
+
+AuditWrite = Callable[..., None]
+ALARMS = "alarms.json"
+ALARMS_KEEP = 50
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        func: Callable[[int], int] = ctypes.CDLL(name, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    return func
+
+
+_syncfs = _load_syncfs()
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    t: float
+    f: str
+    h: str
+    n: int
+    e: str
+    by: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _record(row: object) -> Record | None:
+    if not isinstance(row, dict):
+        return None
+    t, f, h, n, e, by = (row.get(k) for k in ("t", "f", "h", "n", "e", "by"))
+    if not (
+        isinstance(t, int | float)
+        and isinstance(f, str)
+        and isinstance(h, str)
+        and isinstance(n, int)
+        and e in ("seen", "gone", "moved", "restoring")
+        and by in (MEMORYD, OTHER)
+    ):
+        return None
+    from memoryd.scan import skip_reason
+
+    if skip_reason(f) not in (None, "index") or "/" in f:
+        return None  # a name no scan could have recorded: never used
+    extra = {k: v for k, v in row.items() if k not in ("t", "f", "h", "n", "e", "by")}
+    return Record(float(t), f, h, n, str(e), str(by), extra)
+
+
+@dataclass(slots=True)
+class _Dir:
+    """What the store knows of one dir's log: each name's latest record (read lazily, then
+    kept in step by reading only what was appended since)."""
+
+    path: Path
+    log: Path
+    offset: int = 0
+    # Names whose latest record is `seen` -> sha256 (10,000 of them in a big dir: the strings
+    # are the scan's own once a full scan has run, see end_scan), and the few others.
+    seen: dict[str, str] = field(default_factory=dict)
+    other: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> sha256, event
+    shared: bool = False
+    loaded: bool = False
+    changes: list[tuple[float, str, str]] = field(default_factory=list)  # outside: t, kind, name
+    alarmed_until: float = 0.0
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A version of an index file memoryd wrote, held until the next flush."""
+
+    path: Path
+    name: str
+    data: bytes | tuple[bytes, ...]
+    ident: tuple[int, int, int] | None = None
+    sha: str = ""
+
+
+class Session:
+    """One scan's reads, recorded when the scan ends (see VersionStore.scan_session)."""
+
+    def __init__(self, store: "VersionStore", path: Path) -> None:
+        self.store = store
+        self.path = path
+        self.reads: list[tuple[str, str, int, str]] = []  # name, sha, size, kind
+        self.temps: list[tuple[str, str]] = []  # (temp name, sha) written, not yet renamed
+        self._pending: set[str] = set()
+        self.known: dict[str, str] | None = None
+
+    def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
+        """A scan read `name` and found it a memory or a note (`kind`) with these bytes."""
+        if self.known is None:
+            self.known = self.store.table(self.path).seen
+        if self.known.get(name) == sha:
+            return  # the version the store has (a restart without a parse cache)
+        self.reads.append((name, sha, len(data), kind))
+        if sha in self._pending:
+            return
+        self._pending.add(sha)
+        tmp = self.store.write_object_temp(sha, data, sync=False)
+        if tmp is not None:
+            self.temps.append((tmp, sha))
+
+
+class VersionStore:
+    """The version store of one state dir (see the module docstring)."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        keep_days: int = 30,
+        max_bytes: int = 512 << 20,
+        alarm_files: int = 3,
+        alarm_window: float = 600.0,
+        clock: Callable[[], float] = time.time,
+        audit: AuditWrite | None = None,
+    ) -> None:
+        self.root = state_dir / "versions"
+        self.objects = self.root / "objects"
+        self.logs = self.root / "logs"
+        self.keep_days = keep_days
+        self.max_bytes = max_bytes
+        self.alarm_files = alarm_files
+        self.alarm_window = alarm_window
+        self.clock = clock
+        self.audit = audit
+        self._dirs: dict[Path, _Dir] = {}
+        self._by_id: dict[tuple[int, int], Path] = {}  # a dir's (device, inode) -> its path
+        self._pending: dict[tuple[Path, str], _Pending] = {}
+        self._index_sha: dict[tuple[Path, str], str] = {}  # the index version last recorded
+        self._lock = threading.RLock()
+        self._said: set[str] = set()
+        # The daemon's: a pass's few new objects are renamed into place (fsync, rename, fsync
+        # of the folder: ~0.5 ms, ms under load) at the next flush, off the pass's path to the
+        # index; at once when the same scan finds a file gone.
+        self.defer = False
+        self._temps: list[tuple[str, str]] = []
+
+    # --- objects -------------------------------------------------------------------------------
+    def _objects_fd(self) -> int:
+        ensure_private_dir(self.objects)
+        return os.open(self.objects, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def has_object(self, sha: str) -> bool:
+        return os.path.exists(self.objects / sha) or any(t[1] == sha for t in self._temps)
+
+    def write_object_temp(
+        self, sha: str, data: bytes | Sequence[bytes], *, sync: bool
+    ) -> str | None:
+        """Write an object's bytes under a temp name (None when it is stored already)."""
+        if self.has_object(sha):
+            return None
+        fd = self._objects_fd()
+        try:
+            return _write_temp(fd, sha, data, sync=sync)
+        finally:
+            os.close(fd)
+
+    def commit_temps(self, temps: Sequence[tuple[str, str]], synced: bool) -> None:
+        """Rename written temps to their objects' names, durably: one syncfs for a batch
+        (written unsynced), else an fsync each, then the folder."""
+        if not temps:
+            return
+        fd = self._objects_fd()
+        try:
+            if not synced:
+                if len(temps) >= BATCH_SYNC_FROM and _syncfs is not None:
+                    _syncfs(fd)
+                else:
+                    for tmp, _ in temps:
+                        with contextlib.suppress(OSError):
+                            one = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+                            try:
+                                os.fsync(one)
+                            finally:
+                                os.close(one)
+            fsops.crash_point("versions.before_rename")
+            for tmp, sha in temps:
+                try:
+                    os.rename(tmp, sha, src_dir_fd=fd, dst_dir_fd=fd)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp, dir_fd=fd)
+            fsops.fsync_dir(fd)
+        finally:
+            os.close(fd)
+
+    def store_object(self, data: bytes | Sequence[bytes], sha: str) -> None:
+        tmp = self.write_object_temp(sha, data, sync=True)
+        if tmp is not None:
+            self.commit_temps([(tmp, sha)], synced=True)
+
+    def read_object(self, sha: str) -> bytes | None:
+        """A stored version's bytes, checked against their sha256; None if missing or damaged."""
+        try:
+            fd, st = open_regular(self.objects / sha, follow=False)
+        except OSError:
+            return None
+        try:
+            if st.st_size > OBJECT_MAX:
+                return None
+            data = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
+        finally:
+            os.close(fd)
+        return data if hashlib.sha256(data).hexdigest() == sha else None
+
+    def recover_temps(self) -> list[str]:
+        """Temps a killed memoryd left in the objects folder: each one whose bytes are whole
+        (their sha256 is the one its name carries) is put in place, the rest removed. A
+        killed daemon's last few versions were written but not yet renamed (see `defer`).
+        Returns the shas put in place."""
+        put: list[str] = []
+        try:
+            names = [n for n in os.listdir(self.objects) if fsops.is_own_temp(n)]
+        except OSError:
+            return put
+        if not names:
+            return put
+        fd = self._objects_fd()
+        try:
+            for name in names:
+                pid = fsops.temp_owner(name)
+                if pid is None or pid == os.getpid() or fsops._alive(pid):
+                    continue
+                sha = name[1:].partition(fsops.TEMP_MARK)[0]
+                try:
+                    data: bytes | None = fsops.read_regular(fd, name, OBJECT_MAX)[0]
+                except (OSError, ValueError):
+                    data = None
+                with contextlib.suppress(OSError):
+                    if data is not None and hashlib.sha256(data).hexdigest() == sha:
+                        one = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+                        try:
+                            os.fsync(one)
+                        finally:
+                            os.close(one)
+                        os.rename(name, sha, src_dir_fd=fd, dst_dir_fd=fd)
+                        put.append(sha)
+                    else:
+                        os.unlink(name, dir_fd=fd)
+            fsops.fsync_dir(fd)
+        finally:
+            os.close(fd)
+        return put
+
+
+    # --- logs ----------------------------------------------------------------------------------
+    def log_path(self, path: Path) -> Path:
+        return self.logs / f"{dir_key(path)}.jsonl"
+
+    def _dir(self, path: Path) -> _Dir:
+        d = self._dirs.get(path)
+        if d is None:
+            d = self._dirs[path] = _Dir(path, self.log_path(path))
+        return d
+
+    def table(self, path: Path) -> _Dir:
+        """The dir's table, in step with its log."""
+        with self._lock:
+            d = self._dir(path)
+            self._catch_up(d)
+            return d
+
+    def _catch_up(self, d: _Dir) -> None:
+        """Read what was appended to the dir's log since (by any process)."""
+        try:
+            fd, st = open_regular(d.log, follow=False)
+        except FileNotFoundError:
+            d.loaded = True
+            return
+        except OSError as error:
+            self._say(f"{d.log}: {error}")
+            d.loaded = True
+            return
+        try:
+            if st.st_size < d.offset:  # compacted by a prune: read again from the start
+                d.offset, d.seen, d.other = 0, {}, {}
+            if st.st_size == d.offset:
+                d.loaded = True
+                return
+            os.lseek(fd, d.offset, os.SEEK_SET)
+            consumed = d.offset
+            lines = []
+            for _, raw in BoundedLines(fd, max_line=LOG_LINE_MAX):
+                if raw is not None:
+                    consumed += len(raw)
+                    lines.append(raw)
+            try:  # one parse of the whole tail: 10,000 lines one by one cost 5x more
+                rows = json.loads(b"[" + b",".join(lines) + b"]")
+            except ValueError:
+                rows = []
+                for raw in lines:
+                    with contextlib.suppress(ValueError):
+                        rows.append(json.loads(raw))
+            for row in rows:
+                if _plain(row):  # the first line (the dir) and anything else: skipped
+                    _set(d, row["f"], row["h"], row["e"])
+            d.offset = consumed
+            d.loaded = True
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def latest(d: _Dir, name: str) -> tuple[str, str] | None:
+        """The sha256 and event of `name`'s latest record."""
+        sha = d.seen.get(name)
+        return (sha, "seen") if sha is not None else d.other.get(name)
+
+    def _append(self, d: _Dir, records: Sequence[dict[str, Any]]) -> None:
+        if not records:
+            return
+        ensure_private_dir(self.logs)
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(d.log, flags | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a prune compacting the log waits for us
+            st = os.fstat(fd)
+            head = b""
+            if st.st_size == 0:
+                head = json.dumps({"dir": str(d.path)}, ensure_ascii=True).encode() + b"\n"
+            elif os.pread(fd, 1, st.st_size - 1) != b"\n":
+                head = b"\n"  # after a torn line: ours starts a line of its own
+            body = b"".join(
+                json.dumps(r, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
+                for r in records
+            )
+            # Through to the kernel (a killed process loses nothing), not fsynced: the
+            # objects it names are, and a power cut then loses at most these lines.
+            written = os.write(fd, head + body)
+        finally:
+            os.close(fd)
+        if st.st_size == d.offset and d.loaded and written == len(head) + len(body):
+            for r in records:  # applied as they are: their strings stay the caller's
+                _set(d, r["f"], r["h"], r["e"])
+            d.offset += written
+        else:
+            self._catch_up(d)  # another process appended since: read it all in order
+
+    def record(
+        self, path: Path, name: str, sha: str, size: int, event: str, by: str, **extra: Any
+    ) -> None:
+        """Append one event for `name` in the dir at `path` (see the module docstring)."""
+        with self._lock:
+            d = self._dir(path)
+            if not d.loaded:
+                self._catch_up(d)
+            row = {"t": self.clock(), "f": name, "h": sha, "n": size, "e": event, "by": by, **extra}
+            self._append(d, [row])
+
+    def records(self, path: Path) -> list[Record]:
+        """Every valid record of a dir's log, oldest first."""
+        try:
+            fd, _ = open_regular(self.log_path(path), follow=False)
+        except OSError:
+            return []
+        out = []
+        try:
+            for _, raw in BoundedLines(fd, max_line=LOG_LINE_MAX):
+                if raw is None:
+                    continue
+                with contextlib.suppress(ValueError):
+                    rec = _record(json.loads(raw))
+                    if rec is not None:
+                        out.append(rec)
+        finally:
+            os.close(fd)
+        return out
+
+    def known_dirs(self) -> list[Path]:
+        """The memory dirs the store holds versions of (from each log's first line)."""
+        out = []
+        with contextlib.suppress(OSError):
+            for log in sorted(self.logs.glob("*.jsonl")):
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    fd, _ = open_regular(log, follow=False)
+                    try:
+                        first = os.read(fd, 8192).split(b"\n", 1)[0]
+                    finally:
+                        os.close(fd)
+                    out.append(Path(json.loads(first)["dir"]))
+        return out
+
+    # --- what memoryd does itself ----------------------------------------------------------------
+    def intend_restore(self, path: Path, name: str, data: bytes) -> str:
+        """Store `data` and say that memoryd is about to write it as `name` (so that reading
+        it back is memoryd's doing, not another process's). Returns its sha256."""
+        sha = hashlib.sha256(data).hexdigest()
+        self.store_object(data, sha)
+        self.record(path, name, sha, len(data), "restoring", MEMORYD)
+        return sha
+
+    def moved(self, path: Path, name: str, sha: str, size: int, trash_id: str) -> None:
+        """memoryd moved `name` into the trash (the mover, after the move)."""
+        self.record(path, name, sha, size, "moved", MEMORYD, id=trash_id)
+
+    def own_content(
+        self, dir_path: Path, name: str, data: fsops.Content, ident: tuple[int, int, int]
+    ) -> None:
+        """memoryd wrote an index file: hold its bytes until the next flush (hashing and
+        storing a 2 MB archive costs more than the daemon's whole pass)."""
+        if name not in INDEX_FILES:
+            return
+        held = data if isinstance(data, bytes) else tuple(data)
+        with self._lock:
+            self._pending[(dir_path, name)] = _Pending(dir_path, name, held, ident)
+
+    def commit_pending(self) -> None:
+        temps, self._temps = self._temps, []
+        self.commit_temps(temps, synced=False)
+
+    def flush(self) -> None:
+        """Store the index versions memoryd wrote since the last flush, and put the objects
+        scans wrote since in place."""
+        with self._lock:
+            self._guard(self.commit_pending)
+            pending, self._pending = self._pending, {}
+            for item in pending.values():
+                self._guard(self._flush_one, item)
+
+    def _flush_one(self, item: _Pending) -> None:
+        data = item.data
+        if not item.sha:
+            h = hashlib.sha256()
+            for piece in (data,) if isinstance(data, bytes) else data:
+                h.update(piece)
+            item.sha = h.hexdigest()
+        size = len(data) if isinstance(data, bytes) else sum(map(len, data))
+        self._note_index(item.path, item.name, item.sha, size, data, MEMORYD)
+
+    # --- what a scan saw -----------------------------------------------------------------------
+    def end_scan(
+        self,
+        session: Session,
+        dir_fd: int,
+        files: Mapping[str, "scan.Scanned"],
+        present: Set[str],
+        before: Mapping[str, "scan.Scanned"],
+        only: Set[str] | None,
+    ) -> None:
+        """Record what one scan found: new versions, and files gone since."""
+        with self._lock:
+            d = self._dir(session.path)
+            self._catch_up(d)
+            if only is None:
+                self._backfill(session, dir_fd, files, d)
+            self._temps.extend(session.temps)
+            if not self.defer or len(self._temps) >= BATCH_SYNC_FROM:
+                self.commit_pending()
+            now = self.clock()
+            rows: list[dict[str, Any]] = []
+            told: list[tuple[str, str, str, str, int, bool]] = []  # said once the log has them
+            arrived: dict[str, str] = {}  # sha -> a name it came under (a rename's other half)
+            for name, sha, size, kind in session.reads:
+                latest = self.latest(d, name)
+                if latest is not None and latest[0] == sha and latest[1] == "seen":
+                    continue
+                by = (
+                    MEMORYD
+                    if latest is not None and latest[1] == "restoring" and latest[0] == sha
+                    else OTHER
+                )
+                rows.append({"t": now, "f": name, "h": sha, "n": size, "e": "seen", "by": by})
+                arrived.setdefault(sha, name)
+                if latest is not None and latest[1] == "seen" and by == OTHER:
+                    prev = before.get(name)
+                    counts = kind == "memory" or (prev is not None and prev.kind == "memory")
+                    told.append(("rewritten", name, sha, latest[0], size, counts))
+            if only is None:
+                gone = [n for n in d.seen if n not in present]
+                self._share(d, files)
+            else:
+                gone = [n for n in only if n in d.seen and n not in present]
+            if gone:
+                self.commit_pending()  # a deletion's last version is on disk before it is said
+            for name in sorted(gone):
+                sha = d.seen[name]
+                prev = before.get(name)
+                size = prev.size if prev is not None else 0
+                row: dict[str, Any] = {
+                    "t": now,
+                    "f": name,
+                    "h": sha,
+                    "n": size,
+                    "e": "gone",
+                    "by": OTHER,
+                }
+                if sha in arrived:
+                    row["to"] = arrived[sha]  # renamed: nothing was lost
+                else:
+                    counts = prev is None or prev.kind == "memory"
+                    told.append(("deleted", name, sha, "", size, counts))
+                rows.append(row)
+            self._append(d, rows)
+            for kind, name, sha, prev_sha, size, counts in told:
+                self._outside(d, now, kind, name, sha, prev_sha, size, counts)
+            self._alarm(d, now)
+
+    @staticmethod
+    def _share(d: _Dir, files: Mapping[str, "scan.Scanned"]) -> None:
+        """Once per dir: hold the scan's own name and sha256 strings, not copies read from
+        the log (10,000 of each would be ~2 MB for nothing)."""
+        if d.shared:
+            return
+        d.shared = True
+        shared: dict[str, str] = {}
+        for name, sha in d.seen.items():
+            info = files.get(name)
+            if info is not None and info.sha256 == sha:
+                shared[info.filename] = info.sha256
+            else:
+                shared[name] = sha
+        d.seen = shared
+
+    def _backfill(
+        self, session: Session, dir_fd: int, files: Mapping[str, "scan.Scanned"], d: _Dir
+    ) -> None:
+        """Files a full scan took from its cache that the store never recorded (a cache older
+        than the store, a log pruned or lost): read once, so that each has its version."""
+        read = {r[0] for r in session.reads}
+        for name, info in files.items():
+            if info.kind not in ("memory", "note") or name in d.seen or name in read:
+                continue
+            try:
+                data, _ = fsops.read_regular(dir_fd, name, OBJECT_MAX)
+            except (OSError, ValueError):
+                continue
+            sha = hashlib.sha256(data).hexdigest()
+            if sha == info.sha256:  # else it changed since: the next scan reads it
+                session.read(name, data, sha, info.kind)
+
+    def observe_index(self, dir_fd: int, name: str, data: bytes, sha: str) -> None:
+        """An index file memoryd read (its bytes and their sha256)."""
+        try:
+            st = os.fstat(dir_fd)
+        except OSError:
+            return
+        path = self._by_id.get((st.st_dev, st.st_ino))
+        if path is None:
+            return  # a dir no scan of this process looked at: not one memoryd works on
+        with self._lock:
+            if self._index_sha.get((path, name)) == sha:
+                return
+            pending = self._pending.pop((path, name), None)
+            if pending is not None:
+                self._flush_one(pending)
+            self._note_index(path, name, sha, len(data), data, OTHER)
+
+    def _note_index(
+        self, path: Path, name: str, sha: str, size: int, data: bytes | Sequence[bytes], by: str
+    ) -> None:
+        d = self._dir(path)
+        self._catch_up(d)
+        self._index_sha[(path, name)] = sha
+        latest = self.latest(d, name)
+        if latest is not None and latest[0] == sha and latest[1] == "seen":
+            return
+        self.store_object(data, sha)
+        if latest is not None and latest[1] == "restoring" and latest[0] == sha:
+            by = MEMORYD
+        now = self.clock()
+        self._append(d, [{"t": now, "f": name, "h": sha, "n": size, "e": "seen", "by": by}])
+        if by == OTHER and latest is not None and latest[1] == "seen":
+            self._outside(d, now, "rewritten", name, sha, latest[0], size, False)
+
+    # --- outside changes and the alarm -----------------------------------------------------------
+    def _outside(
+        self,
+        d: _Dir,
+        now: float,
+        kind: str,
+        name: str,
+        sha: str,
+        prev: str,
+        size: int,
+        counts: bool,
+    ) -> None:
+        restore = (
+            f"memoryd trash restore {deleted_id(d.path, name, now)}"
+            if kind == "deleted"
+            else f"memoryd history {d.path / name} --restore PREVIOUS"
+        )
+        if self.audit is not None:
+            if kind == "deleted":
+                self.audit(
+                    "memory.deleted_outside", dir=d.path, file=name, sha256=sha, size=size,
+                    restore=restore,
+                )  # fmt: skip
+            else:
+                self.audit(
+                    "memory.rewritten_outside", dir=d.path, file=name, sha256=sha, previous=prev,
+                    size=size, restore=restore,
+                )  # fmt: skip
+        if counts:
+            d.changes.append((now, kind, name))
+
+    def _alarm(self, d: _Dir, now: float) -> None:
+        d.changes = [c for c in d.changes if now - c[0] <= self.alarm_window]
+        if len(d.changes) <= self.alarm_files or now < d.alarmed_until:
+            return
+        d.alarmed_until = now + self.alarm_window  # one alarm a burst
+        deleted = sorted({n for _, k, n in d.changes if k == "deleted"})
+        rewritten = sorted({n for _, k, n in d.changes if k == "rewritten"})
+        self._guard(self._keep_alarm, d.path, now, len(deleted), len(rewritten))
+        if self.audit is not None:
+            self.audit(
+                "memory.mass_change",
+                dir=d.path,
+                deleted=len(deleted),
+                rewritten=len(rewritten),
+                files=(deleted + rewritten)[:50],
+                window_s=int(self.alarm_window),
+                restore=f"memoryd trash list {d.path}; memoryd history {d.path}/FILE --restore N",
+            )
+
+    def _keep_alarm(self, path: Path, now: float, deleted: int, rewritten: int) -> None:
+        """The last alarms, for `memoryd status` (which reads no audit log)."""
+        kept = [a for a in alarms(self) if a.get("dir") != str(path)][-(ALARMS_KEEP - 1) :]
+        kept.append({"dir": str(path), "t": now, "deleted": deleted, "rewritten": rewritten})
+        fsops.write_private(self.root / ALARMS, json.dumps(kept, ensure_ascii=True).encode())
+
+    # --- safety ----------------------------------------------------------------------------------
+    def _say(self, problem: str) -> None:
+        if problem not in self._said:
+            self._said.add(problem)
+            get_logger().warning("version store problem", problem=problem)
+
+    def _guard(self, func: Callable[..., object], *args: Any) -> None:
+        """The store never fails what memoryd does: a problem is said once, and work goes on."""
+        try:
+            func(*args)
+        except OSError as error:
+            self._say(f"{error.filename or self.root}: {error.strerror or error}")
+
+
+_EVENTS = frozenset(("seen", "gone", "moved", "restoring"))
+
+
+def _plain(row: object) -> bool:
+    """A log row as memoryd writes it (the fast check; anything else goes through _record)."""
+    return (
+        type(row) is dict
+        and type(row.get("f")) is str
+        and type(row.get("h")) is str
+        and row.get("e") in _EVENTS
+        and "/" not in row["f"]
+        and not row["f"].startswith(".")
+    )
+
+
+def _set(d: _Dir, name: str, sha: str, event: str) -> None:
+    if event == "seen":
+        d.seen[name] = sha
+        d.other.pop(name, None)
+    else:
+        d.seen.pop(name, None)
+        d.other[name] = (sha, event)
+
+
+def _write_temp(dir_fd: int, name: str, data: bytes | Sequence[bytes], *, sync: bool) -> str:
+    tmp = fsops.temp_name(name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+    try:
+        for piece in (data,) if isinstance(data, bytes) else data:
+            view = memoryview(piece)
+            while view:
+                view = view[os.write(fd, view) :]
+            fsops.crash_point("versions.writing")
+        if sync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def alarms(store: VersionStore) -> list[dict[str, Any]]:
+    """The last mass-change alarms (one per dir, the newest), oldest first."""
+    try:
+        data = json.loads(store.root.joinpath(ALARMS).read_bytes()[: 1 << 20])
+    except (OSError, ValueError):
+        return []
+    return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []
+
+
+def deleted_id(path: Path, name: str, when: float) -> str:
+    """The id `trash list` shows for a file deleted outside memoryd: `d` and 9 hex digits
+    (a trash id is 10 hex digits, so the two never collide)."""
+    key = f"{path}\0{name}\0{when!r}".encode("utf-8", "surrogateescape")
+    return "d" + hashlib.sha256(key).hexdigest()[:9]
+
+
+# --- the hooks: one store per memoryd process -------------------------------------------------
+_active: list[VersionStore] = []
+
+
+class _ScanObserver:
+    """What `scan.scan_dir` calls (scan.observer): a session per scan."""
+
+    def __init__(self, store: VersionStore) -> None:
+        self.store = store
+        self.local = threading.local()
+
+    def begin(self, path: Path, dir_fd: int) -> None:
+        self.local.session = Session(self.store, path)
+        with contextlib.suppress(OSError):
+            st = os.fstat(dir_fd)
+            self.store._by_id[(st.st_dev, st.st_ino)] = path
+
+    def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
+        session: Session | None = getattr(self.local, "session", None)
+        if session is not None and kind in ("memory", "note"):
+            self.store._guard(session.read, name, data, sha, kind)
+
+    def end(
+        self,
+        dir_fd: int,
+        files: Mapping[str, "scan.Scanned"],
+        present: Set[str],
+        before: Mapping[str, "scan.Scanned"],
+        only: Set[str] | None,
+    ) -> None:
+        session: Session | None = getattr(self.local, "session", None)
+        self.local.session = None
+        if session is not None:
+            self.store._guard(self.store.end_scan, session, dir_fd, files, present, before, only)
+
+
+def _on_index(dir_fd: int, name: str, data: bytes, sha: str) -> None:
+    if _active:
+        _active[-1]._guard(_active[-1].observe_index, dir_fd, name, data, sha)
+
+
+def _on_own(dir_path: Path, name: str, data: fsops.Content, ident: tuple[int, int, int]) -> None:
+    if _active:
+        _active[-1].own_content(dir_path, name, data, ident)
+
+
+def note_moved(path: Path, name: str, sha: str, size: int, trash_id: str) -> None:
+    """The trash mover moved `name` (memoryd's move: never a deletion by others)."""
+    if _active:
+        _active[-1]._guard(_active[-1].moved, path, name, sha, size, trash_id)
+
+
+def note_restored(path: Path, name: str, sha: str, size: int) -> None:
+    """memoryd put `name` back (a trash restore): reading it is not another process's doing."""
+    if _active:
+        _active[-1]._guard(_active[-1].record, path, name, sha, size, "restoring", MEMORYD)
+
+
+def flush_active() -> None:
+    """Store the index versions this process wrote since the last flush (the heartbeat)."""
+    if _active:
+        _active[-1].flush()
+
+
+def current() -> VersionStore | None:
+    return _active[-1] if _active else None
+
+
+@contextlib.contextmanager
+def active(store: VersionStore) -> Iterator[VersionStore]:
+    """Keep versions of what this process reads while the block runs (a command, the daemon);
+    memoryd's own index writes are stored at the end, or at each `flush`."""
+    from memoryd import indexer, scan
+
+    _active.append(store)
+    previous = (scan.observer, indexer.on_index_read, fsops.on_own_content)
+    scan.observer = _ScanObserver(store)
+    indexer.on_index_read = _on_index
+    fsops.on_own_content = _on_own
+    store._guard(store.recover_temps)
+    try:
+        yield store
+    finally:
+        store.flush()
+        scan.observer, indexer.on_index_read, fsops.on_own_content = previous
+        _active.remove(store)
+
+
+def for_runtime(rt: Any) -> VersionStore:
+    """The store of a Runtime's state dir, with its config, clock and audit log."""
+    cfg = rt.config.versions
+    return VersionStore(
+        rt.paths.state_dir,
+        keep_days=cfg.keep_days,
+        max_bytes=cfg.max_bytes,
+        alarm_files=cfg.alarm_files,
+        alarm_window=cfg.alarm_window,
+        clock=rt.clock,
+        audit=lambda event, **fields: rt.audit.write(event, **fields),
+    )
+
+
+# --- what a person asks: history, deleted files, restores --------------------------------------
+@dataclass(frozen=True, slots=True)
+class Version:
+    """One version of a file in a dir's history (numbered from 1, oldest first)."""
+
+    number: int
+    sha256: str
+    size: int
+    seen: float  # when memoryd first read it
+    until: float | None  # when memoryd found it replaced or gone; None: still current
+    by: str  # who wrote it: memoryd or another process
+    stored: bool  # its bytes are in the store (pruned versions are listed, not restorable)
+    ended_by: str = ""  # "rewritten", "deleted", "moved", "renamed" (what ended it), or ""
+
+
+def versions_of(store: VersionStore, path: Path, name: str) -> list[Version]:
+    """The versions of `name` in the dir at `path`, oldest first."""
+    out: list[Version] = []
+    open_: dict[str, Any] | None = None
+    for rec in store.records(path):
+        if rec.f != name:
+            continue
+        if rec.e in ("gone", "moved"):
+            if open_ is not None:
+                open_["until"] = rec.t
+                open_["ended_by"] = (
+                    "renamed" if "to" in rec.extra else ("moved" if rec.e == "moved" else "deleted")
+                )
+                out.append(Version(**open_))
+                open_ = None
+            continue
+        if rec.e != "seen" or (open_ is not None and open_["sha256"] == rec.h):
+            continue
+        if open_ is not None:
+            open_["until"] = rec.t
+            open_["ended_by"] = "rewritten"
+            out.append(Version(**open_))
+        open_ = {
+            "number": 0, "sha256": rec.h, "size": rec.n, "seen": rec.t, "until": None,
+            "by": rec.by, "stored": True,
+        }  # fmt: skip
+    if open_ is not None:
+        out.append(Version(**open_))
+    return [
+        Version(
+            i + 1, v.sha256, v.size, v.seen, v.until, v.by, store.has_object(v.sha256), v.ended_by
+        )
+        for i, v in enumerate(out)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """A memory file another process deleted (or moved out of its dir), restorable."""
+
+    id: str
+    dir: Path
+    name: str
+    sha256: str
+    size: int
+    when: float
+
+
+def deleted(store: VersionStore, path: Path) -> list[Deleted]:
+    """Files of the dir deleted outside memoryd, whose last version is kept, oldest first."""
+    latest: dict[str, Record] = {}
+    for rec in store.records(path):
+        latest[rec.f] = rec
+    out = []
+    for rec in latest.values():
+        outside = rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra
+        if outside and rec.f not in INDEX_FILES and store.has_object(rec.h):
+            out.append(Deleted(deleted_id(path, rec.f, rec.t), path, rec.f, rec.h, rec.n, rec.t))
+    return sorted(out, key=lambda d: (d.when, d.name))
+
+
+def find_deleted(store: VersionStore, dirs: Sequence[Path], key: str) -> Deleted | None:
+    """A deleted-elsewhere file by its id, or by its name or `<dir>/<name>` (the newest)."""
+    found = [d for path in dirs for d in deleted(store, path)]
+    for item in found:
+        if item.id == key:
+            return item
+    fitting = [d for d in found if key in (d.name, str(d.dir / d.name))]
+    return max(fitting, key=lambda d: d.when) if fitting else None
+
+
+def render_versions(path: Path, name: str, found: Sequence[Version], now: float) -> str:
+    """`memoryd history FILE`: one line per version, newest first."""
+    from memoryd.humanize import ago
+
+    if not found:
+        return (
+            f"{path / name}: memoryd has kept no version of it (it never read it while "
+            "running, or its versions are past versions.keep_days).\n"
+        )
+    lines = [f"{path / name}: {len(found)} version{'s' if len(found) != 1 else ''} kept"]
+    for v in reversed(found):
+        by = "memoryd" if v.by == MEMORYD else "another process"
+        ended = f"{v.ended_by or 'replaced'} {ago(v.until, now)}" if v.until is not None else ""
+        state = ended or "current"
+        kept = "" if v.stored else "  (bytes pruned: not restorable)"
+        lines.append(
+            f"  {v.number:>3}  seen {ago(v.seen, now):<12} {v.size:>8} B  {v.sha256[:12]}  "
+            f"by {by:<15}  {state}{kept}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def diff(
+    store: VersionStore, name: str, older: Version, newer: Version | None, current: bytes | None
+) -> str:
+    """What changed from `older` to `newer` (None: the file as it is now), as a unified diff."""
+    a = store.read_object(older.sha256)
+    b = current if newer is None else store.read_object(newer.sha256)
+    if a is None or b is None:
+        return f"{name}: the bytes of one of these versions are no longer kept\n"
+    left = f"{name}@{older.number}"
+    right = f"{name}@{newer.number}" if newer is not None else f"{name} (now)"
+    return "".join(
+        difflib.unified_diff(
+            a.decode("utf-8", "replace").splitlines(keepends=True),
+            b.decode("utf-8", "replace").splitlines(keepends=True),
+            left,
+            right,
+        )
+    )
+
+
+# --- the store's size: retention and cap ---------------------------------------------------------
+@dataclass(slots=True)
+class PruneResult:
+    removed: list[str] = field(default_factory=list)  # object shas
+    freed: int = 0
+    kept_bytes: int = 0
+
+
+def prune(store: VersionStore, now: float | None = None) -> PruneResult:
+    """Drop versions past `keep_days` after they were replaced or deleted, then, while the
+    store is over `max_bytes`, replaced versions of files that still exist (oldest first),
+    then older replaced versions of deleted files; never a current version, and never the
+    last version of a deleted file within keep_days. Objects no kept version names go."""
+    now = store.clock() if now is None else now
+    keep = store.keep_days * DAY
+    # Per object: whether something still needs it, else the time it became prunable and its
+    # tier (0: an old version of a file that exists; 1: of a deleted file, not its last).
+    needed: set[str] = set()
+    candidates: dict[str, tuple[int, float]] = {}
+    for path in store.known_dirs():
+        names: dict[str, list[Version]] = {}
+        for rec in store.records(path):
+            names.setdefault(rec.f, [])
+        for name in names:
+            found = versions_of(store, path, name)
+            gone = bool(found) and found[-1].until is not None
+            for i, v in enumerate(found):
+                last = i == len(found) - 1
+                if v.until is None or (now - v.until < keep and (last and gone)):
+                    needed.add(v.sha256)
+                elif now - v.until < keep:
+                    tier = 1 if gone else 0
+                    was = candidates.get(v.sha256)
+                    if was is None or (tier, v.until) > was:
+                        candidates[v.sha256] = (tier, v.until)
+    sizes: dict[str, int] = {}
+    with contextlib.suppress(OSError), os.scandir(store.objects) as entries:
+        for entry in entries:
+            if not entry.name.startswith("."):
+                with contextlib.suppress(OSError):
+                    sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
+    result = PruneResult()
+    doomed = [s for s in sizes if s not in needed and s not in candidates]  # past retention
+    total = sum(sizes.values()) - sum(sizes[s] for s in doomed)
+    for sha, _ in sorted(
+        ((s, c) for s, c in candidates.items() if s not in needed and s in sizes),
+        key=lambda item: item[1],
+    ):
+        if total <= store.max_bytes:
+            break
+        doomed.append(sha)
+        total -= sizes[sha]
+    with contextlib.suppress(OSError):
+        fd = store._objects_fd()
+        try:
+            for sha in doomed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(sha, dir_fd=fd)
+                    result.removed.append(sha)
+                    result.freed += sizes[sha]
+            fsops.fsync_dir(fd)
+        finally:
+            os.close(fd)
+    result.kept_bytes = total
+    return result

@@ -1,0 +1,281 @@
+"""The version store (memoryd/versions.py): what scans read is kept by content, once, in the
+state dir; deletions and rewrites by others are recorded, a burst raises the alarm; retention
+and the cap with a fake clock; a kill -9 while storing leaves no half version."""
+
+import hashlib
+import os
+import signal
+import stat
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from memoryd import trash, versions
+from memoryd.scan import scan_dir
+from memoryd.versions import VersionStore
+from tests.conftest import Env, tree_digest
+
+DAY = 86400.0
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+Events = list[tuple[str, dict[str, Any]]]
+
+
+def _store(env: Env, clock: Clock, events: Events, **kw: Any) -> VersionStore:
+    def audit(event: str, **fields: Any) -> None:
+        events.append((event, fields))
+
+    return VersionStore(env.state, clock=clock, audit=audit, **kw)
+
+
+def _mem(folder: Path, name: str, body: str) -> bytes:
+    data = f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\n{body}\n".encode()
+    (folder / name).write_bytes(data)
+    return data
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _objects(store: VersionStore) -> dict[str, bytes]:
+    if not store.objects.exists():
+        return {}
+    return {p.name: p.read_bytes() for p in store.objects.iterdir() if not p.name.startswith(".")}
+
+
+def _dir(env: Env, name: str = "mem") -> Path:
+    folder = env.home / name
+    folder.mkdir()
+    return folder.resolve()
+
+
+def test_identical_bytes_are_stored_once_privately_and_nothing_in_the_memory_dir(env: Env) -> None:
+    """Two dirs holding the same bytes, under two names: one object, 0600 in 0700 folders;
+    the memory dirs are byte-for-byte and entry-for-entry as before the scans."""
+    a, b = _dir(env, "a"), _dir(env, "b")
+    same = _mem(a, "one.md", "shared lesson")
+    (b / "other.md").write_bytes(same)
+    _mem(b, "two.md", "its own")
+    before = (tree_digest(a), tree_digest(b), sorted(os.listdir(a)), sorted(os.listdir(b)))
+    store = _store(env, Clock(), [])
+    with versions.active(store):
+        scan_dir(a)
+        scan_dir(b)
+        scan_dir(b)  # again: nothing new
+    assert set(_objects(store)) == {_sha(same), _sha((b / "two.md").read_bytes())}
+    assert before == (tree_digest(a), tree_digest(b), sorted(os.listdir(a)), sorted(os.listdir(b)))
+    for root, _dirs, files in os.walk(store.root):
+        assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+        for f in files:
+            assert stat.S_IMODE(os.stat(Path(root) / f).st_mode) == 0o600
+    assert [r.f for r in store.records(b)] == ["other.md", "two.md"]  # one line each
+
+
+def test_files_memoryd_will_not_parse_are_not_kept(env: Env) -> None:
+    """Over the size limit, binary, malformed, a FIFO, a symlink: none of their bytes stored."""
+    folder = _dir(env)
+    good = _mem(folder, "good.md", "fine")
+    (folder / "big.md").write_bytes(b"---\nname: big\n---\n" + b"x" * 4096)
+    (folder / "bin.md").write_bytes(b"---\nname: b\n---\n\x00\x01\x02")
+    (folder / "bad.md").write_bytes(b"---\nname: [unclosed\n---\nbody\n")
+    os.mkfifo(folder / "pipe.md")
+    outside = env.home / "secret.md"
+    outside.write_bytes(b"---\nname: s\ndescription: s\n---\nsecret\n")
+    (folder / "link.md").symlink_to(outside)
+    store = _store(env, Clock(), [])
+    with versions.active(store):
+        scan = scan_dir(folder, max_file_bytes=2048)
+    assert set(scan.problems) >= {"big.md", "bin.md", "bad.md", "pipe.md", "link.md"}
+    assert set(_objects(store)) == {_sha(good)}
+
+
+def test_deletions_and_rewrites_by_others_are_rows_and_a_burst_is_one_alarm(env: Env) -> None:
+    """Each outside change its own row; more than alarm_files in the window one mass_change
+    (not one per change); changes spread wider than the window none."""
+    folder = _dir(env)
+    for i in range(8):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    clock = Clock()
+    events: Events = []
+    store = _store(env, clock, events, alarm_files=3, alarm_window=600)
+    with versions.active(store):
+        previous = scan_dir(folder)
+        for i in range(3):  # spread out: 3 changes, 11 minutes apart, never 4 in 10 min
+            clock.now += 660
+            (folder / f"m{i}.md").unlink()
+            previous = scan_dir(folder, previous.files, previous=previous, only={f"m{i}.md"})
+        assert [e for e, _ in events] == ["memory.deleted_outside"] * 3
+        clock.now += 660
+        (folder / "m3.md").unlink()
+        _mem(folder, "m4.md", "changed by the agent")
+        _mem(folder, "m5.md", "changed too")
+        (folder / "m6.md").unlink()
+        only = {"m3.md", "m4.md", "m5.md", "m6.md"}
+        previous = scan_dir(folder, previous.files, previous=previous, only=only)
+        clock.now += 60
+        (folder / "m7.md").unlink()
+        scan_dir(folder, previous.files, previous=previous, only={"m7.md"})
+    names = [e for e, _ in events]
+    assert names.count("memory.mass_change") == 1
+    assert names.count("memory.deleted_outside") == 3 + 3
+    assert names.count("memory.rewritten_outside") == 2
+    alarm = next(f for e, f in events if e == "memory.mass_change")
+    assert (alarm["deleted"], alarm["rewritten"]) == (2, 2)
+    assert versions.alarms(store)[-1]["dir"] == str(folder)
+
+
+def test_a_rename_in_the_dir_is_no_deletion(env: Env) -> None:
+    """Same bytes under a new name in the same scan: recorded, not a deletion."""
+    folder = _dir(env)
+    _mem(folder, "old.md", "x")
+    events: Events = []
+    store = _store(env, Clock(), events)
+    with versions.active(store):
+        previous = scan_dir(folder)
+        (folder / "old.md").rename(folder / "new.md")
+        scan_dir(folder, previous.files, previous=previous, only={"old.md", "new.md"})
+    assert events == []
+    assert versions.deleted(store, folder) == []
+    assert versions.versions_of(store, folder, "old.md")[-1].ended_by == "renamed"
+
+
+def test_memoryds_own_trash_moves_are_recorded_as_memoryds(env: Env) -> None:
+    """A move by the trash mover is no outside deletion: no row, no alarm, not listed."""
+    folder = _dir(env)
+    datas = {f"m{i}.md": _mem(folder, f"m{i}.md", f"l {i}") for i in range(5)}
+    events: Events = []
+    store = _store(env, Clock(), events, alarm_files=1)
+    with versions.active(store):
+        previous = scan_dir(folder)
+        with trash.Mover(folder, date(2026, 12, 1)) as mover:
+            for name, data in datas.items():
+                record = trash.TrashRecord(trash.new_id(), name, name, "2026-12-01", _sha(data),
+                                           len(data), "duplicate", "p1", "t")  # fmt: skip
+                assert isinstance(mover.move(record), trash.TrashRecord)
+        scan_dir(folder, previous.files)
+    assert events == []
+    assert versions.deleted(store, folder) == []
+    assert [v.ended_by for v in versions.versions_of(store, folder, "m0.md")] == ["moved"]
+
+
+def test_retention_and_the_cap_with_a_fake_clock(env: Env) -> None:
+    """Past keep_days a replaced version goes; over max_bytes the oldest replaced versions of
+    files that still exist go first; the current versions and the last version of a deleted
+    file within keep_days stay."""
+    folder = _dir(env)
+    clock = Clock()
+    store = _store(env, clock, [], keep_days=30, max_bytes=10**9)
+    live: list[bytes] = []
+    with versions.active(store):
+        a1 = _mem(folder, "a.md", "a first " + "a" * 3000)
+        gone = _mem(folder, "gone.md", "deleted later " + "g" * 3000)
+        previous = scan_dir(folder)
+        clock.now += DAY
+        a2 = _mem(folder, "a.md", "a second " + "b" * 3000)
+        previous = scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+        clock.now += DAY
+        a3 = _mem(folder, "a.md", "a third " + "c" * 3000)
+        (folder / "gone.md").unlink()
+        previous = scan_dir(folder, previous.files, previous=previous, only={"a.md", "gone.md"})
+        live = [a3]
+    assert {_sha(x) for x in (a1, a2, a3, gone)} <= set(_objects(store))
+    # The cap: room for three objects; the oldest replaced version of a live file goes first.
+    store.max_bytes = sum(len(x) for x in (a2, a3, gone)) + 10
+    result = versions.prune(store)
+    assert result.removed == [_sha(a1)]
+    assert {_sha(a2), _sha(a3), _sha(gone)} <= set(_objects(store))
+    # A cap below what must stay: only what may go goes; the deleted file's last version stays.
+    store.max_bytes = 1
+    versions.prune(store)
+    assert set(_objects(store)) == {_sha(a3), _sha(gone)}
+    # Retention: 31 days after it was deleted, the deleted file's version goes; a3 is current.
+    clock.now += 31 * DAY
+    versions.prune(store)
+    assert set(_objects(store)) == {_sha(x) for x in live}
+    assert not versions.versions_of(store, folder, "gone.md")[-1].stored
+
+
+CRASH_SCRIPT = """
+import sys
+from pathlib import Path
+from memoryd import versions
+from memoryd.scan import scan_dir
+import os, signal
+store = versions.VersionStore(Path(sys.argv[2]))
+store.defer = len(sys.argv) > 3  # the daemon's way: objects put in place at the next flush
+with versions.active(store):
+    scan_dir(Path(sys.argv[1]))
+    if store.defer:
+        os.kill(os.getpid(), signal.SIGKILL)  # before any flush
+"""
+
+
+def _run_kill(folder: Path, state: Path, k: int, trace: Path) -> int:
+    env = {**os.environ, "MEMORYD_CRASH_AT": str(k), "MEMORYD_CRASH_TRACE": str(trace),
+           "PYTHONPATH": str(Path(__file__).parents[1])}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", CRASH_SCRIPT, str(folder), str(state)], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
+    return proc.returncode
+
+
+def _check_no_half_object(state: Path) -> None:
+    objects = state / "versions" / "objects"
+    for p in objects.iterdir() if objects.exists() else []:
+        if not p.name.startswith("."):
+            assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name, f"half object {p}"
+
+
+def test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version(tmp_path: Path) -> None:
+    """A real process killed at every crash point of storing (mid-write of an object, before
+    the renames), for a few files (fsync each) and a batch (one syncfs): no object under its
+    name is ever partial, and the next run stores every version."""
+    for count in (3, 20):
+        folder = tmp_path / f"mem{count}"
+        folder.mkdir()
+        datas = [_mem(folder, f"m{i}.md", f"lesson {i} " + "z" * 5000) for i in range(count)]
+        k = 0
+        while True:
+            k += 1
+            state = tmp_path / f"state{count}-{k}"
+            trace = tmp_path / f"trace{count}"
+            code = _run_kill(folder, state, k, trace)
+            _check_no_half_object(state)
+            if code == 0:
+                break
+            assert _run_kill(folder, state, 0, trace) == 0  # then a run that is not killed
+            _check_no_half_object(state)
+            stored = {p.name for p in (state / "versions" / "objects").iterdir()}
+            assert {_sha(d) for d in datas} <= stored
+        assert k > count  # every object's write and the rename step were crash points
+        labels = trace.read_text()
+        assert "versions.writing" in labels and "versions.before_rename" in labels
+
+
+def test_a_daemon_killed_before_its_flush_loses_no_version(tmp_path: Path) -> None:
+    """The daemon renames a pass's new objects into place at its next heartbeat; killed
+    before it, the next start puts every whole temp in place (none is left behind)."""
+    folder = tmp_path / "mem"
+    folder.mkdir()
+    datas = [_mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)]
+    state = tmp_path / "state"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env.pop("MEMORYD_CRASH_AT", None)
+    run = [sys.executable, "-c", CRASH_SCRIPT, str(folder), str(state)]
+    killed = subprocess.run([*run, "defer"], env=env, capture_output=True, timeout=60, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    objects = state / "versions" / "objects"
+    assert not [p for p in objects.iterdir() if not p.name.startswith(".")]  # all temps
+    assert subprocess.run(run, env=env, timeout=60, check=False).returncode == 0
+    assert sorted(p.name for p in objects.iterdir()) == sorted(_sha(d) for d in datas)

@@ -1,0 +1,104 @@
+"""The version store with a real `memoryd run`: an agent's burst of deletions and rewrites
+raises the alarm, and every lost version comes back byte-identical."""
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.conftest import tree_digest
+from tests.test_daemon import Running, agent_write, project, start, wait_for
+
+__all__ = ["project"]  # the fixture, used by name
+
+
+def _memory(folder: Path, name: str, body: str) -> bytes:
+    data = (
+        f"---\nname: {name}\ndescription: about {name}\ntype: feedback\n---\n\n{body}\n"
+    ).encode()
+    (folder / f"{name}.md").write_bytes(data)
+    return data
+
+
+def _objects(running: Running) -> Path:
+    return running.state / "versions" / "objects"
+
+
+def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
+    tmp_path: Path, project: Callable[[Running, str], Path]
+) -> None:
+    """5 memories deleted (rm and mv out) and 2 rewritten by atomic rename: one
+    memory.mass_change row, a deleted_outside / rewritten_outside row each; `trash restore`
+    brings each deleted one back byte-identical, `history --restore` each rewritten one; the
+    store holds each distinct version once, nothing of it in the memory dir, all 0600/0700."""
+    running = start(tmp_path)
+    try:
+        folder = project(running, "app")
+        original = {f"m{i}": _memory(folder, f"m{i}", f"lesson number {i}") for i in range(8)}
+        wait_for(lambda: all(f"m{i}.md" in (folder / "MEMORY.md").read_text() for i in range(8))
+                 if (folder / "MEMORY.md").exists() else False, what="all 8 indexed")
+        wait_for(lambda: len(list(_objects(running).iterdir())) >= 9, what="versions stored")
+        outside = tmp_path / "elsewhere"
+        outside.mkdir()
+        for i in range(3):
+            (folder / f"m{i}.md").unlink()  # plain rm
+        for i in (3, 4):
+            shutil.move(folder / f"m{i}.md", outside / f"m{i}.md")  # mv out of the dir
+        for i in (5, 6):
+            agent_write(folder, f"m{i}.md", description="rewritten by the agent")
+        wait_for(lambda: running.rows("memory.mass_change"), what="the alarm")
+        wait_for(lambda: len(running.rows("memory.deleted_outside")) == 5
+                 and len(running.rows("memory.rewritten_outside")) >= 2, what="the rows")
+        alarm = running.rows("memory.mass_change")
+        assert len(alarm) == 1 and alarm[0]["level"] == "warning"
+        assert alarm[0]["deleted"] == 5 and alarm[0]["rewritten"] == 2
+        status = running.cli("status")
+        assert "ALARM" in status.stdout and "5 memory files deleted" in status.stdout
+        rewritten = {r["file"] for r in running.rows("memory.rewritten_outside")}
+        assert {"m5.md", "m6.md"} <= rewritten
+
+        listing = running.cli("trash", "list")
+        assert listing.returncode == 0, listing.stderr
+        lines = [ln for ln in listing.stdout.splitlines() if "deleted outside memoryd" in ln]
+        assert len(lines) == 5, listing.stdout
+        for line in lines:
+            done = running.cli("trash", "restore", line.split()[0])
+            assert done.returncode == 0, done.stderr
+        for i in range(5):
+            assert (folder / f"m{i}.md").read_bytes() == original[f"m{i}"]
+        for i in (5, 6):
+            shown = running.cli("history", str(folder / f"m{i}.md"))
+            assert shown.returncode == 0, shown.stderr
+            assert "another process" in shown.stdout
+            back = running.cli("history", str(folder / f"m{i}.md"), "--restore", "1")
+            assert back.returncode == 0, back.stderr
+            assert (folder / f"m{i}.md").read_bytes() == original[f"m{i}"]
+        diff = running.cli("history", str(folder / "m5.md"), "--diff", "1..2")
+        assert "-description: about m5" in diff.stdout
+        assert "+description: rewritten by the agent" in diff.stdout
+        wait_for(lambda: all(f"m{i}.md" in (folder / "MEMORY.md").read_text() for i in range(8)),
+                 what="the pointers back")
+        # memoryd's own restores raised no second alarm
+        assert len(running.rows("memory.mass_change")) == 1
+    finally:
+        assert running.stop() == 0
+    objects = sorted(_objects(running).iterdir())
+    digests = {p.name for p in objects}
+    for p in objects:
+        assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name  # each once, by content
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600
+    assert len(digests) == len(objects)
+    for data in original.values():
+        assert hashlib.sha256(data).hexdigest() in digests
+    for root, _dirs, files in os.walk(running.state / "versions"):
+        assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+        for f in files:
+            assert stat.S_IMODE(os.stat(Path(root) / f).st_mode) == 0o600
+    kept = tree_digest(folder)
+    assert not [n for n in kept if "versions" in n or n.startswith(".memoryd")]
+    log = next((running.state / "versions" / "logs").iterdir())
+    first = json.loads(log.read_text().splitlines()[0])
+    assert first == {"dir": str(folder.resolve())}

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from memoryd import __version__, audit, fsops
+from memoryd import __version__, audit, fsops, indexer
 from memoryd.config import Config, config_as_dict, load_config
 from memoryd.discover import (
     Discovery,
@@ -23,7 +23,7 @@ from memoryd.discover import (
 from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
 from memoryd.index import INDEX_NAME
-from memoryd.indexer import IndexOutcome, budget_use, index_dir, read_index_file, view_kind
+from memoryd.indexer import IndexOutcome, budget_use, read_index_file, view_kind
 from memoryd.logsetup import configure
 from memoryd.paths import app_paths, read_bounded
 from memoryd.runtime import Runtime, tune_gc
@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- dirs --------------------------------------------------------------------------------------
 def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    outcome = index_dir(rt, md, check=True)
+    outcome = indexer.check(rt, md)
     scan = outcome.scan
     main_text = None
     with fsops.open_dir(md.real_path) as fd:
@@ -370,7 +370,8 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     # --check changes nothing: not even the audit log.
     found = discover_all(rt.config, args.dirs) if args.check else _discover(rt, args.dirs)
     dirs, refused = found.dirs, found.refused
-    outcomes = [index_dir(rt, md, check=args.check) for md in dirs]
+    use_case = indexer.check if args.check else indexer.update
+    outcomes = [use_case(rt, md) for md in dirs]
     # A dir left to the program writing its index is not in step either: a failed action.
     failed = any(o.status in ("error", "conflict", "settling") for o in outcomes)
     would = any(o.status == "would_change" for o in outcomes)

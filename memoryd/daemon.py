@@ -30,7 +30,7 @@ from memoryd.config import Config, load_config
 from memoryd.discover import MemoryDir, discover_all, lock_is_fresh, report_refused
 from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
-from memoryd.indexer import Held, index_dir
+from memoryd.indexer import Held, IndexStatus, update_changed
 from memoryd.logsetup import configure, get_logger
 from memoryd.paths import AppPaths, NotRegularFile, ensure_private_dir, regular_fd
 from memoryd.recovery import recover
@@ -244,7 +244,7 @@ class Daemon:
             timezone="UTC",
         )
         install_overflow_hook(self.on_overflow)
-        fsops.on_own_write = self._record_own_write
+        self.rt.on_own_write = self._record_own_write
         self.watcher.start()
         ensure_private_dir(self.rt.store.root)
         problem = self.watcher.add_readers(self.rt.store.root)
@@ -334,7 +334,7 @@ class Daemon:
         self.scheduler.shutdown(wait=True)
         self._guarded(self.process, sorted(self.dirs), True)
         self._guarded(self.heartbeat)
-        fsops.on_own_write = None
+        self.rt.on_own_write = None
         self.rt.audit.write("daemon.stopped", reason="signal")
         self.log.info("memoryd stopped")
         return EXIT_OK
@@ -521,7 +521,7 @@ class Daemon:
             if quiet and self.watcher.rewatch(path, reads=False) is not None:
                 entry.watch = "polling"  # no watch at all now: the reconcile looks instead
             started = self.mono()
-            outcome = index_dir(
+            outcome = update_changed(
                 self.rt,
                 entry.md,
                 grace=self.rt.config.index.new_file_grace,
@@ -529,12 +529,8 @@ class Daemon:
                 # Events name what changed; without them (a retry, a reconcile), scan in full,
                 # re-reading only what changed since the last scan.
                 previous=entry.scan,
-                only=names if incremental else None,
-                persist_cache=False,  # kept in memory; written by the heartbeat
-                held=entry.held if incremental else None,
-                hold=True,
-                wait_lock=False,  # a command holds the dir: "busy", looked at again shortly
-                daemon=True,
+                changed=names if incremental else None,
+                held=entry.held,
             )
             entry.held = outcome.held
             if outcome.ownership is not None:
@@ -550,9 +546,9 @@ class Daemon:
             if outcome.scan is not None:
                 entry.scan = outcome.scan
             entry.last_status = outcome.status
-            if outcome.status == "updated":
+            if outcome.status is IndexStatus.UPDATED:
                 entry.last_index_write = time.time()  # its events are known: _record_own_write
-            elif outcome.status in ("error", "conflict"):
+            elif outcome.status in (IndexStatus.ERROR, IndexStatus.CONFLICT):
                 self.log.warning(
                     "index not updated", dir=str(entry.md.path), message=outcome.message
                 )

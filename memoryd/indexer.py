@@ -101,6 +101,7 @@ class IndexOutcome:
     scan: DirScan | None = None
     retry_after: float | None = None  # when to look again (files in their grace, settling)
     held: "Held | None" = None  # for the next pass of a caller that keeps it (the daemon)
+    held_edit: bool = False  # the pass took the held view (the changed files only), not the full
 
     @property
     def write_failed(self) -> bool:
@@ -795,7 +796,13 @@ def _write_and_report(
                 with contextlib.suppress(OSError):
                     rt.store.save(md.real_path, state)
             return IndexOutcome(
-                md, IndexStatus.ERROR, outcome.ownership, edit, message=written, scan=scan
+                md,
+                IndexStatus.ERROR,
+                outcome.ownership,
+                edit,
+                message=written,
+                scan=scan,
+                held_edit=outcome.held_edit,
             )
         main_id, archive_id = written.main, written.archive
         if written.prev is not None:
@@ -1180,7 +1187,7 @@ def _index_changed(
         vouches_for_seen=arrived is not None,
     )
     # Report what the changed files are (the full view does this before it plans).
-    outcome = IndexOutcome(md, IndexStatus.UNCHANGED, ownership, edit, scan=scan)
+    outcome = IndexOutcome(md, IndexStatus.UNCHANGED, ownership, edit, scan=scan, held_edit=True)
     outcome.retry_after = _report_problems(rt, md, plan.problems, state, settle, scope=only)
     _count_changed(state, scan, memories.keys(), now)
     return _write_and_report(

@@ -363,6 +363,8 @@ class Request:
     hold: bool = False
     wait_lock: bool = True
     daemon: bool = False
+    # Try the held view of a settled index first (see _index_settled).
+    settled: bool = False
 
 
 # --- the use cases ------------------------------------------------------------------------------
@@ -370,8 +372,10 @@ def update(
     rt: Runtime, md: MemoryDir, *, grace: float = 0.0, forget: Set[str] = frozenset()
 ) -> IndexOutcome:
     """`memoryd index` (and the index update after recovery, with the files it moved back as
-    `forget`): bring MEMORY.md in step with the dir's files."""
-    return run_pass(rt, md, Request(grace=grace, forget=forget))
+    `forget`): bring MEMORY.md in step with the dir's files. While the index files are as
+    memoryd's last verified pass left them, only the lines of files that changed since are
+    looked at (see _index_settled)."""
+    return run_pass(rt, md, Request(grace=grace, forget=forget, settled=True))
 
 
 def check(rt: Runtime, md: MemoryDir) -> IndexOutcome:
@@ -527,6 +531,14 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
                 _report_conflict(rt, md, 1, conflict)
                 fast = None
                 previous = None  # the other writer may have changed anything: scan in full
+            if fast is not None:
+                return fast
+        elif req.settled and writes and not restoring and req.held is None and not req.hold:
+            try:
+                fast = _index_settled(rt, md, req)
+            except WriteConflict as conflict:
+                _report_conflict(rt, md, 1, conflict)
+                fast = None
             if fast is not None:
                 return fast
         waited = 0.0
@@ -727,10 +739,7 @@ def _index_once(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
     outcome = IndexOutcome(md, IndexStatus.UNCHANGED, ownership, scan=scan)
     if writes:
         outcome.retry_after = _report_problems(rt, md, scan.problems, state, req.settle)
-        if scan.own_temps:
-            stray = fsops.remove_stray_temps(md.real_path, scan.own_temps, time.time())
-            if stray:
-                rt.audit.write("index.temp_removed", dir=md.path, files=stray)
+        _remove_stray_temps(rt, md, scan)
         if state.known:
             _count_changed(state, scan, scan.memories.keys(), now)
     if not ownership.managed:
@@ -787,14 +796,13 @@ def _write_and_report(
     if plan.changed:
         written = _write(rt, md, plan, prev_was=state.prev)
         if isinstance(written, str):
-            if plan.scope is None:
-                # The files that left are remembered, so that their pointers go once a write
-                # succeeds (a full disk after a dream's moves must not leave them for good).
-                # (If the state cannot be saved either, `seen` still names them, or the
-                # dream pass's journal does: see dream.run._apply.)
-                state.note_gone(left, now)
-                with contextlib.suppress(OSError):
-                    rt.store.save(md.real_path, state)
+            # The files that left are remembered, so that their pointers go once a write
+            # succeeds (a full disk after a dream's moves must not leave them for good).
+            # (If the state cannot be saved either, `seen` still names them, or the dream
+            # pass's journal does: see dream.run._apply.)
+            state.note_gone(left, now)
+            with contextlib.suppress(OSError):
+                rt.store.save(md.real_path, state)
             return IndexOutcome(
                 md,
                 IndexStatus.ERROR,
@@ -1066,18 +1074,23 @@ def _index_changed(
     settle: float,
     forget: Set[str] = frozenset(),
     mode: str | None = None,
+    state: DirState | None = None,
+    whole: DirScan | None = None,
 ) -> IndexOutcome | None:
     """The held view: the pass after `only` changed, touching only what they touch; None:
     run a full pass.
 
     It gives what the full pass would (tests/test_index_held.py checks the edit against
     update_index over random indexes): it applies while the index files are exactly as the
-    last pass left them, the dir is managed, and the settings are the same.
+    last pass left them, the dir is managed, and the settings are the same. `state`: the
+    dir's state as the caller loaded it. `whole`: a scan of the whole dir the caller made
+    (_index_settled): problems, stray temps and the pile-up count are of all of it, and its
+    cache is saved.
     """
     cfg = rt.config
     if held.config != cfg.index or INDEX_NAME in only or ARCHIVE_NAME in only:
         return None
-    state = rt.store.load(md.real_path)
+    state = rt.store.load(md.real_path) if state is None else state
     if not (state.known and state.managed):
         return None
     with fsops.open_dir(md.real_path) as dir_fd:
@@ -1188,11 +1201,57 @@ def _index_changed(
     )
     # Report what the changed files are (the full view does this before it plans).
     outcome = IndexOutcome(md, IndexStatus.UNCHANGED, ownership, edit, scan=scan, held_edit=True)
-    outcome.retry_after = _report_problems(rt, md, plan.problems, state, settle, scope=only)
-    _count_changed(state, scan, memories.keys(), now)
-    return _write_and_report(
+    if whole is None:
+        outcome.retry_after = _report_problems(rt, md, plan.problems, state, settle, scope=only)
+        _count_changed(state, scan, memories.keys(), now)
+    else:
+        outcome.retry_after = _report_problems(rt, md, whole.problems, state, settle)
+        _remove_stray_temps(rt, md, whole)
+        _count_changed(state, whole, whole.memories.keys(), now)
+    outcome = _write_and_report(
         rt, md, Request(grace=grace, forget=forget), state, plan, outcome, now
     )
+    if whole is not None:
+        if not outcome.write_failed:  # (as the full pass, which saves it with the state)
+            rt.store.save_cache(md.real_path, whole.files)
+        outcome.scan, outcome.held = whole, None  # (`held` names unread memories: not for reuse)
+    return outcome
+
+
+def _index_settled(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome | None:
+    """A one-shot update that costs what the changes since the last verified pass cost: while
+    MEMORY-ARCHIVE.md is the file that pass left (DirState.settled), a stat scan of the dir
+    finds the files new, gone, renamed or redescribed since, and the held edit looks at
+    their lines and at all of MEMORY.md (as the dream pass's update after its moves does).
+    None: the full pass (a writer's late bytes in .MEMORY.md.prev, no settled index...)."""
+    state = rt.store.load(md.real_path)
+    if state.prev:
+        with fsops.open_dir(md.real_path) as dir_fd:
+            if fsops.stat_id(dir_fd, PREV_NAME) != state.prev[0]:
+                return None  # _late_write's to look at
+    cfg = rt.config.parse
+    scan = scan_dir(
+        md.real_path,
+        rt.store.load_cache(md.real_path),
+        max_file_bytes=cfg.max_file_bytes,
+        max_frontmatter_bytes=cfg.max_frontmatter_bytes,
+    )
+    made = _settled_view(rt, md, Basis.of(scan, state.seen), req.forget, state)
+    if made is None:
+        return None
+    held, changed = made
+    held.scan = scan  # the changed files are looked at again by stat, not read again
+    only = changed | req.forget
+    return _index_changed(
+        rt, md, held, only, req.grace, req.settle, req.forget, req.mode, state=state, whole=scan
+    )
+
+
+def _remove_stray_temps(rt: Runtime, md: MemoryDir, scan: DirScan) -> None:
+    if scan.own_temps:
+        stray = fsops.remove_stray_temps(md.real_path, scan.own_temps, time.time())
+        if stray:
+            rt.audit.write("index.temp_removed", dir=md.path, files=stray)
 
 
 @dataclass(slots=True)
@@ -1268,7 +1327,13 @@ def _settled_index(
     memory: MEMORY.md's own targets are among those given, so every other memory stands in
     the held entries by name alone.
     """
-    state = rt.store.load(md.real_path)
+    return _settled_view(rt, md, basis, moved, rt.store.load(md.real_path))
+
+
+def _settled_view(
+    rt: Runtime, md: MemoryDir, basis: Basis, moved: Set[str], state: DirState
+) -> tuple[Held, set[str]] | None:
+    """_settled_index, given the dir's state as loaded."""
     if not (state.known and state.managed and state.settled) or rt.dry_run:
         return None
     with fsops.open_dir(md.real_path) as dir_fd:

@@ -120,6 +120,16 @@ def make_readers_file(path: Path) -> None:
         os.mknod(path, 0o600 | stat.S_IFREG)
 
 
+def default_scheduler() -> BackgroundScheduler:
+    """One worker, so all file work runs on one thread; a job queued behind a long one is
+    never dropped as missed (APScheduler's 1 s misfire grace)."""
+    return BackgroundScheduler(
+        executors={"default": ThreadPoolExecutor(max_workers=1)},
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        timezone="UTC",
+    )
+
+
 def identity_of(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -138,6 +148,12 @@ class Daemon:
     stop_event: threading.Event = field(default_factory=threading.Event)
     wake: threading.Event = field(default_factory=threading.Event)
     log: Any = field(default_factory=get_logger)
+    # The collaborators, passed in (tests give a scripted event source or a scheduler of
+    # their own): the watcher is made with the daemon's event sink and whether reads count.
+    make_watcher: Callable[[Callable[[Signal], None], bool], Watcher] = field(
+        default=lambda sink, reads: Watcher(sink, reads=reads)
+    )
+    make_scheduler: Callable[[], BackgroundScheduler] = default_scheduler
     _reload: bool = False
     _rediscover: bool = True
     _rescan_reason: str = ""
@@ -163,7 +179,7 @@ class Daemon:
         w = self.rt.config.watch
         self.debouncer = Debouncer(w.debounce, w.max_wait, self.mono)
         self.consult_signal = w.reads_count
-        self.watcher = Watcher(self.on_signal, reads=w.reads_count)
+        self.watcher = self.make_watcher(self.on_signal, w.reads_count)
 
     # --- observer thread: classify and enqueue only --------------------------------------------
     def on_signal(self, sig: Signal) -> None:
@@ -238,11 +254,7 @@ class Daemon:
 
     def run(self) -> int:
         self._started = datetime.now(UTC).isoformat(timespec="seconds")
-        self.scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(max_workers=1)},
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-            timezone="UTC",
-        )
+        self.scheduler = self.make_scheduler()
         install_overflow_hook(self.on_overflow)
         self.rt.on_own_write = self._record_own_write
         self.watcher.start()

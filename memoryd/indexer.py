@@ -656,8 +656,8 @@ class Plan:
     and the held view. `scope`: the only names the pass looked at (the held view), None: all."""
 
     edit: IndexEdit
-    main: IndexText  # as read: the identity the writer re-checks (the held view: no text)
-    archive: IndexText
+    main: IndexText  # as read: its text, and the identity the writer re-checks
+    archive: IndexText  # (the held view's: the identity only; the held index has the lines)
     main_changed: bool
     archive_changed: bool
     scan: DirScan

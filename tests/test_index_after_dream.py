@@ -267,6 +267,8 @@ def test_a_one_shot_update_of_a_settled_index_gives_what_a_full_pass_gives(
             assert getattr(states[0], field) == getattr(states[1], field), field
         assert states[0].gone.keys() == states[1].gone.keys()  # (the values are when)
         assert (got.status, got.problems, got.message) == (want.status, want.problems, want.message)
+        assert got.ownership is not None and want.ownership is not None
+        assert got.ownership.reason == want.ownership.reason  # (`index --json` shows it)
         if got.edit is not None and want.edit is not None:
             assert set(got.edit.dead_links) == set(want.edit.dead_links)
 

@@ -20,7 +20,7 @@ ratio naive / memoryd. Run `python bench/bench_daemon.py --help`.
    mask, counting how many of the changed files it reported at all.
 
 The daemon runs through a small launcher (`--_shim`) that timestamps its event handler, passes,
-index_dir calls and garbage collections into a JSON file read after it stops; it changes
+index passes and garbage collections into a JSON file read after it stops; it changes
 nothing the daemon does.
 """
 
@@ -429,16 +429,15 @@ def shim(counts_path: str, argv: list[str]) -> int:
         Path(counts_path).write_text(json.dumps(record))
         return code
 
-    index_dir = dmod.index_dir
+    update_changed = dmod.update_changed  # indexer's use case for the daemon, as it imports it
 
-    def patched_index_dir(*a: Any, **kw: Any) -> Any:
+    def patched_update_changed(*a: Any, **kw: Any) -> Any:
         start = time.monotonic()
-        outcome = index_dir(*a, **kw)
-        record["index"].append([start, time.monotonic() - start, outcome.status,
-                                bool(kw.get("check"))])
+        outcome = update_changed(*a, **kw)
+        record["index"].append([start, time.monotonic() - start, outcome.status, False])
         return outcome
 
-    dmod.index_dir = patched_index_dir
+    dmod.update_changed = patched_update_changed
     gc_started = [0.0]
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
@@ -572,7 +571,7 @@ def pass_note(n: int, record: dict[str, Any], window: tuple[float, float], reps:
             others[status] = others.get(status, 0) + 1
     spent = ""
     if updated:
-        spent = (f"; an updating index_dir took p50 {fmt(percentile(updated, 50), 'time')}, "
+        spent = (f"; an updating index pass took p50 {fmt(percentile(updated, 50), 'time')}, "
                  f"p99 {fmt(percentile(updated, 99), 'time')} inside the daemon (the whole pass: "
                  "scan, write, verify, state and cache saved)")
     collections = [(d, g) for s, d, g in record.get("gc", []) if window[0] <= s <= window[1]]

@@ -842,11 +842,11 @@ def carry_facts(store: StateStore, src: Path, dst: Path) -> None:
 
 def settle(rt: Runtime, md: discover.MemoryDir) -> str:
     """Index the dir until nothing changes, as the daemon would have before any pass."""
-    outcome = indexer.index_dir(rt, md)
+    outcome = indexer.update(rt, md)
     for _ in range(2):
         if outcome.status != "updated":
             break
-        outcome = indexer.index_dir(rt, md)
+        outcome = indexer.update(rt, md)
     return outcome.status + (f" ({outcome.message})" if outcome.message else "")
 
 
@@ -934,9 +934,7 @@ def phase_times(
         (run_mod, "load_sources", "repo token cache: read from the state dir"),
         (run_mod, "dump_sources", "repo token cache: written to the state dir"),
         (run_mod.RepoIndex, "build", "RepoIndex.build (walk + tokens of changed sources)"),
-        (run_mod, "_adopt_saved", "dream facts: read from the state dir"),
-        (run_mod, "_save_facts", "dream facts: written to the state dir"),
-        (run_mod, "index_dir", "index_dir (the ownership probe)"),
+        (run_mod, "ownership_for_dream", "the ownership probe (indexer.ownership_for_dream)"),
         (run_mod, "index_after_dream", "index update after the moves (held edit or full pass)"),
         (run_mod, "scan_dir", "scan_dir in inventory (stat, cache)"),
         (fsops, "read_regular", "fsops.read_regular (open + read)"),
@@ -954,7 +952,6 @@ def phase_times(
         (plan_mod, "find_similar_pairs", "find_similar_pairs"),
         (StateStore, "load", "StateStore.load (json)"),
         (StateStore, "save", "StateStore.save (json, fsync)"),
-        (run_mod, "_apply", "_apply (journal, moves; the rest)"),
     ):
         wrap(owner, attr, label)
     gc.collect()
@@ -1061,17 +1058,6 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
 
     copies = work / "copies"
     spent = 0.0
-    # Which index update each real pass made after its moves: the held edit of a settled
-    # index (the daemon keeps it settled), or a full pass.
-    settled_index = indexer._settled_index
-    made: list[bool] = []
-
-    def spied(*args: Any) -> Any:
-        held = settled_index(*args)
-        made.append(held is not None)
-        return held
-
-    indexer._settled_index = spied  # type: ignore[assignment]
     for k in range(job["real_repeat"]):
         if k and spent >= job["real_budget"]:
             break
@@ -1098,8 +1084,12 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
         out["times"].append(took)
         note(k, result)
         out["moved"].append(_moves(result))
-        out["index"] = (result.index.status if result.index else "—") + (
-            " (held edit)" if made and made[-1] else " (full pass)"
+        # Which index update the pass made after its moves: the held edit of a settled index
+        # (the daemon keeps it settled), or a full pass.
+        out["index"] = (
+            f"{result.index.status} ({'held edit' if result.index.held_edit else 'full pass'})"
+            if result.index
+            else "—"
         )
         shutil.rmtree(dst)
     out["rss_end"] = peak_rss()

@@ -211,13 +211,14 @@ def run_index(
     between: Callable[[], object] | None = None,
     daemon: bool = False,
 ) -> IndexRun:
-    """Time `index_dir` after each of `reps` changes; `between` runs untimed after each.
+    """Time an index pass after each of `reps` changes; `between` runs untimed after each.
 
-    `daemon`: the daemon's path after its debounce: it holds what its last pass left and the
-    names the file events reported (`held`, `only`). Otherwise a one-shot `memoryd index`.
+    `daemon`: the daemon's path after its debounce (`indexer.update_changed`): it holds what
+    its last pass left and the names the file events reported. Otherwise a one-shot
+    `memoryd index` (`indexer.update`).
     """
     run = IndexRun()
-    held = indexer.index_dir(rt, md, hold=True).held if daemon else None
+    held = daemon_pass(rt, md, None, None).held if daemon else None
     for k in range(reps):
         if between is not None and k:
             between()
@@ -225,21 +226,29 @@ def run_index(
         gc.collect()
         start = time.perf_counter()
         if daemon:
-            outcome = indexer.index_dir(
-                rt,
-                md,
-                previous=held.scan if held else None,
-                only=names,
-                held=held,
-                hold=True,
-            )
+            outcome = daemon_pass(rt, md, held, names)
             held = outcome.held
         else:
-            outcome = indexer.index_dir(rt, md)
+            outcome = indexer.update(rt, md)
         run.samples.append(time.perf_counter() - start)
         if outcome.status != "updated":
             run.bad.append(f"{outcome.status}: {outcome.message or outcome.problems[:2]}")
     return run
+
+
+def daemon_pass(
+    rt: Runtime, md: discover.MemoryDir, held: indexer.Held | None, names: set[str] | None
+) -> indexer.IndexOutcome:
+    """The daemon's pass (no grace: the bench's new files are indexed at once)."""
+    return indexer.update_changed(
+        rt,
+        md,
+        grace=0.0,
+        settle=0.0,
+        previous=held.scan if held else None,
+        changed=names,
+        held=held,
+    )
 
 
 def pick_file(path: Path, index_name: str, files: dict[str, _synth.SynthFile]) -> str:
@@ -253,7 +262,8 @@ def pick_file(path: Path, index_name: str, files: dict[str, _synth.SynthFile]) -
 
 @contextlib.contextmanager
 def phase_timer() -> Iterator[dict[str, list[float]]]:
-    """Time what index_dir spends in each collaborator (wrapping module names; bench-only).
+    """Time what an index pass spends in each collaborator (wrapping the public names it
+    calls; bench-only: what the private steps between them take shows as "the rest").
 
     Times are exclusive: a wrapped call inside another (the index reads inside verify_on_disk)
     counts once, under the inner label.
@@ -285,11 +295,9 @@ def phase_timer() -> Iterator[dict[str, list[float]]]:
     for attr, label in (
         ("scan_dir", "scan_dir (stat all, re-read changed)"),
         ("read_index_file", "read MEMORY.md + archive"),
-        ("_linked_texts", "_linked_texts (read files MEMORY.md links)"),
         ("decide_ownership", "decide_ownership"),
         ("update_index", "update_index"),
         ("verify_on_disk", "verify_on_disk"),
-        ("_report_links", "_report_links"),
     ):
         wrap(indexer, attr, label)
     wrap(fsops, "replace_file", "fsops.replace_file (write, fsync, swap)")
@@ -380,13 +388,13 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         rt = make_runtime(tmp)
         md = discover.explicit_dirs(path, Config())[0]
         first = time.perf_counter()
-        outcome = indexer.index_dir(rt, md)
+        outcome = indexer.update(rt, md)
         first_pass = time.perf_counter() - first
         demoted = len(outcome.edit.demoted) if outcome.edit else 0
-        settle = [indexer.index_dir(rt, md).status for _ in range(2)]
+        settle = [indexer.update(rt, md).status for _ in range(2)]
         if settle[-1] != "unchanged":
             print(f"warning: the index did not settle after the first pass: {settle}")
-        idle = timed(lambda: indexer.index_dir(rt, md), min(repeat, 5))
+        idle = timed(lambda: indexer.update(rt, md), min(repeat, 5))
         settled = f"MEMORY.md {len((path / INDEX_NAME).read_bytes().splitlines())} lines"
         if (path / ARCHIVE_NAME).exists():
             settled += f", archive {(path / ARCHIVE_NAME).stat().st_size / MB:.1f} MB"
@@ -492,17 +500,10 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
             print(f"\n-- cProfile, figure 1 (one cold scan_dir of {n:,} files) --")
             print(profile_top(lambda: scan_dir(path, {}), args.profile_lines))
             change = describe(in_main)
-            held = indexer.index_dir(rt, md, hold=True).held
+            held = daemon_pass(rt, md, None, None).held
             names = change(10_000)
-            print("-- cProfile, figure 3 (the daemon's index_dir after a description change) --")
-            print(
-                profile_top(
-                    lambda: indexer.index_dir(
-                        rt, md, previous=held.scan if held else None, only=names, held=held
-                    ),
-                    args.profile_lines,
-                )
-            )
+            print("-- cProfile, figure 3 (the daemon's pass after a description change) --")
+            print(profile_top(lambda: daemon_pass(rt, md, held, names), args.profile_lines))
             passes = 10
             with phase_timer() as spent:
                 total = run_index(
@@ -519,7 +520,7 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 rest -= per_pass
                 calls = len(values) / passes
                 print(f"  {fmt(per_pass, 'time'):>9}  {label} ({calls:g} call(s) a pass)")
-            print(f"  {fmt(rest, 'time'):>9}  the rest of index_dir")
+            print(f"  {fmt(rest, 'time'):>9}  the rest of the pass")
             median_total = fmt(statistics.median(total), "time")
             print(f"  {fmt(mean_total, 'time'):>9}  total (median {median_total})")
 

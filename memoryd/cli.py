@@ -258,11 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- dirs --------------------------------------------------------------------------------------
 def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    from memoryd import findings, fsops
+    from memoryd import findings, fsops, indexer
     from memoryd.index import INDEX_NAME
-    from memoryd.indexer import budget_use, index_dir, read_index_file, view_kind
+    from memoryd.indexer import budget_use, read_index_file, view_kind
 
-    outcome = index_dir(rt, md, check=True)
+    outcome = indexer.check(rt, md)
     scan = outcome.scan
     main_text = None
     with fsops.open_dir(md.real_path) as fd:
@@ -386,6 +386,12 @@ def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
     return found
 
 
+def _no_dirs() -> Discovery:
+    from memoryd.discover import Discovery
+
+    return Discovery(dirs=[], refused=[])
+
+
 def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import time
 
@@ -397,7 +403,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     found = (
         discover_all(rt.config, named)
         if named or not args.dirs
-        else Discovery(dirs=[], refused=[])
+        else _no_dirs()
     )
     dirs = found.dirs
     rows = [_dir_summary(rt, md) for md in dirs]
@@ -559,8 +565,8 @@ def _outcome_json(o: IndexOutcome) -> dict[str, Any]:
 
 
 def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    from memoryd import indexer
     from memoryd.discover import discover_all
-    from memoryd.indexer import index_dir
 
     if not args.check:
         _recover(rt)
@@ -570,7 +576,8 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     # Why a dir is unmanaged is said once (as its `index.unmanaged` row is), not at every run:
     # the run that records it in the dir's state says it; `-v` and `dirs DIR` say it again.
     said = {md.real_path: rt.store.load(md.real_path).reported.get("unmanaged") for md in dirs}
-    outcomes = [index_dir(rt, md, check=args.check) for md in dirs]
+    use_case = indexer.check if args.check else indexer.update
+    outcomes = [use_case(rt, md) for md in dirs]
     # A dir left to the program writing its index is not in step either: a failed action.
     failed = any(o.status in ("error", "conflict", "settling") for o in outcomes)
     would = any(o.status == "would_change" for o in outcomes)

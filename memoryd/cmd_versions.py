@@ -226,7 +226,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     from memoryd import fsops, restored, trash
     from memoryd.discover import memory_dir_at
     from memoryd.index import INDEX_NAME, pointer_lines, pointer_places
-    from memoryd.indexer import index_dir
+    from memoryd.indexer import restore_pointers
 
     store = versions.current() or versions.for_runtime(rt)
     known = [d.resolve() for d in dirs] or store.known_dirs()
@@ -259,7 +259,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
                 placements = pointer_places(text.removeprefix("\ufeff"), {item.name})
                 break
         place = placements.get(item.name)
-        index_dir(rt, md, preferred=preferred, placements={name: place} if place else None)
+        restore_pointers(rt, md, preferred, {name: place} if place else {})
     out.write(f"restored {shown(item.name)} as {shown(item.dir / name)}\n")
     return True
 

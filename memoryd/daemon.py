@@ -30,7 +30,7 @@ from memoryd.config import Config, load_config
 from memoryd.discover import MemoryDir, discover_all, lock_is_fresh, report_refused
 from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
-from memoryd.indexer import Held, index_dir
+from memoryd.indexer import Held, IndexStatus, update_changed
 from memoryd.instance import lock_holder as lock_holder  # moved; still importable here
 from memoryd.logsetup import configure, get_logger
 from memoryd.paths import AppPaths, NotRegularFile, ensure_private_dir, regular_fd
@@ -102,6 +102,16 @@ def make_readers_file(path: Path) -> None:
         os.mknod(path, 0o600 | stat.S_IFREG)
 
 
+def default_scheduler() -> BackgroundScheduler:
+    """One worker, so all file work runs on one thread; a job queued behind a long one is
+    never dropped as missed (APScheduler's 1 s misfire grace)."""
+    return BackgroundScheduler(
+        executors={"default": ThreadPoolExecutor(max_workers=1)},
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        timezone="UTC",
+    )
+
+
 def identity_of(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -120,6 +130,12 @@ class Daemon:
     stop_event: threading.Event = field(default_factory=threading.Event)
     wake: threading.Event = field(default_factory=threading.Event)
     log: Any = field(default_factory=get_logger)
+    # The collaborators, passed in (tests give a scripted event source or a scheduler of
+    # their own): the watcher is made with the daemon's event sink and whether reads count.
+    make_watcher: Callable[[Callable[[Signal], None], bool], Watcher] = field(
+        default=lambda sink, reads: Watcher(sink, reads=reads)
+    )
+    make_scheduler: Callable[[], BackgroundScheduler] = default_scheduler
     _reload: bool = False
     _rediscover: bool = True
     _rescan_reason: str = ""
@@ -145,7 +161,7 @@ class Daemon:
         w = self.rt.config.watch
         self.debouncer = Debouncer(w.debounce, w.max_wait, self.mono)
         self.consult_signal = w.reads_count
-        self.watcher = Watcher(self.on_signal, reads=w.reads_count)
+        self.watcher = self.make_watcher(self.on_signal, w.reads_count)
 
     # --- observer thread: classify and enqueue only --------------------------------------------
     def on_signal(self, sig: Signal) -> None:
@@ -220,13 +236,9 @@ class Daemon:
 
     def run(self) -> int:
         self._started = datetime.now(UTC).isoformat(timespec="seconds")
-        self.scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(max_workers=1)},
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-            timezone="UTC",
-        )
+        self.scheduler = self.make_scheduler()
         install_overflow_hook(self.on_overflow)
-        fsops.on_own_write = self._record_own_write
+        self.rt.on_own_write = self._record_own_write
         self.watcher.start()
         ensure_private_dir(self.rt.store.root)
         problem = self.watcher.add_readers(self.rt.store.root)
@@ -316,7 +328,7 @@ class Daemon:
         self.scheduler.shutdown(wait=True)
         self._guarded(self.process, sorted(self.dirs), True)
         self._guarded(self.heartbeat)
-        fsops.on_own_write = None
+        self.rt.on_own_write = None
         self.rt.audit.write("daemon.stopped", reason="signal")
         self.log.info("memoryd stopped")
         return EXIT_OK
@@ -504,7 +516,7 @@ class Daemon:
             if quiet and self.watcher.rewatch(path, reads=False) is not None:
                 entry.watch = "polling"  # no watch at all now: the reconcile looks instead
             started = self.mono()
-            outcome = index_dir(
+            outcome = update_changed(
                 self.rt,
                 entry.md,
                 grace=self.rt.config.index.new_file_grace,
@@ -512,12 +524,8 @@ class Daemon:
                 # Events name what changed; without them (a retry, a reconcile), scan in full,
                 # re-reading only what changed since the last scan.
                 previous=entry.scan,
-                only=names if incremental else None,
-                persist_cache=False,  # kept in memory; written by the heartbeat
-                held=entry.held if incremental else None,
-                hold=True,
-                wait_lock=False,  # a command holds the dir: "busy", looked at again shortly
-                daemon=True,
+                changed=names if incremental else None,
+                held=entry.held,
             )
             entry.held = outcome.held
             if outcome.ownership is not None:
@@ -533,9 +541,9 @@ class Daemon:
             if outcome.scan is not None:
                 entry.scan = outcome.scan
             entry.last_status = outcome.status
-            if outcome.status == "updated":
+            if outcome.status is IndexStatus.UPDATED:
                 entry.last_index_write = time.time()  # its events are known: _record_own_write
-            elif outcome.status in ("error", "conflict"):
+            elif outcome.status in (IndexStatus.ERROR, IndexStatus.CONFLICT):
                 self.log.warning(
                     "index not updated", dir=str(entry.md.path), message=outcome.message
                 )

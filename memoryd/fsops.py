@@ -1,7 +1,11 @@
-"""The only module that writes files: check-and-swap replaces, no-replace moves, private files.
+"""The filesystem primitives memoryd writes memory dirs with: check-and-swap replaces,
+no-replace moves, private temp files, and the crash points the crash-loop tests kill at.
 
-Every write into a memory dir goes through `replace_file` (index files) or `move_no_replace`
-(trash moves). Both work relative to an open directory descriptor and never follow symlinks.
+Every write of an index file goes through `replace_file`, every move of a memory file through
+`move_no_replace`; both work relative to an open directory descriptor and never follow
+symlinks. Not every write of memoryd's is here: the state store, the journal and the trash
+manifest write their private files with `write_private`, the audit log appends on its own, and
+`service` and `demo` write outside memory dirs.
 """
 
 import contextlib
@@ -26,12 +30,11 @@ RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 TEMP_MARK = ".memoryd-"  # every temp file memoryd creates has this in its name
 
-# Test hook: called after our temp file is complete and before the swap; a test can write
-# MEMORY.md here to act as a concurrent writer.
-before_swap: Callable[[Path, str], None] | None = None
-# The daemon's hook: told the identity (inode, size, mtime_ns) a file will have once our swap
-# lands (a rename keeps all three), before the swap, so the event it causes is known as ours.
-on_own_write: Callable[[Path, str, tuple[int, int, int]], None] | None = None
+# Told (folder, name, (inode, size, mtime_ns)) the identity a file will have once a swap lands
+# (a rename keeps all three), after the temp file is complete and just before the swap: the
+# daemon records it so that the event the swap causes is known as its own. (Tests write the
+# index from it, as a writer slipping in between memoryd's read and its swap.)
+OwnWrite = Callable[[Path, str, tuple[int, int, int]], None]
 # The version store's hook (memoryd.versions): told what memoryd wrote, once it is in place.
 on_own_content: "Callable[[Path, str, Content, tuple[int, int, int]], None] | None" = None
 
@@ -51,7 +54,8 @@ def _load_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
 
 
 _renameat2 = _load_renameat2()
-# Tests switch this off to exercise the portable fallback.
+# Whether to use renameat2 at all: False where libc lacks it (the portable fallback runs; a
+# kernel or filesystem without it is found out per call). The tests turn it off too.
 use_renameat2 = _renameat2 is not None
 
 
@@ -290,6 +294,7 @@ def replace_file(
     prev_was: Sequence[int] | None = None,
     expected_data: Content | None = None,
     leftovers: list[str] | None = None,
+    on_own_write: OwnWrite | None = None,
 ) -> FileIdentity:
     """Atomically replace `name` with `data` if it is still `expected` (None: must not exist).
 
@@ -305,6 +310,7 @@ def replace_file(
     is still that inode but its size or mtime changed, a program that had the old file open
     (`slow_tool > MEMORY.md`) wrote to it since: it is never replaced (WriteConflict; the
     caller brings those bytes back, see indexer._late_write).
+    `on_own_write`: see OwnWrite.
     """
     with open_dir(dir_path) as dir_fd:
         mode = 0o600
@@ -324,8 +330,6 @@ def replace_file(
             st = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False)
             if on_own_write is not None:
                 on_own_write(dir_path, name, (st.st_ino, st.st_size, st.st_mtime_ns))
-            if before_swap is not None:
-                before_swap(dir_path, name)
             crash_point("index.before_swap")
             # By stat only: the exchange below checks the bytes of what it took out (and the
             # fallback without it checks them in full before renaming).
@@ -621,20 +625,24 @@ def remove_stray_temps(dir_path: Path, names: Iterable[str], now: float) -> list
     return removed
 
 
-# --- crash points --------------------------------------------------------------------------------
-# `MEMORYD_CRASH_AT=k` makes the k-th crash point of the process kill it with SIGKILL, so tests
-# can prove that a crash at any step loses nothing. Unset, it costs one dict lookup.
-_crash_counter = [0]
+# --- crash points (test instrumentation, kept in the product on purpose) --------------------------
+# The crash-loop tests (tests/test_crash.py, the daemon's) run memoryd as a real process and
+# kill it at every step in turn: `MEMORYD_CRASH_AT=k` makes the k-th crash point the process
+# passes SIGKILL it (`MEMORYD_CRASH_TRACE=file` also names the point). It has to live in the
+# product, read from the environment, because the process under test is a child the test
+# cannot reach otherwise. Unset, a crash point costs one dict lookup.
+_crash_points_passed = [0]
 
 
 def crash_point(label: str) -> None:
+    """A step a crash-loop test may kill this process at (see above); otherwise nothing."""
     target = os.environ.get("MEMORYD_CRASH_AT")
     if not target:
         return
-    _crash_counter[0] += 1
-    if _crash_counter[0] == int(target):
+    _crash_points_passed[0] += 1
+    if _crash_points_passed[0] == int(target):
         trace = os.environ.get("MEMORYD_CRASH_TRACE")
         if trace:
             with open(trace, "a", encoding="utf-8") as handle:
-                handle.write(f"{_crash_counter[0]} {label}\n")
+                handle.write(f"{_crash_points_passed[0]} {label}\n")
         os.kill(os.getpid(), signal.SIGKILL)

@@ -14,7 +14,7 @@ from memoryd import fsops, restored, trash, versions
 from memoryd.discover import MemoryDir, memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.index import INDEX_NAME, Place, pointer_targets
-from memoryd.indexer import index_dir, read_index_file
+from memoryd.indexer import read_index_file, restore_pointers
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
 
@@ -141,7 +141,7 @@ def _restore(rt: Runtime, listed: Listed) -> str:
     if record.index_line and name == record.original_name:
         preferred[name] = record.index_line
     place = Place.of(record.index_place) if record.index_line else None
-    index_dir(rt, listed.dir, preferred=preferred, placements={name: place} if place else None)
+    restore_pointers(rt, listed.dir, preferred, {name: place} if place else {})
     return name
 
 

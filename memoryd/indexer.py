@@ -1,4 +1,17 @@
-"""Keep one memory dir's MEMORY.md in step with its files: scan, decide, swap in, verify, log."""
+"""Keep one memory dir's MEMORY.md in step with its files.
+
+The use cases (`update`, `check`, `restore_pointers`, `update_changed` for the daemon,
+`update_after_moves` for the dream pass, `ownership_for_dream`) each fill in a `Request` and
+run one pass, which reads like its name:
+- read: a snapshot of the dir (`_read_full`: the scan, both index texts, ownership; or the
+  view the daemon's last pass left, `Held`, checked against the files by stat);
+- plan: the edit, a pure function of the snapshot, the dir's state and the policy
+  (`plan_full` over the whole index, `index_held.edit_changed` over the held view), both
+  giving one `Plan`;
+- write: `_write_and_report` swaps the plan in with the check-and-swap writer
+  (fsops.replace_file, told the runtime's own-write callback) and verifies what it wrote;
+- report: audit rows, said-once bookkeeping and the dir's state, after the write.
+"""
 
 import contextlib
 import difflib
@@ -9,6 +22,8 @@ import stat
 import time
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
+from datetime import date
+from enum import StrEnum
 from typing import Any
 
 from memoryd import fsops, index_held
@@ -61,10 +76,23 @@ class IndexText:
     read_only: bool = False  # no write permission for its owner: the person's "do not touch"
 
 
+class IndexStatus(StrEnum):
+    """How an index pass ended (a str: JSON output and audit rows carry the value)."""
+
+    UNCHANGED = "unchanged"  # nothing to do, nothing written
+    UPDATED = "updated"  # written and verified
+    WOULD_CHANGE = "would_change"  # --check or a dry run: an update would write (see `diff`)
+    UNMANAGED = "unmanaged"  # not memoryd's to edit (see `message`)
+    CONFLICT = "conflict"  # another writer kept changing it: nothing was lost, nothing written
+    BUSY = "busy"  # another memoryd process holds the dir (the daemon looks again)
+    SETTLING = "settling"  # an index file is being written by another program
+    ERROR = "error"  # the write failed, or what was written failed verification
+
+
 @dataclass(slots=True)
 class IndexOutcome:
     dir: MemoryDir
-    status: str  # unchanged | updated | would_change | unmanaged | conflict | busy | error
+    status: IndexStatus
     ownership: Ownership | None = None
     edit: IndexEdit | None = None
     diff: str = ""
@@ -73,12 +101,13 @@ class IndexOutcome:
     scan: DirScan | None = None
     retry_after: float | None = None  # when to look again (files in their grace, settling)
     held: "Held | None" = None  # for the next pass of a caller that keeps it (the daemon)
+    held_edit: bool = False  # the pass took the held view (the changed files only), not the full
 
     @property
     def write_failed(self) -> bool:
         """Whether the index could not be written at all (a full disk, permissions), as
         opposed to written and then failing verification."""
-        return self.status == "error" and not self.problems
+        return self.status is IndexStatus.ERROR and not self.problems
 
 
 @dataclass(slots=True)
@@ -308,6 +337,127 @@ def _settling(
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a caller asks of one index pass (the policy; the use cases below each fill it in).
+
+    `forget`: files memoryd itself just moved away, whose pointers go even if it never saw
+    them before. `preferred`: pointer lines to use for files coming back from the trash;
+    `placements`: where their pointers sat (index.Place), to put them back there. `grace`: how
+    long a new file waits for the agent's own pointer; `settle`: how long a file that cannot
+    be parsed must be still before it is reported. `hold`: leave what a pass over just the
+    changed files needs in `outcome.held`, to be passed back as `held` with `only` (the names
+    that changed) by a caller that keeps it; `previous`: that caller's last scan.
+    `wait_lock=False`: when another process holds the dir's writer lock, nothing is done and
+    the outcome is "busy". `daemon`: the caller is the daemon, which needs no telling that
+    memoryd reads the dir (see StateStore.reading); the open and close would only wake its own
+    watch mid-pass. `persist_cache=False`: the caller keeps the scan (the daemon writes its
+    cache with the heartbeat).
+    """
+
+    check: bool = False
+    grace: float = 0.0
+    mode: str | None = None
+    forget: Set[str] = frozenset()
+    preferred: Mapping[str, str] = field(default_factory=dict)
+    placements: Mapping[str, Place] = field(default_factory=dict)
+    settle: float = 0.0
+    previous: DirScan | None = None
+    only: Set[str] | None = None
+    persist_cache: bool = True
+    held: Held | None = None
+    hold: bool = False
+    wait_lock: bool = True
+    daemon: bool = False
+    # Try the held view of a settled index first (see _index_settled).
+    settled: bool = False
+
+
+# --- the use cases ------------------------------------------------------------------------------
+def update(
+    rt: Runtime, md: MemoryDir, *, grace: float = 0.0, forget: Set[str] = frozenset()
+) -> IndexOutcome:
+    """`memoryd index` (and the index update after recovery, with the files it moved back as
+    `forget`): bring MEMORY.md in step with the dir's files. While the index files are as
+    memoryd's last verified pass left them, only the lines of files that changed since are
+    looked at (see _index_settled)."""
+    return run_pass(rt, md, Request(grace=grace, forget=forget, settled=True))
+
+
+def check(rt: Runtime, md: MemoryDir) -> IndexOutcome:
+    """`memoryd index --check` and `dirs`: what an update would do, as a diff; writes nothing."""
+    return run_pass(rt, md, Request(check=True))
+
+
+def restore_pointers(
+    rt: Runtime, md: MemoryDir, preferred: Mapping[str, str], placements: Mapping[str, Place]
+) -> IndexOutcome:
+    """After a restore from the trash: the restored files' pointer lines come back as they
+    were (`preferred`), where they sat (`placements`)."""
+    return run_pass(rt, md, Request(preferred=preferred, placements=placements))
+
+
+def update_changed(
+    rt: Runtime,
+    md: MemoryDir,
+    *,
+    grace: float,
+    settle: float,
+    previous: DirScan | None,
+    changed: Set[str] | None,
+    held: Held | None,
+) -> IndexOutcome:
+    """The daemon's pass after its debounce: `changed` names what the events reported (None:
+    look at every file, re-reading only what changed since `previous`); with the `held` view
+    its last pass left, it costs what the changed files cost. Never waits for another
+    process's lock ("busy"), or for an index being written ("settling"): it looks again."""
+    return run_pass(
+        rt,
+        md,
+        Request(
+            grace=grace,
+            settle=settle,
+            previous=previous,
+            only=changed,
+            persist_cache=False,  # kept in memory; written by the heartbeat
+            held=held if changed else None,
+            hold=True,
+            wait_lock=False,
+            daemon=True,
+        ),
+    )
+
+
+def ownership_for_dream(rt: Runtime, md: MemoryDir) -> IndexOutcome:
+    """For the dream pass, which may move only files whose pointer lines it may remove:
+    whether memoryd manages the dir's index (`outcome.ownership`), and the scan made to find
+    out (`outcome.scan`). No edit is planned and nothing is written or reported. Status
+    "settling" when MEMORY.md is blank because a program is writing it (what it will hold
+    decides), "unmanaged" with the reason, else "unchanged"."""
+    waited = 0.0
+    with rt.store.reading(md.real_path):
+        try:
+            while True:
+                state = rt.store.load(md.real_path)
+                snapshot = _read_full(rt, md, state, Request(check=True))
+                # A dream pass acts on what it finds: a blank MEMORY.md that is being
+                # written is not "missing or blank, so managed". It waits a little for it.
+                busy = _settling(md, snapshot.texts, state.settled, rt.clock(), blank_only=True)
+                if busy is None:
+                    break
+                pause = max(busy.due - rt.clock(), 0.05)
+                if waited + pause > SETTLE_WAIT:
+                    return _settling_outcome(md, busy, False)
+                rt.sleep(pause)
+                waited += pause
+        finally:
+            release_parsed()
+    outcome = IndexOutcome(md, IndexStatus.UNCHANGED, snapshot.ownership, scan=snapshot.scan)
+    if not snapshot.ownership.managed:
+        outcome.status, outcome.message = IndexStatus.UNMANAGED, snapshot.ownership.reason
+    return outcome
+
+
 def index_dir(
     rt: Runtime,
     md: MemoryDir,
@@ -324,46 +474,77 @@ def index_dir(
     persist_cache: bool = True,
     held: Held | None = None,
     hold: bool = False,
-    probe: bool = False,
     wait_lock: bool = True,
     daemon: bool = False,
 ) -> IndexOutcome:
-    """One incremental index update of one dir; retries from the other writer's version.
+    """Any combination of a Request's fields, for the tests and benches that drive a pass
+    directly; memoryd itself calls the use cases above."""
+    return run_pass(
+        rt,
+        md,
+        Request(
+            check=check,
+            grace=grace,
+            mode=mode,
+            forget=forget,
+            preferred=preferred or {},
+            placements=placements or {},
+            settle=settle,
+            previous=previous,
+            only=only,
+            persist_cache=persist_cache,
+            held=held,
+            hold=hold,
+            wait_lock=wait_lock,
+            daemon=daemon,
+        ),
+    )
 
-    `forget`: files memoryd itself just moved away, whose pointers go even if it never saw
-    them before. `preferred`: pointer lines to use for files coming back from the trash;
-    `placements`: where their pointers sat (index.Place), to put them back there.
-    `hold`: leave what a pass over just the changed files needs in `outcome.held`, to be
-    passed back as `held` with `only` (the names that changed) by a caller that keeps it.
-    `probe` (with `check`): stop once ownership is decided; the outcome has no edit (for the
-    dream pass, which needs to know only whether it may remove pointer lines).
 
-    A pass that may write holds the dir's writer lock. `wait_lock=False` (the daemon): when
-    another process holds it, nothing is done and the outcome is "busy", with a time to look
-    again. `daemon`: the caller is the daemon, which needs no telling that memoryd reads the
-    dir (see StateStore.reading); the open and close would only wake its own watch mid-pass.
+# --- one pass: read -> plan -> write -> report -------------------------------------------------
+def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
+    """One index pass of one dir under its locks; retries from the other writer's version.
+
+    The held view (a pass over just the changed files) is tried first when the caller has one;
+    where it does not apply (see _index_changed) or another writer got in, the full view runs.
     """
+    writes = not (req.check or rt.dry_run)
     with contextlib.ExitStack() as stack:
-        if not daemon:
+        if not req.daemon:
             stack.enter_context(rt.store.reading(md.real_path))
-        writes = not (check or rt.dry_run)
-        if writes and not stack.enter_context(rt.store.lock(md.real_path, wait=wait_lock)):
+        if writes and not stack.enter_context(rt.store.lock(md.real_path, wait=req.wait_lock)):
             return IndexOutcome(
                 md,
-                "busy",
+                IndexStatus.BUSY,
                 message="another memoryd process is working on this dir; looking again shortly",
                 retry_after=time.time() + BUSY_RETRY,
             )
-        restoring = bool(preferred or placements)
-        if held is not None and only is not None and not (check or rt.dry_run or restoring):
+        previous = req.previous
+        restoring = bool(req.preferred or req.placements)
+        if req.held is not None and req.only is not None and writes and not restoring:
             try:
-                fast = _index_changed(rt, md, held, only | forget, grace, settle, forget, mode)
-            except WriteConflict as conflict:
-                rt.audit.write(
-                    "index.conflict", dir=md.path, file=INDEX_NAME, attempt=1, detail=str(conflict)
+                fast = _index_changed(
+                    rt,
+                    md,
+                    req.held,
+                    req.only | req.forget,
+                    req.grace,
+                    req.settle,
+                    req.forget,
+                    req.mode,
                 )
+            except WriteConflict as conflict:
+                _report_conflict(rt, md, 1, conflict)
                 fast = None
                 previous = None  # the other writer may have changed anything: scan in full
+            if fast is not None:
+                return fast
+        elif req.settled and writes and not restoring and req.held is None and not req.hold:
+            try:
+                fast = _index_settled(rt, md, req)
+            except WriteConflict as conflict:
+                _report_conflict(rt, md, 1, conflict)
+                fast = None
             if fast is not None:
                 return fast
         waited = 0.0
@@ -371,38 +552,26 @@ def index_dir(
             attempt = 0
             while attempt < CONFLICT_RETRIES:
                 attempt += 1
+                # After a conflict the other writer may have changed anything: scan in full.
+                first = attempt == 1
                 try:
                     return _index_once(
                         rt,
                         md,
-                        check=check,
-                        grace=grace,
-                        mode=mode,
-                        forget=forget,
-                        preferred=preferred or {},
-                        placements=placements or {},
-                        settle=settle,
-                        # After a conflict the other writer may have changed anything: scan in full.
-                        previous=previous if attempt == 1 else None,
-                        only=only if attempt == 1 else None,
-                        persist_cache=persist_cache,
-                        keep=hold,
-                        probe=probe and check,
+                        replace(
+                            req,
+                            previous=previous if first else None,
+                            only=req.only if first else None,
+                        ),
                     )
                 except WriteConflict as conflict:
-                    rt.audit.write(
-                        "index.conflict",
-                        dir=md.path,
-                        file=INDEX_NAME,
-                        attempt=attempt,
-                        detail=str(conflict),
-                    )
+                    _report_conflict(rt, md, attempt, conflict)
                 except BeingWritten as busy:
                     # Like a memory file still changing: the daemon looks again once it is
                     # due; a command waits a little for it, then says so and leaves it.
                     pause = max(busy.due - rt.clock(), 0.05)
-                    if daemon or waited + pause > SETTLE_WAIT:
-                        return _settling_outcome(md, busy, daemon)
+                    if req.daemon or waited + pause > SETTLE_WAIT:
+                        return _settling_outcome(md, busy, req.daemon)
                     rt.sleep(pause)
                     waited += pause
                     attempt -= 1  # not a conflict: the wait does not use up a retry
@@ -410,7 +579,7 @@ def index_dir(
             release_parsed()
         return IndexOutcome(
             md,
-            "conflict",
+            IndexStatus.CONFLICT,
             message=(
                 f"{md.path / INDEX_NAME}: another writer kept changing it; nothing was lost, "
                 "memoryd will try again on the next change"
@@ -418,11 +587,17 @@ def index_dir(
         )
 
 
+def _report_conflict(rt: Runtime, md: MemoryDir, attempt: int, conflict: WriteConflict) -> None:
+    rt.audit.write(
+        "index.conflict", dir=md.path, file=INDEX_NAME, attempt=attempt, detail=str(conflict)
+    )
+
+
 def _settling_outcome(md: MemoryDir, busy: BeingWritten, daemon: bool) -> IndexOutcome:
     then = "memoryd looks again once it is still" if daemon else "rerun once it is written"
     return IndexOutcome(
         md,
-        "settling",
+        IndexStatus.SETTLING,
         message=(
             f"{busy.path} is being written by another program (changed {busy.age:.1f} s ago, "
             f"or blank); nothing was changed: {then}"
@@ -431,95 +606,95 @@ def _settling_outcome(md: MemoryDir, busy: BeingWritten, daemon: bool) -> IndexO
     )
 
 
-def _index_once(
-    rt: Runtime,
-    md: MemoryDir,
-    *,
-    check: bool,
-    grace: float,
-    mode: str | None,
-    forget: Set[str],
-    preferred: Mapping[str, str],
-    placements: Mapping[str, Place],
-    settle: float,
-    previous: DirScan | None,
-    only: Set[str] | None,
-    persist_cache: bool,
-    keep: bool,
-    probe: bool = False,
-) -> IndexOutcome:
+@dataclass(slots=True)
+class Snapshot:
+    """The full view of a dir as one pass read it: the scan and both index texts, each once."""
+
+    scan: DirScan
+    main: IndexText
+    archive: IndexText
+    ownership: Ownership
+
+    @property
+    def texts(self) -> tuple[tuple[str, IndexText], tuple[str, IndexText]]:
+        return ((INDEX_NAME, self.main), (ARCHIVE_NAME, self.archive))
+
+
+def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Snapshot:
+    """Read: scan the dir (a caller's own last scan is the fresher cache: the daemon writes
+    its cache to disk only with the heartbeat), read both index files, decide ownership."""
     cfg = rt.config
-    state = rt.store.load(md.real_path)
-    if state.prev and not (check or rt.dry_run):
-        _late_write(rt, md, state)
-    # A caller's own last scan is the fresher cache (the daemon writes its cache to disk only
-    # with the heartbeat): a full look then reads only what changed since that scan.
-    cache = previous.files if previous is not None else rt.store.load_cache(md.real_path)
+    cache = req.previous.files if req.previous is not None else rt.store.load_cache(md.real_path)
     scan = scan_dir(
         md.real_path,
         cache,
         max_file_bytes=cfg.parse.max_file_bytes,
         max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
-        previous=previous,
-        only=only,
+        previous=req.previous,
+        only=req.only,
     )
-    memories = scan.memories
+    memories = set(scan.memories)
     with fsops.open_dir(md.real_path) as dir_fd:
         main = read_index_file(dir_fd, INDEX_NAME)
         archive = read_index_file(dir_fd, ARCHIVE_NAME)
         if main.error or archive.error:
             ownership = Ownership(False, main.error or archive.error)
         else:
-            override = mode or cfg.override_for(md.path).mode
+            override = req.mode or cfg.override_for(md.path).mode
             known = set(state.seen) if state.known and state.managed else None
-            ownership = decide_ownership(
-                main.text, archive.text, {}, set(memories), override, known
-            )
+            ownership = decide_ownership(main.text, archive.text, {}, memories, override, known)
             if not ownership.managed and main.text and override == "auto":
                 # Only now read the files MEMORY.md points to (a tree index's category
                 # files): it costs a read of each, which most dirs never need.
                 linked = _linked_texts(dir_fd, main.text, scan)
                 ownership = decide_ownership(
-                    main.text, archive.text, linked, set(memories), override, known
+                    main.text, archive.text, linked, memories, override, known
                 )
         read_only = _read_only_reason(md, (main, archive))
         if read_only and ownership.managed:
             ownership = Ownership(False, read_only)
-    outcome = IndexOutcome(md, "unchanged", scan=scan)
-    now = rt.clock()
-    outcome.ownership = ownership
-    texts = ((INDEX_NAME, main), (ARCHIVE_NAME, archive))
-    if probe:
-        # A dream pass acts on what the probe finds: a blank MEMORY.md that is being
-        # written is not "missing or blank, so managed".
-        busy = _settling(md, texts, state.settled, now, blank_only=True)
-        if busy is not None:
-            raise busy
-        if not ownership.managed:
-            outcome.status, outcome.message = "unmanaged", ownership.reason
-        return outcome
-    if not rt.dry_run and not check:
-        outcome.retry_after = _report_problems(rt, md, scan.problems, state, settle)
-        if scan.own_temps:
-            stray = fsops.remove_stray_temps(md.real_path, scan.own_temps, time.time())
-            if stray:
-                rt.audit.write("index.temp_removed", dir=md.path, files=stray)
-        if state.known:
-            _count_changed(state, scan, memories.keys(), now)
-    if not ownership.managed:
-        outcome.status = "unmanaged"
-        outcome.message = ownership.reason
-        if not check and not rt.dry_run:
-            # Said once per kind of reason, not again each time a count in it changes.
-            if state.report_once("unmanaged", re.sub(r"\d+", "N", ownership.reason)):
-                rt.audit.write("index.unmanaged", dir=md.path, reason=ownership.reason)
-            state.managed = False
-            state.settled = []
-            rt.store.save(md.real_path, state)
-            rt.store.save_cache(md.real_path, scan.files)
-        return outcome
+    return Snapshot(scan, main, archive, ownership)
 
-    budget = _budget(cfg.index)
+
+@dataclass(slots=True)
+class Plan:
+    """What a pass decided to write, made before anything is written; one shape for the full
+    and the held view. `scope`: the only names the pass looked at (the held view), None: all."""
+
+    edit: IndexEdit
+    main: IndexText  # as read: its text, and the identity the writer re-checks
+    archive: IndexText  # (the held view's: the identity only; the held index has the lines)
+    main_changed: bool
+    archive_changed: bool
+    scan: DirScan
+    memories: dict[str, Entry]
+    scope: Set[str] | None
+    problems: Mapping[str, Scanned]  # the files that cannot be parsed for now, of `scope`
+    # The held view: the archive's new lines, the bytes each file should hold now (the swap
+    # compares them instead of hashing), and the held index after the edit.
+    archive_data: fsops.Content | None = None
+    expected: tuple[bytes | None, fsops.Content | None] = (None, None)
+    index: index_held.HeldIndex | None = None
+    # Whether `memories` are all the dir's and the state's `seen` names them (see Held).
+    vouches_for_seen: bool = True
+
+    @property
+    def changed(self) -> bool:
+        return self.main_changed or self.archive_changed
+
+
+def plan_full(
+    snapshot: Snapshot,
+    state: DirState,
+    req: Request,
+    cfg: IndexConfig,
+    md: MemoryDir,
+    now: float,
+    today: date,
+) -> Plan:
+    """Plan: the edit of the whole index for the snapshot and the dir's state (pure)."""
+    scan, main, archive = snapshot.scan, snapshot.main, snapshot.archive
+    memories = scan.memories
     entries = {n: s.entry() for n, s in memories.items()}
     edit = update_index(
         IndexInput(
@@ -531,45 +706,101 @@ def _index_once(
                 # Files memoryd saw leave on an earlier pass: their pointers still go.
                 **{n: ("", "") for n in state.gone if n not in scan.present},
                 **(state.seen_pairs() if state.known else {}),
-                **{name: ("", "") for name in forget if name not in memories},
+                **{name: ("", "") for name in req.forget if name not in memories},
             },
-            preferred=preferred,
-            placements=placements,
-            ready=_ready(memories, now, grace),
+            preferred=req.preferred,
+            placements=req.placements,
+            ready=_ready(memories, now, req.grace),
             own=state.own if state.known else {},
             heading=md.heading,
-            separator=cfg.index.separator,
-            budget=budget,
+            separator=cfg.separator,
+            budget=_budget(cfg),
             now=now,
-            today=rt.today(),
+            today=today,
             view=view_kind(md),
         )
     )
-    outcome.edit = edit
-    main_changed = edit.main != main.text
-    archive_changed = edit.archive != archive.text
-    if check or rt.dry_run:
-        if main_changed or archive_changed:
-            outcome.status = "would_change"
-            outcome.diff = (_diff(INDEX_NAME, main.text, edit.main) if main_changed else "") + (
-                _diff(ARCHIVE_NAME, archive.text, edit.archive) if archive_changed else ""
-            )
-        return outcome
+    return Plan(
+        edit,
+        main,
+        archive,
+        edit.main != main.text,
+        edit.archive != archive.text,
+        scan,
+        entries,
+        None,
+        scan.problems,
+    )
 
-    main_id, archive_id = main.identity, archive.identity
-    left = _left(state, scan, forget)
-    if main_changed or archive_changed:
-        busy = _settling(md, texts, state.settled, now)
+
+def _index_once(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
+    """The full view: read all of the dir, plan the whole edit, write, report."""
+    writes = not (req.check or rt.dry_run)
+    state = rt.store.load(md.real_path)
+    if state.prev and writes:
+        _late_write(rt, md, state)
+    snapshot = _read_full(rt, md, state, req)
+    scan, ownership = snapshot.scan, snapshot.ownership
+    now = rt.clock()
+    outcome = IndexOutcome(md, IndexStatus.UNCHANGED, ownership, scan=scan)
+    if writes:
+        outcome.retry_after = _report_problems(rt, md, scan.problems, state, req.settle)
+        _remove_stray_temps(rt, md, scan)
+        if state.known:
+            _count_changed(state, scan, scan.memories.keys(), now)
+    if not ownership.managed:
+        outcome.status, outcome.message = IndexStatus.UNMANAGED, ownership.reason
+        if writes:
+            # Said once per kind of reason, not again each time a count in it changes.
+            if state.report_once("unmanaged", re.sub(r"\d+", "N", ownership.reason)):
+                rt.audit.write("index.unmanaged", dir=md.path, reason=ownership.reason)
+            state.managed = False
+            state.settled = []
+            rt.store.save(md.real_path, state)
+            rt.store.save_cache(md.real_path, scan.files)
+        return outcome
+    plan = plan_full(snapshot, state, req, rt.config.index, md, now, rt.today())
+    outcome.edit = plan.edit
+    if not writes:
+        if plan.changed:
+            outcome.status = IndexStatus.WOULD_CHANGE
+            outcome.diff = _plan_diff(snapshot, plan)
+        return outcome
+    if plan.changed:
+        busy = _settling(md, snapshot.texts, state.settled, now)
         if busy is not None:
             # What this pass found out is kept (what it reported, the files that left); the
             # index is left to its writer.
-            state.note_gone(left, now)
-            with contextlib.suppress(OSError):  # as after a failed write, below
+            state.note_gone(_left(state, scan, req.forget), now)
+            with contextlib.suppress(OSError):  # as after a failed write
                 rt.store.save(md.real_path, state)
             raise busy
-        written = _write(
-            rt, md, main, archive, edit, main_changed, archive_changed, prev_was=state.prev
-        )
+    return _write_and_report(rt, md, req, state, plan, outcome, now)
+
+
+def _plan_diff(snapshot: Snapshot, plan: Plan) -> str:
+    edit = plan.edit
+    return (_diff(INDEX_NAME, snapshot.main.text, edit.main) if plan.main_changed else "") + (
+        _diff(ARCHIVE_NAME, snapshot.archive.text, edit.archive) if plan.archive_changed else ""
+    )
+
+
+def _write_and_report(
+    rt: Runtime,
+    md: MemoryDir,
+    req: Request,
+    state: DirState,
+    plan: Plan,
+    outcome: IndexOutcome,
+    now: float,
+) -> IndexOutcome:
+    """Write the plan with the check-and-swap writer, verify it, then report and remember:
+    audit rows, said-once bookkeeping and the dir's state, all after the write."""
+    cfg, edit, scan = rt.config.index, plan.edit, plan.scan
+    left = _left(state, scan, req.forget, plan.scope)
+    main_id, archive_id = plan.main.identity, plan.archive.identity
+    if plan.changed:
+        written = _write(rt, md, plan, prev_was=state.prev)
         if isinstance(written, str):
             # The files that left are remembered, so that their pointers go once a write
             # succeeds (a full disk after a dream's moves must not leave them for good).
@@ -578,55 +809,106 @@ def _index_once(
             state.note_gone(left, now)
             with contextlib.suppress(OSError):
                 rt.store.save(md.real_path, state)
-            return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
+            return IndexOutcome(
+                md,
+                IndexStatus.ERROR,
+                outcome.ownership,
+                edit,
+                message=written,
+                scan=scan,
+                held_edit=outcome.held_edit,
+            )
         main_id, archive_id = written.main, written.archive
         if written.prev is not None:
             state.prev = written.prev
-        outcome.status = "updated"
+        outcome.status = IndexStatus.UPDATED
         state.last_index_ts = now
-        outcome.problems = verify_on_disk(md, scan, edit.dead_links, edit.waiting, written)
+        outcome.problems = _verify(md, plan, written)
         _report_verify(rt, md, outcome)
-
     if edit.waiting:
-        due = min(memories[n].mtime_ns / 1e9 + grace for n in edit.waiting)
+        due = min(scan.files[n].mtime_ns / 1e9 + req.grace for n in edit.waiting)
         outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
     _report_links(rt, md, edit, state)
     state.settled = (
-        [] if outcome.problems else settled_mark(main_id, archive_id, cfg.index, md.heading)
+        [] if outcome.problems else settled_mark(main_id, archive_id, cfg, md.heading)
     )
     state.known = True
     state.managed = True
     state.reported.pop("unmanaged", None)
+    state.note_gone(left, now)
+    if plan.scope is None:
+        _remember_all(state, plan, cfg.separator, req.preferred.keys())
+        rt.store.save(md.real_path, state)
+        if req.persist_cache:
+            rt.store.save_cache(md.real_path, scan.files)
+    else:
+        own_changed = _remember_changed(state, plan, cfg.separator)
+        rt.store.save(md.real_path, state, seen_changed=plan.scope, own_changed=own_changed)
+    if (req.hold or plan.scope is not None) and outcome.status in (
+        IndexStatus.UPDATED,
+        IndexStatus.UNCHANGED,
+    ) and edit.main is not None:
+        index = plan.index
+        if index is None:
+            index = index_held.hold(edit.main, edit.archive, set(edit.dead_links))
+        held_bom = (plan.main.bom, plan.archive.bom)
+        outcome.held = Held(
+            scan,
+            index,
+            plan.memories,
+            main_id,
+            archive_id,
+            *held_bom,
+            frozenset(edit.waiting),
+            cfg,
+            # Only a pass that began from its own `seen` leaves one that names `memories`
+            # (after another process's save, the next full pass makes them agree again).
+            rt.store.seen_token(md.real_path) if plan.vouches_for_seen else None,
+        )
+    return outcome
+
+
+def _remember_all(state: DirState, plan: Plan, separator: str, restored: Set[str]) -> None:
+    """What a full pass leaves in the dir's state of the files it saw."""
+    scan, memories = plan.scan, plan.memories
     # A memory that cannot be parsed for now (mid-edit, broken frontmatter) is still one
     # memoryd saw: kept, its pointer goes if it is deleted, and a line generated from its
     # old description still follows a fixed one.
-    state.note_gone(left, now)
     state.forget_gone(scan.present)
-    still = {n: state.seen[n] for n in scan.problems if n in state.seen}
+    still = {n: state.seen[n] for n in plan.problems if n in state.seen}
     state.seen = {  # one dict, in name order (no second copy: 100,000 entries are MBs)
         n: [m.name, m.description] if (m := memories.get(n)) is not None else still[n]
         for n in sorted(memories.keys() | still.keys())
     }
     for name in [n for n in state.own if n not in memories and n not in still]:
         del state.own[name]  # its file is gone (a problem for now keeps it, as `seen`)
-    note_own(state.own, edit, entries, cfg.index.separator, restored=preferred.keys())
-    rt.store.save(md.real_path, state)
-    if persist_cache:
-        rt.store.save_cache(md.real_path, scan.files)
-    if keep and outcome.status in ("updated", "unchanged") and edit.main is not None:
-        outcome.held = Held(
-            scan,
-            index_held.hold(edit.main, edit.archive, set(edit.dead_links)),
-            entries,
-            main_id,
-            archive_id,
-            main.bom,
-            archive.bom,
-            frozenset(edit.waiting),
-            cfg.index,
-            rt.store.seen_token(md.real_path),
-        )
-    return outcome
+    note_own(state.own, plan.edit, memories, separator, restored=restored)
+
+
+def _remember_changed(state: DirState, plan: Plan, separator: str) -> set[str]:
+    """What a held pass leaves in the dir's state of the files it looked at; the names whose
+    record of memoryd's own line changed."""
+    scope, memories = plan.scope or frozenset(), plan.memories
+    state.forget_gone(plan.scan.present, scope)
+    for name in scope:
+        if name in memories:
+            entry = memories[name]
+            state.seen[name] = [entry.name, entry.description]
+        elif name not in plan.problems:  # a problem for now keeps what was seen, as above
+            state.seen.pop(name, None)
+            state.own.pop(name, None)
+    return note_own(state.own, plan.edit, memories, separator) | set(scope)
+
+
+def _verify(md: MemoryDir, plan: Plan, written: "Written") -> list[str]:
+    edit = plan.edit
+    if plan.index is None:
+        return verify_on_disk(md, plan.scan, edit.dead_links, edit.waiting, written)
+    scope = plan.scope or frozenset()
+    touched = (scope | set(edit.added) | set(edit.demoted)) & plan.memories.keys()
+    return _verify_changed(
+        md, written, edit, plan.index, touched - set(edit.waiting), plan.scan.present
+    )
 
 
 # Where a writer's late bytes go when MEMORY.md is no longer memoryd's (see _late_write).
@@ -662,8 +944,13 @@ def _late_write(rt: Runtime, md: MemoryDir, state: DirState) -> None:
     rt.store.save(md.real_path, state)
 
 
-def _left(state: DirState, scan: DirScan, forget: Set[str]) -> set[str]:
-    """The files memoryd saw, or moved away itself, that are no longer in the dir."""
+def _left(
+    state: DirState, scan: DirScan, forget: Set[str], scope: Set[str] | None = None
+) -> set[str]:
+    """The files memoryd saw, or moved away itself, that are no longer in the dir (of
+    `scope` only, when given)."""
+    if scope is not None:
+        return {n for n in scope if n not in scan.present and (n in state.seen or n in forget)}
     seen = state.seen if state.known else {}
     return {n for n in (*seen, *forget) if n not in scan.present}
 
@@ -676,37 +963,25 @@ class Written:
     prev: list[Any] | None = None  # for DirState.prev, when MEMORY.md's old file was kept
 
 
-def _write(
-    rt: Runtime,
-    md: MemoryDir,
-    main: IndexText,
-    archive: IndexText,
-    edit: IndexEdit,
-    main_changed: bool,
-    archive_changed: bool,
-    archive_data: fsops.Content | None = None,
-    held: tuple[bytes | None, fsops.Content | None] = (None, None),
-    prev_was: list[Any] | None = None,
-) -> Written | str:
-    """Swap in the new index texts and log it; what was written, or the error message.
+def _write(rt: Runtime, md: MemoryDir, plan: Plan, prev_was: list[Any] | None) -> Written | str:
+    """Swap in the planned index texts and log it; what was written, or the error message.
 
     Raises WriteConflict when another writer got in first (the caller retries from theirs).
-    `archive_data`: the new archive's text in UTF-8 when the caller has it already (or its
-    lines: see fsops.Content). `held`: the bytes MEMORY.md and the archive should hold now,
-    from a caller that keeps them (the swap compares them instead of hashing). `prev_was`:
-    DirState.prev (a `.MEMORY.md.prev` written to since is never replaced).
+    The writer is told the runtime's own-write callback (the daemon's, see fsops.OwnWrite).
+    `prev_was`: DirState.prev (a `.MEMORY.md.prev` written to since is never replaced).
     """
+    main, archive, edit = plan.main, plan.archive, plan.edit
     out = Written(main.identity, archive.identity, {})
     # The old archive (up to megabytes of page cache to free) is removed after MEMORY.md is
     # written, not between the two writes: the agent sees its index sooner.
     leftovers: list[str] = []
     try:
-        if archive_changed and (edit.archive is not None or archive_data is not None):
+        if plan.archive_changed and (edit.archive is not None or plan.archive_data is not None):
             # The archive first: a crash in between leaves a line indexed twice (collapsed
             # on the next pass), never a line indexed nowhere.
             data: fsops.Content
-            if archive_data is not None:
-                data = _with_bom(archive_data, archive.bom)
+            if plan.archive_data is not None:
+                data = _with_bom(plan.archive_data, archive.bom)
             else:
                 assert edit.archive is not None
                 data = _encode(edit.archive, archive.bom)
@@ -716,10 +991,11 @@ def _write(
                 ARCHIVE_NAME,
                 data,
                 archive.identity,
-                expected_data=held[1],
+                expected_data=plan.expected[1],
                 leftovers=leftovers,
+                on_own_write=rt.on_own_write,
             )
-        if main_changed and edit.main is not None:
+        if plan.main_changed and edit.main is not None:
             data = out.data[INDEX_NAME] = _encode(edit.main, main.bom)
             out.main = fsops.replace_file(
                 md.real_path,
@@ -728,7 +1004,8 @@ def _write(
                 main.identity,
                 keep_prev=PREV_NAME,
                 prev_was=prev_was[0] if prev_was else None,
-                expected_data=held[0],
+                expected_data=plan.expected[0],
+                on_own_write=rt.on_own_write,
             )
             if main.identity is not None:
                 out.prev = [_stat_of(main.identity), _stat_of(out.main)]
@@ -739,6 +1016,12 @@ def _write(
         return str(error)
     finally:
         fsops.remove_leftovers(md.real_path, leftovers)
+    _report_written(rt, md, plan)
+    return out
+
+
+def _report_written(rt: Runtime, md: MemoryDir, plan: Plan) -> None:
+    main, edit = plan.main, plan.edit
     before = len(_encode(main.text or "", main.bom))
     after = len(_encode(edit.main or "", main.bom))
     rt.audit.write(
@@ -764,12 +1047,11 @@ def _write(
             bytes=m.bytes,
             outside_window=edit.outside,
         )
-    return out
 
 
 def _report_verify(rt: Runtime, md: MemoryDir, outcome: IndexOutcome) -> None:
     if outcome.problems:
-        outcome.status = "error"
+        outcome.status = IndexStatus.ERROR
         outcome.message = "the index failed verification after writing"
         rt.audit.write("index.verify_failed", dir=md.path, problems=outcome.problems, level="error")
 
@@ -798,17 +1080,23 @@ def _index_changed(
     settle: float,
     forget: Set[str] = frozenset(),
     mode: str | None = None,
+    state: DirState | None = None,
+    whole: DirScan | None = None,
 ) -> IndexOutcome | None:
-    """The pass after `only` changed, touching only what they touch; None: run a full pass.
+    """The held view: the pass after `only` changed, touching only what they touch; None:
+    run a full pass.
 
     It gives what the full pass would (tests/test_index_held.py checks the edit against
     update_index over random indexes): it applies while the index files are exactly as the
-    last pass left them, the dir is managed, and the settings are the same.
+    last pass left them, the dir is managed, and the settings are the same. `state`: the
+    dir's state as the caller loaded it. `whole`: a scan of the whole dir the caller made
+    (_index_settled): problems, stray temps and the pile-up count are of all of it, and its
+    cache is saved.
     """
     cfg = rt.config
     if held.config != cfg.index or INDEX_NAME in only or ARCHIVE_NAME in only:
         return None
-    state = rt.store.load(md.real_path)
+    state = rt.store.load(md.real_path) if state is None else state
     if not (state.known and state.managed):
         return None
     with fsops.open_dir(md.real_path) as dir_fd:
@@ -817,6 +1105,7 @@ def _index_changed(
             and _same_file(dir_fd, ARCHIVE_NAME, held.archive)
         ) or (state.prev and fsops.written_since(fsops.stat_id(dir_fd, PREV_NAME), state.prev[0])):
             return None  # (the full pass brings a writer's late bytes back: see _late_write)
+    # Read: the changed files only.
     scan = scan_dir(
         md.real_path,
         max_file_bytes=cfg.parse.max_file_bytes,
@@ -854,8 +1143,8 @@ def _index_changed(
     if not ownership.managed:
         return None  # the full pass says why, once
 
+    # Plan: the edit of the lines the changed files touch.
     now = rt.clock()
-    outcome = IndexOutcome(md, "unchanged", ownership, scan=scan)
     candidates = (only | held.waiting) & memories.keys()
     ready = {n for n in candidates if now - scan.files[n].mtime_ns / 1e9 >= grace}
     result = index_held.edit_changed(
@@ -886,7 +1175,7 @@ def _index_changed(
     )
     if result is None:
         return None
-    edit, index = result.edit, result.held
+    edit = result.edit
     main = IndexText(held.index.main, held.main, held.main_bom)
     archive = IndexText(None, held.archive, held.archive_bom)  # its text is not needed
     main_changed = edit.main != main.text
@@ -895,85 +1184,80 @@ def _index_changed(
         md, ((INDEX_NAME, main), (ARCHIVE_NAME, archive)), state.settled, now
     ):
         return None  # the full pass waits for the other program, or says why it cannot
-    outcome.edit = edit
-    problems = {n: s for n, s in changed_files.items() if s.kind == "problem"}
-    outcome.retry_after = _report_problems(rt, md, problems, state, settle, scope=only)
-    _count_changed(state, scan, memories.keys(), now)
-    main_id, archive_id = held.main, held.archive
-    if main_changed or archive_changed:
-        # The archive as its lines: joined, the new one and the held one would each be a
-        # 2 MB copy made for one write and one comparison.
-        new_lines = _archive_lines(index) if archive_changed else None
-        old_lines = _archive_lines(held.index) if archive_changed else None
-        written = _write(
-            rt,
-            md,
-            main,
-            archive,
-            edit,
-            main_changed,
-            archive_changed,
-            new_lines,
-            held=(
-                _encode(held.index.main, held.main_bom) if held.index.main is not None else None,
-                None if old_lines is None else _with_bom(old_lines, held.archive_bom),
-            ),
-            prev_was=state.prev,
-        )
-        if isinstance(written, str):
-            return IndexOutcome(md, "error", ownership, edit, message=written, scan=scan)
-        main_id, archive_id = written.main, written.archive
-        if written.prev is not None:
-            state.prev = written.prev
-        outcome.status = "updated"
-        state.last_index_ts = now
-        touched = (only | set(edit.added) | set(edit.demoted)) & memories.keys()
-        outcome.problems = _verify_changed(
-            md,
-            written,
-            edit,
-            index,
-            touched - set(edit.waiting),
-            scan.present,
-        )
-        _report_verify(rt, md, outcome)
-    if edit.waiting:
-        due = min(scan.files[n].mtime_ns / 1e9 + grace for n in edit.waiting)
-        outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
-    _report_links(rt, md, edit, state)
-    state.settled = (
-        [] if outcome.problems else settled_mark(main_id, archive_id, cfg.index, md.heading)
+    # The archive as its lines: joined, the new one and the held one would each be a 2 MB
+    # copy made for one write and one comparison.
+    old_lines = _archive_lines(held.index) if archive_changed else None
+    plan = Plan(
+        edit,
+        main,
+        archive,
+        main_changed,
+        archive_changed,
+        scan,
+        memories,
+        only,
+        {n: s for n, s in changed_files.items() if s.kind == "problem"},
+        archive_data=_archive_lines(result.held) if archive_changed else None,
+        expected=(
+            _encode(held.index.main, held.main_bom) if held.index.main is not None else None,
+            None if old_lines is None else _with_bom(old_lines, held.archive_bom),
+        ),
+        index=result.held,
+        vouches_for_seen=arrived is not None,
     )
-    state.reported.pop("unmanaged", None)
-    state.note_gone(
-        {n for n in only if n not in scan.present and (n in state.seen or n in forget)}, now
+    # Report what the changed files are (the full view does this before it plans).
+    outcome = IndexOutcome(md, IndexStatus.UNCHANGED, ownership, edit, scan=scan, held_edit=True)
+    if whole is None:
+        outcome.retry_after = _report_problems(rt, md, plan.problems, state, settle, scope=only)
+        _count_changed(state, scan, memories.keys(), now)
+    else:
+        outcome.retry_after = _report_problems(rt, md, whole.problems, state, settle)
+        _remove_stray_temps(rt, md, whole)
+        _count_changed(state, whole, whole.memories.keys(), now)
+    outcome = _write_and_report(
+        rt, md, Request(grace=grace, forget=forget), state, plan, outcome, now
     )
-    state.forget_gone(scan.present, only)
-    for name in only:
-        if name in memories:
-            entry = memories[name]
-            state.seen[name] = [entry.name, entry.description]
-        elif name not in problems:  # a problem for now keeps what was seen (see _index_once)
-            state.seen.pop(name, None)
-            state.own.pop(name, None)
-    own_changed = note_own(state.own, edit, memories, cfg.index.separator) | only
-    rt.store.save(md.real_path, state, seen_changed=only, own_changed=own_changed)
-    if outcome.status == "unchanged" or (outcome.status == "updated" and not outcome.problems):
-        outcome.held = Held(
-            scan,
-            index,
-            memories,
-            main_id,
-            archive_id,
-            held.main_bom,
-            held.archive_bom,
-            frozenset(edit.waiting),
-            cfg.index,
-            # Only a pass that began from its own `seen` leaves one that names `memories`
-            # (after another process's save, the next full pass makes them agree again).
-            rt.store.seen_token(md.real_path) if arrived is not None else None,
-        )
+    if whole is not None:
+        if not outcome.write_failed:  # (as the full pass, which saves it with the state)
+            rt.store.save_cache(md.real_path, whole.files)
+        outcome.scan, outcome.held = whole, None  # (`held` names unread memories: not for reuse)
     return outcome
+
+
+def _index_settled(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome | None:
+    """A one-shot update that costs what the changes since the last verified pass cost: while
+    MEMORY-ARCHIVE.md is the file that pass left (DirState.settled), a stat scan of the dir
+    finds the files new, gone, renamed or redescribed since, and the held edit looks at
+    their lines and at all of MEMORY.md (as the dream pass's update after its moves does).
+    None: the full pass (a writer's late bytes in .MEMORY.md.prev, no settled index...)."""
+    state = rt.store.load(md.real_path)
+    if state.prev:
+        with fsops.open_dir(md.real_path) as dir_fd:
+            if fsops.stat_id(dir_fd, PREV_NAME) != state.prev[0]:
+                return None  # _late_write's to look at
+    cfg = rt.config.parse
+    scan = scan_dir(
+        md.real_path,
+        rt.store.load_cache(md.real_path),
+        max_file_bytes=cfg.max_file_bytes,
+        max_frontmatter_bytes=cfg.max_frontmatter_bytes,
+    )
+    made = _settled_view(rt, md, Basis.of(scan, state.seen), req.forget, state)
+    if made is None:
+        return None
+    held, changed = made
+    held.scan = scan  # the changed files are looked at again by stat, not read again
+    only = changed | req.forget
+    return _index_changed(
+        rt, md, held, only, req.grace, req.settle, req.forget, req.mode, state=state, whole=scan
+    )
+
+
+def _remove_stray_temps(rt: Runtime, md: MemoryDir, scan: DirScan) -> None:
+    if scan.own_temps:
+        stray = fsops.remove_stray_temps(md.real_path, scan.own_temps, time.time())
+        if stray:
+            rt.audit.write("index.temp_removed", dir=md.path, files=stray)
 
 
 @dataclass(slots=True)
@@ -1011,7 +1295,7 @@ def index_after_dream(
     rt: Runtime, md: MemoryDir, moved: Set[str], basis: Basis | None, *, grace: float = 0.0
 ) -> IndexOutcome:
     """The index update that ends a real dream pass (DESIGN §4.9): the pointer lines of the
-    `moved` files go, with everything else a full pass would do. `grace`: as for index_dir
+    `moved` files go, with everything else a full pass would do. `grace`: as for Request
     (a pass the daemon starts keeps new files' grace; a command's indexes them at once).
 
     When the archive is still the very file memoryd's last verified pass left (the identity
@@ -1027,11 +1311,16 @@ def index_after_dream(
     mode = None if rt.config.override_for(md.path).mode == "off" else "manage"
     held = _settled_index(rt, md, basis, moved) if basis is not None else None
     if held is None:
-        return index_dir(rt, md, forget=moved, mode=mode, grace=grace)
+        return run_pass(rt, md, Request(forget=moved, mode=mode, grace=grace))
     made, changed = held
-    outcome = index_dir(rt, md, held=made, only=changed, forget=moved, mode=mode, grace=grace)
+    outcome = run_pass(
+        rt, md, Request(held=made, only=changed, forget=moved, mode=mode, grace=grace)
+    )
     outcome.held = None  # made from a scan of the changed files only: for no later pass
     return outcome
+
+
+update_after_moves = index_after_dream  # the use case's name beside the others
 
 
 def _settled_index(
@@ -1044,7 +1333,13 @@ def _settled_index(
     memory: MEMORY.md's own targets are among those given, so every other memory stands in
     the held entries by name alone.
     """
-    state = rt.store.load(md.real_path)
+    return _settled_view(rt, md, basis, moved, rt.store.load(md.real_path))
+
+
+def _settled_view(
+    rt: Runtime, md: MemoryDir, basis: Basis, moved: Set[str], state: DirState
+) -> tuple[Held, set[str]] | None:
+    """_settled_index, given the dir's state as loaded."""
     if not (state.known and state.managed and state.settled) or rt.dry_run:
         return None
     with fsops.open_dir(md.real_path) as dir_fd:

@@ -6,7 +6,7 @@ from pathlib import Path
 from memoryd import journal
 from memoryd.discover import memory_dir_at
 from memoryd.errors import MemorydError
-from memoryd.indexer import index_dir
+from memoryd.indexer import update
 from memoryd.runtime import Runtime
 
 # A journal that does not parse is set aside only once it is this old: a pass starting right
@@ -58,7 +58,7 @@ def _recover_one(rt: Runtime, path: Path, entry: journal.Journal) -> journal.Rec
             md = None
         unwritten = False
         if md is not None:
-            index = index_dir(rt, md, forget={r.original_name for r in recovery.moved})
+            index = update(rt, md, forget={r.original_name for r in recovery.moved})
             unwritten = index.write_failed
             if unwritten:
                 recovery.problems.append(

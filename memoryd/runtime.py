@@ -9,6 +9,7 @@ from datetime import date
 from memoryd.audit import AuditLog
 from memoryd.config import Config
 from memoryd.dream.memo import DreamMemo
+from memoryd.fsops import OwnWrite
 from memoryd.paths import AppPaths, app_paths
 from memoryd.state import StateStore
 
@@ -39,6 +40,8 @@ class Runtime:
     dry_run: bool = False
     # What dream passes keep for later ones made with this Runtime (see DreamMemo).
     dream: DreamMemo = field(default_factory=DreamMemo, repr=False, compare=False)
+    # Told of each index write just before its swap (see fsops.OwnWrite): the daemon's.
+    on_own_write: OwnWrite | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def create(cls, config: Config, paths: AppPaths | None = None) -> "Runtime":

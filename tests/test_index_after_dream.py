@@ -16,7 +16,8 @@ from memoryd.config import Config, IndexConfig
 from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.dream.run import probe_ownership
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
-from memoryd.indexer import Basis, index_after_dream, index_dir
+from memoryd.indexer import Basis, IndexStatus, index_after_dream, index_dir, update
+from memoryd.runtime import Runtime
 from tests.conftest import (
     Env,
     copy_corpus,
@@ -55,6 +56,91 @@ class Spy:
             return made
 
         monkeypatch.setattr(indexer, "_settled_index", spy)
+
+
+def _make_twins(
+    rt: Runtime,
+    tmp: str,
+    before: dict[str, tuple[str, int, str]],
+    changes: list[str],
+    new: set[str],
+    hand_edit: str,
+    young: set[str],
+    ghost: bool,
+) -> tuple[list[Path], list[str], bool]:
+    """Twin dirs, indexed (new files left in their grace, as the daemon leaves them), then
+    changed alike; the dirs, the memories' names, and whether the archive was edited by hand."""
+    # Auto-memory dirs (`projects/<slug>/memory`): the agent strips comments from them.
+    twins = [Path(tmp) / side / "projects" / "proj" / "memory" for side in ("held", "full")]
+    for path in twins:
+        if ghost:  # a pointer to a file never written: a dead link, reported and kept
+            path.mkdir(parents=True)
+            (path / INDEX_NAME).write_text(
+                "# proj\n<!-- memoryd: manage -->\n\n- [ghost](ghost.md) — not yet\n",
+                encoding="utf-8",
+            )
+            (path / ARCHIVE_NAME).write_text("- [far](far.md) — not yet\n", encoding="utf-8")
+            _written_earlier(path / INDEX_NAME)
+            _written_earlier(path / ARCHIVE_NAME)
+        for name, (type_, age, desc) in sorted(before.items()):
+            write_memory(path, name, description=desc, type_=type_, age_days=age)
+        for _ in range(2):
+            index_dir(rt, _dir(path, CONFIG))
+        for name in sorted(young):  # seen, but left in their grace by the daemon's pass
+            write_memory(path, name, description="just written", age_days=None)
+        if young:
+            assert index_dir(rt, _dir(path, CONFIG), grace=60.0).edit.waiting  # type: ignore[union-attr]
+    names = sorted(before)
+    edited = False  # the archive edited by someone else
+    for path in twins:
+        for name, what in zip(names, changes, strict=False):
+            if what == "delete":
+                (path / name).unlink()
+            elif what in ("redescribe", "rename"):
+                type_, age, desc = before[name]
+                write_memory(
+                    path,
+                    name,
+                    name="renamed" if what == "rename" else None,
+                    description=desc if what == "rename" else desc + " (updated)",
+                    type_=type_,
+                    age_days=age,
+                )
+        for name in sorted(new):
+            write_memory(path, name, description="arrived since", age_days=None)
+        index = path / INDEX_NAME  # the agent's (or a person's) edits to MEMORY.md
+        text = index.read_text(encoding="utf-8")
+        if hand_edit == "prose":
+            text += "a line a person added\n"
+        elif hand_edit == "pointer again":  # a second line for a file indexed already
+            text += f"- [again]({names[0]}) in the agent's own words\n"
+        elif hand_edit == "drop pointer":
+            lines = text.splitlines(keepends=True)
+            at = next((i for i, ln in enumerate(lines) if ln.startswith("- [")), None)
+            text = "".join(lines[:at] + lines[at + 1 :]) if at is not None else text
+        elif hand_edit == "own pointer" and new:
+            text += f"- [{min(new)}]({min(new)}) — the agent wrote its pointer\n"
+        elif hand_edit == "comment pointer":  # a person comments a pointer out
+            lines = text.splitlines(keepends=True)
+            at = next((i for i, ln in enumerate(lines) if ln.startswith("- [")), None)
+            if at is not None:
+                lines[at:at + 1] = ["<!--\n", lines[at], "-->\n"]
+            text = "".join(lines)
+        elif hand_edit == "comment new" and new:  # the only pointer, hidden
+            text += f"<!-- - [{min(new)}]({min(new)}) — hidden\n-->\n"
+        if text != index.read_text(encoding="utf-8"):
+            index.write_text(text, encoding="utf-8")
+            _written_earlier(index)
+        unpointed = [n for n, w in zip(names, changes, strict=False) if w == "unpoint"]
+        archive = path / ARCHIVE_NAME
+        if unpointed and archive.exists():  # pointer lines gone by hand, files kept
+            lines = archive.read_text(encoding="utf-8").splitlines(keepends=True)
+            kept = [ln for ln in lines if not any(f"({n})" in ln for n in unpointed)]
+            if kept != lines:
+                edited = True
+                archive.write_text("".join(kept), encoding="utf-8")
+                _written_earlier(archive)
+    return twins, names, edited
 
 
 memory = st.tuples(
@@ -98,76 +184,7 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
     rt = env.runtime(CONFIG)
     spy = Spy(monkeypatch)
     with tempfile.TemporaryDirectory(dir=env.home) as tmp:
-        # Auto-memory dirs (`projects/<slug>/memory`): the agent strips comments from them.
-        twins = [Path(tmp) / side / "projects" / "proj" / "memory" for side in ("held", "full")]
-        for path in twins:
-            if ghost:  # a pointer to a file never written: a dead link, reported and kept
-                path.mkdir(parents=True)
-                (path / INDEX_NAME).write_text(
-                    "# proj\n<!-- memoryd: manage -->\n\n- [ghost](ghost.md) — not yet\n",
-                    encoding="utf-8",
-                )
-                (path / ARCHIVE_NAME).write_text("- [far](far.md) — not yet\n", encoding="utf-8")
-                _written_earlier(path / INDEX_NAME)
-                _written_earlier(path / ARCHIVE_NAME)
-            for name, (type_, age, desc) in sorted(before.items()):
-                write_memory(path, name, description=desc, type_=type_, age_days=age)
-            for _ in range(2):
-                index_dir(rt, _dir(path, CONFIG))
-            for name in sorted(young):  # seen, but left in their grace by the daemon's pass
-                write_memory(path, name, description="just written", age_days=None)
-            if young:
-                assert index_dir(rt, _dir(path, CONFIG), grace=60.0).edit.waiting  # type: ignore[union-attr]
-        names = sorted(before)
-        edited = False  # the archive edited by someone else
-        for path in twins:
-            for name, what in zip(names, changes, strict=False):
-                if what == "delete":
-                    (path / name).unlink()
-                elif what in ("redescribe", "rename"):
-                    type_, age, desc = before[name]
-                    write_memory(
-                        path,
-                        name,
-                        name="renamed" if what == "rename" else None,
-                        description=desc if what == "rename" else desc + " (updated)",
-                        type_=type_,
-                        age_days=age,
-                    )
-            for name in sorted(new):
-                write_memory(path, name, description="arrived since", age_days=None)
-            index = path / INDEX_NAME  # the agent's (or a person's) edits to MEMORY.md
-            text = index.read_text(encoding="utf-8")
-            if hand_edit == "prose":
-                text += "a line a person added\n"
-            elif hand_edit == "pointer again":  # a second line for a file indexed already
-                text += f"- [again]({names[0]}) in the agent's own words\n"
-            elif hand_edit == "drop pointer":
-                lines = text.splitlines(keepends=True)
-                at = next((i for i, ln in enumerate(lines) if ln.startswith("- [")), None)
-                text = "".join(lines[:at] + lines[at + 1 :]) if at is not None else text
-            elif hand_edit == "own pointer" and new:
-                text += f"- [{min(new)}]({min(new)}) — the agent wrote its pointer\n"
-            elif hand_edit == "comment pointer":  # a person comments a pointer out
-                lines = text.splitlines(keepends=True)
-                at = next((i for i, ln in enumerate(lines) if ln.startswith("- [")), None)
-                if at is not None:
-                    lines[at:at + 1] = ["<!--\n", lines[at], "-->\n"]
-                text = "".join(lines)
-            elif hand_edit == "comment new" and new:  # the only pointer, hidden
-                text += f"<!-- - [{min(new)}]({min(new)}) — hidden\n-->\n"
-            if text != index.read_text(encoding="utf-8"):
-                index.write_text(text, encoding="utf-8")
-                _written_earlier(index)
-            unpointed = [n for n, w in zip(names, changes, strict=False) if w == "unpoint"]
-            archive = path / ARCHIVE_NAME
-            if unpointed and archive.exists():  # pointer lines gone by hand, files kept
-                lines = archive.read_text(encoding="utf-8").splitlines(keepends=True)
-                kept = [ln for ln in lines if not any(f"({n})" in ln for n in unpointed)]
-                if kept != lines:
-                    edited = True
-                    archive.write_text("".join(kept), encoding="utf-8")
-                    _written_earlier(archive)
+        twins, _, edited = _make_twins(rt, tmp, before, changes, new, hand_edit, young, ghost)
         held, full = twins
         md_held, md_full = _dir(held, CONFIG), _dir(full, CONFIG)
         ownership, scan = probe_ownership(rt, md_held)
@@ -199,6 +216,75 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
         # And a full pass over the result changes nothing: the update left the index settled.
         assert index_dir(rt, md_held).status == "unchanged"
         assert rt.store.load(md_held.real_path).settled
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    before=st.dictionaries(st.sampled_from(NAMES), memory, min_size=1, max_size=14),
+    changes=st.lists(change, min_size=16, max_size=16),
+    new=st.sets(st.sampled_from([f"new{i}.md" for i in range(4)]), max_size=3),
+    hand_edit=st.sampled_from(["none", "prose", "pointer again", "drop pointer", "own pointer",
+                               "comment pointer", "comment new"]),
+    young=st.sets(st.sampled_from(["young0.md", "young1.md"])),
+    ghost=st.booleans(),
+    broken=st.booleans(),
+)
+def test_a_one_shot_update_of_a_settled_index_gives_what_a_full_pass_gives(
+    env: Env,
+    before: dict[str, tuple[str, int, str]],
+    changes: list[str],
+    new: set[str],
+    hand_edit: str,
+    young: set[str],
+    ghost: bool,
+    broken: bool,
+) -> None:
+    """Twin dirs changed alike (as above, and a memory file that cannot be parsed): one gets
+    `memoryd index`'s update (the held edit of the files changed since its last verified
+    pass, while the archive is the one it left), the other a full pass. Their index files,
+    state and audit rows must come out identical."""
+    rt = env.runtime(CONFIG)
+    with tempfile.TemporaryDirectory(dir=env.home) as tmp:
+        twins, _, edited = _make_twins(rt, tmp, before, changes, new, hand_edit, young, ghost)
+        if broken:
+            for path in twins:
+                (path / "broken.md").write_text("---\nname: [unclosed\n---\nbody\n")
+                _written_earlier(path / "broken.md")
+        held, full = twins
+        md_held, md_full = _dir(held, CONFIG), _dir(full, CONFIG)
+        rows = len(env.audit_rows())
+        got = update(rt, md_held)
+        got_rows = env.audit_rows()[rows:]
+        want = index_dir(rt, md_full)
+        want_rows = env.audit_rows()[rows + len(got_rows) :]
+        assert _index_files(held) == _index_files(full)
+        states = [rt.store.load(md.real_path) for md in (md_held, md_full)]
+        for field in ("seen", "own", "reported", "changed_since_dream", "managed"):
+            assert getattr(states[0], field) == getattr(states[1], field), field
+        assert states[0].gone.keys() == states[1].gone.keys()  # (the values are when)
+        assert (got.status, got.problems, got.message) == (want.status, want.problems, want.message)
+        assert got.ownership is not None and want.ownership is not None
+        assert got.ownership.reason == want.ownership.reason  # (`index --json` shows it)
+        if got.edit is not None and want.edit is not None:
+            assert set(got.edit.dead_links) == set(want.edit.dead_links)
+
+        def kinds(rows: list[dict[str, object]]) -> list[tuple[object, ...]]:
+            return sorted(
+                (r["event"], str(r.get("file")), str(r.get("target")), str(r.get("added")))
+                for r in rows
+            )
+
+        assert kinds(got_rows) == kinds(want_rows)
+        if got.status is IndexStatus.UNMANAGED:
+            return
+        # The held edit ran unless someone else edited the archive.
+        if not edited:
+            assert got.held_edit
+        assert index_dir(rt, md_held).status == "unchanged"
 
 
 def _written_earlier(path: Path) -> None:

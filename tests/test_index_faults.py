@@ -286,9 +286,10 @@ def test_bytes_written_to_the_old_index_during_the_swap_survive(
             opened[0] = -1
         real_point(label)
 
-    monkeypatch.setattr(fsops, "before_swap", open_early)
     monkeypatch.setattr(fsops, "crash_point", late_write)
-    outcome = index_dir(env.runtime(), _dir(folder))
+    rt = env.runtime()
+    rt.on_own_write = lambda dir_path, name, _identity: open_early(dir_path, name)
+    outcome = index_dir(rt, _dir(folder))
     assert outcome.status == "updated", outcome.message
     text = (folder / INDEX_NAME).read_text()
     assert "hand-written after the exchange\n" in text and "- [b](b.md) — second" in text

@@ -222,8 +222,8 @@ def test_concurrent_rename_over_between_read_and_swap_loses_nothing(
             tmp.write_text("# Notes\n\n- [alpha](alpha.md) — first memory\n- [Their line](x.md)\n")
             tmp.replace(folder / "MEMORY.md")
 
-    monkeypatch.setattr(fsops, "before_swap", other_writer)
     rt = env.runtime()
+    rt.on_own_write = lambda folder, name, _identity: other_writer(folder, name)
     outcome = index_dir(rt, _dir(mdir))
     assert outcome.status == "updated"
     text = (mdir / "MEMORY.md").read_text()
@@ -245,8 +245,9 @@ def test_in_place_truncate_and_write_is_detected(
                 handle.truncate(0)
                 handle.write("# Edited by hand\n- [alpha](alpha.md) — mine now\n")
 
-    monkeypatch.setattr(fsops, "before_swap", editor)
-    outcome = index_dir(env.runtime(), _dir(mdir))
+    rt = env.runtime()
+    rt.on_own_write = lambda folder, name, _identity: editor(folder, name)
+    outcome = index_dir(rt, _dir(mdir))
     assert outcome.status == "updated"
     assert (mdir / "MEMORY.md").read_text() == (
         "# Edited by hand\n- [alpha](alpha.md) — mine now\n- [beta](beta.md) — second memory\n"
@@ -397,7 +398,7 @@ def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
             handle.write(text.replace("prose", "PROSE"))
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
-    monkeypatch.setattr(fsops, "before_swap", same_size_editor)
+    rt.on_own_write = lambda folder, name, _identity: same_size_editor(folder, name)
     outcome = index_dir(
         rt, _dir(mdir), previous=first.held.scan, only={"alpha.md"}, held=first.held, hold=True
     )
@@ -684,3 +685,16 @@ def test_the_line_memoryd_added_stays_its_own_across_a_restart_and_loses_to_the_
     assert (folder / "MEMORY.md").read_text() == (
         "# Notes\n\n- [a](a.md) — first\n- [X, as I put it](x.md) -- mine\n"
     )
+
+
+def test_own_writes_are_told_to_the_runtime_that_wrote_them(env: Env, mdir: Path) -> None:
+    """The writer tells its caller's callback (the daemon's runtime) the identity MEMORY.md has
+    after the swap, and no other runtime's: there is no process-wide hook to leak."""
+    told: list[tuple[str, tuple[int, int, int]]] = []
+    other = env.runtime()
+    other.on_own_write = lambda _folder, name, identity: told.append(("other", identity))
+    rt = env.runtime()
+    rt.on_own_write = lambda _folder, name, identity: told.append((name, identity))
+    assert index_dir(rt, _dir(mdir)).status == "updated"
+    st = (mdir / "MEMORY.md").stat()
+    assert told == [("MEMORY.md", (st.st_ino, st.st_size, st.st_mtime_ns))]

@@ -374,3 +374,19 @@ def test_every_name_without_a_trick_gets_a_link_that_reads_back_as_itself(name: 
     if not tricky:
         line = render_pointer(name, "label", "d", " — ")
         assert pointer_targets(line + "\n") == [name]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    raw=st.one_of(
+        st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,40}", fullmatch=True),
+        st.text(alphabet="ab._-/%2eE:#?~\\\uff0e", max_size=12),
+    )
+)
+def test_the_fast_look_at_a_plain_name_classifies_as_the_full_rules_do(raw: str) -> None:
+    """A link target made of letters, digits, `_`, `.` and `-` only (not leading `.` or
+    `-`) is taken for a file in the dir without the full rules; for every target the
+    answer is the full rules' (near misses: traversal, encodings, schemes, look-alikes)."""
+    from memoryd import index
+
+    assert classify_link(raw) == index._classify_link.__wrapped__(raw)

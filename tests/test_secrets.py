@@ -94,9 +94,14 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 def _every_file_under(*roots: Path) -> bytes:
+    """Every file memoryd wrote under `roots`, but the version store's objects: those are the
+    memory files' own bytes, kept byte-exact so a deleted or rewritten memory comes back whole
+    (0600 in a 0700 folder, like the trash beside the memory); its logs are checked."""
     out = b""
     for root in roots:
         for dirpath, _, names in os.walk(root):
+            if Path(dirpath).parts[-2:] == ("versions", "objects"):
+                continue
             for name in names:
                 path = Path(dirpath) / name
                 if path.is_file() and not path.is_symlink():

@@ -4,7 +4,7 @@ hook driving a rescan, and watch-limit fallback (the daemon runs in-process here
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -249,3 +249,32 @@ def test_merged_reader_events_never_leave_a_command_window_open(env: Env) -> Non
         assert windows and all(end != float("inf") for _, end in windows), stream
     daemon.on_signal(opened)  # and a command reading now is one
     assert any(end == float("inf") for _, end in daemon._reader_windows["k.readers"])
+
+
+def test_the_daemon_takes_its_event_source_and_clock_as_given(env: Env, tmp_path: Path) -> None:
+    """A scripted event source and a fake clock stand in for watchdog and time: two changes
+    in one dir make one batch, due once the debounce has been quiet, never before."""
+    made: list[Callable[[Signal], None]] = []
+
+    class Scripted(Watcher):
+        def start(self) -> None:  # no observer thread: the test is the event source
+            pass
+
+    def make_watcher(sink: Callable[[Signal], None], reads: bool) -> Watcher:
+        made.append(sink)
+        return Scripted(sink, reads=reads)
+
+    now = [100.0]
+    cfg = build_config({"watch": {"debounce": "200ms", "max_wait": "2s"}}, "test")
+    rt = env.runtime(cfg)
+    daemon = Daemon(None, rt.paths, rt, mono=lambda: now[0], make_watcher=make_watcher)
+    assert isinstance(daemon.watcher, Scripted) and made == [daemon.on_signal]
+    folder = tmp_path / "mem"
+    made[0](Signal(Kind.DIRTY, folder, "a.md"))
+    now[0] += 0.1
+    made[0](Signal(Kind.DIRTY, folder, "b.md"))
+    assert daemon.wake.is_set()
+    now[0] += 0.15
+    assert daemon.debouncer.pop_due() == []  # 150 ms after the last change: not quiet yet
+    now[0] += 0.1
+    assert daemon.debouncer.pop_due() == [folder]

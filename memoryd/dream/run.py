@@ -31,7 +31,14 @@ from memoryd.dream.refs import RefChecker
 from memoryd.dream.repo import RepoIndex, dump_sources, load_sources
 from memoryd.errors import MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, Ownership, Place, pointer_lines, pointer_places
-from memoryd.indexer import Basis, IndexOutcome, index_after_dream, index_dir, read_index_file
+from memoryd.indexer import (
+    Basis,
+    IndexOutcome,
+    IndexStatus,
+    index_after_dream,
+    ownership_for_dream,
+    read_index_file,
+)
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import DirScan, scan_dir
@@ -677,12 +684,12 @@ def _logged_detail(move: Move, plan: Plan) -> str:
 def probe_ownership(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirScan | None]:
     """Whether memoryd manages the dir's index, and the scan made to find out.
 
-    The index edit is not made (a probe stops once ownership is decided: the edit was a
-    tenth of a 10,000-memory pass), and only these two are kept. Raises IndexBeingWritten
-    when MEMORY.md stays blank while a program writes it.
+    The index edit is not made (indexer.ownership_for_dream stops once ownership is decided:
+    the edit was a tenth of a 10,000-memory pass), and only these two are kept. Raises
+    IndexBeingWritten when MEMORY.md stays blank while a program writes it.
     """
-    probe = index_dir(rt, md, check=True, probe=True)
-    if probe.status == "settling":
+    probe = ownership_for_dream(rt, md)
+    if probe.status is IndexStatus.SETTLING:
         raise IndexBeingWritten(probe.message)
     return probe.ownership, probe.scan
 
@@ -761,7 +768,7 @@ def _apply(
 
 # Index outcomes after which the pass's pointer edits are not on disk: a failed pass. (Its
 # moved files' pointers go at a later pass: DirState.gone, and the journal for a failed write.)
-INDEX_NOT_UPDATED = ("error", "conflict", "settling")
+INDEX_NOT_UPDATED = (IndexStatus.ERROR, IndexStatus.CONFLICT, IndexStatus.SETTLING)
 
 
 class IndexNotWritten(MemorydError):

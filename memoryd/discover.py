@@ -4,12 +4,14 @@ Reads only, but for `report_refused`, which writes an audit row and memoryd's ow
 what it said (in the state dir, never in a memory dir).
 """
 
+import contextlib
 import glob
 import json
 import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +28,7 @@ from memoryd.claude_env import (
     user_settings,
 )
 from memoryd.config import Config
+from memoryd.cwd_cache import CwdCache, Head, usable_cwd
 from memoryd.errors import UsageError
 from memoryd.index import INDEX_NAME
 from memoryd.paths import BoundedLines, expand, open_regular, read_bounded
@@ -168,7 +171,62 @@ class Discovery:
     warnings: list[str] = field(default_factory=list)  # settings files that could not be used
 
 
+class _Look:
+    """What one discovery learnt of the file system, so that it looks once at each thing:
+    the folders with no symlink on their way (their real path is themselves), each folder's
+    `.git`, each worktree's main work tree. A run is short; a change during it is a race the
+    uncached code has as well."""
+
+    def __init__(self) -> None:
+        self.plain: dict[str, bool] = {"/": True}
+        self.resolved: dict[str, Path] = {}
+        self.dot_git: dict[str, int | None] = {}  # folder -> st_mode of its .git, or None
+        self.common: dict[str, Path | None] = {}
+        self.is_dir: dict[str, bool] = {}
+        self.subdirs: dict[str, list[str]] = {}
+        self.no_claude: dict[str, bool] = {}
+
+    def is_plain(self, path: str) -> bool:
+        """No component of the absolute, normal `path` is a symlink (a missing one is none)."""
+        unknown = []
+        while path not in self.plain:
+            unknown.append(path)
+            path = os.path.dirname(path)
+        known = self.plain[path]
+        for folder in reversed(unknown):  # from the top down, one lstat each
+            known = known and not os.path.islink(folder)
+            self.plain[folder] = known
+        return known
+
+
+_LOOK: ContextVar[_Look | None] = ContextVar("memoryd_discover_look", default=None)
+
+
+@contextlib.contextmanager
+def _one_look() -> Iterator[None]:
+    """Within it, the file system is looked at once per thing (the discovery of one run)."""
+    if _LOOK.get() is not None:
+        yield
+        return
+    token = _LOOK.set(_Look())
+    try:
+        yield
+    finally:
+        _LOOK.reset(token)
+
+
 def _is_dir(path: Path) -> bool:
+    look = _LOOK.get()
+    if look is None:
+        return _look_is_dir(path)
+    key = str(path)
+    known = look.is_dir.get(key)
+    if known is None:
+        known = look.is_dir[key] = _look_is_dir(path)
+    return known
+
+
+def _look_is_dir(path: Path) -> bool:
     try:
         return path.is_dir()
     except OSError:
@@ -176,33 +234,87 @@ def _is_dir(path: Path) -> bool:
 
 
 def _subdirs(path: Path) -> list[Path]:
-    try:
-        return sorted(p for p in path.iterdir() if not p.name.startswith(".") and _is_dir(p))
-    except OSError:
-        return []
+    """The folders (or links to folders) in `path` but hidden ones, by name."""
+    look = _LOOK.get()
+    key = str(path)
+    names = look.subdirs.get(key) if look is not None else None
+    if names is None:
+        names = _subdir_names(path)
+        if look is not None:
+            look.subdirs[key] = names
+    return [path / name for name in names]
 
 
-def _transcripts(project_dir: Path) -> list[Path]:
-    """The project's newest session transcripts (regular files, never links), newest first."""
+def _subdir_names(path: Path) -> list[str]:
+    names = []
     try:
-        found = [p for p in project_dir.glob("*.jsonl") if p.is_file() and not p.is_symlink()]
-        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)[:TRANSCRIPT_FILES]
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_dir():  # follows a link, as Path.is_dir does
+                        names.append(entry.name)
+                except OSError:
+                    continue
     except OSError:
         return []
+    return sorted(names)
+
+
+def _no_claude(folder: Path) -> bool:
+    """No `.claude/` folder here, so none of its settings files exist (a `.claude/` that
+    cannot be looked at is no answer: its files are read, and fail, as they would)."""
+    look = _LOOK.get()
+    key = str(folder)
+    if look is not None and key in look.no_claude:
+        return look.no_claude[key]
+    try:
+        none = not stat.S_ISDIR(os.stat(folder / ".claude").st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        none = True
+    except OSError:
+        none = False
+    if look is not None:
+        look.no_claude[key] = none
+    return none
+
+
+def _transcripts(project_dir: Path) -> list[tuple[str, os.stat_result]]:
+    """The project's newest session transcripts (regular files, never links), newest first,
+    each with its lstat; ties in the listing's order. One lstat a file."""
+    found: list[tuple[str, os.stat_result]] = []
+    try:
+        with os.scandir(project_dir) as entries:
+            for entry in entries:
+                if not entry.name.endswith(".jsonl"):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # gone since the listing
+                if stat.S_ISREG(st.st_mode):
+                    found.append((entry.name, st))
+    except OSError:
+        return []
+    found.sort(key=lambda item: item[1].st_mtime, reverse=True)
+    return found[:TRANSCRIPT_FILES]
 
 
 class _HeadLines(BoundedLines):
     CHUNK = 8192  # the first rows of a transcript are short; a cwd is usually in the first
 
 
-def _first_cwd(transcript: Path, slug: str, mismatched: set[str]) -> str | None:
+def _first_cwd(transcript: Path, slug: str) -> tuple[Head, bool]:
     """The first recorded `cwd` whose slug is `slug`, read line by line up to it (it sits in
-    the first rows; the rest of a big transcript is never read). Others go to `mismatched`."""
+    the first rows; the rest of a big transcript is never read), and the least of the other
+    cwds before it; and whether the read went through (a failed one is not remembered)."""
     try:
         # Never blocks on a FIFO swapped in since the listing, nor follows a link.
         fd, _ = open_regular(transcript, follow=False)
     except OSError:
-        return None
+        return (None, None), False
+    other: str | None = None
     try:
         # A torn last line (a session mid-write) is no line yet; an over-long row is skipped.
         for _, raw in _HeadLines(fd, max_line=TRANSCRIPT_BYTES, max_bytes=TRANSCRIPT_BYTES):
@@ -213,45 +325,72 @@ def _first_cwd(transcript: Path, slug: str, mismatched: set[str]) -> str | None:
             except ValueError:
                 continue
             cwd = row.get("cwd") if isinstance(row, dict) else None
-            if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\x00" in cwd:
+            if not usable_cwd(cwd):
                 continue  # a relative one would be taken from memoryd's own working folder
+            assert isinstance(cwd, str)
             if slugify(cwd) == slug:
-                return cwd
-            mismatched.add(cwd)
+                return (cwd, other), True
+            other = cwd if other is None else min(other, cwd)
     except OSError:
-        return None
+        return (None, other), False
     finally:
         os.close(fd)
-    return None
+    return (None, other), True
 
 
-def _own_cwd(project_dir: Path, slug: str) -> tuple[str | None, str]:
+def _own_cwd(
+    project_dir: Path, slug: str, cache: CwdCache | None = None
+) -> tuple[str | None, str]:
     """The cwd the project's own transcripts record (matching its slug), and where, or why
-    there is none; the newest transcript that records one decides."""
+    there is none; the newest transcript that records one decides. `cache`: what earlier
+    runs read, by each transcript's identity (an unchanged transcript is not opened)."""
     transcripts = _transcripts(project_dir)
     if not transcripts:
         return None, "no session transcripts (*.jsonl) to read a cwd from"
-    mismatched: set[str] = set()
-    for transcript in transcripts:
-        cwd = _first_cwd(transcript, slug, mismatched)
+    cache = cache if cache is not None else CwdCache.off()
+    least: str | None = None  # of the cwds that do not match the slug
+    for name, st in transcripts:
+        head = cache.head(project_dir, slug, name, st)
+        if head is None:
+            head, whole = _first_cwd(project_dir / name, slug)
+            cache.reads += 1
+            if whole:
+                cache.keep(project_dir, slug, name, st, head)
+        cwd, other = head
+        if other is not None:
+            least = other if least is None else min(least, other)
         if cwd is not None:
-            return cwd, transcript.name
-    if mismatched:
-        return None, f"transcripts name cwd {sorted(mismatched)[0]}, which does not match the slug"
+            return cwd, name
+    if least is not None:
+        return None, f"transcripts name cwd {least}, which does not match the slug"
     return None, "no cwd found in the session transcripts"
+
+
+def _dot_git(folder: Path) -> int | None:
+    look = _LOOK.get()
+    key = str(folder)
+    if look is not None and key in look.dot_git:
+        return look.dot_git[key]
+    try:
+        mode: int | None = os.lstat(folder / ".git").st_mode
+    except OSError:
+        mode = None
+    if look is not None:
+        look.dot_git[key] = mode
+    return mode
 
 
 def git_root(path: Path) -> Path | None:
     """The nearest folder at or above `path` with a `.git` (a folder, or a worktree's file),
-    as the client finds it: a `.git` that is a symlink ends the search with none."""
+    as the client finds it: a `.git` that is a symlink ends the search with none. Read from
+    the file system (no `git` process)."""
     for folder in (path, *path.parents):
-        try:
-            st = os.lstat(folder / ".git")
-        except OSError:
+        mode = _dot_git(folder)
+        if mode is None:
             continue
-        if stat.S_ISLNK(st.st_mode):
+        if stat.S_ISLNK(mode):
             return None
-        if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+        if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
             return folder
     return None
 
@@ -288,15 +427,18 @@ class Transcripts:
     a dir's repo root is to be found through another folder (subfolders, worktrees), or the
     repos known from transcripts are wanted."""
 
-    def __init__(self, projects: Path) -> None:
+    def __init__(self, projects: Path, cache: CwdCache | None = None) -> None:
         self.projects = projects  # <claude_home>/projects
+        # What earlier runs read (memoryd's state dir unless told otherwise).
+        self.cache = cache if cache is not None else CwdCache.default()
         self._own: dict[str, tuple[str | None, str]] = {}
         self._sessions: list[Session] | None = None
 
     def own(self, project_dir: Path, slug: str) -> tuple[str | None, str]:
-        key = str(project_dir.absolute())
+        folder = project_dir.absolute()
+        key = str(folder)
         if key not in self._own:
-            self._own[key] = _own_cwd(project_dir, slug)
+            self._own[key] = _own_cwd(folder, slug, self.cache)
         return self._own[key]
 
     def sessions(self) -> list[Session]:
@@ -340,9 +482,13 @@ def project_repo_root(
     project's session transcripts, checked against its slug; else the git root of a cwd that
     another project folder's transcripts record, when that root's slug is this one (a session
     in a subfolder or a worktree keeps its transcripts under its own slug)."""
-    if transcripts is None:
-        transcripts = Transcripts(project_dir.parent)
-    return transcripts.repo_root(slug, project_dir)
+    if transcripts is not None:
+        return transcripts.repo_root(slug, project_dir)
+    transcripts = Transcripts(project_dir.parent)
+    with _one_look():
+        found = transcripts.repo_root(slug, project_dir)
+    transcripts.cache.save()
+    return found
 
 
 def _repo_of(path: Path) -> tuple[Path | None, str]:
@@ -358,6 +504,22 @@ def _repo_of(path: Path) -> tuple[Path | None, str]:
 
 
 def _resolved(path: Path) -> Path:
+    look = _LOOK.get()
+    if look is None:
+        return _resolve(path)
+    key = str(path)
+    found = look.resolved.get(key)
+    if found is None:
+        absolute = os.path.abspath(key)
+        # A path with no link on its way is its own real path: one lstat for its last part
+        # (its parents are known), where resolve() looks at every part, every time.
+        plain = absolute == key and "/.." not in key and look.is_plain(key)
+        found = path if plain else _resolve(path)
+        look.resolved[key] = found
+    return found
+
+
+def _resolve(path: Path) -> Path:
     try:
         return path.resolve()
     except (OSError, RuntimeError):  # a link loop: nothing resolves inside it
@@ -479,11 +641,13 @@ class ClaudeView:
     `<base>/projects/<slug of the cwd's canonical git root>/memory/`, the base being
     CLAUDE_CODE_REMOTE_MEMORY_DIR or the Claude home."""
 
-    def __init__(self, config: Config, claude_home: Path | None = None) -> None:
+    def __init__(
+        self, config: Config, claude_home: Path | None = None, cache: CwdCache | None = None
+    ) -> None:
         self.config = config
         self.env = config.claude_env
         self.home = claude_home if claude_home is not None else config.paths.claude_home
-        self.transcripts = Transcripts(self.home / "projects")
+        self.transcripts = Transcripts(self.home / "projects", cache)
         self.warnings: list[str] = []
         self.user = user_settings(self.home, self.warnings)
         self._settings: dict[tuple[Path, Path], tuple[Settings | None, ...]] = {}
@@ -494,10 +658,17 @@ class ClaudeView:
     def base(self) -> Path:
         return self.env.remote_memory_dir or self.home
 
+    @property
+    def cache(self) -> CwdCache:
+        return self.transcripts.cache
+
     def _project_settings(self, cwd: Path, root: Path) -> tuple[Settings | None, ...]:
         key = (_resolved(cwd), _resolved(root))
         if key not in self._settings:
-            self._settings[key] = project_settings(cwd, root, self.warnings)
+            if _no_claude(cwd) and _no_claude(root):
+                self._settings[key] = (None, None, None)  # no settings file to read
+            else:
+                self._settings[key] = project_settings(cwd, root, self.warnings)
         return self._settings[key]
 
     def switch(self) -> Switch:
@@ -709,7 +880,21 @@ def is_repo(path: Path) -> bool:
 
 def _git_common_root(repo: Path) -> Path | None:
     """For a git worktree (a `.git` file, `gitdir: <main>/.git/worktrees/<name>`): the main
-    work tree, whose path keys Claude Code's auto memory; None for anything else."""
+    work tree, whose path keys Claude Code's auto memory; None for anything else. Read from
+    the `.git` file and the `commondir` it leads to (no `git` process)."""
+    look = _LOOK.get()
+    if look is None:
+        return _common_root(repo)
+    key = str(repo)
+    if key not in look.common:
+        look.common[key] = _common_root(repo)
+    return look.common[key]
+
+
+def _common_root(repo: Path) -> Path | None:
+    mode = _dot_git(repo)
+    if mode is None or not stat.S_ISREG(mode):
+        return None  # a folder (an ordinary repo) or no `.git`: known without a read
     try:
         head = read_bounded(repo / ".git", GIT_FILE_BYTES, follow=False)
     except OSError:
@@ -847,7 +1032,7 @@ def _explicit(
     if layout is not None:
         return [layout], False
     if _is_claude_home(path, config):
-        return list(home_dirs(path, config)), False
+        return list(home_dirs(path, config, Transcripts(path / "projects", view.cache))), False
     if is_repo(path):
         # Never a memory dir itself, whatever markdown it holds (its README, its DESIGN.md).
         return list(_search(path, config, view)), True
@@ -873,13 +1058,24 @@ def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
     return dirs
 
 
-def discover_all(config: Config, explicit: Iterable[Path] = ()) -> Discovery:
+def discover_all(
+    config: Config, explicit: Iterable[Path] = (), *, cache: CwdCache | None = None
+) -> Discovery:
     """Every memory dir, once each (by real path), nested ones included, in path order; and
-    the ones refused because their link leads out of their repo or Claude home."""
-    explicit = list(explicit)
+    the ones refused because their link leads out of their repo or Claude home.
+
+    `cache`: what earlier runs read of the transcripts (default: the one in memoryd's state
+    dir), saved again when this run read more; `CwdCache.off()` reads every transcript."""
+    view = ClaudeView(config, cache=cache)
+    with _one_look():
+        found = _discover_all(config, list(explicit), view)
+    view.cache.save()
+    return found
+
+
+def _discover_all(config: Config, explicit: list[Path], view: "ClaudeView") -> Discovery:
     found: list[Found] = []
     empty: list[EmptyRepo] = []
-    view = ClaudeView(config)
     if explicit:
         for path in explicit:
             named, repo = _explicit(path, config, view)

@@ -1,0 +1,172 @@
+"""Discovery benchmark: `discover_all` over a Claude home of many project folders, in-process
+and as a whole `memoryd dirs` process, with the transcripts' cwds cached and uncached.
+
+Run `python bench/bench_discover.py --help`; bench/README.md explains the output.
+"""
+
+import argparse
+import contextlib
+import cProfile
+import gc
+import io
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from _claude_home import ClaudeHome, make_claude_home
+from _stats import markdown_table
+
+from memoryd import discover
+from memoryd.claude_env import ClaudeEnv
+from memoryd.config import Config, with_claude_home
+from memoryd.cwd_cache import CwdCache, cache_path
+from memoryd.runtime import tune_gc
+
+MS = 1e-3
+
+
+def timed(fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None
+          ) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        gc.collect()
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def fmt(seconds: float) -> str:
+    return f"{seconds / MS:.1f} ms"
+
+
+@contextlib.contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def config_for(home: ClaudeHome) -> Config:
+    return with_claude_home(Config(claude_env=ClaudeEnv(home=home.root)), home.claude)
+
+
+def drop_cache(home: ClaudeHome) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        cache_path(home.state).unlink()
+
+
+def counted(home: ClaudeHome, fn: Callable[[], object]) -> dict[str, int]:
+    """How many transcripts one call opens, and how many subprocesses it starts."""
+    counts = {"transcript opens": 0, "subprocesses": 0}
+    real_open, real_popen = os.open, subprocess.Popen.__init__
+
+    def opening(path: object, *args: object, **kwargs: object) -> int:
+        if str(path).endswith(".jsonl"):
+            counts["transcript opens"] += 1
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    def popen(self: object, *args: object, **kwargs: object) -> None:
+        counts["subprocesses"] += 1
+        real_popen(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    os.open = opening  # type: ignore[assignment]
+    subprocess.Popen.__init__ = popen  # type: ignore[method-assign]
+    try:
+        fn()
+    finally:
+        os.open = real_open
+        subprocess.Popen.__init__ = real_popen  # type: ignore[method-assign]
+    return counts
+
+
+def whole_process(home: ClaudeHome, args: Sequence[str], repeat: int,
+                  before: Callable[[], object] | None = None) -> list[float]:
+    def run() -> None:
+        subprocess.run(args, env=home.env, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    return timed(run, repeat, before)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--projects", type=int, default=300)
+    parser.add_argument("--memory-dirs", type=int, default=30)
+    parser.add_argument("--repeat", type=int, default=11, help="timed runs per figure (11)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", action="store_true", help="also cProfile one discovery")
+    args = parser.parse_args(argv)
+    tune_gc()
+    with tempfile.TemporaryDirectory(prefix="memoryd-bench-discover-") as tmp:
+        home = make_claude_home(Path(tmp), projects=args.projects, memory_dirs=args.memory_dirs,
+                                seed=args.seed)
+        print(f"Claude home: {home.projects} project folders, {home.transcripts} transcripts "
+              f"({home.transcript_bytes / 1e6:.0f} MB), {home.memory_dirs} memory dirs, "
+              f"{home.repos} git repos (8 with a worktree)")
+        config = config_for(home)
+        home.state.mkdir(parents=True, mode=0o700)  # as the daemon or any write leaves it
+        with environ(home.env):
+            found = discover.discover_all(config)  # warms the page cache, saves the cache
+            print(f"discovered: {len(found.dirs)} dirs, {len(found.refused)} refused\n")
+            cold = timed(lambda: discover.discover_all(config), args.repeat,
+                         lambda: drop_cache(home))
+            plain = timed(lambda: _uncached(config), args.repeat)
+            discover.discover_all(config)
+            warm = timed(lambda: discover.discover_all(config), args.repeat)
+            assert discover.discover_all(config) == _uncached(config), "the cache changed a result"
+            steps = {
+                "no cache": counted(home, lambda: _uncached(config)),
+                "cache saved": counted(home, lambda: discover.discover_all(config)),
+            }
+        memoryd = [sys.executable, "-m", "memoryd", "dirs"]
+        floor = whole_process(home, [sys.executable, "-c", "import memoryd.cli"], args.repeat)
+        proc_cold = whole_process(home, memoryd, args.repeat, lambda: drop_cache(home))
+        whole_process(home, memoryd, 1)
+        proc_warm = whole_process(home, memoryd, args.repeat)
+        rows = [
+            ("discover_all, no cache (the uncached read)", plain),
+            ("discover_all, first run (reads all, saves the cache)", cold),
+            ("discover_all, cache saved, nothing changed", warm),
+            ("`memoryd dirs` process, no cache file", proc_cold),
+            ("`memoryd dirs` process, cache saved", proc_warm),
+            ("floor: `python -c 'import memoryd.cli'`", floor),
+        ]
+        print(markdown_table(
+            (f"figure [median of {args.repeat}]", "median", "min", "max"),
+            [(name, fmt(statistics.median(s)), fmt(min(s)), fmt(max(s))) for name, s in rows],
+        ))
+        print()
+        for name, c in steps.items():
+            print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in c.items()))
+        if args.profile:
+            with environ(home.env):
+                for label, fn in (("no cache", lambda: _uncached(config)),
+                                  ("cache saved", lambda: discover.discover_all(config))):
+                    profiler = cProfile.Profile()
+                    profiler.runcall(fn)
+                    text = io.StringIO()
+                    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(18)
+                    print(f"\n--- profile, {label} (by own time) ---")
+                    print(text.getvalue().split("\n\n", 1)[-1])
+    return 0
+
+
+def _uncached(config: Config) -> discover.Discovery:
+    return discover.discover_all(config, cache=CwdCache.off())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -1152,6 +1152,22 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+@contextlib.contextmanager
+def _looking_only(args: argparse.Namespace) -> Iterator[None]:
+    """A command that promises to write nothing (a read-only one, a dry run, `--check`) does
+    not save even discovery's cache (memoryd.cwd_cache), for as long as it runs."""
+    if not (_read_only(args) or getattr(args, "dry_run", False) or getattr(args, "check", False)):
+        yield
+        return
+    from memoryd.cwd_cache import LOOKING_ONLY
+
+    token = LOOKING_ONLY.set(True)
+    try:
+        yield
+    finally:
+        LOOKING_ONLY.reset(token)
+
+
 def _keeping_versions(
     args: argparse.Namespace, rt: Runtime
 ) -> contextlib.AbstractContextManager[None]:
@@ -1240,7 +1256,7 @@ def main(
     rt = Runtime.create(config, paths)
     args.stderr = err  # a handler's warnings go where this run's errors go
     try:
-        with _keeping_versions(args, rt):
+        with _keeping_versions(args, rt), _looking_only(args):
             return HANDLERS[args.command](args, rt, out)
     except UsageError as error:
         err.write(f"memoryd: {error}\n")

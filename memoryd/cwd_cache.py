@@ -12,6 +12,7 @@ one that cannot write it does without).
 import contextlib
 import json
 import os
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ CACHE_FILE = "transcript-cwds.json"
 CACHE_MAX_BYTES = 8 * 1024 * 1024
 CACHE_MAX_FILES = 20_000  # transcripts remembered at most (~200 bytes each)
 VERSION = 1
+# Set by the command line for a command that promises to write nothing (`dirs`, a dry run,
+# `index --check`): the cache is read, never saved.
+LOOKING_ONLY: ContextVar[bool] = ContextVar("memoryd_cwd_cache_looking_only", default=False)
 
 # What one transcript's first rows say, for the folder's slug: the first cwd matching it (None
 # when none does) and the least of the other cwds seen before it (None when there were none).
@@ -53,10 +57,13 @@ class CwdCache:
     def off(cls) -> "CwdCache":
         return cls(None)
 
+    read_only: bool = False  # use what is kept, write nothing (a command that only looks)
+
     @classmethod
     def default(cls) -> "CwdCache":
-        """The cache in memoryd's state dir (resolved now, as the CLI resolves it)."""
-        return cls(cache_path(app_paths().state_dir))
+        """The cache in memoryd's state dir (resolved now, as the CLI resolves it); read-only
+        while `looking_only` is set (a command promising to write nothing)."""
+        return cls(cache_path(app_paths().state_dir), read_only=LOOKING_ONLY.get())
 
     def _loaded(self) -> dict[str, dict[str, Any]]:
         if self._held is None:
@@ -108,7 +115,7 @@ class CwdCache:
     def save(self) -> None:
         """Write what changed, best effort: the folders this run looked at replace their old
         entries (a transcript gone is forgotten), the others are kept while there is room."""
-        if self.path is None or not self._seen:
+        if self.path is None or not self._seen or self.read_only:
             return
         held = self._loaded()
         merged = dict(self._seen)

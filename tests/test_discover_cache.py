@@ -265,3 +265,19 @@ def test_a_worktree_git_file_is_resolved_without_git(
     assert dirs[memory].repo_root == main
     assert f"git root of the cwd {tree}" in dirs[memory].repo_reason
     assert dirs[main / ".claude" / "memory"].repo_root == main
+
+
+def test_a_command_that_writes_nothing_does_not_save_the_cache(env, cli) -> None:  # type: ignore[no-untyped-def]
+    """`dirs` and `dream --dry-run` promise to write nothing: they read the cache, never save
+    it; `index` (a command that writes) saves it."""
+    project = env.claude / "projects" / "-p"
+    (project / "memory").mkdir(parents=True)
+    (project / "memory" / "a.md").write_text("---\nname: a\ndescription: a\ntype: user\n---\nA.\n")
+    (project / "s.jsonl").write_text('{"type":"user","cwd":"/nowhere/p"}\n')
+    env.state.mkdir(parents=True, exist_ok=True)
+    cache = env.state / "transcript-cwds.json"
+    assert cli("dirs").code == 0
+    assert cli("dream", "--dry-run").code in (0, 1)
+    assert not cache.exists()
+    assert cli("index").code == 0
+    assert cache.exists()

@@ -207,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     config_sub.add_parser("check", help="validate; exit 2 listing every problem")
     config_sub.add_parser("show", help="print the effective configuration as TOML")
+
+    from memoryd import cmd_recall  # search, recall, show, mcp: their handlers import the rest
+
+    cmd_recall.add_parser(sub)
     return parser
 
 
@@ -876,7 +880,7 @@ def main(
             return EXIT_USAGE
     rt = Runtime.create(config, paths)
     try:
-        return HANDLERS[args.command](args, rt, out)
+        return (getattr(args, "handler", None) or HANDLERS[args.command])(args, rt, out)
     except UsageError as error:
         err.write(f"memoryd: {error}\n")
         return EXIT_USAGE

@@ -99,7 +99,10 @@ def add_parser(sub: Any) -> None:
 
 # --- shared -------------------------------------------------------------------------------------
 def _warn(message: str) -> None:
-    sys.stderr.write(f"memoryd: warning: {message}\n")
+    """A warning on stderr, as memoryd's other commands give them (structlog)."""
+    from memoryd.logsetup import get_logger
+
+    get_logger().warning(message)
 
 
 def find_dirs(rt: "Runtime", dirs: Sequence[Path]) -> list["MemoryDir"]:
@@ -150,26 +153,21 @@ def render_result(number: int, result: "Result") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _say_excluded(engine: "Engine") -> list["Result"]:
-    """Files that were not searched: each on stderr with why (notes without frontmatter are
-    only counted in --json: they are not memories)."""
-    excluded = engine.excluded()
-    for ex in excluded:
-        if ex["kind"] == "problem":
-            _warn(f"{ex['file']}: not searched: {ex['why']}")
-    return excluded
-
-
 def _rendered(
     out: TextIO, hits: "list[Result]", data: dict[str, Any], as_json: bool, empty: str
 ) -> int:
+    """Print the results, then each file that was not searched with why (notes without
+    frontmatter are only listed in --json: they are not memories)."""
     if as_json:
         _dump({**data, "results": hits}, out)
-    elif hits:
-        for number, result in enumerate(hits, 1):
-            out.write(render_result(number, result))
-    else:
+        return EXIT_OK if hits else EXIT_NONE
+    for number, result in enumerate(hits, 1):
+        out.write(render_result(number, result))
+    if not hits:
         out.write(empty + "\n")
+    for ex in data.get("excluded", []):
+        if ex["kind"] == "problem":
+            out.write(f"not searched: {ex['file']}: {ex['why']}\n")
     return EXIT_OK if hits else EXIT_NONE
 
 
@@ -190,29 +188,48 @@ def cmd_search(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
         hits = engine.results(
             engine.search(args.query, type_=args.type, frame=frame, limit=args.limit)
         )
-        excluded = _say_excluded(engine)
+        excluded = engine.excluded()
     data = {"query": args.query, "dirs": [str(d.path) for d in dirs], "excluded": excluded}
     return _rendered(out, hits, data, args.json, f"No memory matches {args.query!r}.")
 
 
 # --- recall -------------------------------------------------------------------------------------
-def _touched_dirs(dirs: Sequence["MemoryDir"], paths: Sequence[str]) -> list["MemoryDir"]:
-    """Of every discovered dir, those whose repo holds one of the paths (a hook before an
-    edit then refreshes one project's indexes, not all); all of them when none does."""
+def _repos_of(paths: Sequence[str]) -> list[Path]:
+    """The repos (a folder with `.git` or `.claude/`) holding these paths, innermost each."""
     import os
 
+    from memoryd.discover import is_repo
+
+    found: list[Path] = []
+    for given in paths:
+        here = Path(os.path.realpath(given))
+        for folder in (here, *here.parents):
+            if folder.is_dir() and is_repo(folder):
+                if folder not in found:
+                    found.append(folder)
+                break
+    return found
+
+
+def _touched_dirs(rt: "Runtime", paths: Sequence[str]) -> list["MemoryDir"]:
+    """The memory dirs of the repos holding these paths (repo-scope ones and the repo's
+    auto-memory dir) and the discovered dirs whose repo root holds one: a hook before an edit
+    refreshes one project's indexes, not every one; every discovered dir when none matches."""
+    import os
+
+    from memoryd.discover import discover_all
+
+    everything = find_dirs(rt, [])
+    repos = _repos_of(paths)
+    near = {md.real_path: md for md in discover_all(rt.config, repos).dirs} if repos else {}
     wanted = [os.path.realpath(p) for p in paths]
-    near = [
-        md
-        for md in dirs
-        if md.repo_root is not None
-        and any(
-            w == str(root) or w.startswith(str(root) + os.sep)
-            for root in (Path(os.path.realpath(md.repo_root)),)
-            for w in wanted
-        )
-    ]
-    return near or list(dirs)
+    for md in everything:
+        if md.repo_root is None:
+            continue
+        root = os.path.realpath(md.repo_root)
+        if any(w == root or w.startswith(root + os.sep) for w in wanted):
+            near.setdefault(md.real_path, md)
+    return sorted(near.values(), key=lambda d: str(d.real_path)) or everything
 
 
 def cmd_recall(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
@@ -220,13 +237,12 @@ def cmd_recall(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
 
     if not args.path and not args.symbol:
         raise UsageError("recall needs --path FILE… or --symbol NAME… (or both)")
-    dirs = find_dirs(rt, args.dirs)
-    if not args.dirs and args.path:
-        dirs = _touched_dirs(dirs, args.path)
+    touched = not args.dirs and args.path
+    dirs = _touched_dirs(rt, args.path) if touched else find_dirs(rt, args.dirs)
     with engine_for(rt, dirs) as engine:
         engine.refresh()
         hits = engine.results(engine.recall(args.path, args.symbol, limit=args.limit))
-        excluded = _say_excluded(engine)
+        excluded = engine.excluded()
     data = {
         "paths": args.path,
         "symbols": args.symbol,

@@ -292,7 +292,7 @@ def render_shown(shown: dict[str, Any]) -> str:
 # --- mcp ----------------------------------------------------------------------------------------
 def cmd_mcp(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     try:
-        from memoryd import mcp_server
+        import memoryd.mcp_server as mcp_server
     except ImportError as error:
         if "mcp" not in str(error.name or error):
             raise

@@ -565,3 +565,37 @@ def test_nothing_is_written_in_memory_dirs(env: Env, mem: Path, cli) -> None:  #
         k: v for k, v in before.items() if not k.startswith("home/")
     }
     assert sorted(os.listdir(mem)) == listing
+
+
+def test_a_query_matching_nearly_everything_ranks_field_matches_then_the_newest(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past RANK_ALL matches, bm25 ranks only the memories matching in name, description
+    or file name; the rest of the page is the newest of the others (bm25 over every match
+    is what made such queries slow)."""
+    folder = tmp_path / "m"
+    for i in range(30):
+        plant(folder, f"body_{i:02d}.md", name=f"Note {i}", description="misc",
+              body="a common word\n", age_days=1 + i)  # fmt: skip
+    plant(folder, "named.md", name="Common", description="x", body="y\n", age_days=50)
+    plant(folder, "described.md", name="Other", description="a common one", body="z\n",
+          age_days=60)  # fmt: skip
+    with engine(env, folder) as e:
+        e.refresh()
+        full = files(e.results(e.search("common", limit=5)))
+        monkeypatch.setattr(store, "RANK_ALL", 10)
+        capped = files(e.results(e.search("common", limit=5)))
+    assert full[:2] == ["named.md", "described.md"]
+    assert capped == ["named.md", "described.md", "body_00.md", "body_01.md", "body_02.md"]
+
+
+def test_an_index_another_process_updated_is_read_again(env: Env, mem: Path) -> None:
+    """A reader that holds the index open sees what another process wrote (the daemon's
+    hook), and does not read that file again itself."""
+    real = mem.resolve()
+    with DirIndex(index_path(env.state, real), real, warn=lambda m: None) as reader:
+        reader.update()
+        plant(mem, "late.md", name="Late", description="added later", body="quince\n")
+        assert update_dir(env.state, real, ["late.md"]).read == 1
+        assert not reader.update().any
+        assert [r.file for r in reader.match('"quince"')] == ["late.md"]

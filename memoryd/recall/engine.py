@@ -126,13 +126,19 @@ class Engine:
         hits: dict[tuple[Path, str], Hit] = {}
         for md in self._selected(project):
             index = self.indexes[md.real_path]
-            for row in index.named(name_keys(query), **filters):
+            named = index.named(name_keys(query), **filters)
+            for row in named:
                 hits.setdefault((md.real_path, row.file), Hit(md, row, 0, ["exact name"]))
             found = expressions(query, index)
+            got = len(named)
             for group, expression in ((1, found.every), (2, found.some)):
-                if not expression:
+                if not expression or (group == 2 and got):
+                    # Any of the words only when no memory holds all of them: ranking every
+                    # memory that holds one common word is most of a slow query's cost.
                     continue
-                for row in index.match(expression, stale_before=stale, limit=limit, **filters):
+                rows = index.match(expression, stale_before=stale, limit=limit, **filters)
+                got += len(rows)
+                for row in rows:
                     key = (md.real_path, row.file)
                     if key in hits:
                         if not hits[key].row.snippet:

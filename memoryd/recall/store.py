@@ -46,6 +46,7 @@ INDEX_MAX_BYTES = 64 * 1024 * 1024  # MEMORY.md / the archive, read to find poin
 # must answer now (the MCP server) passes a shorter wait and searches what is there.
 BUSY_WAIT = 30.0
 
+RANK_ALL = 3000  # see DirIndex.match
 # Column weights for bm25: a word in the name counts most, then the file's stem, the
 # description and the body.
 WEIGHTS = (10.0, 4.0, 1.0, 8.0)  # name, description, body, stem
@@ -156,9 +157,10 @@ FileStat = tuple[int, int, int]  # inode, size, mtime_ns
 
 @dataclass(slots=True)
 class _Known:
-    generation: int
+    generation: int  # PRAGMA data_version when read: it moves when another process commits
     files: dict[str, tuple[int, FileStat]]  # file -> (id, stat)
     meta: dict[str, str] = field(default_factory=dict)
+    partial: bool = False  # only some files were read (see _load_known)
 
 
 def _flags(memory: Memory) -> list[str]:
@@ -360,19 +362,25 @@ class DirIndex:
         raise AssertionError("unreachable")
 
     # --- keeping it up to date ------------------------------------------------------------------
-    def _load_known(self, conn: sqlite3.Connection) -> _Known:
+    def _load_known(self, conn: sqlite3.Connection, only: Sequence[str] | None) -> _Known:
+        """What the index holds of every file (kept while no other process writes the index),
+        or of `only` those (a partial look, for the daemon's few changed names)."""
         generation = int(conn.execute("PRAGMA data_version").fetchone()[0])
         known = self._known
-        if known is not None and known.generation == generation:
+        fits = known is not None and (
+            not known.partial or (only is not None and set(only) <= known.files.keys())
+        )
+        if known is not None and fits and known.generation == generation:
             return known
-        files = {
-            f: (i, (ino, size, mtime))
-            for i, f, ino, size, mtime in conn.execute(
-                "SELECT id, file, ino, size, mtime_ns FROM files"
-            )
-        }
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        self._known = _Known(generation, files, meta)
+        select = "SELECT id, file, ino, size, mtime_ns FROM files"
+        if only is None:
+            rows = conn.execute(select)
+        else:
+            marks = ", ".join("?" for _ in only)
+            rows = conn.execute(f"{select} WHERE file IN ({marks})", tuple(only))
+        files = {f: (i, (ino, size, mtime)) for i, f, ino, size, mtime in rows}
+        self._known = _Known(generation, files, meta, partial=only is not None)
         return self._known
 
     def update(self, names: Iterable[str] | None = None, *, wait: float = BUSY_WAIT) -> Change:
@@ -386,21 +394,16 @@ class DirIndex:
         return change
 
     def _listing(self, dir_fd: int, only: Sequence[str] | None) -> dict[str, os.stat_result]:
-        out: dict[str, os.stat_result] = {}
+        """lstat of the dir's `*.md` entries (of `only` and the index files, when given)."""
         if only is None:
             with os.scandir(dir_fd) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if name.startswith(".") or name in (INDEX_NAME, ARCHIVE_NAME):
-                        if name in (INDEX_NAME, ARCHIVE_NAME):
-                            with contextlib.suppress(FileNotFoundError):
-                                out[name] = entry.stat(follow_symlinks=False)
-                        continue
-                    if not name.endswith(".md"):
-                        continue
-                    with contextlib.suppress(FileNotFoundError):
-                        out[name] = entry.stat(follow_symlinks=False)
+                wanted = [e for e in entries if e.name.endswith(".md") and e.name[0] != "."]
+            out: dict[str, os.stat_result] = {}
+            for entry in wanted:
+                with contextlib.suppress(FileNotFoundError):
+                    out[entry.name] = entry.stat(follow_symlinks=False)
             return out
+        out = {}
         for name in (*only, INDEX_NAME, ARCHIVE_NAME):
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 out[name] = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -431,7 +434,7 @@ class DirIndex:
         conn = self.conn
         with fsops.open_dir(self.memory_dir) as dir_fd:
             listing = self._listing(dir_fd, only)
-            changed, gone, pointers = self._plan(self._load_known(conn), listing, only)
+            changed, gone, pointers = self._plan(self._load_known(conn, only), listing, only)
             if not (changed or gone or pointers):
                 return Change()
             conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
@@ -442,23 +445,24 @@ class DirIndex:
                     return Change()  # a writer is at it: it brings the index up to date
                 raise
             try:
-                # Another process may have brought it in step meanwhile: look again.
-                self._known = None
-                known = self._load_known(conn)
+                # Another process may have brought it in step meanwhile: then look again.
+                known = self._load_known(conn, only)
                 changed, gone, pointers = self._plan(known, listing, only)
                 change = Change()
                 for name in gone:
-                    self._delete(conn, known.files[name][0])
+                    self._delete(conn, known.files.pop(name)[0])
                     change.removed += 1
                 now_ns = self._now_ns()
                 for name in changed:
-                    had = known.files.get(name)
+                    had = known.files.pop(name, None)
                     if had is not None:
                         self._delete(conn, had[0])
-                    if self._insert(conn, dir_fd, name, listing[name], now_ns):
+                    stored = self._insert(conn, dir_fd, name, listing[name], now_ns)
+                    if stored is not None:
+                        known.files[name] = stored
                         change.read += 1
                 if pointers:
-                    self._pointers(conn, dir_fd, listing)
+                    known.meta.update(self._pointers(conn, dir_fd, listing))
                     change.pointers = True
                 conn.execute("COMMIT")
             except BaseException:
@@ -466,7 +470,7 @@ class DirIndex:
                     conn.execute("ROLLBACK")
                 self._known = None
                 raise
-        self._known = None
+        # Our own commit leaves data_version as it was: what `known` now holds is the index.
         return change
 
     def _now_ns(self) -> int:
@@ -491,8 +495,8 @@ class DirIndex:
 
     def _insert(
         self, conn: sqlite3.Connection, dir_fd: int, name: str, st: os.stat_result, now_ns: int
-    ) -> bool:
-        """Read one file into the index; False when it vanished meanwhile."""
+    ) -> tuple[int, FileStat] | None:
+        """Read one file into the index: its id and the stat kept; None when it vanished."""
         record: dict[str, Any] = {"kind": "problem"}
         fst = st
         if stat.S_ISLNK(st.st_mode):
@@ -505,7 +509,7 @@ class DirIndex:
             try:
                 data, fst = fsops.read_regular(dir_fd, name, self.limits[0], stable=True)
             except FileNotFoundError:
-                return False
+                return None
             except fsops.ChangedWhileReading as moving:
                 fst = moving.st
                 record["problem"] = "it changed while it was being read"
@@ -538,7 +542,7 @@ class DirIndex:
             f"INSERT INTO files({columns}) VALUES ({marks})",  # noqa: S608 - our own column names
             tuple(values.values()),
         )
-        doc_id = cursor.lastrowid
+        doc_id = int(cursor.lastrowid or 0)
         if body is not None:
             texts = (values["name"], values["description"], body, _stem_words(name))
             conn.execute(
@@ -552,7 +556,7 @@ class DirIndex:
                 "INSERT INTO refs(id, kind, ref, norm, base) VALUES (?, ?, ?, ?, ?)",
                 [(doc_id, *ref) for ref in refs],
             )
-        return True
+        return doc_id, (fst.st_ino, fst.st_size, mtime_ns)
 
     def _parsed(
         self, conn: sqlite3.Connection, name: str, data: bytes, fst: os.stat_result
@@ -584,7 +588,7 @@ class DirIndex:
 
     def _pointers(
         self, conn: sqlite3.Connection, dir_fd: int, listing: dict[str, os.stat_result]
-    ) -> None:
+    ) -> dict[str, str]:
         """Which index file points at which memory: MEMORY.md (`index`), else the archive."""
         rows: dict[str, tuple[str, int]] = {}
         for name, tier in ((ARCHIVE_NAME, "archive"), (INDEX_NAME, "index")):
@@ -605,10 +609,9 @@ class DirIndex:
             "INSERT INTO pointers(file, tier, line) VALUES (?, ?, ?)",
             [(f, t, n) for f, (t, n) in sorted(rows.items())],
         )
-        conn.executemany(
-            "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-            [(f"stat:{n}", _stat_text(listing.get(n))) for n in (INDEX_NAME, ARCHIVE_NAME)],
-        )
+        stats = {f"stat:{n}": _stat_text(listing.get(n)) for n in (INDEX_NAME, ARCHIVE_NAME)}
+        conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", stats.items())
+        return stats
 
     # --- reading --------------------------------------------------------------------------------
     _SELECT = (
@@ -641,19 +644,54 @@ class DirIndex:
         stale_before: float = 0.0,
         limit: int = 20,
     ) -> list[Row]:
-        """Memories matching an FTS5 expression, confirmed ones first, then by bm25."""
+        """Memories matching an FTS5 expression, confirmed ones first, then by bm25.
+
+        bm25 costs about a microsecond per matching memory. A query matching more than
+        RANK_ALL of them (words nearly every memory holds) ranks by bm25 only those matching
+        in their name, description or file name (which outrank a match in the body by their
+        weights anyway), and fills up to `limit` with the newest of the others."""
+        args = (type_, since, until, stale_before, limit)
+        if self.matches(expression) <= RANK_ALL:
+            return self._match(expression, *args)
+        fields = self._match("{name description stem} : (" + expression + ")", *args)
+        if len(fields) >= limit:
+            return fields
+        rest = self._match(expression, *args[:-1], limit, newest=True, skip=fields)
+        return fields + rest[: limit - len(fields)]
+
+    def _match(
+        self,
+        expression: str,
+        type_: str | None,
+        since: float | None,
+        until: float | None,
+        stale_before: float,
+        limit: int,
+        *,
+        newest: bool = False,
+        skip: Sequence[Row] = (),
+    ) -> list[Row]:
         where, args = self._filters(type_, since, until)
+        if skip:
+            where += f" AND f.id NOT IN ({', '.join(str(r.id) for r in skip)})"
+        score = "0.0" if newest else f"bm25(docs, {', '.join(map(str, WEIGHTS))})"
+        order = "f.date DESC, f.file" if newest else "score"
         sql = (
-            f"{self._SELECT}, bm25(docs, {', '.join(map(str, WEIGHTS))}) AS score, "
+            f"{self._SELECT}, {score} AS score, "
             "snippet(docs, -1, char(1), char(2), '…', 14) "
             "FROM docs JOIN files f ON f.id = docs.rowid "
             "LEFT JOIN pointers p ON p.file = f.file "
-            f"WHERE docs MATCH ?{where} ORDER BY (f.date < ?), score LIMIT ?"
+            f"WHERE docs MATCH ?{where} ORDER BY (f.date < ?), {order} LIMIT ?"
         )
         rows = self._retrying(
             lambda: self.conn.execute(sql, (expression, *args, stale_before, limit)).fetchall()
         )
         return [_row(r, score=r[9], snippet=r[10]) for r in rows]
+
+    def matches(self, expression: str) -> int:
+        """How many memories match an FTS5 expression (no ranking: cheap)."""
+        sql = "SELECT count(*) FROM docs WHERE docs MATCH ?"
+        return int(self._retrying(lambda: self.conn.execute(sql, (expression,)).fetchone()[0]))
 
     def has(self, expression: str) -> bool:
         """Whether any memory matches an FTS5 expression."""

@@ -3,9 +3,8 @@ Pure but for `expressions`, which asks an index which words it holds."""
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from memoryd.recall.store import DirIndex
@@ -30,8 +29,7 @@ FUZZY_MIN_LEN = 4
 FUZZY_ALTERNATIVES = 3
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
     """A time frame: memories whose date is in [since, until)."""
 
     since: float | None = None
@@ -136,8 +134,7 @@ def fuzzy(word: str, vocabulary: Sequence[str]) -> list[str]:
     return [term for _, term in ranked[:FUZZY_ALTERNATIVES]]
 
 
-@dataclass(frozen=True, slots=True)
-class Expressions:
+class Expressions(NamedTuple):
     """The FTS5 expressions of a query for one index: all words, then any of them."""
 
     every: str  # "" when no word matched anything

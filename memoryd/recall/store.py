@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from memoryd import fsops
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
@@ -111,8 +111,7 @@ def index_path(state_dir: Path, real_path: Path) -> Path:
     return state_dir / INDEX_FOLDER / f"{dir_key(real_path)}.sqlite"
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(NamedTuple):
     """One memory as the index returns it."""
 
     id: int
@@ -129,8 +128,7 @@ class Row:
     why: str = ""  # for recall: what matched
 
 
-@dataclass(frozen=True, slots=True)
-class Excluded:
+class Excluded(NamedTuple):
     """A file in the memory dir that is not searched, and why."""
 
     file: str

@@ -599,3 +599,17 @@ def test_an_index_another_process_updated_is_read_again(env: Env, mem: Path) -> 
         assert update_dir(env.state, real, ["late.md"]).read == 1
         assert not reader.update().any
         assert [r.file for r in reader.match('"quince"')] == ["late.md"]
+
+
+def test_a_state_dir_that_cannot_hold_the_index_is_a_warning(
+    env: Env, mem: Path, cli  # type: ignore[no-untyped-def]
+) -> None:
+    """With no room for the index in the state dir (its folder is a file), search still
+    answers from the files, with a warning naming the place."""
+    env.state.mkdir(parents=True)
+    (env.state / "recall").write_text("not a folder")
+    store._WARNED.clear()
+    result = cli("search", "postgres", mem)
+    assert result.code == 0 and "feedback_db_tests.md" in result.out
+    assert "cannot be kept there" in result.err
+    assert (env.state / "recall").read_text() == "not a folder"

@@ -1,8 +1,9 @@
 """Queries and time frames: words -> FTS5 expressions (word forms, typos), frames -> bounds.
 Pure but for `expressions`, which asks an index which words it holds."""
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -112,25 +113,29 @@ def forms(word: str) -> list[str]:
     return out
 
 
-def fuzzy(word: str, vocabulary: Sequence[str]) -> list[str]:
-    """The words of `vocabulary` closest to a word it does not hold (a typo), best first."""
+def fuzzy(word: str, vocabulary: Mapping[int, Sequence[str]]) -> list[str]:
+    """The words of `vocabulary` (by length) closest to a word it does not hold (a typo),
+    best first. Only words of a length the ratio cutoff allows are compared."""
     if len(word) < FUZZY_MIN_LEN or not vocabulary:
         return []
     from rapidfuzz import fuzz, process
 
-    low, high = int(len(word) * 0.6), int(len(word) / 0.6) + 1
-    found = process.extract(
-        word,
-        vocabulary,
-        scorer=fuzz.ratio,
-        processor=None,
-        score_cutoff=FUZZY_CUTOFF,
-        limit=FUZZY_ALTERNATIVES * 4,
-    )
-    ranked = sorted(
-        ((score, term) for term, score, _ in found if low <= len(term) <= high and term != word),
-        key=lambda pair: (-pair[0], pair[1]),
-    )
+    # fuzz.ratio is 2·matches / (len(a) + len(b)): past these lengths it cannot reach the cutoff.
+    span = 200.0 / FUZZY_CUTOFF - 1.0
+    low, high = math.ceil(len(word) / span - 1e-9), math.floor(len(word) * span + 1e-9)
+    ranked: list[tuple[float, str]] = []
+    for length in range(low, high + 1):
+        for term, score, _ in process.extract(
+            word,
+            vocabulary.get(length, ()),
+            scorer=fuzz.ratio,
+            processor=None,
+            score_cutoff=FUZZY_CUTOFF,
+            limit=FUZZY_ALTERNATIVES,
+        ):
+            if term != word:
+                ranked.append((score, term))
+    ranked.sort(key=lambda pair: (-pair[0], pair[1]))
     return [term for _, term in ranked[:FUZZY_ALTERNATIVES]]
 
 

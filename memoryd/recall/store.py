@@ -224,13 +224,27 @@ class DirIndex:
         self._conn: sqlite3.Connection | None = None
         self._known: _Known | None = None
         self.rebuilt = ""  # why the index was made anew in this process, if it was
-        self._vocab: tuple[int, list[str]] | None = None
+        self._vocab: tuple[tuple[int, int], dict[int, list[str]]] | None = None
+        self._writes = 0  # own commits: they leave PRAGMA data_version as it was
 
     # --- opening, damage, rebuild ---------------------------------------------------------------
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            self._conn = self._open()
+            try:
+                self._conn = self._open()
+            except (OSError, sqlite3.Error) as error:
+                # The state dir cannot hold it (read-only, full, not a folder): search from
+                # the files all the same, keeping the index in memory for this process.
+                _warn_once(
+                    self.warn,
+                    f"{self.path}: the search index of {self.memory_dir} cannot be kept there "
+                    f"({error}); searching without keeping it (fix the state dir's permissions "
+                    "or free space there)",
+                )
+                self._conn = sqlite3.connect(":memory:", isolation_level=None,
+                                             check_same_thread=False)  # fmt: skip
+                self._create(self._conn)
         return self._conn
 
     def close(self) -> None:
@@ -349,10 +363,14 @@ class DirIndex:
             self._damaged(f"is damaged ({error})")
             raise _Retry from error
 
-    def _retrying(self, step: Callable[[], Any]) -> Any:
+    def _retrying(self, step: Callable[[], Any], *, rebuild: bool = True) -> Any:
+        """Run a step; on damage (the index was removed) run it again on a new index, which a
+        reading step first fills from the files."""
         for attempt in range(2):
             try:
                 with self._guarded():
+                    if attempt and rebuild:
+                        self._update(None, BUSY_WAIT)
                     return step()
             except _Retry:
                 if attempt:
@@ -386,7 +404,7 @@ class DirIndex:
         files an index pass saw change). Returns what it did; a writer that holds the index
         past `wait` seconds leaves it as it is (the search then sees the last state)."""
         only = None if names is None else sorted(set(names))
-        change: Change = self._retrying(lambda: self._update(only, wait))
+        change: Change = self._retrying(lambda: self._update(only, wait), rebuild=False)
         if self.rebuilt:
             change.rebuilt = self.rebuilt
         return change
@@ -463,6 +481,7 @@ class DirIndex:
                     known.meta.update(self._pointers(conn, dir_fd, listing))
                     change.pointers = True
                 conn.execute("COMMIT")
+                self._writes += 1
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
@@ -791,18 +810,21 @@ class DirIndex:
             )
         )
 
-    def vocabulary(self) -> list[str]:
-        """Every distinct word of the dir's memories, as written (lower-cased), for fuzzy
-        matching; kept while the index does not change."""
+    def vocabulary(self) -> dict[int, list[str]]:
+        """Every distinct word of the dir's memories, as written (lower-cased), by length,
+        for fuzzy matching; kept while the index does not change."""
         conn = self.conn
-        generation = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        generation = (int(conn.execute("PRAGMA data_version").fetchone()[0]), self._writes)
         if self._vocab is not None and self._vocab[0] == generation:
             return self._vocab[1]
         terms: list[str] = self._retrying(
             lambda: [t for (t,) in conn.execute("SELECT term FROM words_vocab")]
         )
-        self._vocab = (generation, terms)
-        return terms
+        by_length: dict[int, list[str]] = {}
+        for term in terms:
+            by_length.setdefault(len(term), []).append(term)
+        self._vocab = (generation, by_length)
+        return by_length
 
 
 class _Retry(Exception):

@@ -613,3 +613,17 @@ def test_a_state_dir_that_cannot_hold_the_index_is_a_warning(
     assert result.code == 0 and "feedback_db_tests.md" in result.out
     assert "cannot be kept there" in result.err
     assert (env.state / "recall").read_text() == "not a folder"
+
+
+def test_the_daemon_hook_never_raises(env: Env, mem: Path, tmp_path: Path) -> None:
+    """`update_dir` on a state dir that cannot hold the index, or a memory dir gone, says so
+    once and returns (the daemon's pass goes on); the next command fills the index."""
+    env.state.mkdir(parents=True)
+    (env.state / "recall").write_text("not a folder")
+    store._WARNED.clear()
+    said: list[str] = []
+    assert not update_dir(env.state, mem.resolve(), ["x.md"], warn=said.append).any
+    assert len(said) == 1 and "was not updated" in said[0]
+    (env.state / "recall").unlink()
+    assert not update_dir(env.state, tmp_path / "gone", None, warn=said.append).any
+    assert len(said) == 2

@@ -215,8 +215,10 @@ class DirIndex:
         max_file_bytes: int = MAX_FILE_BYTES,
         max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
         clock_ns: Callable[[], int] | None = None,
+        in_memory: bool = True,
     ) -> None:
         self.path = path
+        self.in_memory = in_memory  # an index the state dir cannot hold is kept in memory
         self.memory_dir = memory_dir
         self.warn = warn
         self.limits = (max_file_bytes, max_frontmatter_bytes)
@@ -234,6 +236,8 @@ class DirIndex:
             try:
                 self._conn = self._open()
             except (OSError, sqlite3.Error) as error:
+                if not self.in_memory:
+                    raise
                 # The state dir cannot hold it (read-only, full, not a folder): search from
                 # the files all the same, keeping the index in memory for this process.
                 _warn_once(
@@ -867,15 +871,21 @@ def update_dir(
     warn: Warn = _stderr,
 ) -> Change:
     """Bring the search index of the memory dir at `real_path` in step: only `names` (the
-    files an index pass read because they changed, and the ones it saw go), or every file by
-    stat when None. The daemon's hook; never raises for a damaged index (it is rebuilt)."""
-    with DirIndex(
+    files an index pass was told changed; the index files are always looked at), or every
+    file by stat when None. The daemon's hook, called after its index pass over the dir with
+    the same names. Never raises: a damaged index is rebuilt, and one the state dir cannot
+    hold (or a memory dir gone meanwhile) is said once and left to the next command."""
+    index = DirIndex(
         index_path(state_dir, real_path),
         real_path,
         warn=warn,
         max_file_bytes=max_file_bytes,
         max_frontmatter_bytes=max_frontmatter_bytes,
-    ) as index:
-        if index.count() == 0 and names is not None:
-            names = None  # a new index: a first full build
-        return index.update(names)
+        in_memory=False,
+    )
+    try:
+        with index:
+            return index.update(names)
+    except (OSError, sqlite3.Error) as error:
+        _warn_once(warn, f"{index.path}: the search index of {real_path} was not updated ({error})")
+        return Change()

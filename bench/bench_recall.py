@@ -28,7 +28,7 @@ from _stats import markdown_table, percentile
 from memoryd.config import Config
 from memoryd.discover import memory_dir_at
 from memoryd.recall.engine import Engine
-from memoryd.recall.store import DirIndex, index_path
+from memoryd.recall.store import RACY_NS, DirIndex, index_path
 from memoryd.runtime import tune_gc
 
 _WORD = re.compile(r"[a-z]{4,}")
@@ -61,6 +61,32 @@ def queries_for(folder: Path, count: int, seed: int) -> list[str]:
         else:
             out.append(rng.choice(words) + "s")
     return out
+
+
+def make_corpus_dir(folder: Path, n: int, corpus: Path, seed: int) -> None:
+    """n memories made of the real corpus's memory files (cycled; each copy gets its own file
+    name, a number in its name and an mtime 1-400 days ago): real text, so each word is in as
+    many memories as it would be in real dirs, unlike the synthetic dir's small vocabulary."""
+    rng = random.Random(seed)
+    sources = sorted(
+        p
+        for p in corpus.rglob("*.md")
+        if "memory" in str(p.relative_to(corpus)) and not p.name.startswith("MEMORY")
+        and "_alt_versions" not in p.parts and p.read_bytes().startswith(b"---")
+    )  # fmt: skip
+    if not sources:
+        sys.exit(f"{corpus}: no memory files found")
+    folder.mkdir(parents=True)
+    now = time.time()
+    for i in range(n):
+        source = sources[i % len(sources)]
+        text = source.read_text(encoding="utf-8", errors="replace")
+        text = re.sub(r"^name: (.*)$", rf"name: \1 {i}", text, count=1, flags=re.M)
+        path = folder / f"{source.stem}_{i:06d}.md"
+        path.write_text(text, encoding="utf-8")
+        when = now - rng.uniform(1, 400) * 86400
+        os.utime(path, (when, when))
+    (folder / "MEMORY.md").write_text("# Memory\n")
 
 
 def naive_search(folder: Path, query: str) -> list[str]:
@@ -137,9 +163,19 @@ def bench(n: int, args: argparse.Namespace) -> str:
             "XDG_CACHE_HOME": str(home / ".cache"),
             "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         }
+        # A whole process is measured as an installed memoryd runs: from compiled bytecode.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        import compileall
+
+        import memoryd
+
+        compileall.compile_dir(Path(memoryd.__file__).parent, quiet=1)
         state = home / ".local" / "state" / "memoryd"
         folder = tmp / "mem"
-        _synth.make_memory_dir(folder, n, seed=args.seed)
+        if args.source == "corpus":
+            make_corpus_dir(folder, n, args.corpus, args.seed)
+        else:
+            _synth.make_memory_dir(folder, n, seed=args.seed)
         real = folder.resolve()
         queries = queries_for(folder, args.queries, args.seed)
         rows: list[list[str]] = []
@@ -181,10 +217,17 @@ def bench(n: int, args: argparse.Namespace) -> str:
 
         # 3. one changed file
         rng = random.Random(args.seed)
-        names = sorted(p.name for p in folder.glob("*.md") if not p.name.startswith("MEMORY"))
-        names.remove("README.md")
+        names = sorted(
+            p.name
+            for p in folder.glob("*.md")
+            if not p.name.startswith("MEMORY") and p.name != "README.md"
+        )
         hooked, by_stat = [], []
-        with DirIndex(index_path(state, real), real) as index:
+        # Measured as if a few seconds after each edit: within RACY_NS of its mtime, a file is
+        # read again by the next update as well (it may change again within the same tick),
+        # which would time the edits before it too.
+        later = lambda: time.time_ns() + 10 * RACY_NS  # noqa: E731
+        with DirIndex(index_path(state, real), real, clock_ns=later) as index:
             index.update()
             for i in range(args.repeat * 4):
                 name = rng.choice(names)
@@ -255,13 +298,28 @@ def main() -> None:
     parser.add_argument("--naive", type=int, default=3, help="queries of the naive baseline")
     parser.add_argument("--repeat", type=int, default=10, help="runs of the other figures")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--source",
+        choices=["synthetic", "corpus"],
+        default="synthetic",
+        help="synthetic: bench/_synth.py's dir (a small vocabulary: most words are in most "
+        "memories, the worst case for ranking); corpus: copies of the real corpus's memories",
+    )
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        default=Path(
+            os.environ.get("MEMORYD_CORPUS", Path(__file__).resolve().parents[3] / "shared")
+        ) / ("" if os.environ.get("MEMORYD_CORPUS") else "corpus"),
+        help="the corpus folder for --source corpus (default: $MEMORYD_CORPUS or shared/corpus)",
+    )
     parser.add_argument("--skip-rss", action="store_true", help="skip the MCP server's RSS")
     args = parser.parse_args()
     tune_gc()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, "
           f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
     for n in args.n:
-        print(f"\n### {n:,} memories\n")
+        print(f"\n### {n:,} memories ({args.source})\n")
         print(bench(n, args))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
     print(f"\npeak RSS of this bench: {peak} MB")

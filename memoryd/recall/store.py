@@ -668,17 +668,23 @@ class DirIndex:
         """Memories matching an FTS5 expression, confirmed ones first, then by bm25.
 
         bm25 costs about a microsecond per matching memory. A query matching more than
-        RANK_ALL of them (words nearly every memory holds) ranks by bm25 only those matching
-        in their name, description or file name (which outrank a match in the body by their
-        weights anyway), and fills up to `limit` with the newest of the others."""
+        RANK_ALL of them (words nearly every memory holds) ranks by bm25 only the matches in
+        the fields that weigh most: name and file name, with the description too when those
+        are still few enough; and fills up to `limit` with the newest of the other matches."""
         args = (type_, since, until, stale_before, limit)
         if self.matches(expression) <= RANK_ALL:
             return self._match(expression, *args)
-        fields = self._match("{name description stem} : (" + expression + ")", *args)
-        if len(fields) >= limit:
-            return fields
-        rest = self._match(expression, *args[:-1], limit, newest=True, skip=fields)
-        return fields + rest[: limit - len(fields)]
+        best = ""  # the widest fields whose matches are still few enough to rank
+        for fields in ("{name stem}", "{name description stem}"):
+            narrowed = f"{fields} : ({expression})"
+            if self.matches(narrowed) > RANK_ALL:
+                break
+            best = narrowed
+        ranked = self._match(best, *args) if best else []
+        if len(ranked) >= limit:
+            return ranked
+        rest = self._match(expression, *args, newest=True, skip=ranked)
+        return ranked + rest[: limit - len(ranked)]
 
     def _match(
         self,

@@ -185,3 +185,46 @@ def test_mcp_without_the_sdk_says_how_to_install_it(env: Env, tmp_path: Path) ->
     )
     assert result.returncode == 2, result.stderr
     assert "memoryd[mcp]" in result.stderr and MCP_MISSING in result.stderr
+
+
+def test_the_server_refreshes_by_stat_at_most_every_few_seconds(env: Env, repo: Path) -> None:
+    """Between refreshes a query costs the query: a file written meanwhile is found once
+    REFRESH_EVERY has passed (an injected monotonic clock), not before."""
+    from memoryd import mcp_server
+
+    folder = repo / ".claude" / "memory"
+    now = [100.0]
+    recall = mcp_server.Recall(env.runtime(), [folder], monotonic=lambda: now[0])
+    try:
+        assert recall.search("quince")["results"] == []
+        mem(folder, "quince_notes.md", "Quince jam recipe.", age=1)
+        now[0] += mcp_server.REFRESH_EVERY / 2
+        assert recall.search("quince")["results"] == []
+        now[0] += mcp_server.REFRESH_EVERY
+        found = recall.search("quince")["results"]
+        assert [Path(r["file"]).name for r in found] == ["quince_notes.md"]
+    finally:
+        recall.close()
+
+
+def test_the_served_log_keeps_its_newer_half_past_its_size(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The served log never grows past MAX_LOG_BYTES: the newer half is kept, rows stay
+    whole, and the guard still reads the newest."""
+    from memoryd.dream.consult import ConsultLog, Subject
+    from memoryd.recall import consults
+
+    monkeypatch.setattr(consults, "MAX_LOG_BYTES", 4096)
+    real = tmp_path / "mem"
+    for i in range(200):
+        path = consults.record(
+            env.state, real, tool="read_memory", names=[f"m{i}.md"], query="", now=1e9 + i
+        )
+    assert path.stat().st_size <= 4096
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows[-1]["names"] == ["m199.md"] and len(rows) > 10
+    log = ConsultLog.load_file(path)
+    assert log is not None
+    assert log.evidence(Subject("m199.md", "m199"), since=0) is not None
+    assert log.evidence(Subject("m0.md", "m0"), since=0) is None

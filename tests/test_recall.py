@@ -627,3 +627,18 @@ def test_the_daemon_hook_never_raises(env: Env, mem: Path, tmp_path: Path) -> No
     (env.state / "recall").unlink()
     assert not update_dir(env.state, tmp_path / "gone", None, warn=said.append).any
     assert len(said) == 2
+
+
+def test_an_empty_index_file_is_a_new_one_not_damage(env: Env, mem: Path) -> None:
+    """A 0-byte index (a process that made the file and has not made its tables yet, or a
+    crash right after) is filled without a warning, and never removed under that process."""
+    real = mem.resolve()
+    path = index_path(env.state, real)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    inode = path.stat().st_ino
+    store._WARNED.clear()
+    said: list[str] = []
+    with DirIndex(path, real, warn=said.append) as index:
+        assert index.update().read == 5
+    assert said == [] and path.stat().st_ino == inode

@@ -309,7 +309,9 @@ class DirIndex:
         os.chmod(self.path, 0o600, follow_symlinks=False)
         try:
             conn = self._connect()
-            if fresh:
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if fresh or not tables:
+                # New, or made by a process that has not created its tables yet (empty).
                 self._create(conn)
                 return conn
             found = dict(conn.execute("SELECT key, value FROM meta").fetchall())
@@ -341,8 +343,12 @@ class DirIndex:
         return conn
 
     def _create(self, conn: sqlite3.Connection) -> None:
+        """The tables, unless another process made them first (both wait on one lock)."""
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                conn.execute("COMMIT")
+                return
             for statement in _DDL.split(";"):
                 if statement.strip():
                     conn.execute(statement)

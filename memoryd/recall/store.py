@@ -676,20 +676,24 @@ class DirIndex:
         bm25 costs about a microsecond per matching memory. A query matching more than
         RANK_ALL of them (words nearly every memory holds) ranks by bm25 only the matches in
         the fields that weigh most: name and file name, with the description too when those
-        are still few enough; and fills up to `limit` with the newest of the other matches."""
+        are still few enough; and fills up to `limit` with the most recently indexed of the other
+        matches (mostly the newest files, as a changed file is indexed again: read in rowid
+        order, which stops after `limit` rows instead of sorting every match)."""
         args = (type_, since, until, stale_before, limit)
-        if self.matches(expression) <= RANK_ALL:
+        if self.matches(expression, RANK_ALL + 1) <= RANK_ALL:
             return self._match(expression, *args)
         best = ""  # the widest fields whose matches are still few enough to rank
         for fields in ("{name stem}", "{name description stem}"):
             narrowed = f"{fields} : ({expression})"
-            if self.matches(narrowed) > RANK_ALL:
+            if self.matches(narrowed, RANK_ALL + 1) > RANK_ALL:
                 break
             best = narrowed
         ranked = self._match(best, *args) if best else []
         if len(ranked) >= limit:
             return ranked
         rest = self._match(expression, *args, newest=True, skip=ranked)
+        # Scores after every bm25 score (those are negative), in the order found.
+        rest = [row._replace(score=float(n)) for n, row in enumerate(rest, 1)]
         return ranked + rest[: limit - len(ranked)]
 
     def _match(
@@ -708,23 +712,27 @@ class DirIndex:
         if skip:
             where += f" AND f.id NOT IN ({', '.join(str(r.id) for r in skip)})"
         score = "0.0" if newest else f"bm25(docs, {', '.join(map(str, WEIGHTS))})"
-        order = "f.date DESC, f.file" if newest else "score"
+        order = "docs.rowid DESC" if newest else "(f.date < ?), score"
         sql = (
             f"{self._SELECT}, {score} AS score, "
             "snippet(docs, -1, char(1), char(2), '…', 14) "
             "FROM docs JOIN files f ON f.id = docs.rowid "
             "LEFT JOIN pointers p ON p.file = f.file "
-            f"WHERE docs MATCH ?{where} ORDER BY (f.date < ?), {order} LIMIT ?"
+            f"WHERE docs MATCH ?{where} ORDER BY {order} LIMIT ?"
         )
-        rows = self._retrying(
-            lambda: self.conn.execute(sql, (expression, *args, stale_before, limit)).fetchall()
-        )
+        values = (expression, *args, *(() if newest else (stale_before,)), limit)
+        rows = self._retrying(lambda: self.conn.execute(sql, values).fetchall())
         return [_row(r, score=r[9], snippet=r[10]) for r in rows]
 
-    def matches(self, expression: str) -> int:
-        """How many memories match an FTS5 expression (no ranking: cheap)."""
+    def matches(self, expression: str, at_most: int | None = None) -> int:
+        """How many memories match an FTS5 expression, counting no further than `at_most`
+        (no ranking: cheap, and it stops there)."""
         sql = "SELECT count(*) FROM docs WHERE docs MATCH ?"
-        return int(self._retrying(lambda: self.conn.execute(sql, (expression,)).fetchone()[0]))
+        args: tuple[object, ...] = (expression,)
+        if at_most is not None:
+            sql = "SELECT count(*) FROM (SELECT rowid FROM docs WHERE docs MATCH ? LIMIT ?)"
+            args = (expression, at_most)
+        return int(self._retrying(lambda: self.conn.execute(sql, args).fetchone()[0]))
 
     def has(self, expression: str) -> bool:
         """Whether any memory matches an FTS5 expression."""

@@ -253,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd_forget.add_parser(sub)
     cmd_history.add_parser(sub)
+
+    from memoryd import cmd_recall  # search, recall, show, mcp: their handlers import the rest
+
+    cmd_recall.add_parser(sub)
     return parser
 
 
@@ -1256,8 +1260,9 @@ def main(
     rt = Runtime.create(config, paths)
     args.stderr = err  # a handler's warnings go where this run's errors go
     try:
+        handler = getattr(args, "handler", None) or HANDLERS[args.command]
         with _keeping_versions(args, rt), _looking_only(args):
-            return HANDLERS[args.command](args, rt, out)
+            return handler(args, rt, out)
     except UsageError as error:
         err.write(f"memoryd: {error}\n")
         return EXIT_USAGE

@@ -132,6 +132,11 @@ class ParseConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RecallConfig:
+    stale_after: float = 90 * 86400.0  # older than this (newest of mtime and frontmatter dates)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
@@ -141,6 +146,7 @@ class Config:
     versions: VersionsConfig = field(default_factory=VersionsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     parse: ParseConfig = field(default_factory=ParseConfig)
+    recall: RecallConfig = field(default_factory=RecallConfig)
     dirs: Mapping[Path, DirOverride] = field(default_factory=dict)
     source: str = "built-in defaults"
     # Claude Code's variables that move or turn off its auto memory, as memoryd started with
@@ -327,6 +333,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
         },
     ),
     "parse": (ParseConfig, {"max_file_bytes": _int(1024), "max_frontmatter_bytes": _int(256)}),
+    "recall": (RecallConfig, {"stale_after": _positive_duration}),
 }
 _DIR_KEYS: dict[str, Converter] = {"mode": _choice("auto", "manage", "off"), "repo_root": _folder}
 

@@ -2,8 +2,9 @@
 
 Sources plug in through `ConsultSource`. The primary one is `RecordedConsults`: the agent's own
 tool calls on memory files, each with its time, session and tool, as memoryd keeps them in its
-state dir (read from Claude Code's session transcripts by `dream.transcripts`; an MCP server's
-calls fit the same record). Then the repo's `memory-consult.jsonl` log, and, only when
+state dir (read from Claude Code's session transcripts by `dream.transcripts`). Then the calls
+memoryd's MCP server answered (`served_log`, in the state dir, in the consult log's format), the
+repo's `memory-consult.jsonl` log, and, only when
 `watch.consult_signal` opts in, the read events the daemon saw (any process's reads).
 Unsure means consulted: a log that exists but cannot be read protects every memory.
 """
@@ -126,12 +127,26 @@ class ConsultLog:
     words: dict[str, float] = field(default_factory=dict)  # query word -> newest time
     _window: _Window | None = None
 
+    shown: str = ""  # how evidence names the log (default: its file name)
+
     @classmethod
     def load(cls, repo_root: Path | None) -> "ConsultLog | None":
         """None when there is no log (no evidence either way)."""
         if repo_root is None:
             return None
-        path = repo_root / CONSULT_LOG
+        return cls.load_file(repo_root / CONSULT_LOG)
+
+    @classmethod
+    def load_file(cls, path: Path, shown: str = "") -> "ConsultLog | None":
+        """A log of this format anywhere (memoryd's MCP server keeps one per dir in the state
+        dir: see `served_log`); None when there is none."""
+        log = cls._read(path)
+        if log is not None:
+            log.shown = shown
+        return log
+
+    @classmethod
+    def _read(cls, path: Path) -> "ConsultLog | None":
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -177,15 +192,15 @@ class ConsultLog:
         keys = {subject.stem.lower(), subject.name.lower(), subject.filename.lower()} - {""}
         for key in sorted(keys):
             if key in window.names:
-                return f"named in {self.path.name}: {key}"
+                return f"named in {self.shown or self.path.name}: {key}"
         for key in sorted(keys):
             found = window.fuzzy_names.match(utils.default_process(key))
             if found is not None:
-                return f"named in {self.path.name}: {found}"
+                return f"named in {self.shown or self.path.name}: {found}"
         for token in sorted(set(_tokens(subject.name) + _tokens(subject.stem.replace("_", " ")))):
             found = window.words.match(token)
             if found is not None:
-                return f"query word '{found}' in {self.path.name}"
+                return f"query word '{found}' in {self.shown or self.path.name}"
         return None
 
     def _window_at(self, since: float) -> _Window:
@@ -197,6 +212,18 @@ class ConsultLog:
             _ByLength.of((utils.default_process(name), name) for name in names),
             _ByLength.of((word, word) for word in words),
         )
+
+
+SERVED_FOLDER = "consults"  # in the state dir, beside transcripts.json
+SERVED_SHOWN = "memoryd's MCP server log"
+
+
+def served_log(state_dir: Path, real_path: Path) -> Path:
+    """Where memoryd's MCP server records its calls about one memory dir's memories, in the
+    format of `memory-consult.jsonl` (`ts`, `tool`, `names`, `query`)."""
+    from memoryd.state import dir_key
+
+    return state_dir / SERVED_FOLDER / f"mcp-{dir_key(real_path)}.jsonl"
 
 
 def _keep_newest(seen: dict[str, float], key: str, when: float) -> None:

@@ -17,12 +17,14 @@ from memoryd.discover import MemoryDir, claude_lock
 from memoryd.dream import refused, transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
 from memoryd.dream.consult import (
+    SERVED_SHOWN,
     ConsultLog,
     ConsultSource,
     ReadEvents,
     RecordedConsults,
     Subject,
     consulted,
+    served_log,
 )
 from memoryd.dream.facts import FactsCache, derive, load_saved
 from memoryd.dream.memo import DreamMemo
@@ -359,6 +361,10 @@ def consult_sources(
         *extra,
         RecordedConsults(found.evidence_for(md.real_path), unsure),
     ]
+    # What memoryd's MCP server answered the agent about this dir (memoryd.mcp_server).
+    served = ConsultLog.load_file(served_log(rt.paths.state_dir, md.real_path), SERVED_SHOWN)
+    if served is not None:
+        sources.append(served)
     log = ConsultLog.load(md.repo_root)
     if log is not None:
         sources.append(log)

@@ -1,0 +1,911 @@
+"""The search index of one memory dir: SQLite with FTS5, in memoryd's state dir.
+
+It holds only what the memory dir holds (each memory's fields, body and references, and which
+index file points at it), in a 0600 file in a 0700 folder, in WAL mode so that a reader (the
+MCP server, a command) reads while a writer (the daemon) writes. It is brought up to date by
+stat, as a scan is: only files whose (inode, size, mtime_ns) moved are read again. A missing,
+damaged or foreign index is rebuilt from the files; damage is said as a warning (once per
+file and process), never a failure. Nothing is ever written in the memory dir.
+
+`update_dir` is the daemon's hook: the index pass that read some changed files calls it with
+their names, and only those are looked at.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import sqlite3
+import stat
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from memoryd import fsops
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
+from memoryd.memfile import (
+    MAX_FILE_BYTES,
+    MAX_FRONTMATTER_BYTES,
+    Memory,
+    NotMemory,
+    parse_date,
+    parse_memory,
+)
+from memoryd.paths import ensure_private_dir, file_kind
+from memoryd.scan import skip_reason
+
+SCHEMA = "1"
+INDEX_FOLDER = "recall"  # under the state dir
+# A file changed this close before it was read may change again within the same mtime tick
+# (file times are taken from a coarse clock): it is read again next time (mtime_ns -1).
+RACY_NS = 2_000_000_000
+INDEX_MAX_BYTES = 64 * 1024 * 1024  # MEMORY.md / the archive, read to find pointers
+# Commands wait this long for a writer (the daemon, another command) to finish; a reader that
+# must answer now (the MCP server) passes a shorter wait and searches what is there.
+BUSY_WAIT = 30.0
+
+RANK_ALL = 3000  # see DirIndex.match
+# Column weights for bm25: a word in the name counts most, then the file's stem, the
+# description and the body.
+WEIGHTS = (10.0, 4.0, 1.0, 8.0)  # name, description, body, stem
+
+_DDL = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE files(
+    id INTEGER PRIMARY KEY,
+    file TEXT NOT NULL UNIQUE,
+    ino INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL DEFAULT '',
+    key TEXT NOT NULL DEFAULT '',
+    stem TEXT NOT NULL DEFAULT '',
+    description TEXT NOT NULL DEFAULT '',
+    type TEXT NOT NULL DEFAULT '',
+    date REAL NOT NULL DEFAULT 0,
+    flags TEXT NOT NULL DEFAULT '[]',
+    problem TEXT NOT NULL DEFAULT '',
+    hint TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX files_key ON files(key);
+CREATE INDEX files_stem ON files(stem);
+CREATE INDEX files_date ON files(date);
+CREATE TABLE pointers(file TEXT PRIMARY KEY, tier TEXT NOT NULL, line INTEGER NOT NULL)
+    WITHOUT ROWID;
+CREATE TABLE refs(id INTEGER NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
+    norm TEXT NOT NULL, base TEXT NOT NULL);
+CREATE INDEX refs_norm ON refs(norm);
+CREATE INDEX refs_base ON refs(base);
+CREATE INDEX refs_id ON refs(id);
+CREATE VIRTUAL TABLE docs USING fts5(name, description, body, stem,
+    tokenize='porter unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE words USING fts5(text, content='', detail=none,
+    tokenize='unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE words_vocab USING fts5vocab(words, 'row');
+"""
+
+Warn = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    with contextlib.suppress(Exception):  # telling must not fail the command
+        sys.stderr.write(f"memoryd: warning: {message}\n")
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(warn: Warn, message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warn(message)
+
+
+def index_path(state_dir: Path, real_path: Path) -> Path:
+    """Where the search index of the memory dir at `real_path` lives."""
+    from memoryd.state import dir_key
+
+    return state_dir / INDEX_FOLDER / f"{dir_key(real_path)}.sqlite"
+
+
+class Row(NamedTuple):
+    """One memory as the index returns it."""
+
+    id: int
+    file: str
+    name: str
+    description: str
+    type: str
+    date: float
+    flags: tuple[str, ...]
+    tier: str  # index | archive | unindexed
+    line: int  # the pointer's line in its index file (1-based), 0 when unindexed
+    score: float = 0.0  # bm25: lower is better
+    snippet: str = ""
+    why: str = ""  # for recall: what matched
+
+
+class Excluded(NamedTuple):
+    """A file in the memory dir that is not searched, and why."""
+
+    file: str
+    kind: str  # note | problem
+    why: str
+
+
+@dataclass(slots=True)
+class Change:
+    """What an update did."""
+
+    read: int = 0
+    removed: int = 0
+    pointers: bool = False  # MEMORY.md or the archive was read again
+    rebuilt: str = ""  # why the index was made anew, when it was
+
+    @property
+    def any(self) -> bool:
+        return bool(self.read or self.removed or self.pointers)
+
+
+FileStat = tuple[int, int, int]  # inode, size, mtime_ns
+
+
+@dataclass(slots=True)
+class _Known:
+    generation: int  # PRAGMA data_version when read: it moves when another process commits
+    files: dict[str, tuple[int, FileStat]]  # file -> (id, stat)
+    meta: dict[str, str] = field(default_factory=dict)
+    partial: bool = False  # only some files were read (see _load_known)
+
+
+def _flags(memory: Memory) -> list[str]:
+    """Flags a memory's own frontmatter sets: `acknowledged`, `supersedes …`."""
+    out = []
+    fm = memory.frontmatter
+    ack = fm.get("acknowledged")
+    if ack not in (None, "", "false", "False", "no", "0", [], {}):
+        out.append("acknowledged")
+    sup = fm.get("supersedes")
+    names = [sup] if isinstance(sup, str) else sup if isinstance(sup, list) else []
+    names = [" ".join(str(n).split()) for n in names if isinstance(n, str) and n.strip()]
+    if names:
+        out.append("supersedes " + ", ".join(names))
+    return out
+
+
+def _path_refs(body: str) -> tuple[list[tuple[str, str, str, str]], list[str]]:
+    """(kind, ref, norm, base) rows of a body's references, the dream pass's extraction."""
+    from memoryd.dream.refs import _outside_repo, extract_refs
+    from memoryd.dream.repo import normalize_rel
+
+    refs = extract_refs(body)
+    rows: list[tuple[str, str, str, str]] = []
+    for ref in refs.paths:
+        if ref.startswith("/"):
+            norm = os.path.normpath(ref)
+        elif _outside_repo(ref):
+            continue  # ~, $HOME, URLs, globs: nothing a repo path can be
+        else:
+            norm = normalize_rel(ref) or ""
+            if not norm:
+                continue
+        rows.append(("path", ref, norm.rstrip("/"), norm.rstrip("/").rpartition("/")[2]))
+    for symbol in refs.symbols:
+        rows.append(("symbol", symbol, symbol, symbol.lower()))
+    return rows, list(refs.symbols)
+
+
+def _stat_of(st: os.stat_result) -> FileStat:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class DirIndex:
+    """The search index of one memory dir (see the module docstring). Not thread-safe: one
+    per thread."""
+
+    def __init__(
+        self,
+        path: Path,
+        memory_dir: Path,
+        *,
+        warn: Warn = _stderr,
+        max_file_bytes: int = MAX_FILE_BYTES,
+        max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
+        clock_ns: Callable[[], int] | None = None,
+        in_memory: bool = True,
+    ) -> None:
+        self.path = path
+        self.in_memory = in_memory  # an index the state dir cannot hold is kept in memory
+        self.memory_dir = memory_dir
+        self.warn = warn
+        self.limits = (max_file_bytes, max_frontmatter_bytes)
+        self._clock_ns = clock_ns
+        self._conn: sqlite3.Connection | None = None
+        self._known: _Known | None = None
+        self.rebuilt = ""  # why the index was made anew in this process, if it was
+        self._vocab: tuple[tuple[int, int], dict[int, list[str]]] | None = None
+        self._writes = 0  # own commits: they leave PRAGMA data_version as it was
+
+    # --- opening, damage, rebuild ---------------------------------------------------------------
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self._conn = self._open()
+            except (OSError, sqlite3.Error) as error:
+                if not self.in_memory:
+                    raise
+                # The state dir cannot hold it (read-only, full, not a folder): search from
+                # the files all the same, keeping the index in memory for this process.
+                _warn_once(
+                    self.warn,
+                    f"{self.path}: the search index of {self.memory_dir} cannot be kept there "
+                    f"({error}); searching without keeping it (fix the state dir's permissions "
+                    "or free space there)",
+                )
+                self._conn = sqlite3.connect(":memory:", isolation_level=None,
+                                             check_same_thread=False)  # fmt: skip
+                self._create(self._conn)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+        self._known = None
+
+    def __enter__(self) -> "DirIndex":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _siblings(self) -> list[Path]:
+        return [self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm"))]
+
+    def _remove(self) -> None:
+        """Remove the index and its WAL files, whatever they are (never following a link)."""
+        for path in self._siblings():
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+    def _damaged(self, why: str) -> None:
+        """Say once that the index is damaged and is rebuilt from the files."""
+        self.close()
+        self.rebuilt = why
+        _warn_once(
+            self.warn,
+            f"{self.path}: the search index of {self.memory_dir} {why}; it is rebuilt from the "
+            "memory files (nothing is lost: it holds only what they hold)",
+        )
+        self._remove()
+
+    def _open(self, again: bool = False) -> sqlite3.Connection:
+        ensure_private_dir(self.path.parent)
+        for path in self._siblings():
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                self._damaged(f"is damaged ({path.name} is {file_kind(st.st_mode)})")
+                break
+        fresh = not self.path.exists()
+        if fresh:
+            # Made 0600 before SQLite opens it; its -wal and -shm files take the same mode.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            os.close(fd)
+        os.chmod(self.path, 0o600, follow_symlinks=False)
+        try:
+            conn = self._connect()
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if fresh or not tables:
+                # New, or made by a process that has not created its tables yet (empty).
+                self._create(conn)
+                return conn
+            found = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            if found.get("schema") != SCHEMA or found.get("dir") != str(self.memory_dir):
+                conn.close()
+                why = "was made by another version of memoryd"
+                if found.get("schema") == SCHEMA:
+                    why = f"belongs to another dir ({found.get('dir')})"
+                self._damaged(why)
+                return self._open(again=True)
+        except sqlite3.DatabaseError as error:
+            if again:
+                raise
+            self._damaged(f"is damaged ({error})")
+            return self._open(again=True)
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=BUSY_WAIT, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute("PRAGMA synchronous=NORMAL")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return conn
+
+    def _create(self, conn: sqlite3.Connection) -> None:
+        """The tables, unless another process made them first (both wait on one lock)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                conn.execute("COMMIT")
+                return
+            for statement in _DDL.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?)",
+                [("schema", SCHEMA), ("dir", str(self.memory_dir)), ("generation", "0")],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    @contextlib.contextmanager
+    def _guarded(self) -> Iterator[None]:
+        """Run a step; damage found on the way is said, the index removed (the caller retries
+        once on a new one)."""
+        try:
+            yield
+        except sqlite3.DatabaseError as error:
+            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+                raise
+            self._damaged(f"is damaged ({error})")
+            raise _Retry from error
+
+    def _retrying(self, step: Callable[[], Any], *, rebuild: bool = True) -> Any:
+        """Run a step; on damage (the index was removed) run it again on a new index, which a
+        reading step first fills from the files."""
+        for attempt in range(2):
+            try:
+                with self._guarded():
+                    if attempt and rebuild:
+                        self._update(None, BUSY_WAIT)
+                    return step()
+            except _Retry:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    # --- keeping it up to date ------------------------------------------------------------------
+    def _load_known(self, conn: sqlite3.Connection, only: Sequence[str] | None) -> _Known:
+        """What the index holds of every file (kept while no other process writes the index),
+        or of `only` those (a partial look, for the daemon's few changed names)."""
+        generation = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        known = self._known
+        fits = known is not None and (
+            not known.partial or (only is not None and set(only) <= known.files.keys())
+        )
+        if known is not None and fits and known.generation == generation:
+            return known
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        select = "SELECT id, file, ino, size, mtime_ns FROM files"
+        if only is None:
+            rows = conn.execute(select)
+        else:
+            marks = ", ".join("?" for _ in only)
+            rows = conn.execute(f"{select} WHERE file IN ({marks})", tuple(only))
+        files = {f: (i, (ino, size, mtime)) for i, f, ino, size, mtime in rows}
+        self._known = _Known(generation, files, meta, partial=only is not None)
+        return self._known
+
+    def update(self, names: Iterable[str] | None = None, *, wait: float = BUSY_WAIT) -> Change:
+        """Bring the index in step with the dir: every file by stat, or only `names` (the
+        files an index pass saw change). Returns what it did; a writer that holds the index
+        past `wait` seconds leaves it as it is (the search then sees the last state)."""
+        only = None if names is None else sorted(set(names))
+        change: Change = self._retrying(lambda: self._update(only, wait), rebuild=False)
+        if self.rebuilt:
+            change.rebuilt = self.rebuilt
+        return change
+
+    def _listing(self, dir_fd: int, only: Sequence[str] | None) -> dict[str, os.stat_result]:
+        """lstat of the dir's `*.md` entries (of `only` and the index files, when given)."""
+        if only is None:
+            with os.scandir(dir_fd) as entries:
+                wanted = [e for e in entries if e.name.endswith(".md") and e.name[0] != "."]
+            out: dict[str, os.stat_result] = {}
+            for entry in wanted:
+                with contextlib.suppress(FileNotFoundError):
+                    out[entry.name] = entry.stat(follow_symlinks=False)
+            return out
+        out = {}
+        for name in (*only, INDEX_NAME, ARCHIVE_NAME):
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                out[name] = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return out
+
+    def _plan(
+        self, known: _Known, listing: dict[str, os.stat_result], only: Sequence[str] | None
+    ) -> tuple[list[str], list[str], bool]:
+        """(files to read, files gone, whether the pointers must be read again)."""
+        changed: list[str] = []
+        files = known.files
+        for name, st in listing.items():
+            if name in (INDEX_NAME, ARCHIVE_NAME) or stat.S_ISDIR(st.st_mode):
+                continue
+            had = files.get(name)
+            moved = had is None or had[1] != (st.st_ino, st.st_size, st.st_mtime_ns)
+            if moved and skip_reason(name) is None:
+                changed.append(name)
+        scope = files.keys() if only is None else [n for n in only if n in files]
+        gone = [n for n in scope if n not in listing or stat.S_ISDIR(listing[n].st_mode)]
+        pointers = any(
+            known.meta.get(f"stat:{name}", "") != _stat_text(listing.get(name))
+            for name in (INDEX_NAME, ARCHIVE_NAME)
+        )
+        return sorted(changed), sorted(gone), pointers
+
+    def _update(self, only: Sequence[str] | None, wait: float) -> Change:
+        conn = self.conn
+        with fsops.open_dir(self.memory_dir) as dir_fd:
+            listing = self._listing(dir_fd, only)
+            changed, gone, pointers = self._plan(self._load_known(conn, only), listing, only)
+            if not (changed or gone or pointers):
+                return Change()
+            conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                if "locked" in str(error) or "busy" in str(error):
+                    return Change()  # a writer is at it: it brings the index up to date
+                raise
+            try:
+                # Another process may have brought it in step meanwhile: then look again.
+                known = self._load_known(conn, only)
+                changed, gone, pointers = self._plan(known, listing, only)
+                change = Change()
+                for name in gone:
+                    self._delete(conn, known.files.pop(name)[0])
+                    change.removed += 1
+                now_ns = self._now_ns()
+                for name in changed:
+                    had = known.files.pop(name, None)
+                    if had is not None:
+                        self._delete(conn, had[0])
+                    stored = self._insert(conn, dir_fd, name, listing[name], now_ns)
+                    if stored is not None:
+                        known.files[name] = stored
+                        change.read += 1
+                if pointers:
+                    known.meta.update(self._pointers(conn, dir_fd, listing))
+                    change.pointers = True
+                conn.execute("COMMIT")
+                self._writes += 1
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                self._known = None
+                raise
+        # Our own commit leaves data_version as it was: what `known` now holds is the index.
+        return change
+
+    def _now_ns(self) -> int:
+        import time
+
+        return self._clock_ns() if self._clock_ns is not None else time.time_ns()
+
+    @staticmethod
+    def _delete(conn: sqlite3.Connection, doc_id: int) -> None:
+        row = conn.execute(
+            "SELECT name, description, body, stem FROM docs WHERE rowid = ?", (doc_id,)
+        ).fetchone()
+        if row is not None:
+            # The words table keeps no text of its own: a delete hands it the text it took.
+            conn.execute(
+                "INSERT INTO words(words, rowid, text) VALUES ('delete', ?, ?)",
+                (doc_id, "\n".join(row)),
+            )
+            conn.execute("DELETE FROM docs WHERE rowid = ?", (doc_id,))
+        conn.execute("DELETE FROM refs WHERE id = ?", (doc_id,))
+        conn.execute("DELETE FROM files WHERE id = ?", (doc_id,))
+
+    def _insert(
+        self, conn: sqlite3.Connection, dir_fd: int, name: str, st: os.stat_result, now_ns: int
+    ) -> tuple[int, FileStat] | None:
+        """Read one file into the index: its id and the stat kept; None when it vanished."""
+        record: dict[str, Any] = {"kind": "problem"}
+        fst = st
+        if stat.S_ISLNK(st.st_mode):
+            record["problem"] = "it is a symlink; memoryd never follows links in a memory dir"
+            record["hint"] = "replace it with the file itself"
+        elif not stat.S_ISREG(st.st_mode):
+            record["problem"] = f"it is {file_kind(st.st_mode)}, not a regular file"
+            record["hint"] = "memoryd never opens these; remove it from the memory dir"
+        else:
+            try:
+                data, fst = fsops.read_regular(dir_fd, name, self.limits[0], stable=True)
+            except FileNotFoundError:
+                return None
+            except fsops.ChangedWhileReading as moving:
+                fst = moving.st
+                record["problem"] = "it changed while it was being read"
+                record["hint"] = "it is read again next time"
+                record["mtime_ns"] = -1
+            except ValueError:
+                record["problem"] = f"it is over the {self.limits[0]}-byte limit"
+                record["hint"] = "split it into smaller memories or raise parse.max_file_bytes"
+            except OSError as error:
+                record["problem"] = f"it cannot be read ({error.strerror or error})"
+                record["hint"] = "check the file's permissions"
+            else:
+                record = self._parsed(conn, name, data, fst)
+        mtime_ns = record.pop("mtime_ns", fst.st_mtime_ns)
+        if mtime_ns >= now_ns - RACY_NS:
+            mtime_ns = -1  # may change again within the same tick: read it again next time
+        values = {
+            "file": name,
+            "ino": fst.st_ino,
+            "size": fst.st_size,
+            "mtime_ns": mtime_ns,
+            "date": fst.st_mtime_ns / 1e9,
+            **record,
+        }
+        body = values.pop("body", None)
+        refs = values.pop("refs", ())
+        columns = ", ".join(values)
+        marks = ", ".join("?" for _ in values)
+        cursor = conn.execute(
+            f"INSERT INTO files({columns}) VALUES ({marks})",  # noqa: S608 - our own column names
+            tuple(values.values()),
+        )
+        doc_id = int(cursor.lastrowid or 0)
+        if body is not None:
+            texts = (values["name"], values["description"], body, _stem_words(name))
+            conn.execute(
+                "INSERT INTO docs(rowid, name, description, body, stem) VALUES (?, ?, ?, ?, ?)",
+                (doc_id, *texts),
+            )
+            conn.execute(
+                "INSERT INTO words(rowid, text) VALUES (?, ?)", (doc_id, "\n".join(texts))
+            )
+            conn.executemany(
+                "INSERT INTO refs(id, kind, ref, norm, base) VALUES (?, ?, ?, ?, ?)",
+                [(doc_id, *ref) for ref in refs],
+            )
+        return doc_id, (fst.st_ino, fst.st_size, mtime_ns)
+
+    def _parsed(
+        self, conn: sqlite3.Connection, name: str, data: bytes, fst: os.stat_result
+    ) -> dict[str, Any]:
+        parsed = parse_memory(
+            name, data, max_file_bytes=self.limits[0], max_frontmatter_bytes=self.limits[1]
+        )
+        if isinstance(parsed, NotMemory):
+            return {
+                "kind": "note",
+                "problem": "it has no frontmatter, so it is not a memory",
+                "hint": "add name/description/type frontmatter to make it one",
+            }
+        if not isinstance(parsed, Memory):
+            return {"kind": "problem", "problem": parsed.message, "hint": parsed.hint}
+        refs, _ = _path_refs(parsed.body)
+        return {
+            "kind": "memory",
+            "name": parsed.name,
+            "key": parsed.display_name.lower(),
+            "stem": name.removesuffix(".md").lower(),
+            "description": parsed.description,
+            "type": parsed.type,
+            "date": max(fst.st_mtime_ns / 1e9, parse_date(parsed.modified)),
+            "flags": json.dumps(_flags(parsed)),
+            "body": parsed.body,
+            "refs": refs,
+        }
+
+    def _pointers(
+        self, conn: sqlite3.Connection, dir_fd: int, listing: dict[str, os.stat_result]
+    ) -> dict[str, str]:
+        """Which index file points at which memory: MEMORY.md (`index`), else the archive."""
+        rows: dict[str, tuple[str, int]] = {}
+        for name, tier in ((ARCHIVE_NAME, "archive"), (INDEX_NAME, "index")):
+            text = ""
+            if name in listing and stat.S_ISREG(listing[name].st_mode):
+                try:
+                    data, _ = fsops.read_regular(dir_fd, name, INDEX_MAX_BYTES)
+                    text = data.decode("utf-8", "replace")
+                except (OSError, ValueError):
+                    text = ""
+            numbers = _line_numbers(text) if text else {}
+            found: dict[str, tuple[str, int]] = {}
+            for pointer in pointer_lines(text):
+                found.setdefault(pointer.target, (tier, numbers.get(pointer.content, 0)))
+            rows.update(found)  # the index's own pointers win over the archive's
+        conn.execute("DELETE FROM pointers")
+        conn.executemany(
+            "INSERT INTO pointers(file, tier, line) VALUES (?, ?, ?)",
+            [(f, t, n) for f, (t, n) in sorted(rows.items())],
+        )
+        stats = {f"stat:{n}": _stat_text(listing.get(n)) for n in (INDEX_NAME, ARCHIVE_NAME)}
+        conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", stats.items())
+        return stats
+
+    # --- reading --------------------------------------------------------------------------------
+    _SELECT = (
+        "SELECT f.id, f.file, f.name, f.description, f.type, f.date, f.flags, "
+        "COALESCE(p.tier, 'unindexed'), COALESCE(p.line, 0)"
+    )
+
+    def _filters(
+        self, type_: str | None, since: float | None, until: float | None
+    ) -> tuple[str, list[object]]:
+        sql, args = "", list[object]()
+        if type_:
+            sql += " AND f.type = ?"
+            args.append(type_)
+        if since is not None:
+            sql += " AND f.date >= ?"
+            args.append(since)
+        if until is not None:
+            sql += " AND f.date < ?"
+            args.append(until)
+        return sql, args
+
+    def match(
+        self,
+        expression: str,
+        *,
+        type_: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        stale_before: float = 0.0,
+        limit: int = 20,
+    ) -> list[Row]:
+        """Memories matching an FTS5 expression, confirmed ones first, then by bm25.
+
+        bm25 costs about a microsecond per matching memory. A query matching more than
+        RANK_ALL of them (words nearly every memory holds) ranks by bm25 only the matches in
+        the fields that weigh most: name and file name, with the description too when those
+        are still few enough; and fills up to `limit` with the most recently indexed of the other
+        matches (mostly the newest files, as a changed file is indexed again: read in rowid
+        order, which stops after `limit` rows instead of sorting every match)."""
+        args = (type_, since, until, stale_before, limit)
+        if self.matches(expression, RANK_ALL + 1) <= RANK_ALL:
+            return self._match(expression, *args)
+        best = ""  # the widest fields whose matches are still few enough to rank
+        for fields in ("{name stem}", "{name description stem}"):
+            narrowed = f"{fields} : ({expression})"
+            if self.matches(narrowed, RANK_ALL + 1) > RANK_ALL:
+                break
+            best = narrowed
+        ranked = self._match(best, *args) if best else []
+        if len(ranked) >= limit:
+            return ranked
+        rest = self._match(expression, *args, newest=True, skip=ranked)
+        # Scores after every bm25 score (those are negative), in the order found.
+        rest = [row._replace(score=float(n)) for n, row in enumerate(rest, 1)]
+        return ranked + rest[: limit - len(ranked)]
+
+    def _match(
+        self,
+        expression: str,
+        type_: str | None,
+        since: float | None,
+        until: float | None,
+        stale_before: float,
+        limit: int,
+        *,
+        newest: bool = False,
+        skip: Sequence[Row] = (),
+    ) -> list[Row]:
+        where, args = self._filters(type_, since, until)
+        if skip:
+            where += f" AND f.id NOT IN ({', '.join(str(r.id) for r in skip)})"
+        score = "0.0" if newest else f"bm25(docs, {', '.join(map(str, WEIGHTS))})"
+        order = "docs.rowid DESC" if newest else "(f.date < ?), score"
+        sql = (
+            f"{self._SELECT}, {score} AS score, "
+            "snippet(docs, -1, char(1), char(2), '…', 14) "
+            "FROM docs JOIN files f ON f.id = docs.rowid "
+            "LEFT JOIN pointers p ON p.file = f.file "
+            f"WHERE docs MATCH ?{where} ORDER BY {order} LIMIT ?"
+        )
+        values = (expression, *args, *(() if newest else (stale_before,)), limit)
+        rows = self._retrying(lambda: self.conn.execute(sql, values).fetchall())
+        return [_row(r, score=r[9], snippet=r[10]) for r in rows]
+
+    def matches(self, expression: str, at_most: int | None = None) -> int:
+        """How many memories match an FTS5 expression, counting no further than `at_most`
+        (no ranking: cheap, and it stops there)."""
+        sql = "SELECT count(*) FROM docs WHERE docs MATCH ?"
+        args: tuple[object, ...] = (expression,)
+        if at_most is not None:
+            sql = "SELECT count(*) FROM (SELECT rowid FROM docs WHERE docs MATCH ? LIMIT ?)"
+            args = (expression, at_most)
+        return int(self._retrying(lambda: self.conn.execute(sql, args).fetchone()[0]))
+
+    def has(self, expression: str) -> bool:
+        """Whether any memory matches an FTS5 expression."""
+        sql = "SELECT 1 FROM docs WHERE docs MATCH ? LIMIT 1"
+        return bool(self._retrying(lambda: self.conn.execute(sql, (expression,)).fetchone()))
+
+    def named(self, keys: Sequence[str], **filters: Any) -> list[Row]:
+        """Memories whose name or file stem is one of `keys` (lower-cased)."""
+        if not keys:
+            return []
+        marks = ", ".join("?" for _ in keys)
+        where, args = self._filters(
+            filters.get("type_"), filters.get("since"), filters.get("until")
+        )
+        sql = (
+            f"{self._SELECT} FROM files f LEFT JOIN pointers p ON p.file = f.file "
+            f"WHERE f.kind = 'memory' AND (f.key IN ({marks}) OR f.stem IN ({marks})){where} "
+            "ORDER BY f.file"
+        )
+        rows = self._retrying(lambda: self.conn.execute(sql, (*keys, *keys, *args)).fetchall())
+        return [_row(r) for r in rows]
+
+    def recent(
+        self,
+        *,
+        type_: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 20,
+    ) -> list[Row]:
+        """Memories in a time frame, newest first."""
+        where, args = self._filters(type_, since, until)
+        sql = (
+            f"{self._SELECT} FROM files f LEFT JOIN pointers p ON p.file = f.file "
+            f"WHERE f.kind = 'memory'{where} ORDER BY f.date DESC, f.file LIMIT ?"
+        )
+        rows = self._retrying(lambda: self.conn.execute(sql, (*args, limit)).fetchall())
+        return [_row(r) for r in rows]
+
+    def by_refs(
+        self, kind: str, column: str, values: Sequence[str]
+    ) -> list[tuple[Row, str, str]]:
+        """Memories with a reference of `kind` whose `column` (norm or base) is one of
+        `values`; each with the reference as written and as normalised."""
+        assert column in ("norm", "base")
+        if not values:
+            return []
+        marks = ", ".join("?" for _ in values)
+        sql = (
+            f"{self._SELECT}, r.ref, r.norm FROM refs r JOIN files f ON f.id = r.id "
+            "LEFT JOIN pointers p ON p.file = f.file "
+            f"WHERE r.kind = ? AND r.{column} IN ({marks}) ORDER BY f.file"
+        )
+        rows = self._retrying(lambda: self.conn.execute(sql, (kind, *values)).fetchall())
+        return [(_row(r), r[9], r[10]) for r in rows]
+
+    def path_refs_under(self, prefixes: Sequence[str]) -> list[tuple[Row, str]]:
+        """Memories citing a path that is one of `prefixes` or lies below one."""
+        out: list[tuple[Row, str]] = []
+        for prefix in prefixes:
+            sql = (
+                f"{self._SELECT}, r.ref FROM refs r JOIN files f ON f.id = r.id "
+                "LEFT JOIN pointers p ON p.file = f.file "
+                "WHERE r.kind = 'path' AND r.norm >= ? AND r.norm < ? ORDER BY f.file"
+            )
+            low, high = prefix + "/", prefix + "0"  # "0" sorts right after "/"
+            rows = self._retrying(lambda: self.conn.execute(sql, (low, high)).fetchall())  # noqa: B023
+            out += [(_row(r), r[9]) for r in rows]
+        return out
+
+    def row(self, file: str) -> Row | None:
+        sql = (
+            f"{self._SELECT} FROM files f LEFT JOIN pointers p ON p.file = f.file "
+            "WHERE f.file = ? AND f.kind = 'memory'"
+        )
+        found = self._retrying(lambda: self.conn.execute(sql, (file,)).fetchone())
+        return _row(found) if found else None
+
+    def pointer(self, file: str) -> tuple[str, int]:
+        """Which index file points at `file` and on which line: ("unindexed", 0) if none."""
+        found = self._retrying(
+            lambda: self.conn.execute(
+                "SELECT tier, line FROM pointers WHERE file = ?", (file,)
+            ).fetchone()
+        )
+        return (found[0], found[1]) if found else ("unindexed", 0)
+
+    def excluded(self) -> list[Excluded]:
+        sql = "SELECT file, kind, problem, hint FROM files WHERE kind != 'memory' ORDER BY file"
+        rows = self._retrying(lambda: self.conn.execute(sql).fetchall())
+        return [Excluded(f, k, p + (f" ({h})" if h else "")) for f, k, p, h in rows]
+
+    def count(self) -> int:
+        return int(
+            self._retrying(
+                lambda: self.conn.execute(
+                    "SELECT count(*) FROM files WHERE kind = 'memory'"
+                ).fetchone()[0]
+            )
+        )
+
+    def vocabulary(self) -> dict[int, list[str]]:
+        """Every distinct word of the dir's memories, as written (lower-cased), by length,
+        for fuzzy matching; kept while the index does not change."""
+        conn = self.conn
+        generation = (int(conn.execute("PRAGMA data_version").fetchone()[0]), self._writes)
+        if self._vocab is not None and self._vocab[0] == generation:
+            return self._vocab[1]
+        terms: list[str] = self._retrying(
+            lambda: [t for (t,) in conn.execute("SELECT term FROM words_vocab")]
+        )
+        by_length: dict[int, list[str]] = {}
+        for term in terms:
+            by_length.setdefault(len(term), []).append(term)
+        self._vocab = (generation, by_length)
+        return by_length
+
+
+class _Retry(Exception):
+    """The index was damaged and removed: the step runs again on a new one."""
+
+
+def _row(r: Sequence[Any], *, score: float = 0.0, snippet: str = "") -> Row:
+    try:
+        flags = tuple(json.loads(r[6]))
+    except ValueError:
+        flags = ()
+    return Row(r[0], r[1], r[2], r[3], r[4], r[5], flags, r[7], r[8], score, snippet)
+
+
+def _stem_words(filename: str) -> str:
+    return filename.removesuffix(".md").replace("_", " ").replace("-", " ")
+
+
+def _stat_text(st: os.stat_result | None) -> str:
+    if st is None:
+        return "-"
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{stat.S_IFMT(st.st_mode)}"
+
+
+def _line_numbers(text: str) -> dict[str, int]:
+    """Each line's content -> its first line number (1-based)."""
+    out: dict[str, int] = {}
+    for number, line in enumerate(text.split("\n"), 1):
+        out.setdefault(line.removesuffix("\r"), number)
+    return out
+
+
+def update_dir(
+    state_dir: Path,
+    real_path: Path,
+    names: Iterable[str] | None = None,
+    *,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
+    warn: Warn = _stderr,
+) -> Change:
+    """Bring the search index of the memory dir at `real_path` in step: only `names` (the
+    files an index pass was told changed; the index files are always looked at), or every
+    file by stat when None. The daemon's hook, called after its index pass over the dir with
+    the same names. Never raises: a damaged index is rebuilt, and one the state dir cannot
+    hold (or a memory dir gone meanwhile) is said once and left to the next command."""
+    index = DirIndex(
+        index_path(state_dir, real_path),
+        real_path,
+        warn=warn,
+        max_file_bytes=max_file_bytes,
+        max_frontmatter_bytes=max_frontmatter_bytes,
+        in_memory=False,
+    )
+    try:
+        with index:
+            return index.update(names)
+    except (OSError, sqlite3.Error) as error:
+        _warn_once(warn, f"{index.path}: the search index of {real_path} was not updated ({error})")
+        return Change()

@@ -1,0 +1,646 @@
+"""Recall: `memoryd search`, `recall`, `show` and the search index behind them (issue 15)."""
+
+import json
+import os
+import sqlite3
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from memoryd.cmd_recall import engine_for
+from memoryd.config import Config, RecallConfig, build_config
+from memoryd.discover import MemoryDir, memory_dir_at
+from memoryd.recall import store
+from memoryd.recall.engine import Engine
+from memoryd.recall.query import Frame, parse_frame
+from memoryd.recall.store import DirIndex, index_path, update_dir
+from tests.conftest import Env, tree_digest
+
+DAY = 86400.0
+NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC).timestamp()
+
+
+def plant(
+    folder: Path,
+    filename: str,
+    *,
+    name: str,
+    description: str,
+    body: str,
+    type_: str = "project",
+    age_days: float = 1.0,
+    extra: str = "",
+) -> Path:
+    """A memory file whose mtime is `age_days` before NOW (the fake clock)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / filename
+    path.write_text(
+        f"---\nname: {name}\ndescription: {description}\ntype: {type_}\n{extra}---\n\n{body}",
+        encoding="utf-8",
+    )
+    when = NOW - age_days * DAY
+    os.utime(path, (when, when))
+    return path
+
+
+@pytest.fixture
+def mem(tmp_path: Path) -> Path:
+    """A memory dir with memories in both tiers, one unindexed, and every date kind."""
+    folder = tmp_path / "mem"
+    plant(
+        folder,
+        "project_deploy_flow.md",
+        name="Deploy flow",
+        description="how staging deployments run",
+        body="Staging deploys go through `scripts/deploy.sh`; prod needs a green build.\n",
+        age_days=3,
+    )
+    plant(
+        folder,
+        "feedback_db_tests.md",
+        name="Database tests",
+        description="never mock the database in integration tests",
+        body="Use the real postgres container; mocks hid a broken migration.\n",
+        type_="feedback",
+        age_days=200,
+        # Confirmed 10 days ago, whatever its mtime says.
+        extra="last_verified: 2026-06-05\n",
+    )
+    plant(
+        folder,
+        "project_old_cache.md",
+        name="Old cache layer",
+        description="redis cache in front of the search service",
+        body="The cache layer keys entries by tenant; eviction is LRU.\n",
+        age_days=120,
+    )
+    plant(
+        folder,
+        "reference_dashboards.md",
+        name="Dashboards",
+        description="where the grafana dashboards live",
+        body="Latency panels for the search service are on the ops board.\n",
+        type_="reference",
+        age_days=45,
+    )
+    plant(
+        folder,
+        "user_prefs.md",
+        name="User preferences",
+        description="prefers short answers",
+        body="Keep replies short; no emojis.\n",
+        type_="user",
+        age_days=400,
+        extra="modified: 2026-05-20\n",
+    )
+    (folder / "MEMORY.md").write_text(
+        "# Memory\n\n"
+        "- [Deploy flow](project_deploy_flow.md) — how staging deployments run\n"
+        "- [Database tests](feedback_db_tests.md) — never mock the database\n"
+        "- [Dashboards](reference_dashboards.md) — grafana\n",
+        encoding="utf-8",
+    )
+    (folder / "MEMORY-ARCHIVE.md").write_text(
+        "# Archive\n\n- [Old cache layer](project_old_cache.md) — redis cache\n",
+        encoding="utf-8",
+    )
+    return folder
+
+
+def md_of(folder: Path) -> MemoryDir:
+    return memory_dir_at(folder, Config())
+
+
+def engine(env: Env, *folders: Path, stale_after: float = 90 * DAY) -> Engine:
+    return Engine(
+        [md_of(f) for f in folders],
+        env.state,
+        clock=lambda: NOW,
+        stale_after=stale_after,
+        warn=lambda m: None,
+    )
+
+
+def files(hits: list[dict[str, object]]) -> list[str]:
+    return [Path(str(h["file"])).name for h in hits]
+
+
+def search(env: Env, folder: Path, query: str, **kw: object) -> list[dict[str, object]]:
+    with engine(env, folder) as e:
+        e.refresh()
+        return e.results(e.search(query, **kw))  # type: ignore[arg-type]
+
+
+# --- tiers, dates, flags ------------------------------------------------------------------------
+def test_results_carry_both_tiers_and_unindexed_files(env: Env, mem: Path) -> None:
+    """A pointer in MEMORY.md is tier `index` (with its line), the archive's is `archive`, a
+    memory with no pointer is `unindexed`; all three are searched."""
+    with engine(env, mem) as e:
+        e.refresh()
+        got = {Path(str(r["file"])).name: r for r in e.results(e.recent(frame=Frame()))}
+    assert got["project_deploy_flow.md"]["tier"] == "index"
+    assert got["project_deploy_flow.md"]["line"] == 3
+    assert got["project_old_cache.md"]["tier"] == "archive"
+    assert got["project_old_cache.md"]["line"] == 3
+    assert got["user_prefs.md"]["tier"] == "unindexed"
+    assert got["user_prefs.md"]["line"] == 0
+    assert files(search(env, mem, "redis eviction")) == ["project_old_cache.md"]
+
+
+def test_dates_are_the_newest_of_mtime_modified_and_last_verified(env: Env, mem: Path) -> None:
+    """A memory's date is the newest of its mtime and its frontmatter `modified` /
+    `last_verified`; older than recall.stale_after it is flagged unconfirmed with its age."""
+    with engine(env, mem) as e:
+        e.refresh()
+        got = {Path(str(r["file"])).name: r for r in e.results(e.recent(frame=Frame()))}
+    assert got["feedback_db_tests.md"]["date"] == "2026-06-05"
+    assert got["feedback_db_tests.md"]["unconfirmed"] is False
+    assert got["user_prefs.md"]["date"] == "2026-05-20"
+    assert got["project_old_cache.md"]["unconfirmed"] is True
+    assert got["project_old_cache.md"]["flags"] == ["unconfirmed 120 d"]
+    assert got["project_old_cache.md"]["age_days"] == 120
+    assert got["reference_dashboards.md"]["unconfirmed"] is False
+
+
+def test_stale_after_comes_from_the_config(env: Env, mem: Path) -> None:
+    """`recall.stale_after` moves the line: at 30d the 45-day-old memory is unconfirmed."""
+    config = build_config({"recall": {"stale_after": "30d"}}, "test")
+    assert config.recall == RecallConfig(stale_after=30 * DAY)
+    rt = env.runtime(config)
+    rt.clock = lambda: NOW
+    with engine_for(rt, [md_of(mem)]) as e:
+        e.refresh()
+        (hit,) = e.results(e.search("grafana dashboards"))
+    assert hit["flags"] == ["unconfirmed 45 d"]
+    with pytest.raises(Exception, match=r"recall\.stale_after"):
+        build_config({"recall": {"stale_after": "soon"}}, "test")
+
+
+def test_unconfirmed_memories_rank_after_confirmed_ones(env: Env, tmp_path: Path) -> None:
+    """The better bm25 match loses its place when it is unconfirmed; nothing is moved."""
+    folder = tmp_path / "m"
+    old = plant(
+        folder,
+        "a_old.md",
+        name="Cache",
+        description="search cache search cache",
+        body="search cache search cache search cache\n",
+        age_days=200,
+    )
+    plant(folder, "b_new.md", name="Other", description="notes", body="a search cache", age_days=2)
+    before = tree_digest(folder)
+    hits = search(env, folder, "search cache")
+    assert files(hits) == ["b_new.md", "a_old.md"]
+    assert hits[1]["flags"] == ["unconfirmed 200 d"]
+    # With a longer stale_after both are confirmed and bm25 decides.
+    with engine(env, folder, stale_after=400 * DAY) as e:
+        e.refresh()
+        assert files(e.results(e.search("search cache"))) == ["a_old.md", "b_new.md"]
+    assert tree_digest(folder) == before and old.exists()
+
+
+def test_flags_from_frontmatter(env: Env, tmp_path: Path) -> None:
+    """`acknowledged` and `supersedes` in a memory's frontmatter become flags."""
+    folder = tmp_path / "m"
+    plant(
+        folder,
+        "x.md",
+        name="Queue",
+        description="the job queue",
+        body="Jobs retry three times.\n",
+        age_days=150,
+        extra="acknowledged: 2026-06-01\nsupersedes: [old_queue, older_queue]\n",
+    )
+    (hit,) = search(env, folder, "queue")
+    assert hit["flags"] == [
+        "unconfirmed 150 d",
+        "acknowledged",
+        "supersedes old_queue, older_queue",
+    ]
+
+
+# --- filters and time frames --------------------------------------------------------------------
+def test_type_filter(env: Env, mem: Path) -> None:
+    """`type` keeps only memories of that type."""
+    assert files(search(env, mem, "search service")) == [
+        "reference_dashboards.md",
+        "project_old_cache.md",
+    ]
+    assert files(search(env, mem, "search service", type_="reference")) == [
+        "reference_dashboards.md"
+    ]
+    assert search(env, mem, "search service", type_="user") == []
+
+
+@pytest.mark.parametrize(
+    ("timeframe", "since", "expected"),
+    [
+        ("recent", None, {"project_deploy_flow.md", "feedback_db_tests.md", "user_prefs.md"}),
+        (
+            "last_quarter",
+            None,
+            {
+                "project_deploy_flow.md",
+                "feedback_db_tests.md",
+                "user_prefs.md",
+                "reference_dashboards.md",
+            },
+        ),
+        ("2026-05", None, {"reference_dashboards.md", "user_prefs.md"}),
+        ("2026-02", None, {"project_old_cache.md"}),
+        (None, "7d", {"project_deploy_flow.md"}),
+        (None, "2026-06-01", {"project_deploy_flow.md", "feedback_db_tests.md"}),
+    ],
+)
+def test_time_frames(
+    env: Env, mem: Path, timeframe: str | None, since: str | None, expected: set[str]
+) -> None:
+    """recent = 30 days, last_quarter = 90 days, YYYY-MM = that month (UTC), --since a
+    duration or a date; all against the injected clock."""
+    frame = parse_frame(timeframe, since, NOW)
+    with engine(env, mem) as e:
+        e.refresh()
+        assert set(files(e.results(e.recent(frame=frame, limit=50)))) == expected
+        # The same frame filters a search.
+        found = set(files(e.results(e.search("the", frame=frame, limit=50))))
+        assert found <= expected
+
+
+def test_bad_time_frames_are_usage_errors(env: Env, mem: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """An unknown frame or --since names what is accepted and exits 2."""
+    for bad in (["--timeframe", "lastweek"], ["--timeframe", "2026-13"], ["--since", "soon"]):
+        result = cli("search", "deploy", mem, *bad)
+        assert result.code == 2
+        assert "recent" in result.err or "duration" in result.err
+    with pytest.raises(ValueError, match="not both"):
+        parse_frame("recent", "30d", NOW)
+
+
+def test_project_filter(env: Env, mem: Path, tmp_path: Path) -> None:
+    """`project` keeps only the dirs of that name or path."""
+    other = tmp_path / "other"
+    plant(other, "deploy.md", name="Deploy", description="deploys elsewhere", body="x\n")
+    with engine(env, mem, other) as e:
+        e.refresh()
+        assert set(files(e.results(e.search("deploy")))) == {"project_deploy_flow.md", "deploy.md"}
+        assert files(e.results(e.search("deploy", project="other"))) == ["deploy.md"]
+        assert files(e.results(e.search("deploy", project=str(mem)))) == [
+            "project_deploy_flow.md"
+        ]
+
+
+# --- matching -----------------------------------------------------------------------------------
+def test_typos_and_word_forms_match_and_exact_names_rank_first(env: Env, mem: Path) -> None:
+    """`deploymnt` (a typo) and `deploys`/`deploying` (word forms) find the deploy memory; a
+    memory's exact name ranks first even over better text matches."""
+    for query in ("deploymnt", "deploys", "deploying", "deployment", "stagng"):
+        assert files(search(env, mem, query))[:1] == ["project_deploy_flow.md"], query
+    folder = mem.parent / "names"
+    plant(folder, "a.md", name="Alpha", description="cache cache cache", body="cache cache\n")
+    plant(folder, "cache.md", name="Cache", description="notes", body="x\n")
+    hits = search(env, folder, "cache")
+    assert files(hits) == ["cache.md", "a.md"]
+    assert hits[0]["why"] == ["exact name"]
+
+
+def test_snippet_marks_the_matches(env: Env, mem: Path) -> None:
+    """A result's snippet is one line with the matched words marked."""
+    (hit,) = search(env, mem, "postgres")
+    assert "**postgres**" in str(hit["snippet"])
+    assert "\n" not in str(hit["snippet"])
+
+
+# --- unparseable and other files ----------------------------------------------------------------
+def test_unparseable_files_are_excluded_with_why_and_never_crash(
+    env: Env, mem: Path, cli  # type: ignore[no-untyped-def]
+) -> None:
+    """Bad YAML, binary data, a FIFO, a symlink, a file over the limit and a note without
+    frontmatter are not searched; each is listed with why, and search still answers."""
+    (mem / "bad_yaml.md").write_text("---\nname: [deploy\n---\ndeploy\n")
+    (mem / "binary.md").write_bytes(b"---\nname: deploy\n---\n\x00\x01deploy")
+    os.mkfifo(mem / "pipe.md")
+    (mem / "link.md").symlink_to(mem / "project_deploy_flow.md")
+    (mem / "huge.md").write_text("---\nname: deploy\n---\n" + "deploy " * 200_000)
+    (mem / "README.md").write_text("# deploy notes\n")
+    result = cli("search", "deploy", mem, "--json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert files(data["results"]) == ["project_deploy_flow.md"]
+    why = {Path(x["file"]).name: x["why"] for x in data["excluded"]}
+    assert "not valid YAML" in why["bad_yaml.md"]
+    assert "binary" in why["binary.md"]
+    assert "FIFO" in why["pipe.md"]
+    assert "symlink" in why["link.md"]
+    assert "limit" in why["huge.md"]
+    assert "no frontmatter" in why["README.md"]
+    text = cli("search", "deploy", mem)
+    for name in ("bad_yaml.md", "binary.md", "pipe.md", "link.md", "huge.md"):
+        assert f"not searched: {mem / name}: " in text.out
+    assert "README.md" not in text.out
+    shown = cli("show", mem / "bad_yaml.md")
+    assert shown.code == 1
+    assert "not shown" in shown.out and "not valid YAML" in shown.out
+
+
+# --- path and symbol recall ---------------------------------------------------------------------
+@pytest.fixture
+def planted_repo(tmp_path: Path) -> tuple[Path, Path]:
+    """A repo with code and a repo-scope memory dir whose memories cite its files."""
+    root = tmp_path / "app"
+    (root / "src" / "api").mkdir(parents=True)
+    (root / "src" / "api" / "handler.py").write_text("def handle_request():\n    pass\n")
+    (root / "src" / "jobs").mkdir()
+    (root / "src" / "jobs" / "worker.py").write_text("class RetryPolicy: ...\n")
+    (root / "docs").mkdir()
+    (root / ".git").mkdir()
+    folder = root / ".claude" / "memory"
+    plant(folder, "m_exact.md", name="Handler", description="request handler",
+          body="Edit `src/api/handler.py:40` with care.\n")  # fmt: skip
+    plant(folder, "m_folder.md", name="API", description="the api package",
+          body="Everything under `src/api/` is public.\n")  # fmt: skip
+    plant(folder, "m_moved.md", name="Worker", description="the worker",
+          body="The queue worker lives in `src/worker.py`.\n")  # fmt: skip
+    plant(folder, "m_symbol.md", name="Retries", description="retry rules",
+          body="Use `RetryPolicy` and call `handle_request()` once.\n")  # fmt: skip
+    plant(folder, "m_none.md", name="Docs", description="docs", body="See `docs/guide.md`.\n")
+    return root, folder
+
+
+def test_recall_by_path_and_symbol_on_a_planted_repo(
+    env: Env, planted_repo: tuple[Path, Path], cli  # type: ignore[no-untyped-def]
+) -> None:
+    """The file cited, a folder above it, and the old place of a moved file all recall their
+    memories (the dream pass's extraction); symbols recall the memories naming them."""
+    root, _ = planted_repo
+    before = tree_digest(root)
+    result = cli("recall", "--path", root / "src" / "api" / "handler.py", "--json", "--", root)
+    assert result.code == 0, result.err
+    got = {Path(r["file"]).name: r["why"] for r in json.loads(result.out)["results"]}
+    assert got == {
+        "m_exact.md": ["cites src/api/handler.py"],
+        "m_folder.md": ["cites its folder src/api/"],
+    }
+    result = cli("recall", "--path", root / "src" / "jobs" / "worker.py", "--json", "--", root)
+    got = {Path(r["file"]).name: r["why"] for r in json.loads(result.out)["results"]}
+    assert got == {"m_moved.md": ["cites src/worker.py, now at src/jobs/worker.py"]}
+    # A folder recalls memories citing files inside it.
+    result = cli("recall", "--path", root / "src", "--json", "--", root)
+    assert {Path(r["file"]).name for r in json.loads(result.out)["results"]} == {
+        "m_exact.md",
+        "m_folder.md",
+        "m_moved.md",
+    }
+    result = cli("recall", "--symbol", "RetryPolicy", "handle_request", "--json", "--", root)
+    (hit,) = json.loads(result.out)["results"]
+    assert Path(hit["file"]).name == "m_symbol.md"
+    assert "names RetryPolicy" in hit["why"] and "names handle_request" in hit["why"]
+    # Relative paths are read against the working folder.
+    os.chdir(root)
+    result = cli("recall", "--path", "src/api/handler.py")
+    assert result.code == 0 and "m_exact.md" in result.out
+    none = cli("recall", "--path", root / "docs" / "other.md", "--", root)
+    assert none.code == 1 and "No memory refers" in none.out
+    assert cli("recall", root).code == 2
+    assert tree_digest(root) == before
+
+
+# --- show ---------------------------------------------------------------------------------------
+def test_show_by_name_and_path(env: Env, mem: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """`show` prints the memory as written and where it is indexed; a name works as well as
+    a path; a name nothing has exits 1."""
+    by_path = cli("show", mem / "project_old_cache.md")
+    assert by_path.code == 0, by_path.err
+    assert "indexed in MEMORY-ARCHIVE.md, line 3" in by_path.out
+    assert (mem / "project_old_cache.md").read_text() in by_path.out
+    by_name = cli("show", "User preferences", mem, "--json")
+    data = json.loads(by_name.out)
+    assert data["memory"]["tier"] == "unindexed"
+    assert data["indexed"].startswith("not indexed")
+    assert data["text"] == (mem / "user_prefs.md").read_text()
+    missing = cli("show", "no such memory", mem)
+    assert missing.code == 1 and "No memory named" in missing.out
+
+
+def test_search_cli_text_and_exit_codes(env: Env, mem: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """Exit 0 with results (file, dir, type, tier, date, snippet), 1 without."""
+    result = cli("search", "postgres", mem)
+    assert result.code == 0
+    assert "feedback_db_tests.md" in result.out
+    assert "feedback · index" in result.out and "**postgres**" in result.out
+    assert cli("search", "zebra", mem).code == 1
+    assert cli("search", "deploy", mem, "--limit", "0").code == 2
+
+
+# --- the index itself ---------------------------------------------------------------------------
+def test_index_is_private_and_in_the_state_dir(env: Env, mem: Path) -> None:
+    """The index lives under the state dir, 0600 (and its WAL files), in a 0700 folder, and
+    nothing is written in the memory dir."""
+    before = tree_digest(mem)
+    listing = sorted(os.listdir(mem))
+    with engine(env, mem) as e:
+        e.refresh()
+        e.search("deploy")
+        path = index_path(env.state, mem.resolve())
+        assert path.parent == env.state / "recall"
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        wal = list(path.parent.iterdir())
+        assert {p.name for p in wal} >= {path.name, path.name + "-wal"}
+        for p in wal:
+            assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+        journal = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
+        assert journal == "wal"
+    assert tree_digest(mem) == before
+    assert sorted(os.listdir(mem)) == listing
+
+
+def test_update_reads_only_changed_files(env: Env, mem: Path) -> None:
+    """Up to date by stat: a second update reads nothing; one changed file is one read; a
+    removed one is dropped; `update_dir` with names looks only at those."""
+    real = mem.resolve()
+    with DirIndex(index_path(env.state, real), real, warn=lambda m: None) as index:
+        first = index.update()
+        assert (first.read, first.pointers) == (5, True)
+        assert not index.update().any
+        path = mem / "project_deploy_flow.md"
+        path.write_text(path.read_text().replace("green build", "blue build"))
+        os.utime(path, (NOW, NOW))
+        assert index.update().read == 1
+        (mem / "user_prefs.md").unlink()
+        change = index.update()
+        assert (change.read, change.removed) == (0, 1)
+    plant(mem, "new_one.md", name="New", description="fresh", body="kiwi\n")
+    plant(mem, "unseen.md", name="Unseen", description="fresh", body="kiwi\n")
+    change = update_dir(env.state, real, ["new_one.md"], warn=lambda m: None)
+    assert (change.read, change.removed) == (1, 0)
+    assert set(files(search(env, mem, "kiwi"))) == {"new_one.md", "unseen.md"}  # by stat
+    # What was removed is no longer found, and the changed text is.
+    assert "user_prefs.md" not in files(search(env, mem, "User preferences"))
+    assert files(search(env, mem, "blue")) == ["project_deploy_flow.md"]
+
+
+def test_a_file_written_just_now_is_read_again(env: Env, tmp_path: Path) -> None:
+    """A file whose mtime is within the racy window is read again on the next update (a
+    rewrite in the same mtime tick would otherwise be missed)."""
+    folder = tmp_path / "m"
+    path = plant(folder, "a.md", name="A", description="d", body="apple\n")
+    real = folder.resolve()
+    ns = int(NOW * 1e9)
+    with DirIndex(index_path(env.state, real), real, clock_ns=lambda: ns) as index:
+        index.update()
+        os.utime(path, ns=(ns, ns))
+        assert index.update().read == 1
+        assert index.update().read == 1  # still racy against this clock
+    with DirIndex(
+        index_path(env.state, real), real, clock_ns=lambda: ns + store.RACY_NS + 1
+    ) as index:
+        assert index.update().read == 1
+        assert not index.update().any
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "symlink", "folder", "other_dir"])
+def test_a_damaged_index_is_rebuilt_with_a_warning(
+    env: Env, mem: Path, tmp_path: Path, damage: str
+) -> None:
+    """Garbage, a truncated file, a symlink, a folder or another dir's index where the index
+    should be: a warning naming it, a rebuild from the files, the right results."""
+    real = mem.resolve()
+    path = index_path(env.state, real)
+    with DirIndex(path, real, warn=lambda m: None) as index:
+        index.update()
+    outside = tmp_path / "outside.db"
+    outside.write_bytes(b"keep me")
+    if damage == "garbage":
+        path.write_bytes(b"this is not a database" * 500)
+    elif damage == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 3])
+    elif damage == "symlink":
+        path.unlink()
+        path.symlink_to(outside)
+    elif damage == "folder":
+        path.unlink()
+        path.mkdir()
+    else:
+        other = tmp_path / "other"
+        plant(other, "x.md", name="X", description="x", body="x\n")
+        path.unlink()
+        with DirIndex(index_path(env.state, other.resolve()), other.resolve()) as index:
+            index.update()
+        index_path(env.state, other.resolve()).rename(path)
+    store._WARNED.clear()
+    warnings: list[str] = []
+    with Engine([md_of(mem)], env.state, clock=lambda: NOW, warn=warnings.append) as e:
+        changes = e.refresh()
+        assert files(e.results(e.search("postgres"))) == ["feedback_db_tests.md"]
+    assert len(warnings) == 1 and str(path) in warnings[0] and "rebuilt" in warnings[0]
+    assert changes[real].rebuilt
+    assert outside.read_bytes() == b"keep me"
+    assert path.is_file() and not path.is_symlink()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_missing_index_is_rebuilt_silently(env: Env, mem: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """Deleting the index (and its WAL files) costs a rebuild on the next command, no warning."""
+    assert cli("search", "postgres", mem).code == 0
+    for p in (env.state / "recall").iterdir():
+        p.unlink()
+    result = cli("search", "postgres", mem)
+    assert result.code == 0 and "feedback_db_tests.md" in result.out
+    assert "warning" not in result.err
+
+
+def test_nothing_is_written_in_memory_dirs(env: Env, mem: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """search, recall, show: the sha256 and mtime of every file in the memory dir, and its
+    listing, are the same after as before."""
+    before = tree_digest(mem.parent)
+    listing = sorted(os.listdir(mem))
+    assert cli("search", "deploy", mem, "--json").code == 0
+    assert cli("search", "deploy", mem, "--timeframe", "recent").code in (0, 1)
+    assert cli("recall", "--symbol", "deploy", "--", mem).code in (0, 1)
+    assert cli("show", "Deploy flow", mem).code == 0
+    after = tree_digest(mem.parent)
+    assert {k: v for k, v in after.items() if not k.startswith("home/")} == {
+        k: v for k, v in before.items() if not k.startswith("home/")
+    }
+    assert sorted(os.listdir(mem)) == listing
+
+
+def test_a_query_matching_nearly_everything_ranks_field_matches_then_the_newest(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past RANK_ALL matches, bm25 ranks only the memories matching in name, description
+    or file name; the rest of the page is the most recently indexed of the others (bm25
+    over every match is what made such queries slow)."""
+    folder = tmp_path / "m"
+    for i in range(30):
+        plant(folder, f"body_{i:02d}.md", name=f"Note {i}", description="misc",
+              body="a common word\n", age_days=1 + i)  # fmt: skip
+    plant(folder, "named.md", name="Common", description="x", body="y\n", age_days=50)
+    plant(folder, "described.md", name="Other", description="a common one", body="z\n",
+          age_days=60)  # fmt: skip
+    with engine(env, folder) as e:
+        e.refresh()
+        plant(folder, "body_07.md", name="Note 7", description="misc", body="a common edit\n")
+        e.refresh()  # body_07.md is indexed again: the most recent
+        full = files(e.results(e.search("common", limit=5)))
+        monkeypatch.setattr(store, "RANK_ALL", 10)
+        capped = files(e.results(e.search("common", limit=5)))
+    assert full[:2] == ["named.md", "described.md"]
+    assert capped == ["named.md", "described.md", "body_07.md", "body_29.md", "body_28.md"]
+
+
+def test_an_index_another_process_updated_is_read_again(env: Env, mem: Path) -> None:
+    """A reader that holds the index open sees what another process wrote (the daemon's
+    hook), and does not read that file again itself."""
+    real = mem.resolve()
+    with DirIndex(index_path(env.state, real), real, warn=lambda m: None) as reader:
+        reader.update()
+        plant(mem, "late.md", name="Late", description="added later", body="quince\n")
+        assert update_dir(env.state, real, ["late.md"]).read == 1
+        assert not reader.update().any
+        assert [r.file for r in reader.match('"quince"')] == ["late.md"]
+
+
+def test_a_state_dir_that_cannot_hold_the_index_is_a_warning(
+    env: Env, mem: Path, cli  # type: ignore[no-untyped-def]
+) -> None:
+    """With no room for the index in the state dir (its folder is a file), search still
+    answers from the files, with a warning naming the place."""
+    env.state.mkdir(parents=True)
+    (env.state / "recall").write_text("not a folder")
+    store._WARNED.clear()
+    result = cli("search", "postgres", mem)
+    assert result.code == 0 and "feedback_db_tests.md" in result.out
+    assert "cannot be kept there" in result.err
+    assert (env.state / "recall").read_text() == "not a folder"
+
+
+def test_the_daemon_hook_never_raises(env: Env, mem: Path, tmp_path: Path) -> None:
+    """`update_dir` on a state dir that cannot hold the index, or a memory dir gone, says so
+    once and returns (the daemon's pass goes on); the next command fills the index."""
+    env.state.mkdir(parents=True)
+    (env.state / "recall").write_text("not a folder")
+    store._WARNED.clear()
+    said: list[str] = []
+    assert not update_dir(env.state, mem.resolve(), ["x.md"], warn=said.append).any
+    assert len(said) == 1 and "was not updated" in said[0]
+    (env.state / "recall").unlink()
+    assert not update_dir(env.state, tmp_path / "gone", None, warn=said.append).any
+    assert len(said) == 2
+
+
+def test_an_empty_index_file_is_a_new_one_not_damage(env: Env, mem: Path) -> None:
+    """A 0-byte index (a process that made the file and has not made its tables yet, or a
+    crash right after) is filled without a warning, and never removed under that process."""
+    real = mem.resolve()
+    path = index_path(env.state, real)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    inode = path.stat().st_ino
+    store._WARNED.clear()
+    said: list[str] = []
+    with DirIndex(path, real, warn=said.append) as index:
+        assert index.update().read == 5
+    assert said == [] and path.stat().st_ino == inode

@@ -541,6 +541,7 @@ class Daemon:
             if outcome.scan is not None:
                 entry.scan = outcome.scan
             entry.last_status = outcome.status
+            self._update_search(entry.md, names if incremental else None)
             if outcome.status is IndexStatus.UPDATED:
                 entry.last_index_write = time.time()  # its events are known: _record_own_write
             elif outcome.status in (IndexStatus.ERROR, IndexStatus.CONFLICT):
@@ -554,6 +555,23 @@ class Daemon:
                 self.wake.set()
         self.absorb_reads()
         self.check_pile_up()
+
+    def _update_search(self, md: MemoryDir, names: set[str] | None) -> None:
+        """The dir's search index (memoryd.recall) in step in the same pass: only the names
+        the events reported, or every file by stat after a full scan. It never raises; a
+        damaged index is rebuilt and said at warning."""
+        from memoryd.recall.store import update_dir
+
+        parse = self.rt.config.parse
+        update_dir(
+            self.rt.paths.state_dir,
+            md.real_path,
+            names,
+            max_file_bytes=parse.max_file_bytes,
+            max_frontmatter_bytes=parse.max_frontmatter_bytes,
+            warn=lambda message: self.log.warning("search index", dir=str(md.path),
+                                                  message=message),
+        )
 
     def absorb_reads(self) -> None:
         """Record reads by other processes (the consult signal); drop the ones we caused."""

@@ -1,5 +1,6 @@
 """`memoryd run` as a real process against a temp HOME: events, discovery, signals, liveness."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -737,3 +738,30 @@ def test_fifos_in_place_of_the_lock_and_status_files_hang_nothing(tmp_path: Path
     run = memoryd("run")
     assert run.returncode == 2 and str(state / "memoryd.lock") in run.stderr
     assert "FIFO" in run.stderr
+
+
+def test_the_daemon_keeps_the_search_index_in_step_in_the_same_pass(  # type: ignore[no-untyped-def]
+    daemon: Running, project
+) -> None:
+    """A memory an agent writes is in the dir's search index (memoryd.recall) once its pointer
+    is in MEMORY.md, with no command run in between; a deleted one leaves it."""
+    import sqlite3
+
+    from memoryd.recall.store import index_path
+
+    folder = project(daemon, "searched")
+    wait_for(lambda: daemon.rows("dir.discovered"), what="discovery")
+    agent_write(folder, "deploys.md", "how the deploys run")
+    wait_for(lambda: "deploys.md" in index_text(folder), what="the pointer")
+    db = index_path(daemon.state, folder.resolve())
+
+    def indexed() -> set[str]:
+        if not db.exists():
+            return set()
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            return {row[0] for row in con.execute("SELECT file FROM files")}
+
+    wait_for(lambda: "deploys.md" in indexed(), what="the memory in the search index")
+    (folder / "deploys.md").unlink()
+    wait_for(lambda: "deploys.md" not in index_text(folder), what="the pointer removed")
+    wait_for(lambda: "deploys.md" not in indexed(), what="the memory out of the search index")

@@ -242,6 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--big", action="store_true", help="also run 100,000 memories")
     parser.add_argument("--runs", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument(
+        "--n", type=int, nargs="+", default=[1_000, 10_000], help="memory counts (1000 10000)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -252,11 +255,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, numpy "
         f"{'on' if HAVE_NUMPY else 'not installed'}; medians of {args.runs} runs"
     )
-    text = run_child({"kind": "text", "n": 10_000, "lows": [], "runs": args.runs})
-    print(f"significant_words + Vocabulary.ids, 10,000 bodies: {fmt_s(text['text'][0]).strip()}")
-    bench_size(1_000, (0.6, 0.4), args.runs, engines)
-    bench_size(10_000, (0.6, 0.4), args.runs, engines)
-    bench_query(10_000, 0.6, engines)
+    largest = max(args.n)
+    text = run_child({"kind": "text", "n": largest, "lows": [], "runs": args.runs})
+    print(f"significant_words + Vocabulary.ids, {largest:,} bodies: "
+          f"{fmt_s(text['text'][0]).strip()}")
+    for n in sorted(args.n):
+        bench_size(n, (0.6, 0.4), args.runs, engines)
+    bench_query(largest, 0.6, engines)
     if args.big:
         # The pass asks once at the contradiction floor (0.4), a superset of the duplicates.
         bench_size(100_000, (0.4,), args.runs, engines)

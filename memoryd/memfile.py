@@ -10,6 +10,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from memoryd.secrets import mask
+
 MAX_FILE_BYTES = 1024 * 1024
 MAX_FRONTMATTER_BYTES = 16 * 1024
 MAX_FRONTMATTER_LINES = 30  # the closing `---` must come within this many lines
@@ -683,8 +685,11 @@ def parse_date(text: str) -> float:
 
 
 def _summarize(digest: str, fields: Mapping[str, Any], text: str, fm_text: str) -> Summary:
-    """The frontmatter fields memoryd uses."""
+    """The frontmatter fields memoryd uses. A secret in the name or description is masked
+    (memoryd.secrets): they go into MEMORY.md pointer lines, the parse cache and search
+    results, and a credential must leave the memory file in none of them."""
     name, description = _text_field(fields, "name"), _text_field(fields, "description")
+    name, description = mask(name), mask(description)
     # Most memories have neither date: look before calling. With both, the newer one counts
     # (a memory verified last week is recent whatever its `modified` says).
     modified = _text_field(fields, "modified") if "modified" in fields else ""

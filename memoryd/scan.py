@@ -421,7 +421,7 @@ def scan_dir(
 
 # The cache file (sealed.py): a header naming the format and Scanned's fields, and one column
 # per field, which marshal loads faster than a tuple per file.
-_CACHE_HEADER = ("memoryd scan cache", 4, Scanned.__slots__)  # 4: the protective type
+_CACHE_HEADER = ("memoryd scan cache", 5, Scanned.__slots__)  # 5: secrets masked
 
 
 def dump_cache(files: Mapping[str, Scanned]) -> bytes:

@@ -240,3 +240,22 @@ def test_the_dirs_table_counts_secrets_and_lists_them_with_secrets(
     for name, (kind, value, line) in planted.items():
         assert f"{folder / name}:{line}: {kind}" in listed.out
         assert value not in listed.out and value not in table.out
+
+
+def test_a_secret_in_a_description_stays_out_of_the_index_and_the_caches(
+    env: Env, cli: Callable[..., Result]
+) -> None:
+    """A description is copied into MEMORY.md's pointer line, the parse cache and search
+    results: each holds it masked, and a second pass changes nothing (the masked line is
+    memoryd's own)."""
+    folder = env.claude / "projects" / "-p" / "memory"
+    value = next(v for _, v, _ in POSITIVES if "\n" not in v and '"' not in v)
+    write_memory(folder, "creds.md", description=f"deploy key {value}", body="Body.\n")
+    assert cli("index").code == 0
+    index = (folder / "MEMORY.md").read_text()
+    assert "(creds.md)" in index and value not in index and "[secret:" in index
+    assert cli("index").code == 0
+    assert (folder / "MEMORY.md").read_text() == index
+    found = cli("search", "deploy", "--json")
+    assert "creds.md" in found.out and value not in found.out
+    assert value.encode() not in _every_file_under(env.state, env.logs)

@@ -1,6 +1,6 @@
-"""`memoryd history FILE|NAME`: the versions memoryd kept of a memory (or index), `--diff`
-between them, `--restore N` to write one back; and the version store's part in `trash list`
-and `trash restore` (files deleted outside memoryd)."""
+"""The version store's commands: the versions section of `memoryd history` (memoryd.cmd_history
+parses it), `--diff` between versions, `--restore N` to write one back; and the store's part in
+`trash list` and `trash restore` (files deleted outside memoryd)."""
 
 import argparse
 import contextlib
@@ -17,29 +17,6 @@ from memoryd.runtime import Runtime
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 PRUNE_EVERY = 86400.0
-
-
-def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser(
-        "history",
-        help="the versions memoryd kept of a memory file or index; diff or restore one",
-        description="Every version of a memory file (and of MEMORY.md / MEMORY-ARCHIVE.md) "
-        "memoryd read is kept in its state dir for versions.keep_days. List them (when seen, "
-        "size, sha256, whether memoryd or another process wrote it), show what changed, or "
-        "write an earlier one back as a new version (the current one stays in the history).",
-    )
-    p.add_argument("file", metavar="FILE|NAME", help="a memory file's path, or its name")
-    p.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="where to look for NAME")
-    p.add_argument(
-        "--diff",
-        nargs="?",
-        const="",
-        metavar="A[..B]",
-        help="show what changed: from the previous version to the newest (no value), from "
-        "version A to the file now, or from A to B",
-    )
-    p.add_argument("--restore", type=int, metavar="VERSION", help="write VERSION back")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 @contextlib.contextmanager

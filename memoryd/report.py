@@ -141,6 +141,18 @@ def move_detail(result: DreamResult, filename: str, reason: str, detail: str) ->
     return text
 
 
+def _nothing_to_say(result: DreamResult) -> bool:
+    """A managed dir's pass that moved nothing, would move nothing, and has nothing to show."""
+    plan = result.plan
+    return (
+        result.status in ("completed", "dry_run")
+        and not result.moved
+        and not (plan and (plan.moves or plan.flagged))
+        and not (result.message or result.repo_note or result.skipped_moves or result.secrets)
+        and not (result.acknowledged or result.unparseable or result.conflicts)
+    )
+
+
 def render_text(
     results: Sequence[DreamResult],
     housekeeping: Sequence[str],
@@ -159,7 +171,14 @@ def render_text(
         else "Dream report"
     )
     lines += [title, "=" * len(title), ""]
+    # Dirs with nothing to say are counted in one line below (thirty "nothing to move" lines
+    # hide the few that matter); a lone one is shown as it is.
+    collapsed = {id(r) for r in results if _nothing_to_say(r)}
+    if len(collapsed) < 2:
+        collapsed = set()
     for result in results:
+        if id(result) in collapsed:
+            continue
         header = f"{shown(result.dir.path)}: {status_text(result)}"
         if result.status == "unmanaged" and result.dir.real_path in said_before:
             header += f" (why: memoryd dirs {shown(result.dir.path)})"
@@ -233,6 +252,8 @@ def render_text(
         for name in result.conflicts:
             lines.append(f"  sync conflict copy (reported, never consolidated): {shown(name)}")
         lines.append("")
+    if collapsed:
+        lines += [f"Nothing to move in {len(collapsed)} more dirs (--json lists every dir).", ""]
     if housekeeping:
         lines += ["Housekeeping:"]
         lines += [f"  {h}" for h in housekeeping]

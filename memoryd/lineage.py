@@ -6,7 +6,7 @@ A manifest record of a duplicate or contradiction loser names its winner (`dupli
 edges of one dir, `history(name, entries)` walks forward (what superseded the memory, and what
 superseded that...) and backward (what it superseded, and what those had superseded...), each
 name once, nearest first. The result is a list of entries each with a `kind`, so that other
-kinds of entry (the file's own versions, issue 18) can join the same list.
+kinds of entry (the file's own versions, memoryd.versions) can join the same list.
 """
 
 from collections.abc import Callable, Iterable, Sequence

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,7 @@ class Env:
     def audit_path(self) -> Path:
         return self.logs / "audit.jsonl"
 
-    def audit_rows(self) -> list[dict[str, object]]:
+    def audit_rows(self) -> list[dict[str, Any]]:
         from memoryd.audit import iter_lines
 
         return list(iter_lines(self.audit_path))

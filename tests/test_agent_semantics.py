@@ -250,7 +250,7 @@ def test_a_guard_takes_the_protective_reading_and_explain_says_so(
 
 
 # --- 4. the lock as Claude Code means it -----------------------------------------------------
-def _dir(folder: Path):  # type: ignore[no-untyped-def]
+def _dir(folder: Path):
     from memoryd.config import Config
     from memoryd.discover import explicit_dirs
 

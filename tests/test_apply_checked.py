@@ -59,8 +59,7 @@ def _trash_check(folder: Path) -> tuple[int, int, set[str]]:
 
 
 def _pass(rt: Runtime, md: MemoryDir, hook: Callable[[str], None] | None = None) -> DreamResult:
-    hooks = {"before_move": hook} if hook is not None else {}
-    return dream_dir(rt, md, repos=RepoCache(), **hooks)
+    return dream_dir(rt, md, repos=RepoCache(), before_move=hook)
 
 
 @pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "link-unlink"])

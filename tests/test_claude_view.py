@@ -96,7 +96,7 @@ CASES: dict[str, Callable[[Path], None]] = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_what_memoryd_counts_visible_is_what_claude_loads(
-    env: Env, cli, tmp_path: Path, case: str  # type: ignore[no-untyped-def]
+    env: Env, cli, tmp_path: Path, case: str
 ) -> None:
     """memoryd's visible memories are in the loaded block; the rest are in the archive, whose
     trailer is loaded; memoryd's predicted text is the loaded text."""

@@ -62,7 +62,7 @@ NOISE = json.dumps({"type": "user", "message": {"role": "user", "content": [
 
 
 def test_a_read_in_a_transcript_keeps_a_stale_memory_and_explain_names_it(
-        env: Env, cli, repo: Path) -> None:  # type: ignore[no-untyped-def]
+        env: Env, cli, repo: Path) -> None:
     """A Read of the memory by the agent 3 days ago: the consult guard holds, and `explain`
     names the session, time, tool and transcript."""
     folder = repo / ".claude" / "memory"
@@ -83,7 +83,7 @@ def test_a_read_in_a_transcript_keeps_a_stale_memory_and_explain_names_it(
 
 
 def test_a_subfolder_sessions_transcript_counts_for_the_repos_memory_dir(
-        env: Env, cli, repo: Path) -> None:  # type: ignore[no-untyped-def]
+        env: Env, cli, repo: Path) -> None:
     """A session started in a subfolder writes under the subfolder's slug; its Read of the
     repo's memory (a path relative to that cwd, through a symlink) still counts."""
     mem(repo, "payment_flow.md", "Lived in `src/removed_one.py`.")
@@ -260,7 +260,7 @@ def test_fifos_and_links_among_transcripts_are_never_opened(
     assert found.bytes_read == 0 and not found.dirs
 
 
-def test_a_dry_run_saves_no_offsets(env: Env, cli, repo: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_dry_run_saves_no_offsets(env: Env, cli, repo: Path) -> None:
     """`dream --dry-run` and `explain` write nothing, not even the scan's state."""
     kept = mem(repo, "a.md", "Lived in `src/removed_one.py`.")
     plant(env, repo, "s.jsonl", tool_row(str(kept), cwd=repo, when=time.time()))

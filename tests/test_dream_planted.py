@@ -5,6 +5,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ def mem(repo: Path, name: str, body: str, *, type_: str = "project", age: float 
     return path
 
 
-def dream(cli, repo: Path, *args: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
+def dream(cli, repo: Path, *args: str) -> dict[str, Any]:
     result = cli("dream", "--json", *args, repo / ".claude" / "memory")
     assert result.code in (0, 1), result.err
     return json.loads(result.out)["dirs"][0]  # type: ignore[no-any-return]
@@ -46,7 +47,7 @@ def moved(report: dict) -> dict[str, str]:  # type: ignore[type-arg]
     return {c["file"]: c["reason"] for c in report["changes"]}
 
 
-def explain(cli, path: Path) -> dict:  # type: ignore[no-untyped-def,type-arg]
+def explain(cli, path: Path) -> dict[str, Any]:
     result = cli("explain", "--json", path)
     assert result.code == 0, result.err
     return json.loads(result.out)  # type: ignore[no-any-return]
@@ -134,7 +135,7 @@ def test_consult_log_inside_and_outside_the_window(env: Env, cli, repo: Path) ->
     logs = repo / ".claude" / "logs"
     logs.mkdir(parents=True)
     now = time.time()
-    rows = [
+    rows: list[dict[str, object] | str] = [
         {"ts": now - 2 * DAY, "names": ["payment_flow"]},
         {"ts": now - 30 * DAY, "names": ["billing_notes"]},
         {"ts": now - 1 * DAY, "query": "how does the refund handling work"},
@@ -240,7 +241,7 @@ def test_circuit_breaker_moves_nothing_and_reports_the_plan(env: Env, cli, repo:
     assert refused and refused[0]["would_move"] == 5 and refused[0]["limit"] == 3
 
 
-def test_modified_since_plan_is_skipped(env: Env, cli, repo: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_modified_since_plan_is_skipped(env: Env, cli, repo: Path, monkeypatch) -> None:
     """A file that changes between plan and apply is not moved, and that is reported."""
     from memoryd import journal
 
@@ -248,7 +249,7 @@ def test_modified_since_plan_is_skipped(env: Env, cli, repo: Path, monkeypatch) 
     _filler(repo)
     real_begin = journal.begin
 
-    def agent_edits_meanwhile(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def agent_edits_meanwhile(*args, **kwargs):
         target.write_text(target.read_text() + "\nA new line from the agent.\n")
         return real_begin(*args, **kwargs)
 
@@ -349,7 +350,7 @@ def test_a_dir_that_vanishes_before_the_pass_is_a_failed_pass(
     other = repo.parent / "other"
     write_memory(other, "b.md", body="Plain words.\n")
 
-    def gone(rt, md):  # type: ignore[no-untyped-def]
+    def gone(rt, md):
         if md.path.name == "memory":
             raise FileNotFoundError(2, "No such file or directory", str(md.path))
         return real(rt, md)
@@ -398,7 +399,7 @@ def test_repo_root_option_overrides(env: Env, cli, repo: Path, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("signal", ["transcripts", "transcripts+reads"])
-def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path, tmp_path: Path,
                                             signal: str) -> None:
     """Opted in (watch.consult_signal = "transcripts+reads"), a read the daemon recorded in
     the last 14 days is a consult: the stale memory stays. By default it is not (any process

@@ -9,6 +9,7 @@ import pytest
 from memoryd.dream import repo as repo_module
 from memoryd.dream.refs import Refs, Status, check_refs
 from memoryd.dream.repo import RepoIndex
+from memoryd.paths import open_regular
 
 
 def write(root: Path, rel: str, text: str | bytes = "") -> Path:
@@ -138,7 +139,7 @@ def test_build_is_deterministic_and_capped(tmp_path: Path) -> None:
 
 def test_unreadable_entries_are_skipped(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder or file that cannot be read is skipped silently; the folder becomes opaque."""
-    real_scandir, real_open = os.scandir, repo_module.open_regular
+    real_scandir, real_open = os.scandir, open_regular  # repo calls it by its own name
 
     def scandir(path: str) -> Any:
         if path.endswith(os.sep + "lib"):

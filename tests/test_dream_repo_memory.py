@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import Config
-from memoryd.discover import nested_dirs, repo_dirs
+from memoryd.discover import Found, MemoryDir, nested_dirs, repo_dirs
 from memoryd.dream import repo as repo_module
 from memoryd.dream.refs import Refs, Scope, Status, check_refs
 from memoryd.dream.repo import RepoIndex, SourceTokens, tree_signature
@@ -72,8 +72,9 @@ def test_every_memory_dir_discovery_finds_is_left_out(repo: Path) -> None:
     """The snapshot's notion of a memory dir covers discovery's: each repo-scope dir it finds
     (and each nested one) is a memory dir of the snapshot or lies inside one."""
     config = Config()
-    found = []
+    found: list[Found] = []
     for md in repo_dirs(repo, config):
+        assert isinstance(md, MemoryDir), md  # the fixture's dirs all lie inside the repo
         found += [md, *nested_dirs(md, config)]
     assert len(found) >= 4
     index = RepoIndex.build(repo)

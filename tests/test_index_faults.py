@@ -26,7 +26,7 @@ DEPLOY = (
 )
 
 
-def _dir(path: Path):  # type: ignore[no-untyped-def]
+def _dir(path: Path):
     return explicit_dirs(path, Config())[0]
 
 
@@ -60,7 +60,7 @@ def full_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    monkeypatch.setattr(fsops.os, "write", write)
+    monkeypatch.setattr(os, "write", write)
     yield on
 
 

@@ -39,7 +39,7 @@ def entry(filename: str, name: str | None = None, desc: str = "d", type_: str = 
 def run(main: str | None, memories: list[Entry], *, seen: dict[str, tuple[str, str]] | None = None,
         present: set[str] | None = None, archive: str | None = None, ready: set[str] | None = None,
         budget: Budget | None = None, own: dict[str, str] | None = None,
-        separator: str = " — "):  # type: ignore[no-untyped-def]
+        separator: str = " — "):
     mems = {e.filename: e for e in memories}
     return update_index(IndexInput(
         main=main, archive=archive, memories=mems,

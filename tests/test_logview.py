@@ -195,7 +195,7 @@ def test_follower_never_blocks_on_a_fifo(tmp_path: Path) -> None:
     follower.close()
 
 
-def test_log_says_when_there_is_no_log_or_no_such_dir(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_log_says_when_there_is_no_log_or_no_such_dir(env: Env, cli, tmp_path: Path) -> None:
     """No log yet: said on stderr with where it would be (exit 0). `--dir` naming a folder
     that does not exist and no row: said, exit 1. The old code printed nothing."""
     result = cli("log")
@@ -309,7 +309,7 @@ def test_dir_labels(path: str, label: str) -> None:
     assert dir_label(path, HOME) == label
 
 
-def test_cli_log_is_compact_and_json_unchanged(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_log_is_compact_and_json_unchanged(env: Env, cli, tmp_path: Path) -> None:
     """`memoryd log` prints one short line a row, no sha256; `--json` the rows as written."""
     folder = tmp_path / "m"
     log = AuditLog(env.audit_path)
@@ -376,7 +376,7 @@ def test_summary_at_80_columns_wraps_and_says_nothing_logged() -> None:
         "Nothing logged since")
 
 
-def test_cli_summary_defaults_to_the_last_day(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_cli_summary_defaults_to_the_last_day(env: Env, cli) -> None:
     """`log --summary` counts the last day's rows; `--since` widens it; `--json` gives counts."""
     rows = _summary_rows()
     old = {**rows[1], "ts": "2020-01-01T00:00:00Z"}

@@ -61,14 +61,14 @@ def watched_for(state_dir: Path, folder: Path, days: float) -> None:
     logs = state_dir.parent / "aging-log"
     rt = Runtime.create(Config(), AppPaths(state_dir / "none.toml", state_dir, logs))
     back, now, real = days * 86400, time.time(), boot_clock()
-    rt.clock = lambda: now - back  # type: ignore[method-assign]
-    rt.today = lambda: date.fromtimestamp(now - back)  # type: ignore[method-assign]
-    rt.boot = lambda: (real[0], real[1] - back) if real else ("aged", 0.0)  # type: ignore[method-assign]
+    rt.clock = lambda: now - back
+    rt.today = lambda: date.fromtimestamp(now - back)
+    rt.boot = lambda: (real[0], real[1] - back) if real else ("aged", 0.0)
     md = explicit_dirs(folder, Config())[0]
     housekeeping.rotate(rt, [md], keep_days=36500)
     if real is None:  # no boot clock here: the aged boot's own reading, a moment ago
-        rt.clock, rt.today = (lambda: now), date.today  # type: ignore[method-assign]
-        rt.boot = lambda: ("aged", back)  # type: ignore[method-assign]
+        rt.clock, rt.today = (lambda: now), date.today
+        rt.boot = lambda: ("aged", back)
         housekeeping.rotate(rt, [md], keep_days=36500)
 
 
@@ -149,7 +149,7 @@ def test_trash_on_another_filesystem_is_refused(
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
     monkeypatch.setattr(fsops, "renameat2", cross_device)
-    monkeypatch.setattr(fsops.os, "link", cross_device)
+    monkeypatch.setattr(os, "link", cross_device)
     result = cli("dream", folder)
     assert result.code == 1
     assert "another filesystem" in result.out
@@ -263,7 +263,7 @@ def test_a_pass_over_midnight_keeps_one_day_folder(env: Env, repo: Path) -> None
     mem(repo, "newer.md", body + " again", age=40)
     rt = env.runtime()
     days = iter([date(2026, 5, 1)] + [date(2026, 5, 2)] * 50)  # midnight after the first look
-    rt.today = lambda: next(days)  # type: ignore[method-assign]
+    rt.today = lambda: next(days)
     md = explicit_dirs(repo / ".claude" / "memory", Config())[0]
     md = dc_replace(md, repo_root=repo, repo_reason="test")
     result = dream_dir(rt, md, repos=RepoCache())
@@ -364,7 +364,7 @@ def test_a_move_whose_record_cannot_be_written_is_undone(
     assert entry.record.original_name == "stale.md" and entry.record.size == len(original)
 
 
-def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):
     """A dream pass killed right after its first move (of stale.md): a journal is pending.
     Each patch is put back by name: monkeypatch.undo() would also undo the private HOME."""
     from dataclasses import replace as dc_replace
@@ -475,9 +475,9 @@ class FakeClocks:
 
     def __init__(self, rt: Runtime, wall: float) -> None:
         self.wall, self.boot_id, self.uptime = wall, "boot-1", 1000.0
-        rt.clock = lambda: self.wall  # type: ignore[method-assign]
-        rt.today = lambda: date.fromtimestamp(self.wall)  # type: ignore[method-assign]
-        rt.boot = lambda: (self.boot_id, self.uptime)  # type: ignore[method-assign]
+        rt.clock = lambda: self.wall
+        rt.today = lambda: date.fromtimestamp(self.wall)
+        rt.boot = lambda: (self.boot_id, self.uptime)
 
     def advance(self, seconds: float, *, wall: float | None = None) -> None:
         """Real time passes; the wall clock says `wall` (else it keeps time too)."""
@@ -631,7 +631,7 @@ def _hostile_row(folder: Path, outside: Path, field_name: str, value: str) -> tu
            "reason": "stale", "pass_id": "p", "time": datetime.now().astimezone().isoformat()}
     row[field_name] = value
     (day / trash.MANIFEST).write_text(json.dumps(row) + "\n")
-    return day, row["id"]
+    return day, str(row["id"])
 
 
 @pytest.mark.parametrize(

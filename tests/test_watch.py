@@ -85,7 +85,7 @@ DIR = Path("/m")
     (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR)]),  # its watch went with it
     (FileCreatedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),  # moved in from elsewhere
 ])
-def test_event_filter_table(event, expected) -> None:  # type: ignore[no-untyped-def]
+def test_event_filter_table(event, expected) -> None:
     """What each kind of event means: dirty, read, structure, or nothing (our own writes)."""
     assert classify(event, DIR, parent=False) == expected
 
@@ -96,7 +96,7 @@ def test_event_filter_table(event, expected) -> None:  # type: ignore[no-untyped
     (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR, "parent")]),
     (FileClosedEvent("/m/notes.txt"), []),
 ])
-def test_parent_event_table(event, expected) -> None:  # type: ignore[no-untyped-def]
+def test_parent_event_table(event, expected) -> None:
     """Where memory dirs appear: a folder or a link made or gone means look again; the
     watched folder itself gone means its watch is gone too."""
     assert classify(event, DIR, parent=True) == expected
@@ -126,7 +126,7 @@ def embedded(env: Env, request: pytest.FixtureRequest) -> Iterator[Daemon]:
     assert not thread.is_alive()
 
 
-def _wait(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+def _wait(predicate, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -44,7 +44,7 @@ NAIVE_SAMPLE = 2_000
 QUERIES = 200
 NAIVE_QUERIES = 40
 
-Docs = list[tuple[str, array[int]]]
+Docs = list[tuple[str, "array[int]"]]  # a string: array is not subscriptable at run time
 
 
 def corpus(n: int, seed: int = 7) -> Docs:

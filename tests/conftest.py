@@ -3,6 +3,7 @@
 import contextlib
 import hashlib
 import io
+import json
 import os
 import shutil
 import stat
@@ -11,14 +12,18 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from memoryd.cli import main
 from memoryd.config import Config
+from memoryd.discover import slugify
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime
+
+if TYPE_CHECKING:  # tests.helpers imports this module
+    from tests.helpers import Running
 
 
 def _find_corpus() -> Path | None:
@@ -216,6 +221,21 @@ def make_small_repo(tmp_path: Path) -> Path:
 def repo(tmp_path: Path) -> Path:
     """`make_small_repo`; modules that need a tree of their own override this fixture."""
     return make_small_repo(tmp_path)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Callable[["Running", str], Path]:
+    """Make a Claude project memory dir (with a transcript naming its repo) inside a HOME."""
+
+    def make(running: "Running", name: str) -> Path:
+        repo = tmp_path / "code" / name
+        repo.mkdir(parents=True, exist_ok=True)
+        folder = running.claude / "projects" / slugify(str(repo))
+        (folder / "memory").mkdir(parents=True, exist_ok=True)
+        (folder / "s.jsonl").write_text(json.dumps({"cwd": str(repo)}) + "\n")
+        return folder / "memory"
+
+    return make
 
 
 @pytest.fixture

@@ -16,8 +16,7 @@ from memoryd import audit
 from memoryd.audit import AuditLog
 from memoryd.discover import slugify
 from tests.conftest import Env, make_small_repo
-from tests.test_daemon import agent_write, index_text, start, wait_for
-from tests.test_dream_planted import _filler, mem
+from tests.helpers import agent_write, filler, index_text, mem, start, wait_for
 
 WARNING = "the audit log cannot be written"
 
@@ -26,7 +25,7 @@ WARNING = "the audit log cannot be written"
 def repo(tmp_path: Path) -> Path:
     root = make_small_repo(tmp_path)
     mem(root, "stale.md", "Lived in `src/removed.py`.")
-    _filler(root)
+    filler(root)
     return root
 
 

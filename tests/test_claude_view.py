@@ -20,7 +20,7 @@ from memoryd.agentview import ViewKind, agent_view
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, TRAILER, local_links, split_lines
 from tests.claude_client import BIN_ENV, claude_bin, run_claude
 from tests.conftest import Env, write_memory
-from tests.test_agentview import OBSERVED
+from tests.helpers import OBSERVED
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

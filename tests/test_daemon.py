@@ -9,114 +9,26 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from memoryd.audit import iter_lines
-from memoryd.discover import slugify
 from tests.conftest import write_memory
-
-CONFIG = """\
-[index]
-new_file_grace = "{grace}"
-[watch]
-debounce = "200ms"
-max_wait = "2s"
-reconcile_every = "1h"
-[dream]
-pile_up = {pile_up}
-quiet = "1s"
-min_interval = "0s"
-"""
-
-
-@dataclass
-class Running:
-    proc: subprocess.Popen[str]
-    env: dict[str, str]
-    home: Path
-    config: Path
-
-    @property
-    def claude(self) -> Path:
-        return self.home / ".claude"
-
-    @property
-    def state(self) -> Path:
-        return self.home / ".local" / "state" / "memoryd"
-
-    def rows(self, event: str | None = None) -> list[dict[str, Any]]:
-        rows = list(iter_lines(self.state / "log" / "audit.jsonl"))
-        return [r for r in rows if event is None or r["event"] == event]
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "memoryd", "--config", str(self.config),
-                               *args], env=self.env, capture_output=True, text=True, timeout=60,
-                              check=False)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or predicate}")
-
-
-def start(tmp_path: Path, *, grace: str = "0s", extra_env: dict[str, str] | None = None,
-          name: str = "d", index_config: str = "", pile_up: int = 5, more_config: str = "",
-          reads: bool = False) -> Running:
-    """`reads`: watch.consult_signal = "transcripts+reads" (read events count as consults)."""
-    home = tmp_path / f"home-{name}"
-    home.mkdir(exist_ok=True)
-    config = tmp_path / f"config-{name}.toml"
-    watch = 'consult_signal = "transcripts+reads"\n' if reads else ""
-    config.write_text(CONFIG.format(grace=grace, pile_up=pile_up).replace(
-        "[index]\n", "[index]\n" + index_config).replace("[watch]\n", "[watch]\n" + watch)
-        + more_config)
-    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
-           "XDG_STATE_HOME": str(home / ".local" / "state"),
-           "XDG_CONFIG_HOME": str(home / ".config"), **(extra_env or {})}
-    log = tmp_path / f"daemon-{name}.log"
-    with log.open("a") as stderr:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memoryd", "--config", str(config), "run"],
-            env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
-    running = Running(proc, env, home, config)
-    wait_for(lambda: (running.state / "status.json").exists() or proc.poll() is not None,
-             what="the first heartbeat")
-    assert proc.poll() is None, log.read_text()
-    return running
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Callable[[Running, str], Path]:
-    """Make a Claude project memory dir (with a transcript naming its repo) inside a HOME."""
-
-    def make(running: Running, name: str) -> Path:
-        repo = tmp_path / "code" / name
-        repo.mkdir(parents=True, exist_ok=True)
-        folder = running.claude / "projects" / slugify(str(repo))
-        (folder / "memory").mkdir(parents=True, exist_ok=True)
-        (folder / "s.jsonl").write_text(json.dumps({"cwd": str(repo)}) + "\n")
-        return folder / "memory"
-
-    return make
+from tests.helpers import (
+    CONFIG,
+    DUPLICATE,
+    Running,
+    agent_write,
+    index_text,
+    plant_day,
+    snapshot,
+    start,
+    vault,
+    wait_for,
+    watched_for,
+)
 
 
 @pytest.fixture
@@ -124,19 +36,6 @@ def daemon(tmp_path: Path) -> Iterator[Running]:
     running = start(tmp_path)
     yield running
     running.stop()
-
-
-def agent_write(folder: Path, filename: str, description: str = "new") -> None:
-    """Write like Claude Code: a temp file, then an atomic rename onto the name."""
-    tmp = folder / f"{filename}.tmp.{os.getpid()}.a1b2"
-    tmp.write_text(f"---\nname: {filename[:-3]}\ndescription: {description}\ntype: project\n"
-                   "---\n\nbody\n")
-    tmp.rename(folder / filename)
-
-
-def index_text(folder: Path) -> str:
-    path = folder / "MEMORY.md"
-    return path.read_text() if path.exists() else ""
 
 
 def test_writes_and_deletes_keep_the_index_in_step(daemon: Running, project) -> None:
@@ -365,7 +264,6 @@ def test_start_up_purges_trash_past_retention(tmp_path: Path, project) -> None:
     assert first.stop() == 0
     from datetime import datetime
 
-    from tests.test_trash import plant_day, watched_for
 
     old = plant_day(folder, date(2000, 1, 1), datetime(2000, 1, 1, 12), "x.md")
     recent = plant_day(folder, date.today(), datetime.now(), "x.md")
@@ -654,7 +552,6 @@ def test_the_daemon_leaves_a_vault_linked_into_a_repo_alone(tmp_path: Path) -> N
     """A repo's agent-memory link to a notes vault outside it: the running daemon reports it
     once and never writes there (byte-identical, no new file), while the repo's own dir is
     indexed, dreamed over, and a dir made later is still discovered."""
-    from tests.test_discover import DUPLICATE, snapshot, vault
 
     notes = vault(tmp_path)
     repo = tmp_path / "repos" / "app"

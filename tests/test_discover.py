@@ -11,6 +11,7 @@ import pytest
 from memoryd.config import Config, build_config, with_claude_home
 from memoryd.discover import discover, project_repo_root, slugify
 from tests.conftest import Env, Result, copy_corpus, corpus_memory_dirs, needs_corpus, write_memory
+from tests.helpers import snapshot, vault
 
 
 def _home(env: Env, tmp_path: Path) -> tuple[Path, Path]:
@@ -107,35 +108,6 @@ def test_missing_claude_home_is_not_an_error(env: Env, cli) -> None:
 
 
 # --- memory-dir links out of their repo or Claude home (issue 11, item 6) ---------------------
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every entry under root (files, folders, links) with a file's sha256 and a link's target:
-    a new MEMORY.md, `.trash/` or `.MEMORY.md.prev` anywhere shows as a difference."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            rel = str(path.relative_to(root))
-            if path.is_symlink():
-                out[rel] = "-> " + os.readlink(path)
-            elif path.is_dir():
-                out[rel] = "dir"
-            else:
-                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
-DUPLICATE = "The staging deploy runs from the release branch after the nightly build passes.\n"
-
-
-def vault(tmp_path: Path) -> Path:
-    """A person's notes vault: two memory-like notes a dream pass would take for duplicates."""
-    notes = tmp_path / "vault" / "notes"
-    write_memory(notes, "deploy.md", body=DUPLICATE, age_days=40)
-    write_memory(notes, "deploy-again.md", body=DUPLICATE, age_days=30)
-    (notes / "diary.md").write_text("# Private diary\n\nnot a memory\n")
-    return notes
 
 
 @pytest.fixture

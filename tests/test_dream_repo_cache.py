@@ -17,7 +17,7 @@ from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sourc
 from memoryd.dream.run import RepoCache
 from memoryd.state import StateStore
 from tests.conftest import Result
-from tests.test_dream_repo import write as write_file
+from tests.helpers import write_file
 
 OLD = time.time() - 3600  # an mtime far enough back for a source's tokens to be kept
 

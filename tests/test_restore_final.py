@@ -15,7 +15,7 @@ from memoryd import trash
 from memoryd.index import Entry as IndexEntry
 from memoryd.index import IndexInput, Place, update_index
 from tests.conftest import Env, write_memory
-from tests.test_daemon import agent_write, index_text, start, wait_for
+from tests.helpers import agent_write, index_text, start, wait_for
 
 FORK = "Fork the repo with `git clone --depth 1` then rebase the clean branch on upstream main.\n"
 

@@ -10,8 +10,7 @@ import pytest
 from memoryd.logview import View
 from memoryd.statusview import DirRow, Status, render
 from tests.conftest import Env, write_memory
-from tests.test_daemon import agent_write, start, wait_for
-from tests.test_daemon import project as project  # a fixture, used by name
+from tests.helpers import agent_write, start, wait_for
 
 HOME = "/home/ann"
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z

@@ -111,14 +111,17 @@ def test_log_follow_survives_rotation(env: Env, tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "memoryd", "log", "-f"], env=os.environ.copy(),
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(1.0)
+        raw = b""
+        deadline = time.monotonic() + 10
+        os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
+        while b" before\n" not in raw and time.monotonic() < deadline:  # it is following
+            raw += proc.stdout.read() or b""  # type: ignore[union-attr]
+            time.sleep(0.1)
         for i in range(40):
             log.write("dream.skipped", why=f"filler {i} " + "x" * 60)
         log.write("dream.skipped", why="after rotation")
         assert env.audit_path.with_name("audit.jsonl.1").exists()
-        raw = b""
         deadline = time.monotonic() + 10
-        os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
         while b"after rotation" not in raw and time.monotonic() < deadline:
             raw += proc.stdout.read() or b""  # type: ignore[union-attr]
             time.sleep(0.1)

@@ -95,7 +95,7 @@ def test_readme_lists_every_audit_event_and_the_two_quick_start_commands() -> No
     test_command = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/pytest"
     assert test_command in readme
     ci = (root / ".ci" / "run").read_text()
-    assert ".venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'" in ci
+    assert ".venv/bin/pip install --quiet --disable-pip-version-check -e '.[test,bench]'" in ci
     assert ".venv/bin/pytest\n" in ci
 
 

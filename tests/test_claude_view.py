@@ -22,7 +22,7 @@ from tests.claude_client import BIN_ENV, claude_bin, run_claude
 from tests.conftest import Env, write_memory
 from tests.helpers import OBSERVED
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 if not os.environ.get(BIN_ENV):
     pytest.skip(

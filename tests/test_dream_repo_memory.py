@@ -279,7 +279,6 @@ from the logger so both consumers share one implementation.
 """
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(
     not ORCHESTKIT,
     reason=f"set MEMORYD_ORCHESTKIT to a yonatangross/orchestkit checkout at {ORCHESTKIT_COMMIT}",

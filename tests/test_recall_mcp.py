@@ -88,7 +88,6 @@ async def drive(params: StdioServerParameters, calls: list[tuple[str, dict[str, 
         return init, tools, answers
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_sdk_client_lists_and_calls_every_tool(env: Env, repo: Path, cli) -> None:
     """initialize, list_tools (four tools, each annotated read-only), a call of each; the
@@ -142,7 +141,6 @@ def test_the_sdk_client_lists_and_calls_every_tool(env: Env, repo: Path, cli) ->
     assert all(set(r) == {"ts", "tool", "names", "query"} for r in rows)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_mcp_read_is_consult_evidence_for_the_dream_guard(env: Env, repo: Path, cli) -> None:
     """A fully stale memory the dream pass would move is kept (guard `consulted`, naming the

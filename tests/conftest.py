@@ -302,9 +302,28 @@ TIERS: dict[str, frozenset[str]] = {
 TIER_OF = {module: tier for tier, modules in TIERS.items() for module in modules}
 assert len(TIER_OF) == sum(map(len, TIERS.values())), "a module is in two tiers"
 
-# Tests that take over ~3 s on the development machine (measured with --durations=0), by
-# module::function (every parametrisation): `-m "not slow"` is the quick loop.
+# Tests that take over ~3 s (all their parametrisations; measured with --durations=0 on the
+# shared 2-core machine), by module::function, or a whole module: `-m "not slow"` is the quick
+# loop. The real Claude Code client and the orchestkit checkout run only when configured, for
+# minutes.
 SLOW: frozenset[str] = frozenset({
+    "test_agentview::test_linear_at_the_index_read_limit",
+    "test_claude_discover", "test_claude_real", "test_claude_view",
+    "test_corpus_index::test_index_over_a_corpus_repo_is_safe_and_idempotent",
+    "test_crash::test_sigkill_at_every_step_of_a_dream_pass",
+    "test_crash::test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename",
+    "test_daemon::test_a_memory_broken_for_a_while_is_still_one_memoryd_saw",
+    "test_daemon::test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it",
+    "test_daemon::test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events",
+    "test_daemon::test_burst_of_2000_files_gives_one_consistent_index",
+    "test_daemon::test_pile_up_dreams_after_five_changes_and_survives_restart",
+    "test_daemon::test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index",
+    "test_dream_repo_memory::test_a_real_repo_flags_the_memory_citing_removed_code_and_no_other",
+    "test_index_faults::test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes",
+    "test_index_on_disk::test_odd_names_are_indexed_once_and_resolve",
+    "test_memfile::test_what_the_loader_is_skipped_for_it_refuses",
+    "test_restore_final::test_the_daemons_pile_up_passes_leave_a_restored_memory_alone",
+    "test_versions::test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version",
 })
 
 
@@ -331,7 +350,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(TIER_OF[item.path.stem])
         _tier_of_test[item.nodeid] = TIER_OF[item.path.stem]
         function = getattr(item, "originalname", item.name)
-        if f"{item.path.stem}::{function}" in SLOW:
+        if item.path.stem in SLOW or f"{item.path.stem}::{function}" in SLOW:
             item.add_marker("slow")
 
 

@@ -309,6 +309,7 @@ assert len(TIER_OF) == sum(map(len, TIERS.values())), "a module is in two tiers"
 SLOW: frozenset[str] = frozenset({
     "test_agentview::test_linear_at_the_index_read_limit",
     "test_claude_discover", "test_claude_real", "test_claude_view",
+    "test_cli::test_run_says_started_then_waiting_and_where_the_log_is",
     "test_corpus_index::test_index_over_a_corpus_repo_is_safe_and_idempotent",
     "test_crash::test_sigkill_at_every_step_of_a_dream_pass",
     "test_crash::test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename",

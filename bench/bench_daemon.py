@@ -276,7 +276,7 @@ class DaemonProc:
 
 # --- index files --------------------------------------------------------------------------------
 def idents(folder: Path) -> tuple[tuple[int, int, int] | None, ...]:
-    out = []
+    out: list[tuple[int, int, int] | None] = []
     for name in (INDEX_NAME, ARCHIVE_NAME):
         try:
             st = os.stat(folder / name)
@@ -402,7 +402,7 @@ def child_watch(path: str) -> None:
 def shim(counts_path: str, argv: list[str]) -> int:
     """Run `memoryd` in this process with counters around the daemon's event handler, its
     passes and its shutdown (timestamps only: nothing it does is changed)."""
-    from memoryd import cli
+    from memoryd import cli, indexer
     from memoryd import daemon as dmod
 
     record: dict[str, Any] = {"signals": {}, "overflows": [], "process": [], "index": []}
@@ -429,7 +429,7 @@ def shim(counts_path: str, argv: list[str]) -> int:
         Path(counts_path).write_text(json.dumps(record))
         return code
 
-    update_changed = dmod.update_changed  # indexer's use case for the daemon, as it imports it
+    update_changed = indexer.update_changed  # indexer's use case for the daemon, as it imports it
 
     def patched_update_changed(*a: Any, **kw: Any) -> Any:
         start = time.monotonic()
@@ -437,7 +437,8 @@ def shim(counts_path: str, argv: list[str]) -> int:
         record["index"].append([start, time.monotonic() - start, outcome.status, False])
         return outcome
 
-    dmod.update_changed = patched_update_changed
+    # The daemon calls its own binding of the name: that is the one to replace.
+    dmod.update_changed = patched_update_changed  # type: ignore[attr-defined]  # imported, not exported
     gc_started = [0.0]
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
@@ -835,7 +836,8 @@ def storm_watchdog(tree: Tree, reps: int) -> tuple[list[float], list[dict[str, A
     watcher = child("watch", str(tree.memory))
     assert watcher.stdin is not None and watcher.stdout is not None
     watcher.stdout.readline()
-    lost, reports = [], []
+    lost: list[float] = []
+    reports: list[dict[str, Any]] = []
     changed = tree.changed
     try:
         for rep in range(reps):

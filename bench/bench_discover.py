@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from _claude_home import ClaudeHome, make_claude_home
 from _stats import markdown_table
@@ -79,11 +80,11 @@ def counted(home: ClaudeHome, fn: Callable[[], object]) -> dict[str, int]:
             counts["transcript opens"] += 1
         return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    def popen(self: object, *args: object, **kwargs: object) -> None:
+    def popen(self: Any, *args: Any, **kwargs: Any) -> None:  # Popen's own overloads
         counts["subprocesses"] += 1
-        real_popen(self, *args, **kwargs)  # type: ignore[arg-type]
+        real_popen(self, *args, **kwargs)
 
-    os.open = opening  # type: ignore[assignment]
+    os.open = opening
     subprocess.Popen.__init__ = popen  # type: ignore[method-assign]
     try:
         fn()

@@ -36,6 +36,7 @@ Usage (from the repo root, with the dev venv and the `bench` extra installed):
 import argparse
 import contextlib
 import cProfile
+import functools
 import gc
 import io
 import itertools
@@ -75,6 +76,7 @@ from memoryd.dream.similar import (
     candidates_for,
     significant_words,
 )
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import MAX_INDEX_BYTES
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime
@@ -610,7 +612,7 @@ def _shape(rng: random.Random) -> str:
         roll -= weight
         if roll < 0:
             return shape
-    return next(reversed(mix))
+    return list(mix)[-1]
 
 
 def _write(
@@ -826,7 +828,7 @@ def fresh_copy(work: Path, src: Path, dst: Path) -> None:
         main, archive, settings = state.settled
         state.settled = [
             None if was is None else [os.lstat(dst / name).st_ino, *was[1:]]
-            for was, name in ((main, indexer.INDEX_NAME), (archive, indexer.ARCHIVE_NAME))
+            for was, name in ((main, INDEX_NAME), (archive, ARCHIVE_NAME))
         ] + [settings]
     store.save(dst.resolve(), state)
     carry_facts(store, src, dst)
@@ -837,7 +839,7 @@ def carry_facts(store: StateStore, src: Path, dst: Path) -> None:
     content, so a dir with the same files may use them as they are)."""
     data = store.load_facts(src.resolve())
     if data is not None:
-        store.save_facts(dst.resolve(), data)
+        store.save_facts(dst.resolve(), [data])
 
 
 def settle(rt: Runtime, md: discover.MemoryDir) -> str:
@@ -933,7 +935,7 @@ def phase_times(
         (run_mod.RepoCache, "checker", "repo snapshot (the rest)"),
         (run_mod, "load_sources", "repo token cache: read from the state dir"),
         (run_mod, "dump_sources", "repo token cache: written to the state dir"),
-        (run_mod.RepoIndex, "build", "RepoIndex.build (walk + tokens of changed sources)"),
+        (RepoIndex, "build", "RepoIndex.build (walk + tokens of changed sources)"),
         (run_mod, "ownership_for_dream", "the ownership probe (indexer.ownership_for_dream)"),
         (run_mod, "index_after_dream", "index update after the moves (held edit or full pass)"),
         (run_mod, "scan_dir", "scan_dir in inventory (stat, cache)"),
@@ -960,8 +962,8 @@ def phase_times(
         result = fn()
     finally:
         total = time.perf_counter() - start
-        for owner, attr, original in reversed(patched):
-            setattr(owner, attr, original)
+        for patched_owner, attr, original in reversed(patched):
+            setattr(patched_owner, attr, original)
         rows = sorted(((k, v[0], int(v[1])) for k, v in spent.items()), key=lambda r: -r[1])
         sink["total"], sink["phases"] = total, rows
     return total, rows, result
@@ -1338,7 +1340,9 @@ def symbol_bodies(repo: Repo, n: int, seed: int) -> tuple[list[str], set[str], s
     """n memory bodies naming 2-5 symbols each (~70 % defined in the tree), and the truth."""
     rng = random.Random(seed)
     writer = Writer(rng, repo)
-    bodies, real, absent = [], set(), set()
+    bodies: list[str] = []
+    real: set[str] = set()
+    absent: set[str] = set()
     for _ in range(n):
         refs = []
         for _ in range(rng.randint(2, 5)):
@@ -1394,7 +1398,7 @@ def bench_symbols(repo: Repo, args: argparse.Namespace) -> list[Row]:
     for _ in range(args.naive_repeat):
         total = 0.0
         for name in sample:
-            took = timed(lambda name=name: grep(name), 1)[0]
+            took = timed(functools.partial(grep, name), 1)[0]
             per_symbol[name].append(took)
             total += took
         naive.append(total * scale)
@@ -1457,7 +1461,7 @@ def bench_query(repo: Repo, work: Path, args: argparse.Namespace) -> list[Row]:
             and len(words & other) / min(len(words), len(other)) >= DUPLICATE
         ]
 
-    naive = [timed(lambda q=q: naive_one(*q), 1)[0] for q in naive_queries]
+    naive = [timed(functools.partial(naive_one, *q), 1)[0] for q in naive_queries]
     rows = []
     engines = [("numpy", True), ("pure", False)] if HAVE_NUMPY else [("pure", False)]
     notes = []

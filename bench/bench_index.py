@@ -404,6 +404,7 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         naive_out = tmp / "naive-out"
         naive_out.mkdir()
         naive_index: list[float] = []
+        since_naive = 0
 
         def naive_between() -> None:
             # The baseline's runs are spread over figure 3's, one every `every` changes.
@@ -435,7 +436,6 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
             )
         changes.append(("one new file", add, add_later))
         every = max(1, 2 * len(changes) * args.index_reps // repeat)
-        since_naive = 0
         naive_index += timed(lambda: naive_rebuild(path, naive_out), 1)
         index_runs: dict[str, IndexRun] = {}
         for label, change, one_shot_change in changes:
@@ -453,7 +453,7 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
 
         # 5. Memory: fresh interpreters, peak RSS growth while holding every file's parse.
         mem_reps = min(repeat, 3)
-        rss = {
+        rss: dict[str, list[float]] = {
             m: [measure_memory(m, path, False)["rss_delta"] for _ in range(mem_reps)]
             for m in ("naive", "memoryd")
         }

@@ -251,8 +251,8 @@ def bench(n: int, args: argparse.Namespace) -> str:
 
         # 4. whole processes
         time.sleep(2.5)  # past the racy window: the index is up to date for the runs below
-        memoryd = [sys.executable, "-m", "memoryd"]
-        run_process([*memoryd, "search", "warmup", str(folder)], env)
+        memoryd_cmd = [sys.executable, "-m", "memoryd"]
+        run_process([*memoryd_cmd, "search", "warmup", str(folder)], env)
         word = queries[1].split()[0]
         search_runs, grep_runs, bare_runs = [], [], []
         for i in range(args.repeat):
@@ -260,7 +260,8 @@ def bench(n: int, args: argparse.Namespace) -> str:
             for which in order:
                 if which == 0:
                     query = queries[i % len(queries)]
-                    search_runs.append(run_process([*memoryd, "search", query, str(folder)], env))
+                    search = [*memoryd_cmd, "search", query, str(folder)]
+                    search_runs.append(run_process(search, env))
                 elif which == 1:
                     grep_runs.append(run_process(["grep", "-ril", word, str(folder)], env))
                 else:

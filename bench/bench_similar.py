@@ -9,6 +9,7 @@ runs in a child process of its own, so each peak RSS belongs to one engine.
 """
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -43,7 +44,7 @@ NAIVE_SAMPLE = 2_000
 QUERIES = 200
 NAIVE_QUERIES = 40
 
-Docs = list[tuple[str, array]]
+Docs = list[tuple[str, "array[int]"]]  # a string: array is not subscriptable at run time
 
 
 def corpus(n: int, seed: int = 7) -> Docs:
@@ -124,12 +125,12 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
     if kind == "naive":
         sample = as_strings(docs[: job.get("sample", len(docs))])
         for low in job["lows"]:
-            out[str(low)] = timed(lambda low=low: naive_pairs(sample, low), runs)[:2]
+            out[str(low)] = timed(functools.partial(naive_pairs, sample, low), runs)[:2]
     elif kind in ("pure", "numpy"):
         use_numpy = kind == "numpy"
         for low in job["lows"]:
             wall, cpu, pairs = timed(
-                lambda low=low: find_similar_pairs(docs, low, use_numpy=use_numpy), runs
+                functools.partial(find_similar_pairs, docs, low, use_numpy=use_numpy), runs
             )
             out[str(low)] = (wall, cpu, len(pairs))
     elif kind == "text":
@@ -161,9 +162,9 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
             index = SimilarityIndex(docs, use_numpy=kind == "query-numpy")
             out["build"] = time.perf_counter() - t0
             times = []
-            for doc_type, q in changed:
+            for doc_type, ids in changed:
                 t0 = time.perf_counter()
-                candidates_for(q, doc_type, index, low)
+                candidates_for(ids, doc_type, index, low)
                 times.append(time.perf_counter() - t0)
         times.sort()
         out["median"] = statistics.median(times)

@@ -3,6 +3,7 @@
 import contextlib
 import hashlib
 import io
+import json
 import os
 import shutil
 import stat
@@ -11,13 +12,18 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from memoryd.cli import main
 from memoryd.config import Config
+from memoryd.discover import slugify
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime
+
+if TYPE_CHECKING:  # tests.helpers imports this module
+    from tests.helpers import Running
 
 
 def _find_corpus() -> Path | None:
@@ -68,7 +74,7 @@ class Env:
     def audit_path(self) -> Path:
         return self.logs / "audit.jsonl"
 
-    def audit_rows(self) -> list[dict[str, object]]:
+    def audit_rows(self) -> list[dict[str, Any]]:
         from memoryd.audit import iter_lines
 
         return list(iter_lines(self.audit_path))
@@ -218,6 +224,21 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def project(tmp_path: Path) -> Callable[["Running", str], Path]:
+    """Make a Claude project memory dir (with a transcript naming its repo) inside a HOME."""
+
+    def make(running: "Running", name: str) -> Path:
+        repo = tmp_path / "code" / name
+        repo.mkdir(parents=True, exist_ok=True)
+        folder = running.claude / "projects" / slugify(str(repo))
+        (folder / "memory").mkdir(parents=True, exist_ok=True)
+        (folder / "s.jsonl").write_text(json.dumps({"cwd": str(repo)}) + "\n")
+        return folder / "memory"
+
+    return make
+
+
+@pytest.fixture
 def corpus(tmp_path: Path) -> Iterator[Path]:
     yield copy_corpus(tmp_path / "corpus")
 
@@ -241,3 +262,120 @@ def lock_held_elsewhere(state_dir: Path, real_path: Path) -> Iterator[None]:
         finally:
             holder.stdin.close()
             holder.wait(timeout=10)
+
+
+# --- test tiers ----------------------------------------------------------------------------------
+# Every test module is in exactly one tier, named here and nowhere else; a module in none stops
+# the collection (a new module must be classified). `pytest -m unit|integration|e2e` runs one
+# tier; every run ends with a line per tier (tests, outcomes, seconds), so CI's one
+# `.venv/bin/pytest` reports the tiers separately.
+#   unit: in-process only: memoryd's code in the test's own process (real files under tmp_path,
+#     the in-process `cli` fixture, a fake clock), no other process started by the test.
+#   integration: the test starts other processes (memoryd commands, a lock holder, git,
+#     tail -F, a service verifier, pytest in a fresh clone), but no daemon.
+#   e2e: a real daemon (a `memoryd run` process, or the Daemon in a thread with its own watcher,
+#     worker and timing), kill -9 crash loops, the real Claude Code client.
+TIERS: dict[str, frozenset[str]] = {
+    "unit": frozenset({
+        "test_ack", "test_adversarial_inputs", "test_agentview", "test_consult_transcripts",
+        "test_corpus_index", "test_discover", "test_discover_cache", "test_dream_apply",
+        "test_dream_cache", "test_dream_corpus", "test_dream_refs", "test_dream_repo",
+        "test_dream_repo_cache", "test_history", "test_humanize", "test_index_after_dream",
+        "test_index_held", "test_index_rules", "test_index_use_cases", "test_index_view",
+        "test_memfile", "test_privacy", "test_recall", "test_recall_relevance", "test_records",
+        "test_report_quiet", "test_scan", "test_secrets", "test_views_dirs", "test_views_dream",
+        "test_views_index",
+        "test_views_trash",
+    }),
+    "integration": frozenset({
+        "test_agent_semantics", "test_apply_checked", "test_audit", "test_cli", "test_config",
+        "test_demo", "test_discover_claude", "test_dream_planted", "test_dream_repo_memory",
+        "test_dream_similar", "test_forget", "test_fresh_clone", "test_index_faults",
+        "test_index_on_disk", "test_logview", "test_recall_mcp", "test_service", "test_state",
+        "test_trash", "test_versions",
+    }),
+    "e2e": frozenset({
+        "test_audit_failures", "test_claude_discover", "test_claude_real", "test_claude_view",
+        "test_crash", "test_daemon", "test_restore_final", "test_status_view",
+        "test_versions_daemon", "test_watch",
+    }),
+}
+TIER_OF = {module: tier for tier, modules in TIERS.items() for module in modules}
+assert len(TIER_OF) == sum(map(len, TIERS.values())), "a module is in two tiers"
+
+# Tests that take over ~3 s (all their parametrisations; measured with --durations=0 on the
+# shared 2-core machine), by module::function, or a whole module: `-m "not slow"` is the quick
+# loop. The real Claude Code client and the orchestkit checkout run only when configured, for
+# minutes.
+SLOW: frozenset[str] = frozenset({
+    "test_agentview::test_linear_at_the_index_read_limit",
+    "test_claude_discover", "test_claude_real", "test_claude_view",
+    "test_cli::test_run_says_started_then_waiting_and_where_the_log_is",
+    "test_corpus_index::test_index_over_a_corpus_repo_is_safe_and_idempotent",
+    "test_crash::test_sigkill_at_every_step_of_a_dream_pass",
+    "test_crash::test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename",
+    "test_daemon::test_a_memory_broken_for_a_while_is_still_one_memoryd_saw",
+    "test_daemon::test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it",
+    "test_daemon::test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events",
+    "test_daemon::test_burst_of_2000_files_gives_one_consistent_index",
+    "test_daemon::test_pile_up_dreams_after_five_changes_and_survives_restart",
+    "test_daemon::test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index",
+    "test_dream_repo_memory::test_a_real_repo_flags_the_memory_citing_removed_code_and_no_other",
+    "test_index_faults::test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes",
+    "test_index_on_disk::test_odd_names_are_indexed_once_and_resolve",
+    "test_memfile::test_what_the_loader_is_skipped_for_it_refuses",
+    "test_restore_final::test_the_daemons_pile_up_passes_leave_a_restored_memory_alone",
+    "test_versions::test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version",
+})
+
+
+_tier_of_test: dict[str, str] = {}
+# tier -> outcome -> count, and tier -> seconds (setup, call and teardown of its tests).
+_tier_outcomes: dict[str, dict[str, int]] = {tier: {} for tier in TIERS}
+_tier_seconds: dict[str, float] = dict.fromkeys(TIERS, 0.0)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unlisted = sorted({item.path.name for item in items if item.path.stem not in TIER_OF})
+    if unlisted:
+        raise pytest.UsageError(
+            f"tests/conftest.py: {', '.join(unlisted)} in no test tier: add each module to TIERS "
+            "(unit, integration or e2e; the comment above it says which)"
+        )
+    for item in items:
+        marked = {m.name for m in item.iter_markers() if m.name in TIERS or m.name == "slow"}
+        if marked:
+            raise pytest.UsageError(
+                f"{item.nodeid}: marked {', '.join(sorted(marked))} by hand: tiers and `slow` "
+                "are assigned in tests/conftest.py (TIERS, SLOW) only"
+            )
+        item.add_marker(TIER_OF[item.path.stem])
+        _tier_of_test[item.nodeid] = TIER_OF[item.path.stem]
+        function = getattr(item, "originalname", item.name)
+        if item.path.stem in SLOW or f"{item.path.stem}::{function}" in SLOW:
+            item.add_marker("slow")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = _tier_of_test.get(report.nodeid)
+    if tier is None:
+        return
+    _tier_seconds[tier] += report.duration
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        outcome = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
+        _tier_outcomes[tier][outcome] = _tier_outcomes[tier].get(outcome, 0) + 1
+    elif report.when == "teardown" and report.failed:
+        _tier_outcomes[tier]["error"] = _tier_outcomes[tier].get("error", 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    ran = [tier for tier in TIERS if _tier_outcomes[tier]]
+    if not ran:
+        return
+    terminalreporter.section("test tiers (tests/conftest.py: TIERS)")
+    for tier in ran:
+        counts = ", ".join(f"{n} {what}" for what, n in sorted(_tier_outcomes[tier].items()))
+        total = sum(_tier_outcomes[tier].values())
+        terminalreporter.write_line(
+            f"{tier:<12} {total:>5} tests: {counts}; {_tier_seconds[tier]:.1f} s"
+        )

@@ -34,13 +34,13 @@ def _mem(path: Path, body: str, age: float = 40) -> None:
     os.utime(path, (stamp, stamp))
 
 
-def _flag_lines(cli, folder: Path) -> list[str]:  # type: ignore[no-untyped-def]
+def _flag_lines(cli, folder: Path) -> list[str]:
     result = cli("dream", folder)
     assert result.code == 0, result.err
     return [line.strip() for line in result.out.splitlines() if line.strip().startswith("half.md:")]
 
 
-def test_an_acknowledged_flag_is_not_listed_until_the_memory_changes(  # type: ignore[no-untyped-def]
+def test_an_acknowledged_flag_is_not_listed_until_the_memory_changes(
     env: Env, cli, repo: Path
 ) -> None:
     folder = repo / ".claude" / "memory"
@@ -81,7 +81,7 @@ def test_an_acknowledged_flag_is_not_listed_until_the_memory_changes(  # type: i
     assert _flag_lines(cli, folder) == ["half.md: partially stale, missing: src/removed.py"]
 
 
-def test_only_a_flagged_memory_can_be_acknowledged(env: Env, cli, repo: Path) -> None:  # type: ignore[no-untyped-def]
+def test_only_a_flagged_memory_can_be_acknowledged(env: Env, cli, repo: Path) -> None:
     folder = repo / ".claude" / "memory"
     result = cli("ack", folder / "filler_0.md")
     assert result.code == 1 and "not flagged for review; nothing to acknowledge" in result.out

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rapidfuzz import process
 
-from memoryd.config import Config, ConfigError, DreamConfig, build_config
+from memoryd.config import Config, DreamConfig, build_config
 from memoryd.discover import MemoryDir, explicit_dirs
-from memoryd.dream import consult as consult_module
 from memoryd.dream.consult import ConsultLog, Subject
 from memoryd.dream.refs import extract_refs
 from memoryd.dream.run import RepoCache, dream_dir
+from memoryd.errors import ConfigError
 from memoryd.memfile import MAX_FILE_BYTES, MAX_FRONTMATTER_BYTES, Memory, parse_memory
 from tests.conftest import Env, make_small_repo, tree_digest, write_memory
 
@@ -95,7 +96,7 @@ def test_the_lenient_and_hash_readers_keep_their_values() -> None:
 
 
 @pytest.mark.timeout(20)
-def test_indexing_sixty_files_of_invalid_frontmatter_is_linear(  # type: ignore[no-untyped-def]
+def test_indexing_sixty_files_of_invalid_frontmatter_is_linear(
     env: Env, cli, tmp_path: Path
 ) -> None:
     """The issue's case end to end: `index` over 60 such files (old: 56 s) stays well inside."""
@@ -133,14 +134,14 @@ def test_a_4mb_consult_log_is_matched_once_not_per_memory(
     rows.append({"ts": now - 30 * 86400, "names": ["payment_flow"]})  # outside the window
     _write_log(tmp_path, rows)
     calls = 0
-    real = consult_module.process.extractOne
+    real = process.extractOne
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
         calls += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(consult_module.process, "extractOne", counting)
+    monkeypatch.setattr(process, "extractOne", counting)  # the module consult calls it through
     log = ConsultLog.load(tmp_path)
     assert log is not None
     since = now - 14 * 86400
@@ -230,7 +231,7 @@ def test_budgets_are_validated_like_other_durations(key: str, value: object) -> 
 
 
 @pytest.mark.timeout(30)
-def test_explain_on_one_path_at_the_size_limit_is_linear(  # type: ignore[no-untyped-def]
+def test_explain_on_one_path_at_the_size_limit_is_linear(
     env: Env, cli, repo: Path
 ) -> None:
     """`explain` on a 1 MiB memory whose body is one backticked `a/a/a/…` path: asking whether

@@ -14,9 +14,24 @@ import pytest
 from memoryd import memfile, trash
 from memoryd.index import pointer_targets, verify
 from tests.conftest import Env, write_memory
-from tests.test_dream_planted import _filler, dream, explain, mem, moved, repo  # noqa: F401
-from tests.test_index_rules import _big, entry, run
-from tests.test_trash import plant_day
+from tests.helpers import (
+    dream,
+    entry,
+    explain,
+    filler,
+    make_planted_repo,
+    many_entries,
+    mem,
+    moved,
+    plant_day,
+    run,
+)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """The planted cases' code tree (`make_planted_repo`)."""
+    return make_planted_repo(tmp_path)
 
 
 def claude_scan(folder: Path) -> list[str]:
@@ -33,7 +48,7 @@ def claude_scan(folder: Path) -> list[str]:
 
 # --- 1. trashed files are invisible to every Claude Code version's scan ---------------------
 def test_a_trashed_file_is_no_memory_to_claudes_scan_and_comes_back_whole(
-    env: Env, cli, repo: Path  # noqa: F811
+    env: Env, cli, repo: Path
 ) -> None:
     """A pass's move leaves no `*.md` in `.trash/` (2.1.197 would list it as a live memory);
     `trash list` shows it, and a restore by its name brings the same bytes back under the
@@ -41,7 +56,7 @@ def test_a_trashed_file_is_no_memory_to_claudes_scan_and_comes_back_whole(
     folder = repo / ".claude" / "memory"
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     original = path.read_bytes()
-    _filler(repo)
+    filler(repo)
     before = claude_scan(folder)
     assert moved(dream(cli, repo)) == {"stale.md": "stale"}
     assert claude_scan(folder) == [n for n in before if n != "stale.md"]
@@ -52,7 +67,7 @@ def test_a_trashed_file_is_no_memory_to_claudes_scan_and_comes_back_whole(
 
 
 def test_trash_of_the_older_plain_naming_lists_restores_and_purges(
-    env: Env, cli, repo: Path  # noqa: F811
+    env: Env, cli, repo: Path
 ) -> None:
     """Day folders an older memoryd wrote (`<name>.md` stored as is) still list, restore (by
     name, by id and by their stored path) and purge: no migration needed."""
@@ -94,13 +109,13 @@ def test_a_stored_name_never_ends_in_md_and_fits_the_name_limit(tmp_path: Path) 
         assert trash.stored_problem(bad) is not None, bad
 
 
-def test_a_long_name_moves_and_restores(env: Env, cli, repo: Path) -> None:  # noqa: F811
+def test_a_long_name_moves_and_restores(env: Env, cli, repo: Path) -> None:
     """A memory whose name is 255 bytes goes to the trash under a shorter stored name and
     comes back under its own."""
     name = "s" * 252 + ".md"
     path = mem(repo, name, "Lived in `src/removed.py`.")
     original = path.read_bytes()
-    _filler(repo)
+    filler(repo)
     folder = repo / ".claude" / "memory"
     assert moved(dream(cli, repo)) == {name: "stale"}
     (entry,) = trash.entries(folder)
@@ -121,7 +136,7 @@ def test_a_new_archive_names_what_it_holds_to_claudes_scan() -> None:
     """The archive a demotion starts has a description for Claude Code's scan (which lists it
     as a memory), memoryd reads none of its frontmatter as a pointer, and a second pass
     changes nothing."""
-    mems = _big(250)
+    mems = many_entries(250)
     first = run(None, mems)
     assert first.archive is not None and first.demoted
     fields = claude_frontmatter(first.archive)
@@ -205,7 +220,7 @@ def test_a_dots_line_closes_nothing_for_the_agent() -> None:
 
 
 def test_duplicates_pair_only_within_the_type_the_agent_reads(
-    env: Env, cli, repo: Path  # noqa: F811
+    env: Env, cli, repo: Path
 ) -> None:
     """Two near-identical memories, both `type: project` at the top level, one with
     `metadata.type: reference`: Claude Code files them under different types, so they are
@@ -220,7 +235,7 @@ def test_duplicates_pair_only_within_the_type_the_agent_reads(
         age=50)
     mem(repo, "cap_new.md", "Rotate the signing keys every quarter using the vault rotation "
         "runbook and record the new fingerprints in the audit sheet now", age=20)
-    _filler(repo)
+    filler(repo)
     report = dream(cli, repo)
     assert moved(report) == {}, report
     data = explain(cli, repo / ".claude" / "memory" / "dup_new.md")
@@ -228,14 +243,14 @@ def test_duplicates_pair_only_within_the_type_the_agent_reads(
 
 
 def test_a_guard_takes_the_protective_reading_and_explain_says_so(
-    env: Env, cli, repo: Path  # noqa: F811
+    env: Env, cli, repo: Path
 ) -> None:
     """A fully stale `type: User` memory (no type to Claude Code) and a `type: project` one
     with `metadata.type: user` are kept as user memories; `explain` gives both readings."""
     folder = repo / ".claude" / "memory"
     mem(repo, "caps.md", "Lived in `src/removed.py`.", type_="User")
     mem(repo, "nested.md", "Lived in `src/gone.py`.", extra="metadata:\n  type: user\n")
-    _filler(repo)
+    filler(repo)
     assert moved(dream(cli, repo)) == {}
     data = explain(cli, folder / "caps.md")
     assert (data["type"], data["guard_type"]) == (None, "user")
@@ -250,7 +265,7 @@ def test_a_guard_takes_the_protective_reading_and_explain_says_so(
 
 
 # --- 4. the lock as Claude Code means it -----------------------------------------------------
-def _dir(folder: Path):  # type: ignore[no-untyped-def]
+def _dir(folder: Path):
     from memoryd.config import Config
     from memoryd.discover import explicit_dirs
 
@@ -332,14 +347,14 @@ def test_a_process_of_another_user_counts_alive() -> None:
 
 
 def test_a_pass_defers_to_a_live_holder_only_and_dirs_shows_the_last_consolidation(
-    env: Env, cli, repo: Path  # noqa: F811
+    env: Env, cli, repo: Path
 ) -> None:
     """A fresh lock naming a live child process defers the pass; the same lock once that
     process is gone (Claude Code's dream done, the file left as its timestamp) does not, and
     `dirs` reports its mtime as Claude Code's last consolidation."""
     folder = repo / ".claude" / "memory"
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     lock = folder / ".consolidate-lock"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

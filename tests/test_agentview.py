@@ -16,54 +16,9 @@ from memoryd.agentview import (
     agent_view,
     view_of_bytes,
 )
+from tests.helpers import OBSERVED
 
 AUTO, PLAIN = ViewKind.AUTO, ViewKind.PLAIN
-
-# (id, MEMORY.md, what the binary loaded): how it lexes HTML comments and frontmatter.
-OBSERVED = [
-    ("a_1space", "A\n <!--\nX\n-->\nB\n", "A\n <!--\nX\n-->\nB"),
-    ("a_3space", "A\n   <!--\nX\n-->\nB\n", "A\n   <!--\nX\n-->\nB"),
-    ("b_list_indented", "- A\n  <!--\n  X\n  -->\n- B\n", "- A\n  <!--\n  X\n  -->\n- B"),
-    ("b_list_1space", "- A\n <!--\nX\n-->\n- B\n", "- A\n- B"),
-    ("c_blank", "A\n\n<!-- c -->\n\nB\n", "A\n\nB"),
-    ("d_fence", "```\n<!--\nX\n-->\n```\nB\n", "```\n<!--\nX\n-->\n```\nB"),
-    ("e_residue", "<!-- a --> tail\nB\n", "tail\nB"),
-    ("f_unclosed_after", "<!-- a -->\n<!-- open\nB\n<!-- z -->\nC\n", "C"),
-    ("g_div", "<div>\n<!--\nX\n-->\n</div>\nB\n", "<div>\n<!--\nX\n-->\n</div>\nB"),
-    ("h_quote", "> q\n<!--\nX\n-->\nB\n", "> q\nB"),
-    ("i_short", "<!-->\nX\n<!-- y -->\nB\n", "<!-->\nX\nB"),
-    ("j_lazy4", "A\n    <!--\nX\n-->\nB\n", "A\n    <!--\nX\n-->\nB"),
-    ("k_list_blank", "- A\n\n<!--\nX\n-->\n- B\n", "- A\n\n- B"),
-    ("l_fm_midline", "---\nx: a---b\n- [A](a.md)\n", "b\n- [A](a.md)"),
-    ("m_heading", "# H\n<!--\nX\n-->\nB\n", "# H\nB"),
-    ("n_list_star4", "*   A\n  <!--\nX\n-->\n- B\n", "*   A\n- B"),
-    ("o_midcomment_end", "<!--\nX\n--> after\n- [B](b.md)\n", "after\n- [B](b.md)"),
-    ("p_space_blank", "<!-- c -->\n  \nB\n", "B"),
-    ("q_crlf_comment", "A\r\n<!--\r\nX\r\n-->\r\nB\r\n", "A\nB"),
-    ("r_tab", "A\n\t<!--\nX\n-->\nB\n", "A\n\t<!--\nX\n-->\nB"),
-    ("s_list_lazy_then", "- A\ncont\n<!--\nX\n-->\nB\n", "- A\ncont\nB"),
-    ("t_fm_ws", "---  \n\nx: 1\n---  \n\n  B\n", "B"),
-    ("p0_para0", "A\n<!--\nX\n-->\nB\n", "A\nB"),
-    ("p1_start1", "A\n\n <!--\nX\n-->\nB\n", "A\n\nB"),
-    ("p2_start3", "A\n\n   <!--\nX\n-->\nB\n", "A\n\nB"),
-    ("p3_start4", "A\n\n    <!--\nX\n-->\nB\n", "A\n\n    <!--\nX\n-->\nB"),
-    ("p4_list3", "- A\n   <!--\nX\n-->\n- B\n", "- A\n   <!--\nX\n-->\n- B"),
-    ("p5_list_blank2", "- A\n\n  <!--\nX\n-->\n- B\n", "- A\n\n  <!--\nX\n-->\n- B"),
-    ("p6_ordered2", "1. A\n  <!--\nX\n-->\nB\n", "1. A\nB"),
-    ("p7_head1", "# H\n <!--\nX\n-->\nB\n", "# H\nB"),
-    ("p8_trailsp", "<!-- a -->  \nB\n", "B"),
-    ("p9_nested", "- A\n  - B\n<!--\nX\n-->\nC\n", "- A\n  - B\nC"),
-    ("pa_para_residue", "A\n<!-- x --> B\nC\n", "A\n B\nC"),
-    ("pb_first1", " <!--\nX\n-->\nB\n", "B"),
-    ("pc_lonecr_inline", "A <!-- x -->\rB\rC\r", "A <!-- x -->\nB\nC"),
-    ("pd_quote_lazy", "> q\nlazy\n<!--\nX\n-->\nB\n", "> q\nlazy\nB"),
-    ("pe_code_then", "    code\n<!--\nX\n-->\nB\n", "code\nB"),
-    ("pf_fm_then_comment", "---\nx: 1\n---\n<!--\nX\n-->\nB\n", "B"),
-    ("pg_list_then_1sp_para", "- A\n\n <!--\nX\n-->\nB\n", "- A\n\nB"),
-    ("ph_html_inline_tag", "A\n<span>\n<!--\nX\n-->\nB\n", "A\n<span>\nB"),
-    ("pi_fence_tilde_unclosed", "~~~\n<!--\nX\n-->\n", "~~~\n<!--\nX\n-->"),
-    ("pj_two_on_line", "<!-- a --><!-- b -->\nB\n", "B"),
-]
 
 
 @pytest.mark.parametrize(

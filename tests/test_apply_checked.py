@@ -18,7 +18,7 @@ from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.dream.run import DreamResult, RepoCache, dream_dir
 from memoryd.runtime import Runtime
 from tests.conftest import Env, InjectedCrash, crash_at
-from tests.test_dream_planted import DAY, _filler, mem
+from tests.helpers import DAY, filler, mem
 
 
 def _dir(repo: Path) -> MemoryDir:
@@ -59,8 +59,7 @@ def _trash_check(folder: Path) -> tuple[int, int, set[str]]:
 
 
 def _pass(rt: Runtime, md: MemoryDir, hook: Callable[[str], None] | None = None) -> DreamResult:
-    hooks = {"before_move": hook} if hook is not None else {}
-    return dream_dir(rt, md, repos=RepoCache(), **hooks)
+    return dream_dir(rt, md, repos=RepoCache(), before_move=hook)
 
 
 @pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "link-unlink"])
@@ -74,7 +73,7 @@ def test_a_file_swapped_between_check_and_rename_stays_in_the_dir(
         pytest.skip("no renameat2 here")
     monkeypatch.setattr(fsops, "use_renameat2", renameat2)
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     rt, md = env.runtime(), _dir(repo)
 
     def agent_saves(name: str) -> None:
@@ -109,7 +108,7 @@ def test_without_renameat2_a_save_between_link_and_unlink_is_not_unlinked(
     monkeypatch.setattr(fsops, "use_renameat2", False)
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     planned = path.read_bytes()
-    _filler(repo)
+    filler(repo)
     rt, md = env.runtime(), _dir(repo)
     real_link = os.link
 
@@ -134,7 +133,7 @@ def test_a_file_rewritten_in_place_after_its_check_is_put_back(
     """The same inode with other bytes (an editor writing in place) is no checked version
     either."""
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     rt, md = env.runtime(), _dir(repo)
 
     def agent_writes_in_place(name: str) -> None:
@@ -157,7 +156,7 @@ def test_a_put_back_never_overwrites_a_file_that_took_the_name(
     after it: version 3 keeps the name, version 2 comes back as `stale.kept-1.md`, and the
     report and the audit row say so."""
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     rt, md = env.runtime(), _dir(repo)
     (md.real_path / "stale.kept-1.md").mkdir()  # taken too: the next free name is used
     real_crash_point = fsops.crash_point
@@ -188,7 +187,7 @@ def test_recovery_puts_back_an_unchecked_file_a_crash_left_in_the_trash(
     from memoryd.recovery import recover
 
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     rt, md = env.runtime(), _dir(repo)
     real_crash_point = fsops.crash_point
     monkeypatch.setattr(fsops, "crash_point", crash_at("trash.after_move"))
@@ -230,7 +229,7 @@ def test_a_concurrent_process_swapping_files_gets_nothing_unchecked_trashed(
     (Before the fix about one pass in ten moved a version it never checked.)"""
     for name in ("stale_a.md", "stale_b.md"):
         mem(repo, name, "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     rt, md = env.runtime(), _dir(repo)
     put_backs: list[int] = []  # how often the race was hit (printed: it depends on timing)
     real_put_back = trash.put_back

@@ -72,11 +72,15 @@ def test_rotation_keeps_rows_and_tail_follows(tmp_path: Path) -> None:
     try:
         for i in range(60):
             log.write("dream.skipped", why=f"row {i:03d} " + "x" * 40)
-        time.sleep(1.5)  # tail -F polls about once a second for a renamed file
-        log.write("dream.skipped", why="after rotation")
+        assert path.with_name("audit.jsonl.1").exists()  # the last rows are in the new file
         deadline = time.monotonic() + 10
         raw = b""
         os.set_blocking(tail.stdout.fileno(), False)  # type: ignore[union-attr]
+        # tail -F looks for a renamed file about once a second: wait until it has found it.
+        while b"row 059" not in raw and time.monotonic() < deadline:
+            raw += tail.stdout.read() or b""  # type: ignore[union-attr]
+            time.sleep(0.1)
+        log.write("dream.skipped", why="after rotation")
         while b"after rotation" not in raw and time.monotonic() < deadline:
             raw += tail.stdout.read() or b""  # type: ignore[union-attr]
             time.sleep(0.1)

@@ -16,8 +16,7 @@ from memoryd import audit
 from memoryd.audit import AuditLog
 from memoryd.discover import slugify
 from tests.conftest import Env, make_small_repo
-from tests.test_daemon import agent_write, index_text, start, wait_for
-from tests.test_dream_planted import _filler, mem
+from tests.helpers import agent_write, filler, index_text, mem, start, wait_for
 
 WARNING = "the audit log cannot be written"
 
@@ -26,7 +25,7 @@ WARNING = "the audit log cannot be written"
 def repo(tmp_path: Path) -> Path:
     root = make_small_repo(tmp_path)
     mem(root, "stale.md", "Lived in `src/removed.py`.")
-    _filler(root)
+    filler(root)
     return root
 
 
@@ -65,7 +64,7 @@ def test_the_writer_says_once_when_rows_stop_and_once_when_they_come_back(
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO, errno.EROFS, errno.EFBIG, errno.EACCES])
 def test_a_failing_audit_write_leaves_the_pass_done_and_is_said_once(
-    env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch, code: int  # type: ignore[no-untyped-def]
+    env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
     """Every row of a dream pass fails to reach the log: the move is made and recorded in the
     trash, the command exits 0, and stderr says it once, naming the log file."""
@@ -84,7 +83,7 @@ def test_a_failing_audit_write_leaves_the_pass_done_and_is_said_once(
 
 
 def test_a_failed_pass_whose_failure_row_fails_too_exits_1_with_its_own_error(
-    env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pass fails (its trash is a file) and so does every audit row, `dream.failed`
     included: the report says why the pass failed, exit 1, no traceback."""

@@ -24,7 +24,7 @@ from memoryd.index import INDEX_NAME
 from memoryd.indexer import view_kind
 from tests.claude_client import BIN_ENV, Captured, MemoryBlock, claude_bin, run_claude
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 if not os.environ.get(BIN_ENV):
     pytest.skip(

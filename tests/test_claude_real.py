@@ -18,7 +18,7 @@ import pytest
 
 from tests.claude_client import BIN_ENV, Captured, MemoryBlock, Reply, claude_bin, run_claude
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 WARN = "\n\n> WARNING: MEMORY.md is "  # a blank line, then a quote line
 TAIL = " Keep index entries to one line under ~200 chars; move detail into topic files."

@@ -20,9 +20,9 @@ from memoryd.agentview import ViewKind, agent_view
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, TRAILER, local_links, split_lines
 from tests.claude_client import BIN_ENV, claude_bin, run_claude
 from tests.conftest import Env, write_memory
-from tests.test_agentview import OBSERVED
+from tests.helpers import OBSERVED
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 if not os.environ.get(BIN_ENV):
     pytest.skip(
@@ -96,7 +96,7 @@ CASES: dict[str, Callable[[Path], None]] = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_what_memoryd_counts_visible_is_what_claude_loads(
-    env: Env, cli, tmp_path: Path, case: str  # type: ignore[no-untyped-def]
+    env: Env, cli, tmp_path: Path, case: str
 ) -> None:
     """memoryd's visible memories are in the loaded block; the rest are in the archive, whose
     trailer is loaded; memoryd's predicted text is the loaded text."""

@@ -25,27 +25,27 @@ def _commands() -> list[list[str]]:
 
 
 @pytest.mark.parametrize("words", _commands(), ids=" ".join)
-def test_every_command_has_help(cli, words: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_every_command_has_help(cli, words: list[str]) -> None:
     """`memoryd <command> --help` describes every option and exits 0."""
     result = cli(*words, "--help")
     assert result.code == 0
     assert "usage: memoryd" in result.out
 
 
-def test_usage_errors_exit_2(cli) -> None:  # type: ignore[no-untyped-def]
+def test_usage_errors_exit_2(cli) -> None:
     """An unknown command or option is a usage error: exit 2."""
     assert cli("frobnicate").code == 2
     assert cli("index", "--bogus").code == 2
 
 
-def test_missing_dir_names_the_path(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_missing_dir_names_the_path(cli, tmp_path: Path) -> None:
     """A DIR that does not exist is named in the error, with what to pass instead."""
     result = cli("index", tmp_path / "nope")
     assert result.code == 2  # a usage error (DESIGN §8)
     assert str(tmp_path / "nope") in result.err and "name a memory dir" in result.err
 
 
-def test_log_renders_filters_and_skips_torn_lines(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_log_renders_filters_and_skips_torn_lines(env: Env, cli, tmp_path: Path) -> None:
     """`memoryd log` prints readable lines, filters by event and dir, and skips a torn row."""
     folder = tmp_path / "m"
     write_memory(folder, "a.md")
@@ -111,14 +111,17 @@ def test_log_follow_survives_rotation(env: Env, tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "memoryd", "log", "-f"], env=os.environ.copy(),
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(1.0)
+        raw = b""
+        deadline = time.monotonic() + 10
+        os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
+        while b" before\n" not in raw and time.monotonic() < deadline:  # it is following
+            raw += proc.stdout.read() or b""  # type: ignore[union-attr]
+            time.sleep(0.1)
         for i in range(40):
             log.write("dream.skipped", why=f"filler {i} " + "x" * 60)
         log.write("dream.skipped", why="after rotation")
         assert env.audit_path.with_name("audit.jsonl.1").exists()
-        raw = b""
         deadline = time.monotonic() + 10
-        os.set_blocking(proc.stdout.fileno(), False)  # type: ignore[union-attr]
         while b"after rotation" not in raw and time.monotonic() < deadline:
             raw += proc.stdout.read() or b""  # type: ignore[union-attr]
             time.sleep(0.1)
@@ -130,7 +133,7 @@ def test_log_follow_survives_rotation(env: Env, tmp_path: Path) -> None:
     assert " before\n" in seen and " after rotation\n" in seen
 
 
-def test_why_a_file_is_no_memory_is_said_where_one_asks(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_why_a_file_is_no_memory_is_said_where_one_asks(env: Env, cli, tmp_path: Path) -> None:
     """`explain` and `dirs` say why a file is not used, and what to do, not just that."""
     folder = tmp_path / "m"
     write_memory(folder, "a.md")
@@ -150,7 +153,7 @@ def test_why_a_file_is_no_memory_is_said_where_one_asks(env: Env, cli, tmp_path:
     assert [r["file"] for r in rows if r["file"] == "broken.md"] and all(r["hint"] for r in rows)
 
 
-def test_control_characters_in_names_are_shown_escaped(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_control_characters_in_names_are_shown_escaped(env: Env, cli, tmp_path: Path) -> None:
     from memoryd.display import shown
 
     assert shown("new\nline.md") == "new\\nline.md"

@@ -62,12 +62,13 @@ def test_example_config_documents_every_key_with_its_default(tmp_path: Path) -> 
     for section, table in defaults.items():
         if section == "dirs":
             continue
-        assert isinstance(table, dict)
+        mine = ours[section]
+        assert isinstance(table, dict) and isinstance(mine, dict)
         for key, value in table.items():
             assert f"\n{key} = " in example.read_text() or f"\n# {key} = " in example.read_text(), (
                 f"{section}.{key} is not documented in config.example.toml")
             if section != "paths":
-                assert ours[section][key] == value, f"{section}.{key} differs from the default"
+                assert mine[key] == value, f"{section}.{key} differs from the default"
 
 
 def test_missing_default_file_means_defaults(tmp_path: Path) -> None:
@@ -76,7 +77,7 @@ def test_missing_default_file_means_defaults(tmp_path: Path) -> None:
     assert cfg == Config(source="built-in defaults", paths=cfg.paths)
 
 
-def test_config_check_cli_exit_codes(env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_config_check_cli_exit_codes(env, cli, tmp_path: Path) -> None:
     """`config check` exits 0 on a valid file and 2 listing every problem on a bad one."""
     good = tmp_path / "good.toml"
     good.write_text('[watch]\ndebounce = "1s"\n')
@@ -98,7 +99,7 @@ def test_config_check_cli_exit_codes(env, cli, tmp_path: Path) -> None:  # type:
     ]
 
 
-def test_a_bad_config_leaves_read_only_commands_usable(env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_config_leaves_read_only_commands_usable(env, cli, tmp_path: Path) -> None:
     """With the user's config file broken (while a daemon may run on the old one), `status`,
     `log`, `trash list` and `dirs` run on the built-in defaults, warning on stderr with the
     file, its first problems and `memoryd config check`; commands that write still refuse
@@ -117,10 +118,10 @@ def test_a_bad_config_leaves_read_only_commands_usable(env, cli, tmp_path: Path)
         assert "watch.debounce" in result.err and "watch.max_wiat" in result.err
         assert "memoryd config check" in result.err
     assert "reviewer" in cli("dirs").out  # found on the default Claude home
-    for command in (("index",), ("dream",), ("trash", "purge"), ("trash", "restore", "x"),
-                    ("config", "check")):
-        result = cli(*command)
-        assert result.code == 2, (command, result.err)
+    for writer in (("index",), ("dream",), ("trash", "purge"), ("trash", "restore", "x"),
+                   ("config", "check")):
+        result = cli(*writer)
+        assert result.code == 2, (writer, result.err)
         assert "invalid configuration" in result.err and "warning" not in result.err
     assert not env.audit_path.exists() or not [
         r for r in env.audit_rows() if r["event"] == "config.invalid"

@@ -14,7 +14,7 @@ from memoryd.dream import transcripts
 from memoryd.dream.run import RepoCache, dream_dir
 from memoryd.errors import ConfigError
 from tests.conftest import Env
-from tests.test_dream_planted import DAY, _filler, dream, explain, mem, moved
+from tests.helpers import DAY, dream, explain, filler, mem, moved
 
 
 @pytest.fixture
@@ -62,13 +62,13 @@ NOISE = json.dumps({"type": "user", "message": {"role": "user", "content": [
 
 
 def test_a_read_in_a_transcript_keeps_a_stale_memory_and_explain_names_it(
-        env: Env, cli, repo: Path) -> None:  # type: ignore[no-untyped-def]
+        env: Env, cli, repo: Path) -> None:
     """A Read of the memory by the agent 3 days ago: the consult guard holds, and `explain`
     names the session, time, tool and transcript."""
     folder = repo / ".claude" / "memory"
     kept = mem(repo, "payment_flow.md", "Lived in `src/removed_one.py`.")
     mem(repo, "refund_flow.md", "Lived in `src/removed_two.py`.")
-    _filler(repo)
+    filler(repo)
     when = time.time() - 3 * DAY
     plant(env, repo, "sess-a.jsonl", NOISE,
           tool_row(str(kept), cwd=repo, when=when, session="efc9a09f-1"), NOISE)
@@ -83,12 +83,12 @@ def test_a_read_in_a_transcript_keeps_a_stale_memory_and_explain_names_it(
 
 
 def test_a_subfolder_sessions_transcript_counts_for_the_repos_memory_dir(
-        env: Env, cli, repo: Path) -> None:  # type: ignore[no-untyped-def]
+        env: Env, cli, repo: Path) -> None:
     """A session started in a subfolder writes under the subfolder's slug; its Read of the
     repo's memory (a path relative to that cwd, through a symlink) still counts."""
     mem(repo, "payment_flow.md", "Lived in `src/removed_one.py`.")
     mem(repo, "refund_flow.md", "Lived in `src/removed_two.py`.")
-    _filler(repo)
+    filler(repo)
     (repo / "pkg" / "mem-link").symlink_to(repo / ".claude" / "memory")
     sub = repo / "pkg" / "sub"
     plant(env, sub, "sess-b.jsonl",
@@ -190,7 +190,7 @@ def test_the_14_day_window_with_a_fake_clock(env: Env, repo: Path) -> None:
     for name in ("inside.md", "outside.md"):
         mem(repo, name, f"Lived in `src/{name[:-3]}_gone.py`.", age=0)
         os.utime(folder / name, (now - 40 * DAY, now - 40 * DAY))
-    _filler(repo)
+    filler(repo)
     for p in folder.glob("filler_*.md"):
         os.utime(p, (now - 40 * DAY, now - 40 * DAY))
     path = plant(env, repo, "s.jsonl",
@@ -260,7 +260,7 @@ def test_fifos_and_links_among_transcripts_are_never_opened(
     assert found.bytes_read == 0 and not found.dirs
 
 
-def test_a_dry_run_saves_no_offsets(env: Env, cli, repo: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_dry_run_saves_no_offsets(env: Env, cli, repo: Path) -> None:
     """`dream --dry-run` and `explain` write nothing, not even the scan's state."""
     kept = mem(repo, "a.md", "Lived in `src/removed_one.py`.")
     plant(env, repo, "s.jsonl", tool_row(str(kept), cwd=repo, when=time.time()))

@@ -14,7 +14,7 @@ import pytest
 from memoryd.audit import iter_lines
 from memoryd.index import pointer_targets, split_lines
 from memoryd.scan import scan_dir
-from tests.test_dream_planted import _filler, mem
+from tests.helpers import filler, mem, plant_day, watched_for
 
 HAND_WRITTEN = "# Project notes\n\nKeep these words exactly.\n\n"
 
@@ -30,7 +30,7 @@ def _template(root: Path) -> Path:
               "first then promote production after verification checks complete")
     mem(repo, "dup_old.md", deploy + " successfully", age=50)
     mem(repo, "dup_new.md", deploy + " fine", age=20)
-    _filler(repo, 12)
+    filler(repo, 12)
     folder = repo / ".claude" / "memory"
     pointers = "".join(f"- [{p.stem}]({p.name}) — d\n" for p in sorted(folder.glob("*.md")))
     (folder / "MEMORY.md").write_text(HAND_WRITTEN + pointers + "\n## Footer\nmine\n")
@@ -117,7 +117,6 @@ def test_sigkill_during_a_purge_is_finished_later(tmp_path: Path) -> None:
     folder = repo / ".claude" / "memory"
     from datetime import date, datetime
 
-    from tests.test_trash import plant_day, watched_for
 
     old = plant_day(folder, date(2020, 1, 1), datetime(2020, 1, 1, 12), "gone.md")
     (old / "gone.md").write_text("old\n")

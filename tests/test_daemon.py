@@ -9,113 +9,26 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 
 import pytest
 
-from memoryd.audit import iter_lines
-from memoryd.discover import slugify
 from tests.conftest import write_memory
-
-CONFIG = """\
-[index]
-new_file_grace = "{grace}"
-[watch]
-debounce = "200ms"
-max_wait = "2s"
-reconcile_every = "1h"
-[dream]
-pile_up = {pile_up}
-quiet = "1s"
-min_interval = "0s"
-"""
-
-
-@dataclass
-class Running:
-    proc: subprocess.Popen[str]
-    env: dict[str, str]
-    home: Path
-    config: Path
-
-    @property
-    def claude(self) -> Path:
-        return self.home / ".claude"
-
-    @property
-    def state(self) -> Path:
-        return self.home / ".local" / "state" / "memoryd"
-
-    def rows(self, event: str | None = None) -> list[dict[str, object]]:
-        rows = list(iter_lines(self.state / "log" / "audit.jsonl"))
-        return [r for r in rows if event is None or r["event"] == event]
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "memoryd", "--config", str(self.config),
-                               *args], env=self.env, capture_output=True, text=True, timeout=60,
-                              check=False)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or predicate}")
-
-
-def start(tmp_path: Path, *, grace: str = "0s", extra_env: dict[str, str] | None = None,
-          name: str = "d", index_config: str = "", pile_up: int = 5, more_config: str = "",
-          reads: bool = False) -> Running:
-    """`reads`: watch.consult_signal = "transcripts+reads" (read events count as consults)."""
-    home = tmp_path / f"home-{name}"
-    home.mkdir(exist_ok=True)
-    config = tmp_path / f"config-{name}.toml"
-    watch = 'consult_signal = "transcripts+reads"\n' if reads else ""
-    config.write_text(CONFIG.format(grace=grace, pile_up=pile_up).replace(
-        "[index]\n", "[index]\n" + index_config).replace("[watch]\n", "[watch]\n" + watch)
-        + more_config)
-    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
-           "XDG_STATE_HOME": str(home / ".local" / "state"),
-           "XDG_CONFIG_HOME": str(home / ".config"), **(extra_env or {})}
-    log = tmp_path / f"daemon-{name}.log"
-    with log.open("a") as stderr:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memoryd", "--config", str(config), "run"],
-            env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
-    running = Running(proc, env, home, config)
-    wait_for(lambda: (running.state / "status.json").exists() or proc.poll() is not None,
-             what="the first heartbeat")
-    assert proc.poll() is None, log.read_text()
-    return running
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Callable[[Running, str], Path]:
-    """Make a Claude project memory dir (with a transcript naming its repo) inside a HOME."""
-
-    def make(running: Running, name: str) -> Path:
-        repo = tmp_path / "code" / name
-        repo.mkdir(parents=True, exist_ok=True)
-        folder = running.claude / "projects" / slugify(str(repo))
-        (folder / "memory").mkdir(parents=True, exist_ok=True)
-        (folder / "s.jsonl").write_text(json.dumps({"cwd": str(repo)}) + "\n")
-        return folder / "memory"
-
-    return make
+from tests.helpers import (
+    CONFIG,
+    DUPLICATE,
+    Running,
+    agent_write,
+    index_text,
+    plant_day,
+    snapshot,
+    start,
+    vault,
+    wait_for,
+    watched_for,
+)
 
 
 @pytest.fixture
@@ -125,20 +38,7 @@ def daemon(tmp_path: Path) -> Iterator[Running]:
     running.stop()
 
 
-def agent_write(folder: Path, filename: str, description: str = "new") -> None:
-    """Write like Claude Code: a temp file, then an atomic rename onto the name."""
-    tmp = folder / f"{filename}.tmp.{os.getpid()}.a1b2"
-    tmp.write_text(f"---\nname: {filename[:-3]}\ndescription: {description}\ntype: project\n"
-                   "---\n\nbody\n")
-    tmp.rename(folder / filename)
-
-
-def index_text(folder: Path) -> str:
-    path = folder / "MEMORY.md"
-    return path.read_text() if path.exists() else ""
-
-
-def test_writes_and_deletes_keep_the_index_in_step(daemon: Running, project) -> None:  # type: ignore[no-untyped-def]
+def test_writes_and_deletes_keep_the_index_in_step(daemon: Running, project) -> None:
     """Atomic rename, in-place rewrite and delete each update MEMORY.md; prose is untouched."""
     folder = project(daemon, "app")
     write_memory(folder, "first.md", description="one")
@@ -155,7 +55,7 @@ def test_writes_and_deletes_keep_the_index_in_step(daemon: Running, project) -> 
                                   "- [third](third.md) — three\n")
 
 
-def test_the_agents_first_line_for_a_file_wins_over_its_later_one(  # type: ignore[no-untyped-def]
+def test_the_agents_first_line_for_a_file_wins_over_its_later_one(
     daemon: Running, project
 ) -> None:
     """Two pointer lines the agent wrote for one file, the first exactly memoryd's template:
@@ -169,7 +69,7 @@ def test_the_agents_first_line_for_a_file_wins_over_its_later_one(  # type: igno
     assert index_text(folder) == "# Mine\n\n- [Old](x.md) — one\nprose\n"
 
 
-def test_new_dir_deleted_and_recreated_and_symlinked(daemon: Running, project, tmp_path: Path  # type: ignore[no-untyped-def]
+def test_new_dir_deleted_and_recreated_and_symlinked(daemon: Running, project, tmp_path: Path
                                                      ) -> None:
     """A dir made after start is indexed; deleted and recreated it is re-armed; links followed."""
     folder = project(daemon, "late")
@@ -192,7 +92,7 @@ def test_new_dir_deleted_and_recreated_and_symlinked(daemon: Running, project, t
     wait_for(lambda: "c.md" in index_text(real), what="symlinked dir watched at its real path")
 
 
-def test_a_dir_recreated_at_once_files_moved_in_and_a_late_link_are_seen(  # type: ignore[no-untyped-def]
+def test_a_dir_recreated_at_once_files_moved_in_and_a_late_link_are_seen(
     daemon: Running, project, tmp_path: Path
 ) -> None:
     """Gone and made again in one breath (same inode number, no dir.lost in between): watched
@@ -223,7 +123,7 @@ def test_a_dir_recreated_at_once_files_moved_in_and_a_late_link_are_seen(  # typ
     wait_for(lambda: "c.md" in index_text(real), timeout=10, what="a late symlinked dir")
 
 
-def test_a_restore_while_the_daemon_runs_keeps_its_pointer(tmp_path: Path, project) -> None:  # type: ignore[no-untyped-def]
+def test_a_restore_while_the_daemon_runs_keeps_its_pointer(tmp_path: Path, project) -> None:
     """`memoryd trash restore` writes the pointer back; the daemon, seeing someone else's index
     write, looks at every file and keeps it."""
     running = start(tmp_path, name="r")
@@ -249,7 +149,7 @@ def test_a_restore_while_the_daemon_runs_keeps_its_pointer(tmp_path: Path, proje
         assert running.stop() == 0
 
 
-def test_a_memory_broken_for_a_while_is_still_one_memoryd_saw(daemon: Running, project) -> None:  # type: ignore[no-untyped-def]
+def test_a_memory_broken_for_a_while_is_still_one_memoryd_saw(daemon: Running, project) -> None:
     """Unparseable for a while, then deleted: its pointer goes. Unparseable, then fixed with a
     new description: the line memoryd generated follows it."""
     folder = project(daemon, "broken")
@@ -267,7 +167,7 @@ def test_a_memory_broken_for_a_while_is_still_one_memoryd_saw(daemon: Running, p
     wait_for(lambda: "b.md" not in index_text(folder), what="the pointer of a deleted file")
 
 
-def test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it(  # type: ignore[no-untyped-def]
+def test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it(
     tmp_path: Path, project
 ) -> None:
     """Read events opted in: `memoryd dream --dry-run` and `memoryd explain` read every memory
@@ -295,7 +195,7 @@ def test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it(  # type: i
         assert daemon.stop() == 0
 
 
-def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project) -> None:  # type: ignore[no-untyped-def]
+def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project) -> None:
     """2,000 files as fast as possible: every file indexed once, few index writes, no loop."""
     folder = project(daemon, "burst")
     wait_for(lambda: daemon.rows("dir.discovered"), what="discovery")
@@ -327,7 +227,7 @@ def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project
     assert len(daemon.rows("index.updated")) == settled, "the daemon kept rewriting (a loop)"
 
 
-def test_pile_up_dreams_after_five_changes_and_survives_restart(tmp_path: Path, project) -> None:  # type: ignore[no-untyped-def]
+def test_pile_up_dreams_after_five_changes_and_survives_restart(tmp_path: Path, project) -> None:
     """4 changes and quiet: no pass; a restart keeps the count; the 5th change: one pass."""
     first = start(tmp_path, name="p")
     folder = project(first, "pile")
@@ -355,7 +255,7 @@ def test_pile_up_dreams_after_five_changes_and_survives_restart(tmp_path: Path, 
         second.stop()
 
 
-def test_start_up_purges_trash_past_retention(tmp_path: Path, project) -> None:  # type: ignore[no-untyped-def]
+def test_start_up_purges_trash_past_retention(tmp_path: Path, project) -> None:
     """Day folders past `trash.keep_days` go when the daemon starts, not only a day later."""
     first = start(tmp_path, name="t")
     folder = project(first, "rot")
@@ -364,7 +264,6 @@ def test_start_up_purges_trash_past_retention(tmp_path: Path, project) -> None: 
     assert first.stop() == 0
     from datetime import datetime
 
-    from tests.test_trash import plant_day, watched_for
 
     old = plant_day(folder, date(2000, 1, 1), datetime(2000, 1, 1, 12), "x.md")
     recent = plant_day(folder, date.today(), datetime.now(), "x.md")
@@ -378,7 +277,7 @@ def test_start_up_purges_trash_past_retention(tmp_path: Path, project) -> None: 
         assert second.stop() == 0
 
 
-def test_sigterm_flushes_pending_work_and_exits_0(tmp_path: Path, project) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_flushes_pending_work_and_exits_0(tmp_path: Path, project) -> None:
     """SIGTERM right after a write: the pending change is indexed before a clean exit."""
     running = start(tmp_path, name="t")
     folder = project(running, "flush")
@@ -407,7 +306,7 @@ def test_second_instance_exits_2_and_status_is_right(daemon: Running) -> None:
     assert as_json["running"] and as_json["fresh"]
 
 
-def test_sighup_with_a_bad_config_keeps_the_old_one(daemon: Running, project) -> None:  # type: ignore[no-untyped-def]
+def test_sighup_with_a_bad_config_keeps_the_old_one(daemon: Running, project) -> None:
     """SIGHUP reloads; an invalid file is reported and the daemon keeps working as before."""
     daemon.config.write_text("[watch]\ndebounce = 'soon'\n")
     daemon.proc.send_signal(signal.SIGHUP)
@@ -429,7 +328,7 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path: Path) -> None:
     try:
         running = start(tmp_path, name="n", extra_env={"NOTIFY_SOCKET": str(path),
                                                        "WATCHDOG_USEC": "1000000"})
-        got = set()
+        got: set[str] = set()
         deadline = time.monotonic() + 10
         while not {"READY=1", "WATCHDOG=1"} <= got and time.monotonic() < deadline:
             got.add(sock.recv(256).decode())
@@ -485,7 +384,7 @@ def archive_text(folder: Path) -> str:
     return (folder / "MEMORY-ARCHIVE.md").read_text()
 
 
-def test_a_change_touches_only_its_own_line_and_a_hand_edit_is_kept(  # type: ignore[no-untyped-def]
+def test_a_change_touches_only_its_own_line_and_a_hand_edit_is_kept(
     tmp_path: Path, project
 ) -> None:
     """With an archive, a description change rewrites one archive line and nothing else; a
@@ -524,7 +423,7 @@ def test_a_change_touches_only_its_own_line_and_a_hand_edit_is_kept(  # type: ig
         running.stop()
 
 
-def crash_once(base: Path, project, k: int, hand: list[str]) -> bool:  # type: ignore[no-untyped-def]
+def crash_once(base: Path, project, k: int, hand: list[str]) -> bool:
     """One run of the scenario with the daemon killed at its k-th write step; then a restart.
 
     Returns whether the daemon lived through the scenario (k is past its last write step).
@@ -571,7 +470,7 @@ def crash_once(base: Path, project, k: int, hand: list[str]) -> bool:  # type: i
     return survived
 
 
-def test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index(  # type: ignore[no-untyped-def]
+def test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index(
     tmp_path: Path, project
 ) -> None:
     """The daemon killed at each write step of its passes (k = 1, 2, ...): after a restart the
@@ -587,7 +486,7 @@ def test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index(  # type
     assert k > 4  # the loop did kill the daemon at several steps
 
 
-def test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events(  # type: ignore[no-untyped-def]
+def test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events(
     tmp_path: Path, project
 ) -> None:
     """Read events opted in: a pass over 600 changed files watches the dir without read
@@ -620,7 +519,7 @@ def test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events(  # type
         running.stop()
 
 
-def test_an_unparseable_change_is_reported_once_and_again_after_a_fix(  # type: ignore[no-untyped-def]
+def test_an_unparseable_change_is_reported_once_and_again_after_a_fix(
     daemon: Running, project
 ) -> None:
     """A pass over just the changed files reports a broken file once (never indexing it),
@@ -653,7 +552,6 @@ def test_the_daemon_leaves_a_vault_linked_into_a_repo_alone(tmp_path: Path) -> N
     """A repo's agent-memory link to a notes vault outside it: the running daemon reports it
     once and never writes there (byte-identical, no new file), while the repo's own dir is
     indexed, dreamed over, and a dir made later is still discovered."""
-    from tests.test_discover import DUPLICATE, snapshot, vault
 
     notes = vault(tmp_path)
     repo = tmp_path / "repos" / "app"
@@ -699,7 +597,7 @@ def test_a_fifo_config_at_start_up_exits_2_at_once(tmp_path: Path) -> None:
     assert str(fifo) in done.stderr and "FIFO" in done.stderr
 
 
-def test_sighup_with_a_fifo_config_keeps_indexing_and_stops_on_sigterm(  # type: ignore[no-untyped-def]
+def test_sighup_with_a_fifo_config_keeps_indexing_and_stops_on_sigterm(
     daemon: Running, project
 ) -> None:
     """The config replaced by a FIFO, then SIGHUP: the reload refuses it (config.invalid, the
@@ -740,7 +638,7 @@ def test_fifos_in_place_of_the_lock_and_status_files_hang_nothing(tmp_path: Path
     assert "FIFO" in run.stderr
 
 
-def test_the_daemon_keeps_the_search_index_in_step_in_the_same_pass(  # type: ignore[no-untyped-def]
+def test_the_daemon_keeps_the_search_index_in_step_in_the_same_pass(
     daemon: Running, project
 ) -> None:
     """A memory an agent writes is in the dir's search index (memoryd.recall) once its pointer

@@ -16,7 +16,7 @@ def _section(text: str, number: int) -> list[str]:
     return text[start : end if end >= 0 else None].splitlines()[1:]
 
 
-def test_demo_speaks_at_each_step_and_keep_says_how_to_use_the_sandbox(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_demo_speaks_at_each_step_and_keep_says_how_to_use_the_sandbox(env: Env, cli) -> None:
     result = cli("demo", "--keep")
     assert result.code == 0, result.err
     found = re.search(r"The sandbox is kept at (\S+)\.\n", result.out)

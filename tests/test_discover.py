@@ -4,12 +4,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memoryd.config import Config, build_config, with_claude_home
 from memoryd.discover import discover, project_repo_root, slugify
 from tests.conftest import Env, Result, copy_corpus, corpus_memory_dirs, needs_corpus, write_memory
+from tests.helpers import snapshot, vault
 
 
 def _home(env: Env, tmp_path: Path) -> tuple[Path, Path]:
@@ -90,7 +92,7 @@ def test_symlinked_memory_folder_is_followed_once(env: Env, tmp_path: Path) -> N
     assert dirs[0].real_path == real.resolve() and dirs[0].via_symlink
 
 
-def test_claude_config_dir_is_honoured(env: Env, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_claude_config_dir_is_honoured(env: Env, tmp_path: Path, monkeypatch) -> None:
     """$CLAUDE_CONFIG_DIR replaces ~/.claude as the Claude home."""
     other = tmp_path / "claude-elsewhere"
     write_memory(other / "agent-memory" / "x", "a.md")
@@ -98,7 +100,7 @@ def test_claude_config_dir_is_honoured(env: Env, tmp_path: Path, monkeypatch) ->
     assert [d.label for d in discover(Config())] == ["x"]
 
 
-def test_missing_claude_home_is_not_an_error(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_missing_claude_home_is_not_an_error(env: Env, cli) -> None:
     """With no ~/.claude yet, `dirs` and `index` say so and exit 0."""
     result = cli("dirs")
     assert result.code == 0 and "does not exist yet" in result.out
@@ -106,35 +108,6 @@ def test_missing_claude_home_is_not_an_error(env: Env, cli) -> None:  # type: ig
 
 
 # --- memory-dir links out of their repo or Claude home (issue 11, item 6) ---------------------
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every entry under root (files, folders, links) with a file's sha256 and a link's target:
-    a new MEMORY.md, `.trash/` or `.MEMORY.md.prev` anywhere shows as a difference."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            rel = str(path.relative_to(root))
-            if path.is_symlink():
-                out[rel] = "-> " + os.readlink(path)
-            elif path.is_dir():
-                out[rel] = "dir"
-            else:
-                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
-DUPLICATE = "The staging deploy runs from the release branch after the nightly build passes.\n"
-
-
-def vault(tmp_path: Path) -> Path:
-    """A person's notes vault: two memory-like notes a dream pass would take for duplicates."""
-    notes = tmp_path / "vault" / "notes"
-    write_memory(notes, "deploy.md", body=DUPLICATE, age_days=40)
-    write_memory(notes, "deploy-again.md", body=DUPLICATE, age_days=30)
-    (notes / "diary.md").write_text("# Private diary\n\nnot a memory\n")
-    return notes
 
 
 @pytest.fixture
@@ -151,11 +124,11 @@ def linked_repo(env: Env, tmp_path: Path) -> tuple[Path, Path, Path]:
     return repo, notes, config
 
 
-def refused_rows(env: Env) -> list[dict[str, object]]:
+def refused_rows(env: Env) -> list[dict[str, Any]]:
     return [r for r in env.audit_rows() if r["event"] == "dir.refused"]
 
 
-def test_a_link_out_of_the_repo_is_left_alone_by_index_dream_and_dirs(  # type: ignore[no-untyped-def]
+def test_a_link_out_of_the_repo_is_left_alone_by_index_dream_and_dirs(
     env: Env, cli, linked_repo: tuple[Path, Path, Path]
 ) -> None:
     """`index`, `dream` and `dirs` leave a vault linked as an agent-memory dir byte-identical
@@ -192,7 +165,7 @@ def test_a_link_out_of_the_repo_is_left_alone_by_index_dream_and_dirs(  # type: 
     assert len(refused_rows(env)) == 1
 
 
-def test_a_link_named_in_extra_memory_dirs_is_followed(  # type: ignore[no-untyped-def]
+def test_a_link_named_in_extra_memory_dirs_is_followed(
     env: Env, cli, linked_repo: tuple[Path, Path, Path]
 ) -> None:
     """Naming the target in paths.extra_memory_dirs opts in: the dir is kept as the repo's
@@ -209,7 +182,7 @@ def test_a_link_named_in_extra_memory_dirs_is_followed(  # type: ignore[no-untyp
     assert refused_rows(env) == []
 
 
-def test_the_link_named_on_the_command_line_is_followed(  # type: ignore[no-untyped-def]
+def test_the_link_named_on_the_command_line_is_followed(
     env: Env, cli, linked_repo: tuple[Path, Path, Path]
 ) -> None:
     """A person naming the linked folder itself on the command line means it."""
@@ -219,7 +192,7 @@ def test_the_link_named_on_the_command_line_is_followed(  # type: ignore[no-unty
     assert (notes / "MEMORY.md").is_file() and refused_rows(env) == []
 
 
-def test_links_that_stay_inside_or_come_back_are_followed(env: Env, cli, tmp_path: Path  # type: ignore[no-untyped-def]
+def test_links_that_stay_inside_or_come_back_are_followed(env: Env, cli, tmp_path: Path
                                                           ) -> None:
     """A link to a folder inside the repo is followed; so is a chain that leaves the repo and
     comes back (the resolved folder is inside, and all I/O goes there, not through the hop);
@@ -254,7 +227,7 @@ def test_links_that_stay_inside_or_come_back_are_followed(env: Env, cli, tmp_pat
     assert {r["dir"] for r in refused_rows(env)} == {str(agents / "out"), str(agents / "back")}
 
 
-def test_a_claude_home_link_out_of_it_is_refused(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_claude_home_link_out_of_it_is_refused(env: Env, cli, tmp_path: Path) -> None:
     """`projects/<slug>/memory` and `agent-memory/<agent>` linking out of the Claude home are
     left alone (the project's transcripts are not read either)."""
     notes = vault(tmp_path)
@@ -305,7 +278,7 @@ def planted_repo(env: Env, tmp_path: Path) -> tuple[Path, Path, Path]:
     return repo, reviewer, auto
 
 
-def test_a_named_repo_is_its_memory_dirs_never_its_root(  # type: ignore[no-untyped-def]
+def test_a_named_repo_is_its_memory_dirs_never_its_root(
     env: Env, cli, planted_repo: tuple[Path, Path, Path]
 ) -> None:
     """`dirs`, `index` and `dream --dry-run` on a repo name exactly its agent-memory dir and
@@ -335,7 +308,7 @@ def test_a_named_repo_is_its_memory_dirs_never_its_root(  # type: ignore[no-unty
     assert root_files(repo) == before, "the repo root was written to"
 
 
-def test_a_worktree_is_a_repo_and_finds_its_main_repo_auto_memory(  # type: ignore[no-untyped-def]
+def test_a_worktree_is_a_repo_and_finds_its_main_repo_auto_memory(
     env: Env, cli, tmp_path: Path
 ) -> None:
     """A git worktree has a `.git` file: it is a repo (its notes with frontmatter are no
@@ -360,7 +333,7 @@ def test_a_worktree_is_a_repo_and_finds_its_main_repo_auto_memory(  # type: igno
     assert root_files(tree) == before and not (tree / "MEMORY.md").exists()
 
 
-def test_a_repo_without_memory_dirs_says_so_and_writes_nothing(  # type: ignore[no-untyped-def]
+def test_a_repo_without_memory_dirs_says_so_and_writes_nothing(
     env: Env, cli, tmp_path: Path
 ) -> None:
     """A repo with no memory dir yet is not a usage error: `dirs`, `index` and `dream` say
@@ -381,7 +354,7 @@ def test_a_repo_without_memory_dirs_says_so_and_writes_nothing(  # type: ignore[
     assert snapshot(repo) == before
 
 
-def test_explain_refuses_a_file_in_a_repo_root(  # type: ignore[no-untyped-def]
+def test_explain_refuses_a_file_in_a_repo_root(
     env: Env, cli, planted_repo: tuple[Path, Path, Path]
 ) -> None:
     """`explain DESIGN.md` in a repo root says it is no memory dir (exit 2), naming what to do."""
@@ -391,7 +364,7 @@ def test_explain_refuses_a_file_in_a_repo_root(  # type: ignore[no-untyped-def]
 
 
 @needs_corpus
-def test_a_folder_of_repos_lists_every_memory_dir_in_it(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_folder_of_repos_lists_every_memory_dir_in_it(env: Env, cli, tmp_path: Path) -> None:
     """`memoryd dirs` on the corpus's top folder (a README and a folder per repo) lists every
     memory dir of every repo, each with its repo's kind, and not the top folder itself."""
     root = copy_corpus(tmp_path / "corpus")
@@ -409,7 +382,7 @@ def test_a_folder_of_repos_lists_every_memory_dir_in_it(env: Env, cli, tmp_path:
 # --- an empty memory dir at a known layout (issue 12, item 5) ----------------------------------
 
 
-def test_an_empty_auto_memory_dir_is_a_dir_with_nothing_to_do(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_auto_memory_dir_is_a_dir_with_nothing_to_do(env: Env, cli) -> None:
     """`projects/<slug>/memory/` with no files yet, named on the command line: listed by
     `dirs`, nothing to do for `index` and `dream` (exit 0), nothing written."""
     memory = env.claude / "projects" / "-home-me-app" / "memory"
@@ -424,7 +397,7 @@ def test_an_empty_auto_memory_dir_is_a_dir_with_nothing_to_do(env: Env, cli) -> 
     assert sorted(memory.iterdir()) == []
 
 
-def test_a_trash_path_in_a_gone_folder_is_a_usage_error(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_trash_path_in_a_gone_folder_is_a_usage_error(env: Env, cli, tmp_path: Path) -> None:
     """`trash restore` of a `.trash/` path whose memory dir does not exist names the folder
     (exit 2), as before memory dirs were told from repos."""
     result = cli("trash", "restore", tmp_path / "gone" / ".trash" / "2024-01-01" / "x.md")

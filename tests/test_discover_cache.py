@@ -93,20 +93,20 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> Iterator[Calls]:
     real_open, real_stat, real_lstat = os.open, os.stat, os.lstat
     real_popen = subprocess.Popen.__init__
 
-    def opening(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def opening(path, *args, **kwargs):
         calls.looks += 1
         calls.transcript_opens += str(path).endswith(".jsonl")
         return real_open(path, *args, **kwargs)
 
-    def stat(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def stat(*args, **kwargs):
         calls.looks += 1
         return real_stat(*args, **kwargs)
 
-    def lstat(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def lstat(*args, **kwargs):
         calls.looks += 1
         return real_lstat(*args, **kwargs)
 
-    def popen(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def popen(self, *args, **kwargs):
         calls.processes += 1
         real_popen(self, *args, **kwargs)
 
@@ -267,7 +267,7 @@ def test_a_worktree_git_file_is_resolved_without_git(
     assert dirs[main / ".claude" / "memory"].repo_root == main
 
 
-def test_a_command_that_writes_nothing_does_not_save_the_cache(env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_command_that_writes_nothing_does_not_save_the_cache(env, cli) -> None:
     """`dirs` and `dream --dry-run` promise to write nothing: they read the cache, never save
     it; `index` (a command that writes) saves it."""
     project = env.claude / "projects" / "-p"

@@ -359,7 +359,7 @@ def test_a_subfolder_session_reads_the_roots_local_settings_only(
 
 
 def test_a_checked_in_setting_out_of_the_repo_is_refused(
-    env: Env, git_repo: Path, tmp_path: Path, cli  # type: ignore[no-untyped-def]
+    env: Env, git_repo: Path, tmp_path: Path, cli
 ) -> None:
     """A checked-in settings.json pointing auto memory at a folder outside the repo and the
     Claude home (a notes vault) does not get memoryd to edit it: refused, naming the file;
@@ -384,7 +384,7 @@ def test_a_checked_in_setting_out_of_the_repo_is_refused(
     "content", ["{not json", "[1, 2]", b"\xff\xfe"], ids=["bad", "list", "binary"]
 )
 def test_a_broken_settings_file_is_a_warning_naming_it(
-    env: Env, cli, content: str | bytes  # type: ignore[no-untyped-def]
+    env: Env, cli, content: str | bytes
 ) -> None:
     """A user settings.json that is not a JSON object: `dirs` warns naming the file, exit 0."""
     write_memory(env.claude / "projects" / "-p" / "memory", "a.md")
@@ -400,7 +400,7 @@ def test_a_broken_settings_file_is_a_warning_naming_it(
     assert doc["warnings"] and str(path) in doc["warnings"][0]
 
 
-def test_a_settings_fifo_is_not_read(env: Env, cli, git_repo: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_settings_fifo_is_not_read(env: Env, cli, git_repo: Path) -> None:
     """A FIFO as a project's settings.local.json: a warning, never a read that blocks."""
     transcript(env.claude, git_repo)
     (git_repo / ".claude").mkdir()
@@ -414,7 +414,7 @@ def test_a_settings_fifo_is_not_read(env: Env, cli, git_repo: Path) -> None:  # 
 
 
 def test_the_env_switch_turns_auto_memory_off_and_dirs_says_so(
-    env: Env, cli, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    env: Env, cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """CLAUDE_CODE_DISABLE_AUTO_MEMORY=1: `dirs` says auto memory is off and where, each
     auto-memory dir is "not loaded"; memoryd still maintains it (index writes MEMORY.md)."""

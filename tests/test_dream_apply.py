@@ -35,7 +35,7 @@ def _mem(path: Path, body: str, age: float = 40) -> None:
     os.utime(path, (stamp, stamp))
 
 
-def _refuse(env: Env, cli, folder: Path) -> str:  # type: ignore[no-untyped-def]
+def _refuse(env: Env, cli, folder: Path) -> str:
     report = cli("dream", "--json", folder)
     assert report.code == 1, report.err
     [result] = json.loads(report.out)["dirs"]
@@ -46,7 +46,7 @@ def _refuse(env: Env, cli, folder: Path) -> str:  # type: ignore[no-untyped-def]
     return pass_id
 
 
-def test_a_refused_plan_is_applied_after_review(env: Env, cli, folder: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_plan_is_applied_after_review(env: Env, cli, folder: Path) -> None:
     text = cli("dream", folder)
     assert text.code == 1
     pass_id = text.out.split("--apply ")[1].split("`")[0]
@@ -71,7 +71,7 @@ def test_a_refused_plan_is_applied_after_review(env: Env, cli, folder: Path) -> 
     assert again.code == 1 and f"no refused plan {pass_id}" in again.err
 
 
-def test_a_plan_whose_files_changed_is_not_applied(env: Env, cli, folder: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_plan_whose_files_changed_is_not_applied(env: Env, cli, folder: Path) -> None:
     pass_id = _refuse(env, cli, folder)
     _mem(folder / "stale_2.md", "Lived in `src/removed_2.py`, and a person edited this.")
     before = tree_digest(folder.parent.parent)
@@ -88,7 +88,7 @@ def test_a_plan_whose_files_changed_is_not_applied(env: Env, cli, folder: Path) 
     assert list((env.state / "refused").glob(f"*.{pass_id}.json"))  # still there to read
 
 
-def test_apply_wants_a_pass_id_and_its_dir(env: Env, cli, folder: Path) -> None:  # type: ignore[no-untyped-def]
+def test_apply_wants_a_pass_id_and_its_dir(env: Env, cli, folder: Path) -> None:
     pass_id = _refuse(env, cli, folder)
     assert cli("dream", "--apply", pass_id).code == 2
     assert cli("dream", folder, "--apply", pass_id, "--dry-run").code == 2
@@ -96,7 +96,7 @@ def test_apply_wants_a_pass_id_and_its_dir(env: Env, cli, folder: Path) -> None:
     assert bad.code == 1 and "is no pass id" in bad.err
 
 
-def test_a_dry_run_keeps_no_plan_and_offers_none(env: Env, cli, folder: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_dry_run_keeps_no_plan_and_offers_none(env: Env, cli, folder: Path) -> None:
     dry = cli("dream", "--dry-run", folder)
     assert dry.code == 1 and "--apply" not in dry.out
     assert "a pass without --dry-run keeps it" in dry.out

@@ -235,7 +235,7 @@ def test_facts_match_a_direct_parse(repo: Path) -> None:
     facts = derive(parsed, vocabulary)
     assert (facts.name, facts.type, facts.prohibition) == ("a", "project", "never")
     assert facts.refs.paths == ("src/app.py",)
-    assert (facts.positives, facts.negatives) == ({"pnpm"}, {"yarn"})
+    assert (facts.positives, facts.negatives) == (frozenset({"pnpm"}), frozenset({"yarn"}))
     assert sorted(vocabulary.word(w) for w in facts.words) == sorted(
         {"never", "use", "yarn;", "always", "`pnpm`", "`src/app.py`."}
     )
@@ -431,8 +431,10 @@ def test_rows_that_pass_the_checksum_but_not_the_format_are_derived_again(
     parse = Config().parse
     limits = (parse.max_file_bytes, parse.max_frontmatter_bytes)
     head = frame((facts_module._SAVED_HEADER, limits, ("keep", "small.")))
+    good: tuple[object, ...]
     good = (first.items[0].sha256, "a", "project", 0.0, False, b"\0\0\0\0", (), (),
             frozenset(), frozenset(), "")  # fmt: skip
+    bad: tuple[object, ...]
     for bad in (
         (*good[:2], 7, *good[3:]),  # a type that is no str
         (*good[:5], [-1], *good[6:]),  # ids that are no bytes

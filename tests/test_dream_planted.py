@@ -9,55 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Env, lock_held_elsewhere, tree_digest, write_memory
-
-DAY = 86400
+from tests.helpers import DAY, dream, explain, filler, make_planted_repo, mem, moved
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A small code tree with a memory dir inside its .claude/."""
-    root = tmp_path / "app"
-    for rel in ("src/app.py", "src/util.py", "docs/guide.md", "lib/deep/moved_here.py"):
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("def handle_request():\n    return 1\nclass PaymentGateway: pass\n")
-    (root / ".claude" / "memory").mkdir(parents=True)
-    return root
-
-
-def mem(repo: Path, name: str, body: str, *, type_: str = "project", age: float = 40,
-        extra: str = "") -> Path:
-    folder = repo / ".claude" / "memory"
-    path = folder / name
-    title = " ".join(name[:-3].split())  # a newline in a file name must not break the YAML
-    path.write_text(f"---\nname: {title}\ndescription: d\ntype: {type_}\n{extra}---\n{body}\n")
-    stamp = time.time() - age * DAY
-    os.utime(path, (stamp, stamp))
-    return path
-
-
-def dream(cli, repo: Path, *args: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    result = cli("dream", "--json", *args, repo / ".claude" / "memory")
-    assert result.code in (0, 1), result.err
-    return json.loads(result.out)["dirs"][0]  # type: ignore[no-any-return]
-
-
-def moved(report: dict) -> dict[str, str]:  # type: ignore[type-arg]
-    return {c["file"]: c["reason"] for c in report["changes"]}
-
-
-def explain(cli, path: Path) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    result = cli("explain", "--json", path)
-    assert result.code == 0, result.err
-    return json.loads(result.out)  # type: ignore[no-any-return]
-
-
-def _filler(repo: Path, n: int = 12) -> None:
-    """Unrelated evergreen memories so the circuit breaker's 20% leaves room for one move."""
-    topics = ["anchor", "barley", "canyon", "dolphin", "ember", "fjord", "glacier", "harbor",
-              "iris", "jasper", "kestrel", "lantern", "meadow", "nectar", "orchid"]
-    for i in range(n):
-        mem(repo, f"filler_{i}.md", f"{topics[i]} {topics[i]}s {topics[i]}-like")
+    """The planted cases' code tree (`make_planted_repo`)."""
+    return make_planted_repo(tmp_path)
 
 
 def test_each_classification(env: Env, cli, repo: Path) -> None:
@@ -66,7 +24,7 @@ def test_each_classification(env: Env, cli, repo: Path) -> None:
     fresh = mem(repo, "fresh.md", "The app starts in `src/app.py` and calls handle_request().")
     part = mem(repo, "part.md", "See `src/app.py` and `src/removed.py:12` for the flow.")
     full = mem(repo, "full.md", "Old flow lived in `src/removed.py` and `src/gone.py`.")
-    _filler(repo)
+    filler(repo)
     assert explain(cli, ever)["classification"] == "evergreen"
     assert explain(cli, fresh)["classification"] == "fresh"
     assert explain(cli, part)["classification"] == "partially_stale"
@@ -120,7 +78,7 @@ def test_each_guard_keeps_a_fully_stale_memory(env: Env, cli, repo: Path, guard:
     """A fully stale memory under a guard stays, is flagged with the guard, and is logged."""
     body = "Old flow lived in `src/removed.py`." + kwargs.pop("body_extra", "")
     mem(repo, "stale.md", body, **kwargs)
-    _filler(repo)
+    filler(repo)
     report = dream(cli, repo)
     assert moved(report) == {}
     flag = {f["file"]: f for f in report["flagged"]}["stale.md"]
@@ -134,7 +92,7 @@ def test_consult_log_inside_and_outside_the_window(env: Env, cli, repo: Path) ->
     logs = repo / ".claude" / "logs"
     logs.mkdir(parents=True)
     now = time.time()
-    rows = [
+    rows: list[dict[str, object] | str] = [
         {"ts": now - 2 * DAY, "names": ["payment_flow"]},
         {"ts": now - 30 * DAY, "names": ["billing_notes"]},
         {"ts": now - 1 * DAY, "query": "how does the refund handling work"},
@@ -147,7 +105,7 @@ def test_consult_log_inside_and_outside_the_window(env: Env, cli, repo: Path) ->
               "refund_handling.md": "Refund approvals sit in `src/removed_refunds.py` queues."}
     for name, body in bodies.items():
         mem(repo, name, body)
-    _filler(repo)
+    filler(repo)
     report = dream(cli, repo)
     assert moved(report) == {"billing_notes.md": "stale"}
     guards = {f["file"]: f["guard"] for f in report["flagged"]}
@@ -160,7 +118,7 @@ def test_unreadable_consult_log_means_consulted(env: Env, cli, repo: Path) -> No
     logs.mkdir(parents=True)
     os.mkfifo(logs / "memory-consult.jsonl")  # exists, cannot be read as a log
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     report = dream(cli, repo)
     assert moved(report) == {}
     assert report["flagged"][0]["guard"] == "consulted"
@@ -178,7 +136,7 @@ def test_duplicates_newer_wins_and_near_duplicate_kept(env: Env, cli, repo: Path
             "dashboards alerts pager rotation escalation policy documentation review")
     mem(repo, "near.md", near, age=60)
     mem(repo, "other_type.md", DEPLOY + " successfully", type_="reference", age=70)
-    _filler(repo)
+    filler(repo)
     report = dream(cli, repo)
     assert moved(report) == {"old.md": "duplicate"}
     [change] = report["changes"]
@@ -191,7 +149,7 @@ def test_user_type_duplicate_is_merged(env: Env, cli, repo: Path) -> None:
     """Guards protect stale memories only: a user-type duplicate still goes (the newer keeps it)."""
     mem(repo, "me_old.md", DEPLOY + " successfully", type_="user", age=50)
     mem(repo, "me_new.md", DEPLOY + " fine", type_="user", age=10)
-    _filler(repo)
+    filler(repo)
     assert moved(dream(cli, repo)) == {"me_old.md": "duplicate"}
 
 
@@ -206,7 +164,7 @@ def test_contradiction_on_the_same_object_is_resolved(env: Env, cli, repo: Path)
     """`always use pnpm` vs `never use pnpm` at overlap in [0.4, 0.6): the older is superseded."""
     mem(repo, "pkg_old.md", f"Always use pnpm {BASE} {OWN_A}", age=50)
     mem(repo, "pkg_new.md", f"Never use pnpm {BASE} {OWN_B}", age=5)
-    _filler(repo)
+    filler(repo)
     data = explain(cli, repo / ".claude" / "memory" / "pkg_old.md")
     [sim] = data["similar"]
     assert 0.4 <= sim["overlap"] < 0.6 and sim["opposing_directives"] == ["pnpm"]
@@ -220,7 +178,7 @@ def test_opposite_directives_on_different_objects_are_not_a_contradiction(env: E
     """`always use pnpm` vs `never use yarn` oppose nothing: both stay."""
     mem(repo, "pkg_old.md", f"Always use pnpm {BASE} {OWN_A}", age=50)
     mem(repo, "pkg_new.md", f"Never use yarn {BASE} {OWN_B}", age=5)
-    _filler(repo)
+    filler(repo)
     assert moved(dream(cli, repo)) == {}
 
 
@@ -240,15 +198,15 @@ def test_circuit_breaker_moves_nothing_and_reports_the_plan(env: Env, cli, repo:
     assert refused and refused[0]["would_move"] == 5 and refused[0]["limit"] == 3
 
 
-def test_modified_since_plan_is_skipped(env: Env, cli, repo: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_modified_since_plan_is_skipped(env: Env, cli, repo: Path, monkeypatch) -> None:
     """A file that changes between plan and apply is not moved, and that is reported."""
     from memoryd import journal
 
     target = mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     real_begin = journal.begin
 
-    def agent_edits_meanwhile(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def agent_edits_meanwhile(*args, **kwargs):
         target.write_text(target.read_text() + "\nA new line from the agent.\n")
         return real_begin(*args, **kwargs)
 
@@ -276,7 +234,7 @@ def test_moves_update_the_index_and_restore_brings_the_line_back(env: Env, cli,
     """A moved memory's pointer leaves MEMORY.md; restore brings file and hand-written line back."""
     folder = repo / ".claude" / "memory"
     stale = mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     assert cli("index", folder).code == 0
     index = folder / "MEMORY.md"
     index.write_text(index.read_text().replace("- [stale](stale.md) — d",
@@ -305,7 +263,7 @@ def test_restore_under_a_taken_name(env: Env, cli, repo: Path) -> None:
     """If the name is taken again, the file comes back as <stem>.restored-1.md."""
     folder = repo / ".claude" / "memory"
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     [change] = dream(cli, repo)["changes"]
     write_memory(folder, "stale.md", description="a new one")
     assert cli("trash", "restore", change["id"]).code == 0
@@ -317,7 +275,7 @@ def test_unmanaged_dir_reports_and_moves_nothing(env: Env, cli, repo: Path) -> N
     """In a dir whose index memoryd does not manage, the pass moves nothing."""
     folder = repo / ".claude" / "memory"
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     (folder / "MEMORY.md").write_text("# Hand-organised\n<!-- memoryd: off -->\n")
     before = tree_digest(folder)
     report = dream(cli, repo)
@@ -349,7 +307,7 @@ def test_a_dir_that_vanishes_before_the_pass_is_a_failed_pass(
     other = repo.parent / "other"
     write_memory(other, "b.md", body="Plain words.\n")
 
-    def gone(rt, md):  # type: ignore[no-untyped-def]
+    def gone(rt, md):
         if md.path.name == "memory":
             raise FileNotFoundError(2, "No such file or directory", str(md.path))
         return real(rt, md)
@@ -368,7 +326,7 @@ def test_a_dir_that_vanishes_before_the_pass_is_a_failed_pass(
 def test_dry_run_prints_would_move_and_writes_nothing(env: Env, cli, repo: Path) -> None:
     """`--dry-run` prints [DRY RUN] Would move lines and writes nothing anywhere."""
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     before = tree_digest(repo)
     result = cli("dream", "--dry-run", repo / ".claude" / "memory")
     assert result.code == 0
@@ -398,7 +356,7 @@ def test_repo_root_option_overrides(env: Env, cli, repo: Path, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("signal", ["transcripts", "transcripts+reads"])
-def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path, tmp_path: Path,
                                             signal: str) -> None:
     """Opted in (watch.consult_signal = "transcripts+reads"), a read the daemon recorded in
     the last 14 days is a consult: the stale memory stays. By default it is not (any process
@@ -408,7 +366,7 @@ def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path, tmp_path:
     folder = repo / ".claude" / "memory"
     mem(repo, "read_recently.md", "Lived in `src/removed_one.py`.")
     mem(repo, "read_long_ago.md", "Lived in `src/removed_two.py`.")
-    _filler(repo)
+    filler(repo)
     store = StateStore(env.state)
     state = store.load(folder.resolve())
     state.reads = {"read_recently.md": time.time() - 3 * DAY,
@@ -461,7 +419,7 @@ def test_promotion_candidates_count_projects_not_dirs(env: Env, cli, tmp_path: P
 
 def test_a_dry_run_counts_what_the_pass_would_do(env: Env, cli, repo: Path) -> None:
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     dry = json.loads(cli("dream", "--json", "--dry-run", repo / ".claude" / "memory").out)
     real = json.loads(cli("dream", "--json", repo / ".claude" / "memory").out)
     assert dry["totals"]["stale_pruned"] == real["totals"]["stale_pruned"] == 1

@@ -9,34 +9,26 @@ import pytest
 from memoryd.dream import repo as repo_module
 from memoryd.dream.refs import Refs, Status, check_refs
 from memoryd.dream.repo import RepoIndex
-
-
-def write(root: Path, rel: str, text: str | bytes = "") -> Path:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(text, bytes):
-        path.write_bytes(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
+from memoryd.paths import open_regular
+from tests.helpers import write_file
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
-    write(root, "src/app.py", "def parse_config(path):\n    return MemoryStore(path)\n")
-    write(root, "src/lib/util.ts", "export function renderPage() { return ab; }\n")
-    write(root, "README.md", "The memory_store module.\n")
-    write(root, "docs/notes.md", "kept_token\n")
-    write(root, ".claude/agent-memory/x/notes.md", "memory_only_token\n")
-    write(root, "node_modules/pkg/index.js", "function vendored_only() {}\n")
-    write(root, "build/out.js", "function built_only() {}\n")
-    write(root, "deep/__pycache__/app.cpython-311.pyc", b"\0\0cached_only")
-    write(root, ".git/HEAD", "ref: refs/heads/main\n")
-    write(root, "assets/logo.png", b"\x89PNG\0png_only")
-    write(root, "src/blob.py", b"binary_only = 1\0\0\0")
+    write_file(root, "src/app.py", "def parse_config(path):\n    return MemoryStore(path)\n")
+    write_file(root, "src/lib/util.ts", "export function renderPage() { return ab; }\n")
+    write_file(root, "README.md", "The memory_store module.\n")
+    write_file(root, "docs/notes.md", "kept_token\n")
+    write_file(root, ".claude/agent-memory/x/notes.md", "memory_only_token\n")
+    write_file(root, "node_modules/pkg/index.js", "function vendored_only() {}\n")
+    write_file(root, "build/out.js", "function built_only() {}\n")
+    write_file(root, "deep/__pycache__/app.cpython-311.pyc", b"\0\0cached_only")
+    write_file(root, ".git/HEAD", "ref: refs/heads/main\n")
+    write_file(root, "assets/logo.png", b"\x89PNG\0png_only")
+    write_file(root, "src/blob.py", b"binary_only = 1\0\0\0")
     outside = tmp_path / "outside"
-    write(outside, "secret.py", "outside_only = 1\n")
+    write_file(outside, "secret.py", "outside_only = 1\n")
     (root / "linked").symlink_to(outside, target_is_directory=True)
     (root / "src/alias.py").symlink_to(root / "src/app.py")
     return root
@@ -96,8 +88,8 @@ def test_tokens_come_from_text_sources_only(tree: Path) -> None:
 
 def test_files_over_the_size_limit_give_no_tokens(tmp_path: Path) -> None:
     """A source file bigger than max_token_file_bytes is listed but not tokenised."""
-    write(tmp_path, "small.py", "small_token = 1\n")
-    write(tmp_path, "big.py", "big_token = 1\n" + "x" * 200)
+    write_file(tmp_path, "small.py", "small_token = 1\n")
+    write_file(tmp_path, "big.py", "big_token = 1\n" + "x" * 200)
     index = RepoIndex.build(tmp_path, max_token_file_bytes=100)
     assert {"small.py", "big.py"} <= index.files
     assert "small_token" in index.tokens
@@ -118,7 +110,7 @@ def test_has_path_accepts_files_dirs_and_spellings(tree: Path) -> None:
 def test_moved_picks_the_shortest_then_first_candidate(tmp_path: Path) -> None:
     """A missing path whose name exists elsewhere is MOVED to one deterministic candidate."""
     for rel in ("b/x/helpers.py", "c/helpers.py", "a/helpers.py", "src/keep.py"):
-        write(tmp_path, rel)
+        write_file(tmp_path, rel)
     index = RepoIndex.build(tmp_path)
     assert index.by_basename["helpers.py"] == ("a/helpers.py", "c/helpers.py", "b/x/helpers.py")
     (check,) = check_refs(Refs(paths=("src/helpers.py",), symbols=()), index)
@@ -128,7 +120,7 @@ def test_moved_picks_the_shortest_then_first_candidate(tmp_path: Path) -> None:
 def test_build_is_deterministic_and_capped(tmp_path: Path) -> None:
     """Two walks agree, and a walk cut by max_files keeps the same files and says so."""
     for i in range(30):
-        write(tmp_path, f"d{i % 4}/f{i:02}.py", f"tok_{i} = 1\n")
+        write_file(tmp_path, f"d{i % 4}/f{i:02}.py", f"tok_{i} = 1\n")
     assert RepoIndex.build(tmp_path) == RepoIndex.build(tmp_path)
     first = RepoIndex.build(tmp_path, max_files=10)
     assert len(first.files) == 10
@@ -138,7 +130,7 @@ def test_build_is_deterministic_and_capped(tmp_path: Path) -> None:
 
 def test_unreadable_entries_are_skipped(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder or file that cannot be read is skipped silently; the folder becomes opaque."""
-    real_scandir, real_open = os.scandir, repo_module.open_regular
+    real_scandir, real_open = os.scandir, open_regular  # repo calls it by its own name
 
     def scandir(path: str) -> Any:
         if path.endswith(os.sep + "lib"):
@@ -167,7 +159,7 @@ def test_root_must_be_a_folder(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         RepoIndex.build(tmp_path / "nope")
     with pytest.raises(NotADirectoryError):
-        RepoIndex.build(write(tmp_path, "file.txt", "x"))
+        RepoIndex.build(write_file(tmp_path, "file.txt", "x"))
 
 
 @pytest.mark.timeout(30)  # the old code waited on the FIFO for ever

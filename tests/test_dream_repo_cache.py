@@ -17,7 +17,7 @@ from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sourc
 from memoryd.dream.run import RepoCache
 from memoryd.state import StateStore
 from tests.conftest import Result
-from tests.test_dream_repo import write as write_file
+from tests.helpers import write_file
 
 OLD = time.time() - 3600  # an mtime far enough back for a source's tokens to be kept
 
@@ -32,9 +32,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     original = repo_module._read_runs
 
-    def counting(path: str, size: int, max_bytes: int) -> list[bytes]:
+    def counting(path: str, st: os.stat_result, max_bytes: int) -> list[bytes] | None:
         seen.append(Path(path).name)
-        return original(path, size, max_bytes)
+        return original(path, st, max_bytes)
 
     monkeypatch.setattr(repo_module, "_read_runs", counting)
     return seen
@@ -108,10 +108,10 @@ def test_a_source_that_could_not_be_read_is_read_again(
     original = repo_module._read_runs
     failing = {"app.py"}
 
-    def flaky(path: str, size: int, max_bytes: int) -> list[bytes] | None:
+    def flaky(path: str, st: os.stat_result, max_bytes: int) -> list[bytes] | None:
         if Path(path).name in failing:
             return None
-        return original(path, size, max_bytes)
+        return original(path, st, max_bytes)
 
     monkeypatch.setattr(repo_module, "_read_runs", flaky)
     first = RepoIndex.build(tree)
@@ -146,11 +146,11 @@ _WORDS = ("alpha_one", "betaTwo", "gamma_three", "deltaFour", "x1", "ab", "epsil
 
 
 @st.composite
-def steps(draw: Callable[..., object]) -> list[tuple[str, str, str]]:
+def steps(draw: st.DrawFn) -> list[tuple[str, str, str]]:
     kinds = st.sampled_from(("write", "delete", "touch", "binary"))
     step = st.tuples(kinds, st.sampled_from(_NAMES), st.lists(st.sampled_from(_WORDS), max_size=4))
     out = draw(st.lists(step, min_size=1, max_size=12))
-    return [(k, n, " ".join(w)) for k, n, w in out]  # type: ignore[union-attr]
+    return [(k, n, " ".join(w)) for k, n, w in out]
 
 
 @settings(

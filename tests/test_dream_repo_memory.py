@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import Config
-from memoryd.discover import nested_dirs, repo_dirs
+from memoryd.discover import Found, MemoryDir, nested_dirs, repo_dirs
 from memoryd.dream import repo as repo_module
 from memoryd.dream.refs import Refs, Scope, Status, check_refs
 from memoryd.dream.repo import RepoIndex, SourceTokens, tree_signature
 from tests.conftest import Env, Result, write_memory
-from tests.test_dream_repo import write
+from tests.helpers import write_file
 
 Cli = Callable[..., Result]
 
@@ -38,14 +38,14 @@ MEMORY_PLACES = {
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "app"
-    write(root, "src/app.py", "def live_helper():\n    return load_settings()\n")
-    write(root, "src/settings.py", "def load_settings():\n    return {}\n")
-    write(root, "README.md", "Call live_helper() to start; docs_only_token is in the docs.\n")
-    write(root, "docs/index.md", "The user guide.\n")
-    write(root, "notes/plan.md", "A plain notes folder (no MEMORY.md) is part of the tree.\n")
-    write(root, ".claude/settings.json", '{"permissions": {}}\n')
+    write_file(root, "src/app.py", "def live_helper():\n    return load_settings()\n")
+    write_file(root, "src/settings.py", "def load_settings():\n    return {}\n")
+    write_file(root, "README.md", "Call live_helper() to start; docs_only_token is in the docs.\n")
+    write_file(root, "docs/index.md", "The user guide.\n")
+    write_file(root, "notes/plan.md", "A plain notes folder (no MEMORY.md) is part of the tree.\n")
+    write_file(root, ".claude/settings.json", '{"permissions": {}}\n')
     for rel, token in MEMORY_PLACES.items():
-        write(root, rel, f"---\nname: n\ndescription: d\ntype: project\n---\n{token}\n")
+        write_file(root, rel, f"---\nname: n\ndescription: d\ntype: project\n---\n{token}\n")
     return root
 
 
@@ -72,8 +72,9 @@ def test_every_memory_dir_discovery_finds_is_left_out(repo: Path) -> None:
     """The snapshot's notion of a memory dir covers discovery's: each repo-scope dir it finds
     (and each nested one) is a memory dir of the snapshot or lies inside one."""
     config = Config()
-    found = []
+    found: list[Found] = []
     for md in repo_dirs(repo, config):
+        assert isinstance(md, MemoryDir), md  # the fixture's dirs all lie inside the repo
         found += [md, *nested_dirs(md, config)]
     assert len(found) >= 4
     index = RepoIndex.build(repo)
@@ -86,9 +87,9 @@ def test_a_memory_dir_at_agent_memory_itself_and_as_a_symlink(tmp_path: Path) ->
     """`.claude/agent-memory/` holding a MEMORY.md itself, and `.claude/agent-memory` as a
     link to a folder elsewhere in the repo: neither the link nor its target is evidence."""
     root = tmp_path / "app"
-    write(root, ".claude/agent-memory/MEMORY.md", "- [A](a.md) — flat_dir_token\n")
+    write_file(root, ".claude/agent-memory/MEMORY.md", "- [A](a.md) — flat_dir_token\n")
     other = tmp_path / "other"
-    write(other, "memory-src/review/review.md", "linked_memory_token\n")
+    write_file(other, "memory-src/review/review.md", "linked_memory_token\n")
     (other / ".claude").mkdir()
     (other / ".claude/agent-memory").symlink_to("../memory-src", target_is_directory=True)
     flat, linked = RepoIndex.build(root), RepoIndex.build(other)
@@ -136,13 +137,13 @@ def test_paths_inside_memory_dirs_are_unverifiable(repo: Path) -> None:
 def test_token_file_is_the_first_code_source_then_markup_then_prose(tmp_path: Path) -> None:
     """The file shown for a token: walk order, code before markup and data before prose;
     whole identifiers only."""
-    write(tmp_path, "README.md", "shared_name prose_only page_name\n")
-    write(tmp_path, "a/page.html", "<p>shared_name page_name</p>\n")
-    write(tmp_path, "a/z.py", "shared_name = other_name\n")
-    write(tmp_path, "b/a.py", "shared_name = 1\nprefixed_name_tail = 2\n")
-    write(tmp_path, "b/conf.yaml", "page_name: 1\n")
-    write(tmp_path, "docs/guide.md", "prose_only later_prose\n")
-    write(tmp_path, "x.txt", "name_tail\n")
+    write_file(tmp_path, "README.md", "shared_name prose_only page_name\n")
+    write_file(tmp_path, "a/page.html", "<p>shared_name page_name</p>\n")
+    write_file(tmp_path, "a/z.py", "shared_name = other_name\n")
+    write_file(tmp_path, "b/a.py", "shared_name = 1\nprefixed_name_tail = 2\n")
+    write_file(tmp_path, "b/conf.yaml", "page_name: 1\n")
+    write_file(tmp_path, "docs/guide.md", "prose_only later_prose\n")
+    write_file(tmp_path, "x.txt", "name_tail\n")
     index = RepoIndex.build(tmp_path)
     assert index.token_file("shared_name") == "a/z.py"  # README.md, a/page.html come first
     assert index.token_file("page_name") == "a/page.html"
@@ -160,9 +161,9 @@ def test_walk_signature_ignores_what_happens_inside_memory_dirs(repo: Path) -> N
     trash = repo / ".claude/memory/.trash/2026-02-03"
     trash.mkdir(parents=True)
     (repo / ".claude/memory/project.md").rename(trash / "project.md")
-    write(repo, ".claude/agent-memory/reviewer/new.md", "new_memory_token\n")
+    write_file(repo, ".claude/agent-memory/reviewer/new.md", "new_memory_token\n")
     assert tree_signature(repo) == before == RepoIndex.build(repo).signature
-    write(repo, "notes/MEMORY.md", "- [Plan](plan.md) — plan\n")
+    write_file(repo, "notes/MEMORY.md", "- [Plan](plan.md) — plan\n")
     changed = RepoIndex.build(repo)
     assert tree_signature(repo) != before and changed.signature != before
     assert "notes" in changed.memory_dirs and "notes/plan.md" not in changed.files
@@ -278,7 +279,6 @@ from the logger so both consumers share one implementation.
 """
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(
     not ORCHESTKIT,
     reason=f"set MEMORYD_ORCHESTKIT to a yonatangross/orchestkit checkout at {ORCHESTKIT_COMMIT}",

@@ -43,7 +43,6 @@ def _pytest(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow
 def test_without_the_corpus_its_tests_skip_naming_memoryd_corpus(clone: Path) -> None:
     run = _pytest(clone)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -53,7 +52,6 @@ def test_without_the_corpus_its_tests_skip_naming_memoryd_corpus(clone: Path) ->
     assert " passed" not in run.stdout and "failed" not in run.stdout
 
 
-@pytest.mark.slow
 def test_a_memoryd_corpus_naming_no_folder_stops_the_run(clone: Path, tmp_path: Path) -> None:
     missing = tmp_path / "no-corpus-here"
     run = _pytest(clone, MEMORYD_CORPUS=str(missing))

@@ -18,7 +18,7 @@ from memoryd.index import INDEX_NAME
 from memoryd.indexer import BLANK_SETTLE, INDEX_SETTLE, SETTLE_WAIT, index_dir, settles_at
 from memoryd.runtime import Runtime
 from tests.conftest import Env, tree_digest, write_memory
-from tests.test_dream_planted import _filler, mem
+from tests.helpers import filler, mem
 
 DEPLOY = (
     "Deploy staging by running the release script with the canary flag enabled first then "
@@ -26,7 +26,7 @@ DEPLOY = (
 )
 
 
-def _dir(path: Path):  # type: ignore[no-untyped-def]
+def _dir(path: Path):
     return explicit_dirs(path, Config())[0]
 
 
@@ -39,7 +39,7 @@ def _dup_repo(root: Path) -> Path:
     (repo / ".claude" / "memory").mkdir(parents=True)
     mem(repo, "dup_old.md", DEPLOY + " successfully", age=50)
     mem(repo, "dup_new.md", DEPLOY + " fine", age=20)
-    _filler(repo, 12)
+    filler(repo, 12)
     folder = repo / ".claude" / "memory"
     pointers = "".join(f"- [{p.stem}]({p.name}) — d\n" for p in sorted(folder.glob("*.md")))
     (folder / INDEX_NAME).write_text("# Notes\n\nmine\n\n" + pointers)
@@ -60,7 +60,7 @@ def full_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    monkeypatch.setattr(fsops.os, "write", write)
+    monkeypatch.setattr(os, "write", write)
     yield on
 
 

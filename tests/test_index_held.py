@@ -116,7 +116,7 @@ hand_lines = st.sampled_from(
 def index_text(draw: st.DrawFn, names: list[str]) -> str | None:
     if draw(st.integers(0, 5)) == 0:
         return None
-    lines = []
+    lines: list[str] = []
     for _ in range(draw(st.integers(0, 12))):
         if draw(st.booleans()):
             target = draw(st.sampled_from(names))
@@ -133,7 +133,7 @@ def index_text(draw: st.DrawFn, names: list[str]) -> str | None:
             lines.append(draw(hand_lines))
     eol = draw(st.sampled_from(["\n", "\r\n"]))
     text = eol.join(lines)
-    if lines and draw(st.booleans()):
+    if bool(lines) and draw(st.booleans()):  # bool(): mypy would infer draw's type from `lines`
         text += eol
     return text
 

@@ -12,11 +12,13 @@ import pytest
 from memoryd import fsops, indexer
 from memoryd.config import Config, IndexConfig
 from memoryd.discover import explicit_dirs
+from memoryd.errors import WriteConflict
+from memoryd.index import decide_ownership
 from memoryd.indexer import index_dir
 from tests.conftest import Env, tree_digest, write_memory
 
 
-def _dir(path: Path):  # type: ignore[no-untyped-def]
+def _dir(path: Path):
     return explicit_dirs(path, Config())[0]
 
 
@@ -213,7 +215,7 @@ def test_concurrent_rename_over_between_read_and_swap_loses_nothing(
 ) -> None:
     """Someone renames a new MEMORY.md over ours mid-write: their line survives, ours follows."""
     monkeypatch.setattr(fsops, "use_renameat2", exchange and fsops._renameat2 is not None)
-    calls = []
+    calls: list[int] = []
 
     def other_writer(folder: Path, name: str) -> None:
         if name == "MEMORY.md" and not calls:
@@ -236,7 +238,7 @@ def test_in_place_truncate_and_write_is_detected(
     env: Env, mdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A writer truncating and rewriting MEMORY.md in place (same inode) is not clobbered."""
-    calls = []
+    calls: list[int] = []
 
     def editor(folder: Path, name: str) -> None:
         if name == "MEMORY.md" and not calls:
@@ -266,7 +268,7 @@ def test_full_disk_on_temp_write_leaves_index_untouched(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    monkeypatch.setattr(fsops.os, "write", full)
+    monkeypatch.setattr(os, "write", full)
     result = cli("index", mdir)
     assert result.code == 1
     assert "No space left on device" in result.out
@@ -385,7 +387,7 @@ def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
     first = index_dir(rt, _dir(mdir), hold=True)
     assert first.status == "updated" and first.held is not None
     write_memory(mdir, "alpha.md", description="revised memory")
-    calls = []
+    calls: list[int] = []
 
     def same_size_editor(folder: Path, name: str) -> None:
         if name != "MEMORY.md" or calls:
@@ -420,7 +422,7 @@ def test_another_writer_right_after_our_swap_is_not_a_failed_verification(
     assert first.held is not None
     write_memory(mdir, "alpha.md", description="revised memory")
     real_fsync_dir = fsops.fsync_dir
-    calls = []
+    calls: list[int] = []
 
     def then_another_writer(dir_fd: int) -> None:
         real_fsync_dir(dir_fd)
@@ -525,7 +527,7 @@ def test_a_failed_look_at_the_old_file_is_a_conflict_and_loses_nothing(
         raise OSError(errno.ELOOP, "too many levels of symbolic links")
 
     monkeypatch.setattr(fsops, "_is_expected", looking_fails)
-    with pytest.raises(fsops.WriteConflict):
+    with pytest.raises(WriteConflict):
         fsops.replace_file(tmp_path, "MEMORY.md", b"ours\n", found[1])
     assert path.read_bytes() == b"theirs\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["MEMORY.md"]
@@ -587,9 +589,9 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     first = index_dir(rt, _dir(mdir), hold=True)
     assert first.held is not None
     given: list[object] = []
-    real = indexer.decide_ownership
+    real = decide_ownership  # the function the indexer imported, and calls by its own name
 
-    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def spy(*args, **kwargs):
         given.append(kwargs.get("arrived"))
         return real(*args, **kwargs)
 
@@ -666,7 +668,7 @@ def test_the_line_memoryd_added_stays_its_own_across_a_restart_and_loses_to_the_
     taken: list[object] = []
     real = indexer._index_changed
 
-    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def spy(*args, **kwargs):
         taken.append(made := real(*args, **kwargs))
         return made
 

@@ -1,6 +1,5 @@
 """The index editor as a pure function: pointer-line edits that never touch a person's lines."""
 
-from datetime import date
 
 import pytest
 from hypothesis import given, settings
@@ -9,8 +8,6 @@ from hypothesis import strategies as st
 from memoryd.index import (
     TRAILER,
     Budget,
-    Entry,
-    IndexInput,
     LinkKind,
     classify_link,
     decide_ownership,
@@ -23,31 +20,9 @@ from memoryd.index import (
     pointer_targets,
     render_pointer,
     split_lines,
-    update_index,
     verify,
 )
-
-NOW = 1_800_000_000.0
-OLD = NOW - 60 * 86400
-
-
-def entry(filename: str, name: str | None = None, desc: str = "d", type_: str = "project",
-          age: float = OLD) -> Entry:
-    return Entry(filename, name if name is not None else filename[:-3], desc, type_, age)
-
-
-def run(main: str | None, memories: list[Entry], *, seen: dict[str, tuple[str, str]] | None = None,
-        present: set[str] | None = None, archive: str | None = None, ready: set[str] | None = None,
-        budget: Budget | None = None, own: dict[str, str] | None = None,
-        separator: str = " — "):  # type: ignore[no-untyped-def]
-    mems = {e.filename: e for e in memories}
-    return update_index(IndexInput(
-        main=main, archive=archive, memories=mems,
-        present=frozenset(present if present is not None else mems),
-        seen=seen or {}, ready=frozenset(ready if ready is not None else mems),
-        heading="proj", budget=budget or Budget(), now=NOW, today=date(2026, 11, 30),
-        own=own or {}, separator=separator,
-    ))
+from tests.helpers import NOW, OLD, entry, many_entries, run
 
 
 def test_new_index_gets_a_heading_and_pointers_in_file_name_order() -> None:
@@ -198,13 +173,9 @@ def test_new_file_within_grace_waits() -> None:
     assert edit.waiting == ["b.md"]
 
 
-def _big(n: int) -> list[Entry]:
-    return [entry(f"m{i:04d}.md", desc="x" * 60, age=OLD - (n - i) * 60) for i in range(n)]
-
-
 def test_budget_demotes_oldest_into_archive_with_one_trailer() -> None:
     """250 entries: MEMORY.md fits 200 lines / 25,000 units; the oldest go to the archive."""
-    mems = _big(250)
+    mems = many_entries(250)
     first = run(None, mems)
     assert first.main is not None and first.archive is not None
     m = measure(first.main)
@@ -224,7 +195,7 @@ def test_budget_demotes_oldest_into_archive_with_one_trailer() -> None:
 
 def test_user_and_recent_memories_are_never_demoted() -> None:
     """`user` memories and ones changed in the last 7 days stay in MEMORY.md."""
-    mems = _big(240)
+    mems = many_entries(240)
     mems[0] = entry("m0000.md", desc="x" * 60, type_="user", age=OLD - 10**6)
     mems[1] = entry("m0001.md", desc="x" * 60, age=NOW - 86400)
     edit = run(None, mems)
@@ -235,7 +206,7 @@ def test_user_and_recent_memories_are_never_demoted() -> None:
 
 def test_budget_never_mode_reports_but_moves_nothing() -> None:
     """With budget = never, an oversize index is reported and nothing is demoted."""
-    edit = run(None, _big(250), budget=Budget(mode="never"))
+    edit = run(None, many_entries(250), budget=Budget(mode="never"))
     assert edit.demoted == []
     assert edit.over_budget is not None
     assert edit.outside and not edit.fits_window
@@ -243,7 +214,7 @@ def test_budget_never_mode_reports_but_moves_nothing() -> None:
 
 def test_trailer_count_updates_when_files_change() -> None:
     """The trailer's count follows the number of memory files, and stays single."""
-    mems = _big(250)
+    mems = many_entries(250)
     first = run(None, mems)
     assert first.main is not None
     seen = {e.filename: (e.name, e.description) for e in mems}

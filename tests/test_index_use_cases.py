@@ -12,7 +12,7 @@ from memoryd.indexer import IndexStatus
 from tests.conftest import Env, tree_digest, write_memory
 
 
-def _dir(path: Path):  # type: ignore[no-untyped-def]
+def _dir(path: Path):
     return explicit_dirs(path, Config())[0]
 
 

@@ -139,7 +139,7 @@ def project_dir(env: Env) -> Path:
     return env.claude / "projects" / "-home-u-proj" / "memory"
 
 
-def test_index_dirs_and_explain_on_disk(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_index_dirs_and_explain_on_disk(env: Env, cli) -> None:
     """`memoryd index` gives the hidden memory a visible pointer; `dirs` counts the hidden
     pointers and `explain` names the construct that hides one."""
     folder = project_dir(env)

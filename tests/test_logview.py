@@ -6,7 +6,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +16,13 @@ from memoryd.humanize import Painter
 from memoryd.logfollow import Follower
 from memoryd.logview import View, dir_label, render_row, render_summary, summary_json
 from tests.conftest import Env
+from tests.helpers import wait_for
 
 HOME = "/home/ann"
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 TS = "2027-01-15T07:58:20.123Z"
 PROJECT = f"{HOME}/.claude/projects/-home-ann-src-shop/memory"
 SHA = "9f" * 32
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
 # --- following ---------------------------------------------------------------------------------
@@ -92,7 +83,7 @@ def test_follow_sees_every_row_once_in_order_across_many_rotations(env: Env) -> 
     log.write("dream.skipped", why="ready")
     reader = Reader()
     try:
-        wait_for(lambda: "ready" in reader.whys(), what="the reader's first row")
+        wait_for(lambda: "ready" in reader.whys(), timeout=30, what="the reader's first row")
         writers = [
             subprocess.Popen([sys.executable, "-c", WRITER, str(env.audit_path), "4096",
                               str(backups), name, "300"], env=os.environ.copy())
@@ -101,7 +92,7 @@ def test_follow_sees_every_row_once_in_order_across_many_rotations(env: Env) -> 
         for writer in writers:
             assert writer.wait(timeout=120) == 0
         log.write("dream.skipped", why="done")
-        wait_for(lambda: "done" in reader.whys(), what="the last row")
+        wait_for(lambda: "done" in reader.whys(), timeout=30, what="the last row")
     finally:
         err = reader.stop()
     rotated = sorted(env.logs.glob("audit.jsonl.*"))
@@ -127,9 +118,9 @@ def test_follow_starts_with_the_last_ten_rows_like_tail(env: Env) -> None:
         reader = Reader(*args)
         try:
             shown = reader.rows
-            wait_for(lambda: len(shown) >= len(history), what=f"history with {args}")  # noqa: B023
+            wait_for(lambda: len(shown) >= len(history), timeout=30, what=f"history with {args}")  # noqa: B023
             log.write("dream.skipped", why=f"new {args}")
-            wait_for(lambda: len(shown) > len(history), what="a followed row")  # noqa: B023
+            wait_for(lambda: len(shown) > len(history), timeout=30, what="a followed row")  # noqa: B023
         finally:
             reader.stop()
         assert reader.whys() == [*history, f"new {args}"], args
@@ -195,7 +186,7 @@ def test_follower_never_blocks_on_a_fifo(tmp_path: Path) -> None:
     follower.close()
 
 
-def test_log_says_when_there_is_no_log_or_no_such_dir(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_log_says_when_there_is_no_log_or_no_such_dir(env: Env, cli, tmp_path: Path) -> None:
     """No log yet: said on stderr with where it would be (exit 0). `--dir` naming a folder
     that does not exist and no row: said, exit 1. The old code printed nothing."""
     result = cli("log")
@@ -309,7 +300,7 @@ def test_dir_labels(path: str, label: str) -> None:
     assert dir_label(path, HOME) == label
 
 
-def test_cli_log_is_compact_and_json_unchanged(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_log_is_compact_and_json_unchanged(env: Env, cli, tmp_path: Path) -> None:
     """`memoryd log` prints one short line a row, no sha256; `--json` the rows as written."""
     folder = tmp_path / "m"
     log = AuditLog(env.audit_path)
@@ -376,7 +367,7 @@ def test_summary_at_80_columns_wraps_and_says_nothing_logged() -> None:
         "Nothing logged since")
 
 
-def test_cli_summary_defaults_to_the_last_day(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_cli_summary_defaults_to_the_last_day(env: Env, cli) -> None:
     """`log --summary` counts the last day's rows; `--since` widens it; `--json` gives counts."""
     rows = _summary_rows()
     old = {**rows[1], "ts": "2020-01-01T00:00:00Z"}

@@ -37,7 +37,7 @@ def _plant(repo: Path) -> Path:
     return folder
 
 
-def test_no_memory_text_in_the_audit_log_or_command_output(  # type: ignore[no-untyped-def]
+def test_no_memory_text_in_the_audit_log_or_command_output(
     env: Env, cli, tmp_path: Path
 ) -> None:
     """Index, dream (with a circuit-breaker refusal and a guard), dirs and log: the marker

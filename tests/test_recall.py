@@ -268,7 +268,7 @@ def test_time_frames(
         assert found <= expected
 
 
-def test_bad_time_frames_are_usage_errors(env: Env, mem: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_bad_time_frames_are_usage_errors(env: Env, mem: Path, cli) -> None:
     """An unknown frame or --since names what is accepted and exits 2."""
     for bad in (["--timeframe", "lastweek"], ["--timeframe", "2026-13"], ["--since", "soon"]):
         result = cli("search", "deploy", mem, *bad)
@@ -314,7 +314,7 @@ def test_snippet_marks_the_matches(env: Env, mem: Path) -> None:
 
 # --- unparseable and other files ----------------------------------------------------------------
 def test_unparseable_files_are_excluded_with_why_and_never_crash(
-    env: Env, mem: Path, cli  # type: ignore[no-untyped-def]
+    env: Env, mem: Path, cli
 ) -> None:
     """Bad YAML, binary data, a FIFO, a symlink, a file over the limit and a note without
     frontmatter are not searched; each is listed with why, and search still answers."""
@@ -369,7 +369,7 @@ def planted_repo(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_recall_by_path_and_symbol_on_a_planted_repo(
-    env: Env, planted_repo: tuple[Path, Path], cli  # type: ignore[no-untyped-def]
+    env: Env, planted_repo: tuple[Path, Path], cli
 ) -> None:
     """The file cited, a folder above it, and the old place of a moved file all recall their
     memories (the dream pass's extraction); symbols recall the memories naming them."""
@@ -407,7 +407,7 @@ def test_recall_by_path_and_symbol_on_a_planted_repo(
 
 
 # --- show ---------------------------------------------------------------------------------------
-def test_show_by_name_and_path(env: Env, mem: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_show_by_name_and_path(env: Env, mem: Path, cli) -> None:
     """`show` prints the memory as written and where it is indexed; a name works as well as
     a path; a name nothing has exits 1."""
     by_path = cli("show", mem / "project_old_cache.md")
@@ -423,7 +423,7 @@ def test_show_by_name_and_path(env: Env, mem: Path, cli) -> None:  # type: ignor
     assert missing.code == 1 and "No memory named" in missing.out
 
 
-def test_search_cli_text_and_exit_codes(env: Env, mem: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_search_cli_text_and_exit_codes(env: Env, mem: Path, cli) -> None:
     """Exit 0 with results (file, dir, type, tier, date, snippet), 1 without."""
     result = cli("search", "postgres", mem)
     assert result.code == 0
@@ -541,7 +541,7 @@ def test_a_damaged_index_is_rebuilt_with_a_warning(
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
-def test_a_missing_index_is_rebuilt_silently(env: Env, mem: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_missing_index_is_rebuilt_silently(env: Env, mem: Path, cli) -> None:
     """Deleting the index (and its WAL files) costs a rebuild on the next command, no warning."""
     assert cli("search", "postgres", mem).code == 0
     for p in (env.state / "recall").iterdir():
@@ -551,7 +551,7 @@ def test_a_missing_index_is_rebuilt_silently(env: Env, mem: Path, cli) -> None: 
     assert "warning" not in result.err
 
 
-def test_nothing_is_written_in_memory_dirs(env: Env, mem: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_nothing_is_written_in_memory_dirs(env: Env, mem: Path, cli) -> None:
     """search, recall, show: the sha256 and mtime of every file in the memory dir, and its
     listing, are the same after as before."""
     before = tree_digest(mem.parent)
@@ -604,7 +604,7 @@ def test_an_index_another_process_updated_is_read_again(env: Env, mem: Path) -> 
 
 
 def test_a_state_dir_that_cannot_hold_the_index_is_a_warning(
-    env: Env, mem: Path, cli  # type: ignore[no-untyped-def]
+    env: Env, mem: Path, cli
 ) -> None:
     """With no room for the index in the state dir (its folder is a file), search still
     answers from the files, with a warning naming the place."""

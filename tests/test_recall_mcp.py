@@ -88,15 +88,14 @@ async def drive(params: StdioServerParameters, calls: list[tuple[str, dict[str, 
         return init, tools, answers
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_the_sdk_client_lists_and_calls_every_tool(env: Env, repo: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_the_sdk_client_lists_and_calls_every_tool(env: Env, repo: Path, cli) -> None:
     """initialize, list_tools (four tools, each annotated read-only), a call of each; the
     results carry the CLI's --json fields; nothing is written in the repo or memory dir; each
     answer is a consult row in the state dir."""
     folder = repo / ".claude" / "memory"
     before = tree_digest(repo)
-    calls = [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("search_memories", {"query": "paymnts nightly"}),
         ("search_memories", {"query": "barley", "timeframe": "last_quarter", "type": "project"}),
         ("recall_for_paths", {"paths": [str(repo / "src" / "app.py")]}),
@@ -142,9 +141,8 @@ def test_the_sdk_client_lists_and_calls_every_tool(env: Env, repo: Path, cli) ->
     assert all(set(r) == {"ts", "tool", "names", "query"} for r in rows)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_an_mcp_read_is_consult_evidence_for_the_dream_guard(env: Env, repo: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_an_mcp_read_is_consult_evidence_for_the_dream_guard(env: Env, repo: Path, cli) -> None:
     """A fully stale memory the dream pass would move is kept (guard `consulted`, naming the
     server's log) once the agent read it through the MCP server."""
     folder = repo / ".claude" / "memory"

@@ -8,7 +8,7 @@ from memoryd.discover import slugify
 from tests.conftest import Env, write_memory
 
 
-def test_dirs_with_nothing_to_move_are_one_line_and_a_lone_one_is_shown(  # type: ignore[no-untyped-def]
+def test_dirs_with_nothing_to_move_are_one_line_and_a_lone_one_is_shown(
     env: Env, cli, tmp_path: Path
 ) -> None:
     folders = []

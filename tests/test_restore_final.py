@@ -7,6 +7,7 @@ import os
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from memoryd import trash
 from memoryd.index import Entry as IndexEntry
 from memoryd.index import IndexInput, Place, update_index
 from tests.conftest import Env, write_memory
-from tests.test_daemon import agent_write, index_text, start, wait_for
+from tests.helpers import agent_write, index_text, start, wait_for
 
 FORK = "Fork the repo with `git clone --depth 1` then rebase the clean branch on upstream main.\n"
 
@@ -55,14 +56,14 @@ def _issue_dir(folder: Path) -> None:
     (folder / "MEMORY.md").write_text(HAND_INDEX)
 
 
-def _dream(cli, folder: Path) -> dict:  # type: ignore[no-untyped-def,type-arg]
+def _dream(cli, folder: Path) -> dict[str, Any]:
     result = cli("dream", "--json", folder)
     assert result.code == 0, result.err + result.out
     return json.loads(result.out)["dirs"][0]  # type: ignore[no-any-return]
 
 
 def test_a_restored_duplicate_stays_put_and_its_pointer_goes_back_under_its_heading(
-    env: Env, cli, folder: Path  # type: ignore[no-untyped-def]
+    env: Env, cli, folder: Path
 ) -> None:
     _issue_dir(folder)
     [change] = _dream(cli, folder)["changes"]
@@ -83,7 +84,7 @@ def test_a_restored_duplicate_stays_put_and_its_pointer_goes_back_under_its_head
 
 
 def test_a_restored_stale_memory_survives_restarts_renames_and_repeated_passes(
-    env: Env, cli, folder: Path  # type: ignore[no-untyped-def]
+    env: Env, cli, folder: Path
 ) -> None:
     write_memory(folder, "stale.md", body="Lived in `src/removed.py`.\n", age_days=60)
     write_memory(folder, "other.md", body="Handled by `src/app.py`.\n")
@@ -166,7 +167,7 @@ def _six_stale(folder: Path) -> list[str]:
 
 
 def test_restore_takes_every_form_trash_list_prints(
-    env: Env, cli, folder: Path, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    env: Env, cli, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     names = _six_stale(folder)
     assert len(_dream(cli, folder)["changes"]) == 6
@@ -197,7 +198,7 @@ def test_restore_takes_every_form_trash_list_prints(
 
 
 def test_a_path_means_its_newest_entry_still_in_the_trash(
-    env: Env, cli, folder: Path, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    env: Env, cli, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The stored name is used again once its file was restored: the path means the live one."""
     write_memory(folder, "stale.md", body="Lived in `src/removed.py`.\n", age_days=60)
@@ -214,7 +215,7 @@ def test_a_path_means_its_newest_entry_still_in_the_trash(
 
 
 def test_an_already_restored_id_says_when_and_what_it_is_now(
-    env: Env, cli, folder: Path  # type: ignore[no-untyped-def]
+    env: Env, cli, folder: Path
 ) -> None:
     write_memory(folder, "stale.md", body="Lived in `src/removed.py`.\n", age_days=60)
     [change] = _dream(cli, folder)["changes"]
@@ -266,7 +267,7 @@ def test_the_daemons_pile_up_passes_leave_a_restored_memory_alone(tmp_path: Path
         running.stop()
 
 
-def test_old_manifests_restore_as_before(env: Env, cli, folder: Path) -> None:  # type: ignore[no-untyped-def]
+def test_old_manifests_restore_as_before(env: Env, cli, folder: Path) -> None:
     """A record without a place (an older memoryd wrote it) puts the line after the last
     pointer; a record without a line gets a generated one."""
     write_memory(folder, "stale.md", body="Lived in `src/removed.py`.\n", age_days=60)

@@ -4,7 +4,7 @@ import contextlib
 import marshal
 import os
 import random
-from collections.abc import Set
+from collections.abc import Callable, Set
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from memoryd.scan import Names, dump_cache, load_cache, scan_dir
 from tests.conftest import write_memory
 
 
-def _same(a, b) -> None:  # type: ignore[no-untyped-def]
+def _same(a, b) -> None:
     assert a.present == b.present
     assert a.files == b.files
     assert sorted(a.conflicts) == sorted(b.conflicts)
@@ -42,8 +42,9 @@ def test_incremental_scan_equals_a_full_scan_after_random_changes(tmp_path: Path
             if action == "write":
                 write_memory(folder, name, description=f"round {round_}", age_days=None)
             elif action == "odd":
-                rng.choice([lambda p: os.mkfifo(p), lambda p: p.mkdir(),
-                            lambda p: p.write_text("---\nname: [x\n---\n")])(path)
+                odd: list[Callable[[Path], object]] = [
+                    os.mkfifo, Path.mkdir, lambda p: p.write_text("---\nname: [x\n---\n")]
+                rng.choice(odd)(path)
             elif action == "conflict":
                 changed.add(name)  # the unlink above
                 name = f"m{round_}.sync-conflict-1.md"
@@ -137,7 +138,6 @@ def test_files_removed_while_the_dir_is_scanned_are_simply_gone(
     """A file deleted between the listing and its stat (a skipped temp file) or its read (a
     new memory) is neither a crash nor a problem to report: it is not there."""
     from memoryd import fsops
-    from memoryd import scan as scan_module
 
     folder = tmp_path / "m"
     write_memory(folder, "kept.md")
@@ -146,18 +146,18 @@ def test_files_removed_while_the_dir_is_scanned_are_simply_gone(
     (folder / "sedXYZ12").write_text("an editor's temp file")
     real_scandir, real_read = os.scandir, fsops.read_regular
 
-    def listing_then_delete(fd):  # type: ignore[no-untyped-def]
+    def listing_then_delete(fd):
         entries = list(real_scandir(fd))
         (folder / "sedXYZ12").unlink()
         return contextlib.nullcontext(iter(entries))
 
-    def read_after_delete(dir_fd, name, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def read_after_delete(dir_fd, name, *args, **kwargs):
         if name == "new.md":
             (folder / "new.md").unlink()
         return real_read(dir_fd, name, *args, **kwargs)
 
-    monkeypatch.setattr(scan_module.os, "scandir", listing_then_delete)
-    monkeypatch.setattr(scan_module.fsops, "read_regular", read_after_delete)
+    monkeypatch.setattr(os, "scandir", listing_then_delete)
+    monkeypatch.setattr(fsops, "read_regular", read_after_delete)
     result = scan_dir(folder, first.files)
     assert set(result.files) == {"kept.md"} and result.problems == {}
     assert "new.md" not in result.present and "sedXYZ12" not in result.present

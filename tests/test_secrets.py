@@ -212,8 +212,12 @@ def test_an_unchanged_memory_is_not_scanned_again_by_the_next_pass(
     folder = repo / ".claude" / "memory"
     _plant(folder)
     scanned: list[int] = []
-    real = run.find_bytes
-    monkeypatch.setattr(run, "find_bytes", lambda data: scanned.append(1) or real(data))
+
+    def counted(data: bytes) -> list[secrets.Finding]:
+        scanned.append(1)
+        return secrets.find_bytes(data)
+
+    monkeypatch.setattr(run, "find_bytes", counted)
     rt = env.runtime()
     (md,) = discover(rt.config, [repo])
     first = run.dream_dir(rt, md, repos=run.RepoCache.of(rt), dry_run=True)

@@ -68,7 +68,7 @@ def test_plist_parses_and_has_the_design_keys() -> None:
 
 
 @pytest.mark.parametrize("manager", ["systemd", "launchd"])
-def test_install_dry_run_prints_file_and_commands(env: Env, cli, manager: str) -> None:  # type: ignore[no-untyped-def]
+def test_install_dry_run_prints_file_and_commands(env: Env, cli, manager: str) -> None:
     """`service install --dry-run` prints the file and the commands and writes nothing."""
     before = tree_digest(env.home)
     result = cli("service", "install", "--dry-run", "--manager", manager)
@@ -80,7 +80,7 @@ def test_install_dry_run_prints_file_and_commands(env: Env, cli, manager: str) -
     assert tree_digest(env.home) == before
 
 
-def test_missing_service_manager_names_the_manual_steps(env: Env, cli,  # type: ignore[no-untyped-def]
+def test_missing_service_manager_names_the_manual_steps(env: Env, cli,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without systemctl on PATH, install fails with exit 1 and says what to do by hand."""
     monkeypatch.setenv("PATH", "/nonexistent")
@@ -89,7 +89,7 @@ def test_missing_service_manager_names_the_manual_steps(env: Env, cli,  # type: 
     assert "systemctl" in result.err and "by hand" in result.err
 
 
-def test_demo_runs_in_a_sandbox_and_leaves_nothing(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_demo_runs_in_a_sandbox_and_leaves_nothing(env: Env, cli) -> None:
     """`memoryd demo` shows the index change, a dream report, the log and a restore."""
     import tempfile
 
@@ -135,7 +135,7 @@ def _unit(env: Env) -> Path:
     return env.home / ".config" / "systemd" / "user" / service.UNIT_NAME
 
 
-def test_install_writes_a_0644_unit_and_uninstall_removes_it(  # type: ignore[no-untyped-def]
+def test_install_writes_a_0644_unit_and_uninstall_removes_it(
     env: Env, cli, fake_manager: Path
 ) -> None:
     """install writes the unit 0644 whatever the umask (it holds no secret; the manager reads
@@ -153,7 +153,7 @@ def test_install_writes_a_0644_unit_and_uninstall_removes_it(  # type: ignore[no
     assert not _unit(env).exists() and "removed" in result.out
 
 
-def test_a_failed_install_leaves_no_unit(  # type: ignore[no-untyped-def]
+def test_a_failed_install_leaves_no_unit(
     env: Env, cli, fake_manager: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """enable fails (no user bus): exit 1, the unit is removed again and the message names
@@ -170,7 +170,7 @@ def test_a_failed_install_leaves_no_unit(  # type: ignore[no-untyped-def]
     assert _unit(env).read_text() == "# the unit a person wrote\n"
 
 
-def test_a_failed_uninstall_says_what_is_left_not_the_install_steps(  # type: ignore[no-untyped-def]
+def test_a_failed_uninstall_says_what_is_left_not_the_install_steps(
     env: Env, cli, fake_manager: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """disable fails: exit 1; the unit and its enable link are removed so the manager cannot
@@ -194,7 +194,7 @@ def test_a_failed_uninstall_says_what_is_left_not_the_install_steps(  # type: ig
     ("Unit memoryd.service could not be found.", 4),
     ("", 3),  # inactive
 ])
-def test_service_status_exits_non_zero_when_the_manager_says_so(  # type: ignore[no-untyped-def]
+def test_service_status_exits_non_zero_when_the_manager_says_so(
     env: Env, cli, fake_manager: Path, monkeypatch: pytest.MonkeyPatch, says: str, code: int
 ) -> None:
     """`service status` exits 1 when systemctl fails (the old code exited 0 after `Failed to
@@ -210,7 +210,7 @@ def test_service_status_exits_non_zero_when_the_manager_says_so(  # type: ignore
     assert cli("service", "status", "--manager", "systemd").code == 0
 
 
-def test_launchd_install_and_a_failed_bootstrap(  # type: ignore[no-untyped-def]
+def test_launchd_install_and_a_failed_bootstrap(
     env: Env, cli, fake_manager: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """launchd: the plist is written 0644 and bootstrapped; a failed bootstrap removes it."""

@@ -180,7 +180,6 @@ def test_a_line_another_process_appends_meanwhile_is_not_taken_for_ours(
     store must not keep its own copy as if the log held only its change."""
     import os
 
-    from memoryd import state as state_module
 
     store, folder, state = saved_once(tmp_path, 10, known=True)
     theirs_store = StateStore(tmp_path)
@@ -189,16 +188,16 @@ def test_a_line_another_process_appends_meanwhile_is_not_taken_for_ours(
     real_open = os.open
     raced: list[int] = []
 
-    def open_then_race(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def open_then_race(path, flags, *args, **kwargs):
         if str(path).endswith(".log") and not raced:
             raced.append(1)
             theirs_store.save(folder, theirs, seen_changed={"m1.md"})  # their line first
         return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(state_module.os, "open", open_then_race)
+    monkeypatch.setattr(os, "open", open_then_race)
     state.seen["m2.md"] = ["m2", "mine"]
     store.save(folder, state, seen_changed={"m2.md"})
-    monkeypatch.setattr(state_module.os, "open", real_open)
+    monkeypatch.setattr(os, "open", real_open)
     assert raced
     on_disk = StateStore(tmp_path).load(folder)
     assert on_disk.seen["m1.md"] == ["m1", "theirs"] and on_disk.seen["m2.md"] == ["m2", "mine"]

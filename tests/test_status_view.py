@@ -10,8 +10,7 @@ import pytest
 from memoryd.logview import View
 from memoryd.statusview import DirRow, Status, render
 from tests.conftest import Env, write_memory
-from tests.test_daemon import agent_write, start, wait_for
-from tests.test_daemon import project as project  # a fixture, used by name
+from tests.helpers import agent_write, start, wait_for
 
 HOME = "/home/ann"
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -80,7 +79,7 @@ def test_stopped_status_says_where_things_are_and_shows_dirs_from_disk() -> None
     assert "state on disk" in text and "QUEUED" not in text and "src-shop" in text
 
 
-def test_status_of_a_stopped_daemon_reads_each_dir_from_disk(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_status_of_a_stopped_daemon_reads_each_dir_from_disk(env: Env, cli, tmp_path: Path) -> None:
     """No daemon: exit 1, and still each dir memoryd has state for, its last index write, the
     audit log and the config; `--json` the same with absolute times. The old one printed
     only that it was not running."""
@@ -99,7 +98,7 @@ def test_status_of_a_stopped_daemon_reads_each_dir_from_disk(env: Env, cli, tmp_
     assert row["last_index_write"].endswith("+00:00")  # absolute
 
 
-def test_a_running_daemon_counts_unmanaged_files_and_shows_its_queue(  # type: ignore[no-untyped-def]
+def test_a_running_daemon_counts_unmanaged_files_and_shows_its_queue(
     tmp_path: Path, project
 ) -> None:
     """A dir whose index memoryd does not manage shows its real memory count (the old

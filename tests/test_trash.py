@@ -16,11 +16,10 @@ import pytest
 from memoryd import fsops, housekeeping, trash
 from memoryd.config import Config
 from memoryd.discover import explicit_dirs
-from memoryd.paths import AppPaths
-from memoryd.runtime import Runtime, boot_clock
+from memoryd.runtime import Runtime
 from memoryd.state import dir_key
 from tests.conftest import Env, InjectedCrash, crash_at, tree_digest, write_memory
-from tests.test_dream_planted import _filler, mem
+from tests.helpers import filler, mem, plant_day, watched_for
 
 
 def test_plan_purge_respects_retention_and_the_clock() -> None:
@@ -36,40 +35,6 @@ def test_plan_purge_respects_retention_and_the_clock() -> None:
     future = trash.plan_purge([*names, "2026-12-25"], today, 30, None)
     assert future.purge == [] and "before the newest trash folder" in future.refused
     assert trash.plan_purge(["2026-12-01"], today, 30, None).purge == []  # a day ahead: age 0
-
-
-def plant_day(folder: Path, day: date, moved_at: datetime, name: str = "old.md") -> Path:
-    """A day folder as memoryd leaves it: a trashed file and its manifest record."""
-    path = folder / ".trash" / day.isoformat()
-    path.mkdir(parents=True, exist_ok=True)
-    data = f"---\nname: {name}\n---\n".encode()
-    (path / name).write_bytes(data)
-    record = trash.TrashRecord(
-        id=trash.new_id(), original_name=name, stored_name=name, day=day.isoformat(),
-        sha256=hashlib.sha256(data).hexdigest(), size=len(data), reason="stale", pass_id="p",
-        time=moved_at.astimezone().isoformat(timespec="seconds"),
-    )
-    with (path / trash.MANIFEST).open("a") as manifest:
-        manifest.write(record.to_json() + "\n")
-    return path
-
-
-def watched_for(state_dir: Path, folder: Path, days: float) -> None:
-    """Make memoryd have seen `folder`'s trash as it is now `days` days ago, by every clock: a
-    rotation (purging nothing) with the wall clock and the boot clock set back that far. Its
-    audit rows (a clock gone back, after a later run) go to a log of their own."""
-    logs = state_dir.parent / "aging-log"
-    rt = Runtime.create(Config(), AppPaths(state_dir / "none.toml", state_dir, logs))
-    back, now, real = days * 86400, time.time(), boot_clock()
-    rt.clock = lambda: now - back  # type: ignore[method-assign]
-    rt.today = lambda: date.fromtimestamp(now - back)  # type: ignore[method-assign]
-    rt.boot = lambda: (real[0], real[1] - back) if real else ("aged", 0.0)  # type: ignore[method-assign]
-    md = explicit_dirs(folder, Config())[0]
-    housekeeping.rotate(rt, [md], keep_days=36500)
-    if real is None:  # no boot clock here: the aged boot's own reading, a moment ago
-        rt.clock, rt.today = (lambda: now), date.today  # type: ignore[method-assign]
-        rt.boot = lambda: ("aged", back)  # type: ignore[method-assign]
-        housekeeping.rotate(rt, [md], keep_days=36500)
 
 
 def _old_day(folder: Path, days_ago: int) -> Path:
@@ -141,7 +106,7 @@ def test_trash_on_another_filesystem_is_refused(
 ) -> None:
     """EXDEV on the move: nothing moves or is copied, the pass fails with a clear message."""
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     folder = repo / ".claude" / "memory"
     before = {k: v[0] for k, v in tree_digest(folder).items()}
 
@@ -149,7 +114,7 @@ def test_trash_on_another_filesystem_is_refused(
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
     monkeypatch.setattr(fsops, "renameat2", cross_device)
-    monkeypatch.setattr(fsops.os, "link", cross_device)
+    monkeypatch.setattr(os, "link", cross_device)
     result = cli("dream", folder)
     assert result.code == 1
     assert "another filesystem" in result.out
@@ -163,7 +128,7 @@ def test_trash_on_another_filesystem_is_refused(
 def test_trash_that_is_a_symlink_is_refused(env: Env, cli, repo: Path, tmp_path: Path) -> None:
     """A `.trash` that is a symlink out of the dir is never written through."""
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     folder = repo / ".claude" / "memory"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -179,7 +144,7 @@ def test_odd_names_move_and_come_back(env: Env, cli, repo: Path, name: str) -> N
     """Names with quotes, a newline or parentheses survive a move into the trash and back."""
     path = mem(repo, name, "Lived in `src/removed.py`.")
     original = path.read_bytes()
-    _filler(repo)
+    filler(repo)
     result = json.loads(cli("dream", "--json", repo / ".claude" / "memory").out)
     [change] = result["dirs"][0]["changes"]
     assert change["file"] == name and not path.exists()
@@ -257,13 +222,13 @@ def test_a_pass_over_midnight_keeps_one_day_folder(env: Env, repo: Path) -> None
     from memoryd.discover import explicit_dirs
     from memoryd.dream.run import RepoCache, dream_dir
 
-    _filler(repo)
+    filler(repo)
     body = "the staging deploy runs through the blue green pipeline every friday evening"
     mem(repo, "older.md", body, age=50)
     mem(repo, "newer.md", body + " again", age=40)
     rt = env.runtime()
     days = iter([date(2026, 5, 1)] + [date(2026, 5, 2)] * 50)  # midnight after the first look
-    rt.today = lambda: next(days)  # type: ignore[method-assign]
+    rt.today = lambda: next(days)
     md = explicit_dirs(repo / ".claude" / "memory", Config())[0]
     md = dc_replace(md, repo_root=repo, repo_reason="test")
     result = dream_dir(rt, md, repos=RepoCache())
@@ -342,7 +307,7 @@ def test_a_move_whose_record_cannot_be_written_is_undone(
     folder = repo / ".claude" / "memory"
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     original = path.read_bytes()
-    _filler(repo)
+    filler(repo)
     assert cli("index", folder).code == 0
     real = trash._write_line
 
@@ -364,7 +329,7 @@ def test_a_move_whose_record_cannot_be_written_is_undone(
     assert entry.record.original_name == "stale.md" and entry.record.size == len(original)
 
 
-def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):
     """A dream pass killed right after its first move (of stale.md): a journal is pending.
     Each patch is put back by name: monkeypatch.undo() would also undo the private HOME."""
     from dataclasses import replace as dc_replace
@@ -374,7 +339,7 @@ def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):  # typ
     from memoryd.dream.run import RepoCache, dream_dir
 
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     rt = env.runtime()
     md = dc_replace(explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo,
                     repo_reason="test")
@@ -475,9 +440,9 @@ class FakeClocks:
 
     def __init__(self, rt: Runtime, wall: float) -> None:
         self.wall, self.boot_id, self.uptime = wall, "boot-1", 1000.0
-        rt.clock = lambda: self.wall  # type: ignore[method-assign]
-        rt.today = lambda: date.fromtimestamp(self.wall)  # type: ignore[method-assign]
-        rt.boot = lambda: (self.boot_id, self.uptime)  # type: ignore[method-assign]
+        rt.clock = lambda: self.wall
+        rt.today = lambda: date.fromtimestamp(self.wall)
+        rt.boot = lambda: (self.boot_id, self.uptime)
 
     def advance(self, seconds: float, *, wall: float | None = None) -> None:
         """Real time passes; the wall clock says `wall` (else it keeps time too)."""
@@ -520,7 +485,7 @@ def test_a_pass_under_a_clock_set_in_the_past_is_not_purged_once_it_is_corrected
     """The clock is 100 days behind during a pass: its moves are filed under that date. The
     first purge after the clock is put right keeps them; they go keep_days of real time later."""
     mem(repo, "stale.md", "Lived in `src/removed.py`.", age=400)
-    _filler(repo)
+    filler(repo)
     rt = env.runtime()
     true_now = time.time()
     clocks = FakeClocks(rt, true_now)
@@ -547,7 +512,7 @@ def test_a_clock_a_year_ahead_purges_nothing_recent(env: Env, repo: Path, reboot
     purge removes them, nor today's folder, by the retention or by a person's --older-than
     30d, however many readings that wrong clock gives, until 30 days of real time passed."""
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     rt = env.runtime()
     clocks = FakeClocks(rt, time.time())
     day = _pass(rt, repo)
@@ -568,7 +533,7 @@ def test_a_clock_a_year_ahead_purges_nothing_recent(env: Env, repo: Path, reboot
 def test_todays_folder_is_never_purged_even_by_older_than_0d(env: Env, cli, repo: Path) -> None:
     folder = repo / ".claude" / "memory"
     mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     assert cli("dream", folder).code == 0
     [day] = (folder / ".trash").iterdir()
     result = cli("trash", "purge", "--older-than", "0d", folder)
@@ -631,7 +596,7 @@ def _hostile_row(folder: Path, outside: Path, field_name: str, value: str) -> tu
            "reason": "stale", "pass_id": "p", "time": datetime.now().astimezone().isoformat()}
     row[field_name] = value
     (day / trash.MANIFEST).write_text(json.dumps(row) + "\n")
-    return day, row["id"]
+    return day, str(row["id"])
 
 
 @pytest.mark.parametrize(
@@ -746,7 +711,7 @@ def test_a_fifo_as_todays_manifest_moves_nothing(env: Env, repo: Path) -> None:
     would go into the pipe and be lost), names it, and the memory stays where it is."""
     folder = repo / ".claude" / "memory"
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
-    _filler(repo)
+    filler(repo)
     today = folder / ".trash" / date.today().isoformat()
     today.mkdir(parents=True)
     os.mkfifo(today / trash.MANIFEST)
@@ -817,7 +782,7 @@ def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> No
     old code waited on the first FIFO it read (the journal, at recovery) for ever."""
     folder = repo / ".claude" / "memory"
     mem(repo, "a.md", "Plain words.")
-    _filler(repo)
+    filler(repo)
     assert cli("dream", folder).code == 0 and cli("trash", "purge", folder).code == 0
     key = dir_key(folder.resolve())
     fifos = [env.state / "dirs" / f"{key}{suffix}"

@@ -10,9 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import tree_digest
-from tests.test_daemon import Running, agent_write, project, start, wait_for
-
-__all__ = ["project"]  # the fixture, used by name
+from tests.helpers import Running, agent_write, start, wait_for
 
 
 def _memory(folder: Path, name: str, body: str) -> bytes:

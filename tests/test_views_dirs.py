@@ -119,7 +119,7 @@ def _project(env: Env, name: str) -> Path:
     return folder
 
 
-def test_dirs_prints_a_table_and_dirs_dir_the_detail(env: Env, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_dirs_prints_a_table_and_dirs_dir_the_detail(env: Env, cli, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")
     shop = _project(env, "shop")
     notes = _project(env, "notes")
@@ -152,7 +152,7 @@ def test_dirs_prints_a_table_and_dirs_dir_the_detail(env: Env, cli, monkeypatch)
     assert by_name["-code-notes"]["last_pass"] is None
 
 
-def test_dirs_colours_only_when_asked_or_on_a_terminal(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_dirs_colours_only_when_asked_or_on_a_terminal(env: Env, cli) -> None:
     _project(env, "shop")
     assert "\x1b[" not in cli("dirs").out  # captured: not a terminal
     assert "\x1b[" in cli("dirs", "--color", "always").out

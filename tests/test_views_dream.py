@@ -41,7 +41,7 @@ STATUS_WORDS = re.compile(r"\b(dry_run|partially_stale|fully_stale)\b|: (complet
 
 
 @pytest.mark.parametrize("dry", [True, False])
-def test_the_report_ends_with_its_counts_and_speaks_plainly(  # type: ignore[no-untyped-def]
+def test_the_report_ends_with_its_counts_and_speaks_plainly(
     env: Env, cli, folder: Path, dry: bool
 ) -> None:
     result = cli("dream", *(["--dry-run"] if dry else []), folder)
@@ -64,7 +64,7 @@ def test_the_report_ends_with_its_counts_and_speaks_plainly(  # type: ignore[no-
     assert header.endswith("would move 1 to the trash" if dry else "done, 1 moved to the trash")
 
 
-def test_why_a_dir_is_unmanaged_is_said_once_by_dream(env: Env, cli, folder: Path) -> None:  # type: ignore[no-untyped-def]
+def test_why_a_dir_is_unmanaged_is_said_once_by_dream(env: Env, cli, folder: Path) -> None:
     (folder / "MEMORY.md").write_text("# my notes\n\nprose of my own, no pointers\n")
     first = cli("dream", folder)
     header = next(line for line in first.out.splitlines() if line.startswith(str(folder)))

@@ -14,7 +14,7 @@ def _dirs(env: Env) -> list[Path]:
     return out
 
 
-def test_index_lists_only_dirs_it_changed_unless_verbose(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_index_lists_only_dirs_it_changed_unless_verbose(env: Env, cli) -> None:
     folders = _dirs(env)
     first = cli("index")
     assert first.code == 0 and first.out.count(": updated (added 1)") == 3, first.out
@@ -28,7 +28,7 @@ def test_index_lists_only_dirs_it_changed_unless_verbose(env: Env, cli) -> None:
     assert third.out == f"{folders[1]}: updated (added 1)\n2 dirs in sync (-v lists them).\n"
 
 
-def test_why_a_dir_is_unmanaged_is_said_once(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_why_a_dir_is_unmanaged_is_said_once(env: Env, cli) -> None:
     folder = env.claude / "projects" / "-code-notes" / "memory"
     for name in ("a.md", "b.md", "c.md"):
         write_memory(folder, name, body=f"{name} is about something else entirely.\n")

@@ -43,7 +43,7 @@ def test_the_listing_rows_in_text_out() -> None:
     assert "\x1b[" in coloured and "/m/deploy_steps.md" in coloured
 
 
-def test_trash_list_says_how_long_ago_and_json_when(env: Env, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_trash_list_says_how_long_ago_and_json_when(env: Env, cli, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     (repo / "src").mkdir()

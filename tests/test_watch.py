@@ -22,6 +22,7 @@ from memoryd.config import build_config
 from memoryd.daemon import Daemon
 from memoryd.watch import Debouncer, Kind, Signal, Watcher, WatchError, classify
 from tests.conftest import Env, write_memory
+from tests.helpers import wait_for
 
 
 class FakeClock:
@@ -85,7 +86,7 @@ DIR = Path("/m")
     (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR)]),  # its watch went with it
     (FileCreatedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),  # moved in from elsewhere
 ])
-def test_event_filter_table(event, expected) -> None:  # type: ignore[no-untyped-def]
+def test_event_filter_table(event, expected) -> None:
     """What each kind of event means: dirty, read, structure, or nothing (our own writes)."""
     assert classify(event, DIR, parent=False) == expected
 
@@ -96,7 +97,7 @@ def test_event_filter_table(event, expected) -> None:  # type: ignore[no-untyped
     (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR, "parent")]),
     (FileClosedEvent("/m/notes.txt"), []),
 ])
-def test_parent_event_table(event, expected) -> None:  # type: ignore[no-untyped-def]
+def test_parent_event_table(event, expected) -> None:
     """Where memory dirs appear: a folder or a link made or gone means look again; the
     watched folder itself gone means its watch is gone too."""
     assert classify(event, DIR, parent=True) == expected
@@ -126,22 +127,13 @@ def embedded(env: Env, request: pytest.FixtureRequest) -> Iterator[Daemon]:
     assert not thread.is_alive()
 
 
-def _wait(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.parametrize("embedded", ["transcripts+reads"], indirect=True)
 def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(env: Env,
                                                                    embedded: Daemon) -> None:
     """Events are lost; the overflow warning (through watchdog's logger) triggers a rescan."""
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
-    assert _wait(lambda: (folder / "MEMORY.md").exists())
+    wait_for(lambda: (folder / "MEMORY.md").exists())
     time.sleep(1.0)  # let every event of the set-up drain
     embedded.watcher.observer.unschedule_all()  # from here on, every event is "lost"
     time.sleep(0.3)
@@ -150,8 +142,8 @@ def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(env: Env,
     assert "b.md" not in (folder / "MEMORY.md").read_text()
     logging.getLogger("watchdog.observers.inotify_c").warning(
         "Inotify queue overflowed; filesystem events were lost")
-    assert _wait(lambda: "b.md" in (folder / "MEMORY.md").read_text())
-    assert _wait(lambda: "watch.rescanned" in [r["event"] for r in env.audit_rows()])
+    wait_for(lambda: "b.md" in (folder / "MEMORY.md").read_text())
+    wait_for(lambda: "watch.rescanned" in [r["event"] for r in env.audit_rows()])
     assert "watch.overflow" in [r["event"] for r in env.audit_rows()]
     assert embedded.consult_signal is False
 
@@ -184,14 +176,14 @@ def test_reads_by_the_agent_are_recorded_and_our_own_are_not(env: Env, embedded:
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
     write_memory(folder, "b.md")
-    assert _wait(lambda: (folder / "MEMORY.md").exists())
+    wait_for(lambda: (folder / "MEMORY.md").exists())
     time.sleep(2.0)  # past the window of memoryd's own reads of the dir
     (folder / "a.md").read_bytes()  # the agent consults a memory
     time.sleep(0.3)
     write_memory(folder, "c.md")  # any change makes the worker absorb pending reads
     store = embedded.rt.store
 
-    assert _wait(lambda: "a.md" in store.load(folder).reads)
+    wait_for(lambda: "a.md" in store.load(folder).reads)
     assert "b.md" not in store.load(folder).reads
 
 
@@ -203,12 +195,12 @@ def test_by_default_a_grep_of_the_memory_dir_is_no_consult(env: Env, embedded: D
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
     write_memory(folder, "b.md")
-    assert _wait(lambda: (folder / "MEMORY.md").exists())
+    wait_for(lambda: (folder / "MEMORY.md").exists())
     time.sleep(2.0)  # past the window of memoryd's own reads of the dir
     subprocess.run(["grep", "-r", "a memory", str(folder)], capture_output=True, check=False)
     time.sleep(0.3)
     write_memory(folder, "c.md")  # any change makes the worker absorb pending reads
-    assert _wait(lambda: "c.md" in (folder / "MEMORY.md").read_text())
+    wait_for(lambda: "c.md" in (folder / "MEMORY.md").read_text())
     embedded.absorb_reads()  # what the worker does after a pass (the old code recorded it)
     assert embedded.rt.store.load(folder.resolve()).reads == {}
     assert embedded.consult_signal is False
@@ -220,14 +212,14 @@ def test_a_watch_whose_folder_went_is_made_again(env: Env, embedded: Daemon) -> 
     and the dir looked at in full."""
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
-    assert _wait(lambda: (folder / "MEMORY.md").exists())
+    wait_for(lambda: (folder / "MEMORY.md").exists())
     key = (folder.resolve(), False)
     old_watch = embedded.watcher._watches[key]
     embedded.on_signal(Signal(Kind.LOST, folder.resolve()))
     # (Watches of one path compare equal: it is the object that must be new.)
-    assert _wait(lambda: embedded.watcher._watches.get(key, old_watch) is not old_watch)
+    wait_for(lambda: embedded.watcher._watches.get(key, old_watch) is not old_watch)
     write_memory(folder, "b.md")
-    assert _wait(lambda: "b.md" in (folder / "MEMORY.md").read_text())
+    wait_for(lambda: "b.md" in (folder / "MEMORY.md").read_text())
 
 
 def test_merged_reader_events_never_leave_a_command_window_open(env: Env) -> None:

@@ -494,6 +494,10 @@ class StateStore:
             self._caches[real_path] = (current, files)
         return files
 
+    def cache_data(self, real_path: Path) -> bytes | None:
+        """The dir's parse cache file as saved (the held copy is not consulted), or None."""
+        return self.read_file(self._paths(real_path)[1])
+
     def load_facts(self, real_path: Path) -> bytes | None:
         """The dream facts a pass saved for the dir (``FactsCache.dump``), or None."""
         return self.read_file(self._facts_path(real_path))

@@ -1102,9 +1102,11 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         view = View(now=now, home=str(Path.home()), width=terminal_width(out, os.environ),
                     paint=Painter(use_color(args.color, out, os.environ)))
         out.write(render(found, view))
-        from memoryd.cmd_versions import alarm_lines
+        import time
 
-        out.write(alarm_lines(rt))  # mass changes by other processes, of the last day
+        from memoryd.statusview import alarm_lines
+
+        out.write(alarm_lines(rt, time.time()))  # mass changes by other processes, last day
     return EXIT_OK if found.fresh else EXIT_FINDINGS
 
 

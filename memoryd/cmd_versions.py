@@ -239,24 +239,3 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
         restore_pointers(rt, md, preferred, {name: place} if place else {})
     out.write(f"restored {shown(item.name)} as {shown(item.dir / name)}\n")
     return True
-
-
-ALARM_SHOWN = 86400.0  # `status` shows a mass change for a day
-
-
-def alarm_lines(rt: Runtime) -> str:
-    """`memoryd status`: the mass changes of the last day, and how to undo them."""
-    from memoryd.humanize import ago
-
-    now = time.time()
-    out = []
-    for a in versions.alarms(versions.for_runtime(rt)):
-        when = a.get("t")
-        if not isinstance(when, int | float) or now - when > ALARM_SHOWN:
-            continue
-        out.append(
-            f"  ALARM {shown(str(a.get('dir')))}: {a.get('deleted')} memory files deleted and "
-            f"{a.get('rewritten')} rewritten by another process, {ago(when, now)}; "
-            "`memoryd trash list` and `memoryd history FILE` bring them back\n"
-        )
-    return "".join(out)

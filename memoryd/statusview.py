@@ -109,6 +109,39 @@ def _cached(rt: Any, folder: str) -> int | None:
     return kinds.count("memory")
 
 
+ALARM_SHOWN = 86400.0  # `status` shows a mass change for a day
+# memoryd.versions' alarms file under the state dir (its store's root and ALARMS; a test keeps
+# them equal): `status` reads it without importing the version store and the index machinery.
+ALARMS_FILE = Path("versions", "alarms.json")
+ALARMS_MAX_BYTES = 1 << 20  # versions.alarms reads as much
+
+
+def alarms(state_dir: Path) -> list[dict[str, Any]]:
+    """The last mass-change alarms (one per dir, the newest), oldest first (versions.alarms)."""
+    try:
+        data = json.loads(state_dir.joinpath(ALARMS_FILE).read_bytes()[:ALARMS_MAX_BYTES])
+    except (OSError, ValueError):
+        return []
+    return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []
+
+
+def alarm_lines(rt: Any, now: float) -> str:
+    """`memoryd status`: the mass changes of the last day, and how to undo them."""
+    from memoryd.display import shown
+
+    out = []
+    for a in alarms(rt.paths.state_dir):
+        when = a.get("t")
+        if not isinstance(when, int | float) or now - when > ALARM_SHOWN:
+            continue
+        out.append(
+            f"  ALARM {shown(str(a.get('dir')))}: {a.get('deleted')} memory files deleted and "
+            f"{a.get('rewritten')} rewritten by another process, {ago(when, now)}; "
+            "`memoryd trash list` and `memoryd history FILE` bring them back\n"
+        )
+    return "".join(out)
+
+
 def _from_disk(rt: Any, last: dict[str, Any] | None) -> list[DirRow]:
     """Each dir memoryd keeps state for, as its state says now, with the file counts of the
     daemon's last heartbeat where it gave them."""

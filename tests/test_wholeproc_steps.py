@@ -58,3 +58,23 @@ def test_status_counts_nothing_from_a_damaged_cache(env: Env, cli) -> None:  # t
     cache.write_bytes(cache.read_bytes()[:-3])
     (row,) = json.loads(cli("status", "--json").out)["dirs"]
     assert row["files"] is None
+
+
+def test_status_shows_alarms_without_the_version_store(env: Env) -> None:
+    """`status` reads the version store's alarms file itself: it shows a mass change of the
+    last day without importing memoryd.versions (and through it the index machinery). The
+    old one went through cmd_versions, which imports both."""
+    import time
+
+    from memoryd import versions
+
+    alarms = versions.for_runtime(env.runtime()).root / versions.ALARMS
+    alarms.parent.mkdir(parents=True)
+    rows = [{"dir": "/x/old", "t": time.time() - 2 * 86400, "deleted": 9, "rewritten": 0},
+            {"dir": "/x/new", "t": time.time() - 60, "deleted": 5, "rewritten": 1}]  # fmt: skip
+    alarms.write_text(json.dumps(rows))
+    watched = ("memoryd.versions", "memoryd.cmd_versions", "memoryd.index", "yaml")
+    loaded, out, _ = _probe(["status"], watched)
+    assert loaded == []
+    assert "ALARM /x/new: 5 memory files deleted and 1 rewritten" in out
+    assert "/x/old" not in out

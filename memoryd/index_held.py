@@ -14,7 +14,6 @@ those archive lines, and splices the result back. Anything the splice cannot pla
 (None) and the caller runs the full edit instead. Pure: text in, text out.
 """
 
-import re
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, replace
 from typing import Any
@@ -92,10 +91,10 @@ def hold_data(main: str | None, archive: bytes | None, dead: Set[str]) -> HeldIn
     Raises UnicodeDecodeError when a line is not UTF-8.
     """
     data = archive if archive is not None else b""
-    # Split in C, at the line ends split_lines uses ("\n" is one byte in UTF-8 and never part
-    # of another character): the held lines are made in one go, not among the parse's
+    # Split at the line ends split_lines uses ("\n" is one byte in UTF-8 and never part of
+    # another character): the held lines are made in one go, not among the parse's
     # temporaries, which would leave them scattered over the heap once those are freed.
-    lines = [chunk for chunk in _LINE_END.split(data) if chunk]
+    lines = split_after_newlines(data)
     crlf = data.count(b"\r\n")
     lf = data.count(b"\n") - crlf
     where: dict[str, list[int]] = {}
@@ -118,7 +117,21 @@ def hold_data(main: str | None, archive: bytes | None, dead: Set[str]) -> HeldIn
                      offending_at, frozenset(dead), crlf, lf)
 
 
-_LINE_END = re.compile(rb"(?<=\n)")
+def split_after_newlines(data: bytes) -> list[bytes]:
+    """`data`'s lines, each with its "\n" (the last one without, if it has none); [] for b"".
+
+    Slices found with bytes.find, made one after the other with no temporaries between them:
+    a lookbehind regex split did the same ~10x slower (12 ms of a 2 MB archive's 36 ms).
+    """
+    lines: list[bytes] = []
+    append, find = lines.append, data.find
+    start = 0
+    while (end := find(b"\n", start) + 1) > 0:
+        append(data[start:end])
+        start = end
+    if start < len(data):
+        append(data[start:])
+    return lines
 
 
 def _from_end(held: HeldIndex, changed: Set[str]) -> Iterator[int]:

@@ -78,3 +78,19 @@ def test_status_shows_alarms_without_the_version_store(env: Env) -> None:
     assert loaded == []
     assert "ALARM /x/new: 5 memory files deleted and 1 rewritten" in out
     assert "/x/old" not in out
+
+
+def test_held_archive_split_is_the_line_split() -> None:
+    """index_held's split is the lookbehind split it replaced (after each "\\n", no empty
+    chunk) on every mix of endings: CR alone, CRLF, a missing final newline, blank lines,
+    nothing at all."""
+    import itertools
+    import re
+
+    from memoryd.index_held import split_after_newlines
+
+    old = re.compile(rb"(?<=\n)")
+    pieces = (b"", b"a", b"\n", b"\r", b"\r\n", b"\n\n", b"- [x](x.md) \xe2\x80\x94 d")
+    for combo in itertools.product(pieces, repeat=4):
+        data = b"".join(combo)
+        assert split_after_newlines(data) == [c for c in old.split(data) if c], data

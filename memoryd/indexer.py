@@ -1353,11 +1353,18 @@ def _settled_view(
     mark = settled_mark(main.identity, archive.identity, rt.config.index, md.heading)
     if mark[1:] != state.settled[1:]:
         return None
+    # The archive's positions as the last hold of these bytes found them, if any: a one-shot
+    # `memoryd index` holds the same archive again and again.
+    digest = index_held.archive_digest(data or b"")
+    known = index_held.load_positions(rt.store.load_held(md.real_path), digest)
     try:
-        index = index_held.hold_data(main.text, data, frozenset())
+        index = index_held.hold_data(main.text, data, frozenset(), known)
     except UnicodeDecodeError:
         return None  # the full pass says what is wrong with it
     del data
+    if known is None:
+        with contextlib.suppress(OSError):  # a cache: a pass never fails for it
+            rt.store.save_held(md.real_path, index_held.dump_positions(index, digest))
     in_main: dict[str, int] = {}
     for link in local_links(main.text):
         in_main[link.target] = in_main.get(link.target, 0) + 1

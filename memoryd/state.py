@@ -506,6 +506,14 @@ class StateStore:
         # Not fsynced: facts lost to a power cut are derived again by the next pass.
         fsops.write_private(self._facts_path(real_path), data, durable=False)
 
+    def load_held(self, real_path: Path) -> bytes | None:
+        """What the last held view found in the dir's archive (index_held.dump_positions)."""
+        return self.read_file(self.root / f"{dir_key(real_path)}.held")
+
+    def save_held(self, real_path: Path, data: bytes) -> None:
+        # Not fsynced: it is kept under its archive's digest, and a lost one is parsed again.
+        fsops.write_private(self.root / f"{dir_key(real_path)}.held", data, durable=False)
+
     def load_pins(self, real_path: Path) -> bytes | None:
         """The dir's restore pins (``restored.record``), or None."""
         try:

@@ -94,3 +94,70 @@ def test_held_archive_split_is_the_line_split() -> None:
     for combo in itertools.product(pieces, repeat=4):
         data = b"".join(combo)
         assert split_after_newlines(data) == [c for c in old.split(data) if c], data
+
+
+MANY = 400  # enough for an archive of several hundred lines under the default budget
+
+
+def _settled_dir(env: Env, cli, name: str) -> Path:  # type: ignore[no-untyped-def]
+    folder = env.claude / "agent-memory" / name
+    for i in range(MANY):
+        write_memory(folder, f"m{i:04}.md", description=f"memory number {i}")
+    assert cli("index", folder).code == 0
+    assert (folder / "MEMORY-ARCHIVE.md").stat().st_size > 0
+    return folder
+
+
+def test_index_with_nothing_changed_parses_no_archive_line_again(  # type: ignore[no-untyped-def]
+    env: Env, cli, monkeypatch
+) -> None:
+    """The held view keeps what it found in the archive under the digest of its bytes: the
+    next `memoryd index` of the same archive splits its lines but parses only the few at its
+    end the edit looks at. The old one parsed every archive line on every run (216 here)."""
+    from memoryd import index_held
+
+    folder = _settled_dir(env, cli, "reviewer")
+    assert cli("index", folder).code == 0  # the first held view saves what it found
+    before = (folder / "MEMORY-ARCHIVE.md").read_bytes()
+    calls = 0
+    real = index_held.parse_line
+
+    def counting(text: str):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        return real(text)
+
+    monkeypatch.setattr(index_held, "parse_line", counting)
+    assert cli("index", folder).code == 0
+    assert calls < 10, calls
+    assert (folder / "MEMORY-ARCHIVE.md").read_bytes() == before
+
+
+def test_an_archive_rewritten_in_place_with_its_stat_kept_is_parsed_again(  # type: ignore[no-untyped-def]
+    env: Env, cli
+) -> None:
+    """The saved positions are keyed by the archive's bytes, not its stat: an archive whose
+    pointer was rewritten in place (same size, mtime put back) is indexed as it is now, the
+    same as by a run with no saved positions at all."""
+    results = []
+    for name, keep_saved in (("alpha", True), ("beta", False)):
+        folder = _settled_dir(env, cli, name)
+        assert cli("index", folder).code == 0
+        archive = folder / "MEMORY-ARCHIVE.md"
+        st = archive.stat()
+        data = archive.read_bytes()
+        assert b"(m0100.md)" in data
+        archive.write_bytes(data.replace(b"(m0100.md)", b"(m9100.md)", 1))  # a dead pointer
+        os.utime(archive, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert (archive.stat().st_size, archive.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        if not keep_saved:
+            for held in Path(env.state).rglob("*.held"):
+                held.unlink()
+        assert cli("index", folder).code == 0
+        results.append(tuple(  # the dir's name is in its heading
+            (folder / f).read_bytes().replace(name.encode(), b"NAME")
+            for f in ("MEMORY.md", "MEMORY-ARCHIVE.md")
+        ))
+    assert results[0] == results[1]
+    # A pointer to a file memoryd never saw is left as it is; m0100 gets its pointer back.
+    assert results[0][1].count(b"(m9100.md)") == 1 and results[0][1].count(b"(m0100.md)") == 1

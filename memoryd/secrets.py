@@ -28,7 +28,25 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final, cast
+
+
+class _LazyPattern:
+    """A pattern compiled at its first use: the module's ~20 patterns cost ~5 ms to compile,
+    paid at every start-up by commands that never look for a secret (`index` with nothing
+    changed). Each attribute is fetched from the compiled pattern once, then kept here."""
+
+    def __init__(self, pattern: str) -> None:
+        self._source = pattern
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(re.compile(self._source), name)
+        setattr(self, name, value)
+        return value
+
+
+def _lazy(pattern: str) -> "re.Pattern[str]":
+    return cast("re.Pattern[str]", _LazyPattern(pattern))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +79,8 @@ class Kind(StrEnum):
     ASSIGNMENT = "secret assignment"
 
 
-_BEGIN_KEY: Final = re.compile(r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
-_END_KEY: Final = re.compile(r"-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+_BEGIN_KEY: Final = _lazy(r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+_END_KEY: Final = _lazy(r"-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
 
 # (kind, hints, pattern): the value is group "v" when the pattern has one, else the whole
 # match; a text holding none of the hints (plain substrings) is not searched for that kind.
@@ -71,12 +89,12 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.AWS_ACCESS_KEY,
         ("AKIA", "ASIA", "ABIA", "ACCA"),
-        re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![A-Z0-9])"),
+        _lazy(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![A-Z0-9])"),
     ),
     (
         Kind.AWS_SIGNING,
         ("aws", "AWS", "Aws"),
-        re.compile(
+        _lazy(
             r"(?i:aws_?secret_?(?:access_?)?key)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})"
             r"(?![A-Za-z0-9/+])"
         ),
@@ -84,41 +102,41 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.GITHUB,
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
-        re.compile(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])"),
+        _lazy(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])"),
     ),
     (
         Kind.GITHUB,
         ("github_pat_",),
-        re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{50,255}"),
+        _lazy(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{50,255}"),
     ),
-    (Kind.GITLAB, ("glpat-",), re.compile(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,64}")),
-    (Kind.SLACK, ("xox",), re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,250}")),
+    (Kind.GITLAB, ("glpat-",), _lazy(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,64}")),
+    (Kind.SLACK, ("xox",), _lazy(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,250}")),
     (
         Kind.SLACK_WEBHOOK,
         ("hooks.slack.com",),
-        re.compile(r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}"),
+        _lazy(r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}"),
     ),
-    (Kind.STRIPE_KEY, ("k_live_",), re.compile(r"(?<![A-Za-z0-9_])[rs]k_live_[A-Za-z0-9]{16,247}")),
+    (Kind.STRIPE_KEY, ("k_live_",), _lazy(r"(?<![A-Za-z0-9_])[rs]k_live_[A-Za-z0-9]{16,247}")),
     (
         Kind.ANTHROPIC_KEY,
         ("sk-ant-",),
-        re.compile(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,255}"),
+        _lazy(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,255}"),
     ),
     # sk- then 20+ characters; `_random` below keeps out words such as sk-learn-compatible.
     (
         Kind.OPENAI_KEY,
         ("sk-",),
-        re.compile(r"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-)?[A-Za-z0-9_-]{20,255}"),
+        _lazy(r"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-)?[A-Za-z0-9_-]{20,255}"),
     ),
     (
         Kind.GOOGLE_API_KEY,
         ("AIza",),
-        re.compile(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"),
+        _lazy(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"),
     ),
     (
         Kind.JWT,
         ("eyJ",),
-        re.compile(
+        _lazy(
             r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,4096}"
             r"\.[A-Za-z0-9_-]{8,4096}"
         ),
@@ -126,19 +144,19 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.URL_LOGIN,
         ("://",),
-        re.compile(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@]{1,128}:(?P<v>[^\s:/@]{3,128})@[\w.-]"),
+        _lazy(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@]{1,128}:(?P<v>[^\s:/@]{3,128})@[\w.-]"),
     ),
 )
 
 # `password = ...`, `api_key: ...`, `"client_secret": "..."`: a secret-like name, then a value.
-_ASSIGNMENT: Final = re.compile(
+_ASSIGNMENT: Final = _lazy(
     r"(?i)(?:(?<=[_-])|(?<![A-Za-z0-9]))"
     r"(?:password|passwd|pwd|pass|secret|secret[_-]?key|api[_-]?key|apikey|access[_-]?key"
     r"|access[_-]?token|auth[_-]?token|refresh[_-]?token|bearer|token|client[_-]?secret"
     r"|private[_-]?key|credentials?)"
     r"[\"']?[ \t]{0,8}(?:[:=]|:=|=>)[ \t]{0,8}(?:bearer[ \t]+)?[\"'`]?(?P<v>[^\s\"'`,;]{8,256})"
 )
-_PLACEHOLDER: Final = re.compile(
+_PLACEHOLDER: Final = _lazy(
     r"(?i)^(?:<.*>|\$\{?[A-Z_][A-Z0-9_]*\}?|\{\{.*\}\}|%\(?\w+\)?s?|x{4,}|\*{3,}|\.{3,}"
     r"|(?:your|my|the|some|example|dummy|fake|sample|test|changeme|placeholder|redacted|"
     r"none|null|true|false|undefined|secret|password|env|process\.env|os\.environ)\b.*)$"
@@ -152,11 +170,11 @@ _HINTS: Final = (
 MASK: Final = "[secret: {kind}]"
 # One C-level scan for "could this text hold a secret at all" (most memories cannot), and one
 # per token kind: a Python loop of `in` tests over every description was a tenth of a cold scan.
-_ANY_HINT: Final = re.compile("|".join(map(re.escape, _HINTS)))
+_ANY_HINT: Final = _lazy("|".join(map(re.escape, _HINTS)))
 _TOKEN_HINTS: Final = tuple(
-    (kind, re.compile("|".join(map(re.escape, hints))), pattern) for kind, hints, pattern in _TOKENS
+    (kind, _lazy("|".join(map(re.escape, hints))), pattern) for kind, hints, pattern in _TOKENS
 )
-_NOT_A_VALUE: Final = re.compile(
+_NOT_A_VALUE: Final = _lazy(
     r"[a-z]+(?:[._-][a-z]+)*|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
     r"|[A-Za-z_][\w.]*\(.*"
 )
@@ -244,7 +262,7 @@ def _spans(text: str) -> list[_Span]:
     return out
 
 
-_SEPARATOR: Final = re.compile(r"[:=]")
+_SEPARATOR: Final = _lazy(r"[:=]")
 _KEYWORDS: Final = ("pass", "pwd", "secret", "key", "token", "bearer", "credential")
 _NAME_REACH: Final = 48  # the longest name + quote + blanks the assignment pattern takes
 _VALUE_REACH: Final = 300  # ... and the longest separator + value after the name

@@ -41,6 +41,7 @@ from memoryd import fsops
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
 from memoryd.paths import BoundedLines, ensure_private_dir, open_regular
+from memoryd.sealed import seal, unseal
 from memoryd.state import dir_key
 
 if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
@@ -50,6 +51,8 @@ MEMORYD, OTHER = "memoryd", "other"
 INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)
 BATCH_SYNC_FROM = 16  # objects in one scan from which one syncfs replaces an fsync each
 LOG_LINE_MAX = 1 << 16
+TABLE_MIN_BYTES = 256 << 10  # a log this long has its table kept (see VersionStore._from_table)
+_TABLE_HEADER = ("memoryd version table", 1)
 OBJECT_MAX = 64 << 20  # the archive's read limit is below this
 DAY = 86400.0
 
@@ -336,6 +339,10 @@ class VersionStore:
             if st.st_size == d.offset:
                 d.loaded = True
                 return
+            whole = d.offset == 0  # this process's first read (or one after a prune)
+            if whole and st.st_size >= TABLE_MIN_BYTES:
+                self._from_table(d, fd, st.st_size)
+            start = d.offset
             os.lseek(fd, d.offset, os.SEEK_SET)
             consumed = d.offset
             lines = []
@@ -355,8 +362,47 @@ class VersionStore:
                     _set(d, row["f"], row["h"], row["e"])
             d.offset = consumed
             d.loaded = True
+            if whole and consumed == st.st_size and consumed - start >= TABLE_MIN_BYTES:
+                self._save_table(d, fd)
         finally:
             os.close(fd)
+
+    # A dir's table as of a prefix of its log, kept under the digest of that prefix's bytes:
+    # a one-shot command (`memoryd index`) would otherwise parse the whole log (~20 ms at
+    # 10,000 files) to learn each name's latest record. Any other log (compacted, rewritten,
+    # torn) has another digest, and is read from the start as before.
+    def _table_path(self, d: _Dir) -> Path:
+        return self.root / "tables" / f"{dir_key(d.path)}.table"
+
+    def _from_table(self, d: _Dir, fd: int, size: int) -> None:
+        try:
+            data = self._table_path(d).read_bytes()
+        except OSError:
+            return
+        payload = unseal(_TABLE_HEADER, data)
+        if not (isinstance(payload, tuple) and len(payload) == 4):
+            return
+        offset, digest, seen, other = payload
+        if not (isinstance(offset, int) and 0 < offset <= size and isinstance(seen, dict)
+                and isinstance(other, dict)):  # fmt: skip
+            return
+        prefix = os.pread(fd, offset, 0)
+        if len(prefix) == offset and hashlib.blake2b(prefix, digest_size=16).digest() == digest:
+            d.offset, d.seen, d.other = offset, seen, other
+
+    def _save_table(self, d: _Dir, fd: int) -> None:
+        from memoryd.cwd_cache import LOOKING_ONLY
+
+        if LOOKING_ONLY.get():  # a command that promised to write nothing
+            return
+        prefix = os.pread(fd, d.offset, 0)
+        if len(prefix) != d.offset:
+            return
+        digest = hashlib.blake2b(prefix, digest_size=16).digest()
+        data = seal(_TABLE_HEADER, (d.offset, digest, d.seen, d.other))
+        with contextlib.suppress(OSError):  # a cache: the log is the record
+            ensure_private_dir(self._table_path(d).parent)
+            fsops.write_private(self._table_path(d), data, durable=False)
 
     @staticmethod
     def latest(d: _Dir, name: str) -> tuple[str, str] | None:

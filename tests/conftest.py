@@ -292,7 +292,7 @@ TIERS: dict[str, frozenset[str]] = {
         "test_demo", "test_discover_claude", "test_dream_planted", "test_dream_repo_memory",
         "test_dream_similar", "test_forget", "test_fresh_clone", "test_index_faults",
         "test_index_on_disk", "test_logview", "test_recall_mcp", "test_service", "test_state",
-        "test_trash", "test_versions",
+        "test_trash", "test_versions", "test_wholeproc_steps",
     }),
     "e2e": frozenset({
         "test_audit_failures", "test_claude_discover", "test_claude_real", "test_claude_view",

@@ -26,7 +26,7 @@ def _probe(words: list[str], watched: tuple[str, ...]) -> tuple[list[str], str, 
 
 
 def test_status_of_a_stopped_daemon_counts_files_without_the_scan_machinery(
-    env: Env, cli  # type: ignore[no-untyped-def]
+    env: Env, cli
 ) -> None:
     """`status` with no daemon gives each dir's memory count from its parse cache without
     importing the scanner (and with it YAML and the parsers) or making an entry per file.
@@ -49,7 +49,7 @@ def test_status_cache_header_is_the_scanners() -> None:
     assert statusview.SCAN_CACHE_HEADER == scan._CACHE_HEADER
 
 
-def test_status_counts_nothing_from_a_damaged_cache(env: Env, cli) -> None:  # type: ignore[no-untyped-def]
+def test_status_counts_nothing_from_a_damaged_cache(env: Env, cli) -> None:
     """A damaged cache is no count (as scan.load_cache takes it as no cache), not an error."""
     folder = env.claude / "agent-memory" / "reviewer"
     write_memory(folder, "a.md")
@@ -99,7 +99,7 @@ def test_held_archive_split_is_the_line_split() -> None:
 MANY = 400  # enough for an archive of several hundred lines under the default budget
 
 
-def _settled_dir(env: Env, cli, name: str) -> Path:  # type: ignore[no-untyped-def]
+def _settled_dir(env: Env, cli, name: str) -> Path:
     folder = env.claude / "agent-memory" / name
     for i in range(MANY):
         write_memory(folder, f"m{i:04}.md", description=f"memory number {i}")
@@ -108,7 +108,7 @@ def _settled_dir(env: Env, cli, name: str) -> Path:  # type: ignore[no-untyped-d
     return folder
 
 
-def test_index_with_nothing_changed_parses_no_archive_line_again(  # type: ignore[no-untyped-def]
+def test_index_with_nothing_changed_parses_no_archive_line_again(
     env: Env, cli, monkeypatch
 ) -> None:
     """The held view keeps what it found in the archive under the digest of its bytes: the
@@ -120,9 +120,9 @@ def test_index_with_nothing_changed_parses_no_archive_line_again(  # type: ignor
     assert cli("index", folder).code == 0  # the first held view saves what it found
     before = (folder / "MEMORY-ARCHIVE.md").read_bytes()
     calls = 0
-    real = index_held.parse_line
+    from memoryd.index import parse_line as real  # what index_held calls
 
-    def counting(text: str):  # type: ignore[no-untyped-def]
+    def counting(text: str):
         nonlocal calls
         calls += 1
         return real(text)
@@ -133,7 +133,7 @@ def test_index_with_nothing_changed_parses_no_archive_line_again(  # type: ignor
     assert (folder / "MEMORY-ARCHIVE.md").read_bytes() == before
 
 
-def test_an_archive_rewritten_in_place_with_its_stat_kept_is_parsed_again(  # type: ignore[no-untyped-def]
+def test_an_archive_rewritten_in_place_with_its_stat_kept_is_parsed_again(
     env: Env, cli
 ) -> None:
     """The saved positions are keyed by the archive's bytes, not its stat: an archive whose
@@ -197,7 +197,7 @@ def _log_rows(path: Path, names: range, sha: str) -> bytes:
     )
 
 
-def test_a_version_log_is_parsed_once_then_only_its_tail(  # type: ignore[no-untyped-def]
+def test_a_version_log_is_parsed_once_then_only_its_tail(
     tmp_path: Path, monkeypatch
 ) -> None:
     """The version store keeps a dir's table under the digest of the log prefix it came
@@ -221,7 +221,7 @@ def test_a_version_log_is_parsed_once_then_only_its_tail(  # type: ignore[no-unt
     parsed: list[int] = []
     real = json.loads
 
-    def counting(data, *a, **k):  # type: ignore[no-untyped-def]
+    def counting(data, *a, **k):
         parsed.append(len(data))
         return real(data, *a, **k)
 

@@ -32,10 +32,14 @@ class ClaudeHome:
     @property
     def env(self) -> dict[str, str]:
         """The environment of a `memoryd` child that sees only this home."""
-        return {"HOME": str(self.root), "PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8",
-                "XDG_STATE_HOME": str(self.root / ".local" / "state"),
-                "XDG_CONFIG_HOME": str(self.root / ".config"),
-                "XDG_CACHE_HOME": str(self.root / ".cache")}
+        return {
+            "HOME": str(self.root),
+            "PATH": os.environ.get("PATH", ""),
+            "LANG": "C.UTF-8",
+            "XDG_STATE_HOME": str(self.root / ".local" / "state"),
+            "XDG_CONFIG_HOME": str(self.root / ".config"),
+            "XDG_CACHE_HOME": str(self.root / ".cache"),
+        }
 
     @property
     def state(self) -> Path:
@@ -45,7 +49,8 @@ class ClaudeHome:
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-C", str(repo), "-c", "user.name=b", "-c", "user.email=b@x", *args],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
 
 
@@ -72,13 +77,29 @@ def _transcript(path: Path, cwd: str, rng: random.Random, size: int) -> int:
     lines: list[str] = []
     lead = rng.random()
     if lead < 0.3:
-        lines.append(json.dumps({"type": "summary", "summary": "Fix the deploy script",
-                                 "leafUuid": str(uuid.UUID(int=rng.getrandbits(128)))}))
+        lines.append(
+            json.dumps(
+                {
+                    "type": "summary",
+                    "summary": "Fix the deploy script",
+                    "leafUuid": str(uuid.UUID(int=rng.getrandbits(128))),
+                }
+            )
+        )
     elif lead < 0.5:
-        snapshot = {f"src/file_{i}.py": {"backupFileName": None, "version": 1}
-                    for i in range(rng.randint(1, 60))}
-        lines.append(json.dumps({"type": "file-history-snapshot", "messageId": session,
-                                 "snapshot": {"trackedFileBackups": snapshot}}))
+        snapshot = {
+            f"src/file_{i}.py": {"backupFileName": None, "version": 1}
+            for i in range(rng.randint(1, 60))
+        }
+        lines.append(
+            json.dumps(
+                {
+                    "type": "file-history-snapshot",
+                    "messageId": session,
+                    "snapshot": {"trackedFileBackups": snapshot},
+                }
+            )
+        )
     written = sum(len(line) + 1 for line in lines)
     kind = "user"
     while written < size:

@@ -145,8 +145,16 @@ def render_table(rows: Sequence[Row]) -> str:
         stat = row.stat if not row.naive_stat else f"{row.stat}; naive {row.naive_stat}"
         n = f"n={len(row.memoryd)}" if row.memoryd else "n=0"
         target = "≤ " + fmt(row.target, row.unit) if row.target is not None else "—"
-        body.append((f"{row.label} [{stat}, {n}]", fmt(row.base, row.unit),
-                     fmt(row.mine, row.unit), ratio(row.base, row.mine), target, row.met))
+        body.append(
+            (
+                f"{row.label} [{stat}, {n}]",
+                fmt(row.base, row.unit),
+                fmt(row.mine, row.unit),
+                ratio(row.base, row.mine),
+                target,
+                row.met,
+            )
+        )
     return markdown_table(header, body)
 
 
@@ -185,9 +193,13 @@ class Home:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"HOME": str(self.root), "PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8",
-                "XDG_STATE_HOME": str(self.root / ".local" / "state"),
-                "XDG_CONFIG_HOME": str(self.root / ".config")}
+        return {
+            "HOME": str(self.root),
+            "PATH": os.environ.get("PATH", ""),
+            "LANG": "C.UTF-8",
+            "XDG_STATE_HOME": str(self.root / ".local" / "state"),
+            "XDG_CONFIG_HOME": str(self.root / ".config"),
+        }
 
     @property
     def state(self) -> Path:
@@ -200,8 +212,9 @@ class Home:
 
 def write_config(config: Path, debounce: str, *, consult: bool = True) -> None:
     max_wait = debounce if parse_duration(debounce) > 30 else "30s"
-    config.write_text(CONFIG.format(debounce=debounce, max_wait=max_wait,
-                                    consult=str(consult).lower()))
+    config.write_text(
+        CONFIG.format(debounce=debounce, max_wait=max_wait, consult=str(consult).lower())
+    )
 
 
 def make_home(tmp: Path, name: str, debounce: str) -> Home:
@@ -225,11 +238,19 @@ class DaemonProc:
         if counts is None:
             args = [sys.executable, "-m", "memoryd", "--config", str(home.config), "run"]
         else:
-            args = [sys.executable, str(Path(__file__).resolve()), "--_shim", str(counts),
-                    "--config", str(home.config), "run"]
+            args = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--_shim",
+                str(counts),
+                "--config",
+                str(home.config),
+                "run",
+            ]
         with log.open("a") as stderr:
-            self.proc = subprocess.Popen(args, env=home.env, stdout=subprocess.DEVNULL,
-                                         stderr=stderr)
+            self.proc = subprocess.Popen(
+                args, env=home.env, stdout=subprocess.DEVNULL, stderr=stderr
+            )
         self.log = log
         deadline = time.monotonic() + 300
         while not home.audit("daemon.started"):
@@ -330,8 +351,12 @@ def timed_naive(path: Path, out_dir: Path) -> float:
 
 # --- child processes ----------------------------------------------------------------------------
 def child(mode: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--_child", mode,
-                             *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--_child", mode, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def child_poll(path: str) -> None:
@@ -466,8 +491,9 @@ class Latency:
     naive: list[float] = field(default_factory=list)
 
 
-def wait_index_change(folder: Path, before: tuple[Any, ...], t0: float, timeout: float
-                      ) -> float | None:
+def wait_index_change(
+    folder: Path, before: tuple[Any, ...], t0: float, timeout: float
+) -> float | None:
     """Seconds from t0 until the last index file written by the pass has changed."""
     current, first, last = before, None, None
     while True:
@@ -483,8 +509,15 @@ def wait_index_change(folder: Path, before: tuple[Any, ...], t0: float, timeout:
         time.sleep(POLL)
 
 
-def bench_latency(home: Home, daemon: DaemonProc, twin: Path, n: int, files: dict[str, Any],
-                  args: argparse.Namespace, tmp: Path) -> Latency:
+def bench_latency(
+    home: Home,
+    daemon: DaemonProc,
+    twin: Path,
+    n: int,
+    files: dict[str, Any],
+    args: argparse.Namespace,
+    tmp: Path,
+) -> Latency:
     folder, debounce = home.memory, args.debounce_s
     out = Latency()
     naive_out = tmp / f"naive-out-{n}"
@@ -522,8 +555,7 @@ def bench_latency(home: Home, daemon: DaemonProc, twin: Path, n: int, files: dic
             name = main_file if "MEMORY.md" in kind else pick(ARCHIVE_NAME)
             used.add(name)
             expect = f"Revised note {k} for {name.removesuffix('.md')}"
-            atomic_write(folder, name, with_description((folder / name).read_text("utf-8"),
-                                                         expect))
+            atomic_write(folder, name, with_description((folder / name).read_text("utf-8"), expect))
         t0 = time.monotonic()
         took = wait_index_change(folder, before, t0, debounce + 60)
         if took is None:
@@ -544,17 +576,20 @@ def bench_latency(home: Home, daemon: DaemonProc, twin: Path, n: int, files: dic
     every = [s for v in samples.values() for s in v]
     for stat in ("p50", "p99"):
         for kind in kinds:
-            out.rows.append(Row(f"1. {n:,}: {kind}, after debounce", naive, samples[kind],
-                                15 * MS, stat=stat))
-        out.rows.append(Row(f"1. {n:,}: all changes, after debounce", naive, every, 15 * MS,
-                            stat=stat))
+            out.rows.append(
+                Row(f"1. {n:,}: {kind}, after debounce", naive, samples[kind], 15 * MS, stat=stat)
+            )
+        out.rows.append(
+            Row(f"1. {n:,}: all changes, after debounce", naive, every, 15 * MS, stat=stat)
+        )
     if raw:
         early = sum(1 for r in raw if r < debounce)
         out.notes.append(
             f"{n:,}: write → index change, debounce included: min {fmt(min(raw), 'time')}, "
             f"median {fmt(statistics.median(raw), 'time')}, max {fmt(max(raw), 'time')} "
             f"(debounce {fmt(debounce, 'time')}; {early} change(s) indexed before the debounce "
-            "ran out, i.e. by a pass something else had scheduled)")
+            "ran out, i.e. by a pass something else had scheduled)"
+        )
     out.notes.append(f"{n:,}: naive full rebuild timed {len(naive)}× on a byte-identical copy")
     if bad:
         out.notes.append(f"{n:,}: WARNING {len(bad)} change(s) misbehaved: {bad[:3]}")
@@ -563,8 +598,11 @@ def bench_latency(home: Home, daemon: DaemonProc, twin: Path, n: int, files: dic
 
 def pass_note(n: int, record: dict[str, Any], window: tuple[float, float], reps: int) -> str:
     """What the daemon's worker did while figure 1 ran: passes, their outcome and duration."""
-    passes = [(d, status) for s, d, status, check in record.get("index", [])
-              if window[0] <= s <= window[1] and not check]
+    passes = [
+        (d, status)
+        for s, d, status, check in record.get("index", [])
+        if window[0] <= s <= window[1] and not check
+    ]
     updated = [d for d, status in passes if status == "updated"]
     others: dict[str, int] = {}
     for _, status in passes:
@@ -572,21 +610,28 @@ def pass_note(n: int, record: dict[str, Any], window: tuple[float, float], reps:
             others[status] = others.get(status, 0) + 1
     spent = ""
     if updated:
-        spent = (f"; an updating index pass took p50 {fmt(percentile(updated, 50), 'time')}, "
-                 f"p99 {fmt(percentile(updated, 99), 'time')} inside the daemon (the whole pass: "
-                 "scan, write, verify, state and cache saved)")
+        spent = (
+            f"; an updating index pass took p50 {fmt(percentile(updated, 50), 'time')}, "
+            f"p99 {fmt(percentile(updated, 99), 'time')} inside the daemon (the whole pass: "
+            "scan, write, verify, state and cache saved)"
+        )
     collections = [(d, g) for s, d, g in record.get("gc", []) if window[0] <= s <= window[1]]
     full = [d for d, g in collections if g == 2]
-    gc_note = (f"; garbage collections of ≥ 0.5 ms in that time: {len(collections)}, "
-               f"{sum(d for d, _ in collections) * 1000:.0f} ms in all, of which {len(full)} "
-               f"full (gen 2) taking {fmt(max(full), 'time') if full else '—'} at most")
-    return (f"{n:,}: during the {reps} changes the worker ran {len(passes)} index passes: "
-            f"{len(updated)} updated, {others or 'no others'}{spent}{gc_note}")
+    gc_note = (
+        f"; garbage collections of ≥ 0.5 ms in that time: {len(collections)}, "
+        f"{sum(d for d, _ in collections) * 1000:.0f} ms in all, of which {len(full)} "
+        f"full (gen 2) taking {fmt(max(full), 'time') if full else '—'} at most"
+    )
+    return (
+        f"{n:,}: during the {reps} changes the worker ran {len(passes)} index passes: "
+        f"{len(updated)} updated, {others or 'no others'}{spent}{gc_note}"
+    )
 
 
 # --- figure 2: idle CPU and RSS -----------------------------------------------------------------
-def bench_idle(daemon: DaemonProc, twin: Path, n: int, args: argparse.Namespace
-               ) -> tuple[list[Row], list[str]]:
+def bench_idle(
+    daemon: DaemonProc, twin: Path, n: int, args: argparse.Namespace
+) -> tuple[list[Row], list[str]]:
     poller = child("poll", str(twin))
     assert poller.stdout is not None and poller.stdin is not None
     poller.stdout.readline()
@@ -626,14 +671,35 @@ def bench_idle(daemon: DaemonProc, twin: Path, n: int, args: argparse.Namespace
         held.append(float(json.loads(stdout.strip().splitlines()[-1])["rss"]))
     label = f"{windows}×{length:.0f} s windows"
     rows = [
-        Row(f"2. idle CPU, {n:,} files watched, % of a core (/proc stat; {label})",
-            pct_ticks("poll"), pct_ticks("memoryd"), 0.05, unit="percent"),
-        Row(f"2. idle CPU, {n:,} files watched, % of a core (schedstat ns; {label})",
-            pct_sched("poll"), pct_sched("memoryd"), 0.05, unit="percent"),
-        Row(f"2. idle CPU, {n:,} files watched, % of a core (schedstat ns; {label})",
-            pct_sched("poll"), pct_sched("memoryd"), None, unit="percent", stat="max"),
-        Row(f"2. RSS with {n:,} memories loaded (VmRSS; naive: frontmatter Posts held)",
-            held, rss, 60 * MB, unit="bytes"),
+        Row(
+            f"2. idle CPU, {n:,} files watched, % of a core (/proc stat; {label})",
+            pct_ticks("poll"),
+            pct_ticks("memoryd"),
+            0.05,
+            unit="percent",
+        ),
+        Row(
+            f"2. idle CPU, {n:,} files watched, % of a core (schedstat ns; {label})",
+            pct_sched("poll"),
+            pct_sched("memoryd"),
+            0.05,
+            unit="percent",
+        ),
+        Row(
+            f"2. idle CPU, {n:,} files watched, % of a core (schedstat ns; {label})",
+            pct_sched("poll"),
+            pct_sched("memoryd"),
+            None,
+            unit="percent",
+            stat="max",
+        ),
+        Row(
+            f"2. RSS with {n:,} memories loaded (VmRSS; naive: frontmatter Posts held)",
+            held,
+            rss,
+            60 * MB,
+            unit="bytes",
+        ),
     ]
     total_ticks = ticks["memoryd"][-1] - ticks["memoryd"][0]
     total_ns = sched["memoryd"][-1] - sched["memoryd"][0]
@@ -652,8 +718,9 @@ def bench_idle(daemon: DaemonProc, twin: Path, n: int, args: argparse.Namespace
 
 # --- figure 3: a git checkout storm -------------------------------------------------------------
 def git(folder: Path, *args: str) -> None:
-    subprocess.run([*GIT, *args], cwd=folder, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE)
+    subprocess.run(
+        [*GIT, *args], cwd=folder, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
 
 
 @dataclass
@@ -681,7 +748,8 @@ def build_tree(memory: Path, files: dict[str, Any], seed: int) -> Tree:
     git(memory, "config", "core.checkStat", "minimal")
     git(memory, "config", "core.trustctime", "false")
     (memory / ".git" / "info" / "exclude").write_text(
-        "MEMORY*.md\n.MEMORY.md.prev\n.trash/\n*.tmp\n*.tmp.*\n")
+        "MEMORY*.md\n.MEMORY.md.prev\n.trash/\n*.tmp\n*.tmp.*\n"
+    )
     git(memory, "add", "-A")
     git(memory, "commit", "-q", "-m", "A")
     git(memory, "checkout", "-q", "-b", "B")
@@ -691,8 +759,9 @@ def build_tree(memory: Path, files: dict[str, Any], seed: int) -> Tree:
     modified, deleted = set(shuffled[:cut1]), set(shuffled[cut1:cut2])
     for i, name in enumerate(sorted(modified)):
         path = memory / name
-        path.write_bytes(with_description(path.read_text("utf-8"),
-                                          f"{MARK_B} {i} of {name.removesuffix('.md')}"))
+        path.write_bytes(
+            with_description(path.read_text("utf-8"), f"{MARK_B} {i} of {name.removesuffix('.md')}")
+        )
     for name in deleted:
         (memory / name).unlink()
     added = set()
@@ -777,8 +846,9 @@ class StormRun:
     passes: list[list[tuple[float, str]]] = field(default_factory=list)
 
 
-def storm_daemon(home: Home, tree: Tree, mode: str, args: argparse.Namespace, tmp: Path
-                 ) -> StormRun:
+def storm_daemon(
+    home: Home, tree: Tree, mode: str, args: argparse.Namespace, tmp: Path
+) -> StormRun:
     reset_tree(tree)
     shutil.rmtree(home.root / ".local" / "state", ignore_errors=True)
     write_config(home.config, args.debounce, consult=mode == "on")
@@ -812,14 +882,20 @@ def storm_daemon(home: Home, tree: Tree, mode: str, args: argparse.Namespace, tm
             run.lost.append(final.lost)
     finally:
         daemon.stop()
-    for event in ("watch.overflow", "watch.rescanned", "index.updated", "index.verify_failed",
-                  "index.conflict"):
+    for event in (
+        "watch.overflow",
+        "watch.rescanned",
+        "index.updated",
+        "index.verify_failed",
+        "index.conflict",
+    ):
         run.audit[event] = len(home.audit(event))
     with contextlib.suppress(OSError, ValueError):
         run.record = json.loads(counts.read_text())
     signals: dict[str, list[float]] = run.record.get("signals", {})
-    passes_all = [(s, d, status) for s, d, status, check in run.record.get("index", [])
-                  if not check]
+    passes_all = [
+        (s, d, status) for s, d, status, check in run.record.get("index", []) if not check
+    ]
     for i, (start, done) in enumerate(spans):
         until = spans[i + 1][0] if i + 1 < len(spans) else math.inf
         run.events.append({k: sum(1 for t in v if start <= t < until) for k, v in signals.items()})
@@ -854,8 +930,9 @@ def storm_watchdog(tree: Tree, reps: int) -> tuple[list[float], list[dict[str, A
     return lost, reports
 
 
-def bench_storm(home: Home, tree: Tree, args: argparse.Namespace, tmp: Path,
-                naive_rebuild_s: list[float]) -> tuple[list[Row], list[str]]:
+def bench_storm(
+    home: Home, tree: Tree, args: argparse.Namespace, tmp: Path, naive_rebuild_s: list[float]
+) -> tuple[list[Row], list[str]]:
     n_changed = len(tree.changed)
     runs = [storm_daemon(home, tree, mode, args, tmp) for mode in ("on", "off")]
     base_lost, reports = storm_watchdog(tree, args.storm_reps)
@@ -864,22 +941,40 @@ def bench_storm(home: Home, tree: Tree, args: argparse.Namespace, tmp: Path,
     rows, notes = [], []
     for run in runs:
         what = "consult signal on" if run.mode == "on" else "consult_signal = false"
-        rows.append(Row(f"3. checkout of {n_changed:,} changed files: lost, {what}",
-                        base_lost, run.lost, 0, unit="count", stat="max"))
+        rows.append(
+            Row(
+                f"3. checkout of {n_changed:,} changed files: lost, {what}",
+                base_lost,
+                run.lost,
+                0,
+                unit="count",
+                stat="max",
+            )
+        )
     for run in runs:
         what = "consult on" if run.mode == "on" else "consult off"
-        rows.append(Row(f"3. checkout exit → index consistent, {what} (naive: debounce + "
-                        "full rebuild)", naive_time, run.took, target, stat="max",
-                        naive_stat="median"))
+        rows.append(
+            Row(
+                f"3. checkout exit → index consistent, {what} (naive: debounce + full rebuild)",
+                naive_time,
+                run.took,
+                target,
+                stat="max",
+                naive_stat="median",
+            )
+        )
     notes.append(
         f"watchdog, default mask: reported {[n_changed - x for x in base_lost]} of "
         f"{n_changed:,} changed files per checkout; events {[r['events'] for r in reports]}; "
-        f"queue overflow warnings {[r['overflows'] for r in reports]}")
+        f"queue overflow warnings {[r['overflows'] for r in reports]}"
+    )
     for run in runs:
-        events = "; ".join(", ".join(f"{k} {v:,}" for k, v in sorted(e.items())) or "none"
-                           for e in run.events)
-        passes = "; ".join(", ".join(f"{fmt(d, 'time')} {st}" for d, st in p) or "none"
-                           for p in run.passes)
+        events = "; ".join(
+            ", ".join(f"{k} {v:,}" for k, v in sorted(e.items())) or "none" for e in run.events
+        )
+        passes = "; ".join(
+            ", ".join(f"{fmt(d, 'time')} {st}" for d, st in p) or "none" for p in run.passes
+        )
         notes.append(
             f"consult {run.mode}: checkouts took "
             f"{', '.join(fmt(s, 'time') for s in run.checkout_s)}; consistent after "
@@ -888,7 +983,8 @@ def bench_storm(home: Home, tree: Tree, args: argparse.Namespace, tmp: Path,
             f"overflow callbacks {len(run.record.get('overflows', []))}; audit rows {run.audit};"
             f" the last file event before the first pass reached the handler "
             f"{', '.join(fmt(x, 'time') for x in run.lag)} after `git checkout` exited; "
-            f"index passes after each checkout: {passes}")
+            f"index passes after each checkout: {passes}"
+        )
     return rows, notes
 
 
@@ -897,10 +993,18 @@ def memoryd_version() -> str:
 
     root = Path(memoryd.__file__).resolve().parent
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "."],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "."],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return f"memoryd {memoryd.__version__}"
     return f"memoryd {memoryd.__version__} at {head}{' + local changes' if dirty else ''}"
@@ -915,22 +1019,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--_shim"]:
         return shim(argv[1], argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, nargs="+", default=[1_000, 10_000],
-                        help="memory files in the dir (default 1000 10000); figures 2 and 3 "
-                        "use the largest")
-    parser.add_argument("--quick", action="store_true",
-                        help="1,000 files only, a 20 s idle window")
+    parser.add_argument(
+        "--n",
+        type=int,
+        nargs="+",
+        default=[1_000, 10_000],
+        help="memory files in the dir (default 1000 10000); figures 2 and 3 use the largest",
+    )
+    parser.add_argument("--quick", action="store_true", help="1,000 files only, a 20 s idle window")
     parser.add_argument("--debounce", default="2s", help='watch.debounce (default "2s")')
     parser.add_argument("--reps", type=int, default=30, help="changes timed per size (30)")
     parser.add_argument("--idle", type=float, help="idle window in seconds (default 60)")
     parser.add_argument("--idle-windows", type=int, default=4)
-    parser.add_argument("--storm-reps", type=int, default=2,
-                        help="checkouts per storm run, alternating A→B and B→A (default 2)")
-    parser.add_argument("--figures", type=int, nargs="+", default=[1, 2, 3],
-                        choices=[1, 2, 3])
+    parser.add_argument(
+        "--storm-reps",
+        type=int,
+        default=2,
+        help="checkouts per storm run, alternating A→B and B→A (default 2)",
+    )
+    parser.add_argument("--figures", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--keep", action="store_true", help="keep the temp dir (its path is"
-                        " printed)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temp dir (its path is printed)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.n = [1_000]
@@ -940,11 +1051,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = sorted(set(args.n))
     with open("/proc/sys/fs/inotify/max_queued_events") as handle:
         queue = handle.read().strip()
-    print(f"memoryd daemon bench ({memoryd_version()}) — Python {platform.python_version()} on "
-          f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs; debounce "
-          f"{args.debounce}, grace 0 s; inotify max_queued_events {queue}; load average "
-          f"{os.getloadavg()[0]:.1f}",
-          flush=True)
+    print(
+        f"memoryd daemon bench ({memoryd_version()}) — Python {platform.python_version()} on "
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs; debounce "
+        f"{args.debounce}, grace 0 s; inotify max_queued_events {queue}; load average "
+        f"{os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     # mkdtemp, not TemporaryDirectory: the latter's finalizer would remove a --keep dir at exit.
     tmp = Path(tempfile.mkdtemp(prefix="memoryd-bench-daemon-"))
     rows: list[Row] = []
@@ -964,8 +1077,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             subprocess.run(["cp", "-a", str(home.memory) + "/.", str(twin)], check=True)
             if n == sizes[-1]:
                 storm_files = dict(files)
-            print(f"\n== {n:,} memories, {_synth.tree_bytes(home.memory) / MB:.1f} MB, built in "
-                  f"{time.monotonic() - t:.1f} s ==", flush=True)
+            print(
+                f"\n== {n:,} memories, {_synth.tree_bytes(home.memory) / MB:.1f} MB, built in "
+                f"{time.monotonic() - t:.1f} s ==",
+                flush=True,
+            )
             if not {1, 2} & set(args.figures):
                 naive_at_max = [timed_naive(twin, tmp) for _ in range(3)]
                 continue
@@ -973,12 +1089,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             counts = tmp / f"daemon-{n}.json"
             daemon = DaemonProc(home, tmp / f"daemon-{n}.log", counts)
             settled = daemon.settle(args.debounce_s + 0.5)
-            notes.append(f"{n:,}: daemon started and settled in {time.monotonic() - t:.1f} s "
-                         f"(quiet for {settled:.1f} s of that); RSS then "
-                         f"{fmt(proc_status(daemon.pid, 'VmRSS'), 'bytes')}; index "
-                         f"{len(read_text(home.memory / INDEX_NAME).splitlines())} lines in "
-                         f"MEMORY.md, archive "
-                         f"{'present' if (home.memory / ARCHIVE_NAME).exists() else 'absent'}")
+            notes.append(
+                f"{n:,}: daemon started and settled in {time.monotonic() - t:.1f} s "
+                f"(quiet for {settled:.1f} s of that); RSS then "
+                f"{fmt(proc_status(daemon.pid, 'VmRSS'), 'bytes')}; index "
+                f"{len(read_text(home.memory / INDEX_NAME).splitlines())} lines in "
+                f"MEMORY.md, archive "
+                f"{'present' if (home.memory / ARCHIVE_NAME).exists() else 'absent'}"
+            )
             lat: Latency | None = None
             try:
                 if 1 in args.figures:
@@ -1007,17 +1125,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if 3 in args.figures:
             t = time.monotonic()
             tree = build_tree(storm_home.memory, storm_files, args.seed)
-            print(f"\n== storm: git work tree of {len(tree.a_files):,} memories, "
-                  f"{len(tree.changed):,} files differ between A and B; built in "
-                  f"{time.monotonic() - t:.1f} s ==", flush=True)
+            print(
+                f"\n== storm: git work tree of {len(tree.a_files):,} memories, "
+                f"{len(tree.changed):,} files differ between A and B; built in "
+                f"{time.monotonic() - t:.1f} s ==",
+                flush=True,
+            )
             storm_rows, storm_notes = bench_storm(storm_home, tree, args, tmp, naive_at_max)
             rows += storm_rows
             notes += storm_notes
             print(render_table(storm_rows), flush=True)
         print("\n== all figures ==")
         print(render_table(rows))
-        print(f"(load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; "
-              f"total {time.monotonic() - started:.0f} s)")
+        print(
+            f"(load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; "
+            f"total {time.monotonic() - started:.0f} s)"
+        )
         for note in notes:
             print(f"- {note}")
     finally:

@@ -32,8 +32,9 @@ from memoryd.runtime import tune_gc
 MS = 1e-3
 
 
-def timed(fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None
-          ) -> list[float]:
+def timed(
+    fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None
+) -> list[float]:
     out = []
     for _ in range(repeat):
         if before is not None:
@@ -94,11 +95,14 @@ def counted(home: ClaudeHome, fn: Callable[[], object]) -> dict[str, int]:
     return counts
 
 
-def whole_process(home: ClaudeHome, args: Sequence[str], repeat: int,
-                  before: Callable[[], object] | None = None) -> list[float]:
+def whole_process(
+    home: ClaudeHome, args: Sequence[str], repeat: int, before: Callable[[], object] | None = None
+) -> list[float]:
     def run() -> None:
-        subprocess.run(args, env=home.env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run(
+            args, env=home.env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
     return timed(run, repeat, before)
 
 
@@ -112,18 +116,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tune_gc()
     with tempfile.TemporaryDirectory(prefix="memoryd-bench-discover-") as tmp:
-        home = make_claude_home(Path(tmp), projects=args.projects, memory_dirs=args.memory_dirs,
-                                seed=args.seed)
-        print(f"Claude home: {home.projects} project folders, {home.transcripts} transcripts "
-              f"({home.transcript_bytes / 1e6:.0f} MB), {home.memory_dirs} memory dirs, "
-              f"{home.repos} git repos (8 with a worktree)")
+        home = make_claude_home(
+            Path(tmp), projects=args.projects, memory_dirs=args.memory_dirs, seed=args.seed
+        )
+        print(
+            f"Claude home: {home.projects} project folders, {home.transcripts} transcripts "
+            f"({home.transcript_bytes / 1e6:.0f} MB), {home.memory_dirs} memory dirs, "
+            f"{home.repos} git repos (8 with a worktree)"
+        )
         config = config_for(home)
         home.state.mkdir(parents=True, mode=0o700)  # as the daemon or any write leaves it
         with environ(home.env):
             found = discover.discover_all(config)  # warms the page cache, saves the cache
             print(f"discovered: {len(found.dirs)} dirs, {len(found.refused)} refused\n")
-            cold = timed(lambda: discover.discover_all(config), args.repeat,
-                         lambda: drop_cache(home))
+            cold = timed(
+                lambda: discover.discover_all(config), args.repeat, lambda: drop_cache(home)
+            )
             plain = timed(lambda: _uncached(config), args.repeat)
             discover.discover_all(config)
             warm = timed(lambda: discover.discover_all(config), args.repeat)
@@ -145,17 +153,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("`memoryd dirs` process, cache saved", proc_warm),
             ("floor: `python -c 'import memoryd.cli'`", floor),
         ]
-        print(markdown_table(
-            (f"figure [median of {args.repeat}]", "median", "min", "max"),
-            [(name, fmt(statistics.median(s)), fmt(min(s)), fmt(max(s))) for name, s in rows],
-        ))
+        print(
+            markdown_table(
+                (f"figure [median of {args.repeat}]", "median", "min", "max"),
+                [(name, fmt(statistics.median(s)), fmt(min(s)), fmt(max(s))) for name, s in rows],
+            )
+        )
         print()
         for name, c in steps.items():
             print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in c.items()))
         if args.profile:
             with environ(home.env):
-                for label, fn in (("no cache", lambda: _uncached(config)),
-                                  ("cache saved", lambda: discover.discover_all(config))):
+                for label, fn in (
+                    ("no cache", lambda: _uncached(config)),
+                    ("cache saved", lambda: discover.discover_all(config)),
+                ):
                     profiler = cProfile.Profile()
                     profiler.runcall(fn)
                     text = io.StringIO()

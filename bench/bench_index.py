@@ -431,8 +431,11 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         changes = [("description changed, pointer in MEMORY.md", main_change, main_change)]
         if in_archive is not None:
             changes.append(
-                ("description changed, pointer in archive", describe(in_archive),
-                 describe(in_archive))
+                (
+                    "description changed, pointer in archive",
+                    describe(in_archive),
+                    describe(in_archive),
+                )
             )
         changes.append(("one new file", add, add_later))
         every = max(1, 2 * len(changes) * args.index_reps // repeat)
@@ -446,8 +449,13 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
             once = run_index(rt, md, one_shot_change, args.index_reps, naive_between)
             index_runs[f"{label} (one-shot)"] = once
             rows.append(
-                Row(f"3. {label}: one-shot `memoryd index`", naive_index, once.samples, None,
-                    stat="p50")
+                Row(
+                    f"3. {label}: one-shot `memoryd index`",
+                    naive_index,
+                    once.samples,
+                    None,
+                    stat="p50",
+                )
             )
         rows.append(rows_4)
 
@@ -506,9 +514,7 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
             print(profile_top(lambda: daemon_pass(rt, md, held, names), args.profile_lines))
             passes = 10
             with phase_timer() as spent:
-                total = run_index(
-                    rt, md, lambda k: change(20_000 + k), passes, daemon=True
-                ).samples
+                total = run_index(rt, md, lambda k: change(20_000 + k), passes, daemon=True).samples
             print(
                 f"-- figure 3, where the time goes (mean of {passes} passes after a description "
                 "change; exclusive times) --"

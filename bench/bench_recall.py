@@ -130,8 +130,7 @@ def server_rss(folder: Path, env: dict[str, str], queries: Sequence[str]) -> tup
         "recall = Recall(rt, [Path(sys.argv[1])])\n"
         "build(recall)\n"
         "for q in sys.argv[2:]:\n"
-        "    recall.search(q)\n"
-        + HWM
+        "    recall.search(q)\n" + HWM
     )
     done = subprocess.run(
         [sys.executable, "-c", script, str(folder), *queries],
@@ -196,24 +195,30 @@ def bench(n: int, args: argparse.Namespace) -> str:
             refresh = [timed(engine.refresh) for _ in range(args.repeat)]
         naive = [timed(lambda q=q: naive_search(folder, q)) for q in queries[: args.naive]]  # type: ignore[misc]
         target = "≤ 10 ms" if n <= 10_000 else "≤ 50 ms"
-        rows.append([
-            f"warm query p50 / p99 ({len(samples)} queries)",
-            f"{ms(percentile(naive, 50))} (naive, {len(naive)} q)",
-            f"{ms(percentile(samples, 50))} / {ms(percentile(samples, 99))}",
-            f"p99 {target}",
-        ])
-        rows.append([
-            "  of which typo queries p50 / p99",
-            "—",
-            f"{ms(percentile(typo, 50))} / {ms(percentile(typo, 99))}",
-            "",
-        ])
-        rows.append([
-            "stat refresh, nothing changed [median]",
-            "—",
-            ms(percentile(refresh, 50)),
-            "(once per command; MCP ≤ every 2 s)",
-        ])
+        rows.append(
+            [
+                f"warm query p50 / p99 ({len(samples)} queries)",
+                f"{ms(percentile(naive, 50))} (naive, {len(naive)} q)",
+                f"{ms(percentile(samples, 50))} / {ms(percentile(samples, 99))}",
+                f"p99 {target}",
+            ]
+        )
+        rows.append(
+            [
+                "  of which typo queries p50 / p99",
+                "—",
+                f"{ms(percentile(typo, 50))} / {ms(percentile(typo, 99))}",
+                "",
+            ]
+        )
+        rows.append(
+            [
+                "stat refresh, nothing changed [median]",
+                "—",
+                ms(percentile(refresh, 50)),
+                "(once per command; MCP ≤ every 2 s)",
+            ]
+        )
 
         # 3. one changed file
         rng = random.Random(args.seed)
@@ -236,18 +241,22 @@ def bench(n: int, args: argparse.Namespace) -> str:
                     hooked.append(timed(lambda name=name: index.update([name])))  # type: ignore[misc]
                 else:
                     by_stat.append(timed(index.update))
-        rows.append([
-            "one changed file: daemon hook update([name]) p50 / p99",
-            "—",
-            f"{ms(percentile(hooked, 50))} / {ms(percentile(hooked, 99))}",
-            "≤ 5 ms",
-        ])
-        rows.append([
-            "one changed file: a command's update by stat p50",
-            "—",
-            ms(percentile(by_stat, 50)),
-            "",
-        ])
+        rows.append(
+            [
+                "one changed file: daemon hook update([name]) p50 / p99",
+                "—",
+                f"{ms(percentile(hooked, 50))} / {ms(percentile(hooked, 99))}",
+                "≤ 5 ms",
+            ]
+        )
+        rows.append(
+            [
+                "one changed file: a command's update by stat p50",
+                "—",
+                ms(percentile(by_stat, 50)),
+                "",
+            ]
+        )
 
         # 4. whole processes
         time.sleep(2.5)  # past the racy window: the index is up to date for the runs below
@@ -266,24 +275,28 @@ def bench(n: int, args: argparse.Namespace) -> str:
                     grep_runs.append(run_process(["grep", "-ril", word, str(folder)], env))
                 else:
                     bare_runs.append(run_process([sys.executable, "-c", "pass"], env))
-        rows.append([
-            "`memoryd search` whole process [median]",
-            f"grep -ril {ms(percentile(grep_runs, 50))}",
-            ms(percentile(search_runs, 50)),
-            "≤ 150 ms",
-        ])
+        rows.append(
+            [
+                "`memoryd search` whole process [median]",
+                f"grep -ril {ms(percentile(grep_runs, 50))}",
+                ms(percentile(search_runs, 50)),
+                "≤ 150 ms",
+            ]
+        )
         rows.append(["  bare `python -c pass` [median]", "—", ms(percentile(bare_runs, 50)), ""])
 
         # 5. the MCP server's memory
         if not args.skip_rss:
             try:
                 rss, bare = server_rss(folder, env, queries[:20])
-                rows.append([
-                    "MCP server peak RSS after 20 queries",
-                    f"bare python {bare // 1024} MB",
-                    f"{rss // 1024} MB",
-                    "≤ 80 MB (100,000)",
-                ])
+                rows.append(
+                    [
+                        "MCP server peak RSS after 20 queries",
+                        f"bare python {bare // 1024} MB",
+                        f"{rss // 1024} MB",
+                        "≤ 80 MB (100,000)",
+                    ]
+                )
             except subprocess.CalledProcessError as error:
                 rows.append(["MCP server peak RSS", "—", f"failed: {error.stderr[-200:]}", ""])
         size = sum(p.stat().st_size for p in (state / "recall").iterdir())
@@ -311,7 +324,8 @@ def main() -> None:
         type=Path,
         default=Path(
             os.environ.get("MEMORYD_CORPUS", Path(__file__).resolve().parents[3] / "shared")
-        ) / ("" if os.environ.get("MEMORYD_CORPUS") else "corpus"),
+        )
+        / ("" if os.environ.get("MEMORYD_CORPUS") else "corpus"),
         help="the corpus folder for --source corpus (default: $MEMORYD_CORPUS or shared/corpus)",
     )
     parser.add_argument("--skip-rss", action="store_true", help="skip the MCP server's RSS")

@@ -258,8 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     largest = max(args.n)
     text = run_child({"kind": "text", "n": largest, "lows": [], "runs": args.runs})
-    print(f"significant_words + Vocabulary.ids, {largest:,} bodies: "
-          f"{fmt_s(text['text'][0]).strip()}")
+    print(
+        f"significant_words + Vocabulary.ids, {largest:,} bodies: {fmt_s(text['text'][0]).strip()}"
+    )
     for n in sorted(args.n):
         bench_size(n, (0.6, 0.4), args.runs, engines)
     bench_query(largest, 0.6, engines)

@@ -92,8 +92,10 @@ class View:
 
 
 # JS `\s` and String.prototype.trim's whitespace (Python's differ: \x1c-\x1f, \x85, no BOM).
-JS_SPACE = "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008" \
+JS_SPACE = (
+    "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
     "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
 _S = "[" + re.escape(JS_SPACE) + "]"
 # Claude Code's frontmatter pattern, tried only when a `---` sits at or after index 3.
 _FRONTMATTER = re.compile(rf"---{_S}*\n(?:.*?)---{_S}*\n?", re.DOTALL)
@@ -108,8 +110,12 @@ def view_of_bytes(
     text = data.decode("utf-8", "replace")
     bom = text.startswith("\ufeff")
     return agent_view(
-        text.removeprefix("\ufeff"), kind, size=len(data), max_lines=max_lines,
-        max_units=max_units, bom=bom,
+        text.removeprefix("\ufeff"),
+        kind,
+        size=len(data),
+        max_lines=max_lines,
+        max_units=max_units,
+        bom=bom,
     )
 
 
@@ -168,8 +174,9 @@ def agent_view(
                 lines.pop()
             pieces.extend((line, start_line + i) for i, line in enumerate(lines))
         return _window(pieces, size, False, construct, max_lines, max_units)
-    return _plain_window(text[body_at:] if body_at else text, start_line, size, construct,
-                         max_lines, max_units)
+    return _plain_window(
+        text[body_at:] if body_at else text, start_line, size, construct, max_lines, max_units
+    )
 
 
 def _strip_comments(
@@ -273,7 +280,7 @@ def _comment_spans(lines: Sequence[str]) -> Iterator[tuple[int, int, str | None]
             i += 1
             continue
         lead = _lead(line)
-        if lead >= 4 or (lead < 4 and line[lead:lead + 1] == "\t"):
+        if lead >= 4 or (lead < 4 and line[lead : lead + 1] == "\t"):
             i += 1  # indented code, or a lazy paragraph line
             continue
         rest = line[lead:]
@@ -291,8 +298,10 @@ def _comment_spans(lines: Sequence[str]) -> Iterator[tuple[int, int, str | None]
             i = _fence_end(lines, i, fence.group(1))
             para = False
             continue
-        if _RAW_TAG.match(rest) or _BLOCK_TAG.match(rest) or (
-            not para and (_OTHER_HTML.match(rest) or _LONE_TAG.match(rest))
+        if (
+            _RAW_TAG.match(rest)
+            or _BLOCK_TAG.match(rest)
+            or (not para and (_OTHER_HTML.match(rest) or _LONE_TAG.match(rest)))
         ):
             i, para = _html_end(lines, i, rest), False
             continue
@@ -360,7 +369,7 @@ def _list_end(lines: Sequence[str], i: int, bullet: re.Match[str]) -> int:
     while True:
         indent = _item_indent(lines[i], bullet)
         limit = min(3, indent - 1)
-        previous = lines[i][bullet.end():]
+        previous = lines[i][bullet.end() :]
         saw_blank = False
         j = i + 1
         while j < n:
@@ -415,7 +424,7 @@ def _window(
     if first is None:
         return View("", False, 0, 0, size, False, folded, frozenset(), construct)
     last = next(k for k in range(len(pieces) - 1, -1, -1) if pieces[k][0].strip(JS_SPACE))
-    kept = pieces[first:last + 1]
+    kept = pieces[first : last + 1]
     contents = [c for c, _ in kept]
     contents[0] = contents[0].lstrip(JS_SPACE)
     contents[-1] = contents[-1].rstrip(JS_SPACE)
@@ -445,7 +454,15 @@ def _window(
     text = cut_mid_line if cut_mid_line is not None else "\n".join(shown[:whole])
     warned = count > max_lines or units > max_units
     return View(
-        text, warned, count, units, size, False, folded, visible, construct,
+        text,
+        warned,
+        count,
+        units,
+        size,
+        False,
+        folded,
+        visible,
+        construct,
         past_lines_from,
     )
 
@@ -483,8 +500,7 @@ def _plain_window(
             kept, whole = _utf16_prefix(shown, max_units), 0
     warned = count > max_lines or units > max_units
     visible = frozenset(range(first, first + whole))
-    return View(kept, warned, count, units, size, False, False, visible, construct,
-                past_lines_from)
+    return View(kept, warned, count, units, size, False, False, visible, construct, past_lines_from)
 
 
 def _utf16_len(text: str) -> int:
@@ -506,9 +522,7 @@ def _sanitise(text: str) -> str:
     if text.isascii() and text.isprintable():
         return text
     return "".join(
-        c for c in text
-        if not (
-            unicodedata.category(c) in ("Cs", "Cf")
-            or (c < " " and c not in "\t\n")
-        )
+        c
+        for c in text
+        if not (unicodedata.category(c) in ("Cs", "Cf") or (c < " " and c not in "\t\n"))
     )

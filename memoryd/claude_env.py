@@ -78,14 +78,17 @@ def read_settings(path: Path, warnings: list[str]) -> Settings | None:
     except NotADirectoryError:
         return None
     except OSError as error:
-        warnings.append(f"{path}: not read ({read_problem(error)}); its auto-memory settings "
-                        "are ignored")
+        warnings.append(
+            f"{path}: not read ({read_problem(error)}); its auto-memory settings are ignored"
+        )
         return Settings(path)
     try:
         data = json.loads(raw.decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError) as error:
-        warnings.append(f"{path}: not valid JSON ({error}); its auto-memory settings are "
-                        "ignored until it is fixed")
+        warnings.append(
+            f"{path}: not valid JSON ({error}); its auto-memory settings are "
+            "ignored until it is fixed"
+        )
         return Settings(path)
     if not isinstance(data, dict):
         warnings.append(f"{path}: not a JSON object; its auto-memory settings are ignored")
@@ -135,8 +138,9 @@ def auto_memory_switch(env: ClaudeEnv, layers: list[Settings | None]) -> Switch:
         )
     for layer in layers:
         if layer is not None and layer.enabled is not None:
-            return Switch(layer.enabled, f"autoMemoryEnabled: "
-                                         f"{str(layer.enabled).lower()} in {layer.path}")
+            return Switch(
+                layer.enabled, f"autoMemoryEnabled: {str(layer.enabled).lower()} in {layer.path}"
+            )
     return Switch(True)
 
 
@@ -153,7 +157,6 @@ def project_settings(
     `.claude/settings.json` (a git root's `settings.json` does not count for a subfolder)."""
     cwd_local = read_settings(cwd / ".claude" / "settings.local.json", warnings)
     root_local = (
-        read_settings(root / ".claude" / "settings.local.json", warnings) if root != cwd
-        else None
+        read_settings(root / ".claude" / "settings.local.json", warnings) if root != cwd else None
     )
     return root_local, cwd_local, read_settings(cwd / ".claude" / "settings.json", warnings)

@@ -52,8 +52,7 @@ def _color_arg(parser: argparse.ArgumentParser, default: str | None = None) -> N
         "--color",
         choices=("auto", "always", "never"),
         default=default if default is not None else argparse.SUPPRESS,
-        help="colour: on a terminal only (auto, the default; NO_COLOR turns it off), always, "
-        "never",
+        help="colour: on a terminal only (auto, the default; NO_COLOR turns it off), always, never",
     )
 
 
@@ -114,31 +113,50 @@ def build_parser() -> argparse.ArgumentParser:
         help="list every dir, those in sync too, and why each unmanaged one is",
     )
 
-    p = sub.add_parser("run", help="run the daemon in the foreground (as a user service does)",
-                       description="Watch every memory dir, keep indexes in step as files "
-                       "change, dream when memories pile up, write a heartbeat. Runs in the "
-                       "foreground; one instance per user. SIGTERM/SIGINT stop it cleanly, "
-                       "SIGHUP reloads the configuration.")
-    p = sub.add_parser("status", help="is the daemon running, and how are its dirs",
-                       description="Read the daemon's heartbeat (status.json). Exit 0 when it "
-                       "runs with a fresh heartbeat, 1 otherwise.")
+    p = sub.add_parser(
+        "run",
+        help="run the daemon in the foreground (as a user service does)",
+        description="Watch every memory dir, keep indexes in step as files "
+        "change, dream when memories pile up, write a heartbeat. Runs in the "
+        "foreground; one instance per user. SIGTERM/SIGINT stop it cleanly, "
+        "SIGHUP reloads the configuration.",
+    )
+    p = sub.add_parser(
+        "status",
+        help="is the daemon running, and how are its dirs",
+        description="Read the daemon's heartbeat (status.json). Exit 0 when it "
+        "runs with a fresh heartbeat, 1 otherwise.",
+    )
     p.add_argument("--json", action="store_true", help="print the status document")
     _color_arg(p)
 
-    p = sub.add_parser("service", help="install memoryd as a user service (systemd/launchd)",
-                       description="Render the systemd user unit or the launchd agent with the "
-                       "absolute path of this memoryd, write it, and enable and start it.")
+    p = sub.add_parser(
+        "service",
+        help="install memoryd as a user service (systemd/launchd)",
+        description="Render the systemd user unit or the launchd agent with the "
+        "absolute path of this memoryd, write it, and enable and start it.",
+    )
     p.add_argument("action", choices=["install", "uninstall", "status"], help="what to do")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the file and the commands instead of running them")
-    p.add_argument("--manager", choices=["systemd", "launchd"], default=None,
-                   help="which service manager (default: launchd on macOS, else systemd)")
-    p = sub.add_parser("demo", help="show memoryd at work in a throw-away sandbox",
-                       description="Build a sandbox (its own HOME, Claude home, repo and "
-                       "memories with a duplicate, a stale reference, a contradiction and a "
-                       "hand-written index), run the daemon against it, write a memory as an "
-                       "agent would, and show the index change, a dream report, the log and a "
-                       "restore. Nothing outside the sandbox is touched.")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the file and the commands instead of running them",
+    )
+    p.add_argument(
+        "--manager",
+        choices=["systemd", "launchd"],
+        default=None,
+        help="which service manager (default: launchd on macOS, else systemd)",
+    )
+    p = sub.add_parser(
+        "demo",
+        help="show memoryd at work in a throw-away sandbox",
+        description="Build a sandbox (its own HOME, Claude home, repo and "
+        "memories with a duplicate, a stale reference, a contradiction and a "
+        "hand-written index), run the daemon against it, write a memory as an "
+        "agent would, and show the index change, a dream report, the log and a "
+        "restore. Nothing outside the sandbox is touched.",
+    )
     p.add_argument("--keep", action="store_true", help="keep the sandbox folder afterwards")
 
     p = sub.add_parser(
@@ -172,9 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         "duplicate and contradiction candidates with overlap scores, and the "
         "decision the dream pass would take.",
     )
-    p.add_argument(
-        "file", type=Path, metavar="FILE", help="a memory file, or a JSONL record store"
-    )
+    p.add_argument("file", type=Path, metavar="FILE", help="a memory file, or a JSONL record store")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     _repo_root_arg(p)
 
@@ -219,16 +235,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the audit log for a person",
         description="Render the JSONL audit log as readable lines.",
     )
-    p.add_argument("-f", "--follow", action="store_true",
-                   help="show the last rows, then keep printing new ones (across rotation)")
-    p.add_argument("-n", "--lines", metavar="N", type=_lines_arg, default=-1,
-                   help=f"show the last N rows, or `all` (default: {FOLLOW_LAST} with -f, else "
-                   "all)")
-    p.add_argument("--summary", action="store_true",
-                   help="what memoryd did, per dir, in sentences and counts (default --since 1d)")
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="show the last rows, then keep printing new ones (across rotation)",
+    )
+    p.add_argument(
+        "-n",
+        "--lines",
+        metavar="N",
+        type=_lines_arg,
+        default=-1,
+        help=f"show the last N rows, or `all` (default: {FOLLOW_LAST} with -f, else all)",
+    )
+    p.add_argument(
+        "--summary",
+        action="store_true",
+        help="what memoryd did, per dir, in sentences and counts (default --since 1d)",
+    )
     p.add_argument("--utc", action="store_true", help="times in UTC instead of local time")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="every field of each row (hashes, ids, pids)")
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="every field of each row (hashes, ids, pids)"
+    )
     _color_arg(p)
     p.add_argument(
         "--since", metavar="WHEN", help="only rows newer than this (2h, 30m, 7d or an ISO time)"
@@ -404,11 +433,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     rt.dry_run = True
     named = [p for p in args.dirs if not findings.is_store_file(p)]
-    found = (
-        discover_all(rt.config, named)
-        if named or not args.dirs
-        else _no_dirs()
-    )
+    found = discover_all(rt.config, named) if named or not args.dirs else _no_dirs()
     dirs = found.dirs
     rows = [_dir_summary(rt, md) for md in dirs]
     stores = _store_reports(rt, dirs, args.dirs)
@@ -431,8 +456,10 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         return EXIT_OK
     out.write("".join(f"warning: {shown(w)}\n" for w in found.warnings))
     if found.auto_memory_off:
-        out.write(f"Auto memory is turned off ({shown(found.auto_memory_off)}): Claude Code "
-                  "loads no auto-memory MEMORY.md; memoryd still maintains the files.\n")
+        out.write(
+            f"Auto memory is turned off ({shown(found.auto_memory_off)}): Claude Code "
+            "loads no auto-memory MEMORY.md; memoryd still maintains the files.\n"
+        )
     out.write(_render_refused(found.refused))
     out.write(_render_empty(found))
     _render_stores(stores, out)
@@ -474,9 +501,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         if args.secrets:
             out.write(_render_secrets([row], indent="    ", where=False))
         for problem in row["problems"]:
-            out.write(
-                f"    {shown(problem['file'])}: {problem['problem']} — {problem['hint']}\n"
-            )
+            out.write(f"    {shown(problem['file'])}: {problem['problem']} — {problem['hint']}\n")
         if row["claude_consolidated"]:
             now = " (it holds its lock now)" if row["claude_lock_held"] else ""
             out.write(f"  Claude Code's last consolidation: {row['claude_consolidated']}{now}\n")
@@ -499,6 +524,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 def _store_reports(rt: Runtime, dirs: list[MemoryDir], named: list[Path]) -> list[dict[str, Any]]:
     """Every known JSONL record store, validated (memoryd.records), as JSON rows."""
     from memoryd import findings
+
     files = findings.store_files(rt.config, dirs, named)
     if not files:
         return []
@@ -519,9 +545,7 @@ def _store_reports(rt: Runtime, dirs: list[MemoryDir], named: list[Path]) -> lis
     return out
 
 
-def _render_secrets(
-    rows: list[dict[str, Any]], *, indent: str = "", where: bool = True
-) -> str:
+def _render_secrets(rows: list[dict[str, Any]], *, indent: str = "", where: bool = True) -> str:
     """Each secret a memory holds, as `file:line: kind` (never the value)."""
     lines = []
     for row in rows:
@@ -750,8 +774,11 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     view = _log_view(args, rt, out)
 
     def emit(row: dict[str, Any]) -> None:
-        out.write(json.dumps(row, ensure_ascii=False) + "\n" if args.json
-                  else render_row(row, view) + "\n")
+        out.write(
+            json.dumps(row, ensure_ascii=False) + "\n"
+            if args.json
+            else render_row(row, view) + "\n"
+        )
 
     def warn(message: str) -> None:
         err.write(f"memoryd: {'warning: ' if args.follow else ''}{message}\n")
@@ -768,8 +795,10 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             path.with_name(f"{path.name}.{n}").exists() for n in range(1, backups + 1)
         )
         if not logged:
-            err.write(f"memoryd: no audit log yet at {path} (memoryd writes it once it does "
-                      f"something){'; waiting for rows' if args.follow else ''}.\n")
+            err.write(
+                f"memoryd: no audit log yet at {path} (memoryd writes it once it does "
+                f"something){'; waiting for rows' if args.follow else ''}.\n"
+            )
         elif want and not history and not args.follow:
             missing = "" if want.exists() else " (no such folder)"
             err.write(f"memoryd: no rows about {want}{missing} in {path}.\n")
@@ -932,8 +961,12 @@ def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         )
     result = apply_refused(rt, md, args.apply)
     if args.json:
-        json.dump({"applied": args.apply, "dirs": [result_json(result)]}, out, indent=2,
-                  ensure_ascii=False)
+        json.dump(
+            {"applied": args.apply, "dirs": [result_json(result)]},
+            out,
+            indent=2,
+            ensure_ascii=False,
+        )
         out.write("\n")
     else:
         out.write(render_text([result], [], False))
@@ -1099,8 +1132,12 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         json.dump(found.as_json(), out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        view = View(now=now, home=str(Path.home()), width=terminal_width(out, os.environ),
-                    paint=Painter(use_color(args.color, out, os.environ)))
+        view = View(
+            now=now,
+            home=str(Path.home()),
+            width=terminal_width(out, os.environ),
+            paint=Painter(use_color(args.color, out, os.environ)),
+        )
         out.write(render(found, view))
         import time
 
@@ -1203,9 +1240,7 @@ def _read_only(args: argparse.Namespace) -> bool:
     """A command that only looks (it runs on the built-in defaults when the file is invalid)."""
     if args.command == "history":  # `--restore` writes a version back
         return getattr(args, "restore", None) is None
-    return args.command in READ_ONLY or (
-        args.command == "trash" and args.trash_command == "list"
-    )
+    return args.command in READ_ONLY or (args.command == "trash" and args.trash_command == "list")
 
 
 def _config_warning(error: ConfigError) -> str:

@@ -64,8 +64,7 @@ def acquire_lock(paths: AppPaths) -> int:
         regular_fd(fd, paths.lock_file)  # a FIFO opened O_RDWR never blocks, but is no lock file
     except NotRegularFile as error:
         raise MemorydError(
-            f"{paths.lock_file} is {error.what}, not memoryd's lock file: remove it and "
-            "start again"
+            f"{paths.lock_file} is {error.what}, not memoryd's lock file: remove it and start again"
         ) from error
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -569,8 +568,9 @@ class Daemon:
             names,
             max_file_bytes=parse.max_file_bytes,
             max_frontmatter_bytes=parse.max_frontmatter_bytes,
-            warn=lambda message: self.log.warning("search index", dir=str(md.path),
-                                                  message=message),
+            warn=lambda message: self.log.warning(
+                "search index", dir=str(md.path), message=message
+            ),
         )
 
     def absorb_reads(self) -> None:
@@ -587,8 +587,7 @@ class Daemon:
                 kept[:] = [
                     w
                     for w in kept
-                    if self.mono() - w[1] < READERS_KEEP
-                    and self.mono() - w[0] < READERS_LONGEST
+                    if self.mono() - w[1] < READERS_KEEP and self.mono() - w[0] < READERS_LONGEST
                 ]
         for when, folder, name in reads:
             entry = self.dirs.get(folder)
@@ -880,4 +879,3 @@ def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
         return daemon.run()
     finally:
         os.close(lock_fd)
-

@@ -306,7 +306,7 @@ def _keep_text(root: Path, config: Path, env: dict[str, str]) -> str:
     return (
         f"The sandbox is kept at {root}.\n"
         "To run memoryd in it (never on your own files), start a shell with its environment:\n"
-        f"  env {assigned} \\\n      \"$SHELL\"\n"
+        f'  env {assigned} \\\n      "$SHELL"\n'
         "and in that shell give each command the sandbox's configuration:\n"
         f"  {run} status\n"
         f"  {run} dirs\n"

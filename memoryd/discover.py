@@ -338,9 +338,7 @@ def _first_cwd(transcript: Path, slug: str) -> tuple[Head, bool]:
     return (None, other), True
 
 
-def _own_cwd(
-    project_dir: Path, slug: str, cache: CwdCache | None = None
-) -> tuple[str | None, str]:
+def _own_cwd(project_dir: Path, slug: str, cache: CwdCache | None = None) -> tuple[str | None, str]:
     """The cwd the project's own transcripts record (matching its slug), and where, or why
     there is none; the newest transcript that records one decides. `cache`: what earlier
     runs read, by each transcript's identity (an unchanged transcript is not opened)."""
@@ -551,8 +549,9 @@ def _make(
     return MemoryDir(path, real, kind, label, root, reason, via_symlink=real != path.absolute())
 
 
-def _named(path: Path, kind: str, label: str, root: Path | None, reason: str, config: Config
-           ) -> MemoryDir:
+def _named(
+    path: Path, kind: str, label: str, root: Path | None, reason: str, config: Config
+) -> MemoryDir:
     made = _make(path, kind, label, root, reason, config)
     assert isinstance(made, MemoryDir)  # no boundary: never refused
     return made
@@ -585,9 +584,7 @@ def repo_dirs(repo: Path, config: Config) -> Iterator[Found]:
     for folder, kind in kinds:
         if (claude / folder / INDEX_NAME).is_file():
             # Some repos keep one memory dir right at agent-memory/ (often a symlink to it).
-            yield _make(
-                claude / folder, kind, repo.name, repo, "repo-scope memory", config, within
-            )
+            yield _make(claude / folder, kind, repo.name, repo, "repo-scope memory", config, within)
             continue
         for agent in _subdirs(claude / folder):
             yield _make(agent, kind, agent.name, repo, "repo-scope memory", config, within)
@@ -682,8 +679,9 @@ class ClaudeView:
         )
         switch = auto_memory_switch(self.env, [root_local, local, project, self.user])
         if self.env.cowork_override is not None:
-            return Plan(self.env.cowork_override, f"{COWORK_OVERRIDE} in memoryd's environment",
-                        switch)
+            return Plan(
+                self.env.cowork_override, f"{COWORK_OVERRIDE} in memoryd's environment", switch
+            )
         layers = ((root_local, False), (local, False), (project, True), (self.user, False))
         for layer, checked_in in layers:
             if layer is None or layer.directory is None:
@@ -729,8 +727,14 @@ class ClaudeView:
             yield from _project_dirs(self.env.remote_memory_dir, config, self.transcripts)
         shared = self.everywhere()
         if shared is not None and _is_dir(shared[0]):
-            yield _named(shared[0], "project", shared[0].name, None,
-                         f"one auto-memory dir for every project ({shared[1]})", config)
+            yield _named(
+                shared[0],
+                "project",
+                shared[0].name,
+                None,
+                f"one auto-memory dir for every project ({shared[1]})",
+                config,
+            )
         for session, plan in self.plans():
             if not plan.source or plan.source == (shared or (None, ""))[1]:
                 continue
@@ -742,8 +746,10 @@ class ClaudeView:
         """A project's relocated auto-memory dir; one its checked-in settings name outside the
         repo (its work tree `top` or main work tree `root`) and the Claude home is refused (a
         repo's file does not get memoryd to edit folders elsewhere, as a link in it does not)."""
-        reason = f"the project whose {plan.source.removeprefix('autoMemoryDirectory in ')} " \
-                 "puts its auto memory here"
+        reason = (
+            f"the project whose {plan.source.removeprefix('autoMemoryDirectory in ')} "
+            "puts its auto memory here"
+        )
         within = None
         real = _resolved(plan.dir)
         if plan.checked_in and not any(
@@ -760,8 +766,14 @@ class ClaudeView:
         plan = self.plan(repo, canonical_root(repo))
         if plan.source and _is_dir(plan.dir):
             if plan.source == (self.everywhere() or (None, ""))[1]:
-                yield _named(plan.dir, "project", plan.dir.name, None,
-                             f"one auto-memory dir for every project ({plan.source})", self.config)
+                yield _named(
+                    plan.dir,
+                    "project",
+                    plan.dir.name,
+                    None,
+                    f"one auto-memory dir for every project ({plan.source})",
+                    self.config,
+                )
             else:
                 yield self._relocated_dir(plan, canonical_root(repo), git_root(repo) or repo)
 
@@ -804,12 +816,16 @@ class ClaudeView:
         base = f"{REMOTE_MEMORY_DIR} in memoryd's environment"
         for session, plan in self.plans():
             if slugify(str(session.root)) == md.label:
-                return f"Claude Code keeps the auto memory of {session.cwd} in {plan.dir} " \
-                       f"instead ({plan.source or base})"
+                return (
+                    f"Claude Code keeps the auto memory of {session.cwd} in {plan.dir} "
+                    f"instead ({plan.source or base})"
+                )
             if session.folder == md.label and not plan.source:
                 # A session in a subfolder or a worktree: keyed by its repo's git root.
-                return f"Claude Code keeps the auto memory of {session.cwd} in {plan.dir}, " \
-                       f"the dir of its git root {session.root}"
+                return (
+                    f"Claude Code keeps the auto memory of {session.cwd} in {plan.dir}, "
+                    f"the dir of its git root {session.root}"
+                )
         shared = self.everywhere()
         if shared is not None:
             return f"Claude Code keeps auto memory in {shared[0]} instead ({shared[1]})"
@@ -853,11 +869,16 @@ def memory_dir_at(path: Path, config: Config) -> MemoryDir:
     shared = ClaudeView(config).everywhere()
     if shared is not None and _resolved(shared[0]) == _resolved(path):
         # An auto-memory dir by where Claude Code keeps it: loaded (and stripped) as one.
-        return _named(path, "project", path.name, None,
-                      f"one auto-memory dir for every project ({shared[1]})", config)
+        return _named(
+            path,
+            "project",
+            path.name,
+            None,
+            f"one auto-memory dir for every project ({shared[1]})",
+            config,
+        )
     root, reason = _repo_of(path)
     return _named(path, "explicit", path.name, root, reason, config)
-
 
 
 def memory_dir_of(file: Path, config: Config) -> MemoryDir:
@@ -1220,4 +1241,3 @@ def lock_is_fresh(md: MemoryDir, now: float, alive: Callable[[int], bool] = pid_
     """Is Claude Code consolidating this dir itself (see `claude_lock`)?"""
     lock = claude_lock(md, now, alive)
     return lock is not None and lock.held
-

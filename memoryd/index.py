@@ -63,8 +63,7 @@ def encode_target(filename: str) -> str:
     if filename.isprintable() and _ENCODE.keys().isdisjoint(filename) and filename[:1] != "~":
         return filename  # nearly every name: two C-level checks instead of a loop per character
     encoded = "".join(
-        _ENCODE.get(c, c) if c.isprintable() or c in _ENCODE else _utf8_escaped(c)
-        for c in filename
+        _ENCODE.get(c, c) if c.isprintable() or c in _ENCODE else _utf8_escaped(c) for c in filename
     )
     return "%7E" + encoded[1:] if encoded.startswith("~") else encoded
 

@@ -59,8 +59,10 @@ class HeldIndex:
 
     def some(self, positions: Iterable[int]) -> SomeArchiveLines:
         last = next((line for line in reversed(self.lines) if line), b"")
-        eol = None if not (self.crlf or self.lf or last) else (
-            "\r\n" if self.crlf and self.crlf >= self.lf else "\n"
+        eol = (
+            None
+            if not (self.crlf or self.lf or last)
+            else ("\r\n" if self.crlf and self.crlf >= self.lf else "\n")
         )
         return SomeArchiveLines(
             [_line(p, self.lines[p]) for p in sorted(positions)],
@@ -100,8 +102,10 @@ def archive_digest(archive: bytes) -> bytes:
 
 def dump_positions(index: HeldIndex, digest: bytes) -> bytes:
     """`index`'s Positions, sealed under the digest of the archive it was held from."""
-    return seal(_POSITIONS_HEADER,
-                (digest, index.where, index.invalid, index.heading_at, index.offending_at))
+    return seal(
+        _POSITIONS_HEADER,
+        (digest, index.where, index.invalid, index.heading_at, index.offending_at),
+    )
 
 
 def load_positions(data: bytes | None, digest: bytes) -> Positions | None:
@@ -153,8 +157,18 @@ def hold_data(
             heading_at, offending_at = position, -1
         elif heading_at >= 0 and offending_at < 0 and content.strip():
             offending_at = position
-    return HeldIndex(main, archive is not None, lines, where, invalid, heading_at,
-                     offending_at, frozenset(dead), crlf, lf)
+    return HeldIndex(
+        main,
+        archive is not None,
+        lines,
+        where,
+        invalid,
+        heading_at,
+        offending_at,
+        frozenset(dead),
+        crlf,
+        lf,
+    )
 
 
 def split_after_newlines(data: bytes) -> list[bytes]:
@@ -298,8 +312,9 @@ def edit_changed(
     edit.invalid_links += [raw for p, raw in held.invalid.items() if p not in positions]
     dead = frozenset(edit.dead_links) | (held.dead - changed)
     edit.dead_links = sorted(dead)
-    after = HeldIndex(edit.main, exists, lines, where, held.invalid, heading_at, offending_at,
-                      dead, crlf, lf)
+    after = HeldIndex(
+        edit.main, exists, lines, where, held.invalid, heading_at, offending_at, dead, crlf, lf
+    )
     return ChangedEdit(edit, after, archive_changed)
 
 

@@ -163,7 +163,7 @@ def _read_only_reason(md: MemoryDir, texts: Sequence[IndexText]) -> str:
     for name, found in zip((INDEX_NAME, ARCHIVE_NAME), texts, strict=True):
         if found.read_only:
             return (
-                f"{name} is read-only: memoryd takes that as \"do not touch\" and writes "
+                f'{name} is read-only: memoryd takes that as "do not touch" and writes '
                 f"nothing; `chmod u+w {md.path / name}` lets it manage the index again"
             )
     return ""
@@ -829,9 +829,7 @@ def _write_and_report(
         due = min(scan.files[n].mtime_ns / 1e9 + req.grace for n in edit.waiting)
         outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
     _report_links(rt, md, edit, state)
-    state.settled = (
-        [] if outcome.problems else settled_mark(main_id, archive_id, cfg, md.heading)
-    )
+    state.settled = [] if outcome.problems else settled_mark(main_id, archive_id, cfg, md.heading)
     state.known = True
     state.managed = True
     state.reported.pop("unmanaged", None)
@@ -844,10 +842,15 @@ def _write_and_report(
     else:
         own_changed = _remember_changed(state, plan, cfg.separator)
         rt.store.save(md.real_path, state, seen_changed=plan.scope, own_changed=own_changed)
-    if (req.hold or plan.scope is not None) and outcome.status in (
-        IndexStatus.UPDATED,
-        IndexStatus.UNCHANGED,
-    ) and edit.main is not None:
+    if (
+        (req.hold or plan.scope is not None)
+        and outcome.status
+        in (
+            IndexStatus.UPDATED,
+            IndexStatus.UNCHANGED,
+        )
+        and edit.main is not None
+    ):
         index = plan.index
         if index is None:
             index = index_held.hold(edit.main, edit.archive, set(edit.dead_links))
@@ -1490,9 +1493,7 @@ def verify_on_disk(
         or _replaced(archive.identity, written.archive, ARCHIVE_NAME in written.data)
     ):
         return []
-    return verify(
-        main.text, archive.text, expected, scan.present, set(allowed_dead), view_kind(md)
-    )
+    return verify(main.text, archive.text, expected, scan.present, set(allowed_dead), view_kind(md))
 
 
 def _replaced(found: FileIdentity | None, ours: FileIdentity | None, wrote: bool) -> bool:

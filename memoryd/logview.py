@@ -142,12 +142,15 @@ _DETAILS: dict[str, Callable[[Row, View], str]] = {
     "daemon.waiting": lambda r, v: f"for {short_path(str(r.get('path', '')), v.home)}",
     "dir.discovered": _field("kind", "mode"),
     "dir.lost": _field("reason"),
-    "dir.refused": lambda r, v: f"→ {short_path(str(r.get('target', '')), v.home)}  "
-    f"{shown(r.get('reason', ''))}",
+    "dir.refused": lambda r, v: (
+        f"→ {short_path(str(r.get('target', '')), v.home)}  {shown(r.get('reason', ''))}"
+    ),
     "index.updated": _index_updated,
     "index.unmanaged": _field("reason"),
-    "index.over_budget": lambda r, v: f"{r.get('lines', '?')} lines, {r.get('chars', '?')} chars"
-    + (f"; {r['outside_window']} outside the window" if r.get("outside_window") else ""),
+    "index.over_budget": lambda r, v: (
+        f"{r.get('lines', '?')} lines, {r.get('chars', '?')} chars"
+        + (f"; {r['outside_window']} outside the window" if r.get("outside_window") else "")
+    ),
     "index.demoted": lambda r, v: f"{r.get('count', '?')} entries to the archive",
     "index.conflict": lambda r, v: f"attempt {r.get('attempt', '?')}",
     "index.dead_link": _field("target"),
@@ -159,15 +162,20 @@ _DETAILS: dict[str, Callable[[Row, View], str]] = {
     "dream.started": _field("trigger"),
     "dream.completed": _dream_counts,
     "dream.failed": _dream_counts,
-    "dream.refused": lambda r, v: f"would move {r.get('would_move', '?')}, limit "
-    f"{r.get('limit', '?')}",
+    "dream.refused": lambda r, v: (
+        f"would move {r.get('would_move', '?')}, limit {r.get('limit', '?')}"
+    ),
     "dream.skipped": _field("why"),
     "dream.kept": _field("file", "guard"),
-    "dream.move_skipped": lambda r, v: f"{shown(r.get('file', '?'))}: {shown(r.get('why', ''))}"
-    + (f" (kept as {shown(r['kept_as'])})" if r.get("kept_as") else ""),
+    "dream.move_skipped": lambda r, v: (
+        f"{shown(r.get('file', '?'))}: {shown(r.get('why', ''))}"
+        + (f" (kept as {shown(r['kept_as'])})" if r.get("kept_as") else "")
+    ),
     "trash.moved": _trash_moved,
-    "trash.restored": lambda r, v: f"{shown(r.get('file', '?'))}"
-    + (f" as {shown(r['as'])}" if r.get("as") and r.get("as") != r.get("file") else ""),
+    "trash.restored": lambda r, v: (
+        f"{shown(r.get('file', '?'))}"
+        + (f" as {shown(r['as'])}" if r.get("as") and r.get("as") != r.get("file") else "")
+    ),
     "trash.purged": lambda r, v: _names(r.get("days", []), 3) or shown(r.get("refused", "")),
     "trash.kept": _field("day", "problem"),
     "watch.overflow": _field("detail"),
@@ -294,18 +302,26 @@ class DirTally:
         done = []
         if self.moved:
             total = sum(self.moved.values())
-            why = ", ".join(_plural(n, r, _REASON_PLURAL.get(r)) for r, n in sorted(
-                self.moved.items(), key=lambda kv: (-kv[1], kv[0])))
+            why = ", ".join(
+                _plural(n, r, _REASON_PLURAL.get(r))
+                for r, n in sorted(self.moved.items(), key=lambda kv: (-kv[1], kv[0]))
+            )
             done.append(f"{_plural(total, 'memory', 'memories')} moved to the trash ({why})")
         if self.restored:
             done.append(f"{self.restored} restored from the trash")
-        for n, what in ((self.added, "added"), (self.removed, "removed"),
-                        (self.rewritten, "rewritten"), (self.collapsed, "collapsed")):
+        for n, what in (
+            (self.added, "added"),
+            (self.removed, "removed"),
+            (self.rewritten, "rewritten"),
+            (self.collapsed, "collapsed"),
+        ):
             if n:
                 done.append(f"{_plural(n, 'pointer')} {what}")
         if self.demotions:
-            done.append(f"{_plural(self.demotions, 'index', 'indexes')} demoted "
-                        f"{_plural(self.demoted, 'entry', 'entries')}")
+            done.append(
+                f"{_plural(self.demotions, 'index', 'indexes')} demoted "
+                f"{_plural(self.demoted, 'entry', 'entries')}"
+            )
         if self.passes:
             done.append(_plural(self.passes, "dream pass", "dream passes"))
         if self.kept:
@@ -315,8 +331,10 @@ class DirTally:
         problems = []
         for n, words in (
             (len(self.unparseable), ("file unparseable", "files unparseable")),
-            (self.refused, ("pass refused by the circuit breaker",
-                            "passes refused by the circuit breaker")),
+            (
+                self.refused,
+                ("pass refused by the circuit breaker", "passes refused by the circuit breaker"),
+            ),
             (self.failed, ("pass failed", "passes failed")),
             (self.skipped_moves, ("planned move skipped", "planned moves skipped")),
             (len(self.dead_links), ("dead link", "dead links")),
@@ -438,8 +456,10 @@ def render_summary(rows: Iterable[Row], view: View, *, since: float | None) -> s
     )
     if not rows:
         return f"Nothing logged {start}.\n"
-    lines = [f"memoryd {start}: {_plural(len(rows), 'row')}, "
-             f"{_plural(len([d for d in tallies if d]), 'dir')}."]
+    lines = [
+        f"memoryd {start}: {_plural(len(rows), 'row')}, "
+        f"{_plural(len([d for d in tallies if d]), 'dir')}."
+    ]
     quiet = []
     for where, t in sorted(tallies.items(), key=lambda kv: (kv[0] == "", kv[0])):
         if not where:
@@ -451,15 +471,28 @@ def render_summary(rows: Iterable[Row], view: View, *, since: float | None) -> s
         label, full = dir_label(where, view.home), short_path(where, view.home)
         path_note = clip(f" ({full})", view.width - len(label)) if full != label else ""
         lines.append(view.paint(label, "bold") + path_note)
-        lines.extend(textwrap.wrap(f"{text}.", max(40, view.width), initial_indent="  ",
-                                   subsequent_indent="  ", break_on_hyphens=False))
+        lines.extend(
+            textwrap.wrap(
+                f"{text}.",
+                max(40, view.width),
+                initial_indent="  ",
+                subsequent_indent="  ",
+                break_on_hyphens=False,
+            )
+        )
     if quiet:  # rows about them, none worth a sentence (a pass that found nothing to do)
         lines.append(f"Nothing to report in {_plural(len(quiet), 'other dir')}.")
     if "" in tallies:
         own = _own_sentence(tallies[""])
         if own:
-            lines.extend(textwrap.wrap(f"memoryd itself: {own}.", max(40, view.width),
-                                       subsequent_indent="  ", break_on_hyphens=False))
+            lines.extend(
+                textwrap.wrap(
+                    f"memoryd itself: {own}.",
+                    max(40, view.width),
+                    subsequent_indent="  ",
+                    break_on_hyphens=False,
+                )
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -161,9 +161,7 @@ class Recall:
 
 def build(recall: Recall) -> MCPServer[Any]:
     """The MCP server with its four read-only tools."""
-    server: MCPServer[Any] = MCPServer(
-        "memoryd", version=__version__, instructions=INSTRUCTIONS
-    )
+    server: MCPServer[Any] = MCPServer("memoryd", version=__version__, instructions=INSTRUCTIONS)
 
     @server.tool(annotations=READ_ONLY)
     def search_memories(

@@ -683,7 +683,6 @@ def parse_date(text: str) -> float:
     return parsed.timestamp()
 
 
-
 def _summarize(digest: str, fields: Mapping[str, Any], text: str, fm_text: str) -> Summary:
     """The frontmatter fields memoryd uses. A secret in the name or description is masked
     (memoryd.secrets): they go into MEMORY.md pointer lines, the parse cache and search

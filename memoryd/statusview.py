@@ -209,9 +209,15 @@ def dir_table(rows: Sequence[DirRow], view: View, *, live: bool) -> list[str]:
         last_pass = _when(d.last_pass, view)
         if d.last_pass and d.last_pass_result not in (None, "", PLAIN_RESULT):
             last_pass += f" ({d.last_pass_result})"  # a pass that did not end as planned
-        cells = [dir_label(d.path, view.home), d.kind or "?",
-                 "?" if d.files is None else str(d.files), d.index or "?",
-                 str(d.changed_since_dream), _when(d.last_index_write, view), last_pass]
+        cells = [
+            dir_label(d.path, view.home),
+            d.kind or "?",
+            "?" if d.files is None else str(d.files),
+            d.index or "?",
+            str(d.changed_since_dream),
+            _when(d.last_index_write, view),
+            last_pass,
+        ]
         if live:
             cells += ["yes" if d.queued else "no", *([d.watch or "?"] if watch else [])]
         body.append(cells)
@@ -240,8 +246,11 @@ def render(s: Status, view: View) -> str:
         out.append("Start it with `memoryd run`, or `memoryd service install` to run it as a "
                    "user service.")  # fmt: skip
     elif not s.fresh:
-        when = ago(view.now - s.heartbeat_age_s, view.now) if s.heartbeat_age_s is not None \
+        when = (
+            ago(view.now - s.heartbeat_age_s, view.now)
+            if s.heartbeat_age_s is not None
             else "never"
+        )
         out.append(f"memoryd is running (pid {s.pid}) but its heartbeat is stale (last {when}); "
                    "it may be stuck: see its log (journalctl --user -u memoryd).")  # fmt: skip
     else:

@@ -557,9 +557,12 @@ def _manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
                 row = None
             yield number, row if isinstance(row, dict) else None
         if lines.cut:
-            yield lines.cut, (
-                f"the manifest is over {MANIFEST_MAX_BYTES} bytes: this line and all after it "
-                "are not read"
+            yield (
+                lines.cut,
+                (
+                    f"the manifest is over {MANIFEST_MAX_BYTES} bytes: this line and all after it "
+                    "are not read"
+                ),
             )
     except OSError as error:
         yield 0, read_problem(error)

@@ -304,7 +304,6 @@ class VersionStore:
             os.close(fd)
         return put
 
-
     # --- logs ----------------------------------------------------------------------------------
     def log_path(self, path: Path) -> Path:
         return self.logs / f"{dir_key(path)}.jsonl"

@@ -107,8 +107,12 @@ def _message(reply: Reply, model: str) -> tuple[dict[str, Any], list[dict[str, A
         "usage": {"input_tokens": 10, "output_tokens": 1},
     }
     if reply.tool is not None:
-        block = {"type": "tool_use", "id": reply.tool_id, "name": reply.tool,
-                 "input": reply.tool_input}
+        block = {
+            "type": "tool_use",
+            "id": reply.tool_id,
+            "name": reply.tool,
+            "input": reply.tool_input,
+        }
         return msg, [block], "tool_use"
     return msg, [{"type": "text", "text": reply.text}], "end_turn"
 
@@ -193,18 +197,35 @@ class FakeAnthropic:
                         delta = {"type": "text_delta", "text": block["text"]}
                     else:
                         start = {**block, "input": {}}
-                        delta = {"type": "input_json_delta",
-                                 "partial_json": json.dumps(block["input"])}
-                    out.append(_sse("content_block_start", {
-                        "type": "content_block_start", "index": i, "content_block": start}))
-                    out.append(_sse("content_block_delta", {
-                        "type": "content_block_delta", "index": i, "delta": delta}))
-                    out.append(_sse("content_block_stop",
-                                    {"type": "content_block_stop", "index": i}))
-                out.append(_sse("message_delta", {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": stop, "stop_sequence": None},
-                    "usage": {"output_tokens": 5}}))
+                        delta = {
+                            "type": "input_json_delta",
+                            "partial_json": json.dumps(block["input"]),
+                        }
+                    out.append(
+                        _sse(
+                            "content_block_start",
+                            {"type": "content_block_start", "index": i, "content_block": start},
+                        )
+                    )
+                    out.append(
+                        _sse(
+                            "content_block_delta",
+                            {"type": "content_block_delta", "index": i, "delta": delta},
+                        )
+                    )
+                    out.append(
+                        _sse("content_block_stop", {"type": "content_block_stop", "index": i})
+                    )
+                out.append(
+                    _sse(
+                        "message_delta",
+                        {
+                            "type": "message_delta",
+                            "delta": {"stop_reason": stop, "stop_sequence": None},
+                            "usage": {"output_tokens": 5},
+                        },
+                    )
+                )
                 out.append(_sse("message_stop", {"type": "message_stop"}))
                 self.wfile.write(b"".join(out))
                 self.wfile.flush()
@@ -238,8 +259,10 @@ class FakeAnthropic:
 
     def message_requests(self) -> list[dict[str, Any]]:
         return [
-            r.body for r in self.requests
-            if r.method == "POST" and r.path.split("?", 1)[0] == "/v1/messages"
+            r.body
+            for r in self.requests
+            if r.method == "POST"
+            and r.path.split("?", 1)[0] == "/v1/messages"
             and isinstance(r.body, dict)
         ]
 
@@ -327,18 +350,20 @@ class Captured:
 def _clean_env(home: Path, url: str, env_extra: Mapping[str, str | None]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_PREFIXES)}
     env.update(QUIET_ENV)
-    env.update({
-        "HOME": str(home),
-        "USERPROFILE": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_STATE_HOME": str(home / ".local" / "state"),
-        "XDG_DATA_HOME": str(home / ".local" / "share"),
-        "ANTHROPIC_BASE_URL": url,
-        "ANTHROPIC_API_KEY": "sk-ant-api03-memoryd-fake-key-for-a-local-test-server-only",
-        "TERM": "dumb",
-        "NO_COLOR": "1",
-    })
+    env.update(
+        {
+            "HOME": str(home),
+            "USERPROFILE": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_STATE_HOME": str(home / ".local" / "state"),
+            "XDG_DATA_HOME": str(home / ".local" / "share"),
+            "ANTHROPIC_BASE_URL": url,
+            "ANTHROPIC_API_KEY": "sk-ant-api03-memoryd-fake-key-for-a-local-test-server-only",
+            "TERM": "dumb",
+            "NO_COLOR": "1",
+        }
+    )
     for key, value in env_extra.items():
         if value is None:
             env.pop(key, None)
@@ -368,8 +393,14 @@ def run_claude(
         env = _clean_env(home, fake.url, extra)
         try:
             proc = subprocess.run(
-                [str(binary), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                timeout=timeout, stdin=subprocess.DEVNULL, check=False,
+                [str(binary), *args],
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
             )
             code: int | None = proc.returncode
             out, err = proc.stdout, proc.stderr
@@ -392,8 +423,18 @@ def run_claude(
             key = f"{slug}/{f.name}"
             texts[key] = f.read_text(encoding="utf-8")
             transcripts[key] = [json.loads(line) for line in texts[key].splitlines() if line]
-    return Captured(code, out, err, requests, messages, memory_blocks(first), projects,
-                    transcripts, texts, config_dir)
+    return Captured(
+        code,
+        out,
+        err,
+        requests,
+        messages,
+        memory_blocks(first),
+        projects,
+        transcripts,
+        texts,
+        config_dir,
+    )
 
 
 def _str(data: str | bytes | None) -> str:

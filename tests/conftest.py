@@ -276,29 +276,81 @@ def lock_held_elsewhere(state_dir: Path, real_path: Path) -> Iterator[None]:
 #   e2e: a real daemon (a `memoryd run` process, or the Daemon in a thread with its own watcher,
 #     worker and timing), kill -9 crash loops, the real Claude Code client.
 TIERS: dict[str, frozenset[str]] = {
-    "unit": frozenset({
-        "test_ack", "test_adversarial_inputs", "test_agentview", "test_consult_transcripts",
-        "test_corpus_index", "test_discover", "test_discover_cache", "test_dream_apply",
-        "test_dream_cache", "test_dream_corpus", "test_dream_refs", "test_dream_repo",
-        "test_dream_repo_cache", "test_history", "test_humanize", "test_index_after_dream",
-        "test_index_held", "test_index_rules", "test_index_use_cases", "test_index_view",
-        "test_memfile", "test_privacy", "test_recall", "test_recall_relevance", "test_records",
-        "test_report_quiet", "test_scan", "test_secrets", "test_views_dirs", "test_views_dream",
-        "test_views_index",
-        "test_views_trash",
-    }),
-    "integration": frozenset({
-        "test_agent_semantics", "test_apply_checked", "test_audit", "test_cli", "test_config",
-        "test_demo", "test_discover_claude", "test_dream_planted", "test_dream_repo_memory",
-        "test_dream_similar", "test_forget", "test_fresh_clone", "test_index_faults",
-        "test_index_on_disk", "test_logview", "test_recall_mcp", "test_service", "test_state",
-        "test_trash", "test_versions", "test_wholeproc_steps",
-    }),
-    "e2e": frozenset({
-        "test_audit_failures", "test_claude_discover", "test_claude_real", "test_claude_view",
-        "test_crash", "test_daemon", "test_restore_final", "test_status_view",
-        "test_versions_daemon", "test_watch",
-    }),
+    "unit": frozenset(
+        {
+            "test_ack",
+            "test_adversarial_inputs",
+            "test_agentview",
+            "test_consult_transcripts",
+            "test_corpus_index",
+            "test_discover",
+            "test_discover_cache",
+            "test_dream_apply",
+            "test_dream_cache",
+            "test_dream_corpus",
+            "test_dream_refs",
+            "test_dream_repo",
+            "test_dream_repo_cache",
+            "test_history",
+            "test_humanize",
+            "test_index_after_dream",
+            "test_index_held",
+            "test_index_rules",
+            "test_index_use_cases",
+            "test_index_view",
+            "test_memfile",
+            "test_privacy",
+            "test_recall",
+            "test_recall_relevance",
+            "test_records",
+            "test_report_quiet",
+            "test_scan",
+            "test_secrets",
+            "test_views_dirs",
+            "test_views_dream",
+            "test_views_index",
+            "test_views_trash",
+        }
+    ),
+    "integration": frozenset(
+        {
+            "test_agent_semantics",
+            "test_apply_checked",
+            "test_audit",
+            "test_cli",
+            "test_config",
+            "test_demo",
+            "test_discover_claude",
+            "test_dream_planted",
+            "test_dream_repo_memory",
+            "test_dream_similar",
+            "test_forget",
+            "test_fresh_clone",
+            "test_index_faults",
+            "test_index_on_disk",
+            "test_logview",
+            "test_recall_mcp",
+            "test_service",
+            "test_state",
+            "test_trash",
+            "test_versions",
+            "test_wholeproc_steps",
+        }
+    ),
+    "e2e": frozenset(
+        {
+            "test_audit_failures",
+            "test_claude_discover",
+            "test_claude_real",
+            "test_claude_view",
+            "test_crash",
+            "test_daemon",
+            "test_restore_final",
+            "test_status_view",
+            "test_versions_daemon",
+            "test_watch",
+        }
+    ),
 }
 TIER_OF = {module: tier for tier, modules in TIERS.items() for module in modules}
 assert len(TIER_OF) == sum(map(len, TIERS.values())), "a module is in two tiers"
@@ -307,26 +359,30 @@ assert len(TIER_OF) == sum(map(len, TIERS.values())), "a module is in two tiers"
 # shared 2-core machine), by module::function, or a whole module: `-m "not slow"` is the quick
 # loop. The real Claude Code client and the orchestkit checkout run only when configured, for
 # minutes.
-SLOW: frozenset[str] = frozenset({
-    "test_agentview::test_linear_at_the_index_read_limit",
-    "test_claude_discover", "test_claude_real", "test_claude_view",
-    "test_cli::test_run_says_started_then_waiting_and_where_the_log_is",
-    "test_corpus_index::test_index_over_a_corpus_repo_is_safe_and_idempotent",
-    "test_crash::test_sigkill_at_every_step_of_a_dream_pass",
-    "test_crash::test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename",
-    "test_daemon::test_a_memory_broken_for_a_while_is_still_one_memoryd_saw",
-    "test_daemon::test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it",
-    "test_daemon::test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events",
-    "test_daemon::test_burst_of_2000_files_gives_one_consistent_index",
-    "test_daemon::test_pile_up_dreams_after_five_changes_and_survives_restart",
-    "test_daemon::test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index",
-    "test_dream_repo_memory::test_a_real_repo_flags_the_memory_citing_removed_code_and_no_other",
-    "test_index_faults::test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes",
-    "test_index_on_disk::test_odd_names_are_indexed_once_and_resolve",
-    "test_memfile::test_what_the_loader_is_skipped_for_it_refuses",
-    "test_restore_final::test_the_daemons_pile_up_passes_leave_a_restored_memory_alone",
-    "test_versions::test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version",
-})
+SLOW: frozenset[str] = frozenset(
+    {
+        "test_agentview::test_linear_at_the_index_read_limit",
+        "test_claude_discover",
+        "test_claude_real",
+        "test_claude_view",
+        "test_cli::test_run_says_started_then_waiting_and_where_the_log_is",
+        "test_corpus_index::test_index_over_a_corpus_repo_is_safe_and_idempotent",
+        "test_crash::test_sigkill_at_every_step_of_a_dream_pass",
+        "test_crash::test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename",
+        "test_daemon::test_a_memory_broken_for_a_while_is_still_one_memoryd_saw",
+        "test_daemon::test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it",
+        "test_daemon::test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events",
+        "test_daemon::test_burst_of_2000_files_gives_one_consistent_index",
+        "test_daemon::test_pile_up_dreams_after_five_changes_and_survives_restart",
+        "test_daemon::test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index",
+        "test_dream_repo_memory::test_a_real_repo_flags_the_memory_citing_removed_code_and_no_other",
+        "test_index_faults::test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes",
+        "test_index_on_disk::test_odd_names_are_indexed_once_and_resolve",
+        "test_memfile::test_what_the_loader_is_skipped_for_it_refuses",
+        "test_restore_final::test_the_daemons_pile_up_passes_leave_a_restored_memory_alone",
+        "test_versions::test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version",
+    }
+)
 
 
 _tier_of_test: dict[str, str] = {}

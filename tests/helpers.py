@@ -41,8 +41,9 @@ def make_planted_repo(tmp_path: Path) -> Path:
     return root
 
 
-def mem(repo: Path, name: str, body: str, *, type_: str = "project", age: float = 40,
-        extra: str = "") -> Path:
+def mem(
+    repo: Path, name: str, body: str, *, type_: str = "project", age: float = 40, extra: str = ""
+) -> Path:
     folder = repo / ".claude" / "memory"
     path = folder / name
     title = " ".join(name[:-3].split())  # a newline in a file name must not break the YAML
@@ -70,8 +71,23 @@ def explain(cli, path: Path) -> dict[str, Any]:
 
 def filler(repo: Path, n: int = 12) -> None:
     """Unrelated evergreen memories so the circuit breaker's 20% leaves room for one move."""
-    topics = ["anchor", "barley", "canyon", "dolphin", "ember", "fjord", "glacier", "harbor",
-              "iris", "jasper", "kestrel", "lantern", "meadow", "nectar", "orchid"]
+    topics = [
+        "anchor",
+        "barley",
+        "canyon",
+        "dolphin",
+        "ember",
+        "fjord",
+        "glacier",
+        "harbor",
+        "iris",
+        "jasper",
+        "kestrel",
+        "lantern",
+        "meadow",
+        "nectar",
+        "orchid",
+    ]
     for i in range(n):
         mem(repo, f"filler_{i}.md", f"{topics[i]} {topics[i]}s {topics[i]}-like")
 
@@ -83,23 +99,45 @@ NOW = 1_800_000_000.0
 OLD = NOW - 60 * 86400
 
 
-def entry(filename: str, name: str | None = None, desc: str = "d", type_: str = "project",
-          age: float = OLD) -> Entry:
+def entry(
+    filename: str,
+    name: str | None = None,
+    desc: str = "d",
+    type_: str = "project",
+    age: float = OLD,
+) -> Entry:
     return Entry(filename, name if name is not None else filename[:-3], desc, type_, age)
 
 
-def run(main: str | None, memories: list[Entry], *, seen: dict[str, tuple[str, str]] | None = None,
-        present: set[str] | None = None, archive: str | None = None, ready: set[str] | None = None,
-        budget: Budget | None = None, own: dict[str, str] | None = None,
-        separator: str = " — ") -> IndexEdit:
+def run(
+    main: str | None,
+    memories: list[Entry],
+    *,
+    seen: dict[str, tuple[str, str]] | None = None,
+    present: set[str] | None = None,
+    archive: str | None = None,
+    ready: set[str] | None = None,
+    budget: Budget | None = None,
+    own: dict[str, str] | None = None,
+    separator: str = " — ",
+) -> IndexEdit:
     mems = {e.filename: e for e in memories}
-    return update_index(IndexInput(
-        main=main, archive=archive, memories=mems,
-        present=frozenset(present if present is not None else mems),
-        seen=seen or {}, ready=frozenset(ready if ready is not None else mems),
-        heading="proj", budget=budget or Budget(), now=NOW, today=date(2026, 11, 30),
-        own=own or {}, separator=separator,
-    ))
+    return update_index(
+        IndexInput(
+            main=main,
+            archive=archive,
+            memories=mems,
+            present=frozenset(present if present is not None else mems),
+            seen=seen or {},
+            ready=frozenset(ready if ready is not None else mems),
+            heading="proj",
+            budget=budget or Budget(),
+            now=NOW,
+            today=date(2026, 11, 30),
+            own=own or {},
+            separator=separator,
+        )
+    )
 
 
 def many_entries(n: int) -> list[Entry]:
@@ -116,8 +154,14 @@ def plant_day(folder: Path, day: date, moved_at: datetime, name: str = "old.md")
     data = f"---\nname: {name}\n---\n".encode()
     (path / name).write_bytes(data)
     record = trash.TrashRecord(
-        id=trash.new_id(), original_name=name, stored_name=name, day=day.isoformat(),
-        sha256=hashlib.sha256(data).hexdigest(), size=len(data), reason="stale", pass_id="p",
+        id=trash.new_id(),
+        original_name=name,
+        stored_name=name,
+        day=day.isoformat(),
+        sha256=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+        reason="stale",
+        pass_id="p",
         time=moved_at.astimezone().isoformat(timespec="seconds"),
     )
     with (path / trash.MANIFEST).open("a") as manifest:
@@ -180,9 +224,14 @@ class Running:
         return [r for r in rows if event is None or r["event"] == event]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "memoryd", "--config", str(self.config),
-                               *args], env=self.env, capture_output=True, text=True, timeout=60,
-                              check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "memoryd", "--config", str(self.config), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -203,28 +252,49 @@ def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str =
     raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
-def start(tmp_path: Path, *, grace: str = "0s", extra_env: dict[str, str] | None = None,
-          name: str = "d", index_config: str = "", pile_up: int = 5, more_config: str = "",
-          reads: bool = False) -> Running:
+def start(
+    tmp_path: Path,
+    *,
+    grace: str = "0s",
+    extra_env: dict[str, str] | None = None,
+    name: str = "d",
+    index_config: str = "",
+    pile_up: int = 5,
+    more_config: str = "",
+    reads: bool = False,
+) -> Running:
     """`reads`: watch.consult_signal = "transcripts+reads" (read events count as consults)."""
     home = tmp_path / f"home-{name}"
     home.mkdir(exist_ok=True)
     config = tmp_path / f"config-{name}.toml"
     watch = 'consult_signal = "transcripts+reads"\n' if reads else ""
-    config.write_text(CONFIG.format(grace=grace, pile_up=pile_up).replace(
-        "[index]\n", "[index]\n" + index_config).replace("[watch]\n", "[watch]\n" + watch)
-        + more_config)
-    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
-           "XDG_STATE_HOME": str(home / ".local" / "state"),
-           "XDG_CONFIG_HOME": str(home / ".config"), **(extra_env or {})}
+    config.write_text(
+        CONFIG.format(grace=grace, pile_up=pile_up)
+        .replace("[index]\n", "[index]\n" + index_config)
+        .replace("[watch]\n", "[watch]\n" + watch)
+        + more_config
+    )
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", ""),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        **(extra_env or {}),
+    }
     log = tmp_path / f"daemon-{name}.log"
     with log.open("a") as stderr:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(
             [sys.executable, "-m", "memoryd", "--config", str(config), "run"],
-            env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
     running = Running(proc, env, home, config)
-    wait_for(lambda: (running.state / "status.json").exists() or proc.poll() is not None,
-             what="the first heartbeat")
+    wait_for(
+        lambda: (running.state / "status.json").exists() or proc.poll() is not None,
+        what="the first heartbeat",
+    )
     assert proc.poll() is None, log.read_text()
     return running
 
@@ -232,8 +302,9 @@ def start(tmp_path: Path, *, grace: str = "0s", extra_env: dict[str, str] | None
 def agent_write(folder: Path, filename: str, description: str = "new") -> None:
     """Write like Claude Code: a temp file, then an atomic rename onto the name."""
     tmp = folder / f"{filename}.tmp.{os.getpid()}.a1b2"
-    tmp.write_text(f"---\nname: {filename[:-3]}\ndescription: {description}\ntype: project\n"
-                   "---\n\nbody\n")
+    tmp.write_text(
+        f"---\nname: {filename[:-3]}\ndescription: {description}\ntype: project\n---\n\nbody\n"
+    )
     tmp.rename(folder / filename)
 
 

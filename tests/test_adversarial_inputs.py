@@ -231,9 +231,7 @@ def test_budgets_are_validated_like_other_durations(key: str, value: object) -> 
 
 
 @pytest.mark.timeout(30)
-def test_explain_on_one_path_at_the_size_limit_is_linear(
-    env: Env, cli, repo: Path
-) -> None:
+def test_explain_on_one_path_at_the_size_limit_is_linear(env: Env, cli, repo: Path) -> None:
     """`explain` on a 1 MiB memory whose body is one backticked `a/a/a/…` path: asking whether
     it lies in a memory dir hashed every prefix of it (25 KiB 0.7 s, 200 KiB 29 s, 1 MiB more
     than 150 s); the bound is far below that, and the path is still reported."""

@@ -83,8 +83,7 @@ def test_trash_of_the_older_plain_naming_lists_restores_and_purges(
     assert cli("trash", "restore", f".trash/{today.isoformat()}/two.md", folder).code == 0
     assert {n: (folder / n).read_bytes() for n in planted} == planted
     old = plant_day(folder, today - timedelta(days=400), datetime.now() - timedelta(days=400))
-    assert [e.record.stored_name for e in trash.entries(folder) if not e.restored_as] == [
-        "old.md"]
+    assert [e.record.stored_name for e in trash.entries(folder) if not e.restored_as] == ["old.md"]
     assert cli("trash", "purge", "--older-than", "0d", folder).code == 0
     assert old.exists()  # memoryd has not watched it yet: retention rests on what it saw
 
@@ -170,8 +169,10 @@ def test_an_archive_without_frontmatter_is_upgraded_once(env: Env, cli, tmp_path
     for name in ("a.md", "b.md", "c.md"):
         write_memory(folder, name)
     (folder / "MEMORY.md").write_text("# p Memory\n\n- [a](a.md) — d\n")
-    old = "# p Memory Archive\r\n\r\n## Moved from MEMORY.md 2026-01-02 (2)\r\n" \
-          "- [b](b.md) — d\r\n- [c](c.md) — mine\r\n"
+    old = (
+        "# p Memory Archive\r\n\r\n## Moved from MEMORY.md 2026-01-02 (2)\r\n"
+        "- [b](b.md) — d\r\n- [c](c.md) — mine\r\n"
+    )
     archive = folder / "MEMORY-ARCHIVE.md"
     archive.write_bytes(old.encode())
     assert cli("index", folder).code == 0
@@ -219,22 +220,33 @@ def test_a_dots_line_closes_nothing_for_the_agent() -> None:
     assert alone.type == "reference"
 
 
-def test_duplicates_pair_only_within_the_type_the_agent_reads(
-    env: Env, cli, repo: Path
-) -> None:
+def test_duplicates_pair_only_within_the_type_the_agent_reads(env: Env, cli, repo: Path) -> None:
     """Two near-identical memories, both `type: project` at the top level, one with
     `metadata.type: reference`: Claude Code files them under different types, so they are
     no duplicates; `Project` is no type to it, so it pairs with no `project` either."""
-    deploy = ("Deploy staging by running the release script with the canary flag enabled "
-              "first then promote production after verification checks complete")
-    mem(repo, "dup_old.md", deploy + " successfully", age=50,
-        extra="metadata:\n  type: reference\n")
+    deploy = (
+        "Deploy staging by running the release script with the canary flag enabled "
+        "first then promote production after verification checks complete"
+    )
+    mem(
+        repo, "dup_old.md", deploy + " successfully", age=50, extra="metadata:\n  type: reference\n"
+    )
     mem(repo, "dup_new.md", deploy + " fine", age=20)
-    mem(repo, "cap_old.md", "Rotate the signing keys every quarter using the vault rotation "
-        "runbook and record the new fingerprints in the audit sheet today", type_="Project",
-        age=50)
-    mem(repo, "cap_new.md", "Rotate the signing keys every quarter using the vault rotation "
-        "runbook and record the new fingerprints in the audit sheet now", age=20)
+    mem(
+        repo,
+        "cap_old.md",
+        "Rotate the signing keys every quarter using the vault rotation "
+        "runbook and record the new fingerprints in the audit sheet today",
+        type_="Project",
+        age=50,
+    )
+    mem(
+        repo,
+        "cap_new.md",
+        "Rotate the signing keys every quarter using the vault rotation "
+        "runbook and record the new fingerprints in the audit sheet now",
+        age=20,
+    )
     filler(repo)
     report = dream(cli, repo)
     assert moved(report) == {}, report
@@ -257,8 +269,9 @@ def test_a_guard_takes_the_protective_reading_and_explain_says_so(
     [guard] = [g for g in data["guards"] if g["guard"] == "type_user"]
     assert guard["holds"] and "Claude Code reads no type" in guard["detail"]
     text = cli("explain", folder / "caps.md").out
-    assert "type: none (as Claude Code reads it); the guards take the protective reading: " \
-        "user" in text
+    assert (
+        "type: none (as Claude Code reads it); the guards take the protective reading: user" in text
+    )
     nested = explain(cli, folder / "nested.md")
     assert (nested["type"], nested["guard_type"]) == ("user", "user")
     assert [g["holds"] for g in nested["guards"] if g["guard"] == "type_user"] == [True]
@@ -391,7 +404,10 @@ def test_a_lone_cr_index_is_one_window_line_whose_pointers_the_agent_reads() -> 
     assert len(split_lines(LONE_CR)) == 1
     assert pointer_targets(view.loaded) == ["a.md", "b.md", "c.md"]
     assert [x.target for x in visible_local_links(LONE_CR, ViewKind.AUTO)] == [
-        "a.md", "b.md", "c.md"]
+        "a.md",
+        "b.md",
+        "c.md",
+    ]
     mems = [entry(n) for n in ("a.md", "b.md", "c.md")]
     edit = run(LONE_CR, mems)
     assert edit.added == [] and edit.main == LONE_CR
@@ -426,8 +442,7 @@ def test_lone_cr_pieces_after_a_comment_are_read_and_pieces_inside_it_are_not() 
     after = "<!-- memoryd: manage -->\r" + LONE_CR
     edit = run(after, mems)
     assert edit.added == [] and edit.main == after
-    assert [x.target for x in visible_local_links(after, ViewKind.AUTO)] == [
-        "a.md", "b.md", "c.md"]
+    assert [x.target for x in visible_local_links(after, ViewKind.AUTO)] == ["a.md", "b.md", "c.md"]
     inside = "<!-- note\r- [a](a.md) — d\r-->\r- [b](b.md) — d\r- [c](c.md) — d\r"
     edit = run(inside, mems)
     assert edit.added == ["a.md"]

@@ -41,15 +41,22 @@ def test_comment_hidden_pointer() -> None:
     """A pointer inside a multi-line comment block is hidden and says so; around it, seen."""
     view = agent_view("- [A](a.md) — one\n<!--\n- [H](h.md) — two\n-->\n- [B](b.md) — 3\n", AUTO)
     assert [view.hidden(i) for i in range(5)] == [
-        None, Hidden.COMMENT, Hidden.COMMENT, Hidden.COMMENT, None]
+        None,
+        Hidden.COMMENT,
+        Hidden.COMMENT,
+        Hidden.COMMENT,
+        None,
+    ]
     assert view.loaded == "- [A](a.md) — one\n- [B](b.md) — 3"
     assert Hidden.COMMENT.by_construct
 
 
 def test_inline_and_unclosed_comments_hide_nothing() -> None:
     """A comment inside a line, and an unclosed `<!--`, leave every line in the view."""
-    for text in ("- [A](a.md) — one <!-- note -->\n- [B](b.md) — two\n",
-                 "- [A](a.md) — one\n<!-- open\n- [B](b.md) — two\n"):
+    for text in (
+        "- [A](a.md) — one <!-- note -->\n- [B](b.md) — two\n",
+        "- [A](a.md) — one\n<!-- open\n- [B](b.md) — two\n",
+    ):
         view = agent_view(text, AUTO)
         assert view.loaded == text.strip()
         assert view.visible == {0, 1} | ({2} if "open" in text else set())

@@ -28,8 +28,10 @@ def _dir(repo: Path) -> MemoryDir:
 
 def _version(n: int) -> bytes:
     """Version n of stale.md: still fully stale, so every version is a planned move."""
-    return (f"---\nname: stale\ndescription: d\ntype: project\n---\n"
-            f"Lived in `src/removed.py`. Version {n}.\n").encode()
+    return (
+        f"---\nname: stale\ndescription: d\ntype: project\n---\n"
+        f"Lived in `src/removed.py`. Version {n}.\n"
+    ).encode()
 
 
 def _swap_in(path: Path, data: bytes) -> None:
@@ -127,9 +129,7 @@ def test_without_renameat2_a_save_between_link_and_unlink_is_not_unlinked(
     assert entry.stored_path.read_bytes() == planned
 
 
-def test_a_file_rewritten_in_place_after_its_check_is_put_back(
-    env: Env, repo: Path
-) -> None:
+def test_a_file_rewritten_in_place_after_its_check_is_put_back(env: Env, repo: Path) -> None:
     """The same inode with other bytes (an editor writing in place) is no checked version
     either."""
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
@@ -240,8 +240,11 @@ def test_a_concurrent_process_swapping_files_gets_nothing_unchecked_trashed(
 
     monkeypatch.setattr(trash, "put_back", counted)
     stop = tmp_path / "stop"
-    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(md.real_path), str(stop)],
-                               stdout=subprocess.PIPE, text=True)
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(md.real_path), str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     moved = skipped = 0
     try:
         for _ in range(60):
@@ -258,5 +261,7 @@ def test_a_concurrent_process_swapping_files_gets_nothing_unchecked_trashed(
     assert records == moved > 0
     stray = {p.name for p in md.real_path.glob("*.kept-*")}
     assert {p.name for p in md.real_path.glob("stale*")} - stray == {"stale_a.md", "stale_b.md"}
-    print(f"{moved} moved, {skipped} skipped ({len(put_backs)} put back after the rename, "
-          f"{len(stray)} of them under another name), {mismatches} mismatches")
+    print(
+        f"{moved} moved, {skipped} skipped ({len(put_backs)} put back after the rename, "
+        f"{len(stray)} of them under another name), {mismatches} mismatches"
+    )

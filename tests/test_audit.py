@@ -14,8 +14,17 @@ from memoryd.audit import EVENTS, AuditLog, iter_lines, parse_since, read_rows
 def test_rows_carry_the_common_fields_and_escape_non_ascii(tmp_path: Path) -> None:
     """Every row has ts, v, event, level, pid and dir; non-ASCII is escaped."""
     log = AuditLog(tmp_path / "logs" / "audit.jsonl")
-    log.write("index.updated", dir=Path("/m"), added=["메모.md"], removed=[], rewritten=[],
-              collapsed=[], demoted=[], bytes_before=1, bytes_after=2)
+    log.write(
+        "index.updated",
+        dir=Path("/m"),
+        added=["메모.md"],
+        removed=[],
+        rewritten=[],
+        collapsed=[],
+        demoted=[],
+        bytes_before=1,
+        bytes_after=2,
+    )
     raw = (tmp_path / "logs" / "audit.jsonl").read_bytes()
     assert raw.isascii()
     row = json.loads(raw)
@@ -67,8 +76,9 @@ def test_rotation_keeps_rows_and_tail_follows(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     log = AuditLog(path, max_bytes=4096, backups=3)
     log.write("dream.skipped", why="start")
-    tail = subprocess.Popen(["tail", "-F", "-n", "+1", str(path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
+    tail = subprocess.Popen(
+        ["tail", "-F", "-n", "+1", str(path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     try:
         for i in range(60):
             log.write("dream.skipped", why=f"row {i:03d} " + "x" * 40)
@@ -119,8 +129,12 @@ def test_a_line_over_the_limit_is_skipped_as_torn(tmp_path: Path) -> None:
     from memoryd.audit import MAX_LINE_BYTES
 
     path = tmp_path / "audit.jsonl"
-    path.write_bytes(_row_of(200, "a.first") + _row_of(MAX_LINE_BYTES, "b.at_limit")
-                     + _row_of(MAX_LINE_BYTES + 1, "c.over") + _row_of(200, "d.last"))
+    path.write_bytes(
+        _row_of(200, "a.first")
+        + _row_of(MAX_LINE_BYTES, "b.at_limit")
+        + _row_of(MAX_LINE_BYTES + 1, "c.over")
+        + _row_of(200, "d.last")
+    )
     assert [r["event"] for r in iter_lines(path)] == ["a.first", "b.at_limit", "d.last"]
 
 
@@ -132,11 +146,21 @@ def _memoryd_log(home: Path) -> subprocess.CompletedProcess[str]:
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20))
 
-    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
-           "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config")}
-    return subprocess.run([sys.executable, "-m", "memoryd", "log", "--json"], env=env,
-                          capture_output=True, text=True, timeout=60, check=False,
-                          preexec_fn=cap)
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", ""),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "memoryd", "log", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=cap,
+    )
 
 
 def test_a_gigabyte_line_is_read_through_in_bounded_memory(tmp_path: Path) -> None:
@@ -152,8 +176,7 @@ def test_a_gigabyte_line_is_read_through_in_bounded_memory(tmp_path: Path) -> No
         log.write(b"\n" + _row_of(200, "b.last"))
     done = _memoryd_log(tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert [json.loads(line)["event"] for line in done.stdout.splitlines()] == ["a.first",
-                                                                                 "b.last"]
+    assert [json.loads(line)["event"] for line in done.stdout.splitlines()] == ["a.first", "b.last"]
 
 
 def test_a_fifo_at_the_audit_path_hangs_neither_the_reader_nor_the_writer(tmp_path: Path) -> None:

@@ -101,17 +101,27 @@ def test_a_failed_pass_whose_failure_row_fails_too_exits_1_with_its_own_error(
     assert result.err.count(WARNING) == 1
 
 
-def _memoryd(home: Path, *args: str, fsize: int | None = None
-             ) -> subprocess.CompletedProcess[str]:
-    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
-           "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "cfg")}
+def _memoryd(home: Path, *args: str, fsize: int | None = None) -> subprocess.CompletedProcess[str]:
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", ""),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CONFIG_HOME": str(home / "cfg"),
+    }
 
     def limit() -> None:  # in the child: every write past `fsize` bytes fails with EFBIG
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    return subprocess.run([sys.executable, "-m", "memoryd", *args], env=env, timeout=60,
-                          capture_output=True, text=True, check=False, preexec_fn=limit)
+    return subprocess.run(
+        [sys.executable, "-m", "memoryd", *args],
+        env=env,
+        timeout=60,
+        capture_output=True,
+        text=True,
+        check=False,
+        preexec_fn=limit,
+    )
 
 
 def _break_log(home: Path, how: str) -> Path:

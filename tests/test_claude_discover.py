@@ -47,8 +47,10 @@ def home(tmp_path: Path) -> Path:
 
 def config(home: Path, **env: object) -> Config:
     """memoryd's configuration for the binary's private HOME and the variables it ran with."""
-    return replace(with_claude_home(Config(), home / ".claude"),
-                   claude_env=ClaudeEnv(home=home, **env))  # type: ignore[arg-type]
+    return replace(
+        with_claude_home(Config(), home / ".claude"),
+        claude_env=ClaudeEnv(home=home, **env),  # type: ignore[arg-type]
+    )
 
 
 def block(cap: Captured) -> MemoryBlock:
@@ -68,9 +70,19 @@ def loaded_dir(dirs: list[MemoryDir], cap: Captured) -> MemoryDir:
 
 def git(cwd: Path, *args: str) -> None:
     subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid",
-         "-c", "init.defaultBranch=main", *args],
-        cwd=cwd, check=True, capture_output=True,
+        [
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "init.defaultBranch=main",
+            *args,
+        ],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
     )
 
 
@@ -127,8 +139,10 @@ def test_auto_memory_directory_is_the_dir_memoryd_finds(
     target = home / "elsewhere" / where
     target.mkdir(parents=True)
     (target / INDEX_NAME).write_text(f"relocated by {where}\n")
-    settings = {"user": home / ".claude" / "settings.json",
-                "local": cwd / ".claude" / "settings.local.json"}[where]
+    settings = {
+        "user": home / ".claude" / "settings.json",
+        "local": cwd / ".claude" / "settings.local.json",
+    }[where]
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text(json.dumps({"autoMemoryDirectory": f"~/elsewhere/{where}"}))
     cap = run_claude(home, cwd)
@@ -136,8 +150,9 @@ def test_auto_memory_directory_is_the_dir_memoryd_finds(
     assert md.kind == "project" and view_kind(md) is ViewKind.AUTO and md.not_loaded == ""
 
 
-@pytest.mark.parametrize("variable", ["CLAUDE_CODE_REMOTE_MEMORY_DIR",
-                                      "CLAUDE_COWORK_MEMORY_PATH_OVERRIDE"])
+@pytest.mark.parametrize(
+    "variable", ["CLAUDE_CODE_REMOTE_MEMORY_DIR", "CLAUDE_COWORK_MEMORY_PATH_OVERRIDE"]
+)
 def test_the_environment_relocation_is_the_dir_memoryd_finds(
     home: Path, tmp_path: Path, variable: str
 ) -> None:
@@ -146,8 +161,11 @@ def test_the_environment_relocation_is_the_dir_memoryd_finds(
     cwd = tmp_path / "proj"
     cwd.mkdir()
     base = tmp_path / "moved"
-    folder = base / "projects" / slugify(str(cwd)) / "memory" if variable.endswith(
-        "REMOTE_MEMORY_DIR") else base
+    folder = (
+        base / "projects" / slugify(str(cwd)) / "memory"
+        if variable.endswith("REMOTE_MEMORY_DIR")
+        else base
+    )
     folder.mkdir(parents=True)
     (folder / INDEX_NAME).write_text("moved\n")
     cap = run_claude(home, cwd, {variable: str(base)})
@@ -192,7 +210,8 @@ def test_a_subfolder_session_takes_the_repo_roots_local_settings(
     (target / INDEX_NAME).write_text("moved by the root's local settings\n")
     (repo / ".claude").mkdir()
     (repo / ".claude" / "settings.local.json").write_text(
-        json.dumps({"autoMemoryDirectory": "~/moved"}))
+        json.dumps({"autoMemoryDirectory": "~/moved"})
+    )
     (repo / ".claude" / "settings.json").write_text(json.dumps({"autoMemoryEnabled": False}))
     cap = run_claude(home, sub)
     md = loaded_dir(discover(config(home)), cap)

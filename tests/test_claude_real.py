@@ -44,7 +44,7 @@ def slug(path: str | Path) -> str:
     units = str(path).encode("utf-16-le", "surrogatepass")
     out = []
     for i in range(0, len(units), 2):
-        unit = int.from_bytes(units[i:i + 2], "little")
+        unit = int.from_bytes(units[i : i + 2], "little")
         ch = chr(unit)
         out.append(ch if ch.isascii() and ch.isalnum() else "-")
     return "".join(out)
@@ -63,7 +63,7 @@ def long_slug(path: str | Path) -> str:
     raw = text.encode("utf-16-le", "surrogatepass")
     h = 0
     for i in range(0, len(raw), 2):
-        h = ((h << 5) - h + int.from_bytes(raw[i:i + 2], "little")) & 0xFFFFFFFF
+        h = ((h << 5) - h + int.from_bytes(raw[i : i + 2], "little")) & 0xFFFFFFFF
     h = abs(h - (1 << 32) if h >= 1 << 31 else h)
     digits = ""
     while True:
@@ -118,13 +118,24 @@ def loaded(home: Path, cwd: Path, content: str | bytes) -> str:
 
 def git(cwd: Path, *args: str) -> None:
     subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid",
-         "-c", "init.defaultBranch=main", *args],
-        cwd=cwd, check=True, capture_output=True,
+        [
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "init.defaultBranch=main",
+            *args,
+        ],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
     )
 
 
 # --- where the block sits, its header --------------------------------------------------------
+
 
 def test_block_header_and_place(home: Path, cwd: Path) -> None:
     cap = load(home, cwd, "- [Foo](foo.md) — the foo fact\n")
@@ -147,8 +158,12 @@ def test_block_header_and_place(home: Path, cwd: Path) -> None:
     assert f"You have a persistent file-based memory at `{path.parent}/`." in system
     # The transcript records what was loaded: an `instructions` attachment, type AutoMem.
     (rows,) = cap.transcripts.values()
-    files = [f for r in rows if r.get("type") == "attachment"
-             and r["attachment"].get("type") == "instructions" for f in r["attachment"]["files"]]
+    files = [
+        f
+        for r in rows
+        if r.get("type") == "attachment" and r["attachment"].get("type") == "instructions"
+        for f in r["attachment"]["files"]
+    ]
     assert files == [{"path": str(path), "type": "AutoMem", "content": block.text}]
 
 
@@ -162,9 +177,12 @@ def test_no_index_no_block(home: Path, cwd: Path) -> None:
 
 # --- slug, memory dir, transcripts -----------------------------------------------------------
 
+
 def transcript_cwds(cap: Captured) -> dict[str, set[str]]:
-    return {key.split("/")[0]: {line["cwd"] for line in lines if "cwd" in line}
-            for key, lines in cap.transcripts.items()}
+    return {
+        key.split("/")[0]: {line["cwd"] for line in lines if "cwd" in line}
+        for key, lines in cap.transcripts.items()
+    }
 
 
 def test_plain_cwd_slug(home: Path, cwd: Path) -> None:
@@ -226,6 +244,7 @@ def test_worktree_uses_the_main_repos_memory(home: Path, tmp_path: Path) -> None
 
 # --- the load window -------------------------------------------------------------------------
 
+
 def lines(n: int, width: int = 0) -> str:
     return "\n".join(f"line {i}".ljust(width, "x") for i in range(1, n + 1))
 
@@ -263,7 +282,7 @@ def test_newline_at_unit_25000_is_the_cut(home: Path, cwd: Path) -> None:
     text = "a" * 25000 + "\nsecond"
     got = loaded(home, cwd, text)
     assert got.startswith("a" * 25000 + WARN)
-    assert "1 of 2 lines were cut off, starting at line 2 (\"second\")" in got
+    assert '1 of 2 lines were cut off, starting at line 2 ("second")' in got
 
 
 def test_one_long_line_is_cut_mid_line(home: Path, cwd: Path) -> None:
@@ -296,6 +315,7 @@ def test_201_lines_over_25000_units(home: Path, cwd: Path) -> None:
 
 
 # --- what is stripped before the window ------------------------------------------------------
+
 
 def test_leading_frontmatter_is_stripped(home: Path, cwd: Path) -> None:
     text = "---\n- [Hidden](hidden.md) — in the frontmatter\n---\n- [Seen](seen.md) — after\n"
@@ -376,8 +396,11 @@ def test_bom_then_frontmatter(home: Path, cwd: Path) -> None:
 
 @pytest.mark.parametrize(
     ("body", "seen"),
-    [("x" * (MIB4 - 20), True), ("x" * (MIB4 - 19), False),
-     ("é" * ((MIB4 - 20) // 2) + "y", False)],
+    [
+        ("x" * (MIB4 - 20), True),
+        ("x" * (MIB4 - 19), False),
+        ("é" * ((MIB4 - 20) // 2) + "y", False),
+    ],
     ids=["4MiB", "4MiB+1", "4MiB+1-in-2-byte-chars"],
 )
 def test_over_4_mib_is_not_loaded(home: Path, cwd: Path, body: str, seen: bool) -> None:
@@ -389,10 +412,12 @@ def test_over_4_mib_is_not_loaded(home: Path, cwd: Path, body: str, seen: bool) 
     assert bool(blocks) is seen
     if seen:
         assert blocks[0].text.startswith(
-            "- [A](a.md) — one" + WARN + "4MB (limit: 24.4KB) — index entries are too long.")
+            "- [A](a.md) — one" + WARN + "4MB (limit: 24.4KB) — index entries are too long."
+        )
 
 
 # --- relocation and switches -----------------------------------------------------------------
+
 
 def test_claude_config_dir(home: Path, cwd: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "cfg"
@@ -464,6 +489,7 @@ def test_auto_memory_enabled_false(home: Path, cwd: Path) -> None:
 
 # --- transcripts of a Read of a memory file --------------------------------------------------
 
+
 def test_transcript_of_a_read_tool_call(home: Path, cwd: Path) -> None:
     folder = memory_dir(home, cwd)
     folder.mkdir(parents=True)
@@ -471,20 +497,30 @@ def test_transcript_of_a_read_tool_call(home: Path, cwd: Path) -> None:
     target = folder / "foo.md"
     target.write_text("---\nname: foo\ndescription: the foo fact\ntype: project\n---\n\nFoo.\n")
     cap = run_claude(
-        home, cwd, replies=[Reply(tool="Read", tool_input={"file_path": str(target)}),
-                            Reply(text="done")],
+        home,
+        cwd,
+        replies=[Reply(tool="Read", tool_input={"file_path": str(target)}), Reply(text="done")],
         args=("-p", "hi", "--max-turns", "2"),
     )
     assert cap.returncode == 0, cap.stderr
     assert len(cap.agent_requests) == 2
     (key,) = [k for k in cap.transcripts if k.startswith(slug(cwd) + "/")]
     rows = cap.transcripts[key]
-    uses = [c for r in rows if r.get("type") == "assistant"
-            for c in r["message"]["content"] if c.get("type") == "tool_use"]
+    uses = [
+        c
+        for r in rows
+        if r.get("type") == "assistant"
+        for c in r["message"]["content"]
+        if c.get("type") == "tool_use"
+    ]
     assert [(u["name"], u["input"]) for u in uses] == [("Read", {"file_path": str(target)})]
-    results = [(r, c) for r in rows if r.get("type") == "user"
-               and isinstance(r["message"]["content"], list)
-               for c in r["message"]["content"] if c.get("type") == "tool_result"]
+    results = [
+        (r, c)
+        for r in rows
+        if r.get("type") == "user" and isinstance(r["message"]["content"], list)
+        for c in r["message"]["content"]
+        if c.get("type") == "tool_result"
+    ]
     assert len(results) == 1
     row, result = results[0]
     assert result["tool_use_id"] == uses[0]["id"]

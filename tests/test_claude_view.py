@@ -49,22 +49,19 @@ def frontmatter_first(folder: Path) -> None:
     """An index that starts with a `---` line: the agent drops everything to the next one."""
     for name in ("a.md", "b.md", "c.md"):
         write_memory(folder, name, description=f"about {name[0]}")
-    (folder / INDEX_NAME).write_text(
-        "---\n- [a](a.md) — about a\n\n---\n\n- [b](b.md) — about b\n"
-    )
+    (folder / INDEX_NAME).write_text("---\n- [a](a.md) — about a\n\n---\n\n- [b](b.md) — about b\n")
 
 
 def many(folder: Path) -> None:
     """230 entries and a 30-line comment: demotion, measured on what the agent loads."""
     names = [f"m{i:03}.md" for i in range(230)]
     for i, name in enumerate(names):
-        write_memory(folder, name, description=f"memory number {i} " + "w" * 40,
-                     age_days=400 - i)
+        write_memory(folder, name, description=f"memory number {i} " + "w" * 40, age_days=400 - i)
     note = "<!--\n" + "".join(f"a note kept for later, {i}\n" for i in range(28)) + "-->\n"
     (folder / INDEX_NAME).write_text(
-        "# proj Memory\n\n" + note + "".join(
-            f"- [m{i:03}]({n}) — memory number {i} {'w' * 40}\n" for i, n in enumerate(names)
-        )
+        "# proj Memory\n\n"
+        + note
+        + "".join(f"- [m{i:03}]({n}) — memory number {i} {'w' * 40}\n" for i, n in enumerate(names))
     )
 
 
@@ -142,10 +139,10 @@ def test_what_memoryd_counts_visible_is_what_claude_loads(
         assert view.lines == 200
 
 
-@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in OBSERVED],
-                         ids=[c[0] for c in OBSERVED])
-def test_the_recorded_table_still_holds(env: Env, tmp_path: Path, text: str,
-                                        expected: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "expected"), [c[1:] for c in OBSERVED], ids=[c[0] for c in OBSERVED]
+)
+def test_the_recorded_table_still_holds(env: Env, tmp_path: Path, text: str, expected: str) -> None:
     """The binary loads what tests/test_agentview.py recorded it loading, and agentview
     predicts it (a newer binary that lexes differently fails here first)."""
     claude_bin()

@@ -79,8 +79,9 @@ def test_log_renders_filters_and_skips_torn_lines(env: Env, cli, tmp_path: Path)
 
 def test_console_script_runs(env: Env) -> None:
     """`python -m memoryd --version` works as an installed program would."""
-    proc = subprocess.run([sys.executable, "-m", "memoryd", "--version"], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memoryd", "--version"], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0 and proc.stdout.startswith("memoryd ")
 
 
@@ -108,8 +109,12 @@ def test_log_follow_survives_rotation(env: Env, tmp_path: Path) -> None:
 
     log = AuditLog(env.audit_path, max_bytes=4096, backups=2)
     log.write("dream.skipped", why="before")
-    proc = subprocess.Popen([sys.executable, "-m", "memoryd", "log", "-f"], env=os.environ.copy(),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memoryd", "log", "-f"],
+        env=os.environ.copy(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         raw = b""
         deadline = time.monotonic() + 10
@@ -175,8 +180,13 @@ def _run_until(env: Env, extra: dict[str, str], line: str) -> str:
     import time
 
     child_env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARS} | extra
-    proc = subprocess.Popen([sys.executable, "-m", "memoryd", "run"], env=child_env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memoryd", "run"],
+        env=child_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
     seen: list[str] = []
     deadline = time.monotonic() + 60
@@ -218,8 +228,17 @@ def test_service_manager_detection() -> None:
     assert not under_service_manager({"XPC_SERVICE_NAME": "0"})  # a macOS terminal
 
 
-HEAVY = ("memoryd.indexer", "memoryd.discover", "memoryd.scan", "memoryd.memfile",
-         "memoryd.daemon", "structlog", "yaml", "watchdog", "apscheduler")
+HEAVY = (
+    "memoryd.indexer",
+    "memoryd.discover",
+    "memoryd.scan",
+    "memoryd.memfile",
+    "memoryd.daemon",
+    "structlog",
+    "yaml",
+    "watchdog",
+    "apscheduler",
+)
 
 
 @pytest.mark.parametrize("words", [["--help"], ["status"], ["status", "--json"], ["log"]])
@@ -228,10 +247,18 @@ def test_light_commands_import_no_heavy_module(env: Env, words: list[str]) -> No
     start-up ~250 ms (the index machinery, YAML, structlog, the daemon's libraries): each
     handler imports what it uses. The old cli.py imported the indexer and discovery at the
     top, for every command."""
-    probe = ("import sys\nfrom memoryd.cli import main\n"
-             f"code = main({words!r})\n"
-             f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=60, check=False, env=os.environ.copy())
+    probe = (
+        "import sys\nfrom memoryd.cli import main\n"
+        f"code = main({words!r})\n"
+        f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=os.environ.copy(),
+    )
     loaded = next(line for line in proc.stdout.splitlines() if line.startswith("LOADED"))
     assert loaded == "LOADED []", (loaded, proc.stderr[-500:])

@@ -18,7 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_durations_parse() -> None:
     """Durations read as "2s", "10m", "1h", "7d" (and "250ms")."""
     assert [parse_duration(x) for x in ("2s", "10m", "1h", "7d", "250ms")] == [
-        2, 600, 3600, 604800, 0.25]
+        2,
+        600,
+        3600,
+        604800,
+        0.25,
+    ]
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration("soon")
 
@@ -36,10 +41,15 @@ def test_all_problems_are_reported_at_once(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         build_config(data, "test.toml")
     problems = "\n".join(caught.value.problems)
-    for expected in ("index.separater: unknown key", "index.max_lines: expected a whole number",
-                     "index.new_file_grace: not a duration", "paths.claude_home:",
-                     "is a file, not a folder", "dream.pile_up: must be at least 1",
-                     "bogus: unknown section"):
+    for expected in (
+        "index.separater: unknown key",
+        "index.max_lines: expected a whole number",
+        "index.new_file_grace: not a duration",
+        "paths.claude_home:",
+        "is a file, not a folder",
+        "dream.pile_up: must be at least 1",
+        "bogus: unknown section",
+    ):
         assert expected in problems
     assert len(caught.value.problems) == 6
 
@@ -66,7 +76,8 @@ def test_example_config_documents_every_key_with_its_default(tmp_path: Path) -> 
         assert isinstance(table, dict) and isinstance(mine, dict)
         for key, value in table.items():
             assert f"\n{key} = " in example.read_text() or f"\n# {key} = " in example.read_text(), (
-                f"{section}.{key} is not documented in config.example.toml")
+                f"{section}.{key} is not documented in config.example.toml"
+            )
             if section != "paths":
                 assert mine[key] == value, f"{section}.{key} differs from the default"
 
@@ -110,16 +121,20 @@ def test_a_bad_config_leaves_read_only_commands_usable(env, cli, tmp_path: Path)
     env.config_dir.mkdir(parents=True)
     bad = env.config_dir / "config.toml"
     bad.write_text('[watch]\ndebounce = 3\nmax_wiat = "1s"\n')
-    for command, code in ((("status",), 1), (("log",), 0), (("trash", "list"), 0),
-                          (("dirs",), 0)):
+    for command, code in ((("status",), 1), (("log",), 0), (("trash", "list"), 0), (("dirs",), 0)):
         result = cli(*command)
         assert result.code == code, (command, result.err)
         assert f"warning: {bad}: invalid configuration" in result.err, command
         assert "watch.debounce" in result.err and "watch.max_wiat" in result.err
         assert "memoryd config check" in result.err
     assert "reviewer" in cli("dirs").out  # found on the default Claude home
-    for writer in (("index",), ("dream",), ("trash", "purge"), ("trash", "restore", "x"),
-                   ("config", "check")):
+    for writer in (
+        ("index",),
+        ("dream",),
+        ("trash", "purge"),
+        ("trash", "restore", "x"),
+        ("config", "check"),
+    ):
         result = cli(*writer)
         assert result.code == 2, (writer, result.err)
         assert "invalid configuration" in result.err and "warning" not in result.err
@@ -139,11 +154,21 @@ def _config_check(config: Path, home: Path) -> subprocess.CompletedProcess[str]:
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
-           "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config")}
-    return subprocess.run([sys.executable, "-m", "memoryd", "--config", str(config), "config",
-                           "check"], env=env, capture_output=True, text=True, timeout=60,
-                          check=False, preexec_fn=cap)
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", ""),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "memoryd", "--config", str(config), "config", "check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=cap,
+    )
 
 
 def test_a_config_linked_to_dev_zero_is_refused_unread(tmp_path: Path) -> None:

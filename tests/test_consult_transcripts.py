@@ -29,22 +29,46 @@ def repo(tmp_path: Path) -> Path:
 
 
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def tool_row(path: str, *, cwd: Path, when: float, session: str = "s-1", tool: str = "Read",
-             args: dict[str, object] | None = None) -> str:
+def tool_row(
+    path: str,
+    *,
+    cwd: Path,
+    when: float,
+    session: str = "s-1",
+    tool: str = "Read",
+    args: dict[str, object] | None = None,
+) -> str:
     """An assistant row as Claude Code 2.1.332 writes it (see notes/claude_facts.md)."""
-    return json.dumps({
-        "parentUuid": "p", "isSidechain": False,
-        "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-                    "content": [{"type": "tool_use", "id": "toolu_1", "name": tool,
-                                 "input": args if args is not None else {"file_path": path}}],
-                    "stop_reason": "tool_use"},
-        "type": "assistant", "uuid": "u", "timestamp": _iso(when), "cwd": str(cwd),
-        "sessionId": session, "version": "2.1.332",
-    })
+    return json.dumps(
+        {
+            "parentUuid": "p",
+            "isSidechain": False,
+            "message": {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "m",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": tool,
+                        "input": args if args is not None else {"file_path": path},
+                    }
+                ],
+                "stop_reason": "tool_use",
+            },
+            "type": "assistant",
+            "uuid": "u",
+            "timestamp": _iso(when),
+            "cwd": str(cwd),
+            "sessionId": session,
+            "version": "2.1.332",
+        }
+    )
 
 
 def plant(env: Env, cwd: Path, name: str, *rows: str, raw: bytes = b"") -> Path:
@@ -57,12 +81,20 @@ def plant(env: Env, cwd: Path, name: str, *rows: str, raw: bytes = b"") -> Path:
     return path
 
 
-NOISE = json.dumps({"type": "user", "message": {"role": "user", "content": [
-    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x" * 200}]}})
+NOISE = json.dumps(
+    {
+        "type": "user",
+        "message": {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x" * 200}],
+        },
+    }
+)
 
 
 def test_a_read_in_a_transcript_keeps_a_stale_memory_and_explain_names_it(
-        env: Env, cli, repo: Path) -> None:
+    env: Env, cli, repo: Path
+) -> None:
     """A Read of the memory by the agent 3 days ago: the consult guard holds, and `explain`
     names the session, time, tool and transcript."""
     folder = repo / ".claude" / "memory"
@@ -70,8 +102,14 @@ def test_a_read_in_a_transcript_keeps_a_stale_memory_and_explain_names_it(
     mem(repo, "refund_flow.md", "Lived in `src/removed_two.py`.")
     filler(repo)
     when = time.time() - 3 * DAY
-    plant(env, repo, "sess-a.jsonl", NOISE,
-          tool_row(str(kept), cwd=repo, when=when, session="efc9a09f-1"), NOISE)
+    plant(
+        env,
+        repo,
+        "sess-a.jsonl",
+        NOISE,
+        tool_row(str(kept), cwd=repo, when=when, session="efc9a09f-1"),
+        NOISE,
+    )
     info = explain(cli, kept)
     assert "efc9a09f-1" in info["consult"] and "Read" in info["consult"]
     assert _iso(when)[:19] in info["consult"]
@@ -83,7 +121,8 @@ def test_a_read_in_a_transcript_keeps_a_stale_memory_and_explain_names_it(
 
 
 def test_a_subfolder_sessions_transcript_counts_for_the_repos_memory_dir(
-        env: Env, cli, repo: Path) -> None:
+    env: Env, cli, repo: Path
+) -> None:
     """A session started in a subfolder writes under the subfolder's slug; its Read of the
     repo's memory (a path relative to that cwd, through a symlink) still counts."""
     mem(repo, "payment_flow.md", "Lived in `src/removed_one.py`.")
@@ -91,8 +130,12 @@ def test_a_subfolder_sessions_transcript_counts_for_the_repos_memory_dir(
     filler(repo)
     (repo / "pkg" / "mem-link").symlink_to(repo / ".claude" / "memory")
     sub = repo / "pkg" / "sub"
-    plant(env, sub, "sess-b.jsonl",
-          tool_row("../mem-link/payment_flow.md", cwd=sub, when=time.time() - DAY))
+    plant(
+        env,
+        sub,
+        "sess-b.jsonl",
+        tool_row("../mem-link/payment_flow.md", cwd=sub, when=time.time() - DAY),
+    )
     report = dream(cli, repo)
     assert moved(report) == {"refund_flow.md": "stale"}
     assert {f["file"]: f["guard"] for f in report["flagged"]} == {"payment_flow.md": "consulted"}
@@ -107,25 +150,53 @@ def test_which_tool_calls_count(env: Env, repo: Path) -> None:
         tool_row(str(folder / "a.md"), cwd=repo, when=now),
         tool_row(str(folder / "b.md"), cwd=repo, when=now, tool="Edit"),
         tool_row(".claude/memory/c.md", cwd=repo, when=now, tool="Write"),
-        tool_row("", cwd=repo, when=now, tool="Grep",
-                 args={"pattern": "deploy", "path": str(folder / "d.md")}),
-        tool_row("", cwd=repo, when=now, tool="Bash",
-                 args={"command": f"cd /tmp && head -n 30 {folder}/e.md | wc -l"}),
-        tool_row("", cwd=repo, when=now, tool="Grep",
-                 args={"pattern": "f.md", "path": str(folder)}),
-        tool_row("", cwd=repo, when=now, tool="Glob",
-                 args={"pattern": "*.md", "path": str(folder)}),
-        tool_row("", cwd=repo, when=now, tool="Bash",
-                 args={"command": f"grep -r g.md {folder}"}),
+        tool_row(
+            "",
+            cwd=repo,
+            when=now,
+            tool="Grep",
+            args={"pattern": "deploy", "path": str(folder / "d.md")},
+        ),
+        tool_row(
+            "",
+            cwd=repo,
+            when=now,
+            tool="Bash",
+            args={"command": f"cd /tmp && head -n 30 {folder}/e.md | wc -l"},
+        ),
+        tool_row(
+            "", cwd=repo, when=now, tool="Grep", args={"pattern": "f.md", "path": str(folder)}
+        ),
+        tool_row(
+            "", cwd=repo, when=now, tool="Glob", args={"pattern": "*.md", "path": str(folder)}
+        ),
+        tool_row("", cwd=repo, when=now, tool="Bash", args={"command": f"grep -r g.md {folder}"}),
         tool_row(str(repo / "docs" / "h.md"), cwd=repo, when=now),
-        json.dumps({"type": "api-request-blob", "message": {"content": [
-            {"type": "tool_use", "name": "Read", "input": {"file_path": str(folder / "i.md")}}]}}),
+        json.dumps(
+            {
+                "type": "api-request-blob",
+                "message": {
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "name": "Read",
+                            "input": {"file_path": str(folder / "i.md")},
+                        }
+                    ]
+                },
+            }
+        ),
     ]
     plant(env, repo, "s.jsonl", *rows)
     found = transcripts.harvest(env.claude, env.state, since=now - DAY)
     seen = found.evidence_for(folder.resolve())
     assert {k: v.tool for k, v in seen.items()} == {
-        "a.md": "Read", "b.md": "Edit", "c.md": "Write", "d.md": "Grep", "e.md": "Bash"}
+        "a.md": "Read",
+        "b.md": "Edit",
+        "c.md": "Write",
+        "d.md": "Grep",
+        "e.md": "Bash",
+    }
 
 
 def test_reading_is_incremental_by_offset(env: Env, repo: Path) -> None:
@@ -133,8 +204,9 @@ def test_reading_is_incremental_by_offset(env: Env, repo: Path) -> None:
     was; the offset kept is the file's size."""
     folder = repo / ".claude" / "memory"
     now = time.time()
-    path = plant(env, repo, "s.jsonl", *([NOISE] * 2000),
-                 tool_row(str(folder / "a.md"), cwd=repo, when=now))
+    path = plant(
+        env, repo, "s.jsonl", *([NOISE] * 2000), tool_row(str(folder / "a.md"), cwd=repo, when=now)
+    )
     first = transcripts.harvest(env.claude, env.state, since=now - DAY)
     size = path.stat().st_size
     assert first.bytes_read == size
@@ -147,8 +219,7 @@ def test_reading_is_incremental_by_offset(env: Env, repo: Path) -> None:
     assert set(third.evidence_for(folder.resolve())) == {"a.md", "b.md"}
 
 
-def test_a_truncated_or_replaced_transcript_is_read_from_the_start(
-        env: Env, repo: Path) -> None:
+def test_a_truncated_or_replaced_transcript_is_read_from_the_start(env: Env, repo: Path) -> None:
     """A transcript that shrank, or another file in its place, is read again from 0."""
     folder = repo / ".claude" / "memory"
     now = time.time()
@@ -158,8 +229,9 @@ def test_a_truncated_or_replaced_transcript_is_read_from_the_start(
     found = transcripts.harvest(env.claude, env.state, since=now - DAY)
     assert set(found.evidence_for(folder.resolve())) == {"a.md"}
     replacement = path.with_name("new")
-    replacement.write_text(NOISE + "\n" + tool_row(str(folder / "b.md"), cwd=repo, when=now)
-                           + "\n" + NOISE * 3 + "\n")  # larger, another inode
+    replacement.write_text(
+        NOISE + "\n" + tool_row(str(folder / "b.md"), cwd=repo, when=now) + "\n" + NOISE * 3 + "\n"
+    )  # larger, another inode
     os.replace(replacement, path)
     found = transcripts.harvest(env.claude, env.state, since=now - DAY)
     assert found.bytes_read == path.stat().st_size
@@ -193,9 +265,13 @@ def test_the_14_day_window_with_a_fake_clock(env: Env, repo: Path) -> None:
     filler(repo)
     for p in folder.glob("filler_*.md"):
         os.utime(p, (now - 40 * DAY, now - 40 * DAY))
-    path = plant(env, repo, "s.jsonl",
-                 tool_row(str(folder / "inside.md"), cwd=repo, when=now - 14 * DAY + 60),
-                 tool_row(str(folder / "outside.md"), cwd=repo, when=now - 14 * DAY - 60))
+    path = plant(
+        env,
+        repo,
+        "s.jsonl",
+        tool_row(str(folder / "inside.md"), cwd=repo, when=now - 14 * DAY + 60),
+        tool_row(str(folder / "outside.md"), cwd=repo, when=now - 14 * DAY - 60),
+    )
     os.utime(path, (now, now))
     cfg = build_config({"paths": {"claude_home": str(env.claude)}}, "test")
     rt = env.runtime(cfg)
@@ -213,16 +289,22 @@ def test_a_huge_transcript_is_read_once_within_the_scan_bound(env: Env, repo: Pa
     transcript last written before the window is not read at all."""
     folder = repo / ".claude" / "memory"
     now = time.time()
-    big = plant(env, repo, "big.jsonl", *([NOISE] * 40_000),
-                tool_row(str(folder / "a.md"), cwd=repo, when=now))
+    big = plant(
+        env,
+        repo,
+        "big.jsonl",
+        *([NOISE] * 40_000),
+        tool_row(str(folder / "a.md"), cwd=repo, when=now),
+    )
     size = big.stat().st_size  # ~10 MB
     old = plant(env, repo, "old.jsonl", *([NOISE] * 4000))
     os.utime(old, (now - 30 * DAY, now - 30 * DAY))
     bound = 3 * 1024 * 1024
     reads = []
     while True:
-        found = transcripts.harvest(env.claude, env.state, since=now - 14 * DAY,
-                                    scan_bytes=bound, chunk_bytes=1024 * 1024)
+        found = transcripts.harvest(
+            env.claude, env.state, since=now - 14 * DAY, scan_bytes=bound, chunk_bytes=1024 * 1024
+        )
         reads.append(found.bytes_read)
         if not found.unread:
             break
@@ -238,15 +320,20 @@ def test_a_line_longer_than_a_read_is_skipped(env: Env, repo: Path) -> None:
     """One 3 MB line (a big tool result) with 1 MB reads: skipped, the next line counts."""
     folder = repo / ".claude" / "memory"
     now = time.time()
-    plant(env, repo, "s.jsonl", "x" * (3 * 1024 * 1024),
-          tool_row(str(folder / "a.md"), cwd=repo, when=now))
-    found = transcripts.harvest(env.claude, env.state, since=now - DAY,
-                                chunk_bytes=1024 * 1024)
+    plant(
+        env,
+        repo,
+        "s.jsonl",
+        "x" * (3 * 1024 * 1024),
+        tool_row(str(folder / "a.md"), cwd=repo, when=now),
+    )
+    found = transcripts.harvest(env.claude, env.state, since=now - DAY, chunk_bytes=1024 * 1024)
     assert set(found.evidence_for(folder.resolve())) == {"a.md"}
 
 
 def test_fifos_and_links_among_transcripts_are_never_opened(
-        env: Env, repo: Path, tmp_path: Path) -> None:
+    env: Env, repo: Path, tmp_path: Path
+) -> None:
     """A FIFO named *.jsonl does not block a scan; a symlink to a transcript is not read."""
     folder = repo / ".claude" / "memory"
     now = time.time()

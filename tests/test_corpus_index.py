@@ -11,18 +11,25 @@ from tests.conftest import CORPUS, Env, copy_corpus, corpus_memory_dirs, needs_c
 
 pytestmark = needs_corpus
 
-REPOS = sorted(p.name for p in CORPUS.iterdir() if p.is_dir() and p.name != "_alt_versions"
-               ) if CORPUS else []
+REPOS = (
+    sorted(p.name for p in CORPUS.iterdir() if p.is_dir() and p.name != "_alt_versions")
+    if CORPUS
+    else []
+)
 
 
 def _memory_hashes(root: Path) -> dict[str, str]:
-    return {k: v[0] for k, v in tree_digest(root).items()
-            if k.endswith(".md") and not Path(k).name.startswith(("MEMORY", "."))}
+    return {
+        k: v[0]
+        for k, v in tree_digest(root).items()
+        if k.endswith(".md") and not Path(k).name.startswith(("MEMORY", "."))
+    }
 
 
 @pytest.mark.parametrize("repo", REPOS)
-def test_index_over_a_corpus_repo_is_safe_and_idempotent(env: Env, cli, tmp_path: Path,
-                                                         repo: str) -> None:
+def test_index_over_a_corpus_repo_is_safe_and_idempotent(
+    env: Env, cli, tmp_path: Path, repo: str
+) -> None:
     """Index twice: memory files untouched, hand-written lines kept in order, second run no-op."""
     root = copy_corpus(tmp_path / "corpus") / repo
     dirs = corpus_memory_dirs(root)
@@ -50,14 +57,16 @@ def test_index_over_a_corpus_repo_is_safe_and_idempotent(env: Env, cli, tmp_path
         for line in split_lines(original):
             if line.link is None:
                 assert any(line.content == a for a in lines_after), (
-                    f"{folder}: hand-written line lost or reordered: {line.content!r}")
+                    f"{folder}: hand-written line lost or reordered: {line.content!r}"
+                )
         original_lines = {ln.content for ln in split_lines(original)}
         surviving = set(kept) | {ln.content for ln in split_lines(archive)}
         removed = set(entry["removed"]) | set(entry["collapsed"])
         for line in split_lines(original):
             if line.content not in surviving:
                 assert line.link is not None and line.link.target in removed, (
-                    f"{folder}: original line lost: {line.content!r}")
+                    f"{folder}: original line lost: {line.content!r}"
+                )
         assert original_lines  # the corpus index is not empty
         memories = set(scan_dir(folder).memories)
         targets = pointer_targets(now) + pointer_targets(archive)
@@ -69,16 +78,23 @@ def test_index_over_a_corpus_repo_is_safe_and_idempotent(env: Env, cli, tmp_path
     assert second.code == 0, second.out + second.err
     assert tree_digest(root) == after_first, "the second run wrote something"
     changed = {k for k in before if before[k] != after_first.get(k)}
-    assert all(Path(k).name in ("MEMORY.md", "MEMORY-ARCHIVE.md", ".MEMORY.md.prev")
-               for k in changed | (set(after_first) - set(before)))
+    assert all(
+        Path(k).name in ("MEMORY.md", "MEMORY-ARCHIVE.md", ".MEMORY.md.prev")
+        for k in changed | (set(after_first) - set(before))
+    )
 
 
 def test_dirs_lists_every_corpus_folder(env: Env, cli, tmp_path: Path) -> None:
     """`memoryd dirs` lists every memory folder of the corpus, the symlinked one included."""
     root = copy_corpus(tmp_path / "corpus")
     before = tree_digest(root)
-    result = cli("--config", "/dev/null", "dirs", "--json",
-                 *[root / r for r in REPOS if any((root / r).iterdir())])
+    result = cli(
+        "--config",
+        "/dev/null",
+        "dirs",
+        "--json",
+        *[root / r for r in REPOS if any((root / r).iterdir())],
+    )
     assert result.code == 0, result.err
     listed = {Path(d["real_path"]) for d in json.loads(result.out)["dirs"]}
     expected = {d.resolve() for d in corpus_memory_dirs(root)}

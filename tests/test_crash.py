@@ -26,8 +26,10 @@ def _template(root: Path) -> Path:
     (repo / ".claude" / "memory").mkdir(parents=True)
     mem(repo, "stale_a.md", "Lived in `src/removed_a.py`.")
     mem(repo, "stale_b.md", "Lived in `src/removed_b.py`.")
-    deploy = ("Deploy staging by running the release script with the canary flag enabled "
-              "first then promote production after verification checks complete")
+    deploy = (
+        "Deploy staging by running the release script with the canary flag enabled "
+        "first then promote production after verification checks complete"
+    )
     mem(repo, "dup_old.md", deploy + " successfully", age=50)
     mem(repo, "dup_new.md", deploy + " fine", age=20)
     filler(repo, 12)
@@ -46,13 +48,20 @@ def _memory_hashes(folder: Path) -> Counter[str]:
     return out
 
 
-def _run(env: dict[str, str], *args: str, crash_at: int | None = None
-         ) -> subprocess.CompletedProcess[str]:
+def _run(
+    env: dict[str, str], *args: str, crash_at: int | None = None
+) -> subprocess.CompletedProcess[str]:
     run_env = dict(env)
     if crash_at is not None:
         run_env["MEMORYD_CRASH_AT"] = str(crash_at)
-    return subprocess.run([sys.executable, "-m", "memoryd", *args], env=run_env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "memoryd", *args],
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _check_consistent(folder: Path, before: Counter[str]) -> None:
@@ -67,8 +76,12 @@ def _check_consistent(folder: Path, before: Counter[str]) -> None:
 
 
 def _env(home: Path) -> dict[str, str]:
-    return {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
-            "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "cfg")}
+    return {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", ""),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CONFIG_HOME": str(home / "cfg"),
+    }
 
 
 @pytest.mark.parametrize("indexed", [False, True], ids=["hand-written index", "settled index"])
@@ -116,7 +129,6 @@ def test_sigkill_during_a_purge_is_finished_later(tmp_path: Path) -> None:
     repo = _template(tmp_path)
     folder = repo / ".claude" / "memory"
     from datetime import date, datetime
-
 
     old = plant_day(folder, date(2020, 1, 1), datetime(2020, 1, 1, 12), "gone.md")
     (old / "gone.md").write_text("old\n")
@@ -170,8 +182,10 @@ def test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename
     from memoryd import trash
 
     template = _template(tmp_path / "template")
-    new_version = ("---\nname: stale_a\ndescription: d\ntype: project\n---\n"
-                   "Lived in `src/removed_a.py`. Saved again by the agent.\n")
+    new_version = (
+        "---\nname: stale_a\ndescription: d\ntype: project\n---\n"
+        "Lived in `src/removed_a.py`. Saved again by the agent.\n"
+    )
     new_sha = hashlib.sha256(new_version.encode()).hexdigest()
     trace = tmp_path / "trace"  # the label of each crash point that killed the pass
     k = 0
@@ -182,14 +196,23 @@ def test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename
         case = tmp_path / f"k{k}"
         shutil.copytree(template.parent, case, symlinks=True)
         folder = case / "app" / ".claude" / "memory"
-        env = {**_env(case / "home"), "PYTHONPATH": str(Path(__file__).parents[1]),
-               "MEMORYD_CRASH_AT": str(k), "MEMORYD_CRASH_TRACE": str(trace)}
+        env = {
+            **_env(case / "home"),
+            "PYTHONPATH": str(Path(__file__).parents[1]),
+            "MEMORYD_CRASH_AT": str(k),
+            "MEMORYD_CRASH_TRACE": str(trace),
+        }
         before = _memory_hashes(folder)
         old_sha = hashlib.sha256((folder / "stale_a.md").read_bytes()).hexdigest()
         marker = case / "swapped"
-        proc = subprocess.run([sys.executable, "-c", SWAPPING_PASS, str(folder), str(marker),
-                               new_version], env=env, capture_output=True, text=True,
-                              timeout=60, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-c", SWAPPING_PASS, str(folder), str(marker), new_version],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         if proc.returncode == -signal.SIGKILL:
             recovery = _run(_env(case / "home"), "index", str(folder))
             assert recovery.returncode == 0, recovery.stdout + recovery.stderr

@@ -51,13 +51,12 @@ def test_writes_and_deletes_keep_the_index_in_step(daemon: Running, project) -> 
     wait_for(lambda: "third.md" in index_text(folder), what="pointer after in-place write")
     (folder / "second.md").unlink()
     wait_for(lambda: "second.md" not in index_text(folder), what="pointer removed")
-    assert index_text(folder) == ("# Mine\n\nprose line\n\n- [first](first.md) — one\n"
-                                  "- [third](third.md) — three\n")
+    assert index_text(folder) == (
+        "# Mine\n\nprose line\n\n- [first](first.md) — one\n- [third](third.md) — three\n"
+    )
 
 
-def test_the_agents_first_line_for_a_file_wins_over_its_later_one(
-    daemon: Running, project
-) -> None:
+def test_the_agents_first_line_for_a_file_wins_over_its_later_one(daemon: Running, project) -> None:
     """Two pointer lines the agent wrote for one file, the first exactly memoryd's template:
     the daemon keeps the first (memoryd never wrote it) and every other byte."""
     folder = project(daemon, "dup")
@@ -69,8 +68,9 @@ def test_the_agents_first_line_for_a_file_wins_over_its_later_one(
     assert index_text(folder) == "# Mine\n\n- [Old](x.md) — one\nprose\n"
 
 
-def test_new_dir_deleted_and_recreated_and_symlinked(daemon: Running, project, tmp_path: Path
-                                                     ) -> None:
+def test_new_dir_deleted_and_recreated_and_symlinked(
+    daemon: Running, project, tmp_path: Path
+) -> None:
     """A dir made after start is indexed; deleted and recreated it is re-armed; links followed."""
     folder = project(daemon, "late")
     agent_write(folder, "a.md")
@@ -86,8 +86,10 @@ def test_new_dir_deleted_and_recreated_and_symlinked(daemon: Running, project, t
     real.mkdir(parents=True)
     (daemon.claude / "agent-memory").mkdir(parents=True)
     (daemon.claude / "agent-memory" / "linked").symlink_to(real)
-    wait_for(lambda: any(str(r.get("real_path")) == str(real) for r in
-                         daemon.rows("dir.discovered")), what="symlinked dir discovered")
+    wait_for(
+        lambda: any(str(r.get("real_path")) == str(real) for r in daemon.rows("dir.discovered")),
+        what="symlinked dir discovered",
+    )
     agent_write(real, "c.md")
     wait_for(lambda: "c.md" in index_text(real), what="symlinked dir watched at its real path")
 
@@ -201,16 +203,19 @@ def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project
     wait_for(lambda: daemon.rows("dir.discovered"), what="discovery")
     for i in range(2000):
         (folder / f"m{i:04d}.md").write_text(
-            f"---\nname: m{i}\ndescription: burst {i}\ntype: project\n---\nx\n")
+            f"---\nname: m{i}\ndescription: burst {i}\ntype: project\n---\nx\n"
+        )
 
     def done() -> bool:
         from memoryd.index import pointer_targets
 
         text = index_text(folder)
         archive = folder / "MEMORY-ARCHIVE.md"
-        targets = pointer_targets(text) + (pointer_targets(archive.read_text())
-                                           if archive.exists() else [])
+        targets = pointer_targets(text) + (
+            pointer_targets(archive.read_text()) if archive.exists() else []
+        )
         return len(targets) == 2000
+
     wait_for(done, timeout=60, what="all 2,000 indexed")
     time.sleep(1.0)
     writes = daemon.rows("index.updated")
@@ -218,9 +223,11 @@ def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project
     from memoryd.index import pointer_targets
 
     text = index_text(folder)
-    targets = pointer_targets(text) + pointer_targets((folder / "MEMORY-ARCHIVE.md").read_text()
-                                                      if (folder / "MEMORY-ARCHIVE.md").exists()
-                                                      else "")
+    targets = pointer_targets(text) + pointer_targets(
+        (folder / "MEMORY-ARCHIVE.md").read_text()
+        if (folder / "MEMORY-ARCHIVE.md").exists()
+        else ""
+    )
     assert sorted(targets) == [f"m{i:04d}.md" for i in range(2000)]
     settled = len(daemon.rows("index.updated"))
     time.sleep(1.0)
@@ -263,7 +270,6 @@ def test_start_up_purges_trash_past_retention(tmp_path: Path, project) -> None:
     wait_for(lambda: "a.md" in index_text(folder), what="the first index")
     assert first.stop() == 0
     from datetime import datetime
-
 
     old = plant_day(folder, date(2000, 1, 1), datetime(2000, 1, 1, 12), "x.md")
     recent = plant_day(folder, date.today(), datetime.now(), "x.md")
@@ -326,8 +332,9 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path: Path) -> None:
     sock.bind(str(path))
     sock.settimeout(10)
     try:
-        running = start(tmp_path, name="n", extra_env={"NOTIFY_SOCKET": str(path),
-                                                       "WATCHDOG_USEC": "1000000"})
+        running = start(
+            tmp_path, name="n", extra_env={"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "1000000"}
+        )
         got: set[str] = set()
         deadline = time.monotonic() + 10
         while not {"READY=1", "WATCHDOG=1"} <= got and time.monotonic() < deadline:
@@ -394,25 +401,35 @@ def test_a_change_touches_only_its_own_line_and_a_hand_edit_is_kept(
         folder = project(running, "held")
         for i in range(30):
             write_memory(folder, f"m{i:02d}.md", description=f"note {i}")
-        wait_for(lambda: consistent(folder, []) and "m29.md" in index_text(folder)
-                 + archive_text(folder), what="30 files indexed across both files")
-        archived = next(f"m{i:02d}.md" for i in range(30)
-                        if f"(m{i:02d}.md)" in archive_text(folder))
+        wait_for(
+            lambda: (
+                consistent(folder, []) and "m29.md" in index_text(folder) + archive_text(folder)
+            ),
+            what="30 files indexed across both files",
+        )
+        archived = next(
+            f"m{i:02d}.md" for i in range(30) if f"(m{i:02d}.md)" in archive_text(folder)
+        )
         main_before, archive_before = index_text(folder), archive_text(folder)
         agent_write(folder, archived, "revised words")
         wait_for(lambda: "revised words" in archive_text(folder), what="the archive line rewritten")
         assert index_text(folder) == main_before
         changed = [
-            (a, b) for a, b in zip(archive_before.splitlines(), archive_text(folder).splitlines(),
-                                   strict=True) if a != b
+            (a, b)
+            for a, b in zip(
+                archive_before.splitlines(), archive_text(folder).splitlines(), strict=True
+            )
+            if a != b
         ]
         assert len(changed) == 1 and f"({archived})" in changed[0][1]
 
         with (folder / "MEMORY.md").open("a") as handle:
             handle.write("a line a person added\n")
         agent_write(folder, "late.md", "added after the hand edit")
-        wait_for(lambda: "late.md" in index_text(folder) + archive_text(folder),
-                 what="the new file indexed")
+        wait_for(
+            lambda: "late.md" in index_text(folder) + archive_text(folder),
+            what="the new file indexed",
+        )
         (folder / archived).unlink()
         wait_for(lambda: f"({archived})" not in archive_text(folder), what="the pointer removed")
         wait_for(lambda: consistent(folder, ["a line a person added"]), what="a consistent index")
@@ -428,8 +445,9 @@ def crash_once(base: Path, project, k: int, hand: list[str]) -> bool:
 
     Returns whether the daemon lived through the scenario (k is past its last write step).
     """
-    crashing = start(base, name="c", index_config=SMALL_INDEX,
-                     extra_env={"MEMORYD_CRASH_AT": str(k)})
+    crashing = start(
+        base, name="c", index_config=SMALL_INDEX, extra_env={"MEMORYD_CRASH_AT": str(k)}
+    )
     folder = project(crashing, f"crash{k}")
     # The index first: written after the files, it would race the daemon's first pass.
     (folder / "MEMORY.md").write_text("# Mine\n\n" + "\n".join(hand) + "\n")
@@ -437,24 +455,33 @@ def crash_once(base: Path, project, k: int, hand: list[str]) -> bool:
         write_memory(folder, f"m{i:02d}.md", description=f"note {i}")
     before = {p.name for p in folder.glob("m*.md")}
     # The scenario rewrites m00-m02 itself; every other memory must keep its bytes (§2.1).
-    untouched = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-                 for p in folder.glob("m*.md") if p.name[1:3] not in ("00", "01", "02")}
+    untouched = {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in folder.glob("m*.md")
+        if p.name[1:3] not in ("00", "01", "02")
+    }
 
     def indexed(name: str) -> bool:
         archive = folder / "MEMORY-ARCHIVE.md"
         return f"({name})" in index_text(folder) + (archive.read_text() if archive.exists() else "")
 
     try:
-        wait_for(lambda: crashing.proc.poll() is not None or indexed("m19.md"), timeout=20,
-                 what="indexed or killed")
+        wait_for(
+            lambda: crashing.proc.poll() is not None or indexed("m19.md"),
+            timeout=20,
+            what="indexed or killed",
+        )
         for step in range(3):
             if crashing.proc.poll() is not None:
                 break
             agent_write(folder, f"m{step:02d}.md", f"revised {step}")
             agent_write(folder, f"new{step}.md", f"new {step}")
             name = f"new{step}.md"
-            wait_for(lambda: crashing.proc.poll() is not None or indexed(name),  # noqa: B023
-                     timeout=20, what="the new file indexed or killed")
+            wait_for(
+                lambda: crashing.proc.poll() is not None or indexed(name),  # noqa: B023
+                timeout=20,
+                what="the new file indexed or killed",
+            )
         survived = crashing.proc.poll() is None
     finally:
         crashing.stop()
@@ -462,8 +489,9 @@ def crash_once(base: Path, project, k: int, hand: list[str]) -> bool:
     try:
         wait_for(lambda: consistent(folder, hand), timeout=20, what=f"consistent after k={k}")
         assert before <= {p.name for p in folder.glob("*.md")}  # every memory file is still there
-        assert untouched == {n: hashlib.sha256((folder / n).read_bytes()).hexdigest()
-                             for n in untouched}
+        assert untouched == {
+            n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in untouched
+        }
         assert after.rows("index.verify_failed") == []
     finally:
         after.stop()
@@ -507,8 +535,11 @@ def test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events(
             text = index_text(folder) + (archive.read_text() if archive.exists() else "")
             return f"({name})" in text
 
-        wait_for(lambda: all(indexed(f"m{i:03d}.md") for i in range(600)), timeout=30,
-                 what="600 files indexed")
+        wait_for(
+            lambda: all(indexed(f"m{i:03d}.md") for i in range(600)),
+            timeout=30,
+            what="600 files indexed",
+        )
         time.sleep(2.0)  # past the window in which reads are taken for memoryd's own
         (folder / "m005.md").read_bytes()  # the agent consults a memory
         agent_write(folder, "later.md", "written after the read")  # a pass absorbs the read
@@ -569,8 +600,11 @@ def test_the_daemon_leaves_a_vault_linked_into_a_repo_alone(tmp_path: Path) -> N
         before = snapshot(notes.parent)
         agent_write(planner, "one.md", "first change")
         agent_write(planner, "two.md", "second change")
-        wait_for(lambda: [r for r in running.rows("dream.completed")
-                          if r["dir"] == str(planner)], timeout=30, what="the repo dir's pass")
+        wait_for(
+            lambda: [r for r in running.rows("dream.completed") if r["dir"] == str(planner)],
+            timeout=30,
+            what="the repo dir's pass",
+        )
         write_memory(agents / "late", "late.md")  # a rediscovery after the refusal
         wait_for(lambda: "late.md" in index_text(agents / "late"), what="a late dir indexed")
         assert running.stop() == 0
@@ -589,10 +623,19 @@ def test_a_fifo_config_at_start_up_exits_2_at_once(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     home = tmp_path / "home"
     home.mkdir()
-    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
-           "XDG_STATE_HOME": str(home / ".local" / "state")}
-    done = subprocess.run([sys.executable, "-m", "memoryd", "--config", str(fifo), "run"],
-                          env=env, capture_output=True, text=True, timeout=30, check=False)
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", ""),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "memoryd", "--config", str(fifo), "run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 2
     assert str(fifo) in done.stderr and "FIFO" in done.stderr
 
@@ -623,13 +666,22 @@ def test_fifos_in_place_of_the_lock_and_status_files_hang_nothing(tmp_path: Path
     state.mkdir(parents=True, mode=0o700)
     os.mkfifo(state / "memoryd.lock")
     os.mkfifo(state / "status.json")
-    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""),
-           "XDG_STATE_HOME": str(home / ".local" / "state"),
-           "XDG_CONFIG_HOME": str(home / ".config")}
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", ""),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+    }
 
     def memoryd(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "memoryd", "--config", "/dev/null", *args],
-                              env=env, capture_output=True, text=True, timeout=30, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "memoryd", "--config", "/dev/null", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
 
     status = memoryd("status")
     assert status.returncode == 1 and "not running" in status.stdout

@@ -32,16 +32,23 @@ def test_demo_speaks_at_each_step_and_keep_says_how_to_use_the_sandbox(env: Env,
         restore = _section(result.out, 5)
         [back] = [line for line in restore if line.lstrip().startswith("+- [")]
         assert "(deploy_steps.md)" in back or "(legacy_cart.md)" in back
-        assert back.lstrip()[1:] in (root.glob("home/.claude/projects/*/memory/MEMORY.md")
-                                     .__next__().read_text().splitlines())
+        assert back.lstrip()[1:] in (
+            root.glob("home/.claude/projects/*/memory/MEMORY.md")
+            .__next__()
+            .read_text()
+            .splitlines()
+        )
         # The commands it prints run memoryd in the sandbox, on the sandbox's files.
-        tail = result.out[found.start():]
+        tail = result.out[found.start() :]
         assert "XDG_STATE_HOME=" in tail and "--config" in tail
         shell_lines = tail.split("start a shell with its environment:\n")[1]
         env_cmd = shell_lines.split('"$SHELL"')[0].replace("\\\n", " ").split()
         run = next(line for line in tail.splitlines() if line.rstrip().endswith(" dirs"))
         listed = subprocess.run(
-            [*env_cmd, "sh", "-c", run.strip()], capture_output=True, text=True, timeout=60,
+            [*env_cmd, "sh", "-c", run.strip()],
+            capture_output=True,
+            text=True,
+            timeout=60,
             check=False,
         )
         assert listed.returncode == 0, listed.stderr

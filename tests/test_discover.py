@@ -32,7 +32,8 @@ def test_project_repo_root_from_transcripts_tolerates_torn_lines(env: Env, tmp_p
     """The cwd comes from session transcripts; torn and foreign lines are skipped."""
     code, project = _home(env, tmp_path)
     (project / "a.jsonl").write_text(
-        '{"type":"x"}\nnot json\n' + json.dumps({"cwd": str(code)}) + '\n{"cwd": "/tr')
+        '{"type":"x"}\nnot json\n' + json.dumps({"cwd": str(code)}) + '\n{"cwd": "/tr'
+    )
     assert project_repo_root(project, project.name) == (code, "cwd in a.jsonl")
 
 
@@ -68,13 +69,26 @@ def test_discover_finds_every_location(env: Env, tmp_path: Path) -> None:
     (nested / "MEMORY.md").write_text("- [n](n.md)\n")
     extra = tmp_path / "extra"
     write_memory(extra, "e.md")
-    cfg = build_config({"paths": {"claude_home": str(env.claude),
-                                  "repos": [str(tmp_path / "repos" / "*")],
-                                  "extra_memory_dirs": [str(extra)]}}, "t")
+    cfg = build_config(
+        {
+            "paths": {
+                "claude_home": str(env.claude),
+                "repos": [str(tmp_path / "repos" / "*")],
+                "extra_memory_dirs": [str(extra)],
+            }
+        },
+        "t",
+    )
     found = {(d.kind, d.label): d for d in discover(cfg)}
-    assert set(found) == {("project", project.name), ("agent", "reviewer"), ("repo", "one"),
-                          ("repo-agent", "planner"), ("repo-agent-local", "mine"),
-                          ("nested", "sub"), ("extra", "extra")}
+    assert set(found) == {
+        ("project", project.name),
+        ("agent", "reviewer"),
+        ("repo", "one"),
+        ("repo-agent", "planner"),
+        ("repo-agent-local", "mine"),
+        ("nested", "sub"),
+        ("extra", "extra"),
+    }
     assert found[("project", project.name)].repo_root == code
     assert found[("project", project.name)].heading == "my.app"
     assert found[("repo-agent", "planner")].repo_root == repo
@@ -192,8 +206,7 @@ def test_the_link_named_on_the_command_line_is_followed(
     assert (notes / "MEMORY.md").is_file() and refused_rows(env) == []
 
 
-def test_links_that_stay_inside_or_come_back_are_followed(env: Env, cli, tmp_path: Path
-                                                          ) -> None:
+def test_links_that_stay_inside_or_come_back_are_followed(env: Env, cli, tmp_path: Path) -> None:
     """A link to a folder inside the repo is followed; so is a chain that leaves the repo and
     comes back (the resolved folder is inside, and all I/O goes there, not through the hop);
     a chain that starts inside and ends outside is refused."""

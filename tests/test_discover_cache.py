@@ -152,8 +152,9 @@ def test_each_path_is_looked_at_once_per_run(
     assert calls.processes == 0
 
 
-def test_a_changed_transcript_is_read_again(env: Env, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_changed_transcript_is_read_again(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A transcript caught mid-write (its first row torn, no cwd yet) gives no root; once
     the row is whole, its new size and mtime make the next discovery read it again (that
     transcript alone) and find the root."""
@@ -180,9 +181,7 @@ def test_a_changed_transcript_is_read_again(env: Env, tmp_path: Path,
     "damage",
     ["not json", "list", "old version", "wrong types", "forged cwd", "fifo", "link", "huge"],
 )
-def test_a_damaged_cache_is_done_without(
-    env: Env, home: Path, tmp_path: Path, damage: str
-) -> None:
+def test_a_damaged_cache_is_done_without(env: Env, home: Path, tmp_path: Path, damage: str) -> None:
     """A cache file that is not what memoryd writes (not JSON, another shape or version,
     entries of the wrong types, a cwd that does not match its folder's slug, a FIFO, a link,
     over its size) is no failure: discovery reads the transcripts and finds the same, and

@@ -31,10 +31,8 @@ from tests.conftest import Env, write_memory
 def reference_slug(path: str) -> str:
     """Issue 13's rule written out independently: over the UTF-16 code units, as bytes."""
     raw = path.encode("utf-16-le", "surrogatepass")
-    units = [int.from_bytes(raw[i:i + 2], "little") for i in range(0, len(raw), 2)]
-    short = "".join(
-        chr(u) if chr(u).isascii() and chr(u).isalnum() else "-" for u in units
-    )
+    units = [int.from_bytes(raw[i : i + 2], "little") for i in range(0, len(raw), 2)]
+    short = "".join(chr(u) if chr(u).isascii() and chr(u).isalnum() else "-" for u in units)
     if len(short) <= 200:
         return short
     h = 0
@@ -78,11 +76,15 @@ def test_slugs_past_200_characters_get_the_path_hash(length: int) -> None:
     ("path", "tail"),
     [
         # What Claude Code 2.1.332 named the project folders of these cwds (run on this machine).
-        ("/tmp/slugprobe/p/" + "a" * 60 + "/" + "b" * 60 + "/" + "c" * 60 + "/" + "d" * 10,
-         "cccc--rvnc1r"),
+        (
+            "/tmp/slugprobe/p/" + "a" * 60 + "/" + "b" * 60 + "/" + "c" * 60 + "/" + "d" * 10,
+            "cccc--rvnc1r",
+        ),
         ("/tmp/slugprobe/p/" + "e\U0001f600" * 40 + "/" + "f" * 100, "fffff-6flotb"),
-        ("/tmp/slugprobe/p/" + "g" * 60 + "/" + "\U0001f1fa\U0001f1f8" * 20 + "/" + "h" * 60,
-         "hhhhh-kaw160"),
+        (
+            "/tmp/slugprobe/p/" + "g" * 60 + "/" + "\U0001f1fa\U0001f1f8" * 20 + "/" + "h" * 60,
+            "hhhhh-kaw160",
+        ),
     ],
     ids=["ascii-210", "emoji-198-chars", "flags-179-chars"],
 )
@@ -120,9 +122,19 @@ def test_an_nfd_project_folder_finds_its_repo_root(env: Env, tmp_path: Path) -> 
 
 def git(cwd: Path, *args: str) -> None:
     subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid",
-         "-c", "init.defaultBranch=main", *args],
-        cwd=cwd, check=True, capture_output=True,
+        [
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "init.defaultBranch=main",
+            *args,
+        ],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
     )
 
 
@@ -216,8 +228,10 @@ def test_the_cwd_is_read_from_the_first_rows_only(
     path = transcript(env.claude, code)
     with path.open("a") as handle:
         for i in range(5000):
-            handle.write(json.dumps({"type": "assistant", "cwd": str(code), "pad": "x" * 1000,
-                                     "i": i}) + "\n")
+            handle.write(
+                json.dumps({"type": "assistant", "cwd": str(code), "pad": "x" * 1000, "i": i})
+                + "\n"
+            )
     assert path.stat().st_size > 5_000_000
     read = 0
     real_read = os.read
@@ -238,8 +252,10 @@ def test_the_cwd_is_read_from_the_first_rows_only(
 
 def config_with(env: Env, **claude: object) -> Config:
     """The defaults for this HOME, with Claude Code's environment as given."""
-    return replace(with_claude_home(Config(), env.claude),
-                   claude_env=ClaudeEnv(home=env.home, **claude))  # type: ignore[arg-type]
+    return replace(
+        with_claude_home(Config(), env.claude),
+        claude_env=ClaudeEnv(home=env.home, **claude),  # type: ignore[arg-type]
+    )
 
 
 def settings(path: Path, data: object) -> None:
@@ -298,9 +314,7 @@ def test_the_user_setting_relocates_with_home_expanded(env: Env, tmp_path: Path)
 
 
 @pytest.mark.parametrize("name", ["settings.json", "settings.local.json"])
-def test_a_project_setting_relocates_inside_its_repo(
-    env: Env, git_repo: Path, name: str
-) -> None:
+def test_a_project_setting_relocates_inside_its_repo(env: Env, git_repo: Path, name: str) -> None:
     """A project's `.claude/settings.json` or `settings.local.json` moving its auto memory to
     a folder in the repo: found, an auto-memory dir, with the repo as its root; the default
     dir of the project is not loaded any more, and says where it went."""
@@ -383,9 +397,7 @@ def test_a_checked_in_setting_out_of_the_repo_is_refused(
 @pytest.mark.parametrize(
     "content", ["{not json", "[1, 2]", b"\xff\xfe"], ids=["bad", "list", "binary"]
 )
-def test_a_broken_settings_file_is_a_warning_naming_it(
-    env: Env, cli, content: str | bytes
-) -> None:
+def test_a_broken_settings_file_is_a_warning_naming_it(env: Env, cli, content: str | bytes) -> None:
     """A user settings.json that is not a JSON object: `dirs` warns naming the file, exit 0."""
     write_memory(env.claude / "projects" / "-p" / "memory", "a.md")
     path = env.claude / "settings.json"
@@ -488,8 +500,7 @@ def test_repos_known_from_transcripts_have_their_dirs_discovered(
     transcript(env.claude, link)  # the same repo by another path: listed once
     dirs = discover(config_with(env))
     kinds = sorted((md.kind, md.label) for md in dirs)
-    assert kinds == [("repo", "repo"), ("repo-agent", "planner"),
-                     ("repo-agent-local", "mine")]
+    assert kinds == [("repo", "repo"), ("repo-agent", "planner"), ("repo-agent-local", "mine")]
     assert len({md.real_path for md in dirs}) == len(dirs)
 
 

@@ -9,8 +9,11 @@ from tests.conftest import CORPUS, LEVEL_ORDER, Env, copy_corpus, needs_corpus, 
 
 pytestmark = needs_corpus
 
-REPOS = sorted(p.name for p in CORPUS.iterdir() if p.is_dir() and p.name != "_alt_versions"
-               ) if CORPUS else []
+REPOS = (
+    sorted(p.name for p in CORPUS.iterdir() if p.is_dir() and p.name != "_alt_versions")
+    if CORPUS
+    else []
+)
 
 
 @pytest.mark.parametrize("repo", REPOS)
@@ -26,8 +29,12 @@ def test_dream_over_a_corpus_repo(env: Env, cli, tmp_path: Path, repo: str) -> N
     assert tree_digest(root) == before, "--dry-run wrote something"
     assert not list(root.rglob(".trash"))
     assert not env.state.exists() and not env.audit_path.exists()
-    planned = {(d["dir"], p["file"]) for d in json.loads(dry.out)["dirs"] for p in d["planned"]
-               if d["status"] not in ("refused", "unmanaged")}
+    planned = {
+        (d["dir"], p["file"])
+        for d in json.loads(dry.out)["dirs"]
+        for p in d["planned"]
+        if d["status"] not in ("refused", "unmanaged")
+    }
 
     real = cli("--config", "/dev/null", "dream", "--json", root)
     assert real.code in (0, 1), real.err
@@ -49,7 +56,7 @@ def test_dream_over_a_corpus_repo(env: Env, cli, tmp_path: Path, repo: str) -> N
     second = cli("--config", "/dev/null", "dream", root)
     assert second.code in (0, 1), second.err
     assert tree_digest(root) == after, "a second pass changed the folder"
-    new_rows = env.audit_rows()[len(rows_before):]
+    new_rows = env.audit_rows()[len(rows_before) :]
     loud = [r for r in new_rows if LEVEL_ORDER[str(r["level"])] > LEVEL_ORDER["debug"]]
     assert loud == [], f"the second pass logged {[r['event'] for r in loud]}"
 

@@ -5,6 +5,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,8 +39,10 @@ def test_each_classification(env: Env, cli, repo: Path) -> None:
 
 def test_unverifiable_references_never_count(env: Env, cli, repo: Path) -> None:
     """~/, absolute, $VAR, URL and unknown-first-segment paths are recorded, never counted."""
-    body = ("Config in `~/.claude/settings.json`, logs at `/var/app/x.py`, `$HOME/y.py`, "
-            "https://example.com/z.py and `vendor/thing/w.py`.")
+    body = (
+        "Config in `~/.claude/settings.json`, logs at `/var/app/x.py`, `$HOME/y.py`, "
+        "https://example.com/z.py and `vendor/thing/w.py`."
+    )
     path = mem(repo, "unv.md", body)
     data = explain(cli, path)
     scopes = {r["ref"]: r["scope"] for r in data["refs"] if r["kind"] == "path"}
@@ -73,8 +76,9 @@ _DAYS_AGO_3 = (datetime.date.today() - datetime.timedelta(days=3)).isoformat()
         ("prohibition", {"body_extra": " Do not run it on Fridays."}),
     ],
 )
-def test_each_guard_keeps_a_fully_stale_memory(env: Env, cli, repo: Path, guard: str,
-                                               kwargs: dict) -> None:  # type: ignore[type-arg]
+def test_each_guard_keeps_a_fully_stale_memory(
+    env: Env, cli, repo: Path, guard: str, kwargs: dict[str, Any]
+) -> None:
     """A fully stale memory under a guard stays, is flagged with the guard, and is logged."""
     body = "Old flow lived in `src/removed.py`." + kwargs.pop("body_extra", "")
     mem(repo, "stale.md", body, **kwargs)
@@ -99,10 +103,13 @@ def test_consult_log_inside_and_outside_the_window(env: Env, cli, repo: Path) ->
         "torn",
     ]
     (logs / "memory-consult.jsonl").write_text(
-        "\n".join(json.dumps(r) if isinstance(r, dict) else r for r in rows))
-    bodies = {"payment_flow.md": "Payments go through `src/removed_payments.py` nightly.",
-              "billing_notes.md": "Invoices were rendered by `src/removed_invoices.py` once.",
-              "refund_handling.md": "Refund approvals sit in `src/removed_refunds.py` queues."}
+        "\n".join(json.dumps(r) if isinstance(r, dict) else r for r in rows)
+    )
+    bodies = {
+        "payment_flow.md": "Payments go through `src/removed_payments.py` nightly.",
+        "billing_notes.md": "Invoices were rendered by `src/removed_invoices.py` once.",
+        "refund_handling.md": "Refund approvals sit in `src/removed_refunds.py` queues.",
+    }
     for name, body in bodies.items():
         mem(repo, name, body)
     filler(repo)
@@ -124,16 +131,20 @@ def test_unreadable_consult_log_means_consulted(env: Env, cli, repo: Path) -> No
     assert report["flagged"][0]["guard"] == "consulted"
 
 
-DEPLOY = ("Deploy staging by running the release script with the canary flag enabled first then "
-          "promote production after verification checks complete")
+DEPLOY = (
+    "Deploy staging by running the release script with the canary flag enabled first then "
+    "promote production after verification checks complete"
+)
 
 
 def test_duplicates_newer_wins_and_near_duplicate_kept(env: Env, cli, repo: Path) -> None:
     """Overlap >= 0.6 in one type: the older moves with duplicate_of; below 0.6 both stay."""
     mem(repo, "old.md", DEPLOY + " successfully", age=50)
     mem(repo, "new.md", DEPLOY + " fine", age=20)
-    near = ("Deploy staging by running the release script then wait for the monitoring "
-            "dashboards alerts pager rotation escalation policy documentation review")
+    near = (
+        "Deploy staging by running the release script then wait for the monitoring "
+        "dashboards alerts pager rotation escalation policy documentation review"
+    )
     mem(repo, "near.md", near, age=60)
     mem(repo, "other_type.md", DEPLOY + " successfully", type_="reference", age=70)
     filler(repo)
@@ -173,8 +184,9 @@ def test_contradiction_on_the_same_object_is_resolved(env: Env, cli, repo: Path)
     assert report["changes"][0]["superseded_by"] == "pkg_new.md"
 
 
-def test_opposite_directives_on_different_objects_are_not_a_contradiction(env: Env, cli,
-                                                                          repo: Path) -> None:
+def test_opposite_directives_on_different_objects_are_not_a_contradiction(
+    env: Env, cli, repo: Path
+) -> None:
     """`always use pnpm` vs `never use yarn` oppose nothing: both stay."""
     mem(repo, "pkg_old.md", f"Always use pnpm {BASE} {OWN_A}", age=50)
     mem(repo, "pkg_new.md", f"Never use yarn {BASE} {OWN_B}", age=5)
@@ -193,7 +205,8 @@ def test_circuit_breaker_moves_nothing_and_reports_the_plan(env: Env, cli, repo:
     assert "Plan (not applied" in result.out and "stale_4.md" in result.out
     after = tree_digest(repo / ".claude" / "memory")
     assert {k: v for k, v in after.items() if k.startswith("stale")} == {
-        k: v for k, v in before.items() if k.startswith("stale")}
+        k: v for k, v in before.items() if k.startswith("stale")
+    }
     refused = [r for r in env.audit_rows() if r["event"] == "dream.refused"]
     assert refused and refused[0]["would_move"] == 5 and refused[0]["limit"] == 3
 
@@ -216,7 +229,8 @@ def test_modified_since_plan_is_skipped(env: Env, cli, repo: Path, monkeypatch) 
     assert report["skipped_moves"] == [{"file": "stale.md", "why": "modified since plan"}]
     assert target.exists()
     assert [r["why"] for r in env.audit_rows() if r["event"] == "dream.move_skipped"] == [
-        "modified since plan"]
+        "modified since plan"
+    ]
 
 
 def test_fresh_consolidate_lock_skips_the_pass(env: Env, cli, repo: Path) -> None:
@@ -229,16 +243,16 @@ def test_fresh_consolidate_lock_skips_the_pass(env: Env, cli, repo: Path) -> Non
     assert [r["event"] for r in env.audit_rows()].count("dream.skipped") == 1
 
 
-def test_moves_update_the_index_and_restore_brings_the_line_back(env: Env, cli,
-                                                                 repo: Path) -> None:
+def test_moves_update_the_index_and_restore_brings_the_line_back(env: Env, cli, repo: Path) -> None:
     """A moved memory's pointer leaves MEMORY.md; restore brings file and hand-written line back."""
     folder = repo / ".claude" / "memory"
     stale = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)
     assert cli("index", folder).code == 0
     index = folder / "MEMORY.md"
-    index.write_text(index.read_text().replace("- [stale](stale.md) — d",
-                                               "- [My own words about it](stale.md)"))
+    index.write_text(
+        index.read_text().replace("- [stale](stale.md) — d", "- [My own words about it](stale.md)")
+    )
     original = stale.read_bytes()
     report = dream(cli, repo)
     assert moved(report) == {"stale.md": "stale"}
@@ -356,8 +370,9 @@ def test_repo_root_option_overrides(env: Env, cli, repo: Path, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("signal", ["transcripts", "transcripts+reads"])
-def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path, tmp_path: Path,
-                                            signal: str) -> None:
+def test_recorded_reads_keep_a_stale_memory(
+    env: Env, cli, repo: Path, tmp_path: Path, signal: str
+) -> None:
     """Opted in (watch.consult_signal = "transcripts+reads"), a read the daemon recorded in
     the last 14 days is a consult: the stale memory stays. By default it is not (any process
     reads files): both go."""
@@ -369,8 +384,10 @@ def test_recorded_reads_keep_a_stale_memory(env: Env, cli, repo: Path, tmp_path:
     filler(repo)
     store = StateStore(env.state)
     state = store.load(folder.resolve())
-    state.reads = {"read_recently.md": time.time() - 3 * DAY,
-                   "read_long_ago.md": time.time() - 40 * DAY}
+    state.reads = {
+        "read_recently.md": time.time() - 3 * DAY,
+        "read_long_ago.md": time.time() - 40 * DAY,
+    }
     store.save(folder.resolve(), state)
     config = tmp_path / "config.toml"
     config.write_text(f'[watch]\nconsult_signal = "{signal}"\n')

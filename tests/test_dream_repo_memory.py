@@ -56,7 +56,11 @@ def test_no_memory_dir_is_in_the_snapshot(repo: Path) -> None:
     assert index.tokens.isdisjoint(MEMORY_PLACES.values())
     assert {"live_helper", "load_settings", "docs_only_token", "permissions"} <= index.tokens
     assert index.files == {
-        "src/app.py", "src/settings.py", "README.md", "docs/index.md", "notes/plan.md",
+        "src/app.py",
+        "src/settings.py",
+        "README.md",
+        "docs/index.md",
+        "notes/plan.md",
         ".claude/settings.json",
     }
     assert {".claude", "notes", "pkg/web/.claude", "tools"} <= index.dirs
@@ -185,8 +189,10 @@ def test_a_token_cache_saved_with_memory_files_in_it_is_not_trusted(
     as_before = SourceTokens(
         built.sources.max_bytes,
         built.sources.tokens | {"agent_memory_token"},
-        {**built.sources.files, ".claude/agent-memory/reviewer/review.md": (
-            stamp, b"agent_memory_token")},
+        {
+            **built.sources.files,
+            ".claude/agent-memory/reviewer/review.md": (stamp, b"agent_memory_token"),
+        },
     )
     again = RepoIndex.build(repo, previous=as_before)
     assert "agent_memory_token" not in again.tokens and again == RepoIndex.build(repo)
@@ -235,9 +241,7 @@ def test_a_repo_scope_memory_citing_vanished_code_is_fully_stale(
     assert result.code == 0, result.err
     [report] = json.loads(result.out)["dirs"]
     assert report["status"] == "dry_run" and report["counts"]["fresh"] == 1
-    assert [(c["file"], c["reason"]) for c in report["planned"]] == [
-        ("review_helpers.md", "stale")
-    ]
+    assert [(c["file"], c["reason"]) for c in report["planned"]] == [("review_helpers.md", "stale")]
 
 
 def test_explain_names_the_file_each_symbol_was_found_in(env: Env, cli: Cli, repo: Path) -> None:
@@ -245,8 +249,7 @@ def test_explain_names_the_file_each_symbol_was_found_in(env: Env, cli: Cli, rep
     data = json.loads(cli("explain", "--json", folder / "live_code.md").out)
     where = {r["ref"]: r.get("found_in") for r in data["refs"]}
     # README.md also names live_helper, and comes first in the walk: code is shown first.
-    assert where == {"src/app.py": None, "live_helper": "src/app.py",
-                     "load_settings": "src/app.py"}
+    assert where == {"src/app.py": None, "live_helper": "src/app.py", "load_settings": "src/app.py"}
     text = cli("explain", folder / "live_code.md").out
     assert "symbol live_helper: verifiable, found in src/app.py" in text
     write_memory(folder, "own.md", body="See `.claude/agent-memory/reviewer/live_code.md`.\n")
@@ -296,16 +299,18 @@ def test_a_real_repo_flags_the_memory_citing_removed_code_and_no_other(
     assert head == ORCHESTKIT_COMMIT, f"MEMORYD_ORCHESTKIT is at {head or 'no commit'}"
     # Hard links: the test only adds a file, and a dry run writes nothing in the tree.
     root = tmp_path / "orchestkit"
-    shutil.copytree(source, root, symlinks=True, copy_function=os.link,
-                    ignore=shutil.ignore_patterns(".git"))
+    shutil.copytree(
+        source, root, symlinks=True, copy_function=os.link, ignore=shutil.ignore_patterns(".git")
+    )
     reviewer = root / ".claude/agent-memory/ork-code-quality-reviewer"
     planted = reviewer / "review-monorepo-advisory.md"
     planted.unlink(missing_ok=True)  # a link to the checkout's file, were there one
     planted.write_text(PLANTED, encoding="utf-8")
     then = time.time() - 60 * 86400
     os.utime(planted, (then, then))
-    dirs = sorted([*root.glob(".claude/agent-memory/*"),
-                   *root.glob("docs/site/.claude/agent-memory/*")])
+    dirs = sorted(
+        [*root.glob(".claude/agent-memory/*"), *root.glob("docs/site/.claude/agent-memory/*")]
+    )
     result = cli("dream", "--dry-run", "--json", *dirs)
     assert result.code == 0, result.err
     reports = json.loads(result.out)["dirs"]
@@ -321,7 +326,8 @@ def test_a_real_repo_flags_the_memory_citing_removed_code_and_no_other(
     data = json.loads(cli("explain", "--json", reviewer / "review-v7-hooks-pr835.md").out)
     symbols = {r["ref"]: r for r in data["refs"] if r["kind"] == "symbol"}
     assert {s for s, r in symbols.items() if r["status"] == "missing"} == {
-        "_splitCompound", "normalizeCommandLegacy"
+        "_splitCompound",
+        "normalizeCommandLegacy",
     }
     for ref in symbols.values():
         if ref["status"] == "found":

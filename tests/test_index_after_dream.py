@@ -124,7 +124,7 @@ def _make_twins(
             lines = text.splitlines(keepends=True)
             at = next((i for i, ln in enumerate(lines) if ln.startswith("- [")), None)
             if at is not None:
-                lines[at:at + 1] = ["<!--\n", lines[at], "-->\n"]
+                lines[at : at + 1] = ["<!--\n", lines[at], "-->\n"]
             text = "".join(lines)
         elif hand_edit == "comment new" and new:  # the only pointer, hidden
             text += f"<!-- - [{min(new)}]({min(new)}) — hidden\n-->\n"
@@ -161,8 +161,17 @@ change = st.sampled_from(["keep", "keep", "keep", "delete", "redescribe", "renam
     changes=st.lists(change, min_size=16, max_size=16),
     new=st.sets(st.sampled_from([f"new{i}.md" for i in range(4)]), max_size=3),
     moved_picks=st.lists(st.booleans(), min_size=20, max_size=20),
-    hand_edit=st.sampled_from(["none", "prose", "pointer again", "drop pointer", "own pointer",
-                               "comment pointer", "comment new"]),
+    hand_edit=st.sampled_from(
+        [
+            "none",
+            "prose",
+            "pointer again",
+            "drop pointer",
+            "own pointer",
+            "comment pointer",
+            "comment new",
+        ]
+    ),
     young=st.sets(st.sampled_from(["young0.md", "young1.md"])),
     ghost=st.booleans(),
 )
@@ -227,8 +236,17 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
     before=st.dictionaries(st.sampled_from(NAMES), memory, min_size=1, max_size=14),
     changes=st.lists(change, min_size=16, max_size=16),
     new=st.sets(st.sampled_from([f"new{i}.md" for i in range(4)]), max_size=3),
-    hand_edit=st.sampled_from(["none", "prose", "pointer again", "drop pointer", "own pointer",
-                               "comment pointer", "comment new"]),
+    hand_edit=st.sampled_from(
+        [
+            "none",
+            "prose",
+            "pointer again",
+            "drop pointer",
+            "own pointer",
+            "comment pointer",
+            "comment new",
+        ]
+    ),
     young=st.sets(st.sampled_from(["young0.md", "young1.md"])),
     ghost=st.booleans(),
     broken=st.booleans(),
@@ -464,8 +482,9 @@ def test_a_daemon_pass_keeps_a_new_files_grace(
         path = env.home / trigger / "proj" / "memory"
         write_memory(path, "deploy.md", body=DUPLICATE, age_days=None)
         write_memory(path, "deploy-again.md", body=DUPLICATE, age_days=None)
-        write_memory(path, "other.md", body="Unrelated words about the font cache.\n",
-                     age_days=None)
+        write_memory(
+            path, "other.md", body="Unrelated words about the font cache.\n", age_days=None
+        )
         for name, age in (("deploy.md", 40), ("deploy-again.md", 30), ("other.md", 20)):
             os.utime(path / name, (now - age * 86400, now - age * 86400))
         if settled:

@@ -60,8 +60,12 @@ class Dir:
         note_own(self.own, edit, self.memories, " — ")
         # The record names only lines that are there (so the restricted edit, which sees
         # few lines, never has one to forget).
-        there = {(p.target, line_digest(p.content))
-                 for text in (self.main, self.archive) if text for p in pointer_lines(text)}
+        there = {
+            (p.target, line_digest(p.content))
+            for text in (self.main, self.archive)
+            if text
+            for p in pointer_lines(text)
+        }
         assert set(self.own.items()) <= there
 
 
@@ -250,8 +254,11 @@ def test_the_splice_keeps_every_untouched_archive_line_byte_for_byte() -> None:
     names = [f"m{i:04}.md" for i in range(3000)]
     memories = {n: Entry(n, n[:-3], "d", "project", NOW - 30 * DAY) for n in names}
     front = "".join(line.text for line in archive_frontmatter("proj", "\r\n"))  # as written now
-    archive = front + "# proj Memory Archive\r\n\r\n" + "".join(
-        f"- [{n[:-3]}]({n}) — d\r\n" for n in names)
+    archive = (
+        front
+        + "# proj Memory Archive\r\n\r\n"
+        + "".join(f"- [{n[:-3]}]({n}) — d\r\n" for n in names)
+    )
     main = "# proj Memory\n\nhand-written\n"
     held = hold(main, archive, set())
     memories["m1500.md"] = Entry("m1500.md", "m1500", "new words", "project", NOW)

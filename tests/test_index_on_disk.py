@@ -185,8 +185,9 @@ def test_budget_target_demotes_down_to_the_soft_target(env: Env, cli, tmp_path: 
     (env.config_dir / "config.toml").write_text('[index]\nbudget = "target"\n')
     folder = tmp_path / "big"
     for i in range(150):
-        write_memory(folder, f"note_{i:03d}.md", description=f"memory {i} " + "w" * 90,
-                     age_days=400 - i)
+        write_memory(
+            folder, f"note_{i:03d}.md", description=f"memory {i} " + "w" * 90, age_days=400 - i
+        )
     assert cli("index", folder).code == 0
     from memoryd.index import measure
 

@@ -1,6 +1,5 @@
 """The index editor as a pure function: pointer-line edits that never touch a person's lines."""
 
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -89,8 +88,10 @@ def test_a_template_looking_line_the_agent_wrote_wins_over_its_later_one(
     memoryd's (its state never recorded writing it), so the first wins; every other byte
     stays (CRLF, the prose between, no final newline). Also from a state that knows the file
     but has no record of memoryd's lines (one from before it kept them)."""
-    main = ("# Notes\r\n\r\n- [Old](x.md) — one\r\nsome prose\r\n- [Old again](x.md) — two\r\n"
-            "- [y](y.md) — d")
+    main = (
+        "# Notes\r\n\r\n- [Old](x.md) — one\r\nsome prose\r\n- [Old again](x.md) — two\r\n"
+        "- [y](y.md) — d"
+    )
     edit = run(main, [entry("x.md", "Old", "one"), entry("y.md")], seen=seen)
     assert edit.main == main.replace("- [Old again](x.md) — two\r\n", "")
     assert edit.collapsed == ["x.md"]
@@ -107,8 +108,7 @@ def test_memoryds_own_added_line_loses_to_a_later_agent_line() -> None:
     own: dict[str, str] = {}
     assert note_own(own, first, {e.filename: e for e in mems}, " — ") == {"x.md"}
     main = f"{first.main}- [X, in my words](x.md) — kept\n"
-    edit = run(main, mems, seen={"x.md": ("x", "d"), "y.md": ("y", "d")}, own=own,
-               separator=" -- ")
+    edit = run(main, mems, seen={"x.md": ("x", "d"), "y.md": ("y", "d")}, own=own, separator=" -- ")
     assert edit.main == "# T\n\n- [y](y.md) — d\n- [X, in my words](x.md) — kept\n"
     assert edit.collapsed == ["x.md"]
     assert note_own(own, edit, {e.filename: e for e in mems}, " -- ") == {"x.md"}
@@ -130,17 +130,28 @@ def test_a_line_memoryd_rewrote_is_its_own() -> None:
 
 def test_links_elsewhere_are_never_touched() -> None:
     """Subfolder, URL and anchor links are left alone, even when they look like memories."""
-    main = ("- [sub](sub/a.md)\n- [web](https://example.com/a.md)\n- [anchor](#top)\n"
-            "- [a](a.md) — d\n")
+    main = (
+        "- [sub](sub/a.md)\n- [web](https://example.com/a.md)\n- [anchor](#top)\n- [a](a.md) — d\n"
+    )
     edit = run(main, [entry("a.md")], seen={"sub/a.md": ("x", "y")})
     assert edit.main == main
 
 
-@pytest.mark.parametrize("raw", [
-    "../../.ssh/id_rsa", "/etc/passwd", "%2e%2e%2fsecret.md", "..%2Fsecret.md", "a\\b.md",
-    "file:///etc/passwd", "javascript:alert(1)", "．．／secret.md", "~/.ssh/id_rsa",
-    "sub/../../x.md",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "../../.ssh/id_rsa",
+        "/etc/passwd",
+        "%2e%2e%2fsecret.md",
+        "..%2Fsecret.md",
+        "a\\b.md",
+        "file:///etc/passwd",
+        "javascript:alert(1)",
+        "．．／secret.md",
+        "~/.ssh/id_rsa",
+        "sub/../../x.md",
+    ],
+)
 def test_escaping_links_are_invalid(raw: str) -> None:
     """Traversal, absolute paths, schemes, backslashes, encodings and lookalikes are invalid."""
     assert classify_link(raw).kind is LinkKind.INVALID
@@ -154,10 +165,18 @@ def test_invalid_link_is_reported_and_kept() -> None:
     assert edit.invalid_links == ["../../.ssh/id_rsa"]
 
 
-@pytest.mark.parametrize("filename", [
-    "with space.md", "paren(1).md", "quote'\"s.md", "new\nline.md", "-leading-dash.md",
-    "百分%.md", "hash#tag.md",
-])
+@pytest.mark.parametrize(
+    "filename",
+    [
+        "with space.md",
+        "paren(1).md",
+        "quote'\"s.md",
+        "new\nline.md",
+        "-leading-dash.md",
+        "百分%.md",
+        "hash#tag.md",
+    ],
+)
 def test_odd_file_names_round_trip_through_a_pointer(filename: str) -> None:
     """Names with spaces, parentheses, quotes, newlines or `%` encode so the pattern reads back."""
     line = render_pointer(filename, "n", "d", " — ")
@@ -188,8 +207,12 @@ def test_budget_demotes_oldest_into_archive_with_one_trailer() -> None:
     assert "## Moved from MEMORY.md 2026-11-30 (" in first.archive
     names = {e.filename for e in mems}
     assert verify(first.main, first.archive, names, names) == []
-    again = run(first.main, mems, archive=first.archive, seen={e.filename: (e.name, e.description)
-                                                               for e in mems})
+    again = run(
+        first.main,
+        mems,
+        archive=first.archive,
+        seen={e.filename: (e.name, e.description) for e in mems},
+    )
     assert (again.main, again.archive) == (first.main, first.archive)
 
 
@@ -233,8 +256,9 @@ def test_ownership_rules() -> None:
     assert not decide_ownership("- [a](a.md)\n", None, {}, files).managed
     assert decide_ownership("- [a](a.md)\n<!-- memoryd: manage -->", None, {}, files).managed
     assert not decide_ownership("<!-- memoryd: off -->", None, {}, set()).managed
-    tree = decide_ownership("- [cat](cat.md)\n", None, {"cat.md": "- [a](a.md)\n- [b](b.md)"},
-                            files)
+    tree = decide_ownership(
+        "- [cat](cat.md)\n", None, {"cat.md": "- [a](a.md)\n- [b](b.md)"}, files
+    )
     assert tree.managed
     assert not decide_ownership("- [a](a.md)\n", None, {}, files, override="off").managed
     assert decide_ownership("prose", None, {}, files, override="manage").managed
@@ -242,18 +266,33 @@ def test_ownership_rules() -> None:
 
 lines_st = st.lists(
     st.one_of(
-        st.sampled_from(["# Heading", "", "prose line", "* [x](x.md) own words", "> quote",
-                         "- [a](a.md) — d", "- [b](b.md)", "- [ext](https://e.x/y.md)"]),
-        st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp")),
-                max_size=20),
+        st.sampled_from(
+            [
+                "# Heading",
+                "",
+                "prose line",
+                "* [x](x.md) own words",
+                "> quote",
+                "- [a](a.md) — d",
+                "- [b](b.md)",
+                "- [ext](https://e.x/y.md)",
+            ]
+        ),
+        st.text(
+            st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp")), max_size=20
+        ),
     ),
     max_size=12,
 )
 
 
 @settings(max_examples=200, deadline=None)
-@given(lines_st, st.booleans(), st.booleans(), st.sets(st.sampled_from(["a.md", "b.md", "c.md",
-                                                                         "x.md"])))
+@given(
+    lines_st,
+    st.booleans(),
+    st.booleans(),
+    st.sets(st.sampled_from(["a.md", "b.md", "c.md", "x.md"])),
+)
 def test_hand_written_lines_survive_in_order_and_a_second_pass_is_a_no_op(
     lines: list[str], crlf: bool, final_newline: bool, files: set[str]
 ) -> None:
@@ -277,7 +316,10 @@ def test_new_pointer_goes_after_the_last_local_pointer_not_a_web_link() -> None:
     """A trailing "## Links" list of URLs is not where a new memory's pointer belongs."""
     main = "- [a](a.md) — d\n\n## Links\n- [wiki](https://example.com/wiki)\n"
     edit = run(main, [entry("a.md"), entry("b.md")])
-    assert edit.main == "- [a](a.md) — d\n- [b](b.md) — d\n\n## Links\n- [wiki](https://example.com/wiki)\n"
+    assert (
+        edit.main
+        == "- [a](a.md) — d\n- [b](b.md) — d\n\n## Links\n- [wiki](https://example.com/wiki)\n"
+    )
 
 
 def test_ownership_stays_with_memoryd_when_many_new_files_arrive() -> None:
@@ -293,30 +335,72 @@ def test_ownership_stays_with_memoryd_when_many_new_files_arrive() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([
-    "- [a](a.md)", "* [b](b.md) x", "  - [c d](c%20d.md)", "-[no](space.md)", "text [e](e.md)",
-    "\u3000- [wide](w.md)", "- [f](f.md)\r", "", "- [g](sub/g.md)", "-\t[h](h.md)",
-    "\x0b- [v](v.md)",
-]), max_size=10), st.sampled_from(["\n", "\r\n"]))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "- [a](a.md)",
+                "* [b](b.md) x",
+                "  - [c d](c%20d.md)",
+                "-[no](space.md)",
+                "text [e](e.md)",
+                "\u3000- [wide](w.md)",
+                "- [f](f.md)\r",
+                "",
+                "- [g](sub/g.md)",
+                "-\t[h](h.md)",
+                "\x0b- [v](v.md)",
+            ]
+        ),
+        max_size=10,
+    ),
+    st.sampled_from(["\n", "\r\n"]),
+)
 def test_whole_text_scan_agrees_with_line_by_line(lines: list[str], eol: str) -> None:
     """The fast whole-text pointer scan finds exactly what the line-by-line parser finds."""
     text = eol.join(lines)
-    slow = [ln.link.target for ln in split_lines(text)
-            if ln.link is not None and ln.link.kind is LinkKind.LOCAL]
+    slow = [
+        ln.link.target
+        for ln in split_lines(text)
+        if ln.link is not None and ln.link.kind is LinkKind.LOCAL
+    ]
     assert pointer_targets(text) == slow
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([
-    "- [a](a.md)", "* [b](b.md) x", "  - [c d](c%20d.md)", "-[no](space.md)", "text [e](e.md)",
-    "\u3000- [wide](w.md)", "- [f](f.md)\r", "", "- [g](sub/g.md)", "-\t[h](h.md)",
-    "\x0b- [v](v.md)", "\r- [r](r.md)", " \r\t* [s](s.md) tail\r", "- [a](a.md) again",
-]), max_size=10), st.sampled_from(["\n", "\r\n"]), st.booleans())
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "- [a](a.md)",
+                "* [b](b.md) x",
+                "  - [c d](c%20d.md)",
+                "-[no](space.md)",
+                "text [e](e.md)",
+                "\u3000- [wide](w.md)",
+                "- [f](f.md)\r",
+                "",
+                "- [g](sub/g.md)",
+                "-\t[h](h.md)",
+                "\x0b- [v](v.md)",
+                "\r- [r](r.md)",
+                " \r\t* [s](s.md) tail\r",
+                "- [a](a.md) again",
+            ]
+        ),
+        max_size=10,
+    ),
+    st.sampled_from(["\n", "\r\n"]),
+    st.booleans(),
+)
 def test_pointer_lines_agree_with_the_line_parser(lines: list[str], eol: str, end: bool) -> None:
     """The pointer lines found without splitting are the parser's, with their whole content."""
     text = eol.join(lines) + (eol if end else "")
-    slow = [(ln.link.target, ln.content) for ln in split_lines(text)
-            if ln.link is not None and ln.link.kind is LinkKind.LOCAL]
+    slow = [
+        (ln.link.target, ln.content)
+        for ln in split_lines(text)
+        if ln.link is not None and ln.link.kind is LinkKind.LOCAL
+    ]
     assert [(p.target, p.content) for p in pointer_lines(text)] == slow
 
 

@@ -17,22 +17,41 @@ def entry(filename: str, desc: str = "d", type_: str = "project", age: float = O
     return Entry(filename, filename[:-3], desc, type_, age)
 
 
-def run(main: str | None, memories: list[Entry], *, ready: set[str] | None = None,
-        view: ViewKind = ViewKind.AUTO, budget: Budget | None = None,
-        archive: str | None = None) -> IndexEdit:
+def run(
+    main: str | None,
+    memories: list[Entry],
+    *,
+    ready: set[str] | None = None,
+    view: ViewKind = ViewKind.AUTO,
+    budget: Budget | None = None,
+    archive: str | None = None,
+) -> IndexEdit:
     mems = {e.filename: e for e in memories}
-    return update_index(IndexInput(
-        main=main, archive=archive, memories=mems, present=frozenset(mems), seen={},
-        ready=frozenset(mems if ready is None else ready), heading="proj",
-        budget=budget or Budget(), now=NOW, today=date(2026, 11, 30), view=view,
-    ))
+    return update_index(
+        IndexInput(
+            main=main,
+            archive=archive,
+            memories=mems,
+            present=frozenset(mems),
+            seen={},
+            ready=frozenset(mems if ready is None else ready),
+            heading="proj",
+            budget=budget or Budget(),
+            now=NOW,
+            today=date(2026, 11, 30),
+            view=view,
+        )
+    )
 
 
 def seen_targets(text: str) -> set[str]:
     """Targets of the pointer lines in what the agent loads."""
     view = agent_view(text, ViewKind.AUTO)
-    return {line.split("](", 1)[1].split(")", 1)[0]
-            for line in view.loaded.split("\n") if line.startswith("- [")}
+    return {
+        line.split("](", 1)[1].split(")", 1)[0]
+        for line in view.loaded.split("\n")
+        if line.startswith("- [")
+    }
 
 
 COMMENTED = "# proj Memory\n\n- [a](a.md) — d\n<!--\n- [b](b.md) — old words\n-->\n\nprose\n"
@@ -74,8 +93,10 @@ def test_frontmatter_first_index() -> None:
     """Pointers in a leading `---` block are stripped by the agent: each gets one after it."""
     main = "---\n- [a](a.md) — d\n---\n- [b](b.md) — d\n"
     edit = run(main, [entry("a.md"), entry("b.md"), entry("c.md")])
-    assert edit.main == "---\n- [a](a.md) — d\n---\n- [b](b.md) — d\n- [a](a.md) — d\n" \
+    assert (
+        edit.main == "---\n- [a](a.md) — d\n---\n- [b](b.md) — d\n- [a](a.md) — d\n"
         "- [c](c.md) — d\n"
+    )
     assert edit.shadowed == {"a.md": Hidden.FRONTMATTER}
     assert seen_targets(edit.main) == {"a.md", "b.md", "c.md"}
 
@@ -96,8 +117,11 @@ def test_comment_lines_do_not_count_against_the_window() -> None:
     """200 pointers and a 30-line comment block: the agent loads all 200, nothing moves."""
     mems = [entry(f"m{i:03}.md") for i in range(200)]
     comment = "<!--\n" + "".join(f"note {i}\n" for i in range(28)) + "-->\n"
-    main = "".join(f"- [m{i:03}](m{i:03}.md) — d\n" for i in range(100)) + comment + "".join(
-        f"- [m{i:03}](m{i:03}.md) — d\n" for i in range(100, 200))
+    main = (
+        "".join(f"- [m{i:03}](m{i:03}.md) — d\n" for i in range(100))
+        + comment
+        + "".join(f"- [m{i:03}](m{i:03}.md) — d\n" for i in range(100, 200))
+    )
     edit = run(main, mems)
     assert edit.demoted == [] and edit.main == main and edit.fits_window
 
@@ -117,7 +141,8 @@ def test_over_the_window_demotes_visible_pointers_only() -> None:
     """Demotion moves pointers the agent sees; a hidden one stays where it is."""
     mems = [entry(f"m{i:03}.md", age=OLD - (250 - i) * 60) for i in range(250)]
     main = "<!--\n- [m000](m000.md) — hidden\n-->\n" + "".join(
-        f"- [m{i:03}](m{i:03}.md) — d\n" for i in range(250))
+        f"- [m{i:03}](m{i:03}.md) — d\n" for i in range(250)
+    )
     edit = run(main, mems)
     assert edit.main is not None and edit.archive is not None
     assert edit.main.startswith("<!--\n- [m000](m000.md) — hidden\n-->\n")
@@ -130,9 +155,9 @@ def test_over_the_window_demotes_visible_pointers_only() -> None:
 def test_verify_counts_only_what_the_agent_sees() -> None:
     """A memory pointed at only from inside a comment is indexed 0 times."""
     assert verify(COMMENTED, None, {"a.md", "b.md"}, {"a.md", "b.md"}) == [
-        "b.md is indexed 0 times across MEMORY.md and the archive"]
-    assert verify(COMMENTED, None, {"a.md", "b.md"}, {"a.md", "b.md"},
-                  kind=ViewKind.PLAIN) == []
+        "b.md is indexed 0 times across MEMORY.md and the archive"
+    ]
+    assert verify(COMMENTED, None, {"a.md", "b.md"}, {"a.md", "b.md"}, kind=ViewKind.PLAIN) == []
 
 
 def project_dir(env: Env) -> Path:

@@ -45,7 +45,9 @@ class Reader:
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memoryd", "log", "-f", "--json", *args],
-            env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=os.environ.copy(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         self.rows: list[dict[str, Any]] = []
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -85,8 +87,19 @@ def test_follow_sees_every_row_once_in_order_across_many_rotations(env: Env) -> 
     try:
         wait_for(lambda: "ready" in reader.whys(), timeout=30, what="the reader's first row")
         writers = [
-            subprocess.Popen([sys.executable, "-c", WRITER, str(env.audit_path), "4096",
-                              str(backups), name, "300"], env=os.environ.copy())
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    WRITER,
+                    str(env.audit_path),
+                    "4096",
+                    str(backups),
+                    name,
+                    "300",
+                ],
+                env=os.environ.copy(),
+            )
             for name in ("a", "b")
         ]
         for writer in writers:
@@ -204,27 +217,56 @@ def test_log_says_when_there_is_no_log_or_no_such_dir(env: Env, cli, tmp_path: P
 
 ROWS: list[tuple[dict[str, Any], str]] = [
     (
-        {"event": "trash.moved", "dir": PROJECT, "file": "deploy_steps.md", "id": "fa1ef06571",
-         "reason": "duplicate", "sha256": SHA, "duplicate_of": "deploy_howto.md",
-         "superseded_by": None, "stored": ".trash/2027-01-15/deploy_steps.md"},
+        {
+            "event": "trash.moved",
+            "dir": PROJECT,
+            "file": "deploy_steps.md",
+            "id": "fa1ef06571",
+            "reason": "duplicate",
+            "sha256": SHA,
+            "duplicate_of": "deploy_howto.md",
+            "superseded_by": None,
+            "stored": ".trash/2027-01-15/deploy_steps.md",
+        },
         "07:58:20 trash.moved       src-shop  deploy_steps.md  duplicate of deploy_howto.md  id "
         "fa1ef06571",
     ),
     (
-        {"event": "index.updated", "dir": PROJECT, "added": ["a.md"], "removed": [],
-         "rewritten": [], "collapsed": [], "demoted": ["x.md", "y.md", "z.md"],
-         "bytes_before": 900, "bytes_after": 700},
+        {
+            "event": "index.updated",
+            "dir": PROJECT,
+            "added": ["a.md"],
+            "removed": [],
+            "rewritten": [],
+            "collapsed": [],
+            "demoted": ["x.md", "y.md", "z.md"],
+            "bytes_before": 900,
+            "bytes_after": 700,
+        },
         "07:58:20 index.updated     src-shop  +a.md  demoted 3  (900 → 700 bytes)",
     ),
     (
-        {"event": "file.unparseable", "level": "warning", "dir": f"{HOME}/repo/.claude/memory",
-         "file": "broken.md", "problem": "malformed YAML frontmatter (line 2)"},
+        {
+            "event": "file.unparseable",
+            "level": "warning",
+            "dir": f"{HOME}/repo/.claude/memory",
+            "file": "broken.md",
+            "problem": "malformed YAML frontmatter (line 2)",
+        },
         "07:58:20 WARN file.unparseable  repo  broken.md: malformed YAML frontmatter (line 2)",
     ),
     (
-        {"event": "dream.completed", "dir": f"{HOME}/.claude/agent-memory/reviewer",
-         "pass_id": "p-123", "status": "completed", "saved": 0, "deleted": 2, "flagged": 1,
-         "kept": 0, "duration_ms": 41},
+        {
+            "event": "dream.completed",
+            "dir": f"{HOME}/.claude/agent-memory/reviewer",
+            "pass_id": "p-123",
+            "status": "completed",
+            "saved": 0,
+            "deleted": 2,
+            "flagged": 1,
+            "kept": 0,
+            "duration_ms": 41,
+        },
         "07:58:20 dream.completed   agent/reviewer  2 moved, 1 flagged  41 ms",
     ),
     (
@@ -232,8 +274,7 @@ ROWS: list[tuple[dict[str, Any], str]] = [
         "07:58:20 daemon.started    memoryd 0.1.0, 12 dirs",
     ),
     (
-        {"event": "something.new", "dir": "/srv/notes", "count": 3, "empty": "",
-         "digest": SHA},
+        {"event": "something.new", "dir": "/srv/notes", "count": 3, "empty": "", "digest": SHA},
         "07:58:20 something.new     /srv/notes  count=3",
     ),
 ]
@@ -274,8 +315,10 @@ def test_local_time_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TZ", "Asia/Kolkata")
     time.tzset()
     try:
-        line = render_row({"ts": TS, "event": "daemon.stopped", "level": "info",
-                           "reason": "signal"}, View(now=NOW, home=HOME))
+        line = render_row(
+            {"ts": TS, "event": "daemon.stopped", "level": "info", "reason": "signal"},
+            View(now=NOW, home=HOME),
+        )
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
@@ -321,10 +364,24 @@ def _summary_rows() -> list[dict[str, Any]]:
         {"event": "trash.moved", "dir": PROJECT, "file": "a.md", "reason": "duplicate"},
         {"event": "trash.moved", "dir": PROJECT, "file": "b.md", "reason": "duplicate"},
         {"event": "trash.moved", "dir": PROJECT, "file": "c.md", "reason": "contradiction"},
-        {"event": "index.updated", "dir": PROJECT, "added": ["n1.md", "n2.md"],
-         "removed": ["a.md", "b.md", "c.md"], "rewritten": [], "collapsed": [], "demoted": []},
-        {"event": "index.updated", "dir": PROJECT, "added": ["n3.md", "n4.md", "n5.md"],
-         "removed": [], "rewritten": [], "collapsed": [], "demoted": []},
+        {
+            "event": "index.updated",
+            "dir": PROJECT,
+            "added": ["n1.md", "n2.md"],
+            "removed": ["a.md", "b.md", "c.md"],
+            "rewritten": [],
+            "collapsed": [],
+            "demoted": [],
+        },
+        {
+            "event": "index.updated",
+            "dir": PROJECT,
+            "added": ["n3.md", "n4.md", "n5.md"],
+            "removed": [],
+            "rewritten": [],
+            "collapsed": [],
+            "demoted": [],
+        },
         {"event": "index.demoted", "dir": PROJECT, "files": ["x"] * 12, "count": 12},
         {"event": "file.unparseable", "dir": PROJECT, "file": "bad1.md", "problem": "p"},
         {"event": "file.unparseable", "dir": PROJECT, "file": "bad2.md", "problem": "p"},
@@ -340,8 +397,9 @@ def _summary_rows() -> list[dict[str, Any]]:
 
 def test_summary_says_what_memoryd_did_per_dir() -> None:
     """Sentences with counts per dir, what needs a person after `;`; unknown events counted."""
-    text = render_summary(_summary_rows(), View(now=NOW, home=HOME, utc=True, width=120),
-                          since=NOW - 86400)
+    text = render_summary(
+        _summary_rows(), View(now=NOW, home=HOME, utc=True, width=120), since=NOW - 86400
+    )
     assert text.splitlines() == [
         "memoryd since Jan 14 08:00Z (24 h ago): 15 rows, 3 dirs.",
         "src-shop (~/.claude/projects/-home-ann-src-shop/memory)",
@@ -359,12 +417,14 @@ def test_summary_says_what_memoryd_did_per_dir() -> None:
 
 
 def test_summary_at_80_columns_wraps_and_says_nothing_logged() -> None:
-    narrow = render_summary(_summary_rows(), View(now=NOW, home=HOME, utc=True, width=80),
-                            since=None)
+    narrow = render_summary(
+        _summary_rows(), View(now=NOW, home=HOME, utc=True, width=80), since=None
+    )
     assert all(len(line) <= 80 for line in narrow.splitlines())
     assert narrow.startswith("memoryd in the whole log: 15 rows")
     assert render_summary([], View(now=NOW, home=HOME), since=NOW - 3600).startswith(
-        "Nothing logged since")
+        "Nothing logged since"
+    )
 
 
 def test_cli_summary_defaults_to_the_last_day(env: Env, cli) -> None:

@@ -48,13 +48,18 @@ def test_fast_path_agrees_with_yaml_on_quoting() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('name: x\ndescription: "a: b"\nmetadata:\n  type: user\n  id: 1-2',
-         {"name": "x", "description": "a: b", "metadata": {"type": "user", "id": "1-2"}}),
+        (
+            'name: x\ndescription: "a: b"\nmetadata:\n  type: user\n  id: 1-2',
+            {"name": "x", "description": "a: b", "metadata": {"type": "user", "id": "1-2"}},
+        ),
         ("a:\nb: c\nd:", {"a": "", "b": "c", "d": ""}),
         ("name: x  \ntype: user", {"name": "x", "type": "user"}),
         ("name: x\r\nmetadata:\r\n  type: user\r", {"name": "x", "metadata": {"type": "user"}}),
         ("metadata:\n\n  type: user", {"metadata": {"type": "user"}}),
-        ("a: it's \"fine\"\nb: C#\nc: http://x/y", {"a": 'it\'s "fine"', "b": "C#", "c": "http://x/y"}),
+        (
+            'a: it\'s "fine"\nb: C#\nc: http://x/y',
+            {"a": 'it\'s "fine"', "b": "C#", "c": "http://x/y"},
+        ),
         ("description: a: b", None),
         ("name: x:", None),
         ("name: ~", None),
@@ -84,8 +89,16 @@ def test_flat_reading_of_common_and_near_common_shapes(
         (b"---\n" + b"a: b\n" * 28 + b"description: d\n---\n", "d"),
         (b"---\n" + b"a: b\n" * 29 + b"description: d\n---\n", None),
     ],
-    ids=["dots", "trailing-blanks", "at-end", "crlf", "rule", "dashes-then-text", "line-30",
-         "line-31"],
+    ids=[
+        "dots",
+        "trailing-blanks",
+        "at-end",
+        "crlf",
+        "rule",
+        "dashes-then-text",
+        "line-30",
+        "line-31",
+    ],
 )
 def test_frontmatter_closes_at_the_first_closing_line_within_30(
     data: bytes, description: str | None
@@ -108,8 +121,10 @@ def test_bom_is_skipped_and_bad_utf8_offsets_count_after_it() -> None:
 
 def test_hash_inside_a_plain_description_is_text_not_a_comment() -> None:
     """`review of #2041 dedup` keeps its `#2041`: YAML would cut it as a comment."""
-    data = (b"---\nname: review-2041\ndescription: Adversarial review of #2041 cc-watch dedup\n"
-            b"metadata:\n  type: project\n---\nbody\n")
+    data = (
+        b"---\nname: review-2041\ndescription: Adversarial review of #2041 cc-watch dedup\n"
+        b"metadata:\n  type: project\n---\nbody\n"
+    )
     parsed = parse_memory("r.md", data)
     assert isinstance(parsed, Memory)
     assert parsed.description == "Adversarial review of #2041 cc-watch dedup"
@@ -148,8 +163,9 @@ def test_no_frontmatter_is_not_a_memory() -> None:
 
 def test_colon_inside_a_flat_value_is_read_leniently() -> None:
     """Real agents write `: ` inside descriptions; strict YAML refuses, memoryd reads it."""
-    data = (b"---\nname: x\ndescription: don't type it as `: object`; leave it\n"
-            b"type: feedback\n---\n")
+    data = (
+        b"---\nname: x\ndescription: don't type it as `: object`; leave it\ntype: feedback\n---\n"
+    )
     parsed = parse_memory("x.md", data)
     assert isinstance(parsed, Memory)
     assert parsed.description == "don't type it as `: object`; leave it"
@@ -232,8 +248,9 @@ def test_any_bytes_give_a_value(data: bytes) -> None:
 @given(
     st.dictionaries(
         st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True),
-        st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp")),
-                max_size=30),
+        st.text(
+            st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp")), max_size=30
+        ),
         max_size=5,
     )
 )

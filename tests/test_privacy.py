@@ -37,9 +37,7 @@ def _plant(repo: Path) -> Path:
     return folder
 
 
-def test_no_memory_text_in_the_audit_log_or_command_output(
-    env: Env, cli, tmp_path: Path
-) -> None:
+def test_no_memory_text_in_the_audit_log_or_command_output(env: Env, cli, tmp_path: Path) -> None:
     """Index, dream (with a circuit-breaker refusal and a guard), dirs and log: the marker
     planted in body paths, a YAML tag and a description appears in no audit row and no
     stderr, the tag and the description in no stdout either. The dream report on the

@@ -286,9 +286,7 @@ def test_project_filter(env: Env, mem: Path, tmp_path: Path) -> None:
         e.refresh()
         assert set(files(e.results(e.search("deploy")))) == {"project_deploy_flow.md", "deploy.md"}
         assert files(e.results(e.search("deploy", project="other"))) == ["deploy.md"]
-        assert files(e.results(e.search("deploy", project=str(mem)))) == [
-            "project_deploy_flow.md"
-        ]
+        assert files(e.results(e.search("deploy", project=str(mem)))) == ["project_deploy_flow.md"]
 
 
 # --- matching -----------------------------------------------------------------------------------
@@ -313,9 +311,7 @@ def test_snippet_marks_the_matches(env: Env, mem: Path) -> None:
 
 
 # --- unparseable and other files ----------------------------------------------------------------
-def test_unparseable_files_are_excluded_with_why_and_never_crash(
-    env: Env, mem: Path, cli
-) -> None:
+def test_unparseable_files_are_excluded_with_why_and_never_crash(env: Env, mem: Path, cli) -> None:
     """Bad YAML, binary data, a FIFO, a symlink, a file over the limit and a note without
     frontmatter are not searched; each is listed with why, and search still answers."""
     (mem / "bad_yaml.md").write_text("---\nname: [deploy\n---\ndeploy\n")
@@ -603,9 +599,7 @@ def test_an_index_another_process_updated_is_read_again(env: Env, mem: Path) -> 
         assert [r.file for r in reader.match('"quince"')] == ["late.md"]
 
 
-def test_a_state_dir_that_cannot_hold_the_index_is_a_warning(
-    env: Env, mem: Path, cli
-) -> None:
+def test_a_state_dir_that_cannot_hold_the_index_is_a_warning(env: Env, mem: Path, cli) -> None:
     """With no room for the index in the state dir (its folder is a file), search still
     answers from the files, with a warning naming the place."""
     env.state.mkdir(parents=True)

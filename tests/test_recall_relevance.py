@@ -139,9 +139,7 @@ def engine(env: Env, tmp_path: Path) -> Engine:
         when = NOW - age * DAY
         os.utime(path, (when, when))
     # The stale line is far out: this measures relevance, not the unconfirmed ordering.
-    return Engine(
-        [memory_dir_at(folder, Config())], env.state, clock=lambda: NOW, stale_after=1e9
-    )
+    return Engine([memory_dir_at(folder, Config())], env.state, clock=lambda: NOW, stale_after=1e9)
 
 
 def test_recall_at_3_is_at_least_90_percent(engine: Engine) -> None:

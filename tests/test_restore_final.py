@@ -114,22 +114,40 @@ def _place_input(main: str, place: Place | None) -> IndexInput:
     ("place", "expected"),
     [
         # Its neighbour is there: right after it.
-        (Place("- [A](a.md)", "## One"), "## One\r\n- [A](a.md)\r\n- [Back](back.md) — mine\r\n"
-         "- [B](b.md)\r\n\r\n## Two\r\nprose\r\n- [C](c.md)"),
+        (
+            Place("- [A](a.md)", "## One"),
+            "## One\r\n- [A](a.md)\r\n- [Back](back.md) — mine\r\n"
+            "- [B](b.md)\r\n\r\n## Two\r\nprose\r\n- [C](c.md)",
+        ),
         # The neighbour is gone: at the end of its heading's section.
-        (Place("- [Gone](gone.md)", "## One"), "## One\r\n- [A](a.md)\r\n- [B](b.md)\r\n"
-         "- [Back](back.md) — mine\r\n\r\n## Two\r\nprose\r\n- [C](c.md)"),
+        (
+            Place("- [Gone](gone.md)", "## One"),
+            "## One\r\n- [A](a.md)\r\n- [B](b.md)\r\n"
+            "- [Back](back.md) — mine\r\n\r\n## Two\r\nprose\r\n- [C](c.md)",
+        ),
         # It was the first under its heading: before the section's first pointer.
-        (Place(None, "## Two"), "## One\r\n- [A](a.md)\r\n- [B](b.md)\r\n\r\n## Two\r\nprose\r\n"
-         "- [Back](back.md) — mine\r\n- [C](c.md)"),
+        (
+            Place(None, "## Two"),
+            "## One\r\n- [A](a.md)\r\n- [B](b.md)\r\n\r\n## Two\r\nprose\r\n"
+            "- [Back](back.md) — mine\r\n- [C](c.md)",
+        ),
         # The last section, no final newline: the person's missing newline stays missing.
-        (Place("- [C](c.md)", "## Two"), "## One\r\n- [A](a.md)\r\n- [B](b.md)\r\n\r\n## Two\r\n"
-         "prose\r\n- [C](c.md)\r\n- [Back](back.md) — mine"),
+        (
+            Place("- [C](c.md)", "## Two"),
+            "## One\r\n- [A](a.md)\r\n- [B](b.md)\r\n\r\n## Two\r\n"
+            "prose\r\n- [C](c.md)\r\n- [Back](back.md) — mine",
+        ),
         # Neither neighbour nor heading: after the last pointer, as for any new pointer.
-        (Place("- [Gone](gone.md)", "## Gone"), "## One\r\n- [A](a.md)\r\n- [B](b.md)\r\n\r\n"
-         "## Two\r\nprose\r\n- [C](c.md)\r\n- [Back](back.md) — mine"),
-        (None, "## One\r\n- [A](a.md)\r\n- [B](b.md)\r\n\r\n## Two\r\nprose\r\n- [C](c.md)\r\n"
-         "- [Back](back.md) — mine"),  # an old manifest, with no place
+        (
+            Place("- [Gone](gone.md)", "## Gone"),
+            "## One\r\n- [A](a.md)\r\n- [B](b.md)\r\n\r\n"
+            "## Two\r\nprose\r\n- [C](c.md)\r\n- [Back](back.md) — mine",
+        ),
+        (
+            None,
+            "## One\r\n- [A](a.md)\r\n- [B](b.md)\r\n\r\n## Two\r\nprose\r\n- [C](c.md)\r\n"
+            "- [Back](back.md) — mine",
+        ),  # an old manifest, with no place
     ],
 )
 def test_a_restored_pointer_goes_back_where_it_sat(place: Place | None, expected: str) -> None:
@@ -158,9 +176,32 @@ def _six_stale(folder: Path) -> list[str]:
     names = [f"stale_{i}.md" for i in range(6)]
     for name in names:
         write_memory(folder, name, body=f"Lived in `src/gone_{name[6]}.py`.\n", age_days=60)
-    topics = ["anchor", "barley", "canyon", "dolphin", "ember", "fjord", "glacier", "harbor",
-              "iris", "jasper", "kestrel", "lantern", "meadow", "nectar", "orchid", "pebble",
-              "quartz", "raven", "saffron", "tundra", "umber", "violet", "willow", "yarrow"]
+    topics = [
+        "anchor",
+        "barley",
+        "canyon",
+        "dolphin",
+        "ember",
+        "fjord",
+        "glacier",
+        "harbor",
+        "iris",
+        "jasper",
+        "kestrel",
+        "lantern",
+        "meadow",
+        "nectar",
+        "orchid",
+        "pebble",
+        "quartz",
+        "raven",
+        "saffron",
+        "tundra",
+        "umber",
+        "violet",
+        "willow",
+        "yarrow",
+    ]
     for topic in topics:  # 30 memories: the circuit breaker lets 6 go
         write_memory(folder, f"{topic}.md", body=f"{topic} {topic}s {topic}-like\n")
     return names
@@ -214,9 +255,7 @@ def test_a_path_means_its_newest_entry_still_in_the_trash(
     assert (folder / "stale.md").read_text().endswith("Now in `src/removed_too.py`.\n")
 
 
-def test_an_already_restored_id_says_when_and_what_it_is_now(
-    env: Env, cli, folder: Path
-) -> None:
+def test_an_already_restored_id_says_when_and_what_it_is_now(env: Env, cli, folder: Path) -> None:
     write_memory(folder, "stale.md", body="Lived in `src/removed.py`.\n", age_days=60)
     [change] = _dream(cli, folder)["changes"]
     write_memory(folder, "stale.md", body="a new one\n")
@@ -250,15 +289,21 @@ def test_the_daemons_pile_up_passes_leave_a_restored_memory_alone(tmp_path: Path
         passes = len(running.rows("dream.completed"))
         write_memory(folder, "a.md", body="anchor anchors\n")
         write_memory(folder, "b.md", body="barley fields\n")
-        wait_for(lambda: len(running.rows("dream.completed")) > passes, timeout=30,
-                 what="a pass after the restore")
+        wait_for(
+            lambda: len(running.rows("dream.completed")) > passes,
+            timeout=30,
+            what="a pass after the restore",
+        )
         assert running.stop() == 0
         running = start(tmp_path, name="pin", pile_up=2)  # a restart: the pin is on disk
         passes = len(running.rows("dream.completed"))
         write_memory(folder, "c.md", body="canyon walls\n")
         write_memory(folder, "d.md", body="dolphin pods\n")
-        wait_for(lambda: len(running.rows("dream.completed")) > passes, timeout=30,
-                 what="a pass after the restart")
+        wait_for(
+            lambda: len(running.rows("dream.completed")) > passes,
+            timeout=30,
+            what="a pass after the restart",
+        )
         time.sleep(0.5)
         assert [r["file"] for r in running.rows("trash.moved")] == ["project_clean_fork.md"]
         assert (folder / "project_clean_fork.md").read_text().endswith(FORK)

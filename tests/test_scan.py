@@ -43,7 +43,10 @@ def test_incremental_scan_equals_a_full_scan_after_random_changes(tmp_path: Path
                 write_memory(folder, name, description=f"round {round_}", age_days=None)
             elif action == "odd":
                 odd: list[Callable[[Path], object]] = [
-                    os.mkfifo, Path.mkdir, lambda p: p.write_text("---\nname: [x\n---\n")]
+                    os.mkfifo,
+                    Path.mkdir,
+                    lambda p: p.write_text("---\nname: [x\n---\n"),
+                ]
                 rng.choice(odd)(path)
             elif action == "conflict":
                 changed.add(name)  # the unlink above

@@ -182,9 +182,7 @@ def test_a_changed_file_is_said_again_and_a_cleaned_one_is_forgotten(
     write_memory(folder, "user_a.md", type_="user", body=template.format(value) + "\n")
     assert cli("dream", repo).code == 0
     assert said() == 3
-    assert all(
-        r["kind"] == kind for r in env.audit_rows() if r["event"] == "memory.secret_found"
-    )
+    assert all(r["kind"] == kind for r in env.audit_rows() if r["event"] == "memory.secret_found")
 
 
 def test_the_separator_search_finds_what_the_plain_pattern_finds() -> None:

@@ -20,13 +20,22 @@ COMMAND = ["/opt/memoryd venv/bin/memoryd"]
 def test_unit_has_the_design_settings() -> None:
     """Type=notify, restart on failure, umask, nice, idle I/O, no new privileges, no ProtectHome."""
     unit = service.render_unit(COMMAND, Path("/home/me/.config/memoryd/config.toml"))
-    lines = {line.split("=", 1)[0]: line.split("=", 1)[1] for line in unit.splitlines()
-             if "=" in line and not line.startswith("#")}
+    lines = {
+        line.split("=", 1)[0]: line.split("=", 1)[1]
+        for line in unit.splitlines()
+        if "=" in line and not line.startswith("#")
+    }
     assert lines["Type"] == "notify"
-    assert lines["ExecStart"] == ('"/opt/memoryd venv/bin/memoryd" --config '
-                                  "/home/me/.config/memoryd/config.toml run")
-    for key, value in {"Restart": "on-failure", "UMask": "0077", "Nice": "10",
-                       "IOSchedulingClass": "idle", "NoNewPrivileges": "yes"}.items():
+    assert lines["ExecStart"] == (
+        '"/opt/memoryd venv/bin/memoryd" --config /home/me/.config/memoryd/config.toml run'
+    )
+    for key, value in {
+        "Restart": "on-failure",
+        "UMask": "0077",
+        "Nice": "10",
+        "IOSchedulingClass": "idle",
+        "NoNewPrivileges": "yes",
+    }.items():
         assert lines[key] == value
     assert "WatchdogSec" in lines
     assert "ProtectHome" not in lines
@@ -45,8 +54,9 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     unit.write_text(service.render_unit([str(exe)], None))
     # Verified in system scope: `--user` needs a running user manager, which CI lacks; the
     # unit's directives are the same in both scopes.
-    result = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(
+        [tool, "verify", str(unit)], capture_output=True, text=True, check=False
+    )
     if "Failed to initialize manager" in result.stderr:
         pytest.skip(f"systemd-analyze cannot start a manager here: {result.stderr.strip()}")
     assert result.returncode == 0, result.stderr
@@ -55,8 +65,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
 
 def test_plist_parses_and_has_the_design_keys() -> None:
     """The plist parses with plistlib and carries RunAtLoad, KeepAlive, Background, logs, Umask."""
-    data = plistlib.loads(service.render_plist(COMMAND, Path("/c & d/config.toml"),
-                                               PATHS).encode())
+    data = plistlib.loads(service.render_plist(COMMAND, Path("/c & d/config.toml"), PATHS).encode())
     assert data["Label"] == service.LABEL
     assert data["ProgramArguments"] == [*COMMAND, "--config", "/c & d/config.toml", "run"]
     assert data["RunAtLoad"] is True
@@ -74,14 +83,18 @@ def test_install_dry_run_prints_file_and_commands(env: Env, cli, manager: str) -
     result = cli("service", "install", "--dry-run", "--manager", manager)
     assert result.code == 0, result.err
     assert "# would write" in result.out
-    assert ("systemctl --user enable --now memoryd.service" in result.out
-            if manager == "systemd" else "launchctl bootstrap gui/" in result.out)
+    assert (
+        "systemctl --user enable --now memoryd.service" in result.out
+        if manager == "systemd"
+        else "launchctl bootstrap gui/" in result.out
+    )
     assert "ExecStart=/" in result.out or "<string>/" in result.out  # an absolute program
     assert tree_digest(env.home) == before
 
 
-def test_missing_service_manager_names_the_manual_steps(env: Env, cli,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_service_manager_names_the_manual_steps(
+    env: Env, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without systemctl on PATH, install fails with exit 1 and says what to do by hand."""
     monkeypatch.setenv("PATH", "/nonexistent")
     result = cli("service", "install", "--manager", "systemd")
@@ -97,8 +110,15 @@ def test_demo_runs_in_a_sandbox_and_leaves_nothing(env: Env, cli) -> None:
     before_tmp = set(Path(tempfile.gettempdir()).glob("memoryd-demo-*"))
     result = cli("demo")
     assert result.code == 0, result.err
-    for expected in ("+- [API rate limits](api_limits.md)", "Dream report", "duplicate",
-                     "stale", "contradiction", "trash.moved", "restored"):
+    for expected in (
+        "+- [API rate limits](api_limits.md)",
+        "Dream report",
+        "duplicate",
+        "stale",
+        "contradiction",
+        "trash.moved",
+        "restored",
+    ):
         assert expected in result.out, expected
     assert tree_digest(env.home) == before_home
     assert set(Path(tempfile.gettempdir()).glob("memoryd-demo-*")) == before_tmp
@@ -189,11 +209,14 @@ def test_a_failed_uninstall_says_what_is_left_not_the_install_steps(
     assert not _unit(env).exists() and not os.path.lexists(wants / service.UNIT_NAME)
 
 
-@pytest.mark.parametrize(("says", "code"), [
-    ("Failed to connect to bus: No medium found", 1),
-    ("Unit memoryd.service could not be found.", 4),
-    ("", 3),  # inactive
-])
+@pytest.mark.parametrize(
+    ("says", "code"),
+    [
+        ("Failed to connect to bus: No medium found", 1),
+        ("Unit memoryd.service could not be found.", 4),
+        ("", 3),  # inactive
+    ],
+)
 def test_service_status_exits_non_zero_when_the_manager_says_so(
     env: Env, cli, fake_manager: Path, monkeypatch: pytest.MonkeyPatch, says: str, code: int
 ) -> None:

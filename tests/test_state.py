@@ -180,7 +180,6 @@ def test_a_line_another_process_appends_meanwhile_is_not_taken_for_ours(
     store must not keep its own copy as if the log held only its change."""
     import os
 
-
     store, folder, state = saved_once(tmp_path, 10, known=True)
     theirs_store = StateStore(tmp_path)
     theirs = theirs_store.load(folder)
@@ -267,18 +266,26 @@ def _all_state_files(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
     store.save_repo_tokens(folder, b"tokens")
     store.readers_path(folder).touch()
     root = tmp_path / "dirs"
-    files = {"base": next(root.glob("*.json")), "log": next(root.glob("*.log")),
-             "cache": next(root.glob("*.cache")), "facts": next(root.glob("*.facts")),
-             "readers": store.readers_path(folder),
-             "tokens": next((tmp_path / "repos").glob("*.tokens"))}
+    files = {
+        "base": next(root.glob("*.json")),
+        "log": next(root.glob("*.log")),
+        "cache": next(root.glob("*.cache")),
+        "facts": next(root.glob("*.facts")),
+        "readers": store.readers_path(folder),
+        "tokens": next((tmp_path / "repos").glob("*.tokens")),
+    }
     return folder, files
 
 
 def _use_every_file(store: StateStore, folder: Path) -> tuple[DirState, object, object, object]:
     with store.reading(folder):
         pass
-    return (store.load(folder), store.load_cache(folder), store.load_facts(folder),
-            store.load_repo_tokens(folder))
+    return (
+        store.load(folder),
+        store.load_cache(folder),
+        store.load_facts(folder),
+        store.load_repo_tokens(folder),
+    )
 
 
 @pytest.mark.timeout(30)  # the old code waited on the FIFO for ever
@@ -326,8 +333,9 @@ def test_a_fifo_as_the_state_log_is_done_without_and_replaced(tmp_path: Path) ->
     said: list[tuple[Path, str]] = []
     store = StateStore(tmp_path, on_damaged=lambda p, why: said.append((p, why)))
     state = store.load(folder)
-    assert state.seen == seen_of(3) and said == [(files["log"], "it is a FIFO (named pipe), "
-                                                  "not a regular file")]
+    assert state.seen == seen_of(3) and said == [
+        (files["log"], "it is a FIFO (named pipe), not a regular file")
+    ]
     state.seen["m2.md"] = ["m2", "after"]
     store.save(folder, state, seen_changed={"m2.md"})
     assert not files["log"].exists() and StateStore(tmp_path).load(folder) == state

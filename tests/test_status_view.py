@@ -19,17 +19,49 @@ PROJECT = f"{HOME}/.claude/projects/-home-ann-src-shop/memory"
 
 def _status(**over: object) -> Status:
     rows = [
-        DirRow(PROJECT, "project", 12, "updated", 3, True, "2027-01-15T07:57:00Z",
-               "2027-01-15T05:00:00Z", "completed", "ok"),
-        DirRow(f"{HOME}/.claude/agent-memory/reviewer", "agent", 40, "unmanaged", 0, False, None,
-               None, None, "polling"),
+        DirRow(
+            PROJECT,
+            "project",
+            12,
+            "updated",
+            3,
+            True,
+            "2027-01-15T07:57:00Z",
+            "2027-01-15T05:00:00Z",
+            "completed",
+            "ok",
+        ),
+        DirRow(
+            f"{HOME}/.claude/agent-memory/reviewer",
+            "agent",
+            40,
+            "unmanaged",
+            0,
+            False,
+            None,
+            None,
+            None,
+            "polling",
+        ),
     ]
-    doc = {"pid": 77, "version": "0.1.0", "started": "2027-01-15T05:00:00+00:00",
-           "heartbeat": "2027-01-15T07:59:56+00:00", "heartbeat_every": 15.0, "dirs": []}
+    doc = {
+        "pid": 77,
+        "version": "0.1.0",
+        "started": "2027-01-15T05:00:00+00:00",
+        "heartbeat": "2027-01-15T07:59:56+00:00",
+        "heartbeat_every": 15.0,
+        "dirs": [],
+    }
     fields: dict[str, object] = {
-        "running": True, "pid": 77, "fresh": True, "heartbeat_age_s": 4.0, "status": doc,
-        "dirs": rows, "audit_log": f"{HOME}/.local/state/memoryd/log/audit.jsonl",
-        "config": "built-in defaults", "lock_file": f"{HOME}/.local/state/memoryd/memoryd.lock",
+        "running": True,
+        "pid": 77,
+        "fresh": True,
+        "heartbeat_age_s": 4.0,
+        "status": doc,
+        "dirs": rows,
+        "audit_log": f"{HOME}/.local/state/memoryd/log/audit.jsonl",
+        "config": "built-in defaults",
+        "lock_file": f"{HOME}/.local/state/memoryd/memoryd.lock",
     }
     fields.update(over)
     return Status(**fields)  # type: ignore[arg-type]
@@ -71,8 +103,9 @@ def test_running_status_fits_80_columns() -> None:
 def test_stopped_status_says_where_things_are_and_shows_dirs_from_disk() -> None:
     stopped = _status(running=False, pid=None, fresh=False, from_disk=True)
     text = render(stopped, View(now=NOW, home=HOME, utc=True, width=100))
-    assert text.startswith("memoryd is not running (nothing holds "
-                           "~/.local/state/memoryd/memoryd.lock).\n")
+    assert text.startswith(
+        "memoryd is not running (nothing holds ~/.local/state/memoryd/memoryd.lock).\n"
+    )
     assert "Its last heartbeat was 4 s ago (pid 77)." not in text  # the beat's own time
     assert "Its last heartbeat was just now (pid 77)." in text
     assert "Audit log: ~/.local/state/memoryd/log/audit.jsonl" in text
@@ -121,9 +154,14 @@ def test_a_running_daemon_counts_unmanaged_files_and_shows_its_queue(
                 return {}
             return {Path(d["real_path"]).parent.name: d for d in doc["dirs"]}
 
-        wait_for(lambda: dirs().get(theirs.parent.name, {}).get("index") == "unmanaged"
-                 and dirs().get(mine.parent.name, {}).get("index") == "updated",
-                 timeout=60, what="both dirs indexed in a heartbeat")
+        wait_for(
+            lambda: (
+                dirs().get(theirs.parent.name, {}).get("index") == "unmanaged"
+                and dirs().get(mine.parent.name, {}).get("index") == "updated"
+            ),
+            timeout=60,
+            what="both dirs indexed in a heartbeat",
+        )
         now = dirs()
         assert now[theirs.parent.name]["files"] == 4
         assert now[theirs.parent.name]["queued"] is False

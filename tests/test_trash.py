@@ -265,9 +265,20 @@ def test_nothing_is_purged_listed_or_restored_through_a_symlinked_trash(
     (elsewhere / "2020-01-01").mkdir(parents=True)
     (elsewhere / "2020-01-01" / "keep.txt").write_text("not memoryd's\n")
     (elsewhere / "2020-01-01" / trash.MANIFEST).write_text(
-        json.dumps({"id": "x1", "original_name": "k.md", "stored_name": "keep.txt",
-                    "day": "2020-01-01", "sha256": "0", "size": 1, "reason": "stale",
-                    "pass_id": "p", "time": "t"}) + "\n"
+        json.dumps(
+            {
+                "id": "x1",
+                "original_name": "k.md",
+                "stored_name": "keep.txt",
+                "day": "2020-01-01",
+                "sha256": "0",
+                "size": 1,
+                "reason": "stale",
+                "pass_id": "p",
+                "time": "t",
+            }
+        )
+        + "\n"
     )
     (folder / ".trash").symlink_to(elsewhere)
     dry = cli("trash", "purge", "--dry-run", folder)
@@ -341,8 +352,9 @@ def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)
     rt = env.runtime()
-    md = dc_replace(explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo,
-                    repo_reason="test")
+    md = dc_replace(
+        explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo, repo_reason="test"
+    )
     real_crash_point = fsops.crash_point
     monkeypatch.setattr(fsops, "crash_point", crash_at("trash.after_move"))
     with pytest.raises(InjectedCrash):
@@ -456,8 +468,9 @@ def _pass(rt: Runtime, repo: Path) -> Path:
 
     from memoryd.dream.run import RepoCache, dream_dir
 
-    md = dc_replace(explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo,
-                    repo_reason="test")
+    md = dc_replace(
+        explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo, repo_reason="test"
+    )
     housekeeping.rotate(rt, [md])
     result = dream_dir(rt, md, repos=RepoCache())
     assert [r.original_name for r in result.moved] == ["stale.md"]
@@ -469,8 +482,9 @@ def _as_the_clock_wrote_it(day: Path, wall: float) -> None:
     time from the system clock, which the test cannot set)."""
     stamp = datetime.fromtimestamp(wall).astimezone().isoformat(timespec="seconds")
     rows = [json.loads(line) for line in (day / trash.MANIFEST).read_text().splitlines()]
-    (day / trash.MANIFEST).write_text("".join(json.dumps({**r, "time": stamp}) + "\n"
-                                              for r in rows))
+    (day / trash.MANIFEST).write_text(
+        "".join(json.dumps({**r, "time": stamp}) + "\n" for r in rows)
+    )
 
 
 def _rotate(rt: Runtime, repo: Path, **kw: object) -> housekeeping.Rotation:
@@ -540,8 +554,11 @@ def test_todays_folder_is_never_purged_even_by_older_than_0d(env: Env, cli, repo
     assert result.code == 0 and day.is_dir() and "purged" not in result.out
 
 
-@pytest.mark.parametrize("manifest", [None, b"", b"not json\n", b'{"id": "x"}\n'],
-                         ids=["no manifest", "empty", "not JSON", "no valid record"])
+@pytest.mark.parametrize(
+    "manifest",
+    [None, b"", b"not json\n", b'{"id": "x"}\n'],
+    ids=["no manifest", "empty", "not JSON", "no valid record"],
+)
 def test_a_planted_folder_without_a_manifest_is_kept_and_reported_once(
     env: Env, cli, repo: Path, manifest: bytes | None
 ) -> None:
@@ -591,9 +608,17 @@ def _hostile_row(folder: Path, outside: Path, field_name: str, value: str) -> tu
         data = (outside / "victim.txt").read_bytes()
     if value == "ORIGINAL-OUTSIDE":  # lands exactly in `outside` when taken as a path
         value = os.path.relpath(outside / "x.md", folder)
-    row = {"id": "ab12cd34ef", "original_name": "victim.md", "stored_name": "victim.md",
-           "day": day.name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
-           "reason": "stale", "pass_id": "p", "time": datetime.now().astimezone().isoformat()}
+    row = {
+        "id": "ab12cd34ef",
+        "original_name": "victim.md",
+        "stored_name": "victim.md",
+        "day": day.name,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "reason": "stale",
+        "pass_id": "p",
+        "time": datetime.now().astimezone().isoformat(),
+    }
     row[field_name] = value
     (day / trash.MANIFEST).write_text(json.dumps(row) + "\n")
     return day, str(row["id"])
@@ -673,13 +698,22 @@ def memoryd_child(
     """`memoryd ARGS` in a child process with the test's HOME and XDG folders: a reader that
     blocks on a FIFO hangs the child, and the timeout (a run takes a second or two) fails the
     test instead of the suite."""
-    child_env = {**os.environ, "HOME": str(env.home),
-                 "XDG_CONFIG_HOME": str(env.home / ".config"),
-                 "XDG_STATE_HOME": str(env.home / ".local" / "state"),
-                 "XDG_CACHE_HOME": str(env.home / ".cache")}
+    child_env = {
+        **os.environ,
+        "HOME": str(env.home),
+        "XDG_CONFIG_HOME": str(env.home / ".config"),
+        "XDG_STATE_HOME": str(env.home / ".local" / "state"),
+        "XDG_CACHE_HOME": str(env.home / ".cache"),
+    }
     child_env.pop("CLAUDE_CONFIG_DIR", None)
-    return subprocess.run([sys.executable, "-m", "memoryd", *map(str, args)], env=child_env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "memoryd", *map(str, args)],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def test_a_fifo_manifest_hangs_no_trash_command(env: Env, repo: Path) -> None:
@@ -785,8 +819,10 @@ def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> No
     filler(repo)
     assert cli("dream", folder).code == 0 and cli("trash", "purge", folder).code == 0
     key = dir_key(folder.resolve())
-    fifos = [env.state / "dirs" / f"{key}{suffix}"
-             for suffix in (".json", ".cache", ".facts", housekeeping.DAYS_SUFFIX)]
+    fifos = [
+        env.state / "dirs" / f"{key}{suffix}"
+        for suffix in (".json", ".cache", ".facts", housekeeping.DAYS_SUFFIX)
+    ]
     fifos += [env.state / housekeeping.CLOCK_FILE, *(env.state / "repos").glob("*.tokens")]
     assert all(p.is_file() for p in fifos) and len(fifos) == 6
     for path in fifos:

@@ -36,8 +36,14 @@ def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
     try:
         folder = project(running, "app")
         original = {f"m{i}": _memory(folder, f"m{i}", f"lesson number {i}") for i in range(8)}
-        wait_for(lambda: all(f"m{i}.md" in (folder / "MEMORY.md").read_text() for i in range(8))
-                 if (folder / "MEMORY.md").exists() else False, what="all 8 indexed")
+        wait_for(
+            lambda: (
+                all(f"m{i}.md" in (folder / "MEMORY.md").read_text() for i in range(8))
+                if (folder / "MEMORY.md").exists()
+                else False
+            ),
+            what="all 8 indexed",
+        )
         wait_for(lambda: len(list(_objects(running).iterdir())) >= 9, what="versions stored")
         outside = tmp_path / "elsewhere"
         outside.mkdir()
@@ -48,8 +54,13 @@ def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
         for i in (5, 6):
             agent_write(folder, f"m{i}.md", description="rewritten by the agent")
         wait_for(lambda: running.rows("memory.mass_change"), what="the alarm")
-        wait_for(lambda: len(running.rows("memory.deleted_outside")) == 5
-                 and len(running.rows("memory.rewritten_outside")) >= 2, what="the rows")
+        wait_for(
+            lambda: (
+                len(running.rows("memory.deleted_outside")) == 5
+                and len(running.rows("memory.rewritten_outside")) >= 2
+            ),
+            what="the rows",
+        )
         alarm = running.rows("memory.mass_change")
         assert len(alarm) == 1 and alarm[0]["level"] == "warning"
         assert alarm[0]["deleted"] == 5 and alarm[0]["rewritten"] == 2
@@ -77,8 +88,10 @@ def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
         diff = running.cli("history", str(folder / "m5.md"), "--diff", "1..2")
         assert "-description: about m5" in diff.stdout
         assert "+description: rewritten by the agent" in diff.stdout
-        wait_for(lambda: all(f"m{i}.md" in (folder / "MEMORY.md").read_text() for i in range(8)),
-                 what="the pointers back")
+        wait_for(
+            lambda: all(f"m{i}.md" in (folder / "MEMORY.md").read_text() for i in range(8)),
+            what="the pointers back",
+        )
         # memoryd's own restores raised no second alarm
         assert len(running.rows("memory.mass_change")) == 1
     finally:

@@ -54,30 +54,38 @@ ROWS = [
         last_pass=_iso(NOW - 5 * 3600),
         last_pass_result="unmanaged",
     ),
-    _row("billing", in_sync=False, index=None, flagged=None, last_pass=None,
-         last_pass_result=None, unparseable=["bad.md"], memory_files=0),
+    _row(
+        "billing",
+        in_sync=False,
+        index=None,
+        flagged=None,
+        last_pass=None,
+        last_pass_result=None,
+        unparseable=["bad.md"],
+        memory_files=0,
+    ),
     _row("api", last_pass=_iso(NOW - 3 * 86400), last_pass_result="refused", flagged=1),
 ]
 
 WIDE = "".join(
     line + "\n"
     for line in (
-        'NAME                                            KIND        MODE      '
-        ' MEMORIES  INDEX    FLAGGED  LAST PASS',
-        'shop                                            project     managed   '
-        ' 14        21 10%   0        3 min ago',
-        'web-everything/reviewer-with-a-long-agent-name  repo-local  unmanaged '
-        ' 3         180 96%  2        5 h ago',
-        'billing                                         project     managed*  '
-        ' 0         none     -        never',
-        'api                                             project     managed   '
-        ' 14        21 10%   1        3 d ago, refused',
-        '',
-        '4 dirs (3 managed, 1 unmanaged), 31 memories, 3 flagged for review, 1 '
-        'file unparseable, 1 out of step (marked *: run',
-        'memoryd index).',
+        "NAME                                            KIND        MODE      "
+        " MEMORIES  INDEX    FLAGGED  LAST PASS",
+        "shop                                            project     managed   "
+        " 14        21 10%   0        3 min ago",
+        "web-everything/reviewer-with-a-long-agent-name  repo-local  unmanaged "
+        " 3         180 96%  2        5 h ago",
+        "billing                                         project     managed*  "
+        " 0         none     -        never",
+        "api                                             project     managed   "
+        " 14        21 10%   1        3 d ago, refused",
+        "",
+        "4 dirs (3 managed, 1 unmanaged), 31 memories, 3 flagged for review, 1 "
+        "file unparseable, 1 out of step (marked *: run",
+        "memoryd index).",
         "INDEX: MEMORY.md's lines and the share of the agent's load window they take.",
-        'The detail of a dir, and why one is unmanaged: memoryd dirs DIR',
+        "The detail of a dir, and why one is unmanaged: memoryd dirs DIR",
     )
 )
 
@@ -130,8 +138,16 @@ def test_dirs_prints_a_table_and_dirs_dir_the_detail(env: Env, cli, monkeypatch)
     table = cli("dirs")
     assert table.code == 0, table.err
     lines = table.out.splitlines()
-    assert lines[0].split() == ["NAME", "KIND", "MODE", "MEMORIES", "INDEX", "FLAGGED", "LAST",
-                                "PASS"]
+    assert lines[0].split() == [
+        "NAME",
+        "KIND",
+        "MODE",
+        "MEMORIES",
+        "INDEX",
+        "FLAGGED",
+        "LAST",
+        "PASS",
+    ]
     rows = {line.split()[0]: line.split() for line in lines[1:3]}
     assert rows["-code-shop"][1:5] == ["project", "managed", "2", "4"]  # 4 index lines
     assert rows["-code-shop"][6] == "0"  # flagged by its last pass

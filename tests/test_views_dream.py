@@ -36,8 +36,7 @@ def _mem(folder: Path, name: str, body: str, age: float = 40) -> None:
     os.utime(path, (stamp, stamp))
 
 
-STATUS_WORDS = re.compile(r"\b(dry_run|partially_stale|fully_stale)\b|: (completed|refused)$",
-                          re.M)
+STATUS_WORDS = re.compile(r"\b(dry_run|partially_stale|fully_stale)\b|: (completed|refused)$", re.M)
 
 
 @pytest.mark.parametrize("dry", [True, False])

@@ -17,15 +17,36 @@ def _at(ts: float) -> str:
 
 
 ROWS = [
-    {"id": "ad34b4a0ca", "dir": "/m", "day": "2027-01-15", "file": "deploy_steps.md",
-     "reason": "duplicate", "duplicate_of": "deploy_howto.md", "superseded_by": None,
-     "time": _at(NOW - 180)},
-    {"id": "2a9a2b0a18", "dir": "/m", "day": "2027-01-03", "file": "legacy_cart.md",
-     "reason": "stale", "duplicate_of": None, "superseded_by": None,
-     "time": _at(NOW - 12 * 86400)},
-    {"id": "fab0398bf7", "dir": "/m", "day": "2027-01-15", "file": "pkg.md",
-     "reason": "contradiction", "duplicate_of": None, "superseded_by": "pkg_new.md",
-     "time": "not a time"},
+    {
+        "id": "ad34b4a0ca",
+        "dir": "/m",
+        "day": "2027-01-15",
+        "file": "deploy_steps.md",
+        "reason": "duplicate",
+        "duplicate_of": "deploy_howto.md",
+        "superseded_by": None,
+        "time": _at(NOW - 180),
+    },
+    {
+        "id": "2a9a2b0a18",
+        "dir": "/m",
+        "day": "2027-01-03",
+        "file": "legacy_cart.md",
+        "reason": "stale",
+        "duplicate_of": None,
+        "superseded_by": None,
+        "time": _at(NOW - 12 * 86400),
+    },
+    {
+        "id": "fab0398bf7",
+        "dir": "/m",
+        "day": "2027-01-15",
+        "file": "pkg.md",
+        "reason": "contradiction",
+        "duplicate_of": None,
+        "superseded_by": "pkg_new.md",
+        "time": "not a time",
+    },
 ]
 
 EXPECTED = """\

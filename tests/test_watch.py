@@ -73,30 +73,38 @@ def test_debounce_schedule_and_flush() -> None:
 DIR = Path("/m")
 
 
-@pytest.mark.parametrize(("event", "expected"), [
-    (FileClosedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),
-    (FileMovedEvent("/m/a.md.tmp.1.ab", "/m/a.md"),
-     [Signal(Kind.DIRTY, DIR, "a.md.tmp.1.ab"), Signal(Kind.DIRTY, DIR, "a.md")]),
-    (FileDeletedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),
-    (FileClosedEvent("/m/.MEMORY.md.memoryd-1-ab.tmp"), []),
-    (FileClosedEvent("/m/.MEMORY.md.prev"), []),
-    (FileClosedEvent("/m/sub/a.md"), []),
-    (FileClosedNoWriteEvent("/m/a.md"), [Signal(Kind.READ, DIR, "a.md")]),
-    (FileClosedNoWriteEvent("/m/MEMORY.md"), []),
-    (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR)]),  # its watch went with it
-    (FileCreatedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),  # moved in from elsewhere
-])
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        (FileClosedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),
+        (
+            FileMovedEvent("/m/a.md.tmp.1.ab", "/m/a.md"),
+            [Signal(Kind.DIRTY, DIR, "a.md.tmp.1.ab"), Signal(Kind.DIRTY, DIR, "a.md")],
+        ),
+        (FileDeletedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),
+        (FileClosedEvent("/m/.MEMORY.md.memoryd-1-ab.tmp"), []),
+        (FileClosedEvent("/m/.MEMORY.md.prev"), []),
+        (FileClosedEvent("/m/sub/a.md"), []),
+        (FileClosedNoWriteEvent("/m/a.md"), [Signal(Kind.READ, DIR, "a.md")]),
+        (FileClosedNoWriteEvent("/m/MEMORY.md"), []),
+        (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR)]),  # its watch went with it
+        (FileCreatedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),  # moved in from elsewhere
+    ],
+)
 def test_event_filter_table(event, expected) -> None:
     """What each kind of event means: dirty, read, structure, or nothing (our own writes)."""
     assert classify(event, DIR, parent=False) == expected
 
 
-@pytest.mark.parametrize(("event", "expected"), [
-    (DirCreatedEvent("/m/slug"), [Signal(Kind.STRUCTURE, DIR)]),
-    (FileCreatedEvent("/m/slug"), [Signal(Kind.STRUCTURE, DIR)]),  # a symlink to a memory dir
-    (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR, "parent")]),
-    (FileClosedEvent("/m/notes.txt"), []),
-])
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        (DirCreatedEvent("/m/slug"), [Signal(Kind.STRUCTURE, DIR)]),
+        (FileCreatedEvent("/m/slug"), [Signal(Kind.STRUCTURE, DIR)]),  # a symlink to a memory dir
+        (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR, "parent")]),
+        (FileClosedEvent("/m/notes.txt"), []),
+    ],
+)
 def test_parent_event_table(event, expected) -> None:
     """Where memory dirs appear: a folder or a link made or gone means look again; the
     watched folder itself gone means its watch is gone too."""
@@ -110,11 +118,14 @@ def embedded(env: Env, request: pytest.FixtureRequest) -> Iterator[Daemon]:
     watch: dict[str, object] = {"debounce": "100ms", "max_wait": "1s", "reconcile_every": "1h"}
     if getattr(request, "param", None):
         watch["consult_signal"] = request.param
-    cfg = build_config({
-        "paths": {"claude_home": str(env.claude)},
-        "index": {"new_file_grace": "0s"},
-        "watch": watch,
-    }, "test")
+    cfg = build_config(
+        {
+            "paths": {"claude_home": str(env.claude)},
+            "index": {"new_file_grace": "0s"},
+            "watch": watch,
+        },
+        "test",
+    )
     daemon = Daemon(None, env.runtime(cfg).paths, env.runtime(cfg))
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
@@ -128,8 +139,9 @@ def embedded(env: Env, request: pytest.FixtureRequest) -> Iterator[Daemon]:
 
 
 @pytest.mark.parametrize("embedded", ["transcripts+reads"], indirect=True)
-def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(env: Env,
-                                                                   embedded: Daemon) -> None:
+def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(
+    env: Env, embedded: Daemon
+) -> None:
     """Events are lost; the overflow warning (through watchdog's logger) triggers a rescan."""
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
@@ -141,7 +153,8 @@ def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(env: Env,
     time.sleep(0.6)
     assert "b.md" not in (folder / "MEMORY.md").read_text()
     logging.getLogger("watchdog.observers.inotify_c").warning(
-        "Inotify queue overflowed; filesystem events were lost")
+        "Inotify queue overflowed; filesystem events were lost"
+    )
     wait_for(lambda: "b.md" in (folder / "MEMORY.md").read_text())
     wait_for(lambda: "watch.rescanned" in [r["event"] for r in env.audit_rows()])
     assert "watch.overflow" in [r["event"] for r in env.audit_rows()]
@@ -149,8 +162,10 @@ def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(env: Env,
 
 
 def test_watch_limit_is_reported_once_and_falls_back_to_polling(
-        env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ENOSPC from inotify: `watch.limit` with the sysctl hint, once; the dir is polled."""
+
     def refuse(self: Watcher, path: Path, *, parent: bool) -> WatchError | None:
         return None if parent else WatchError(path, "No space left on device", True)
 

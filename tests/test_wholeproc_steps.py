@@ -25,9 +25,7 @@ def _probe(words: list[str], watched: tuple[str, ...]) -> tuple[list[str], str, 
     return loaded, out, code
 
 
-def test_status_of_a_stopped_daemon_counts_files_without_the_scan_machinery(
-    env: Env, cli
-) -> None:
+def test_status_of_a_stopped_daemon_counts_files_without_the_scan_machinery(env: Env, cli) -> None:
     """`status` with no daemon gives each dir's memory count from its parse cache without
     importing the scanner (and with it YAML and the parsers) or making an entry per file.
     The old one loaded the whole cache through memoryd.scan just to count it."""
@@ -133,9 +131,7 @@ def test_index_with_nothing_changed_parses_no_archive_line_again(
     assert (folder / "MEMORY-ARCHIVE.md").read_bytes() == before
 
 
-def test_an_archive_rewritten_in_place_with_its_stat_kept_is_parsed_again(
-    env: Env, cli
-) -> None:
+def test_an_archive_rewritten_in_place_with_its_stat_kept_is_parsed_again(env: Env, cli) -> None:
     """The saved positions are keyed by the archive's bytes, not its stat: an archive whose
     pointer was rewritten in place (same size, mtime put back) is indexed as it is now, the
     same as by a run with no saved positions at all."""
@@ -154,10 +150,12 @@ def test_an_archive_rewritten_in_place_with_its_stat_kept_is_parsed_again(
             for held in Path(env.state).rglob("*.held"):
                 held.unlink()
         assert cli("index", folder).code == 0
-        results.append(tuple(  # the dir's name is in its heading
-            (folder / f).read_bytes().replace(name.encode(), b"NAME")
-            for f in ("MEMORY.md", "MEMORY-ARCHIVE.md")
-        ))
+        results.append(
+            tuple(  # the dir's name is in its heading
+                (folder / f).read_bytes().replace(name.encode(), b"NAME")
+                for f in ("MEMORY.md", "MEMORY-ARCHIVE.md")
+            )
+        )
     assert results[0] == results[1]
     # A pointer to a file memoryd never saw is left as it is; m0100 gets its pointer back.
     assert results[0][1].count(b"(m9100.md)") == 1 and results[0][1].count(b"(m0100.md)") == 1
@@ -197,9 +195,7 @@ def _log_rows(path: Path, names: range, sha: str) -> bytes:
     )
 
 
-def test_a_version_log_is_parsed_once_then_only_its_tail(
-    tmp_path: Path, monkeypatch
-) -> None:
+def test_a_version_log_is_parsed_once_then_only_its_tail(tmp_path: Path, monkeypatch) -> None:
     """The version store keeps a dir's table under the digest of the log prefix it came
     from: a new process (a new store) parses only what was appended since, and gets the
     table a whole parse gives. A prefix rewritten in place (same size) is parsed whole again.

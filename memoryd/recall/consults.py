@@ -33,9 +33,7 @@ def record(
     stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     row = {"ts": stamp, "tool": tool, "names": sorted(set(names)), "query": query}
     line = (json.dumps(row, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
-    fd = os.open(
-        path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-    )
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         st = os.fstat(fd)
         if st.st_size + len(line) > MAX_LOG_BYTES:

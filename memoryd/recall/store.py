@@ -576,9 +576,7 @@ class DirIndex:
                 "INSERT INTO docs(rowid, name, description, body, stem) VALUES (?, ?, ?, ?, ?)",
                 (doc_id, *texts),
             )
-            conn.execute(
-                "INSERT INTO words(rowid, text) VALUES (?, ?)", (doc_id, "\n".join(texts))
-            )
+            conn.execute("INSERT INTO words(rowid, text) VALUES (?, ?)", (doc_id, "\n".join(texts)))
             conn.executemany(
                 "INSERT INTO refs(id, kind, ref, norm, base) VALUES (?, ?, ?, ?, ?)",
                 [(doc_id, *ref) for ref in refs],
@@ -772,9 +770,7 @@ class DirIndex:
         rows = self._retrying(lambda: self.conn.execute(sql, (*args, limit)).fetchall())
         return [_row(r) for r in rows]
 
-    def by_refs(
-        self, kind: str, column: str, values: Sequence[str]
-    ) -> list[tuple[Row, str, str]]:
+    def by_refs(self, kind: str, column: str, values: Sequence[str]) -> list[tuple[Row, str, str]]:
         """Memories with a reference of `kind` whose `column` (norm or base) is one of
         `values`; each with the reference as written and as normalised."""
         assert column in ("norm", "base")

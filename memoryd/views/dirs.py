@@ -18,8 +18,13 @@ DETAIL = "The detail of a dir, and why one is unmanaged: memoryd dirs DIR"
 # Last-pass results as a person says them (the state keeps the pass's status word).
 # A pass that did its work says nothing more than when; a report-only pass (an unmanaged
 # dir) says so in MODE already.
-RESULT_WORDS = {"completed": "", "unmanaged": "", "refused": "refused", "failed": "failed",
-                "skipped": "skipped"}
+RESULT_WORDS = {
+    "completed": "",
+    "unmanaged": "",
+    "refused": "refused",
+    "failed": "failed",
+    "skipped": "skipped",
+}
 
 
 # Kinds as the table shows them (the longest would take a tenth of a narrow terminal).
@@ -90,8 +95,10 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> str:
     secrets = [s for r in rows for s in r.get("secrets", ())]
     if secrets:
         files = len({(r["real_path"], s["file"]) for r in rows for s in r.get("secrets", ())})
-        parts.append(f"{_plural(len(secrets), 'secret')} in {_plural(files, 'memory', 'memories')}"
-                     " (memoryd dirs --secrets)")
+        parts.append(
+            f"{_plural(len(secrets), 'secret')} in {_plural(files, 'memory', 'memories')}"
+            " (memoryd dirs --secrets)"
+        )
     not_loaded = sum(1 for r in rows if r.get("not_loaded"))
     if not_loaded:
         parts.append(f"{not_loaded} not loaded by the agent")
@@ -109,8 +116,9 @@ def render(
     lines = ["  ".join(paint(c, "bold") for c in head).rstrip()]
     for row, line in zip(rows, body, strict=True):
         styled = [paint(line[0], "name"), line[1]]
-        styled.append(paint(line[2], "warn") if row["mode"] != "managed" or "*" in line[2]
-                      else line[2])
+        styled.append(
+            paint(line[2], "warn") if row["mode"] != "managed" or "*" in line[2] else line[2]
+        )
         styled += [line[3], line[4]]
         styled.append(paint(line[5], "warn") if row.get("flagged") else line[5])
         result = str(row.get("last_pass_result") or "")

@@ -26,13 +26,19 @@ def render(rows: Sequence[Mapping[str, Any]], now: float, paint: Painter | None 
         return "The trash is empty.\n"
     cells = [(str(r["id"]), moved_cell(r, now), str(r["reason"])) for r in rows]
     widths = [max(len(c[i]) for c in [HEADER[:3], *cells]) for i in range(3)]
-    lines = ["  ".join(paint(h.ljust(w), "bold") for h, w in zip(HEADER[:3], widths, strict=True))
-             + "  " + paint(HEADER[3], "bold")]
+    lines = [
+        "  ".join(paint(h.ljust(w), "bold") for h, w in zip(HEADER[:3], widths, strict=True))
+        + "  "
+        + paint(HEADER[3], "bold")
+    ]
     for row, cell in zip(rows, cells, strict=True):
         because = row.get("duplicate_of") or row.get("superseded_by")
         extra = paint(f" (kept: {shown(because)})", "dim") if because else ""
         where = shown(f"{row['dir']}/{row['file']}")
-        lead = [paint(cell[0].ljust(widths[0]), "name"), paint(cell[1].ljust(widths[1]), "dim"),
-                cell[2].ljust(widths[2])]
+        lead = [
+            paint(cell[0].ljust(widths[0]), "name"),
+            paint(cell[1].ljust(widths[1]), "dim"),
+            cell[2].ljust(widths[2]),
+        ]
         lines.append("  ".join(lead) + "  " + where + extra)
     return "\n".join(lines) + "\n"

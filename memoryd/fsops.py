@@ -639,6 +639,9 @@ def crash_point(label: str) -> None:
     target = os.environ.get("MEMORYD_CRASH_AT")
     if not target:
         return
+    only = os.environ.get("MEMORYD_CRASH_ONLY")  # label prefixes that count, comma-separated
+    if only and not label.startswith(tuple(only.split(","))):
+        return
     _crash_points_passed[0] += 1
     if _crash_points_passed[0] == int(target):
         trace = os.environ.get("MEMORYD_CRASH_TRACE")

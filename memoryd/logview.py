@@ -287,6 +287,12 @@ class DirTally:
     invalid_links: set[str] = field(default_factory=set)
     over_budget: int = 0
     write_errors: int = 0
+    deleted_outside: int = 0
+    rewritten_outside: int = 0
+    mass_changes: int = 0
+    forgotten: int = 0
+    secrets: set[str] = field(default_factory=set)
+    acknowledged: int = 0
     other: Counter[str] = field(default_factory=Counter)  # events without a sentence
 
     def add(self, row: Row) -> None:
@@ -328,8 +334,25 @@ class DirTally:
             done.append(f"{_plural(self.kept, 'candidate')} kept by a guard")
         if self.purged_days:
             done.append(f"{_plural(self.purged_days, 'trash day')} purged")
+        if self.forgotten:
+            done.append(f"{_plural(self.forgotten, 'memory', 'memories')} forgotten on request")
+        if self.acknowledged:
+            done.append(f"{_plural(self.acknowledged, 'flag')} acknowledged")
         problems = []
         for n, words in (
+            (
+                self.mass_changes,
+                ("mass change by other processes", "mass changes by other processes"),
+            ),
+            (
+                self.deleted_outside,
+                ("memory deleted outside memoryd", "memories deleted outside memoryd"),
+            ),
+            (
+                self.rewritten_outside,
+                ("file rewritten outside memoryd", "files rewritten outside memoryd"),
+            ),
+            (len(self.secrets), ("secret found", "secrets found")),
             (len(self.unparseable), ("file unparseable", "files unparseable")),
             (
                 self.refused,
@@ -403,6 +426,12 @@ _COUNTERS: dict[str, Callable[[DirTally, Row], None]] = {
     "dream.kept": _inc("kept"),
     "dream.move_skipped": _inc("skipped_moves"),
     "trash.purged": _count_purged,
+    "memory.deleted_outside": _inc("deleted_outside"),
+    "memory.rewritten_outside": _inc("rewritten_outside"),
+    "memory.mass_change": _inc("mass_changes"),
+    "memory.forgotten": _inc("forgotten"),
+    "memory.secret_found": _named("secrets", "line"),
+    "flag.acknowledged": _inc("acknowledged"),
     "file.unparseable": _named("unparseable", "file"),
     "index.dead_link": _named("dead_links", "target"),
     "index.invalid_link": _named("invalid_links", "target"),

@@ -438,3 +438,25 @@ def test_cli_summary_defaults_to_the_last_day(env: Env, cli) -> None:
     assert "2 memories moved" in cli("log", "--summary", "--since", "4000d").out
     doc = json.loads(cli("log", "--summary", "--json").out)
     assert doc["dirs"][PROJECT]["moved"] == {"duplicate": 1}
+
+
+def test_summary_says_what_others_did_and_what_a_person_asked() -> None:
+    """The version store's rows (deletions, rewrites, a mass change), secrets found, forgets and
+    acknowledgements read as sentences, not as event names."""
+    ts = "2027-01-15T07:00:00Z"
+    rows = [
+        {"ts": ts, "event": "memory.deleted_outside", "dir": PROJECT, "file": "a.md"},
+        {"ts": ts, "event": "memory.deleted_outside", "dir": PROJECT, "file": "b.md"},
+        {"ts": ts, "event": "memory.rewritten_outside", "dir": PROJECT, "file": "c.md"},
+        {"ts": ts, "event": "memory.mass_change", "dir": PROJECT, "deleted": 2},
+        {"ts": ts, "event": "memory.secret_found", "dir": PROJECT, "file": "d.md", "line": 3},
+        {"ts": ts, "event": "memory.forgotten", "dir": PROJECT, "file": "e.md"},
+        {"ts": ts, "event": "flag.acknowledged", "dir": PROJECT, "file": "f.md"},
+    ]
+    text = render_summary(rows, View(now=NOW, home=HOME, utc=True, width=200), since=None)
+    said = text.splitlines()[2]
+    assert said == (
+        "  1 memory forgotten on request, 1 flag acknowledged; 1 mass change by other "
+        "processes, 2 memories deleted outside memoryd, 1 file rewritten outside memoryd, "
+        "1 secret found."
+    )

@@ -444,7 +444,7 @@ def test_summary_says_what_others_did_and_what_a_person_asked() -> None:
     """The version store's rows (deletions, rewrites, a mass change), secrets found, forgets and
     acknowledgements read as sentences, not as event names."""
     ts = "2027-01-15T07:00:00Z"
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"ts": ts, "event": "memory.deleted_outside", "dir": PROJECT, "file": "a.md"},
         {"ts": ts, "event": "memory.deleted_outside", "dir": PROJECT, "file": "b.md"},
         {"ts": ts, "event": "memory.rewritten_outside", "dir": PROJECT, "file": "c.md"},

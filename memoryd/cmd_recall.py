@@ -32,6 +32,17 @@ def _dirs_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _scope_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scope",
+        nargs="+",
+        action="extend",
+        metavar="TERM",
+        help="the task's scope for JSONL record stores: only records whose scope holds one of "
+        "these entries (exactly)",
+    )
+
+
 def add_parser(sub: Any) -> None:
     """Add search, recall, show and mcp to `memoryd`'s subcommands."""
     p = sub.add_parser(
@@ -54,6 +65,7 @@ def add_parser(sub: Any) -> None:
         help="recent (30 days), last_quarter (90 days) or a month as YYYY-MM",
     )
     p.add_argument("--limit", type=int, default=10, metavar="N", help="at most N results")
+    _scope_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=cmd_search)
 
@@ -72,6 +84,7 @@ def add_parser(sub: Any) -> None:
     )
     _dirs_arg(p)
     p.add_argument("--limit", type=int, default=None, metavar="N", help="at most N results")
+    _scope_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=cmd_recall)
 
@@ -189,6 +202,13 @@ def cmd_search(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
             engine.search(args.query, type_=args.type, frame=frame, limit=args.limit)
         )
         excluded = engine.excluded()
+    if args.type is None:  # a record has no memory type
+        from memoryd.recall import stored
+
+        found = stored.results(
+            rt, dirs, args.dirs, query=args.query, scope=args.scope, within=frame[:2]
+        )
+        hits += found[: max(0, args.limit - len(hits))]
     data = {"query": args.query, "dirs": [str(d.path) for d in dirs], "excluded": excluded}
     return _rendered(out, hits, data, args.json, f"No memory matches {args.query!r}.")
 
@@ -243,6 +263,13 @@ def cmd_recall(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
         engine.refresh()
         hits = engine.results(engine.recall(args.path, args.symbol, limit=args.limit))
         excluded = engine.excluded()
+    from memoryd.recall import stored
+
+    # A record store's recall is by scope: the --scope given, else the paths and symbols as
+    # they were named (a scope entry is a string the store's agents wrote, matched exactly).
+    scope = args.scope or [*args.path, *args.symbol]
+    found = stored.results(rt, dirs, args.dirs, query=None, scope=scope)
+    hits += found if args.limit is None else found[: max(0, args.limit - len(hits))]
     data = {
         "paths": args.path,
         "symbols": args.symbol,

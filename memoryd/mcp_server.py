@@ -20,7 +20,7 @@ from mcp_types import ToolAnnotations
 from memoryd import __version__
 from memoryd.cmd_recall import engine_for, find_dirs
 from memoryd.discover import MemoryDir
-from memoryd.recall import consults
+from memoryd.recall import consults, stored
 from memoryd.recall.engine import DEFAULT_LIMIT, Engine, Hit
 from memoryd.recall.query import Frame, parse_frame
 from memoryd.runtime import Runtime
@@ -120,25 +120,39 @@ class Recall:
         type: str | None = None,  # the tool parameter's name
         project: str | None = None,
         limit: int = DEFAULT_LIMIT,
+        scope: list[str] | None = None,
     ) -> dict[str, Any]:
+        limit = max(1, min(limit, MAX_LIMIT))
         with self.lock:
             engine = self.engine()
+            frame = self.frame(timeframe)
             hits = engine.search(
                 query,
                 type_=type or None,
-                frame=self.frame(timeframe),
+                frame=frame,
                 project=project or None,
-                limit=max(1, min(limit, MAX_LIMIT)),
+                limit=limit,
             )
             self.answered("search_memories", hits, query)
-            return {"query": query, "results": engine.results(hits)}
+            results = engine.results(hits)
+            if not type and not project:  # a record has no memory type; its repo is its place
+                found = stored.results(
+                    self.rt, engine.dirs, self.named, query=query, scope=scope, within=frame[:2]
+                )
+                results += found[: max(0, limit - len(results))]
+            return {"query": query, "results": results}
 
-    def recall(self, paths: list[str], symbols: list[str] | None = None) -> dict[str, Any]:
+    def recall(
+        self, paths: list[str], symbols: list[str] | None = None, scope: list[str] | None = None
+    ) -> dict[str, Any]:
         with self.lock:
             engine = self.engine()
             hits = engine.recall(paths, symbols or [], limit=MAX_LIMIT)
             self.answered("recall_for_paths", hits, "")
-            return {"paths": paths, "symbols": symbols or [], "results": engine.results(hits)}
+            results = engine.results(hits)
+            task = scope or [*paths, *(symbols or [])]
+            results += stored.results(self.rt, engine.dirs, self.named, query=None, scope=task)
+            return {"paths": paths, "symbols": symbols or [], "results": results}
 
     def read(self, file: str) -> dict[str, Any]:
         with self.lock:
@@ -170,20 +184,26 @@ def build(recall: Recall) -> MCPServer[Any]:
         type: str | None = None,  # the tool parameter's name
         project: str | None = None,
         limit: int = DEFAULT_LIMIT,
+        scope: list[str] | None = None,
     ) -> dict[str, Any]:
         """Search the user's memories (MEMORY.md and the archive) by words or a memory's
         name; typos and word forms match. timeframe: recent (30 days), last_quarter (90
         days) or YYYY-MM. type: user, feedback, project or reference. project: a project's
-        name. Each result: file, dir, name, description, type, tier (index / archive /
-        unindexed), date, age_days, snippet, flags (e.g. 'unconfirmed 120 d')."""
-        return recall.search(query, timeframe, type, project, limit)
+        name. scope: the task's scope for JSONL record stores (records whose scope holds one
+        of these entries). Each result: file, dir, name, description, type, tier (index /
+        archive / unindexed / record), date, age_days, snippet, flags."""
+        return recall.search(query, timeframe, type, project, limit, scope)
 
     @server.tool(annotations=READ_ONLY)
-    def recall_for_paths(paths: list[str], symbols: list[str] | None = None) -> dict[str, Any]:
+    def recall_for_paths(
+        paths: list[str], symbols: list[str] | None = None, scope: list[str] | None = None
+    ) -> dict[str, Any]:
         """Memories to read before editing these files (absolute paths, or relative to the
         server's working folder) or code symbols: memories citing the file, its folder, its
-        old place if it moved, or naming the symbols. Each result says why."""
-        return recall.recall(paths, symbols)
+        old place if it moved, or naming the symbols. Each result says why. Active records of
+        JSONL record stores whose scope holds an entry of `scope` (default: the paths and
+        symbols as given) come after them."""
+        return recall.recall(paths, symbols, scope)
 
     @server.tool(annotations=READ_ONLY)
     def read_memory(file: str) -> dict[str, Any]:

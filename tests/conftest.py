@@ -301,6 +301,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_memfile",
             "test_privacy",
             "test_recall",
+            "test_recall_records",
             "test_recall_relevance",
             "test_records",
             "test_report_quiet",

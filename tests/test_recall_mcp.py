@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,38 @@ def test_the_served_log_keeps_its_newer_half_past_its_size(
     assert log is not None
     assert log.evidence(Subject("m199.md", "m199"), since=0) is not None
     assert log.evidence(Subject("m0.md", "m0"), since=0) is None
+
+
+@pytest.mark.timeout(120)
+def test_the_tools_serve_a_stores_active_records_by_scope(env: Env, repo: Path) -> None:
+    """search_memories and recall_for_paths include a JSONL record store's active records:
+    by query words and `scope`, or by the paths and symbols as the task's scope; the store is
+    never written."""
+    store = repo / ".agent" / "memory.jsonl"
+    store.parent.mkdir()
+    now = datetime.now(UTC)
+    row = {
+        "id": "r-pay",
+        "scope": ["payments"],
+        "rule": "Retry nightly payments twice",
+        "because": "the bank drops the first call",
+        "evidence": "PR 7",
+        "createdAt": (now - timedelta(days=100)).isoformat(),
+        "lastConfirmedAt": (now - timedelta(days=2)).isoformat(),
+    }
+    store.write_text(json.dumps(row) + "\n")
+    before = store.read_bytes()
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("search_memories", {"query": "nightly payments", "scope": ["payments"]}),
+        ("search_memories", {"query": "nightly payments", "scope": ["billing"]}),
+        ("recall_for_paths", {"paths": [str(repo / "src" / "app.py")], "symbols": ["payments"]}),
+    ]
+    _, _, answers = asyncio.run(drive(server(env, repo), calls))
+
+    def records(answer: Any) -> list[str]:
+        return [r["name"] for r in structured(answer)["results"] if r["tier"] == "record"]
+
+    assert records(answers[0]) == ["r-pay"]
+    assert records(answers[1]) == []
+    assert records(answers[2]) == ["r-pay"]
+    assert store.read_bytes() == before

@@ -406,3 +406,22 @@ OBSERVED = [
     ("pi_fence_tilde_unclosed", "~~~\n<!--\nX\n-->\n", "~~~\n<!--\nX\n-->"),
     ("pj_two_on_line", "<!-- a --><!-- b -->\nB\n", "B"),
 ]
+
+
+def git(cwd: Path, *args: str) -> None:
+    """git in `cwd` with a throw-away identity and `main` as the first branch."""
+    subprocess.run(
+        [
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "init.defaultBranch=main",
+            *args,
+        ],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )

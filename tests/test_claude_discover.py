@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from memoryd.discover import MemoryDir, discover, discover_all, slugify
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import view_kind
 from tests.claude_client import BIN_ENV, Captured, MemoryBlock, claude_bin, run_claude
+from tests.helpers import git
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -66,24 +66,6 @@ def loaded_dir(dirs: list[MemoryDir], cap: Captured) -> MemoryDir:
     matches = [md for md in dirs if md.real_path == path.parent.resolve()]
     assert matches, (path, [str(md.real_path) for md in dirs])
     return matches[0]
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        [
-            "git",
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "init.defaultBranch=main",
-            *args,
-        ],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-    )
 
 
 def test_a_hashed_slug_names_the_dir_the_binary_loads(home: Path, tmp_path: Path) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.claude_client import BIN_ENV, Captured, MemoryBlock, Reply, claude_bin, run_claude
+from tests.helpers import git
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -114,24 +114,6 @@ def one_block(cap: Captured) -> MemoryBlock:
 
 def loaded(home: Path, cwd: Path, content: str | bytes) -> str:
     return one_block(load(home, cwd, content)).text
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        [
-            "git",
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "init.defaultBranch=main",
-            *args,
-        ],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-    )
 
 
 # --- where the block sits, its header --------------------------------------------------------

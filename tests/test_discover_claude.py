@@ -4,7 +4,6 @@ repo-scope dirs of every repo the transcripts know."""
 
 import json
 import os
-import subprocess
 import unicodedata
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from memoryd.discover import (
 )
 from memoryd.indexer import view_kind
 from tests.conftest import Env, write_memory
+from tests.helpers import git
 
 # --- the slug -----------------------------------------------------------------------------------
 
@@ -118,24 +118,6 @@ def test_an_nfd_project_folder_finds_its_repo_root(env: Env, tmp_path: Path) -> 
 
 
 # --- repo roots through the git root of a cwd ---------------------------------------------------
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        [
-            "git",
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "init.defaultBranch=main",
-            *args,
-        ],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-    )
 
 
 def transcript(claude: Path, cwd: Path, name: str = "s.jsonl", rows: int = 0) -> Path:

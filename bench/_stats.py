@@ -1,7 +1,9 @@
 """Statistics and tables shared by the benches."""
 
+import gc
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -23,3 +25,19 @@ def markdown_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
 
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(header), rule, *(line(r) for r in body)])
+
+
+def timed(
+    fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None
+) -> list[float]:
+    """Wall-clock seconds of `repeat` calls, each after a collection; `before` runs untimed
+    ahead of each call."""
+    out = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        gc.collect()
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out

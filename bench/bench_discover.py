@@ -7,7 +7,6 @@ Run `python bench/bench_discover.py --help`; bench/README.md explains the output
 import argparse
 import contextlib
 import cProfile
-import gc
 import io
 import os
 import pstats
@@ -15,13 +14,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from _claude_home import ClaudeHome, make_claude_home
-from _stats import markdown_table
+from _stats import markdown_table, timed
 
 from memoryd import discover
 from memoryd.claude_env import ClaudeEnv
@@ -30,20 +28,6 @@ from memoryd.cwd_cache import CwdCache, cache_path
 from memoryd.runtime import tune_gc
 
 MS = 1e-3
-
-
-def timed(
-    fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None
-) -> list[float]:
-    out = []
-    for _ in range(repeat):
-        if before is not None:
-            before()
-        gc.collect()
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
 
 
 def fmt(seconds: float) -> str:

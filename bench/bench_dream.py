@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import _synth
-from _stats import markdown_table, percentile
+from _stats import markdown_table, percentile, timed
 
 from memoryd import discover, indexer
 from memoryd.config import Config, with_claude_home
@@ -699,17 +699,6 @@ def make_dream_dir(path: Path, n: int, repo: Repo, *, seed: int, now: float) -> 
 
 
 # --- measuring ---------------------------------------------------------------------------------
-def timed(fn: Callable[[], object], repeat: int) -> list[float]:
-    """Wall-clock seconds of `repeat` calls."""
-    out = []
-    for _ in range(repeat):
-        gc.collect()
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
-
-
 @dataclass
 class Row:
     label: str

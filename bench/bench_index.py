@@ -29,7 +29,7 @@ from typing import Any
 
 import _synth
 from _naive import naive_load_all, naive_rebuild
-from _stats import markdown_table, percentile
+from _stats import markdown_table, percentile, timed
 
 from memoryd import discover, fsops, indexer
 from memoryd.config import Config, with_claude_home
@@ -44,21 +44,6 @@ MB = 1024 * 1024
 
 
 # --- measuring ---------------------------------------------------------------------------------
-def timed(
-    fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None
-) -> list[float]:
-    """Wall-clock seconds of `repeat` calls; `before` runs untimed ahead of each call."""
-    out = []
-    for _ in range(repeat):
-        if before is not None:
-            before()
-        gc.collect()
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
-
-
 def timed_rounds(fns: Sequence[Callable[[], object]], repeat: int) -> list[list[float]]:
     """Samples for several functions taken in interleaved rounds, so a load spike on a shared
     machine lands on all of them alike instead of on whichever ran during it. The order

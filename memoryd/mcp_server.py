@@ -157,8 +157,8 @@ class Recall:
     def read(self, file: str) -> dict[str, Any]:
         with self.lock:
             engine = self.engine()
-            shown = engine.show(file)
             found = engine.find(file)
+            shown = engine.show(file, found=found)
             if shown.get("memory"):
                 self.answered("read_memory", found[:1], "")
             return shown

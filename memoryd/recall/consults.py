@@ -16,6 +16,7 @@ from memoryd.paths import ensure_private_dir
 # Past this size the log keeps its newer half (rows older than any consult window matter to
 # no guard; the newest rows are the ones that do).
 MAX_LOG_BYTES = 4 * 1024 * 1024
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def record(
@@ -33,15 +34,13 @@ def record(
     stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     row = {"ts": stamp, "tool": tool, "names": sorted(set(names)), "query": query}
     line = (json.dumps(row, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, _APPEND, 0o600)
     try:
         st = os.fstat(fd)
         if st.st_size + len(line) > MAX_LOG_BYTES:
             _keep_newer_half(path)
             os.close(fd)
-            fd = os.open(
-                path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-            )
+            fd = os.open(path, _APPEND, 0o600)
         os.write(fd, line)  # one write of one line: O_APPEND keeps concurrent rows whole
     finally:
         os.close(fd)

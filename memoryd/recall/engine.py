@@ -7,6 +7,7 @@ Reads only: its writes go to the search indexes in memoryd's state dir, never to
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -97,12 +98,9 @@ class Engine:
         """Bring every dir's index up to date by stat."""
         out = {}
         for md in self.dirs:
-            index = self.indexes[md.real_path]
-            if self._reading is not None:
-                with self._reading(md.real_path):
-                    out[md.real_path] = index.update(wait=wait)
-            else:
-                out[md.real_path] = index.update(wait=wait)
+            held = self._reading(md.real_path) if self._reading is not None else nullcontext()
+            with held:
+                out[md.real_path] = self.indexes[md.real_path].update(wait=wait)
         return out
 
     def _selected(self, project: str | None) -> list[MemoryDir]:
@@ -229,8 +227,7 @@ class Engine:
     def find(self, target: str, *, cwd: Path | None = None) -> list[Hit]:
         """The memory a FILE path or a NAME means: the file itself when it is one in these
         dirs, else every memory of that name or file name."""
-        where = cwd or Path.cwd()
-        path = Path(os.path.abspath(where / os.path.expanduser(target)))
+        path = _target_path(target, cwd)
         for md in self.dirs:
             if _real(path.parent) == md.real_path:
                 row = self.indexes[md.real_path].row(path.name)
@@ -240,10 +237,14 @@ class Engine:
             Hit(md, row, 0) for md in self.dirs for row in self.indexes[md.real_path].named(keys)
         ]
 
-    def show(self, target: str, *, cwd: Path | None = None) -> Result:
+    def show(
+        self, target: str, *, cwd: Path | None = None, found: list[Hit] | None = None
+    ) -> Result:
         """One memory as written, with its result fields and where it is indexed; or why
-        there is none (`problem`), naming an unparseable file's problem."""
-        found = self.find(target, cwd=cwd)
+        there is none (`problem`), naming an unparseable file's problem. `found`: what
+        `find(target)` gave, when the caller has it already."""
+        if found is None:
+            found = self.find(target, cwd=cwd)
         if not found:
             return {"target": target, "memory": None, "problem": self._not_found(target, cwd)}
         hit = found[0]
@@ -268,8 +269,7 @@ class Engine:
         }
 
     def _not_found(self, target: str, cwd: Path | None) -> str:
-        where = cwd or Path.cwd()
-        path = Path(os.path.abspath(where / os.path.expanduser(target)))
+        path = _target_path(target, cwd)
         for md in self.dirs:
             if _real(path.parent) != md.real_path:
                 continue
@@ -326,6 +326,11 @@ class Engine:
 def snippet_text(raw: str) -> str:
     """FTS5's snippet on one line, its matches marked **like this**."""
     return " ".join(raw.replace("\x01", "**").replace("\x02", "**").split())
+
+
+def _target_path(target: str, cwd: Path | None) -> Path:
+    """A FILE|NAME target as an absolute path (relative to `cwd`, else the working folder)."""
+    return Path(os.path.abspath((cwd or Path.cwd()) / os.path.expanduser(target)))
 
 
 def _real(path: Path) -> Path:

@@ -176,7 +176,7 @@ def _flags(memory: Memory) -> list[str]:
     return out
 
 
-def _path_refs(body: str) -> tuple[list[tuple[str, str, str, str]], list[str]]:
+def _path_refs(body: str) -> list[tuple[str, str, str, str]]:
     """(kind, ref, norm, base) rows of a body's references, the dream pass's extraction."""
     from memoryd.dream.refs import _outside_repo, extract_refs
     from memoryd.dream.repo import normalize_rel
@@ -195,7 +195,7 @@ def _path_refs(body: str) -> tuple[list[tuple[str, str, str, str]], list[str]]:
         rows.append(("path", ref, norm.rstrip("/"), norm.rstrip("/").rpartition("/")[2]))
     for symbol in refs.symbols:
         rows.append(("symbol", symbol, symbol, symbol.lower()))
-    return rows, list(refs.symbols)
+    return rows
 
 
 def _stat_of(st: os.stat_result) -> FileStat:
@@ -549,7 +549,7 @@ class DirIndex:
                 record["problem"] = f"it cannot be read ({error.strerror or error})"
                 record["hint"] = "check the file's permissions"
             else:
-                record = self._parsed(conn, name, data, fst)
+                record = self._parsed(name, data, fst)
         mtime_ns = record.pop("mtime_ns", fst.st_mtime_ns)
         if mtime_ns >= now_ns - RACY_NS:
             mtime_ns = -1  # may change again within the same tick: read it again next time
@@ -583,9 +583,7 @@ class DirIndex:
             )
         return doc_id, (fst.st_ino, fst.st_size, mtime_ns)
 
-    def _parsed(
-        self, conn: sqlite3.Connection, name: str, data: bytes, fst: os.stat_result
-    ) -> dict[str, Any]:
+    def _parsed(self, name: str, data: bytes, fst: os.stat_result) -> dict[str, Any]:
         parsed = parse_memory(
             name, data, max_file_bytes=self.limits[0], max_frontmatter_bytes=self.limits[1]
         )
@@ -597,7 +595,7 @@ class DirIndex:
             }
         if not isinstance(parsed, Memory):
             return {"kind": "problem", "problem": parsed.message, "hint": parsed.hint}
-        refs, _ = _path_refs(parsed.body)
+        refs = _path_refs(parsed.body)
         return {
             "kind": "memory",
             "name": parsed.name,
@@ -807,28 +805,10 @@ class DirIndex:
         found = self._retrying(lambda: self.conn.execute(sql, (file,)).fetchone())
         return _row(found) if found else None
 
-    def pointer(self, file: str) -> tuple[str, int]:
-        """Which index file points at `file` and on which line: ("unindexed", 0) if none."""
-        found = self._retrying(
-            lambda: self.conn.execute(
-                "SELECT tier, line FROM pointers WHERE file = ?", (file,)
-            ).fetchone()
-        )
-        return (found[0], found[1]) if found else ("unindexed", 0)
-
     def excluded(self) -> list[Excluded]:
         sql = "SELECT file, kind, problem, hint FROM files WHERE kind != 'memory' ORDER BY file"
         rows = self._retrying(lambda: self.conn.execute(sql).fetchall())
         return [Excluded(f, k, p + (f" ({h})" if h else "")) for f, k, p, h in rows]
-
-    def count(self) -> int:
-        return int(
-            self._retrying(
-                lambda: self.conn.execute(
-                    "SELECT count(*) FROM files WHERE kind = 'memory'"
-                ).fetchone()[0]
-            )
-        )
 
     def vocabulary(self) -> dict[int, list[str]]:
         """Every distinct word of the dir's memories, as written (lower-cased), by length,

@@ -74,13 +74,13 @@ def results(
     from memoryd import findings, records
 
     now = rt.clock()
+    since, until = within
     out: list[dict[str, Any]] = []
     for file in findings.store_files(rt.config, dirs, named):
         read = findings.read_store(file)
         if read.data is None:
             continue
         store = records.parse(read.data, cut=read.cut)
-        since, until = within
         for record in records.active(store, scope, now):
             when = record.last_confirmed_at
             if (since is not None and when < since) or (until is not None and when >= until):

@@ -12,7 +12,7 @@ from pathlib import Path
 from memoryd import fsops, secrets
 from memoryd.config import Config
 from memoryd.discover import MemoryDir
-from memoryd.paths import FileTooLarge, open_regular, read_open, read_problem
+from memoryd.paths import open_regular, read_open, read_problem
 from memoryd.runtime import Runtime
 
 
@@ -107,8 +107,6 @@ def read_store(file: StoreFile) -> StoreRead:
         return StoreRead(file, None, problem=read_problem(error))
     try:
         data = read_open(fd, MAX_STORE_BYTES)
-    except FileTooLarge as error:  # pragma: no cover - read_open does not raise it
-        return StoreRead(file, None, problem=read_problem(error))
     except OSError as error:
         return StoreRead(file, None, problem=read_problem(error))
     finally:

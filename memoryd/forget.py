@@ -22,7 +22,7 @@ from memoryd import fsops, journal, trash
 from memoryd.discover import MemoryDir, discover, memory_dir_of
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, Place, pointer_lines, pointer_places
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import scan_dir
@@ -153,24 +153,6 @@ def _confirm(out: TextIO, count: int) -> bool | None:
     return answer in ("y", "yes")
 
 
-def _index_lines(md: MemoryDir, wanted: set[str]) -> tuple[dict[str, str], dict[str, Place]]:
-    """The pointer line of each file (MEMORY.md first, then the archive) and where it sat in
-    MEMORY.md: the manifest keeps both, so a restore puts the line back where it was."""
-    from memoryd.indexer import read_index_file
-
-    lines: dict[str, str] = {}
-    places: dict[str, Place] = {}
-    with fsops.open_dir(md.real_path) as fd:
-        for index_name in (INDEX_NAME, ARCHIVE_NAME):
-            text = read_index_file(fd, index_name).text or ""
-            for found in pointer_lines(text):
-                if found.target in wanted:
-                    lines.setdefault(found.target, found.content)
-            if index_name == INDEX_NAME and text:
-                places = pointer_places(text, wanted)
-    return lines, places
-
-
 @dataclass(slots=True)
 class Forgotten:
     moved: list[TrashRecord] = field(default_factory=list)
@@ -182,7 +164,7 @@ class Forgotten:
 def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
     """Move the targets of one dir to the trash (each only if it still holds the bytes that
     were listed), journalled like a dream pass's moves, then update the index."""
-    from memoryd.dream.run import probe_ownership
+    from memoryd.dream.run import _index_lines, probe_ownership
     from memoryd.indexer import index_after_dream
 
     result = Forgotten()

@@ -10,7 +10,7 @@ kinds of entry (the file's own versions, memoryd.versions) can join the same lis
 """
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memoryd.trash import Entry
@@ -35,20 +35,7 @@ class Link:
     restored_at: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "depth": self.depth,
-            "loser": self.loser,
-            "winner": self.winner,
-            "reason": self.reason,
-            "day": self.day,
-            "time": self.time,
-            "pass_id": self.pass_id,
-            "id": self.id,
-            "detail": self.detail,
-            "restored_as": self.restored_as,
-            "restored_at": self.restored_at,
-        }
+        return asdict(self)
 
 
 @dataclass(slots=True)

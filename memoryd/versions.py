@@ -230,11 +230,7 @@ class VersionStore:
                 else:
                     for tmp, _ in temps:
                         with contextlib.suppress(OSError):
-                            one = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
-                            try:
-                                os.fsync(one)
-                            finally:
-                                os.close(one)
+                            _fsync_at(fd, tmp)
             fsops.crash_point("versions.before_rename")
             for tmp, sha in temps:
                 try:
@@ -290,11 +286,7 @@ class VersionStore:
                     data = None
                 with contextlib.suppress(OSError):
                     if data is not None and hashlib.sha256(data).hexdigest() == sha:
-                        one = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
-                        try:
-                            os.fsync(one)
-                        finally:
-                            os.close(one)
+                        _fsync_at(fd, name)
                         os.rename(name, sha, src_dir_fd=fd, dst_dir_fd=fd)
                         put.append(sha)
                     else:
@@ -523,10 +515,7 @@ class VersionStore:
     def _flush_one(self, item: _Pending) -> None:
         data = item.data
         if not item.sha:
-            h = hashlib.sha256()
-            for piece in (data,) if isinstance(data, bytes) else data:
-                h.update(piece)
-            item.sha = h.hexdigest()
+            item.sha = fsops._digest(data)
         size = len(data) if isinstance(data, bytes) else sum(map(len, data))
         self._note_index(item.path, item.name, item.sha, size, data, MEMORYD)
 
@@ -759,7 +748,16 @@ def _set(d: _Dir, name: str, sha: str, event: str) -> None:
         d.other[name] = (sha, event)
 
 
+def _fsync_at(dir_fd: int, name: str) -> None:
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _write_temp(dir_fd: int, name: str, data: bytes | Sequence[bytes], *, sync: bool) -> str:
+    """Like fsops._write_temp, with a crash point after each piece (the crash-loop tests')."""
     tmp = fsops.temp_name(name)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
@@ -915,11 +913,14 @@ class Version:
 
 def versions_of(store: VersionStore, path: Path, name: str) -> list[Version]:
     """The versions of `name` in the dir at `path`, oldest first."""
+    return _versions(store, [rec for rec in store.records(path) if rec.f == name])
+
+
+def _versions(store: VersionStore, recs: Sequence[Record]) -> list[Version]:
+    """The versions one file's records (oldest first) give."""
     out: list[Version] = []
     open_: dict[str, Any] | None = None
-    for rec in store.records(path):
-        if rec.f != name:
-            continue
+    for rec in recs:
         if rec.e in ("gone", "moved"):
             if open_ is not None:
                 open_["until"] = rec.t
@@ -1046,11 +1047,11 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
     needed: set[str] = set()
     candidates: dict[str, tuple[int, float]] = {}
     for path in store.known_dirs():
-        names: dict[str, list[Version]] = {}
-        for rec in store.records(path):
-            names.setdefault(rec.f, [])
-        for name in names:
-            found = versions_of(store, path, name)
+        by_name: dict[str, list[Record]] = {}
+        for rec in store.records(path):  # the log read once, not once a name
+            by_name.setdefault(rec.f, []).append(rec)
+        for recs in by_name.values():
+            found = _versions(store, recs)
             gone = bool(found) and found[-1].until is not None
             for i, v in enumerate(found):
                 last = i == len(found) - 1

@@ -128,6 +128,11 @@ def short_path(path: str | Path, home: str | Path | None) -> str:
     return shown(text)
 
 
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """`n` and the noun for it: "1 dir", "3 dirs", "2 memories" (`many` when not `one` + s)."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
 def clip(text: str, width: int) -> str:
     """`text` cut to `width` characters, the cut marked with `…`."""
     if width <= 0:
@@ -135,6 +140,20 @@ def clip(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     return text[: width - 1] + "…"
+
+
+def _columns(
+    header: Sequence[str], rows: Sequence[Sequence[str]], width: int, shrink: int
+) -> tuple[list[list[str]], list[int]]:
+    """The header and rows as lists, and each column's width: the widest cell's, but column
+    `shrink` gives up what the table is over `width` (keeping at least 8)."""
+    all_rows = [list(header), *[list(r) for r in rows]]
+    count = len(header)
+    widths = [max(len(r[i]) for r in all_rows) for i in range(count)]
+    over = sum(widths) + 2 * (count - 1) - width
+    if over > 0:
+        widths[shrink] = max(8, widths[shrink] - over)
+    return all_rows, widths
 
 
 def table(
@@ -150,12 +169,8 @@ def table(
     wide; the others keep their width. Cells hold plain text: colour is added by the caller
     after layout so escape codes never count as columns.
     """
-    all_rows = [list(header), *[list(r) for r in rows]]
+    all_rows, widths = _columns(header, rows, width, shrink)
     count = len(header)
-    widths = [max(len(r[i]) for r in all_rows) for i in range(count)]
-    over = sum(widths) + 2 * (count - 1) - width
-    if over > 0:
-        widths[shrink] = max(8, widths[shrink] - over)
     lines = []
     for row in all_rows:
         cells = [clip(row[i], widths[i]) for i in range(count)]
@@ -174,12 +189,8 @@ def layout(
     """`table`'s layout as cells (the header's, then each row's), each clipped and padded to
     its column's width but the last, for a caller that colours cells before joining them with
     two spaces (escape codes then never count as columns)."""
-    all_rows = [list(header), *[list(r) for r in rows]]
+    all_rows, widths = _columns(header, rows, width, shrink)
     count = len(header)
-    widths = [max(len(r[i]) for r in all_rows) for i in range(count)]
-    over = sum(widths) + 2 * (count - 1) - width
-    if over > 0:
-        widths[shrink] = max(8, widths[shrink] - over)
     # The last column takes what is left, so that no line is wider than `width`.
     widths[-1] = max(0, min(widths[-1], width - sum(widths[:-1]) - 2 * (count - 1)))
     cells = [

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.display import shown
-from memoryd.humanize import Painter, ago, clip, clock_time, parse_ts, short_path
+from memoryd.humanize import Painter, ago, clip, clock_time, parse_ts, plural, short_path
 
 Row = Mapping[str, Any]
 EVENT_WIDTH = 17  # most event names fit; longer ones push the line on by a few columns
@@ -259,10 +259,6 @@ def _layout(pieces: Sequence[tuple[str, str, str | None]], view: View) -> str:
 # --- the summary ------------------------------------------------------------------------------
 
 
-def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else (many or one + 's')}"
-
-
 @dataclass
 class DirTally:
     """What memoryd did in one dir (or, with no dir, to itself), counted from its rows."""
@@ -309,10 +305,10 @@ class DirTally:
         if self.moved:
             total = sum(self.moved.values())
             why = ", ".join(
-                _plural(n, r, _REASON_PLURAL.get(r))
+                plural(n, r, _REASON_PLURAL.get(r))
                 for r, n in sorted(self.moved.items(), key=lambda kv: (-kv[1], kv[0]))
             )
-            done.append(f"{_plural(total, 'memory', 'memories')} moved to the trash ({why})")
+            done.append(f"{plural(total, 'memory', 'memories')} moved to the trash ({why})")
         if self.restored:
             done.append(f"{self.restored} restored from the trash")
         for n, what in (
@@ -322,22 +318,22 @@ class DirTally:
             (self.collapsed, "collapsed"),
         ):
             if n:
-                done.append(f"{_plural(n, 'pointer')} {what}")
+                done.append(f"{plural(n, 'pointer')} {what}")
         if self.demotions:
             done.append(
-                f"{_plural(self.demotions, 'index', 'indexes')} demoted "
-                f"{_plural(self.demoted, 'entry', 'entries')}"
+                f"{plural(self.demotions, 'index', 'indexes')} demoted "
+                f"{plural(self.demoted, 'entry', 'entries')}"
             )
         if self.passes:
-            done.append(_plural(self.passes, "dream pass", "dream passes"))
+            done.append(plural(self.passes, "dream pass", "dream passes"))
         if self.kept:
-            done.append(f"{_plural(self.kept, 'candidate')} kept by a guard")
+            done.append(f"{plural(self.kept, 'candidate')} kept by a guard")
         if self.purged_days:
-            done.append(f"{_plural(self.purged_days, 'trash day')} purged")
+            done.append(f"{plural(self.purged_days, 'trash day')} purged")
         if self.forgotten:
-            done.append(f"{_plural(self.forgotten, 'memory', 'memories')} forgotten on request")
+            done.append(f"{plural(self.forgotten, 'memory', 'memories')} forgotten on request")
         if self.acknowledged:
-            done.append(f"{_plural(self.acknowledged, 'flag')} acknowledged")
+            done.append(f"{plural(self.acknowledged, 'flag')} acknowledged")
         problems = []
         for n, words in (
             (
@@ -486,8 +482,8 @@ def render_summary(rows: Iterable[Row], view: View, *, since: float | None) -> s
     if not rows:
         return f"Nothing logged {start}.\n"
     lines = [
-        f"memoryd {start}: {_plural(len(rows), 'row')}, "
-        f"{_plural(len([d for d in tallies if d]), 'dir')}."
+        f"memoryd {start}: {plural(len(rows), 'row')}, "
+        f"{plural(len([d for d in tallies if d]), 'dir')}."
     ]
     quiet = []
     for where, t in sorted(tallies.items(), key=lambda kv: (kv[0] == "", kv[0])):
@@ -510,7 +506,7 @@ def render_summary(rows: Iterable[Row], view: View, *, since: float | None) -> s
             )
         )
     if quiet:  # rows about them, none worth a sentence (a pass that found nothing to do)
-        lines.append(f"Nothing to report in {_plural(len(quiet), 'other dir')}.")
+        lines.append(f"Nothing to report in {plural(len(quiet), 'other dir')}.")
     if "" in tallies:
         own = _own_sentence(tallies[""])
         if own:

@@ -119,7 +119,7 @@ ALARMS_MAX_BYTES = 1 << 20  # versions.alarms reads as much
 def alarms(state_dir: Path) -> list[dict[str, Any]]:
     """The last mass-change alarms (one per dir, the newest), oldest first (versions.alarms)."""
     try:
-        data = json.loads(state_dir.joinpath(ALARMS_FILE).read_bytes()[:ALARMS_MAX_BYTES])
+        data = json.loads(read_bounded(state_dir / ALARMS_FILE, ALARMS_MAX_BYTES, prefix=True))
     except (OSError, ValueError):
         return []
     return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memoryd.display import shown
-from memoryd.humanize import Painter, ago, layout, parse_ts
+from memoryd.humanize import Painter, ago, layout, parse_ts, plural
 
 HEADER = ("NAME", "KIND", "MODE", "MEMORIES", "INDEX", "FLAGGED", "LAST PASS")
 LEGEND = "INDEX: MEMORY.md's lines and the share of the agent's load window they take."
@@ -73,10 +73,6 @@ def cells(row: Mapping[str, Any], now: float) -> list[str]:
     ]
 
 
-def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else (many or one + 's')}"
-
-
 def summary(rows: Sequence[Mapping[str, Any]]) -> str:
     """One line over every dir: how many, managed or not, memories, flags, what to run."""
     managed = sum(1 for r in rows if r["mode"] == "managed")
@@ -85,18 +81,18 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> str:
     unparseable = sum(len(r["unparseable"]) for r in rows)
     out_of_step = sum(1 for r in rows if r["mode"] == "managed" and not r.get("in_sync", True))
     parts = [
-        _plural(len(rows), "dir") + f" ({managed} managed, {len(rows) - managed} unmanaged)",
-        _plural(memories, "memory", "memories"),
+        plural(len(rows), "dir") + f" ({managed} managed, {len(rows) - managed} unmanaged)",
+        plural(memories, "memory", "memories"),
     ]
     if flagged:
         parts.append(f"{flagged} flagged for review")
     if unparseable:
-        parts.append(_plural(unparseable, "file") + " unparseable")
+        parts.append(plural(unparseable, "file") + " unparseable")
     secrets = [s for r in rows for s in r.get("secrets", ())]
     if secrets:
         files = len({(r["real_path"], s["file"]) for r in rows for s in r.get("secrets", ())})
         parts.append(
-            f"{_plural(len(secrets), 'secret')} in {_plural(files, 'memory', 'memories')}"
+            f"{plural(len(secrets), 'secret')} in {plural(files, 'memory', 'memories')}"
             " (memoryd dirs --secrets)"
         )
     not_loaded = sum(1 for r in rows if r.get("not_loaded"))

@@ -185,9 +185,7 @@ def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
             records = []
             taken: set[str] = set()
             for t in targets:
-                stored = trash.free_name(mover.folder, t.name)
-                while stored in taken:
-                    stored = trash.free_name(mover.folder, stored.removesuffix(".md") + ".x.md")
+                stored = trash.free_name(mover.folder, t.name, taken)  # as the dream pass
                 taken.add(stored)
                 place = places.get(t.name)
                 records.append(

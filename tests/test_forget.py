@@ -10,10 +10,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 
 import pytest
 
+from memoryd import trash
 from tests.conftest import Env, Result, tree_digest, write_memory
 
 ARCHIVE = "MEMORY-ARCHIVE.md"
@@ -196,3 +198,22 @@ def test_an_unmanaged_index_is_refused(
     assert result.code == 1
     assert "not memoryd's to edit" in result.out
     assert tree_digest(repo) == before
+
+
+def test_forgotten_files_get_the_trashs_names_even_when_two_would_clash(
+    env: Env, repo: Path, folder: Path, cli: Callable[..., Result]
+) -> None:
+    """`a.md` whose `a.md.trashed` is already in the trash goes to `a.2.md.trashed`, and
+    `a.2.md` forgotten with it must not take that name: each gets its own, none ends in `.md`
+    (Claude Code's scan would list it as a live memory)."""
+    write_memory(folder, "a.md", description="alpha note", body="alpha\n")
+    write_memory(folder, "a.2.md", description="alpha two", body="alpha two\n")
+    with (folder / "MEMORY.md").open("a") as index:
+        index.write("- [a](a.md) — alpha note\n- [a.2](a.2.md) — alpha two\n")
+    day = folder / ".trash" / date.today().isoformat()
+    day.mkdir(parents=True)
+    (day / "a.md.trashed").write_text("an earlier forgotten a\n")
+    done = cli("forget", folder / "a.md", folder / "a.2.md", "--yes")
+    assert done.code == 0, done.err
+    stored = sorted(p.name for p in day.iterdir() if p.name != trash.MANIFEST)
+    assert stored == ["a.2.2.md.trashed", "a.2.md.trashed", "a.md.trashed"]

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from memoryd import fsops
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
-from memoryd.paths import BoundedLines, ensure_private_dir, open_regular
+from memoryd.paths import BoundedLines, ensure_private_dir, open_regular, read_bounded
 from memoryd.sealed import seal, unseal
 from memoryd.state import dir_key
 
@@ -781,7 +781,7 @@ def _write_temp(dir_fd: int, name: str, data: bytes | Sequence[bytes], *, sync: 
 def alarms(store: VersionStore) -> list[dict[str, Any]]:
     """The last mass-change alarms (one per dir, the newest), oldest first."""
     try:
-        data = json.loads(store.root.joinpath(ALARMS).read_bytes()[: 1 << 20])
+        data = json.loads(read_bounded(store.root / ALARMS, 1 << 20, follow=False, prefix=True))
     except (OSError, ValueError):
         return []
     return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []

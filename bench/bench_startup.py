@@ -1,0 +1,208 @@
+"""Whole-process start-up bench (issue 14): `memoryd --help`, `memoryd status`, `memoryd index`
+(first, nothing changed, after one change) and `memoryd search QUERY` on a synthetic home of N
+memories, each beside a naive baseline process in the same run: `python -c pass` (the
+interpreter floor), a python-frontmatter script that parses every file and writes the index,
+and `grep -ril`.
+
+    python bench/bench_startup.py              # 10,000 memories, about 2 minutes on 2 cores
+    python bench/bench_startup.py --n 1000 --runs 5
+
+Every child runs without PYTHONDONTWRITEBYTECODE (set in some environments, it would make each
+start recompile memoryd), after memoryd's package is precompiled (compileall), as an installed
+memoryd runs. Everything happens in a fresh temporary folder with its own HOME and XDG dirs.
+"""
+
+import argparse
+import compileall
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import _synth
+from _stats import markdown_table, percentile
+
+import memoryd
+
+# The naive `index`: python-frontmatter on every memory file, the whole index regenerated and
+# written (temp file, fsync, rename), in a process of its own. It imports nothing of memoryd's.
+NAIVE_INDEX = """\
+import os, sys
+from pathlib import Path
+import frontmatter
+path = Path(sys.argv[1]); out = Path(sys.argv[2])
+lines = [f"# {path.name} Memory", ""]
+for name in sorted(os.listdir(path)):
+    if not name.endswith(".md") or name.startswith(("MEMORY", ".")):
+        continue
+    try:
+        post = frontmatter.load(path / name)
+    except Exception:
+        continue
+    label = str(post.metadata.get("name") or name[:-3])
+    description = " ".join(str(post.metadata.get("description") or "").split())
+    lines.append(f"- [{label}]({name}) — {description}")
+tmp = out / ".MEMORY.md.tmp"
+with open(tmp, "w", encoding="utf-8") as f:
+    f.write("\\n".join(lines) + "\\n"); f.flush(); os.fsync(f.fileno())
+os.replace(tmp, out / "MEMORY.md")
+"""
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def run(argv: Sequence[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - started
+
+
+def memoryd_argv() -> list[str]:
+    """The console script beside this interpreter, as a user runs it; else `python -m memoryd`."""
+    script = Path(sys.executable).parent / "memoryd"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "memoryd"]
+
+
+def home_env(home: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+    }
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def append_line(folder: Path, name: str, i: int) -> None:
+    """One change, as an agent appending to a memory's body."""
+    with open(folder / name, "a", encoding="utf-8") as f:
+        f.write(f"edit {i}\n")
+
+
+def bench(n: int, args: argparse.Namespace) -> str:
+    compileall.compile_dir(Path(memoryd.__file__).parent, quiet=1)
+    mem = memoryd_argv()
+    py = sys.executable
+    with tempfile.TemporaryDirectory(prefix="memoryd-startup-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        pristine = tmp / "pristine"
+        _synth.make_memory_dir(pristine, n, seed=args.seed)
+        out = tmp / "naive-out"
+        out.mkdir()
+        naive_index = [py, "-c", NAIVE_INDEX, str(pristine), str(out)]
+
+        # The first `index`: a fresh home and a fresh copy of the dir each run (untimed copy).
+        first: list[float] = []
+        first_naive: list[float] = []
+        for i in range(args.first_runs):
+            home = tmp / f"first{i}"
+            folder = home / ".claude" / "projects" / "-tmp-bench" / "memory"
+            shutil.copytree(pristine, folder)  # copy2: the mtimes are kept
+            env = home_env(home)
+            if i == 0:  # the interpreter's own caches and the page cache, warm for both
+                run(naive_index, env)
+                run([*mem, "--help"], env)
+            for which in (0, 1) if i % 2 == 0 else (1, 0):
+                if which == 0:
+                    first.append(run([*mem, "index", str(folder)], env))
+                else:
+                    first_naive.append(run(naive_index, env))
+            shutil.rmtree(home)
+
+        home = tmp / "home"
+        folder = home / ".claude" / "projects" / "-tmp-bench" / "memory"
+        shutil.copytree(pristine, folder)
+        env = home_env(home)
+        for _ in range(2):  # settle: the first pass demotes, the second changes nothing
+            run([*mem, "index", str(folder)], env)
+        run([*mem, "search", "warmup", str(folder)], env)  # builds the search index
+        time.sleep(2.5)  # past any racy-mtime window: "nothing changed" is nothing changed
+        name = sorted(p.name for p in folder.glob("*.md") if not p.name.startswith("MEMORY"))[0]
+        word = "session"
+        steps = {
+            "floor": [py, "-c", "pass"],
+            "help": [*mem, "--help"],
+            "status": [*mem, "status"],
+            "index": [*mem, "index", str(folder)],
+            "naive_index": naive_index,
+            "search": [*mem, "search", "session cache", str(folder)],
+            "grep": ["grep", "-ril", word, str(folder)],
+        }
+        samples: dict[str, list[float]] = {k: [] for k in [*steps, "changed", "changed_naive"]}
+        for i in range(args.runs):
+            order = [*steps, "changed"]
+            if i % 2:
+                order.reverse()
+            for key in order:
+                if key == "changed":
+                    append_line(folder, name, i)
+                    samples["changed"].append(run(steps["index"], env))
+                    append_line(folder, name, 1000 + i)
+                    samples["changed_naive"].append(run(naive_index, env))
+                    run(steps["index"], env)  # back to nothing changed, untimed
+                else:
+                    samples[key].append(run(steps[key], env))
+
+    med = {k: percentile(v, 50) for k, v in samples.items()}
+    floor = med["floor"]
+
+    def row(label: str, base_label: str, base: float, mine: float, target: str) -> list[str]:
+        ratio = f"{base / mine:.2f}×" if mine else "—"
+        return [label, f"{base_label} {ms(base)}", ms(mine), ratio, target]
+
+    rows = [
+        row("`memoryd --help`", "python -c pass", floor, med["help"], ""),
+        row("`memoryd status`", "python -c pass", floor, med["status"], ""),
+        row(
+            f"`memoryd index`, first ({n:,} memories)",
+            "naive",
+            percentile(first_naive, 50),
+            percentile(first, 50),
+            "≤ ½ naive (ratio ≥ 2)",
+        ),
+        row(
+            "`memoryd index`, nothing changed",
+            "naive",
+            med["naive_index"],
+            med["index"],
+            "≤ 150 ms",
+        ),
+        row(
+            "`memoryd index`, one change", "naive", med["changed_naive"], med["changed"], "≤ 200 ms"
+        ),
+        row("`memoryd search QUERY`", "grep -ril", med["grep"], med["search"], "≤ 150 ms"),
+    ]
+    table = markdown_table(["figure [median]", "baseline", "memoryd", "ratio", "target"], rows)
+    return (
+        f"{table}\n\nruns: {args.runs} each ({args.first_runs} for the first index); "
+        f"ratio = baseline ÷ memoryd; interpreter floor (`python -c pass`) {ms(floor)}; "
+        "children run without PYTHONDONTWRITEBYTECODE, memoryd precompiled"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[10_000])
+    parser.add_argument("--runs", type=int, default=11, help="runs of each figure")
+    parser.add_argument("--first-runs", type=int, default=5, help="runs of the first index")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, "
+          f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    for n in args.n:
+        print(f"\n### {n:,} memories\n")
+        print(bench(n, args))
+
+
+if __name__ == "__main__":
+    main()

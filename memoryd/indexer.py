@@ -348,6 +348,9 @@ class Request:
     be parsed must be still before it is reported. `hold`: leave what a pass over just the
     changed files needs in `outcome.held`, to be passed back as `held` with `only` (the names
     that changed) by a caller that keeps it; `previous`: that caller's last scan.
+    `scanned`: a full scan of the dir this pass already made under its lock (the settled
+    view's, where that view did not apply): the full view takes it as it is, so that no file
+    is read twice in one pass.
     `wait_lock=False`: when another process holds the dir's writer lock, nothing is done and
     the outcome is "busy". `daemon`: the caller is the daemon, which needs no telling that
     memoryd reads the dir (see StateStore.reading); the open and close would only wake its own
@@ -363,6 +366,7 @@ class Request:
     placements: Mapping[str, Place] = field(default_factory=dict)
     settle: float = 0.0
     previous: DirScan | None = None
+    scanned: DirScan | None = None
     only: Set[str] | None = None
     persist_cache: bool = True
     held: Held | None = None
@@ -520,6 +524,7 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
                 retry_after=time.time() + BUSY_RETRY,
             )
         previous = req.previous
+        scanned: DirScan | None = None
         restoring = bool(req.preferred or req.placements)
         if req.held is not None and req.only is not None and writes and not restoring:
             try:
@@ -541,10 +546,10 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
                 return fast
         elif req.settled and writes and not restoring and req.held is None and not req.hold:
             try:
-                fast = _index_settled(rt, md, req)
+                fast, scanned = _index_settled(rt, md, req)
             except WriteConflict as conflict:
                 _report_conflict(rt, md, 1, conflict)
-                fast = None
+                fast, scanned = None, None  # the other writer may have changed anything
             if fast is not None:
                 return fast
         waited = 0.0
@@ -561,6 +566,7 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
                         replace(
                             req,
                             previous=previous if first else None,
+                            scanned=scanned if first else None,
                             only=req.only if first else None,
                         ),
                     )
@@ -624,15 +630,18 @@ def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Sna
     """Read: scan the dir (a caller's own last scan is the fresher cache: the daemon writes
     its cache to disk only with the heartbeat), read both index files, decide ownership."""
     cfg = rt.config
-    cache = req.previous.files if req.previous is not None else rt.store.load_cache(md.real_path)
-    scan = scan_dir(
-        md.real_path,
-        cache,
-        max_file_bytes=cfg.parse.max_file_bytes,
-        max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
-        previous=req.previous,
-        only=req.only,
-    )
+    if req.scanned is not None:
+        scan = req.scanned
+    else:
+        cache = req.previous.files if req.previous is not None else None
+        scan = scan_dir(
+            md.real_path,
+            cache if cache is not None else rt.store.load_cache(md.real_path),
+            max_file_bytes=cfg.parse.max_file_bytes,
+            max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
+            previous=req.previous,
+            only=req.only,
+        )
     memories = set(scan.memories)
     with fsops.open_dir(md.real_path) as dir_fd:
         main = read_index_file(dir_fd, INDEX_NAME)
@@ -1108,13 +1117,18 @@ def _index_changed(
             and _same_file(dir_fd, ARCHIVE_NAME, held.archive)
         ) or (state.prev and fsops.written_since(fsops.stat_id(dir_fd, PREV_NAME), state.prev[0])):
             return None  # (the full pass brings a writer's late bytes back: see _late_write)
-    # Read: the changed files only.
-    scan = scan_dir(
-        md.real_path,
-        max_file_bytes=cfg.parse.max_file_bytes,
-        max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
-        previous=held.scan,
-        only=only,
+    # Read: the changed files only; in the caller's whole scan of this pass they are read
+    # (and stat'ed) already.
+    scan = (
+        whole
+        if whole is not None
+        else scan_dir(
+            md.real_path,
+            max_file_bytes=cfg.parse.max_file_bytes,
+            max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
+            previous=held.scan,
+            only=only,
+        )
     )
     memories = dict(held.memories)
     changed_files = {n: scan.files[n] for n in only if n in scan.files}
@@ -1227,17 +1241,20 @@ def _index_changed(
     return outcome
 
 
-def _index_settled(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome | None:
+def _index_settled(
+    rt: Runtime, md: MemoryDir, req: Request
+) -> tuple[IndexOutcome | None, DirScan | None]:
     """A one-shot update that costs what the changes since the last verified pass cost: while
     MEMORY-ARCHIVE.md is the file that pass left (DirState.settled), a stat scan of the dir
     finds the files new, gone, renamed or redescribed since, and the held edit looks at
     their lines and at all of MEMORY.md (as the dream pass's update after its moves does).
-    None: the full pass (a writer's late bytes in .MEMORY.md.prev, no settled index...)."""
+    None: the full pass (a writer's late bytes in .MEMORY.md.prev, no settled index...),
+    given the scan made here, if any, which it takes as it is (each file is read once a pass)."""
     state = rt.store.load(md.real_path)
     if state.prev:
         with fsops.open_dir(md.real_path) as dir_fd:
             if fsops.stat_id(dir_fd, PREV_NAME) != state.prev[0]:
-                return None  # _late_write's to look at
+                return None, None  # _late_write's to look at
     cfg = rt.config.parse
     scan = scan_dir(
         md.real_path,
@@ -1247,13 +1264,14 @@ def _index_settled(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome | N
     )
     made = _settled_view(rt, md, Basis.of(scan, state.seen), req.forget, state)
     if made is None:
-        return None
+        return None, scan
     held, changed = made
-    held.scan = scan  # the changed files are looked at again by stat, not read again
+    held.scan = scan
     only = changed | req.forget
-    return _index_changed(
+    outcome = _index_changed(
         rt, md, held, only, req.grace, req.settle, req.forget, req.mode, state=state, whole=scan
     )
+    return outcome, scan
 
 
 def _remove_stray_temps(rt: Runtime, md: MemoryDir, scan: DirScan) -> None:

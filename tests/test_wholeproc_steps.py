@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import Env, write_memory
 
@@ -241,3 +242,50 @@ def test_a_version_log_is_parsed_once_then_only_its_tail(tmp_path: Path, monkeyp
     log.write_bytes(data.replace(b"m00000.md", b"x00000.md", 1))
     changed = store().table(folder)
     assert "x00000.md" in changed.seen and "m00000.md" not in changed.seen
+
+
+def test_a_first_index_reads_each_file_once(env: Env, cli, monkeypatch) -> None:
+    """The first `memoryd index` of a dir: the settled view does not apply (nothing was
+    settled yet), and the full pass takes the scan it made. The old one scanned again and
+    read every memory twice."""
+    from memoryd import scan
+
+    folder = env.claude / "agent-memory" / "reviewer"
+    for i in range(MANY):
+        write_memory(folder, f"m{i:04}.md", description=f"memory number {i}")
+    reads: list[str] = []
+    real = scan.read_one
+
+    def counting(dir_fd: int, name: str, *args: object) -> scan.Scanned:
+        reads.append(name)
+        return real(dir_fd, name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan, "read_one", counting)
+    assert cli("index", folder).code == 0
+    assert len(reads) == len(set(reads)) == MANY
+    assert (folder / "MEMORY-ARCHIVE.md").stat().st_size > 0  # the full pass wrote both
+
+
+def test_index_with_nothing_changed_scans_the_dir_once(env: Env, cli, monkeypatch) -> None:
+    """A settled dir's `memoryd index` stats each file once: the held edit takes the changed
+    files from the pass's own scan. The old one stat'ed MEMORY.md's targets again (a second
+    scan_dir over them)."""
+    from memoryd.scan import scan_dir as real
+
+    folder = _settled_dir(env, cli, "reviewer")
+    assert cli("index", folder).code == 0
+    scans = 0
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal scans
+        scans += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("memoryd.indexer.scan_dir", counting)
+    write_memory(folder, "m0003.md", description="a new description")
+    assert cli("index", folder).code == 0
+    assert (
+        "a new description"
+        in (folder / "MEMORY.md").read_text() + (folder / "MEMORY-ARCHIVE.md").read_text()
+    )
+    assert scans == 1

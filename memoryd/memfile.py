@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-import yaml
-
 from memoryd.secrets import mask
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -69,80 +67,13 @@ class Problem:
 Parsed = Memory | NotMemory | Problem
 
 
-# --- YAML: strings only, no aliases ------------------------------------------------------------
-class _StringOnlyLoader(yaml.SafeLoader):
-    """Every scalar stays a string (no `no` -> False, no dates); aliases are refused (bombs)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise yaml.composer.ComposerError(
-                None, None, "aliases are not allowed in memory frontmatter", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
-def _construct_str(loader: yaml.SafeLoader, node: yaml.Node) -> str:
-    return str(loader.construct_scalar(node))  # type: ignore[arg-type]
-
-
-# Resolve every plain scalar as a string by removing the implicit resolvers; explicit tags
-# (`!!int 3`) are refused by routing every known scalar tag to the string constructor.
-_STRING_TAGS = (
-    "tag:yaml.org,2002:bool",
-    "tag:yaml.org,2002:int",
-    "tag:yaml.org,2002:float",
-    "tag:yaml.org,2002:null",
-    "tag:yaml.org,2002:timestamp",
-    "tag:yaml.org,2002:binary",
-    "tag:yaml.org,2002:str",
-)
-_StringOnlyLoader.yaml_implicit_resolvers = {}
-for _tag in _STRING_TAGS:
-    _StringOnlyLoader.add_constructor(_tag, _construct_str)
-
-
-_CStringOnlyLoader: Any = None
-if getattr(yaml, "__with_libyaml__", False):
-
-    class _CStringOnlyLoader(yaml.CSafeLoader):  # type: ignore[no-redef]
-        """The same rules, composed by libyaml; aliases are refused after composing."""
-
-    _CStringOnlyLoader.yaml_implicit_resolvers = {}
-    for _tag in _STRING_TAGS:
-        _CStringOnlyLoader.add_constructor(_tag, _construct_str)
-
-
-def _refuse_aliases(root: yaml.Node) -> None:
-    """An alias composes to a node met twice: refuse it, as the pure loader does."""
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            raise yaml.composer.ComposerError(
-                None, None, "aliases are not allowed in memory frontmatter", node.start_mark
-            )
-        seen.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-        elif isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                stack += (key, value)
-
-
+# --- YAML: strings only, no aliases (memoryd.yamlstrings, imported when first needed) ---------
 def load_yaml_strings(text: str) -> Any:
-    if _CStringOnlyLoader is None:
-        return yaml.load(text, Loader=_StringOnlyLoader)  # noqa: S506 - the loader is safe
-    loader = _CStringOnlyLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _refuse_aliases(node)
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
+    """PyYAML's reading of a block, every scalar a string, aliases refused
+    (memoryd.yamlstrings); raises what yaml.load raises."""
+    from memoryd.yamlstrings import load_yaml_strings as load
+
+    return load(text)
 
 
 # --- the fast path: flat lines and one indented block ---------------------------------------
@@ -401,29 +332,6 @@ def _keep_hash_text(fields: dict[str, Any], fm_text: str) -> None:
             fields[key] = raw
 
 
-# What each kind of YAML error means, in words of memoryd's own: the loader's messages quote
-# the frontmatter (`could not determine a constructor for the tag '!secret-value'`), and a
-# problem's message goes to the audit log and command output, which never carry memory text.
-_YAML_CATEGORIES = (
-    (yaml.constructor.ConstructorError, "a tag or value memoryd does not accept"),
-    (yaml.composer.ComposerError, "an alias or anchor"),
-    (yaml.scanner.ScannerError, "characters YAML cannot read"),
-    (yaml.parser.ParserError, "a structure YAML cannot parse"),
-)
-
-
-def _hint_for_yaml(error: Exception) -> str:
-    """The kind of a YAML error and where it is (line and column in the file), no text."""
-    category = next(
-        (what for kind, what in _YAML_CATEGORIES if isinstance(error, kind)), "a YAML error"
-    )
-    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-    if mark is None:
-        return category
-    # The mark counts from the frontmatter's first line, which is the file's second.
-    return f"{category} at line {mark.line + 2}, column {mark.column + 1}"
-
-
 # The usual header in one match: `---`, up to 29 lines that begin with a letter, `_` or a space
 # (so none of them can close it), then the closing line.
 _USUAL_HEADER = re.compile(r"---\n((?:[A-Za-z_ ][^\n]*\n){0,29})(?:---|\.\.\.)[^\S\n]*(?:\n|\Z)")
@@ -523,9 +431,11 @@ def _fields_of(fm_text: str) -> dict[str, Any]:
     """Frontmatter fields of a block for a second reading; {} when they cannot be read."""
     fields = parse_flat(fm_text)
     if fields is None:
+        from yaml import YAMLError
+
         try:
             loaded = load_yaml_strings(fm_text)
-        except (yaml.YAMLError, ValueError, RecursionError, MemoryError):
+        except (YAMLError, ValueError, RecursionError, MemoryError):
             loaded = parse_lenient(fm_text)
         fields = loaded if isinstance(loaded, dict) else {}
     return fields
@@ -621,9 +531,13 @@ def _parse(
         # What the loader's error below leads to, without running the loader to see it fail.
         fields_ = parse_lenient(fm_text)
     if fields_ is None:
+        from yaml import YAMLError
+
+        from memoryd.yamlstrings import hint_for_yaml
+
         try:
             fields_ = load_yaml_strings(fm_text)
-        except yaml.YAMLError as error:
+        except YAMLError as error:
             lenient = parse_lenient(fm_text)
             if lenient is not None:
                 fields_ = lenient
@@ -631,7 +545,7 @@ def _parse(
                 return Problem(
                     filename,
                     "bad_yaml",
-                    f"frontmatter is not valid YAML: {_hint_for_yaml(error)}",
+                    f"frontmatter is not valid YAML: {hint_for_yaml(error)}",
                     "fix the YAML between the '---' lines",
                     digest,
                 )

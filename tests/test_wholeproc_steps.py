@@ -289,3 +289,14 @@ def test_index_with_nothing_changed_scans_the_dir_once(env: Env, cli, monkeypatc
         in (folder / "MEMORY.md").read_text() + (folder / "MEMORY-ARCHIVE.md").read_text()
     )
     assert scans == 1
+
+
+def test_index_with_nothing_changed_imports_no_yaml(env: Env, cli) -> None:
+    """Flat frontmatter is read without PyYAML, and a pass that reads nothing new does not
+    import it (~8 ms of start-up); the old memfile imported it at its own import."""
+    folder = env.claude / "agent-memory" / "reviewer"
+    for name in ("a.md", "b.md"):
+        write_memory(folder, name)
+    assert cli("index", folder).code == 0
+    loaded, _, code = _probe(["index", str(folder)], ("yaml", "memoryd.yamlstrings"))
+    assert code == 0 and loaded == []

@@ -3,7 +3,6 @@
 import os
 import re
 import stat
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -433,6 +432,8 @@ def load_config(explicit: Path | None, paths: AppPaths) -> Config:
         ) from error
     except OSError as error:
         raise ConfigError(str(path), [f"cannot read the file: {error.strerror}"]) from error
+    import tomllib  # here, not at the top: most runs have no file to parse (~5 ms of start-up)
+
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as error:

@@ -291,12 +291,14 @@ def test_index_with_nothing_changed_scans_the_dir_once(env: Env, cli, monkeypatc
     assert scans == 1
 
 
-def test_index_with_nothing_changed_imports_no_yaml(env: Env, cli) -> None:
+def test_index_with_nothing_changed_imports_no_yaml_or_toml(env: Env, cli) -> None:
     """Flat frontmatter is read without PyYAML, and a pass that reads nothing new does not
-    import it (~8 ms of start-up); the old memfile imported it at its own import."""
+    import it (~8 ms of start-up); the old memfile imported it at its own import. Nor is the
+    TOML parser imported where there is no config file (the old config.py did, ~5 ms)."""
     folder = env.claude / "agent-memory" / "reviewer"
     for name in ("a.md", "b.md"):
         write_memory(folder, name)
     assert cli("index", folder).code == 0
-    loaded, _, code = _probe(["index", str(folder)], ("yaml", "memoryd.yamlstrings"))
+    watched = ("yaml", "memoryd.yamlstrings", "tomllib")  # no config file either: no TOML
+    loaded, _, code = _probe(["index", str(folder)], watched)
     assert code == 0 and loaded == []

@@ -168,9 +168,26 @@ _HINTS: Final = (
     "pwd", "bearer", "credential", "PASS", "SECRET", "KEY", "TOKEN", "Key", "Token", "Secret",
 )  # fmt: skip
 MASK: Final = "[secret: {kind}]"
+
+
+def _trie(words: tuple[str, ...]) -> str:
+    """A pattern that finds where any of `words` occurs, as one alternative per first
+    character (`g(?:h|lpat\\-)|key|...`): a flat alternation of 29 literals is tried one by
+    one at every position of the text, which made this precheck a tenth of a cold scan. A word
+    that begins with a shorter one adds nothing to "does the text hold any": it is dropped."""
+    heads: dict[str, list[str]] = {}
+    for word in sorted(set(words)):
+        heads.setdefault(word[0], []).append(word[1:])
+    parts = []
+    for head, tails in heads.items():
+        rest = "" if "" in tails else _trie(tuple(tails))
+        parts.append(re.escape(head) + rest)
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
 # One C-level scan for "could this text hold a secret at all" (most memories cannot), and one
 # per token kind: a Python loop of `in` tests over every description was a tenth of a cold scan.
-_ANY_HINT: Final = _lazy("|".join(map(re.escape, _HINTS)))
+_ANY_HINT: Final = _lazy(_trie(_HINTS))
 _TOKEN_HINTS: Final = tuple(
     (kind, _lazy("|".join(map(re.escape, hints))), pattern) for kind, hints, pattern in _TOKENS
 )

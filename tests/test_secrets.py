@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memoryd import secrets
 from tests.conftest import Env, Result, write_memory
@@ -261,3 +263,39 @@ def test_a_secret_in_a_description_stays_out_of_the_index_and_the_caches(
     found = cli("search", "deploy", "--json")
     assert "creds.md" in found.out and value not in found.out
     assert value.encode() not in _every_file_under(env.state, env.logs)
+
+
+def test_the_precheck_tries_one_alternative_per_first_character() -> None:
+    """The "could it hold a secret" precheck runs on every description of a cold scan: as a
+    trie, the regex engine tries at most one alternative per first character at each position
+    (the flat alternation of every hint tried each in turn, ~30 % slower). The old pattern
+    had 29 top-level alternatives, 5 of them beginning with `A`."""
+    pattern = secrets._trie(secrets._HINTS)
+    assert pattern.startswith("(?:") and pattern.endswith(")")
+    top, depth, part = [], 0, ""
+    for ch in pattern[3:-1]:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "|" and depth == 0:
+            top.append(part)
+            part = ""
+        else:
+            part += ch
+    top.append(part)
+    firsts = [p.removeprefix("\\")[0] for p in top]
+    assert len(firsts) == len(set(firsts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([*secrets._HINTS, "a", "k", "g", "s", "P", "A", " ", "\n", "_", ":"]),
+        max_size=12,
+    ).map("".join)
+)
+def test_the_precheck_finds_a_hint_exactly_where_the_plain_alternation_does(text: str) -> None:
+    import re
+
+    plain = re.compile("|".join(map(re.escape, secrets._HINTS)))
+    trie = re.compile(secrets._trie(secrets._HINTS))
+    assert (trie.search(text) is None) == (plain.search(text) is None)

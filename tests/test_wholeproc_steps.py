@@ -302,3 +302,19 @@ def test_index_with_nothing_changed_imports_no_yaml_or_toml(env: Env, cli) -> No
     watched = ("yaml", "memoryd.yamlstrings", "tomllib")  # no config file either: no TOML
     loaded, _, code = _probe(["index", str(folder)], watched)
     assert code == 0 and loaded == []
+
+
+def test_index_without_a_journal_imports_no_recovery(env: Env, cli) -> None:
+    """With no pass journal left in the state dir there is nothing to recover: `index` does
+    not import the recovery, the journal or the trash (~18 ms of start-up). The old one
+    imported them to find the journal folder empty."""
+    from memoryd import cli as cli_module
+    from memoryd import journal
+
+    assert cli_module.JOURNALS == journal.JOURNAL_DIR
+    folder = env.claude / "agent-memory" / "reviewer"
+    write_memory(folder, "a.md")
+    assert cli("index", folder).code == 0
+    watched = ("memoryd.recovery", "memoryd.journal", "memoryd.trash")
+    loaded, _, code = _probe(["index", str(folder)], watched)
+    assert code == 0 and loaded == []

@@ -553,7 +553,10 @@ class StateStore:
         data = dump_cache(files)
         if held is None and self.read_file(path) == data:
             return
-        fsops.write_private(path, data)
+        # Not fsynced (the fsyncs of a 2 MB file were most of a one-change `memoryd index`):
+        # after a power cut the file is the previous cache, still true entry by entry (each is
+        # checked against its file's stat), or damaged and read as none (sealed's CRC).
+        fsops.write_private(path, data, durable=False)
         written = _file_id(path)
         if written is not None:
             # Kept as given, not copied (10,000 entries are half a MB of a 60 MB daemon): a

@@ -191,6 +191,9 @@ _ANY_HINT: Final = _lazy(_trie(_HINTS))
 _TOKEN_HINTS: Final = tuple(
     (kind, _lazy("|".join(map(re.escape, hints))), pattern) for kind, hints, pattern in _TOKENS
 )
+# Whether any token kind's hint is there at all: most texts past _ANY_HINT hold only a word
+# such as "through" (`gh`) or "secret", and the searches per kind are then skipped.
+_ANY_TOKEN_HINT: Final = _lazy(_trie(tuple(h for _, hints, _ in _TOKENS for h in hints)))
 _NOT_A_VALUE: Final = _lazy(
     r"[a-z]+(?:[._-][a-z]+)*|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
     r"|[A-Za-z_][\w.]*\(.*"
@@ -256,7 +259,7 @@ def _spans(text: str) -> list[_Span]:
         stop = end.end() if end is not None else len(text)
         found.append(_Span(begin.start(), stop, Kind.PRIVATE_KEY))
         pos = stop
-    for kind, hinted, pattern in _TOKEN_HINTS:
+    for kind, hinted, pattern in _TOKEN_HINTS if _ANY_TOKEN_HINT.search(text) else ():
         if hinted.search(text) is None:
             continue
         for match in pattern.finditer(text):

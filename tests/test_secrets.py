@@ -299,3 +299,29 @@ def test_the_precheck_finds_a_hint_exactly_where_the_plain_alternation_does(text
     plain = re.compile("|".join(map(re.escape, secrets._HINTS)))
     trie = re.compile(secrets._trie(secrets._HINTS))
     assert (trie.search(text) is None) == (plain.search(text) is None)
+
+
+def test_a_text_with_no_token_hint_runs_no_token_search(monkeypatch) -> None:
+    """Past the any-hint precheck, most descriptions hold only a word such as "through" or
+    "secret": one search for any token kind's hint then skips the 13 per kind. The old scan
+    ran all 13 on such a text. What is found is the same (the planted tests above)."""
+
+    class Counting:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def search(self, text: str) -> None:
+            self.calls += 1
+
+    counters = [Counting() for _ in secrets._TOKEN_HINTS]
+    monkeypatch.setattr(
+        secrets,
+        "_TOKEN_HINTS",
+        tuple((k, c, p) for (k, _, p), c in zip(secrets._TOKEN_HINTS, counters, strict=True)),
+    )
+    assert secrets.mask("walked through the secret garden of caches") == (
+        "walked through the secret garden of caches"
+    )
+    assert sum(c.calls for c in counters) == 0
+    secrets.mask("a token ghp_ here")  # a token hint: each kind is looked for
+    assert all(c.calls == 1 for c in counters)

@@ -63,8 +63,11 @@ def run(argv: Sequence[str], env: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
-def memoryd_argv() -> list[str]:
-    """The console script beside this interpreter, as a user runs it; else `python -m memoryd`."""
+def memoryd_argv(given: str | None) -> list[str]:
+    """`--memoryd` split into words; else the console script beside this interpreter, as a user
+    runs it; else `python -m memoryd`."""
+    if given:
+        return given.split()
     script = Path(sys.executable).parent / "memoryd"
     return [str(script)] if script.exists() else [sys.executable, "-m", "memoryd"]
 
@@ -91,7 +94,7 @@ def append_line(folder: Path, name: str, i: int) -> None:
 
 def bench(n: int, args: argparse.Namespace) -> str:
     compileall.compile_dir(Path(memoryd.__file__).parent, quiet=1)
-    mem = memoryd_argv()
+    mem = memoryd_argv(args.memoryd)
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="memoryd-startup-bench-") as tmp_name:
         tmp = Path(tmp_name)
@@ -127,7 +130,12 @@ def bench(n: int, args: argparse.Namespace) -> str:
             run([*mem, "index", str(folder)], env)
         run([*mem, "search", "warmup", str(folder)], env)  # builds the search index
         time.sleep(2.5)  # past any racy-mtime window: "nothing changed" is nothing changed
-        name = sorted(p.name for p in folder.glob("*.md") if not p.name.startswith("MEMORY"))[0]
+        # A memory's body, not the README note (the first name in an `ls`).
+        name = sorted(
+            p.name
+            for p in folder.glob("*.md")
+            if not p.name.startswith("MEMORY") and p.name != "README.md"
+        )[0]
         word = "session"
         steps = {
             "floor": [py, "-c", "pass"],
@@ -196,6 +204,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=11, help="runs of each figure")
     parser.add_argument("--first-runs", type=int, default=5, help="runs of the first index")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--memoryd",
+        metavar="COMMAND",
+        help="the command to run as memoryd, split at blanks (default: the console script "
+        "beside this interpreter), e.g. another checkout's, to compare in one machine state",
+    )
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, "
           f"load {os.getloadavg()[0]:.2f}")  # fmt: skip

@@ -266,10 +266,10 @@ def test_a_first_index_reads_each_file_once(env: Env, cli, monkeypatch) -> None:
     assert (folder / "MEMORY-ARCHIVE.md").stat().st_size > 0  # the full pass wrote both
 
 
-def test_index_with_nothing_changed_scans_the_dir_once(env: Env, cli, monkeypatch) -> None:
-    """A settled dir's `memoryd index` stats each file once: the held edit takes the changed
-    files from the pass's own scan. The old one stat'ed MEMORY.md's targets again (a second
-    scan_dir over them)."""
+def test_a_settled_index_scans_the_dir_once_per_pass(env: Env, cli, monkeypatch) -> None:
+    """A settled dir's `memoryd index` after a memory changed stats each file once: the held
+    edit takes the changed files from the pass's own scan. The old one stat'ed them and
+    MEMORY.md's targets again (a second scan_dir over them)."""
     from memoryd.scan import scan_dir as real
 
     folder = _settled_dir(env, cli, "reviewer")

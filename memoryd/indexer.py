@@ -1309,8 +1309,17 @@ class Basis:
     present: Set[str]
     unseen: frozenset[str]  # new, renamed or redescribed since memoryd's last pass; or gone
     main: IndexText | None = None  # taken while still that file (index_file_again)
+    # The archive as read, without its text: its bytes (UTF-8, no BOM) are what the held
+    # update takes, and half the size of a text with one character past Latin-1.
     archive: IndexText | None = None
+    archive_data: bytes | None = None
     scanned: Mapping[str, Scanned] = field(default_factory=dict)  # looked at again by stat
+
+    def archive_text(self) -> IndexText | None:
+        """The archive as read_index_file gave it to the probe (its text decoded again)."""
+        if self.archive is None or self.archive_data is None:
+            return self.archive
+        return replace(self.archive, text=self.archive_data.decode("utf-8"))
 
     @classmethod
     def of(
@@ -1334,7 +1343,17 @@ class Basis:
             wanted.update(link.target for link in local_links(snapshot.main.text))
         files = scan.files
         kept = {n: files[n] for n in wanted if n in files and files[n].kind == "memory"}
-        return cls(names, scan.present, frozenset(unseen), snapshot.main, snapshot.archive, kept)
+        archive = snapshot.archive
+        data = None if archive.text is None else archive.text.encode("utf-8")
+        return cls(
+            names,
+            scan.present,
+            frozenset(unseen),
+            snapshot.main,
+            replace(archive, text=None),
+            data,
+            kept,
+        )
 
 
 # Stands for the entries of the memories a held edit does not look at (see _settled_index).
@@ -1361,7 +1380,7 @@ def index_after_dream(
     mode = None if rt.config.override_for(md.path).mode == "off" else "manage"
     held = _settled_index(rt, md, basis, moved) if basis is not None else None
     if held is None:
-        known = (basis.main, basis.archive) if basis is not None else (None, None)
+        known = (basis.main, basis.archive_text()) if basis is not None else (None, None)
         return run_pass(rt, md, Request(forget=moved, mode=mode, grace=grace, known=known))
     made, changed = held
     outcome = run_pass(
@@ -1395,7 +1414,7 @@ def _settled_view(
         return None
     with fsops.open_dir(md.real_path) as dir_fd:
         main = index_file_again(dir_fd, INDEX_NAME, basis.main)
-        found = _archive_data(dir_fd, basis.archive)
+        found = _archive_data(dir_fd, basis)
     if main.error or found is None or main.text is None:
         return None
     data, archive = found
@@ -1448,17 +1467,15 @@ def _settled_view(
     return held, changed
 
 
-def _archive_data(
-    dir_fd: int, known: IndexText | None = None
-) -> tuple[bytes | None, IndexText] | None:
+def _archive_data(dir_fd: int, basis: Basis | None = None) -> tuple[bytes | None, IndexText] | None:
     """The archive's bytes (no BOM) and what read_index_file would say of it but its text;
-    None when read_index_file would give an error. `known`: the archive as this pass read it
-    already, taken while it is still that file."""
-    if known is not None and _as_read(dir_fd, ARCHIVE_NAME, known):
+    None when read_index_file would give an error. `basis`: the archive as this pass read it
+    already (Basis.archive_data), taken while it is still that file."""
+    known = basis.archive if basis is not None else None
+    if basis is not None and known is not None and _as_read(dir_fd, ARCHIVE_NAME, known):
         if known.error:
             return None
-        data = None if known.text is None else known.text.encode("utf-8")
-        return data, IndexText(None, known.identity, known.bom)
+        return basis.archive_data, IndexText(None, known.identity, known.bom)
     try:
         data, st = fsops.read_regular(dir_fd, ARCHIVE_NAME, MAX_ARCHIVE_BYTES)
     except FileNotFoundError:

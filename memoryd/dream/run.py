@@ -409,7 +409,7 @@ def _index_lines(
     places: dict[str, Place] = {}
     texts: dict[str, IndexText | None] = {
         INDEX_NAME: known.main if known is not None else None,
-        ARCHIVE_NAME: known.archive if known is not None else None,
+        ARCHIVE_NAME: known.archive_text() if known is not None else None,
     }
     with fsops.open_dir(md.real_path) as fd:
         for name in (INDEX_NAME, ARCHIVE_NAME):

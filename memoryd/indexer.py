@@ -1381,7 +1381,9 @@ def index_after_dream(
     held = _settled_index(rt, md, basis, moved) if basis is not None else None
     if held is None:
         known = (basis.main, basis.archive_text()) if basis is not None else (None, None)
+        _release_archive(basis)
         return run_pass(rt, md, Request(forget=moved, mode=mode, grace=grace, known=known))
+    _release_archive(basis)
     made, changed = held
     outcome = run_pass(
         rt, md, Request(held=made, only=changed, forget=moved, mode=mode, grace=grace)
@@ -1391,6 +1393,13 @@ def index_after_dream(
 
 
 update_after_moves = index_after_dream  # the use case's name beside the others
+
+
+def _release_archive(basis: Basis | None) -> None:
+    """The archive's bytes the basis held are taken (held, or decoded): not kept through the
+    write, as a read would not be."""
+    if basis is not None:
+        basis.archive = basis.archive_data = None
 
 
 def _settled_index(

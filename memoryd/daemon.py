@@ -81,7 +81,12 @@ def acquire_lock(paths: AppPaths) -> int:
 
 
 @dataclass(slots=True)
-class DirEntry:
+class DirSession:
+    """One memory dir as the daemon keeps it, from its discovery until it is lost: what the
+    events reported since its last pass (filled by the observer thread under the daemon's
+    lock, taken by the worker) and what that pass left for the next (the worker's only).
+    A dir that goes takes all of it with it; one found again starts a session afresh."""
+
     md: MemoryDir
     identity: tuple[int, int]
     watch: str = "ok"  # ok | polling (no watch could be added) | lost
@@ -91,6 +96,38 @@ class DirEntry:
     scan: DirScan | None = None  # the last full picture of the dir, for incremental passes
     held: Held | None = None  # what the last pass left for one over just the changed files
     managed: bool = False  # whether memoryd managed its index at the last pass
+    # From the observer thread (under the daemon's lock):
+    changed: set[str] | None = None  # the names events reported since the last pass
+    reads: list[tuple[float, str]] = field(default_factory=list)  # (monotonic, name)
+    # Look at every file next time, not just those events named (a watch made anew).
+    rescan: bool = False
+    # The identity (inode, size, mtime_ns) each index file memoryd wrote has: its events
+    # are memoryd's own, not news.
+    own_writes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+    def take_changes(self) -> tuple[set[str] | None, bool]:
+        """The names reported since the last pass, and whether to look at every file (under
+        the daemon's lock)."""
+        names, self.changed = self.changed, None
+        rescan, self.rescan = self.rescan, False
+        return names, rescan
+
+    def forget_view(self) -> None:
+        """The files may have changed unseen (a dream pass's moves, a lost watch): the next
+        pass looks at the whole dir."""
+        self.scan, self.held = None, None
+
+    def is_own_write(self, name: str) -> bool:
+        """Whether `name` holds the content memoryd itself just wrote (same file, size and
+        mtime): its events are dropped."""
+        expected = self.own_writes.get(name)
+        if expected is None:
+            return False
+        try:
+            st = os.lstat(self.md.real_path / name)
+        except OSError:
+            return False
+        return (st.st_ino, st.st_size, st.st_mtime_ns) == expected
 
 
 def make_readers_file(path: Path) -> None:
@@ -125,7 +162,7 @@ class Daemon:
     paths: AppPaths
     rt: Runtime
     mono: Callable[[], float] = time.monotonic
-    dirs: dict[Path, DirEntry] = field(default_factory=dict)
+    dirs: dict[Path, DirSession] = field(default_factory=dict)  # by real path
     stop_event: threading.Event = field(default_factory=threading.Event)
     wake: threading.Event = field(default_factory=threading.Event)
     log: Any = field(default_factory=get_logger)
@@ -138,13 +175,9 @@ class Daemon:
     _reload: bool = False
     _rediscover: bool = True
     _rescan_reason: str = ""
-    _reads: list[tuple[float, Path, str]] = field(default_factory=list)
-    _changed: dict[Path, set[str]] = field(default_factory=dict)  # names events reported
     _lost_watches: set[tuple[Path, bool]] = field(default_factory=set)  # their folder went
     # Per readers file: when memoryd commands held it open ([opened, closed] as events came).
     _reader_windows: dict[str, list[list[float]]] = field(default_factory=dict)
-    _rescan_dirs: set[Path] = field(default_factory=set)  # to look at in full, not by events
-    _own_writes: dict[tuple[Path, str], tuple[int, int, int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _last_beat: float = 0.0
     _started: str = ""
@@ -187,31 +220,30 @@ class Daemon:
                             w[1] = self.mono()
             return
         elif sig.kind is Kind.READ:
-            if self.consult_signal:
+            # (A dir with no session has no watch: its last events are dropped with it.)
+            session = self.dirs.get(sig.dir)
+            if self.consult_signal and session is not None:
                 with self._lock:
-                    self._reads.append((self.mono(), sig.dir, sig.name))
-            return
-        elif self._is_own_write(sig.dir, sig.name):
+                    session.reads.append((self.mono(), sig.name))
             return
         else:
-            with self._lock:
-                self._changed.setdefault(sig.dir, set()).add(sig.name)
+            session = self.dirs.get(sig.dir)
+            if session is not None:
+                if session.is_own_write(sig.name):
+                    return
+                with self._lock:
+                    if session.changed is None:
+                        session.changed = set()
+                    session.changed.add(sig.name)
             self.debouncer.touch(sig.dir)
         self.wake.set()
 
-    def _is_own_write(self, folder: Path, name: str) -> bool:
-        """Events for content memoryd itself just wrote (same file, size and mtime) are dropped."""
-        expected = self._own_writes.get((folder, name))
-        if expected is None:
-            return False
-        try:
-            st = os.lstat(folder / name)
-        except OSError:
-            return False
-        return (st.st_ino, st.st_size, st.st_mtime_ns) == expected
-
     def _record_own_write(self, folder: Path, name: str, identity: tuple[int, int, int]) -> None:
-        self._own_writes[(folder, name)] = identity
+        """The own-write callback (Runtime.on_own_write), on the worker thread. A dir with no
+        session has no watch yet (the recovery at start-up): no event will come."""
+        session = self.dirs.get(folder)
+        if session is not None:
+            session.own_writes[name] = identity
 
     def on_overflow(self, detail: str) -> None:
         with self._lock:
@@ -368,11 +400,11 @@ class Daemon:
             # one with the same inode number (the identity check cannot tell), needs a new
             # one, and a look in full: what happened in between raised no event.
             self.watcher.remove(path, parent=parent)
-            entry = None if parent else self.dirs.get(path)
-            if entry is not None:
-                entry.scan, entry.held = None, None
+            session = None if parent else self.dirs.get(path)
+            if session is not None:
+                session.forget_view()
                 with self._lock:
-                    self._rescan_dirs.add(path)
+                    session.rescan = True
                 self.debouncer.schedule(path, self.mono())
         dirs_before = set(self.dirs)
         try:
@@ -404,14 +436,14 @@ class Daemon:
         new = []
         for path, md in sorted(found.items()):
             ident = identity_of(path)
-            entry = self.dirs.get(path)
+            session = self.dirs.get(path)
             if ident is None:
                 continue
-            if entry is not None and entry.identity != ident:
-                self._lose(entry, "it was replaced by another folder of the same name")
-                entry = None
-            if entry is None:
-                self.dirs[path] = DirEntry(md, ident)
+            if session is not None and session.identity != ident:
+                self._lose(session, "it was replaced by another folder of the same name")
+                session = None
+            if session is None:
+                self.dirs[path] = DirSession(md, ident)
                 make_readers_file(self.rt.store.readers_path(path))
                 new.append(path)
         self._sync_watches()
@@ -420,15 +452,15 @@ class Daemon:
             # parse every file twice).
             self.process(new)
             for path in new:
-                entry = self.dirs.get(path)
-                if entry is None:
+                session = self.dirs.get(path)
+                if session is None:
                     continue  # lost meanwhile (dir.lost says so)
                 self.rt.audit.write(
                     "dir.discovered",
-                    dir=entry.md.path,
-                    kind=entry.md.kind,
-                    mode="managed" if entry.managed else "unmanaged",
-                    real_path=str(entry.md.real_path),
+                    dir=session.md.path,
+                    kind=session.md.kind,
+                    mode="managed" if session.managed else "unmanaged",
+                    real_path=str(session.md.real_path),
                 )
 
     def _parents(self) -> set[Path]:
@@ -462,8 +494,8 @@ class Daemon:
         wanted = {(p, False) for p in self.dirs} | {(p, True) for p in self._parents()}
         errors = self.watcher.sync(wanted)
         failed = {e.path for e in errors}
-        for path, entry in self.dirs.items():
-            entry.watch = "polling" if path in failed else "ok"
+        for path, session in self.dirs.items():
+            session.watch = "polling" if path in failed else "ok"
         limits = [e for e in errors if e.limit]
         if limits and not self._limit_said:
             self._limit_said = True
@@ -477,83 +509,84 @@ class Daemon:
             )
             self.log.warning("cannot watch every dir", error=limits[0].error, hint=hint)
 
-    def _lose(self, entry: DirEntry, reason: str) -> None:
-        self.dirs.pop(entry.md.real_path, None)
-        self.watcher.remove(entry.md.real_path, parent=False)
-        self.rt.audit.write("dir.lost", dir=entry.md.path, reason=reason)
+    def _lose(self, session: DirSession, reason: str) -> None:
+        """Drop the dir's session (and all it held) and its watch."""
+        self.dirs.pop(session.md.real_path, None)
+        self.watcher.remove(session.md.real_path, parent=False)
+        self.rt.audit.write("dir.lost", dir=session.md.path, reason=reason)
 
     def process(self, paths: list[Path], full: bool = False) -> None:
         """Re-stat each dir and bring its index in step; nothing to do writes nothing."""
         self.absorb_reads()  # before our own reads below move the windows they are judged by
         for path in paths:
-            entry = self.dirs.get(path)
-            if entry is None:
+            session = self.dirs.get(path)
+            if session is None:
                 continue
-            ident = identity_of(path)
-            if ident != entry.identity:  # deleted, or replaced: never write to a stale path
-                self._lose(entry, "it was deleted or replaced")
+            if identity_of(path) != session.identity:
+                # Deleted, or replaced: never write to a stale path.
+                self._lose(session, "it was deleted or replaced")
                 self._rediscover = True
                 self.wake.set()
                 continue
-            with self._lock:
-                names = self._changed.pop(path, None)
-                rescan = path in self._rescan_dirs
-                self._rescan_dirs.discard(path)
-            # Someone else wrote the index (a `memoryd trash restore`, a person, the agent):
-            # they may have changed files whose events were not ours to see (a move in from
-            # the trash raises none on some systems), so every file is looked at (by stat).
-            foreign_index = names is not None and not names.isdisjoint((INDEX_NAME, ARCHIVE_NAME))
-            incremental = (
-                bool(names) and not (full or rescan or foreign_index) and entry.scan is not None
-            )
-            # Reading thousands of changed files (a checkout) raises as many read events, all
-            # our own and dropped, but handling them competes with the pass for the
-            # interpreter: it took 1.2-1.4 s instead of 0.4 s at 10,000. So the dir is watched
-            # without reads meanwhile, then looked at in full for anything the two swaps of its
-            # watch let through (a stat of each file: what changed since is read again).
-            quiet = incremental and self.consult_signal and len(names or ()) >= QUIET_READS_FROM
-            if quiet and self.watcher.rewatch(path, reads=False) is not None:
-                entry.watch = "polling"  # no watch at all now: the reconcile looks instead
-            started = self.mono()
-            outcome = update_changed(
-                self.rt,
-                entry.md,
-                grace=self.rt.config.index.new_file_grace,
-                settle=SETTLE,
-                # Events name what changed; without them (a retry, a reconcile), scan in full,
-                # re-reading only what changed since the last scan.
-                previous=entry.scan,
-                changed=names if incremental else None,
-                held=entry.held,
-            )
-            entry.held = outcome.held
-            if outcome.ownership is not None:
-                entry.managed = outcome.ownership.managed
-            entry.reading = (started, self.mono())
-            if quiet:
-                if self.watcher.rewatch(path, reads=True) is not None:
-                    entry.watch = "polling"
-                with self._lock:
-                    self._rescan_dirs.add(path)
-                self.debouncer.schedule(path, self.mono())
-                self.wake.set()
-            if outcome.scan is not None:
-                entry.scan = outcome.scan
-            entry.last_status = outcome.status
-            self._update_search(entry.md, names if incremental else None)
-            if outcome.status is IndexStatus.UPDATED:
-                entry.last_index_write = time.time()  # its events are known: _record_own_write
-            elif outcome.status in (IndexStatus.ERROR, IndexStatus.CONFLICT):
-                self.log.warning(
-                    "index not updated", dir=str(entry.md.path), message=outcome.message
-                )
-            if outcome.retry_after is not None:
-                self.debouncer.schedule(
-                    path, self.mono() + max(0.0, outcome.retry_after - time.time())
-                )
-                self.wake.set()
+            self._index_pass(session, full)
         self.absorb_reads()
         self.check_pile_up()
+
+    def _index_pass(self, session: DirSession, full: bool) -> None:
+        """One dir's change: what its session holds -> indexer.update_changed -> the outcome
+        back into the session, the search index, the log and the debouncer."""
+        path = session.md.real_path
+        with self._lock:
+            names, rescan = session.take_changes()
+        # Someone else wrote the index (a `memoryd trash restore`, a person, the agent):
+        # they may have changed files whose events were not ours to see (a move in from
+        # the trash raises none on some systems), so every file is looked at (by stat).
+        foreign_index = names is not None and not names.isdisjoint((INDEX_NAME, ARCHIVE_NAME))
+        incremental = (
+            bool(names) and not (full or rescan or foreign_index) and session.scan is not None
+        )
+        # Reading thousands of changed files (a checkout) raises as many read events, all
+        # our own and dropped, but handling them competes with the pass for the
+        # interpreter: it took 1.2-1.4 s instead of 0.4 s at 10,000. So the dir is watched
+        # without reads meanwhile, then looked at in full for anything the two swaps of its
+        # watch let through (a stat of each file: what changed since is read again).
+        quiet = incremental and self.consult_signal and len(names or ()) >= QUIET_READS_FROM
+        if quiet and self.watcher.rewatch(path, reads=False) is not None:
+            session.watch = "polling"  # no watch at all now: the reconcile looks instead
+        started = self.mono()
+        outcome = update_changed(
+            self.rt,
+            session.md,
+            grace=self.rt.config.index.new_file_grace,
+            settle=SETTLE,
+            # Events name what changed; without them (a retry, a reconcile), scan in full,
+            # re-reading only what changed since the last scan.
+            previous=session.scan,
+            changed=names if incremental else None,
+            held=session.held,
+        )
+        session.held = outcome.held
+        if outcome.ownership is not None:
+            session.managed = outcome.ownership.managed
+        session.reading = (started, self.mono())
+        if quiet:
+            if self.watcher.rewatch(path, reads=True) is not None:
+                session.watch = "polling"
+            with self._lock:
+                session.rescan = True
+            self.debouncer.schedule(path, self.mono())
+            self.wake.set()
+        if outcome.scan is not None:
+            session.scan = outcome.scan
+        session.last_status = outcome.status
+        self._update_search(session.md, names if incremental else None)
+        if outcome.status is IndexStatus.UPDATED:
+            session.last_index_write = time.time()  # its events are known: _record_own_write
+        elif outcome.status in (IndexStatus.ERROR, IndexStatus.CONFLICT):
+            self.log.warning("index not updated", dir=str(session.md.path), message=outcome.message)
+        if outcome.retry_after is not None:
+            self.debouncer.schedule(path, self.mono() + max(0.0, outcome.retry_after - time.time()))
+            self.wake.set()
 
     def _update_search(self, md: MemoryDir, names: set[str] | None) -> None:
         """The dir's search index (memoryd.recall) in step in the same pass: only the names
@@ -576,7 +609,11 @@ class Daemon:
     def absorb_reads(self) -> None:
         """Record reads by other processes (the consult signal); drop the ones we caused."""
         with self._lock:
-            reads, self._reads = self._reads, []
+            reads = []
+            for session in self.dirs.values():
+                if session.reads:
+                    reads.append((session, session.reads))
+                    session.reads = []
         by_dir: dict[Path, dict[str, float]] = {}
         now = time.time()
         with self._lock:
@@ -589,17 +626,16 @@ class Daemon:
                     for w in kept
                     if self.mono() - w[1] < READERS_KEEP and self.mono() - w[0] < READERS_LONGEST
                 ]
-        for when, folder, name in reads:
-            entry = self.dirs.get(folder)
-            if entry is None:
-                continue
-            start, end = entry.reading
-            if start <= when <= end + OWN_READ_SLACK:  # events arrive a little after the read
-                continue
+        for session, taken in reads:
+            folder = session.md.real_path
+            start, end = session.reading
             commands = windows.get(self.rt.store.readers_path(folder).name, ())
-            if any(s - READERS_SLACK <= when <= e + READERS_SLACK for s, e in commands):
-                continue  # a memoryd command's read (`dream --dry-run`, `explain`...)
-            by_dir.setdefault(folder, {})[name] = now - (self.mono() - when)
+            for when, name in taken:
+                if start <= when <= end + OWN_READ_SLACK:  # events come a little after the read
+                    continue
+                if any(s - READERS_SLACK <= when <= e + READERS_SLACK for s, e in commands):
+                    continue  # a memoryd command's read (`dream --dry-run`, `explain`...)
+                by_dir.setdefault(folder, {})[name] = now - (self.mono() - when)
         for folder, seen in by_dir.items():
             state = self.rt.store.load(folder)
             state.reads.update(seen)
@@ -609,7 +645,7 @@ class Daemon:
         """Dream where enough changed, the dir is quiet and the last pass is old enough."""
         cfg = self.rt.config.dream
         now = time.time()
-        for path, entry in sorted(self.dirs.items()):
+        for path, session in sorted(self.dirs.items()):
             state = self.rt.store.load(path)
             count = len(state.changed_since_dream)
             if count < cfg.pile_up:
@@ -629,13 +665,13 @@ class Daemon:
                 self.debouncer.schedule(
                     path, self.mono() + cfg.min_interval - (now - state.last_dream_ts)
                 )
-            elif lock_is_fresh(entry.md, now):  # fresh and its PID alive (claude_lock)
+            elif lock_is_fresh(session.md, now):  # fresh and its PID alive (claude_lock)
                 why = "Claude Code's .consolidate-lock is held: it is consolidating this dir"
                 self.debouncer.schedule(path, self.mono() + 300)
             if why:
                 if state.report_once("pile-up-skip", why.split(",")[0]):
                     self.rt.store.save(path, state)
-                    self.rt.audit.write("dream.skipped", dir=entry.md.path, why=why)
+                    self.rt.audit.write("dream.skipped", dir=session.md.path, why=why)
                 continue
             # Imported here: the dream pass brings numpy and rapidfuzz, which an idle daemon
             # that never dreams should not carry in memory.
@@ -643,10 +679,10 @@ class Daemon:
 
             started = self.mono()
             # DESIGN §5: at the start of a later pass (a dir a command holds: next time).
-            housekeeping.rotate(self.rt, [entry.md], wait_lock=False)
+            housekeeping.rotate(self.rt, [session.md], wait_lock=False)
             result = dream_dir(
                 self.rt,
-                entry.md,
+                session.md,
                 repos=RepoCache.of(self.rt),
                 trigger="pile-up",
                 wait_lock=False,
@@ -654,9 +690,8 @@ class Daemon:
             )
             self.rt.dream.release_facts()  # a pass an hour or more apart gains little from them
             _return_freed_memory()
-            entry.reading = (started, self.mono())
-            entry.scan = None  # the pass moved files: the next look is a full one
-            entry.held = None
+            session.reading = (started, self.mono())
+            session.forget_view()  # the pass moved files: the next look is a full one
             if result.index is not None and result.index.retry_after is not None:
                 # New files its index update left in their grace: indexed once out of it.
                 self.debouncer.schedule(
@@ -667,7 +702,10 @@ class Daemon:
             state.reported.pop("pile-up-skip", None)
             self.rt.store.save(path, state)
             self.log.info(
-                "dream pass", dir=str(entry.md.path), status=result.status, moved=len(result.moved)
+                "dream pass",
+                dir=str(session.md.path),
+                status=result.status,
+                moved=len(result.moved),
             )
 
     def reconcile(self) -> None:
@@ -716,11 +754,11 @@ class Daemon:
             # Watches with or without read events; what happened in between is looked at.
             self.consult_signal = self.watcher.reads = config.watch.reads_count
             self._reads_lost = False
-            for path, entry in self.dirs.items():
+            for path, session in self.dirs.items():
                 if self.watcher.rewatch(path, reads=self.consult_signal) is not None:
-                    entry.watch = "polling"
+                    session.watch = "polling"
                 with self._lock:
-                    self._rescan_dirs.add(path)
+                    session.rescan = True
                 self.debouncer.schedule(path, self.mono())
         self.scheduler.reschedule_job(
             "reconcile", trigger="interval", seconds=config.watch.reconcile_every
@@ -734,27 +772,27 @@ class Daemon:
         versions.flush_active()  # versions: the index versions memoryd wrote since
         self.absorb_reads()
         _return_freed_memory()
-        for path, entry in self.dirs.items():
-            if entry.scan is not None:  # the parse cache, for a fast restart
-                self.rt.store.save_cache(path, entry.scan.files)
+        for path, session in self.dirs.items():
+            if session.scan is not None:  # the parse cache, for a fast restart
+                self.rt.store.save_cache(path, session.scan.files)
         dirs = []
         queued = self.debouncer.pending()  # dirs whose changes wait out the debounce
-        for path, entry in sorted(self.dirs.items()):
+        for path, session in sorted(self.dirs.items()):
             state = self.rt.store.load(path)
             dirs.append(
                 {
-                    "path": str(entry.md.path),
+                    "path": str(session.md.path),
                     "real_path": str(path),
-                    "kind": entry.md.kind,
+                    "kind": session.md.kind,
                     # What the last scan found: `seen` stays empty in a dir memoryd does not manage.
-                    "files": len(entry.scan.memories) if entry.scan else len(state.seen),
+                    "files": len(session.scan.memories) if session.scan else len(state.seen),
                     "queued": path in queued,
-                    "index": entry.last_status or "not yet",
+                    "index": session.last_status or "not yet",
                     "pending_changes": len(state.changed_since_dream),
-                    "last_index_write": _iso(entry.last_index_write or state.last_index_ts),
+                    "last_index_write": _iso(session.last_index_write or state.last_index_ts),
                     "last_pass": _iso(state.last_dream_ts),
                     "last_pass_result": state.last_dream_result or None,
-                    "watch": entry.watch,
+                    "watch": session.watch,
                 }
             )
         status = {

@@ -102,6 +102,8 @@ class IndexOutcome:
     retry_after: float | None = None  # when to look again (files in their grace, settling)
     held: "Held | None" = None  # for the next pass of a caller that keeps it (the daemon)
     held_edit: bool = False  # the pass took the held view (the changed files only), not the full
+    # ownership_for_dream: what it read, for the dream pass to take rather than read again.
+    snapshot: "Snapshot | None" = None
 
     @property
     def write_failed(self) -> bool:
@@ -156,6 +158,31 @@ def read_index_file(dir_fd: int, name: str) -> IndexText:
         return IndexText(None, identity, error=f"{name} is not UTF-8 text", read_only=read_only)
     bom = text.startswith("\ufeff")
     return IndexText(text.removeprefix("\ufeff"), identity, bom, read_only=read_only)
+
+
+def _as_read(dir_fd: int, name: str, known: IndexText) -> bool:
+    """Whether an index file is still the one `known` was read from: the same inode, size and
+    mtime (the identities the held view trusts too; the swap checks the bytes), and as
+    writable as it was; or still missing."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return known.identity is None and not known.error
+    ident = known.identity
+    return (
+        ident is not None
+        and stat.S_ISREG(st.st_mode)
+        and (st.st_ino, st.st_size, st.st_mtime_ns) == (ident.ino, ident.size, ident.mtime_ns)
+        and known.read_only == (not st.st_mode & stat.S_IWUSR)
+    )
+
+
+def index_file_again(dir_fd: int, name: str, known: IndexText | None) -> IndexText:
+    """An index file this pass read already (`known`), while it is still that file; else it
+    is read now (read_index_file): each file is read once a pass."""
+    if known is not None and _as_read(dir_fd, name, known):
+        return known
+    return read_index_file(dir_fd, name)
 
 
 def _read_only_reason(md: MemoryDir, texts: Sequence[IndexText]) -> str:
@@ -375,6 +402,9 @@ class Request:
     daemon: bool = False
     # Try the held view of a settled index first (see _index_settled).
     settled: bool = False
+    # MEMORY.md and the archive as the caller read them (the dream pass's probe): taken
+    # instead of read again while each is still that file (index_file_again).
+    known: tuple[IndexText | None, IndexText | None] = (None, None)
 
 
 # --- the use cases ------------------------------------------------------------------------------
@@ -456,7 +486,9 @@ def ownership_for_dream(rt: Runtime, md: MemoryDir) -> IndexOutcome:
                 waited += pause
         finally:
             release_parsed()
-    outcome = IndexOutcome(md, IndexStatus.UNCHANGED, snapshot.ownership, scan=snapshot.scan)
+    outcome = IndexOutcome(
+        md, IndexStatus.UNCHANGED, snapshot.ownership, scan=snapshot.scan, snapshot=snapshot
+    )
     if not snapshot.ownership.managed:
         outcome.status, outcome.message = IndexStatus.UNMANAGED, snapshot.ownership.reason
     return outcome
@@ -568,6 +600,7 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
                             previous=previous if first else None,
                             scanned=scanned if first else None,
                             only=req.only if first else None,
+                            known=req.known if first else (None, None),
                         ),
                     )
                 except WriteConflict as conflict:
@@ -644,8 +677,8 @@ def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Sna
         )
     memories = set(scan.memories)
     with fsops.open_dir(md.real_path) as dir_fd:
-        main = read_index_file(dir_fd, INDEX_NAME)
-        archive = read_index_file(dir_fd, ARCHIVE_NAME)
+        main = index_file_again(dir_fd, INDEX_NAME, req.known[0])
+        archive = index_file_again(dir_fd, ARCHIVE_NAME, req.known[1])
         if main.error or archive.error:
             ownership = Ownership(False, main.error or archive.error)
         else:
@@ -1286,14 +1319,30 @@ class Basis:
     """What a dream pass keeps of its ownership probe's scan for the index update after its
     moves: the names, and the files whose entry differs from what memoryd last saw. Not the
     scan (nor an entry per memory), which a pass over 100,000 memories could not keep beside
-    its own data within its memory target."""
+    its own data within its memory target. With the probe's `Snapshot`: both index files as
+    it read them, and the scan's entries of the memories the held update looks at (those
+    unseen, and MEMORY.md's targets), so that no file is read twice in one pass."""
 
     memories: frozenset[str]
     present: Set[str]
     unseen: frozenset[str]  # new, renamed or redescribed since memoryd's last pass; or gone
+    main: IndexText | None = None  # taken while still that file (index_file_again)
+    # The archive as read, without its text: its bytes (UTF-8, no BOM) are what the held
+    # update takes, and half the size of a text with one character past Latin-1.
+    archive: IndexText | None = None
+    archive_data: bytes | None = None
+    scanned: Mapping[str, Scanned] = field(default_factory=dict)  # looked at again by stat
+
+    def archive_text(self) -> IndexText | None:
+        """The archive as read_index_file gave it to the probe (its text decoded again)."""
+        if self.archive is None or self.archive_data is None:
+            return self.archive
+        return replace(self.archive, text=self.archive_data.decode("utf-8"))
 
     @classmethod
-    def of(cls, scan: DirScan, seen: Mapping[str, list[str]]) -> "Basis":
+    def of(
+        cls, scan: DirScan, seen: Mapping[str, list[str]], snapshot: "Snapshot | None" = None
+    ) -> "Basis":
         unseen: set[str] = set()
         memories = []
         for name, scanned in scan.files.items():
@@ -1305,7 +1354,24 @@ class Basis:
                 unseen.add(name)
         names = frozenset(memories)
         unseen.update(n for n in seen if n not in names)  # gone, or a problem for now
-        return cls(names, scan.present, frozenset(unseen))
+        if snapshot is None:
+            return cls(names, scan.present, frozenset(unseen))
+        wanted = set(unseen)
+        if snapshot.main.text:
+            wanted.update(link.target for link in local_links(snapshot.main.text))
+        files = scan.files
+        kept = {n: files[n] for n in wanted if n in files and files[n].kind == "memory"}
+        archive = snapshot.archive
+        data = None if archive.text is None else archive.text.encode("utf-8")
+        return cls(
+            names,
+            scan.present,
+            frozenset(unseen),
+            snapshot.main,
+            replace(archive, text=None),
+            data,
+            kept,
+        )
 
 
 # Stands for the entries of the memories a held edit does not look at (see _settled_index).
@@ -1332,7 +1398,10 @@ def index_after_dream(
     mode = None if rt.config.override_for(md.path).mode == "off" else "manage"
     held = _settled_index(rt, md, basis, moved) if basis is not None else None
     if held is None:
-        return run_pass(rt, md, Request(forget=moved, mode=mode, grace=grace))
+        known = (basis.main, basis.archive_text()) if basis is not None else (None, None)
+        _release_archive(basis)
+        return run_pass(rt, md, Request(forget=moved, mode=mode, grace=grace, known=known))
+    _release_archive(basis)
     made, changed = held
     outcome = run_pass(
         rt, md, Request(held=made, only=changed, forget=moved, mode=mode, grace=grace)
@@ -1342,6 +1411,13 @@ def index_after_dream(
 
 
 update_after_moves = index_after_dream  # the use case's name beside the others
+
+
+def _release_archive(basis: Basis | None) -> None:
+    """The archive's bytes the basis held are taken (held, or decoded): not kept through the
+    write, as a read would not be."""
+    if basis is not None:
+        basis.archive = basis.archive_data = None
 
 
 def _settled_index(
@@ -1364,8 +1440,8 @@ def _settled_view(
     if not (state.known and state.managed and state.settled) or rt.dry_run:
         return None
     with fsops.open_dir(md.real_path) as dir_fd:
-        main = read_index_file(dir_fd, INDEX_NAME)
-        found = _archive_data(dir_fd)
+        main = index_file_again(dir_fd, INDEX_NAME, basis.main)
+        found = _archive_data(dir_fd, basis)
     if main.error or found is None or main.text is None:
         return None
     data, archive = found
@@ -1403,7 +1479,9 @@ def _settled_view(
     # an agent put the line back) goes now: its lines are looked at too.
     changed.update(t for t in targets if t not in basis.present and t in state.gone)
     held = Held(
-        DirScan(md.real_path, present=basis.present),  # the held edit reads only `changed`
+        # The held edit reads only `changed`, and of those, what the probe's scan holds only
+        # if it changed since.
+        DirScan(md.real_path, dict(basis.scanned), present=basis.present),
         replace(index, dead=dead - moved),
         dict.fromkeys(basis.memories, _NOT_READ),
         main.identity,
@@ -1416,9 +1494,15 @@ def _settled_view(
     return held, changed
 
 
-def _archive_data(dir_fd: int) -> tuple[bytes | None, IndexText] | None:
+def _archive_data(dir_fd: int, basis: Basis | None = None) -> tuple[bytes | None, IndexText] | None:
     """The archive's bytes (no BOM) and what read_index_file would say of it but its text;
-    None when read_index_file would give an error."""
+    None when read_index_file would give an error. `basis`: the archive as this pass read it
+    already (Basis.archive_data), taken while it is still that file."""
+    known = basis.archive if basis is not None else None
+    if basis is not None and known is not None and _as_read(dir_fd, ARCHIVE_NAME, known):
+        if known.error:
+            return None
+        return basis.archive_data, IndexText(None, known.identity, known.bom)
     try:
         data, st = fsops.read_regular(dir_fd, ARCHIVE_NAME, MAX_ARCHIVE_BYTES)
     except FileNotFoundError:

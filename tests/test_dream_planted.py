@@ -326,8 +326,8 @@ def test_a_dir_that_vanishes_before_the_pass_is_a_failed_pass(
             raise FileNotFoundError(2, "No such file or directory", str(md.path))
         return real(rt, md)
 
-    real = run_module.probe_ownership
-    monkeypatch.setattr(run_module, "probe_ownership", gone)
+    real = run_module.probe_index
+    monkeypatch.setattr(run_module, "probe_index", gone)
     result = cli("dream", "--json", repo / ".claude" / "memory", other)
     assert result.code == 1, result.err
     statuses = {Path(d["dir"]).name: d["status"] for d in json.loads(result.out)["dirs"]}

@@ -1,9 +1,12 @@
 """The index update that ends a dream pass: the held edit of a settled index gives exactly what
 a full index pass gives, and a dream pass takes it only while the index is what memoryd left."""
 
+import collections
 import json
 import os
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ from hypothesis import strategies as st
 from memoryd import indexer
 from memoryd.config import Config, IndexConfig
 from memoryd.discover import MemoryDir, explicit_dirs
-from memoryd.dream.run import probe_ownership
+from memoryd.dream.run import RepoCache, dream_dir, probe_ownership
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Basis, IndexStatus, index_after_dream, index_dir, update
 from memoryd.runtime import Runtime
@@ -508,3 +511,94 @@ def test_a_daemon_pass_keeps_a_new_files_grace(
     _, path, outcome = results["command"]
     assert "fresh.md" in (path / INDEX_NAME).read_text()
     assert outcome.edit is not None and outcome.edit.waiting == []
+
+
+# --- a dream pass reads each file of the dir at most once ----------------------------------------
+# The index files as its ownership probe read them serve the moves' trash records and the index
+# update after them; the probe's scan of MEMORY.md's targets serves the held update.
+READS_CONFIG = Config(index=IndexConfig(max_lines=6, keep_recent=86400.0))
+BODY = "Always run the integration suite with the docker compose stack before merging.\n"
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+
+# The opens for reading the audit hook saw while `_watching` names a dir, by file version: its
+# name and the identity it had when opened (the index files a pass writes are new files, which
+# its verification reads). An audit hook cannot be removed: outside these tests it only checks
+# the one global.
+_watching: list[Path] = []
+_opened: collections.Counter[tuple[str, tuple[int, int, int] | None]] = collections.Counter()
+
+
+def _on_audit(event: str, args: tuple[Any, ...]) -> None:
+    if event != "open" or not _watching or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+    mode = args[1] if isinstance(args[1], str) else ""
+    if flags & WRITES or any(c in mode for c in "wax+"):
+        return
+    path = Path(os.fsdecode(args[0]))
+    # Relative: opened by name under a descriptor of the memory dir (fsops.read_regular).
+    if path.is_absolute() and path.parent != _watching[0]:
+        return
+    try:
+        st = os.stat(_watching[0] / path.name, follow_symlinks=False)
+    except OSError:
+        _opened[path.name, None] += 1
+    else:
+        _opened[path.name, (st.st_ino, st.st_size, st.st_mtime_ns)] += 1
+
+
+sys.addaudithook(_on_audit)
+
+
+@pytest.fixture
+def opened(tmp_path: Path) -> Iterator[collections.Counter[tuple[str, Any]]]:
+    _opened.clear()
+    yield _opened
+    _watching.clear()
+
+
+@pytest.mark.parametrize("moves", [True, False], ids=["moves", "no-moves"])
+@pytest.mark.parametrize("settled", [True, False], ids=["held-update", "full-pass"])
+def test_a_dream_pass_reads_each_file_at_most_once(
+    env: Env,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    opened: collections.Counter[tuple[str, Any]],
+    settled: bool,
+    moves: bool,
+) -> None:
+    """An indexed dir with an archive (and two duplicates: the older one is moved): the pass
+    opens MEMORY.md, MEMORY-ARCHIVE.md and each memory file at most once for reading (each
+    version of it: what the pass writes, it verifies), through the held update of a settled
+    index and through a full pass alike. The old code read both index files again for the
+    moves' records and for the update, and each memory MEMORY.md points to again for the held
+    update."""
+    repo = tmp_path / "repo"
+    mem = repo / ".claude" / "memory"
+    (repo / ".git").mkdir(parents=True)
+    write_memory(mem, "dup-new.md", description="integration suite again", body=BODY)
+    if moves:
+        write_memory(mem, "dup-old.md", description="integration suite", body=BODY, age_days=40)
+    for i in range(12):
+        write_memory(mem, f"m{i:02d}.md", description=f"unrelated {i}", body=f"Topic {i} x{i}.\n")
+    rt = env.runtime(READS_CONFIG)
+    md = explicit_dirs(mem, READS_CONFIG)[0]
+    assert update(rt, md).status is IndexStatus.UPDATED
+    assert (mem / ARCHIVE_NAME).exists() and "(m" in (mem / INDEX_NAME).read_text()
+    if not settled:
+        monkeypatch.setattr(indexer, "_settled_index", lambda *args: None)
+    names = set(os.listdir(mem))
+    _watching.append(mem.resolve())
+    result = dream_dir(rt, md, repos=RepoCache.of(rt))
+    _watching.clear()
+    assert result.status == "completed", result.message
+    assert [r.original_name for r in result.moved] == (["dup-old.md"] if moves else [])
+    assert result.index is not None
+    assert result.index.status is (IndexStatus.UPDATED if moves else IndexStatus.UNCHANGED)
+    assert ("(dup-old.md)" in (mem / INDEX_NAME).read_text()) is False
+    # The file moved is read once more by the mover, which checks its bytes just before the
+    # rename (trash.Mover.move): that is the move's own check, not a read of the pass.
+    allowed = {name: 2 if name == "dup-old.md" else 1 for name in names}
+    read_again = {key: n for key, n in opened.items() if n > allowed.get(key[0], 1)}
+    assert read_again == {}
+    assert {name for name, _ in opened} >= {INDEX_NAME, ARCHIVE_NAME}

@@ -37,9 +37,10 @@ from memoryd.indexer import (
     Basis,
     IndexOutcome,
     IndexStatus,
+    IndexText,
     index_after_dream,
+    index_file_again,
     ownership_for_dream,
-    read_index_file,
 )
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
@@ -394,18 +395,25 @@ def consult_map(
     return out
 
 
-def _index_lines(md: MemoryDir, wanted: Set[str]) -> tuple[dict[str, str], dict[str, Place]]:
+def _index_lines(
+    md: MemoryDir, wanted: Set[str], known: Basis | None = None
+) -> tuple[dict[str, str], dict[str, Place]]:
     """The pointer line of each of `wanted` in MEMORY.md or the archive, and where it sits in
-    MEMORY.md (index.Place), to give back on restore where it was.
+    MEMORY.md (index.Place), to give back on restore where it was. `known`: the index files as
+    the pass's probe read them, taken while they are still those files.
 
     Only the pointer lines of the archive are looked at, one regex scan of its text (the
     archive of a 100,000-memory dir holds 100,000 lines: split into objects they cost ~100
     MB); MEMORY.md, which the agent loads, is read line by line for the headings."""
     out: dict[str, str] = {}
     places: dict[str, Place] = {}
+    texts: dict[str, IndexText | None] = {
+        INDEX_NAME: known.main if known is not None else None,
+        ARCHIVE_NAME: known.archive_text() if known is not None else None,
+    }
     with fsops.open_dir(md.real_path) as fd:
         for name in (INDEX_NAME, ARCHIVE_NAME):
-            text = read_index_file(fd, name).text or ""
+            text = index_file_again(fd, name, texts[name]).text or ""
             for found in pointer_lines(text):
                 if found.target in wanted:
                     out.setdefault(found.target, found.content)
@@ -533,7 +541,7 @@ def _dream_dir(
         # Ownership is decided by the index code; a pass may not move files whose pointer
         # lines it is not allowed to remove.
         try:
-            ownership, scan = probe_ownership(rt, md)
+            probe = probe_index(rt, md)
         except IndexBeingWritten as busy:
             # MEMORY.md is blank because a program is writing it: what it will hold decides
             # whether this pass may move anything. Next time.
@@ -542,17 +550,19 @@ def _dream_dir(
             if not dry_run:
                 audit.write("dream.skipped", dir=md.path, why=result.message)
             return result
+        ownership, scan = probe.ownership, probe.scan
         managed = bool(ownership and ownership.managed)
         listing = Listing.of(scan) if scan is not None else None
         # Of the scan, the pass keeps only names: the listing, and what its own index update
-        # needs (see Basis). Nor does the store hold the parse cache past here (a full index
-        # pass, when one is needed after all, reads it again).
+        # needs (see Basis: with the index files as the probe read them, not read again). Nor
+        # does the store hold the parse cache past here (a full index pass, when one is needed
+        # after all, reads it again).
         basis = (
-            Basis.of(scan, rt.store.load(md.real_path).seen)
+            Basis.of(scan, rt.store.load(md.real_path).seen, probe.snapshot)
             if scan is not None and managed and not dry_run
             else None
         )
-        del scan
+        del scan, probe
         rt.store.release_cache(md.real_path)
         inv = inventory(md, rt, checker, listing=listing, save=not dry_run, budget=budget)
         del listing
@@ -694,10 +704,17 @@ def probe_ownership(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirSc
     the edit was a tenth of a 10,000-memory pass), and only these two are kept. Raises
     IndexBeingWritten when MEMORY.md stays blank while a program writes it.
     """
+    probe = probe_index(rt, md)
+    return probe.ownership, probe.scan
+
+
+def probe_index(rt: Runtime, md: MemoryDir) -> IndexOutcome:
+    """probe_ownership's outcome whole: also the index files as it read them (`snapshot`), for
+    a pass that moves files to take instead of reading them again."""
     probe = ownership_for_dream(rt, md)
     if probe.status is IndexStatus.SETTLING:
         raise IndexBeingWritten(probe.message)
-    return probe.ownership, probe.scan
+    return probe
 
 
 class IndexBeingWritten(MemorydError):
@@ -721,10 +738,12 @@ def _trash_records(
     pass_id: str,
     folder: Path,
     missing: Mapping[str, list[str]] | None = None,
+    known: Basis | None = None,
 ) -> list[TrashRecord]:
     """One manifest record per planned move, each with a free name in the day folder.
-    `missing`: each move's missing references, for a plan without its items (a stored one)."""
-    lines, places = _index_lines(md, {move.filename for move in plan.moves})
+    `missing`: each move's missing references, for a plan without its items (a stored one).
+    `known`: the index files as the pass's probe read them."""
+    lines, places = _index_lines(md, {move.filename for move in plan.moves}, known)
     records: list[TrashRecord] = []
     taken: set[str] = set()
     for move in plan.moves:
@@ -760,7 +779,7 @@ def _apply(
     """Journal the moves, then make each one whose file is still what was planned."""
     # The date is taken once: a pass running over midnight keeps one day folder.
     with trash.Mover(md.real_path, rt.today(), before_move=before_move) as mover:
-        records = _trash_records(plan, md, result.pass_id, mover.folder, missing)
+        records = _trash_records(plan, md, result.pass_id, mover.folder, missing, basis)
         entry = _move_all(rt, md, mover, records, result)
     # The moves are on disk (the mover synced them): the index, then the journal's end.
     moved = {r.original_name for r in result.moved}
@@ -847,7 +866,8 @@ def apply_refused(
     started = time.monotonic()
     with rt.store.reading(md.real_path), rt.store.lock(md.real_path):
         stored = refused.load(rt.paths.state_dir, md.real_path, pass_id)
-        ownership, scan = probe_ownership(rt, md)
+        probe = probe_index(rt, md)
+        ownership, scan = probe.ownership, probe.scan
         if not (ownership and ownership.managed) or scan is None:
             why = ownership.reason if ownership else "its index cannot be read"
             raise MemorydError(
@@ -865,8 +885,8 @@ def apply_refused(
         plan = Plan(items={}, moves=stored.as_moves())
         result.plan = plan
         result.files = len(scan.memories)
-        basis = Basis.of(scan, rt.store.load(md.real_path).seen)
-        del scan
+        basis = Basis.of(scan, rt.store.load(md.real_path).seen, probe.snapshot)
+        del scan, probe
         rt.audit.write("dream.started", dir=md.path, pass_id=pass_id, trigger="apply")
         _apply(rt, md, plan, result, basis, 0.0, before_move, stored.missing())
         refused.remove(rt.paths.state_dir, md.real_path, pass_id)

@@ -421,7 +421,7 @@ def scan_dir(
 
 # The cache file (sealed.py): a header naming the format and Scanned's fields, and one column
 # per field, which marshal loads faster than a tuple per file.
-_CACHE_HEADER = ("memoryd scan cache", 5, Scanned.__slots__)  # 5: secrets masked
+_CACHE_HEADER = ("memoryd scan cache", 6, Scanned.__slots__)  # 6: names masked in any case
 
 
 def dump_cache(files: Mapping[str, Scanned]) -> bytes:

@@ -325,3 +325,34 @@ def test_a_text_with_no_token_hint_runs_no_token_search(monkeypatch) -> None:
     assert sum(c.calls for c in counters) == 0
     secrets.mask("a token ghp_ here")  # a token hint: each kind is looked for
     assert all(c.calls == 1 for c in counters)
+
+
+_ASSIGNED_NAMES = (
+    "password", "passwd", "pwd", "pass", "secret", "secret_key", "api-key", "apikey",
+    "access_key", "access_token", "auth_token", "refresh_token", "bearer", "token",
+    "client_secret", "private_key", "credential", "credentials",
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(_ASSIGNED_NAMES),
+    st.lists(st.booleans(), min_size=20, max_size=20),
+    st.sampled_from(["=", ": ", " = ", " := ", " => "]),
+)
+def test_an_assigned_secret_is_found_whatever_the_case_of_its_name(
+    name: str, upper: list[bool], sep: str
+) -> None:
+    """`_ASSIGNMENT` reads a name in any case (`PWD=`, `Bearer:`, `Credentials:`), so the
+    precheck before it must too: its hints were written in three cases for some names and in
+    lower case only for others, and `PWD=<value>` was found only when the text happened to
+    hold another hint (`gh` in "through")."""
+    cased = "".join(c.upper() if up else c for c, up in zip(name, upper, strict=False))
+    text = f"deploy notes\n{cased}{sep}Zq8vN3LpX2mWr7T9\n"
+    assert secrets.find(text) == [secrets.Finding(2, secrets.Kind.ASSIGNMENT)], text
+
+
+def test_the_names_precheck_covers_every_name_the_assignment_pattern_reads() -> None:
+    """Each name the assignment pattern lists holds one of the any-case hints."""
+    for name in _ASSIGNED_NAMES:
+        assert any(hint in name for hint in secrets._NAME_HINTS), name

@@ -5,6 +5,11 @@ Layout, all 0700/0600, never in a memory dir:
 - `<state>/versions/objects/<sha256>`: a version's bytes, stored once whatever dirs and names
   hold them; written as a temp file, fsynced, renamed (a kill -9 leaves a whole object or a
   temp file, never half an object under its name), then the folder fsynced.
+- `<state>/versions/packs/<id>.pack`: the objects of one big batch (a first start over a dir
+  of thousands of files), one after the other in one file, then an index of them sorted by
+  sha256 and a trailer (see `_PackWriter`). Written as one temp file, fsynced, renamed, the
+  folder fsynced, before the log names any of them: one file and one fsync where thousands
+  of objects would cost thousands of files (and a syncfs that flushes the whole filesystem).
 - `<state>/versions/logs/<dir key>.jsonl`: per memory dir, one JSON line per event, appended:
   `{"t": when, "f": name, "h": sha256, "n": size, "e": event, "by": "memoryd"|"other"}` with
   `e` one of `seen` (a version first read), `gone` (the file left the dir), `moved` (memoryd
@@ -30,6 +35,7 @@ import fcntl
 import hashlib
 import json
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
@@ -50,6 +56,13 @@ if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machiner
 MEMORYD, OTHER = "memoryd", "other"
 INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)
 BATCH_SYNC_FROM = 16  # objects in one scan from which one syncfs replaces an fsync each
+PACK_FROM = 256  # new objects in one scan from which they go into one pack file
+PACK_BUFFER = 1 << 20  # bytes a scan holds while it does not know yet whether it packs
+PACK_WRITE = 256 << 10  # a pack is written in pieces of about this many bytes
+_PACK_HEAD = b"memoryd pack 1\n"
+_PACK_ENTRY = struct.Struct(">32sQQ")  # sha256, offset, size
+_PACK_TRAILER = struct.Struct(">8sQQ")  # magic, entries, where the index starts
+_PACK_MAGIC = b"mdpackix"
 LOG_LINE_MAX = 1 << 16
 TABLE_MIN_BYTES = 256 << 10  # a log this long has its table kept (see VersionStore._from_table)
 _TABLE_HEADER = ("memoryd version table", 1)
@@ -57,6 +70,8 @@ OBJECT_MAX = 64 << 20  # the archive's read limit is below this
 DAY = 86400.0
 
 AuditWrite = Callable[..., None]
+# json.dumps with separators builds an encoder a call: 10,000 log lines paid 30 ms for it.
+_encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 ALARMS = "alarms.json"
 ALARMS_KEEP = 50
 
@@ -146,6 +161,12 @@ class Session:
         self.temps: list[tuple[str, str]] = []  # (temp name, sha) written, not yet renamed
         self._pending: set[str] = set()
         self.known: dict[str, str] | None = None
+        # New objects held until the scan ends or PACK_FROM of them make a pack (their bytes
+        # then go straight into it); past PACK_BUFFER bytes they are written as loose temps.
+        self.held: list[tuple[str, bytes]] = []
+        self.held_bytes = 0
+        self.pack: _PackWriter | None = None
+        self.looked: tuple[bool, list[str]] | None = None  # whether objects/ exists; the packs
 
     def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
         """A scan read `name` and found it a memory or a note (`kind`) with these bytes."""
@@ -157,9 +178,153 @@ class Session:
         if sha in self._pending:
             return
         self._pending.add(sha)
-        tmp = self.store.write_object_temp(sha, data, sync=False)
-        if tmp is not None:
-            self.temps.append((tmp, sha))
+        if self.looked is None:  # once a scan: 10,000 listings of the packs cost 60 ms
+            self.looked = (self.store.objects.exists(), self.store.pack_names())
+        if self.store.has_object(sha, looked=self.looked):
+            return
+        if self.pack is not None:
+            self.pack.add(sha, data)
+            return
+        self.held.append((sha, data))
+        self.held_bytes += len(data)
+        if len(self.held) + len(self.temps) >= PACK_FROM:
+            self.pack = _PackWriter(self.store)
+            held, self.held = self.held, []
+            for item in held:
+                self.pack.add(*item)
+        elif self.held_bytes > PACK_BUFFER:
+            self.spill()
+
+    def spill(self) -> None:
+        """Write the held objects as loose temps (put in place by VersionStore.commit_temps)."""
+        held, self.held, self.held_bytes = self.held, [], 0
+        for sha, data in held:
+            tmp = self.store.write_object_temp(sha, data, sync=False)
+            if tmp is not None:
+                self.temps.append((tmp, sha))
+
+    def abort(self) -> None:
+        """A scan that did not end (it raised): its pack's temp goes, nothing was logged."""
+        self.held = []
+        if self.pack is not None:
+            self.pack.abort()
+            self.pack = None
+
+
+class _PackWriter:
+    """One batch of objects in one file, `<state>/versions/packs/<id>.pack`:
+
+        b"memoryd pack 1\n", each object's bytes one after the other, then one entry per
+        object sorted by sha256 (_PACK_ENTRY: sha256, offset, size), then _PACK_TRAILER
+        (magic, the count of entries, where they start).
+
+    Written under a temp name; `commit` fsyncs it, renames it to the blake2b of its index and
+    fsyncs the folder. A kill -9 leaves a whole pack under its name or a temp, never half a
+    pack; the temp of a dead process is removed at the next start (no log line names what
+    it held, and the files it copied were still in their dir: the next scan stores them)."""
+
+    def __init__(self, store: "VersionStore") -> None:
+        ensure_private_dir(store.packs)
+        self.dir_fd = os.open(store.packs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.tmp = fsops.temp_name("pack")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            self.fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
+        except BaseException:
+            os.close(self.dir_fd)
+            raise
+        self.offset = 0
+        self.entries = bytearray()
+        self.pieces: list[bytes] = []  # written a batch at a time (writev): 10,000 writes
+        self.piece_bytes = 0  # one at a time cost ~30 ms
+        self._write(_PACK_HEAD)
+
+    def _write(self, data: bytes) -> None:
+        self.pieces.append(data)
+        self.piece_bytes += len(data)
+        self.offset += len(data)
+        if self.piece_bytes >= PACK_WRITE:
+            self._drain()
+
+    def _drain(self) -> None:
+        pieces, self.pieces, self.piece_bytes = self.pieces, [], 0
+        fsops._write_all(self.fd, pieces)
+
+    def add(self, sha: str, data: bytes) -> None:
+        self.entries += _PACK_ENTRY.pack(bytes.fromhex(sha), self.offset, len(data))
+        self._write(data)
+        fsops.crash_point("versions.writing")
+
+    def commit(self) -> str:
+        """Put the pack in place durably; returns its name."""
+        size = _PACK_ENTRY.size
+        entries = self.entries
+        index = b"".join(sorted(entries[i : i + size] for i in range(0, len(entries), size)))
+        count = len(entries) // size
+        try:
+            self._write(index + _PACK_TRAILER.pack(_PACK_MAGIC, count, self.offset))
+            self._drain()
+            os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+            name = hashlib.blake2b(index, digest_size=16).hexdigest() + ".pack"
+            fsops.crash_point("versions.before_rename")
+            os.rename(self.tmp, name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            fsops.fsync_dir(self.dir_fd)
+        except BaseException:
+            self.abort()
+            raise
+        os.close(self.dir_fd)
+        self.dir_fd = -1
+        return name
+
+    def abort(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.dir_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp, dir_fd=self.dir_fd)
+            os.close(self.dir_fd)
+            self.dir_fd = -1
+
+
+def _pack_trailer(fd: int) -> tuple[int, int]:
+    """A pack's entry count and where its index starts; ValueError if it is not a pack."""
+    size = os.fstat(fd).st_size
+    trailer = os.pread(fd, _PACK_TRAILER.size, size - _PACK_TRAILER.size)
+    if size < len(_PACK_HEAD) + _PACK_TRAILER.size or len(trailer) != _PACK_TRAILER.size:
+        raise ValueError("not a pack")
+    magic, count, start = _PACK_TRAILER.unpack(trailer)
+    if magic != _PACK_MAGIC or start + count * _PACK_ENTRY.size + _PACK_TRAILER.size != size:
+        raise ValueError("not a pack")
+    return count, start
+
+
+def _pack_find(fd: int, key: bytes) -> tuple[int, int] | None:
+    """The offset and size of the object `key` (a sha256's 32 bytes) in a pack: a binary
+    search of its index with one pread a step (no index held in memory)."""
+    count, start = _pack_trailer(fd)
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        sha, offset, size = _PACK_ENTRY.unpack(
+            os.pread(fd, _PACK_ENTRY.size, start + mid * _PACK_ENTRY.size)
+        )
+        if sha == key:
+            return (offset, size) if offset + size <= start else None
+        if sha < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return None
+
+
+def _pack_entries(fd: int) -> list[tuple[str, int, int]]:
+    """Every object of a pack: sha256 (hex), offset, size."""
+    count, start = _pack_trailer(fd)
+    index = os.pread(fd, count * _PACK_ENTRY.size, start)
+    return [(sha.hex(), offset, size) for sha, offset, size in _PACK_ENTRY.iter_unpack(index)]
 
 
 class VersionStore:
@@ -178,6 +343,7 @@ class VersionStore:
     ) -> None:
         self.root = state_dir / "versions"
         self.objects = self.root / "objects"
+        self.packs = self.root / "packs"
         self.logs = self.root / "logs"
         self.keep_days = keep_days
         self.max_bytes = max_bytes
@@ -202,8 +368,60 @@ class VersionStore:
         ensure_private_dir(self.objects)
         return os.open(self.objects, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
-    def has_object(self, sha: str) -> bool:
-        return os.path.exists(self.objects / sha) or any(t[1] == sha for t in self._temps)
+    def has_object(self, sha: str, *, looked: tuple[bool, list[str]] | None = None) -> bool:
+        """Whether `sha` is stored; `looked`: whether the objects folder exists and the
+        packs, as a scan found them when it began (it asks for each file it reads)."""
+        loose, packs = looked if looked is not None else (True, None)
+        return (
+            (loose and os.path.exists(self.objects / sha))
+            or any(t[1] == sha for t in self._temps)
+            or self._packed(sha, packs) is not None
+        )
+
+    def pack_names(self) -> list[str]:
+        try:
+            names = os.listdir(self.packs)
+        except OSError:
+            return []
+        return sorted(n for n in names if n.endswith(".pack") and not n.startswith("."))
+
+    def _packed(self, sha: str, names: list[str] | None = None) -> tuple[str, int, int] | None:
+        """The pack holding `sha`, and where in it: (pack name, offset, size)."""
+        names = self.pack_names() if names is None else names
+        if not names:
+            return None
+        try:
+            key = bytes.fromhex(sha)
+        except ValueError:
+            return None
+        for name in names:
+            with contextlib.suppress(OSError, ValueError):
+                fd, _ = open_regular(self.packs / name, follow=False)
+                try:
+                    found = _pack_find(fd, key)
+                finally:
+                    os.close(fd)
+                if found is not None:
+                    return name, *found
+        return None
+
+    def object_sizes(self) -> dict[str, int]:
+        """Every stored object (loose or packed): sha256 -> size."""
+        sizes: dict[str, int] = {}
+        with contextlib.suppress(OSError), os.scandir(self.objects) as entries:
+            for entry in entries:
+                if not entry.name.startswith("."):
+                    with contextlib.suppress(OSError):
+                        sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
+        for name in self.pack_names():
+            with contextlib.suppress(OSError, ValueError):
+                fd, _ = open_regular(self.packs / name, follow=False)
+                try:
+                    for sha, _, size in _pack_entries(fd):
+                        sizes[sha] = size
+                finally:
+                    os.close(fd)
+        return sizes
 
     def write_object_temp(
         self, sha: str, data: bytes | Sequence[bytes], *, sync: bool
@@ -247,16 +465,75 @@ class VersionStore:
         if tmp is not None:
             self.commit_temps([(tmp, sha)], synced=True)
 
+    def _guarded_repack(self, doomed: Set[str]) -> set[str]:
+        out: set[str] = set()
+        self._guard(lambda: out.update(self.repack(doomed)))
+        return out
+
+    def repack(self, doomed: Set[str]) -> set[str]:
+        """Drop `doomed` objects from the packs: a pack holding any is written anew without
+        them (a new pack put in place durably, then the old one unlinked: a kill -9 in
+        between leaves both, each whole); one holding only doomed objects is unlinked.
+        Returns the shas dropped."""
+        dropped: set[str] = set()
+        for name in self.pack_names():
+            try:
+                fd, _ = open_regular(self.packs / name, follow=False)
+            except OSError:
+                continue
+            try:
+                try:
+                    entries = _pack_entries(fd)
+                except ValueError:
+                    continue  # not a pack of ours: left alone
+                if not any(sha in doomed for sha, _, _ in entries):
+                    continue
+                kept = [e for e in entries if e[0] not in doomed]
+                if kept:
+                    writer = _PackWriter(self)
+                    try:
+                        for sha, offset, size in sorted(kept, key=lambda e: e[1]):
+                            writer.add(sha, os.pread(fd, size, offset))
+                    except BaseException:
+                        writer.abort()
+                        raise
+                    writer.commit()
+            finally:
+                os.close(fd)
+            dir_fd = os.open(self.packs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+                fsops.fsync_dir(dir_fd)
+            finally:
+                os.close(dir_fd)
+            dropped.update(sha for sha, _, _ in entries if sha in doomed)
+        return dropped
+
     def read_object(self, sha: str) -> bytes | None:
         """A stored version's bytes, checked against their sha256; None if missing or damaged."""
         try:
             fd, st = open_regular(self.objects / sha, follow=False)
         except OSError:
-            return None
+            return self._read_packed(sha)
         try:
             if st.st_size > OBJECT_MAX:
                 return None
             data = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
+        finally:
+            os.close(fd)
+        return data if hashlib.sha256(data).hexdigest() == sha else self._read_packed(sha)
+
+    def _read_packed(self, sha: str) -> bytes | None:
+        where = self._packed(sha)
+        if where is None or where[2] > OBJECT_MAX:
+            return None
+        name, offset, size = where
+        try:
+            fd, _ = open_regular(self.packs / name, follow=False)
+        except OSError:
+            return None
+        try:
+            data = os.pread(fd, size, offset)
         finally:
             os.close(fd)
         return data if hashlib.sha256(data).hexdigest() == sha else None
@@ -267,6 +544,12 @@ class VersionStore:
         killed daemon's last few versions were written but not yet renamed (see `defer`).
         Returns the shas put in place."""
         put: list[str] = []
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.packs):  # a pack's temp: never logged, so it goes
+                pid = fsops.temp_owner(name)
+                if pid is not None and pid != os.getpid() and not fsops._alive(pid):
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.packs / name)
         try:
             names = [n for n in os.listdir(self.objects) if fsops.is_own_temp(n)]
         except OSError:
@@ -415,10 +698,7 @@ class VersionStore:
                 head = json.dumps({"dir": str(d.path)}, ensure_ascii=True).encode() + b"\n"
             elif os.pread(fd, 1, st.st_size - 1) != b"\n":
                 head = b"\n"  # after a torn line: ours starts a line of its own
-            body = b"".join(
-                json.dumps(r, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
-                for r in records
-            )
+            body = b"".join(_encode(r).encode() + b"\n" for r in records)
             # Through to the kernel (a killed process loses nothing), not fsynced: the
             # objects it names are, and a power cut then loses at most these lines.
             written = os.write(fd, head + body)
@@ -535,6 +815,10 @@ class VersionStore:
             self._catch_up(d)
             if only is None:
                 self._backfill(session, dir_fd, files, d)
+            session.spill()
+            if session.pack is not None:  # in place before the log names any of its objects
+                session.pack.commit()
+                session.pack = None
             self._temps.extend(session.temps)
             if not self.defer or len(self._temps) >= BATCH_SYNC_FROM:
                 self.commit_pending()
@@ -806,6 +1090,9 @@ class _ScanObserver:
         self.local = threading.local()
 
     def begin(self, path: Path, dir_fd: int) -> None:
+        left: Session | None = getattr(self.local, "session", None)
+        if left is not None:  # a scan on this thread that raised before its end
+            left.abort()
         self.local.session = Session(self.store, path)
         with contextlib.suppress(OSError):
             st = os.fstat(dir_fd)
@@ -828,6 +1115,7 @@ class _ScanObserver:
         self.local.session = None
         if session is not None:
             self.store._guard(self.store.end_scan, session, dir_fd, files, present, before, only)
+            session.abort()  # a pack end_scan did not put in place (it failed): its temp goes
 
 
 def _on_index(dir_fd: int, name: str, data: bytes, sha: str) -> None:
@@ -1062,12 +1350,7 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
                     was = candidates.get(v.sha256)
                     if was is None or (tier, v.until) > was:
                         candidates[v.sha256] = (tier, v.until)
-    sizes: dict[str, int] = {}
-    with contextlib.suppress(OSError), os.scandir(store.objects) as entries:
-        for entry in entries:
-            if not entry.name.startswith("."):
-                with contextlib.suppress(OSError):
-                    sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
+    sizes = store.object_sizes()
     result = PruneResult()
     doomed = [s for s in sizes if s not in needed and s not in candidates]  # past retention
     total = sum(sizes.values()) - sum(sizes[s] for s in doomed)
@@ -1079,16 +1362,19 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
             break
         doomed.append(sha)
         total -= sizes[sha]
+    dropped: set[str] = set()
     with contextlib.suppress(OSError):
         fd = store._objects_fd()
         try:
             for sha in doomed:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(sha, dir_fd=fd)
-                    result.removed.append(sha)
-                    result.freed += sizes[sha]
+                    dropped.add(sha)
             fsops.fsync_dir(fd)
         finally:
             os.close(fd)
+    dropped |= store._guarded_repack(set(doomed))
+    result.removed = [sha for sha in doomed if sha in dropped]
+    result.freed = sum(sizes[sha] for sha in result.removed)
     result.kept_bytes = total
     return result

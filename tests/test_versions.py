@@ -279,3 +279,86 @@ def test_a_daemon_killed_before_its_flush_loses_no_version(tmp_path: Path) -> No
     assert not [p for p in objects.iterdir() if not p.name.startswith(".")]  # all temps
     assert subprocess.run(run, env=env, timeout=60, check=False).returncode == 0
     assert sorted(p.name for p in objects.iterdir()) == sorted(_sha(d) for d in datas)
+
+
+def _stored(store: VersionStore) -> dict[str, bytes]:
+    """Every object the store holds, loose or packed, read back (checked by sha256)."""
+    out = {}
+    for sha in store.object_sizes():
+        data = store.read_object(sha)
+        assert data is not None, f"{sha} listed but unreadable"
+        out[sha] = data
+    return out
+
+
+def _created_files(root: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(root))
+
+
+def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None:
+    """300 new files in one scan: one pack file (not 300 object files and a syncfs), each
+    version read back byte-identical, identical bytes once; a second dir holding the same
+    bytes adds nothing; a later scan's one new version is a loose object as before."""
+    folder = _dir(env)
+    datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", f"lesson {i}") for i in range(300)}
+    (folder / "twin.md").write_bytes(datas["m000.md"])
+    store = _store(env, Clock(), [])
+    with versions.active(store):
+        previous = scan_dir(folder)
+    assert len(store.pack_names()) == 1
+    assert _objects(store) == {}  # nothing loose
+    assert _created_files(store.objects.parent) <= 4  # the pack, the log, its table, at most
+    assert _stored(store) == {_sha(d): d for d in datas.values()}
+    other = _dir(env, "other")
+    for name, data in list(datas.items())[:50]:
+        (other / name).write_bytes(data)
+    with versions.active(store):
+        scan_dir(other)
+        new = _mem(folder, "m001.md", "rewritten by the agent")
+        scan_dir(folder, previous.files, previous=previous, only={"m001.md"})
+    assert len(store.pack_names()) == 1
+    assert set(_objects(store)) == {_sha(new)}
+    found = versions.versions_of(store, folder, "m001.md")
+    assert [store.read_object(v.sha256) for v in found] == [datas["m001.md"], new]
+
+
+PACK_CRASH_SCRIPT = """
+import sys
+from pathlib import Path
+from memoryd import versions
+from memoryd.scan import scan_dir
+versions.PACK_FROM = 4  # a pack from 4 objects: the loop stays short
+store = versions.VersionStore(Path(sys.argv[2]))
+with versions.active(store):
+    scan_dir(Path(sys.argv[1]))
+"""
+
+
+def test_kill_9_while_writing_a_pack_loses_nothing_and_leaves_no_half_pack(tmp_path: Path) -> None:
+    """A real process killed at every crash point of writing a pack (after each object, before
+    its rename): no pack under its name is ever partial, no version is logged that cannot be
+    read back, and the next run stores every version and removes the dead one's temp."""
+    folder = tmp_path / "mem"
+    folder.mkdir()
+    datas = [_mem(folder, f"m{i}.md", f"lesson {i} " + "z" * 3000) for i in range(6)]
+    base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    k = 0
+    while True:
+        k += 1
+        state = tmp_path / f"state-{k}"
+        run = [sys.executable, "-c", PACK_CRASH_SCRIPT, str(folder), str(state)]
+        crash = {**base, "MEMORYD_CRASH_AT": str(k)}
+        killed = subprocess.run(run, env=crash, capture_output=True, text=True, timeout=60)
+        assert killed.returncode in (0, -signal.SIGKILL), killed.stderr
+        store = VersionStore(state)
+        _stored(store)  # every pack under its name whole, every entry its bytes
+        logged = {r.h for r in store.records(folder.resolve())}
+        assert all(store.has_object(sha) for sha in logged)  # logged means restorable
+        if killed.returncode == 0:
+            break
+        clean = {k: v for k, v in base.items() if k != "MEMORYD_CRASH_AT"}
+        assert subprocess.run(run, env=clean, timeout=60, check=False).returncode == 0
+        assert set(_stored(store)) == {_sha(d) for d in datas}
+        assert [n for n in os.listdir(store.packs) if n.startswith(".")] == []
+    assert k > len(datas)  # each object's write and the rename were crash points
+    assert len(VersionStore(state).pack_names()) == 1

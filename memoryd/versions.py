@@ -30,15 +30,15 @@ process ran is not in the store; the last version memoryd saw is what it can giv
 import contextlib
 import ctypes
 import ctypes.util
-import difflib
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,8 @@ _PACK_MAGIC = b"mdpackix"
 LOG_LINE_MAX = 1 << 16
 TABLE_MIN_BYTES = 256 << 10  # a log this long has its table kept (see VersionStore._from_table)
 _TABLE_HEADER = ("memoryd version table", 1)
+_STAMP_HEADER = ("memoryd version stamp", 1)
+STAMP_TAIL = 4096  # the bytes at the end of a log its stamp holds the digest of
 OBJECT_MAX = 64 << 20  # the archive's read limit is below this
 DAY = 86400.0
 
@@ -76,7 +78,9 @@ ALARMS = "alarms.json"
 ALARMS_KEEP = 50
 
 
-def _load_syncfs() -> Callable[[int], int] | None:
+@functools.cache
+def _syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs, looked up at its first use (find_library costs ~3 ms at import)."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
@@ -85,9 +89,6 @@ def _load_syncfs() -> Callable[[int], int] | None:
     except (OSError, AttributeError):
         return None
     return func
-
-
-_syncfs = _load_syncfs()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,13 @@ class _Dir:
     loaded: bool = False
     changes: list[tuple[float, str, str]] = field(default_factory=list)  # outside: t, kind, name
     alarmed_until: float = 0.0
+    # The stamp (see VersionStore._stamp): None until looked at, False when none holds.
+    stamp: "tuple[bytes, dict[str, str]] | bool | None" = None
+    # The digest of the names a full scan found the table in step with (every memory and
+    # note seen, nothing seen gone), as of `offset`; None once anything changed that.
+    settled: bytes | None = None
+    saved: object = None  # the stamp this process last wrote
+    stamp_size: int = -1  # the log's size when the stamp was found to hold
 
 
 @dataclass(slots=True)
@@ -443,8 +451,9 @@ class VersionStore:
         fd = self._objects_fd()
         try:
             if not synced:
-                if len(temps) >= BATCH_SYNC_FROM and _syncfs is not None:
-                    _syncfs(fd)
+                syncfs = _syncfs() if len(temps) >= BATCH_SYNC_FROM else None
+                if syncfs is not None:
+                    syncfs(fd)
                 else:
                     for tmp, _ in temps:
                         with contextlib.suppress(OSError):
@@ -634,6 +643,8 @@ class VersionStore:
             for row in rows:
                 if _plain(row):  # the first line (the dir) and anything else: skipped
                     _set(d, row["f"], row["h"], row["e"])
+            if not (whole and st.st_size == d.stamp_size):
+                d.settled = None  # lines another process wrote: the dir may be otherwise
             d.offset = consumed
             d.loaded = True
             if whole and consumed == st.st_size and consumed - start >= TABLE_MIN_BYTES:
@@ -678,6 +689,56 @@ class VersionStore:
             ensure_private_dir(self._table_path(d).parent)
             fsops.write_private(self._table_path(d), data, durable=False)
 
+    # A dir's stamp: that a full scan found the log in step with the dir (every memory seen,
+    # nothing seen gone) when the log was as it is now (inode, size, digest of its tail), and
+    # the index versions it names. While it holds, a scan that read nothing and found the same
+    # names has nothing to record, and a one-shot command never loads the table (~15 ms).
+    def _stamp_path(self, d: _Dir) -> Path:
+        return self.root / "tables" / f"{dir_key(d.path)}.stamp"
+
+    @staticmethod
+    def _log_mark(log: Path) -> tuple[int, int, bytes] | None:
+        try:
+            fd, st = open_regular(log, follow=False)
+        except OSError:
+            return None
+        try:
+            tail = os.pread(fd, STAMP_TAIL, max(0, st.st_size - STAMP_TAIL))
+        finally:
+            os.close(fd)
+        return st.st_ino, st.st_size, hashlib.blake2b(tail, digest_size=16).digest()
+
+    def _stamp(self, d: _Dir) -> tuple[bytes, dict[str, str]] | None:
+        """The dir's stamp while it holds (nothing appended to the log since, by anyone)."""
+        if d.stamp is None:
+            d.stamp = False
+            with contextlib.suppress(OSError):
+                payload = unseal(_STAMP_HEADER, self._stamp_path(d).read_bytes())
+                if isinstance(payload, tuple) and len(payload) == 3:
+                    mark, names, index = payload
+                    if (isinstance(names, bytes) and isinstance(index, dict)
+                            and mark == self._log_mark(d.log)):  # fmt: skip
+                        d.stamp = (names, index)
+                        d.stamp_size = mark[1]
+        return d.stamp if isinstance(d.stamp, tuple) else None
+
+    def _save_stamp(self, d: _Dir) -> None:
+        from memoryd.cwd_cache import LOOKING_ONLY
+
+        if d.settled is None or not d.loaded or LOOKING_ONLY.get():
+            return
+        mark = self._log_mark(d.log)
+        if mark is None or mark[1] != d.offset:  # another process appended since: not ours
+            return
+        index = {n: d.seen[n] for n in INDEX_FILES if n in d.seen}
+        payload = (mark, d.settled, index)
+        if payload != d.saved:
+            with contextlib.suppress(OSError):  # a shortcut: without it the table is read
+                ensure_private_dir(self._stamp_path(d).parent)
+                fsops.write_private(self._stamp_path(d), seal(_STAMP_HEADER, payload),
+                                    durable=False)  # fmt: skip
+                d.saved = payload
+
     @staticmethod
     def latest(d: _Dir, name: str) -> tuple[str, str] | None:
         """The sha256 and event of `name`'s latest record."""
@@ -721,6 +782,7 @@ class VersionStore:
                 self._catch_up(d)
             row = {"t": self.clock(), "f": name, "h": sha, "n": size, "e": event, "by": by, **extra}
             self._append(d, [row])
+            d.settled = None
 
     def records(self, path: Path) -> list[Record]:
         """Every valid record of a dir's log, oldest first."""
@@ -791,6 +853,8 @@ class VersionStore:
             pending, self._pending = self._pending, {}
             for item in pending.values():
                 self._guard(self._flush_one, item)
+            for d in self._dirs.values():
+                self._save_stamp(d)
 
     def _flush_one(self, item: _Pending) -> None:
         data = item.data
@@ -812,6 +876,11 @@ class VersionStore:
         """Record what one scan found: new versions, and files gone since."""
         with self._lock:
             d = self._dir(session.path)
+            if not session.reads and not d.loaded and self._unchanged(d, present, only):
+                stamp = self._stamp(d)
+                if only is None and stamp is not None:
+                    d.settled = stamp[0]
+                return  # the stamp holds: nothing new, nothing gone (the table not read)
             self._catch_up(d)
             if only is None:
                 self._backfill(session, dir_fd, files, d)
@@ -830,6 +899,8 @@ class VersionStore:
                 latest = self.latest(d, name)
                 if latest is not None and latest[0] == sha and latest[1] == "seen":
                     continue
+                if latest is None or latest[1] != "seen":
+                    d.settled = None  # a name the table now holds as seen
                 by = (
                     MEMORYD
                     if latest is not None and latest[1] == "restoring" and latest[0] == sha
@@ -843,9 +914,9 @@ class VersionStore:
                     told.append(("rewritten", name, sha, latest[0], size, counts))
             if only is None:
                 gone = [n for n in d.seen if n not in present]
-                self._share(d, files)
             else:
                 gone = [n for n in only if n in d.seen and n not in present]
+            self._share(d, files)  # a partial scan's `files` are the whole dir's too
             if gone:
                 self.commit_pending()  # a deletion's last version is on disk before it is said
             for name in sorted(gone):
@@ -867,9 +938,26 @@ class VersionStore:
                     told.append(("deleted", name, sha, "", size, counts))
                 rows.append(row)
             self._append(d, rows)
+            if gone:
+                d.settled = None
+            if only is None and all(
+                n in d.seen for n, info in files.items() if info.kind in ("memory", "note")
+            ):
+                d.settled = _names_digest(present)
             for kind, name, sha, prev_sha, size, counts in told:
                 self._outside(d, now, kind, name, sha, prev_sha, size, counts)
             self._alarm(d, now)
+
+    def _unchanged(self, d: _Dir, present: Set[str], only: Set[str] | None) -> bool:
+        """Whether a scan that read nothing new has nothing to record, by the stamp alone:
+        a partial scan whose names are all still there, a full one that found the names the
+        stamp's scan found."""
+        stamp = self._stamp(d)
+        if stamp is None:
+            return False
+        if only is not None:
+            return all(n in present for n in only)
+        return _names_digest(present) == stamp[0]
 
     @staticmethod
     def _share(d: _Dir, files: Mapping[str, "scan.Scanned"]) -> None:
@@ -925,8 +1013,12 @@ class VersionStore:
         self, path: Path, name: str, sha: str, size: int, data: bytes | Sequence[bytes], by: str
     ) -> None:
         d = self._dir(path)
-        self._catch_up(d)
         self._index_sha[(path, name)] = sha
+        if not d.loaded:
+            stamp = self._stamp(d)
+            if stamp is not None and stamp[1].get(name) == sha:
+                return  # the version the log's latest record names (the table not read)
+        self._catch_up(d)
         latest = self.latest(d, name)
         if latest is not None and latest[0] == sha and latest[1] == "seen":
             return
@@ -1021,6 +1113,12 @@ def _plain(row: object) -> bool:
         and "/" not in row["f"]
         and not row["f"].startswith(".")
     )
+
+
+def _names_digest(names: Iterable[str]) -> bytes:
+    """One digest of a set of names (10,000 of them: ~2 ms)."""
+    joined = "\0".join(sorted(names)).encode("utf-8", "surrogateescape")
+    return hashlib.blake2b(joined, digest_size=16).digest()
 
 
 def _set(d: _Dir, name: str, sha: str, event: str) -> None:
@@ -1299,6 +1397,8 @@ def diff(
     store: VersionStore, name: str, older: Version, newer: Version | None, current: bytes | None
 ) -> str:
     """What changed from `older` to `newer` (None: the file as it is now), as a unified diff."""
+    import difflib
+
     a = store.read_object(older.sha256)
     b = current if newer is None else store.read_object(newer.sha256)
     if a is None or b is None:

@@ -362,3 +362,36 @@ def test_kill_9_while_writing_a_pack_loses_nothing_and_leaves_no_half_pack(tmp_p
         assert [n for n in os.listdir(store.packs) if n.startswith(".")] == []
     assert k > len(datas)  # each object's write and the rename were crash points
     assert len(VersionStore(state).pack_names()) == 1
+
+
+def test_a_scan_that_finds_nothing_changed_reads_no_log_and_a_change_still_counts(
+    env: Env,
+) -> None:
+    """A new process's store (a one-shot `memoryd index`) scanning a dir the scan cache says is
+    unchanged loads no table and parses no log line; a file deleted while no memoryd ran, and
+    a line another process appended, each still send the next scan the whole way."""
+    folder = _dir(env)
+    for i in range(5):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    events: Events = []
+    with versions.active(_store(env, Clock(), events)):
+        cache = scan_dir(folder).files
+    quiet = _store(env, Clock(), events)
+    with versions.active(quiet):
+        scan_dir(folder, cache)
+    assert not quiet._dirs[folder].loaded
+    (folder / "m0.md").unlink()  # while nothing of memoryd runs
+    with versions.active(_store(env, Clock(), events)):
+        cache = scan_dir(folder, cache).files
+    assert [e for e, _ in events] == ["memory.deleted_outside"]
+    assert [d.name for d in versions.deleted(quiet, folder)] == ["m0.md"]
+    again = _store(env, Clock(), events)
+    with versions.active(again):
+        scan_dir(folder, cache)
+    assert not again._dirs[folder].loaded  # the stamp the last scan left holds
+    other = _store(env, Clock(), [])
+    other.record(folder, "m1.md", _sha((folder / "m1.md").read_bytes()), 1, "restoring", "memoryd")
+    after = _store(env, Clock(), events)
+    with versions.active(after):
+        scan_dir(folder, cache)
+    assert after._dirs[folder].loaded  # a line it did not write: read the whole way

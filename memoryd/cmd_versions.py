@@ -16,7 +16,6 @@ from memoryd.errors import MemorydError, UsageError
 from memoryd.runtime import Runtime
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
-PRUNE_EVERY = 86400.0
 
 
 @contextlib.contextmanager
@@ -35,8 +34,8 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
     store = versions.for_runtime(rt)
     with versions.active(store):
         if command == "run":
-            store.defer = True  # the daemon: objects are put in place at each heartbeat
-            store._guard(versions.prune, store)
+            store.defer = True  # the daemon: objects are put in place at each heartbeat,
+            store.flush()  # and pruned now, then daily (VersionStore.flush)
         yield
 
 

@@ -70,6 +70,7 @@ _STAMP_HEADER = ("memoryd version stamp", 1)
 STAMP_TAIL = 4096  # the bytes at the end of a log its stamp holds the digest of
 OBJECT_MAX = 64 << 20  # the archive's read limit is below this
 DAY = 86400.0
+PRUNE_EVERY = DAY  # the daemon prunes at start, then at the first heartbeat a day after
 
 AuditWrite = Callable[..., None]
 # json.dumps with separators builds an encoder a call: 10,000 log lines paid 30 ms for it.
@@ -146,6 +147,7 @@ class _Dir:
     settled: bytes | None = None
     saved: object = None  # the stamp this process last wrote
     stamp_size: int = -1  # the log's size when the stamp was found to hold
+    ino: int = 0  # the log's inode as last read (a compaction puts another in its place)
 
 
 @dataclass(slots=True)
@@ -370,6 +372,7 @@ class VersionStore:
         # index; at once when the same scan finds a file gone.
         self.defer = False
         self._temps: list[tuple[str, str]] = []
+        self.pruned_at = -float("inf")  # when the daemon's store last pruned (see flush)
 
     # --- objects -------------------------------------------------------------------------------
     def _objects_fd(self) -> int:
@@ -553,12 +556,8 @@ class VersionStore:
         killed daemon's last few versions were written but not yet renamed (see `defer`).
         Returns the shas put in place."""
         put: list[str] = []
-        with contextlib.suppress(OSError):
-            for name in os.listdir(self.packs):  # a pack's temp: never logged, so it goes
-                pid = fsops.temp_owner(name)
-                if pid is not None and pid != os.getpid() and not fsops._alive(pid):
-                    with contextlib.suppress(OSError):
-                        os.unlink(self.packs / name)
+        _remove_dead_temps(self.packs)  # a pack's temp: no log line names what it holds
+        _remove_dead_temps(self.logs)  # a compaction's: the old log is still in place
         try:
             names = [n for n in os.listdir(self.objects) if fsops.is_own_temp(n)]
         except OSError:
@@ -617,8 +616,9 @@ class VersionStore:
             d.loaded = True
             return
         try:
-            if st.st_size < d.offset:  # compacted by a prune: read again from the start
-                d.offset, d.seen, d.other = 0, {}, {}
+            if st.st_size < d.offset or (d.ino and st.st_ino != d.ino):
+                d.offset, d.seen, d.other = 0, {}, {}  # compacted by a prune: from the start
+            d.ino = st.st_ino
             if st.st_size == d.offset:
                 d.loaded = True
                 return
@@ -749,10 +749,8 @@ class VersionStore:
         if not records:
             return
         ensure_private_dir(self.logs)
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-        fd = os.open(d.log, flags | os.O_CLOEXEC, 0o600)
+        fd = _open_log(d.log)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # a prune compacting the log waits for us
             st = os.fstat(fd)
             head = b""
             if st.st_size == 0:
@@ -765,7 +763,9 @@ class VersionStore:
             written = os.write(fd, head + body)
         finally:
             os.close(fd)
-        if st.st_size == d.offset and d.loaded and written == len(head) + len(body):
+        same = st.st_ino == d.ino or st.st_size == 0  # the log we read (or a new one)
+        if st.st_size == d.offset and d.loaded and same and written == len(head) + len(body):
+            d.ino = st.st_ino
             for r in records:  # applied as they are: their strings stay the caller's
                 _set(d, r["f"], r["h"], r["e"])
             d.offset += written
@@ -847,12 +847,16 @@ class VersionStore:
 
     def flush(self) -> None:
         """Store the index versions memoryd wrote since the last flush, and put the objects
-        scans wrote since in place."""
+        scans wrote since in place; the daemon's store also prunes (and compacts the logs)
+        when PRUNE_EVERY has passed since it last did, by its clock."""
         with self._lock:
             self._guard(self.commit_pending)
             pending, self._pending = self._pending, {}
             for item in pending.values():
                 self._guard(self._flush_one, item)
+            if self.defer and self.clock() - self.pruned_at >= PRUNE_EVERY:
+                self.pruned_at = self.clock()
+                self._guard(prune, self)
             for d in self._dirs.values():
                 self._save_stamp(d)
 
@@ -1113,6 +1117,36 @@ def _plain(row: object) -> bool:
         and "/" not in row["f"]
         and not row["f"].startswith(".")
     )
+
+
+def _remove_dead_temps(folder: Path) -> None:
+    """Remove the temps of memoryd processes that are gone from one of the store's folders."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            pid = fsops.temp_owner(name)
+            if pid is not None and pid != os.getpid() and not fsops._alive(pid):
+                with contextlib.suppress(OSError):
+                    os.unlink(folder / name)
+
+
+def _open_log(log: Path, *, create: bool = True) -> int:
+    """A dir's log opened (to append, or with `create=False` to read) and locked (flock): one
+    a compaction put another in place of while we waited for the lock is let go, and the new
+    one opened."""
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    flags |= os.O_RDWR | os.O_APPEND | os.O_CREAT if create else os.O_RDONLY
+    while True:
+        fd = os.open(log, flags, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a prune compacting the log waits for us, and we for it
+            if os.fstat(fd).st_ino == os.stat(log, follow_symlinks=False).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 def _names_digest(names: Iterable[str]) -> bytes:
@@ -1421,6 +1455,7 @@ class PruneResult:
     removed: list[str] = field(default_factory=list)  # object shas
     freed: int = 0
     kept_bytes: int = 0
+    lines_dropped: int = 0  # by the logs' compaction
 
 
 def prune(store: VersionStore, now: float | None = None) -> PruneResult:
@@ -1477,4 +1512,93 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
     result.removed = [sha for sha in doomed if sha in dropped]
     result.freed = sum(sizes[sha] for sha in result.removed)
     result.kept_bytes = total
+    for path in store.known_dirs():
+        with contextlib.suppress(OSError):
+            result.lines_dropped += compact(store, path, now)
     return result
+
+
+def compact(store: VersionStore, path: Path, now: float | None = None) -> int:
+    """Drop from a dir's log the lines no listed version needs any more: for each name, every
+    line before its oldest version still restorable, current or ended less than twice
+    keep_days ago (older versions whose bytes were pruned, and the moves, deletions and
+    restores that ended them), all of a name none of whose versions is, and torn or invalid
+    lines. Written as a new log (temp, fsync,
+    rename, fsync of the folder) under the log's lock: appenders wait, then append to the new
+    one (see _open_log); a kill -9 leaves the old log or the new one whole. Returns the lines
+    dropped (0: the log was left as it was)."""
+    now = store.clock() if now is None else now
+    log = store.log_path(path)
+    try:
+        fd = _open_log(log, create=False)
+    except FileNotFoundError:
+        return 0
+    try:
+        head = b""
+        lines: list[tuple[bytes, Record | None]] = []
+        for number, raw in BoundedLines(fd, max_line=LOG_LINE_MAX):
+            if raw is None:
+                lines.append((b"", None))
+                continue
+            if number == 1 and raw.startswith(b'{"dir"'):
+                head = raw
+                continue
+            rec = None
+            with contextlib.suppress(ValueError):
+                rec = _record(json.loads(raw))
+            lines.append((raw, rec))
+        by_name: dict[str, list[int]] = {}
+        for i, (_, rec) in enumerate(lines):
+            if rec is not None:
+                by_name.setdefault(rec.f, []).append(i)
+        keep: set[int] = set()
+        for positions in by_name.values():
+            recs = [rec for i in positions if (rec := lines[i][1]) is not None]
+            keep.update(positions[_first_needed(store, recs, now) :])
+        dropped = len(lines) - len(keep)
+        if dropped == 0 or not head:
+            return 0
+        _remove_dead_temps(store.logs)  # a killed compaction's
+        body = [head, *(lines[i][0] for i in sorted(keep))]
+        dir_fd = os.open(store.logs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            tmp = _write_temp(dir_fd, log.name, b"".join(body), sync=True)
+            try:
+                fsops.crash_point("versions.compacting")
+                os.rename(tmp, log.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+                raise
+            fsops.fsync_dir(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return dropped
+    finally:
+        os.close(fd)  # the lock goes with it: waiting appenders find the new log
+
+
+def _first_needed(store: VersionStore, recs: Sequence[Record], now: float) -> int:
+    """Where one name's lines (oldest first) start to matter: the first line of its oldest
+    version that is current, whose bytes are kept, or that ended less than twice keep_days
+    ago (its bytes pruned, `history` still lists it as such for keep_days more); a trailing
+    `restoring` stays (memoryd is about to write those bytes); len(recs) when nothing does."""
+    versions: list[tuple[int, str, float | None]] = []  # (first line, sha256, ended when)
+    open_sha: str | None = None
+    for i, rec in enumerate(recs):
+        ends = rec.e in ("gone", "moved") or (rec.e == "seen" and rec.h != open_sha)
+        if ends and open_sha is not None:
+            versions[-1] = (versions[-1][0], versions[-1][1], rec.t)
+            open_sha = None
+        if rec.e == "seen" and open_sha is None:
+            versions.append((i, rec.h, None))
+            open_sha = rec.h
+    listed = 2 * store.keep_days * DAY
+    cut = len(recs)
+    for first, sha, until in versions:
+        if until is None or now - until < listed or store.has_object(sha):
+            cut = first
+            break
+    if recs and recs[-1].e == "restoring":
+        cut = min(cut, len(recs) - 1)
+    return cut

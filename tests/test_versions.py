@@ -395,3 +395,97 @@ def test_a_scan_that_finds_nothing_changed_reads_no_log_and_a_change_still_count
     with versions.active(after):
         scan_dir(folder, cache)
     assert after._dirs[folder].loaded  # a line it did not write: read the whole way
+
+
+def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
+    env: Env, monkeypatch: Any
+) -> None:
+    """The daemon's store prunes at a flush once a day has passed (not at every heartbeat);
+    a version whose bytes were pruned stays listed for keep_days, then its lines leave the
+    log, which is rewritten shorter; the store goes on recording in the new log."""
+    folder = _dir(env)
+    clock = Clock()
+    events: Events = []
+    store = _store(env, clock, events, keep_days=30)
+    store.defer = True  # the daemon's
+    runs: list[float] = []
+    real_prune = versions.prune
+
+    def counting(s: VersionStore, now: float | None = None) -> versions.PruneResult:
+        runs.append(clock.now)
+        return real_prune(s, now)
+
+    monkeypatch.setattr(versions, "prune", counting)
+    with versions.active(store):
+        store.flush()  # at start
+        v1 = _mem(folder, "a.md", "first")
+        previous = scan_dir(folder)
+        clock.now += 3600
+        v2 = _mem(folder, "a.md", "second")
+        previous = scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+        store.flush()  # an hour later: not due
+        assert len(runs) == 1
+        clock.now += 31 * DAY
+        store.flush()  # due: v1's bytes go; it stays listed, not restorable
+        assert len(runs) == 2
+        assert [(v.sha256, v.stored) for v in versions.versions_of(store, folder, "a.md")] == [
+            (_sha(v1), False), (_sha(v2), True)
+        ]  # fmt: skip
+        size = store.log_path(folder).stat().st_size
+        clock.now += 30 * DAY
+        store.flush()  # due again: v1 ended 61 days ago, its lines leave the log
+        assert len(runs) == 3
+        assert store.log_path(folder).stat().st_size < size
+        assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2)]
+        v3 = _mem(folder, "a.md", "third")
+        scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+    assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2), _sha(v3)]
+    rewritten = [f for e, f in events if e == "memory.rewritten_outside"]
+    assert [(f["sha256"], f["previous"]) for f in rewritten][-1] == (_sha(v3), _sha(v2))
+    first = store.log_path(folder).read_bytes().split(b"\n", 1)[0]
+    assert first.startswith(b'{"dir"')
+
+
+COMPACT_CRASH_SCRIPT = """
+import sys
+from pathlib import Path
+from memoryd import versions
+store = versions.VersionStore(Path(sys.argv[1]), clock=lambda: float(sys.argv[2]))
+versions.prune(store)
+"""
+
+
+def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_path: Path) -> None:
+    """A real process killed at every crash point of a prune that compacts a log: the log is
+    always whole, either as it was or compacted, and a run that is not killed compacts it."""
+    folder = tmp_path / "mem"
+    folder.mkdir()
+    state = tmp_path / "state"
+    clock = Clock()
+    store = VersionStore(state, clock=clock)
+    with versions.active(store):
+        _mem(folder, "a.md", "first")
+        previous = scan_dir(folder)
+        clock.now += DAY
+        _mem(folder, "a.md", "second")
+        scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+    log = store.log_path(folder.resolve())
+    old = log.read_bytes()
+    base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    run = [sys.executable, "-c", COMPACT_CRASH_SCRIPT, str(state), str(clock.now + 90 * DAY)]
+    k = 0
+    while True:
+        k += 1
+        crash = {**base, "MEMORYD_CRASH_AT": str(k)}
+        done = subprocess.run(run, env=crash, capture_output=True, text=True, timeout=60)
+        assert done.returncode in (0, -signal.SIGKILL), done.stderr
+        now = log.read_bytes()
+        if done.returncode == 0:
+            break
+        assert now == old  # killed before the rename: the old log, whole
+    assert k >= 3  # the new log's write and its rename were crash points
+    assert len(now) < len(old) and now.startswith(old.split(b"\n", 1)[0])
+    assert [r.h for r in VersionStore(state).records(folder.resolve())] == [
+        r.h for r in store.records(folder.resolve())
+    ][-1:]
+    assert [n for n in os.listdir(log.parent) if n.startswith(".")] == []

@@ -162,6 +162,8 @@ def _restore(
         if now is not None and now[1].sha256 == version.sha256:
             out.write(f"{shown(folder / name)} already holds version {number}; nothing to do\n")
             return EXIT_OK
+        if now is not None:  # what it replaces stays in the history, read by no scan or not
+            store.keep_current(folder, name, now[0], now[1].sha256)
         store.intend_restore(folder, name, data)
         # The check-and-swap writer: if someone writes the file meanwhile, nothing of
         # theirs is lost and nothing is written (rerun to restore over their version).

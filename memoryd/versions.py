@@ -826,6 +826,12 @@ class VersionStore:
         self.record(path, name, sha, len(data), "restoring", MEMORYD)
         return sha
 
+    def keep_current(self, path: Path, name: str, data: bytes, sha: str) -> None:
+        """The file a `history --restore` is about to replace, as it read it: kept as a
+        version first (one no scan read yet, an agent's rewrite say, would be lost else)."""
+        with self._lock:
+            self._note_index(path, name, sha, len(data), data, OTHER)
+
     def moved(self, path: Path, name: str, sha: str, size: int, trash_id: str) -> None:
         """memoryd moved `name` into the trash (the mover, after the move)."""
         self.record(path, name, sha, size, "moved", MEMORYD, id=trash_id)

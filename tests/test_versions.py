@@ -3,6 +3,7 @@ state dir; deletions and rewrites by others are recorded, a burst raises the ala
 and the cap with a fake clock; a kill -9 while storing leaves no half version."""
 
 import hashlib
+import json
 import os
 import signal
 import stat
@@ -489,3 +490,56 @@ def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_pat
         r.h for r in store.records(folder.resolve())
     ][-1:]
     assert [n for n in os.listdir(log.parent) if n.startswith(".")] == []
+
+
+def test_an_indexs_history_lists_diffs_and_restores_through_the_check_and_swap_writer(
+    env: Env, cli: Any, monkeypatch: Any
+) -> None:
+    """MEMORY.md on its own: memoryd's version is listed; `--diff 1` shows what an agent's
+    rewrite (read by no scan yet) added; `--restore 1` keeps the agent's version in the
+    history, then writes memoryd's bytes back, recorded as memoryd's when read again;
+    `--diff 1..2` between kept versions; a writer slipping in just before the swap keeps its
+    bytes and nothing is restored over them."""
+    folder = _dir(env)
+    for i in range(3):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    ours = (folder / "MEMORY.md").read_bytes()
+
+    def listed() -> list[dict[str, Any]]:
+        doc = json.loads(cli("history", folder / "MEMORY.md", "--json").out)
+        return doc["versions"]["versions"]  # type: ignore[no-any-return]
+
+    assert [(v["sha256"], v["by"], v["until"]) for v in listed()] == [(_sha(ours), "memoryd", None)]
+    theirs = ours + b"\nThe agent's own line.\n"
+    (folder / "tmp.agent").write_bytes(theirs)
+    (folder / "tmp.agent").replace(folder / "MEMORY.md")  # an atomic rewrite by another process
+    now = cli("history", folder / "MEMORY.md", "--diff", "1")
+    assert "+The agent's own line." in now.out and "MEMORY.md (now)" in now.out
+    back = cli("history", folder / "MEMORY.md", "--restore", "1")
+    assert back.code == 0, back.err
+    assert (folder / "MEMORY.md").read_bytes() == ours
+    assert cli("index", folder).code == 0  # reads the restored file: memoryd's own version
+    after = listed()
+    assert [(v["sha256"], v["by"]) for v in after] == [
+        (_sha(ours), "memoryd"), (_sha(theirs), "other"), (_sha(ours), "memoryd")
+    ]  # fmt: skip
+    assert all(v["restorable"] for v in after)
+    between = cli("history", folder / "MEMORY.md", "--diff", "1..2")
+    assert "+The agent's own line." in between.out and "MEMORY.md@2" in between.out
+    text = cli("history", folder / "MEMORY.md").out
+    assert "by another process" in text and "by memoryd" in text
+    # A writer slipping in between the check and the swap: theirs stays, nothing is written.
+    late = theirs + b"Written while memoryd restored.\n"
+    real = VersionStore.intend_restore
+
+    def racing(self: VersionStore, path: Path, name: str, data: bytes) -> str:
+        sha = real(self, path, name, data)
+        (folder / "late.agent").write_bytes(late)
+        (folder / "late.agent").replace(folder / "MEMORY.md")
+        return sha
+
+    monkeypatch.setattr(VersionStore, "intend_restore", racing)
+    raced = cli("history", folder / "MEMORY.md", "--restore", "2")
+    assert raced.code != 0 and "MEMORY.md" in raced.err
+    assert (folder / "MEMORY.md").read_bytes() == late

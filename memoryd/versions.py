@@ -73,8 +73,24 @@ DAY = 86400.0
 PRUNE_EVERY = DAY  # the daemon prunes at start, then at the first heartbeat a day after
 
 AuditWrite = Callable[..., None]
-# json.dumps with separators builds an encoder a call: 10,000 log lines paid 30 ms for it.
+# A log line to append: t, f, h, n, e, by (see the module docstring) and any other fields.
+_Row = tuple[float, str, str, int, str, str, Mapping[str, Any] | None]
 _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+_quote = json.encoder.encode_basestring_ascii
+LOG_WRITE = 64 << 10  # a log append is written in pieces of about this many bytes
+
+
+def _line(row: _Row) -> bytes:
+    """One log line, as `_encode` writes the row's dict (without building it: 10,000 lines
+    paid 30 ms for json.dumps, and the dicts a few MB)."""
+    t, f, h, n, e, by, extra = row
+    if extra:
+        fields = {"t": t, "f": f, "h": h, "n": n, "e": e, "by": by, **extra}
+        return _encode(fields).encode() + b"\n"
+    text = f'{{"t":{t!r},"f":{_quote(f)},"h":{_quote(h)},"n":{n!r},"e":{_quote(e)},"by":'
+    return f"{text}{_quote(by)}}}\n".encode()
+
+
 ALARMS = "alarms.json"
 ALARMS_KEEP = 50
 
@@ -745,7 +761,7 @@ class VersionStore:
         sha = d.seen.get(name)
         return (sha, "seen") if sha is not None else d.other.get(name)
 
-    def _append(self, d: _Dir, records: Sequence[dict[str, Any]]) -> None:
+    def _append(self, d: _Dir, records: Sequence[_Row]) -> None:
         if not records:
             return
         ensure_private_dir(self.logs)
@@ -757,17 +773,28 @@ class VersionStore:
                 head = json.dumps({"dir": str(d.path)}, ensure_ascii=True).encode() + b"\n"
             elif os.pread(fd, 1, st.st_size - 1) != b"\n":
                 head = b"\n"  # after a torn line: ours starts a line of its own
-            body = b"".join(_encode(r).encode() + b"\n" for r in records)
             # Through to the kernel (a killed process loses nothing), not fsynced: the
-            # objects it names are, and a power cut then loses at most these lines.
-            written = os.write(fd, head + body)
+            # objects it names are, and a power cut then loses at most these lines. Written
+            # a piece of whole lines at a time: 10,000 lines held at once (and their join)
+            # left the daemon's heap megabytes bigger after its first start.
+            pieces, held, written = [head], len(head), 0
+            for r in records:
+                line = _line(r)
+                pieces.append(line)
+                held += len(line)
+                if held >= LOG_WRITE:
+                    fsops._write_all(fd, pieces)
+                    written += held
+                    pieces, held = [], 0
+            fsops._write_all(fd, pieces)
+            written += held
         finally:
             os.close(fd)
         same = st.st_ino == d.ino or st.st_size == 0  # the log we read (or a new one)
-        if st.st_size == d.offset and d.loaded and same and written == len(head) + len(body):
+        if st.st_size == d.offset and d.loaded and same:
             d.ino = st.st_ino
             for r in records:  # applied as they are: their strings stay the caller's
-                _set(d, r["f"], r["h"], r["e"])
+                _set(d, r[1], r[2], r[4])
             d.offset += written
         else:
             self._catch_up(d)  # another process appended since: read it all in order
@@ -780,8 +807,7 @@ class VersionStore:
             d = self._dir(path)
             if not d.loaded:
                 self._catch_up(d)
-            row = {"t": self.clock(), "f": name, "h": sha, "n": size, "e": event, "by": by, **extra}
-            self._append(d, [row])
+            self._append(d, [(self.clock(), name, sha, size, event, by, extra or None)])
             d.settled = None
 
     def records(self, path: Path) -> list[Record]:
@@ -902,9 +928,8 @@ class VersionStore:
             if not self.defer or len(self._temps) >= BATCH_SYNC_FROM:
                 self.commit_pending()
             now = self.clock()
-            rows: list[dict[str, Any]] = []
+            rows: list[_Row] = []
             told: list[tuple[str, str, str, str, int, bool]] = []  # said once the log has them
-            arrived: dict[str, str] = {}  # sha -> a name it came under (a rename's other half)
             for name, sha, size, kind in session.reads:
                 latest = self.latest(d, name)
                 if latest is not None and latest[0] == sha and latest[1] == "seen":
@@ -916,8 +941,7 @@ class VersionStore:
                     if latest is not None and latest[1] == "restoring" and latest[0] == sha
                     else OTHER
                 )
-                rows.append({"t": now, "f": name, "h": sha, "n": size, "e": "seen", "by": by})
-                arrived.setdefault(sha, name)
+                rows.append((now, name, sha, size, "seen", by, None))
                 if latest is not None and latest[1] == "seen" and by == OTHER:
                     prev = before.get(name)
                     counts = kind == "memory" or (prev is not None and prev.kind == "memory")
@@ -927,26 +951,22 @@ class VersionStore:
             else:
                 gone = [n for n in only if n in d.seen and n not in present]
             self._share(d, files)  # a partial scan's `files` are the whole dir's too
+            arrived: dict[str, str] = {}  # sha -> a name it came under (a rename's other half)
             if gone:
                 self.commit_pending()  # a deletion's last version is on disk before it is said
+                for r in rows:
+                    arrived.setdefault(r[2], r[1])
             for name in sorted(gone):
                 sha = d.seen[name]
                 prev = before.get(name)
                 size = prev.size if prev is not None else 0
-                row: dict[str, Any] = {
-                    "t": now,
-                    "f": name,
-                    "h": sha,
-                    "n": size,
-                    "e": "gone",
-                    "by": OTHER,
-                }
+                extra = None
                 if sha in arrived:
-                    row["to"] = arrived[sha]  # renamed: nothing was lost
+                    extra = {"to": arrived[sha]}  # renamed: nothing was lost
                 else:
                     counts = prev is None or prev.kind == "memory"
                     told.append(("deleted", name, sha, "", size, counts))
-                rows.append(row)
+                rows.append((now, name, sha, size, "gone", OTHER, extra))
             self._append(d, rows)
             if gone:
                 d.settled = None
@@ -1036,7 +1056,7 @@ class VersionStore:
         if latest is not None and latest[1] == "restoring" and latest[0] == sha:
             by = MEMORYD
         now = self.clock()
-        self._append(d, [{"t": now, "f": name, "h": sha, "n": size, "e": "seen", "by": by}])
+        self._append(d, [(now, name, sha, size, "seen", by, None)])
         if by == OTHER and latest is not None and latest[1] == "seen":
             self._outside(d, now, "rewritten", name, sha, latest[0], size, False)
 
@@ -1342,8 +1362,11 @@ def versions_of(store: VersionStore, path: Path, name: str) -> list[Version]:
     return _versions(store, [rec for rec in store.records(path) if rec.f == name])
 
 
-def _versions(store: VersionStore, recs: Sequence[Record]) -> list[Version]:
-    """The versions one file's records (oldest first) give."""
+def _versions(
+    store: VersionStore, recs: Sequence[Record], stored: Set[str] | None = None
+) -> list[Version]:
+    """The versions one file's records (oldest first) give; `stored`: the objects the store
+    holds, for a caller that looked once (else each version is looked up)."""
     out: list[Version] = []
     open_: dict[str, Any] | None = None
     for rec in recs:
@@ -1368,10 +1391,9 @@ def _versions(store: VersionStore, recs: Sequence[Record]) -> list[Version]:
         }  # fmt: skip
     if open_ is not None:
         out.append(Version(**open_))
+    has = (lambda sha: sha in stored) if stored is not None else store.has_object
     return [
-        Version(
-            i + 1, v.sha256, v.size, v.seen, v.until, v.by, store.has_object(v.sha256), v.ended_by
-        )
+        Version(i + 1, v.sha256, v.size, v.seen, v.until, v.by, has(v.sha256), v.ended_by)
         for i, v in enumerate(out)
     ]
 
@@ -1475,15 +1497,20 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
     # tier (0: an old version of a file that exists; 1: of a deleted file, not its last).
     needed: set[str] = set()
     candidates: dict[str, tuple[int, float]] = {}
+    sizes = store.object_sizes()  # looked up once: a lookup a version cost 1 s at 10,000
+    stale: list[Path] = []  # dirs with versions ended long enough ago for compaction
     for path in store.known_dirs():
         by_name: dict[str, list[Record]] = {}
         for rec in store.records(path):  # the log read once, not once a name
             by_name.setdefault(rec.f, []).append(rec)
+        old = False
         for recs in by_name.values():
-            found = _versions(store, recs)
+            found = _versions(store, recs, sizes.keys())
             gone = bool(found) and found[-1].until is not None
             for i, v in enumerate(found):
                 last = i == len(found) - 1
+                if v.until is not None and now - v.until >= 2 * keep:
+                    old = True
                 if v.until is None or (now - v.until < keep and (last and gone)):
                     needed.add(v.sha256)
                 elif now - v.until < keep:
@@ -1491,7 +1518,8 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
                     was = candidates.get(v.sha256)
                     if was is None or (tier, v.until) > was:
                         candidates[v.sha256] = (tier, v.until)
-    sizes = store.object_sizes()
+        if old:
+            stale.append(path)
     result = PruneResult()
     doomed = [s for s in sizes if s not in needed and s not in candidates]  # past retention
     total = sum(sizes.values()) - sum(sizes[s] for s in doomed)
@@ -1518,13 +1546,16 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
     result.removed = [sha for sha in doomed if sha in dropped]
     result.freed = sum(sizes[sha] for sha in result.removed)
     result.kept_bytes = total
-    for path in store.known_dirs():
+    kept = sizes.keys() - set(result.removed)
+    for path in stale:
         with contextlib.suppress(OSError):
-            result.lines_dropped += compact(store, path, now)
+            result.lines_dropped += compact(store, path, now, kept)
     return result
 
 
-def compact(store: VersionStore, path: Path, now: float | None = None) -> int:
+def compact(
+    store: VersionStore, path: Path, now: float | None = None, stored: Set[str] | None = None
+) -> int:
     """Drop from a dir's log the lines no listed version needs any more: for each name, every
     line before its oldest version still restorable, current or ended less than twice
     keep_days ago (older versions whose bytes were pruned, and the moves, deletions and
@@ -1560,7 +1591,7 @@ def compact(store: VersionStore, path: Path, now: float | None = None) -> int:
         keep: set[int] = set()
         for positions in by_name.values():
             recs = [rec for i in positions if (rec := lines[i][1]) is not None]
-            keep.update(positions[_first_needed(store, recs, now) :])
+            keep.update(positions[_first_needed(store, recs, now, stored) :])
         dropped = len(lines) - len(keep)
         if dropped == 0 or not head:
             return 0
@@ -1584,7 +1615,9 @@ def compact(store: VersionStore, path: Path, now: float | None = None) -> int:
         os.close(fd)  # the lock goes with it: waiting appenders find the new log
 
 
-def _first_needed(store: VersionStore, recs: Sequence[Record], now: float) -> int:
+def _first_needed(
+    store: VersionStore, recs: Sequence[Record], now: float, stored: Set[str] | None
+) -> int:
     """Where one name's lines (oldest first) start to matter: the first line of its oldest
     version that is current, whose bytes are kept, or that ended less than twice keep_days
     ago (its bytes pruned, `history` still lists it as such for keep_days more); a trailing
@@ -1602,7 +1635,8 @@ def _first_needed(store: VersionStore, recs: Sequence[Record], now: float) -> in
     listed = 2 * store.keep_days * DAY
     cut = len(recs)
     for first, sha, until in versions:
-        if until is None or now - until < listed or store.has_object(sha):
+        held = sha in stored if stored is not None else store.has_object(sha)
+        if until is None or now - until < listed or held:
             cut = first
             break
     if recs and recs[-1].e == "restoring":

@@ -11,7 +11,9 @@
    nothing to do). Another engineer brings the whole process to 150 ms; the store's share is
    the difference.
 
-The samples of each figure are interleaved (store, no store, then reversed every other round).
+The samples of each figure are interleaved (store, no store, then reversed every other round);
+each fresh copy is synced to disk before it is timed (a first start does not follow a copy
+of 10,000 files, and the copy's dirty pages would otherwise throttle whichever side writes).
 Everything happens in a fresh temp dir: your own memory folders, config and state are never
 touched.
 """
@@ -70,6 +72,7 @@ class Home:
         (project / "s.jsonl").write_text(json.dumps({"cwd": str(repo)}) + "\n")
         self.memory = project / "memory"
         subprocess.run(["cp", "-a", str(template), str(self.memory)], check=True)
+        os.sync()  # the copy's dirty pages written out: neither side pays for them
         self.config = root / "memoryd.toml"
         self.config.write_text(CONFIG)
         self.env = {
@@ -149,6 +152,7 @@ def first_index(tmp: Path, template: Path, store: bool, k: int) -> float:
     folder = root / "memory"
     root.mkdir()
     subprocess.run(["cp", "-a", str(template), str(folder)], check=True, capture_output=True)
+    os.sync()  # as in Home: a first start does not follow a copy of 10,000 files
     paths = AppPaths(config_file=root / "c.toml", state_dir=root / "state", log_dir=root / "log")
     rt = Runtime.create(with_claude_home(Config(), root / "claude"), paths)
     md = memory_dir_at(folder, rt.config)

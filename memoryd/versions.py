@@ -634,6 +634,7 @@ class VersionStore:
         try:
             if st.st_size < d.offset or (d.ino and st.st_ino != d.ino):
                 d.offset, d.seen, d.other = 0, {}, {}  # compacted by a prune: from the start
+                d.shared = False  # the new table's strings are shared again at the next scan
             d.ino = st.st_ino
             if st.st_size == d.offset:
                 d.loaded = True

@@ -16,7 +16,6 @@ from memoryd.errors import MemorydError, UsageError
 from memoryd.runtime import Runtime
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
-PRUNE_EVERY = 86400.0
 
 
 @contextlib.contextmanager
@@ -35,8 +34,8 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
     store = versions.for_runtime(rt)
     with versions.active(store):
         if command == "run":
-            store.defer = True  # the daemon: objects are put in place at each heartbeat
-            store._guard(versions.prune, store)
+            store.defer = True  # the daemon: objects are put in place at each heartbeat,
+            store.flush()  # and pruned now, then daily (VersionStore.flush)
         yield
 
 
@@ -163,6 +162,8 @@ def _restore(
         if now is not None and now[1].sha256 == version.sha256:
             out.write(f"{shown(folder / name)} already holds version {number}; nothing to do\n")
             return EXIT_OK
+        if now is not None:  # what it replaces stays in the history, read by no scan or not
+            store.keep_current(folder, name, now[0], now[1].sha256)
         store.intend_restore(folder, name, data)
         # The check-and-swap writer: if someone writes the file meanwhile, nothing of
         # theirs is lost and nothing is written (rerun to restore over their version).

@@ -5,6 +5,11 @@ Layout, all 0700/0600, never in a memory dir:
 - `<state>/versions/objects/<sha256>`: a version's bytes, stored once whatever dirs and names
   hold them; written as a temp file, fsynced, renamed (a kill -9 leaves a whole object or a
   temp file, never half an object under its name), then the folder fsynced.
+- `<state>/versions/packs/<id>.pack`: the objects of one big batch (a first start over a dir
+  of thousands of files), one after the other in one file, then an index of them sorted by
+  sha256 and a trailer (see `_PackWriter`). Written as one temp file, fsynced, renamed, the
+  folder fsynced, before the log names any of them: one file and one fsync where thousands
+  of objects would cost thousands of files (and a syncfs that flushes the whole filesystem).
 - `<state>/versions/logs/<dir key>.jsonl`: per memory dir, one JSON line per event, appended:
   `{"t": when, "f": name, "h": sha256, "n": size, "e": event, "by": "memoryd"|"other"}` with
   `e` one of `seen` (a version first read), `gone` (the file left the dir), `moved` (memoryd
@@ -25,14 +30,15 @@ process ran is not in the store; the last version memoryd saw is what it can giv
 import contextlib
 import ctypes
 import ctypes.util
-import difflib
 import fcntl
+import functools
 import hashlib
 import json
 import os
+import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,18 +56,48 @@ if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machiner
 MEMORYD, OTHER = "memoryd", "other"
 INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)
 BATCH_SYNC_FROM = 16  # objects in one scan from which one syncfs replaces an fsync each
+PACK_FROM = 256  # new objects in one scan from which they go into one pack file
+PACK_BUFFER = 1 << 20  # bytes a scan holds while it does not know yet whether it packs
+PACK_WRITE = 256 << 10  # a pack is written in pieces of about this many bytes
+_PACK_HEAD = b"memoryd pack 1\n"
+_PACK_ENTRY = struct.Struct(">32sQQ")  # sha256, offset, size
+_PACK_TRAILER = struct.Struct(">8sQQ")  # magic, entries, where the index starts
+_PACK_MAGIC = b"mdpackix"
 LOG_LINE_MAX = 1 << 16
 TABLE_MIN_BYTES = 256 << 10  # a log this long has its table kept (see VersionStore._from_table)
 _TABLE_HEADER = ("memoryd version table", 1)
+_STAMP_HEADER = ("memoryd version stamp", 1)
+STAMP_TAIL = 4096  # the bytes at the end of a log its stamp holds the digest of
 OBJECT_MAX = 64 << 20  # the archive's read limit is below this
 DAY = 86400.0
+PRUNE_EVERY = DAY  # the daemon prunes at start, then at the first heartbeat a day after
 
 AuditWrite = Callable[..., None]
+# A log line to append: t, f, h, n, e, by (see the module docstring) and any other fields.
+_Row = tuple[float, str, str, int, str, str, Mapping[str, Any] | None]
+_encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+_quote = json.encoder.encode_basestring_ascii
+LOG_WRITE = 64 << 10  # a log append is written in pieces of about this many bytes
+
+
+def _line(row: _Row) -> bytes:
+    """One log line, as `_encode` writes the row's dict (without building it: 10,000 lines
+    paid 30 ms for json.dumps, and the dicts a few MB)."""
+    t, f, h, n, e, by, extra = row
+    if extra:
+        fields = {"t": t, "f": f, "h": h, "n": n, "e": e, "by": by, **extra}
+        return _encode(fields).encode() + b"\n"
+    text = f'{{"t":{t!r},"f":{_quote(f)},"h":{_quote(h)},"n":{n!r},"e":{_quote(e)},"by":'
+    return f"{text}{_quote(by)}}}\n".encode()
+
+
 ALARMS = "alarms.json"
 ALARMS_KEEP = 50
 
 
-def _load_syncfs() -> Callable[[int], int] | None:
+@functools.cache
+def _syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs, looked up at its first use (find_library costs ~3 ms at import)."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
@@ -70,9 +106,6 @@ def _load_syncfs() -> Callable[[int], int] | None:
     except (OSError, AttributeError):
         return None
     return func
-
-
-_syncfs = _load_syncfs()
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +156,14 @@ class _Dir:
     loaded: bool = False
     changes: list[tuple[float, str, str]] = field(default_factory=list)  # outside: t, kind, name
     alarmed_until: float = 0.0
+    # The stamp (see VersionStore._stamp): None until looked at, False when none holds.
+    stamp: "tuple[bytes, dict[str, str]] | bool | None" = None
+    # The digest of the names a full scan found the table in step with (every memory and
+    # note seen, nothing seen gone), as of `offset`; None once anything changed that.
+    settled: bytes | None = None
+    saved: object = None  # the stamp this process last wrote
+    stamp_size: int = -1  # the log's size when the stamp was found to hold
+    ino: int = 0  # the log's inode as last read (a compaction puts another in its place)
 
 
 @dataclass(slots=True)
@@ -146,6 +187,12 @@ class Session:
         self.temps: list[tuple[str, str]] = []  # (temp name, sha) written, not yet renamed
         self._pending: set[str] = set()
         self.known: dict[str, str] | None = None
+        # New objects held until the scan ends or PACK_FROM of them make a pack (their bytes
+        # then go straight into it); past PACK_BUFFER bytes they are written as loose temps.
+        self.held: list[tuple[str, bytes]] = []
+        self.held_bytes = 0
+        self.pack: _PackWriter | None = None
+        self.looked: tuple[bool, list[str]] | None = None  # whether objects/ exists; the packs
 
     def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
         """A scan read `name` and found it a memory or a note (`kind`) with these bytes."""
@@ -157,9 +204,153 @@ class Session:
         if sha in self._pending:
             return
         self._pending.add(sha)
-        tmp = self.store.write_object_temp(sha, data, sync=False)
-        if tmp is not None:
-            self.temps.append((tmp, sha))
+        if self.looked is None:  # once a scan: 10,000 listings of the packs cost 60 ms
+            self.looked = (self.store.objects.exists(), self.store.pack_names())
+        if self.store.has_object(sha, looked=self.looked):
+            return
+        if self.pack is not None:
+            self.pack.add(sha, data)
+            return
+        self.held.append((sha, data))
+        self.held_bytes += len(data)
+        if len(self.held) + len(self.temps) >= PACK_FROM:
+            self.pack = _PackWriter(self.store)
+            held, self.held = self.held, []
+            for item in held:
+                self.pack.add(*item)
+        elif self.held_bytes > PACK_BUFFER:
+            self.spill()
+
+    def spill(self) -> None:
+        """Write the held objects as loose temps (put in place by VersionStore.commit_temps)."""
+        held, self.held, self.held_bytes = self.held, [], 0
+        for sha, data in held:
+            tmp = self.store.write_object_temp(sha, data, sync=False)
+            if tmp is not None:
+                self.temps.append((tmp, sha))
+
+    def abort(self) -> None:
+        """A scan that did not end (it raised): its pack's temp goes, nothing was logged."""
+        self.held = []
+        if self.pack is not None:
+            self.pack.abort()
+            self.pack = None
+
+
+class _PackWriter:
+    """One batch of objects in one file, `<state>/versions/packs/<id>.pack`:
+
+        b"memoryd pack 1\n", each object's bytes one after the other, then one entry per
+        object sorted by sha256 (_PACK_ENTRY: sha256, offset, size), then _PACK_TRAILER
+        (magic, the count of entries, where they start).
+
+    Written under a temp name; `commit` fsyncs it, renames it to the blake2b of its index and
+    fsyncs the folder. A kill -9 leaves a whole pack under its name or a temp, never half a
+    pack; the temp of a dead process is removed at the next start (no log line names what
+    it held, and the files it copied were still in their dir: the next scan stores them)."""
+
+    def __init__(self, store: "VersionStore") -> None:
+        ensure_private_dir(store.packs)
+        self.dir_fd = os.open(store.packs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.tmp = fsops.temp_name("pack")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            self.fd = os.open(self.tmp, flags, 0o600, dir_fd=self.dir_fd)
+        except BaseException:
+            os.close(self.dir_fd)
+            raise
+        self.offset = 0
+        self.entries = bytearray()
+        self.pieces: list[bytes] = []  # written a batch at a time (writev): 10,000 writes
+        self.piece_bytes = 0  # one at a time cost ~30 ms
+        self._write(_PACK_HEAD)
+
+    def _write(self, data: bytes) -> None:
+        self.pieces.append(data)
+        self.piece_bytes += len(data)
+        self.offset += len(data)
+        if self.piece_bytes >= PACK_WRITE:
+            self._drain()
+
+    def _drain(self) -> None:
+        pieces, self.pieces, self.piece_bytes = self.pieces, [], 0
+        fsops._write_all(self.fd, pieces)
+
+    def add(self, sha: str, data: bytes) -> None:
+        self.entries += _PACK_ENTRY.pack(bytes.fromhex(sha), self.offset, len(data))
+        self._write(data)
+        fsops.crash_point("versions.writing")
+
+    def commit(self) -> str:
+        """Put the pack in place durably; returns its name."""
+        size = _PACK_ENTRY.size
+        entries = self.entries
+        index = b"".join(sorted(entries[i : i + size] for i in range(0, len(entries), size)))
+        count = len(entries) // size
+        try:
+            self._write(index + _PACK_TRAILER.pack(_PACK_MAGIC, count, self.offset))
+            self._drain()
+            os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+            name = hashlib.blake2b(index, digest_size=16).hexdigest() + ".pack"
+            fsops.crash_point("versions.before_rename")
+            os.rename(self.tmp, name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            fsops.fsync_dir(self.dir_fd)
+        except BaseException:
+            self.abort()
+            raise
+        os.close(self.dir_fd)
+        self.dir_fd = -1
+        return name
+
+    def abort(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.dir_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp, dir_fd=self.dir_fd)
+            os.close(self.dir_fd)
+            self.dir_fd = -1
+
+
+def _pack_trailer(fd: int) -> tuple[int, int]:
+    """A pack's entry count and where its index starts; ValueError if it is not a pack."""
+    size = os.fstat(fd).st_size
+    trailer = os.pread(fd, _PACK_TRAILER.size, size - _PACK_TRAILER.size)
+    if size < len(_PACK_HEAD) + _PACK_TRAILER.size or len(trailer) != _PACK_TRAILER.size:
+        raise ValueError("not a pack")
+    magic, count, start = _PACK_TRAILER.unpack(trailer)
+    if magic != _PACK_MAGIC or start + count * _PACK_ENTRY.size + _PACK_TRAILER.size != size:
+        raise ValueError("not a pack")
+    return count, start
+
+
+def _pack_find(fd: int, key: bytes) -> tuple[int, int] | None:
+    """The offset and size of the object `key` (a sha256's 32 bytes) in a pack: a binary
+    search of its index with one pread a step (no index held in memory)."""
+    count, start = _pack_trailer(fd)
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        sha, offset, size = _PACK_ENTRY.unpack(
+            os.pread(fd, _PACK_ENTRY.size, start + mid * _PACK_ENTRY.size)
+        )
+        if sha == key:
+            return (offset, size) if offset + size <= start else None
+        if sha < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return None
+
+
+def _pack_entries(fd: int) -> list[tuple[str, int, int]]:
+    """Every object of a pack: sha256 (hex), offset, size."""
+    count, start = _pack_trailer(fd)
+    index = os.pread(fd, count * _PACK_ENTRY.size, start)
+    return [(sha.hex(), offset, size) for sha, offset, size in _PACK_ENTRY.iter_unpack(index)]
 
 
 class VersionStore:
@@ -178,6 +369,7 @@ class VersionStore:
     ) -> None:
         self.root = state_dir / "versions"
         self.objects = self.root / "objects"
+        self.packs = self.root / "packs"
         self.logs = self.root / "logs"
         self.keep_days = keep_days
         self.max_bytes = max_bytes
@@ -196,14 +388,67 @@ class VersionStore:
         # index; at once when the same scan finds a file gone.
         self.defer = False
         self._temps: list[tuple[str, str]] = []
+        self.pruned_at = -float("inf")  # when the daemon's store last pruned (see flush)
 
     # --- objects -------------------------------------------------------------------------------
     def _objects_fd(self) -> int:
         ensure_private_dir(self.objects)
         return os.open(self.objects, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
-    def has_object(self, sha: str) -> bool:
-        return os.path.exists(self.objects / sha) or any(t[1] == sha for t in self._temps)
+    def has_object(self, sha: str, *, looked: tuple[bool, list[str]] | None = None) -> bool:
+        """Whether `sha` is stored; `looked`: whether the objects folder exists and the
+        packs, as a scan found them when it began (it asks for each file it reads)."""
+        loose, packs = looked if looked is not None else (True, None)
+        return (
+            (loose and os.path.exists(self.objects / sha))
+            or any(t[1] == sha for t in self._temps)
+            or self._packed(sha, packs) is not None
+        )
+
+    def pack_names(self) -> list[str]:
+        try:
+            names = os.listdir(self.packs)
+        except OSError:
+            return []
+        return sorted(n for n in names if n.endswith(".pack") and not n.startswith("."))
+
+    def _packed(self, sha: str, names: list[str] | None = None) -> tuple[str, int, int] | None:
+        """The pack holding `sha`, and where in it: (pack name, offset, size)."""
+        names = self.pack_names() if names is None else names
+        if not names:
+            return None
+        try:
+            key = bytes.fromhex(sha)
+        except ValueError:
+            return None
+        for name in names:
+            with contextlib.suppress(OSError, ValueError):
+                fd, _ = open_regular(self.packs / name, follow=False)
+                try:
+                    found = _pack_find(fd, key)
+                finally:
+                    os.close(fd)
+                if found is not None:
+                    return name, *found
+        return None
+
+    def object_sizes(self) -> dict[str, int]:
+        """Every stored object (loose or packed): sha256 -> size."""
+        sizes: dict[str, int] = {}
+        with contextlib.suppress(OSError), os.scandir(self.objects) as entries:
+            for entry in entries:
+                if not entry.name.startswith("."):
+                    with contextlib.suppress(OSError):
+                        sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
+        for name in self.pack_names():
+            with contextlib.suppress(OSError, ValueError):
+                fd, _ = open_regular(self.packs / name, follow=False)
+                try:
+                    for sha, _, size in _pack_entries(fd):
+                        sizes[sha] = size
+                finally:
+                    os.close(fd)
+        return sizes
 
     def write_object_temp(
         self, sha: str, data: bytes | Sequence[bytes], *, sync: bool
@@ -225,8 +470,9 @@ class VersionStore:
         fd = self._objects_fd()
         try:
             if not synced:
-                if len(temps) >= BATCH_SYNC_FROM and _syncfs is not None:
-                    _syncfs(fd)
+                syncfs = _syncfs() if len(temps) >= BATCH_SYNC_FROM else None
+                if syncfs is not None:
+                    syncfs(fd)
                 else:
                     for tmp, _ in temps:
                         with contextlib.suppress(OSError):
@@ -247,16 +493,75 @@ class VersionStore:
         if tmp is not None:
             self.commit_temps([(tmp, sha)], synced=True)
 
+    def _guarded_repack(self, doomed: Set[str]) -> set[str]:
+        out: set[str] = set()
+        self._guard(lambda: out.update(self.repack(doomed)))
+        return out
+
+    def repack(self, doomed: Set[str]) -> set[str]:
+        """Drop `doomed` objects from the packs: a pack holding any is written anew without
+        them (a new pack put in place durably, then the old one unlinked: a kill -9 in
+        between leaves both, each whole); one holding only doomed objects is unlinked.
+        Returns the shas dropped."""
+        dropped: set[str] = set()
+        for name in self.pack_names():
+            try:
+                fd, _ = open_regular(self.packs / name, follow=False)
+            except OSError:
+                continue
+            try:
+                try:
+                    entries = _pack_entries(fd)
+                except ValueError:
+                    continue  # not a pack of ours: left alone
+                if not any(sha in doomed for sha, _, _ in entries):
+                    continue
+                kept = [e for e in entries if e[0] not in doomed]
+                if kept:
+                    writer = _PackWriter(self)
+                    try:
+                        for sha, offset, size in sorted(kept, key=lambda e: e[1]):
+                            writer.add(sha, os.pread(fd, size, offset))
+                    except BaseException:
+                        writer.abort()
+                        raise
+                    writer.commit()
+            finally:
+                os.close(fd)
+            dir_fd = os.open(self.packs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+                fsops.fsync_dir(dir_fd)
+            finally:
+                os.close(dir_fd)
+            dropped.update(sha for sha, _, _ in entries if sha in doomed)
+        return dropped
+
     def read_object(self, sha: str) -> bytes | None:
         """A stored version's bytes, checked against their sha256; None if missing or damaged."""
         try:
             fd, st = open_regular(self.objects / sha, follow=False)
         except OSError:
-            return None
+            return self._read_packed(sha)
         try:
             if st.st_size > OBJECT_MAX:
                 return None
             data = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
+        finally:
+            os.close(fd)
+        return data if hashlib.sha256(data).hexdigest() == sha else self._read_packed(sha)
+
+    def _read_packed(self, sha: str) -> bytes | None:
+        where = self._packed(sha)
+        if where is None or where[2] > OBJECT_MAX:
+            return None
+        name, offset, size = where
+        try:
+            fd, _ = open_regular(self.packs / name, follow=False)
+        except OSError:
+            return None
+        try:
+            data = os.pread(fd, size, offset)
         finally:
             os.close(fd)
         return data if hashlib.sha256(data).hexdigest() == sha else None
@@ -267,6 +572,8 @@ class VersionStore:
         killed daemon's last few versions were written but not yet renamed (see `defer`).
         Returns the shas put in place."""
         put: list[str] = []
+        _remove_dead_temps(self.packs)  # a pack's temp: no log line names what it holds
+        _remove_dead_temps(self.logs)  # a compaction's: the old log is still in place
         try:
             names = [n for n in os.listdir(self.objects) if fsops.is_own_temp(n)]
         except OSError:
@@ -325,8 +632,10 @@ class VersionStore:
             d.loaded = True
             return
         try:
-            if st.st_size < d.offset:  # compacted by a prune: read again from the start
-                d.offset, d.seen, d.other = 0, {}, {}
+            if st.st_size < d.offset or (d.ino and st.st_ino != d.ino):
+                d.offset, d.seen, d.other = 0, {}, {}  # compacted by a prune: from the start
+                d.shared = False  # the new table's strings are shared again at the next scan
+            d.ino = st.st_ino
             if st.st_size == d.offset:
                 d.loaded = True
                 return
@@ -351,6 +660,8 @@ class VersionStore:
             for row in rows:
                 if _plain(row):  # the first line (the dir) and anything else: skipped
                     _set(d, row["f"], row["h"], row["e"])
+            if not (whole and st.st_size == d.stamp_size):
+                d.settled = None  # lines another process wrote: the dir may be otherwise
             d.offset = consumed
             d.loaded = True
             if whole and consumed == st.st_size and consumed - start >= TABLE_MIN_BYTES:
@@ -395,38 +706,96 @@ class VersionStore:
             ensure_private_dir(self._table_path(d).parent)
             fsops.write_private(self._table_path(d), data, durable=False)
 
+    # A dir's stamp: that a full scan found the log in step with the dir (every memory seen,
+    # nothing seen gone) when the log was as it is now (inode, size, digest of its tail), and
+    # the index versions it names. While it holds, a scan that read nothing and found the same
+    # names has nothing to record, and a one-shot command never loads the table (~15 ms).
+    def _stamp_path(self, d: _Dir) -> Path:
+        return self.root / "tables" / f"{dir_key(d.path)}.stamp"
+
+    @staticmethod
+    def _log_mark(log: Path) -> tuple[int, int, bytes] | None:
+        try:
+            fd, st = open_regular(log, follow=False)
+        except OSError:
+            return None
+        try:
+            tail = os.pread(fd, STAMP_TAIL, max(0, st.st_size - STAMP_TAIL))
+        finally:
+            os.close(fd)
+        return st.st_ino, st.st_size, hashlib.blake2b(tail, digest_size=16).digest()
+
+    def _stamp(self, d: _Dir) -> tuple[bytes, dict[str, str]] | None:
+        """The dir's stamp while it holds (nothing appended to the log since, by anyone)."""
+        if d.stamp is None:
+            d.stamp = False
+            with contextlib.suppress(OSError):
+                payload = unseal(_STAMP_HEADER, self._stamp_path(d).read_bytes())
+                if isinstance(payload, tuple) and len(payload) == 3:
+                    mark, names, index = payload
+                    if (isinstance(names, bytes) and isinstance(index, dict)
+                            and mark == self._log_mark(d.log)):  # fmt: skip
+                        d.stamp = (names, index)
+                        d.stamp_size = mark[1]
+        return d.stamp if isinstance(d.stamp, tuple) else None
+
+    def _save_stamp(self, d: _Dir) -> None:
+        from memoryd.cwd_cache import LOOKING_ONLY
+
+        if d.settled is None or not d.loaded or LOOKING_ONLY.get():
+            return
+        mark = self._log_mark(d.log)
+        if mark is None or mark[1] != d.offset:  # another process appended since: not ours
+            return
+        index = {n: d.seen[n] for n in INDEX_FILES if n in d.seen}
+        payload = (mark, d.settled, index)
+        if payload != d.saved:
+            with contextlib.suppress(OSError):  # a shortcut: without it the table is read
+                ensure_private_dir(self._stamp_path(d).parent)
+                fsops.write_private(self._stamp_path(d), seal(_STAMP_HEADER, payload),
+                                    durable=False)  # fmt: skip
+                d.saved = payload
+
     @staticmethod
     def latest(d: _Dir, name: str) -> tuple[str, str] | None:
         """The sha256 and event of `name`'s latest record."""
         sha = d.seen.get(name)
         return (sha, "seen") if sha is not None else d.other.get(name)
 
-    def _append(self, d: _Dir, records: Sequence[dict[str, Any]]) -> None:
+    def _append(self, d: _Dir, records: Sequence[_Row]) -> None:
         if not records:
             return
         ensure_private_dir(self.logs)
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-        fd = os.open(d.log, flags | os.O_CLOEXEC, 0o600)
+        fd = _open_log(d.log)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # a prune compacting the log waits for us
             st = os.fstat(fd)
             head = b""
             if st.st_size == 0:
                 head = json.dumps({"dir": str(d.path)}, ensure_ascii=True).encode() + b"\n"
             elif os.pread(fd, 1, st.st_size - 1) != b"\n":
                 head = b"\n"  # after a torn line: ours starts a line of its own
-            body = b"".join(
-                json.dumps(r, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
-                for r in records
-            )
             # Through to the kernel (a killed process loses nothing), not fsynced: the
-            # objects it names are, and a power cut then loses at most these lines.
-            written = os.write(fd, head + body)
+            # objects it names are, and a power cut then loses at most these lines. Written
+            # a piece of whole lines at a time: 10,000 lines held at once (and their join)
+            # left the daemon's heap megabytes bigger after its first start.
+            pieces, held, written = [head], len(head), 0
+            for r in records:
+                line = _line(r)
+                pieces.append(line)
+                held += len(line)
+                if held >= LOG_WRITE:
+                    fsops._write_all(fd, pieces)
+                    written += held
+                    pieces, held = [], 0
+            fsops._write_all(fd, pieces)
+            written += held
         finally:
             os.close(fd)
-        if st.st_size == d.offset and d.loaded and written == len(head) + len(body):
+        same = st.st_ino == d.ino or st.st_size == 0  # the log we read (or a new one)
+        if st.st_size == d.offset and d.loaded and same:
+            d.ino = st.st_ino
             for r in records:  # applied as they are: their strings stay the caller's
-                _set(d, r["f"], r["h"], r["e"])
+                _set(d, r[1], r[2], r[4])
             d.offset += written
         else:
             self._catch_up(d)  # another process appended since: read it all in order
@@ -439,8 +808,8 @@ class VersionStore:
             d = self._dir(path)
             if not d.loaded:
                 self._catch_up(d)
-            row = {"t": self.clock(), "f": name, "h": sha, "n": size, "e": event, "by": by, **extra}
-            self._append(d, [row])
+            self._append(d, [(self.clock(), name, sha, size, event, by, extra or None)])
+            d.settled = None
 
     def records(self, path: Path) -> list[Record]:
         """Every valid record of a dir's log, oldest first."""
@@ -484,6 +853,12 @@ class VersionStore:
         self.record(path, name, sha, len(data), "restoring", MEMORYD)
         return sha
 
+    def keep_current(self, path: Path, name: str, data: bytes, sha: str) -> None:
+        """The file a `history --restore` is about to replace, as it read it: kept as a
+        version first (one no scan read yet, an agent's rewrite say, would be lost else)."""
+        with self._lock:
+            self._note_index(path, name, sha, len(data), data, OTHER)
+
     def moved(self, path: Path, name: str, sha: str, size: int, trash_id: str) -> None:
         """memoryd moved `name` into the trash (the mover, after the move)."""
         self.record(path, name, sha, size, "moved", MEMORYD, id=trash_id)
@@ -505,12 +880,18 @@ class VersionStore:
 
     def flush(self) -> None:
         """Store the index versions memoryd wrote since the last flush, and put the objects
-        scans wrote since in place."""
+        scans wrote since in place; the daemon's store also prunes (and compacts the logs)
+        when PRUNE_EVERY has passed since it last did, by its clock."""
         with self._lock:
             self._guard(self.commit_pending)
             pending, self._pending = self._pending, {}
             for item in pending.values():
                 self._guard(self._flush_one, item)
+            if self.defer and self.clock() - self.pruned_at >= PRUNE_EVERY:
+                self.pruned_at = self.clock()
+                self._guard(prune, self)
+            for d in self._dirs.values():
+                self._save_stamp(d)
 
     def _flush_one(self, item: _Pending) -> None:
         data = item.data
@@ -532,60 +913,82 @@ class VersionStore:
         """Record what one scan found: new versions, and files gone since."""
         with self._lock:
             d = self._dir(session.path)
+            if not session.reads and not d.loaded and self._unchanged(d, present, only):
+                stamp = self._stamp(d)
+                if only is None and stamp is not None:
+                    d.settled = stamp[0]
+                return  # the stamp holds: nothing new, nothing gone (the table not read)
             self._catch_up(d)
             if only is None:
                 self._backfill(session, dir_fd, files, d)
+            session.spill()
+            if session.pack is not None:  # in place before the log names any of its objects
+                session.pack.commit()
+                session.pack = None
             self._temps.extend(session.temps)
             if not self.defer or len(self._temps) >= BATCH_SYNC_FROM:
                 self.commit_pending()
             now = self.clock()
-            rows: list[dict[str, Any]] = []
+            rows: list[_Row] = []
             told: list[tuple[str, str, str, str, int, bool]] = []  # said once the log has them
-            arrived: dict[str, str] = {}  # sha -> a name it came under (a rename's other half)
             for name, sha, size, kind in session.reads:
                 latest = self.latest(d, name)
                 if latest is not None and latest[0] == sha and latest[1] == "seen":
                     continue
+                if latest is None or latest[1] != "seen":
+                    d.settled = None  # a name the table now holds as seen
                 by = (
                     MEMORYD
                     if latest is not None and latest[1] == "restoring" and latest[0] == sha
                     else OTHER
                 )
-                rows.append({"t": now, "f": name, "h": sha, "n": size, "e": "seen", "by": by})
-                arrived.setdefault(sha, name)
+                rows.append((now, name, sha, size, "seen", by, None))
                 if latest is not None and latest[1] == "seen" and by == OTHER:
                     prev = before.get(name)
                     counts = kind == "memory" or (prev is not None and prev.kind == "memory")
                     told.append(("rewritten", name, sha, latest[0], size, counts))
             if only is None:
                 gone = [n for n in d.seen if n not in present]
-                self._share(d, files)
             else:
                 gone = [n for n in only if n in d.seen and n not in present]
+            self._share(d, files)  # a partial scan's `files` are the whole dir's too
+            arrived: dict[str, str] = {}  # sha -> a name it came under (a rename's other half)
             if gone:
                 self.commit_pending()  # a deletion's last version is on disk before it is said
+                for r in rows:
+                    arrived.setdefault(r[2], r[1])
             for name in sorted(gone):
                 sha = d.seen[name]
                 prev = before.get(name)
                 size = prev.size if prev is not None else 0
-                row: dict[str, Any] = {
-                    "t": now,
-                    "f": name,
-                    "h": sha,
-                    "n": size,
-                    "e": "gone",
-                    "by": OTHER,
-                }
+                extra = None
                 if sha in arrived:
-                    row["to"] = arrived[sha]  # renamed: nothing was lost
+                    extra = {"to": arrived[sha]}  # renamed: nothing was lost
                 else:
                     counts = prev is None or prev.kind == "memory"
                     told.append(("deleted", name, sha, "", size, counts))
-                rows.append(row)
+                rows.append((now, name, sha, size, "gone", OTHER, extra))
             self._append(d, rows)
+            if gone:
+                d.settled = None
+            if only is None and all(
+                n in d.seen for n, info in files.items() if info.kind in ("memory", "note")
+            ):
+                d.settled = _names_digest(present)
             for kind, name, sha, prev_sha, size, counts in told:
                 self._outside(d, now, kind, name, sha, prev_sha, size, counts)
             self._alarm(d, now)
+
+    def _unchanged(self, d: _Dir, present: Set[str], only: Set[str] | None) -> bool:
+        """Whether a scan that read nothing new has nothing to record, by the stamp alone:
+        a partial scan whose names are all still there, a full one that found the names the
+        stamp's scan found."""
+        stamp = self._stamp(d)
+        if stamp is None:
+            return False
+        if only is not None:
+            return all(n in present for n in only)
+        return _names_digest(present) == stamp[0]
 
     @staticmethod
     def _share(d: _Dir, files: Mapping[str, "scan.Scanned"]) -> None:
@@ -641,8 +1044,12 @@ class VersionStore:
         self, path: Path, name: str, sha: str, size: int, data: bytes | Sequence[bytes], by: str
     ) -> None:
         d = self._dir(path)
-        self._catch_up(d)
         self._index_sha[(path, name)] = sha
+        if not d.loaded:
+            stamp = self._stamp(d)
+            if stamp is not None and stamp[1].get(name) == sha:
+                return  # the version the log's latest record names (the table not read)
+        self._catch_up(d)
         latest = self.latest(d, name)
         if latest is not None and latest[0] == sha and latest[1] == "seen":
             return
@@ -650,7 +1057,7 @@ class VersionStore:
         if latest is not None and latest[1] == "restoring" and latest[0] == sha:
             by = MEMORYD
         now = self.clock()
-        self._append(d, [{"t": now, "f": name, "h": sha, "n": size, "e": "seen", "by": by}])
+        self._append(d, [(now, name, sha, size, "seen", by, None)])
         if by == OTHER and latest is not None and latest[1] == "seen":
             self._outside(d, now, "rewritten", name, sha, latest[0], size, False)
 
@@ -739,6 +1146,42 @@ def _plain(row: object) -> bool:
     )
 
 
+def _remove_dead_temps(folder: Path) -> None:
+    """Remove the temps of memoryd processes that are gone from one of the store's folders."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            pid = fsops.temp_owner(name)
+            if pid is not None and pid != os.getpid() and not fsops._alive(pid):
+                with contextlib.suppress(OSError):
+                    os.unlink(folder / name)
+
+
+def _open_log(log: Path, *, create: bool = True) -> int:
+    """A dir's log opened (to append, or with `create=False` to read) and locked (flock): one
+    a compaction put another in place of while we waited for the lock is let go, and the new
+    one opened."""
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    flags |= os.O_RDWR | os.O_APPEND | os.O_CREAT if create else os.O_RDONLY
+    while True:
+        fd = os.open(log, flags, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a prune compacting the log waits for us, and we for it
+            if os.fstat(fd).st_ino == os.stat(log, follow_symlinks=False).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def _names_digest(names: Iterable[str]) -> bytes:
+    """One digest of a set of names (10,000 of them: ~2 ms)."""
+    joined = "\0".join(sorted(names)).encode("utf-8", "surrogateescape")
+    return hashlib.blake2b(joined, digest_size=16).digest()
+
+
 def _set(d: _Dir, name: str, sha: str, event: str) -> None:
     if event == "seen":
         d.seen[name] = sha
@@ -806,6 +1249,9 @@ class _ScanObserver:
         self.local = threading.local()
 
     def begin(self, path: Path, dir_fd: int) -> None:
+        left: Session | None = getattr(self.local, "session", None)
+        if left is not None:  # a scan on this thread that raised before its end
+            left.abort()
         self.local.session = Session(self.store, path)
         with contextlib.suppress(OSError):
             st = os.fstat(dir_fd)
@@ -828,6 +1274,7 @@ class _ScanObserver:
         self.local.session = None
         if session is not None:
             self.store._guard(self.store.end_scan, session, dir_fd, files, present, before, only)
+            session.abort()  # a pack end_scan did not put in place (it failed): its temp goes
 
 
 def _on_index(dir_fd: int, name: str, data: bytes, sha: str) -> None:
@@ -916,8 +1363,11 @@ def versions_of(store: VersionStore, path: Path, name: str) -> list[Version]:
     return _versions(store, [rec for rec in store.records(path) if rec.f == name])
 
 
-def _versions(store: VersionStore, recs: Sequence[Record]) -> list[Version]:
-    """The versions one file's records (oldest first) give."""
+def _versions(
+    store: VersionStore, recs: Sequence[Record], stored: Set[str] | None = None
+) -> list[Version]:
+    """The versions one file's records (oldest first) give; `stored`: the objects the store
+    holds, for a caller that looked once (else each version is looked up)."""
     out: list[Version] = []
     open_: dict[str, Any] | None = None
     for rec in recs:
@@ -942,10 +1392,9 @@ def _versions(store: VersionStore, recs: Sequence[Record]) -> list[Version]:
         }  # fmt: skip
     if open_ is not None:
         out.append(Version(**open_))
+    has = (lambda sha: sha in stored) if stored is not None else store.has_object
     return [
-        Version(
-            i + 1, v.sha256, v.size, v.seen, v.until, v.by, store.has_object(v.sha256), v.ended_by
-        )
+        Version(i + 1, v.sha256, v.size, v.seen, v.until, v.by, has(v.sha256), v.ended_by)
         for i, v in enumerate(out)
     ]
 
@@ -1011,6 +1460,8 @@ def diff(
     store: VersionStore, name: str, older: Version, newer: Version | None, current: bytes | None
 ) -> str:
     """What changed from `older` to `newer` (None: the file as it is now), as a unified diff."""
+    import difflib
+
     a = store.read_object(older.sha256)
     b = current if newer is None else store.read_object(newer.sha256)
     if a is None or b is None:
@@ -1033,6 +1484,7 @@ class PruneResult:
     removed: list[str] = field(default_factory=list)  # object shas
     freed: int = 0
     kept_bytes: int = 0
+    lines_dropped: int = 0  # by the logs' compaction
 
 
 def prune(store: VersionStore, now: float | None = None) -> PruneResult:
@@ -1046,15 +1498,20 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
     # tier (0: an old version of a file that exists; 1: of a deleted file, not its last).
     needed: set[str] = set()
     candidates: dict[str, tuple[int, float]] = {}
+    sizes = store.object_sizes()  # looked up once: a lookup a version cost 1 s at 10,000
+    stale: list[Path] = []  # dirs with versions ended long enough ago for compaction
     for path in store.known_dirs():
         by_name: dict[str, list[Record]] = {}
         for rec in store.records(path):  # the log read once, not once a name
             by_name.setdefault(rec.f, []).append(rec)
+        old = False
         for recs in by_name.values():
-            found = _versions(store, recs)
+            found = _versions(store, recs, sizes.keys())
             gone = bool(found) and found[-1].until is not None
             for i, v in enumerate(found):
                 last = i == len(found) - 1
+                if v.until is not None and now - v.until >= 2 * keep:
+                    old = True
                 if v.until is None or (now - v.until < keep and (last and gone)):
                     needed.add(v.sha256)
                 elif now - v.until < keep:
@@ -1062,12 +1519,8 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
                     was = candidates.get(v.sha256)
                     if was is None or (tier, v.until) > was:
                         candidates[v.sha256] = (tier, v.until)
-    sizes: dict[str, int] = {}
-    with contextlib.suppress(OSError), os.scandir(store.objects) as entries:
-        for entry in entries:
-            if not entry.name.startswith("."):
-                with contextlib.suppress(OSError):
-                    sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
+        if old:
+            stale.append(path)
     result = PruneResult()
     doomed = [s for s in sizes if s not in needed and s not in candidates]  # past retention
     total = sum(sizes.values()) - sum(sizes[s] for s in doomed)
@@ -1079,16 +1532,114 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
             break
         doomed.append(sha)
         total -= sizes[sha]
+    dropped: set[str] = set()
     with contextlib.suppress(OSError):
         fd = store._objects_fd()
         try:
             for sha in doomed:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(sha, dir_fd=fd)
-                    result.removed.append(sha)
-                    result.freed += sizes[sha]
+                    dropped.add(sha)
             fsops.fsync_dir(fd)
         finally:
             os.close(fd)
+    dropped |= store._guarded_repack(set(doomed))
+    result.removed = [sha for sha in doomed if sha in dropped]
+    result.freed = sum(sizes[sha] for sha in result.removed)
     result.kept_bytes = total
+    kept = sizes.keys() - set(result.removed)
+    for path in stale:
+        with contextlib.suppress(OSError):
+            result.lines_dropped += compact(store, path, now, kept)
     return result
+
+
+def compact(
+    store: VersionStore, path: Path, now: float | None = None, stored: Set[str] | None = None
+) -> int:
+    """Drop from a dir's log the lines no listed version needs any more: for each name, every
+    line before its oldest version still restorable, current or ended less than twice
+    keep_days ago (older versions whose bytes were pruned, and the moves, deletions and
+    restores that ended them), all of a name none of whose versions is, and torn or invalid
+    lines. Written as a new log (temp, fsync,
+    rename, fsync of the folder) under the log's lock: appenders wait, then append to the new
+    one (see _open_log); a kill -9 leaves the old log or the new one whole. Returns the lines
+    dropped (0: the log was left as it was)."""
+    now = store.clock() if now is None else now
+    log = store.log_path(path)
+    try:
+        fd = _open_log(log, create=False)
+    except FileNotFoundError:
+        return 0
+    try:
+        head = b""
+        lines: list[tuple[bytes, Record | None]] = []
+        for number, raw in BoundedLines(fd, max_line=LOG_LINE_MAX):
+            if raw is None:
+                lines.append((b"", None))
+                continue
+            if number == 1 and raw.startswith(b'{"dir"'):
+                head = raw
+                continue
+            rec = None
+            with contextlib.suppress(ValueError):
+                rec = _record(json.loads(raw))
+            lines.append((raw, rec))
+        by_name: dict[str, list[int]] = {}
+        for i, (_, rec) in enumerate(lines):
+            if rec is not None:
+                by_name.setdefault(rec.f, []).append(i)
+        keep: set[int] = set()
+        for positions in by_name.values():
+            recs = [rec for i in positions if (rec := lines[i][1]) is not None]
+            keep.update(positions[_first_needed(store, recs, now, stored) :])
+        dropped = len(lines) - len(keep)
+        if dropped == 0 or not head:
+            return 0
+        _remove_dead_temps(store.logs)  # a killed compaction's
+        body = [head, *(lines[i][0] for i in sorted(keep))]
+        dir_fd = os.open(store.logs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            tmp = _write_temp(dir_fd, log.name, b"".join(body), sync=True)
+            try:
+                fsops.crash_point("versions.compacting")
+                os.rename(tmp, log.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+                raise
+            fsops.fsync_dir(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return dropped
+    finally:
+        os.close(fd)  # the lock goes with it: waiting appenders find the new log
+
+
+def _first_needed(
+    store: VersionStore, recs: Sequence[Record], now: float, stored: Set[str] | None
+) -> int:
+    """Where one name's lines (oldest first) start to matter: the first line of its oldest
+    version that is current, whose bytes are kept, or that ended less than twice keep_days
+    ago (its bytes pruned, `history` still lists it as such for keep_days more); a trailing
+    `restoring` stays (memoryd is about to write those bytes); len(recs) when nothing does."""
+    versions: list[tuple[int, str, float | None]] = []  # (first line, sha256, ended when)
+    open_sha: str | None = None
+    for i, rec in enumerate(recs):
+        ends = rec.e in ("gone", "moved") or (rec.e == "seen" and rec.h != open_sha)
+        if ends and open_sha is not None:
+            versions[-1] = (versions[-1][0], versions[-1][1], rec.t)
+            open_sha = None
+        if rec.e == "seen" and open_sha is None:
+            versions.append((i, rec.h, None))
+            open_sha = rec.h
+    listed = 2 * store.keep_days * DAY
+    cut = len(recs)
+    for first, sha, until in versions:
+        held = sha in stored if stored is not None else store.has_object(sha)
+        if until is None or now - until < listed or held:
+            cut = first
+            break
+    if recs and recs[-1].e == "restoring":
+        cut = min(cut, len(recs) - 1)
+    return cut

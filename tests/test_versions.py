@@ -3,6 +3,7 @@ state dir; deletions and rewrites by others are recorded, a burst raises the ala
 and the cap with a fake clock; a kill -9 while storing leaves no half version."""
 
 import hashlib
+import json
 import os
 import signal
 import stat
@@ -279,3 +280,266 @@ def test_a_daemon_killed_before_its_flush_loses_no_version(tmp_path: Path) -> No
     assert not [p for p in objects.iterdir() if not p.name.startswith(".")]  # all temps
     assert subprocess.run(run, env=env, timeout=60, check=False).returncode == 0
     assert sorted(p.name for p in objects.iterdir()) == sorted(_sha(d) for d in datas)
+
+
+def _stored(store: VersionStore) -> dict[str, bytes]:
+    """Every object the store holds, loose or packed, read back (checked by sha256)."""
+    out = {}
+    for sha in store.object_sizes():
+        data = store.read_object(sha)
+        assert data is not None, f"{sha} listed but unreadable"
+        out[sha] = data
+    return out
+
+
+def _created_files(root: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(root))
+
+
+def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None:
+    """300 new files in one scan: one pack file (not 300 object files and a syncfs), each
+    version read back byte-identical, identical bytes once; a second dir holding the same
+    bytes adds nothing; a later scan's one new version is a loose object as before."""
+    folder = _dir(env)
+    datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", f"lesson {i}") for i in range(300)}
+    (folder / "twin.md").write_bytes(datas["m000.md"])
+    store = _store(env, Clock(), [])
+    with versions.active(store):
+        previous = scan_dir(folder)
+    assert len(store.pack_names()) == 1
+    assert _objects(store) == {}  # nothing loose
+    assert _created_files(store.objects.parent) <= 4  # the pack, the log, its table, at most
+    assert _stored(store) == {_sha(d): d for d in datas.values()}
+    other = _dir(env, "other")
+    for name, data in list(datas.items())[:50]:
+        (other / name).write_bytes(data)
+    with versions.active(store):
+        scan_dir(other)
+        new = _mem(folder, "m001.md", "rewritten by the agent")
+        scan_dir(folder, previous.files, previous=previous, only={"m001.md"})
+    assert len(store.pack_names()) == 1
+    assert set(_objects(store)) == {_sha(new)}
+    found = versions.versions_of(store, folder, "m001.md")
+    assert [store.read_object(v.sha256) for v in found] == [datas["m001.md"], new]
+
+
+PACK_CRASH_SCRIPT = """
+import sys
+from pathlib import Path
+from memoryd import versions
+from memoryd.scan import scan_dir
+versions.PACK_FROM = 4  # a pack from 4 objects: the loop stays short
+store = versions.VersionStore(Path(sys.argv[2]))
+with versions.active(store):
+    scan_dir(Path(sys.argv[1]))
+"""
+
+
+def test_kill_9_while_writing_a_pack_loses_nothing_and_leaves_no_half_pack(tmp_path: Path) -> None:
+    """A real process killed at every crash point of writing a pack (after each object, before
+    its rename): no pack under its name is ever partial, no version is logged that cannot be
+    read back, and the next run stores every version and removes the dead one's temp."""
+    folder = tmp_path / "mem"
+    folder.mkdir()
+    datas = [_mem(folder, f"m{i}.md", f"lesson {i} " + "z" * 3000) for i in range(6)]
+    base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    k = 0
+    while True:
+        k += 1
+        state = tmp_path / f"state-{k}"
+        run = [sys.executable, "-c", PACK_CRASH_SCRIPT, str(folder), str(state)]
+        crash = {**base, "MEMORYD_CRASH_AT": str(k)}
+        killed = subprocess.run(run, env=crash, capture_output=True, text=True, timeout=60)
+        assert killed.returncode in (0, -signal.SIGKILL), killed.stderr
+        store = VersionStore(state)
+        _stored(store)  # every pack under its name whole, every entry its bytes
+        logged = {r.h for r in store.records(folder.resolve())}
+        assert all(store.has_object(sha) for sha in logged)  # logged means restorable
+        if killed.returncode == 0:
+            break
+        clean = {k: v for k, v in base.items() if k != "MEMORYD_CRASH_AT"}
+        assert subprocess.run(run, env=clean, timeout=60, check=False).returncode == 0
+        assert set(_stored(store)) == {_sha(d) for d in datas}
+        assert [n for n in os.listdir(store.packs) if n.startswith(".")] == []
+    assert k > len(datas)  # each object's write and the rename were crash points
+    assert len(VersionStore(state).pack_names()) == 1
+
+
+def test_a_scan_that_finds_nothing_changed_reads_no_log_and_a_change_still_counts(
+    env: Env,
+) -> None:
+    """A new process's store (a one-shot `memoryd index`) scanning a dir the scan cache says is
+    unchanged loads no table and parses no log line; a file deleted while no memoryd ran, and
+    a line another process appended, each still send the next scan the whole way."""
+    folder = _dir(env)
+    for i in range(5):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    events: Events = []
+    with versions.active(_store(env, Clock(), events)):
+        cache = scan_dir(folder).files
+    quiet = _store(env, Clock(), events)
+    with versions.active(quiet):
+        scan_dir(folder, cache)
+    assert not quiet._dirs[folder].loaded
+    (folder / "m0.md").unlink()  # while nothing of memoryd runs
+    with versions.active(_store(env, Clock(), events)):
+        cache = scan_dir(folder, cache).files
+    assert [e for e, _ in events] == ["memory.deleted_outside"]
+    assert [d.name for d in versions.deleted(quiet, folder)] == ["m0.md"]
+    again = _store(env, Clock(), events)
+    with versions.active(again):
+        scan_dir(folder, cache)
+    assert not again._dirs[folder].loaded  # the stamp the last scan left holds
+    other = _store(env, Clock(), [])
+    other.record(folder, "m1.md", _sha((folder / "m1.md").read_bytes()), 1, "restoring", "memoryd")
+    after = _store(env, Clock(), events)
+    with versions.active(after):
+        scan_dir(folder, cache)
+    assert after._dirs[folder].loaded  # a line it did not write: read the whole way
+
+
+def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
+    env: Env, monkeypatch: Any
+) -> None:
+    """The daemon's store prunes at a flush once a day has passed (not at every heartbeat);
+    a version whose bytes were pruned stays listed for keep_days, then its lines leave the
+    log, which is rewritten shorter; the store goes on recording in the new log."""
+    folder = _dir(env)
+    clock = Clock()
+    events: Events = []
+    store = _store(env, clock, events, keep_days=30)
+    store.defer = True  # the daemon's
+    runs: list[float] = []
+    real_prune = versions.prune
+
+    def counting(s: VersionStore, now: float | None = None) -> versions.PruneResult:
+        runs.append(clock.now)
+        return real_prune(s, now)
+
+    monkeypatch.setattr(versions, "prune", counting)
+    with versions.active(store):
+        store.flush()  # at start
+        v1 = _mem(folder, "a.md", "first")
+        previous = scan_dir(folder)
+        clock.now += 3600
+        v2 = _mem(folder, "a.md", "second")
+        previous = scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+        store.flush()  # an hour later: not due
+        assert len(runs) == 1
+        clock.now += 31 * DAY
+        store.flush()  # due: v1's bytes go; it stays listed, not restorable
+        assert len(runs) == 2
+        assert [(v.sha256, v.stored) for v in versions.versions_of(store, folder, "a.md")] == [
+            (_sha(v1), False), (_sha(v2), True)
+        ]  # fmt: skip
+        size = store.log_path(folder).stat().st_size
+        clock.now += 30 * DAY
+        store.flush()  # due again: v1 ended 61 days ago, its lines leave the log
+        assert len(runs) == 3
+        assert store.log_path(folder).stat().st_size < size
+        assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2)]
+        v3 = _mem(folder, "a.md", "third")
+        scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+    assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2), _sha(v3)]
+    rewritten = [f for e, f in events if e == "memory.rewritten_outside"]
+    assert [(f["sha256"], f["previous"]) for f in rewritten][-1] == (_sha(v3), _sha(v2))
+    first = store.log_path(folder).read_bytes().split(b"\n", 1)[0]
+    assert first.startswith(b'{"dir"')
+
+
+COMPACT_CRASH_SCRIPT = """
+import sys
+from pathlib import Path
+from memoryd import versions
+store = versions.VersionStore(Path(sys.argv[1]), clock=lambda: float(sys.argv[2]))
+versions.prune(store)
+"""
+
+
+def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_path: Path) -> None:
+    """A real process killed at every crash point of a prune that compacts a log: the log is
+    always whole, either as it was or compacted, and a run that is not killed compacts it."""
+    folder = tmp_path / "mem"
+    folder.mkdir()
+    state = tmp_path / "state"
+    clock = Clock()
+    store = VersionStore(state, clock=clock)
+    with versions.active(store):
+        _mem(folder, "a.md", "first")
+        previous = scan_dir(folder)
+        clock.now += DAY
+        _mem(folder, "a.md", "second")
+        scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+    log = store.log_path(folder.resolve())
+    old = log.read_bytes()
+    base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    run = [sys.executable, "-c", COMPACT_CRASH_SCRIPT, str(state), str(clock.now + 90 * DAY)]
+    k = 0
+    while True:
+        k += 1
+        crash = {**base, "MEMORYD_CRASH_AT": str(k)}
+        done = subprocess.run(run, env=crash, capture_output=True, text=True, timeout=60)
+        assert done.returncode in (0, -signal.SIGKILL), done.stderr
+        now = log.read_bytes()
+        if done.returncode == 0:
+            break
+        assert now == old  # killed before the rename: the old log, whole
+    assert k >= 3  # the new log's write and its rename were crash points
+    assert len(now) < len(old) and now.startswith(old.split(b"\n", 1)[0])
+    assert [r.h for r in VersionStore(state).records(folder.resolve())] == [
+        r.h for r in store.records(folder.resolve())
+    ][-1:]
+    assert [n for n in os.listdir(log.parent) if n.startswith(".")] == []
+
+
+def test_an_indexs_history_lists_diffs_and_restores_through_the_check_and_swap_writer(
+    env: Env, cli: Any, monkeypatch: Any
+) -> None:
+    """MEMORY.md on its own: memoryd's version is listed; `--diff 1` shows what an agent's
+    rewrite (read by no scan yet) added; `--restore 1` keeps the agent's version in the
+    history, then writes memoryd's bytes back, recorded as memoryd's when read again;
+    `--diff 1..2` between kept versions; a writer slipping in just before the swap keeps its
+    bytes and nothing is restored over them."""
+    folder = _dir(env)
+    for i in range(3):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    ours = (folder / "MEMORY.md").read_bytes()
+
+    def listed() -> list[dict[str, Any]]:
+        doc = json.loads(cli("history", folder / "MEMORY.md", "--json").out)
+        return doc["versions"]["versions"]  # type: ignore[no-any-return]
+
+    assert [(v["sha256"], v["by"], v["until"]) for v in listed()] == [(_sha(ours), "memoryd", None)]
+    theirs = ours + b"\nThe agent's own line.\n"
+    (folder / "tmp.agent").write_bytes(theirs)
+    (folder / "tmp.agent").replace(folder / "MEMORY.md")  # an atomic rewrite by another process
+    now = cli("history", folder / "MEMORY.md", "--diff", "1")
+    assert "+The agent's own line." in now.out and "MEMORY.md (now)" in now.out
+    back = cli("history", folder / "MEMORY.md", "--restore", "1")
+    assert back.code == 0, back.err
+    assert (folder / "MEMORY.md").read_bytes() == ours
+    assert cli("index", folder).code == 0  # reads the restored file: memoryd's own version
+    after = listed()
+    assert [(v["sha256"], v["by"]) for v in after] == [
+        (_sha(ours), "memoryd"), (_sha(theirs), "other"), (_sha(ours), "memoryd")
+    ]  # fmt: skip
+    assert all(v["restorable"] for v in after)
+    between = cli("history", folder / "MEMORY.md", "--diff", "1..2")
+    assert "+The agent's own line." in between.out and "MEMORY.md@2" in between.out
+    text = cli("history", folder / "MEMORY.md").out
+    assert "by another process" in text and "by memoryd" in text
+    # A writer slipping in between the check and the swap: theirs stays, nothing is written.
+    late = theirs + b"Written while memoryd restored.\n"
+    real = VersionStore.intend_restore
+
+    def racing(self: VersionStore, path: Path, name: str, data: bytes) -> str:
+        sha = real(self, path, name, data)
+        (folder / "late.agent").write_bytes(late)
+        (folder / "late.agent").replace(folder / "MEMORY.md")
+        return sha
+
+    monkeypatch.setattr(VersionStore, "intend_restore", racing)
+    raced = cli("history", folder / "MEMORY.md", "--restore", "2")
+    assert raced.code != 0 and "MEMORY.md" in raced.err
+    assert (folder / "MEMORY.md").read_bytes() == late

@@ -429,6 +429,39 @@ def test_search_cli_text_and_exit_codes(env: Env, mem: Path, cli) -> None:
     assert cli("search", "deploy", mem, "--limit", "0").code == 2
 
 
+def test_a_pointer_past_the_agents_window_is_flagged_hidden(env: Env, tmp_path: Path, cli) -> None:
+    """A memory whose only MEMORY.md pointer lies past what the agent loads (line 200, as
+    `memoryd dirs` counts it; index.max_lines from the config) is flagged `hidden by the agent's
+    view`, in the text and in --json; one the agent sees is not; `show` says it too."""
+    folder = tmp_path / "mem"
+    plant(folder, "project_seen.md", name="Seen", description="release checklist seen",
+          body="The release checklist.\n")  # fmt: skip
+    plant(folder, "project_late.md", name="Late", description="release checklist late",
+          body="The release checklist, late.\n")  # fmt: skip
+    filler = "".join(f"- line {n}\n" for n in range(250))
+    (folder / "MEMORY.md").write_text(
+        "# Memory\n- [Seen](project_seen.md) — seen\n"
+        + filler
+        + "- [Late](project_late.md) — late\n",
+        encoding="utf-8",
+    )
+    flag = "hidden by the agent's view (past line 200)"
+    found = cli("search", "release checklist", folder, "--json")
+    assert found.code == 0, found.err
+    by_file = {Path(r["file"]).name: r for r in json.loads(found.out)["results"]}
+    assert by_file["project_late.md"]["tier"] == "index"
+    assert flag in by_file["project_late.md"]["flags"]
+    assert not any("hidden" in f for f in by_file["project_seen.md"]["flags"])
+    text = cli("search", "late", folder)
+    assert text.code == 0 and flag in text.out
+    assert flag.replace(" (", ": ").rstrip(")") in cli("show", folder / "project_late.md").out
+    # A window the config widens sees it: the index reads its pointers again.
+    (env.config_dir / "config.toml").parent.mkdir(parents=True, exist_ok=True)
+    (env.config_dir / "config.toml").write_text("[index]\nmax_lines = 400\n")
+    wide = json.loads(cli("search", "release checklist", folder, "--json").out)["results"]
+    assert not any("hidden" in f for r in wide for f in r["flags"])
+
+
 # --- the index itself ---------------------------------------------------------------------------
 def test_index_is_private_and_in_the_state_dir(env: Env, mem: Path) -> None:
     """The index lives under the state dir, 0600 (and its WAL files), in a 0700 folder, and

@@ -36,7 +36,7 @@ from memoryd.memfile import (
 from memoryd.paths import ensure_private_dir, file_kind
 from memoryd.scan import skip_reason
 
-SCHEMA = "1"
+SCHEMA = "2"  # 2: pointers.hidden
 INDEX_FOLDER = "recall"  # under the state dir
 # A file changed this close before it was read may change again within the same mtime tick
 # (file times are taken from a coarse clock): it is read again next time (mtime_ns -1).
@@ -73,8 +73,8 @@ CREATE TABLE files(
 CREATE INDEX files_key ON files(key);
 CREATE INDEX files_stem ON files(stem);
 CREATE INDEX files_date ON files(date);
-CREATE TABLE pointers(file TEXT PRIMARY KEY, tier TEXT NOT NULL, line INTEGER NOT NULL)
-    WITHOUT ROWID;
+CREATE TABLE pointers(file TEXT PRIMARY KEY, tier TEXT NOT NULL, line INTEGER NOT NULL,
+    hidden TEXT NOT NULL DEFAULT '') WITHOUT ROWID;
 CREATE TABLE refs(id INTEGER NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
     norm TEXT NOT NULL, base TEXT NOT NULL);
 CREATE INDEX refs_norm ON refs(norm);
@@ -88,6 +88,9 @@ CREATE VIRTUAL TABLE words_vocab USING fts5vocab(words, 'row');
 """
 
 Warn = Callable[[str], None]
+# How the agent loads the dir's MEMORY.md: (agentview.ViewKind's value, max lines, max UTF-16
+# units), memoryd's index.max_lines / index.max_chars.
+Window = tuple[str, int, int]
 
 
 def _stderr(message: str) -> None:
@@ -126,6 +129,9 @@ class Row(NamedTuple):
     score: float = 0.0  # bm25: lower is better
     snippet: str = ""
     why: str = ""  # for recall: what matched
+    # Why the agent does not see the memory's MEMORY.md pointer in what it loads (past line
+    # 200, in a comment, ...: agentview.Hidden's words); "" when it sees one, or has none.
+    hidden: str = ""
 
 
 class Excluded(NamedTuple):
@@ -216,6 +222,7 @@ class DirIndex:
         max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
         clock_ns: Callable[[], int] | None = None,
         in_memory: bool = True,
+        window: Window | None = None,
     ) -> None:
         self.path = path
         self.in_memory = in_memory  # an index the state dir cannot hold is kept in memory
@@ -228,6 +235,9 @@ class DirIndex:
         self.rebuilt = ""  # why the index was made anew in this process, if it was
         self._vocab: tuple[tuple[int, int], dict[int, list[str]]] | None = None
         self._writes = 0  # own commits: they leave PRAGMA data_version as it was
+        # The agent's window that says which pointers it does not see; None (the daemon's
+        # hook): the one the index was last given, else the default for the dir's path.
+        self.window = window
 
     # --- opening, damage, rebuild ---------------------------------------------------------------
     @property
@@ -453,7 +463,7 @@ class DirIndex:
         pointers = any(
             known.meta.get(f"stat:{name}", "") != _stat_text(listing.get(name))
             for name in (INDEX_NAME, ARCHIVE_NAME)
-        )
+        ) or (self.window is not None and known.meta.get("window") != _window_text(self.window))
         return sorted(changed), sorted(gone), pointers
 
     def _update(self, only: Sequence[str] | None, wait: float) -> Change:
@@ -488,7 +498,9 @@ class DirIndex:
                         known.files[name] = stored
                         change.read += 1
                 if pointers:
-                    known.meta.update(self._pointers(conn, dir_fd, listing))
+                    known.meta.update(
+                        self._pointers(conn, dir_fd, listing, known.meta.get("window"))
+                    )
                     change.pointers = True
                 conn.execute("COMMIT")
                 self._writes += 1
@@ -610,10 +622,17 @@ class DirIndex:
         }
 
     def _pointers(
-        self, conn: sqlite3.Connection, dir_fd: int, listing: dict[str, os.stat_result]
+        self,
+        conn: sqlite3.Connection,
+        dir_fd: int,
+        listing: dict[str, os.stat_result],
+        known_window: str | None,
     ) -> dict[str, str]:
-        """Which index file points at which memory: MEMORY.md (`index`), else the archive."""
+        """Which index file points at which memory: MEMORY.md (`index`), else the archive;
+        and which of MEMORY.md's the agent does not see in what it loads."""
+        window = self.window or _window_of(known_window, self.memory_dir)
         rows: dict[str, tuple[str, int]] = {}
+        hidden: dict[str, str] = {}
         for name, tier in ((ARCHIVE_NAME, "archive"), (INDEX_NAME, "index")):
             text = ""
             if name in listing and stat.S_ISREG(listing[name].st_mode):
@@ -627,19 +646,22 @@ class DirIndex:
             for pointer in pointer_lines(text):
                 found.setdefault(pointer.target, (tier, numbers.get(pointer.content, 0)))
             rows.update(found)  # the index's own pointers win over the archive's
+            if tier == "index":
+                hidden = _hidden_pointers(text, window) if text else {}
         conn.execute("DELETE FROM pointers")
         conn.executemany(
-            "INSERT INTO pointers(file, tier, line) VALUES (?, ?, ?)",
-            [(f, t, n) for f, (t, n) in sorted(rows.items())],
+            "INSERT INTO pointers(file, tier, line, hidden) VALUES (?, ?, ?, ?)",
+            [(f, t, n, hidden.get(f, "")) for f, (t, n) in sorted(rows.items())],
         )
         stats = {f"stat:{n}": _stat_text(listing.get(n)) for n in (INDEX_NAME, ARCHIVE_NAME)}
+        stats["window"] = _window_text(window)
         conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", stats.items())
         return stats
 
     # --- reading --------------------------------------------------------------------------------
     _SELECT = (
         "SELECT f.id, f.file, f.name, f.description, f.type, f.date, f.flags, "
-        "COALESCE(p.tier, 'unindexed'), COALESCE(p.line, 0)"
+        "COALESCE(p.tier, 'unindexed'), COALESCE(p.line, 0), COALESCE(p.hidden, '')"
     )
 
     def _filters(
@@ -718,7 +740,7 @@ class DirIndex:
         )
         values = (expression, *args, *(() if newest else (stale_before,)), limit)
         rows = self._retrying(lambda: self.conn.execute(sql, values).fetchall())
-        return [_row(r, score=r[9], snippet=r[10]) for r in rows]
+        return [_row(r, score=r[10], snippet=r[11]) for r in rows]
 
     def matches(self, expression: str, at_most: int | None = None) -> int:
         """How many memories match an FTS5 expression, counting no further than `at_most`
@@ -781,7 +803,7 @@ class DirIndex:
             f"WHERE r.kind = ? AND r.{column} IN ({marks}) ORDER BY f.file"
         )
         rows = self._retrying(lambda: self.conn.execute(sql, (kind, *values)).fetchall())
-        return [(_row(r), r[9], r[10]) for r in rows]
+        return [(_row(r), r[10], r[11]) for r in rows]
 
     def path_refs_under(self, prefixes: Sequence[str]) -> list[tuple[Row, str]]:
         """Memories citing a path that is one of `prefixes` or lies below one."""
@@ -794,7 +816,7 @@ class DirIndex:
             )
             low, high = prefix + "/", prefix + "0"  # "0" sorts right after "/"
             rows = self._retrying(lambda: self.conn.execute(sql, (low, high)).fetchall())  # noqa: B023
-            out += [(_row(r), r[9]) for r in rows]
+            out += [(_row(r), r[10]) for r in rows]
         return out
 
     def row(self, file: str) -> Row | None:
@@ -836,7 +858,7 @@ def _row(r: Sequence[Any], *, score: float = 0.0, snippet: str = "") -> Row:
         flags = tuple(json.loads(r[6]))
     except ValueError:
         flags = ()
-    return Row(r[0], r[1], r[2], r[3], r[4], r[5], flags, r[7], r[8], score, snippet)
+    return Row(r[0], r[1], r[2], r[3], r[4], r[5], flags, r[7], r[8], score, snippet, hidden=r[9])
 
 
 def _stem_words(filename: str) -> str:
@@ -847,6 +869,46 @@ def _stat_text(st: os.stat_result | None) -> str:
     if st is None:
         return "-"
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{stat.S_IFMT(st.st_mode)}"
+
+
+def _window_text(window: Window) -> str:
+    return ":".join(map(str, window))
+
+
+def _window_of(text: str | None, memory_dir: Path) -> Window:
+    """The window an index was last given (`meta.window`), else the default one: Claude
+    Code's for an auto-memory dir (`projects/<slug>/memory`), the plain window elsewhere
+    (memoryd.indexer.view_kind, by the path alone)."""
+    from memoryd.agentview import MAX_LINES, MAX_UNITS, ViewKind
+
+    kind, _, sizes = (text or "").partition(":")
+    lines, _, units = sizes.partition(":")
+    if kind in tuple(ViewKind) and lines.isdigit() and units.isdigit():
+        return (kind, int(lines), int(units))
+    auto = memory_dir.name == "memory" and memory_dir.parent.parent.name == "projects"
+    return (ViewKind.AUTO if auto else ViewKind.PLAIN).value, MAX_LINES, MAX_UNITS
+
+
+def _hidden_pointers(text: str, window: Window) -> dict[str, str]:
+    """The files MEMORY.md points at only on lines the agent does not see, each with why
+    (the first hidden line's): what `memoryd dirs` counts as hidden pointers."""
+    from memoryd.agentview import ViewKind
+    from memoryd.index import Budget, LinkKind, split_lines, view_of
+
+    kind, max_lines, max_units = window
+    view = view_of(text, Budget(max_lines=max_lines, max_chars=max_units), ViewKind(kind))
+    seen: set[str] = set()
+    hidden: dict[str, str] = {}
+    for number, line in enumerate(split_lines(text)):
+        link = line.link
+        if link is None or link.kind is not LinkKind.LOCAL:
+            continue
+        why = view.hidden(number)
+        if why is None:
+            seen.add(link.target)
+        else:
+            hidden.setdefault(link.target, why.value)
+    return {target: why for target, why in hidden.items() if target not in seen}
 
 
 def _line_numbers(text: str) -> dict[str, int]:

@@ -303,6 +303,19 @@ def test_typos_and_word_forms_match_and_exact_names_rank_first(env: Env, mem: Pa
     assert hits[0]["why"] == ["exact name"]
 
 
+def test_word_forms_are_words_the_dir_holds_not_a_stemmed_prefix(env: Env, tmp_path: Path) -> None:
+    """A word's other forms are the dir's words starting with its prefix (`deploys` ->
+    `deployment`), not an FTS5 prefix query: the porter tokenizer stems that prefix too
+    (`doing*` is `do*`), which matched `docker`, `docs`, `done`, and cost a merge of every
+    doclist those words have."""
+    folder = tmp_path / "forms"
+    plant(folder, "doing.md", name="Release", description="notes", body="doing the release\n")
+    plant(folder, "docker.md", name="Images", description="notes", body="docker docs done\n")
+    plant(folder, "deploy.md", name="Rollout", description="notes", body="the deployments\n")
+    assert files(search(env, folder, "doing")) == ["doing.md"]
+    assert files(search(env, folder, "deploys")) == ["deploy.md"]
+
+
 def test_snippet_marks_the_matches(env: Env, mem: Path) -> None:
     """A result's snippet is one line with the matched words marked."""
     (hit,) = search(env, mem, "postgres")

@@ -46,7 +46,7 @@ INDEX_MAX_BYTES = 64 * 1024 * 1024  # MEMORY.md / the archive, read to find poin
 # must answer now (the MCP server) passes a shorter wait and searches what is there.
 BUSY_WAIT = 30.0
 
-RANK_ALL = 3000  # see DirIndex.match
+RANK_ALL = 500  # see DirIndex.match
 # Column weights for bm25: a word in the name counts most, then the file's stem, the
 # description and the body.
 WEIGHTS = (10.0, 4.0, 1.0, 8.0)  # name, description, body, stem
@@ -831,6 +831,14 @@ class DirIndex:
         sql = "SELECT file, kind, problem, hint FROM files WHERE kind != 'memory' ORDER BY file"
         rows = self._retrying(lambda: self.conn.execute(sql).fetchall())
         return [Excluded(f, k, p + (f" ({h})" if h else "")) for f, k, p, h in rows]
+
+    def starting(self, prefix: str, limit: int) -> list[str]:
+        """Up to `limit` distinct words of the dir's memories (as written, lower-cased) that
+        start with `prefix`, in order."""
+        sql = "SELECT term FROM words_vocab WHERE term >= ? AND term < ? LIMIT ?"
+        args = (prefix, prefix + "\U0010ffff", limit)
+        found: list[str] = self._retrying(lambda: [t for (t,) in self.conn.execute(sql, args)])
+        return found
 
     def vocabulary(self) -> dict[int, list[str]]:
         """Every distinct word of the dir's memories, as written (lower-cased), by length,

@@ -475,6 +475,24 @@ def test_a_pointer_past_the_agents_window_is_flagged_hidden(env: Env, tmp_path: 
     assert not any("hidden" in f for r in wide for f in r["flags"])
 
 
+def test_the_window_kind_is_the_indexers(tmp_path: Path) -> None:
+    """The engine's view kind of a dir is memoryd.indexer.view_kind's (kept apart so that a
+    search need not import the indexer)."""
+    from memoryd.discover import discover_all
+    from memoryd.indexer import view_kind
+    from memoryd.recall.engine import _window
+
+    auto = tmp_path / ".claude" / "projects" / "-src-app" / "memory"
+    plain = tmp_path / "notes"
+    for folder in (auto, plain):
+        plant(folder, "a.md", name="A", description="a", body="a\n")
+    dirs = discover_all(Config(), [auto, plain]).dirs
+    assert len(dirs) == 2
+    for md in dirs:
+        assert _window(md, (200, 25_000)) == (view_kind(md).value, 200, 25_000)
+    assert {_window(md, (1, 2))[0] for md in dirs} == {"auto", "plain"}  # type: ignore[index]
+
+
 # --- the index itself ---------------------------------------------------------------------------
 def test_index_is_private_and_in_the_state_dir(env: Env, mem: Path) -> None:
     """The index lives under the state dir, 0600 (and its WAL files), in a 0700 folder, and

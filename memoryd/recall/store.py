@@ -21,20 +21,17 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memoryd import fsops
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
-from memoryd.memfile import (
-    MAX_FILE_BYTES,
-    MAX_FRONTMATTER_BYTES,
-    Memory,
-    NotMemory,
-    parse_date,
-    parse_memory,
-)
 from memoryd.paths import ensure_private_dir, file_kind
-from memoryd.scan import skip_reason
+
+if TYPE_CHECKING:
+    from memoryd.memfile import Memory
+
+# The parser (memoryd.memfile) and the scan's rules are imported when a file is read, not
+# by a search of an index already in step; the limits' None means memfile's defaults.
 
 SCHEMA = "2"  # 2: pointers.hidden
 INDEX_FOLDER = "recall"  # under the state dir
@@ -167,7 +164,7 @@ class _Known:
     partial: bool = False  # only some files were read (see _load_known)
 
 
-def _flags(memory: Memory) -> list[str]:
+def _flags(memory: "Memory") -> list[str]:
     """Flags a memory's own frontmatter sets: `acknowledged`, `supersedes …`."""
     out = []
     fm = memory.frontmatter
@@ -218,8 +215,8 @@ class DirIndex:
         memory_dir: Path,
         *,
         warn: Warn = _stderr,
-        max_file_bytes: int = MAX_FILE_BYTES,
-        max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
+        max_file_bytes: int | None = None,
+        max_frontmatter_bytes: int | None = None,
         clock_ns: Callable[[], int] | None = None,
         in_memory: bool = True,
         window: Window | None = None,
@@ -228,7 +225,7 @@ class DirIndex:
         self.in_memory = in_memory  # an index the state dir cannot hold is kept in memory
         self.memory_dir = memory_dir
         self.warn = warn
-        self.limits = (max_file_bytes, max_frontmatter_bytes)
+        self._limits = (max_file_bytes, max_frontmatter_bytes)
         self._clock_ns = clock_ns
         self._conn: sqlite3.Connection | None = None
         self._known: _Known | None = None
@@ -238,6 +235,17 @@ class DirIndex:
         # The agent's window that says which pointers it does not see; None (the daemon's
         # hook): the one the index was last given, else the default for the dir's path.
         self.window = window
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """(max file bytes, max frontmatter bytes): those given, else memfile's."""
+        from memoryd.memfile import MAX_FILE_BYTES, MAX_FRONTMATTER_BYTES
+
+        given_file, given_frontmatter = self._limits
+        return (
+            MAX_FILE_BYTES if given_file is None else given_file,
+            MAX_FRONTMATTER_BYTES if given_frontmatter is None else given_frontmatter,
+        )
 
     # --- opening, damage, rebuild ---------------------------------------------------------------
     @property
@@ -456,7 +464,7 @@ class DirIndex:
                 continue
             had = files.get(name)
             moved = had is None or had[1] != (st.st_ino, st.st_size, st.st_mtime_ns)
-            if moved and skip_reason(name) is None:
+            if moved:
                 changed.append(name)
         scope = files.keys() if only is None else [n for n in only if n in files]
         gone = [n for n in scope if n not in listing or stat.S_ISDIR(listing[n].st_mode)]
@@ -464,6 +472,10 @@ class DirIndex:
             known.meta.get(f"stat:{name}", "") != _stat_text(listing.get(name))
             for name in (INDEX_NAME, ARCHIVE_NAME)
         ) or (self.window is not None and known.meta.get("window") != _window_text(self.window))
+        if changed:
+            from memoryd.scan import skip_reason
+
+            changed = [name for name in changed if skip_reason(name) is None]
         return sorted(changed), sorted(gone), pointers
 
     def _update(self, only: Sequence[str] | None, wait: float) -> Change:
@@ -596,6 +608,8 @@ class DirIndex:
         return doc_id, (fst.st_ino, fst.st_size, mtime_ns)
 
     def _parsed(self, name: str, data: bytes, fst: os.stat_result) -> dict[str, Any]:
+        from memoryd.memfile import Memory, NotMemory, parse_date, parse_memory
+
         parsed = parse_memory(
             name, data, max_file_bytes=self.limits[0], max_frontmatter_bytes=self.limits[1]
         )
@@ -932,8 +946,8 @@ def update_dir(
     real_path: Path,
     names: Iterable[str] | None = None,
     *,
-    max_file_bytes: int = MAX_FILE_BYTES,
-    max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
+    max_file_bytes: int | None = None,
+    max_frontmatter_bytes: int | None = None,
     warn: Warn = _stderr,
 ) -> Change:
     """Bring the search index of the memory dir at `real_path` in step: only `names` (the

@@ -540,6 +540,46 @@ def test_update_reads_only_changed_files(env: Env, mem: Path) -> None:
     assert files(search(env, mem, "blue")) == ["project_deploy_flow.md"]
 
 
+def test_an_index_in_step_is_not_compared_file_by_file(
+    env: Env, mem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command's refresh of an index in step with the dir (the listing's names and stats
+    are the ones its last update matched) loads no file's row to compare; a changed file is
+    still read, and a write by the daemon's hook leaves no digest an older listing matches."""
+    real = mem.resolve()
+    loads: list[object] = []
+    load_known = DirIndex._load_known
+
+    def counted(self: DirIndex, conn: sqlite3.Connection, only: object) -> object:
+        loads.append(only)
+        return load_known(self, conn, only)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DirIndex, "_load_known", counted)
+
+    def refresh() -> store.Change:
+        with DirIndex(index_path(env.state, real), real, warn=lambda m: None) as index:
+            return index.update()
+
+    assert refresh().read == 5
+    loads.clear()
+    assert not refresh().any and loads == []
+    path = mem / "reference_dashboards.md"
+    path.write_text(path.read_text().replace("ops board", "ops panel"))
+    os.utime(path, (NOW, NOW))
+    assert refresh().read == 1 and loads
+    loads.clear()
+    assert not refresh().any and loads == []
+    # The hook reads a change; the file is then put back to the stat the last full refresh
+    # listed (same inode, size and mtime, other text): it is still compared, and read.
+    path.write_text(path.read_text().replace("ops panel", "ops board"))
+    os.utime(path, (NOW + 5, NOW + 5))
+    assert update_dir(env.state, real, [path.name], warn=lambda m: None).read == 1
+    path.write_text(path.read_text().replace("ops board", "ops panex"))
+    os.utime(path, (NOW, NOW))  # as at the last full refresh
+    assert refresh().read == 1
+    assert files(search(env, mem, "panex")) == [path.name]
+
+
 def test_a_file_written_just_now_is_read_again(env: Env, tmp_path: Path) -> None:
     """A file whose mtime is within the racy window is read again on the next update (a
     rewrite in the same mtime tick would otherwise be missed)."""

@@ -548,13 +548,13 @@ def test_an_index_in_step_is_not_compared_file_by_file(
     still read, and a write by the daemon's hook leaves no digest an older listing matches."""
     real = mem.resolve()
     loads: list[object] = []
-    load_known = DirIndex._load_known
+    compare = DirIndex._compare
 
-    def counted(self: DirIndex, conn: sqlite3.Connection, only: object) -> object:
-        loads.append(only)
-        return load_known(self, conn, only)  # type: ignore[arg-type]
+    def counted(self: DirIndex, conn: sqlite3.Connection, listing: object) -> object:
+        loads.append(listing)
+        return compare(self, conn, listing)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(DirIndex, "_load_known", counted)
+    monkeypatch.setattr(DirIndex, "_compare", counted)
 
     def refresh() -> store.Change:
         with DirIndex(index_path(env.state, real), real, warn=lambda m: None) as index:

@@ -19,7 +19,7 @@ import sqlite3
 import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -157,11 +157,78 @@ FileStat = tuple[int, int, int]  # inode, size, mtime_ns
 
 
 @dataclass(slots=True)
-class _Known:
-    generation: int  # PRAGMA data_version when read: it moves when another process commits
-    files: dict[str, tuple[int, FileStat]]  # file -> (id, stat)
-    meta: dict[str, str] = field(default_factory=dict)
-    partial: bool = False  # only some files were read (see _load_known)
+class _Plan:
+    """What an update is to do."""
+
+    changed: list[str]  # files to read (again)
+    gone: list[tuple[str, int]]  # (file, id) of files no longer in the dir
+    old: dict[str, int]  # a changed file's id in the index, when it had one
+    pointers: bool  # MEMORY.md or the archive (or the window) moved: read them again
+    meta: dict[str, str]
+    listing: dict[str, os.stat_result]  # the stats at hand (the index files', at least)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.changed or self.gone or self.pointers)
+
+
+_LISTING_TABLE = (
+    "CREATE TEMP TABLE IF NOT EXISTS listing(name TEXT PRIMARY KEY, ino INTEGER, size INTEGER, "
+    "mtime INTEGER, mode INTEGER) WITHOUT ROWID"
+)
+# The dir's entries the index does not hold as they are now (not the index files, not
+# folders); and the index's files the dir no longer has (or has as a folder). 61440 is
+# S_IFMT's mask, 16384 S_IFDIR.
+_CHANGED = (
+    "SELECT l.name, f.id FROM temp.listing l LEFT JOIN files f ON f.file = l.name "
+    "WHERE l.name NOT IN (?, ?) AND (l.mode & 61440) != 16384 "
+    "AND (f.id IS NULL OR f.ino != l.ino OR f.size != l.size OR f.mtime_ns != l.mtime)"
+)
+_GONE = (
+    "SELECT f.file, f.id FROM files f LEFT JOIN temp.listing l ON l.name = f.file "
+    "WHERE l.name IS NULL OR (l.mode & 61440) = 16384"
+)
+assert (stat.S_IFMT(0o777777), stat.S_IFDIR) == (61440, 16384)
+
+
+class _Listing:
+    """One pass over the dir's `*.md` entries (lstat): a digest of them all (names, inode,
+    size, mtime, type; in any order: a sum of each entry's hash) and the index files' stats.
+    Nothing is kept per file: at 100,000 files a listing held in Python was 30 MB."""
+
+    __slots__ = ("indexes", "total")
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.indexes: dict[str, os.stat_result] = {}
+
+    def entries(self, dir_fd: int) -> Iterator[tuple[str, int, int, int, int]]:
+        from hashlib import blake2b
+
+        with os.scandir(dir_fd) as found:
+            for entry in found:
+                name = entry.name
+                if not name.endswith(".md") or name[0] == ".":
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if name in (INDEX_NAME, ARCHIVE_NAME):
+                    self.indexes[name] = st
+                row = (name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+                text = f"{name}\0{row[1]}:{row[2]}:{row[3]}:{row[4]}"
+                hashed = blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16)
+                self.total += int.from_bytes(hashed.digest(), "little")
+                yield row
+
+    def run(self, dir_fd: int) -> None:
+        for _ in self.entries(dir_fd):
+            pass
+
+    @property
+    def digest(self) -> str:
+        return f"{self.total % (1 << 128):032x}"
 
 
 def _flags(memory: "Memory") -> list[str]:
@@ -228,7 +295,6 @@ class DirIndex:
         self._limits = (max_file_bytes, max_frontmatter_bytes)
         self._clock_ns = clock_ns
         self._conn: sqlite3.Connection | None = None
-        self._known: _Known | None = None
         self.rebuilt = ""  # why the index was made anew in this process, if it was
         self._vocab: tuple[tuple[int, int], dict[int, list[str]]] | None = None
         self._writes = 0  # own commits: they leave PRAGMA data_version as it was
@@ -274,7 +340,6 @@ class DirIndex:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             self._conn = None
-        self._known = None
 
     def __enter__(self) -> "DirIndex":
         return self
@@ -406,27 +471,6 @@ class DirIndex:
         raise AssertionError("unreachable")
 
     # --- keeping it up to date ------------------------------------------------------------------
-    def _load_known(self, conn: sqlite3.Connection, only: Sequence[str] | None) -> _Known:
-        """What the index holds of every file (kept while no other process writes the index),
-        or of `only` those (a partial look, for the daemon's few changed names)."""
-        generation = int(conn.execute("PRAGMA data_version").fetchone()[0])
-        known = self._known
-        fits = known is not None and (
-            not known.partial or (only is not None and set(only) <= known.files.keys())
-        )
-        if known is not None and fits and known.generation == generation:
-            return known
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        select = "SELECT id, file, ino, size, mtime_ns FROM files"
-        if only is None:
-            rows = conn.execute(select)
-        else:
-            marks = ", ".join("?" for _ in only)
-            rows = conn.execute(f"{select} WHERE file IN ({marks})", tuple(only))
-        files = {f: (i, (ino, size, mtime)) for i, f, ino, size, mtime in rows}
-        self._known = _Known(generation, files, meta, partial=only is not None)
-        return self._known
-
     def update(self, names: Iterable[str] | None = None, *, wait: float = BUSY_WAIT) -> Change:
         """Bring the index in step with the dir: every file by stat, or only `names` (the
         files an index pass saw change). Returns what it did; a writer that holds the index
@@ -437,61 +481,100 @@ class DirIndex:
             change.rebuilt = self.rebuilt
         return change
 
-    def _listing(self, dir_fd: int, only: Sequence[str] | None) -> dict[str, os.stat_result]:
-        """lstat of the dir's `*.md` entries (of `only` and the index files, when given)."""
-        if only is None:
-            with os.scandir(dir_fd) as entries:
-                wanted = [e for e in entries if e.name.endswith(".md") and e.name[0] != "."]
-            out: dict[str, os.stat_result] = {}
-            for entry in wanted:
-                with contextlib.suppress(FileNotFoundError):
-                    out[entry.name] = entry.stat(follow_symlinks=False)
-            return out
+    def _listing(self, dir_fd: int, only: Sequence[str]) -> dict[str, os.stat_result]:
+        """lstat of `only` and the index files."""
         out = {}
         for name in (*only, INDEX_NAME, ARCHIVE_NAME):
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 out[name] = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         return out
 
-    def _plan(
-        self, known: _Known, listing: dict[str, os.stat_result], only: Sequence[str] | None
-    ) -> tuple[list[str], list[str], bool]:
-        """(files to read, files gone, whether the pointers must be read again)."""
-        changed: list[str] = []
-        files = known.files
-        for name, st in listing.items():
-            if name in (INDEX_NAME, ARCHIVE_NAME) or stat.S_ISDIR(st.st_mode):
+    def _plan_some(
+        self, conn: sqlite3.Connection, listing: dict[str, os.stat_result], only: Sequence[str]
+    ) -> _Plan:
+        """What to do for the files `only` names (the daemon's few changed names)."""
+        marks = ", ".join("?" for _ in only)
+        rows = conn.execute(
+            f"SELECT file, id, ino, size, mtime_ns FROM files WHERE file IN ({marks})",  # noqa: S608
+            tuple(only),
+        )
+        files = {f: (i, (ino, size, mtime)) for f, i, ino, size, mtime in rows}
+        changed = []
+        for name in only:
+            st = listing.get(name)
+            if st is None or name in (INDEX_NAME, ARCHIVE_NAME) or stat.S_ISDIR(st.st_mode):
                 continue
             had = files.get(name)
-            moved = had is None or had[1] != (st.st_ino, st.st_size, st.st_mtime_ns)
-            if moved:
+            if had is None or had[1] != (st.st_ino, st.st_size, st.st_mtime_ns):
                 changed.append(name)
-        scope = files.keys() if only is None else [n for n in only if n in files]
-        gone = [n for n in scope if n not in listing or stat.S_ISDIR(listing[n].st_mode)]
+        gone = [
+            (n, files[n][0])
+            for n in only
+            if n in files and (n not in listing or stat.S_ISDIR(listing[n].st_mode))
+        ]
+        old = {n: files[n][0] for n in changed if n in files}
+        return self._planned(conn, changed, gone, old, listing)
+
+    def _compare(self, conn: sqlite3.Connection, listing: "_Listing") -> _Plan:
+        """What to do for the whole dir: its listing (in the connection's temp table) against
+        the index's files, compared in SQLite (no file's row is held in Python)."""
+        changed, old = [], {}
+        for name, doc_id in conn.execute(_CHANGED, (INDEX_NAME, ARCHIVE_NAME)):
+            changed.append(name)
+            if doc_id is not None:
+                old[name] = doc_id
+        gone = conn.execute(_GONE).fetchall()
+        return self._planned(conn, changed, gone, old, listing.indexes)
+
+    def _planned(
+        self,
+        conn: sqlite3.Connection,
+        changed: list[str],
+        gone: list[tuple[str, int]],
+        old: dict[str, int],
+        listing: dict[str, os.stat_result],
+    ) -> _Plan:
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         pointers = any(
-            known.meta.get(f"stat:{name}", "") != _stat_text(listing.get(name))
+            meta.get(f"stat:{name}", "") != _stat_text(listing.get(name))
             for name in (INDEX_NAME, ARCHIVE_NAME)
-        ) or (self.window is not None and known.meta.get("window") != _window_text(self.window))
+        ) or (self.window is not None and meta.get("window") != _window_text(self.window))
         if changed:
             from memoryd.scan import skip_reason
 
             changed = [name for name in changed if skip_reason(name) is None]
-        return sorted(changed), sorted(gone), pointers
+        return _Plan(sorted(changed), sorted(gone), old, pointers, meta, listing)
 
     def _update(self, only: Sequence[str] | None, wait: float) -> Change:
         conn = self.conn
         with fsops.open_dir(self.memory_dir) as dir_fd:
-            listing = self._listing(dir_fd, only)
-            digest = _digest(listing) if only is None else ""
-            if digest and self._in_step(conn, digest):
+            listing: _Listing | None = None
+            if only is None:
+                # Most refreshes find the dir as the index last matched it: one pass of
+                # stats, hashed as it goes, says so without holding anything per file.
+                seen = _Listing()
+                seen.run(dir_fd)
+                if self._in_step(conn, seen.digest):
+                    return Change()
+                listing = _Listing()
+                conn.execute(_LISTING_TABLE)
+                conn.execute("DELETE FROM temp.listing")
+                conn.executemany("INSERT INTO temp.listing VALUES (?, ?, ?, ?, ?)",
+                                 listing.entries(dir_fd))  # fmt: skip
+
+            def plan() -> _Plan:
+                if listing is not None:
+                    return self._compare(conn, listing)
+                assert only is not None
+                return self._plan_some(conn, self._listing(dir_fd, only), only)
+
+            found = plan()
+            digest = listing.digest if listing is not None else ""
+            if not found.any and (not digest or found.meta.get("digest") == digest):
                 return Change()
-            known = self._load_known(conn, only)
-            changed, gone, pointers = self._plan(known, listing, only)
-            if not (changed or gone or pointers):
-                if digest and known.meta.get("digest") != digest:
-                    self._keep_digest(conn, known, digest)
-                return Change()
-            conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
+            # A reader that found only its digest to record does not wait for a writer.
+            busy = int(wait * 1000) if found.any else 0
+            conn.execute(f"PRAGMA busy_timeout={busy}")
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as error:
@@ -500,41 +583,40 @@ class DirIndex:
                 raise
             try:
                 # Another process may have brought it in step meanwhile: then look again.
-                known = self._load_known(conn, only)
-                changed, gone, pointers = self._plan(known, listing, only)
+                found = plan()
                 change = Change()
-                for name in gone:
-                    self._delete(conn, known.files.pop(name)[0])
+                for _, doc_id in found.gone:
+                    self._delete(conn, doc_id)
                     change.removed += 1
                 now_ns = self._now_ns()
-                for name in changed:
-                    had = known.files.pop(name, None)
-                    if had is not None:
-                        self._delete(conn, had[0])
-                    stored = self._insert(conn, dir_fd, name, listing[name], now_ns)
-                    if stored is not None:
-                        known.files[name] = stored
+                for name in found.changed:
+                    if name in found.old:
+                        self._delete(conn, found.old[name])
+                    st = found.listing.get(name)
+                    if st is None:
+                        try:
+                            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                    if self._insert(conn, dir_fd, name, st, now_ns) is not None:
                         change.read += 1
-                if pointers:
-                    known.meta.update(
-                        self._pointers(conn, dir_fd, listing, known.meta.get("window"))
-                    )
+                if found.pointers:
+                    self._pointers(conn, dir_fd, found.listing, found.meta.get("window"))
                     change.pointers = True
                 # What the listing was when the index last matched it (see _in_step); any
                 # other write leaves none, so that no earlier listing can match again.
-                known.meta["digest"] = digest if digest and not _racy(known) else ""
+                racy = conn.execute("SELECT 1 FROM files WHERE mtime_ns = -1 LIMIT 1").fetchone()
                 conn.execute(
                     "INSERT OR REPLACE INTO meta(key, value) VALUES ('digest', ?)",
-                    (known.meta["digest"],),
+                    ("" if racy else digest,),
                 )
                 conn.execute("COMMIT")
-                self._writes += 1
+                if change.any:
+                    self._writes += 1
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-                self._known = None
                 raise
-        # Our own commit leaves data_version as it was: what `known` now holds is the index.
         return change
 
     def _in_step(self, conn: sqlite3.Connection, digest: str) -> bool:
@@ -546,27 +628,6 @@ class DirIndex:
         if self.window is not None and meta.get("window") != _window_text(self.window):
             return False
         return meta.get("digest") == digest
-
-    def _keep_digest(self, conn: sqlite3.Connection, known: _Known, digest: str) -> None:
-        """Record that the index matches this listing, when no file is to be read again (a
-        racy one); a writer at it meanwhile (or a state dir that cannot be written) leaves
-        it for next time."""
-        if _racy(known):
-            return
-        try:
-            conn.execute("PRAGMA busy_timeout=0")
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError:
-            return
-        try:
-            if int(conn.execute("PRAGMA data_version").fetchone()[0]) == known.generation:
-                conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('digest', ?)",
-                             (digest,))  # fmt: skip
-                known.meta["digest"] = digest
-            conn.execute("COMMIT")  # no word changed: the vocabulary cache stays (_writes)
-        except sqlite3.OperationalError:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
 
     def _now_ns(self) -> int:
         import time
@@ -935,32 +996,6 @@ def _stat_text(st: os.stat_result | None) -> str:
     if st is None:
         return "-"
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{stat.S_IFMT(st.st_mode)}"
-
-
-def _digest(listing: dict[str, os.stat_result]) -> str:
-    """A listing's names with their inode, size, mtime and type, as one hash (the numbers
-    packed as 64-bit integers: half the time of formatting them, on a 10,000-file dir)."""
-    import hashlib
-    from array import array
-
-    names = sorted(listing)
-    digest = hashlib.blake2b("\n".join(names).encode("utf-8", "surrogateescape"), digest_size=16)
-    numbers = [
-        n
-        for name in names
-        for st in (listing[name],)
-        for n in (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
-    ]
-    try:
-        digest.update(array("q", numbers).tobytes())
-    except OverflowError:  # an inode past 2**63
-        digest.update(repr(numbers).encode())
-    return digest.hexdigest()
-
-
-def _racy(known: _Known) -> bool:
-    """Whether a file is to be read again whatever its stat (mtime_ns -1: see RACY_NS)."""
-    return any(st[2] == -1 for _, st in known.files.values())
 
 
 def _window_text(window: Window) -> str:

@@ -558,9 +558,16 @@ class DirIndex:
                     return Change()
                 listing = _Listing()
                 conn.execute(_LISTING_TABLE)
-                conn.execute("DELETE FROM temp.listing")
-                conn.executemany("INSERT INTO temp.listing VALUES (?, ?, ?, ?, ?)",
-                                 listing.entries(dir_fd))  # fmt: skip
+                conn.execute("BEGIN")  # one transaction of the temp table's, not one a row
+                try:
+                    conn.execute("DELETE FROM temp.listing")
+                    conn.executemany("INSERT INTO temp.listing VALUES (?, ?, ?, ?, ?)",
+                                     listing.entries(dir_fd))  # fmt: skip
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
 
             def plan() -> _Plan:
                 if listing is not None:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # The parser (memoryd.memfile) and the scan's rules are imported when a file is read, not
 # by a search of an index already in step; the limits' None means memfile's defaults.
 
-SCHEMA = "2"  # 2: pointers.hidden
+SCHEMA = "2"  # 2: pointers.hidden, files_racy
 INDEX_FOLDER = "recall"  # under the state dir
 # A file changed this close before it was read may change again within the same mtime tick
 # (file times are taken from a coarse clock): it is read again next time (mtime_ns -1).
@@ -70,6 +70,7 @@ CREATE TABLE files(
 CREATE INDEX files_key ON files(key);
 CREATE INDEX files_stem ON files(stem);
 CREATE INDEX files_date ON files(date);
+CREATE INDEX files_racy ON files(mtime_ns) WHERE mtime_ns = -1;
 CREATE TABLE pointers(file TEXT PRIMARY KEY, tier TEXT NOT NULL, line INTEGER NOT NULL,
     hidden TEXT NOT NULL DEFAULT '') WITHOUT ROWID;
 CREATE TABLE refs(id INTEGER NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
@@ -189,6 +190,8 @@ _GONE = (
     "WHERE l.name IS NULL OR (l.mode & 61440) = 16384"
 )
 assert (stat.S_IFMT(0o777777), stat.S_IFDIR) == (61440, 16384)
+# A file to be read again whatever its stat (see RACY_NS); on the partial index files_racy.
+_RACY = "SELECT 1 FROM files WHERE mtime_ns = -1 LIMIT 1"
 
 
 class _Listing:
@@ -418,6 +421,7 @@ class DirIndex:
         )
         try:
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA temp_store=MEMORY")  # the listing (_Listing): MBs, briefly
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode=WAL")
         except sqlite3.Error:
@@ -612,7 +616,7 @@ class DirIndex:
                     change.pointers = True
                 # What the listing was when the index last matched it (see _in_step); any
                 # other write leaves none, so that no earlier listing can match again.
-                racy = conn.execute("SELECT 1 FROM files WHERE mtime_ns = -1 LIMIT 1").fetchone()
+                racy = digest and conn.execute(_RACY).fetchone()
                 conn.execute(
                     "INSERT OR REPLACE INTO meta(key, value) VALUES ('digest', ?)",
                     ("" if racy else digest,),

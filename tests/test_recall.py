@@ -649,6 +649,23 @@ def test_a_refresh_after_one_change_lists_the_dir_once(
     assert files(search(env, mem, "panel")) == [path.name]
 
 
+def test_the_listing_compare_reads_no_files_row(env: Env, mem: Path) -> None:
+    """The compare of the listing with the index finds each file's stat in a covering index,
+    not in its `files` row (a second B-tree lookup per file: 9.5 ms at 10,000 files, 4 ms
+    with the index), and still finds the changed file."""
+    real = mem.resolve()
+    with DirIndex(index_path(env.state, real), real) as index:
+        index.update()
+        conn = index.conn
+        conn.execute(store._LISTING_TABLE)
+        names = ("MEMORY.md", "MEMORY-ARCHIVE.md")
+        plan = conn.execute("EXPLAIN QUERY PLAN " + store._CHANGED, names).fetchall()
+        assert any("SEARCH f USING COVERING INDEX" in row[-1] for row in plan), plan
+        path = mem / "reference_dashboards.md"
+        path.write_text(path.read_text() + "more\n")
+        assert index.update().read == 1
+
+
 def test_a_name_listed_twice_is_read_once(
     env: Env, mem: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

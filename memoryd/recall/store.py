@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # The parser (memoryd.memfile) and the scan's rules are imported when a file is read, not
 # by a search of an index already in step; the limits' None means memfile's defaults.
 
-SCHEMA = "2"  # 2: pointers.hidden, files_racy
+SCHEMA = "3"  # 2: pointers.hidden, files_racy; 3: files_stat
 INDEX_FOLDER = "recall"  # under the state dir
 # A file changed this close before it was read may change again within the same mtime tick
 # (file times are taken from a coarse clock): it is read again next time (mtime_ns -1).
@@ -71,6 +71,8 @@ CREATE INDEX files_key ON files(key);
 CREATE INDEX files_stem ON files(stem);
 CREATE INDEX files_date ON files(date);
 CREATE INDEX files_racy ON files(mtime_ns) WHERE mtime_ns = -1;
+-- The listing's compare (_CHANGED) finds each entry's stat here, not in its files row.
+CREATE INDEX files_stat ON files(file, ino, size, mtime_ns);
 CREATE TABLE pointers(file TEXT PRIMARY KEY, tier TEXT NOT NULL, line INTEGER NOT NULL,
     hidden TEXT NOT NULL DEFAULT '') WITHOUT ROWID;
 CREATE TABLE refs(id INTEGER NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
@@ -182,9 +184,11 @@ _LISTING_TABLE = (
 # The dir's entries the index does not hold as they are now (not the index files, not
 # folders); and the index's files the dir no longer has (or has as a folder). 61440 is
 # S_IFMT's mask, 16384 S_IFDIR. A name the dir listed twice (renamed over while it was
-# listed) is one name in both.
+# listed) is one name in both. files_stat covers the first (the planner would take the
+# unique index on `file`, then each files row: 9.5 ms at 10,000 files instead of 4).
 _CHANGED = (
-    "SELECT l.name, f.id FROM temp.listing l LEFT JOIN files f ON f.file = l.name "
+    "SELECT l.name, f.id FROM temp.listing l LEFT JOIN files f INDEXED BY files_stat "
+    "ON f.file = l.name "
     "WHERE l.name NOT IN (?, ?) AND (l.mode & 61440) != 16384 "
     "AND (f.id IS NULL OR f.ino != l.ino OR f.size != l.size OR f.mtime_ns != l.mtime)"
 )

@@ -670,6 +670,29 @@ def test_a_first_build_makes_its_indexes_after_the_rows(
     assert not [s for s in statements if "synchronous" in s or s.startswith(("CREATE I", "DROP I"))]
 
 
+def test_a_backticked_path_is_cleaned_once() -> None:
+    """Reference extraction cleans a path in backticks once, not once as a run of path
+    characters and again as a code span (half of a first build's cleaning, at 10,000
+    memories), and finds the same references."""
+    from memoryd.dream import refs
+
+    line = "- edit `src/pkg_{0}/mod_{0}.py:{0}` and see docs/x_{0}.md.\n"
+    body = "".join(line.format(i) for i in range(50))
+    calls: list[str] = []
+    clean = refs._clean_run
+
+    def counted(run: str) -> str:
+        calls.append(run)
+        return clean(run)
+
+    found = refs.extract_refs(body)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(refs, "_clean_run", counted)
+        assert refs.extract_refs(body) == found
+    assert len(found.paths) == 100
+    assert len(calls) == 100  # each run once
+
+
 def test_a_refresh_after_one_change_lists_the_dir_once(
     env: Env, mem: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -144,6 +144,7 @@ def engine_for(rt: "Runtime", dirs: Sequence["MemoryDir"]) -> "Engine":
         max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
         warn=_warn,
         reading=rt.store.reading,
+        window=(rt.config.index.max_lines, rt.config.index.max_chars),
     )
 
 

@@ -7,9 +7,10 @@ consult evidence in the state dir (memoryd.recall.consults), which the dream pas
 guard reads. Needs the optional extra `memoryd[mcp]` (the official `mcp` SDK).
 """
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,38 @@ INSTRUCTIONS = (
 )
 
 
+class _Libc:
+    """glibc's allocator knobs, where there is glibc (elsewhere: nothing). The tools run in
+    the SDK's worker threads: each thread's allocations went to an arena of its own, and
+    what a query's SQLite and FTS5 buffers freed stayed in the process (at 100,000 memories
+    the server's RSS grew by 30 MB over 20 queries). One arena, trimmed after each call,
+    gives it back."""
+
+    M_ARENA_MAX = -8
+
+    def __init__(self) -> None:
+        self.libc: Any = None
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None)
+            if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt"):
+                self.libc = libc
+        except (OSError, AttributeError):  # not glibc, or no C library to load
+            self.libc = None
+
+    def one_arena(self) -> None:
+        if self.libc is not None:
+            self.libc.mallopt(self.M_ARENA_MAX, 1)
+
+    def trim(self) -> None:
+        if self.libc is not None:
+            self.libc.malloc_trim(0)
+
+
+LIBC = _Libc()
+
+
 class Recall:
     """The engine behind the tools: one per server, used by one call at a time."""
 
@@ -64,6 +97,15 @@ class Recall:
         self._engine: Engine | None = None
         self._found_at = -REDISCOVER_EVERY
         self._fresh_at = -REFRESH_EVERY
+
+    @contextlib.contextmanager
+    def _calling(self) -> Iterator[None]:
+        """One tool call at a time; what it allocated is given back after it (LIBC)."""
+        with self.lock:
+            try:
+                yield
+            finally:
+                LIBC.trim()
 
     def engine(self) -> Engine:
         """The engine, its dirs found again now and then and its indexes brought up to date
@@ -123,7 +165,7 @@ class Recall:
         scope: list[str] | None = None,
     ) -> dict[str, Any]:
         limit = max(1, min(limit, MAX_LIMIT))
-        with self.lock:
+        with self._calling():
             engine = self.engine()
             frame = self.frame(timeframe)
             hits = engine.search(
@@ -145,7 +187,7 @@ class Recall:
     def recall(
         self, paths: list[str], symbols: list[str] | None = None, scope: list[str] | None = None
     ) -> dict[str, Any]:
-        with self.lock:
+        with self._calling():
             engine = self.engine()
             hits = engine.recall(paths, symbols or [], limit=MAX_LIMIT)
             self.answered("recall_for_paths", hits, "")
@@ -155,7 +197,7 @@ class Recall:
             return {"paths": paths, "symbols": symbols or [], "results": results}
 
     def read(self, file: str) -> dict[str, Any]:
-        with self.lock:
+        with self._calling():
             engine = self.engine()
             found = engine.find(file)
             shown = engine.show(file, found=found)
@@ -164,7 +206,7 @@ class Recall:
             return shown
 
     def recent(self, timeframe: str = "recent", project: str | None = None) -> dict[str, Any]:
-        with self.lock:
+        with self._calling():
             engine = self.engine()
             hits = engine.recent(
                 frame=self.frame(timeframe), project=project or None, limit=MAX_LIMIT
@@ -222,6 +264,7 @@ def build(recall: Recall) -> MCPServer[Any]:
 
 def serve(rt: Runtime, dirs: Sequence[Path]) -> int:
     """Run the server on stdin/stdout until the client closes it."""
+    LIBC.one_arena()  # before the SDK starts its threads
     recall = Recall(rt, dirs)
     try:
         build(recall).run("stdio")

@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from memoryd.dream.similar import Vocabulary, find_similar_pairs, significant_words
-
 STORE_PATH: Final = ".agent/memory.jsonl"  # in a repo
 MAX_STORE_BYTES: Final = 16 << 20  # the most of a store memoryd reads
 MAX_LINE_BYTES: Final = 256 << 10  # a longer line is reported, never parsed
@@ -291,6 +289,10 @@ def duplicates(store: Store, now: float, threshold: float) -> list[Duplicate]:
     Records with the very same words (a record pasted again) are one group, each member paired
     with the group's first only: n copies are n - 1 findings, not n²/2 pairs to enumerate.
     Distinct word sets are paired by the dream pass's exact engine."""
+    # Here, not at the top: the similarity engine imports numpy, which `memoryd search`
+    # (it reads stores through this module) would pay for at every start.
+    from memoryd.dream.similar import Vocabulary, find_similar_pairs, significant_words
+
     live = active(store, None, now)
     vocabulary = Vocabulary()
     groups: dict[tuple[int, ...], list[Record]] = {}

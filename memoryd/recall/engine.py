@@ -13,15 +13,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from memoryd.agentview import ViewKind
 from memoryd.discover import MemoryDir
 from memoryd.recall.query import DAY, Frame, expressions, name_keys
-from memoryd.recall.store import BUSY_WAIT, Change, DirIndex, Row, index_path
+from memoryd.recall.store import BUSY_WAIT, Change, DirIndex, Row, Window, index_path
 
 Result = dict[str, Any]
 
 # Recall by path: how strongly a memory touches the file (lower first).
 EXACT, MOVED, FOLDER, INSIDE, SYMBOL, MENTION = range(6)
 DEFAULT_LIMIT = 10
+# The flag of a memory whose MEMORY.md pointer the agent does not see in what it loads.
+HIDDEN = "hidden by the agent's view"
 NO_FRAME = Frame()
 
 
@@ -66,6 +69,7 @@ class Engine:
         max_frontmatter_bytes: int | None = None,
         warn: Callable[[str], None] | None = None,
         reading: Callable[[Path], Any] | None = None,
+        window: tuple[int, int] | None = None,
     ) -> None:
         self.dirs = list(dirs)
         self.state_dir = state_dir
@@ -80,7 +84,12 @@ class Engine:
         if warn is not None:
             options["warn"] = warn
         self.indexes = {
-            md.real_path: DirIndex(index_path(state_dir, md.real_path), md.real_path, **options)
+            md.real_path: DirIndex(
+                index_path(state_dir, md.real_path),
+                md.real_path,
+                window=_window(md, window),
+                **options,
+            )
             for md in self.dirs
         }
 
@@ -260,6 +269,8 @@ class Engine:
             "index": f"indexed in MEMORY.md, line {hit.row.line}",
             "archive": f"indexed in MEMORY-ARCHIVE.md, line {hit.row.line}",
         }.get(hit.row.tier, "not indexed: no pointer in MEMORY.md or MEMORY-ARCHIVE.md")
+        if hit.row.hidden:
+            where += f" ({HIDDEN}: {hit.row.hidden})"
         return {
             "target": target,
             "memory": self.result(hit),
@@ -300,6 +311,8 @@ class Engine:
         unconfirmed = row.date < now - self.stale_after
         flags = [f"unconfirmed {age} d"] if unconfirmed else []
         flags += list(row.flags)
+        if row.hidden:
+            flags.append(f"{HIDDEN} ({row.hidden})")
         out: Result = {
             "file": str(hit.md.path / row.file),
             "dir": hit.md.heading,
@@ -321,6 +334,18 @@ class Engine:
 
     def results(self, hits: Iterable[Hit]) -> list[Result]:
         return [self.result(h) for h in hits]
+
+
+def _window(md: MemoryDir, sizes: tuple[int, int] | None) -> Window | None:
+    """How the agent loads this dir's MEMORY.md under these sizes (index.max_lines,
+    index.max_chars), as `memoryd dirs` computes it; None: the index's own default."""
+    if sizes is None:
+        return None
+    # memoryd.indexer.view_kind's rule (tests/test_recall.py holds them together), without
+    # importing the indexer into every search's start-up.
+    path = md.path
+    auto = md.kind == "project" or (path.name == "memory" and path.parent.parent.name == "projects")
+    return (ViewKind.AUTO.value if auto else ViewKind.PLAIN.value, *sizes)
 
 
 def snippet_text(raw: str) -> str:

@@ -25,6 +25,10 @@ STOPWORDS = frozenset(_STOPWORDS.split())
 # Endings cut to reach a word's other forms (`deploys`, `deploying`, `deployment`): the rest
 # is searched as a prefix. Longest first; the rest must keep at least 4 characters.
 _ENDINGS = ("ments", "ment", "ings", "ing", "ions", "ion", "ies", "es", "ed", "er", "s")
+# A prefix stands for at most this many words of the dir (those it starts, in order). Not an
+# FTS5 prefix query: the porter tokenizer stems the prefix too (`doing*` is `do*`, which
+# matches `docs`, `done`, `docker`...), and a short prefix's merged doclist costs milliseconds.
+PREFIX_WORDS = 24
 FUZZY_CUTOFF = 80.0  # rapidfuzz ratio for a word the index does not hold (a typo)
 FUZZY_MIN_LEN = 4
 FUZZY_ALTERNATIVES = 3
@@ -99,17 +103,23 @@ def _quoted(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
-def forms(word: str) -> list[str]:
-    """FTS5 alternatives for one word: itself (the index stems it), and its base as a prefix
-    when an ending comes off (`deploys` -> `deploy*`)."""
-    out = [_quoted(word)]
+def prefix_of(word: str) -> str:
+    """The prefix whose words are a word's other forms: its base when an ending comes off
+    (`deploys` -> `deploy`), else the word itself; "" for a word under 4 letters."""
     for ending in _ENDINGS:
         if word.endswith(ending) and len(word) - len(ending) >= 4:
-            out.append(_quoted(word[: -len(ending)]) + "*")
-            break
-    else:
-        if len(word) >= 4:
-            out.append(_quoted(word) + "*")
+            return word[: -len(ending)]
+    return word if len(word) >= 4 else ""
+
+
+def forms(word: str, index: "DirIndex | None" = None) -> list[str]:
+    """FTS5 alternatives for one word: itself (the index stems it), and the words of the
+    dir that start with its prefix (`deploys` -> `deploy`, `deployment`, `deploying`...),
+    as the dir's vocabulary holds them (none without an index)."""
+    out = [_quoted(word)]
+    prefix = prefix_of(word)
+    if prefix and index is not None:
+        out += [_quoted(t) for t in index.starting(prefix, PREFIX_WORDS) if t != word]
     return out
 
 
@@ -154,7 +164,7 @@ def expressions(query: str, index: "DirIndex") -> Expressions:
     groups: list[list[str]] = []
     corrected: dict[str, list[str]] = {}
     for word in words(query):
-        alternatives = forms(word)
+        alternatives = forms(word, index)
         expression = " OR ".join(alternatives)
         if not index.has(expression):
             close = fuzzy(word, index.vocabulary())

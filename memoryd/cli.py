@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -107,9 +108,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "defaults)",
     )
     _color_arg(parser, "auto")
-    sub = parser.add_subparsers(
-        dest="command", metavar="COMMAND", required=True, action=_Commands
-    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, action=_Commands)
     assert isinstance(sub, _Commands)
     sub.only = only
 
@@ -1271,8 +1270,12 @@ def _keeping_versions(
     args: argparse.Namespace, rt: Runtime
 ) -> contextlib.AbstractContextManager[None]:
     """The version store for a command that may write (memoryd.cmd_versions.keeping); the
-    read-only commands do not even import it."""
-    if args.command not in VERSIONED:
+    read-only commands do not even import it, nor a check or a dry run, which keep none."""
+    if (
+        args.command not in VERSIONED
+        or getattr(args, "check", False)
+        or getattr(args, "dry_run", False)
+    ):
         return contextlib.nullcontext()
     from memoryd.cmd_versions import keeping
 
@@ -1376,4 +1379,9 @@ def main(
 
 
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    # What the command built (an entry per memory file...) is left to the process's end, not
+    # to the collector's last walk at exit, which would free it object by object (~15 ms at
+    # 10,000 memories). Files are flushed as before: every write closes its file.
+    gc.freeze()
+    sys.exit(code)

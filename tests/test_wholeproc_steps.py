@@ -356,3 +356,31 @@ def test_a_command_leaves_what_it_built_to_the_process_end(env: Env, cli) -> Non
     assert "in sync" in proc.stdout  # its output is flushed as before
     frozen = int(proc.stdout.split("frozen ")[1])
     assert frozen > 1000  # the modules' objects and the pass's, out of the collector's reach
+
+
+def test_index_of_a_plain_index_compiles_none_of_the_block_lexers_patterns(env: Env, cli) -> None:
+    """The agent's view of a MEMORY.md without a comment is measured by string calls: an
+    `index` compiles none of the block lexer's patterns (HTML blocks, list items...; ~2 ms of
+    start-up). The old agentview compiled every pattern at import. (What they find, once
+    compiled at their first use, is tests/test_agentview.py's.)"""
+    folder = env.claude / "agent-memory" / "reviewer"
+    for name in ("a.md", "b.md"):
+        write_memory(folder, name)
+    assert cli("index", folder).code == 0
+    probe = (
+        "import io, json, re, sys\n"
+        "compiled = []\n"
+        "real = re.compile\n"
+        "def counting(pattern, *a, **k):\n"
+        "    compiled.append(str(pattern))\n"
+        "    return real(pattern, *a, **k)\n"
+        "re.compile = counting\n"
+        "from memoryd.cli import main\n"
+        f"code = main(['index', {str(folder)!r}], out=io.StringIO())\n"
+        "block = [p for p in compiled if 'blockquote' in p or 'script|pre' in p]\n"
+        "print(json.dumps([code, len(block)]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=False, env=os.environ.copy())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0, 0]

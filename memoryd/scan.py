@@ -383,14 +383,13 @@ def scan_dir(
         with os.scandir(dir_fd) as entries:
             listing = {e.name: e for e in entries}
         result.own_temps = [n for n in listing if n.startswith(".") and fsops.is_own_temp(n)]
-        files, cached_file, is_dir = result.files, cache.get, stat.S_ISDIR
+        files, cached_file, is_dir, lstat = result.files, cache.get, stat.S_ISDIR, os.stat
         removed: list[str] = []  # gone between the listing and their stat
         for name in sorted(listing):
-            entry = listing[name]
             cached = cached_file(name)
             if (
                 cached is None
-                and entry.is_file(follow_symlinks=False)
+                and listing[name].is_file(follow_symlinks=False)
                 and skip_reason(name) is None
             ):
                 # A regular file not seen before (the type comes with the listing): the read
@@ -398,7 +397,9 @@ def scan_dir(
                 _read_changed(result, dir_fd, name, None, limits)
                 continue
             try:
-                st = entry.stat(follow_symlinks=False)
+                # The same fstatat as entry.stat's, without the DirEntry's own copy of the
+                # result (~5 ms of a scan of 10,000 files).
+                st = lstat(name, dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:
                 removed.append(name)  # an editor's or sed's temp file, say
                 continue

@@ -10,15 +10,13 @@ from typing import Any, TypeVar
 
 from memoryd import fsops
 from memoryd.index import Entry, linkable
-from memoryd.memfile import (
-    MAX_FILE_BYTES,
-    MAX_FRONTMATTER_BYTES,
-    NotMemory,
-    Summary,
-    parse_date,
-    parse_summary,
-)
 from memoryd.sealed import seal, unseal
+
+# memoryd.memfile's limits, spelled out: the parser is imported by the first read, so a scan
+# that reads nothing (an `index` with nothing changed) loads none of it (~3 ms of start-up).
+# tests/test_wholeproc_steps.py checks they are memfile's.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_FRONTMATTER_BYTES = 16 * 1024
 
 TRASH_DIR = ".trash"
 # The version store's observer (memoryd.versions): told of every memory or note a scan reads,
@@ -237,6 +235,8 @@ def read_one(
             f"cannot be read ({error.strerror})",
             "check the file's permissions",
         )
+    from memoryd.memfile import NotMemory, Summary, parse_date, parse_summary
+
     parsed = parse_summary(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
     if observer is not None and isinstance(parsed, Summary | NotMemory):  # versions
         kind = "memory" if isinstance(parsed, Summary) else "note"

@@ -323,20 +323,29 @@ def test_index_without_a_journal_imports_no_recovery(env: Env, cli) -> None:
 def test_index_imports_no_diff_subprocess_or_secret_patterns_it_does_not_use(env: Env, cli) -> None:
     """The index pass loads no difflib (only a check that finds a change shows a diff), no
     subprocess (fsops found renameat2 through ctypes.util.find_library, which imports it and
-    may run ldconfig), and with nothing changed not the secret patterns (only a parse masks).
-    The old code imported all of them at the start (~7 ms of start-up). `--check`: the pass
+    may run ldconfig), and with nothing changed neither the parser nor the secret patterns
+    (only a read parses, only a parse masks). The old code imported all of them at the start
+    (~10 ms of start-up). `--check`: the pass
     without the version store, which imports its own."""
     folder = env.claude / "agent-memory" / "reviewer"
     for name in ("a.md", "b.md"):
         write_memory(folder, name)
     assert cli("index", folder).code == 0
-    watched = ("difflib", "subprocess", "ctypes.util", "memoryd.secrets")
+    watched = ("difflib", "subprocess", "ctypes.util", "memoryd.secrets", "memoryd.memfile")
     loaded, _, code = _probe(["index", "--check", str(folder)], watched)
     assert code == 0 and loaded == []
     write_memory(folder, "c.md")  # parsed: its name and description are masked
     loaded, out, code = _probe(["index", "--check", str(folder)], watched)
     assert code == 1 and "+- [" in out and "c.md" in out
-    assert loaded == ["difflib", "memoryd.secrets"]
+    assert loaded == ["difflib", "memoryd.memfile", "memoryd.secrets"]
+
+
+def test_the_scans_limits_are_the_parsers() -> None:
+    """scan spells out memfile's limits (it imports the parser at its first read)."""
+    from memoryd import memfile, scan
+
+    assert scan.MAX_FILE_BYTES == memfile.MAX_FILE_BYTES
+    assert scan.MAX_FRONTMATTER_BYTES == memfile.MAX_FRONTMATTER_BYTES
 
 
 def test_a_command_leaves_what_it_built_to_the_process_end(env: Env, cli) -> None:

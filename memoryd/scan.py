@@ -425,9 +425,13 @@ def scan_dir(
 _CACHE_HEADER = ("memoryd scan cache", 5, Scanned.__slots__)  # 5: secrets masked
 
 
+_COLUMNS = tuple(operator.attrgetter(name) for name in Scanned.__slots__)
+
+
 def dump_cache(files: Mapping[str, Scanned]) -> bytes:
-    rows = map(Scanned.as_tuple, files.values())
-    return seal(_CACHE_HEADER, tuple(zip(*rows, strict=True)))
+    # Column by column, in C: no tuple per file to transpose (~2 ms of a one-change `index`).
+    entries = files.values()
+    return seal(_CACHE_HEADER, tuple(tuple(map(column, entries)) for column in _COLUMNS))
 
 
 def load_cache(data: bytes) -> dict[str, Scanned]:

@@ -129,6 +129,16 @@ def bench(n: int, args: argparse.Namespace) -> str:
         for _ in range(2):  # settle: the first pass demotes, the second changes nothing
             run([*mem, "index", str(folder)], env)
         run([*mem, "search", "warmup", str(folder)], env)  # builds the search index
+        # `--old`: the other memoryd in a home and a dir of its own, timed in the same rounds.
+        old = args.old.split() if args.old else None
+        old_home = tmp / "home-old"
+        old_folder = old_home / ".claude" / "projects" / "-tmp-bench" / "memory"
+        old_env = home_env(old_home)
+        if old is not None:
+            shutil.copytree(pristine, old_folder)
+            for _ in range(2):
+                run([*old, "index", str(old_folder)], old_env)
+            run([*old, "search", "warmup", str(old_folder)], old_env)
         time.sleep(2.5)  # past any racy-mtime window: "nothing changed" is nothing changed
         # A memory's body, not the README note (the first name in an `ls`).
         name = sorted(
@@ -146,9 +156,12 @@ def bench(n: int, args: argparse.Namespace) -> str:
             "search": [*mem, "search", "session cache", str(folder)],
             "grep": ["grep", "-ril", word, str(folder)],
         }
-        samples: dict[str, list[float]] = {k: [] for k in [*steps, "changed", "changed_naive"]}
+        extra = ["index_old", "changed_old"] if old is not None else []
+        samples: dict[str, list[float]] = {
+            k: [] for k in [*steps, "changed", "changed_naive", *extra]
+        }
         for i in range(args.runs):
-            order = [*steps, "changed"]
+            order = [*steps, "changed", *extra]
             if i % 2:
                 order.reverse()
             for key in order:
@@ -158,6 +171,12 @@ def bench(n: int, args: argparse.Namespace) -> str:
                     append_line(folder, name, 1000 + i)
                     samples["changed_naive"].append(run(naive_index, env))
                     run(steps["index"], env)  # back to nothing changed, untimed
+                elif key == "index_old" and old is not None:
+                    samples[key].append(run([*old, "index", str(old_folder)], old_env))
+                elif key == "changed_old" and old is not None:
+                    append_line(old_folder, name, i)
+                    samples[key].append(run([*old, "index", str(old_folder)], old_env))
+                    run([*old, "index", str(old_folder)], old_env)  # untimed, as above
                 else:
                     samples[key].append(run(steps[key], env))
 
@@ -190,6 +209,11 @@ def bench(n: int, args: argparse.Namespace) -> str:
         ),
         row("`memoryd search QUERY`", "grep -ril", med["grep"], med["search"], "≤ 150 ms"),
     ]
+    if args.old:
+        rows += [
+            row("`index`, nothing changed: old ÷ this", "old", med["index_old"], med["index"], ""),
+            row("`index`, one change: old ÷ this", "old", med["changed_old"], med["changed"], ""),
+        ]
     table = markdown_table(["figure [median]", "baseline", "memoryd", "ratio", "target"], rows)
     return (
         f"{table}\n\nruns: {args.runs} each ({args.first_runs} for the first index); "
@@ -209,6 +233,12 @@ def main() -> None:
         metavar="COMMAND",
         help="the command to run as memoryd, split at blanks (default: the console script "
         "beside this interpreter), e.g. another checkout's, to compare in one machine state",
+    )
+    parser.add_argument(
+        "--old",
+        metavar="COMMAND",
+        help="another memoryd (split at blanks), whose `index` nothing changed and after one "
+        "change is timed in the same rounds, in a home of its own: old and new in one run",
     )
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, "

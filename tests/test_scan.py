@@ -196,3 +196,49 @@ def test_a_fifo_swapped_in_after_the_listing_is_reported_not_waited_on(
     result = scan_dir(folder, cache)
     assert result.files["a.md"].problem_kind == "unreadable"
     assert result.files["b.md"].description == "other"
+
+
+def test_a_scan_lstats_each_listed_file_once_and_never_through_its_dir_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file of the listing is lstat'ed once (inode, size and mtime compared with the
+    cache), by os.stat, not by DirEntry.stat, whose own copy of the result cost ~5 ms of a
+    scan of 10,000 files (the old scan took each entry's). A file rewritten with its size kept
+    is still read again."""
+    folder = tmp_path / "m"
+    for i in range(20):
+        write_memory(folder, f"m{i:02}.md", description=f"d{i}")
+    cache = scan_dir(folder).files
+    write_memory(folder, "m05.md", description="d9")  # same size, another inode or mtime
+    os.utime(folder / "m05.md", ns=(1, 1))
+    real_scandir, real_stat = os.scandir, os.stat
+    entry_stats: list[str] = []
+    lstats: list[str] = []
+
+    class Entry:
+        def __init__(self, entry: os.DirEntry[str]) -> None:
+            self._entry, self.name = entry, entry.name
+
+        def is_file(self, *, follow_symlinks: bool = True) -> bool:
+            return self._entry.is_file(follow_symlinks=follow_symlinks)
+
+        def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+            entry_stats.append(self.name)
+            return self._entry.stat(follow_symlinks=follow_symlinks)
+
+    def listing(fd: int) -> contextlib.nullcontext[list[Entry]]:
+        with real_scandir(fd) as entries:
+            return contextlib.nullcontext([Entry(e) for e in entries])
+
+    def counting_stat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        if kwargs.get("dir_fd") is not None and isinstance(path, str):
+            lstats.append(path)
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", listing)
+    monkeypatch.setattr(os, "stat", counting_stat)
+    result = scan_dir(folder, cache)
+    monkeypatch.undo()
+    assert entry_stats == []
+    assert sorted(lstats) == sorted(cache)  # once each
+    assert result.changed == ["m05.md"] and result.files["m05.md"].description == "d9"

@@ -318,3 +318,78 @@ def test_index_without_a_journal_imports_no_recovery(env: Env, cli) -> None:
     watched = ("memoryd.recovery", "memoryd.journal", "memoryd.trash")
     loaded, _, code = _probe(["index", str(folder)], watched)
     assert code == 0 and loaded == []
+
+
+def test_index_imports_no_diff_subprocess_or_secret_patterns_it_does_not_use(env: Env, cli) -> None:
+    """The index pass loads no difflib (only a check that finds a change shows a diff), no
+    subprocess (fsops found renameat2 through ctypes.util.find_library, which imports it and
+    may run ldconfig), and with nothing changed neither the parser nor the secret patterns
+    (only a read parses, only a parse masks). The old code imported all of them at the start
+    (~10 ms of start-up). `--check`: the pass
+    without the version store, which imports its own."""
+    folder = env.claude / "agent-memory" / "reviewer"
+    for name in ("a.md", "b.md"):
+        write_memory(folder, name)
+    assert cli("index", folder).code == 0
+    watched = ("difflib", "subprocess", "ctypes.util", "memoryd.secrets", "memoryd.memfile")
+    loaded, _, code = _probe(["index", "--check", str(folder)], watched)
+    assert code == 0 and loaded == []
+    write_memory(folder, "c.md")  # parsed: its name and description are masked
+    loaded, out, code = _probe(["index", "--check", str(folder)], watched)
+    assert code == 1 and "+- [" in out and "c.md" in out
+    assert loaded == ["difflib", "memoryd.memfile", "memoryd.secrets"]
+
+
+def test_the_scans_limits_are_the_parsers() -> None:
+    """scan spells out memfile's limits (it imports the parser at its first read)."""
+    from memoryd import memfile, scan
+
+    assert scan.MAX_FILE_BYTES == memfile.MAX_FILE_BYTES
+    assert scan.MAX_FRONTMATTER_BYTES == memfile.MAX_FRONTMATTER_BYTES
+
+
+def test_a_command_leaves_what_it_built_to_the_process_end(env: Env, cli) -> None:
+    """The console script's exit does not walk and free the pass's objects one by one (the
+    collector's last pass at exit, ~15 ms at 10,000 memories): they are frozen out of it.
+    The old `entry` left all of them to that walk."""
+    folder = env.claude / "agent-memory" / "reviewer"
+    for name in ("a.md", "b.md", "c.md"):
+        write_memory(folder, name)
+    assert cli("index", folder).code == 0
+    probe = ("import atexit, gc, sys\nfrom memoryd.cli import entry\n"
+             "atexit.register(lambda: print('frozen', gc.get_freeze_count(), flush=True))\n"
+             f"sys.argv = ['memoryd', 'index', {str(folder)!r}]\nentry()")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=False, env=os.environ.copy())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "in sync" in proc.stdout  # its output is flushed as before
+    frozen = int(proc.stdout.split("frozen ")[1])
+    assert frozen > 1000  # the modules' objects and the pass's, out of the collector's reach
+
+
+def test_index_of_a_plain_index_compiles_none_of_the_block_lexers_patterns(env: Env, cli) -> None:
+    """The agent's view of a MEMORY.md without a comment is measured by string calls: an
+    `index` compiles none of the block lexer's patterns (HTML blocks, list items...; ~2 ms of
+    start-up). The old agentview compiled every pattern at import. (What they find, once
+    compiled at their first use, is tests/test_agentview.py's.)"""
+    folder = env.claude / "agent-memory" / "reviewer"
+    for name in ("a.md", "b.md"):
+        write_memory(folder, name)
+    assert cli("index", folder).code == 0
+    probe = (
+        "import io, json, re, sys\n"
+        "compiled = []\n"
+        "real = re.compile\n"
+        "def counting(pattern, *a, **k):\n"
+        "    compiled.append(str(pattern))\n"
+        "    return real(pattern, *a, **k)\n"
+        "re.compile = counting\n"
+        "from memoryd.cli import main\n"
+        f"code = main(['index', {str(folder)!r}], out=io.StringIO())\n"
+        "block = [p for p in compiled if 'blockquote' in p or 'script|pre' in p]\n"
+        "print(json.dumps([code, len(block)]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=False, env=os.environ.copy())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0, 0]

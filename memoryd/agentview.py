@@ -233,9 +233,7 @@ def _segments(line: str, number: int | None, followed: bool) -> Iterator[tuple[s
 
 # --- the comment lexer ---------------------------------------------------------------------
 _BULLET = lazy(r"( {0,3})([-+*]|\d{1,9}[.)])(?=[ \t]|$)")
-_HR = lazy(
-    r" {0,3}(?:-[\t ]*-[\t ]*-[-\t ]*|_[\t ]*_[\t ]*_[_\t ]*|\*[\t ]*\*[\t ]*\*[*\t ]*)$"
-)
+_HR = lazy(r" {0,3}(?:-[\t ]*-[\t ]*-[-\t ]*|_[\t ]*_[\t ]*_[_\t ]*|\*[\t ]*\*[\t ]*\*[*\t ]*)$")
 _FENCE = lazy(r" {0,3}(`{3,}(?![^`]*`)|~{3,})")
 # What ends a list item when it starts within the item's first columns (the binary's `TL`).
 _ITEM_BREAK = lazy(

@@ -113,8 +113,11 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def daemon_start(tmp: Path, template: Path, mode: str, k: int) -> tuple[float, int]:
-    """Seconds from spawn to the first index.updated, and VmRSS once the daemon is idle."""
+def daemon_start(
+    tmp: Path, template: Path, mode: str, k: int, idle: float = 3.0
+) -> tuple[float, int]:
+    """Seconds from spawn to the first index.updated, and VmRSS once the daemon has been idle
+    `idle` seconds."""
     home = Home(tmp / f"home-{mode}-{k}", template)
     start = time.monotonic()
     proc = home.run(mode, "run")
@@ -125,8 +128,8 @@ def daemon_start(tmp: Path, template: Path, mode: str, k: int) -> tuple[float, i
             time.sleep(0.02)
         took = time.monotonic() - start
         quiet_since, ticks = time.monotonic(), cpu_ticks(proc.pid)
-        while time.monotonic() - quiet_since < 3.0:  # idle 3 s: the start-up work is done
-            time.sleep(0.5)
+        while time.monotonic() - quiet_since < idle:  # idle: the start-up work is done
+            time.sleep(min(0.5, idle))
             now_ticks = cpu_ticks(proc.pid)
             if now_ticks - ticks > 1:
                 quiet_since = time.monotonic()
@@ -201,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="rounds of figures 1-3 (5)")
     parser.add_argument("--oneshot", type=int, default=11, help="rounds of figure 4 (11)")
     parser.add_argument("--figures", type=int, nargs="+", default=[1, 2, 4], choices=[1, 2, 4])
+    parser.add_argument(
+        "--idle", type=float, default=3.0, help="seconds a daemon is idle before its RSS (3)"
+    )
     args = parser.parse_args(argv)
     print(
         f"memoryd version store bench — Python {platform.python_version()}, {os.cpu_count()} "
@@ -230,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for k in range(args.repeat):
                 for store in (True, False) if k % 2 == 0 else (False, True):
                     runs[store].append(
-                        daemon_start(tmp, template, "store" if store else "nostore", k)
+                        daemon_start(tmp, template, "store" if store else "nostore", k, args.idle)
                     )
             mine_t, base_t = [t for t, _ in runs[True]], [t for t, _ in runs[False]]
             ok = statistics.median(mine_t) <= 1.10 * statistics.median(base_t)

@@ -27,6 +27,7 @@ What memoryd cannot see it cannot keep: a version written and replaced while no 
 process ran is not in the store; the last version memoryd saw is what it can give back.
 """
 
+import array
 import contextlib
 import ctypes
 import ctypes.util
@@ -119,7 +120,10 @@ class Record:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _record(row: object) -> Record | None:
+def _record(row: object, skip_reason: Callable[[str], str | None]) -> Record | None:
+    """A log row as a Record, None if it is not one; `skip_reason` is scan's (imported by the
+    caller once: an import a line cost ~0.2 s at 10,000 lines, and `memoryd status` imports
+    this module without the scan machinery)."""
     if not isinstance(row, dict):
         return None
     t, f, h, n, e, by = (row.get(k) for k in ("t", "f", "h", "n", "e", "by"))
@@ -132,8 +136,6 @@ def _record(row: object) -> Record | None:
         and by in (MEMORYD, OTHER)
     ):
         return None
-    from memoryd.scan import skip_reason
-
     if skip_reason(f) not in (None, "index") or "/" in f:
         return None  # a name no scan could have recorded: never used
     extra = {k: v for k, v in row.items() if k not in ("t", "f", "h", "n", "e", "by")}
@@ -183,16 +185,31 @@ class Session:
     def __init__(self, store: "VersionStore", path: Path) -> None:
         self.store = store
         self.path = path
-        self.reads: list[tuple[str, str, int, str]] = []  # name, sha, size, kind
+        # What each read found: name, sha256, size, kind (0 memory, 1 note), in four columns.
+        # A tuple (and a size int) per read, made between the scan's own long-lived objects
+        # and freed at its end, left the daemon's heap a few arenas bigger after a first
+        # start; the names and sha256 strings are the scan's own.
+        self.names: list[str] = []
+        self.shas: list[str] = []
+        self.sizes = array.array("q")
+        self.kinds = bytearray()
         self.temps: list[tuple[str, str]] = []  # (temp name, sha) written, not yet renamed
         self._pending: set[str] = set()
         self.known: dict[str, str] | None = None
         # New objects held until the scan ends or PACK_FROM of them make a pack (their bytes
         # then go straight into it); past PACK_BUFFER bytes they are written as loose temps.
-        self.held: list[tuple[str, bytes]] = []
-        self.held_bytes = 0
+        # Their bytes are copied into one buffer (`spool`): each read's own bytes are freed
+        # when the scan is done with them, as without the store.
+        self.held: list[tuple[str, int, int]] = []  # sha, start in the spool, size
+        self.spool = bytearray()
         self.pack: _PackWriter | None = None
         self.looked: tuple[bool, list[str]] | None = None  # whether objects/ exists; the packs
+        self.nothing_stored = False  # no objects folder, no packs, no temps: a first start
+
+    def reads(self) -> Iterator[tuple[str, str, int, str]]:
+        """What the scan read and the store had not: name, sha256, size, kind."""
+        for i, name in enumerate(self.names):
+            yield name, self.shas[i], self.sizes[i], "note" if self.kinds[i] else "memory"
 
     def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
         """A scan read `name` and found it a memory or a note (`kind`) with these bytes."""
@@ -200,38 +217,50 @@ class Session:
             self.known = self.store.table(self.path).seen
         if self.known.get(name) == sha:
             return  # the version the store has (a restart without a parse cache)
-        self.reads.append((name, sha, len(data), kind))
+        self.names.append(name)
+        self.shas.append(sha)
+        self.sizes.append(len(data))
+        self.kinds.append(kind != "memory")
         if sha in self._pending:
             return
         self._pending.add(sha)
         if self.looked is None:  # once a scan: 10,000 listings of the packs cost 60 ms
             self.looked = (self.store.objects.exists(), self.store.pack_names())
-        if self.store.has_object(sha, looked=self.looked):
+            self.nothing_stored = not self.looked[0] and not self.looked[1]
+        if not (self.nothing_stored and not self.store._temps) and self.store.has_object(
+            sha, looked=self.looked
+        ):
             return
         if self.pack is not None:
             self.pack.add(sha, data)
             return
-        self.held.append((sha, data))
-        self.held_bytes += len(data)
+        self.held.append((sha, len(self.spool), len(data)))
+        self.spool += data
         if len(self.held) + len(self.temps) >= PACK_FROM:
             self.pack = _PackWriter(self.store)
-            held, self.held = self.held, []
-            for item in held:
-                self.pack.add(*item)
-        elif self.held_bytes > PACK_BUFFER:
+            held, spool = self._take_held()
+            with memoryview(spool) as view:
+                for sha, start, size in held:
+                    self.pack.add(sha, view[start : start + size])
+        elif len(self.spool) > PACK_BUFFER:
             self.spill()
+
+    def _take_held(self) -> tuple[list[tuple[str, int, int]], bytearray]:
+        held, spool = self.held, self.spool
+        self.held, self.spool = [], bytearray()
+        return held, spool
 
     def spill(self) -> None:
         """Write the held objects as loose temps (put in place by VersionStore.commit_temps)."""
-        held, self.held, self.held_bytes = self.held, [], 0
-        for sha, data in held:
-            tmp = self.store.write_object_temp(sha, data, sync=False)
+        held, spool = self._take_held()
+        for sha, start, size in held:
+            tmp = self.store.write_object_temp(sha, bytes(spool[start : start + size]), sync=False)
             if tmp is not None:
                 self.temps.append((tmp, sha))
 
     def abort(self) -> None:
         """A scan that did not end (it raised): its pack's temp goes, nothing was logged."""
-        self.held = []
+        self._take_held()
         if self.pack is not None:
             self.pack.abort()
             self.pack = None
@@ -261,22 +290,31 @@ class _PackWriter:
             raise
         self.offset = 0
         self.entries = bytearray()
-        self.pieces: list[bytes] = []  # written a batch at a time (writev): 10,000 writes
-        self.piece_bytes = 0  # one at a time cost ~30 ms
+        # Copied into one buffer, written when it is full: 10,000 writes one at a time cost
+        # ~30 ms, and holding each object's own bytes until a batch was written kept them
+        # (and the heap they were read into) alive after the scan was done with them.
+        self.buf = bytearray(PACK_WRITE)
+        self.fill = 0
         self._write(_PACK_HEAD)
 
-    def _write(self, data: bytes) -> None:
-        self.pieces.append(data)
-        self.piece_bytes += len(data)
-        self.offset += len(data)
-        if self.piece_bytes >= PACK_WRITE:
+    def _write(self, data: bytes | memoryview) -> None:
+        size = len(data)
+        if self.fill + size > PACK_WRITE:
             self._drain()
+        if size > PACK_WRITE:
+            _write_view(self.fd, memoryview(data))
+        else:
+            self.buf[self.fill : self.fill + size] = data
+            self.fill += size
+        self.offset += size
 
     def _drain(self) -> None:
-        pieces, self.pieces, self.piece_bytes = self.pieces, [], 0
-        fsops._write_all(self.fd, pieces)
+        if self.fill:
+            with memoryview(self.buf) as view:
+                _write_view(self.fd, view[: self.fill])
+            self.fill = 0
 
-    def add(self, sha: str, data: bytes) -> None:
+    def add(self, sha: str, data: bytes | memoryview) -> None:
         self.entries += _PACK_ENTRY.pack(bytes.fromhex(sha), self.offset, len(data))
         self._write(data)
         fsops.crash_point("versions.writing")
@@ -313,6 +351,11 @@ class _PackWriter:
                 os.unlink(self.tmp, dir_fd=self.dir_fd)
             os.close(self.dir_fd)
             self.dir_fd = -1
+
+
+def _write_view(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _pack_trailer(fd: int) -> tuple[int, int]:
@@ -817,13 +860,15 @@ class VersionStore:
             fd, _ = open_regular(self.log_path(path), follow=False)
         except OSError:
             return []
+        from memoryd.scan import skip_reason
+
         out = []
         try:
             for _, raw in BoundedLines(fd, max_line=LOG_LINE_MAX):
                 if raw is None:
                     continue
                 with contextlib.suppress(ValueError):
-                    rec = _record(json.loads(raw))
+                    rec = _record(json.loads(raw), skip_reason)
                     if rec is not None:
                         out.append(rec)
         finally:
@@ -913,7 +958,7 @@ class VersionStore:
         """Record what one scan found: new versions, and files gone since."""
         with self._lock:
             d = self._dir(session.path)
-            if not session.reads and not d.loaded and self._unchanged(d, present, only):
+            if not session.names and not d.loaded and self._unchanged(d, present, only):
                 stamp = self._stamp(d)
                 if only is None and stamp is not None:
                     d.settled = stamp[0]
@@ -931,7 +976,7 @@ class VersionStore:
             now = self.clock()
             rows: list[_Row] = []
             told: list[tuple[str, str, str, str, int, bool]] = []  # said once the log has them
-            for name, sha, size, kind in session.reads:
+            for name, sha, size, kind in session.reads():
                 latest = self.latest(d, name)
                 if latest is not None and latest[0] == sha and latest[1] == "seen":
                     continue
@@ -1011,7 +1056,7 @@ class VersionStore:
     ) -> None:
         """Files a full scan took from its cache that the store never recorded (a cache older
         than the store, a log pruned or lost): read once, so that each has its version."""
-        read = {r[0] for r in session.reads}
+        read = set(session.names)
         for name, info in files.items():
             if info.kind not in ("memory", "note") or name in d.seen or name in read:
                 continue
@@ -1260,7 +1305,10 @@ class _ScanObserver:
     def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
         session: Session | None = getattr(self.local, "session", None)
         if session is not None and kind in ("memory", "note"):
-            self.store._guard(session.read, name, data, sha, kind)
+            try:  # the store's _guard, inline: 10,000 calls at a first start
+                session.read(name, data, sha, kind)
+            except OSError as error:
+                self.store._say(f"{error.filename or self.store.root}: {error.strerror or error}")
 
     def end(
         self,
@@ -1571,6 +1619,8 @@ def compact(
         fd = _open_log(log, create=False)
     except FileNotFoundError:
         return 0
+    from memoryd.scan import skip_reason
+
     try:
         head = b""
         lines: list[tuple[bytes, Record | None]] = []
@@ -1583,7 +1633,7 @@ def compact(
                 continue
             rec = None
             with contextlib.suppress(ValueError):
-                rec = _record(json.loads(raw))
+                rec = _record(json.loads(raw), skip_reason)
             lines.append((raw, rec))
         by_name: dict[str, list[int]] = {}
         for i, (_, rec) in enumerate(lines):

@@ -29,8 +29,6 @@ process ran is not in the store; the last version memoryd saw is what it can giv
 
 import array
 import contextlib
-import ctypes
-import ctypes.util
 import fcntl
 import functools
 import hashlib
@@ -98,7 +96,11 @@ ALARMS_KEEP = 50
 
 @functools.cache
 def _syncfs() -> Callable[[int], int] | None:
-    """libc's syncfs, looked up at its first use (find_library costs ~3 ms at import)."""
+    """libc's syncfs, looked up at its first use: ctypes.util imports subprocess and
+    find_library may run ldconfig (~4 ms), which a command that stores nothing never pays."""
+    import ctypes
+    import ctypes.util
+
     name = ctypes.util.find_library("c")
     if name is None:
         return None

@@ -393,3 +393,16 @@ def test_index_of_a_plain_index_compiles_none_of_the_block_lexers_patterns(env: 
                           timeout=60, check=False, env=os.environ.copy())  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0, 0]
+
+
+def test_index_keeping_versions_imports_no_subprocess(env: Env, cli) -> None:
+    """A writing `index` keeps versions; the store looks libc's syncfs up only when it syncs
+    a batch. The old store imported ctypes.util (and with it subprocess) at its import, ~4 ms
+    of every writing command's start-up."""
+    folder = env.claude / "agent-memory" / "reviewer"
+    for name in ("a.md", "b.md"):
+        write_memory(folder, name)
+    assert cli("index", folder).code == 0
+    loaded, _, code = _probe(["index", str(folder)], ("subprocess", "ctypes.util", "difflib"))
+    assert code == 0 and loaded == []
+    assert "memoryd.versions" in _probe(["index", str(folder)], ("memoryd.versions",))[0]

@@ -55,6 +55,11 @@ if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machiner
 MEMORYD, OTHER = "memoryd", "other"
 INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)
 BATCH_SYNC_FROM = 16  # objects in one scan from which one syncfs replaces an fsync each
+# The store-wide lock (`<state>/versions/.lock`): every writer holds it shared from deciding
+# that an object is stored (or storing it) until the log names it; prune holds it exclusive.
+# Without it a prune in another process (the daemon's daily one) could list an object, find no
+# log line naming it yet, and delete it between a scan's pack commit and its log append.
+LOCK_NAME = ".lock"
 PACK_FROM = 256  # new objects in one scan from which they go into one pack file
 PACK_BUFFER = 1 << 20  # bytes a scan holds while it does not know yet whether it packs
 PACK_WRITE = 256 << 10  # a pack is written in pieces of about this many bytes
@@ -207,6 +212,18 @@ class Session:
         self.pack: _PackWriter | None = None
         self.looked: tuple[bool, list[str]] | None = None  # whether objects/ exists; the packs
         self.nothing_stored = False  # no objects folder, no packs, no temps: a first start
+        self.lock_fd: int | None = None  # the store-wide lock, shared, from the first read
+
+    def hold(self) -> None:
+        """Take the store-wide lock shared (once a session): from the first "is it stored"
+        to the log line naming it, no prune may drop what this scan relies on."""
+        if self.lock_fd is None:
+            self.lock_fd = self.store.lock_shared()
+
+    def release(self) -> None:
+        if self.lock_fd is not None:
+            fd, self.lock_fd = self.lock_fd, None
+            os.close(fd)
 
     def reads(self) -> Iterator[tuple[str, str, int, str]]:
         """What the scan read and the store had not: name, sha256, size, kind."""
@@ -216,6 +233,7 @@ class Session:
     def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
         """A scan read `name` and found it a memory or a note (`kind`) with these bytes."""
         if self.known is None:
+            self.hold()
             self.known = self.store.table(self.path).seen
         if self.known.get(name) == sha:
             return  # the version the store has (a restart without a parse cache)
@@ -261,11 +279,13 @@ class Session:
                 self.temps.append((tmp, sha))
 
     def abort(self) -> None:
-        """A scan that did not end (it raised): its pack's temp goes, nothing was logged."""
+        """A scan that did not end (it raised): its pack's temp goes, nothing was logged.
+        Also the end of every session: the store-wide lock is let go."""
         self._take_held()
         if self.pack is not None:
             self.pack.abort()
             self.pack = None
+        self.release()
 
 
 class _PackWriter:
@@ -392,10 +412,17 @@ def _pack_find(fd: int, key: bytes) -> tuple[int, int] | None:
 
 
 def _pack_entries(fd: int) -> list[tuple[str, int, int]]:
-    """Every object of a pack: sha256 (hex), offset, size."""
+    """Every object of a pack: sha256 (hex), offset, size. An entry whose bytes would lie
+    outside the pack's objects (a damaged or forged size or offset) is left out: its object
+    cannot be read back whole anyway, and trusting its size would make the store look
+    bigger than it is (a prune would then drop versions still within retention)."""
     count, start = _pack_trailer(fd)
     index = os.pread(fd, count * _PACK_ENTRY.size, start)
-    return [(sha.hex(), offset, size) for sha, offset, size in _PACK_ENTRY.iter_unpack(index)]
+    return [
+        (sha.hex(), offset, size)
+        for sha, offset, size in _PACK_ENTRY.iter_unpack(index)
+        if len(_PACK_HEAD) <= offset and offset + size <= start and size <= OBJECT_MAX
+    ]
 
 
 class VersionStore:
@@ -434,6 +461,45 @@ class VersionStore:
         self.defer = False
         self._temps: list[tuple[str, str]] = []
         self.pruned_at = -float("inf")  # when the daemon's store last pruned (see flush)
+
+    # --- the store-wide lock (LOCK_NAME) -------------------------------------------------------
+    def _lock_file(self) -> int:
+        ensure_private_dir(self.root)
+        return os.open(
+            self.root / LOCK_NAME,
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+            0o600,
+        )
+
+    def lock_shared(self) -> int:
+        """The store-wide lock taken shared (waits while a prune runs); close the fd to let go."""
+        fd = self._lock_file()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A writer's hold of the store-wide lock, around "stored?" → store → log line."""
+        fd = self.lock_shared()
+        try:
+            yield
+        finally:
+            os.close(fd)
+
+    def lock_exclusive(self) -> int | None:
+        """The store-wide lock taken exclusive, or None at once while any writer (a scan in
+        this process or another) holds it: a prune then waits for its next turn."""
+        fd = self._lock_file()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
 
     # --- objects -------------------------------------------------------------------------------
     def _objects_fd(self) -> int:
@@ -896,8 +962,9 @@ class VersionStore:
         """Store `data` and say that memoryd is about to write it as `name` (so that reading
         it back is memoryd's doing, not another process's). Returns its sha256."""
         sha = hashlib.sha256(data).hexdigest()
-        self.store_object(data, sha)
-        self.record(path, name, sha, len(data), "restoring", MEMORYD)
+        with self.writing():
+            self.store_object(data, sha)
+            self.record(path, name, sha, len(data), "restoring", MEMORYD)
         return sha
 
     def keep_current(self, path: Path, name: str, data: bytes, sha: str) -> None:
@@ -935,8 +1002,10 @@ class VersionStore:
             for item in pending.values():
                 self._guard(self._flush_one, item)
             if self.defer and self.clock() - self.pruned_at >= PRUNE_EVERY:
-                self.pruned_at = self.clock()
-                self._guard(prune, self)
+                done: list[PruneResult] = []
+                self._guard(lambda: done.append(prune(self)))
+                if not (done and done[0].busy):  # a writer held the store: the next flush
+                    self.pruned_at = self.clock()
             for d in self._dirs.values():
                 self._save_stamp(d)
 
@@ -958,6 +1027,20 @@ class VersionStore:
         only: Set[str] | None,
     ) -> None:
         """Record what one scan found: new versions, and files gone since."""
+        try:
+            self._end_scan(session, dir_fd, files, present, before, only)
+        finally:
+            session.release()
+
+    def _end_scan(
+        self,
+        session: Session,
+        dir_fd: int,
+        files: Mapping[str, "scan.Scanned"],
+        present: Set[str],
+        before: Mapping[str, "scan.Scanned"],
+        only: Set[str] | None,
+    ) -> None:
         with self._lock:
             d = self._dir(session.path)
             if not session.names and not d.loaded and self._unchanged(d, present, only):
@@ -965,6 +1048,7 @@ class VersionStore:
                 if only is None and stamp is not None:
                     d.settled = stamp[0]
                 return  # the stamp holds: nothing new, nothing gone (the table not read)
+            session.hold()
             self._catch_up(d)
             if only is None:
                 self._backfill(session, dir_fd, files, d)
@@ -1096,15 +1180,16 @@ class VersionStore:
             stamp = self._stamp(d)
             if stamp is not None and stamp[1].get(name) == sha:
                 return  # the version the log's latest record names (the table not read)
-        self._catch_up(d)
-        latest = self.latest(d, name)
-        if latest is not None and latest[0] == sha and latest[1] == "seen":
-            return
-        self.store_object(data, sha)
-        if latest is not None and latest[1] == "restoring" and latest[0] == sha:
-            by = MEMORYD
-        now = self.clock()
-        self._append(d, [(now, name, sha, size, "seen", by, None)])
+        with self.writing():
+            self._catch_up(d)
+            latest = self.latest(d, name)
+            if latest is not None and latest[0] == sha and latest[1] == "seen":
+                return
+            self.store_object(data, sha)
+            if latest is not None and latest[1] == "restoring" and latest[0] == sha:
+                by = MEMORYD
+            now = self.clock()
+            self._append(d, [(now, name, sha, size, "seen", by, None)])
         if by == OTHER and latest is not None and latest[1] == "seen":
             self._outside(d, now, "rewritten", name, sha, latest[0], size, False)
 
@@ -1535,14 +1620,26 @@ class PruneResult:
     freed: int = 0
     kept_bytes: int = 0
     lines_dropped: int = 0  # by the logs' compaction
+    busy: bool = False  # a writer held the store-wide lock: nothing was looked at
 
 
 def prune(store: VersionStore, now: float | None = None) -> PruneResult:
     """Drop versions past `keep_days` after they were replaced or deleted, then, while the
     store is over `max_bytes`, replaced versions of files that still exist (oldest first),
     then older replaced versions of deleted files; never a current version, and never the
-    last version of a deleted file within keep_days. Objects no kept version names go."""
-    now = store.clock() if now is None else now
+    last version of a deleted file within keep_days. Objects no kept version names go.
+    Runs under the store-wide lock, exclusive; while any writer holds it, nothing is done
+    and the result says `busy`."""
+    lock = store.lock_exclusive()
+    if lock is None:
+        return PruneResult(busy=True)
+    try:
+        return _prune(store, store.clock() if now is None else now)
+    finally:
+        os.close(lock)
+
+
+def _prune(store: VersionStore, now: float) -> PruneResult:
     keep = store.keep_days * DAY
     # Per object: whether something still needs it, else the time it became prunable and its
     # tier (0: an old version of a file that exists; 1: of a deleted file, not its last).

@@ -613,3 +613,135 @@ def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypat
     monkeypatch.setattr(builtins, "__import__", real_import)
     assert len(recs) == 3000
     assert len(imports) <= 1, len(imports)  # the old code's: 3,000
+
+
+def _prune_in_another_process(state: Path, now: float) -> dict[str, Any]:
+    """`versions.prune` of the same state dir run by another process (the daemon's daily one),
+    with its own clock: what it removed and whether it found the store busy."""
+    probe = (
+        "import json, sys\nfrom pathlib import Path\nfrom memoryd import versions\n"
+        f"store = versions.VersionStore(Path({str(state)!r}), clock=lambda: {now!r})\n"
+        "r = versions.prune(store)\n"
+        "print(json.dumps({'removed': len(r.removed), 'busy': getattr(r, 'busy', False)}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def _memories(folder: Path, count: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (folder / f"m{i:03}.md").write_bytes(
+            f"---\nname: m{i}\ndescription: d{i}\ntype: project\n---\n\nlesson {i}\n".encode()
+        )
+
+
+def test_a_prune_by_another_process_waits_while_a_scan_stores_a_pack(env: Env, monkeypatch) -> None:
+    """A scan's pack is put in place before the log names its objects. A prune by another
+    process in between (the daemon's daily one against a command's first `index`) found
+    objects no log named and deleted all 300: every current version logged, none readable,
+    and no later scan stored them again. The store-wide lock makes that prune wait."""
+    folder = env.home / "mem"
+    _memories(folder, 300)
+    clock = Clock()
+    seen: list[dict[str, Any]] = []
+    commit = versions._PackWriter.commit
+
+    def commit_then_prune(self: Any) -> str:
+        name = commit(self)
+        seen.append(_prune_in_another_process(env.state, clock.now))
+        return name
+
+    monkeypatch.setattr(versions._PackWriter, "commit", commit_then_prune)
+    with versions.active(_store(env, clock, [])):
+        scan_dir(folder)
+    assert seen == [{"removed": 0, "busy": True}]
+    fresh = _store(env, clock, [])
+    for path in folder.iterdir():
+        data = path.read_bytes()
+        assert fresh.read_object(hashlib.sha256(data).hexdigest()) == data, path.name
+    assert _prune_in_another_process(env.state, clock.now) == {"removed": 0, "busy": False}
+
+
+def test_a_prune_by_another_process_cannot_drop_an_object_a_scan_found_stored(
+    env: Env, monkeypatch
+) -> None:
+    """A scan that finds a version's bytes already stored (a file deleted past retention,
+    written again with the same bytes) writes them no more; a prune by another process
+    before the scan's log line dropped them, and the new file's only version was gone."""
+    folder = env.home / "mem"
+    folder.mkdir()
+    data = b"---\nname: x\ndescription: d\ntype: project\n---\n\nsame lesson\n"
+    clock = Clock()
+    (folder / "x.md").write_bytes(data)
+    with versions.active(_store(env, clock, [])):
+        scan_dir(folder)
+    (folder / "x.md").unlink()
+    with versions.active(_store(env, clock, [])):
+        scan_dir(folder)
+    clock.now += 40 * DAY  # x.md's last version is past keep_days (30)
+    (folder / "y.md").write_bytes(data)
+    seen: list[dict[str, Any]] = []
+    end_scan = VersionStore.end_scan
+
+    def prune_first(self: VersionStore, *args: Any, **kw: Any) -> None:
+        seen.append(_prune_in_another_process(env.state, clock.now))
+        end_scan(self, *args, **kw)
+
+    monkeypatch.setattr(VersionStore, "end_scan", prune_first)
+    with versions.active(_store(env, clock, [])):
+        scan_dir(folder)
+    assert seen == [{"removed": 0, "busy": True}]
+    found = versions.versions_of(_store(env, clock, []), folder.resolve(), "y.md")
+    assert [v.stored for v in found] == [True]
+    assert _store(env, clock, []).read_object(hashlib.sha256(data).hexdigest()) == data
+
+
+def test_a_busy_store_is_pruned_at_the_next_flush(env: Env) -> None:
+    """The daemon's daily prune that finds a writer holding the store tries again at the
+    next heartbeat's flush instead of waiting a day."""
+    clock = Clock()
+    daemon = _store(env, clock, [])
+    daemon.defer = True
+    held = _store(env, clock, []).lock_shared()  # another process's scan
+    try:
+        daemon.flush()
+        assert daemon.pruned_at == -float("inf")
+    finally:
+        os.close(held)
+    daemon.flush()
+    assert daemon.pruned_at == clock.now
+
+
+def test_a_damaged_size_in_a_packs_index_never_makes_prune_drop_kept_versions(
+    env: Env,
+) -> None:
+    """One flipped bit in one size of a pack's index made that object look 16 MB, and a
+    prune under an 8 MB cap then dropped old versions still within retention. An entry
+    whose bytes would lie outside the pack's objects is not counted (nor copied on repack)."""
+    import struct
+
+    folder = env.home / "mem"
+    _memories(folder, 300)
+    clock = Clock()
+    with versions.active(_store(env, clock, [], max_bytes=8 << 20)):
+        scan_dir(folder)
+    clock.now += 3600
+    for i in range(5):
+        (folder / f"m{i:03}.md").write_bytes(f"---\nname: m{i}\n---\n\nrewritten {i}\n".encode())
+    with versions.active(_store(env, clock, [], max_bytes=8 << 20)):
+        scan_dir(folder)
+    store = _store(env, clock, [], max_bytes=8 << 20)
+    (pack,) = [store.packs / n for n in store.pack_names()]
+    data = bytearray(pack.read_bytes())
+    _, _, start = struct.unpack(">8sQQ", data[-24:])
+    entry = start + 100 * 48  # the 101st entry: sha256 (32 bytes), offset, size
+    (size,) = struct.unpack(">Q", data[entry + 40 : entry + 48])
+    data[entry + 40 : entry + 48] = struct.pack(">Q", size | (1 << 24))
+    pack.write_bytes(bytes(data))
+    assert versions.prune(store, clock.now).removed == []
+    found = versions.versions_of(store, folder.resolve(), "m000.md")
+    assert [v.stored for v in found] == [True, True]

@@ -638,7 +638,8 @@ def test_a_first_build_makes_its_indexes_after_the_rows(
 ) -> None:
     """A first build of many files fills the tables with their indexes dropped and makes
     them again from the rows (row by row, 100,000 files' refs and files took 21 s), and
-    does not wait for the disk meanwhile (synchronous=OFF, NORMAL again after). It builds
+    does not wait for the disk meanwhile (synchronous=OFF, NORMAL again after, then a full
+    checkpoint puts the build on the disk). It builds
     the same index, indexes included, as row by row, and a later update is as before."""
     real = mem.resolve()
     later = lambda: time_ns() + 10 * store.RACY_NS  # noqa: E731 - the files are not racy
@@ -658,7 +659,7 @@ def test_a_first_build_makes_its_indexes_after_the_rows(
     fast = at("PRAGMA synchronous=OFF")
     dropped = at("DROP INDEX refs_norm", at("BEGIN IMMEDIATE", fast))
     made = at("CREATE INDEX refs_norm", at("INSERT INTO refs", dropped))
-    at("PRAGMA synchronous=NORMAL", at("COMMIT", made))
+    at("PRAGMA wal_checkpoint(FULL)", at("PRAGMA synchronous=NORMAL", at("COMMIT", made)))
     assert _index_rows(tmp_path / "bulk.sqlite") == _index_rows(tmp_path / "row_by_row.sqlite")
     # Not a first build: row by row, at the index's normal safety.
     path = mem / "reference_dashboards.md"

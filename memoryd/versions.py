@@ -1026,21 +1026,9 @@ class VersionStore:
         before: Mapping[str, "scan.Scanned"],
         only: Set[str] | None,
     ) -> None:
-        """Record what one scan found: new versions, and files gone since."""
-        try:
-            self._end_scan(session, dir_fd, files, present, before, only)
-        finally:
-            session.release()
-
-    def _end_scan(
-        self,
-        session: Session,
-        dir_fd: int,
-        files: Mapping[str, "scan.Scanned"],
-        present: Set[str],
-        before: Mapping[str, "scan.Scanned"],
-        only: Set[str] | None,
-    ) -> None:
+        """Record what one scan found: new versions, and files gone since. The session holds
+        the store-wide lock from here (or its first read) until its `abort`, which the
+        observer calls after this in every case."""
         with self._lock:
             d = self._dir(session.path)
             if not session.names and not d.loaded and self._unchanged(d, present, only):
@@ -1408,8 +1396,12 @@ class _ScanObserver:
         session: Session | None = getattr(self.local, "session", None)
         self.local.session = None
         if session is not None:
-            self.store._guard(self.store.end_scan, session, dir_fd, files, present, before, only)
-            session.abort()  # a pack end_scan did not put in place (it failed): its temp goes
+            try:
+                self.store._guard(
+                    self.store.end_scan, session, dir_fd, files, present, before, only
+                )
+            finally:  # a pack end_scan did not put in place (it failed) goes; the lock too
+                session.abort()
 
 
 def _on_index(dir_fd: int, name: str, data: bytes, sha: str) -> None:

@@ -1613,6 +1613,7 @@ class PruneResult:
     kept_bytes: int = 0
     lines_dropped: int = 0  # by the logs' compaction
     busy: bool = False  # a writer held the store-wide lock: nothing was looked at
+    repaired: int = 0  # current versions whose bytes were missing, stored again from the file
 
 
 def prune(store: VersionStore, now: float | None = None) -> PruneResult:
@@ -1639,6 +1640,7 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
     candidates: dict[str, tuple[int, float]] = {}
     sizes = store.object_sizes()  # looked up once: a lookup a version cost 1 s at 10,000
     stale: list[Path] = []  # dirs with versions ended long enough ago for compaction
+    missing: list[tuple[Path, str, str]] = []  # current versions without their bytes
     for path in store.known_dirs():
         by_name: dict[str, list[Record]] = {}
         for rec in store.records(path):  # the log read once, not once a name
@@ -1647,6 +1649,8 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
         for recs in by_name.values():
             found = _versions(store, recs, sizes.keys())
             gone = bool(found) and found[-1].until is not None
+            if found and found[-1].until is None and not found[-1].stored:
+                missing.append((path, recs[-1].f, found[-1].sha256))
             for i, v in enumerate(found):
                 last = i == len(found) - 1
                 if v.until is not None and now - v.until >= 2 * keep:
@@ -1660,7 +1664,7 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
                         candidates[v.sha256] = (tier, v.until)
         if old:
             stale.append(path)
-    result = PruneResult()
+    result = PruneResult(repaired=_store_missing(store, missing))
     doomed = [s for s in sizes if s not in needed and s not in candidates]  # past retention
     total = sum(sizes.values()) - sum(sizes[s] for s in doomed)
     for sha, _ in sorted(
@@ -1691,6 +1695,29 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
         with contextlib.suppress(OSError):
             result.lines_dropped += compact(store, path, now, kept)
     return result
+
+
+def _store_missing(store: VersionStore, missing: Sequence[tuple[Path, str, str]]) -> int:
+    """Store again the bytes of current versions the log names but the store lacks (a state
+    dir damaged or restored from a backup, objects removed by hand): no scan would, since
+    each such file's version is already logged, and its loss would go unseen until the
+    file was deleted. Read from the file while it still holds those bytes; returns how many."""
+    done = 0
+    for path, name, sha in missing:
+        try:
+            dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            data, _ = fsops.read_regular(dir_fd, name, OBJECT_MAX)
+        except (OSError, ValueError):
+            continue
+        finally:
+            os.close(dir_fd)
+        if hashlib.sha256(data).hexdigest() == sha:  # else it changed: the next scan reads it
+            store.store_object(data, sha)
+            done += 1
+    return done
 
 
 def compact(

@@ -19,6 +19,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation, WriteConflict
 from memoryd.paths import ensure_private_dir
@@ -36,13 +37,19 @@ OwnWrite = Callable[[Path, str, tuple[int, int, int]], None]
 on_own_content: "Callable[[Path, str, Content, tuple[int, int, int]], None] | None" = None
 
 
-def _load_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
-    # The process's own symbols, libc's among them: no ctypes.util.find_library, which imports
-    # subprocess and may run ldconfig (~3 ms of every command's start-up).
+def libc_function(name: str) -> Any:
+    """A C library function by name from the process's own symbols (libc's among them), or
+    None where there is none: no ctypes.util.find_library, which imports subprocess and may
+    run ldconfig (~3 ms of every command's start-up)."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        func = libc.renameat2
+        return getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
+        return None
+
+
+def _load_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    func = libc_function("renameat2")
+    if func is None:
         return None
     func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     func.restype = ctypes.c_int

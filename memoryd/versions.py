@@ -101,18 +101,8 @@ ALARMS_KEEP = 50
 
 @functools.cache
 def _syncfs() -> Callable[[int], int] | None:
-    """libc's syncfs, looked up at its first use: ctypes.util imports subprocess and
-    find_library may run ldconfig (~4 ms), which a command that stores nothing never pays."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        func: Callable[[int], int] = ctypes.CDLL(name, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
+    """libc's syncfs (None where there is none), looked up at its first use."""
+    func: Callable[[int], int] | None = fsops.libc_function("syncfs")
     return func
 
 

@@ -21,6 +21,7 @@ from mcp_types import ToolAnnotations
 from memoryd import __version__
 from memoryd.cmd_recall import engine_for, find_dirs
 from memoryd.discover import MemoryDir
+from memoryd.fsops import libc_function
 from memoryd.recall import consults, stored
 from memoryd.recall.engine import DEFAULT_LIMIT, Engine, Hit
 from memoryd.recall.query import Frame, parse_frame
@@ -58,23 +59,16 @@ class _Libc:
     M_ARENA_MAX = -8
 
     def __init__(self) -> None:
-        self.libc: Any = None
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None)
-            if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt"):
-                self.libc = libc
-        except (OSError, AttributeError):  # not glibc, or no C library to load
-            self.libc = None
+        self.mallopt: Any = libc_function("mallopt")
+        self.malloc_trim: Any = libc_function("malloc_trim")
 
     def one_arena(self) -> None:
-        if self.libc is not None:
-            self.libc.mallopt(self.M_ARENA_MAX, 1)
+        if self.mallopt is not None and self.malloc_trim is not None:
+            self.mallopt(self.M_ARENA_MAX, 1)
 
     def trim(self) -> None:
-        if self.libc is not None:
-            self.libc.malloc_trim(0)
+        if self.mallopt is not None and self.malloc_trim is not None:
+            self.malloc_trim(0)
 
 
 LIBC = _Libc()

@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_NONE, EXIT_USAGE = 0, 1, 2
 TYPES = ("user", "feedback", "project", "reference")
 MCP_MISSING = (
-    "memoryd mcp needs the Model Context Protocol SDK, which is not installed. Install it with "
-    "`pip install 'memoryd[mcp]'` (or `pip install 'mcp>=1.0'` into memoryd's environment), "
-    "then register the server with `claude mcp add memoryd -- memoryd mcp`."
+    "memoryd mcp needs the Model Context Protocol SDK 2.x, which is not installed (or an "
+    "older one is). Install it with `pip install 'memoryd[mcp]'` (or `pip install "
+    "'mcp>=2.3,<3'` into memoryd's environment), then register the server with "
+    "`claude mcp add memoryd -- memoryd mcp`."
 )
 
 

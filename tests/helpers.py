@@ -69,27 +69,18 @@ def explain(cli, path: Path) -> dict[str, Any]:
     return json.loads(result.out)  # type: ignore[no-any-return]
 
 
+# Unrelated words, one topic each: memories on them share nothing a duplicate or stale check sees.
+TOPICS = (
+    "anchor", "barley", "canyon", "dolphin", "ember", "fjord", "glacier", "harbor", "iris",
+    "jasper", "kestrel", "lantern", "meadow", "nectar", "orchid", "pebble", "quartz", "raven",
+    "saffron", "tundra", "umber", "violet", "willow", "yarrow",
+)  # fmt: skip
+
+
 def filler(repo: Path, n: int = 12) -> None:
     """Unrelated evergreen memories so the circuit breaker's 20% leaves room for one move."""
-    topics = [
-        "anchor",
-        "barley",
-        "canyon",
-        "dolphin",
-        "ember",
-        "fjord",
-        "glacier",
-        "harbor",
-        "iris",
-        "jasper",
-        "kestrel",
-        "lantern",
-        "meadow",
-        "nectar",
-        "orchid",
-    ]
-    for i in range(n):
-        mem(repo, f"filler_{i}.md", f"{topics[i]} {topics[i]}s {topics[i]}-like")
+    for i, topic in enumerate(TOPICS[:n]):
+        mem(repo, f"filler_{i}.md", f"{topic} {topic}s {topic}-like")
 
 
 # --- the index editor as a pure function -------------------------------------------------------

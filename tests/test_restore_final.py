@@ -15,7 +15,7 @@ from memoryd import trash
 from memoryd.index import Entry as IndexEntry
 from memoryd.index import IndexInput, Place, update_index
 from tests.conftest import Env, write_memory
-from tests.helpers import agent_write, index_text, start, wait_for
+from tests.helpers import TOPICS, agent_write, index_text, start, wait_for
 
 FORK = "Fork the repo with `git clone --depth 1` then rebase the clean branch on upstream main.\n"
 
@@ -176,33 +176,7 @@ def _six_stale(folder: Path) -> list[str]:
     names = [f"stale_{i}.md" for i in range(6)]
     for name in names:
         write_memory(folder, name, body=f"Lived in `src/gone_{name[6]}.py`.\n", age_days=60)
-    topics = [
-        "anchor",
-        "barley",
-        "canyon",
-        "dolphin",
-        "ember",
-        "fjord",
-        "glacier",
-        "harbor",
-        "iris",
-        "jasper",
-        "kestrel",
-        "lantern",
-        "meadow",
-        "nectar",
-        "orchid",
-        "pebble",
-        "quartz",
-        "raven",
-        "saffron",
-        "tundra",
-        "umber",
-        "violet",
-        "willow",
-        "yarrow",
-    ]
-    for topic in topics:  # 30 memories: the circuit breaker lets 6 go
+    for topic in TOPICS:  # 30 memories: the circuit breaker lets 6 go
         write_memory(folder, f"{topic}.md", body=f"{topic} {topic}s {topic}-like\n")
     return names
 

@@ -154,6 +154,13 @@ memory = st.tuples(
 change = st.sampled_from(["keep", "keep", "keep", "delete", "redescribe", "rename", "unpoint"])
 
 
+# What a person may do to MEMORY.md between two passes (applied in _make_twins).
+HAND_EDITS = [
+    "none", "prose", "pointer again", "drop pointer", "own pointer", "comment pointer",
+    "comment new",
+]  # fmt: skip
+
+
 @settings(
     max_examples=40,
     deadline=None,
@@ -164,17 +171,7 @@ change = st.sampled_from(["keep", "keep", "keep", "delete", "redescribe", "renam
     changes=st.lists(change, min_size=16, max_size=16),
     new=st.sets(st.sampled_from([f"new{i}.md" for i in range(4)]), max_size=3),
     moved_picks=st.lists(st.booleans(), min_size=20, max_size=20),
-    hand_edit=st.sampled_from(
-        [
-            "none",
-            "prose",
-            "pointer again",
-            "drop pointer",
-            "own pointer",
-            "comment pointer",
-            "comment new",
-        ]
-    ),
+    hand_edit=st.sampled_from(HAND_EDITS),
     young=st.sets(st.sampled_from(["young0.md", "young1.md"])),
     ghost=st.booleans(),
 )
@@ -239,17 +236,7 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
     before=st.dictionaries(st.sampled_from(NAMES), memory, min_size=1, max_size=14),
     changes=st.lists(change, min_size=16, max_size=16),
     new=st.sets(st.sampled_from([f"new{i}.md" for i in range(4)]), max_size=3),
-    hand_edit=st.sampled_from(
-        [
-            "none",
-            "prose",
-            "pointer again",
-            "drop pointer",
-            "own pointer",
-            "comment pointer",
-            "comment new",
-        ]
-    ),
+    hand_edit=st.sampled_from(HAND_EDITS),
     young=st.sets(st.sampled_from(["young0.md", "young1.md"])),
     ghost=st.booleans(),
     broken=st.booleans(),

@@ -334,24 +334,26 @@ def test_ownership_stays_with_memoryd_when_many_new_files_arrive() -> None:
     assert not decide_ownership(rewritten, None, {}, files, known=known).managed
 
 
+# Pointer-like lines of every form the two pointer scans must agree on.
+POINTER_LINES = [
+    "- [a](a.md)",
+    "* [b](b.md) x",
+    "  - [c d](c%20d.md)",
+    "-[no](space.md)",
+    "text [e](e.md)",
+    "\u3000- [wide](w.md)",
+    "- [f](f.md)\r",
+    "",
+    "- [g](sub/g.md)",
+    "-\t[h](h.md)",
+    "\x0b- [v](v.md)",
+]
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.sampled_from(
-            [
-                "- [a](a.md)",
-                "* [b](b.md) x",
-                "  - [c d](c%20d.md)",
-                "-[no](space.md)",
-                "text [e](e.md)",
-                "\u3000- [wide](w.md)",
-                "- [f](f.md)\r",
-                "",
-                "- [g](sub/g.md)",
-                "-\t[h](h.md)",
-                "\x0b- [v](v.md)",
-            ]
-        ),
+        st.sampled_from(POINTER_LINES),
         max_size=10,
     ),
     st.sampled_from(["\n", "\r\n"]),
@@ -371,22 +373,7 @@ def test_whole_text_scan_agrees_with_line_by_line(lines: list[str], eol: str) ->
 @given(
     st.lists(
         st.sampled_from(
-            [
-                "- [a](a.md)",
-                "* [b](b.md) x",
-                "  - [c d](c%20d.md)",
-                "-[no](space.md)",
-                "text [e](e.md)",
-                "\u3000- [wide](w.md)",
-                "- [f](f.md)\r",
-                "",
-                "- [g](sub/g.md)",
-                "-\t[h](h.md)",
-                "\x0b- [v](v.md)",
-                "\r- [r](r.md)",
-                " \r\t* [s](s.md) tail\r",
-                "- [a](a.md) again",
-            ]
+            [*POINTER_LINES, "\r- [r](r.md)", " \r\t* [s](s.md) tail\r", "- [a](a.md) again"]
         ),
         max_size=10,
     ),

@@ -19,6 +19,19 @@ from memoryd.discover import slugify
 DAY = 86400.0
 
 
+def child_env(home: Path) -> dict[str, str]:
+    """The environment of a `memoryd` child that sees only `home` (and nothing of the
+    caller's but PATH): its state, config and cache folders below it."""
+    return {
+        "HOME": str(home),
+        "PATH": os.environ.get("PATH", ""),
+        "LANG": "C.UTF-8",
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class ClaudeHome:
     root: Path  # HOME
@@ -32,14 +45,7 @@ class ClaudeHome:
     @property
     def env(self) -> dict[str, str]:
         """The environment of a `memoryd` child that sees only this home."""
-        return {
-            "HOME": str(self.root),
-            "PATH": os.environ.get("PATH", ""),
-            "LANG": "C.UTF-8",
-            "XDG_STATE_HOME": str(self.root / ".local" / "state"),
-            "XDG_CONFIG_HOME": str(self.root / ".config"),
-            "XDG_CACHE_HOME": str(self.root / ".cache"),
-        }
+        return child_env(self.root)
 
     @property
     def state(self) -> Path:

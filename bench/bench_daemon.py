@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import _synth
+from _claude_home import child_env
 from _naive import naive_load_all, naive_rebuild
 from _stats import markdown_table, percentile
 
@@ -193,13 +194,7 @@ class Home:
 
     @property
     def env(self) -> dict[str, str]:
-        return {
-            "HOME": str(self.root),
-            "PATH": os.environ.get("PATH", ""),
-            "LANG": "C.UTF-8",
-            "XDG_STATE_HOME": str(self.root / ".local" / "state"),
-            "XDG_CONFIG_HOME": str(self.root / ".config"),
-        }
+        return child_env(self.root)
 
     @property
     def state(self) -> Path:

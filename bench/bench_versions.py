@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import _synth
+from _claude_home import child_env
 from _stats import markdown_table
 
 from memoryd.audit import iter_lines
@@ -75,13 +76,7 @@ class Home:
         os.sync()  # the copy's dirty pages written out: neither side pays for them
         self.config = root / "memoryd.toml"
         self.config.write_text(CONFIG)
-        self.env = {
-            "HOME": str(root),
-            "PATH": os.environ.get("PATH", ""),
-            "LANG": "C.UTF-8",
-            "XDG_STATE_HOME": str(root / ".local" / "state"),
-            "XDG_CONFIG_HOME": str(root / ".config"),
-        }
+        self.env = child_env(root)
         if "PYTHONPATH" in os.environ:  # another memoryd tree than the installed one
             self.env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         self.audit = root / ".local" / "state" / "memoryd" / "log" / "audit.jsonl"

@@ -970,7 +970,8 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     # Other projects' indexes count even when this run names one dir (their memory dirs are
     # only read, never passed over).
     known = discover(rt.config) if args.dirs else dirs
-    promo_line, promos = housekeeping.promotion_candidates(dirs, declined, known)
+    texts = {r.dir.real_path: r.index_text for r in results if r.index_text is not None}
+    promo_line, promos = housekeeping.promotion_candidates(dirs, declined, known, texts)
     hk = [housekeeping.orphan_hints(dirs), promo_line]
     hk += [f"  {d}: {f} (topic in {n} other projects)" for d, f, n in promos]
     if args.json:

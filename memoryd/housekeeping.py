@@ -4,7 +4,7 @@ import contextlib
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -433,14 +433,23 @@ def promotion_candidates(
     dirs: Sequence[MemoryDir],
     declined: dict[Path, set[str]],
     known: Sequence[MemoryDir] = (),
+    texts: Mapping[Path, str] | None = None,
 ) -> tuple[str, list[tuple[str, str, int]]]:
     """Memories of `dirs` whose topic key appears in the indexes of 2+ other projects (DESIGN
-    §4.12; listed only), looked for in `dirs` and every other `known` dir."""
+    §4.12; listed only), looked for in `dirs` and every other `known` dir.
+
+    `texts`: MEMORY.md's text of the dirs a pass has it of, by real path (the dream pass's,
+    `DreamResult.index_text`): those are not read again. Every other dir's is read once."""
+    texts = texts or {}
     every = {md.real_path: md for md in (*known, *dirs)}
+    targets = {
+        path: pointer_targets(texts[path]) if path in texts else _index_targets(md)
+        for path, md in every.items()
+    }
     keys_by_project: dict[Path, set[str]] = {}
-    for md in every.values():
+    for path, md in every.items():
         keys = keys_by_project.setdefault(project_of(md), set())
-        keys.update(topic_key(t) for t in _index_targets(md))
+        keys.update(topic_key(t) for t in targets[path])
         keys.discard("")
     if len(keys_by_project) < 3:
         return (
@@ -450,7 +459,7 @@ def promotion_candidates(
     found: list[tuple[str, str, int]] = []
     for md in dirs:
         own = project_of(md)
-        for target in sorted(set(_index_targets(md))):
+        for target in sorted(set(targets[md.real_path])):
             if target in declined.get(md.real_path, set()):
                 continue
             key = topic_key(target)

@@ -589,3 +589,44 @@ def test_a_dream_pass_reads_each_file_at_most_once(
     read_again = {key: n for key, n in opened.items() if n > allowed.get(key[0], 1)}
     assert read_again == {}
     assert {name for name, _ in opened} >= {INDEX_NAME, ARCHIVE_NAME}
+
+
+@pytest.mark.parametrize("moves", [True, False], ids=["moves", "no-moves"])
+def test_a_dream_command_reads_each_file_at_most_once(
+    env: Env,
+    cli: Any,
+    tmp_path: Path,
+    opened: collections.Counter[tuple[str, Any]],
+    moves: bool,
+) -> None:
+    """`memoryd dream DIR` as a whole, its housekeeping included: each version of MEMORY.md,
+    of the archive and of each memory file is opened at most once for reading. The old code
+    read MEMORY.md again for the promotion candidates (`housekeeping.promotion_candidates`),
+    after the pass had read it (the probe) or written and verified it (the update)."""
+    repo = tmp_path / "repo"
+    mem = repo / ".claude" / "memory"
+    (repo / ".git").mkdir(parents=True)
+    write_memory(mem, "dup-new.md", description="integration suite again", body=BODY)
+    if moves:
+        write_memory(mem, "dup-old.md", description="integration suite", body=BODY, age_days=40)
+    for i in range(12):
+        write_memory(mem, f"m{i:02d}.md", description=f"unrelated {i}", body=f"Topic {i} x{i}.\n")
+    assert cli("index", mem).code == 0
+    names = set(os.listdir(mem))
+    _watching.append(mem.resolve())
+    result = cli("dream", "--json", mem)
+    _watching.clear()
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert [c["file"] for c in report["dirs"][0]["changes"]] == (["dup-old.md"] if moves else [])
+    assert any("promotion candidates" in line for line in report["housekeeping"])
+    # The mover's own check of the file it moves reads it once more (as above). Folders
+    # (`.trash`, opened to list it) are no file versions.
+    allowed = {name: 2 if name == "dup-old.md" else 1 for name in names}
+    read_again = {
+        key: n
+        for key, n in opened.items()
+        if key[0] in names and not (mem / key[0]).is_dir() and n > allowed[key[0]]
+    }
+    assert read_again == {}
+    assert {name for name, _ in opened} >= {INDEX_NAME}

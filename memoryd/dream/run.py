@@ -70,6 +70,20 @@ class DreamResult:
     # Flagged memories a person acknowledged as they are now (memoryd.acked): not listed.
     acknowledged: set[str] = field(default_factory=set)
     secrets: dict[str, list[Finding]] = field(default_factory=dict)  # file -> found
+    # MEMORY.md's text as the ownership probe read it (None: not read), see `index_text`.
+    probed_index: str | None = None
+
+    @property
+    def index_text(self) -> str | None:
+        """MEMORY.md's text as the pass left it, for what looks at it after the pass (the
+        promotion candidates) instead of reading it again: the index update's text when it
+        wrote or checked the index, else the probe's when no update ran (a dry run, an
+        unmanaged dir); None when the pass holds no current text (a failed update)."""
+        outcome = self.index
+        if outcome is None:
+            return self.probed_index
+        current = outcome.status in (IndexStatus.UPDATED, IndexStatus.UNCHANGED)
+        return outcome.edit.main if current and outcome.edit is not None else None
 
     def counts(self) -> dict[str, int]:
         """What the pass did; for a dry run, what it would do (its planned moves)."""
@@ -551,6 +565,8 @@ def _dream_dir(
                 audit.write("dream.skipped", dir=md.path, why=result.message)
             return result
         ownership, scan = probe.ownership, probe.scan
+        if probe.snapshot is not None:
+            result.probed_index = probe.snapshot.main.text
         managed = bool(ownership and ownership.managed)
         listing = Listing.of(scan) if scan is not None else None
         # Of the scan, the pass keeps only names: the listing, and what its own index update

@@ -139,12 +139,28 @@ ParsedLine = tuple[str, str, Link | None]
 
 @functools.lru_cache(maxsize=2)  # the two texts of a pass; a big one costs MBs
 def _parse_lines(text: str) -> tuple[ParsedLine, ...]:
-    """The lines of an index text, classified; cached, since the same text is read each pass."""
-    out: list[ParsedLine] = []
+    """The lines of an index text, classified; cached, since the same text is read each pass.
+
+    What `parse_line` gives for each line, in one loop: at 10,000 lines a call per line and a
+    regex split were half of the parse. A pointer line holds `](`: no other is matched."""
+    if not text:
+        return ()
     # Split on "\n" only: str.splitlines would also split on \x0b, \x1c, U+2028 and others.
-    for chunk in re.split(r"(?<=\n)", text):
-        if chunk:
-            out.append(parse_line(chunk))
+    parts = text.split("\n")
+    tail = parts.pop()  # after the last "\n": "" when the text ends with one
+    match, classify = POINTER.match, classify_link
+    out: list[ParsedLine] = []
+    append = out.append
+    for part in parts:
+        if part[-1:] == "\r":
+            content, eol = part[:-1], "\r\n"
+        else:
+            content, eol = part, "\n"
+        found = match(content) if "](" in content else None
+        append((content, eol, classify(found.group(2)) if found else None))
+    if tail:
+        found = match(tail) if "](" in tail else None
+        append((tail, "", classify(found.group(2)) if found else None))
     return tuple(out)
 
 
@@ -547,6 +563,10 @@ class IndexEdit:
     # the line memoryd now owns, or None (its line is gone, or lost to another). The pointers
     # the edit adds are not in it: see note_own.
     own: dict[str, str | None] = field(default_factory=dict)
+    # `local_links(archive)`, known from the lines the archive was made of (no parse of the
+    # whole archive again to verify it); None when not known (see _links_as_written). Derived
+    # from `archive`: no part of what an edit is when two are compared (the twin tests).
+    archive_links: tuple[Link, ...] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -656,6 +676,17 @@ def _finish(lines: list[Line], had_final_newline: bool, eol: str) -> str:
         if not line.eol:
             line.eol = eol
     return join_lines(lines)
+
+
+def _joined(lines: Sequence[Line], had_final_newline: bool, eol: str) -> str:
+    """`_finish`'s text of `lines`, which are left as they are (no copy of each to change)."""
+    if not lines:
+        return ""
+    last = lines[-1]
+    last_eol = (last.eol or eol) if had_final_newline else ("" if last.content else last.eol)
+    parts = [ln.content + (ln.eol or eol) for ln in itertools.islice(lines, len(lines) - 1)]
+    parts.append(last.content + last_eol)
+    return "".join(parts)
 
 
 def update_index(inp: IndexInput) -> IndexEdit:
@@ -879,24 +910,28 @@ def edit_lines(
         return out
 
     def render_main(lines: list[Line], force_trailer: bool = False) -> str:
-        copies = [Line(ln.content, ln.eol, ln.link) for ln in with_trailer(lines, force_trailer)]
-        return _finish(copies, main_final_nl, eol)
+        return _joined(with_trailer(lines, force_trailer), main_final_nl, eol)
 
     target_mode = inp.budget.mode == "target"
     first_text = render_main(main_lines) if inp.budget.mode != "never" and main_lines else ""
     if first_text and not fits_view(
         first_text, view_of(first_text, inp.budget, inp.view), inp.budget, target=target_mode
     ):
-        eligible = sorted(
-            (inp.memories[ln.link.target].age_ts, ln.link.target, index)
-            for index, ln in enumerate(main_lines)
-            if ln.link is not None
-            and ln.link.kind is LinkKind.LOCAL
-            and id(ln) not in shadow
-            and ln.link.target in inp.memories
-            and inp.memories[ln.link.target].type != "user"
-            and inp.now - inp.memories[ln.link.target].age_ts > inp.budget.keep_recent
-        )
+        # (age, file, where) of the pointers that may go, oldest first: each line's entry is
+        # looked up once (a generator of four lookups a line was a tenth of a first index).
+        eligible = []
+        for index, ln in enumerate(main_lines):
+            link = ln.link
+            if link is None or link.kind is not LinkKind.LOCAL or id(ln) in shadow:
+                continue
+            mem = inp.memories.get(link.target)
+            if (
+                mem is not None
+                and mem.type != "user"
+                and inp.now - mem.age_ts > inp.budget.keep_recent
+            ):
+                eligible.append((mem.age_ts, link.target, index))
+        eligible.sort()
         demoted_at: set[int] = set()
         queue = iter(eligible)
         rounds = 0
@@ -915,14 +950,25 @@ def edit_lines(
             m = measure(text) if view.too_big else measure_view(text, view)
             lines_left, chars, size = m.lines, m.chars, m.bytes
             progressed = False
+            # Lines demoted whose characters and bytes are not subtracted yet: while the line
+            # count alone is over the window no estimate can fit, so they are subtracted in
+            # one go once it is not (9,870 demoted lines at a first index: one encode, not
+            # 20,000). The sums are the same either way.
+            pending: list[Line] = []
             for _, target, index in queue:
                 line = main_lines[index]
                 demoted_at.add(index)
                 edit.demoted.append(target)
                 progressed = True
                 lines_left -= 1 + (line.content.count("\r") if view.folded else 0)
-                chars -= utf16_len(line.content) + (1 if view.folded else len(line.eol or eol))
-                size -= len(line.content.encode("utf-8")) + len(eol)
+                pending.append(line)
+                if lines_left > inp.budget.max_lines:
+                    continue
+                contents = "".join([ln.content for ln in pending])
+                ends = len(pending) if view.folded else sum(len(ln.eol or eol) for ln in pending)
+                chars -= utf16_len(contents) + ends
+                size -= len(contents.encode("utf-8")) + len(eol) * len(pending)
+                pending.clear()
                 estimate = Measure(lines_left, chars, size)
                 if fits(estimate, inp.budget, target=target_mode):
                     break
@@ -945,6 +991,8 @@ def edit_lines(
         edit.main = ""
     if had_archive or edit.demoted:
         edit.archive = _finish(arch_lines, arch_final_nl, arch_eol)
+        if some is None:
+            edit.archive_links = _links_as_written(arch_lines, {*edit.added, *edit.rewritten})
     else:
         edit.archive = None
 
@@ -966,6 +1014,23 @@ def edit_lines(
         dead.update(ln.link.target for ln in arch_lines if ln.link is not None)
         edit.dead_links = [t for t in edit.dead_links if t in dead]
     return edit, arch_lines
+
+
+def _links_as_written(lines: Sequence[Line], rendered: Set[str]) -> tuple[Link, ...] | None:
+    """`local_links` of the text `lines` join into, from the links the lines carry: a line
+    parsed from the text read carries what its content reads as, and its content is as read
+    (only line endings change, and a line parses on its own). Lines the edit wrote itself
+    (the pointers of `rendered` files, and any other line with `](` but no link) are parsed
+    again: if one reads back as another link, None, and the verification parses the text."""
+    out: list[Link] = []
+    for line in lines:
+        link = line.link
+        made = link.target in rendered if link is not None else "](" in line.content
+        if made and parse_line(line.content)[2] != link:
+            return None
+        if link is not None and link.kind is LinkKind.LOCAL:
+            out.append(link)
+    return tuple(out)
 
 
 def view_reshaped(before: str, after: str) -> bool:
@@ -1052,18 +1117,23 @@ def verify(
     present: Set[str],
     allowed_dead: Set[str] = frozenset(),
     kind: ViewKind = ViewKind.AUTO,
+    archive_links: Sequence[Link] | None = None,
 ) -> list[str]:
     """Problems with the index as it is on disk; an empty list means it is consistent.
 
     MEMORY.md's pointer lines count as the agent sees them: one hidden in a comment block or
-    in stripped frontmatter indexes nothing (and, hand-written, is not checked)."""
+    in stripped frontmatter indexes nothing (and, hand-written, is not checked).
+    `archive_links`: `local_links(archive)` from a caller that knows them (IndexEdit's)."""
     problems: list[str] = []
     counts: dict[str, int] = {}
     trailers = len(_TRAILER_IN_TEXT.findall(main)) if main else 0
     for label, text in (("MEMORY.md", main), ("MEMORY-ARCHIVE.md", archive)):
         if text is None:
             continue
-        links = visible_local_links(text, kind) if label == INDEX_NAME else local_links(text)
+        if label == INDEX_NAME:
+            links: Sequence[Link] = visible_local_links(text, kind)
+        else:
+            links = archive_links if archive_links is not None else local_links(text)
         for link in links:
             counts[link.target] = counts.get(link.target, 0) + 1
             if link.target not in present and link.target not in allowed_dead:

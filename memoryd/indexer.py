@@ -949,7 +949,7 @@ def _remember_changed(state: DirState, plan: Plan, separator: str) -> set[str]:
 def _verify(md: MemoryDir, plan: Plan, written: "Written") -> list[str]:
     edit = plan.edit
     if plan.index is None:
-        return verify_on_disk(md, plan.scan, edit.dead_links, edit.waiting, written)
+        return verify_on_disk(md, plan.scan, edit.dead_links, edit.waiting, written, edit)
     scope = plan.scope or frozenset()
     touched = (scope | set(edit.added) | set(edit.demoted)) & plan.memories.keys()
     return _verify_changed(
@@ -1581,11 +1581,15 @@ def verify_on_disk(
     allowed_dead: list[str],
     waiting: list[str],
     written: Written | None = None,
+    edit: IndexEdit | None = None,
 ) -> list[str]:
     """Re-read the index files from disk and check DESIGN §3's promises against the scan.
 
     With `written` (what this pass wrote): a file another writer replaced since is theirs to
     have written, not a failed write of ours; its events bring the next pass, which reads it.
+    With `edit` (the plan it wrote): each file written must hold the planned text, and an
+    archive that does is checked by the links the edit knows it holds (`archive_links`)
+    instead of parsing its 10,000 lines again.
     """
     expected = set(scan.memories) - set(waiting)
     with fsops.open_dir(md.real_path) as dir_fd:
@@ -1596,7 +1600,26 @@ def verify_on_disk(
         or _replaced(archive.identity, written.archive, ARCHIVE_NAME in written.data)
     ):
         return []
-    return verify(main.text, archive.text, expected, scan.present, set(allowed_dead), view_kind(md))
+    problems: list[str] = []
+    archive_links = None
+    if written is not None and edit is not None:
+        for name, found, planned in (
+            (INDEX_NAME, main, edit.main),
+            (ARCHIVE_NAME, archive, edit.archive),
+        ):
+            if name in written.data and found.text != planned:
+                problems.append(f"{name} on disk is not the text memoryd wrote")
+        if ARCHIVE_NAME in written.data and archive.text == edit.archive:
+            archive_links = edit.archive_links
+    return problems + verify(
+        main.text,
+        archive.text,
+        expected,
+        scan.present,
+        set(allowed_dead),
+        view_kind(md),
+        archive_links,
+    )
 
 
 def _replaced(found: FileIdentity | None, ours: FileIdentity | None, wrote: bool) -> bool:

@@ -6,14 +6,15 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from memoryd import fsops, indexer
+from memoryd import fsops, index, indexer
 from memoryd.config import Config, IndexConfig
 from memoryd.discover import explicit_dirs
 from memoryd.errors import WriteConflict
-from memoryd.index import decide_ownership
+from memoryd.index import ARCHIVE_NAME, decide_ownership
 from memoryd.indexer import index_dir
 from tests.conftest import Env, tree_digest, write_memory
 
@@ -345,6 +346,65 @@ def test_budget_on_disk_250_memories(env: Env, cli, tmp_path: Path) -> None:
     assert tree_digest(folder) == before
     events = [r["event"] for r in env.audit_rows()]
     assert "index.demoted" in events and "index.over_budget" in events
+
+
+def test_a_first_index_does_not_parse_the_archive_it_wrote_again(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 memories over a 200-line window: the pass writes an archive and verifies it by the
+    text read back (it must be the planned one) and the links the edit knows its lines hold,
+    without parsing the archive's text again. The old verification parsed the archive it had
+    just written (at a first index of 10,000 memories, 9,870 lines: a tenth of the pass)."""
+    folder = tmp_path / "big"
+    for i in range(300):
+        write_memory(folder, f"note_{i:03d}.md", description=f"memory {i} " + "w" * 70)
+    parsed: list[str] = []
+
+    def spying(real: Any) -> Any:
+        def spy(text: str) -> Any:
+            parsed.append(text)
+            return real(text)
+
+        spy.cache_clear = real.cache_clear  # type: ignore[attr-defined]
+        return spy
+
+    for name in ("local_links", "_parse_lines"):
+        monkeypatch.setattr(index, name, spying(getattr(index, name)))
+    outcome = index_dir(env.runtime(), _dir(folder))
+    assert outcome.status == "updated" and outcome.problems == []
+    archive = (folder / ARCHIVE_NAME).read_text()
+    assert archive.count("](note_") >= 100
+    assert parsed and archive not in parsed
+
+
+def test_an_index_file_changed_in_place_after_the_swap_fails_verification(
+    env: Env, mdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MEMORY.md changed in place just after memoryd's swap, to the same size and mtime (by
+    stat still the file memoryd wrote, so no other writer's): the text read back is not the
+    planned one, and verification says so. The old verification re-parsed what it read and
+    found it consistent (the change is inside a description)."""
+    rt = env.runtime()
+    real_fsync_dir = fsops.fsync_dir
+    changed: list[int] = []
+
+    def then_in_place(dir_fd: int) -> None:
+        real_fsync_dir(dir_fd)
+        path = mdir / "MEMORY.md"
+        data = path.read_bytes() if path.exists() else b""
+        if not changed and b"second memory" in data:
+            changed.append(1)
+            st = path.stat()
+            with open(path, "r+b") as f:
+                f.write(data.replace(b"second memory", b"second MEMORY"))
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    monkeypatch.setattr(fsops, "fsync_dir", then_in_place)
+    outcome = index_dir(rt, _dir(mdir))
+    assert changed
+    assert outcome.status == "error"
+    assert outcome.problems == ["MEMORY.md on disk is not the text memoryd wrote"]
+    assert "index.verify_failed" in [r["event"] for r in env.audit_rows()]
 
 
 def test_unmanaged_dir_is_byte_identical_and_reported_once(env: Env, cli, tmp_path: Path) -> None:

@@ -1,9 +1,12 @@
 """The index editor as a pure function: pointer-line edits that never touch a person's lines."""
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memoryd import index
 from memoryd.index import (
     TRAILER,
     Budget,
@@ -13,8 +16,10 @@ from memoryd.index import (
     encode_target,
     line_digest,
     linkable,
+    local_links,
     measure,
     note_own,
+    parse_line,
     pointer_lines,
     pointer_targets,
     render_pointer,
@@ -432,3 +437,88 @@ def test_the_fast_look_at_a_plain_name_classifies_as_the_full_rules_do(raw: str)
     from memoryd import index
 
     assert classify_link(raw) == index._classify_link.__wrapped__(raw)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([*POINTER_LINES, "\r", "](", "- [x](y.md)\r\r", "\u2028- [u](u.md)"]),
+        max_size=10,
+    ),
+    st.lists(st.sampled_from(["\n", "\r\n", "\r", ""]), min_size=10, max_size=10),
+)
+def test_the_line_parse_of_a_whole_text_is_parse_line_of_each_line(
+    lines: list[str], ends: list[str]
+) -> None:
+    """The one-loop parse of a text (split on `\\n` only, a line with no `](` never matched)
+    gives what `parse_line` gives for each line with its ending, as the old regex split did."""
+    text = "".join(line + end for line, end in zip(lines, ends, strict=False))
+    by_line = [parse_line(chunk) for chunk in re.split(r"(?<=\n)", text) if chunk]
+    assert [(ln.content, ln.eol, ln.link) for ln in split_lines(text)] == by_line
+
+
+def test_demoting_thousands_of_pointers_measures_only_the_lines_near_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """3,000 pointers, 200 lines allowed: the demotion measures the lines it takes off in one
+    go while the line count alone is over the window, then one by one: a few dozen
+    measurements, not one per demoted line (the old loop encoded each of the ~2,800 lines)."""
+    measured: list[int] = []
+    real = index.utf16_len
+
+    def counting(text: str) -> int:
+        measured.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(index, "utf16_len", counting)
+    mems = many_entries(3000)
+    edit = run(None, mems)
+    assert len(edit.demoted) > 2700
+    assert edit.main is not None and measure(edit.main).lines <= 200
+    assert len(measured) <= 200  # at most one per line left in the window, whatever the dir
+    monkeypatch.setattr(index, "utf16_len", real)
+    names = {e.filename for e in mems}
+    assert verify(edit.main, edit.archive, names, names) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["plain", "a](b.md) c", "x]", "[y", "](", "q](r) s", "ok (z)"]),
+        min_size=1,
+        max_size=12,
+    ),
+    st.sampled_from([None, "# proj Memory Archive\n\n- [old](old.md)\nsee [x](x.md)\n"]),
+)
+def test_the_archive_links_the_edit_knows_are_those_its_text_holds(
+    labels: list[str], archive: str | None
+) -> None:
+    """`IndexEdit.archive_links` (what verification takes instead of parsing the archive it
+    wrote) is `local_links` of the archive's text, or None when a line memoryd rendered
+    reads back as another link (a name holding `](...)`)."""
+    mems = [
+        entry(f"m{i:02d}.md", name=label, desc="d", age=OLD - i) for i, label in enumerate(labels)
+    ]
+    edit = run(None, mems, archive=archive, budget=Budget(max_lines=4))
+    if edit.archive is None:
+        assert edit.archive_links is None
+    elif edit.archive_links is not None:
+        assert edit.archive_links == local_links(edit.archive)
+    else:
+        assert any("](" in label for label in labels)
+
+
+def test_a_rendered_pointer_that_reads_back_as_another_link_leaves_the_archive_to_a_parse() -> None:
+    """A name holding `](b.md)` renders a pointer that reads back as a link to b.md: the
+    edit does not vouch for the archive's links, and verification parses the text (which
+    then finds the file unindexed); a plain one is vouched for."""
+    labels = ["a](b.md) c", "plain", "x", "y", "z", "w"]
+    mems = [entry(f"m{i:02d}.md", name=n, desc="d", age=OLD - i) for i, n in enumerate(labels)]
+    edit = run(None, mems, budget=Budget(max_lines=4))
+    assert "m00.md" in edit.demoted and edit.archive_links is None
+    names = {e.filename for e in mems}
+    assert "m00.md is indexed 0 times across MEMORY.md and the archive" in verify(
+        edit.main, edit.archive, names, names
+    )
+    plain = run(None, mems[1:], budget=Budget(max_lines=4))
+    assert plain.archive is not None and plain.archive_links == local_links(plain.archive)

@@ -424,7 +424,13 @@ def decide_ownership(
         return Ownership(True, "memoryd managed this index and every file since is new")
     if not total:
         return Ownership(True, "the dir has no memory files yet")
-    targets = set(pointer_targets(main))
+    # MEMORY.md's lines as the edit parses them (cached: the edit that follows takes them, so
+    # a MEMORY.md of 10,000 lines at a first index is parsed once, not once more here).
+    targets = {
+        link.target
+        for _, _, link in _parse_lines(main)
+        if link is not None and link.kind is LinkKind.LOCAL
+    }
     targets.update(link.target for link in cr_links(main))
     if archive is not None and archive_targets is None:
         targets.update(pointer_targets(archive))

@@ -1,6 +1,7 @@
 """Bytes of one memory file -> a Memory, a NotMemory, or a Problem. Never raises."""
 
 import codecs
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -582,6 +583,7 @@ class Summary(NamedTuple):
     agent_type: str = ""
 
 
+@functools.lru_cache(maxsize=4096)  # the few hundred days a dir's memories name, each parsed once
 def parse_date(text: str) -> float:
     """A frontmatter date (`modified`, `last_verified`) as a UNIX time; 0 when it is not one."""
     if not text:
@@ -596,6 +598,7 @@ def parse_date(text: str) -> float:
 
 
 _mask: Callable[[str], str] | None = None
+_no_hint: Callable[[str], bool] | None = None
 
 
 def mask(text: str) -> str:
@@ -609,12 +612,25 @@ def mask(text: str) -> str:
     return _mask(text)
 
 
+def _mask_both(name: str, description: str) -> tuple[str, str]:
+    """`mask` of each, after one look at both for any hint of a secret (most have none): the
+    hints hold no line break, so none is found across the one joining the two."""
+    global _no_hint
+    if _no_hint is None:
+        from memoryd import secrets
+
+        _no_hint = secrets.holds_no_hint
+    if _no_hint(f"{name}\n{description}"):
+        return name, description
+    return mask(name), mask(description)
+
+
 def _summarize(digest: str, fields: Mapping[str, Any], text: str, fm_text: str) -> Summary:
     """The frontmatter fields memoryd uses. A secret in the name or description is masked
     (memoryd.secrets): they go into MEMORY.md pointer lines, the parse cache and search
     results, and a credential must leave the memory file in none of them."""
     name, description = _text_field(fields, "name"), _text_field(fields, "description")
-    name, description = mask(name), mask(description)
+    name, description = _mask_both(name, description)
     # Most memories have neither date: look before calling. With both, the newer one counts
     # (a memory verified last week is recent whatever its `modified` says).
     modified = _text_field(fields, "modified") if "modified" in fields else ""

@@ -195,6 +195,19 @@ def _lstat_now(dir_fd: int, name: str) -> os.stat_result:
         return _GONE
 
 
+_memfile: tuple[Any, ...] = ()
+
+
+def _load_memfile() -> tuple[Any, ...]:
+    """memfile's parser, imported at the first file read (see MAX_FILE_BYTES) and kept: an
+    import statement in read_one cost half a microsecond a file."""
+    global _memfile
+    from memoryd.memfile import NotMemory, Summary, parse_date, parse_summary
+
+    _memfile = (NotMemory, Summary, parse_date, parse_summary)
+    return _memfile
+
+
 def read_one(
     dir_fd: int, name: str, st: os.stat_result | None, max_file: int, max_fm: int
 ) -> Scanned:
@@ -235,8 +248,7 @@ def read_one(
             f"cannot be read ({error.strerror})",
             "check the file's permissions",
         )
-    from memoryd.memfile import NotMemory, Summary, parse_date, parse_summary
-
+    NotMemory, Summary, parse_date, parse_summary = _memfile or _load_memfile()
     parsed = parse_summary(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
     if observer is not None and isinstance(parsed, Summary | NotMemory):  # versions
         kind = "memory" if isinstance(parsed, Summary) else "note"

@@ -377,6 +377,41 @@ def test_a_first_index_does_not_parse_the_archive_it_wrote_again(
     assert parsed and archive not in parsed
 
 
+def test_a_first_index_parses_a_long_memory_md_once(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A MEMORY.md of 300 pointer lines (an index of memoryd's before the window): ownership
+    and the edit take the one cached line parse of it (`_parse_lines`). The old ownership
+    check parsed it with the whole-text pointer scan (`local_links`) as well: at a first
+    index of 10,000 memories, a second parse of 10,000 lines."""
+    folder = tmp_path / "big"
+    lines = ["# big Memory", ""]
+    for i in range(300):
+        write_memory(folder, f"note_{i:03d}.md", description=f"memory {i}")
+        lines.append(f"- [note_{i:03d}](note_{i:03d}.md) — memory {i}")
+    main = "\n".join(lines) + "\n"
+    (folder / "MEMORY.md").write_text(main)
+    parsed: dict[str, list[str]] = {"local_links": [], "_parse_lines": []}
+
+    def spying(name: str) -> Any:
+        real = getattr(index, name)
+
+        def spy(text: str) -> Any:
+            parsed[name].append(text)
+            return real(text)
+
+        spy.cache_clear = real.cache_clear  # type: ignore[attr-defined]
+        return spy
+
+    for name in parsed:
+        monkeypatch.setattr(index, name, spying(name))
+    outcome = index_dir(env.runtime(), _dir(folder))
+    assert outcome.status == "updated" and outcome.problems == []
+    assert outcome.edit is not None and len(outcome.edit.demoted) > 100
+    assert main in parsed["_parse_lines"]
+    assert main not in parsed["local_links"]
+
+
 def test_an_index_file_changed_in_place_after_the_swap_fails_verification(
     env: Env, mdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

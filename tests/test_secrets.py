@@ -356,3 +356,39 @@ def test_the_names_precheck_covers_every_name_the_assignment_pattern_reads() -> 
     """Each name the assignment pattern lists holds one of the any-case hints."""
     for name in _ASSIGNED_NAMES:
         assert any(hint in name for hint in secrets._NAME_HINTS), name
+
+
+def test_a_name_and_description_with_no_hint_are_looked_at_once_and_every_secret_is_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A memory's name and description are prechecked together (one search over both): 200
+    memories with no hint of a secret call `mask` not at all; the old parse called it twice a
+    memory. Each planted secret, in the name or the description, is masked as before."""
+    from memoryd import memfile
+
+    calls: list[str] = []
+
+    def counting(text: str) -> str:
+        calls.append(text)
+        return secrets.mask(text)
+
+    monkeypatch.setattr(memfile, "_mask", counting)
+    for i in range(200):
+        data = f"---\nname: plain {i}\ndescription: nothing to hide here {i}\n---\nBody.\n"
+        parsed = memfile.parse_summary(f"m{i}.md", data.encode())
+        assert isinstance(parsed, memfile.Summary) and parsed.name == f"plain {i}"
+    assert calls == []
+    planted = 0
+    for _, value, template in POSITIVES:
+        line = template.format(value)
+        if "\n" in line or any(c in line for c in "\"'#`") or ": " in line or line[0] in "-[{":
+            continue  # not a one-line plain YAML value
+        planted += 1
+        for field in ("name", "description"):
+            other = "description" if field == "name" else "name"
+            text = f"---\n{field}: {line}\n{other}: plain\n---\nBody.\n"
+            parsed = memfile.parse_summary("s.md", text.encode())
+            assert isinstance(parsed, memfile.Summary)
+            got = parsed.name if field == "name" else parsed.description
+            assert got == secrets.mask(line) != line and value not in got
+    assert planted >= 5 and calls

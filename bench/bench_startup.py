@@ -104,23 +104,33 @@ def bench(n: int, args: argparse.Namespace) -> str:
         out.mkdir()
         naive_index = [py, "-c", NAIVE_INDEX, str(pristine), str(out)]
 
-        # The first `index`: a fresh home and a fresh copy of the dir each run (untimed copy).
+        # The first `index`: a fresh home and a fresh copy of the dir each run (untimed copy);
+        # with `--old`, the other memoryd's first index too, in the same rounds.
+        old = args.old.split() if args.old else None
         first: list[float] = []
         first_naive: list[float] = []
+        first_old: list[float] = []
         for i in range(args.first_runs):
             home = tmp / f"first{i}"
             folder = home / ".claude" / "projects" / "-tmp-bench" / "memory"
-            shutil.copytree(pristine, folder)  # copy2: the mtimes are kept
             env = home_env(home)
             if i == 0:  # the interpreter's own caches and the page cache, warm for both
+                shutil.copytree(pristine, folder)
                 run(naive_index, env)
                 run([*mem, "--help"], env)
-            for which in (0, 1) if i % 2 == 0 else (1, 0):
+                if old is not None:
+                    run([*old, "--help"], env)
+                shutil.rmtree(home)
+            kinds = [0, 1, 2] if old is not None else [0, 1]
+            for which in kinds if i % 2 == 0 else kinds[::-1]:
+                shutil.copytree(pristine, folder)  # copy2: the mtimes are kept
                 if which == 0:
                     first.append(run([*mem, "index", str(folder)], env))
-                else:
+                elif which == 1:
                     first_naive.append(run(naive_index, env))
-            shutil.rmtree(home)
+                elif old is not None:
+                    first_old.append(run([*old, "index", str(folder)], env))
+                shutil.rmtree(home)
 
         home = tmp / "home"
         folder = home / ".claude" / "projects" / "-tmp-bench" / "memory"
@@ -130,7 +140,6 @@ def bench(n: int, args: argparse.Namespace) -> str:
             run([*mem, "index", str(folder)], env)
         run([*mem, "search", "warmup", str(folder)], env)  # builds the search index
         # `--old`: the other memoryd in a home and a dir of its own, timed in the same rounds.
-        old = args.old.split() if args.old else None
         old_home = tmp / "home-old"
         old_folder = old_home / ".claude" / "projects" / "-tmp-bench" / "memory"
         old_env = home_env(old_home)
@@ -211,6 +220,13 @@ def bench(n: int, args: argparse.Namespace) -> str:
     ]
     if args.old:
         rows += [
+            row(
+                "`index`, first: old ÷ this",
+                "old",
+                percentile(first_old, 50),
+                percentile(first, 50),
+                "",
+            ),
             row("`index`, nothing changed: old ÷ this", "old", med["index_old"], med["index"], ""),
             row("`index`, one change: old ÷ this", "old", med["changed_old"], med["changed"], ""),
         ]

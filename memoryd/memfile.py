@@ -346,7 +346,11 @@ def _split_frontmatter(text: str, max_fm_bytes: int) -> tuple[str, int] | str | 
         if found is None or isinstance(found, str):
             return found
         fm, body_start = found
-    if (len(fm) if fm.isascii() else len(fm.encode("utf-8"))) > max_fm_bytes:
+    # (A UTF-8 character is at most 4 bytes: most blocks need no count of their bytes.)
+    if (
+        len(fm) * 4 > max_fm_bytes
+        and (len(fm) if fm.isascii() else len(fm.encode("utf-8"))) > max_fm_bytes
+    ):
         return f"frontmatter is larger than {max_fm_bytes} bytes"
     return fm, body_start
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memoryd.memfile import (
+    MAX_FRONTMATTER_BYTES,
     Memory,
     NotMemory,
     Problem,
@@ -227,6 +228,22 @@ def test_oversized_frontmatter_is_a_problem() -> None:
     parsed = parse_memory("fm.md", data)
     assert isinstance(parsed, Problem)
     assert parsed.kind == "bad_frontmatter"
+
+
+@pytest.mark.parametrize("char", ["y", "\u00e9", "\u20ac", "\U0001f600"])
+def test_the_frontmatter_limit_counts_bytes_at_its_edge(char: str) -> None:
+    """The 16 KiB limit is of UTF-8 bytes, for 1- to 4-byte characters alike: a block one
+    byte over it is refused, one at it is read (the count is skipped only for blocks too
+    short to reach it)."""
+    width = len(char.encode())
+    head = "name: x\ndescription: "
+    room = MAX_FRONTMATTER_BYTES - len(head)
+    for size, refused in ((room - room % width, False), (room - room % width + width, True)):
+        fm = head + char * (size // width)
+        assert len(fm.encode()) == len(head) + size
+        parsed = parse_memory("fm.md", f"---\n{fm}\n---\nbody".encode())
+        assert isinstance(parsed, Problem) is refused
+        assert not refused or parsed.kind == "bad_frontmatter"  # type: ignore[union-attr]
 
 
 def test_description_newlines_fold_into_one_line() -> None:

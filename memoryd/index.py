@@ -961,6 +961,16 @@ def edit_lines(
             # one go once it is not (9,870 demoted lines at a first index: one encode, not
             # 20,000). The sums are the same either way.
             pending: list[Line] = []
+            if not view.folded and lines_left > inp.budget.max_lines + 1:
+                # Each line takes exactly one off the count: the lines after which it is still
+                # over the window by more than one (the loop below goes on past them without a
+                # look) are taken in one go; the loop takes the next one.
+                bulk = list(itertools.islice(queue, lines_left - inp.budget.max_lines - 1))
+                demoted_at.update(index for _, _, index in bulk)
+                edit.demoted.extend(target for _, target, _ in bulk)
+                pending.extend(main_lines[index] for _, _, index in bulk)
+                lines_left -= len(bulk)
+                progressed = bool(bulk)
             for _, target, index in queue:
                 line = main_lines[index]
                 demoted_at.add(index)

@@ -164,9 +164,10 @@ _PLACEHOLDER: Final = _lazy(
 # Cheap substring hints: a text with none of them holds no secret these patterns find. The
 # tokens' prefixes are written as the tokens are (`AKIA`, `ghp_`); `_ASSIGNMENT` reads its names
 # in any case (`PWD=`, `Bearer:`), so the precheck looks for every hint in the lowered text.
+# GitHub's are whole (`ghp_`, not `gh`): "through" and "high" are in a fifth of descriptions.
 _HINTS: Final = (
-    "PRIVATE KEY", "AKIA", "ASIA", "ABIA", "ACCA", "gh", "github_pat_", "glpat-", "xox",
-    "hooks.slack", "_live_", "sk-", "AIza", "eyJ", "://",
+    "PRIVATE KEY", "AKIA", "ASIA", "ABIA", "ACCA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
+    "github_pat_", "glpat-", "xox", "hooks.slack", "_live_", "sk-", "AIza", "eyJ", "://",
 )  # fmt: skip
 # Every name in `_ASSIGNMENT` holds one of these (pass/passwd/password: "ass"; api_key: "key").
 _NAME_HINTS: Final = ("ass", "secret", "key", "token", "pwd", "bearer", "credential")

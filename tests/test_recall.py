@@ -955,3 +955,80 @@ def test_an_empty_index_file_is_a_new_one_not_damage(env: Env, mem: Path) -> Non
     with DirIndex(path, real, warn=said.append) as index:
         assert index.update().read == 5
     assert said == [] and path.stat().st_ino == inode
+
+
+# --- how the index is built and kept (the figures at 100,000 memories) ---------------------
+SHARED = ("src/deploy.py", "app/api/router.tsx", "tools/config.toml")
+
+
+def plant_citing(folder: Path, i: int, *paths: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    body = (
+        "".join(f"- see `{p}`\n" for p in paths) + f"and `{i:04d}_only.py` calls `do_thing_{i}()`\n"
+    )
+    path = folder / f"note_{i:04d}.md"
+    path.write_text(f"---\nname: Note {i}\ndescription: d {i}\ntype: project\n---\n\n{body}")
+    when = 1_700_000_000 + i
+    os.utime(path, (when, when))
+    return path
+
+
+def counts(path: Path) -> tuple[int, int]:
+    """(refs rows, cites rows) of an index file."""
+    with sqlite3.connect(path) as conn:
+        refs = conn.execute("SELECT count(*) FROM refs").fetchone()[0]
+        cites = conn.execute("SELECT count(*) FROM cites").fetchone()[0]
+    return refs, cites
+
+
+def cited_by(index: DirIndex, path: str) -> list[str]:
+    return sorted(row.file for row, _, _ in index.by_refs("path", "norm", [path]))
+
+
+@pytest.mark.parametrize("bulk_min", [10, 10_000])  # a first build's bulk path, and row by row
+def test_a_reference_is_one_row_however_many_memories_cite_it(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bulk_min: int
+) -> None:
+    """40 memories citing the same 3 paths, each a path and a symbol of its own: 3 + 80 refs
+    rows (a row per citation was 200 MB of a 100,000-memory index), 200 citations; a memory
+    removed takes the references only it cited with it, and recall finds the same memories
+    either way."""
+    monkeypatch.setattr(store, "BULK_MIN", bulk_min)
+    folder = tmp_path / "mem"
+    for i in range(40):
+        plant_citing(folder, i, *SHARED)
+    real = folder.resolve()
+    path = index_path(env.state, real)
+    with DirIndex(path, real, clock_ns=lambda: 2_000_000_000 * 10**9) as index:
+        assert index.update().read == 40
+        assert counts(path) == (3 + 2 * 40, 5 * 40)
+        assert cited_by(index, "src/deploy.py") == [f"note_{i:04d}.md" for i in range(40)]
+        assert cited_by(index, "0007_only.py") == ["note_0007.md"]
+        (folder / "note_0007.md").unlink()
+        plant_citing(folder, 40, SHARED[0])  # a shared path again: no new row for it
+        assert index.update().read == 1
+        assert counts(path) == (3 + 2 * 40, 5 * 39 + 3)
+        assert cited_by(index, "0007_only.py") == []
+        assert len(cited_by(index, "src/deploy.py")) == 40
+        symbols = [row.file for row, _, _ in index.by_refs("symbol", "norm", ["do_thing_3"])]
+        assert symbols == ["note_0003.md"]
+
+
+def test_an_index_of_an_older_schema_is_rebuilt(env: Env, tmp_path: Path) -> None:
+    """An index made by a memoryd whose tables were other (schema 3: a refs row per
+    citation) is said once and made anew, and answers as a new one does."""
+    folder = tmp_path / "mem"
+    for i in range(3):
+        plant_citing(folder, i, *SHARED)
+    real = folder.resolve()
+    path = index_path(env.state, real)
+    with DirIndex(path, real) as index:
+        index.update()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema'")
+    store._WARNED.clear()
+    said: list[str] = []
+    with DirIndex(path, real, warn=said.append) as index:
+        assert index.update().rebuilt == "was made by another version of memoryd"
+        assert len(cited_by(index, "src/deploy.py")) == 3
+    assert len(said) == 1 and str(path) in said[0]

@@ -28,12 +28,13 @@ from memoryd.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
 from memoryd.paths import ensure_private_dir, file_kind
 
 if TYPE_CHECKING:
+    from memoryd.dream.refs import Refs
     from memoryd.memfile import Memory
 
 # The parser (memoryd.memfile) and the scan's rules are imported when a file is read, not
 # by a search of an index already in step; the limits' None means memfile's defaults.
 
-SCHEMA = "3"  # 2: pointers.hidden, files_racy; 3: files_stat
+SCHEMA = "4"  # 2: pointers.hidden, files_racy; 3: files_stat; 4: refs once, cited in cites
 INDEX_FOLDER = "recall"  # under the state dir
 # A file changed this close before it was read may change again within the same mtime tick
 # (file times are taken from a coarse clock): it is read again next time (mtime_ns -1).
@@ -69,8 +70,9 @@ CREATE TABLE files(
 );
 CREATE TABLE pointers(file TEXT PRIMARY KEY, tier TEXT NOT NULL, line INTEGER NOT NULL,
     hidden TEXT NOT NULL DEFAULT '') WITHOUT ROWID;
-CREATE TABLE refs(id INTEGER NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
+CREATE TABLE refs(rid INTEGER PRIMARY KEY, kind TEXT NOT NULL, ref TEXT NOT NULL,
     norm TEXT NOT NULL, base TEXT NOT NULL);
+CREATE TABLE cites(id INTEGER NOT NULL, rid INTEGER NOT NULL, PRIMARY KEY(id, rid)) WITHOUT ROWID;
 CREATE VIRTUAL TABLE docs USING fts5(name, description, body, stem,
     tokenize='porter unicode61 remove_diacritics 2');
 CREATE VIRTUAL TABLE words USING fts5(text, content='', detail=none,
@@ -79,16 +81,20 @@ CREATE VIRTUAL TABLE words_vocab USING fts5vocab(words, 'row');
 """
 # The tables' indexes, which a first build makes after it filled the tables (see BULK_MIN).
 # files_stat: the listing's compare (_CHANGED) finds each entry's stat there, not in its
-# files row.
+# files row. A reference is a `refs` row once, however many memories cite it (`cites`): the
+# memories of a dir cite the same paths again and again (100,000 synthetic memories: 1.6
+# million citations of 155,000 references). Held a row per citation, they were a third of
+# the index (200 MB) and their three indexes 4 s of a first build.
 _INDEXES = {
     "files_key": "CREATE INDEX files_key ON files(key)",
     "files_stem": "CREATE INDEX files_stem ON files(stem)",
     "files_date": "CREATE INDEX files_date ON files(date)",
     "files_racy": "CREATE INDEX files_racy ON files(mtime_ns) WHERE mtime_ns = -1",
     "files_stat": "CREATE INDEX files_stat ON files(file, ino, size, mtime_ns)",
+    "refs_ref": "CREATE UNIQUE INDEX refs_ref ON refs(kind, ref)",
     "refs_norm": "CREATE INDEX refs_norm ON refs(norm)",
     "refs_base": "CREATE INDEX refs_base ON refs(base)",
-    "refs_id": "CREATE INDEX refs_id ON refs(id)",
+    "cites_rid": "CREATE INDEX cites_rid ON cites(rid)",
 }
 _DDL += ";\n".join(_INDEXES.values())
 # An update that reads at least this many files into an index that holds none (a first
@@ -96,6 +102,15 @@ _DDL += ";\n".join(_INDEXES.values())
 # rows, sorted once: inserted into row by row, in random order, 100,000 files' refs and
 # files took 21 s (their pages no longer fit the page cache).
 BULK_MIN = 1000
+# A first build's page cache and FTS5 buffer of terms (its default is 1 MiB, each table's
+# terms written out as a segment when full, and the segments merged): at 100,000 memories
+# the inserts and commit took 3 s less. The connection is back to SQLite's defaults after.
+BULK_CACHE_KIB = 64 * 1024
+BULK_FTS_HASH = 32 * 1024 * 1024
+FTS_HASH = 1024 * 1024
+# Pages of 8 KiB: a memory's text (1-3 KiB) left half of many 4 KiB pages empty (a new
+# index only: an index's page size is set when it is made).
+PAGE_SIZE = 8192
 
 Warn = Callable[[str], None]
 # How the agent loads the dir's MEMORY.md: (agentview.ViewKind's value, max lines, max UTF-16
@@ -210,6 +225,11 @@ _GONE = (
     "(SELECT name FROM listing.listing WHERE (mode & 61440) != 16384)"
 )
 assert (stat.S_IFMT(0o777777), stat.S_IFDIR) == (61440, 16384)
+# A reference (see _INDEXES) put in once, and found by what it is; one no memory cites now.
+_REF = "INSERT OR IGNORE INTO refs(kind, ref, norm, base) VALUES (?, ?, ?, ?)"
+_REF_WITH_ID = "INSERT INTO refs(rid, kind, ref, norm, base) VALUES (?, ?, ?, ?, ?)"
+_REF_ID = "SELECT rid FROM refs WHERE kind = ? AND ref = ?"
+_ORPHAN = "DELETE FROM refs WHERE rid = ? AND NOT EXISTS (SELECT 1 FROM cites WHERE rid = ?)"
 # A file to be read again whatever its stat (see RACY_NS); on the partial index files_racy.
 _RACY = "SELECT 1 FROM files WHERE mtime_ns = -1 LIMIT 1"
 
@@ -297,26 +317,35 @@ def _flags(memory: "Memory") -> list[str]:
     return out
 
 
-def _path_refs(body: str) -> list[tuple[str, str, str, str]]:
-    """(kind, ref, norm, base) rows of a body's references, the dream pass's extraction."""
-    from memoryd.dream.refs import _outside_repo, extract_refs
+RefRow = tuple[str, str, str, str]  # kind, ref (as written), norm, base
+
+
+def _path_refs_of(refs: "Refs") -> list[RefRow]:
+    """(kind, ref, norm, base) rows of a body's references (the dream pass's extraction)."""
+    return [row for row in map(_path_row, refs.paths) if row is not None] + [
+        _symbol_row(symbol) for symbol in refs.symbols
+    ]
+
+
+def _symbol_row(symbol: str) -> RefRow:
+    return ("symbol", symbol, symbol, symbol.lower())
+
+
+def _path_row(ref: str) -> RefRow | None:
+    """A path reference's row; None for one no repo path can be."""
+    from memoryd.dream.refs import _outside_repo
     from memoryd.dream.repo import normalize_rel
 
-    refs = extract_refs(body)
-    rows: list[tuple[str, str, str, str]] = []
-    for ref in refs.paths:
-        if ref.startswith("/"):
-            norm = os.path.normpath(ref)
-        elif _outside_repo(ref):
-            continue  # ~, $HOME, URLs, globs: nothing a repo path can be
-        else:
-            norm = normalize_rel(ref) or ""
-            if not norm:
-                continue
-        rows.append(("path", ref, norm.rstrip("/"), norm.rstrip("/").rpartition("/")[2]))
-    for symbol in refs.symbols:
-        rows.append(("symbol", symbol, symbol, symbol.lower()))
-    return rows
+    if ref.startswith("/"):
+        norm = os.path.normpath(ref)
+    elif _outside_repo(ref):
+        return None  # ~, $HOME, URLs, globs: nothing a repo path can be
+    else:
+        norm = normalize_rel(ref) or ""
+        if not norm:
+            return None
+    norm = norm.rstrip("/")
+    return ("path", ref, norm, norm.rpartition("/")[2])
 
 
 def _stat_of(st: os.stat_result) -> FileStat:
@@ -349,6 +378,9 @@ class DirIndex:
         self.rebuilt = ""  # why the index was made anew in this process, if it was
         self._vocab: tuple[tuple[int, int], Vocabulary] | None = None
         self._writes = 0  # own commits: they leave PRAGMA data_version as it was
+        # In a first build: the refs rows' ids by kind and ref (0: no row), given here.
+        self._rids: dict[str, dict[str, int]] | None = None
+        self._rid = 0
         # The agent's window that says which pointers it does not see; None (the daemon's
         # hook): the one the index was last given, else the default for the dir's path.
         self.window = window
@@ -470,6 +502,7 @@ class DirIndex:
         try:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA temp_store=MEMORY")  # e.g. _GONE's list of names
+            conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before WAL: a new file's only
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode=WAL")
         except sqlite3.Error:
@@ -689,6 +722,11 @@ class DirIndex:
             if bulk:  # made again below, in this transaction: no reader sees them gone
                 for index_name in _INDEXES:
                     conn.execute(f"DROP INDEX {index_name}")
+                # No memory is in the index: none cites a reference (see _cite).
+                conn.execute("DELETE FROM cites")
+                conn.execute("DELETE FROM refs")
+                self._rids, self._rid = {"path": {}, "symbol": {}}, 0
+                self._bulk_buffers(conn, True)
             now_ns = self._now_ns()
             for name in found.changed:
                 if name in found.old:
@@ -702,8 +740,10 @@ class DirIndex:
                 if self._insert(conn, dir_fd, name, st, now_ns) is not None:
                     change.read += 1
             if bulk:
+                self._rids = None
                 for statement in _INDEXES.values():
                     conn.execute(statement)
+                self._bulk_buffers(conn, False)
             if found.pointers:
                 self._pointers(conn, dir_fd, found.listing, found.meta.get("window"))
                 change.pointers = True
@@ -718,10 +758,22 @@ class DirIndex:
             if change.any:
                 self._writes += 1
         except BaseException:
+            self._rids = None
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
+                conn.execute("PRAGMA cache_size=-2000")
             raise
         return change
+
+    @staticmethod
+    def _bulk_buffers(conn: sqlite3.Connection, bulk: bool) -> None:
+        """A first build's bigger page cache and FTS5 term buffers (see BULK_CACHE_KIB), or
+        SQLite's defaults again (the buffer's size is a row of each table's config, written
+        in the build's transaction)."""
+        conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB if bulk else 2000}")
+        for table in ("docs", "words"):
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('hashsize', ?)",  # noqa: S608
+                         (BULK_FTS_HASH if bulk else FTS_HASH,))  # fmt: skip
 
     def _in_step(self, conn: sqlite3.Connection, digest: str) -> bool:
         """Whether the dir's listing (every name and its inode, size, mtime and type) is the
@@ -750,7 +802,9 @@ class DirIndex:
                 (doc_id, "\n".join(row)),
             )
             conn.execute("DELETE FROM docs WHERE rowid = ?", (doc_id,))
-        conn.execute("DELETE FROM refs WHERE id = ?", (doc_id,))
+        rids = conn.execute("DELETE FROM cites WHERE id = ? RETURNING rid", (doc_id,)).fetchall()
+        # A reference no other memory cites goes with it.
+        conn.executemany(_ORPHAN, [(rid, rid) for (rid,) in rids])
         conn.execute("DELETE FROM files WHERE id = ?", (doc_id,))
 
     def _insert(
@@ -795,7 +849,7 @@ class DirIndex:
             **record,
         }
         body = values.pop("body", None)
-        refs = values.pop("refs", ())
+        refs = values.pop("refs", None)
         columns = ", ".join(values)
         marks = ", ".join("?" for _ in values)
         cursor = conn.execute(
@@ -803,18 +857,47 @@ class DirIndex:
             tuple(values.values()),
         )
         doc_id = int(cursor.lastrowid or 0)
-        if body is not None:
+        if body is not None and refs is not None:
             texts = (values["name"], values["description"], body, _stem_words(name))
             conn.execute(
                 "INSERT INTO docs(rowid, name, description, body, stem) VALUES (?, ?, ?, ?, ?)",
                 (doc_id, *texts),
             )
             conn.execute("INSERT INTO words(rowid, text) VALUES (?, ?)", (doc_id, "\n".join(texts)))
-            conn.executemany(
-                "INSERT INTO refs(id, kind, ref, norm, base) VALUES (?, ?, ?, ?, ?)",
-                [(doc_id, *ref) for ref in refs],
-            )
+            self._cite(conn, doc_id, refs)
         return doc_id, (fst.st_ino, fst.st_size, mtime_ns)
+
+    def _cite(self, conn: sqlite3.Connection, doc_id: int, refs: "Refs") -> None:
+        """A memory's references (the dream pass's extraction): each a `refs` row once,
+        cited by the memory in `cites`."""
+        cited: dict[int, None] = {}
+        if self._rids is None:
+            for row in _path_refs_of(refs):
+                conn.execute(_REF, row)
+                cited[conn.execute(_REF_ID, row[:2]).fetchone()[0]] = None
+        else:
+            # A first build: the ids are given here, and each distinct reference is made a
+            # row once (the table was empty).
+            kinds: tuple[tuple[str, Sequence[str], Callable[[str], RefRow | None]], ...] = (
+                ("path", refs.paths, _path_row),
+                ("symbol", refs.symbols, _symbol_row),
+            )
+            for kind, refs_of_kind, row_of in kinds:
+                ids = self._rids[kind]
+                for ref in refs_of_kind:
+                    rid = ids.get(ref)
+                    if rid is None:
+                        row = row_of(ref)
+                        rid = ids[ref] = 0 if row is None else self._next_rid()
+                        if row is not None:
+                            conn.execute(_REF_WITH_ID, (rid, *row))
+                    if rid:
+                        cited[rid] = None
+        conn.executemany("INSERT INTO cites(id, rid) VALUES (?, ?)", [(doc_id, r) for r in cited])
+
+    def _next_rid(self) -> int:
+        self._rid += 1
+        return self._rid
 
     def _parsed(self, name: str, data: bytes, fst: os.stat_result) -> dict[str, Any]:
         from memoryd.memfile import Memory, NotMemory, parse_date, parse_memory
@@ -830,7 +913,9 @@ class DirIndex:
             }
         if not isinstance(parsed, Memory):
             return {"kind": "problem", "problem": parsed.message, "hint": parsed.hint}
-        refs = _path_refs(parsed.body)
+        from memoryd.dream.refs import extract_refs
+
+        refs = extract_refs(parsed.body)
         return {
             "kind": "memory",
             "name": parsed.name,
@@ -1020,8 +1105,10 @@ class DirIndex:
         if not values:
             return []
         marks = ", ".join("?" for _ in values)
+        # INDEXED BY: refs_ref's kind would do as well for the planner, which has no stats.
         sql = (
-            f"{self._SELECT}, r.ref, r.norm FROM refs r JOIN files f ON f.id = r.id "
+            f"{self._SELECT}, r.ref, r.norm FROM refs r INDEXED BY refs_{column} "
+            "JOIN cites c ON c.rid = r.rid JOIN files f ON f.id = c.id "
             "LEFT JOIN pointers p ON p.file = f.file "
             f"WHERE r.kind = ? AND r.{column} IN ({marks}) ORDER BY f.file"
         )
@@ -1033,7 +1120,8 @@ class DirIndex:
         out: list[tuple[Row, str]] = []
         for prefix in prefixes:
             sql = (
-                f"{self._SELECT}, r.ref FROM refs r JOIN files f ON f.id = r.id "
+                f"{self._SELECT}, r.ref FROM refs r INDEXED BY refs_norm "
+                "JOIN cites c ON c.rid = r.rid JOIN files f ON f.id = c.id "
                 "LEFT JOIN pointers p ON p.file = f.file "
                 "WHERE r.kind = 'path' AND r.norm >= ? AND r.norm < ? ORDER BY f.file"
             )

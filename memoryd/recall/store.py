@@ -887,10 +887,10 @@ class DirIndex:
                 for ref in refs_of_kind:
                     rid = ids.get(ref)
                     if rid is None:
-                        row = row_of(ref)
-                        rid = ids[ref] = 0 if row is None else self._next_rid()
-                        if row is not None:
-                            conn.execute(_REF_WITH_ID, (rid, *row))
+                        made = row_of(ref)
+                        rid = ids[ref] = 0 if made is None else self._next_rid()
+                        if made is not None:
+                            conn.execute(_REF_WITH_ID, (rid, *made))
                     if rid:
                         cited[rid] = None
         conn.executemany("INSERT INTO cites(id, rid) VALUES (?, ?)", [(doc_id, r) for r in cited])

@@ -1032,3 +1032,29 @@ def test_an_index_of_an_older_schema_is_rebuilt(env: Env, tmp_path: Path) -> Non
         assert index.update().rebuilt == "was made by another version of memoryd"
         assert len(cited_by(index, "src/deploy.py")) == 3
     assert len(said) == 1 and str(path) in said[0]
+
+
+def test_a_typo_is_matched_a_bounded_chunk_of_the_vocabulary_at_a_time(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fuzzy match of a typo against 300 words of its length holds at most
+    VOCABULARY_CHUNK of them as str objects at once (the whole length's words, split out at
+    once, were 12 MB of the MCP server's peak at 100,000 memories), and finds the same
+    closest words: the best of each chunk are kept."""
+    from memoryd.recall.query import fuzzy
+
+    monkeypatch.setattr(store, "VOCABULARY_PIECE", 4)
+    monkeypatch.setattr(store, "VOCABULARY_CHUNK", 16)
+    letters = "bcdfghjklmnpqrstvwxz"
+    words = sorted({f"{a}{b}{c}ab" for a in letters for b in letters[:5] for c in letters[:3]})
+    assert len(words) == 300
+    folder = tmp_path / "mem"
+    plant(folder, "words.md", name="Words", description="many", body=" ".join(words) + "\n")
+    plant(folder, "deploy.md", name="Deploy", description="the deployment", body="x\n")
+    real = folder.resolve()
+    with DirIndex(index_path(env.state, real), real) as index:
+        index.update()
+        vocabulary = index.vocabulary()
+        assert fuzzy("deploymnt", vocabulary) == ["deployment", "deploy"]
+        assert fuzzy("zdcabb", vocabulary) == ["zdcab"]
+        assert 0 < vocabulary.held_most <= 16

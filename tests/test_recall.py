@@ -1058,3 +1058,44 @@ def test_a_typo_is_matched_a_bounded_chunk_of_the_vocabulary_at_a_time(
         assert fuzzy("deploymnt", vocabulary) == ["deployment", "deploy"]
         assert fuzzy("zdcabb", vocabulary) == ["zdcab"]
         assert 0 < vocabulary.held_most <= 16
+
+
+def dump(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every row an index holds that a search reads (its meta's times aside)."""
+    sql = {
+        "files": "SELECT * FROM files ORDER BY id",
+        "docs": "SELECT rowid, * FROM docs ORDER BY rowid",
+        "refs": "SELECT * FROM refs ORDER BY rid",
+        "cites": "SELECT * FROM cites ORDER BY id, rid",
+        "words": "SELECT * FROM words_vocab ORDER BY term",
+        "pointers": "SELECT * FROM pointers ORDER BY file",
+    }
+    with sqlite3.connect(path) as conn:
+        return {table: conn.execute(query).fetchall() for table, query in sql.items()}
+
+
+def test_a_first_build_in_worker_processes_is_the_same_index(
+    env: Env, mem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big first build reads and parses in worker processes (spawned), three files a task
+    here: the index holds the same rows, in the same ids, as one built in this process, with
+    the unparseable file and the symlink each excluded for the same reason."""
+    for i in range(12):
+        plant_citing(mem, i, *SHARED[: i % 3 + 1])
+    (mem / "broken.md").write_text("---\nname: [unclosed\n---\nbody\n")
+    (mem / "link.md").symlink_to(mem / "note_0001.md")
+    real = mem.resolve()
+    monkeypatch.setattr(store, "BULK_MIN", 2)
+    clock = lambda: 2_000_000_000 * 10**9  # noqa: E731
+    serial = index_path(env.state, real)
+    with DirIndex(serial, real, clock_ns=clock) as index:
+        index.update()
+        assert index.workers == 0
+    parallel = serial.with_name("parallel.sqlite")
+    monkeypatch.setattr(store, "PARALLEL_MIN", 2)
+    monkeypatch.setattr(store, "READ_CHUNK", 3)
+    with DirIndex(parallel, real, clock_ns=clock) as index:
+        assert index.update().read == 5 + 12 + 2
+        assert index.workers == min(store.PARALLEL_WORKERS, os.cpu_count() or 1)
+        assert {e.file for e in index.excluded()} == {"broken.md", "link.md"}
+    assert dump(parallel) == dump(serial)

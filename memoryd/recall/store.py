@@ -106,12 +106,10 @@ _DDL += ";\n".join(_INDEXES.values())
 # rows, sorted once: inserted into row by row, in random order, 100,000 files' refs and
 # files took 21 s (their pages no longer fit the page cache).
 BULK_MIN = 1000
-# A first build's page cache and FTS5 buffer of terms (its default is 1 MiB, each table's
-# terms written out as a segment when full, and the segments merged): at 100,000 memories
-# the inserts and commit took 3 s less. The connection is back to SQLite's defaults after.
+# A first build's page cache (SQLite's default is 2 MiB; the connection has it again after).
+# FTS5's buffer of terms is left at its 1 MiB: at 32 MiB the build's segments were few and
+# big, and the first small updates after it merged them (one took 1 s, the file grew 86 MB).
 BULK_CACHE_KIB = 64 * 1024
-BULK_FTS_HASH = 32 * 1024 * 1024
-FTS_HASH = 1024 * 1024
 # A first build of at least PARALLEL_MIN files reads and parses them in PARALLEL_WORKERS
 # processes (at most one a CPU), READ_CHUNK files a task, while this one puts them in: the
 # reading, parsing and reference extraction were 60 % of a first build's time.
@@ -210,11 +208,14 @@ class _Plan:
         return bool(self.changed or self.gone or self.pointers)
 
 
-# The listing is kept in a database of its own in memory, attached for one update and
-# detached after it: its memory is then freed (a temp table's stayed with the connection:
-# 6 MB at 100,000 files in the MCP server). No key: appended in the dir's order, 10,000 rows
-# cost 9 ms, kept sorted by name 14 ms (most refreshes never look at it). The compare looks
-# each entry up in `files` instead.
+# The listing is kept in a database of its own, attached for one update and detached after
+# it: its memory is then freed (a temp table's stayed with the connection: 6 MB at 100,000
+# files in the MCP server). That database is a temporary file (SQLite's, removed as it is
+# made; 0600) behind a page cache of LISTING_CACHE_KIB: in memory, 100,000 entries were
+# 2 MB more of the server's peak at each refresh that lists them. No key: appended in the
+# dir's order, 10,000 rows cost 9 ms, kept sorted by name 14 ms (most refreshes never look
+# at it). The compare looks each entry up in `files` instead.
+LISTING_CACHE_KIB = 256
 _LISTING_TABLE = (
     "CREATE TABLE listing.listing(name TEXT NOT NULL, ino INTEGER, size INTEGER, "
     "mtime INTEGER, mode INTEGER)"
@@ -282,10 +283,16 @@ class _Listing:
 
     @staticmethod
     def attach(conn: sqlite3.Connection) -> None:
-        """The listing's table, empty, in a database of its own in memory."""
+        """The listing's table, empty, in a temporary database of its own."""
         with contextlib.suppress(sqlite3.OperationalError):  # "no such database"
             conn.execute("DETACH listing")
-        conn.execute("ATTACH ':memory:' AS listing")
+        # A temporary database is made in memory under temp_store=MEMORY (see _connect).
+        conn.execute("PRAGMA temp_store=FILE")
+        try:
+            conn.execute("ATTACH '' AS listing")
+        finally:
+            conn.execute("PRAGMA temp_store=MEMORY")
+        conn.execute(f"PRAGMA listing.cache_size=-{LISTING_CACHE_KIB}")
         conn.execute(_LISTING_TABLE)
 
     @staticmethod
@@ -737,7 +744,7 @@ class DirIndex:
                 conn.execute("DELETE FROM cites")
                 conn.execute("DELETE FROM refs")
                 self._rids, self._rid = {"path": {}, "symbol": {}}, 0
-                self._bulk_buffers(conn, True)
+                conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")
             for name, values in self._records(dir_fd, found, bulk):
                 if name in found.old:
                     self._delete(conn, found.old[name])
@@ -748,7 +755,7 @@ class DirIndex:
                 self._rids = None
                 for statement in _INDEXES.values():
                     conn.execute(statement)
-                self._bulk_buffers(conn, False)
+                conn.execute("PRAGMA cache_size=-2000")
             if found.pointers:
                 self._pointers(conn, dir_fd, found.listing, found.meta.get("window"))
                 change.pointers = True
@@ -786,16 +793,6 @@ class DirIndex:
             return
         for name in found.changed:
             yield name, _record(dir_fd, name, found.listing.get(name), self.limits, now_ns)
-
-    @staticmethod
-    def _bulk_buffers(conn: sqlite3.Connection, bulk: bool) -> None:
-        """A first build's bigger page cache and FTS5 term buffers (see BULK_CACHE_KIB), or
-        SQLite's defaults again (the buffer's size is a row of each table's config, written
-        in the build's transaction)."""
-        conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB if bulk else 2000}")
-        for table in ("docs", "words"):
-            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('hashsize', ?)",  # noqa: S608
-                         (BULK_FTS_HASH if bulk else FTS_HASH,))  # fmt: skip
 
     def _in_step(self, conn: sqlite3.Connection, digest: str) -> bool:
         """Whether the dir's listing (every name and its inode, size, mtime and type) is the

@@ -1,5 +1,6 @@
 """Recall: `memoryd search`, `recall`, `show` and the search index behind them (issue 15)."""
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -955,3 +956,187 @@ def test_an_empty_index_file_is_a_new_one_not_damage(env: Env, mem: Path) -> Non
     with DirIndex(path, real, warn=said.append) as index:
         assert index.update().read == 5
     assert said == [] and path.stat().st_ino == inode
+
+
+# --- how the index is built and kept (the figures at 100,000 memories) ---------------------
+SHARED = ("src/deploy.py", "app/api/router.tsx", "tools/config.toml")
+
+
+def plant_citing(folder: Path, i: int, *paths: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    body = (
+        "".join(f"- see `{p}`\n" for p in paths) + f"and `{i:04d}_only.py` calls `do_thing_{i}()`\n"
+    )
+    path = folder / f"note_{i:04d}.md"
+    path.write_text(f"---\nname: Note {i}\ndescription: d {i}\ntype: project\n---\n\n{body}")
+    when = 1_700_000_000 + i
+    os.utime(path, (when, when))
+    return path
+
+
+def counts(path: Path) -> tuple[int, int]:
+    """(refs rows, cites rows) of an index file."""
+    with sqlite3.connect(path) as conn:
+        refs = conn.execute("SELECT count(*) FROM refs").fetchone()[0]
+        cites = conn.execute("SELECT count(*) FROM cites").fetchone()[0]
+    return refs, cites
+
+
+def cited_by(index: DirIndex, path: str) -> list[str]:
+    return sorted(row.file for row, _, _ in index.by_refs("path", "norm", [path]))
+
+
+@pytest.mark.parametrize("bulk_min", [10, 10_000])  # a first build's bulk path, and row by row
+def test_a_reference_is_one_row_however_many_memories_cite_it(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bulk_min: int
+) -> None:
+    """40 memories citing the same 3 paths, each a path and a symbol of its own: 3 + 80 refs
+    rows (a row per citation was 200 MB of a 100,000-memory index), 200 citations; a memory
+    removed takes the references only it cited with it, and recall finds the same memories
+    either way."""
+    monkeypatch.setattr(store, "BULK_MIN", bulk_min)
+    folder = tmp_path / "mem"
+    for i in range(40):
+        plant_citing(folder, i, *SHARED)
+    real = folder.resolve()
+    path = index_path(env.state, real)
+    with DirIndex(path, real, clock_ns=lambda: 2_000_000_000 * 10**9) as index:
+        assert index.update().read == 40
+        assert counts(path) == (3 + 2 * 40, 5 * 40)
+        assert cited_by(index, "src/deploy.py") == [f"note_{i:04d}.md" for i in range(40)]
+        assert cited_by(index, "0007_only.py") == ["note_0007.md"]
+        (folder / "note_0007.md").unlink()
+        plant_citing(folder, 40, SHARED[0])  # a shared path again: no new row for it
+        assert index.update().read == 1
+        assert counts(path) == (3 + 2 * 40, 5 * 39 + 3)
+        assert cited_by(index, "0007_only.py") == []
+        assert len(cited_by(index, "src/deploy.py")) == 40
+        symbols = [row.file for row, _, _ in index.by_refs("symbol", "norm", ["do_thing_3"])]
+        assert symbols == ["note_0003.md"]
+
+
+def test_an_index_of_an_older_schema_is_rebuilt(env: Env, tmp_path: Path) -> None:
+    """An index made by a memoryd whose tables were other (schema 3: a refs row per
+    citation) is said once and made anew, and answers as a new one does."""
+    folder = tmp_path / "mem"
+    for i in range(3):
+        plant_citing(folder, i, *SHARED)
+    real = folder.resolve()
+    path = index_path(env.state, real)
+    with DirIndex(path, real) as index:
+        index.update()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema'")
+    store._WARNED.clear()
+    said: list[str] = []
+    with DirIndex(path, real, warn=said.append) as index:
+        assert index.update().rebuilt == "was made by another version of memoryd"
+        assert len(cited_by(index, "src/deploy.py")) == 3
+    assert len(said) == 1 and str(path) in said[0]
+
+
+def test_a_typo_is_matched_a_bounded_chunk_of_the_vocabulary_at_a_time(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fuzzy match of a typo against 300 words of its length holds at most
+    VOCABULARY_CHUNK of them as str objects at once (the whole length's words, split out at
+    once, were 12 MB of the MCP server's peak at 100,000 memories), and finds the same
+    closest words: the best of each chunk are kept."""
+    from memoryd.recall.query import fuzzy
+
+    monkeypatch.setattr(store, "VOCABULARY_PIECE", 4)
+    monkeypatch.setattr(store, "VOCABULARY_CHUNK", 16)
+    letters = "bcdfghjklmnpqrstvwxz"
+    words = sorted({f"{a}{b}{c}ab" for a in letters for b in letters[:5] for c in letters[:3]})
+    assert len(words) == 300
+    folder = tmp_path / "mem"
+    plant(folder, "words.md", name="Words", description="many", body=" ".join(words) + "\n")
+    plant(folder, "deploy.md", name="Deploy", description="the deployment", body="x\n")
+    real = folder.resolve()
+    with DirIndex(index_path(env.state, real), real) as index:
+        index.update()
+        vocabulary = index.vocabulary()
+        assert fuzzy("deploymnt", vocabulary) == ["deployment", "deploy"]
+        assert fuzzy("zdcabb", vocabulary) == ["zdcab"]
+        assert 0 < vocabulary.held_most <= 16
+
+
+def dump(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every row an index holds that a search reads (its meta's times aside)."""
+    sql = {
+        "files": "SELECT * FROM files ORDER BY id",
+        "docs": "SELECT rowid, * FROM docs ORDER BY rowid",
+        "refs": "SELECT * FROM refs ORDER BY rid",
+        "cites": "SELECT * FROM cites ORDER BY id, rid",
+        "words": "SELECT * FROM words_vocab ORDER BY term",
+        "pointers": "SELECT * FROM pointers ORDER BY file",
+    }
+    with sqlite3.connect(path) as conn:
+        return {table: conn.execute(query).fetchall() for table, query in sql.items()}
+
+
+def test_a_first_build_in_worker_processes_is_the_same_index(
+    env: Env, mem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big first build reads and parses in worker processes (spawned), three files a task
+    here: the index holds the same rows, in the same ids, as one built in this process, with
+    the unparseable file and the symlink each excluded for the same reason."""
+    for i in range(12):
+        plant_citing(mem, i, *SHARED[: i % 3 + 1])
+    (mem / "broken.md").write_text("---\nname: [unclosed\n---\nbody\n")
+    (mem / "link.md").symlink_to(mem / "note_0001.md")
+    real = mem.resolve()
+    monkeypatch.setattr(store, "BULK_MIN", 2)
+    clock = lambda: 2_000_000_000 * 10**9  # noqa: E731
+    serial = index_path(env.state, real)
+    with DirIndex(serial, real, clock_ns=clock) as index:
+        index.update()
+        assert index.workers == 0
+    parallel = serial.with_name("parallel.sqlite")
+    monkeypatch.setattr(store, "PARALLEL_MIN", 2)
+    monkeypatch.setattr(store, "READ_CHUNK", 3)
+    with DirIndex(parallel, real, clock_ns=clock) as index:
+        assert index.update().read == 5 + 12 + 2
+        assert index.workers == max(1, min(store.PARALLEL_WORKERS, (os.cpu_count() or 1) - 1))
+        assert {e.file for e in index.excluded()} == {"broken.md", "link.md"}
+    assert dump(parallel) == dump(serial)
+
+
+def deleted_files_open() -> set[str]:
+    """The files this process holds open that are no longer in any folder."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.endswith(" (deleted)"):
+                out.add(target)
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_a_refresh_lists_the_dir_in_a_file_not_in_memory(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing a refresh compares goes to a temporary file (SQLite's, removed as it is
+    made) past a small page cache, not into memory: in memory, 100,000 entries were 2 MB more
+    of the MCP server's peak at each refresh. Here 1,000 entries past a 1 KiB cache."""
+    monkeypatch.setattr(store, "LISTING_CACHE_KIB", 1, raising=False)  # old code: none
+    folder = tmp_path / "mem"
+    folder.mkdir()
+    for i in range(1000):
+        (folder / f"n_{i:04d}.md").write_text(f"---\nname: N {i}\ndescription: d\n---\nb\n")
+    real = folder.resolve()
+    seen: list[set[str]] = []
+    in_step = DirIndex._in_step
+
+    def looked(self: DirIndex, conn: sqlite3.Connection, digest: str) -> bool:
+        seen.append(deleted_files_open())  # the listing is filled and still attached
+        return in_step(self, conn, digest)
+
+    with DirIndex(index_path(env.state, real), real) as index:
+        index.update()
+        before = deleted_files_open()
+        monkeypatch.setattr(DirIndex, "_in_step", looked)
+        index.update()
+    assert seen and seen[0] - before
+    assert deleted_files_open() <= before  # detached: the file is gone with it

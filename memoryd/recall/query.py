@@ -3,9 +3,9 @@ Pure but for `expressions`, which asks an index which words it holds."""
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from memoryd.recall.store import DirIndex
@@ -123,10 +123,19 @@ def forms(word: str, index: "DirIndex | None" = None) -> list[str]:
     return out
 
 
-def fuzzy(word: str, vocabulary: Mapping[int, Sequence[str]]) -> list[str]:
+class Words(Protocol):
+    """A dir's words by length (memoryd.recall.store.Vocabulary)."""
+
+    def chunks(self, length: int) -> Iterable[Sequence[str]]: ...
+
+    def __len__(self) -> int: ...
+
+
+def fuzzy(word: str, vocabulary: Words) -> list[str]:
     """The words of `vocabulary` (by length) closest to a word it does not hold (a typo),
-    best first. Only words of a length the ratio cutoff allows are compared."""
-    if len(word) < FUZZY_MIN_LEN or not vocabulary:
+    best first. Only words of a length the ratio cutoff allows are compared, a chunk at a
+    time: the best of each chunk are kept, the others dropped."""
+    if len(word) < FUZZY_MIN_LEN or not len(vocabulary):
         return []
     from rapidfuzz import fuzz, process
 
@@ -135,18 +144,21 @@ def fuzzy(word: str, vocabulary: Mapping[int, Sequence[str]]) -> list[str]:
     low, high = math.ceil(len(word) / span - 1e-9), math.floor(len(word) * span + 1e-9)
     ranked: list[tuple[float, str]] = []
     for length in range(low, high + 1):
-        for term, score, _ in process.extract(
-            word,
-            vocabulary.get(length, ()),
-            scorer=fuzz.ratio,
-            processor=None,
-            score_cutoff=FUZZY_CUTOFF,
-            limit=FUZZY_ALTERNATIVES,
-        ):
-            if term != word:
-                ranked.append((score, term))
-    ranked.sort(key=lambda pair: (-pair[0], pair[1]))
-    return [term for _, term in ranked[:FUZZY_ALTERNATIVES]]
+        for words in vocabulary.chunks(length):
+            for term, score, _ in process.extract(
+                word,
+                words,
+                scorer=fuzz.ratio,
+                processor=None,
+                score_cutoff=FUZZY_CUTOFF,
+                limit=FUZZY_ALTERNATIVES,
+            ):
+                if term != word:
+                    ranked.append((score, term))
+            del words  # before the next chunk is split out
+        ranked.sort(key=lambda pair: (-pair[0], pair[1]))
+        del ranked[FUZZY_ALTERNATIVES:]
+    return [term for _, term in ranked]
 
 
 class Expressions(NamedTuple):

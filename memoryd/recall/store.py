@@ -14,11 +14,13 @@ their names, and only those are looked at.
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import sqlite3
 import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -28,12 +30,13 @@ from memoryd.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
 from memoryd.paths import ensure_private_dir, file_kind
 
 if TYPE_CHECKING:
+    from memoryd.dream.refs import Refs
     from memoryd.memfile import Memory
 
 # The parser (memoryd.memfile) and the scan's rules are imported when a file is read, not
 # by a search of an index already in step; the limits' None means memfile's defaults.
 
-SCHEMA = "3"  # 2: pointers.hidden, files_racy; 3: files_stat
+SCHEMA = "4"  # 2: pointers.hidden, files_racy; 3: files_stat; 4: refs once, cited in cites
 INDEX_FOLDER = "recall"  # under the state dir
 # A file changed this close before it was read may change again within the same mtime tick
 # (file times are taken from a coarse clock): it is read again next time (mtime_ns -1).
@@ -44,6 +47,8 @@ INDEX_MAX_BYTES = 64 * 1024 * 1024  # MEMORY.md / the archive, read to find poin
 BUSY_WAIT = 30.0
 
 RANK_ALL = 1000  # see DirIndex.match
+VOCABULARY_PIECE = 256  # see Vocabulary
+VOCABULARY_CHUNK = 2048
 # Column weights for bm25: a word in the name counts most, then the file's stem, the
 # description and the body.
 WEIGHTS = (10.0, 4.0, 1.0, 8.0)  # name, description, body, stem
@@ -69,8 +74,9 @@ CREATE TABLE files(
 );
 CREATE TABLE pointers(file TEXT PRIMARY KEY, tier TEXT NOT NULL, line INTEGER NOT NULL,
     hidden TEXT NOT NULL DEFAULT '') WITHOUT ROWID;
-CREATE TABLE refs(id INTEGER NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
+CREATE TABLE refs(rid INTEGER PRIMARY KEY, kind TEXT NOT NULL, ref TEXT NOT NULL,
     norm TEXT NOT NULL, base TEXT NOT NULL);
+CREATE TABLE cites(id INTEGER NOT NULL, rid INTEGER NOT NULL, PRIMARY KEY(id, rid)) WITHOUT ROWID;
 CREATE VIRTUAL TABLE docs USING fts5(name, description, body, stem,
     tokenize='porter unicode61 remove_diacritics 2');
 CREATE VIRTUAL TABLE words USING fts5(text, content='', detail=none,
@@ -79,16 +85,20 @@ CREATE VIRTUAL TABLE words_vocab USING fts5vocab(words, 'row');
 """
 # The tables' indexes, which a first build makes after it filled the tables (see BULK_MIN).
 # files_stat: the listing's compare (_CHANGED) finds each entry's stat there, not in its
-# files row.
+# files row. A reference is a `refs` row once, however many memories cite it (`cites`): the
+# memories of a dir cite the same paths again and again (100,000 synthetic memories: 1.6
+# million citations of 155,000 references). Held a row per citation, they were a third of
+# the index (200 MB) and their three indexes 4 s of a first build.
 _INDEXES = {
     "files_key": "CREATE INDEX files_key ON files(key)",
     "files_stem": "CREATE INDEX files_stem ON files(stem)",
     "files_date": "CREATE INDEX files_date ON files(date)",
     "files_racy": "CREATE INDEX files_racy ON files(mtime_ns) WHERE mtime_ns = -1",
     "files_stat": "CREATE INDEX files_stat ON files(file, ino, size, mtime_ns)",
+    "refs_ref": "CREATE UNIQUE INDEX refs_ref ON refs(kind, ref)",
     "refs_norm": "CREATE INDEX refs_norm ON refs(norm)",
     "refs_base": "CREATE INDEX refs_base ON refs(base)",
-    "refs_id": "CREATE INDEX refs_id ON refs(id)",
+    "cites_rid": "CREATE INDEX cites_rid ON cites(rid)",
 }
 _DDL += ";\n".join(_INDEXES.values())
 # An update that reads at least this many files into an index that holds none (a first
@@ -96,6 +106,20 @@ _DDL += ";\n".join(_INDEXES.values())
 # rows, sorted once: inserted into row by row, in random order, 100,000 files' refs and
 # files took 21 s (their pages no longer fit the page cache).
 BULK_MIN = 1000
+# A first build's page cache (SQLite's default is 2 MiB; the connection has it again after).
+# FTS5's buffer of terms is left at its 1 MiB: at 32 MiB the build's segments were few and
+# big, and the first small updates after it merged them (one took 1 s, the file grew 86 MB).
+BULK_CACHE_KIB = 64 * 1024
+# A first build of at least PARALLEL_MIN files reads and parses them in up to
+# PARALLEL_WORKERS processes (one a CPU but this one's), READ_CHUNK files a task, while this
+# one puts them in: reading, parsing and reference extraction were half of a first build's
+# CPU time (100,000 synthetic memories: 13.5 s of 25.5 s), SQLite the rest.
+PARALLEL_MIN = 20_000
+PARALLEL_WORKERS = 2
+READ_CHUNK = 500
+# Pages of 8 KiB: a memory's text (1-3 KiB) left half of many 4 KiB pages empty (a new
+# index only: an index's page size is set when it is made).
+PAGE_SIZE = 8192
 
 Warn = Callable[[str], None]
 # How the agent loads the dir's MEMORY.md: (agentview.ViewKind's value, max lines, max UTF-16
@@ -185,11 +209,14 @@ class _Plan:
         return bool(self.changed or self.gone or self.pointers)
 
 
-# The listing is kept in a database of its own in memory, attached for one update and
-# detached after it: its memory is then freed (a temp table's stayed with the connection:
-# 6 MB at 100,000 files in the MCP server). No key: appended in the dir's order, 10,000 rows
-# cost 9 ms, kept sorted by name 14 ms (most refreshes never look at it). The compare looks
-# each entry up in `files` instead.
+# The listing is kept in a database of its own, attached for one update and detached after
+# it: its memory is then freed (a temp table's stayed with the connection: 6 MB at 100,000
+# files in the MCP server). That database is a temporary file (SQLite's, removed as it is
+# made; 0600) behind a page cache of LISTING_CACHE_KIB: in memory, 100,000 entries were
+# 2 MB more of the server's peak at each refresh that lists them. No key: appended in the
+# dir's order, 10,000 rows cost 9 ms, kept sorted by name 14 ms (most refreshes never look
+# at it). The compare looks each entry up in `files` instead.
+LISTING_CACHE_KIB = 256
 _LISTING_TABLE = (
     "CREATE TABLE listing.listing(name TEXT NOT NULL, ino INTEGER, size INTEGER, "
     "mtime INTEGER, mode INTEGER)"
@@ -210,6 +237,11 @@ _GONE = (
     "(SELECT name FROM listing.listing WHERE (mode & 61440) != 16384)"
 )
 assert (stat.S_IFMT(0o777777), stat.S_IFDIR) == (61440, 16384)
+# A reference (see _INDEXES) put in once, and found by what it is; one no memory cites now.
+_REF = "INSERT OR IGNORE INTO refs(kind, ref, norm, base) VALUES (?, ?, ?, ?)"
+_REF_WITH_ID = "INSERT INTO refs(rid, kind, ref, norm, base) VALUES (?, ?, ?, ?, ?)"
+_REF_ID = "SELECT rid FROM refs WHERE kind = ? AND ref = ?"
+_ORPHAN = "DELETE FROM refs WHERE rid = ? AND NOT EXISTS (SELECT 1 FROM cites WHERE rid = ?)"
 # A file to be read again whatever its stat (see RACY_NS); on the partial index files_racy.
 _RACY = "SELECT 1 FROM files WHERE mtime_ns = -1 LIMIT 1"
 
@@ -252,10 +284,16 @@ class _Listing:
 
     @staticmethod
     def attach(conn: sqlite3.Connection) -> None:
-        """The listing's table, empty, in a database of its own in memory."""
+        """The listing's table, empty, in a temporary database of its own."""
         with contextlib.suppress(sqlite3.OperationalError):  # "no such database"
             conn.execute("DETACH listing")
-        conn.execute("ATTACH ':memory:' AS listing")
+        # A temporary database is made in memory under temp_store=MEMORY (see _connect).
+        conn.execute("PRAGMA temp_store=FILE")
+        try:
+            conn.execute("ATTACH '' AS listing")
+        finally:
+            conn.execute("PRAGMA temp_store=MEMORY")
+        conn.execute(f"PRAGMA listing.cache_size=-{LISTING_CACHE_KIB}")
         conn.execute(_LISTING_TABLE)
 
     @staticmethod
@@ -297,26 +335,35 @@ def _flags(memory: "Memory") -> list[str]:
     return out
 
 
-def _path_refs(body: str) -> list[tuple[str, str, str, str]]:
-    """(kind, ref, norm, base) rows of a body's references, the dream pass's extraction."""
-    from memoryd.dream.refs import _outside_repo, extract_refs
+RefRow = tuple[str, str, str, str]  # kind, ref (as written), norm, base
+
+
+def _path_refs_of(refs: "Refs") -> list[RefRow]:
+    """(kind, ref, norm, base) rows of a body's references (the dream pass's extraction)."""
+    return [row for row in map(_path_row, refs.paths) if row is not None] + [
+        _symbol_row(symbol) for symbol in refs.symbols
+    ]
+
+
+def _symbol_row(symbol: str) -> RefRow:
+    return ("symbol", symbol, symbol, symbol.lower())
+
+
+def _path_row(ref: str) -> RefRow | None:
+    """A path reference's row; None for one no repo path can be."""
+    from memoryd.dream.refs import _outside_repo
     from memoryd.dream.repo import normalize_rel
 
-    refs = extract_refs(body)
-    rows: list[tuple[str, str, str, str]] = []
-    for ref in refs.paths:
-        if ref.startswith("/"):
-            norm = os.path.normpath(ref)
-        elif _outside_repo(ref):
-            continue  # ~, $HOME, URLs, globs: nothing a repo path can be
-        else:
-            norm = normalize_rel(ref) or ""
-            if not norm:
-                continue
-        rows.append(("path", ref, norm.rstrip("/"), norm.rstrip("/").rpartition("/")[2]))
-    for symbol in refs.symbols:
-        rows.append(("symbol", symbol, symbol, symbol.lower()))
-    return rows
+    if ref.startswith("/"):
+        norm = os.path.normpath(ref)
+    elif _outside_repo(ref):
+        return None  # ~, $HOME, URLs, globs: nothing a repo path can be
+    else:
+        norm = normalize_rel(ref) or ""
+        if not norm:
+            return None
+    norm = norm.rstrip("/")
+    return ("path", ref, norm, norm.rpartition("/")[2])
 
 
 def _stat_of(st: os.stat_result) -> FileStat:
@@ -349,6 +396,10 @@ class DirIndex:
         self.rebuilt = ""  # why the index was made anew in this process, if it was
         self._vocab: tuple[tuple[int, int], Vocabulary] | None = None
         self._writes = 0  # own commits: they leave PRAGMA data_version as it was
+        # In a first build: the refs rows' ids by kind and ref (0: no row), given here.
+        self._rids: dict[str, dict[str, int]] | None = None
+        self._rid = 0
+        self.workers = 0  # processes the last first build read the files in (0: none)
         # The agent's window that says which pointers it does not see; None (the daemon's
         # hook): the one the index was last given, else the default for the dir's path.
         self.window = window
@@ -470,6 +521,7 @@ class DirIndex:
         try:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA temp_store=MEMORY")  # e.g. _GONE's list of names
+            conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before WAL: a new file's only
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode=WAL")
         except sqlite3.Error:
@@ -689,21 +741,22 @@ class DirIndex:
             if bulk:  # made again below, in this transaction: no reader sees them gone
                 for index_name in _INDEXES:
                     conn.execute(f"DROP INDEX {index_name}")
-            now_ns = self._now_ns()
-            for name in found.changed:
+                # No memory is in the index: none cites a reference (see _cite).
+                conn.execute("DELETE FROM cites")
+                conn.execute("DELETE FROM refs")
+                self._rids, self._rid = {"path": {}, "symbol": {}}, 0
+                conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")
+            for name, values in self._records(dir_fd, found, bulk):
                 if name in found.old:
                     self._delete(conn, found.old[name])
-                st = found.listing.get(name)
-                if st is None:
-                    try:
-                        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
-                if self._insert(conn, dir_fd, name, st, now_ns) is not None:
+                if values is not None:
+                    self._insert(conn, values)
                     change.read += 1
             if bulk:
+                self._rids = None
                 for statement in _INDEXES.values():
                     conn.execute(statement)
+                conn.execute("PRAGMA cache_size=-2000")
             if found.pointers:
                 self._pointers(conn, dir_fd, found.listing, found.meta.get("window"))
                 change.pointers = True
@@ -718,10 +771,30 @@ class DirIndex:
             if change.any:
                 self._writes += 1
         except BaseException:
+            self._rids = None
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
+                conn.execute("PRAGMA cache_size=-2000")
             raise
         return change
+
+    def _records(
+        self, dir_fd: int, found: _Plan, bulk: bool
+    ) -> Iterator[tuple[str, dict[str, Any] | None]]:
+        """Each changed file's record (None: it vanished), in order; a first build of at
+        least PARALLEL_MIN files reads and parses them in worker processes, with the same
+        result."""
+        now_ns = self._now_ns()
+        cpus = os.cpu_count() or 1
+        workers = max(1, min(PARALLEL_WORKERS, cpus - 1))
+        if bulk and cpus > 1 and len(found.changed) >= PARALLEL_MIN:
+            self.workers = workers
+            yield from _records_in_workers(
+                self.memory_dir, found.changed, self.limits, now_ns, workers
+            )
+            return
+        for name in found.changed:
+            yield name, _record(dir_fd, name, found.listing.get(name), self.limits, now_ns)
 
     def _in_step(self, conn: sqlite3.Connection, digest: str) -> bool:
         """Whether the dir's listing (every name and its inode, size, mtime and type) is the
@@ -750,52 +823,16 @@ class DirIndex:
                 (doc_id, "\n".join(row)),
             )
             conn.execute("DELETE FROM docs WHERE rowid = ?", (doc_id,))
-        conn.execute("DELETE FROM refs WHERE id = ?", (doc_id,))
+        rids = conn.execute("DELETE FROM cites WHERE id = ? RETURNING rid", (doc_id,)).fetchall()
+        # A reference no other memory cites goes with it.
+        conn.executemany(_ORPHAN, [(rid, rid) for (rid,) in rids])
         conn.execute("DELETE FROM files WHERE id = ?", (doc_id,))
 
-    def _insert(
-        self, conn: sqlite3.Connection, dir_fd: int, name: str, st: os.stat_result, now_ns: int
-    ) -> tuple[int, FileStat] | None:
-        """Read one file into the index: its id and the stat kept; None when it vanished."""
-        record: dict[str, Any] = {"kind": "problem"}
-        fst = st
-        if stat.S_ISLNK(st.st_mode):
-            record["problem"] = "it is a symlink; memoryd never follows links in a memory dir"
-            record["hint"] = "replace it with the file itself"
-        elif not stat.S_ISREG(st.st_mode):
-            record["problem"] = f"it is {file_kind(st.st_mode)}, not a regular file"
-            record["hint"] = "memoryd never opens these; remove it from the memory dir"
-        else:
-            try:
-                data, fst = fsops.read_regular(dir_fd, name, self.limits[0], stable=True)
-            except FileNotFoundError:
-                return None
-            except fsops.ChangedWhileReading as moving:
-                fst = moving.st
-                record["problem"] = "it changed while it was being read"
-                record["hint"] = "it is read again next time"
-                record["mtime_ns"] = -1
-            except ValueError:
-                record["problem"] = f"it is over the {self.limits[0]}-byte limit"
-                record["hint"] = "split it into smaller memories or raise parse.max_file_bytes"
-            except OSError as error:
-                record["problem"] = f"it cannot be read ({error.strerror or error})"
-                record["hint"] = "check the file's permissions"
-            else:
-                record = self._parsed(name, data, fst)
-        mtime_ns = record.pop("mtime_ns", fst.st_mtime_ns)
-        if mtime_ns >= now_ns - RACY_NS:
-            mtime_ns = -1  # may change again within the same tick: read it again next time
-        values = {
-            "file": name,
-            "ino": fst.st_ino,
-            "size": fst.st_size,
-            "mtime_ns": mtime_ns,
-            "date": fst.st_mtime_ns / 1e9,
-            **record,
-        }
+    def _insert(self, conn: sqlite3.Connection, values: dict[str, Any]) -> None:
+        """Put one file's record (_record) in the index."""
+        name = values["file"]
         body = values.pop("body", None)
-        refs = values.pop("refs", ())
+        refs = values.pop("refs", None)
         columns = ", ".join(values)
         marks = ", ".join("?" for _ in values)
         cursor = conn.execute(
@@ -803,46 +840,46 @@ class DirIndex:
             tuple(values.values()),
         )
         doc_id = int(cursor.lastrowid or 0)
-        if body is not None:
+        if body is not None and refs is not None:
             texts = (values["name"], values["description"], body, _stem_words(name))
             conn.execute(
                 "INSERT INTO docs(rowid, name, description, body, stem) VALUES (?, ?, ?, ?, ?)",
                 (doc_id, *texts),
             )
             conn.execute("INSERT INTO words(rowid, text) VALUES (?, ?)", (doc_id, "\n".join(texts)))
-            conn.executemany(
-                "INSERT INTO refs(id, kind, ref, norm, base) VALUES (?, ?, ?, ?, ?)",
-                [(doc_id, *ref) for ref in refs],
+            self._cite(conn, doc_id, refs)
+
+    def _cite(self, conn: sqlite3.Connection, doc_id: int, refs: "Refs") -> None:
+        """A memory's references (the dream pass's extraction): each a `refs` row once,
+        cited by the memory in `cites`."""
+        cited: dict[int, None] = {}
+        if self._rids is None:
+            for row in _path_refs_of(refs):
+                conn.execute(_REF, row)
+                cited[conn.execute(_REF_ID, row[:2]).fetchone()[0]] = None
+        else:
+            # A first build: the ids are given here, and each distinct reference is made a
+            # row once (the table was empty).
+            kinds: tuple[tuple[str, Sequence[str], Callable[[str], RefRow | None]], ...] = (
+                ("path", refs.paths, _path_row),
+                ("symbol", refs.symbols, _symbol_row),
             )
-        return doc_id, (fst.st_ino, fst.st_size, mtime_ns)
+            for kind, refs_of_kind, row_of in kinds:
+                ids = self._rids[kind]
+                for ref in refs_of_kind:
+                    rid = ids.get(ref)
+                    if rid is None:
+                        made = row_of(ref)
+                        rid = ids[ref] = 0 if made is None else self._next_rid()
+                        if made is not None:
+                            conn.execute(_REF_WITH_ID, (rid, *made))
+                    if rid:
+                        cited[rid] = None
+        conn.executemany("INSERT INTO cites(id, rid) VALUES (?, ?)", [(doc_id, r) for r in cited])
 
-    def _parsed(self, name: str, data: bytes, fst: os.stat_result) -> dict[str, Any]:
-        from memoryd.memfile import Memory, NotMemory, parse_date, parse_memory
-
-        parsed = parse_memory(
-            name, data, max_file_bytes=self.limits[0], max_frontmatter_bytes=self.limits[1]
-        )
-        if isinstance(parsed, NotMemory):
-            return {
-                "kind": "note",
-                "problem": "it has no frontmatter, so it is not a memory",
-                "hint": "add name/description/type frontmatter to make it one",
-            }
-        if not isinstance(parsed, Memory):
-            return {"kind": "problem", "problem": parsed.message, "hint": parsed.hint}
-        refs = _path_refs(parsed.body)
-        return {
-            "kind": "memory",
-            "name": parsed.name,
-            "key": parsed.display_name.lower(),
-            "stem": name.removesuffix(".md").lower(),
-            "description": parsed.description,
-            "type": parsed.type,
-            "date": max(fst.st_mtime_ns / 1e9, parse_date(parsed.modified)),
-            "flags": json.dumps(_flags(parsed)),
-            "body": parsed.body,
-            "refs": refs,
-        }
+    def _next_rid(self) -> int:
+        self._rid += 1
+        return self._rid
 
     def _pointers(
         self,
@@ -1020,8 +1057,10 @@ class DirIndex:
         if not values:
             return []
         marks = ", ".join("?" for _ in values)
+        # INDEXED BY: refs_ref's kind would do as well for the planner, which has no stats.
         sql = (
-            f"{self._SELECT}, r.ref, r.norm FROM refs r JOIN files f ON f.id = r.id "
+            f"{self._SELECT}, r.ref, r.norm FROM refs r INDEXED BY refs_{column} "
+            "JOIN cites c ON c.rid = r.rid JOIN files f ON f.id = c.id "
             "LEFT JOIN pointers p ON p.file = f.file "
             f"WHERE r.kind = ? AND r.{column} IN ({marks}) ORDER BY f.file"
         )
@@ -1033,7 +1072,8 @@ class DirIndex:
         out: list[tuple[Row, str]] = []
         for prefix in prefixes:
             sql = (
-                f"{self._SELECT}, r.ref FROM refs r JOIN files f ON f.id = r.id "
+                f"{self._SELECT}, r.ref FROM refs r INDEXED BY refs_norm "
+                "JOIN cites c ON c.rid = r.rid JOIN files f ON f.id = c.id "
                 "LEFT JOIN pointers p ON p.file = f.file "
                 "WHERE r.kind = 'path' AND r.norm >= ? AND r.norm < ? ORDER BY f.file"
             )
@@ -1072,36 +1112,51 @@ class DirIndex:
             return self._vocab[1]
 
         def read() -> Vocabulary:
-            # Joined by SQLite: no str object per word on the way (8 MB at 110,000 words).
-            sql = (
-                "SELECT length(term), group_concat(term, char(10)) FROM words_vocab "
-                "GROUP BY length(term)"
-            )
-            return Vocabulary({int(n): joined for n, joined in conn.execute(sql)})
+            # In the vocabulary's order, each word joined into its length's piece as it comes:
+            # no sort (SQLite's GROUP BY held every word at once: 6 MB of the MCP server's
+            # peak at 110,000 words), and at most VOCABULARY_PIECE words per length pending.
+            pending: dict[int, list[str]] = {}
+            pieces: dict[int, list[str]] = {}
+            for (term,) in conn.execute("SELECT term FROM words_vocab"):
+                words = pending.setdefault(len(term), [])
+                words.append(term)
+                if len(words) == VOCABULARY_PIECE:
+                    pieces.setdefault(len(term), []).append("\n".join(words))
+                    words.clear()
+            for length, words in pending.items():
+                if words:
+                    pieces.setdefault(length, []).append("\n".join(words))
+            return Vocabulary(pieces)
 
         vocabulary: Vocabulary = self._retrying(read)
         self._vocab = (generation, vocabulary)
         return vocabulary
 
 
-class Vocabulary(Mapping[int, Sequence[str]]):
-    """Words by length, each length's kept as one string: 110,000 words held as str objects
-    were 8 MB of the MCP server's memory, as one string per length 1 MB. A length's words
-    are split out when asked for (a typo query asks for a few lengths), and dropped after."""
+class Vocabulary:
+    """Words by length, kept as strings of VOCABULARY_PIECE words each: 110,000 words held
+    as str objects were 8 MB of the MCP server's memory, joined 1 MB. A typo query asks for
+    a few lengths, whose words are split out a chunk of at most VOCABULARY_CHUNK at a time:
+    split out whole, the most common lengths' words were 12 MB of the server's peak.
+    `held_most`: the most words a chunk held, for the tests."""
 
-    __slots__ = ("_joined",)
+    __slots__ = ("_pieces", "held_most")
 
-    def __init__(self, joined: dict[int, str]) -> None:
-        self._joined = joined
+    def __init__(self, pieces: dict[int, list[str]]) -> None:
+        self._pieces = pieces
+        self.held_most = 0
 
-    def __getitem__(self, length: int) -> list[str]:
-        return self._joined[length].split("\n")
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._joined)
+    def chunks(self, length: int) -> Iterator[list[str]]:
+        """The words of this length, in order, at most VOCABULARY_CHUNK at a time."""
+        pieces = self._pieces.get(length, [])
+        step = max(1, VOCABULARY_CHUNK // VOCABULARY_PIECE)
+        for start in range(0, len(pieces), step):
+            words = "\n".join(pieces[start : start + step]).split("\n")
+            self.held_most = max(self.held_most, len(words))
+            yield words
 
     def __len__(self) -> int:
-        return len(self._joined)
+        return len(self._pieces)
 
 
 class _Retry(Exception):
@@ -1114,6 +1169,125 @@ def _row(r: Sequence[Any], *, score: float = 0.0, snippet: str = "") -> Row:
     except ValueError:
         flags = ()
     return Row(r[0], r[1], r[2], r[3], r[4], r[5], flags, r[7], r[8], score, snippet, hidden=r[9])
+
+
+def _record(
+    dir_fd: int, name: str, st: os.stat_result | None, limits: tuple[int, int], now_ns: int
+) -> dict[str, Any] | None:
+    """One file of the dir as the index holds it (its `files` columns, and a memory's body
+    and references); None when it vanished. `st`: its lstat, when the listing has it."""
+    if st is None:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+    record: dict[str, Any] = {"kind": "problem"}
+    fst = st
+    if stat.S_ISLNK(st.st_mode):
+        record["problem"] = "it is a symlink; memoryd never follows links in a memory dir"
+        record["hint"] = "replace it with the file itself"
+    elif not stat.S_ISREG(st.st_mode):
+        record["problem"] = f"it is {file_kind(st.st_mode)}, not a regular file"
+        record["hint"] = "memoryd never opens these; remove it from the memory dir"
+    else:
+        try:
+            data, fst = fsops.read_regular(dir_fd, name, limits[0], stable=True)
+        except FileNotFoundError:
+            return None
+        except fsops.ChangedWhileReading as moving:
+            fst = moving.st
+            record["problem"] = "it changed while it was being read"
+            record["hint"] = "it is read again next time"
+            record["mtime_ns"] = -1
+        except ValueError:
+            record["problem"] = f"it is over the {limits[0]}-byte limit"
+            record["hint"] = "split it into smaller memories or raise parse.max_file_bytes"
+        except OSError as error:
+            record["problem"] = f"it cannot be read ({error.strerror or error})"
+            record["hint"] = "check the file's permissions"
+        else:
+            record = _parsed(name, data, fst, limits)
+    mtime_ns = record.pop("mtime_ns", fst.st_mtime_ns)
+    if mtime_ns >= now_ns - RACY_NS:
+        mtime_ns = -1  # may change again within the same tick: read it again next time
+    return {
+        "file": name,
+        "ino": fst.st_ino,
+        "size": fst.st_size,
+        "mtime_ns": mtime_ns,
+        "date": fst.st_mtime_ns / 1e9,
+        **record,
+    }
+
+
+def _parsed(name: str, data: bytes, fst: os.stat_result, limits: tuple[int, int]) -> dict[str, Any]:
+    from memoryd.memfile import Memory, NotMemory, parse_date, parse_memory
+
+    parsed = parse_memory(name, data, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1])
+    if isinstance(parsed, NotMemory):
+        return {
+            "kind": "note",
+            "problem": "it has no frontmatter, so it is not a memory",
+            "hint": "add name/description/type frontmatter to make it one",
+        }
+    if not isinstance(parsed, Memory):
+        return {"kind": "problem", "problem": parsed.message, "hint": parsed.hint}
+    from memoryd.dream.refs import extract_refs
+
+    refs = extract_refs(parsed.body)
+    return {
+        "kind": "memory",
+        "name": parsed.name,
+        "key": parsed.display_name.lower(),
+        "stem": name.removesuffix(".md").lower(),
+        "description": parsed.description,
+        "type": parsed.type,
+        "date": max(fst.st_mtime_ns / 1e9, parse_date(parsed.modified)),
+        "flags": json.dumps(_flags(parsed)),
+        "body": parsed.body,
+        "refs": refs,
+    }
+
+
+def _read_files(
+    memory_dir: str, names: Sequence[str], limits: tuple[int, int], now_ns: int
+) -> list[tuple[str, dict[str, Any] | None]]:
+    """A worker process's part of a first build: these files' records, in order."""
+    with fsops.open_dir(Path(memory_dir)) as dir_fd:
+        return [(name, _record(dir_fd, name, None, limits, now_ns)) for name in names]
+
+
+def _records_in_workers(
+    memory_dir: Path, names: Sequence[str], limits: tuple[int, int], now_ns: int, workers: int
+) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """The records of `names`, in order, read and parsed by `workers` processes (started
+    fresh, never forked: the daemon has threads), READ_CHUNK files a task and at most two
+    tasks a worker ahead of the caller (the records not yet put in are what is held). A pool
+    that breaks leaves the rest to be read here."""
+    import multiprocessing
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+    chunks = [names[i : i + READ_CHUNK] for i in range(0, len(names), READ_CHUNK)]
+    done = 0  # records given
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        ahead: deque[Future[list[tuple[str, dict[str, Any] | None]]]] = deque()
+        for chunk in chunks:
+            ahead.append(pool.submit(_read_files, str(memory_dir), chunk, limits, now_ns))
+            if len(ahead) >= 2 * workers:
+                for record in ahead.popleft().result():
+                    yield record
+                    done += 1
+        while ahead:
+            for record in ahead.popleft().result():
+                yield record
+                done += 1
+    except (OSError, RuntimeError, EOFError, pickle.PickleError):  # BrokenProcessPool too
+        with fsops.open_dir(memory_dir) as dir_fd:
+            for name in names[done:]:
+                yield name, _record(dir_fd, name, None, limits, now_ns)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _stem_words(filename: str) -> str:

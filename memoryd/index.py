@@ -367,7 +367,9 @@ class Entry:
 
 
 def render_pointer(filename: str, name: str, description: str, separator: str) -> str:
-    label = name or filename.removesuffix(".md")
+    # A `](` in the label would end the link there (the pointer pattern's label is the shortest
+    # match), so the line would point elsewhere and the file would get a new pointer each pass.
+    label = (name or filename.removesuffix(".md")).replace("](", "] (")
     line = f"- [{label}]({encode_target(filename)})"
     return f"{line}{separator}{description}" if description else line
 

@@ -140,6 +140,23 @@ def test_odd_names_are_indexed_once_and_resolve(env: Env, cli, mdir: Path, filen
     assert targets.count(filename) == 1
 
 
+@pytest.mark.parametrize("name", ["foo](x) bar", "a]](b.md)", "[x](y)"])
+def test_a_memory_named_with_link_syntax_is_indexed_once(
+    env: Env, cli, mdir: Path, name: str
+) -> None:
+    """A name holding `](` is the pointer's label: it must not make the line point elsewhere,
+    which failed verification and added one more pointer on every pass."""
+    assert cli("index", mdir).code == 0
+    write_memory(mdir, "named.md", name=f'"{name}"', description="odd label")
+    for _ in range(3):
+        assert cli("index", mdir).code == 0
+    assert cli("index", "--check", mdir).code == 0
+    from memoryd.index import pointer_targets
+
+    targets = pointer_targets((mdir / "MEMORY.md").read_text())
+    assert targets.count("named.md") == 1 and len(targets) == len(set(targets))
+
+
 def test_a_name_no_link_can_carry_is_reported_not_indexed_again_and_again(
     env: Env, cli, mdir: Path
 ) -> None:

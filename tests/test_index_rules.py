@@ -508,17 +508,25 @@ def test_the_archive_links_the_edit_knows_are_those_its_text_holds(
         assert any("](" in label for label in labels)
 
 
-def test_a_rendered_pointer_that_reads_back_as_another_link_leaves_the_archive_to_a_parse() -> None:
-    """A name holding `](b.md)` renders a pointer that reads back as a link to b.md: the
-    edit does not vouch for the archive's links, and verification parses the text (which
-    then finds the file unindexed); a plain one is vouched for."""
+def test_the_archive_links_an_edit_vouches_for_are_a_parse_of_its_text_whatever_the_names() -> None:
+    """A name holding `](b.md)` is still its own file's pointer, so the edit vouches for the
+    archive's links; a line that would read back as another link leaves them to a parse."""
     labels = ["a](b.md) c", "plain", "x", "y", "z", "w"]
     mems = [entry(f"m{i:02d}.md", name=n, desc="d", age=OLD - i) for i, n in enumerate(labels)]
     edit = run(None, mems, budget=Budget(max_lines=4))
-    assert "m00.md" in edit.demoted and edit.archive_links is None
+    assert "m00.md" in edit.demoted and edit.archive is not None
+    assert edit.archive_links == local_links(edit.archive)
     names = {e.filename for e in mems}
-    assert "m00.md is indexed 0 times across MEMORY.md and the archive" in verify(
-        edit.main, edit.archive, names, names
-    )
-    plain = run(None, mems[1:], budget=Budget(max_lines=4))
-    assert plain.archive is not None and plain.archive_links == local_links(plain.archive)
+    assert verify(edit.main, edit.archive, names, names, archive_links=edit.archive_links) == []
+    claimed = index.Line("- [a](b.md) c](m00.md) — d", "\n", parse_line("- [a](m00.md)")[2])
+    assert index._links_as_written([claimed], {"m00.md"}) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(st.sampled_from(list("[]() x")), max_size=16))
+def test_a_label_holding_link_syntax_still_points_at_its_own_file(label: str) -> None:
+    """A memory's name is the pointer's label: `](` in it must not end the link early, or the
+    line would point elsewhere and the file get another pointer on every pass."""
+    line = render_pointer("mem.md", label, "d", " — ")
+    assert pointer_targets(line + "\n") == ["mem.md"]
+    assert parse_line(line + "\n")[2] is not None

@@ -16,12 +16,14 @@ Layout, all 0700/0600, never in a memory dir:
   moved it into the trash), `restoring` (memoryd is about to write these bytes back). The
   first line names the dir. A torn last line (a crash mid-append) is skipped.
 
-Where versions come from: a scan reads a changed file's bytes anyway (`scan.observer`, one
-session per `scan_dir`); an index file's bytes are read by `indexer.read_index_file`
-(`observe_index`); memoryd's own index writes are told by `fsops.on_own_content` and stored
-at the next flush (the heartbeat, the end of a command, or before anyone else's version of
-that file is recorded). Deletions are names a scan no longer finds. Nothing is ever re-read
-for the store's sake.
+Where versions come from: the store is passed down (`Runtime.versions`) as the `versions`
+parameter of what reads and writes. A scan reads a changed file's bytes anyway
+(`scan.scan_dir`, one session per scan: `begin_scan`); an index file's bytes are read by
+`indexer.read_index_file` (`index_read`); memoryd's own index writes are told by
+`fsops.replace_file` (`own_content`) and stored at the next flush (the heartbeat, the end
+of a command, or before anyone else's version of that file is recorded). Deletions are
+names a scan no longer finds. Nothing is ever re-read for the store's sake. A scan, read or
+write given no store keeps nothing.
 
 What memoryd cannot see it cannot keep: a version written and replaced while no memoryd
 process ran is not in the store; the last version memoryd saw is what it can give back.
@@ -177,7 +179,7 @@ class _Pending:
 
 
 class Session:
-    """One scan's reads, recorded when the scan ends (see VersionStore.scan_session)."""
+    """One scan's reads, recorded when the scan ends (see VersionStore.begin_scan)."""
 
     def __init__(self, store: "VersionStore", path: Path) -> None:
         self.store = store
@@ -451,6 +453,7 @@ class VersionStore:
         self.defer = False
         self._temps: list[tuple[str, str]] = []
         self.pruned_at = -float("inf")  # when the daemon's store last pruned (see flush)
+        self._scans = threading.local()  # the session of the scan running on each thread
 
     # --- the store-wide lock (LOCK_NAME) -------------------------------------------------------
     def _lock_file(self) -> int:
@@ -1007,6 +1010,21 @@ class VersionStore:
         self._note_index(item.path, item.name, item.sha, size, data, MEMORYD)
 
     # --- what a scan saw -----------------------------------------------------------------------
+    def begin_scan(self, path: Path, dir_fd: int) -> "_ScanSeen":
+        """A scan of the dir at `path` begins (scan.scan_dir's `versions`): its session."""
+        left: Session | None = getattr(self._scans, "session", None)
+        if left is not None:  # a scan on this thread that raised before its end
+            left.abort()
+        session = self._scans.session = Session(self, path)
+        with contextlib.suppress(OSError):
+            st = os.fstat(dir_fd)
+            self._by_id[(st.st_dev, st.st_ino)] = path
+        return _ScanSeen(self, session)
+
+    def index_read(self, dir_fd: int, name: str, data: bytes, sha: str) -> None:
+        """An index file memoryd read (indexer.read_index_file's `versions`)."""
+        self._guard(self.observe_index, dir_fd, name, data, sha)
+
     def end_scan(
         self,
         session: Session,
@@ -1018,7 +1036,7 @@ class VersionStore:
     ) -> None:
         """Record what one scan found: new versions, and files gone since. The session holds
         the store-wide lock from here (or its first read) until its `abort`, which the
-        observer calls after this in every case."""
+        scan's hook (_ScanSeen.end) calls after this in every case."""
         with self._lock:
             d = self._dir(session.path)
             if not session.names and not d.loaded and self._unchanged(d, present, only):
@@ -1347,31 +1365,24 @@ def deleted_id(path: Path, name: str, when: float) -> str:
     return "d" + hashlib.sha256(key).hexdigest()[:9]
 
 
-# --- the hooks: one store per memoryd process -------------------------------------------------
-_active: list[VersionStore] = []
+# --- the hooks: what the store passed to a scan, an index read, a swap is told -------------
+# The store is a collaborator (`Runtime.versions`), passed down to `scan.scan_dir`,
+# `indexer.read_index_file` and `fsops.replace_file` as their `versions` parameter: no module
+# global is switched while a command runs, so two stores (two Runtimes, two state dirs) in one
+# process each keep what their own Runtime's work read, and a scan given none records nothing.
+class _ScanSeen:
+    """One scan's hook (scan.ScanSeen): its reads go into the session, its end records them."""
 
+    __slots__ = ("session", "store")
 
-class _ScanObserver:
-    """What `scan.scan_dir` calls (scan.observer): a session per scan."""
-
-    def __init__(self, store: VersionStore) -> None:
+    def __init__(self, store: VersionStore, session: Session) -> None:
         self.store = store
-        self.local = threading.local()
-
-    def begin(self, path: Path, dir_fd: int) -> None:
-        left: Session | None = getattr(self.local, "session", None)
-        if left is not None:  # a scan on this thread that raised before its end
-            left.abort()
-        self.local.session = Session(self.store, path)
-        with contextlib.suppress(OSError):
-            st = os.fstat(dir_fd)
-            self.store._by_id[(st.st_dev, st.st_ino)] = path
+        self.session = session
 
     def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
-        session: Session | None = getattr(self.local, "session", None)
-        if session is not None and kind in ("memory", "note"):
+        if kind in ("memory", "note"):
             try:  # the store's _guard, inline: 10,000 calls at a first start
-                session.read(name, data, sha, kind)
+                self.session.read(name, data, sha, kind)
             except OSError as error:
                 self.store._say(f"{error.filename or self.store.root}: {error.strerror or error}")
 
@@ -1383,67 +1394,40 @@ class _ScanObserver:
         before: Mapping[str, "scan.Scanned"],
         only: Set[str] | None,
     ) -> None:
-        session: Session | None = getattr(self.local, "session", None)
-        self.local.session = None
-        if session is not None:
-            try:
-                self.store._guard(
-                    self.store.end_scan, session, dir_fd, files, present, before, only
-                )
-            finally:  # a pack end_scan did not put in place (it failed) goes; the lock too
-                session.abort()
+        session = self.session
+        store = self.store
+        if getattr(store._scans, "session", None) is session:
+            store._scans.session = None
+        try:
+            store._guard(store.end_scan, session, dir_fd, files, present, before, only)
+        finally:  # a pack end_scan did not put in place (it failed) goes; the lock too
+            session.abort()
 
 
-def _on_index(dir_fd: int, name: str, data: bytes, sha: str) -> None:
-    if _active:
-        _active[-1]._guard(_active[-1].observe_index, dir_fd, name, data, sha)
-
-
-def _on_own(dir_path: Path, name: str, data: fsops.Content, ident: tuple[int, int, int]) -> None:
-    if _active:
-        _active[-1].own_content(dir_path, name, data, ident)
-
-
-def note_moved(path: Path, name: str, sha: str, size: int, trash_id: str) -> None:
+def note_moved(
+    store: VersionStore | None, path: Path, name: str, sha: str, size: int, trash_id: str
+) -> None:
     """The trash mover moved `name` (memoryd's move: never a deletion by others)."""
-    if _active:
-        _active[-1]._guard(_active[-1].moved, path, name, sha, size, trash_id)
+    if store is not None:
+        store._guard(store.moved, path, name, sha, size, trash_id)
 
 
-def note_restored(path: Path, name: str, sha: str, size: int) -> None:
+def note_restored(store: VersionStore | None, path: Path, name: str, sha: str, size: int) -> None:
     """memoryd put `name` back (a trash restore): reading it is not another process's doing."""
-    if _active:
-        _active[-1]._guard(_active[-1].record, path, name, sha, size, "restoring", MEMORYD)
-
-
-def flush_active() -> None:
-    """Store the index versions this process wrote since the last flush (the heartbeat)."""
-    if _active:
-        _active[-1].flush()
-
-
-def current() -> VersionStore | None:
-    return _active[-1] if _active else None
+    if store is not None:
+        store._guard(store.record, path, name, sha, size, "restoring", MEMORYD)
 
 
 @contextlib.contextmanager
-def active(store: VersionStore) -> Iterator[VersionStore]:
-    """Keep versions of what this process reads while the block runs (a command, the daemon);
-    memoryd's own index writes are stored at the end, or at each `flush`."""
-    from memoryd import indexer, scan
-
-    _active.append(store)
-    previous = (scan.observer, indexer.on_index_read, fsops.on_own_content)
-    scan.observer = _ScanObserver(store)
-    indexer.on_index_read = _on_index
-    fsops.on_own_content = _on_own
+def using(store: VersionStore) -> Iterator[VersionStore]:
+    """A store's run (a command, the daemon): what a killed memoryd left half done is put in
+    place or removed first; memoryd's own index writes are stored at the end (or at each
+    `flush`). The store keeps what is passed to it (`Runtime.versions`), nothing else."""
     store._guard(store.recover_temps)
     try:
         yield store
     finally:
         store.flush()
-        scan.observer, indexer.on_index_read, fsops.on_own_content = previous
-        _active.remove(store)
 
 
 def for_runtime(rt: Any) -> VersionStore:

@@ -40,7 +40,12 @@ class OwnContent(Protocol):
     what memoryd wrote, once it is in place."""
 
     def own_content(
-        self, dir_path: Path, name: str, data: "Content", ident: tuple[int, int, int]
+        self,
+        dir_path: Path,
+        name: str,
+        data: "Content",
+        ident: tuple[int, int, int],
+        sha: str = "",
     ) -> None: ...
 
 
@@ -365,9 +370,10 @@ def replace_file(
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         fsync_dir(dir_fd)
-        if versions is not None:
-            versions.own_content(dir_path, name, data, (st.st_ino, st.st_size, st.st_mtime_ns))
         digest = _digest(data) if expected_data is None else ""
+        if versions is not None:  # with the sha256 when there is one: not hashed twice
+            ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+            versions.own_content(dir_path, name, data, ident, digest)
         return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, digest)
 
 

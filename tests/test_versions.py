@@ -867,3 +867,53 @@ def test_a_pass_given_no_store_keeps_nothing_while_another_thread_keeps_versions
         thread.join(60)
     assert _kept(keeper) == ([a], _versions_in(a, in_a))
     assert not (env.home / "rt-c" / "state" / "versions").exists()
+
+
+def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_point(
+    env: Env, monkeypatch: Any
+) -> None:
+    """A command's first `index` of 300 memories with the store: the MEMORY.md it writes is
+    hashed once (the writer's sha256 goes with it to the store, which hashed it again), and
+    the pack's per-object work looks no crash point up when no crash loop runs (it looked
+    up the environment once an object). Every version is still kept."""
+    import argparse
+
+    from memoryd import cmd_versions, fsops
+
+    folder = env.home / "mem"
+    _memories(folder, 300)
+    rt = _own_runtime(env.home / "rt")
+    hashed: list[str] = []
+    real_digest = fsops._digest
+
+    def digest(data: fsops.Content) -> str:
+        hashed.append(real_digest(data))
+        return hashed[-1]
+
+    steps: list[str] = []
+    real_crash_point = fsops.crash_point
+    monkeypatch.setattr(fsops, "_digest", digest)
+    monkeypatch.setattr(fsops, "crash_point", lambda label: steps.append(label))
+    with cmd_versions.keeping(argparse.Namespace(command="index"), rt):
+        _update(rt, folder.resolve())
+    monkeypatch.setattr(fsops, "crash_point", real_crash_point)
+    assert hashed.count(_sha((folder / "MEMORY.md").read_bytes())) == 1
+    assert steps.count("versions.writing") <= 2, len(steps)
+    store = versions.for_runtime(rt)
+    kept = set(_stored(store))
+    assert {_sha(p.read_bytes()) for p in folder.iterdir() if p.is_file()} <= kept
+
+
+def test_a_batch_of_log_lines_is_written_as_each_line_alone_would_be() -> None:
+    """`_lines` (a scan's rows made in one go) gives `_line`'s bytes, row for row, for names
+    JSON must escape, with extra fields and mixed times too; each line reads back as its row."""
+    names = ['plain.md', 'quo"te.md', "back\\slash.md", "ünï cödé.md", "tab\there.md",
+             "\udcff-undecodable.md"]  # fmt: skip
+    now = 1_800_000_000.25
+    plain = [(now, n, "ab" * 32, i, "seen", versions.OTHER, None) for i, n in enumerate(names)]
+    mixed: list[Any] = [*plain, (now + 1.0, "x.md", "cd" * 32, 7, "gone", "memoryd", {"to": "y"})]
+    for rows in (plain, mixed, plain[:1], []):
+        assert versions._lines(rows) == b"".join(map(versions._line, rows))
+    for raw, row in zip(versions._lines(plain).splitlines(), plain, strict=True):
+        back = json.loads(raw)
+        assert (back["t"], back["f"], back["h"], back["n"], back["e"], back["by"]) == row[:6]

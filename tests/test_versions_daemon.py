@@ -59,15 +59,18 @@ def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
         wait_for(lambda: len(list(_objects(running).iterdir())) >= 9, what="versions stored")
         outside = tmp_path / "elsewhere"
         outside.mkdir()
-        # The burst reaches the daemon as one (its events wait in the kernel's queue): on a
-        # busy machine a pause between the deletions and the rewrites longer than the
-        # debounce made two passes, and the alarm, raised by the first (5 deleted, more than
-        # alarm_files), counted none of the rewrites the second pass saw.
+        # The alarm is raised by the pass that first sees more than alarm_files changes in
+        # the window, and counts those it has seen by then; so the last part of the burst
+        # must reach the daemon as one pass. A move out of the dir is told ~0.5 s late
+        # (watchdog waits for a move's other half), so the two moves come first (2 changes:
+        # no alarm yet); the rest is made while the daemon is stopped (its events wait in
+        # the kernel's queue), so that no pause on a busy machine splits it either.
+        for i in (3, 4):
+            shutil.move(folder / f"m{i}.md", outside / f"m{i}.md")  # mv out of the dir
+        wait_for(lambda: len(running.rows("memory.deleted_outside")) == 2, what="the moves")
         with _paused(running):
             for i in range(3):
                 (folder / f"m{i}.md").unlink()  # plain rm
-            for i in (3, 4):
-                shutil.move(folder / f"m{i}.md", outside / f"m{i}.md")  # mv out of the dir
             for i in (5, 6):
                 agent_write(folder, f"m{i}.md", description="rewritten by the agent")
         wait_for(lambda: running.rows("memory.mass_change"), what="the alarm")

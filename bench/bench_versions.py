@@ -156,7 +156,7 @@ def first_index(tmp: Path, template: Path, store: bool, k: int) -> float:
     md = memory_dir_at(folder, rt.config)
     t = time.perf_counter()
     if store:
-        with versions.active(versions.for_runtime(rt)):
+        with versions.using(versions.for_runtime(rt)) as rt.versions:
             update(rt, md)
     else:
         update(rt, md)

@@ -339,7 +339,7 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
     scan = outcome.scan
     main_text = None
     with fsops.open_dir(md.real_path) as fd:
-        main_text = read_index_file(fd, INDEX_NAME).text
+        main_text = read_index_file(fd, INDEX_NAME, rt.versions).text
     return {
         "path": str(md.path),
         "real_path": str(md.real_path),
@@ -971,7 +971,9 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     # only read, never passed over).
     known = discover(rt.config) if args.dirs else dirs
     texts = {r.dir.real_path: r.index_text for r in results if r.index_text is not None}
-    promo_line, promos = housekeeping.promotion_candidates(dirs, declined, known, texts)
+    promo_line, promos = housekeeping.promotion_candidates(
+        dirs, declined, known, texts, rt.versions
+    )
     hk = [housekeeping.orphan_hints(dirs), promo_line]
     hk += [f"  {d}: {f} (topic in {n} other projects)" for d, f, n in promos]
     if args.json:
@@ -1172,7 +1174,7 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 def cmd_run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd import daemon
 
-    return daemon.run(args.config, rt.paths, rt.config)
+    return daemon.run(args.config, rt.paths, rt.config, rt.versions)
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

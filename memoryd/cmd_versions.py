@@ -32,11 +32,15 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
         yield
         return
     store = versions.for_runtime(rt)
-    with versions.active(store):
-        if command == "run":
-            store.defer = True  # the daemon: objects are put in place at each heartbeat,
-            store.flush()  # and pruned now, then daily (VersionStore.flush)
-        yield
+    previous, rt.versions = rt.versions, store  # passed down from here (Runtime.versions)
+    try:
+        with versions.using(store):
+            if command == "run":
+                store.defer = True  # the daemon: objects are put in place at each heartbeat,
+                store.flush()  # and pruned now, then daily (VersionStore.flush)
+            yield
+    finally:
+        rt.versions = previous
 
 
 def _locate(rt: Runtime, key: str, dirs: Sequence[Path]) -> tuple[Path, str]:
@@ -65,7 +69,7 @@ def _locate(rt: Runtime, key: str, dirs: Sequence[Path]) -> tuple[Path, str]:
 
 
 def cmd_history(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    store = versions.current() or versions.for_runtime(rt)
+    store = rt.versions or versions.for_runtime(rt)
     folder, name = _locate(rt, args.file, args.dirs)
     found = versions.versions_of(store, folder, name)
     if args.restore is not None:
@@ -167,7 +171,9 @@ def _restore(
         store.intend_restore(folder, name, data)
         # The check-and-swap writer: if someone writes the file meanwhile, nothing of
         # theirs is lost and nothing is written (rerun to restore over their version).
-        fsops.replace_file(folder, name, data, now[1] if now is not None else None)
+        fsops.replace_file(
+            folder, name, data, now[1] if now is not None else None, versions=rt.versions
+        )
     rt.audit.write(
         "trash.restored", dir=folder, file=name, id=f"v{number}:{version.sha256[:12]}",
         **{"as": name},
@@ -181,7 +187,7 @@ def _restore(
 
 # --- trash list / restore: files deleted outside memoryd -------------------------------------
 def deleted_rows(rt: Runtime, dirs: Sequence[Path]) -> list[versions.Deleted]:
-    store = versions.current() or versions.for_runtime(rt)
+    store = rt.versions or versions.for_runtime(rt)
     wanted = {d.resolve() for d in dirs}
     known = store.known_dirs()
     return [
@@ -206,7 +212,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     from memoryd.index import INDEX_NAME, pointer_lines, pointer_places
     from memoryd.indexer import restore_pointers
 
-    store = versions.current() or versions.for_runtime(rt)
+    store = rt.versions or versions.for_runtime(rt)
     known = [d.resolve() for d in dirs] or store.known_dirs()
     item = versions.find_deleted(store, known, key)
     if item is None:
@@ -220,7 +226,8 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
         when = restored.now_iso(rt.clock())
         restored.record(rt.store, item.dir, restored.Pin(name, item.sha256, when, item.id))
         store.intend_restore(item.dir, name, data)
-        fsops.replace_file(item.dir, name, data, None)  # never over a file (a new name instead)
+        # Never over a file (a new name instead).
+        fsops.replace_file(item.dir, name, data, None, versions=rt.versions)
         if name != item.name:
             store.record(item.dir, item.name, item.sha256, item.size, "gone", versions.MEMORYD,
                          restored_as=name)  # fmt: skip

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from memoryd import __version__, fsops, housekeeping, notify, versions
+from memoryd import __version__, fsops, housekeeping, notify
 from memoryd.config import Config, load_config
 from memoryd.discover import MemoryDir, discover_all, lock_is_fresh, report_refused
 from memoryd.errors import ConfigError, MemorydError
@@ -38,6 +38,9 @@ from memoryd.recovery import recover
 from memoryd.runtime import Runtime, tune_gc
 from memoryd.scan import DirScan
 from memoryd.watch import Debouncer, Kind, Signal, Watcher, install_overflow_hook
+
+if TYPE_CHECKING:
+    from memoryd.versions import VersionStore
 
 HEARTBEAT_EVERY = 15.0
 STALE_AFTER = 300.0  # a worker silent this long is stuck: stop telling systemd we are alive
@@ -769,7 +772,8 @@ class Daemon:
 
     def heartbeat(self) -> None:
         self._last_beat = self.mono()
-        versions.flush_active()  # versions: the index versions memoryd wrote since
+        if self.rt.versions is not None:  # the index versions memoryd wrote since
+            self.rt.versions.flush()
         self.absorb_reads()
         _return_freed_memory()
         for path, session in self.dirs.items():
@@ -894,7 +898,14 @@ def unusable(folder: Path, what: str, error: OSError) -> FolderUnusable:
     )
 
 
-def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
+def run(
+    config_path: Path | None,
+    paths: AppPaths,
+    config: Config,
+    versions: "VersionStore | None" = None,
+) -> int:
+    """The daemon's run; `versions`: the version store it keeps versions in (the command's,
+    cmd_versions.keeping), passed down with its Runtime."""
     _tune_malloc()  # before any thread starts
     configure(config.log.level)
     tune_gc()  # also done by cli.main; here for callers that start the daemon directly
@@ -913,7 +924,9 @@ def run(config_path: Path | None, paths: AppPaths, config: Config) -> int:
         get_logger().error(str(error))
         return EXIT_USAGE
     try:
-        daemon = Daemon(config_path, paths, Runtime.create(config, paths))
+        rt = Runtime.create(config, paths)
+        rt.versions = versions
+        daemon = Daemon(config_path, paths, rt)
         return daemon.run()
     finally:
         os.close(lock_fd)

@@ -83,7 +83,8 @@ def _split(terms: list[str]) -> tuple[list[str], list[Path], list[Path]]:
 
 def _memories(rt: Runtime, md: MemoryDir) -> dict[str, Memory]:
     limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
-    scan = scan_dir(md.real_path, {}, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1])
+    scan = scan_dir(md.real_path, {}, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1],
+                    versions=rt.versions)  # fmt: skip
     out: dict[str, Memory] = {}
     with rt.store.reading(md.real_path), fsops.open_dir(md.real_path) as dir_fd:
         for name in sorted(scan.memories):
@@ -180,8 +181,8 @@ def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
             )
             return result
         names = {t.name for t in targets}
-        lines, places = _index_lines(md, names)
-        with trash.Mover(md.real_path, rt.today()) as mover:
+        lines, places = _index_lines(md, names, versions=rt.versions)
+        with trash.Mover(md.real_path, rt.today(), versions=rt.versions) as mover:
             records = []
             taken: set[str] = set()
             for t in targets:

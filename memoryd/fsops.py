@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation, WriteConflict
 from memoryd.paths import ensure_private_dir
@@ -33,8 +33,20 @@ TEMP_MARK = ".memoryd-"  # every temp file memoryd creates has this in its name
 # daemon records it so that the event the swap causes is known as its own. (Tests write the
 # index from it, as a writer slipping in between memoryd's read and its swap.)
 OwnWrite = Callable[[Path, str, tuple[int, int, int]], None]
-# The version store's hook (memoryd.versions): told what memoryd wrote, once it is in place.
-on_own_content: "Callable[[Path, str, Content, tuple[int, int, int]], None] | None" = None
+
+
+class OwnContent(Protocol):
+    """The version store (memoryd.versions) as `replace_file` sees it (its `versions`): told
+    what memoryd wrote, once it is in place."""
+
+    def own_content(
+        self,
+        dir_path: Path,
+        name: str,
+        data: "Content",
+        ident: tuple[int, int, int],
+        sha: str = "",
+    ) -> None: ...
 
 
 def libc_function(name: str) -> Any:
@@ -298,6 +310,7 @@ def replace_file(
     expected_data: Content | None = None,
     leftovers: list[str] | None = None,
     on_own_write: OwnWrite | None = None,
+    versions: OwnContent | None = None,
 ) -> FileIdentity:
     """Atomically replace `name` with `data` if it is still `expected` (None: must not exist).
 
@@ -313,7 +326,7 @@ def replace_file(
     is still that inode but its size or mtime changed, a program that had the old file open
     (`slow_tool > MEMORY.md`) wrote to it since: it is never replaced (WriteConflict; the
     caller brings those bytes back, see indexer._late_write).
-    `on_own_write`: see OwnWrite.
+    `on_own_write`: see OwnWrite. `versions`: the version store, told what was written.
     """
     with open_dir(dir_path) as dir_fd:
         mode = 0o600
@@ -357,9 +370,10 @@ def replace_file(
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         fsync_dir(dir_fd)
-        if on_own_content is not None:  # versions
-            on_own_content(dir_path, name, data, (st.st_ino, st.st_size, st.st_mtime_ns))
         digest = _digest(data) if expected_data is None else ""
+        if versions is not None:  # with the sha256 when there is one: not hashed twice
+            ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+            versions.own_content(dir_path, name, data, ident, digest)
         return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, digest)
 
 

@@ -14,7 +14,7 @@ from memoryd import fsops, restored, trash, versions
 from memoryd.discover import MemoryDir, memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.index import INDEX_NAME, Place, pointer_targets
-from memoryd.indexer import read_index_file, restore_pointers
+from memoryd.indexer import IndexKeeper, read_index_file, restore_pointers
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
 
@@ -127,7 +127,7 @@ def _restore(rt: Runtime, listed: Listed) -> str:
         restored.record(rt.store, real, restored.Pin(
             record.original_name, record.sha256, when, record.id))  # fmt: skip
     name = trash.restore(real, listed.entry)
-    versions.note_restored(real, name, record.sha256, record.size)
+    versions.note_restored(rt.versions, real, name, record.sha256, record.size)
     if name != record.original_name:
         restored.record(rt.store, real, restored.Pin(name, record.sha256, when, record.id))
     rt.audit.write(
@@ -420,10 +420,10 @@ def project_of(md: MemoryDir) -> Path:
     return md.repo_root.absolute() if md.repo_root is not None else md.real_path
 
 
-def _index_targets(md: MemoryDir) -> list[str]:
+def _index_targets(md: MemoryDir, versions: IndexKeeper | None = None) -> list[str]:
     try:
         with fsops.open_dir(md.real_path) as fd:
-            text = read_index_file(fd, INDEX_NAME).text or ""
+            text = read_index_file(fd, INDEX_NAME, versions).text or ""
     except OSError:
         return []  # gone or unreadable since discovery: it names nothing
     return pointer_targets(text)
@@ -434,16 +434,18 @@ def promotion_candidates(
     declined: dict[Path, set[str]],
     known: Sequence[MemoryDir] = (),
     texts: Mapping[Path, str] | None = None,
+    versions: IndexKeeper | None = None,
 ) -> tuple[str, list[tuple[str, str, int]]]:
     """Memories of `dirs` whose topic key appears in the indexes of 2+ other projects (DESIGN
     §4.12; listed only), looked for in `dirs` and every other `known` dir.
 
     `texts`: MEMORY.md's text of the dirs a pass has it of, by real path (the dream pass's,
-    `DreamResult.index_text`): those are not read again. Every other dir's is read once."""
+    `DreamResult.index_text`): those are not read again. Every other dir's is read once.
+    `versions`: the version store, told of the indexes read."""
     texts = texts or {}
     every = {md.real_path: md for md in (*known, *dirs)}
     targets = {
-        path: pointer_targets(texts[path]) if path in texts else _index_targets(md)
+        path: pointer_targets(texts[path]) if path in texts else _index_targets(md, versions)
         for path, md in every.items()
     }
     keys_by_project: dict[Path, set[str]] = {}

@@ -19,11 +19,11 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import date
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from memoryd import fsops, index_held
 from memoryd.agentview import Hidden, ViewKind
@@ -132,11 +132,14 @@ class Held:
     seen_token: object | None = None
 
 
-# The version store's hook (memoryd.versions): told of every index file's bytes read.
-on_index_read: Callable[[int, str, bytes, str], None] | None = None
+class IndexKeeper(Protocol):
+    """The version store (memoryd.versions) as `read_index_file` sees it (its `versions`):
+    told of every index file's bytes read."""
+
+    def index_read(self, dir_fd: int, name: str, data: bytes, sha: str) -> None: ...
 
 
-def read_index_file(dir_fd: int, name: str) -> IndexText:
+def read_index_file(dir_fd: int, name: str, versions: IndexKeeper | None = None) -> IndexText:
     limit = MAX_ARCHIVE_BYTES if name == ARCHIVE_NAME else MAX_INDEX_BYTES
     try:
         data, st = fsops.read_regular(dir_fd, name, limit)
@@ -147,8 +150,8 @@ def read_index_file(dir_fd: int, name: str) -> IndexText:
     except OSError as error:
         return IndexText(None, None, error=f"{name} cannot be read as a file ({error.strerror})")
     sha = hashlib.sha256(data).hexdigest()
-    if on_index_read is not None:  # versions
-        on_index_read(dir_fd, name, data, sha)
+    if versions is not None:
+        versions.index_read(dir_fd, name, data, sha)
     identity = FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, sha)
     read_only = not st.st_mode & stat.S_IWUSR
     try:
@@ -176,12 +179,14 @@ def _as_read(dir_fd: int, name: str, known: IndexText) -> bool:
     )
 
 
-def index_file_again(dir_fd: int, name: str, known: IndexText | None) -> IndexText:
+def index_file_again(
+    dir_fd: int, name: str, known: IndexText | None, versions: IndexKeeper | None = None
+) -> IndexText:
     """An index file this pass read already (`known`), while it is still that file; else it
     is read now (read_index_file): each file is read once a pass."""
     if known is not None and _as_read(dir_fd, name, known):
         return known
-    return read_index_file(dir_fd, name)
+    return read_index_file(dir_fd, name, versions)
 
 
 def _read_only_reason(md: MemoryDir, texts: Sequence[IndexText]) -> str:
@@ -675,11 +680,12 @@ def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Sna
             max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
             previous=req.previous,
             only=req.only,
+            versions=rt.versions,
         )
     memories = set(scan.memories)
     with fsops.open_dir(md.real_path) as dir_fd:
-        main = index_file_again(dir_fd, INDEX_NAME, req.known[0])
-        archive = index_file_again(dir_fd, ARCHIVE_NAME, req.known[1])
+        main = index_file_again(dir_fd, INDEX_NAME, req.known[0], rt.versions)
+        archive = index_file_again(dir_fd, ARCHIVE_NAME, req.known[1], rt.versions)
         if main.error or archive.error:
             ownership = Ownership(False, main.error or archive.error)
         else:
@@ -866,7 +872,7 @@ def _write_and_report(
             state.prev = written.prev
         outcome.status = IndexStatus.UPDATED
         state.last_index_ts = now
-        outcome.problems = _verify(md, plan, written)
+        outcome.problems = _verify(md, plan, written, rt.versions)
         _report_verify(rt, md, outcome)
     if edit.waiting:
         due = min(scan.files[n].mtime_ns / 1e9 + req.grace for n in edit.waiting)
@@ -946,10 +952,12 @@ def _remember_changed(state: DirState, plan: Plan, separator: str) -> set[str]:
     return note_own(state.own, plan.edit, memories, separator) | set(scope)
 
 
-def _verify(md: MemoryDir, plan: Plan, written: "Written") -> list[str]:
+def _verify(
+    md: MemoryDir, plan: Plan, written: "Written", versions: IndexKeeper | None
+) -> list[str]:
     edit = plan.edit
     if plan.index is None:
-        return verify_on_disk(md, plan.scan, edit.dead_links, edit.waiting, written, edit)
+        return verify_on_disk(md, plan.scan, edit.dead_links, edit.waiting, written, edit, versions)
     scope = plan.scope or frozenset()
     touched = (scope | set(edit.added) | set(edit.demoted)) & plan.memories.keys()
     return _verify_changed(
@@ -1040,6 +1048,7 @@ def _write(rt: Runtime, md: MemoryDir, plan: Plan, prev_was: list[Any] | None) -
                 expected_data=plan.expected[1],
                 leftovers=leftovers,
                 on_own_write=rt.on_own_write,
+                versions=rt.versions,
             )
         if plan.main_changed and edit.main is not None:
             data = out.data[INDEX_NAME] = _encode(edit.main, main.bom)
@@ -1052,6 +1061,7 @@ def _write(rt: Runtime, md: MemoryDir, plan: Plan, prev_was: list[Any] | None) -
                 prev_was=prev_was[0] if prev_was else None,
                 expected_data=plan.expected[0],
                 on_own_write=rt.on_own_write,
+                versions=rt.versions,
             )
             if main.identity is not None:
                 out.prev = [_stat_of(main.identity), _stat_of(out.main)]
@@ -1162,6 +1172,7 @@ def _index_changed(
             max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
             previous=held.scan,
             only=only,
+            versions=rt.versions,
         )
     )
     memories = dict(held.memories)
@@ -1295,6 +1306,7 @@ def _index_settled(
         rt.store.load_cache(md.real_path),
         max_file_bytes=cfg.max_file_bytes,
         max_frontmatter_bytes=cfg.max_frontmatter_bytes,
+        versions=rt.versions,
     )
     made = _settled_view(rt, md, Basis.of(scan, state.seen), req.forget, state)
     if made is None:
@@ -1441,7 +1453,7 @@ def _settled_view(
     if not (state.known and state.managed and state.settled) or rt.dry_run:
         return None
     with fsops.open_dir(md.real_path) as dir_fd:
-        main = index_file_again(dir_fd, INDEX_NAME, basis.main)
+        main = index_file_again(dir_fd, INDEX_NAME, basis.main, rt.versions)
         found = _archive_data(dir_fd, basis)
     if main.error or found is None or main.text is None:
         return None
@@ -1582,6 +1594,7 @@ def verify_on_disk(
     waiting: list[str],
     written: Written | None = None,
     edit: IndexEdit | None = None,
+    versions: IndexKeeper | None = None,
 ) -> list[str]:
     """Re-read the index files from disk and check DESIGN §3's promises against the scan.
 
@@ -1593,8 +1606,8 @@ def verify_on_disk(
     """
     expected = set(scan.memories) - set(waiting)
     with fsops.open_dir(md.real_path) as dir_fd:
-        main = read_index_file(dir_fd, INDEX_NAME)
-        archive = read_index_file(dir_fd, ARCHIVE_NAME)
+        main = read_index_file(dir_fd, INDEX_NAME, versions)
+        archive = read_index_file(dir_fd, ARCHIVE_NAME, versions)
     if written is not None and (
         _replaced(main.identity, written.main, INDEX_NAME in written.data)
         or _replaced(archive.identity, written.archive, ARCHIVE_NAME in written.data)
@@ -1647,8 +1660,8 @@ def agent_sees(rt: Runtime, md: MemoryDir, filename: str) -> str:
     """Where the agent finds a memory's pointer, or why it does not (for `explain`)."""
     budget = _budget(rt.config.index)
     with fsops.open_dir(md.real_path) as dir_fd:
-        main = read_index_file(dir_fd, INDEX_NAME)
-        archive = read_index_file(dir_fd, ARCHIVE_NAME)
+        main = read_index_file(dir_fd, INDEX_NAME, rt.versions)
+        archive = read_index_file(dir_fd, ARCHIVE_NAME, rt.versions)
     text = main.text or ""
     view = view_of(text, budget, view_kind(md))
     seen: list[int] = []

@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
+from typing import TYPE_CHECKING
 
 from memoryd.audit import AuditLog
 from memoryd.config import Config
@@ -12,6 +13,9 @@ from memoryd.dream.memo import DreamMemo
 from memoryd.fsops import OwnWrite
 from memoryd.paths import AppPaths, app_paths
 from memoryd.state import StateStore
+
+if TYPE_CHECKING:  # a command that keeps no versions never imports the store
+    from memoryd.versions import VersionStore
 
 
 def boot_clock() -> tuple[str, float] | None:
@@ -42,6 +46,9 @@ class Runtime:
     dream: DreamMemo = field(default_factory=DreamMemo, repr=False, compare=False)
     # Told of each index write just before its swap (see fsops.OwnWrite): the daemon's.
     on_own_write: OwnWrite | None = field(default=None, repr=False, compare=False)
+    # The version store, for a command that keeps versions (cmd_versions.keeping) and the
+    # daemon: passed to every scan, index read and index write made with this Runtime.
+    versions: "VersionStore | None" = field(default=None, repr=False, compare=False)
 
     @classmethod
     def create(cls, config: Config, paths: AppPaths | None = None) -> "Runtime":

@@ -6,7 +6,7 @@ import stat
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from memoryd import fsops
 from memoryd.index import Entry, linkable
@@ -19,9 +19,28 @@ MAX_FILE_BYTES = 1024 * 1024
 MAX_FRONTMATTER_BYTES = 16 * 1024
 
 TRASH_DIR = ".trash"
-# The version store's observer (memoryd.versions): told of every memory or note a scan reads,
-# with the bytes already read, and of what each scan found. None: nothing is kept.
-observer: Any = None
+
+
+class ScanSeen(Protocol):
+    """One scan's part in the version store (memoryd.versions): told of every memory or note
+    the scan reads, with the bytes already read, and of what the scan found."""
+
+    def read(self, name: str, data: bytes, sha: str, kind: str) -> None: ...
+
+    def end(
+        self,
+        dir_fd: int,
+        files: Mapping[str, "Scanned"],
+        present: Set[str],
+        before: Mapping[str, "Scanned"],
+        only: Set[str] | None,
+    ) -> None: ...
+
+
+class ScanKeeper(Protocol):
+    """The version store as `scan_dir` sees it (its `versions`): None keeps nothing."""
+
+    def begin_scan(self, path: Path, dir_fd: int) -> ScanSeen: ...
 
 
 def is_index_name(name: str) -> bool:
@@ -209,7 +228,12 @@ def _load_memfile() -> tuple[Any, ...]:
 
 
 def read_one(
-    dir_fd: int, name: str, st: os.stat_result | None, max_file: int, max_fm: int
+    dir_fd: int,
+    name: str,
+    st: os.stat_result | None,
+    max_file: int,
+    max_fm: int,
+    seen: ScanSeen | None = None,
 ) -> Scanned:
     """Read and parse one regular file. `st` is the listing's lstat of it, or None when the
     listing took none (a file not in the cache: what it opens is fstat'ed anyway); a file that
@@ -250,9 +274,9 @@ def read_one(
         )
     NotMemory, Summary, parse_date, parse_summary = _memfile or _load_memfile()
     parsed = parse_summary(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
-    if observer is not None and isinstance(parsed, Summary | NotMemory):  # versions
+    if seen is not None and isinstance(parsed, Summary | NotMemory):  # versions
         kind = "memory" if isinstance(parsed, Summary) else "note"
-        observer.read(name, data, parsed.sha256, kind)
+        seen.read(name, data, parsed.sha256, kind)
     if isinstance(parsed, Summary) and not linkable(name):
         # Its pointer would read back as another name or as a trick (a look-alike of `.`, `/`
         # or `\`, an undecodable byte): indexing it would add a line on every pass.
@@ -299,6 +323,7 @@ def _take(
     st: os.stat_result,
     cache: Mapping[str, Scanned],
     limits: tuple[int, int],
+    seen: ScanSeen | None = None,
 ) -> None:
     """Classify one directory entry into the scan (reading it only if it changed)."""
     if stat.S_ISDIR(st.st_mode):
@@ -331,17 +356,22 @@ def _take(
             "memoryd never opens these; remove it from the memory dir",
         )
     else:
-        _read_changed(result, dir_fd, name, st, limits)
+        _read_changed(result, dir_fd, name, st, limits, seen)
 
 
 GONE = "gone"  # a read_one result for a file removed since it was listed (never kept)
 
 
 def _read_changed(
-    result: DirScan, dir_fd: int, name: str, st: os.stat_result | None, limits: tuple[int, int]
+    result: DirScan,
+    dir_fd: int,
+    name: str,
+    st: os.stat_result | None,
+    limits: tuple[int, int],
+    seen: ScanSeen | None = None,
 ) -> None:
     result.reread += 1
-    scanned = read_one(dir_fd, name, st, *limits)
+    scanned = read_one(dir_fd, name, st, *limits, seen)
     if scanned.problem_kind == GONE:
         result.vanished.append(name)
         return
@@ -357,19 +387,20 @@ def scan_dir(
     max_frontmatter_bytes: int = MAX_FRONTMATTER_BYTES,
     previous: "DirScan | None" = None,
     only: Set[str] | None = None,
+    versions: ScanKeeper | None = None,
 ) -> DirScan:
     """List and classify a memory dir; re-read only files whose (inode, size, mtime_ns) moved.
 
     With `previous` (a full scan of this dir) and `only` (the names file events reported),
     only those names are looked at and everything else is taken from `previous`: the daemon's
     path for one changed file among thousands. The periodic reconcile scans in full.
+    `versions`: the version store, told what the scan reads and finds (None: nothing kept).
     """
     cache = cache or {}
     result = DirScan(path)
     limits = (max_file_bytes, max_frontmatter_bytes)
     with fsops.open_dir(path) as dir_fd:
-        if observer is not None:  # versions
-            observer.begin(path, dir_fd)
+        seen = versions.begin_scan(path, dir_fd) if versions is not None else None
         if previous is not None and only is not None:
             result.files = dict(previous.files)  # a C-level copy: 10,000 entries in ~0.1 ms
             for name in only:
@@ -382,15 +413,15 @@ def scan_dir(
                     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                _take(result, dir_fd, name, st, previous.files, limits)
+                _take(result, dir_fd, name, st, previous.files, limits, seen)
                 if name not in result.vanished:
                     found.add(name)
             had = previous.present
             came = {n for n in found if n not in had}
             gone = {n for n in only if n not in found and n in had}
             result.present = Names.changed(had, came, gone) if came or gone else had
-            if observer is not None:  # versions
-                observer.end(dir_fd, result.files, result.present, previous.files, only)
+            if seen is not None:  # versions
+                seen.end(dir_fd, result.files, result.present, previous.files, only)
             return result
         with os.scandir(dir_fd) as entries:
             listing = {e.name: e for e in entries}
@@ -406,7 +437,7 @@ def scan_dir(
             ):
                 # A regular file not seen before (the type comes with the listing): the read
                 # fstats what it opens, so an lstat here would only be thrown away.
-                _read_changed(result, dir_fd, name, None, limits)
+                _read_changed(result, dir_fd, name, None, limits, seen)
                 continue
             try:
                 # The same fstatat as entry.stat's, without the DirEntry's own copy of the
@@ -425,10 +456,10 @@ def scan_dir(
             ):
                 files[name] = cached
             else:
-                _take(result, dir_fd, name, st, cache, limits)
+                _take(result, dir_fd, name, st, cache, limits, seen)
         result.present = frozenset(listing).difference(removed, result.vanished)
-        if observer is not None:  # versions
-            observer.end(dir_fd, result.files, result.present, cache, None)
+        if seen is not None:  # versions
+            seen.end(dir_fd, result.files, result.present, cache, None)
     return result
 
 

@@ -323,13 +323,19 @@ class Mover:
     disk (journal.settle). `close` fsyncs the manifest, then both folders.
 
     `before_move` is called with a file's name between its check and its rename (a test's
-    concurrent writer).
+    concurrent writer). `versions`: the version store, told of each move (memoryd's own).
     """
 
     def __init__(
-        self, memory_dir: Path, day: date, *, before_move: Callable[[str], None] | None = None
+        self,
+        memory_dir: Path,
+        day: date,
+        *,
+        before_move: Callable[[str], None] | None = None,
+        versions: "versions.VersionStore | None" = None,
     ) -> None:
         self.memory_dir = memory_dir
+        self.versions = versions
         self.folder = day_folder(memory_dir, day)
         self._before_move = before_move
         self._stack = contextlib.ExitStack()
@@ -398,8 +404,8 @@ class Mover:
                 f"{record.original_name} ({error.strerror}); the file was put back{back} and "
                 "nothing else moved. Free some disk space and rerun."
             ) from error
-        versions.note_moved(self.memory_dir, record.original_name, record.sha256, record.size,
-                            record.id)  # fmt: skip
+        versions.note_moved(self.versions, self.memory_dir, record.original_name, record.sha256,
+                            record.size, record.id)  # fmt: skip
         return record
 
     def _put_back(self, record: TrashRecord) -> str:

@@ -16,12 +16,14 @@ Layout, all 0700/0600, never in a memory dir:
   moved it into the trash), `restoring` (memoryd is about to write these bytes back). The
   first line names the dir. A torn last line (a crash mid-append) is skipped.
 
-Where versions come from: a scan reads a changed file's bytes anyway (`scan.observer`, one
-session per `scan_dir`); an index file's bytes are read by `indexer.read_index_file`
-(`observe_index`); memoryd's own index writes are told by `fsops.on_own_content` and stored
-at the next flush (the heartbeat, the end of a command, or before anyone else's version of
-that file is recorded). Deletions are names a scan no longer finds. Nothing is ever re-read
-for the store's sake.
+Where versions come from: the store is passed down (`Runtime.versions`) as the `versions`
+parameter of what reads and writes. A scan reads a changed file's bytes anyway
+(`scan.scan_dir`, one session per scan: `begin_scan`); an index file's bytes are read by
+`indexer.read_index_file` (`index_read`); memoryd's own index writes are told by
+`fsops.replace_file` (`own_content`) and stored at the next flush (the heartbeat, the end
+of a command, or before anyone else's version of that file is recorded). Deletions are
+names a scan no longer finds. Nothing is ever re-read for the store's sake. A scan, read or
+write given no store keeps nothing.
 
 What memoryd cannot see it cannot keep: a version written and replaced while no memoryd
 process ran is not in the store; the last version memoryd saw is what it can give back.
@@ -35,6 +37,7 @@ import hashlib
 import json
 import os
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
@@ -81,7 +84,23 @@ AuditWrite = Callable[..., None]
 _Row = tuple[float, str, str, int, str, str, Mapping[str, Any] | None]
 _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 _quote = json.encoder.encode_basestring_ascii
-LOG_WRITE = 64 << 10  # a log append is written in pieces of about this many bytes
+LOG_ROWS = 400  # a log append is written in pieces of this many lines (about 64 KB)
+
+
+def _lines(rows: Sequence[_Row]) -> bytes:
+    """The rows' lines (`_line`'s), made in one go when they are plain (no extra fields) and
+    share one time, as a scan's do: the time written once, no call a line (10,000 lines
+    cost ~12 ms one by one, ~5 ms so)."""
+    t = rows[0][0] if rows else 0.0
+    if any(r[6] or r[0] is not t for r in rows):
+        return b"".join(map(_line, rows))
+    head = f'{{"t":{t!r},"f":'
+    return "".join(
+        [
+            f'{head}{_quote(f)},"h":{_quote(h)},"n":{n!r},"e":{_quote(e)},"by":{_quote(by)}}}\n'
+            for _, f, h, n, e, by, _ in rows
+        ]
+    ).encode()
 
 
 def _line(row: _Row) -> bytes:
@@ -177,7 +196,7 @@ class _Pending:
 
 
 class Session:
-    """One scan's reads, recorded when the scan ends (see VersionStore.scan_session)."""
+    """One scan's reads, recorded when the scan ends (see VersionStore.begin_scan)."""
 
     def __init__(self, store: "VersionStore", path: Path) -> None:
         self.store = store
@@ -200,8 +219,8 @@ class Session:
         self.held: list[tuple[str, int, int]] = []  # sha, start in the spool, size
         self.spool = bytearray()
         self.pack: _PackWriter | None = None
-        self.looked: tuple[bool, list[str]] | None = None  # whether objects/ exists; the packs
-        self.nothing_stored = False  # no objects folder, no packs, no temps: a first start
+        self.looked: tuple[bool, list[str]] | None = None  # any loose object; the packs
+        self.nothing_stored = False  # no object, no pack, no temp: a first start
         self.lock_fd: int | None = None  # the store-wide lock, shared, from the first read
 
     def hold(self) -> None:
@@ -215,13 +234,33 @@ class Session:
             fd, self.lock_fd = self.lock_fd, None
             os.close(fd)
 
-    def reads(self) -> Iterator[tuple[str, str, int, str]]:
-        """What the scan read and the store had not: name, sha256, size, kind."""
-        for i, name in enumerate(self.names):
-            yield name, self.shas[i], self.sizes[i], "note" if self.kinds[i] else "memory"
-
     def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
-        """A scan read `name` and found it a memory or a note (`kind`) with these bytes."""
+        """scan.ScanSeen's: a scan read `name` and found it a memory or a note (`kind`) with
+        these bytes. A problem is said once (the store's _guard, inline: 10,000 calls at a
+        first start), and the scan goes on."""
+        try:
+            self._read(name, data, sha, kind)
+        except OSError as error:
+            self.store._say(f"{error.filename or self.store.root}: {error.strerror or error}")
+
+    def end(
+        self,
+        dir_fd: int,
+        files: Mapping[str, "scan.Scanned"],
+        present: Set[str],
+        before: Mapping[str, "scan.Scanned"],
+        only: Set[str] | None,
+    ) -> None:
+        """scan.ScanSeen's: the scan is done; what it read and found is recorded."""
+        store = self.store
+        if getattr(store._scans, "session", None) is self:
+            store._scans.session = None
+        try:
+            store._guard(store.end_scan, self, dir_fd, files, present, before, only)
+        finally:  # a pack end_scan did not put in place (it failed) goes; the lock too
+            self.abort()
+
+    def _read(self, name: str, data: bytes, sha: str, kind: str) -> None:
         if self.known is None:
             self.hold()
             self.known = self.store.table(self.path).seen
@@ -235,14 +274,15 @@ class Session:
             return
         self._pending.add(sha)
         if self.looked is None:  # once a scan: 10,000 listings of the packs cost 60 ms
-            self.looked = (self.store.objects.exists(), self.store.pack_names())
+            self.looked = (self.store.has_loose(), self.store.pack_names())
             self.nothing_stored = not self.looked[0] and not self.looked[1]
         if not (self.nothing_stored and not self.store._temps) and self.store.has_object(
             sha, looked=self.looked
         ):
             return
-        if self.pack is not None:
-            self.pack.add(sha, data)
+        pack = self.pack
+        if pack is not None:
+            pack.add(sha, data)
             return
         self.held.append((sha, len(self.spool), len(data)))
         self.spool += data
@@ -301,12 +341,19 @@ class _PackWriter:
             os.close(self.dir_fd)
             raise
         self.offset = 0
-        self.entries = bytearray()
+        # Each object's sha256, offset and size, made into the pack's sorted index at commit
+        # in one go (an entry packed and appended per object was ~1 µs of each read).
+        self.shas: list[str] = []
+        self.offsets = array.array("Q")
+        self.sizes = array.array("Q")
         # Copied into one buffer, written when it is full: 10,000 writes one at a time cost
         # ~30 ms, and holding each object's own bytes until a batch was written kept them
         # (and the heap they were read into) alive after the scan was done with them.
         self.buf = bytearray(PACK_WRITE)
         self.fill = 0
+        # Whether a crash-loop test counts steps here: looked up once, not once an object
+        # (the variable is set before the process starts, or not at all).
+        self.crash_points = "MEMORYD_CRASH_AT" in os.environ
         self._write(_PACK_HEAD)
 
     def _write(self, data: bytes | memoryview) -> None:
@@ -327,16 +374,46 @@ class _PackWriter:
             self.fill = 0
 
     def add(self, sha: str, data: bytes | memoryview) -> None:
-        self.entries += _PACK_ENTRY.pack(bytes.fromhex(sha), self.offset, len(data))
-        self._write(data)
-        fsops.crash_point("versions.writing")
+        size = len(data)
+        self.shas.append(sha)
+        self.offsets.append(self.offset)
+        self.sizes.append(size)
+        fill = self.fill
+        if fill + size <= PACK_WRITE:  # _write's common case, inline (once per object)
+            self.buf[fill : fill + size] = data
+            self.fill = fill + size
+            self.offset += size
+        else:
+            self._write(data)
+        if self.crash_points:
+            fsops.crash_point("versions.writing")
+
+    def _index(self) -> bytes:
+        """The entries (_PACK_ENTRY) sorted by sha256, built column by column: the sha256s
+        as one fromhex, the offsets and sizes as big-endian arrays, each laid into its place
+        of every entry with one strided copy a byte (48 in all, whatever the count), where
+        one entry packed at a time cost ~0.5 µs each."""
+        shas, count = self.shas, len(self.shas)
+        order = sorted(range(count), key=shas.__getitem__)  # hex sorts as its bytes do
+        keys = bytes.fromhex("".join([shas[i] for i in order]))
+        offsets = array.array("Q", [self.offsets[i] for i in order])
+        sizes = array.array("Q", [self.sizes[i] for i in order])
+        if sys.byteorder == "little":
+            offsets.byteswap()
+            sizes.byteswap()
+        out = bytearray(count * _PACK_ENTRY.size)
+        step = _PACK_ENTRY.size
+        for j in range(32):
+            out[j::step] = keys[j::32]
+        for column, at in ((offsets.tobytes(), 32), (sizes.tobytes(), 40)):
+            for j in range(8):
+                out[at + j :: step] = column[j::8]
+        return bytes(out)
 
     def commit(self) -> str:
         """Put the pack in place durably; returns its name."""
-        size = _PACK_ENTRY.size
-        entries = self.entries
-        index = b"".join(sorted(entries[i : i + size] for i in range(0, len(entries), size)))
-        count = len(entries) // size
+        index = self._index()
+        count = len(self.shas)
         try:
             self._write(index + _PACK_TRAILER.pack(_PACK_MAGIC, count, self.offset))
             self._drain()
@@ -451,6 +528,7 @@ class VersionStore:
         self.defer = False
         self._temps: list[tuple[str, str]] = []
         self.pruned_at = -float("inf")  # when the daemon's store last pruned (see flush)
+        self._scans = threading.local()  # the session of the scan running on each thread
 
     # --- the store-wide lock (LOCK_NAME) -------------------------------------------------------
     def _lock_file(self) -> int:
@@ -496,9 +574,17 @@ class VersionStore:
         ensure_private_dir(self.objects)
         return os.open(self.objects, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
+    def has_loose(self) -> bool:
+        """Whether the objects folder holds any object (a temp is none). An empty one (the
+        daemon's prune at its start makes it) is no reason for a first start to stat a
+        missing object for each of its 10,000 reads (~40 ms)."""
+        with contextlib.suppress(OSError), os.scandir(self.objects) as entries:
+            return any(not entry.name.startswith(".") for entry in entries)
+        return False
+
     def has_object(self, sha: str, *, looked: tuple[bool, list[str]] | None = None) -> bool:
-        """Whether `sha` is stored; `looked`: whether the objects folder exists and the
-        packs, as a scan found them when it began (it asks for each file it reads)."""
+        """Whether `sha` is stored; `looked`: whether the objects folder holds any object
+        and the packs, as a scan found them when it began (it asks for each file it reads)."""
         loose, packs = looked if looked is not None else (True, None)
         return (
             (loose and os.path.exists(self.objects / sha))
@@ -879,24 +965,26 @@ class VersionStore:
             # objects it names are, and a power cut then loses at most these lines. Written
             # a piece of whole lines at a time: 10,000 lines held at once (and their join)
             # left the daemon's heap megabytes bigger after its first start.
-            pieces, held, written = [head], len(head), 0
-            for r in records:
-                line = _line(r)
-                pieces.append(line)
-                held += len(line)
-                if held >= LOG_WRITE:
-                    fsops._write_all(fd, pieces)
-                    written += held
-                    pieces, held = [], 0
-            fsops._write_all(fd, pieces)
-            written += held
+            written = 0
+            for start in range(0, len(records), LOG_ROWS):
+                piece = _lines(records[start : start + LOG_ROWS])
+                if start == 0 and head:
+                    piece = head + piece
+                fsops._write_all(fd, piece)
+                written += len(piece)
         finally:
             os.close(fd)
         same = st.st_ino == d.ino or st.st_size == 0  # the log we read (or a new one)
         if st.st_size == d.offset and d.loaded and same:
             d.ino = st.st_ino
+            seen, other = d.seen, d.other
             for r in records:  # applied as they are: their strings stay the caller's
-                _set(d, r[1], r[2], r[4])
+                if r[4] == "seen":  # _set's, inline
+                    seen[r[1]] = r[2]
+                    if other:
+                        other.pop(r[1], None)
+                else:
+                    _set(d, r[1], r[2], r[4])
             d.offset += written
         else:
             self._catch_up(d)  # another process appended since: read it all in order
@@ -968,15 +1056,21 @@ class VersionStore:
         self.record(path, name, sha, size, "moved", MEMORYD, id=trash_id)
 
     def own_content(
-        self, dir_path: Path, name: str, data: fsops.Content, ident: tuple[int, int, int]
+        self,
+        dir_path: Path,
+        name: str,
+        data: fsops.Content,
+        ident: tuple[int, int, int],
+        sha: str = "",
     ) -> None:
-        """memoryd wrote an index file: hold its bytes until the next flush (hashing and
-        storing a 2 MB archive costs more than the daemon's whole pass)."""
+        """memoryd wrote an index file: hold its bytes (and their sha256 if the writer took
+        it) until the next flush (hashing and storing a 2 MB archive costs more than the
+        daemon's whole pass)."""
         if name not in INDEX_FILES:
             return
         held = data if isinstance(data, bytes) else tuple(data)
         with self._lock:
-            self._pending[(dir_path, name)] = _Pending(dir_path, name, held, ident)
+            self._pending[(dir_path, name)] = _Pending(dir_path, name, held, ident, sha)
 
     def commit_pending(self) -> None:
         temps, self._temps = self._temps, []
@@ -1007,6 +1101,21 @@ class VersionStore:
         self._note_index(item.path, item.name, item.sha, size, data, MEMORYD)
 
     # --- what a scan saw -----------------------------------------------------------------------
+    def begin_scan(self, path: Path, dir_fd: int) -> Session:
+        """A scan of the dir at `path` begins (scan.scan_dir's `versions`): its session."""
+        left: Session | None = getattr(self._scans, "session", None)
+        if left is not None:  # a scan on this thread that raised before its end
+            left.abort()
+        session = self._scans.session = Session(self, path)
+        with contextlib.suppress(OSError):
+            st = os.fstat(dir_fd)
+            self._by_id[(st.st_dev, st.st_ino)] = path
+        return session
+
+    def index_read(self, dir_fd: int, name: str, data: bytes, sha: str) -> None:
+        """An index file memoryd read (indexer.read_index_file's `versions`)."""
+        self._guard(self.observe_index, dir_fd, name, data, sha)
+
     def end_scan(
         self,
         session: Session,
@@ -1017,8 +1126,8 @@ class VersionStore:
         only: Set[str] | None,
     ) -> None:
         """Record what one scan found: new versions, and files gone since. The session holds
-        the store-wide lock from here (or its first read) until its `abort`, which the
-        observer calls after this in every case."""
+        the store-wide lock from here (or its first read) until its `abort`, which
+        Session.end calls after this in every case."""
         with self._lock:
             d = self._dir(session.path)
             if not session.names and not d.loaded and self._unchanged(d, present, only):
@@ -1040,22 +1149,27 @@ class VersionStore:
             now = self.clock()
             rows: list[_Row] = []
             told: list[tuple[str, str, str, str, int, bool]] = []  # said once the log has them
-            for name, sha, size, kind in session.reads():
-                latest = self.latest(d, name)
-                if latest is not None and latest[0] == sha and latest[1] == "seen":
+            seen, other = d.seen, d.other
+            # The latest record of each name read (VersionStore.latest, inline: 10,000 reads
+            # at a first start): seen with these bytes (nothing to add), seen with others (a
+            # rewrite), or none or another event (restoring these bytes: memoryd's own).
+            for name, sha, size, note in zip(
+                session.names, session.shas, session.sizes, session.kinds, strict=True
+            ):
+                had = seen.get(name)
+                if had == sha:
                     continue
-                if latest is None or latest[1] != "seen":
+                by = OTHER
+                if had is None:
                     d.settled = None  # a name the table now holds as seen
-                by = (
-                    MEMORYD
-                    if latest is not None and latest[1] == "restoring" and latest[0] == sha
-                    else OTHER
-                )
+                    latest = other.get(name)
+                    if latest is not None and latest == (sha, "restoring"):
+                        by = MEMORYD
                 rows.append((now, name, sha, size, "seen", by, None))
-                if latest is not None and latest[1] == "seen" and by == OTHER:
+                if had is not None:
                     prev = before.get(name)
-                    counts = kind == "memory" or (prev is not None and prev.kind == "memory")
-                    told.append(("rewritten", name, sha, latest[0], size, counts))
+                    counts = not note or (prev is not None and prev.kind == "memory")
+                    told.append(("rewritten", name, sha, had, size, counts))
             if only is None:
                 gone = [n for n in d.seen if n not in present]
             else:
@@ -1130,7 +1244,7 @@ class VersionStore:
                 continue
             sha = hashlib.sha256(data).hexdigest()
             if sha == info.sha256:  # else it changed since: the next scan reads it
-                session.read(name, data, sha, info.kind)
+                session._read(name, data, sha, info.kind)
 
     def observe_index(self, dir_fd: int, name: str, data: bytes, sha: str) -> None:
         """An index file memoryd read (its bytes and their sha256)."""
@@ -1144,8 +1258,16 @@ class VersionStore:
         with self._lock:
             if self._index_sha.get((path, name)) == sha:
                 return
-            pending = self._pending.pop((path, name), None)
+            pending = self._pending.get((path, name))
             if pending is not None:
+                if not pending.sha:
+                    pending.sha = fsops._digest(pending.data)
+                if pending.sha == sha:
+                    # memoryd's own write, read back (the pass's check of what it wrote):
+                    # stored at the next flush as memoryd's, off the pass's path (~15 ms a
+                    # first start, for an archive of 2 MB).
+                    return
+                del self._pending[(path, name)]
                 self._flush_one(pending)
             self._note_index(path, name, sha, len(data), data, OTHER)
 
@@ -1310,15 +1432,16 @@ def _fsync_at(dir_fd: int, name: str) -> None:
 
 
 def _write_temp(dir_fd: int, name: str, data: bytes | Sequence[bytes], *, sync: bool) -> str:
-    """Like fsops._write_temp, with a crash point after each piece (the crash-loop tests')."""
+    """Like fsops._write_temp, with a crash point after each batch of pieces (the crash-loop
+    tests'). An index version is its lines as pieces: one write (and crash point) a line
+    was ~20 ms of CPU for the MEMORY.md and the archive of a first start of 10,000."""
     tmp = fsops.temp_name(name)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+    pieces = [data] if isinstance(data, bytes) else data
     try:
-        for piece in (data,) if isinstance(data, bytes) else data:
-            view = memoryview(piece)
-            while view:
-                view = view[os.write(fd, view) :]
+        for start in range(0, len(pieces), fsops._IOV_MAX):
+            fsops._writev_all(fd, pieces[start : start + fsops._IOV_MAX])
             fsops.crash_point("versions.writing")
         if sync:
             os.fsync(fd)
@@ -1347,103 +1470,35 @@ def deleted_id(path: Path, name: str, when: float) -> str:
     return "d" + hashlib.sha256(key).hexdigest()[:9]
 
 
-# --- the hooks: one store per memoryd process -------------------------------------------------
-_active: list[VersionStore] = []
-
-
-class _ScanObserver:
-    """What `scan.scan_dir` calls (scan.observer): a session per scan."""
-
-    def __init__(self, store: VersionStore) -> None:
-        self.store = store
-        self.local = threading.local()
-
-    def begin(self, path: Path, dir_fd: int) -> None:
-        left: Session | None = getattr(self.local, "session", None)
-        if left is not None:  # a scan on this thread that raised before its end
-            left.abort()
-        self.local.session = Session(self.store, path)
-        with contextlib.suppress(OSError):
-            st = os.fstat(dir_fd)
-            self.store._by_id[(st.st_dev, st.st_ino)] = path
-
-    def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
-        session: Session | None = getattr(self.local, "session", None)
-        if session is not None and kind in ("memory", "note"):
-            try:  # the store's _guard, inline: 10,000 calls at a first start
-                session.read(name, data, sha, kind)
-            except OSError as error:
-                self.store._say(f"{error.filename or self.store.root}: {error.strerror or error}")
-
-    def end(
-        self,
-        dir_fd: int,
-        files: Mapping[str, "scan.Scanned"],
-        present: Set[str],
-        before: Mapping[str, "scan.Scanned"],
-        only: Set[str] | None,
-    ) -> None:
-        session: Session | None = getattr(self.local, "session", None)
-        self.local.session = None
-        if session is not None:
-            try:
-                self.store._guard(
-                    self.store.end_scan, session, dir_fd, files, present, before, only
-                )
-            finally:  # a pack end_scan did not put in place (it failed) goes; the lock too
-                session.abort()
-
-
-def _on_index(dir_fd: int, name: str, data: bytes, sha: str) -> None:
-    if _active:
-        _active[-1]._guard(_active[-1].observe_index, dir_fd, name, data, sha)
-
-
-def _on_own(dir_path: Path, name: str, data: fsops.Content, ident: tuple[int, int, int]) -> None:
-    if _active:
-        _active[-1].own_content(dir_path, name, data, ident)
-
-
-def note_moved(path: Path, name: str, sha: str, size: int, trash_id: str) -> None:
+# --- the hooks: what the store passed to a scan, an index read, a swap is told -------------
+# The store is a collaborator (`Runtime.versions`), passed down to `scan.scan_dir`,
+# `indexer.read_index_file` and `fsops.replace_file` as their `versions` parameter: no module
+# global is switched while a command runs, so two stores (two Runtimes, two state dirs) in one
+# process each keep what their own Runtime's work read, and a scan given none records nothing.
+def note_moved(
+    store: VersionStore | None, path: Path, name: str, sha: str, size: int, trash_id: str
+) -> None:
     """The trash mover moved `name` (memoryd's move: never a deletion by others)."""
-    if _active:
-        _active[-1]._guard(_active[-1].moved, path, name, sha, size, trash_id)
+    if store is not None:
+        store._guard(store.moved, path, name, sha, size, trash_id)
 
 
-def note_restored(path: Path, name: str, sha: str, size: int) -> None:
+def note_restored(store: VersionStore | None, path: Path, name: str, sha: str, size: int) -> None:
     """memoryd put `name` back (a trash restore): reading it is not another process's doing."""
-    if _active:
-        _active[-1]._guard(_active[-1].record, path, name, sha, size, "restoring", MEMORYD)
-
-
-def flush_active() -> None:
-    """Store the index versions this process wrote since the last flush (the heartbeat)."""
-    if _active:
-        _active[-1].flush()
-
-
-def current() -> VersionStore | None:
-    return _active[-1] if _active else None
+    if store is not None:
+        store._guard(store.record, path, name, sha, size, "restoring", MEMORYD)
 
 
 @contextlib.contextmanager
-def active(store: VersionStore) -> Iterator[VersionStore]:
-    """Keep versions of what this process reads while the block runs (a command, the daemon);
-    memoryd's own index writes are stored at the end, or at each `flush`."""
-    from memoryd import indexer, scan
-
-    _active.append(store)
-    previous = (scan.observer, indexer.on_index_read, fsops.on_own_content)
-    scan.observer = _ScanObserver(store)
-    indexer.on_index_read = _on_index
-    fsops.on_own_content = _on_own
+def using(store: VersionStore) -> Iterator[VersionStore]:
+    """A store's run (a command, the daemon): what a killed memoryd left half done is put in
+    place or removed first; memoryd's own index writes are stored at the end (or at each
+    `flush`). The store keeps what is passed to it (`Runtime.versions`), nothing else."""
     store._guard(store.recover_temps)
     try:
         yield store
     finally:
         store.flush()
-        scan.observer, indexer.on_index_read, fsops.on_own_content = previous
-        _active.remove(store)
 
 
 def for_runtime(rt: Any) -> VersionStore:

@@ -70,10 +70,10 @@ def test_identical_bytes_are_stored_once_privately_and_nothing_in_the_memory_dir
     _mem(b, "two.md", "its own")
     before = (tree_digest(a), tree_digest(b), sorted(os.listdir(a)), sorted(os.listdir(b)))
     store = _store(env, Clock(), [])
-    with versions.active(store):
-        scan_dir(a)
-        scan_dir(b)
-        scan_dir(b)  # again: nothing new
+    with versions.using(store):
+        scan_dir(a, versions=store)
+        scan_dir(b, versions=store)
+        scan_dir(b, versions=store)  # again: nothing new
     assert set(_objects(store)) == {_sha(same), _sha((b / "two.md").read_bytes())}
     assert before == (tree_digest(a), tree_digest(b), sorted(os.listdir(a)), sorted(os.listdir(b)))
     for root, _dirs, files in os.walk(store.root):
@@ -95,8 +95,8 @@ def test_files_memoryd_will_not_parse_are_not_kept(env: Env) -> None:
     outside.write_bytes(b"---\nname: s\ndescription: s\n---\nsecret\n")
     (folder / "link.md").symlink_to(outside)
     store = _store(env, Clock(), [])
-    with versions.active(store):
-        scan = scan_dir(folder, max_file_bytes=2048)
+    with versions.using(store):
+        scan = scan_dir(folder, max_file_bytes=2048, versions=store)
     assert set(scan.problems) >= {"big.md", "bin.md", "bad.md", "pipe.md", "link.md"}
     assert set(_objects(store)) == {_sha(good)}
 
@@ -110,12 +110,14 @@ def test_deletions_and_rewrites_by_others_are_rows_and_a_burst_is_one_alarm(env:
     clock = Clock()
     events: Events = []
     store = _store(env, clock, events, alarm_files=3, alarm_window=600)
-    with versions.active(store):
-        previous = scan_dir(folder)
+    with versions.using(store):
+        previous = scan_dir(folder, versions=store)
         for i in range(3):  # spread out: 3 changes, 11 minutes apart, never 4 in 10 min
             clock.now += 660
             (folder / f"m{i}.md").unlink()
-            previous = scan_dir(folder, previous.files, previous=previous, only={f"m{i}.md"})
+            previous = scan_dir(
+                folder, previous.files, previous=previous, only={f"m{i}.md"}, versions=store
+            )
         assert [e for e, _ in events] == ["memory.deleted_outside"] * 3
         clock.now += 660
         (folder / "m3.md").unlink()
@@ -123,10 +125,10 @@ def test_deletions_and_rewrites_by_others_are_rows_and_a_burst_is_one_alarm(env:
         _mem(folder, "m5.md", "changed too")
         (folder / "m6.md").unlink()
         only = {"m3.md", "m4.md", "m5.md", "m6.md"}
-        previous = scan_dir(folder, previous.files, previous=previous, only=only)
+        previous = scan_dir(folder, previous.files, previous=previous, only=only, versions=store)
         clock.now += 60
         (folder / "m7.md").unlink()
-        scan_dir(folder, previous.files, previous=previous, only={"m7.md"})
+        scan_dir(folder, previous.files, previous=previous, only={"m7.md"}, versions=store)
     names = [e for e, _ in events]
     assert names.count("memory.mass_change") == 1
     assert names.count("memory.deleted_outside") == 3 + 3
@@ -142,10 +144,12 @@ def test_a_rename_in_the_dir_is_no_deletion(env: Env) -> None:
     _mem(folder, "old.md", "x")
     events: Events = []
     store = _store(env, Clock(), events)
-    with versions.active(store):
-        previous = scan_dir(folder)
+    with versions.using(store):
+        previous = scan_dir(folder, versions=store)
         (folder / "old.md").rename(folder / "new.md")
-        scan_dir(folder, previous.files, previous=previous, only={"old.md", "new.md"})
+        scan_dir(
+            folder, previous.files, previous=previous, only={"old.md", "new.md"}, versions=store
+        )
     assert events == []
     assert versions.deleted(store, folder) == []
     assert versions.versions_of(store, folder, "old.md")[-1].ended_by == "renamed"
@@ -157,14 +161,14 @@ def test_memoryds_own_trash_moves_are_recorded_as_memoryds(env: Env) -> None:
     datas = {f"m{i}.md": _mem(folder, f"m{i}.md", f"l {i}") for i in range(5)}
     events: Events = []
     store = _store(env, Clock(), events, alarm_files=1)
-    with versions.active(store):
-        previous = scan_dir(folder)
-        with trash.Mover(folder, date(2026, 12, 1)) as mover:
+    with versions.using(store):
+        previous = scan_dir(folder, versions=store)
+        with trash.Mover(folder, date(2026, 12, 1), versions=store) as mover:
             for name, data in datas.items():
                 record = trash.TrashRecord(trash.new_id(), name, name, "2026-12-01", _sha(data),
                                            len(data), "duplicate", "p1", "t")  # fmt: skip
                 assert isinstance(mover.move(record), trash.TrashRecord)
-        scan_dir(folder, previous.files)
+        scan_dir(folder, previous.files, versions=store)
     assert events == []
     assert versions.deleted(store, folder) == []
     assert [v.ended_by for v in versions.versions_of(store, folder, "m0.md")] == ["moved"]
@@ -178,17 +182,21 @@ def test_retention_and_the_cap_with_a_fake_clock(env: Env) -> None:
     clock = Clock()
     store = _store(env, clock, [], keep_days=30, max_bytes=10**9)
     live: list[bytes] = []
-    with versions.active(store):
+    with versions.using(store):
         a1 = _mem(folder, "a.md", "a first " + "a" * 3000)
         gone = _mem(folder, "gone.md", "deleted later " + "g" * 3000)
-        previous = scan_dir(folder)
+        previous = scan_dir(folder, versions=store)
         clock.now += DAY
         a2 = _mem(folder, "a.md", "a second " + "b" * 3000)
-        previous = scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+        previous = scan_dir(
+            folder, previous.files, previous=previous, only={"a.md"}, versions=store
+        )
         clock.now += DAY
         a3 = _mem(folder, "a.md", "a third " + "c" * 3000)
         (folder / "gone.md").unlink()
-        previous = scan_dir(folder, previous.files, previous=previous, only={"a.md", "gone.md"})
+        previous = scan_dir(
+            folder, previous.files, previous=previous, only={"a.md", "gone.md"}, versions=store
+        )
         live = [a3]
     assert {_sha(x) for x in (a1, a2, a3, gone)} <= set(_objects(store))
     # The cap: room for three objects; the oldest replaced version of a live file goes first.
@@ -215,8 +223,8 @@ from memoryd.scan import scan_dir
 import os, signal
 store = versions.VersionStore(Path(sys.argv[2]))
 store.defer = len(sys.argv) > 3  # the daemon's way: objects put in place at the next flush
-with versions.active(store):
-    scan_dir(Path(sys.argv[1]))
+with versions.using(store):
+    scan_dir(Path(sys.argv[1]), versions=store)
     if store.defer:
         os.kill(os.getpid(), signal.SIGKILL)  # before any flush
 """
@@ -304,8 +312,8 @@ def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None
     datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", f"lesson {i}") for i in range(300)}
     (folder / "twin.md").write_bytes(datas["m000.md"])
     store = _store(env, Clock(), [])
-    with versions.active(store):
-        previous = scan_dir(folder)
+    with versions.using(store):
+        previous = scan_dir(folder, versions=store)
     assert len(store.pack_names()) == 1
     assert _objects(store) == {}  # nothing loose
     assert _created_files(store.objects.parent) <= 4  # the pack, the log, its table, at most
@@ -313,10 +321,10 @@ def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None
     other = _dir(env, "other")
     for name, data in list(datas.items())[:50]:
         (other / name).write_bytes(data)
-    with versions.active(store):
-        scan_dir(other)
+    with versions.using(store):
+        scan_dir(other, versions=store)
         new = _mem(folder, "m001.md", "rewritten by the agent")
-        scan_dir(folder, previous.files, previous=previous, only={"m001.md"})
+        scan_dir(folder, previous.files, previous=previous, only={"m001.md"}, versions=store)
     assert len(store.pack_names()) == 1
     assert set(_objects(store)) == {_sha(new)}
     found = versions.versions_of(store, folder, "m001.md")
@@ -330,8 +338,8 @@ from memoryd import versions
 from memoryd.scan import scan_dir
 versions.PACK_FROM = 4  # a pack from 4 objects: the loop stays short
 store = versions.VersionStore(Path(sys.argv[2]))
-with versions.active(store):
-    scan_dir(Path(sys.argv[1]))
+with versions.using(store):
+    scan_dir(Path(sys.argv[1]), versions=store)
 """
 
 
@@ -375,26 +383,26 @@ def test_a_scan_that_finds_nothing_changed_reads_no_log_and_a_change_still_count
     for i in range(5):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     events: Events = []
-    with versions.active(_store(env, Clock(), events)):
-        cache = scan_dir(folder).files
+    with versions.using(_store(env, Clock(), events)) as store:
+        cache = scan_dir(folder, versions=store).files
     quiet = _store(env, Clock(), events)
-    with versions.active(quiet):
-        scan_dir(folder, cache)
+    with versions.using(quiet):
+        scan_dir(folder, cache, versions=quiet)
     assert not quiet._dirs[folder].loaded
     (folder / "m0.md").unlink()  # while nothing of memoryd runs
-    with versions.active(_store(env, Clock(), events)):
-        cache = scan_dir(folder, cache).files
+    with versions.using(_store(env, Clock(), events)) as store:
+        cache = scan_dir(folder, cache, versions=store).files
     assert [e for e, _ in events] == ["memory.deleted_outside"]
     assert [d.name for d in versions.deleted(quiet, folder)] == ["m0.md"]
     again = _store(env, Clock(), events)
-    with versions.active(again):
-        scan_dir(folder, cache)
+    with versions.using(again):
+        scan_dir(folder, cache, versions=again)
     assert not again._dirs[folder].loaded  # the stamp the last scan left holds
     other = _store(env, Clock(), [])
     other.record(folder, "m1.md", _sha((folder / "m1.md").read_bytes()), 1, "restoring", "memoryd")
     after = _store(env, Clock(), events)
-    with versions.active(after):
-        scan_dir(folder, cache)
+    with versions.using(after):
+        scan_dir(folder, cache, versions=after)
     assert after._dirs[folder].loaded  # a line it did not write: read the whole way
 
 
@@ -417,13 +425,15 @@ def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
         return real_prune(s, now)
 
     monkeypatch.setattr(versions, "prune", counting)
-    with versions.active(store):
+    with versions.using(store):
         store.flush()  # at start
         v1 = _mem(folder, "a.md", "first")
-        previous = scan_dir(folder)
+        previous = scan_dir(folder, versions=store)
         clock.now += 3600
         v2 = _mem(folder, "a.md", "second")
-        previous = scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+        previous = scan_dir(
+            folder, previous.files, previous=previous, only={"a.md"}, versions=store
+        )
         store.flush()  # an hour later: not due
         assert len(runs) == 1
         clock.now += 31 * DAY
@@ -439,7 +449,7 @@ def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
         assert store.log_path(folder).stat().st_size < size
         assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2)]
         v3 = _mem(folder, "a.md", "third")
-        scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+        scan_dir(folder, previous.files, previous=previous, only={"a.md"}, versions=store)
     assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2), _sha(v3)]
     rewritten = [f for e, f in events if e == "memory.rewritten_outside"]
     assert [(f["sha256"], f["previous"]) for f in rewritten][-1] == (_sha(v3), _sha(v2))
@@ -464,12 +474,12 @@ def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_pat
     state = tmp_path / "state"
     clock = Clock()
     store = VersionStore(state, clock=clock)
-    with versions.active(store):
+    with versions.using(store):
         _mem(folder, "a.md", "first")
-        previous = scan_dir(folder)
+        previous = scan_dir(folder, versions=store)
         clock.now += DAY
         _mem(folder, "a.md", "second")
-        scan_dir(folder, previous.files, previous=previous, only={"a.md"})
+        scan_dir(folder, previous.files, previous=previous, only={"a.md"}, versions=store)
     log = store.log_path(folder.resolve())
     old = log.read_bytes()
     base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
@@ -579,8 +589,8 @@ def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
     monkeypatch.setattr(versions.Session, "read", read)
     tracemalloc.start()
     try:
-        with versions.active(store):
-            scan_dir(folder)
+        with versions.using(store):
+            scan_dir(folder, versions=store)
     finally:
         tracemalloc.stop()
     assert kept == []
@@ -598,8 +608,8 @@ def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypat
     for i in range(3000):
         _mem(folder, f"m{i:04}.md", f"lesson {i}")
     store = _store(env, Clock(), [])
-    with versions.active(store):
-        scan_dir(folder)
+    with versions.using(store):
+        scan_dir(folder, versions=store)
     imports = []
     real_import = builtins.__import__
 
@@ -656,8 +666,8 @@ def test_a_prune_by_another_process_waits_while_a_scan_stores_a_pack(env: Env, m
         return name
 
     monkeypatch.setattr(versions._PackWriter, "commit", commit_then_prune)
-    with versions.active(_store(env, clock, [])):
-        scan_dir(folder)
+    with versions.using(_store(env, clock, [])) as store:
+        scan_dir(folder, versions=store)
     assert seen == [{"removed": 0, "busy": True}]
     fresh = _store(env, clock, [])
     for path in folder.iterdir():
@@ -677,11 +687,11 @@ def test_a_prune_by_another_process_cannot_drop_an_object_a_scan_found_stored(
     data = b"---\nname: x\ndescription: d\ntype: project\n---\n\nsame lesson\n"
     clock = Clock()
     (folder / "x.md").write_bytes(data)
-    with versions.active(_store(env, clock, [])):
-        scan_dir(folder)
+    with versions.using(_store(env, clock, [])) as store:
+        scan_dir(folder, versions=store)
     (folder / "x.md").unlink()
-    with versions.active(_store(env, clock, [])):
-        scan_dir(folder)
+    with versions.using(_store(env, clock, [])) as store:
+        scan_dir(folder, versions=store)
     clock.now += 40 * DAY  # x.md's last version is past keep_days (30)
     (folder / "y.md").write_bytes(data)
     seen: list[dict[str, Any]] = []
@@ -692,8 +702,8 @@ def test_a_prune_by_another_process_cannot_drop_an_object_a_scan_found_stored(
         end_scan(self, *args, **kw)
 
     monkeypatch.setattr(VersionStore, "end_scan", prune_first)
-    with versions.active(_store(env, clock, [])):
-        scan_dir(folder)
+    with versions.using(_store(env, clock, [])) as store:
+        scan_dir(folder, versions=store)
     assert seen == [{"removed": 0, "busy": True}]
     found = versions.versions_of(_store(env, clock, []), folder.resolve(), "y.md")
     assert [v.stored for v in found] == [True]
@@ -727,13 +737,13 @@ def test_a_damaged_size_in_a_packs_index_never_makes_prune_drop_kept_versions(
     folder = env.home / "mem"
     _memories(folder, 300)
     clock = Clock()
-    with versions.active(_store(env, clock, [], max_bytes=8 << 20)):
-        scan_dir(folder)
+    with versions.using(_store(env, clock, [], max_bytes=8 << 20)) as store:
+        scan_dir(folder, versions=store)
     clock.now += 3600
     for i in range(5):
         (folder / f"m{i:03}.md").write_bytes(f"---\nname: m{i}\n---\n\nrewritten {i}\n".encode())
-    with versions.active(_store(env, clock, [], max_bytes=8 << 20)):
-        scan_dir(folder)
+    with versions.using(_store(env, clock, [], max_bytes=8 << 20)) as store:
+        scan_dir(folder, versions=store)
     store = _store(env, clock, [], max_bytes=8 << 20)
     (pack,) = [store.packs / n for n in store.pack_names()]
     data = bytearray(pack.read_bytes())
@@ -756,8 +766,8 @@ def test_a_prune_stores_again_a_current_version_whose_bytes_went_missing(env: En
     folder = env.home / "mem"
     _memories(folder, 5)
     clock = Clock()
-    with versions.active(_store(env, clock, [])):
-        scan_dir(folder)
+    with versions.using(_store(env, clock, [])) as store:
+        scan_dir(folder, versions=store)
     store = _store(env, clock, [])
     shas = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
     for sha in shas.values():
@@ -772,3 +782,138 @@ def test_a_prune_stores_again_a_current_version_whose_bytes_went_missing(env: En
             assert data == (folder / name).read_bytes(), name
     assert result.repaired == 4
     assert versions.prune(store, clock.now).repaired == 0
+
+
+def _own_runtime(root: Path) -> Any:
+    """A Runtime with a state dir of its own under `root`."""
+    from memoryd.config import Config, with_claude_home
+    from memoryd.paths import AppPaths
+    from memoryd.runtime import Runtime
+
+    paths = AppPaths(root / "memoryd.toml", root / "state", root / "log")
+    return Runtime.create(with_claude_home(Config(), root / "claude"), paths)
+
+
+def _update(rt: Any, folder: Path) -> None:
+    from memoryd.discover import memory_dir_at
+    from memoryd.indexer import update
+
+    update(rt, memory_dir_at(folder, rt.config))
+
+
+def _kept(rt: Any) -> tuple[list[Path], set[str]]:
+    """The dirs a Runtime's store holds logs of, and its objects."""
+    store = versions.for_runtime(rt)
+    return store.known_dirs(), set(store.object_sizes())
+
+
+def _versions_in(folder: Path, *memories: bytes) -> set[str]:
+    """The objects a store keeping `folder` holds: its memories and its index as it is."""
+    index = [p.read_bytes() for p in (folder / "MEMORY.md",) if p.exists()]
+    return {_sha(data) for data in (*memories, *index)}
+
+
+def test_two_runtimes_each_keep_only_the_versions_of_their_own_work(env: Env) -> None:
+    """Two commands' stores open at once in one process (two Runtimes, two state dirs): what
+    each Runtime's pass reads goes into its own store only. (With one process-wide store,
+    the last one opened took the other's versions.)"""
+    import argparse
+
+    from memoryd import cmd_versions
+
+    a, b = _dir(env, "a"), _dir(env, "b")
+    in_a, in_b = _mem(a, "one.md", "lesson of a"), _mem(b, "two.md", "lesson of b")
+    rt_a, rt_b = _own_runtime(env.home / "rt-a"), _own_runtime(env.home / "rt-b")
+    args = argparse.Namespace(command="index")
+    with cmd_versions.keeping(args, rt_a), cmd_versions.keeping(args, rt_b):
+        _update(rt_a, a)
+        _update(rt_b, b)
+    assert _kept(rt_a) == ([a], _versions_in(a, in_a))
+    assert _kept(rt_b) == ([b], _versions_in(b, in_b))
+
+
+def test_a_pass_given_no_store_keeps_nothing_while_another_thread_keeps_versions(
+    env: Env,
+) -> None:
+    """A command keeping versions on one thread; a pass of a Runtime with no store on another
+    (as a read-only command would make) records nothing in it, nor anywhere. (A store switched
+    on for the whole process took the versions of every scan in it.)"""
+    import argparse
+    import threading
+
+    from memoryd import cmd_versions
+
+    a, c = _dir(env, "a"), _dir(env, "c")
+    in_a = _mem(a, "one.md", "lesson of a")
+    _mem(c, "three.md", "read by a pass that keeps nothing")
+    keeper, plain = _own_runtime(env.home / "rt-a"), _own_runtime(env.home / "rt-c")
+    opened, done = threading.Event(), threading.Event()
+
+    def keeping() -> None:
+        with cmd_versions.keeping(argparse.Namespace(command="index"), keeper):
+            _update(keeper, a)
+            opened.set()
+            assert done.wait(60)
+
+    thread = threading.Thread(target=keeping)
+    thread.start()
+    try:
+        assert opened.wait(60)
+        _update(plain, c)  # on this thread, while the other's store is open
+        (c / "three.md").unlink()
+        _update(plain, c)  # a deletion: nothing to say either
+    finally:
+        done.set()
+        thread.join(60)
+    assert _kept(keeper) == ([a], _versions_in(a, in_a))
+    assert not (env.home / "rt-c" / "state" / "versions").exists()
+
+
+def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_point(
+    env: Env, monkeypatch: Any
+) -> None:
+    """A command's first `index` of 300 memories with the store: the MEMORY.md it writes is
+    hashed once (the writer's sha256 goes with it to the store, which hashed it again), and
+    the pack's per-object work looks no crash point up when no crash loop runs (it looked
+    up the environment once an object). Every version is still kept."""
+    import argparse
+
+    from memoryd import cmd_versions, fsops
+
+    folder = env.home / "mem"
+    _memories(folder, 300)
+    rt = _own_runtime(env.home / "rt")
+    hashed: list[str] = []
+    real_digest = fsops._digest
+
+    def digest(data: fsops.Content) -> str:
+        hashed.append(real_digest(data))
+        return hashed[-1]
+
+    steps: list[str] = []
+    real_crash_point = fsops.crash_point
+    monkeypatch.setattr(fsops, "_digest", digest)
+    monkeypatch.setattr(fsops, "crash_point", lambda label: steps.append(label))
+    with cmd_versions.keeping(argparse.Namespace(command="index"), rt):
+        _update(rt, folder.resolve())
+    monkeypatch.setattr(fsops, "crash_point", real_crash_point)
+    assert hashed.count(_sha((folder / "MEMORY.md").read_bytes())) == 1
+    assert steps.count("versions.writing") <= 2, len(steps)
+    store = versions.for_runtime(rt)
+    kept = set(_stored(store))
+    assert {_sha(p.read_bytes()) for p in folder.iterdir() if p.is_file()} <= kept
+
+
+def test_a_batch_of_log_lines_is_written_as_each_line_alone_would_be() -> None:
+    """`_lines` (a scan's rows made in one go) gives `_line`'s bytes, row for row, for names
+    JSON must escape, with extra fields and mixed times too; each line reads back as its row."""
+    names = ['plain.md', 'quo"te.md', "back\\slash.md", "ünï cödé.md", "tab\there.md",
+             "\udcff-undecodable.md"]  # fmt: skip
+    now = 1_800_000_000.25
+    plain = [(now, n, "ab" * 32, i, "seen", versions.OTHER, None) for i, n in enumerate(names)]
+    mixed: list[Any] = [*plain, (now + 1.0, "x.md", "cd" * 32, 7, "gone", "memoryd", {"to": "y"})]
+    for rows in (plain, mixed, plain[:1], []):
+        assert versions._lines(rows) == b"".join(map(versions._line, rows))
+    for raw, row in zip(versions._lines(plain).splitlines(), plain, strict=True):
+        back = json.loads(raw)
+        assert (back["t"], back["f"], back["h"], back["n"], back["e"], back["by"]) == row[:6]

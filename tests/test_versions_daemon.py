@@ -1,12 +1,14 @@
 """The version store with a real `memoryd run`: an agent's burst of deletions and rewrites
 raises the alarm, and every lost version comes back byte-identical."""
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.conftest import tree_digest
@@ -23,6 +25,16 @@ def _memory(folder: Path, name: str, body: str) -> bytes:
 
 def _objects(running: Running) -> Path:
     return running.state / "versions" / "objects"
+
+
+@contextlib.contextmanager
+def _paused(running: Running) -> Iterator[None]:
+    """The daemon stopped (SIGSTOP) while the block runs, then let go on."""
+    os.kill(running.proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(running.proc.pid, signal.SIGCONT)
 
 
 def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
@@ -47,12 +59,20 @@ def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
         wait_for(lambda: len(list(_objects(running).iterdir())) >= 9, what="versions stored")
         outside = tmp_path / "elsewhere"
         outside.mkdir()
-        for i in range(3):
-            (folder / f"m{i}.md").unlink()  # plain rm
+        # The alarm is raised by the pass that first sees more than alarm_files changes in
+        # the window, and counts those it has seen by then; so the last part of the burst
+        # must reach the daemon as one pass. A move out of the dir is told ~0.5 s late
+        # (watchdog waits for a move's other half), so the two moves come first (2 changes:
+        # no alarm yet); the rest is made while the daemon is stopped (its events wait in
+        # the kernel's queue), so that no pause on a busy machine splits it either.
         for i in (3, 4):
             shutil.move(folder / f"m{i}.md", outside / f"m{i}.md")  # mv out of the dir
-        for i in (5, 6):
-            agent_write(folder, f"m{i}.md", description="rewritten by the agent")
+        wait_for(lambda: len(running.rows("memory.deleted_outside")) == 2, what="the moves")
+        with _paused(running):
+            for i in range(3):
+                (folder / f"m{i}.md").unlink()  # plain rm
+            for i in (5, 6):
+                agent_write(folder, f"m{i}.md", description="rewritten by the agent")
         wait_for(lambda: running.rows("memory.mass_change"), what="the alarm")
         wait_for(
             lambda: (

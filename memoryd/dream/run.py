@@ -35,6 +35,7 @@ from memoryd.errors import MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, Ownership, Place, pointer_lines, pointer_places
 from memoryd.indexer import (
     Basis,
+    IndexKeeper,
     IndexOutcome,
     IndexStatus,
     IndexText,
@@ -267,6 +268,7 @@ def inventory(
                 rt.store.load_cache(md.real_path),
                 max_file_bytes=limits[0],
                 max_frontmatter_bytes=limits[1],
+                versions=rt.versions,
             )
         )
     items: list[Item] = []
@@ -410,7 +412,10 @@ def consult_map(
 
 
 def _index_lines(
-    md: MemoryDir, wanted: Set[str], known: Basis | None = None
+    md: MemoryDir,
+    wanted: Set[str],
+    known: Basis | None = None,
+    versions: IndexKeeper | None = None,
 ) -> tuple[dict[str, str], dict[str, Place]]:
     """The pointer line of each of `wanted` in MEMORY.md or the archive, and where it sits in
     MEMORY.md (index.Place), to give back on restore where it was. `known`: the index files as
@@ -427,7 +432,7 @@ def _index_lines(
     }
     with fsops.open_dir(md.real_path) as fd:
         for name in (INDEX_NAME, ARCHIVE_NAME):
-            text = index_file_again(fd, name, texts[name]).text or ""
+            text = index_file_again(fd, name, texts[name], versions).text or ""
             for found in pointer_lines(text):
                 if found.target in wanted:
                     out.setdefault(found.target, found.content)
@@ -755,11 +760,12 @@ def _trash_records(
     folder: Path,
     missing: Mapping[str, list[str]] | None = None,
     known: Basis | None = None,
+    versions: IndexKeeper | None = None,
 ) -> list[TrashRecord]:
     """One manifest record per planned move, each with a free name in the day folder.
     `missing`: each move's missing references, for a plan without its items (a stored one).
     `known`: the index files as the pass's probe read them."""
-    lines, places = _index_lines(md, {move.filename for move in plan.moves}, known)
+    lines, places = _index_lines(md, {move.filename for move in plan.moves}, known, versions)
     records: list[TrashRecord] = []
     taken: set[str] = set()
     for move in plan.moves:
@@ -794,8 +800,12 @@ def _apply(
 ) -> None:
     """Journal the moves, then make each one whose file is still what was planned."""
     # The date is taken once: a pass running over midnight keeps one day folder.
-    with trash.Mover(md.real_path, rt.today(), before_move=before_move) as mover:
-        records = _trash_records(plan, md, result.pass_id, mover.folder, missing, basis)
+    with trash.Mover(
+        md.real_path, rt.today(), before_move=before_move, versions=rt.versions
+    ) as mover:
+        records = _trash_records(
+            plan, md, result.pass_id, mover.folder, missing, basis, rt.versions
+        )
         entry = _move_all(rt, md, mover, records, result)
     # The moves are on disk (the mover synced them): the index, then the journal's end.
     moved = {r.original_name for r in result.moved}

@@ -1070,6 +1070,9 @@ class VersionStore:
             return
         held = data if isinstance(data, bytes) else tuple(data)
         with self._lock:
+            earlier = self._pending.pop((dir_path, name), None)
+            if earlier is not None:  # a second write before a flush: the first is a version too
+                self._guard(self._flush_one, earlier)
             self._pending[(dir_path, name)] = _Pending(dir_path, name, held, ident, sha)
 
     def commit_pending(self) -> None:
@@ -1258,17 +1261,14 @@ class VersionStore:
         with self._lock:
             if self._index_sha.get((path, name)) == sha:
                 return
-            pending = self._pending.get((path, name))
+            pending = self._pending.pop((path, name), None)
             if pending is not None:
-                if not pending.sha:
-                    pending.sha = fsops._digest(pending.data)
-                if pending.sha == sha:
-                    # memoryd's own write, read back (the pass's check of what it wrote):
-                    # stored at the next flush as memoryd's, off the pass's path (~15 ms a
-                    # first start, for an archive of 2 MB).
-                    return
-                del self._pending[(path, name)]
+                # memoryd's own write is stored as memoryd's now it is read: held any longer,
+                # a kill -9 or another memoryd process reading the file would take it for
+                # another process's rewrite (a false alarm, and memoryd's version lost).
                 self._flush_one(pending)
+                if pending.sha == sha:
+                    return
             self._note_index(path, name, sha, len(data), data, OTHER)
 
     def _note_index(

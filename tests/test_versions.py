@@ -917,3 +917,58 @@ def test_a_batch_of_log_lines_is_written_as_each_line_alone_would_be() -> None:
     for raw, row in zip(versions._lines(plain).splitlines(), plain, strict=True):
         back = json.loads(raw)
         assert (back["t"], back["f"], back["h"], back["n"], back["e"], back["by"]) == row[:6]
+
+
+def _write_index(folder: Path, store: VersionStore, data: bytes) -> None:
+    """memoryd's swap writer puts `data` in as MEMORY.md, and the pass reads it back."""
+    from memoryd import fsops
+    from memoryd.indexer import read_index_file
+
+    with fsops.open_dir(folder) as fd:
+        current = read_index_file(fd, "MEMORY.md").identity
+    fsops.replace_file(folder, "MEMORY.md", data, current, versions=store)
+    with fsops.open_dir(folder) as fd:
+        read_index_file(fd, "MEMORY.md", store)
+
+
+def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env) -> None:
+    """A pass that wrote MEMORY.md and read it back has stored that version as memoryd's: a
+    kill -9 before the flush, or another memoryd process reading the file, must not take it
+    for another process's rewrite (a false alarm, and memoryd's version lost)."""
+    from memoryd import fsops
+    from memoryd.indexer import read_index_file
+
+    folder = _dir(env)
+    _mem(folder, "a.md", "body")
+    (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
+    mine = b"- [a](a.md) - v1\n"
+    first = _store(env, Clock(), [])
+    with versions.using(first):
+        scan_dir(folder, versions=first)
+        with fsops.open_dir(folder) as fd:
+            read_index_file(fd, "MEMORY.md", first)
+        _write_index(folder, first, mine)
+        later: Events = []  # another process (or the next start after a kill -9), meanwhile
+        other = _store(env, Clock(), later)
+        with versions.using(other):
+            scan_dir(folder, versions=other)
+            with fsops.open_dir(folder) as fd:
+                read_index_file(fd, "MEMORY.md", other)
+        assert [e for e, f in later if e == "memory.rewritten_outside"] == []
+        assert other.has_object(_sha(mine))
+
+
+def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
+    """Two passes that write MEMORY.md before the store's next flush: each version is kept."""
+    folder = _dir(env)
+    _mem(folder, "a.md", "body")
+    (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
+    one, two = b"- [a](a.md) - v1\n", b"- [a](a.md) - v2\n"
+    store = _store(env, Clock(), [])
+    with versions.using(store):
+        scan_dir(folder, versions=store)
+        _write_index(folder, store, one)
+        _write_index(folder, store, two)
+    assert store.has_object(_sha(one)) and store.has_object(_sha(two))
+    kept = [v.sha256 for v in versions.versions_of(store, folder, "MEMORY.md")]
+    assert _sha(one) in kept and _sha(two) in kept

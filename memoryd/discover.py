@@ -104,12 +104,15 @@ class MemoryDir:
 
     @property
     def heading(self) -> str:
-        """The `# <name> Memory` title of a new MEMORY.md."""
+        """The `# <name> Memory` title of a new MEMORY.md, on one line (a folder's name may
+        hold a line break, which would put lines of its own into the index)."""
         if self.kind in ("agent", "repo-agent", "repo-agent-local"):
-            return self.label
-        if self.repo_root is not None:
-            return self.repo_root.name
-        return self.label
+            name = self.label
+        elif self.repo_root is not None:
+            name = self.repo_root.name
+        else:
+            name = self.label
+        return " ".join(name.splitlines()) if "\n" in name or "\r" in name else name
 
 
 @dataclass(frozen=True, slots=True)

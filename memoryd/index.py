@@ -1039,9 +1039,12 @@ def _links_as_written(lines: Sequence[Line], rendered: Set[str]) -> tuple[Link, 
     parsed from the text read carries what its content reads as, and its content is as read
     (only line endings change, and a line parses on its own). Lines the edit wrote itself
     (the pointers of `rendered` files, and any other line with `](` but no link) are parsed
-    again: if one reads back as another link, None, and the verification parses the text."""
+    again: if one reads back as another link, or a line holds a line break, None, and the
+    verification parses the text."""
     out: list[Link] = []
     for line in lines:
+        if "\n" in line.content or "\r" in line.content:
+            return None  # a made line that is more than one once written (none should be)
         link = line.link
         made = link.target in rendered if link is not None else "](" in line.content
         if made and parse_line(line.content)[2] != link:

@@ -813,3 +813,18 @@ def test_own_writes_are_told_to_the_runtime_that_wrote_them(env: Env, mdir: Path
     assert index_dir(rt, _dir(mdir)).status == "updated"
     st = (mdir / "MEMORY.md").stat()
     assert told == [("MEMORY.md", (st.st_ino, st.st_size, st.st_mtime_ns))]
+
+
+def test_a_repo_folder_named_with_a_line_break_gets_a_one_line_heading(env: Env, cli) -> None:
+    """A new MEMORY.md's heading is the repo folder's name: a line break in it must not put
+    lines of its own (here a pointer) into the index."""
+    repo = env.home / "two\n- [ghost](ghost.md)"
+    (repo / ".git").mkdir(parents=True)
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "a.md", description="one")
+    assert cli("index", folder).code == 0
+    text = (folder / "MEMORY.md").read_text()
+    assert text.splitlines()[0] == "# two - [ghost](ghost.md) Memory"
+    from memoryd.index import pointer_targets
+
+    assert pointer_targets(text) == ["a.md"]

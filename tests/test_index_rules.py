@@ -530,3 +530,23 @@ def test_a_label_holding_link_syntax_still_points_at_its_own_file(label: str) ->
     line = render_pointer("mem.md", label, "d", " — ")
     assert pointer_targets(line + "\n") == ["mem.md"]
     assert parse_line(line + "\n")[2] is not None
+
+
+def test_a_heading_with_a_line_break_leaves_the_archive_links_to_a_parse() -> None:
+    """The archive's heading is made from a folder name: should one hold a line break, the
+    edit does not vouch for links it did not parse; verification parses the text."""
+    from datetime import date
+
+    from memoryd.index import IndexInput, update_index
+
+    mems = {e.filename: e for e in [entry(f"m{i:02d}.md", age=OLD - i) for i in range(8)]}
+    inp = IndexInput(main=None, archive=None, memories=mems, present=frozenset(mems), seen={},
+                     ready=frozenset(mems), heading="proj\n- [ghost](ghost.md)",
+                     budget=Budget(max_lines=4), now=NOW, today=date(2026, 11, 30), own={},
+                     separator=" — ")  # fmt: skip
+    edit = update_index(inp)
+    assert edit.archive is not None
+    assert edit.archive_links is None or edit.archive_links == local_links(edit.archive)
+    names = set(mems)
+    found = verify(edit.main, edit.archive, names, names, archive_links=edit.archive_links)
+    assert found == verify(edit.main, edit.archive, names, names)

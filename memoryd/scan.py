@@ -465,7 +465,7 @@ def scan_dir(
 
 # The cache file (sealed.py): a header naming the format and Scanned's fields, and one column
 # per field, which marshal loads faster than a tuple per file.
-_CACHE_HEADER = ("memoryd scan cache", 6, Scanned.__slots__)  # 6: names masked in any case
+_CACHE_HEADER = ("memoryd scan cache", 7, Scanned.__slots__)  # 7: names with ı, ſ, İ
 
 
 _COLUMNS = tuple(operator.attrgetter(name) for name in Scanned.__slots__)

@@ -255,11 +255,29 @@ class _Span:
     kind: str
 
 
+# The letters a case-insensitive pattern takes for an ASCII one that `str.lower` leaves alone
+# (`paſſword`, `credentıal`).
+_FOLD: Final = str.maketrans({"\u017f": "s", "\u0131": "i"})
+
+
+def _lowered(text: str) -> str:
+    """`text` lowered for the hint searches, one character for one (a position in it is a
+    position in `text`), with the letters `_ASSIGNMENT`'s case-insensitive names also take
+    folded to ASCII. `str.lower` alone makes `İ` two characters, so every later keyword was
+    looked for in the wrong place, and `ſ` stays `ſ`."""
+    lower = text.lower()
+    if lower.isascii():
+        return lower
+    if len(lower) != len(text):
+        lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+    return lower.translate(_FOLD)
+
+
 def holds_no_hint(text: str) -> bool:
     """Whether the cheap precheck proves that the text holds no secret (`mask` gives it back
     as it is, `find` finds nothing). Its hints hold no line break: for texts joined with one,
     it proves it of each."""
-    return _ANY_HINT.search(text.lower()) is None
+    return _ANY_HINT.search(_lowered(text)) is None
 
 
 def _spans(text: str) -> list[_Span]:
@@ -308,7 +326,7 @@ def _assignments(text: str) -> Iterator[re.Match[str]]:
     position was most of the scan. A match's separator is within `_NAME_REACH` of its start
     and no separator lies between, so each position is tried once, for the first separator
     after it: linear, however dense the separators (an adversarial text)."""
-    lower = text.lower()
+    lower = _lowered(text)
     if not any(k in lower for k in _KEYWORDS):
         return
     done = 0  # matches do not overlap: none starts before the end of the last one

@@ -352,6 +352,25 @@ def test_an_assigned_secret_is_found_whatever_the_case_of_its_name(
     assert secrets.find(text) == [secrets.Finding(2, secrets.Kind.ASSIGNMENT)], text
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(_ASSIGNED_NAMES),
+    st.text(st.sampled_from("İıſKaé 中"), max_size=60),
+    st.booleans(),
+)
+def test_an_assigned_secret_is_found_after_any_letters_and_in_their_folded_forms(
+    name: str, before: str, fold: bool
+) -> None:
+    """The assignment pattern reads names case-insensitively, so `paſſword` and `credentıal`
+    are names too; and `str.lower` makes `İ` two characters, which put every keyword after
+    one out of place, so `password = <value>` after enough of them was not masked."""
+    if fold:
+        name = name.replace("s", "\u017f").replace("i", "\u0131")
+    text = f"{before} {name} = Zq8vN3LpX2mWr7T9\n"
+    assert secrets.find(text) == [secrets.Finding(1, secrets.Kind.ASSIGNMENT)], text
+    assert "Zq8vN3LpX2mWr7T9" not in secrets.mask(text)
+
+
 def test_the_names_precheck_covers_every_name_the_assignment_pattern_reads() -> None:
     """Each name the assignment pattern lists holds one of the any-case hints."""
     for name in _ASSIGNED_NAMES:

@@ -199,7 +199,7 @@ class FactsCache:
 # up to _ROWS_PER_FRAME rows, each (sha256, name, type, modified_ts, promotion_declined, word ids
 # as array("I") bytes into `words`, paths, symbols, positives, negatives, prohibition,
 # agent_type).
-_SAVED_HEADER: Final = ("memoryd dream facts", 5, Facts.__slots__)  # 5: names masked in any case
+_SAVED_HEADER: Final = ("memoryd dream facts", 6, Facts.__slots__)  # 6: names with ı, ſ, İ
 _ROWS_PER_FRAME: Final = 2048
 
 

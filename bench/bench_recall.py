@@ -28,7 +28,7 @@ from _stats import markdown_table, percentile
 from memoryd.config import Config
 from memoryd.discover import memory_dir_at
 from memoryd.recall.engine import Engine
-from memoryd.recall.store import RACY_NS, DirIndex, index_path
+from memoryd.recall.store import RACY_NS, DirIndex, index_path, worker_count
 from memoryd.runtime import tune_gc
 
 _WORD = re.compile(r"[a-z]{4,}")
@@ -209,11 +209,11 @@ def bench(n: int, args: argparse.Namespace) -> str:
         rows: list[list[str]] = []
 
         # 1. first build, and its CPU time (user + sys) with its worker processes
-        with DirIndex(index_path(state, real), real) as index:
+        with DirIndex(index_path(state, real), real, workers=worker_count()) as index:
             before = cpu_seconds()
             build = timed(index.update)
             cpu = cpu_seconds() - before
-            workers = f", {index.workers} worker processes" if index.workers else ""
+            workers = f", {index.spawned} worker processes" if index.spawned else ""
         rows.append([f"first build, {n:,} memories", "—", f"{ms(build)} (CPU {ms(cpu)}{workers})",
                      "≤ 20 s (100,000)"])  # fmt: skip
 

@@ -135,6 +135,7 @@ def find_dirs(rt: "Runtime", dirs: Sequence[Path]) -> list["MemoryDir"]:
 
 def engine_for(rt: "Runtime", dirs: Sequence["MemoryDir"]) -> "Engine":
     from memoryd.recall.engine import Engine
+    from memoryd.recall.store import worker_count
 
     return Engine(
         dirs,
@@ -146,6 +147,7 @@ def engine_for(rt: "Runtime", dirs: Sequence["MemoryDir"]) -> "Engine":
         warn=_warn,
         reading=rt.store.reading,
         window=(rt.config.index.max_lines, rt.config.index.max_chars),
+        workers=worker_count(),  # memoryd's own entry points: their __main__ is guarded
     )
 
 

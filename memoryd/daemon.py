@@ -595,7 +595,7 @@ class Daemon:
         """The dir's search index (memoryd.recall) in step in the same pass: only the names
         the events reported, or every file by stat after a full scan. It never raises; a
         damaged index is rebuilt and said at warning."""
-        from memoryd.recall.store import update_dir
+        from memoryd.recall.store import update_dir, worker_count
 
         parse = self.rt.config.parse
         update_dir(
@@ -607,6 +607,7 @@ class Daemon:
             warn=lambda message: self.log.warning(
                 "search index", dir=str(md.path), message=message
             ),
+            workers=worker_count(),
         )
 
     def absorb_reads(self) -> None:

@@ -5,6 +5,8 @@ import json
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from time import time_ns
@@ -178,6 +180,18 @@ def test_stale_after_comes_from_the_config(env: Env, mem: Path) -> None:
     assert hit["flags"] == ["unconfirmed 45 d"]
     with pytest.raises(Exception, match=r"recall\.stale_after"):
         build_config({"recall": {"stale_after": "soon"}}, "test")
+
+
+def test_memoryds_own_commands_give_the_index_worker_processes(
+    env: Env, mem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`memoryd search`/`recall`/`show` and the MCP server (engine_for) give each index
+    worker_count()'s processes for a big first build: their __main__ is guarded."""
+    monkeypatch.setattr(store, "worker_count", lambda: 3)
+    with engine_for(env.runtime(Config()), [md_of(mem)]) as e:
+        assert [index.workers for index in e.indexes.values()] == [3]
+    with Engine([md_of(mem)], env.state) as e:
+        assert [index.workers for index in e.indexes.values()] == [0]
 
 
 def test_unconfirmed_memories_rank_after_confirmed_ones(env: Env, tmp_path: Path) -> None:
@@ -1078,9 +1092,9 @@ def dump(path: Path) -> dict[str, list[tuple[object, ...]]]:
 def test_a_first_build_in_worker_processes_is_the_same_index(
     env: Env, mem: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A big first build reads and parses in worker processes (spawned), three files a task
-    here: the index holds the same rows, in the same ids, as one built in this process, with
-    the unparseable file and the symlink each excluded for the same reason."""
+    """A big first build given worker processes reads and parses in them (spawned), three
+    files a task here: the index holds the same rows, in the same ids, as one built in this
+    process, with the unparseable file and the symlink each excluded for the same reason."""
     for i in range(12):
         plant_citing(mem, i, *SHARED[: i % 3 + 1])
     (mem / "broken.md").write_text("---\nname: [unclosed\n---\nbody\n")
@@ -1091,15 +1105,74 @@ def test_a_first_build_in_worker_processes_is_the_same_index(
     serial = index_path(env.state, real)
     with DirIndex(serial, real, clock_ns=clock) as index:
         index.update()
-        assert index.workers == 0
+        assert index.spawned == 0
     parallel = serial.with_name("parallel.sqlite")
     monkeypatch.setattr(store, "PARALLEL_MIN", 2)
     monkeypatch.setattr(store, "READ_CHUNK", 3)
-    with DirIndex(parallel, real, clock_ns=clock) as index:
+    with DirIndex(parallel, real, clock_ns=clock, workers=2) as index:
         assert index.update().read == 5 + 12 + 2
-        assert index.workers == max(1, min(store.PARALLEL_WORKERS, (os.cpu_count() or 1) - 1))
+        assert index.spawned == 2
         assert {e.file for e in index.excluded()} == {"broken.md", "link.md"}
     assert dump(parallel) == dump(serial)
+
+
+def test_a_first_build_in_workers_reads_only_the_dir_it_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory dir replaced at its path (renamed away, another renamed in) after a big first
+    build listed it: the workers, which open it by path, see another dir and read nothing, and
+    the build reads the listed dir's files through the descriptor it listed with."""
+    mem, other = tmp_path / "mem", tmp_path / "other"
+    for i in range(6):
+        plant(mem, f"n{i}.md", name=f"Mine {i}", description="d", body="mine\n")
+        plant(other, f"n{i}.md", name=f"Swapped {i}", description="d", body="swapped\n")
+    real = mem.resolve()
+    monkeypatch.setattr(store, "BULK_MIN", 2)
+    monkeypatch.setattr(store, "PARALLEL_MIN", 2)
+    monkeypatch.setattr(store, "READ_CHUNK", 3)
+    in_workers = store._records_in_workers
+
+    def replaced_after_listing(*args: object) -> object:
+        mem.rename(tmp_path / "mem.old")
+        other.rename(mem)
+        return in_workers(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_records_in_workers", replaced_after_listing)
+    with DirIndex(tmp_path / "idx.sqlite", real, workers=2) as index:
+        assert index.update().read == 6
+        assert index.spawned == 2
+    with sqlite3.connect(tmp_path / "idx.sqlite") as conn:
+        names = dict(conn.execute("SELECT file, name FROM files").fetchall())
+    assert names == {f"n{i}.md": f"Mine {i}" for i in range(6)}
+
+
+UNGUARDED = """
+from pathlib import Path
+from memoryd.recall import store
+
+print("ran the script", flush=True)  # no `if __name__ == "__main__":` guard
+store.BULK_MIN = store.PARALLEL_MIN = 2
+store.READ_CHUNK = 1
+here = Path(__file__).parent
+import os
+with store.DirIndex(here / f"index_{os.getpid()}.sqlite", (here / "mem").resolve()) as index:
+    print("read", index.update().read, "in", index.spawned, "workers", flush=True)
+"""
+
+
+def test_a_library_build_starts_no_process_unless_given_workers(tmp_path: Path) -> None:
+    """A library caller's big first build, with DirIndex's defaults, is read in its own
+    process: a spawned worker would import the caller's unguarded script again and run its
+    build a second time (each its own index here, so that no run waits on another's lock)."""
+    for i in range(4):
+        plant(tmp_path / "mem", f"n{i}.md", name=f"N {i}", description="d", body="body\n")
+    script = tmp_path / "caller.py"
+    script.write_text(UNGUARDED)
+    ran = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == ["ran the script", "read 4 in 0 workers"]
 
 
 def deleted_files_open() -> set[str]:

@@ -70,6 +70,7 @@ class Engine:
         warn: Callable[[str], None] | None = None,
         reading: Callable[[Path], Any] | None = None,
         window: tuple[int, int] | None = None,
+        workers: int = 0,
     ) -> None:
         self.dirs = list(dirs)
         self.state_dir = state_dir
@@ -88,6 +89,7 @@ class Engine:
                 index_path(state_dir, md.real_path),
                 md.real_path,
                 window=_window(md, window),
+                workers=workers,
                 **options,
             )
             for md in self.dirs

@@ -110,10 +110,13 @@ BULK_MIN = 1000
 # FTS5's buffer of terms is left at its 1 MiB: at 32 MiB the build's segments were few and
 # big, and the first small updates after it merged them (one took 1 s, the file grew 86 MB).
 BULK_CACHE_KIB = 64 * 1024
-# A first build of at least PARALLEL_MIN files reads and parses them in up to
-# PARALLEL_WORKERS processes (one a CPU but this one's), READ_CHUNK files a task, while this
-# one puts them in: reading, parsing and reference extraction were half of a first build's
-# CPU time (100,000 synthetic memories: 13.5 s of 25.5 s), SQLite the rest.
+# A first build of at least PARALLEL_MIN files reads and parses them in the worker processes
+# a DirIndex is given (memoryd's own commands, server and daemon give worker_count(): up to
+# PARALLEL_WORKERS, one a CPU but this one's), READ_CHUNK files a task, while this one puts
+# them in: reading, parsing and reference extraction were half of a first build's CPU time
+# (100,000 synthetic memories: 13.5 s of 25.5 s), SQLite the rest. None by default: a spawned
+# worker imports its parent's __main__ again, and a caller's script without an
+# `if __name__ == "__main__":` guard would run its whole build again in each.
 PARALLEL_MIN = 20_000
 PARALLEL_WORKERS = 2
 READ_CHUNK = 500
@@ -125,6 +128,16 @@ Warn = Callable[[str], None]
 # How the agent loads the dir's MEMORY.md: (agentview.ViewKind's value, max lines, max UTF-16
 # units), memoryd's index.max_lines / index.max_chars.
 Window = tuple[str, int, int]
+
+
+def worker_count() -> int:
+    """The worker processes memoryd's own entry points give a first build: one a CPU but
+    this one's, at most PARALLEL_WORKERS (0 on one CPU)."""
+    return max(0, min(PARALLEL_WORKERS, (os.cpu_count() or 1) - 1))
+
+
+class DirReplaced(OSError):
+    """A worker found another dir at the memory dir's path than the one the build listed."""
 
 
 def _stderr(message: str) -> None:
@@ -385,6 +398,7 @@ class DirIndex:
         clock_ns: Callable[[], int] | None = None,
         in_memory: bool = True,
         window: Window | None = None,
+        workers: int = 0,
     ) -> None:
         self.path = path
         self.in_memory = in_memory  # an index the state dir cannot hold is kept in memory
@@ -399,7 +413,10 @@ class DirIndex:
         # In a first build: the refs rows' ids by kind and ref (0: no row), given here.
         self._rids: dict[str, dict[str, int]] | None = None
         self._rid = 0
-        self.workers = 0  # processes the last first build read the files in (0: none)
+        # At most this many worker processes read a first build of PARALLEL_MIN files or
+        # more (0: it is read in this process; see worker_count).
+        self.workers = workers
+        self.spawned = 0  # processes the last first build read the files in (0: none)
         # The agent's window that says which pointers it does not see; None (the daemon's
         # hook): the one the index was last given, else the default for the dir's path.
         self.window = window
@@ -782,15 +799,13 @@ class DirIndex:
         self, dir_fd: int, found: _Plan, bulk: bool
     ) -> Iterator[tuple[str, dict[str, Any] | None]]:
         """Each changed file's record (None: it vanished), in order; a first build of at
-        least PARALLEL_MIN files reads and parses them in worker processes, with the same
-        result."""
+        least PARALLEL_MIN files reads and parses them in the given worker processes, with
+        the same result: they read only the dir listed (`dir_fd`'s)."""
         now_ns = self._now_ns()
-        cpus = os.cpu_count() or 1
-        workers = max(1, min(PARALLEL_WORKERS, cpus - 1))
-        if bulk and cpus > 1 and len(found.changed) >= PARALLEL_MIN:
-            self.workers = workers
+        if bulk and self.workers > 0 and len(found.changed) >= PARALLEL_MIN:
+            self.spawned = self.workers
             yield from _records_in_workers(
-                self.memory_dir, found.changed, self.limits, now_ns, workers
+                self.memory_dir, dir_fd, found.changed, self.limits, now_ns, self.workers
             )
             return
         for name in found.changed:
@@ -1250,30 +1265,50 @@ def _parsed(name: str, data: bytes, fst: os.stat_result, limits: tuple[int, int]
 
 
 def _read_files(
-    memory_dir: str, names: Sequence[str], limits: tuple[int, int], now_ns: int
+    memory_dir: str,
+    listed: tuple[int, int],
+    names: Sequence[str],
+    limits: tuple[int, int],
+    now_ns: int,
 ) -> list[tuple[str, dict[str, Any] | None]]:
-    """A worker process's part of a first build: these files' records, in order."""
+    """A worker process's part of a first build: these files' records, in order. It opens
+    the dir by path, so it reads only when that is still the dir listed (`listed`: its
+    st_dev and st_ino); else DirReplaced."""
     with fsops.open_dir(Path(memory_dir)) as dir_fd:
+        st = os.fstat(dir_fd)
+        if (st.st_dev, st.st_ino) != listed:
+            raise DirReplaced(
+                f"{memory_dir}: another dir is at this path than the one listed for the first "
+                "build (replaced since); the building process reads its files instead"
+            )
         return [(name, _record(dir_fd, name, None, limits, now_ns)) for name in names]
 
 
 def _records_in_workers(
-    memory_dir: Path, names: Sequence[str], limits: tuple[int, int], now_ns: int, workers: int
+    memory_dir: Path,
+    dir_fd: int,
+    names: Sequence[str],
+    limits: tuple[int, int],
+    now_ns: int,
+    workers: int,
 ) -> Iterator[tuple[str, dict[str, Any] | None]]:
-    """The records of `names`, in order, read and parsed by `workers` processes (started
-    fresh, never forked: the daemon has threads), READ_CHUNK files a task and at most two
-    tasks a worker ahead of the caller (the records not yet put in are what is held). A pool
-    that breaks leaves the rest to be read here."""
+    """The records of `names` in the dir `dir_fd` (open on `memory_dir`), in order, read
+    and parsed by `workers` processes (started fresh, never forked: the daemon has threads),
+    READ_CHUNK files a task and at most two tasks a worker ahead of the caller (the records
+    not yet put in are what is held). A pool that breaks, or a worker that finds another dir
+    at the path (DirReplaced), leaves the rest to be read here, through `dir_fd`."""
     import multiprocessing
     from concurrent.futures import Future, ProcessPoolExecutor
 
     chunks = [names[i : i + READ_CHUNK] for i in range(0, len(names), READ_CHUNK)]
+    st = os.fstat(dir_fd)
+    listed = (st.st_dev, st.st_ino)
     done = 0  # records given
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     try:
         ahead: deque[Future[list[tuple[str, dict[str, Any] | None]]]] = deque()
         for chunk in chunks:
-            ahead.append(pool.submit(_read_files, str(memory_dir), chunk, limits, now_ns))
+            ahead.append(pool.submit(_read_files, str(memory_dir), listed, chunk, limits, now_ns))
             if len(ahead) >= 2 * workers:
                 for record in ahead.popleft().result():
                     yield record
@@ -1283,9 +1318,8 @@ def _records_in_workers(
                 yield record
                 done += 1
     except (OSError, RuntimeError, EOFError, pickle.PickleError):  # BrokenProcessPool too
-        with fsops.open_dir(memory_dir) as dir_fd:
-            for name in names[done:]:
-                yield name, _record(dir_fd, name, None, limits, now_ns)
+        for name in names[done:]:
+            yield name, _record(dir_fd, name, None, limits, now_ns)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -1356,12 +1390,14 @@ def update_dir(
     max_file_bytes: int | None = None,
     max_frontmatter_bytes: int | None = None,
     warn: Warn = _stderr,
+    workers: int = 0,
 ) -> Change:
     """Bring the search index of the memory dir at `real_path` in step: only `names` (the
     files an index pass was told changed; the index files are always looked at), or every
     file by stat when None. The daemon's hook, called after its index pass over the dir with
     the same names. Never raises: a damaged index is rebuilt, and one the state dir cannot
-    hold (or a memory dir gone meanwhile) is said once and left to the next command."""
+    hold (or a memory dir gone meanwhile) is said once and left to the next command.
+    `workers`: DirIndex's (the daemon gives worker_count())."""
     index = DirIndex(
         index_path(state_dir, real_path),
         real_path,
@@ -1369,6 +1405,7 @@ def update_dir(
         max_file_bytes=max_file_bytes,
         max_frontmatter_bytes=max_frontmatter_bytes,
         in_memory=False,
+        workers=workers,
     )
     try:
         with index:

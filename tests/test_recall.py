@@ -369,6 +369,20 @@ def test_unparseable_files_are_excluded_with_why_and_never_crash(env: Env, mem: 
     assert "not shown" in shown.out and "not valid YAML" in shown.out
 
 
+def test_a_file_name_that_is_not_utf8_is_left_out_and_search_still_answers(
+    env: Env, mem: Path, cli
+) -> None:
+    """A name read with surrogate escapes cannot be put in SQLite's text: every search (and
+    every daemon update naming it) crashed with UnicodeEncodeError."""
+    odd = os.fsdecode(b"und\xffcodable.md")
+    (mem / odd).write_text("---\nname: odd\ndescription: deploy odd\ntype: user\n---\nx\n")
+    result = cli("search", "deploy", mem, "--json")
+    assert result.code == 0, result.err
+    assert files(json.loads(result.out)["results"]) == ["project_deploy_flow.md"]
+    with DirIndex(index_path(env.state, mem.resolve()), mem.resolve()) as index:
+        index.update([odd, "project_deploy_flow.md"])
+
+
 # --- path and symbol recall ---------------------------------------------------------------------
 @pytest.fixture
 def planted_repo(tmp_path: Path) -> tuple[Path, Path]:

@@ -259,6 +259,19 @@ _ORPHAN = "DELETE FROM refs WHERE rid = ? AND NOT EXISTS (SELECT 1 FROM cites WH
 _RACY = "SELECT 1 FROM files WHERE mtime_ns = -1 LIMIT 1"
 
 
+def _nameable(name: str) -> bool:
+    """Whether a file name can be stored and shown: one that is not UTF-8 (read with
+    surrogate escapes) cannot be put in SQLite's text, and is left out of the index (the
+    index pass reports it)."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class _Listing:
     """One pass over the dir's `*.md` entries (lstat), streamed into the connection's temp
     table `listing` and hashed as it goes: a digest of them all (names, inode, size, mtime,
@@ -281,7 +294,7 @@ class _Listing:
         with os.scandir(dir_fd) as found:
             for entry in found:
                 name = entry.name
-                if not name.endswith(".md") or name[0] == ".":
+                if not name.endswith(".md") or name[0] == "." or not _nameable(name):
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
@@ -596,7 +609,7 @@ class DirIndex:
         """Bring the index in step with the dir: every file by stat, or only `names` (the
         files an index pass saw change). Returns what it did; a writer that holds the index
         past `wait` seconds leaves it as it is (the search then sees the last state)."""
-        only = None if names is None else sorted(set(names))
+        only = None if names is None else sorted(n for n in set(names) if _nameable(n))
         change: Change = self._retrying(lambda: self._update(only, wait), rebuild=False)
         if self.rebuilt:
             change.rebuilt = self.rebuilt

@@ -204,6 +204,7 @@ def bench(n: int, args: argparse.Namespace) -> str:
             make_corpus_dir(folder, n, args.corpus, args.seed)
         else:
             _synth.make_memory_dir(folder, n, seed=args.seed)
+        os.sync()  # the new files' dirty pages written out: a first build does not follow them
         real = folder.resolve()
         queries = queries_for(folder, args.queries, args.seed)
         rows: list[list[str]] = []

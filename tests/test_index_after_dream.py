@@ -544,6 +544,20 @@ def opened(tmp_path: Path) -> Iterator[collections.Counter[tuple[str, Any]]]:
     _watching.clear()
 
 
+def _reads_repo(tmp_path: Path, moves: bool) -> Path:
+    """A repo's memory dir of twelve unrelated memories and one that has a duplicate when
+    `moves` (the older one, which a dream pass moves); the memory dir."""
+    repo = tmp_path / "repo"
+    mem = repo / ".claude" / "memory"
+    (repo / ".git").mkdir(parents=True)
+    write_memory(mem, "dup-new.md", description="integration suite again", body=BODY)
+    if moves:
+        write_memory(mem, "dup-old.md", description="integration suite", body=BODY, age_days=40)
+    for i in range(12):
+        write_memory(mem, f"m{i:02d}.md", description=f"unrelated {i}", body=f"Topic {i} x{i}.\n")
+    return mem
+
+
 @pytest.mark.parametrize("moves", [True, False], ids=["moves", "no-moves"])
 @pytest.mark.parametrize("settled", [True, False], ids=["held-update", "full-pass"])
 def test_a_dream_pass_reads_each_file_at_most_once(
@@ -560,14 +574,7 @@ def test_a_dream_pass_reads_each_file_at_most_once(
     index and through a full pass alike. The old code read both index files again for the
     moves' records and for the update, and each memory MEMORY.md points to again for the held
     update."""
-    repo = tmp_path / "repo"
-    mem = repo / ".claude" / "memory"
-    (repo / ".git").mkdir(parents=True)
-    write_memory(mem, "dup-new.md", description="integration suite again", body=BODY)
-    if moves:
-        write_memory(mem, "dup-old.md", description="integration suite", body=BODY, age_days=40)
-    for i in range(12):
-        write_memory(mem, f"m{i:02d}.md", description=f"unrelated {i}", body=f"Topic {i} x{i}.\n")
+    mem = _reads_repo(tmp_path, moves)
     rt = env.runtime(READS_CONFIG)
     md = explicit_dirs(mem, READS_CONFIG)[0]
     assert update(rt, md).status is IndexStatus.UPDATED
@@ -603,14 +610,7 @@ def test_a_dream_command_reads_each_file_at_most_once(
     of the archive and of each memory file is opened at most once for reading. The old code
     read MEMORY.md again for the promotion candidates (`housekeeping.promotion_candidates`),
     after the pass had read it (the probe) or written and verified it (the update)."""
-    repo = tmp_path / "repo"
-    mem = repo / ".claude" / "memory"
-    (repo / ".git").mkdir(parents=True)
-    write_memory(mem, "dup-new.md", description="integration suite again", body=BODY)
-    if moves:
-        write_memory(mem, "dup-old.md", description="integration suite", body=BODY, age_days=40)
-    for i in range(12):
-        write_memory(mem, f"m{i:02d}.md", description=f"unrelated {i}", body=f"Topic {i} x{i}.\n")
+    mem = _reads_repo(tmp_path, moves)
     assert cli("index", mem).code == 0
     names = set(os.listdir(mem))
     _watching.append(mem.resolve())

@@ -1070,9 +1070,6 @@ class VersionStore:
             return
         held = data if isinstance(data, bytes) else tuple(data)
         with self._lock:
-            earlier = self._pending.pop((dir_path, name), None)
-            if earlier is not None:  # a second write before a flush: the first is a version too
-                self._guard(self._flush_one, earlier)
             self._pending[(dir_path, name)] = _Pending(dir_path, name, held, ident, sha)
 
     def commit_pending(self) -> None:

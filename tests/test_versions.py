@@ -959,7 +959,8 @@ def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env
 
 
 def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
-    """Two passes that write MEMORY.md before the store's next flush: each version is kept."""
+    """Two passes that write MEMORY.md, each reading it back, before the store's next flush:
+    each version is kept (the first is stored when it is read back)."""
     folder = _dir(env)
     _mem(folder, "a.md", "body")
     (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")

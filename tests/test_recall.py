@@ -1227,3 +1227,28 @@ def test_a_refresh_lists_the_dir_in_a_file_not_in_memory(
         index.update()
     assert seen and seen[0] - before
     assert deleted_files_open() <= before  # detached: the file is gone with it
+
+
+def test_a_memory_trashed_then_restored_is_found_again_through_later_passes(
+    env: Env, tmp_path: Path, cli
+) -> None:
+    """A repo's own memory dir: a dream pass moves a stale memory to the trash (search no
+    longer finds it), `trash restore` brings it back (found again), and the index passes
+    after that leave it found, with its pointer back in MEMORY.md."""
+    from tests.helpers import dream, filler, make_planted_repo, moved
+    from tests.helpers import mem as plant_mem
+
+    repo = make_planted_repo(tmp_path)
+    folder = repo / ".claude" / "memory"
+    plant_mem(repo, "stale.md", "Quokkamatic lived in `src/removed.py`.")
+    filler(repo)
+    assert cli("search", "quokkamatic", folder).code == 0
+    assert moved(dream(cli, repo)) == {"stale.md": "stale"}
+    assert cli("search", "quokkamatic", folder).code == 1
+    assert cli("trash", "restore", "stale.md", folder).code == 0
+    for _ in range(2):
+        found = cli("search", "quokkamatic", folder, "--json")
+        assert found.code == 0, found.err
+        assert files(json.loads(found.out)["results"]) == ["stale.md"]
+        assert cli("index", folder).code == 0
+    assert "(stale.md)" in (folder / "MEMORY.md").read_text()

@@ -342,6 +342,7 @@ TIERS: dict[str, frozenset[str]] = {
         {
             "test_audit_failures",
             "test_claude_discover",
+            "test_claude_mcp",
             "test_claude_real",
             "test_claude_view",
             "test_crash",
@@ -364,6 +365,7 @@ SLOW: frozenset[str] = frozenset(
     {
         "test_agentview::test_linear_at_the_index_read_limit",
         "test_claude_discover",
+        "test_claude_mcp",
         "test_claude_real",
         "test_claude_view",
         "test_cli::test_run_says_started_then_waiting_and_where_the_log_is",

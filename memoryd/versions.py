@@ -220,7 +220,6 @@ class Session:
         self.spool = bytearray()
         self.pack: _PackWriter | None = None
         self.looked: tuple[bool, list[str]] | None = None  # any loose object; the packs
-        self.nothing_stored = False  # no object, no pack, no temp: a first start
         self.lock_fd: int | None = None  # the store-wide lock, shared, from the first read
 
     def hold(self) -> None:
@@ -275,10 +274,9 @@ class Session:
         self._pending.add(sha)
         if self.looked is None:  # once a scan: 10,000 listings of the packs cost 60 ms
             self.looked = (self.store.has_loose(), self.store.pack_names())
-            self.nothing_stored = not self.looked[0] and not self.looked[1]
-        if not (self.nothing_stored and not self.store._temps) and self.store.has_object(
-            sha, looked=self.looked
-        ):
+        # Nothing stored yet (a first start): no lookup can find it, so none is made.
+        stored_any = self.looked[0] or self.looked[1] or self.store._temps
+        if stored_any and self.store.has_object(sha, looked=self.looked):
             return
         pack = self.pack
         if pack is not None:

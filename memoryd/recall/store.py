@@ -203,9 +203,6 @@ class Change:
         return bool(self.read or self.removed or self.pointers)
 
 
-FileStat = tuple[int, int, int]  # inode, size, mtime_ns
-
-
 @dataclass(slots=True)
 class _Plan:
     """What an update is to do."""
@@ -390,10 +387,6 @@ def _path_row(ref: str) -> RefRow | None:
             return None
     norm = norm.rstrip("/")
     return ("path", ref, norm, norm.rpartition("/")[2])
-
-
-def _stat_of(st: os.stat_result) -> FileStat:
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class DirIndex:
@@ -814,15 +807,15 @@ class DirIndex:
         """Each changed file's record (None: it vanished), in order; a first build of at
         least PARALLEL_MIN files reads and parses them in the given worker processes, with
         the same result: they read only the dir listed (`dir_fd`'s)."""
-        now_ns = self._now_ns()
+        now_ns, limits = self._now_ns(), self.limits  # (a property: once, not a file)
         if bulk and self.workers > 0 and len(found.changed) >= PARALLEL_MIN:
             self.spawned = self.workers
             yield from _records_in_workers(
-                self.memory_dir, dir_fd, found.changed, self.limits, now_ns, self.workers
+                self.memory_dir, dir_fd, found.changed, limits, now_ns, self.workers
             )
             return
         for name in found.changed:
-            yield name, _record(dir_fd, name, found.listing.get(name), self.limits, now_ns)
+            yield name, _record(dir_fd, name, found.listing.get(name), limits, now_ns)
 
     def _in_step(self, conn: sqlite3.Connection, digest: str) -> bool:
         """Whether the dir's listing (every name and its inode, size, mtime and type) is the

@@ -1312,7 +1312,6 @@ def _index_settled(
     if made is None:
         return None, scan
     held, changed = made
-    held.scan = scan
     only = changed | req.forget
     outcome = _index_changed(
         rt, md, held, only, req.grace, req.settle, req.forget, req.mode, state=state, whole=scan

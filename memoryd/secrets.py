@@ -282,7 +282,8 @@ def holds_no_hint(text: str) -> bool:
 
 def _spans(text: str) -> list[_Span]:
     """Every secret's character span and kind, by start, overlaps dropped (first wins)."""
-    if holds_no_hint(text):
+    lower = _lowered(text)
+    if _ANY_HINT.search(lower) is None:  # holds_no_hint, with the lowered text kept
         return []
     found: list[_Span] = []
     pos = 0
@@ -302,7 +303,7 @@ def _spans(text: str) -> list[_Span]:
             if kind == Kind.URL_LOGIN and _PLACEHOLDER.match(value):
                 continue
             found.append(_Span(match.start(group), match.end(group), kind))
-    for match in _assignments(text):
+    for match in _assignments(text, lower):
         if _secret_value(match.group("v")):
             found.append(_Span(match.start("v"), match.end("v"), Kind.ASSIGNMENT))
     found.sort(key=lambda s: (s.start, -s.end))
@@ -320,13 +321,14 @@ _NAME_REACH: Final = 48  # the longest name + quote + blanks the assignment patt
 _VALUE_REACH: Final = 300  # ... and the longest separator + value after the name
 
 
-def _assignments(text: str) -> Iterator[re.Match[str]]:
+def _assignments(text: str, lower: str | None = None) -> Iterator[re.Match[str]]:
     """What `_ASSIGNMENT.finditer(text)` gives, tried only at the positions just before a `:`
     or `=` that has a keyword within reach: one case-insensitive alternation tried at every
     position was most of the scan. A match's separator is within `_NAME_REACH` of its start
     and no separator lies between, so each position is tried once, for the first separator
-    after it: linear, however dense the separators (an adversarial text)."""
-    lower = _lowered(text)
+    after it: linear, however dense the separators (an adversarial text). `lower`: the
+    text's `_lowered`, when the caller has it."""
+    lower = _lowered(text) if lower is None else lower
     if not any(k in lower for k in _KEYWORDS):
         return
     done = 0  # matches do not overlap: none starts before the end of the last one

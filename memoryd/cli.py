@@ -1293,7 +1293,9 @@ def _lazy(module: str, args: argparse.Namespace, rt: Runtime, out: TextIO) -> in
     return handler(args, rt, out)
 
 
-VERSIONED = frozenset({"run", "index", "dream", "trash", "history"})  # see cmd_versions.keeping
+# The commands that may write in a memory dir (moves included), and so keep versions of what
+# they read and record their own moves (cmd_versions.keeping).
+VERSIONED = frozenset({"run", "index", "dream", "trash", "history", "forget"})
 READ_ONLY = frozenset({"status", "log", "dirs", "history"})  # and `trash list`
 CONFIG_PROBLEMS_SHOWN = 3
 

@@ -217,3 +217,31 @@ def test_forgotten_files_get_the_trashs_names_even_when_two_would_clash(
     assert done.code == 0, done.err
     stored = sorted(p.name for p in day.iterdir() if p.name != trash.MANIFEST)
     assert stored == ["a.2.2.md.trashed", "a.2.md.trashed", "a.md.trashed"]
+
+
+def test_forgetting_is_memoryds_own_move_no_outside_deletion_and_no_alarm(
+    env: Env, repo: Path, folder: Path, cli: Callable[..., Result]
+) -> None:
+    """The version store knows every memory (an `index` read them); `forget` of four, more than
+    `versions.alarm_files`, is memoryd's own move: the next pass writes no
+    `memory.deleted_outside` and no `memory.mass_change`, `trash list` shows them trashed and not
+    deleted elsewhere, and each one's history ends with the move."""
+    from memoryd import versions
+
+    assert cli("index", repo).code == 0
+    named = [folder / f"project_m{n}.md" for n in range(4)]
+    done = cli("forget", *named, "--yes")
+    assert done.code == 0, done.out + done.err
+    assert cli("index", repo).code == 0
+    events = [r["event"] for r in env.audit_rows()]
+    assert events.count("memory.forgotten") == 4
+    assert "memory.deleted_outside" not in events and "memory.mass_change" not in events
+    listed = cli("trash", "list", repo, "--json")
+    rows = json.loads(listed.out)["trash"]
+    assert sorted(r["file"] for r in rows) == sorted(p.name for p in named)
+    assert "outside" not in listed.out
+    store = versions.for_runtime(env.runtime())
+    assert versions.deleted(store, folder.resolve()) == []
+    for path in named:
+        ended = [v.ended_by for v in versions.versions_of(store, folder.resolve(), path.name)]
+        assert ended == ["moved"], (path.name, ended)

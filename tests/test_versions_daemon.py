@@ -133,3 +133,43 @@ def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
     log = next((running.state / "versions" / "logs").iterdir())
     first = json.loads(log.read_text().splitlines()[0])
     assert first == {"dir": str(folder.resolve())}
+
+
+def test_memoryd_forget_while_the_daemon_runs_is_no_outside_deletion(
+    tmp_path: Path, project: Callable[[Running, str], Path]
+) -> None:
+    """A person forgets four memories (more than alarm_files) with `memoryd forget` while the
+    daemon runs: the daemon's passes over the moves write no memory.deleted_outside and no
+    memory.mass_change, and `trash list` holds them as forgotten, not deleted elsewhere."""
+    running = start(tmp_path)
+    try:
+        folder = project(running, "app")
+        for i in range(8):
+            _memory(folder, f"m{i}", f"lesson number {i}")
+        wait_for(
+            lambda: (
+                (folder / "MEMORY.md").exists()
+                and all(f"m{i}.md" in (folder / "MEMORY.md").read_text() for i in range(8))
+            ),
+            what="all 8 indexed",
+        )
+        wait_for(lambda: len(list(_objects(running).iterdir())) >= 9, what="versions stored")
+        named = [str(folder / f"m{i}.md") for i in range(4)]
+        done = running.cli("forget", *named, "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        before = len(running.rows("index.updated"))
+        agent_write(folder, "later.md")  # a change after the moves: the daemon passes again
+        wait_for(
+            lambda: (
+                len(running.rows("index.updated")) > before
+                and "later.md" in (folder / "MEMORY.md").read_text()
+            ),
+            what="a pass after the forget",
+        )
+        assert running.rows("memory.deleted_outside") == []
+        assert running.rows("memory.mass_change") == []
+        listing = running.cli("trash", "list")
+        assert listing.stdout.count("forgotten") == 4, listing.stdout
+        assert "deleted outside memoryd" not in listing.stdout
+    finally:
+        assert running.stop() == 0

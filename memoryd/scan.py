@@ -36,6 +36,9 @@ class ScanSeen(Protocol):
         only: Set[str] | None,
     ) -> None: ...
 
+    def abort(self) -> None:
+        """The scan raised: nothing it read is recorded, and what it holds is let go."""
+
 
 class ScanKeeper(Protocol):
     """The version store as `scan_dir` sees it (its `versions`): None keeps nothing."""
@@ -397,69 +400,87 @@ def scan_dir(
     `versions`: the version store, told what the scan reads and finds (None: nothing kept).
     """
     cache = cache or {}
-    result = DirScan(path)
-    limits = (max_file_bytes, max_frontmatter_bytes)
     with fsops.open_dir(path) as dir_fd:
         seen = versions.begin_scan(path, dir_fd) if versions is not None else None
-        if previous is not None and only is not None:
-            result.files = dict(previous.files)  # a C-level copy: 10,000 entries in ~0.1 ms
-            for name in only:
-                result.files.pop(name, None)
-            result.conflicts = [n for n in previous.conflicts if n not in only]
-            result.subdirs = [n for n in previous.subdirs if n not in only]
-            found: set[str] = set()
-            for name in sorted(only):
-                try:
-                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                _take(result, dir_fd, name, st, previous.files, limits, seen)
-                if name not in result.vanished:
-                    found.add(name)
-            had = previous.present
-            came = {n for n in found if n not in had}
-            gone = {n for n in only if n not in found and n in had}
-            result.present = Names.changed(had, came, gone) if came or gone else had
-            if seen is not None:  # versions
-                seen.end(dir_fd, result.files, result.present, previous.files, only)
-            return result
-        with os.scandir(dir_fd) as entries:
-            listing = {e.name: e for e in entries}
-        result.own_temps = [n for n in listing if n.startswith(".") and fsops.is_own_temp(n)]
-        files, cached_file, is_dir, lstat = result.files, cache.get, stat.S_ISDIR, os.stat
-        removed: list[str] = []  # gone between the listing and their stat
-        for name in sorted(listing):
-            cached = cached_file(name)
-            if (
-                cached is None
-                and listing[name].is_file(follow_symlinks=False)
-                and skip_reason(name) is None
-            ):
-                # A regular file not seen before (the type comes with the listing): the read
-                # fstats what it opens, so an lstat here would only be thrown away.
-                _read_changed(result, dir_fd, name, None, limits, seen)
-                continue
+        try:
+            return _scan(path, dir_fd, cache, (max_file_bytes, max_frontmatter_bytes),
+                         previous, only, seen)  # fmt: skip
+        except BaseException:
+            if seen is not None:  # its session (the store-wide lock among it) goes now
+                seen.abort()
+            raise
+
+
+def _scan(
+    path: Path,
+    dir_fd: int,
+    cache: Mapping[str, Scanned],
+    limits: tuple[int, int],
+    previous: "DirScan | None",
+    only: Set[str] | None,
+    seen: ScanSeen | None,
+) -> DirScan:
+    """scan_dir's work, through the open `dir_fd`, telling `seen` (if any) what it reads."""
+    result = DirScan(path)
+    if previous is not None and only is not None:
+        result.files = dict(previous.files)  # a C-level copy: 10,000 entries in ~0.1 ms
+        for name in only:
+            result.files.pop(name, None)
+        result.conflicts = [n for n in previous.conflicts if n not in only]
+        result.subdirs = [n for n in previous.subdirs if n not in only]
+        found: set[str] = set()
+        for name in sorted(only):
             try:
-                # The same fstatat as entry.stat's, without the DirEntry's own copy of the
-                # result (~5 ms of a scan of 10,000 files).
-                st = lstat(name, dir_fd=dir_fd, follow_symlinks=False)
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:
-                removed.append(name)  # an editor's or sed's temp file, say
                 continue
-            # `_take`'s cache hit, inline: at 10,000 files the call alone is a fifth of a reconcile.
-            if (
-                cached is not None
-                and cached.mtime_ns == st.st_mtime_ns
-                and cached.ino == st.st_ino
-                and cached.size == st.st_size
-                and not is_dir(st.st_mode)
-            ):
-                files[name] = cached
-            else:
-                _take(result, dir_fd, name, st, cache, limits, seen)
-        result.present = frozenset(listing).difference(removed, result.vanished)
+            _take(result, dir_fd, name, st, previous.files, limits, seen)
+            if name not in result.vanished:
+                found.add(name)
+        had = previous.present
+        came = {n for n in found if n not in had}
+        gone = {n for n in only if n not in found and n in had}
+        result.present = Names.changed(had, came, gone) if came or gone else had
         if seen is not None:  # versions
-            seen.end(dir_fd, result.files, result.present, cache, None)
+            seen.end(dir_fd, result.files, result.present, previous.files, only)
+        return result
+    with os.scandir(dir_fd) as entries:
+        listing = {e.name: e for e in entries}
+    result.own_temps = [n for n in listing if n.startswith(".") and fsops.is_own_temp(n)]
+    files, cached_file, is_dir, lstat = result.files, cache.get, stat.S_ISDIR, os.stat
+    removed: list[str] = []  # gone between the listing and their stat
+    for name in sorted(listing):
+        cached = cached_file(name)
+        if (
+            cached is None
+            and listing[name].is_file(follow_symlinks=False)
+            and skip_reason(name) is None
+        ):
+            # A regular file not seen before (the type comes with the listing): the read
+            # fstats what it opens, so an lstat here would only be thrown away.
+            _read_changed(result, dir_fd, name, None, limits, seen)
+            continue
+        try:
+            # The same fstatat as entry.stat's, without the DirEntry's own copy of the
+            # result (~5 ms of a scan of 10,000 files).
+            st = lstat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            removed.append(name)  # an editor's or sed's temp file, say
+            continue
+        # `_take`'s cache hit, inline: at 10,000 files the call alone is a fifth of a reconcile.
+        if (
+            cached is not None
+            and cached.mtime_ns == st.st_mtime_ns
+            and cached.ino == st.st_ino
+            and cached.size == st.st_size
+            and not is_dir(st.st_mode)
+        ):
+            files[name] = cached
+        else:
+            _take(result, dir_fd, name, st, cache, limits, seen)
+    result.present = frozenset(listing).difference(removed, result.vanished)
+    if seen is not None:  # versions
+        seen.end(dir_fd, result.files, result.present, cache, None)
     return result
 
 

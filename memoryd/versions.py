@@ -307,12 +307,22 @@ class Session:
                 self.temps.append((tmp, sha))
 
     def abort(self) -> None:
-        """A scan that did not end (it raised): its pack's temp goes, nothing was logged.
-        Also the end of every session: the store-wide lock is let go."""
+        """A scan that did not end (it raised): its pack's temp and its loose temps go,
+        nothing was logged. Also the end of every session: the store-wide lock is let go."""
         self._take_held()
         if self.pack is not None:
             self.pack.abort()
             self.pack = None
+        temps, self.temps = self.temps, []  # none left after an end: the store took them
+        if temps:
+            with contextlib.suppress(OSError):
+                fd = self.store._objects_fd()
+                try:
+                    for tmp, _ in temps:
+                        with contextlib.suppress(OSError):
+                            os.unlink(tmp, dir_fd=fd)
+                finally:
+                    os.close(fd)
         self.release()
 
 
@@ -1142,6 +1152,7 @@ class VersionStore:
                 session.pack.commit()
                 session.pack = None
             self._temps.extend(session.temps)
+            session.temps = []  # the store's now: put in place by commit_pending
             if not self.defer or len(self._temps) >= BATCH_SYNC_FROM:
                 self.commit_pending()
             now = self.clock()

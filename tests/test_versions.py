@@ -13,6 +13,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memoryd import trash, versions
 from memoryd.scan import scan_dir
 from memoryd.versions import VersionStore
@@ -973,3 +975,61 @@ def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
     assert store.has_object(_sha(one)) and store.has_object(_sha(two))
     kept = [v.sha256 for v in versions.versions_of(store, folder, "MEMORY.md")]
     assert _sha(one) in kept and _sha(two) in kept
+
+
+def test_a_scan_that_raises_lets_go_of_the_store_lock_at_once(env: Env, monkeypatch: Any) -> None:
+    """A scan that raises part way (an unexpected error after some reads) gives up its session
+    then, not at the next scan: the store-wide lock is free for a prune, and no pack or temp
+    of its reads is left."""
+    import memoryd.scan as scan_module
+
+    folder = _dir(env)
+    for i in range(30):
+        _mem(folder, f"m{i:02}.md", f"l {i}")
+    store = _store(env, Clock(), [])
+    real = scan_module.read_one
+    count = [0]
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        if count[0] == 20:
+            raise RuntimeError("a fault")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scan_module, "read_one", failing)
+    with pytest.raises(RuntimeError):
+        scan_dir(folder, versions=store)
+    fd = store.lock_exclusive()
+    assert fd is not None, "the raising scan still holds the store-wide lock"
+    os.close(fd)
+    assert not list(store.root.rglob("*.tmp")), "a temp of the raising scan was left"
+
+
+def test_a_scan_that_raises_after_writing_loose_temps_leaves_none(
+    env: Env, monkeypatch: Any
+) -> None:
+    """Fewer files than make a pack but more bytes than a scan holds are written as loose
+    temps as it goes; a scan that raises after that removes them (nothing logged names them)."""
+    import memoryd.scan as scan_module
+
+    folder = _dir(env)
+    for i in range(12):
+        _mem(folder, f"m{i:02}.md", f"{i}" + "x" * (versions.PACK_BUFFER // 8))
+    store = _store(env, Clock(), [])
+    real = scan_module.read_one
+    count = [0]
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        if count[0] == 11:
+            assert list(store.objects.glob("*.tmp")), "no loose temp written yet"
+            raise RuntimeError("a fault")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scan_module, "read_one", failing)
+    with pytest.raises(RuntimeError):
+        scan_dir(folder, versions=store)
+    assert not list(store.root.rglob("*.tmp"))
+    assert versions.versions_of(store, folder, "m00.md") == []
+    scan_dir(folder, versions=store)  # the next scan stores them all
+    assert len(versions.versions_of(store, folder, "m00.md")) == 1

@@ -6,7 +6,6 @@ work, so work is serialised. Signal handlers only set flags.
 """
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import json
@@ -821,15 +820,8 @@ class Daemon:
         )
 
 
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None  # not glibc (macOS, musl): nothing to do
-    return trim
-
-
-_malloc_trim = _load_malloc_trim()
+# glibc's (None elsewhere, macOS or musl: nothing to do), from the process's own symbols.
+_malloc_trim: Callable[[int], int] | None = fsops.libc_function("malloc_trim")
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameters
 M_ARENA_MAX = -8
 
@@ -845,10 +837,10 @@ def _tune_malloc() -> None:
     from the heap, where they leave holes that malloc_trim cannot return (RSS grew ~6 MB over
     30 changes). Mapped, each goes back to the system when freed.
     """
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: none of this applies
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_ARENA_MAX, 1)
-        libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    mallopt = fsops.libc_function("mallopt")
+    if mallopt is not None:  # not glibc: none of this applies
+        mallopt(M_ARENA_MAX, 1)
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024)
 
 
 def _return_freed_memory() -> None:

@@ -44,7 +44,6 @@ class OwnContent(Protocol):
         dir_path: Path,
         name: str,
         data: "Content",
-        ident: tuple[int, int, int],
         sha: str = "",
     ) -> None: ...
 
@@ -372,8 +371,7 @@ def replace_file(
         fsync_dir(dir_fd)
         digest = _digest(data) if expected_data is None else ""
         if versions is not None:  # with the sha256 when there is one: not hashed twice
-            ident = (st.st_ino, st.st_size, st.st_mtime_ns)
-            versions.own_content(dir_path, name, data, ident, digest)
+            versions.own_content(dir_path, name, data, digest)
         return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, digest)
 
 

@@ -191,7 +191,6 @@ class _Pending:
     path: Path
     name: str
     data: bytes | tuple[bytes, ...]
-    ident: tuple[int, int, int] | None = None
     sha: str = ""
 
 
@@ -1068,7 +1067,6 @@ class VersionStore:
         dir_path: Path,
         name: str,
         data: fsops.Content,
-        ident: tuple[int, int, int],
         sha: str = "",
     ) -> None:
         """memoryd wrote an index file: hold its bytes (and their sha256 if the writer took
@@ -1078,7 +1076,7 @@ class VersionStore:
             return
         held = data if isinstance(data, bytes) else tuple(data)
         with self._lock:
-            self._pending[(dir_path, name)] = _Pending(dir_path, name, held, ident, sha)
+            self._pending[(dir_path, name)] = _Pending(dir_path, name, held, sha)
 
     def commit_pending(self) -> None:
         temps, self._temps = self._temps, []

@@ -27,6 +27,7 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import PurePath
 
 from memoryd.lazyre import lazy
 
@@ -38,6 +39,15 @@ MAX_UNITS = 25_000
 class ViewKind(StrEnum):
     AUTO = "auto"  # <claude_home>/projects/<slug>/memory: frontmatter and comments stripped
     PLAIN = "plain"  # agent-memory and other dirs: the window only
+
+
+def view_kind_of(path: PurePath, dir_kind: str = "") -> ViewKind:
+    """How Claude Code loads the MEMORY.md of the memory dir at `path`: an auto-memory dir
+    (`projects/<slug>/memory`, or discovery's kind "project") has its frontmatter and comment
+    blocks stripped; agent-memory and other dirs are only windowed."""
+    if dir_kind == "project" or (path.name == "memory" and path.parent.parent.name == "projects"):
+        return ViewKind.AUTO
+    return ViewKind.PLAIN
 
 
 class Hidden(StrEnum):

@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from memoryd import fsops, index_held
-from memoryd.agentview import Hidden, ViewKind
+from memoryd.agentview import Hidden, ViewKind, view_kind_of
 from memoryd.config import IndexConfig
 from memoryd.discover import MemoryDir
 from memoryd.errors import MemorydError, WriteConflict
@@ -1646,13 +1646,8 @@ def _replaced(found: FileIdentity | None, ours: FileIdentity | None, wrote: bool
 
 
 def view_kind(md: MemoryDir) -> ViewKind:
-    """How Claude Code loads this dir's MEMORY.md: an auto-memory dir (`projects/<slug>/
-    memory`) has its frontmatter and comment blocks stripped; agent-memory and other dirs
-    are only windowed."""
-    path = md.path
-    if md.kind == "project" or (path.name == "memory" and path.parent.parent.name == "projects"):
-        return ViewKind.AUTO
-    return ViewKind.PLAIN
+    """How Claude Code loads this dir's MEMORY.md (agentview.view_kind_of)."""
+    return view_kind_of(md.path, md.kind)
 
 
 def agent_sees(rt: Runtime, md: MemoryDir, filename: str) -> str:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd.agentview import ViewKind
+from memoryd.agentview import view_kind_of
 from memoryd.discover import MemoryDir
 from memoryd.recall.query import DAY, Frame, expressions, name_keys
 from memoryd.recall.store import BUSY_WAIT, Change, DirIndex, Row, Window, index_path
@@ -343,11 +343,7 @@ def _window(md: MemoryDir, sizes: tuple[int, int] | None) -> Window | None:
     index.max_chars), as `memoryd dirs` computes it; None: the index's own default."""
     if sizes is None:
         return None
-    # memoryd.indexer.view_kind's rule (tests/test_recall.py holds them together), without
-    # importing the indexer into every search's start-up.
-    path = md.path
-    auto = md.kind == "project" or (path.name == "memory" and path.parent.parent.name == "projects")
-    return (ViewKind.AUTO.value if auto else ViewKind.PLAIN.value, *sizes)
+    return (view_kind_of(md.path, md.kind).value, *sizes)
 
 
 def snippet_text(raw: str) -> str:

@@ -1347,15 +1347,14 @@ def _window_text(window: Window) -> str:
 def _window_of(text: str | None, memory_dir: Path) -> Window:
     """The window an index was last given (`meta.window`), else the default one: Claude
     Code's for an auto-memory dir (`projects/<slug>/memory`), the plain window elsewhere
-    (memoryd.indexer.view_kind, by the path alone)."""
-    from memoryd.agentview import MAX_LINES, MAX_UNITS, ViewKind
+    (agentview.view_kind_of, by the path alone)."""
+    from memoryd.agentview import MAX_LINES, MAX_UNITS, ViewKind, view_kind_of
 
     kind, _, sizes = (text or "").partition(":")
     lines, _, units = sizes.partition(":")
     if kind in tuple(ViewKind) and lines.isdigit() and units.isdigit():
         return (kind, int(lines), int(units))
-    auto = memory_dir.name == "memory" and memory_dir.parent.parent.name == "projects"
-    return (ViewKind.AUTO if auto else ViewKind.PLAIN).value, MAX_LINES, MAX_UNITS
+    return view_kind_of(memory_dir).value, MAX_LINES, MAX_UNITS
 
 
 def _hidden_pointers(text: str, window: Window) -> dict[str, str]:

@@ -977,28 +977,37 @@ def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
     assert _sha(one) in kept and _sha(two) in kept
 
 
-def test_a_scan_that_raises_lets_go_of_the_store_lock_at_once(env: Env, monkeypatch: Any) -> None:
-    """A scan that raises part way (an unexpected error after some reads) gives up its session
-    then, not at the next scan: the store-wide lock is free for a prune, and no pack or temp
-    of its reads is left."""
+def _scan_failing_at(folder: Path, store: VersionStore, monkeypatch: Any, read: int) -> int:
+    """Scan `folder` with the store, the `read`-th file read raising an unexpected error; the
+    count of loose temps in the store's objects when it raised."""
     import memoryd.scan as scan_module
 
-    folder = _dir(env)
-    for i in range(30):
-        _mem(folder, f"m{i:02}.md", f"l {i}")
-    store = _store(env, Clock(), [])
     real = scan_module.read_one
-    count = [0]
+    count, temps = [0], [0]
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         count[0] += 1
-        if count[0] == 20:
+        if count[0] == read:
+            temps[0] = len(list(store.objects.glob("*.tmp")))
             raise RuntimeError("a fault")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(scan_module, "read_one", failing)
     with pytest.raises(RuntimeError):
         scan_dir(folder, versions=store)
+    monkeypatch.setattr(scan_module, "read_one", real)
+    return temps[0]
+
+
+def test_a_scan_that_raises_lets_go_of_the_store_lock_at_once(env: Env, monkeypatch: Any) -> None:
+    """A scan that raises part way (an unexpected error after some reads) gives up its session
+    then, not at the next scan: the store-wide lock is free for a prune, and no pack or temp
+    of its reads is left."""
+    folder = _dir(env)
+    for i in range(30):
+        _mem(folder, f"m{i:02}.md", f"l {i}")
+    store = _store(env, Clock(), [])
+    _scan_failing_at(folder, store, monkeypatch, 20)
     fd = store.lock_exclusive()
     assert fd is not None, "the raising scan still holds the store-wide lock"
     os.close(fd)
@@ -1010,25 +1019,11 @@ def test_a_scan_that_raises_after_writing_loose_temps_leaves_none(
 ) -> None:
     """Fewer files than make a pack but more bytes than a scan holds are written as loose
     temps as it goes; a scan that raises after that removes them (nothing logged names them)."""
-    import memoryd.scan as scan_module
-
     folder = _dir(env)
     for i in range(12):
         _mem(folder, f"m{i:02}.md", f"{i}" + "x" * (versions.PACK_BUFFER // 8))
     store = _store(env, Clock(), [])
-    real = scan_module.read_one
-    count = [0]
-
-    def failing(*args: Any, **kwargs: Any) -> Any:
-        count[0] += 1
-        if count[0] == 11:
-            assert list(store.objects.glob("*.tmp")), "no loose temp written yet"
-            raise RuntimeError("a fault")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(scan_module, "read_one", failing)
-    with pytest.raises(RuntimeError):
-        scan_dir(folder, versions=store)
+    assert _scan_failing_at(folder, store, monkeypatch, 11) > 0, "no loose temp written yet"
     assert not list(store.root.rglob("*.tmp"))
     assert versions.versions_of(store, folder, "m00.md") == []
     scan_dir(folder, versions=store)  # the next scan stores them all

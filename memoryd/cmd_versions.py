@@ -96,7 +96,7 @@ def cmd_history(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         json.dump({"dir": str(folder), "file": name, "versions": rows}, out, indent=2)
         out.write("\n")
         return EXIT_OK
-    out.write(shown(render_versions(folder, name, found)))
+    out.write(render_versions(folder, name, found))
     return EXIT_OK if found else EXIT_FINDINGS
 
 

@@ -1611,15 +1611,17 @@ def find_deleted(store: VersionStore, dirs: Sequence[Path], key: str) -> Deleted
 
 
 def render_versions(path: Path, name: str, found: Sequence[Version], now: float) -> str:
-    """`memoryd history FILE`: one line per version, newest first."""
+    """`memoryd history FILE`: one line per version, newest first (the file's path shown
+    as a terminal should get it, its lines as lines)."""
+    from memoryd.display import shown
     from memoryd.humanize import ago
 
     if not found:
         return (
-            f"{path / name}: memoryd has kept no version of it (it never read it while "
+            f"{shown(path / name)}: memoryd has kept no version of it (it never read it while "
             "running, or its versions are past versions.keep_days).\n"
         )
-    lines = [f"{path / name}: {len(found)} version{'s' if len(found) != 1 else ''} kept"]
+    lines = [f"{shown(path / name)}: {len(found)} version{'s' if len(found) != 1 else ''} kept"]
     for v in reversed(found):
         by = "memoryd" if v.by == MEMORYD else "another process"
         ended = f"{v.ended_by or 'replaced'} {ago(v.until, now)}" if v.until is not None else ""

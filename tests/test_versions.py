@@ -1033,3 +1033,20 @@ def test_a_scan_that_raises_after_writing_loose_temps_leaves_none(
     assert versions.versions_of(store, folder, "m00.md") == []
     scan_dir(folder, versions=store)  # the next scan stores them all
     assert len(versions.versions_of(store, folder, "m00.md")) == 1
+
+
+def test_history_prints_one_line_a_version_and_escapes_only_the_name(env: Env, cli: Any) -> None:
+    """`memoryd history FILE` as text: its header and each version on a line of their own (the
+    whole text went through the name escaper, so a terminal got `\\n` between them); a
+    control character in the file's name is still written as an escape."""
+    folder = _dir(env)
+    for name in ("plain.md", "new\nline.md"):
+        for body in ("first", "second"):
+            (folder / name).write_text(f"---\nname: n\ndescription: d\n---\n\n{body}\n")
+            assert cli("index", folder).code == 0
+        text = cli("history", folder / name).out
+        lines = text.splitlines()
+        assert "\\n    " not in text and len(lines) >= 3, text
+        header = [line for line in lines if "2 versions kept" in line]
+        assert header == [f"{folder}/{name.replace(chr(10), chr(92) + 'n')}: 2 versions kept"]
+        assert [line.split()[0] for line in lines if " seen " in line] == ["2", "1"]

@@ -1588,16 +1588,27 @@ class Deleted:
 
 
 def deleted(store: VersionStore, path: Path) -> list[Deleted]:
-    """Files of the dir deleted outside memoryd, whose last version is kept, oldest first."""
-    latest: dict[str, Record] = {}
+    """Files of the dir deleted outside memoryd, whose last version is kept, oldest first.
+
+    A deletion stays listed until its bytes are back in the dir (read again under any name,
+    or being restored), also when a new file has taken its name since: an agent that deletes
+    a memory and writes another under the same name must not make the first unrestorable
+    (the `memory.deleted_outside` row's restore command names it)."""
+    found: dict[tuple[str, str], Record] = {}  # (name, sha256) -> the deletion, newest
     for rec in store.records(path):
-        latest[rec.f] = rec
-    out = []
-    for rec in latest.values():
-        outside = rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra
-        if outside and rec.f not in INDEX_FILES and store.has_object(rec.h):
-            out.append(Deleted(deleted_id(path, rec.f, rec.t), path, rec.f, rec.h, rec.n, rec.t))
-    return sorted(out, key=lambda d: (d.when, d.name))
+        if rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra:
+            found.pop((rec.f, rec.h), None)
+            found[(rec.f, rec.h)] = rec
+        elif rec.e in ("seen", "restoring"):
+            for key in [k for k in found if k[1] == rec.h]:
+                del found[key]
+        elif "restored_as" in rec.extra:  # an older memoryd's mark of a restore
+            found.pop((rec.f, rec.h), None)
+    return [
+        Deleted(deleted_id(path, rec.f, rec.t), path, rec.f, rec.h, rec.n, rec.t)
+        for rec in sorted(found.values(), key=lambda r: (r.t, r.f))
+        if rec.f not in INDEX_FILES and store.has_object(rec.h)
+    ]
 
 
 def find_deleted(store: VersionStore, dirs: Sequence[Path], key: str) -> Deleted | None:

@@ -1050,3 +1050,37 @@ def test_history_prints_one_line_a_version_and_escapes_only_the_name(env: Env, c
         header = [line for line in lines if "2 versions kept" in line]
         assert header == [f"{folder}/{name.replace(chr(10), chr(92) + 'n')}: 2 versions kept"]
         assert [line.split()[0] for line in lines if " seen " in line] == ["2", "1"]
+
+
+def test_a_deletion_stays_restorable_after_a_new_file_takes_its_name(env: Env, cli: Any) -> None:
+    """An agent deletes b.md and writes a new b.md: the deleted version stays listed by
+    `trash list` under the id its `memory.deleted_outside` row gave, and that id brings it
+    back as b.restored-1.md, byte-identical, the new b.md untouched and still current in
+    its history. A deletion whose bytes come back under the same name is listed no more."""
+    folder = _dir(env)
+    for name in ("a.md", "b.md", "c.md"):
+        _mem(folder, name, f"lesson of {name}")
+    assert cli("index", folder).code == 0
+    old = (folder / "b.md").read_bytes()
+    (folder / "b.md").unlink()
+    assert cli("index", folder).code == 0
+    (row,) = [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
+    restore_id = row["restore"].split()[-1]
+    new = _mem(folder, "b.md", "a new lesson under the old name")
+    same = (folder / "c.md").read_bytes()
+    (folder / "c.md").unlink()
+    assert cli("index", folder).code == 0
+    (folder / "c.md").write_bytes(same)  # deleted, then written again byte for byte
+    assert cli("index", folder).code == 0
+    listed = cli("trash", "list", folder).out
+    assert restore_id in listed and "c.md" not in listed, listed
+    back = cli("trash", "restore", restore_id, folder)
+    assert back.code == 0, back.err
+    assert (folder / "b.restored-1.md").read_bytes() == old
+    assert (folder / "b.md").read_bytes() == new
+    assert cli("index", folder).code == 0
+    assert restore_id not in cli("trash", "list", folder).out
+    doc = json.loads(cli("history", folder / "b.md", "--json").out)["versions"]["versions"]
+    assert (doc[-1]["sha256"], doc[-1]["until"]) == (_sha(new), None)
+    said = [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
+    assert said == ["b.md", "c.md"]  # the restore is memoryd's: no row of its own

@@ -738,7 +738,7 @@ class VersionStore:
         try:
             fd, st = open_regular(self.objects / sha, follow=False)
         except OSError:
-            return self._read_packed(sha)
+            return self._read_packed(sha) or self.read_temp(sha)
         try:
             if st.st_size > OBJECT_MAX:
                 return None
@@ -746,6 +746,28 @@ class VersionStore:
         finally:
             os.close(fd)
         return data if hashlib.sha256(data).hexdigest() == sha else self._read_packed(sha)
+
+    def read_temp(self, sha: str) -> bytes | None:
+        """`sha`'s bytes from a whole temp not put in place yet: the daemon renames a pass's
+        new objects into place at its next heartbeat, and until then a command's `history
+        --restore` or `trash restore` found no bytes (and `history` said them pruned)."""
+        prefix = f".{sha}{fsops.TEMP_MARK}"
+        try:
+            names = [n for n in os.listdir(self.objects) if n.startswith(prefix)]
+        except OSError:
+            return None
+        if not names:
+            return None
+        fd = self._objects_fd()
+        try:
+            for name in names:
+                with contextlib.suppress(OSError, ValueError):
+                    data = fsops.read_regular(fd, name, OBJECT_MAX)[0]
+                    if hashlib.sha256(data).hexdigest() == sha:  # whole, not being written
+                        return data
+        finally:
+            os.close(fd)
+        return None
 
     def _read_packed(self, sha: str) -> bytes | None:
         where = self._packed(sha)
@@ -1585,7 +1607,13 @@ def _versions(
         }  # fmt: skip
     if open_ is not None:
         out.append(Version(**open_))
-    has = (lambda sha: sha in stored) if stored is not None else store.has_object
+
+    def has(sha: str) -> bool:
+        if stored is not None:
+            return sha in stored
+        # A version the daemon read moments ago is restorable before its heartbeat too.
+        return store.has_object(sha) or store.read_temp(sha) is not None
+
     return [
         Version(i + 1, v.sha256, v.size, v.seen, v.until, v.by, has(v.sha256), v.ended_by)
         for i, v in enumerate(out)

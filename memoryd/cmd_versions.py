@@ -96,7 +96,7 @@ def cmd_history(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         json.dump({"dir": str(folder), "file": name, "versions": rows}, out, indent=2)
         out.write("\n")
         return EXIT_OK
-    out.write(shown(render_versions(folder, name, found)))
+    out.write(render_versions(folder, name, found))
     return EXIT_OK if found else EXIT_FINDINGS
 
 
@@ -229,10 +229,9 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
         restored.record(rt.store, item.dir, restored.Pin(name, item.sha256, when, item.id))
         store.intend_restore(item.dir, name, data)
         # Never over a file (a new name instead).
+        # Its bytes back in the dir under `name` (the record just made): no longer listed as
+        # deleted. Nothing is said of `item.name`, which another file may hold now.
         fsops.replace_file(item.dir, name, data, None, versions=rt.versions)
-        if name != item.name:
-            store.record(item.dir, item.name, item.sha256, item.size, "gone", versions.MEMORYD,
-                         restored_as=name)  # fmt: skip
         rt.audit.write("trash.restored", dir=item.dir, file=item.name, id=item.id, **{"as": name})
         # Its pointer line, as the newest kept MEMORY.md that had one held it, where it sat.
         preferred: dict[str, str] = {}

@@ -13,14 +13,16 @@ Layout, all 0700/0600, never in a memory dir:
 - `<state>/versions/logs/<dir key>.jsonl`: per memory dir, one JSON line per event, appended:
   `{"t": when, "f": name, "h": sha256, "n": size, "e": event, "by": "memoryd"|"other"}` with
   `e` one of `seen` (a version first read), `gone` (the file left the dir), `moved` (memoryd
-  moved it into the trash), `restoring` (memoryd is about to write these bytes back). The
+  moved it into the trash), `restoring` (memoryd wrote, or is about to write, these bytes:
+  a restore, or an index write whose bytes are stored at the next flush). The
   first line names the dir. A torn last line (a crash mid-append) is skipped.
 
 Where versions come from: the store is passed down (`Runtime.versions`) as the `versions`
 parameter of what reads and writes. A scan reads a changed file's bytes anyway
 (`scan.scan_dir`, one session per scan: `begin_scan`); an index file's bytes are read by
 `indexer.read_index_file` (`index_read`); memoryd's own index writes are told by
-`fsops.replace_file` (`own_content`) and stored at the next flush (the heartbeat, the end
+`fsops.replace_file` (`own_content`), said in the log at once (another memoryd process
+reading them takes them for memoryd's) and stored at the next flush (the heartbeat, the end
 of a command, or before anyone else's version of that file is recorded). Deletions are
 names a scan no longer finds. Nothing is ever re-read for the store's sake. A scan, read or
 write given no store keeps nothing.
@@ -736,7 +738,7 @@ class VersionStore:
         try:
             fd, st = open_regular(self.objects / sha, follow=False)
         except OSError:
-            return self._read_packed(sha)
+            return self._read_packed(sha) or self.read_temp(sha)
         try:
             if st.st_size > OBJECT_MAX:
                 return None
@@ -744,6 +746,28 @@ class VersionStore:
         finally:
             os.close(fd)
         return data if hashlib.sha256(data).hexdigest() == sha else self._read_packed(sha)
+
+    def read_temp(self, sha: str) -> bytes | None:
+        """`sha`'s bytes from a whole temp not put in place yet: the daemon renames a pass's
+        new objects into place at its next heartbeat, and until then a command's `history
+        --restore` or `trash restore` found no bytes (and `history` said them pruned)."""
+        prefix = f".{sha}{fsops.TEMP_MARK}"
+        try:
+            names = [n for n in os.listdir(self.objects) if n.startswith(prefix)]
+        except OSError:
+            return None
+        if not names:
+            return None
+        fd = self._objects_fd()
+        try:
+            for name in names:
+                with contextlib.suppress(OSError, ValueError):
+                    data = fsops.read_regular(fd, name, OBJECT_MAX)[0]
+                    if hashlib.sha256(data).hexdigest() == sha:  # whole, not being written
+                        return data
+        finally:
+            os.close(fd)
+        return None
 
     def _read_packed(self, sha: str) -> bytes | None:
         where = self._packed(sha)
@@ -1069,14 +1093,21 @@ class VersionStore:
         data: fsops.Content,
         sha: str = "",
     ) -> None:
-        """memoryd wrote an index file: hold its bytes (and their sha256 if the writer took
-        it) until the next flush (hashing and storing a 2 MB archive costs more than the
-        daemon's whole pass)."""
+        """memoryd wrote an index file: hold its bytes until the next flush (storing a 2 MB
+        archive costs more than the daemon's whole pass), and say in the log now that
+        memoryd wrote this sha256 (hashed here when the writer did not). Another memoryd
+        process (a command while the daemon runs, the daemon while a command runs, the next
+        start after a kill -9) reading this version before the flush takes it for
+        memoryd's: else it was a false `memory.rewritten_outside`, and the writer's late
+        flush recorded as current a version others had seen replaced."""
         if name not in INDEX_FILES:
             return
         held = data if isinstance(data, bytes) else tuple(data)
+        sha = sha or fsops._digest(held)
+        size = len(held) if isinstance(held, bytes) else sum(map(len, held))
         with self._lock:
             self._pending[(dir_path, name)] = _Pending(dir_path, name, held, sha)
+            self._guard(self.record, dir_path, name, sha, size, "restoring", MEMORYD)
 
     def commit_pending(self) -> None:
         temps, self._temps = self._temps, []
@@ -1104,6 +1135,14 @@ class VersionStore:
         if not item.sha:
             item.sha = fsops._digest(data)
         size = len(data) if isinstance(data, bytes) else sum(map(len, data))
+        d = self._dir(item.path)
+        with self.writing():
+            self._catch_up(d)
+            if self.latest(d, item.name) not in (None, (item.sha, "restoring")):
+                # Read by another memoryd process since (it recorded it), or replaced by a
+                # version read since: a "seen" now would make this version current again.
+                self.store_object(data, item.sha)
+                return
         self._note_index(item.path, item.name, item.sha, size, data, MEMORYD)
 
     # --- what a scan saw -----------------------------------------------------------------------
@@ -1568,7 +1607,13 @@ def _versions(
         }  # fmt: skip
     if open_ is not None:
         out.append(Version(**open_))
-    has = (lambda sha: sha in stored) if stored is not None else store.has_object
+
+    def has(sha: str) -> bool:
+        if stored is not None:
+            return sha in stored
+        # A version the daemon read moments ago is restorable before its heartbeat too.
+        return store.has_object(sha) or store.read_temp(sha) is not None
+
     return [
         Version(i + 1, v.sha256, v.size, v.seen, v.until, v.by, has(v.sha256), v.ended_by)
         for i, v in enumerate(out)
@@ -1588,16 +1633,27 @@ class Deleted:
 
 
 def deleted(store: VersionStore, path: Path) -> list[Deleted]:
-    """Files of the dir deleted outside memoryd, whose last version is kept, oldest first."""
-    latest: dict[str, Record] = {}
+    """Files of the dir deleted outside memoryd, whose last version is kept, oldest first.
+
+    A deletion stays listed until its bytes are back in the dir (read again under any name,
+    or being restored), also when a new file has taken its name since: an agent that deletes
+    a memory and writes another under the same name must not make the first unrestorable
+    (the `memory.deleted_outside` row's restore command names it)."""
+    found: dict[tuple[str, str], Record] = {}  # (name, sha256) -> the deletion, newest
     for rec in store.records(path):
-        latest[rec.f] = rec
-    out = []
-    for rec in latest.values():
-        outside = rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra
-        if outside and rec.f not in INDEX_FILES and store.has_object(rec.h):
-            out.append(Deleted(deleted_id(path, rec.f, rec.t), path, rec.f, rec.h, rec.n, rec.t))
-    return sorted(out, key=lambda d: (d.when, d.name))
+        if rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra:
+            found.pop((rec.f, rec.h), None)
+            found[(rec.f, rec.h)] = rec
+        elif rec.e in ("seen", "restoring"):
+            for key in [k for k in found if k[1] == rec.h]:
+                del found[key]
+        elif "restored_as" in rec.extra:  # an older memoryd's mark of a restore
+            found.pop((rec.f, rec.h), None)
+    return [
+        Deleted(deleted_id(path, rec.f, rec.t), path, rec.f, rec.h, rec.n, rec.t)
+        for rec in sorted(found.values(), key=lambda r: (r.t, r.f))
+        if rec.f not in INDEX_FILES and store.has_object(rec.h)
+    ]
 
 
 def find_deleted(store: VersionStore, dirs: Sequence[Path], key: str) -> Deleted | None:
@@ -1611,15 +1667,17 @@ def find_deleted(store: VersionStore, dirs: Sequence[Path], key: str) -> Deleted
 
 
 def render_versions(path: Path, name: str, found: Sequence[Version], now: float) -> str:
-    """`memoryd history FILE`: one line per version, newest first."""
+    """`memoryd history FILE`: one line per version, newest first (the file's path shown
+    as a terminal should get it, its lines as lines)."""
+    from memoryd.display import shown
     from memoryd.humanize import ago
 
     if not found:
         return (
-            f"{path / name}: memoryd has kept no version of it (it never read it while "
+            f"{shown(path / name)}: memoryd has kept no version of it (it never read it while "
             "running, or its versions are past versions.keep_days).\n"
         )
-    lines = [f"{path / name}: {len(found)} version{'s' if len(found) != 1 else ''} kept"]
+    lines = [f"{shown(path / name)}: {len(found)} version{'s' if len(found) != 1 else ''} kept"]
     for v in reversed(found):
         by = "memoryd" if v.by == MEMORYD else "another process"
         ended = f"{v.ended_by or 'replaced'} {ago(v.until, now)}" if v.until is not None else ""

@@ -1028,3 +1028,97 @@ def test_a_scan_that_raises_after_writing_loose_temps_leaves_none(
     assert versions.versions_of(store, folder, "m00.md") == []
     scan_dir(folder, versions=store)  # the next scan stores them all
     assert len(versions.versions_of(store, folder, "m00.md")) == 1
+
+
+def test_history_prints_one_line_a_version_and_escapes_only_the_name(env: Env, cli: Any) -> None:
+    """`memoryd history FILE` as text: its header and each version on a line of their own (the
+    whole text went through the name escaper, so a terminal got `\\n` between them); a
+    control character in the file's name is still written as an escape."""
+    folder = _dir(env)
+    for name in ("plain.md", "new\nline.md"):
+        for body in ("first", "second"):
+            (folder / name).write_text(f"---\nname: n\ndescription: d\n---\n\n{body}\n")
+            assert cli("index", folder).code == 0
+        text = cli("history", folder / name).out
+        lines = text.splitlines()
+        assert "\\n    " not in text and len(lines) >= 3, text
+        header = [line for line in lines if "2 versions kept" in line]
+        assert header == [f"{folder}/{name.replace(chr(10), chr(92) + 'n')}: 2 versions kept"]
+        assert [line.split()[0] for line in lines if " seen " in line] == ["2", "1"]
+
+
+def test_a_deletion_stays_restorable_after_a_new_file_takes_its_name(env: Env, cli: Any) -> None:
+    """An agent deletes b.md and writes a new b.md: the deleted version stays listed by
+    `trash list` under the id its `memory.deleted_outside` row gave, and that id brings it
+    back as b.restored-1.md, byte-identical, the new b.md untouched and still current in
+    its history. A deletion whose bytes come back under the same name is listed no more."""
+    folder = _dir(env)
+    for name in ("a.md", "b.md", "c.md"):
+        _mem(folder, name, f"lesson of {name}")
+    assert cli("index", folder).code == 0
+    old = (folder / "b.md").read_bytes()
+    (folder / "b.md").unlink()
+    assert cli("index", folder).code == 0
+    (row,) = [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
+    restore_id = row["restore"].split()[-1]
+    new = _mem(folder, "b.md", "a new lesson under the old name")
+    same = (folder / "c.md").read_bytes()
+    (folder / "c.md").unlink()
+    assert cli("index", folder).code == 0
+    (folder / "c.md").write_bytes(same)  # deleted, then written again byte for byte
+    assert cli("index", folder).code == 0
+    listed = cli("trash", "list", folder).out
+    assert restore_id in listed and "c.md" not in listed, listed
+    back = cli("trash", "restore", restore_id, folder)
+    assert back.code == 0, back.err
+    assert (folder / "b.restored-1.md").read_bytes() == old
+    assert (folder / "b.md").read_bytes() == new
+    assert cli("index", folder).code == 0
+    assert restore_id not in cli("trash", "list", folder).out
+    doc = json.loads(cli("history", folder / "b.md", "--json").out)["versions"]["versions"]
+    assert (doc[-1]["sha256"], doc[-1]["until"]) == (_sha(new), None)
+    said = [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
+    assert said == ["b.md", "c.md"]  # the restore is memoryd's: no row of its own
+
+
+def test_an_index_version_memoryd_wrote_is_its_own_to_another_process_before_the_flush(
+    env: Env,
+) -> None:
+    """The daemon writes MEMORY.md from its held view (no sha256 taken, no read back) and
+    stores that version at its next heartbeat. A command run meanwhile reads it, then writes
+    its own: the command took the daemon's version for another process's rewrite (a false
+    `memory.rewritten_outside`), and the daemon's late flush logged its version as current
+    again, so its next read raised a second false row. Now each is memoryd's, and the
+    history ends with the version the file holds."""
+    from memoryd import fsops
+    from memoryd.indexer import read_index_file
+
+    folder = _dir(env)
+    _mem(folder, "a.md", "body")
+    (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
+    heard: Events = []
+    daemon, command = _store(env, Clock(), heard), _store(env, Clock(), heard)
+    daemon.defer = True
+
+    def read(store: VersionStore) -> fsops.FileIdentity | None:
+        scan_dir(folder, versions=store)
+        with fsops.open_dir(folder) as fd:
+            return read_index_file(fd, "MEMORY.md", store).identity
+
+    held = b"- [a](a.md) - v0\n"
+    current = read(daemon)
+    theirs = b"- [a](a.md) - the daemon's\n"
+    fsops.replace_file(folder, "MEMORY.md", theirs, current, expected_data=held, versions=daemon)
+    with versions.using(command):
+        read(command)
+        _write_index(folder, command, b"- [a](a.md) - the command's\n")
+    daemon.flush()  # its heartbeat
+    read(daemon)
+    assert [e for e, _ in heard if e == "memory.rewritten_outside"] == []
+    kept = versions.versions_of(command, folder, "MEMORY.md")
+    assert [(v.sha256, v.by, v.until is None) for v in kept] == [
+        (_sha(held), "other", False),
+        (_sha(theirs), "memoryd", False),
+        (_sha(b"- [a](a.md) - the command's\n"), "memoryd", True),
+    ]
+    assert all(v.stored for v in kept)

@@ -173,3 +173,39 @@ def test_memoryd_forget_while_the_daemon_runs_is_no_outside_deletion(
         assert "deleted outside memoryd" not in listing.stdout
     finally:
         assert running.stop() == 0
+
+
+def test_a_version_the_daemon_read_moments_ago_is_restorable_before_its_heartbeat(
+    tmp_path: Path, project: Callable[[Running, str], Path]
+) -> None:
+    """The daemon renames a pass's new objects into place at its next heartbeat (15 s). An
+    agent rewrites a memory twice within that time: `history` said the middle version's
+    bytes were pruned and `history --restore` refused it, though they were on disk in the
+    daemon's temp. (The daemon is held stopped meanwhile, so no heartbeat can come first.)"""
+    running = start(tmp_path)
+    try:
+        folder = project(running, "app")
+        first = _memory(folder, "b", "the first lesson")
+        wait_for(lambda: "b.md" in _index(folder), what="b.md indexed")
+        middle = _memory(folder, "b", "the second lesson, rewritten by the agent")
+        wait_for(lambda: len(running.rows("memory.rewritten_outside")) == 1, what="a rewrite")
+        _memory(folder, "b", "the third lesson")
+        wait_for(lambda: len(running.rows("memory.rewritten_outside")) == 2, what="another")
+        with _paused(running):
+            listed = json.loads(running.cli("history", str(folder / "b.md"), "--json").stdout)
+            kept = listed["versions"]["versions"]
+            assert [v["sha256"] for v in kept][:2] == [_sha(first), _sha(middle)]
+            assert all(v["restorable"] for v in kept), kept
+            back = running.cli("history", str(folder / "b.md"), "--restore", "2")
+            assert back.returncode == 0, back.stderr
+            assert (folder / "b.md").read_bytes() == middle
+    finally:
+        running.stop()
+
+
+def _index(folder: Path) -> str:
+    return (folder / "MEMORY.md").read_text() if (folder / "MEMORY.md").exists() else ""
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1640,15 +1640,17 @@ def deleted(store: VersionStore, path: Path) -> list[Deleted]:
     a memory and writes another under the same name must not make the first unrestorable
     (the `memory.deleted_outside` row's restore command names it)."""
     found: dict[tuple[str, str], Record] = {}  # (name, sha256) -> the deletion, newest
+    names_of: dict[str, set[str]] = {}  # sha256 -> the names `found` holds it under
     for rec in store.records(path):
         if rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra:
             found.pop((rec.f, rec.h), None)
             found[(rec.f, rec.h)] = rec
+            names_of.setdefault(rec.h, set()).add(rec.f)
         elif rec.e in ("seen", "restoring"):
-            for key in [k for k in found if k[1] == rec.h]:
-                del found[key]
-        elif "restored_as" in rec.extra:  # an older memoryd's mark of a restore
-            found.pop((rec.f, rec.h), None)
+            for name in names_of.pop(rec.h, ()):  # by sha256: a log of 10,000s of lines
+                del found[(name, rec.h)]
+        elif "restored_as" in rec.extra and found.pop((rec.f, rec.h), None) is not None:
+            names_of[rec.h].discard(rec.f)  # an older memoryd's mark of a restore
     return [
         Deleted(deleted_id(path, rec.f, rec.t), path, rec.f, rec.h, rec.n, rec.t)
         for rec in sorted(found.values(), key=lambda r: (r.t, r.f))

@@ -13,16 +13,14 @@ Layout, all 0700/0600, never in a memory dir:
 - `<state>/versions/logs/<dir key>.jsonl`: per memory dir, one JSON line per event, appended:
   `{"t": when, "f": name, "h": sha256, "n": size, "e": event, "by": "memoryd"|"other"}` with
   `e` one of `seen` (a version first read), `gone` (the file left the dir), `moved` (memoryd
-  moved it into the trash), `restoring` (memoryd wrote, or is about to write, these bytes:
-  a restore, or an index write whose bytes are stored at the next flush). The
+  moved it into the trash), `restoring` (memoryd is about to write these bytes back). The
   first line names the dir. A torn last line (a crash mid-append) is skipped.
 
 Where versions come from: the store is passed down (`Runtime.versions`) as the `versions`
 parameter of what reads and writes. A scan reads a changed file's bytes anyway
 (`scan.scan_dir`, one session per scan: `begin_scan`); an index file's bytes are read by
 `indexer.read_index_file` (`index_read`); memoryd's own index writes are told by
-`fsops.replace_file` (`own_content`), said in the log at once (another memoryd process
-reading them takes them for memoryd's) and stored at the next flush (the heartbeat, the end
+`fsops.replace_file` (`own_content`) and stored at the next flush (the heartbeat, the end
 of a command, or before anyone else's version of that file is recorded). Deletions are
 names a scan no longer finds. Nothing is ever re-read for the store's sake. A scan, read or
 write given no store keeps nothing.
@@ -1093,21 +1091,14 @@ class VersionStore:
         data: fsops.Content,
         sha: str = "",
     ) -> None:
-        """memoryd wrote an index file: hold its bytes until the next flush (storing a 2 MB
-        archive costs more than the daemon's whole pass), and say in the log now that
-        memoryd wrote this sha256 (hashed here when the writer did not). Another memoryd
-        process (a command while the daemon runs, the daemon while a command runs, the next
-        start after a kill -9) reading this version before the flush takes it for
-        memoryd's: else it was a false `memory.rewritten_outside`, and the writer's late
-        flush recorded as current a version others had seen replaced."""
+        """memoryd wrote an index file: hold its bytes (and their sha256 if the writer took
+        it) until the next flush (hashing and storing a 2 MB archive costs more than the
+        daemon's whole pass)."""
         if name not in INDEX_FILES:
             return
         held = data if isinstance(data, bytes) else tuple(data)
-        sha = sha or fsops._digest(held)
-        size = len(held) if isinstance(held, bytes) else sum(map(len, held))
         with self._lock:
             self._pending[(dir_path, name)] = _Pending(dir_path, name, held, sha)
-            self._guard(self.record, dir_path, name, sha, size, "restoring", MEMORYD)
 
     def commit_pending(self) -> None:
         temps, self._temps = self._temps, []
@@ -1135,14 +1126,6 @@ class VersionStore:
         if not item.sha:
             item.sha = fsops._digest(data)
         size = len(data) if isinstance(data, bytes) else sum(map(len, data))
-        d = self._dir(item.path)
-        with self.writing():
-            self._catch_up(d)
-            if self.latest(d, item.name) not in (None, (item.sha, "restoring")):
-                # Read by another memoryd process since (it recorded it), or replaced by a
-                # version read since: a "seen" now would make this version current again.
-                self.store_object(data, item.sha)
-                return
         self._note_index(item.path, item.name, item.sha, size, data, MEMORYD)
 
     # --- what a scan saw -----------------------------------------------------------------------

@@ -1081,49 +1081,6 @@ def test_a_deletion_stays_restorable_after_a_new_file_takes_its_name(env: Env, c
     assert said == ["b.md", "c.md"]  # the restore is memoryd's: no row of its own
 
 
-def test_an_index_version_memoryd_wrote_is_its_own_to_another_process_before_the_flush(
-    env: Env,
-) -> None:
-    """The daemon writes MEMORY.md from its held view (no sha256 taken, no read back) and
-    stores that version at its next heartbeat. A command run meanwhile reads it, then writes
-    its own: the command took the daemon's version for another process's rewrite (a false
-    `memory.rewritten_outside`), and the daemon's late flush logged its version as current
-    again, so its next read raised a second false row. Now each is memoryd's, and the
-    history ends with the version the file holds."""
-    from memoryd import fsops
-    from memoryd.indexer import read_index_file
-
-    folder = _dir(env)
-    _mem(folder, "a.md", "body")
-    (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
-    heard: Events = []
-    daemon, command = _store(env, Clock(), heard), _store(env, Clock(), heard)
-    daemon.defer = True
-
-    def read(store: VersionStore) -> fsops.FileIdentity | None:
-        scan_dir(folder, versions=store)
-        with fsops.open_dir(folder) as fd:
-            return read_index_file(fd, "MEMORY.md", store).identity
-
-    held = b"- [a](a.md) - v0\n"
-    current = read(daemon)
-    theirs = b"- [a](a.md) - the daemon's\n"
-    fsops.replace_file(folder, "MEMORY.md", theirs, current, expected_data=held, versions=daemon)
-    with versions.using(command):
-        read(command)
-        _write_index(folder, command, b"- [a](a.md) - the command's\n")
-    daemon.flush()  # its heartbeat
-    read(daemon)
-    assert [e for e, _ in heard if e == "memory.rewritten_outside"] == []
-    kept = versions.versions_of(command, folder, "MEMORY.md")
-    assert [(v.sha256, v.by, v.until is None) for v in kept] == [
-        (_sha(held), "other", False),
-        (_sha(theirs), "memoryd", False),
-        (_sha(b"- [a](a.md) - the command's\n"), "memoryd", True),
-    ]
-    assert all(v.stored for v in kept)
-
-
 def test_listing_deletions_is_linear_in_a_long_log(env: Env) -> None:
     """`trash list` over a log of 20,000 deletions and 40,000 later reads of other bytes
     matches each read to the deletions of its sha256 directly: well under the 3 s budget (a

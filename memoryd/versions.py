@@ -736,7 +736,8 @@ class VersionStore:
         try:
             fd, st = open_regular(self.objects / sha, follow=False)
         except OSError:
-            return self._read_packed(sha) or self.read_temp(sha)
+            packed = self._read_packed(sha)  # b"" is an empty file's version, not a miss
+            return packed if packed is not None else self.read_temp(sha)
         try:
             if st.st_size > OBJECT_MAX:
                 return None
@@ -744,6 +745,15 @@ class VersionStore:
         finally:
             os.close(fd)
         return data if hashlib.sha256(data).hexdigest() == sha else self._read_packed(sha)
+
+    def temp_shas(self) -> set[str]:
+        """The sha256s of the objects written under a temp name and not put in place yet (by
+        name alone: read_temp checks the bytes)."""
+        try:
+            names = os.listdir(self.objects)
+        except OSError:
+            return set()
+        return {n[1:].partition(fsops.TEMP_MARK)[0] for n in names if fsops.TEMP_MARK in n}
 
     def read_temp(self, sha: str) -> bytes | None:
         """`sha`'s bytes from a whole temp not put in place yet: the daemon renames a pass's
@@ -1171,8 +1181,8 @@ class VersionStore:
             if session.pack is not None:  # in place before the log names any of its objects
                 session.pack.commit()
                 session.pack = None
-            self._temps.extend(session.temps)
-            session.temps = []  # the store's now: put in place by commit_pending
+            handed, session.temps = session.temps, []  # the store's now (never the abort's)
+            self._temps.extend(handed)  # put in place by commit_pending
             if not self.defer or len(self._temps) >= BATCH_SYNC_FROM:
                 self.commit_pending()
             now = self.clock()
@@ -1591,11 +1601,19 @@ def _versions(
     if open_ is not None:
         out.append(Version(**open_))
 
+    temps: set[str] | None = None
+
     def has(sha: str) -> bool:
+        nonlocal temps
         if stored is not None:
             return sha in stored
-        # A version the daemon read moments ago is restorable before its heartbeat too.
-        return store.has_object(sha) or store.read_temp(sha) is not None
+        if store.has_object(sha):
+            return True
+        # A version the daemon read moments ago is restorable before its heartbeat too (the
+        # temps listed once, whatever the count of versions).
+        if temps is None:
+            temps = store.temp_shas()
+        return sha in temps
 
     return [
         Version(i + 1, v.sha256, v.size, v.seen, v.until, v.by, has(v.sha256), v.ended_by)

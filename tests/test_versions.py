@@ -1101,3 +1101,44 @@ def test_listing_deletions_is_linear_in_a_long_log(env: Env) -> None:
     took = time.perf_counter() - started
     assert [d.name for d in listed] == ["m7.md"]
     assert took < 3.0, f"{took:.2f} s"
+
+
+def test_an_empty_memory_kept_in_a_pack_reads_back(env: Env) -> None:
+    """An empty file's version packed with a first start's others reads back as b"" (an
+    empty version, restorable), not as a missing one."""
+    folder = _dir(env)
+    for i in range(versions.PACK_FROM + 10):
+        _mem(folder, f"m{i:03}.md", f"l {i}")
+    (folder / "empty.md").write_bytes(b"")
+    store = _store(env, Clock(), [])
+    scan_dir(folder, versions=store)
+    assert store.pack_names() and not store.has_loose()
+    assert store.read_object(_sha(b"")) == b""
+
+
+def test_a_history_lists_the_objects_folder_once_whatever_its_versions(
+    env: Env, monkeypatch: Any
+) -> None:
+    """Whether an unstored version waits in a temp is looked up by name in one listing of the
+    objects folder for the whole history, not one listing (and read) per version: 300 pruned
+    versions of MEMORY.md beside 10,000 loose objects took 3 s so."""
+    folder = _dir(env)
+    store = _store(env, Clock(), [])
+    for i in range(20):
+        store.store_object(b"%d" % i, _sha(b"%d" % i))
+    lines = [json.dumps({"dir": str(folder)})]
+    row = '{{"t":{t}.0,"f":"MEMORY.md","h":"{h}","n":5,"e":"seen","by":"memoryd"}}'
+    lines += [row.format(t=i, h=_sha(b"v%d" % i)) for i in range(300)]
+    store.logs.mkdir(parents=True)
+    store.log_path(folder).write_text("\n".join(lines) + "\n")
+    real, listed = os.listdir, []
+
+    def listdir(path: Any = ".") -> list[str]:
+        if Path(path) == store.objects:
+            listed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    found = versions.versions_of(store, folder, "MEMORY.md")
+    assert len(found) == 300 and not any(v.stored for v in found)
+    assert len(listed) <= 1

@@ -1745,7 +1745,9 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
 def _prune(store: VersionStore, now: float) -> PruneResult:
     keep = store.keep_days * DAY
     # Per object: whether something still needs it, else the time it became prunable and its
-    # tier (0: an old version of a file that exists; 1: of a deleted file, not its last).
+    # tier (0: an old version of a file that exists; 1: of a deleted file, not its last). A
+    # version deleted outside memoryd is the last of a deleted file for its retention even
+    # when a new file has taken the name since (`deleted` lists it; its restore names it).
     needed: set[str] = set()
     candidates: dict[str, tuple[int, float]] = {}
     sizes = store.object_sizes()  # looked up once: a lookup a version cost 1 s at 10,000
@@ -1765,7 +1767,8 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
                 last = i == len(found) - 1
                 if v.until is not None and now - v.until >= 2 * keep:
                     old = True
-                if v.until is None or (now - v.until < keep and (last and gone)):
+                deleted_here = (last and gone) or v.ended_by == "deleted"
+                if v.until is None or (now - v.until < keep and deleted_here):
                     needed.add(v.sha256)
                 elif now - v.until < keep:
                     tier = 1 if gone else 0

@@ -1142,3 +1142,29 @@ def test_a_history_lists_the_objects_folder_once_whatever_its_versions(
     found = versions.versions_of(store, folder, "MEMORY.md")
     assert len(found) == 300 and not any(v.stored for v in found)
     assert len(listed) <= 1
+
+
+def test_a_deletion_a_new_file_took_the_name_of_is_never_pruned_within_keep_days(env: Env) -> None:
+    """a.md deleted outside, then a new a.md written (an agent's delete-and-rewrite): the
+    deleted version stays listed and restorable, so the size cap never takes it within
+    keep_days (it went first, as an old version of a file that exists)."""
+    folder = _dir(env)
+    clock = Clock()
+    store = _store(env, clock, [], max_bytes=10_000)
+    old = _mem(folder, "a.md", "X" * 4000)
+    _mem(folder, "b.md", "B" * 4000)
+    scan_dir(folder, versions=store)
+    (folder / "a.md").unlink()
+    clock.now += 10
+    scan_dir(folder, versions=store)
+    _mem(folder, "a.md", "Y" * 4000)
+    clock.now += 10
+    scan_dir(folder, versions=store)
+    assert [d.sha256 for d in versions.deleted(store, folder)] == [_sha(old)]
+    clock.now += 100
+    versions.prune(store)
+    assert [d.sha256 for d in versions.deleted(store, folder)] == [_sha(old)]
+    assert store.read_object(_sha(old)) == old
+    clock.now += 31 * DAY  # past keep_days it may go
+    versions.prune(store)
+    assert versions.deleted(store, folder) == []

@@ -1102,8 +1102,24 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             }
             for md, bad in listing.invalid
         ]
+        # versions: files deleted outside memoryd, restorable the same way
+        from memoryd import cmd_versions
+
+        elsewhere = cmd_versions.deleted_rows(rt, args.dirs)
         if args.json:
-            json.dump({"trash": rows, "invalid": invalid}, out, indent=2, ensure_ascii=False)
+            outside = [
+                {
+                    "id": d.id,
+                    "dir": str(d.dir),
+                    "file": d.name,
+                    "sha256": d.sha256,
+                    "size": d.size,
+                    "time": d.when,
+                }
+                for d in elsewhere
+            ]
+            document = {"trash": rows, "deleted_outside": outside, "invalid": invalid}
+            json.dump(document, out, indent=2, ensure_ascii=False)
             out.write("\n")
         else:
             import os
@@ -1112,13 +1128,12 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             from memoryd.views.trash import render
 
             paint = Painter(use_color(args.color, out, os.environ))
-            out.write(render(rows, time.time(), paint))
+            if rows or not elsewhere:  # not "The trash is empty." above what is restorable
+                out.write(render(rows, time.time(), paint))
         for bad in [] if args.json else invalid:
             out.write(f"INVALID  {shown(bad['message'])}\n")
-        if not args.json:  # versions: files deleted outside memoryd, restorable the same way
-            from memoryd import cmd_versions
-
-            out.write(cmd_versions.render_deleted(cmd_versions.deleted_rows(rt, args.dirs)))
+        if not args.json:
+            out.write(cmd_versions.render_deleted(elsewhere))
         return EXIT_FINDINGS if invalid else EXIT_OK
     if not (args.trash_command == "purge" and args.dry_run):  # a dry run writes nothing at all
         _recover(rt)

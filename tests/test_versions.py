@@ -1168,3 +1168,27 @@ def test_a_deletion_a_new_file_took_the_name_of_is_never_pruned_within_keep_days
     clock.now += 31 * DAY  # past keep_days it may go
     versions.prune(store)
     assert versions.deleted(store, folder) == []
+
+
+def test_trash_list_shows_a_deletion_outside_without_calling_the_trash_empty(
+    env: Env, cli: Any
+) -> None:
+    """With nothing in the trash and one memory deleted outside memoryd, `trash list` lists
+    that deletion without first saying "The trash is empty.", and `--json` holds it under
+    `deleted_outside` with the id `trash restore` takes."""
+    folder = _dir(env)
+    for name in ("a.md", "b.md"):
+        _mem(folder, name, f"lesson of {name}")
+    assert cli("index", folder).code == 0
+    data = (folder / "b.md").read_bytes()
+    (folder / "b.md").unlink()
+    assert cli("index", folder).code == 0
+    listed = cli("trash", "list", folder).out
+    assert "The trash is empty" not in listed and "deleted outside memoryd" in listed, listed
+    doc = json.loads(cli("trash", "list", folder, "--json").out)
+    assert doc["trash"] == []
+    (item,) = doc["deleted_outside"]
+    assert (item["file"], item["sha256"], item["size"]) == ("b.md", _sha(data), len(data))
+    assert item["id"] in listed
+    assert cli("trash", "restore", item["id"], folder).code == 0
+    assert (folder / "b.md").read_bytes() == data

@@ -154,22 +154,26 @@ def _restore(
     number: int,
     out: TextIO,
 ) -> int:
-    from memoryd import fsops
+    from memoryd import fsops, restored
 
     version = _pick(found, number)
-    data = store.read_object(version.sha256)
-    if data is None:
-        raise MemorydError(
-            f"{folder / name}: the bytes of version {number} are no longer kept (pruned past "
-            "versions.keep_days or the store's cap); nothing was written"
-        )
     with rt.store.lock(folder), fsops.open_dir(folder) as fd:
         now = fsops.identity_of(fd, name, versions.OBJECT_MAX)
-        if now is not None and now[1].sha256 == version.sha256:
+        if now is not None and now[1].sha256 == version.sha256:  # whether its bytes are kept
             out.write(f"{shown(folder / name)} already holds version {number}; nothing to do\n")
             return EXIT_OK
+        data = store.read_object(version.sha256)
+        if data is None:
+            raise MemorydError(
+                f"{folder / name}: the bytes of version {number} are no longer kept (pruned "
+                "past versions.keep_days or the store's cap); nothing was written"
+            )
         if now is not None:  # what it replaces stays in the history, read by no scan or not
             store.keep_current(folder, name, now[0], now[1].sha256)
+        if name not in versions.INDEX_FILES:  # a person chose these bytes, as a trash restore
+            when = restored.now_iso(rt.clock())
+            pin = restored.Pin(name, version.sha256, when, f"v{number}:{version.sha256[:12]}")
+            restored.record(rt.store, folder, pin)
         store.intend_restore(folder, name, data)
         # The check-and-swap writer: if someone writes the file meanwhile, nothing of
         # theirs is lost and nothing is written (rerun to restore over their version).

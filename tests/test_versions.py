@@ -1192,3 +1192,28 @@ def test_trash_list_shows_a_deletion_outside_without_calling_the_trash_empty(
     assert item["id"] in listed
     assert cli("trash", "restore", item["id"], folder).code == 0
     assert (folder / "b.md").read_bytes() == data
+
+
+def test_history_restore_pins_the_memory_and_says_already_held_before_looking_for_bytes(
+    env: Env, cli: Any
+) -> None:
+    """`history FILE --restore N` of a memory is a person's choice, as a trash restore is: the
+    file is pinned to those bytes (no dream pass moves it again until they change). Asked for
+    the version the file already holds, it says so, even when those bytes are no longer kept."""
+    from memoryd import restored
+
+    folder = _dir(env)
+    first = _mem(folder, "a.md", "the first lesson")
+    assert cli("index", folder).code == 0
+    _mem(folder, "a.md", "the agent's rewrite")
+    assert cli("index", folder).code == 0
+    back = cli("history", folder / "a.md", "--restore", "1")
+    assert back.code == 0, back.err
+    assert (folder / "a.md").read_bytes() == first
+    pins = restored.load(env.runtime().store, folder)
+    assert [(p.file, p.sha256) for p in pins] == [("a.md", _sha(first))]
+    store = versions.for_runtime(env.runtime())
+    (store.objects / _sha(first)).unlink()  # its bytes gone (pruned, say)
+    again = cli("history", folder / "a.md", "--restore", "1")
+    assert again.code == 0, again.err
+    assert "already holds version 1" in again.out

@@ -746,33 +746,33 @@ class VersionStore:
             os.close(fd)
         return data if hashlib.sha256(data).hexdigest() == sha else self._read_packed(sha)
 
-    def temp_shas(self) -> set[str]:
-        """The sha256s of the objects written under a temp name and not put in place yet (by
-        name alone: read_temp checks the bytes)."""
+    def _object_temps(self) -> list[tuple[str, str]]:
+        """Each temp in the objects folder (written, not put in place yet), with the sha256
+        its name carries: `.<sha256>.memoryd-<pid>-<hex>.tmp` (fsops.temp_name)."""
         try:
             names = os.listdir(self.objects)
         except OSError:
-            return set()
-        return {n[1:].partition(fsops.TEMP_MARK)[0] for n in names if fsops.TEMP_MARK in n}
+            return []
+        return [(n, n[1:].partition(fsops.TEMP_MARK)[0]) for n in names if fsops.is_own_temp(n)]
+
+    def temp_shas(self) -> set[str]:
+        """The sha256s of the objects written under a temp name and not put in place yet (by
+        name alone: read_temp checks the bytes)."""
+        return {sha for _, sha in self._object_temps()}
 
     def read_temp(self, sha: str) -> bytes | None:
         """`sha`'s bytes from a whole temp not put in place yet: the daemon renames a pass's
         new objects into place at its next heartbeat, and until then a command's `history
         --restore` or `trash restore` found no bytes (and `history` said them pruned)."""
-        prefix = f".{sha}{fsops.TEMP_MARK}"
-        try:
-            names = [n for n in os.listdir(self.objects) if n.startswith(prefix)]
-        except OSError:
-            return None
+        names = [name for name, carried in self._object_temps() if carried == sha]
         if not names:
             return None
         fd = self._objects_fd()
         try:
             for name in names:
-                with contextlib.suppress(OSError, ValueError):
-                    data = fsops.read_regular(fd, name, OBJECT_MAX)[0]
-                    if hashlib.sha256(data).hexdigest() == sha:  # whole, not being written
-                        return data
+                data = _whole_temp(fd, name, sha)
+                if data is not None:
+                    return data
         finally:
             os.close(fd)
         return None
@@ -800,25 +800,18 @@ class VersionStore:
         put: list[str] = []
         _remove_dead_temps(self.packs)  # a pack's temp: no log line names what it holds
         _remove_dead_temps(self.logs)  # a compaction's: the old log is still in place
-        try:
-            names = [n for n in os.listdir(self.objects) if fsops.is_own_temp(n)]
-        except OSError:
-            return put
-        if not names:
+        temps = self._object_temps()
+        if not temps:
             return put
         fd = self._objects_fd()
         try:
-            for name in names:
+            for name, sha in temps:
                 pid = fsops.temp_owner(name)
                 if pid is None or pid == os.getpid() or fsops._alive(pid):
                     continue
-                sha = name[1:].partition(fsops.TEMP_MARK)[0]
-                try:
-                    data: bytes | None = fsops.read_regular(fd, name, OBJECT_MAX)[0]
-                except (OSError, ValueError):
-                    data = None
+                data = _whole_temp(fd, name, sha)
                 with contextlib.suppress(OSError):
-                    if data is not None and hashlib.sha256(data).hexdigest() == sha:
+                    if data is not None:
                         _fsync_at(fd, name)
                         os.rename(name, sha, src_dir_fd=fd, dst_dir_fd=fd)
                         put.append(sha)
@@ -1412,6 +1405,16 @@ def _plain(row: object) -> bool:
         and "/" not in row["f"]
         and not row["f"].startswith(".")
     )
+
+
+def _whole_temp(objects_fd: int, name: str, sha: str) -> bytes | None:
+    """The bytes of the object temp `name` when they are whole (their sha256 is `sha`, the one
+    its name carries): never a temp being written, nor one that is no regular file."""
+    try:
+        data = fsops.read_regular(objects_fd, name, OBJECT_MAX)[0]
+    except (OSError, ValueError):
+        return None
+    return data if hashlib.sha256(data).hexdigest() == sha else None
 
 
 def _remove_dead_temps(folder: Path) -> None:

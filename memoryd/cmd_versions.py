@@ -159,7 +159,7 @@ def _restore(
     version = _pick(found, number)
     with rt.store.lock(folder), fsops.open_dir(folder) as fd:
         now = fsops.identity_of(fd, name, versions.OBJECT_MAX)
-        if now is not None and now[1].sha256 == version.sha256:  # whether its bytes are kept
+        if now is not None and now[1].sha256 == version.sha256:  # kept bytes or not
             out.write(f"{shown(folder / name)} already holds version {number}; nothing to do\n")
             return EXIT_OK
         data = store.read_object(version.sha256)
@@ -232,9 +232,9 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
         when = restored.now_iso(rt.clock())
         restored.record(rt.store, item.dir, restored.Pin(name, item.sha256, when, item.id))
         store.intend_restore(item.dir, name, data)
-        # Never over a file (a new name instead).
-        # Its bytes back in the dir under `name` (the record just made): no longer listed as
-        # deleted. Nothing is said of `item.name`, which another file may hold now.
+        # Never over a file (a new name instead). Its bytes back in the dir under `name` (the
+        # record just made): no longer listed as deleted. Nothing is said of `item.name`,
+        # which another file may hold now.
         fsops.replace_file(item.dir, name, data, None, versions=rt.versions)
         rt.audit.write("trash.restored", dir=item.dir, file=item.name, id=item.id, **{"as": name})
         # Its pointer line, as the newest kept MEMORY.md that had one held it, where it sat.

@@ -9,8 +9,8 @@ manifest write their private files with `write_private`, the audit log appends o
 """
 
 import contextlib
-import ctypes
 import errno
+import functools
 import hashlib
 import itertools
 import os
@@ -51,14 +51,23 @@ class OwnContent(Protocol):
 def libc_function(name: str) -> Any:
     """A C library function by name from the process's own symbols (libc's among them), or
     None where there is none: no ctypes.util.find_library, which imports subprocess and may
-    run ldconfig (~3 ms of every command's start-up)."""
+    run ldconfig (~3 ms of every command's start-up). ctypes itself is imported here, at the
+    first such lookup: its import is ~2.5 ms of every command's start-up, and most commands
+    write nothing."""
+    import ctypes
+
     try:
         return getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
 
 
-def _load_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+@functools.cache
+def _renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    """libc's renameat2 with its argument types, looked up at its first use (None where libc
+    lacks it: the portable fallback runs)."""
+    import ctypes
+
     func = libc_function("renameat2")
     if func is None:
         return None
@@ -67,18 +76,24 @@ def _load_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
     return func  # type: ignore[no-any-return,unused-ignore]
 
 
-_renameat2 = _load_renameat2()
-# Whether to use renameat2 at all: False where libc lacks it (the portable fallback runs; a
-# kernel or filesystem without it is found out per call). The tests turn it off too.
-use_renameat2 = _renameat2 is not None
+def renameat2_available() -> bool:
+    """Whether libc has renameat2 (a kernel or filesystem without it is found out per call)."""
+    return _renameat2() is not None
+
+
+# Whether to use renameat2 where libc has it; the tests turn it off to run the fallback.
+use_renameat2 = True
 
 
 def renameat2(src_fd: int, src: str, dst_fd: int, dst: str, flags: int) -> None:
     """Raise NotImplementedError where the kernel, libc or filesystem cannot do it."""
-    if not use_renameat2 or _renameat2 is None:
+    func = _renameat2() if use_renameat2 else None
+    if func is None:
         raise NotImplementedError
-    result = _renameat2(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), flags)
+    result = func(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), flags)
     if result != 0:
+        import ctypes  # loaded by _renameat2 already
+
         err = ctypes.get_errno()
         if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
             raise NotImplementedError

@@ -71,7 +71,7 @@ def test_a_file_swapped_between_check_and_rename_stays_in_the_dir(
     """An agent's atomic save landing after the pass checked the file and before it renamed
     it: the new version stays under its name byte for byte, the move counts as "modified
     since plan", and the next pass moves (and restore brings back) the version it checked."""
-    if renameat2 and not fsops.use_renameat2:
+    if renameat2 and not fsops.renameat2_available():
         pytest.skip("no renameat2 here")
     monkeypatch.setattr(fsops, "use_renameat2", renameat2)
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")

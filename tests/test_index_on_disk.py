@@ -233,7 +233,7 @@ def test_concurrent_rename_over_between_read_and_swap_loses_nothing(
     env: Env, mdir: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
 ) -> None:
     """Someone renames a new MEMORY.md over ours mid-write: their line survives, ours follows."""
-    monkeypatch.setattr(fsops, "use_renameat2", exchange and fsops._renameat2 is not None)
+    monkeypatch.setattr(fsops, "use_renameat2", exchange and fsops.renameat2_available())
     calls: list[int] = []
 
     def other_writer(folder: Path, name: str) -> None:
@@ -495,7 +495,7 @@ def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
     """The daemon's pass after a change checks the index it holds by stat, then swaps; a writer
     who rewrites MEMORY.md in place with the same size and mtime is caught by the bytes the
     swap took out (or, without the exchange, by a read before the rename): nothing is lost."""
-    monkeypatch.setattr(fsops, "use_renameat2", exchange and fsops._renameat2 is not None)
+    monkeypatch.setattr(fsops, "use_renameat2", exchange and fsops.renameat2_available())
     rt = env.runtime()
     first = index_dir(rt, _dir(mdir), hold=True)
     assert first.status == "updated" and first.held is not None
@@ -627,7 +627,7 @@ def test_a_failed_look_at_the_old_file_is_a_conflict_and_loses_nothing(
     """After the exchange our temp name holds what was under the index's name: if looking
     at it fails (a symlink swapped in, say), it is exchanged back, never unlinked; without
     the exchange, nothing is renamed. Either way: a conflict, their file in place."""
-    if exchange and fsops._renameat2 is None:
+    if exchange and not fsops.renameat2_available():
         pytest.skip("no renameat2 here")
     monkeypatch.setattr(fsops, "use_renameat2", exchange)
     path = tmp_path / "MEMORY.md"

@@ -1168,7 +1168,7 @@ class VersionStore:
                 return  # the stamp holds: nothing new, nothing gone (the table not read)
             session.hold()
             self._catch_up(d)
-            if only is None:
+            if only is None and before:  # with no cache (a first start), every file was read
                 self._backfill(session, dir_fd, files, d)
             session.spill()
             if session.pack is not None:  # in place before the log names any of its objects

@@ -1217,3 +1217,20 @@ def test_history_restore_pins_the_memory_and_says_already_held_before_looking_fo
     again = cli("history", folder / "a.md", "--restore", "1")
     assert again.code == 0, again.err
     assert "already holds version 1" in again.out
+
+
+def test_files_a_scan_took_from_a_cache_older_than_the_store_each_get_their_version(
+    env: Env,
+) -> None:
+    """A scan cache filled while no store kept versions (or a log lost since): the first scan
+    with the store takes those files from the cache unread, and reads each once more so that
+    its version is kept."""
+    folder = _dir(env)
+    kept = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)}
+    cache = scan_dir(folder).files  # no store
+    with versions.using(_store(env, Clock(), [])) as store:
+        again = scan_dir(folder, cache, versions=store)
+    assert all(again.files[n] is cache[n] for n in kept)  # taken from the cache, not parsed
+    assert {n: _sha(d) for n, d in kept.items()} == dict(store.table(folder).seen)
+    assert all(store.read_object(_sha(d)) == d for d in kept.values())
+

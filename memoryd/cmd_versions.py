@@ -170,16 +170,22 @@ def _restore(
             )
         if now is not None:  # what it replaces stays in the history, read by no scan or not
             store.keep_current(folder, name, now[0], now[1].sha256)
+        pins = rt.store.load_pins(folder)
         if name not in versions.INDEX_FILES:  # a person chose these bytes, as a trash restore
             when = restored.now_iso(rt.clock())
             pin = restored.Pin(name, version.sha256, when, f"v{number}:{version.sha256[:12]}")
             restored.record(rt.store, folder, pin)
-        store.intend_restore(folder, name, data)
+        sha = store.intend_restore(folder, name, data)
         # The check-and-swap writer: if someone writes the file meanwhile, nothing of
         # theirs is lost and nothing is written (rerun to restore over their version).
-        fsops.replace_file(
-            folder, name, data, now[1] if now is not None else None, versions=rt.versions
-        )
+        try:
+            fsops.replace_file(
+                folder, name, data, now[1] if now is not None else None, versions=rt.versions
+            )
+        except MemorydError:
+            current = (now[1].sha256, now[1].size) if now is not None else None
+            _unwritten(rt, store, folder, (name, sha, len(data)), current, pins)
+            raise
     rt.audit.write(
         "trash.restored", dir=folder, file=name, id=f"v{number}:{version.sha256[:12]}",
         **{"as": name},
@@ -189,6 +195,31 @@ def _restore(
         f"{version.sha256[:12]}); the version it replaced stays in its history\n"
     )
     return EXIT_OK
+
+
+def _unwritten(
+    rt: Runtime,
+    store: versions.VersionStore,
+    folder: Path,
+    meant: tuple[str, str, int],
+    current: tuple[str, int] | None,
+    pins: bytes | None,
+) -> None:
+    """A restore's write of `meant` (name, sha256, size) failed: its pin and its `restoring`
+    line are taken back (the file that was there keeps its pin; the log says again what the
+    dir holds). Neither may hide the error that brought us here."""
+    with contextlib.suppress(OSError):
+        rt.store.save_pins(folder, pins if pins is not None else b"[]")
+    with contextlib.suppress(OSError):
+        store.restore_failed(folder, *meant, current)
+
+
+def _why(error: BaseException) -> str:
+    """The system's reason for a failed write (the message when there is none)."""
+    cause = error.__cause__
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    return str(error)
 
 
 # --- trash list / restore: files deleted outside memoryd -------------------------------------
@@ -228,14 +259,30 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
         raise MemorydError(f"{item.dir / item.name}: its kept version is damaged or gone")
     md = memory_dir_at(item.dir, rt.config)
     with rt.store.lock(item.dir):
+        if versions.find_deleted(store, [item.dir], item.id) is None:  # restored meanwhile
+            raise MemorydError(
+                f"{item.id} ({item.dir / item.name}) was restored by another memoryd command "
+                "while this one waited; nothing was done (`memoryd trash list` shows what is "
+                "still restorable)"
+            )
         name = trash.restore_name(item.dir, item.name)
         when = restored.now_iso(rt.clock())
+        pins = rt.store.load_pins(item.dir)
         restored.record(rt.store, item.dir, restored.Pin(name, item.sha256, when, item.id))
-        store.intend_restore(item.dir, name, data)
+        sha = store.intend_restore(item.dir, name, data)
         # Never over a file (a new name instead). Its bytes back in the dir under `name` (the
         # record just made): no longer listed as deleted. Nothing is said of `item.name`,
         # which another file may hold now.
-        fsops.replace_file(item.dir, name, data, None, versions=rt.versions)
+        try:
+            fsops.replace_file(item.dir, name, data, None, versions=rt.versions)
+        except MemorydError as error:
+            _unwritten(rt, store, item.dir, (name, sha, len(data)), None, pins)
+            raise MemorydError(
+                f"{item.dir / name}: could not be written ({_why(error)}); nothing was "
+                f"restored, and the deletion of {item.name} stays listed by `memoryd trash "
+                f"list`. Free disk space or fix the folder's permissions, then rerun `memoryd "
+                f"trash restore {item.id}`"
+            ) from error
         rt.audit.write("trash.restored", dir=item.dir, file=item.name, id=item.id, **{"as": name})
         # Its pointer line, as the newest kept MEMORY.md that had one held it, where it sat.
         preferred: dict[str, str] = {}

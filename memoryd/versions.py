@@ -1077,6 +1077,18 @@ class VersionStore:
             self.record(path, name, sha, len(data), "restoring", MEMORYD)
         return sha
 
+    def restore_failed(
+        self, path: Path, name: str, sha: str, size: int, current: tuple[str, int] | None
+    ) -> None:
+        """The restore `intend_restore` announced wrote nothing: the name's latest record is
+        made what the dir holds again, the version now there (`current`: sha256, size) or
+        none. Left at `restoring`, the name would be missing from the table's seen files,
+        and a partial scan would never notice that file's deletion."""
+        if current is not None:
+            self.record(path, name, current[0], current[1], "seen", MEMORYD)
+        else:
+            self.record(path, name, sha, size, "gone", MEMORYD)
+
     def keep_current(self, path: Path, name: str, data: bytes, sha: str) -> None:
         """The file a `history --restore` is about to replace, as it read it: kept as a
         version first (one no scan read yet, an agent's rewrite say, would be lost else)."""
@@ -1640,26 +1652,71 @@ def deleted(store: VersionStore, path: Path) -> list[Deleted]:
     """Files of the dir deleted outside memoryd, whose last version is kept, oldest first.
 
     A deletion stays listed until its bytes are back in the dir (read again under any name,
-    or being restored), also when a new file has taken its name since: an agent that deletes
-    a memory and writes another under the same name must not make the first unrestorable
-    (the `memory.deleted_outside` row's restore command names it)."""
+    or restored: in place under the name memoryd wrote them as), also when a new file has
+    taken its name since: an agent that deletes a memory and writes another under the same
+    name must not make the first unrestorable (the `memory.deleted_outside` row's restore
+    command names it)."""
     found: dict[tuple[str, str], Record] = {}  # (name, sha256) -> the deletion, newest
     names_of: dict[str, set[str]] = {}  # sha256 -> the names `found` holds it under
+    # Deletions a `restoring` line took out, by sha256, with the name it was restored as: the
+    # line is written before the file (so that reading the file back is memoryd's doing), so
+    # it proves nothing by itself. A restore that failed or was killed before its swap must
+    # leave the deletion listed: held until its bytes are read again, else looked up below.
+    held: dict[str, list[tuple[str, Record]]] = {}
     for rec in store.records(path):
         if rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra:
             found.pop((rec.f, rec.h), None)
             found[(rec.f, rec.h)] = rec
             names_of.setdefault(rec.h, set()).add(rec.f)
-        elif rec.e in ("seen", "restoring"):
+        elif rec.e == "seen":
             for name in names_of.pop(rec.h, ()):  # by sha256: a log of 10,000s of lines
                 del found[(name, rec.h)]
+            held.pop(rec.h, None)
+        elif rec.e == "restoring":
+            for name in names_of.pop(rec.h, ()):
+                held.setdefault(rec.h, []).append((rec.f, found.pop((name, rec.h))))
         elif "restored_as" in rec.extra and found.pop((rec.f, rec.h), None) is not None:
             names_of[rec.h].discard(rec.f)  # an older memoryd's mark of a restore
+    if held:
+        _unheld(path, held, found)
     return [
         Deleted(deleted_id(path, rec.f, rec.t), path, rec.f, rec.h, rec.n, rec.t)
         for rec in sorted(found.values(), key=lambda r: (r.t, r.f))
         if rec.f not in INDEX_FILES and store.has_object(rec.h)
     ]
+
+
+def _unheld(
+    path: Path,
+    held: Mapping[str, Sequence[tuple[str, Record]]],
+    found: dict[tuple[str, str], Record],
+) -> None:
+    """Put back into `found` each held deletion whose restore did not happen: the name it
+    was restored as does not hold its bytes now (nothing read them back since either)."""
+    holds: dict[tuple[str, str], bool] = {}
+    try:
+        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        dir_fd = -1  # the dir is gone: so is every restore into it
+    try:
+        for sha, items in held.items():
+            for restored_as, rec in items:
+                key = (restored_as, sha)
+                if key not in holds:
+                    holds[key] = dir_fd >= 0 and _holds(dir_fd, restored_as, sha)
+                if not holds[key] and (rec.f, sha) not in found:
+                    found[(rec.f, sha)] = rec
+    finally:
+        if dir_fd >= 0:
+            os.close(dir_fd)
+
+
+def _holds(dir_fd: int, name: str, sha: str) -> bool:
+    try:
+        data, _ = fsops.read_regular(dir_fd, name, OBJECT_MAX)
+    except (OSError, ValueError):
+        return False
+    return hashlib.sha256(data).hexdigest() == sha
 
 
 def find_deleted(store: VersionStore, dirs: Sequence[Path], key: str) -> Deleted | None:

@@ -1,0 +1,159 @@
+"""Restores from the version store that fail or are cut short: `trash restore ID` of a file
+deleted outside memoryd and `history FILE --restore N` leave what was restorable restorable,
+say which file and what to do, and leave the log and the pins as the dir really is."""
+
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryd import fsops, restored, versions
+from memoryd.scan import scan_dir
+from tests.conftest import Env, InjectedCrash, crash_at
+
+LIMIT = 100_000  # RLIMIT_FSIZE of the restoring process: the memory is bigger, all else smaller
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _mem(folder: Path, name: str, body: str) -> bytes:
+    data = f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\n{body}\n".encode()
+    (folder / name).write_bytes(data)
+    return data
+
+
+def _dir(env: Env) -> Path:
+    folder = env.home / "mem"
+    folder.mkdir()
+    return folder.resolve()
+
+
+def _full_disk(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`memoryd ARGS` in a process that cannot write a file past LIMIT bytes (EFBIG, as a
+    full disk's ENOSPC: Python ignores SIGXFSZ)."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
+
+    return subprocess.run(
+        [sys.executable, "-m", "memoryd", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=limit,
+    )
+
+
+def _deleted_ids(cli: Any, folder: Path) -> list[str]:
+    doc = json.loads(cli("trash", "list", folder, "--json").out)
+    return [d["id"] for d in doc["deleted_outside"]]
+
+
+def _deleted_big(env: Env, cli: Any) -> tuple[Path, bytes, str]:
+    folder = _dir(env)
+    _mem(folder, "a.md", "a small lesson")
+    big = _mem(folder, "big.md", "x" * (2 * LIMIT))
+    assert cli("index", folder).code == 0
+    (folder / "big.md").unlink()
+    assert cli("index", folder).code == 0
+    (restore_id,) = _deleted_ids(cli, folder)
+    return folder, big, restore_id
+
+
+def test_a_trash_restore_that_cannot_write_leaves_the_deletion_listed(env: Env, cli: Any) -> None:
+    """`trash restore ID` of a file deleted outside memoryd, on a disk that takes no more:
+    exit 1, no traceback, the error names the file and the rerun; nothing is left in the
+    dir, the deletion is still listed under its id and comes back byte-identical once the
+    disk has room (the restoring line was written first, and used to hide it for good)."""
+    folder, big, restore_id = _deleted_big(env, cli)
+    before = sorted(os.listdir(folder))
+    failed = _full_disk("trash", "restore", restore_id, folder)
+    assert failed.returncode == 1, failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert f"{folder}/big.md" in failed.stderr and f"trash restore {restore_id}" in failed.stderr
+    assert sorted(os.listdir(folder)) == before
+    assert _deleted_ids(cli, folder) == [restore_id]
+    back = cli("trash", "restore", restore_id, folder)
+    assert back.code == 0, back.err
+    assert (folder / "big.md").read_bytes() == big
+    assert cli("index", folder).code == 0
+    assert _deleted_ids(cli, folder) == []
+    assert "big.md" in (folder / "MEMORY.md").read_text()
+    outside = [r for r in env.audit_rows() if r["event"].endswith("_outside")]
+    assert [r["file"] for r in outside] == ["big.md"]  # the deletion; the restore is memoryd's
+
+
+def test_a_restore_killed_before_its_write_leaves_the_deletion_listed(
+    env: Env, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `trash restore ID` killed after its restoring line, before the file is in place: the
+    deletion is still listed and restorable under its id."""
+    folder, big, restore_id = _deleted_big(env, cli)
+    with monkeypatch.context() as patched, pytest.raises(InjectedCrash):
+        patched.setattr(fsops, "crash_point", crash_at("index.before_swap"))
+        cli("trash", "restore", restore_id, folder)
+    assert not (folder / "big.md").exists()
+    assert _deleted_ids(cli, folder) == [restore_id]
+    assert cli("trash", "restore", restore_id, folder).code == 0
+    assert (folder / "big.md").read_bytes() == big
+    assert _deleted_ids(cli, folder) == []
+
+
+def test_a_deletion_a_restore_announced_is_unlisted_while_its_bytes_are_in_place(env: Env) -> None:
+    """Between the restoring line and any scan reading the file back, the deletion is listed
+    exactly while the restored name does not hold its bytes: before the write, not after
+    it, and again when the restored file goes before any scan saw it."""
+    folder = _dir(env)
+    data = _mem(folder, "a.md", "a lesson")
+    store = versions.VersionStore(env.state)
+    scan_dir(folder, versions=store)
+    (folder / "a.md").unlink()
+    scan_dir(folder, versions=store)
+    (listed,) = versions.deleted(store, folder)
+    store.intend_restore(folder, "a.md", data)
+    assert versions.deleted(store, folder) == [listed]
+    (folder / "a.md").write_bytes(data)  # the swap, read by no scan yet
+    assert versions.deleted(store, folder) == []
+    (folder / "a.md").write_bytes(data + b"changed")
+    assert versions.deleted(store, folder) == [listed]
+    (folder / "a.md").unlink()
+    assert versions.deleted(store, folder) == [listed]
+    (folder / "a.md").write_bytes(data)
+    scan_dir(folder, versions=store)  # read back: memoryd's, and no longer a deletion
+    (folder / "a.md").unlink()
+    assert [d.name for d in versions.deleted(store, folder)] == []
+
+
+def test_a_failed_history_restore_keeps_the_pins_and_the_files_deletion_seen(
+    env: Env, cli: Any
+) -> None:
+    """`history FILE --restore N` that cannot write: exit 1 naming the file, the file and its
+    pin as they were; the log's latest record of the file is again its current version, so
+    that a deletion of it afterwards is still seen and listed."""
+    folder = _dir(env)
+    _mem(folder, "a.md", "x" * (2 * LIMIT))
+    assert cli("index", folder).code == 0
+    current = _mem(folder, "a.md", "the agent's shorter rewrite")
+    assert cli("index", folder).code == 0
+    pin = restored.Pin("a.md", _sha(current), "2026-12-01T00:00:00+00:00", "0123456789")
+    restored.record(env.runtime().store, folder, pin)
+    failed = _full_disk("history", folder / "a.md", "--restore", "1")
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
+    assert f"{folder}/a.md" in failed.stderr
+    assert (folder / "a.md").read_bytes() == current
+    assert restored.load(env.runtime().store, folder) == [pin]
+    store = versions.VersionStore(env.state)
+    assert store.latest(store.table(folder), "a.md") == (_sha(current), "seen")
+    previous = scan_dir(folder)
+    (folder / "a.md").unlink()
+    scan_dir(folder, previous=previous, only={"a.md"}, versions=store)  # the daemon's, of a.md
+    assert [d.sha256 for d in versions.deleted(store, folder)] == [_sha(current)]

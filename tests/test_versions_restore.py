@@ -15,7 +15,8 @@ import pytest
 
 from memoryd import fsops, restored, versions
 from memoryd.scan import scan_dir
-from tests.conftest import Env, InjectedCrash, crash_at
+from tests.conftest import Env, InjectedCrash, crash_at, lock_held_elsewhere
+from tests.helpers import wait_for
 
 LIMIT = 100_000  # RLIMIT_FSIZE of the restoring process: the memory is bigger, all else smaller
 
@@ -157,3 +158,45 @@ def test_a_failed_history_restore_keeps_the_pins_and_the_files_deletion_seen(
     (folder / "a.md").unlink()
     scan_dir(folder, previous=previous, only={"a.md"}, versions=store)  # the daemon's, of a.md
     assert [d.sha256 for d in versions.deleted(store, folder)] == [_sha(current)]
+
+
+def _waiting_on(lock: Path) -> int:
+    """How many processes wait for the flock on `lock` (/proc/locks' `->` lines)."""
+    ino = lock.stat().st_ino
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if "->" in line and line.split()[6].endswith(f":{ino}"))
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs /proc/locks")
+def test_two_restores_of_one_deletion_waiting_for_the_lock_restore_it_once(
+    env: Env, cli: Any
+) -> None:
+    """Two `trash restore ID` run while the dir's lock is held elsewhere: each found the
+    deletion before it waited; the second to get the lock looks again, says it was restored
+    meanwhile (exit 1) and writes nothing (it used to restore it a second time, as
+    big.restored-1.md)."""
+    from memoryd.state import dir_key
+
+    folder, big, restore_id = _deleted_big(env, cli)
+    rt = env.runtime()
+    lock = rt.store.root / f"{dir_key(folder)}.lock"
+    with lock_held_elsewhere(rt.paths.state_dir, folder):
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "memoryd", "trash", "restore", restore_id, str(folder)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        wait_for(lambda: _waiting_on(lock) == 2, what="both restores waiting for the lock")
+    results = [p.communicate(timeout=60) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 1], results
+    err = next(err for p, (_, err) in zip(procs, results, strict=True) if p.returncode)
+    assert "restored by another memoryd command" in err and "Traceback" not in err
+    assert sorted(n for n in os.listdir(folder) if n.endswith(".md")) == [
+        "MEMORY.md", "a.md", "big.md"
+    ]  # fmt: skip
+    assert (folder / "big.md").read_bytes() == big

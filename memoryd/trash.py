@@ -559,7 +559,7 @@ def _manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
                 continue
             try:
                 row = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):  # nested past json's depth: none we wrote
                 row = None
             yield number, row if isinstance(row, dict) else None
         if lines.cut:

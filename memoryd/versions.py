@@ -871,10 +871,10 @@ class VersionStore:
                     lines.append(raw)
             try:  # one parse of the whole tail: 10,000 lines one by one cost 5x more
                 rows = json.loads(b"[" + b",".join(lines) + b"]")
-            except ValueError:
+            except (ValueError, RecursionError):  # a line nested past json's depth
                 rows = []
                 for raw in lines:
-                    with contextlib.suppress(ValueError):
+                    with contextlib.suppress(ValueError, RecursionError):
                         rows.append(json.loads(raw))
             for row in rows:
                 if _plain(row):  # the first line (the dir) and anything else: skipped
@@ -1045,7 +1045,7 @@ class VersionStore:
             for _, raw in BoundedLines(fd, max_line=LOG_LINE_MAX):
                 if raw is None:
                     continue
-                with contextlib.suppress(ValueError):
+                with contextlib.suppress(ValueError, RecursionError):
                     rec = _record(json.loads(raw), skip_reason)
                     if rec is not None:
                         out.append(rec)
@@ -1058,7 +1058,7 @@ class VersionStore:
         out = []
         with contextlib.suppress(OSError):
             for log in sorted(self.logs.glob("*.jsonl")):
-                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
                     fd, _ = open_regular(log, follow=False)
                     try:
                         first = os.read(fd, 8192).split(b"\n", 1)[0]
@@ -1509,7 +1509,7 @@ def alarms(store: VersionStore) -> list[dict[str, Any]]:
     """The last mass-change alarms (one per dir, the newest), oldest first."""
     try:
         data = json.loads(read_bounded(store.root / ALARMS, 1 << 20, follow=False, prefix=True))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
     return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []
 
@@ -1923,7 +1923,7 @@ def compact(
                 head = raw
                 continue
             rec = None
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, RecursionError):
                 rec = _record(json.loads(raw), skip_reason)
             lines.append((raw, rec))
         by_name: dict[str, list[int]] = {}

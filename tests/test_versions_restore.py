@@ -200,3 +200,59 @@ def test_two_restores_of_one_deletion_waiting_for_the_lock_restore_it_once(
         "MEMORY.md", "a.md", "big.md"
     ]  # fmt: skip
     assert (folder / "big.md").read_bytes() == big
+
+
+def test_a_log_line_nested_past_jsons_depth_is_skipped_not_a_crash(env: Env, cli: Any) -> None:
+    """A version-log line of `[` (and one of `{"a":` pairs) just under the line limit: json
+    raises RecursionError, not ValueError, and `index`, `trash list`, `history` and `trash
+    restore` all died with a traceback. The line is skipped like any invalid one: the
+    deletion before it is still listed and restored."""
+    folder, big, restore_id = _deleted_big(env, cli)
+    log = versions.VersionStore(env.state).log_path(folder)
+    deep = '{"a":' * ((versions.LOG_LINE_MAX - 10) // 5)
+    with log.open("a") as out:
+        out.write("[" * (versions.LOG_LINE_MAX - 10) + "\n" + deep + "\n")
+    _mem(folder, "c.md", "a new lesson")
+    indexed = cli("index", folder)
+    assert indexed.code == 0, indexed.err
+    assert _deleted_ids(cli, folder) == [restore_id]
+    assert cli("history", folder / "a.md").code == 0
+    back = cli("trash", "restore", restore_id, folder)
+    assert back.code == 0, back.err
+    assert (folder / "big.md").read_bytes() == big
+
+
+def test_a_trash_manifest_line_nested_past_jsons_depth_breaks_nothing(env: Env, cli: Any) -> None:
+    """A line of 100,000 `[` appended to a trash manifest (in the memory dir, where any
+    process may write): `trash list`, `trash restore` and `dream` died with RecursionError;
+    the line is now one memoryd did not write, and the entry before it restores."""
+    folder = _dir(env)
+    data = _mem(folder, "a.md", "a lesson")
+    _mem(folder, "b.md", "another lesson")
+    assert cli("index", folder).code == 0
+    assert cli("forget", folder / "a.md", folder, "--yes").code == 0
+    (manifest,) = folder.glob(".trash/*/manifest.jsonl")
+    with manifest.open("a") as out:
+        out.write("[" * 100_000 + "\n")
+    listed = cli("trash", "list", folder)
+    assert "a.md" in listed.out and "Traceback" not in listed.err, listed.err
+    assert cli("dream", folder).code in (0, 1)
+    back = cli("trash", "restore", "a.md", folder)
+    assert back.code == 0, back.err
+    assert (folder / "a.md").read_bytes() == data
+
+
+def test_a_pins_file_nested_past_jsons_depth_is_no_pins_not_a_crash(env: Env, cli: Any) -> None:
+    """The state dir's restore pins of a dir, damaged into 100,000 `[`: `dream` and `trash
+    restore` died with RecursionError; they now read no pins, and the restore pins anew."""
+    folder = _dir(env)
+    data = _mem(folder, "a.md", "a lesson")
+    _mem(folder, "b.md", "another lesson")
+    assert cli("index", folder).code == 0
+    assert cli("forget", folder / "a.md", folder, "--yes").code == 0
+    env.runtime().store.save_pins(folder, b"[" * 100_000)
+    assert cli("dream", folder).code in (0, 1)
+    back = cli("trash", "restore", "a.md", folder)
+    assert back.code == 0, back.err
+    assert (folder / "a.md").read_bytes() == data
+    assert [p.file for p in restored.load(env.runtime().store, folder)] == ["a.md"]

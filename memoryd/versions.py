@@ -35,7 +35,9 @@ import fcntl
 import functools
 import hashlib
 import json
+import math
 import os
+import re
 import struct
 import sys
 import threading
@@ -145,17 +147,41 @@ def _record(row: object, skip_reason: Callable[[str], str | None]) -> Record | N
     t, f, h, n, e, by = (row.get(k) for k in ("t", "f", "h", "n", "e", "by"))
     if not (
         isinstance(t, int | float)
+        and not isinstance(t, bool)
+        and math.isfinite(t)  # json reads NaN and 1e400 (inf): no time a version had
         and isinstance(f, str)
         and isinstance(h, str)
+        and _SHA256.fullmatch(h) is not None  # it names an object file: never a path
         and isinstance(n, int)
+        and not isinstance(n, bool)
+        and n >= 0
         and e in ("seen", "gone", "moved", "restoring")
         and by in (MEMORYD, OTHER)
     ):
         return None
-    if skip_reason(f) not in (None, "index") or "/" in f:
+    if skip_reason(f) not in (None, "index") or "/" in f or not _entry_name(f):
         return None  # a name no scan could have recorded: never used
     extra = {k: v for k, v in row.items() if k not in ("t", "f", "h", "n", "e", "by")}
     return Record(float(t), f, h, n, str(e), str(by), extra)
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _entry_name(name: str) -> bool:
+    """Whether a name read from a log could be a directory entry's, as os.listdir gives it
+    (UTF-8, undecodable bytes as surrogateescape, no NUL): json reads a lone surrogate
+    (`"\\ud800"`) or a NUL from a line no scan wrote, and such a name fails every use (its
+    id, its path, the audit row) with a ValueError no caller expects."""
+    if "\0" in name:
+        return False
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(slots=True)
@@ -1416,6 +1442,7 @@ def _plain(row: object) -> bool:
         and row.get("e") in _EVENTS
         and "/" not in row["f"]
         and not row["f"].startswith(".")
+        and _entry_name(row["f"])
     )
 
 

@@ -256,3 +256,34 @@ def test_a_pins_file_nested_past_jsons_depth_is_no_pins_not_a_crash(env: Env, cl
     assert back.code == 0, back.err
     assert (folder / "a.md").read_bytes() == data
     assert [p.file for p in restored.load(env.runtime().store, folder)] == ["a.md"]
+
+
+def test_version_log_lines_no_memoryd_wrote_are_never_used(env: Env, cli: Any) -> None:
+    """Lines planted in a dir's version log: a name with a lone surrogate (`index` died on
+    its id, UnicodeEncodeError, once the scan found it gone), one with a NUL, a sha256 that
+    is a path (`/etc/hostname` was listed as restorable, and read), a NaN time (the text
+    `trash list` died; `--json` wrote NaN, no JSON), a negative size. None is listed or
+    used; the real deletion is listed and restores."""
+    folder, big, restore_id = _deleted_big(env, cli)
+    sha = _sha(b"planted")
+    store = versions.VersionStore(env.state)
+    store.store_object(b"planted", sha)
+    planted = [
+        {"t": 1.0, "f": "\ud800x.md", "h": sha, "n": 7, "e": "seen", "by": "other"},
+        {"t": 1.0, "f": "nul\u0000.md", "h": sha, "n": 7, "e": "seen", "by": "other"},
+        {"t": 2.0, "f": "nul\u0000.md", "h": sha, "n": 7, "e": "gone", "by": "other"},
+        {"t": 2.0, "f": "path.md", "h": "/etc/hostname", "n": 7, "e": "gone", "by": "other"},
+        {"t": float("nan"), "f": "nan.md", "h": sha, "n": 7, "e": "gone", "by": "other"},
+        {"t": 2.0, "f": "neg.md", "h": sha, "n": -7, "e": "gone", "by": "other"},
+    ]
+    with store.log_path(folder).open("a") as out:
+        out.writelines(json.dumps(row) + "\n" for row in planted)
+    indexed = cli("index", folder)
+    assert indexed.code == 0, indexed.err
+    text = cli("trash", "list", folder)
+    assert text.code == 0 and "Traceback" not in text.err, text.err
+    assert _deleted_ids(cli, folder) == [restore_id]  # valid JSON, the one real deletion
+    assert "has kept no version of it" in cli("history", folder / "path.md").out
+    back = cli("trash", "restore", restore_id, folder)
+    assert back.code == 0, back.err
+    assert (folder / "big.md").read_bytes() == big

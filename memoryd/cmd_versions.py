@@ -175,16 +175,16 @@ def _restore(
             when = restored.now_iso(rt.clock())
             pin = restored.Pin(name, version.sha256, when, f"v{number}:{version.sha256[:12]}")
             restored.record(rt.store, folder, pin)
-        sha = store.intend_restore(folder, name, data)
-        # The check-and-swap writer: if someone writes the file meanwhile, nothing of
-        # theirs is lost and nothing is written (rerun to restore over their version).
         try:
+            store.intend_restore(folder, name, data)
+            # The check-and-swap writer: if someone writes the file meanwhile, nothing of
+            # theirs is lost and nothing is written (rerun to restore over their version).
             fsops.replace_file(
                 folder, name, data, now[1] if now is not None else None, versions=rt.versions
             )
-        except MemorydError:
+        except (MemorydError, OSError):
             current = (now[1].sha256, now[1].size) if now is not None else None
-            _unwritten(rt, store, folder, (name, sha, len(data)), current, pins)
+            _unwritten(rt, store, folder, (name, version.sha256, len(data)), current, pins)
             raise
     rt.audit.write(
         "trash.restored", dir=folder, file=name, id=f"v{number}:{version.sha256[:12]}",
@@ -216,9 +216,10 @@ def _unwritten(
 
 def _why(error: BaseException) -> str:
     """The system's reason for a failed write (the message when there is none)."""
-    cause = error.__cause__
+    cause = error if isinstance(error, OSError) else error.__cause__
     if isinstance(cause, OSError) and cause.strerror:
-        return cause.strerror
+        # The file when it is not the one being restored (the version store's, say).
+        return f"{cause.strerror}: {cause.filename}" if error is cause else cause.strerror
     return str(error)
 
 
@@ -269,14 +270,14 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
         when = restored.now_iso(rt.clock())
         pins = rt.store.load_pins(item.dir)
         restored.record(rt.store, item.dir, restored.Pin(name, item.sha256, when, item.id))
-        sha = store.intend_restore(item.dir, name, data)
         # Never over a file (a new name instead). Its bytes back in the dir under `name` (the
         # record just made): no longer listed as deleted. Nothing is said of `item.name`,
         # which another file may hold now.
         try:
+            store.intend_restore(item.dir, name, data)
             fsops.replace_file(item.dir, name, data, None, versions=rt.versions)
-        except MemorydError as error:
-            _unwritten(rt, store, item.dir, (name, sha, len(data)), None, pins)
+        except (MemorydError, OSError) as error:
+            _unwritten(rt, store, item.dir, (name, item.sha256, len(data)), None, pins)
             raise MemorydError(
                 f"{item.dir / name}: could not be written ({_why(error)}); nothing was "
                 f"restored, and the deletion of {item.name} stays listed by `memoryd trash "

@@ -287,3 +287,27 @@ def test_version_log_lines_no_memoryd_wrote_are_never_used(env: Env, cli: Any) -
     back = cli("trash", "restore", restore_id, folder)
     assert back.code == 0, back.err
     assert (folder / "big.md").read_bytes() == big
+
+
+def test_a_restore_the_version_store_refuses_leaves_the_pins_as_they_were(
+    env: Env, cli: Any
+) -> None:
+    """The store-wide lock in the state dir is a folder (a damaged state dir): `trash
+    restore ID` fails naming it, and neither it nor `history --restore` of a deleted file
+    leaves a pin behind for what it did not write; both work once the state dir is fixed."""
+    folder, big, restore_id = _deleted_big(env, cli)
+    pins_before = env.runtime().store.load_pins(folder)
+    lock = versions.VersionStore(env.state).root / versions.LOCK_NAME
+    lock.unlink(missing_ok=True)
+    lock.mkdir()
+    failed = cli("trash", "restore", restore_id, folder)
+    assert failed.code == 1 and str(lock) in failed.err and restore_id in failed.err, failed.err
+    again = cli("history", folder / "big.md", "--restore", "1")
+    assert again.code == 1 and str(lock) in again.err, again.err
+    assert env.runtime().store.load_pins(folder) in (pins_before, b"[]")
+    assert restored.load(env.runtime().store, folder) == []
+    lock.rmdir()
+    assert _deleted_ids(cli, folder) == [restore_id]
+    assert cli("trash", "restore", restore_id, folder).code == 0
+    assert (folder / "big.md").read_bytes() == big
+    assert [p.file for p in restored.load(env.runtime().store, folder)] == ["big.md"]

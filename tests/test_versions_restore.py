@@ -311,3 +311,42 @@ def test_a_restore_the_version_store_refuses_leaves_the_pins_as_they_were(
     assert cli("trash", "restore", restore_id, folder).code == 0
     assert (folder / "big.md").read_bytes() == big
     assert [p.file for p in restored.load(env.runtime().store, folder)] == ["big.md"]
+
+
+def test_a_name_near_the_limit_whose_name_is_taken_restores_under_a_cut_name(
+    env: Env, cli: Any
+) -> None:
+    """A 251-byte memory name deleted outside memoryd, then one trashed by `forget`, each
+    time with a new file under that name since: `<name>.restored-1.md` was over 255 bytes,
+    and so was the temp name of any write of such a name: both restores and `history
+    --restore` failed whenever they were tried. Each comes back byte-identical under a
+    `.restored-<n>.md` name cut to fit, the new file untouched."""
+    folder = _dir(env)
+    name = "l" * 248 + ".md"
+    _mem(folder, "s.md", "a short one")
+    first = _mem(folder, name, "the first long lesson")
+    assert cli("index", folder).code == 0
+    (folder / name).unlink()
+    assert cli("index", folder).code == 0
+    second = _mem(folder, name, "the second long lesson")
+    assert cli("index", folder).code == 0
+    (restore_id,) = _deleted_ids(cli, folder)
+    back = cli("trash", "restore", restore_id, folder)
+    assert back.code == 0, back.err
+    assert cli("forget", folder / name, folder, "--yes").code == 0
+    third = _mem(folder, name, "the third long lesson")
+    again = cli("trash", "restore", name, folder)
+    assert again.code == 0, again.err
+    found = {p.name: p.read_bytes() for p in folder.glob("*.md") if p.name != "MEMORY.md"}
+    assert sorted(found.values()) == sorted([first, second, third, _mem_bytes("s.md")])
+    assert found[name] == third
+    assert all(len(os.fsencode(n)) <= 255 and ".restored-" in n for n in found if n[0] == "l"
+               and n != name)  # fmt: skip
+    assert len([n for n in found if ".restored-" in n]) == 2
+    written = cli("history", folder / name, "--restore", "1")  # its temp's name fits too
+    assert written.code == 0, written.err
+    assert (folder / name).read_bytes() == first
+
+
+def _mem_bytes(name: str) -> bytes:
+    return f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\na short one\n".encode()

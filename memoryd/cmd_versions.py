@@ -214,6 +214,29 @@ def _unwritten(
         store.restore_failed(folder, *meant, current)
 
 
+def _make_again(store: versions.VersionStore, folder: Path) -> None:
+    """The memory dir a deletion was in is gone (`rm -rf` of the folder): made again (0700,
+    as everything memoryd creates) when its parent is there, after its files the log held as
+    there are recorded gone under the ids `trash list` gave them."""
+    import os
+
+    if not folder.parent.is_dir():
+        raise MemorydError(
+            f"{folder}: the memory dir is gone, and so is the folder it was in; make it "
+            f"again (`mkdir -p {shown(folder)}`), then rerun"
+        )
+    store.vanished(folder, [d for d in versions.deleted(store, folder) if d.vanished])
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise MemorydError(
+            f"{folder}: the memory dir is gone and could not be made again "
+            f"({error.strerror}); make it (`mkdir {shown(folder)}`), then rerun"
+        ) from error
+
+
 def _why(error: BaseException) -> str:
     """The system's reason for a failed write (the message when there is none)."""
     cause = error if isinstance(error, OSError) else error.__cause__
@@ -258,6 +281,9 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     data = store.read_object(item.sha256)
     if data is None:
         raise MemorydError(f"{item.dir / item.name}: its kept version is damaged or gone")
+    if item.vanished:
+        with rt.store.lock(item.dir):
+            _make_again(store, item.dir)
     md = memory_dir_at(item.dir, rt.config)
     with rt.store.lock(item.dir):
         if versions.find_deleted(store, [item.dir], item.id) is None:  # restored meanwhile

@@ -1115,6 +1115,23 @@ class VersionStore:
         else:
             self.record(path, name, sha, size, "gone", MEMORYD)
 
+    def vanished(self, path: Path, items: Sequence["Deleted"]) -> None:
+        """The dir at `path` is gone and a restore is about to make it again: its files the
+        log still holds as there (`deleted`'s `vanished` items) are recorded gone first, at
+        the time each was last seen, so that the ids `trash list` gave them stay theirs (a
+        scan of the new dir would record them gone now, under new ids)."""
+        if not items:
+            return
+        rows: list[_Row] = [
+            (i.when, i.name, i.sha256, i.size, "gone", OTHER, {"dir_gone": True}) for i in items
+        ]
+        with self._lock:
+            d = self._dir(path)
+            if not d.loaded:
+                self._catch_up(d)
+            self._append(d, rows)
+            d.settled = None
+
     def keep_current(self, path: Path, name: str, data: bytes, sha: str) -> None:
         """The file a `history --restore` is about to replace, as it read it: kept as a
         version first (one no scan read yet, an agent's rewrite say, would be lost else)."""
@@ -1673,6 +1690,9 @@ class Deleted:
     sha256: str
     size: int
     when: float
+    # Its whole dir is gone (`rm -rf` of the folder): no scan could record the file gone, so
+    # `when` is the time it was last seen (see VersionStore.vanished).
+    vanished: bool = False
 
 
 def deleted(store: VersionStore, path: Path) -> list[Deleted]:
@@ -1682,7 +1702,8 @@ def deleted(store: VersionStore, path: Path) -> list[Deleted]:
     or restored: in place under the name memoryd wrote them as), also when a new file has
     taken its name since: an agent that deletes a memory and writes another under the same
     name must not make the first unrestorable (the `memory.deleted_outside` row's restore
-    command names it)."""
+    command names it). When the dir itself is gone, so is every file the log holds as there
+    (`vanished`)."""
     found: dict[tuple[str, str], Record] = {}  # (name, sha256) -> the deletion, newest
     names_of: dict[str, set[str]] = {}  # sha256 -> the names `found` holds it under
     # Deletions a `restoring` line took out, by sha256, with the name it was restored as: the
@@ -1690,7 +1711,12 @@ def deleted(store: VersionStore, path: Path) -> list[Deleted]:
     # it proves nothing by itself. A restore that failed or was killed before its swap must
     # leave the deletion listed: held until its bytes are read again, else looked up below.
     held: dict[str, list[tuple[str, Record]]] = {}
+    there: dict[str, Record] = {}  # each name whose latest record is `seen`: that record
     for rec in store.records(path):
+        if rec.e == "seen":
+            there[rec.f] = rec
+        else:
+            there.pop(rec.f, None)
         if rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra:
             found.pop((rec.f, rec.h), None)
             found[(rec.f, rec.h)] = rec
@@ -1706,8 +1732,22 @@ def deleted(store: VersionStore, path: Path) -> list[Deleted]:
             names_of[rec.h].discard(rec.f)  # an older memoryd's mark of a restore
     if held:
         _unheld(path, held, found)
+    vanished: set[tuple[str, str]] = set()
+    if there and not os.path.lexists(path):
+        for rec in there.values():
+            if (rec.f, rec.h) not in found:
+                found[(rec.f, rec.h)] = rec
+                vanished.add((rec.f, rec.h))
     return [
-        Deleted(deleted_id(path, rec.f, rec.t), path, rec.f, rec.h, rec.n, rec.t)
+        Deleted(
+            deleted_id(path, rec.f, rec.t),
+            path,
+            rec.f,
+            rec.h,
+            rec.n,
+            rec.t,
+            (rec.f, rec.h) in vanished,
+        )
         for rec in sorted(found.values(), key=lambda r: (r.t, r.f))
         if rec.f not in INDEX_FILES and store.has_object(rec.h)
     ]

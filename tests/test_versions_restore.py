@@ -350,3 +350,30 @@ def test_a_name_near_the_limit_whose_name_is_taken_restores_under_a_cut_name(
 
 def _mem_bytes(name: str) -> bytes:
     return f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\na short one\n".encode()
+
+
+def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(
+    env: Env, cli: Any
+) -> None:
+    """`rm -rf` of a memory dir: no scan can record its files gone, and `trash list` said
+    "The trash is empty." though every version was kept. Each file is listed as deleted
+    outside memoryd; restoring one makes the folder again (0700), and the others keep the
+    ids the listing gave them, each restoring byte-identical with its pointer."""
+    import shutil
+    import stat
+
+    folder = _dir(env)
+    files = {n: _mem(folder, n, f"the lesson of {n}") for n in ("a.md", "b.md", "c.md")}
+    assert cli("index", folder).code == 0
+    shutil.rmtree(folder)
+    listed = json.loads(cli("trash", "list", "--json").out)["deleted_outside"]
+    assert sorted(d["file"] for d in listed) == sorted(files)
+    for item in listed:
+        back = cli("trash", "restore", item["id"])
+        assert back.code == 0, back.err
+        assert (folder / item["file"]).read_bytes() == files[item["file"]]
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert json.loads(cli("trash", "list", "--json").out)["deleted_outside"] == []
+    assert cli("index", folder).code == 0
+    index = (folder / "MEMORY.md").read_text()
+    assert all(f"({n})" in index for n in files), index

@@ -4,16 +4,20 @@ parses it), `--diff` between versions, `--restore N` to write one back; and the 
 
 import argparse
 import contextlib
+import errno
 import json
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from memoryd import versions
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
 from memoryd.runtime import Runtime
+
+if TYPE_CHECKING:
+    from memoryd.fsops import FileIdentity
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 
@@ -157,8 +161,13 @@ def _restore(
     from memoryd import fsops, restored
 
     version = _pick(found, number)
+    if not folder.is_dir():
+        raise MemorydError(
+            f"{folder}: no such folder (deleted?); nothing was written. `memoryd trash list` "
+            "lists its files, and `memoryd trash restore ID` makes it again"
+        )
     with rt.store.lock(folder), fsops.open_dir(folder) as fd:
-        now = fsops.identity_of(fd, name, versions.OBJECT_MAX)
+        now = _current_of(folder, fd, name)
         if now is not None and now[1].sha256 == version.sha256:  # kept bytes or not
             out.write(f"{shown(folder / name)} already holds version {number}; nothing to do\n")
             return EXIT_OK
@@ -197,6 +206,24 @@ def _restore(
     return EXIT_OK
 
 
+def _current_of(folder: Path, dir_fd: int, name: str) -> "tuple[bytes, FileIdentity] | None":
+    """What `history --restore` would replace; a file it must not write over (a link, a FIFO,
+    a folder, one over the store's limit: no version of it could be kept) is an error that
+    names it."""
+    from memoryd import fsops
+
+    try:
+        return fsops.identity_of(dir_fd, name, versions.OBJECT_MAX)
+    except ValueError:
+        why = f"over {versions.OBJECT_MAX >> 20} MiB, more than memoryd keeps a version of"
+    except OSError as error:
+        why = "a symbolic link" if error.errno == errno.ELOOP else (error.strerror or str(error))
+    raise MemorydError(
+        f"{folder / name}: {why}; memoryd writes a version back only over a regular file it "
+        "can keep, and wrote nothing. Move it aside, then rerun"
+    )
+
+
 def _unwritten(
     rt: Runtime,
     store: versions.VersionStore,
@@ -229,7 +256,11 @@ def _make_again(store: versions.VersionStore, folder: Path) -> None:
     try:
         os.mkdir(folder, 0o700)
     except FileExistsError:
-        pass
+        if not folder.is_dir():
+            raise MemorydError(
+                f"{folder}: the memory dir is gone and something else has its name; move "
+                "that aside, then rerun"
+            ) from None
     except OSError as error:
         raise MemorydError(
             f"{folder}: the memory dir is gone and could not be made again "
@@ -281,7 +312,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     data = store.read_object(item.sha256)
     if data is None:
         raise MemorydError(f"{item.dir / item.name}: its kept version is damaged or gone")
-    if item.vanished:
+    if item.vanished or not item.dir.is_dir():
         with rt.store.lock(item.dir):
             _make_again(store, item.dir)
     md = memory_dir_at(item.dir, rt.config)

@@ -1733,7 +1733,7 @@ def deleted(store: VersionStore, path: Path) -> list[Deleted]:
     if held:
         _unheld(path, held, found)
     vanished: set[tuple[str, str]] = set()
-    if there and not os.path.lexists(path):
+    if there and not os.path.isdir(path):  # gone, or something else in its place
         for rec in there.values():
             if (rec.f, rec.h) not in found:
                 found[(rec.f, rec.h)] = rec

@@ -357,8 +357,9 @@ def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(
 ) -> None:
     """`rm -rf` of a memory dir: no scan can record its files gone, and `trash list` said
     "The trash is empty." though every version was kept. Each file is listed as deleted
-    outside memoryd; restoring one makes the folder again (0700), and the others keep the
-    ids the listing gave them, each restoring byte-identical with its pointer."""
+    outside memoryd (also while a file has the folder's name: then the restore says so);
+    restoring one makes the folder again (0700), and the others keep the ids the listing
+    gave them, each restoring byte-identical with its pointer."""
     import shutil
     import stat
 
@@ -366,8 +367,13 @@ def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(
     files = {n: _mem(folder, n, f"the lesson of {n}") for n in ("a.md", "b.md", "c.md")}
     assert cli("index", folder).code == 0
     shutil.rmtree(folder)
+    folder.write_text("a file where the folder was")
     listed = json.loads(cli("trash", "list", "--json").out)["deleted_outside"]
     assert sorted(d["file"] for d in listed) == sorted(files)
+    blocked = cli("trash", "restore", listed[0]["id"])
+    assert blocked.code == 1 and "something else has its name" in blocked.err, blocked.err
+    folder.unlink()
+    assert json.loads(cli("trash", "list", "--json").out)["deleted_outside"] == listed
     for item in listed:
         back = cli("trash", "restore", item["id"])
         assert back.code == 0, back.err
@@ -377,3 +383,35 @@ def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(
     assert cli("index", folder).code == 0
     index = (folder / "MEMORY.md").read_text()
     assert all(f"({n})" in index for n in files), index
+
+
+def test_history_restore_over_what_it_must_not_replace_names_the_file(
+    env: Env, cli: Any
+) -> None:
+    """`history FILE --restore N` where FILE is now a FIFO, a symbolic link or a file over
+    the store's limit, or its folder is gone: an error naming the whole path and what to do
+    (the FIFO and the link said only `a.md: ...; Free disk space`, the big file died with a
+    ValueError traceback), and nothing written."""
+    import shutil
+
+    folder = _dir(env)
+    _mem(folder, "a.md", "the first lesson")
+    assert cli("index", folder).code == 0
+    target = env.home / "elsewhere.md"
+    target.write_bytes(b"not a memory of this dir")
+    for make in (
+        lambda p: os.mkfifo(p),
+        lambda p: p.symlink_to(target),
+        lambda p: p.write_bytes(b"x" * (versions.OBJECT_MAX + 1)),
+    ):
+        (folder / "a.md").unlink()
+        make(folder / "a.md")
+        failed = cli("history", folder / "a.md", "--restore", "1")
+        assert failed.code == 1, failed.err
+        assert f"{folder}/a.md: " in failed.err and "Move it aside" in failed.err, failed.err
+    assert target.read_bytes() == b"not a memory of this dir"
+    assert (folder / "a.md").stat().st_size == versions.OBJECT_MAX + 1
+    shutil.rmtree(folder)
+    gone = cli("history", folder / "a.md", "--restore", "1")
+    assert gone.code == 1 and f"{folder}: no such folder" in gone.err, gone.err
+    assert "trash restore" in gone.err and not folder.exists()

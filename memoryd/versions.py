@@ -1120,15 +1120,18 @@ class VersionStore:
         log still holds as there (`deleted`'s `vanished` items) are recorded gone first, at
         the time each was last seen, so that the ids `trash list` gave them stay theirs (a
         scan of the new dir would record them gone now, under new ids)."""
-        if not items:
-            return
         rows: list[_Row] = [
             (i.when, i.name, i.sha256, i.size, "gone", OTHER, {"dir_gone": True}) for i in items
         ]
         with self._lock:
             d = self._dir(path)
-            if not d.loaded:
-                self._catch_up(d)
+            self._catch_up(d)
+            now = self.clock()
+            # The index files went with it (they are never listed): said so here, not by the
+            # first scan of the new dir as a deletion of now.
+            for name in INDEX_FILES:
+                if name in d.seen:
+                    rows.append((now, name, d.seen[name], 0, "gone", OTHER, {"dir_gone": True}))
             self._append(d, rows)
             d.settled = None
 

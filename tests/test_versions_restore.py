@@ -383,6 +383,8 @@ def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(
     assert cli("index", folder).code == 0
     index = (folder / "MEMORY.md").read_text()
     assert all(f"({n})" in index for n in files), index
+    said = [r for r in env.audit_rows() if r["event"].startswith("memory.")]
+    assert said == []  # no scan saw the rm -rf; the restores say nothing of "now" either
 
 
 def test_history_restore_over_what_it_must_not_replace_names_the_file(

@@ -1080,7 +1080,10 @@ class VersionStore:
         return out
 
     def known_dirs(self) -> list[Path]:
-        """The memory dirs the store holds versions of (from each log's first line)."""
+        """The memory dirs the store holds versions of (from each log's first line). A first
+        line naming a dir whose log that file is not (a relative path, a NUL, a lone
+        surrogate no path has, any other dir) names none: each use of it would read another
+        log, or fail (a lone surrogate made `trash list` and the daemon's prune die)."""
         out = []
         with contextlib.suppress(OSError):
             for log in sorted(self.logs.glob("*.jsonl")):
@@ -1090,7 +1093,14 @@ class VersionStore:
                         first = os.read(fd, 8192).split(b"\n", 1)[0]
                     finally:
                         os.close(fd)
-                    out.append(Path(json.loads(first)["dir"]))
+                    named = json.loads(first)["dir"]
+                    if (
+                        isinstance(named, str)
+                        and named.startswith("/")
+                        and _entry_name(named)
+                        and log.name == f"{dir_key(Path(named))}.jsonl"
+                    ):
+                        out.append(Path(named))
         return out
 
     # --- what memoryd does itself ----------------------------------------------------------------

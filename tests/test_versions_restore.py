@@ -417,3 +417,22 @@ def test_history_restore_over_what_it_must_not_replace_names_the_file(
     gone = cli("history", folder / "a.md", "--restore", "1")
     assert gone.code == 1 and f"{folder}: no such folder" in gone.err, gone.err
     assert "trash restore" in gone.err and not folder.exists()
+
+
+def test_a_planted_logs_first_line_names_no_dir(env: Env, cli: Any) -> None:
+    """Logs in the state dir whose first line names a dir with a lone surrogate (`trash
+    list`, `trash restore` and the daemon's prune died on its key, UnicodeEncodeError), a
+    relative dir, or a dir that is not the one the log's name is the key of: none is a
+    known dir; the real deletion lists and restores, and a prune runs."""
+    folder, big, restore_id = _deleted_big(env, cli)
+    store = versions.VersionStore(env.state)
+    for i, named in enumerate(["/tmp/\ud800", "relative/dir", str(env.home)]):
+        head = json.dumps({"dir": named}) + "\n"
+        (store.logs / f"planted{i}.jsonl").write_text(head)
+    assert store.known_dirs() == [folder]
+    assert _deleted_ids(cli, folder) == [restore_id]
+    assert cli("trash", "list").code == 0
+    versions.prune(store)
+    back = cli("trash", "restore", restore_id)
+    assert back.code == 0, back.err
+    assert (folder / "big.md").read_bytes() == big

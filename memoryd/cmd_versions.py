@@ -293,6 +293,9 @@ def render_deleted(items: Sequence[versions.Deleted]) -> str:
     now = time.time()
     return "".join(
         f"{d.id}  {'':10}  deleted outside memoryd, {ago(d.when, now)}  {shown(d.dir / d.name)}\n"
+        if not d.vanished
+        else f"{d.id}  {'':10}  its folder deleted outside memoryd, last seen "
+        f"{ago(d.when, now)}  {shown(d.dir / d.name)}\n"
         for d in items
     )
 

@@ -370,6 +370,8 @@ def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(
     folder.write_text("a file where the folder was")
     listed = json.loads(cli("trash", "list", "--json").out)["deleted_outside"]
     assert sorted(d["file"] for d in listed) == sorted(files)
+    text = cli("trash", "list").out
+    assert text.count("its folder deleted outside memoryd, last seen") == 3, text
     blocked = cli("trash", "restore", listed[0]["id"])
     assert blocked.code == 1 and "something else has its name" in blocked.err, blocked.err
     folder.unlink()

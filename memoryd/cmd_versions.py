@@ -182,7 +182,10 @@ def _restore(
         pins = rt.store.load_pins(folder)
         if name not in versions.INDEX_FILES:  # a person chose these bytes, as a trash restore
             when = restored.now_iso(rt.clock())
-            pin = restored.Pin(name, version.sha256, when, f"v{number}:{version.sha256[:12]}")
+            # Its id names the file too: a pin replaces any of the same id, and another file
+            # written back to the same bytes at the same version number must keep its own.
+            pin_id = f"{name}@v{number}:{version.sha256[:12]}"
+            pin = restored.Pin(name, version.sha256, when, pin_id)
             restored.record(rt.store, folder, pin)
         try:
             store.intend_restore(folder, name, data)

@@ -438,3 +438,34 @@ def test_a_planted_logs_first_line_names_no_dir(env: Env, cli: Any) -> None:
     back = cli("trash", "restore", restore_id)
     assert back.code == 0, back.err
     assert (folder / "big.md").read_bytes() == big
+
+
+def test_two_memories_written_back_to_the_same_bytes_both_stay_pinned(
+    env: Env, cli: Any
+) -> None:
+    """a.md and b.md held the same bytes at their version 1 (an agent's copy under another
+    name), both were rewritten, and a person writes each back with `history FILE --restore
+    1`: both are pinned (b.md's pin had the id of a.md's, `v1:<sha256>`, and replaced it), so
+    a dream pass moves neither, also as the older duplicate of a third copy."""
+    from tests.conftest import write_memory
+
+    folder = _dir(env)
+    body = "Fork the repo with `git clone --depth 1` then rebase the branch on upstream main.\n"
+    for name in ("a.md", "b.md"):
+        write_memory(folder, name, name="fork", body=body, age_days=60)
+    same = (folder / "a.md").read_bytes()
+    assert (folder / "b.md").read_bytes() == same
+    assert cli("index", folder).code == 0
+    for name in ("a.md", "b.md"):
+        write_memory(folder, name, name="fork", body=f"Rewritten {name}.\n", age_days=50)
+    assert cli("index", folder).code == 0
+    for name in ("a.md", "b.md"):
+        back = cli("history", folder / name, "--restore", "1")
+        assert back.code == 0, back.err
+        os.utime(folder / name, (1e9, 1e9))  # written back, the content as old as it was
+    pins = restored.load(env.runtime().store, folder)
+    assert sorted(p.file for p in pins) == ["a.md", "b.md"]
+    write_memory(folder, "c.md", name="fork", body=body, age_days=1)  # a newer third copy
+    assert cli("index", folder).code == 0
+    cli("dream", folder)
+    assert (folder / "a.md").read_bytes() == same and (folder / "b.md").read_bytes() == same

@@ -469,3 +469,28 @@ def test_two_memories_written_back_to_the_same_bytes_both_stay_pinned(
     assert cli("index", folder).code == 0
     cli("dream", folder)
     assert (folder / "a.md").read_bytes() == same and (folder / "b.md").read_bytes() == same
+
+
+def test_a_trash_restore_under_a_new_name_keeps_the_pin_of_the_file_with_the_old_one(
+    env: Env, cli: Any
+) -> None:
+    """a.md forgotten twice (two versions in the trash); the newer is restored (a.md,
+    pinned), then the older (a.restored-1.md): the first pin stays. It was replaced by the
+    second restore's pin for `a.md`, written before the name was known to be taken."""
+    folder = _dir(env)
+    _mem(folder, "b.md", "another lesson")
+    _mem(folder, "a.md", "the first lesson")
+    assert cli("index", folder).code == 0
+    assert cli("forget", folder / "a.md", folder, "--yes").code == 0
+    second = _mem(folder, "a.md", "the second lesson")
+    assert cli("index", folder).code == 0
+    assert cli("forget", folder / "a.md", folder, "--yes").code == 0
+    ids = [e["id"] for e in json.loads(cli("trash", "list", folder, "--json").out)["trash"]]
+    assert len(ids) == 2
+    for trash_id in reversed(ids):  # the newer first
+        back = cli("trash", "restore", trash_id, folder)
+        assert back.code == 0, back.err
+    assert (folder / "a.md").read_bytes() == second
+    pins = {p.file: p.sha256 for p in restored.load(env.runtime().store, folder)}
+    first = (folder / "a.restored-1.md").read_bytes()
+    assert pins == {"a.md": _sha(second), "a.restored-1.md": _sha(first)}

@@ -198,6 +198,7 @@ def _restore(
             current = (now[1].sha256, now[1].size) if now is not None else None
             _unwritten(rt, store, folder, (name, version.sha256, len(data)), current, pins)
             raise
+        store.restore_done(folder, name, version.sha256, len(data))
     rt.audit.write(
         "trash.restored", dir=folder, file=name, id=f"v{number}:{version.sha256[:12]}",
         **{"as": name},
@@ -347,6 +348,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
                 f"list`. Free disk space or fix the folder's permissions, then rerun `memoryd "
                 f"trash restore {item.id}`"
             ) from error
+        store.restore_done(item.dir, name, item.sha256, len(data))
         rt.audit.write("trash.restored", dir=item.dir, file=item.name, id=item.id, **{"as": name})
         # Its pointer line, as the newest kept MEMORY.md that had one held it, where it sat.
         preferred: dict[str, str] = {}

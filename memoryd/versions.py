@@ -1113,6 +1113,13 @@ class VersionStore:
             self.record(path, name, sha, len(data), "restoring", MEMORYD)
         return sha
 
+    def restore_done(self, path: Path, name: str, sha: str, size: int) -> None:
+        """The restore `intend_restore` announced is written: those bytes are the name's
+        version now, as a scan reading them back would record. Until one did, the name's
+        last record was the restoring line, and a scan finding the file deleted meanwhile
+        recorded nothing (only a name the log holds as there can be gone)."""
+        self._guard(self.record, path, name, sha, size, "seen", MEMORYD)
+
     def restore_failed(
         self, path: Path, name: str, sha: str, size: int, current: tuple[str, int] | None
     ) -> None:

@@ -494,3 +494,24 @@ def test_a_trash_restore_under_a_new_name_keeps_the_pin_of_the_file_with_the_old
     pins = {p.file: p.sha256 for p in restored.load(env.runtime().store, folder)}
     first = (folder / "a.restored-1.md").read_bytes()
     assert pins == {"a.md": _sha(second), "a.restored-1.md": _sha(first)}
+
+
+def test_a_memory_written_back_then_deleted_before_any_scan_is_listed(
+    env: Env, cli: Any
+) -> None:
+    """`history a.md --restore 1`, then another process deletes a.md before any scan read
+    it back: the next scan records the deletion and `trash list` lists it (the log's last
+    word on a.md was the restoring line, so no scan took a.md for a file that was there)."""
+    folder = _dir(env)
+    _mem(folder, "b.md", "another lesson")
+    first = _mem(folder, "a.md", "the first lesson")
+    assert cli("index", folder).code == 0
+    _mem(folder, "a.md", "the agent's rewrite")
+    assert cli("index", folder).code == 0
+    assert cli("history", folder / "a.md", "--restore", "1").code == 0
+    (folder / "a.md").unlink()
+    assert cli("index", folder).code == 0
+    listed = json.loads(cli("trash", "list", folder, "--json").out)["deleted_outside"]
+    assert [(d["file"], d["sha256"]) for d in listed] == [("a.md", _sha(first))]
+    assert cli("trash", "restore", listed[0]["id"], folder).code == 0
+    assert (folder / "a.md").read_bytes() == first

@@ -282,6 +282,19 @@ def _why(error: BaseException) -> str:
 
 
 # --- trash list / restore: files deleted outside memoryd -------------------------------------
+def split_gone(rt: Runtime, dirs: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """The DIRs named to `trash list` / `trash restore` that are there (or unknown: discovery
+    says what they are), and those that are gone but whose versions the store keeps (a
+    memory dir deleted whole): no trash of theirs is left, their files are still listed."""
+    import os
+
+    if not dirs:
+        return [], []
+    known = set(versions.for_runtime(rt).known_dirs())
+    gone = [d for d in dirs if not os.path.isdir(d) and Path(d).absolute() in known]
+    return [d for d in dirs if d not in gone], gone
+
+
 def deleted_rows(rt: Runtime, dirs: Sequence[Path]) -> list[versions.Deleted]:
     store = rt.versions or versions.for_runtime(rt)
     wanted = {d.resolve() for d in dirs}

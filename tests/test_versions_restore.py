@@ -376,8 +376,10 @@ def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(
     assert blocked.code == 1 and "something else has its name" in blocked.err, blocked.err
     folder.unlink()
     assert json.loads(cli("trash", "list", "--json").out)["deleted_outside"] == listed
-    for item in listed:
-        back = cli("trash", "restore", item["id"])
+    named = json.loads(cli("trash", "list", folder, "--json").out)["deleted_outside"]
+    assert named == listed  # the gone folder named: no "no such folder"
+    for i, item in enumerate(listed):
+        back = cli("trash", "restore", item["id"], *([folder] if i == 0 else []))
         assert back.code == 0, back.err
         assert (folder / item["file"]).read_bytes() == files[item["file"]]
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700

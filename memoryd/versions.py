@@ -1134,16 +1134,19 @@ class VersionStore:
 
     def vanished(self, path: Path, items: Sequence["Deleted"]) -> None:
         """The dir at `path` is gone and a restore is about to make it again: its files the
-        log still holds as there (`deleted`'s `vanished` items) are recorded gone first, at
-        the time each was last seen, so that the ids `trash list` gave them stay theirs (a
-        scan of the new dir would record them gone now, under new ids)."""
+        log still holds as there (`deleted`'s `vanished` items) are recorded gone first,
+        under the ids `trash list` gave them (a scan of the new dir would record them gone
+        under new ids)."""
+        now = self.clock()
+        # Gone now (retention runs from here, as for any deletion memoryd finds), under the
+        # id made from when each was last seen (`id_t`).
         rows: list[_Row] = [
-            (i.when, i.name, i.sha256, i.size, "gone", OTHER, {"dir_gone": True}) for i in items
+            (now, i.name, i.sha256, i.size, "gone", OTHER, {"dir_gone": True, "id_t": i.when})
+            for i in items
         ]
         with self._lock:
             d = self._dir(path)
             self._catch_up(d)
-            now = self.clock()
             # The index files went with it (they are never listed): said so here, not by the
             # first scan of the new dir as a deletion of now.
             for name in INDEX_FILES:
@@ -1760,7 +1763,7 @@ def deleted(store: VersionStore, path: Path) -> list[Deleted]:
                 vanished.add((rec.f, rec.h))
     return [
         Deleted(
-            deleted_id(path, rec.f, rec.t),
+            deleted_id(path, rec.f, _id_time(rec)),
             path,
             rec.f,
             rec.h,
@@ -1771,6 +1774,15 @@ def deleted(store: VersionStore, path: Path) -> list[Deleted]:
         for rec in sorted(found.values(), key=lambda r: (r.t, r.f))
         if rec.f not in INDEX_FILES and store.has_object(rec.h)
     ]
+
+
+def _id_time(rec: Record) -> float:
+    """The time a deletion's id is made from: when it was found gone, or for a file whose
+    folder went with it, when it was last seen (the id `trash list` gave it then)."""
+    t = rec.extra.get("id_t")
+    if isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t):
+        return float(t)
+    return rec.t
 
 
 def _unheld(

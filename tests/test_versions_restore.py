@@ -375,9 +375,13 @@ def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(
     blocked = cli("trash", "restore", listed[0]["id"])
     assert blocked.code == 1 and "something else has its name" in blocked.err, blocked.err
     folder.unlink()
-    assert json.loads(cli("trash", "list", "--json").out)["deleted_outside"] == listed
-    named = json.loads(cli("trash", "list", folder, "--json").out)["deleted_outside"]
-    assert named == listed  # the gone folder named: no "no such folder"
+
+    def ids(*where: Path) -> list[tuple[str, str]]:
+        found = json.loads(cli("trash", "list", *where, "--json").out)["deleted_outside"]
+        return [(d["id"], d["file"]) for d in found]
+
+    assert ids() == [(d["id"], d["file"]) for d in listed]
+    assert ids(folder) == ids()  # the gone folder named: no "no such folder"
     for i, item in enumerate(listed):
         back = cli("trash", "restore", item["id"], *([folder] if i == 0 else []))
         assert back.code == 0, back.err
@@ -517,3 +521,32 @@ def test_a_memory_written_back_then_deleted_before_any_scan_is_listed(
     assert [(d["file"], d["sha256"]) for d in listed] == [("a.md", _sha(first))]
     assert cli("trash", "restore", listed[0]["id"], folder).code == 0
     assert (folder / "a.md").read_bytes() == first
+
+
+def test_the_files_of_a_folder_deleted_long_after_they_were_seen_outlive_a_prune(
+    env: Env, cli: Any
+) -> None:
+    """Files last seen 40 days before their folder was deleted whole: restoring the first
+    records the others gone now, not when they were last seen, so a prune (keep_days 30)
+    right after keeps their bytes and each still restores."""
+    import shutil
+
+    folder = _dir(env)
+    files = {n: _mem(folder, n, f"the lesson of {n}") for n in ("a.md", "b.md", "c.md")}
+    assert cli("index", folder).code == 0
+    store = versions.VersionStore(env.state)
+    log = store.log_path(folder)
+    old = 40 * 86400.0
+    lines = log.read_text().splitlines()
+    rows = [json.loads(line) for line in lines[1:]]
+    aged = [json.dumps({**r, "t": r["t"] - old}) for r in rows]
+    log.write_text("\n".join([lines[0], *aged]) + "\n")
+    shutil.rmtree(folder)
+    listed = json.loads(cli("trash", "list", "--json").out)["deleted_outside"]
+    assert len(listed) == 3
+    assert cli("trash", "restore", listed[0]["id"]).code == 0
+    versions.prune(versions.VersionStore(env.state))
+    for item in listed[1:]:
+        back = cli("trash", "restore", item["id"])
+        assert back.code == 0, back.err
+    assert {n: (folder / n).read_bytes() for n in files} == files

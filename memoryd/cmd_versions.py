@@ -161,6 +161,7 @@ def _restore(
     from memoryd import fsops, restored
 
     version = _pick(found, number)
+    _still_real(folder)
     if not folder.is_dir():
         raise MemorydError(
             f"{folder}: no such folder (deleted?); nothing was written. `memoryd trash list` "
@@ -243,6 +244,21 @@ def _unwritten(
         rt.store.save_pins(folder, pins if pins is not None else b"[]")
     with contextlib.suppress(OSError):
         store.restore_failed(folder, *meant, current)
+
+
+def _still_real(folder: Path) -> None:
+    """A dir the store kept versions of is its real path (scans record that): one that has
+    become a symbolic link (or lies under one) since leads elsewhere, perhaps out of its
+    repo or the Claude home, where discovery refuses to follow it. Nothing is restored
+    through it."""
+    import os
+
+    real = Path(os.path.realpath(folder))
+    if real != folder and os.path.lexists(folder):
+        raise MemorydError(
+            f"{folder}: now a symbolic link (to {real}), not the folder memoryd kept these "
+            "versions of; nothing was written. Put the folder back in its place, then rerun"
+        )
 
 
 def _make_again(store: versions.VersionStore, folder: Path) -> None:
@@ -332,6 +348,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     data = store.read_object(item.sha256)
     if data is None:
         raise MemorydError(f"{item.dir / item.name}: its kept version is damaged or gone")
+    _still_real(item.dir)
     if item.vanished or not item.dir.is_dir():
         with rt.store.lock(item.dir):
             _make_again(store, item.dir)

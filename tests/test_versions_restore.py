@@ -550,3 +550,27 @@ def test_the_files_of_a_folder_deleted_long_after_they_were_seen_outlive_a_prune
         back = cli("trash", "restore", item["id"])
         assert back.code == 0, back.err
     assert {n: (folder / n).read_bytes() for n in files} == files
+
+
+def test_nothing_is_restored_through_a_memory_dir_made_a_link_since(env: Env, cli: Any) -> None:
+    """The memory dir the store kept versions of is replaced by a symbolic link to a folder
+    elsewhere (discovery refuses one out of the Claude home): `trash restore ID` wrote the
+    deleted file and a MEMORY.md into the link's target, and `history NAME --restore N`
+    would write there too. Both now refuse, naming the link, and write nothing."""
+    folder = _dir(env)
+    _mem(folder, "a.md", "a lesson")
+    _mem(folder, "b.md", "the first b")
+    assert cli("index", folder).code == 0
+    (folder / "a.md").unlink()
+    _mem(folder, "b.md", "the second b")
+    assert cli("index", folder).code == 0
+    (restore_id,) = _deleted_ids(cli, folder)
+    elsewhere = env.home.parent / "elsewhere"
+    elsewhere.mkdir()
+    folder.rename(folder.with_name("mem.moved"))
+    folder.symlink_to(elsewhere)
+    back = cli("trash", "restore", restore_id)
+    assert back.code == 1 and f"{folder}: now a symbolic link" in back.err, back.err
+    again = cli("history", "b.md", "--restore", "1")
+    assert again.code == 1 and f"{folder}: now a symbolic link" in again.err, again.err
+    assert list(elsewhere.iterdir()) == []

@@ -1076,8 +1076,14 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd.config import parse_duration
     from memoryd.discover import discover
 
+    named, gone = list(args.dirs), list[Path]()
+    if args.trash_command in ("list", "restore"):  # a DIR deleted whole: its files are listed
+        from memoryd.cmd_versions import split_gone
+
+        named, gone = split_gone(rt, args.dirs)
     if args.trash_command == "list":
-        listing = housekeeping.list_trash(discover(rt.config, args.dirs))
+        listed_dirs = discover(rt.config, named) if named or not gone else []
+        listing = housekeeping.list_trash(listed_dirs)
         rows = [
             {
                 "id": x.entry.record.id,
@@ -1138,7 +1144,7 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not (args.trash_command == "purge" and args.dry_run):  # a dry run writes nothing at all
         _recover(rt)
     if args.trash_command == "restore":
-        dirs = discover(rt.config, args.dirs)
+        dirs = discover(rt.config, named) if named or not gone else []
         if not args.dirs:  # also every dir memoryd has worked on, wherever it was
             dirs += housekeeping.known_dirs(rt)
         try:

@@ -4,16 +4,20 @@ parses it), `--diff` between versions, `--restore N` to write one back; and the 
 
 import argparse
 import contextlib
+import errno
 import json
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from memoryd import versions
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
 from memoryd.runtime import Runtime
+
+if TYPE_CHECKING:
+    from memoryd.fsops import FileIdentity
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 
@@ -157,8 +161,14 @@ def _restore(
     from memoryd import fsops, restored
 
     version = _pick(found, number)
+    _still_real(folder)
+    if not folder.is_dir():
+        raise MemorydError(
+            f"{folder}: no such folder (deleted?); nothing was written. `memoryd trash list` "
+            "lists its files, and `memoryd trash restore ID` makes it again"
+        )
     with rt.store.lock(folder), fsops.open_dir(folder) as fd:
-        now = fsops.identity_of(fd, name, versions.OBJECT_MAX)
+        now = _current_of(folder, fd, name)
         if now is not None and now[1].sha256 == version.sha256:  # kept bytes or not
             out.write(f"{shown(folder / name)} already holds version {number}; nothing to do\n")
             return EXIT_OK
@@ -170,16 +180,26 @@ def _restore(
             )
         if now is not None:  # what it replaces stays in the history, read by no scan or not
             store.keep_current(folder, name, now[0], now[1].sha256)
+        pins = rt.store.load_pins(folder)
         if name not in versions.INDEX_FILES:  # a person chose these bytes, as a trash restore
             when = restored.now_iso(rt.clock())
-            pin = restored.Pin(name, version.sha256, when, f"v{number}:{version.sha256[:12]}")
+            # Its id names the file too: a pin replaces any of the same id, and another file
+            # written back to the same bytes at the same version number must keep its own.
+            pin_id = f"{name}@v{number}:{version.sha256[:12]}"
+            pin = restored.Pin(name, version.sha256, when, pin_id)
             restored.record(rt.store, folder, pin)
-        store.intend_restore(folder, name, data)
-        # The check-and-swap writer: if someone writes the file meanwhile, nothing of
-        # theirs is lost and nothing is written (rerun to restore over their version).
-        fsops.replace_file(
-            folder, name, data, now[1] if now is not None else None, versions=rt.versions
-        )
+        try:
+            store.intend_restore(folder, name, data)
+            # The check-and-swap writer: if someone writes the file meanwhile, nothing of
+            # theirs is lost and nothing is written (rerun to restore over their version).
+            fsops.replace_file(
+                folder, name, data, now[1] if now is not None else None, versions=rt.versions
+            )
+        except (MemorydError, OSError):
+            current = (now[1].sha256, now[1].size) if now is not None else None
+            _unwritten(rt, store, folder, (name, version.sha256, len(data)), current, pins)
+            raise
+        store.restore_done(folder, name, version.sha256, len(data))
     rt.audit.write(
         "trash.restored", dir=folder, file=name, id=f"v{number}:{version.sha256[:12]}",
         **{"as": name},
@@ -191,7 +211,106 @@ def _restore(
     return EXIT_OK
 
 
+def _current_of(folder: Path, dir_fd: int, name: str) -> "tuple[bytes, FileIdentity] | None":
+    """What `history --restore` would replace; a file it must not write over (a link, a FIFO,
+    a folder, one over the store's limit: no version of it could be kept) is an error that
+    names it."""
+    from memoryd import fsops
+
+    try:
+        return fsops.identity_of(dir_fd, name, versions.OBJECT_MAX)
+    except ValueError:
+        why = f"over {versions.OBJECT_MAX >> 20} MiB, more than memoryd keeps a version of"
+    except OSError as error:
+        why = "a symbolic link" if error.errno == errno.ELOOP else (error.strerror or str(error))
+    raise MemorydError(
+        f"{folder / name}: {why}; memoryd writes a version back only over a regular file it "
+        "can keep, and wrote nothing. Move it aside, then rerun"
+    )
+
+
+def _unwritten(
+    rt: Runtime,
+    store: versions.VersionStore,
+    folder: Path,
+    meant: tuple[str, str, int],
+    current: tuple[str, int] | None,
+    pins: bytes | None,
+) -> None:
+    """A restore's write of `meant` (name, sha256, size) failed: its pin and its `restoring`
+    line are taken back (the file that was there keeps its pin; the log says again what the
+    dir holds). Neither may hide the error that brought us here."""
+    with contextlib.suppress(OSError):
+        rt.store.save_pins(folder, pins if pins is not None else b"[]")
+    with contextlib.suppress(OSError):
+        store.restore_failed(folder, *meant, current)
+
+
+def _still_real(folder: Path) -> None:
+    """A dir the store kept versions of is its real path (scans record that): one that has
+    become a symbolic link (or lies under one) since leads elsewhere, perhaps out of its
+    repo or the Claude home, where discovery refuses to follow it. Nothing is restored
+    through it."""
+    import os
+
+    real = Path(os.path.realpath(folder))
+    if real != folder and os.path.lexists(folder):
+        raise MemorydError(
+            f"{folder}: now a symbolic link (to {real}), not the folder memoryd kept these "
+            "versions of; nothing was written. Put the folder back in its place, then rerun"
+        )
+
+
+def _make_again(store: versions.VersionStore, folder: Path) -> None:
+    """The memory dir a deletion was in is gone (`rm -rf` of the folder): made again (0700,
+    as everything memoryd creates) when its parent is there, after its files the log held as
+    there are recorded gone under the ids `trash list` gave them."""
+    import os
+
+    if not folder.parent.is_dir():
+        raise MemorydError(
+            f"{folder}: the memory dir is gone, and so is the folder it was in; make it "
+            f"again (`mkdir -p {shown(folder)}`), then rerun"
+        )
+    store.vanished(folder, [d for d in versions.deleted(store, folder) if d.vanished])
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        if not folder.is_dir():
+            raise MemorydError(
+                f"{folder}: the memory dir is gone and something else has its name; move "
+                "that aside, then rerun"
+            ) from None
+    except OSError as error:
+        raise MemorydError(
+            f"{folder}: the memory dir is gone and could not be made again "
+            f"({error.strerror}); make it (`mkdir {shown(folder)}`), then rerun"
+        ) from error
+
+
+def _why(error: BaseException) -> str:
+    """The system's reason for a failed write (the message when there is none)."""
+    cause = error if isinstance(error, OSError) else error.__cause__
+    if isinstance(cause, OSError) and cause.strerror:
+        # The file when it is not the one being restored (the version store's, say).
+        return f"{cause.strerror}: {cause.filename}" if error is cause else cause.strerror
+    return str(error)
+
+
 # --- trash list / restore: files deleted outside memoryd -------------------------------------
+def split_gone(rt: Runtime, dirs: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """The DIRs named to `trash list` / `trash restore` that are there (or unknown: discovery
+    says what they are), and those that are gone but whose versions the store keeps (a
+    memory dir deleted whole): no trash of theirs is left, their files are still listed."""
+    import os
+
+    if not dirs:
+        return [], []
+    known = set(versions.for_runtime(rt).known_dirs())
+    gone = [d for d in dirs if not os.path.isdir(d) and Path(d).absolute() in known]
+    return [d for d in dirs if d not in gone], gone
+
+
 def deleted_rows(rt: Runtime, dirs: Sequence[Path]) -> list[versions.Deleted]:
     store = rt.versions or versions.for_runtime(rt)
     wanted = {d.resolve() for d in dirs}
@@ -207,6 +326,9 @@ def render_deleted(items: Sequence[versions.Deleted]) -> str:
     now = time.time()
     return "".join(
         f"{d.id}  {'':10}  deleted outside memoryd, {ago(d.when, now)}  {shown(d.dir / d.name)}\n"
+        if not d.vanished
+        else f"{d.id}  {'':10}  its folder deleted outside memoryd, last seen "
+        f"{ago(d.when, now)}  {shown(d.dir / d.name)}\n"
         for d in items
     )
 
@@ -226,16 +348,37 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     data = store.read_object(item.sha256)
     if data is None:
         raise MemorydError(f"{item.dir / item.name}: its kept version is damaged or gone")
+    _still_real(item.dir)
+    if item.vanished or not item.dir.is_dir():
+        with rt.store.lock(item.dir):
+            _make_again(store, item.dir)
     md = memory_dir_at(item.dir, rt.config)
     with rt.store.lock(item.dir):
+        if versions.find_deleted(store, [item.dir], item.id) is None:  # restored meanwhile
+            raise MemorydError(
+                f"{item.id} ({item.dir / item.name}) was restored by another memoryd command "
+                "while this one waited; nothing was done (`memoryd trash list` shows what is "
+                "still restorable)"
+            )
         name = trash.restore_name(item.dir, item.name)
         when = restored.now_iso(rt.clock())
+        pins = rt.store.load_pins(item.dir)
         restored.record(rt.store, item.dir, restored.Pin(name, item.sha256, when, item.id))
-        store.intend_restore(item.dir, name, data)
         # Never over a file (a new name instead). Its bytes back in the dir under `name` (the
         # record just made): no longer listed as deleted. Nothing is said of `item.name`,
         # which another file may hold now.
-        fsops.replace_file(item.dir, name, data, None, versions=rt.versions)
+        try:
+            store.intend_restore(item.dir, name, data)
+            fsops.replace_file(item.dir, name, data, None, versions=rt.versions)
+        except (MemorydError, OSError) as error:
+            _unwritten(rt, store, item.dir, (name, item.sha256, len(data)), None, pins)
+            raise MemorydError(
+                f"{item.dir / name}: could not be written ({_why(error)}); nothing was "
+                f"restored, and the deletion of {item.name} stays listed by `memoryd trash "
+                f"list`. Free disk space or fix the folder's permissions, then rerun `memoryd "
+                f"trash restore {item.id}`"
+            ) from error
+        store.restore_done(item.dir, name, item.sha256, len(data))
         rt.audit.write("trash.restored", dir=item.dir, file=item.name, id=item.id, **{"as": name})
         # Its pointer line, as the newest kept MEMORY.md that had one held it, where it sat.
         preferred: dict[str, str] = {}

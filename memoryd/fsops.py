@@ -203,7 +203,21 @@ def fsync_dir(dir_fd: int) -> None:
 
 
 def temp_name(name: str) -> str:
-    return f".{name}{TEMP_MARK}{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    """`.<name>.memoryd-<pid>-<hex>.tmp`, `name` cut (at a character's start) so that it fits
+    in 255 bytes: a memory named near the limit (a restore writes one back) had no temp name
+    that could exist. A temp is never looked up by its target's name (an object's sha256,
+    which its temp's name carries, is never cut)."""
+    tail = f"{TEMP_MARK}{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    raw = os.fsencode(name)
+    room = 255 - 1 - len(tail)
+    if len(raw) > room:
+        cut = raw[:room]
+        while cut and (cut[-1] & 0xC0) == 0x80:  # inside a UTF-8 sequence
+            cut = cut[:-1]
+        if cut and cut[-1] >= 0xC0:  # a sequence's first byte without the rest
+            cut = cut[:-1]
+        name = os.fsdecode(cut)
+    return f".{name}{tail}"
 
 
 # What a file is written from: its bytes, or pieces (the daemon's held archive lines) whose

@@ -122,13 +122,15 @@ def _restore(rt: Runtime, listed: Listed) -> str:
     record = listed.entry.record
     real = listed.dir.real_path
     when = restored.now_iso(rt.clock())
+    planned = trash.restore_name(real, record.original_name)
     if not listed.entry.restored_as:
-        # Pinned before it moves back: a pass (after this lock) never sees it unpinned.
-        restored.record(rt.store, real, restored.Pin(
-            record.original_name, record.sha256, when, record.id))  # fmt: skip
+        # Pinned before it moves back: a pass (after this lock) never sees it unpinned. Under
+        # the name it will have: a pin replaces the one of its name, and a taken name is
+        # another file's, pinned perhaps by an earlier restore.
+        restored.record(rt.store, real, restored.Pin(planned, record.sha256, when, record.id))
     name = trash.restore(real, listed.entry)
     versions.note_restored(rt.versions, real, name, record.sha256, record.size)
-    if name != record.original_name:
+    if name != planned:  # taken meanwhile (by another process: this one holds the lock)
         restored.record(rt.store, real, restored.Pin(name, record.sha256, when, record.id))
     rt.audit.write(
         "trash.restored",

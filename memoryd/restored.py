@@ -45,7 +45,7 @@ def load(store: StateStore, real_path: Path) -> list[Pin]:
     raw = store.load_pins(real_path)
     try:
         rows = json.loads(raw) if raw is not None else []
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     out = []
     for row in rows if isinstance(rows, list) else []:

@@ -163,17 +163,6 @@ def day_folder(memory_dir: Path, day: date) -> Path:
     return folder
 
 
-def _first_free(folder: Path, name: str, variant: str, first: int) -> str:
-    """`name` if free in the folder, else the first free `<stem><variant><n>.md`."""
-    if not os.path.lexists(folder / name):
-        return name
-    stem = name.removesuffix(".md")
-    n = first
-    while os.path.lexists(folder / f"{stem}{variant}{n}.md"):
-        n += 1
-    return f"{stem}{variant}{n}.md"
-
-
 def _fit(stem: str, tail: str) -> str:
     """`<stem><tail>`, the stem cut (at a character's start) so that the name fits in
     NAME_MAX_BYTES: a memory name near the limit still gets a stored name."""
@@ -559,7 +548,7 @@ def _manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
                 continue
             try:
                 row = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):  # nested past json's depth: none we wrote
                 row = None
             yield number, row if isinstance(row, dict) else None
         if lines.cut:
@@ -685,8 +674,16 @@ def find(memory_dir: Path, key: str) -> Entry | None:
 
 
 def restore_name(memory_dir: Path, original: str) -> str:
-    """The original name, or `<stem>.restored-<n>.md` when that is taken again."""
-    return _first_free(memory_dir, original, ".restored-", 1)
+    """The original name, or `<stem>.restored-<n>.md` when that is taken again, the stem cut
+    to fit NAME_MAX_BYTES (`_fit`): a name near the limit plus `.restored-1` was too long
+    for any file, and the restore failed every time it was tried."""
+    if not os.path.lexists(memory_dir / original):
+        return original
+    stem = original.removesuffix(".md")
+    n = 1
+    while os.path.lexists(memory_dir / _fit(stem, f".restored-{n}.md")):
+        n += 1
+    return _fit(stem, f".restored-{n}.md")
 
 
 def restore(memory_dir: Path, entry: Entry) -> str:

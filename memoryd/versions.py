@@ -35,7 +35,9 @@ import fcntl
 import functools
 import hashlib
 import json
+import math
 import os
+import re
 import struct
 import sys
 import threading
@@ -150,17 +152,41 @@ def _record(row: object, skip_reason: Callable[[str], str | None]) -> Record | N
     t, f, h, n, e, by = (row.get(k) for k in ("t", "f", "h", "n", "e", "by"))
     if not (
         isinstance(t, int | float)
+        and not isinstance(t, bool)
+        and math.isfinite(t)  # json reads NaN and 1e400 (inf): no time a version had
         and isinstance(f, str)
         and isinstance(h, str)
+        and _SHA256.fullmatch(h) is not None  # it names an object file: never a path
         and isinstance(n, int)
+        and not isinstance(n, bool)
+        and n >= 0
         and e in ("seen", "gone", "moved", "restoring")
         and by in (MEMORYD, OTHER)
     ):
         return None
-    if skip_reason(f) not in (None, "index") or "/" in f:
+    if skip_reason(f) not in (None, "index") or "/" in f or not _entry_name(f):
         return None  # a name no scan could have recorded: never used
     extra = {k: v for k, v in row.items() if k not in ("t", "f", "h", "n", "e", "by")}
     return Record(float(t), f, h, n, str(e), str(by), extra)
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _entry_name(name: str) -> bool:
+    """Whether a name read from a log could be a directory entry's, as os.listdir gives it
+    (UTF-8, undecodable bytes as surrogateescape, no NUL): json reads a lone surrogate
+    (`"\\ud800"`) or a NUL from a line no scan wrote, and such a name fails every use (its
+    id, its path, the audit row) with a ValueError no caller expects."""
+    if "\0" in name:
+        return False
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(slots=True)
@@ -897,10 +923,10 @@ class VersionStore:
                     lines.append(raw)
             try:  # one parse of the whole tail: 10,000 lines one by one cost 5x more
                 rows = json.loads(b"[" + b",".join(lines) + b"]")
-            except ValueError:
+            except (ValueError, RecursionError):  # a line nested past json's depth
                 rows = []
                 for raw in lines:
-                    with contextlib.suppress(ValueError):
+                    with contextlib.suppress(ValueError, RecursionError):
                         rows.append(json.loads(raw))
             for row in rows:
                 if _plain(row):  # the first line (the dir) and anything else: skipped
@@ -1071,7 +1097,7 @@ class VersionStore:
             for _, raw in BoundedLines(fd, max_line=LOG_LINE_MAX):
                 if raw is None:
                     continue
-                with contextlib.suppress(ValueError):
+                with contextlib.suppress(ValueError, RecursionError):
                     rec = _record(json.loads(raw), skip_reason)
                     if rec is not None:
                         out.append(rec)
@@ -1080,17 +1106,27 @@ class VersionStore:
         return out
 
     def known_dirs(self) -> list[Path]:
-        """The memory dirs the store holds versions of (from each log's first line)."""
+        """The memory dirs the store holds versions of (from each log's first line). A first
+        line naming a dir whose log that file is not (a relative path, a NUL, a lone
+        surrogate no path has, any other dir) names none: each use of it would read another
+        log, or fail (a lone surrogate made `trash list` and the daemon's prune die)."""
         out = []
         with contextlib.suppress(OSError):
             for log in sorted(self.logs.glob("*.jsonl")):
-                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
                     fd, _ = open_regular(log, follow=False)
                     try:
                         first = os.read(fd, 8192).split(b"\n", 1)[0]
                     finally:
                         os.close(fd)
-                    out.append(Path(json.loads(first)["dir"]))
+                    named = json.loads(first)["dir"]
+                    if (
+                        isinstance(named, str)
+                        and named.startswith("/")
+                        and _entry_name(named)
+                        and log.name == f"{dir_key(Path(named))}.jsonl"
+                    ):
+                        out.append(Path(named))
         return out
 
     # --- what memoryd does itself ----------------------------------------------------------------
@@ -1102,6 +1138,48 @@ class VersionStore:
             self.store_object(data, sha)
             self.record(path, name, sha, len(data), "restoring", MEMORYD)
         return sha
+
+    def restore_done(self, path: Path, name: str, sha: str, size: int) -> None:
+        """The restore `intend_restore` announced is written: those bytes are the name's
+        version now, as a scan reading them back would record. Until one did, the name's
+        last record was the restoring line, and a scan finding the file deleted meanwhile
+        recorded nothing (only a name the log holds as there can be gone)."""
+        self._guard(self.record, path, name, sha, size, "seen", MEMORYD)
+
+    def restore_failed(
+        self, path: Path, name: str, sha: str, size: int, current: tuple[str, int] | None
+    ) -> None:
+        """The restore `intend_restore` announced wrote nothing: the name's latest record is
+        made what the dir holds again, the version now there (`current`: sha256, size) or
+        none. Left at `restoring`, the name would be missing from the table's seen files,
+        and a partial scan would never notice that file's deletion."""
+        if current is not None:
+            self.record(path, name, current[0], current[1], "seen", MEMORYD)
+        else:
+            self.record(path, name, sha, size, "gone", MEMORYD)
+
+    def vanished(self, path: Path, items: Sequence["Deleted"]) -> None:
+        """The dir at `path` is gone and a restore is about to make it again: its files the
+        log still holds as there (`deleted`'s `vanished` items) are recorded gone first,
+        under the ids `trash list` gave them (a scan of the new dir would record them gone
+        under new ids)."""
+        now = self.clock()
+        # Gone now (retention runs from here, as for any deletion memoryd finds), under the
+        # id made from when each was last seen (`id_t`).
+        rows: list[_Row] = [
+            (now, i.name, i.sha256, i.size, "gone", OTHER, {"dir_gone": True, "id_t": i.when})
+            for i in items
+        ]
+        with self._lock:
+            d = self._dir(path)
+            self._catch_up(d)
+            # The index files went with it (they are never listed): said so here, not by the
+            # first scan of the new dir as a deletion of now.
+            for name in INDEX_FILES:
+                if name in d.seen:
+                    rows.append((now, name, d.seen[name], 0, "gone", OTHER, {"dir_gone": True}))
+            self._append(d, rows)
+            d.settled = None
 
     def keep_current(self, path: Path, name: str, data: bytes, sha: str) -> None:
         """The file a `history --restore` is about to replace, as it read it: kept as a
@@ -1430,6 +1508,7 @@ def _plain(row: object) -> bool:
         and row.get("e") in _EVENTS
         and "/" not in row["f"]
         and not row["f"].startswith(".")
+        and _entry_name(row["f"])
     )
 
 
@@ -1523,7 +1602,7 @@ def alarms(store: VersionStore) -> list[dict[str, Any]]:
     """The last mass-change alarms (one per dir, the newest), oldest first."""
     try:
         data = json.loads(read_bounded(store.root / ALARMS, 1 << 20, follow=False, prefix=True))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
     return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []
 
@@ -1660,32 +1739,109 @@ class Deleted:
     sha256: str
     size: int
     when: float
+    # Its whole dir is gone (`rm -rf` of the folder): no scan could record the file gone, so
+    # `when` is the time it was last seen (see VersionStore.vanished).
+    vanished: bool = False
 
 
 def deleted(store: VersionStore, path: Path) -> list[Deleted]:
     """Files of the dir deleted outside memoryd, whose last version is kept, oldest first.
 
     A deletion stays listed until its bytes are back in the dir (read again under any name,
-    or being restored), also when a new file has taken its name since: an agent that deletes
-    a memory and writes another under the same name must not make the first unrestorable
-    (the `memory.deleted_outside` row's restore command names it)."""
+    or restored: in place under the name memoryd wrote them as), also when a new file has
+    taken its name since: an agent that deletes a memory and writes another under the same
+    name must not make the first unrestorable (the `memory.deleted_outside` row's restore
+    command names it). When the dir itself is gone, so is every file the log holds as there
+    (`vanished`)."""
     found: dict[tuple[str, str], Record] = {}  # (name, sha256) -> the deletion, newest
     names_of: dict[str, set[str]] = {}  # sha256 -> the names `found` holds it under
+    # Deletions a `restoring` line took out, by sha256, with the name it was restored as: the
+    # line is written before the file (so that reading the file back is memoryd's doing), so
+    # it proves nothing by itself. A restore that failed or was killed before its swap must
+    # leave the deletion listed: held until its bytes are read again, else looked up below.
+    held: dict[str, list[tuple[str, Record]]] = {}
+    there: dict[str, Record] = {}  # each name whose latest record is `seen`: that record
     for rec in store.records(path):
+        if rec.e == "seen":
+            there[rec.f] = rec
+        else:
+            there.pop(rec.f, None)
         if rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra:
             found.pop((rec.f, rec.h), None)
             found[(rec.f, rec.h)] = rec
             names_of.setdefault(rec.h, set()).add(rec.f)
-        elif rec.e in ("seen", "restoring"):
+        elif rec.e == "seen":
             for name in names_of.pop(rec.h, ()):  # by sha256: a log of 10,000s of lines
                 del found[(name, rec.h)]
+            held.pop(rec.h, None)
+        elif rec.e == "restoring":
+            for name in names_of.pop(rec.h, ()):
+                held.setdefault(rec.h, []).append((rec.f, found.pop((name, rec.h))))
         elif "restored_as" in rec.extra and found.pop((rec.f, rec.h), None) is not None:
             names_of[rec.h].discard(rec.f)  # an older memoryd's mark of a restore
+    if held:
+        _unheld(path, held, found)
+    vanished: set[tuple[str, str]] = set()
+    if there and not os.path.isdir(path):  # gone, or something else in its place
+        for rec in there.values():
+            if (rec.f, rec.h) not in found:
+                found[(rec.f, rec.h)] = rec
+                vanished.add((rec.f, rec.h))
     return [
-        Deleted(deleted_id(path, rec.f, rec.t), path, rec.f, rec.h, rec.n, rec.t)
+        Deleted(
+            deleted_id(path, rec.f, _id_time(rec)),
+            path,
+            rec.f,
+            rec.h,
+            rec.n,
+            rec.t,
+            (rec.f, rec.h) in vanished,
+        )
         for rec in sorted(found.values(), key=lambda r: (r.t, r.f))
         if rec.f not in INDEX_FILES and store.has_object(rec.h)
     ]
+
+
+def _id_time(rec: Record) -> float:
+    """The time a deletion's id is made from: when it was found gone, or for a file whose
+    folder went with it, when it was last seen (the id `trash list` gave it then)."""
+    t = rec.extra.get("id_t")
+    if isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t):
+        return float(t)
+    return rec.t
+
+
+def _unheld(
+    path: Path,
+    held: Mapping[str, Sequence[tuple[str, Record]]],
+    found: dict[tuple[str, str], Record],
+) -> None:
+    """Put back into `found` each held deletion whose restore did not happen: the name it
+    was restored as does not hold its bytes now (nothing read them back since either)."""
+    holds: dict[tuple[str, str], bool] = {}
+    try:
+        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        dir_fd = -1  # the dir is gone: so is every restore into it
+    try:
+        for sha, items in held.items():
+            for restored_as, rec in items:
+                key = (restored_as, sha)
+                if key not in holds:
+                    holds[key] = dir_fd >= 0 and _holds(dir_fd, restored_as, sha)
+                if not holds[key] and (rec.f, sha) not in found:
+                    found[(rec.f, sha)] = rec
+    finally:
+        if dir_fd >= 0:
+            os.close(dir_fd)
+
+
+def _holds(dir_fd: int, name: str, sha: str) -> bool:
+    try:
+        data, _ = fsops.read_regular(dir_fd, name, OBJECT_MAX)
+    except (OSError, ValueError):
+        return False
+    return hashlib.sha256(data).hexdigest() == sha
 
 
 def find_deleted(store: VersionStore, dirs: Sequence[Path], key: str) -> Deleted | None:
@@ -1892,7 +2048,7 @@ def compact(
                 head = raw
                 continue
             rec = None
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, RecursionError):
                 rec = _record(json.loads(raw), skip_reason)
             lines.append((raw, rec))
         by_name: dict[str, list[int]] = {}

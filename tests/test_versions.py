@@ -1217,3 +1217,48 @@ def test_history_restore_pins_the_memory_and_says_already_held_before_looking_fo
     again = cli("history", folder / "a.md", "--restore", "1")
     assert again.code == 0, again.err
     assert "already holds version 1" in again.out
+
+
+def _child(env: Env, *args: str | Path, crash_at: str = "") -> subprocess.CompletedProcess[str]:
+    """`memoryd ARGS` in a child with the test's HOME (killed at a crash point if told)."""
+    child = {
+        **os.environ,
+        "HOME": str(env.home),
+        "XDG_CONFIG_HOME": str(env.home / ".config"),
+        "XDG_STATE_HOME": str(env.home / ".local" / "state"),
+        "XDG_CACHE_HOME": str(env.home / ".cache"),
+    }
+    child.pop("CLAUDE_CONFIG_DIR", None)
+    if crash_at:
+        child["MEMORYD_CRASH_AT"], _, child["MEMORYD_CRASH_ONLY"] = crash_at.partition(":")
+    return subprocess.run(
+        [sys.executable, "-m", "memoryd", *map(str, args)],
+        env=child, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_a_forget_killed_between_a_move_and_its_log_line_is_no_outside_deletion(
+    env: Env, cli: Any
+) -> None:
+    """`memoryd forget` of five memories killed (-9) right after its third move, before the
+    version log names it: the next command's recovery rolls the move forward and tells the
+    store, so its scan writes no memory.deleted_outside and `trash list` lists the file once,
+    as forgotten. The old recovery told the trash only: m2.md was listed twice, the second
+    time as deleted outside memoryd."""
+    folder = _dir(env)
+    for i in range(6):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    named = [folder / f"m{i}.md" for i in range(5)]
+    killed = _child(env, "forget", *named, "--yes", crash_at="3:trash.after_move")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (folder / "m2.md").exists() and (folder / "m3.md").exists()
+    again = _child(env, "index", folder)
+    assert again.returncode == 0, again.stderr
+    assert "rolled forward 3 move(s)" in again.stderr
+    assert [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == []
+    listed = cli("trash", "list", folder).out
+    assert listed.count("m2.md") == 1 and "deleted outside memoryd" not in listed, listed
+    recs = [(r.f, r.e, r.by) for r in VersionStore(env.state).records(folder)]
+    assert recs.count(("m2.md", "moved", "memoryd")) == 1
+    assert recs.count(("m0.md", "moved", "memoryd")) == 1  # logged by the forget: not again

@@ -36,6 +36,7 @@ import functools
 import hashlib
 import json
 import os
+import stat
 import struct
 import sys
 import threading
@@ -594,10 +595,20 @@ class VersionStore:
         and the packs, as a scan found them when it began (it asks for each file it reads)."""
         loose, packs = looked if looked is not None else (True, None)
         return (
-            (loose and os.path.exists(self.objects / sha))
+            (loose and self._loose(sha) is not None)
             or any(t[1] == sha for t in self._temps)
             or self._packed(sha, packs) is not None
         )
+
+    def _loose(self, sha: str) -> int | None:
+        """The size of `sha`'s loose object; None when there is none, or only something
+        else under its name (a FIFO, a link, a folder: never taken for its bytes, so the
+        next read of them stores them again)."""
+        try:
+            st = os.lstat(self.objects / sha)
+        except (OSError, ValueError):
+            return None
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
 
     def pack_names(self) -> list[str]:
         try:
@@ -633,7 +644,8 @@ class VersionStore:
             for entry in entries:
                 if not entry.name.startswith("."):
                     with contextlib.suppress(OSError):
-                        sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
+                        if entry.is_file(follow_symlinks=False):  # else it holds no bytes
+                            sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
         for name in self.pack_names():
             with contextlib.suppress(OSError, ValueError):
                 fd, _ = open_regular(self.packs / name, follow=False)
@@ -645,10 +657,11 @@ class VersionStore:
         return sizes
 
     def write_object_temp(
-        self, sha: str, data: bytes | Sequence[bytes], *, sync: bool
+        self, sha: str, data: bytes | Sequence[bytes], *, sync: bool, again: bool = False
     ) -> str | None:
-        """Write an object's bytes under a temp name (None when it is stored already)."""
-        if self.has_object(sha):
+        """Write an object's bytes under a temp name (None when it is stored already, unless
+        `again`: what is stored under its name is damaged)."""
+        if not again and self.has_object(sha):
             return None
         fd = self._objects_fd()
         try:
@@ -682,8 +695,8 @@ class VersionStore:
         finally:
             os.close(fd)
 
-    def store_object(self, data: bytes | Sequence[bytes], sha: str) -> None:
-        tmp = self.write_object_temp(sha, data, sync=True)
+    def store_object(self, data: bytes | Sequence[bytes], sha: str, *, again: bool = False) -> None:
+        tmp = self.write_object_temp(sha, data, sync=True, again=again)
         if tmp is not None:
             self.commit_temps([(tmp, sha)], synced=True)
 
@@ -1755,7 +1768,9 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
     candidates: dict[str, tuple[int, float]] = {}
     sizes = store.object_sizes()  # looked up once: a lookup a version cost 1 s at 10,000
     stale: list[Path] = []  # dirs with versions ended long enough ago for compaction
-    missing: list[tuple[Path, str, str]] = []  # current versions without their bytes
+    # Current versions without their bytes (True: something else is under their name: a
+    # loose object of another size than the log's, truncated or overwritten).
+    missing: list[tuple[Path, str, str, bool]] = []
     for path in store.known_dirs():
         by_name: dict[str, list[Record]] = {}
         for rec in store.records(path):  # the log read once, not once a name
@@ -1764,8 +1779,10 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
         for recs in by_name.values():
             found = _versions(store, recs, sizes.keys())
             gone = bool(found) and found[-1].until is not None
-            if found and found[-1].until is None and not found[-1].stored:
-                missing.append((path, recs[-1].f, found[-1].sha256))
+            if found and found[-1].until is None:
+                now_v = found[-1]
+                if not now_v.stored or sizes[now_v.sha256] != now_v.size:
+                    missing.append((path, recs[-1].f, now_v.sha256, now_v.stored))
             for i, v in enumerate(found):
                 last = i == len(found) - 1
                 if v.until is not None and now - v.until >= 2 * keep:
@@ -1813,13 +1830,20 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
     return result
 
 
-def _store_missing(store: VersionStore, missing: Sequence[tuple[Path, str, str]]) -> int:
+def _store_missing(store: VersionStore, missing: Sequence[tuple[Path, str, str, bool]]) -> int:
     """Store again the bytes of current versions the log names but the store lacks (a state
-    dir damaged or restored from a backup, objects removed by hand): no scan would, since
-    each such file's version is already logged, and its loss would go unseen until the
-    file was deleted. Read from the file while it still holds those bytes; returns how many."""
+    dir damaged or restored from a backup, objects removed by hand, one truncated or
+    overwritten: `damaged`): no scan would, since each such file's version is already
+    logged, and its loss would go unseen until the file was deleted. Read from the file while
+    it still holds those bytes; returns how many. A damaged one is said, stored again or not."""
     done = 0
-    for path, name, sha in missing:
+    for path, name, sha, damaged in missing:
+        if damaged:
+            store._say(
+                f"{store.objects / sha}: damaged (its size is not that of the version of "
+                f"{path / name} it holds); stored again from the file if it still holds "
+                "those bytes, else that version cannot be restored"
+            )
         try:
             dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
@@ -1831,7 +1855,7 @@ def _store_missing(store: VersionStore, missing: Sequence[tuple[Path, str, str]]
         finally:
             os.close(dir_fd)
         if hashlib.sha256(data).hexdigest() == sha:  # else it changed: the next scan reads it
-            store.store_object(data, sha)
+            store.store_object(data, sha, again=damaged)
             done += 1
     return done
 

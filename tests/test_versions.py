@@ -1262,3 +1262,41 @@ def test_a_forget_killed_between_a_move_and_its_log_line_is_no_outside_deletion(
     recs = [(r.f, r.e, r.by) for r in VersionStore(env.state).records(folder)]
     assert recs.count(("m2.md", "moved", "memoryd")) == 1
     assert recs.count(("m0.md", "moved", "memoryd")) == 1  # logged by the forget: not again
+
+
+def test_a_damaged_object_of_a_current_version_is_stored_again_from_its_file(
+    env: Env, cli: Any
+) -> None:
+    """Three current versions' objects damaged in the state dir: one overwritten with other
+    bytes, one made a FIFO, one a symlink to a copy of its bytes. The store took each name
+    for the version's bytes (no scan or prune stored them again), so an agent deleting those
+    memories later lost them. The prune (the daemon's, at its start and daily) says the
+    overwritten one, stores all three again from their files, and each deletion restores
+    byte-identical."""
+    folder = _dir(env)
+    datas = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(4)}
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    objects = store.objects
+    overwritten, fifo, linked = (_sha(datas[f"m{i}.md"]) for i in range(3))
+    (objects / overwritten).write_bytes(b"something else")
+    (objects / fifo).unlink()
+    os.mkfifo(objects / fifo)
+    copy = env.home / "copy"
+    copy.write_bytes(datas["m2.md"])
+    (objects / linked).unlink()
+    (objects / linked).symlink_to(copy)
+    assert versions.prune(store).repaired == 3
+    assert any(str(objects / overwritten) in said for said in store._said), store._said
+    for sha in (overwritten, fifo, linked):
+        assert (objects / sha).is_file() and not (objects / sha).is_symlink()
+        assert hashlib.sha256((objects / sha).read_bytes()).hexdigest() == sha
+    assert versions.prune(store).repaired == 0
+    for i in range(3):
+        (folder / f"m{i}.md").unlink()
+    assert cli("index", folder).code == 0
+    for row in [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]:
+        done = cli("trash", "restore", row["restore"].split()[-1], folder)
+        assert done.code == 0, done.err
+    for i in range(3):
+        assert (folder / f"m{i}.md").read_bytes() == datas[f"m{i}.md"]

@@ -31,6 +31,7 @@ process ran is not in the store; the last version memoryd saw is what it can giv
 
 import array
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
@@ -49,7 +50,14 @@ from typing import TYPE_CHECKING, Any
 from memoryd import fsops
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
-from memoryd.paths import BoundedLines, ensure_private_dir, open_regular, read_bounded
+from memoryd.paths import (
+    BoundedLines,
+    NotRegularFile,
+    ensure_private_dir,
+    open_regular,
+    read_bounded,
+    regular_fd,
+)
 from memoryd.sealed import seal, unseal
 from memoryd.state import dir_key
 
@@ -240,7 +248,7 @@ class Session:
         try:
             self._read(name, data, sha, kind)
         except OSError as error:
-            self.store._say(f"{error.filename or self.store.root}: {error.strerror or error}")
+            self.store._say(self.store._problem(error))
 
     def end(
         self,
@@ -860,7 +868,7 @@ class VersionStore:
             d.loaded = True
             return
         except OSError as error:
-            self._say(f"{d.log}: {error}")
+            self._say(self._problem(error, d.log))
             d.loaded = True
             return
         try:
@@ -1049,7 +1057,10 @@ class VersionStore:
         """Every valid record of a dir's log, oldest first."""
         try:
             fd, _ = open_regular(self.log_path(path), follow=False)
-        except OSError:
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            self._say(self._problem(error, self.log_path(path)))
             return []
         from memoryd.scan import skip_reason
 
@@ -1397,12 +1408,24 @@ class VersionStore:
             self._said.add(problem)
             get_logger().warning("version store problem", problem=problem)
 
+    def _problem(self, error: OSError, path: Path | None = None) -> str:
+        """What to say of an OSError: the file it is about (`path` when the error does not
+        name one), and, when that is no regular file, what to do."""
+        if isinstance(error, NotRegularFile):
+            return (
+                f"{error}: memoryd records no version through it; move it aside (memoryd then "
+                "makes a new one)"
+            )
+        if path is not None and error.filename is None:
+            return f"{path}: {error.strerror or error}"
+        return f"{error.filename or path or self.root}: {error.strerror or error}"
+
     def _guard(self, func: Callable[..., object], *args: Any) -> None:
         """The store never fails what memoryd does: a problem is said once, and work goes on."""
         try:
             func(*args)
         except OSError as error:
-            self._say(f"{error.filename or self.root}: {error.strerror or error}")
+            self._say(self._problem(error))
 
 
 _EVENTS = frozenset(("seen", "gone", "moved", "restoring"))
@@ -1447,7 +1470,13 @@ def _open_log(log: Path, *, create: bool = True) -> int:
     flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     flags |= os.O_RDWR | os.O_APPEND | os.O_CREAT if create else os.O_RDONLY
     while True:
-        fd = os.open(log, flags, 0o600)
+        try:
+            fd = os.open(log, flags, 0o600)
+        except OSError as error:
+            if error.errno == errno.ELOOP:  # O_NOFOLLOW: a symlink is never followed
+                raise NotRegularFile(log, "a symbolic link") from error
+            raise
+        regular_fd(fd, log)  # a FIFO opens at once (O_NONBLOCK): what is appended is lost
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # a prune compacting the log waits for us, and we for it
             if os.fstat(fd).st_ino == os.stat(log, follow_symlinks=False).st_ino:

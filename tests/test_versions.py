@@ -1300,3 +1300,46 @@ def test_a_damaged_object_of_a_current_version_is_stored_again_from_its_file(
         assert done.code == 0, done.err
     for i in range(3):
         assert (folder / f"m{i}.md").read_bytes() == datas[f"m{i}.md"]
+
+
+@pytest.mark.parametrize("planted", ["fifo", "symlink"])
+def test_a_log_that_is_no_regular_file_is_said_with_what_to_do_and_never_written(
+    env: Env, cli: Any, planted: str
+) -> None:
+    """A dir's version log replaced by a FIFO (a reader holding it open) or a symlink: an
+    index run and `history` finish, say the log is no regular file and to move it aside,
+    and write nothing through it (the old code appended the run's lines into the FIFO, where
+    they were lost, and said of the link only "Too many levels of symbolic links"); moved
+    aside, the next run starts a new log that holds every memory's version."""
+    folder = _dir(env)
+    _mem(folder, "a.md", "first")
+    assert cli("index", folder).code == 0
+    log = VersionStore(env.state).log_path(folder)
+    target = env.home / "elsewhere.jsonl"
+    log.rename(target)
+    reader = -1
+    if planted == "fifo":
+        os.mkfifo(log)
+        reader = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
+    else:
+        log.symlink_to(target)
+    before = target.read_bytes()
+    try:
+        new = _mem(folder, "b.md", "second")
+        done = cli("index", folder)
+        assert done.code == 0, done.err
+        shown = cli("history", folder / "b.md")
+        assert shown.code == 0
+        for said in (done.err, shown.err):
+            assert f"{log} is a " in said and "move it aside" in said, said
+            assert "Too many levels" not in said
+        if reader >= 0:
+            assert os.read(reader, 1 << 16) == b""  # no line was written into the pipe
+    finally:
+        if reader >= 0:
+            os.close(reader)
+    assert target.read_bytes() == before  # a link's target is never written through it
+    log.unlink()
+    assert cli("index", folder).code == 0
+    kept = {(r.f, r.h) for r in VersionStore(env.state).records(folder) if r.e == "seen"}
+    assert ("b.md", _sha(new)) in kept and "a.md" in {f for f, _ in kept}

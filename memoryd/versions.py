@@ -13,8 +13,10 @@ Layout, all 0700/0600, never in a memory dir:
 - `<state>/versions/logs/<dir key>.jsonl`: per memory dir, one JSON line per event, appended:
   `{"t": when, "f": name, "h": sha256, "n": size, "e": event, "by": "memoryd"|"other"}` with
   `e` one of `seen` (a version first read), `gone` (the file left the dir), `moved` (memoryd
-  moved it into the trash), `restoring` (memoryd is about to write these bytes back). The
-  first line names the dir. A torn last line (a crash mid-append) is skipped.
+  moved it into the trash), `restoring` (memoryd is about to write these bytes back);
+  `"to"` marks a rename's `gone`, `"alarm": 1` an outside change that counts toward the
+  mass-change alarm (every memoryd process counts them from the log's end). The first line
+  names the dir. A torn last line (a crash mid-append) is skipped.
 
 Where versions come from: the store is passed down (`Runtime.versions`) as the `versions`
 parameter of what reads and writes. A scan reads a changed file's bytes anyway
@@ -1221,11 +1223,13 @@ class VersionStore:
                     latest = other.get(name)
                     if latest is not None and latest == (sha, "restoring"):
                         by = MEMORYD
-                rows.append((now, name, sha, size, "seen", by, None))
+                extra = None
                 if had is not None:
                     prev = before.get(name)
                     counts = not note or (prev is not None and prev.kind == "memory")
                     told.append(("rewritten", name, sha, had, size, counts))
+                    extra = _COUNTS if counts else None
+                rows.append((now, name, sha, size, "seen", by, extra))
             if only is None:
                 gone = [n for n in d.seen if n not in present]
             else:
@@ -1246,6 +1250,7 @@ class VersionStore:
                 else:
                     counts = prev is None or prev.kind == "memory"
                     told.append(("deleted", name, sha, "", size, counts))
+                    extra = _COUNTS if counts else None
                 rows.append((now, name, sha, size, "gone", OTHER, extra))
             self._append(d, rows)
             if gone:
@@ -1256,7 +1261,8 @@ class VersionStore:
                 d.settled = _names_digest(present)
             for kind, name, sha, prev_sha, size, counts in told:
                 self._outside(d, now, kind, name, sha, prev_sha, size, counts)
-            self._alarm(d, now)
+            if any(t[5] for t in told):
+                self._alarm(d, now)
 
     def _unchanged(self, d: _Dir, present: Set[str], only: Set[str] | None) -> bool:
         """Whether a scan that read nothing new has nothing to record, by the stamp alone:
@@ -1378,12 +1384,26 @@ class VersionStore:
             d.changes.append((now, kind, name))
 
     def _alarm(self, d: _Dir, now: float) -> None:
-        d.changes = [c for c in d.changes if now - c[0] <= self.alarm_window]
-        if len(d.changes) <= self.alarm_files or now < d.alarmed_until:
+        """Raise memory.mass_change once a burst: the outside changes that count are this
+        process's and those the dir's log holds from any other memoryd process (a one-shot
+        `memoryd index` may see part of an agent's burst and the daemon the rest, or the
+        daemon restarts in its midst); one alarm a window, whichever process raised it."""
+        since = now - self.alarm_window
+        d.changes = [c for c in d.changes if c[0] >= since]
+        changes = sorted({*d.changes, *self._logged_changes(d, since)})
+        if len(changes) <= self.alarm_files or now < d.alarmed_until:
+            return
+        last = max(
+            (a["t"] for a in alarms(self) if a.get("dir") == str(d.path)
+             and isinstance(a.get("t"), int | float)),
+            default=-float("inf"),
+        )  # fmt: skip
+        if since < last <= now:
+            d.alarmed_until = last + self.alarm_window
             return
         d.alarmed_until = now + self.alarm_window  # one alarm a burst
-        deleted = sorted({n for _, k, n in d.changes if k == "deleted"})
-        rewritten = sorted({n for _, k, n in d.changes if k == "rewritten"})
+        deleted = sorted({n for _, k, n in changes if k == "deleted"})
+        rewritten = sorted({n for _, k, n in changes if k == "rewritten"})
         self._guard(self._keep_alarm, d.path, now, len(deleted), len(rewritten))
         if self.audit is not None:
             self.audit(
@@ -1395,6 +1415,37 @@ class VersionStore:
                 window_s=int(self.alarm_window),
                 restore=f"memoryd trash list {d.path}; memoryd history {d.path}/FILE --restore N",
             )
+
+    def _logged_changes(self, d: _Dir, since: float) -> list[tuple[float, str, str]]:
+        """The outside changes that count (marked `_COUNTS`) the dir's log holds from `since`
+        on: its lines read back from the end to the first one older (at most
+        RECENT_MAX bytes; only marked lines are parsed)."""
+        out: list[tuple[float, str, str]] = []
+        try:
+            fd, st = open_regular(d.log, follow=False)
+        except OSError:
+            return out
+        try:
+            end, tail, read = st.st_size, b"", 0
+            while end > 0 and read < RECENT_MAX:
+                size = min(1 << 16, end)
+                end -= size
+                read += size
+                lines = (os.pread(fd, size, end) + tail).split(b"\n")
+                tail = lines.pop(0) if end > 0 else b""  # maybe the end of a longer line
+                for raw in reversed(lines):
+                    when = _line_time(raw)
+                    if when is not None and when < since:
+                        return out
+                    if when is not None and _COUNTS_MARK in raw:
+                        with contextlib.suppress(ValueError):
+                            row = json.loads(raw)
+                            if _plain(row) and row.get("by") == OTHER:
+                                kind = "deleted" if row["e"] == "gone" else "rewritten"
+                                out.append((when, kind, row["f"]))
+        finally:
+            os.close(fd)
+        return out
 
     def _keep_alarm(self, path: Path, now: float, deleted: int, rewritten: int) -> None:
         """The last alarms, for `memoryd status` (which reads no audit log)."""
@@ -1429,6 +1480,21 @@ class VersionStore:
 
 
 _EVENTS = frozenset(("seen", "gone", "moved", "restoring"))
+# The mark of a log line that is an outside change counting toward the alarm (a memory's
+# deletion or rewrite by others): what any memoryd process reading the log's end counts.
+_COUNTS: Mapping[str, Any] = {"alarm": 1}
+_COUNTS_MARK = b'"alarm":1'
+RECENT_MAX = 8 << 20  # bytes of a log's end the alarm reads back at most (~50,000 lines)
+
+
+def _line_time(raw: bytes) -> float | None:
+    """The time of a log line as memoryd writes it (`{"t":...,`), without parsing the rest."""
+    if not raw.startswith(b'{"t":'):
+        return None
+    try:
+        return float(raw[5 : raw.index(b",", 5)])
+    except ValueError:
+        return None
 
 
 def _plain(row: object) -> bool:

@@ -1343,3 +1343,51 @@ def test_a_log_that_is_no_regular_file_is_said_with_what_to_do_and_never_written
     assert cli("index", folder).code == 0
     kept = {(r.f, r.h) for r in VersionStore(env.state).records(folder) if r.e == "seen"}
     assert ("b.md", _sha(new)) in kept and "a.md" in {f for f, _ in kept}
+
+
+def test_a_burst_split_between_memoryd_processes_is_one_alarm_in_whichever_sees_its_end(
+    env: Env,
+) -> None:
+    """An agent deletes and rewrites memories while two memoryd processes look in turn (a
+    one-shot `memoryd index` and the daemon, or a daemon restarted mid-burst): each process
+    is a store of its own over one state dir. 2 changes seen by the first and 2 by the next,
+    within the window, are one mass_change (counted from the log, whoever wrote it); a fifth
+    change in that window seen by a third process raises none again; changes of both that
+    lie wider apart than the window raise none. The old count lived in each process: none
+    of them ever saw more than 2."""
+    folder = _dir(env)
+    for i in range(12):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    clock = Clock()
+    events: Events = []
+
+    def look() -> None:
+        store = _store(env, clock, events, alarm_files=3, alarm_window=600)
+        with versions.using(store):
+            scan_dir(folder, versions=store)
+
+    look()
+    (folder / "m0.md").unlink()
+    _mem(folder, "m1.md", "rewritten by the agent")
+    look()
+    clock.now += 120
+    (folder / "m2.md").unlink()
+    (folder / "m3.md").unlink()
+    look()
+    alarms_raised = [f for e, f in events if e == "memory.mass_change"]
+    assert len(alarms_raised) == 1
+    assert (alarms_raised[0]["deleted"], alarms_raised[0]["rewritten"]) == (3, 1)
+    clock.now += 60
+    (folder / "m4.md").unlink()
+    look()
+    assert [e for e, _ in events].count("memory.mass_change") == 1  # one alarm a burst
+    clock.now += 1200  # the burst's window over: 2 + 2 changes 11 minutes apart
+    for i in (5, 6):
+        (folder / f"m{i}.md").unlink()
+    look()
+    clock.now += 660
+    for i in (7, 8):
+        (folder / f"m{i}.md").unlink()
+    look()
+    assert [e for e, _ in events].count("memory.mass_change") == 1
+    assert [e for e, _ in events].count("memory.deleted_outside") == 8

@@ -886,12 +886,12 @@ class VersionStore:
                 self._from_table(d, fd, st.st_size)
             start = d.offset
             os.lseek(fd, d.offset, os.SEEK_SET)
-            consumed = d.offset
-            lines = []
-            for _, raw in BoundedLines(fd, max_line=LOG_LINE_MAX):
-                if raw is not None:
-                    consumed += len(raw)
-                    lines.append(raw)
+            reader = BoundedLines(fd, max_line=LOG_LINE_MAX)
+            lines = [raw for _, raw in reader if raw is not None]
+            # Up to the last whole line, an over-long one too (skipped, never parsed): were it
+            # not counted, the next read would start inside the log's lines, and this
+            # process's offset never again be the log's end (no stamp, every read again).
+            consumed = start + reader.whole
             try:  # one parse of the whole tail: 10,000 lines one by one cost 5x more
                 rows = json.loads(b"[" + b",".join(lines) + b"]")
             except ValueError:

@@ -1391,3 +1391,31 @@ def test_a_burst_split_between_memoryd_processes_is_one_alarm_in_whichever_sees_
     look()
     assert [e for e, _ in events].count("memory.mass_change") == 1
     assert [e for e, _ in events].count("memory.deleted_outside") == 8
+
+
+def test_an_over_long_line_in_a_log_is_skipped_once_and_the_stamp_holds_after_it(
+    env: Env,
+) -> None:
+    """A damaged line of 1 MB (over LOG_LINE_MAX) in a dir's log, then more lines: a scan
+    reads past it once, records a deletion, and leaves a stamp, so the next process's scan
+    of the unchanged dir reads no log. The old reader did not count the skipped line in
+    where it had read to: its offset fell inside the log's lines, no stamp was ever saved
+    again, and every read went back over the line."""
+    folder = _dir(env)
+    for i in range(5):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    events: Events = []
+    with versions.using(_store(env, Clock(), events)) as store:
+        cache = scan_dir(folder, versions=store).files
+    log = store.log_path(folder)
+    with log.open("ab") as out:
+        out.write(b'{"t":1.0,"f":"' + b"x" * (1 << 20) + b'"}\n')
+    (folder / "m0.md").unlink()
+    with versions.using(_store(env, Clock(), events)) as store:
+        cache = scan_dir(folder, cache, versions=store).files
+    assert [e for e, _ in events] == ["memory.deleted_outside"]
+    again = _store(env, Clock(), events)
+    with versions.using(again):
+        scan_dir(folder, cache, versions=again)
+    assert not again._dirs[folder].loaded  # the stamp the last scan left holds
+    assert [d.name for d in versions.deleted(again, folder)] == ["m0.md"]

@@ -641,11 +641,21 @@ class VersionStore:
                 fd, _ = open_regular(self.packs / name, follow=False)
                 try:
                     found = _pack_find(fd, key)
+                except ValueError:
+                    self._bad_pack(name)
+                    raise
                 finally:
                     os.close(fd)
                 if found is not None:
                     return name, *found
         return None
+
+    def _bad_pack(self, name: str) -> None:
+        self._say(
+            f"{self.packs / name}: not a whole pack (truncated or damaged); the versions only "
+            "it held cannot be restored (the daemon stores current ones again from their "
+            "files); move it aside"
+        )
 
     def object_sizes(self) -> dict[str, int]:
         """Every stored object (loose or packed): sha256 -> size."""
@@ -662,6 +672,9 @@ class VersionStore:
                 try:
                     for sha, _, size in _pack_entries(fd):
                         sizes[sha] = size
+                except ValueError:
+                    self._bad_pack(name)
+                    raise
                 finally:
                     os.close(fd)
         return sizes
@@ -767,7 +780,13 @@ class VersionStore:
             data = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
         finally:
             os.close(fd)
-        return data if hashlib.sha256(data).hexdigest() == sha else self._read_packed(sha)
+        if hashlib.sha256(data).hexdigest() == sha:
+            return data
+        self._say(
+            f"{self.objects / sha}: its bytes are not the version its name is the sha256 of "
+            "(damaged): never given back; move it aside"
+        )
+        return self._read_packed(sha)
 
     def _object_temps(self) -> list[tuple[str, str]]:
         """Each temp in the objects folder (written, not put in place yet), with the sha256
@@ -813,7 +832,13 @@ class VersionStore:
             data = os.pread(fd, size, offset)
         finally:
             os.close(fd)
-        return data if hashlib.sha256(data).hexdigest() == sha else None
+        if hashlib.sha256(data).hexdigest() == sha:
+            return data
+        self._say(
+            f"{self.packs / name}: the bytes its index gives for {sha} are not that version "
+            "(damaged): never given back; move it aside"
+        )
+        return None
 
     def recover_temps(self) -> list[str]:
         """Temps a killed memoryd left in the objects folder: each one whose bytes are whole

@@ -1419,3 +1419,76 @@ def test_an_over_long_line_in_a_log_is_skipped_once_and_the_stamp_holds_after_it
         scan_dir(folder, cache, versions=again)
     assert not again._dirs[folder].loaded  # the stamp the last scan left holds
     assert [d.name for d in versions.deleted(again, folder)] == ["m0.md"]
+
+
+def test_a_truncated_pack_is_said_and_its_current_versions_are_stored_again(
+    env: Env, cli: Any
+) -> None:
+    """A first start's pack cut short (its index and trailer lost): `history` and the prune
+    name the pack and say what to do (the old code said nothing: every version in it was
+    just "not restorable"), the prune stores each current version again from its file, and
+    a memory deleted afterwards comes back byte-identical."""
+    folder = _dir(env)
+    for i in range(versions.PACK_FROM + 10):
+        _mem(folder, f"m{i:03}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    (pack,) = store.pack_names()
+    path = store.packs / pack
+    os.truncate(path, path.stat().st_size // 2)
+    shown = cli("history", folder / "m007.md")
+    assert shown.code == 0
+    assert str(path) in shown.err and "move it aside" in shown.err, shown.err
+    assert versions.prune(store).repaired == versions.PACK_FROM + 10
+    assert any(str(path) in said for said in store._said), store._said
+    kept = (folder / "m007.md").read_bytes()
+    (folder / "m007.md").unlink()
+    assert cli("index", folder).code == 0
+    (row,) = [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
+    assert cli("trash", "restore", row["restore"].split()[-1], folder).code == 0
+    assert (folder / "m007.md").read_bytes() == kept
+
+
+def test_a_version_whose_kept_bytes_are_not_its_own_is_refused_and_the_file_named(
+    env: Env, cli: Any
+) -> None:
+    """A rewritten memory's earlier version kept as an object overwritten with other bytes
+    of the same size (no size check can see it): `history --restore 1` writes nothing, the
+    memory keeps its bytes, and the damaged object is named with what to do (the old code
+    refused in silence as if the bytes had been pruned)."""
+    folder = _dir(env)
+    first = _mem(folder, "a.md", "the first lesson")
+    assert cli("index", folder).code == 0
+    now = _mem(folder, "a.md", "the second lesson")
+    assert cli("index", folder).code == 0
+    damaged = VersionStore(env.state).objects / _sha(first)
+    damaged.write_bytes(bytes(len(first)))
+    back = cli("history", folder / "a.md", "--restore", "1")
+    assert back.code != 0
+    assert (folder / "a.md").read_bytes() == now
+    assert f"{damaged}: its bytes are not the version" in back.err, back.err
+
+
+def test_a_packed_version_whose_bytes_are_not_its_own_is_refused_and_the_pack_named(
+    env: Env, cli: Any
+) -> None:
+    """The same for a version kept in a first start's pack, its bytes overwritten in place
+    (the pack's index lies about them): nothing written, the pack named."""
+    folder = _dir(env)
+    for i in range(versions.PACK_FROM + 10):
+        _mem(folder, f"m{i:03}.md", f"lesson {i}")
+    first = (folder / "m007.md").read_bytes()
+    assert cli("index", folder).code == 0
+    now = _mem(folder, "m007.md", "the second lesson")
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    where = store._packed(_sha(first))
+    assert where is not None
+    name, offset, size = where
+    with open(store.packs / name, "r+b") as pack:
+        pack.seek(offset)
+        pack.write(bytes(size))
+    back = cli("history", folder / "m007.md", "--restore", "1")
+    assert back.code != 0
+    assert (folder / "m007.md").read_bytes() == now
+    assert f"{store.packs / name}: the bytes its index gives" in back.err, back.err

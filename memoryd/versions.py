@@ -86,6 +86,8 @@ TABLE_MIN_BYTES = 256 << 10  # a log this long has its table kept (see VersionSt
 _TABLE_HEADER = ("memoryd version table", 1)
 _STAMP_HEADER = ("memoryd version stamp", 1)
 STAMP_TAIL = 4096  # the bytes at the end of a log its stamp holds the digest of
+STAMP_MAX = 1 << 20  # a stamp is a digest, a log mark and two index versions' sha256s
+TABLE_MAX = 256 << 20  # a table of a dir of 1,000,000 names is ~150 MB
 OBJECT_MAX = 64 << 20  # the archive's read limit is below this
 DAY = 86400.0
 PRUNE_EVERY = DAY  # the daemon prunes at start, then at the first heartbeat a day after
@@ -943,10 +945,22 @@ class VersionStore:
     def _table_path(self, d: _Dir) -> Path:
         return self.root / "tables" / f"{dir_key(d.path)}.table"
 
-    def _from_table(self, d: _Dir, fd: int, size: int) -> None:
+    def _read_cache(self, path: Path, limit: int) -> bytes | None:
+        """A table's or stamp's bytes; None when it is missing or will not be read: a FIFO
+        (a plain read waited on it for ever: a daemon start or a command hung), a link, a
+        device, or past `limit` bytes. Said, but for its absence: a cache's save puts a
+        regular file in its place."""
         try:
-            data = self._table_path(d).read_bytes()
-        except OSError:
+            return read_bounded(path, limit, follow=False)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            self._say(f"{error}: not read (a cache of the version log; memoryd writes it anew)")
+            return None
+
+    def _from_table(self, d: _Dir, fd: int, size: int) -> None:
+        data = self._read_cache(self._table_path(d), TABLE_MAX)
+        if data is None:
             return
         payload = unseal(_TABLE_HEADER, data)
         if not (isinstance(payload, tuple) and len(payload) == 4):
@@ -997,7 +1011,8 @@ class VersionStore:
         if d.stamp is None:
             d.stamp = False
             with contextlib.suppress(OSError):
-                payload = unseal(_STAMP_HEADER, self._stamp_path(d).read_bytes())
+                data = self._read_cache(self._stamp_path(d), STAMP_MAX)
+                payload = unseal(_STAMP_HEADER, data) if data is not None else None
                 if isinstance(payload, tuple) and len(payload) == 3:
                     mark, names, index = payload
                     if (isinstance(names, bytes) and isinstance(index, dict)

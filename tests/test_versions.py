@@ -1233,7 +1233,7 @@ def _child(env: Env, *args: str | Path, crash_at: str = "") -> subprocess.Comple
         child["MEMORYD_CRASH_AT"], _, child["MEMORYD_CRASH_ONLY"] = crash_at.partition(":")
     return subprocess.run(
         [sys.executable, "-m", "memoryd", *map(str, args)],
-        env=child, capture_output=True, text=True, timeout=60, check=False,
+        env=child, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
 
 
@@ -1492,3 +1492,33 @@ def test_a_packed_version_whose_bytes_are_not_its_own_is_refused_and_the_pack_na
     assert back.code != 0
     assert (folder / "m007.md").read_bytes() == now
     assert f"{store.packs / name}: the bytes its index gives" in back.err, back.err
+
+
+def test_a_fifo_as_a_dirs_table_or_stamp_hangs_no_command(env: Env, cli: Any) -> None:
+    """A dir's table and stamp (caches of its version log) replaced by FIFOs: `memoryd index`
+    in a child process finishes, records the deletion it finds, names each FIFO once, and
+    its saves put regular files in their place. The old code read them with a plain open,
+    which waits on a FIFO for ever (the child hung; a daemon start too)."""
+    folder = _dir(env)
+    for i in range(5):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    row = '{{"t":1.0,"f":"x{i}.md","h":"{h}","n":1,"e":"moved","by":"memoryd"}}\n'
+    with store.log_path(folder).open("a") as log:  # a log long enough to have a table
+        log.write("".join(row.format(i=i, h="0" * 64) for i in range(2200)))
+    assert store.log_path(folder).stat().st_size >= versions.TABLE_MIN_BYTES
+    key = store.log_path(folder).stem
+    caches = [store.root / "tables" / f"{key}{suffix}" for suffix in (".table", ".stamp")]
+    for path in caches:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    (folder / "m0.md").unlink()
+    done = _child(env, "index", folder)
+    assert done.returncode == 0, done.stderr
+    assert [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == [
+        "m0.md"
+    ]
+    assert all(done.stderr.count(f"{path} is a FIFO") == 1 for path in caches), done.stderr
+    assert all(path.is_file() for path in caches)

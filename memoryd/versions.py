@@ -54,6 +54,7 @@ from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
 from memoryd.paths import (
     BoundedLines,
+    FileTooLarge,
     NotRegularFile,
     ensure_private_dir,
     open_regular,
@@ -952,11 +953,11 @@ class VersionStore:
         regular file in its place."""
         try:
             return read_bounded(path, limit, follow=False)
-        except FileNotFoundError:
-            return None
-        except OSError as error:
+        except (NotRegularFile, FileTooLarge) as error:
             self._say(f"{error}: not read (a cache of the version log; memoryd writes it anew)")
-            return None
+        except OSError:
+            pass  # missing, or its folder unusable (said where the store writes)
+        return None
 
     def _from_table(self, d: _Dir, fd: int, size: int) -> None:
         data = self._read_cache(self._table_path(d), TABLE_MAX)
@@ -1507,9 +1508,14 @@ class VersionStore:
                 f"{error}: memoryd records no version through it; move it aside (memoryd then "
                 "makes a new one)"
             )
-        if path is not None and error.filename is None:
-            return f"{path}: {error.strerror or error}"
-        return f"{error.filename or path or self.root}: {error.strerror or error}"
+        where = error.filename if error.filename is not None else path or self.root
+        if error.errno == errno.ENOTDIR:  # a file where one of the store's folders belongs
+            return (
+                f"{where}: a file is in place of one of the folders of this path (not a "
+                "directory): memoryd keeps no version through it; move it aside (memoryd then "
+                "makes the folder anew)"
+            )
+        return f"{where}: {error.strerror or error}"
 
     def _guard(self, func: Callable[..., object], *args: Any) -> None:
         """The store never fails what memoryd does: a problem is said once, and work goes on."""

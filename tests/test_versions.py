@@ -18,7 +18,7 @@ import pytest
 from memoryd import trash, versions
 from memoryd.scan import scan_dir
 from memoryd.versions import VersionStore
-from tests.conftest import Env, tree_digest
+from tests.conftest import Env, lock_held_elsewhere, tree_digest
 
 DAY = 86400.0
 
@@ -1547,3 +1547,29 @@ def test_a_file_in_place_of_a_store_folder_is_said_with_what_to_do(
     store = VersionStore(env.state)
     assert store.read_object(_sha(new)) == new
     assert ("b.md", _sha(new)) in {(r.f, r.h) for r in store.records(folder) if r.e == "seen"}
+
+
+def test_forgets_selection_records_no_deletion_while_another_pass_is_mid_move(
+    env: Env, cli: Any
+) -> None:
+    """Another memoryd process holds the dir's writer lock and has moved m0.md into the trash,
+    its version log line not yet written (a pass between a move and its record). `memoryd
+    forget m1.md` (no terminal, no --yes: it only lists) scans the dir to select what to
+    forget without that lock: the old code kept versions in that scan and recorded m0.md as
+    deleted by others (a false memory.deleted_outside, and `trash list` listing it). Its
+    selection keeps none now; the pass's record then makes the move memoryd's."""
+    folder = _dir(env)
+    for i in range(3):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    data = (folder / "m0.md").read_bytes()
+    day = trash.day_folder(folder, date.today())
+    with lock_held_elsewhere(env.state, folder):
+        day.mkdir(parents=True, exist_ok=True)
+        (folder / "m0.md").rename(day / "m0.md")  # the other pass's move
+        listed = _child(env, "forget", folder / "m1.md")
+        assert "To forget (1)" in listed.stdout, listed.stdout + listed.stderr
+        VersionStore(env.state).moved(folder, "m0.md", _sha(data), len(data), "0123456789")
+    assert cli("index", folder).code == 0
+    assert [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == []
+    assert (folder / "m1.md").exists()

@@ -970,6 +970,19 @@ class VersionStore:
         if not (isinstance(offset, int) and 0 < offset <= size and isinstance(seen, dict)
                 and isinstance(other, dict)):  # fmt: skip
             return
+        # Every name and sha256 a string, every other record a (sha256, event) pair: a table
+        # written otherwise (by hand, by another program: its seal is a CRC) would have the
+        # scans log non-strings, or raise (~1 ms at 10,000 names).
+        if not (
+            all(type(k) is str and type(v) is str for k, v in seen.items())
+            and all(
+                type(k) is str and type(v) is tuple and len(v) == 2 and type(v[0]) is str
+                and v[1] in _EVENTS
+                for k, v in other.items()
+            )
+        ):  # fmt: skip
+            self._say(f"{self._table_path(d)}: not a table memoryd wrote; read the log instead")
+            return
         prefix = os.pread(fd, offset, 0)
         if len(prefix) == offset and hashlib.blake2b(prefix, digest_size=16).digest() == digest:
             d.offset, d.seen, d.other = offset, seen, other

@@ -1573,3 +1573,37 @@ def test_forgets_selection_records_no_deletion_while_another_pass_is_mid_move(
     assert cli("index", folder).code == 0
     assert [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == []
     assert (folder / "m1.md").exists()
+
+
+def test_a_table_holding_what_memoryd_never_writes_is_not_taken_for_the_log(
+    env: Env, cli: Any
+) -> None:
+    """A dir's table sealed right and naming the log's prefix, but holding a number and a
+    None for sha256s (written by another program): `memoryd index` reads the log instead,
+    records the deletion it finds, and says the table is not memoryd's. The old code took
+    it: m1.md's deletion went unrecorded (no row, nothing for `trash list`) and a name only
+    the table held was logged as deleted with a null sha256."""
+    from memoryd.sealed import seal
+
+    folder = _dir(env)
+    for i in range(3):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    log = store.log_path(folder)
+    row = '{{"t":1.0,"f":"x{i}.md","h":"{h}","n":1,"e":"moved","by":"memoryd"}}\n'
+    with log.open("a") as out:  # a log long enough to have a table
+        out.write("".join(row.format(i=i, h="0" * 64) for i in range(2200)))
+    prefix = log.read_bytes()
+    digest = hashlib.blake2b(prefix, digest_size=16).digest()
+    table = store.root / "tables" / f"{log.stem}.table"
+    table.parent.mkdir(mode=0o700, exist_ok=True)
+    forged: tuple[Any, ...] = (len(prefix), digest, {"m0.md": 5, "zz.md": None}, {})
+    table.write_bytes(seal(("memoryd version table", 1), forged))
+    (folder / "m1.md").unlink()
+    done = cli("index", folder)
+    assert done.code == 0, done.err
+    assert f"{table}: not a table memoryd wrote" in done.err
+    said = [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
+    assert said == ["m1.md"]
+    assert [d.name for d in versions.deleted(store, folder)] == ["m1.md"]

@@ -1528,6 +1528,11 @@ class VersionStore:
                 "directory): memoryd keeps no version through it; move it aside (memoryd then "
                 "makes the folder anew)"
             )
+        if error.errno == errno.EISDIR:  # a folder where one of the store's files belongs
+            return (
+                f"{where}: a folder is in place of this file of memoryd's: memoryd keeps no "
+                "version through it; move it aside (memoryd then makes the file anew)"
+            )
         return f"{where}: {error.strerror or error}"
 
     def _guard(self, func: Callable[..., object], *args: Any) -> None:

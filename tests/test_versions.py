@@ -1524,25 +1524,32 @@ def test_a_fifo_as_a_dirs_table_or_stamp_hangs_no_command(env: Env, cli: Any) ->
     assert all(path.is_file() for path in caches)
 
 
-@pytest.mark.parametrize("folder_name", ["objects", "logs"])
+@pytest.mark.parametrize("planted_name", ["objects", "logs", ".lock"])
 def test_a_file_in_place_of_a_store_folder_is_said_with_what_to_do(
-    env: Env, cli: Any, folder_name: str
+    env: Env, cli: Any, planted_name: str
 ) -> None:
-    """`versions/objects` or `versions/logs` replaced by a regular file: `memoryd index`
-    finishes and says that a file is in a folder's place and to move it aside (the old
-    message was a bare "Not a directory"); moved aside, the next run keeps every version."""
+    """`versions/objects` or `versions/logs` replaced by a regular file, the store-wide lock
+    file by a folder: `memoryd index` finishes and says what is in whose place and to move
+    it aside (the old message was a bare "Not a directory" or "Is a directory"); moved
+    aside, the next run keeps every version."""
     folder = _dir(env)
     _mem(folder, "a.md", "first")
     assert cli("index", folder).code == 0
-    planted = env.state / "versions" / folder_name
+    planted = env.state / "versions" / planted_name
     planted.rename(env.home / "aside")
-    planted.write_text("not a folder")
+    if planted_name == ".lock":
+        planted.mkdir()
+    else:
+        planted.write_text("not a folder")
     new = _mem(folder, "b.md", "second")
     done = cli("index", folder)
     assert done.code == 0, done.err
-    assert "a file is in place of one of the folders" in done.err, done.err
-    assert "move it aside" in done.err
-    planted.unlink()
+    wrong = "a folder is in place of" if planted_name == ".lock" else "a file is in place of"
+    assert wrong in done.err and "move it aside" in done.err, done.err
+    if planted_name == ".lock":
+        planted.rmdir()
+    else:
+        planted.unlink()
     assert cli("index", folder).code == 0
     store = VersionStore(env.state)
     assert store.read_object(_sha(new)) == new

@@ -38,6 +38,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import math
 import os
 import stat
 import struct
@@ -159,6 +160,7 @@ def _record(row: object, skip_reason: Callable[[str], str | None]) -> Record | N
     t, f, h, n, e, by = (row.get(k) for k in ("t", "f", "h", "n", "e", "by"))
     if not (
         isinstance(t, int | float)
+        and math.isfinite(t)  # json reads NaN and Infinity: no time to show or compare
         and isinstance(f, str)
         and isinstance(h, str)
         and isinstance(n, int)

@@ -1614,3 +1614,45 @@ def test_a_table_holding_what_memoryd_never_writes_is_not_taken_for_the_log(
     said = [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
     assert said == ["m1.md"]
     assert [d.name for d in versions.deleted(store, folder)] == ["m1.md"]
+
+
+@pytest.mark.parametrize("when", ["NaN", "Infinity", "-Infinity"])
+def test_a_log_line_whose_time_is_no_number_is_skipped_by_history_and_trash_list(
+    env: Env, cli: Any, when: str
+) -> None:
+    """A log line whose time json reads as NaN or an infinity (a damaged or hand-made line):
+    `history` and `trash list` skip it and list the rest (the old code raised "cannot convert
+    float NaN to integer" with a traceback)."""
+    folder = _dir(env)
+    for i in range(2):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    sha = _sha((folder / "m0.md").read_bytes())
+    (folder / "m1.md").unlink()
+    assert cli("index", folder).code == 0
+    row = '{{"t":{t},"f":"m0.md","h":"{h}","n":10,"e":"gone","by":"other"}}\n'
+    with VersionStore(env.state).log_path(folder).open("a") as log:
+        log.write(row.format(t=when, h=sha))
+    shown = cli("history", folder / "m0.md")
+    assert shown.code == 0 and "1 version kept" in shown.out and "current" in shown.out
+    listed = cli("trash", "list", folder)
+    assert listed.code == 0 and "m1.md" in listed.out and "m0.md" not in listed.out
+
+
+def test_status_skips_an_alarm_whose_time_is_no_number(env: Env, cli: Any) -> None:
+    """alarms.json holding alarms timed NaN and Infinity (damaged or hand-made) beside a real
+    one: `memoryd status` shows the real one only (the old code raised in `ago`)."""
+    folder = _dir(env)
+    _mem(folder, "a.md", "x")
+    assert cli("index", folder).code == 0
+    import time
+
+    alarms = [
+        {"dir": str(folder / "nan"), "t": float("nan"), "deleted": 4, "rewritten": 0},
+        {"dir": str(folder / "inf"), "t": float("inf"), "deleted": 5, "rewritten": 0},
+        {"dir": str(folder), "t": time.time() - 60, "deleted": 6, "rewritten": 1},
+    ]
+    (env.state / "versions" / versions.ALARMS).write_text(json.dumps(alarms))
+    shown = cli("status")
+    assert "6 memory files deleted and 1 rewritten" in shown.out, shown.out + shown.err
+    assert "nan" not in shown.out and "inf:" not in shown.out

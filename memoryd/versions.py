@@ -1482,13 +1482,22 @@ class VersionStore:
         except OSError:
             return out
         try:
-            end, tail, read = st.st_size, b"", 0
+            end, tail, read, over = st.st_size, b"", 0, False
             while end > 0 and read < RECENT_MAX:
                 size = min(1 << 16, end)
                 end -= size
                 read += size
-                lines = (os.pread(fd, size, end) + tail).split(b"\n")
+                lines = os.pread(fd, size, end).split(b"\n")
+                if over:  # within a line over LOG_LINE_MAX, never held (else quadratic)
+                    lines[-1] = b""
+                    if len(lines) == 1:
+                        continue
+                    over = False
+                else:
+                    lines[-1] += tail  # the start of the line `tail` ends
                 tail = lines.pop(0) if end > 0 else b""  # maybe the end of a longer line
+                if len(tail) > LOG_LINE_MAX:
+                    tail, over = b"", True
                 for raw in reversed(lines):
                     when = _line_time(raw)
                     if when is not None and when < since:

@@ -1656,3 +1656,42 @@ def test_status_skips_an_alarm_whose_time_is_no_number(env: Env, cli: Any) -> No
     shown = cli("status")
     assert "6 memory files deleted and 1 rewritten" in shown.out, shown.out + shown.err
     assert "nan" not in shown.out and "inf:" not in shown.out
+
+
+def test_the_alarm_reads_back_past_a_damaged_long_line_holding_none_of_it(env: Env) -> None:
+    """Between two processes' halves of a burst, a damaged 4 MB line (no newline: a torn
+    append of garbage) in the dir's log: the second half's alarm still counts the first
+    half's changes behind it, and reading back over it holds no piece of it longer than a
+    line may be (tracemalloc's peak well under 1 MB; holding the line's growing start and
+    copying it at each 64 KB read back made the peak ~8 MB and the time quadratic)."""
+    import tracemalloc
+
+    folder = _dir(env)
+    for i in range(8):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    clock = Clock()
+    events: Events = []
+
+    def look() -> None:
+        store = _store(env, clock, events, alarm_files=3, alarm_window=600)
+        with versions.using(store):
+            scan_dir(folder, versions=store)
+
+    look()
+    for i in (0, 1):
+        (folder / f"m{i}.md").unlink()
+    look()
+    with VersionStore(env.state).log_path(folder).open("ab") as log:
+        log.write(b"x" * (4 << 20))
+    for i in (2, 3):
+        (folder / f"m{i}.md").unlink()
+    clock.now += 60
+    tracemalloc.start()
+    try:
+        look()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    (alarm,) = [f for e, f in events if e == "memory.mass_change"]
+    assert alarm["deleted"] == 4
+    assert peak < 1 << 20, peak

@@ -1695,3 +1695,27 @@ def test_the_alarm_reads_back_past_a_damaged_long_line_holding_none_of_it(env: E
     (alarm,) = [f for e, f in events if e == "memory.mass_change"]
     assert alarm["deleted"] == 4
     assert peak < 1 << 20, peak
+
+
+@pytest.mark.parametrize("where", ["objects", "packs", "memory dir"])
+def test_a_temp_name_with_a_pid_no_process_can_have_stops_no_command(
+    env: Env, cli: Any, where: str
+) -> None:
+    """A file named like memoryd's temp but carrying a 20-digit (or 0) pid, an hour old, in
+    the store's objects or packs folder or in a memory dir (which agents write): `memoryd
+    index` runs and leaves it alone. The old code passed the number to os.kill, which raised
+    OverflowError: every versioned command, and the daemon at each start, died on it."""
+    folder = _dir(env)
+    _mem(folder, "a.md", "first")
+    assert cli("index", folder).code == 0
+    place = folder if where == "memory dir" else env.state / "versions" / where
+    place.mkdir(mode=0o700, exist_ok=True)
+    planted = [place / f".a.md.memoryd-{pid}-abcd.tmp" for pid in ("9" * 20, "0")]
+    for path in planted:
+        path.write_text("not memoryd's")
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    new = _mem(folder, "b.md", "second")
+    done = cli("index", folder)
+    assert done.code == 0, done.err
+    assert all(path.read_text() == "not memoryd's" for path in planted)
+    assert VersionStore(env.state).read_object(_sha(new)) == new

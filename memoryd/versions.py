@@ -643,7 +643,7 @@ class VersionStore:
             return None
         for name in names:
             with contextlib.suppress(OSError, ValueError):
-                fd, _ = open_regular(self.packs / name, follow=False)
+                fd = self._open_pack(name)
                 try:
                     found = _pack_find(fd, key)
                 except ValueError:
@@ -655,12 +655,19 @@ class VersionStore:
                     return name, *found
         return None
 
-    def _bad_pack(self, name: str) -> None:
+    def _bad_pack(self, name: str, why: str = "not a whole pack (truncated or damaged)") -> None:
         self._say(
-            f"{self.packs / name}: not a whole pack (truncated or damaged); the versions only "
-            "it held cannot be restored (the daemon stores current ones again from their "
-            "files); move it aside"
+            f"{self.packs / name}: {why}; the versions only it held cannot be restored (the "
+            "daemon stores current ones again from their files); move it aside"
         )
+
+    def _open_pack(self, name: str) -> int:
+        """A pack opened to read; a link, a FIFO or a folder in its place is said, and raised."""
+        try:
+            return open_regular(self.packs / name, follow=False)[0]
+        except NotRegularFile as error:
+            self._bad_pack(name, f"{error.what}, not a regular file")
+            raise
 
     def object_sizes(self) -> dict[str, int]:
         """Every stored object (loose or packed): sha256 -> size."""
@@ -673,7 +680,7 @@ class VersionStore:
                             sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
         for name in self.pack_names():
             with contextlib.suppress(OSError, ValueError):
-                fd, _ = open_regular(self.packs / name, follow=False)
+                fd = self._open_pack(name)
                 try:
                     for sha, _, size in _pack_entries(fd):
                         sizes[sha] = size
@@ -741,7 +748,7 @@ class VersionStore:
         dropped: set[str] = set()
         for name in self.pack_names():
             try:
-                fd, _ = open_regular(self.packs / name, follow=False)
+                fd = self._open_pack(name)
             except OSError:
                 continue
             try:
@@ -830,7 +837,7 @@ class VersionStore:
             return None
         name, offset, size = where
         try:
-            fd, _ = open_regular(self.packs / name, follow=False)
+            fd = self._open_pack(name)
         except OSError:
             return None
         try:

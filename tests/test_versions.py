@@ -1421,13 +1421,14 @@ def test_an_over_long_line_in_a_log_is_skipped_once_and_the_stamp_holds_after_it
     assert [d.name for d in versions.deleted(again, folder)] == ["m0.md"]
 
 
+@pytest.mark.parametrize("damage", ["truncated", "symlink", "fifo"])
 def test_a_truncated_pack_is_said_and_its_current_versions_are_stored_again(
-    env: Env, cli: Any
+    env: Env, cli: Any, damage: str
 ) -> None:
-    """A first start's pack cut short (its index and trailer lost): `history` and the prune
-    name the pack and say what to do (the old code said nothing: every version in it was
-    just "not restorable"), the prune stores each current version again from its file, and
-    a memory deleted afterwards comes back byte-identical."""
+    """A first start's pack cut short (its index and trailer lost), or a symlink or a FIFO in
+    its place: `history` and the prune name the pack and say what to do (the old code said
+    nothing: every version in it was just "not restorable"), the prune stores each current
+    version again from its file, and a memory deleted afterwards comes back byte-identical."""
     folder = _dir(env)
     for i in range(versions.PACK_FROM + 10):
         _mem(folder, f"m{i:03}.md", f"lesson {i}")
@@ -1435,7 +1436,14 @@ def test_a_truncated_pack_is_said_and_its_current_versions_are_stored_again(
     store = VersionStore(env.state)
     (pack,) = store.pack_names()
     path = store.packs / pack
-    os.truncate(path, path.stat().st_size // 2)
+    if damage == "truncated":
+        os.truncate(path, path.stat().st_size // 2)
+    else:
+        path.rename(env.home / "aside.pack")
+        if damage == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to(env.home / "aside.pack")
     shown = cli("history", folder / "m007.md")
     assert shown.code == 0
     assert str(path) in shown.err and "move it aside" in shown.err, shown.err

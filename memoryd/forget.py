@@ -83,8 +83,10 @@ def _split(terms: list[str]) -> tuple[list[str], list[Path], list[Path]]:
 
 def _memories(rt: Runtime, md: MemoryDir) -> dict[str, Memory]:
     limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
-    scan = scan_dir(md.real_path, {}, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1],
-                    versions=rt.versions)  # fmt: skip
+    # No versions kept by this scan: it runs without the dir's writer lock (before a prompt),
+    # and a pass of another memoryd process may be between a move and its log line, which
+    # it would record as a deletion by others. forget_in's scan, under the lock, keeps them.
+    scan = scan_dir(md.real_path, {}, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1])
     out: dict[str, Memory] = {}
     with rt.store.reading(md.real_path), fsops.open_dir(md.real_path) as dir_fd:
         for name in sorted(scan.memories):

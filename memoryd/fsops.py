@@ -631,11 +631,15 @@ STRAY_TEMP_AGE = 3600.0  # seconds: no write of memoryd's lasts this long
 
 
 def temp_owner(name: str) -> int | None:
-    """The pid in one of memoryd's temp names (see temp_name), or None."""
+    """The pid in one of memoryd's temp names (see temp_name), or None (also for a number no
+    process can have: `os.kill` raised OverflowError on a planted 20-digit one, at every
+    start)."""
     if not is_own_temp(name):
         return None
     pid, dash, _ = name.rpartition(TEMP_MARK)[2].partition("-")
-    return int(pid) if dash and pid.isdigit() else None
+    if not (dash and pid.isascii() and pid.isdigit() and len(pid) <= 10):
+        return None
+    return int(pid) if 0 < int(pid) < 1 << 31 else None
 
 
 def _alive(pid: int) -> bool:

@@ -213,6 +213,8 @@ class BoundedLines:
     torn (a writer mid-append, a power cut): not a line yet, never yielded. Reading stops
     after `max_bytes`; `cut` is then the number of the first line not read whole (0 when the
     file ended within the limit), for the caller to report rather than drop in silence.
+    `whole`, once iterated: the bytes of the whole lines read, over-long ones too (where the
+    next read of an appended file starts: not the sum of the lines yielded).
     """
 
     CHUNK = 1 << 16
@@ -222,12 +224,14 @@ class BoundedLines:
         self.max_line = max_line
         self.max_bytes = max_bytes
         self.cut = 0
+        self.whole = 0
 
     def __iter__(self) -> Iterator[tuple[int, bytes | None]]:
         held = bytearray()  # the start of the current line, while it is short enough
         over = False  # the current line is over max_line: skipped up to its newline
         number = 0
         left = self.max_bytes
+        base = 0  # the bytes read before this chunk
         while True:
             want = self.CHUNK if left is None else min(self.CHUNK, left)
             if want == 0:
@@ -252,6 +256,9 @@ class BoundedLines:
                 held.clear()
                 over = False
                 start = end + 1
+            if start:
+                self.whole = base + start
+            base += len(chunk)
             if not over:
                 if len(held) + len(chunk) - start > self.max_line:
                     over = True

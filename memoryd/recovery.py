@@ -8,6 +8,7 @@ from memoryd.discover import memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.indexer import update
 from memoryd.runtime import Runtime
+from memoryd.trash import TrashRecord
 
 # A journal that does not parse is set aside only once it is this old: a pass starting right
 # now may be writing its first line.
@@ -46,12 +47,30 @@ def _set_aside(rt: Runtime, path: Path) -> None:
         path.rename(path.with_suffix(".unreadable"))
 
 
+def _note_moves(rt: Runtime, path: Path, moved: list[TrashRecord]) -> None:
+    """Tell the version store the moves a killed pass made but did not log there (it died
+    between a move and its log line): else the next scan finds the file gone and says it
+    was deleted outside memoryd (a false `memory.deleted_outside`, listed by `trash list`
+    beside the move)."""
+    store = rt.versions
+    if store is None or not moved:
+        return
+    from memoryd import versions  # imported already: there is a store
+
+    table = store.table(path)
+    for record in moved:
+        if store.latest(table, record.original_name) != (record.sha256, "moved"):
+            versions.note_moved(store, path, record.original_name, record.sha256,
+                                record.size, record.id)  # fmt: skip
+
+
 def _recover_one(rt: Runtime, path: Path, entry: journal.Journal) -> journal.Recovery | None:
     """Settle one crashed pass's moves, update its dir's index, then drop the journal (kept
     when a manifest record could not be written yet)."""
     recovery = None
     if not entry.committed and entry.dir.is_dir():
         recovery = journal.settle(entry)
+        _note_moves(rt, entry.dir, recovery.moved)
         try:
             md = memory_dir_at(entry.dir, rt.config)
         except MemorydError:

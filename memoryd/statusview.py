@@ -5,6 +5,7 @@ files on disk say; relative times for a person, absolute ones in JSON.
 """
 
 import json
+import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -132,8 +133,8 @@ def alarm_lines(rt: Any, now: float) -> str:
     out = []
     for a in alarms(rt.paths.state_dir):
         when = a.get("t")
-        if not isinstance(when, int | float) or now - when > ALARM_SHOWN:
-            continue
+        if not isinstance(when, int | float) or not math.isfinite(when) or now - when > ALARM_SHOWN:
+            continue  # (json reads NaN and Infinity: no time to show)
         out.append(
             f"  ALARM {shown(str(a.get('dir')))}: {a.get('deleted')} memory files deleted and "
             f"{a.get('rewritten')} rewritten by another process, {ago(when, now)}; "

@@ -13,8 +13,10 @@ Layout, all 0700/0600, never in a memory dir:
 - `<state>/versions/logs/<dir key>.jsonl`: per memory dir, one JSON line per event, appended:
   `{"t": when, "f": name, "h": sha256, "n": size, "e": event, "by": "memoryd"|"other"}` with
   `e` one of `seen` (a version first read), `gone` (the file left the dir), `moved` (memoryd
-  moved it into the trash), `restoring` (memoryd is about to write these bytes back). The
-  first line names the dir. A torn last line (a crash mid-append) is skipped.
+  moved it into the trash), `restoring` (memoryd is about to write these bytes back);
+  `"to"` marks a rename's `gone`, `"alarm": 1` an outside change that counts toward the
+  mass-change alarm (every memoryd process counts them from the log's end). The first line
+  names the dir. A torn last line (a crash mid-append) is skipped.
 
 Where versions come from: the store is passed down (`Runtime.versions`) as the `versions`
 parameter of what reads and writes. A scan reads a changed file's bytes anyway
@@ -31,6 +33,7 @@ process ran is not in the store; the last version memoryd saw is what it can giv
 
 import array
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
@@ -38,6 +41,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 import sys
 import threading
@@ -50,7 +54,15 @@ from typing import TYPE_CHECKING, Any
 from memoryd import fsops
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
-from memoryd.paths import BoundedLines, ensure_private_dir, open_regular, read_bounded
+from memoryd.paths import (
+    BoundedLines,
+    FileTooLarge,
+    NotRegularFile,
+    ensure_private_dir,
+    open_regular,
+    read_bounded,
+    regular_fd,
+)
 from memoryd.sealed import seal, unseal
 from memoryd.state import dir_key
 
@@ -82,6 +94,8 @@ TABLE_MIN_BYTES = 256 << 10  # a log this long has its table kept (see VersionSt
 _TABLE_HEADER = ("memoryd version table", 1)
 _STAMP_HEADER = ("memoryd version stamp", 1)
 STAMP_TAIL = 4096  # the bytes at the end of a log its stamp holds the digest of
+STAMP_MAX = 1 << 20  # a stamp is a digest, a log mark and two index versions' sha256s
+TABLE_MAX = 256 << 20  # a table of a dir of 1,000,000 names is ~150 MB
 OBJECT_MAX = 64 << 20  # the archive's read limit is below this
 DAY = 86400.0
 PRUNE_EVERY = DAY  # the daemon prunes at start, then at the first heartbeat a day after
@@ -153,7 +167,7 @@ def _record(row: object, skip_reason: Callable[[str], str | None]) -> Record | N
     if not (
         isinstance(t, int | float)
         and not isinstance(t, bool)
-        and math.isfinite(t)  # json reads NaN and 1e400 (inf): no time a version had
+        and math.isfinite(t)  # json reads NaN and Infinity (and 1e400): no time a version had
         and isinstance(f, str)
         and isinstance(h, str)
         and _SHA256.fullmatch(h) is not None  # it names an object file: never a path
@@ -270,7 +284,7 @@ class Session:
         try:
             self._read(name, data, sha, kind)
         except OSError as error:
-            self.store._say(f"{error.filename or self.store.root}: {error.strerror or error}")
+            self.store._say(self.store._problem(error))
 
     def end(
         self,
@@ -646,10 +660,20 @@ class VersionStore:
         and the packs, as a scan found them when it began (it asks for each file it reads)."""
         loose, packs = looked if looked is not None else (True, None)
         return (
-            (loose and os.path.exists(self.objects / sha))
+            (loose and self._loose(sha) is not None)
             or any(t[1] == sha for t in self._temps)
             or self._packed(sha, packs) is not None
         )
+
+    def _loose(self, sha: str) -> int | None:
+        """The size of `sha`'s loose object; None when there is none, or only something
+        else under its name (a FIFO, a link, a folder: never taken for its bytes, so the
+        next read of them stores them again)."""
+        try:
+            st = os.lstat(self.objects / sha)
+        except (OSError, ValueError):
+            return None
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
 
     def pack_names(self) -> list[str]:
         try:
@@ -669,14 +693,31 @@ class VersionStore:
             return None
         for name in names:
             with contextlib.suppress(OSError, ValueError):
-                fd, _ = open_regular(self.packs / name, follow=False)
+                fd = self._open_pack(name)
                 try:
                     found = _pack_find(fd, key)
+                except ValueError:
+                    self._bad_pack(name)
+                    raise
                 finally:
                     os.close(fd)
                 if found is not None:
                     return name, *found
         return None
+
+    def _bad_pack(self, name: str, why: str = "not a whole pack (truncated or damaged)") -> None:
+        self._say(
+            f"{self.packs / name}: {why}; the versions only it held cannot be restored (the "
+            "daemon stores current ones again from their files); move it aside"
+        )
+
+    def _open_pack(self, name: str) -> int:
+        """A pack opened to read; a link, a FIFO or a folder in its place is said, and raised."""
+        try:
+            return open_regular(self.packs / name, follow=False)[0]
+        except NotRegularFile as error:
+            self._bad_pack(name, f"{error.what}, not a regular file")
+            raise
 
     def object_sizes(self) -> dict[str, int]:
         """Every stored object (loose or packed): sha256 -> size."""
@@ -685,22 +726,27 @@ class VersionStore:
             for entry in entries:
                 if not entry.name.startswith("."):
                     with contextlib.suppress(OSError):
-                        sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
+                        if entry.is_file(follow_symlinks=False):  # else it holds no bytes
+                            sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
         for name in self.pack_names():
             with contextlib.suppress(OSError, ValueError):
-                fd, _ = open_regular(self.packs / name, follow=False)
+                fd = self._open_pack(name)
                 try:
                     for sha, _, size in _pack_entries(fd):
                         sizes[sha] = size
+                except ValueError:
+                    self._bad_pack(name)
+                    raise
                 finally:
                     os.close(fd)
         return sizes
 
     def write_object_temp(
-        self, sha: str, data: bytes | Sequence[bytes], *, sync: bool
+        self, sha: str, data: bytes | Sequence[bytes], *, sync: bool, again: bool = False
     ) -> str | None:
-        """Write an object's bytes under a temp name (None when it is stored already)."""
-        if self.has_object(sha):
+        """Write an object's bytes under a temp name (None when it is stored already, unless
+        `again`: what is stored under its name is damaged)."""
+        if not again and self.has_object(sha):
             return None
         fd = self._objects_fd()
         try:
@@ -734,8 +780,8 @@ class VersionStore:
         finally:
             os.close(fd)
 
-    def store_object(self, data: bytes | Sequence[bytes], sha: str) -> None:
-        tmp = self.write_object_temp(sha, data, sync=True)
+    def store_object(self, data: bytes | Sequence[bytes], sha: str, *, again: bool = False) -> None:
+        tmp = self.write_object_temp(sha, data, sync=True, again=again)
         if tmp is not None:
             self.commit_temps([(tmp, sha)], synced=True)
 
@@ -752,7 +798,7 @@ class VersionStore:
         dropped: set[str] = set()
         for name in self.pack_names():
             try:
-                fd, _ = open_regular(self.packs / name, follow=False)
+                fd = self._open_pack(name)
             except OSError:
                 continue
             try:
@@ -796,7 +842,13 @@ class VersionStore:
             data = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
         finally:
             os.close(fd)
-        return data if hashlib.sha256(data).hexdigest() == sha else self._read_packed(sha)
+        if hashlib.sha256(data).hexdigest() == sha:
+            return data
+        self._say(
+            f"{self.objects / sha}: its bytes are not the version its name is the sha256 of "
+            "(damaged): never given back; move it aside"
+        )
+        return self._read_packed(sha)
 
     def _object_temps(self) -> list[tuple[str, str]]:
         """Each temp in the objects folder (written, not put in place yet), with the sha256
@@ -835,14 +887,20 @@ class VersionStore:
             return None
         name, offset, size = where
         try:
-            fd, _ = open_regular(self.packs / name, follow=False)
+            fd = self._open_pack(name)
         except OSError:
             return None
         try:
             data = os.pread(fd, size, offset)
         finally:
             os.close(fd)
-        return data if hashlib.sha256(data).hexdigest() == sha else None
+        if hashlib.sha256(data).hexdigest() == sha:
+            return data
+        self._say(
+            f"{self.packs / name}: the bytes its index gives for {sha} are not that version "
+            "(damaged): never given back; move it aside"
+        )
+        return None
 
     def recover_temps(self) -> list[str]:
         """Temps a killed memoryd left in the objects folder: each one whose bytes are whole
@@ -899,7 +957,7 @@ class VersionStore:
             d.loaded = True
             return
         except OSError as error:
-            self._say(f"{d.log}: {error}")
+            self._say(self._problem(error, d.log))
             d.loaded = True
             return
         try:
@@ -915,12 +973,12 @@ class VersionStore:
                 self._from_table(d, fd, st.st_size)
             start = d.offset
             os.lseek(fd, d.offset, os.SEEK_SET)
-            consumed = d.offset
-            lines = []
-            for _, raw in BoundedLines(fd, max_line=LOG_LINE_MAX):
-                if raw is not None:
-                    consumed += len(raw)
-                    lines.append(raw)
+            reader = BoundedLines(fd, max_line=LOG_LINE_MAX)
+            lines = [raw for _, raw in reader if raw is not None]
+            # Up to the last whole line, an over-long one too (skipped, never parsed): were it
+            # not counted, the next read would start inside the log's lines, and this
+            # process's offset never again be the log's end (no stamp, every read again).
+            consumed = start + reader.whole
             try:  # one parse of the whole tail: 10,000 lines one by one cost 5x more
                 rows = json.loads(b"[" + b",".join(lines) + b"]")
             except (ValueError, RecursionError):  # a line nested past json's depth
@@ -947,10 +1005,22 @@ class VersionStore:
     def _table_path(self, d: _Dir) -> Path:
         return self.root / "tables" / f"{dir_key(d.path)}.table"
 
-    def _from_table(self, d: _Dir, fd: int, size: int) -> None:
+    def _read_cache(self, path: Path, limit: int) -> bytes | None:
+        """A table's or stamp's bytes; None when it is missing or will not be read: a FIFO
+        (a plain read waited on it for ever: a daemon start or a command hung), a link, a
+        device, or past `limit` bytes. Said, but for its absence: a cache's save puts a
+        regular file in its place."""
         try:
-            data = self._table_path(d).read_bytes()
+            return read_bounded(path, limit, follow=False)
+        except (NotRegularFile, FileTooLarge) as error:
+            self._say(f"{error}: not read (a cache of the version log; memoryd writes it anew)")
         except OSError:
+            pass  # missing, or its folder unusable (said where the store writes)
+        return None
+
+    def _from_table(self, d: _Dir, fd: int, size: int) -> None:
+        data = self._read_cache(self._table_path(d), TABLE_MAX)
+        if data is None:
             return
         payload = unseal(_TABLE_HEADER, data)
         if not (isinstance(payload, tuple) and len(payload) == 4):
@@ -958,6 +1028,19 @@ class VersionStore:
         offset, digest, seen, other = payload
         if not (isinstance(offset, int) and 0 < offset <= size and isinstance(seen, dict)
                 and isinstance(other, dict)):  # fmt: skip
+            return
+        # Every name and sha256 a string, every other record a (sha256, event) pair: a table
+        # written otherwise (by hand, by another program: its seal is a CRC) would have the
+        # scans log non-strings, or raise (~1 ms at 10,000 names).
+        if not (
+            all(type(k) is str and type(v) is str for k, v in seen.items())
+            and all(
+                type(k) is str and type(v) is tuple and len(v) == 2 and type(v[0]) is str
+                and v[1] in _EVENTS
+                for k, v in other.items()
+            )
+        ):  # fmt: skip
+            self._say(f"{self._table_path(d)}: not a table memoryd wrote; read the log instead")
             return
         prefix = os.pread(fd, offset, 0)
         if len(prefix) == offset and hashlib.blake2b(prefix, digest_size=16).digest() == digest:
@@ -1001,7 +1084,8 @@ class VersionStore:
         if d.stamp is None:
             d.stamp = False
             with contextlib.suppress(OSError):
-                payload = unseal(_STAMP_HEADER, self._stamp_path(d).read_bytes())
+                data = self._read_cache(self._stamp_path(d), STAMP_MAX)
+                payload = unseal(_STAMP_HEADER, data) if data is not None else None
                 if isinstance(payload, tuple) and len(payload) == 3:
                     mark, names, index = payload
                     if (isinstance(names, bytes) and isinstance(index, dict)
@@ -1088,7 +1172,10 @@ class VersionStore:
         """Every valid record of a dir's log, oldest first."""
         try:
             fd, _ = open_regular(self.log_path(path), follow=False)
-        except OSError:
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            self._say(self._problem(error, self.log_path(path)))
             return []
         from memoryd.scan import skip_reason
 
@@ -1301,11 +1388,13 @@ class VersionStore:
                     latest = other.get(name)
                     if latest is not None and latest == (sha, "restoring"):
                         by = MEMORYD
-                rows.append((now, name, sha, size, "seen", by, None))
+                extra = None
                 if had is not None:
                     prev = before.get(name)
                     counts = not note or (prev is not None and prev.kind == "memory")
                     told.append(("rewritten", name, sha, had, size, counts))
+                    extra = _COUNTS if counts else None
+                rows.append((now, name, sha, size, "seen", by, extra))
             if only is None:
                 gone = [n for n in d.seen if n not in present]
             else:
@@ -1326,6 +1415,7 @@ class VersionStore:
                 else:
                     counts = prev is None or prev.kind == "memory"
                     told.append(("deleted", name, sha, "", size, counts))
+                    extra = _COUNTS if counts else None
                 rows.append((now, name, sha, size, "gone", OTHER, extra))
             self._append(d, rows)
             if gone:
@@ -1336,7 +1426,8 @@ class VersionStore:
                 d.settled = _names_digest(present)
             for kind, name, sha, prev_sha, size, counts in told:
                 self._outside(d, now, kind, name, sha, prev_sha, size, counts)
-            self._alarm(d, now)
+            if any(t[5] for t in told):
+                self._alarm(d, now)
 
     def _unchanged(self, d: _Dir, present: Set[str], only: Set[str] | None) -> bool:
         """Whether a scan that read nothing new has nothing to record, by the stamp alone:
@@ -1458,12 +1549,26 @@ class VersionStore:
             d.changes.append((now, kind, name))
 
     def _alarm(self, d: _Dir, now: float) -> None:
-        d.changes = [c for c in d.changes if now - c[0] <= self.alarm_window]
-        if len(d.changes) <= self.alarm_files or now < d.alarmed_until:
+        """Raise memory.mass_change once a burst: the outside changes that count are this
+        process's and those the dir's log holds from any other memoryd process (a one-shot
+        `memoryd index` may see part of an agent's burst and the daemon the rest, or the
+        daemon restarts in its midst); one alarm a window, whichever process raised it."""
+        since = now - self.alarm_window
+        d.changes = [c for c in d.changes if c[0] >= since]
+        changes = sorted({*d.changes, *self._logged_changes(d, since)})
+        if len(changes) <= self.alarm_files or now < d.alarmed_until:
+            return
+        last = max(
+            (a["t"] for a in alarms(self) if a.get("dir") == str(d.path)
+             and isinstance(a.get("t"), int | float)),
+            default=-float("inf"),
+        )  # fmt: skip
+        if since < last <= now:
+            d.alarmed_until = last + self.alarm_window
             return
         d.alarmed_until = now + self.alarm_window  # one alarm a burst
-        deleted = sorted({n for _, k, n in d.changes if k == "deleted"})
-        rewritten = sorted({n for _, k, n in d.changes if k == "rewritten"})
+        deleted = sorted({n for _, k, n in changes if k == "deleted"})
+        rewritten = sorted({n for _, k, n in changes if k == "rewritten"})
         self._guard(self._keep_alarm, d.path, now, len(deleted), len(rewritten))
         if self.audit is not None:
             self.audit(
@@ -1475,6 +1580,46 @@ class VersionStore:
                 window_s=int(self.alarm_window),
                 restore=f"memoryd trash list {d.path}; memoryd history {d.path}/FILE --restore N",
             )
+
+    def _logged_changes(self, d: _Dir, since: float) -> list[tuple[float, str, str]]:
+        """The outside changes that count (marked `_COUNTS`) the dir's log holds from `since`
+        on: its lines read back from the end to the first one older (at most
+        RECENT_MAX bytes; only marked lines are parsed)."""
+        out: list[tuple[float, str, str]] = []
+        try:
+            fd, st = open_regular(d.log, follow=False)
+        except OSError:
+            return out
+        try:
+            end, tail, read, over = st.st_size, b"", 0, False
+            while end > 0 and read < RECENT_MAX:
+                size = min(1 << 16, end)
+                end -= size
+                read += size
+                lines = os.pread(fd, size, end).split(b"\n")
+                if over:  # within a line over LOG_LINE_MAX, never held (else quadratic)
+                    lines[-1] = b""
+                    if len(lines) == 1:
+                        continue
+                    over = False
+                else:
+                    lines[-1] += tail  # the start of the line `tail` ends
+                tail = lines.pop(0) if end > 0 else b""  # maybe the end of a longer line
+                if len(tail) > LOG_LINE_MAX:
+                    tail, over = b"", True
+                for raw in reversed(lines):
+                    when = _line_time(raw)
+                    if when is not None and when < since:
+                        return out
+                    if when is not None and _COUNTS_MARK in raw:
+                        with contextlib.suppress(ValueError):
+                            row = json.loads(raw)
+                            if _plain(row) and row.get("by") == OTHER:
+                                kind = "deleted" if row["e"] == "gone" else "rewritten"
+                                out.append((when, kind, row["f"]))
+        finally:
+            os.close(fd)
+        return out
 
     def _keep_alarm(self, path: Path, now: float, deleted: int, rewritten: int) -> None:
         """The last alarms, for `memoryd status` (which reads no audit log)."""
@@ -1488,15 +1633,52 @@ class VersionStore:
             self._said.add(problem)
             get_logger().warning("version store problem", problem=problem)
 
+    def _problem(self, error: OSError, path: Path | None = None) -> str:
+        """What to say of an OSError: the file it is about (`path` when the error does not
+        name one), and, when that is no regular file, what to do."""
+        if isinstance(error, NotRegularFile):
+            return (
+                f"{error}: memoryd records no version through it; move it aside (memoryd then "
+                "makes a new one)"
+            )
+        where = error.filename if error.filename is not None else path or self.root
+        if error.errno == errno.ENOTDIR:  # a file where one of the store's folders belongs
+            return (
+                f"{where}: a file is in place of one of the folders of this path (not a "
+                "directory): memoryd keeps no version through it; move it aside (memoryd then "
+                "makes the folder anew)"
+            )
+        if error.errno == errno.EISDIR:  # a folder where one of the store's files belongs
+            return (
+                f"{where}: a folder is in place of this file of memoryd's: memoryd keeps no "
+                "version through it; move it aside (memoryd then makes the file anew)"
+            )
+        return f"{where}: {error.strerror or error}"
+
     def _guard(self, func: Callable[..., object], *args: Any) -> None:
         """The store never fails what memoryd does: a problem is said once, and work goes on."""
         try:
             func(*args)
         except OSError as error:
-            self._say(f"{error.filename or self.root}: {error.strerror or error}")
+            self._say(self._problem(error))
 
 
 _EVENTS = frozenset(("seen", "gone", "moved", "restoring"))
+# The mark of a log line that is an outside change counting toward the alarm (a memory's
+# deletion or rewrite by others): what any memoryd process reading the log's end counts.
+_COUNTS: Mapping[str, Any] = {"alarm": 1}
+_COUNTS_MARK = b'"alarm":1'
+RECENT_MAX = 8 << 20  # bytes of a log's end the alarm reads back at most (~50,000 lines)
+
+
+def _line_time(raw: bytes) -> float | None:
+    """The time of a log line as memoryd writes it (`{"t":...,`), without parsing the rest."""
+    if not raw.startswith(b'{"t":'):
+        return None
+    try:
+        return float(raw[5 : raw.index(b",", 5)])
+    except ValueError:
+        return None
 
 
 def _plain(row: object) -> bool:
@@ -1539,7 +1721,13 @@ def _open_log(log: Path, *, create: bool = True) -> int:
     flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     flags |= os.O_RDWR | os.O_APPEND | os.O_CREAT if create else os.O_RDONLY
     while True:
-        fd = os.open(log, flags, 0o600)
+        try:
+            fd = os.open(log, flags, 0o600)
+        except OSError as error:
+            if error.errno == errno.ELOOP:  # O_NOFOLLOW: a symlink is never followed
+                raise NotRegularFile(log, "a symbolic link") from error
+            raise
+        regular_fd(fd, log)  # a FIFO opens at once (O_NONBLOCK): what is appended is lost
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # a prune compacting the log waits for us, and we for it
             if os.fstat(fd).st_ino == os.stat(log, follow_symlinks=False).st_ino:
@@ -1937,7 +2125,9 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
     candidates: dict[str, tuple[int, float]] = {}
     sizes = store.object_sizes()  # looked up once: a lookup a version cost 1 s at 10,000
     stale: list[Path] = []  # dirs with versions ended long enough ago for compaction
-    missing: list[tuple[Path, str, str]] = []  # current versions without their bytes
+    # Current versions without their bytes (True: something else is under their name: a
+    # loose object of another size than the log's, truncated or overwritten).
+    missing: list[tuple[Path, str, str, bool]] = []
     for path in store.known_dirs():
         by_name: dict[str, list[Record]] = {}
         for rec in store.records(path):  # the log read once, not once a name
@@ -1946,8 +2136,10 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
         for recs in by_name.values():
             found = _versions(store, recs, sizes.keys())
             gone = bool(found) and found[-1].until is not None
-            if found and found[-1].until is None and not found[-1].stored:
-                missing.append((path, recs[-1].f, found[-1].sha256))
+            if found and found[-1].until is None:
+                now_v = found[-1]
+                if not now_v.stored or sizes[now_v.sha256] != now_v.size:
+                    missing.append((path, recs[-1].f, now_v.sha256, now_v.stored))
             for i, v in enumerate(found):
                 last = i == len(found) - 1
                 if v.until is not None and now - v.until >= 2 * keep:
@@ -1995,13 +2187,20 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
     return result
 
 
-def _store_missing(store: VersionStore, missing: Sequence[tuple[Path, str, str]]) -> int:
+def _store_missing(store: VersionStore, missing: Sequence[tuple[Path, str, str, bool]]) -> int:
     """Store again the bytes of current versions the log names but the store lacks (a state
-    dir damaged or restored from a backup, objects removed by hand): no scan would, since
-    each such file's version is already logged, and its loss would go unseen until the
-    file was deleted. Read from the file while it still holds those bytes; returns how many."""
+    dir damaged or restored from a backup, objects removed by hand, one truncated or
+    overwritten: `damaged`): no scan would, since each such file's version is already
+    logged, and its loss would go unseen until the file was deleted. Read from the file while
+    it still holds those bytes; returns how many. A damaged one is said, stored again or not."""
     done = 0
-    for path, name, sha in missing:
+    for path, name, sha, damaged in missing:
+        if damaged:
+            store._say(
+                f"{store.objects / sha}: damaged (its size is not that of the version of "
+                f"{path / name} it holds); stored again from the file if it still holds "
+                "those bytes, else that version cannot be restored"
+            )
         try:
             dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
@@ -2013,7 +2212,7 @@ def _store_missing(store: VersionStore, missing: Sequence[tuple[Path, str, str]]
         finally:
             os.close(dir_fd)
         if hashlib.sha256(data).hexdigest() == sha:  # else it changed: the next scan reads it
-            store.store_object(data, sha)
+            store.store_object(data, sha, again=damaged)
             done += 1
     return done
 

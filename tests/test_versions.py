@@ -19,7 +19,7 @@ import pytest
 from memoryd import trash, versions
 from memoryd.scan import scan_dir
 from memoryd.versions import VersionStore
-from tests.conftest import Env, tree_digest
+from tests.conftest import Env, lock_held_elsewhere, tree_digest
 
 DAY = 86400.0
 
@@ -1262,3 +1262,513 @@ def test_a_pack_written_back_early_in_small_pieces_reads_back_whole(
     # Ranges one after the other from the pack's start, none twice.
     assert started[0][0] == 0
     assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(started))
+
+
+def _child(env: Env, *args: str | Path, crash_at: str = "") -> subprocess.CompletedProcess[str]:
+    """`memoryd ARGS` in a child with the test's HOME (killed at a crash point if told)."""
+    child = {
+        **os.environ,
+        "HOME": str(env.home),
+        "XDG_CONFIG_HOME": str(env.home / ".config"),
+        "XDG_STATE_HOME": str(env.home / ".local" / "state"),
+        "XDG_CACHE_HOME": str(env.home / ".cache"),
+    }
+    child.pop("CLAUDE_CONFIG_DIR", None)
+    if crash_at:
+        child["MEMORYD_CRASH_AT"], _, child["MEMORYD_CRASH_ONLY"] = crash_at.partition(":")
+    return subprocess.run(
+        [sys.executable, "-m", "memoryd", *map(str, args)],
+        env=child, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+
+
+def test_a_forget_killed_between_a_move_and_its_log_line_is_no_outside_deletion(
+    env: Env, cli: Any
+) -> None:
+    """`memoryd forget` of five memories killed (-9) right after its third move, before the
+    version log names it: the next command's recovery rolls the move forward and tells the
+    store, so its scan writes no memory.deleted_outside and `trash list` lists the file once,
+    as forgotten. The old recovery told the trash only: m2.md was listed twice, the second
+    time as deleted outside memoryd."""
+    folder = _dir(env)
+    for i in range(6):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    named = [folder / f"m{i}.md" for i in range(5)]
+    killed = _child(env, "forget", *named, "--yes", crash_at="3:trash.after_move")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (folder / "m2.md").exists() and (folder / "m3.md").exists()
+    again = _child(env, "index", folder)
+    assert again.returncode == 0, again.stderr
+    assert "rolled forward 3 move(s)" in again.stderr
+    assert [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == []
+    listed = cli("trash", "list", folder).out
+    assert listed.count("m2.md") == 1 and "deleted outside memoryd" not in listed, listed
+    recs = [(r.f, r.e, r.by) for r in VersionStore(env.state).records(folder)]
+    assert recs.count(("m2.md", "moved", "memoryd")) == 1
+    assert recs.count(("m0.md", "moved", "memoryd")) == 1  # logged by the forget: not again
+
+
+def test_a_damaged_object_of_a_current_version_is_stored_again_from_its_file(
+    env: Env, cli: Any
+) -> None:
+    """Three current versions' objects damaged in the state dir: one overwritten with other
+    bytes, one made a FIFO, one a symlink to a copy of its bytes. The store took each name
+    for the version's bytes (no scan or prune stored them again), so an agent deleting those
+    memories later lost them. The prune (the daemon's, at its start and daily) says the
+    overwritten one, stores all three again from their files, and each deletion restores
+    byte-identical."""
+    folder = _dir(env)
+    datas = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(4)}
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    objects = store.objects
+    overwritten, fifo, linked = (_sha(datas[f"m{i}.md"]) for i in range(3))
+    (objects / overwritten).write_bytes(b"something else")
+    (objects / fifo).unlink()
+    os.mkfifo(objects / fifo)
+    copy = env.home / "copy"
+    copy.write_bytes(datas["m2.md"])
+    (objects / linked).unlink()
+    (objects / linked).symlink_to(copy)
+    assert versions.prune(store).repaired == 3
+    assert any(str(objects / overwritten) in said for said in store._said), store._said
+    for sha in (overwritten, fifo, linked):
+        assert (objects / sha).is_file() and not (objects / sha).is_symlink()
+        assert hashlib.sha256((objects / sha).read_bytes()).hexdigest() == sha
+    assert versions.prune(store).repaired == 0
+    for i in range(3):
+        (folder / f"m{i}.md").unlink()
+    assert cli("index", folder).code == 0
+    for row in [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]:
+        done = cli("trash", "restore", row["restore"].split()[-1], folder)
+        assert done.code == 0, done.err
+    for i in range(3):
+        assert (folder / f"m{i}.md").read_bytes() == datas[f"m{i}.md"]
+
+
+@pytest.mark.parametrize("planted", ["fifo", "symlink"])
+def test_a_log_that_is_no_regular_file_is_said_with_what_to_do_and_never_written(
+    env: Env, cli: Any, planted: str
+) -> None:
+    """A dir's version log replaced by a FIFO (a reader holding it open) or a symlink: an
+    index run and `history` finish, say the log is no regular file and to move it aside,
+    and write nothing through it (the old code appended the run's lines into the FIFO, where
+    they were lost, and said of the link only "Too many levels of symbolic links"); moved
+    aside, the next run starts a new log that holds every memory's version."""
+    folder = _dir(env)
+    _mem(folder, "a.md", "first")
+    assert cli("index", folder).code == 0
+    log = VersionStore(env.state).log_path(folder)
+    target = env.home / "elsewhere.jsonl"
+    log.rename(target)
+    reader = -1
+    if planted == "fifo":
+        os.mkfifo(log)
+        reader = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
+    else:
+        log.symlink_to(target)
+    before = target.read_bytes()
+    try:
+        new = _mem(folder, "b.md", "second")
+        done = cli("index", folder)
+        assert done.code == 0, done.err
+        shown = cli("history", folder / "b.md")
+        assert shown.code == 0
+        for said in (done.err, shown.err):
+            assert f"{log} is a " in said and "move it aside" in said, said
+            assert "Too many levels" not in said
+        if reader >= 0:
+            assert os.read(reader, 1 << 16) == b""  # no line was written into the pipe
+    finally:
+        if reader >= 0:
+            os.close(reader)
+    assert target.read_bytes() == before  # a link's target is never written through it
+    log.unlink()
+    assert cli("index", folder).code == 0
+    kept = {(r.f, r.h) for r in VersionStore(env.state).records(folder) if r.e == "seen"}
+    assert ("b.md", _sha(new)) in kept and "a.md" in {f for f, _ in kept}
+
+
+def test_a_burst_split_between_memoryd_processes_is_one_alarm_in_whichever_sees_its_end(
+    env: Env,
+) -> None:
+    """An agent deletes and rewrites memories while two memoryd processes look in turn (a
+    one-shot `memoryd index` and the daemon, or a daemon restarted mid-burst): each process
+    is a store of its own over one state dir. 2 changes seen by the first and 2 by the next,
+    within the window, are one mass_change (counted from the log, whoever wrote it); a fifth
+    change in that window seen by a third process raises none again; changes of both that
+    lie wider apart than the window raise none. The old count lived in each process: none
+    of them ever saw more than 2."""
+    folder = _dir(env)
+    for i in range(12):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    clock = Clock()
+    events: Events = []
+
+    def look() -> None:
+        store = _store(env, clock, events, alarm_files=3, alarm_window=600)
+        with versions.using(store):
+            scan_dir(folder, versions=store)
+
+    look()
+    (folder / "m0.md").unlink()
+    _mem(folder, "m1.md", "rewritten by the agent")
+    look()
+    clock.now += 120
+    (folder / "m2.md").unlink()
+    (folder / "m3.md").unlink()
+    look()
+    alarms_raised = [f for e, f in events if e == "memory.mass_change"]
+    assert len(alarms_raised) == 1
+    assert (alarms_raised[0]["deleted"], alarms_raised[0]["rewritten"]) == (3, 1)
+    clock.now += 60
+    (folder / "m4.md").unlink()
+    look()
+    assert [e for e, _ in events].count("memory.mass_change") == 1  # one alarm a burst
+    clock.now += 1200  # the burst's window over: 2 + 2 changes 11 minutes apart
+    for i in (5, 6):
+        (folder / f"m{i}.md").unlink()
+    look()
+    clock.now += 660
+    for i in (7, 8):
+        (folder / f"m{i}.md").unlink()
+    look()
+    assert [e for e, _ in events].count("memory.mass_change") == 1
+    assert [e for e, _ in events].count("memory.deleted_outside") == 8
+
+
+def test_an_over_long_line_in_a_log_is_skipped_once_and_the_stamp_holds_after_it(
+    env: Env,
+) -> None:
+    """A damaged line of 1 MB (over LOG_LINE_MAX) in a dir's log, then more lines: a scan
+    reads past it once, records a deletion, and leaves a stamp, so the next process's scan
+    of the unchanged dir reads no log. The old reader did not count the skipped line in
+    where it had read to: its offset fell inside the log's lines, no stamp was ever saved
+    again, and every read went back over the line."""
+    folder = _dir(env)
+    for i in range(5):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    events: Events = []
+    with versions.using(_store(env, Clock(), events)) as store:
+        cache = scan_dir(folder, versions=store).files
+    log = store.log_path(folder)
+    with log.open("ab") as out:
+        out.write(b'{"t":1.0,"f":"' + b"x" * (1 << 20) + b'"}\n')
+    (folder / "m0.md").unlink()
+    with versions.using(_store(env, Clock(), events)) as store:
+        cache = scan_dir(folder, cache, versions=store).files
+    assert [e for e, _ in events] == ["memory.deleted_outside"]
+    again = _store(env, Clock(), events)
+    with versions.using(again):
+        scan_dir(folder, cache, versions=again)
+    assert not again._dirs[folder].loaded  # the stamp the last scan left holds
+    assert [d.name for d in versions.deleted(again, folder)] == ["m0.md"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "symlink", "fifo"])
+def test_a_truncated_pack_is_said_and_its_current_versions_are_stored_again(
+    env: Env, cli: Any, damage: str
+) -> None:
+    """A first start's pack cut short (its index and trailer lost), or a symlink or a FIFO in
+    its place: `history` and the prune name the pack and say what to do (the old code said
+    nothing: every version in it was just "not restorable"), the prune stores each current
+    version again from its file, and a memory deleted afterwards comes back byte-identical."""
+    folder = _dir(env)
+    for i in range(versions.PACK_FROM + 10):
+        _mem(folder, f"m{i:03}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    (pack,) = store.pack_names()
+    path = store.packs / pack
+    if damage == "truncated":
+        os.truncate(path, path.stat().st_size // 2)
+    else:
+        path.rename(env.home / "aside.pack")
+        if damage == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to(env.home / "aside.pack")
+    shown = cli("history", folder / "m007.md")
+    assert shown.code == 0
+    assert str(path) in shown.err and "move it aside" in shown.err, shown.err
+    assert versions.prune(store).repaired == versions.PACK_FROM + 10
+    assert any(str(path) in said for said in store._said), store._said
+    kept = (folder / "m007.md").read_bytes()
+    (folder / "m007.md").unlink()
+    assert cli("index", folder).code == 0
+    (row,) = [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
+    assert cli("trash", "restore", row["restore"].split()[-1], folder).code == 0
+    assert (folder / "m007.md").read_bytes() == kept
+
+
+def test_a_version_whose_kept_bytes_are_not_its_own_is_refused_and_the_file_named(
+    env: Env, cli: Any
+) -> None:
+    """A rewritten memory's earlier version kept as an object overwritten with other bytes
+    of the same size (no size check can see it): `history --restore 1` writes nothing, the
+    memory keeps its bytes, and the damaged object is named with what to do (the old code
+    refused in silence as if the bytes had been pruned)."""
+    folder = _dir(env)
+    first = _mem(folder, "a.md", "the first lesson")
+    assert cli("index", folder).code == 0
+    now = _mem(folder, "a.md", "the second lesson")
+    assert cli("index", folder).code == 0
+    damaged = VersionStore(env.state).objects / _sha(first)
+    damaged.write_bytes(bytes(len(first)))
+    back = cli("history", folder / "a.md", "--restore", "1")
+    assert back.code != 0
+    assert (folder / "a.md").read_bytes() == now
+    assert f"{damaged}: its bytes are not the version" in back.err, back.err
+
+
+def test_a_packed_version_whose_bytes_are_not_its_own_is_refused_and_the_pack_named(
+    env: Env, cli: Any
+) -> None:
+    """The same for a version kept in a first start's pack, its bytes overwritten in place
+    (the pack's index lies about them): nothing written, the pack named."""
+    folder = _dir(env)
+    for i in range(versions.PACK_FROM + 10):
+        _mem(folder, f"m{i:03}.md", f"lesson {i}")
+    first = (folder / "m007.md").read_bytes()
+    assert cli("index", folder).code == 0
+    now = _mem(folder, "m007.md", "the second lesson")
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    where = store._packed(_sha(first))
+    assert where is not None
+    name, offset, size = where
+    with open(store.packs / name, "r+b") as pack:
+        pack.seek(offset)
+        pack.write(bytes(size))
+    back = cli("history", folder / "m007.md", "--restore", "1")
+    assert back.code != 0
+    assert (folder / "m007.md").read_bytes() == now
+    assert f"{store.packs / name}: the bytes its index gives" in back.err, back.err
+
+
+def test_a_fifo_as_a_dirs_table_or_stamp_hangs_no_command(env: Env, cli: Any) -> None:
+    """A dir's table and stamp (caches of its version log) replaced by FIFOs: `memoryd index`
+    in a child process finishes, records the deletion it finds, names each FIFO once, and
+    its saves put regular files in their place. The old code read them with a plain open,
+    which waits on a FIFO for ever (the child hung; a daemon start too)."""
+    folder = _dir(env)
+    for i in range(5):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    row = '{{"t":1.0,"f":"x{i}.md","h":"{h}","n":1,"e":"moved","by":"memoryd"}}\n'
+    with store.log_path(folder).open("a") as log:  # a log long enough to have a table
+        log.write("".join(row.format(i=i, h="0" * 64) for i in range(2200)))
+    assert store.log_path(folder).stat().st_size >= versions.TABLE_MIN_BYTES
+    key = store.log_path(folder).stem
+    caches = [store.root / "tables" / f"{key}{suffix}" for suffix in (".table", ".stamp")]
+    for path in caches:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    (folder / "m0.md").unlink()
+    done = _child(env, "index", folder)
+    assert done.returncode == 0, done.stderr
+    assert [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == [
+        "m0.md"
+    ]
+    assert all(done.stderr.count(f"{path} is a FIFO") == 1 for path in caches), done.stderr
+    assert all(path.is_file() for path in caches)
+
+
+@pytest.mark.parametrize("planted_name", ["objects", "logs", ".lock"])
+def test_a_file_in_place_of_a_store_folder_is_said_with_what_to_do(
+    env: Env, cli: Any, planted_name: str
+) -> None:
+    """`versions/objects` or `versions/logs` replaced by a regular file, the store-wide lock
+    file by a folder: `memoryd index` finishes and says what is in whose place and to move
+    it aside (the old message was a bare "Not a directory" or "Is a directory"); moved
+    aside, the next run keeps every version."""
+    folder = _dir(env)
+    _mem(folder, "a.md", "first")
+    assert cli("index", folder).code == 0
+    planted = env.state / "versions" / planted_name
+    planted.rename(env.home / "aside")
+    if planted_name == ".lock":
+        planted.mkdir()
+    else:
+        planted.write_text("not a folder")
+    new = _mem(folder, "b.md", "second")
+    done = cli("index", folder)
+    assert done.code == 0, done.err
+    wrong = "a folder is in place of" if planted_name == ".lock" else "a file is in place of"
+    assert wrong in done.err and "move it aside" in done.err, done.err
+    if planted_name == ".lock":
+        planted.rmdir()
+    else:
+        planted.unlink()
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    assert store.read_object(_sha(new)) == new
+    assert ("b.md", _sha(new)) in {(r.f, r.h) for r in store.records(folder) if r.e == "seen"}
+
+
+def test_forgets_selection_records_no_deletion_while_another_pass_is_mid_move(
+    env: Env, cli: Any
+) -> None:
+    """Another memoryd process holds the dir's writer lock and has moved m0.md into the trash,
+    its version log line not yet written (a pass between a move and its record). `memoryd
+    forget m1.md` (no terminal, no --yes: it only lists) scans the dir to select what to
+    forget without that lock: the old code kept versions in that scan and recorded m0.md as
+    deleted by others (a false memory.deleted_outside, and `trash list` listing it). Its
+    selection keeps none now; the pass's record then makes the move memoryd's."""
+    folder = _dir(env)
+    for i in range(3):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    data = (folder / "m0.md").read_bytes()
+    day = trash.day_folder(folder, date.today())
+    with lock_held_elsewhere(env.state, folder):
+        day.mkdir(parents=True, exist_ok=True)
+        (folder / "m0.md").rename(day / "m0.md")  # the other pass's move
+        listed = _child(env, "forget", folder / "m1.md")
+        assert "To forget (1)" in listed.stdout, listed.stdout + listed.stderr
+        VersionStore(env.state).moved(folder, "m0.md", _sha(data), len(data), "0123456789")
+    assert cli("index", folder).code == 0
+    assert [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == []
+    assert (folder / "m1.md").exists()
+
+
+def test_a_table_holding_what_memoryd_never_writes_is_not_taken_for_the_log(
+    env: Env, cli: Any
+) -> None:
+    """A dir's table sealed right and naming the log's prefix, but holding a number and a
+    None for sha256s (written by another program): `memoryd index` reads the log instead,
+    records the deletion it finds, and says the table is not memoryd's. The old code took
+    it: m1.md's deletion went unrecorded (no row, nothing for `trash list`) and a name only
+    the table held was logged as deleted with a null sha256."""
+    from memoryd.sealed import seal
+
+    folder = _dir(env)
+    for i in range(3):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    store = VersionStore(env.state)
+    log = store.log_path(folder)
+    row = '{{"t":1.0,"f":"x{i}.md","h":"{h}","n":1,"e":"moved","by":"memoryd"}}\n'
+    with log.open("a") as out:  # a log long enough to have a table
+        out.write("".join(row.format(i=i, h="0" * 64) for i in range(2200)))
+    prefix = log.read_bytes()
+    digest = hashlib.blake2b(prefix, digest_size=16).digest()
+    table = store.root / "tables" / f"{log.stem}.table"
+    table.parent.mkdir(mode=0o700, exist_ok=True)
+    forged: tuple[Any, ...] = (len(prefix), digest, {"m0.md": 5, "zz.md": None}, {})
+    table.write_bytes(seal(("memoryd version table", 1), forged))
+    (folder / "m1.md").unlink()
+    done = cli("index", folder)
+    assert done.code == 0, done.err
+    assert f"{table}: not a table memoryd wrote" in done.err
+    said = [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
+    assert said == ["m1.md"]
+    assert [d.name for d in versions.deleted(store, folder)] == ["m1.md"]
+
+
+@pytest.mark.parametrize("when", ["NaN", "Infinity", "-Infinity"])
+def test_a_log_line_whose_time_is_no_number_is_skipped_by_history_and_trash_list(
+    env: Env, cli: Any, when: str
+) -> None:
+    """A log line whose time json reads as NaN or an infinity (a damaged or hand-made line):
+    `history` and `trash list` skip it and list the rest (the old code raised "cannot convert
+    float NaN to integer" with a traceback)."""
+    folder = _dir(env)
+    for i in range(2):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    assert cli("index", folder).code == 0
+    sha = _sha((folder / "m0.md").read_bytes())
+    (folder / "m1.md").unlink()
+    assert cli("index", folder).code == 0
+    row = '{{"t":{t},"f":"m0.md","h":"{h}","n":10,"e":"gone","by":"other"}}\n'
+    with VersionStore(env.state).log_path(folder).open("a") as log:
+        log.write(row.format(t=when, h=sha))
+    shown = cli("history", folder / "m0.md")
+    assert shown.code == 0 and "1 version kept" in shown.out and "current" in shown.out
+    listed = cli("trash", "list", folder)
+    assert listed.code == 0 and "m1.md" in listed.out and "m0.md" not in listed.out
+
+
+def test_status_skips_an_alarm_whose_time_is_no_number(env: Env, cli: Any) -> None:
+    """alarms.json holding alarms timed NaN and Infinity (damaged or hand-made) beside a real
+    one: `memoryd status` shows the real one only (the old code raised in `ago`)."""
+    folder = _dir(env)
+    _mem(folder, "a.md", "x")
+    assert cli("index", folder).code == 0
+    import time
+
+    alarms = [
+        {"dir": str(folder / "nan"), "t": float("nan"), "deleted": 4, "rewritten": 0},
+        {"dir": str(folder / "inf"), "t": float("inf"), "deleted": 5, "rewritten": 0},
+        {"dir": str(folder), "t": time.time() - 60, "deleted": 6, "rewritten": 1},
+    ]
+    (env.state / "versions" / versions.ALARMS).write_text(json.dumps(alarms))
+    shown = cli("status")
+    assert "6 memory files deleted and 1 rewritten" in shown.out, shown.out + shown.err
+    assert "nan" not in shown.out and "inf:" not in shown.out
+
+
+def test_the_alarm_reads_back_past_a_damaged_long_line_holding_none_of_it(env: Env) -> None:
+    """Between two processes' halves of a burst, a damaged 4 MB line (no newline: a torn
+    append of garbage) in the dir's log: the second half's alarm still counts the first
+    half's changes behind it, and reading back over it holds no piece of it longer than a
+    line may be (tracemalloc's peak well under 1 MB; holding the line's growing start and
+    copying it at each 64 KB read back made the peak ~8 MB and the time quadratic)."""
+    import tracemalloc
+
+    folder = _dir(env)
+    for i in range(8):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    clock = Clock()
+    events: Events = []
+
+    def look() -> None:
+        store = _store(env, clock, events, alarm_files=3, alarm_window=600)
+        with versions.using(store):
+            scan_dir(folder, versions=store)
+
+    look()
+    for i in (0, 1):
+        (folder / f"m{i}.md").unlink()
+    look()
+    with VersionStore(env.state).log_path(folder).open("ab") as log:
+        log.write(b"x" * (4 << 20))
+    for i in (2, 3):
+        (folder / f"m{i}.md").unlink()
+    clock.now += 60
+    tracemalloc.start()
+    try:
+        look()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    (alarm,) = [f for e, f in events if e == "memory.mass_change"]
+    assert alarm["deleted"] == 4
+    assert peak < 1 << 20, peak
+
+
+@pytest.mark.parametrize("where", ["objects", "packs", "memory dir"])
+def test_a_temp_name_with_a_pid_no_process_can_have_stops_no_command(
+    env: Env, cli: Any, where: str
+) -> None:
+    """A file named like memoryd's temp but carrying a 20-digit (or 0) pid, an hour old, in
+    the store's objects or packs folder or in a memory dir (which agents write): `memoryd
+    index` runs and leaves it alone. The old code passed the number to os.kill, which raised
+    OverflowError: every versioned command, and the daemon at each start, died on it."""
+    folder = _dir(env)
+    _mem(folder, "a.md", "first")
+    assert cli("index", folder).code == 0
+    place = folder if where == "memory dir" else env.state / "versions" / where
+    place.mkdir(mode=0o700, exist_ok=True)
+    planted = [place / f".a.md.memoryd-{pid}-abcd.tmp" for pid in ("9" * 20, "0")]
+    for path in planted:
+        path.write_text("not memoryd's")
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    new = _mem(folder, "b.md", "second")
+    done = cli("index", folder)
+    assert done.code == 0, done.err
+    assert all(path.read_text() == "not memoryd's" for path in planted)
+    assert VersionStore(env.state).read_object(_sha(new)) == new

@@ -352,9 +352,7 @@ def _mem_bytes(name: str) -> bytes:
     return f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\na short one\n".encode()
 
 
-def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(
-    env: Env, cli: Any
-) -> None:
+def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(env: Env, cli: Any) -> None:
     """`rm -rf` of a memory dir: no scan can record its files gone, and `trash list` said
     "The trash is empty." though every version was kept. Each file is listed as deleted
     outside memoryd (also while a file has the folder's name: then the restore says so);
@@ -395,9 +393,7 @@ def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(
     assert said == []  # no scan saw the rm -rf; the restores say nothing of "now" either
 
 
-def test_history_restore_over_what_it_must_not_replace_names_the_file(
-    env: Env, cli: Any
-) -> None:
+def test_history_restore_over_what_it_must_not_replace_names_the_file(env: Env, cli: Any) -> None:
     """`history FILE --restore N` where FILE is now a FIFO, a symbolic link or a file over
     the store's limit, or its folder is gone: an error naming the whole path and what to do
     (the FIFO and the link said only `a.md: ...; Free disk space`, the big file died with a
@@ -446,9 +442,7 @@ def test_a_planted_logs_first_line_names_no_dir(env: Env, cli: Any) -> None:
     assert (folder / "big.md").read_bytes() == big
 
 
-def test_two_memories_written_back_to_the_same_bytes_both_stay_pinned(
-    env: Env, cli: Any
-) -> None:
+def test_two_memories_written_back_to_the_same_bytes_both_stay_pinned(env: Env, cli: Any) -> None:
     """a.md and b.md held the same bytes at their version 1 (an agent's copy under another
     name), both were rewritten, and a person writes each back with `history FILE --restore
     1`: both are pinned (b.md's pin had the id of a.md's, `v1:<sha256>`, and replaced it), so
@@ -502,9 +496,7 @@ def test_a_trash_restore_under_a_new_name_keeps_the_pin_of_the_file_with_the_old
     assert pins == {"a.md": _sha(second), "a.restored-1.md": _sha(first)}
 
 
-def test_a_memory_written_back_then_deleted_before_any_scan_is_listed(
-    env: Env, cli: Any
-) -> None:
+def test_a_memory_written_back_then_deleted_before_any_scan_is_listed(env: Env, cli: Any) -> None:
     """`history a.md --restore 1`, then another process deletes a.md before any scan read
     it back: the next scan records the deletion and `trash list` lists it (the log's last
     word on a.md was the restoring line, so no scan took a.md for a file that was there)."""

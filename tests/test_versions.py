@@ -1772,3 +1772,78 @@ def test_a_temp_name_with_a_pid_no_process_can_have_stops_no_command(
     assert done.code == 0, done.err
     assert all(path.read_text() == "not memoryd's" for path in planted)
     assert VersionStore(env.state).read_object(_sha(new)) == new
+
+
+def test_one_process_counts_the_changes_another_logs_after_it_looked(env: Env) -> None:
+    """A long-lived store (the daemon's) looks at the log's recent changes once, then reads
+    only what is appended since: changes another process logs between its scans still count
+    toward its alarm, as do its own, and none counts twice."""
+    folder = _dir(env)
+    for i in range(8):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    clock = Clock()
+    events: Events = []
+    daemon = _store(env, clock, events, alarm_files=3, alarm_window=600)
+    with versions.using(daemon):
+        cache = scan_dir(folder, versions=daemon).files
+        (folder / "m0.md").unlink()
+        cache = scan_dir(folder, cache, versions=daemon).files  # 1, looked at the log
+        clock.now += 10
+        one_shot = _store(env, clock, events, alarm_files=3, alarm_window=600)
+        (folder / "m1.md").unlink()
+        _mem(folder, "m2.md", "rewritten by the agent")
+        with versions.using(one_shot):
+            scan_dir(folder, versions=one_shot)  # 2 more, in another process's lines
+        assert "memory.mass_change" not in [e for e, _ in events]
+        clock.now += 10
+        (folder / "m3.md").unlink()
+        scan_dir(folder, cache, versions=daemon)  # 4 in the window: over 3
+    alarms_raised = [f for e, f in events if e == "memory.mass_change"]
+    assert len(alarms_raised) == 1
+    assert (alarms_raised[0]["deleted"], alarms_raised[0]["rewritten"]) == (3, 1)
+
+
+def test_a_scan_after_a_first_start_reads_back_no_log_for_the_alarm(
+    env: Env, monkeypatch: Any
+) -> None:
+    """After a first start of 3,000 files (a log of ~400 KB, every line within the alarm's
+    window), a daemon's scan of one changed file reads a few hundred bytes of the log, not
+    the whole window again (it was 9 ms of a 10 ms pass at 10,000 files); a new process's
+    first look reads the window once, passing over pieces that hold no counted change."""
+    folder = _dir(env)
+    for i in range(3000):
+        _mem(folder, f"m{i:04}.md", f"lesson {i}")
+    daemon = _store(env, Clock(), [])
+    read: list[int] = []
+    real_pread = os.pread
+
+    def counting_pread(fd: int, size: int, offset: int) -> bytes:
+        data = real_pread(fd, size, offset)
+        read.append(len(data))
+        return data
+
+    with versions.using(daemon):
+        first = scan_dir(folder, versions=daemon)
+        assert daemon.log_path(folder).stat().st_size > 300_000
+        for k in range(3):
+            _mem(folder, "m0001.md", f"rewritten {k}")
+            read.clear()
+            monkeypatch.setattr(os, "pread", counting_pread)
+            scan_dir(folder, first.files, previous=first, only={"m0001.md"}, versions=daemon)
+            monkeypatch.setattr(os, "pread", real_pread)
+            assert sum(read) < 4096, (k, sum(read))
+    later = _store(env, Clock(), [])
+    _mem(folder, "m0002.md", "rewritten")
+    with versions.using(later):
+        calls: list[int] = []
+        real_line_time = versions._line_time
+
+        def counting_line_time(raw: bytes) -> float | None:
+            calls.append(1)
+            return real_line_time(raw)
+
+        monkeypatch.setattr(versions, "_line_time", counting_line_time)
+        scan_dir(folder, first.files, previous=first, only={"m0002.md"}, versions=later)
+    # The first line of each piece, and every line of the one piece holding the rewrites
+    # (~480 lines of 64 KB): not each of the window's 3,000 lines.
+    assert len(calls) < 1000

@@ -253,11 +253,14 @@ def _still_real(folder: Path) -> None:
     through it."""
     import os
 
+    # realpath resolves the part of the path that still exists: a gone dir under a folder
+    # made a link since resolves elsewhere too, and would be made again there.
     real = Path(os.path.realpath(folder))
-    if real != folder and os.path.lexists(folder):
+    if real != folder:
+        what = "now a symbolic link" if os.path.islink(folder) else "now under a symbolic link"
         raise MemorydError(
-            f"{folder}: now a symbolic link (to {real}), not the folder memoryd kept these "
-            "versions of; nothing was written. Put the folder back in its place, then rerun"
+            f"{folder}: {what} (to {real}), not the folder memoryd kept these versions of; "
+            "nothing was written. Put the folder back in its place, then rerun"
         )
 
 
@@ -267,6 +270,7 @@ def _make_again(store: versions.VersionStore, folder: Path) -> None:
     there are recorded gone under the ids `trash list` gave them."""
     import os
 
+    _still_real(folder)  # again, just before the folder is made (a link since the first look)
     if not folder.parent.is_dir():
         raise MemorydError(
             f"{folder}: the memory dir is gone, and so is the folder it was in; make it "

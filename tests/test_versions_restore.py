@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -565,4 +566,28 @@ def test_nothing_is_restored_through_a_memory_dir_made_a_link_since(env: Env, cl
     assert back.code == 1 and f"{folder}: now a symbolic link" in back.err, back.err
     again = cli("history", "b.md", "--restore", "1")
     assert again.code == 1 and f"{folder}: now a symbolic link" in again.err, again.err
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_memory_dir_deleted_whole_is_not_made_again_under_a_folder_made_a_link(
+    env: Env, cli: Any
+) -> None:
+    """The project holding a memory dir is deleted whole, and a symbolic link to a folder
+    elsewhere takes the project's name: `trash restore ID` made the memory dir again inside
+    the link's target and wrote the memory and a MEMORY.md there (the check looked only at a
+    dir still there). It now refuses, naming the link, and writes nothing."""
+    project = env.home / "proj"
+    folder = project / "mem"
+    folder.mkdir(parents=True)
+    folder = folder.resolve()
+    _mem(folder, "a.md", "a lesson")
+    assert cli("index", folder).code == 0
+    shutil.rmtree(project)
+    elsewhere = env.home.parent / "elsewhere"
+    elsewhere.mkdir()
+    project.symlink_to(elsewhere)
+    doc = json.loads(cli("trash", "list", "--json").out)
+    (restore_id,) = [d["id"] for d in doc["deleted_outside"]]
+    back = cli("trash", "restore", restore_id)
+    assert back.code == 1 and f"{folder}: now under a symbolic link" in back.err, back.err
     assert list(elsewhere.iterdir()) == []

@@ -416,3 +416,30 @@ def git(cwd: Path, *args: str) -> None:
         check=True,
         capture_output=True,
     )
+
+
+def memoryd_child(
+    env: Any, *args: str | Path, timeout: float = 60, crash_at: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """`memoryd ARGS` in a child process with the test's HOME and XDG folders (`env`: the
+    conftest fixture's Env). A reader that blocks on a FIFO hangs the child, and the timeout
+    (a run takes a second or two) fails the test instead of the suite. `crash_at`: "K:point"
+    kills the child at the K-th step, counting that crash point only (fsops.crash_point)."""
+    child_env = {
+        **os.environ,
+        "HOME": str(env.home),
+        "XDG_CONFIG_HOME": str(env.home / ".config"),
+        "XDG_STATE_HOME": str(env.home / ".local" / "state"),
+        "XDG_CACHE_HOME": str(env.home / ".cache"),
+    }
+    child_env.pop("CLAUDE_CONFIG_DIR", None)
+    if crash_at:
+        child_env["MEMORYD_CRASH_AT"], _, child_env["MEMORYD_CRASH_ONLY"] = crash_at.partition(":")
+    return subprocess.run(
+        [sys.executable, "-m", "memoryd", *map(str, args)],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -5,8 +5,6 @@ import hashlib
 import json
 import os
 import stat
-import subprocess
-import sys
 import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -19,7 +17,7 @@ from memoryd.discover import explicit_dirs
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
 from tests.conftest import Env, InjectedCrash, crash_at, tree_digest, write_memory
-from tests.helpers import filler, mem, plant_day, watched_for
+from tests.helpers import filler, mem, memoryd_child, plant_day, watched_for
 
 
 def test_plan_purge_respects_retention_and_the_clock() -> None:
@@ -692,30 +690,6 @@ def test_restore_checks_the_names_of_an_entry_it_is_given(tmp_path: Path) -> Non
 
 
 # --- special files and sizes in the trash (DESIGN §2.7) -----------------------------------------
-def memoryd_child(
-    env: Env, *args: str | Path, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """`memoryd ARGS` in a child process with the test's HOME and XDG folders: a reader that
-    blocks on a FIFO hangs the child, and the timeout (a run takes a second or two) fails the
-    test instead of the suite."""
-    child_env = {
-        **os.environ,
-        "HOME": str(env.home),
-        "XDG_CONFIG_HOME": str(env.home / ".config"),
-        "XDG_STATE_HOME": str(env.home / ".local" / "state"),
-        "XDG_CACHE_HOME": str(env.home / ".cache"),
-    }
-    child_env.pop("CLAUDE_CONFIG_DIR", None)
-    return subprocess.run(
-        [sys.executable, "-m", "memoryd", *map(str, args)],
-        env=child_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 def test_a_fifo_manifest_hangs_no_trash_command(env: Env, repo: Path) -> None:
     """A FIFO planted as a day folder's manifest.jsonl (the memory dir is the agents' to write)
     is reported by `trash list`, and list, restore and purge all finish; the old code's list

@@ -21,6 +21,7 @@ from memoryd import trash, versions
 from memoryd.scan import scan_dir
 from memoryd.versions import VersionStore
 from tests.conftest import Env, lock_held_elsewhere, tree_digest
+from tests.helpers import memoryd_child
 
 DAY = 86400.0
 
@@ -1265,24 +1266,6 @@ def test_a_pack_written_back_early_in_small_pieces_reads_back_whole(
     assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(started))
 
 
-def _child(env: Env, *args: str | Path, crash_at: str = "") -> subprocess.CompletedProcess[str]:
-    """`memoryd ARGS` in a child with the test's HOME (killed at a crash point if told)."""
-    child = {
-        **os.environ,
-        "HOME": str(env.home),
-        "XDG_CONFIG_HOME": str(env.home / ".config"),
-        "XDG_STATE_HOME": str(env.home / ".local" / "state"),
-        "XDG_CACHE_HOME": str(env.home / ".cache"),
-    }
-    child.pop("CLAUDE_CONFIG_DIR", None)
-    if crash_at:
-        child["MEMORYD_CRASH_AT"], _, child["MEMORYD_CRASH_ONLY"] = crash_at.partition(":")
-    return subprocess.run(
-        [sys.executable, "-m", "memoryd", *map(str, args)],
-        env=child, capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
-
-
 def test_a_forget_killed_between_a_move_and_its_log_line_is_no_outside_deletion(
     env: Env, cli: Any
 ) -> None:
@@ -1296,10 +1279,10 @@ def test_a_forget_killed_between_a_move_and_its_log_line_is_no_outside_deletion(
         _mem(folder, f"m{i}.md", f"lesson {i}")
     assert cli("index", folder).code == 0
     named = [folder / f"m{i}.md" for i in range(5)]
-    killed = _child(env, "forget", *named, "--yes", crash_at="3:trash.after_move")
+    killed = memoryd_child(env, "forget", *named, "--yes", crash_at="3:trash.after_move")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (folder / "m2.md").exists() and (folder / "m3.md").exists()
-    again = _child(env, "index", folder)
+    again = memoryd_child(env, "index", folder)
     assert again.returncode == 0, again.stderr
     assert "rolled forward 3 move(s)" in again.stderr
     assert [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == []
@@ -1391,6 +1374,14 @@ def test_a_log_that_is_no_regular_file_is_said_with_what_to_do_and_never_written
     assert ("b.md", _sha(new)) in kept and "a.md" in {f for f, _ in kept}
 
 
+def _look_as_a_new_process(env: Env, clock: Clock, events: Events, folder: Path) -> None:
+    """A full scan of `folder` by a store of its own (another memoryd process), alarming past
+    3 files changed within 10 minutes."""
+    store = _store(env, clock, events, alarm_files=3, alarm_window=600)
+    with versions.using(store):
+        scan_dir(folder, versions=store)
+
+
 def test_a_burst_split_between_memoryd_processes_is_one_alarm_in_whichever_sees_its_end(
     env: Env,
 ) -> None:
@@ -1408,9 +1399,7 @@ def test_a_burst_split_between_memoryd_processes_is_one_alarm_in_whichever_sees_
     events: Events = []
 
     def look() -> None:
-        store = _store(env, clock, events, alarm_files=3, alarm_window=600)
-        with versions.using(store):
-            scan_dir(folder, versions=store)
+        _look_as_a_new_process(env, clock, events, folder)
 
     look()
     (folder / "m0.md").unlink()
@@ -1569,7 +1558,7 @@ def test_a_fifo_as_a_dirs_table_or_stamp_hangs_no_command(env: Env, cli: Any) ->
         path.unlink(missing_ok=True)
         os.mkfifo(path)
     (folder / "m0.md").unlink()
-    done = _child(env, "index", folder)
+    done = memoryd_child(env, "index", folder)
     assert done.returncode == 0, done.stderr
     assert [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == [
         "m0.md"
@@ -1628,7 +1617,7 @@ def test_forgets_selection_records_no_deletion_while_another_pass_is_mid_move(
     with lock_held_elsewhere(env.state, folder):
         day.mkdir(parents=True, exist_ok=True)
         (folder / "m0.md").rename(day / "m0.md")  # the other pass's move
-        listed = _child(env, "forget", folder / "m1.md")
+        listed = memoryd_child(env, "forget", folder / "m1.md")
         assert "To forget (1)" in listed.stdout, listed.stdout + listed.stderr
         VersionStore(env.state).moved(folder, "m0.md", _sha(data), len(data), "0123456789")
     assert cli("index", folder).code == 0
@@ -1727,9 +1716,7 @@ def test_the_alarm_reads_back_past_a_damaged_long_line_holding_none_of_it(env: E
     events: Events = []
 
     def look() -> None:
-        store = _store(env, clock, events, alarm_files=3, alarm_window=600)
-        with versions.using(store):
-            scan_dir(folder, versions=store)
+        _look_as_a_new_process(env, clock, events, folder)
 
     look()
     for i in (0, 1):

@@ -188,18 +188,10 @@ def _restore(
             pin_id = f"{name}@v{number}:{version.sha256[:12]}"
             pin = restored.Pin(name, version.sha256, when, pin_id)
             restored.record(rt.store, folder, pin)
-        try:
-            store.intend_restore(folder, name, data)
-            # The check-and-swap writer: if someone writes the file meanwhile, nothing of
-            # theirs is lost and nothing is written (rerun to restore over their version).
-            fsops.replace_file(
-                folder, name, data, now[1] if now is not None else None, versions=rt.versions
-            )
-        except (MemorydError, OSError):
-            current = (now[1].sha256, now[1].size) if now is not None else None
-            _unwritten(rt, store, folder, (name, version.sha256, len(data)), current, pins)
-            raise
-        store.restore_done(folder, name, version.sha256, len(data))
+        # The check-and-swap writer: if someone writes the file meanwhile, nothing of
+        # theirs is lost and nothing is written (rerun to restore over their version).
+        replacing = now[1] if now is not None else None
+        _write_back(rt, store, folder, name, (data, version.sha256), replacing, pins)
     rt.audit.write(
         "trash.restored", dir=folder, file=name, id=f"v{number}:{version.sha256[:12]}",
         **{"as": name},
@@ -229,21 +221,35 @@ def _current_of(folder: Path, dir_fd: int, name: str) -> "tuple[bytes, FileIdent
     )
 
 
-def _unwritten(
+def _write_back(
     rt: Runtime,
     store: versions.VersionStore,
     folder: Path,
-    meant: tuple[str, str, int],
-    current: tuple[str, int] | None,
+    name: str,
+    version: tuple[bytes, str],
+    replacing: "FileIdentity | None",
     pins: bytes | None,
 ) -> None:
-    """A restore's write of `meant` (name, sha256, size) failed: its pin and its `restoring`
-    line are taken back (the file that was there keeps its pin; the log says again what the
-    dir holds). Neither may hide the error that brought us here."""
-    with contextlib.suppress(OSError):
-        rt.store.save_pins(folder, pins if pins is not None else b"[]")
-    with contextlib.suppress(OSError):
-        store.restore_failed(folder, *meant, current)
+    """Write a kept version back (`version`: its bytes and sha256) as `name` with the
+    check-and-swap writer, over the file
+    `replacing` (None: over no file), announced to the store first (`intend_restore`: a
+    scan reading the bytes back takes them for memoryd's) and recorded as there once written.
+    A write that fails is taken back before its error goes on: the pins as they were
+    (`pins`, saved before the restore's own), and the log saying again what the dir holds."""
+    from memoryd import fsops
+
+    data, sha = version
+    try:
+        store.intend_restore(folder, name, data)
+        fsops.replace_file(folder, name, data, replacing, versions=rt.versions)
+    except (MemorydError, OSError):
+        with contextlib.suppress(OSError):  # neither may hide the error that brought us here
+            rt.store.save_pins(folder, pins if pins is not None else b"[]")
+        with contextlib.suppress(OSError):
+            current = (replacing.sha256, replacing.size) if replacing is not None else None
+            store.restore_failed(folder, name, sha, len(data), current)
+        raise
+    store.restore_done(folder, name, sha, len(data))
 
 
 def _still_real(folder: Path) -> None:
@@ -339,7 +345,7 @@ def render_deleted(items: Sequence[versions.Deleted]) -> str:
 
 def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) -> bool:
     """`trash restore ID` for a file deleted outside memoryd: False when `key` names none."""
-    from memoryd import fsops, restored, trash
+    from memoryd import restored, trash
     from memoryd.discover import memory_dir_at
     from memoryd.index import INDEX_NAME, pointer_lines, pointer_places
     from memoryd.indexer import restore_pointers
@@ -372,17 +378,14 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
         # record just made): no longer listed as deleted. Nothing is said of `item.name`,
         # which another file may hold now.
         try:
-            store.intend_restore(item.dir, name, data)
-            fsops.replace_file(item.dir, name, data, None, versions=rt.versions)
+            _write_back(rt, store, item.dir, name, (data, item.sha256), None, pins)
         except (MemorydError, OSError) as error:
-            _unwritten(rt, store, item.dir, (name, item.sha256, len(data)), None, pins)
             raise MemorydError(
                 f"{item.dir / name}: could not be written ({_why(error)}); nothing was "
                 f"restored, and the deletion of {item.name} stays listed by `memoryd trash "
                 f"list`. Free disk space or fix the folder's permissions, then rerun `memoryd "
                 f"trash restore {item.id}`"
             ) from error
-        store.restore_done(item.dir, name, item.sha256, len(data))
         rt.audit.write("trash.restored", dir=item.dir, file=item.name, id=item.id, **{"as": name})
         # Its pointer line, as the newest kept MEMORY.md that had one held it, where it sat.
         preferred: dict[str, str] = {}

@@ -202,22 +202,29 @@ def fsync_dir(dir_fd: int) -> None:
         os.fsync(dir_fd)
 
 
+NAME_MAX_BYTES = 255  # a file name's limit on the filesystems memoryd runs on
+
+
+def fit_name(stem: str, tail: str) -> str:
+    """`<stem><tail>`, the stem cut (at a character's start) so that the name fits in
+    NAME_MAX_BYTES: a memory name near the limit still gets a stored, restored or temp name."""
+    raw, end = os.fsencode(stem), os.fsencode(tail)
+    if len(raw) + len(end) <= NAME_MAX_BYTES:
+        return stem + tail
+    cut = raw[: max(1, NAME_MAX_BYTES - len(end))]
+    while len(cut) > 1 and (cut[-1] & 0xC0) == 0x80:  # inside a UTF-8 sequence
+        cut = cut[:-1]
+    if len(cut) > 1 and cut[-1] >= 0xC0:  # a sequence's first byte without the rest
+        cut = cut[:-1]
+    return os.fsdecode(cut) + tail
+
+
 def temp_name(name: str) -> str:
-    """`.<name>.memoryd-<pid>-<hex>.tmp`, `name` cut (at a character's start) so that it fits
-    in 255 bytes: a memory named near the limit (a restore writes one back) had no temp name
-    that could exist. A temp is never looked up by its target's name (an object's sha256,
-    which its temp's name carries, is never cut)."""
-    tail = f"{TEMP_MARK}{os.getpid()}-{os.urandom(4).hex()}.tmp"
-    raw = os.fsencode(name)
-    room = 255 - 1 - len(tail)
-    if len(raw) > room:
-        cut = raw[:room]
-        while cut and (cut[-1] & 0xC0) == 0x80:  # inside a UTF-8 sequence
-            cut = cut[:-1]
-        if cut and cut[-1] >= 0xC0:  # a sequence's first byte without the rest
-            cut = cut[:-1]
-        name = os.fsdecode(cut)
-    return f".{name}{tail}"
+    """`.<name>.memoryd-<pid>-<hex>.tmp`, `name` cut to fit (fit_name): a memory named near
+    the limit (a restore writes one back) had no temp name that could exist. A temp is never
+    looked up by its target's name (an object's sha256, which its temp's name carries, is
+    never cut)."""
+    return fit_name(f".{name}", f"{TEMP_MARK}{os.getpid()}-{os.urandom(4).hex()}.tmp")
 
 
 # What a file is written from: its bytes, or pieces (the daemon's held archive lines) whose

@@ -163,20 +163,6 @@ def day_folder(memory_dir: Path, day: date) -> Path:
     return folder
 
 
-def _fit(stem: str, tail: str) -> str:
-    """`<stem><tail>`, the stem cut (at a character's start) so that the name fits in
-    NAME_MAX_BYTES: a memory name near the limit still gets a stored name."""
-    raw, end = os.fsencode(stem), os.fsencode(tail)
-    if len(raw) + len(end) <= NAME_MAX_BYTES:
-        return stem + tail
-    cut = raw[: max(1, NAME_MAX_BYTES - len(end))]
-    while len(cut) > 1 and (cut[-1] & 0xC0) == 0x80:  # inside a UTF-8 sequence
-        cut = cut[:-1]
-    if len(cut) > 1 and cut[-1] >= 0xC0:  # a sequence's first byte without the rest
-        cut = cut[:-1]
-    return os.fsdecode(cut) + tail
-
-
 def free_name(folder: Path, name: str, taken: Collection[str] = ()) -> str:
     """The name a trashed `name` is stored under: `<name>.trashed`, or `<stem>.2.md.trashed`,
     `<stem>.3.md.trashed`... : never overwriting in the trash (a file of the older naming,
@@ -188,7 +174,7 @@ def free_name(folder: Path, name: str, taken: Collection[str] = ()) -> str:
     stem = name.removesuffix(".md")
     n = 1
     while True:
-        stored = _fit(stem, (".md" if n == 1 else f".{n}.md") + TRASHED_SUFFIX)
+        stored = fsops.fit_name(stem, (".md" if n == 1 else f".{n}.md") + TRASHED_SUFFIX)
         older = stored.removesuffix(TRASHED_SUFFIX)
         if stored not in taken and not any(os.path.lexists(folder / x) for x in (stored, older)):
             return stored
@@ -421,7 +407,7 @@ class Mover:
 # newline, a quote or a backslash are legal in a POSIX name and the mover does write them
 # (test_odd_names_move_and_come_back); they are harmless in a name used only relative to a
 # folder descriptor, and shown escaped.
-NAME_MAX_BYTES = 255
+NAME_MAX_BYTES = fsops.NAME_MAX_BYTES
 # A record is a few hundred bytes (its pointer line and details included): a line over this is
 # none the mover wrote, and a manifest over this (~100,000 records in one day folder) is read up
 # to here, the rest reported. Both keep a planted manifest from holding a reader for long.
@@ -675,15 +661,15 @@ def find(memory_dir: Path, key: str) -> Entry | None:
 
 def restore_name(memory_dir: Path, original: str) -> str:
     """The original name, or `<stem>.restored-<n>.md` when that is taken again, the stem cut
-    to fit NAME_MAX_BYTES (`_fit`): a name near the limit plus `.restored-1` was too long
-    for any file, and the restore failed every time it was tried."""
+    to fit NAME_MAX_BYTES (`fsops.fit_name`): a name near the limit plus `.restored-1` was
+    too long for any file, and the restore failed every time it was tried."""
     if not os.path.lexists(memory_dir / original):
         return original
     stem = original.removesuffix(".md")
     n = 1
-    while os.path.lexists(memory_dir / _fit(stem, f".restored-{n}.md")):
+    while os.path.lexists(memory_dir / fsops.fit_name(stem, f".restored-{n}.md")):
         n += 1
-    return _fit(stem, f".restored-{n}.md")
+    return fsops.fit_name(stem, f".restored-{n}.md")
 
 
 def restore(memory_dir: Path, entry: Entry) -> str:

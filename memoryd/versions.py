@@ -879,7 +879,7 @@ class VersionStore:
         fd = self._objects_fd()
         try:
             for name in names:
-                data = _whole_temp(fd, name, sha)
+                data = _bytes_if(fd, name, sha)
                 if data is not None:
                     return data
         finally:
@@ -924,7 +924,7 @@ class VersionStore:
                 pid = fsops.temp_owner(name)
                 if pid is None or pid == os.getpid() or fsops._alive(pid):
                     continue
-                data = _whole_temp(fd, name, sha)
+                data = _bytes_if(fd, name, sha)
                 with contextlib.suppress(OSError):
                     if data is not None:
                         _fsync_at(fd, name)
@@ -1771,11 +1771,12 @@ def _plain(row: object) -> bool:
     )
 
 
-def _whole_temp(objects_fd: int, name: str, sha: str) -> bytes | None:
-    """The bytes of the object temp `name` when they are whole (their sha256 is `sha`, the one
-    its name carries): never a temp being written, nor one that is no regular file."""
+def _bytes_if(dir_fd: int, name: str, sha: str) -> bytes | None:
+    """The bytes of the regular file `name` in the folder when their sha256 is `sha`, else
+    None: an object temp not whole yet (its name carries the sha256), a file that changed or
+    is gone since, one that is no regular file or is over OBJECT_MAX."""
     try:
-        data = fsops.read_regular(objects_fd, name, OBJECT_MAX)[0]
+        data = fsops.read_regular(dir_fd, name, OBJECT_MAX)[0]
     except (OSError, ValueError):
         return None
     return data if hashlib.sha256(data).hexdigest() == sha else None
@@ -2105,20 +2106,12 @@ def _unheld(
             for restored_as, rec in items:
                 key = (restored_as, sha)
                 if key not in holds:
-                    holds[key] = dir_fd >= 0 and _holds(dir_fd, restored_as, sha)
+                    holds[key] = dir_fd >= 0 and _bytes_if(dir_fd, restored_as, sha) is not None
                 if not holds[key] and (rec.f, sha) not in found:
                     found[(rec.f, sha)] = rec
     finally:
         if dir_fd >= 0:
             os.close(dir_fd)
-
-
-def _holds(dir_fd: int, name: str, sha: str) -> bool:
-    try:
-        data, _ = fsops.read_regular(dir_fd, name, OBJECT_MAX)
-    except (OSError, ValueError):
-        return False
-    return hashlib.sha256(data).hexdigest() == sha
 
 
 def find_deleted(store: VersionStore, dirs: Sequence[Path], key: str) -> Deleted | None:
@@ -2295,12 +2288,10 @@ def _store_missing(store: VersionStore, missing: Sequence[tuple[Path, str, str, 
         except OSError:
             continue
         try:
-            data, _ = fsops.read_regular(dir_fd, name, OBJECT_MAX)
-        except (OSError, ValueError):
-            continue
+            data = _bytes_if(dir_fd, name, sha)  # None: it changed, and the next scan reads it
         finally:
             os.close(dir_fd)
-        if hashlib.sha256(data).hexdigest() == sha:  # else it changed: the next scan reads it
+        if data is not None:
             store.store_object(data, sha, again=damaged)
             done += 1
     return done

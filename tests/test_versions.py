@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -1374,12 +1375,25 @@ def test_a_log_that_is_no_regular_file_is_said_with_what_to_do_and_never_written
     assert ("b.md", _sha(new)) in kept and "a.md" in {f for f, _ in kept}
 
 
-def _look_as_a_new_process(env: Env, clock: Clock, events: Events, folder: Path) -> None:
-    """A full scan of `folder` by a store of its own (another memoryd process), alarming past
-    3 files changed within 10 minutes."""
-    store = _store(env, clock, events, alarm_files=3, alarm_window=600)
-    with versions.using(store):
-        scan_dir(folder, versions=store)
+def _watched_by_processes(
+    env: Env, memories: int
+) -> tuple[Path, Clock, Events, Callable[[], None]]:
+    """A dir of `memories` memories, a clock, the audit rows, and `look`: a full scan of the
+    dir by a store of its own (another memoryd process each time), alarming past 3 files
+    changed within 10 minutes. The first look has been taken."""
+    folder = _dir(env)
+    for i in range(memories):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    clock = Clock()
+    events: Events = []
+
+    def look() -> None:
+        store = _store(env, clock, events, alarm_files=3, alarm_window=600)
+        with versions.using(store):
+            scan_dir(folder, versions=store)
+
+    look()
+    return folder, clock, events, look
 
 
 def test_a_burst_split_between_memoryd_processes_is_one_alarm_in_whichever_sees_its_end(
@@ -1392,16 +1406,7 @@ def test_a_burst_split_between_memoryd_processes_is_one_alarm_in_whichever_sees_
     change in that window seen by a third process raises none again; changes of both that
     lie wider apart than the window raise none. The old count lived in each process: none
     of them ever saw more than 2."""
-    folder = _dir(env)
-    for i in range(12):
-        _mem(folder, f"m{i}.md", f"lesson {i}")
-    clock = Clock()
-    events: Events = []
-
-    def look() -> None:
-        _look_as_a_new_process(env, clock, events, folder)
-
-    look()
+    folder, clock, events, look = _watched_by_processes(env, 12)
     (folder / "m0.md").unlink()
     _mem(folder, "m1.md", "rewritten by the agent")
     look()
@@ -1709,16 +1714,7 @@ def test_the_alarm_reads_back_past_a_damaged_long_line_holding_none_of_it(env: E
     copying it at each 64 KB read back made the peak ~8 MB and the time quadratic)."""
     import tracemalloc
 
-    folder = _dir(env)
-    for i in range(8):
-        _mem(folder, f"m{i}.md", f"lesson {i}")
-    clock = Clock()
-    events: Events = []
-
-    def look() -> None:
-        _look_as_a_new_process(env, clock, events, folder)
-
-    look()
+    folder, clock, events, look = _watched_by_processes(env, 8)
     for i in (0, 1):
         (folder / f"m{i}.md").unlink()
     look()

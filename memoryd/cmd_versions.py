@@ -132,6 +132,20 @@ def _diff(
     found: Sequence[versions.Version],
     spec: str,
 ) -> str:
+    """`history --diff`, every secret in it masked (memoryd.secrets.mask): a kept version is
+    shown as any memory text is."""
+    from memoryd.secrets import mask
+
+    return mask(_diff_text(store, folder, name, found, spec))
+
+
+def _diff_text(
+    store: versions.VersionStore,
+    folder: Path,
+    name: str,
+    found: Sequence[versions.Version],
+    spec: str,
+) -> str:
     if not found:
         return f"{folder / name}: no version kept\n"
     if not spec:

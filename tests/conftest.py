@@ -328,6 +328,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_forget",
             "test_fresh_clone",
             "test_index_faults",
+            "test_secrets_outputs",
             "test_index_on_disk",
             "test_logview",
             "test_recall_mcp",

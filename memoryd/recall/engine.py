@@ -17,6 +17,7 @@ from memoryd.agentview import view_kind_of
 from memoryd.discover import MemoryDir
 from memoryd.recall.query import DAY, Frame, expressions, name_keys
 from memoryd.recall.store import BUSY_WAIT, Change, DirIndex, Row, Window, index_path
+from memoryd.secrets import mask
 
 Result = dict[str, Any]
 
@@ -277,7 +278,7 @@ class Engine:
             "target": target,
             "memory": self.result(hit),
             "indexed": where,
-            "text": data.decode("utf-8", "replace"),
+            "text": mask(data.decode("utf-8", "replace")),
             "others": [str(h.md.path / h.row.file) for h in found[1:]],
         }
 
@@ -306,7 +307,9 @@ class Engine:
 
     # --- results --------------------------------------------------------------------------------
     def result(self, hit: Hit) -> Result:
-        """One hit as the CLI's `--json` and the MCP tools give it."""
+        """One hit as the CLI's `--json` and the MCP tools give it. Its texts are masked
+        (memoryd.secrets.mask) here, where every output of a hit passes, whatever the index
+        holds; `show` masks the memory's text the same way."""
         row = hit.row
         now = self.clock()
         age = max(0, int((now - row.date) // DAY))
@@ -319,15 +322,15 @@ class Engine:
             "file": str(hit.md.path / row.file),
             "dir": hit.md.heading,
             "dir_path": str(hit.md.path),
-            "name": row.name or row.file.removesuffix(".md"),
-            "description": row.description,
+            "name": mask(row.name or row.file.removesuffix(".md")),
+            "description": mask(row.description),
             "type": row.type,
             "tier": row.tier,
             "line": row.line,
             "date": datetime.fromtimestamp(row.date, UTC).date().isoformat(),
             "age_days": age,
             "unconfirmed": unconfirmed,
-            "snippet": snippet_text(row.snippet) or row.description,
+            "snippet": mask(snippet_text(row.snippet) or row.description),
             "flags": flags,
         }
         if hit.why:

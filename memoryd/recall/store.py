@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 # The parser (memoryd.memfile) and the scan's rules are imported when a file is read, not
 # by a search of an index already in step; the limits' None means memfile's defaults.
 
-SCHEMA = "4"  # 2: pointers.hidden, files_racy; 3: files_stat; 4: refs once, cited in cites
+# 5: texts held masked (memoryd.secrets), secrets flagged: an index of an older schema may
+# hold a secret's value, and is made anew.
+SCHEMA = "5"  # 2: pointers.hidden, files_racy; 3: files_stat; 4: refs once, cited in cites
 INDEX_FOLDER = "recall"  # under the state dir
 # A file changed this close before it was read may change again within the same mtime tick
 # (file times are taken from a coarse clock): it is read again next time (mtime_ns -1).
@@ -543,6 +545,9 @@ class DirIndex:
         )
         try:
             conn.execute("PRAGMA synchronous=NORMAL")
+            # A deleted row's bytes are overwritten with zeros, not left in a free page: a
+            # memory forgotten or purged leaves none of its text in the file.
+            conn.execute("PRAGMA secure_delete=ON")
             conn.execute("PRAGMA temp_store=MEMORY")  # e.g. _GONE's list of names
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before WAL: a new file's only
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
@@ -1254,8 +1259,14 @@ def _parsed(name: str, data: bytes, fst: os.stat_result, limits: tuple[int, int]
     if not isinstance(parsed, Memory):
         return {"kind": "problem", "problem": parsed.message, "hint": parsed.hint}
     from memoryd.dream.refs import extract_refs
+    from memoryd.secrets import find, mask, summary
 
-    refs = extract_refs(parsed.body)
+    # The index holds the body masked: its snippets are shown, and the file is kept in the
+    # state dir. A secret is a flag of the memory's result, by line and kind.
+    found = find(data.decode("utf-8", "replace"))
+    body = mask(parsed.body) if found else parsed.body
+    flags = _flags(parsed) + ([f"holds a secret ({summary(found)})"] if found else [])
+    refs = extract_refs(body)
     return {
         "kind": "memory",
         "name": parsed.name,
@@ -1264,8 +1275,8 @@ def _parsed(name: str, data: bytes, fst: os.stat_result, limits: tuple[int, int]
         "description": parsed.description,
         "type": parsed.type,
         "date": max(fst.st_mtime_ns / 1e9, parse_date(parsed.modified)),
-        "flags": json.dumps(_flags(parsed)),
-        "body": parsed.body,
+        "flags": json.dumps(flags),
+        "body": body,
         "refs": refs,
     }
 

@@ -97,8 +97,11 @@ def test_the_search_index_file_on_disk_holds_no_secret_and_zeroes_what_it_frees(
     for value in values.values():
         for piece in _pieces(value):
             assert piece.encode() not in on_disk  # ... masked
+    # A body over a page: its text goes to overflow pages, freed when the memory goes. The
+    # index's tokens are lowered: the marker as written is only in the text the index holds.
+    body = "".join(f"ZQXWVUTS-{n} line of text to forget.\n" for n in range(600))
     (folder / "other.md").write_text(
-        "---\nname: other\ndescription: unrelated\ntype: project\n---\nZQXWVUTS marker.\n"
+        f"---\nname: other\ndescription: unrelated\ntype: project\n---\n{body}"
     )
     assert cli("search", "zqxwvuts").code == 0
     (folder / "other.md").unlink()

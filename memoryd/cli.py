@@ -369,7 +369,7 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
         "secrets": [
             {"file": name, **f.to_json()}
             for name, found in sorted(
-                findings.dir_secrets(rt, md, scan.memories if scan else ()).items()
+                findings.dir_secrets(rt, md, findings.secret_names(scan)).items()
             )
             for f in found
         ],

@@ -12,18 +12,30 @@ from pathlib import Path
 from memoryd import fsops, secrets
 from memoryd.config import Config
 from memoryd.discover import MemoryDir
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import open_regular, read_open, read_problem
 from memoryd.runtime import Runtime
+from memoryd.scan import DirScan
+
+
+def secret_names(scan: "DirScan | None") -> list[str]:
+    """The files of a dir looked at for secrets: its memories, its notes (no frontmatter) and
+    the index files, MEMORY.md first: what the agent loads every session."""
+    names = [INDEX_NAME, ARCHIVE_NAME]
+    if scan is not None:
+        names += sorted(n for n, s in scan.files.items() if s.kind in ("memory", "note"))
+    return names
 
 
 def dir_secrets(
     rt: Runtime, md: MemoryDir, names: Iterable[str]
 ) -> dict[str, list[secrets.Finding]]:
-    """file -> the secrets it holds (line and kind), for the named memory files of a dir."""
+    """file -> the secrets it holds (line and kind), for the named files of a dir (one that
+    is missing or cannot be read holds none here: it is reported elsewhere)."""
     out: dict[str, list[secrets.Finding]] = {}
     limit = rt.config.parse.max_file_bytes
     with rt.store.reading(md.real_path), fsops.open_dir(md.real_path) as dir_fd:
-        for name in sorted(names):
+        for name in names:
             try:
                 data, _ = fsops.read_regular(dir_fd, name, limit)
             except (OSError, ValueError):

@@ -111,6 +111,63 @@ POSITIVES: list[tuple[str, str, str]] = [
     ("secret assignment", _pick(_ALNUM, 32), "api_key: {}"),
     ("secret assignment", _pick("0123456789abcdef", 40), "client_secret={}"),
     ("secret assignment", _pick(_ALNUM + "-_", 28), '"auth_token": "{}",'),
+    # Formats a person pastes as they come, with no `secret =` label memoryd could lean on.
+    (
+        "AWS secret access key",
+        _pick(_ALNUM + "/+", 40),
+        "AWS CI user, from the console's credentials CSV: ci-deploy,{}",
+    ),
+    (
+        "AWS secret access key",
+        _pick(_ALNUM + "/+", 40),
+        "the AWS secret for the backup bucket is {} (read-only)",
+    ),
+    ("secret assignment", _pick(_ALNUM, 18), "PGPASSWORD={} psql -h db.internal -U app"),
+    (
+        "Azure account key",
+        _pick(_ALNUM + "/+", 86) + "==",
+        "DefaultEndpointsProtocol=https;AccountName=appstore;AccountKey={};"
+        "EndpointSuffix=core.windows.net",
+    ),
+    (
+        "HTTP authorization header",
+        base64.b64encode(("deploy:" + _pick(_ALNUM, 16)).encode()).decode(),
+        "curl -H 'Authorization: Basic {}' https://registry.internal/v2/",
+    ),
+    (
+        "HTTP authorization header",
+        _b64url(48),
+        "call the admin API with `Authorization: Bearer {}`",
+    ),
+    ("Hugging Face token", "hf" + "_" + _pick(string.ascii_letters, 34), "HF hub login: {}"),
+    (
+        "Slack token",
+        "xapp"
+        + "-1-A"
+        + _pick(_UPPER_DIGITS, 10)
+        + "-"
+        + _pick(string.digits, 13)
+        + "-"
+        + _pick("0123456789abcdef", 64),
+        "socket mode app token {}",
+    ),
+    ("Google OAuth client secret", "GOCSPX" + "-" + _b64url(28), "OAuth client secret {}"),
+    (
+        "Telegram bot token",
+        _pick(string.digits, 10) + ":AA" + _b64url(33),
+        "alerts bot: {} (chat 12345)",
+    ),
+    ("SendGrid API key", "SG" + "." + _b64url(22) + "." + _b64url(43), "mail via {}"),
+    (
+        "Twilio auth token",
+        _pick("0123456789abcdef", 32),
+        "Twilio account " + "AC" + _pick("0123456789abcdef", 32) + ", auth token {}",
+    ),
+    ("password in prose", "Vq7" + _pick(_ALNUM + "#%!", 11), "The staging admin password is {}."),
+    ("npm token", "npm" + "_" + _pick(_ALNUM, 36), "publish with {}"),
+    ("PyPI token", "pypi" + "-AgEIcHlwaS5vcmc" + _b64url(60), "upload token {}"),
+    ("DigitalOcean token", "dop" + "_v1_" + _pick("0123456789abcdef", 64), "doctl auth {}"),
+    ("Shopify token", "shpat" + "_" + _pick("0123456789abcdef", 32), "store admin token {}"),
 ]
 
 
@@ -147,6 +204,23 @@ NEGATIVES: list[str] = [
     "eyJ is how every base64url JSON object starts.",
     "Clone with https://github.com/org/repo.git and build.",
     "ghp_ tokens are classic PATs; never paste one here.",
+    # Look-alikes of the formats above.
+    f"The AWS CLI prints the commit {hashlib.sha1(b'aws').hexdigest()} it was built from.",
+    "AWS docs: the secret key is shown once; store it in the vault, not here.",
+    "PGPASSWORD=$PG_PASS psql -h db.internal",
+    "AccountKey=<storage-account-key> goes in local.settings.json only",
+    "Authorization: Basic auth is disabled on the registry; use tokens.",
+    "Authorization: Bearer ${API_TOKEN}",
+    "Download with hf_hub_download(repo_id, filename) and cache it.",
+    "xapp- tokens are for Socket Mode apps.",
+    "GOCSPX- prefixes every Google OAuth client secret.",
+    "Telegram chat id 123456789:AAA is not a token.",
+    "See SG.org for the style guide.",
+    "Twilio account SID " + "AC" + hashlib.md5(b"sid").hexdigest() + " (not secret).",
+    "The password is rotated every 90 days by the vault.",
+    "The password was changed to something longer last week.",
+    f"auth token lifetime: see request {uuid.UUID(int=_RNG.getrandbits(128), version=4)}",
+    "npm_config_registry points at the mirror.",
 ]
 
 

@@ -422,3 +422,45 @@ def test_words_that_hold_gh_are_no_hint_of_a_github_token() -> None:
         assert not secrets.holds_no_hint(f"x {prefix} y"), prefix
     for _, value, template in POSITIVES:
         assert not secrets.holds_no_hint(template.format(value)), value
+
+
+def test_a_masked_text_holds_no_secret_and_masks_to_itself() -> None:
+    """MEMORY.md's pointer lines carry masked descriptions and are scanned too: a mask is
+    never a finding, and masking again changes nothing."""
+    masked = secrets.mask(planted_text())
+    assert secrets.find(masked) == []
+    assert secrets.mask(masked) == masked
+    for kind in secrets.Kind:
+        line = f"- [creds](creds.md) — secret: {secrets.MASK.format(kind=kind)}"
+        assert secrets.find(line) == [], kind
+
+
+def test_memory_md_and_notes_in_a_memory_dir_are_scanned_for_secrets(
+    env: Env, repo: Path, cli: Callable[..., Result]
+) -> None:
+    """MEMORY.md (loaded into every session) and a note without frontmatter are flagged by
+    `dirs --secrets` and the dream pass (report and audit row) like a memory; neither is
+    moved or changed."""
+    folder = repo / ".claude" / "memory"
+    write_memory(folder, "plain.md", body="Nothing to see.\n")
+    (kind, value, template), (kind2, value2, template2) = POSITIVES[5], POSITIVES[12]
+    (folder / "MEMORY.md").write_text(
+        "# Memory\n\n- [plain](plain.md) — a memory\n" + template.format(value) + "\n"
+    )
+    (folder / "scratch-notes.md").write_text("todo\n" + template2.format(value2) + "\n")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    listed = cli("dirs", repo, "--secrets")
+    assert f"MEMORY.md:4: {kind}" in listed.out, listed.out
+    assert f"scratch-notes.md:2: {kind2}" in listed.out
+    dream = cli("dream", repo)
+    assert dream.code == 0, dream.err
+    assert f"MEMORY.md: line 4: {kind}" in dream.out, dream.out
+    assert f"scratch-notes.md: line 2: {kind2}" in dream.out
+    rows = [r for r in env.audit_rows() if r["event"] == "memory.secret_found"]
+    assert {(r["file"], r["line"], r["kind"]) for r in rows} == {
+        ("MEMORY.md", 4, kind),
+        ("scratch-notes.md", 2, kind2),
+    }
+    for result in (listed, dream):
+        assert value not in result.out and value2 not in result.out
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before

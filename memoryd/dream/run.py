@@ -218,6 +218,8 @@ class Inventory:
     memories: dict[str, Memory]  # kept only when asked (explain)
     # file -> the secrets it holds (line and kind, never the value): flagged, never moved.
     secrets: dict[str, list[Finding]] = field(default_factory=dict)
+    # The content hash of each file in `secrets` that is no memory (its said-once key).
+    other_shas: dict[str, str] = field(default_factory=dict)
 
 
 def _facts_of(memo: DreamMemo) -> FactsCache:
@@ -225,6 +227,9 @@ def _facts_of(memo: DreamMemo) -> FactsCache:
     if memo.facts is None:
         memo.facts = FactsCache()
     return memo.facts
+
+
+INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,10 +240,17 @@ class Listing:
     memories: list[str]  # in name order
     problems: list[str]
     conflicts: list[str]
+    # Notes (no frontmatter) and the index files: looked at for secrets only. MEMORY.md is
+    # what the agent loads every session, and a note in the dir is as readable as a memory.
+    others: list[str] = field(default_factory=lambda: list(INDEX_FILES))
 
     @classmethod
     def of(cls, scan: DirScan) -> "Listing":
-        return cls(sorted(scan.memories), sorted(scan.problems), list(scan.conflicts))
+        notes = sorted(n for n, s in scan.files.items() if s.kind == "note")
+        return cls(
+            sorted(scan.memories), sorted(scan.problems), list(scan.conflicts),
+            [*INDEX_FILES, *notes],
+        )  # fmt: skip
 
 
 def inventory(
@@ -317,11 +329,14 @@ def inventory(
             items.append(make_item(name, sha256, st.st_mtime, facts, checker))
             if budget is not None:
                 budget.check(name, file_started)
+        other_shas = _other_secrets(dir_fd, listing.others, limits[0], seen_secrets, held_secrets)
         if save:  # before finish(), which may start the cache afresh
             _save_facts(rt, md, frozenset(used))
         facts_cache.finish(md.real_path, frozenset(used))
         memo.secrets[md.real_path] = seen_secrets
-    return Inventory(items, sorted(set(unparseable)), listing.conflicts, kept, held_secrets)
+    return Inventory(
+        items, sorted(set(unparseable)), listing.conflicts, kept, held_secrets, other_shas
+    )
 
 
 def _adopt_saved(rt: Runtime, md: MemoryDir, limits: tuple[int, int]) -> None:
@@ -691,10 +706,36 @@ def _dream_dir(
     return result
 
 
+def _other_secrets(
+    dir_fd: int,
+    names: Sequence[str],
+    limit: int,
+    seen: dict[str, tuple[Finding, ...]],
+    held: dict[str, list[Finding]],
+) -> dict[str, str]:
+    """Put in `held` the secrets of the dir's files that are no memories (MEMORY.md, the
+    archive, notes), found by content as the memories' are (`seen`); a missing file holds
+    none. Returns the content hash of each file that holds one."""
+    out: dict[str, str] = {}
+    for name in names:
+        try:
+            data, _ = fsops.read_regular(dir_fd, name, limit)
+        except (OSError, ValueError):
+            continue
+        sha256 = hashlib.sha256(data).hexdigest()
+        found = seen.get(sha256)
+        if found is None:
+            found = seen[sha256] = tuple(find_bytes(data))
+        if found:
+            held[name] = list(found)
+            out[name] = sha256
+    return out
+
+
 def report_secrets(rt: Runtime, md: MemoryDir, said: DirState, inv: Inventory) -> None:
     """`memory.secret_found` for each secret (file, line, kind: never the value), said once
     per file version: a file is said again only once its bytes change and still hold one."""
-    sha = {i.filename: i.sha256 for i in inv.items}
+    sha = {i.filename: i.sha256 for i in inv.items} | inv.other_shas
     current = set()
     for name, found in sorted(inv.secrets.items()):
         key = f"secret:{name}"

@@ -307,6 +307,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_report_quiet",
             "test_scan",
             "test_secrets",
+            "test_secrets_purge",
             "test_views_dirs",
             "test_views_dream",
             "test_views_index",

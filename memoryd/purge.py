@@ -1,0 +1,127 @@
+"""Kept versions that hold a secret no current file of their dir holds any more: removed.
+
+A person told of a secret (`memory.secret_found`) takes it out of the memory by hand; the
+version store still holds the versions before that, byte-exact, and `history --restore`
+would write the secret back. Once no current file of the dir (memory, note, MEMORY.md, the
+archive) holds a secret's value, every kept version holding it goes: its loose object is
+unlinked, its pack written anew without it (`VersionStore.repack`), and one `versions.purged`
+row says the file, version number and kind (never the value). The version stays listed in
+`history`, as not restorable. A version that is the current one of any file in any dir is
+never removed (its bytes are that file's), and neither is anything in the memory dir's trash
+(the person's own).
+
+What else memoryd keeps of a memory's text (the search index, the dream facts cache, the parse
+cache) is taken from the masked text (memoryd.secrets.mask), so holds no value to purge.
+Values are compared as sha256 digests (memoryd.secrets.fingerprints): none is held here.
+"""
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memoryd import fsops, secrets
+from memoryd.versions import VersionStore, versions_of
+
+Audit = Callable[..., Any]  # AuditLog.write's signature: (event, *, dir=..., **fields)
+MAX_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class Purged:
+    """What one purge removed: (file, version number, kinds) for each version, and the
+    objects (sha256) whose bytes went."""
+
+    versions: list[tuple[str, int, str]] = field(default_factory=list)
+    objects: set[str] = field(default_factory=set)
+    busy: bool = False  # a writer held the store: nothing was removed, the next pass tries
+
+
+def current_fingerprints(path: Path, limit: int = MAX_BYTES) -> set[str]:
+    """The fingerprints of every secret the regular files of the dir hold now."""
+    out: set[str] = set()
+    with fsops.open_dir(path) as dir_fd:
+        for name in os.listdir(dir_fd):
+            with contextlib.suppress(OSError, ValueError):
+                data, _ = fsops.read_regular(dir_fd, name, limit)
+                text = data.decode("utf-8", "replace")
+                if not secrets.holds_no_hint(text):
+                    out.update(secrets.fingerprints(text))
+    return out
+
+
+def _current_shas(store: VersionStore) -> set[str]:
+    """The objects that are some file's current version, in any dir the store knows."""
+    out: set[str] = set()
+    for path in store.known_dirs():
+        names = {rec.f for rec in store.records(path)}
+        for name in names:
+            found = versions_of(store, path, name)
+            if found and found[-1].until is None:
+                out.add(found[-1].sha256)
+    return out
+
+
+def _doomed(
+    store: VersionStore, path: Path, names: Iterable[str], keep: set[str], present: set[str]
+) -> tuple[dict[str, str], list[tuple[str, int, str, str]]]:
+    """The objects of the dir's kept versions holding a secret not in `present` (sha ->
+    kinds), and each such version (file, number, kinds, sha)."""
+    kinds_of: dict[str, str] = {}
+    clean: set[str] = set()
+    rows: list[tuple[str, int, str, str]] = []
+    for name in sorted(names):
+        for version in versions_of(store, path, name):
+            sha = version.sha256
+            if sha in keep or sha in clean or not version.stored:
+                continue
+            if sha not in kinds_of:
+                data = store.read_object(sha)
+                text = "" if data is None else data.decode("utf-8", "replace")
+                gone = {
+                    kind
+                    for digest, kind in secrets.fingerprints(text).items()
+                    if digest not in present
+                }
+                if not gone:
+                    clean.add(sha)
+                    continue
+                kinds_of[sha] = ", ".join(sorted(gone))
+            rows.append((name, version.number, kinds_of[sha], sha))
+    return kinds_of, rows
+
+
+def purge_gone_secrets(store: VersionStore, path: Path, audit: Audit | None = None) -> Purged:
+    """Remove the kept versions of the dir at `path` that hold a secret no current file of
+    it holds (see the module docstring); a `versions.purged` row for each. Under the store's
+    lock, exclusive: while a writer holds it nothing is done (`busy`)."""
+    present = current_fingerprints(path)
+    lock = store.lock_exclusive()
+    if lock is None:
+        return Purged(busy=True)
+    try:
+        names = {rec.f for rec in store.records(path)}
+        doomed, rows = _doomed(store, path, names, _current_shas(store), present)
+        result = Purged()
+        if not doomed:
+            return result
+        with contextlib.suppress(OSError):
+            fd = store._objects_fd()
+            try:
+                for sha in doomed:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(sha, dir_fd=fd)
+                        result.objects.add(sha)
+                fsops.fsync_dir(fd)
+            finally:
+                os.close(fd)
+        result.objects |= store.repack(set(doomed))
+    finally:
+        os.close(lock)
+    result.versions = [row[:3] for row in rows if row[3] in result.objects]
+    for name, number, kinds in result.versions:
+        if audit is not None:
+            audit("versions.purged", dir=path, file=name, version=number, kind=kinds)
+    return result

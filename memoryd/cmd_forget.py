@@ -24,6 +24,13 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         "--dry-run", action="store_true", help="list what would be forgotten; change nothing"
     )
     p.add_argument("--yes", action="store_true", help="do not ask (for scripts)")
+    p.add_argument(
+        "--purge",
+        action="store_true",
+        help="also remove every copy memoryd keeps: each one's kept versions (`history` can "
+        "no longer restore them), its search index entry and the dream facts cache; the "
+        "trash copy in the memory dir stays (it is yours: delete it there)",
+    )
 
 
 def cmd_forget(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:

@@ -12,6 +12,7 @@ pointers would stay).
 import argparse
 import re
 import secrets
+import sqlite3
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -145,12 +146,15 @@ def select(rt: Runtime, query: list[str], files: list[Path], dirs: list[MemoryDi
     return chosen
 
 
-def _confirm(out: TextIO, count: int) -> bool | None:
+def _confirm(out: TextIO, count: int, purge: bool = False) -> bool | None:
     """The person's answer on a terminal; None when there is no terminal to ask on."""
     stdin = sys.stdin
     if stdin is None or not stdin.isatty():
         return None
-    out.write(f"Forget {'this memory' if count == 1 else f'these {count} memories'}? [y/N] ")
+    what = "this memory" if count == 1 else f"these {count} memories"
+    if purge:
+        what += " and every copy memoryd keeps (its kept versions cannot be restored after)"
+    out.write(f"Forget {what}? [y/N] ")
     out.flush()
     answer = stdin.readline().strip().lower()
     return answer in ("y", "yes")
@@ -239,6 +243,33 @@ def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
     return result
 
 
+def _purged(rt: Runtime, md: MemoryDir, done: Forgotten, out: TextIO) -> int:
+    """`--purge`: what memoryd keeps of the forgotten files goes (memoryd.purge)."""
+    from memoryd.purge import purge_memories
+
+    names = [r.original_name for r in done.moved]
+    try:
+        purged = purge_memories(rt, md, names)
+    except (OSError, sqlite3.Error) as error:
+        out.write(
+            f"{shown(md.path)}: the kept copies could not all be removed ({error}); the kept "
+            "versions go with versions.keep_days, the index entries at its next update\n"
+        )
+        return EXIT_FAILED
+    if purged.busy:
+        out.write(
+            "the version store stayed busy (a daemon pass was writing it): the search index "
+            "entries and facts cache went, the kept versions stay until versions.keep_days "
+            "drops them (or stop the daemon and forget with --purge next time)\n"
+        )
+        return EXIT_FAILED
+    out.write(
+        f"  purged: {len(purged.versions)} kept version(s), the search index entries and "
+        "the dream facts cache; the trash copy stays (yours to delete)\n"
+    )
+    return EXIT_OK
+
+
 def _where(t: Target) -> str:
     return shown(t.md.path / t.name)
 
@@ -272,7 +303,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if args.dry_run:
         return EXIT_OK
     if not args.yes:
-        answer = _confirm(out, len(chosen.targets))
+        answer = _confirm(out, len(chosen.targets), args.purge)
         if answer is None:
             out.write(
                 "Not on a terminal, and --yes was not given: nothing was forgotten. Rerun with "
@@ -296,6 +327,8 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             )
         for name in done.pointers_removed:
             out.write(f"  pointer lines removed ({INDEX_NAME}, {ARCHIVE_NAME}): {shown(name)}\n")
+        if args.purge and done.moved:
+            code = max(code, _purged(rt, md, done, out))
         for name, why in done.skipped:
             out.write(f"not forgotten: {shown(md.path / name)} — {why}; nothing of it moved\n")
             code = EXIT_FAILED

@@ -20,13 +20,18 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops, secrets
 from memoryd.versions import VersionStore, versions_of
 
+if TYPE_CHECKING:
+    from memoryd.discover import MemoryDir
+    from memoryd.runtime import Runtime
+
 Audit = Callable[..., Any]  # AuditLog.write's signature: (event, *, dir=..., **fields)
 MAX_BYTES = 64 * 1024 * 1024
+LOCK_WAIT = 30.0  # forget --purge waits this long for a writer (the daemon's flush) to finish
 
 
 @dataclass(slots=True)
@@ -93,6 +98,37 @@ def _doomed(
     return kinds_of, rows
 
 
+def _remove(store: VersionStore, doomed: Iterable[str]) -> set[str]:
+    """Unlink the loose objects and write the packs anew without them (the store's lock is
+    held by the caller); the shas whose bytes went."""
+    doomed = set(doomed)
+    removed: set[str] = set()
+    if not doomed:
+        return removed
+    with contextlib.suppress(OSError):
+        fd = store._objects_fd()
+        try:
+            for sha in doomed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(sha, dir_fd=fd)
+                    removed.add(sha)
+            fsops.fsync_dir(fd)
+        finally:
+            os.close(fd)
+    return removed | store.repack(doomed)
+
+
+def _said(
+    path: Path, rows: list[tuple[str, int, str, str]], removed: set[str], audit: Audit | None
+) -> Purged:
+    result = Purged(objects=removed)
+    result.versions = [row[:3] for row in rows if row[3] in removed]
+    for name, number, kind in result.versions:
+        if audit is not None:
+            audit("versions.purged", dir=path, file=name, version=number, kind=kind)
+    return result
+
+
 def purge_gone_secrets(store: VersionStore, path: Path, audit: Audit | None = None) -> Purged:
     """Remove the kept versions of the dir at `path` that hold a secret no current file of
     it holds (see the module docstring); a `versions.purged` row for each. Under the store's
@@ -104,24 +140,64 @@ def purge_gone_secrets(store: VersionStore, path: Path, audit: Audit | None = No
     try:
         names = {rec.f for rec in store.records(path)}
         doomed, rows = _doomed(store, path, names, _current_shas(store), present)
-        result = Purged()
-        if not doomed:
-            return result
-        with contextlib.suppress(OSError):
-            fd = store._objects_fd()
-            try:
-                for sha in doomed:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(sha, dir_fd=fd)
-                        result.objects.add(sha)
-                fsops.fsync_dir(fd)
-            finally:
-                os.close(fd)
-        result.objects |= store.repack(set(doomed))
+        removed = _remove(store, doomed)
     finally:
         os.close(lock)
-    result.versions = [row[:3] for row in rows if row[3] in result.objects]
-    for name, number, kinds in result.versions:
-        if audit is not None:
-            audit("versions.purged", dir=path, file=name, version=number, kind=kinds)
+    return _said(path, rows, removed, audit)
+
+
+def _lock_waiting(store: VersionStore, wait: float) -> int | None:
+    """The store's lock, exclusive, waited for up to `wait` seconds (a writer holds it for
+    one scan's flush); None if it is still held."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while (lock := store.lock_exclusive()) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return lock
+
+
+def purge_versions_of(
+    store: VersionStore,
+    path: Path,
+    names: Iterable[str],
+    audit: Audit | None = None,
+    *,
+    wait: float = 0.0,
+) -> Purged:
+    """Remove every kept version of these files of the dir at `path` (`forget --purge`; the
+    kind in each `versions.purged` row is `forgotten`), but one that is some file's current
+    version (its bytes are that file's). `wait`: how long to wait for a writer's lock."""
+    lock = _lock_waiting(store, wait)
+    if lock is None:
+        return Purged(busy=True)
+    try:
+        keep = _current_shas(store)
+        rows = [
+            (name, v.number, "forgotten", v.sha256)
+            for name in sorted(set(names))
+            for v in versions_of(store, path, name)
+            if v.stored and v.sha256 not in keep
+        ]
+        removed = _remove(store, {row[3] for row in rows})
+    finally:
+        os.close(lock)
+    return _said(path, rows, removed, audit)
+
+
+def purge_memories(rt: "Runtime", md: "MemoryDir", names: Iterable[str]) -> Purged:
+    """`forget --purge` after the files left for the trash: their kept versions, their rows
+    in the search index (its segments merged, its WAL truncated) and the dir's dream facts
+    cache (derived again by the next pass) go. The trash copy stays: it is the person's."""
+    from memoryd import versions
+    from memoryd.recall.store import DirIndex, index_path
+
+    names = sorted(set(names))
+    store = rt.versions or versions.for_runtime(rt)
+    result = purge_versions_of(store, md.real_path, names, rt.audit.write, wait=LOCK_WAIT)
+    with DirIndex(index_path(rt.paths.state_dir, md.real_path), md.real_path) as index:
+        index.update(names)
+        index.scrub()
+    with contextlib.suppress(FileNotFoundError):
+        rt.store.drop_facts(md.real_path)
     return result

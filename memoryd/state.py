@@ -528,6 +528,10 @@ class StateStore:
     def _pins_path(self, real_path: Path) -> Path:
         return self.root / f"{dir_key(real_path)}.restored"
 
+    def drop_facts(self, real_path: Path) -> None:
+        """Remove the dir's saved dream facts (`forget --purge`): the next pass derives them."""
+        self._facts_path(real_path).unlink()
+
     def _facts_path(self, real_path: Path) -> Path:
         return self.root / f"{dir_key(real_path)}.facts"
 

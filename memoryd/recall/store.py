@@ -613,6 +613,17 @@ class DirIndex:
             change.rebuilt = self.rebuilt
         return change
 
+    def scrub(self) -> None:
+        """Merge each full-text table's segments into one and fold the WAL into the file,
+        truncated: a deleted memory's words leave the index's files (FTS5 keeps a deleted
+        row's terms in its old segments until they merge; secure_delete zeroes the pages
+        freed). For `forget --purge`: a full merge costs a rewrite of the index."""
+        conn = self.conn
+        conn.execute("INSERT INTO docs(docs) VALUES ('optimize')")
+        conn.execute("INSERT INTO words(words) VALUES ('optimize')")
+        self._writes += 1
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def _listing(self, dir_fd: int, only: Sequence[str]) -> dict[str, os.stat_result]:
         """lstat of `only` and the index files."""
         out = {}

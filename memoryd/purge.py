@@ -70,32 +70,30 @@ def _current_shas(store: VersionStore) -> set[str]:
 
 
 def _doomed(
-    store: VersionStore, path: Path, names: Iterable[str], keep: set[str], present: set[str]
+    store: VersionStore, path: Path, names: Iterable[str], present: set[str], clean: set[str]
 ) -> tuple[dict[str, str], list[tuple[str, int, str, str]]]:
     """The objects of the dir's kept versions holding a secret not in `present` (sha ->
-    kinds), and each such version (file, number, kinds, sha)."""
+    kinds), and each such version (file, number, kinds, sha). `clean`: objects known to hold
+    no secret (not read); those read and found so are added."""
     kinds_of: dict[str, str] = {}
-    clean: set[str] = set()
     rows: list[tuple[str, int, str, str]] = []
     for name in sorted(names):
         for version in versions_of(store, path, name):
             sha = version.sha256
-            if sha in keep or sha in clean or not version.stored:
+            if sha in clean or not version.stored:
                 continue
             if sha not in kinds_of:
                 data = store.read_object(sha)
-                text = "" if data is None else data.decode("utf-8", "replace")
-                gone = {
-                    kind
-                    for digest, kind in secrets.fingerprints(text).items()
-                    if digest not in present
-                }
-                if not gone:
+                found = secrets.fingerprints(
+                    "" if data is None else data.decode("utf-8", "replace")
+                )
+                if not found:
                     clean.add(sha)
                     continue
-                kinds_of[sha] = ", ".join(sorted(gone))
-            rows.append((name, version.number, kinds_of[sha], sha))
-    return kinds_of, rows
+                kinds_of[sha] = ", ".join(sorted({k for d, k in found.items() if d not in present}))
+            if kinds_of[sha]:
+                rows.append((name, version.number, kinds_of[sha], sha))
+    return {sha: kinds for sha, kinds in kinds_of.items() if kinds}, rows
 
 
 def _remove(store: VersionStore, doomed: Iterable[str]) -> set[str]:
@@ -129,17 +127,28 @@ def _said(
     return result
 
 
-def purge_gone_secrets(store: VersionStore, path: Path, audit: Audit | None = None) -> Purged:
+def purge_gone_secrets(
+    store: VersionStore,
+    path: Path,
+    audit: Audit | None = None,
+    *,
+    clean: set[str] | None = None,
+) -> Purged:
     """Remove the kept versions of the dir at `path` that hold a secret no current file of
-    it holds (see the module docstring); a `versions.purged` row for each. Under the store's
-    lock, exclusive: while a writer holds it nothing is done (`busy`)."""
+    it holds (see the module docstring); a `versions.purged` row for each. `clean`: objects
+    known to hold no secret, kept by the caller across calls (the dream memo's). Under the
+    store's lock, exclusive: while a writer holds it nothing is done (`busy`)."""
+    clean = set() if clean is None else clean
     present = current_fingerprints(path)
     lock = store.lock_exclusive()
     if lock is None:
         return Purged(busy=True)
     try:
         names = {rec.f for rec in store.records(path)}
-        doomed, rows = _doomed(store, path, names, _current_shas(store), present)
+        doomed, rows = _doomed(store, path, names, present, clean)
+        if doomed:  # never some file's current version, in any dir (its bytes are the file's)
+            keep = _current_shas(store)
+            doomed = {sha: kinds for sha, kinds in doomed.items() if sha not in keep}
         removed = _remove(store, doomed)
     finally:
         os.close(lock)

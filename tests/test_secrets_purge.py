@@ -2,6 +2,7 @@
 pass removes each, with a `versions.purged` row, and `history --restore` cannot write it
 back. A secret still in a current file keeps its versions."""
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,8 +48,8 @@ def test_kept_versions_of_a_secret_removed_by_hand_are_purged_with_an_audit_row(
     restore = cli("history", path, "--restore", "1")
     assert restore.code != 0
     assert TOKEN not in path.read_text()
-    history = cli("history", path, "--json")
-    assert '"restorable": false' in history.out
+    history = json.loads(cli("history", path, "--json").out)["versions"]["versions"]
+    assert [v["restorable"] for v in history] == [False, True]
     # A secret still in a current file keeps its versions: other.md's is there, untouched.
     assert STRIPE.encode() in _kept_bytes(env)
     assert (folder / "other.md").read_text().count(STRIPE) == 1
@@ -118,3 +119,26 @@ def test_forget_without_purge_keeps_the_versions(
     assert cli("forget", "--yes", path).code == 0
     assert b"ZORBLAX-ONE" in _kept_bytes(env)
     assert not [r for r in env.audit_rows() if r["event"] == "versions.purged"]
+
+
+def test_a_secret_never_said_is_purged_and_one_still_held_elsewhere_is_kept(
+    env: Env, repo: Path, cli: Callable[..., Result]
+) -> None:
+    """The secret came and went between two dream passes (never said): its version goes all
+    the same. A secret taken out of one file but still in another keeps its versions."""
+    folder = repo / ".claude" / "memory"
+    path = _memory(folder, f"token {TOKEN}\n")
+    moved = write_memory(folder, "billing.md", type_="user", body=f"Stripe: {STRIPE}\n")
+    write_memory(folder, "billing_copy.md", type_="user", body=f"Stripe again: {STRIPE}\n")
+    assert cli("index", folder).code == 0
+    path.write_text(path.read_text().replace(TOKEN, "(vault)"))
+    moved.write_text(moved.read_text().replace(STRIPE, "(vault)"))
+    assert cli("index", folder).code == 0
+    assert cli("dream", repo).code == 0
+    kept = _kept_bytes(env)
+    assert TOKEN.encode() not in kept
+    assert STRIPE.encode() in kept
+    history = json.loads(cli("history", moved, "--json").out)["versions"]["versions"]
+    assert [v["restorable"] for v in history] == [True, True]  # its first version stays
+    rows = [r for r in env.audit_rows() if r["event"] == "versions.purged"]
+    assert [(r["file"], r["version"]) for r in rows] == [("deploy.md", 1)]

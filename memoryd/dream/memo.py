@@ -33,6 +33,9 @@ class DreamMemo:
     # Per dir, the secrets (memoryd.secrets.Finding) of each content hash the last pass read:
     # scanning every byte of every memory again each pass was as much as reading them.
     secrets: "dict[Path, dict[str, tuple[Finding, ...]]]" = field(default_factory=dict)
+    # The kept versions (object sha256) found to hold no secret at all: memoryd.purge reads
+    # each only once a process.
+    secretless: set[str] = field(default_factory=set)
 
     def release_facts(self) -> None:
         """Forget the facts kept for later passes (~2.3 KB a memory): for the daemon, which

@@ -736,7 +736,6 @@ def report_secrets(rt: Runtime, md: MemoryDir, said: DirState, inv: Inventory) -
     """`memory.secret_found` for each secret (file, line, kind: never the value), said once
     per file version: a file is said again only once its bytes change and still hold one."""
     sha = {i.filename: i.sha256 for i in inv.items} | inv.other_shas
-    before = {k: v for k, v in said.reported.items() if k.startswith("secret:")}
     current = set()
     for name, found in sorted(inv.secrets.items()):
         key = f"secret:{name}"
@@ -748,18 +747,18 @@ def report_secrets(rt: Runtime, md: MemoryDir, said: DirState, inv: Inventory) -
                     kind=finding.kind,
                 )  # fmt: skip
     said.forget_reports("secret:", current)
-    if any(said.reported.get(key) != signature for key, signature in before.items()):
-        _purge_cleaned(rt, md)
+    _purge_cleaned(rt, md)
 
 
 def _purge_cleaned(rt: Runtime, md: MemoryDir) -> None:
-    """A file said to hold a secret changed or went: the kept versions holding a secret no
-    current file holds are removed (memoryd.purge), each with a `versions.purged` row."""
+    """The kept versions holding a secret no current file holds any more (taken out by
+    hand) are removed (memoryd.purge), each with a `versions.purged` row. Each kept version
+    is read once a process: those with no secret are remembered in the dream memo."""
     from memoryd import purge, versions
 
     store = rt.versions or versions.for_runtime(rt)
     with contextlib.suppress(OSError):
-        purge.purge_gone_secrets(store, md.real_path, rt.audit.write)
+        purge.purge_gone_secrets(store, md.real_path, rt.audit.write, clean=rt.dream.secretless)
 
 
 def _logged_detail(move: Move, plan: Plan) -> str:

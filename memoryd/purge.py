@@ -17,13 +17,17 @@ Values are compared as sha256 digests (memoryd.secrets.fingerprints): none is he
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops, secrets
-from memoryd.versions import VersionStore, versions_of
+from memoryd.index import PREV_NAME
+
+# `_versions`: a file's versions from its log records, as `versions_of` makes them; called
+# with the records read once a dir (versions_of reads the whole log for each name).
+from memoryd.versions import Record, Version, VersionStore, _versions
 
 if TYPE_CHECKING:
     from memoryd.discover import MemoryDir
@@ -45,10 +49,14 @@ class Purged:
 
 
 def current_fingerprints(path: Path, limit: int = MAX_BYTES) -> set[str]:
-    """The fingerprints of every secret the regular files of the dir hold now."""
+    """The fingerprints of every secret the regular files of the dir hold now. memoryd's own
+    copy of MEMORY.md before its last rewrite (`.MEMORY.md.prev`) is none of the person's
+    files: a secret only it holds counts as gone."""
     out: set[str] = set()
     with fsops.open_dir(path) as dir_fd:
         for name in os.listdir(dir_fd):
+            if name == PREV_NAME:
+                continue
             with contextlib.suppress(OSError, ValueError):
                 data, _ = fsops.read_regular(dir_fd, name, limit)
                 text = data.decode("utf-8", "replace")
@@ -57,28 +65,38 @@ def current_fingerprints(path: Path, limit: int = MAX_BYTES) -> set[str]:
     return out
 
 
-def _current_shas(store: VersionStore) -> set[str]:
+def _histories(store: VersionStore, path: Path, stored: Set[str]) -> dict[str, list[Version]]:
+    """Each file's versions in the dir at `path` (what `versions_of` gives one name), its log
+    read once. `stored`: the objects the store holds (`object_sizes`, looked up once)."""
+    by_name: dict[str, list[Record]] = {}
+    for rec in store.records(path):
+        by_name.setdefault(rec.f, []).append(rec)
+    return {name: _versions(store, recs, stored) for name, recs in by_name.items()}
+
+
+def _current_shas(store: VersionStore, stored: Set[str]) -> set[str]:
     """The objects that are some file's current version, in any dir the store knows."""
     out: set[str] = set()
     for path in store.known_dirs():
-        names = {rec.f for rec in store.records(path)}
-        for name in names:
-            found = versions_of(store, path, name)
+        for found in _histories(store, path, stored).values():
             if found and found[-1].until is None:
                 out.add(found[-1].sha256)
     return out
 
 
 def _doomed(
-    store: VersionStore, path: Path, names: Iterable[str], present: set[str], clean: set[str]
+    store: VersionStore,
+    histories: dict[str, list[Version]],
+    present: set[str],
+    clean: set[str],
 ) -> tuple[dict[str, str], list[tuple[str, int, str, str]]]:
     """The objects of the dir's kept versions holding a secret not in `present` (sha ->
     kinds), and each such version (file, number, kinds, sha). `clean`: objects known to hold
     no secret (not read); those read and found so are added."""
     kinds_of: dict[str, str] = {}
     rows: list[tuple[str, int, str, str]] = []
-    for name in sorted(names):
-        for version in versions_of(store, path, name):
+    for name, history in sorted(histories.items()):
+        for version in history:
             sha = version.sha256
             if sha in clean or not version.stored:
                 continue
@@ -144,10 +162,10 @@ def purge_gone_secrets(
     if lock is None:
         return Purged(busy=True)
     try:
-        names = {rec.f for rec in store.records(path)}
-        doomed, rows = _doomed(store, path, names, present, clean)
+        stored = store.object_sizes().keys()
+        doomed, rows = _doomed(store, _histories(store, path, stored), present, clean)
         if doomed:  # never some file's current version, in any dir (its bytes are the file's)
-            keep = _current_shas(store)
+            keep = _current_shas(store, stored)
             doomed = {sha: kinds for sha, kinds in doomed.items() if sha not in keep}
         removed = _remove(store, doomed)
     finally:
@@ -181,11 +199,13 @@ def purge_versions_of(
     if lock is None:
         return Purged(busy=True)
     try:
-        keep = _current_shas(store)
+        stored = store.object_sizes().keys()
+        keep = _current_shas(store, stored)
+        histories = _histories(store, path, stored)
         rows = [
             (name, v.number, "forgotten", v.sha256)
             for name in sorted(set(names))
-            for v in versions_of(store, path, name)
+            for v in histories.get(name, [])
             if v.stored and v.sha256 not in keep
         ]
         removed = _remove(store, {row[3] for row in rows})

@@ -464,3 +464,19 @@ def test_memory_md_and_notes_in_a_memory_dir_are_scanned_for_secrets(
     for result in (listed, dream):
         assert value not in result.out and value2 not in result.out
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_a_twilio_auth_token_stays_out_of_the_dream_facts_cache(
+    env: Env, repo: Path, cli: Callable[..., Result]
+) -> None:
+    """The facts a dream pass derives and saves are taken from the masked body: a Twilio
+    auth token (32 hex digits, no prefix) is found, so masked, and never saved."""
+    folder = repo / ".claude" / "memory"
+    kind, value, template = next(p for p in POSITIVES if p[0] == "Twilio auth token")
+    write_memory(folder, "sms.md", type_="user", body=f"SMS alerts.\n{template.format(value)}\n")
+    dream = cli("dream", repo)
+    assert dream.code == 0, dream.err
+    assert f"sms.md: line {FRONTMATTER_LINES + 2}: {kind}" in dream.out
+    facts = list(env.state.rglob("*.facts"))
+    assert facts and all(p.stat().st_size for p in facts)
+    assert value.encode() not in _every_file_under(env.state, env.logs)

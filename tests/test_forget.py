@@ -133,6 +133,25 @@ def test_on_a_terminal_no_changes_nothing(env: Env, repo: Path, folder: Path) ->
     assert tree_digest(repo) == before
 
 
+def test_on_a_terminal_purge_is_asked_for_by_name_and_no_keeps_every_copy(
+    env: Env, repo: Path, folder: Path
+) -> None:
+    """`forget --purge` asks about the kept copies too; `n` leaves the files and the kept
+    versions as they were; `y` forgets and purges."""
+    assert _run("index", folder).returncode == 0
+    objects = env.state / "versions"
+    kept = sorted(p.name for p in objects.rglob("*") if p.is_file())
+    before = tree_digest(repo)
+    code, output = _on_pty(["forget", "--purge", "pnpm", repo], b"n\n")
+    assert code == 1 and "and every copy memoryd keeps" in output
+    assert tree_digest(repo) == before
+    assert sorted(p.name for p in objects.rglob("*") if p.is_file()) == kept
+    code, output = _on_pty(["forget", "--purge", "pnpm", repo], b"y\n")
+    assert code == 0, output
+    assert "purged: 2 kept version(s)" in output  # one of each pnpm memory
+    assert not (folder / "project_pnpm.md").exists()
+
+
 def test_without_a_terminal_nothing_happens_unless_yes(env: Env, repo: Path, folder: Path) -> None:
     """No terminal and no --yes: exit 1, it says so, nothing changes (not the state dir's
     trash either); --dry-run lists and changes nothing; --yes forgets."""

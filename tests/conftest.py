@@ -334,6 +334,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_recall_mcp",
             "test_service",
             "test_state",
+            "test_terminal_escaping",
             "test_trash",
             "test_versions",
             "test_versions_restore",

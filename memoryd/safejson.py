@@ -27,6 +27,7 @@ _TOML_SKIP = lazy(
 _TOML_START = lazy(r"[#\"']")
 _DEPTH_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1, +1, -1, -1
 _NOT_BRACKET = bytes(set(range(256)) - set(b"[{]}"))
+_NOT_QUOTE_OR_BRACKET = bytes(set(range(256)) - set(b'"[{]}'))
 
 
 class OverLimit(ValueError):
@@ -37,9 +38,14 @@ def loads(data: str | bytes, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX
     """`json.loads(data)`, refusing a document over `max_bytes` or `max_depth` (OverLimit).
     Raises ValueError for anything json does (OverLimit and JSONDecodeError are both)."""
     _check_size(len(data), max_bytes)
-    raw = _utf8(data)
-    if raw.count(b"[") + raw.count(b"{") > max_depth:  # else it cannot nest that deep
-        _check_depth(_json_outside_strings(raw), max_depth)
+    # Fewer openings than the bound cannot nest past it (in UTF-16 or -32 bytes too, where
+    # each `[` still is a 0x5B byte): most documents are measured no further.
+    if isinstance(data, str):
+        openings = data.count("[") + data.count("{")
+    else:
+        openings = data.count(b"[") + data.count(b"{")
+    if openings > max_depth:
+        _check_depth(_json_outside_strings(_utf8(data)), max_depth)
     try:
         return json.loads(data)
     except RecursionError:  # deep enough for a caller already deep in its own stack
@@ -76,12 +82,16 @@ def _utf8(data: str | bytes) -> bytes:
 
 
 def _json_outside_strings(raw: bytes) -> bytes:
-    """A JSON document's bytes outside its strings. The escaped backslashes go first (left to
-    right, as the parser pairs them), then the escaped quotes, so that every quote left opens
-    or closes a string; every other piece between quotes is inside one (the last one too when
-    a string is not closed: the parser stops there)."""
-    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    return b"".join(unescaped.split(b'"')[::2])
+    """The brackets of a JSON document that are outside its strings. The escaped backslashes
+    go first (left to right, as the parser pairs them), then the escaped quotes, so that every
+    quote left opens or closes a string; then all but quotes and brackets. Two quotes side by
+    side enclose no bracket, and taking them out leaves every other quote's parity as it was:
+    most strings go so, without a piece each. Of what is left, every other piece between
+    quotes is inside a string (the last one too when a string is not closed: the parser stops
+    there)."""
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"") if b"\\" in raw else raw
+    reduced = unescaped.translate(None, _NOT_QUOTE_OR_BRACKET).replace(b'""', b"")
+    return b"".join(reduced.split(b'"')[::2])
 
 
 def _check_size(size: int, max_bytes: int) -> None:

@@ -41,6 +41,7 @@ def hostile(tmp_path: Path) -> Path:
         "lastConfirmedAt": "2099-01-01T00:00:00Z",
     }  # fmt: skip
     store.write_text(json.dumps(record) + "\n")
+    (tmp_path / f"empty{TITLE}" / ".git").mkdir(parents=True)  # a repo with no memory dir
     return repo
 
 
@@ -62,6 +63,7 @@ COMMANDS: dict[str, Callable[[Path], list[object]]] = {
     "dirs": lambda repo: ["dirs", repo],
     "trash list": lambda repo: ["trash", "list", repo / ".claude" / "memory"],
     "log": lambda repo: ["log"],
+    "a warning on stderr": lambda repo: ["search", "x", repo.parent / f"empty{TITLE}"],
 }
 
 

@@ -5,7 +5,8 @@ RecursionError (not ValueError) from deep inside the parser, and every caller th
 ValueError for a bad file fell over. Here a document is measured first, in linear time and
 outside its strings: over `max_bytes` or nested deeper than `max_depth` it is refused with
 `OverLimit`, a ValueError, so that the caller's handling of a malformed file (name it, skip it,
-do without it) covers it too. No file memoryd reads or writes nests past a dozen levels.
+do without it) covers it too. The files memoryd reads (its own state, Claude Code's settings
+and transcripts, consult logs, record stores, the config) nest a few levels in practice.
 """
 
 import json

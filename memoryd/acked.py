@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from memoryd import fsops
+from memoryd import fsops, safejson
 from memoryd.dream.plan import Item, Plan
 from memoryd.state import StateStore, dir_key
 
@@ -57,7 +57,7 @@ def load(store: StateStore, real_path: Path) -> list[Ack]:
     cannot be read (the flags are listed again: nothing is lost)."""
     raw = store.read_file(_path(store, real_path))
     try:
-        rows = json.loads(raw) if raw is not None and len(raw) <= ACKS_MAX_BYTES else []
+        rows = safejson.loads(raw) if raw is not None and len(raw) <= ACKS_MAX_BYTES else []
     except ValueError:
         return []
     out = []

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from memoryd import safejson
 from memoryd.errors import MemorydError
 from memoryd.logsetup import get_logger
 from memoryd.paths import (
@@ -286,7 +287,7 @@ class NullAudit(AuditLog):
         self.rows: list[dict[str, Any]] = []
 
     def _append(self, data: bytes) -> None:
-        self.rows.append(json.loads(data))
+        self.rows.append(safejson.loads(data))
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -340,7 +341,7 @@ def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
             if raw is None:
                 continue  # over-long: torn lines run together, or none memoryd wrote
             try:
-                row = json.loads(raw)
+                row = safejson.loads(raw)
             except ValueError:
                 continue
             if isinstance(row, dict) and "event" in row:

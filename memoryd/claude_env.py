@@ -7,12 +7,12 @@ input: read bounded, and one that is not a JSON object is a warning naming the f
 said nothing.
 """
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memoryd import safejson
 from memoryd.paths import read_bounded, read_problem
 
 SETTINGS_MAX_BYTES = 1024 * 1024  # a settings file is a few KB
@@ -83,7 +83,7 @@ def read_settings(path: Path, warnings: list[str]) -> Settings | None:
         )
         return Settings(path)
     try:
-        data = json.loads(raw.decode("utf-8-sig"))
+        data = safejson.loads(raw.decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError) as error:
         warnings.append(
             f"{path}: not valid JSON ({error}); its auto-memory settings are "

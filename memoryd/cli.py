@@ -526,7 +526,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         out.write(f"{shown(row['real_path'])}{shown(link)}\n")
         out.write(f"  kind: {row['kind']}  index: {row['mode']} — {row['mode_reason']}\n")
         root = row["repo_root"] or "none"
-        out.write(f"  repo root: {root} ({row['repo_reason']})\n")
+        out.write(f"  repo root: {shown(root)} ({shown(row['repo_reason'])})\n")
         if row["not_loaded"]:
             out.write(f"  not loaded by the agent: {shown(row['not_loaded'])}\n")
         out.write(f"  memory files: {row['memory_files']}")
@@ -704,18 +704,19 @@ def _quiet_line(quiet: dict[str, int]) -> str:
 def _some(items: list[str], limit: int = 5) -> str:
     unique = sorted(set(items))
     more = f" and {len(unique) - limit} more" if len(unique) > limit else ""
-    return ", ".join(unique[:limit]) + more
+    return ", ".join(map(shown, unique[:limit])) + more
 
 
 def _render_outcome(o: IndexOutcome) -> str:
-    where = str(o.dir.path)
+    """One dir's outcome for a person; its path, messages, names and diff `shown`."""
+    where, message = shown(o.dir.path), shown(o.message)
     if o.status == "unmanaged":
-        return f"{where}: unmanaged — {o.message} (nothing changed)\n"
+        return f"{where}: unmanaged — {message} (nothing changed)\n"
     if o.status == "settling":
-        return f"{where}: not updated — {o.message}\n"
+        return f"{where}: not updated — {message}\n"
     if o.status in ("error", "conflict"):
-        details = "".join(f"    {p}\n" for p in o.problems)
-        return f"{where}: FAILED — {o.message}\n{details}"
+        details = "".join(f"    {shown(p)}\n" for p in o.problems)
+        return f"{where}: FAILED — {message}\n{details}"
     edit = o.edit
     assert edit is not None
     parts = [
@@ -743,7 +744,8 @@ def _render_outcome(o: IndexOutcome) -> str:
         )
     note = "".join(f"    {n}\n" for n in notes)
     if o.status == "would_change":
-        return f"{where}: would change ({', '.join(parts) or 'trailer'})\n{note}{o.diff}"
+        diff = shown(o.diff, lines=True)
+        return f"{where}: would change ({', '.join(parts) or 'trailer'})\n{note}{diff}"
     if o.status == "updated":
         return f"{where}: updated ({', '.join(parts) or 'trailer'})\n{note}"
     return f"{where}: in sync\n{note}"
@@ -1370,7 +1372,7 @@ def main(
             config = Config(source="built-in defaults (the configuration file is invalid)")
             err.write(_config_warning(error))
         else:
-            err.write(f"memoryd: {error}\n")
+            err.write(f"memoryd: {shown(error, lines=True)}\n")
             if args.command != "config":
                 err.write("Fix the file, then check it with `memoryd config check`.\n")
             if args.command == "run":  # the daemon's own log says why it did not start
@@ -1386,10 +1388,10 @@ def main(
         with _keeping_versions(args, rt), _looking_only(args):
             return handler(args, rt, out)
     except UsageError as error:
-        err.write(f"memoryd: {error}\n")
+        err.write(f"memoryd: {shown(error, lines=True)}\n")
         return EXIT_USAGE
-    except MemorydError as error:
-        err.write(f"memoryd: {error}\n")
+    except MemorydError as error:  # it may name a file, or quote a line, of anyone's making
+        err.write(f"memoryd: {shown(error, lines=True)}\n")
         return EXIT_FINDINGS
     except BrokenPipeError:
         return EXIT_OK

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from memoryd import safejson
 from memoryd.errors import MemorydError
 
 if TYPE_CHECKING:
@@ -63,9 +64,9 @@ def cmd_history(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     if len(problems) == 2:
         raise problems[0]
     if args.json:
-        doc: dict[str, Any] = json.loads(chain.getvalue()) if chain.getvalue() else {}
+        doc: dict[str, Any] = safejson.loads(chain.getvalue()) if chain.getvalue() else {}
         doc.setdefault("histories", [])
-        doc["versions"] = json.loads(versions.getvalue()) if versions.getvalue() else None
+        doc["versions"] = safejson.loads(versions.getvalue()) if versions.getvalue() else None
         json.dump(doc, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:

@@ -157,16 +157,24 @@ def _dump(data: object, out: TextIO) -> None:
 
 
 def render_result(number: int, result: "Result") -> str:
-    """One result for a person: title, file, facts, snippet."""
-    title = result["name"] + (f" — {result['description']}" if result["description"] else "")
+    """One result for a person: title, file, facts, snippet (each value `shown`: names,
+    paths and text come from files anyone may have written)."""
+    from memoryd.display import shown
+
+    description = shown(result["description"])
+    title = shown(result["name"]) + (f" — {description}" if description else "")
     facts = [result["dir"], result["type"] or "no type", result["tier"]]
     facts.append(f"{result['date']} ({result['age_days']} d)")
     facts += result["flags"]
-    lines = [f"{number}. {title}", f"   {result['file']}", "   " + " · ".join(facts)]
+    lines = [
+        f"{number}. {title}",
+        f"   {shown(result['file'])}",
+        "   " + " · ".join(map(shown, facts)),
+    ]
     if result["snippet"] and result["snippet"] != result["description"]:
-        lines.append(f"   {result['snippet']}")
+        lines.append(f"   {shown(result['snippet'])}")
     if result.get("why"):
-        lines.append("   why: " + "; ".join(result["why"]))
+        lines.append("   why: " + "; ".join(map(shown, result["why"])))
     return "\n".join(lines) + "\n"
 
 
@@ -175,6 +183,8 @@ def _rendered(
 ) -> int:
     """Print the results, then each file that was not searched with why (notes without
     frontmatter are only listed in --json: they are not memories)."""
+    from memoryd.display import shown
+
     if as_json:
         _dump({**data, "results": hits}, out)
         return EXIT_OK if hits else EXIT_NONE
@@ -184,7 +194,7 @@ def _rendered(
         out.write(empty + "\n")
     for ex in data.get("excluded", []):
         if ex["kind"] == "problem":
-            out.write(f"not searched: {ex['file']}: {ex['why']}\n")
+            out.write(f"not searched: {shown(ex['file'])}: {shown(ex['why'])}\n")
     return EXIT_OK if hits else EXIT_NONE
 
 
@@ -307,16 +317,21 @@ def cmd_show(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     return EXIT_OK if shown.get("memory") else EXIT_NONE
 
 
-def render_shown(shown: dict[str, Any]) -> str:
-    memory = shown.get("memory")
+def render_shown(found: dict[str, Any]) -> str:
+    """One memory for a person: where it is, its facts, then its text, every part `shown`
+    (the text keeps its lines)."""
+    from memoryd.display import shown
+
+    memory = found.get("memory")
     if not memory:
-        return f"{shown['problem']}\n"
+        return f"{shown(found['problem'], lines=True)}\n"
     age = f"{memory['date']} ({memory['age_days']} d)"
     facts = [memory["dir"], memory["type"] or "no type", age]
     facts += memory["flags"]
-    lines = [memory["file"], "   " + " · ".join(facts), f"   {shown['indexed']}"]
-    lines += [f"   also: {other}" for other in shown.get("others", [])]
-    text = str(shown["text"])
+    lines = [shown(memory["file"]), "   " + " · ".join(map(shown, facts))]
+    lines.append(f"   {shown(found['indexed'])}")
+    lines += [f"   also: {shown(other)}" for other in found.get("others", [])]
+    text = shown(found["text"], lines=True)
     return "\n".join(lines) + "\n\n" + text + ("" if text.endswith("\n") else "\n")
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from memoryd import safejson
 from memoryd.claude_env import ClaudeEnv
 from memoryd.errors import ConfigError
 from memoryd.paths import (
@@ -432,13 +433,11 @@ def load_config(explicit: Path | None, paths: AppPaths) -> Config:
         ) from error
     except OSError as error:
         raise ConfigError(str(path), [f"cannot read the file: {error.strerror}"]) from error
-    import tomllib  # here, not at the top: most runs have no file to parse (~5 ms of start-up)
-
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = safejson.loads_toml(raw.decode("utf-8"), max_bytes=CONFIG_MAX_BYTES)
     except UnicodeDecodeError as error:
         raise ConfigError(str(path), ["the file is not UTF-8 text"]) from error
-    except tomllib.TOMLDecodeError as error:
+    except ValueError as error:  # tomllib's TOMLDecodeError, or safejson's OverLimit
         raise ConfigError(str(path), [f"not valid TOML: {error}"]) from error
     return build_config(data, str(path))
 

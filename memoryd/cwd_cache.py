@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops
+from memoryd import fsops, safejson
 from memoryd.paths import app_paths, read_bounded
 
 CACHE_FILE = "transcript-cwds.json"
@@ -73,7 +73,7 @@ class CwdCache:
     def _load(self) -> dict[str, dict[str, Any]]:
         assert self.path is not None
         try:
-            data = json.loads(read_bounded(self.path, CACHE_MAX_BYTES, follow=False))
+            data = safejson.loads(read_bounded(self.path, CACHE_MAX_BYTES, follow=False))
         except (OSError, ValueError, RecursionError):
             return {}  # missing, a link, a FIFO, too big, not JSON: read the transcripts
         if not isinstance(data, dict) or data.get("version") != VERSION:

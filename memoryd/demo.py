@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from memoryd import safejson
 from memoryd.discover import slugify
 
 DAY = 86400
@@ -209,7 +210,7 @@ def run(out: TextIO, keep: bool = False) -> int:
             say(_compact_log(_memoryd(env, config, "log", "--json"), memory))
             say("\n== 5. Nothing is lost: the trash, and how to restore\n")
             say(_memoryd(env, config, "trash", "list", str(memory)))
-            listed = json.loads(_memoryd(env, config, "trash", "list", "--json", str(memory)))
+            listed = safejson.loads(_memoryd(env, config, "trash", "list", "--json", str(memory)))
             if listed["trash"]:
                 first = listed["trash"][0]
                 say(f"$ memoryd trash restore {first['id']}\n")
@@ -276,7 +277,7 @@ def _compact_log(raw: str, memory: Path) -> str:
     lines = []
     for text in raw.splitlines():
         try:
-            row = json.loads(text)
+            row = safejson.loads(text)
         except ValueError:
             continue
         if not isinstance(row, dict):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memoryd import fsops
+from memoryd import fsops, safejson
 from memoryd.claude_env import (
     COWORK_OVERRIDE,
     REMOTE_MEMORY_DIR,
@@ -324,7 +324,7 @@ def _first_cwd(transcript: Path, slug: str) -> tuple[Head, bool]:
             if raw is None or b'"cwd"' not in raw:
                 continue
             try:
-                row = json.loads(raw)
+                row = safejson.loads(raw)
             except ValueError:
                 continue
             cwd = row.get("cwd") if isinstance(row, dict) else None
@@ -1161,7 +1161,7 @@ def report_refused(rt: "Runtime", refused: Sequence[RefusedDir]) -> None:
         return
     record_path = rt.paths.state_dir / REFUSED_RECORD
     try:
-        record = json.loads(read_bounded(record_path, REFUSED_RECORD_MAX, follow=False))
+        record = safejson.loads(read_bounded(record_path, REFUSED_RECORD_MAX, follow=False))
     except (OSError, ValueError):
         record = {}
     if not isinstance(record, dict):

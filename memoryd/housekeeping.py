@@ -52,7 +52,7 @@ def known_dirs(rt: Runtime) -> list[MemoryDir]:
     out = []
     for path in sorted(rt.store.root.glob("*.json")):
         try:
-            folder = Path(json.loads(rt.store.read_file(path) or b"")["path"])
+            folder = Path(rt.store.read_json(path)["path"])
         except (ValueError, KeyError, TypeError):
             continue
         if folder.is_dir():
@@ -175,10 +175,7 @@ def _number(value: object) -> float | None:
 
 
 def _clock_record(rt: Runtime) -> dict[str, Any]:
-    try:
-        data = json.loads(rt.store.read_file(rt.paths.state_dir / CLOCK_FILE) or b"{}")
-    except ValueError:
-        return {}
+    data = rt.store.read_json(rt.paths.state_dir / CLOCK_FILE)
     return data if isinstance(data, dict) else {}
 
 
@@ -253,10 +250,7 @@ def _days_path(rt: Runtime, md: MemoryDir) -> Path:
 
 
 def _load_days(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    try:
-        data = json.loads(rt.store.read_file(_days_path(rt, md)) or b"{}")
-    except ValueError:
-        return {}
+    data = rt.store.read_json(_days_path(rt, md))
     return data if isinstance(data, dict) else {}
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, trash
+from memoryd import fsops, safejson, trash
 from memoryd.errors import MemorydError
 from memoryd.paths import ensure_private_dir, read_bounded
 from memoryd.trash import TrashRecord
@@ -51,7 +51,7 @@ def begin(state_dir: Path, pass_id: str, memory_dir: Path, moves: list[TrashReco
     intent = {
         "intent": pass_id,
         "dir": str(memory_dir),
-        "moves": [json.loads(m.to_json()) for m in moves],
+        "moves": [safejson.loads(m.to_json()) for m in moves],
     }
     tmp = folder / f".{pass_id}{fsops.TEMP_MARK}intent.tmp"
     fsops.write_private(tmp, (json.dumps(intent, ensure_ascii=True) + "\n").encode("ascii"))
@@ -88,14 +88,14 @@ def load(path: Path) -> Journal | None:
     except OSError:
         return None
     try:
-        intent = json.loads(lines[0])
+        intent = safejson.loads(lines[0])
         moves = [TrashRecord(**m) for m in intent["moves"]]
         journal = Journal(path, intent["intent"], Path(intent["dir"]), moves)
     except (ValueError, KeyError, TypeError, IndexError):
         return None
     for raw in lines[1:]:
         try:
-            row = json.loads(raw)
+            row = safejson.loads(raw)
         except ValueError:
             continue  # a torn last line
         if not isinstance(row, dict):

@@ -8,7 +8,6 @@ opened the file by name just before the rename appends to it just after).
 """
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memoryd import safejson
 from memoryd.audit import MAX_LINE_BYTES, iter_lines
 from memoryd.errors import MemorydError
 from memoryd.paths import NotRegularFile, open_regular, read_problem
@@ -42,7 +42,7 @@ class _Open:
 
 def _parse(raw: bytes) -> Row | None:
     try:
-        row = json.loads(raw)
+        row = safejson.loads(raw)
     except ValueError:
         return None  # a torn line that a later row was appended to, or none memoryd wrote
     return row if isinstance(row, dict) and "event" in row else None

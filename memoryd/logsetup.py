@@ -17,6 +17,16 @@ def _json_default(value: object) -> str:
     return str(value)
 
 
+def _escape_for_terminal(_logger: object, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Readable lines go to a terminal: every text in them `shown` (a path or name with an
+    escape sequence in it is printed as its escape). JSON lines escape it themselves."""
+    from memoryd.display import shown
+
+    return {
+        k: shown(v, lines=k == "exception") if isinstance(v, str) else v for k, v in event.items()
+    }
+
+
 def under_service_manager(env: Mapping[str, str]) -> bool:
     """Whether a service manager started us and keeps our stderr (journald, launchd): systemd
     sets INVOCATION_ID (and JOURNAL_STREAM, NOTIFY_SOCKET for a notify unit); launchd names
@@ -62,6 +72,7 @@ def _apply(level: str, json_output: bool, file: TextIO) -> None:
             )
             if json_output
             else structlog.processors.format_exc_info,
+            *(() if json_output else (_escape_for_terminal,)),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(

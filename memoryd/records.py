@@ -21,11 +21,12 @@ Semantics, decided once here:
   and whose scopes share an entry (as the dream pass pairs only memories of one type).
 """
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
+
+from memoryd import safejson
 
 STORE_PATH: Final = ".agent/memory.jsonl"  # in a repo
 MAX_STORE_BYTES: Final = 16 << 20  # the most of a store memoryd reads
@@ -142,7 +143,7 @@ def parse(data: bytes, *, cut: bool = False, max_line: int = MAX_LINE_BYTES) -> 
         if not raw.strip():
             continue
         try:
-            row = json.loads(raw.decode("utf-8", "replace"))
+            row = safejson.loads(raw.decode("utf-8", "replace"))
         except ValueError as error:
             store.problems.append(Problem(number, "bad_json", f"not JSON ({error.args[0]})"))
             continue

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
+from memoryd import safejson
 from memoryd.state import StateStore
 
 PINS_KEEP = 1_000  # restores are a person's doing, one at a time: the oldest go past this
@@ -44,7 +45,7 @@ def load(store: StateStore, real_path: Path) -> list[Pin]:
     """The dir's pins, oldest first; none when there are none or the file cannot be read."""
     raw = store.load_pins(real_path)
     try:
-        rows = json.loads(raw) if raw is not None else []
+        rows = safejson.loads(raw) if raw is not None else []
     except (ValueError, RecursionError):
         return []
     out = []

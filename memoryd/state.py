@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import fsops
+from memoryd import fsops, safejson
 from memoryd.logsetup import get_logger
 from memoryd.paths import ensure_private_dir, open_regular, read_bounded, read_problem
 
@@ -258,11 +258,23 @@ class StateStore:
         except FileNotFoundError:
             return None
         except OSError as error:
-            self._damage(path, error)
+            self._damage(path, read_problem(error))
             return None
 
-    def _damage(self, path: Path, error: OSError) -> None:
-        problem = read_problem(error)
+    def read_json(self, path: Path) -> Any:
+        """One of memoryd's own JSON state files, parsed (bounded: `safejson`); None when it is
+        missing or damaged, a file that does not parse (cut short, nested past any file
+        memoryd writes) too: said once, done without, and replaced by the next save."""
+        raw = self.read_file(path)
+        if raw is None:
+            return None
+        try:
+            return safejson.loads(raw, max_bytes=STATE_MAX_BYTES)
+        except ValueError as error:
+            self._damage(path, f"not memoryd's JSON ({error})")
+            return None
+
+    def _damage(self, path: Path, problem: str) -> None:
         if (path, problem) in self._damaged:
             return
         self._damaged.add((path, problem))
@@ -289,7 +301,7 @@ class StateStore:
                 except FileNotFoundError:
                     fd = -1
                 except OSError as error:
-                    self._damage(path, error)
+                    self._damage(path, read_problem(error))
                     fd = -1
                 self._readers[real_path] = (fd, 1)
         try:
@@ -359,11 +371,7 @@ class StateStore:
         if held is not None and self._state_id(real_path, held[1]) == held[0]:
             return _copy(held[2])
         base_id = _file_id(path)
-        raw = self.read_file(path)
-        try:
-            data: Any = json.loads(raw) if raw is not None else None
-        except ValueError:
-            data = None
+        data = self.read_json(path)
         if not isinstance(data, dict):
             return DirState(path=str(real_path))
         generation = data.pop("_log", 0)
@@ -375,7 +383,7 @@ class StateStore:
         log = self.read_file(log_path) if log_id is not None else b""
         for line in (log or b"").splitlines():
             try:
-                change = json.loads(line)
+                change = safejson.loads(line)
             except ValueError:
                 continue  # a torn last line: that save never finished
             if isinstance(change, dict):

@@ -4,7 +4,6 @@ files on disk say; relative times for a person, absolute ones in JSON.
 `gather` reads (status.json, the instance lock, each dir's state); `render` is pure.
 """
 
-import json
 import math
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -12,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memoryd import safejson
 from memoryd.humanize import ago, clock_time, parse_ts, short_path, table
 from memoryd.instance import lock_holder
 from memoryd.logview import View, dir_label
@@ -120,7 +120,7 @@ ALARMS_MAX_BYTES = 1 << 20  # versions.alarms reads as much
 def alarms(state_dir: Path) -> list[dict[str, Any]]:
     """The last mass-change alarms (one per dir, the newest), oldest first (versions.alarms)."""
     try:
-        data = json.loads(read_bounded(state_dir / ALARMS_FILE, ALARMS_MAX_BYTES, prefix=True))
+        data = safejson.loads(read_bounded(state_dir / ALARMS_FILE, ALARMS_MAX_BYTES, prefix=True))
     except (OSError, ValueError):
         return []
     return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []
@@ -150,7 +150,7 @@ def _from_disk(rt: Any, last: dict[str, Any] | None) -> list[DirRow]:
     rows = []
     for path in sorted(rt.store.root.glob("*.json")):
         try:
-            folder = json.loads(rt.store.read_file(path) or b"")["path"]
+            folder = rt.store.read_json(path)["path"]
         except (ValueError, KeyError, TypeError):
             continue
         state = rt.store.load(Path(folder))
@@ -175,7 +175,7 @@ def gather(rt: Any, now: float) -> Status:
     pid = lock_holder(rt.paths)
     try:
         # Bounded, and never a FIFO planted in its place (it would hang `memoryd status`).
-        status = json.loads(read_bounded(rt.paths.status_file, STATUS_MAX_BYTES, follow=False))
+        status = safejson.loads(read_bounded(rt.paths.status_file, STATUS_MAX_BYTES, follow=False))
         if not isinstance(status, dict):
             status = None
     except (OSError, ValueError):

@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, versions
+from memoryd import fsops, safejson, versions
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
 from memoryd.paths import (
     BoundedLines,
@@ -533,7 +533,7 @@ def _manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
                 yield number, f"the line is over {MANIFEST_LINE_MAX} bytes: none memoryd wrote"
                 continue
             try:
-                row = json.loads(raw)
+                row = safejson.loads(raw)
             except (ValueError, RecursionError):  # nested past json's depth: none we wrote
                 row = None
             yield number, row if isinstance(row, dict) else None

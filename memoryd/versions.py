@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import fsops
+from memoryd import fsops, safejson
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
 from memoryd.paths import (
@@ -998,12 +998,12 @@ class VersionStore:
             # process's offset never again be the log's end (no stamp, every read again).
             consumed = start + reader.whole
             try:  # one parse of the whole tail: 10,000 lines one by one cost 5x more
-                rows = json.loads(b"[" + b",".join(lines) + b"]")
+                rows = safejson.loads(b"[" + b",".join(lines) + b"]")
             except (ValueError, RecursionError):  # a line nested past json's depth
                 rows = []
                 for raw in lines:
                     with contextlib.suppress(ValueError, RecursionError):
-                        rows.append(json.loads(raw))
+                        rows.append(safejson.loads(raw))
             for row in rows:
                 if _plain(row):  # the first line (the dir) and anything else: skipped
                     _set(d, row["f"], row["h"], row["e"])
@@ -1209,7 +1209,7 @@ class VersionStore:
                 if raw is None:
                     continue
                 with contextlib.suppress(ValueError, RecursionError):
-                    rec = _record(json.loads(raw), skip_reason)
+                    rec = _record(safejson.loads(raw), skip_reason)
                     if rec is not None:
                         out.append(rec)
         finally:
@@ -1230,7 +1230,7 @@ class VersionStore:
                         first = os.read(fd, 8192).split(b"\n", 1)[0]
                     finally:
                         os.close(fd)
-                    named = json.loads(first)["dir"]
+                    named = safejson.loads(first)["dir"]
                     if (
                         isinstance(named, str)
                         and named.startswith("/")
@@ -1685,7 +1685,7 @@ def _counted(raw: bytes, when: float | None) -> tuple[float, str, str] | None:
     if when is None or _COUNTS_MARK not in raw or len(raw) > LOG_LINE_MAX:
         return None
     try:
-        row = json.loads(raw)
+        row = safejson.loads(raw)
     except (ValueError, RecursionError):
         return None
     if not (_plain(row) and row.get("by") == OTHER):
@@ -1867,7 +1867,7 @@ def _write_temp(dir_fd: int, name: str, data: bytes | Sequence[bytes], *, sync: 
 def alarms(store: VersionStore) -> list[dict[str, Any]]:
     """The last mass-change alarms (one per dir, the newest), oldest first."""
     try:
-        data = json.loads(read_bounded(store.root / ALARMS, 1 << 20, follow=False, prefix=True))
+        data = safejson.loads(read_bounded(store.root / ALARMS, 1 << 20, follow=False, prefix=True))
     except (OSError, ValueError, RecursionError):
         return []
     return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []
@@ -2328,7 +2328,7 @@ def compact(
                 continue
             rec = None
             with contextlib.suppress(ValueError, RecursionError):
-                rec = _record(json.loads(raw), skip_reason)
+                rec = _record(safejson.loads(raw), skip_reason)
             lines.append((raw, rec))
         by_name: dict[str, list[int]] = {}
         for i, (_, rec) in enumerate(lines):

@@ -9,7 +9,6 @@ repo's `memory-consult.jsonl` log, and, only when
 Unsure means consulted: a log that exists but cannot be read protects every memory.
 """
 
-import json
 import math
 import os
 import re
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Protocol
 
 from rapidfuzz import fuzz, process, utils
+
+from memoryd import safejson
 
 CONSULT_LOG = Path(".claude") / "logs" / "memory-consult.jsonl"
 MAX_LOG_BYTES = 32 * 1024 * 1024
@@ -164,7 +165,7 @@ class ConsultLog:
         log = cls(path)
         for raw in data.split(b"\n"):
             try:
-                row = json.loads(raw)
+                row = safejson.loads(raw)
             except ValueError:
                 continue  # torn or foreign rows are skipped
             if not isinstance(row, dict):

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.discover import MemoryDir, memory_dir_of
+from memoryd.display import shown
 from memoryd.dream.plan import Item, guards_for, plan_pass
 from memoryd.dream.refs import RefCheck, Scope, Status
 from memoryd.dream.repo import RepoIndex
@@ -200,6 +201,8 @@ def _guard_reading(data: dict[str, Any]) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
+    """The explanation for a person, one fact a line; each line `shown` (names, paths and
+    references come from files anyone may have written)."""
     lines = [
         f"{data['file']}",
         f"  dir: {data['dir']}",
@@ -260,4 +263,4 @@ def render(data: dict[str, Any]) -> str:
     lines.append(f"  decision: {data['decision']}")
     if data["breaker"]:
         lines.append(f"  circuit breaker: {data['breaker']}")
-    return "\n".join(lines) + "\n"
+    return "".join(f"{shown(line)}\n" for line in lines)  # each a line, whatever it names

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops
+from memoryd import fsops, safejson
 from memoryd.dream.plan import Move, Plan
 from memoryd.errors import MemorydError
 from memoryd.paths import read_bounded
@@ -97,14 +97,14 @@ def load(state_dir: Path, real_path: Path, pass_id: str) -> StoredPlan:
         )
     path = _path(state_dir, real_path, pass_id)
     try:
-        data = json.loads(read_bounded(path, PLAN_MAX_BYTES, follow=False))
+        data = safejson.loads(read_bounded(path, PLAN_MAX_BYTES, follow=False))
         stored = StoredPlan(**data)
     except FileNotFoundError:
         elsewhere = list(_folder(state_dir).glob(f"*.{pass_id}.json"))
         where = ""
         if elsewhere:
             with contextlib.suppress(OSError, ValueError, TypeError):
-                other = json.loads(read_bounded(elsewhere[0], PLAN_MAX_BYTES, follow=False))
+                other = safejson.loads(read_bounded(elsewhere[0], PLAN_MAX_BYTES, follow=False))
                 where = f" (it was refused in {other['dir']})"
         raise MemorydError(
             f"{real_path}: no refused plan {pass_id} to apply{where}; it was applied already, "

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops
+from memoryd import fsops, safejson
 from memoryd.dream.consult import Seen, row_time
 from memoryd.paths import ensure_private_dir, read_bounded
 
@@ -71,7 +71,7 @@ def state_path(state_dir: Path) -> Path:
 def load(state_dir: Path) -> Harvest:
     """The saved scan state; an unreadable or foreign file is a fresh start (read from 0)."""
     try:
-        data = json.loads(read_bounded(state_path(state_dir), STATE_MAX_BYTES, follow=False))
+        data = safejson.loads(read_bounded(state_path(state_dir), STATE_MAX_BYTES, follow=False))
     except (OSError, ValueError):
         return Harvest()
     out = Harvest()
@@ -301,7 +301,7 @@ class _Scan:
         if b'"tool_use"' not in line or b'"assistant"' not in line or b".md" not in line:
             return
         try:
-            row = json.loads(line)
+            row = safejson.loads(line)
         except ValueError:
             return  # torn or foreign
         if not isinstance(row, dict) or row.get("type") != "assistant":

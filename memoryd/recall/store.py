@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from memoryd import fsops
+from memoryd import fsops, safejson
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
 from memoryd.paths import ensure_private_dir, file_kind
 
@@ -1202,7 +1202,7 @@ class _Retry(Exception):
 
 def _row(r: Sequence[Any], *, score: float = 0.0, snippet: str = "") -> Row:
     try:
-        flags = tuple(json.loads(r[6]))
+        flags = tuple(safejson.loads(r[6]))
     except ValueError:
         flags = ()
     return Row(r[0], r[1], r[2], r[3], r[4], r[5], flags, r[7], r[8], score, snippet, hidden=r[9])

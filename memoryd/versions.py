@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import fsops
+from memoryd import fsops, retention, witness
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
 from memoryd.paths import (
@@ -64,7 +64,7 @@ from memoryd.paths import (
     regular_fd,
 )
 from memoryd.sealed import seal, unseal
-from memoryd.state import dir_key
+from memoryd.state import StateStore, dir_key
 
 if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
     from memoryd import scan
@@ -583,7 +583,14 @@ class VersionStore:
         alarm_window: float = 600.0,
         clock: Callable[[], float] = time.time,
         audit: AuditWrite | None = None,
+        boot: "Callable[[], witness.Boot] | None" = None,
+        state: StateStore | None = None,
     ) -> None:
+        self.state_dir = state_dir
+        # The boot clock and the state store behind the clock check retention rests on
+        # (`witness`): the Runtime's, else this machine's boot clock and a store of its own.
+        self.boot = boot
+        self.state = state
         self.root = state_dir / "versions"
         self.objects = self.root / "objects"
         self.packs = self.root / "packs"
@@ -607,6 +614,16 @@ class VersionStore:
         self._temps: list[tuple[str, str]] = []
         self.pruned_at = -float("inf")  # when the daemon's store last pruned (see flush)
         self._scans = threading.local()  # the session of the scan running on each thread
+
+    def observe_clock(self, wall: float) -> "witness.Clock":
+        """A reading of the clocks retention rests on (shared with the trash's)."""
+        if self.boot is None:
+            from memoryd.runtime import boot_clock
+
+            self.boot = boot_clock
+        if self.state is None:
+            self.state = StateStore(self.state_dir)
+        return witness.observe(self.state, self.state_dir, wall, self.boot())
 
     # --- the store-wide lock (LOCK_NAME) -------------------------------------------------------
     def _lock_file(self) -> int:
@@ -1922,6 +1939,8 @@ def for_runtime(rt: Any) -> VersionStore:
         alarm_window=cfg.alarm_window,
         clock=rt.clock,
         audit=lambda event, **fields: rt.audit.write(event, **fields),
+        boot=rt.boot,
+        state=rt.store,
     )
 
 
@@ -2199,6 +2218,9 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
 
 def _prune(store: VersionStore, now: float) -> PruneResult:
     keep = store.keep_days * DAY
+    # How long ago a version ended is the time memoryd watched pass since it found it ended,
+    # never the wall clock's reading alone (see `retention`).
+    ages = retention.Ages(store.root, store.observe_clock(now))
     # Per object: whether something still needs it, else the time it became prunable and its
     # tier (0: an old version of a file that exists; 1: of a deleted file, not its last). A
     # version deleted outside memoryd is the last of a deleted file for its retention even
@@ -2224,18 +2246,20 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
                     missing.append((path, recs[-1].f, now_v.sha256, now_v.stored))
             for i, v in enumerate(found):
                 last = i == len(found) - 1
-                if v.until is not None and now - v.until >= 2 * keep:
-                    old = True
+                young = v.until is not None and ages.young(path, recs[0].f, v.sha256, v.until, keep)
+                if v.until is not None and not young:
+                    old = not ages.young(path, recs[0].f, v.sha256, v.until, 2 * keep) or old
                 deleted_here = (last and gone) or v.ended_by == "deleted"
-                if v.until is None or (now - v.until < keep and deleted_here):
+                if v.until is None or (young and deleted_here):
                     needed.add(v.sha256)
-                elif now - v.until < keep:
+                elif young:
                     tier = 1 if gone else 0
                     was = candidates.get(v.sha256)
                     if was is None or (tier, v.until) > was:
                         candidates[v.sha256] = (tier, v.until)
         if old:
             stale.append(path)
+    ages.save()
     result = PruneResult(repaired=_store_missing(store, missing))
     doomed = [s for s in sizes if s not in needed and s not in candidates]  # past retention
     total = sum(sizes.values()) - sum(sizes[s] for s in doomed)

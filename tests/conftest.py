@@ -335,6 +335,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_state",
             "test_trash",
             "test_versions",
+            "test_versions_clock",
             "test_versions_restore",
             "test_wholeproc_steps",
         }

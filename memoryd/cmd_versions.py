@@ -241,7 +241,7 @@ def _write_back(
     data, sha = version
     try:
         store.intend_restore(folder, name, data)
-        fsops.replace_file(folder, name, data, replacing, versions=rt.versions)
+        fsops.replace_file(folder, name, data, replacing, versions=rt.versions, refuse_held=True)
     except (MemorydError, OSError):
         with contextlib.suppress(OSError):  # neither may hide the error that brought us here
             rt.store.save_pins(folder, pins if pins is not None else b"[]")

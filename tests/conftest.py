@@ -330,6 +330,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_index_faults",
             "test_index_on_disk",
             "test_logview",
+            "test_open_writer",
             "test_recall_mcp",
             "test_service",
             "test_state",

@@ -237,7 +237,7 @@ class Daemon:
                     if session.changed is None:
                         session.changed = set()
                     session.changed.add(sig.name)
-            self.debouncer.touch(sig.dir)
+            self.debouncer.touch(sig.dir, sig.name)  # each file's own quiet decides
         self.wake.set()
 
     def _record_own_write(self, folder: Path, name: str, identity: tuple[int, int, int]) -> None:

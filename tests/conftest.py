@@ -344,6 +344,7 @@ TIERS: dict[str, frozenset[str]] = {
     "e2e": frozenset(
         {
             "test_audit_failures",
+            "test_churn",
             "test_claude_discover",
             "test_claude_mcp",
             "test_claude_real",

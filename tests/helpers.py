@@ -186,7 +186,7 @@ CONFIG = """\
 new_file_grace = "{grace}"
 [watch]
 debounce = "200ms"
-max_wait = "2s"
+max_wait = "{max_wait}"
 reconcile_every = "1h"
 [dream]
 pile_up = {pile_up}
@@ -253,6 +253,7 @@ def start(
     pile_up: int = 5,
     more_config: str = "",
     reads: bool = False,
+    max_wait: str = "2s",
 ) -> Running:
     """`reads`: watch.consult_signal = "transcripts+reads" (read events count as consults)."""
     home = tmp_path / f"home-{name}"
@@ -260,7 +261,7 @@ def start(
     config = tmp_path / f"config-{name}.toml"
     watch = 'consult_signal = "transcripts+reads"\n' if reads else ""
     config.write_text(
-        CONFIG.format(grace=grace, pile_up=pile_up)
+        CONFIG.format(grace=grace, pile_up=pile_up, max_wait=max_wait)
         .replace("[index]\n", "[index]\n" + index_config)
         .replace("[watch]\n", "[watch]\n" + watch)
         + more_config

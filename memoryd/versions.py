@@ -1647,10 +1647,13 @@ class VersionStore:
         d.recent = [c for c in d.recent if c[0] >= since]
         return d.recent
 
-    def _keep_alarm(self, path: Path, now: float, deleted: int, rewritten: int) -> None:
+    def _keep_alarm(
+        self, path: Path, now: float, deleted: int, rewritten: int, dir_gone: bool = False
+    ) -> None:
         """The last alarms, for `memoryd status` (which reads no audit log)."""
         kept = [a for a in alarms(self) if a.get("dir") != str(path)][-(ALARMS_KEEP - 1) :]
-        kept.append({"dir": str(path), "t": now, "deleted": deleted, "rewritten": rewritten})
+        alarm = {"dir": str(path), "t": now, "deleted": deleted, "rewritten": rewritten}
+        kept.append({**alarm, "dir_gone": True} if dir_gone else alarm)
         fsops.write_private(self.root / ALARMS, json.dumps(kept, ensure_ascii=True).encode())
 
     # --- safety ----------------------------------------------------------------------------------
@@ -1888,6 +1891,34 @@ def alarms(store: VersionStore) -> list[dict[str, Any]]:
     except (OSError, ValueError, RecursionError):
         return []
     return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []
+
+
+def dir_deleted(store: VersionStore, path: Path) -> int:
+    """The memory dir at `path` was deleted whole (`rm -rf` under a running daemon): no scan
+    can record its files gone, so this raises the alarm for them (memory.mass_change, shown
+    by `memoryd status`): the memory files its log holds as there, which `trash list` lists
+    and `trash restore` brings back. The one place a dir's deletion is alarmed: a caller that
+    knows it was no loss does not call it. Returns how many files it named (0: the dir is
+    there, or held none)."""
+    if os.path.isdir(path):
+        return 0
+    gone = [d for d in deleted(store, path) if d.vanished]
+    if not gone:
+        return 0
+    now = store.clock()
+    store._guard(store._keep_alarm, path, now, len(gone), 0, True)
+    if store.audit is not None:
+        store.audit(
+            "memory.mass_change",
+            dir=path,
+            deleted=len(gone),
+            rewritten=0,
+            files=sorted(d.name for d in gone)[:50],
+            window_s=int(store.alarm_window),
+            restore=f"memoryd trash list {path}; memoryd trash restore ID",
+            detail="the whole memory dir was deleted",
+        )
+    return len(gone)
 
 
 def deleted_id(path: Path, name: str, when: float) -> str:

@@ -351,6 +351,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_claude_view",
             "test_crash",
             "test_daemon",
+            "test_dir_deleted",
             "test_restore_final",
             "test_status_view",
             "test_versions_daemon",

@@ -2199,17 +2199,30 @@ def render_versions(path: Path, name: str, found: Sequence[Version], now: float)
 
 
 def diff(
-    store: VersionStore, name: str, older: Version, newer: Version | None, current: bytes | None
+    store: VersionStore,
+    name: str,
+    older: Version,
+    newer: Version | None,
+    current: bytes | None,
+    *,
+    gone: bool = False,
 ) -> str:
-    """What changed from `older` to `newer` (None: the file as it is now), as a unified diff."""
+    """What changed from `older` to `newer` (None: the file as it is now; `gone`: it is not
+    in the dir now, so every line went), as a unified diff."""
     import difflib
 
     a = store.read_object(older.sha256)
-    b = current if newer is None else store.read_object(newer.sha256)
-    if a is None or b is None:
+    if newer is None and gone:
+        b: bytes | None = b""
+    else:
+        b = current if newer is None else store.read_object(newer.sha256)
+    if a is None or (b is None and newer is not None):
         return f"{name}: the bytes of one of these versions are no longer kept\n"
+    if b is None:
+        return f"{name}: the file as it is now cannot be read (not a regular file, or too big)\n"
     left = f"{name}@{older.number}"
-    right = f"{name}@{newer.number}" if newer is not None else f"{name} (now)"
+    now = "(deleted)" if gone else "(now)"
+    right = f"{name}@{newer.number}" if newer is not None else f"{name} {now}"
     return "".join(
         difflib.unified_diff(
             a.decode("utf-8", "replace").splitlines(keepends=True),

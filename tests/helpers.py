@@ -186,7 +186,7 @@ CONFIG = """\
 new_file_grace = "{grace}"
 [watch]
 debounce = "200ms"
-max_wait = "{max_wait}"
+max_wait = "2s"
 reconcile_every = "1h"
 [dream]
 pile_up = {pile_up}
@@ -261,7 +261,8 @@ def start(
     config = tmp_path / f"config-{name}.toml"
     watch = 'consult_signal = "transcripts+reads"\n' if reads else ""
     config.write_text(
-        CONFIG.format(grace=grace, pile_up=pile_up, max_wait=max_wait)
+        CONFIG.format(grace=grace, pile_up=pile_up)
+        .replace('max_wait = "2s"\n', f'max_wait = "{max_wait}"\n')
         .replace("[index]\n", "[index]\n" + index_config)
         .replace("[watch]\n", "[watch]\n" + watch)
         + more_config

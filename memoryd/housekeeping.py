@@ -16,7 +16,6 @@ from memoryd.index import INDEX_NAME, Place, pointer_targets
 from memoryd.indexer import IndexKeeper, read_index_file, restore_pointers
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
-from memoryd.witness import CLOCK_FILE, Clock
 
 
 @dataclass(slots=True)
@@ -155,6 +154,8 @@ def _restore(rt: Runtime, listed: Listed) -> str:
 # and manifest inode, size, mtime) and the witnessed count when memoryd first saw them so: any
 # write to a folder (a move, a restore) starts its retention again.
 DAYS_SUFFIX = ".trash-days.json"
+CLOCK_FILE = witness.CLOCK_FILE
+Clock = witness.Clock
 _number = witness.number
 
 

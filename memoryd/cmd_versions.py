@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import errno
 import json
+import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -55,11 +56,19 @@ def _locate(rt: Runtime, key: str, dirs: Sequence[Path]) -> tuple[Path, str]:
     DIR..., else in every dir the store holds versions of."""
     store = versions.for_runtime(rt)
     path = Path(key).expanduser()
+    # NAME means NAME.md too (as the supersession history reads it), deleted ones included.
+    names = [path.name] if path.name.endswith(".md") else [path.name, f"{path.name}.md"]
     if "/" in key:
         folder = path.parent.resolve() if path.parent.exists() else path.parent.absolute()
-        return folder, path.name
+        kept = [n for n in names if versions.versions_of(store, folder, n)]
+        return folder, (kept or names)[0]
     candidates = [d.resolve() for d in dirs] if dirs else store.known_dirs()
-    holding = [d for d in candidates if versions.versions_of(store, d, key)]
+    holding: list[Path] = []
+    for name in names:
+        holding = [d for d in candidates if versions.versions_of(store, d, name)]
+        if holding:
+            key = name
+            break
     if not holding:
         raise UsageError(
             f"{key}: no version of a file of that name is kept in "
@@ -148,9 +157,11 @@ def _diff_text(
 ) -> str:
     if not found:
         return f"{folder / name}: no version kept\n"
+    # A memory deleted since is compared with nothing: not "bytes no longer kept".
+    gone = not os.path.lexists(folder / name)
     if not spec:
         if len(found) < 2:
-            return versions.diff(store, name, found[-1], None, _current(folder, name))
+            return versions.diff(store, name, found[-1], None, _current(folder, name), gone=gone)
         return versions.diff(store, name, found[-2], found[-1], None)
     a, _, b = spec.partition("..")
     try:
@@ -158,9 +169,8 @@ def _diff_text(
         newer = _pick(found, int(b)) if b else None
     except ValueError as error:
         raise UsageError(f"--diff {spec}: give version numbers, A or A..B") from error
-    return versions.diff(
-        store, name, older, newer, _current(folder, name) if newer is None else None
-    )
+    now = _current(folder, name) if newer is None else None
+    return versions.diff(store, name, older, newer, now, gone=gone)
 
 
 def _restore(
@@ -255,7 +265,7 @@ def _write_back(
     data, sha = version
     try:
         store.intend_restore(folder, name, data)
-        fsops.replace_file(folder, name, data, replacing, versions=rt.versions)
+        fsops.replace_file(folder, name, data, replacing, versions=rt.versions, refuse_held=True)
     except (MemorydError, OSError):
         with contextlib.suppress(OSError):  # neither may hide the error that brought us here
             rt.store.save_pins(folder, pins if pins is not None else b"[]")

@@ -237,7 +237,7 @@ class Daemon:
                     if session.changed is None:
                         session.changed = set()
                     session.changed.add(sig.name)
-            self.debouncer.touch(sig.dir)
+            self.debouncer.touch(sig.dir, sig.name)  # each file's own quiet decides
         self.wake.set()
 
     def _record_own_write(self, folder: Path, name: str, identity: tuple[int, int, int]) -> None:
@@ -512,10 +512,16 @@ class Daemon:
             self.log.warning("cannot watch every dir", error=limits[0].error, hint=hint)
 
     def _lose(self, session: DirSession, reason: str) -> None:
-        """Drop the dir's session (and all it held) and its watch."""
+        """Drop the dir's session (and all it held) and its watch. A dir deleted whole
+        (not replaced: the new folder's first pass finds its files gone) raises the alarm
+        for the memory files it held (versions.dir_deleted)."""
         self.dirs.pop(session.md.real_path, None)
         self.watcher.remove(session.md.real_path, parent=False)
         self.rt.audit.write("dir.lost", dir=session.md.path, reason=reason)
+        if self.rt.versions is not None:
+            from memoryd.versions import dir_deleted
+
+            dir_deleted(self.rt.versions, session.md.real_path)
 
     def process(self, paths: list[Path], full: bool = False) -> None:
         """Re-stat each dir and bring its index in step; nothing to do writes nothing."""

@@ -188,7 +188,7 @@ def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
             return result
         names = {t.name for t in targets}
         lines, places = _index_lines(md, names, versions=rt.versions)
-        with trash.Mover(md.real_path, rt.today(), versions=rt.versions) as mover:
+        with trash.Mover(md.real_path, rt.today(), versions=rt.versions, refuse_held=True) as mover:
             records = []
             taken: set[str] = set()
             for t in targets:
@@ -215,7 +215,10 @@ def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
             for record in records:
                 outcome = mover.move(record)
                 if isinstance(outcome, trash.Unmoved):
-                    why = "changed since it was listed" if outcome.why == trash.MODIFIED else "gone"
+                    why = {
+                        trash.MODIFIED: "changed since it was listed",
+                        trash.HELD: f"open for writing by {outcome.held_by}: rerun once it is done",
+                    }.get(outcome.why, "gone")
                     result.skipped.append((record.original_name, why))
                     continue
                 journal.mark_done(entry, record.id)

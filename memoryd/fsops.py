@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from memoryd import openfiles
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation, WriteConflict
 from memoryd.paths import ensure_private_dir
 
@@ -346,6 +347,7 @@ def replace_file(
     leftovers: list[str] | None = None,
     on_own_write: OwnWrite | None = None,
     versions: OwnContent | None = None,
+    refuse_held: bool = False,
 ) -> FileIdentity:
     """Atomically replace `name` with `data` if it is still `expected` (None: must not exist).
 
@@ -362,6 +364,10 @@ def replace_file(
     (`slow_tool > MEMORY.md`) wrote to it since: it is never replaced (WriteConflict; the
     caller brings those bytes back, see indexer._late_write).
     `on_own_write`: see OwnWrite. `versions`: the version store, told what was written.
+    `refuse_held`: a file another program holds open for writing (`tool > a.md` not done
+    yet) is not swapped out, whose later bytes would land in an unlinked file: WriteConflict
+    naming the program, nothing written (see `openfiles`). MEMORY.md has its own way back
+    (`keep_prev`); a memory file written back by a restore has none.
     """
     with open_dir(dir_path) as dir_fd:
         mode = 0o600
@@ -392,7 +398,14 @@ def replace_file(
                     _create_no_replace(dir_fd, tmp, name, dir_path)
                 else:
                     _swap(
-                        dir_fd, tmp, name, (expected, expected_data), keep_prev, dir_path, leftovers
+                        dir_fd,
+                        tmp,
+                        name,
+                        (expected, expected_data),
+                        keep_prev,
+                        dir_path,
+                        leftovers,
+                        refuse_held=refuse_held,
                     )
             except OSError as error:  # EPERM (an immutable file), EROFS, EACCES...
                 raise MemorydError(
@@ -476,6 +489,8 @@ def _swap(
     keep_prev: str | None,
     dir_path: Path,
     leftovers: list[str] | None = None,
+    *,
+    refuse_held: bool = False,
 ) -> None:
     try:
         # Exchange, then look at what came out: if it is not what we read, someone slipped a
@@ -484,6 +499,8 @@ def _swap(
     except NotImplementedError:
         if not _looks_expected(dir_fd, name, expected):
             raise WriteConflict(f"{dir_path / name} changed while memoryd was editing it") from None
+        if refuse_held:
+            _refuse_held(dir_fd, name, name, dir_path)
         if keep_prev is not None:
             previous = identity_of(dir_fd, name)
             if previous is not None:
@@ -496,6 +513,12 @@ def _swap(
     if not _looks_expected(dir_fd, tmp, expected):
         renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
         raise WriteConflict(f"{dir_path / name} changed during the swap")
+    if refuse_held:  # after the exchange: no new open by name reaches the old file now
+        try:
+            _refuse_held(dir_fd, tmp, name, dir_path)
+        except WriteConflict:
+            renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
+            raise
     crash_point("index.after_swap")
     if keep_prev is not None:
         os.rename(tmp, keep_prev, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -508,6 +531,17 @@ def _swap(
         leftovers.append(tmp)  # one of our temp names: swept after a crash (remove_stray_temps)
     else:
         os.unlink(tmp, dir_fd=dir_fd)
+
+
+def _refuse_held(dir_fd: int, now_as: str, name: str, dir_path: Path) -> None:
+    """WriteConflict when another program holds the file now under `now_as` (was `name`)
+    open for writing: its later bytes would land in a file memoryd is about to drop."""
+    held = openfiles.writers(dir_fd, now_as)
+    if held:
+        raise WriteConflict(
+            f"{dir_path / name} is open for writing by {openfiles.describe(held)}, whose "
+            "later bytes would be lost: memoryd wrote nothing. Rerun once that program is done"
+        )
 
 
 def put_back_late(

@@ -59,7 +59,9 @@ def _resolve(rt: Runtime, key: str, dirs: list[Path]) -> list[tuple[MemoryDir, s
                 if trash.matches(md.real_path, entry, str(path)):
                     return [(md, entry.record.original_name)]
             raise MemorydError(f"{path}: no trash record names this file")
-        return [(memory_dir_at(path.parent, rt.config), path.name)]
+        # A memory is a `.md` file: a path to nothing without it names the `.md` one.
+        missing = not path.name.endswith(".md") and not path.exists()
+        return [(memory_dir_at(path.parent, rt.config), path.name + (".md" if missing else ""))]
     from memoryd.housekeeping import known_dirs
 
     looked = discover(rt.config, dirs)

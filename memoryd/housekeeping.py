@@ -2,7 +2,6 @@
 
 import contextlib
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -10,15 +9,13 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, restored, trash, versions
+from memoryd import fsops, restored, trash, versions, witness
 from memoryd.discover import MemoryDir, memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.index import INDEX_NAME, Place, pointer_targets
 from memoryd.indexer import IndexKeeper, read_index_file, restore_pointers
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
-
-CLOCK_FILE = "trash-clock.json"
 
 
 @dataclass(slots=True)
@@ -151,32 +148,19 @@ def _restore(rt: Runtime, listed: Listed) -> str:
 # Retention rests on time memoryd itself has watched pass since it last saw a day folder
 # change, never on the folder's name alone (a pass under a clock set in the past files its
 # moves under an old date) nor on the wall clock alone (a clock a year ahead makes the whole
-# trash "old"). The clock record in the state dir keeps, besides the last run's date:
-# - `wall`, `boot`: the wall clock and the boot clock (`Runtime.boot`) at the last reading;
-# - `high_water`: the latest wall time memoryd ever recorded;
-# - `witnessed`: a running count of the time memoryd can vouch for. Each reading adds the boot
-#   clock's advance when the boot is the same (it cannot be set: it is the time that really
-#   passed, however the wall clock moved); after a reboot, the time since that boot (the last
-#   reading was before it), or the wall clock's step when it is a plausible one (0 to a day);
-#   a longer wall-clock jump across a reboot is credited nothing. Too little credit only keeps
-#   the trash longer; too much would lose memories.
+# trash "old"): the clock check of `witness`, which the version store shares. The clock
+# record also keeps the last run's date.
 # Each dir's day folders are recorded (`<key>.trash-days.json`) with their identity (folder
 # and manifest inode, size, mtime) and the witnessed count when memoryd first saw them so: any
 # write to a folder (a move, a restore) starts its retention again.
-CLOCK_FILE = "trash-clock.json"
 DAYS_SUFFIX = ".trash-days.json"
-MAX_STEP = 86400.0  # the longest wall-clock step taken on trust across a reboot
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+CLOCK_FILE = witness.CLOCK_FILE
+Clock = witness.Clock
+_number = witness.number
 
 
 def _clock_record(rt: Runtime) -> dict[str, Any]:
-    data = rt.store.read_json(rt.paths.state_dir / CLOCK_FILE)
-    return data if isinstance(data, dict) else {}
+    return witness.read_record(rt.store, rt.paths.state_dir)
 
 
 def _last_run(rt: Runtime) -> date | None:
@@ -186,63 +170,17 @@ def _last_run(rt: Runtime) -> date | None:
         return None
 
 
-def _write_clock(rt: Runtime, record: dict[str, Any]) -> None:
-    fsops.write_private(
-        rt.paths.state_dir / CLOCK_FILE, json.dumps(record, sort_keys=True).encode()
-    )
-
-
 def _save_last_run(rt: Runtime, today: date) -> None:
     with rt.store.lock(rt.paths.state_dir / CLOCK_FILE):
         record = _clock_record(rt)
         previous = _last_run(rt)
         if previous is None or today > previous:
-            _write_clock(rt, {**record, "last_run": today.isoformat()})
-
-
-@dataclass(frozen=True, slots=True)
-class Clock:
-    wall: float  # the wall clock now
-    high_water: float  # the latest wall time memoryd has recorded, now included
-    witnessed: float  # the running count of time memoryd can vouch for, now
-
-
-def _credit(before: dict[str, Any], wall: float, boot: tuple[str, float] | None) -> float:
-    """How much of the time since the last reading memoryd can vouch for."""
-    last_boot = before.get("boot")
-    if (
-        boot is not None
-        and isinstance(last_boot, list)
-        and len(last_boot) == 2
-        and last_boot[0] == boot[0]
-        and _number(last_boot[1]) is not None
-    ):
-        return max(0.0, boot[1] - float(last_boot[1]))
-    last_wall = _number(before.get("wall"))
-    step = wall - last_wall if last_wall is not None else 0.0
-    return max(step if 0.0 <= step <= MAX_STEP else 0.0, boot[1] if boot is not None else 0.0)
+            witness.write_record(rt.paths.state_dir, {**record, "last_run": today.isoformat()})
 
 
 def observe_clock(rt: Runtime, *, save: bool = True) -> Clock:
     """Take a reading of the clocks; `save=False` (a dry run) records nothing."""
-    wall, boot = rt.clock(), rt.boot()
-    with rt.store.lock(rt.paths.state_dir / CLOCK_FILE) if save else contextlib.nullcontext():
-        before = _clock_record(rt)
-        counted = _number(before.get("witnessed"))
-        witnessed = wall if counted is None else counted + _credit(before, wall, boot)
-        high_water = max(wall, _number(before.get("high_water")) or wall)
-        if save:
-            _write_clock(
-                rt,
-                {
-                    **before,
-                    "wall": wall,
-                    "boot": list(boot) if boot is not None else None,
-                    "high_water": high_water,
-                    "witnessed": witnessed,
-                },
-            )
-    return Clock(wall, high_water, witnessed)
+    return witness.observe(rt.store, rt.paths.state_dir, rt.clock(), rt.boot(), save=save)
 
 
 def _days_path(rt: Runtime, md: MemoryDir) -> Path:
@@ -315,10 +253,10 @@ def _held_because(
         return "it is today's folder"
     span = keep * 86400.0
     clock = when.clock
-    if any(abs(clock.wall - t) < span or abs(clock.high_water - t) < span for t in facts.times):
+    if witness.seen_within(clock, facts.times, span):
         return f"one of its records was written within {keep} days by a clock memoryd has seen"
-    watched = clock.witnessed - since
-    if watched < span or (keep == 0 and watched <= 0):
+    if not witness.may_go(clock, since, facts.times, span):
+        watched = witness.watched(clock, since)
         return f"memoryd has watched it for {max(0.0, watched) / 86400:.1f} of {keep} days"
     return None
 

@@ -135,9 +135,14 @@ def alarm_lines(rt: Any, now: float) -> str:
         when = a.get("t")
         if not isinstance(when, int | float) or not math.isfinite(when) or now - when > ALARM_SHOWN:
             continue  # (json reads NaN and Infinity: no time to show)
+        what = (
+            f"the whole dir deleted ({a.get('deleted')} memory files) by another process"
+            if a.get("dir_gone") is True
+            else f"{a.get('deleted')} memory files deleted and {a.get('rewritten')} rewritten "
+            "by another process"
+        )
         out.append(
-            f"  ALARM {shown(str(a.get('dir')))}: {a.get('deleted')} memory files deleted and "
-            f"{a.get('rewritten')} rewritten by another process, {ago(when, now)}; "
+            f"  ALARM {shown(str(a.get('dir')))}: {what}, {ago(when, now)}; "
             "`memoryd trash list` and `memoryd history FILE` bring them back\n"
         )
     return "".join(out)

@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, safejson, versions
+from memoryd import fsops, openfiles, safejson, versions
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
 from memoryd.paths import (
     BoundedLines,
@@ -275,6 +275,7 @@ def append_record(memory_dir: Path, day: str, line: str) -> None:
 
 MODIFIED = "modified since plan"
 GONE = "gone since plan"
+HELD = "open for writing by another program"
 KEPT_VARIANT = ".kept-"  # `<stem>.kept-<n>.md`: a file put back whose name was taken meanwhile
 
 
@@ -286,6 +287,7 @@ class Unmoved:
 
     why: str
     kept_as: str | None = None
+    held_by: str = ""  # HELD: which programs (openfiles.describe)
 
 
 class Mover:
@@ -299,6 +301,9 @@ class Mover:
 
     `before_move` is called with a file's name between its check and its rename (a test's
     concurrent writer). `versions`: the version store, told of each move (memoryd's own).
+    `refuse_held`: a file another program holds open for writing (`tool > a.md` not done)
+    goes back, unmoved (HELD): its later bytes would make the trashed file one the manifest
+    does not describe, which `trash restore` refuses.
     """
 
     def __init__(
@@ -308,9 +313,11 @@ class Mover:
         *,
         before_move: Callable[[str], None] | None = None,
         versions: "versions.VersionStore | None" = None,
+        refuse_held: bool = False,
     ) -> None:
         self.memory_dir = memory_dir
         self.versions = versions
+        self.refuse_held = refuse_held
         self.folder = day_folder(memory_dir, day)
         self._before_move = before_move
         self._stack = contextlib.ExitStack()
@@ -369,6 +376,12 @@ class Mover:
         if not holds_planned(self._folder_fd, record, checked.ino):
             name = self._put_back(record)
             return Unmoved(MODIFIED, None if name == record.original_name else name)
+        # After the rename: no new open by name reaches the moved file.
+        held = openfiles.writers(self._folder_fd, record.stored_name) if self.refuse_held else []
+        if held:
+            name = self._put_back(record)
+            kept_as = None if name == record.original_name else name
+            return Unmoved(HELD, kept_as, openfiles.describe(held))
         try:
             _write_line(self._manifest, record.to_json())
         except OSError as error:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import fsops, safejson
+from memoryd import fsops, retention, safejson, witness
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
 from memoryd.paths import (
@@ -64,7 +64,7 @@ from memoryd.paths import (
     regular_fd,
 )
 from memoryd.sealed import seal, unseal
-from memoryd.state import dir_key
+from memoryd.state import StateStore, dir_key
 
 if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
     from memoryd import scan
@@ -583,7 +583,14 @@ class VersionStore:
         alarm_window: float = 600.0,
         clock: Callable[[], float] = time.time,
         audit: AuditWrite | None = None,
+        boot: "Callable[[], witness.Boot] | None" = None,
+        state: StateStore | None = None,
     ) -> None:
+        self.state_dir = state_dir
+        # The boot clock and the state store behind the clock check retention rests on
+        # (`witness`): the Runtime's, else this machine's boot clock and a store of its own.
+        self.boot = boot
+        self.state = state
         self.root = state_dir / "versions"
         self.objects = self.root / "objects"
         self.packs = self.root / "packs"
@@ -607,6 +614,16 @@ class VersionStore:
         self._temps: list[tuple[str, str]] = []
         self.pruned_at = -float("inf")  # when the daemon's store last pruned (see flush)
         self._scans = threading.local()  # the session of the scan running on each thread
+
+    def observe_clock(self, wall: float) -> "witness.Clock":
+        """A reading of the clocks retention rests on (shared with the trash's)."""
+        if self.boot is None:
+            from memoryd.runtime import boot_clock
+
+            self.boot = boot_clock
+        if self.state is None:
+            self.state = StateStore(self.state_dir)
+        return witness.observe(self.state, self.state_dir, wall, self.boot())
 
     # --- the store-wide lock (LOCK_NAME) -------------------------------------------------------
     def _lock_file(self) -> int:
@@ -1630,10 +1647,13 @@ class VersionStore:
         d.recent = [c for c in d.recent if c[0] >= since]
         return d.recent
 
-    def _keep_alarm(self, path: Path, now: float, deleted: int, rewritten: int) -> None:
+    def _keep_alarm(
+        self, path: Path, now: float, deleted: int, rewritten: int, dir_gone: bool = False
+    ) -> None:
         """The last alarms, for `memoryd status` (which reads no audit log)."""
         kept = [a for a in alarms(self) if a.get("dir") != str(path)][-(ALARMS_KEEP - 1) :]
-        kept.append({"dir": str(path), "t": now, "deleted": deleted, "rewritten": rewritten})
+        alarm = {"dir": str(path), "t": now, "deleted": deleted, "rewritten": rewritten}
+        kept.append({**alarm, "dir_gone": True} if dir_gone else alarm)
         fsops.write_private(self.root / ALARMS, json.dumps(kept, ensure_ascii=True).encode())
 
     # --- safety ----------------------------------------------------------------------------------
@@ -1873,6 +1893,34 @@ def alarms(store: VersionStore) -> list[dict[str, Any]]:
     return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []
 
 
+def dir_deleted(store: VersionStore, path: Path) -> int:
+    """The memory dir at `path` was deleted whole (`rm -rf` under a running daemon): no scan
+    can record its files gone, so this raises the alarm for them (memory.mass_change, shown
+    by `memoryd status`): the memory files its log holds as there, which `trash list` lists
+    and `trash restore` brings back. The one place a dir's deletion is alarmed: a caller that
+    knows it was no loss does not call it. Returns how many files it named (0: the dir is
+    there, or held none)."""
+    if os.path.isdir(path):
+        return 0
+    gone = [d for d in deleted(store, path) if d.vanished]
+    if not gone:
+        return 0
+    now = store.clock()
+    store._guard(store._keep_alarm, path, now, len(gone), 0, True)
+    if store.audit is not None:
+        store.audit(
+            "memory.mass_change",
+            dir=path,
+            deleted=len(gone),
+            rewritten=0,
+            files=sorted(d.name for d in gone)[:50],
+            window_s=int(store.alarm_window),
+            restore=f"memoryd trash list {path}; memoryd trash restore ID",
+            detail="the whole memory dir was deleted",
+        )
+    return len(gone)
+
+
 def deleted_id(path: Path, name: str, when: float) -> str:
     """The id `trash list` shows for a file deleted outside memoryd: `d` and 9 hex digits
     (a trash id is 10 hex digits, so the two never collide)."""
@@ -1922,6 +1970,8 @@ def for_runtime(rt: Any) -> VersionStore:
         alarm_window=cfg.alarm_window,
         clock=rt.clock,
         audit=lambda event, **fields: rt.audit.write(event, **fields),
+        boot=rt.boot,
+        state=rt.store,
     )
 
 
@@ -2149,17 +2199,30 @@ def render_versions(path: Path, name: str, found: Sequence[Version], now: float)
 
 
 def diff(
-    store: VersionStore, name: str, older: Version, newer: Version | None, current: bytes | None
+    store: VersionStore,
+    name: str,
+    older: Version,
+    newer: Version | None,
+    current: bytes | None,
+    *,
+    gone: bool = False,
 ) -> str:
-    """What changed from `older` to `newer` (None: the file as it is now), as a unified diff."""
+    """What changed from `older` to `newer` (None: the file as it is now; `gone`: it is not
+    in the dir now, so every line went), as a unified diff."""
     import difflib
 
     a = store.read_object(older.sha256)
-    b = current if newer is None else store.read_object(newer.sha256)
-    if a is None or b is None:
+    if newer is None and gone:
+        b: bytes | None = b""
+    else:
+        b = current if newer is None else store.read_object(newer.sha256)
+    if a is None or (b is None and newer is not None):
         return f"{name}: the bytes of one of these versions are no longer kept\n"
+    if b is None:
+        return f"{name}: the file as it is now cannot be read (not a regular file, or too big)\n"
     left = f"{name}@{older.number}"
-    right = f"{name}@{newer.number}" if newer is not None else f"{name} (now)"
+    now = "(deleted)" if gone else "(now)"
+    right = f"{name}@{newer.number}" if newer is not None else f"{name} {now}"
     return "".join(
         difflib.unified_diff(
             a.decode("utf-8", "replace").splitlines(keepends=True),
@@ -2199,6 +2262,9 @@ def prune(store: VersionStore, now: float | None = None) -> PruneResult:
 
 def _prune(store: VersionStore, now: float) -> PruneResult:
     keep = store.keep_days * DAY
+    # How long ago a version ended is the time memoryd watched pass since it found it ended,
+    # never the wall clock's reading alone (see `retention`).
+    ages = retention.Ages(store.root, store.observe_clock(now))
     # Per object: whether something still needs it, else the time it became prunable and its
     # tier (0: an old version of a file that exists; 1: of a deleted file, not its last). A
     # version deleted outside memoryd is the last of a deleted file for its retention even
@@ -2224,18 +2290,20 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
                     missing.append((path, recs[-1].f, now_v.sha256, now_v.stored))
             for i, v in enumerate(found):
                 last = i == len(found) - 1
-                if v.until is not None and now - v.until >= 2 * keep:
-                    old = True
+                young = v.until is not None and ages.young(path, recs[0].f, v.sha256, v.until, keep)
+                if v.until is not None and not young:
+                    old = not ages.young(path, recs[0].f, v.sha256, v.until, 2 * keep) or old
                 deleted_here = (last and gone) or v.ended_by == "deleted"
-                if v.until is None or (now - v.until < keep and deleted_here):
+                if v.until is None or (young and deleted_here):
                     needed.add(v.sha256)
-                elif now - v.until < keep:
+                elif young:
                     tier = 1 if gone else 0
                     was = candidates.get(v.sha256)
                     if was is None or (tier, v.until) > was:
                         candidates[v.sha256] = (tier, v.until)
         if old:
             stale.append(path)
+    ages.save()
     result = PruneResult(repaired=_store_missing(store, missing))
     doomed = [s for s in sizes if s not in needed and s not in candidates]  # past retention
     total = sum(sizes.values()) - sum(sizes[s] for s in doomed)

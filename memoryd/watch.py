@@ -119,8 +119,12 @@ def classify(event: FileSystemEvent, watched_dir: Path, *, parent: bool) -> list
 class Debouncer:
     """Per-key quiet period with a maximum wait; the clock is injected (pure, thread-safe).
 
-    A key is due when it has been quiet for `quiet` seconds, or `max_wait` seconds after its
-    first touch in a burst, whichever comes first. `schedule` asks for a look at a given time.
+    A key (a dir) is touched for one of its parts (a file): it is due once any part has been
+    quiet for `quiet` seconds, or `max_wait` seconds after the key's first touch in a burst,
+    whichever comes first. A file's own quiet decides, not the dir's: a version that sits on
+    disk while another file of the dir changes every second is read once it has sat `quiet`
+    (the dir's quiet never came, and that version was replaced unseen before `max_wait`).
+    `schedule` asks for a look at a given time.
     """
 
     def __init__(self, quiet: float, max_wait: float, clock: Callable[[], float]) -> None:
@@ -128,15 +132,15 @@ class Debouncer:
         self.max_wait = max_wait
         self.clock = clock
         self._first: dict[Any, float] = {}
-        self._last: dict[Any, float] = {}
+        self._last: dict[Any, dict[Any, float]] = {}  # key -> part -> its last touch
         self._at: dict[Any, float] = {}
         self._lock = threading.Lock()
 
-    def touch(self, key: Any) -> None:
+    def touch(self, key: Any, part: Any = None) -> None:
         now = self.clock()
         with self._lock:
             self._first.setdefault(key, now)
-            self._last[key] = now
+            self._last.setdefault(key, {})[part] = now
 
     def schedule(self, key: Any, at: float) -> None:
         with self._lock:
@@ -145,7 +149,8 @@ class Debouncer:
     def _due_at(self, key: Any) -> float:
         times = []
         if key in self._last:
-            times.append(min(self._last[key] + self.quiet, self._first[key] + self.max_wait))
+            quiet = min(self._last[key].values()) + self.quiet  # the part quiet the longest
+            times.append(min(quiet, self._first[key] + self.max_wait))
         if key in self._at:
             times.append(self._at[key])
         return min(times)

@@ -42,7 +42,9 @@ def _store(env: Env, clock: Clock, events: Events, **kw: Any) -> VersionStore:
     def audit(event: str, **fields: Any) -> None:
         events.append((event, fields))
 
-    return VersionStore(env.state, clock=clock, audit=audit, **kw)
+    # The boot clock advances with the fake wall clock: the time memoryd watches pass.
+    boot = kw.pop("boot", lambda: ("test-boot", clock.now))
+    return VersionStore(env.state, clock=clock, audit=audit, boot=boot, **kw)
 
 
 def _mem(folder: Path, name: str, body: str) -> bytes:
@@ -442,16 +444,19 @@ def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
         )
         store.flush()  # an hour later: not due
         assert len(runs) == 1
-        clock.now += 31 * DAY
-        store.flush()  # due: v1's bytes go; it stays listed, not restorable
+        clock.now += DAY
+        store.flush()  # due: it finds v1 replaced, and memoryd watches it from then
         assert len(runs) == 2
+        clock.now += 30 * DAY
+        store.flush()  # due: v1's bytes go; it stays listed, not restorable
+        assert len(runs) == 3
         assert [(v.sha256, v.stored) for v in versions.versions_of(store, folder, "a.md")] == [
             (_sha(v1), False), (_sha(v2), True)
         ]  # fmt: skip
         size = store.log_path(folder).stat().st_size
         clock.now += 30 * DAY
         store.flush()  # due again: v1 ended 61 days ago, its lines leave the log
-        assert len(runs) == 3
+        assert len(runs) == 4
         assert store.log_path(folder).stat().st_size < size
         assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2)]
         v3 = _mem(folder, "a.md", "third")
@@ -467,7 +472,8 @@ COMPACT_CRASH_SCRIPT = """
 import sys
 from pathlib import Path
 from memoryd import versions
-store = versions.VersionStore(Path(sys.argv[1]), clock=lambda: float(sys.argv[2]))
+now = float(sys.argv[2])
+store = versions.VersionStore(Path(sys.argv[1]), clock=lambda: now, boot=lambda: ("b", now))
 versions.prune(store)
 """
 
@@ -479,13 +485,14 @@ def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_pat
     folder.mkdir()
     state = tmp_path / "state"
     clock = Clock()
-    store = VersionStore(state, clock=clock)
+    store = VersionStore(state, clock=clock, boot=lambda: ("b", clock.now))
     with versions.using(store):
         _mem(folder, "a.md", "first")
         previous = scan_dir(folder, versions=store)
         clock.now += DAY
         _mem(folder, "a.md", "second")
         scan_dir(folder, previous.files, previous=previous, only={"a.md"}, versions=store)
+    versions.prune(store)  # finds the first version replaced: memoryd watches it from here
     log = store.log_path(folder.resolve())
     old = log.read_bytes()
     base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
@@ -1877,6 +1884,7 @@ def test_a_log_this_process_compacted_is_read_again_from_its_start(env: Env) -> 
                 other_cache = scan_dir(folder, other_cache, versions=other).files
         if round_ == 0:
             daemon.table(folder)  # the daemon's last look
+        versions.prune(other)  # the churn's old versions found ended: memoryd watches them
         clock.now += 3 * DAY
         assert versions.prune(daemon).lines_dropped > 0
     with versions.using(other):

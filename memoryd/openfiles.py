@@ -1,0 +1,88 @@
+"""Which programs hold a file open for writing (Linux `/proc`), for the writes and moves that
+would strand their later bytes.
+
+`tool > a.md` opens a.md (truncating it) and writes when the tool is done. A restore that
+swaps a.md out, or a move of it into the trash, leaves the tool writing to a file no one
+will read as a.md: the swapped-out file is unlinked (its bytes land nowhere), the trashed
+one no longer holds what its manifest says (`trash restore` refuses it). So those steps look,
+right after the swap or the move (from then on no new open by name reaches the old file),
+for a descriptor of another open file description on that very file (device and inode) with
+write access, and undo themselves when they find one. Best effort where `/proc` cannot say
+(another platform, another user's processes): what it finds is certain, what it misses was
+missed before too.
+"""
+
+import os
+from dataclasses import dataclass
+
+PROC = "/proc"
+
+
+@dataclass(frozen=True, slots=True)
+class Writer:
+    pid: int
+    command: str
+
+    def __str__(self) -> str:
+        return f"PID {self.pid} ({self.command})" if self.command else f"PID {self.pid}"
+
+
+def _writable(pid: str, fd: str) -> bool:
+    try:
+        with open(f"{PROC}/{pid}/fdinfo/{fd}", "rb") as handle:
+            info = handle.read(4096)
+    except OSError:
+        return False
+    for line in info.splitlines():
+        if line.startswith(b"flags:"):
+            try:
+                flags = int(line.split()[1], 8)
+            except (IndexError, ValueError):
+                return False
+            return flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+    return False
+
+
+def _command(pid: str) -> str:
+    try:
+        with open(f"{PROC}/{pid}/comm", "rb") as handle:
+            return handle.read(64).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def writers(dir_fd: int, name: str) -> list[Writer]:
+    """The processes (this one included) holding the file `name` of the folder `dir_fd` open
+    for writing. Their descriptors are found by what they point at: a link ending in `name`
+    (the file's name now, however the folder is reached), then its device and inode."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        pids = [entry.name for entry in os.scandir(PROC) if entry.name.isdigit()]
+    except OSError:
+        return []
+    tails = ("/" + name, "/" + name + " (deleted)")
+    found: list[Writer] = []
+    for pid in pids:
+        fd_dir = f"{PROC}/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:  # gone, or not ours to look at
+            continue
+        for fd in fds:
+            try:
+                if not os.readlink(f"{fd_dir}/{fd}").endswith(tails):
+                    continue
+                held = os.stat(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino) and _writable(pid, fd):
+                found.append(Writer(int(pid), _command(pid)))
+                break
+    return found
+
+
+def describe(found: list[Writer]) -> str:
+    """`PID 12 (sh)`, `PID 12 (sh) and PID 14 (tee)`."""
+    shown = [str(w) for w in found[:3]]
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return (", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else shown[0]) + more

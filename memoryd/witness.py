@@ -1,0 +1,114 @@
+"""Time memoryd can vouch for: the one clock check behind every retention (the trash's day
+folders, the version store's ended versions).
+
+Retention rests on time memoryd itself has watched pass, never on one reading of the wall
+clock (a clock a month fast would make everything "old"; a deletion seen while the clock was
+a year slow would look a year old once it is right). The clock record in the state dir
+(`trash-clock.json`, shared by every memoryd process) keeps:
+- `wall`, `boot`: the wall clock and the boot clock (`Runtime.boot`) at the last reading;
+- `high_water`: the latest wall time memoryd ever recorded;
+- `witnessed`: a running count of the time memoryd can vouch for. Each reading adds the boot
+  clock's advance when the boot is the same (it cannot be set: it is the time that really
+  passed, however the wall clock moved); after a reboot, the time since that boot (the last
+  reading was before it), or the wall clock's step when it is a plausible one (0 to a day);
+  a longer wall-clock jump across a reboot is credited nothing. Too little credit only keeps
+  things longer; too much would lose memories.
+A thing under retention is recorded with the `witnessed` count when memoryd first saw it so
+(`since`); it may go once `witnessed - since` reaches the retention and no clock memoryd has
+seen (the wall clock now, the high-water mark) puts one of its own times within it.
+"""
+
+import contextlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memoryd import fsops
+from memoryd.state import StateStore
+
+CLOCK_FILE = "trash-clock.json"
+MAX_STEP = 86400.0  # the longest wall-clock step taken on trust across a reboot
+Boot = tuple[str, float] | None
+
+
+def number(value: object) -> float | None:
+    """A finite number read from a state file, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    wall: float  # the wall clock now
+    high_water: float  # the latest wall time memoryd has recorded, now included
+    witnessed: float  # the running count of time memoryd can vouch for, now
+
+
+def read_record(store: StateStore, state_dir: Path) -> dict[str, Any]:
+    data = store.read_json(state_dir / CLOCK_FILE)
+    return data if isinstance(data, dict) else {}
+
+
+def write_record(state_dir: Path, record: dict[str, Any]) -> None:
+    fsops.write_private(state_dir / CLOCK_FILE, json.dumps(record, sort_keys=True).encode())
+
+
+def credit(before: dict[str, Any], wall: float, boot: Boot) -> float:
+    """How much of the time since the last reading memoryd can vouch for."""
+    last_boot = before.get("boot")
+    if (
+        boot is not None
+        and isinstance(last_boot, list)
+        and len(last_boot) == 2
+        and last_boot[0] == boot[0]
+        and number(last_boot[1]) is not None
+    ):
+        return max(0.0, boot[1] - float(last_boot[1]))
+    last_wall = number(before.get("wall"))
+    step = wall - last_wall if last_wall is not None else 0.0
+    return max(step if 0.0 <= step <= MAX_STEP else 0.0, boot[1] if boot is not None else 0.0)
+
+
+def observe(
+    store: StateStore, state_dir: Path, wall: float, boot: Boot, *, save: bool = True
+) -> Clock:
+    """Take a reading of the clocks; `save=False` (a dry run) records nothing."""
+    with store.lock(state_dir / CLOCK_FILE) if save else contextlib.nullcontext():
+        before = read_record(store, state_dir)
+        counted = number(before.get("witnessed"))
+        witnessed = wall if counted is None else counted + credit(before, wall, boot)
+        high_water = max(wall, number(before.get("high_water")) or wall)
+        if save:
+            write_record(
+                state_dir,
+                {
+                    **before,
+                    "wall": wall,
+                    "boot": list(boot) if boot is not None else None,
+                    "high_water": high_water,
+                    "witnessed": witnessed,
+                },
+            )
+    return Clock(wall, high_water, witnessed)
+
+
+def seen_within(clock: Clock, times: Iterable[float], span: float) -> bool:
+    """Whether a clock memoryd has seen (now, or the high-water mark) puts one of `times`
+    within `span` seconds."""
+    return any(abs(clock.wall - t) < span or abs(clock.high_water - t) < span for t in times)
+
+
+def watched(clock: Clock, since: float) -> float:
+    """The time memoryd has watched pass since the `witnessed` count `since`."""
+    return clock.witnessed - since
+
+
+def may_go(clock: Clock, since: float, times: Iterable[float], span: float) -> bool:
+    """Whether a thing first seen at `since` (a `witnessed` count), whose own records say
+    `times`, is past a retention of `span` seconds by every clock memoryd trusts."""
+    left = watched(clock, since)
+    return not seen_within(clock, times, span) and left >= span and (span > 0 or left > 0)

@@ -58,6 +58,28 @@ def _color_arg(parser: argparse.ArgumentParser, default: str | None = None) -> N
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose options go anywhere among its positionals (`forget NAME --dry-run DIR`):
+    argparse's intermixed parsing, for every command (each subparser is one of these). A
+    parser with subcommands of its own parses as before: it only picks the subcommand."""
+
+    _mixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        nested = any(
+            a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._get_positional_actions()
+        )
+        if self._mixing or nested:  # the intermixed parse calls this again, twice
+            return super().parse_known_args(args, namespace)
+        self._mixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._mixing = False
+
+
 class _Unbuilt:
     """The parser of a command this run does not name: every call on it does nothing."""
 
@@ -93,7 +115,7 @@ def _named_command(argv: Sequence[str] | None) -> str | None:
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command line; with `only`, the parser of that command alone (the top parser's help
     and usage errors need every command: a name that is none builds them all)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memoryd",
         description="Keeps coding agents' memory folders healthy: deterministic, explainable, "
         "reversible maintenance of memory files and their MEMORY.md index.",

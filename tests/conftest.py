@@ -315,6 +315,7 @@ TIERS: dict[str, frozenset[str]] = {
     ),
     "integration": frozenset(
         {
+            "test_commands_agree",
             "test_agent_semantics",
             "test_apply_checked",
             "test_audit",

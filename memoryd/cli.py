@@ -33,6 +33,7 @@ def _dirs_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "dirs",
         nargs="*",
+        default=[],  # never "required" in a usage error (argparse: `*` with no default)
         type=Path,
         metavar="DIR",
         help="memory dirs, repos or Claude homes to work on (default: every discovered dir)",
@@ -250,7 +251,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "duplicate and contradiction candidates with overlap scores, and the "
         "decision the dream pass would take.",
     )
-    p.add_argument("file", type=Path, metavar="FILE", help="a memory file, or a JSONL record store")
+    p.add_argument(
+        "file",
+        type=Path,
+        metavar="FILE|NAME",
+        help="a memory file, its file name or name (as `show` finds it), or a JSONL record store",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     _repo_root_arg(p)
 
@@ -276,6 +282,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     q.add_argument(
         "dirs",
         nargs="*",
+        default=[],  # never "required" in a usage error (argparse: `*` with no default)
         type=Path,
         metavar="DIR",
         help="where to look (default: every discovered dir)",
@@ -1061,6 +1068,10 @@ def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     rt.dry_run = True
     if findings.is_store_file(args.file):
         return _explain_store(args, rt, out)
+    from memoryd.resolve import is_path, resolve
+
+    if not is_path(str(args.file)):  # a name, as memoryd.resolve finds it
+        args.file = resolve(rt, str(args.file)).path
     root = args.repo_root.expanduser().absolute() if args.repo_root else None
     if root is not None and not root.is_dir():
         raise UsageError(f"{root}: --repo-root must be a folder")
@@ -1169,12 +1180,15 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         dirs = discover(rt.config, named) if named or not gone else []
         if not args.dirs:  # also every dir memoryd has worked on, wherever it was
             dirs += housekeeping.known_dirs(rt)
+        key, holder = _trashed_key(rt, args.key, args.dirs)
+        if holder is not None:  # a name: the one dir the resolver found it in
+            dirs = [holder]
         try:
-            found = housekeeping.find_entry(rt, dirs, args.key)
+            found = housekeeping.find_entry(rt, dirs, key)
         except MemorydError:  # versions: or a file deleted outside memoryd
             from memoryd import cmd_versions
 
-            if cmd_versions.restore_deleted(rt, args.key, args.dirs, out):
+            if cmd_versions.restore_deleted(rt, key, args.dirs, out):
                 return EXIT_OK
             raise
         name = housekeeping.restore(rt, found)
@@ -1211,6 +1225,23 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         for problem in rot.problems:
             out.write(f"{shown(problem)}\n")
     return EXIT_FINDINGS if any(rot.refused or rot.problems for rot in results) else EXIT_OK
+
+
+def _trashed_key(rt: Runtime, key: str, dirs: list[Path]) -> tuple[str, MemoryDir | None]:
+    """`trash restore NAME`: the name (with or without .md) as memoryd.resolve finds it among
+    the files to restore, nearest dirs first, as `<dir>/<file>` and its dir; an ambiguous
+    name is a usage error listing the candidates. An id or a path is left as it is."""
+    from memoryd.resolve import is_path, resolve
+
+    if is_path(key):
+        return key, None
+    try:
+        target = resolve(rt, key, dirs, trashed=True)
+    except UsageError:
+        raise
+    except MemorydError:  # an id, or nothing: find_entry says which
+        return key, None
+    return str(target.path), target.md
 
 
 # --- run, status -------------------------------------------------------------------------------

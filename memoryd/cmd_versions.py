@@ -49,34 +49,9 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
         rt.versions = previous
 
 
-def _locate(rt: Runtime, key: str, dirs: Sequence[Path]) -> tuple[Path, str]:
-    """The dir and the name FILE|NAME means: a path names both (its folder need not be a
-    memory dir memoryd still finds: the file may be gone); a bare name is looked for in
-    DIR..., else in every dir the store holds versions of."""
-    store = versions.for_runtime(rt)
-    path = Path(key).expanduser()
-    if "/" in key:
-        folder = path.parent.resolve() if path.parent.exists() else path.parent.absolute()
-        return folder, path.name
-    candidates = [d.resolve() for d in dirs] if dirs else store.known_dirs()
-    holding = [d for d in candidates if versions.versions_of(store, d, key)]
-    if not holding:
-        raise UsageError(
-            f"{key}: no version of a file of that name is kept in "
-            f"{'the dirs named' if dirs else 'any memory dir'}; give its path (`memoryd "
-            "history <dir>/<file>`)"
-        )
-    if len(holding) > 1:
-        raise UsageError(
-            f"{key}: files of that name are kept in {len(holding)} dirs "
-            f"({', '.join(str(d) for d in holding[:3])}); give its path"
-        )
-    return holding[0], key
-
-
 def cmd_history(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     store = rt.versions or versions.for_runtime(rt)
-    folder, name = _locate(rt, args.file, args.dirs)
+    folder, name = args.target.folder, args.target.name  # memoryd.history.target_of
     found = versions.versions_of(store, folder, name)
     if args.restore is not None:
         return _restore(rt, store, folder, name, found, args.restore, out)

@@ -1,12 +1,14 @@
 """Commands that agree with each other: options anywhere in every command, one resolver of a
 memory's name or path, one label per dir, the same words for the same facts."""
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from memoryd.cli import build_parser
+from memoryd.discover import slugify
 from tests.conftest import Env, Result, write_memory
 
 Cli = Callable[..., Result]
@@ -47,3 +49,138 @@ def test_every_command_takes_options_between_its_positionals(words: list[str]) -
     parser = build_parser(words[0])
     args = parser.parse_args(words)
     assert args.command == words[0]
+
+
+# --- one resolver -------------------------------------------------------------------------------
+def _project(env: Env, tmp_path: Path, name: str) -> Path:
+    """A repo and its auto-memory dir in the Claude home, with a transcript naming the repo."""
+    repo = tmp_path / "code" / name
+    (repo / ".git").mkdir(parents=True)
+    folder = env.claude / "projects" / slugify(str(repo))
+    (folder / "memory").mkdir(parents=True)
+    (folder / "s.jsonl").write_text(json.dumps({"cwd": str(repo)}) + "\n")
+    for n in range(5):
+        write_memory(folder / "memory", f"project_f{n}.md", description=f"filler {n}")
+    write_memory(folder / "memory", "user_role.md", name="Role", description=f"the role in {name}")
+    return folder / "memory"
+
+
+@pytest.fixture
+def two(env: Env, tmp_path: Path) -> tuple[Path, Path]:
+    return _project(env, tmp_path, "alpha"), _project(env, tmp_path, "beta")
+
+
+def test_show_inside_a_repo_finds_that_repos_memory_first(
+    cli: Cli, two: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for folder, name in zip(two, ("alpha", "beta"), strict=True):
+        monkeypatch.chdir(tmp_path / "code" / name / ".git")  # anywhere inside the repo
+        shown = cli("show", "user_role", "--json")
+        assert shown.code == 0, shown.err
+        assert json.loads(shown.out)["memory"]["file"] == str(folder / "user_role.md")
+
+
+def _trash_both(cli: Cli, two: tuple[Path, Path]) -> None:
+    for folder in two:
+        assert cli("forget", folder / "user_role.md", "--yes").code == 0
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["show", "user_role"],
+        ["show", "Role"],
+        ["history", "user_role"],
+        ["history", "user_role.md"],
+        ["explain", "user_role"],
+        ["ack", "user_role.md"],
+        ["forget", "user_role.md", "--dry-run"],
+        ["trash", "restore", "user_role"],
+    ],
+)
+def test_an_ambiguous_name_is_a_usage_error_listing_every_candidate(
+    cli: Cli,
+    two: tuple[Path, Path],
+    words: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    if words[0] in ("history", "trash"):
+        assert cli("index").code == 0  # a version of each kept
+    if words[0] == "trash":
+        _trash_both(cli, two)
+    monkeypatch.chdir(tmp_path)  # in neither repo
+    done = cli(*words)
+    assert done.code == 2, (done.out, done.err)
+    for folder in two:
+        assert str(folder / "user_role.md") in done.err
+    assert all((folder / "user_role.md").exists() for folder in two) or words[0] == "trash"
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["show", "Role"],
+        ["history", "user_role"],
+        ["explain", "user_role"],
+        ["trash", "restore", "user_role"],
+    ],
+)
+def test_each_command_takes_a_name_without_md_or_its_name_field_inside_a_repo(
+    cli: Cli,
+    two: tuple[Path, Path],
+    words: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    assert cli("index").code == 0
+    if words[0] == "trash":
+        _trash_both(cli, two)
+    monkeypatch.chdir(tmp_path / "code" / "beta")
+    done = cli(*words)
+    assert done.code == 0, (done.out, done.err)
+    assert str(two[1]) in done.out and str(two[0]) not in done.out
+    if words[0] == "trash":
+        assert (two[1] / "user_role.md").exists() and not (two[0] / "user_role.md").exists()
+
+
+def test_ack_takes_a_memorys_name(
+    cli: Cli, two: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path / "code" / "alpha")
+    done = cli("ack", "user_role")
+    # Resolved to alpha's file: it is a memory, not flagged (nothing to acknowledge).
+    assert f"{two[0] / 'user_role.md'}: not flagged for review" in done.out, done.err
+
+
+def test_history_by_name_without_md_lists_its_versions_and_diffs_them(
+    cli: Cli, memdir: Path
+) -> None:
+    assert cli("index", memdir).code == 0
+    write_memory(memdir, "project_m1.md", description="memory 1", body="topic1, changed\n")
+    assert cli("index", memdir).code == 0
+    listed = cli("history", "project_m1", "--json", memdir)
+    assert listed.code == 0, listed.err
+    assert len(json.loads(listed.out)["versions"]["versions"]) == 2
+    diff = cli("history", "project_m1", memdir, "--diff")
+    assert diff.code == 0 and "+topic1, changed" in diff.out, diff.out
+
+
+def test_history_of_memory_md_named_inside_its_dir(
+    cli: Cli, two: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cli("index").code == 0
+    monkeypatch.chdir(two[0])
+    done = cli("history", "MEMORY.md")
+    assert done.code == 0, done.err
+    assert str(two[0] / "MEMORY.md") in done.out and str(two[1]) not in done.out
+    assert f"{two[0] / 'MEMORY.md'}: 1 version kept" in done.out
+
+
+def test_history_names_a_deleted_memory(cli: Cli, memdir: Path) -> None:
+    assert cli("index", memdir).code == 0
+    (memdir / "project_m2.md").unlink()
+    assert cli("index", memdir).code == 0
+    done = cli("history", "project_m2", memdir)
+    assert done.code == 0, done.err
+    assert "project_m2.md" in done.out and "Versions:" in done.out

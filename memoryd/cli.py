@@ -409,13 +409,6 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
     }
 
 
-def _dir_name(md: MemoryDir) -> str:
-    """The name a person knows a dir by: the project's, or `project/agent`."""
-    if md.kind in ("agent", "repo-agent", "repo-agent-local", "explicit", "extra", "nested"):
-        return f"{md.repo_root.name}/{md.label}" if md.repo_root else md.label
-    return md.repo_root.name if md.repo_root else md.label
-
-
 def _iso(ts: float) -> str | None:
     from datetime import UTC, datetime
 
@@ -425,10 +418,13 @@ def _iso(ts: float) -> str | None:
 
 
 def _dir_history(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    """What the dir's state says of memoryd's last passes (absolute UTC times)."""
+    """Its label, and what the dir's state says of memoryd's last passes (absolute UTC
+    times)."""
+    from memoryd.dirlabel import label
+
     state = rt.store.load(md.real_path)
     return {
-        "name": _dir_name(md),
+        "name": label(md),
         "flagged": state.last_dream_flagged if state.last_dream_flagged >= 0 else None,
         "last_pass": _iso(state.last_dream_ts),
         "last_pass_result": state.last_dream_result or None,
@@ -737,7 +733,9 @@ def _some(items: list[str], limit: int = 5) -> str:
 
 
 def _render_outcome(o: IndexOutcome) -> str:
-    where = str(o.dir.path)
+    from memoryd.dirlabel import label
+
+    where = f"{label(o.dir)} ({shown(o.dir.path)})"  # the one label, and where it is
     if o.status == "unmanaged":
         return f"{where}: unmanaged — {o.message} (nothing changed)\n"
     if o.status == "settling":
@@ -860,6 +858,13 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         last = args.lines if args.lines != -1 else (FOLLOW_LAST if args.follow else None)
         filtered = since is not None or args.event or want_dir
         history = [r for r in follower.history(None if filtered else last) if wanted(r)]
+        if not args.json:  # each dir by its one label (memoryd.dirlabel)
+            from dataclasses import replace
+
+            from memoryd.dirlabel import roots
+
+            named = [str(r["dir"]) for r in history if isinstance(r.get("dir"), str)]
+            view = replace(view, roots=roots(named, rt.config))
         logged = os.path.lexists(path) or any(
             path.with_name(f"{path.name}.{n}").exists() for n in range(1, backups + 1)
         )
@@ -1264,11 +1269,14 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         json.dump(found.as_json(), out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
+        from memoryd.dirlabel import roots
+
         view = View(
             now=now,
             home=str(Path.home()),
             width=terminal_width(out, os.environ),
             paint=Painter(use_color(args.color, out, os.environ)),
+            roots=roots([d.path for d in found.dirs], rt.config),
         )
         out.write(render(found, view))
         import time

@@ -9,16 +9,15 @@ import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
+from memoryd.dirlabel import dir_label as dir_label  # where the log view had it
 from memoryd.display import shown
 from memoryd.humanize import Painter, ago, clip, clock_time, parse_ts, plural, short_path
 
 Row = Mapping[str, Any]
 EVENT_WIDTH = 17  # most event names fit; longer ones push the line on by a few columns
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_NOT_SLUG = re.compile(r"[^A-Za-z0-9]")
 _HIDDEN = frozenset({"ts", "v", "event", "level", "pid", "dir"})
 _LEVEL_ROLE = {"warning": "warn", "error": "error", "debug": "dim"}
 _LEVEL_WORD = {"warning": "WARN", "error": "ERROR", "debug": "DEBUG"}
@@ -35,36 +34,8 @@ class View:
     width: int = 100
     verbose: bool = False
     paint: Painter = field(default_factory=lambda: Painter(False))
-
-
-def dir_label(path: str, home: str | None) -> str:
-    """A memory dir as a person names it: the project for Claude's per-project memory (its
-    slug without the home folder's), the repo (and agent) for a repo's `.claude/` dirs,
-    `agent/<name>` for the user's agents; else the path with `~`."""
-    parts = Path(path).parts
-    if len(parts) >= 3 and parts[-1] == "memory" and parts[-3] == "projects":
-        slug = parts[-2]
-        # The slug is lossy (every `/`, `.`, `-` is `-`): cut only what the home folder, or a
-        # folder above it, spells, the longest first.
-        for base in [Path(home), *Path(home).parents][:-1] if home else []:
-            prefix = _NOT_SLUG.sub("-", str(base)) + "-"
-            if slug.startswith(prefix) and len(slug) > len(prefix):
-                return shown(slug[len(prefix) :])
-        return shown(slug)
-    if ".claude" in parts:
-        at = len(parts) - 1 - parts[::-1].index(".claude")
-        owner, rest = Path(*parts[:at]), parts[at + 1 :]
-        user_level = home is not None and str(owner) == str(home).rstrip("/")
-        if len(rest) == 2 and rest[0] in ("agent-memory", "agent-memory-local"):
-            return shown(f"agent/{rest[1]}" if user_level else f"{owner.name}/{rest[1]}")
-        if rest == ("memory",) and not user_level:
-            return shown(owner.name)
-        if rest and not user_level:
-            return shown("/".join((owner.name, *rest)))
-    short = short_path(path, home)
-    if short.startswith("~") or len(parts) <= 4:
-        return short
-    return shown("…/" + "/".join(parts[-2:]))  # a folder of its own: its name and its parent's
+    # The repo root of each per-project dir the rows name (memoryd.dirlabel.roots): its label.
+    roots: Mapping[str, str] = field(default_factory=dict)
 
 
 def _names(items: object, limit: int = 2, unit: str = "") -> str:
@@ -225,7 +196,11 @@ def render_row(row: Row, view: View) -> str:
     gap = " " * max(2, EVENT_WIDTH - len(event) + 1)  # the next column starts aligned
     if row.get("dir"):
         where = str(row["dir"])
-        label = short_path(where, view.home) if view.verbose else dir_label(where, view.home)
+        label = (
+            short_path(where, view.home)
+            if view.verbose
+            else dir_label(where, view.home, view.roots.get(where))
+        )
         pieces.append((gap, label, "bold"))
         gap = "  "
     if view.verbose:
@@ -491,9 +466,10 @@ def render_summary(rows: Iterable[Row], view: View, *, since: float | None) -> s
             continue
         text = t.sentence()
         if not text:
-            quiet.append(dir_label(where, view.home))
+            quiet.append(dir_label(where, view.home, view.roots.get(where)))
             continue
-        label, full = dir_label(where, view.home), short_path(where, view.home)
+        label = dir_label(where, view.home, view.roots.get(where))
+        full = short_path(where, view.home)
         path_note = clip(f" ({full})", view.width - len(label)) if full != label else ""
         lines.append(view.paint(label, "bold") + path_note)
         lines.extend(

@@ -184,3 +184,46 @@ def test_history_names_a_deleted_memory(cli: Cli, memdir: Path) -> None:
     done = cli("history", "project_m2", memdir)
     assert done.code == 0, done.err
     assert "project_m2.md" in done.out and "Versions:" in done.out
+
+
+# --- one label per dir --------------------------------------------------------------------------
+@pytest.fixture
+def labelled(env: Env) -> dict[Path, str]:
+    """Two per-project dirs under the home: one whose repo a transcript names (labelled by
+    the repo), one with none (by its slug less the home folder's)."""
+    repo = env.home / "src" / "claude-config"
+    (repo / ".git").mkdir(parents=True)
+    known = env.claude / "projects" / slugify(str(repo))
+    (known / "memory").mkdir(parents=True)
+    (known / "s.jsonl").write_text(json.dumps({"cwd": str(repo)}) + "\n")
+    unknown = env.claude / "projects" / slugify(str(env.home / "src" / "gone-project"))
+    out = {known / "memory": "claude-config", unknown / "memory": "src-gone-project"}
+    for folder in out:
+        write_memory(folder, "project_deploy.md", description="deploy steps", body="deploy\n")
+    return out
+
+
+def test_every_command_labels_a_dir_the_same_way(
+    cli: Cli, labelled: dict[Path, str], env: Env
+) -> None:
+    index = cli("index", "-v")
+    dream = cli("dream", "--dry-run")
+    dirs = {row["path"]: row["name"] for row in json.loads(cli("dirs", "--json").out)["dirs"]}
+    status = cli("status").out
+    log = cli("log").out
+    hits = json.loads(cli("search", "deploy", "--json").out)["results"]
+    searched = {str(Path(hit["file"]).parent): hit["dir"] for hit in hits}
+    for folder, label in labelled.items():
+        assert f"{label} ({folder}): " in index.out, index.out
+        assert f"{label} ({folder}): " in dream.out, dream.out
+        assert dirs[str(folder)] == label
+        assert f"  {label}  " in status, status
+        assert f" {label}  " in log, log
+        assert searched[str(folder)] == label
+
+
+def test_a_user_scope_agent_dir_named_is_the_users_not_a_repos(cli: Cli, env: Env) -> None:
+    folder = env.claude / "agent-memory" / "reviewer"
+    write_memory(folder, "feedback_style.md", description="style")
+    (row,) = json.loads(cli("dirs", folder, "--json").out)["dirs"]
+    assert (row["kind"], row["repo_root"], row["name"]) == ("agent", None, "agent/reviewer")

@@ -521,10 +521,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         return EXIT_OK
     out.write("".join(f"warning: {shown(w)}\n" for w in found.warnings))
     if found.auto_memory_off:
-        out.write(
-            f"Auto memory is turned off ({shown(found.auto_memory_off)}): Claude Code "
-            "loads no auto-memory MEMORY.md; memoryd still maintains the files.\n"
-        )
+        out.write(_auto_memory_off_line(found.auto_memory_off))
     out.write(_render_refused(found.refused))
     out.write(_render_empty(found))
     _render_stores(stores, out)
@@ -1265,8 +1262,9 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     now = rt.clock()
     found = gather(rt, now)
+    off = _auto_memory_off(rt)
     if args.json:
-        json.dump(found.as_json(), out, indent=2, ensure_ascii=False)
+        json.dump({**found.as_json(), "auto_memory_off": off}, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
         from memoryd.dirlabel import roots
@@ -1279,12 +1277,32 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             roots=roots([d.path for d in found.dirs], rt.config),
         )
         out.write(render(found, view))
+        if off:
+            out.write(_auto_memory_off_line(off))
         import time
 
         from memoryd.statusview import alarm_lines
 
         out.write(alarm_lines(rt, time.time()))  # mass changes by other processes, last day
     return EXIT_OK if found.fresh else EXIT_FINDINGS
+
+
+def _auto_memory_off(rt: Runtime) -> str:
+    """What turned Claude Code's auto memory off where no project says otherwise, or "" (the
+    environment and the user's settings: memoryd.claude_env, no discovery)."""
+    from memoryd.claude_env import auto_memory_switch, user_settings
+
+    switch = auto_memory_switch(
+        rt.config.claude_env, [user_settings(rt.config.paths.claude_home, [])]
+    )
+    return "" if switch.on else switch.source
+
+
+def _auto_memory_off_line(source: str) -> str:
+    return (
+        f"Auto memory is turned off ({shown(source)}): Claude Code loads no auto-memory "
+        "MEMORY.md; memoryd still maintains the files.\n"
+    )
 
 
 def cmd_service(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

@@ -2,6 +2,7 @@
 memory's name or path, one label per dir, the same words for the same facts."""
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from memoryd.cli import build_parser
 from memoryd.discover import slugify
+from tests.claude_client import BIN_ENV
 from tests.conftest import Env, Result, write_memory
 
 Cli = Callable[..., Result]
@@ -227,3 +229,79 @@ def test_a_user_scope_agent_dir_named_is_the_users_not_a_repos(cli: Cli, env: En
     write_memory(folder, "feedback_style.md", description="style")
     (row,) = json.loads(cli("dirs", folder, "--json").out)["dirs"]
     assert (row["kind"], row["repo_root"], row["name"]) == ("agent", None, "agent/reviewer")
+
+
+# --- switches under which Claude Code loads no MEMORY.md ----------------------------------------
+LOADS_NONE = (
+    "CLAUDE_CODE_SIMPLE",
+    "CLAUDE_CODE_SAFE_MODE",
+    "CLAUDE_MEMORY_STORES",
+    "CLAUDE_CODE_REMOTE",
+    "CLAUDE_CODE_DISABLE_CLAUDE_MDS",
+)
+
+
+@pytest.fixture
+def clean_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (*LOADS_NONE, "CLAUDE_CODE_DISABLE_AUTO_MEMORY", "CLAUDE_CODE_REMOTE_MEMORY_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("where", ["environment", "settings"])
+@pytest.mark.parametrize("name", LOADS_NONE)
+def test_dirs_and_status_say_claude_code_loads_no_memory_md_under_each_switch(
+    cli: Cli,
+    env: Env,
+    labelled: dict[Path, str],
+    clean_switches: None,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    where: str,
+) -> None:
+    if where == "environment":
+        monkeypatch.setenv(name, "1")
+        said = f"Auto memory is turned off ({name}=1 in memoryd's environment)"
+    else:
+        settings = env.claude / "settings.json"
+        settings.write_text(json.dumps({"env": {name: "1"}}))
+        said = f"Auto memory is turned off ({name}=1 in the env of {settings})"
+    assert said in cli("dirs").out
+    assert said in cli("status").out
+    assert json.loads(cli("status", "--json").out)["auto_memory_off"]
+    rows = json.loads(cli("dirs", "--json").out)["dirs"]
+    assert all(name in row["not_loaded"] for row in rows if row["kind"] == "project"), rows
+
+
+def test_a_switch_set_false_leaves_auto_memory_on(
+    cli: Cli, labelled: dict[Path, str], clean_switches: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in LOADS_NONE:
+        monkeypatch.setenv(name, "" if name == "CLAUDE_MEMORY_STORES" else "0")
+    assert "Auto memory is turned off" not in cli("dirs").out
+    assert json.loads(cli("status", "--json").out)["auto_memory_off"] == ""
+
+
+@pytest.mark.skipif(not os.environ.get(BIN_ENV), reason=f"set {BIN_ENV} to run the real client")
+@pytest.mark.parametrize("name", LOADS_NONE)
+def test_the_real_client_loads_no_memory_md_where_memoryd_says_so(
+    cli: Cli,
+    env: Env,
+    tmp_path: Path,
+    clean_switches: None,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+) -> None:
+    from tests.claude_client import run_claude
+
+    repo = tmp_path / "proj"
+    (repo / ".git").mkdir(parents=True)
+    folder = env.claude / "projects" / slugify(str(repo)) / "memory"
+    write_memory(folder, "user_zebra.md", description="about zebras")
+    assert cli("index", folder).code == 0
+    loaded = run_claude(env.home, repo)
+    assert [b for b in loaded.memory if "auto-memory" in b.label]  # the baseline loads it
+    switched = run_claude(env.home, repo, {name: "1"})
+    assert switched.returncode == 0, switched.stderr
+    assert not [b for b in switched.memory if "auto-memory" in b.label]
+    monkeypatch.setenv(name, "1")  # read by memoryd at the command's start
+    assert f"Auto memory is turned off ({name}=1" in cli("dirs").out

@@ -103,6 +103,11 @@ EVENTS: dict[str, EventSpec] = {
         "info", "a memory file was moved into the trash", ("file", "id", "reason", "sha256")
     ),
     "trash.restored": EventSpec("info", "a file came back from the trash", ("file", "id", "as")),
+    "version.restored": EventSpec(
+        "info",
+        "an earlier version of a file was written back (`history --restore`)",
+        ("file", "version", "sha256"),
+    ),
     "trash.purged": EventSpec("info", "trash day folders past retention were removed", ("days",)),
     "trash.kept": EventSpec(
         "warning", "a trash day folder nothing says the age of is kept", ("day", "problem")

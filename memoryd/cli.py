@@ -1226,6 +1226,12 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             out.write(f"{where}: kept {day} — {shown(why)}\n")
         for problem in rot.problems:
             out.write(f"{shown(problem)}\n")
+    if args.dry_run and not any(rot.would_purge or rot.refused for rot in results):
+        days = keep if keep is not None else rt.config.trash.keep_days
+        out.write(
+            f"[DRY RUN] nothing would be purged: no trash day folder is past the retention "
+            f"({days} days) in the {len(results)} dir(s) looked at\n"
+        )
     return EXIT_FINDINGS if any(rot.refused or rot.problems for rot in results) else EXIT_OK
 
 
@@ -1476,11 +1482,22 @@ def main(
         # What no step turned into a message of its own (a state file on a full disk, say):
         # still the file and what to do, not a traceback.
         where = f"{error.filename}: " if error.filename else ""
-        err.write(
-            f"memoryd: {where}{error.strerror or error}. Free disk space or fix the "
-            "permissions there, then rerun.\n"
-        )
+        err.write(f"memoryd: {where}{error.strerror or error}. {_advice(error)}\n")
         return EXIT_FINDINGS
+
+
+def _advice(error: OSError) -> str:
+    """What to do about an error no step gave a message of its own, by what the system said
+    (a permission is no full disk)."""
+    import errno
+
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "Free disk space there, then rerun."
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "Fix the permissions there, or name folders memoryd may read, then rerun."
+    if error.errno == errno.EROFS:
+        return "That file system is read-only; make it writable, then rerun."
+    return "Check the file system there, then rerun."
 
 
 def entry() -> None:

@@ -167,10 +167,9 @@ def _restore(
         # theirs is lost and nothing is written (rerun to restore over their version).
         replacing = now[1] if now is not None else None
         _write_back(rt, store, folder, name, (data, version.sha256), replacing, pins)
-    rt.audit.write(
-        "trash.restored", dir=folder, file=name, id=f"v{number}:{version.sha256[:12]}",
-        **{"as": name},
-    )  # fmt: skip
+    rt.audit.write(  # a version written back, not a file out of the trash
+        "version.restored", dir=folder, file=name, version=number, sha256=version.sha256
+    )
     out.write(
         f"restored version {number} of {shown(folder / name)} ({version.size} bytes, "
         f"{version.sha256[:12]}); the version it replaced stays in its history\n"

@@ -147,6 +147,7 @@ _DETAILS: dict[str, Callable[[Row, View], str]] = {
         f"{shown(r.get('file', '?'))}"
         + (f" as {shown(r['as'])}" if r.get("as") and r.get("as") != r.get("file") else "")
     ),
+    "version.restored": lambda r, v: f"{shown(r.get('file', '?'))} version {r.get('version', '?')}",
     "trash.purged": lambda r, v: _names(r.get("days", []), 3) or shown(r.get("refused", "")),
     "trash.kept": _field("day", "problem"),
     "watch.overflow": _field("detail"),
@@ -240,6 +241,7 @@ class DirTally:
 
     moved: Counter[str] = field(default_factory=Counter)  # by reason
     restored: int = 0
+    versions_restored: int = 0  # `history --restore`: written back, not out of the trash
     added: int = 0
     removed: int = 0
     rewritten: int = 0
@@ -286,6 +288,8 @@ class DirTally:
             done.append(f"{plural(total, 'memory', 'memories')} moved to the trash ({why})")
         if self.restored:
             done.append(f"{self.restored} restored from the trash")
+        if self.versions_restored:
+            done.append(f"{plural(self.versions_restored, 'earlier version')} written back")
         for n, what in (
             (self.added, "added"),
             (self.removed, "removed"),
@@ -389,6 +393,7 @@ def _ignore(t: DirTally, row: Row) -> None:
 _COUNTERS: dict[str, Callable[[DirTally, Row], None]] = {
     "trash.moved": lambda t, r: t.moved.update([str(r.get("reason", "other"))]),
     "trash.restored": _inc("restored"),
+    "version.restored": _inc("versions_restored"),
     "index.updated": _count_index,
     "index.demoted": _count_demoted,
     "dream.completed": _inc("passes"),
@@ -504,6 +509,7 @@ def summary_json(rows: Iterable[Row]) -> dict[str, Any]:
         out[where or "memoryd"] = {
             "moved": dict(t.moved),
             "restored": t.restored,
+            "versions_restored": t.versions_restored,
             "pointers_added": t.added,
             "pointers_removed": t.removed,
             "pointers_rewritten": t.rewritten,

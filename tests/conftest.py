@@ -347,7 +347,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_claude_mcp",
             "test_claude_real",
             "test_claude_view",
-        "test_commands_agree::test_the_real_client_loads_no_memory_md_where_memoryd_says_so",
+            "test_commands_agree::test_the_real_client_loads_no_memory_md_where_memoryd_says_so",
             "test_crash",
             "test_daemon",
             "test_restore_final",

@@ -1,6 +1,7 @@
 """Commands that agree with each other: options anywhere in every command, one resolver of a
 memory's name or path, one label per dir, the same words for the same facts."""
 
+import errno
 import json
 import os
 from collections.abc import Callable
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import memoryd.cli as cli_module
 from memoryd.cli import build_parser
 from memoryd.discover import slugify
 from tests.claude_client import BIN_ENV
@@ -305,3 +307,63 @@ def test_the_real_client_loads_no_memory_md_where_memoryd_says_so(
     assert not [b for b in switched.memory if "auto-memory" in b.label]
     monkeypatch.setenv(name, "1")  # read by memoryd at the command's start
     assert f"Auto memory is turned off ({name}=1" in cli("dirs").out
+
+
+# --- words that are true ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("code", "advice", "not_said"),
+    [
+        (errno.EACCES, "Fix the permissions there", "Free disk space"),
+        (errno.ENOSPC, "Free disk space there", "permissions"),
+    ],
+)
+def test_an_error_no_step_handled_is_answered_by_what_the_system_said(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, code: int, advice: str, not_said: str
+) -> None:
+    def fails(*args: object) -> int:
+        raise OSError(code, os.strerror(code), "/proc/1/fdinfo/MEMORY.md")
+
+    monkeypatch.setitem(cli_module.HANDLERS, "dirs", fails)
+    done = cli("dirs")
+    assert done.code == 1
+    assert f"/proc/1/fdinfo/MEMORY.md: {os.strerror(code)}. {advice}" in done.err, done.err
+    assert not_said not in done.err
+
+
+def test_log_summary_tells_a_version_written_back_from_a_restore_out_of_the_trash(
+    cli: Cli, memdir: Path
+) -> None:
+    assert cli("index", memdir).code == 0
+    write_memory(memdir, "project_m1.md", description="memory 1", body="topic1, changed\n")
+    assert cli("index", memdir).code == 0
+    assert cli("history", "project_m1", memdir, "--restore", "1").code == 0
+    summary = cli("log", "--summary").out
+    assert "1 earlier version written back" in summary, summary
+    assert "restored from the trash" not in summary
+    (counts,) = json.loads(cli("log", "--summary", "--json").out)["dirs"].values()
+    assert (counts["restored"], counts["versions_restored"]) == (0, 1)
+
+
+def test_history_json_is_the_document_the_readme_describes(cli: Cli, memdir: Path) -> None:
+    assert cli("index", memdir).code == 0
+    doc = json.loads(cli("history", "project_m1", memdir, "--json").out)
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `memoryd history")]
+    assert "list of entries" not in row
+    for key in (*doc, *doc["histories"][0], *doc["versions"], *doc["versions"]["versions"][0]):
+        assert f"`{key}`" in row, key
+
+
+def test_trash_purge_dry_run_says_when_nothing_would_be_purged(cli: Cli, memdir: Path) -> None:
+    done = cli("trash", "purge", "--dry-run", memdir)
+    assert done.code == 0
+    assert done.out == (
+        "[DRY RUN] nothing would be purged: no trash day folder is past the retention "
+        "(30 days) in the 1 dir(s) looked at\n"
+    )
+
+
+def test_trash_restore_usage_names_only_its_required_argument(cli: Cli) -> None:
+    done = cli("trash", "restore")
+    assert done.code == 2
+    assert "the following arguments are required: ID|PATH|NAME\n" in done.err, done.err

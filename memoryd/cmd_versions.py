@@ -272,6 +272,23 @@ def _make_again(store: versions.VersionStore, folder: Path) -> None:
         ) from error
 
 
+def _indexes_back(rt: Runtime, store: versions.VersionStore, folder: Path) -> None:
+    """A memory dir made again: its MEMORY.md and archive as their last kept versions (the
+    person's sections with them), not indexes generated anew. The pointers of memories not
+    restored yet go at the next pass; each comes back where it sat when its file does."""
+    import os
+
+    for name in versions.INDEX_FILES:
+        kept = versions.versions_of(store, folder, name)
+        if not kept or os.path.lexists(folder / name):
+            continue
+        data = store.read_object(kept[-1].sha256)
+        if data is None:  # pruned: the index pass writes one anew
+            continue
+        pins = rt.store.load_pins(folder)
+        _write_back(rt, store, folder, name, (data, kept[-1].sha256), None, pins)
+
+
 def _why(error: BaseException) -> str:
     """The system's reason for a failed write (the message when there is none)."""
     cause = error if isinstance(error, OSError) else error.__cause__
@@ -295,13 +312,20 @@ def split_gone(rt: Runtime, dirs: Sequence[Path]) -> tuple[list[Path], list[Path
     return [d for d in dirs if d not in gone], gone
 
 
+def within(store: versions.VersionStore, dirs: Sequence[Path]) -> list[Path]:
+    """The dirs the store keeps versions of that DIR... names: each one named, or inside one
+    (a repo, its `.claude/`, a Claude home: their memory dirs, those deleted whole too);
+    every one when none is named."""
+    known = store.known_dirs()
+    if not dirs:
+        return known
+    wanted = [d.expanduser().resolve() for d in dirs]
+    return [p for p in known if any(p == w or p.is_relative_to(w) for w in wanted)]
+
+
 def deleted_rows(rt: Runtime, dirs: Sequence[Path]) -> list[versions.Deleted]:
     store = rt.versions or versions.for_runtime(rt)
-    wanted = {d.resolve() for d in dirs}
-    known = store.known_dirs()
-    return [
-        d for path in known if not wanted or path in wanted for d in versions.deleted(store, path)
-    ]
+    return [d for path in within(store, dirs) for d in versions.deleted(store, path)]
 
 
 def render_deleted(items: Sequence[versions.Deleted]) -> str:
@@ -325,8 +349,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     from memoryd.indexer import restore_pointers
 
     store = rt.versions or versions.for_runtime(rt)
-    known = [d.resolve() for d in dirs] or store.known_dirs()
-    item = versions.find_deleted(store, known, key)
+    item = versions.find_deleted(store, within(store, dirs), key)
     if item is None:
         return False
     data = store.read_object(item.sha256)
@@ -336,6 +359,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     if item.vanished or not item.dir.is_dir():
         with rt.store.lock(item.dir):
             _make_again(store, item.dir)
+            _indexes_back(rt, store, item.dir)
     md = memory_dir_at(item.dir, rt.config)
     with rt.store.lock(item.dir):
         if versions.find_deleted(store, [item.dir], item.id) is None:  # restored meanwhile

@@ -4,6 +4,7 @@ memory's name or path, one label per dir, the same words for the same facts."""
 import errno
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -367,3 +368,54 @@ def test_trash_restore_usage_names_only_its_required_argument(cli: Cli) -> None:
     done = cli("trash", "restore")
     assert done.code == 2
     assert "the following arguments are required: ID|PATH|NAME\n" in done.err, done.err
+
+
+# --- trash list REPO, and a dir deleted whole --------------------------------------------------
+RULES = "## Rules Reference\n\n- never push on Fridays\n"
+
+
+@pytest.fixture
+def agent_dir(tmp_path: Path, env: Env, cli: Cli) -> Path:
+    """A repo-scope agent dir with a hand-written section in its index, its versions kept."""
+    folder = tmp_path / "app" / ".claude" / "agent-memory" / "reviewer"
+    (tmp_path / "app" / ".git").mkdir(parents=True)
+    for n in range(3):
+        write_memory(folder, f"feedback_r{n}.md", description=f"review rule {n}")
+    (folder / "MEMORY.md").write_text(
+        "# reviewer Memory\n\n"
+        + "".join(f"- [r{n}](feedback_r{n}.md) — review rule {n}\n" for n in range(3))
+        + "\n"
+        + RULES
+    )
+    assert cli("index", tmp_path / "app").code == 0
+    return folder
+
+
+@pytest.mark.parametrize("named", ["app", "app/.claude"])
+def test_trash_list_of_a_repo_lists_what_was_deleted_outside_memoryd_in_its_dirs(
+    cli: Cli, agent_dir: Path, tmp_path: Path, named: str
+) -> None:
+    (agent_dir / "feedback_r1.md").unlink()
+    assert cli("index", tmp_path / "app").code == 0  # sees it gone
+    listed = cli("trash", "list", tmp_path / named)
+    assert "The trash is empty." not in listed.out
+    assert f"deleted outside memoryd, just now  {agent_dir / 'feedback_r1.md'}" in listed.out
+    doc = json.loads(cli("trash", "list", tmp_path / named, "--json").out)
+    assert [d["file"] for d in doc["deleted_outside"]] == ["feedback_r1.md"]
+
+
+def test_a_dir_deleted_whole_comes_back_with_its_last_kept_index(
+    cli: Cli, agent_dir: Path, tmp_path: Path
+) -> None:
+    before = (agent_dir / "MEMORY.md").read_text()
+    assert RULES in before
+    shutil.rmtree(agent_dir)
+    doc = json.loads(cli("trash", "list", tmp_path / "app", "--json").out)
+    ids = [d["id"] for d in doc["deleted_outside"]]
+    assert len(ids) == 3
+    back = cli("trash", "restore", ids[0], tmp_path / "app")
+    assert back.code == 0, back.err
+    assert RULES in (agent_dir / "MEMORY.md").read_text()
+    for restore_id in ids[1:]:
+        assert cli("trash", "restore", restore_id).code == 0
+    assert (agent_dir / "MEMORY.md").read_text() == before

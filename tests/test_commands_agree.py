@@ -419,3 +419,65 @@ def test_a_dir_deleted_whole_comes_back_with_its_last_kept_index(
     for restore_id in ids[1:]:
         assert cli("trash", "restore", restore_id).code == 0
     assert (agent_dir / "MEMORY.md").read_text() == before
+
+
+# --- the MCP tools -------------------------------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_the_mcp_tools_refuse_what_the_cli_refuses_bound_every_list_and_read_the_clients_project(
+    env: Env, tmp_path: Path
+) -> None:
+    pytest.importorskip("mcp", reason="the MCP SDK is not installed")
+    import asyncio
+    import sys
+
+    from mcp.client.stdio import StdioServerParameters
+
+    from memoryd.cmd_recall import TYPES
+    from tests.test_recall_mcp import drive, structured
+
+    repo = tmp_path / "app"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "src").mkdir()
+    (repo / "src" / "app.py").write_text("def handle():\n    return 1\n")
+    folder = repo / ".claude" / "memory"
+    for n in range(14):
+        write_memory(
+            folder, f"project_n{n}.md", description=f"n {n}", body="See `src/app.py`.\n", age_days=5
+        )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memoryd", "mcp", str(repo)],
+        cwd=elsewhere,  # the server's own folder is not the client's project
+        env={
+            "HOME": str(env.home),
+            "XDG_CONFIG_HOME": str(env.home / ".config"),
+            "XDG_STATE_HOME": str(env.home / ".local" / "state"),
+            "XDG_CACHE_HOME": str(env.home / ".cache"),
+            "CLAUDE_PROJECT_DIR": str(repo),
+        },
+    )
+    calls: list[tuple[str, dict[str, object]]] = [
+        ("search_memories", {"query": "note", "type": "notes"}),
+        ("search_memories", {"query": "note", "limit": 0}),
+        ("recent_memories", {"timeframe": "lastweek"}),
+        ("recent_memories", {}),
+        ("recent_memories", {"limit": 12}),
+        ("recall_for_paths", {"paths": ["src/app.py"]}),
+        ("read_memory", {"file": ".claude/memory/project_n3.md"}),
+    ]
+    _, tools, answers = asyncio.run(drive(params, calls))
+    schemas = {t.name: t.input_schema["properties"] for t in tools.tools}
+    assert {"enum": list(TYPES), "type": "string"} in schemas["search_memories"]["type"]["anyOf"]
+    for name in ("search_memories", "recent_memories"):
+        frames = schemas[name]["timeframe"]["anyOf"]
+        assert {"enum": ["recent", "last_quarter"], "type": "string"} in frames
+    for name in ("search_memories", "recall_for_paths", "recent_memories"):
+        assert (schemas[name]["limit"]["minimum"], schemas[name]["limit"]["maximum"]) == (1, 50)
+    assert all(answer.is_error for answer in answers[:3])
+    assert len(structured(answers[3])["results"]) == 10
+    assert len(structured(answers[4])["results"]) == 12
+    recalled = structured(answers[5])["results"]
+    assert len(recalled) == 10 and all(r["why"] == ["cites src/app.py"] for r in recalled)
+    assert structured(answers[6])["text"] == (folder / "project_n3.md").read_text()

@@ -1491,8 +1491,8 @@ def _advice(error: OSError) -> str:
     (a permission is no full disk)."""
     import errno
 
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "Free disk space there, then rerun."
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # EFBIG: a size limit
+        return "Free disk space there (or raise the file size limit), then rerun."
     if error.errno in (errno.EACCES, errno.EPERM):
         return "Fix the permissions there, or name folders memoryd may read, then rerun."
     if error.errno == errno.EROFS:

@@ -98,7 +98,7 @@ def _tiers(rt: Runtime, dirs: Sequence[Path], here: Path, gone: bool) -> list[li
     if dirs:
         there = [d.expanduser() for d in dirs if os.path.lexists(d.expanduser())]
         every = discover(rt.config, there) if there else []  # a gone one: its versions
-        wanted = {Path(os.path.abspath(d.expanduser())) for d in dirs}
+        wanted = {Path(os.path.realpath(d.expanduser())) for d in dirs}
     else:
         from memoryd.housekeeping import known_dirs
 
@@ -122,7 +122,8 @@ def _tiers(rt: Runtime, dirs: Sequence[Path], here: Path, gone: bool) -> list[li
         kept = [
             Target(folder, "", None)
             for folder in _version_dirs(rt)
-            if folder not in seen and (not wanted or folder in wanted)
+            if folder not in seen
+            and (not wanted or any(folder == w or folder.is_relative_to(w) for w in wanted))
         ]
         if kept:
             out[-1:] = [[*(out[-1] if out else []), *kept]]

@@ -1239,9 +1239,12 @@ def _trashed_key(rt: Runtime, key: str, dirs: list[Path]) -> tuple[str, MemoryDi
     """`trash restore NAME`: the name (with or without .md) as memoryd.resolve finds it among
     the files to restore, nearest dirs first, as `<dir>/<file>` and its dir; an ambiguous
     name is a usage error listing the candidates. An id or a path is left as it is."""
+    import re
+
     from memoryd.resolve import is_path, resolve
 
-    if is_path(key):
+    # A trash id (10 hex digits) or a deletion's (`d` and 9): never a name to look for.
+    if is_path(key) or re.fullmatch(r"d?[0-9a-f]{9,10}", key):
         return key, None
     try:
         target = resolve(rt, key, dirs, trashed=True)

@@ -481,3 +481,14 @@ def test_the_mcp_tools_refuse_what_the_cli_refuses_bound_every_list_and_read_the
     recalled = structured(answers[5])["results"]
     assert len(recalled) == 10 and all(r["why"] == ["cites src/app.py"] for r in recalled)
     assert structured(answers[6])["text"] == (folder / "project_n3.md").read_text()
+
+
+def test_the_label_a_search_shows_is_a_project_it_takes(
+    labelled: dict[Path, str], env: Env
+) -> None:
+    from memoryd.config import Config
+    from memoryd.discover import memory_dir_at
+    from memoryd.recall.engine import matches_project
+
+    for folder, label in labelled.items():
+        assert matches_project(memory_dir_at(folder, Config()), label), label

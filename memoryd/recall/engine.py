@@ -38,7 +38,7 @@ class Hit:
 
 
 def _project_names(md: MemoryDir) -> set[str]:
-    names = {md.heading.lower(), md.label.lower(), md.path.name.lower()}
+    names = {md.heading.lower(), md.label.lower(), md.path.name.lower(), label(md).lower()}
     if md.repo_root is not None:
         names.add(md.repo_root.name.lower())
     return names

@@ -832,12 +832,27 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         found = str(row.get("dir", ""))
         return found == want_dir or found.startswith(want_dir.rstrip("/") + "/")
 
+    from dataclasses import replace
+
     from memoryd.logfollow import Follower
     from memoryd.logview import render_row, render_summary, summary_json
 
-    view = _log_view(args, rt, out)
+    known: dict[str, str] = {}  # repo roots of the project dirs named so far, for their labels
+    view = replace(_log_view(args, rt, out), roots=known)
+    looked: set[str] = set()  # the dirs whose repo root was looked for
+
+    def label_dirs(rows: list[dict[str, Any]]) -> None:
+        """Each dir by its one label (memoryd.dirlabel): the repo roots of the project dirs
+        these rows name, looked for once each."""
+        from memoryd.dirlabel import roots
+
+        named = {str(r["dir"]) for r in rows if isinstance(r.get("dir"), str)} - looked
+        if named and not args.json:
+            looked.update(named)
+            known.update(roots(named, rt.config))
 
     def emit(row: dict[str, Any]) -> None:
+        label_dirs([row])
         out.write(
             json.dumps(row, ensure_ascii=False) + "\n"
             if args.json
@@ -855,13 +870,7 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         last = args.lines if args.lines != -1 else (FOLLOW_LAST if args.follow else None)
         filtered = since is not None or args.event or want_dir
         history = [r for r in follower.history(None if filtered else last) if wanted(r)]
-        if not args.json:  # each dir by its one label (memoryd.dirlabel)
-            from dataclasses import replace
-
-            from memoryd.dirlabel import roots
-
-            named = [str(r["dir"]) for r in history if isinstance(r.get("dir"), str)]
-            view = replace(view, roots=roots(named, rt.config))
+        label_dirs(history)
         logged = os.path.lexists(path) or any(
             path.with_name(f"{path.name}.{n}").exists() for n in range(1, backups + 1)
         )

@@ -29,7 +29,8 @@ def _project_slug(parts: tuple[str, ...]) -> str | None:
 
 def dir_label(path: str, home: str | None, root: str | Path | None = None) -> str:
     """A memory dir as a person names it (see the module); `root`: the repo root discovery
-    found for a per-project dir (its slug spells the path only lossily)."""
+    found for it (a per-project dir's slug spells the path only lossily; a dir named on its
+    own inside a repo is `<repo>/<its path in the repo>`)."""
     parts = Path(path).parts
     slug = _project_slug(parts)
     if slug is not None:
@@ -54,6 +55,9 @@ def dir_label(path: str, home: str | None, root: str | Path | None = None) -> st
             return shown("/".join((owner.name, *rest)))
     if root is None and len(parts) >= 2 and parts[-2] == "agent-memory":
         return shown(f"agent/{parts[-1]}")  # a Claude home elsewhere (CLAUDE_CONFIG_DIR)
+    if root is not None and Path(path).is_relative_to(root) and Path(root).name:
+        inside = Path(path).relative_to(root)  # a dir of the repo named on its own
+        return shown("/".join((Path(root).name, *inside.parts)))
     short = short_path(path, home)
     if short.startswith("~") or len(parts) <= 4:
         return short
@@ -65,15 +69,17 @@ def label(md: "MemoryDir", home: str | None = None) -> str:
     home = home if home is not None else str(Path.home())
     if md.kind == "agent":
         return shown(f"agent/{md.label}")
-    return dir_label(str(md.path), home, md.repo_root if md.kind == "project" else None)
+    return dir_label(str(md.path), home, md.repo_root)
 
 
 def roots(paths: Iterable[str], config: "Config") -> dict[str, str]:
-    """The repo root of each existing per-project dir among `paths` (by its transcripts, as
-    discovery finds it), for labels of paths only (audit rows, the heartbeat's dirs)."""
+    """The repo root of each existing dir among `paths` as discovery finds it (a per-project
+    dir's by its transcripts), for labels of paths only (audit rows, the heartbeat's dirs).
+    A repo's `.claude/` dirs need none: their path names the repo."""
     out: dict[str, str] = {}
     for path in set(paths):
-        if _project_slug(Path(path).parts) is None or not os.path.isdir(path):
+        parts = Path(path).parts
+        if (_project_slug(parts) is None and ".claude" in parts) or not os.path.isdir(path):
             continue
         from memoryd.discover import memory_dir_at  # only with such a dir: `status` stays light
         from memoryd.errors import MemorydError

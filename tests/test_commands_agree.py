@@ -492,3 +492,17 @@ def test_the_label_a_search_shows_is_a_project_it_takes(
 
     for folder, label in labelled.items():
         assert matches_project(memory_dir_at(folder, Config()), label), label
+
+
+def test_a_dir_named_on_its_own_inside_a_repo_has_one_label_too(
+    cli: Cli, env: Env, tmp_path: Path
+) -> None:
+    (tmp_path / "app" / ".git").mkdir(parents=True)
+    folder = tmp_path / "app" / "docs" / "memories"
+    for n in range(2):
+        write_memory(folder, f"project_e{n}.md", description=f"explicit {n}")
+    index = cli("index", folder)
+    assert f"app/docs/memories ({folder}): updated" in index.out, index.out
+    (row,) = json.loads(cli("dirs", folder, "--json").out)["dirs"]
+    assert row["name"] == "app/docs/memories"
+    assert " app/docs/memories  " in cli("log").out

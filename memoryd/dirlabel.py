@@ -1,8 +1,9 @@
 """The one label a person knows a memory dir by, in every command (`status`, `log`, `dirs`,
 `index`, `dream`, `search`): the project's repo for Claude's per-project memory, the repo (and
-agent) for a repo's `.claude/` dirs, `agent/<name>` for the user's agents, else the path with
-`~`. `dir_label` is pure (a path, the home folder, the repo root when known); `label` is a
-MemoryDir's, and `roots` finds the repo roots of the project dirs a log names."""
+agent) for a repo's `.claude/` dirs, `agent/<name>` for the user's agents, `<repo>/<path>` for
+a dir named on its own inside a repo, else the path with `~`. `dir_label` is pure (a path, the
+home folder, the repo root when known); `label` is a MemoryDir's, and `roots` finds the repo
+roots of the dirs an audit log or a heartbeat names by path only."""
 
 import os
 import re

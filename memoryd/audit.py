@@ -109,6 +109,11 @@ EVENTS: dict[str, EventSpec] = {
         "a kept version holding a secret no current file holds was removed",
         ("file", "version", "kind"),
     ),
+    "version.restored": EventSpec(
+        "info",
+        "an earlier version of a file was written back (`history --restore`)",
+        ("file", "version", "sha256"),
+    ),
     "trash.purged": EventSpec("info", "trash day folders past retention were removed", ("days",)),
     "trash.kept": EventSpec(
         "warning", "a trash day folder nothing says the age of is kept", ("day", "problem")

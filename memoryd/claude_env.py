@@ -20,6 +20,19 @@ REMOTE_MEMORY_DIR = "CLAUDE_CODE_REMOTE_MEMORY_DIR"  # base: <it>/projects/<slug
 COWORK_OVERRIDE = "CLAUDE_COWORK_MEMORY_PATH_OVERRIDE"  # the memory dir itself
 DISABLE_AUTO_MEMORY = "CLAUDE_CODE_DISABLE_AUTO_MEMORY"
 _TRUE = frozenset({"1", "true", "yes", "on"})  # the client's own spellings of a switch
+# With one of these set (in the environment or a settings file's `env`), Claude Code loads no
+# MEMORY.md at all, whatever CLAUDE_CODE_DISABLE_AUTO_MEMORY says (observed, 2.1.332): simple
+# and safe mode, memory stores instead of files, a remote session without a memory dir, and
+# no CLAUDE.md-style files. CLAUDE_MEMORY_STORES counts with any value, the others when true.
+REMOTE = "CLAUDE_CODE_REMOTE"
+MEMORY_STORES = "CLAUDE_MEMORY_STORES"
+LOADS_NONE = (
+    "CLAUDE_CODE_SIMPLE",
+    "CLAUDE_CODE_SAFE_MODE",
+    MEMORY_STORES,
+    REMOTE,
+    "CLAUDE_CODE_DISABLE_CLAUDE_MDS",
+)
 _FALSE = frozenset({"0", "false", "no", "off"})
 
 
@@ -31,6 +44,7 @@ class ClaudeEnv:
     remote_memory_dir: Path | None = None
     cowork_override: Path | None = None
     disable_auto_memory: str | None = None  # the raw value, for saying where it was turned off
+    loads_none: tuple[tuple[str, str], ...] = ()  # the LOADS_NONE variables set, raw values
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ClaudeEnv":
@@ -46,6 +60,7 @@ class ClaudeEnv:
             remote_memory_dir=folder(REMOTE_MEMORY_DIR),
             cowork_override=folder(COWORK_OVERRIDE),
             disable_auto_memory=env.get(DISABLE_AUTO_MEMORY),
+            loads_none=tuple((name, env[name]) for name in LOADS_NONE if name in env),
         )
 
     def switch(self) -> bool | None:
@@ -66,6 +81,7 @@ class Settings:
     path: Path
     enabled: bool | None = None  # autoMemoryEnabled
     directory: str | None = None  # autoMemoryDirectory, as written
+    env: tuple[tuple[str, str], ...] = ()  # its `env` entries among LOADS_NONE
 
 
 def read_settings(path: Path, warnings: list[str]) -> Settings | None:
@@ -95,10 +111,13 @@ def read_settings(path: Path, warnings: list[str]) -> Settings | None:
         return Settings(path)
     enabled = data.get("autoMemoryEnabled")
     directory = data.get("autoMemoryDirectory")
+    env = data.get("env")
+    env = env if isinstance(env, dict) else {}
     return Settings(
         path,
         enabled if isinstance(enabled, bool) else None,
         directory if isinstance(directory, str) and directory else None,
+        tuple((n, str(env[n])) for n in LOADS_NONE if isinstance(env.get(n), str | int | bool)),
     )
 
 
@@ -128,9 +147,32 @@ class Switch:
     source: str = ""
 
 
+def _loads_none(env: ClaudeEnv, layers: list[Settings | None]) -> str:
+    """What makes Claude Code load no MEMORY.md at all (a LOADS_NONE variable set), or "".
+    A settings file's `env` is applied over the environment, the highest layer first."""
+    for name in LOADS_NONE:
+        found = [
+            (dict(s.env)[name], f"the env of {s.path}") for s in layers if s and name in dict(s.env)
+        ]
+        found += [(value, "memoryd's environment") for n, value in env.loads_none if n == name]
+        if not found:
+            continue
+        value, where = found[0]
+        on = bool(value.strip()) if name == MEMORY_STORES else value.strip().lower() in _TRUE
+        if name == REMOTE and (env.remote_memory_dir or env.cowork_override):
+            on = False  # a remote session with a memory dir of its own loads it
+        if on:
+            return f"{name}={value} in {where}"
+    return ""
+
+
 def auto_memory_switch(env: ClaudeEnv, layers: list[Settings | None]) -> Switch:
-    """On or off: the environment variable first, else the first settings layer (highest
-    precedence first: local, project, user) that sets `autoMemoryEnabled`; on by default."""
+    """On or off: a variable under which Claude Code loads no MEMORY.md at all (LOADS_NONE),
+    then CLAUDE_CODE_DISABLE_AUTO_MEMORY, else the first settings layer (highest precedence
+    first: local, project, user) that sets `autoMemoryEnabled`; on by default."""
+    loads_none = _loads_none(env, layers)
+    if loads_none:
+        return Switch(False, loads_none)
     forced = env.switch()
     if forced is not None:
         return Switch(

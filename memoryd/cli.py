@@ -33,6 +33,7 @@ def _dirs_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "dirs",
         nargs="*",
+        default=[],  # never "required" in a usage error (argparse: `*` with no default)
         type=Path,
         metavar="DIR",
         help="memory dirs, repos or Claude homes to work on (default: every discovered dir)",
@@ -56,6 +57,28 @@ def _color_arg(parser: argparse.ArgumentParser, default: str | None = None) -> N
         default=default if default is not None else argparse.SUPPRESS,
         help="colour: on a terminal only (auto, the default; NO_COLOR turns it off), always, never",
     )
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser whose options go anywhere among its positionals (`forget NAME --dry-run DIR`):
+    argparse's intermixed parsing, for every command (each subparser is one of these). A
+    parser with subcommands of its own parses as before: it only picks the subcommand."""
+
+    _mixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        nested = any(
+            a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._get_positional_actions()
+        )
+        if self._mixing or nested:  # the intermixed parse calls this again, twice
+            return super().parse_known_args(args, namespace)
+        self._mixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._mixing = False
 
 
 class _Unbuilt:
@@ -93,7 +116,7 @@ def _named_command(argv: Sequence[str] | None) -> str | None:
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command line; with `only`, the parser of that command alone (the top parser's help
     and usage errors need every command: a name that is none builds them all)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memoryd",
         description="Keeps coding agents' memory folders healthy: deterministic, explainable, "
         "reversible maintenance of memory files and their MEMORY.md index.",
@@ -228,7 +251,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "duplicate and contradiction candidates with overlap scores, and the "
         "decision the dream pass would take.",
     )
-    p.add_argument("file", type=Path, metavar="FILE", help="a memory file, or a JSONL record store")
+    p.add_argument(
+        "file",
+        type=Path,
+        metavar="FILE|NAME",
+        help="a memory file, its file name or name (as `show` finds it), or a JSONL record store",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     _repo_root_arg(p)
 
@@ -254,6 +282,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     q.add_argument(
         "dirs",
         nargs="*",
+        default=[],  # never "required" in a usage error (argparse: `*` with no default)
         type=Path,
         metavar="DIR",
         help="where to look (default: every discovered dir)",
@@ -380,13 +409,6 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
     }
 
 
-def _dir_name(md: MemoryDir) -> str:
-    """The name a person knows a dir by: the project's, or `project/agent`."""
-    if md.kind in ("agent", "repo-agent", "repo-agent-local", "explicit", "extra", "nested"):
-        return f"{md.repo_root.name}/{md.label}" if md.repo_root else md.label
-    return md.repo_root.name if md.repo_root else md.label
-
-
 def _iso(ts: float) -> str | None:
     from datetime import UTC, datetime
 
@@ -396,10 +418,13 @@ def _iso(ts: float) -> str | None:
 
 
 def _dir_history(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    """What the dir's state says of memoryd's last passes (absolute UTC times)."""
+    """Its label, and what the dir's state says of memoryd's last passes (absolute UTC
+    times)."""
+    from memoryd.dirlabel import label
+
     state = rt.store.load(md.real_path)
     return {
-        "name": _dir_name(md),
+        "name": label(md),
         "flagged": state.last_dream_flagged if state.last_dream_flagged >= 0 else None,
         "last_pass": _iso(state.last_dream_ts),
         "last_pass_result": state.last_dream_result or None,
@@ -496,10 +521,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         return EXIT_OK
     out.write("".join(f"warning: {shown(w)}\n" for w in found.warnings))
     if found.auto_memory_off:
-        out.write(
-            f"Auto memory is turned off ({shown(found.auto_memory_off)}): Claude Code "
-            "loads no auto-memory MEMORY.md; memoryd still maintains the files.\n"
-        )
+        out.write(_auto_memory_off_line(found.auto_memory_off))
     out.write(_render_refused(found.refused))
     out.write(_render_empty(found))
     _render_stores(stores, out)
@@ -708,8 +730,10 @@ def _some(items: list[str], limit: int = 5) -> str:
 
 
 def _render_outcome(o: IndexOutcome) -> str:
-    """One dir's outcome for a person; its path, messages, names and diff `shown`."""
-    where, message = shown(o.dir.path), shown(o.message)
+    """One dir's outcome for a person: its one label and path, messages, names and diff `shown`."""
+    from memoryd.dirlabel import label
+
+    where, message = f"{label(o.dir)} ({shown(o.dir.path)})", shown(o.message)
     if o.status == "unmanaged":
         return f"{where}: unmanaged — {message} (nothing changed)\n"
     if o.status == "settling":
@@ -810,12 +834,27 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         found = str(row.get("dir", ""))
         return found == want_dir or found.startswith(want_dir.rstrip("/") + "/")
 
+    from dataclasses import replace
+
     from memoryd.logfollow import Follower
     from memoryd.logview import render_row, render_summary, summary_json
 
-    view = _log_view(args, rt, out)
+    known: dict[str, str] = {}  # repo roots of the project dirs named so far, for their labels
+    view = replace(_log_view(args, rt, out), roots=known)
+    looked: set[str] = set()  # the dirs whose repo root was looked for
+
+    def label_dirs(rows: list[dict[str, Any]]) -> None:
+        """Each dir by its one label (memoryd.dirlabel): the repo roots of the project dirs
+        these rows name, looked for once each."""
+        from memoryd.dirlabel import roots
+
+        named = {str(r["dir"]) for r in rows if isinstance(r.get("dir"), str)} - looked
+        if named and not args.json:
+            looked.update(named)
+            known.update(roots(named, rt.config))
 
     def emit(row: dict[str, Any]) -> None:
+        label_dirs([row])
         out.write(
             json.dumps(row, ensure_ascii=False) + "\n"
             if args.json
@@ -833,6 +872,7 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         last = args.lines if args.lines != -1 else (FOLLOW_LAST if args.follow else None)
         filtered = since is not None or args.event or want_dir
         history = [r for r in follower.history(None if filtered else last) if wanted(r)]
+        label_dirs(history)
         logged = os.path.lexists(path) or any(
             path.with_name(f"{path.name}.{n}").exists() for n in range(1, backups + 1)
         )
@@ -1041,6 +1081,10 @@ def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     rt.dry_run = True
     if findings.is_store_file(args.file):
         return _explain_store(args, rt, out)
+    from memoryd.resolve import is_path, resolve
+
+    if not is_path(str(args.file)):  # a name, as memoryd.resolve finds it
+        args.file = resolve(rt, str(args.file)).path
     root = args.repo_root.expanduser().absolute() if args.repo_root else None
     if root is not None and not root.is_dir():
         raise UsageError(f"{root}: --repo-root must be a folder")
@@ -1149,12 +1193,15 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         dirs = discover(rt.config, named) if named or not gone else []
         if not args.dirs:  # also every dir memoryd has worked on, wherever it was
             dirs += housekeeping.known_dirs(rt)
+        key, holder = _trashed_key(rt, args.key, args.dirs)
+        if holder is not None:  # a name: the one dir the resolver found it in
+            dirs = [holder]
         try:
-            found = housekeeping.find_entry(rt, dirs, args.key)
+            found = housekeeping.find_entry(rt, dirs, key)
         except MemorydError:  # versions: or a file deleted outside memoryd
             from memoryd import cmd_versions
 
-            if cmd_versions.restore_deleted(rt, args.key, args.dirs, out):
+            if cmd_versions.restore_deleted(rt, key, args.dirs, out):
                 return EXIT_OK
             raise
         name = housekeeping.restore(rt, found)
@@ -1190,7 +1237,33 @@ def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             out.write(f"{where}: kept {day} — {shown(why)}\n")
         for problem in rot.problems:
             out.write(f"{shown(problem)}\n")
+    if args.dry_run and not any(rot.would_purge or rot.refused for rot in results):
+        days = keep if keep is not None else rt.config.trash.keep_days
+        out.write(
+            f"[DRY RUN] nothing would be purged: no trash day folder is past the retention "
+            f"({days} days) in the {len(results)} dir(s) looked at\n"
+        )
     return EXIT_FINDINGS if any(rot.refused or rot.problems for rot in results) else EXIT_OK
+
+
+def _trashed_key(rt: Runtime, key: str, dirs: list[Path]) -> tuple[str, MemoryDir | None]:
+    """`trash restore NAME`: the name (with or without .md) as memoryd.resolve finds it among
+    the files to restore, nearest dirs first, as `<dir>/<file>` and its dir; an ambiguous
+    name is a usage error listing the candidates. An id or a path is left as it is."""
+    import re
+
+    from memoryd.resolve import is_path, resolve
+
+    # A trash id (10 hex digits) or a deletion's (`d` and 9): never a name to look for.
+    if is_path(key) or re.fullmatch(r"d?[0-9a-f]{9,10}", key):
+        return key, None
+    try:
+        target = resolve(rt, key, dirs, trashed=True)
+    except UsageError:
+        raise
+    except MemorydError:  # an id, or nothing: find_entry says which
+        return key, None
+    return str(target.path), target.md
 
 
 # --- run, status -------------------------------------------------------------------------------
@@ -1209,23 +1282,47 @@ def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     now = rt.clock()
     found = gather(rt, now)
+    off = _auto_memory_off(rt)
     if args.json:
-        json.dump(found.as_json(), out, indent=2, ensure_ascii=False)
+        json.dump({**found.as_json(), "auto_memory_off": off}, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
+        from memoryd.dirlabel import roots
+
         view = View(
             now=now,
             home=str(Path.home()),
             width=terminal_width(out, os.environ),
             paint=Painter(use_color(args.color, out, os.environ)),
+            roots=roots([d.path for d in found.dirs], rt.config),
         )
         out.write(render(found, view))
+        if off:
+            out.write(_auto_memory_off_line(off))
         import time
 
         from memoryd.statusview import alarm_lines
 
         out.write(alarm_lines(rt, time.time()))  # mass changes by other processes, last day
     return EXIT_OK if found.fresh else EXIT_FINDINGS
+
+
+def _auto_memory_off(rt: Runtime) -> str:
+    """What turned Claude Code's auto memory off where no project says otherwise, or "" (the
+    environment and the user's settings: memoryd.claude_env, no discovery)."""
+    from memoryd.claude_env import auto_memory_switch, user_settings
+
+    switch = auto_memory_switch(
+        rt.config.claude_env, [user_settings(rt.config.paths.claude_home, [])]
+    )
+    return "" if switch.on else switch.source
+
+
+def _auto_memory_off_line(source: str) -> str:
+    return (
+        f"Auto memory is turned off ({shown(source)}): Claude Code loads no auto-memory "
+        "MEMORY.md; memoryd still maintains the files.\n"
+    )
 
 
 def cmd_service(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
@@ -1399,11 +1496,22 @@ def main(
         # What no step turned into a message of its own (a state file on a full disk, say):
         # still the file and what to do, not a traceback.
         where = f"{error.filename}: " if error.filename else ""
-        err.write(
-            f"memoryd: {where}{error.strerror or error}. Free disk space or fix the "
-            "permissions there, then rerun.\n"
-        )
+        err.write(f"memoryd: {where}{error.strerror or error}. {_advice(error)}\n")
         return EXIT_FINDINGS
+
+
+def _advice(error: OSError) -> str:
+    """What to do about an error no step gave a message of its own, by what the system said
+    (a permission is no full disk)."""
+    import errno
+
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # EFBIG: a size limit
+        return "Free disk space there (or raise the file size limit), then rerun."
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "Fix the permissions there, or name folders memoryd may read, then rerun."
+    if error.errno == errno.EROFS:
+        return "That file system is read-only; make it writable, then rerun."
+    return "Check the file system there, then rerun."
 
 
 def entry() -> None:

@@ -23,7 +23,9 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         "bytes or its references' status change. The record is memoryd's, in its state dir; "
         "the memory file is never touched.",
     )
-    p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="flagged memory files")
+    p.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE|NAME", help="flagged memories: paths or names"
+    )
 
 
 def _checked(file: Path) -> Path:
@@ -49,11 +51,12 @@ def cmd_ack(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
         restored_pins,
         thresholds,
     )
+    from memoryd.resolve import is_path, resolve
     from memoryd.restored import now_iso
 
     by_dir: dict[Path, tuple[MemoryDir, list[Path]]] = {}
-    for given in args.files:
-        file = _checked(given)
+    for given in args.files:  # a path, or a name as memoryd.resolve finds it
+        file = _checked(given if is_path(str(given)) else resolve(rt, str(given)).path)
         md = memory_dir_of(file, rt.config)
         by_dir.setdefault(md.real_path, (md, []))[1].append(file)
     repos = RepoCache.of(rt)

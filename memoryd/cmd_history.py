@@ -31,7 +31,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         "version. FILE may be a memory file, a trashed file (.trash/<day>/<file>) or a name.",
     )
     p.add_argument("key", metavar="FILE|NAME", help="a memory's path or its file name")
-    p.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="where to look")
+    p.add_argument("dirs", nargs="*", default=[], type=Path, metavar="DIR", help="where to look")
     p.add_argument(
         "--diff",
         nargs="?",
@@ -48,6 +48,7 @@ def cmd_history(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     from memoryd import cmd_versions, history
 
     args.file = args.key  # the versions side's name for it
+    args.target = history.target_of(rt, args.key, args.dirs)  # both sides': memoryd.resolve
     if args.diff is not None or args.restore is not None:
         return cmd_versions.cmd_history(args, rt, out)
     chain, versions = io.StringIO(), io.StringIO()

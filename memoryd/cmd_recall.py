@@ -27,6 +27,7 @@ def _dirs_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "dirs",
         nargs="*",
+        default=[],  # never "required" in a usage error (argparse: `*` with no default)
         type=Path,
         metavar="DIR",
         help="memory dirs, repos or Claude homes to look in (default: every discovered dir)",
@@ -296,20 +297,32 @@ def cmd_recall(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
 # --- show ---------------------------------------------------------------------------------------
 def cmd_show(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     from memoryd.discover import memory_dir_of
-    from memoryd.errors import UsageError
+    from memoryd.errors import MemorydError, UsageError
+    from memoryd.resolve import is_path, resolve
 
     path = Path(args.target).expanduser()
-    dirs = None
-    if not args.dirs and path.suffix == ".md" and path.is_file():
+    dirs, target = None, args.target
+    if is_path(args.target):
+        if not args.dirs and path.suffix == ".md" and path.is_file():
+            try:
+                dirs = [memory_dir_of(path.absolute(), rt.config)]
+            except UsageError:
+                dirs = None
+    else:  # the one resolver (an ambiguous name is a usage error listing the candidates)
         try:
-            dirs = [memory_dir_of(path.absolute(), rt.config)]
+            found = resolve(rt, args.target, args.dirs)
         except UsageError:
-            dirs = None
+            raise
+        except MemorydError:  # none: the engine says why (a file it does not show, say)
+            found = None
+        if found is not None and found.md is not None:
+            dirs, target = [found.md], str(found.path)
     if dirs is None:
         dirs = find_dirs(rt, args.dirs)
     with engine_for(rt, dirs) as engine:
         engine.refresh()
-        shown = engine.show(args.target)
+        shown = engine.show(target)
+        shown["target"] = args.target
     if args.json:
         _dump(shown, out)
     else:

@@ -50,42 +50,9 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
         rt.versions = previous
 
 
-def _locate(rt: Runtime, key: str, dirs: Sequence[Path]) -> tuple[Path, str]:
-    """The dir and the name FILE|NAME means: a path names both (its folder need not be a
-    memory dir memoryd still finds: the file may be gone); a bare name is looked for in
-    DIR..., else in every dir the store holds versions of."""
-    store = versions.for_runtime(rt)
-    path = Path(key).expanduser()
-    # NAME means NAME.md too (as the supersession history reads it), deleted ones included.
-    names = [path.name] if path.name.endswith(".md") else [path.name, f"{path.name}.md"]
-    if "/" in key:
-        folder = path.parent.resolve() if path.parent.exists() else path.parent.absolute()
-        kept = [n for n in names if versions.versions_of(store, folder, n)]
-        return folder, (kept or names)[0]
-    candidates = [d.resolve() for d in dirs] if dirs else store.known_dirs()
-    holding: list[Path] = []
-    for name in names:
-        holding = [d for d in candidates if versions.versions_of(store, d, name)]
-        if holding:
-            key = name
-            break
-    if not holding:
-        raise UsageError(
-            f"{key}: no version of a file of that name is kept in "
-            f"{'the dirs named' if dirs else 'any memory dir'}; give its path (`memoryd "
-            "history <dir>/<file>`)"
-        )
-    if len(holding) > 1:
-        raise UsageError(
-            f"{key}: files of that name are kept in {len(holding)} dirs "
-            f"({', '.join(str(d) for d in holding[:3])}); give its path"
-        )
-    return holding[0], key
-
-
 def cmd_history(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     store = rt.versions or versions.for_runtime(rt)
-    folder, name = _locate(rt, args.file, args.dirs)
+    folder, name = args.target.folder, args.target.name  # memoryd.history.target_of
     found = versions.versions_of(store, folder, name)
     if args.restore is not None:
         return _restore(rt, store, folder, name, found, args.restore, out)
@@ -216,10 +183,9 @@ def _restore(
         # theirs is lost and nothing is written (rerun to restore over their version).
         replacing = now[1] if now is not None else None
         _write_back(rt, store, folder, name, (data, version.sha256), replacing, pins)
-    rt.audit.write(
-        "trash.restored", dir=folder, file=name, id=f"v{number}:{version.sha256[:12]}",
-        **{"as": name},
-    )  # fmt: skip
+    rt.audit.write(  # a version written back, not a file out of the trash
+        "version.restored", dir=folder, file=name, version=number, sha256=version.sha256
+    )
     out.write(
         f"restored version {number} of {shown(folder / name)} ({version.size} bytes, "
         f"{version.sha256[:12]}); the version it replaced stays in its history\n"
@@ -322,6 +288,23 @@ def _make_again(store: versions.VersionStore, folder: Path) -> None:
         ) from error
 
 
+def _indexes_back(rt: Runtime, store: versions.VersionStore, folder: Path) -> None:
+    """A memory dir made again: its MEMORY.md and archive as their last kept versions (the
+    person's sections with them), not indexes generated anew. The pointers of memories not
+    restored yet go at the next pass; each comes back where it sat when its file does."""
+    import os
+
+    for name in versions.INDEX_FILES:
+        kept = versions.versions_of(store, folder, name)
+        if not kept or os.path.lexists(folder / name):
+            continue
+        data = store.read_object(kept[-1].sha256)
+        if data is None:  # pruned: the index pass writes one anew
+            continue
+        pins = rt.store.load_pins(folder)
+        _write_back(rt, store, folder, name, (data, kept[-1].sha256), None, pins)
+
+
 def _why(error: BaseException) -> str:
     """The system's reason for a failed write (the message when there is none)."""
     cause = error if isinstance(error, OSError) else error.__cause__
@@ -345,13 +328,20 @@ def split_gone(rt: Runtime, dirs: Sequence[Path]) -> tuple[list[Path], list[Path
     return [d for d in dirs if d not in gone], gone
 
 
+def within(store: versions.VersionStore, dirs: Sequence[Path]) -> list[Path]:
+    """The dirs the store keeps versions of that DIR... names: each one named, or inside one
+    (a repo, its `.claude/`, a Claude home: their memory dirs, those deleted whole too);
+    every one when none is named."""
+    known = store.known_dirs()
+    if not dirs:
+        return known
+    wanted = [d.expanduser().resolve() for d in dirs]
+    return [p for p in known if any(p == w or p.is_relative_to(w) for w in wanted)]
+
+
 def deleted_rows(rt: Runtime, dirs: Sequence[Path]) -> list[versions.Deleted]:
     store = rt.versions or versions.for_runtime(rt)
-    wanted = {d.resolve() for d in dirs}
-    known = store.known_dirs()
-    return [
-        d for path in known if not wanted or path in wanted for d in versions.deleted(store, path)
-    ]
+    return [d for path in within(store, dirs) for d in versions.deleted(store, path)]
 
 
 def render_deleted(items: Sequence[versions.Deleted]) -> str:
@@ -375,8 +365,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     from memoryd.indexer import restore_pointers
 
     store = rt.versions or versions.for_runtime(rt)
-    known = [d.resolve() for d in dirs] or store.known_dirs()
-    item = versions.find_deleted(store, known, key)
+    item = versions.find_deleted(store, within(store, dirs), key)
     if item is None:
         return False
     data = store.read_object(item.sha256)
@@ -386,6 +375,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     if item.vanished or not item.dir.is_dir():
         with rt.store.lock(item.dir):
             _make_again(store, item.dir)
+            _indexes_back(rt, store, item.dir)
     md = memory_dir_at(item.dir, rt.config)
     with rt.store.lock(item.dir):
         if versions.find_deleted(store, [item.dir], item.id) is None:  # restored meanwhile

@@ -842,9 +842,14 @@ def _layout_dir(path: Path, config: Config) -> MemoryDir | None:
     (empty or not: a dir the agent has not written to yet is still a memory dir)."""
     parent = path.parent
     if parent.name in ("agent-memory", "agent-memory-local"):
+        # The Claude home's own agent-memory is the user's, not a repo's (its folder, say
+        # ~/.claude, is no repo's `.claude/`, and $HOME no repo root).
+        home = parent.name == "agent-memory" and _resolved(parent.parent) == _resolved(
+            config.paths.claude_home
+        )
         kind = (
             "agent"
-            if parent.parent.name != ".claude"
+            if parent.parent.name != ".claude" or home
             else ("repo-agent" if parent.name == "agent-memory" else "repo-agent-local")
         )
         if kind == "agent":

@@ -289,6 +289,10 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         from memoryd.recovery import recover
 
         recover(rt)
+    from memoryd.resolve import is_path, resolve
+
+    # A file by its name alone: the one resolver's (nearest dirs first; ambiguous: exit 2).
+    files = [f if is_path(str(f)) else resolve(rt, str(f), dir_args).path for f in files]
     rt_dirs = discover(rt.config, dir_args)
     chosen = select(rt, query, files, rt_dirs)
     if chosen.refusals:

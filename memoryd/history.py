@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from memoryd import lineage, trash
-from memoryd.discover import MemoryDir, discover, memory_dir_at
+from memoryd.discover import MemoryDir, memory_dir_at
 from memoryd.display import shown
 from memoryd.errors import MemorydError
+from memoryd.resolve import Target, is_path, resolve
 from memoryd.runtime import Runtime
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -48,39 +49,25 @@ def history_of(md: MemoryDir, name: str) -> dict[str, Any]:
     }
 
 
-def _resolve(rt: Runtime, key: str, dirs: list[Path]) -> list[tuple[MemoryDir, str]]:
+def target_of(rt: Runtime, key: str, dirs: list[Path]) -> Target:
+    """The memory `history` is about: a trashed file's path means the file it was (by its
+    trash record), anything else is memoryd.resolve's, deleted memories' names included."""
     path = Path(key).expanduser()
-    if "/" in key or path.exists():
+    if is_path(key) and trash.TRASH_DIR in path.absolute().parts:
         path = path.absolute()
-        if trash.TRASH_DIR in path.parts:
-            at = path.parts.index(trash.TRASH_DIR)
-            md = memory_dir_at(Path(*path.parts[:at]), rt.config)
-            for entry in _entries(md):
-                if trash.matches(md.real_path, entry, str(path)):
-                    return [(md, entry.record.original_name)]
-            raise MemorydError(f"{path}: no trash record names this file")
-        # A memory is a `.md` file: a path to nothing without it names the `.md` one.
-        missing = not path.name.endswith(".md") and not path.exists()
-        return [(memory_dir_at(path.parent, rt.config), path.name + (".md" if missing else ""))]
-    from memoryd.housekeeping import known_dirs
-
-    looked = discover(rt.config, dirs)
-    if not dirs:
-        looked += [d for d in known_dirs(rt) if d.real_path not in {x.real_path for x in looked}]
-    names = [key] if key.endswith(".md") else [key, f"{key}.md"]
-    out = []
-    for md in looked:
-        known = lineage.names_in(_entries(md))
-        for name in names:
-            if name in known or (md.real_path / name).is_file():
-                out.append((md, name))
-                break
-    return out
+        at = path.parts.index(trash.TRASH_DIR)
+        md = memory_dir_at(Path(*path.parts[:at]), rt.config)
+        for entry in _entries(md):
+            if trash.matches(md.real_path, entry, str(path)):
+                return Target(md.real_path, entry.record.original_name, md)
+        raise MemorydError(f"{path}: no trash record names this file")
+    return resolve(rt, key, dirs, gone=True)
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     """`memoryd history` as the command line gives it (parsed by memoryd.cmd_history)."""
-    found = _resolve(rt, args.key, args.dirs)
+    target: Target = args.target
+    found = [(target.md, target.name)] if target.md is not None else []
     if not found:
         raise MemorydError(
             f"{args.key}: no memory of that name and no trash record naming it in the dirs "

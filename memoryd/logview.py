@@ -9,16 +9,15 @@ import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
+from memoryd.dirlabel import dir_label as dir_label  # where the log view had it
 from memoryd.display import shown
 from memoryd.humanize import Painter, ago, clip, clock_time, parse_ts, plural, short_path
 
 Row = Mapping[str, Any]
 EVENT_WIDTH = 17  # most event names fit; longer ones push the line on by a few columns
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_NOT_SLUG = re.compile(r"[^A-Za-z0-9]")
 _HIDDEN = frozenset({"ts", "v", "event", "level", "pid", "dir"})
 _LEVEL_ROLE = {"warning": "warn", "error": "error", "debug": "dim"}
 _LEVEL_WORD = {"warning": "WARN", "error": "ERROR", "debug": "DEBUG"}
@@ -35,36 +34,8 @@ class View:
     width: int = 100
     verbose: bool = False
     paint: Painter = field(default_factory=lambda: Painter(False))
-
-
-def dir_label(path: str, home: str | None) -> str:
-    """A memory dir as a person names it: the project for Claude's per-project memory (its
-    slug without the home folder's), the repo (and agent) for a repo's `.claude/` dirs,
-    `agent/<name>` for the user's agents; else the path with `~`."""
-    parts = Path(path).parts
-    if len(parts) >= 3 and parts[-1] == "memory" and parts[-3] == "projects":
-        slug = parts[-2]
-        # The slug is lossy (every `/`, `.`, `-` is `-`): cut only what the home folder, or a
-        # folder above it, spells, the longest first.
-        for base in [Path(home), *Path(home).parents][:-1] if home else []:
-            prefix = _NOT_SLUG.sub("-", str(base)) + "-"
-            if slug.startswith(prefix) and len(slug) > len(prefix):
-                return shown(slug[len(prefix) :])
-        return shown(slug)
-    if ".claude" in parts:
-        at = len(parts) - 1 - parts[::-1].index(".claude")
-        owner, rest = Path(*parts[:at]), parts[at + 1 :]
-        user_level = home is not None and str(owner) == str(home).rstrip("/")
-        if len(rest) == 2 and rest[0] in ("agent-memory", "agent-memory-local"):
-            return shown(f"agent/{rest[1]}" if user_level else f"{owner.name}/{rest[1]}")
-        if rest == ("memory",) and not user_level:
-            return shown(owner.name)
-        if rest and not user_level:
-            return shown("/".join((owner.name, *rest)))
-    short = short_path(path, home)
-    if short.startswith("~") or len(parts) <= 4:
-        return short
-    return shown("…/" + "/".join(parts[-2:]))  # a folder of its own: its name and its parent's
+    # The repo root of each per-project dir the rows name (memoryd.dirlabel.roots): its label.
+    roots: Mapping[str, str] = field(default_factory=dict)
 
 
 def _names(items: object, limit: int = 2, unit: str = "") -> str:
@@ -176,6 +147,7 @@ _DETAILS: dict[str, Callable[[Row, View], str]] = {
         f"{shown(r.get('file', '?'))}"
         + (f" as {shown(r['as'])}" if r.get("as") and r.get("as") != r.get("file") else "")
     ),
+    "version.restored": lambda r, v: f"{shown(r.get('file', '?'))} version {r.get('version', '?')}",
     "trash.purged": lambda r, v: _names(r.get("days", []), 3) or shown(r.get("refused", "")),
     "trash.kept": _field("day", "problem"),
     "watch.overflow": _field("detail"),
@@ -225,7 +197,11 @@ def render_row(row: Row, view: View) -> str:
     gap = " " * max(2, EVENT_WIDTH - len(event) + 1)  # the next column starts aligned
     if row.get("dir"):
         where = str(row["dir"])
-        label = short_path(where, view.home) if view.verbose else dir_label(where, view.home)
+        label = (
+            short_path(where, view.home)
+            if view.verbose
+            else dir_label(where, view.home, view.roots.get(where))
+        )
         pieces.append((gap, label, "bold"))
         gap = "  "
     if view.verbose:
@@ -265,6 +241,7 @@ class DirTally:
 
     moved: Counter[str] = field(default_factory=Counter)  # by reason
     restored: int = 0
+    versions_restored: int = 0  # `history --restore`: written back, not out of the trash
     added: int = 0
     removed: int = 0
     rewritten: int = 0
@@ -311,6 +288,8 @@ class DirTally:
             done.append(f"{plural(total, 'memory', 'memories')} moved to the trash ({why})")
         if self.restored:
             done.append(f"{self.restored} restored from the trash")
+        if self.versions_restored:
+            done.append(f"{plural(self.versions_restored, 'earlier version')} written back")
         for n, what in (
             (self.added, "added"),
             (self.removed, "removed"),
@@ -414,6 +393,7 @@ def _ignore(t: DirTally, row: Row) -> None:
 _COUNTERS: dict[str, Callable[[DirTally, Row], None]] = {
     "trash.moved": lambda t, r: t.moved.update([str(r.get("reason", "other"))]),
     "trash.restored": _inc("restored"),
+    "version.restored": _inc("versions_restored"),
     "index.updated": _count_index,
     "index.demoted": _count_demoted,
     "dream.completed": _inc("passes"),
@@ -491,9 +471,10 @@ def render_summary(rows: Iterable[Row], view: View, *, since: float | None) -> s
             continue
         text = t.sentence()
         if not text:
-            quiet.append(dir_label(where, view.home))
+            quiet.append(dir_label(where, view.home, view.roots.get(where)))
             continue
-        label, full = dir_label(where, view.home), short_path(where, view.home)
+        label = dir_label(where, view.home, view.roots.get(where))
+        full = short_path(where, view.home)
         path_note = clip(f" ({full})", view.width - len(label)) if full != label else ""
         lines.append(view.paint(label, "bold") + path_note)
         lines.extend(
@@ -528,6 +509,7 @@ def summary_json(rows: Iterable[Row]) -> dict[str, Any]:
         out[where or "memoryd"] = {
             "moved": dict(t.moved),
             "restored": t.restored,
+            "versions_restored": t.versions_restored,
             "pointers_added": t.added,
             "pointers_removed": t.removed,
             "pointers_rewritten": t.rewritten,

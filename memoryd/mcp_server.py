@@ -8,15 +8,17 @@ guard reads. Needs the optional extra `memoryd[mcp]` (the official `mcp` SDK).
 """
 
 import contextlib
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
+from pydantic import Field
 
 from memoryd import __version__
 from memoryd.cmd_recall import engine_for, find_dirs
@@ -35,6 +37,16 @@ MAX_LIMIT = 50
 # A writer (the daemon) holding an index: the server waits this long, then answers from
 # what the index holds.
 BUSY_WAIT = 0.5
+
+# The tools' parameters as JSON Schema tells the client: a value the CLI refuses (a type that
+# is none, a time frame that is none, a limit under 1) is refused before the tool runs.
+MemoryType = Literal["user", "feedback", "project", "reference"]  # the CLI's --type choices
+Timeframe = (
+    Literal["recent", "last_quarter"]
+    | Annotated[str, Field(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])$", description="YYYY-MM")]
+)
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"at most this many (1-{MAX_LIMIT})")]
+PROJECT_DIR = "CLAUDE_PROJECT_DIR"  # Claude Code's project folder, in its MCP servers' env
 
 READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -74,6 +86,13 @@ class _Libc:
 LIBC = _Libc()
 
 
+def project_dir(environ: Mapping[str, str]) -> Path | None:
+    """The client's project, which relative paths in calls are relative to: the folder
+    Claude Code names in CLAUDE_PROJECT_DIR (None: the server's working folder)."""
+    value = environ.get(PROJECT_DIR, "")
+    return Path(value) if os.path.isabs(value) and os.path.isdir(value) else None
+
+
 class Recall:
     """The engine behind the tools: one per server, used by one call at a time."""
 
@@ -86,6 +105,7 @@ class Recall:
     ) -> None:
         self.rt = rt
         self.named = list(dirs)
+        self.project = project_dir(os.environ)
         self.monotonic = monotonic
         self.lock = threading.Lock()
         self._engine: Engine | None = None
@@ -179,32 +199,39 @@ class Recall:
             return {"query": query, "results": results}
 
     def recall(
-        self, paths: list[str], symbols: list[str] | None = None, scope: list[str] | None = None
+        self,
+        paths: list[str],
+        symbols: list[str] | None = None,
+        scope: list[str] | None = None,
+        limit: int = DEFAULT_LIMIT,
     ) -> dict[str, Any]:
+        limit = max(1, min(limit, MAX_LIMIT))
         with self._calling():
             engine = self.engine()
-            hits = engine.recall(paths, symbols or [], limit=MAX_LIMIT)
+            hits = engine.recall(paths, symbols or [], limit=limit, cwd=self.project)
             self.answered("recall_for_paths", hits, "")
             results = engine.results(hits)
             task = scope or [*paths, *(symbols or [])]
-            results += stored.results(self.rt, engine.dirs, self.named, query=None, scope=task)
+            found = stored.results(self.rt, engine.dirs, self.named, query=None, scope=task)
+            results += found[: max(0, limit - len(results))]
             return {"paths": paths, "symbols": symbols or [], "results": results}
 
     def read(self, file: str) -> dict[str, Any]:
         with self._calling():
             engine = self.engine()
-            found = engine.find(file)
-            shown = engine.show(file, found=found)
+            found = engine.find(file, cwd=self.project)
+            shown = engine.show(file, cwd=self.project, found=found)
             if shown.get("memory"):
                 self.answered("read_memory", found[:1], "")
             return shown
 
-    def recent(self, timeframe: str = "recent", project: str | None = None) -> dict[str, Any]:
+    def recent(
+        self, timeframe: str = "recent", project: str | None = None, limit: int = DEFAULT_LIMIT
+    ) -> dict[str, Any]:
+        limit = max(1, min(limit, MAX_LIMIT))
         with self._calling():
             engine = self.engine()
-            hits = engine.recent(
-                frame=self.frame(timeframe), project=project or None, limit=MAX_LIMIT
-            )
+            hits = engine.recent(frame=self.frame(timeframe), project=project or None, limit=limit)
             self.answered("recent_memories", hits, "")
             return {"timeframe": timeframe, "results": engine.results(hits)}
 
@@ -216,10 +243,10 @@ def build(recall: Recall) -> MCPServer[Any]:
     @server.tool(annotations=READ_ONLY)
     def search_memories(
         query: str,
-        timeframe: str | None = None,
-        type: str | None = None,  # the tool parameter's name
+        timeframe: Timeframe | None = None,
+        type: MemoryType | None = None,  # the tool parameter's name
         project: str | None = None,
-        limit: int = DEFAULT_LIMIT,
+        limit: Limit = DEFAULT_LIMIT,
         scope: list[str] | None = None,
     ) -> dict[str, Any]:
         """Search the user's memories (MEMORY.md and the archive) by words or a memory's
@@ -232,26 +259,31 @@ def build(recall: Recall) -> MCPServer[Any]:
 
     @server.tool(annotations=READ_ONLY)
     def recall_for_paths(
-        paths: list[str], symbols: list[str] | None = None, scope: list[str] | None = None
+        paths: list[str],
+        symbols: list[str] | None = None,
+        scope: list[str] | None = None,
+        limit: Limit = DEFAULT_LIMIT,
     ) -> dict[str, Any]:
-        """Memories to read before editing these files (absolute paths, or relative to the
-        server's working folder) or code symbols: memories citing the file, its folder, its
-        old place if it moved, or naming the symbols. Each result says why. Active records of
-        JSONL record stores whose scope holds an entry of `scope` (default: the paths and
-        symbols as given) come after them."""
-        return recall.recall(paths, symbols, scope)
+        """Memories to read before editing these files (absolute paths, or relative to your
+        project folder) or code symbols: memories citing the file, its folder, its old place
+        if it moved, or naming the symbols. Each result says why. Active records of JSONL
+        record stores whose scope holds an entry of `scope` (default: the paths and symbols
+        as given) come after them, up to `limit` results in all."""
+        return recall.recall(paths, symbols, scope, limit)
 
     @server.tool(annotations=READ_ONLY)
     def read_memory(file: str) -> dict[str, Any]:
-        """One memory as written (frontmatter and body) by its file path or its name, with
-        where it is indexed."""
+        """One memory as written (frontmatter and body) by its file path (absolute, or
+        relative to your project folder) or its name, with where it is indexed."""
         return recall.read(file)
 
     @server.tool(annotations=READ_ONLY)
-    def recent_memories(timeframe: str = "recent", project: str | None = None) -> dict[str, Any]:
+    def recent_memories(
+        timeframe: Timeframe = "recent", project: str | None = None, limit: Limit = DEFAULT_LIMIT
+    ) -> dict[str, Any]:
         """Memories dated within a time frame, newest first: recent (30 days), last_quarter
-        (90 days) or YYYY-MM."""
-        return recall.recent(timeframe, project)
+        (90 days) or YYYY-MM; at most `limit`."""
+        return recall.recent(timeframe, project, limit)
 
     return server
 

@@ -4,6 +4,7 @@ from collections.abc import Sequence, Set
 from pathlib import Path
 from typing import Any
 
+from memoryd.dirlabel import label as dir_label
 from memoryd.display import shown
 from memoryd.dream.run import DreamResult
 from memoryd.secrets import summary as secret_summary
@@ -179,7 +180,7 @@ def render_text(
     for result in results:
         if id(result) in collapsed:
             continue
-        header = f"{shown(result.dir.path)}: {status_text(result)}"
+        header = f"{dir_label(result.dir)} ({shown(result.dir.path)}): {status_text(result)}"
         if result.status == "unmanaged" and result.dir.real_path in said_before:
             header += f" (why: memoryd dirs {shown(result.dir.path)})"
         elif result.message:

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import safejson
+from memoryd.dirlabel import dir_label
 from memoryd.humanize import ago, clock_time, parse_ts, short_path, table
 from memoryd.instance import lock_holder
-from memoryd.logview import View, dir_label
+from memoryd.logview import View
 from memoryd.paths import read_bounded
 
 STATUS_MAX_BYTES = 64 << 20  # status.json: a few hundred bytes a dir
@@ -216,7 +217,7 @@ def dir_table(rows: Sequence[DirRow], view: View, *, live: bool) -> list[str]:
         if d.last_pass and d.last_pass_result not in (None, "", PLAIN_RESULT):
             last_pass += f" ({d.last_pass_result})"  # a pass that did not end as planned
         cells = [
-            dir_label(d.path, view.home),
+            dir_label(d.path, view.home, view.roots.get(d.path)),
             d.kind or "?",
             "?" if d.files is None else str(d.files),
             d.index or "?",

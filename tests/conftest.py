@@ -317,6 +317,7 @@ TIERS: dict[str, frozenset[str]] = {
     ),
     "integration": frozenset(
         {
+            "test_commands_agree",
             "test_agent_semantics",
             "test_apply_checked",
             "test_audit",
@@ -354,6 +355,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_claude_mcp",
             "test_claude_real",
             "test_claude_view",
+            "test_commands_agree::test_the_real_client_loads_no_memory_md_where_memoryd_says_so",
             "test_crash",
             "test_daemon",
             "test_hostile_documents",

@@ -106,7 +106,7 @@ def test_a_failed_index_write_is_said_plainly_in_the_text_report(
     folder = _dup_repo(tmp_path)
     result = cli("dream", folder)
     assert result.code == 1
-    header = next(line for line in result.out.splitlines() if line.startswith(str(folder)))
+    header = next(line for line in result.out.splitlines() if f"({folder}" in line)
     assert ": failed — " in header and INDEX_NAME in header and "No space left" in header
     assert "dup_old.md: moved to" in result.out
 

@@ -99,9 +99,9 @@ def test_the_sdk_client_lists_and_calls_every_tool(env: Env, repo: Path, cli) ->
     calls: list[tuple[str, dict[str, Any]]] = [
         ("search_memories", {"query": "paymnts nightly"}),
         ("search_memories", {"query": "barley", "timeframe": "last_quarter", "type": "project"}),
-        ("recall_for_paths", {"paths": [str(repo / "src" / "app.py")]}),
+        ("recall_for_paths", {"paths": [str(repo / "src" / "app.py")], "limit": 50}),
         ("read_memory", {"file": str(folder / "filler_3.md")}),
-        ("recent_memories", {"timeframe": "last_quarter"}),
+        ("recent_memories", {"timeframe": "last_quarter", "limit": 50}),
         ("search_memories", {"query": "x", "timeframe": "lastweek"}),
     ]
     init, tools, answers = asyncio.run(drive(server(env, repo), calls))
@@ -251,7 +251,10 @@ def test_the_tools_serve_a_stores_active_records_by_scope(env: Env, repo: Path) 
     calls: list[tuple[str, dict[str, Any]]] = [
         ("search_memories", {"query": "nightly payments", "scope": ["payments"]}),
         ("search_memories", {"query": "nightly payments", "scope": ["billing"]}),
-        ("recall_for_paths", {"paths": [str(repo / "src" / "app.py")], "symbols": ["payments"]}),
+        (
+            "recall_for_paths",
+            {"paths": [str(repo / "src" / "app.py")], "symbols": ["payments"], "limit": 50},
+        ),
     ]
     _, _, answers = asyncio.run(drive(server(env, repo), calls))
 

@@ -59,15 +59,17 @@ def test_the_report_ends_with_its_counts_and_speaks_plainly(
     assert half.endswith("partially stale, missing: src/removed.py, `vanished_helper`"), half
     [gone] = [line for line in lines if "gone.md" in line and "stale" in line]
     assert "src/gone.py" in gone and "`old_entry_point`" in gone, gone
-    header = next(line for line in lines if line.startswith(str(folder)))
+    header = next(line for line in lines if f"({folder}): " in line)
     assert header.endswith("would move 1 to the trash" if dry else "done, 1 moved to the trash")
 
 
 def test_why_a_dir_is_unmanaged_is_said_once_by_dream(env: Env, cli, folder: Path) -> None:
     (folder / "MEMORY.md").write_text("# my notes\n\nprose of my own, no pointers\n")
     first = cli("dream", folder)
-    header = next(line for line in first.out.splitlines() if line.startswith(str(folder)))
+    header = next(line for line in first.out.splitlines() if f"({folder}): " in line)
     assert "report only — " in header and "pointer targets" in header, header
     again = cli("dream", folder)
-    header = next(line for line in again.out.splitlines() if line.startswith(str(folder)))
-    assert header == f"{folder}: not managed by memoryd, report only (why: memoryd dirs {folder})"
+    header = next(line for line in again.out.splitlines() if f"({folder}): " in line)
+    assert header.endswith(
+        f"({folder}): not managed by memoryd, report only (why: memoryd dirs {folder})"
+    )

@@ -22,10 +22,12 @@ def test_index_lists_only_dirs_it_changed_unless_verbose(env: Env, cli) -> None:
     assert again.code == 0
     assert again.out == "3 dirs in sync (-v lists them).\n"
     verbose = cli("index", "-v")
-    assert all(f"{f}: in sync" in verbose.out for f in folders), verbose.out
+    assert all(f"({f}): in sync" in verbose.out for f in folders), verbose.out
     write_memory(folders[1], "b.md", body="Invoices go out on the first.\n")
     third = cli("index")
-    assert third.out == f"{folders[1]}: updated (added 1)\n2 dirs in sync (-v lists them).\n"
+    assert third.out == (
+        f"-code-billing ({folders[1]}): updated (added 1)\n2 dirs in sync (-v lists them).\n"
+    )
 
 
 def test_why_a_dir_is_unmanaged_is_said_once(env: Env, cli) -> None:
@@ -34,11 +36,11 @@ def test_why_a_dir_is_unmanaged_is_said_once(env: Env, cli) -> None:
         write_memory(folder, name, body=f"{name} is about something else entirely.\n")
     (folder / "MEMORY.md").write_text("# my notes\n\n- [a](a.md) — a\n\nprose of my own\n")
     first = cli("index")
-    assert first.code == 0 and f"{folder}: unmanaged — " in first.out, first.out
+    assert first.code == 0 and f"({folder}): unmanaged — " in first.out, first.out
     again = cli("index")
     assert again.out == (
         "1 unmanaged, nothing changed (-v lists them, and says why a dir is unmanaged).\n"
     )
-    assert f"{folder}: unmanaged — " in cli("index", "-v").out
-    assert f"{folder}: unmanaged — " in cli("index", "--check").out  # asked: always said
+    assert f"({folder}): unmanaged — " in cli("index", "-v").out
+    assert f"({folder}): unmanaged — " in cli("index", "--check").out  # asked: always said
     assert [r["event"] for r in env.audit_rows()].count("index.unmanaged") == 1

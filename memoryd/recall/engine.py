@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.agentview import view_kind_of
+from memoryd.dirlabel import label
 from memoryd.discover import MemoryDir
 from memoryd.recall.query import DAY, Frame, expressions, name_keys
 from memoryd.recall.store import BUSY_WAIT, Change, DirIndex, Row, Window, index_path
@@ -38,7 +39,7 @@ class Hit:
 
 
 def _project_names(md: MemoryDir) -> set[str]:
-    names = {md.heading.lower(), md.label.lower(), md.path.name.lower()}
+    names = {md.heading.lower(), md.label.lower(), md.path.name.lower(), label(md).lower()}
     if md.repo_root is not None:
         names.add(md.repo_root.name.lower())
     return names
@@ -297,7 +298,7 @@ class Engine:
         return [
             {
                 "file": str(md.path / ex.file),
-                "dir": md.heading,
+                "dir": label(md),
                 "kind": ex.kind,
                 "why": ex.why,
             }
@@ -320,7 +321,7 @@ class Engine:
             flags.append(f"{HIDDEN} ({row.hidden})")
         out: Result = {
             "file": str(hit.md.path / row.file),
-            "dir": hit.md.heading,
+            "dir": label(hit.md),
             "dir_path": str(hit.md.path),
             "name": mask(row.name or row.file.removesuffix(".md")),
             "description": mask(row.description),

@@ -80,8 +80,11 @@ def resolve(
 
 
 def _at_path(rt: Runtime, path: Path) -> Target:
-    """A path names its folder and file, the folder taken as a memory dir when it is one."""
+    """A path names its folder and file, the folder taken as a memory dir when it is one; a
+    path to nothing without `.md` names the `.md` file."""
     path = Path(os.path.normpath(path))
+    if not path.name.endswith(".md") and not os.path.lexists(path):
+        path = path.with_name(f"{path.name}.md")  # a memory is a `.md` file: a gone one too
     folder = path.parent
     if os.path.isdir(folder):
         folder = Path(os.path.realpath(folder))

@@ -324,6 +324,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from memoryd import cmd_recall  # search, recall, show, mcp: their handlers import the rest
 
     cmd_recall.add_parser(sub)
+    from memoryd import claude_install
+
+    claude_install.add_parser(sub)
     if only is not None and only not in sub.choices:
         return build_parser()
     return parser
@@ -1232,6 +1235,8 @@ def cmd_service(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     manager = args.manager or service.default_manager()
     config = args.config.expanduser().absolute() if args.config else None
     plan = service.plan(args.action, manager, config, rt.paths)
+    if plan.note:
+        args.stderr.write(plan.note + "\n")
     if args.dry_run:
         if plan.content:
             out.write(f"# would write {plan.file}:\n{plan.content}\n")
@@ -1345,6 +1350,10 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    if _named_command(argv) == "hook":  # Claude Code's hooks: no parser, no config, always 0
+        from memoryd.hooks import main as hook_main
+
+        return hook_main(list((sys.argv[1:] if argv is None else argv)[1:]), out=out)
     parser = build_parser(_named_command(argv))
     try:
         # argparse prints help and usage errors itself; send them where the caller asked.

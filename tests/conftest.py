@@ -318,6 +318,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_agent_semantics",
             "test_apply_checked",
             "test_audit",
+            "test_claude_install",
             "test_cli",
             "test_config",
             "test_demo",
@@ -327,6 +328,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_dream_similar",
             "test_forget",
             "test_fresh_clone",
+            "test_hooks",
             "test_index_faults",
             "test_index_on_disk",
             "test_logview",
@@ -343,6 +345,7 @@ TIERS: dict[str, frozenset[str]] = {
         {
             "test_audit_failures",
             "test_claude_discover",
+            "test_claude_hooks_real",
             "test_claude_mcp",
             "test_claude_real",
             "test_claude_view",
@@ -366,6 +369,7 @@ SLOW: frozenset[str] = frozenset(
     {
         "test_agentview::test_linear_at_the_index_read_limit",
         "test_claude_discover",
+        "test_claude_hooks_real",
         "test_claude_mcp",
         "test_claude_real",
         "test_claude_view",

@@ -1,0 +1,124 @@
+"""The session-start hook: one short line for the model when something is wrong for this
+project, nothing when all is well (memoryd.hooks).
+
+Claude Code has read MEMORY.md before this hook runs, so nothing here can change what this
+session loaded; the line says what the agent is missing and what puts it right:
+- auto memory turned off (the environment variable or an `autoMemoryEnabled: false`), so no
+  MEMORY.md is loaded at all;
+- pointer lines of the project's MEMORY.md the agent does not see (past its window, in a
+  comment or in stripped frontmatter: memoryd.agentview);
+- a mass change alarm on one of the project's memory dirs within the last day.
+It also forgets the pre-tool-use hook's lists of what each old session was told.
+"""
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+ALARM_SHOWN = 86400.0  # as `memoryd status`
+SEEN_KEPT = 7 * 86400.0  # a session's list of recalled memories is dropped after a week
+INDEX_MAX_BYTES = 8 * 1024 * 1024
+
+
+def _switch_line(data: dict[str, Any], auto: tuple[str, str]) -> str:
+    from memoryd.claude_env import (
+        ClaudeEnv,
+        auto_memory_switch,
+        project_settings,
+        user_settings,
+    )
+
+    cwd = Path(str(data.get("cwd")))
+    claude_home = Path(os.path.dirname(os.path.dirname(os.path.dirname(auto[0]))))
+    warnings: list[str] = []
+    layers = [*project_settings(cwd, Path(auto[1]), warnings), user_settings(claude_home, warnings)]
+    switch = auto_memory_switch(ClaudeEnv.from_environ(), layers)
+    if switch.on:
+        return ""
+    return (
+        f"memoryd: Claude Code's auto memory is off ({switch.source}): this project's "
+        "MEMORY.md is not loaded; memories are still found with `memoryd search`."
+    )
+
+
+def _hidden_line(folder: str) -> str:
+    from memoryd.agentview import ViewKind, view_of_bytes
+
+    path = os.path.join(folder, "MEMORY.md")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(INDEX_MAX_BYTES)
+    except OSError:
+        return ""
+    view = view_of_bytes(data, ViewKind.AUTO)
+    lines = data.decode("utf-8", "replace").split("\n")
+    hidden = [
+        view.hidden(number)
+        for number, line in enumerate(lines)
+        if line.lstrip().startswith(("- [", "* [")) and "](" in line
+    ]
+    why = sorted({str(h) for h in hidden if h is not None})
+    count = sum(h is not None for h in hidden)
+    if not count:
+        return ""
+    return (
+        f"memoryd: {count} pointer line(s) of {path} are not loaded ({', '.join(why)}); "
+        "`memoryd index` fixes the index for the next session, `memoryd search` finds them now."
+    )
+
+
+def _alarm_line(dirs: list[str], state: str) -> str:
+    import json
+
+    try:
+        with open(os.path.join(state, "versions", "alarms.json"), "rb") as f:
+            alarms = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return ""
+    now = time.time()
+    wanted = set(dirs) | {os.path.realpath(d) for d in dirs}
+    for alarm in alarms if isinstance(alarms, list) else []:
+        when = alarm.get("t") if isinstance(alarm, dict) else None
+        if not isinstance(when, int | float) or not math.isfinite(when) or now - when > ALARM_SHOWN:
+            continue
+        if alarm.get("dir") in wanted:
+            return (
+                f"memoryd: ALARM: {alarm.get('deleted')} memory files deleted and "
+                f"{alarm.get('rewritten')} rewritten in {alarm.get('dir')} by another process "
+                "today; `memoryd trash list` and `memoryd history FILE` bring them back."
+            )
+    return ""
+
+
+def _forget_old_sessions(state: str) -> None:
+    from memoryd.hook_recall import SEEN_FOLDER
+
+    folder = os.path.join(state, SEEN_FOLDER)
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    cutoff = time.time() - SEEN_KEPT
+    for entry in entries:
+        try:
+            if entry.name.endswith(".seen") and entry.stat().st_mtime < cutoff:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+def start_context(data: dict[str, Any], state: str) -> str:
+    """The session-start hook's line ("" when all is well)."""
+    from memoryd.hook_recall import auto_memory_dir
+
+    _forget_old_sessions(state)
+    auto = auto_memory_dir(data)
+    if auto is None:
+        return ""
+    return (
+        _switch_line(data, auto)
+        or _hidden_line(auto[0])
+        or _alarm_line([auto[0], os.path.join(auto[1], ".claude", "memory")], state)
+    )

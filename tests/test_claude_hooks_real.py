@@ -236,3 +236,28 @@ def test_memoryds_tools_are_offered_and_uninstall_gives_the_settings_back(
     assert "memoryd" not in after.get("mcpServers", {})
     assert set(kept) <= set(after)
     assert after["k"] == 1
+
+
+def test_the_plugin_folder_gives_the_same_recall(tmp_path: Path, project: Path) -> None:
+    """`--plugin-dir $(memoryd claude plugin-path)`, with `memoryd` on PATH and nothing in the
+    settings: reading a cited file sends the memory to the model."""
+    home = tmp_path / "home"
+    folder = auto_dir(home, project)
+    write_memory(folder, "deploy_flow.md", name="Deploy flow",
+                 description="staging deploys need a green build",
+                 body="see src/app.py\n")  # fmt: skip
+    memoryd(home, "recall", "--path", str(project / "src" / "app.py"), cwd=project)
+    plugin = memoryd(home, "claude", "plugin-path").strip()
+    app = str(project / "src" / "app.py")
+    run = run_claude(
+        home,
+        project,
+        {"PATH": f"{MEMORYD.parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+        replies=[Reply(tool="Read", tool_input={"file_path": app}), Reply(text="done")],
+        args=["-p", "go", "--max-turns", "3", "--allowedTools", "Read", "--plugin-dir", plugin],
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stderr
+    (context,) = hook_contexts(run, "PreToolUse")
+    assert "Deploy flow — staging deploys need a green build" in context
+    assert not (home / ".claude" / "settings.json").exists()

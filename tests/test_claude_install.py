@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ USER_SETTINGS = {
 }
 
 
-def hooks_of(settings: dict) -> dict[str, list[str]]:
+def hooks_of(settings: dict[str, Any]) -> dict[str, list[str]]:
     return {
         event: [h["command"] for g in groups for h in g["hooks"]]
         for event, groups in settings.get("hooks", {}).items()

@@ -52,7 +52,9 @@ def auto_dir(env: Env, root: Path) -> Path:
     return env.claude / "projects" / slugify(str(root)) / "memory"
 
 
-def payload(env: Env, root: Path, event: str, file: str = "", session: str = "s1") -> dict:
+def payload(
+    env: Env, root: Path, event: str, file: str = "", session: str = "s1"
+) -> dict[str, Any]:
     data: dict[str, Any] = {
         "session_id": session,
         "transcript_path": str(env.claude / "projects" / slugify(str(root)) / f"{session}.jsonl"),

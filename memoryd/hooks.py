@@ -36,16 +36,25 @@ CLAUDE_EVENTS = {
 }
 
 
-def log_dir() -> str:
-    import platformdirs
-
-    return str(platformdirs.user_log_dir("memoryd", appauthor=False))
-
-
 def state_dir() -> str:
+    """memoryd's state dir (memoryd.paths.app_paths), computed without platformdirs on Linux,
+    where it is `$XDG_STATE_HOME/memoryd` (importing platformdirs costs a hook ~5 ms)."""
+    if sys.platform.startswith("linux"):
+        base = os.environ.get("XDG_STATE_HOME", "").strip()
+        if not os.path.isabs(base):
+            base = os.path.expanduser("~/.local/state")
+        return os.path.join(base, "memoryd")
     import platformdirs
 
     return str(platformdirs.user_state_dir("memoryd", appauthor=False))
+
+
+def log_dir() -> str:
+    if sys.platform.startswith("linux"):
+        return os.path.join(state_dir(), "log")
+    import platformdirs
+
+    return str(platformdirs.user_log_dir("memoryd", appauthor=False))
 
 
 def log_failure(event: str, error: BaseException) -> None:

@@ -17,9 +17,9 @@ EXIT_OK, EXIT_NONE, EXIT_USAGE = 0, 1, 2
 TYPES = ("user", "feedback", "project", "reference")
 MCP_MISSING = (
     "memoryd mcp needs the Model Context Protocol SDK 2.x, which is not installed (or an "
-    "older one is). Install it with `pip install 'memoryd[mcp]'` (or `pip install "
-    "'mcp>=2.3,<3'` into memoryd's environment), then register the server with "
-    "`claude mcp add memoryd -- memoryd mcp`."
+    "older one is). Install memoryd with its extra from a clone (`uv tool install --reinstall "
+    "'.[mcp]'`, or `pipx install --force '.[mcp]'`; in a venv: `pip install '.[mcp]'`), then "
+    "register the server with `memoryd claude install`."
 )
 
 
@@ -105,7 +105,7 @@ def add_parser(sub: Any) -> None:
         help="serve memory search to an agent over MCP (stdio)",
         description="A Model Context Protocol server on stdin/stdout with read-only tools: "
         "search_memories, recall_for_paths, read_memory, recent_memories. Register it with "
-        "`claude mcp add memoryd -- memoryd mcp`. Needs the optional extra memoryd[mcp].",
+        "`memoryd claude install`. Needs the optional extra `mcp` ('.[mcp]').",
     )
     _dirs_arg(p)
     p.set_defaults(handler=cmd_mcp)

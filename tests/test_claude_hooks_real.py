@@ -215,21 +215,13 @@ def test_memoryds_tools_are_offered_and_uninstall_gives_the_settings_back(
     claude_json.write_text(json.dumps(kept, indent=2))
     memoryd(home, "claude", "install")
     assert "memoryd" in json.loads(claude_json.read_text())["mcpServers"]
-    # The client connects MCP servers in the background (`memoryd mcp` answers in ~1 s): a
-    # first turn may go out before it is connected, so the tools are looked for after one.
-    readme = project / "README.md"
-    readme.write_text("x\n")
-    run = run_claude(
-        home,
-        project,
-        replies=[Reply(tool="Read", tool_input={"file_path": str(readme)}), Reply(text="ok")],
-        args=["-p", "hi", "--max-turns", "3", "--allowedTools", "Read"],
-        timeout=180,
-    )
+    # The client connects MCP servers without waiting for them (`memoryd mcp` answers in
+    # ~1 s): a session may start before it is connected. Its own switch makes it wait.
+    run = run_claude(home, project, {"MCP_CONNECTION_NONBLOCKING": "false"}, timeout=180)
     assert run.returncode == 0, run.stderr
-    last = "\n".join(texts(run.agent_requests[-1]))
+    first = "\n".join(texts(run.agent_requests[0]))
     for tool in ("search_memories", "recall_for_paths", "read_memory", "recent_memories"):
-        assert f"mcp__memoryd__{tool}" in last
+        assert f"mcp__memoryd__{tool}" in first
     memoryd(home, "claude", "uninstall")
     assert settings.read_bytes() == original
     after = json.loads(claude_json.read_text())

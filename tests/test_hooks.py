@@ -193,3 +193,33 @@ def test_a_hook_that_fails_exits_0_prints_nothing_and_logs_why(env: Env, given: 
     assert "no-such-event" in log
     if given == "{not json":
         assert "pre-tool-use: JSONDecodeError" in log
+
+
+def test_the_recall_hook_imports_none_of_memoryds_machinery(env: Env, repo: Path) -> None:
+    """Start-up is a hook's whole cost: the pre-tool-use hook that finds a memory loads the
+    command line's own modules, the hook's and the masker, not discovery, the config, the
+    search store or platformdirs (bench/bench_hooks.py has the times)."""
+    write_memory(auto_dir(env, repo), "app_rule.md", body="src/pkg/app.py\n")
+    memoryd("recall", "--path", "src/pkg/app.py", cwd=repo)
+    probe = (
+        "import io, sys\n"
+        "from memoryd.cli import main\n"
+        "out = io.StringIO()\n"
+        "main(['hook', 'pre-tool-use'], out=out)\n"
+        "print(out.getvalue().count('app_rule.md'))\n"
+        "names = [m for m in sys.modules if m.startswith(('memoryd', 'platformdirs'))]\n"
+        "print(' '.join(sorted(names)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        input=json.dumps(payload(env, repo, "PreToolUse", "src/pkg/app.py")),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found, modules = done.stdout.splitlines()
+    assert found == "1", done.stdout
+    assert set(modules.split()) == {
+        "memoryd", "memoryd.cli", "memoryd.display", "memoryd.errors",
+        "memoryd.hooks", "memoryd.hook_recall", "memoryd.secrets",
+    }  # fmt: skip

@@ -1392,8 +1392,10 @@ def main(
     args.stderr = err  # a handler's warnings go where this run's errors go
     try:
         handler = getattr(args, "handler", None) or HANDLERS[args.command]
-        with _keeping_versions(args, rt), _looking_only(args):
-            return handler(args, rt, out)
+        from memoryd.pager import paged  # long output through $PAGER on a terminal
+
+        with _keeping_versions(args, rt), _looking_only(args), paged(args, out) as shown_out:
+            return handler(args, rt, shown_out)
     except UsageError as error:
         err.write(f"memoryd: {error}\n")
         return EXIT_USAGE

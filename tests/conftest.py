@@ -329,6 +329,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_forget",
             "test_fresh_clone",
             "test_hooks",
+            "test_pager",
             "test_quick_start",
             "test_index_faults",
             "test_index_on_disk",

@@ -3,6 +3,7 @@ memoryd/recall/; each handler imports what it uses, so `memoryd --help` pays for
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -156,30 +157,50 @@ def _dump(data: object, out: TextIO) -> None:
     out.write("\n")
 
 
-def render_result(number: int, result: "Result") -> str:
-    """One result for a person: title, file, facts, snippet."""
+def _marked(snippet: str, color: bool) -> str:
+    """The snippet's matches (`**so**`) in the match colour on a terminal, unmarked there."""
+    if not color:
+        return snippet
+    from memoryd.humanize import Painter
+    from memoryd.lazyre import lazy
+
+    paint = Painter(True)
+    return lazy(r"\*\*(.+?)\*\*").sub(lambda m: paint(m[1], "match"), snippet)
+
+
+def render_result(number: int, result: "Result", color: bool = False) -> str:
+    """One result for a person: title, file, facts, snippet (its matches in colour when
+    `color`, else marked `**so**`)."""
     title = result["name"] + (f" — {result['description']}" if result["description"] else "")
     facts = [result["dir"], result["type"] or "no type", result["tier"]]
     facts.append(f"{result['date']} ({result['age_days']} d)")
     facts += result["flags"]
     lines = [f"{number}. {title}", f"   {result['file']}", "   " + " · ".join(facts)]
     if result["snippet"] and result["snippet"] != result["description"]:
-        lines.append(f"   {result['snippet']}")
+        lines.append(f"   {_marked(result['snippet'], color)}")
     if result.get("why"):
         lines.append("   why: " + "; ".join(result["why"]))
     return "\n".join(lines) + "\n"
 
 
 def _rendered(
-    out: TextIO, hits: "list[Result]", data: dict[str, Any], as_json: bool, empty: str
+    out: TextIO,
+    hits: "list[Result]",
+    data: dict[str, Any],
+    as_json: bool,
+    empty: str,
+    color: str = "never",
 ) -> int:
     """Print the results, then each file that was not searched with why (notes without
     frontmatter are only listed in --json: they are not memories)."""
     if as_json:
         _dump({**data, "results": hits}, out)
         return EXIT_OK if hits else EXIT_NONE
+    from memoryd.humanize import use_color
+
+    colored = use_color(color, out, os.environ)
     for number, result in enumerate(hits, 1):
-        out.write(render_result(number, result))
+        out.write(render_result(number, result, colored))
     if not hits:
         out.write(empty + "\n")
     for ex in data.get("excluded", []):
@@ -214,7 +235,8 @@ def cmd_search(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
         )
         hits += found[: max(0, args.limit - len(hits))]
     data = {"query": args.query, "dirs": [str(d.path) for d in dirs], "excluded": excluded}
-    return _rendered(out, hits, data, args.json, f"No memory matches {args.query!r}.")
+    empty = f"No memory matches {args.query!r}."
+    return _rendered(out, hits, data, args.json, empty, getattr(args, "color", "auto"))
 
 
 # --- recall -------------------------------------------------------------------------------------
@@ -280,7 +302,8 @@ def cmd_recall(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
         "dirs": [str(d.path) for d in dirs],
         "excluded": excluded,
     }
-    return _rendered(out, hits, data, args.json, "No memory refers to these files or symbols.")
+    empty = "No memory refers to these files or symbols."
+    return _rendered(out, hits, data, args.json, empty, getattr(args, "color", "auto"))
 
 
 # --- show ---------------------------------------------------------------------------------------

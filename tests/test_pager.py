@@ -111,3 +111,25 @@ def test_output_piped_is_never_paged(env: Env, memories: Path, pager: Path, tmp_
     )  # fmt: skip
     assert "Deploy flow — staging deploys" in done.stdout
     assert not paged.exists()
+
+
+def test_search_hits_are_coloured_on_a_terminal_and_marked_when_piped(
+    env: Env, memories: Path
+) -> None:
+    """On a terminal (paged or not) a hit is in the match colour, not `**…**`; NO_COLOR and
+    a pipe keep the marks."""
+    write_memory(memories, "cache.md", name="Cache", description="about the cache",
+                 body="The session cache expires hourly.\n")  # fmt: skip
+    run_env = {**os.environ, "PAGER": "cat"}
+    run_env.pop("NO_COLOR", None)
+    run_env.pop("MEMORYD_PAGER", None)
+    run_env["TERM"] = "xterm"
+    seen = on_terminal(["search", "expires", str(memories)], run_env)
+    assert "\x1b[1;31mexpires\x1b[0m" in seen and "**expires**" not in seen
+    plain = on_terminal(["search", "expires", str(memories)], {**run_env, "NO_COLOR": "1"})
+    assert "**expires**" in plain and "\x1b[" not in plain
+    piped = subprocess.run(
+        [str(MEMORYD), "search", "expires", str(memories)], env=run_env,
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert "**expires**" in piped.stdout and "\x1b[" not in piped.stdout

@@ -23,6 +23,8 @@ from typing import Any, TextIO
 INPUT_MAX_BYTES = 4 * 1024 * 1024  # a Write's tool_input holds the file's whole content
 LOG_MAX_BYTES = 1024 * 1024  # hooks.log is started anew past this
 EVENTS = ("pre-tool-use", "post-tool-use", "session-start")
+# Not a Claude Code hook: what session-start leaves running in the background.
+REFRESH = "refresh-search"
 # The tools each event is registered for (the matcher of its settings entry).
 MATCHERS = {
     "pre-tool-use": "Read|Edit|Write|MultiEdit",
@@ -122,16 +124,21 @@ def handle(event: str, data: dict[str, Any]) -> str:
         index_after_write(data)
         return ""
     if event == "session-start":
-        from memoryd.hook_start import start_context
+        from memoryd.hook_start import refresh_in_background, start_context
 
+        refresh_in_background(data)
         return context_output(event, start_context(data, state_dir()))
+    if event == REFRESH:
+        from memoryd.hook_start import refresh_search
+
+        refresh_search(data)
     return ""
 
 
 def main(argv: list[str], stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     """`memoryd hook EVENT`: always 0; a failure is logged, never shown to the model."""
     event = argv[0] if argv else ""
-    if event not in EVENTS:
+    if event not in (*EVENTS, REFRESH):
         log_failure(event or "?", ValueError(f"unknown hook event (one of {', '.join(EVENTS)})"))
         return 0
     try:

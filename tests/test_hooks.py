@@ -223,3 +223,20 @@ def test_the_recall_hook_imports_none_of_memoryds_machinery(env: Env, repo: Path
         "memoryd", "memoryd.cli", "memoryd.display", "memoryd.errors",
         "memoryd.hooks", "memoryd.hook_recall", "memoryd.secrets",
     }  # fmt: skip
+
+
+def test_session_start_brings_the_search_index_up_in_the_background(env: Env, repo: Path) -> None:
+    """No daemon and no `memoryd` command ran yet: the session-start hook returns at once and
+    leaves a process building the project's search index, after which the pre-tool-use hook
+    finds the memory."""
+    write_memory(auto_dir(env, repo), "app_rule.md", name="App rule", body="src/pkg/app.py\n")
+    assert not (env.state / "recall").exists()
+    assert context(hook("session-start", payload(env, repo, "SessionStart")), "SessionStart") == ""
+    deadline = time.monotonic() + 60
+    said = ""
+    while time.monotonic() < deadline and not said:
+        data = payload(env, repo, "PreToolUse", "src/pkg/app.py", f"s{time.monotonic_ns()}")
+        said = context(hook("pre-tool-use", data), "PreToolUse")
+        if not said:
+            time.sleep(0.2)
+    assert "App rule" in said

@@ -181,6 +181,8 @@ def _write(path: Path, data: bytes | None, expected: bytes | None) -> None:
     if data is None:
         path.unlink()
         return
+    if path.is_symlink():  # a settings file kept in a dotfiles repo: its target is written
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = (os.stat(path).st_mode & 0o777) if expected is not None else 0o600
     temp = path.with_name(f".{path.name}.memoryd-{os.getpid()}.tmp")

@@ -5,9 +5,9 @@ It is `memoryd recall --path FILE` cut down to what a hook can afford on every f
 opens: the project's memory dirs are found by their standard places (no discovery), their
 search indexes (memoryd.recall.store, in the state dir) are read as they are, read-only (no
 update by stat: the daemon's passes, the session-start hook's background refresh, the
-post-write hook and every `memoryd` search keep them current), and only citations of the file itself or of a folder above it count. Each memory is
-said once per session (a list of what was said, per session id, in the state dir), a few at
-most, within MAX_CHARS, secrets masked.
+post-write hook and every `memoryd` search keep them current), and only citations of the file
+itself or of a folder above it count. Each memory is said once per session (a list of what was
+said, per session id, in the state dir), a few at most, within MAX_CHARS, secrets masked.
 """
 
 import hashlib

@@ -204,3 +204,15 @@ def test_plugin_path_names_the_shipped_plugin_folder(cli: Cli) -> None:
     servers = json.loads((folder / ".mcp.json").read_text())["mcpServers"]
     assert cs.is_our_server(servers["memoryd"])
     assert os.path.isdir(folder)
+
+
+def test_a_settings_file_that_is_a_link_stays_a_link(env: Env, cli: Cli, tmp_path: Path) -> None:
+    """Settings kept in a dotfiles repo and linked into ~/.claude: the target is edited, the
+    link stays."""
+    target = tmp_path / "dotfiles" / "claude-settings.json"
+    write(target, USER_SETTINGS)
+    env.claude.mkdir()
+    (env.claude / "settings.json").symlink_to(target)
+    assert cli("claude", "install").code == 0
+    assert (env.claude / "settings.json").is_symlink()
+    assert "SessionStart" in json.loads(target.read_text())["hooks"]

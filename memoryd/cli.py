@@ -324,9 +324,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from memoryd import cmd_recall  # search, recall, show, mcp: their handlers import the rest
 
     cmd_recall.add_parser(sub)
-    from memoryd import claude_install
+    from memoryd import cmd_claude  # claude install/uninstall: the work imports on use
 
-    claude_install.add_parser(sub)
+    cmd_claude.add_parser(sub)
     if only is not None and only not in sub.choices:
         return build_parser()
     return parser

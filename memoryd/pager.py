@@ -14,12 +14,12 @@ import argparse
 import contextlib
 import io
 import os
-import shlex
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import TextIO
+
+# shlex, shutil and subprocess are imported when a pager is started: every command passes
+# through `paged`, and most never page.
 
 DEFAULT = "less"
 DEFAULT_LESS = "FRX"
@@ -48,6 +48,9 @@ class _Terminal(io.TextIOWrapper):
 
 def command(environ: "os._Environ[str] | dict[str, str]") -> list[str] | None:
     """The pager's argv, or None for none."""
+    import shlex
+    import shutil
+
     given = environ.get("MEMORYD_PAGER", environ.get("PAGER", DEFAULT))
     try:
         argv = shlex.split(given)
@@ -70,6 +73,8 @@ def paged(args: argparse.Namespace, out: TextIO) -> Iterator[TextIO]:
     if argv is None:
         yield out
         return
+    import subprocess
+
     env = dict(os.environ)
     env.setdefault("LESS", DEFAULT_LESS)
     try:

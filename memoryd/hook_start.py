@@ -65,7 +65,7 @@ def _hidden_line(folder: str) -> str:
         return ""
     return (
         f"memoryd: {count} pointer line(s) of {path} are not loaded ({', '.join(why)}); "
-        "`memoryd index` fixes the index for the next session, `memoryd search` finds them now."
+        f"`memoryd dirs {folder}` shows them and what to do, `memoryd search` finds them now."
     )
 
 

@@ -158,7 +158,8 @@ def _dump(data: object, out: TextIO) -> None:
 
 
 def _marked(snippet: str, color: bool) -> str:
-    """The snippet's matches (`**so**`) in the match colour on a terminal, unmarked there."""
+    """The snippet's matches (`**so**`) in the match colour, their marks dropped, when
+    `color`; else as they are."""
     if not color:
         return snippet
     from memoryd.humanize import Painter

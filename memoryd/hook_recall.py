@@ -197,13 +197,18 @@ def key_lines(path: str, file: str) -> list[str]:
 
 def render(file: str, found: list[Found], more: int) -> tuple[str, list[str]]:
     """The text for the model, within MAX_CHARS, and the memories it shows."""
-    head = f"memoryd: memories that cite {file} (read before changing it):"
+    from memoryd.display import shown as one_line  # a name with a newline stays one line
+
+    head = f"memoryd: memories that cite {one_line(file)} (read before changing it):"
     parts = [head]
     shown: list[str] = []
     for hit in found:
         title = hit.name + (f" — {hit.description}" if hit.description else "")
-        block = [f"- {title}", f"  file: {hit.path} (cites {hit.ref})"]
-        block += [f"  > {line}" for line in key_lines(hit.path, file)]
+        block = [
+            f"- {one_line(title)}",
+            f"  file: {one_line(hit.path)} (cites {one_line(hit.ref)})",
+        ]
+        block += [f"  > {one_line(line)}" for line in key_lines(hit.path, file)]
         text = "\n".join(block)
         if len("\n".join(parts)) + len(text) + 1 > MAX_CHARS:
             more += 1

@@ -253,3 +253,26 @@ def test_the_plugin_folder_gives_the_same_recall(tmp_path: Path, project: Path) 
     (context,) = hook_contexts(run, "PreToolUse")
     assert "Deploy flow — staging deploys need a green build" in context
     assert not (home / ".claude" / "settings.json").exists()
+
+
+def test_session_start_tells_the_model_when_auto_memory_is_off(
+    tmp_path: Path, project: Path
+) -> None:
+    """With `autoMemoryEnabled: false` in the user's settings, the session-start hook's one
+    line reaches the model; with auto memory on, nothing of memoryd's does."""
+    home = tmp_path / "home"
+    memoryd(home, "claude", "install")
+    quiet = run_claude(home, project, timeout=180)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "memoryd:" not in json.dumps(quiet.agent_requests[0])
+    settings = home / ".claude" / "settings.json"
+    settings.write_text(
+        json.dumps({**json.loads(settings.read_text()), "autoMemoryEnabled": False})
+    )
+    run = run_claude(home, project, timeout=180)
+    assert run.returncode == 0, run.stderr
+    said = [t for t in texts(run.agent_requests[0]) if "SessionStart hook additional context" in t]
+    assert len(said) == 1
+    assert (
+        "SessionStart hook additional context: memoryd: Claude Code's auto memory is off" in said[0]
+    )

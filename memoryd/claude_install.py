@@ -231,6 +231,15 @@ def run(action: str, scope: str, *, dry_run: bool, state_dir: Path, cwd: Path, o
             f"memoryd is registered in Claude Code ({scope} scope): MCP server `memoryd` and the "
             f"hooks `{cs.hook_command(stable, 'EVENT')}`. New sessions use them.\n"
         )
+        from memoryd.service import in_clone
+
+        clone = in_clone(stable) if scope == "user" else None
+        if clone is not None:
+            out.write(
+                f"note: {stable[0]} is in the source checkout {clone}: Claude Code's hooks and "
+                "server stop working if it goes. Install memoryd as a tool (`uv tool install "
+                "'.[mcp]'`) and run `memoryd claude install` again from there.\n"
+            )
 
 
 def plugin_path() -> Path:

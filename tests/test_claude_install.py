@@ -216,3 +216,11 @@ def test_a_settings_file_that_is_a_link_stays_a_link(env: Env, cli: Cli, tmp_pat
     assert cli("claude", "install").code == 0
     assert (env.claude / "settings.json").is_symlink()
     assert "SessionStart" in json.loads(target.read_text())["hooks"]
+
+
+def test_a_memoryd_in_a_source_checkout_is_said(env: Env, cli: Cli) -> None:
+    """The tests run the checkout's own memoryd: the hooks would break with the clone."""
+    result = cli("claude", "install")
+    assert result.code == 0
+    assert f"note: {program()[0]} is in the source checkout" in result.out
+    assert "uv tool install" in result.out

@@ -353,6 +353,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from memoryd import cmd_recall  # search, recall, show, mcp: their handlers import the rest
 
     cmd_recall.add_parser(sub)
+    from memoryd import cmd_claude  # claude install/uninstall: the work imports on use
+
+    cmd_claude.add_parser(sub)
     if only is not None and only not in sub.choices:
         return build_parser()
     return parser
@@ -1331,6 +1334,8 @@ def cmd_service(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     manager = args.manager or service.default_manager()
     config = args.config.expanduser().absolute() if args.config else None
     plan = service.plan(args.action, manager, config, rt.paths)
+    if plan.note:
+        args.stderr.write(plan.note + "\n")
     if args.dry_run:
         if plan.content:
             out.write(f"# would write {plan.file}:\n{plan.content}\n")
@@ -1444,6 +1449,10 @@ def main(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    if _named_command(argv) == "hook":  # Claude Code's hooks: no parser, no config, always 0
+        from memoryd.hooks import main as hook_main
+
+        return hook_main(list((sys.argv[1:] if argv is None else argv)[1:]), out=out)
     parser = build_parser(_named_command(argv))
     try:
         # argparse prints help and usage errors itself; send them where the caller asked.
@@ -1482,8 +1491,10 @@ def main(
     args.stderr = err  # a handler's warnings go where this run's errors go
     try:
         handler = getattr(args, "handler", None) or HANDLERS[args.command]
-        with _keeping_versions(args, rt), _looking_only(args):
-            return handler(args, rt, out)
+        from memoryd.pager import paged  # long output through $PAGER on a terminal
+
+        with _keeping_versions(args, rt), _looking_only(args), paged(args, out) as shown_out:
+            return handler(args, rt, shown_out)
     except UsageError as error:
         err.write(f"memoryd: {shown(error, lines=True)}\n")
         return EXIT_USAGE

@@ -3,6 +3,7 @@ memoryd/recall/; each handler imports what it uses, so `memoryd --help` pays for
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,9 +18,9 @@ EXIT_OK, EXIT_NONE, EXIT_USAGE = 0, 1, 2
 TYPES = ("user", "feedback", "project", "reference")
 MCP_MISSING = (
     "memoryd mcp needs the Model Context Protocol SDK 2.x, which is not installed (or an "
-    "older one is). Install it with `pip install 'memoryd[mcp]'` (or `pip install "
-    "'mcp>=2.3,<3'` into memoryd's environment), then register the server with "
-    "`claude mcp add memoryd -- memoryd mcp`."
+    "older one is). Install memoryd with its extra from a clone (`uv tool install --reinstall "
+    "'.[mcp]'`, or `pipx install --force '.[mcp]'`; in a venv: `pip install '.[mcp]'`), then "
+    "register the server with `memoryd claude install`."
 )
 
 
@@ -106,7 +107,7 @@ def add_parser(sub: Any) -> None:
         help="serve memory search to an agent over MCP (stdio)",
         description="A Model Context Protocol server on stdin/stdout with read-only tools: "
         "search_memories, recall_for_paths, read_memory, recent_memories. Register it with "
-        "`claude mcp add memoryd -- memoryd mcp`. Needs the optional extra memoryd[mcp].",
+        "`memoryd claude install`. Needs the optional extra `mcp` ('.[mcp]').",
     )
     _dirs_arg(p)
     p.set_defaults(handler=cmd_mcp)
@@ -157,9 +158,22 @@ def _dump(data: object, out: TextIO) -> None:
     out.write("\n")
 
 
-def render_result(number: int, result: "Result") -> str:
+def _marked(snippet: str, color: bool) -> str:
+    """The snippet's matches (`**so**`) in the match colour, their marks dropped, when
+    `color`; else as they are."""
+    if not color:
+        return snippet
+    from memoryd.humanize import Painter
+    from memoryd.lazyre import lazy
+
+    paint = Painter(True)
+    return lazy(r"\*\*(.+?)\*\*").sub(lambda m: paint(m[1], "match"), snippet)
+
+
+def render_result(number: int, result: "Result", color: bool = False) -> str:
     """One result for a person: title, file, facts, snippet (each value `shown`: names,
-    paths and text come from files anyone may have written)."""
+    paths and text come from files anyone may have written; the snippet's matches in colour
+    when `color`, else marked `**so**`)."""
     from memoryd.display import shown
 
     description = shown(result["description"])
@@ -173,14 +187,19 @@ def render_result(number: int, result: "Result") -> str:
         "   " + " · ".join(map(shown, facts)),
     ]
     if result["snippet"] and result["snippet"] != result["description"]:
-        lines.append(f"   {shown(result['snippet'])}")
+        lines.append(f"   {_marked(shown(result['snippet']), color)}")
     if result.get("why"):
         lines.append("   why: " + "; ".join(map(shown, result["why"])))
     return "\n".join(lines) + "\n"
 
 
 def _rendered(
-    out: TextIO, hits: "list[Result]", data: dict[str, Any], as_json: bool, empty: str
+    out: TextIO,
+    hits: "list[Result]",
+    data: dict[str, Any],
+    as_json: bool,
+    empty: str,
+    color: str = "never",
 ) -> int:
     """Print the results, then each file that was not searched with why (notes without
     frontmatter are only listed in --json: they are not memories)."""
@@ -189,8 +208,11 @@ def _rendered(
     if as_json:
         _dump({**data, "results": hits}, out)
         return EXIT_OK if hits else EXIT_NONE
+    from memoryd.humanize import use_color
+
+    colored = use_color(color, out, os.environ)
     for number, result in enumerate(hits, 1):
-        out.write(render_result(number, result))
+        out.write(render_result(number, result, colored))
     if not hits:
         out.write(empty + "\n")
     for ex in data.get("excluded", []):
@@ -225,7 +247,8 @@ def cmd_search(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
         )
         hits += found[: max(0, args.limit - len(hits))]
     data = {"query": args.query, "dirs": [str(d.path) for d in dirs], "excluded": excluded}
-    return _rendered(out, hits, data, args.json, f"No memory matches {args.query!r}.")
+    empty = f"No memory matches {args.query!r}."
+    return _rendered(out, hits, data, args.json, empty, getattr(args, "color", "auto"))
 
 
 # --- recall -------------------------------------------------------------------------------------
@@ -291,7 +314,8 @@ def cmd_recall(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
         "dirs": [str(d.path) for d in dirs],
         "excluded": excluded,
     }
-    return _rendered(out, hits, data, args.json, "No memory refers to these files or symbols.")
+    empty = "No memory refers to these files or symbols."
+    return _rendered(out, hits, data, args.json, empty, getattr(args, "color", "auto"))
 
 
 # --- show ---------------------------------------------------------------------------------------

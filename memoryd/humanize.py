@@ -25,6 +25,7 @@ _STYLES = {
     "warn": "33",
     "error": "31;1",
     "name": "36",
+    "match": "1;31",  # a search hit (git grep's colour for a match)
 }
 
 

@@ -39,14 +39,50 @@ def template(kind: str, name: str) -> str:
 
 
 def program() -> list[str]:
-    """The absolute command that runs this memoryd: its console script, else python -m."""
+    """The absolute command that runs this memoryd, as stable as it can be: the `memoryd` on
+    PATH when it is this one (a tool install's `~/.local/bin/memoryd`, not the venv it links
+    into, which an upgrade replaces), else this console script, else python -m."""
     argv0 = Path(sys.argv[0])
-    if argv0.name == "memoryd" and argv0.exists():
-        return [str(argv0.resolve())]
+    ours = argv0 if argv0.name == "memoryd" and argv0.exists() else None
+    if ours is None:
+        beside = Path(sys.executable).parent / "memoryd"
+        ours = beside if beside.exists() else None
     found = shutil.which("memoryd")
-    if found and Path(found).resolve().parent == Path(sys.executable).resolve().parent:
-        return [str(Path(found).resolve())]
+    if found and ours is not None and Path(found).resolve() == ours.resolve():
+        return [os.path.abspath(found)]
+    if ours is not None:
+        return [os.path.abspath(ours)]
     return [str(Path(sys.executable).absolute()), "-m", "memoryd"]
+
+
+# What moves Claude Code's memory or memoryd's own folders: a service started by the manager
+# does not inherit the shell's environment, so install carries these into the unit.
+CARRIED_ENV = (
+    "CLAUDE_CONFIG_DIR",
+    "CLAUDE_CODE_REMOTE_MEMORY_DIR",
+    "CLAUDE_COWORK_MEMORY_PATH_OVERRIDE",
+    "CLAUDE_CODE_DISABLE_AUTO_MEMORY",
+    "XDG_CONFIG_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+)
+
+
+def carried_env(environ: "os._Environ[str] | dict[str, str] | None" = None) -> dict[str, str]:
+    """The relocation settings of this environment the service must run with."""
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in CARRIED_ENV if env.get(k)}
+
+
+def in_clone(command: list[str]) -> Path | None:
+    """The source checkout whose venv holds the command, if it is one (deleting the clone
+    would break the service)."""
+    path = Path(command[0])
+    for folder in path.parents:
+        if (folder / "pyproject.toml").is_file() and (folder / "memoryd").is_dir():
+            return folder
+    return None
 
 
 def _quote_systemd(arg: str) -> str:
@@ -55,23 +91,37 @@ def _quote_systemd(arg: str) -> str:
     return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def render_unit(command: list[str], config: Path | None) -> str:
+def render_unit(command: list[str], config: Path | None, env: dict[str, str] | None = None) -> str:
     config_args = f" --config {_quote_systemd(str(config))}" if config else ""
     exec_line = " ".join(_quote_systemd(a) for a in command)
     text = template("systemd", UNIT_NAME)
     # `run` sits after @EXEC@ in the template; --config is a global option, so it goes first.
-    return text.replace("@EXEC@ run@CONFIG_ARGS@", f"{exec_line}{config_args} run")
+    text = text.replace("@EXEC@ run@CONFIG_ARGS@", f"{exec_line}{config_args} run")
+    lines = "".join(
+        f"Environment={_quote_systemd(f'{k}={v}')}\n" for k, v in sorted((env or {}).items())
+    )
+    return text.replace("ExecStart=", lines + "ExecStart=", 1) if lines else text
 
 
-def render_plist(command: list[str], config: Path | None, paths: AppPaths) -> str:
+def render_plist(
+    command: list[str], config: Path | None, paths: AppPaths, env: dict[str, str] | None = None
+) -> str:
     args = [*command, *(["--config", str(config)] if config else []), "run"]
     lines = "\n".join(f"        <string>{escape(a)}</string>" for a in args)
-    return (
+    text = (
         template("launchd", PLIST_NAME)
         .replace("@PROGRAM_ARGUMENTS@", lines)
         .replace("@STDOUT@", escape(str(paths.log_dir / "memoryd.out.log")))
         .replace("@STDERR@", escape(str(paths.log_dir / "memoryd.err.log")))
     )
+    if not env:
+        return text
+    pairs = "".join(
+        f"        <key>{escape(k)}</key>\n        <string>{escape(v)}</string>\n"
+        for k, v in sorted(env.items())
+    )
+    block = f"    <key>EnvironmentVariables</key>\n    <dict>\n{pairs}    </dict>\n"
+    return text.replace("    <key>RunAtLoad</key>", block + "    <key>RunAtLoad</key>", 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +132,7 @@ class Plan:
     commands: list[list[str]]
     manual: str  # how to install by hand when the manager cannot be reached
     undo: str = ""  # what is left to do by hand after a failed uninstall
+    note: str = ""  # said before an install: the command lives in a clone's venv
 
 
 def default_manager() -> str:
@@ -97,7 +148,7 @@ def plan(action: str, manager: str, config: Path | None, paths: AppPaths) -> Pla
     command = program()
     if manager == "systemd":
         file = unit_dir() / UNIT_NAME
-        content = render_unit(command, config) if action == "install" else ""
+        content = render_unit(command, config, carried_env()) if action == "install" else ""
         commands = {
             "install": [
                 ["systemctl", "--user", "daemon-reload"],
@@ -119,7 +170,7 @@ def plan(action: str, manager: str, config: Path | None, paths: AppPaths) -> Pla
     else:
         uid = os.getuid()
         file = Path.home() / "Library" / "LaunchAgents" / PLIST_NAME
-        content = render_plist(command, config, paths) if action == "install" else ""
+        content = render_plist(command, config, paths, carried_env()) if action == "install" else ""
         commands = {
             "install": [["launchctl", "bootstrap", f"gui/{uid}", str(file)]],
             "uninstall": [["launchctl", "bootout", f"gui/{uid}/{LABEL}"]],
@@ -130,7 +181,15 @@ def plan(action: str, manager: str, config: Path | None, paths: AppPaths) -> Pla
             f"If the agent is still loaded (`launchctl print gui/{uid}/{LABEL}`), stop it with "
             f"`launchctl bootout gui/{uid}/{LABEL}`"
         )
-    return Plan(manager, file, content, commands, manual, undo)
+    clone = in_clone(command) if action == "install" else None
+    note = (
+        f"note: {command[0]} is in the source checkout {clone}: the service stops working if "
+        "it goes. Install memoryd as a tool (`uv tool install '.[mcp]'`, or `pipx install "
+        "'.[mcp]'`) and run `memoryd service install` again from there."
+        if clone
+        else ""
+    )
+    return Plan(manager, file, content, commands, manual, undo, note)
 
 
 # A unit file or a plist holds no secret (the program's path, the config's path) and is read

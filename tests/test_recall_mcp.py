@@ -183,7 +183,7 @@ def test_mcp_without_the_sdk_says_how_to_install_it(env: Env, tmp_path: Path) ->
         check=False,
     )
     assert result.returncode == 2, result.stderr
-    assert "memoryd[mcp]" in result.stderr and MCP_MISSING in result.stderr
+    assert "'.[mcp]'" in result.stderr and MCP_MISSING in result.stderr
 
 
 def test_the_server_refreshes_by_stat_at_most_every_few_seconds(env: Env, repo: Path) -> None:

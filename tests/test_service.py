@@ -246,3 +246,55 @@ def test_launchd_install_and_a_failed_bootstrap(
     monkeypatch.setenv("FAKE_SAYS", "Bootstrap failed: 5: Input/output error")
     result = cli("service", "install", "--manager", "launchd")
     assert result.code == 1 and not plist.exists()
+
+
+@pytest.mark.parametrize("manager", ["systemd", "launchd"])
+def test_install_carries_claude_config_dir_and_the_relocation_settings(
+    env: Env, cli, manager: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A service started by the manager gets none of the shell's environment: the settings
+    that move Claude Code's memory or memoryd's folders go into the unit or the plist."""
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude home"))
+    monkeypatch.setenv("CLAUDE_CODE_REMOTE_MEMORY_DIR", "/mnt/remote")
+    monkeypatch.delenv("CLAUDE_COWORK_MEMORY_PATH_OVERRIDE", raising=False)
+    result = cli("service", "install", "--dry-run", "--manager", manager)
+    assert result.code == 0, result.err
+    content = result.out.split(":\n", 1)[1].rsplit("\n$ ", 1)[0]
+    if manager == "systemd":
+        env_lines = [line for line in content.splitlines() if line.startswith("Environment=")]
+        assert f'Environment="CLAUDE_CONFIG_DIR={tmp_path / "claude home"}"' in env_lines
+        assert "Environment=CLAUDE_CODE_REMOTE_MEMORY_DIR=/mnt/remote" in env_lines
+        assert f"Environment=XDG_STATE_HOME={env.home / '.local' / 'state'}" in env_lines
+        assert not any("COWORK" in line for line in env_lines)
+    else:
+        data = plistlib.loads(content.encode())
+        assert data["EnvironmentVariables"]["CLAUDE_CONFIG_DIR"] == str(tmp_path / "claude home")
+        assert data["EnvironmentVariables"]["CLAUDE_CODE_REMOTE_MEMORY_DIR"] == "/mnt/remote"
+
+
+def test_the_unit_runs_the_memoryd_on_path_not_the_venv_it_links_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool install puts `~/.local/bin/memoryd`, a link into a venv an upgrade replaces:
+    the unit names the link, the command a person runs."""
+    venv = tmp_path / "tools" / "memoryd" / "bin"
+    venv.mkdir(parents=True)
+    script = venv / "memoryd"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    bin_dir = tmp_path / "home" / ".local" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "memoryd").symlink_to(script)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin")
+    monkeypatch.setattr("sys.argv", [str(script), "service", "install"])
+    assert service.program() == [str(bin_dir / "memoryd")]
+    unit = service.render_unit(service.program(), None)
+    assert f"ExecStart={bin_dir / 'memoryd'} run" in unit
+
+
+def test_a_memoryd_in_a_source_checkout_is_said(tmp_path: Path) -> None:
+    clone = tmp_path / "memoryd-clone"
+    (clone / "memoryd").mkdir(parents=True)
+    (clone / "pyproject.toml").write_text("")
+    assert service.in_clone([str(clone / ".venv" / "bin" / "memoryd")]) == clone
+    assert service.in_clone([str(tmp_path / "home" / ".local" / "bin" / "memoryd")]) is None

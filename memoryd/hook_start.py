@@ -1,0 +1,173 @@
+"""The session-start hook: one short line for the model when something is wrong for this
+project, nothing when all is well (memoryd.hooks).
+
+Claude Code has read MEMORY.md before this hook runs, so nothing here can change what this
+session loaded; the line says what the agent is missing and what puts it right:
+- auto memory turned off (the environment variable or an `autoMemoryEnabled: false`), so no
+  MEMORY.md is loaded at all;
+- pointer lines of the project's MEMORY.md the agent does not see (past its window, in a
+  comment or in stripped frontmatter: memoryd.agentview);
+- a mass change alarm on one of the project's memory dirs within the last day.
+It also forgets the pre-tool-use hook's lists of what each old session was told.
+"""
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+ALARM_SHOWN = 86400.0  # as `memoryd status`
+SEEN_KEPT = 7 * 86400.0  # a session's list of recalled memories is dropped after a week
+INDEX_MAX_BYTES = 8 * 1024 * 1024
+
+
+def _switch_line(data: dict[str, Any], auto: tuple[str, str]) -> str:
+    from memoryd.claude_env import (
+        ClaudeEnv,
+        auto_memory_switch,
+        project_settings,
+        user_settings,
+    )
+
+    cwd = Path(str(data.get("cwd")))
+    claude_home = Path(os.path.dirname(os.path.dirname(os.path.dirname(auto[0]))))
+    warnings: list[str] = []
+    layers = [*project_settings(cwd, Path(auto[1]), warnings), user_settings(claude_home, warnings)]
+    switch = auto_memory_switch(ClaudeEnv.from_environ(), layers)
+    if switch.on:
+        return ""
+    return (
+        f"memoryd: Claude Code's auto memory is off ({switch.source}): this project's "
+        "MEMORY.md is not loaded; memories are still found with `memoryd search`."
+    )
+
+
+def _hidden_line(folder: str) -> str:
+    from memoryd.agentview import ViewKind, view_of_bytes
+
+    path = os.path.join(folder, "MEMORY.md")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(INDEX_MAX_BYTES)
+    except OSError:
+        return ""
+    view = view_of_bytes(data, ViewKind.AUTO)
+    lines = data.decode("utf-8", "replace").split("\n")
+    hidden = [
+        view.hidden(number)
+        for number, line in enumerate(lines)
+        if line.lstrip().startswith(("- [", "* [")) and "](" in line
+    ]
+    why = sorted({str(h) for h in hidden if h is not None})
+    count = sum(h is not None for h in hidden)
+    if not count:
+        return ""
+    return (
+        f"memoryd: {count} pointer line(s) of {path} are not loaded ({', '.join(why)}); "
+        f"`memoryd dirs {folder}` shows them and what to do, `memoryd search` finds them now."
+    )
+
+
+def _alarm_line(dirs: list[str], state: str) -> str:
+    from memoryd import safejson
+
+    try:
+        with open(os.path.join(state, "versions", "alarms.json"), "rb") as f:
+            alarms = safejson.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return ""
+    now = time.time()
+    wanted = set(dirs) | {os.path.realpath(d) for d in dirs}
+    for alarm in alarms if isinstance(alarms, list) else []:
+        when = alarm.get("t") if isinstance(alarm, dict) else None
+        if not isinstance(when, int | float) or not math.isfinite(when) or now - when > ALARM_SHOWN:
+            continue
+        if alarm.get("dir") in wanted:
+            return (
+                f"memoryd: ALARM: {alarm.get('deleted')} memory files deleted and "
+                f"{alarm.get('rewritten')} rewritten in {alarm.get('dir')} by another process "
+                "today; `memoryd trash list` and `memoryd history FILE` bring them back."
+            )
+    return ""
+
+
+def _forget_old_sessions(state: str) -> None:
+    from memoryd.hook_recall import SEEN_FOLDER
+
+    folder = os.path.join(state, SEEN_FOLDER)
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    cutoff = time.time() - SEEN_KEPT
+    for entry in entries:
+        try:
+            if entry.name.endswith(".seen") and entry.stat().st_mtime < cutoff:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+def refresh_in_background(data: dict[str, Any]) -> None:
+    """Start `memoryd hook refresh-search` on its own, not waited for: the session's first
+    pre-tool-use hooks read the search indexes it brings up to date (a first build at 10,000
+    memories takes seconds, more than a hook may)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memoryd", "hook", "refresh-search"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # outlives the hook, and Claude Code's wait on it
+        close_fds=True,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps({"cwd": data.get("cwd"), **_known(data)}).encode())
+    proc.stdin.close()
+
+
+def _known(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: data[k] for k in ("transcript_path", "session_id") if k in data}
+
+
+def refresh_search(data: dict[str, Any]) -> None:
+    """Bring the search index of each of the project's memory dirs up to date by stat."""
+    from memoryd.hook_recall import memory_dirs
+    from memoryd.hooks import log_failure
+    from memoryd.paths import app_paths
+    from memoryd.recall.store import update_dir
+
+    cwd = data.get("cwd")
+    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+        return
+    state = app_paths().state_dir
+    for folder, _ in memory_dirs(os.path.join(cwd, "."), data):
+        update_dir(
+            state,
+            Path(folder).resolve(),
+            None,
+            warn=lambda message: log_failure(REFRESH_NAME, RuntimeError(message)),
+            workers=0,  # `python -m memoryd` has no __main__ guard for spawned workers
+        )
+
+
+REFRESH_NAME = "refresh-search"
+
+
+def start_context(data: dict[str, Any], state: str) -> str:
+    """The session-start hook's line ("" when all is well)."""
+    from memoryd.hook_recall import auto_memory_dir
+
+    _forget_old_sessions(state)
+    auto = auto_memory_dir(data)
+    if auto is None:
+        return ""
+    return (
+        _switch_line(data, auto)
+        or _hidden_line(auto[0])
+        or _alarm_line([auto[0], os.path.join(auto[1], ".claude", "memory")], state)
+    )

@@ -1,0 +1,152 @@
+"""`memoryd hook EVENT`: the Claude Code hooks `memoryd claude install` registers.
+
+Each hook is one short process that Claude Code starts with a JSON object on stdin
+(`hook_event_name`, `session_id`, `cwd`, `transcript_path`, `tool_name`, `tool_input`;
+checked against 2.1.332) and whose stdout, when it is a JSON object with
+`hookSpecificOutput.additionalContext`, is shown to the model:
+
+- `post-tool-use` (Write, Edit, MultiEdit): a file written in a memory dir has that dir's index
+  brought up to date at once (`memoryd index DIR`, no grace for the new file);
+- `pre-tool-use` (Read, Edit, Write, MultiEdit): the memories citing the file (hook_recall);
+- `session-start`: one short line when something is wrong for this project (hook_start).
+
+A hook never fails the agent's action: it exits 0 whatever happens, prints nothing to the
+model on its own failure and logs it to `<log dir>/hooks.log`. Start-up is the whole cost of a
+hook, so this module imports only what every hook needs; the rest is imported when used.
+"""
+
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from memoryd import safejson
+
+INPUT_MAX_BYTES = 4 * 1024 * 1024  # a Write's tool_input holds the file's whole content
+LOG_MAX_BYTES = 1024 * 1024  # hooks.log is started anew past this
+EVENTS = ("pre-tool-use", "post-tool-use", "session-start")
+# Not a Claude Code hook: what session-start leaves running in the background.
+REFRESH = "refresh-search"
+# The tools each event is registered for (the matcher of its settings entry).
+MATCHERS = {
+    "pre-tool-use": "Read|Edit|Write|MultiEdit",
+    "post-tool-use": "Write|Edit|MultiEdit",
+    "session-start": "",
+}
+CLAUDE_EVENTS = {
+    "pre-tool-use": "PreToolUse",
+    "post-tool-use": "PostToolUse",
+    "session-start": "SessionStart",
+}
+
+
+def state_dir() -> str:
+    """memoryd's state dir (memoryd.paths.app_paths), computed without platformdirs on Linux,
+    where it is `$XDG_STATE_HOME/memoryd` (importing platformdirs costs a hook ~5 ms)."""
+    if sys.platform.startswith("linux"):
+        base = os.environ.get("XDG_STATE_HOME", "").strip()
+        if not os.path.isabs(base):
+            base = os.path.expanduser("~/.local/state")
+        return os.path.join(base, "memoryd")
+    import platformdirs
+
+    return str(platformdirs.user_state_dir("memoryd", appauthor=False))
+
+
+def log_dir() -> str:
+    if sys.platform.startswith("linux"):
+        return os.path.join(state_dir(), "log")
+    import platformdirs
+
+    return str(platformdirs.user_log_dir("memoryd", appauthor=False))
+
+
+def log_failure(event: str, error: BaseException) -> None:
+    """One line in hooks.log for a hook that failed (never raises)."""
+    import time
+
+    try:
+        folder = log_dir()
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, "hooks.log")
+        if os.path.exists(path) and os.path.getsize(path) > LOG_MAX_BYTES:
+            os.replace(path, path + ".1")
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        line = f"{stamp} {event}: {type(error).__name__}: {error}".replace("\n", " ")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (line[:2000] + "\n").encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except Exception:  # noqa: S110 - a hook that cannot even log still exits 0, silently
+        pass
+
+
+def read_input(stream: Any) -> dict[str, Any]:
+    """The hook's JSON object from stdin ({} when there is none or it is not an object)."""
+    raw = stream.buffer.read(INPUT_MAX_BYTES + 1) if hasattr(stream, "buffer") else stream.read()
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    if not raw.strip() or len(raw) > INPUT_MAX_BYTES:
+        return {}
+    data = safejson.loads(raw, max_bytes=INPUT_MAX_BYTES)
+    return data if isinstance(data, dict) else {}
+
+
+def context_output(event: str, text: str) -> str:
+    """What a hook prints for the model: `additionalContext` for this event ("" for none)."""
+    if not text:
+        return ""
+    payload = {
+        "hookSpecificOutput": {"hookEventName": CLAUDE_EVENTS[event], "additionalContext": text}
+    }
+    return json.dumps(payload, ensure_ascii=False)
+
+
+def tool_path(data: dict[str, Any]) -> str | None:
+    """The absolute path of the file a tool call names (`tool_input.file_path`)."""
+    tool_input = data.get("tool_input")
+    path = tool_input.get("file_path") if isinstance(tool_input, dict) else None
+    if not isinstance(path, str) or not path or "\x00" in path:
+        return None
+    cwd = data.get("cwd")
+    base = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else os.getcwd()
+    return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
+
+
+def handle(event: str, data: dict[str, Any]) -> str:
+    """The text a hook prints for this input ("" for nothing)."""
+    if event == "pre-tool-use":
+        from memoryd.hook_recall import recall_context
+
+        return context_output(event, recall_context(data, state_dir()))
+    if event == "post-tool-use":
+        from memoryd.hook_index import index_after_write
+
+        index_after_write(data)
+        return ""
+    if event == "session-start":
+        from memoryd.hook_start import refresh_in_background, start_context
+
+        refresh_in_background(data)
+        return context_output(event, start_context(data, state_dir()))
+    if event == REFRESH:
+        from memoryd.hook_start import refresh_search
+
+        refresh_search(data)
+    return ""
+
+
+def main(argv: list[str], stdin: TextIO | None = None, out: TextIO | None = None) -> int:
+    """`memoryd hook EVENT`: always 0; a failure is logged, never shown to the model."""
+    event = argv[0] if argv else ""
+    if event not in (*EVENTS, REFRESH):
+        log_failure(event or "?", ValueError(f"unknown hook event (one of {', '.join(EVENTS)})"))
+        return 0
+    try:
+        text = handle(event, read_input(stdin or sys.stdin))
+        if text:
+            (out or sys.stdout).write(text + "\n")
+    except Exception as error:
+        log_failure(event or "?", error)
+    return 0

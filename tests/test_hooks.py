@@ -1,0 +1,242 @@
+"""`memoryd hook EVENT` as Claude Code runs it: a process given the hook's JSON on stdin (the
+fields 2.1.332 sends, see memoryd/hooks.py), whose stdout goes to the model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryd.discover import slugify
+from memoryd.hook_recall import MAX_CHARS
+from tests.conftest import Env, write_memory
+from tests.secret_samples import POSITIVES
+
+MEMORYD = Path(sys.executable).parent / "memoryd"
+TOKEN = next(value for kind, value, _ in POSITIVES if kind == "GitHub token")
+
+
+def hook(event: str, data: dict[str, Any] | str) -> subprocess.CompletedProcess[str]:
+    text = data if isinstance(data, str) else json.dumps(data)
+    return subprocess.run(
+        [str(MEMORYD), "hook", event],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def memoryd(*args: str, cwd: Path | None = None) -> None:
+    subprocess.run([str(MEMORYD), *args], cwd=cwd, capture_output=True, check=False, timeout=60)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "src" / "pkg" / "app.py").write_text("x = 1\n")
+    (root / "README.md").write_text("readme\n")
+    return root
+
+
+def auto_dir(env: Env, root: Path) -> Path:
+    return env.claude / "projects" / slugify(str(root)) / "memory"
+
+
+def payload(
+    env: Env, root: Path, event: str, file: str = "", session: str = "s1"
+) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "session_id": session,
+        "transcript_path": str(env.claude / "projects" / slugify(str(root)) / f"{session}.jsonl"),
+        "cwd": str(root),
+        "hook_event_name": event,
+    }
+    if file:
+        data.update(tool_name="Read", tool_input={"file_path": file}, tool_use_id="toolu_1")
+    return data
+
+
+def context(done: subprocess.CompletedProcess[str], event: str) -> str:
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    if not done.stdout:
+        return ""
+    out = json.loads(done.stdout)["hookSpecificOutput"]
+    assert out["hookEventName"] == event
+    return str(out["additionalContext"])
+
+
+def test_pre_tool_use_gives_the_memories_citing_the_file_once_per_session_secrets_masked(
+    env: Env, repo: Path
+) -> None:
+    folder = auto_dir(env, repo)
+    body = f"Never change src/pkg/app.py by hand.\nexport GH_TOKEN={TOKEN}\n"
+    write_memory(folder, "app_rule.md", name="App rule", description="keep x at 1", body=body)
+    write_memory(folder, "pkg_note.md", name="Pkg note", description="the package layout",
+                 body="Everything in `src/pkg/` is generated.\n")  # fmt: skip
+    write_memory(folder, "other.md", name="Other", body="See docs/guide.md.\n")
+    memoryd("recall", "--path", str(repo / "src" / "pkg" / "app.py"), cwd=repo)
+    data = payload(env, repo, "PreToolUse", "src/pkg/app.py")
+    said = context(hook("pre-tool-use", data), "PreToolUse")
+    assert said.startswith(f"memoryd: memories that cite {repo / 'src' / 'pkg' / 'app.py'}")
+    first, second = said.index("App rule"), said.index("Pkg note")
+    assert first < second  # the file itself before its folder
+    assert f"file: {folder / 'app_rule.md'} (cites src/pkg/app.py)" in said
+    assert "> Never change src/pkg/app.py by hand." in said
+    assert TOKEN not in said and "Other" not in said
+    # Once per session: the edit that follows hears nothing more; another session does.
+    assert context(hook("pre-tool-use", data), "PreToolUse") == ""
+    again = context(hook("pre-tool-use", payload(env, repo, "PreToolUse", "src/pkg/app.py", "s2")),
+                    "PreToolUse")  # fmt: skip
+    assert "App rule" in again
+
+
+def test_pre_tool_use_says_nothing_for_a_file_no_memory_cites(env: Env, repo: Path) -> None:
+    write_memory(auto_dir(env, repo), "app_rule.md", body="about src/pkg/app.py\n")
+    memoryd("recall", "--path", "src/pkg/app.py", cwd=repo)
+    done = hook("pre-tool-use", payload(env, repo, "PreToolUse", str(repo / "README.md")))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_pre_tool_use_stays_within_a_few_hundred_tokens(env: Env, repo: Path) -> None:
+    folder = auto_dir(env, repo)
+    for i in range(12):
+        write_memory(folder, f"m{i:02}.md", description="d" * 150,
+                     body=f"src/pkg/app.py {'w' * 300}\n")  # fmt: skip
+    memoryd("recall", "--path", "src/pkg/app.py", cwd=repo)
+    said = context(hook("pre-tool-use", payload(env, repo, "PreToolUse", "src/pkg/app.py")),
+                   "PreToolUse")  # fmt: skip
+    assert 0 < len(said) <= MAX_CHARS + 100
+    assert "more: `memoryd recall --path" in said
+
+
+def test_post_tool_use_indexes_a_memory_the_agent_wrote_at_once(env: Env, repo: Path) -> None:
+    """No 10 s grace: the pointer is there when the hook returns, and the search index has
+    the new memory for the next pre-tool-use hook."""
+    folder = auto_dir(env, repo)
+    write_memory(folder, "old.md", description="older")
+    memoryd("index", str(folder))
+    new = write_memory(folder, "fresh.md", name="Fresh", description="just written",
+                       body="src/pkg/app.py matters\n", age_days=None)  # fmt: skip
+    data = payload(env, repo, "PostToolUse")
+    data.update(tool_name="Write", tool_input={"file_path": str(new), "content": "…"})
+    done = hook("post-tool-use", data)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert "- [Fresh](fresh.md) — just written" in (folder / "MEMORY.md").read_text()
+    said = context(hook("pre-tool-use", payload(env, repo, "PreToolUse", "src/pkg/app.py")),
+                   "PreToolUse")  # fmt: skip
+    assert "Fresh — just written" in said
+
+
+def test_post_tool_use_leaves_markdown_outside_memory_dirs_alone(env: Env, repo: Path) -> None:
+    docs = repo / "docs"
+    write_memory(docs, "guide.md", description="looks like a memory", age_days=None)
+    data = payload(env, repo, "PostToolUse")
+    data.update(tool_name="Write", tool_input={"file_path": str(docs / "guide.md")})
+    done = hook("post-tool-use", data)
+    assert (done.returncode, done.stdout) == (0, "")
+    assert sorted(os.listdir(docs)) == ["guide.md"]
+
+
+def test_session_start_is_silent_when_all_is_well(env: Env, repo: Path) -> None:
+    folder = auto_dir(env, repo)
+    write_memory(folder, "a.md")
+    memoryd("index", str(folder))
+    assert context(hook("session-start", payload(env, repo, "SessionStart")), "SessionStart") == ""
+
+
+def test_session_start_says_when_auto_memory_is_off(env: Env, repo: Path) -> None:
+    env.claude.mkdir(parents=True, exist_ok=True)
+    (env.claude / "settings.json").write_text('{"autoMemoryEnabled": false}')
+    said = context(hook("session-start", payload(env, repo, "SessionStart")), "SessionStart")
+    assert said.startswith("memoryd: Claude Code's auto memory is off (autoMemoryEnabled: false")
+    assert "\n" not in said
+
+
+def test_session_start_says_how_many_pointers_the_agent_does_not_see(env: Env, repo: Path) -> None:
+    folder = auto_dir(env, repo)
+    folder.mkdir(parents=True)
+    lines = [f"- [M{i}](m{i}.md) — memory {i}" for i in range(230)]
+    (folder / "MEMORY.md").write_text("\n".join(lines) + "\n")
+    said = context(hook("session-start", payload(env, repo, "SessionStart")), "SessionStart")
+    assert said.startswith(f"memoryd: 30 pointer line(s) of {folder / 'MEMORY.md'} are not loaded")
+    assert "past line 200" in said
+
+
+def test_session_start_names_an_alarm_of_the_last_day(env: Env, repo: Path) -> None:
+    folder = auto_dir(env, repo)
+    folder.mkdir(parents=True)
+    alarms = env.state / "versions" / "alarms.json"
+    alarms.parent.mkdir(parents=True)
+    alarm = {"dir": str(folder), "t": time.time() - 60, "deleted": 40, "rewritten": 2}
+    alarms.write_text(json.dumps([alarm]))
+    said = context(hook("session-start", payload(env, repo, "SessionStart")), "SessionStart")
+    assert said.startswith("memoryd: ALARM: 40 memory files deleted and 2 rewritten")
+
+
+@pytest.mark.parametrize("given", ["{not json", '{"tool_input": {"file_path": 7}}', "[]"])
+def test_a_hook_that_fails_exits_0_prints_nothing_and_logs_why(env: Env, given: str) -> None:
+    done = hook("pre-tool-use", given)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    unknown = hook("no-such-event", "{}")
+    assert (unknown.returncode, unknown.stdout, unknown.stderr) == (0, "", "")
+    log = (env.logs / "hooks.log").read_text()
+    assert "no-such-event" in log
+    if given == "{not json":
+        assert "pre-tool-use: JSONDecodeError" in log
+
+
+def test_the_recall_hook_imports_none_of_memoryds_machinery(env: Env, repo: Path) -> None:
+    """Start-up is a hook's whole cost: the pre-tool-use hook that finds a memory loads the
+    command line's own modules, the hook's and the masker, not discovery, the config, the
+    search store or platformdirs (bench/bench_hooks.py has the times)."""
+    write_memory(auto_dir(env, repo), "app_rule.md", body="src/pkg/app.py\n")
+    memoryd("recall", "--path", "src/pkg/app.py", cwd=repo)
+    probe = (
+        "import io, sys\n"
+        "from memoryd.cli import main\n"
+        "out = io.StringIO()\n"
+        "main(['hook', 'pre-tool-use'], out=out)\n"
+        "print(out.getvalue().count('app_rule.md'))\n"
+        "names = [m for m in sys.modules if m.startswith(('memoryd', 'platformdirs'))]\n"
+        "print(' '.join(sorted(names)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        input=json.dumps(payload(env, repo, "PreToolUse", "src/pkg/app.py")),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found, modules = done.stdout.splitlines()
+    assert found == "1", done.stdout
+    assert set(modules.split()) == {
+        "memoryd", "memoryd.cli", "memoryd.display", "memoryd.errors",
+        "memoryd.hooks", "memoryd.hook_recall", "memoryd.secrets",
+    }  # fmt: skip
+
+
+def test_session_start_brings_the_search_index_up_in_the_background(env: Env, repo: Path) -> None:
+    """No daemon and no `memoryd` command ran yet: the session-start hook returns at once and
+    leaves a process building the project's search index, after which the pre-tool-use hook
+    finds the memory."""
+    write_memory(auto_dir(env, repo), "app_rule.md", name="App rule", body="src/pkg/app.py\n")
+    assert not (env.state / "recall").exists()
+    assert context(hook("session-start", payload(env, repo, "SessionStart")), "SessionStart") == ""
+    deadline = time.monotonic() + 60
+    said = ""
+    while time.monotonic() < deadline and not said:
+        data = payload(env, repo, "PreToolUse", "src/pkg/app.py", f"s{time.monotonic_ns()}")
+        said = context(hook("pre-tool-use", data), "PreToolUse")
+        if not said:
+            time.sleep(0.2)
+    assert "App rule" in said

@@ -391,6 +391,7 @@ def decide_ownership(
     archive_targets: Set[str] | None = None,
     only_missing: Set[str] | None = None,
     arrived: Set[str] | None = None,
+    as_left: bool = False,
 ) -> Ownership:
     """Is this index a list of pointers memoryd may edit? (DESIGN §3, "Whose index is it?").
 
@@ -402,7 +403,8 @@ def decide_ownership(
     `only_missing`: when the caller knows that no other memory file can lack a pointer (the
     daemon, after a pass that gave every file one: only the changed and the waiting can).
     `arrived` (with `known`): the memory files not in `known`, from a caller that knows them
-    without looking at every file.
+    without looking at every file. `as_left`: MEMORY.md is the file memoryd's last pass over
+    this managed index left, so every pointer line in it is memoryd's own: managed.
     """
     if main is not None and OFF_MARK in main:
         return Ownership(False, f"MEMORY.md holds {OFF_MARK}")
@@ -414,6 +416,8 @@ def decide_ownership(
         return Ownership(True, "MEMORY.md is missing or blank")
     if MANAGE_MARK in main:
         return Ownership(True, f"MEMORY.md holds {MANAGE_MARK}")
+    if as_left:
+        return Ownership(True, "MEMORY.md is as memoryd's last pass left it")
     # The files that count are those memoryd knew; the set of those that arrived since is
     # small, where a copy of the others would be 10,000 names on every daemon pass.
     # (`memory_files - known` would copy all of them first: dict views subtract that way.)

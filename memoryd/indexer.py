@@ -691,7 +691,10 @@ def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Sna
         else:
             override = req.mode or cfg.override_for(md.path).mode
             known = set(state.seen) if state.known and state.managed else None
-            ownership = decide_ownership(main.text, archive.text, {}, memories, override, known)
+            ownership = decide_ownership(
+                main.text, archive.text, {}, memories, override, known,
+                as_left=_as_left(state, main.identity),
+            )  # fmt: skip
             if not ownership.managed and main.text and override == "auto":
                 # Only now read the files MEMORY.md points to (a tree index's category
                 # files): it costs a read of each, which most dirs never need.
@@ -1201,6 +1204,7 @@ def _index_changed(
         # The last pass gave every memory file a pointer but those still in their grace.
         only_missing=only | held.waiting,
         arrived=arrived,
+        as_left=_as_left(state, held.main),
     )
     if not ownership.managed:
         return None  # the full pass says why, once
@@ -1574,6 +1578,17 @@ def settled_mark(
     trusts no more than that either), and the settings the pass ran under."""
     settings = hashlib.sha256(repr((index, heading)).encode("utf-8")).hexdigest()[:16]
     return [_stat_of(main), _stat_of(archive), settings]
+
+
+def _as_left(state: DirState, main: FileIdentity | None) -> bool:
+    """Whether MEMORY.md is the file memoryd's last verified pass over a managed index left
+    (DirState.settled): its pointer lines are memoryd's own, whatever share of the files
+    they cover (a pass in the middle of a burst gives pointers only to the files past their
+    grace), so they are no sign of an index a person organised."""
+    return bool(
+        state.known and state.managed and state.settled and main is not None
+        and state.settled[0] == _stat_of(main)
+    )  # fmt: skip
 
 
 def _stat_of(identity: FileIdentity | None) -> list[int] | None:

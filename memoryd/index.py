@@ -931,21 +931,22 @@ def edit_lines(
     ):
         # (age, file, where) of the pointers that may go, oldest first: each line's entry is
         # looked up once (a generator of four lookups a line was a tenth of a first index).
-        eligible = []
+        # Those changed within keep_recent go last, and only while the agent's window is
+        # exceeded (never for the soft target): a newer pointer is never left where the
+        # agent does not load it (DESIGN amendments, "Visibility over recency").
+        older, recent = [], []
         for index, ln in enumerate(main_lines):
             link = ln.link
             if link is None or link.kind is not LinkKind.LOCAL or id(ln) in shadow:
                 continue
             mem = inp.memories.get(link.target)
-            if (
-                mem is not None
-                and mem.type != "user"
-                and inp.now - mem.age_ts > inp.budget.keep_recent
-            ):
-                eligible.append((mem.age_ts, link.target, index))
-        eligible.sort()
+            if mem is not None and mem.type != "user":
+                young = inp.now - mem.age_ts <= inp.budget.keep_recent
+                (recent if young else older).append((mem.age_ts, link.target, index))
+        older.sort()
+        recent.sort()
         demoted_at: set[int] = set()
-        queue = iter(eligible)
+        queue, strict, later = iter(older), target_mode, [recent]
         rounds = 0
         while True:
             # Subtract each demoted line from one measurement of the agent's view instead of
@@ -955,7 +956,7 @@ def edit_lines(
                 [ln for i, ln in enumerate(main_lines) if i not in demoted_at], force_trailer=True
             )
             view = view_of(text, inp.budget, inp.view)
-            if fits_view(text, view, inp.budget, target=target_mode) or rounds > 8:
+            if fits_view(text, view, inp.budget, target=strict) or rounds > 8:
                 break
             rounds += 1
             # Over 4 MiB the agent loads nothing: estimate from the raw text (never less).
@@ -992,10 +993,12 @@ def edit_lines(
                 size -= len(contents.encode("utf-8")) + len(eol) * len(pending)
                 pending.clear()
                 estimate = Measure(lines_left, chars, size)
-                if fits(estimate, inp.budget, target=target_mode):
+                if fits(estimate, inp.budget, target=strict):
                     break
             if not progressed:
-                break
+                if not later:
+                    break
+                queue, strict = iter(later.pop()), False  # the recent ones: for the window
         if demoted_at:
             moved = [ln for i, ln in enumerate(main_lines) if i in demoted_at]
             main_lines = [ln for i, ln in enumerate(main_lines) if i not in demoted_at]

@@ -828,3 +828,48 @@ def test_a_repo_folder_named_with_a_line_break_gets_a_one_line_heading(env: Env,
     from memoryd.index import pointer_targets
 
     assert pointer_targets(text) == ["a.md"]
+
+
+def _visible_and_archived(folder: Path) -> tuple[set[str], set[str], set[str]]:
+    """The memories whose pointer the agent loads, those past its window, and the archived."""
+    from memoryd.agentview import ViewKind, agent_view
+    from memoryd.index import local_links, split_lines
+
+    main = (folder / "MEMORY.md").read_text()
+    view = agent_view(main, ViewKind.PLAIN)
+    seen, hidden = set(), set()
+    for number, line in enumerate(split_lines(main)):
+        if line.link is not None:
+            (seen if view.hidden(number) is None else hidden).add(line.link.target)
+    archive = folder / ARCHIVE_NAME
+    archived = {ln.target for ln in local_links(archive.read_text())} if archive.exists() else set()
+    return seen, hidden, archived
+
+
+def test_memories_newer_than_keep_recent_are_demoted_rather_than_left_outside_the_window(
+    env: Env, cli, tmp_path: Path
+) -> None:
+    """260 memories written over two days (all within keep_recent): no pointer is left past
+    line 200; the oldest went to the archive, the newest stay where the agent loads them.
+    Under `budget = "target"` the recent ones go only for the window, not the soft target."""
+    folder = tmp_path / "busy"
+    for i in range(260):
+        write_memory(folder, f"n{i:03d}.md", description=f"memory {i}", age_days=2 - i / 130)
+    assert cli("index", folder).code == 0
+    seen, hidden, archived = _visible_and_archived(folder)
+    assert hidden == set()
+    assert seen | archived == {f"n{i:03d}.md" for i in range(260)} and not seen & archived
+    assert "n259.md" in seen and "n000.md" in archived
+    assert max(archived) < min(seen), "the oldest go first"
+    before = tree_digest(folder)
+    assert cli("index", folder).code == 0
+    assert tree_digest(folder) == before
+
+    target = tmp_path / "target"
+    env.config_dir.mkdir(parents=True, exist_ok=True)
+    (env.config_dir / "config.toml").write_text('[index]\nbudget = "target"\n')
+    for i in range(150):  # 150 lines of ~130 bytes: within the window, over 17,408 bytes
+        write_memory(target, f"t{i:03d}.md", description=f"m{i} " + "w" * 110, age_days=1)
+    assert cli("index", target).code == 0
+    seen, hidden, archived = _visible_and_archived(target)
+    assert hidden == set() and archived == set() and len(seen) == 150

@@ -934,7 +934,8 @@ def edit_lines(
         # Those changed within keep_recent go last, and only while the agent's window is
         # exceeded (never for the soft target): a newer pointer is never left where the
         # agent does not load it (DESIGN amendments, "Visibility over recency").
-        older, recent = [], []
+        older: list[tuple[float, str, int]] = []
+        recent: list[tuple[float, str, int]] = []
         for index, ln in enumerate(main_lines):
             link = ln.link
             if link is None or link.kind is not LinkKind.LOCAL or id(ln) in shadow:

@@ -837,7 +837,8 @@ def _visible_and_archived(folder: Path) -> tuple[set[str], set[str], set[str]]:
 
     main = (folder / "MEMORY.md").read_text()
     view = agent_view(main, ViewKind.PLAIN)
-    seen, hidden = set(), set()
+    seen: set[str] = set()
+    hidden: set[str] = set()
     for number, line in enumerate(split_lines(main)):
         if line.link is not None:
             (seen if view.hidden(number) is None else hidden).add(line.link.target)

@@ -929,6 +929,7 @@ def edit_lines(
     if first_text and not fits_view(
         first_text, view_of(first_text, inp.budget, inp.view), inp.budget, target=target_mode
     ):
+        main_lines = _split_lone_crs(main_lines, shadow, eol)
         # (age, file, where) of the pointers that may go, oldest first: each line's entry is
         # looked up once (a generator of four lookups a line was a tenth of a first index).
         # Those changed within keep_recent go last, and only while the agent's window is
@@ -1040,6 +1041,24 @@ def edit_lines(
         dead.update(ln.link.target for ln in arch_lines if ln.link is not None)
         edit.dead_links = [t for t in edit.dead_links if t in dead]
     return edit, arch_lines
+
+
+def _split_lone_crs(lines: list[Line], shadow: Mapping[int, Hidden], eol: str) -> list[Line]:
+    """`lines`, each one holding a lone CR (outside a comment or frontmatter) as the lines
+    the agent reads it as, ended by `eol` but the last: for an index over the agent's window,
+    so that their pointers can go to the archive one by one (the agent counts each piece as
+    a line; kept whole, such a line left its pointers past the window for good)."""
+    if not any("\r" in line.content for line in lines):
+        return lines
+    out: list[Line] = []
+    for line in lines:
+        if "\r" not in line.content or id(line) in shadow:
+            out.append(line)
+            continue
+        pieces = line.content.split("\r")
+        out.extend(Line(piece, eol, parse_line(piece)[2]) for piece in pieces[:-1])
+        out.append(Line(pieces[-1], line.eol, parse_line(pieces[-1])[2]))
+    return out
 
 
 def _links_as_written(lines: Sequence[Line], rendered: Set[str]) -> tuple[Link, ...] | None:

@@ -874,3 +874,30 @@ def test_memories_newer_than_keep_recent_are_demoted_rather_than_left_outside_th
     assert cli("index", target).code == 0
     seen, hidden, archived = _visible_and_archived(target)
     assert hidden == set() and archived == set() and len(seen) == 150
+
+
+def test_pointers_on_lone_cr_lines_past_the_window_go_to_the_archive(
+    env: Env, cli, tmp_path: Path
+) -> None:
+    """A MEMORY.md whose 250 pointers end in lone CRs (Claude Code counts each as a line:
+    2.1.328 left 51 of them past its line 200): after `memoryd index` every memory's pointer
+    is within the first 200 lines, counting any line break, or in the archive; the rerun
+    writes nothing."""
+    import re
+
+    folder = tmp_path / "repo" / ".claude" / "memory"
+    names = [f"n{i:03}.md" for i in range(250)]
+    for i, name in enumerate(names):
+        write_memory(folder, name, description=f"note {i}", age_days=300 - i)
+    pointers = "\r".join(f"- [{n[:-3]}]({n}) — note {int(n[1:4])}" for n in names)
+    (folder / "MEMORY.md").write_bytes(f"# proj Memory\r\r{pointers}\r".encode())
+    assert cli("index", folder).code == 0
+    lines = re.split(r"\r\n|\r|\n", (folder / "MEMORY.md").read_bytes().decode())
+    loaded = "\n".join(lines[:200])
+    archive = (folder / ARCHIVE_NAME).read_text()
+    for name in names:
+        assert f"]({name})" in loaded or f"]({name})" in archive, name
+    assert "n000.md" in archive and "n249.md" in loaded
+    before = tree_digest(folder)
+    assert cli("index", folder).code == 0
+    assert tree_digest(folder) == before

@@ -998,7 +998,7 @@ def edit_lines(
                 if fits(estimate, inp.budget, target=strict):
                     break
             if not progressed:
-                if not later:
+                if not (later and later[-1]):
                     break
                 queue, strict = iter(later.pop()), False  # the recent ones: for the window
         if demoted_at:

@@ -142,7 +142,7 @@ def test_memoryd_forget_while_the_daemon_runs_is_no_outside_deletion(
     """A person forgets four memories (more than alarm_files) with `memoryd forget` while the
     daemon runs: the daemon's passes over the moves write no memory.deleted_outside and no
     memory.mass_change, and `trash list` holds them as forgotten, not deleted elsewhere."""
-    running = start(tmp_path)
+    running = start(tmp_path, more_config="\n[versions]\nalarm_files = 3\n")
     try:
         folder = project(running, "app")
         for i in range(8):

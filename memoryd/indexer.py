@@ -1312,15 +1312,61 @@ def _index_settled(
         max_frontmatter_bytes=cfg.max_frontmatter_bytes,
         versions=rt.versions,
     )
-    made = _settled_view(rt, md, Basis.of(scan, state.seen), req.forget, state)
+    basis = Basis.of(scan, state.seen)
+    made = _settled_view(rt, md, basis, req.forget, state)
     if made is None:
         return None, scan
     held, changed = made
+    if not req.forget and _quiet(state, held, basis, scan):
+        planned = _as_planned(rt, md, held, req.mode, scan)
+        if planned is not None:
+            return planned, scan
     only = changed | req.forget
     outcome = _index_changed(
         rt, md, held, only, req.grace, req.settle, req.forget, req.mode, state=state, whole=scan
     )
     return outcome, scan
+
+
+def _quiet(state: DirState, held: Held, basis: "Basis", scan: DirScan) -> bool:
+    """Nothing changed since memoryd's last verified pass: MEMORY.md is as it left it (and
+    the archive, or there is no held view), no memory is new, changed or gone since, each
+    has a pointer, no pointer names a file seen leaving, and the scan has nothing to say."""
+    if not _as_left(state, held.main) or basis.unseen:
+        return False
+    if scan.problems or scan.changed or scan.reread or scan.own_temps or scan.vanished:
+        return False
+    in_main = {link.target for link in local_links(held.index.main or "")}
+    where = held.index.where
+    if any(n not in in_main and n not in where for n in basis.memories):
+        return False  # one still in its grace at that pass
+    return not any(t in state.gone for t in in_main | where.keys() if t not in basis.present)
+
+
+def _as_planned(
+    rt: Runtime, md: MemoryDir, held: Held, mode: str | None, scan: DirScan
+) -> IndexOutcome | None:
+    """A one-shot update of a `_quiet` index: the last verified pass's plan stands and is not
+    made again (one that cannot get within the agent's window then costs what one within it
+    costs); what it says (dead and invalid links kept, the window) is read off the index.
+    None: plan (the config turned the dir off since)."""
+    if (mode or rt.config.override_for(md.path).mode) == "off":
+        return None
+    index, cfg = held.index, rt.config.index
+    main = index.main or ""
+    view = view_of(main, _budget(cfg), view_kind(md))
+    edit = IndexEdit(main=main, archive=None)
+    edit.dead_links = sorted(index.dead)
+    edit.invalid_links = [
+        line.link.raw
+        for number, line in enumerate(split_lines(main))
+        if line.link is not None
+        and line.link.kind is LinkKind.INVALID
+        and number not in view.construct
+    ] + list(index.invalid.values())
+    edit.fits_window = view.fits(cfg.max_lines, cfg.max_chars)
+    ownership = Ownership(True, "MEMORY.md is as memoryd's last pass left it")
+    return IndexOutcome(md, IndexStatus.UNCHANGED, ownership, edit, scan=scan, held_edit=True)
 
 
 def _remove_stray_temps(rt: Runtime, md: MemoryDir, scan: DirScan) -> None:

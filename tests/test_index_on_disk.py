@@ -901,3 +901,43 @@ def test_pointers_on_lone_cr_lines_past_the_window_go_to_the_archive(
     before = tree_digest(folder)
     assert cli("index", folder).code == 0
     assert tree_digest(folder) == before
+
+
+def test_an_index_that_cannot_fit_the_window_settles(
+    env: Env, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """230 `user` memories (never demoted) keep MEMORY.md over the window: the first index
+    says so; a rerun with nothing changed plans nothing again (it re-planned all of
+    MEMORY.md at every run: 0.6 s at 10,000) and says the same; a new memory is still
+    indexed by the next one."""
+    from memoryd.indexer import IndexStatus
+
+    folder = tmp_path / "repo" / ".claude" / "memory"
+    for i in range(230):
+        write_memory(folder, f"u{i:03}.md", description=f"who I am {i}", type_="user")
+    assert cli("index", folder).code == 0
+    with (folder / "MEMORY.md").open("a") as index_file:
+        index_file.write("- [gone](never.md) — a pointer the agent wrote before its file\n")
+    first = cli("index", folder, "-v")
+    assert first.code == 0 and "still over the agent's load window" in first.out, first.out
+    assert "never.md" in first.out
+    rt, md = env.runtime(), _dir(folder)
+    planned: list[str] = []
+    changed = indexer._index_changed
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        planned.append("held edit")
+        return changed(*args, **kw)
+
+    monkeypatch.setattr(indexer, "_index_changed", spy)
+    monkeypatch.setattr(indexer, "update_index", lambda *a, **k: pytest.fail("a full pass"))
+    before = tree_digest(folder)
+    for _ in range(2):
+        again = indexer.update(rt, md)
+        assert again.status is IndexStatus.UNCHANGED and again.edit is not None
+        assert not again.edit.fits_window and again.edit.dead_links == ["never.md"]
+    assert planned == [] and tree_digest(folder) == before
+    assert cli("index", folder, "-v").out == first.out
+    write_memory(folder, "new.md", description="a new one", type_="user")
+    assert indexer.update(rt, md).status is IndexStatus.UPDATED
+    assert planned and "](new.md)" in (folder / "MEMORY.md").read_text()

@@ -1349,9 +1349,15 @@ def _as_planned(
     """A one-shot update of a `_quiet` index: the last verified pass's plan stands and is not
     made again (one that cannot get within the agent's window then costs what one within it
     costs); what it says (dead and invalid links kept, the window) is read off the index.
-    None: plan (the config turned the dir off since)."""
+    None: plan (the config turned the dir off since, a file was made read-only)."""
     if (mode or rt.config.override_for(md.path).mode) == "off":
         return None
+    with fsops.open_dir(md.real_path) as dir_fd:  # (made read-only since: the pass says so)
+        if not (
+            _same_file(dir_fd, INDEX_NAME, held.main)
+            and _same_file(dir_fd, ARCHIVE_NAME, held.archive)
+        ):
+            return None
     index, cfg = held.index, rt.config.index
     main = index.main or ""
     view = view_of(main, _budget(cfg), view_kind(md))

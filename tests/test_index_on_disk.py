@@ -941,3 +941,7 @@ def test_an_index_that_cannot_fit_the_window_settles(
     write_memory(folder, "new.md", description="a new one", type_="user")
     assert indexer.update(rt, md).status is IndexStatus.UPDATED
     assert planned and "](new.md)" in (folder / "MEMORY.md").read_text()
+    monkeypatch.undo()
+    assert cli("index", folder).code == 0
+    os.chmod(folder / "MEMORY.md", 0o444)  # settled, a person's "do not touch" is still heard
+    assert "MEMORY.md is read-only" in cli("index", folder).out

@@ -9,8 +9,11 @@ loads an auto-memory dir's MEMORY.md like this:
 3. top-level HTML comment blocks are removed by its markdown lexer (a block starts with
    `<!--` at the start of a block, after up to 3 spaces, or at column 0 inside a paragraph, and
    runs to the end of the line holding the first `-->`, with the empty lines after it; what is
-   left once every `<!-- ... -->` in it is gone stays when it is not blank). Only when something
-   is removed is the text the lexer's, with every `\\r\\n` and lone `\\r` turned into `\\n`;
+   left once every `<!-- ... -->` in it is gone stays when it is not blank). When something
+   is removed, the text is the lexer's, with every `\\r\\n` and lone `\\r` turned into `\\n`;
+   a lone `\\r` ends a line for the window in any case (2.1.328 cut a file of lone-CR lines
+   at its 200th; 2.1.332 counts only `\\n` there and sends each `\\r` as one: counting them
+   keeps every pointer memoryd calls loaded loaded by both);
 4. the result is trimmed (JS `trim()`: a BOM and leading/trailing blank lines go);
 5. the window: split on `\\n`; over 200 lines keeps the first 200; then over 25,000 UTF-16
    units cuts at the last `\\n` at or before unit 25,000 (mid-line only when line 1 alone is
@@ -113,6 +116,7 @@ _S = "[" + re.escape(JS_SPACE) + "]"
 _FRONTMATTER = lazy(rf"---{_S}*\n(?:.*?)---{_S}*\n?", re.DOTALL)
 _COMMENT = lazy(r"<!--.*?-->", re.DOTALL)
 _LINE_BREAK = lazy(r"\r\n?")
+_LONE_CR = lazy(r"\r(?!\n)")
 
 
 def view_of_bytes(
@@ -166,16 +170,20 @@ def agent_view(
                 end = text.find("\n", cut)
                 rest_of_first = text[cut:] if end < 0 else text[cut:end]
                 start_line, body_at = upto + 1, len(text) if end < 0 else end + 1
+    lone_cr = "\r" in text and _LONE_CR.search(text, body_at) is not None
     if kind is ViewKind.AUTO and "<!--" in text:
-        source = text[body_at:].split("\n")
-        final_newline = len(source) > 1 and source[-1] == ""
-        if final_newline:
-            source.pop()
-        if rest_of_first is not None and body_at == len(text):
-            source = []
-        stripped = _strip_comments(source, start_line, rest_of_first, final_newline, construct)
+        folded = _folded(text, body_at, start_line, rest_of_first)
+        stripped = _strip_comments(folded, construct)
         if stripped is not None:
             return _window(stripped, size, True, construct, max_lines, max_units)
+        if lone_cr:
+            return _window(folded, size, True, construct, max_lines, max_units)
+    elif lone_cr:
+        # Claude Code ends a line at a lone `\r` for its window too (2.1.328 hid 51 of 250
+        # pointers on such lines past line 200): counted so, in either kind of dir, a
+        # pointer after one is never taken for loaded when it may not be.
+        folded = _folded(text, body_at, start_line, rest_of_first)
+        return _window(folded, size, True, construct, max_lines, max_units)
     if rest_of_first is not None:
         # The rest of the line comes first, with no line start of its own.
         rest = text[body_at:]
@@ -191,22 +199,29 @@ def agent_view(
     )
 
 
-def _strip_comments(
-    body: list[str],
-    first: int,
-    rest_of_first: str | None,
-    final_newline: bool,
-    construct: dict[int, Hidden],
-) -> list[tuple[str, int | None]] | None:
-    """The lexer's lines once top-level comment blocks are gone; None when none is (then
-    Claude Code keeps the text as it was, lone `\\r`s and all). Trailing newlines do not
-    matter: the text is trimmed next."""
+def _folded(
+    text: str, body_at: int, first: int, rest_of_first: str | None
+) -> list[tuple[str, int | None]]:
+    """The lexer's lines of the text from `body_at` (source line `first`), after what is
+    left of a line the frontmatter ends in: every `\\r\\n`, lone `\\r` and `\\n` ends one."""
+    body = text[body_at:].split("\n") if body_at < len(text) or rest_of_first is None else []
+    final_newline = len(body) > 1 and body[-1] == ""
+    if final_newline:
+        body.pop()
     lines: list[tuple[str, int | None]] = []
     last = len(body) - 1
     if rest_of_first is not None:
         lines.extend(_segments(rest_of_first, None, last >= 0 or final_newline))
     for i, line in enumerate(body):
         lines.extend(_segments(line, first + i, i < last or final_newline))
+    return lines
+
+
+def _strip_comments(
+    lines: list[tuple[str, int | None]], construct: dict[int, Hidden]
+) -> list[tuple[str, int | None]] | None:
+    """The lexer's lines (`_folded`'s) once top-level comment blocks are gone; None when
+    none is. Trailing newlines do not matter: the text is trimmed next."""
     spans = list(_comment_spans([content for content, _ in lines]))
     if not spans:
         return None

@@ -114,8 +114,11 @@ class TrashConfig:
 class VersionsConfig:
     keep_days: int = 30  # a replaced or deleted version is kept this long after it was
     max_bytes: int = 512 * 1024 * 1024  # the store's cap (see memoryd.versions.prune)
-    alarm_files: int = 3  # more memory files than this deleted or rewritten by others ...
-    alarm_window: float = 600.0  # ... within this long: memory.mass_change
+    # More memory files than this deleted or rewritten by others within alarm_window:
+    # memory.mass_change. An agent's clean-up touches many files within a minute or two; a
+    # person's editing (a few files, minutes apart) never reaches it.
+    alarm_files: int = 5
+    alarm_window: float = 120.0
 
 
 @dataclass(frozen=True, slots=True)

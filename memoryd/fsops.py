@@ -38,7 +38,10 @@ OwnWrite = Callable[[Path, str, tuple[int, int, int]], None]
 
 class OwnContent(Protocol):
     """The version store (memoryd.versions) as `replace_file` sees it (its `versions`): told
-    what memoryd wrote, once it is in place."""
+    the sha256 of what memoryd is about to write, just before the swap (for every memoryd
+    process to know it as memoryd's), and what it wrote, once it is in place."""
+
+    def own_intent(self, dir_path: Path, name: str, sha: str) -> None: ...
 
     def own_content(
         self,
@@ -46,6 +49,7 @@ class OwnContent(Protocol):
         name: str,
         data: "Content",
         sha: str = "",
+        ident: tuple[int, int, int] | None = None,
     ) -> None: ...
 
 
@@ -385,6 +389,10 @@ def replace_file(
             # The identity the file will have under its name (a rename keeps inode and mtime),
             # taken now: a stat by name after the swap could already see another writer's.
             st = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False)
+            own_sha = ""
+            if versions is not None:  # hashed once: the flush takes this sha256 too
+                own_sha = _digest(data)
+                versions.own_intent(dir_path, name, own_sha)
             if on_own_write is not None:
                 on_own_write(dir_path, name, (st.st_ino, st.st_size, st.st_mtime_ns))
             crash_point("index.before_swap")
@@ -418,9 +426,10 @@ def replace_file(
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         fsync_dir(dir_fd)
-        digest = _digest(data) if expected_data is None else ""
-        if versions is not None:  # with the sha256 when there is one: not hashed twice
-            versions.own_content(dir_path, name, data, digest)
+        digest = (own_sha or _digest(data)) if expected_data is None else ""
+        if versions is not None:  # with the sha256: not hashed twice
+            ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+            versions.own_content(dir_path, name, data, own_sha, ident)
         return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, digest)
 
 

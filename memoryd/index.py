@@ -391,6 +391,7 @@ def decide_ownership(
     archive_targets: Set[str] | None = None,
     only_missing: Set[str] | None = None,
     arrived: Set[str] | None = None,
+    as_left: bool = False,
 ) -> Ownership:
     """Is this index a list of pointers memoryd may edit? (DESIGN §3, "Whose index is it?").
 
@@ -402,7 +403,8 @@ def decide_ownership(
     `only_missing`: when the caller knows that no other memory file can lack a pointer (the
     daemon, after a pass that gave every file one: only the changed and the waiting can).
     `arrived` (with `known`): the memory files not in `known`, from a caller that knows them
-    without looking at every file.
+    without looking at every file. `as_left`: MEMORY.md is the file memoryd's last pass over
+    this managed index left, so every pointer line in it is memoryd's own: managed.
     """
     if main is not None and OFF_MARK in main:
         return Ownership(False, f"MEMORY.md holds {OFF_MARK}")
@@ -414,6 +416,8 @@ def decide_ownership(
         return Ownership(True, "MEMORY.md is missing or blank")
     if MANAGE_MARK in main:
         return Ownership(True, f"MEMORY.md holds {MANAGE_MARK}")
+    if as_left:
+        return Ownership(True, "MEMORY.md is as memoryd's last pass left it")
     # The files that count are those memoryd knew; the set of those that arrived since is
     # small, where a copy of the others would be 10,000 names on every daemon pass.
     # (`memory_files - known` would copy all of them first: dict views subtract that way.)
@@ -925,23 +929,26 @@ def edit_lines(
     if first_text and not fits_view(
         first_text, view_of(first_text, inp.budget, inp.view), inp.budget, target=target_mode
     ):
+        main_lines = _split_lone_crs(main_lines, shadow, eol)
         # (age, file, where) of the pointers that may go, oldest first: each line's entry is
         # looked up once (a generator of four lookups a line was a tenth of a first index).
-        eligible = []
+        # Those changed within keep_recent go last, and only while the agent's window is
+        # exceeded (never for the soft target): a newer pointer is never left where the
+        # agent does not load it (DESIGN amendments, "Visibility over recency").
+        older: list[tuple[float, str, int]] = []
+        recent: list[tuple[float, str, int]] = []
         for index, ln in enumerate(main_lines):
             link = ln.link
             if link is None or link.kind is not LinkKind.LOCAL or id(ln) in shadow:
                 continue
             mem = inp.memories.get(link.target)
-            if (
-                mem is not None
-                and mem.type != "user"
-                and inp.now - mem.age_ts > inp.budget.keep_recent
-            ):
-                eligible.append((mem.age_ts, link.target, index))
-        eligible.sort()
+            if mem is not None and mem.type != "user":
+                young = inp.now - mem.age_ts <= inp.budget.keep_recent
+                (recent if young else older).append((mem.age_ts, link.target, index))
+        older.sort()
+        recent.sort()
         demoted_at: set[int] = set()
-        queue = iter(eligible)
+        queue, strict, later = iter(older), target_mode, [recent]
         rounds = 0
         while True:
             # Subtract each demoted line from one measurement of the agent's view instead of
@@ -951,7 +958,7 @@ def edit_lines(
                 [ln for i, ln in enumerate(main_lines) if i not in demoted_at], force_trailer=True
             )
             view = view_of(text, inp.budget, inp.view)
-            if fits_view(text, view, inp.budget, target=target_mode) or rounds > 8:
+            if fits_view(text, view, inp.budget, target=strict) or rounds > 8:
                 break
             rounds += 1
             # Over 4 MiB the agent loads nothing: estimate from the raw text (never less).
@@ -988,10 +995,12 @@ def edit_lines(
                 size -= len(contents.encode("utf-8")) + len(eol) * len(pending)
                 pending.clear()
                 estimate = Measure(lines_left, chars, size)
-                if fits(estimate, inp.budget, target=target_mode):
+                if fits(estimate, inp.budget, target=strict):
                     break
             if not progressed:
-                break
+                if not (later and later[-1]):
+                    break
+                queue, strict = iter(later.pop()), False  # the recent ones: for the window
         if demoted_at:
             moved = [ln for i, ln in enumerate(main_lines) if i in demoted_at]
             main_lines = [ln for i, ln in enumerate(main_lines) if i not in demoted_at]
@@ -1032,6 +1041,24 @@ def edit_lines(
         dead.update(ln.link.target for ln in arch_lines if ln.link is not None)
         edit.dead_links = [t for t in edit.dead_links if t in dead]
     return edit, arch_lines
+
+
+def _split_lone_crs(lines: list[Line], shadow: Mapping[int, Hidden], eol: str) -> list[Line]:
+    """`lines`, each one holding a lone CR (outside a comment or frontmatter) as the lines
+    the agent reads it as, ended by `eol` but the last: for an index over the agent's window,
+    so that their pointers can go to the archive one by one (the agent counts each piece as
+    a line; kept whole, such a line left its pointers past the window for good)."""
+    if not any("\r" in line.content for line in lines):
+        return lines
+    out: list[Line] = []
+    for line in lines:
+        if "\r" not in line.content or id(line) in shadow:
+            out.append(line)
+            continue
+        pieces = line.content.split("\r")
+        out.extend(Line(piece, eol, parse_line(piece)[2]) for piece in pieces[:-1])
+        out.append(Line(pieces[-1], line.eol, parse_line(pieces[-1])[2]))
+    return out
 
 
 def _links_as_written(lines: Sequence[Line], rendered: Set[str]) -> tuple[Link, ...] | None:

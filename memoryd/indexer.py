@@ -691,7 +691,10 @@ def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Sna
         else:
             override = req.mode or cfg.override_for(md.path).mode
             known = set(state.seen) if state.known and state.managed else None
-            ownership = decide_ownership(main.text, archive.text, {}, memories, override, known)
+            ownership = decide_ownership(
+                main.text, archive.text, {}, memories, override, known,
+                as_left=_as_left(state, main.identity),
+            )  # fmt: skip
             if not ownership.managed and main.text and override == "auto":
                 # Only now read the files MEMORY.md points to (a tree index's category
                 # files): it costs a read of each, which most dirs never need.
@@ -1201,6 +1204,7 @@ def _index_changed(
         # The last pass gave every memory file a pointer but those still in their grace.
         only_missing=only | held.waiting,
         arrived=arrived,
+        as_left=_as_left(state, held.main),
     )
     if not ownership.managed:
         return None  # the full pass says why, once
@@ -1308,15 +1312,67 @@ def _index_settled(
         max_frontmatter_bytes=cfg.max_frontmatter_bytes,
         versions=rt.versions,
     )
-    made = _settled_view(rt, md, Basis.of(scan, state.seen), req.forget, state)
+    basis = Basis.of(scan, state.seen)
+    made = _settled_view(rt, md, basis, req.forget, state)
     if made is None:
         return None, scan
     held, changed = made
+    if not req.forget and _quiet(state, held, basis, scan):
+        planned = _as_planned(rt, md, held, req.mode, scan)
+        if planned is not None:
+            return planned, scan
     only = changed | req.forget
     outcome = _index_changed(
         rt, md, held, only, req.grace, req.settle, req.forget, req.mode, state=state, whole=scan
     )
     return outcome, scan
+
+
+def _quiet(state: DirState, held: Held, basis: "Basis", scan: DirScan) -> bool:
+    """Nothing changed since memoryd's last verified pass: MEMORY.md is as it left it (and
+    the archive, or there is no held view), no memory is new, changed or gone since, each
+    has a pointer, no pointer names a file seen leaving, and the scan has nothing to say."""
+    if not _as_left(state, held.main) or basis.unseen:
+        return False
+    if scan.problems or scan.changed or scan.reread or scan.own_temps or scan.vanished:
+        return False
+    in_main = {link.target for link in local_links(held.index.main or "")}
+    where = held.index.where
+    if any(n not in in_main and n not in where for n in basis.memories):
+        return False  # one still in its grace at that pass
+    return not any(t in state.gone for t in in_main | where.keys() if t not in basis.present)
+
+
+def _as_planned(
+    rt: Runtime, md: MemoryDir, held: Held, mode: str | None, scan: DirScan
+) -> IndexOutcome | None:
+    """A one-shot update of a `_quiet` index: the last verified pass's plan stands and is not
+    made again (one that cannot get within the agent's window then costs what one within it
+    costs); what it says (dead and invalid links kept, the window) is read off the index.
+    None: plan (the config turned the dir off since, a file was made read-only)."""
+    if (mode or rt.config.override_for(md.path).mode) == "off":
+        return None
+    with fsops.open_dir(md.real_path) as dir_fd:  # (made read-only since: the pass says so)
+        if not (
+            _same_file(dir_fd, INDEX_NAME, held.main)
+            and _same_file(dir_fd, ARCHIVE_NAME, held.archive)
+        ):
+            return None
+    index, cfg = held.index, rt.config.index
+    main = index.main or ""
+    view = view_of(main, _budget(cfg), view_kind(md))
+    edit = IndexEdit(main=main, archive=None)
+    edit.dead_links = sorted(index.dead)
+    edit.invalid_links = [
+        line.link.raw
+        for number, line in enumerate(split_lines(main))
+        if line.link is not None
+        and line.link.kind is LinkKind.INVALID
+        and number not in view.construct
+    ] + list(index.invalid.values())
+    edit.fits_window = view.fits(cfg.max_lines, cfg.max_chars)
+    ownership = Ownership(True, "MEMORY.md is as memoryd's last pass left it")
+    return IndexOutcome(md, IndexStatus.UNCHANGED, ownership, edit, scan=scan, held_edit=True)
 
 
 def _remove_stray_temps(rt: Runtime, md: MemoryDir, scan: DirScan) -> None:
@@ -1574,6 +1630,17 @@ def settled_mark(
     trusts no more than that either), and the settings the pass ran under."""
     settings = hashlib.sha256(repr((index, heading)).encode("utf-8")).hexdigest()[:16]
     return [_stat_of(main), _stat_of(archive), settings]
+
+
+def _as_left(state: DirState, main: FileIdentity | None) -> bool:
+    """Whether MEMORY.md is the file memoryd's last verified pass over a managed index left
+    (DirState.settled): its pointer lines are memoryd's own, whatever share of the files
+    they cover (a pass in the middle of a burst gives pointers only to the files past their
+    grace), so they are no sign of an index a person organised."""
+    return bool(
+        state.known and state.managed and state.settled and main is not None
+        and state.settled[0] == _stat_of(main)
+    )  # fmt: skip
 
 
 def _stat_of(identity: FileIdentity | None) -> list[int] | None:

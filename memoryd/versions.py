@@ -23,7 +23,10 @@ parameter of what reads and writes. A scan reads a changed file's bytes anyway
 (`scan.scan_dir`, one session per scan: `begin_scan`); an index file's bytes are read by
 `indexer.read_index_file` (`index_read`); memoryd's own index writes are told by
 `fsops.replace_file` (`own_content`) and stored at the next flush (the heartbeat, the end
-of a command, or before anyone else's version of that file is recorded). Deletions are
+of a command, or before anyone else's version of that file is recorded). Their sha256 is
+noted before the swap in the dir's ledger of own writes (`<state>/versions/own/<dir
+key>.own`, `own_intent`), which every memoryd process reads before it calls a version of an
+index file another process's: no memoryd write is ever an outside change. Deletions are
 names a scan no longer finds. Nothing is ever re-read for the store's sake. A scan, read or
 write given no store keeps nothing.
 
@@ -137,6 +140,8 @@ def _line(row: _Row) -> bytes:
 
 ALARMS = "alarms.json"
 ALARMS_KEEP = 50
+OWN_MAX = 64 << 10  # a dir's ledger of own writes past this is cut to its last OWN_KEEP bytes
+OWN_KEEP = 16 << 10  # (~200 index writes: far more than another process has left to read)
 
 
 @functools.cache
@@ -242,6 +247,7 @@ class _Pending:
     name: str
     data: bytes | tuple[bytes, ...]
     sha: str = ""
+    ident: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) as written
 
 
 class Session:
@@ -579,8 +585,8 @@ class VersionStore:
         *,
         keep_days: int = 30,
         max_bytes: int = 512 << 20,
-        alarm_files: int = 3,
-        alarm_window: float = 600.0,
+        alarm_files: int = 5,
+        alarm_window: float = 120.0,
         clock: Callable[[], float] = time.time,
         audit: AuditWrite | None = None,
         boot: "Callable[[], witness.Boot] | None" = None,
@@ -696,6 +702,14 @@ class VersionStore:
         except (OSError, ValueError):
             return None
         return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+    def _stored_size(self, sha: str) -> int:
+        """The size of a stored version (0 when the store holds none)."""
+        size = self._loose(sha)
+        if size is None:
+            packed = self._packed(sha)
+            size = packed[2] if packed is not None else 0
+        return size
 
     def pack_names(self) -> list[str]:
         try:
@@ -1319,21 +1333,62 @@ class VersionStore:
         """memoryd moved `name` into the trash (the mover, after the move)."""
         self.record(path, name, sha, size, "moved", MEMORYD, id=trash_id)
 
+    def own_intent(self, dir_path: Path, name: str, sha: str) -> None:
+        """memoryd is about to put the bytes of this sha256 in place as an index file: said
+        in the dir's ledger of own writes (`own/<dir key>.own`, one `<sha256> <name>` line
+        appended) before the swap, so that any memoryd process reading them takes them for
+        memoryd's (`_own_wrote`), whenever this one stores them. The ledger is no log line:
+        the log's stamp still holds. A failed append is said once; the write is still
+        recorded as memoryd's at this process's flush."""
+        if name in INDEX_FILES:
+            self._guard(self._own_append, dir_path, f"{sha} {name}\n".encode())
+
+    def _own_path(self, path: Path) -> Path:
+        return self.root / "own" / f"{dir_key(path)}.own"
+
+    def _own_append(self, path: Path, line: bytes) -> None:
+        ledger = self._own_path(path)
+        ensure_private_dir(ledger.parent)
+        fd = _open_log(ledger)  # locked; reopened if a cut put another file in its place
+        try:
+            size = os.fstat(fd).st_size
+            if size + len(line) <= OWN_MAX:
+                fsops._write_all(fd, line)
+                return
+            kept = os.pread(fd, OWN_KEEP, size - OWN_KEEP)
+            kept = kept[kept.find(b"\n") + 1 :]  # whole lines only
+            fsops.write_private(ledger, kept + line, durable=False)
+        finally:
+            os.close(fd)
+
+    def _own_wrote(self, path: Path, name: str, sha: str) -> bool:
+        """Whether a memoryd process wrote these bytes as `name` in the dir at `path` (a
+        line of its ledger of own writes names them)."""
+        try:
+            data = read_bounded(self._own_path(path), 2 * OWN_MAX, follow=False)
+        except FileNotFoundError:
+            return False
+        except OSError as error:  # a FIFO, a link, a folder in its place: said once
+            self._say(self._problem(error, self._own_path(path)))
+            return False
+        return (b"\n" + f"{sha} {name}\n".encode()) in b"\n" + data
+
     def own_content(
         self,
         dir_path: Path,
         name: str,
         data: fsops.Content,
         sha: str = "",
+        ident: tuple[int, int, int] | None = None,
     ) -> None:
         """memoryd wrote an index file: hold its bytes (and their sha256 if the writer took
         it) until the next flush (hashing and storing a 2 MB archive costs more than the
-        daemon's whole pass)."""
+        daemon's whole pass). `ident`: the file's (inode, size, mtime_ns) as written."""
         if name not in INDEX_FILES:
             return
         held = data if isinstance(data, bytes) else tuple(data)
         with self._lock:
-            self._pending[(dir_path, name)] = _Pending(dir_path, name, held, sha)
+            self._pending[(dir_path, name)] = _Pending(dir_path, name, held, sha, ident)
 
     def commit_pending(self) -> None:
         temps, self._temps = self._temps, []
@@ -1347,7 +1402,7 @@ class VersionStore:
             self._guard(self.commit_pending)
             pending, self._pending = self._pending, {}
             for item in pending.values():
-                self._guard(self._flush_one, item)
+                self._guard(self._flush_one, item, True)
             if self.defer and self.clock() - self.pruned_at >= PRUNE_EVERY:
                 done: list[PruneResult] = []
                 self._guard(lambda: done.append(prune(self)))
@@ -1356,7 +1411,19 @@ class VersionStore:
             for d in self._dirs.values():
                 self._save_stamp(d)
 
-    def _flush_one(self, item: _Pending) -> None:
+    def _flush_one(self, item: _Pending, current_only: bool = False) -> None:
+        """Record memoryd's own write. `current_only` (a flush, not a read of the file): only
+        while the file is still the one written. One replaced since (by another memoryd
+        process, or a person) is not recorded after what replaced it: the log would say
+        memoryd's older version is the file's latest, out of time order, and the next
+        read of the file would be taken for a rewrite."""
+        if current_only and item.ident is not None:
+            try:
+                st = os.stat(item.path / item.name, follow_symlinks=False)
+            except FileNotFoundError:
+                return
+            if (st.st_ino, st.st_size, st.st_mtime_ns) != item.ident:
+                return
         data = item.data
         if not item.sha:
             item.sha = fsops._digest(data)
@@ -1449,12 +1516,14 @@ class VersionStore:
             for name in sorted(gone):
                 sha = d.seen[name]
                 prev = before.get(name)
-                size = prev.size if prev is not None else 0
+                # An index file is in no scan's files: its size is its stored version's.
+                size = prev.size if prev is not None else self._stored_size(sha)
                 extra = None
                 if sha in arrived:
                     extra = {"to": arrived[sha]}  # renamed: nothing was lost
                 else:
-                    counts = prev is None or prev.kind == "memory"
+                    # Memories count toward the alarm, never the index files memoryd rebuilds.
+                    counts = name not in INDEX_FILES and (prev is None or prev.kind == "memory")
                     told.append(("deleted", name, sha, "", size, counts))
                     extra = _COUNTS if counts else None
                 rows.append((now, name, sha, size, "gone", OTHER, extra))
@@ -1553,6 +1622,8 @@ class VersionStore:
             self.store_object(data, sha)
             if latest is not None and latest[1] == "restoring" and latest[0] == sha:
                 by = MEMORYD
+            elif by == OTHER and self._own_wrote(path, name, sha):
+                by = MEMORYD  # another memoryd process's write, not stored by it yet
             now = self.clock()
             self._append(d, [(now, name, sha, size, "seen", by, None)])
         if by == OTHER and latest is not None and latest[1] == "seen":

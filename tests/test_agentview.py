@@ -93,20 +93,27 @@ def test_lone_cr_with_a_comment_has_a_line_per_cr() -> None:
     assert view.loaded.split("\n") == [f"- [M{i}](m{i}.md) — {i}" for i in range(200)]
 
 
-def test_lone_cr_without_a_comment_is_one_line() -> None:
-    """No comment: the window sees one line; all of it is loaded (CRs sent as newlines)."""
-    view = agent_view(pointers(300, "\r") + "\r", AUTO)
-    assert not view.folded and view.lines == 1 and not view.warned
-    assert view.loaded.split("\n") == [f"- [M{i}](m{i}.md) — {i}" for i in range(300)]
-    assert view.visible == {0}
+def test_lone_crs_end_lines_for_the_window_without_a_comment_too() -> None:
+    """No comment: each lone CR still ends a line for the window, in either kind of dir, as
+    Claude Code 2.1.328 counted them (51 of 250 such pointers past its line 200). 2.1.332
+    sends all 300 (tests/test_claude_view.py): what memoryd counts as loaded is loaded by
+    both."""
+    lines = [f"- [M{i}](m{i}.md) — {i}" for i in range(300)]
+    for kind in (AUTO, PLAIN):
+        view = agent_view(pointers(300, "\r") + "\r", kind)
+        assert view.folded and view.lines == 300 and view.warned
+        assert view.loaded.split("\n") == lines[:200]
+        assert view.visible == {0}  # the source line starts in the window, its tail not
 
 
-def test_lone_cr_without_a_comment_over_the_units_is_cut_mid_line() -> None:
-    """Over 25,000 units, the single "line" is cut at unit 25,000 and line 1 is not whole."""
-    text = "\r".join("e" * 98 for _ in range(300))
+def test_lone_cr_without_a_comment_over_the_units_is_cut_at_a_lone_cr() -> None:
+    """Over 25,000 units, the cut is at the last lone CR within them: a prefix of what
+    2.1.332 loads (it cuts mid-line at unit 25,000)."""
+    text = "\r".join("e" * 198 for _ in range(150))
     view = agent_view(text, AUTO)
-    assert view.loaded == text[:25000].replace("\r", "\n")
-    assert view.hidden(0) is Hidden.PAST_CHARS
+    assert text[:25000].replace("\r", "\n").startswith(view.loaded)
+    assert view.loaded == "\n".join(["e" * 198] * 125) and view.warned
+    assert view.hidden(0) is None
 
 
 def test_crlf_and_bom() -> None:

@@ -242,11 +242,13 @@ def test_forgetting_is_memoryds_own_move_no_outside_deletion_and_no_alarm(
     env: Env, repo: Path, folder: Path, cli: Callable[..., Result]
 ) -> None:
     """The version store knows every memory (an `index` read them); `forget` of four, more than
-    `versions.alarm_files`, is memoryd's own move: the next pass writes no
+    `versions.alarm_files` (set to 3), is memoryd's own move: the next pass writes no
     `memory.deleted_outside` and no `memory.mass_change`, `trash list` shows them trashed and not
     deleted elsewhere, and each one's history ends with the move."""
     from memoryd import versions
 
+    env.config_dir.mkdir(parents=True, exist_ok=True)  # four is more than alarm_files here
+    (env.config_dir / "config.toml").write_text("[versions]\nalarm_files = 3\n")
     assert cli("index", repo).code == 0
     named = [folder / f"project_m{n}.md" for n in range(4)]
     done = cli("forget", *named, "--yes")

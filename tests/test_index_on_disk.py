@@ -828,3 +828,120 @@ def test_a_repo_folder_named_with_a_line_break_gets_a_one_line_heading(env: Env,
     from memoryd.index import pointer_targets
 
     assert pointer_targets(text) == ["a.md"]
+
+
+def _visible_and_archived(folder: Path) -> tuple[set[str], set[str], set[str]]:
+    """The memories whose pointer the agent loads, those past its window, and the archived."""
+    from memoryd.agentview import ViewKind, agent_view
+    from memoryd.index import local_links, split_lines
+
+    main = (folder / "MEMORY.md").read_text()
+    view = agent_view(main, ViewKind.PLAIN)
+    seen: set[str] = set()
+    hidden: set[str] = set()
+    for number, line in enumerate(split_lines(main)):
+        if line.link is not None:
+            (seen if view.hidden(number) is None else hidden).add(line.link.target)
+    archive = folder / ARCHIVE_NAME
+    archived = {ln.target for ln in local_links(archive.read_text())} if archive.exists() else set()
+    return seen, hidden, archived
+
+
+def test_memories_newer_than_keep_recent_are_demoted_rather_than_left_outside_the_window(
+    env: Env, cli, tmp_path: Path
+) -> None:
+    """260 memories written over two days (all within keep_recent): no pointer is left past
+    line 200; the oldest went to the archive, the newest stay where the agent loads them.
+    Under `budget = "target"` the recent ones go only for the window, not the soft target."""
+    folder = tmp_path / "busy"
+    for i in range(260):
+        write_memory(folder, f"n{i:03d}.md", description=f"memory {i}", age_days=2 - i / 130)
+    assert cli("index", folder).code == 0
+    seen, hidden, archived = _visible_and_archived(folder)
+    assert hidden == set()
+    assert seen | archived == {f"n{i:03d}.md" for i in range(260)} and not seen & archived
+    assert "n259.md" in seen and "n000.md" in archived
+    assert max(archived) < min(seen), "the oldest go first"
+    before = tree_digest(folder)
+    assert cli("index", folder).code == 0
+    assert tree_digest(folder) == before
+
+    target = tmp_path / "target"
+    env.config_dir.mkdir(parents=True, exist_ok=True)
+    (env.config_dir / "config.toml").write_text('[index]\nbudget = "target"\n')
+    for i in range(150):  # 150 lines of ~130 bytes: within the window, over 17,408 bytes
+        write_memory(target, f"t{i:03d}.md", description=f"m{i} " + "w" * 110, age_days=1)
+    assert cli("index", target).code == 0
+    seen, hidden, archived = _visible_and_archived(target)
+    assert hidden == set() and archived == set() and len(seen) == 150
+
+
+def test_pointers_on_lone_cr_lines_past_the_window_go_to_the_archive(
+    env: Env, cli, tmp_path: Path
+) -> None:
+    """A MEMORY.md whose 250 pointers end in lone CRs (Claude Code counts each as a line:
+    2.1.328 left 51 of them past its line 200): after `memoryd index` every memory's pointer
+    is within the first 200 lines, counting any line break, or in the archive; the rerun
+    writes nothing."""
+    import re
+
+    folder = tmp_path / "repo" / ".claude" / "memory"
+    names = [f"n{i:03}.md" for i in range(250)]
+    for i, name in enumerate(names):
+        write_memory(folder, name, description=f"note {i}", age_days=300 - i)
+    pointers = "\r".join(f"- [{n[:-3]}]({n}) — note {int(n[1:4])}" for n in names)
+    (folder / "MEMORY.md").write_bytes(f"# proj Memory\r\r{pointers}\r".encode())
+    assert cli("index", folder).code == 0
+    lines = re.split(r"\r\n|\r|\n", (folder / "MEMORY.md").read_bytes().decode())
+    loaded = "\n".join(lines[:200])
+    archive = (folder / ARCHIVE_NAME).read_text()
+    for name in names:
+        assert f"]({name})" in loaded or f"]({name})" in archive, name
+    assert "n000.md" in archive and "n249.md" in loaded
+    before = tree_digest(folder)
+    assert cli("index", folder).code == 0
+    assert tree_digest(folder) == before
+
+
+def test_an_index_that_cannot_fit_the_window_settles(
+    env: Env, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """230 `user` memories (never demoted) keep MEMORY.md over the window: the first index
+    says so; a rerun with nothing changed plans nothing again (it re-planned all of
+    MEMORY.md at every run: 0.6 s at 10,000) and says the same; a new memory is still
+    indexed by the next one."""
+    from memoryd.indexer import IndexStatus
+
+    folder = tmp_path / "repo" / ".claude" / "memory"
+    for i in range(230):
+        write_memory(folder, f"u{i:03}.md", description=f"who I am {i}", type_="user")
+    assert cli("index", folder).code == 0
+    with (folder / "MEMORY.md").open("a") as index_file:
+        index_file.write("- [gone](never.md) — a pointer the agent wrote before its file\n")
+    first = cli("index", folder, "-v")
+    assert first.code == 0 and "still over the agent's load window" in first.out, first.out
+    assert "never.md" in first.out
+    rt, md = env.runtime(), _dir(folder)
+    planned: list[str] = []
+    changed = indexer._index_changed
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        planned.append("held edit")
+        return changed(*args, **kw)
+
+    monkeypatch.setattr(indexer, "_index_changed", spy)
+    monkeypatch.setattr(indexer, "update_index", lambda *a, **k: pytest.fail("a full pass"))
+    before = tree_digest(folder)
+    for _ in range(2):
+        again = indexer.update(rt, md)
+        assert again.status is IndexStatus.UNCHANGED and again.edit is not None
+        assert not again.edit.fits_window and again.edit.dead_links == ["never.md"]
+    assert planned == [] and tree_digest(folder) == before
+    assert cli("index", folder, "-v").out == first.out
+    write_memory(folder, "new.md", description="a new one", type_="user")
+    assert indexer.update(rt, md).status is IndexStatus.UPDATED
+    assert planned and "](new.md)" in (folder / "MEMORY.md").read_text()
+    monkeypatch.undo()
+    assert cli("index", folder).code == 0
+    os.chmod(folder / "MEMORY.md", 0o444)  # settled, a person's "do not touch" is still heard
+    assert "MEMORY.md is read-only" in cli("index", folder).out

@@ -2,12 +2,13 @@
 
 import json
 import os
+import time
 from pathlib import Path
 
 from memoryd import indexer
 from memoryd.config import Config
 from memoryd.discover import explicit_dirs
-from memoryd.index import INDEX_NAME
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME, local_links
 from memoryd.indexer import IndexStatus
 from tests.conftest import Env, tree_digest, write_memory
 
@@ -90,3 +91,40 @@ def test_the_daemons_pass_after_a_change_takes_the_held_view(env: Env, tmp_path:
     assert after.status is IndexStatus.UPDATED and after.held_edit
     assert "- [alpha](alpha.md) — revised\n" in (folder / INDEX_NAME).read_text()
     assert indexer.check(rt, md).status is IndexStatus.UNCHANGED
+
+
+def test_a_burst_the_daemon_indexed_in_part_stays_managed(env: Env, tmp_path: Path) -> None:
+    """1,000 new memories in a new dir, a pass in the middle of the burst: the files memoryd
+    was still holding back (their grace) lack a pointer because of memoryd, not a person; the
+    next passes (full and held) keep managing the index, which ends listing all 1,000."""
+    folder = tmp_path / "repo" / ".claude" / "memory"
+    names = [f"m{i:04d}.md" for i in range(1000)]
+    for i, name in enumerate(names):  # the first 125 written long enough ago: past the grace
+        write_memory(folder, name, description=f"burst {i}", age_days=1 if i < 125 else None)
+    rt, md = env.runtime(), _dir(folder)
+    first = indexer.update_changed(
+        rt, md, grace=10.0, settle=0.0, previous=None, changed=None, held=None
+    )
+    assert first.status is IndexStatus.UPDATED
+    assert len(local_links((folder / INDEX_NAME).read_text())) == 125
+    write_memory(folder, "late.md", description="one more", age_days=None)
+    held = indexer.update_changed(
+        rt, md, grace=10.0, settle=0.0, previous=first.scan, changed={"late.md"}, held=first.held
+    )
+    assert held.status is not IndexStatus.UNMANAGED, held.message
+    full = indexer.update_changed(
+        rt, md, grace=10.0, settle=0.0, previous=first.scan, changed=None, held=None
+    )
+    assert full.status is not IndexStatus.UNMANAGED, full.message
+    rt.clock = lambda: time.time() + 60  # past every file's grace
+    last = indexer.update_changed(
+        rt, md, grace=10.0, settle=0.0, previous=full.scan, changed=None, held=None
+    )
+    assert last.status is IndexStatus.UPDATED, last.message
+    text = (folder / INDEX_NAME).read_text()
+    archive = folder / ARCHIVE_NAME
+    targets = [*local_links(text), *(local_links(archive.read_text()) if archive.exists() else ())]
+    assert sorted(link.target for link in targets) == sorted([*names, "late.md"])
+    events = [r.get("event") for r in env.audit_rows()]
+    assert "index.unmanaged" not in events
+    assert events.count("index.updated") <= 3, "a handful of writes for the burst"

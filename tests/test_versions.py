@@ -1927,3 +1927,115 @@ def test_listing_a_memory_dir_deleted_whole_opens_each_pack_once(
     assert sorted(d.name for d in listed) == sorted(datas)
     assert all(d.vanished for d in listed)
     assert len(opened) <= 1
+
+
+def _index_read_by(folder: Path, store: VersionStore) -> Any:
+    """MEMORY.md read as an index pass reads it, the store told its bytes."""
+    from memoryd import fsops
+    from memoryd.indexer import read_index_file
+
+    with fsops.open_dir(folder) as dir_fd:
+        return read_index_file(dir_fd, "MEMORY.md", store)
+
+
+def _replace_index(folder: Path, store: VersionStore, text: str, *, daemon: bool) -> bytes:
+    """MEMORY.md replaced as an index pass writes it (the daemon hands over the old bytes
+    it holds, and hashes nothing itself)."""
+    from memoryd import fsops
+
+    found = _index_read_by(folder, store)
+    old = found.text.encode() if daemon and found.text is not None else None
+    fsops.replace_file(folder, "MEMORY.md", text.encode(), found.identity, expected_data=old,
+                       versions=store)  # fmt: skip
+    return text.encode()
+
+
+def test_no_memoryd_process_takes_anothers_index_write_for_an_outside_one(env: Env) -> None:
+    """The daemon writes MEMORY.md and stores it only at its next heartbeat; a one-shot
+    command reads it meanwhile, then writes its own: neither is "another process's", no
+    outside row, no alarm; the daemon's late flush does not log its older version after the
+    newer one, and the history is memoryd's versions in time order. A person's rewrite
+    after that is still one, and a person's `rm MEMORY.md` is said with the kept size."""
+    folder = _dir(env)
+    for i in range(3):
+        _mem(folder, f"m{i}.md", f"lesson {i}")
+    (folder / "MEMORY.md").write_text("# Notes\n- [m0](m0.md) — d m0\n")
+    clock = Clock()
+    events: Events = []
+    daemon = _store(env, clock, events)
+    daemon.defer = True
+    cache = scan_dir(folder, versions=daemon).files
+    _index_read_by(folder, daemon)
+    daemon.flush()
+    clock.now += 5
+    by_daemon = _replace_index(
+        folder, daemon, "# Notes\n- [m0](m0.md)\n- [m1](m1.md)\n", daemon=True
+    )
+    clock.now += 5
+    one_shot = _store(env, clock, events)  # another process
+    with versions.using(one_shot):
+        scan_dir(folder, versions=one_shot)
+        _index_read_by(folder, one_shot)
+        clock.now += 5
+        by_command = _replace_index(folder, one_shot, "# Notes\n- [m0](m0.md)\n- [m1](m1.md)\n"
+                                  "- [m2](m2.md)\n", daemon=False)  # fmt: skip
+        _index_read_by(folder, one_shot)  # its verification
+    clock.now += 5
+    daemon.flush()  # the heartbeat: the daemon's write was replaced since
+    _index_read_by(folder, daemon)
+    scan_dir(folder, cache, versions=daemon)
+    assert [e for e, _ in events] == []
+    history = versions.versions_of(daemon, folder, "MEMORY.md")
+    assert [v.sha256 for v in history][1:] == [_sha(by_daemon), _sha(by_command)]
+    assert [v.by for v in history][1:] == ["memoryd", "memoryd"]
+    assert [v.seen for v in history] == sorted(v.seen for v in history)
+    assert daemon.read_object(_sha(by_command)) == by_command
+
+    clock.now += 5
+    (folder / "MEMORY.md").write_text("# Notes, by hand\n")
+    _index_read_by(folder, daemon)
+    assert [e for e, _ in events] == ["memory.rewritten_outside"]
+    clock.now += 5
+    (folder / "MEMORY.md").unlink()
+    scan_dir(folder, cache, versions=daemon)
+    assert [e for e, _ in events][1:] == ["memory.deleted_outside"]
+    assert events[1][1]["size"] == len("# Notes, by hand\n")
+
+
+def test_a_persons_few_edits_in_ten_minutes_raise_no_alarm_an_agents_sweep_does(
+    env: Env,
+) -> None:
+    """With the default thresholds: a person rewrites three memories and removes one within
+    ten minutes (each its own row): no memory.mass_change. An agent's clean-up deleting
+    and rewriting eight within a minute: one."""
+    from memoryd.config import VersionsConfig
+
+    cfg = VersionsConfig()
+    folder = _dir(env)
+    for i in range(12):
+        _mem(folder, f"m{i:02}.md", f"lesson {i}")
+    clock = Clock()
+    events: Events = []
+    store = _store(env, clock, events, alarm_files=cfg.alarm_files, alarm_window=cfg.alarm_window)
+    with versions.using(store):
+        cache = scan_dir(folder, versions=store).files
+        for i in range(3):
+            clock.now += 150
+            _mem(folder, f"m{i:02}.md", f"lesson {i}, reworded")
+            cache = scan_dir(folder, cache, versions=store).files
+        clock.now += 60
+        (folder / "m03.md").unlink()
+        cache = scan_dir(folder, cache, versions=store).files
+        names = [e for e, _ in events]
+        assert names.count("memory.rewritten_outside") == 3
+        assert names.count("memory.deleted_outside") == 1
+        assert "memory.mass_change" not in names
+        clock.now += 3600
+        for i in range(4, 12):
+            clock.now += 5
+            if i % 2:
+                (folder / f"m{i:02}.md").unlink()
+            else:
+                _mem(folder, f"m{i:02}.md", "merged away")
+            cache = scan_dir(folder, cache, versions=store).files
+    assert [e for e, _ in events].count("memory.mass_change") == 1

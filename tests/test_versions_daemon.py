@@ -3,6 +3,7 @@ raises the alarm, and every lost version comes back byte-identical."""
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -141,7 +142,7 @@ def test_memoryd_forget_while_the_daemon_runs_is_no_outside_deletion(
     """A person forgets four memories (more than alarm_files) with `memoryd forget` while the
     daemon runs: the daemon's passes over the moves write no memory.deleted_outside and no
     memory.mass_change, and `trash list` holds them as forgotten, not deleted elsewhere."""
-    running = start(tmp_path)
+    running = start(tmp_path, more_config="\n[versions]\nalarm_files = 3\n")
     try:
         folder = project(running, "app")
         for i in range(8):
@@ -209,3 +210,42 @@ def _index(folder: Path) -> str:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def test_memoryd_commands_and_the_daemon_never_take_each_others_index_writes_for_outside(
+    tmp_path: Path, project: Callable[[Running, str], Path]
+) -> None:
+    """The daemon adds a pointer (its write stored only at its next heartbeat) and
+    `memoryd index` reads it at once; then `forget` and `trash
+    restore` rewrite MEMORY.md while the daemon runs: no outside row, no alarm, and the
+    history of MEMORY.md is memoryd's versions, in time order, the last the file's."""
+    running = start(tmp_path)
+    try:
+        folder = project(running, "app")
+        for i in range(3):
+            _memory(folder, f"m{i}", f"lesson number {i}")
+        wait_for(lambda: "m2.md" in _index(folder), what="indexed")
+        wait_for(lambda: running.rows("index.updated"), what="written")
+        agent_write(folder, "later.md")
+        wait_for(lambda: "later.md" in _index(folder), what="the daemon's pointer")
+        done = running.cli("index", str(folder))  # well within the heartbeat's 15 s
+        assert done.returncode == 0, done.stderr
+        done = running.cli("forget", str(folder / "m0.md"), "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        listing = running.cli("trash", "list")
+        (line,) = [ln for ln in listing.stdout.splitlines() if "forgotten" in ln]
+        done = running.cli("trash", "restore", line.split()[0])
+        assert done.returncode == 0, done.stdout + done.stderr
+        agent_write(folder, "last.md")
+        wait_for(lambda: "last.md" in _index(folder), what="a pass after the restore")
+        assert running.rows("memory.rewritten_outside") == []
+        assert running.rows("memory.deleted_outside") == []
+        assert running.rows("memory.mass_change") == []
+        shown = json.loads(running.cli("history", str(folder / "MEMORY.md"), "--json").stdout)
+        kept = shown["versions"]["versions"]
+        assert {v["by"] for v in kept} == {"memoryd"}, kept
+        assert [v["seen"] for v in kept] == sorted(v["seen"] for v in kept)
+        assert kept[-1]["sha256"] == _sha((folder / "MEMORY.md").read_bytes())
+        assert all(a["sha256"] != b["sha256"] for a, b in itertools.pairwise(kept))
+    finally:
+        assert running.stop() == 0

@@ -456,6 +456,7 @@ def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
 
     found = discover_all(rt.config, dirs)
     report_refused(rt, found.refused)
+    rt.named = tuple(dirs)  # named: a dir git tracks is written (see gitwork.hands_off_reason)
     return found
 
 
@@ -638,7 +639,8 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     if not args.check:
         _recover(rt)
-    # --check changes nothing: not even the audit log.
+    # --check changes nothing: not even the audit log. It shows what `index DIR` would do.
+    rt.named = tuple(args.dirs)
     found = discover_all(rt.config, args.dirs) if args.check else _discover(rt, args.dirs)
     dirs, refused = found.dirs, found.refused
     # Why a dir is unmanaged is said once (as its `index.unmanaged` row is), not at every run:

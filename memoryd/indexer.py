@@ -25,7 +25,7 @@ from datetime import date
 from enum import StrEnum
 from typing import Any, Protocol
 
-from memoryd import fsops, index_held
+from memoryd import fsops, gitwork, index_held
 from memoryd.agentview import Hidden, ViewKind, view_kind_of
 from memoryd.config import IndexConfig
 from memoryd.discover import MemoryDir
@@ -34,6 +34,7 @@ from memoryd.fsops import FileIdentity
 from memoryd.index import (
     ARCHIVE_NAME,
     INDEX_NAME,
+    MANAGE_MARK,
     PREV_NAME,
     Budget,
     Entry,
@@ -563,7 +564,11 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
             )
         previous = req.previous
         scanned: DirScan | None = None
-        restoring = bool(req.preferred or req.placements)
+        # A restore, and a dir git tracks, take the full view: the held views know only that
+        # the dir was managed, not whether a tracked one is memoryd's to write (see _read_full).
+        restoring = bool(req.preferred or req.placements) or bool(
+            gitwork.hands_off_reason(md.real_path, rt.named)
+        )
         if req.held is not None and req.only is not None and writes and not restoring:
             try:
                 fast = _index_changed(
@@ -702,6 +707,10 @@ def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Sna
         read_only = _read_only_reason(md, (main, archive))
         if read_only and ownership.managed:
             ownership = Ownership(False, read_only)
+        elif ownership.managed and override == "auto" and MANAGE_MARK not in (main.text or ""):
+            tracked = gitwork.hands_off_reason(md.real_path, rt.named)
+            if tracked:
+                ownership = Ownership(False, tracked)
     return Snapshot(scan, main, archive, ownership)
 
 
@@ -980,6 +989,12 @@ def _late_write(rt: Runtime, md: MemoryDir, state: DirState) -> None:
     with fsops.open_dir(md.real_path) as dir_fd:
         found = fsops.stat_id(dir_fd, PREV_NAME)
         if found == was:
+            if gitwork.work_tree(md.real_path) is not None:
+                # Left by a memoryd that kept one in a work tree too: memoryd's own, unwritten.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(PREV_NAME, dir_fd=dir_fd)
+                state.prev = []
+                rt.store.save(md.real_path, state)
             return
         state.prev = []  # (gone, or another file: not the one memoryd left there)
         if fsops.written_since(found, was):
@@ -1052,18 +1067,21 @@ def _write(rt: Runtime, md: MemoryDir, plan: Plan, prev_was: list[Any] | None) -
             )
         if plan.main_changed and edit.main is not None:
             data = out.data[INDEX_NAME] = _encode(edit.main, main.bom)
+            # Nothing of memoryd's in a git work tree but the index files (the version store
+            # keeps the old MEMORY.md): no .MEMORY.md.prev there.
+            keep = None if gitwork.work_tree(md.real_path) is not None else PREV_NAME
             out.main = fsops.replace_file(
                 md.real_path,
                 INDEX_NAME,
                 data,
                 main.identity,
-                keep_prev=PREV_NAME,
-                prev_was=prev_was[0] if prev_was else None,
+                keep_prev=keep,
+                prev_was=prev_was[0] if prev_was and keep else None,
                 expected_data=plan.expected[0],
                 on_own_write=rt.on_own_write,
                 versions=rt.versions,
             )
-            if main.identity is not None:
+            if main.identity is not None and keep:
                 out.prev = [_stat_of(main.identity), _stat_of(out.main)]
     except MemorydError as error:
         if isinstance(error, WriteConflict):
@@ -1159,7 +1177,13 @@ def _index_changed(
         if not (
             _same_file(dir_fd, INDEX_NAME, held.main)
             and _same_file(dir_fd, ARCHIVE_NAME, held.archive)
-        ) or (state.prev and fsops.written_since(fsops.stat_id(dir_fd, PREV_NAME), state.prev[0])):
+        ) or (
+            state.prev
+            and (
+                fsops.written_since(fsops.stat_id(dir_fd, PREV_NAME), state.prev[0])
+                or gitwork.work_tree(md.real_path) is not None
+            )
+        ):
             return None  # (the full pass brings a writer's late bytes back: see _late_write)
     # Read: the changed files only; in the caller's whole scan of this pass they are read
     # (and stat'ed) already.
@@ -1297,6 +1321,8 @@ def _index_settled(
     given the scan made here, if any, which it takes as it is (each file is read once a pass)."""
     state = rt.store.load(md.real_path)
     if state.prev:
+        if gitwork.work_tree(md.real_path) is not None:
+            return None, None  # a .MEMORY.md.prev in a work tree: _late_write removes it
         with fsops.open_dir(md.real_path) as dir_fd:
             if fsops.stat_id(dir_fd, PREV_NAME) != state.prev[0]:
                 return None, None  # _late_write's to look at

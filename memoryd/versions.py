@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import fsops
+from memoryd import fsops, gitwork
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
 from memoryd.paths import (
@@ -1448,10 +1448,39 @@ class VersionStore:
                 n in d.seen for n, info in files.items() if info.kind in ("memory", "note")
             ):
                 d.settled = _names_digest(present)
+            told = self._not_git(d, told)
             for kind, name, sha, prev_sha, size, counts in told:
                 self._outside(d, now, kind, name, sha, prev_sha, size, counts)
             if any(t[5] for t in told):
                 self._alarm(d, now)
+
+    def _not_git(
+        self, d: _Dir, told: list[tuple[str, str, str, str, int, bool]]
+    ) -> list[tuple[str, str, str, str, int, bool]]:
+        """The outside changes a git operation did not make. Those it made (a checkout,
+        merge, stash or pull: their bytes are a recent commit's) are one `memory.checkout`
+        row: no alarm, no restore advice; their versions are kept as for any change."""
+        if not told or gitwork.work_tree(d.path) is None:
+            return told
+        changes = [
+            gitwork.Change(
+                name,
+                self.read_object(prev if kind == "rewritten" else sha),
+                self.read_object(sha) if kind == "rewritten" else None,
+                kind == "deleted",
+            )
+            for kind, name, sha, prev, _, _ in told
+        ]
+        made, at = gitwork.git_made(d.path, changes)
+        if not made:
+            return told
+        if self.audit is not None:
+            kinds = [t[0] for t in told if t[1] in made]
+            self.audit(
+                "memory.checkout", dir=d.path, deleted=kinds.count("deleted"),
+                rewritten=kinds.count("rewritten"), at=at, files=sorted(made)[:50],
+            )  # fmt: skip
+        return [t for t in told if t[1] not in made]
 
     def _unchanged(self, d: _Dir, present: Set[str], only: Set[str] | None) -> bool:
         """Whether a scan that read nothing new has nothing to record, by the stamp alone:

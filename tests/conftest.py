@@ -348,6 +348,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_claude_view",
             "test_crash",
             "test_daemon",
+            "test_repo_git",
             "test_restore_final",
             "test_status_view",
             "test_versions_daemon",
@@ -383,6 +384,7 @@ SLOW: frozenset[str] = frozenset(
         "test_index_faults::test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes",
         "test_index_on_disk::test_odd_names_are_indexed_once_and_resolve",
         "test_memfile::test_what_the_loader_is_skipped_for_it_refuses",
+        "test_repo_git::test_a_branch_switch_under_the_daemon_is_one_checkout_row_and_no_alarm",
         "test_restore_final::test_the_daemons_pile_up_passes_leave_a_restored_memory_alone",
         "test_versions::test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version",
     }

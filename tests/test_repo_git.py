@@ -1,0 +1,212 @@
+"""Repo memory under git: what git tracks is read and reported, never written unless named or
+opted in; nothing of memoryd's in a work tree but the index files it manages; a checkout is
+one `memory.checkout` row, not outside deletions; the same files give the same bytes."""
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.conftest import Env, Result, write_memory
+from tests.helpers import git, start, wait_for
+
+Cli = Callable[..., Result]
+AGENT = ".claude/agent-memory/reviewer"
+HAND = (
+    "# Reviewer memory\n\nHand-written notes the team keeps here.\n\n"
+    "- [Style](style.md) — style\n- [Deploy](deploy.md) — deploy\n"
+)
+
+
+def porcelain(root: Path) -> str:
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout
+
+
+def make_repo(root: Path, index: str = HAND) -> Path:
+    """A repo whose reviewer memory is committed: a MEMORY.md that lacks two pointers."""
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("x = 1\n")
+    folder = root / AGENT
+    for name in ("style.md", "deploy.md", "review.md"):
+        write_memory(folder, name, description=f"about {name[:-3]}")
+    (folder / "MEMORY.md").write_text(index)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "memory")
+    return folder
+
+
+def use_repos(env: Env, *roots: Path) -> None:
+    env.config_dir.mkdir(parents=True, exist_ok=True)
+    listed = ", ".join(f'"{r}"' for r in roots)
+    (env.config_dir / "config.toml").write_text(f"[paths]\nrepos = [{listed}]\n")
+
+
+def test_a_dir_git_tracks_is_not_written_by_index_or_dream_without_naming_it(
+    tmp_path: Path, env: Env, cli: Cli
+) -> None:
+    """`index` and `dream` without DIR leave a tracked memory dir byte for byte as committed
+    (no pointer added, no .MEMORY.md.prev, no trash): `git status` shows nothing at all."""
+    root = tmp_path / "app"
+    folder = make_repo(root)
+    use_repos(env, root)
+    assert cli("index").code == 0
+    assert cli("dream").code == 0
+    assert porcelain(root) == ""
+    assert (folder / "MEMORY.md").read_text() == HAND
+    rows = [r for r in env.audit_rows() if r["event"] == "index.unmanaged"]
+    assert rows and "tracked by git" in rows[0]["reason"]
+
+
+def test_dirs_says_a_tracked_dir_is_left_alone_and_how_to_opt_in(
+    tmp_path: Path, env: Env, cli: Cli
+) -> None:
+    """`dirs DIR` names the reason (tracked by git) and the three ways to have it written."""
+    root = tmp_path / "app"
+    folder = make_repo(root)
+    use_repos(env, root)
+    shown = cli("dirs", folder)
+    assert shown.code == 0, shown.err
+    assert "tracked by git" in shown.out
+    assert f"memoryd index {folder}" in shown.out
+    assert "<!-- memoryd: manage -->" in shown.out
+    assert porcelain(root) == ""
+
+
+def test_naming_a_tracked_dir_writes_only_its_index(tmp_path: Path, env: Env, cli: Cli) -> None:
+    """`index DIR` is an explicit request: it writes once, and `git status` shows MEMORY.md
+    modified and nothing else of memoryd's (no .MEMORY.md.prev, no temp)."""
+    root = tmp_path / "app"
+    folder = make_repo(root)
+    use_repos(env, root)
+    assert cli("index", folder).code == 0
+    assert porcelain(root) == f" M {AGENT}/MEMORY.md\n"
+    assert "review.md" in (folder / "MEMORY.md").read_text()
+    # A second write after a change, still named: still only the index.
+    write_memory(folder, "ci.md", description="about ci")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "more")
+    assert cli("index", root).code == 0  # the repo named: its dirs are asked for
+    assert porcelain(root) == f" M {AGENT}/MEMORY.md\n"
+    # Not named again: left as it is.
+    (folder / "extra.md").write_text("---\nname: e\ndescription: e\ntype: project\n---\nx\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "extra")
+    assert cli("index").code == 0
+    assert porcelain(root) == ""
+
+
+def test_the_manage_mark_in_the_committed_index_opts_a_tracked_dir_in(
+    tmp_path: Path, env: Env, cli: Cli
+) -> None:
+    """`<!-- memoryd: manage -->` in the committed MEMORY.md: memoryd manages it for everyone
+    who clones the repo, with no DIR named."""
+    root = tmp_path / "app"
+    folder = make_repo(root, index="<!-- memoryd: manage -->\n" + HAND)
+    use_repos(env, root)
+    assert cli("index").code == 0
+    assert "review.md" in (folder / "MEMORY.md").read_text()
+    assert porcelain(root) == f" M {AGENT}/MEMORY.md\n"
+
+
+def test_the_config_opts_a_tracked_dir_in_for_one_person(
+    tmp_path: Path, env: Env, cli: Cli
+) -> None:
+    """`[dirs."DIR"] mode = "manage"` manages a tracked dir on this machine only."""
+    root = tmp_path / "app"
+    folder = make_repo(root)
+    env.config_dir.mkdir(parents=True, exist_ok=True)
+    (env.config_dir / "config.toml").write_text(
+        f'[paths]\nrepos = ["{root}"]\n[dirs."{folder}"]\nmode = "manage"\n'
+    )
+    assert cli("index").code == 0
+    assert "review.md" in (folder / "MEMORY.md").read_text()
+
+
+def test_an_untracked_dir_in_a_repo_is_managed_as_before(
+    tmp_path: Path, env: Env, cli: Cli
+) -> None:
+    """A memory dir not yet committed is memoryd's to index, in a repo or not."""
+    root = tmp_path / "app"
+    make_repo(root)
+    other = root / ".claude" / "agent-memory" / "tester"
+    write_memory(other, "unit.md", description="about unit tests")
+    use_repos(env, root)
+    assert cli("index").code == 0
+    assert "unit.md" in (other / "MEMORY.md").read_text()
+    assert not (other / ".MEMORY.md.prev").exists()
+
+
+def test_a_leftover_prev_file_in_a_work_tree_goes(tmp_path: Path, env: Env, cli: Cli) -> None:
+    """A .MEMORY.md.prev an older memoryd left beside an index it manages in a work tree is
+    removed at the next pass (the version store keeps the old index)."""
+    root = tmp_path / "app"
+    make_repo(root)
+    other = root / ".claude" / "agent-memory" / "tester"
+    write_memory(other, "unit.md", description="about unit tests")
+    (other / "MEMORY.md").write_text("")
+    use_repos(env, root)
+    from memoryd import gitwork
+
+    real = gitwork.work_tree
+    try:  # the older memoryd: no work tree known, so it kept the old index as .prev
+        gitwork.work_tree = lambda path: None  # type: ignore[assignment]
+        assert cli("index").code == 0
+    finally:
+        gitwork.work_tree = real  # type: ignore[assignment]
+    assert (other / ".MEMORY.md.prev").exists()
+    write_memory(other, "lint.md", description="about lint")
+    assert cli("index").code == 0
+    assert not (other / ".MEMORY.md.prev").exists()
+    assert "lint.md" in (other / "MEMORY.md").read_text()
+
+
+def test_a_branch_switch_under_the_daemon_is_one_checkout_row_and_no_alarm(
+    tmp_path: Path,
+) -> None:
+    """The daemon's first start leaves committed memory dirs as they are; a checkout of a
+    branch without most of them, and back, is `memory.checkout` rows (with the branch), no
+    `memory.deleted_outside`, no alarm in `status`, and a clean tree after each."""
+    root = tmp_path / "app"
+    folder = make_repo(root)
+    for i in range(6):
+        write_memory(folder, f"extra{i}.md", description=f"extra {i}")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "many")
+    git(root, "checkout", "-q", "-b", "slim")
+    for i in range(6):
+        git(root, "rm", "-q", f"{AGENT}/extra{i}.md")
+    with (folder / "style.md").open("a") as handle:
+        handle.write("rewritten on the slim branch\n")
+    git(root, "commit", "-q", "-am", "slim")
+    git(root, "checkout", "-q", "main")
+    running = start(tmp_path, more_config=f'[paths]\nrepos = ["{root}"]\n')
+    try:
+        wait_for(lambda: running.rows("index.unmanaged"), what="the first pass")
+        assert porcelain(root) == ""
+        git(root, "checkout", "-q", "slim")
+        wait_for(lambda: running.rows("memory.checkout"), what="the checkout row")
+        row = running.rows("memory.checkout")[0]
+        assert (row["deleted"], row["rewritten"], row["at"]) == (6, 1, "slim")
+        git(root, "checkout", "-q", "main")
+        wait_for(lambda: len(running.rows("memory.checkout")) == 2, what="the way back")
+        assert running.rows("memory.checkout")[1]["at"] == "main"
+        status = running.cli("status")
+        assert "ALARM" not in status.stdout
+        assert not running.rows("memory.mass_change")
+        assert not running.rows("memory.deleted_outside")
+        assert not running.rows("memory.rewritten_outside")
+        assert porcelain(root) == ""
+        # A person's deletion of a tracked file is still an outside deletion.
+        (folder / "deploy.md").unlink()
+        wait_for(lambda: running.rows("memory.deleted_outside"), what="the outside deletion")
+        assert running.rows("memory.deleted_outside")[0]["file"] == "deploy.md"
+    finally:
+        running.proc.terminate()
+        running.proc.wait(timeout=30)

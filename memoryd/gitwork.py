@@ -149,9 +149,7 @@ def named_here(folder: Path, named: Iterable[Path], tree: WorkTree) -> bool:
     for path in named:
         with contextlib.suppress(OSError):
             asked = path.expanduser().resolve()
-            if asked == folder or (
-                folder.is_relative_to(asked) and asked.is_relative_to(tree.top)
-            ):
+            if asked == folder or (folder.is_relative_to(asked) and asked.is_relative_to(tree.top)):
                 return True
     return False
 

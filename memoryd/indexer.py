@@ -190,6 +190,31 @@ def index_file_again(
     return read_index_file(dir_fd, name, versions)
 
 
+# --- the same bytes on every machine -----------------------------------------------------------
+# In a git work tree, what memoryd writes is shared with every clone: two machines with the same
+# files must write the same bytes, so nothing there depends on a local folder name, a file's
+# mtime (a checkout's time) or today's date.
+def _heading(md: MemoryDir) -> str:
+    """The `# <name> Memory` title: in a work tree, the agent's name or the dir's path in
+    the repo, never the clone's folder name."""
+    tree = gitwork.work_tree(md.real_path)
+    if tree is None or md.kind in ("agent", "repo-agent", "repo-agent-local"):
+        return md.heading
+    rel = md.real_path.relative_to(tree.top).as_posix() if md.real_path != tree.top else "."
+    return " ".join(rel.splitlines())
+
+
+def _today(rt: Runtime, md: MemoryDir) -> date | None:
+    """The date the archive's headings carry; None (no date) in a work tree."""
+    return None if gitwork.work_tree(md.real_path) is not None else rt.today()
+
+
+def _entry(scanned: Scanned, shared: bool) -> Entry:
+    """A memory's entry; in a work tree (`shared`) its age is its frontmatter date alone."""
+    entry = scanned.entry()
+    return replace(entry, age_ts=scanned.modified_ts) if shared else entry
+
+
 def _read_only_reason(md: MemoryDir, texts: Sequence[IndexText]) -> str:
     """Why memoryd leaves the index alone when a person made one of its files read-only."""
     for name, found in zip((INDEX_NAME, ARCHIVE_NAME), texts, strict=True):
@@ -748,12 +773,13 @@ def plan_full(
     cfg: IndexConfig,
     md: MemoryDir,
     now: float,
-    today: date,
+    today: date | None,
 ) -> Plan:
     """Plan: the edit of the whole index for the snapshot and the dir's state (pure)."""
     scan, main, archive = snapshot.scan, snapshot.main, snapshot.archive
     memories = scan.memories
-    entries = {n: s.entry() for n, s in memories.items()}
+    shared = gitwork.work_tree(md.real_path) is not None
+    entries = {n: _entry(s, shared) for n, s in memories.items()}
     edit = update_index(
         IndexInput(
             main=main.text,
@@ -770,7 +796,7 @@ def plan_full(
             placements=req.placements,
             ready=_ready(memories, now, req.grace),
             own=state.own if state.known else {},
-            heading=md.heading,
+            heading=_heading(md),
             separator=cfg.separator,
             budget=_budget(cfg),
             now=now,
@@ -817,7 +843,7 @@ def _index_once(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
             rt.store.save(md.real_path, state)
             rt.store.save_cache(md.real_path, scan.files)
         return outcome
-    plan = plan_full(snapshot, state, req, rt.config.index, md, now, rt.today())
+    plan = plan_full(snapshot, state, req, rt.config.index, md, now, _today(rt, md))
     outcome.edit = plan.edit
     if not writes:
         if plan.changed:
@@ -887,7 +913,7 @@ def _write_and_report(
         due = min(scan.files[n].mtime_ns / 1e9 + req.grace for n in edit.waiting)
         outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
     _report_links(rt, md, edit, state)
-    state.settled = [] if outcome.problems else settled_mark(main_id, archive_id, cfg, md.heading)
+    state.settled = [] if outcome.problems else settled_mark(main_id, archive_id, cfg, _heading(md))
     state.known = True
     state.managed = True
     state.reported.pop("unmanaged", None)
@@ -1204,7 +1230,7 @@ def _index_changed(
     for name in only:
         info = changed_files.get(name)
         if info is not None and info.kind == "memory":
-            memories[name] = info.entry()
+            memories[name] = _entry(info, gitwork.work_tree(md.real_path) is not None)
         else:
             memories.pop(name, None)
     index = held.index
@@ -1248,11 +1274,11 @@ def _index_changed(
                 present=scan.present,
             ),
             ready=ready,
-            heading=md.heading,
+            heading=_heading(md),
             separator=cfg.index.separator,
             budget=_budget(cfg.index),
             now=now,
-            today=rt.today(),
+            today=_today(rt, md),
             own=state.own,
             view=view_kind(md),
         ),
@@ -1485,7 +1511,7 @@ def _settled_view(
     data, archive = found
     # MEMORY.md may have changed since (the agent writes its own pointers): the held edit
     # reads all of it, with every file it names (below). The archive it takes as it is.
-    mark = settled_mark(main.identity, archive.identity, rt.config.index, md.heading)
+    mark = settled_mark(main.identity, archive.identity, rt.config.index, _heading(md))
     if mark[1:] != state.settled[1:]:
         return None
     # The archive's positions as the last hold of these bytes found them, if any: a one-shot

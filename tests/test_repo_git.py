@@ -2,12 +2,15 @@
 opted in; nothing of memoryd's in a work tree but the index files it manages; a checkout is
 one `memory.checkout` row, not outside deletions; the same files give the same bytes."""
 
+import os
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 from tests.conftest import Env, Result, write_memory
-from tests.helpers import git, start, wait_for
+from tests.helpers import git, memoryd_child, start, wait_for
 
 Cli = Callable[..., Result]
 AGENT = ".claude/agent-memory/reviewer"
@@ -210,3 +213,41 @@ def test_a_branch_switch_under_the_daemon_is_one_checkout_row_and_no_alarm(
     finally:
         running.proc.terminate()
         running.proc.wait(timeout=30)
+
+
+def _home(tmp_path: Path, name: str, config: str) -> SimpleNamespace:
+    home = tmp_path / name
+    (home / ".config" / "memoryd").mkdir(parents=True)
+    (home / ".config" / "memoryd" / "config.toml").write_text(config)
+    return SimpleNamespace(home=home)
+
+
+def test_two_clones_on_two_machines_write_the_same_index_bytes(tmp_path: Path) -> None:
+    """Two clones (different folder names, checked out at different times) indexed by two
+    memoryds with their own state dirs write byte-identical MEMORY.md and MEMORY-ARCHIVE.md:
+    no folder name, slug, mtime or date in them."""
+    origin = tmp_path / "origin"
+    folder = origin / ".claude" / "memory"
+    for i in range(40):
+        write_memory(folder, f"topic{i:02}.md", description=f"what topic {i} is about")
+    (folder / "MEMORY.md").write_text("<!-- memoryd: manage -->\n")
+    git(origin, "init", "-q")
+    git(origin, "add", "-A")
+    git(origin, "commit", "-q", "-m", "memory")
+    clones = [tmp_path / "one" / "app", tmp_path / "two" / "app-copy"]
+    for n, clone in enumerate(clones):
+        clone.parent.mkdir()
+        git(clone.parent, "clone", "-q", str(origin), clone.name)
+        if n == 0:  # the first clone is old: its files' mtimes are two months back
+            for path in (clone / ".claude" / "memory").iterdir():
+                os.utime(path, (1e9, 1e9))
+        machine = _home(tmp_path, f"machine{n}", "[index]\nmax_lines = 20\n")
+        done = memoryd_child(machine, "index", clone / ".claude" / "memory")
+        assert done.returncode == 0, done.stderr
+    one, two = (c / ".claude" / "memory" for c in clones)
+    assert (one / "MEMORY-ARCHIVE.md").exists()
+    for name in ("MEMORY.md", "MEMORY-ARCHIVE.md"):
+        assert (one / name).read_bytes() == (two / name).read_bytes(), name
+    for text in ((one / "MEMORY.md").read_text(), (one / "MEMORY-ARCHIVE.md").read_text()):
+        assert "app" not in text and "machine" not in text and str(tmp_path) not in text
+        assert not re.search(r"\d{4}-\d{2}-\d{2}", text)

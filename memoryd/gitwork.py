@@ -24,6 +24,8 @@ LOCK_WAIT = 3.0
 # How many of HEAD's and the stash's last reflog entries count as "a recent commit".
 REFLOG_RECENT = 20
 
+OPT_IN = "`memoryd dirs DIR` says how to have it written"
+
 # Settings that keep a read of someone's repo from running anything of theirs or writing.
 _SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
 # Variables that would point git at another repo than the one asked about.

@@ -16,6 +16,8 @@ from enum import StrEnum
 from urllib.parse import unquote
 
 from memoryd.agentview import Hidden, View, ViewKind, agent_view
+from memoryd.conflicts import HINT as CONFLICT_HINT
+from memoryd.conflicts import conflict_line, conflict_message
 
 INDEX_NAME = "MEMORY.md"
 ARCHIVE_NAME = "MEMORY-ARCHIVE.md"
@@ -405,6 +407,10 @@ def decide_ownership(
     `arrived` (with `known`): the memory files not in `known`, from a caller that knows them
     without looking at every file.
     """
+    for label, text in ((INDEX_NAME, main), (ARCHIVE_NAME, archive)):
+        line = conflict_line(text) if text else None
+        if line is not None:  # either side's pointers may be meant: none are taken
+            return Ownership(False, f"{label} {conflict_message(line)}: {CONFLICT_HINT}")
     if main is not None and OFF_MARK in main:
         return Ownership(False, f"MEMORY.md holds {OFF_MARK}")
     if override == "off":

@@ -4,6 +4,8 @@ from collections.abc import Sequence, Set
 from pathlib import Path
 from typing import Any
 
+from memoryd.conflicts import HINT as CONFLICT_HINT
+from memoryd.conflicts import MARK, conflict_message_short
 from memoryd.display import shown
 from memoryd.dream.run import DreamResult
 from memoryd.secrets import summary as secret_summary
@@ -180,7 +182,11 @@ def render_text(
         if id(result) in collapsed:
             continue
         header = f"{shown(result.dir.path)}: {status_text(result)}"
-        if result.status == "unmanaged" and result.dir.real_path in said_before:
+        if (
+            result.status == "unmanaged"
+            and result.dir.real_path in said_before
+            and MARK not in result.message  # a merge to finish is said every time
+        ):
             header += f" (why: memoryd dirs {shown(result.dir.path)})"
         elif result.message:
             header += f" — {result.message}"
@@ -248,7 +254,10 @@ def render_text(
             for name, found in sorted(result.secrets.items()):
                 lines.append(f"    {shown(name)}: {secret_summary(found)}")
         for name in result.unparseable:
-            lines.append(f"  unparseable (kept, not considered): {shown(name)}")
+            if name in result.merge_conflicts:
+                lines.append(f"  {shown(name)} {conflict_message_short()}: {CONFLICT_HINT}")
+            else:
+                lines.append(f"  unparseable (kept, not considered): {shown(name)}")
         for name in result.conflicts:
             lines.append(f"  sync conflict copy (reported, never consolidated): {shown(name)}")
         lines.append("")

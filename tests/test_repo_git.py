@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from tests.conftest import Env, Result, write_memory
 from tests.helpers import git, memoryd_child, start, wait_for
 
@@ -65,6 +67,7 @@ def test_a_dir_git_tracks_is_not_written_by_index_or_dream_without_naming_it(
     assert (folder / "MEMORY.md").read_text() == HAND
     rows = [r for r in env.audit_rows() if r["event"] == "index.unmanaged"]
     assert rows and "tracked by git" in rows[0]["reason"]
+    assert "tracked by git: read and reported, never written" in cli("status").out
 
 
 def test_dirs_says_a_tracked_dir_is_left_alone_and_how_to_opt_in(
@@ -251,3 +254,45 @@ def test_two_clones_on_two_machines_write_the_same_index_bytes(tmp_path: Path) -
     for text in ((one / "MEMORY.md").read_text(), (one / "MEMORY-ARCHIVE.md").read_text()):
         assert "app" not in text and "machine" not in text and str(tmp_path) not in text
         assert not re.search(r"\d{4}-\d{2}-\d{2}", text)
+
+
+def _conflicted(root: Path) -> Path:
+    """A merge that left conflict markers in MEMORY.md and in style.md."""
+    folder = make_repo(root, index="<!-- memoryd: manage -->\n" + HAND)
+    git(root, "checkout", "-q", "-b", "theirs")
+    (folder / "MEMORY.md").write_text(
+        (folder / "MEMORY.md").read_text().replace("— style", "— theirs")
+    )
+    write_memory(folder, "style.md", description="their style", age_days=None)
+    git(root, "commit", "-q", "-am", "theirs")
+    git(root, "checkout", "-q", "main")
+    (folder / "MEMORY.md").write_text(
+        (folder / "MEMORY.md").read_text().replace("— style", "— ours")
+    )
+    write_memory(folder, "style.md", description="our style", age_days=None)
+    git(root, "commit", "-q", "-am", "ours")
+    with pytest.raises(subprocess.CalledProcessError):
+        git(root, "merge", "-q", "theirs")
+    assert "<<<<<<<" in (folder / "MEMORY.md").read_text()
+    return folder
+
+
+def test_conflict_markers_are_never_parsed_or_edited_and_are_reported(
+    tmp_path: Path, env: Env, cli: Cli
+) -> None:
+    """After a merge with conflicts in MEMORY.md and a memory file, even a named `index` and
+    `dream` change nothing; `dirs`, `status` and the dream report name each file and say to
+    finish the merge."""
+    root = tmp_path / "app"
+    folder = _conflicted(root)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    use_repos(env, root)
+    assert cli("index", folder).code == 0
+    dreamt = cli("dream", folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    shown = cli("dirs", folder).out
+    assert "MEMORY.md holds git conflict markers" in shown and "git add" in shown
+    assert "style.md" in shown and "conflict" in shown
+    assert "conflict markers" in dreamt.out, dreamt.out
+    status = cli("status").out
+    assert "conflict" in status, status

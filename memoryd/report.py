@@ -9,6 +9,7 @@ from memoryd.conflicts import MARK, conflict_message_short
 from memoryd.display import shown
 from memoryd.dream.run import DreamResult
 from memoryd.secrets import summary as secret_summary
+from memoryd.trash import stored_label
 
 COUNT_LABELS = [
     ("files", "memory files"),
@@ -56,7 +57,7 @@ def result_json(result: DreamResult) -> dict[str, Any]:
                 "duplicate_of": r.duplicate_of,
                 "superseded_by": r.superseded_by,
                 "id": r.id,
-                "trash": f".trash/{r.day}/{r.stored_name}",
+                "trash": stored_label(result.dir.real_path, r.day, r.stored_name),
             }
             for r in result.moved
         ],
@@ -227,7 +228,8 @@ def render_text(
                 )
                 lines.append(
                     f"    {shown(r.original_name)}: moved to "
-                    f".trash/{r.day}/{shown(r.stored_name)} — {r.reason}: {detail} "
+                    f"{shown(stored_label(result.dir.real_path, r.day, r.stored_name))} — "
+                    f"{r.reason}: {detail} "
                     f"(restore: memoryd trash restore {r.id})"
                 )
         for name, why in result.skipped_moves:

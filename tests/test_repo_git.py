@@ -2,6 +2,7 @@
 opted in; nothing of memoryd's in a work tree but the index files it manages; a checkout is
 one `memory.checkout` row, not outside deletions; the same files give the same bytes."""
 
+import json
 import os
 import re
 import subprocess
@@ -149,7 +150,9 @@ def test_an_untracked_dir_in_a_repo_is_managed_as_before(
     assert not (other / ".MEMORY.md.prev").exists()
 
 
-def test_a_leftover_prev_file_in_a_work_tree_goes(tmp_path: Path, env: Env, cli: Cli) -> None:
+def test_a_leftover_prev_file_in_a_work_tree_goes(
+    tmp_path: Path, env: Env, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A .MEMORY.md.prev an older memoryd left beside an index it manages in a work tree is
     removed at the next pass (the version store keeps the old index)."""
     root = tmp_path / "app"
@@ -160,12 +163,9 @@ def test_a_leftover_prev_file_in_a_work_tree_goes(tmp_path: Path, env: Env, cli:
     use_repos(env, root)
     from memoryd import gitwork
 
-    real = gitwork.work_tree
-    try:  # the older memoryd: no work tree known, so it kept the old index as .prev
-        gitwork.work_tree = lambda path: None  # type: ignore[assignment]
+    with monkeypatch.context() as patched:  # an older memoryd: it kept the old index as .prev
+        patched.setattr(gitwork, "work_tree", lambda path: None)
         assert cli("index").code == 0
-    finally:
-        gitwork.work_tree = real  # type: ignore[assignment]
     assert (other / ".MEMORY.md.prev").exists()
     write_memory(other, "lint.md", description="about lint")
     assert cli("index").code == 0
@@ -296,3 +296,26 @@ def test_conflict_markers_are_never_parsed_or_edited_and_are_reported(
     assert "conflict markers" in dreamt.out, dreamt.out
     status = cli("status").out
     assert "conflict" in status, status
+
+
+def test_a_named_dream_of_a_tracked_dir_shows_in_git_status_as_exactly_what_changed(
+    tmp_path: Path, env: Env, cli: Cli
+) -> None:
+    """`dream DIR` moves a duplicate: `git status` shows MEMORY.md modified and the moved
+    file deleted, nothing else (its trash is in the state dir); `trash restore` brings it
+    back the same way as from any trash."""
+    root = tmp_path / "app"
+    folder = make_repo(root)
+    use_repos(env, root)
+    report = json.loads(cli("dream", folder, "--json").out)
+    moved = [m for d in report["dirs"] for m in d["changes"]]
+    assert moved, report
+    gone = moved[0]["file"]
+    deleted = {f" D {AGENT}/{m['file']}" for m in moved}
+    assert set(porcelain(root).splitlines()) == {f" M {AGENT}/MEMORY.md", *deleted}
+    assert str(env.state) in moved[0]["trash"]
+    listed = cli("trash", "list", folder)
+    assert gone in listed.out
+    assert cli("trash", "restore", moved[0]["id"]).code == 0
+    assert (folder / gone).exists()
+    assert f"{AGENT}/{gone}" not in porcelain(root)

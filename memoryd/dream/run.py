@@ -873,7 +873,7 @@ def _move_all(
             sha256=record.sha256,
             duplicate_of=record.duplicate_of,
             superseded_by=record.superseded_by,
-            stored=f"{trash.TRASH_DIR}/{record.day}/{record.stored_name}",
+            stored=trash.stored_label(md.real_path, record.day, record.stored_name),
         )
     return entry
 

@@ -24,6 +24,7 @@ LOCK_WAIT = 3.0
 # How many of HEAD's and the stash's last reflog entries count as "a recent commit".
 REFLOG_RECENT = 20
 
+TRACKED = "tracked by git"  # how the reason starts (see hands_off_reason)
 OPT_IN = "`memoryd dirs DIR` says how to have it written"
 
 # Settings that keep a read of someone's repo from running anything of theirs or writing.
@@ -167,7 +168,7 @@ def hands_off_reason(folder: Path, named: Iterable[Path] = ()) -> str:
         return ""
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return (
-        f"tracked by git (in {tree.top}: {shown}): memoryd reads and reports it but writes "
+        f"{TRACKED} (in {tree.top}: {shown}): memoryd reads and reports it but writes "
         f"nothing there. `memoryd index {folder}` writes once; `<!-- memoryd: manage -->` in "
         "the committed MEMORY.md lets memoryd manage it for everyone who clones the repo; "
         f'`[dirs."{folder}"] mode = "manage"` in your config, for you alone'

@@ -14,6 +14,7 @@ from typing import Any
 
 from memoryd.conflicts import HINT, MARK
 from memoryd.gitwork import OPT_IN as DETAIL
+from memoryd.gitwork import TRACKED
 from memoryd.humanize import ago, clock_time, parse_ts, short_path, table
 from memoryd.instance import lock_holder
 from memoryd.logview import View, dir_label
@@ -214,7 +215,7 @@ def _notes(rt: Any, rows: Sequence[DirRow]) -> list[tuple[str, str]]:
         why = str(reported.get("unmanaged") or "")  # (its numbers made N: said once)
         if MARK in why:
             out.append((row.path, f"{why.split(' ', 1)[0]} {MARK}: {HINT}"))
-        elif why.startswith("tracked by git"):
+        elif why.startswith(TRACKED):
             out.append((row.path, f"tracked by git: read and reported, never written ({DETAIL})"))
         conflicted = sorted(
             k.removeprefix("unparseable:")

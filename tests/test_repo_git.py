@@ -83,6 +83,7 @@ def test_dirs_says_a_tracked_dir_is_left_alone_and_how_to_opt_in(
     assert "tracked by git" in shown.out
     assert f"memoryd index {folder}" in shown.out
     assert "<!-- memoryd: manage -->" in shown.out
+    assert "drift: pointers 1 to add" in shown.out  # review.md has no pointer yet
     assert porcelain(root) == ""
 
 

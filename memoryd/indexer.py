@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from memoryd import fsops, gitwork, index_held
 from memoryd.agentview import Hidden, ViewKind, view_kind_of
 from memoryd.config import IndexConfig
+from memoryd.conflicts import MARK as CONFLICT_MARK
 from memoryd.discover import MemoryDir
 from memoryd.errors import MemorydError, WriteConflict
 from memoryd.fsops import FileIdentity
@@ -35,6 +36,7 @@ from memoryd.index import (
     ARCHIVE_NAME,
     INDEX_NAME,
     MANAGE_MARK,
+    OFF_MARK,
     PREV_NAME,
     Budget,
     Entry,
@@ -722,7 +724,10 @@ def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Sna
             override = req.mode or cfg.override_for(md.path).mode
             known = set(state.seen) if state.known and state.managed else None
             ownership = decide_ownership(main.text, archive.text, {}, memories, override, known)
-            if not ownership.managed and main.text and override == "auto":
+            tracked = _tracked(rt, md, main.text, ownership, override)
+            if tracked:
+                ownership = Ownership(False, tracked)
+            elif not ownership.managed and main.text and override == "auto":
                 # Only now read the files MEMORY.md points to (a tree index's category
                 # files): it costs a read of each, which most dirs never need.
                 linked = _linked_texts(dir_fd, main.text, scan)
@@ -732,11 +737,20 @@ def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Sna
         read_only = _read_only_reason(md, (main, archive))
         if read_only and ownership.managed:
             ownership = Ownership(False, read_only)
-        elif ownership.managed and override == "auto" and MANAGE_MARK not in (main.text or ""):
-            tracked = gitwork.hands_off_reason(md.real_path, rt.named)
-            if tracked:
-                ownership = Ownership(False, tracked)
     return Snapshot(scan, main, archive, ownership)
+
+
+def _tracked(
+    rt: Runtime, md: MemoryDir, main: str | None, ownership: Ownership, override: str
+) -> str:
+    """Why memoryd leaves the dir alone because git tracks its files ("" when it does not):
+    the first reason, before how the index is organised, unless the index opts in (the
+    config, the manage mark), says off, or holds a merge's conflict markers."""
+    if override != "auto" or MANAGE_MARK in (main or ""):
+        return ""
+    if not ownership.managed and (CONFLICT_MARK in ownership.reason or OFF_MARK in (main or "")):
+        return ""
+    return gitwork.hands_off_reason(md.real_path, rt.named)
 
 
 @dataclass(slots=True)

@@ -385,6 +385,7 @@ SLOW: frozenset[str] = frozenset(
         "test_index_on_disk::test_odd_names_are_indexed_once_and_resolve",
         "test_memfile::test_what_the_loader_is_skipped_for_it_refuses",
         "test_repo_git::test_a_branch_switch_under_the_daemon_is_one_checkout_row_and_no_alarm",
+        "test_repo_git::test_the_corpus_repo_memory_is_left_as_committed_by_the_daemon_index_and_dream",
         "test_restore_final::test_the_daemons_pile_up_passes_leave_a_restored_memory_alone",
         "test_versions::test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version",
     }

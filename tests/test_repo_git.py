@@ -5,6 +5,7 @@ one `memory.checkout` row, not outside deletions; the same files give the same b
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import Env, Result, write_memory
+from tests.conftest import CORPUS, Env, Result, needs_corpus, write_memory
 from tests.helpers import git, memoryd_child, start, wait_for
 
 Cli = Callable[..., Result]
@@ -320,3 +321,39 @@ def test_a_named_dream_of_a_tracked_dir_shows_in_git_status_as_exactly_what_chan
     assert cli("trash", "restore", moved[0]["id"]).code == 0
     assert (folder / gone).exists()
     assert f"{AGENT}/{gone}" not in porcelain(root)
+
+
+@needs_corpus
+def test_the_corpus_repo_memory_is_left_as_committed_by_the_daemon_index_and_dream(
+    tmp_path: Path,
+) -> None:
+    """siglens and orchestkit, committed as their upstreams are: the daemon's first passes,
+    `index` and `dream` without DIR leave `git status --ignored` clean, and `dirs` says each
+    dir is tracked by git."""
+    assert CORPUS is not None
+    roots = []
+    for name in ("y0ngha__siglens", "yonatangross__orchestkit"):
+        root = tmp_path / name.split("__")[1]
+        shutil.copytree(CORPUS / name, root)
+        for path in [root, *root.rglob("*")]:  # the corpus is read-only; a clone is not
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        git(root, "init", "-q")
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "upstream")
+        roots.append(root)
+    listed = ", ".join(f'"{r}"' for r in roots)
+    running = start(tmp_path, more_config=f"[paths]\nrepos = [{listed}]\n")
+    try:
+        wait_for(lambda: len(running.rows("index.unmanaged")) >= 10, what="the first passes")
+        for args in (("index",), ("dream",)):
+            assert running.cli(*args).returncode == 0
+        for root in roots:
+            assert porcelain(root) == "", root
+        shown = running.cli("dirs", "--json")
+        rows = json.loads(shown.stdout)["dirs"]
+        reasons = {r["path"]: r["mode_reason"] for r in rows}
+        assert rows and all(r.startswith("tracked by git") for r in reasons.values()), reasons
+        assert not running.rows("index.updated") and not running.rows("trash.moved")
+    finally:
+        running.proc.terminate()
+        running.proc.wait(timeout=30)

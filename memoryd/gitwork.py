@@ -40,19 +40,21 @@ class WorkTree:
 
 
 def work_tree(path: Path) -> WorkTree | None:
-    """The git work tree holding `path` (a folder), by its `.git` entry; None: in none."""
+    """The git work tree holding `path` (a folder), by its `.git` entry (a git dir holds a
+    HEAD: an empty `.git` folder is none); None: in none."""
     for folder in (path, *path.parents):
         dot = folder / ".git"
         try:
             if dot.is_dir():
-                return WorkTree(folder, dot)
+                return WorkTree(folder, dot) if (dot / "HEAD").is_file() else None
             if dot.is_file():  # a linked worktree or a submodule: "gitdir: <path>"
                 with dot.open("rb") as handle:
                     head = handle.read(4096).decode("utf-8", "replace")
-                if head.startswith("gitdir:"):
-                    target = Path(head[len("gitdir:") :].strip())
-                    return WorkTree(folder, target if target.is_absolute() else folder / target)
-                return None
+                if not head.startswith("gitdir:"):
+                    return None
+                target = Path(head[len("gitdir:") :].strip())
+                target = target if target.is_absolute() else folder / target
+                return WorkTree(folder, target) if (target / "HEAD").is_file() else None
         except OSError:
             return None
         if folder.name == ".git":

@@ -185,9 +185,14 @@ def test_a_branch_switch_under_the_daemon_is_one_checkout_row_and_no_alarm(
     folder = make_repo(root)
     for i in range(6):
         write_memory(folder, f"extra{i}.md", description=f"extra {i}")
+    tester = root / ".claude" / "agent-memory" / "tester"  # a dir the slim branch has not
+    for i in range(4):
+        write_memory(tester, f"unit{i}.md", description=f"unit {i}")
+    (tester / "MEMORY.md").write_text("".join(f"- [u{i}](unit{i}.md) — u\n" for i in range(4)))
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "many")
     git(root, "checkout", "-q", "-b", "slim")
+    git(root, "rm", "-q", "-r", ".claude/agent-memory/tester")
     for i in range(6):
         git(root, "rm", "-q", f"{AGENT}/extra{i}.md")
     with (folder / "style.md").open("a") as handle:
@@ -199,12 +204,16 @@ def test_a_branch_switch_under_the_daemon_is_one_checkout_row_and_no_alarm(
         wait_for(lambda: running.rows("index.unmanaged"), what="the first pass")
         assert porcelain(root) == ""
         git(root, "checkout", "-q", "slim")
-        wait_for(lambda: running.rows("memory.checkout"), what="the checkout row")
-        row = running.rows("memory.checkout")[0]
+        mine = lambda: [r for r in running.rows("memory.checkout") if r["dir"] == str(folder)]  # noqa: E731
+        wait_for(mine, what="the checkout row")
+        row = mine()[0]
         assert (row["deleted"], row["rewritten"], row["at"]) == (6, 1, "slim")
+        assert not tester.exists()  # git removed the folder: nothing of memoryd's kept it
         git(root, "checkout", "-q", "main")
-        wait_for(lambda: len(running.rows("memory.checkout")) == 2, what="the way back")
-        assert running.rows("memory.checkout")[1]["at"] == "main"
+        wait_for(
+            lambda: any(r["at"] == "main" for r in running.rows("memory.checkout")),
+            what="the way back",
+        )
         status = running.cli("status")
         assert "ALARM" not in status.stdout
         assert not running.rows("memory.mass_change")

@@ -99,6 +99,11 @@ def _index_stamp(tree: WorkTree) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+UNMERGED = "unmerged"  # tracked()'s value for a file a merge left in conflict
+# The commits _recent_commits listed lately, by work tree: a `git stash pop` drops its entry
+# from the stash's reflog, but the commit is still there to compare the bytes it put back with.
+REMEMBERED = 64
+_remembered: dict[Path, list[str]] = {}
 _tracked_cache: dict[tuple[Path, str], tuple[tuple[int, int, int] | None, dict[str, str]]] = {}
 _cache_lock = threading.Lock()
 
@@ -130,8 +135,9 @@ def tracked(folder: Path, tree: WorkTree | None = None) -> dict[str, str] | None
         if not path.startswith(prefix) or "/" in name or not name:
             continue
         fields = meta.split()
-        if len(fields) >= 2:
-            found[name] = fields[1].decode("ascii", "replace")
+        if len(fields) >= 3:
+            unmerged = fields[2] != b"0"  # stages 1-3: a merge left it in conflict
+            found[name] = UNMERGED if unmerged else fields[1].decode("ascii", "replace")
     with _cache_lock:
         _tracked_cache[key] = (stamp, found)
     return found
@@ -200,10 +206,15 @@ def _recent_commits(tree: WorkTree) -> list[str]:
             if len(fields) >= 2:
                 commits.extend(fields[:2])
     seen: dict[str, None] = {}
-    for c in commits:
+    with _cache_lock:
+        before = _remembered.get(tree.top, [])
+    for c in (*commits, *before):
         if c and set(c) != {"0"}:
             seen.setdefault(c, None)
-    return list(seen)
+    listed = list(seen)
+    with _cache_lock:
+        _remembered[tree.top] = [c for c in listed if c != "HEAD"][:REMEMBERED]
+    return listed
 
 
 def _common_dir(tree: WorkTree) -> Path:
@@ -233,9 +244,8 @@ def where(tree: WorkTree) -> str:
         head = (tree.git_dir / "HEAD").read_text("utf-8", "replace").strip()
     except OSError:
         return ""
-    if head.startswith("ref:"):
-        return head[4:].strip().removeprefix("refs/heads/")
-    return head[:12]
+    at = head[4:].strip().removeprefix("refs/heads/") if head.startswith("ref:") else head[:12]
+    return f"{at} (merging)" if (tree.git_dir / "MERGE_HEAD").exists() else at
 
 
 def _wait_unlocked(tree: WorkTree, sleep: Callable[[float], None]) -> None:
@@ -288,10 +298,13 @@ def git_made(
             known[names[i // len(commits)]].add(fields[0])
     index = tracked(folder, tree) or {}
     for name, blob in index.items():
-        if name in known:
+        if name in known and blob != UNMERGED:
             known[name].add(blob)
     made: set[str] = set()
     for c in changes:
+        if not c.deleted and index.get(c.name) == UNMERGED:
+            made.add(c.name)  # a merge wrote both sides into it (conflict markers)
+            continue
         blobs = known.get(c.name, set())
         if c.old is None or blobs.isdisjoint(blob_ids(c.old)):
             continue

@@ -1568,7 +1568,8 @@ class VersionStore:
             now = self.clock()
             self._append(d, [(now, name, sha, size, "seen", by, None)])
         if by == OTHER and latest is not None and latest[1] == "seen":
-            self._outside(d, now, "rewritten", name, sha, latest[0], size, False)
+            for told in self._not_git(d, [("rewritten", name, sha, latest[0], size, False)]):
+                self._outside(d, now, *told)
 
     # --- outside changes and the alarm -----------------------------------------------------------
     def _outside(

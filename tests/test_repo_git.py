@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -204,7 +205,10 @@ def test_a_branch_switch_under_the_daemon_is_one_checkout_row_and_no_alarm(
         wait_for(lambda: running.rows("index.unmanaged"), what="the first pass")
         assert porcelain(root) == ""
         git(root, "checkout", "-q", "slim")
-        mine = lambda: [r for r in running.rows("memory.checkout") if r["dir"] == str(folder)]  # noqa: E731
+
+        def mine() -> list[dict[str, Any]]:
+            return [r for r in running.rows("memory.checkout") if r["dir"] == str(folder)]
+
         wait_for(mine, what="the checkout row")
         row = mine()[0]
         assert (row["deleted"], row["rewritten"], row["at"]) == (6, 1, "slim")
@@ -269,7 +273,16 @@ def test_two_clones_on_two_machines_write_the_same_index_bytes(tmp_path: Path) -
 
 def _conflicted(root: Path) -> Path:
     """A merge that left conflict markers in MEMORY.md and in style.md."""
-    folder = make_repo(root, index="<!-- memoryd: manage -->\n" + HAND)
+    folder = _conflicted_branches(root, "<!-- memoryd: manage -->\n" + HAND)
+    with pytest.raises(subprocess.CalledProcessError):
+        git(root, "merge", "-q", "theirs")
+    assert "<<<<<<<" in (folder / "MEMORY.md").read_text()
+    return folder
+
+
+def _conflicted_branches(root: Path, index: str = HAND) -> Path:
+    """`main` and `theirs` changing the same lines of MEMORY.md and style.md (main checked out)."""
+    folder = make_repo(root, index=index)
     git(root, "checkout", "-q", "-b", "theirs")
     (folder / "MEMORY.md").write_text(
         (folder / "MEMORY.md").read_text().replace("— style", "— theirs")
@@ -282,9 +295,6 @@ def _conflicted(root: Path) -> Path:
     )
     write_memory(folder, "style.md", description="our style", age_days=None)
     git(root, "commit", "-q", "-am", "ours")
-    with pytest.raises(subprocess.CalledProcessError):
-        git(root, "merge", "-q", "theirs")
-    assert "<<<<<<<" in (folder / "MEMORY.md").read_text()
     return folder
 
 
@@ -363,6 +373,39 @@ def test_the_corpus_repo_memory_is_left_as_committed_by_the_daemon_index_and_dre
         reasons = {r["path"]: r["mode_reason"] for r in rows}
         assert rows and all(r.startswith("tracked by git") for r in reasons.values()), reasons
         assert not running.rows("index.updated") and not running.rows("trash.moved")
+    finally:
+        running.proc.terminate()
+        running.proc.wait(timeout=30)
+
+
+def test_a_stash_its_pop_and_a_conflicted_merge_under_the_daemon_raise_nothing(
+    tmp_path: Path,
+) -> None:
+    """A person's edit of a tracked memory is an outside rewrite; `git stash` taking it away,
+    `git stash pop` putting it back and a merge writing conflict markers into a memory are
+    `memory.checkout` rows, never outside changes; the merge's conflicts are reported."""
+    root = tmp_path / "app"
+    folder = _conflicted_branches(root)
+    running = start(tmp_path, more_config=f'[paths]\nrepos = ["{root}"]\n')
+    outside = ("memory.rewritten_outside", "memory.deleted_outside", "memory.mass_change")
+    try:
+        wait_for(lambda: running.rows("index.unmanaged"), what="the first pass")
+        write_memory(folder, "deploy.md", description="edited by hand", age_days=None)
+        wait_for(lambda: running.rows("memory.rewritten_outside"), what="the person's edit")
+        git(root, "stash", "-q")
+        wait_for(lambda: len(running.rows("memory.checkout")) == 1, what="the stash")
+        git(root, "stash", "pop", "-q")
+        wait_for(lambda: len(running.rows("memory.checkout")) == 2, what="the pop")
+        assert "edited by hand" in (folder / "deploy.md").read_text()
+        git(root, "checkout", "-q", "--", ".")  # the edit given up: the file is HEAD's again
+        wait_for(lambda: len(running.rows("memory.checkout")) == 3, what="the checkout")
+        with pytest.raises(subprocess.CalledProcessError):
+            git(root, "merge", "-q", "theirs")
+        wait_for(lambda: len(running.rows("memory.checkout")) == 4, what="the merge")
+        assert [len(running.rows(e)) for e in outside] == [1, 0, 0]
+        wait_for(
+            lambda: "conflict markers" in running.cli("status").stdout, what="the conflict said"
+        )
     finally:
         running.proc.terminate()
         running.proc.wait(timeout=30)

@@ -7,6 +7,7 @@ GIT_OPTIONAL_LOCKS=0), and every call has a timeout. Without a git binary, outsi
 tree, or when git fails, a dir is taken as untracked and no change as git's."""
 
 import contextlib
+import fnmatch
 import hashlib
 import os
 import shutil
@@ -165,21 +166,34 @@ def named_here(folder: Path, named: Iterable[Path], tree: WorkTree) -> bool:
     return False
 
 
-def hands_off_reason(folder: Path, named: Iterable[Path] = ()) -> str:
+def hands_off_reason(
+    folder: Path, named: Iterable[Path] = (), manage_repos: Sequence[str] = ()
+) -> str:
     """Why memoryd leaves a memory dir's files alone because git tracks them; "" when it
-    does not (or the dir was named on the command line: one explicit write)."""
+    does not, when the dir was named on the command line (one explicit write) or its repo
+    matches one of `manage_repos` (globs: the user's own opt-in)."""
     found = tracked_memory(folder)
     if found is None:
         return ""
     tree, names = found
-    if named_here(folder, named, tree):
+    if named_here(folder, named, tree) or _matches(tree.top, manage_repos):
         return ""
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return (
         f"{TRACKED} (in {tree.top}: {shown}): memoryd reads and reports it but writes "
         f"nothing there. `memoryd index {folder}` writes once; `<!-- memoryd: manage -->` in "
         "the committed MEMORY.md lets memoryd manage it for everyone who clones the repo; "
-        f'`[dirs."{folder}"] mode = "manage"` in your config, for you alone'
+        f'`paths.manage_repos = ["{tree.top}"]` (or `[dirs."{folder}"] mode = "manage"`) in '
+        "your config, for you alone"
+    )
+
+
+def _matches(top: Path, patterns: Sequence[str]) -> bool:
+    forms = {str(top), os.path.realpath(top)}
+    return any(
+        fnmatch.fnmatchcase(form, os.path.expanduser(p).rstrip("/") or "/")
+        for p in patterns
+        for form in forms
     )
 
 

@@ -594,7 +594,7 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
         # A restore, and a dir git tracks, take the full view: the held views know only that
         # the dir was managed, not whether a tracked one is memoryd's to write (see _read_full).
         restoring = bool(req.preferred or req.placements) or bool(
-            gitwork.hands_off_reason(md.real_path, rt.named)
+            gitwork.hands_off_reason(md.real_path, rt.named, rt.config.paths.manage_repos)
         )
         if req.held is not None and req.only is not None and writes and not restoring:
             try:
@@ -750,7 +750,7 @@ def _tracked(
         return ""
     if not ownership.managed and (CONFLICT_MARK in ownership.reason or OFF_MARK in (main or "")):
         return ""
-    return gitwork.hands_off_reason(md.real_path, rt.named)
+    return gitwork.hands_off_reason(md.real_path, rt.named, rt.config.paths.manage_repos)
 
 
 @dataclass(slots=True)

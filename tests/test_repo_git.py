@@ -139,6 +139,23 @@ def test_the_config_opts_a_tracked_dir_in_for_one_person(
     assert "review.md" in (folder / "MEMORY.md").read_text()
 
 
+def test_paths_manage_repos_opts_every_tracked_dir_of_a_repo_in_for_one_person(
+    tmp_path: Path, env: Env, cli: Cli
+) -> None:
+    """`paths.manage_repos` (globs) manages the tracked dirs of the repos it matches, on this
+    machine only; those of another repo stay read-only."""
+    root, other = tmp_path / "src" / "app", tmp_path / "elsewhere" / "lib"
+    folder, kept = make_repo(root), make_repo(other)
+    env.config_dir.mkdir(parents=True, exist_ok=True)
+    (env.config_dir / "config.toml").write_text(
+        f'[paths]\nrepos = ["{root}", "{other}"]\nmanage_repos = ["{tmp_path}/src/*"]\n'
+    )
+    assert cli("index").code == 0
+    assert "review.md" in (folder / "MEMORY.md").read_text()
+    assert (kept / "MEMORY.md").read_text() == HAND
+    assert porcelain(other) == ""
+
+
 def test_an_untracked_dir_in_a_repo_is_managed_as_before(
     tmp_path: Path, env: Env, cli: Cli
 ) -> None:

@@ -11,7 +11,6 @@ import fnmatch
 import hashlib
 import os
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -65,6 +64,8 @@ def work_tree(path: Path) -> WorkTree | None:
 
 def _run(tree: WorkTree, args: Sequence[str], stdin: bytes | None = None) -> bytes | None:
     """git's output, or None: no git binary, not a repo git accepts, an error or a timeout."""
+    import subprocess  # here: a pass outside any work tree (most) never loads it (~2 ms)
+
     exe = shutil.which("git")
     if exe is None:
         return None

@@ -145,14 +145,21 @@ def tracked(folder: Path, tree: WorkTree | None = None) -> dict[str, str] | None
     return found
 
 
-def tracked_memory(folder: Path) -> tuple[WorkTree, list[str]] | None:
+def tracked_memory(folder: Path) -> tuple[WorkTree, list[str] | None] | None:
     """The work tree and the markdown files of `folder` git tracks (MEMORY.md, memories);
-    None when it tracks none of them."""
+    None when it tracks none of them. The names are None when git cannot say (no git on
+    PATH, a failure, a timeout) and the folder holds markdown: it may be tracked."""
     tree = work_tree(folder)
     if tree is None:
         return None
     names = tracked(folder, tree)
-    md = sorted(n for n in names or () if n.endswith(".md"))
+    if names is None:
+        try:
+            holds_md = any(n.endswith(".md") for n in os.listdir(folder))
+        except OSError:
+            holds_md = False
+        return (tree, None) if holds_md else None
+    md = sorted(n for n in names if n.endswith(".md"))
     return (tree, md) if md else None
 
 
@@ -179,11 +186,15 @@ def hands_off_reason(
     tree, names = found
     if named_here(folder, named, tree) or _matches(tree.top, manage_repos):
         return ""
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    if names is None:
+        shown = "git could not say which files it tracks: no `git` on PATH, or it failed"
+    else:
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return (
-        f"{TRACKED} (in {tree.top}: {shown}): memoryd reads and reports it but writes "
-        f"nothing there. `memoryd index {folder}` writes once; `<!-- memoryd: manage -->` in "
-        "the committed MEMORY.md lets memoryd manage it for everyone who clones the repo; "
+        f"{TRACKED}{'' if names else ', maybe'} (in {tree.top}: {shown}): memoryd reads and "
+        f"reports it but writes nothing there. `memoryd index {folder}` writes once; "
+        "`<!-- memoryd: manage -->` in the committed MEMORY.md lets memoryd manage it for "
+        "everyone who clones the repo; "
         f'`paths.manage_repos = ["{tree.top}"]` (or `[dirs."{folder}"] mode = "manage"`) in '
         "your config, for you alone"
     )

@@ -327,6 +327,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_dream_similar",
             "test_forget",
             "test_fresh_clone",
+            "test_gitwork",
             "test_index_faults",
             "test_index_on_disk",
             "test_logview",

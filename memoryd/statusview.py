@@ -14,7 +14,7 @@ from typing import Any
 
 from memoryd.conflicts import HINT, MARK
 from memoryd.gitwork import OPT_IN as DETAIL
-from memoryd.gitwork import TRACKED
+from memoryd.gitwork import TRACKED, work_tree
 from memoryd.humanize import ago, clock_time, parse_ts, short_path, table
 from memoryd.instance import lock_holder
 from memoryd.logview import View, dir_label
@@ -207,6 +207,7 @@ def _notes(rt: Any, rows: Sequence[DirRow]) -> list[tuple[str, str]]:
     """From each dir's state: its files holding git conflict markers, and why memoryd leaves
     it alone when a merge or git is the reason (as the last pass reported them)."""
     out = []
+    tracked: dict[str, int] = {}  # by repo: one line for a repo's dozen agent dirs
     for row in rows:
         try:
             reported = rt.store.load(Path(row.path)).reported
@@ -216,7 +217,9 @@ def _notes(rt: Any, rows: Sequence[DirRow]) -> list[tuple[str, str]]:
         if MARK in why:
             out.append((row.path, f"{why.split(' ', 1)[0]} {MARK}: {HINT}"))
         elif why.startswith(TRACKED):
-            out.append((row.path, f"tracked by git: read and reported, never written ({DETAIL})"))
+            tree = work_tree(Path(row.path))
+            top = str(tree.top) if tree is not None else row.path
+            tracked[top] = tracked.get(top, 0) + 1
         conflicted = sorted(
             k.removeprefix("unparseable:")
             for k, v in reported.items()
@@ -224,6 +227,9 @@ def _notes(rt: Any, rows: Sequence[DirRow]) -> list[tuple[str, str]]:
         )
         if conflicted:
             out.append((row.path, f"{', '.join(conflicted)} {MARK}: {HINT}"))
+    for top, count in sorted(tracked.items()):
+        dirs = "its memory dir" if count == 1 else f"{count} memory dirs"
+        out.append((top, f"{dirs} tracked by git: read and reported, never written ({DETAIL})"))
     return out
 
 

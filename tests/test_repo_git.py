@@ -70,7 +70,7 @@ def test_a_dir_git_tracks_is_not_written_by_index_or_dream_without_naming_it(
     assert (folder / "MEMORY.md").read_text() == HAND
     rows = [r for r in env.audit_rows() if r["event"] == "index.unmanaged"]
     assert rows and "tracked by git" in rows[0]["reason"]
-    assert "tracked by git: read and reported, never written" in cli("status").out
+    assert "its memory dir tracked by git: read and reported, never written" in cli("status").out
 
 
 def test_dirs_says_a_tracked_dir_is_left_alone_and_how_to_opt_in(
@@ -390,6 +390,9 @@ def test_the_corpus_repo_memory_is_left_as_committed_by_the_daemon_index_and_dre
         reasons = {r["path"]: r["mode_reason"] for r in rows}
         assert rows and all(r.startswith("tracked by git") for r in reasons.values()), reasons
         assert not running.rows("index.updated") and not running.rows("trash.moved")
+        status = running.cli("status").stdout
+        assert status.count("memory dirs tracked by git") == 2, status  # one line a repo
+        assert "siglens: 4 memory dirs tracked by git" in status and "ALARM" not in status
     finally:
         running.proc.terminate()
         running.proc.wait(timeout=30)

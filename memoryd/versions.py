@@ -1441,6 +1441,12 @@ class VersionStore:
                     told.append(("deleted", name, sha, "", size, counts))
                     extra = _COUNTS if counts else None
                 rows.append((now, name, sha, size, "gone", OTHER, extra))
+            made, at = self._git_made(d, told)
+            if made:  # not marked to count toward an alarm, nor listed as deleted (`git`)
+                rows = [
+                    (t, f, h, n, e, by, {"git": at}) if f in made else (t, f, h, n, e, by, x)
+                    for t, f, h, n, e, by, x in rows
+                ]
             self._append(d, rows)
             if gone:
                 d.settled = None
@@ -1448,20 +1454,19 @@ class VersionStore:
                 n in d.seen for n, info in files.items() if info.kind in ("memory", "note")
             ):
                 d.settled = _names_digest(present)
-            told = self._not_git(d, told)
+            told = self._git_said(d, told, made, at)
             for kind, name, sha, prev_sha, size, counts in told:
                 self._outside(d, now, kind, name, sha, prev_sha, size, counts)
             if any(t[5] for t in told):
                 self._alarm(d, now)
 
-    def _not_git(
+    def _git_made(
         self, d: _Dir, told: list[tuple[str, str, str, str, int, bool]]
-    ) -> list[tuple[str, str, str, str, int, bool]]:
-        """The outside changes a git operation did not make. Those it made (a checkout,
-        merge, stash or pull: their bytes are a recent commit's) are one `memory.checkout`
-        row: no alarm, no restore advice; their versions are kept as for any change."""
+    ) -> tuple[set[str], str]:
+        """The names of the outside changes a git operation made (a checkout, merge, stash
+        or pull: their bytes are a recent commit's), and the branch or commit checked out."""
         if not told or gitwork.work_tree(d.path) is None:
-            return told
+            return set(), ""
         changes = [
             gitwork.Change(
                 name,
@@ -1471,7 +1476,13 @@ class VersionStore:
             )
             for kind, name, sha, prev, _, _ in told
         ]
-        made, at = gitwork.git_made(d.path, changes)
+        return gitwork.git_made(d.path, changes)
+
+    def _git_said(
+        self, d: _Dir, told: list[tuple[str, str, str, str, int, bool]], made: Set[str], at: str
+    ) -> list[tuple[str, str, str, str, int, bool]]:
+        """The changes git made are one `memory.checkout` row (no alarm, no restore advice;
+        their versions are kept as for any change); the rest, the outside changes."""
         if not made:
             return told
         if self.audit is not None:
@@ -1568,8 +1579,9 @@ class VersionStore:
             now = self.clock()
             self._append(d, [(now, name, sha, size, "seen", by, None)])
         if by == OTHER and latest is not None and latest[1] == "seen":
-            for told in self._not_git(d, [("rewritten", name, sha, latest[0], size, False)]):
-                self._outside(d, now, *told)
+            told = [("rewritten", name, sha, latest[0], size, False)]
+            for change in self._git_said(d, told, *self._git_made(d, told)):
+                self._outside(d, now, *change)
 
     # --- outside changes and the alarm -----------------------------------------------------------
     def _outside(
@@ -2062,7 +2074,7 @@ def deleted(store: VersionStore, path: Path) -> list[Deleted]:
             there[rec.f] = rec
         else:
             there.pop(rec.f, None)
-        if rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra:
+        if rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra and "git" not in rec.extra:
             found.pop((rec.f, rec.h), None)
             found[(rec.f, rec.h)] = rec
             names_of.setdefault(rec.h, set()).add(rec.f)

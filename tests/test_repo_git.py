@@ -241,10 +241,17 @@ def test_a_branch_switch_under_the_daemon_is_one_checkout_row_and_no_alarm(
         assert not running.rows("memory.deleted_outside")
         assert not running.rows("memory.rewritten_outside")
         assert porcelain(root) == ""
-        # A person's deletion of a tracked file is still an outside deletion.
+        git(root, "checkout", "-q", "slim")  # git's deletions again, within the alarm's window
+        wait_for(lambda: len(mine()) == 2, what="the second checkout")
+        # A person's deletion of a tracked file is still an outside deletion, the only one
+        # `trash list` offers to restore, and it alone is no mass change.
         (folder / "deploy.md").unlink()
         wait_for(lambda: running.rows("memory.deleted_outside"), what="the outside deletion")
-        assert running.rows("memory.deleted_outside")[0]["file"] == "deploy.md"
+        assert [r["file"] for r in running.rows("memory.deleted_outside")] == ["deploy.md"]
+        listed = running.cli("trash", "list", str(folder)).stdout
+        assert "deploy.md" in listed and "extra0.md" not in listed, listed
+        assert "ALARM" not in running.cli("status").stdout
+        assert not running.rows("memory.mass_change")
     finally:
         running.proc.terminate()
         running.proc.wait(timeout=30)

@@ -196,25 +196,30 @@ def index_file_again(
 # In a git work tree, what memoryd writes is shared with every clone: two machines with the same
 # files must write the same bytes, so nothing there depends on a local folder name, a file's
 # mtime (a checkout's time) or today's date.
-def _heading(md: MemoryDir) -> str:
-    """The `# <name> Memory` title: in a work tree, the agent's name or the dir's path in
-    the repo, never the clone's folder name."""
+@dataclass(frozen=True, slots=True)
+class Local:
+    """What a pass writes that depends on where the dir is: the index title, the date the
+    archive's headings carry (None: undated), and whether a memory's age is its frontmatter
+    date alone (`shared`: in a work tree, where mtimes are a checkout's)."""
+
+    heading: str
+    today: date | None
+    shared: bool
+
+    def entry(self, scanned: Scanned) -> Entry:
+        entry = scanned.entry()
+        return replace(entry, age_ts=scanned.modified_ts) if self.shared else entry
+
+
+def _local(rt: Runtime, md: MemoryDir) -> Local:
     tree = gitwork.work_tree(md.real_path)
-    if tree is None or md.kind in ("agent", "repo-agent", "repo-agent-local"):
-        return md.heading
+    if tree is None:
+        return Local(md.heading, rt.today(), False)
+    if md.kind in ("agent", "repo-agent", "repo-agent-local"):
+        return Local(md.heading, None, True)
+    # The dir's path in the repo, never the clone's folder name.
     rel = md.real_path.relative_to(tree.top).as_posix() if md.real_path != tree.top else "."
-    return " ".join(rel.splitlines())
-
-
-def _today(rt: Runtime, md: MemoryDir) -> date | None:
-    """The date the archive's headings carry; None (no date) in a work tree."""
-    return None if gitwork.work_tree(md.real_path) is not None else rt.today()
-
-
-def _entry(scanned: Scanned, shared: bool) -> Entry:
-    """A memory's entry; in a work tree (`shared`) its age is its frontmatter date alone."""
-    entry = scanned.entry()
-    return replace(entry, age_ts=scanned.modified_ts) if shared else entry
+    return Local(" ".join(rel.splitlines()), None, True)
 
 
 def _read_only_reason(md: MemoryDir, texts: Sequence[IndexText]) -> str:
@@ -787,13 +792,12 @@ def plan_full(
     cfg: IndexConfig,
     md: MemoryDir,
     now: float,
-    today: date | None,
+    local: Local,
 ) -> Plan:
     """Plan: the edit of the whole index for the snapshot and the dir's state (pure)."""
     scan, main, archive = snapshot.scan, snapshot.main, snapshot.archive
     memories = scan.memories
-    shared = gitwork.work_tree(md.real_path) is not None
-    entries = {n: _entry(s, shared) for n, s in memories.items()}
+    entries = {n: local.entry(s) for n, s in memories.items()}
     edit = update_index(
         IndexInput(
             main=main.text,
@@ -810,11 +814,11 @@ def plan_full(
             placements=req.placements,
             ready=_ready(memories, now, req.grace),
             own=state.own if state.known else {},
-            heading=_heading(md),
+            heading=local.heading,
             separator=cfg.separator,
             budget=_budget(cfg),
             now=now,
-            today=today,
+            today=local.today,
             view=view_kind(md),
         )
     )
@@ -857,7 +861,7 @@ def _index_once(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
             rt.store.save(md.real_path, state)
             rt.store.save_cache(md.real_path, scan.files)
         return outcome
-    plan = plan_full(snapshot, state, req, rt.config.index, md, now, _today(rt, md))
+    plan = plan_full(snapshot, state, req, rt.config.index, md, now, _local(rt, md))
     outcome.edit = plan.edit
     if not writes:
         if plan.changed:
@@ -927,7 +931,9 @@ def _write_and_report(
         due = min(scan.files[n].mtime_ns / 1e9 + req.grace for n in edit.waiting)
         outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
     _report_links(rt, md, edit, state)
-    state.settled = [] if outcome.problems else settled_mark(main_id, archive_id, cfg, _heading(md))
+    state.settled = (
+        [] if outcome.problems else settled_mark(main_id, archive_id, cfg, _local(rt, md).heading)
+    )
     state.known = True
     state.managed = True
     state.reported.pop("unmanaged", None)
@@ -1240,11 +1246,12 @@ def _index_changed(
         )
     )
     memories = dict(held.memories)
+    local = _local(rt, md)
     changed_files = {n: scan.files[n] for n in only if n in scan.files}
     for name in only:
         info = changed_files.get(name)
         if info is not None and info.kind == "memory":
-            memories[name] = _entry(info, gitwork.work_tree(md.real_path) is not None)
+            memories[name] = local.entry(info)
         else:
             memories.pop(name, None)
     index = held.index
@@ -1288,11 +1295,11 @@ def _index_changed(
                 present=scan.present,
             ),
             ready=ready,
-            heading=_heading(md),
+            heading=local.heading,
             separator=cfg.index.separator,
             budget=_budget(cfg.index),
             now=now,
-            today=_today(rt, md),
+            today=local.today,
             own=state.own,
             view=view_kind(md),
         ),
@@ -1525,7 +1532,7 @@ def _settled_view(
     data, archive = found
     # MEMORY.md may have changed since (the agent writes its own pointers): the held edit
     # reads all of it, with every file it names (below). The archive it takes as it is.
-    mark = settled_mark(main.identity, archive.identity, rt.config.index, _heading(md))
+    mark = settled_mark(main.identity, archive.identity, rt.config.index, _local(rt, md).heading)
     if mark[1:] != state.settled[1:]:
         return None
     # The archive's positions as the last hold of these bytes found them, if any: a one-shot

@@ -3,13 +3,16 @@ tracks, and whether files that vanished or changed hold the bytes of a recent co
 checkout, merge, rebase, stash or pull did it, not a person or an agent).
 
 Read-only: memoryd never runs a git command that writes (no index refresh, no lock taken:
-GIT_OPTIONAL_LOCKS=0), and every call has a timeout. Without a git binary, outside a work
-tree, or when git fails, a dir is taken as untracked and no change as git's."""
+GIT_OPTIONAL_LOCKS=0), runs none of the repo's hooks or fsmonitor, and every call has a
+timeout. Outside a work tree a dir is untracked; in one where git cannot answer (no git
+binary, a failure, a timeout), a dir holding markdown may be tracked and is left alone; no
+change is git's unless git says its bytes are a commit's."""
 
 import contextlib
 import fnmatch
 import hashlib
 import os
+import re
 import shutil
 import threading
 import time
@@ -28,7 +31,11 @@ TRACKED = "tracked by git"  # how the reason starts (see hands_off_reason)
 OPT_IN = "`memoryd dirs DIR` says how to have it written"
 
 # Settings that keep a read of someone's repo from running anything of theirs or writing.
-_SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+# A folder's name is a path, never a pattern (`--literal-pathspecs`).
+_SAFE = ("--literal-pathspecs", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+# A commit or tree id as git writes them in HEAD files and reflogs (SHA-1 or SHA-256); anything
+# else read there is no id memoryd asks git about.
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 # Variables that would point git at another repo than the one asked about.
 _GIT_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_PREFIX")
 
@@ -235,7 +242,7 @@ def _recent_commits(tree: WorkTree) -> list[str]:
     with _cache_lock:
         before = _remembered.get(tree.top, [])
     for c in (*commits, *before):
-        if c and set(c) != {"0"}:
+        if c == "HEAD" or (_OBJECT_ID.fullmatch(c) and set(c) != {"0"}):
             seen.setdefault(c, None)
     listed = list(seen)
     with _cache_lock:

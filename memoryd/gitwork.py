@@ -46,9 +46,26 @@ class WorkTree:
     git_dir: Path  # its git dir (a linked worktree's own, under the main repo's .git)
 
 
+# work_tree's answers for a moment: a pass asks it several times of one dir (~0.1 ms each).
+WORK_TREE_TTL = 2.0
+_work_trees: dict[Path, tuple[float, WorkTree | None]] = {}
+
+
 def work_tree(path: Path) -> WorkTree | None:
     """The git work tree holding `path` (a folder), by its `.git` entry (a git dir holds a
-    HEAD: an empty `.git` folder is none); None: in none."""
+    HEAD: an empty `.git` folder is none); None: in none. Remembered for WORK_TREE_TTL."""
+    now = time.monotonic()
+    hit = _work_trees.get(path)
+    if hit is not None and now - hit[0] < WORK_TREE_TTL:
+        return hit[1]
+    found = _find_work_tree(path)
+    if len(_work_trees) > 4096:
+        _work_trees.clear()
+    _work_trees[path] = (now, found)
+    return found
+
+
+def _find_work_tree(path: Path) -> WorkTree | None:
     for folder in (path, *path.parents):
         dot = folder / ".git"
         try:

@@ -138,6 +138,12 @@ EVENTS: dict[str, EventSpec] = {
         "a memory file (or index) was rewritten by another process; the old version is kept",
         ("file", "sha256", "previous", "size", "restore"),
     ),
+    "memory.checkout": EventSpec(
+        "info",
+        "memory files changed by a git checkout, merge, rebase, stash or pull (their bytes are "
+        "a recent commit's); versions kept, nothing to restore",
+        ("deleted", "rewritten", "at", "files"),
+    ),
     "memory.mass_change": EventSpec(
         "warning",
         "many memory files of a dir were deleted or rewritten by others in a short time",

@@ -407,9 +407,38 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
         ],
         "index": budget_use(main_text, rt, view_kind(md)) if main_text is not None else None,
         "in_sync": outcome.status in ("unchanged", "unmanaged"),
+        "drift": _git_drift(rt, md, outcome),
         **_dir_history(rt, md),
         **_claude_lock_json(md, rt),
     }
+
+
+def _git_drift(rt: Runtime, md: MemoryDir, outcome: Any) -> dict[str, int] | None:
+    """For a dir left alone because git tracks it: what `memoryd index DIR` would change
+    (pointers added, removed, moved to the archive); None for any other dir."""
+    from dataclasses import replace
+
+    from memoryd import gitwork, indexer
+
+    reason = outcome.ownership.reason if outcome.ownership else ""
+    if outcome.status != "unmanaged" or not reason.startswith(gitwork.TRACKED):
+        return None
+    named = indexer.check(replace(rt, named=(md.real_path,)), md)
+    edit = named.edit
+    if named.status != "would_change" or edit is None:
+        return {"added": 0, "removed": 0, "demoted": 0}
+    return {"added": len(edit.added), "removed": len(edit.removed), "demoted": len(edit.demoted)}
+
+
+def _drift_text(drift: dict[str, int], path: str) -> str:
+    if not any(drift.values()):
+        return "drift: none (MEMORY.md is in step with the files)"
+    parts = [
+        f"{drift[key]} {word}"
+        for key, word in (("added", "to add"), ("removed", "to remove"), ("demoted", "to archive"))
+        if drift[key]
+    ]
+    return f"drift: pointers {', '.join(parts)} (`memoryd index {shown(path)}` writes them)"
 
 
 def _iso(ts: float) -> str | None:
@@ -484,6 +513,7 @@ def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
 
     found = discover_all(rt.config, dirs)
     report_refused(rt, found.refused)
+    rt.named = tuple(dirs)  # named: a dir git tracks is written (see gitwork.hands_off_reason)
     return found
 
 
@@ -550,6 +580,8 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         link = f" (via symlink {row['path']})" if row["via_symlink"] else ""
         out.write(f"{shown(row['real_path'])}{shown(link)}\n")
         out.write(f"  kind: {row['kind']}  index: {row['mode']} — {row['mode_reason']}\n")
+        if row["drift"] is not None:
+            out.write(f"  {_drift_text(row['drift'], row['real_path'])}\n")
         root = row["repo_root"] or "none"
         out.write(f"  repo root: {shown(root)} ({shown(row['repo_reason'])})\n")
         if row["not_loaded"]:
@@ -663,7 +695,8 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     if not args.check:
         _recover(rt)
-    # --check changes nothing: not even the audit log.
+    # --check changes nothing: not even the audit log. It shows what `index DIR` would do.
+    rt.named = tuple(args.dirs)
     found = discover_all(rt.config, args.dirs) if args.check else _discover(rt, args.dirs)
     dirs, refused = found.dirs, found.refused
     # Why a dir is unmanaged is said once (as its `index.unmanaged` row is), not at every run:

@@ -63,6 +63,8 @@ class PathsConfig:
     repos: tuple[str, ...] = ()
     extra_memory_dirs: tuple[Path, ...] = ()
     record_stores: tuple[Path, ...] = ()  # JSONL record stores beyond <repo>/.agent/memory.jsonl
+    # Globs of git work trees whose tracked memory dirs memoryd manages for this user alone.
+    manage_repos: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +280,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
             "repos": _str_list,
             "extra_memory_dirs": _folder_list,
             "record_stores": _file_list,
+            "manage_repos": _str_list,
         },
     ),
     "index": (

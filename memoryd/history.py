@@ -38,7 +38,7 @@ def history_of(md: MemoryDir, name: str) -> dict[str, Any]:
                 "day": e.record.day,
                 "reason": e.record.reason,
                 "pass_id": e.record.pass_id,
-                "stored": f"{trash.TRASH_DIR}/{e.record.day}/{e.record.stored_name}",
+                "stored": trash.stored_label(md.real_path, e.record.day, e.record.stored_name),
                 "restored_as": e.restored_as,
                 "restored_at": e.restored_at,
             }

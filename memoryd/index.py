@@ -16,6 +16,8 @@ from enum import StrEnum
 from urllib.parse import unquote
 
 from memoryd.agentview import Hidden, View, ViewKind, agent_view
+from memoryd.conflicts import HINT as CONFLICT_HINT
+from memoryd.conflicts import conflict_line, conflict_message
 
 INDEX_NAME = "MEMORY.md"
 ARCHIVE_NAME = "MEMORY-ARCHIVE.md"
@@ -32,7 +34,8 @@ TRAILER_TEXT = (
     "> {n} memory files total. Every file is indexed exactly once across this file and "
     "[MEMORY-ARCHIVE.md](MEMORY-ARCHIVE.md); read the archive when a topic is not listed here."
 )
-DEMOTED_HEADING = re.compile(r"^## Moved from MEMORY\.md (\d{4}-\d{2}-\d{2}) \((\d+)\)\s*$")
+# Dated, or not in a git work tree (the same bytes on every machine, every day).
+DEMOTED_HEADING = re.compile(r"^## Moved from MEMORY\.md (?:(\d{4}-\d{2}-\d{2}) )?\((\d+)\)\s*$")
 _SEPARATOR = re.compile(r"^\s*(?:—|–|--|-)\s*")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 # `.`, `/` and NUL never need encoding in a basename: encoded, they can only hide a traversal.
@@ -406,6 +409,10 @@ def decide_ownership(
     without looking at every file. `as_left`: MEMORY.md is the file memoryd's last pass over
     this managed index left, so every pointer line in it is memoryd's own: managed.
     """
+    for label, text in ((INDEX_NAME, main), (ARCHIVE_NAME, archive)):
+        line = conflict_line(text) if text else None
+        if line is not None:  # either side's pointers may be meant: none are taken
+            return Ownership(False, f"{label} {conflict_message(line)}: {CONFLICT_HINT}")
     if main is not None and OFF_MARK in main:
         return Ownership(False, f"MEMORY.md holds {OFF_MARK}")
     if override == "off":
@@ -593,7 +600,8 @@ class IndexInput:
     separator: str = " — "
     budget: Budget = field(default_factory=Budget)
     now: float = 0.0
-    today: date = field(default_factory=date.today)
+    # The archive headings' date; None: undated (a dir in a git work tree).
+    today: date | None = field(default_factory=date.today)
     preferred: Mapping[str, str] = field(default_factory=dict)  # file -> pointer line to reuse
     # file -> where its pointer sat before it went to the trash (a restore; see Place)
     placements: Mapping[str, Place] = field(default_factory=dict)
@@ -1119,7 +1127,7 @@ def _append_to_archive(
     arch_lines: list[Line],
     moved: Sequence[Line],
     heading: str,
-    today: date,
+    today: date | None,
     eol: str,
     exists: bool,
 ) -> list[Line]:
@@ -1133,18 +1141,18 @@ def _append_to_archive(
         ]
     if out and not out[-1].eol:
         out[-1].eol = eol
-    stamp = today.isoformat()
+    stamp = f"{today.isoformat()} " if today is not None else ""
     headings = [i for i, ln in enumerate(out) if DEMOTED_HEADING.match(ln.content)]
     if headings:
         match = DEMOTED_HEADING.match(out[headings[-1]].content)
         assert match is not None
-        last_is_today = match.group(1) == stamp and all(
+        last_is_today = (f"{match.group(1)} " if match.group(1) else "") == stamp and all(
             ln.link is not None or not ln.content.strip() for ln in out[headings[-1] + 1 :]
         )
         if last_is_today:
             count = int(match.group(2)) + len(moved)
             # Changed in place, so an edit restricted to some lines knows where it came from.
-            out[headings[-1]].content = f"## Moved from MEMORY.md {stamp} ({count})"
+            out[headings[-1]].content = f"## Moved from MEMORY.md {stamp}({count})"
             out[headings[-1]].eol = eol
             while out and not out[-1].content.strip():
                 out.pop()
@@ -1152,7 +1160,7 @@ def _append_to_archive(
             return out
     if out and out[-1].content.strip():
         out.append(Line("", eol))
-    out.append(Line(f"## Moved from MEMORY.md {stamp} ({len(moved)})", eol))
+    out.append(Line(f"## Moved from MEMORY.md {stamp}({len(moved)})", eol))
     out.extend(Line(ln.content, eol, ln.link) for ln in moved)
     return out
 

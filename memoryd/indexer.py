@@ -25,15 +25,18 @@ from datetime import date
 from enum import StrEnum
 from typing import Any, Protocol
 
-from memoryd import fsops, index_held
+from memoryd import fsops, gitwork, index_held
 from memoryd.agentview import Hidden, ViewKind, view_kind_of
 from memoryd.config import IndexConfig
+from memoryd.conflicts import MARK as CONFLICT_MARK
 from memoryd.discover import MemoryDir
 from memoryd.errors import MemorydError, WriteConflict
 from memoryd.fsops import FileIdentity
 from memoryd.index import (
     ARCHIVE_NAME,
     INDEX_NAME,
+    MANAGE_MARK,
+    OFF_MARK,
     PREV_NAME,
     Budget,
     Entry,
@@ -187,6 +190,36 @@ def index_file_again(
     if known is not None and _as_read(dir_fd, name, known):
         return known
     return read_index_file(dir_fd, name, versions)
+
+
+# --- the same bytes on every machine -----------------------------------------------------------
+# In a git work tree, what memoryd writes is shared with every clone: two machines with the same
+# files must write the same bytes, so nothing there depends on a local folder name, a file's
+# mtime (a checkout's time) or today's date.
+@dataclass(frozen=True, slots=True)
+class Local:
+    """What a pass writes that depends on where the dir is: the index title, the date the
+    archive's headings carry (None: undated), and whether a memory's age is its frontmatter
+    date alone (`shared`: in a work tree, where mtimes are a checkout's)."""
+
+    heading: str
+    today: date | None
+    shared: bool
+
+    def entry(self, scanned: Scanned) -> Entry:
+        entry = scanned.entry()
+        return replace(entry, age_ts=scanned.modified_ts) if self.shared else entry
+
+
+def _local(rt: Runtime, md: MemoryDir) -> Local:
+    tree = gitwork.work_tree(md.real_path)
+    if tree is None:
+        return Local(md.heading, rt.today(), False)
+    if md.kind in ("agent", "repo-agent", "repo-agent-local"):
+        return Local(md.heading, None, True)
+    # The dir's path in the repo, never the clone's folder name.
+    rel = md.real_path.relative_to(tree.top).as_posix() if md.real_path != tree.top else "."
+    return Local(" ".join(rel.splitlines()), None, True)
 
 
 def _read_only_reason(md: MemoryDir, texts: Sequence[IndexText]) -> str:
@@ -563,7 +596,11 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
             )
         previous = req.previous
         scanned: DirScan | None = None
-        restoring = bool(req.preferred or req.placements)
+        # A restore, and a dir git tracks, take the full view: the held views know only that
+        # the dir was managed, not whether a tracked one is memoryd's to write (see _read_full).
+        restoring = bool(req.preferred or req.placements) or bool(
+            gitwork.hands_off_reason(md.real_path, rt.named, rt.config.paths.manage_repos)
+        )
         if req.held is not None and req.only is not None and writes and not restoring:
             try:
                 fast = _index_changed(
@@ -695,7 +732,10 @@ def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Sna
                 main.text, archive.text, {}, memories, override, known,
                 as_left=_as_left(state, main.identity),
             )  # fmt: skip
-            if not ownership.managed and main.text and override == "auto":
+            tracked = _tracked(rt, md, main.text, ownership, override)
+            if tracked:
+                ownership = Ownership(False, tracked)
+            elif not ownership.managed and main.text and override == "auto":
                 # Only now read the files MEMORY.md points to (a tree index's category
                 # files): it costs a read of each, which most dirs never need.
                 linked = _linked_texts(dir_fd, main.text, scan)
@@ -706,6 +746,19 @@ def _read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Sna
         if read_only and ownership.managed:
             ownership = Ownership(False, read_only)
     return Snapshot(scan, main, archive, ownership)
+
+
+def _tracked(
+    rt: Runtime, md: MemoryDir, main: str | None, ownership: Ownership, override: str
+) -> str:
+    """Why memoryd leaves the dir alone because git tracks its files ("" when it does not):
+    the first reason, before how the index is organised, unless the index opts in (the
+    config, the manage mark), says off, or holds a merge's conflict markers."""
+    if override != "auto" or MANAGE_MARK in (main or ""):
+        return ""
+    if not ownership.managed and (CONFLICT_MARK in ownership.reason or OFF_MARK in (main or "")):
+        return ""
+    return gitwork.hands_off_reason(md.real_path, rt.named, rt.config.paths.manage_repos)
 
 
 @dataclass(slots=True)
@@ -742,12 +795,12 @@ def plan_full(
     cfg: IndexConfig,
     md: MemoryDir,
     now: float,
-    today: date,
+    local: Local,
 ) -> Plan:
     """Plan: the edit of the whole index for the snapshot and the dir's state (pure)."""
     scan, main, archive = snapshot.scan, snapshot.main, snapshot.archive
     memories = scan.memories
-    entries = {n: s.entry() for n, s in memories.items()}
+    entries = {n: local.entry(s) for n, s in memories.items()}
     edit = update_index(
         IndexInput(
             main=main.text,
@@ -764,11 +817,11 @@ def plan_full(
             placements=req.placements,
             ready=_ready(memories, now, req.grace),
             own=state.own if state.known else {},
-            heading=md.heading,
+            heading=local.heading,
             separator=cfg.separator,
             budget=_budget(cfg),
             now=now,
-            today=today,
+            today=local.today,
             view=view_kind(md),
         )
     )
@@ -811,7 +864,7 @@ def _index_once(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
             rt.store.save(md.real_path, state)
             rt.store.save_cache(md.real_path, scan.files)
         return outcome
-    plan = plan_full(snapshot, state, req, rt.config.index, md, now, rt.today())
+    plan = plan_full(snapshot, state, req, rt.config.index, md, now, _local(rt, md))
     outcome.edit = plan.edit
     if not writes:
         if plan.changed:
@@ -881,7 +934,9 @@ def _write_and_report(
         due = min(scan.files[n].mtime_ns / 1e9 + req.grace for n in edit.waiting)
         outcome.retry_after = due if outcome.retry_after is None else min(due, outcome.retry_after)
     _report_links(rt, md, edit, state)
-    state.settled = [] if outcome.problems else settled_mark(main_id, archive_id, cfg, md.heading)
+    state.settled = (
+        [] if outcome.problems else settled_mark(main_id, archive_id, cfg, _local(rt, md).heading)
+    )
     state.known = True
     state.managed = True
     state.reported.pop("unmanaged", None)
@@ -983,6 +1038,12 @@ def _late_write(rt: Runtime, md: MemoryDir, state: DirState) -> None:
     with fsops.open_dir(md.real_path) as dir_fd:
         found = fsops.stat_id(dir_fd, PREV_NAME)
         if found == was:
+            if gitwork.work_tree(md.real_path) is not None:
+                # Left by a memoryd that kept one in a work tree too: memoryd's own, unwritten.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(PREV_NAME, dir_fd=dir_fd)
+                state.prev = []
+                rt.store.save(md.real_path, state)
             return
         state.prev = []  # (gone, or another file: not the one memoryd left there)
         if fsops.written_since(found, was):
@@ -1055,18 +1116,21 @@ def _write(rt: Runtime, md: MemoryDir, plan: Plan, prev_was: list[Any] | None) -
             )
         if plan.main_changed and edit.main is not None:
             data = out.data[INDEX_NAME] = _encode(edit.main, main.bom)
+            # Nothing of memoryd's in a git work tree but the index files (the version store
+            # keeps the old MEMORY.md): no .MEMORY.md.prev there.
+            keep = None if gitwork.work_tree(md.real_path) is not None else PREV_NAME
             out.main = fsops.replace_file(
                 md.real_path,
                 INDEX_NAME,
                 data,
                 main.identity,
-                keep_prev=PREV_NAME,
-                prev_was=prev_was[0] if prev_was else None,
+                keep_prev=keep,
+                prev_was=prev_was[0] if prev_was and keep else None,
                 expected_data=plan.expected[0],
                 on_own_write=rt.on_own_write,
                 versions=rt.versions,
             )
-            if main.identity is not None:
+            if main.identity is not None and keep:
                 out.prev = [_stat_of(main.identity), _stat_of(out.main)]
     except MemorydError as error:
         if isinstance(error, WriteConflict):
@@ -1162,7 +1226,13 @@ def _index_changed(
         if not (
             _same_file(dir_fd, INDEX_NAME, held.main)
             and _same_file(dir_fd, ARCHIVE_NAME, held.archive)
-        ) or (state.prev and fsops.written_since(fsops.stat_id(dir_fd, PREV_NAME), state.prev[0])):
+        ) or (
+            state.prev
+            and (
+                fsops.written_since(fsops.stat_id(dir_fd, PREV_NAME), state.prev[0])
+                or gitwork.work_tree(md.real_path) is not None
+            )
+        ):
             return None  # (the full pass brings a writer's late bytes back: see _late_write)
     # Read: the changed files only; in the caller's whole scan of this pass they are read
     # (and stat'ed) already.
@@ -1179,11 +1249,12 @@ def _index_changed(
         )
     )
     memories = dict(held.memories)
+    local = _local(rt, md)
     changed_files = {n: scan.files[n] for n in only if n in scan.files}
     for name in only:
         info = changed_files.get(name)
         if info is not None and info.kind == "memory":
-            memories[name] = info.entry()
+            memories[name] = local.entry(info)
         else:
             memories.pop(name, None)
     index = held.index
@@ -1228,11 +1299,11 @@ def _index_changed(
                 present=scan.present,
             ),
             ready=ready,
-            heading=md.heading,
+            heading=local.heading,
             separator=cfg.index.separator,
             budget=_budget(cfg.index),
             now=now,
-            today=rt.today(),
+            today=local.today,
             own=state.own,
             view=view_kind(md),
         ),
@@ -1301,6 +1372,8 @@ def _index_settled(
     given the scan made here, if any, which it takes as it is (each file is read once a pass)."""
     state = rt.store.load(md.real_path)
     if state.prev:
+        if gitwork.work_tree(md.real_path) is not None:
+            return None, None  # a .MEMORY.md.prev in a work tree: _late_write removes it
         with fsops.open_dir(md.real_path) as dir_fd:
             if fsops.stat_id(dir_fd, PREV_NAME) != state.prev[0]:
                 return None, None  # _late_write's to look at
@@ -1515,7 +1588,7 @@ def _settled_view(
     data, archive = found
     # MEMORY.md may have changed since (the agent writes its own pointers): the held edit
     # reads all of it, with every file it names (below). The archive it takes as it is.
-    mark = settled_mark(main.identity, archive.identity, rt.config.index, md.heading)
+    mark = settled_mark(main.identity, archive.identity, rt.config.index, _local(rt, md).heading)
     if mark[1:] != state.settled[1:]:
         return None
     # The archive's positions as the last hold of these bytes found them, if any: a one-shot

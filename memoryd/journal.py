@@ -169,7 +169,7 @@ def settle(journal: Journal) -> Recovery:
         result.unrecorded.extend(r.original_name for r in journal.moves)
         return result
     for record in journal.moves:
-        folder = memory_dir / trash.TRASH_DIR / record.day
+        folder = trash.trash_root(memory_dir) / record.day
         src = memory_dir / record.original_name
         dst = folder / record.stored_name
         src_there = os.path.lexists(src)

@@ -405,6 +405,7 @@ _COUNTERS: dict[str, Callable[[DirTally, Row], None]] = {
     "memory.deleted_outside": _inc("deleted_outside"),
     "memory.rewritten_outside": _inc("rewritten_outside"),
     "memory.mass_change": _inc("mass_changes"),
+    "memory.checkout": _ignore,
     "memory.forgotten": _inc("forgotten"),
     "memory.secret_found": _named("secrets", "line"),
     "flag.acknowledged": _inc("acknowledged"),

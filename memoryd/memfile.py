@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from memoryd.conflicts import HINT as CONFLICT_HINT
+from memoryd.conflicts import conflict_line, conflict_message
+
 MAX_FILE_BYTES = 1024 * 1024
 MAX_FRONTMATTER_BYTES = 16 * 1024
 MAX_FRONTMATTER_LINES = 30  # the closing `---` must come within this many lines
@@ -517,6 +520,9 @@ def _parse(
             "re-save the file as UTF-8",
             digest,
         )
+    conflict = conflict_line(text)
+    if conflict is not None:  # never read as a memory: its fields may be either side's
+        return Problem(filename, "conflict", conflict_message(conflict), CONFLICT_HINT, digest)
     split = _split_frontmatter(text, max_frontmatter_bytes)
     if split is None:
         return NotMemory(filename, digest, len(data))

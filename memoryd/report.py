@@ -4,10 +4,13 @@ from collections.abc import Sequence, Set
 from pathlib import Path
 from typing import Any
 
+from memoryd.conflicts import HINT as CONFLICT_HINT
+from memoryd.conflicts import MARK, conflict_message_short
 from memoryd.dirlabel import label as dir_label
 from memoryd.display import shown
 from memoryd.dream.run import DreamResult
 from memoryd.secrets import summary as secret_summary
+from memoryd.trash import stored_label
 
 COUNT_LABELS = [
     ("files", "memory files"),
@@ -55,7 +58,7 @@ def result_json(result: DreamResult) -> dict[str, Any]:
                 "duplicate_of": r.duplicate_of,
                 "superseded_by": r.superseded_by,
                 "id": r.id,
-                "trash": f".trash/{r.day}/{r.stored_name}",
+                "trash": stored_label(result.dir.real_path, r.day, r.stored_name),
             }
             for r in result.moved
         ],
@@ -181,7 +184,11 @@ def render_text(
         if id(result) in collapsed:
             continue
         header = f"{dir_label(result.dir)} ({shown(result.dir.path)}): {status_text(result)}"
-        if result.status == "unmanaged" and result.dir.real_path in said_before:
+        if (
+            result.status == "unmanaged"
+            and result.dir.real_path in said_before
+            and MARK not in result.message  # a merge to finish is said every time
+        ):
             header += f" (why: memoryd dirs {shown(result.dir.path)})"
         elif result.message:
             header += f" — {result.message}"
@@ -222,7 +229,8 @@ def render_text(
                 )
                 lines.append(
                     f"    {shown(r.original_name)}: moved to "
-                    f".trash/{r.day}/{shown(r.stored_name)} — {r.reason}: {detail} "
+                    f"{shown(stored_label(result.dir.real_path, r.day, r.stored_name))} — "
+                    f"{r.reason}: {detail} "
                     f"(restore: memoryd trash restore {r.id})"
                 )
         for name, why in result.skipped_moves:
@@ -249,7 +257,10 @@ def render_text(
             for name, found in sorted(result.secrets.items()):
                 lines.append(f"    {shown(name)}: {secret_summary(found)}")
         for name in result.unparseable:
-            lines.append(f"  unparseable (kept, not considered): {shown(name)}")
+            if name in result.merge_conflicts:
+                lines.append(f"  {shown(name)} {conflict_message_short()}: {CONFLICT_HINT}")
+            else:
+                lines.append(f"  unparseable (kept, not considered): {shown(name)}")
         for name in result.conflicts:
             lines.append(f"  sync conflict copy (reported, never consolidated): {shown(name)}")
         lines.append("")

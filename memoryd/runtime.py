@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memoryd.audit import AuditLog
@@ -49,6 +50,9 @@ class Runtime:
     # The version store, for a command that keeps versions (cmd_versions.keeping) and the
     # daemon: passed to every scan, index read and index write made with this Runtime.
     versions: "VersionStore | None" = field(default=None, repr=False, compare=False)
+    # The paths named on the command line of a command that writes (`index DIR`, `dream
+    # DIR`): an explicit request, so a memory dir git tracks under one of them is written.
+    named: tuple[Path, ...] = ()
 
     @classmethod
     def create(cls, config: Config, paths: AppPaths | None = None) -> "Runtime":

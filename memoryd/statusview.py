@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import safejson
+from memoryd.conflicts import HINT, MARK
 from memoryd.dirlabel import dir_label
+from memoryd.gitwork import OPT_IN as DETAIL
+from memoryd.gitwork import TRACKED, work_tree
 from memoryd.humanize import ago, clock_time, parse_ts, short_path, table
 from memoryd.instance import lock_holder
 from memoryd.logview import View
@@ -50,6 +53,9 @@ class Status:
     audit_log: str = ""
     config: str = ""
     lock_file: str = ""
+    # What a person must do in a dir memoryd leaves alone for it (a merge to finish), and the
+    # dirs git tracks memoryd only reads: (dir, what) each.
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +68,7 @@ class Status:
             "dirs_from_disk": self.from_disk,
             "audit_log": self.audit_log,
             "config": self.config,
+            "notes": [{"dir": d, "note": n} for d, n in self.notes],
         }
 
 
@@ -198,7 +205,38 @@ def gather(rt: Any, now: float) -> Status:
         result.dirs = [_row(d, True) for d in status.get("dirs", []) if isinstance(d, dict)]
     else:
         result.dirs, result.from_disk = _from_disk(rt, status), True
+    result.notes = _notes(rt, result.dirs)
     return result
+
+
+def _notes(rt: Any, rows: Sequence[DirRow]) -> list[tuple[str, str]]:
+    """From each dir's state: its files holding git conflict markers, and why memoryd leaves
+    it alone when a merge or git is the reason (as the last pass reported them)."""
+    out = []
+    tracked: dict[str, int] = {}  # by repo: one line for a repo's dozen agent dirs
+    for row in rows:
+        try:
+            reported = rt.store.load(Path(row.path)).reported
+        except (OSError, ValueError):
+            continue
+        why = str(reported.get("unmanaged") or "")  # (its numbers made N: said once)
+        if MARK in why:
+            out.append((row.path, f"{why.split(' ', 1)[0]} {MARK}: {HINT}"))
+        elif why.startswith(TRACKED):
+            tree = work_tree(Path(row.path))
+            top = str(tree.top) if tree is not None else row.path
+            tracked[top] = tracked.get(top, 0) + 1
+        conflicted = sorted(
+            k.removeprefix("unparseable:")
+            for k, v in reported.items()
+            if k.startswith("unparseable:") and str(v).startswith("conflict:")
+        )
+        if conflicted:
+            out.append((row.path, f"{', '.join(conflicted)} {MARK}: {HINT}"))
+    for top, count in sorted(tracked.items()):
+        dirs = "its memory dir" if count == 1 else f"{count} memory dirs"
+        out.append((top, f"{dirs} tracked by git: read and reported, never written ({DETAIL})"))
+    return out
 
 
 def _when(iso: str | None, view: View) -> str:
@@ -282,4 +320,6 @@ def render(s: Status, view: View) -> str:
         out.extend(dir_table(s.dirs, view, live=not s.from_disk))
     elif s.fresh:
         out.append("No memory dirs yet.")
+    for folder, note in s.notes:
+        out.append(f"  {short_path(folder, view.home)}: {note}")
     return "\n".join(out) + "\n"

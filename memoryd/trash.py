@@ -20,18 +20,22 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, openfiles, safejson, versions
+from memoryd import fsops, gitwork, openfiles, safejson, versions
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
 from memoryd.paths import (
     BoundedLines,
     NotRegularFile,
+    app_paths,
+    ensure_private_dir,
     open_regular,
     read_problem,
     regular_fd,
 )
 from memoryd.scan import skip_reason
+from memoryd.state import dir_key
 
 TRASH_DIR = ".trash"
+REPO_TRASH = "trash"  # the state dir's folder of the trashes of dirs in git work trees
 MANIFEST = "manifest.jsonl"
 # Appended to a trashed file's name (see free_name); a trash written before has plain names.
 TRASHED_SUFFIX = ".trashed"
@@ -77,7 +81,21 @@ def new_id() -> str:
 
 
 def trash_root(memory_dir: Path) -> Path:
-    return memory_dir / TRASH_DIR
+    """Where a dir's trash is: `<memory dir>/.trash`; for a dir in a git work tree (whose
+    `git status` must show only what memoryd changed), `trash/<dir key>` in the state dir."""
+    if gitwork.work_tree(memory_dir) is None:
+        return memory_dir / TRASH_DIR
+    real = Path(os.path.realpath(memory_dir))
+    return app_paths().state_dir / REPO_TRASH / dir_key(real)
+
+
+def stored_label(memory_dir: Path, day: str, stored_name: str) -> str:
+    """Where a trashed file is, as reports show it: relative to the memory dir (`.trash/...`),
+    or the full path of a trash in the state dir."""
+    root = trash_root(memory_dir)
+    if root.name == TRASH_DIR:
+        return f"{TRASH_DIR}/{day}/{stored_name}"
+    return str(root / day / stored_name)
 
 
 def _not_plain(path: Path) -> UnsafeFilesystemOperation:
@@ -110,13 +128,17 @@ def open_trash(memory_dir: Path) -> Iterator[int | None]:
     through a path), so a `.trash` that is, or becomes, a symlink can never lead a purge or a
     restore out of the memory dir: it is refused.
     """
-    with fsops.open_dir(memory_dir) as dir_fd:
-        try:
-            fd = os.open(TRASH_DIR, _NO_FOLLOW_DIR, dir_fd=dir_fd)
-        except FileNotFoundError:
-            fd = -1
-        except OSError as error:  # ELOOP: a symlink; ENOTDIR: a file
-            raise _not_plain(memory_dir / TRASH_DIR) from error
+    root = trash_root(memory_dir)
+    holder = memory_dir if root.name == TRASH_DIR else root.parent
+    fd = -1
+    if root.name == TRASH_DIR or holder.is_dir():
+        with fsops.open_dir(holder) as dir_fd:
+            try:
+                fd = os.open(root.name, _NO_FOLLOW_DIR, dir_fd=dir_fd)
+            except FileNotFoundError:
+                fd = -1
+            except OSError as error:  # ELOOP: a symlink; ENOTDIR: a file
+                raise _not_plain(root) from error
     try:
         yield fd if fd >= 0 else None
     finally:
@@ -130,13 +152,13 @@ def open_day(memory_dir: Path, day: str) -> Iterator[int]:
     a plain folder, FileNotFoundError when it does not exist)."""
     with open_trash(memory_dir) as trash_fd:
         if trash_fd is None:
-            raise FileNotFoundError(2, "No such file or directory", str(memory_dir / TRASH_DIR))
+            raise FileNotFoundError(2, "No such file or directory", str(trash_root(memory_dir)))
         try:
             fd = os.open(day, _NO_FOLLOW_DIR, dir_fd=trash_fd)
         except FileNotFoundError:
             raise
         except OSError as error:
-            raise _not_plain(memory_dir / TRASH_DIR / day) from error
+            raise _not_plain(trash_root(memory_dir) / day) from error
     try:
         yield fd
     finally:
@@ -157,6 +179,8 @@ def _day_dirs(trash_fd: int) -> list[str]:
 
 def day_folder(memory_dir: Path, day: date) -> Path:
     root = trash_root(memory_dir)
+    if root.name != TRASH_DIR:
+        ensure_private_dir(root.parent)
     _ensure_real_dir(root)
     folder = root / day.isoformat()
     _ensure_real_dir(folder)
@@ -260,12 +284,12 @@ def put_back_unchecked(memory_dir: Path, record: TrashRecord) -> str | None:
     with fsops.open_dir(memory_dir) as dir_fd, open_day(memory_dir, record.day) as day_fd:
         if holds_planned(day_fd, record):
             return None
-        return put_back(day_fd, dir_fd, record, (memory_dir / TRASH_DIR / record.day, memory_dir))
+        return put_back(day_fd, dir_fd, record, (trash_root(memory_dir) / record.day, memory_dir))
 
 
 def append_record(memory_dir: Path, day: str, line: str) -> None:
     with open_day(memory_dir, day) as day_fd:
-        fd = open_manifest(day_fd, memory_dir / TRASH_DIR / day)
+        fd = open_manifest(day_fd, trash_root(memory_dir) / day)
     try:
         _write_line(fd, line)
         os.fsync(fd)
@@ -530,7 +554,7 @@ def _manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
     try:
         with open_day(memory_dir, day) as day_fd:
             fd, _ = open_regular(
-                MANIFEST, dir_fd=day_fd, follow=False, shown=memory_dir / TRASH_DIR / day
+                MANIFEST, dir_fd=day_fd, follow=False, shown=trash_root(memory_dir) / day
             )
     except FileNotFoundError:
         return
@@ -646,7 +670,7 @@ def matches(memory_dir: Path, entry: Entry, key: str) -> bool:
     path = Path(key).expanduser()
     candidates = [path]
     if not path.is_absolute():
-        candidates = [memory_dir / path, memory_dir / TRASH_DIR / path]
+        candidates = [memory_dir / path, trash_root(memory_dir) / path]
         with contextlib.suppress(OSError):  # a working folder that is gone
             candidates.append(Path.cwd() / path)
     # The trashed file's path under the naming of older memoryd versions (its name without
@@ -703,7 +727,7 @@ def restore(memory_dir: Path, entry: Entry) -> str:
             "does not act on it. If you trust the file it names, move it back by hand"
         )
     try:
-        data, _ = _read_stored(entry)
+        data, _ = _read_stored(memory_dir, entry)
     except FileNotFoundError as error:
         raise MemorydError(
             f"{entry.stored_path}: the trashed file is gone (purged or moved by hand); "
@@ -736,8 +760,8 @@ def restore(memory_dir: Path, entry: Entry) -> str:
     return name
 
 
-def _read_stored(entry: Entry) -> tuple[bytes, os.stat_result]:
-    with open_day(entry.folder.parent.parent, entry.folder.name) as fd:
+def _read_stored(memory_dir: Path, entry: Entry) -> tuple[bytes, os.stat_result]:
+    with open_day(memory_dir, entry.folder.name) as fd:
         return fsops.read_regular(fd, entry.record.stored_name, 64 << 20)
 
 
@@ -830,7 +854,7 @@ def _remove_tree_at(trash_fd: int, name: str, memory_dir: Path) -> None:
     """
     if not shutil.rmtree.avoids_symlink_attacks:
         raise UnsafeFilesystemOperation(
-            f"{memory_dir / TRASH_DIR / name}: this platform cannot remove folders without "
+            f"{trash_root(memory_dir) / name}: this platform cannot remove folders without "
             "following links; remove it by hand"
         )
     shutil.rmtree(name, dir_fd=trash_fd)

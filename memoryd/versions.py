@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import fsops, retention, safejson, witness
+from memoryd import fsops, gitwork, retention, safejson, witness
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
 from memoryd.paths import (
@@ -1527,6 +1527,12 @@ class VersionStore:
                     told.append(("deleted", name, sha, "", size, counts))
                     extra = _COUNTS if counts else None
                 rows.append((now, name, sha, size, "gone", OTHER, extra))
+            made, at = self._git_made(d, told)
+            if made:  # not marked to count toward an alarm, nor listed as deleted (`git`)
+                rows = [
+                    (t, f, h, n, e, by, {"git": at}) if f in made else (t, f, h, n, e, by, x)
+                    for t, f, h, n, e, by, x in rows
+                ]
             self._append(d, rows)
             if gone:
                 d.settled = None
@@ -1534,10 +1540,44 @@ class VersionStore:
                 n in d.seen for n, info in files.items() if info.kind in ("memory", "note")
             ):
                 d.settled = _names_digest(present)
+            told = self._git_said(d, told, made, at)
             for kind, name, sha, prev_sha, size, counts in told:
                 self._outside(d, now, kind, name, sha, prev_sha, size, counts)
             if any(t[5] for t in told):
                 self._alarm(d, now)
+
+    def _git_made(
+        self, d: _Dir, told: list[tuple[str, str, str, str, int, bool]]
+    ) -> tuple[set[str], str]:
+        """The names of the outside changes a git operation made (a checkout, merge, stash
+        or pull: their bytes are a recent commit's), and the branch or commit checked out."""
+        if not told or gitwork.work_tree(d.path) is None:
+            return set(), ""
+        changes = [
+            gitwork.Change(
+                name,
+                self.read_object(prev if kind == "rewritten" else sha),
+                self.read_object(sha) if kind == "rewritten" else None,
+                kind == "deleted",
+            )
+            for kind, name, sha, prev, _, _ in told
+        ]
+        return gitwork.git_made(d.path, changes)
+
+    def _git_said(
+        self, d: _Dir, told: list[tuple[str, str, str, str, int, bool]], made: Set[str], at: str
+    ) -> list[tuple[str, str, str, str, int, bool]]:
+        """The changes git made are one `memory.checkout` row (no alarm, no restore advice;
+        their versions are kept as for any change); the rest, the outside changes."""
+        if not made:
+            return told
+        if self.audit is not None:
+            kinds = [t[0] for t in told if t[1] in made]
+            self.audit(
+                "memory.checkout", dir=d.path, deleted=kinds.count("deleted"),
+                rewritten=kinds.count("rewritten"), at=at, files=sorted(made)[:50],
+            )  # fmt: skip
+        return [t for t in told if t[1] not in made]
 
     def _unchanged(self, d: _Dir, present: Set[str], only: Set[str] | None) -> bool:
         """Whether a scan that read nothing new has nothing to record, by the stamp alone:
@@ -1627,7 +1667,9 @@ class VersionStore:
             now = self.clock()
             self._append(d, [(now, name, sha, size, "seen", by, None)])
         if by == OTHER and latest is not None and latest[1] == "seen":
-            self._outside(d, now, "rewritten", name, sha, latest[0], size, False)
+            told = [("rewritten", name, sha, latest[0], size, False)]
+            for change in self._git_said(d, told, *self._git_made(d, told)):
+                self._outside(d, now, *change)
 
     # --- outside changes and the alarm -----------------------------------------------------------
     def _outside(
@@ -2153,7 +2195,7 @@ def deleted(store: VersionStore, path: Path) -> list[Deleted]:
             there[rec.f] = rec
         else:
             there.pop(rec.f, None)
-        if rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra:
+        if rec.e == "gone" and rec.by == OTHER and "to" not in rec.extra and "git" not in rec.extra:
             found.pop((rec.f, rec.h), None)
             found[(rec.f, rec.h)] = rec
             names_of.setdefault(rec.h, set()).add(rec.f)

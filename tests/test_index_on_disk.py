@@ -817,9 +817,9 @@ def test_own_writes_are_told_to_the_runtime_that_wrote_them(env: Env, mdir: Path
 
 def test_a_repo_folder_named_with_a_line_break_gets_a_one_line_heading(env: Env, cli) -> None:
     """A new MEMORY.md's heading is the repo folder's name: a line break in it must not put
-    lines of its own (here a pointer) into the index."""
+    lines of its own (here a pointer) into the index. (Not a git work tree: in one, the
+    heading is the dir's path in the repo, the same in every clone.)"""
     repo = env.home / "two\n- [ghost](ghost.md)"
-    (repo / ".git").mkdir(parents=True)
     folder = repo / ".claude" / "memory"
     write_memory(folder, "a.md", description="one")
     assert cli("index", folder).code == 0

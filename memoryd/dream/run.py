@@ -68,6 +68,7 @@ class DreamResult:
     files: int = 0
     unparseable: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    merge_conflicts: list[str] = field(default_factory=list)  # files with git's markers
     # Flagged memories a person acknowledged as they are now (memoryd.acked): not listed.
     acknowledged: set[str] = field(default_factory=set)
     secrets: dict[str, list[Finding]] = field(default_factory=dict)  # file -> found
@@ -589,6 +590,10 @@ def _dream_dir(
             result.probed_index = probe.snapshot.main.text
         managed = bool(ownership and ownership.managed)
         listing = Listing.of(scan) if scan is not None else None
+        if scan is not None:
+            result.merge_conflicts = sorted(
+                n for n, f in scan.problems.items() if f.problem_kind == "conflict"
+            )
         # Of the scan, the pass keeps only names: the listing, and what its own index update
         # needs (see Basis: with the index files as the probe read them, not read again). Nor
         # does the store hold the parse cache past here (a full index pass, when one is needed
@@ -921,7 +926,7 @@ def _move_all(
             sha256=record.sha256,
             duplicate_of=record.duplicate_of,
             superseded_by=record.superseded_by,
-            stored=f"{trash.TRASH_DIR}/{record.day}/{record.stored_name}",
+            stored=trash.stored_label(md.real_path, record.day, record.stored_name),
         )
     return entry
 

@@ -173,6 +173,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="list every dir, those in sync too, and why each unmanaged one is",
     )
+    # The post-write hook's pass: the dir is where the agent wrote, not a person's request to
+    # write an index git tracks (gitwork.hands_off_reason), so it is not counted as named.
+    p.add_argument("--not-named", action="store_true", help=argparse.SUPPRESS)
 
     p = sub.add_parser(
         "run",
@@ -698,6 +701,8 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     # --check changes nothing: not even the audit log. It shows what `index DIR` would do.
     rt.named = tuple(args.dirs)
     found = discover_all(rt.config, args.dirs) if args.check else _discover(rt, args.dirs)
+    if args.not_named:
+        rt.named = ()
     dirs, refused = found.dirs, found.refused
     # Why a dir is unmanaged is said once (as its `index.unmanaged` row is), not at every run:
     # the run that records it in the dir's state says it; `-v` and `dirs DIR` say it again.

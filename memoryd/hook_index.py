@@ -47,7 +47,7 @@ def index_after_write(data: dict[str, Any]) -> None:
     from memoryd.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    code = main(["index", folder], out=out, err=err)
+    code = main(["index", "--not-named", folder], out=out, err=err)
     if code not in (0,):
         said = (err.getvalue() or out.getvalue()).strip()
         raise RuntimeError(f"memoryd index {folder} exited {code}: {said}")

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -434,3 +435,31 @@ def test_a_stash_its_pop_and_a_conflicted_merge_under_the_daemon_raise_nothing(
     finally:
         running.proc.terminate()
         running.proc.wait(timeout=30)
+
+
+def test_the_post_write_hook_leaves_a_dir_git_tracks_as_committed(tmp_path: Path, env: Env) -> None:
+    """The agent writing a memory into a tracked dir is no person's request to write its
+    index: Claude Code's post-write hook (`memoryd hook post-tool-use`) leaves MEMORY.md as
+    committed, so `git status` shows the agent's new file and nothing of memoryd's."""
+    root = tmp_path / "app"
+    folder = make_repo(root)
+    new = write_memory(folder, "release.md", description="about release")
+    data = {
+        "session_id": "s1",
+        "cwd": str(root),
+        "hook_event_name": "PostToolUse",
+        "tool_name": "Write",
+        "tool_input": {"file_path": str(new)},
+        "tool_use_id": "toolu_1",
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "memoryd"), "hook", "post-tool-use"],
+        input=json.dumps(data),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (folder / "MEMORY.md").read_text() == HAND
+    assert porcelain(root) == f"?? {AGENT}/release.md\n"

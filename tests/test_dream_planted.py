@@ -37,6 +37,24 @@ def test_each_classification(env: Env, cli, repo: Path) -> None:
     assert flagged["part.md"]["guard"] is None
 
 
+def test_a_missing_symbol_with_every_path_found_is_partially_stale(
+    env: Env, cli, repo: Path
+) -> None:
+    """FRESH needs every reference found: a gone symbol beside found paths flags, never moves."""
+    gone = mem(repo, "gone_sym.md", "`src/app.py` calls `_splitCompound()` and handle_request().")
+    only_sym = mem(repo, "only_sym.md", "The parser calls `_splitCompound()` for compounds.")
+    filler(repo)
+    data = explain(cli, gone)
+    assert data["classification"] == "partially_stale"
+    assert data["decision"] == "keep — partially stale: flagged for review"
+    assert explain(cli, only_sym)["classification"] == "evergreen"  # symbols alone: never stale
+    report = dream(cli, repo)
+    assert moved(report) == {}
+    flagged = {f["file"]: f for f in report["flagged"]}
+    assert flagged["gone_sym.md"]["missing"] == ["_splitCompound"]
+    assert "only_sym.md" not in flagged
+
+
 def test_unverifiable_references_never_count(env: Env, cli, repo: Path) -> None:
     """~/, absolute, $VAR, URL and unknown-first-segment paths are recorded, never counted."""
     body = (
@@ -182,6 +200,26 @@ def test_contradiction_on_the_same_object_is_resolved(env: Env, cli, repo: Path)
     report = dream(cli, repo)
     assert moved(report) == {"pkg_old.md": "contradiction"}
     assert report["changes"][0]["superseded_by"] == "pkg_new.md"
+
+
+def test_opposing_directives_are_a_contradiction_whatever_the_overlap(
+    env: Env, cli, repo: Path
+) -> None:
+    """`always use uv` vs `never use uv` sharing 70% of their words: superseded, no duplicate."""
+    shared = "installing python packages across monorepo workspace lockfile"
+    mem(repo, "uv_old.md", f"Always use uv {shared} alpha bravo", age=50)
+    mem(repo, "uv_new.md", f"Never use uv {shared} charlie delta", age=5)
+    filler(repo)
+    data = explain(cli, repo / ".claude" / "memory" / "uv_old.md")
+    [sim] = data["similar"]
+    # `uv` has two letters, no significant word: the object is the next one (DESIGN §4.7).
+    assert sim["overlap"] >= 0.6 and sim["opposing_directives"] == ["installing"]
+    assert sim["kind"] == "contradiction"
+    assert data["decision"].startswith("move to trash — contradiction")
+    report = dream(cli, repo)
+    assert moved(report) == {"uv_old.md": "contradiction"}
+    [change] = report["changes"]
+    assert change["superseded_by"] == "uv_new.md" and change.get("duplicate_of") is None
 
 
 def test_opposite_directives_on_different_objects_are_not_a_contradiction(

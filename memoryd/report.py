@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.display import shown
+from memoryd.dream.plan import Flag
 from memoryd.dream.run import DreamResult
 from memoryd.secrets import summary as secret_summary
 
@@ -30,7 +31,6 @@ def totals(results: Sequence[DreamResult], promotion_candidates: int = 0) -> dic
     # An index pass edits lines (it never regenerates a file); the old key stays for programs.
     out["indexes_updated"] = sum(1 for r in results if r.index and r.index.status == "updated")
     out["indexes_rebuilt"] = out["indexes_updated"]
-    out["acknowledged"] = sum(len(r.acknowledged) for r in results)
     out["promotion_candidates"] = promotion_candidates
     return out
 
@@ -72,16 +72,9 @@ def result_json(result: DreamResult) -> dict[str, Any]:
             {"file": f, "why": w, **({"kept_as": result.kept_as[f]} if f in result.kept_as else {})}
             for f, w in result.skipped_moves
         ],
-        "flagged": [
-            {
-                "file": f.filename,
-                "classification": f.classification.value,
-                "missing": list(f.missing),
-                "guard": f.guard or None,
-                "acknowledged": f.filename in result.acknowledged,
-            }
-            for f in (plan.flagged if plan else [])
-        ],
+        # Listed for review; those a person acknowledged (memoryd ack) as they are now apart.
+        "flagged": [_flag_json(f) for f in result.flags_listed],
+        "acknowledged": [_flag_json(f) for f in result.flags_acknowledged],
         "unparseable": result.unparseable,
         "secrets": [
             {"file": name, **f.to_json()}
@@ -91,6 +84,15 @@ def result_json(result: DreamResult) -> dict[str, Any]:
         "conflict_copies": result.conflicts,
         "index": result.index.status if result.index else None,
         "duration_ms": result.duration_ms,
+    }
+
+
+def _flag_json(flag: Flag) -> dict[str, Any]:
+    return {
+        "file": flag.filename,
+        "classification": flag.classification.value,
+        "missing": list(flag.missing),
+        "guard": flag.guard or None,
     }
 
 
@@ -228,7 +230,7 @@ def render_text(
             kept = result.kept_as.get(name)
             where = f"; kept as {shown(kept)} (a new {shown(name)} took its name)" if kept else ""
             lines.append(f"    {shown(name)}: not moved — {why}{where}")
-        listed = [f for f in plan.flagged if f.filename not in result.acknowledged] if plan else []
+        listed = result.flags_listed
         if listed:
             lines.append("  Flagged for review (memoryd ack FILE once seen):")
             for flag in listed:
@@ -262,7 +264,7 @@ def render_text(
     lines.append(f"  {'dirs':<26}{t['dirs']:>7}")
     for key, label in COUNT_LABELS:
         lines.append(f"  {label:<26}{t.get(key, 0):>7}")
-    lines.append(f"  {'flagged for review':<26}{t.get('flagged', 0) - t['acknowledged']:>7}")
+    lines.append(f"  {'flagged for review':<26}{t.get('flagged', 0):>7}")
     lines.append(f"  {'indexes updated':<26}{t['indexes_updated']:>7}")
     lines.append(f"  {'promotion candidates':<26}{t['promotion_candidates']:>7}")
     return "\n".join(lines) + "\n"

@@ -28,7 +28,16 @@ from memoryd.dream.consult import (
 )
 from memoryd.dream.facts import FactsCache, derive, load_saved
 from memoryd.dream.memo import DreamMemo
-from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make_item, plan_pass
+from memoryd.dream.plan import (
+    Flag,
+    Item,
+    Move,
+    Plan,
+    Thresholds,
+    kept_by_guard,
+    make_item,
+    plan_pass,
+)
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repo import RepoIndex, dump_sources, load_sources
 from memoryd.errors import MemorydError
@@ -99,6 +108,7 @@ class DreamResult:
             moved_by[reason] = moved_by.get(reason, 0) + 1
         classes = plan.counts if plan else {}
         kept = len(kept_by_guard(plan)) if plan else 0
+        listed = len(self.flags_listed)
         return {
             "files": self.files,
             "stale_pruned": moved_by["stale"],
@@ -109,8 +119,21 @@ class DreamResult:
             "fresh": classes.get("fresh", 0),
             "kept_by_guard": kept,
             "surviving": self.files - len(reasons),
-            "flagged": len(plan.flagged) if plan else 0,
+            "flagged": listed,
+            "acknowledged": (len(plan.flagged) if plan else 0) - listed,
         }
+
+    @property
+    def flags_listed(self) -> list[Flag]:
+        """The flags the report lists for review: every flag of the plan but those a person
+        acknowledged as the memory is now. A dry run lists exactly what its pass would."""
+        plan = self.plan
+        return [f for f in plan.flagged if f.filename not in self.acknowledged] if plan else []
+
+    @property
+    def flags_acknowledged(self) -> list[Flag]:
+        plan = self.plan
+        return [f for f in plan.flagged if f.filename in self.acknowledged] if plan else []
 
 
 class RepoCache:
@@ -685,7 +708,7 @@ def _dream_dir(
         state = rt.store.load(md.real_path)
         state.last_dream_ts = now
         state.last_dream_result = result.status
-        state.last_dream_flagged = result.counts()["flagged"] - len(result.acknowledged)
+        state.last_dream_flagged = result.counts()["flagged"]
         state.changed_since_dream = []
         rt.store.save(md.real_path, state)
     return result

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 from memoryd import __version__
 from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
+from memoryd.openfiles import out_of_files
 
 if TYPE_CHECKING:
     from memoryd.discover import Discovery, EmptyRepo, MemoryDir, RefusedDir
@@ -1397,6 +1398,10 @@ def main(
         # What no step turned into a message of its own (a state file on a full disk, say):
         # still the file and what to do, not a traceback.
         where = f"{error.filename}: " if error.filename else ""
+        fix = out_of_files(error)
+        if fix is not None:
+            err.write(f"memoryd: {where}{fix}.\n")
+            return EXIT_FINDINGS
         err.write(
             f"memoryd: {where}{error.strerror or error}. Free disk space or fix the "
             "permissions there, then rerun.\n"

@@ -15,6 +15,7 @@ from typing import Any
 
 from memoryd.agentview import view_kind_of
 from memoryd.discover import MemoryDir
+from memoryd.recall.opened import OpenBounded
 from memoryd.recall.query import DAY, Frame, expressions, name_keys
 from memoryd.recall.store import BUSY_WAIT, Change, DirIndex, Row, Window, index_path
 
@@ -84,20 +85,21 @@ class Engine:
             options["max_frontmatter_bytes"] = max_frontmatter_bytes
         if warn is not None:
             options["warn"] = warn
-        self.indexes = {
-            md.real_path: DirIndex(
-                index_path(state_dir, md.real_path),
-                md.real_path,
-                window=_window(md, window),
-                workers=workers,
-                **options,
-            )
-            for md in self.dirs
-        }
+        self.indexes = OpenBounded(
+            {
+                md.real_path: DirIndex(
+                    index_path(state_dir, md.real_path),
+                    md.real_path,
+                    window=_window(md, window),
+                    workers=workers,
+                    **options,
+                )
+                for md in self.dirs
+            }
+        )
 
     def close(self) -> None:
-        for index in self.indexes.values():
-            index.close()
+        self.indexes.close()
 
     def __enter__(self) -> "Engine":
         return self

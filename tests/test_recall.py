@@ -319,6 +319,50 @@ def test_typos_and_word_forms_match_and_exact_names_rank_first(env: Env, mem: Pa
     assert hits[0]["why"] == ["exact name"]
 
 
+def test_one_list_across_dirs_ranks_the_memory_holding_every_word_first(
+    env: Env, tmp_path: Path
+) -> None:
+    """`e2e test`: the one memory holding both words ranks first, before the many of other
+    dirs holding only `test`/`tests`/`tests2` (no memory there holds `e2e`, which another dir
+    does: they hold some of the words, not every one)."""
+    pilot = tmp_path / "vrcpilot"
+    description = (
+        "tests/e2e/ シナリオは人手作業として残さず、Claude 自身が `just e2e-test` で実行・検証する"
+    )
+    body = "`tests/e2e/` 配下の e2e シナリオは Claude セッション内で実行する\n"
+    plant(pilot, "feedback_e2e_run.md", name="e2e は Claude が実行する", type_="feedback",
+          description=description, body=body)  # fmt: skip
+    plant(pilot, "notes.md", name="Notes", description="misc", body="capture window\n")
+    for d in range(3):
+        other = tmp_path / f"proj{d}"
+        for topic in ("anchor", "barley", "canyon", "dolphin", "ember", "fjord"):
+            plant(other, f"{topic}.md", name=topic, description="misc", body=f"{topic} notes\n")
+        plant(other, "tests.md", name="tests", description="tests2 tests", body="tests tests2\n")
+        plant(other, "test.md", name="test", description="test runner", body="test test\n")
+    with engine(env, *sorted(tmp_path.iterdir())) as e:
+        e.refresh()
+        hits = e.results(e.search("e2e test", limit=30))
+    assert files(hits)[0] == "feedback_e2e_run.md"
+    assert all("why" not in h for h in hits)  # nothing taken for a typo of `e2e`
+
+
+def test_a_word_one_dir_holds_is_no_typo_in_another(env: Env, tmp_path: Path) -> None:
+    """`stash --type feedback`: the exact `stash` memories of two dirs, never a third dir's
+    fuzzy `stats` one; a word no dir holds still finds its closest words."""
+    for d in ("a", "b"):
+        plant(tmp_path / d, f"stash_{d}.md", name=f"Stash {d}", type_="feedback",
+              description="git", body="never stash with untracked files\n")  # fmt: skip
+    plant(tmp_path / "c", "stats.md", name="Numbers", type_="feedback",
+          description="metrics", body="the stats page is slow\n")  # fmt: skip
+    with engine(env, *sorted(tmp_path.iterdir())) as e:
+        e.refresh()
+        assert set(files(e.results(e.search("stash", type_="feedback")))) == {
+            "stash_a.md",
+            "stash_b.md",
+        }
+        assert files(e.results(e.search("statz", type_="feedback"))) == ["stats.md"]
+
+
 def test_word_forms_are_words_the_dir_holds_not_a_stemmed_prefix(env: Env, tmp_path: Path) -> None:
     """A word's other forms are the dir's words starting with its prefix (`deploys` ->
     `deployment`), not an FTS5 prefix query: the porter tokenizer stems that prefix too

@@ -16,7 +16,7 @@ from typing import Any
 from memoryd.agentview import view_kind_of
 from memoryd.discover import MemoryDir
 from memoryd.recall.opened import OpenBounded
-from memoryd.recall.query import DAY, Frame, expressions, name_keys
+from memoryd.recall.query import DAY, Frame, expressions, held_words, name_keys
 from memoryd.recall.store import BUSY_WAIT, Change, DirIndex, Row, Window, index_path
 
 Result = dict[str, Any]
@@ -135,12 +135,16 @@ class Engine:
         stale = now - self.stale_after
         filters: dict[str, Any] = {"type_": type_, "since": frame.since, "until": frame.until}
         hits: dict[tuple[Path, str], Hit] = {}
-        for md in self._selected(project):
+        selected = self._selected(project)
+        # Which words each dir holds, first: a word one dir holds is no typo in another.
+        held = {md.real_path: held_words(query, self.indexes[md.real_path]) for md in selected}
+        elsewhere = {h.word for words in held.values() for h in words if h.held}
+        for md in selected:
             index = self.indexes[md.real_path]
             named = index.named(name_keys(query), **filters)
             for row in named:
                 hits.setdefault((md.real_path, row.file), Hit(md, row, 0, ["exact name"]))
-            found = expressions(query, index)
+            found = expressions(query, index, held=held[md.real_path], elsewhere=elsewhere)
             got = len(named)
             for group, expression in ((1, found.every), (2, found.some)):
                 if not expression or (group == 2 and got):

@@ -374,6 +374,9 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
             )
             for f in found
         ],
+        "dangling_links": [d.to_json() for d in findings.dir_dangling_links(rt, md, scan)]
+        if scan
+        else [],
         "index": budget_use(main_text, rt, view_kind(md)) if main_text is not None else None,
         "in_sync": outcome.status in ("unchanged", "unmanaged"),
         **_dir_history(rt, md),
@@ -543,6 +546,9 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             out.write(_render_secrets([row], indent="    ", where=False))
         for problem in row["problems"]:
             out.write(f"    {shown(problem['file'])}: {problem['problem']} — {problem['hint']}\n")
+        for link in row["dangling_links"]:
+            linked = f"{shown(link['file'])}: [[{shown(link['link'])}]]"
+            out.write(f"  dangling link: {linked} — {link['why']}\n")
         if row["claude_consolidated"]:
             now = " (it holds its lock now)" if row["claude_lock_held"] else ""
             out.write(f"  Claude Code's last consolidation: {row['claude_consolidated']}{now}\n")

@@ -76,6 +76,7 @@ def result_json(result: DreamResult) -> dict[str, Any]:
         "flagged": [_flag_json(f) for f in result.flags_listed],
         "acknowledged": [_flag_json(f) for f in result.flags_acknowledged],
         "unparseable": result.unparseable,
+        "dangling_links": [d.to_json() for d in result.dangling],
         "secrets": [
             {"file": name, **f.to_json()}
             for name, found in sorted(result.secrets.items())
@@ -152,6 +153,7 @@ def _nothing_to_say(result: DreamResult) -> bool:
         and not (plan and (plan.moves or plan.flagged))
         and not (result.message or result.repo_note or result.skipped_moves or result.secrets)
         and not (result.acknowledged or result.unparseable or result.conflicts)
+        and not result.dangling
     )
 
 
@@ -245,6 +247,10 @@ def render_text(
                 f"  {n} flagged {'memory' if n == 1 else 'memories'} acknowledged already, not "
                 "listed (memoryd explain FILE shows them)"
             )
+        if result.dangling:
+            lines.append("  Dangling links (a [[name]] no memory of the dir answers to):")
+            for link in result.dangling:
+                lines.append(f"    {shown(link.file)}: [[{shown(link.link)}]] — {link.why}")
         if result.secrets:
             lines.append("  Secrets (flagged, never moved: take them out of the memory by hand):")
             for name, found in sorted(result.secrets.items()):

@@ -174,6 +174,45 @@ def test_duplicates_newer_wins_and_near_duplicate_kept(env: Env, cli, repo: Path
     assert listed[0]["duplicate_of"] == "new.md"
 
 
+def test_a_link_to_a_memory_the_pass_moves_is_reported_dangling(env: Env, cli, repo: Path) -> None:
+    """`[[deploy-staging-old]]` in release.md after the pass moved that memory, and a link that
+    never named a memory: both listed (dry run and pass, text and JSON); a link by frontmatter
+    name, file name or `name|label` that still resolves is not."""
+    mem(repo, "deploy-staging-old.md", DEPLOY + " successfully", age=50)
+    mem(repo, "deploy-staging.md", DEPLOY + " fine", age=20)
+    mem(repo, "release.md", "Before a release see [[deploy-staging-old]], [[Deploy-Staging]], "
+        "[[filler_0|the anchor note]] and [[never-written]].", age=30)  # fmt: skip
+    filler(repo)
+    expected = [
+        {
+            "file": "release.md",
+            "link": "deploy-staging-old",
+            "why": "deploy-staging-old.md is moved to the trash by this pass",
+        },
+        {
+            "file": "release.md",
+            "link": "never-written",
+            "why": "no memory of this dir has that name or file name",
+        },
+    ]
+    assert dream(cli, repo, "--dry-run")["dangling_links"] == expected
+    text = cli("dream", "--dry-run", repo / ".claude" / "memory").out
+    assert "Dangling links" in text and "release.md: [[deploy-staging-old]] — " in text
+    report = dream(cli, repo)
+    assert moved(report) == {"deploy-staging-old.md": "duplicate"}
+    assert report["dangling_links"] == expected
+    # The next pass moves nothing: the link still names no memory, and is said so.
+    [gone, never] = dream(cli, repo)["dangling_links"]
+    assert gone["link"] == "deploy-staging-old" and "no memory" in gone["why"]
+    assert never["link"] == "never-written"
+    folder = repo / ".claude" / "memory"
+    [row] = json.loads(cli("dirs", "--json", folder).out)["dirs"]
+    assert row["dangling_links"] == [gone, never]
+    text = cli("dirs", folder).out
+    assert "dangling link: release.md: [[deploy-staging-old]] — no memory" in text
+    assert "dangling link: release.md: [[never-written]] — no memory" in text
+
+
 def test_user_type_duplicate_is_merged(env: Env, cli, repo: Path) -> None:
     """Guards protect stale memories only: a user-type duplicate still goes (the newer keeps it)."""
     mem(repo, "me_old.md", DEPLOY + " successfully", type_="user", age=50)

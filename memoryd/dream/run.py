@@ -6,13 +6,14 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from memoryd import acked, fsops, journal, restored, trash
+from memoryd import links as memory_links
 from memoryd.discover import MemoryDir, claude_lock
 from memoryd.dream import refused, transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
@@ -52,6 +53,7 @@ from memoryd.indexer import (
     index_file_again,
     ownership_for_dream,
 )
+from memoryd.links import Dangling, links_in
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import DirScan, scan_dir
@@ -80,6 +82,7 @@ class DreamResult:
     # Flagged memories a person acknowledged as they are now (memoryd.acked): not listed.
     acknowledged: set[str] = field(default_factory=set)
     secrets: dict[str, list[Finding]] = field(default_factory=dict)  # file -> found
+    dangling: list[Dangling] = field(default_factory=list)  # `[[name]]` links left naming none
     # MEMORY.md's text as the ownership probe read it (None: not read), see `index_text`.
     probed_index: str | None = None
 
@@ -241,6 +244,14 @@ class Inventory:
     memories: dict[str, Memory]  # kept only when asked (explain)
     # file -> the secrets it holds (line and kind, never the value): flagged, never moved.
     secrets: dict[str, list[Finding]] = field(default_factory=dict)
+    # file -> the names it links to as `[[name]]` (memoryd.links), for files with any.
+    links: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def dangling(self, moved: Iterable[str] = ()) -> list[Dangling]:
+        """The `[[name]]` links no memory answers to once `moved` are in the trash."""
+        names = {i.filename: i.name for i in self.items}
+        others = [*self.unparseable, *self.conflicts]
+        return memory_links.dangling(self.links, names, others, moved)
 
 
 def _facts_of(memo: DreamMemo) -> FactsCache:
@@ -299,6 +310,7 @@ def inventory(
     unparseable = list(listing.problems)
     used: set[str] = set()
     held_secrets: dict[str, list[Finding]] = {}
+    links: dict[str, tuple[str, ...]] = {}
     looked = False
     memo = rt.dream
     known_secrets = memo.secrets.get(md.real_path, {})
@@ -338,13 +350,18 @@ def inventory(
                     kept[name] = parsed
             used.add(sha256)
             items.append(make_item(name, sha256, st.st_mtime, facts, checker))
+            found_links = links_in(data)
+            if found_links:
+                links[name] = found_links
             if budget is not None:
                 budget.check(name, file_started)
         if save:  # before finish(), which may start the cache afresh
             _save_facts(rt, md, frozenset(used))
         facts_cache.finish(md.real_path, frozenset(used))
         memo.secrets[md.real_path] = seen_secrets
-    return Inventory(items, sorted(set(unparseable)), listing.conflicts, kept, held_secrets)
+    return Inventory(
+        items, sorted(set(unparseable)), listing.conflicts, kept, held_secrets, links=links
+    )
 
 
 def _adopt_saved(rt: Runtime, md: MemoryDir, limits: tuple[int, int]) -> None:
@@ -677,6 +694,12 @@ def _dream_dir(
                 _apply(rt, md, plan, result, basis, grace, before_move)
         if not dry_run and managed and result.index is None:
             result.index = index_after_dream(rt, md, frozenset(), basis, grace=grace)
+        moved = (
+            [m.filename for m in plan.moves]
+            if result.status == "dry_run"
+            else [r.original_name for r in result.moved]
+        )
+        result.dangling = inv.dangling(moved)
         if result.index is not None and result.index.status in INDEX_NOT_UPDATED:
             raise IndexNotWritten(_index_failure(md, result))
     except (MemorydError, OSError) as error:

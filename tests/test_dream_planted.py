@@ -548,3 +548,29 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     skipped = [r for r in env.audit_rows() if r["event"] == "dream.skipped"]
     assert [r["why"] for r in skipped] == ["another memoryd process is working on this dir"]
     assert index_dir(rt, md, wait_lock=False).status == "updated"
+
+
+def test_a_project_dir_no_transcript_tells_of_is_unknown_not_checked(
+    env: Env, cli, tmp_path: Path
+) -> None:
+    """Of four project memory dirs, one's folder exists, one's is gone and two have no
+    transcript naming theirs: the hint lists the gone one and says the two are unknown (why,
+    which), never that all four were checked."""
+    from memoryd.discover import slugify
+
+    here, gone = tmp_path / "here", tmp_path / "gone"
+    here.mkdir()
+    for cwd in (here, gone, tmp_path / "quiet1", tmp_path / "quiet2"):
+        project = env.claude / "projects" / slugify(str(cwd))
+        write_memory(project / "memory", "note.md")
+        if cwd.name in ("here", "gone"):
+            (project / "s.jsonl").write_text(json.dumps({"cwd": str(cwd)}) + "\n")
+    text = cli("dream", "--dry-run").out
+    [line] = [x.strip() for x in text.splitlines() if "orphaned project dirs" in x]
+    assert line.startswith("orphaned project dirs (hint only, nothing removed): ")
+    assert f"{slugify(str(gone))}/memory (the project folder {gone} no longer exists)" in line
+    assert "; unknown for 2, their project folder not known: " in line
+    assert line.count("no session transcripts") == 2 and "quiet" in line
+    (env.claude / "projects" / slugify(str(gone))).rename(tmp_path / "aside")
+    [line] = [x.strip() for x in cli("dream", "--dry-run").out.splitlines() if "orphaned" in x]
+    assert line.startswith("orphaned project dirs: none (1 checked); unknown for 2")

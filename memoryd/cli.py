@@ -408,6 +408,9 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
             )
             for f in found
         ],
+        "dangling_links": [d.to_json() for d in findings.dir_dangling_links(rt, md, scan)]
+        if scan
+        else [],
         "index": budget_use(main_text, rt, view_kind(md)) if main_text is not None else None,
         "in_sync": outcome.status in ("unchanged", "unmanaged"),
         "drift": _git_drift(rt, md, outcome),
@@ -602,6 +605,9 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             out.write(_render_secrets([row], indent="    ", where=False))
         for problem in row["problems"]:
             out.write(f"    {shown(problem['file'])}: {problem['problem']} — {problem['hint']}\n")
+        for link in row["dangling_links"]:
+            linked = f"{shown(link['file'])}: [[{shown(link['link'])}]]"
+            out.write(f"  dangling link: {linked} — {link['why']}\n")
         if row["claude_consolidated"]:
             now = " (it holds its lock now)" if row["claude_lock_held"] else ""
             out.write(f"  Claude Code's last consolidation: {row['claude_consolidated']}{now}\n")
@@ -1545,6 +1551,12 @@ def main(
         # What no step turned into a message of its own (a state file on a full disk, say):
         # still the file and what to do, not a traceback.
         where = f"{error.filename}: " if error.filename else ""
+        from memoryd.fdlimit import out_of_files
+
+        fix = out_of_files(error)
+        if fix is not None:
+            err.write(f"memoryd: {where}{fix}.\n")
+            return EXIT_FINDINGS
         err.write(f"memoryd: {where}{error.strerror or error}. {_advice(error)}\n")
         return EXIT_FINDINGS
 

@@ -1,5 +1,6 @@
 """What `dirs` and `explain` read from disk for the memory-discipline findings: the secrets in
-a dir's memories and the JSONL record stores of known repos. Reads only, bounded; writes
+a dir's memories, their `[[name]]` links naming no memory, and the JSONL record stores of
+known repos. Reads only, bounded; writes
 nothing (the pure rules are memoryd.secrets and memoryd.records)."""
 
 import contextlib
@@ -8,6 +9,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memoryd import fsops, secrets
 from memoryd.config import Config
@@ -27,6 +29,11 @@ def secret_names(scan: "DirScan | None") -> list[str]:
     return names
 
 
+if TYPE_CHECKING:
+    from memoryd.links import Dangling
+    from memoryd.scan import DirScan
+
+
 def dir_secrets(
     rt: Runtime, md: MemoryDir, names: Iterable[str]
 ) -> dict[str, list[secrets.Finding]]:
@@ -44,6 +51,25 @@ def dir_secrets(
             if found:
                 out[name] = found
     return out
+
+
+def dir_dangling_links(rt: Runtime, md: MemoryDir, scan: "DirScan") -> list["Dangling"]:
+    """The `[[name]]` links of a dir's memories that no file of the dir answers to."""
+    from memoryd import links
+
+    found: dict[str, tuple[str, ...]] = {}
+    limit = rt.config.parse.max_file_bytes
+    with rt.store.reading(md.real_path), fsops.open_dir(md.real_path) as dir_fd:
+        for name in sorted(scan.memories):
+            try:
+                data, _ = fsops.read_regular(dir_fd, name, limit)
+            except (OSError, ValueError):
+                continue  # reported as unparseable elsewhere
+            if named := links.links_in(data):
+                found[name] = named
+    names = {name: entry.name for name, entry in scan.memories.items()}
+    others = [n for n, s in scan.files.items() if n not in names]
+    return links.dangling(found, names, others)
 
 
 def file_secrets(path: Path, limit: int) -> list[secrets.Finding]:

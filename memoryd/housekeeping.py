@@ -338,14 +338,25 @@ def topic_key(filename: str) -> str:
 
 
 def orphan_hints(dirs: Sequence[MemoryDir]) -> str:
+    """Project memory dirs whose project folder is gone; a dir whose transcripts do not tell
+    its folder is neither gone nor there, and is said as unknown, with why."""
     projects = [d for d in dirs if d.kind == "project"]
     if not projects:
         return "orphaned project dirs: skipped (no project memory dirs in this run)"
     gone = [d for d in projects if "no longer exists" in d.repo_reason]
-    if not gone:
-        return f"orphaned project dirs: none ({len(projects)} checked)"
-    listed = "; ".join(f"{d.path} ({d.repo_reason})" for d in gone)
-    return f"orphaned project dirs (hint only, nothing removed): {listed}"
+    unknown = [d for d in projects if d.repo_root is None and d not in gone]
+    checked = len(projects) - len(unknown)
+    if gone:
+        listed = "; ".join(f"{d.path} ({d.repo_reason})" for d in gone)
+        line = f"orphaned project dirs (hint only, nothing removed): {listed}"
+    elif unknown and not checked:
+        line = "orphaned project dirs: unknown"
+    else:
+        line = f"orphaned project dirs: none ({checked} checked)"
+    if unknown:
+        why = "; ".join(f"{d.path} ({d.repo_reason})" for d in unknown)
+        line += f"; unknown for {len(unknown)}, their project folder not known: {why}"
+    return line
 
 
 def project_of(md: MemoryDir) -> Path:

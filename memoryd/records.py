@@ -5,7 +5,7 @@ Some agents keep memory as JSON lines, one record a line: `id`, `scope` (a list 
 `supersededBy` (another record's id). `parse(data)` gives the valid records and every problem
 with its line number; `active(store, scope, now)` is what recall serves from a store; `report`
 is what `memoryd dirs` and `explain STORE` show. Everything is linear in the store's size
-(a functional graph for supersession; the dream pass's exact pair search for duplicates), and
+(a functional graph for supersession; exact pairs by prefix filtering for duplicates), and
 the caller reads the file through memoryd.paths (bounded, never a FIFO).
 
 Semantics, decided once here:
@@ -289,10 +289,11 @@ def duplicates(store: Store, now: float, threshold: float) -> list[Duplicate]:
 
     Records with the very same words (a record pasted again) are one group, each member paired
     with the group's first only: n copies are n - 1 findings, not n²/2 pairs to enumerate.
-    Distinct word sets are paired by the dream pass's exact engine."""
-    # Here, not at the top: the similarity engine imports numpy, which `memoryd search`
+    Distinct word sets are paired exactly by prefix filtering (memoryd.dream.prefix_pairs)."""
+    # Here, not at the top: the similarity module imports numpy, which `memoryd search`
     # (it reads stores through this module) would pay for at every start.
-    from memoryd.dream.similar import Vocabulary, find_similar_pairs, significant_words
+    from memoryd.dream.prefix_pairs import pairs_sharing_a_key
+    from memoryd.dream.similar import Vocabulary, significant_words
 
     live = active(store, None, now)
     vocabulary = Vocabulary()
@@ -307,10 +308,10 @@ def duplicates(store: Store, now: float, threshold: float) -> list[Duplicate]:
         out += [
             Duplicate(members[0], m, 1.0) for m in members[1:] if _shares(members[0].scope, m.scope)
         ]
-    for pair in find_similar_pairs([("", k) for k in keys], threshold):
-        a, b = groups[keys[pair.a]][0], groups[keys[pair.b]][0]
-        if _shares(a.scope, b.scope):
-            out.append(Duplicate(a, b, pair.overlap))
+    # Distinct word sets: paired through their rarest words, within a shared scope entry only
+    # (linear in the store for records that are not all alike).
+    for pair in pairs_sharing_a_key([(groups[k][0].scope, k) for k in keys], threshold):
+        out.append(Duplicate(groups[keys[pair.a]][0], groups[keys[pair.b]][0], pair.overlap))
     out.sort(key=lambda d: (d.a.line, d.b.line))
     return out
 

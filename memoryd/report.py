@@ -8,6 +8,7 @@ from memoryd.conflicts import HINT as CONFLICT_HINT
 from memoryd.conflicts import MARK, conflict_message_short
 from memoryd.dirlabel import label as dir_label
 from memoryd.display import shown
+from memoryd.dream.plan import Flag
 from memoryd.dream.run import DreamResult
 from memoryd.secrets import summary as secret_summary
 from memoryd.trash import stored_label
@@ -34,7 +35,6 @@ def totals(results: Sequence[DreamResult], promotion_candidates: int = 0) -> dic
     # An index pass edits lines (it never regenerates a file); the old key stays for programs.
     out["indexes_updated"] = sum(1 for r in results if r.index and r.index.status == "updated")
     out["indexes_rebuilt"] = out["indexes_updated"]
-    out["acknowledged"] = sum(len(r.acknowledged) for r in results)
     out["promotion_candidates"] = promotion_candidates
     return out
 
@@ -76,17 +76,11 @@ def result_json(result: DreamResult) -> dict[str, Any]:
             {"file": f, "why": w, **({"kept_as": result.kept_as[f]} if f in result.kept_as else {})}
             for f, w in result.skipped_moves
         ],
-        "flagged": [
-            {
-                "file": f.filename,
-                "classification": f.classification.value,
-                "missing": list(f.missing),
-                "guard": f.guard or None,
-                "acknowledged": f.filename in result.acknowledged,
-            }
-            for f in (plan.flagged if plan else [])
-        ],
+        # Listed for review; those a person acknowledged (memoryd ack) as they are now apart.
+        "flagged": [_flag_json(f) for f in result.flags_listed],
+        "acknowledged": [_flag_json(f) for f in result.flags_acknowledged],
         "unparseable": result.unparseable,
+        "dangling_links": [d.to_json() for d in result.dangling],
         "secrets": [
             {"file": name, **f.to_json()}
             for name, found in sorted(result.secrets.items())
@@ -95,6 +89,15 @@ def result_json(result: DreamResult) -> dict[str, Any]:
         "conflict_copies": result.conflicts,
         "index": result.index.status if result.index else None,
         "duration_ms": result.duration_ms,
+    }
+
+
+def _flag_json(flag: Flag) -> dict[str, Any]:
+    return {
+        "file": flag.filename,
+        "classification": flag.classification.value,
+        "missing": list(flag.missing),
+        "guard": flag.guard or None,
     }
 
 
@@ -154,6 +157,7 @@ def _nothing_to_say(result: DreamResult) -> bool:
         and not (plan and (plan.moves or plan.flagged))
         and not (result.message or result.repo_note or result.skipped_moves or result.secrets)
         and not (result.acknowledged or result.unparseable or result.conflicts)
+        and not result.dangling
     )
 
 
@@ -237,7 +241,7 @@ def render_text(
             kept = result.kept_as.get(name)
             where = f"; kept as {shown(kept)} (a new {shown(name)} took its name)" if kept else ""
             lines.append(f"    {shown(name)}: not moved — {why}{where}")
-        listed = [f for f in plan.flagged if f.filename not in result.acknowledged] if plan else []
+        listed = result.flags_listed
         if listed:
             lines.append("  Flagged for review (memoryd ack FILE once seen):")
             for flag in listed:
@@ -252,6 +256,10 @@ def render_text(
                 f"  {n} flagged {'memory' if n == 1 else 'memories'} acknowledged already, not "
                 "listed (memoryd explain FILE shows them)"
             )
+        if result.dangling:
+            lines.append("  Dangling links (a [[name]] no memory of the dir answers to):")
+            for link in result.dangling:
+                lines.append(f"    {shown(link.file)}: [[{shown(link.link)}]] — {link.why}")
         if result.secrets:
             lines.append("  Secrets (flagged, never moved: take them out of the memory by hand):")
             for name, found in sorted(result.secrets.items()):
@@ -274,7 +282,7 @@ def render_text(
     lines.append(f"  {'dirs':<26}{t['dirs']:>7}")
     for key, label in COUNT_LABELS:
         lines.append(f"  {label:<26}{t.get(key, 0):>7}")
-    lines.append(f"  {'flagged for review':<26}{t.get('flagged', 0) - t['acknowledged']:>7}")
+    lines.append(f"  {'flagged for review':<26}{t.get('flagged', 0):>7}")
     lines.append(f"  {'indexes updated':<26}{t['indexes_updated']:>7}")
     lines.append(f"  {'promotion candidates':<26}{t['promotion_candidates']:>7}")
     return "\n".join(lines) + "\n"

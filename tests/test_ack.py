@@ -61,8 +61,10 @@ def test_an_acknowledged_flag_is_not_listed_until_the_memory_changes(
     result = cli("dream", folder)
     assert "half.md:" not in result.out
     assert "1 flagged memory acknowledged already, not listed" in result.out
-    [flag] = json.loads(cli("dream", "--json", folder).out)["dirs"][0]["flagged"]
-    assert flag["file"] == "half.md" and flag["acknowledged"] is True
+    report = json.loads(cli("dream", "--json", folder).out)["dirs"][0]
+    assert report["flagged"] == [] and report["counts"]["flagged"] == 0
+    [flag] = report["acknowledged"]
+    assert flag["file"] == "half.md" and flag["classification"] == "partially_stale"
     [listed] = json.loads(cli("dirs", "--json", folder).out)["dirs"]
     assert listed["flagged"] == 0  # the last pass's flags, less those acknowledged
     explained = cli("explain", half).out
@@ -79,6 +81,27 @@ def test_an_acknowledged_flag_is_not_listed_until_the_memory_changes(
     # Its bytes change: listed again.
     _mem(half, "See `src/app.py` and `src/removed.py`, edited.")
     assert _flag_lines(cli, folder) == ["half.md: partially stale, missing: src/removed.py"]
+
+
+def test_a_dry_run_lists_for_review_exactly_what_its_pass_would(env: Env, cli, repo: Path) -> None:
+    """An acknowledged flag is listed neither by a dry run's text nor by its JSON; the other
+    flag still is, in both, and the counts agree with the real pass's."""
+    folder = repo / ".claude" / "memory"
+    _mem(folder / "other.md", "See `src/app.py` and `src/dropped.py`.")
+    assert cli("ack", folder / "half.md").code == 0
+    before = tree_digest(folder)
+    text = cli("dream", "--dry-run", folder).out
+    assert "half.md:" not in text and "other.md: partially stale" in text
+    assert "1 flagged memory acknowledged already, not listed" in text
+    dry = json.loads(cli("dream", "--dry-run", "--json", folder).out)
+    [report] = dry["dirs"]
+    assert [f["file"] for f in report["flagged"]] == ["other.md"]
+    assert [f["file"] for f in report["acknowledged"]] == ["half.md"]
+    assert tree_digest(folder) == before
+    real = json.loads(cli("dream", "--json", folder).out)
+    assert real["dirs"][0]["flagged"] == report["flagged"]
+    assert real["dirs"][0]["counts"] == report["counts"]
+    assert dry["totals"]["flagged"] == real["totals"]["flagged"] == 1
 
 
 def test_only_a_flagged_memory_can_be_acknowledged(env: Env, cli, repo: Path) -> None:

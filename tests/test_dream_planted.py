@@ -37,6 +37,24 @@ def test_each_classification(env: Env, cli, repo: Path) -> None:
     assert flagged["part.md"]["guard"] is None
 
 
+def test_a_missing_symbol_with_every_path_found_is_partially_stale(
+    env: Env, cli, repo: Path
+) -> None:
+    """FRESH needs every reference found: a gone symbol beside found paths flags, never moves."""
+    gone = mem(repo, "gone_sym.md", "`src/app.py` calls `_splitCompound()` and handle_request().")
+    only_sym = mem(repo, "only_sym.md", "The parser calls `_splitCompound()` for compounds.")
+    filler(repo)
+    data = explain(cli, gone)
+    assert data["classification"] == "partially_stale"
+    assert data["decision"] == "keep — partially stale: flagged for review"
+    assert explain(cli, only_sym)["classification"] == "evergreen"  # symbols alone: never stale
+    report = dream(cli, repo)
+    assert moved(report) == {}
+    flagged = {f["file"]: f for f in report["flagged"]}
+    assert flagged["gone_sym.md"]["missing"] == ["_splitCompound"]
+    assert "only_sym.md" not in flagged
+
+
 def test_unverifiable_references_never_count(env: Env, cli, repo: Path) -> None:
     """~/, absolute, $VAR, URL and unknown-first-segment paths are recorded, never counted."""
     body = (
@@ -156,6 +174,45 @@ def test_duplicates_newer_wins_and_near_duplicate_kept(env: Env, cli, repo: Path
     assert listed[0]["duplicate_of"] == "new.md"
 
 
+def test_a_link_to_a_memory_the_pass_moves_is_reported_dangling(env: Env, cli, repo: Path) -> None:
+    """`[[deploy-staging-old]]` in release.md after the pass moved that memory, and a link that
+    never named a memory: both listed (dry run and pass, text and JSON); a link by frontmatter
+    name, file name or `name|label` that still resolves is not."""
+    mem(repo, "deploy-staging-old.md", DEPLOY + " successfully", age=50)
+    mem(repo, "deploy-staging.md", DEPLOY + " fine", age=20)
+    mem(repo, "release.md", "Before a release see [[deploy-staging-old]], [[Deploy-Staging]], "
+        "[[filler_0|the anchor note]] and [[never-written]].", age=30)  # fmt: skip
+    filler(repo)
+    expected = [
+        {
+            "file": "release.md",
+            "link": "deploy-staging-old",
+            "why": "deploy-staging-old.md is moved to the trash by this pass",
+        },
+        {
+            "file": "release.md",
+            "link": "never-written",
+            "why": "no memory of this dir has that name or file name",
+        },
+    ]
+    assert dream(cli, repo, "--dry-run")["dangling_links"] == expected
+    text = cli("dream", "--dry-run", repo / ".claude" / "memory").out
+    assert "Dangling links" in text and "release.md: [[deploy-staging-old]] — " in text
+    report = dream(cli, repo)
+    assert moved(report) == {"deploy-staging-old.md": "duplicate"}
+    assert report["dangling_links"] == expected
+    # The next pass moves nothing: the link still names no memory, and is said so.
+    [gone, never] = dream(cli, repo)["dangling_links"]
+    assert gone["link"] == "deploy-staging-old" and "no memory" in gone["why"]
+    assert never["link"] == "never-written"
+    folder = repo / ".claude" / "memory"
+    [row] = json.loads(cli("dirs", "--json", folder).out)["dirs"]
+    assert row["dangling_links"] == [gone, never]
+    text = cli("dirs", folder).out
+    assert "dangling link: release.md: [[deploy-staging-old]] — no memory" in text
+    assert "dangling link: release.md: [[never-written]] — no memory" in text
+
+
 def test_user_type_duplicate_is_merged(env: Env, cli, repo: Path) -> None:
     """Guards protect stale memories only: a user-type duplicate still goes (the newer keeps it)."""
     mem(repo, "me_old.md", DEPLOY + " successfully", type_="user", age=50)
@@ -182,6 +239,26 @@ def test_contradiction_on_the_same_object_is_resolved(env: Env, cli, repo: Path)
     report = dream(cli, repo)
     assert moved(report) == {"pkg_old.md": "contradiction"}
     assert report["changes"][0]["superseded_by"] == "pkg_new.md"
+
+
+def test_opposing_directives_are_a_contradiction_whatever_the_overlap(
+    env: Env, cli, repo: Path
+) -> None:
+    """`always use uv` vs `never use uv` sharing 70% of their words: superseded, no duplicate."""
+    shared = "installing python packages across monorepo workspace lockfile"
+    mem(repo, "uv_old.md", f"Always use uv {shared} alpha bravo", age=50)
+    mem(repo, "uv_new.md", f"Never use uv {shared} charlie delta", age=5)
+    filler(repo)
+    data = explain(cli, repo / ".claude" / "memory" / "uv_old.md")
+    [sim] = data["similar"]
+    # `uv` has two letters, no significant word: the object is the next one (DESIGN §4.7).
+    assert sim["overlap"] >= 0.6 and sim["opposing_directives"] == ["installing"]
+    assert sim["kind"] == "contradiction"
+    assert data["decision"].startswith("move to trash — contradiction")
+    report = dream(cli, repo)
+    assert moved(report) == {"uv_old.md": "contradiction"}
+    [change] = report["changes"]
+    assert change["superseded_by"] == "uv_new.md" and change.get("duplicate_of") is None
 
 
 def test_opposite_directives_on_different_objects_are_not_a_contradiction(
@@ -471,3 +548,29 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     skipped = [r for r in env.audit_rows() if r["event"] == "dream.skipped"]
     assert [r["why"] for r in skipped] == ["another memoryd process is working on this dir"]
     assert index_dir(rt, md, wait_lock=False).status == "updated"
+
+
+def test_a_project_dir_no_transcript_tells_of_is_unknown_not_checked(
+    env: Env, cli, tmp_path: Path
+) -> None:
+    """Of four project memory dirs, one's folder exists, one's is gone and two have no
+    transcript naming theirs: the hint lists the gone one and says the two are unknown (why,
+    which), never that all four were checked."""
+    from memoryd.discover import slugify
+
+    here, gone = tmp_path / "here", tmp_path / "gone"
+    here.mkdir()
+    for cwd in (here, gone, tmp_path / "quiet1", tmp_path / "quiet2"):
+        project = env.claude / "projects" / slugify(str(cwd))
+        write_memory(project / "memory", "note.md")
+        if cwd.name in ("here", "gone"):
+            (project / "s.jsonl").write_text(json.dumps({"cwd": str(cwd)}) + "\n")
+    text = cli("dream", "--dry-run").out
+    [line] = [x.strip() for x in text.splitlines() if "orphaned project dirs" in x]
+    assert line.startswith("orphaned project dirs (hint only, nothing removed): ")
+    assert f"{slugify(str(gone))}/memory (the project folder {gone} no longer exists)" in line
+    assert "; unknown for 2, their project folder not known: " in line
+    assert line.count("no session transcripts") == 2 and "quiet" in line
+    (env.claude / "projects" / slugify(str(gone))).rename(tmp_path / "aside")
+    [line] = [x.strip() for x in cli("dream", "--dry-run").out.splitlines() if "orphaned" in x]
+    assert line.startswith("orphaned project dirs: none (1 checked); unknown for 2")

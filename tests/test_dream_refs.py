@@ -203,12 +203,43 @@ def test_classify_counts_moved_as_found() -> None:
     """A moved path keeps a memory fresh: the file still exists under a new folder."""
     checks = [
         RefCheck("src/helpers.py", "path", Scope.VERIFIABLE, Status.MOVED, "lib/helpers.py"),
-        RefCheck("gone_func", "symbol", Scope.VERIFIABLE, Status.MISSING),
+        RefCheck("parse_config", "symbol", Scope.VERIFIABLE, Status.FOUND),
     ]
     assert classify(checks) is Classification.FRESH
+
+
+@pytest.mark.parametrize(
+    ("symbols", "expected"),
+    [
+        ((Status.FOUND,), Classification.FRESH),
+        ((Status.FOUND, Status.MISSING), Classification.PARTIALLY_STALE),
+        ((Status.MISSING,), Classification.PARTIALLY_STALE),
+    ],
+)
+def test_fresh_needs_every_symbol_found(
+    symbols: tuple[Status, ...], expected: Classification
+) -> None:
+    """Every path found: FRESH only when every verifiable symbol is found too."""
+    checks = [RefCheck("src/app.py", "path", Scope.VERIFIABLE, Status.FOUND)] + [
+        RefCheck(f"sym{i}", "symbol", Scope.VERIFIABLE, status) for i, status in enumerate(symbols)
+    ]
+    assert classify(checks) is expected
 
 
 def test_symbols_alone_never_make_a_memory_stale() -> None:
     """Missing symbols with no verifiable path leave a memory evergreen: they may be elsewhere."""
     checks = [RefCheck("gone_func", "symbol", Scope.VERIFIABLE, Status.MISSING)]
     assert classify(checks) is Classification.EVERGREEN
+
+
+def test_wikilinks_are_read_once_each_and_linearly() -> None:
+    """`[[name]]`, `[[name|label]]`, `[[name#heading]]` name `name`; empty, multi-line or
+    nested brackets name nothing; a megabyte of `[[` is read in one linear pass."""
+    from memoryd.links import dangling, links_in
+
+    data = b"see [[a]], [[b|label]], [[c#part]], [[a]], [[]], [[x\ny]], [[[d]]] and [[ e ]]"
+    assert links_in(data) == ("a", "b", "c", "d", "e")
+    assert links_in(b"[[" * 500_000) == ()
+    found = dangling({"m.md": ("A", "gone", "note")}, {"a.md": "x", "old.md": "gone"},
+                     others=["note.md"], moved=["old.md"])  # fmt: skip
+    assert [(d.link, d.moved) for d in found] == [("gone", "old.md")]

@@ -14,7 +14,7 @@ from memoryd.discover import Found, MemoryDir, nested_dirs, repo_dirs
 from memoryd.dream import repo as repo_module
 from memoryd.dream.refs import Refs, Scope, Status, check_refs
 from memoryd.dream.repo import RepoIndex, SourceTokens, tree_signature
-from tests.conftest import Env, Result, write_memory
+from tests.conftest import CORPUS, Env, Result, needs_corpus, write_memory
 from tests.helpers import write_file
 
 Cli = Callable[..., Result]
@@ -332,4 +332,42 @@ def test_a_real_repo_flags_the_memory_citing_removed_code_and_no_other(
     for ref in symbols.values():
         if ref["status"] == "found":
             assert (root / ref["found_in"]).is_file() and "agent-memory" not in ref["found_in"]
-    assert data["classification"] == "fresh"  # the four files it reviews are all still there
+    # The files it reviews are all still there, but two helpers it names are not: kept, flagged.
+    assert data["classification"] == "partially_stale"
+
+
+REVIEW_PR835 = (
+    "yonatangross__orchestkit/.claude/agent-memory/ork-code-quality-reviewer/"
+    "review-v7-hooks-pr835.md"
+)
+GONE_IN_PR835 = {"_splitCompound", "normalizeCommandLegacy"}
+
+
+@needs_corpus
+def test_the_real_review_citing_two_removed_helpers_is_partially_stale(
+    env: Env, cli: Cli, tmp_path: Path
+) -> None:
+    """The corpus's review of PR #835 in a tree holding every file it cites and every symbol
+    but the two helpers that PR removed (as the repo is at the corpus's commit): flagged, kept."""
+    root = tmp_path / "orchestkit"
+    folder = root / ".claude/agent-memory/ork-code-quality-reviewer"
+    folder.mkdir(parents=True)
+    memory = folder / "review-v7-hooks-pr835.md"
+    memory.write_bytes((Path(str(CORPUS)) / REVIEW_PR835).read_bytes())
+    write_file(root, "src/hooks/package.json", "{}")  # `src` a top-level entry: paths verifiable
+    cited = json.loads(cli("explain", "--json", memory).out)["refs"]
+    for ref in cited:
+        if ref["kind"] == "path" and ref["scope"] == "verifiable":
+            write_file(root, ref["ref"], "export {};\n")
+    symbols = sorted({r["ref"] for r in cited if r["kind"] == "symbol"})
+    assert set(symbols) >= GONE_IN_PR835
+    kept = [s for s in symbols if s not in GONE_IN_PR835]
+    write_file(root, "src/hooks/src/lib/kept.ts", "".join(f"export const {s} = 1;\n" for s in kept))
+    data = json.loads(cli("explain", "--json", memory).out)
+    assert {r["ref"] for r in data["refs"] if r["status"] == "missing"} == GONE_IN_PR835
+    assert data["classification"] == "partially_stale"
+    result = cli("dream", "--dry-run", "--json", folder)
+    [report] = json.loads(result.out)["dirs"]
+    assert report["planned"] == []
+    [flag] = report["flagged"]
+    assert flag["file"] == memory.name and set(flag["missing"]) == GONE_IN_PR835

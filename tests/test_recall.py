@@ -20,7 +20,7 @@ from memoryd.recall import store
 from memoryd.recall.engine import Engine
 from memoryd.recall.query import Frame, parse_frame
 from memoryd.recall.store import DirIndex, index_path, update_dir
-from tests.conftest import Env, tree_digest
+from tests.conftest import Env, tree_digest, write_memory
 
 DAY = 86400.0
 NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC).timestamp()
@@ -317,6 +317,50 @@ def test_typos_and_word_forms_match_and_exact_names_rank_first(env: Env, mem: Pa
     hits = search(env, folder, "cache")
     assert files(hits) == ["cache.md", "a.md"]
     assert hits[0]["why"] == ["exact name"]
+
+
+def test_one_list_across_dirs_ranks_the_memory_holding_every_word_first(
+    env: Env, tmp_path: Path
+) -> None:
+    """`e2e test`: the one memory holding both words ranks first, before the many of other
+    dirs holding only `test`/`tests`/`tests2` (no memory there holds `e2e`, which another dir
+    does: they hold some of the words, not every one)."""
+    pilot = tmp_path / "vrcpilot"
+    description = (
+        "tests/e2e/ シナリオは人手作業として残さず、Claude 自身が `just e2e-test` で実行・検証する"
+    )
+    body = "`tests/e2e/` 配下の e2e シナリオは Claude セッション内で実行する\n"
+    plant(pilot, "feedback_e2e_run.md", name="e2e は Claude が実行する", type_="feedback",
+          description=description, body=body)  # fmt: skip
+    plant(pilot, "notes.md", name="Notes", description="misc", body="capture window\n")
+    for d in range(3):
+        other = tmp_path / f"proj{d}"
+        for topic in ("anchor", "barley", "canyon", "dolphin", "ember", "fjord"):
+            plant(other, f"{topic}.md", name=topic, description="misc", body=f"{topic} notes\n")
+        plant(other, "tests.md", name="tests", description="tests2 tests", body="tests tests2\n")
+        plant(other, "test.md", name="test", description="test runner", body="test test\n")
+    with engine(env, *sorted(tmp_path.iterdir())) as e:
+        e.refresh()
+        hits = e.results(e.search("e2e test", limit=30))
+    assert files(hits)[0] == "feedback_e2e_run.md"
+    assert all("why" not in h for h in hits)  # nothing taken for a typo of `e2e`
+
+
+def test_a_word_one_dir_holds_is_no_typo_in_another(env: Env, tmp_path: Path) -> None:
+    """`stash --type feedback`: the exact `stash` memories of two dirs, never a third dir's
+    fuzzy `stats` one; a word no dir holds still finds its closest words."""
+    for d in ("a", "b"):
+        plant(tmp_path / d, f"stash_{d}.md", name=f"Stash {d}", type_="feedback",
+              description="git", body="never stash with untracked files\n")  # fmt: skip
+    plant(tmp_path / "c", "stats.md", name="Numbers", type_="feedback",
+          description="metrics", body="the stats page is slow\n")  # fmt: skip
+    with engine(env, *sorted(tmp_path.iterdir())) as e:
+        e.refresh()
+        assert set(files(e.results(e.search("stash", type_="feedback")))) == {
+            "stash_a.md",
+            "stash_b.md",
+        }
+        assert files(e.results(e.search("statz", type_="feedback"))) == ["stats.md"]
 
 
 def test_word_forms_are_words_the_dir_holds_not_a_stemmed_prefix(env: Env, tmp_path: Path) -> None:
@@ -1252,3 +1296,71 @@ def test_a_memory_trashed_then_restored_is_found_again_through_later_passes(
         assert files(json.loads(found.out)["results"]) == ["stale.md"]
         assert cli("index", folder).code == 0
     assert "(stale.md)" in (folder / "MEMORY.md").read_text()
+
+
+# A child process under a lower open-files limit: `memoryd ARGS`, with the test's HOME.
+UNDER_LIMIT = """
+import resource, sys
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard))
+hold = []
+if sys.argv[2] == "exhaust":  # this process already holds all but two of its files
+    import memoryd.cli, memoryd.cmd_recall, memoryd.recall.engine, structlog  # loaded first
+    import os
+    try:
+        while True:
+            hold.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        os.close(hold.pop()); os.close(hold.pop())
+from memoryd.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def _under_limit(env: Env, limit: int, mode: str, *args: str) -> subprocess.CompletedProcess[str]:
+    child_env = {
+        **os.environ,
+        "HOME": str(env.home),
+        "XDG_CONFIG_HOME": str(env.home / ".config"),
+        "XDG_STATE_HOME": str(env.home / ".local" / "state"),
+        "XDG_CACHE_HOME": str(env.home / ".cache"),
+    }
+    child_env.pop("CLAUDE_CONFIG_DIR", None)
+    return subprocess.run(
+        [sys.executable, "-c", UNDER_LIMIT, str(limit), mode, *args],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_search_over_more_dirs_than_the_open_files_limit_allows(env: Env) -> None:
+    """Under `ulimit -n 128`, search over 60 project dirs (three files each, were every index
+    held open) finds the memory of every dir, twice (built, then read), and warns of nothing."""
+    for i in range(60):
+        folder = env.claude / "projects" / f"-work-proj{i:02d}" / "memory"
+        write_memory(folder, f"kestrel_{i:02d}.md", body=f"The kestrel note number {i}.\n")
+    for _ in range(2):
+        done = _under_limit(env, 128, "", "search", "kestrel", "--limit", "100", "--json")
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        found = {Path(r["file"]).name for r in json.loads(done.stdout)["results"]}
+        assert found == {f"kestrel_{i:02d}.md" for i in range(60)}
+
+
+def test_an_index_that_cannot_be_opened_for_want_of_files_says_so(env: Env) -> None:
+    """A process at its open-files limit: what it says names that limit and `ulimit -n`, not
+    disk space, permissions or damage, and the search index it could not open is kept."""
+    write_memory(env.claude / "projects" / "-work-one" / "memory", "kestrel.md", body="kestrel\n")
+    built = _under_limit(env, 1024, "", "search", "kestrel", "--json")
+    assert built.returncode == 0, built.stderr
+    [index] = (env.state / "recall").glob("*.sqlite")
+    inode = index.stat().st_ino
+    done = _under_limit(env, 64, "exhaust", "search", "kestrel", "--json")
+    said = done.stderr.lower()
+    assert "too many open files" in said and "ulimit -n" in said and "64" in said, done.stderr
+    for wrong in ("free space", "free disk", "permissions", "damaged"):
+        assert wrong not in said, done.stderr
+    assert index.stat().st_ino == inode

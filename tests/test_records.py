@@ -280,3 +280,80 @@ def test_a_store_that_is_a_fifo_is_never_opened(
     out = cli("dirs", repo)
     assert out.code == 0
     assert "not read: it is a FIFO" in out.out
+
+
+def _alike_store(n: int, seed: int) -> list[dict[str, Any]]:
+    """Records as an agent writes them: a few common words (Zipf), a few of their own, a
+    scope of one or two of eight entries; every 50th a near copy of the one before it, in a
+    scope that shares an entry with its."""
+    import random
+
+    rng = random.Random(seed)
+    common = [f"common{i}" for i in range(2000)]
+    weights = [1 / (i + 1) for i in range(2000)]
+    rows, last, last_scope = [], ["x"], ["s0"]
+    for i in range(n):
+        words = rng.choices(common, weights, k=rng.randint(3, 6))
+        words += [f"ident{rng.randrange(50 * n)}" for _ in range(rng.randint(4, 10))]
+        scope = rng.sample([f"s{j}" for j in range(8)], rng.randint(1, 2))
+        if i % 50 == 1:
+            words, scope = [*last[:-1], "extra"], [*last_scope, "more"]
+        last, last_scope = words, scope
+        cut = len(words) * 2 // 3
+        rows.append(rec(f"r{i}", rule=" ".join(words[:cut]), because=" ".join(words[cut:]),
+                        scope=scope))  # fmt: skip
+    return rows
+
+
+def _every_pair(store: records.Store, threshold: float) -> list[tuple[str, str, float]]:
+    """The duplicates by the rule's letter: every pair of active records, one by one."""
+    from memoryd.dream.similar import overlap, significant_words
+
+    live = records.active(store, None, NOW.timestamp())
+    words = [sorted(significant_words(f"{r.rule} {r.because}")) for r in live]
+    ids = {w: n for n, w in enumerate(sorted({w for ws in words for w in ws}))}
+    rows = [[ids[w] for w in ws] for ws in words]
+    out = []
+    for i, a in enumerate(live):
+        for j in range(i + 1, len(live)):
+            score = overlap(rows[i], rows[j])
+            if rows[i] and score >= threshold and set(a.scope) & set(live[j].scope):
+                out.append((a.id, live[j].id, score))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_duplicates_are_every_pair_the_rule_names_and_no_other(seed: int) -> None:
+    """The duplicate search equals checking every pair (exact copies found once per copy
+    against the first, as the rule says), on stores with near copies and shared scopes."""
+    store = records.parse(store_bytes(*_alike_store(1_000, seed)))
+    found = records.duplicates(store, NOW.timestamp(), 0.6)
+    pairs = {(d.a.id, d.b.id): d.overlap for d in found}
+    expected = _every_pair(store, 0.6)
+    assert len(expected) >= 20
+    # Identical word sets pair with their group's first only: every other expected pair is
+    # found with its exact overlap.
+    assert {p for p in pairs if pairs[p] < 1.0} == {(a, b) for a, b, s in expected if s < 1.0}
+    for a, b, score in expected:
+        if (a, b) in pairs:
+            assert pairs[(a, b)] == score
+
+
+def test_the_duplicate_search_checks_about_one_candidate_per_record() -> None:
+    """20,000 records, few alike: the search checks at most one candidate pair a record, not
+    every pair (200 million), and the work grows with the store, not with its square."""
+    from memoryd.dream.prefix_pairs import pairs_sharing_a_key
+    from memoryd.dream.similar import Vocabulary, significant_words
+
+    def work(n: int) -> int:
+        store = records.parse(store_bytes(*_alike_store(n, 7)))
+        vocabulary = Vocabulary()
+        docs = [
+            (r.scope, vocabulary.ids(significant_words(f"{r.rule} {r.because}")))
+            for r in store.records
+        ]
+        return pairs_sharing_a_key(docs, 0.6).checked
+
+    small, large = work(5_000), work(20_000)
+    assert large <= 20_000
+    assert large <= 8 * small  # 4x the records: 16x the work were it quadratic

@@ -5,7 +5,7 @@ from typing import Any
 
 from memoryd.discover import MemoryDir, memory_dir_of
 from memoryd.display import shown
-from memoryd.dream.plan import Item, guards_for, plan_pass
+from memoryd.dream.plan import Item, guards_for, opposing, pair_kind, plan_pass
 from memoryd.dream.refs import RefCheck, Scope, Status
 from memoryd.dream.repo import RepoIndex
 from memoryd.dream.run import (
@@ -68,13 +68,12 @@ def explain(
             continue
         score = overlap(item.words, other.words)
         if score >= t.contradiction:
-            objects = (item.positives & other.negatives) | (item.negatives & other.positives)
             similar.append(
                 {
                     "file": other.filename,
                     "overlap": round(score, 3),
-                    "kind": "duplicate" if score >= t.duplicate else "contradiction candidate",
-                    "opposing_directives": sorted(objects),
+                    "kind": pair_kind(item, other, score, t),
+                    "opposing_directives": sorted(opposing(item, other)),
                     "newer": other.filename
                     if (other.age_ts, other.filename) > (item.age_ts, item.filename)
                     else item.filename,

@@ -150,6 +150,21 @@ def newer(a: Item, b: Item) -> bool:
     return (a.age_ts, a.filename) > (b.age_ts, b.filename)
 
 
+def opposing(a: Item, b: Item) -> frozenset[str]:
+    """What one memory tells to do and the other not to do (DESIGN §4.7): the objects of
+    their opposing directives. Two such memories contradict each other however many words
+    they share: the older is superseded by the newer, never merged into it as a duplicate."""
+    return (a.positives & b.negatives) | (a.negatives & b.positives)
+
+
+def pair_kind(a: Item, b: Item, score: float, t: Thresholds) -> str:
+    """How the pass reads two memories of one type at `score` overlap (at least
+    `t.contradiction`): a contradiction, a duplicate or only a contradiction candidate."""
+    if opposing(a, b):
+        return "contradiction"
+    return "duplicate" if score >= t.duplicate else "contradiction candidate"
+
+
 def breaker_limit(n: int, t: Thresholds) -> int:
     return max(t.breaker_min, int(t.breaker_fraction * n))
 
@@ -193,6 +208,7 @@ def plan_pass(
             and newer(by_name[other], item)
             and other not in moved
             and other not in pins
+            and not opposing(item, by_name[other])
         ]
         if winners:
             winner, score = max(winners, key=lambda w: (w[0].age_ts, w[0].filename))
@@ -204,17 +220,17 @@ def plan_pass(
                 duplicate_of=winner.filename,
                 overlap=score,
             )
-    # Contradictions: same type, overlap in [low, duplicate), opposite directives on one object.
+    # Contradictions: same type, overlap of at least `low`, opposite directives on one object.
     for item in newest_first:
         if item.filename in moved or item.filename in pins:
             continue
         for other, score in sorted(neighbours.get(item.filename, [])):
-            if score >= t.duplicate or other in moved or other in pins:
+            if other in moved or other in pins:
                 continue
             rival = by_name[other]
             if not newer(rival, item):
                 continue
-            objects = (item.positives & rival.negatives) | (item.negatives & rival.positives)
+            objects = opposing(item, rival)
             if objects:
                 what = ", ".join(sorted(objects))
                 moved[item.filename] = Move(

@@ -401,12 +401,12 @@ def classify(checks: Sequence[RefCheck]) -> Classification:
         return Classification.EVERGREEN
     # Anything short of a definite MISSING counts as present: unsure means keep.
     missing = [c for c in paths if c.status is Status.MISSING]
+    symbols = [c for c in checks if c.kind == "symbol" and c.scope is Scope.VERIFIABLE]
+    symbols_missing = sum(c.status is Status.MISSING for c in symbols)
     if not missing:
-        return Classification.FRESH
-    if len(missing) < len(paths):
+        # FRESH needs every reference found; a missing symbol with every path there is a
+        # memory half out of date (kept, flagged), never stale: symbols alone prune nothing.
+        return Classification.PARTIALLY_STALE if symbols_missing else Classification.FRESH
+    if len(missing) < len(paths) or symbols_missing < len(symbols):
         return Classification.PARTIALLY_STALE
-    symbols_found = any(
-        c.kind == "symbol" and c.scope is Scope.VERIFIABLE and c.status is not Status.MISSING
-        for c in checks
-    )
-    return Classification.PARTIALLY_STALE if symbols_found else Classification.FULLY_STALE
+    return Classification.FULLY_STALE

@@ -6,13 +6,14 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from memoryd import acked, fsops, journal, restored, trash
+from memoryd import links as memory_links
 from memoryd.discover import MemoryDir, claude_lock
 from memoryd.dream import refused, transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
@@ -28,7 +29,16 @@ from memoryd.dream.consult import (
 )
 from memoryd.dream.facts import FactsCache, derive, load_saved
 from memoryd.dream.memo import DreamMemo
-from memoryd.dream.plan import Item, Move, Plan, Thresholds, kept_by_guard, make_item, plan_pass
+from memoryd.dream.plan import (
+    Flag,
+    Item,
+    Move,
+    Plan,
+    Thresholds,
+    kept_by_guard,
+    make_item,
+    plan_pass,
+)
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repo import RepoIndex, dump_sources, load_sources
 from memoryd.errors import MemorydError
@@ -43,6 +53,7 @@ from memoryd.indexer import (
     index_file_again,
     ownership_for_dream,
 )
+from memoryd.links import Dangling, links_in
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import DirScan, scan_dir
@@ -72,6 +83,7 @@ class DreamResult:
     # Flagged memories a person acknowledged as they are now (memoryd.acked): not listed.
     acknowledged: set[str] = field(default_factory=set)
     secrets: dict[str, list[Finding]] = field(default_factory=dict)  # file -> found
+    dangling: list[Dangling] = field(default_factory=list)  # `[[name]]` links left naming none
     # MEMORY.md's text as the ownership probe read it (None: not read), see `index_text`.
     probed_index: str | None = None
 
@@ -100,6 +112,7 @@ class DreamResult:
             moved_by[reason] = moved_by.get(reason, 0) + 1
         classes = plan.counts if plan else {}
         kept = len(kept_by_guard(plan)) if plan else 0
+        listed = len(self.flags_listed)
         return {
             "files": self.files,
             "stale_pruned": moved_by["stale"],
@@ -110,8 +123,21 @@ class DreamResult:
             "fresh": classes.get("fresh", 0),
             "kept_by_guard": kept,
             "surviving": self.files - len(reasons),
-            "flagged": len(plan.flagged) if plan else 0,
+            "flagged": listed,
+            "acknowledged": (len(plan.flagged) if plan else 0) - listed,
         }
+
+    @property
+    def flags_listed(self) -> list[Flag]:
+        """The flags the report lists for review: every flag of the plan but those a person
+        acknowledged as the memory is now. A dry run lists exactly what its pass would."""
+        plan = self.plan
+        return [f for f in plan.flagged if f.filename not in self.acknowledged] if plan else []
+
+    @property
+    def flags_acknowledged(self) -> list[Flag]:
+        plan = self.plan
+        return [f for f in plan.flagged if f.filename in self.acknowledged] if plan else []
 
 
 class RepoCache:
@@ -221,6 +247,14 @@ class Inventory:
     secrets: dict[str, list[Finding]] = field(default_factory=dict)
     # The content hash of each file in `secrets` that is no memory (its said-once key).
     other_shas: dict[str, str] = field(default_factory=dict)
+    # file -> the names it links to as `[[name]]` (memoryd.links), for files with any.
+    links: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def dangling(self, moved: Iterable[str] = ()) -> list[Dangling]:
+        """The `[[name]]` links no memory answers to once `moved` are in the trash."""
+        names = {i.filename: i.name for i in self.items}
+        others = [*self.unparseable, *self.conflicts]
+        return memory_links.dangling(self.links, names, others, moved)
 
 
 def _facts_of(memo: DreamMemo) -> FactsCache:
@@ -289,6 +323,7 @@ def inventory(
     unparseable = list(listing.problems)
     used: set[str] = set()
     held_secrets: dict[str, list[Finding]] = {}
+    links: dict[str, tuple[str, ...]] = {}
     looked = False
     memo = rt.dream
     known_secrets = memo.secrets.get(md.real_path, {})
@@ -328,6 +363,9 @@ def inventory(
                     kept[name] = parsed
             used.add(sha256)
             items.append(make_item(name, sha256, st.st_mtime, facts, checker))
+            found_links = links_in(data)
+            if found_links:
+                links[name] = found_links
             if budget is not None:
                 budget.check(name, file_started)
         other_shas = _other_secrets(dir_fd, listing.others, limits[0], seen_secrets, held_secrets)
@@ -336,7 +374,7 @@ def inventory(
         facts_cache.finish(md.real_path, frozenset(used))
         memo.secrets[md.real_path] = seen_secrets
     return Inventory(
-        items, sorted(set(unparseable)), listing.conflicts, kept, held_secrets, other_shas
+        items, sorted(set(unparseable)), listing.conflicts, kept, held_secrets, other_shas, links
     )
 
 
@@ -674,6 +712,12 @@ def _dream_dir(
                 _apply(rt, md, plan, result, basis, grace, before_move)
         if not dry_run and managed and result.index is None:
             result.index = index_after_dream(rt, md, frozenset(), basis, grace=grace)
+        moved = (
+            [m.filename for m in plan.moves]
+            if result.status == "dry_run"
+            else [r.original_name for r in result.moved]
+        )
+        result.dangling = inv.dangling(moved)
         if result.index is not None and result.index.status in INDEX_NOT_UPDATED:
             raise IndexNotWritten(_index_failure(md, result))
     except (MemorydError, OSError) as error:
@@ -705,7 +749,7 @@ def _dream_dir(
         state = rt.store.load(md.real_path)
         state.last_dream_ts = now
         state.last_dream_result = result.status
-        state.last_dream_flagged = result.counts()["flagged"] - len(result.acknowledged)
+        state.last_dream_flagged = result.counts()["flagged"]
         state.changed_since_dream = []
         rt.store.save(md.real_path, state)
     return result

@@ -16,7 +16,8 @@ from typing import Any
 from memoryd.agentview import view_kind_of
 from memoryd.dirlabel import label
 from memoryd.discover import MemoryDir
-from memoryd.recall.query import DAY, Frame, expressions, name_keys
+from memoryd.recall.opened import OpenBounded
+from memoryd.recall.query import DAY, Frame, expressions, held_words, name_keys
 from memoryd.recall.store import BUSY_WAIT, Change, DirIndex, Row, Window, index_path
 from memoryd.secrets import mask
 
@@ -86,20 +87,21 @@ class Engine:
             options["max_frontmatter_bytes"] = max_frontmatter_bytes
         if warn is not None:
             options["warn"] = warn
-        self.indexes = {
-            md.real_path: DirIndex(
-                index_path(state_dir, md.real_path),
-                md.real_path,
-                window=_window(md, window),
-                workers=workers,
-                **options,
-            )
-            for md in self.dirs
-        }
+        self.indexes = OpenBounded(
+            {
+                md.real_path: DirIndex(
+                    index_path(state_dir, md.real_path),
+                    md.real_path,
+                    window=_window(md, window),
+                    workers=workers,
+                    **options,
+                )
+                for md in self.dirs
+            }
+        )
 
     def close(self) -> None:
-        for index in self.indexes.values():
-            index.close()
+        self.indexes.close()
 
     def __enter__(self) -> "Engine":
         return self
@@ -135,12 +137,16 @@ class Engine:
         stale = now - self.stale_after
         filters: dict[str, Any] = {"type_": type_, "since": frame.since, "until": frame.until}
         hits: dict[tuple[Path, str], Hit] = {}
-        for md in self._selected(project):
+        selected = self._selected(project)
+        # Which words each dir holds, first: a word one dir holds is no typo in another.
+        held = {md.real_path: held_words(query, self.indexes[md.real_path]) for md in selected}
+        elsewhere = {h.word for words in held.values() for h in words if h.held}
+        for md in selected:
             index = self.indexes[md.real_path]
             named = index.named(name_keys(query), **filters)
             for row in named:
                 hits.setdefault((md.real_path, row.file), Hit(md, row, 0, ["exact name"]))
-            found = expressions(query, index)
+            found = expressions(query, index, held=held[md.real_path], elsewhere=elsewhere)
             got = len(named)
             for group, expression in ((1, found.every), (2, found.some)):
                 if not expression or (group == 2 and got):

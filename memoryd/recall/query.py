@@ -164,29 +164,60 @@ def fuzzy(word: str, vocabulary: Words) -> list[str]:
 class Expressions(NamedTuple):
     """The FTS5 expressions of a query for one index: all words, then any of them."""
 
-    every: str  # "" when no word matched anything
+    every: str  # "" when no word matched anything, or another dir holds a word this one lacks
     some: str
     corrected: dict[str, list[str]]  # a word the index does not hold -> what it searched instead
 
 
-def expressions(query: str, index: "DirIndex") -> Expressions:
-    """Turn a query into FTS5 expressions over one index: each word with its forms; a word
-    that matches nothing is replaced by the closest words of the index's vocabulary (typos);
-    a word with no match and no close word is dropped."""
-    groups: list[list[str]] = []
-    corrected: dict[str, list[str]] = {}
+class Held(NamedTuple):
+    """A query word and its forms in one index, and whether the index holds any of them."""
+
+    word: str
+    alternatives: list[str]
+    held: bool
+
+
+def held_words(query: str, index: "DirIndex") -> list[Held]:
+    """Each word of the query with its forms in this index, and whether the index holds it."""
+    out = []
     for word in words(query):
         alternatives = forms(word, index)
-        expression = " OR ".join(alternatives)
-        if not index.has(expression):
-            close = fuzzy(word, index.vocabulary())
+        out.append(Held(word, alternatives, index.has(" OR ".join(alternatives))))
+    return out
+
+
+def expressions(
+    query: str,
+    index: "DirIndex",
+    *,
+    held: Sequence[Held] | None = None,
+    elsewhere: Iterable[str] = (),
+) -> Expressions:
+    """Turn a query into FTS5 expressions over one index: each word with its forms; a word
+    that matches nothing here nor in any other dir searched (`elsewhere`: the words some dir
+    holds) is replaced by the closest words of the index's vocabulary (typos); a word with no
+    match and no close word is dropped. A word another dir holds and this one does not is no
+    typo: no memory here holds every word, and the others are searched as any of them, so
+    that one list across dirs ranks the memories holding every word first. `held`: what
+    `held_words` gave for this index, when the caller has it already."""
+    held_elsewhere = set(elsewhere)
+    groups: list[list[str]] = []
+    corrected: dict[str, list[str]] = {}
+    lacking = False
+    for found in held if held is not None else held_words(query, index):
+        alternatives = found.alternatives
+        if not found.held:
+            if found.word in held_elsewhere:
+                lacking = True
+                continue
+            close = fuzzy(found.word, index.vocabulary())
             if not close:
                 continue
-            corrected[word] = close
+            corrected[found.word] = close
             alternatives = [alt for term in close for alt in forms(term)[:1]]
         groups.append(alternatives)
     if not groups:
         return Expressions("", "", corrected)
-    every = " AND ".join("(" + " OR ".join(g) + ")" for g in groups)
+    every = "" if lacking else " AND ".join("(" + " OR ".join(g) + ")" for g in groups)
     some = " OR ".join(alt for g in groups for alt in g)
-    return Expressions(every, some if len(groups) > 1 else "", corrected)
+    return Expressions(every, some if len(groups) > 1 or lacking else "", corrected)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memoryd import fsops, safejson
+from memoryd.fdlimit import out_of_files
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
 from memoryd.paths import ensure_private_dir, file_kind
 
@@ -449,13 +450,14 @@ class DirIndex:
             except (OSError, sqlite3.Error) as error:
                 if not self.in_memory:
                     raise
-                # The state dir cannot hold it (read-only, full, not a folder): search from
-                # the files all the same, keeping the index in memory for this process.
+                # The state dir cannot hold it (read-only, full, not a folder), or this
+                # process is at its open-files limit: search from the files all the same,
+                # keeping the index in memory for this process.
+                fix = out_of_files(error) or "fix the state dir's permissions or free space there"
                 _warn_once(
                     self.warn,
                     f"{self.path}: the search index of {self.memory_dir} cannot be kept there "
-                    f"({error}); searching without keeping it (fix the state dir's permissions "
-                    "or free space there)",
+                    f"({error}); searching without keeping it ({fix})",
                 )
                 self._conn = sqlite3.connect(":memory:", isolation_level=None,
                                              check_same_thread=False)  # fmt: skip
@@ -463,10 +465,13 @@ class DirIndex:
         return self._conn
 
     def close(self) -> None:
+        """Close the connection; the index opens again when next used. The vocabulary goes
+        with it: it is keyed by the connection's PRAGMA data_version."""
         if self._conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             self._conn = None
+            self._vocab = None
 
     def __enter__(self) -> "DirIndex":
         return self
@@ -533,8 +538,8 @@ class DirIndex:
                 self._damaged(why)
                 return self._open(again=True)
         except sqlite3.DatabaseError as error:
-            if again:
-                raise
+            if again or out_of_files(error) is not None:
+                raise  # a file SQLite could not open for want of files: no damage
             self._damaged(f"is damaged ({error})")
             return self._open(again=True)
         return conn
@@ -583,7 +588,9 @@ class DirIndex:
         try:
             yield
         except sqlite3.DatabaseError as error:
-            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+            if isinstance(error, sqlite3.OperationalError) and (
+                "locked" in str(error) or out_of_files(error) is not None
+            ):
                 raise
             self._damaged(f"is damaged ({error})")
             raise _Retry from error

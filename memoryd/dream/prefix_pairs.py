@@ -1,0 +1,75 @@
+"""Exact pairs at a high overlap among docs that share a key, by prefix filtering.
+
+The dream pass's engine (memoryd.dream.similar) counts the shared words of every same-type
+pair, so that none is missed at its 0.4 contradiction threshold: quadratic in the docs, which
+one dir's memories afford. A JSONL record store pairs only records whose scopes share an
+entry, at the duplicate threshold, and holds up to 80,000 records: there, counting every pair
+took 13 s, growing with the square of the store.
+
+Here a pair is found through its smaller doc's rarest words only, and only among docs sharing
+a key. Exact (pigeonhole): a doc of `size` words needs `k` shared words with a larger one to
+reach the threshold, so at least one of any `size - k + 1` of its words is shared, and the
+rarest ones are taken since their posting lists are the shortest. Each candidate is then
+checked by its real overlap, computed as memoryd.dream.similar.overlap does, to the last bit.
+"""
+
+from collections import Counter
+from collections.abc import Collection, Hashable, Sequence
+
+from memoryd.dream.similar import Pair
+
+
+def _min_shared(low: float, size: int) -> int:
+    """Smallest shared-word count k with k / size >= low (size + 1 when none reaches it)."""
+    k = 1
+    while k <= size and k / size < low:
+        k += 1
+    return k
+
+
+class Pairs(list[Pair]):
+    """The pairs found, and how many candidate pairs were checked to find them (the work
+    done: about one per doc when few docs are alike, never every pair)."""
+
+    checked: int = 0
+
+
+def pairs_sharing_a_key(
+    docs: Sequence[tuple[Collection[Hashable], Sequence[int]]], low: float
+) -> Pairs:
+    """Every pair of docs that share a key and whose overlap coefficient |A∩B| / min(|A|,|B|)
+    is ≥ ``low``, sorted by (a, b). ``docs[i]`` is (keys, word ids); ids are a set. A doc
+    with no key or no word pairs with none."""
+    if not low > 0.0:  # also refuses NaN
+        raise ValueError(f"overlap threshold must be a number > 0, got {low!r}")
+    df = Counter(w for _, words in docs for w in set(words))
+    rows: dict[int, list[int]] = {}  # doc -> its words, rarest first
+    keys_of: dict[int, frozenset[Hashable]] = {}
+    need: dict[int, int] = {}  # doc -> the shared words a pair needs with it as the smaller
+    prefixes: dict[tuple[Hashable, int], list[int]] = {}  # (key, word) -> docs, its prefix
+    for i, (keys, words) in enumerate(docs):
+        row = sorted(set(words), key=lambda w: (df[w], w))
+        if not row or not keys:
+            continue
+        rows[i], keys_of[i], need[i] = row, frozenset(keys), _min_shared(low, len(row))
+        for w in row[: len(row) - need[i] + 1]:
+            for key in keys_of[i]:
+                prefixes.setdefault((key, w), []).append(i)
+    out = Pairs()
+    for j, row in rows.items():
+        # j as the larger doc of its pairs (ties: the later index); a pair's rarest shared
+        # word is in the smaller's prefix and at least `need` words from the end of j's row.
+        size, mine = len(row), frozenset(row)
+        seen: set[int] = set()
+        for position, w in enumerate(row):
+            for key in keys_of[j]:
+                for i in prefixes.get((key, w), ()):
+                    if i in seen or position > size - need[i] or (len(rows[i]), i) >= (size, j):
+                        continue
+                    seen.add(i)
+                    out.checked += 1
+                    score = len(mine.intersection(rows[i])) / len(rows[i])
+                    if score >= low:
+                        out.append(Pair(min(i, j), max(i, j), score))
+    out.sort(key=lambda p: (p.a, p.b))
+    return out

@@ -393,14 +393,15 @@ LONE_CR = "- [a](a.md) — d\r- [b](b.md) — d\r- [c](c.md) — d\r"
 
 
 def test_a_lone_cr_index_is_one_window_line_whose_pointers_the_agent_reads() -> None:
-    """No comment: Claude Code's window counts one line (and so does memoryd's parser), and
-    the agent gets every piece as a line (the CRs become newlines before sending): each
-    pointer indexes its memory, so memoryd adds none again and verify finds each once."""
+    """No comment: memoryd's parser keeps it one line, but the window counts each lone-CR
+    piece as a line (as Claude Code 2.1.328 does: the CRs become newlines), and the agent gets
+    every piece as a line: each pointer indexes its memory, so memoryd adds none again and
+    verify finds each once."""
     from memoryd.agentview import ViewKind, agent_view
     from memoryd.index import split_lines, visible_local_links
 
     view = agent_view(LONE_CR, ViewKind.AUTO)
-    assert (view.lines, view.visible, view.warned) == (1, frozenset({0}), False)
+    assert (view.lines, view.visible, view.warned) == (3, frozenset({0}), False)
     assert len(split_lines(LONE_CR)) == 1
     assert pointer_targets(view.loaded) == ["a.md", "b.md", "c.md"]
     assert [x.target for x in visible_local_links(LONE_CR, ViewKind.AUTO)] == [
@@ -417,7 +418,7 @@ def test_a_lone_cr_index_is_one_window_line_whose_pointers_the_agent_reads() -> 
 
 def test_a_lone_cr_index_on_disk_is_in_sync(env: Env, cli, tmp_path: Path) -> None:
     """On disk, with and without a comment line after it: managed (every memory has its
-    pointer) and in sync; `dirs` measures one line without the comment."""
+    pointer) and in sync; `dirs` measures a line for each lone-CR piece, as the window does."""
     folder = tmp_path / "mem"
     for name in ("a.md", "b.md", "c.md"):
         write_memory(folder, name)
@@ -425,7 +426,7 @@ def test_a_lone_cr_index_on_disk_is_in_sync(env: Env, cli, tmp_path: Path) -> No
     index.write_bytes(LONE_CR.encode())
     assert cli("index", "--check", folder).code == 0
     [row] = json.loads(cli("dirs", "--json", folder).out)["dirs"]
-    assert row["mode"] == "managed" and row["in_sync"] and row["index"]["lines"] == 1
+    assert row["mode"] == "managed" and row["in_sync"] and row["index"]["lines"] == 3
     index.write_bytes((LONE_CR + "\n<!-- memoryd: manage -->\n").encode())
     before = index.read_bytes()
     assert cli("index", folder).code == 0 and index.read_bytes() == before

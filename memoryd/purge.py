@@ -48,13 +48,16 @@ class Purged:
     busy: bool = False  # a writer held the store: nothing was removed, the next pass tries
 
 
-def current_fingerprints(path: Path, limit: int = MAX_BYTES) -> set[str]:
-    """The fingerprints of every secret the regular files of the dir hold now. memoryd's own
-    copy of MEMORY.md before its last rewrite (`.MEMORY.md.prev`) is none of the person's
-    files: a secret only it holds counts as gone."""
+def current_fingerprints(
+    path: Path, limit: int = MAX_BYTES, only: Set[str] | None = None
+) -> set[str]:
+    """The fingerprints of every secret the regular files of the dir hold now (of the files
+    `only` names, when the caller knows the others hold none). memoryd's own copy of
+    MEMORY.md before its last rewrite (`.MEMORY.md.prev`) is none of the person's files: a
+    secret only it holds counts as gone."""
     out: set[str] = set()
     with fsops.open_dir(path) as dir_fd:
-        for name in os.listdir(dir_fd):
+        for name in os.listdir(dir_fd) if only is None else sorted(only):
             if name == PREV_NAME:
                 continue
             with contextlib.suppress(OSError, ValueError):
@@ -151,13 +154,16 @@ def purge_gone_secrets(
     audit: Audit | None = None,
     *,
     clean: set[str] | None = None,
+    holding: Set[str] | None = None,
 ) -> Purged:
     """Remove the kept versions of the dir at `path` that hold a secret no current file of
     it holds (see the module docstring); a `versions.purged` row for each. `clean`: objects
-    known to hold no secret, kept by the caller across calls (the dream memo's). Under the
-    store's lock, exclusive: while a writer holds it nothing is done (`busy`)."""
+    known to hold no secret, kept by the caller across calls (the dream memo's). `holding`:
+    the only files that may hold one now, when the caller has looked (the dream pass: no
+    file is read twice); else every file is read. Under the store's lock, exclusive: while
+    a writer holds it nothing is done (`busy`)."""
     clean = set() if clean is None else clean
-    present = current_fingerprints(path)
+    present = current_fingerprints(path, only=holding)
     lock = store.lock_exclusive()
     if lock is None:
         return Purged(busy=True)

@@ -57,7 +57,7 @@ from memoryd.links import Dangling, links_in
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import DirScan, scan_dir
-from memoryd.secrets import Finding, find_bytes
+from memoryd.secrets import Finding, find, find_bytes
 from memoryd.state import DirState, StateStore
 from memoryd.trash import TrashRecord
 
@@ -297,6 +297,7 @@ def inventory(
     listing: Listing | None = None,
     save: bool = False,
     budget: PassBudget | None = None,
+    read: Mapping[str, str | None] | None = None,
 ) -> Inventory:
     """Read every memory file; parse it and derive its facts unless its content was seen before.
 
@@ -306,6 +307,8 @@ def inventory(
     parses every file, to hand back each Memory. Facts this process does not hold are looked
     up in those the dir's last saving pass left in the state dir; `save` (not for a dry run)
     writes them back when the dir's contents changed. `budget`: checked after each file.
+    `read`: the index files' texts as the pass already read them (None: missing), looked at
+    for secrets without reading them again.
     """
     limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
     if listing is None:
@@ -368,7 +371,9 @@ def inventory(
                 links[name] = found_links
             if budget is not None:
                 budget.check(name, file_started)
-        other_shas = _other_secrets(dir_fd, listing.others, limits[0], seen_secrets, held_secrets)
+        other_shas = _other_secrets(
+            dir_fd, listing.others, limits[0], seen_secrets, held_secrets, read or {}
+        )
         if save:  # before finish(), which may start the cache afresh
             _save_facts(rt, md, frozenset(used))
         facts_cache.finish(md.real_path, frozenset(used))
@@ -641,9 +646,13 @@ def _dream_dir(
             if scan is not None and managed and not dry_run
             else None
         )
+        # The index files as the probe read them: looked at for secrets, not read again.
+        read = {} if probe.snapshot is None else {n: i.text for n, i in probe.snapshot.texts}
         del scan, probe
         rt.store.release_cache(md.real_path)
-        inv = inventory(md, rt, checker, listing=listing, save=not dry_run, budget=budget)
+        inv = inventory(
+            md, rt, checker, listing=listing, save=not dry_run, budget=budget, read=read
+        )
         del listing
         result.files = len(inv.items)
         result.unparseable = inv.unparseable
@@ -761,20 +770,28 @@ def _other_secrets(
     limit: int,
     seen: dict[str, tuple[Finding, ...]],
     held: dict[str, list[Finding]],
+    read: Mapping[str, str | None],
 ) -> dict[str, str]:
     """Put in `held` the secrets of the dir's files that are no memories (MEMORY.md, the
     archive, notes), found by content as the memories' are (`seen`); a missing file holds
-    none. Returns the content hash of each file that holds one."""
+    none. `read`: texts the pass already read (not read again). Returns the content hash of
+    each file that holds one (of its text, so that a file read either way has one key)."""
     out: dict[str, str] = {}
     for name in names:
-        try:
-            data, _ = fsops.read_regular(dir_fd, name, limit)
-        except (OSError, ValueError):
+        if name in read:
+            text = read[name]
+        else:
+            try:
+                data, _ = fsops.read_regular(dir_fd, name, limit)
+            except (OSError, ValueError):
+                continue
+            text = data.decode("utf-8", "replace")
+        if text is None:
             continue
-        sha256 = hashlib.sha256(data).hexdigest()
+        sha256 = hashlib.sha256(text.encode()).hexdigest()
         found = seen.get(sha256)
         if found is None:
-            found = seen[sha256] = tuple(find_bytes(data))
+            found = seen[sha256] = tuple(find(text))
         if found:
             held[name] = list(found)
             out[name] = sha256
@@ -796,18 +813,24 @@ def report_secrets(rt: Runtime, md: MemoryDir, said: DirState, inv: Inventory) -
                     kind=finding.kind,
                 )  # fmt: skip
     said.forget_reports("secret:", current)
-    _purge_cleaned(rt, md)
+    # The files that may hold a secret now: those the pass found one in, and those it could
+    # not read as memories (looked at by the purge itself); every other file holds none.
+    _purge_cleaned(rt, md, {*inv.secrets, *inv.unparseable, *inv.conflicts})
 
 
-def _purge_cleaned(rt: Runtime, md: MemoryDir) -> None:
+def _purge_cleaned(rt: Runtime, md: MemoryDir, holding: set[str]) -> None:
     """The kept versions holding a secret no current file holds any more (taken out by
     hand) are removed (memoryd.purge), each with a `versions.purged` row. Each kept version
-    is read once a process: those with no secret are remembered in the dream memo."""
+    is read once a process: those with no secret are remembered in the dream memo.
+    `holding`: the only files of the dir that may hold a secret now (read again for its
+    value's fingerprint; the pass keeps none)."""
     from memoryd import purge, versions
 
     store = rt.versions or versions.for_runtime(rt)
     with contextlib.suppress(OSError):
-        purge.purge_gone_secrets(store, md.real_path, rt.audit.write, clean=rt.dream.secretless)
+        purge.purge_gone_secrets(
+            store, md.real_path, rt.audit.write, clean=rt.dream.secretless, holding=holding
+        )
 
 
 def _logged_detail(move: Move, plan: Plan) -> str:

@@ -1422,8 +1422,11 @@ def _as_planned(
     """A one-shot update of a `_quiet` index: the last verified pass's plan stands and is not
     made again (one that cannot get within the agent's window then costs what one within it
     costs); what it says (dead and invalid links kept, the window) is read off the index.
-    None: plan (the config turned the dir off since, a file was made read-only)."""
-    if (mode or rt.config.override_for(md.path).mode) == "off":
+    None: plan (the config or a mark turned the dir off since, a file was made read-only)."""
+    override = mode or rt.config.override_for(md.path).mode
+    # The reason is the one a full pass gives (a manage mark or the config before "as left").
+    ownership = decide_ownership(held.index.main, None, {}, frozenset(), override, as_left=True)
+    if not ownership.managed:
         return None
     with fsops.open_dir(md.real_path) as dir_fd:  # (made read-only since: the pass says so)
         if not (
@@ -1444,7 +1447,6 @@ def _as_planned(
         and number not in view.construct
     ] + list(index.invalid.values())
     edit.fits_window = view.fits(cfg.max_lines, cfg.max_chars)
-    ownership = Ownership(True, "MEMORY.md is as memoryd's last pass left it")
     return IndexOutcome(md, IndexStatus.UNCHANGED, ownership, edit, scan=scan, held_edit=True)
 
 

@@ -2019,6 +2019,9 @@ def dir_deleted(store: VersionStore, path: Path) -> int:
     if not gone:
         return 0
     now = store.clock()
+    gone = _checked_out(store, path, gone, now)
+    if not gone:
+        return 0
     store._guard(store._keep_alarm, path, now, len(gone), 0, True)
     if store.audit is not None:
         store.audit(
@@ -2032,6 +2035,28 @@ def dir_deleted(store: VersionStore, path: Path) -> int:
             detail="the whole memory dir was deleted",
         )
     return len(gone)
+
+
+def _checked_out(
+    store: VersionStore, path: Path, gone: list["Deleted"], now: float
+) -> list["Deleted"]:
+    """Of a dir's files gone with it, those a git operation did not remove (a checkout of a
+    branch without the dir): git's are one `memory.checkout` row and recorded gone as git's
+    (no alarm, not listed by `trash list`; their versions stay kept), as a scan records the
+    files a checkout removes from a dir that stays."""
+    changes = [gitwork.Change(d.name, store.read_object(d.sha256), None, True) for d in gone]
+    made, at = gitwork.git_made(path, changes)
+    if not made:
+        return gone
+    ours = [d for d in gone if d.name in made]
+    rows: list[_Row] = [(now, d.name, d.sha256, d.size, "gone", OTHER, {"git": at}) for d in ours]
+    store._guard(store._append, store._dir(path), rows)
+    if store.audit is not None:
+        store.audit(
+            "memory.checkout", dir=path, deleted=len(ours), rewritten=0, at=at,
+            files=sorted(made)[:50],
+        )  # fmt: skip
+    return [d for d in gone if d.name not in made]
 
 
 def deleted_id(path: Path, name: str, when: float) -> str:

@@ -249,6 +249,8 @@ def test_a_branch_switch_under_the_daemon_is_one_checkout_row_and_no_alarm(
         assert [r["file"] for r in running.rows("memory.deleted_outside")] == ["deploy.md"]
         listed = running.cli("trash", "list", str(folder)).stdout
         assert "deploy.md" in listed and "extra0.md" not in listed, listed
+        # The dir the checkout removed whole: its files are git's, none offered back.
+        assert "unit0.md" not in running.cli("trash", "list", str(root)).stdout
         assert "ALARM" not in running.cli("status").stdout
         assert not running.rows("memory.mass_change")
     finally:
@@ -461,5 +463,11 @@ def test_the_post_write_hook_leaves_a_dir_git_tracks_as_committed(tmp_path: Path
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+    def left_alone() -> bool:  # the pass the hook started has run: said why it writes nothing
+        rows = [r for r in env.audit_rows() if r["event"] == "index.unmanaged"]
+        return any("tracked by git" in r["reason"] for r in rows)
+
+    wait_for(left_alone, 60, "the hook's index pass")
     assert (folder / "MEMORY.md").read_text() == HAND
     assert porcelain(root) == f"?? {AGENT}/release.md\n"

@@ -1,11 +1,14 @@
 """The post-tool-use hook: a file the agent wrote in a memory dir has that dir's index brought
 up to date at once (memoryd.hooks).
 
-`memoryd index DIR` runs in this process (versions kept, audit rows written, as the command
-does), then the dir's search index takes in the written file, so the next pre-tool-use hook
-finds it. Without the daemon's 10 s grace, a new memory has its pointer before the agent's
-next step; when the agent then writes its own pointer line in MEMORY.md, this hook runs again
-and the index pass keeps the agent's line over memoryd's (DirState.own), as the daemon does.
+The hook only looks at the path and starts `memoryd hook index-written`, not waited for; that
+process runs `memoryd index DIR` (versions kept, audit rows written, as the command does),
+then the dir's search index takes in the written file, so the next pre-tool-use hook finds
+it. Two such passes for two writes in a row run one after the other (the dir's lock), and
+the later one sees both files. Without the daemon's 10 s grace, a new memory has its pointer
+within a moment, before the agent's next step; when the agent then writes its own pointer
+line in MEMORY.md, this hook runs again and the index pass keeps the agent's line over
+memoryd's (DirState.own), as the daemon does.
 
 Only the standard places are taken for memory dirs (a file elsewhere is no memory, whatever
 its name): `<claude home>/projects/<slug>/memory/`, `agent-memory[-local]/<agent>/` (a repo's
@@ -33,17 +36,26 @@ def is_memory_layout(folder: str) -> bool:
     return override is not None and os.path.normpath(os.path.expanduser(override)) == folder
 
 
-def index_after_write(data: dict[str, Any]) -> None:
-    """Index the memory dir the tool wrote in; nothing for any other file. Raises on a
-    failed pass (memoryd.hooks logs it)."""
+def written_memory_dir(data: dict[str, Any]) -> tuple[str, str] | None:
+    """The memory dir and file a tool call wrote, (folder, file); None for any other file."""
     from memoryd.hooks import tool_path
 
     file = tool_path(data)
     if file is None or not file.endswith(".md"):
-        return
+        return None
     folder = os.path.dirname(file)
     if not is_memory_layout(folder) or not os.path.isdir(folder):
+        return None
+    return folder, file
+
+
+def index_after_write(data: dict[str, Any]) -> None:
+    """Index the memory dir the tool wrote in; nothing for any other file. Raises on a
+    failed pass (memoryd.hooks logs it)."""
+    found = written_memory_dir(data)
+    if found is None:
         return
+    folder, file = found
     from memoryd.cli import main
 
     out, err = io.StringIO(), io.StringIO()

@@ -109,31 +109,6 @@ def _forget_old_sessions(state: str) -> None:
             continue
 
 
-def refresh_in_background(data: dict[str, Any]) -> None:
-    """Start `memoryd hook refresh-search` on its own, not waited for: the session's first
-    pre-tool-use hooks read the search indexes it brings up to date (a first build at 10,000
-    memories takes seconds, more than a hook may)."""
-    import json
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memoryd", "hook", "refresh-search"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # outlives the hook, and Claude Code's wait on it
-        close_fds=True,
-    )
-    assert proc.stdin is not None
-    proc.stdin.write(json.dumps({"cwd": data.get("cwd"), **_known(data)}).encode())
-    proc.stdin.close()
-
-
-def _known(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: data[k] for k in ("transcript_path", "session_id") if k in data}
-
-
 def refresh_search(data: dict[str, Any]) -> None:
     """Bring the search index of each of the project's memory dirs up to date by stat."""
     from memoryd.hook_recall import memory_dirs

@@ -6,7 +6,9 @@ checked against 2.1.332) and whose stdout, when it is a JSON object with
 `hookSpecificOutput.additionalContext`, is shown to the model:
 
 - `post-tool-use` (Write, Edit, MultiEdit): a file written in a memory dir has that dir's index
-  brought up to date at once (`memoryd index DIR`, no grace for the new file);
+  brought up to date at once (`memoryd index DIR`, no grace for the new file), by a process
+  the hook starts and does not wait for (an index pass at 10,000 memories costs more than a
+  hook may);
 - `pre-tool-use` (Read, Edit, Write, MultiEdit): the memories citing the file (hook_recall);
 - `session-start`: one short line when something is wrong for this project (hook_start).
 
@@ -27,6 +29,9 @@ LOG_MAX_BYTES = 1024 * 1024  # hooks.log is started anew past this
 EVENTS = ("pre-tool-use", "post-tool-use", "session-start")
 # Not a Claude Code hook: what session-start leaves running in the background.
 REFRESH = "refresh-search"
+INDEX_WRITTEN = "index-written"
+# Run by the hooks themselves, in the background (in_background): not Claude Code's events.
+BACKGROUND = (REFRESH, INDEX_WRITTEN)
 # The tools each event is registered for (the matcher of its settings entry).
 MATCHERS = {
     "pre-tool-use": "Read|Edit|Write|MultiEdit",
@@ -121,26 +126,53 @@ def handle(event: str, data: dict[str, Any]) -> str:
 
         return context_output(event, recall_context(data, state_dir()))
     if event == "post-tool-use":
-        from memoryd.hook_index import index_after_write
+        from memoryd.hook_index import written_memory_dir
 
-        index_after_write(data)
+        if written_memory_dir(data) is not None:
+            in_background(INDEX_WRITTEN, data)
         return ""
     if event == "session-start":
-        from memoryd.hook_start import refresh_in_background, start_context
+        from memoryd.hook_start import start_context
 
-        refresh_in_background(data)
+        in_background(REFRESH, {k: data[k] for k in REFRESH_KEYS if k in data})
         return context_output(event, start_context(data, state_dir()))
     if event == REFRESH:
         from memoryd.hook_start import refresh_search
 
         refresh_search(data)
+    if event == INDEX_WRITTEN:
+        from memoryd.hook_index import index_after_write
+
+        index_after_write(data)
     return ""
+
+
+REFRESH_KEYS = ("cwd", "transcript_path", "session_id")
+
+
+def in_background(event: str, data: dict[str, Any]) -> None:
+    """Start `memoryd hook EVENT` with `data` on its stdin, not waited for: work that takes
+    longer than a hook may (an index pass, a first search build) goes on after the hook has
+    answered; its own failure is logged as any hook's."""
+    import subprocess
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memoryd", "hook", event],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # outlives the hook, and Claude Code's wait on it
+        close_fds=True,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(data, ensure_ascii=False).encode())
+    proc.stdin.close()
 
 
 def main(argv: list[str], stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     """`memoryd hook EVENT`: always 0; a failure is logged, never shown to the model."""
     event = argv[0] if argv else ""
-    if event not in (*EVENTS, REFRESH):
+    if event not in (*EVENTS, *BACKGROUND):
         log_failure(event or "?", ValueError(f"unknown hook event (one of {', '.join(EVENTS)})"))
         return 0
     try:

@@ -21,7 +21,8 @@ import os
 import re
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -88,6 +89,9 @@ class Reply:
     tool: str | None = None
     tool_input: dict[str, Any] = field(default_factory=dict)
     tool_id: str = "toolu_01memoryd0000000000000001"
+    # Answer only once this holds (polled, 60 s at most), as a model takes its time to think:
+    # work the last tool call started in the background (a hook's) has its moment.
+    after: Callable[[], bool] | None = None
 
 
 def _sse(event: str, data: Mapping[str, Any]) -> bytes:
@@ -241,6 +245,10 @@ class FakeAnthropic:
         with self._lock:
             reply = self._replies[min(self._turn, len(self._replies) - 1)]
             self._turn += 1
+        if reply.after is not None:
+            deadline = time.monotonic() + 60
+            while not reply.after() and time.monotonic() < deadline:
+                time.sleep(0.05)
         return reply
 
     @property

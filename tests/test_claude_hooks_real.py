@@ -147,8 +147,9 @@ def test_a_memory_the_agent_writes_has_its_pointer_at_once_without_a_daemon(
     tmp_path: Path, project: Path
 ) -> None:
     """The agent writes a memory, then reads MEMORY.md: the pointer is there by then (the
-    post-write hook indexed the dir at once, no grace); its own pointer line, written next,
-    is the one left (one line for the file)."""
+    post-write hook started the dir's index pass at once, no grace; the fake model answers
+    once it is there, as a model takes its moment); its own pointer line, written next, is
+    the one left (one line for the file)."""
     home = tmp_path / "home"
     folder = auto_dir(home, project)
     write_memory(folder, "old.md", description="an older memory")
@@ -164,7 +165,8 @@ def test_a_memory_the_agent_writes_has_its_pointer_at_once_without_a_daemon(
         replies=[
             Reply(tool="Write", tool_input={"file_path": str(new), "content": body},
                   tool_id="toolu_01write"),
-            Reply(tool="Read", tool_input={"file_path": str(index)}, tool_id="toolu_02read"),
+            Reply(tool="Read", tool_input={"file_path": str(index)}, tool_id="toolu_02read",
+                  after=lambda: "(release_day.md)" in index.read_text()),
             Reply(tool="Edit", tool_input={"file_path": str(index), "old_string": before.strip(),
                   "new_string": before.strip() + "\n- [Release day](release_day.md) — by agent"},
                   tool_id="toolu_03edit"),

@@ -16,6 +16,7 @@ import pytest
 from memoryd.discover import slugify
 from memoryd.hook_recall import MAX_CHARS
 from tests.conftest import Env, write_memory
+from tests.helpers import wait_for
 from tests.secret_samples import POSITIVES
 
 MEMORYD = Path(sys.executable).parent / "memoryd"
@@ -120,8 +121,9 @@ def test_pre_tool_use_stays_within_a_few_hundred_tokens(env: Env, repo: Path) ->
 
 
 def test_post_tool_use_indexes_a_memory_the_agent_wrote_at_once(env: Env, repo: Path) -> None:
-    """No 10 s grace: the pointer is there when the hook returns, and the search index has
-    the new memory for the next pre-tool-use hook."""
+    """No 10 s grace: the hook answers at once and the pointer follows within moments (the
+    pass runs in a process the hook starts), and the search index has the new memory for
+    the next pre-tool-use hook."""
     folder = auto_dir(env, repo)
     write_memory(folder, "old.md", description="older")
     memoryd("index", str(folder))
@@ -131,10 +133,35 @@ def test_post_tool_use_indexes_a_memory_the_agent_wrote_at_once(env: Env, repo: 
     data.update(tool_name="Write", tool_input={"file_path": str(new), "content": "…"})
     done = hook("post-tool-use", data)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
-    assert "- [Fresh](fresh.md) — just written" in (folder / "MEMORY.md").read_text()
-    said = context(hook("pre-tool-use", payload(env, repo, "PreToolUse", "src/pkg/app.py")),
-                   "PreToolUse")  # fmt: skip
-    assert "Fresh — just written" in said
+    index = folder / "MEMORY.md"
+    wait_for(lambda: "- [Fresh](fresh.md) — just written" in index.read_text(), 60, "the pointer")
+
+    def recalled() -> str:
+        return context(
+            hook("pre-tool-use", payload(env, repo, "PreToolUse", "src/pkg/app.py", "s2")),
+            "PreToolUse",
+        )
+
+    wait_for(lambda: "Fresh — just written" in recalled(), 60, "the search index")
+
+
+def test_two_memories_written_in_a_row_both_get_their_pointer(env: Env, repo: Path) -> None:
+    """Each write starts a pass; they run one after the other (the dir's lock), and the index
+    ends with both pointers whichever pass saw which file."""
+    folder = auto_dir(env, repo)
+    write_memory(folder, "old.md", description="older")
+    memoryd("index", str(folder))
+    for name in ("first.md", "second.md"):
+        new = write_memory(folder, name, description=f"about {name[:-3]}", age_days=None)
+        data = payload(env, repo, "PostToolUse")
+        data.update(tool_name="Write", tool_input={"file_path": str(new)})
+        assert hook("post-tool-use", data).returncode == 0
+    index = folder / "MEMORY.md"
+    wait_for(
+        lambda: "(first.md)" in index.read_text() and "(second.md)" in index.read_text(),
+        60,
+        "both pointers",
+    )
 
 
 def test_post_tool_use_leaves_markdown_outside_memory_dirs_alone(env: Env, repo: Path) -> None:

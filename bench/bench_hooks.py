@@ -68,6 +68,26 @@ def payload(home: Path, repo: Path, event: str, session: str, **tool: object) ->
     return json.dumps(data)
 
 
+def _wait_background(limit: float = 120.0) -> None:
+    """Until no `memoryd hook` process a hook started in the background runs (Linux: /proc;
+    elsewhere nothing is waited for)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        running = False
+        for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"hook" in argv and (b"index-written" in argv or b"refresh-search" in argv):
+                running = True
+                break
+        if not running:
+            return
+        time.sleep(0.02)
+
+
 def bench(n: int, runs: int, seed: int) -> str:
     compileall.compile_dir(Path(memoryd.__file__).parent, quiet=1)
     script = Path(sys.executable).parent / "memoryd"
@@ -102,11 +122,16 @@ def bench(n: int, runs: int, seed: int) -> str:
                 ["post-tool-use"],
                 {"tool_name": "Write", "tool_input": {"file_path": str(repo / "src" / "app.py")}},
             ),
-            "post, a memory written (index pass)": (
+            "post, a memory written (starts its pass)": (
                 ["post-tool-use"],
                 {"tool_name": "Edit", "tool_input": {"file_path": str(memory)}},
             ),
             "session start": (["session-start"], {}),
+            # What the post-write hook starts and does not wait for: the dir's index pass.
+            "(the pass it starts: `hook index-written`)": (
+                ["index-written"],
+                {"tool_name": "Edit", "tool_input": {"file_path": str(memory)}},
+            ),
         }
         samples: dict[str, list[float]] = {k: [] for k in steps}
         for i in range(runs + 1):
@@ -116,7 +141,7 @@ def bench(n: int, runs: int, seed: int) -> str:
                 if tool is None:
                     took = run(argv, env)
                 else:
-                    if "memory written" in key:
+                    if "memory written" in key or "index-written" in argv:
                         with open(memory, "a", encoding="utf-8") as f:
                             f.write(f"edit {i}\n")
                     event = {"pre-tool-use": "PreToolUse", "post-tool-use": "PostToolUse"}
@@ -124,13 +149,14 @@ def bench(n: int, runs: int, seed: int) -> str:
                         home, repo, event.get(argv[0], "SessionStart"), f"s{i}-{key[:3]}", **tool
                     )
                     took = run([*mem, "hook", *argv], env, stdin)
+                _wait_background()  # one step's background pass is not another's cost
                 if i:  # the first round warms the caches
                     samples[key].append(took)
     floor = percentile(samples.pop("floor"), 50)
     rows = [["`python -c pass`", ms(floor), "1.00×", ""]]
     for key, values in samples.items():
         mid = percentile(values, 50)
-        met = "yes" if mid <= TARGET * floor else "NO"
+        met = "" if key.startswith("(") else "yes" if mid <= TARGET * floor else "NO"
         rows.append([f"`memoryd hook` {key}", ms(mid), f"{mid / floor:.2f}×", met])
     header = [f"whole process, {n:,} memories [median of {runs}]", "time", "× floor", "≤ 4×?"]
     return markdown_table(header, rows)

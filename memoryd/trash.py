@@ -82,11 +82,40 @@ def new_id() -> str:
 
 def trash_root(memory_dir: Path) -> Path:
     """Where a dir's trash is: `<memory dir>/.trash`; for a dir in a git work tree (whose
-    `git status` must show only what memoryd changed), `trash/<dir key>` in the state dir."""
-    if gitwork.work_tree(memory_dir) is None:
-        return memory_dir / TRASH_DIR
+    `git status` must show only what memoryd changed), `trash/<dir key>` in the state dir.
+
+    A trash that is there already stays where it is, whatever the dir has become since (a
+    `.trash` an older memoryd made in a repo dir, a dir that entered or left a work tree):
+    no entry is ever left where no command looks. A state dir on another filesystem than the
+    memory dir cannot take a move (a rename): the trash is then `.trash` after all."""
+    local = memory_dir / TRASH_DIR
+    if os.path.lexists(local):
+        return local
     real = Path(os.path.realpath(memory_dir))
-    return app_paths().state_dir / REPO_TRASH / dir_key(real)
+    kept = app_paths().state_dir / REPO_TRASH / dir_key(real)
+    if os.path.lexists(kept):
+        return kept
+    if gitwork.work_tree(memory_dir) is None or not _same_filesystem(real, kept):
+        return local
+    return kept
+
+
+def _same_filesystem(memory_dir: Path, kept: Path) -> bool:
+    """Whether a rename from the memory dir can reach `kept` (the nearest folder of it that
+    exists is on the dir's filesystem); a dir that cannot be looked at counts as yes (the
+    move's own check says what is wrong)."""
+    try:
+        device = os.stat(memory_dir).st_dev
+    except OSError:
+        return True
+    for folder in kept.parents:
+        try:
+            return os.stat(folder).st_dev == device
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return True
+    return True
 
 
 def stored_label(memory_dir: Path, day: str, stored_name: str) -> str:

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from memoryd import gitwork
 from tests.conftest import CORPUS, Env, Result, needs_corpus, write_memory
 from tests.helpers import git, memoryd_child, start, wait_for
 
@@ -471,3 +472,35 @@ def test_the_post_write_hook_leaves_a_dir_git_tracks_as_committed(tmp_path: Path
     wait_for(left_alone, 60, "the hook's index pass")
     assert (folder / "MEMORY.md").read_text() == HAND
     assert porcelain(root) == f"?? {AGENT}/release.md\n"
+
+
+def test_a_trash_stays_found_where_it_is_when_its_dir_enters_or_leaves_a_work_tree(
+    tmp_path: Path, env: Env, cli: Cli
+) -> None:
+    """A `.trash` made before the dir's folder became a repo (or by an older memoryd) is
+    still the dir's trash once git is there; a trash in the state dir is still the dir's once
+    the repo is gone: `trash list` lists both entries and `trash restore` brings them back."""
+    plain = tmp_path / "plain"
+    folder = plain / AGENT
+    for name in ("style.md", "deploy.md", "review.md", "notes.md"):
+        write_memory(folder, name, description=f"about {name[:-3]}")
+    assert cli("index", folder).code == 0
+    assert cli("forget", "style.md", folder, "--yes").code == 0
+    assert (folder / ".trash").is_dir()
+    git(plain, "init", "-q")
+    gitwork._work_trees.clear()  # as a new process sees it (the runner is this process)
+    assert "style.md" in cli("trash", "list", folder).out
+    assert cli("trash", "restore", "style.md", folder).code == 0
+    assert (folder / "style.md").exists()
+
+    root = tmp_path / "app"
+    repo_dir = make_repo(root)
+    use_repos(env, root)
+    moved = [m for d in json.loads(cli("dream", repo_dir, "--json").out)["dirs"]
+             for m in d["changes"]]  # fmt: skip
+    assert moved and str(env.state) in moved[0]["trash"]
+    shutil.rmtree(root / ".git")  # no repo any more: the trash it had is still the dir's
+    gitwork._work_trees.clear()
+    assert moved[0]["file"] in cli("trash", "list", repo_dir).out
+    assert cli("trash", "restore", moved[0]["id"]).code == 0
+    assert (repo_dir / moved[0]["file"]).exists()

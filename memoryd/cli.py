@@ -266,8 +266,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "trash",
         help="list, restore or purge trashed memories",
-        description="memoryd moves memories into <memory dir>/.trash/YYYY-MM-DD/ "
-        "with a manifest; nothing is deleted until the day folder is purged.",
+        description="memoryd moves memories into <memory dir>/.trash/YYYY-MM-DD/ (for a "
+        "dir in a git work tree, the state dir's trash/<dir key>/YYYY-MM-DD/) with a "
+        "manifest; nothing is deleted until the day folder is purged.",
     )
     trash_sub = p.add_subparsers(dest="trash_command", metavar="ACTION", required=True)
     q = trash_sub.add_parser("list", help="list trashed files (id, when, reason, file)")

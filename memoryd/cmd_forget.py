@@ -29,7 +29,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         action="store_true",
         help="also remove every copy memoryd keeps: each one's kept versions (`history` can "
         "no longer restore them), its search index entry and the dream facts cache; the "
-        "trash copy in the memory dir stays (it is yours: delete it there)",
+        "trash copy stays (it is yours: `memoryd trash list` shows where)",
     )
 
 

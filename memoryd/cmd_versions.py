@@ -57,7 +57,7 @@ def cmd_history(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if args.restore is not None:
         return _restore(rt, store, folder, name, found, args.restore, out)
     if args.diff is not None:
-        out.write(_diff(store, folder, name, found, args.diff))
+        out.write(shown(_diff(store, folder, name, found, args.diff), lines=True))
         return EXIT_OK
     if args.json:
         rows = [

@@ -178,12 +178,26 @@ def _note_seen(path: str | None, files: list[str]) -> None:
 
 def key_lines(path: str, file: str) -> list[str]:
     """A memory's lines most worth reading before touching `file`: the body's lines that name
-    it, else its first lines; each cut to LINE_CHARS."""
+    it, else its first lines; each cut to LINE_CHARS, after its secrets are masked (a cut
+    value no longer looks like one). A link or any other special file in its place gives
+    none."""
+    import stat
+
+    from memoryd.secrets import mask
+
     try:
-        with open(path, "rb") as f:
-            text = f.read(MEMORY_MAX_BYTES).decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            text = mask(f.read(MEMORY_MAX_BYTES).decode("utf-8", "replace"))
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
     lines = text.removeprefix("\ufeff").splitlines()
     if lines and lines[0].strip() == "---":
         end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), 0)

@@ -206,7 +206,7 @@ def render_text(
                 extra = f" (kept: {target})" if target else ""
                 detail = move_detail(result, move.filename, move.reason, move.detail)
                 lines.append(
-                    f"  [DRY RUN] Would move: {shown(move.filename)} -> .trash/ — "
+                    f"  [DRY RUN] Would move: {shown(move.filename)} -> the trash — "
                     f"{move.reason}: {detail}{extra}"
                 )
         if result.status == "refused" and plan and dry_run:

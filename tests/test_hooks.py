@@ -268,3 +268,33 @@ def test_session_start_brings_the_search_index_up_in_the_background(env: Env, re
         if not said:
             time.sleep(0.2)
     assert "App rule" in said
+
+
+def test_a_secret_cut_at_the_line_limit_is_masked_before_the_cut(env: Env, repo: Path) -> None:
+    """A key line longer than the limit is cut after its secrets are masked: a token that the
+    cut would split (and so no longer look like a token) never reaches the model in part."""
+    folder = auto_dir(env, repo)
+    line = "src/pkg/app.py " + "w" * 130 + " " + TOKEN
+    write_memory(folder, "long_line.md", name="Long", body=line + "\n")
+    memoryd("recall", "--path", "src/pkg/app.py", cwd=repo)
+    said = context(hook("pre-tool-use", payload(env, repo, "PreToolUse", "src/pkg/app.py")),
+                   "PreToolUse")  # fmt: skip
+    assert "Long" in said
+    assert TOKEN[:8] not in said, said
+
+
+def test_a_link_in_place_of_a_memory_gives_the_model_none_of_its_target(
+    env: Env, repo: Path, tmp_path: Path
+) -> None:
+    """The memory the search index knows is now a link to another file: no line of that file
+    is given to the model."""
+    folder = auto_dir(env, repo)
+    memory = write_memory(folder, "app_rule.md", name="App rule", body="src/pkg/app.py rule\n")
+    memoryd("recall", "--path", "src/pkg/app.py", cwd=repo)
+    private = tmp_path / "private.txt"
+    private.write_text("src/pkg/app.py PRIVATE-LINE-OF-ANOTHER-FILE\n")
+    memory.unlink()
+    memory.symlink_to(private)
+    said = context(hook("pre-tool-use", payload(env, repo, "PreToolUse", "src/pkg/app.py")),
+                   "PreToolUse")  # fmt: skip
+    assert "PRIVATE-LINE" not in said

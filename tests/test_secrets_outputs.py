@@ -152,3 +152,20 @@ def test_history_diff_of_a_kept_version_masks_its_secrets(
     assert diff.code == 0, diff.err
     assert "-Deploy credentials" in diff.out
     _assert_clean(diff.out, values, "history --diff")
+
+
+def test_a_secret_in_a_memorys_name_or_description_is_masked_in_the_search_index(
+    env: Env, folder: Path, cli: Callable[..., Result]
+) -> None:
+    """The search index keeps the name and description it shows as masked as the body."""
+    values = _values()
+    token = values["GitHub token"]
+    write_memory(folder, "ci_token.md", name=f"ci token {token}",
+                 description=f"the CI token is {values['Anthropic API key']}",
+                 body="Rotate it monthly.\n")  # fmt: skip
+    found = json.loads(cli("search", "rotate", "--json").out)["results"]
+    assert found and token not in json.dumps(found)
+    on_disk = b"".join(p.read_bytes() for p in sorted((env.state / "recall").glob("*.sqlite*")))
+    assert b"Rotate it monthly" in on_disk
+    for value in (token, values["Anthropic API key"]):
+        assert value.encode() not in on_disk

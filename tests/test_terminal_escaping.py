@@ -119,3 +119,17 @@ def test_shown_escapes_what_a_terminal_acts_on(text: str, lines: bool, expected:
     """One line: every non-printable escaped; many lines: newlines, tabs and a CR before a
     newline stay."""
     assert shown(text, lines=lines) == expected
+
+
+def test_history_diff_prints_no_control_character_of_the_memory(
+    env: Env, cli: Callable[..., Result], hostile: Path
+) -> None:
+    """A kept version's diff is memory text: escaped line by line as `show` prints it."""
+    memory = _memory(hostile)
+    cli("index", hostile / ".claude" / "memory")
+    memory.write_text(memory.read_text() + f"added {TITLE} and {CLEAR}\rFAKE LINE\n")
+    cli("index", hostile / ".claude" / "memory")
+    result = cli("history", memory, "--diff")
+    printed = result.out + result.err
+    assert "added" in printed, result
+    assert {c for c in printed if not c.isprintable() and c != "\n"} == set(), printed

@@ -1279,18 +1279,19 @@ def _parsed(name: str, data: bytes, fst: os.stat_result, limits: tuple[int, int]
     from memoryd.dream.refs import extract_refs
     from memoryd.secrets import find, mask, summary
 
-    # The index holds the body masked: its snippets are shown, and the file is kept in the
-    # state dir. A secret is a flag of the memory's result, by line and kind.
+    # The index holds every text field masked: its snippets are shown, and the file is kept
+    # in the state dir. A secret is a flag of the memory's result, by line and kind.
     found = find(data.decode("utf-8", "replace"))
-    body = mask(parsed.body) if found else parsed.body
+    kept = mask if found else str
+    body = kept(parsed.body)
     flags = _flags(parsed) + ([f"holds a secret ({summary(found)})"] if found else [])
     refs = extract_refs(body)
     return {
         "kind": "memory",
-        "name": parsed.name,
-        "key": parsed.display_name.lower(),
+        "name": kept(parsed.name),
+        "key": kept(parsed.display_name).lower(),
         "stem": name.removesuffix(".md").lower(),
-        "description": parsed.description,
+        "description": kept(parsed.description),
         "type": parsed.type,
         "date": max(fst.st_mtime_ns / 1e9, parse_date(parsed.modified)),
         "flags": json.dumps(flags),

@@ -61,7 +61,30 @@ def target_of(rt: Runtime, key: str, dirs: list[Path]) -> Target:
             if trash.matches(md.real_path, entry, str(path)):
                 return Target(md.real_path, entry.record.original_name, md)
         raise MemorydError(f"{path}: no trash record names this file")
+    if is_path(key):
+        kept = _in_state_trash(rt, path.absolute(), dirs)
+        if kept is not None:
+            return kept
     return resolve(rt, key, dirs, gone=True)
+
+
+def _in_state_trash(rt: Runtime, path: Path, dirs: list[Path]) -> Target | None:
+    """A path into the state dir's trash (a repo dir's, as `trash list` prints it) means the
+    file it was; None for any other path. The dir is the one whose trash holds it."""
+    from memoryd.discover import discover
+    from memoryd.housekeeping import known_dirs
+    from memoryd.paths import app_paths
+
+    folder = app_paths().state_dir / trash.REPO_TRASH
+    if not path.is_relative_to(folder):
+        return None
+    for md in [*discover(rt.config, dirs), *known_dirs(rt)]:
+        if not path.is_relative_to(trash.trash_root(md.real_path)):
+            continue
+        for entry in _entries(md):
+            if trash.matches(md.real_path, entry, str(path)):
+                return Target(md.real_path, entry.record.original_name, md)
+    raise MemorydError(f"{path}: no trash record names this file")
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

@@ -363,6 +363,8 @@ def test_a_named_dream_of_a_tracked_dir_shows_in_git_status_as_exactly_what_chan
     assert str(env.state) in moved[0]["trash"]
     listed = cli("trash", "list", folder)
     assert gone in listed.out
+    told = cli("history", moved[0]["trash"])  # the trashed file's path, as the report gave it
+    assert told.code == 0 and f"{gone} lost to" in told.out, told  # the file it was
     assert cli("trash", "restore", moved[0]["id"]).code == 0
     assert (folder / gone).exists()
     assert f"{AGENT}/{gone}" not in porcelain(root)

@@ -117,26 +117,6 @@ def _doomed(
     return {sha: kinds for sha, kinds in kinds_of.items() if kinds}, rows
 
 
-def _remove(store: VersionStore, doomed: Iterable[str]) -> set[str]:
-    """Unlink the loose objects and write the packs anew without them (the store's lock is
-    held by the caller); the shas whose bytes went."""
-    doomed = set(doomed)
-    removed: set[str] = set()
-    if not doomed:
-        return removed
-    with contextlib.suppress(OSError):
-        fd = store._objects_fd()
-        try:
-            for sha in doomed:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(sha, dir_fd=fd)
-                    removed.add(sha)
-            fsops.fsync_dir(fd)
-        finally:
-            os.close(fd)
-    return removed | store.repack(doomed)
-
-
 def _said(
     path: Path, rows: list[tuple[str, int, str, str]], removed: set[str], audit: Audit | None
 ) -> Purged:
@@ -173,7 +153,7 @@ def purge_gone_secrets(
         if doomed:  # never some file's current version, in any dir (its bytes are the file's)
             keep = _current_shas(store, stored)
             doomed = {sha: kinds for sha, kinds in doomed.items() if sha not in keep}
-        removed = _remove(store, doomed)
+        removed = store.drop_objects(set(doomed))
     finally:
         os.close(lock)
     return _said(path, rows, removed, audit)
@@ -214,7 +194,7 @@ def purge_versions_of(
             for v in histories.get(name, [])
             if v.stored and v.sha256 not in keep
         ]
-        removed = _remove(store, {row[3] for row in rows})
+        removed = store.drop_objects({row[3] for row in rows})
     finally:
         os.close(lock)
     return _said(path, rows, removed, audit)

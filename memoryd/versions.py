@@ -821,6 +821,25 @@ class VersionStore:
         if tmp is not None:
             self.commit_temps([(tmp, sha)], synced=True)
 
+    def drop_objects(self, doomed: Set[str]) -> set[str]:
+        """Remove these objects' bytes: their loose files unlinked, the packs holding any
+        written anew without them (the caller holds the store's lock); the shas whose bytes
+        went. A problem is said once and leaves the rest as they were (`_guard`)."""
+        dropped: set[str] = set()
+        if not doomed:
+            return dropped
+        with contextlib.suppress(OSError):
+            fd = self._objects_fd()
+            try:
+                for sha in doomed:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(sha, dir_fd=fd)
+                        dropped.add(sha)
+                fsops.fsync_dir(fd)
+            finally:
+                os.close(fd)
+        return dropped | self._guarded_repack(doomed)
+
     def _guarded_repack(self, doomed: Set[str]) -> set[str]:
         out: set[str] = set()
         self._guard(lambda: out.update(self.repack(doomed)))
@@ -2453,18 +2472,7 @@ def _prune(store: VersionStore, now: float) -> PruneResult:
             break
         doomed.append(sha)
         total -= sizes[sha]
-    dropped: set[str] = set()
-    with contextlib.suppress(OSError):
-        fd = store._objects_fd()
-        try:
-            for sha in doomed:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(sha, dir_fd=fd)
-                    dropped.add(sha)
-            fsops.fsync_dir(fd)
-        finally:
-            os.close(fd)
-    dropped |= store._guarded_repack(set(doomed))
+    dropped = store.drop_objects(set(doomed))
     result.removed = [sha for sha in doomed if sha in dropped]
     result.freed = sum(sizes[sha] for sha in result.removed)
     result.kept_bytes = total

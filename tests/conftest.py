@@ -167,6 +167,14 @@ def corpus_memory_dirs(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob("MEMORY.md") if "golden-corpus" not in str(p))
 
 
+def write_lesson(folder: Path, name: str, body: str) -> bytes:
+    """A memory file of one fixed shape (name, description `d <name>`, type project, body),
+    written as bytes; its bytes, for the version tests to compare with what is kept."""
+    data = f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\n{body}\n".encode()
+    (folder / name).write_bytes(data)
+    return data
+
+
 def write_memory(
     folder: Path,
     filename: str,

@@ -8,12 +8,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Env
-
-
-def _mem(folder: Path, name: str, body: str) -> bytes:
-    data = f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\n{body}\n".encode()
-    (folder / name).write_bytes(data)
-    return data
+from tests.conftest import write_lesson as _mem
 
 
 @pytest.fixture

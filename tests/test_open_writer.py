@@ -13,16 +13,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import Env
+from tests.conftest import write_lesson as _mem
 from tests.helpers import wait_for
 
 HEAD = b"---\nname: a\ndescription: the tool's lesson\ntype: project\n---\n\nfirst part\n"
 TAIL = b"the part written a moment later\n"
-
-
-def _mem(folder: Path, name: str, body: str) -> bytes:
-    data = f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\n{body}\n".encode()
-    (folder / name).write_bytes(data)
-    return data
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from memoryd import trash, versions
 from memoryd.scan import scan_dir
 from memoryd.versions import VersionStore
 from tests.conftest import Env, lock_held_elsewhere, tree_digest
+from tests.conftest import write_lesson as _mem
 from tests.helpers import memoryd_child
 
 DAY = 86400.0
@@ -45,12 +46,6 @@ def _store(env: Env, clock: Clock, events: Events, **kw: Any) -> VersionStore:
     # The boot clock advances with the fake wall clock: the time memoryd watches pass.
     boot = kw.pop("boot", lambda: ("test-boot", clock.now))
     return VersionStore(env.state, clock=clock, audit=audit, boot=boot, **kw)
-
-
-def _mem(folder: Path, name: str, body: str) -> bytes:
-    data = f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\n{body}\n".encode()
-    (folder / name).write_bytes(data)
-    return data
 
 
 def _sha(data: bytes) -> str:

@@ -12,14 +12,9 @@ from memoryd import cmd_versions, versions
 from memoryd.runtime import Runtime
 from memoryd.scan import scan_dir
 from tests.conftest import Env
+from tests.conftest import write_lesson as _mem
 
 DAY = 86400.0
-
-
-def _mem(folder: Path, name: str, body: str) -> bytes:
-    data = f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\n{body}\n".encode()
-    (folder / name).write_bytes(data)
-    return data
 
 
 def _daemon_start(env: Env, wall: float) -> Runtime:

@@ -17,6 +17,7 @@ import pytest
 from memoryd import fsops, restored, versions
 from memoryd.scan import scan_dir
 from tests.conftest import Env, InjectedCrash, crash_at, lock_held_elsewhere
+from tests.conftest import write_lesson as _mem
 from tests.helpers import wait_for
 
 LIMIT = 100_000  # RLIMIT_FSIZE of the restoring process: the memory is bigger, all else smaller
@@ -24,12 +25,6 @@ LIMIT = 100_000  # RLIMIT_FSIZE of the restoring process: the memory is bigger, 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _mem(folder: Path, name: str, body: str) -> bytes:
-    data = f"---\nname: {name}\ndescription: d {name}\ntype: project\n---\n\n{body}\n".encode()
-    (folder / name).write_bytes(data)
-    return data
 
 
 def _dir(env: Env) -> Path:

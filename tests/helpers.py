@@ -420,13 +420,9 @@ def git(cwd: Path, *args: str) -> None:
     )
 
 
-def memoryd_child(
-    env: Any, *args: str | Path, timeout: float = 60, crash_at: str = ""
-) -> subprocess.CompletedProcess[str]:
-    """`memoryd ARGS` in a child process with the test's HOME and XDG folders (`env`: the
-    conftest fixture's Env). A reader that blocks on a FIFO hangs the child, and the timeout
-    (a run takes a second or two) fails the test instead of the suite. `crash_at`: "K:point"
-    kills the child at the K-th step, counting that crash point only (fsops.crash_point)."""
+def home_env(env: Any) -> dict[str, str]:
+    """This process's environment for a child memoryd with the test's HOME and XDG folders
+    (`env`: the conftest fixture's Env), and no CLAUDE_CONFIG_DIR of the outer one."""
     child_env = {
         **os.environ,
         "HOME": str(env.home),
@@ -435,6 +431,17 @@ def memoryd_child(
         "XDG_CACHE_HOME": str(env.home / ".cache"),
     }
     child_env.pop("CLAUDE_CONFIG_DIR", None)
+    return child_env
+
+
+def memoryd_child(
+    env: Any, *args: str | Path, timeout: float = 60, crash_at: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """`memoryd ARGS` in a child process with the test's HOME and XDG folders (`env`: the
+    conftest fixture's Env). A reader that blocks on a FIFO hangs the child, and the timeout
+    (a run takes a second or two) fails the test instead of the suite. `crash_at`: "K:point"
+    kills the child at the K-th step, counting that crash point only (fsops.crash_point)."""
+    child_env = home_env(env)
     if crash_at:
         child_env["MEMORYD_CRASH_AT"], _, child_env["MEMORYD_CRASH_ONLY"] = crash_at.partition(":")
     return subprocess.run(

@@ -21,6 +21,7 @@ from memoryd.recall.engine import Engine
 from memoryd.recall.query import Frame, parse_frame
 from memoryd.recall.store import DirIndex, index_path, update_dir
 from tests.conftest import Env, tree_digest, write_memory
+from tests.helpers import home_env
 
 DAY = 86400.0
 NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC).timestamp()
@@ -1318,17 +1319,9 @@ sys.exit(main(sys.argv[3:]))
 
 
 def _under_limit(env: Env, limit: int, mode: str, *args: str) -> subprocess.CompletedProcess[str]:
-    child_env = {
-        **os.environ,
-        "HOME": str(env.home),
-        "XDG_CONFIG_HOME": str(env.home / ".config"),
-        "XDG_STATE_HOME": str(env.home / ".local" / "state"),
-        "XDG_CACHE_HOME": str(env.home / ".cache"),
-    }
-    child_env.pop("CLAUDE_CONFIG_DIR", None)
     return subprocess.run(
         [sys.executable, "-c", UNDER_LIMIT, str(limit), mode, *args],
-        env=child_env,
+        env=home_env(env),
         capture_output=True,
         text=True,
         timeout=120,

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memoryd import safejson
 from memoryd.errors import MemorydError
 
 if TYPE_CHECKING:
@@ -65,6 +64,8 @@ def cmd_history(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     if len(problems) == 2:
         raise problems[0]
     if args.json:
+        from memoryd import safejson
+
         doc: dict[str, Any] = safejson.loads(chain.getvalue()) if chain.getvalue() else {}
         doc.setdefault("histories", [])
         doc["versions"] = safejson.loads(versions.getvalue()) if versions.getvalue() else None

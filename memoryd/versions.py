@@ -2034,6 +2034,10 @@ def dir_deleted(store: VersionStore, path: Path) -> int:
     there, or held none)."""
     if os.path.isdir(path):
         return 0
+    # As a scan does before it says a deletion: the last versions read, still under temp
+    # names until the next heartbeat, go in place first, so that every process lists them.
+    with store._lock:
+        store._guard(store.commit_pending)
     gone = [d for d in deleted(store, path) if d.vanished]
     if not gone:
         return 0

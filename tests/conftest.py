@@ -315,6 +315,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_records",
             "test_report_quiet",
             "test_safejson",
+            "test_statedb",
             "test_scan",
             "test_secrets",
             "test_secrets_purge",

@@ -1,0 +1,225 @@
+"""The state store: memoryd's own state in one SQLite file, `state.sqlite` in the state dir.
+
+Every concern that keeps state (kept versions, per-dir state, caches, acknowledgements,
+refused plans, consult evidence, the pass journal, alarms, transcript offsets) owns its tables
+and declares them as a `Schema`; `StateDB.ensure` creates them once per file. WAL lets the
+daemon, commands, hooks and the MCP server read while one of them writes; a write is one
+`transaction()` (BEGIN IMMEDIATE), and nested `transaction()`s join the outer one, so a pass
+that touches several concerns commits once.
+
+Damage is never handled in silence: a path that is not a regular file, a file SQLite cannot
+read or `PRAGMA quick_check` failing on the first open in a process is `StateDamaged`, naming
+the file and what to do. A schema marked `disposable` (a cache) is dropped and made again when
+its version changes; any other schema of another version is `StateDamaged` too, so kept
+versions are never dropped by an upgrade.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from memoryd.errors import MemorydError
+from memoryd.paths import ensure_private_dir
+
+FILE_NAME = "state.sqlite"
+# Writers wait this long for another process's transaction (a pass commits in well under it).
+BUSY_WAIT = 30.0
+
+
+class StateDamaged(MemorydError):
+    """The state store cannot be used as it is; the message names the file and what to do."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        self.path = path
+        super().__init__(
+            f"{path}: memoryd's state store {why}. Stop memoryd, move the file aside "
+            f"(it may hold kept versions: keep it) and start again; memoryd makes a new one "
+            f"and rebuilds its caches from the memory dirs"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """One concern's tables: `ddl` is run once, in one transaction, when the file lacks them.
+
+    `version` is compared with what the file holds; a `disposable` schema (a cache anything
+    can rebuild) is dropped (`tables`) and made again on a mismatch, any other is damage.
+    """
+
+    name: str
+    version: int
+    ddl: str
+    tables: tuple[str, ...] = ()
+    disposable: bool = False
+
+
+class StateDB:
+    """One state file, one connection per thread (SQLite connections are not shared)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._ensured: set[str] = set()
+        self._checked = False
+
+    @classmethod
+    def in_state_dir(cls, state_dir: Path) -> StateDB:
+        return shared(state_dir / FILE_NAME)
+
+    # -- connections ---------------------------------------------------------------------
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection, opened (and the file checked) on first use."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._open()
+            self._local.conn = conn
+            self._local.depth = 0
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        ensure_private_dir(self.path.parent)
+        self._refuse_special()
+        if not self.path.exists():
+            # Made 0600 before SQLite opens it; its -wal and -shm files take the same mode.
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            os.close(os.open(self.path, flags, 0o600))
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=BUSY_WAIT, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as error:
+            raise StateDamaged(self.path, f"cannot be opened ({error})") from error
+        try:
+            conn.execute("PRAGMA synchronous=NORMAL")
+            # A deleted row's bytes are zeroed: a purged secret leaves nothing in free pages.
+            conn.execute("PRAGMA secure_delete=ON")
+            conn.execute("PRAGMA foreign_keys=ON")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            self._check_once(conn)
+        except sqlite3.DatabaseError as error:
+            conn.close()
+            raise StateDamaged(self.path, f"is not a readable SQLite file ({error})") from error
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _check_once(self, conn: sqlite3.Connection) -> None:
+        """`PRAGMA quick_check` at the process's first open (linear in the file's size)."""
+        with self._lock:
+            if self._checked:
+                return
+            result = conn.execute("PRAGMA quick_check").fetchone()[0]
+            if result != "ok":
+                raise StateDamaged(self.path, f"fails its check ({result})")
+            self._checked = True
+
+    def _refuse_special(self) -> None:
+        try:
+            info = self.path.lstat()
+        except FileNotFoundError:
+            return
+        if not stat.S_ISREG(info.st_mode):
+            raise StateDamaged(self.path, "is not a regular file")
+
+    def close(self) -> None:
+        """Close this thread's connection (others close when their thread's objects go)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # -- schemas and transactions --------------------------------------------------------
+
+    def ensure(self, schema: Schema) -> sqlite3.Connection:
+        """This thread's connection, with `schema`'s tables in the file."""
+        conn = self.connection()
+        if schema.name in self._ensured:
+            return conn
+        with self.transaction() as tx:
+            tx.execute(
+                "CREATE TABLE IF NOT EXISTS schemas (name TEXT PRIMARY KEY, version INTEGER)"
+            )
+            row = tx.execute("SELECT version FROM schemas WHERE name = ?", (schema.name,))
+            found = row.fetchone()
+            if found is not None and found[0] != schema.version:
+                if not schema.disposable:
+                    raise StateDamaged(
+                        self.path,
+                        f"holds {schema.name} tables of version {found[0]}, and this memoryd "
+                        f"reads version {schema.version}",
+                    )
+                for table in schema.tables:
+                    tx.execute(f'DROP TABLE IF EXISTS "{table}"')
+                found = None
+            if found is None:
+                for statement in schema.ddl.split(";"):
+                    if statement.strip():
+                        tx.execute(statement)
+                tx.execute(
+                    "INSERT OR REPLACE INTO schemas(name, version) VALUES (?, ?)",
+                    (schema.name, schema.version),
+                )
+        with self._lock:
+            self._ensured.add(schema.name)
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE … COMMIT (ROLLBACK on any exception); an inner one joins the outer."""
+        conn = self.connection()
+        depth: int = self._local.depth
+        if depth:
+            self._local.depth = depth + 1
+            try:
+                yield conn
+            finally:
+                self._local.depth = depth
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.DatabaseError as error:
+            if isinstance(error, sqlite3.OperationalError):
+                raise
+            raise StateDamaged(self.path, f"cannot be written ({error})") from error
+        self._local.depth = 1
+        try:
+            yield conn
+        except BaseException:
+            self._local.depth = 0
+            conn.execute("ROLLBACK")
+            raise
+        self._local.depth = 0
+        conn.execute("COMMIT")
+
+
+_SHARED: dict[Path, StateDB] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared(path: Path) -> StateDB:
+    """The process's one `StateDB` for `path`, so every concern shares its connections."""
+    key = Path(os.path.abspath(path))
+    with _SHARED_LOCK:
+        db = _SHARED.get(key)
+        if db is None:
+            db = _SHARED[key] = StateDB(key)
+        return db
+
+
+def forget_shared() -> None:
+    """Close and drop the process's stores (tests that make many state dirs; a fork's child)."""
+    with _SHARED_LOCK:
+        for db in _SHARED.values():
+            db.close()
+        _SHARED.clear()

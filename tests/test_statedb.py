@@ -1,0 +1,82 @@
+"""The state store's opener: damage is named, schemas are versioned, transactions nest."""
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from memoryd.storage.statedb import Schema, StateDamaged, StateDB
+
+NOTES = Schema("notes", 1, "CREATE TABLE notes (k TEXT PRIMARY KEY, v TEXT)", ("notes",))
+
+
+def test_a_fifo_in_the_state_files_place_is_named_damage_and_never_opened(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite"
+    os.mkfifo(path)
+    with pytest.raises(StateDamaged, match="not a regular file") as caught:
+        StateDB(path).connection()
+    assert str(path) in str(caught.value)
+
+
+def test_a_file_that_is_not_sqlite_is_named_damage_and_left_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite"
+    path.write_bytes(b"not a database, but someone's bytes" * 200)
+    before = path.read_bytes()
+    with pytest.raises(StateDamaged, match="move the file aside"):
+        StateDB(path).ensure(NOTES)
+    assert path.read_bytes() == before
+
+
+def test_an_inner_transaction_joins_the_outer_one_and_a_failure_rolls_back_both(
+    tmp_path: Path,
+) -> None:
+    db = StateDB(tmp_path / "state.sqlite")
+    db.ensure(NOTES)
+    with pytest.raises(RuntimeError), db.transaction() as outer:
+        outer.execute("INSERT INTO notes VALUES ('a', '1')")
+        with db.transaction() as inner:
+            inner.execute("INSERT INTO notes VALUES ('b', '2')")
+        raise RuntimeError("the pass failed after both writes")
+    assert db.connection().execute("SELECT count(*) FROM notes").fetchone()[0] == 0
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO notes VALUES ('a', '1')")
+    assert db.connection().execute("SELECT v FROM notes").fetchall() == [("1",)]
+
+
+def test_a_cache_of_another_version_is_made_again_and_kept_state_is_never_dropped(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.sqlite"
+    db = StateDB(path)
+    db.ensure(NOTES)
+    cache = Schema("cache", 1, "CREATE TABLE cache (k TEXT)", ("cache",), disposable=True)
+    db.ensure(cache)
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO notes VALUES ('kept', 'x')")
+        tx.execute("INSERT INTO cache VALUES ('old')")
+    later = StateDB(path)
+    later.ensure(Schema("cache", 2, "CREATE TABLE cache (k TEXT, v TEXT)", ("cache",), True))
+    assert later.connection().execute("SELECT count(*) FROM cache").fetchone()[0] == 0
+    with pytest.raises(StateDamaged, match="notes tables of version 1"):
+        later.ensure(Schema("notes", 2, "CREATE TABLE notes2 (k TEXT)", ("notes",)))
+    assert later.connection().execute("SELECT v FROM notes").fetchall() == [("x",)]
+
+
+def test_each_thread_has_its_own_connection_and_sees_the_others_commits(tmp_path: Path) -> None:
+    db = StateDB(tmp_path / "state.sqlite")
+    db.ensure(NOTES)
+    seen: list[object] = []
+
+    def write() -> None:
+        with db.transaction() as tx:
+            tx.execute("INSERT INTO notes VALUES ('t', 'from a thread')")
+        seen.append(db.connection())
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    thread.join()
+    assert seen[0] is not db.connection()
+    assert db.connection().execute("SELECT v FROM notes").fetchall() == [("from a thread",)]
+    assert isinstance(seen[0], sqlite3.Connection)

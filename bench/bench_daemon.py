@@ -15,9 +15,8 @@ ratio naive / memoryd. Run `python bench/bench_daemon.py --help`.
    python-frontmatter (VmRSS).
 3. A git checkout that changes N files in a watched memory dir (the dir is the work tree): files
    lost from the index (missing, or a stale description) and how long after `git checkout`
-   exited the index was consistent; once with the consult (read-event) signal on (the default)
-   and once with `[watch] consult_signal = false`. Baseline: watchdog with its default event
-   mask, counting how many of the changed files it reported at all.
+   exited the index was consistent. Baseline: watchdog with its default event mask, counting
+   how many of the changed files it reported at all.
 
 The daemon runs through a small launcher (`--_shim`) that timestamps its event handler, passes,
 index passes and garbage collections into a JSON file read after it stops; it changes
@@ -72,7 +71,6 @@ new_file_grace = "0s"
 debounce = "{debounce}"
 max_wait = "{max_wait}"
 reconcile_every = "1h"
-consult_signal = {consult}
 """
 
 
@@ -205,11 +203,9 @@ class Home:
         return [r for r in rows if event is None or r["event"] == event]
 
 
-def write_config(config: Path, debounce: str, *, consult: bool = True) -> None:
+def write_config(config: Path, debounce: str) -> None:
     max_wait = debounce if parse_duration(debounce) > 30 else "30s"
-    config.write_text(
-        CONFIG.format(debounce=debounce, max_wait=max_wait, consult=str(consult).lower())
-    )
+    config.write_text(CONFIG.format(debounce=debounce, max_wait=max_wait))
 
 
 def make_home(tmp: Path, name: str, debounce: str) -> Home:
@@ -827,7 +823,6 @@ def checkout(tree: Tree, branch: str) -> tuple[float, float]:
 
 @dataclass
 class StormRun:
-    mode: str
     took: list[float] = field(default_factory=list)  # checkout exit → index consistent
     lost: list[float] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
@@ -841,15 +836,13 @@ class StormRun:
     passes: list[list[tuple[float, str]]] = field(default_factory=list)
 
 
-def storm_daemon(
-    home: Home, tree: Tree, mode: str, args: argparse.Namespace, tmp: Path
-) -> StormRun:
+def storm_daemon(home: Home, tree: Tree, args: argparse.Namespace, tmp: Path) -> StormRun:
     reset_tree(tree)
     shutil.rmtree(home.root / ".local" / "state", ignore_errors=True)
-    write_config(home.config, args.debounce, consult=mode == "on")
-    counts = tmp / f"storm-{mode}.json"
-    daemon = DaemonProc(home, tmp / f"daemon-storm-{mode}.log", counts)
-    run = StormRun(mode)
+    write_config(home.config, args.debounce)
+    counts = tmp / "storm.json"
+    daemon = DaemonProc(home, tmp / "daemon-storm.log", counts)
+    run = StormRun()
     spans: list[tuple[float, float]] = []
     try:
         daemon.settle(args.debounce_s + 0.5)
@@ -929,57 +922,51 @@ def bench_storm(
     home: Home, tree: Tree, args: argparse.Namespace, tmp: Path, naive_rebuild_s: list[float]
 ) -> tuple[list[Row], list[str]]:
     n_changed = len(tree.changed)
-    runs = [storm_daemon(home, tree, mode, args, tmp) for mode in ("on", "off")]
+    run = storm_daemon(home, tree, args, tmp)
     base_lost, reports = storm_watchdog(tree, args.storm_reps)
     target = args.debounce_s + 0.0 + 1.0  # debounce + grace (0 s here) + 1 s
     naive_time = [args.debounce_s + s for s in naive_rebuild_s]
     rows, notes = [], []
-    for run in runs:
-        what = "consult signal on" if run.mode == "on" else "consult_signal = false"
-        rows.append(
-            Row(
-                f"3. checkout of {n_changed:,} changed files: lost, {what}",
-                base_lost,
-                run.lost,
-                0,
-                unit="count",
-                stat="max",
-            )
+    rows.append(
+        Row(
+            f"3. checkout of {n_changed:,} changed files: lost",
+            base_lost,
+            run.lost,
+            0,
+            unit="count",
+            stat="max",
         )
-    for run in runs:
-        what = "consult on" if run.mode == "on" else "consult off"
-        rows.append(
-            Row(
-                f"3. checkout exit → index consistent, {what} (naive: debounce + full rebuild)",
-                naive_time,
-                run.took,
-                target,
-                stat="max",
-                naive_stat="median",
-            )
+    )
+    rows.append(
+        Row(
+            "3. checkout exit → index consistent (naive: debounce + full rebuild)",
+            naive_time,
+            run.took,
+            target,
+            stat="max",
+            naive_stat="median",
         )
+    )
     notes.append(
         f"watchdog, default mask: reported {[n_changed - x for x in base_lost]} of "
         f"{n_changed:,} changed files per checkout; events {[r['events'] for r in reports]}; "
         f"queue overflow warnings {[r['overflows'] for r in reports]}"
     )
-    for run in runs:
-        events = "; ".join(
-            ", ".join(f"{k} {v:,}" for k, v in sorted(e.items())) or "none" for e in run.events
-        )
-        passes = "; ".join(
-            ", ".join(f"{fmt(d, 'time')} {st}" for d, st in p) or "none" for p in run.passes
-        )
-        notes.append(
-            f"consult {run.mode}: checkouts took "
-            f"{', '.join(fmt(s, 'time') for s in run.checkout_s)}; consistent after "
-            f"{', '.join(fmt(s, 'time') for s in run.took)}; final "
-            f"{[vars(c) for c in run.checks]}; the daemon's handler got, per checkout: {events}; "
-            f"overflow callbacks {len(run.record.get('overflows', []))}; audit rows {run.audit};"
-            f" the last file event before the first pass reached the handler "
-            f"{', '.join(fmt(x, 'time') for x in run.lag)} after `git checkout` exited; "
-            f"index passes after each checkout: {passes}"
-        )
+    events = "; ".join(
+        ", ".join(f"{k} {v:,}" for k, v in sorted(e.items())) or "none" for e in run.events
+    )
+    passes = "; ".join(
+        ", ".join(f"{fmt(d, 'time')} {st}" for d, st in p) or "none" for p in run.passes
+    )
+    notes.append(
+        f"checkouts took {', '.join(fmt(s, 'time') for s in run.checkout_s)}; consistent after "
+        f"{', '.join(fmt(s, 'time') for s in run.took)}; final "
+        f"{[vars(c) for c in run.checks]}; the daemon's handler got, per checkout: {events}; "
+        f"overflow callbacks {len(run.record.get('overflows', []))}; audit rows {run.audit};"
+        f" the last file event before the first pass reached the handler "
+        f"{', '.join(fmt(x, 'time') for x in run.lag)} after `git checkout` exited; "
+        f"index passes after each checkout: {passes}"
+    )
     return rows, notes
 
 

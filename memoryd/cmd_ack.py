@@ -62,7 +62,7 @@ def cmd_ack(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     repos = RepoCache.of(rt)
     failed = False
     for real_path, (md, files) in by_dir.items():
-        with rt.store.lock(real_path), rt.store.reading(real_path):
+        with rt.store.lock(real_path):
             # The flag as a pass sees it now (what the person was shown may be older).
             _, scan = probe_ownership(rt, md)
             listing = Listing.of(scan) if scan is not None else None

@@ -147,7 +147,6 @@ def engine_for(rt: "Runtime", dirs: Sequence["MemoryDir"]) -> "Engine":
         max_file_bytes=rt.config.parse.max_file_bytes,
         max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
         warn=_warn,
-        reading=rt.store.reading,
         window=(rt.config.index.max_lines, rt.config.index.max_chars),
         workers=worker_count(),  # memoryd's own entry points: their __main__ is guarded
     )

@@ -23,8 +23,6 @@ from memoryd.paths import (
 IndexMode = Literal["auto", "manage", "off"]
 BudgetMode = Literal["never", "hard", "target"]
 LogLevel = Literal["debug", "info", "warning", "error"]
-ConsultSignal = Literal["transcripts", "transcripts+reads"]
-CONSULT_SIGNALS: tuple[ConsultSignal, ...] = ("transcripts", "transcripts+reads")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -83,13 +81,6 @@ class WatchConfig:
     debounce: float = 2.0
     max_wait: float = 30.0
     reconcile_every: float = 300.0
-    # What counts as the agent consulting a memory: its tool calls in Claude Code's session
-    # transcripts; "+reads" adds every read inotify sees (any process's).
-    consult_signal: ConsultSignal = "transcripts"
-
-    @property
-    def reads_count(self) -> bool:
-        return self.consult_signal == "transcripts+reads"
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,19 +200,6 @@ def _positive_duration(value: object) -> object:
     return seconds
 
 
-def _consult_signal(value: object) -> object:
-    # Before transcripts were read this was a switch for read events (default true): kept
-    # readable, so an existing config does not stop the daemon; true said "count reads".
-    if isinstance(value, bool):
-        return "transcripts+reads" if value else "transcripts"
-    if value not in CONSULT_SIGNALS:
-        raise ValueError(
-            f'expected "transcripts" (the agent\'s tool calls in its session transcripts) or '
-            f'"transcripts+reads" (also any process\'s reads of memory files); got {value!r}'
-        )
-    return value
-
-
 def _str(value: object) -> object:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {_type_name(value)} {value!r}")
@@ -301,7 +279,6 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
             "debounce": _duration,
             "max_wait": _duration,
             "reconcile_every": _duration,
-            "consult_signal": _consult_signal,
         },
     ),
     "dream": (
@@ -341,6 +318,13 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
     "parse": (ParseConfig, {"max_file_bytes": _int(1024), "max_frontmatter_bytes": _int(256)}),
     "recall": (RecallConfig, {"stale_after": _positive_duration}),
 }
+# Keys memoryd no longer reads: an unknown key as any other (the configuration is refused, so
+# that nothing the file asks for is silently dropped), with what replaced it.
+_REMOVED: dict[str, str] = {
+    "watch.consult_signal": "removed: reads of memory files no longer count as consults; "
+    "the agent's tool calls in its session transcripts and memoryd's MCP server answers "
+    "always do. Delete this line",
+}
 _DIR_KEYS: dict[str, Converter] = {"mode": _choice("auto", "manage", "off"), "repo_root": _folder}
 
 
@@ -359,7 +343,8 @@ def build_config(data: Mapping[str, object], source: str) -> Config:
         for key, raw in table.items():
             converter = converters.get(key)
             if converter is None:
-                problems.append(f"{name}.{key}: unknown key (known: {', '.join(converters)})")
+                known = f"unknown key (known: {', '.join(converters)})"
+                problems.append(f"{name}.{key}: {_REMOVED.get(f'{name}.{key}', known)}")
                 continue
             try:
                 values[key] = converter(raw)

@@ -9,10 +9,8 @@ import contextlib
 import errno
 import fcntl
 import json
-import math
 import os
 import signal
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -44,13 +42,6 @@ if TYPE_CHECKING:
 HEARTBEAT_EVERY = 15.0
 STALE_AFTER = 300.0  # a worker silent this long is stuck: stop telling systemd we are alive
 SETTLE = 5.0  # an unparseable file younger than this may be half-written: look again later
-OWN_READ_SLACK = 1.5
-# A read seen this close to a memoryd command holding the dir's readers file open is the
-# command's (events of two watches may reach the handler a little out of order).
-READERS_SLACK = 0.5
-READERS_KEEP = 120.0  # how long a closed window is kept (reads are taken in well before)
-READERS_LONGEST = 900.0  # a command reading a dir longer than this is no command (a lost close)
-QUIET_READS_FROM = 500  # changed names in one pass from which the dir's read events are paused
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
@@ -94,13 +85,11 @@ class DirSession:
     watch: str = "ok"  # ok | polling (no watch could be added) | lost
     last_index_write: float = 0.0
     last_status: str = ""
-    reading: tuple[float, float] = (0.0, 0.0)  # when memoryd itself last read the dir
     scan: DirScan | None = None  # the last full picture of the dir, for incremental passes
     held: Held | None = None  # what the last pass left for one over just the changed files
     managed: bool = False  # whether memoryd managed its index at the last pass
     # From the observer thread (under the daemon's lock):
     changed: set[str] | None = None  # the names events reported since the last pass
-    reads: list[tuple[float, str]] = field(default_factory=list)  # (monotonic, name)
     # Look at every file next time, not just those events named (a watch made anew).
     rescan: bool = False
     # The identity (inode, size, mtime_ns) each index file memoryd wrote has: its events
@@ -132,14 +121,6 @@ class DirSession:
         return (st.st_ino, st.st_size, st.st_mtime_ns) == expected
 
 
-def make_readers_file(path: Path) -> None:
-    """Make a dir's readers file (see StateStore.reading) without opening it: an open by the
-    daemon would read as a memoryd command beginning to read."""
-    with contextlib.suppress(OSError):
-        ensure_private_dir(path.parent)
-        os.mknod(path, 0o600 | stat.S_IFREG)
-
-
 def default_scheduler() -> BackgroundScheduler:
     """One worker, so all file work runs on one thread; a job queued behind a long one is
     never dropped as missed (APScheduler's 1 s misfire grace)."""
@@ -169,24 +150,18 @@ class Daemon:
     wake: threading.Event = field(default_factory=threading.Event)
     log: Any = field(default_factory=get_logger)
     # The collaborators, passed in (tests give a scripted event source or a scheduler of
-    # their own): the watcher is made with the daemon's event sink and whether reads count.
-    make_watcher: Callable[[Callable[[Signal], None], bool], Watcher] = field(
-        default=lambda sink, reads: Watcher(sink, reads=reads)
-    )
+    # their own): the watcher is made with the daemon's event sink.
+    make_watcher: Callable[[Callable[[Signal], None]], Watcher] = Watcher
     make_scheduler: Callable[[], BackgroundScheduler] = default_scheduler
     _reload: bool = False
     _rediscover: bool = True
     _rescan_reason: str = ""
     _lost_watches: set[tuple[Path, bool]] = field(default_factory=set)  # their folder went
-    # Per readers file: when memoryd commands held it open ([opened, closed] as events came).
-    _reader_windows: dict[str, list[list[float]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _last_beat: float = 0.0
     _started: str = ""
     _waiting_said: bool = False
     _limit_said: bool = False
-    consult_signal: bool = False  # read events recorded as consults (watch.consult_signal)
-    _reads_lost: bool = False  # ... and turned off after lost file events
     debouncer: Debouncer = field(init=False)
     watcher: Watcher = field(init=False)
     scheduler: BackgroundScheduler = field(init=False)
@@ -194,8 +169,7 @@ class Daemon:
     def __post_init__(self) -> None:
         w = self.rt.config.watch
         self.debouncer = Debouncer(w.debounce, w.max_wait, self.mono)
-        self.consult_signal = w.reads_count
-        self.watcher = self.make_watcher(self.on_signal, w.reads_count)
+        self.watcher = self.make_watcher(self.on_signal)
 
     # --- observer thread: classify and enqueue only --------------------------------------------
     def on_signal(self, sig: Signal) -> None:
@@ -205,29 +179,6 @@ class Daemon:
             with self._lock:
                 self._lost_watches.add((sig.dir, sig.name == "parent"))
             self._rediscover = True
-        elif sig.kind in (Kind.READER_OPENED, Kind.READER_CLOSED):
-            # Not a count of opens and closes: repeated identical events are merged (by
-            # inotify, and by the observer's queue), so two commands opening or closing at
-            # once can show as one event. An open starts a window unless one is open; a close
-            # ends all. A command still reading after another closed then counts as an agent:
-            # the safe way round (a window left open would hide every agent read for good).
-            with self._lock:
-                windows = self._reader_windows.setdefault(sig.name, [])
-                if sig.kind is Kind.READER_OPENED:
-                    if not any(w[1] == math.inf for w in windows):
-                        windows.append([self.mono(), math.inf])
-                else:
-                    for w in windows:
-                        if w[1] == math.inf:
-                            w[1] = self.mono()
-            return
-        elif sig.kind is Kind.READ:
-            # (A dir with no session has no watch: its last events are dropped with it.)
-            session = self.dirs.get(sig.dir)
-            if self.consult_signal and session is not None:
-                with self._lock:
-                    session.reads.append((self.mono(), sig.name))
-            return
         else:
             session = self.dirs.get(sig.dir)
             if session is not None:
@@ -248,8 +199,6 @@ class Daemon:
             session.own_writes[name] = identity
 
     def on_overflow(self, detail: str) -> None:
-        with self._lock:
-            self._reader_windows.clear()  # their close events may be among those lost
         self._rescan_reason = detail
         self.wake.set()
 
@@ -273,14 +222,6 @@ class Daemon:
         install_overflow_hook(self.on_overflow)
         self.rt.on_own_write = self._record_own_write
         self.watcher.start()
-        ensure_private_dir(self.rt.store.root)
-        problem = self.watcher.add_readers(self.rt.store.root)
-        if problem is not None:
-            self.log.warning(
-                "cannot watch the state dir: a memoryd command's reads may count as consults",
-                path=str(problem.path),
-                error=problem.error,
-            )
         self._install_signals()
         self.scheduler.start()
         cfg = self.rt.config
@@ -446,7 +387,6 @@ class Daemon:
                 session = None
             if session is None:
                 self.dirs[path] = DirSession(md, ident)
-                make_readers_file(self.rt.store.readers_path(path))
                 new.append(path)
         self._sync_watches()
         if new:
@@ -525,7 +465,6 @@ class Daemon:
 
     def process(self, paths: list[Path], full: bool = False) -> None:
         """Re-stat each dir and bring its index in step; nothing to do writes nothing."""
-        self.absorb_reads()  # before our own reads below move the windows they are judged by
         for path in paths:
             session = self.dirs.get(path)
             if session is None:
@@ -537,7 +476,6 @@ class Daemon:
                 self.wake.set()
                 continue
             self._index_pass(session, full)
-        self.absorb_reads()
         self.check_pile_up()
 
     def _index_pass(self, session: DirSession, full: bool) -> None:
@@ -553,15 +491,6 @@ class Daemon:
         incremental = (
             bool(names) and not (full or rescan or foreign_index) and session.scan is not None
         )
-        # Reading thousands of changed files (a checkout) raises as many read events, all
-        # our own and dropped, but handling them competes with the pass for the
-        # interpreter: it took 1.2-1.4 s instead of 0.4 s at 10,000. So the dir is watched
-        # without reads meanwhile, then looked at in full for anything the two swaps of its
-        # watch let through (a stat of each file: what changed since is read again).
-        quiet = incremental and self.consult_signal and len(names or ()) >= QUIET_READS_FROM
-        if quiet and self.watcher.rewatch(path, reads=False) is not None:
-            session.watch = "polling"  # no watch at all now: the reconcile looks instead
-        started = self.mono()
         outcome = update_changed(
             self.rt,
             session.md,
@@ -576,14 +505,6 @@ class Daemon:
         session.held = outcome.held
         if outcome.ownership is not None:
             session.managed = outcome.ownership.managed
-        session.reading = (started, self.mono())
-        if quiet:
-            if self.watcher.rewatch(path, reads=True) is not None:
-                session.watch = "polling"
-            with self._lock:
-                session.rescan = True
-            self.debouncer.schedule(path, self.mono())
-            self.wake.set()
         if outcome.scan is not None:
             session.scan = outcome.scan
         session.last_status = outcome.status
@@ -614,41 +535,6 @@ class Daemon:
             ),
             workers=worker_count(),
         )
-
-    def absorb_reads(self) -> None:
-        """Record reads by other processes (the consult signal); drop the ones we caused."""
-        with self._lock:
-            reads = []
-            for session in self.dirs.values():
-                if session.reads:
-                    reads.append((session, session.reads))
-                    session.reads = []
-        by_dir: dict[Path, dict[str, float]] = {}
-        now = time.time()
-        with self._lock:
-            windows = {k: [tuple(w) for w in v] for k, v in self._reader_windows.items()}
-            for kept in self._reader_windows.values():
-                # Forget the long closed ones, and any open one whose close was never seen
-                # (an event lost to an overflow): it would hide every read for good.
-                kept[:] = [
-                    w
-                    for w in kept
-                    if self.mono() - w[1] < READERS_KEEP and self.mono() - w[0] < READERS_LONGEST
-                ]
-        for session, taken in reads:
-            folder = session.md.real_path
-            start, end = session.reading
-            commands = windows.get(self.rt.store.readers_path(folder).name, ())
-            for when, name in taken:
-                if start <= when <= end + OWN_READ_SLACK:  # events come a little after the read
-                    continue
-                if any(s - READERS_SLACK <= when <= e + READERS_SLACK for s, e in commands):
-                    continue  # a memoryd command's read (`dream --dry-run`, `explain`...)
-                by_dir.setdefault(folder, {})[name] = now - (self.mono() - when)
-        for folder, seen in by_dir.items():
-            state = self.rt.store.load(folder)
-            state.reads.update(seen)
-            self.rt.store.save(folder, state)
 
     def check_pile_up(self) -> None:
         """Dream where enough changed, the dir is quiet and the last pass is old enough."""
@@ -686,7 +572,6 @@ class Daemon:
             # that never dreams should not carry in memory.
             from memoryd.dream.run import RepoCache, dream_dir
 
-            started = self.mono()
             # DESIGN §5: at the start of a later pass (a dir a command holds: next time).
             housekeeping.rotate(self.rt, [session.md], wait_lock=False)
             result = dream_dir(
@@ -699,7 +584,6 @@ class Daemon:
             )
             self.rt.dream.release_facts()  # a pass an hour or more apart gains little from them
             _return_freed_memory()
-            session.reading = (started, self.mono())
             session.forget_view()  # the pass moved files: the next look is a full one
             if result.index is not None and result.index.retry_after is not None:
                 # New files its index update left in their grace: indexed once out of it.
@@ -725,10 +609,6 @@ class Daemon:
     def rescan(self, detail: str) -> None:
         self.rt.audit.write("watch.overflow", detail=detail)
         self.log.warning("file events were lost; rescanning", detail=detail)
-        if self.consult_signal:
-            self.consult_signal = False  # reads cannot be told apart reliably after a loss
-            self._reads_lost = True
-            self.log.warning("consult signal from read events turned off after an overflow")
         before = {p: e.last_index_write for p, e in self.dirs.items()}
         self.reconcile()
         changed = sum(1 for p, e in self.dirs.items() if e.last_index_write != before.get(p))
@@ -759,16 +639,6 @@ class Daemon:
         configure(config.log.level)
         self.debouncer.quiet = config.watch.debounce
         self.debouncer.max_wait = config.watch.max_wait
-        if config.watch.reads_count != self.watcher.reads:
-            # Watches with or without read events; what happened in between is looked at.
-            self.consult_signal = self.watcher.reads = config.watch.reads_count
-            self._reads_lost = False
-            for path, session in self.dirs.items():
-                if self.watcher.rewatch(path, reads=self.consult_signal) is not None:
-                    session.watch = "polling"
-                with self._lock:
-                    session.rescan = True
-                self.debouncer.schedule(path, self.mono())
         self.scheduler.reschedule_job(
             "reconcile", trigger="interval", seconds=config.watch.reconcile_every
         )
@@ -780,7 +650,6 @@ class Daemon:
         self._last_beat = self.mono()
         if self.rt.versions is not None:  # the index versions memoryd wrote since
             self.rt.versions.flush()
-        self.absorb_reads()
         _return_freed_memory()
         for path, session in self.dirs.items():
             if session.scan is not None:  # the parse cache, for a fast restart
@@ -814,8 +683,6 @@ class Daemon:
             "config": self.rt.config.source,
             "claude_home": str(self.rt.config.paths.claude_home),
             "waiting_for_claude_home": not self.rt.config.paths.claude_home.is_dir(),
-            "consult_signal": self.rt.config.watch.consult_signal,
-            "read_events": "lost" if self._reads_lost else "on" if self.consult_signal else "off",
             "pending": sorted(str(p) for p in self.debouncer.pending()),
             "dirs": dirs,
         }

@@ -41,7 +41,7 @@ def dir_secrets(
     is missing or cannot be read holds none here: it is reported elsewhere)."""
     out: dict[str, list[secrets.Finding]] = {}
     limit = rt.config.parse.max_file_bytes
-    with rt.store.reading(md.real_path), fsops.open_dir(md.real_path) as dir_fd:
+    with fsops.open_dir(md.real_path) as dir_fd:
         for name in names:
             try:
                 data, _ = fsops.read_regular(dir_fd, name, limit)
@@ -59,7 +59,7 @@ def dir_dangling_links(rt: Runtime, md: MemoryDir, scan: "DirScan") -> list["Dan
 
     found: dict[str, tuple[str, ...]] = {}
     limit = rt.config.parse.max_file_bytes
-    with rt.store.reading(md.real_path), fsops.open_dir(md.real_path) as dir_fd:
+    with fsops.open_dir(md.real_path) as dir_fd:
         for name in sorted(scan.memories):
             try:
                 data, _ = fsops.read_regular(dir_fd, name, limit)

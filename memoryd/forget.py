@@ -89,7 +89,7 @@ def _memories(rt: Runtime, md: MemoryDir) -> dict[str, Memory]:
     # it would record as a deletion by others. forget_in's scan, under the lock, keeps them.
     scan = scan_dir(md.real_path, {}, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1])
     out: dict[str, Memory] = {}
-    with rt.store.reading(md.real_path), fsops.open_dir(md.real_path) as dir_fd:
+    with fsops.open_dir(md.real_path) as dir_fd:
         for name in sorted(scan.memories):
             try:
                 data, _ = fsops.read_regular(dir_fd, name, limits[0])
@@ -176,7 +176,7 @@ def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
 
     result = Forgotten()
     pass_id = "forget-" + datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-    with rt.store.reading(md.real_path), rt.store.lock(md.real_path):
+    with rt.store.lock(md.real_path):
         ownership, _ = probe_ownership(rt, md)
         if not (ownership and ownership.managed):
             why = ownership.reason if ownership else "the index could not be read"

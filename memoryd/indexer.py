@@ -418,10 +418,9 @@ class Request:
     view's, where that view did not apply): the full view takes it as it is, so that no file
     is read twice in one pass.
     `wait_lock=False`: when another process holds the dir's writer lock, nothing is done and
-    the outcome is "busy". `daemon`: the caller is the daemon, which needs no telling that
-    memoryd reads the dir (see StateStore.reading); the open and close would only wake its own
-    watch mid-pass. `persist_cache=False`: the caller keeps the scan (the daemon writes its
-    cache with the heartbeat).
+    the outcome is "busy". `daemon`: the caller is the daemon (a file being written is
+    looked at again later, not waited for). `persist_cache=False`: the caller keeps the scan
+    (the daemon writes its cache with the heartbeat).
     """
 
     check: bool = False
@@ -508,23 +507,22 @@ def ownership_for_dream(rt: Runtime, md: MemoryDir) -> IndexOutcome:
     "settling" when MEMORY.md is blank because a program is writing it (what it will hold
     decides), "unmanaged" with the reason, else "unchanged"."""
     waited = 0.0
-    with rt.store.reading(md.real_path):
-        try:
-            while True:
-                state = rt.store.load(md.real_path)
-                snapshot = _read_full(rt, md, state, Request(check=True))
-                # A dream pass acts on what it finds: a blank MEMORY.md that is being
-                # written is not "missing or blank, so managed". It waits a little for it.
-                busy = _settling(md, snapshot.texts, state.settled, rt.clock(), blank_only=True)
-                if busy is None:
-                    break
-                pause = max(busy.due - rt.clock(), 0.05)
-                if waited + pause > SETTLE_WAIT:
-                    return _settling_outcome(md, busy, False)
-                rt.sleep(pause)
-                waited += pause
-        finally:
-            release_parsed()
+    try:
+        while True:
+            state = rt.store.load(md.real_path)
+            snapshot = _read_full(rt, md, state, Request(check=True))
+            # A dream pass acts on what it finds: a blank MEMORY.md that is being
+            # written is not "missing or blank, so managed". It waits a little for it.
+            busy = _settling(md, snapshot.texts, state.settled, rt.clock(), blank_only=True)
+            if busy is None:
+                break
+            pause = max(busy.due - rt.clock(), 0.05)
+            if waited + pause > SETTLE_WAIT:
+                return _settling_outcome(md, busy, False)
+            rt.sleep(pause)
+            waited += pause
+    finally:
+        release_parsed()
     outcome = IndexOutcome(
         md, IndexStatus.UNCHANGED, snapshot.ownership, scan=snapshot.scan, snapshot=snapshot
     )
@@ -585,8 +583,6 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
     """
     writes = not (req.check or rt.dry_run)
     with contextlib.ExitStack() as stack:
-        if not req.daemon:
-            stack.enter_context(rt.store.reading(md.real_path))
         if writes and not stack.enter_context(rt.store.lock(md.real_path, wait=req.wait_lock)):
             return IndexOutcome(
                 md,

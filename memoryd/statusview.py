@@ -307,8 +307,6 @@ def render(s: Status, view: View) -> str:
                    f"heartbeat {beat}.")  # fmt: skip
         if status.get("waiting_for_claude_home"):
             out.append(f"Waiting for {short_path(status['claude_home'], view.home)} to exist.")
-        if status.get("read_events") == "lost":
-            out.append("Consult signal from read events is off (file events were lost once).")
         queued = sum(1 for d in s.dirs if d.queued)
         if queued:
             out.append(f"{queued} dir{'s' if queued != 1 else ''} with changes waiting out the "

@@ -20,11 +20,9 @@ from watchdog.events import (
     DirDeletedEvent,
     DirMovedEvent,
     FileClosedEvent,
-    FileClosedNoWriteEvent,
     FileCreatedEvent,
     FileDeletedEvent,
     FileMovedEvent,
-    FileOpenedEvent,
     FileSystemEvent,
     FileSystemEventHandler,
 )
@@ -47,9 +45,6 @@ MEMORY_DIR_EVENTS: list[type[FileSystemEvent]] = [
     DirDeletedEvent,
     DirMovedEvent,
 ]
-READ_EVENTS: list[type[FileSystemEvent]] = [FileClosedNoWriteEvent]
-READERS_EVENTS: list[type[FileSystemEvent]] = [FileOpenedEvent, FileClosedNoWriteEvent]
-READERS_SUFFIX = ".readers"  # the state dir's files memoryd commands hold open while reading
 # A symlink made where memory dirs live is a file event (a link to a memory dir elsewhere).
 PARENT_EVENTS: list[type[FileSystemEvent]] = [
     DirCreatedEvent,
@@ -62,11 +57,8 @@ INOTIFY_LOGGER = "watchdog.observers.inotify_c"
 
 class Kind(Enum):
     DIRTY = "dirty"  # a memory dir changed: re-stat it
-    READ = "read"  # an agent read a memory file (the consult signal)
     STRUCTURE = "structure"  # a folder appeared or went where memory dirs live: rediscover
     LOST = "lost"  # the watched folder itself was deleted or moved: its watch is dead
-    READER_OPENED = "reader_opened"  # a memoryd command began reading a dir (name: its file)
-    READER_CLOSED = "reader_closed"  # ... and ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +97,6 @@ def classify(event: FileSystemEvent, watched_dir: Path, *, parent: bool) -> list
         name = path.name
         if name == TRASH_DIR or is_own_temp(name):
             continue  # our own writes never retrigger work
-        if isinstance(event, FileClosedNoWriteEvent):
-            if skip_reason(name) is None:
-                out.append(Signal(Kind.READ, watched_dir, name))
-            continue
         reason = skip_reason(name)
         if reason in ("dotfile",) and name != ".consolidate-lock":
             continue
@@ -205,27 +193,6 @@ def install_overflow_hook(on_overflow: Callable[[str], None]) -> OverflowHook:
     return hook
 
 
-def classify_readers(event: FileSystemEvent) -> list[Signal]:
-    """An event in the state dir: a readers file opened or closed, or nothing (pure)."""
-    path = Path(os.fsdecode(event.src_path))
-    if not path.name.endswith(READERS_SUFFIX):
-        return []
-    if isinstance(event, FileOpenedEvent):
-        return [Signal(Kind.READER_OPENED, path.parent, path.name)]
-    if isinstance(event, FileClosedNoWriteEvent):
-        return [Signal(Kind.READER_CLOSED, path.parent, path.name)]
-    return []
-
-
-class _ReadersHandler(FileSystemEventHandler):
-    def __init__(self, sink: Callable[[Signal], None]) -> None:
-        self.sink = sink
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        for signal in classify_readers(event):
-            self.sink(signal)
-
-
 class _Handler(FileSystemEventHandler):
     def __init__(self, watched: Path, parent: bool, sink: Callable[[Signal], None]) -> None:
         self.watched = watched
@@ -277,10 +244,8 @@ class Watcher:
     """Owns the watchdog observer; adds and removes non-recursive watches by real path."""
 
     sink: Callable[[Signal], None]
-    reads: bool = True
     observer: Any = field(default=None)
     _watches: dict[tuple[Path, bool], Any] = field(default_factory=dict)
-    _readers: dict[tuple[Path, bool], Any] = field(default_factory=dict)  # kept out of sync()
 
     def start(self) -> None:
         self.observer = _observer()
@@ -295,14 +260,12 @@ class Watcher:
     def watched(self) -> set[tuple[Path, bool]]:
         return set(self._watches)
 
-    def add(self, path: Path, *, parent: bool, reads: bool | None = None) -> WatchError | None:
-        """Watch a memory dir (`parent`: a folder where memory dirs appear). `reads`: whether
-        its read events are wanted, when not as the watcher was made."""
+    def add(self, path: Path, *, parent: bool) -> WatchError | None:
+        """Watch a memory dir (`parent`: a folder where memory dirs appear)."""
         key = (path, parent)
         if key in self._watches:
             return None
-        with_reads = self.reads if reads is None else reads
-        kinds = PARENT_EVENTS if parent else MEMORY_DIR_EVENTS + (READ_EVENTS if with_reads else [])
+        kinds = PARENT_EVENTS if parent else MEMORY_DIR_EVENTS
         try:
             watch = self.observer.schedule(
                 _Handler(path, parent, self.sink), str(path), recursive=False, event_filter=kinds
@@ -312,31 +275,6 @@ class Watcher:
             return WatchError(path, error.strerror or str(error), limit)
         self._watches[key] = watch
         return None
-
-    def add_readers(self, state_dirs: Path) -> WatchError | None:
-        """Watch the state dir where memoryd commands hold readers files open while they read
-        a memory dir (see StateStore.reading), so their reads are not taken for an agent's."""
-        key = (state_dirs, True)
-        if key in self._readers:
-            return None
-        try:
-            self._readers[key] = self.observer.schedule(
-                _ReadersHandler(self.sink),
-                str(state_dirs),
-                recursive=False,
-                event_filter=READERS_EVENTS,
-            )
-        except OSError as error:
-            return WatchError(state_dirs, error.strerror or str(error), False)
-        return None
-
-    def rewatch(self, path: Path, *, reads: bool) -> WatchError | None:
-        """Watch a memory dir again, with or without its read events. Events in between are
-        lost: the caller looks at the dir again in full afterwards."""
-        if (path, False) not in self._watches:
-            return None
-        self.remove(path, parent=False)
-        return self.add(path, parent=False, reads=reads)
 
     def remove(self, path: Path, *, parent: bool) -> None:
         watch = self._watches.pop((path, parent), None)

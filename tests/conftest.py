@@ -404,8 +404,6 @@ SLOW: frozenset[str] = frozenset(
         "test_crash::test_sigkill_at_every_step_of_a_dream_pass",
         "test_crash::test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename",
         "test_daemon::test_a_memory_broken_for_a_while_is_still_one_memoryd_saw",
-        "test_daemon::test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it",
-        "test_daemon::test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events",
         "test_daemon::test_burst_of_2000_files_gives_one_consistent_index",
         "test_daemon::test_pile_up_dreams_after_five_changes_and_survives_restart",
         "test_daemon::test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index",

@@ -252,19 +252,15 @@ def start(
     index_config: str = "",
     pile_up: int = 5,
     more_config: str = "",
-    reads: bool = False,
     max_wait: str = "2s",
 ) -> Running:
-    """`reads`: watch.consult_signal = "transcripts+reads" (read events count as consults)."""
     home = tmp_path / f"home-{name}"
     home.mkdir(exist_ok=True)
     config = tmp_path / f"config-{name}.toml"
-    watch = 'consult_signal = "transcripts+reads"\n' if reads else ""
     config.write_text(
         CONFIG.format(grace=grace, pile_up=pile_up)
         .replace('max_wait = "2s"\n', f'max_wait = "{max_wait}"\n')
         .replace("[index]\n", "[index]\n" + index_config)
-        .replace("[watch]\n", "[watch]\n" + watch)
         + more_config
     )
     env = {

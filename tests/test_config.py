@@ -82,6 +82,29 @@ def test_example_config_documents_every_key_with_its_default(tmp_path: Path) -> 
                 assert mine[key] == value, f"{section}.{key} differs from the default"
 
 
+@pytest.mark.parametrize("value", ['"transcripts"', '"transcripts+reads"', "true", "false"])
+def test_the_removed_consult_signal_key_is_refused_saying_what_replaced_it(
+    cli, tmp_path: Path, value: str
+) -> None:
+    """`watch.consult_signal` (read events as consults) is gone: a file still naming it, with
+    any value it once took, is refused as an unknown key is, and the problem says it was
+    removed, what counts as consulting a memory now, and to delete the line."""
+    config = tmp_path / "old.toml"
+    config.write_text(f'[watch]\ndebounce = "1s"\nconsult_signal = {value}\n')
+    result = cli("--config", config, "config", "check")
+    assert result.code == 2
+    problem = "watch.consult_signal: removed: reads of memory files no longer count as consults"
+    assert problem in result.err
+    assert "session transcripts" in result.err and "Delete this line" in result.err
+    with pytest.raises(ConfigError) as caught:
+        build_config({"watch": {"consult_signal": "transcripts"}}, "t")
+    assert caught.value.problems == [
+        "watch.consult_signal: removed: reads of memory files no longer count as consults; the "
+        "agent's tool calls in its session transcripts and memoryd's MCP server answers always "
+        "do. Delete this line"
+    ]
+
+
 def test_missing_default_file_means_defaults(tmp_path: Path) -> None:
     """With no --config and no user file, the built-in defaults apply."""
     cfg = load_config(None, AppPaths(tmp_path / "config.toml", tmp_path, tmp_path))

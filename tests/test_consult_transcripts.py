@@ -12,7 +12,6 @@ from memoryd.config import build_config
 from memoryd.discover import explicit_dirs, slugify
 from memoryd.dream import transcripts
 from memoryd.dream.run import RepoCache, dream_dir
-from memoryd.errors import ConfigError
 from tests.conftest import Env
 from tests.helpers import DAY, dream, explain, filler, mem, moved
 
@@ -356,17 +355,3 @@ def test_a_dry_run_saves_no_offsets(env: Env, cli, repo: Path) -> None:
     assert not transcripts.state_path(env.state).exists()
     dream(cli, repo)
     assert transcripts.state_path(env.state).exists()
-
-
-def test_consult_signal_values() -> None:
-    """`watch.consult_signal`: transcripts (default) or transcripts+reads; the old booleans
-    still load (true meant "count reads"); anything else is an error naming the values."""
-    assert build_config({}, "t").watch.consult_signal == "transcripts"
-    assert not build_config({}, "t").watch.reads_count
-    on = build_config({"watch": {"consult_signal": "transcripts+reads"}}, "t")
-    assert on.watch.reads_count
-    assert build_config({"watch": {"consult_signal": True}}, "t").watch.reads_count
-    assert not build_config({"watch": {"consult_signal": False}}, "t").watch.reads_count
-    with pytest.raises(ConfigError) as error:
-        build_config({"watch": {"consult_signal": "reads"}}, "t")
-    assert "transcripts+reads" in str(error.value.problems)

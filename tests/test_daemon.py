@@ -169,34 +169,6 @@ def test_a_memory_broken_for_a_while_is_still_one_memoryd_saw(daemon: Running, p
     wait_for(lambda: "b.md" not in index_text(folder), what="the pointer of a deleted file")
 
 
-def test_a_memoryd_command_reading_the_dir_is_no_agent_consulting_it(
-    tmp_path: Path, project
-) -> None:
-    """Read events opted in: `memoryd dream --dry-run` and `memoryd explain` read every memory
-    of the dir: the daemon must not count those reads as the agent consulting them (they
-    would keep stale memories for 14 days); another process's read still counts."""
-    from memoryd.state import StateStore
-
-    daemon = start(tmp_path, reads=True)
-    try:
-        folder = project(daemon, "reads")
-        for i in range(4):
-            write_memory(folder, f"n{i}.md", body=f"topic{i} words here\n")
-        wait_for(lambda: "n3.md" in index_text(folder), what="indexed")
-        time.sleep(2.0)  # past the daemon's own reads of the dir
-        assert daemon.cli("dream", "--dry-run", str(folder)).returncode in (0, 1)
-        assert daemon.cli("explain", str(folder / "n1.md")).returncode == 0
-        time.sleep(2.0)  # and past the commands'
-        (folder / "n2.md").read_bytes()  # the agent consults one memory
-        time.sleep(0.3)
-        agent_write(folder, "trigger.md")  # a change: the daemon takes in the reads it saw
-        store = StateStore(daemon.state)
-        wait_for(lambda: "n2.md" in store.load(folder.resolve()).reads, what="the agent's read")
-        assert set(store.load(folder.resolve()).reads) == {"n2.md"}
-    finally:
-        assert daemon.stop() == 0
-
-
 def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project) -> None:
     """2,000 files as fast as possible: every file indexed once, few index writes, no loop."""
     folder = project(daemon, "burst")
@@ -516,42 +488,6 @@ def test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index(
         if crash_once(base, project, k, hand):
             break  # k is past every write step of the scenario
     assert k > 4  # the loop did kill the daemon at several steps
-
-
-def test_an_agent_read_is_recorded_after_a_pass_that_paused_read_events(
-    tmp_path: Path, project
-) -> None:
-    """Read events opted in: a pass over 600 changed files watches the dir without read
-    events (its own reads would flood the handler); afterwards they are watched again: an
-    agent's read is recorded."""
-    from memoryd.state import StateStore
-
-    # pile_up: no dream pass reading every file
-    running = start(tmp_path, name="r", pile_up=100_000, reads=True)
-    try:
-        folder = project(running, "reads")
-        wait_for(lambda: running.rows("dir.discovered"), what="discovery")
-        for i in range(600):  # within one debounce: one pass over 600 names
-            write_memory(folder, f"m{i:03d}.md", description=f"note {i}")
-
-        def indexed(name: str) -> bool:
-            archive = folder / "MEMORY-ARCHIVE.md"
-            text = index_text(folder) + (archive.read_text() if archive.exists() else "")
-            return f"({name})" in text
-
-        wait_for(
-            lambda: all(indexed(f"m{i:03d}.md") for i in range(600)),
-            timeout=30,
-            what="600 files indexed",
-        )
-        time.sleep(2.0)  # past the window in which reads are taken for memoryd's own
-        (folder / "m005.md").read_bytes()  # the agent consults a memory
-        agent_write(folder, "later.md", "written after the read")  # a pass absorbs the read
-        wait_for(lambda: indexed("later.md"), what="the later file indexed")
-        state = StateStore(running.state).load(folder.resolve())
-        assert list(state.reads) == ["m005.md"]
-    finally:
-        running.stop()
 
 
 def test_an_unparseable_change_is_reported_once_and_again_after_a_fix(

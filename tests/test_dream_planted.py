@@ -446,38 +446,6 @@ def test_repo_root_option_overrides(env: Env, cli, repo: Path, tmp_path: Path) -
     assert [c["file"] for c in report["changes"]] == ["a.md"]
 
 
-@pytest.mark.parametrize("signal", ["transcripts", "transcripts+reads"])
-def test_recorded_reads_keep_a_stale_memory(
-    env: Env, cli, repo: Path, tmp_path: Path, signal: str
-) -> None:
-    """Opted in (watch.consult_signal = "transcripts+reads"), a read the daemon recorded in
-    the last 14 days is a consult: the stale memory stays. By default it is not (any process
-    reads files): both go."""
-    from memoryd.state import StateStore
-
-    folder = repo / ".claude" / "memory"
-    mem(repo, "read_recently.md", "Lived in `src/removed_one.py`.")
-    mem(repo, "read_long_ago.md", "Lived in `src/removed_two.py`.")
-    filler(repo)
-    store = StateStore(env.state)
-    state = store.load(folder.resolve())
-    state.reads = {
-        "read_recently.md": time.time() - 3 * DAY,
-        "read_long_ago.md": time.time() - 40 * DAY,
-    }
-    store.save(folder.resolve(), state)
-    config = tmp_path / "config.toml"
-    config.write_text(f'[watch]\nconsult_signal = "{signal}"\n')
-    result = cli("--config", config, "dream", "--json", folder)
-    assert result.code in (0, 1), result.err
-    report = json.loads(result.out)["dirs"][0]
-    if signal == "transcripts":
-        assert moved(report) == {"read_long_ago.md": "stale", "read_recently.md": "stale"}
-        return
-    assert moved(report) == {"read_long_ago.md": "stale"}
-    assert {f["file"]: f["guard"] for f in report["flagged"]} == {"read_recently.md": "consulted"}
-
-
 def test_promotion_candidates_count_projects_not_dirs(env: Env, cli, tmp_path: Path) -> None:
     """A topic in the indexes of 2+ other *projects* is listed; two agent dirs of one repo are
     one project; other projects' dirs count when the run names one dir; `promotion:

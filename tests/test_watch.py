@@ -3,7 +3,6 @@ hook driving a rescan, and watch-limit fallback (the daemon runs in-process here
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,7 +11,6 @@ from watchdog.events import (
     DirCreatedEvent,
     DirDeletedEvent,
     FileClosedEvent,
-    FileClosedNoWriteEvent,
     FileCreatedEvent,
     FileDeletedEvent,
     FileMovedEvent,
@@ -85,14 +83,12 @@ DIR = Path("/m")
         (FileClosedEvent("/m/.MEMORY.md.memoryd-1-ab.tmp"), []),
         (FileClosedEvent("/m/.MEMORY.md.prev"), []),
         (FileClosedEvent("/m/sub/a.md"), []),
-        (FileClosedNoWriteEvent("/m/a.md"), [Signal(Kind.READ, DIR, "a.md")]),
-        (FileClosedNoWriteEvent("/m/MEMORY.md"), []),
         (DirDeletedEvent("/m"), [Signal(Kind.LOST, DIR)]),  # its watch went with it
         (FileCreatedEvent("/m/a.md"), [Signal(Kind.DIRTY, DIR, "a.md")]),  # moved in from elsewhere
     ],
 )
 def test_event_filter_table(event, expected) -> None:
-    """What each kind of event means: dirty, read, structure, or nothing (our own writes)."""
+    """What each kind of event means: dirty, lost, or nothing (our own writes)."""
     assert classify(event, DIR, parent=False) == expected
 
 
@@ -112,12 +108,9 @@ def test_parent_event_table(event, expected) -> None:
 
 
 @pytest.fixture
-def embedded(env: Env, request: pytest.FixtureRequest) -> Iterator[Daemon]:
-    """The real daemon loop on a thread of this process (signals are left to the test).
-    `@pytest.mark.parametrize("embedded", [signal], indirect=True)` sets watch.consult_signal."""
+def embedded(env: Env) -> Iterator[Daemon]:
+    """The real daemon loop on a thread of this process (signals are left to the test)."""
     watch: dict[str, object] = {"debounce": "100ms", "max_wait": "1s", "reconcile_every": "1h"}
-    if getattr(request, "param", None):
-        watch["consult_signal"] = request.param
     cfg = build_config(
         {
             "paths": {"claude_home": str(env.claude)},
@@ -129,16 +122,13 @@ def embedded(env: Env, request: pytest.FixtureRequest) -> Iterator[Daemon]:
     daemon = Daemon(None, env.runtime(cfg).paths, env.runtime(cfg))
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not daemon.paths.status_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(daemon.paths.status_file.exists, what="the daemon's first heartbeat")
     yield daemon
     daemon.request_stop()
     thread.join(timeout=20)
     assert not thread.is_alive()
 
 
-@pytest.mark.parametrize("embedded", ["transcripts+reads"], indirect=True)
 def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(
     env: Env, embedded: Daemon
 ) -> None:
@@ -146,11 +136,13 @@ def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
     wait_for(lambda: (folder / "MEMORY.md").exists())
-    time.sleep(1.0)  # let every event of the set-up drain
-    embedded.watcher.observer.unschedule_all()  # from here on, every event is "lost"
-    time.sleep(0.3)
-    write_memory(folder, "b.md")
-    time.sleep(0.6)
+    # From here on every event is "lost": an unscheduled watch's queued events are dropped.
+    embedded.watcher.observer.unschedule_all()
+    wait_for(lambda: not embedded.debouncer.pending(), what="the set-up's changes taken")
+    idle = threading.Event()
+    embedded.submit(idle.set)  # one worker: once this job runs, every pass before it is done
+    assert idle.wait(10)
+    write_memory(folder, "b.md")  # nothing can now look at the dir but the rescan
     assert "b.md" not in (folder / "MEMORY.md").read_text()
     logging.getLogger("watchdog.observers.inotify_c").warning(
         "Inotify queue overflowed; filesystem events were lost"
@@ -158,7 +150,6 @@ def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(
     wait_for(lambda: "b.md" in (folder / "MEMORY.md").read_text())
     wait_for(lambda: "watch.rescanned" in [r["event"] for r in env.audit_rows()])
     assert "watch.overflow" in [r["event"] for r in env.audit_rows()]
-    assert embedded.consult_signal is False
 
 
 def test_watch_limit_is_reported_once_and_falls_back_to_polling(
@@ -184,43 +175,6 @@ def test_watch_limit_is_reported_once_and_falls_back_to_polling(
     assert (folder / "MEMORY.md").exists()  # the dir is still looked after
 
 
-@pytest.mark.parametrize("embedded", ["transcripts+reads"], indirect=True)
-def test_reads_by_the_agent_are_recorded_and_our_own_are_not(env: Env, embedded: Daemon) -> None:
-    """Opted in (watch.consult_signal = "transcripts+reads"): reading a memory file (close
-    without write) is recorded; memoryd's own reads are not."""
-    folder = env.claude / "agent-memory" / "helper"
-    write_memory(folder, "a.md")
-    write_memory(folder, "b.md")
-    wait_for(lambda: (folder / "MEMORY.md").exists())
-    time.sleep(2.0)  # past the window of memoryd's own reads of the dir
-    (folder / "a.md").read_bytes()  # the agent consults a memory
-    time.sleep(0.3)
-    write_memory(folder, "c.md")  # any change makes the worker absorb pending reads
-    store = embedded.rt.store
-
-    wait_for(lambda: "a.md" in store.load(folder).reads)
-    assert "b.md" not in store.load(folder).reads
-
-
-def test_by_default_a_grep_of_the_memory_dir_is_no_consult(env: Env, embedded: Daemon) -> None:
-    """With the default watch.consult_signal ("transcripts"), a `grep -r` over the memory dir
-    (any process reading its files) records nothing: only the agent's tool calls count."""
-    import subprocess
-
-    folder = env.claude / "agent-memory" / "helper"
-    write_memory(folder, "a.md")
-    write_memory(folder, "b.md")
-    wait_for(lambda: (folder / "MEMORY.md").exists())
-    time.sleep(2.0)  # past the window of memoryd's own reads of the dir
-    subprocess.run(["grep", "-r", "a memory", str(folder)], capture_output=True, check=False)
-    time.sleep(0.3)
-    write_memory(folder, "c.md")  # any change makes the worker absorb pending reads
-    wait_for(lambda: "c.md" in (folder / "MEMORY.md").read_text())
-    embedded.absorb_reads()  # what the worker does after a pass (the old code recorded it)
-    assert embedded.rt.store.load(folder.resolve()).reads == {}
-    assert embedded.consult_signal is False
-
-
 def test_a_watch_whose_folder_went_is_made_again(env: Env, embedded: Daemon) -> None:
     """The kernel drops a watch with its folder. A folder made again in its place may have
     the same inode number, so the identity check cannot tell: the watch is made anew anyway,
@@ -237,27 +191,6 @@ def test_a_watch_whose_folder_went_is_made_again(env: Env, embedded: Daemon) -> 
     wait_for(lambda: "b.md" in (folder / "MEMORY.md").read_text())
 
 
-def test_merged_reader_events_never_leave_a_command_window_open(env: Env) -> None:
-    """Repeated identical events are merged (inotify, the observer's queue): two commands that
-    open or close at once may show as one event. Whatever arrives, a close leaves no window
-    open; one left open would take every agent read for a command's for 15 minutes."""
-    cfg = build_config({"paths": {"claude_home": str(env.claude)}}, "test")
-    rt = env.runtime(cfg)
-    daemon = Daemon(None, rt.paths, rt)
-    folder = env.claude / "agent-memory" / "helper"
-    opened, closed = (Signal(kind, folder, "k.readers")
-                      for kind in (Kind.READER_OPENED, Kind.READER_CLOSED))  # fmt: skip
-    for stream in ([opened, opened, closed], [opened, closed, opened, opened, closed],
-                   [opened, closed, closed], [opened, opened, closed, closed]):  # fmt: skip
-        daemon._reader_windows.clear()
-        for sig in stream:
-            daemon.on_signal(sig)
-        windows = daemon._reader_windows["k.readers"]
-        assert windows and all(end != float("inf") for _, end in windows), stream
-    daemon.on_signal(opened)  # and a command reading now is one
-    assert any(end == float("inf") for _, end in daemon._reader_windows["k.readers"])
-
-
 def test_the_daemon_takes_its_event_source_and_clock_as_given(env: Env, tmp_path: Path) -> None:
     """A scripted event source and a fake clock stand in for watchdog and time: two changes
     in one dir make one batch, due once one of them has been quiet for the debounce (a
@@ -268,9 +201,9 @@ def test_the_daemon_takes_its_event_source_and_clock_as_given(env: Env, tmp_path
         def start(self) -> None:  # no observer thread: the test is the event source
             pass
 
-    def make_watcher(sink: Callable[[Signal], None], reads: bool) -> Watcher:
+    def make_watcher(sink: Callable[[Signal], None]) -> Watcher:
         made.append(sink)
-        return Scripted(sink, reads=reads)
+        return Scripted(sink)
 
     now = [100.0]
     cfg = build_config({"watch": {"debounce": "200ms", "max_wait": "2s"}}, "test")

@@ -4,8 +4,7 @@ Sources plug in through `ConsultSource`. The primary one is `RecordedConsults`: 
 tool calls on memory files, each with its time, session and tool, as memoryd keeps them in its
 state dir (read from Claude Code's session transcripts by `dream.transcripts`). Then the calls
 memoryd's MCP server answered (`served_log`, in the state dir, in the consult log's format), the
-repo's `memory-consult.jsonl` log, and, only when
-`watch.consult_signal` opts in, the read events the daemon saw (any process's reads).
+repo's `memory-consult.jsonl` log.
 Unsure means consulted: a log that exists but cannot be read protects every memory.
 """
 
@@ -280,25 +279,6 @@ class RecordedConsults:
         if found is not None and found.when >= since:
             return found.describe()
         return self.unsure or None
-
-
-@dataclass(slots=True)
-class ReadEvents:
-    """Reads of memory files by other processes, recorded by the daemon: file -> last time.
-
-    Any process: an agent, a `grep -r`, a backup, Claude Code's scan of every memory's
-    frontmatter at session start. Counted only when `watch.consult_signal` opts in."""
-
-    last_read: Mapping[str, float]
-
-    def evidence(self, subject: Subject, since: float) -> str | None:
-        when = self.last_read.get(subject.filename)
-        if when is not None and when >= since:
-            return (
-                "read by some process (inotify; watch.consult_signal) at "
-                f"{datetime.fromtimestamp(when).isoformat(timespec='seconds')}"
-            )
-        return None
 
 
 def consulted(sources: Iterable[ConsultSource], subject: Subject, since: float) -> str | None:

@@ -46,10 +46,9 @@ def explain(
         md = replace(md, repo_root=repo_root, repo_reason="given with --repo-root")
     ownership, scan = probe_ownership(rt, md)
     managed = bool(ownership and ownership.managed)
-    with rt.store.reading(md.real_path):
-        listing = Listing.of(scan) if scan is not None else None
-        checker = repos.checker(md.repo_root)
-        inv = inventory(md, rt, checker, listing=listing)
+    listing = Listing.of(scan) if scan is not None else None
+    checker = repos.checker(md.repo_root)
+    inv = inventory(md, rt, checker, listing=listing)
     by_name = {i.filename: i for i in inv.items}
     item = by_name.get(file.name)
     if item is None:

@@ -21,7 +21,6 @@ from memoryd.dream.consult import (
     SERVED_SHOWN,
     ConsultLog,
     ConsultSource,
-    ReadEvents,
     RecordedConsults,
     Subject,
     consulted,
@@ -419,8 +418,8 @@ def consult_sources(
     md: MemoryDir, rt: Runtime, extra: Sequence[ConsultSource] = (), *, save: bool = True
 ) -> list[ConsultSource]:
     """The agent's tool calls on the dir's files in the session transcripts (read on from
-    where the last scan stopped; `save`: keep how far, never for a dry run), the consult
-    log of the dir's repo, and the reads the daemon recorded when the config opts in."""
+    where the last scan stopped; `save`: keep how far, never for a dry run), the answers
+    memoryd's MCP server gave about the dir, and the consult log of the dir's repo."""
     since = rt.clock() - rt.config.dream.consult_window
     known = {md.real_path, *(_real(p) for p in rt.config.paths.extra_memory_dirs)}
     found = transcripts.harvest(
@@ -444,8 +443,6 @@ def consult_sources(
     log = ConsultLog.load(md.repo_root)
     if log is not None:
         sources.append(log)
-    if rt.config.watch.reads_count:
-        sources.append(ReadEvents(rt.store.load(md.real_path).reads))
     return sources
 
 
@@ -557,12 +554,11 @@ def dream_dir(
         _dream_dir, rt, md, repos=repos, dry_run=dry_run, trigger=trigger,
         extra_sources=extra_sources, before_move=before_move, budget=budget,
     )  # fmt: skip
-    with rt.store.reading(md.real_path):
-        if dry_run:
+    if dry_run:
+        return run()
+    with rt.store.lock(md.real_path, wait=wait_lock) as locked:
+        if locked:
             return run()
-        with rt.store.lock(md.real_path, wait=wait_lock) as locked:
-            if locked:
-                return run()
     result = DreamResult(md, "-", "skipped")
     result.message = "another memoryd process is working on this dir"
     rt.audit.write("dream.skipped", dir=md.path, why=result.message)
@@ -1015,7 +1011,7 @@ def apply_refused(
     was planned from (PlanChanged names those that do not), and the dir's index is still
     memoryd's. The plan is removed once applied."""
     started = time.monotonic()
-    with rt.store.reading(md.real_path), rt.store.lock(md.real_path):
+    with rt.store.lock(md.real_path):
         stored = refused.load(rt.paths.state_dir, md.real_path, pass_id)
         probe = probe_index(rt, md)
         ownership, scan = probe.ownership, probe.scan

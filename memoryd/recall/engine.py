@@ -7,7 +7,6 @@ Reads only: its writes go to the search indexes in memoryd's state dir, never to
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,7 +70,6 @@ class Engine:
         max_file_bytes: int | None = None,
         max_frontmatter_bytes: int | None = None,
         warn: Callable[[str], None] | None = None,
-        reading: Callable[[Path], Any] | None = None,
         window: tuple[int, int] | None = None,
         workers: int = 0,
     ) -> None:
@@ -79,7 +77,6 @@ class Engine:
         self.state_dir = state_dir
         self.clock = clock
         self.stale_after = stale_after
-        self._reading = reading
         options: dict[str, Any] = {}
         if max_file_bytes is not None:
             options["max_file_bytes"] = max_file_bytes
@@ -113,9 +110,7 @@ class Engine:
         """Bring every dir's index up to date by stat."""
         out = {}
         for md in self.dirs:
-            held = self._reading(md.real_path) if self._reading is not None else nullcontext()
-            with held:
-                out[md.real_path] = self.indexes[md.real_path].update(wait=wait)
+            out[md.real_path] = self.indexes[md.real_path].update(wait=wait)
         return out
 
     def _selected(self, project: str | None) -> list[MemoryDir]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops, safejson
 from memoryd.logsetup import get_logger
-from memoryd.paths import ensure_private_dir, open_regular, read_bounded, read_problem
+from memoryd.paths import ensure_private_dir, read_bounded, read_problem
 
 if TYPE_CHECKING:  # the parse cache's module (and its YAML parser) loads with the first cache
     from memoryd.scan import Scanned
@@ -56,7 +56,6 @@ class DirState:
     last_dream_flagged: int = -1
     last_index_ts: float = 0.0
     last_change_ts: float = 0.0
-    reads: dict[str, float] = field(default_factory=dict)  # file -> last read by the agent
     # MEMORY.md's and the archive's [inode, size, mtime_ns] (null when missing) as memoryd's
     # last index pass left them, and the settings it ran under; [] when that pass did not end
     # verified. While the archive is still that file, each of its lines is as an index pass
@@ -124,7 +123,6 @@ def _copy(state: DirState) -> DirState:
         own=dict(state.own),
         reported=dict(state.reported),
         changed_since_dream=list(state.changed_since_dream),
-        reads=dict(state.reads),
         gone=dict(state.gone),
     )
 
@@ -244,11 +242,6 @@ class StateStore:
         # a change to it): a caller that kept the token knows `seen` is what it last saved.
         self._seen_tokens: dict[Path, object] = {}
         self._locks = threading.local()  # per thread: real path -> (lock fd, depth)
-        self._readers: dict[Path, tuple[int, int]] = {}  # real path -> (readers fd, depth)
-        self._readers_lock = threading.Lock()
-
-    def readers_path(self, real_path: Path) -> Path:
-        return self.root / f"{dir_key(real_path)}.readers"
 
     def read_file(self, path: Path) -> bytes | None:
         """One of memoryd's own state files, whole; None when it is missing or damaged (not a
@@ -280,41 +273,6 @@ class StateStore:
         self._damaged.add((path, problem))
         with contextlib.suppress(Exception):  # telling must not fail the command
             self.on_damaged(path, problem)
-
-    @contextlib.contextmanager
-    def reading(self, real_path: Path) -> Iterator[None]:
-        """Tell a running daemon that this process reads the dir's memory files, so that it
-        does not take those reads for an agent consulting them (DESIGN §4.5): the readers file
-        the daemon made for the dir is held open meanwhile, and the daemon sees it opened and
-        closed (inotify) in the same stream as the reads. Writes nothing: without that file
-        no daemon watches the dir, and there is no one to tell. Reentrant: a process opens it
-        once however its passes nest (a pass inside a pass), one open and one close for the
-        daemon to pair."""
-        with self._readers_lock:
-            held = self._readers.get(real_path)
-            if held is not None:
-                self._readers[real_path] = (held[0], held[1] + 1)
-            else:
-                path = self.readers_path(real_path)
-                try:
-                    fd, _ = open_regular(path, follow=False)  # a FIFO there: refused at once
-                except FileNotFoundError:
-                    fd = -1
-                except OSError as error:
-                    self._damage(path, read_problem(error))
-                    fd = -1
-                self._readers[real_path] = (fd, 1)
-        try:
-            yield
-        finally:
-            with self._readers_lock:
-                fd, depth = self._readers[real_path]
-                if depth > 1:
-                    self._readers[real_path] = (fd, depth - 1)
-                else:
-                    del self._readers[real_path]
-                    if fd >= 0:
-                        os.close(fd)
 
     @contextlib.contextmanager
     def lock(self, real_path: Path, *, wait: bool = True) -> Iterator[bool]:

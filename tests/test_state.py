@@ -221,39 +221,6 @@ def test_the_dir_lock_is_one_writer_across_processes_and_reentrant_within_one(
         assert got is True
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open files in /proc")
-def test_reading_opens_the_readers_file_once_however_passes_nest(tmp_path: Path) -> None:
-    """A daemon pairs the readers file's opens and closes, and repeated identical events are
-    merged on their way to it: a pass inside a pass (the dream's probe, say) must not open
-    the file a second time."""
-    store = StateStore(tmp_path / "state")
-    real = tmp_path / "memory"
-    store.root.mkdir(parents=True)
-    store.readers_path(real).touch()
-
-    def opened() -> int:
-        fds = Path("/proc/self/fd")
-        target = str(store.readers_path(real))
-        return sum(1 for fd in fds.iterdir() if _link(fd) == target)
-
-    with store.reading(real):
-        assert opened() == 1
-        with store.reading(real), store.reading(real):
-            assert opened() == 1
-        assert opened() == 1
-    assert opened() == 0
-    with store.reading(real):  # and again afterwards
-        assert opened() == 1
-    assert opened() == 0
-
-
-def _link(fd: Path) -> str:
-    try:
-        return str(fd.readlink())
-    except OSError:
-        return ""
-
-
 def test_the_scan_cache_is_saved_without_fsyncs(tmp_path: Path, monkeypatch) -> None:
     """The parse cache is a cache: the previous one after a power cut is still true entry by
     entry (scan checks each against its file's stat), a damaged one is read as none. Its
@@ -279,30 +246,26 @@ def test_the_scan_cache_is_saved_without_fsyncs(tmp_path: Path, monkeypatch) -> 
 
 # --- damaged state: special files, links, sizes (DESIGN §2.7) -----------------------------------
 def _all_state_files(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
-    """A dir with every state file memoryd keeps for it (base, log, cache, facts, readers, a
-    repo's tokens), and the store's paths of each."""
+    """A dir with every state file memoryd keeps for it (base, log, cache, facts, a repo's
+    tokens), and the store's paths of each."""
     store, folder, state = saved_once(tmp_path, 3)
     state.seen["m1.md"] = ["m1", "second"]
     store.save(folder, state, seen_changed={"m1.md"})  # the log
     store.save_cache(folder, {})
     store.save_facts(folder, [b"facts"])
     store.save_repo_tokens(folder, b"tokens")
-    store.readers_path(folder).touch()
     root = tmp_path / "dirs"
     files = {
         "base": next(root.glob("*.json")),
         "log": next(root.glob("*.log")),
         "cache": next(root.glob("*.cache")),
         "facts": next(root.glob("*.facts")),
-        "readers": store.readers_path(folder),
         "tokens": next((tmp_path / "repos").glob("*.tokens")),
     }
     return folder, files
 
 
 def _use_every_file(store: StateStore, folder: Path) -> tuple[DirState, object, object, object]:
-    with store.reading(folder):
-        pass
     return (
         store.load(folder),
         store.load_cache(folder),
@@ -339,8 +302,7 @@ def test_a_state_file_that_is_no_regular_file_is_damaged_state_said_once(
     assert state == DirState(path=str(folder)) and cache == {}
     assert facts is None and tokens is None
     _use_every_file(store, folder)
-    unread = {"log"} | ({"readers"} if kind == "oversize" else set())  # held open, never read
-    assert sorted(p for p, _ in said) == sorted(p for n, p in files.items() if n not in unread)
+    assert sorted(p for p, _ in said) == sorted(p for n, p in files.items() if n != "log")
     assert all(why.startswith("it is ") for _, why in said)
     store.save(folder, DirState(path=str(folder), seen=seen_of(1)))  # replaces the damaged base
     assert StateStore(tmp_path).load(folder).seen == seen_of(1)

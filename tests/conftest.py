@@ -52,6 +52,9 @@ needs_corpus = pytest.mark.skipif(CORPUS is None, reason=CORPUS_MISSING)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "repo_tree(builder): the code tree the `repo` fixture builds (tests.helpers)"
+    )
     if CORPUS is not None and not CORPUS.is_dir():
         raise pytest.UsageError(
             f"MEMORYD_CORPUS={os.environ.get('MEMORYD_CORPUS')}: no such folder; point it at "
@@ -216,19 +219,17 @@ def crash_at(label: str) -> Callable[[str], None]:
     return crash_point
 
 
-def make_small_repo(tmp_path: Path) -> Path:
-    """`app/`: one source file and an empty repo-scope memory dir, `.claude/memory/`."""
-    root = tmp_path / "app"
-    (root / "src").mkdir(parents=True)
-    (root / "src" / "app.py").write_text("x = 1\n")
-    (root / ".claude" / "memory").mkdir(parents=True)
-    return root
-
-
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """`make_small_repo`; modules that need a tree of their own override this fixture."""
-    return make_small_repo(tmp_path)
+def repo(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A code tree under tmp_path, as built by the builder a module (`pytestmark`) or a test
+    names with `pytest.mark.repo_tree.with_args(builder)` (tests.helpers has them all; a lone
+    callable given to a mark without `with_args` would be decorated instead), else by
+    `make_small_repo`."""
+    from tests.helpers import make_small_repo
+
+    marker = request.node.get_closest_marker("repo_tree")
+    build: Callable[[Path], Path] = marker.args[0] if marker is not None else make_small_repo
+    return build(tmp_path)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -17,21 +17,47 @@ from typing import Any
 from memoryd import housekeeping, trash
 from memoryd.audit import iter_lines
 from memoryd.config import Config
-from memoryd.discover import explicit_dirs
+from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.index import Budget, Entry, IndexEdit, IndexInput, update_index
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, boot_clock
-from tests.conftest import write_memory
-
-# --- planted dream cases (a repo-scope memory dir in a small code tree) -------------------------
-
+from tests.conftest import Env, write_memory
 
 DAY = 86400
 
 
+# --- memory dirs ---------------------------------------------------------------------------------
+def memory_dir(
+    path: Path, config: Config | None = None, *, repo_root: Path | None = None
+) -> MemoryDir:
+    """The folder as memoryd finds a dir named on its command line (`repo_root`: the code tree
+    it belongs to, as `--repo-root` would say)."""
+    md = explicit_dirs(path, config if config is not None else Config())[0]
+    return md if repo_root is None else replace(md, repo_root=repo_root, repo_reason="test")
+
+
+def home_folder(env: Env, name: str = "mem") -> Path:
+    """A new empty folder under the test's HOME, by its real path."""
+    folder = env.home / name
+    folder.mkdir()
+    return folder.resolve()
+
+
+# --- code trees: the `repo` fixture's builders (conftest.py; a module picks one with
+# `pytestmark = pytest.mark.repo_tree.with_args(builder)`) ------------------------------------
+def make_small_repo(tmp_path: Path) -> Path:
+    """`app/`: one source file and an empty repo-scope memory dir, `.claude/memory/` (the
+    `repo` fixture's default)."""
+    root = tmp_path / "app"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("x = 1\n")
+    (root / ".claude" / "memory").mkdir(parents=True)
+    return root
+
+
 def make_planted_repo(tmp_path: Path) -> Path:
     """`app/`: a small code tree (the names the planted memories cite) with a memory dir inside
-    its .claude/; the planted-case modules' `repo` fixture."""
+    its .claude/."""
     root = tmp_path / "app"
     for rel in ("src/app.py", "src/util.py", "docs/guide.md", "lib/deep/moved_here.py"):
         path = root / rel
@@ -39,6 +65,128 @@ def make_planted_repo(tmp_path: Path) -> Path:
         path.write_text("def handle_request():\n    return 1\nclass PaymentGateway: pass\n")
     (root / ".claude" / "memory").mkdir(parents=True)
     return root
+
+
+def make_stale_repo(tmp_path: Path) -> Path:
+    """`make_small_repo` whose memory dir holds one fully stale memory among fillers, so that
+    a dream pass moves it."""
+    root = make_small_repo(tmp_path)
+    mem(root, "stale.md", "Lived in `src/removed.py`.")
+    filler(root)
+    return root
+
+
+def make_subfolder_repo(tmp_path: Path) -> Path:
+    """`app/`: a small code tree with a subfolder `pkg/sub/` (a session's cwd) and a memory dir
+    inside its .claude/."""
+    root = tmp_path / "app"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("def handle_request():\n    return 1\n")
+    (root / "pkg" / "sub").mkdir(parents=True)
+    (root / ".claude" / "memory").mkdir(parents=True)
+    return root
+
+
+def make_repo_memory_outside(tmp_path: Path) -> Path:
+    """`app/`: a code tree; its memory dir, `memory/`, lies beside it, so memories add no
+    tokens of their own."""
+    root = tmp_path / "app"
+    (root / "src").mkdir(parents=True)
+    (root / "src/app.py").write_text("def handle_request():\n    return 1\n")
+    (tmp_path / "memory").mkdir()
+    return root
+
+
+# Every place a memory (or a copy of one, or a log quoting one) can sit in a repo, each holding
+# a token found nowhere else (`make_repo_of_memory_places`).
+MEMORY_PLACES = {
+    ".claude/agent-memory/reviewer/review.md": "agent_memory_token",
+    ".claude/agent-memory-local/tester/MEMORY.md": "agent_local_token",
+    ".claude/memory/project.md": "repo_memory_token",
+    ".claude/memory/.trash/2026-01-02/old.md": "trashed_memory_token",
+    ".claude/memory/topic/MEMORY.md": "nested_memory_token",
+    ".claude/logs/session.jsonl": "log_quote_token",
+    "notes/team/MEMORY.md": "named_memory_token",
+    "notes/team/decisions.md": "named_memory_sibling_token",
+    "pkg/web/.claude/agent-memory/ui/ui.md": "subpackage_memory_token",
+    "tools/.trash/2026-01-02/gone.md": "stray_trash_token",
+}
+
+
+def make_repo_of_memory_places(tmp_path: Path) -> Path:
+    """`app/`: code, docs, a plain notes folder, settings, and a memory at every one of
+    MEMORY_PLACES."""
+    root = tmp_path / "app"
+    write_file(root, "src/app.py", "def live_helper():\n    return load_settings()\n")
+    write_file(root, "src/settings.py", "def load_settings():\n    return {}\n")
+    write_file(root, "README.md", "Call live_helper() to start; docs_only_token is in the docs.\n")
+    write_file(root, "docs/index.md", "The user guide.\n")
+    write_file(root, "notes/plan.md", "A plain notes folder (no MEMORY.md) is part of the tree.\n")
+    write_file(root, ".claude/settings.json", '{"permissions": {}}\n')
+    for rel, token in MEMORY_PLACES.items():
+        write_file(root, rel, f"---\nname: n\ndescription: d\ntype: project\n---\n{token}\n")
+    return root
+
+
+def make_git_repo_without_memory(tmp_path: Path) -> Path:
+    """`repo/`: a work tree (a `.git` folder) with `src/pkg/app.py` and a README, and no
+    memory dir of its own."""
+    root = tmp_path / "repo"
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "src" / "pkg" / "app.py").write_text("x = 1\n")
+    (root / "README.md").write_text("readme\n")
+    return root
+
+
+def make_half_stale_repo(tmp_path: Path) -> Path:
+    """`app/`: a work tree whose memory dir holds six fillers and `half.md`, which cites a live
+    file and two missing ones (a pass flags it for review)."""
+    root = tmp_path / "app"
+    (root / ".git").mkdir(parents=True)
+    (root / "src").mkdir()
+    (root / "src" / "app.py").write_text("def handle_request():\n    return 1\n")
+    (root / ".claude" / "memory").mkdir(parents=True)
+    for i, topic in enumerate(["anchor", "barley", "canyon", "dolphin", "ember", "fjord"]):
+        mem(root, f"filler_{i}.md", f"{topic} {topic}s {topic}-like")
+    mem(root, "half.md", "See `src/app.py`, `src/removed.py` and `src/later.py`.")
+    return root
+
+
+def memory_at(
+    folder: Path, name: str, body: str, *, age: float = 40, type_: str = "project"
+) -> Path:
+    """A memory described `about <stem>`, its mtime `age` days ago."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    stem = name.removesuffix(".md")
+    path.write_text(f"---\nname: {stem}\ndescription: about {stem}\ntype: {type_}\n---\n{body}\n")
+    stamp = time.time() - age * DAY
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def make_served_repo(tmp_path: Path) -> Path:
+    """`app/`: a work tree whose memory dir holds one fully stale memory (it cites files that
+    are gone) and fillers, so the breaker lets a pass move it, all pointed to by MEMORY.md."""
+    root = tmp_path / "app"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("def handle_request():\n    return 1\n")
+    (root / ".git").mkdir()
+    folder = root / ".claude" / "memory"
+    memory_at(folder, "payment_flow.md", "Payments went through `src/removed_payments.py` nightly.")
+    topics = ["anchor", "barley", "canyon", "dolphin", "ember", "fjord", "glacier", "harbor",
+              "iris", "jasper", "kestrel", "lantern"]  # fmt: skip
+    for i, topic in enumerate(topics):
+        memory_at(folder, f"filler_{i}.md", f"{topic} {topic}s {topic}-like, see `src/app.py`")
+    (folder / "MEMORY.md").write_text(
+        "# app Memory\n\n"
+        + "".join(f"- [{p.stem}]({p.name}) — about {p.stem}\n" for p in sorted(folder.glob("*.md")))
+    )
+    return root
+
+
+# --- planted dream cases (a repo-scope memory dir in a small code tree) -------------------------
 
 
 def mem(
@@ -170,7 +318,7 @@ def watched_for(state_dir: Path, folder: Path, days: float) -> None:
     rt.clock = lambda: now - back
     rt.today = lambda: date.fromtimestamp(now - back)
     rt.boot = lambda: (real[0], real[1] - back) if real else ("aged", 0.0)
-    md = explicit_dirs(folder, Config())[0]
+    md = memory_dir(folder)
     housekeeping.rotate(rt, [md], keep_days=36500)
     if real is None:  # no boot clock here: the aged boot's own reading, a moment ago
         rt.clock, rt.today = (lambda: now), date.today
@@ -448,3 +596,41 @@ def memoryd_child(
         timeout=timeout,
         check=False,
     )
+
+
+# --- the MCP server driven by the SDK's own client (the `mcp` extra: imported when used) -------
+def mcp_server(env: Env, *dirs: Path) -> Any:
+    """`memoryd mcp DIRS` as the SDK's stdio client starts it, in the test's HOME."""
+    from mcp.client.stdio import StdioServerParameters
+
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memoryd", "mcp", *map(str, dirs)],
+        env={
+            "HOME": str(env.home),
+            "XDG_CONFIG_HOME": str(env.home / ".config"),
+            "XDG_STATE_HOME": str(env.home / ".local" / "state"),
+            "XDG_CACHE_HOME": str(env.home / ".cache"),
+        },
+    )
+
+
+def mcp_structured(result: Any) -> Any:
+    """A tool call's result as data (the SDK wraps a non-object result; a dict comes as is)."""
+    assert not result.is_error, result.content
+    data = result.structured_content
+    if data is None:
+        data = json.loads(result.content[0].text)
+    return data.get("result", data) if isinstance(data, dict) else data
+
+
+async def mcp_drive(params: Any, calls: list[tuple[str, dict[str, Any]]]) -> Any:
+    """initialize, list_tools, then each call in turn: (init, tools, answers)."""
+    from mcp import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        init = await session.initialize()
+        tools = await session.list_tools()
+        answers = [await session.call_tool(name, args) for name, args in calls]
+        return init, tools, answers

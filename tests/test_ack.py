@@ -10,22 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Env, tree_digest
+from tests.helpers import make_half_stale_repo
+
+pytestmark = pytest.mark.repo_tree.with_args(make_half_stale_repo)
 
 DAY = 86400
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "app"
-    (root / ".git").mkdir(parents=True)
-    (root / "src").mkdir()
-    (root / "src" / "app.py").write_text("def handle_request():\n    return 1\n")
-    memory = root / ".claude" / "memory"
-    memory.mkdir(parents=True)
-    for i, topic in enumerate(["anchor", "barley", "canyon", "dolphin", "ember", "fjord"]):
-        _mem(memory / f"filler_{i}.md", f"{topic} {topic}s {topic}-like")
-    _mem(memory / "half.md", "See `src/app.py`, `src/removed.py` and `src/later.py`.")
-    return root
 
 
 def _mem(path: Path, body: str, age: float = 40) -> None:

@@ -15,13 +15,14 @@ import pytest
 from rapidfuzz import process
 
 from memoryd.config import Config, DreamConfig, build_config
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover import MemoryDir
 from memoryd.dream.consult import ConsultLog, Subject
 from memoryd.dream.refs import extract_refs
 from memoryd.dream.run import RepoCache, dream_dir
 from memoryd.errors import ConfigError
 from memoryd.memfile import MAX_FILE_BYTES, MAX_FRONTMATTER_BYTES, Memory, parse_memory
-from tests.conftest import Env, make_small_repo, tree_digest, write_memory
+from tests.conftest import Env, tree_digest, write_memory
+from tests.helpers import make_small_repo, memory_dir
 
 
 def _body_of(unit: str, suffix: str, size: int = MAX_FILE_BYTES - 200) -> str:
@@ -164,7 +165,7 @@ def _dupes_dir(repo: Path) -> MemoryDir:
     for k in range(10):
         write_memory(folder, f"own_{k}.md", body=f"topic {k} alpha{k} beta{k} gamma{k}\n")
     (folder / "MEMORY.md").write_text("<!-- memoryd: manage -->\n# Memory\n")
-    md = explicit_dirs(folder, Config())[0]
+    md = memory_dir(folder)
     return replace(md, repo_root=None, repo_reason="test")
 
 

@@ -22,16 +22,13 @@ from tests.helpers import (
     make_planted_repo,
     many_entries,
     mem,
+    memory_dir,
     moved,
     plant_day,
     run,
 )
 
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """The planted cases' code tree (`make_planted_repo`)."""
-    return make_planted_repo(tmp_path)
+pytestmark = pytest.mark.repo_tree.with_args(make_planted_repo)
 
 
 def claude_scan(folder: Path) -> list[str]:
@@ -278,15 +275,6 @@ def test_a_guard_takes_the_protective_reading_and_explain_says_so(
 
 
 # --- 4. the lock as Claude Code means it -----------------------------------------------------
-def _dir(folder: Path):
-    from memoryd.config import Config
-    from memoryd.discover import explicit_dirs
-
-    if not (folder / "a.md").exists():
-        write_memory(folder, "a.md")  # a folder of memories is a memory dir
-    return explicit_dirs(folder, Config())[0]
-
-
 @pytest.mark.parametrize(
     ("body", "age", "alive", "pid", "held"),
     [
@@ -307,7 +295,7 @@ def test_the_lock_is_held_only_fresh_and_with_a_live_pid(
     from memoryd.discover import claude_lock, lock_is_fresh
 
     folder = tmp_path / "memory"
-    folder.mkdir()
+    write_memory(folder, "a.md")  # a folder of memories is a memory dir
     lock = folder / ".consolidate-lock"
     lock.write_text(body)
     now = 1_800_000_000.0
@@ -318,9 +306,9 @@ def test_the_lock_is_held_only_fresh_and_with_a_live_pid(
         asked.append(p)
         return alive
 
-    found = claude_lock(_dir(folder), now, liveness)
+    found = claude_lock(memory_dir(folder), now, liveness)
     assert found is not None and (found.pid, found.held, found.mtime) == (pid, held, now - age)
-    assert lock_is_fresh(_dir(folder), now, liveness) is held
+    assert lock_is_fresh(memory_dir(folder), now, liveness) is held
     assert set(asked) <= {4242}
 
 
@@ -329,13 +317,13 @@ def test_a_lock_that_is_no_regular_file_holds_nothing(tmp_path: Path) -> None:
     from memoryd.discover import claude_lock
 
     folder = tmp_path / "memory"
-    folder.mkdir()
+    write_memory(folder, "a.md")  # a folder of memories is a memory dir
     os.mkfifo(folder / ".consolidate-lock")
-    assert claude_lock(_dir(folder), 0.0, lambda p: True) is None
+    assert claude_lock(memory_dir(folder), 0.0, lambda p: True) is None
     (folder / ".consolidate-lock").unlink()
     (tmp_path / "elsewhere").write_text(str(os.getpid()))
     (folder / ".consolidate-lock").symlink_to(tmp_path / "elsewhere")
-    assert claude_lock(_dir(folder), 0.0, lambda p: True) is None
+    assert claude_lock(memory_dir(folder), 0.0, lambda p: True) is None
 
 
 def test_pid_liveness_of_real_processes() -> None:

@@ -7,23 +7,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from memoryd import fsops, journal, trash
-from memoryd.config import Config
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover import MemoryDir
 from memoryd.dream.run import DreamResult, RepoCache, dream_dir
 from memoryd.runtime import Runtime
 from tests.conftest import Env, InjectedCrash, crash_at
-from tests.helpers import DAY, filler, mem
-
-
-def _dir(repo: Path) -> MemoryDir:
-    md = explicit_dirs(repo / ".claude" / "memory", Config())[0]
-    return replace(md, repo_root=repo, repo_reason="test")
+from tests.helpers import DAY, filler, mem, memory_dir
 
 
 def _version(n: int) -> bytes:
@@ -76,7 +69,7 @@ def test_a_file_swapped_between_check_and_rename_stays_in_the_dir(
     monkeypatch.setattr(fsops, "use_renameat2", renameat2)
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)
-    rt, md = env.runtime(), _dir(repo)
+    rt, md = env.runtime(), memory_dir(repo / ".claude" / "memory", repo_root=repo)
 
     def agent_saves(name: str) -> None:
         assert name == "stale.md"
@@ -111,7 +104,7 @@ def test_without_renameat2_a_save_between_link_and_unlink_is_not_unlinked(
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     planned = path.read_bytes()
     filler(repo)
-    rt, md = env.runtime(), _dir(repo)
+    rt, md = env.runtime(), memory_dir(repo / ".claude" / "memory", repo_root=repo)
     real_link = os.link
 
     def link_then_agent_saves(*args: object, **kwargs: object) -> None:
@@ -134,7 +127,7 @@ def test_a_file_rewritten_in_place_after_its_check_is_put_back(env: Env, repo: P
     either."""
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)
-    rt, md = env.runtime(), _dir(repo)
+    rt, md = env.runtime(), memory_dir(repo / ".claude" / "memory", repo_root=repo)
 
     def agent_writes_in_place(name: str) -> None:
         ino = path.stat().st_ino
@@ -157,7 +150,7 @@ def test_a_put_back_never_overwrites_a_file_that_took_the_name(
     report and the audit row say so."""
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)
-    rt, md = env.runtime(), _dir(repo)
+    rt, md = env.runtime(), memory_dir(repo / ".claude" / "memory", repo_root=repo)
     (md.real_path / "stale.kept-1.md").mkdir()  # taken too: the next free name is used
     real_crash_point = fsops.crash_point
 
@@ -188,7 +181,7 @@ def test_recovery_puts_back_an_unchecked_file_a_crash_left_in_the_trash(
 
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)
-    rt, md = env.runtime(), _dir(repo)
+    rt, md = env.runtime(), memory_dir(repo / ".claude" / "memory", repo_root=repo)
     real_crash_point = fsops.crash_point
     monkeypatch.setattr(fsops, "crash_point", crash_at("trash.after_move"))
     with pytest.raises(InjectedCrash):
@@ -230,7 +223,7 @@ def test_a_concurrent_process_swapping_files_gets_nothing_unchecked_trashed(
     for name in ("stale_a.md", "stale_b.md"):
         mem(repo, name, "Lived in `src/removed.py`.")
     filler(repo)
-    rt, md = env.runtime(), _dir(repo)
+    rt, md = env.runtime(), memory_dir(repo / ".claude" / "memory", repo_root=repo)
     put_backs: list[int] = []  # how often the race was hit (printed: it depends on timing)
     real_put_back = trash.put_back
 

@@ -15,18 +15,19 @@ import pytest
 from memoryd import audit
 from memoryd.audit import AuditLog
 from memoryd.discover import slugify
-from tests.conftest import Env, make_small_repo
-from tests.helpers import agent_write, filler, index_text, mem, start, wait_for
+from tests.conftest import Env
+from tests.helpers import (
+    agent_write,
+    index_text,
+    make_stale_repo,
+    mem,
+    start,
+    wait_for,
+)
+
+pytestmark = pytest.mark.repo_tree.with_args(make_stale_repo)
 
 WARNING = "the audit log cannot be written"
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = make_small_repo(tmp_path)
-    mem(root, "stale.md", "Lived in `src/removed.py`.")
-    filler(root)
-    return root
 
 
 def _moved(folder: Path) -> list[str]:

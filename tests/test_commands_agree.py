@@ -433,7 +433,7 @@ def test_the_mcp_tools_refuse_what_the_cli_refuses_bound_every_list_and_read_the
     from mcp.client.stdio import StdioServerParameters
 
     from memoryd.cmd_recall import TYPES
-    from tests.test_recall_mcp import drive, structured
+    from tests.helpers import mcp_drive, mcp_structured
 
     repo = tmp_path / "app"
     (repo / ".git").mkdir(parents=True)
@@ -467,7 +467,7 @@ def test_the_mcp_tools_refuse_what_the_cli_refuses_bound_every_list_and_read_the
         ("recall_for_paths", {"paths": ["src/app.py"]}),
         ("read_memory", {"file": ".claude/memory/project_n3.md"}),
     ]
-    _, tools, answers = asyncio.run(drive(params, calls))
+    _, tools, answers = asyncio.run(mcp_drive(params, calls))
     schemas = {t.name: t.input_schema["properties"] for t in tools.tools}
     assert {"enum": list(TYPES), "type": "string"} in schemas["search_memories"]["type"]["anyOf"]
     for name in ("search_memories", "recent_memories"):
@@ -476,11 +476,11 @@ def test_the_mcp_tools_refuse_what_the_cli_refuses_bound_every_list_and_read_the
     for name in ("search_memories", "recall_for_paths", "recent_memories"):
         assert (schemas[name]["limit"]["minimum"], schemas[name]["limit"]["maximum"]) == (1, 50)
     assert all(answer.is_error for answer in answers[:3])
-    assert len(structured(answers[3])["results"]) == 10
-    assert len(structured(answers[4])["results"]) == 12
-    recalled = structured(answers[5])["results"]
+    assert len(mcp_structured(answers[3])["results"]) == 10
+    assert len(mcp_structured(answers[4])["results"]) == 12
+    recalled = mcp_structured(answers[5])["results"]
     assert len(recalled) == 10 and all(r["why"] == ["cites src/app.py"] for r in recalled)
-    assert structured(answers[6])["text"] == (folder / "project_n3.md").read_text()
+    assert mcp_structured(answers[6])["text"] == (folder / "project_n3.md").read_text()
 
 
 def test_the_label_a_search_shows_is_a_project_it_takes(

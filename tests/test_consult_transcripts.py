@@ -9,22 +9,13 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import build_config
-from memoryd.discover import explicit_dirs, slugify
+from memoryd.discover import slugify
 from memoryd.dream import transcripts
 from memoryd.dream.run import RepoCache, dream_dir
 from tests.conftest import Env
-from tests.helpers import DAY, dream, explain, filler, mem, moved
+from tests.helpers import DAY, dream, explain, filler, make_subfolder_repo, mem, memory_dir, moved
 
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A small code tree with a memory dir inside its .claude/."""
-    root = tmp_path / "app"
-    (root / "src").mkdir(parents=True)
-    (root / "src" / "app.py").write_text("def handle_request():\n    return 1\n")
-    (root / "pkg" / "sub").mkdir(parents=True)
-    (root / ".claude" / "memory").mkdir(parents=True)
-    return root
+pytestmark = pytest.mark.repo_tree.with_args(make_subfolder_repo)
 
 
 def _iso(ts: float) -> str:
@@ -275,7 +266,7 @@ def test_the_14_day_window_with_a_fake_clock(env: Env, repo: Path) -> None:
     cfg = build_config({"paths": {"claude_home": str(env.claude)}}, "test")
     rt = env.runtime(cfg)
     rt.clock = lambda: now
-    md = explicit_dirs(folder, cfg)[0]
+    md = memory_dir(folder, cfg)
     result = dream_dir(rt, md, repos=RepoCache.of(rt), dry_run=True)
     assert result.plan is not None
     assert {m.filename for m in result.plan.moves} == {"outside.md"}

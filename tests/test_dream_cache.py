@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from memoryd.config import Config, ParseConfig
-from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.dream import run as run_module
 from memoryd.dream.facts import FactsCache, derive
 from memoryd.dream.memo import DreamMemo
@@ -19,6 +18,9 @@ from memoryd.dream.similar import Vocabulary
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from tests.conftest import Env
+from tests.helpers import make_repo_memory_outside, memory_dir
+
+pytestmark = pytest.mark.repo_tree.with_args(make_repo_memory_outside)
 
 DAY = 86400
 
@@ -51,16 +53,6 @@ def derived(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A code tree; its memory dir lies outside it, so memories add no tokens of their own."""
-    root = tmp_path / "app"
-    (root / "src").mkdir(parents=True)
-    (root / "src/app.py").write_text("def handle_request():\n    return 1\n")
-    (tmp_path / "memory").mkdir()
-    return root
-
-
 def folder(repo: Path) -> Path:
     return repo.parent / "memory"
 
@@ -73,13 +65,6 @@ def mem(repo: Path, name: str, body: str, *, age: float = 40) -> Path:
     return path
 
 
-def memory_dir(repo: Path) -> MemoryDir:
-    from dataclasses import replace
-
-    md = explicit_dirs(folder(repo), Config())[0]
-    return replace(md, repo_root=repo, repo_reason="test")
-
-
 def runtime(env: Env, config: Config | None = None) -> Runtime:
     rt: Runtime = env.runtime(config)
     rt.dream = Process.memo
@@ -88,7 +73,9 @@ def runtime(env: Env, config: Config | None = None) -> Runtime:
 
 def take(env: Env, repo: Path, config: Config | None = None, *, save: bool = False) -> Inventory:
     rt = runtime(env, config)
-    return inventory(memory_dir(repo), rt, RepoCache.of(rt).checker(repo), save=save)
+    return inventory(
+        memory_dir(folder(repo), repo_root=repo), rt, RepoCache.of(rt).checker(repo), save=save
+    )
 
 
 def new_process() -> FactsCache:
@@ -193,7 +180,9 @@ def test_what_passes_keep_belongs_to_their_runtime(
     one, other = env.runtime(), env.runtime()
 
     def take_with(rt: Runtime) -> Inventory:
-        return inventory(memory_dir(repo), rt, RepoCache.of(rt).checker(repo))
+        return inventory(
+            memory_dir(folder(repo), repo_root=repo), rt, RepoCache.of(rt).checker(repo)
+        )
 
     take_with(one)
     take_with(one)
@@ -223,7 +212,9 @@ def test_explain_parses_every_file(env: Env, repo: Path, derived: list[str]) -> 
     mem(repo, "a.md", "A body to explain.")
     take(env, repo)
     rt = runtime(env)
-    inv = inventory(memory_dir(repo), rt, RepoCache.of(rt).checker(repo), keep=True)
+    inv = inventory(
+        memory_dir(folder(repo), repo_root=repo), rt, RepoCache.of(rt).checker(repo), keep=True
+    )
     assert list(inv.memories) == ["a.md"] and len(derived) == 2
 
 

@@ -10,13 +10,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import Env, lock_held_elsewhere, tree_digest, write_memory
-from tests.helpers import DAY, dream, explain, filler, make_planted_repo, mem, moved
+from tests.helpers import DAY, dream, explain, filler, make_planted_repo, mem, memory_dir, moved
 
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """The planted cases' code tree (`make_planted_repo`)."""
-    return make_planted_repo(tmp_path)
+pytestmark = pytest.mark.repo_tree.with_args(make_planted_repo)
 
 
 def test_each_classification(env: Env, cli, repo: Path) -> None:
@@ -495,8 +491,6 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     look again), its dream pass is skipped and said, and recovery leaves that pass's journal
     alone."""
     from memoryd import journal
-    from memoryd.config import Config
-    from memoryd.discover import explicit_dirs
     from memoryd.dream.run import RepoCache, dream_dir
     from memoryd.indexer import index_dir
     from memoryd.recovery import recover
@@ -504,7 +498,7 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     folder = repo / ".claude" / "memory"
     mem(repo, "a.md", "Plain words.")
     rt = env.runtime()
-    md = explicit_dirs(folder, Config())[0]
+    md = memory_dir(folder)
     live = journal.begin(rt.paths.state_dir, "p1", md.real_path, [])
     with lock_held_elsewhere(rt.paths.state_dir, md.real_path):
         outcome = index_dir(rt, md, wait_lock=False)

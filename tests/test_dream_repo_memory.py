@@ -15,38 +15,11 @@ from memoryd.dream import repo as repo_module
 from memoryd.dream.refs import Refs, Scope, Status, check_refs
 from memoryd.dream.repo import RepoIndex, SourceTokens, tree_signature
 from tests.conftest import CORPUS, Env, Result, needs_corpus, write_memory
-from tests.helpers import write_file
+from tests.helpers import MEMORY_PLACES, make_repo_of_memory_places, write_file
+
+pytestmark = pytest.mark.repo_tree.with_args(make_repo_of_memory_places)
 
 Cli = Callable[..., Result]
-
-# Every place a memory (or a copy of one, or a log quoting one) can sit in a repo, each holding
-# a token found nowhere else.
-MEMORY_PLACES = {
-    ".claude/agent-memory/reviewer/review.md": "agent_memory_token",
-    ".claude/agent-memory-local/tester/MEMORY.md": "agent_local_token",
-    ".claude/memory/project.md": "repo_memory_token",
-    ".claude/memory/.trash/2026-01-02/old.md": "trashed_memory_token",
-    ".claude/memory/topic/MEMORY.md": "nested_memory_token",
-    ".claude/logs/session.jsonl": "log_quote_token",
-    "notes/team/MEMORY.md": "named_memory_token",
-    "notes/team/decisions.md": "named_memory_sibling_token",
-    "pkg/web/.claude/agent-memory/ui/ui.md": "subpackage_memory_token",
-    "tools/.trash/2026-01-02/gone.md": "stray_trash_token",
-}
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "app"
-    write_file(root, "src/app.py", "def live_helper():\n    return load_settings()\n")
-    write_file(root, "src/settings.py", "def load_settings():\n    return {}\n")
-    write_file(root, "README.md", "Call live_helper() to start; docs_only_token is in the docs.\n")
-    write_file(root, "docs/index.md", "The user guide.\n")
-    write_file(root, "notes/plan.md", "A plain notes folder (no MEMORY.md) is part of the tree.\n")
-    write_file(root, ".claude/settings.json", '{"permissions": {}}\n')
-    for rel, token in MEMORY_PLACES.items():
-        write_file(root, rel, f"---\nname: n\ndescription: d\ntype: project\n---\n{token}\n")
-    return root
 
 
 def test_no_memory_dir_is_in_the_snapshot(repo: Path) -> None:

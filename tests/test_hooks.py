@@ -16,8 +16,10 @@ import pytest
 from memoryd.discover import slugify
 from memoryd.hook_recall import MAX_CHARS
 from tests.conftest import Env, write_memory
-from tests.helpers import wait_for
+from tests.helpers import make_git_repo_without_memory, wait_for
 from tests.secret_samples import POSITIVES
+
+pytestmark = pytest.mark.repo_tree.with_args(make_git_repo_without_memory)
 
 MEMORYD = Path(sys.executable).parent / "memoryd"
 TOKEN = next(value for kind, value, _ in POSITIVES if kind == "GitHub token")
@@ -37,16 +39,6 @@ def hook(event: str, data: dict[str, Any] | str) -> subprocess.CompletedProcess[
 
 def memoryd(*args: str, cwd: Path | None = None) -> None:
     subprocess.run([str(MEMORYD), *args], cwd=cwd, capture_output=True, check=False, timeout=60)
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    (root / "src" / "pkg").mkdir(parents=True)
-    (root / ".git").mkdir()
-    (root / "src" / "pkg" / "app.py").write_text("x = 1\n")
-    (root / "README.md").write_text("readme\n")
-    return root
 
 
 def auto_dir(env: Env, root: Path) -> Path:

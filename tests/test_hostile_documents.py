@@ -17,8 +17,18 @@ import pytest
 
 from memoryd.discover import slugify
 from memoryd.dream.consult import CONSULT_LOG
-from tests.conftest import Env, Result, make_small_repo, write_memory
-from tests.helpers import DAY, Running, filler, make_planted_repo, mem, moved, start, wait_for
+from tests.conftest import Env, Result, write_memory
+from tests.helpers import (
+    DAY,
+    Running,
+    filler,
+    make_planted_repo,
+    make_small_repo,
+    mem,
+    moved,
+    start,
+    wait_for,
+)
 
 NESTED = "[" * 5000 + "]" * 5000  # 10 KB
 NESTED_ROW = '{"names": ' + NESTED + "}"

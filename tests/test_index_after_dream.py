@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from memoryd import indexer
 from memoryd.config import Config, IndexConfig
-from memoryd.discover import MemoryDir, explicit_dirs
 from memoryd.dream.run import RepoCache, dream_dir, probe_ownership
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Basis, IndexStatus, index_after_dream, index_dir, update
@@ -29,14 +28,11 @@ from tests.conftest import (
     tree_digest,
     write_memory,
 )
+from tests.helpers import memory_dir
 
 NAMES = [f"m{i:02d}.md" for i in range(16)]
 # A budget small enough that the older memories are demoted into the archive.
 CONFIG = Config(index=IndexConfig(max_lines=8, keep_recent=86400.0))
-
-
-def _dir(path: Path, config: Config) -> MemoryDir:
-    return explicit_dirs(path, config)[0]
 
 
 def _index_files(path: Path) -> tuple[bytes | None, bytes | None]:
@@ -88,11 +84,11 @@ def _make_twins(
         for name, (type_, age, desc) in sorted(before.items()):
             write_memory(path, name, description=desc, type_=type_, age_days=age)
         for _ in range(2):
-            index_dir(rt, _dir(path, CONFIG))
+            index_dir(rt, memory_dir(path, CONFIG))
         for name in sorted(young):  # seen, but left in their grace by the daemon's pass
             write_memory(path, name, description="just written", age_days=None)
         if young:
-            assert index_dir(rt, _dir(path, CONFIG), grace=60.0).edit.waiting  # type: ignore[union-attr]
+            assert index_dir(rt, memory_dir(path, CONFIG), grace=60.0).edit.waiting  # type: ignore[union-attr]
     names = sorted(before)
     edited = False  # the archive edited by someone else
     for path in twins:
@@ -195,7 +191,7 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
     with tempfile.TemporaryDirectory(dir=env.home) as tmp:
         twins, _, edited = _make_twins(rt, tmp, before, changes, new, hand_edit, young, ghost)
         held, full = twins
-        md_held, md_full = _dir(held, CONFIG), _dir(full, CONFIG)
+        md_held, md_full = memory_dir(held, CONFIG), memory_dir(full, CONFIG)
         ownership, scan = probe_ownership(rt, md_held)
         assert ownership is not None and scan is not None
         probe_full, _ = probe_ownership(rt, md_full)
@@ -263,7 +259,7 @@ def test_a_one_shot_update_of_a_settled_index_gives_what_a_full_pass_gives(
                 (path / "broken.md").write_text("---\nname: [unclosed\n---\nbody\n")
                 _written_earlier(path / "broken.md")
         held, full = twins
-        md_held, md_full = _dir(held, CONFIG), _dir(full, CONFIG)
+        md_held, md_full = memory_dir(held, CONFIG), memory_dir(full, CONFIG)
         rows = len(env.audit_rows())
         got = update(rt, md_held)
         got_rows = env.audit_rows()[rows:]
@@ -342,7 +338,7 @@ def test_after_the_daemons_own_edit_a_dream_still_takes_the_held_update(
     what they write): the record they leave must still let a dream pass take the held update."""
     mem = _duplicates_repo(tmp_path)
     rt = env.runtime()
-    md = _dir(mem, Config())
+    md = memory_dir(mem, Config())
     first = index_dir(rt, md, hold=True, daemon=True)
     assert first.held is not None
     write_memory(mem, "later.md", description="written later", body="Use uv for envs.\n")
@@ -365,7 +361,7 @@ def test_moves_that_leave_fewer_than_half_indexed_still_take_their_pointers_alon
     mem = _duplicates_repo(tmp_path)
     write_memory(mem, "keep.md", description="something else", body="Tabs, not spaces.\n")
     rt = env.runtime()
-    md = _dir(mem, Config())
+    md = memory_dir(mem, Config())
     assert index_dir(rt, md).status == "updated"
     for i, topic in enumerate(("Prefer ripgrep over grep.", "Releases go out on Tuesdays.",
                                "The staging cluster lives in eu-west.")):  # fmt: skip
@@ -431,7 +427,7 @@ def test_an_archive_rewritten_in_place_with_its_stat_kept_gets_a_full_pass(
         write_memory(mem, f"other{i}.md", description=f"unrelated {i}", body=f"Topic {i} x{i}.\n")
     config = Config(index=IndexConfig(max_lines=4, keep_recent=86400.0))
     rt = env.runtime(config)
-    md = _dir(mem, config)
+    md = memory_dir(mem, config)
     index_dir(rt, md)
     archive = mem / ARCHIVE_NAME
     st = archive.stat()
@@ -479,10 +475,10 @@ def test_a_daemon_pass_keeps_a_new_files_grace(
             os.utime(path / name, (now - age * 86400, now - age * 86400))
         if settled:
             for _ in range(2):
-                index_dir(rt, _dir(path, Config()))
+                index_dir(rt, memory_dir(path, Config()))
         write_memory(path, "fresh.md", description="just written", age_days=None)
         os.utime(path / "fresh.md", (now - 6, now - 6))
-        result = dream_dir(rt, _dir(path, Config()), repos=RepoCache.of(rt), trigger=trigger)
+        result = dream_dir(rt, memory_dir(path, Config()), repos=RepoCache.of(rt), trigger=trigger)
         assert [r.original_name for r in result.moved] == ["deploy.md"], result.message
         assert result.index is not None and result.index.status == "updated"
         results[trigger] = (rt, path, result.index)
@@ -493,7 +489,7 @@ def test_a_daemon_pass_keeps_a_new_files_grace(
     assert outcome.retry_after == pytest.approx(now - 6 + 10)
     assert "deploy-again.md" in (path / INDEX_NAME).read_text()
     later = replace(rt, clock=lambda: now + 5)  # out of its grace: the daemon's next look
-    index_dir(later, _dir(path, Config()), grace=later.config.index.new_file_grace)
+    index_dir(later, memory_dir(path, Config()), grace=later.config.index.new_file_grace)
     assert "fresh.md" in (path / INDEX_NAME).read_text()
     _, path, outcome = results["command"]
     assert "fresh.md" in (path / INDEX_NAME).read_text()
@@ -576,7 +572,7 @@ def test_a_dream_pass_reads_each_file_at_most_once(
     update."""
     mem = _reads_repo(tmp_path, moves)
     rt = env.runtime(READS_CONFIG)
-    md = explicit_dirs(mem, READS_CONFIG)[0]
+    md = memory_dir(mem, READS_CONFIG)
     assert update(rt, md).status is IndexStatus.UPDATED
     assert (mem / ARCHIVE_NAME).exists() and "(m" in (mem / INDEX_NAME).read_text()
     if not settled:

@@ -12,22 +12,17 @@ from pathlib import Path
 import pytest
 
 from memoryd import fsops
-from memoryd.config import Config
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover import MemoryDir
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import BLANK_SETTLE, INDEX_SETTLE, SETTLE_WAIT, index_dir, settles_at
 from memoryd.runtime import Runtime
 from tests.conftest import Env, tree_digest, write_memory
-from tests.helpers import filler, mem
+from tests.helpers import filler, mem, memory_dir
 
 DEPLOY = (
     "Deploy staging by running the release script with the canary flag enabled first then "
     "promote production after verification checks complete"
 )
-
-
-def _dir(path: Path):
-    return explicit_dirs(path, Config())[0]
 
 
 def _dup_repo(root: Path) -> Path:
@@ -136,7 +131,7 @@ def test_a_pointer_put_back_to_a_file_memoryd_saw_leave_is_removed_later(
     write_memory(folder, "a.md", description="first")
     write_memory(folder, "b.md", description="second")
     rt = env.runtime()
-    md = _dir(folder)
+    md = memory_dir(folder)
     first = index_dir(rt, md, hold=True)
     stale = (folder / INDEX_NAME).read_text()  # what the agent read
     assert "(b.md)" in stale
@@ -219,7 +214,7 @@ def test_a_one_shot_pass_waits_for_a_just_truncated_index(env: Env, tmp_path: Pa
     clock.on_sleep.append(writer)
     rt = env.runtime()
     rt.clock, rt.sleep = clock, clock.sleep
-    outcome = index_dir(rt, _dir(folder))
+    outcome = index_dir(rt, memory_dir(folder))
     assert outcome.status == "updated", outcome.message
     assert (folder / INDEX_NAME).read_text() == mine + "- [b](b.md) — second\n"
     assert clock.slept and sum(clock.slept) <= SETTLE_WAIT
@@ -244,7 +239,7 @@ def test_a_pass_never_takes_an_index_that_stays_blank_while_written(
     clock.on_sleep.append(truncating_again)
     rt = env.runtime()
     rt.clock, rt.sleep = clock, clock.sleep
-    md = _dir(folder)
+    md = memory_dir(folder)
     outcome = index_dir(rt, md)
     assert outcome.status == "settling" and "being written" in outcome.message
     assert str(folder / INDEX_NAME) in outcome.message
@@ -289,7 +284,7 @@ def test_bytes_written_to_the_old_index_during_the_swap_survive(
     monkeypatch.setattr(fsops, "crash_point", late_write)
     rt = env.runtime()
     rt.on_own_write = lambda dir_path, name, _identity: open_early(dir_path, name)
-    outcome = index_dir(rt, _dir(folder))
+    outcome = index_dir(rt, memory_dir(folder))
     assert outcome.status == "updated", outcome.message
     text = (folder / INDEX_NAME).read_text()
     assert "hand-written after the exchange\n" in text and "- [b](b.md) — second" in text
@@ -340,7 +335,7 @@ def test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes(
     write_memory(folder, "b.md", description="second")
     (folder / INDEX_NAME).write_text("# Made by a tool\n\n- [a](a.md) — the tool's words\n")
     rt = env.runtime()
-    md = _dir(folder)
+    md = memory_dir(folder)
     lost, passes = _race(rt, md, WRITER, folder / INDEX_NAME, "16")
     updates = [r for r in env.audit_rows() if r["event"] == "index.updated"]
     assert lost == 0, f"{lost} of 16 hand-written marks lost over {passes} passes"
@@ -382,7 +377,7 @@ def test_a_slow_tool_writing_after_the_settle_wait_loses_no_mark(env: Env, tmp_p
     (folder / INDEX_NAME).write_text("# Made by a slow tool\n\n- [a](a.md) — the tool's\n")
     rt = env.runtime()
     rt.clock = lambda: time.time() + SETTLE_WAIT + 1.0  # every blank index is old to it
-    md = _dir(folder)
+    md = memory_dir(folder)
     lost, passes = _race(rt, md, SLOW_WRITER, folder / INDEX_NAME, "6", "0.3")
     assert lost == 0, f"{lost} of 6 hand-written marks lost over {passes} passes"
     back = [r for r in env.audit_rows() if r["event"] == "index.conflict"]
@@ -517,7 +512,7 @@ def test_the_daemons_held_pass_leaves_an_index_made_read_only_since(
     folder = tmp_path / "proj" / "memory"
     write_memory(folder, "a.md", description="first")
     rt = env.runtime()
-    md = _dir(folder)
+    md = memory_dir(folder)
     first = index_dir(rt, md, hold=True, daemon=True)
     assert first.status == "updated" and first.held is not None
     os.chmod(folder / INDEX_NAME, 0o444)

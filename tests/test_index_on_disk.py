@@ -12,15 +12,11 @@ import pytest
 
 from memoryd import fsops, index, indexer
 from memoryd.config import Config, IndexConfig
-from memoryd.discover import explicit_dirs
 from memoryd.errors import WriteConflict
 from memoryd.index import ARCHIVE_NAME, decide_ownership
 from memoryd.indexer import index_dir
 from tests.conftest import Env, tree_digest, write_memory
-
-
-def _dir(path: Path):
-    return explicit_dirs(path, Config())[0]
+from tests.helpers import memory_dir
 
 
 @pytest.fixture
@@ -245,7 +241,7 @@ def test_concurrent_rename_over_between_read_and_swap_loses_nothing(
 
     rt = env.runtime()
     rt.on_own_write = lambda folder, name, _identity: other_writer(folder, name)
-    outcome = index_dir(rt, _dir(mdir))
+    outcome = index_dir(rt, memory_dir(mdir))
     assert outcome.status == "updated"
     text = (mdir / "MEMORY.md").read_text()
     assert "- [Their line](x.md)\n" in text
@@ -268,7 +264,7 @@ def test_in_place_truncate_and_write_is_detected(
 
     rt = env.runtime()
     rt.on_own_write = lambda folder, name, _identity: editor(folder, name)
-    outcome = index_dir(rt, _dir(mdir))
+    outcome = index_dir(rt, memory_dir(mdir))
     assert outcome.status == "updated"
     assert (mdir / "MEMORY.md").read_text() == (
         "# Edited by hand\n- [alpha](alpha.md) — mine now\n- [beta](beta.md) — second memory\n"
@@ -387,7 +383,7 @@ def test_a_first_index_does_not_parse_the_archive_it_wrote_again(
 
     for name in ("local_links", "_parse_lines"):
         monkeypatch.setattr(index, name, spying(getattr(index, name)))
-    outcome = index_dir(env.runtime(), _dir(folder))
+    outcome = index_dir(env.runtime(), memory_dir(folder))
     assert outcome.status == "updated" and outcome.problems == []
     archive = (folder / ARCHIVE_NAME).read_text()
     assert archive.count("](note_") >= 100
@@ -422,7 +418,7 @@ def test_a_first_index_parses_a_long_memory_md_once(
 
     for name in parsed:
         monkeypatch.setattr(index, name, spying(name))
-    outcome = index_dir(env.runtime(), _dir(folder))
+    outcome = index_dir(env.runtime(), memory_dir(folder))
     assert outcome.status == "updated" and outcome.problems == []
     assert outcome.edit is not None and len(outcome.edit.demoted) > 100
     assert main in parsed["_parse_lines"]
@@ -452,7 +448,7 @@ def test_an_index_file_changed_in_place_after_the_swap_fails_verification(
             os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
     monkeypatch.setattr(fsops, "fsync_dir", then_in_place)
-    outcome = index_dir(rt, _dir(mdir))
+    outcome = index_dir(rt, memory_dir(mdir))
     assert changed
     assert outcome.status == "error"
     assert outcome.problems == ["MEMORY.md on disk is not the text memoryd wrote"]
@@ -497,7 +493,7 @@ def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
     swap took out (or, without the exchange, by a read before the rename): nothing is lost."""
     monkeypatch.setattr(fsops, "use_renameat2", exchange and fsops.renameat2_available())
     rt = env.runtime()
-    first = index_dir(rt, _dir(mdir), hold=True)
+    first = index_dir(rt, memory_dir(mdir), hold=True)
     assert first.status == "updated" and first.held is not None
     write_memory(mdir, "alpha.md", description="revised memory")
     calls: list[int] = []
@@ -515,7 +511,12 @@ def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
 
     rt.on_own_write = lambda folder, name, _identity: same_size_editor(folder, name)
     outcome = index_dir(
-        rt, _dir(mdir), previous=first.held.scan, only={"alpha.md"}, held=first.held, hold=True
+        rt,
+        memory_dir(mdir),
+        previous=first.held.scan,
+        only={"alpha.md"},
+        held=first.held,
+        hold=True,
     )
     assert outcome.status == "updated"
     text = (mdir / "MEMORY.md").read_text()
@@ -531,7 +532,7 @@ def test_another_writer_right_after_our_swap_is_not_a_failed_verification(
     """Someone replaces MEMORY.md just after memoryd's swap: the read-back finds their file,
     which is not a write of ours gone wrong: no index.verify_failed, and their text stays."""
     rt = env.runtime()
-    first = index_dir(rt, _dir(mdir), hold=True)
+    first = index_dir(rt, memory_dir(mdir), hold=True)
     assert first.held is not None
     write_memory(mdir, "alpha.md", description="revised memory")
     real_fsync_dir = fsops.fsync_dir
@@ -548,10 +549,15 @@ def test_another_writer_right_after_our_swap_is_not_a_failed_verification(
     monkeypatch.setattr(fsops, "fsync_dir", then_another_writer)
     if held:
         outcome = index_dir(
-            rt, _dir(mdir), previous=first.held.scan, only={"alpha.md"}, held=first.held, hold=True
+            rt,
+            memory_dir(mdir),
+            previous=first.held.scan,
+            only={"alpha.md"},
+            held=first.held,
+            hold=True,
         )
     else:
-        outcome = index_dir(rt, _dir(mdir))
+        outcome = index_dir(rt, memory_dir(mdir))
     assert calls and outcome.status == "updated", outcome.problems
     assert (mdir / "MEMORY.md").read_text() == "# Theirs\n\nwritten just after\n"
     assert "index.verify_failed" not in [r["event"] for r in env.audit_rows()]
@@ -561,13 +567,13 @@ def test_held_pass_with_nothing_to_do_writes_nothing(env: Env, mdir: Path) -> No
     """The daemon's pass after a change that moves no index line (a body edited): nothing is
     written in the memory dir, no temp file, no new mtime, no audit row (§2.6)."""
     rt = env.runtime()
-    first = index_dir(rt, _dir(mdir), hold=True)
+    first = index_dir(rt, memory_dir(mdir), hold=True)
     assert first.held is not None
     rows = len(env.audit_rows())
     write_memory(mdir, "beta.md", description="second memory", body="Another body.\n")
     before = {k: v for k, v in tree_digest(mdir).items() if k != "beta.md"}
     outcome = index_dir(
-        rt, _dir(mdir), previous=first.held.scan, only={"beta.md"}, held=first.held, hold=True
+        rt, memory_dir(mdir), previous=first.held.scan, only={"beta.md"}, held=first.held, hold=True
     )
     assert outcome.status == "unchanged" and outcome.held is not None
     assert {k: v for k, v in tree_digest(mdir).items() if k != "beta.md"} == before
@@ -699,7 +705,7 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     from memoryd.state import StateStore
 
     rt = env.runtime()
-    first = index_dir(rt, _dir(mdir), hold=True)
+    first = index_dir(rt, memory_dir(mdir), hold=True)
     assert first.held is not None
     given: list[object] = []
     real = decide_ownership  # the function the indexer imported, and calls by its own name
@@ -711,7 +717,12 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     monkeypatch.setattr(indexer, "decide_ownership", spy)
     write_memory(mdir, "gamma.md", description="third memory")
     second = index_dir(
-        rt, _dir(mdir), previous=first.held.scan, only={"gamma.md"}, held=first.held, hold=True
+        rt,
+        memory_dir(mdir),
+        previous=first.held.scan,
+        only={"gamma.md"},
+        held=first.held,
+        hold=True,
     )
     assert second.status == "updated" and second.held is not None
     assert given == [{"gamma.md"}]
@@ -722,7 +733,12 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     other.save(mdir.resolve(), theirs, seen_changed={"alpha.md"})
     write_memory(mdir, "delta.md", description="fourth memory")
     third = index_dir(
-        rt, _dir(mdir), previous=second.held.scan, only={"delta.md"}, held=second.held, hold=True
+        rt,
+        memory_dir(mdir),
+        previous=second.held.scan,
+        only={"delta.md"},
+        held=second.held,
+        hold=True,
     )
     assert third.status == "updated" and third.held is not None
     assert given[1:] == [None]
@@ -731,15 +747,17 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     # looks at every file too, until a full pass makes `seen` and the files agree again.
     write_memory(mdir, "eps.md", description="fifth memory")
     fourth = index_dir(
-        rt, _dir(mdir), previous=third.held.scan, only={"eps.md"}, held=third.held, hold=True
+        rt, memory_dir(mdir), previous=third.held.scan, only={"eps.md"}, held=third.held, hold=True
     )
     assert fourth.status == "updated" and given[2:] == [None]
-    full = index_dir(rt, _dir(mdir), hold=True)
+    full = index_dir(rt, memory_dir(mdir), hold=True)
     assert full.held is not None and set(rt.store.load(mdir.resolve()).seen) == set(
         full.held.memories
     )
     write_memory(mdir, "zeta.md", description="sixth memory")
-    index_dir(rt, _dir(mdir), previous=full.held.scan, only={"zeta.md"}, held=full.held, hold=True)
+    index_dir(
+        rt, memory_dir(mdir), previous=full.held.scan, only={"zeta.md"}, held=full.held, hold=True
+    )
     assert given[4:] == [{"zeta.md"}]  # after the full pass's own look at every file
 
 
@@ -775,7 +793,7 @@ def test_the_line_memoryd_added_stays_its_own_across_a_restart_and_loses_to_the_
     write_memory(folder, "a.md", description="first")
     (folder / "MEMORY.md").write_text("# Notes\n\n- [a](a.md) — first\n")
     rt = env.runtime()
-    md = _dir(folder)
+    md = memory_dir(folder)
     first = index_dir(rt, md, hold=True)
     assert first.status == "unchanged" and first.held is not None
     taken: list[object] = []
@@ -810,7 +828,7 @@ def test_own_writes_are_told_to_the_runtime_that_wrote_them(env: Env, mdir: Path
     other.on_own_write = lambda _folder, name, identity: told.append(("other", identity))
     rt = env.runtime()
     rt.on_own_write = lambda _folder, name, identity: told.append((name, identity))
-    assert index_dir(rt, _dir(mdir)).status == "updated"
+    assert index_dir(rt, memory_dir(mdir)).status == "updated"
     st = (mdir / "MEMORY.md").stat()
     assert told == [("MEMORY.md", (st.st_ino, st.st_size, st.st_mtime_ns))]
 
@@ -921,7 +939,7 @@ def test_an_index_that_cannot_fit_the_window_settles(
     first = cli("index", folder, "-v")
     assert first.code == 0 and "still over the agent's load window" in first.out, first.out
     assert "never.md" in first.out
-    rt, md = env.runtime(), _dir(folder)
+    rt, md = env.runtime(), memory_dir(folder)
     planned: list[str] = []
     changed = indexer._index_changed
 

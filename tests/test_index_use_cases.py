@@ -6,15 +6,10 @@ import time
 from pathlib import Path
 
 from memoryd import indexer
-from memoryd.config import Config
-from memoryd.discover import explicit_dirs
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, local_links
 from memoryd.indexer import IndexStatus
 from tests.conftest import Env, tree_digest, write_memory
-
-
-def _dir(path: Path):
-    return explicit_dirs(path, Config())[0]
+from tests.helpers import memory_dir
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -32,7 +27,7 @@ def test_the_dream_pass_asks_ownership_and_nothing_is_planned_written_or_logged(
     writes no file and leaves no audit row, though an update would change the index."""
     folder = _folder(tmp_path)
     before = tree_digest(folder)
-    outcome = indexer.ownership_for_dream(env.runtime(), _dir(folder))
+    outcome = indexer.ownership_for_dream(env.runtime(), memory_dir(folder))
     assert outcome.status is IndexStatus.UNCHANGED
     assert outcome.ownership is not None and outcome.ownership.managed
     assert outcome.scan is not None and set(outcome.scan.memories) == {"alpha.md", "beta.md"}
@@ -44,7 +39,7 @@ def test_the_dream_pass_hears_why_an_index_is_not_managed(env: Env, tmp_path: Pa
     """An index marked off is unmanaged for the dream pass, with the reason."""
     folder = _folder(tmp_path)
     (folder / INDEX_NAME).write_text("<!-- memoryd: off -->\n- [alpha](alpha.md) — first\n")
-    outcome = indexer.ownership_for_dream(env.runtime(), _dir(folder))
+    outcome = indexer.ownership_for_dream(env.runtime(), memory_dir(folder))
     assert outcome.status is IndexStatus.UNMANAGED and outcome.message
     assert outcome.ownership is not None and not outcome.ownership.managed
 
@@ -53,7 +48,7 @@ def test_check_shows_what_update_then_writes(env: Env, tmp_path: Path) -> None:
     """check() gives the diff and writes nothing; update() writes just that; a second check
     finds nothing to do."""
     folder = _folder(tmp_path)
-    rt, md = env.runtime(), _dir(folder)
+    rt, md = env.runtime(), memory_dir(folder)
     before = tree_digest(folder)
     checked = indexer.check(rt, md)
     assert checked.status is IndexStatus.WOULD_CHANGE
@@ -66,7 +61,7 @@ def test_check_shows_what_update_then_writes(env: Env, tmp_path: Path) -> None:
 
 def test_statuses_are_their_names_in_json_and_text(env: Env, tmp_path: Path) -> None:
     """A status is an enum member that prints and serialises as the word it always was."""
-    outcome = indexer.update(env.runtime(), _dir(_folder(tmp_path)))
+    outcome = indexer.update(env.runtime(), memory_dir(_folder(tmp_path)))
     assert isinstance(outcome.status, IndexStatus)
     assert json.dumps({"status": outcome.status}) == '{"status": "updated"}'
     assert f"{outcome.status}" == "updated" and outcome.status == "updated"
@@ -78,7 +73,7 @@ def test_the_daemons_pass_after_a_change_takes_the_held_view(env: Env, tmp_path:
     folder = _folder(tmp_path)
     old = (folder / INDEX_NAME).stat()  # written a while ago: not being written now
     os.utime(folder / INDEX_NAME, ns=(old.st_atime_ns, old.st_mtime_ns - 10**10))
-    rt, md = env.runtime(), _dir(folder)
+    rt, md = env.runtime(), memory_dir(folder)
     first = indexer.update_changed(
         rt, md, grace=0.0, settle=0.0, previous=None, changed=None, held=None
     )
@@ -101,7 +96,7 @@ def test_a_burst_the_daemon_indexed_in_part_stays_managed(env: Env, tmp_path: Pa
     names = [f"m{i:04d}.md" for i in range(1000)]
     for i, name in enumerate(names):  # the first 125 written long enough ago: past the grace
         write_memory(folder, name, description=f"burst {i}", age_days=1 if i < 125 else None)
-    rt, md = env.runtime(), _dir(folder)
+    rt, md = env.runtime(), memory_dir(folder)
     first = indexer.update_changed(
         rt, md, grace=10.0, settle=0.0, previous=None, changed=None, held=None
     )

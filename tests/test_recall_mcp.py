@@ -6,7 +6,6 @@ import json
 import os
 import stat
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,77 +15,17 @@ import pytest
 from memoryd.cmd_recall import MCP_MISSING
 from memoryd.dream.consult import served_log
 from tests.conftest import Env, tree_digest
+from tests.helpers import make_served_repo, mcp_drive, mcp_server, mcp_structured, memory_at
 
 pytest.importorskip(
     "mcp", reason="the MCP SDK is not installed: install the test extra (memoryd[test])"
 )
 
-from mcp import ClientSession  # only once the skip above let the module load
-from mcp.client.stdio import StdioServerParameters, stdio_client
+
+pytestmark = pytest.mark.repo_tree.with_args(make_served_repo)
 
 DAY = 86400
 TOOLS = {"search_memories", "recall_for_paths", "read_memory", "recent_memories"}
-
-
-def mem(folder: Path, name: str, body: str, *, age: float = 40, type_: str = "project") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    stem = name.removesuffix(".md")
-    path.write_text(f"---\nname: {stem}\ndescription: about {stem}\ntype: {type_}\n---\n{body}\n")
-    stamp = time.time() - age * DAY
-    os.utime(path, (stamp, stamp))
-    return path
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A repo whose memory dir holds one fully stale memory (it cites files that are gone)
-    and fillers, so the breaker lets a pass move it."""
-    root = tmp_path / "app"
-    (root / "src").mkdir(parents=True)
-    (root / "src" / "app.py").write_text("def handle_request():\n    return 1\n")
-    (root / ".git").mkdir()
-    folder = root / ".claude" / "memory"
-    mem(folder, "payment_flow.md", "Payments went through `src/removed_payments.py` nightly.")
-    topics = ["anchor", "barley", "canyon", "dolphin", "ember", "fjord", "glacier", "harbor",
-              "iris", "jasper", "kestrel", "lantern"]  # fmt: skip
-    for i, topic in enumerate(topics):
-        mem(folder, f"filler_{i}.md", f"{topic} {topic}s {topic}-like, see `src/app.py`")
-    (folder / "MEMORY.md").write_text(
-        "# app Memory\n\n"
-        + "".join(f"- [{p.stem}]({p.name}) — about {p.stem}\n" for p in sorted(folder.glob("*.md")))
-    )
-    return root
-
-
-def server(env: Env, *dirs: Path) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "memoryd", "mcp", *map(str, dirs)],
-        env={
-            "HOME": str(env.home),
-            "XDG_CONFIG_HOME": str(env.home / ".config"),
-            "XDG_STATE_HOME": str(env.home / ".local" / "state"),
-            "XDG_CACHE_HOME": str(env.home / ".cache"),
-        },
-    )
-
-
-def structured(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    data = result.structured_content
-    if data is None:
-        data = json.loads(result.content[0].text)
-    # The SDK wraps a non-object result; a dict comes as it is.
-    return data.get("result", data) if isinstance(data, dict) else data  # type: ignore[no-any-return]
-
-
-async def drive(params: StdioServerParameters, calls: list[tuple[str, dict[str, Any]]]) -> Any:
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        init = await session.initialize()
-        tools = await session.list_tools()
-        answers = [await session.call_tool(name, args) for name, args in calls]
-        return init, tools, answers
 
 
 @pytest.mark.timeout(120)
@@ -104,7 +43,7 @@ def test_the_sdk_client_lists_and_calls_every_tool(env: Env, repo: Path, cli) ->
         ("recent_memories", {"timeframe": "last_quarter", "limit": 50}),
         ("search_memories", {"query": "x", "timeframe": "lastweek"}),
     ]
-    init, tools, answers = asyncio.run(drive(server(env, repo), calls))
+    init, tools, answers = asyncio.run(mcp_drive(mcp_server(env, repo), calls))
     assert init.server_info.name == "memoryd"
     listed = {tool.name: tool for tool in tools.tools}
     assert set(listed) == TOOLS
@@ -112,19 +51,19 @@ def test_the_sdk_client_lists_and_calls_every_tool(env: Env, repo: Path, cli) ->
         assert tool.annotations is not None
         assert tool.annotations.read_only_hint is True
         assert tool.annotations.destructive_hint is False
-    found = structured(answers[0])["results"]
+    found = mcp_structured(answers[0])["results"]
     assert [Path(r["file"]).name for r in found] == ["payment_flow.md"]
     cli_json = json.loads(cli("search", "paymnts nightly", repo, "--json").out)["results"]
     assert found == cli_json
     assert {"file", "dir", "name", "description", "type", "tier", "date", "age_days",
             "snippet", "flags"} <= set(found[0])  # fmt: skip
-    assert [Path(r["file"]).name for r in structured(answers[1])["results"]] == ["filler_1.md"]
-    recalled = structured(answers[2])["results"]
+    assert [Path(r["file"]).name for r in mcp_structured(answers[1])["results"]] == ["filler_1.md"]
+    recalled = mcp_structured(answers[2])["results"]
     assert len(recalled) == 12 and all(r["why"] == ["cites src/app.py"] for r in recalled)
-    shown = structured(answers[3])
+    shown = mcp_structured(answers[3])
     assert shown["text"] == (folder / "filler_3.md").read_text()
     assert shown["indexed"].startswith("indexed in MEMORY.md")
-    assert len(structured(answers[4])["results"]) == 13
+    assert len(mcp_structured(answers[4])["results"]) == 13
     assert answers[5].is_error and "last_quarter" in answers[5].content[0].text
     assert tree_digest(repo) == before
     log = served_log(env.state, folder.resolve())
@@ -149,7 +88,7 @@ def test_an_mcp_read_is_consult_evidence_for_the_dream_guard(env: Env, repo: Pat
     folder = repo / ".claude" / "memory"
     plan = json.loads(cli("dream", "--dry-run", "--json", folder).out)["dirs"][0]
     assert {m["file"]: m["reason"] for m in plan["planned"]} == {"payment_flow.md": "stale"}
-    asyncio.run(drive(server(env, folder), [("read_memory", {"file": "payment_flow"})]))
+    asyncio.run(mcp_drive(mcp_server(env, folder), [("read_memory", {"file": "payment_flow"})]))
     report = json.loads(cli("dream", "--json", folder).out)["dirs"][0]
     assert report["changes"] == []
     flag = {f["file"]: f for f in report["flagged"]}["payment_flow.md"]
@@ -196,7 +135,7 @@ def test_the_server_refreshes_by_stat_at_most_every_few_seconds(env: Env, repo: 
     recall = mcp_server.Recall(env.runtime(), [folder], monotonic=lambda: now[0])
     try:
         assert recall.search("quince")["results"] == []
-        mem(folder, "quince_notes.md", "Quince jam recipe.", age=1)
+        memory_at(folder, "quince_notes.md", "Quince jam recipe.", age=1)
         now[0] += mcp_server.REFRESH_EVERY / 2
         assert recall.search("quince")["results"] == []
         now[0] += mcp_server.REFRESH_EVERY
@@ -256,10 +195,10 @@ def test_the_tools_serve_a_stores_active_records_by_scope(env: Env, repo: Path) 
             {"paths": [str(repo / "src" / "app.py")], "symbols": ["payments"], "limit": 50},
         ),
     ]
-    _, _, answers = asyncio.run(drive(server(env, repo), calls))
+    _, _, answers = asyncio.run(mcp_drive(mcp_server(env, repo), calls))
 
     def records(answer: Any) -> list[str]:
-        return [r["name"] for r in structured(answer)["results"] if r["tier"] == "record"]
+        return [r["name"] for r in mcp_structured(answer)["results"] if r["tier"] == "record"]
 
     assert records(answers[0]) == ["r-pay"]
     assert records(answers[1]) == []

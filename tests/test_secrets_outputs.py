@@ -120,7 +120,7 @@ def test_the_mcp_tools_give_the_model_masked_text_and_flag_the_secret(
     env: Env, folder: Path
 ) -> None:
     pytest.importorskip("mcp", reason="the MCP SDK is not installed")
-    from tests.test_recall_mcp import drive, server, structured
+    from tests.helpers import mcp_drive, mcp_server, mcp_structured
 
     values = _plant(folder)
     calls = [
@@ -128,14 +128,14 @@ def test_the_mcp_tools_give_the_model_masked_text_and_flag_the_secret(
         ("read_memory", {"file": str(folder / "staging_creds.md")}),
         ("read_memory", {"file": "staging_creds"}),
     ]
-    _, _, answers = asyncio.run(drive(server(env, folder), calls))
-    found = structured(answers[0])["results"]
+    _, _, answers = asyncio.run(mcp_drive(mcp_server(env, folder), calls))
+    found = mcp_structured(answers[0])["results"]
     assert [Path(r["file"]).name for r in found] == ["staging_creds.md"]
     assert any(f.startswith("holds a secret (line ") for f in found[0]["flags"])
     for number, answer in enumerate(answers):
-        data = structured(answer)
+        data = mcp_structured(answer)
         _assert_clean(json.dumps(data), values, calls[number][0])
-    read = structured(answers[1])
+    read = mcp_structured(answers[1])
     assert "[secret: GitHub token]" in read["text"]
     assert any(f.startswith("holds a secret") for f in read["memory"]["flags"])
 

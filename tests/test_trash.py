@@ -12,12 +12,10 @@ from pathlib import Path
 import pytest
 
 from memoryd import fsops, housekeeping, trash
-from memoryd.config import Config
-from memoryd.discover import explicit_dirs
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
 from tests.conftest import Env, InjectedCrash, crash_at, tree_digest, write_memory
-from tests.helpers import filler, mem, memoryd_child, plant_day, watched_for
+from tests.helpers import filler, mem, memory_dir, memoryd_child, plant_day, watched_for
 
 
 def test_plan_purge_respects_retention_and_the_clock() -> None:
@@ -216,8 +214,6 @@ def test_a_pass_over_midnight_keeps_one_day_folder(env: Env, repo: Path) -> None
     date changes while the pass runs."""
     from dataclasses import replace as dc_replace
 
-    from memoryd.config import Config
-    from memoryd.discover import explicit_dirs
     from memoryd.dream.run import RepoCache, dream_dir
 
     filler(repo)
@@ -227,7 +223,7 @@ def test_a_pass_over_midnight_keeps_one_day_folder(env: Env, repo: Path) -> None
     rt = env.runtime()
     days = iter([date(2026, 5, 1)] + [date(2026, 5, 2)] * 50)  # midnight after the first look
     rt.today = lambda: next(days)
-    md = explicit_dirs(repo / ".claude" / "memory", Config())[0]
+    md = memory_dir(repo / ".claude" / "memory")
     md = dc_replace(md, repo_root=repo, repo_reason="test")
     result = dream_dir(rt, md, repos=RepoCache())
     assert [r.original_name for r in result.moved] == ["older.md"]
@@ -341,18 +337,13 @@ def test_a_move_whose_record_cannot_be_written_is_undone(
 def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):
     """A dream pass killed right after its first move (of stale.md): a journal is pending.
     Each patch is put back by name: monkeypatch.undo() would also undo the private HOME."""
-    from dataclasses import replace as dc_replace
 
-    from memoryd.config import Config
-    from memoryd.discover import explicit_dirs
     from memoryd.dream.run import RepoCache, dream_dir
 
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)
     rt = env.runtime()
-    md = dc_replace(
-        explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo, repo_reason="test"
-    )
+    md = memory_dir(repo / ".claude" / "memory", repo_root=repo)
     real_crash_point = fsops.crash_point
     monkeypatch.setattr(fsops, "crash_point", crash_at("trash.after_move"))
     with pytest.raises(InjectedCrash):
@@ -462,13 +453,10 @@ class FakeClocks:
 
 def _pass(rt: Runtime, repo: Path) -> Path:
     """What `memoryd dream` does: rotate, then a pass that trashes stale.md; its day folder."""
-    from dataclasses import replace as dc_replace
 
     from memoryd.dream.run import RepoCache, dream_dir
 
-    md = dc_replace(
-        explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo, repo_reason="test"
-    )
+    md = memory_dir(repo / ".claude" / "memory", repo_root=repo)
     housekeeping.rotate(rt, [md])
     result = dream_dir(rt, md, repos=RepoCache())
     assert [r.original_name for r in result.moved] == ["stale.md"]
@@ -486,7 +474,7 @@ def _as_the_clock_wrote_it(day: Path, wall: float) -> None:
 
 
 def _rotate(rt: Runtime, repo: Path, **kw: object) -> housekeeping.Rotation:
-    md = explicit_dirs(repo / ".claude" / "memory", Config())[0]
+    md = memory_dir(repo / ".claude" / "memory")
     [result] = housekeeping.rotate(rt, [md], **kw)  # type: ignore[arg-type]
     return result
 

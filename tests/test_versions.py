@@ -23,7 +23,7 @@ from memoryd.scan import scan_dir
 from memoryd.versions import VersionStore
 from tests.conftest import Env, lock_held_elsewhere, tree_digest
 from tests.conftest import write_lesson as _mem
-from tests.helpers import memoryd_child
+from tests.helpers import home_folder, memoryd_child
 
 DAY = 86400.0
 
@@ -58,16 +58,10 @@ def _objects(store: VersionStore) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in store.objects.iterdir() if not p.name.startswith(".")}
 
 
-def _dir(env: Env, name: str = "mem") -> Path:
-    folder = env.home / name
-    folder.mkdir()
-    return folder.resolve()
-
-
 def test_identical_bytes_are_stored_once_privately_and_nothing_in_the_memory_dir(env: Env) -> None:
     """Two dirs holding the same bytes, under two names: one object, 0600 in 0700 folders;
     the memory dirs are byte-for-byte and entry-for-entry as before the scans."""
-    a, b = _dir(env, "a"), _dir(env, "b")
+    a, b = home_folder(env, "a"), home_folder(env, "b")
     same = _mem(a, "one.md", "shared lesson")
     (b / "other.md").write_bytes(same)
     _mem(b, "two.md", "its own")
@@ -88,7 +82,7 @@ def test_identical_bytes_are_stored_once_privately_and_nothing_in_the_memory_dir
 
 def test_files_memoryd_will_not_parse_are_not_kept(env: Env) -> None:
     """Over the size limit, binary, malformed, a FIFO, a symlink: none of their bytes stored."""
-    folder = _dir(env)
+    folder = home_folder(env)
     good = _mem(folder, "good.md", "fine")
     (folder / "big.md").write_bytes(b"---\nname: big\n---\n" + b"x" * 4096)
     (folder / "bin.md").write_bytes(b"---\nname: b\n---\n\x00\x01\x02")
@@ -107,7 +101,7 @@ def test_files_memoryd_will_not_parse_are_not_kept(env: Env) -> None:
 def test_deletions_and_rewrites_by_others_are_rows_and_a_burst_is_one_alarm(env: Env) -> None:
     """Each outside change its own row; more than alarm_files in the window one mass_change
     (not one per change); changes spread wider than the window none."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(8):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     clock = Clock()
@@ -143,7 +137,7 @@ def test_deletions_and_rewrites_by_others_are_rows_and_a_burst_is_one_alarm(env:
 
 def test_a_rename_in_the_dir_is_no_deletion(env: Env) -> None:
     """Same bytes under a new name in the same scan: recorded, not a deletion."""
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "old.md", "x")
     events: Events = []
     store = _store(env, Clock(), events)
@@ -160,7 +154,7 @@ def test_a_rename_in_the_dir_is_no_deletion(env: Env) -> None:
 
 def test_memoryds_own_trash_moves_are_recorded_as_memoryds(env: Env) -> None:
     """A move by the trash mover is no outside deletion: no row, no alarm, not listed."""
-    folder = _dir(env)
+    folder = home_folder(env)
     datas = {f"m{i}.md": _mem(folder, f"m{i}.md", f"l {i}") for i in range(5)}
     events: Events = []
     store = _store(env, Clock(), events, alarm_files=1)
@@ -181,7 +175,7 @@ def test_retention_and_the_cap_with_a_fake_clock(env: Env) -> None:
     """Past keep_days a replaced version goes; over max_bytes the oldest replaced versions of
     files that still exist go first; the current versions and the last version of a deleted
     file within keep_days stay."""
-    folder = _dir(env)
+    folder = home_folder(env)
     clock = Clock()
     store = _store(env, clock, [], keep_days=30, max_bytes=10**9)
     live: list[bytes] = []
@@ -311,7 +305,7 @@ def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None
     """300 new files in one scan: one pack file (not 300 object files and a syncfs), each
     version read back byte-identical, identical bytes once; a second dir holding the same
     bytes adds nothing; a later scan's one new version is a loose object as before."""
-    folder = _dir(env)
+    folder = home_folder(env)
     datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", f"lesson {i}") for i in range(300)}
     (folder / "twin.md").write_bytes(datas["m000.md"])
     store = _store(env, Clock(), [])
@@ -321,7 +315,7 @@ def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None
     assert _objects(store) == {}  # nothing loose
     assert _created_files(store.objects.parent) <= 4  # the pack, the log, its table, at most
     assert _stored(store) == {_sha(d): d for d in datas.values()}
-    other = _dir(env, "other")
+    other = home_folder(env, "other")
     for name, data in list(datas.items())[:50]:
         (other / name).write_bytes(data)
     with versions.using(store):
@@ -382,7 +376,7 @@ def test_a_scan_that_finds_nothing_changed_reads_no_log_and_a_change_still_count
     """A new process's store (a one-shot `memoryd index`) scanning a dir the scan cache says is
     unchanged loads no table and parses no log line; a file deleted while no memoryd ran, and
     a line another process appended, each still send the next scan the whole way."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(5):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     events: Events = []
@@ -415,7 +409,7 @@ def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
     """The daemon's store prunes at a flush once a day has passed (not at every heartbeat);
     a version whose bytes were pruned stays listed for keep_days, then its lines leave the
     log, which is rewritten shorter; the store goes on recording in the new log."""
-    folder = _dir(env)
+    folder = home_folder(env)
     clock = Clock()
     events: Events = []
     store = _store(env, clock, events, keep_days=30)
@@ -518,7 +512,7 @@ def test_an_indexs_history_lists_diffs_and_restores_through_the_check_and_swap_w
     history, then writes memoryd's bytes back, recorded as memoryd's when read again;
     `--diff 1..2` between kept versions; a writer slipping in just before the swap keeps its
     bytes and nothing is restored over them."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(3):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     assert cli("index", folder).code == 0
@@ -574,7 +568,7 @@ def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
     allocated by versions.py alive. Every version is still stored."""
     import tracemalloc
 
-    folder = _dir(env)
+    folder = home_folder(env)
     datas = [_mem(folder, f"m{i:03}.md", f"lesson {i} " + "y" * 1500) for i in range(600)]
     store = _store(env, Clock(), [])
     kept: list[str] = []
@@ -612,7 +606,7 @@ def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypat
     imported once per read of the log, not once per line (~0.2 s per 10,000 lines)."""
     import builtins
 
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(3000):
         _mem(folder, f"m{i:04}.md", f"lesson {i}")
     store = _store(env, Clock(), [])
@@ -829,7 +823,7 @@ def test_two_runtimes_each_keep_only_the_versions_of_their_own_work(env: Env) ->
 
     from memoryd import cmd_versions
 
-    a, b = _dir(env, "a"), _dir(env, "b")
+    a, b = home_folder(env, "a"), home_folder(env, "b")
     in_a, in_b = _mem(a, "one.md", "lesson of a"), _mem(b, "two.md", "lesson of b")
     rt_a, rt_b = _own_runtime(env.home / "rt-a"), _own_runtime(env.home / "rt-b")
     args = argparse.Namespace(command="index")
@@ -851,7 +845,7 @@ def test_a_pass_given_no_store_keeps_nothing_while_another_thread_keeps_versions
 
     from memoryd import cmd_versions
 
-    a, c = _dir(env, "a"), _dir(env, "c")
+    a, c = home_folder(env, "a"), home_folder(env, "c")
     in_a = _mem(a, "one.md", "lesson of a")
     _mem(c, "three.md", "read by a pass that keeps nothing")
     keeper, plain = _own_runtime(env.home / "rt-a"), _own_runtime(env.home / "rt-c")
@@ -946,7 +940,7 @@ def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env
     from memoryd import fsops
     from memoryd.indexer import read_index_file
 
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "a.md", "body")
     (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
     mine = b"- [a](a.md) - v1\n"
@@ -969,7 +963,7 @@ def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env
 def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
     """Two passes that write MEMORY.md, each reading it back, before the store's next flush:
     each version is kept (the first is stored when it is read back)."""
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "a.md", "body")
     (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
     one, two = b"- [a](a.md) - v1\n", b"- [a](a.md) - v2\n"
@@ -1009,7 +1003,7 @@ def test_a_scan_that_raises_lets_go_of_the_store_lock_at_once(env: Env, monkeypa
     """A scan that raises part way (an unexpected error after some reads) gives up its session
     then, not at the next scan: the store-wide lock is free for a prune, and no pack or temp
     of its reads is left."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(30):
         _mem(folder, f"m{i:02}.md", f"l {i}")
     store = _store(env, Clock(), [])
@@ -1025,7 +1019,7 @@ def test_a_scan_that_raises_after_writing_loose_temps_leaves_none(
 ) -> None:
     """Fewer files than make a pack but more bytes than a scan holds are written as loose
     temps as it goes; a scan that raises after that removes them (nothing logged names them)."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(12):
         _mem(folder, f"m{i:02}.md", f"{i}" + "x" * (versions.PACK_BUFFER // 8))
     store = _store(env, Clock(), [])
@@ -1040,7 +1034,7 @@ def test_history_prints_one_line_a_version_and_escapes_only_the_name(env: Env, c
     """`memoryd history FILE` as text: its header and each version on a line of their own (the
     whole text went through the name escaper, so a terminal got `\\n` between them); a
     control character in the file's name is still written as an escape."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for name in ("plain.md", "new\nline.md"):
         for body in ("first", "second"):
             (folder / name).write_text(f"---\nname: n\ndescription: d\n---\n\n{body}\n")
@@ -1058,7 +1052,7 @@ def test_a_deletion_stays_restorable_after_a_new_file_takes_its_name(env: Env, c
     `trash list` under the id its `memory.deleted_outside` row gave, and that id brings it
     back as b.restored-1.md, byte-identical, the new b.md untouched and still current in
     its history. A deletion whose bytes come back under the same name is listed no more."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for name in ("a.md", "b.md", "c.md"):
         _mem(folder, name, f"lesson of {name}")
     assert cli("index", folder).code == 0
@@ -1093,7 +1087,7 @@ def test_listing_deletions_is_linear_in_a_long_log(env: Env) -> None:
     scan of every open deletion for each read took ~13 s)."""
     import time
 
-    folder = _dir(env)
+    folder = home_folder(env)
     store = _store(env, Clock(), [])
     store.logs.mkdir(parents=True)
     lines = [json.dumps({"dir": str(folder)})]
@@ -1112,7 +1106,7 @@ def test_listing_deletions_is_linear_in_a_long_log(env: Env) -> None:
 def test_an_empty_memory_kept_in_a_pack_reads_back(env: Env) -> None:
     """An empty file's version packed with a first start's others reads back as b"" (an
     empty version, restorable), not as a missing one."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(versions.PACK_FROM + 10):
         _mem(folder, f"m{i:03}.md", f"l {i}")
     (folder / "empty.md").write_bytes(b"")
@@ -1128,7 +1122,7 @@ def test_a_history_lists_the_objects_folder_once_whatever_its_versions(
     """Whether an unstored version waits in a temp is looked up by name in one listing of the
     objects folder for the whole history, not one listing (and read) per version: 300 pruned
     versions of MEMORY.md beside 10,000 loose objects took 3 s so."""
-    folder = _dir(env)
+    folder = home_folder(env)
     store = _store(env, Clock(), [])
     for i in range(20):
         store.store_object(b"%d" % i, _sha(b"%d" % i))
@@ -1154,7 +1148,7 @@ def test_a_deletion_a_new_file_took_the_name_of_is_never_pruned_within_keep_days
     """a.md deleted outside, then a new a.md written (an agent's delete-and-rewrite): the
     deleted version stays listed and restorable, so the size cap never takes it within
     keep_days (it went first, as an old version of a file that exists)."""
-    folder = _dir(env)
+    folder = home_folder(env)
     clock = Clock()
     store = _store(env, clock, [], max_bytes=10_000)
     old = _mem(folder, "a.md", "X" * 4000)
@@ -1182,7 +1176,7 @@ def test_trash_list_shows_a_deletion_outside_without_calling_the_trash_empty(
     """With nothing in the trash and one memory deleted outside memoryd, `trash list` lists
     that deletion without first saying "The trash is empty.", and `--json` holds it under
     `deleted_outside` with the id `trash restore` takes."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for name in ("a.md", "b.md"):
         _mem(folder, name, f"lesson of {name}")
     assert cli("index", folder).code == 0
@@ -1208,7 +1202,7 @@ def test_history_restore_pins_the_memory_and_says_already_held_before_looking_fo
     the version the file already holds, it says so, even when those bytes are no longer kept."""
     from memoryd import restored
 
-    folder = _dir(env)
+    folder = home_folder(env)
     first = _mem(folder, "a.md", "the first lesson")
     assert cli("index", folder).code == 0
     _mem(folder, "a.md", "the agent's rewrite")
@@ -1231,7 +1225,7 @@ def test_files_a_scan_took_from_a_cache_older_than_the_store_each_get_their_vers
     """A scan cache filled while no store kept versions (or a log lost since): the first scan
     with the store takes those files from the cache unread, and reads each once more so that
     its version is kept."""
-    folder = _dir(env)
+    folder = home_folder(env)
     kept = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)}
     cache = scan_dir(folder).files  # no store
     with versions.using(_store(env, Clock(), [])) as store:
@@ -1257,7 +1251,7 @@ def test_a_pack_written_back_early_in_small_pieces_reads_back_whole(
         real(fd, offset, length)
 
     monkeypatch.setattr(versions, "_start_writeback", start)
-    folder = _dir(env)
+    folder = home_folder(env)
     datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", "x" * (i * 37)) for i in range(300)}
     store = _store(env, Clock(), [])
     with versions.using(store):
@@ -1277,7 +1271,7 @@ def test_a_forget_killed_between_a_move_and_its_log_line_is_no_outside_deletion(
     store, so its scan writes no memory.deleted_outside and `trash list` lists the file once,
     as forgotten. The old recovery told the trash only: m2.md was listed twice, the second
     time as deleted outside memoryd."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(6):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     assert cli("index", folder).code == 0
@@ -1305,7 +1299,7 @@ def test_a_damaged_object_of_a_current_version_is_stored_again_from_its_file(
     memories later lost them. The prune (the daemon's, at its start and daily) says the
     overwritten one, stores all three again from their files, and each deletion restores
     byte-identical."""
-    folder = _dir(env)
+    folder = home_folder(env)
     datas = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(4)}
     assert cli("index", folder).code == 0
     store = VersionStore(env.state)
@@ -1343,7 +1337,7 @@ def test_a_log_that_is_no_regular_file_is_said_with_what_to_do_and_never_written
     and write nothing through it (the old code appended the run's lines into the FIFO, where
     they were lost, and said of the link only "Too many levels of symbolic links"); moved
     aside, the next run starts a new log that holds every memory's version."""
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "a.md", "first")
     assert cli("index", folder).code == 0
     log = VersionStore(env.state).log_path(folder)
@@ -1383,7 +1377,7 @@ def _watched_by_processes(
     """A dir of `memories` memories, a clock, the audit rows, and `look`: a full scan of the
     dir by a store of its own (another memoryd process each time), alarming past 3 files
     changed within 10 minutes. The first look has been taken."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(memories):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     clock = Clock()
@@ -1443,7 +1437,7 @@ def test_an_over_long_line_in_a_log_is_skipped_once_and_the_stamp_holds_after_it
     of the unchanged dir reads no log. The old reader did not count the skipped line in
     where it had read to: its offset fell inside the log's lines, no stamp was ever saved
     again, and every read went back over the line."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(5):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     events: Events = []
@@ -1471,7 +1465,7 @@ def test_a_truncated_pack_is_said_and_its_current_versions_are_stored_again(
     its place: `history` and the prune name the pack and say what to do (the old code said
     nothing: every version in it was just "not restorable"), the prune stores each current
     version again from its file, and a memory deleted afterwards comes back byte-identical."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(versions.PACK_FROM + 10):
         _mem(folder, f"m{i:03}.md", f"lesson {i}")
     assert cli("index", folder).code == 0
@@ -1506,7 +1500,7 @@ def test_a_version_whose_kept_bytes_are_not_its_own_is_refused_and_the_file_name
     of the same size (no size check can see it): `history --restore 1` writes nothing, the
     memory keeps its bytes, and the damaged object is named with what to do (the old code
     refused in silence as if the bytes had been pruned)."""
-    folder = _dir(env)
+    folder = home_folder(env)
     first = _mem(folder, "a.md", "the first lesson")
     assert cli("index", folder).code == 0
     now = _mem(folder, "a.md", "the second lesson")
@@ -1524,7 +1518,7 @@ def test_a_packed_version_whose_bytes_are_not_its_own_is_refused_and_the_pack_na
 ) -> None:
     """The same for a version kept in a first start's pack, its bytes overwritten in place
     (the pack's index lies about them): nothing written, the pack named."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(versions.PACK_FROM + 10):
         _mem(folder, f"m{i:03}.md", f"lesson {i}")
     first = (folder / "m007.md").read_bytes()
@@ -1549,7 +1543,7 @@ def test_a_fifo_as_a_dirs_table_or_stamp_hangs_no_command(env: Env, cli: Any) ->
     in a child process finishes, records the deletion it finds, names each FIFO once, and
     its saves put regular files in their place. The old code read them with a plain open,
     which waits on a FIFO for ever (the child hung; a daemon start too)."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(5):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     assert cli("index", folder).code == 0
@@ -1582,7 +1576,7 @@ def test_a_file_in_place_of_a_store_folder_is_said_with_what_to_do(
     file by a folder: `memoryd index` finishes and says what is in whose place and to move
     it aside (the old message was a bare "Not a directory" or "Is a directory"); moved
     aside, the next run keeps every version."""
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "a.md", "first")
     assert cli("index", folder).code == 0
     planted = env.state / "versions" / planted_name
@@ -1615,7 +1609,7 @@ def test_forgets_selection_records_no_deletion_while_another_pass_is_mid_move(
     forget without that lock: the old code kept versions in that scan and recorded m0.md as
     deleted by others (a false memory.deleted_outside, and `trash list` listing it). Its
     selection keeps none now; the pass's record then makes the move memoryd's."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(3):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     assert cli("index", folder).code == 0
@@ -1642,7 +1636,7 @@ def test_a_table_holding_what_memoryd_never_writes_is_not_taken_for_the_log(
     the table held was logged as deleted with a null sha256."""
     from memoryd.sealed import seal
 
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(3):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     assert cli("index", folder).code == 0
@@ -1673,7 +1667,7 @@ def test_a_log_line_whose_time_is_no_number_is_skipped_by_history_and_trash_list
     """A log line whose time json reads as NaN or an infinity (a damaged or hand-made line):
     `history` and `trash list` skip it and list the rest (the old code raised "cannot convert
     float NaN to integer" with a traceback)."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(2):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     assert cli("index", folder).code == 0
@@ -1692,7 +1686,7 @@ def test_a_log_line_whose_time_is_no_number_is_skipped_by_history_and_trash_list
 def test_status_skips_an_alarm_whose_time_is_no_number(env: Env, cli: Any) -> None:
     """alarms.json holding alarms timed NaN and Infinity (damaged or hand-made) beside a real
     one: `memoryd status` shows the real one only (the old code raised in `ago`)."""
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "a.md", "x")
     assert cli("index", folder).code == 0
     import time
@@ -1744,7 +1738,7 @@ def test_a_temp_name_with_a_pid_no_process_can_have_stops_no_command(
     the store's objects or packs folder or in a memory dir (which agents write): `memoryd
     index` runs and leaves it alone. The old code passed the number to os.kill, which raised
     OverflowError: every versioned command, and the daemon at each start, died on it."""
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "a.md", "first")
     assert cli("index", folder).code == 0
     place = folder if where == "memory dir" else env.state / "versions" / where
@@ -1764,7 +1758,7 @@ def test_one_process_counts_the_changes_another_logs_after_it_looked(env: Env) -
     """A long-lived store (the daemon's) looks at the log's recent changes once, then reads
     only what is appended since: changes another process logs between its scans still count
     toward its alarm, as do its own, and none counts twice."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(8):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     clock = Clock()
@@ -1796,7 +1790,7 @@ def test_a_scan_after_a_first_start_reads_back_no_log_for_the_alarm(
     window), a daemon's scan of one changed file reads a few hundred bytes of the log, not
     the whole window again (it was 9 ms of a 10 ms pass at 10,000 files); a new process's
     first look reads the window once, passing over pieces that hold no counted change."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(3000):
         _mem(folder, f"m{i:04}.md", f"lesson {i}")
     daemon = _store(env, Clock(), [])
@@ -1838,7 +1832,7 @@ def test_a_scan_after_a_first_start_reads_back_no_log_for_the_alarm(
 def test_one_memory_rewritten_four_times_is_no_mass_change(env: Env) -> None:
     """The alarm counts files: one memory an agent edits four times within the window is four
     rewrites (each its own row) of one file, not more than `alarm_files` files."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(5):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     clock = Clock()
@@ -1860,7 +1854,7 @@ def test_a_log_this_process_compacted_is_read_again_from_its_start(env: Env) -> 
     had read (an inode and an offset) then matched another file, and it read on from the
     old offset: a deletion another process logged was missed, and recorded a second time
     (a second `memory.deleted_outside`). After its own compaction it reads the log anew."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(6):
         _mem(folder, f"keep{i}.md", "k" * 50 + str(i))
     clock = Clock()
@@ -1903,7 +1897,7 @@ def test_listing_a_memory_dir_deleted_whole_opens_each_pack_once(
     """Every file of a dir deleted whole is listed (its last versions are kept): the store is
     asked once for what it holds, not once a file (each of those opened every pack: ~0.5 s
     for 10,000 files, paid three times by a `trash restore`)."""
-    folder = _dir(env)
+    folder = home_folder(env)
     datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", f"lesson {i}") for i in range(300)}
     store = _store(env, Clock(), [])
     with versions.using(store):
@@ -1951,7 +1945,7 @@ def test_no_memoryd_process_takes_anothers_index_write_for_an_outside_one(env: E
     outside row, no alarm; the daemon's late flush does not log its older version after the
     newer one, and the history is memoryd's versions in time order. A person's rewrite
     after that is still one, and a person's `rm MEMORY.md` is said with the kept size."""
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(3):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     (folder / "MEMORY.md").write_text("# Notes\n- [m0](m0.md) — d m0\n")
@@ -2006,7 +2000,7 @@ def test_a_persons_few_edits_in_ten_minutes_raise_no_alarm_an_agents_sweep_does(
     from memoryd.config import VersionsConfig
 
     cfg = VersionsConfig()
-    folder = _dir(env)
+    folder = home_folder(env)
     for i in range(12):
         _mem(folder, f"m{i:02}.md", f"lesson {i}")
     clock = Clock()

@@ -18,19 +18,13 @@ from memoryd import fsops, restored, versions
 from memoryd.scan import scan_dir
 from tests.conftest import Env, InjectedCrash, crash_at, lock_held_elsewhere
 from tests.conftest import write_lesson as _mem
-from tests.helpers import wait_for
+from tests.helpers import home_folder, wait_for
 
 LIMIT = 100_000  # RLIMIT_FSIZE of the restoring process: the memory is bigger, all else smaller
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _dir(env: Env) -> Path:
-    folder = env.home / "mem"
-    folder.mkdir()
-    return folder.resolve()
 
 
 def _full_disk(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -56,7 +50,7 @@ def _deleted_ids(cli: Any, folder: Path) -> list[str]:
 
 
 def _deleted_big(env: Env, cli: Any) -> tuple[Path, bytes, str]:
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "a.md", "a small lesson")
     big = _mem(folder, "big.md", "x" * (2 * LIMIT))
     assert cli("index", folder).code == 0
@@ -109,7 +103,7 @@ def test_a_deletion_a_restore_announced_is_unlisted_while_its_bytes_are_in_place
     """Between the restoring line and any scan reading the file back, the deletion is listed
     exactly while the restored name does not hold its bytes: before the write, not after
     it, and again when the restored file goes before any scan saw it."""
-    folder = _dir(env)
+    folder = home_folder(env)
     data = _mem(folder, "a.md", "a lesson")
     store = versions.VersionStore(env.state)
     scan_dir(folder, versions=store)
@@ -136,7 +130,7 @@ def test_a_failed_history_restore_keeps_the_pins_and_the_files_deletion_seen(
     """`history FILE --restore N` that cannot write: exit 1 naming the file, the file and its
     pin as they were; the log's latest record of the file is again its current version, so
     that a deletion of it afterwards is still seen and listed."""
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "a.md", "x" * (2 * LIMIT))
     assert cli("index", folder).code == 0
     current = _mem(folder, "a.md", "the agent's shorter rewrite")
@@ -222,7 +216,7 @@ def test_a_trash_manifest_line_nested_past_jsons_depth_breaks_nothing(env: Env, 
     """A line of 100,000 `[` appended to a trash manifest (in the memory dir, where any
     process may write): `trash list`, `trash restore` and `dream` died with RecursionError;
     the line is now one memoryd did not write, and the entry before it restores."""
-    folder = _dir(env)
+    folder = home_folder(env)
     data = _mem(folder, "a.md", "a lesson")
     _mem(folder, "b.md", "another lesson")
     assert cli("index", folder).code == 0
@@ -241,7 +235,7 @@ def test_a_trash_manifest_line_nested_past_jsons_depth_breaks_nothing(env: Env, 
 def test_a_pins_file_nested_past_jsons_depth_is_no_pins_not_a_crash(env: Env, cli: Any) -> None:
     """The state dir's restore pins of a dir, damaged into 100,000 `[`: `dream` and `trash
     restore` died with RecursionError; they now read no pins, and the restore pins anew."""
-    folder = _dir(env)
+    folder = home_folder(env)
     data = _mem(folder, "a.md", "a lesson")
     _mem(folder, "b.md", "another lesson")
     assert cli("index", folder).code == 0
@@ -317,7 +311,7 @@ def test_a_name_near_the_limit_whose_name_is_taken_restores_under_a_cut_name(
     and so was the temp name of any write of such a name: both restores and `history
     --restore` failed whenever they were tried. Each comes back byte-identical under a
     `.restored-<n>.md` name cut to fit, the new file untouched."""
-    folder = _dir(env)
+    folder = home_folder(env)
     name = "l" * 248 + ".md"
     _mem(folder, "s.md", "a short one")
     first = _mem(folder, name, "the first long lesson")
@@ -357,7 +351,7 @@ def test_a_memory_dir_deleted_whole_is_listed_and_its_files_come_back(env: Env, 
     import shutil
     import stat
 
-    folder = _dir(env)
+    folder = home_folder(env)
     files = {n: _mem(folder, n, f"the lesson of {n}") for n in ("a.md", "b.md", "c.md")}
     assert cli("index", folder).code == 0
     shutil.rmtree(folder)
@@ -396,7 +390,7 @@ def test_history_restore_over_what_it_must_not_replace_names_the_file(env: Env, 
     ValueError traceback), and nothing written."""
     import shutil
 
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "a.md", "the first lesson")
     assert cli("index", folder).code == 0
     target = env.home / "elsewhere.md"
@@ -445,7 +439,7 @@ def test_two_memories_written_back_to_the_same_bytes_both_stay_pinned(env: Env, 
     a dream pass moves neither, also as the older duplicate of a third copy."""
     from tests.conftest import write_memory
 
-    folder = _dir(env)
+    folder = home_folder(env)
     body = "Fork the repo with `git clone --depth 1` then rebase the branch on upstream main.\n"
     for name in ("a.md", "b.md"):
         write_memory(folder, name, name="fork", body=body, age_days=60)
@@ -473,7 +467,7 @@ def test_a_trash_restore_under_a_new_name_keeps_the_pin_of_the_file_with_the_old
     """a.md forgotten twice (two versions in the trash); the newer is restored (a.md,
     pinned), then the older (a.restored-1.md): the first pin stays. It was replaced by the
     second restore's pin for `a.md`, written before the name was known to be taken."""
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "b.md", "another lesson")
     _mem(folder, "a.md", "the first lesson")
     assert cli("index", folder).code == 0
@@ -496,7 +490,7 @@ def test_a_memory_written_back_then_deleted_before_any_scan_is_listed(env: Env, 
     """`history a.md --restore 1`, then another process deletes a.md before any scan read
     it back: the next scan records the deletion and `trash list` lists it (the log's last
     word on a.md was the restoring line, so no scan took a.md for a file that was there)."""
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "b.md", "another lesson")
     first = _mem(folder, "a.md", "the first lesson")
     assert cli("index", folder).code == 0
@@ -519,7 +513,7 @@ def test_the_files_of_a_folder_deleted_long_after_they_were_seen_outlive_a_prune
     right after keeps their bytes and each still restores."""
     import shutil
 
-    folder = _dir(env)
+    folder = home_folder(env)
     files = {n: _mem(folder, n, f"the lesson of {n}") for n in ("a.md", "b.md", "c.md")}
     assert cli("index", folder).code == 0
     store = versions.VersionStore(env.state)
@@ -545,7 +539,7 @@ def test_nothing_is_restored_through_a_memory_dir_made_a_link_since(env: Env, cl
     elsewhere (discovery refuses one out of the Claude home): `trash restore ID` wrote the
     deleted file and a MEMORY.md into the link's target, and `history NAME --restore N`
     would write there too. Both now refuse, naming the link, and write nothing."""
-    folder = _dir(env)
+    folder = home_folder(env)
     _mem(folder, "a.md", "a lesson")
     _mem(folder, "b.md", "the first b")
     assert cli("index", folder).code == 0

@@ -16,7 +16,7 @@ from memoryd.discover import MemoryDir
 from memoryd.dream.run import DreamResult, RepoCache, dream_dir
 from memoryd.runtime import Runtime
 from tests.conftest import Env, InjectedCrash, crash_at
-from tests.helpers import DAY, filler, mem, memory_dir
+from tests.helpers import DAY, filler, mem, memory_dir, wait_for
 
 
 def _version(n: int) -> bytes:
@@ -196,9 +196,12 @@ def test_recovery_puts_back_an_unchecked_file_a_crash_left_in_the_trash(
     assert not journal.pending(rt.paths.state_dir)
 
 
+# Saves both files once per round until the stop file exists, then prints the rounds done.
+# After each round it puts the count in `progress` (by rename: read whole or not at all), so
+# that the test can wait for rounds instead of hoping the process was scheduled in time.
 SWAPPER = """
 import os, sys, time
-folder, stop = sys.argv[1], sys.argv[2]
+folder, stop, progress = sys.argv[1], sys.argv[2], sys.argv[3]
 old = time.time() - 40 * 86400
 n = 0
 while not os.path.exists(stop):
@@ -210,8 +213,19 @@ while not os.path.exists(stop):
                           "Lived in `src/removed.py`. Version %d.\\n" % (n % 2)).encode())
         os.utime(tmp, (old, old))
         os.replace(tmp, os.path.join(folder, name))
+    with open(progress + ".tmp", "w") as handle:
+        handle.write(str(n))
+    os.replace(progress + ".tmp", progress)
 print(n)
 """
+
+
+def _rounds(progress: Path) -> int:
+    """How many rounds the swapper has finished (0 before its first)."""
+    try:
+        return int(progress.read_text())
+    except FileNotFoundError:
+        return 0
 
 
 def test_a_concurrent_process_swapping_files_gets_nothing_unchecked_trashed(
@@ -232,15 +246,23 @@ def test_a_concurrent_process_swapping_files_gets_nothing_unchecked_trashed(
         return real_put_back(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(trash, "put_back", counted)
-    stop = tmp_path / "stop"
+    stop, progress = tmp_path / "stop", tmp_path / "progress"
     swapper = subprocess.Popen(
-        [sys.executable, "-c", SWAPPER, str(md.real_path), str(stop)],
+        [sys.executable, "-c", SWAPPER, str(md.real_path), str(stop), str(progress)],
         stdout=subprocess.PIPE,
         text=True,
     )
     moved = skipped = 0
     try:
-        for _ in range(60):
+        for i in range(60):
+            # Before each pass the swapper has finished more rounds than there were passes, so
+            # it runs through all of them (a slow start on a loaded machine once let the passes
+            # end before it began), and it is still running (it stops only on the stop file).
+            def ahead(passes: int = i) -> bool:
+                return _rounds(progress) > passes + 1 or swapper.poll() is not None
+
+            wait_for(ahead, timeout=60, what=f"the swapper's round {i + 2}")
+            assert swapper.poll() is None, "the swapper ended before the passes"
             result = _pass(rt, md)
             assert result.status == "completed", result.message
             moved += len(result.moved)

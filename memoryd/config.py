@@ -328,6 +328,27 @@ _REMOVED: dict[str, str] = {
 _DIR_KEYS: dict[str, Converter] = {"mode": _choice("auto", "manage", "off"), "repo_root": _folder}
 
 
+def _convert(
+    prefix: str,
+    table: Mapping[str, object],
+    converters: Mapping[str, Converter],
+    problems: list[str],
+) -> dict[str, object]:
+    """A table's values converted; each unknown key or bad value is added to `problems`."""
+    values: dict[str, object] = {}
+    for key, raw in table.items():
+        converter = converters.get(key)
+        if converter is None:
+            known = f"unknown key (known: {', '.join(converters)})"
+            problems.append(f"{prefix}.{key}: {_REMOVED.get(f'{prefix}.{key}', known)}")
+            continue
+        try:
+            values[key] = converter(raw)
+        except ValueError as error:
+            problems.append(f"{prefix}.{key}: {error}")
+    return values
+
+
 def build_config(data: Mapping[str, object], source: str) -> Config:
     """Validate a parsed TOML document; raise ConfigError listing every problem."""
     problems: list[str] = []
@@ -339,18 +360,7 @@ def build_config(data: Mapping[str, object], source: str) -> Config:
         if not isinstance(table, dict):
             problems.append(f"{name}: expected a table, got {_type_name(table)}")
             continue
-        values: dict[str, object] = {}
-        for key, raw in table.items():
-            converter = converters.get(key)
-            if converter is None:
-                known = f"unknown key (known: {', '.join(converters)})"
-                problems.append(f"{name}.{key}: {_REMOVED.get(f'{name}.{key}', known)}")
-                continue
-            try:
-                values[key] = converter(raw)
-            except ValueError as error:
-                problems.append(f"{name}.{key}: {error}")
-        sections[name] = cls(**values)
+        sections[name] = cls(**_convert(name, table, converters, problems))
 
     dirs: dict[Path, DirOverride] = {}
     raw_dirs = data.get("dirs", {})
@@ -362,16 +372,7 @@ def build_config(data: Mapping[str, object], source: str) -> Config:
         if not isinstance(table, dict):
             problems.append(f"{prefix}: expected a table with mode / repo_root")
             continue
-        values = {}
-        for key, raw in table.items():
-            converter = _DIR_KEYS.get(key)
-            if converter is None:
-                problems.append(f"{prefix}.{key}: unknown key (known: {', '.join(_DIR_KEYS)})")
-                continue
-            try:
-                values[key] = converter(raw)
-            except ValueError as error:
-                problems.append(f"{prefix}.{key}: {error}")
+        values = _convert(prefix, table, _DIR_KEYS, problems)
         dirs[expand(dir_key)] = DirOverride(**values)  # type: ignore[arg-type]
 
     watch = sections.get("watch")

@@ -254,7 +254,8 @@ def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
     dirs = state_dir / "dirs"
     dirs.mkdir(parents=True)
     base = {"path": str(folder), "known": True, "seen": seen_of(3), "own": {"m0.md": "ab" * 8},
-            "reported": {"x": "1"}, "reads": {"m0.md": 5.0}, "last_dream_ts": 7.0, "_log": 1}  # fmt: skip
+            "reported": {"x": "1"}, "reads": {"m0.md": 5.0}, "last_dream_ts": 7.0,
+            "_log": 1}  # fmt: skip
     files = {"base": dirs / f"{key}.json", "log": dirs / f"{key}.1.log"}
     files["base"].write_text(json.dumps(base))
     files["log"].write_text(
@@ -266,12 +267,13 @@ def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
     for suffix in ("cache", "facts", "held"):
         files[suffix] = dirs / f"{key}.{suffix}"
         files[suffix].write_bytes(b"\\x00old cache")
-    ack = {"file": "half.md", "sha256": "a" * 64, "refs": "b" * 32, "time": "2026-11-30T10:00:00+01:00"}  # fmt: skip
+    when = "2026-11-30T10:00:00+01:00"
+    ack = {"file": "half.md", "sha256": "a" * 64, "refs": "b" * 32, "time": when}
     files["acked"] = dirs / f"{key}.acked"
     files["acked"].write_text(json.dumps([ack, {**ack, "file": "other.md"}]))
     (state_dir / "refused").mkdir()
     pass_id = "20261130T100000-abcdef"
-    plan = {"pass_id": pass_id, "dir": str(folder), "time": "2026-11-30T10:00:00+01:00",
+    plan = {"pass_id": pass_id, "dir": str(folder), "time": when,
             "moves": [{"filename": "stale.md", "sha256": "c" * 64, "reason": "stale"}],
             "files": {"stale.md": "c" * 64}}  # fmt: skip
     files["plan"] = state_dir / "refused" / f"{key}.{pass_id}.json"

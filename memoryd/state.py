@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from memoryd import fsops, safejson
 from memoryd.logsetup import get_logger
 from memoryd.paths import ensure_private_dir, open_regular, read_bounded, read_problem
-from memoryd.storage.statedb import Schema, StateDB
+from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 if TYPE_CHECKING:  # the parse cache's module (and its YAML parser) loads with the first cache
     from memoryd.scan import Scanned
@@ -367,12 +367,21 @@ class StateStore:
         finally:
             os.close(fd)  # and with it the lock
 
+    def _made(self) -> bool:
+        """Whether the state store exists: a read before it does makes none (a dry run writes
+        nothing in the state dir)."""
+        return self._ready or (self.state_dir / FILE_NAME).exists()
+
     def dirs(self) -> list[str]:
         """The path of every dir the store keeps state for, sorted."""
+        if not self._made():
+            return []
         rows = self.db().connection().execute("SELECT path FROM dirstate ORDER BY path")
         return [path for (path,) in rows]
 
     def _stamp_of(self, real_path: Path) -> int | None:
+        if not self._made():
+            return None
         row = (
             self.db()
             .connection()
@@ -387,6 +396,8 @@ class StateStore:
             return _copy(held[1])
         key = dir_key(real_path)
         state = DirState(path=str(real_path))
+        if not self._made():
+            return state
         conn = self.db().connection()
         with self.db().transaction():  # one snapshot of the three tables
             row = conn.execute("SELECT stamp, fields FROM dirstate WHERE dir = ?", (key,))
@@ -463,6 +474,8 @@ class StateStore:
         self._caches.pop(real_path, None)
 
     def _blob(self, kind: str, key: str) -> tuple[int, bytes] | None:
+        if not self._made():
+            return None
         row = (
             self.db()
             .connection()

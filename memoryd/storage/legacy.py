@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,11 +36,16 @@ def pending(state_dir: Path) -> bool:
     return (state_dir / "refused").is_dir() or (state_dir / "repos").is_dir()
 
 
+# The old store's files of a dir: its key (state.dir_key), then what the file is. Other files
+# under dirs/ (the writer lock, the readers file, restore pins, the trash days) stay.
+_OLD_NAME = re.compile(r"^[0-9a-f]{20}(\.json|\.[0-9]+\.log|\.acked|\.cache|\.facts|\.held)$")
+
+
 def _kind(name: str) -> str:
-    for suffix in (".json", ".log", ".acked", *DROPPED):
-        if name.endswith(suffix):
-            return suffix
-    return ""
+    found = _OLD_NAME.match(name)
+    if found is None:
+        return ""
+    return ".log" if found[1].endswith(".log") else found[1]
 
 
 def import_once(store: StateStore) -> None:

@@ -58,6 +58,8 @@ def refs_digest(item: Item) -> str:
 
 def load(store: StateStore, real_path: Path) -> list[Ack]:
     """The dir's acknowledgements, oldest first."""
+    if not store.made():
+        return []  # (and a dry run makes no state store)
     conn = store.db().ensure(SCHEMA)
     rows = conn.execute(
         "SELECT file, sha256, refs, time FROM acked WHERE dir = ? ORDER BY seq",

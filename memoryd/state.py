@@ -367,20 +367,20 @@ class StateStore:
         finally:
             os.close(fd)  # and with it the lock
 
-    def _made(self) -> bool:
+    def made(self) -> bool:
         """Whether the state store exists: a read before it does makes none (a dry run writes
         nothing in the state dir)."""
         return self._ready or (self.state_dir / FILE_NAME).exists()
 
     def dirs(self) -> list[str]:
         """The path of every dir the store keeps state for, sorted."""
-        if not self._made():
+        if not self.made():
             return []
         rows = self.db().connection().execute("SELECT path FROM dirstate ORDER BY path")
         return [path for (path,) in rows]
 
     def _stamp_of(self, real_path: Path) -> int | None:
-        if not self._made():
+        if not self.made():
             return None
         row = (
             self.db()
@@ -396,7 +396,7 @@ class StateStore:
             return _copy(held[1])
         key = dir_key(real_path)
         state = DirState(path=str(real_path))
-        if not self._made():
+        if not self.made():
             return state
         conn = self.db().connection()
         with self.db().transaction():  # one snapshot of the three tables
@@ -474,7 +474,7 @@ class StateStore:
         self._caches.pop(real_path, None)
 
     def _blob(self, kind: str, key: str) -> tuple[int, bytes] | None:
-        if not self._made():
+        if not self.made():
             return None
         row = (
             self.db()

@@ -325,3 +325,31 @@ def test_an_acknowledgement_file_that_cannot_be_read_is_left_in_place(tmp_path: 
     assert said == [(files["acked"], "it is a FIFO (named pipe), not a regular file")]
     assert files["acked"].exists() and not files["base"].exists()
     assert fresh(tmp_path).load(folder).seen["m1.md"] == ["m1", "logged"]
+
+
+def test_an_unfinished_passs_old_journal_is_imported_for_recovery(tmp_path: Path) -> None:
+    """An old journal file (intent, a move made, a torn line) becomes the store's journal, so
+    that recovery finishes that pass; a committed one is dropped, one whose intent does not
+    parse is left for a person."""
+    import json
+
+    from memoryd import journal
+    from memoryd.storage import legacy
+
+    forget_shared()
+    folder = tmp_path / "journal"
+    folder.mkdir()
+    move = {"id": "r1", "original_name": "stale.md", "stored_name": "stale.md.trashed",
+            "day": "2026-11-30", "sha256": "c" * 64, "size": 3, "reason": "stale",
+            "pass_id": "p-open", "time": "2026-11-30T10:00:00+01:00"}  # fmt: skip
+    intent = {"intent": "p-open", "dir": str(tmp_path / "memory"), "moves": [move]}
+    (folder / "p-open.jsonl").write_text(json.dumps(intent) + '\n{"done": "r1"}\n{"done": "r')
+    closed = {**intent, "intent": "p-closed"}
+    (folder / "p-closed.jsonl").write_text(json.dumps(closed) + '\n{"commit": "p-closed"}\n')
+    (folder / "bad.jsonl").write_text("not json\n")
+    legacy.import_once(StateStore(tmp_path, on_damaged=lambda p, why: None))
+    assert journal.pending(tmp_path) == ["p-open"]
+    entry = journal.load(tmp_path, "p-open")
+    assert entry is not None and entry.done == {"r1"}
+    assert [m.original_name for m in entry.moves] == ["stale.md"]
+    assert sorted(p.name for p in folder.iterdir()) == ["bad.jsonl"]

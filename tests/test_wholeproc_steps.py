@@ -316,7 +316,7 @@ def test_index_without_a_journal_imports_no_recovery(env: Env, cli) -> None:
     from memoryd import cli as cli_module
     from memoryd import journal
 
-    assert cli_module.JOURNALS == journal.JOURNAL_DIR
+    assert cli_module.JOURNALS == journal.TABLE
     folder = env.claude / "agent-memory" / "reviewer"
     write_memory(folder, "a.md")
     assert cli("index", folder).code == 0

@@ -1,7 +1,8 @@
 """memoryd's state files from before the state store, imported into it once and then removed.
 
 Per-dir state (`dirs/<key>.json` and the change log beside it), acknowledgements
-(`dirs/<key>.acked`) and refused plans (`refused/*.json`) are imported in one transaction;
+(`dirs/<key>.acked`), refused plans (`refused/*.json`) and the journals of unfinished passes
+(`journal/*.jsonl`, for recovery to finish) are imported in one transaction;
 the caches (`dirs/<key>.cache|.facts|.held`, `repos/*.tokens`) are dropped, to be rebuilt from
 the memory dirs. A file that cannot be read is left where it is (a person's acknowledgement
 or plan is never removed unread) and said; the import is tried again at the next start.
@@ -10,6 +11,7 @@ or plan is never removed unread) and said; the import is tried again at the next
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections.abc import Callable
@@ -33,7 +35,7 @@ def pending(state_dir: Path) -> bool:
     with contextlib.suppress(OSError):
         if any(_kind(name) for name in os.listdir(state_dir / "dirs")):
             return True
-    return (state_dir / "refused").is_dir() or (state_dir / "repos").is_dir()
+    return any((state_dir / folder).is_dir() for folder in ("refused", "repos", "journal"))
 
 
 # The old store's files of a dir: its key (state.dir_key), then what the file is. Other files
@@ -52,21 +54,27 @@ def import_once(store: StateStore) -> None:
     """Import the old files into `store`'s state store, in one transaction, then remove them."""
     if not pending(store.state_dir):
         return
-    from memoryd import acked
+    from memoryd import acked, journal
     from memoryd.dream import refused
 
     db = store.db()
-    db.ensure(acked.SCHEMA)
-    db.ensure(refused.SCHEMA)
+    for schema in (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA):
+        db.ensure(schema)
     done: list[Path] = []
     say = store.on_damaged
-    with db.transaction() as conn:
-        done += _import_dirs(conn, store.root, say)
-        done += _import_plans(conn, store.state_dir / "refused", say)
+    conn = db.connection()
+    conn.execute("PRAGMA synchronous=FULL")  # a person's records and a pass's intent
+    try:
+        with db.transaction() as tx:
+            done += _import_dirs(tx, store.root, say)
+            done += _import_plans(tx, store.state_dir / "refused", say)
+            done += _import_journals(tx, store.state_dir / "journal", say)
+    finally:
+        conn.execute("PRAGMA synchronous=NORMAL")
     for path in done:
         with contextlib.suppress(OSError):
             path.unlink()
-    for folder in ("refused", "repos"):
+    for folder in ("refused", "repos", "journal"):
         with contextlib.suppress(OSError):
             os.rmdir(store.state_dir / folder)  # left when a file in it was not imported
 
@@ -165,4 +173,43 @@ def _import_plans(
             if stored is not None:
                 keep(conn, stored)
                 done.append(folder / name)
+    return done
+
+
+def _import_journals(
+    conn: sqlite3.Connection, folder: Path, say: Callable[[Path, str], None]
+) -> list[Path]:
+    """Old journals: an intent line (pass id, dir, moves), then a line per move made and a
+    commit line; a committed one is dropped. One whose intent does not parse is left."""
+    done: list[Path] = []
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(folder)):
+            path = folder / name
+            if not name.endswith(".jsonl"):
+                continue
+            try:
+                lines = read_bounded(path, OLD_MAX_BYTES, follow=False).split(b"\n")
+                intent = safejson.loads(lines[0])
+                pass_id, memory_dir, moves = intent["intent"], intent["dir"], intent["moves"]
+            except OSError as error:
+                say(path, read_problem(error))
+                continue
+            except (ValueError, KeyError, TypeError, IndexError):
+                say(path, "not a journal memoryd wrote; left for a person to look at")
+                continue
+            rows = []
+            for raw in lines[1:]:
+                with contextlib.suppress(ValueError):
+                    rows.append(safejson.loads(raw))  # (a torn last line: skipped)
+            marks = [r for r in rows if isinstance(r, dict)]
+            if not any("commit" in r for r in marks):
+                conn.execute(
+                    "INSERT OR REPLACE INTO journal_pass VALUES (?, ?, ?)",
+                    (str(pass_id), str(memory_dir), json.dumps(moves, ensure_ascii=True)),
+                )
+                conn.executemany(
+                    "INSERT OR IGNORE INTO journal_done VALUES (?, ?)",
+                    [(str(pass_id), str(r["done"])) for r in marks if "done" in r],
+                )
+            done.append(path)
     return done

@@ -2,10 +2,11 @@
 
 Per-dir state (`dirs/<key>.json` and the change log beside it), acknowledgements
 (`dirs/<key>.acked`), refused plans (`refused/*.json`) and the journals of unfinished passes
-(`journal/*.jsonl`, for recovery to finish) are imported in one transaction;
-the caches (`dirs/<key>.cache|.facts|.held`, `repos/*.tokens`) are dropped, to be rebuilt from
-the memory dirs. A file that cannot be read is left where it is (a person's acknowledgement
-or plan is never removed unread) and said; the import is tried again at the next start.
+(`journal/*.jsonl`, for recovery to finish) are imported in one transaction; the caches
+(`dirs/<key>.cache|.facts|.held`, `repos/*.tokens`, `transcript-cwds.json`) are dropped, to
+be rebuilt from the memory dirs and transcripts. A file that cannot be read is left where it
+is (a person's acknowledgement or plan is never removed unread) and said; the import is tried
+again at the next start.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from memoryd.state import StateStore
 
 DROPPED = (".cache", ".facts", ".held")  # caches: rebuilt, not imported
+DROPPED_FILES = ("transcript-cwds.json",)  # the same, in the state dir itself
 OLD_MAX_BYTES = 1 << 30  # what the old store read of one file at most
 
 
@@ -35,6 +37,8 @@ def pending(state_dir: Path) -> bool:
     with contextlib.suppress(OSError):
         if any(_kind(name) for name in os.listdir(state_dir / "dirs")):
             return True
+    if any(os.path.lexists(state_dir / name) for name in DROPPED_FILES):
+        return True
     return any((state_dir / folder).is_dir() for folder in ("refused", "repos", "journal"))
 
 
@@ -71,7 +75,7 @@ def import_once(store: StateStore) -> None:
             done += _import_journals(tx, store.state_dir / "journal", say)
     finally:
         conn.execute("PRAGMA synchronous=NORMAL")
-    for path in done:
+    for path in [*done, *(store.state_dir / name for name in DROPPED_FILES)]:
         with contextlib.suppress(OSError):
             path.unlink()
     for folder in ("refused", "repos", "journal"):

@@ -353,3 +353,26 @@ def test_an_unfinished_passs_old_journal_is_imported_for_recovery(tmp_path: Path
     assert entry is not None and entry.done == {"r1"}
     assert [m.original_name for m in entry.moves] == ["stale.md"]
     assert sorted(p.name for p in folder.iterdir()) == ["bad.jsonl"]
+
+
+def test_the_mcp_servers_old_log_is_imported_as_consult_evidence(tmp_path: Path) -> None:
+    """An old served log (consults/mcp-<key>.jsonl, a torn last line) becomes the store's
+    rows: the consult guard finds the memory it named; the file goes, transcripts.json (the
+    transcripts' own record) stays."""
+    from memoryd.dream.consult import Subject
+    from memoryd.recall import consults
+    from memoryd.state import dir_key
+    from memoryd.storage import legacy
+
+    forget_shared()
+    folder = tmp_path / "memory"
+    served = tmp_path / "consults"
+    served.mkdir()
+    old = served / f"mcp-{dir_key(folder)}.jsonl"
+    row = '{"names": ["pay.md"], "query": "payments", "tool": "read_memory", "ts": "%s"}\n'
+    old.write_text(row % "2026-11-30T10:00:00Z" + '{"names": ["to')
+    (served / "transcripts.json").write_text("{}")
+    legacy.import_once(StateStore(tmp_path))
+    log = consults.served(tmp_path, folder)
+    assert log is not None and log.evidence(Subject("pay.md", "pay"), since=0) is not None
+    assert not old.exists() and (served / "transcripts.json").exists()

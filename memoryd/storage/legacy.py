@@ -1,8 +1,9 @@
 """memoryd's state files from before the state store, imported into it once and then removed.
 
 Per-dir state (`dirs/<key>.json` and the change log beside it), acknowledgements
-(`dirs/<key>.acked`), refused plans (`refused/*.json`) and the journals of unfinished passes
-(`journal/*.jsonl`, for recovery to finish) are imported in one transaction; the caches
+(`dirs/<key>.acked`), refused plans (`refused/*.json`), the journals of unfinished passes
+(`journal/*.jsonl`, for recovery to finish) and what the MCP server answered
+(`consults/mcp-<key>.jsonl`) are imported in one transaction; the caches
 (`dirs/<key>.cache|.facts|.held`, `repos/*.tokens`, `transcript-cwds.json`) are dropped, to
 be rebuilt from the memory dirs and transcripts. A file that cannot be read is left where it
 is (a person's acknowledgement or plan is never removed unread) and said; the import is tried
@@ -39,6 +40,9 @@ def pending(state_dir: Path) -> bool:
             return True
     if any(os.path.lexists(state_dir / name) for name in DROPPED_FILES):
         return True
+    with contextlib.suppress(OSError):
+        if any(_served_key(name) for name in os.listdir(state_dir / "consults")):
+            return True
     return any((state_dir / folder).is_dir() for folder in ("refused", "repos", "journal"))
 
 
@@ -60,9 +64,10 @@ def import_once(store: StateStore) -> None:
         return
     from memoryd import acked, journal
     from memoryd.dream import refused
+    from memoryd.recall import consults
 
     db = store.db()
-    for schema in (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA):
+    for schema in (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA, consults.SCHEMA):
         db.ensure(schema)
     done: list[Path] = []
     say = store.on_damaged
@@ -73,6 +78,7 @@ def import_once(store: StateStore) -> None:
             done += _import_dirs(tx, store.root, say)
             done += _import_plans(tx, store.state_dir / "refused", say)
             done += _import_journals(tx, store.state_dir / "journal", say)
+            done += _import_served(tx, store.state_dir / "consults", say)
     finally:
         conn.execute("PRAGMA synchronous=NORMAL")
     for path in [*done, *(store.state_dir / name for name in DROPPED_FILES)]:
@@ -216,4 +222,43 @@ def _import_journals(
                     [(str(pass_id), str(r["done"])) for r in marks if "done" in r],
                 )
             done.append(path)
+    return done
+
+
+def _served_key(name: str) -> str:
+    """The dir key of an old MCP served log's name (`mcp-<key>.jsonl`), or ""."""
+    found = re.fullmatch(r"mcp-([0-9a-f]{20})\.jsonl", name)
+    return found[1] if found else ""
+
+
+def _import_served(
+    conn: sqlite3.Connection, folder: Path, say: Callable[[Path, str], None]
+) -> list[Path]:
+    """Old served logs: a JSON row a line (`ts`, `tool`, `names`, `query`); a torn or
+    foreign line is skipped, as the consult guard skipped it."""
+    done: list[Path] = []
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(folder)):
+            key = _served_key(name)
+            if not key:
+                continue
+            try:
+                data = read_bounded(folder / name, OLD_MAX_BYTES, follow=False)
+            except OSError as error:
+                say(folder / name, read_problem(error))
+                continue
+            rows = []
+            for raw in data.split(b"\n"):
+                with contextlib.suppress(ValueError):
+                    row = safejson.loads(raw)
+                    if isinstance(row, dict) and isinstance(row.get("ts"), str):
+                        names = row.get("names") if isinstance(row.get("names"), list) else []
+                        query = row.get("query") if isinstance(row.get("query"), str) else ""
+                        tool = str(row.get("tool") or "")
+                        rows.append((key, row["ts"], tool, json.dumps(names), query))
+            conn.executemany(
+                "INSERT INTO consult_served(dir, ts, tool, names, query) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+            done.append(folder / name)
     return done

@@ -14,7 +14,7 @@ from memoryd.dream import transcripts
 from memoryd.dream.run import RepoCache, dream_dir
 from memoryd.errors import ConfigError
 from tests.conftest import Env
-from tests.helpers import DAY, dream, explain, filler, mem, moved
+from tests.helpers import DAY, dream, explain, filler, mem, moved, state_rows
 
 
 @pytest.fixture
@@ -353,9 +353,10 @@ def test_a_dry_run_saves_no_offsets(env: Env, cli, repo: Path) -> None:
     plant(env, repo, "s.jsonl", tool_row(str(kept), cwd=repo, when=time.time()))
     dream(cli, repo, "--dry-run")
     explain(cli, kept)
-    assert not transcripts.state_path(env.state).exists()
+    offsets = "SELECT name FROM consult_transcript"
+    assert not state_rows(env.state, offsets)
     dream(cli, repo)
-    assert transcripts.state_path(env.state).exists()
+    assert state_rows(env.state, offsets)
 
 
 def test_consult_signal_values() -> None:

@@ -355,10 +355,13 @@ def test_an_unfinished_passs_old_journal_is_imported_for_recovery(tmp_path: Path
     assert sorted(p.name for p in folder.iterdir()) == ["bad.jsonl"]
 
 
-def test_the_mcp_servers_old_log_is_imported_as_consult_evidence(tmp_path: Path) -> None:
+def test_the_old_consult_evidence_is_imported(tmp_path: Path) -> None:
     """An old served log (consults/mcp-<key>.jsonl, a torn last line) becomes the store's
-    rows: the consult guard finds the memory it named; the file goes, transcripts.json (the
-    transcripts' own record) stays."""
+    rows: the consult guard finds the memory it named; the transcripts' offsets and evidence
+    (consults/transcripts.json) are imported too, an entry of another shape dropped."""
+    import json
+
+    from memoryd.dream import transcripts
     from memoryd.dream.consult import Subject
     from memoryd.recall import consults
     from memoryd.state import dir_key
@@ -371,8 +374,13 @@ def test_the_mcp_servers_old_log_is_imported_as_consult_evidence(tmp_path: Path)
     old = served / f"mcp-{dir_key(folder)}.jsonl"
     row = '{"names": ["pay.md"], "query": "payments", "tool": "read_memory", "ts": "%s"}\n'
     old.write_text(row % "2026-11-30T10:00:00Z" + '{"names": ["to')
-    (served / "transcripts.json").write_text("{}")
+    scan = {"files": {"p/s.jsonl": [1, 2, 300, 250, 0], "p/bad.jsonl": ["x"]},
+            "dirs": {str(folder): {"a.md": [1e9, "sess", "Read", "p/s.jsonl"]}}}  # fmt: skip
+    (served / "transcripts.json").write_text(json.dumps(scan))
     legacy.import_once(StateStore(tmp_path))
     log = consults.served(tmp_path, folder)
     assert log is not None and log.evidence(Subject("pay.md", "pay"), since=0) is not None
-    assert not old.exists() and (served / "transcripts.json").exists()
+    found = transcripts.load(tmp_path)
+    assert found.files == {"p/s.jsonl": [1, 2, 300, 250, 0]}
+    assert found.evidence_for(folder)["a.md"].session == "sess"
+    assert not old.exists() and not (served / "transcripts.json").exists()

@@ -2,8 +2,9 @@
 
 Per-dir state (`dirs/<key>.json` and the change log beside it), acknowledgements
 (`dirs/<key>.acked`), refused plans (`refused/*.json`), the journals of unfinished passes
-(`journal/*.jsonl`, for recovery to finish) and what the MCP server answered
-(`consults/mcp-<key>.jsonl`) are imported in one transaction; the caches
+(`journal/*.jsonl`, for recovery to finish), what the MCP server answered
+(`consults/mcp-<key>.jsonl`) and the transcripts' consult evidence and offsets
+(`consults/transcripts.json`) are imported in one transaction; the caches
 (`dirs/<key>.cache|.facts|.held`, `repos/*.tokens`, `transcript-cwds.json`) are dropped, to
 be rebuilt from the memory dirs and transcripts. A file that cannot be read is left where it
 is (a person's acknowledgement or plan is never removed unread) and said; the import is tried
@@ -41,7 +42,8 @@ def pending(state_dir: Path) -> bool:
     if any(os.path.lexists(state_dir / name) for name in DROPPED_FILES):
         return True
     with contextlib.suppress(OSError):
-        if any(_served_key(name) for name in os.listdir(state_dir / "consults")):
+        names = os.listdir(state_dir / "consults")
+        if "transcripts.json" in names or any(_served_key(name) for name in names):
             return True
     return any((state_dir / folder).is_dir() for folder in ("refused", "repos", "journal"))
 
@@ -67,7 +69,10 @@ def import_once(store: StateStore) -> None:
     from memoryd.recall import consults
 
     db = store.db()
-    for schema in (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA, consults.SCHEMA):
+    from memoryd.dream import transcripts
+
+    schemas = (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA, consults.SCHEMA, transcripts.SCHEMA)
+    for schema in schemas:
         db.ensure(schema)
     done: list[Path] = []
     say = store.on_damaged
@@ -79,6 +84,7 @@ def import_once(store: StateStore) -> None:
             done += _import_plans(tx, store.state_dir / "refused", say)
             done += _import_journals(tx, store.state_dir / "journal", say)
             done += _import_served(tx, store.state_dir / "consults", say)
+            done += _import_transcripts(tx, store.state_dir / "consults" / "transcripts.json", say)
     finally:
         conn.execute("PRAGMA synchronous=NORMAL")
     for path in [*done, *(store.state_dir / name for name in DROPPED_FILES)]:
@@ -262,3 +268,36 @@ def _import_served(
             )
             done.append(folder / name)
     return done
+
+
+def _import_transcripts(
+    conn: sqlite3.Connection, path: Path, say: Callable[[Path, str], None]
+) -> list[Path]:
+    """The old scan state: {"files": {name: [device, inode, size, offset, skipping]},
+    "dirs": {dir: {file: [when, session, tool, transcript]}}}; an entry of another shape is
+    dropped (its transcript is read again from 0)."""
+    from memoryd.dream.consult import Seen
+
+    if not os.path.lexists(path):
+        return []
+    data = _read(path, say)
+    data = data if isinstance(data, dict) else {}
+    files: dict[str, Any] = data["files"] if isinstance(data.get("files"), dict) else {}
+    dirs: dict[str, Any] = data["dirs"] if isinstance(data.get("dirs"), dict) else {}
+    conn.executemany(
+        "INSERT OR REPLACE INTO consult_transcript VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (str(name), *entry)
+            for name, entry in files.items()
+            if isinstance(entry, list) and len(entry) == 5
+            and all(type(v) is int for v in entry)
+        ],
+    )  # fmt: skip
+    rows = []
+    for folder, seen in dirs.items():
+        for file, value in seen.items() if isinstance(seen, dict) else ():
+            found = Seen.of(value)
+            if found is not None:
+                rows.append((str(folder), str(file), *found.row()))
+    conn.executemany("INSERT OR REPLACE INTO consult_seen VALUES (?, ?, ?, ?, ?, ?)", rows)
+    return [path]  # a scan state that did not parse: the transcripts are read again

@@ -399,7 +399,7 @@ class StateStore:
         if not self.made():
             return state
         conn = self.db().connection()
-        with self.db().transaction():  # one snapshot of the three tables
+        with self.db().snapshot():  # the three tables as one commit left them
             row = conn.execute("SELECT stamp, fields FROM dirstate WHERE dir = ?", (key,))
             found = row.fetchone()
             if found is None:

@@ -260,6 +260,10 @@ class StateStore:
             self._ready = True
         return db
 
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One transaction for several saves (a pass's state and caches commit as one)."""
+        return self.db().transaction()
+
     def readers_path(self, real_path: Path) -> Path:
         return self.root / f"{dir_key(real_path)}.readers"
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 from memoryd import __version__
 from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
+from memoryd.storage import legacy
 
 if TYPE_CHECKING:
     from memoryd.discover import Discovery, EmptyRepo, MemoryDir, RefusedDir
@@ -1541,6 +1542,7 @@ def main(
                     )
             return EXIT_USAGE
     rt = Runtime.create(config, paths)
+    legacy.import_once(rt.store)  # the state files of older versions, once
     args.stderr = err  # a handler's warnings go where this run's errors go
     try:
         handler = getattr(args, "handler", None) or HANDLERS[args.command]

@@ -14,7 +14,6 @@ from memoryd.dream.memo import DreamMemo
 from memoryd.fsops import OwnWrite
 from memoryd.paths import AppPaths, app_paths
 from memoryd.state import StateStore
-from memoryd.storage import legacy
 
 if TYPE_CHECKING:  # a command that keeps no versions never imports the store
     from memoryd.versions import VersionStore
@@ -64,10 +63,7 @@ class Runtime:
             backups=config.log.backups,
             level=config.log.level,
         )
-        store = StateStore(paths.state_dir)
-        if legacy.pending(paths.state_dir):
-            legacy.import_once(store)
-        return cls(config=config, paths=paths, audit=audit, store=store)
+        return cls(config=config, paths=paths, audit=audit, store=StateStore(paths.state_dir))
 
 
 # A pass over 10,000 files allocates ~100,000 short-lived objects; the default thresholds then

@@ -244,8 +244,8 @@ def test_the_caches_are_dropped_and_rebuilt_when_their_format_changes(tmp_path: 
 # --- the files of the old layout, imported once -------------------------------------------------
 def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
     """Every file the old store wrote for a dir, as it wrote them: the base state (generation
-    1) with its log (a torn last line) and an older generation's log, the caches, the repo's
-    tokens, the acknowledgements and a refused plan."""
+    1) with its log (lines of foreign shapes, a torn last line) and an older generation's log,
+    the caches, the repo's tokens, the acknowledgements and a refused plan."""
     import json
 
     from memoryd.state import dir_key
@@ -260,6 +260,7 @@ def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
     files["base"].write_text(json.dumps(base))
     files["log"].write_text(
         '{"seen":{"m1.md":["m1","logged"],"m2.md":null},"own":{},"set":{"last_index_ts":3.5}}\n'
+        '{"seen":[1],"own":"x","set":[2]}\n{"seen":{"m9.md":[["not"],"a title"]}}\n'
         '{"seen":{"m0.md":["m0","tor'
     )
     files["old log"] = dirs / f"{key}.0.log"

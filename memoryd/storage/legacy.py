@@ -65,12 +65,10 @@ def import_once(store: StateStore) -> None:
     if not pending(store.state_dir):
         return
     from memoryd import acked, journal
-    from memoryd.dream import refused
+    from memoryd.dream import refused, transcripts
     from memoryd.recall import consults
 
     db = store.db()
-    from memoryd.dream import transcripts
-
     schemas = (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA, consults.SCHEMA, transcripts.SCHEMA)
     for schema in schemas:
         db.ensure(schema)
@@ -139,7 +137,7 @@ def _import_state(conn: sqlite3.Connection, key: str, data: dict[str, Any], root
     from memoryd.state import DirState, put_whole
 
     state = DirState(path=data["path"])
-    seen, own = dict(data.get("seen") or {}), dict(data.get("own") or {})
+    seen, own = dict(_mapping(data.get("seen"))), dict(_mapping(data.get("own")))
     changes = [{"set": data}]
     with contextlib.suppress(OSError):
         log = read_bounded(root / f"{key}.{data.get('_log', 0)}.log", OLD_MAX_BYTES, follow=False)
@@ -149,15 +147,23 @@ def _import_state(conn: sqlite3.Connection, key: str, data: dict[str, Any], root
     for change in changes:
         if not isinstance(change, dict):
             continue
-        seen.update(change.get("seen") or {})
-        own.update(change.get("own") or {})
-        for name, value in dict(change.get("set") or {}).items():
+        seen.update(_mapping(change.get("seen")))
+        own.update(_mapping(change.get("own")))
+        for name, value in _mapping(change.get("set")).items():
             # `reads` (the read-event signal) is not carried over.
             if name in state.__slots__ and name not in ("path", "seen", "own", "reads"):
                 setattr(state, name, value)
-    state.seen = {n: v for n, v in seen.items() if isinstance(v, list) and len(v) == 2}
+    state.seen = {
+        n: v
+        for n, v in seen.items()
+        if isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)
+    }
     state.own = {n: v for n, v in own.items() if isinstance(v, str)}
     put_whole(conn, key, state)
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _import_acks(conn: sqlite3.Connection, key: str, rows: list[Any]) -> None:

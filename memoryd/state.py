@@ -545,11 +545,13 @@ class StateStore:
         self._put_blob("facts", dir_key(real_path), b"".join(data))
 
     def drop_facts(self, real_path: Path) -> None:
-        """Remove the dir's saved dream facts (`forget --purge`): the next pass derives them."""
+        """Remove the dir's saved dream facts (`forget --purge`): the next pass derives them.
+        Their bytes go from the file's pages (secure_delete) and from its WAL (truncated)."""
         with self.db().transaction() as conn:
             conn.execute(
                 "DELETE FROM cache_blob WHERE kind = 'facts' AND key = ?", (dir_key(real_path),)
             )
+        self.db().connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def load_held(self, real_path: Path) -> bytes | None:
         """What the last held view found in the dir's archive (index_held.dump_positions)."""

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 from memoryd import __version__
 from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
-from memoryd.storage import legacy
 
 if TYPE_CHECKING:
     from memoryd.discover import Discovery, EmptyRepo, MemoryDir, RefusedDir
@@ -1542,6 +1541,8 @@ def main(
                     )
             return EXIT_USAGE
     rt = Runtime.create(config, paths)
+    from memoryd.storage import legacy
+
     legacy.import_once(rt.store)  # the state files of older versions, once
     args.stderr = err  # a handler's warnings go where this run's errors go
     try:

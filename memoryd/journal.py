@@ -154,7 +154,8 @@ def settle(journal: Journal) -> Recovery:
             pass
     except MemorydError as error:
         # `.trash` became a symlink or a file: nothing is looked at or written through it.
-        # The journal stays until a person moves it aside (the message says so).
+        # The journal stays, tried again by every command, until a person moves `.trash`
+        # aside (the message says so).
         result.problems.append(str(error))
         result.unrecorded.extend(r.original_name for r in journal.moves)
         return result

@@ -10,6 +10,7 @@ import cProfile
 import io
 import os
 import pstats
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -24,8 +25,9 @@ from _stats import markdown_table, timed
 from memoryd import discover
 from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
-from memoryd.cwd_cache import CwdCache, cache_path
+from memoryd.cwd_cache import CwdCache
 from memoryd.runtime import tune_gc
+from memoryd.storage.statedb import StateDB
 
 MS = 1e-3
 
@@ -51,8 +53,11 @@ def config_for(home: ClaudeHome) -> Config:
 
 
 def drop_cache(home: ClaudeHome) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        cache_path(home.state).unlink()
+    if not (home.state / "state.sqlite").exists():
+        return
+    db = StateDB.in_state_dir(home.state)
+    with contextlib.suppress(sqlite3.OperationalError), db.transaction() as conn:
+        conn.execute("DELETE FROM cache_cwd")  # (no such table: nothing kept yet)
 
 
 def counted(home: ClaudeHome, fn: Callable[[], object]) -> dict[str, int]:

@@ -941,8 +941,8 @@ def phase_times(
         (run_mod, "consult_map", "consult_map"),
         (run_mod, "plan_pass", "plan_pass (the rest)"),
         (plan_mod, "find_similar_pairs", "find_similar_pairs"),
-        (StateStore, "load", "StateStore.load (json)"),
-        (StateStore, "save", "StateStore.save (json, fsync)"),
+        (StateStore, "load", "StateStore.load (sqlite)"),
+        (StateStore, "save", "StateStore.save (sqlite)"),
     ):
         wrap(owner, attr, label)
     gc.collect()

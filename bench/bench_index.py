@@ -286,10 +286,10 @@ def phase_timer() -> Iterator[dict[str, list[float]]]:
     ):
         wrap(indexer, attr, label)
     wrap(fsops, "replace_file", "fsops.replace_file (write, fsync, swap)")
-    wrap(StateStore, "load", "StateStore.load (json)")
-    wrap(StateStore, "load_cache", "StateStore.load_cache (marshal)")
-    wrap(StateStore, "save", "StateStore.save (json)")
-    wrap(StateStore, "save_cache", "StateStore.save_cache (marshal)")
+    wrap(StateStore, "load", "StateStore.load (sqlite)")
+    wrap(StateStore, "load_cache", "StateStore.load_cache (sqlite, marshal)")
+    wrap(StateStore, "save", "StateStore.save (sqlite)")
+    wrap(StateStore, "save_cache", "StateStore.save_cache (sqlite, marshal)")
     try:
         yield spent
     finally:

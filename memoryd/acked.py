@@ -2,26 +2,34 @@
 or fully stale and kept by a guard) is listed by every pass's report until someone says they
 saw it; then it is not listed again until it changes.
 
-The record is memoryd's, in the state dir beside the dir's state (`<key>.acked`), never in
-the memory file: per file, the sha256 of its bytes and a digest of its references' status
+The record is memoryd's, in the state store (the `acked` table), never in the memory file:
+per file, the sha256 of its bytes and a digest of its references' status
 when it was acknowledged, and when. An acknowledgement holds while both are what they were:
 an edit to the file, or a reference found again or gone since (a repo change), lists it
 again.
 """
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from memoryd import fsops, safejson
 from memoryd.dream.plan import Item, Plan
 from memoryd.state import StateStore, dir_key
+from memoryd.storage.statedb import Schema
 
 ACKS_KEEP = 10_000  # a person's doing, one file at a time: the oldest go past this
-ACKS_MAX_BYTES = 16 << 20
+# `seq` orders a dir's acknowledgements oldest first (a new one for a file replaces its row).
+SCHEMA = Schema(
+    "acked",
+    1,
+    """CREATE TABLE acked (dir TEXT NOT NULL, seq INTEGER NOT NULL, file TEXT NOT NULL,
+                           sha256 TEXT NOT NULL, refs TEXT NOT NULL, time TEXT NOT NULL,
+                           PRIMARY KEY (dir, file));
+       CREATE INDEX acked_by_seq ON acked (dir, seq)""",
+    ("acked",),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,35 +56,35 @@ def refs_digest(item: Item) -> str:
     return hashlib.sha256(json.dumps(checks).encode()).hexdigest()[:32]
 
 
-def _path(store: StateStore, real_path: Path) -> Path:
-    return store.root / f"{dir_key(real_path)}.acked"
-
-
 def load(store: StateStore, real_path: Path) -> list[Ack]:
-    """The dir's acknowledgements, oldest first; none when there are none or the record
-    cannot be read (the flags are listed again: nothing is lost)."""
-    raw = store.read_file(_path(store, real_path))
-    try:
-        rows = safejson.loads(raw) if raw is not None and len(raw) <= ACKS_MAX_BYTES else []
-    except ValueError:
-        return []
-    out = []
-    for row in rows if isinstance(rows, list) else []:
-        with contextlib.suppress(TypeError):
-            ack = Ack(**row) if isinstance(row, dict) else None
-            if ack is not None and all(isinstance(v, str) for v in asdict(ack).values()):
-                out.append(ack)
-    return out
+    """The dir's acknowledgements, oldest first."""
+    if not store.made():
+        return []  # (and a dry run makes no state store)
+    conn = store.db().ensure(SCHEMA)
+    rows = conn.execute(
+        "SELECT file, sha256, refs, time FROM acked WHERE dir = ? ORDER BY seq",
+        (dir_key(real_path),),
+    )
+    return [Ack(*row) for row in rows]
 
 
 def record(store: StateStore, real_path: Path, acks: Iterable[Ack]) -> None:
-    """Add acknowledgements (each replacing one for the same file), durably, as 0600. The
-    caller holds the dir's writer lock."""
-    new = {a.file: a for a in acks}
-    kept = [a for a in load(store, real_path) if a.file not in new]
-    rows = [*kept, *new.values()][-ACKS_KEEP:]
-    data = json.dumps([asdict(a) for a in rows], ensure_ascii=True, sort_keys=True)
-    fsops.write_private(_path(store, real_path), data.encode())
+    """Add acknowledgements (each replacing one for the same file), in one transaction; the
+    dir's oldest past ACKS_KEEP go. The caller holds the dir's writer lock."""
+    key = dir_key(real_path)
+    db = store.db()
+    db.ensure(SCHEMA)
+    with db.transaction() as conn:
+        (top,) = conn.execute("SELECT coalesce(max(seq), 0) FROM acked WHERE dir = ?", (key,))
+        conn.executemany(
+            "INSERT OR REPLACE INTO acked VALUES (?, ?, ?, ?, ?, ?)",
+            [(key, top[0] + i, a.file, a.sha256, a.refs, a.time) for i, a in enumerate(acks, 1)],
+        )
+        conn.execute(
+            "DELETE FROM acked WHERE dir = ? AND seq <= (SELECT seq FROM acked WHERE dir = ? "
+            "ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+            (key, key, ACKS_KEEP),
+        )
 
 
 def holds(ack: Ack | None, item: Item) -> bool:

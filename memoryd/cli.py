@@ -837,7 +837,6 @@ def _lines_arg(text: str) -> int | None:
 
 
 def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> View:
-    import os
 
     from memoryd.humanize import Painter, terminal_width, use_color
     from memoryd.logview import View
@@ -856,7 +855,6 @@ def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> View:
 
 def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import fnmatch
-    import os
 
     from memoryd import audit
 
@@ -994,17 +992,28 @@ def cmd_config(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 # --- dream, explain, trash ---------------------------------------------------------------------
-JOURNALS = "journal"  # journal.JOURNAL_DIR, spelled out here (a test checks they agree)
+JOURNALS = "journal_pass"  # journal.TABLE, spelled out here (a test checks they agree)
 
 
 def _journals_left(state_dir: Path) -> bool:
-    """Whether any pass journal is in the state dir (what journal.pending lists): without one
-    there is nothing to recover, and the recovery's modules (the journal, the trash, the
+    """Whether any pass journal is in the state store (what journal.pending lists): without
+    one there is nothing to recover, and the recovery's modules (the journal, the trash, the
     version store: ~18 ms of start-up) are not imported at all."""
+    import sqlite3
+
+    from memoryd.storage.statedb import FILE_NAME, StateDB
+
+    if not (state_dir / FILE_NAME).exists():
+        return False
     try:
-        return any(n.endswith(".jsonl") for n in os.listdir(state_dir / JOURNALS))
-    except OSError:
-        return False  # as journal.pending: no folder, no journal
+        rows = (
+            StateDB.in_state_dir(state_dir)
+            .connection()
+            .execute("SELECT 1 FROM journal_pass LIMIT 1")
+        )
+    except sqlite3.OperationalError:
+        return False  # no such table: no pass ever wrote one
+    return rows.fetchone() is not None
 
 
 def _recover(rt: Runtime) -> None:
@@ -1322,7 +1331,6 @@ def cmd_run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def cmd_status(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    import os
 
     from memoryd.humanize import Painter, terminal_width, use_color
     from memoryd.logview import View
@@ -1533,6 +1541,9 @@ def main(
                     )
             return EXIT_USAGE
     rt = Runtime.create(config, paths)
+    from memoryd.storage import legacy
+
+    legacy.import_once(rt.store)  # the state files of older versions, once
     args.stderr = err  # a handler's warnings go where this run's errors go
     try:
         handler = getattr(args, "handler", None) or HANDLERS[args.command]

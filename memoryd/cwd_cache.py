@@ -2,28 +2,32 @@
 `cwd` matching its project folder's slug, by the transcript's identity (inode, size,
 mtime_ns), so that a discovery with nothing changed opens no transcript at all.
 
-The file (`transcript-cwds.json` in the state dir, 0600) is a cache: untrusted on read (read
-bounded, never through a link; an entry that does not check out is read again from its
-transcript, a damaged file is done without), and written only when what it holds changed and
-only where memoryd's state folder already exists (a read-only command never creates it, and
-one that cannot write it does without).
+The rows (the state store's `cache_cwd` table) are a cache: untrusted on read (an entry that
+does not check out is read again from its transcript), written only when what they hold
+changed and only where memoryd's state folder already exists (a read-only command never
+creates it, and one that cannot write it does without).
 """
 
-import contextlib
-import json
 import os
+import sqlite3
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, safejson
-from memoryd.paths import app_paths, read_bounded
+from memoryd.paths import app_paths
+from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
-CACHE_FILE = "transcript-cwds.json"
-CACHE_MAX_BYTES = 8 * 1024 * 1024
 CACHE_MAX_FILES = 20_000  # transcripts remembered at most (~200 bytes each)
-VERSION = 1
+SCHEMA = Schema(
+    "cache_cwd",
+    1,
+    """CREATE TABLE cache_cwd (folder TEXT NOT NULL, slug TEXT NOT NULL, name TEXT NOT NULL,
+                               ino, size, mtime_ns, cwd, other, PRIMARY KEY (folder, name))
+                               WITHOUT ROWID""",
+    ("cache_cwd",),
+    disposable=True,
+)
 # Set by the command line for a command that promises to write nothing (`dirs`, a dry run,
 # `index --check`): the cache is read, never saved.
 LOOKING_ONLY: ContextVar[bool] = ContextVar("memoryd_cwd_cache_looking_only", default=False)
@@ -31,10 +35,6 @@ LOOKING_ONLY: ContextVar[bool] = ContextVar("memoryd_cwd_cache_looking_only", de
 # What one transcript's first rows say, for the folder's slug: the first cwd matching it (None
 # when none does) and the least of the other cwds seen before it (None when there were none).
 Head = tuple[str | None, str | None]
-
-
-def cache_path(state_dir: Path) -> Path:
-    return state_dir / CACHE_FILE
 
 
 def usable_cwd(value: object) -> bool:
@@ -47,7 +47,7 @@ def usable_cwd(value: object) -> bool:
 class CwdCache:
     """One discovery's view of the cache: what it loaded, and what this run looked at."""
 
-    path: Path | None  # None: no cache (every transcript is read, nothing is kept)
+    state_dir: Path | None  # None: no cache (every transcript is read, nothing is kept)
     _held: dict[str, dict[str, Any]] | None = None  # as loaded: folder -> entry
     _seen: dict[str, dict[str, Any]] = field(default_factory=dict)  # this run's folders
     hits: int = 0
@@ -63,32 +63,29 @@ class CwdCache:
     def default(cls) -> "CwdCache":
         """The cache in memoryd's state dir (resolved now, as the CLI resolves it); read-only
         while `looking_only` is set (a command promising to write nothing)."""
-        return cls(cache_path(app_paths().state_dir), read_only=LOOKING_ONLY.get())
+        return cls(app_paths().state_dir, read_only=LOOKING_ONLY.get())
 
     def _loaded(self) -> dict[str, dict[str, Any]]:
         if self._held is None:
-            self._held = self._load() if self.path is not None else {}
+            self._held = self._load()
         return self._held
 
     def _load(self) -> dict[str, dict[str, Any]]:
-        assert self.path is not None
+        if self.state_dir is None or not (self.state_dir / FILE_NAME).exists():
+            return {}
+        conn = StateDB.in_state_dir(self.state_dir).connection()
         try:
-            data = safejson.loads(read_bounded(self.path, CACHE_MAX_BYTES, follow=False))
-        except (OSError, ValueError, RecursionError):
-            return {}  # missing, a link, a FIFO, too big, not JSON: read the transcripts
-        if not isinstance(data, dict) or data.get("version") != VERSION:
-            return {}
-        folders = data.get("folders")
-        if not isinstance(folders, dict):
-            return {}
+            rows = conn.execute(
+                "SELECT folder, slug, name, ino, size, mtime_ns, cwd, other FROM cache_cwd"
+            ).fetchall()
+        except sqlite3.OperationalError:
+            return {}  # no such table: none was saved
         held: dict[str, dict[str, Any]] = {}
-        for folder, entry in folders.items():
-            if not isinstance(entry, dict):
-                continue
-            slug, files = entry.get("slug"), entry.get("files")
-            if isinstance(slug, str) and isinstance(files, dict):
-                good = {n: v for n, v in files.items() if _valid(v, slug)}
-                held[folder] = {"slug": slug, "files": good}
+        for folder, slug, name, *value in rows:
+            if isinstance(slug, str) and _valid(value, slug):
+                entry = held.setdefault(folder, {"slug": slug, "files": {}})
+                if entry["slug"] == slug:
+                    entry["files"][name] = value
         return held
 
     def head(self, folder: Path, slug: str, name: str, st: os.stat_result) -> Head | None:
@@ -107,7 +104,7 @@ class CwdCache:
 
     def keep(self, folder: Path, slug: str, name: str, st: os.stat_result, head: Head) -> None:
         """Note what a transcript said, for the next run (when there is a cache)."""
-        if self.path is None:
+        if self.state_dir is None:
             return
         entry = self._seen.setdefault(str(folder), {"slug": slug, "files": {}})
         entry["files"][name] = [st.st_ino, st.st_size, st.st_mtime_ns, head[0], head[1]]
@@ -115,23 +112,42 @@ class CwdCache:
     def save(self) -> None:
         """Write what changed, best effort: the folders this run looked at replace their old
         entries (a transcript gone is forgotten), the others are kept while there is room."""
-        if self.path is None or not self._seen or self.read_only:
+        if self.state_dir is None or not self._seen or self.read_only:
             return
         held = self._loaded()
-        merged = dict(self._seen)
-        count = sum(_files(e) for e in merged.values())
-        for folder, entry in held.items():
-            if folder not in merged and count + _files(entry) <= CACHE_MAX_FILES:
-                merged[folder] = entry
-                count += _files(entry)
-        if merged == held:
+        changed = {f: e for f, e in self._seen.items() if held.get(f) != e}
+        count = sum(_files(e) for e in self._seen.values())
+        dropped = []
+        for folder, entry in sorted(held.items()):
+            if folder not in self._seen:
+                if count + _files(entry) <= CACHE_MAX_FILES:
+                    count += _files(entry)
+                else:
+                    dropped.append(folder)
+        if not changed and not dropped:
             return  # nothing changed: a run that finds everything as it was writes nothing
-        data = json.dumps({"version": VERSION, "folders": merged}, sort_keys=True).encode()
-        if len(data) > CACHE_MAX_BYTES or not os.path.isdir(self.path.parent):
+        if not os.path.isdir(self.state_dir):
             return  # never creates memoryd's state folder (a dry run on a new machine)
-        with contextlib.suppress(OSError):  # a read-only state dir: do without
-            fsops.write_private(self.path, data, durable=False)
-        self._held = merged
+        try:
+            _write(StateDB.in_state_dir(self.state_dir), changed, dropped)
+        except sqlite3.OperationalError:
+            return  # a read-only state dir: do without
+        self._held = {f: e for f, e in {**held, **changed}.items() if f not in dropped}
+
+
+def _write(db: StateDB, changed: dict[str, dict[str, Any]], dropped: list[str]) -> None:
+    db.ensure(SCHEMA)
+    with db.transaction() as conn:
+        for folder in [*changed, *dropped]:
+            conn.execute("DELETE FROM cache_cwd WHERE folder = ?", (folder,))
+        conn.executemany(
+            "INSERT INTO cache_cwd VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (folder, entry["slug"], name, *value)
+                for folder, entry in changed.items()
+                for name, value in entry["files"].items()
+            ],
+        )
 
 
 def _files(entry: dict[str, Any]) -> int:

@@ -647,7 +647,7 @@ def rename_to_free(
 
 
 def write_private(path: Path, data: Content | Iterable[bytes], *, durable: bool = True) -> None:
-    """Atomically write one of memoryd's own files (state, status, journal) as 0600.
+    """Atomically write one of memoryd's own files (status, trash days, pins…) as 0600.
 
     `data` may be made as it is written (an iterator of pieces), for a big cache file.
 

@@ -47,11 +47,8 @@ def list_trash(dirs: Sequence[MemoryDir], *, include_restored: bool = False) -> 
 def known_dirs(rt: Runtime) -> list[MemoryDir]:
     """Every dir memoryd has worked on before (its state remembers them) that still exists."""
     out = []
-    for path in sorted(rt.store.root.glob("*.json")):
-        try:
-            folder = Path(rt.store.read_json(path)["path"])
-        except (ValueError, KeyError, TypeError):
-            continue
+    for path in rt.store.dirs():
+        folder = Path(path)
         if folder.is_dir():
             try:
                 out.append(memory_dir_at(folder, rt.config))

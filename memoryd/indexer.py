@@ -857,8 +857,9 @@ def _index_once(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
                 rt.audit.write("index.unmanaged", dir=md.path, reason=ownership.reason)
             state.managed = False
             state.settled = []
-            rt.store.save(md.real_path, state)
-            rt.store.save_cache(md.real_path, scan.files)
+            with rt.store.transaction():  # the pass's saves commit as one
+                rt.store.save(md.real_path, state)
+                rt.store.save_cache(md.real_path, scan.files)
         return outcome
     plan = plan_full(snapshot, state, req, rt.config.index, md, now, _local(rt, md))
     outcome.edit = plan.edit
@@ -939,9 +940,10 @@ def _write_and_report(
     state.note_gone(left, now)
     if plan.scope is None:
         _remember_all(state, plan, cfg.separator, req.preferred.keys())
-        rt.store.save(md.real_path, state)
-        if req.persist_cache:
-            rt.store.save_cache(md.real_path, scan.files)
+        with rt.store.transaction():  # the pass's saves commit as one
+            rt.store.save(md.real_path, state)
+            if req.persist_cache:
+                rt.store.save_cache(md.real_path, scan.files)
     else:
         own_changed = _remember_changed(state, plan, cfg.separator)
         rt.store.save(md.real_path, state, seen_changed=plan.scope, own_changed=own_changed)

@@ -1,118 +1,108 @@
 """The intent journal of a dream pass, and recovery of a pass that a crash left unfinished.
 
-A pass writes (and fsyncs) its whole plan of moves before the first one, appends a line per move
-made, and a commit line at the end. Recovery at the start of any writing command rolls forward
-what was done (manifest records, index lines) and leaves the rest to the next pass.
+A pass writes its whole plan of moves to the state store (one durable transaction) before the
+first one, a row per move made, and removes its journal at the end. Recovery at the start of
+any writing command rolls forward what was done (manifest records, index lines) and leaves
+the rest to the next pass.
 """
 
 import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from memoryd import fsops, safejson, trash
 from memoryd.errors import MemorydError
-from memoryd.paths import ensure_private_dir, read_bounded
+from memoryd.storage.statedb import Schema, StateDB
 from memoryd.trash import TrashRecord
 
-JOURNAL_DIR = "journal"
-
-
-def journal_dir(state_dir: Path) -> Path:
-    return state_dir / JOURNAL_DIR
+# `cli._journals_left` looks for a row of this table without importing this module (a test
+# keeps the names equal).
+TABLE = "journal_pass"
+SCHEMA = Schema(
+    "journal",
+    1,
+    """CREATE TABLE journal_pass (pass_id TEXT PRIMARY KEY, dir TEXT NOT NULL, moves TEXT NOT NULL);
+        CREATE TABLE journal_done (pass_id TEXT NOT NULL REFERENCES journal_pass ON DELETE CASCADE,
+                                   record_id TEXT NOT NULL, PRIMARY KEY (pass_id, record_id))
+                                   WITHOUT ROWID""",
+    ("journal_pass", "journal_done"),
+)
 
 
 @dataclass(slots=True)
 class Journal:
-    path: Path
+    state_dir: Path
     pass_id: str
     dir: Path
     moves: list[TrashRecord]
     done: set[str] = field(default_factory=set)
-    committed: bool = False
 
 
-def _append(path: Path, row: dict[str, Any], *, sync: bool = True) -> None:
-    # O_NONBLOCK: a FIFO in its place fails the append (ENXIO) instead of waiting for a reader.
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(path, flags, 0o600)
-    try:
-        os.write(fd, (json.dumps(row, ensure_ascii=True) + "\n").encode("ascii"))
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+def _db(state_dir: Path) -> StateDB:
+    db = StateDB.in_state_dir(state_dir)
+    db.ensure(SCHEMA)
+    return db
 
 
 def begin(state_dir: Path, pass_id: str, memory_dir: Path, moves: list[TrashRecord]) -> Journal:
-    folder = ensure_private_dir(journal_dir(state_dir))
-    path = folder / f"{pass_id}.jsonl"
-    intent = {
-        "intent": pass_id,
-        "dir": str(memory_dir),
-        "moves": [safejson.loads(m.to_json()) for m in moves],
-    }
-    tmp = folder / f".{pass_id}{fsops.TEMP_MARK}intent.tmp"
-    fsops.write_private(tmp, (json.dumps(intent, ensure_ascii=True) + "\n").encode("ascii"))
-    os.rename(tmp, path)  # the journal appears whole or not at all
-    with fsops.open_dir(folder) as fd:
-        fsops.fsync_dir(fd)
+    db = _db(state_dir)
+    moves_json = json.dumps([safejson.loads(m.to_json()) for m in moves], ensure_ascii=True)
+    conn = db.connection()
+    # The intent is durable before the first move (a power cut after a move must find it):
+    # this one commit is synced in full, the store's others only as WAL's NORMAL does.
+    conn.execute("PRAGMA synchronous=FULL")
+    try:
+        with db.transaction() as tx:
+            tx.execute(
+                "INSERT INTO journal_pass VALUES (?, ?, ?)", (pass_id, str(memory_dir), moves_json)
+            )
+    finally:
+        conn.execute("PRAGMA synchronous=NORMAL")
     fsops.crash_point("journal.begun")
-    return Journal(path, pass_id, memory_dir, moves)
+    return Journal(state_dir, pass_id, memory_dir, moves)
 
 
 def mark_done(journal: Journal, record_id: str) -> None:
-    # Not fsynced: a "done" line is a hint. Recovery decides from where each file is.
-    _append(journal.path, {"done": record_id}, sync=False)
+    # Not synced: a "done" row is a hint. Recovery decides from where each file is.
+    with _db(journal.state_dir).transaction() as tx:
+        tx.execute("INSERT OR IGNORE INTO journal_done VALUES (?, ?)", (journal.pass_id, record_id))
     journal.done.add(record_id)
     fsops.crash_point("journal.marked")
 
 
 def commit(journal: Journal) -> None:
-    _append(journal.path, {"commit": journal.pass_id})
+    """The pass is done: its journal goes."""
+    discard(journal)
     fsops.crash_point("journal.committed")
-    journal.path.unlink()
 
 
-# An intent lists a pass's moves (a few hundred bytes each, at most a fifth of a dir's files):
-# a journal over this is none memoryd wrote.
-JOURNAL_MAX_BYTES = 256 << 20
+def discard(journal: Journal) -> None:
+    """Remove a journal and its rows of moves made (recovery finished its pass)."""
+    with _db(journal.state_dir).transaction() as tx:
+        tx.execute("DELETE FROM journal_pass WHERE pass_id = ?", (journal.pass_id,))
 
 
-def load(path: Path) -> Journal | None:
-    """A journal as `begin` and the appends wrote it; None when it cannot be read (not a
-    regular file, a symlink, over JOURNAL_MAX_BYTES) or its intent does not parse."""
-    try:
-        lines = read_bounded(path, JOURNAL_MAX_BYTES, follow=False).split(b"\n")
-    except OSError:
+def load(state_dir: Path, pass_id: str) -> Journal | None:
+    """A pass's journal as `begin` and `mark_done` wrote it; None when there is none (the
+    pass ended meanwhile) or its intent does not parse."""
+    conn = _db(state_dir).connection()
+    row = conn.execute("SELECT dir, moves FROM journal_pass WHERE pass_id = ?", (pass_id,))
+    found = row.fetchone()
+    if found is None:
         return None
     try:
-        intent = safejson.loads(lines[0])
-        moves = [TrashRecord(**m) for m in intent["moves"]]
-        journal = Journal(path, intent["intent"], Path(intent["dir"]), moves)
-    except (ValueError, KeyError, TypeError, IndexError):
+        moves = [TrashRecord(**m) for m in safejson.loads(found[1])]
+    except (ValueError, KeyError, TypeError):
         return None
-    for raw in lines[1:]:
-        try:
-            row = safejson.loads(raw)
-        except ValueError:
-            continue  # a torn last line
-        if not isinstance(row, dict):
-            continue
-        if "done" in row:
-            journal.done.add(row["done"])
-        if "commit" in row:
-            journal.committed = True
-    return journal
+    done = conn.execute("SELECT record_id FROM journal_done WHERE pass_id = ?", (pass_id,))
+    return Journal(state_dir, pass_id, Path(found[0]), moves, {r for (r,) in done})
 
 
-def pending(state_dir: Path) -> list[Path]:
-    folder = journal_dir(state_dir)
-    try:
-        return sorted(folder / n for n in os.listdir(folder) if n.endswith(".jsonl"))
-    except OSError:
-        return []
+def pending(state_dir: Path) -> list[str]:
+    """The pass ids of the journals in the store, oldest first."""
+    conn = _db(state_dir).connection()
+    return [p for (p,) in conn.execute("SELECT pass_id FROM journal_pass ORDER BY pass_id")]
 
 
 @dataclass(slots=True)
@@ -164,7 +154,8 @@ def settle(journal: Journal) -> Recovery:
             pass
     except MemorydError as error:
         # `.trash` became a symlink or a file: nothing is looked at or written through it.
-        # The journal stays until a person moves it aside (the message says so).
+        # The journal stays, tried again by every command, until a person moves `.trash`
+        # aside (the message says so).
         result.problems.append(str(error))
         result.unrecorded.extend(r.original_name for r in journal.moves)
         return result

@@ -16,7 +16,7 @@ APP = "memoryd"
 
 @dataclass(frozen=True, slots=True)
 class AppPaths:
-    """memoryd's own folders: config, state (journals, per-dir state, status), logs."""
+    """memoryd's own folders: config, state (the state store, versions, status), logs."""
 
     config_file: Path
     state_dir: Path

@@ -1,6 +1,5 @@
 """Recovery at start-up: finish or roll back every pass a crash left unfinished (DESIGN §2.3)."""
 
-import time
 from pathlib import Path
 
 from memoryd import journal
@@ -10,41 +9,27 @@ from memoryd.indexer import update
 from memoryd.runtime import Runtime
 from memoryd.trash import TrashRecord
 
-# A journal that does not parse is set aside only once it is this old: a pass starting right
-# now may be writing its first line.
-UNREADABLE_AFTER = 60.0
-
 
 def recover(rt: Runtime) -> list[journal.Recovery]:
     """Finish or roll back every pass a crash left unfinished; log each as `pass.recovered`.
 
     A journal whose dir another process holds (its writer lock) belongs to a pass running
-    now, not to a crashed one: it is left alone.
+    now, not to a crashed one: it is left alone. One whose intent does not parse (none this
+    memoryd writes) is left for a person, as it is.
     """
     done = []
-    for path in journal.pending(rt.paths.state_dir):
-        entry = journal.load(path)
+    for pass_id in journal.pending(rt.paths.state_dir):
+        entry = journal.load(rt.paths.state_dir, pass_id)
         if entry is None:
-            _set_aside(rt, path)
             continue
         with rt.store.lock(entry.dir, wait=False) as locked:
             # Read again under the lock: the pass that wrote it may have ended meanwhile.
-            entry = journal.load(path) if locked else None
+            entry = journal.load(rt.paths.state_dir, pass_id) if locked else None
             if entry is not None:
-                recovery = _recover_one(rt, path, entry)
+                recovery = _recover_one(rt, entry)
                 if recovery is not None:
                     done.append(recovery)
     return done
-
-
-def _set_aside(rt: Runtime, path: Path) -> None:
-    try:
-        age = time.time() - path.stat().st_mtime
-    except FileNotFoundError:
-        return  # a live pass committed and removed it
-    if age >= UNREADABLE_AFTER:
-        rt.audit.write("pass.recovered", journal=str(path), outcome="unreadable journal set aside")
-        path.rename(path.with_suffix(".unreadable"))
 
 
 def _note_moves(rt: Runtime, path: Path, moved: list[TrashRecord]) -> None:
@@ -64,11 +49,11 @@ def _note_moves(rt: Runtime, path: Path, moved: list[TrashRecord]) -> None:
                                 record.size, record.id)  # fmt: skip
 
 
-def _recover_one(rt: Runtime, path: Path, entry: journal.Journal) -> journal.Recovery | None:
+def _recover_one(rt: Runtime, entry: journal.Journal) -> journal.Recovery | None:
     """Settle one crashed pass's moves, update its dir's index, then drop the journal (kept
     when a manifest record could not be written yet)."""
     recovery = None
-    if not entry.committed and entry.dir.is_dir():
+    if entry.dir.is_dir():
         recovery = journal.settle(entry)
         _note_moves(rt, entry.dir, recovery.moved)
         try:
@@ -84,9 +69,11 @@ def _recover_one(rt: Runtime, path: Path, entry: journal.Journal) -> journal.Rec
                     f"{md.path}: its index could not be written ({index.message}); the moved "
                     "files' pointer lines go at the next command that can write it"
                 )
-        rt.audit.write("pass.recovered", dir=entry.dir, journal=path.name, outcome=recovery.outcome)
+        rt.audit.write(
+            "pass.recovered", dir=entry.dir, journal=entry.pass_id, outcome=recovery.outcome
+        )
         if recovery.unrecorded or unwritten:
             # Kept: the next command writes the missing manifest records, or the index.
             return recovery
-    path.unlink()
+    journal.discard(entry)
     return recovery

@@ -1,13 +1,15 @@
-"""memoryd's memory of each dir, kept in the state dir (never in the memory dir).
+"""memoryd's memory of each dir, kept in the state store (never in the memory dir).
 
 Per dir: the memory files it has seen with their name/description (so a gone file's pointer can
 be removed and a generated line recognised), the pointer lines it wrote itself (so a duplicate of
 one is told from the agent's), what it has already reported (so each problem is
-said once), pile-up counts for the daemon, and a parse cache for a fast restart.
+said once), pile-up counts for the daemon, and the caches for a fast restart (the parse cache,
+dream facts, held archive positions, repo tokens).
 
-Every state file is read as a regular file of bounded size, never through a symlink and never
-blocking on a FIFO: anything else in its place is damaged state, done without (a fresh state,
-no cache: both are rebuilt, the next save replaces the file) and said once.
+All of it is in `state.sqlite` (memoryd.storage.statedb): damage to that file is StateDamaged,
+never done without in silence. The dir's writer lock and its restore pins
+are files under `<state_dir>/dirs/`; the other state files the store reads (`read_file`) are
+read as regular files of bounded size, never through a symlink or blocking on a FIFO.
 """
 
 import contextlib
@@ -15,6 +17,7 @@ import fcntl
 import hashlib
 import json
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field, fields, replace
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from memoryd import fsops, safejson
 from memoryd.logsetup import get_logger
 from memoryd.paths import ensure_private_dir, read_bounded, read_problem
+from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 if TYPE_CHECKING:  # the parse cache's module (and its YAML parser) loads with the first cache
     from memoryd.scan import Scanned
@@ -101,18 +105,10 @@ class DirState:
             del self.reported[key]
 
 
-FileId = tuple[int, int, int]  # inode, size, mtime_ns: changes whenever anyone rewrites it
-
-
-def _file_id(path: Path) -> FileId | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 _FIELDS = frozenset(f.name for f in fields(DirState))
+# The fields kept a row per name (name -> value) rather than in the dir's one row: a pass over a
+# few files of a 10,000-file dir writes those few rows, not the whole map.
+_KEYED = ("seen", "own")
 
 
 def _copy(state: DirState) -> DirState:
@@ -127,67 +123,20 @@ def _copy(state: DirState) -> DirState:
     )
 
 
-def _shallow(value: Any) -> Any:
-    if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, list):
-        return list(value)
-    return value
-
-
 def _apply(state: DirState, data: Mapping[str, Any]) -> None:
     for key, value in data.items():
-        if key in _FIELDS:
+        if key in _FIELDS and key not in _KEYED:
             setattr(state, key, value)
-
-
-# The fields a log line changes per name (name -> new value, None: gone) rather than whole.
-_KEYED = ("seen", "own")
-
-
-def _apply_change(state: DirState, change: Mapping[str, Any]) -> None:
-    for key in _KEYED:
-        delta = change.get(key)
-        if isinstance(delta, dict):
-            held: dict[str, Any] = getattr(state, key)
-            for name, value in delta.items():
-                if value is None:
-                    held.pop(name, None)
-                else:
-                    held[name] = value
-    rest = change.get("set")
-    if isinstance(rest, dict):
-        _apply(state, rest)
-
-
-def _delta(
-    before: DirState,
-    after: DirState,
-    seen_changed: Set[str] | None,
-    own_changed: Set[str] | None = None,
-) -> dict[str, Any] | None:
-    """What takes `before` to `after`, as a log line holds it; None when `seen` (or `own`)
-    changed and the caller did not say where. `seen_changed`: the caller's word that no other
-    name's `seen` entry changed (the daemon's pass over a few files), so that 10,000 entries
-    are neither compared nor copied on every save; a name added or removed elsewhere still
-    shows in the count and makes it None. `own_changed`: the same for `own` (None: as
-    `seen_changed`)."""
-    seen = _keyed_delta(before.seen, after.seen, seen_changed)
-    own = _keyed_delta(before.own, after.own, seen_changed if own_changed is None else own_changed)
-    if seen is None or own is None:
-        return None  # write it whole
-    rest = {
-        name: getattr(after, name)
-        for name in _FIELDS
-        if name not in _KEYED and getattr(after, name) != getattr(before, name)
-    }
-    return {"seen": seen, "own": own, "set": rest}
 
 
 def _keyed_delta(
     before: Mapping[str, Any], after: Mapping[str, Any], changed: Set[str] | None
 ) -> dict[str, Any] | None:
-    """The per-name change of one keyed field (see _delta), or None if it cannot be said."""
+    """The per-name change of one keyed field (name -> new value, None: gone), or None when it
+    cannot be said without comparing every name. `changed`: the caller's word that no other
+    name changed (the daemon's pass over a few files), so that 10,000 entries are neither
+    compared nor copied on every save; a name added or removed elsewhere still shows in the
+    count and makes it None."""
     out: dict[str, Any] = {}
     if changed is None:
         return out if before == after else None
@@ -200,15 +149,67 @@ def _keyed_delta(
     return out if size == len(after) else None  # else a name came or went elsewhere too
 
 
-# A state's changes since its last full write are appended to a log beside it, one JSON line a
-# save, so a save after one changed file writes ~200 bytes instead of the whole `seen` map
-# (1 MB at 10,000 files). The log is named after a generation the base file records: a crash
-# between writing a new base and removing the old log can never replay old changes over newer
-# ones. It is folded into a new base once it outgrows this, or the base.
-LOG_FOLD_BYTES = 256 * 1024
-StateId = tuple[FileId | None, FileId | None]  # the base file and its log
-# The most of one state file memoryd reads (none it writes comes near: a 100,000-file dir's
-# cache is tens of MB): a bound, so that nothing in the state dir is read without end.
+def _delta(
+    before: DirState, after: DirState, seen_changed: Set[str] | None, own_changed: Set[str] | None
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The per-name changes of `seen` and `own` (own_changed None: seen_changed's names), or
+    None when the caller did not say where they are (both are then written whole)."""
+    seen = _keyed_delta(before.seen, after.seen, seen_changed)
+    own = _keyed_delta(before.own, after.own, seen_changed if own_changed is None else own_changed)
+    return None if seen is None or own is None else (seen, own)
+
+
+def _rest_of(state: DirState) -> dict[str, Any]:
+    return {name: getattr(state, name) for name in sorted(_FIELDS) if name not in _KEYED}
+
+
+def _rest(state: DirState) -> str:
+    """The dir's fields but `seen` and `own`, as its row holds them."""
+    return json.dumps(_rest_of(state), ensure_ascii=True, sort_keys=True, separators=(",", ":"))
+
+
+def _shallow(value: Any) -> Any:
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
+SCHEMA = Schema(
+    "dirstate",
+    1,
+    """
+    CREATE TABLE dirstate (dir TEXT PRIMARY KEY, path TEXT NOT NULL, stamp INTEGER NOT NULL,
+                           fields TEXT NOT NULL);
+    CREATE TABLE dirstate_seen (dir TEXT NOT NULL, name TEXT NOT NULL, title TEXT NOT NULL,
+                                description TEXT NOT NULL, PRIMARY KEY (dir, name))
+                                WITHOUT ROWID;
+    CREATE TABLE dirstate_own (dir TEXT NOT NULL, name TEXT NOT NULL, digest TEXT NOT NULL,
+                               PRIMARY KEY (dir, name)) WITHOUT ROWID
+    """,
+    ("dirstate", "dirstate_seen", "dirstate_own"),
+)
+# Caches anything can rebuild from the memory dirs and repos: a dir's parse cache (`scan`), its
+# dream facts (`facts`), its held archive positions (`held`), a repo's tokens (`tokens`).
+CACHE = Schema(
+    "cache",
+    1,
+    """CREATE TABLE cache_blob (kind TEXT NOT NULL, key TEXT NOT NULL, stamp INTEGER NOT NULL,
+                                data BLOB NOT NULL, PRIMARY KEY (kind, key)) WITHOUT ROWID""",
+    ("cache_blob",),
+    disposable=True,
+)
+
+
+def _stamp() -> int:
+    """A new value for a row's `stamp`: a copy held in memory is trusted while the row still
+    has the stamp it was read or written with (one look at an indexed row, not its data)."""
+    return int.from_bytes(os.urandom(8), "little") >> 1
+
+
+# The most of one state file memoryd reads (the daemon's day counts, the trash clock): a bound,
+# so that nothing in the state dir is read without end.
 STATE_MAX_BYTES = 1 << 30
 
 
@@ -223,25 +224,41 @@ def _say_on_stderr(path: Path, problem: str) -> None:
 
 
 class StateStore:
-    """Loads and saves DirState and parse caches under `<state_dir>/dirs/`.
+    """Loads and saves DirState and the caches in the state store (`state.sqlite`); the dir's
+    writer lock stays under `<state_dir>/dirs/`.
 
     A long-running process keeps what it last read or wrote in memory, and trusts it while the
-    files on disk are unchanged (same inode, size, mtime): a pass over a 10,000-file dir then
-    neither re-parses nor re-writes state that did not change.
+    row's stamp is unchanged: a pass over a 10,000-file dir then neither re-reads nor re-writes
+    state that did not change.
     """
 
     def __init__(
         self, state_dir: Path, *, on_damaged: Callable[[Path, str], None] = _say_on_stderr
     ) -> None:
+        self.state_dir = state_dir
         self.root = state_dir / "dirs"
         self.on_damaged = on_damaged
         self._damaged: set[tuple[Path, str]] = set()  # said once each
-        self._states: dict[Path, tuple[StateId, int, DirState]] = {}  # id, generation, state
-        self._caches: dict[Path, tuple[FileId, dict[str, Scanned]]] = {}
-        # A new token each time a dir's `seen` may have changed (read from disk, or saved with
-        # a change to it): a caller that kept the token knows `seen` is what it last saved.
+        self._states: dict[Path, tuple[int, DirState]] = {}  # stamp, state
+        self._caches: dict[Path, tuple[int, dict[str, Scanned]]] = {}
+        # A new token each time a dir's `seen` may have changed (read from the store, or saved
+        # with a change to it): a caller that kept the token knows `seen` is what it last saved.
         self._seen_tokens: dict[Path, object] = {}
         self._locks = threading.local()  # per thread: real path -> (lock fd, depth)
+        self._ready = False
+
+    def db(self) -> StateDB:
+        """The state store, with this module's tables."""
+        db = StateDB.in_state_dir(self.state_dir)
+        if not self._ready:
+            db.ensure(SCHEMA)
+            db.ensure(CACHE)
+            self._ready = True
+        return db
+
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One transaction for several saves (a pass's state and caches commit as one)."""
+        return self.db().transaction()
 
     def read_file(self, path: Path) -> bytes | None:
         """One of memoryd's own state files, whole; None when it is missing or damaged (not a
@@ -312,42 +329,53 @@ class StateStore:
         finally:
             os.close(fd)  # and with it the lock
 
-    def _paths(self, real_path: Path) -> tuple[Path, Path]:
-        key = dir_key(real_path)
-        return self.root / f"{key}.json", self.root / f"{key}.cache"
+    def made(self) -> bool:
+        """Whether the state store exists: a read before it does makes none (a dry run writes
+        nothing in the state dir)."""
+        return self._ready or (self.state_dir / FILE_NAME).exists()
 
-    def _log_path(self, real_path: Path, generation: int) -> Path:
-        return self.root / f"{dir_key(real_path)}.{generation}.log"
+    def dirs(self) -> list[str]:
+        """The path of every dir the store keeps state for, sorted."""
+        if not self.made():
+            return []
+        rows = self.db().connection().execute("SELECT path FROM dirstate ORDER BY path")
+        return [path for (path,) in rows]
 
-    def _state_id(self, real_path: Path, generation: int) -> StateId:
-        path, _ = self._paths(real_path)
-        return (_file_id(path), _file_id(self._log_path(real_path, generation)))
+    def _stamp_of(self, real_path: Path) -> int | None:
+        if not self.made():
+            return None
+        row = (
+            self.db()
+            .connection()
+            .execute("SELECT stamp FROM dirstate WHERE dir = ?", (dir_key(real_path),))
+        )
+        found = row.fetchone()
+        return None if found is None else int(found[0])
 
     def load(self, real_path: Path) -> DirState:
-        path, _ = self._paths(real_path)
         held = self._states.get(real_path)
-        if held is not None and self._state_id(real_path, held[1]) == held[0]:
-            return _copy(held[2])
-        base_id = _file_id(path)
-        data = self.read_json(path)
-        if not isinstance(data, dict):
-            return DirState(path=str(real_path))
-        generation = data.pop("_log", 0)
-        generation = generation if isinstance(generation, int) else 0
+        if held is not None and self._stamp_of(real_path) == held[0]:
+            return _copy(held[1])
+        key = dir_key(real_path)
         state = DirState(path=str(real_path))
-        _apply(state, data)
-        log_path = self._log_path(real_path, generation)
-        log_id = _file_id(log_path)
-        log = self.read_file(log_path) if log_id is not None else b""
-        for line in (log or b"").splitlines():
-            try:
-                change = safejson.loads(line)
-            except ValueError:
-                continue  # a torn last line: that save never finished
-            if isinstance(change, dict):
-                _apply_change(state, change)
-        if base_id is not None and log is not None:  # (a damaged log: the next save is whole)
-            self._states[real_path] = ((base_id, log_id), generation, _copy(state))
+        if not self.made():
+            return state
+        conn = self.db().connection()
+        with self.db().snapshot():  # the three tables as one commit left them
+            row = conn.execute("SELECT stamp, fields FROM dirstate WHERE dir = ?", (key,))
+            found = row.fetchone()
+            if found is None:
+                self._states.pop(real_path, None)
+                return state
+            _apply(state, safejson.loads(found[1]))
+            seen = conn.execute(
+                "SELECT name, title, description FROM dirstate_seen WHERE dir = ?", (key,)
+            )
+            state.seen = {name: [title, text] for name, title, text in seen}
+            own = conn.execute("SELECT name, digest FROM dirstate_own WHERE dir = ?", (key,))
+            state.own = dict(own.fetchall())
+        state.path = str(real_path)
+        self._states[real_path] = (int(found[0]), _copy(state))
         self._seen_tokens[real_path] = object()
         return state
 
@@ -355,7 +383,7 @@ class StateStore:
         """An opaque value that stays the same object while the dir's `seen` is the one this
         store last read or saved and nothing else wrote the state since; None if unknown."""
         held = self._states.get(real_path)
-        if held is None or self._state_id(real_path, held[1]) != held[0]:
+        if held is None or self._stamp_of(real_path) != held[0]:
             return None
         return self._seen_tokens.get(real_path)
 
@@ -369,116 +397,135 @@ class StateStore:
         """Write what changed since the last load or save; `seen_changed`: the only names
         whose `seen` entry may differ (a pass over a few files), else all are compared;
         `own_changed`: the same for `own` (None: `seen_changed`)."""
-        path, _ = self._paths(real_path)
+        key = dir_key(real_path)
         held = self._states.get(real_path)
-        if held is not None and held[0][0] is not None:
-            state_id = self._state_id(real_path, held[1])
-            if state_id == held[0]:
-                delta = _delta(held[2], state, seen_changed, own_changed)
-                if delta is not None and not any(delta.values()):
+        rest = _rest(state)
+        with self.db().transaction() as conn:
+            row = conn.execute("SELECT stamp FROM dirstate WHERE dir = ?", (key,)).fetchone()
+            delta = None
+            if held is not None and row is not None and row[0] == held[0]:
+                delta = _delta(held[1], state, seen_changed, own_changed)
+                if delta == ({}, {}) and rest == _rest(held[1]):
                     return  # nothing changed since we read or wrote it
-                log_size = state_id[1][1] if state_id[1] is not None else 0
-                base_size = state_id[0][1] if state_id[0] is not None else 0
-                if delta is not None and log_size < max(LOG_FOLD_BYTES, base_size):
-                    self._append(real_path, held[1], held[2], delta, state_id)
-                    return
-        generation = held[1] + 1 if held is not None else 0
-        record = {f.name: getattr(state, f.name) for f in fields(state)}
-        data = json.dumps(
-            {**record, "_log": generation},
-            ensure_ascii=True,
-            sort_keys=True,
-            separators=(",", ":"),
-        ).encode()
-        fsops.write_private(path, data)
-        for stale in self.root.glob(f"{dir_key(real_path)}.*.log"):
-            with contextlib.suppress(OSError):
-                stale.unlink()
-        written = _file_id(path)
-        self._seen_tokens[real_path] = object()
-        if written is not None:
-            self._states[real_path] = ((written, None), generation, _copy(state))
-
-    def _append(
-        self,
-        real_path: Path,
-        generation: int,
-        held: DirState,
-        delta: dict[str, Any],
-        state_id: StateId,
-    ) -> None:
-        """Log `delta`, and apply it to `held` (this store's own copy: no copy of `seen`).
-        `state_id`: the files as they were checked to be `held`'s just before."""
-        line = json.dumps(delta, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
-        log_path = self._log_path(real_path, generation)
-        # O_NONBLOCK: a FIFO put there since the load fails the save (ENXIO), never hangs it.
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-        fd = os.open(log_path, flags | os.O_CLOEXEC, 0o600)
-        try:
-            # Written through to the kernel (a killed process loses nothing) but not fsynced:
-            # the index write this follows has just paid for its own durability, and losing the
-            # last lines to a power cut costs only this: a file deleted just before the cut
-            # keeps its pointer, reported as a dead link, and a problem may be said twice.
-            written = os.write(fd, line)
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
-        if delta["seen"]:
+            if delta is None:
+                stamp = put_whole(conn, key, replace(state, path=str(real_path)))
+            else:
+                stamp = _put_row(conn, key, str(real_path), rest)
+                _write_keyed(conn, key, *delta)
+        if delta is None or held is None:
             self._seen_tokens[real_path] = object()
-        log_before = state_id[1][1] if state_id[1] is not None else 0
-        if written != len(line) or st.st_size != log_before + len(line):
-            # Another process appended too (or the write fell short): what the file says now
-            # is not `held` plus our line, so nothing is trusted until it is read again.
-            del self._states[real_path]
-            self._seen_tokens.pop(real_path, None)
+            self._states[real_path] = (stamp, _copy(state))
             return
-        # The caller goes on mutating its state's containers: `held` gets copies of those that
-        # changed (as _copy makes; `seen` values are replaced, never mutated, by callers).
-        rest = {k: _shallow(v) for k, v in delta["set"].items()}
-        _apply_change(held, {"seen": delta["seen"], "own": delta["own"], "set": rest})
-        log_id = (st.st_ino, st.st_size, st.st_mtime_ns)
-        self._states[real_path] = ((state_id[0], log_id), generation, held)
+        if delta[0]:
+            self._seen_tokens[real_path] = object()
+        # The caller goes on mutating its state's containers: the held copy takes the changed
+        # names and copies of the other fields that changed (`seen` values are replaced, never
+        # mutated, by callers).
+        mine = held[1]
+        for name, value in delta[0].items():
+            _put(mine.seen, name, value)
+        for name, value in delta[1].items():
+            _put(mine.own, name, value)
+        changed = {k: _shallow(v) for k, v in _rest_of(state).items() if v != getattr(mine, k)}
+        _apply(mine, changed)
+        self._states[real_path] = (stamp, mine)
 
     def release_cache(self, real_path: Path) -> None:
-        """Stop holding the dir's parse cache in memory (the next load reads the file): for a
+        """Stop holding the dir's parse cache in memory (the next load reads the store): for a
         pass that is done with the scan and needs the memory (100,000 entries are ~90 MB)."""
         self._caches.pop(real_path, None)
+
+    def _blob(self, kind: str, key: str) -> tuple[int, bytes] | None:
+        if not self.made():
+            return None
+        row = (
+            self.db()
+            .connection()
+            .execute("SELECT stamp, data FROM cache_blob WHERE kind = ? AND key = ?", (kind, key))
+        )
+        found = row.fetchone()
+        return None if found is None else (int(found[0]), bytes(found[1]))
+
+    def _put_blob(self, kind: str, key: str, data: bytes) -> int:
+        """Save one cache entry (not made durable: a cache lost to a power cut is rebuilt)."""
+        stamp = _stamp()
+        with self.db().transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO cache_blob(kind, key, stamp, data) VALUES (?, ?, ?, ?)",
+                (kind, key, stamp, data),
+            )
+        return stamp
 
     def load_cache(self, real_path: Path) -> "dict[str, Scanned]":
         from memoryd.scan import load_cache
 
-        _, path = self._paths(real_path)
-        current = _file_id(path)
         held = self._caches.get(real_path)
-        if held is not None and current is not None and held[0] == current:
-            return held[1]  # read-only for callers: scan_dir only looks entries up
-        data = self.read_file(path)
-        if data is None:
+        key = dir_key(real_path)
+        if held is not None:
+            row = (
+                self.db()
+                .connection()
+                .execute("SELECT stamp FROM cache_blob WHERE kind = 'scan' AND key = ?", (key,))
+            )
+            if row.fetchone() == (held[0],):
+                return held[1]  # read-only for callers: scan_dir only looks entries up
+        found = self._blob("scan", key)
+        if found is None:
             return {}
-        files = load_cache(data)
-        if current is not None:
-            self._caches[real_path] = (current, files)
+        files = load_cache(found[1])
+        self._caches[real_path] = (found[0], files)
         return files
 
     def cache_data(self, real_path: Path) -> bytes | None:
-        """The dir's parse cache file as saved (the held copy is not consulted), or None."""
-        return self.read_file(self._paths(real_path)[1])
+        """The dir's parse cache as saved (the held copy is not consulted), or None."""
+        found = self._blob("scan", dir_key(real_path))
+        return None if found is None else found[1]
+
+    def save_cache(self, real_path: Path, files: "dict[str, Scanned]") -> None:
+        from memoryd.scan import dump_cache
+
+        held = self._caches.get(real_path)
+        if held is not None and (held[1] is files or held[1] == files):
+            return
+        # Kept as given, not copied (10,000 entries are half a MB of a 60 MB daemon): a
+        # scan's `files` is never changed once the scan is made (the next scan copies).
+        self._caches[real_path] = (
+            self._put_blob("scan", dir_key(real_path), dump_cache(files)),
+            files,
+        )
 
     def load_facts(self, real_path: Path) -> bytes | None:
         """The dream facts a pass saved for the dir (``FactsCache.dump``), or None."""
-        return self.read_file(self._facts_path(real_path))
+        found = self._blob("facts", dir_key(real_path))
+        return None if found is None else found[1]
 
     def save_facts(self, real_path: Path, data: Iterable[bytes]) -> None:
-        # Not fsynced: facts lost to a power cut are derived again by the next pass.
-        fsops.write_private(self._facts_path(real_path), data, durable=False)
+        self._put_blob("facts", dir_key(real_path), b"".join(data))
+
+    def drop_facts(self, real_path: Path) -> None:
+        """Remove the dir's saved dream facts (`forget --purge`): the next pass derives them.
+        Their bytes go from the file's pages (secure_delete) and from its WAL (truncated)."""
+        with self.db().transaction() as conn:
+            conn.execute(
+                "DELETE FROM cache_blob WHERE kind = 'facts' AND key = ?", (dir_key(real_path),)
+            )
+        self.db().connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def load_held(self, real_path: Path) -> bytes | None:
         """What the last held view found in the dir's archive (index_held.dump_positions)."""
-        return self.read_file(self.root / f"{dir_key(real_path)}.held")
+        found = self._blob("held", dir_key(real_path))
+        return None if found is None else found[1]
 
     def save_held(self, real_path: Path, data: bytes) -> None:
-        # Not fsynced: it is kept under its archive's digest, and a lost one is parsed again.
-        fsops.write_private(self.root / f"{dir_key(real_path)}.held", data, durable=False)
+        self._put_blob("held", dir_key(real_path), data)
+
+    def load_repo_tokens(self, root: Path) -> bytes | None:
+        """The saved token cache of a repo root (``repo.dump_sources``), or None."""
+        found = self._blob("tokens", dir_key(root))
+        return None if found is None else found[1]
+
+    def save_repo_tokens(self, root: Path, data: bytes) -> None:
+        self._put_blob("tokens", dir_key(root), data)
 
     def load_pins(self, real_path: Path) -> bytes | None:
         """The dir's restore pins (``restored.record``), or None."""
@@ -494,41 +541,48 @@ class StateStore:
     def _pins_path(self, real_path: Path) -> Path:
         return self.root / f"{dir_key(real_path)}.restored"
 
-    def drop_facts(self, real_path: Path) -> None:
-        """Remove the dir's saved dream facts (`forget --purge`): the next pass derives them."""
-        self._facts_path(real_path).unlink()
 
-    def _facts_path(self, real_path: Path) -> Path:
-        return self.root / f"{dir_key(real_path)}.facts"
+def _put_row(conn: sqlite3.Connection, key: str, path: str, rest: str) -> int:
+    stamp = _stamp()
+    conn.execute(
+        "INSERT OR REPLACE INTO dirstate(dir, path, stamp, fields) VALUES (?, ?, ?, ?)",
+        (key, path, stamp, rest),
+    )
+    return stamp
 
-    def _repo_path(self, root: Path) -> Path:
-        return self.root.parent / "repos" / f"{dir_key(root)}.tokens"
 
-    def load_repo_tokens(self, root: Path) -> bytes | None:
-        """The saved token cache of a repo root (``repo.dump_sources``), or None."""
-        return self.read_file(self._repo_path(root))
+def put_whole(conn: sqlite3.Connection, key: str, state: DirState) -> int:
+    """Write a dir's state whole in the caller's transaction; its new stamp."""
+    conn.execute("DELETE FROM dirstate_seen WHERE dir = ?", (key,))
+    conn.execute("DELETE FROM dirstate_own WHERE dir = ?", (key,))
+    _write_keyed(conn, key, state.seen, state.own)
+    return _put_row(conn, key, state.path, _rest(state))
 
-    def save_repo_tokens(self, root: Path, data: bytes) -> None:
-        # Not fsynced: a cache lost to a power cut costs one rebuild.
-        fsops.write_private(self._repo_path(root), data, durable=False)
 
-    def save_cache(self, real_path: Path, files: "dict[str, Scanned]") -> None:
-        from memoryd.scan import dump_cache
+def _put(held: dict[str, Any], name: str, value: Any) -> None:
+    if value is None:
+        held.pop(name, None)
+    else:
+        held[name] = value
 
-        _, path = self._paths(real_path)
-        held = self._caches.get(real_path)
-        same = held is not None and (held[1] is files or held[1] == files)
-        if same and held is not None and held[0] == _file_id(path):
-            return
-        data = dump_cache(files)
-        if held is None and self.read_file(path) == data:
-            return
-        # Not fsynced (the fsyncs of a 2 MB file were most of a one-change `memoryd index`):
-        # after a power cut the file is the previous cache, still true entry by entry (each is
-        # checked against its file's stat), or damaged and read as none (sealed's CRC).
-        fsops.write_private(path, data, durable=False)
-        written = _file_id(path)
-        if written is not None:
-            # Kept as given, not copied (10,000 entries are half a MB of a 60 MB daemon): a
-            # scan's `files` is never changed once the scan is made (the next scan copies).
-            self._caches[real_path] = (written, files)
+
+def _write_keyed(
+    conn: sqlite3.Connection, key: str, seen: Mapping[str, Any], own: Mapping[str, Any]
+) -> None:
+    """Write per-name changes (name -> value, None: gone) of `seen` and `own`."""
+    conn.executemany(
+        "DELETE FROM dirstate_seen WHERE dir = ? AND name = ?",
+        [(key, n) for n, v in seen.items() if v is None],
+    )
+    conn.executemany(
+        "INSERT OR REPLACE INTO dirstate_seen(dir, name, title, description) VALUES (?,?,?,?)",
+        [(key, n, v[0], v[1]) for n, v in seen.items() if v is not None],
+    )
+    conn.executemany(
+        "DELETE FROM dirstate_own WHERE dir = ? AND name = ?",
+        [(key, n) for n, v in own.items() if v is None],
+    )
+    conn.executemany(
+        "INSERT OR REPLACE INTO dirstate_own(dir, name, digest) VALUES (?, ?, ?)",
+        [(key, n, v) for n, v in own.items() if v is not None],
+    )

@@ -161,11 +161,7 @@ def _from_disk(rt: Any, last: dict[str, Any] | None) -> list[DirRow]:
     daemon's last heartbeat where it gave them."""
     beat = {str(d.get("real_path")): d for d in (last or {}).get("dirs", []) if isinstance(d, dict)}
     rows = []
-    for path in sorted(rt.store.root.glob("*.json")):
-        try:
-            folder = rt.store.read_json(path)["path"]
-        except (ValueError, KeyError, TypeError):
-            continue
+    for folder in rt.store.dirs():
         state = rt.store.load(Path(folder))
         seen = beat.get(folder, {})
         rows.append(DirRow(

@@ -634,3 +634,63 @@ async def mcp_drive(params: Any, calls: list[tuple[str, dict[str, Any]]]) -> Any
         tools = await session.list_tools()
         answers = [await session.call_tool(name, args) for name, args in calls]
         return init, tools, answers
+
+
+def state_rows(state_dir: Path, sql: str, *args: object) -> list[tuple[Any, ...]]:
+    """Rows of a query on the state store in `state_dir` ([] before it or the table exists),
+    read as another process would (a connection of its own)."""
+    import sqlite3
+
+    path = state_dir / "state.sqlite"
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    except sqlite3.OperationalError as error:
+        if "no such table" in str(error):
+            return []
+        raise
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class SavedBlob:
+    """One cache entry in the state store (StateStore's cache_blob table), read and written as
+    another process would: tests damage one, or look whether a pass wrote it again."""
+
+    state_dir: Path
+    kind: str
+    key: str
+
+    def _conn(self) -> Any:
+        import sqlite3
+
+        return sqlite3.connect(self.state_dir / "state.sqlite")
+
+    def read_bytes(self) -> bytes:
+        [(data,)] = state_rows(self.state_dir, self._where("data"), self.kind, self.key)
+        return bytes(data)
+
+    def write_bytes(self, data: bytes) -> None:
+        conn = self._conn()
+        with conn:
+            conn.execute(
+                "UPDATE cache_blob SET data = ?, stamp = stamp + 1 WHERE kind = ? AND key = ?",
+                (data, self.kind, self.key),
+            )
+        conn.close()
+
+    def stamp(self) -> int:
+        [(stamp,)] = state_rows(self.state_dir, self._where("stamp"), self.kind, self.key)
+        return int(stamp)
+
+    def _where(self, column: str) -> str:
+        return f"SELECT {column} FROM cache_blob WHERE kind = ? AND key = ?"
+
+
+def saved_blobs(state_dir: Path, kind: str) -> list[SavedBlob]:
+    """The cache entries of one kind (`scan`, `facts`, `held`, `tokens`) in the state store."""
+    rows = state_rows(state_dir, "SELECT key FROM cache_blob WHERE kind = ? ORDER BY key", kind)
+    return [SavedBlob(state_dir, kind, key) for (key,) in rows]

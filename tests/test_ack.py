@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Env, tree_digest
-from tests.helpers import make_half_stale_repo
+from tests.helpers import make_half_stale_repo, state_rows
 
 pytestmark = pytest.mark.repo_tree.with_args(make_half_stale_repo)
 
@@ -42,8 +42,9 @@ def test_an_acknowledged_flag_is_not_listed_until_the_memory_changes(
     assert done.code == 0, done.err
     assert f"acknowledged {half}" in done.out
     assert tree_digest(folder) == before  # the file, its mtime, the dir: untouched
-    [record] = list((env.state / "dirs").glob("*.acked"))
-    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    [(record,)] = state_rows(env.state, "SELECT file FROM acked")
+    assert record == "half.md"
+    assert stat.S_IMODE((env.state / "state.sqlite").stat().st_mode) == 0o600
     [row] = [r for r in env.audit_rows() if r["event"] == "flag.acknowledged"]
     assert row["file"] == "half.md" and row["dir"] == str(folder)
 
@@ -97,7 +98,7 @@ def test_only_a_flagged_memory_can_be_acknowledged(env: Env, cli, repo: Path) ->
     folder = repo / ".claude" / "memory"
     result = cli("ack", folder / "filler_0.md")
     assert result.code == 1 and "not flagged for review; nothing to acknowledge" in result.out
-    assert not list((env.state / "dirs").glob("*.acked"))
+    assert not state_rows(env.state, "SELECT file FROM acked")
     missing = cli("ack", folder / "nope.md")
     assert missing.code == 1 and "nope.md" in missing.err
     assert not [r for r in env.audit_rows() if r["event"] == "flag.acknowledged"]

@@ -17,6 +17,7 @@ import pytest
 
 from tests.claude_client import BIN_ENV, Reply, claude_bin, run_claude
 from tests.conftest import write_memory
+from tests.helpers import state_rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -89,7 +90,7 @@ def test_the_agent_is_offered_memoryds_tools_and_a_search_answers_with_the_memor
     text = "\n".join(_texts(answered))
     assert "deploy_flow.md" in text and "green build" in text
     state = home / ".local" / "state" / "memoryd"
-    served = sorted((state / "consults").glob("*.jsonl"))
-    rows = [json.loads(line) for p in served for line in p.read_text().splitlines() if line]
+    served = state_rows(state, "SELECT tool, names FROM consult_served")
+    rows = [{"tool": tool, "names": json.loads(names)} for tool, names in served]
     assert any(r.get("tool") == "search_memories" and "deploy_flow" in str(r) for r in rows), rows
     assert sorted(os.listdir(folder)) == before

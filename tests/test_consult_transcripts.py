@@ -13,7 +13,17 @@ from memoryd.discover import slugify
 from memoryd.dream import transcripts
 from memoryd.dream.run import RepoCache, dream_dir
 from tests.conftest import Env
-from tests.helpers import DAY, dream, explain, filler, make_subfolder_repo, mem, memory_dir, moved
+from tests.helpers import (
+    DAY,
+    dream,
+    explain,
+    filler,
+    make_subfolder_repo,
+    mem,
+    memory_dir,
+    moved,
+    state_rows,
+)
 
 pytestmark = pytest.mark.repo_tree.with_args(make_subfolder_repo)
 
@@ -343,6 +353,7 @@ def test_a_dry_run_saves_no_offsets(env: Env, cli, repo: Path) -> None:
     plant(env, repo, "s.jsonl", tool_row(str(kept), cwd=repo, when=time.time()))
     dream(cli, repo, "--dry-run")
     explain(cli, kept)
-    assert not transcripts.state_path(env.state).exists()
+    offsets = "SELECT name FROM consult_transcript"
+    assert not state_rows(env.state, offsets)
     dream(cli, repo)
-    assert transcripts.state_path(env.state).exists()
+    assert state_rows(env.state, offsets)

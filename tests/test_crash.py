@@ -14,8 +14,9 @@ import pytest
 from memoryd.audit import iter_lines
 from memoryd.index import pointer_targets, split_lines
 from memoryd.scan import scan_dir
-from tests.helpers import filler, mem, plant_day, watched_for
+from tests.helpers import filler, mem, plant_day, state_rows, watched_for
 
+JOURNALS = "SELECT pass_id FROM journal_pass"  # the pass journals left in a state store
 HAND_WRITTEN = "# Project notes\n\nKeep these words exactly.\n\n"
 
 
@@ -125,7 +126,7 @@ def test_sigkill_at_every_step_of_a_dream_pass(tmp_path: Path, indexed: bool) ->
             completed = True
         _check_consistent(folder, before)
         assert not (folder / "stale_a.md").exists() and not (folder / "dup_old.md").exists()
-        assert not list((case / "home" / "state").rglob("journal/*.jsonl"))
+        assert not state_rows(case / "home" / "state" / "memoryd", JOURNALS)
     assert k > 8, "the crash points were never reached"
     assert recovered >= 5, "recovery from the journal was never exercised"
 
@@ -241,6 +242,6 @@ def test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename
         assert again.returncode == 0, again.stdout + again.stderr
         _check_consistent(folder, before)
         assert not (folder / "stale_a.md").exists() and not (folder / "dup_old.md").exists()
-        assert not list((case / "home" / "state").rglob("journal/*.jsonl"))
+        assert not state_rows(case / "home" / "state" / "memoryd", JOURNALS)
     labels = {line.split()[1] for line in trace.read_text().splitlines()}
     assert {"trash.after_move", "trash.put_back", "journal.marked"} <= labels, labels

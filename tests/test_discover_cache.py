@@ -5,19 +5,25 @@ with results the same as reading everything afresh."""
 import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from memoryd import fsops
+from memoryd import cwd_cache
 from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
 from memoryd.discover import Discovery, discover_all, slugify
+from memoryd.storage.statedb import forget_shared
 from tests.conftest import Env, write_memory
+from tests.helpers import state_rows
 
-CACHE = "transcript-cwds.json"
+
+def cached_files(env: Env) -> list[tuple[object, object]]:
+    """The cache's rows (inode, cwd) in the state store."""
+    return state_rows(env.state, "SELECT ino, cwd FROM cache_cwd")
 
 
 def config_for(env: Env) -> Config:
@@ -130,7 +136,7 @@ def test_a_second_discovery_with_nothing_changed_opens_no_transcript(
     with counting(monkeypatch) as second:
         again = discover_all(config)
     assert second.transcript_opens == 0
-    assert (env.state / CACHE).stat().st_mode & 0o777 == 0o600
+    assert cached_files(env) and (env.state / "state.sqlite").stat().st_mode & 0o777 == 0o600
     assert again == found == uncached(config)
     roots = {md.label: md.repo_reason for md in found.dirs}
     assert any("cwd in s0.jsonl" in r for r in roots.values())
@@ -177,47 +183,29 @@ def test_a_changed_transcript_is_read_again(
     assert calls.transcript_opens == 1
 
 
-@pytest.mark.parametrize(
-    "damage",
-    ["not json", "list", "old version", "wrong types", "forged cwd", "fifo", "link", "huge"],
-)
+@pytest.mark.parametrize("damage", ["old version", "wrong types", "forged cwd"])
 def test_a_damaged_cache_is_done_without(env: Env, home: Path, tmp_path: Path, damage: str) -> None:
-    """A cache file that is not what memoryd writes (not JSON, another shape or version,
-    entries of the wrong types, a cwd that does not match its folder's slug, a FIFO, a link,
-    over its size) is no failure: discovery reads the transcripts and finds the same, and
-    the next save replaces it."""
+    """Cache rows that are not what memoryd writes (of another schema version, of the wrong
+    types, a cwd that does not match its folder's slug) are no failure: discovery reads the
+    transcripts and finds the same, and the next save replaces them."""
     config = config_for(env)
     reference = uncached(config)
-    cache = env.state / CACHE
     discover_all(config)
-    good = json.loads(cache.read_text())
-    cache.unlink()
-    if damage == "not json":
-        cache.write_text('{"version": 1, "folders": {')
-    elif damage == "list":
-        cache.write_text("[1, 2]")
-    elif damage == "old version":
-        cache.write_text(json.dumps({**good, "version": 0}))
-    elif damage == "wrong types":
-        for entry in good["folders"].values():
-            for name in entry["files"]:
-                entry["files"][name] = ["1", None, True, 5, {}]
-        cache.write_text(json.dumps(good))
-    elif damage == "forged cwd":
-        for entry in good["folders"].values():
-            for value in entry["files"].values():
-                value[3] = str(tmp_path / "forged") if value[3] else None
-        cache.write_text(json.dumps(good))
-    elif damage == "fifo":
-        os.mkfifo(cache)
-    elif damage == "link":
-        (tmp_path / "elsewhere.json").write_text(json.dumps(good))
-        cache.symlink_to(tmp_path / "elsewhere.json")
-    else:
-        cache.write_text(json.dumps(good) + " " * (8 * 1024 * 1024))
+    conn = sqlite3.connect(env.state / "state.sqlite")
+    with conn:
+        if damage == "old version":
+            conn.execute("UPDATE schemas SET version = 0 WHERE name = 'cache_cwd'")
+        elif damage == "wrong types":
+            conn.execute("UPDATE cache_cwd SET ino = '1', size = NULL, mtime_ns = 2.5")
+        else:
+            forged = str(tmp_path / "forged")
+            conn.execute("UPDATE cache_cwd SET cwd = ? WHERE cwd IS NOT NULL", (forged,))
+    conn.close()
+    forget_shared()  # as a new process: its schemas looked at again
     assert discover_all(config) == reference
-    if damage not in ("fifo", "link"):
-        assert json.loads(cache.read_text())["version"] == 1  # replaced by a good one
+    rows = cached_files(env)
+    assert rows and all(isinstance(ino, int) for ino, _ in rows)
+    assert str(tmp_path / "forged") not in {cwd for _, cwd in rows}
 
 
 def test_no_state_folder_is_created_and_a_read_only_one_is_no_failure(
@@ -231,12 +219,12 @@ def test_no_state_folder_is_created_and_a_read_only_one_is_no_failure(
     assert not env.state.exists()
     env.state.mkdir(parents=True)
 
-    def refused(path: Path, data: object, **_: object) -> None:
-        raise PermissionError(13, "Permission denied", str(path))
+    def refused(*_: object) -> None:
+        raise sqlite3.OperationalError("attempt to write a readonly database")
 
-    monkeypatch.setattr(fsops, "write_private", refused)
+    monkeypatch.setattr(cwd_cache, "_write", refused)
     assert discover_all(config) == found
-    assert not (env.state / CACHE).exists()
+    assert not cached_files(env)
 
 
 def test_a_worktree_git_file_is_resolved_without_git(
@@ -274,9 +262,8 @@ def test_a_command_that_writes_nothing_does_not_save_the_cache(env, cli) -> None
     (project / "memory" / "a.md").write_text("---\nname: a\ndescription: a\ntype: user\n---\nA.\n")
     (project / "s.jsonl").write_text('{"type":"user","cwd":"/nowhere/p"}\n')
     env.state.mkdir(parents=True, exist_ok=True)
-    cache = env.state / "transcript-cwds.json"
     assert cli("dirs").code == 0
     assert cli("dream", "--dry-run").code in (0, 1)
-    assert not cache.exists()
+    assert not cached_files(env)
     assert cli("index").code == 0
-    assert cache.exists()
+    assert cached_files(env)

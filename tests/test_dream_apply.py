@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Env, tree_digest
+from tests.helpers import state_rows
 
 DAY = 86400
 
@@ -52,8 +53,9 @@ def test_a_refused_plan_is_applied_after_review(env: Env, cli, folder: Path) -> 
     pass_id = text.out.split("--apply ")[1].split("`")[0]
     [row] = [r for r in env.audit_rows() if r["event"] == "dream.refused"]
     assert row["pass_id"] == pass_id
-    [stored] = list((env.state / "refused").glob(f"*.{pass_id}.json"))
-    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    stored = "SELECT dir FROM refused_plan WHERE pass_id = ?"
+    assert len(state_rows(env.state, stored, pass_id)) == 1
+    assert stat.S_IMODE((env.state / "state.sqlite").stat().st_mode) == 0o600
     assert "stale_0.md" in (folder / "MEMORY.md").read_text()
 
     applied = cli("dream", folder, "--apply", pass_id)
@@ -66,7 +68,7 @@ def test_a_refused_plan_is_applied_after_review(env: Env, cli, folder: Path) -> 
     assert sorted(str(r["file"]) for r in moved) == [f"stale_{i}.md" for i in range(5)]
     listed = json.loads(cli("trash", "list", "--json", folder).out)["trash"]
     assert len(listed) == 5
-    assert not stored.exists()
+    assert not state_rows(env.state, stored, pass_id)
     again = cli("dream", folder, "--apply", pass_id)
     assert again.code == 1 and f"no refused plan {pass_id}" in again.err
 
@@ -85,7 +87,8 @@ def test_a_plan_whose_files_changed_is_not_applied(env: Env, cli, folder: Path) 
     assert "stale_1.md" not in result.err
     assert tree_digest(folder.parent.parent) == before
     assert len(env.audit_rows()) == rows + len(seen)
-    assert list((env.state / "refused").glob(f"*.{pass_id}.json"))  # still there to read
+    stored = "SELECT dir FROM refused_plan WHERE pass_id = ?"
+    assert state_rows(env.state, stored, pass_id)  # still there to read
 
 
 def test_apply_wants_a_pass_id_and_its_dir(env: Env, cli, folder: Path) -> None:
@@ -100,4 +103,4 @@ def test_a_dry_run_keeps_no_plan_and_offers_none(env: Env, cli, folder: Path) ->
     dry = cli("dream", "--dry-run", folder)
     assert dry.code == 1 and "--apply" not in dry.out
     assert "a pass without --dry-run keeps it" in dry.out
-    assert not (env.state / "refused").exists()
+    assert not state_rows(env.state, "SELECT dir FROM refused_plan")

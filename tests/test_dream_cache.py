@@ -18,7 +18,7 @@ from memoryd.dream.similar import Vocabulary
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from tests.conftest import Env
-from tests.helpers import make_repo_memory_outside, memory_dir
+from tests.helpers import SavedBlob, make_repo_memory_outside, memory_dir, saved_blobs
 
 pytestmark = pytest.mark.repo_tree.with_args(make_repo_memory_outside)
 
@@ -89,8 +89,8 @@ def words_of(inv: Inventory, vocabulary: Vocabulary) -> dict[str, list[str]]:
     return {i.filename: sorted(vocabulary.word(w) for w in i.words) for i in inv.items}
 
 
-def facts_files(env: Env) -> list[Path]:
-    return sorted((env.state / "dirs").glob("*.facts"))
+def facts_files(env: Env) -> list[SavedBlob]:
+    return saved_blobs(env.state, "facts")
 
 
 def facts_of(inv: Inventory) -> dict[str, tuple[object, ...]]:
@@ -307,7 +307,7 @@ def test_a_new_process_takes_the_saved_facts_and_sees_the_same(
     assert len(derived) == 2  # nothing derived again
     assert facts_of(second) == facts_of(first)
     assert words_of(second, cache.vocabulary) == words_of(first, vocabulary)
-    assert (facts_files(env)[0].stat().st_mode & 0o777) == 0o600
+    assert ((env.state / "state.sqlite").stat().st_mode & 0o777) == 0o600
 
 
 def test_saved_facts_join_a_cache_that_holds_others(
@@ -333,12 +333,12 @@ def test_only_a_saving_pass_writes_and_only_when_the_contents_changed(env: Env, 
     assert facts_files(env) == []
     take(env, repo, save=True)
     (saved,) = facts_files(env)
-    stamp = saved.stat().st_mtime_ns
+    stamp = saved.stamp()
     take(env, repo, save=True)
-    assert saved.stat().st_mtime_ns == stamp
+    assert saved.stamp() == stamp
     mem(repo, "b.md", "Another body.")
     take(env, repo, save=True)
-    assert saved.stat().st_mtime_ns != stamp
+    assert saved.stamp() != stamp
 
 
 def test_a_damaged_or_foreign_facts_file_is_derived_again(

@@ -506,7 +506,7 @@ def test_a_dir_another_process_works_on_is_left_to_it(
         assert not (folder / "MEMORY.md").exists()
         result = dream_dir(rt, md, repos=RepoCache(), wait_lock=False)
         assert result.status == "skipped"
-        assert recover(rt) == [] and live.path.exists()
+        assert recover(rt) == [] and journal.pending(rt.paths.state_dir) == [live.pass_id]
     skipped = [r for r in env.audit_rows() if r["event"] == "dream.skipped"]
     assert [r["why"] for r in skipped] == ["another memoryd process is working on this dir"]
     assert index_dir(rt, md, wait_lock=False).status == "updated"

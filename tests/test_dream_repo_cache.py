@@ -17,7 +17,7 @@ from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sourc
 from memoryd.dream.run import RepoCache
 from memoryd.state import StateStore
 from tests.conftest import Result
-from tests.helpers import write_file
+from tests.helpers import saved_blobs, write_file
 
 OLD = time.time() - 3600  # an mtime far enough back for a source's tokens to be kept
 
@@ -194,15 +194,16 @@ def test_a_real_pass_saves_the_cache_a_dry_run_only_reads_it(
     assert reads == []
     saved = store.load_repo_tokens(tree)
     assert saved is not None
-    assert (tmp_path / "state" / "repos").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
     # A new process: nothing held in memory, the cache read from the state dir.
     process = DreamMemo()
     repo = RepoCache(store, process).get(tree)
     assert reads == [] and repo == RepoIndex.build(tree)
-    # Nothing changed: the saved file is not written again.
-    before = os.stat(store._repo_path(tree)).st_mtime_ns
+    # Nothing changed: the saved entry is not written again.
+    (tokens,) = saved_blobs(tmp_path / "state", "tokens")
+    before = tokens.stamp()
     RepoCache(store, process).checker(tree, save=True)
-    assert os.stat(store._repo_path(tree)).st_mtime_ns == before
+    assert tokens.stamp() == before
 
 
 def test_dream_dry_run_writes_no_repo_cache(
@@ -213,11 +214,11 @@ def test_dream_dry_run_writes_no_repo_cache(
     (memory / "a.md").write_text(
         "---\nname: a\ndescription: d\ntype: project\n---\nSee `src/app.py`.\n"
     )
-    state = Path(os.environ["XDG_STATE_HOME"]) / "memoryd" / "repos"
+    state = Path(os.environ["XDG_STATE_HOME"]) / "memoryd"
     assert cli("dream", memory, "--dry-run", "--repo-root", tree).code == 0
-    assert not state.exists()
+    assert saved_blobs(state, "tokens") == []
     assert cli("dream", memory, "--repo-root", tree).code == 0
-    assert len(list(state.iterdir())) == 1
+    assert len(saved_blobs(state, "tokens")) == 1
 
 
 def test_a_file_that_is_no_source_still_changes_the_snapshot(tree: Path) -> None:

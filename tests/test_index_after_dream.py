@@ -28,7 +28,7 @@ from tests.conftest import (
     tree_digest,
     write_memory,
 )
-from tests.helpers import memory_dir
+from tests.helpers import memory_dir, state_rows
 
 NAMES = [f"m{i:02d}.md" for i in range(16)]
 # A budget small enough that the older memories are demoted into the archive.
@@ -318,8 +318,8 @@ def test_a_dream_pass_over_a_settled_index_takes_the_held_update(
     for i in range(6):
         write_memory(mem, f"other{i}.md", description=f"unrelated {i}", body=f"Topic {i} x{i}.\n")
     assert cli("index", mem).code == 0
-    rt_state = json.loads(next((env.state / "dirs").glob("*.json")).read_text())
-    assert rt_state["settled"]
+    [(fields,)] = state_rows(env.state, "SELECT fields FROM dirstate")
+    assert json.loads(fields)["settled"]
     spy = Spy(monkeypatch)
     result = cli("dream", mem, "--json")
     assert result.code == 0, result.err

@@ -4,6 +4,7 @@ left, a read-only MEMORY.md, and an index being rewritten in place while memoryd
 import errno
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from memoryd.index import INDEX_NAME
 from memoryd.indexer import BLANK_SETTLE, INDEX_SETTLE, SETTLE_WAIT, index_dir, settles_at
 from memoryd.runtime import Runtime
 from tests.conftest import Env, tree_digest, write_memory
-from tests.helpers import filler, mem, memory_dir
+from tests.helpers import filler, mem, memory_dir, state_rows
 
 DEPLOY = (
     "Deploy staging by running the release script with the canary flag enabled first then "
@@ -91,7 +92,7 @@ def test_a_failed_index_write_after_moves_fails_the_pass_and_heals_later(
     assert "(dup_old.md)" not in text and "(dup_new.md)" in text
     assert text.startswith("# Notes\n\nmine\n\n")
     assert cli("index", "--check", folder).code == 0
-    assert not list((env.state / "journal").glob("*.jsonl"))
+    assert not state_rows(env.state, "SELECT pass_id FROM journal_pass")
 
 
 def test_a_failed_index_write_is_said_plainly_in_the_text_report(
@@ -113,8 +114,10 @@ def test_the_gone_record_outlives_a_state_that_cannot_be_recovered_from_the_jour
     the moved file: the next index pass removes its pointer."""
     folder = _dup_repo(tmp_path)
     assert cli("dream", folder).code == 1
-    for journal in (env.state / "journal").glob("*.jsonl"):
-        journal.unlink()
+    conn = sqlite3.connect(env.state / "state.sqlite")
+    with conn:
+        assert conn.execute("DELETE FROM journal_pass").rowcount
+    conn.close()
     full_disk[0] = False
     assert cli("index", folder).code == 0
     assert "(dup_old.md)" not in (folder / INDEX_NAME).read_text()

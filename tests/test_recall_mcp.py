@@ -13,9 +13,16 @@ from typing import Any
 import pytest
 
 from memoryd.cmd_recall import MCP_MISSING
-from memoryd.dream.consult import served_log
+from memoryd.state import dir_key
 from tests.conftest import Env, tree_digest
-from tests.helpers import make_served_repo, mcp_drive, mcp_server, mcp_structured, memory_at
+from tests.helpers import (
+    make_served_repo,
+    mcp_drive,
+    mcp_server,
+    mcp_structured,
+    memory_at,
+    state_rows,
+)
 
 pytest.importorskip(
     "mcp", reason="the MCP SDK is not installed: install the test extra (memoryd[test])"
@@ -66,9 +73,12 @@ def test_the_sdk_client_lists_and_calls_every_tool(env: Env, repo: Path, cli) ->
     assert len(mcp_structured(answers[4])["results"]) == 13
     assert answers[5].is_error and "last_quarter" in answers[5].content[0].text
     assert tree_digest(repo) == before
-    log = served_log(env.state, folder.resolve())
-    assert stat.S_IMODE(log.stat().st_mode) == 0o600
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert stat.S_IMODE((env.state / "state.sqlite").stat().st_mode) == 0o600
+    query = "SELECT ts, tool, names, query FROM consult_served WHERE dir = ? ORDER BY seq"
+    rows = [
+        {"ts": ts, "tool": tool, "names": json.loads(names), "query": q}
+        for ts, tool, names, q in state_rows(env.state, query, dir_key(folder.resolve()))
+    ]
     assert [r["tool"] for r in rows] == [
         "search_memories",
         "search_memories",
@@ -148,21 +158,20 @@ def test_the_server_refreshes_by_stat_at_most_every_few_seconds(env: Env, repo: 
 def test_the_served_log_keeps_its_newer_half_past_its_size(
     env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The served log never grows past MAX_LOG_BYTES: the newer half is kept, rows stay
-    whole, and the guard still reads the newest."""
-    from memoryd.dream.consult import ConsultLog, Subject
+    """A dir's served rows never grow past MAX_ROWS: the newer half is kept, and the guard
+    still reads the newest."""
+    from memoryd.dream.consult import Subject
     from memoryd.recall import consults
 
-    monkeypatch.setattr(consults, "MAX_LOG_BYTES", 4096)
+    monkeypatch.setattr(consults, "MAX_ROWS", 40)
     real = tmp_path / "mem"
     for i in range(200):
-        path = consults.record(
+        consults.record(
             env.state, real, tool="read_memory", names=[f"m{i}.md"], query="", now=1e9 + i
         )
-    assert path.stat().st_size <= 4096
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert rows[-1]["names"] == ["m199.md"] and len(rows) > 10
-    log = ConsultLog.load_file(path)
+    rows = state_rows(env.state, "SELECT names FROM consult_served ORDER BY seq")
+    assert len(rows) <= 40 and rows[-1] == ('["m199.md"]',) and len(rows) > 10
+    log = consults.served(env.state, real)
     assert log is not None
     assert log.evidence(Subject("m199.md", "m199"), since=0) is not None
     assert log.evidence(Subject("m0.md", "m0"), since=0) is None

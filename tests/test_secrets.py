@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from memoryd import secrets
 from tests.conftest import Env, Result, write_memory
+from tests.helpers import saved_blobs
 from tests.secret_samples import NEGATIVES, POSITIVES, planted_text
 
 FRONTMATTER_LINES = 6  # write_memory: ---, name, description, type, ---, a blank line
@@ -477,6 +478,6 @@ def test_a_twilio_auth_token_stays_out_of_the_dream_facts_cache(
     dream = cli("dream", repo)
     assert dream.code == 0, dream.err
     assert f"sms.md: line {FRONTMATTER_LINES + 2}: {kind}" in dream.out
-    facts = list(env.state.rglob("*.facts"))
-    assert facts and all(p.stat().st_size for p in facts)
+    facts = saved_blobs(env.state, "facts")
+    assert facts and all(f.read_bytes() for f in facts)
     assert value.encode() not in _every_file_under(env.state, env.logs)

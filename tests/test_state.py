@@ -1,12 +1,14 @@
-"""Per-dir state: small saves go to a log beside the base file, and a fresh process reads both."""
+"""Per-dir state in the state store: a save writes only what changed, a fresh store reads it,
+a held copy is trusted only while its row is unchanged, and damage is named."""
 
 import os
-import stat
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from memoryd.state import LOG_FOLD_BYTES, STATE_MAX_BYTES, DirState, StateStore
+from memoryd.state import DirState, StateStore
+from memoryd.storage.statedb import StateDamaged, forget_shared
 from tests.conftest import lock_held_elsewhere
 
 
@@ -15,7 +17,7 @@ def seen_of(n: int) -> dict[str, list[str]]:
 
 
 def saved_once(tmp_path: Path, n: int, *, known: bool = False) -> tuple[StateStore, Path, DirState]:
-    """A store under tmp_path, a dir's state with `n` seen files, saved once (the base file)."""
+    """A store under tmp_path, a dir's state with `n` seen files, saved once (whole)."""
     store = StateStore(tmp_path)
     folder = tmp_path / "memory"
     state = DirState(path=str(folder), known=known, seen=seen_of(n))
@@ -23,89 +25,55 @@ def saved_once(tmp_path: Path, n: int, *, known: bool = False) -> tuple[StateSto
     return store, folder, state
 
 
-def test_a_save_of_one_changed_file_appends_instead_of_rewriting(tmp_path: Path) -> None:
-    """After the first save, changing one file's entry appends one short line to the log."""
+def rows_written(store: StateStore) -> int:
+    """Rows this process's connection has inserted, updated or deleted so far."""
+    return store.db().connection().total_changes
+
+
+def fresh(tmp_path: Path) -> StateStore:
+    """A store as another process has it: its own connection, nothing held."""
+    forget_shared()
+    return StateStore(tmp_path)
+
+
+def test_a_save_of_one_changed_file_writes_its_rows_instead_of_rewriting(tmp_path: Path) -> None:
+    """After the first save, changing one file's entry writes that entry's rows and the dir's
+    row, not the 2,000 others."""
     store, folder, state = saved_once(tmp_path, 2000, known=True)
-    base = next((tmp_path / "dirs").glob("*.json"))
-    base_bytes = base.read_bytes()
+    before = rows_written(store)
     state.seen["m7.md"] = ["m7", "changed"]
     del state.seen["m8.md"]
     state.last_index_ts = 12.5
     store.save(folder, state, seen_changed={"m7.md", "m8.md"})
-    assert base.read_bytes() == base_bytes
-    log = next((tmp_path / "dirs").glob("*.log"))
-    assert 0 < log.stat().st_size < 300
-    assert stat.S_IMODE(log.stat().st_mode) == 0o600  # private, like the base (§2.8)
-    assert StateStore(tmp_path).load(folder) == state  # a fresh process sees both
+    assert rows_written(store) - before <= 4
+    assert oct(os.stat(tmp_path / "state.sqlite").st_mode & 0o777) == "0o600"  # private (§2.8)
+    assert fresh(tmp_path).load(folder) == state  # a fresh process sees it
 
 
 def test_memoryds_own_lines_are_saved_per_name_and_read_by_a_fresh_store(tmp_path: Path) -> None:
-    """The record of memoryd's own pointer lines (DirState.own) changes per name in the log,
-    as `seen` does: a save after one new pointer appends a short line, even at 2,000
-    records; a change beyond the names announced writes the base whole instead."""
+    """The record of memoryd's own pointer lines (DirState.own) is written per name, as `seen`
+    is: a save after one new pointer writes a few rows, even at 2,000 records; a change
+    beyond the names announced writes the state whole instead."""
     store = StateStore(tmp_path)
     folder = tmp_path / "memory"
     own = {f"m{i}.md": f"{i:016x}" for i in range(2000)}
     state = DirState(path=str(folder), known=True, seen=seen_of(2000), own=own)
     store.save(folder, state)
-    base = next((tmp_path / "dirs").glob("*.json"))
-    base_bytes = base.read_bytes()
+    before = rows_written(store)
     state.seen["new.md"] = ["new", "d"]
     state.own["new.md"] = "00ff00ff00ff00ff"
     del state.own["m3.md"]  # its line went (the agent rewrote it)
     store.save(folder, state, seen_changed={"new.md"}, own_changed={"new.md", "m3.md"})
-    assert base.read_bytes() == base_bytes
-    log = next((tmp_path / "dirs").glob("*.log"))
-    assert 0 < log.stat().st_size < 300
+    assert rows_written(store) - before <= 4
     assert StateStore(tmp_path).load(folder) == store.load(folder) == state  # a restart
     del state.own["m4.md"]  # not announced: the count shows it
+    before = rows_written(store)
     store.save(folder, state, seen_changed=set(), own_changed={"m5.md"})
-    assert base.read_bytes() != base_bytes
+    assert rows_written(store) - before > 2000
     assert StateStore(tmp_path).load(folder) == state
     state.own["m6.md"] = "2222222222222222"  # own_changed unsaid: seen_changed's names
     store.save(folder, state, seen_changed={"m6.md"})
-    assert StateStore(tmp_path).load(folder).own["m6.md"] == "2222222222222222"
-
-
-def test_a_torn_last_log_line_is_skipped(tmp_path: Path) -> None:
-    """A crash mid-append leaves a partial line: the saves before it still load."""
-    store, folder, state = saved_once(tmp_path, 3)
-    state.seen["m1.md"] = ["m1", "second"]
-    store.save(folder, state, seen_changed={"m1.md"})
-    log = next((tmp_path / "dirs").glob("*.log"))
-    with log.open("ab") as f:
-        f.write(b'{"seen":{"m2.md":["m2","tor')
-    loaded = StateStore(tmp_path).load(folder)
-    assert loaded.seen["m1.md"] == ["m1", "second"]
-    assert loaded.seen["m2.md"] == ["m2", "description 2"]
-
-
-def test_an_old_log_never_replays_over_a_newer_base(tmp_path: Path) -> None:
-    """A crash after a fold wrote the new base but before the old log was removed: the old
-    log belongs to the previous generation and is ignored."""
-    store, folder, state = saved_once(tmp_path, 3)
-    state.seen["m0.md"] = ["m0", "old change"]
-    store.save(folder, state, seen_changed={"m0.md"})
-    old_log = next((tmp_path / "dirs").glob("*.log"))
-    kept = old_log.read_bytes()
-    state.seen["m0.md"] = ["m0", "newest"]
-    state.seen["m5.md"] = ["m5", "not announced"]  # beyond seen_changed: a full write
-    store.save(folder, state, seen_changed={"m0.md"})
-    assert not old_log.exists()
-    old_log.write_bytes(kept)  # as if the crash came before its removal
-    assert StateStore(tmp_path).load(folder).seen["m0.md"] == ["m0", "newest"]
-
-
-def test_the_log_is_folded_into_the_base_once_it_grows(tmp_path: Path) -> None:
-    """Appends stop once the log outgrows LOG_FOLD_BYTES: the next save writes a new base."""
-    store, folder, state = saved_once(tmp_path, 10)
-    long = "x" * 4000
-    for i in range(LOG_FOLD_BYTES // 4000 + 2):
-        state.seen["m1.md"] = ["m1", f"{i}{long}"]
-        store.save(folder, state, seen_changed={"m1.md"})
-    logs = list((tmp_path / "dirs").glob("*.log"))
-    assert all(log.stat().st_size <= LOG_FOLD_BYTES + 5000 for log in logs)
-    assert StateStore(tmp_path).load(folder) == state
+    assert fresh(tmp_path).load(folder).own["m6.md"] == "2222222222222222"
 
 
 def test_a_change_by_another_process_is_read_not_overwritten(tmp_path: Path) -> None:
@@ -125,10 +93,10 @@ def test_a_change_by_another_process_is_read_not_overwritten(tmp_path: Path) -> 
     assert two.load(folder) == mine
 
 
-def test_a_logged_save_leaves_the_held_copy_equal_to_what_a_new_store_reads(
+def test_a_save_per_name_leaves_the_held_copy_equal_to_what_a_new_store_reads(
     tmp_path: Path,
 ) -> None:
-    """A save with `seen_changed` updates the store's own copy from the logged change: the
+    """A save with `seen_changed` updates the store's own copy from the change it wrote: the
     next load from memory and a load by another process agree, and a caller mutating its
     state afterwards does not reach into the store."""
     store, folder, state = saved_once(tmp_path, 50)
@@ -137,8 +105,9 @@ def test_a_logged_save_leaves_the_held_copy_equal_to_what_a_new_store_reads(
     state.seen["new.md"] = ["new", "d"]
     state.reported["x"] = "1"
     state.changed_since_dream.append("new.md")
+    before = rows_written(store)
     store.save(folder, state, seen_changed={"m3.md", "m4.md", "new.md"})
-    assert len(list((tmp_path / "dirs").glob("*.log"))) == 1  # appended, not rewritten
+    assert rows_written(store) - before <= 4  # per name, not rewritten
     state.reported["later"] = "caller's own"
     state.changed_since_dream.append("later.md")
     state.reported.pop("later")
@@ -173,37 +142,6 @@ def test_the_seen_token_changes_exactly_when_seen_may_have(tmp_path: Path) -> No
     assert StateStore(tmp_path).seen_token(folder) is None  # never read: nothing to trust
 
 
-def test_a_line_another_process_appends_meanwhile_is_not_taken_for_ours(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Between this store's look at the log and its append, another process appends too: the
-    store must not keep its own copy as if the log held only its change."""
-    import os
-
-    store, folder, state = saved_once(tmp_path, 10, known=True)
-    theirs_store = StateStore(tmp_path)
-    theirs = theirs_store.load(folder)
-    theirs.seen["m1.md"] = ["m1", "theirs"]
-    real_open = os.open
-    raced: list[int] = []
-
-    def open_then_race(path, flags, *args, **kwargs):
-        if str(path).endswith(".log") and not raced:
-            raced.append(1)
-            theirs_store.save(folder, theirs, seen_changed={"m1.md"})  # their line first
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", open_then_race)
-    state.seen["m2.md"] = ["m2", "mine"]
-    store.save(folder, state, seen_changed={"m2.md"})
-    monkeypatch.setattr(os, "open", real_open)
-    assert raced
-    on_disk = StateStore(tmp_path).load(folder)
-    assert on_disk.seen["m1.md"] == ["m1", "theirs"] and on_disk.seen["m2.md"] == ["m2", "mine"]
-    assert store.load(folder) == on_disk
-    assert store.seen_token(folder) is not None  # read again: its own token, trusted afresh
-
-
 def test_the_dir_lock_is_one_writer_across_processes_and_reentrant_within_one(
     tmp_path: Path,
 ) -> None:
@@ -221,106 +159,195 @@ def test_the_dir_lock_is_one_writer_across_processes_and_reentrant_within_one(
         assert got is True
 
 
-def test_the_scan_cache_is_saved_without_fsyncs(tmp_path: Path, monkeypatch) -> None:
-    """The parse cache is a cache: the previous one after a power cut is still true entry by
-    entry (scan checks each against its file's stat), a damaged one is read as none. Its
-    fsyncs (a 2 MB file at 10,000 memories) were most of a one-change `memoryd index`; the old
-    store made two per save. A fresh store reads back what was saved."""
+def test_the_scan_cache_is_read_back_and_held_while_its_row_is_unchanged(tmp_path: Path) -> None:
+    """The parse cache is a cache: a fresh store reads back what was saved; the store that
+    saved it hands out its own copy until another process saves a new one."""
     from memoryd.scan import Scanned
 
     store = StateStore(tmp_path)
     folder = tmp_path / "memory"
     files = {"a.md": Scanned("a.md", 1, 2, 3, "memory", "f" * 64, "a", "about a")}
-    synced: list[int] = []
-    real = os.fsync
-
-    def counting(fd: int) -> None:
-        synced.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", counting)
     store.save_cache(folder, files)
-    assert synced == []
-    assert StateStore(tmp_path).load_cache(folder) == files
+    assert store.load_cache(folder) is files
+    other = StateStore(tmp_path)
+    assert other.load_cache(folder) == files
+    newer = {"b.md": Scanned("b.md", 4, 5, 6, "memory", "e" * 64, "b", "about b")}
+    other.save_cache(folder, newer)
+    assert store.load_cache(folder) == newer
 
 
-# --- damaged state: special files, links, sizes (DESIGN §2.7) -----------------------------------
-def _all_state_files(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
-    """A dir with every state file memoryd keeps for it (base, log, cache, facts, a repo's
-    tokens), and the store's paths of each."""
+@pytest.mark.timeout(30)  # a FIFO opened for reading would wait for ever
+@pytest.mark.parametrize("kind", ["fifo", "directory", "garbage"])
+def test_a_state_store_that_cannot_be_used_is_named_damage(tmp_path: Path, kind: str) -> None:
+    """A FIFO, a folder or bytes SQLite cannot read in state.sqlite's place: loading a dir's
+    state is StateDamaged naming the file, never a fresh state in silence."""
+    forget_shared()
+    path = tmp_path / "state.sqlite"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b"someone's bytes, not a database" * 300)
+    with pytest.raises(StateDamaged, match="move the file aside") as caught:
+        StateStore(tmp_path).load(tmp_path / "memory")
+    assert str(path) in str(caught.value)
+    forget_shared()
+
+
+def test_the_caches_are_dropped_and_rebuilt_when_their_format_changes(tmp_path: Path) -> None:
+    """A cache table of another version is made again (empty: rebuilt from the dirs); the
+    dirs' state in the same file stays."""
     store, folder, state = saved_once(tmp_path, 3)
-    state.seen["m1.md"] = ["m1", "second"]
-    store.save(folder, state, seen_changed={"m1.md"})  # the log
-    store.save_cache(folder, {})
     store.save_facts(folder, [b"facts"])
-    store.save_repo_tokens(folder, b"tokens")
-    root = tmp_path / "dirs"
-    files = {
-        "base": next(root.glob("*.json")),
-        "log": next(root.glob("*.log")),
-        "cache": next(root.glob("*.cache")),
-        "facts": next(root.glob("*.facts")),
-        "tokens": next((tmp_path / "repos").glob("*.tokens")),
-    }
-    return folder, files
+    conn = sqlite3.connect(tmp_path / "state.sqlite")
+    with conn:
+        conn.execute("UPDATE schemas SET version = 0 WHERE name = 'cache'")
+    conn.close()
+    again = fresh(tmp_path)
+    assert again.load_facts(folder) is None and again.load(folder) == state
 
 
-def _use_every_file(store: StateStore, folder: Path) -> tuple[DirState, object, object, object]:
-    return (
-        store.load(folder),
-        store.load_cache(folder),
-        store.load_facts(folder),
-        store.load_repo_tokens(folder),
+# --- the files of the old layout, imported once -------------------------------------------------
+def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
+    """Every file the old store wrote for a dir, as it wrote them: the base state (generation
+    1) with its log (lines of foreign shapes, a torn last line) and an older generation's log,
+    the caches, the repo's tokens, the acknowledgements and a refused plan."""
+    import json
+
+    from memoryd.state import dir_key
+
+    key = dir_key(folder)
+    dirs = state_dir / "dirs"
+    dirs.mkdir(parents=True)
+    base = {"path": str(folder), "known": True, "seen": seen_of(3), "own": {"m0.md": "ab" * 8},
+            "reported": {"x": "1"}, "reads": {"m0.md": 5.0}, "last_dream_ts": 7.0,
+            "_log": 1}  # fmt: skip
+    files = {"base": dirs / f"{key}.json", "log": dirs / f"{key}.1.log"}
+    files["base"].write_text(json.dumps(base))
+    files["log"].write_text(
+        '{"seen":{"m1.md":["m1","logged"],"m2.md":null},"own":{},"set":{"last_index_ts":3.5}}\n'
+        '{"seen":[1],"own":"x","set":[2]}\n{"seen":{"m9.md":[["not"],"a title"]}}\n'
+        '{"seen":{"m0.md":["m0","tor'
     )
+    files["old log"] = dirs / f"{key}.0.log"
+    files["old log"].write_text('{"seen":{"m0.md":["m0","older"]},"own":{},"set":{}}\n')
+    for suffix in ("cache", "facts", "held", "readers"):
+        files[suffix] = dirs / f"{key}.{suffix}"
+        files[suffix].write_bytes(b"\\x00old cache")
+    when = "2026-11-30T10:00:00+01:00"
+    ack = {"file": "half.md", "sha256": "a" * 64, "refs": "b" * 32, "time": when}
+    files["acked"] = dirs / f"{key}.acked"
+    files["acked"].write_text(json.dumps([ack, {**ack, "file": "other.md"}]))
+    (state_dir / "refused").mkdir()
+    pass_id = "20261130T100000-abcdef"
+    plan = {"pass_id": pass_id, "dir": str(folder), "time": when,
+            "moves": [{"filename": "stale.md", "sha256": "c" * 64, "reason": "stale"}],
+            "files": {"stale.md": "c" * 64}}  # fmt: skip
+    files["plan"] = state_dir / "refused" / f"{key}.{pass_id}.json"
+    files["plan"].write_text(json.dumps(plan))
+    (state_dir / "repos").mkdir()
+    files["tokens"] = state_dir / "repos" / f"{key}.tokens"
+    files["tokens"].write_bytes(b"tokens")
+    return files
 
 
-@pytest.mark.timeout(30)  # the old code waited on the FIFO for ever
-@pytest.mark.parametrize("kind", ["fifo", "symlink", "oversize"])
-def test_a_state_file_that_is_no_regular_file_is_damaged_state_said_once(
-    tmp_path: Path, kind: str
-) -> None:
-    """Each state file replaced by a FIFO, a symlink to a copy of itself, or a sparse file
-    over STATE_MAX_BYTES: none is waited on, followed or read; each counts as damaged (a fresh
-    state, no cache) and is said once however often it is met. The old code blocked on the
-    FIFO, followed the link and read the big file whole."""
-    folder, files = _all_state_files(tmp_path)
-    for name, path in files.items():
-        if name == "log":
-            continue  # met only while the base is good: below
-        copy = path.with_name(path.name + ".copy")
-        path.rename(copy)
-        if kind == "fifo":
-            os.mkfifo(path)
-        elif kind == "symlink":
-            path.symlink_to(copy)
-        else:
-            with path.open("wb") as big:
-                big.truncate(STATE_MAX_BYTES + 1)
+def test_the_old_files_are_imported_once_and_removed(tmp_path: Path) -> None:
+    """On first start the old state (base and its log, the torn line and the older log
+    skipped), the acknowledgements and the refused plan are imported in one go and every old
+    file goes; the caches are dropped, not imported; the read events are not carried over."""
+    from memoryd import acked
+    from memoryd.dream import refused
+    from memoryd.storage import legacy
+
+    forget_shared()
+    folder = tmp_path / "memory"
+    files = _old_layout(tmp_path, folder)
+    store = StateStore(tmp_path)
+    legacy.import_once(store)
+    state = fresh(tmp_path).load(folder)
+    assert state.seen == {"m0.md": ["m0", "description 0"], "m1.md": ["m1", "logged"]}
+    assert state.own == {"m0.md": "ab" * 8} and state.reported == {"x": "1"}
+    assert (state.known, state.last_dream_ts, state.last_index_ts) == (True, 7.0, 3.5)
+    assert [a.file for a in acked.load(store, folder)] == ["half.md", "other.md"]
+    plan = refused.load(tmp_path, folder, "20261130T100000-abcdef")
+    assert [m.filename for m in plan.as_moves()] == ["stale.md"]
+    assert store.load_cache(folder) == {} and store.load_facts(folder) is None
+    assert [name for name, path in files.items() if path.exists()] == []
+    assert not legacy.pending(tmp_path)
+
+
+def test_an_acknowledgement_file_that_cannot_be_read_is_left_in_place(tmp_path: Path) -> None:
+    """A person's record the import cannot read (here a FIFO, never waited on) is not removed:
+    it is said, and stays for a person to look at; the rest is imported."""
+    from memoryd.storage import legacy
+
+    forget_shared()
+    folder = tmp_path / "memory"
+    files = _old_layout(tmp_path, folder)
+    files["acked"].unlink()
+    os.mkfifo(files["acked"])
     said: list[tuple[Path, str]] = []
-    store = StateStore(tmp_path, on_damaged=lambda p, why: said.append((p, why)))
-    state, cache, facts, tokens = _use_every_file(store, folder)
-    assert state == DirState(path=str(folder)) and cache == {}
-    assert facts is None and tokens is None
-    _use_every_file(store, folder)
-    assert sorted(p for p, _ in said) == sorted(p for n, p in files.items() if n != "log")
-    assert all(why.startswith("it is ") for _, why in said)
-    store.save(folder, DirState(path=str(folder), seen=seen_of(1)))  # replaces the damaged base
-    assert StateStore(tmp_path).load(folder).seen == seen_of(1)
+    legacy.import_once(StateStore(tmp_path, on_damaged=lambda p, why: said.append((p, why))))
+    assert said == [(files["acked"], "it is a FIFO (named pipe), not a regular file")]
+    assert files["acked"].exists() and not files["base"].exists()
+    assert fresh(tmp_path).load(folder).seen["m1.md"] == ["m1", "logged"]
 
 
-@pytest.mark.timeout(30)
-def test_a_fifo_as_the_state_log_is_done_without_and_replaced(tmp_path: Path) -> None:
-    """A FIFO as the base's log: the base alone is loaded, said once, and the next save writes
-    the base whole (removing the FIFO) instead of appending into it."""
-    folder, files = _all_state_files(tmp_path)
-    files["log"].unlink()
-    os.mkfifo(files["log"])
-    said: list[tuple[Path, str]] = []
-    store = StateStore(tmp_path, on_damaged=lambda p, why: said.append((p, why)))
-    state = store.load(folder)
-    assert state.seen == seen_of(3) and said == [
-        (files["log"], "it is a FIFO (named pipe), not a regular file")
-    ]
-    state.seen["m2.md"] = ["m2", "after"]
-    store.save(folder, state, seen_changed={"m2.md"})
-    assert not files["log"].exists() and StateStore(tmp_path).load(folder) == state
+def test_an_unfinished_passs_old_journal_is_imported_for_recovery(tmp_path: Path) -> None:
+    """An old journal file (intent, a move made, a torn line) becomes the store's journal, so
+    that recovery finishes that pass; a committed one is dropped, one whose intent does not
+    parse is left for a person."""
+    import json
+
+    from memoryd import journal
+    from memoryd.storage import legacy
+
+    forget_shared()
+    folder = tmp_path / "journal"
+    folder.mkdir()
+    move = {"id": "r1", "original_name": "stale.md", "stored_name": "stale.md.trashed",
+            "day": "2026-11-30", "sha256": "c" * 64, "size": 3, "reason": "stale",
+            "pass_id": "p-open", "time": "2026-11-30T10:00:00+01:00"}  # fmt: skip
+    intent = {"intent": "p-open", "dir": str(tmp_path / "memory"), "moves": [move]}
+    (folder / "p-open.jsonl").write_text(json.dumps(intent) + '\n{"done": "r1"}\n{"done": "r')
+    closed = {**intent, "intent": "p-closed"}
+    (folder / "p-closed.jsonl").write_text(json.dumps(closed) + '\n{"commit": "p-closed"}\n')
+    (folder / "bad.jsonl").write_text("not json\n")
+    legacy.import_once(StateStore(tmp_path, on_damaged=lambda p, why: None))
+    assert journal.pending(tmp_path) == ["p-open"]
+    entry = journal.load(tmp_path, "p-open")
+    assert entry is not None and entry.done == {"r1"}
+    assert [m.original_name for m in entry.moves] == ["stale.md"]
+    assert sorted(p.name for p in folder.iterdir()) == ["bad.jsonl"]
+
+
+def test_the_old_consult_evidence_is_imported(tmp_path: Path) -> None:
+    """An old served log (consults/mcp-<key>.jsonl, a torn last line) becomes the store's
+    rows: the consult guard finds the memory it named; the transcripts' offsets and evidence
+    (consults/transcripts.json) are imported too, an entry of another shape dropped."""
+    import json
+
+    from memoryd.dream import transcripts
+    from memoryd.dream.consult import Subject
+    from memoryd.recall import consults
+    from memoryd.state import dir_key
+    from memoryd.storage import legacy
+
+    forget_shared()
+    folder = tmp_path / "memory"
+    served = tmp_path / "consults"
+    served.mkdir()
+    old = served / f"mcp-{dir_key(folder)}.jsonl"
+    row = '{"names": ["pay.md"], "query": "payments", "tool": "read_memory", "ts": "%s"}\n'
+    old.write_text(row % "2026-11-30T10:00:00Z" + '{"names": ["to')
+    scan = {"files": {"p/s.jsonl": [1, 2, 300, 250, 0], "p/bad.jsonl": ["x"]},
+            "dirs": {str(folder): {"a.md": [1e9, "sess", "Read", "p/s.jsonl"]}}}  # fmt: skip
+    (served / "transcripts.json").write_text(json.dumps(scan))
+    legacy.import_once(StateStore(tmp_path))
+    log = consults.served(tmp_path, folder)
+    assert log is not None and log.evidence(Subject("pay.md", "pay"), since=0) is not None
+    found = transcripts.load(tmp_path)
+    assert found.files == {"p/s.jsonl": [1, 2, 300, 250, 0]}
+    assert found.evidence_for(folder)["a.md"].session == "sess"
+    assert not old.exists() and not (served / "transcripts.json").exists()

@@ -80,3 +80,20 @@ def test_each_thread_has_its_own_connection_and_sees_the_others_commits(tmp_path
     assert seen[0] is not db.connection()
     assert db.connection().execute("SELECT v FROM notes").fetchall() == [("from a thread",)]
     assert isinstance(seen[0], sqlite3.Connection)
+
+
+def test_a_snapshot_sees_one_commit_and_takes_no_write_lock(tmp_path: Path) -> None:
+    """Reads in a snapshot see the file as one commit left it, while another connection
+    writes meanwhile (it would wait for a write lock the snapshot took)."""
+    path = tmp_path / "state.sqlite"
+    db = StateDB(path)
+    db.ensure(NOTES)
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO notes VALUES ('a', '1')")
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    with db.snapshot() as conn:
+        assert conn.execute("SELECT v FROM notes").fetchall() == [("1",)]
+        other.execute("UPDATE notes SET v = '2'")  # no lock held: no wait, no error
+        assert conn.execute("SELECT v FROM notes").fetchall() == [("1",)]
+    assert db.connection().execute("SELECT v FROM notes").fetchall() == [("2",)]
+    other.close()

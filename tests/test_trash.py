@@ -772,8 +772,8 @@ def test_a_huge_manifest_is_read_to_its_limit_and_the_rest_reported(
 
 
 def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> None:
-    """Every state file a pass and a purge read (the dir's state, cache, facts and trash-days
-    record, the repo's tokens, the trash clock, a pending journal) replaced by a FIFO: `dream`
+    """Every state file a pass and a purge read (the dir's trash-days record, the trash clock,
+    a pending journal, the old layout's state, cache and facts) replaced by a FIFO: `dream`
     and `trash purge` finish, each FIFO is named once, and the pass's saves replace them. The
     old code waited on the first FIFO it read (the journal, at recovery) for ever."""
     folder = repo / ".claude" / "memory"
@@ -781,14 +781,15 @@ def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> No
     filler(repo)
     assert cli("dream", folder).code == 0 and cli("trash", "purge", folder).code == 0
     key = dir_key(folder.resolve())
-    fifos = [
-        env.state / "dirs" / f"{key}{suffix}"
-        for suffix in (".json", ".cache", ".facts", housekeeping.DAYS_SUFFIX)
-    ]
-    fifos += [env.state / housekeeping.CLOCK_FILE, *(env.state / "repos").glob("*.tokens")]
-    assert all(p.is_file() for p in fifos) and len(fifos) == 6
+    fifos = [env.state / "dirs" / f"{key}{housekeeping.DAYS_SUFFIX}"]
+    fifos += [env.state / housekeeping.CLOCK_FILE]
+    assert all(p.is_file() for p in fifos)
     for path in fifos:
         path.unlink()
+        os.mkfifo(path)
+    # The old layout's state, cache and facts files (imported once, then removed), as FIFOs.
+    old = [env.state / "dirs" / f"{key}{suffix}" for suffix in (".json", ".cache", ".facts")]
+    for path in old:
         os.mkfifo(path)
     (env.state / "journal").mkdir(mode=0o700, exist_ok=True)
     os.mkfifo(env.state / "journal" / "0123456789.jsonl")
@@ -797,5 +798,6 @@ def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> No
     purged = memoryd_child(env, "trash", "purge", folder)
     assert purged.returncode == 0, purged.stderr
     said = dreamt.stderr + purged.stderr
-    assert all(said.count(str(p)) == 1 for p in fifos), said
+    assert all(said.count(str(p)) == 1 for p in [*fifos, old[0]]), said
     assert all(p.is_file() for p in fifos)  # rebuilt by the saves
+    assert not any(os.path.lexists(p) for p in old)

@@ -3,12 +3,14 @@ modules they load (never timings): what each command skips must stay skipped."""
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import Env, write_memory
+from tests.helpers import saved_blobs, state_rows
 
 
 def _probe(words: list[str], watched: tuple[str, ...]) -> tuple[list[str], str, int]:
@@ -53,7 +55,7 @@ def test_status_counts_nothing_from_a_damaged_cache(env: Env, cli) -> None:
     folder = env.claude / "agent-memory" / "reviewer"
     write_memory(folder, "a.md")
     assert cli("index", folder).code == 0
-    (cache,) = Path(env.state).rglob("*.cache")
+    (cache,) = saved_blobs(Path(env.state), "scan")
     cache.write_bytes(cache.read_bytes()[:-3])
     (row,) = json.loads(cli("status", "--json").out)["dirs"]
     assert row["files"] is None
@@ -148,8 +150,11 @@ def test_an_archive_rewritten_in_place_with_its_stat_kept_is_parsed_again(env: E
         os.utime(archive, ns=(st.st_atime_ns, st.st_mtime_ns))
         assert (archive.stat().st_size, archive.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
         if not keep_saved:
-            for held in Path(env.state).rglob("*.held"):
-                held.unlink()
+            state_rows(env.state, "SELECT 1")  # (the store exists: the index made it)
+            conn = sqlite3.connect(env.state / "state.sqlite")
+            with conn:
+                conn.execute("DELETE FROM cache_blob WHERE kind = 'held'")
+            conn.close()
         assert cli("index", folder).code == 0
         results.append(
             tuple(  # the dir's name is in its heading
@@ -311,7 +316,7 @@ def test_index_without_a_journal_imports_no_recovery(env: Env, cli) -> None:
     from memoryd import cli as cli_module
     from memoryd import journal
 
-    assert cli_module.JOURNALS == journal.JOURNAL_DIR
+    assert cli_module.JOURNALS == journal.TABLE
     folder = env.claude / "agent-memory" / "reviewer"
     write_memory(folder, "a.md")
     assert cli("index", folder).code == 0

@@ -3,8 +3,8 @@
 Sources plug in through `ConsultSource`. The primary one is `RecordedConsults`: the agent's own
 tool calls on memory files, each with its time, session and tool, as memoryd keeps them in its
 state dir (read from Claude Code's session transcripts by `dream.transcripts`). Then the calls
-memoryd's MCP server answered (`served_log`, in the state dir, in the consult log's format), the
-repo's `memory-consult.jsonl` log.
+memoryd's MCP server answered (`recall.consults.served`: rows of the consult log's format in
+the state store), and the repo's `memory-consult.jsonl` log.
 Unsure means consulted: a log that exists but cannot be read protects every memory.
 """
 
@@ -138,8 +138,7 @@ class ConsultLog:
 
     @classmethod
     def load_file(cls, path: Path, shown: str = "") -> "ConsultLog | None":
-        """A log of this format anywhere (memoryd's MCP server keeps one per dir in the state
-        dir: see `served_log`); None when there is none."""
+        """A log of this format anywhere; None when there is none."""
         log = cls._read(path)
         if log is not None:
             log.shown = shown
@@ -167,21 +166,24 @@ class ConsultLog:
                 row = safejson.loads(raw)
             except ValueError:
                 continue  # torn or foreign rows are skipped
-            if not isinstance(row, dict):
-                continue
-            names = row.get("names") or []
-            query = row.get("query")
-            if not (isinstance(names, list) and names) and not isinstance(query, str):
-                continue
-            when = row_time(row)
-            newest = _ALWAYS if when is None else when
-            if isinstance(names, list):
-                for name in names:
-                    _keep_newest(log.names, str(name).lower(), newest)
-            if isinstance(query, str):
-                for word in _tokens(query):
-                    _keep_newest(log.words, word, newest)
+            if isinstance(row, dict):
+                log.add(row)
         return log
+
+    def add(self, row: Mapping[str, object]) -> None:
+        """Take one row (`ts`, `names` and/or `query`); one with neither says nothing."""
+        names = row.get("names") or []
+        query = row.get("query")
+        if not (isinstance(names, list) and names) and not isinstance(query, str):
+            return
+        when = row_time(row)
+        newest = _ALWAYS if when is None else when
+        if isinstance(names, list):
+            for name in names:
+                _keep_newest(self.names, str(name).lower(), newest)
+        if isinstance(query, str):
+            for word in _tokens(query):
+                _keep_newest(self.words, word, newest)
 
     def evidence(self, subject: Subject, since: float) -> str | None:
         if self.unreadable:
@@ -214,16 +216,7 @@ class ConsultLog:
         )
 
 
-SERVED_FOLDER = "consults"  # in the state dir, beside transcripts.json
 SERVED_SHOWN = "memoryd's MCP server log"
-
-
-def served_log(state_dir: Path, real_path: Path) -> Path:
-    """Where memoryd's MCP server records its calls about one memory dir's memories, in the
-    format of `memory-consult.jsonl` (`ts`, `tool`, `names`, `query`)."""
-    from memoryd.state import dir_key
-
-    return state_dir / SERVED_FOLDER / f"mcp-{dir_key(real_path)}.jsonl"
 
 
 def _keep_newest(seen: dict[str, float], key: str, when: float) -> None:

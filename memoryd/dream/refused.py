@@ -1,30 +1,35 @@
 """Plans the circuit breaker refused, kept so that a person can apply one after review
 (`memoryd dream DIR --apply PASS_ID`).
 
-A refused pass writes its plan to `<state dir>/refused/<dir key>.<pass id>.json` (0600):
-each planned move with its reason, and the sha256 of every file the plan rests on (the files
-to move and the newer ones that keep their content). Applying it moves exactly those files,
-and only while every one of those files still holds those bytes. The newest plans of a dir
-are kept (PLANS_KEEP); an applied plan is removed.
+A refused pass keeps its plan in the state store (the `refused_plan` table): each planned
+move with its reason, and the sha256 of every file the plan rests on (the files to move and
+the newer ones that keep their content). Applying it moves exactly those files, and only
+while every one of those files still holds those bytes. The newest plans of a dir are kept
+(PLANS_KEEP); an applied plan is removed.
 """
 
-import contextlib
 import json
 import re
+import sqlite3
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, safejson
+from memoryd import safejson
 from memoryd.dream.plan import Move, Plan
 from memoryd.errors import MemorydError
-from memoryd.paths import read_bounded
 from memoryd.state import dir_key
+from memoryd.storage.statedb import Schema, StateDB
 
-FOLDER = "refused"
 PLANS_KEEP = 10  # per dir: a person reviews the last few refusals, not a history
-PLAN_MAX_BYTES = 64 << 20  # a 100,000-memory dir's plan is a few MB
+SCHEMA = Schema(
+    "refused",
+    1,
+    """CREATE TABLE refused_plan (dir TEXT NOT NULL, pass_id TEXT NOT NULL, plan TEXT NOT NULL,
+                                  PRIMARY KEY (dir, pass_id)) WITHOUT ROWID""",
+    ("refused_plan",),
+)
 _PASS_ID = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{6}$")
 
 
@@ -54,17 +59,28 @@ class StoredPlan:
         return {str(m["filename"]): list(m.get("missing") or []) for m in self.moves}
 
 
-def _folder(state_dir: Path) -> Path:
-    return state_dir / FOLDER
+def _db(state_dir: Path) -> StateDB:
+    db = StateDB.in_state_dir(state_dir)
+    db.ensure(SCHEMA)
+    return db
 
 
-def _path(state_dir: Path, real_path: Path, pass_id: str) -> Path:
-    return _folder(state_dir) / f"{dir_key(real_path)}.{pass_id}.json"
+def keep(conn: sqlite3.Connection, stored: StoredPlan) -> None:
+    """Write one plan in the caller's transaction; the dir's oldest past PLANS_KEEP go."""
+    key = dir_key(Path(stored.dir))
+    conn.execute(
+        "INSERT OR REPLACE INTO refused_plan VALUES (?, ?, ?)",
+        (key, stored.pass_id, json.dumps(asdict(stored))),
+    )
+    conn.execute(
+        "DELETE FROM refused_plan WHERE dir = ? AND pass_id NOT IN (SELECT pass_id FROM "
+        "refused_plan WHERE dir = ? ORDER BY pass_id DESC LIMIT ?)",
+        (key, key, PLANS_KEEP),
+    )
 
 
 def save(state_dir: Path, real_path: Path, pass_id: str, plan: Plan) -> None:
-    """Keep a refused pass's plan (durably: a person may apply it tomorrow); the dir's oldest
-    plans past PLANS_KEEP go."""
+    """Keep a refused pass's plan (a person may apply it tomorrow)."""
     files: dict[str, str] = {}
     moves = []
     for move in plan.moves:
@@ -81,11 +97,9 @@ def save(state_dir: Path, real_path: Path, pass_id: str, plan: Plan) -> None:
         moves,
         files,
     )
-    fsops.write_private(_path(state_dir, real_path, pass_id), json.dumps(asdict(stored)).encode())
-    kept = sorted(_folder(state_dir).glob(f"{dir_key(real_path)}.*.json"))
-    for old in kept[:-PLANS_KEEP]:
-        with contextlib.suppress(OSError):
-            old.unlink()
+    db = _db(state_dir)
+    with db.transaction() as conn:
+        keep(conn, stored)
 
 
 def load(state_dir: Path, real_path: Path, pass_id: str) -> StoredPlan:
@@ -95,33 +109,43 @@ def load(state_dir: Path, real_path: Path, pass_id: str) -> StoredPlan:
             f"{pass_id!r} is no pass id (one looks like 20261201T124558-86f002: the refused "
             "pass's report and its dream.refused row give it)"
         )
-    path = _path(state_dir, real_path, pass_id)
-    try:
-        data = safejson.loads(read_bounded(path, PLAN_MAX_BYTES, follow=False))
-        stored = StoredPlan(**data)
-    except FileNotFoundError:
-        elsewhere = list(_folder(state_dir).glob(f"*.{pass_id}.json"))
-        where = ""
-        if elsewhere:
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                other = safejson.loads(read_bounded(elsewhere[0], PLAN_MAX_BYTES, follow=False))
-                where = f" (it was refused in {other['dir']})"
+    conn = _db(state_dir).connection()
+    row = conn.execute(
+        "SELECT plan FROM refused_plan WHERE dir = ? AND pass_id = ?",
+        (dir_key(real_path), pass_id),
+    ).fetchone()
+    if row is None:
+        other = conn.execute("SELECT plan FROM refused_plan WHERE pass_id = ?", (pass_id,))
+        found = other.fetchone()
+        where = f" (it was refused in {safejson.loads(found[0])['dir']})" if found else ""
         raise MemorydError(
             f"{real_path}: no refused plan {pass_id} to apply{where}; it was applied already, "
             f"or is older than the last {PLANS_KEEP} refusals (run `memoryd dream` again for a "
             "new plan)"
-        ) from None
-    except (OSError, ValueError, TypeError) as error:
-        raise MemorydError(f"{path}: the stored plan cannot be read ({error})") from error
+        )
+    stored = StoredPlan(**safejson.loads(row[0]))
     if stored.dir != str(real_path) or stored.pass_id != pass_id:
-        raise MemorydError(f"{path}: the stored plan is for another dir or pass")
+        raise MemorydError(f"{_db(state_dir).path}: the stored plan is for another dir or pass")
     return stored
 
 
 def exists(state_dir: Path, real_path: Path, pass_id: str) -> bool:
-    return bool(_PASS_ID.match(pass_id)) and _path(state_dir, real_path, pass_id).is_file()
+    if not _PASS_ID.match(pass_id):
+        return False
+    row = (
+        _db(state_dir)
+        .connection()
+        .execute(
+            "SELECT 1 FROM refused_plan WHERE dir = ? AND pass_id = ?",
+            (dir_key(real_path), pass_id),
+        )
+    )
+    return row.fetchone() is not None
 
 
 def remove(state_dir: Path, real_path: Path, pass_id: str) -> None:
-    with contextlib.suppress(OSError):
-        _path(state_dir, real_path, pass_id).unlink()
+    db = _db(state_dir)
+    with db.transaction() as conn:
+        conn.execute(
+            "DELETE FROM refused_plan WHERE dir = ? AND pass_id = ?", (dir_key(real_path), pass_id)
+        )

@@ -18,13 +18,11 @@ from memoryd.discover import MemoryDir, claude_lock
 from memoryd.dream import refused, transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
 from memoryd.dream.consult import (
-    SERVED_SHOWN,
     ConsultLog,
     ConsultSource,
     RecordedConsults,
     Subject,
     consulted,
-    served_log,
 )
 from memoryd.dream.facts import FactsCache, derive, load_saved
 from memoryd.dream.memo import DreamMemo
@@ -437,7 +435,9 @@ def consult_sources(
         RecordedConsults(found.evidence_for(md.real_path), unsure),
     ]
     # What memoryd's MCP server answered the agent about this dir (memoryd.mcp_server).
-    served = ConsultLog.load_file(served_log(rt.paths.state_dir, md.real_path), SERVED_SHOWN)
+    from memoryd.recall.consults import served as served_by_mcp
+
+    served = served_by_mcp(rt.paths.state_dir, md.real_path)
     if served is not None:
         sources.append(served)
     log = ConsultLog.load(md.repo_root)

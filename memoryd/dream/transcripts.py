@@ -13,32 +13,42 @@ tool call's path (a relative one against the line's `cwd`) is matched by the rea
 folder, so a memory dir reached through a symlink matches too.
 
 Reading is incremental: per transcript the (device, inode, size seen, offset) read to is kept
-in the state dir (`<state_dir>/consults/transcripts.json`), each scan reads only what was
+in the state store (the `consult_transcript` table), each scan reads only what was
 appended since, from a complete line to a complete line (a torn last line is read again once it
 is finished), and starts from 0 when the file was replaced or shrank. A transcript last written
 before the consult window is never read. A scan reads at most `SCAN_BYTES`; what is left is
 read by the next scan, and until then "unsure means kept". What was found is kept compactly per
-memory dir (file -> newest time, session, tool, transcript), bounded, in the same file.
+memory dir (file -> newest time, session, tool, transcript), bounded (`consult_seen`).
 """
 
 import contextlib
 import fcntl
-import json
 import os
 import shlex
+import sqlite3
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, safejson
+from memoryd import safejson
 from memoryd.dream.consult import Seen, row_time
-from memoryd.paths import ensure_private_dir, read_bounded
+from memoryd.paths import ensure_private_dir
+from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
-FOLDER = "consults"
-STATE_FILE = "transcripts.json"
-STATE_MAX_BYTES = 64 * 1024 * 1024
+FOLDER = "consults"  # in the state dir: the scanners' lock
+SCHEMA = Schema(
+    "consult_transcripts",
+    1,
+    """CREATE TABLE consult_transcript (name TEXT PRIMARY KEY, device INTEGER, inode INTEGER,
+                                        size INTEGER, offset INTEGER, skipping INTEGER)
+                                        WITHOUT ROWID;
+       CREATE TABLE consult_seen (dir TEXT NOT NULL, file TEXT NOT NULL, at REAL NOT NULL,
+                                  session TEXT NOT NULL, tool TEXT NOT NULL,
+                                  source TEXT NOT NULL, PRIMARY KEY (dir, file)) WITHOUT ROWID""",
+    ("consult_transcript", "consult_seen"),
+)
 SCAN_BYTES = 256 * 1024 * 1024  # read per scan at most (the rest is read by the next)
 CHUNK_BYTES = 8 * 1024 * 1024  # one read; a line longer than this is skipped, unread
 MAX_DIRS = 512  # memory dirs with evidence kept (those consulted longest ago go first)
@@ -64,46 +74,43 @@ class Harvest:
         return self.dirs.get(str(real_dir), {})
 
 
-def state_path(state_dir: Path) -> Path:
-    return state_dir / FOLDER / STATE_FILE
-
-
 def load(state_dir: Path) -> Harvest:
-    """The saved scan state; an unreadable or foreign file is a fresh start (read from 0)."""
-    try:
-        data = safejson.loads(read_bounded(state_path(state_dir), STATE_MAX_BYTES, follow=False))
-    except (OSError, ValueError):
-        return Harvest()
+    """The saved scan state; none yet is a fresh start (read from 0)."""
     out = Harvest()
-    if not isinstance(data, dict):
-        return out
-    files = data.get("files")
-    if isinstance(files, dict):
-        for name, entry in files.items():
-            if (
-                isinstance(entry, list)
-                and len(entry) == 5
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in entry)
-            ):
-                out.files[str(name)] = entry
-    dirs = data.get("dirs")
-    if isinstance(dirs, dict):
-        for folder, seen in dirs.items():
-            if not isinstance(seen, dict):
-                continue
-            kept = {str(k): s for k, v in seen.items() if (s := Seen.of(v)) is not None}
-            if kept:
-                out.dirs[str(folder)] = kept
+    if not (state_dir / FILE_NAME).exists():
+        return out  # (and a dry run makes no state store)
+    conn = StateDB.in_state_dir(state_dir).connection()
+    try:  # (not `ensure`: a dry run that reads this makes no table)
+        files = conn.execute("SELECT * FROM consult_transcript").fetchall()
+        seen = conn.execute("SELECT dir, file, at, session, tool, source FROM consult_seen")
+        rows = seen.fetchall()
+    except sqlite3.OperationalError:
+        return out  # no such table: never saved
+    for name, *entry in files:
+        if all(isinstance(v, int) for v in entry):
+            out.files[name] = entry
+    for folder, file, *row in rows:
+        found = Seen.of(row)
+        if found is not None:
+            out.dirs.setdefault(folder, {})[file] = found
     return out
 
 
-def _dump(harvest: Harvest) -> bytes:
-    record = {
-        "version": 1,
-        "files": harvest.files,
-        "dirs": {d: {f: s.row() for f, s in seen.items()} for d, seen in harvest.dirs.items()},
-    }
-    return json.dumps(record, ensure_ascii=True, sort_keys=True, separators=(",", ":")).encode()
+def _save(state_dir: Path, harvest: Harvest) -> None:
+    """Write the scan state whole, in one transaction."""
+    db = StateDB.in_state_dir(state_dir)
+    db.ensure(SCHEMA)
+    with db.transaction() as conn:
+        conn.execute("DELETE FROM consult_transcript")
+        conn.execute("DELETE FROM consult_seen")
+        conn.executemany(
+            "INSERT INTO consult_transcript VALUES (?, ?, ?, ?, ?, ?)",
+            [(name, *entry) for name, entry in harvest.files.items()],
+        )
+        conn.executemany(
+            "INSERT INTO consult_seen VALUES (?, ?, ?, ?, ?, ?)",
+            [(d, f, *s.row()) for d, seen in harvest.dirs.items() for f, s in seen.items()],
+        )
 
 
 def transcripts(claude_home: Path) -> Iterator[tuple[str, os.stat_result]]:
@@ -179,8 +186,7 @@ def harvest(
             scan.changed = True
         _prune(result, since)
         if save and scan.changed:
-            with contextlib.suppress(OSError):  # evidence lost is read again next time
-                fsops.write_private(state_path(state_dir), _dump(result), durable=False)
+            _save(state_dir, result)
     return result
 
 

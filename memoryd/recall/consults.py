@@ -1,22 +1,30 @@
 """Consult evidence from memoryd's MCP server: every answer the agent got is a row in the
-dir's served log (`memoryd.dream.consult.served_log`, in the state dir), in the format of the
-dream skill's `memory-consult.jsonl`, which the dream pass's consult guard reads. Nothing is
-written in the user's repo or memory dirs."""
+state store (the `consult_served` table), in the format of the dream skill's
+`memory-consult.jsonl` (`ts`, `tool`, `names`, `query`), which the dream pass's consult guard
+reads (`served`). Nothing is written in the user's repo or memory dirs."""
 
-import contextlib
 import json
-import os
+import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memoryd.dream.consult import served_log
-from memoryd.paths import ensure_private_dir
+from memoryd.dream.consult import SERVED_SHOWN, ConsultLog
+from memoryd.state import dir_key
+from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
-# Past this size the log keeps its newer half (rows older than any consult window matter to
+# Past this many rows a dir keeps its newer half (rows older than any consult window matter to
 # no guard; the newest rows are the ones that do).
-MAX_LOG_BYTES = 4 * 1024 * 1024
-_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_ROWS = 40_000
+SCHEMA = Schema(
+    "consult_served",
+    1,
+    """CREATE TABLE consult_served (dir TEXT NOT NULL, seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                                    ts TEXT NOT NULL, tool TEXT NOT NULL, names TEXT NOT NULL,
+                                    query TEXT NOT NULL);
+       CREATE INDEX consult_served_by_dir ON consult_served (dir, seq)""",
+    ("consult_served",),
+)
 
 
 def record(
@@ -27,31 +35,46 @@ def record(
     names: Sequence[str],
     query: str,
     now: float,
-) -> Path:
-    """Append one row (`ts`, `tool`, `names`, `query`) to the dir's served log, 0600."""
-    path = served_log(state_dir, real_path)
-    ensure_private_dir(path.parent)
+) -> None:
+    """Add one row (`ts`, `tool`, `names`, `query`) for the dir."""
     stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    row = {"ts": stamp, "tool": tool, "names": sorted(set(names)), "query": query}
-    line = (json.dumps(row, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
-    fd = os.open(path, _APPEND, 0o600)
-    try:
-        st = os.fstat(fd)
-        if st.st_size + len(line) > MAX_LOG_BYTES:
-            _keep_newer_half(path)
-            os.close(fd)
-            fd = os.open(path, _APPEND, 0o600)
-        os.write(fd, line)  # one write of one line: O_APPEND keeps concurrent rows whole
-    finally:
-        os.close(fd)
-    return path
+    db = StateDB.in_state_dir(state_dir)
+    db.ensure(SCHEMA)
+    key = dir_key(real_path)
+    with db.transaction() as conn:
+        conn.execute(
+            "INSERT INTO consult_served(dir, ts, tool, names, query) VALUES (?, ?, ?, ?, ?)",
+            (key, stamp, tool, json.dumps(sorted(set(names)), ensure_ascii=True), query),
+        )
+        (count,) = conn.execute("SELECT count(*) FROM consult_served WHERE dir = ?", (key,))
+        if count[0] > MAX_ROWS:
+            conn.execute(
+                "DELETE FROM consult_served WHERE dir = ? AND seq <= (SELECT seq FROM "
+                "consult_served WHERE dir = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+                (key, key, MAX_ROWS // 2),
+            )
 
 
-def _keep_newer_half(path: Path) -> None:
-    from memoryd import fsops
-    from memoryd.paths import read_bounded
-
-    with contextlib.suppress(OSError):
-        data = read_bounded(path, MAX_LOG_BYTES * 2, follow=False)
-        cut = data.find(b"\n", len(data) // 2)
-        fsops.write_private(path, data[cut + 1 :] if cut >= 0 else b"", durable=False)
+def served(state_dir: Path, real_path: Path) -> ConsultLog | None:
+    """What memoryd's MCP server answered about the dir, as a consult log; None when it
+    answered nothing (no evidence either way)."""
+    if not (state_dir / FILE_NAME).exists():
+        return None
+    db = StateDB.in_state_dir(state_dir)
+    try:  # (not `ensure`: a dry run that reads this makes no table)
+        rows = (
+            db.connection()
+            .execute(
+                "SELECT ts, names, query FROM consult_served WHERE dir = ? ORDER BY seq",
+                (dir_key(real_path),),
+            )
+            .fetchall()
+        )
+    except sqlite3.OperationalError:
+        return None  # no such table: nothing was ever answered
+    if not rows:
+        return None
+    log = ConsultLog(db.path, shown=SERVED_SHOWN)
+    for ts, names, query in rows:
+        log.add({"ts": ts, "names": json.loads(names), "query": query})
+    return log

@@ -175,6 +175,22 @@ class StateDB:
         return conn
 
     @contextlib.contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """Reads that see one commit (BEGIN DEFERRED … COMMIT: no write lock is taken);
+        inside a `transaction()` it joins that one."""
+        conn = self.connection()
+        if self._local.depth:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        self._local.depth = 1
+        try:
+            yield conn
+        finally:
+            self._local.depth = 0
+            conn.execute("COMMIT")
+
+    @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE … COMMIT (ROLLBACK on any exception); an inner one joins the outer."""
         conn = self.connection()

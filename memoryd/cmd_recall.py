@@ -137,19 +137,22 @@ def find_dirs(rt: "Runtime", dirs: Sequence[Path]) -> list["MemoryDir"]:
 
 def engine_for(rt: "Runtime", dirs: Sequence["MemoryDir"]) -> "Engine":
     from memoryd.recall.engine import Engine
-    from memoryd.recall.store import worker_count
+    from memoryd.recall.store import IndexOptions, worker_count
 
+    options = IndexOptions(
+        warn=_warn,
+        max_file_bytes=rt.config.parse.max_file_bytes,
+        max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
+        workers=worker_count(),  # memoryd's own entry points: their __main__ is guarded
+    )
     return Engine(
         dirs,
         rt.paths.state_dir,
         clock=rt.clock,
         stale_after=rt.config.recall.stale_after,
-        max_file_bytes=rt.config.parse.max_file_bytes,
-        max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
-        warn=_warn,
+        options=options,
         reading=rt.store.reading,
         window=(rt.config.index.max_lines, rt.config.index.max_chars),
-        workers=worker_count(),  # memoryd's own entry points: their __main__ is guarded
     )
 
 

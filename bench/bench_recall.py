@@ -26,7 +26,7 @@ from _naive import naive_load_all
 from _stats import markdown_table, percentile
 
 from memoryd.config import Config
-from memoryd.discover import memory_dir_at
+from memoryd.discover.finder import memory_dir_at
 from memoryd.recall.engine import Engine
 from memoryd.recall.store import RACY_NS, DirIndex, IndexOptions, index_path, worker_count
 from memoryd.runtime import tune_gc

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from memoryd.discover import MemoryDir
+    from memoryd.discover.found import MemoryDir
     from memoryd.recall.engine import Engine, Result
     from memoryd.runtime import Runtime
 
@@ -124,7 +124,7 @@ def _warn(message: str) -> None:
 def find_dirs(rt: "Runtime", dirs: Sequence[Path]) -> list["MemoryDir"]:
     """The dirs to look in: those named, else every discovered one. Reads only (a refused
     link is said on stderr, not logged: these commands write nothing but their indexes)."""
-    from memoryd.discover import discover_all
+    from memoryd.discover.finder import discover_all
 
     found = discover_all(rt.config, [d.expanduser() for d in dirs])
     for refused in found.refused:
@@ -259,7 +259,7 @@ def _repos_of(paths: Sequence[str]) -> list[Path]:
     """The repos (a folder with `.git` or `.claude/`) holding these paths, innermost each."""
     import os
 
-    from memoryd.discover import is_repo
+    from memoryd.discover.look import is_repo
 
     found: list[Path] = []
     for given in paths:
@@ -278,7 +278,7 @@ def _touched_dirs(rt: "Runtime", paths: Sequence[str]) -> list["MemoryDir"]:
     refreshes one project's indexes, not every one; every discovered dir when none matches."""
     import os
 
-    from memoryd.discover import discover_all
+    from memoryd.discover.finder import discover_all
 
     everything = find_dirs(rt, [])
     repos = _repos_of(paths)
@@ -323,7 +323,7 @@ def cmd_recall(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
 
 # --- show ---------------------------------------------------------------------------------------
 def cmd_show(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
-    from memoryd.discover import memory_dir_of
+    from memoryd.discover.finder import memory_dir_of
     from memoryd.errors import MemorydError, UsageError
     from memoryd.resolve import is_path, resolve
 

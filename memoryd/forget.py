@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TextIO
 
 from memoryd import fsops, journal, trash
-from memoryd.discover import MemoryDir, discover, memory_dir_of
+from memoryd.discover.finder import discover, memory_dir_of
+from memoryd.discover.found import MemoryDir
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from memoryd import lineage, trash
-from memoryd.discover import MemoryDir, memory_dir_at
+from memoryd.discover.finder import memory_dir_at
+from memoryd.discover.found import MemoryDir
 from memoryd.display import shown
 from memoryd.errors import MemorydError
 from memoryd.resolve import Target, is_path, resolve
@@ -71,7 +72,7 @@ def target_of(rt: Runtime, key: str, dirs: list[Path]) -> Target:
 def _in_state_trash(rt: Runtime, path: Path, dirs: list[Path]) -> Target | None:
     """A path into the state dir's trash (a repo dir's, as `trash list` prints it) means the
     file it was; None for any other path. The dir is the one whose trash holds it."""
-    from memoryd.discover import discover
+    from memoryd.discover.finder import discover
     from memoryd.housekeeping import known_dirs
     from memoryd.paths import app_paths
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import fsops, restored, trash, versions, witness
-from memoryd.discover import MemoryDir, memory_dir_at
+from memoryd.discover.finder import memory_dir_at
+from memoryd.discover.found import MemoryDir
 from memoryd.errors import MemorydError
 from memoryd.index import INDEX_NAME, Place, pointer_targets
 from memoryd.indexer import IndexKeeper, read_index_file, restore_pointers

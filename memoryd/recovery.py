@@ -4,7 +4,7 @@ import time
 from pathlib import Path
 
 from memoryd import journal
-from memoryd.discover import memory_dir_at
+from memoryd.discover.finder import memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.indexer import update
 from memoryd.runtime import Runtime

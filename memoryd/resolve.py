@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memoryd.discover import MemoryDir, discover, is_repo, memory_dir_at
+from memoryd.discover.finder import discover, memory_dir_at
+from memoryd.discover.found import MemoryDir
+from memoryd.discover.look import is_repo
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
 from memoryd.runtime import Runtime

@@ -17,7 +17,7 @@ from typing import Any
 from memoryd import housekeeping, trash
 from memoryd.audit import iter_lines
 from memoryd.config import Config
-from memoryd.discover import explicit_dirs
+from memoryd.discover.finder import explicit_dirs
 from memoryd.index import Budget, Entry, IndexEdit, IndexInput, update_index
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, boot_clock

@@ -280,7 +280,7 @@ def test_a_guard_takes_the_protective_reading_and_explain_says_so(
 # --- 4. the lock as Claude Code means it -----------------------------------------------------
 def _dir(folder: Path):
     from memoryd.config import Config
-    from memoryd.discover import explicit_dirs
+    from memoryd.discover.finder import explicit_dirs
 
     if not (folder / "a.md").exists():
         write_memory(folder, "a.md")  # a folder of memories is a memory dir
@@ -304,7 +304,7 @@ def _dir(folder: Path):
 def test_the_lock_is_held_only_fresh_and_with_a_live_pid(
     tmp_path: Path, body: str, age: float, alive: bool, pid: int | None, held: bool
 ) -> None:
-    from memoryd.discover import claude_lock, lock_is_fresh
+    from memoryd.discover.locks import claude_lock, lock_is_fresh
 
     folder = tmp_path / "memory"
     folder.mkdir()
@@ -326,7 +326,7 @@ def test_the_lock_is_held_only_fresh_and_with_a_live_pid(
 
 def test_a_lock_that_is_no_regular_file_holds_nothing(tmp_path: Path) -> None:
     """A FIFO is never opened (it would block), a symlink never followed."""
-    from memoryd.discover import claude_lock
+    from memoryd.discover.locks import claude_lock
 
     folder = tmp_path / "memory"
     folder.mkdir()
@@ -340,7 +340,7 @@ def test_a_lock_that_is_no_regular_file_holds_nothing(tmp_path: Path) -> None:
 
 def test_pid_liveness_of_real_processes() -> None:
     """A running child is alive; once reaped, its PID is dead."""
-    from memoryd.discover import pid_alive
+    from memoryd.discover.locks import pid_alive
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -354,7 +354,7 @@ def test_pid_liveness_of_real_processes() -> None:
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may signal every process: no EPERM")
 def test_a_process_of_another_user_counts_alive() -> None:
     """EPERM from kill(1, 0): the process exists; memoryd defers (Claude Code would not)."""
-    from memoryd.discover import pid_alive
+    from memoryd.discover.locks import pid_alive
 
     assert pid_alive(1)
 

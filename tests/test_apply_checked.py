@@ -14,7 +14,8 @@ import pytest
 
 from memoryd import fsops, journal, trash
 from memoryd.config import Config
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.found import MemoryDir
 from memoryd.dream.run import DreamResult, RepoCache, dream_dir
 from memoryd.runtime import Runtime
 from tests.conftest import Env, InjectedCrash, crash_at

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import build_config
-from memoryd.discover import explicit_dirs, slugify
+from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.slugs import slugify
 from memoryd.dream import transcripts
 from memoryd.dream.run import RepoCache, dream_dir
 from memoryd.errors import ConfigError

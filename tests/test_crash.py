@@ -153,7 +153,7 @@ SWAPPING_PASS = """
 import os, sys, time
 from pathlib import Path
 from memoryd.config import Config
-from memoryd.discover import discover
+from memoryd.discover.finder import discover
 from memoryd.dream.run import RepoCache, dream_dir
 from memoryd.paths import app_paths
 from memoryd.recovery import recover

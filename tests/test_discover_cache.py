@@ -14,7 +14,9 @@ import pytest
 from memoryd import fsops
 from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
-from memoryd.discover import Discovery, discover_all, slugify
+from memoryd.discover.finder import discover_all
+from memoryd.discover.found import Discovery
+from memoryd.discover.slugs import slugify
 from tests.conftest import Env, write_memory
 
 CACHE = "transcript-cwds.json"

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from memoryd.config import Config, ParseConfig
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.found import MemoryDir
 from memoryd.dream import run as run_module
 from memoryd.dream.facts import FactsCache, derive
 from memoryd.dream.memo import DreamMemo

@@ -528,7 +528,7 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     alone."""
     from memoryd import journal
     from memoryd.config import Config
-    from memoryd.discover import explicit_dirs
+    from memoryd.discover.finder import explicit_dirs
     from memoryd.dream.run import RepoCache, dream_dir
     from memoryd.indexer import index_dir
     from memoryd.recovery import recover
@@ -556,7 +556,7 @@ def test_a_project_dir_no_transcript_tells_of_is_unknown_not_checked(
     """Of four project memory dirs, one's folder exists, one's is gone and two have no
     transcript naming theirs: the hint lists the gone one and says the two are unknown (why,
     which), never that all four were checked."""
-    from memoryd.discover import slugify
+    from memoryd.discover.slugs import slugify
 
     here, gone = tmp_path / "here", tmp_path / "gone"
     here.mkdir()

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from memoryd import indexer
 from memoryd.config import Config, IndexConfig
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.found import MemoryDir
 from memoryd.dream.run import RepoCache, dream_dir, probe_ownership
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Basis, IndexStatus, index_after_dream, index_dir, update

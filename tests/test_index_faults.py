@@ -13,7 +13,8 @@ import pytest
 
 from memoryd import fsops
 from memoryd.config import Config
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.found import MemoryDir
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import BLANK_SETTLE, INDEX_SETTLE, SETTLE_WAIT, index_dir, settles_at
 from memoryd.runtime import Runtime

@@ -12,7 +12,7 @@ import pytest
 
 from memoryd import fsops, index, indexer
 from memoryd.config import Config, IndexConfig
-from memoryd.discover import explicit_dirs
+from memoryd.discover.finder import explicit_dirs
 from memoryd.errors import WriteConflict
 from memoryd.index import ARCHIVE_NAME, decide_ownership
 from memoryd.indexer import index_dir

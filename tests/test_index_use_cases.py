@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memoryd import indexer
 from memoryd.config import Config
-from memoryd.discover import explicit_dirs
+from memoryd.discover.finder import explicit_dirs
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, local_links
 from memoryd.indexer import IndexStatus
 from tests.conftest import Env, tree_digest, write_memory

@@ -15,7 +15,8 @@ import pytest
 
 from memoryd.cmd_recall import engine_for
 from memoryd.config import Config, RecallConfig, build_config
-from memoryd.discover import MemoryDir, memory_dir_at
+from memoryd.discover.finder import memory_dir_at
+from memoryd.discover.found import MemoryDir
 from memoryd.recall import listing, reads, records, store
 from memoryd.recall.engine import Engine
 from memoryd.recall.query import Frame, parse_frame
@@ -553,7 +554,7 @@ def test_a_pointer_past_the_agents_window_is_flagged_hidden(env: Env, tmp_path: 
 def test_the_window_kind_is_the_indexers(tmp_path: Path) -> None:
     """The engine's view kind of a dir is memoryd.indexer.view_kind's (kept apart so that a
     search need not import the indexer)."""
-    from memoryd.discover import discover_all
+    from memoryd.discover.finder import discover_all
     from memoryd.indexer import view_kind
     from memoryd.recall.engine import _window
 

@@ -241,7 +241,7 @@ def test_an_already_restored_id_says_when_and_what_it_is_now(env: Env, cli, fold
 
 
 def test_the_daemons_pile_up_passes_leave_a_restored_memory_alone(tmp_path: Path) -> None:
-    from memoryd.discover import slugify
+    from memoryd.discover.slugs import slugify
 
     running = start(tmp_path, name="pin", pile_up=2)
     repo = tmp_path / "code" / "pin"

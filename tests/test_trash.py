@@ -13,7 +13,7 @@ import pytest
 
 from memoryd import fsops, housekeeping, trash
 from memoryd.config import Config
-from memoryd.discover import explicit_dirs
+from memoryd.discover.finder import explicit_dirs
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
 from tests.conftest import Env, InjectedCrash, crash_at, tree_digest, write_memory
@@ -217,7 +217,7 @@ def test_a_pass_over_midnight_keeps_one_day_folder(env: Env, repo: Path) -> None
     from dataclasses import replace as dc_replace
 
     from memoryd.config import Config
-    from memoryd.discover import explicit_dirs
+    from memoryd.discover.finder import explicit_dirs
     from memoryd.dream.run import RepoCache, dream_dir
 
     filler(repo)
@@ -344,7 +344,7 @@ def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):
     from dataclasses import replace as dc_replace
 
     from memoryd.config import Config
-    from memoryd.discover import explicit_dirs
+    from memoryd.discover.finder import explicit_dirs
     from memoryd.dream.run import RepoCache, dream_dir
 
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")

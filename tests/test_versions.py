@@ -803,7 +803,7 @@ def _own_runtime(root: Path) -> Any:
 
 
 def _update(rt: Any, folder: Path) -> None:
-    from memoryd.discover import memory_dir_at
+    from memoryd.discover.finder import memory_dir_at
     from memoryd.indexer import update
 
     update(rt, memory_dir_at(folder, rt.config))

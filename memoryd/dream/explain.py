@@ -3,7 +3,8 @@
 from pathlib import Path
 from typing import Any
 
-from memoryd.discover import MemoryDir, memory_dir_of
+from memoryd.discover.finder import memory_dir_of
+from memoryd.discover.found import MemoryDir
 from memoryd.display import shown
 from memoryd.dream.plan import Item, guards_for, opposing, pair_kind, plan_pass
 from memoryd.dream.refs import RefCheck, Scope, Status

@@ -14,7 +14,8 @@ from typing import Any
 
 from memoryd import acked, fsops, journal, restored, trash
 from memoryd import links as memory_links
-from memoryd.discover import MemoryDir, claude_lock
+from memoryd.discover.found import MemoryDir
+from memoryd.discover.locks import claude_lock
 from memoryd.dream import refused, transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
 from memoryd.dream.consult import (

@@ -15,7 +15,7 @@ from typing import Any
 
 from memoryd.agentview import view_kind_of
 from memoryd.dirlabel import label
-from memoryd.discover import MemoryDir
+from memoryd.discover.found import MemoryDir
 from memoryd.recall.opened import OpenBounded
 from memoryd.recall.query import DAY, Frame, expressions, held_words, name_keys
 from memoryd.recall.store import (

@@ -1166,9 +1166,10 @@ def _explain_store(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import time
 
-    from memoryd import housekeeping, trash
+    from memoryd import housekeeping
     from memoryd.config import parse_duration
     from memoryd.discover.finder import discover
+    from memoryd.trash import store as trash
 
     named, gone = list(args.dirs), list[Path]()
     if args.trash_command in ("list", "restore"):  # a DIR deleted whole: its files are listed

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from memoryd import fsops, journal, trash
+from memoryd import fsops, journal
 from memoryd.discover.finder import discover, memory_dir_of
 from memoryd.discover.found import MemoryDir
 from memoryd.display import shown
@@ -28,7 +28,8 @@ from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import scan_dir
-from memoryd.trash import TrashRecord
+from memoryd.trash import store as trash
+from memoryd.trash.store import TrashRecord
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 REASON = "forgotten"

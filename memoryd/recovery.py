@@ -8,7 +8,7 @@ from memoryd.discover.finder import memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.indexer import update
 from memoryd.runtime import Runtime
-from memoryd.trash import TrashRecord
+from memoryd.trash.store import TrashRecord
 
 # A journal that does not parse is set aside only once it is this old: a pass starting right
 # now may be writing its first line.

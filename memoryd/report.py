@@ -11,7 +11,7 @@ from memoryd.display import shown
 from memoryd.dream.plan import Flag
 from memoryd.dream.run import DreamResult
 from memoryd.secrets import summary as secret_summary
-from memoryd.trash import stored_label
+from memoryd.trash.store import stored_label
 
 COUNT_LABELS = [
     ("files", "memory files"),

@@ -180,7 +180,8 @@ def _matches(rt: Runtime, tier: list[Target], key: str, gone: bool) -> list[Targ
 
 def _restorable(rt: Runtime, tier: list[Target], key: str) -> list[Target]:
     """The files of the tier's dirs `key` names that `trash restore` could bring back."""
-    from memoryd import trash, versions
+    from memoryd import versions
+    from memoryd.trash import manifest as trash
 
     store = rt.versions or versions.for_runtime(rt)
     names = [key] if key.endswith(".md") else [f"{key}.md", key]
@@ -201,7 +202,8 @@ def _restorable(rt: Runtime, tier: list[Target], key: str) -> list[Target]:
 
 def _gone_names(rt: Runtime, t: Target) -> set[str]:
     """Names the dir's trash manifests or kept versions know (files gone from it now)."""
-    from memoryd import lineage, trash, versions
+    from memoryd import lineage, versions
+    from memoryd.trash import manifest as trash
 
     out: set[str] = set()
     if t.md is not None:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import memfile, trash
+from memoryd import memfile
 from memoryd.index import pointer_targets, verify
+from memoryd.trash import manifest as trash_manifest
+from memoryd.trash import store as trash
 from tests.conftest import Env, write_memory
 from tests.helpers import (
     dream,
@@ -83,7 +85,9 @@ def test_trash_of_the_older_plain_naming_lists_restores_and_purges(
     assert cli("trash", "restore", f".trash/{today.isoformat()}/two.md", folder).code == 0
     assert {n: (folder / n).read_bytes() for n in planted} == planted
     old = plant_day(folder, today - timedelta(days=400), datetime.now() - timedelta(days=400))
-    assert [e.record.stored_name for e in trash.entries(folder) if not e.restored_as] == ["old.md"]
+    assert [e.record.stored_name for e in trash_manifest.entries(folder) if not e.restored_as] == [
+        "old.md"
+    ]
     assert cli("trash", "purge", "--older-than", "0d", folder).code == 0
     assert old.exists()  # memoryd has not watched it yet: retention rests on what it saw
 
@@ -99,13 +103,13 @@ def test_a_stored_name_never_ends_in_md_and_fits_the_name_limit(tmp_path: Path) 
         for _ in range(3):
             stored = trash.free_name(folder, name, taken)
             assert stored.endswith(".md.trashed") and len(os.fsencode(stored)) <= 255
-            assert trash.stored_problem(stored) is None, stored
+            assert trash_manifest.stored_problem(stored) is None, stored
             assert stored not in taken
             taken.add(stored)
             (folder / stored).write_bytes(b"x")
-    assert trash.stored_problem("x.md") is None  # the older naming
+    assert trash_manifest.stored_problem("x.md") is None  # the older naming
     for bad in ("manifest.jsonl", ".x.md.trashed", "x.trashed", "MEMORY.md.trashed"):
-        assert trash.stored_problem(bad) is not None, bad
+        assert trash_manifest.stored_problem(bad) is not None, bad
 
 
 def test_a_long_name_moves_and_restores(env: Env, cli, repo: Path) -> None:
@@ -117,7 +121,7 @@ def test_a_long_name_moves_and_restores(env: Env, cli, repo: Path) -> None:
     filler(repo)
     folder = repo / ".claude" / "memory"
     assert moved(dream(cli, repo)) == {name: "stale"}
-    (entry,) = trash.entries(folder)
+    (entry,) = trash_manifest.entries(folder)
     assert entry.record.stored_name != name and not path.exists()
     assert hashlib.sha256(entry.stored_path.read_bytes()).hexdigest() == entry.record.sha256
     assert cli("trash", "restore", entry.record.id, folder).code == 0

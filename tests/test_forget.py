@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import trash
+from memoryd.trash import store as trash
 from tests.conftest import Env, Result, tree_digest, write_memory
 
 ARCHIVE = "MEMORY-ARCHIVE.md"

@@ -154,7 +154,8 @@ def _acknowledged(rt: Runtime, md: MemoryDir, item: Item) -> str | None:
 
 def _history(md: MemoryDir, name: str) -> list[dict[str, Any]]:
     """What this memory superseded and what superseded it (memoryd.lineage), from the trash."""
-    from memoryd import lineage, trash
+    from memoryd import lineage
+    from memoryd.trash import manifest as trash
 
     try:
         entries = trash.contents(md.real_path).entries

@@ -355,40 +355,8 @@ def build_config(data: Mapping[str, object], source: str) -> Config:
         if not isinstance(table, dict):
             problems.append(f"{name}: expected a table, got {_type_name(table)}")
             continue
-        values: dict[str, object] = {}
-        for key, raw in table.items():
-            converter = converters.get(key)
-            if converter is None:
-                problems.append(f"{name}.{key}: unknown key (known: {', '.join(converters)})")
-                continue
-            try:
-                values[key] = converter(raw)
-            except ValueError as error:
-                problems.append(f"{name}.{key}: {error}")
-        sections[name] = cls(**values)
-
-    dirs: dict[Path, DirOverride] = {}
-    raw_dirs = data.get("dirs", {})
-    if not isinstance(raw_dirs, dict):
-        problems.append(f"dirs: expected a table of folders, got {_type_name(raw_dirs)}")
-        raw_dirs = {}
-    for dir_key, table in raw_dirs.items():
-        prefix = f'dirs."{dir_key}"'
-        if not isinstance(table, dict):
-            problems.append(f"{prefix}: expected a table with mode / repo_root")
-            continue
-        values = {}
-        for key, raw in table.items():
-            converter = _DIR_KEYS.get(key)
-            if converter is None:
-                problems.append(f"{prefix}.{key}: unknown key (known: {', '.join(_DIR_KEYS)})")
-                continue
-            try:
-                values[key] = converter(raw)
-            except ValueError as error:
-                problems.append(f"{prefix}.{key}: {error}")
-        dirs[expand(dir_key)] = DirOverride(**values)  # type: ignore[arg-type]
-
+        sections[name] = cls(**_converted(table, converters, name, problems))
+    dirs = _dir_overrides(data.get("dirs", {}), problems)
     watch = sections.get("watch")
     if isinstance(watch, WatchConfig) and watch.max_wait < watch.debounce:
         problems.append("watch.max_wait: must not be shorter than watch.debounce")
@@ -398,6 +366,43 @@ def build_config(data: Mapping[str, object], source: str) -> Config:
     if problems:
         raise ConfigError(source, problems)
     return Config(dirs=dirs, source=source, **sections)  # type: ignore[arg-type]
+
+
+def _converted(
+    table: Mapping[str, object],
+    converters: Mapping[str, Converter],
+    prefix: str,
+    problems: list[str],
+) -> dict[str, object]:
+    """A table's values, each by its key's converter; an unknown key or a bad value is a
+    problem (named `prefix.key`) and left out."""
+    values: dict[str, object] = {}
+    for key, raw in table.items():
+        converter = converters.get(key)
+        if converter is None:
+            problems.append(f"{prefix}.{key}: unknown key (known: {', '.join(converters)})")
+            continue
+        try:
+            values[key] = converter(raw)
+        except ValueError as error:
+            problems.append(f"{prefix}.{key}: {error}")
+    return values
+
+
+def _dir_overrides(raw_dirs: object, problems: list[str]) -> dict[Path, DirOverride]:
+    """The `[dirs."<folder>"]` tables."""
+    if not isinstance(raw_dirs, dict):
+        problems.append(f"dirs: expected a table of folders, got {_type_name(raw_dirs)}")
+        return {}
+    dirs: dict[Path, DirOverride] = {}
+    for dir_key, table in raw_dirs.items():
+        prefix = f'dirs."{dir_key}"'
+        if not isinstance(table, dict):
+            problems.append(f"{prefix}: expected a table with mode / repo_root")
+            continue
+        values = _converted(table, _DIR_KEYS, prefix, problems)
+        dirs[expand(dir_key)] = DirOverride(**values)  # type: ignore[arg-type]
+    return dirs
 
 
 def _is_null_device(path: Path) -> bool:

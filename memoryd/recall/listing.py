@@ -68,9 +68,9 @@ class Listing:
     table `listing` and hashed as it goes: a digest of them all (names, inode, size, mtime,
     type, in the dir's order), and the index files' stats. Nothing is kept per file in
     Python: at 100,000 files a listing held in Python was 30 MB. When the digest is the one
-    the index last matched, the table is not looked at (see _in_step). The same entries
-    listed in another order only cost a compare: one running hash costs half what a sum of
-    a hash per entry did."""
+    the index last matched, the table is not looked at (see store.DirIndex._in_step). The
+    same entries listed in another order only cost a compare: one running hash costs half
+    what a sum of a hash per entry did."""
 
     __slots__ = ("hashed", "indexes")
 

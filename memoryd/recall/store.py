@@ -40,18 +40,14 @@ from memoryd.recall.listing import (
 from memoryd.recall.reads import Excluded, Row, Searches, Vocabulary
 from memoryd.recall.records import (
     RACY_NS,
-    RefRow,
-    path_refs_of,
-    path_row,
     read_record,
     records_in_workers,
-    stem_words,
-    symbol_row,
     worker_count,
 )
+from memoryd.recall.rows import RefIds, delete_doc, insert_record
 
 if TYPE_CHECKING:
-    from memoryd.dream.refs import Refs
+    pass
 
 # What other modules take from here: the index's rows and its first build's workers.
 __all__ = ["RACY_NS", "Excluded", "Row", "Vocabulary", "Window", "worker_count"]
@@ -190,11 +186,6 @@ class _Plan:
         return bool(self.changed or self.gone or self.pointers)
 
 
-# A reference (see _INDEXES) put in once, and found by what it is; one no memory cites now.
-_REF = "INSERT OR IGNORE INTO refs(kind, ref, norm, base) VALUES (?, ?, ?, ?)"
-_REF_WITH_ID = "INSERT INTO refs(rid, kind, ref, norm, base) VALUES (?, ?, ?, ?, ?)"
-_REF_ID = "SELECT rid FROM refs WHERE kind = ? AND ref = ?"
-_ORPHAN = "DELETE FROM refs WHERE rid = ? AND NOT EXISTS (SELECT 1 FROM cites WHERE rid = ?)"
 # A file to be read again whatever its stat (see RACY_NS); on the partial index files_racy.
 _RACY = "SELECT 1 FROM files WHERE mtime_ns = -1 LIMIT 1"
 
@@ -235,8 +226,7 @@ class DirIndex(Searches):
         self._vocab: tuple[tuple[int, int], Vocabulary] | None = None
         self._writes = 0  # own commits: they leave PRAGMA data_version as it was
         # In a first build: the refs rows' ids by kind and ref (0: no row), given here.
-        self._rids: dict[str, dict[str, int]] | None = None
-        self._rid = 0
+        self._rids: RefIds | None = None
         self.workers = options.workers
         self.spawned = 0  # processes the last first build read the files in (0: none)
         self.window = options.window
@@ -592,22 +582,22 @@ class DirIndex(Searches):
                 found = plan()
             change = Change()
             for _, doc_id in found.gone:
-                self._delete(conn, doc_id)
+                delete_doc(conn, doc_id)
                 change.removed += 1
             bulk = self._first_build(conn, found)
             if bulk:  # made again below, in this transaction: no reader sees them gone
                 for index_name in _INDEXES:
                     conn.execute(f"DROP INDEX {index_name}")
-                # No memory is in the index: none cites a reference (see _cite).
+                # No memory is in the index: none cites a reference (see rows.cite).
                 conn.execute("DELETE FROM cites")
                 conn.execute("DELETE FROM refs")
-                self._rids, self._rid = {"path": {}, "symbol": {}}, 0
+                self._rids = RefIds()
                 conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")
             for name, values in self._records(dir_fd, found, bulk):
                 if name in found.old:
-                    self._delete(conn, found.old[name])
+                    delete_doc(conn, found.old[name])
                 if values is not None:
-                    self._insert(conn, values)
+                    insert_record(conn, values, self._rids)
                     change.read += 1
             if bulk:
                 self._rids = None
@@ -666,76 +656,6 @@ class DirIndex(Searches):
         import time
 
         return self._clock_ns() if self._clock_ns is not None else time.time_ns()
-
-    @staticmethod
-    def _delete(conn: sqlite3.Connection, doc_id: int) -> None:
-        row = conn.execute(
-            "SELECT name, description, body, stem FROM docs WHERE rowid = ?", (doc_id,)
-        ).fetchone()
-        if row is not None:
-            # The words table keeps no text of its own: a delete hands it the text it took.
-            conn.execute(
-                "INSERT INTO words(words, rowid, text) VALUES ('delete', ?, ?)",
-                (doc_id, "\n".join(row)),
-            )
-            conn.execute("DELETE FROM docs WHERE rowid = ?", (doc_id,))
-        rids = conn.execute("DELETE FROM cites WHERE id = ? RETURNING rid", (doc_id,)).fetchall()
-        # A reference no other memory cites goes with it.
-        conn.executemany(_ORPHAN, [(rid, rid) for (rid,) in rids])
-        conn.execute("DELETE FROM files WHERE id = ?", (doc_id,))
-
-    def _insert(self, conn: sqlite3.Connection, values: dict[str, Any]) -> None:
-        """Put one file's record (_record) in the index."""
-        name = values["file"]
-        body = values.pop("body", None)
-        refs = values.pop("refs", None)
-        columns = ", ".join(values)
-        marks = ", ".join("?" for _ in values)
-        cursor = conn.execute(
-            f"INSERT INTO files({columns}) VALUES ({marks})",  # noqa: S608 - our own column names
-            tuple(values.values()),
-        )
-        doc_id = int(cursor.lastrowid or 0)
-        if body is not None and refs is not None:
-            texts = (values["name"], values["description"], body, stem_words(name))
-            conn.execute(
-                "INSERT INTO docs(rowid, name, description, body, stem) VALUES (?, ?, ?, ?, ?)",
-                (doc_id, *texts),
-            )
-            conn.execute("INSERT INTO words(rowid, text) VALUES (?, ?)", (doc_id, "\n".join(texts)))
-            self._cite(conn, doc_id, refs)
-
-    def _cite(self, conn: sqlite3.Connection, doc_id: int, refs: "Refs") -> None:
-        """A memory's references (the dream pass's extraction): each a `refs` row once,
-        cited by the memory in `cites`."""
-        cited: dict[int, None] = {}
-        if self._rids is None:
-            for row in path_refs_of(refs):
-                conn.execute(_REF, row)
-                cited[conn.execute(_REF_ID, row[:2]).fetchone()[0]] = None
-        else:
-            # A first build: the ids are given here, and each distinct reference is made a
-            # row once (the table was empty).
-            kinds: tuple[tuple[str, Sequence[str], Callable[[str], RefRow | None]], ...] = (
-                ("path", refs.paths, path_row),
-                ("symbol", refs.symbols, symbol_row),
-            )
-            for kind, refs_of_kind, row_of in kinds:
-                ids = self._rids[kind]
-                for ref in refs_of_kind:
-                    rid = ids.get(ref)
-                    if rid is None:
-                        made = row_of(ref)
-                        rid = ids[ref] = 0 if made is None else self._next_rid()
-                        if made is not None:
-                            conn.execute(_REF_WITH_ID, (rid, *made))
-                    if rid:
-                        cited[rid] = None
-        conn.executemany("INSERT INTO cites(id, rid) VALUES (?, ?)", [(doc_id, r) for r in cited])
-
-    def _next_rid(self) -> int:
-        self._rid += 1
-        return self._rid
 
 
 class _Retry(Exception):

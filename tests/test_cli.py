@@ -230,7 +230,7 @@ def test_service_manager_detection() -> None:
 
 HEAVY = (
     "memoryd.indexer",
-    "memoryd.discover.finder",
+    "memoryd.discover",
     "memoryd.scan",
     "memoryd.memfile",
     "memoryd.daemon",

@@ -265,8 +265,6 @@ def discover(config: Config, explicit: Iterable[Path] = ()) -> list[MemoryDir]:
 
 
 REFUSED_RECORD = "refused-links.json"  # in the state dir: which refusals were said, and where
-
-
 REFUSED_RECORD_MAX = 1024 * 1024
 
 

@@ -10,10 +10,7 @@ from memoryd.discover.found import MemoryDir
 from memoryd.paths import read_bounded
 
 CLAUDE_LOCK = ".consolidate-lock"  # Claude Code's own consolidation lock in a memory dir
-
-
 CLAUDE_LOCK_FRESH = 3600.0
-
 
 # --- Claude Code's `.consolidate-lock` ----------------------------------------------------------
 # As Claude Code 2.1.332 means it (its autoDream lock): held only while the file's mtime is under
@@ -23,8 +20,6 @@ CLAUDE_LOCK_FRESH = 3600.0
 # nothing. Liveness is `kill(pid, 0)`; unlike Claude Code, which counts EPERM (a process of
 # another user) as dead, memoryd counts it alive: deferring costs at most the hour.
 _LOCK_PID = re.compile(rb"\s*([+-]?[0-9]+)")
-
-
 _LOCK_READ = 64  # a PID, a newline and a timestamp: all Claude Code writes
 
 

@@ -6,8 +6,6 @@ from pathlib import Path
 from memoryd.config import Config
 
 _NOT_SLUG = re.compile(r"[^A-Za-z0-9]")
-
-
 SLUG_MAX = 200  # a longer slug is cut there and gets the path's hash
 
 

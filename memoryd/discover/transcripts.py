@@ -12,8 +12,6 @@ from memoryd.discover.slugs import slugify
 from memoryd.paths import BoundedLines, open_regular
 
 TRANSCRIPT_FILES = 20  # newest session transcripts read per project
-
-
 TRANSCRIPT_BYTES = 256 * 1024  # read at most this much of each
 
 

@@ -41,20 +41,12 @@ from memoryd.trash.store import (
 # (test_odd_names_move_and_come_back); they are harmless in a name used only relative to a
 # folder descriptor, and shown escaped.
 NAME_MAX_BYTES = fsops.NAME_MAX_BYTES
-
-
 # A record is a few hundred bytes (its pointer line and details included): a line over this is
 # none the mover wrote, and a manifest over this (~100,000 records in one day folder) is read up
 # to here, the rest reported. Both keep a planted manifest from holding a reader for long.
 MANIFEST_LINE_MAX = 1 << 20
-
-
 MANIFEST_MAX_BYTES = 64 << 20
-
-
 _ID = re.compile(r"^[0-9a-f]{10}$")
-
-
 _TEXT_FIELDS = ("id", "original_name", "stored_name", "day", "sha256", "reason", "pass_id", "time")
 
 

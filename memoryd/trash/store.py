@@ -31,24 +31,12 @@ from memoryd.paths import (
 from memoryd.state import dir_key
 
 TRASH_DIR = ".trash"
-
-
 REPO_TRASH = "trash"  # the state dir's folder of the trashes of dirs in git work trees
-
-
 MANIFEST = "manifest.jsonl"
-
-
 # Appended to a trashed file's name (see free_name); a trash written before has plain names.
 TRASHED_SUFFIX = ".trashed"
-
-
 PURGING_PREFIX = ".purging-"
-
-
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
 FAR_FORWARD_DAYS = 366  # a jump this far since the last run is a broken clock, not a holiday
 
 
@@ -335,14 +323,8 @@ def append_record(memory_dir: Path, day: str, line: str) -> None:
 
 
 MODIFIED = "modified since plan"
-
-
 GONE = "gone since plan"
-
-
 HELD = "open for writing by another program"
-
-
 KEPT_VARIANT = ".kept-"  # `<stem>.kept-<n>.md`: a file put back whose name was taken meanwhile
 
 

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 
 DAY = 86400.0
 

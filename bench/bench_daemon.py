@@ -53,7 +53,7 @@ from _stats import markdown_table, percentile
 
 from memoryd.audit import iter_lines
 from memoryd.config import parse_duration
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, POINTER
 
 MS = 1e-3

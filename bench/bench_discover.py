@@ -22,10 +22,11 @@ from typing import Any
 from _claude_home import ClaudeHome, make_claude_home
 from _stats import markdown_table, timed
 
-from memoryd import discover
 from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
 from memoryd.cwd_cache import CwdCache
+from memoryd.discover.finder import discover_all
+from memoryd.discover.found import Discovery
 from memoryd.runtime import tune_gc
 from memoryd.storage.statedb import StateDB
 
@@ -116,18 +117,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_for(home)
         home.state.mkdir(parents=True, mode=0o700)  # as the daemon or any write leaves it
         with environ(home.env):
-            found = discover.discover_all(config)  # warms the page cache, saves the cache
+            found = discover_all(config)  # warms the page cache, saves the cache
             print(f"discovered: {len(found.dirs)} dirs, {len(found.refused)} refused\n")
-            cold = timed(
-                lambda: discover.discover_all(config), args.repeat, lambda: drop_cache(home)
-            )
+            cold = timed(lambda: discover_all(config), args.repeat, lambda: drop_cache(home))
             plain = timed(lambda: _uncached(config), args.repeat)
-            discover.discover_all(config)
-            warm = timed(lambda: discover.discover_all(config), args.repeat)
-            assert discover.discover_all(config) == _uncached(config), "the cache changed a result"
+            discover_all(config)
+            warm = timed(lambda: discover_all(config), args.repeat)
+            assert discover_all(config) == _uncached(config), "the cache changed a result"
             steps = {
                 "no cache": counted(home, lambda: _uncached(config)),
-                "cache saved": counted(home, lambda: discover.discover_all(config)),
+                "cache saved": counted(home, lambda: discover_all(config)),
             }
         memoryd = [sys.executable, "-m", "memoryd", "dirs"]
         floor = whole_process(home, [sys.executable, "-c", "import memoryd.cli"], args.repeat)
@@ -155,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with environ(home.env):
                 for label, fn in (
                     ("no cache", lambda: _uncached(config)),
-                    ("cache saved", lambda: discover.discover_all(config)),
+                    ("cache saved", lambda: discover_all(config)),
                 ):
                     profiler = cProfile.Profile()
                     profiler.runcall(fn)
@@ -166,8 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _uncached(config: Config) -> discover.Discovery:
-    return discover.discover_all(config, cache=CwdCache.off())
+def _uncached(config: Config) -> Discovery:
+    return discover_all(config, cache=CwdCache.off())
 
 
 if __name__ == "__main__":

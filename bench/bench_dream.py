@@ -63,8 +63,10 @@ from typing import Any
 import _synth
 from _stats import markdown_table, percentile, timed
 
-from memoryd import discover, indexer
+from memoryd import indexer
 from memoryd.config import Config, with_claude_home
+from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.found import MemoryDir
 from memoryd.dream.refs import Status, check_refs, extract_refs
 from memoryd.dream.repo import RepoIndex
 from memoryd.dream.run import DreamResult, RepoCache, dream_dir
@@ -792,8 +794,8 @@ def make_runtime(root: Path) -> Runtime:
     return Runtime.create(with_claude_home(Config(), root / "claude"), paths)
 
 
-def memory_dir(path: Path, repo_root: Path) -> discover.MemoryDir:
-    found = discover.explicit_dirs(path, Config())[0]
+def memory_dir(path: Path, repo_root: Path) -> MemoryDir:
+    found = explicit_dirs(path, Config())[0]
     return replace(found, repo_root=repo_root, repo_reason="bench")
 
 
@@ -831,7 +833,7 @@ def carry_facts(store: StateStore, src: Path, dst: Path) -> None:
         store.save_facts(dst.resolve(), [data])
 
 
-def settle(rt: Runtime, md: discover.MemoryDir) -> str:
+def settle(rt: Runtime, md: MemoryDir) -> str:
     """Index the dir until nothing changes, as the daemon would have before any pass."""
     outcome = indexer.update(rt, md)
     for _ in range(2):
@@ -1056,7 +1058,7 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
         fresh_copy(work, master, dst)
         md_copy = memory_dir(dst, repo_root)
 
-        def real(md_copy: discover.MemoryDir = md_copy) -> DreamResult:
+        def real(md_copy: MemoryDir = md_copy) -> DreamResult:
             return dream_dir(rt, md_copy, repos=RepoCache.of(rt))
 
         # Every real pass is timed with the breakdown on (< 1 % of it); the last one is shown.

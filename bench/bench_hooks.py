@@ -26,7 +26,7 @@ import _synth
 from _stats import markdown_table, percentile
 
 import memoryd
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 
 TARGET = 4.0
 

@@ -31,8 +31,10 @@ import _synth
 from _naive import naive_load_all, naive_rebuild
 from _stats import markdown_table, percentile, timed
 
-from memoryd import discover, fsops, indexer
+from memoryd import fsops, indexer
 from memoryd.config import Config, with_claude_home
+from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.found import MemoryDir
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, POINTER
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, tune_gc
@@ -190,7 +192,7 @@ class IndexRun:
 
 def run_index(
     rt: Runtime,
-    md: discover.MemoryDir,
+    md: MemoryDir,
     change: Callable[[int], set[str]],
     reps: int,
     between: Callable[[], object] | None = None,
@@ -222,7 +224,7 @@ def run_index(
 
 
 def daemon_pass(
-    rt: Runtime, md: discover.MemoryDir, held: indexer.Held | None, names: set[str] | None
+    rt: Runtime, md: MemoryDir, held: indexer.Held | None, names: set[str] | None
 ) -> indexer.IndexOutcome:
     """The daemon's pass (no grace: the bench's new files are indexed at once)."""
     return indexer.update_changed(
@@ -371,7 +373,7 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
 
         # 3. One change among n -> MEMORY.md replaced, with state warm from earlier passes.
         rt = make_runtime(tmp)
-        md = discover.explicit_dirs(path, Config())[0]
+        md = explicit_dirs(path, Config())[0]
         first = time.perf_counter()
         outcome = indexer.update(rt, md)
         first_pass = time.perf_counter() - first

@@ -26,9 +26,9 @@ from _naive import naive_load_all
 from _stats import markdown_table, percentile
 
 from memoryd.config import Config
-from memoryd.discover import memory_dir_at
+from memoryd.discover.finder import memory_dir_at
 from memoryd.recall.engine import Engine
-from memoryd.recall.store import RACY_NS, DirIndex, index_path, worker_count
+from memoryd.recall.store import RACY_NS, DirIndex, IndexOptions, index_path, worker_count
 from memoryd.runtime import tune_gc
 
 _WORD = re.compile(r"[a-z]{4,}")
@@ -210,7 +210,7 @@ def bench(n: int, args: argparse.Namespace) -> str:
         rows: list[list[str]] = []
 
         # 1. first build, and its CPU time (user + sys) with its worker processes
-        with DirIndex(index_path(state, real), real, workers=worker_count()) as index:
+        with DirIndex(index_path(state, real), real, IndexOptions(workers=worker_count())) as index:
             before = cpu_seconds()
             build = timed(index.update)
             cpu = cpu_seconds() - before
@@ -266,7 +266,7 @@ def bench(n: int, args: argparse.Namespace) -> str:
         # read again by the next update as well (it may change again within the same tick),
         # which would time the edits before it too.
         later = lambda: time.time_ns() + 10 * RACY_NS  # noqa: E731
-        with DirIndex(index_path(state, real), real, clock_ns=later) as index:
+        with DirIndex(index_path(state, real), real, IndexOptions(clock_ns=later)) as index:
             index.update()
             for i in range(args.repeat * 4):
                 name = rng.choice(names)

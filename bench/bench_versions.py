@@ -40,7 +40,7 @@ from _claude_home import child_env
 from _stats import markdown_table
 
 from memoryd.audit import iter_lines
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 
 MB = 1024 * 1024
 T = TypeVar("T")
@@ -151,7 +151,7 @@ def first_index(tmp: Path, template: Path, store: bool, k: int) -> tuple[float, 
     CPU seconds of this process meanwhile (the store's work, without the disk's moods)."""
     from memoryd import versions
     from memoryd.config import Config, with_claude_home
-    from memoryd.discover import memory_dir_at
+    from memoryd.discover.finder import memory_dir_at
     from memoryd.indexer import update
     from memoryd.paths import AppPaths
     from memoryd.runtime import Runtime, tune_gc

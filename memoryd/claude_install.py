@@ -39,7 +39,7 @@ class Target:
 def targets(scope: str, program: list[str], cwd: Path) -> list[Target]:
     """The settings file (hooks) and the MCP config file of a scope."""
     if scope == "project":
-        from memoryd.discover import git_root
+        from memoryd.discover.look import git_root
 
         root = git_root(cwd) or cwd
         settings, mcp = root / ".claude" / "settings.json", root / ".mcp.json"

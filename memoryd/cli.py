@@ -17,7 +17,7 @@ from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
 
 if TYPE_CHECKING:
-    from memoryd.discover import Discovery, EmptyRepo, MemoryDir, RefusedDir
+    from memoryd.discover.found import Discovery, EmptyRepo, MemoryDir, RefusedDir
     from memoryd.indexer import IndexOutcome
     from memoryd.logview import View
     from memoryd.runtime import Runtime
@@ -476,7 +476,7 @@ def _claude_lock_json(md: MemoryDir, rt: Runtime) -> dict[str, Any]:
     stays after a dream of its own), and whether it holds the lock now."""
     from datetime import datetime
 
-    from memoryd.discover import claude_lock
+    from memoryd.discover.locks import claude_lock
 
     lock = claude_lock(md, rt.clock())
     when = datetime.fromtimestamp(lock.mtime).astimezone() if lock else None
@@ -516,7 +516,7 @@ def _render_empty(found: Discovery) -> str:
 
 def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
     """The dirs to work on; links leading out of their repo or Claude home are said once."""
-    from memoryd.discover import discover_all, report_refused
+    from memoryd.discover.finder import discover_all, report_refused
 
     found = discover_all(rt.config, dirs)
     report_refused(rt, found.refused)
@@ -525,7 +525,7 @@ def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
 
 
 def _no_dirs() -> Discovery:
-    from memoryd.discover import Discovery
+    from memoryd.discover.found import Discovery
 
     return Discovery(dirs=[], refused=[])
 
@@ -534,7 +534,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import time
 
     from memoryd import findings
-    from memoryd.discover import discover_all
+    from memoryd.discover.finder import discover_all
 
     rt.dry_run = True
     named = [p for p in args.dirs if not findings.is_store_file(p)]
@@ -701,7 +701,7 @@ def _outcome_json(o: IndexOutcome) -> dict[str, Any]:
 
 def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd import indexer
-    from memoryd.discover import discover_all
+    from memoryd.discover.finder import discover_all
 
     if not args.check:
         _recover(rt)
@@ -1032,7 +1032,7 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from dataclasses import replace
 
     from memoryd import housekeeping
-    from memoryd.discover import discover
+    from memoryd.discover.finder import discover
     from memoryd.dream.run import RepoCache, dream_dir
     from memoryd.report import render_text, result_json, totals
 
@@ -1175,9 +1175,10 @@ def _explain_store(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import time
 
-    from memoryd import housekeeping, trash
+    from memoryd import housekeeping
     from memoryd.config import parse_duration
-    from memoryd.discover import discover
+    from memoryd.discover.finder import discover
+    from memoryd.trash import store as trash
 
     named, gone = list(args.dirs), list[Path]()
     if args.trash_command in ("list", "restore"):  # a DIR deleted whole: its files are listed

@@ -39,7 +39,8 @@ def _checked(file: Path) -> Path:
 
 def cmd_ack(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     from memoryd import acked
-    from memoryd.discover import MemoryDir, memory_dir_of
+    from memoryd.discover.finder import memory_dir_of
+    from memoryd.discover.found import MemoryDir
     from memoryd.dream.plan import plan_pass
     from memoryd.dream.run import (
         Listing,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from memoryd.discover import MemoryDir
+    from memoryd.discover.found import MemoryDir
     from memoryd.recall.engine import Engine, Result
     from memoryd.runtime import Runtime
 
@@ -124,7 +124,7 @@ def _warn(message: str) -> None:
 def find_dirs(rt: "Runtime", dirs: Sequence[Path]) -> list["MemoryDir"]:
     """The dirs to look in: those named, else every discovered one. Reads only (a refused
     link is said on stderr, not logged: these commands write nothing but their indexes)."""
-    from memoryd.discover import discover_all
+    from memoryd.discover.finder import discover_all
 
     found = discover_all(rt.config, [d.expanduser() for d in dirs])
     for refused in found.refused:
@@ -137,18 +137,21 @@ def find_dirs(rt: "Runtime", dirs: Sequence[Path]) -> list["MemoryDir"]:
 
 def engine_for(rt: "Runtime", dirs: Sequence["MemoryDir"]) -> "Engine":
     from memoryd.recall.engine import Engine
-    from memoryd.recall.store import worker_count
+    from memoryd.recall.store import IndexOptions, worker_count
 
+    options = IndexOptions(
+        warn=_warn,
+        max_file_bytes=rt.config.parse.max_file_bytes,
+        max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
+        workers=worker_count(),  # memoryd's own entry points: their __main__ is guarded
+    )
     return Engine(
         dirs,
         rt.paths.state_dir,
         clock=rt.clock,
         stale_after=rt.config.recall.stale_after,
-        max_file_bytes=rt.config.parse.max_file_bytes,
-        max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
-        warn=_warn,
+        options=options,
         window=(rt.config.index.max_lines, rt.config.index.max_chars),
-        workers=worker_count(),  # memoryd's own entry points: their __main__ is guarded
     )
 
 
@@ -255,7 +258,7 @@ def _repos_of(paths: Sequence[str]) -> list[Path]:
     """The repos (a folder with `.git` or `.claude/`) holding these paths, innermost each."""
     import os
 
-    from memoryd.discover import is_repo
+    from memoryd.discover.look import is_repo
 
     found: list[Path] = []
     for given in paths:
@@ -274,7 +277,7 @@ def _touched_dirs(rt: "Runtime", paths: Sequence[str]) -> list["MemoryDir"]:
     refreshes one project's indexes, not every one; every discovered dir when none matches."""
     import os
 
-    from memoryd.discover import discover_all
+    from memoryd.discover.finder import discover_all
 
     everything = find_dirs(rt, [])
     repos = _repos_of(paths)
@@ -319,7 +322,7 @@ def cmd_recall(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
 
 # --- show ---------------------------------------------------------------------------------------
 def cmd_show(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
-    from memoryd.discover import memory_dir_of
+    from memoryd.discover.finder import memory_dir_of
     from memoryd.errors import MemorydError, UsageError
     from memoryd.resolve import is_path, resolve
 

@@ -169,6 +169,6 @@ def _valid(value: object, slug: str) -> bool:
 
 
 def _slug(path: str) -> str:
-    from memoryd.discover import slugify  # discover imports this module
+    from memoryd.discover.slugs import slugify  # discover imports this module
 
     return slugify(path)

@@ -24,7 +24,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from memoryd import __version__, fsops, housekeeping, notify
 from memoryd.config import Config, load_config
-from memoryd.discover import MemoryDir, discover_all, lock_is_fresh, report_refused
+from memoryd.discover.finder import discover_all, report_refused
+from memoryd.discover.found import MemoryDir
+from memoryd.discover.locks import lock_is_fresh
 from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Held, IndexStatus, update_changed

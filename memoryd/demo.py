@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from memoryd import safejson
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 
 DAY = 86400
 CONFIG = """\

@@ -16,7 +16,7 @@ from memoryd.humanize import short_path
 
 if TYPE_CHECKING:
     from memoryd.config import Config
-    from memoryd.discover import MemoryDir
+    from memoryd.discover.found import MemoryDir
 
 _NOT_SLUG = re.compile(r"[^A-Za-z0-9]")
 
@@ -82,7 +82,9 @@ def roots(paths: Iterable[str], config: "Config") -> dict[str, str]:
         parts = Path(path).parts
         if (_project_slug(parts) is None and ".claude" in parts) or not os.path.isdir(path):
             continue
-        from memoryd.discover import memory_dir_at  # only with such a dir: `status` stays light
+        from memoryd.discover.finder import (
+            memory_dir_at,  # only with such a dir: `status` stays light
+        )
         from memoryd.errors import MemorydError
 
         try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from memoryd import fsops, secrets
 from memoryd.config import Config
-from memoryd.discover import MemoryDir
+from memoryd.discover.found import MemoryDir
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import open_regular, read_open, read_problem
 from memoryd.runtime import Runtime

@@ -19,15 +19,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from memoryd import fsops, journal, trash
-from memoryd.discover import MemoryDir, discover, memory_dir_of
+from memoryd import fsops, journal
+from memoryd.discover.finder import discover, memory_dir_of
+from memoryd.discover.found import MemoryDir
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.scan import scan_dir
-from memoryd.trash import TrashRecord
+from memoryd.trash import store as trash
+from memoryd.trash.store import TrashRecord
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 REASON = "forgotten"
@@ -309,37 +311,48 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         out.write(f"  {_where(t)} — {shown(t.description)}\n")
     if args.dry_run:
         return EXIT_OK
-    if not args.yes:
-        answer = _confirm(out, len(chosen.targets), args.purge)
-        if answer is None:
-            out.write(
-                "Not on a terminal, and --yes was not given: nothing was forgotten. Rerun with "
-                "--yes to forget these.\n"
-            )
-            return EXIT_FAILED
-        if not answer:
-            out.write("Nothing was forgotten.\n")
-            return EXIT_FAILED
+    if not args.yes and not _confirmed(out, len(chosen.targets), args.purge):
+        return EXIT_FAILED
     code = EXIT_OK
     by_dir: dict[Path, list[Target]] = {}
     for t in chosen.targets:
         by_dir.setdefault(t.md.real_path, []).append(t)
     for targets in by_dir.values():
-        md = targets[0].md
-        done = forget_in(rt, md, targets)
-        for r in done.moved:
-            out.write(
-                f"forgot {shown(md.path / r.original_name)}: moved to "
-                f".trash/{r.day}/{shown(r.stored_name)} (restore: memoryd trash restore {r.id})\n"
-            )
-        for name in done.pointers_removed:
-            out.write(f"  pointer lines removed ({INDEX_NAME}, {ARCHIVE_NAME}): {shown(name)}\n")
-        if args.purge and done.moved:
-            code = max(code, _purged(rt, md, done, out))
-        for name, why in done.skipped:
-            out.write(f"not forgotten: {shown(md.path / name)} — {why}; nothing of it moved\n")
-            code = EXIT_FAILED
-        if done.problem:
-            out.write(f"{shown(done.problem)}\n")
-            code = EXIT_FAILED
+        code = max(code, _forget_dir(rt, targets, args.purge, out))
+    return code
+
+
+def _confirmed(out: TextIO, count: int, purge: bool) -> bool:
+    """The person's yes; a no, or no terminal to ask on, is said."""
+    answer = _confirm(out, count, purge)
+    if answer is None:
+        out.write(
+            "Not on a terminal, and --yes was not given: nothing was forgotten. Rerun with "
+            "--yes to forget these.\n"
+        )
+    elif not answer:
+        out.write("Nothing was forgotten.\n")
+    return bool(answer)
+
+
+def _forget_dir(rt: Runtime, targets: list[Target], purge: bool, out: TextIO) -> int:
+    """Forget one dir's targets and say what became of each; the exit code."""
+    code = EXIT_OK
+    md = targets[0].md
+    done = forget_in(rt, md, targets)
+    for r in done.moved:
+        out.write(
+            f"forgot {shown(md.path / r.original_name)}: moved to "
+            f".trash/{r.day}/{shown(r.stored_name)} (restore: memoryd trash restore {r.id})\n"
+        )
+    for name in done.pointers_removed:
+        out.write(f"  pointer lines removed ({INDEX_NAME}, {ARCHIVE_NAME}): {shown(name)}\n")
+    if purge and done.moved:
+        code = max(code, _purged(rt, md, done, out))
+    for name, why in done.skipped:
+        out.write(f"not forgotten: {shown(md.path / name)} — {why}; nothing of it moved\n")
+        code = EXIT_FAILED
+    if done.problem:
+        out.write(f"{shown(done.problem)}\n")
+        code = EXIT_FAILED
     return code

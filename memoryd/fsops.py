@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, Unpack
 
 from memoryd import openfiles
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation, WriteConflict
@@ -339,19 +339,37 @@ def holds(dir_fd: int, name: str, ino: int, pieces: Content) -> bool:
         os.close(fd)
 
 
+class ReplaceOptions(TypedDict, total=False):
+    """replace_file's keywords (see its docstring)."""
+
+    keep_prev: str | None
+    prev_was: Sequence[int] | None
+    expected_data: Content | None
+    leftovers: list[str] | None
+    on_own_write: OwnWrite | None
+    versions: OwnContent | None
+    refuse_held: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _At:
+    """The file a replace writes: its open dir, the dir's path (for messages), its name."""
+
+    dir_fd: int
+    dir_path: Path
+    name: str
+
+    @property
+    def path(self) -> Path:
+        return self.dir_path / self.name
+
+
 def replace_file(
     dir_path: Path,
     name: str,
     data: Content,
     expected: FileIdentity | None,
-    *,
-    keep_prev: str | None = None,
-    prev_was: Sequence[int] | None = None,
-    expected_data: Content | None = None,
-    leftovers: list[str] | None = None,
-    on_own_write: OwnWrite | None = None,
-    versions: OwnContent | None = None,
-    refuse_held: bool = False,
+    **options: Unpack[ReplaceOptions],
 ) -> FileIdentity:
     """Atomically replace `name` with `data` if it is still `expected` (None: must not exist).
 
@@ -374,63 +392,80 @@ def replace_file(
     (`keep_prev`); a memory file written back by a restore has none.
     """
     with open_dir(dir_path) as dir_fd:
-        mode = 0o600
-        if expected is not None:
-            with contextlib.suppress(OSError):
-                mode = stat.S_IMODE(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        at = _At(dir_fd, dir_path, name)
+        tmp = _write_new(at, data, expected)
         try:
-            tmp = _write_temp(dir_fd, name, data, mode)
-        except OSError as error:
-            raise MemorydError(
-                f"{dir_path / name}: could not write the new version ({error.strerror}); "
-                "the old file is untouched. Free disk space or fix permissions, then rerun."
-            ) from error
-        try:
-            # The identity the file will have under its name (a rename keeps inode and mtime),
-            # taken now: a stat by name after the swap could already see another writer's.
-            st = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False)
-            own_sha = ""
-            if versions is not None:  # hashed once: the flush takes this sha256 too
-                own_sha = _digest(data)
-                versions.own_intent(dir_path, name, own_sha)
-            if on_own_write is not None:
-                on_own_write(dir_path, name, (st.st_ino, st.st_size, st.st_mtime_ns))
+            st, own_sha = _announce(at, tmp, data, options)
             crash_point("index.before_swap")
-            # By stat only: the exchange below checks the bytes of what it took out (and the
-            # fallback without it checks them in full before renaming).
-            _check_unchanged(dir_fd, name, expected, dir_path)
-            if keep_prev is not None and prev_was is not None:
-                _check_prev_unwritten(dir_fd, keep_prev, prev_was, dir_path)
-            try:
-                if expected is None:
-                    _create_no_replace(dir_fd, tmp, name, dir_path)
-                else:
-                    _swap(
-                        dir_fd,
-                        tmp,
-                        name,
-                        (expected, expected_data),
-                        keep_prev,
-                        dir_path,
-                        leftovers,
-                        refuse_held=refuse_held,
-                    )
-            except OSError as error:  # EPERM (an immutable file), EROFS, EACCES...
-                raise MemorydError(
-                    f"{dir_path / name}: could not be replaced ({error.strerror}); it is "
-                    "untouched. Check the file's and the folder's permissions (or `chattr -i`), "
-                    "then rerun."
-                ) from error
+            _swap_in(at, tmp, expected, options)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         fsync_dir(dir_fd)
-        digest = (own_sha or _digest(data)) if expected_data is None else ""
+        ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+        digest = (own_sha or _digest(data)) if options.get("expected_data") is None else ""
+        versions = options.get("versions")
         if versions is not None:  # with the sha256: not hashed twice
-            ident = (st.st_ino, st.st_size, st.st_mtime_ns)
             versions.own_content(dir_path, name, data, own_sha, ident)
-        return FileIdentity(st.st_ino, st.st_size, st.st_mtime_ns, digest)
+        return FileIdentity(*ident, digest)
+
+
+def _write_new(at: _At, data: Content, expected: FileIdentity | None) -> str:
+    """The new bytes in a temp file beside the old one, with its mode (0600 for a new file)."""
+    mode = 0o600
+    if expected is not None:
+        with contextlib.suppress(OSError):
+            mode = stat.S_IMODE(os.stat(at.name, dir_fd=at.dir_fd, follow_symlinks=False).st_mode)
+    try:
+        return _write_temp(at.dir_fd, at.name, data, mode)
+    except OSError as error:
+        raise MemorydError(
+            f"{at.path}: could not write the new version ({error.strerror}); "
+            "the old file is untouched. Free disk space or fix permissions, then rerun."
+        ) from error
+
+
+def _announce(
+    at: _At, tmp: str, data: Content, options: ReplaceOptions
+) -> tuple[os.stat_result, str]:
+    """Tell the version store and the caller what is about to be written, before the swap;
+    the temp file's stat (the identity it will have under its name: a rename keeps inode and
+    mtime, and a stat by name after the swap could already see another writer's) and the
+    sha256, when one was taken."""
+    st = os.stat(tmp, dir_fd=at.dir_fd, follow_symlinks=False)
+    own_sha = ""
+    versions = options.get("versions")
+    if versions is not None:  # hashed once: the flush takes this sha256 too
+        own_sha = _digest(data)
+        versions.own_intent(at.dir_path, at.name, own_sha)
+    on_own_write = options.get("on_own_write")
+    if on_own_write is not None:
+        on_own_write(at.dir_path, at.name, (st.st_ino, st.st_size, st.st_mtime_ns))
+    return st, own_sha
+
+
+def _swap_in(at: _At, tmp: str, expected: FileIdentity | None, options: ReplaceOptions) -> None:
+    """Put the temp file under the name, if the old file is still the one expected."""
+    # By stat only: the exchange below checks the bytes of what it took out (and the
+    # fallback without it checks them in full before renaming).
+    _check_unchanged(at.dir_fd, at.name, expected, at.dir_path)
+    keep_prev, prev_was = options.get("keep_prev"), options.get("prev_was")
+    if keep_prev is not None and prev_was is not None:
+        _check_prev_unwritten(at.dir_fd, keep_prev, prev_was, at.dir_path)
+    try:
+        if expected is None:
+            _create_no_replace(at.dir_fd, tmp, at.name, at.dir_path)
+        else:
+            swap = _Swap(tmp, (expected, options.get("expected_data")), keep_prev,
+                         options.get("leftovers"), options.get("refuse_held", False))  # fmt: skip
+            _swap(at, swap)
+    except OSError as error:  # EPERM (an immutable file), EROFS, EACCES...
+        raise MemorydError(
+            f"{at.path}: could not be replaced ({error.strerror}); it is "
+            "untouched. Check the file's and the folder's permissions (or `chattr -i`), "
+            "then rerun."
+        ) from error
 
 
 Expected = tuple[FileIdentity, Content | None]  # the identity, and the bytes when they are held
@@ -490,17 +525,20 @@ def _create_no_replace(dir_fd: int, tmp: str, name: str, dir_path: Path) -> None
     os.unlink(tmp, dir_fd=dir_fd)
 
 
-def _swap(
-    dir_fd: int,
-    tmp: str,
-    name: str,
-    expected: Expected,
-    keep_prev: str | None,
-    dir_path: Path,
-    leftovers: list[str] | None = None,
-    *,
-    refuse_held: bool = False,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Swap:
+    """What an exchange puts in (`tmp`), what it must take out, and what becomes of that."""
+
+    tmp: str
+    expected: Expected
+    keep_prev: str | None  # the old file's name after the swap (MEMORY.md's way back)
+    leftovers: list[str] | None  # else: its temp name, for the caller to remove later
+    refuse_held: bool
+
+
+def _swap(at: _At, swap: _Swap) -> None:
+    dir_fd, tmp, name, dir_path = at.dir_fd, swap.tmp, at.name, at.dir_path
+    expected, keep_prev, leftovers = swap.expected, swap.keep_prev, swap.leftovers
     try:
         # Exchange, then look at what came out: if it is not what we read, someone slipped a
         # write in after our check, so exchange back and let the caller retry from theirs.
@@ -508,7 +546,7 @@ def _swap(
     except NotImplementedError:
         if not _looks_expected(dir_fd, name, expected):
             raise WriteConflict(f"{dir_path / name} changed while memoryd was editing it") from None
-        if refuse_held:
+        if swap.refuse_held:
             _refuse_held(dir_fd, name, name, dir_path)
         if keep_prev is not None:
             previous = identity_of(dir_fd, name)
@@ -522,7 +560,7 @@ def _swap(
     if not _looks_expected(dir_fd, tmp, expected):
         renameat2(dir_fd, tmp, dir_fd, name, RENAME_EXCHANGE)
         raise WriteConflict(f"{dir_path / name} changed during the swap")
-    if refuse_held:  # after the exchange: no new open by name reaches the old file now
+    if swap.refuse_held:  # after the exchange: no new open by name reaches the old file now
         try:
             _refuse_held(dir_fd, tmp, name, dir_path)
         except WriteConflict:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memoryd.paths import read_bounded
+
 GIT_TIMEOUT = 5.0
 # How long a pass waits for a git operation still running (its index.lock) to finish before
 # it looks at what git did (a checkout writes the files first, the index last).
@@ -38,6 +40,22 @@ _SAFE = ("--literal-pathspecs", "-c", "core.fsmonitor=false", "-c", "core.hooksP
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 # Variables that would point git at another repo than the one asked about.
 _GIT_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_PREFIX")
+
+
+GIT_FILE_BYTES = 4096  # a worktree's `.git` file and its `commondir`: one line each
+
+
+def gitdir_of(folder: Path, *, follow: bool = True) -> Path | None:
+    """The git dir the `.git` file in `folder` names (a linked worktree's or a submodule's:
+    `gitdir: <path>`), made absolute; None when the file names none. `follow`: a `.git` that
+    is a symlink is read through. Raises OSError when there is no such file to read (a `.git`
+    folder is none)."""
+    head = read_bounded(folder / ".git", GIT_FILE_BYTES, follow=follow, prefix=True)
+    line = head.decode("utf-8", "replace").strip()
+    if not line.startswith("gitdir:"):
+        return None
+    target = Path(line.removeprefix("gitdir:").strip())
+    return target if target.is_absolute() else folder / target
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +90,8 @@ def _find_work_tree(path: Path) -> WorkTree | None:
             if dot.is_dir():
                 return WorkTree(folder, dot) if (dot / "HEAD").is_file() else None
             if dot.is_file():  # a linked worktree or a submodule: "gitdir: <path>"
-                with dot.open("rb") as handle:
-                    head = handle.read(4096).decode("utf-8", "replace")
-                if not head.startswith("gitdir:"):
-                    return None
-                target = Path(head[len("gitdir:") :].strip())
-                target = target if target.is_absolute() else folder / target
-                return WorkTree(folder, target) if (target / "HEAD").is_file() else None
+                target = gitdir_of(folder)
+                return WorkTree(folder, target) if target and (target / "HEAD").is_file() else None
         except OSError:
             return None
         if folder.name == ".git":

@@ -7,19 +7,22 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from memoryd import lineage, trash
-from memoryd.discover import MemoryDir, memory_dir_at
+from memoryd import lineage
+from memoryd.discover.finder import memory_dir_at
+from memoryd.discover.found import MemoryDir
 from memoryd.display import shown
 from memoryd.errors import MemorydError
 from memoryd.resolve import Target, is_path, resolve
 from memoryd.runtime import Runtime
+from memoryd.trash import manifest as trash_manifest
+from memoryd.trash import store as trash
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
-def _entries(md: MemoryDir) -> list[trash.Entry]:
+def _entries(md: MemoryDir) -> list[trash_manifest.Entry]:
     try:
-        return trash.contents(md.real_path).entries
+        return trash_manifest.contents(md.real_path).entries
     except MemorydError:  # `.trash` is a symlink or a file: nothing memoryd reads there
         return []
 
@@ -58,7 +61,7 @@ def target_of(rt: Runtime, key: str, dirs: list[Path]) -> Target:
         at = path.parts.index(trash.TRASH_DIR)
         md = memory_dir_at(Path(*path.parts[:at]), rt.config)
         for entry in _entries(md):
-            if trash.matches(md.real_path, entry, str(path)):
+            if trash_manifest.matches(md.real_path, entry, str(path)):
                 return Target(md.real_path, entry.record.original_name, md)
         raise MemorydError(f"{path}: no trash record names this file")
     if is_path(key):
@@ -71,7 +74,7 @@ def target_of(rt: Runtime, key: str, dirs: list[Path]) -> Target:
 def _in_state_trash(rt: Runtime, path: Path, dirs: list[Path]) -> Target | None:
     """A path into the state dir's trash (a repo dir's, as `trash list` prints it) means the
     file it was; None for any other path. The dir is the one whose trash holds it."""
-    from memoryd.discover import discover
+    from memoryd.discover.finder import discover
     from memoryd.housekeeping import known_dirs
     from memoryd.paths import app_paths
 
@@ -82,7 +85,7 @@ def _in_state_trash(rt: Runtime, path: Path, dirs: list[Path]) -> Target | None:
         if not path.is_relative_to(trash.trash_root(md.real_path)):
             continue
         for entry in _entries(md):
-            if trash.matches(md.real_path, entry, str(path)):
+            if trash_manifest.matches(md.real_path, entry, str(path)):
                 return Target(md.real_path, entry.record.original_name, md)
     raise MemorydError(f"{path}: no trash record names this file")
 

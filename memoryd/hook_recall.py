@@ -69,7 +69,8 @@ def auto_memory_dir(data: dict[str, Any]) -> tuple[str, str] | None:
             return os.path.join(os.path.dirname(transcript), "memory"), root
     from pathlib import Path
 
-    from memoryd.discover import canonical_root, slugify
+    from memoryd.discover.look import canonical_root
+    from memoryd.discover.slugs import slugify
 
     root = str(canonical_root(Path(cwd)))
     return os.path.join(projects_dir(data), slugify(root), "memory"), root

@@ -9,25 +9,29 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, restored, trash, versions, witness
-from memoryd.discover import MemoryDir, memory_dir_at
+from memoryd import fsops, restored, versions, witness
+from memoryd.discover.finder import memory_dir_at
+from memoryd.discover.found import MemoryDir
 from memoryd.errors import MemorydError
 from memoryd.index import INDEX_NAME, Place, pointer_targets
 from memoryd.indexer import IndexKeeper, read_index_file, restore_pointers
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
+from memoryd.trash import days as trash_days
+from memoryd.trash import manifest as trash_manifest
+from memoryd.trash import store as trash
 
 
 @dataclass(slots=True)
 class Listed:
     dir: MemoryDir
-    entry: trash.Entry
+    entry: trash_manifest.Entry
 
 
 @dataclass(slots=True)
 class TrashListing:
     listed: list[Listed] = field(default_factory=list)
-    invalid: list[tuple[MemoryDir, trash.Invalid]] = field(default_factory=list)
+    invalid: list[tuple[MemoryDir, trash_manifest.Invalid]] = field(default_factory=list)
 
 
 def list_trash(dirs: Sequence[MemoryDir], *, include_restored: bool = False) -> TrashListing:
@@ -35,7 +39,7 @@ def list_trash(dirs: Sequence[MemoryDir], *, include_restored: bool = False) -> 
     on (names the mover could not have written), which are never listed as restorable."""
     out = TrashListing()
     for md in dirs:
-        found = trash.contents(md.real_path)
+        found = trash_manifest.contents(md.real_path)
         out.invalid.extend((md, bad) for bad in found.invalid)
         for entry in found.entries:
             if entry.restored_as and not include_restored:
@@ -59,8 +63,8 @@ def known_dirs(rt: Runtime) -> list[MemoryDir]:
 
 def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
     """The trashed file named by id, path or name (every form `trash list` prints; see
-    trash.find). A path names its own dir (the one holding its `.trash`, or the folder of the
-    path it had); a path or a name means its newest entry still in the trash, in any dir,
+    trash.manifest.find). A path names its own dir (the one holding its `.trash`, or the folder
+    of the path it had); a path or a name means its newest entry still in the trash, in any dir,
     else its newest restored one (which restore refuses, saying so)."""
     candidates = list(dirs)
     path = Path(key).expanduser()
@@ -81,7 +85,7 @@ def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
             continue
         seen.add(md.real_path)
         try:
-            found = trash.find(md.real_path, key)
+            found = trash_manifest.find(md.real_path, key)
         except MemorydError:
             continue
         if found is not None and (not found.restored_as or found.record.id == key):
@@ -92,7 +96,7 @@ def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
         return done
     for md in candidates:
         try:
-            invalid = trash.contents(md.real_path).invalid
+            invalid = trash_manifest.contents(md.real_path).invalid
         except MemorydError:
             continue
         for bad in invalid:
@@ -116,13 +120,13 @@ def _restore(rt: Runtime, listed: Listed) -> str:
     record = listed.entry.record
     real = listed.dir.real_path
     when = restored.now_iso(rt.clock())
-    planned = trash.restore_name(real, record.original_name)
+    planned = trash_manifest.restore_name(real, record.original_name)
     if not listed.entry.restored_as:
         # Pinned before it moves back: a pass (after this lock) never sees it unpinned. Under
         # the name it will have: a pin replaces the one of its name, and a taken name is
         # another file's, pinned perhaps by an earlier restore.
         restored.record(rt.store, real, restored.Pin(planned, record.sha256, when, record.id))
-    name = trash.restore(real, listed.entry)
+    name = trash_manifest.restore(real, listed.entry)
     versions.note_restored(rt.versions, real, name, record.sha256, record.size)
     if name != planned:  # taken meanwhile (by another process: this one holds the lock)
         restored.record(rt.store, real, restored.Pin(name, record.sha256, when, record.id))
@@ -241,7 +245,7 @@ class _When:
 
 
 def _held_because(
-    day: str, facts: trash.DayFacts, since: float, when: _When, keep: int
+    day: str, facts: trash_days.DayFacts, since: float, when: _When, keep: int
 ) -> str | None:
     """Why a day folder past retention by its name is kept all the same, or None."""
     if facts.problem:
@@ -267,9 +271,9 @@ def _rotate_one(
     dry_run: bool,
 ) -> None:
     try:
-        names = trash.day_names(md.real_path)
+        names = trash_days.day_names(md.real_path)
         if not dry_run:
-            result.leftovers = trash.finish_leftovers(md.real_path)
+            result.leftovers = trash_days.finish_leftovers(md.real_path)
     except MemorydError as error:  # `.trash` is a symlink or a file: nothing is touched
         result.refused = str(error)
         if not dry_run:
@@ -277,7 +281,7 @@ def _rotate_one(
                 "trash.purged", dir=md.path, days=[], refused=result.refused, level="warning"
             )
         return
-    plan = trash.plan_purge(names, when.today, keep, when.last_run)
+    plan = trash_days.plan_purge(names, when.today, keep, when.last_run)
     result.refused = plan.refused
     record = _load_days(rt, md)
     known, reported = record.get("days"), record.get("reported")
@@ -287,7 +291,7 @@ def _rotate_one(
     purge: list[str] = []
     new_reports: dict[str, str] = {}
     for day in names:
-        facts = trash.day_facts(md.real_path, day)
+        facts = trash_days.day_facts(md.real_path, day)
         old = known.get(day)
         since = when.clock.witnessed
         if isinstance(old, dict) and facts.identity and old.get("identity") == facts.identity:
@@ -313,7 +317,7 @@ def _rotate_one(
         result.would_purge = purge
         return
     if purge:
-        result.purged = trash.purge_days(md.real_path, purge)
+        result.purged = trash_days.purge_days(md.real_path, purge)
         rt.audit.write("trash.purged", dir=md.path, days=result.purged, keep_days=keep)
     for day in result.purged:
         days.pop(day, None)

@@ -29,7 +29,7 @@ from memoryd import fsops, gitwork, index_held
 from memoryd.agentview import Hidden, ViewKind, view_kind_of
 from memoryd.config import IndexConfig
 from memoryd.conflicts import MARK as CONFLICT_MARK
-from memoryd.discover import MemoryDir
+from memoryd.discover.found import MemoryDir
 from memoryd.errors import MemorydError, WriteConflict
 from memoryd.fsops import FileIdentity
 from memoryd.index import (

@@ -11,10 +11,12 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from memoryd import fsops, safejson, trash
+from memoryd import fsops, safejson
 from memoryd.errors import MemorydError
 from memoryd.storage.statedb import Schema, StateDB
-from memoryd.trash import TrashRecord
+from memoryd.trash import manifest as trash_manifest
+from memoryd.trash import store as trash
+from memoryd.trash.store import TrashRecord
 
 # `cli._journals_left` looks for a row of this table without importing this module (a test
 # keeps the names equal).
@@ -123,7 +125,9 @@ class Recovery:
 
 
 def _manifest_ids(memory_dir: Path, day: str) -> set[str]:
-    return {str(row.get("id")) for row in trash.manifest_rows(memory_dir, day) if "id" in row}
+    return {
+        str(row.get("id")) for row in trash_manifest.manifest_rows(memory_dir, day) if "id" in row
+    }
 
 
 def _record_once(memory_dir: Path, record: TrashRecord, dst: Path, result: "Recovery") -> bool:

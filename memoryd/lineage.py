@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from memoryd.trash import Entry
+from memoryd.trash.manifest import Entry
 
 SUPERSEDED_BY = "superseded_by"  # the subject (or one it leads to) lost to `winner`
 SUPERSEDED = "superseded"  # `loser` lost to the subject (or to one that leads to it)

@@ -278,6 +278,17 @@ class DirTally:
 
     def sentence(self) -> str:
         """Actions, then (after `;`) what needs a person; "" when nothing was counted."""
+        done, problems = self._actions(), self._problems()
+        others = [f"{n} {event}" for event, n in sorted(self.other.items())]
+        text = ", ".join(done)
+        if problems:
+            text = f"{text}; {', '.join(problems)}" if text else ", ".join(problems)
+        if others:
+            text = f"{text}; also {', '.join(others)}" if text else ", ".join(others)
+        return text
+
+    def _actions(self) -> list[str]:
+        """What memoryd did, most telling first."""
         done = []
         if self.moved:
             total = sum(self.moved.values())
@@ -313,6 +324,10 @@ class DirTally:
             done.append(f"{plural(self.forgotten, 'memory', 'memories')} forgotten on request")
         if self.acknowledged:
             done.append(f"{plural(self.acknowledged, 'flag')} acknowledged")
+        return done
+
+    def _problems(self) -> list[str]:
+        """What needs a person."""
         problems = []
         for n, words in (
             (
@@ -342,13 +357,7 @@ class DirTally:
         ):
             if n:
                 problems.append(f"{n} {words[0] if n == 1 else words[1]}")
-        others = [f"{n} {event}" for event, n in sorted(self.other.items())]
-        text = ", ".join(done)
-        if problems:
-            text = f"{text}; {', '.join(problems)}" if text else ", ".join(problems)
-        if others:
-            text = f"{text}; also {', '.join(others)}" if text else ", ".join(others)
-        return text
+        return problems
 
 
 _REASON_PLURAL = {"duplicate": "duplicates", "contradiction": "contradictions", "stale": "stale"}

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from memoryd import __version__
 from memoryd.cmd_recall import engine_for, find_dirs
-from memoryd.discover import MemoryDir
+from memoryd.discover.found import MemoryDir
 from memoryd.fsops import libc_function
 from memoryd.recall import consults, stored
 from memoryd.recall.engine import DEFAULT_LIMIT, Engine, Hit

@@ -217,40 +217,47 @@ def parse_flat(text: str) -> dict[str, Any] | None:
             return None  # an indented or odd line; or a duplicate key, for YAML to decide
         key, value = pair
         if value:
-            parsed = _flow_list(value) if value[0] == "[" else _scalar(value)
-            if parsed is None:
-                return None
-            out[key] = parsed
-            continue
-        block = []
-        while i < count and (not lines[i].strip() or lines[i][0] == " "):
-            if lines[i].strip():
-                block.append(lines[i])
-            i += 1
-        if not block:
-            out[key] = ""
-            continue
-        indent = len(block[0]) - len(block[0].lstrip(" "))
-        items = [b[indent:] for b in block]
-        if any(len(b) - len(b.lstrip(" ")) != indent for b in block):
+            parsed: Any = _flow_list(value) if value[0] == "[" else _scalar(value)
+        else:
+            block, i = _indented_block(lines, i)
+            parsed = _block_value(block) if block else ""
+        if parsed is None:
             return None
-        if all(item.startswith("- ") for item in items):
-            values = [_scalar(item[2:].strip(" \t")) for item in items]
-            if any(not v for v in values):
-                return None
-            out[key] = values
-            continue
-        nested: dict[str, str] = {}
-        for item in items:
-            pair = _key_value(item)
-            if pair is None or pair[0] in nested:
-                return None
-            scalar = _scalar(pair[1])
-            if scalar is None:
-                return None
-            nested[pair[0]] = scalar
-        out[key] = nested
+        out[key] = parsed
     return out
+
+
+def _indented_block(lines: list[str], i: int) -> tuple[list[str], int]:
+    """The non-blank lines of the indented block that starts at line `i`, and the line after
+    it."""
+    block = []
+    while i < len(lines) and (not lines[i].strip() or lines[i][0] == " "):
+        if lines[i].strip():
+            block.append(lines[i])
+        i += 1
+    return block, i
+
+
+def _block_value(block: list[str]) -> list[str] | dict[str, str] | None:
+    """An empty key's indented block: `- item` lines (a list) or `key: value` lines (a
+    mapping); None for anything else (YAML decides)."""
+    indent = len(block[0]) - len(block[0].lstrip(" "))
+    if any(len(b) - len(b.lstrip(" ")) != indent for b in block):
+        return None
+    items = [b[indent:] for b in block]
+    if all(item.startswith("- ") for item in items):
+        values = [_scalar(item[2:].strip(" \t")) for item in items]
+        return None if any(not v for v in values) else [v for v in values if v]
+    nested: dict[str, str] = {}
+    for item in items:
+        pair = _key_value(item)
+        if pair is None or pair[0] in nested:
+            return None
+        scalar = _scalar(pair[1])
+        if scalar is None:
+            return None
+        nested[pair[0]] = scalar
+    return nested
 
 
 # `key:` at the start of a line, after any indent. What follows is read with str methods: a
@@ -492,6 +499,32 @@ def _parse(
     """(sha256, frontmatter fields, text, where the body starts, the frontmatter's text), or
     what the file is instead."""
     digest = hashlib.sha256(data).hexdigest()
+    text = _text_of(filename, data, max_file_bytes, digest)
+    if isinstance(text, Problem):
+        return text
+    conflict = conflict_line(text)
+    if conflict is not None:  # never read as a memory: its fields may be either side's
+        return Problem(filename, "conflict", conflict_message(conflict), CONFLICT_HINT, digest)
+    split = _split_frontmatter(text, max_frontmatter_bytes)
+    if split is None:
+        return NotMemory(filename, digest, len(data))
+    if isinstance(split, str):
+        return Problem(
+            filename,
+            "bad_frontmatter",
+            split,
+            "close the frontmatter with a '---' line near the top",
+            digest,
+        )
+    fm_text, body_start = split
+    fields_ = _frontmatter_fields(filename, fm_text, digest)
+    if isinstance(fields_, Problem):
+        return fields_
+    return digest, fields_, text, body_start, fm_text
+
+
+def _text_of(filename: str, data: bytes, max_file_bytes: int, digest: str) -> str | Problem:
+    """The file's text, or why it is none: too large, binary, not UTF-8."""
     if len(data) > max_file_bytes:
         return Problem(
             filename,
@@ -511,7 +544,7 @@ def _parse(
     try:
         # What the utf-8-sig codec does (error offsets after the BOM too), without its
         # Python-level wrapper, which doubles the cost of decoding.
-        text = (data[3:] if data.startswith(codecs.BOM_UTF8) else data).decode("utf-8")
+        return (data[3:] if data.startswith(codecs.BOM_UTF8) else data).decode("utf-8")
     except UnicodeDecodeError as error:
         return Problem(
             filename,
@@ -520,52 +553,19 @@ def _parse(
             "re-save the file as UTF-8",
             digest,
         )
-    conflict = conflict_line(text)
-    if conflict is not None:  # never read as a memory: its fields may be either side's
-        return Problem(filename, "conflict", conflict_message(conflict), CONFLICT_HINT, digest)
-    split = _split_frontmatter(text, max_frontmatter_bytes)
-    if split is None:
-        return NotMemory(filename, digest, len(data))
-    if isinstance(split, str):
-        return Problem(
-            filename,
-            "bad_frontmatter",
-            split,
-            "close the frontmatter with a '---' line near the top",
-            digest,
-        )
-    fm_text, body_start = split
+
+
+def _frontmatter_fields(filename: str, fm_text: str, digest: str) -> dict[str, Any] | Problem:
+    """The frontmatter's fields: read flat when it is simple, else by the YAML loader, else
+    leniently (see parse_lenient); or why they cannot be read."""
     fields_: Any = parse_flat(fm_text)
     if fields_ is None and _yaml_refuses(fm_text):
         # What the loader's error below leads to, without running the loader to see it fail.
         fields_ = parse_lenient(fm_text)
     if fields_ is None:
-        from yaml import YAMLError
-
-        from memoryd.yamlstrings import hint_for_yaml
-
-        try:
-            fields_ = load_yaml_strings(fm_text)
-        except YAMLError as error:
-            lenient = parse_lenient(fm_text)
-            if lenient is not None:
-                fields_ = lenient
-            else:
-                return Problem(
-                    filename,
-                    "bad_yaml",
-                    f"frontmatter is not valid YAML: {hint_for_yaml(error)}",
-                    "fix the YAML between the '---' lines",
-                    digest,
-                )
-        except (ValueError, RecursionError, MemoryError) as error:
-            return Problem(
-                filename,
-                "bad_yaml",
-                f"frontmatter cannot be loaded: {type(error).__name__}",
-                "fix the YAML between the '---' lines",
-                digest,
-            )
+        fields_ = _loaded(filename, fm_text, digest)
+        if isinstance(fields_, Problem):
+            return fields_
     if fields_ is None:
         fields_ = {}
     if not isinstance(fields_, dict):
@@ -578,7 +578,37 @@ def _parse(
         )
     if " #" in fm_text:
         _keep_hash_text(fields_, fm_text)
-    return digest, fields_, text, body_start, fm_text
+    return fields_
+
+
+def _loaded(filename: str, fm_text: str, digest: str) -> Any:
+    """The frontmatter as the YAML loader reads it (strings kept as written), else leniently;
+    a Problem when neither can."""
+    from yaml import YAMLError
+
+    from memoryd.yamlstrings import hint_for_yaml
+
+    try:
+        return load_yaml_strings(fm_text)
+    except YAMLError as error:
+        lenient = parse_lenient(fm_text)
+        if lenient is not None:
+            return lenient
+        return Problem(
+            filename,
+            "bad_yaml",
+            f"frontmatter is not valid YAML: {hint_for_yaml(error)}",
+            "fix the YAML between the '---' lines",
+            digest,
+        )
+    except (ValueError, RecursionError, MemoryError) as error:
+        return Problem(
+            filename,
+            "bad_yaml",
+            f"frontmatter cannot be loaded: {type(error).__name__}",
+            "fix the YAML between the '---' lines",
+            digest,
+        )
 
 
 class Summary(NamedTuple):

@@ -30,7 +30,7 @@ from memoryd.index import PREV_NAME
 from memoryd.versions import Record, Version, VersionStore, _versions
 
 if TYPE_CHECKING:
-    from memoryd.discover import MemoryDir
+    from memoryd.discover.found import MemoryDir
     from memoryd.runtime import Runtime
 
 Audit = Callable[..., Any]  # AuditLog.write's signature: (event, *, dir=..., **fields)

@@ -3,11 +3,11 @@
 from pathlib import Path
 
 from memoryd import journal
-from memoryd.discover import memory_dir_at
+from memoryd.discover.finder import memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.indexer import update
 from memoryd.runtime import Runtime
-from memoryd.trash import TrashRecord
+from memoryd.trash.store import TrashRecord
 
 
 def recover(rt: Runtime) -> list[journal.Recovery]:

@@ -8,10 +8,10 @@ from memoryd.conflicts import HINT as CONFLICT_HINT
 from memoryd.conflicts import MARK, conflict_message_short
 from memoryd.dirlabel import label as dir_label
 from memoryd.display import shown
-from memoryd.dream.plan import Flag
+from memoryd.dream.plan import Flag, Move
 from memoryd.dream.run import DreamResult
 from memoryd.secrets import summary as secret_summary
-from memoryd.trash import stored_label
+from memoryd.trash.store import stored_label
 
 COUNT_LABELS = [
     ("files", "memory files"),
@@ -172,7 +172,6 @@ def render_text(
     screen. `said_before`: dirs (real paths) whose reason for being unmanaged an earlier run
     said; their header says where to read it again instead."""
     lines: list[str] = []
-    t = totals(results, promotion_candidates)
     title = (
         "Dream report (dry run: nothing was written; counts are what a pass would do)"
         if dry_run
@@ -185,104 +184,134 @@ def render_text(
     if len(collapsed) < 2:
         collapsed = set()
     for result in results:
-        if id(result) in collapsed:
-            continue
-        header = f"{dir_label(result.dir)} ({shown(result.dir.path)}): {status_text(result)}"
-        if (
-            result.status == "unmanaged"
-            and result.dir.real_path in said_before
-            and MARK not in result.message  # a merge to finish is said every time
-        ):
-            header += f" (why: memoryd dirs {shown(result.dir.path)})"
-        elif result.message:
-            header += f" — {result.message}"
-        lines.append(header)
-        if result.repo_note:
-            lines.append(f"  note: {result.repo_note}")
-        plan = result.plan
-        if dry_run and plan and plan.moves and result.status == "dry_run":
-            for move in plan.moves:
-                target = move.duplicate_of or move.superseded_by
-                extra = f" (kept: {target})" if target else ""
-                detail = move_detail(result, move.filename, move.reason, move.detail)
-                lines.append(
-                    f"  [DRY RUN] Would move: {shown(move.filename)} -> the trash — "
-                    f"{move.reason}: {detail}{extra}"
-                )
-        if result.status == "refused" and plan and dry_run:
-            lines.append("  Plan (not applied; a pass without --dry-run keeps it to apply):")
-        elif result.status == "refused" and plan:
-            lines.append(
-                "  Plan (not applied; after review, apply it with "
-                f"`memoryd dream {shown(result.dir.path)} --apply {result.pass_id}`):"
-            )
-        if result.status == "refused" and plan:
-            for move in plan.moves:
-                detail = move_detail(result, move.filename, move.reason, move.detail)
-                lines.append(f"    {shown(move.filename)}: {move.reason} — {detail}")
-        if result.status == "unmanaged" and plan and plan.moves:
-            lines.append("  Would move, if memoryd managed this index (nothing is moved):")
-            for move in plan.moves:
-                detail = move_detail(result, move.filename, move.reason, move.detail)
-                lines.append(f"    {shown(move.filename)}: {move.reason} — {detail}")
-        if result.moved:
-            lines.append("  Changes made:")
-            for r in result.moved:
-                detail = move_detail(
-                    result, r.original_name, r.reason, str(r.details.get("detail", ""))
-                )
-                lines.append(
-                    f"    {shown(r.original_name)}: moved to "
-                    f"{shown(stored_label(result.dir.real_path, r.day, r.stored_name))} — "
-                    f"{r.reason}: {detail} "
-                    f"(restore: memoryd trash restore {r.id})"
-                )
-        for name, why in result.skipped_moves:
-            kept = result.kept_as.get(name)
-            where = f"; kept as {shown(kept)} (a new {shown(name)} took its name)" if kept else ""
-            lines.append(f"    {shown(name)}: not moved — {why}{where}")
-        listed = result.flags_listed
-        if listed:
-            lines.append("  Flagged for review (memoryd ack FILE once seen):")
-            for flag in listed:
-                guard = f"; kept by guard {flag.guard}" if flag.guard else ""
-                lines.append(
-                    f"    {shown(flag.filename)}: {flag.classification.value.replace('_', ' ')}"
-                    f", missing: {missing_text(result, flag.filename, flag.missing)}{guard}"
-                )
-        if result.acknowledged:
-            n = len(result.acknowledged)
-            lines.append(
-                f"  {n} flagged {'memory' if n == 1 else 'memories'} acknowledged already, not "
-                "listed (memoryd explain FILE shows them)"
-            )
-        if result.dangling:
-            lines.append("  Dangling links (a [[name]] no memory of the dir answers to):")
-            for link in result.dangling:
-                lines.append(f"    {shown(link.file)}: [[{shown(link.link)}]] — {link.why}")
-        if result.secrets:
-            lines.append("  Secrets (flagged, never moved: take them out of the memory by hand):")
-            for name, found in sorted(result.secrets.items()):
-                lines.append(f"    {shown(name)}: {secret_summary(found)}")
-        for name in result.unparseable:
-            if name in result.merge_conflicts:
-                lines.append(f"  {shown(name)} {conflict_message_short()}: {CONFLICT_HINT}")
-            else:
-                lines.append(f"  unparseable (kept, not considered): {shown(name)}")
-        for name in result.conflicts:
-            lines.append(f"  sync conflict copy (reported, never consolidated): {shown(name)}")
-        lines.append("")
+        if id(result) not in collapsed:
+            lines += _dir_lines(result, dry_run, said_before)
+            lines.append("")
     if collapsed:
         lines += [f"Nothing to move in {len(collapsed)} more dirs (--json lists every dir).", ""]
     if housekeeping:
         lines += ["Housekeeping:"]
         lines += [f"  {h}" for h in housekeeping]
         lines.append("")
-    lines.append("Would do:" if dry_run else "Totals:")
-    lines.append(f"  {'dirs':<26}{t['dirs']:>7}")
+    lines += _totals_lines(totals(results, promotion_candidates), dry_run)
+    return "\n".join(lines) + "\n"
+
+
+def _dir_lines(result: DreamResult, dry_run: bool, said_before: Set[Path]) -> list[str]:
+    """One dir's part of the report: its header, its plan or what it did, what it flagged."""
+    header = f"{dir_label(result.dir)} ({shown(result.dir.path)}): {status_text(result)}"
+    if (
+        result.status == "unmanaged"
+        and result.dir.real_path in said_before
+        and MARK not in result.message  # a merge to finish is said every time
+    ):
+        header += f" (why: memoryd dirs {shown(result.dir.path)})"
+    elif result.message:
+        header += f" — {result.message}"
+    lines = [header]
+    if result.repo_note:
+        lines.append(f"  note: {result.repo_note}")
+    return lines + _plan_lines(result, dry_run) + _moved_lines(result) + _flag_lines(result)
+
+
+def _plan_lines(result: DreamResult, dry_run: bool) -> list[str]:
+    """The moves a pass planned and did not make (a dry run, a refused or unmanaged dir)."""
+    plan = result.plan
+    if plan is None:
+        return []
+    lines: list[str] = []
+
+    def listed(move: Move) -> str:
+        detail = move_detail(result, move.filename, move.reason, move.detail)
+        return f"    {shown(move.filename)}: {move.reason} — {detail}"
+
+    if dry_run and plan.moves and result.status == "dry_run":
+        for move in plan.moves:
+            target = move.duplicate_of or move.superseded_by
+            extra = f" (kept: {target})" if target else ""
+            detail = move_detail(result, move.filename, move.reason, move.detail)
+            lines.append(
+                f"  [DRY RUN] Would move: {shown(move.filename)} -> the trash — "
+                f"{move.reason}: {detail}{extra}"
+            )
+    if result.status == "refused":
+        if dry_run:
+            lines.append("  Plan (not applied; a pass without --dry-run keeps it to apply):")
+        else:
+            lines.append(
+                "  Plan (not applied; after review, apply it with "
+                f"`memoryd dream {shown(result.dir.path)} --apply {result.pass_id}`):"
+            )
+        lines += [listed(move) for move in plan.moves]
+    if result.status == "unmanaged" and plan.moves:
+        lines.append("  Would move, if memoryd managed this index (nothing is moved):")
+        lines += [listed(move) for move in plan.moves]
+    return lines
+
+
+def _moved_lines(result: DreamResult) -> list[str]:
+    """The moves a pass made, and those it could not."""
+    lines: list[str] = []
+    if result.moved:
+        lines.append("  Changes made:")
+        for r in result.moved:
+            detail = move_detail(
+                result, r.original_name, r.reason, str(r.details.get("detail", ""))
+            )
+            lines.append(
+                f"    {shown(r.original_name)}: moved to "
+                f"{shown(stored_label(result.dir.real_path, r.day, r.stored_name))} — "
+                f"{r.reason}: {detail} "
+                f"(restore: memoryd trash restore {r.id})"
+            )
+    for name, why in result.skipped_moves:
+        kept = result.kept_as.get(name)
+        where = f"; kept as {shown(kept)} (a new {shown(name)} took its name)" if kept else ""
+        lines.append(f"    {shown(name)}: not moved — {why}{where}")
+    return lines
+
+
+def _flag_lines(result: DreamResult) -> list[str]:
+    """What a pass flagged for review, and what it kept out of consideration."""
+    lines: list[str] = []
+    if result.flags_listed:
+        lines.append("  Flagged for review (memoryd ack FILE once seen):")
+        for flag in result.flags_listed:
+            guard = f"; kept by guard {flag.guard}" if flag.guard else ""
+            lines.append(
+                f"    {shown(flag.filename)}: {flag.classification.value.replace('_', ' ')}"
+                f", missing: {missing_text(result, flag.filename, flag.missing)}{guard}"
+            )
+    if result.acknowledged:
+        n = len(result.acknowledged)
+        lines.append(
+            f"  {n} flagged {'memory' if n == 1 else 'memories'} acknowledged already, not "
+            "listed (memoryd explain FILE shows them)"
+        )
+    if result.dangling:
+        lines.append("  Dangling links (a [[name]] no memory of the dir answers to):")
+        for link in result.dangling:
+            lines.append(f"    {shown(link.file)}: [[{shown(link.link)}]] — {link.why}")
+    if result.secrets:
+        lines.append("  Secrets (flagged, never moved: take them out of the memory by hand):")
+        for name, found in sorted(result.secrets.items()):
+            lines.append(f"    {shown(name)}: {secret_summary(found)}")
+    for name in result.unparseable:
+        if name in result.merge_conflicts:
+            lines.append(f"  {shown(name)} {conflict_message_short()}: {CONFLICT_HINT}")
+        else:
+            lines.append(f"  unparseable (kept, not considered): {shown(name)}")
+    for name in result.conflicts:
+        lines.append(f"  sync conflict copy (reported, never consolidated): {shown(name)}")
+    return lines
+
+
+def _totals_lines(t: dict[str, int], dry_run: bool) -> list[str]:
+    """The counts, last: they stay on screen."""
+    lines = ["Would do:" if dry_run else "Totals:", f"  {'dirs':<26}{t['dirs']:>7}"]
     for key, label in COUNT_LABELS:
         lines.append(f"  {label:<26}{t.get(key, 0):>7}")
     lines.append(f"  {'flagged for review':<26}{t.get('flagged', 0):>7}")
     lines.append(f"  {'indexes updated':<26}{t['indexes_updated']:>7}")
     lines.append(f"  {'promotion candidates':<26}{t['promotion_candidates']:>7}")
-    return "\n".join(lines) + "\n"
+    return lines

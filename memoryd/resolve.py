@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memoryd.discover import MemoryDir, discover, is_repo, memory_dir_at
+from memoryd.discover.finder import discover, memory_dir_at
+from memoryd.discover.found import MemoryDir
+from memoryd.discover.look import is_repo
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
 from memoryd.runtime import Runtime
@@ -178,7 +180,8 @@ def _matches(rt: Runtime, tier: list[Target], key: str, gone: bool) -> list[Targ
 
 def _restorable(rt: Runtime, tier: list[Target], key: str) -> list[Target]:
     """The files of the tier's dirs `key` names that `trash restore` could bring back."""
-    from memoryd import trash, versions
+    from memoryd import versions
+    from memoryd.trash import manifest as trash
 
     store = rt.versions or versions.for_runtime(rt)
     names = [key] if key.endswith(".md") else [f"{key}.md", key]
@@ -199,7 +202,8 @@ def _restorable(rt: Runtime, tier: list[Target], key: str) -> list[Target]:
 
 def _gone_names(rt: Runtime, t: Target) -> set[str]:
     """Names the dir's trash manifests or kept versions know (files gone from it now)."""
-    from memoryd import lineage, trash, versions
+    from memoryd import lineage, versions
+    from memoryd.trash import manifest as trash
 
     out: set[str] = set()
     if t.md is not None:

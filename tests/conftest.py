@@ -18,7 +18,7 @@ import pytest
 
 from memoryd.cli import main
 from memoryd.config import Config
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime
 

@@ -14,13 +14,15 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import housekeeping, trash
+from memoryd import housekeeping
 from memoryd.audit import iter_lines
 from memoryd.config import Config
-from memoryd.discover import MemoryDir, explicit_dirs
+from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.found import MemoryDir
 from memoryd.index import Budget, Entry, IndexEdit, IndexInput, update_index
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, boot_clock
+from memoryd.trash import store as trash
 from tests.conftest import Env, write_memory
 
 DAY = 86400

@@ -15,7 +15,7 @@ import pytest
 from rapidfuzz import process
 
 from memoryd.config import Config, DreamConfig, build_config
-from memoryd.discover import MemoryDir
+from memoryd.discover.found import MemoryDir
 from memoryd.dream.consult import ConsultLog, Subject
 from memoryd.dream.refs import extract_refs
 from memoryd.dream.run import RepoCache, dream_dir

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import memfile, trash
+from memoryd import memfile
 from memoryd.index import pointer_targets, verify
+from memoryd.trash import manifest as trash_manifest
+from memoryd.trash import store as trash
 from tests.conftest import Env, write_memory
 from tests.helpers import (
     dream,
@@ -80,7 +82,9 @@ def test_trash_of_the_older_plain_naming_lists_restores_and_purges(
     assert cli("trash", "restore", f".trash/{today.isoformat()}/two.md", folder).code == 0
     assert {n: (folder / n).read_bytes() for n in planted} == planted
     old = plant_day(folder, today - timedelta(days=400), datetime.now() - timedelta(days=400))
-    assert [e.record.stored_name for e in trash.entries(folder) if not e.restored_as] == ["old.md"]
+    assert [e.record.stored_name for e in trash_manifest.entries(folder) if not e.restored_as] == [
+        "old.md"
+    ]
     assert cli("trash", "purge", "--older-than", "0d", folder).code == 0
     assert old.exists()  # memoryd has not watched it yet: retention rests on what it saw
 
@@ -96,13 +100,13 @@ def test_a_stored_name_never_ends_in_md_and_fits_the_name_limit(tmp_path: Path) 
         for _ in range(3):
             stored = trash.free_name(folder, name, taken)
             assert stored.endswith(".md.trashed") and len(os.fsencode(stored)) <= 255
-            assert trash.stored_problem(stored) is None, stored
+            assert trash_manifest.stored_problem(stored) is None, stored
             assert stored not in taken
             taken.add(stored)
             (folder / stored).write_bytes(b"x")
-    assert trash.stored_problem("x.md") is None  # the older naming
+    assert trash_manifest.stored_problem("x.md") is None  # the older naming
     for bad in ("manifest.jsonl", ".x.md.trashed", "x.trashed", "MEMORY.md.trashed"):
-        assert trash.stored_problem(bad) is not None, bad
+        assert trash_manifest.stored_problem(bad) is not None, bad
 
 
 def test_a_long_name_moves_and_restores(env: Env, cli, repo: Path) -> None:
@@ -114,7 +118,7 @@ def test_a_long_name_moves_and_restores(env: Env, cli, repo: Path) -> None:
     filler(repo)
     folder = repo / ".claude" / "memory"
     assert moved(dream(cli, repo)) == {name: "stale"}
-    (entry,) = trash.entries(folder)
+    (entry,) = trash_manifest.entries(folder)
     assert entry.record.stored_name != name and not path.exists()
     assert hashlib.sha256(entry.stored_path.read_bytes()).hexdigest() == entry.record.sha256
     assert cli("trash", "restore", entry.record.id, folder).code == 0
@@ -292,7 +296,7 @@ def test_a_guard_takes_the_protective_reading_and_explain_says_so(
 def test_the_lock_is_held_only_fresh_and_with_a_live_pid(
     tmp_path: Path, body: str, age: float, alive: bool, pid: int | None, held: bool
 ) -> None:
-    from memoryd.discover import claude_lock, lock_is_fresh
+    from memoryd.discover.locks import claude_lock, lock_is_fresh
 
     folder = tmp_path / "memory"
     write_memory(folder, "a.md")  # a folder of memories is a memory dir
@@ -314,7 +318,7 @@ def test_the_lock_is_held_only_fresh_and_with_a_live_pid(
 
 def test_a_lock_that_is_no_regular_file_holds_nothing(tmp_path: Path) -> None:
     """A FIFO is never opened (it would block), a symlink never followed."""
-    from memoryd.discover import claude_lock
+    from memoryd.discover.locks import claude_lock
 
     folder = tmp_path / "memory"
     write_memory(folder, "a.md")  # a folder of memories is a memory dir
@@ -328,7 +332,7 @@ def test_a_lock_that_is_no_regular_file_holds_nothing(tmp_path: Path) -> None:
 
 def test_pid_liveness_of_real_processes() -> None:
     """A running child is alive; once reaped, its PID is dead."""
-    from memoryd.discover import pid_alive
+    from memoryd.discover.locks import pid_alive
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -342,7 +346,7 @@ def test_pid_liveness_of_real_processes() -> None:
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may signal every process: no EPERM")
 def test_a_process_of_another_user_counts_alive() -> None:
     """EPERM from kill(1, 0): the process exists; memoryd defers (Claude Code would not)."""
-    from memoryd.discover import pid_alive
+    from memoryd.discover.locks import pid_alive
 
     assert pid_alive(1)
 

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import fsops, journal, trash
-from memoryd.discover import MemoryDir
+from memoryd import fsops, journal
+from memoryd.discover.found import MemoryDir
 from memoryd.dream.run import DreamResult, RepoCache, dream_dir
 from memoryd.runtime import Runtime
+from memoryd.trash import manifest as trash_manifest
+from memoryd.trash import store as trash
 from tests.conftest import Env, InjectedCrash, crash_at
 from tests.helpers import DAY, filler, mem, memory_dir, wait_for
 
@@ -42,7 +44,7 @@ def _trash_check(folder: Path) -> tuple[int, int, set[str]]:
     in the trash that no record names: moved unchecked)."""
     records = mismatches = 0
     named: set[Path] = set()
-    for entry in trash.entries(folder):
+    for entry in trash_manifest.entries(folder):
         if entry.restored_as:
             continue
         records += 1
@@ -89,8 +91,8 @@ def test_a_file_swapped_between_check_and_rename_stays_in_the_dir(
     again = _pass(rt, md)  # no writer now: the version it checks is the one it moves
     assert [r.original_name for r in again.moved] == ["stale.md"] and not path.exists()
     assert _trash_check(md.real_path) == (1, 0, set())
-    (entry,) = trash.entries(md.real_path)
-    assert trash.restore(md.real_path, entry) == "stale.md"
+    (entry,) = trash_manifest.entries(md.real_path)
+    assert trash_manifest.restore(md.real_path, entry) == "stale.md"
     assert path.read_bytes() == _version(2)
 
 
@@ -118,7 +120,7 @@ def test_without_renameat2_a_save_between_link_and_unlink_is_not_unlinked(
     assert [r.original_name for r in result.moved] == ["stale.md"]
     assert path.read_bytes() == _version(2)
     assert _trash_check(md.real_path) == (1, 0, set())
-    (entry,) = trash.entries(md.real_path)
+    (entry,) = trash_manifest.entries(md.real_path)
     assert entry.stored_path.read_bytes() == planned
 
 

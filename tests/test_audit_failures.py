@@ -14,7 +14,7 @@ import pytest
 
 from memoryd import audit
 from memoryd.audit import AuditLog
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 from tests.conftest import Env
 from tests.helpers import (
     agent_write,

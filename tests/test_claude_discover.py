@@ -18,7 +18,9 @@ import pytest
 from memoryd.agentview import ViewKind
 from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
-from memoryd.discover import MemoryDir, discover, discover_all, slugify
+from memoryd.discover.finder import discover, discover_all
+from memoryd.discover.found import MemoryDir
+from memoryd.discover.slugs import slugify
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import view_kind
 from tests.claude_client import BIN_ENV, Captured, MemoryBlock, claude_bin, run_claude

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 from tests.claude_client import BIN_ENV, Captured, Reply, claude_bin, run_claude
 from tests.conftest import write_memory
 from tests.helpers import git

@@ -12,7 +12,7 @@ import pytest
 
 import memoryd.cli as cli_module
 from memoryd.cli import build_parser
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 from tests.claude_client import BIN_ENV
 from tests.conftest import Env, Result, write_memory
 
@@ -487,7 +487,7 @@ def test_the_label_a_search_shows_is_a_project_it_takes(
     labelled: dict[Path, str], env: Env
 ) -> None:
     from memoryd.config import Config
-    from memoryd.discover import memory_dir_at
+    from memoryd.discover.finder import memory_dir_at
     from memoryd.recall.engine import matches_project
 
     for folder, label in labelled.items():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import build_config
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 from memoryd.dream import transcripts
 from memoryd.dream.run import RepoCache, dream_dir
 from tests.conftest import Env

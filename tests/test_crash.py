@@ -154,7 +154,7 @@ SWAPPING_PASS = """
 import os, sys, time
 from pathlib import Path
 from memoryd.config import Config
-from memoryd.discover import discover
+from memoryd.discover.finder import discover
 from memoryd.dream.run import RepoCache, dream_dir
 from memoryd.paths import app_paths
 from memoryd.recovery import recover
@@ -186,7 +186,8 @@ def test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename
     at every crash point of that pass (the put-back included), recover: the agent's version
     is in the dir byte for byte (or, after a rerun checked it, in the trash), every manifest
     sha256 is its file's bytes, and nothing sits in the trash without its record."""
-    from memoryd import trash
+    from memoryd.trash import manifest as trash_manifest
+    from memoryd.trash import store as trash
 
     template = _template(tmp_path / "template")
     new_version = (
@@ -231,7 +232,7 @@ def test_sigkill_at_every_step_of_a_pass_whose_file_is_swapped_before_its_rename
             before = before - Counter([old_sha]) + Counter([new_sha])
             assert (folder / "stale_a.md").read_text() == new_version
         _check_consistent(folder, before)
-        entries = [e for e in trash.entries(folder) if not e.restored_as]
+        entries = [e for e in trash_manifest.entries(folder) if not e.restored_as]
         for entry in entries:
             data = entry.stored_path.read_bytes()
             assert hashlib.sha256(data).hexdigest() == entry.record.sha256, entry.record

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from memoryd.config import Config, build_config, with_claude_home
-from memoryd.discover import discover, project_repo_root, slugify
+from memoryd.discover.finder import discover
+from memoryd.discover.slugs import slugify
+from memoryd.discover.transcripts import project_repo_root
 from tests.conftest import Env, Result, copy_corpus, corpus_memory_dirs, needs_corpus, write_memory
 from tests.helpers import snapshot, vault
 

@@ -15,7 +15,9 @@ import pytest
 from memoryd import cwd_cache
 from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
-from memoryd.discover import Discovery, discover_all, slugify
+from memoryd.discover.finder import discover_all
+from memoryd.discover.found import Discovery
+from memoryd.discover.slugs import slugify
 from memoryd.storage.statedb import forget_shared
 from tests.conftest import Env, write_memory
 from tests.helpers import state_rows

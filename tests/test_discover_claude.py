@@ -13,14 +13,9 @@ import pytest
 from memoryd.agentview import ViewKind
 from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
-from memoryd.discover import (
-    Transcripts,
-    discover,
-    discover_all,
-    memory_dir_at,
-    project_repo_root,
-    slugify,
-)
+from memoryd.discover.finder import discover, discover_all, memory_dir_at
+from memoryd.discover.slugs import slugify
+from memoryd.discover.transcripts import Transcripts, project_repo_root
 from memoryd.indexer import view_kind
 from tests.conftest import Env, write_memory
 from tests.helpers import git

@@ -518,7 +518,7 @@ def test_a_project_dir_no_transcript_tells_of_is_unknown_not_checked(
     """Of four project memory dirs, one's folder exists, one's is gone and two have no
     transcript naming theirs: the hint lists the gone one and says the two are unknown (why,
     which), never that all four were checked."""
-    from memoryd.discover import slugify
+    from memoryd.discover.slugs import slugify
 
     here, gone = tmp_path / "here", tmp_path / "gone"
     here.mkdir()

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import Config
-from memoryd.discover import Found, MemoryDir, nested_dirs, repo_dirs
+from memoryd.discover.dirs import nested_dirs, repo_dirs
+from memoryd.discover.found import Found, MemoryDir
 from memoryd.dream import repo as repo_module
 from memoryd.dream.refs import Refs, Scope, Status, check_refs
 from memoryd.dream.repo import RepoIndex, SourceTokens, tree_signature

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import trash
+from memoryd.trash import store as trash
 from tests.conftest import Env, Result, tree_digest, write_memory
 
 ARCHIVE = "MEMORY-ARCHIVE.md"
@@ -191,7 +191,7 @@ def test_a_file_changed_since_it_was_listed_is_not_moved(
     env: Env, repo: Path, folder: Path
 ) -> None:
     """The move checks the bytes that were listed: a file the agent rewrote meanwhile stays."""
-    from memoryd.discover import discover
+    from memoryd.discover.finder import discover
     from memoryd.forget import forget_in, select
 
     rt = env.runtime()

@@ -1,6 +1,7 @@
 """What memoryd asks git, on real repos: blob ids as git computes them, work trees (linked
 ones too), conflict hunks, and a git that is missing or hangs (the dir is left alone)."""
 
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -69,6 +70,32 @@ def test_an_empty_git_folder_is_no_work_tree_and_a_linked_worktree_is_one(
     assert sorted(gitwork.tracked(linked) or {}) == ["MEMORY.md", "style.md"]
     assert gitwork.hands_off_reason(linked).startswith("tracked by git (in ")
     assert gitwork.hands_off_reason(folder, named=[root]) == ""
+
+
+def test_one_reader_of_a_git_file_serves_the_work_tree_and_the_canonical_root(
+    tmp_path: Path,
+) -> None:
+    """A linked worktree's `.git` file is read by gitwork.gitdir_of for both gitwork's work
+    tree and discovery's canonical root (Claude Code's key: the main work tree), a relative
+    `gitdir:` taken from the worktree's folder; a file that names no git dir is none."""
+    from memoryd.discover.look import canonical_root
+
+    root = tmp_path / "app"
+    _repo(root)
+    wt = tmp_path / "wt"
+    git(root, "worktree", "add", "-q", str(wt))
+    named = Path((wt / ".git").read_text().removeprefix("gitdir:").strip())
+    assert gitwork.gitdir_of(wt) == named
+    relative = os.path.relpath(named, wt)
+    (wt / ".git").write_text(f"gitdir: {relative}\n")
+    assert gitwork.gitdir_of(wt, follow=False) == wt / relative
+    tree = gitwork.work_tree(wt / ".claude")
+    assert tree is not None and (tree.top, tree.git_dir) == (wt, wt / relative)
+    assert canonical_root(wt) == root.resolve()
+    (wt / ".git").write_text("not a git dir\n")
+    assert gitwork.gitdir_of(wt) is None and canonical_root(wt) == wt
+    with pytest.raises(OSError):
+        gitwork.gitdir_of(tmp_path)
 
 
 def test_without_git_a_repo_dir_is_left_alone_and_said_so(

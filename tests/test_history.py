@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from memoryd import lineage
-from memoryd.trash import Entry, TrashRecord
+from memoryd.trash.manifest import Entry
+from memoryd.trash.store import TrashRecord
 from tests.conftest import Env, Result, tree_digest, write_memory
 
 BODY = (

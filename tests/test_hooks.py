@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 from memoryd.hook_recall import MAX_CHARS
 from tests.conftest import Env, write_memory
 from tests.helpers import make_git_repo_without_memory, wait_for

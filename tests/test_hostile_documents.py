@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 from memoryd.dream.consult import CONSULT_LOG
 from tests.conftest import Env, Result, write_memory
 from tests.helpers import (

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memoryd import fsops
-from memoryd.discover import MemoryDir
+from memoryd.discover.found import MemoryDir
 from memoryd.index import INDEX_NAME
 from memoryd.indexer import BLANK_SETTLE, INDEX_SETTLE, SETTLE_WAIT, index_dir, settles_at
 from memoryd.runtime import Runtime

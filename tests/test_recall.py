@@ -15,11 +15,12 @@ import pytest
 
 from memoryd.cmd_recall import engine_for
 from memoryd.config import Config, RecallConfig, build_config
-from memoryd.discover import MemoryDir, memory_dir_at
-from memoryd.recall import store
+from memoryd.discover.finder import memory_dir_at
+from memoryd.discover.found import MemoryDir
+from memoryd.recall import listing, reads, records, store
 from memoryd.recall.engine import Engine
 from memoryd.recall.query import Frame, parse_frame
-from memoryd.recall.store import DirIndex, index_path, update_dir
+from memoryd.recall.store import DirIndex, IndexOptions, index_path, update_dir
 from tests.conftest import Env, tree_digest, write_memory
 from tests.helpers import home_env
 
@@ -124,7 +125,7 @@ def engine(env: Env, *folders: Path, stale_after: float = 90 * DAY) -> Engine:
         env.state,
         clock=lambda: NOW,
         stale_after=stale_after,
-        warn=lambda m: None,
+        options=IndexOptions(warn=lambda m: None),
     )
 
 
@@ -553,7 +554,7 @@ def test_a_pointer_past_the_agents_window_is_flagged_hidden(env: Env, tmp_path: 
 def test_the_window_kind_is_the_indexers(tmp_path: Path) -> None:
     """The engine's view kind of a dir is memoryd.indexer.view_kind's (kept apart so that a
     search need not import the indexer)."""
-    from memoryd.discover import discover_all
+    from memoryd.discover.finder import discover_all
     from memoryd.indexer import view_kind
     from memoryd.recall.engine import _window
 
@@ -594,7 +595,7 @@ def test_update_reads_only_changed_files(env: Env, mem: Path) -> None:
     """Up to date by stat: a second update reads nothing; one changed file is one read; a
     removed one is dropped; `update_dir` with names looks only at those."""
     real = mem.resolve()
-    with DirIndex(index_path(env.state, real), real, warn=lambda m: None) as index:
+    with DirIndex(index_path(env.state, real), real, IndexOptions(warn=lambda m: None)) as index:
         first = index.update()
         assert (first.read, first.pointers) == (5, True)
         assert not index.update().any
@@ -632,7 +633,9 @@ def test_an_index_in_step_is_not_compared_file_by_file(
     monkeypatch.setattr(DirIndex, "_compare", counted)
 
     def refresh() -> store.Change:
-        with DirIndex(index_path(env.state, real), real, warn=lambda m: None) as index:
+        with DirIndex(
+            index_path(env.state, real), real, IndexOptions(warn=lambda m: None)
+        ) as index:
             return index.update()
 
     assert refresh().read == 5
@@ -670,14 +673,14 @@ def test_a_refresh_holds_nothing_per_file(env: Env, tmp_path: Path) -> None:
         )
     real = folder.resolve()
     later = lambda: time_ns() + 10 * store.RACY_NS  # noqa: E731 - the files are not racy
-    with DirIndex(index_path(env.state, real), real, clock_ns=later) as index:
+    with DirIndex(index_path(env.state, real), real, IndexOptions(clock_ns=later)) as index:
         assert index.update().read == 3000
     for touch in (False, True):
         if touch:
             (folder / "m_0007.md").write_text(
                 "---\nname: M 7\ndescription: e\ntype: project\n---\n"
             )
-        with DirIndex(index_path(env.state, real), real, clock_ns=later) as index:
+        with DirIndex(index_path(env.state, real), real, IndexOptions(clock_ns=later)) as index:
             index.conn  # noqa: B018 - opened before measuring
             tracemalloc.start()
             try:
@@ -717,11 +720,11 @@ def test_a_first_build_makes_its_indexes_after_the_rows(
     the same index, indexes included, as row by row, and a later update is as before."""
     real = mem.resolve()
     later = lambda: time_ns() + 10 * store.RACY_NS  # noqa: E731 - the files are not racy
-    with DirIndex(tmp_path / "row_by_row.sqlite", real, clock_ns=later) as index:
+    with DirIndex(tmp_path / "row_by_row.sqlite", real, IndexOptions(clock_ns=later)) as index:
         assert index.update().read == 5
     monkeypatch.setattr(store, "BULK_MIN", 3, raising=False)
     statements: list[str] = []
-    with DirIndex(tmp_path / "bulk.sqlite", real, clock_ns=later) as index:
+    with DirIndex(tmp_path / "bulk.sqlite", real, IndexOptions(clock_ns=later)) as index:
         index.conn.set_trace_callback(statements.append)
         assert index.update().read == 5
         assert index.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
@@ -739,7 +742,7 @@ def test_a_first_build_makes_its_indexes_after_the_rows(
     path = mem / "reference_dashboards.md"
     path.write_text(path.read_text() + "more\n")
     statements.clear()
-    with DirIndex(tmp_path / "bulk.sqlite", real, clock_ns=later) as index:
+    with DirIndex(tmp_path / "bulk.sqlite", real, IndexOptions(clock_ns=later)) as index:
         index.conn.set_trace_callback(statements.append)
         assert index.update().read == 1
     assert not [s for s in statements if "synchronous" in s or s.startswith(("CREATE I", "DROP I"))]
@@ -777,7 +780,7 @@ def test_a_refresh_after_one_change_lists_the_dir_once(
     it listed the dir twice and compared twice: 100 ms instead of 55 at 10,000 files.)"""
     real = mem.resolve()
     later = lambda: time_ns() + 10 * store.RACY_NS  # noqa: E731 - the files are not racy
-    with DirIndex(index_path(env.state, real), real, clock_ns=later) as index:
+    with DirIndex(index_path(env.state, real), real, IndexOptions(clock_ns=later)) as index:
         assert index.update().read == 5
     listed: list[object] = []
     compares: list[object] = []
@@ -795,7 +798,7 @@ def test_a_refresh_after_one_change_lists_the_dir_once(
     monkeypatch.setattr(DirIndex, "_compare", counted_compare)
     path = mem / "reference_dashboards.md"
     path.write_text(path.read_text().replace("ops board", "ops panel"))
-    with DirIndex(index_path(env.state, real), real, clock_ns=later) as index:
+    with DirIndex(index_path(env.state, real), real, IndexOptions(clock_ns=later)) as index:
         change = index.update()
     assert (change.read, change.removed) == (1, 0)
     assert (len(listed), len(compares)) == (1, 1)
@@ -810,9 +813,9 @@ def test_the_listing_compare_reads_no_files_row(env: Env, mem: Path) -> None:
     with DirIndex(index_path(env.state, real), real) as index:
         index.update()
         conn = index.conn
-        store._Listing.attach(conn)
+        listing.Listing.attach(conn)
         names = ("MEMORY.md", "MEMORY-ARCHIVE.md")
-        plan = conn.execute("EXPLAIN QUERY PLAN " + store._CHANGED, names).fetchall()
+        plan = conn.execute("EXPLAIN QUERY PLAN " + listing.CHANGED, names).fetchall()
         assert any("SEARCH f USING COVERING INDEX" in row[-1] for row in plan), plan
         path = mem / "reference_dashboards.md"
         path.write_text(path.read_text() + "more\n")
@@ -847,21 +850,21 @@ def test_a_name_listed_twice_is_read_once(
     and its new inode): the refresh reads it once and neither fails nor takes the index for
     damaged. (The listing's table keyed by name failed on it: UNIQUE constraint failed.)"""
     real = mem.resolve()
-    with DirIndex(index_path(env.state, real), real, warn=lambda m: None) as index:
+    with DirIndex(index_path(env.state, real), real, IndexOptions(warn=lambda m: None)) as index:
         assert index.update().read == 5
     path = mem / "reference_dashboards.md"
     path.write_text(path.read_text().replace("ops board", "ops panel"))
-    entries = store._Listing.entries
+    entries = listing.Listing.entries
 
-    def twice(self: store._Listing, dir_fd: int) -> object:
+    def twice(self: listing.Listing, dir_fd: int) -> object:
         for row in entries(self, dir_fd):
             yield row
             if row[0] == path.name:
                 yield (row[0], row[1] + 1, row[2], row[3], row[4])
 
-    monkeypatch.setattr(store._Listing, "entries", twice)
+    monkeypatch.setattr(listing.Listing, "entries", twice)
     warned: list[str] = []
-    with DirIndex(index_path(env.state, real), real, warn=warned.append) as index:
+    with DirIndex(index_path(env.state, real), real, IndexOptions(warn=warned.append)) as index:
         change = index.update()
     assert (change.read, change.removed, change.rebuilt, warned) == (1, 0, "", [])
     assert files(search(env, mem, "panel")) == [path.name]
@@ -874,13 +877,13 @@ def test_a_file_written_just_now_is_read_again(env: Env, tmp_path: Path) -> None
     path = plant(folder, "a.md", name="A", description="d", body="apple\n")
     real = folder.resolve()
     ns = int(NOW * 1e9)
-    with DirIndex(index_path(env.state, real), real, clock_ns=lambda: ns) as index:
+    with DirIndex(index_path(env.state, real), real, IndexOptions(clock_ns=lambda: ns)) as index:
         index.update()
         os.utime(path, ns=(ns, ns))
         assert index.update().read == 1
         assert index.update().read == 1  # still racy against this clock
     with DirIndex(
-        index_path(env.state, real), real, clock_ns=lambda: ns + store.RACY_NS + 1
+        index_path(env.state, real), real, IndexOptions(clock_ns=lambda: ns + store.RACY_NS + 1)
     ) as index:
         assert index.update().read == 1
         assert not index.update().any
@@ -894,7 +897,7 @@ def test_a_damaged_index_is_rebuilt_with_a_warning(
     should be: a warning naming it, a rebuild from the files, the right results."""
     real = mem.resolve()
     path = index_path(env.state, real)
-    with DirIndex(path, real, warn=lambda m: None) as index:
+    with DirIndex(path, real, IndexOptions(warn=lambda m: None)) as index:
         index.update()
     outside = tmp_path / "outside.db"
     outside.write_bytes(b"keep me")
@@ -918,7 +921,9 @@ def test_a_damaged_index_is_rebuilt_with_a_warning(
         index_path(env.state, other.resolve()).rename(path)
     store._WARNED.clear()
     warnings: list[str] = []
-    with Engine([md_of(mem)], env.state, clock=lambda: NOW, warn=warnings.append) as e:
+    with Engine(
+        [md_of(mem)], env.state, clock=lambda: NOW, options=IndexOptions(warn=warnings.append)
+    ) as e:
         changes = e.refresh()
         assert files(e.results(e.search("postgres"))) == ["feedback_db_tests.md"]
     assert len(warnings) == 1 and str(path) in warnings[0] and "rebuilt" in warnings[0]
@@ -972,7 +977,7 @@ def test_a_query_matching_nearly_everything_ranks_field_matches_then_the_newest(
         plant(folder, "body_07.md", name="Note 7", description="misc", body="a common edit\n")
         e.refresh()  # body_07.md is indexed again: the most recent
         full = files(e.results(e.search("common", limit=5)))
-        monkeypatch.setattr(store, "RANK_ALL", 10)
+        monkeypatch.setattr(reads, "RANK_ALL", 10)
         capped = files(e.results(e.search("common", limit=5)))
     assert full[:2] == ["named.md", "described.md"]
     assert capped == ["named.md", "described.md", "body_07.md", "body_29.md", "body_28.md"]
@@ -982,7 +987,7 @@ def test_an_index_another_process_updated_is_read_again(env: Env, mem: Path) -> 
     """A reader that holds the index open sees what another process wrote (the daemon's
     hook), and does not read that file again itself."""
     real = mem.resolve()
-    with DirIndex(index_path(env.state, real), real, warn=lambda m: None) as reader:
+    with DirIndex(index_path(env.state, real), real, IndexOptions(warn=lambda m: None)) as reader:
         reader.update()
         plant(mem, "late.md", name="Late", description="added later", body="quince\n")
         assert update_dir(env.state, real, ["late.md"]).read == 1
@@ -1026,7 +1031,7 @@ def test_an_empty_index_file_is_a_new_one_not_damage(env: Env, mem: Path) -> Non
     inode = path.stat().st_ino
     store._WARNED.clear()
     said: list[str] = []
-    with DirIndex(path, real, warn=said.append) as index:
+    with DirIndex(path, real, IndexOptions(warn=said.append)) as index:
         assert index.update().read == 5
     assert said == [] and path.stat().st_ino == inode
 
@@ -1073,7 +1078,7 @@ def test_a_reference_is_one_row_however_many_memories_cite_it(
         plant_citing(folder, i, *SHARED)
     real = folder.resolve()
     path = index_path(env.state, real)
-    with DirIndex(path, real, clock_ns=lambda: 2_000_000_000 * 10**9) as index:
+    with DirIndex(path, real, IndexOptions(clock_ns=lambda: 2_000_000_000 * 10**9)) as index:
         assert index.update().read == 40
         assert counts(path) == (3 + 2 * 40, 5 * 40)
         assert cited_by(index, "src/deploy.py") == [f"note_{i:04d}.md" for i in range(40)]
@@ -1102,7 +1107,7 @@ def test_an_index_of_an_older_schema_is_rebuilt(env: Env, tmp_path: Path) -> Non
         conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema'")
     store._WARNED.clear()
     said: list[str] = []
-    with DirIndex(path, real, warn=said.append) as index:
+    with DirIndex(path, real, IndexOptions(warn=said.append)) as index:
         assert index.update().rebuilt == "was made by another version of memoryd"
         assert len(cited_by(index, "src/deploy.py")) == 3
     assert len(said) == 1 and str(path) in said[0]
@@ -1117,8 +1122,8 @@ def test_a_typo_is_matched_a_bounded_chunk_of_the_vocabulary_at_a_time(
     closest words: the best of each chunk are kept."""
     from memoryd.recall.query import fuzzy
 
-    monkeypatch.setattr(store, "VOCABULARY_PIECE", 4)
-    monkeypatch.setattr(store, "VOCABULARY_CHUNK", 16)
+    monkeypatch.setattr(reads, "VOCABULARY_PIECE", 4)
+    monkeypatch.setattr(reads, "VOCABULARY_CHUNK", 16)
     letters = "bcdfghjklmnpqrstvwxz"
     words = sorted({f"{a}{b}{c}ab" for a in letters for b in letters[:5] for c in letters[:3]})
     assert len(words) == 300
@@ -1162,13 +1167,13 @@ def test_a_first_build_in_worker_processes_is_the_same_index(
     monkeypatch.setattr(store, "BULK_MIN", 2)
     clock = lambda: 2_000_000_000 * 10**9  # noqa: E731
     serial = index_path(env.state, real)
-    with DirIndex(serial, real, clock_ns=clock) as index:
+    with DirIndex(serial, real, IndexOptions(clock_ns=clock)) as index:
         index.update()
         assert index.spawned == 0
     parallel = serial.with_name("parallel.sqlite")
     monkeypatch.setattr(store, "PARALLEL_MIN", 2)
-    monkeypatch.setattr(store, "READ_CHUNK", 3)
-    with DirIndex(parallel, real, clock_ns=clock, workers=2) as index:
+    monkeypatch.setattr(records, "READ_CHUNK", 3)
+    with DirIndex(parallel, real, IndexOptions(clock_ns=clock, workers=2)) as index:
         assert index.update().read == 5 + 12 + 2
         assert index.spawned == 2
         assert {e.file for e in index.excluded()} == {"broken.md", "link.md"}
@@ -1188,16 +1193,16 @@ def test_a_first_build_in_workers_reads_only_the_dir_it_listed(
     real = mem.resolve()
     monkeypatch.setattr(store, "BULK_MIN", 2)
     monkeypatch.setattr(store, "PARALLEL_MIN", 2)
-    monkeypatch.setattr(store, "READ_CHUNK", 3)
-    in_workers = store._records_in_workers
+    monkeypatch.setattr(records, "READ_CHUNK", 3)
+    in_workers = records.records_in_workers
 
     def replaced_after_listing(*args: object) -> object:
         mem.rename(tmp_path / "mem.old")
         other.rename(mem)
         return in_workers(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(store, "_records_in_workers", replaced_after_listing)
-    with DirIndex(tmp_path / "idx.sqlite", real, workers=2) as index:
+    monkeypatch.setattr(store, "records_in_workers", replaced_after_listing)
+    with DirIndex(tmp_path / "idx.sqlite", real, IndexOptions(workers=2)) as index:
         assert index.update().read == 6
         assert index.spawned == 2
     with sqlite3.connect(tmp_path / "idx.sqlite") as conn:
@@ -1207,11 +1212,11 @@ def test_a_first_build_in_workers_reads_only_the_dir_it_listed(
 
 UNGUARDED = """
 from pathlib import Path
-from memoryd.recall import store
+from memoryd.recall import records, store
 
 print("ran the script", flush=True)  # no `if __name__ == "__main__":` guard
 store.BULK_MIN = store.PARALLEL_MIN = 2
-store.READ_CHUNK = 1
+records.READ_CHUNK = 1
 here = Path(__file__).parent
 import os
 with store.DirIndex(here / f"index_{os.getpid()}.sqlite", (here / "mem").resolve()) as index:
@@ -1252,7 +1257,7 @@ def test_a_refresh_lists_the_dir_in_a_file_not_in_memory(
     """The listing a refresh compares goes to a temporary file (SQLite's, removed as it is
     made) past a small page cache, not into memory: in memory, 100,000 entries were 2 MB more
     of the MCP server's peak at each refresh. Here 1,000 entries past a 1 KiB cache."""
-    monkeypatch.setattr(store, "LISTING_CACHE_KIB", 1, raising=False)  # old code: none
+    monkeypatch.setattr(listing, "LISTING_CACHE_KIB", 1)  # old code: none
     folder = tmp_path / "mem"
     folder.mkdir()
     for i in range(1000):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import Config
-from memoryd.discover import memory_dir_at
+from memoryd.discover.finder import memory_dir_at
 from memoryd.recall.engine import Engine
 from memoryd.recall.query import parse_frame
 from tests.conftest import Env

@@ -4,7 +4,7 @@ stay in view."""
 import json
 from pathlib import Path
 
-from memoryd.discover import slugify
+from memoryd.discover.slugs import slugify
 from tests.conftest import Env, write_memory
 
 

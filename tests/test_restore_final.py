@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from memoryd import trash
 from memoryd.index import Entry as IndexEntry
 from memoryd.index import IndexInput, Place, update_index
+from memoryd.trash import store as trash
 from tests.conftest import Env, write_memory
 from tests.helpers import TOPICS, agent_write, index_text, start, wait_for
 
@@ -241,7 +241,7 @@ def test_an_already_restored_id_says_when_and_what_it_is_now(env: Env, cli, fold
 
 
 def test_the_daemons_pile_up_passes_leave_a_restored_memory_alone(tmp_path: Path) -> None:
-    from memoryd.discover import slugify
+    from memoryd.discover.slugs import slugify
 
     running = start(tmp_path, name="pin", pile_up=2)
     repo = tmp_path / "code" / "pin"

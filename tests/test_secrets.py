@@ -207,7 +207,7 @@ def test_an_unchanged_memory_is_not_scanned_again_by_the_next_pass(
 ) -> None:
     """A process's second pass over the same bytes reuses the findings (by content hash) and
     still reports them; a changed file is scanned again."""
-    from memoryd.discover import discover
+    from memoryd.discover.finder import discover
     from memoryd.dream import run
 
     folder = repo / ".claude" / "memory"

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import fsops, housekeeping, trash
+from memoryd import fsops, housekeeping
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
+from memoryd.trash import days as trash_days
+from memoryd.trash import manifest as trash_manifest
+from memoryd.trash import store as trash
 from tests.conftest import Env, InjectedCrash, crash_at, tree_digest, write_memory
 from tests.helpers import filler, mem, memory_dir, memoryd_child, plant_day, watched_for
 
@@ -22,15 +25,17 @@ def test_plan_purge_respects_retention_and_the_clock() -> None:
     """Old day folders go; future ones are age 0; a clock gone back or far forward purges none."""
     today = date(2026, 11, 30)
     names = ["2026-09-01", "2026-11-05", "2026-11-29", "not-a-date", "2026-13-45"]
-    assert trash.plan_purge(names, today, 30, today - timedelta(days=1)).purge == ["2026-09-01"]
-    assert trash.plan_purge(names, today, 30, None).purge == ["2026-09-01"]
-    back = trash.plan_purge(names, today, 30, today + timedelta(days=3))
+    assert trash_days.plan_purge(names, today, 30, today - timedelta(days=1)).purge == [
+        "2026-09-01"
+    ]
+    assert trash_days.plan_purge(names, today, 30, None).purge == ["2026-09-01"]
+    back = trash_days.plan_purge(names, today, 30, today + timedelta(days=3))
     assert back.purge == [] and "went back" in back.refused
-    ahead = trash.plan_purge(names, today, 30, today - timedelta(days=400))
+    ahead = trash_days.plan_purge(names, today, 30, today - timedelta(days=400))
     assert ahead.purge == [] and "jumped forward" in ahead.refused
-    future = trash.plan_purge([*names, "2026-12-25"], today, 30, None)
+    future = trash_days.plan_purge([*names, "2026-12-25"], today, 30, None)
     assert future.purge == [] and "before the newest trash folder" in future.refused
-    assert trash.plan_purge(["2026-12-01"], today, 30, None).purge == []  # a day ahead: age 0
+    assert trash_days.plan_purge(["2026-12-01"], today, 30, None).purge == []  # a day ahead: age 0
 
 
 def _old_day(folder: Path, days_ago: int) -> Path:
@@ -227,7 +232,7 @@ def test_a_pass_over_midnight_keeps_one_day_folder(env: Env, repo: Path) -> None
     md = dc_replace(md, repo_root=repo, repo_reason="test")
     result = dream_dir(rt, md, repos=RepoCache())
     assert [r.original_name for r in result.moved] == ["older.md"]
-    (entry,) = trash.entries(md.real_path)
+    (entry,) = trash_manifest.entries(md.real_path)
     assert entry.stored_path.is_file() and entry.record.day == entry.folder.name
 
 
@@ -240,7 +245,7 @@ def test_a_torn_manifest_tail_does_not_swallow_the_next_record(tmp_path: Path) -
     for tail in (b'{"id": "torn', b"\0\0\0\0"):
         (folder / trash.MANIFEST).write_bytes(json.dumps(good).encode() + b"\n" + tail)
         trash.append_record(tmp_path / "memory", "2026-05-01", json.dumps({**good, "id": "b2"}))
-        ids = [row["id"] for row in trash.manifest_rows(tmp_path / "memory", "2026-05-01")]
+        ids = [row["id"] for row in trash_manifest.manifest_rows(tmp_path / "memory", "2026-05-01")]
         assert ids == ["a1", "b2"]
         with trash.Mover(tmp_path / "memory", date(2026, 5, 1)) as mover:
             fd = trash.open_manifest(mover._folder_fd)
@@ -330,7 +335,7 @@ def test_a_move_whose_record_cannot_be_written_is_undone(
     assert "stale.md" in (folder / "MEMORY.md").read_text()
     monkeypatch.setattr(trash, "_write_line", real)
     assert cli("dream", folder).code == 0 and not path.exists()
-    (entry,) = trash.entries(folder)
+    (entry,) = trash_manifest.entries(folder)
     assert entry.record.original_name == "stale.md" and entry.record.size == len(original)
 
 
@@ -372,11 +377,11 @@ def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
     monkeypatch.setattr(trash, "append_record", full)
     [first] = recover(rt)
     assert first.unrecorded == ["stale.md"] and journal.pending(rt.paths.state_dir)
-    assert trash.entries(md.real_path) == []
+    assert trash_manifest.entries(md.real_path) == []
     monkeypatch.setattr(trash, "append_record", real_append)
     [second] = recover(rt)
     assert second.unrecorded == [] and not journal.pending(rt.paths.state_dir)
-    (entry,) = trash.entries(md.real_path)
+    (entry,) = trash_manifest.entries(md.real_path)
     assert entry.record.original_name == "stale.md" and entry.record.size == size
 
 
@@ -498,7 +503,7 @@ def test_a_pass_under_a_clock_set_in_the_past_is_not_purged_once_it_is_corrected
     kept = _rotate(rt, repo)
     assert day.is_dir() and kept.purged == [] and [d for d, _ in kept.kept] == [day.name]
     assert "watched it for 0.0 of 30 days" in kept.kept[0][1]
-    (entry,) = trash.entries(day.parent.parent)
+    (entry,) = trash_manifest.entries(day.parent.parent)
     assert entry.stored_path.is_file()
     clocks.advance(29 * 86400)
     assert _rotate(rt, repo).purged == [] and day.is_dir()
@@ -572,7 +577,7 @@ def test_a_record_within_keep_days_of_the_high_water_mark_is_kept() -> None:
     also refuses while the clock is behind the last run's date; this holds without that.)"""
     now = time.time()
     ahead = now + 365 * 86400
-    facts = trash.DayFacts([1, 2, 3, 4, 5, 6], [ahead])
+    facts = trash_days.DayFacts([1, 2, 3, 4, 5, 6], [ahead])
     clock = housekeeping.Clock(now, ahead, 40 * 86400)
     when = housekeeping._When(date.fromtimestamp(now), None, clock)
     why = housekeeping._held_because("2020-01-01", facts, 0.0, when, 30)
@@ -669,11 +674,11 @@ def test_restore_checks_the_names_of_an_entry_it_is_given(tmp_path: Path) -> Non
     folder = tmp_path / "memory"
     write_memory(folder, "a.md")
     day = _old_day(folder, 0)
-    (entry,) = trash.entries(folder)
+    (entry,) = trash_manifest.entries(folder)
     record = {**json.loads(entry.record.to_json()), "original_name": "../escaped.md"}
-    bad = trash.Entry(trash.TrashRecord(**record), entry.folder)
+    bad = trash_manifest.Entry(trash.TrashRecord(**record), entry.folder)
     with pytest.raises(MemorydError, match=r"manifest\.jsonl"):
-        trash.restore(folder, bad)
+        trash_manifest.restore(folder, bad)
     assert not (tmp_path / "escaped.md").exists() and (day / "old.md").exists()
 
 
@@ -685,7 +690,7 @@ def test_a_fifo_manifest_hangs_no_trash_command(env: Env, repo: Path) -> None:
     folder = repo / ".claude" / "memory"
     write_memory(folder, "a.md")
     good = _old_day(folder, 3)
-    (entry,) = trash.entries(folder)
+    (entry,) = trash_manifest.entries(folder)
     planted = folder / ".trash" / "2020-01-01"
     planted.mkdir()
     (planted / "x.md").write_text("---\nname: x\n---\n")
@@ -716,7 +721,7 @@ def test_a_fifo_as_todays_manifest_moves_nothing(env: Env, repo: Path) -> None:
     assert done.returncode == 1 and report["status"] == "failed", done.stderr
     assert f"{today / trash.MANIFEST} is a FIFO" in report["message"]
     assert path.exists() and os.listdir(today) == [trash.MANIFEST]
-    assert not trash.contents(folder).entries
+    assert not trash_manifest.contents(folder).entries
 
 
 def test_a_symlinked_manifest_is_reported_and_never_followed(
@@ -727,7 +732,7 @@ def test_a_symlinked_manifest_is_reported_and_never_followed(
     folder = repo / ".claude" / "memory"
     write_memory(folder, "a.md")
     day = _old_day(folder, 3)
-    (entry,) = trash.entries(folder)
+    (entry,) = trash_manifest.entries(folder)
     outside = tmp_path / "outside.jsonl"
     (day / trash.MANIFEST).rename(outside)
     (day / trash.MANIFEST).symlink_to(outside)
@@ -741,31 +746,37 @@ def test_a_symlinked_manifest_is_reported_and_never_followed(
 def test_a_huge_manifest_is_read_to_its_limit_and_the_rest_reported(
     env: Env, cli, repo: Path
 ) -> None:
-    """A record line over 1 MiB and the lines past 64 MiB (trash.MANIFEST_LINE_MAX,
+    """A record line over 1 MiB and the lines past 64 MiB (trash_manifest.MANIFEST_LINE_MAX,
     MANIFEST_MAX_BYTES) are reported, never listed as restorable; the records before them are.
     The old code read every line whole, at any length: it listed both planted records."""
     folder = repo / ".claude" / "memory"
     write_memory(folder, "a.md")
     day = _old_day(folder, 3)
-    (first,) = trash.entries(folder)
+    (first,) = trash_manifest.entries(folder)
     good = json.loads(first.record.to_json())
-    long_row = {**good, "id": "aaaaaaaaaa", "details": {"pad": "x" * trash.MANIFEST_LINE_MAX}}
+    long_row = {
+        **good,
+        "id": "aaaaaaaaaa",
+        "details": {"pad": "x" * trash_manifest.MANIFEST_LINE_MAX},
+    }
     late_row = {**good, "id": "bbbbbbbbbb"}
-    filler = b"#" * (trash.MANIFEST_LINE_MAX - 1) + b"\n"  # at the line limit: read, no JSON
+    filler = (
+        b"#" * (trash_manifest.MANIFEST_LINE_MAX - 1) + b"\n"
+    )  # at the line limit: read, no JSON
     with (day / trash.MANIFEST).open("ab") as manifest:
         manifest.write(json.dumps(long_row).encode() + b"\n")
-        for _ in range(trash.MANIFEST_MAX_BYTES // len(filler)):
+        for _ in range(trash_manifest.MANIFEST_MAX_BYTES // len(filler)):
             manifest.write(filler)
         manifest.write(json.dumps(late_row).encode() + b"\n")
-    assert (day / trash.MANIFEST).stat().st_size > trash.MANIFEST_MAX_BYTES
+    assert (day / trash.MANIFEST).stat().st_size > trash_manifest.MANIFEST_MAX_BYTES
     doc = json.loads(cli("trash", "list", "--json", folder).out)
     assert [r["id"] for r in doc["trash"]] == [first.record.id]
     problems = {r["line"]: r["problem"] for r in doc["invalid"]}
     with (day / trash.MANIFEST).open("rb") as manifest:  # the line that crosses the limit
-        limit = manifest.read(trash.MANIFEST_MAX_BYTES).count(b"\n") + 1
+        limit = manifest.read(trash_manifest.MANIFEST_MAX_BYTES).count(b"\n") + 1
     assert problems == {
-        2: f"the line is over {trash.MANIFEST_LINE_MAX} bytes: none memoryd wrote",
-        limit: f"the manifest is over {trash.MANIFEST_MAX_BYTES} bytes: this line and all "
+        2: f"the line is over {trash_manifest.MANIFEST_LINE_MAX} bytes: none memoryd wrote",
+        limit: f"the manifest is over {trash_manifest.MANIFEST_MAX_BYTES} bytes: this line and all "
         "after it are not read",
     }
     assert cli("trash", "restore", "bbbbbbbbbb", folder).code == 1

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from memoryd import trash, versions
+from memoryd import versions
 from memoryd.scan import scan_dir
+from memoryd.trash import store as trash
 from memoryd.versions import VersionStore
 from tests.conftest import Env, lock_held_elsewhere, tree_digest
 from tests.conftest import write_lesson as _mem
@@ -797,7 +798,7 @@ def _own_runtime(root: Path) -> Any:
 
 
 def _update(rt: Any, folder: Path) -> None:
-    from memoryd.discover import memory_dir_at
+    from memoryd.discover.finder import memory_dir_at
     from memoryd.indexer import update
 
     update(rt, memory_dir_at(folder, rt.config))

@@ -3,7 +3,8 @@
 from pathlib import Path
 from typing import Any
 
-from memoryd.discover import MemoryDir, memory_dir_of
+from memoryd.discover.finder import memory_dir_of
+from memoryd.discover.found import MemoryDir
 from memoryd.display import shown
 from memoryd.dream.plan import Item, guards_for, opposing, pair_kind, plan_pass
 from memoryd.dream.refs import RefCheck, Scope, Status
@@ -152,7 +153,8 @@ def _acknowledged(rt: Runtime, md: MemoryDir, item: Item) -> str | None:
 
 def _history(md: MemoryDir, name: str) -> list[dict[str, Any]]:
     """What this memory superseded and what superseded it (memoryd.lineage), from the trash."""
-    from memoryd import lineage, trash
+    from memoryd import lineage
+    from memoryd.trash import manifest as trash
 
     try:
         entries = trash.contents(md.real_path).entries

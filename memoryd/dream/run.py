@@ -12,9 +12,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import acked, fsops, journal, restored, trash
+from memoryd import acked, fsops, journal, restored
 from memoryd import links as memory_links
-from memoryd.discover import MemoryDir, claude_lock
+from memoryd.discover.found import MemoryDir
+from memoryd.discover.locks import claude_lock
 from memoryd.dream import refused, transcripts
 from memoryd.dream.budget import PassBudget, PassStopped
 from memoryd.dream.consult import (
@@ -56,7 +57,8 @@ from memoryd.runtime import Runtime
 from memoryd.scan import DirScan, scan_dir
 from memoryd.secrets import Finding, find, find_bytes
 from memoryd.state import DirState, StateStore
-from memoryd.trash import TrashRecord
+from memoryd.trash import store as trash
+from memoryd.trash.store import TrashRecord
 
 
 @dataclass(slots=True)

@@ -7,17 +7,25 @@ Reads only: its writes go to the search indexes in memoryd's state dir, never to
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from memoryd.agentview import view_kind_of
 from memoryd.dirlabel import label
-from memoryd.discover import MemoryDir
+from memoryd.discover.found import MemoryDir
 from memoryd.recall.opened import OpenBounded
 from memoryd.recall.query import DAY, Frame, expressions, held_words, name_keys
-from memoryd.recall.store import BUSY_WAIT, Change, DirIndex, Row, Window, index_path
+from memoryd.recall.store import (
+    BUSY_WAIT,
+    Change,
+    DirIndex,
+    IndexOptions,
+    Row,
+    Window,
+    index_path,
+)
 from memoryd.secrets import mask
 
 Result = dict[str, Any]
@@ -28,6 +36,7 @@ DEFAULT_LIMIT = 10
 # The flag of a memory whose MEMORY.md pointer the agent does not see in what it loads.
 HIDDEN = "hidden by the agent's view"
 NO_FRAME = Frame()
+DEFAULT_OPTIONS = IndexOptions()
 
 
 @dataclass(slots=True)
@@ -67,31 +76,20 @@ class Engine:
         *,
         clock: Callable[[], float] = time.time,
         stale_after: float = 90 * DAY,
-        max_file_bytes: int | None = None,
-        max_frontmatter_bytes: int | None = None,
-        warn: Callable[[str], None] | None = None,
+        options: IndexOptions = DEFAULT_OPTIONS,
         window: tuple[int, int] | None = None,
-        workers: int = 0,
     ) -> None:
+        """`options`: each dir's index's (its window is the dir's own, from `window`)."""
         self.dirs = list(dirs)
         self.state_dir = state_dir
         self.clock = clock
         self.stale_after = stale_after
-        options: dict[str, Any] = {}
-        if max_file_bytes is not None:
-            options["max_file_bytes"] = max_file_bytes
-        if max_frontmatter_bytes is not None:
-            options["max_frontmatter_bytes"] = max_frontmatter_bytes
-        if warn is not None:
-            options["warn"] = warn
         self.indexes = OpenBounded(
             {
                 md.real_path: DirIndex(
                     index_path(state_dir, md.real_path),
                     md.real_path,
-                    window=_window(md, window),
-                    workers=workers,
-                    **options,
+                    replace(options, window=_window(md, window)),
                 )
                 for md in self.dirs
             }

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memoryd.discover import MemoryDir
+    from memoryd.discover.found import MemoryDir
     from memoryd.records import Record
     from memoryd.runtime import Runtime
 

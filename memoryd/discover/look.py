@@ -1,0 +1,224 @@
+"""Looking at the file system once per discovery: folders, symlinks on the way, `.git` entries and
+the git roots Claude Code keys auto memory by (read from the files; no `git` process).
+"""
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from contextvars import ContextVar
+from pathlib import Path
+
+from memoryd.gitwork import GIT_FILE_BYTES, gitdir_of
+from memoryd.paths import read_bounded
+
+
+class _Look:
+    """What one discovery learnt of the file system, so that it looks once at each thing:
+    the folders with no symlink on their way (their real path is themselves), each folder's
+    `.git`, each worktree's main work tree. A run is short; a change during it is a race the
+    uncached code has as well."""
+
+    def __init__(self) -> None:
+        self.plain: dict[str, bool] = {"/": True}
+        self.resolved: dict[str, Path] = {}
+        self.dot_git: dict[str, int | None] = {}  # folder -> st_mode of its .git, or None
+        self.common: dict[str, Path | None] = {}
+        self.is_dir: dict[str, bool] = {}
+        self.subdirs: dict[str, list[str]] = {}
+        self.no_claude: dict[str, bool] = {}
+
+    def is_plain(self, path: str) -> bool:
+        """No component of the absolute, normal `path` is a symlink (a missing one is none)."""
+        unknown = []
+        while path not in self.plain:
+            unknown.append(path)
+            path = os.path.dirname(path)
+        known = self.plain[path]
+        for folder in reversed(unknown):  # from the top down, one lstat each
+            known = known and not os.path.islink(folder)
+            self.plain[folder] = known
+        return known
+
+
+_LOOK: ContextVar[_Look | None] = ContextVar("memoryd_discover_look", default=None)
+
+
+@contextlib.contextmanager
+def one_look() -> Iterator[None]:
+    """Within it, the file system is looked at once per thing (the discovery of one run)."""
+    if _LOOK.get() is not None:
+        yield
+        return
+    token = _LOOK.set(_Look())
+    try:
+        yield
+    finally:
+        _LOOK.reset(token)
+
+
+def is_dir(path: Path) -> bool:
+    look = _LOOK.get()
+    if look is None:
+        return _look_is_dir(path)
+    key = str(path)
+    known = look.is_dir.get(key)
+    if known is None:
+        known = look.is_dir[key] = _look_is_dir(path)
+    return known
+
+
+def _look_is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def subdirs(path: Path) -> list[Path]:
+    """The folders (or links to folders) in `path` but hidden ones, by name."""
+    look = _LOOK.get()
+    key = str(path)
+    names = look.subdirs.get(key) if look is not None else None
+    if names is None:
+        names = _subdir_names(path)
+        if look is not None:
+            look.subdirs[key] = names
+    return [path / name for name in names]
+
+
+def _subdir_names(path: Path) -> list[str]:
+    names = []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_dir():  # follows a link, as Path.is_dir does
+                        names.append(entry.name)
+                except OSError:
+                    continue
+    except OSError:
+        return []
+    return sorted(names)
+
+
+def no_claude(folder: Path) -> bool:
+    """No `.claude/` folder here, so none of its settings files exist (a `.claude/` that
+    cannot be looked at is no answer: its files are read, and fail, as they would)."""
+    look = _LOOK.get()
+    key = str(folder)
+    if look is not None and key in look.no_claude:
+        return look.no_claude[key]
+    try:
+        none = not stat.S_ISDIR(os.stat(folder / ".claude").st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        none = True
+    except OSError:
+        none = False
+    if look is not None:
+        look.no_claude[key] = none
+    return none
+
+
+def _dot_git(folder: Path) -> int | None:
+    look = _LOOK.get()
+    key = str(folder)
+    if look is not None and key in look.dot_git:
+        return look.dot_git[key]
+    try:
+        mode: int | None = os.lstat(folder / ".git").st_mode
+    except OSError:
+        mode = None
+    if look is not None:
+        look.dot_git[key] = mode
+    return mode
+
+
+def git_root(path: Path) -> Path | None:
+    """The nearest folder at or above `path` with a `.git` (a folder, or a worktree's file),
+    as the client finds it: a `.git` that is a symlink ends the search with none. Read from
+    the file system (no `git` process)."""
+    for folder in (path, *path.parents):
+        mode = _dot_git(folder)
+        if mode is None:
+            continue
+        if stat.S_ISLNK(mode):
+            return None
+        if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+            return folder
+    return None
+
+
+def canonical_root(cwd: Path, top: Path | None = None) -> Path:
+    """What Claude Code keys a session's auto memory by: the canonical git root of its cwd (a
+    subfolder maps to its repo, a worktree to the main work tree), else the cwd itself.
+    `top`: the cwd's git_root, when the caller has it."""
+    top = top if top is not None else git_root(cwd)
+    if top is None:
+        return cwd
+    main = git_common_root(top)
+    return resolved(main if main is not None else top)
+
+
+def resolved(path: Path) -> Path:
+    look = _LOOK.get()
+    if look is None:
+        return _resolve(path)
+    key = str(path)
+    found = look.resolved.get(key)
+    if found is None:
+        absolute = os.path.abspath(key)
+        # A path with no link on its way is its own real path: one lstat for its last part
+        # (its parents are known), where resolve() looks at every part, every time.
+        plain = absolute == key and "/.." not in key and look.is_plain(key)
+        found = path if plain else _resolve(path)
+        look.resolved[key] = found
+    return found
+
+
+def _resolve(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a link loop: nothing resolves inside it
+        return path.absolute()
+
+
+def is_repo(path: Path) -> bool:
+    """A folder with `.git` (a folder, or the file a git worktree has) or `.claude/`."""
+    return os.path.lexists(path / ".git") or is_dir(path / ".claude")
+
+
+def git_common_root(repo: Path) -> Path | None:
+    """For a git worktree (a `.git` file, `gitdir: <main>/.git/worktrees/<name>`): the main
+    work tree, whose path keys Claude Code's auto memory; None for anything else. Read from
+    the `.git` file and the `commondir` it leads to (no `git` process)."""
+    look = _LOOK.get()
+    if look is None:
+        return _common_root(repo)
+    key = str(repo)
+    if key not in look.common:
+        look.common[key] = _common_root(repo)
+    return look.common[key]
+
+
+def _common_root(repo: Path) -> Path | None:
+    mode = _dot_git(repo)
+    if mode is None or not stat.S_ISREG(mode):
+        return None  # a folder (an ordinary repo) or no `.git`: known without a read
+    try:
+        gitdir = gitdir_of(repo, follow=False)
+    except OSError:
+        return None  # a folder (an ordinary repo), or nothing readable
+    if gitdir is None:
+        return None
+    try:
+        common = read_bounded(gitdir / "commondir", GIT_FILE_BYTES, follow=False)
+    except OSError:
+        return None
+    common_dir = Path(common.decode("utf-8", "replace").strip())
+    common_dir = resolved(common_dir if common_dir.is_absolute() else gitdir / common_dir)
+    if common_dir.name != ".git" or not is_dir(common_dir.parent):
+        return None  # a bare repo: no main work tree
+    return common_dir.parent

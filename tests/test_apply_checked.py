@@ -15,7 +15,9 @@ import pytest
 from memoryd import fsops, journal, trash
 from memoryd.config import Config
 from memoryd.discover import MemoryDir, explicit_dirs
-from memoryd.dream.run import DreamResult, RepoCache, dream_dir
+from memoryd.dream.repocache import RepoCache
+from memoryd.dream.result import DreamResult
+from memoryd.dream.run import dream_dir
 from memoryd.runtime import Runtime
 from tests.conftest import Env, InjectedCrash, crash_at
 from tests.helpers import DAY, filler, mem

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from memoryd import indexer
 from memoryd.config import Config, IndexConfig
 from memoryd.discover import MemoryDir, explicit_dirs
-from memoryd.dream.run import RepoCache, dream_dir, probe_ownership
+from memoryd.dream.read import probe_ownership
+from memoryd.dream.repocache import RepoCache
+from memoryd.dream.run import dream_dir
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Basis, IndexStatus, index_after_dream, index_dir, update
 from memoryd.runtime import Runtime
@@ -462,7 +464,8 @@ def test_a_daemon_pass_keeps_a_new_files_grace(
     update adds it. The same pass from the command line indexes it at once."""
     from dataclasses import replace
 
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
 
     now = 2_000_000_000.0
     results = {}

@@ -218,7 +218,8 @@ def test_a_pass_over_midnight_keeps_one_day_folder(env: Env, repo: Path) -> None
 
     from memoryd.config import Config
     from memoryd.discover import explicit_dirs
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
 
     filler(repo)
     body = "the staging deploy runs through the blue green pipeline every friday evening"
@@ -345,7 +346,8 @@ def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):
 
     from memoryd.config import Config
     from memoryd.discover import explicit_dirs
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
 
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)
@@ -464,7 +466,8 @@ def _pass(rt: Runtime, repo: Path) -> Path:
     """What `memoryd dream` does: rotate, then a pass that trashes stale.md; its day folder."""
     from dataclasses import replace as dc_replace
 
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
 
     md = dc_replace(
         explicit_dirs(repo / ".claude" / "memory", Config())[0], repo_root=repo, repo_reason="test"

@@ -171,14 +171,14 @@ class Forgotten:
 def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
     """Move the targets of one dir to the trash (each only if it still holds the bytes that
     were listed), journalled like a dream pass's moves, then update the index."""
-    from memoryd.dream.read import probe_ownership
+    from memoryd.dream.read import probe_index
     from memoryd.dream.write import index_lines
     from memoryd.indexer import index_after_dream
 
     result = Forgotten()
     pass_id = "forget-" + datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     with rt.store.reading(md.real_path), rt.store.lock(md.real_path):
-        ownership, _ = probe_ownership(rt, md)
+        ownership = probe_index(rt, md).ownership
         if not (ownership and ownership.managed):
             why = ownership.reason if ownership else "the index could not be read"
             result.problem = (

@@ -125,20 +125,11 @@ def thresholds(rt: Runtime) -> Thresholds:
     )
 
 
-def probe_ownership(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirScan | None]:
-    """Whether memoryd manages the dir's index, and the scan made to find out.
-
-    The index edit is not made (indexer.ownership_for_dream stops once ownership is decided:
-    the edit was a tenth of a 10,000-memory pass), and only these two are kept. Raises
-    IndexBeingWritten when MEMORY.md stays blank while a program writes it.
-    """
-    probe = probe_index(rt, md)
-    return probe.ownership, probe.scan
-
-
 def probe_index(rt: Runtime, md: MemoryDir) -> IndexOutcome:
-    """probe_ownership's outcome whole: also the index files as it read them (`snapshot`), for
-    a pass that moves files to take instead of reading them again."""
+    """Whether memoryd manages the dir's index (`ownership`), the scan made to find out, and
+    the index files as it read them (`snapshot`), for a pass to take instead of reading them
+    again. The index edit is not made (indexer.ownership_for_dream stops once ownership is
+    decided). Raises IndexBeingWritten when MEMORY.md stays blank while a program writes it."""
     probe = ownership_for_dream(rt, md)
     if probe.status is IndexStatus.SETTLING:
         raise IndexBeingWritten(probe.message)

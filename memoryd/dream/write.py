@@ -10,12 +10,11 @@ from pathlib import Path
 
 from memoryd import fsops, journal, trash
 from memoryd.discover import MemoryDir
-from memoryd.dream import refused
+from memoryd.dream import refused, rows
 from memoryd.dream.kinds import PassStatus
 from memoryd.dream.plan import Move, Plan
 from memoryd.dream.read import probe_index
 from memoryd.dream.result import DreamResult
-from memoryd.dream.rows import summary
 from memoryd.errors import MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME, Place, pointer_lines, pointer_places
 from memoryd.indexer import (
@@ -196,9 +195,8 @@ def apply_refused(
         refused.remove(rt.paths.state_dir, md.real_path, pass_id)
         result.duration_ms = int((time.monotonic() - started) * 1000)
         if result.index is not None and result.index.status in INDEX_NOT_UPDATED:
-            result.status = PassStatus.FAILED
-            result.message = index_failure(md, result)
-            rt.audit.write("dream.failed", dir=md.path, error=result.message, **summary(result))
+            result.status, result.message = PassStatus.FAILED, index_failure(md, result)
+            rows.failed(rt, result, rt.clock(), counted=False)
             return result
         rt.audit.write(
             "dream.completed",
@@ -206,7 +204,7 @@ def apply_refused(
             pass_id=pass_id,
             status=result.status,
             applied="refused plan",
-            **summary(result),
+            **rows.summary(result),
         )
         state = rt.store.load(md.real_path)
         state.last_dream_ts, state.last_dream_result = rt.clock(), result.status

@@ -12,7 +12,7 @@ from memoryd import fsops, journal, trash
 from memoryd.discover import MemoryDir
 from memoryd.dream import refused, rows
 from memoryd.dream.kinds import PassStatus
-from memoryd.dream.plan import Move, Plan
+from memoryd.dream.plan import Plan
 from memoryd.dream.read import probe_index
 from memoryd.dream.result import DreamResult
 from memoryd.errors import MemorydError
@@ -47,17 +47,29 @@ def _trash_records(
     for move in plan.moves:
         stored = trash.free_name(folder, move.filename, taken)  # never one name for two moves
         taken.add(stored)
+        line, place = lines.get(move.filename), places.get(move.filename)
         records.append(
-            _record(
-                move,
-                pass_id,
-                folder.name,
-                stored,
-                lines.get(move.filename),
-                missing[move.filename]
-                if missing is not None
-                else plan.items[move.filename].missing,
-                places.get(move.filename),
+            TrashRecord(
+                id=trash.new_id(),
+                original_name=move.filename,
+                stored_name=stored,
+                day=folder.name,
+                sha256=move.sha256,
+                size=0,
+                reason=move.reason,
+                pass_id=pass_id,
+                time=datetime.now().astimezone().isoformat(timespec="seconds"),
+                duplicate_of=move.duplicate_of,
+                superseded_by=move.superseded_by,
+                index_line=line,
+                index_place=place.to_json() if place is not None and line is not None else None,
+                details={
+                    "detail": move.detail,
+                    "missing": plan.items[move.filename].missing
+                    if missing is None
+                    else missing[move.filename],
+                    **({"overlap": round(move.overlap, 3)} if move.overlap is not None else {}),
+                },
             )
         )
     return records
@@ -258,34 +270,3 @@ def index_lines(
             if name == INDEX_NAME and text:
                 places = pointer_places(text, wanted)
     return out, places
-
-
-def _record(
-    move: Move,
-    pass_id: str,
-    day: str,
-    stored: str,
-    index_line: str | None,
-    missing: list[str],
-    place: Place | None = None,
-) -> TrashRecord:
-    return TrashRecord(
-        id=trash.new_id(),
-        original_name=move.filename,
-        stored_name=stored,
-        day=day,
-        sha256=move.sha256,
-        size=0,
-        reason=move.reason,
-        pass_id=pass_id,
-        time=datetime.now().astimezone().isoformat(timespec="seconds"),
-        duplicate_of=move.duplicate_of,
-        superseded_by=move.superseded_by,
-        index_line=index_line,
-        index_place=place.to_json() if place is not None and index_line is not None else None,
-        details={
-            "detail": move.detail,
-            "missing": missing,
-            **({"overlap": round(move.overlap, 3)} if move.overlap is not None else {}),
-        },
-    )

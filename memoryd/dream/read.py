@@ -62,7 +62,6 @@ def read_and_plan(
     *,
     save: bool = False,
     budget: PassBudget | None = None,
-    extra_sources: Sequence[ConsultSource] = (),
 ) -> Reading:
     """Read the dir as it is now and plan its pass (the caller holds `rt.store.reading`).
 
@@ -97,7 +96,7 @@ def read_and_plan(
     rt.store.release_cache(md.real_path)
     inv = inventory(md, rt, checker, listing=listing, save=save, budget=budget, read=texts)
     del listing
-    sources = consult_sources(md, rt, extra_sources, save=save)
+    sources = consult_sources(md, rt, save=save)
     consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window, budget)
     pins = restored_pins(rt, md, inv)
     plan = plan_pass(inv.items, now, thresholds(rt), consults, pins)
@@ -149,9 +148,7 @@ def restored_pins(rt: Runtime, md: MemoryDir, inv: Inventory) -> dict[str, str]:
     return {name: pin.detail for name, pin in found.items()}
 
 
-def consult_sources(
-    md: MemoryDir, rt: Runtime, extra: Sequence[ConsultSource] = (), *, save: bool = True
-) -> list[ConsultSource]:
+def consult_sources(md: MemoryDir, rt: Runtime, *, save: bool = True) -> list[ConsultSource]:
     """The agent's tool calls on the dir's files in the session transcripts (read on from
     where the last scan stopped; `save`: keep how far, never for a dry run), the consult
     log of the dir's repo, and the reads the daemon recorded when the config opts in."""
@@ -167,10 +164,7 @@ def consult_sources(
             f"{len(found.unread)} session transcript(s) not read to the end yet ({left} bytes "
             "left, read by the next passes): unsure means kept"
         )
-    sources: list[ConsultSource] = [
-        *extra,
-        RecordedConsults(found.evidence_for(md.real_path), unsure),
-    ]
+    sources: list[ConsultSource] = [RecordedConsults(found.evidence_for(md.real_path), unsure)]
     # What memoryd's MCP server answered the agent about this dir (memoryd.mcp_server).
     served = ConsultLog.load_file(served_log(rt.paths.state_dir, md.real_path), SERVED_SHOWN)
     if served is not None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from memoryd.discover import MemoryDir, memory_dir_of
 from memoryd.display import shown
+from memoryd.dream.inventory import scan_of
 from memoryd.dream.kinds import FlagKind
 from memoryd.dream.plan import Item, Thresholds, guards_for, newer, opposing, pair_kind
 from memoryd.dream.read import Reading, read_and_plan, thresholds
@@ -17,7 +18,7 @@ from memoryd.dream.similar import overlap
 from memoryd.errors import MemorydError
 from memoryd.indexer import agent_sees
 from memoryd.runtime import Runtime
-from memoryd.scan import scan_dir, skip_reason
+from memoryd.scan import skip_reason
 
 
 def explain(
@@ -175,14 +176,7 @@ def _where(check: RefCheck, repo: RepoIndex | None) -> dict[str, str]:
 def _why_not_a_memory(rt: Runtime, md: MemoryDir, name: str) -> str:
     # The pass keeps only names of its scan: the file's own reading is taken again (from
     # the scan cache, by its stat) to say why it is no memory.
-    scan = scan_dir(
-        md.real_path,
-        rt.store.load_cache(md.real_path),
-        max_file_bytes=rt.config.parse.max_file_bytes,
-        max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
-        versions=rt.versions,
-    )
-    found = scan.files.get(name)
+    found = scan_of(rt, md).files.get(name)
     if found is not None and found.kind == "problem":
         return f"memoryd cannot use it as a memory: {found.problem_message} ({found.problem_hint})"
     if found is not None and found.kind == "note":

@@ -73,6 +73,17 @@ class Listing:
         )  # fmt: skip
 
 
+def scan_of(rt: Runtime, md: MemoryDir) -> DirScan:
+    """A scan of the dir by the config's parse limits, from the state dir's scan cache."""
+    return scan_dir(
+        md.real_path,
+        rt.store.load_cache(md.real_path),
+        max_file_bytes=rt.config.parse.max_file_bytes,
+        max_frontmatter_bytes=rt.config.parse.max_frontmatter_bytes,
+        versions=rt.versions,
+    )
+
+
 def inventory(
     md: MemoryDir,
     rt: Runtime,
@@ -95,14 +106,7 @@ def inventory(
     """
     limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
     if listing is None:
-        scan = scan_dir(
-            md.real_path,
-            rt.store.load_cache(md.real_path),
-            max_file_bytes=limits[0],
-            max_frontmatter_bytes=limits[1],
-            versions=rt.versions,
-        )
-        listing = Listing.of(scan)
+        listing = Listing.of(scan_of(rt, md))
     memo = rt.dream
     with memo.facts_lock, fsops.open_dir(md.real_path) as dir_fd:
         reader = _Reader(rt, md, checker, limits, _facts_of(memo), dir_fd)

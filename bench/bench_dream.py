@@ -69,7 +69,9 @@ from memoryd.discover.finder import explicit_dirs
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.refs import Status, check_refs, extract_refs
 from memoryd.dream.repo import RepoIndex
-from memoryd.dream.run import DreamResult, RepoCache, dream_dir
+from memoryd.dream.repocache import RepoCache
+from memoryd.dream.result import DreamResult
+from memoryd.dream.run import dream_dir
 from memoryd.dream.similar import (
     HAVE_NUMPY,
     STOPWORDS,
@@ -890,10 +892,14 @@ def phase_times(
     """
     from memoryd import fsops
     from memoryd.dream import facts as facts_mod
+    from memoryd.dream import inventory as inventory_mod
     from memoryd.dream import plan as plan_mod
+    from memoryd.dream import read as read_mod
     from memoryd.dream import refs as refs_mod
+    from memoryd.dream import repocache as repocache_mod
     from memoryd.dream import run as run_mod
     from memoryd.dream import similar as similar_mod
+    from memoryd.dream import write as write_mod
     from memoryd.state import StateStore
 
     # A running (seconds, calls) per label, not one sample per call: at 100,000 memories a list
@@ -923,25 +929,30 @@ def phase_times(
         setattr(owner, attr, timed_call)
 
     for owner, attr, label in (
-        (run_mod.RepoCache, "checker", "repo snapshot (the rest)"),
-        (run_mod, "load_sources", "repo token cache: read from the state dir"),
-        (run_mod, "dump_sources", "repo token cache: written to the state dir"),
+        (repocache_mod.RepoCache, "checker", "repo snapshot (the rest)"),
+        (repocache_mod, "load_sources", "repo token cache: read from the state dir"),
+        (repocache_mod, "dump_sources", "repo token cache: written to the state dir"),
         (RepoIndex, "build", "RepoIndex.build (walk + tokens of changed sources)"),
-        (run_mod, "ownership_for_dream", "the ownership probe (indexer.ownership_for_dream)"),
-        (run_mod, "index_after_dream", "index update after the moves (held edit or full pass)"),
-        (run_mod, "scan_dir", "scan_dir in inventory (stat, cache)"),
+        (read_mod, "ownership_for_dream", "the ownership probe (indexer.ownership_for_dream)"),
+        (run_mod, "index_after_dream", "index update (no moves)"),
+        (write_mod, "index_after_dream", "index update after the moves (held edit or full pass)"),
+        (inventory_mod, "scan_dir", "scan_dir in inventory (stat, cache)"),
         (fsops, "read_regular", "fsops.read_regular (open + read)"),
-        (run_mod, "parse_memory", "parse_memory (frontmatter, sha256): content not seen before"),
-        (run_mod, "derive", "derive (the rest)"),
+        (
+            inventory_mod,
+            "parse_memory",
+            "parse_memory (frontmatter, sha256): content not seen before",
+        ),
+        (inventory_mod, "derive", "derive (the rest)"),
         (facts_mod, "extract_refs", "extract_refs"),
         (facts_mod, "words_and_directives", "words_and_directives"),
         (facts_mod, "prohibition", "prohibition"),
         (similar_mod.Vocabulary, "ids", "Vocabulary.ids"),
-        (run_mod, "make_item", "make_item (the rest)"),
+        (inventory_mod, "make_item", "make_item (the rest)"),
         (refs_mod.RefChecker, "check", "RefChecker.check (each distinct reference once)"),
         (plan_mod, "classify", "classify"),
-        (run_mod, "consult_map", "consult_map"),
-        (run_mod, "plan_pass", "plan_pass (the rest)"),
+        (read_mod, "consult_map", "consult_map"),
+        (read_mod, "plan_pass", "plan_pass (the rest)"),
         (plan_mod, "find_similar_pairs", "find_similar_pairs"),
         (StateStore, "load", "StateStore.load (sqlite)"),
         (StateStore, "save", "StateStore.save (sqlite)"),

@@ -1033,7 +1033,8 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     from memoryd import housekeeping
     from memoryd.discover.finder import discover
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
     from memoryd.report import render_text, result_json, totals
 
     if args.apply:
@@ -1100,7 +1101,7 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     """`dream DIR --apply PASS_ID`: the plan a refused pass kept, applied after review."""
     from memoryd.dream import refused
-    from memoryd.dream.run import apply_refused
+    from memoryd.dream.write import apply_refused
     from memoryd.report import render_text, result_json
 
     if args.dry_run or args.repo_root is not None:
@@ -1133,7 +1134,7 @@ def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd import findings
     from memoryd.dream.explain import explain, render
-    from memoryd.dream.run import RepoCache
+    from memoryd.dream.repocache import RepoCache
 
     rt.dry_run = True
     if findings.is_store_file(args.file):

@@ -38,60 +38,20 @@ def _checked(file: Path) -> Path:
 
 
 def cmd_ack(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
-    from memoryd import acked
-    from memoryd.discover.finder import memory_dir_of
-    from memoryd.discover.found import MemoryDir
-    from memoryd.dream.plan import plan_pass
-    from memoryd.dream.run import (
-        Listing,
-        RepoCache,
-        consult_map,
-        consult_sources,
-        inventory,
-        probe_ownership,
-        restored_pins,
-        thresholds,
-    )
+    from memoryd.dream.ack import acknowledge
     from memoryd.resolve import is_path, resolve
-    from memoryd.restored import now_iso
 
-    by_dir: dict[Path, tuple[MemoryDir, list[Path]]] = {}
-    for given in args.files:  # a path, or a name as memoryd.resolve finds it
-        file = _checked(given if is_path(str(given)) else resolve(rt, str(given)).path)
-        md = memory_dir_of(file, rt.config)
-        by_dir.setdefault(md.real_path, (md, []))[1].append(file)
-    repos = RepoCache.of(rt)
-    failed = False
-    for real_path, (md, files) in by_dir.items():
-        with rt.store.lock(real_path):
-            # The flag as a pass sees it now (what the person was shown may be older).
-            _, scan = probe_ownership(rt, md)
-            listing = Listing.of(scan) if scan is not None else None
-            inv = inventory(md, rt, repos.checker(md.repo_root), listing=listing)
-            now = rt.clock()
-            since = now - rt.config.dream.consult_window
-            consults = consult_map(inv.items, consult_sources(md, rt, save=False), since)
-            plan = plan_pass(inv.items, now, thresholds(rt), consults, restored_pins(rt, md, inv))
-            flagged = {f.filename for f in plan.flagged}
-            acks = []
-            for file in files:
-                item = plan.items.get(file.name)
-                if item is None:
-                    out.write(f"{shown(file)}: not a memory memoryd reads; nothing recorded\n")
-                    failed = True
-                elif file.name not in flagged:
-                    out.write(f"{shown(file)}: not flagged for review; nothing to acknowledge\n")
-                    failed = True
-                else:
-                    acks.append(
-                        acked.Ack(file.name, item.sha256, acked.refs_digest(item), now_iso(now))
-                    )
-            if acks:
-                acked.record(rt.store, real_path, acks)
-            for ack in acks:
-                rt.audit.write("flag.acknowledged", dir=md.path, file=ack.file, sha256=ack.sha256)
-                out.write(
-                    f"acknowledged {shown(md.path / ack.file)}: not listed for review again until "
-                    "its bytes or its references' status change\n"
-                )
-    return EXIT_FINDINGS if failed else EXIT_OK
+    # A path, or a name as memoryd.resolve finds it.
+    files = [
+        _checked(given if is_path(str(given)) else resolve(rt, str(given)).path)
+        for given in args.files
+    ]
+    found = acknowledge(rt, files)
+    for file, why in found.refused:
+        out.write(f"{shown(file)}: {why}\n")
+    for file in found.done:
+        out.write(
+            f"acknowledged {shown(file)}: not listed for review again until its bytes or its "
+            "references' status change\n"
+        )
+    return EXIT_FINDINGS if found.refused else EXIT_OK

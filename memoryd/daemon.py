@@ -572,7 +572,9 @@ class Daemon:
                 continue
             # Imported here: the dream pass brings numpy and rapidfuzz, which an idle daemon
             # that never dreams should not carry in memory.
-            from memoryd.dream.run import RepoCache, dream_dir
+            from memoryd.dream.budget import PassBudget
+            from memoryd.dream.repocache import RepoCache
+            from memoryd.dream.run import dream_dir
 
             # DESIGN §5: at the start of a later pass (a dir a command holds: next time).
             housekeeping.rotate(self.rt, [session.md], wait_lock=False)
@@ -580,9 +582,9 @@ class Daemon:
                 self.rt,
                 session.md,
                 repos=RepoCache.of(self.rt),
-                trigger="pile-up",
-                wait_lock=False,
-                stop=self.stop_event.is_set,  # SIGTERM stops a pass before its moves
+                trigger="pile-up",  # skipped when another process has the dir
+                # SIGTERM stops a pass before its moves.
+                budget=PassBudget.of(self.rt, stop=self.stop_event.is_set),
             )
             self.rt.dream.release_facts()  # a pass an hour or more apart gains little from them
             _return_freed_memory()

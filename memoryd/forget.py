@@ -173,13 +173,14 @@ class Forgotten:
 def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
     """Move the targets of one dir to the trash (each only if it still holds the bytes that
     were listed), journalled like a dream pass's moves, then update the index."""
-    from memoryd.dream.run import _index_lines, probe_ownership
+    from memoryd.dream.read import probe_index
+    from memoryd.dream.write import index_lines
     from memoryd.indexer import index_after_dream
 
     result = Forgotten()
     pass_id = "forget-" + datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     with rt.store.lock(md.real_path):
-        ownership, _ = probe_ownership(rt, md)
+        ownership = probe_index(rt, md).ownership
         if not (ownership and ownership.managed):
             why = ownership.reason if ownership else "the index could not be read"
             result.problem = (
@@ -189,7 +190,7 @@ def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
             )
             return result
         names = {t.name for t in targets}
-        lines, places = _index_lines(md, names, versions=rt.versions)
+        lines, places = index_lines(md, names, versions=rt.versions)
         with trash.Mover(md.real_path, rt.today(), versions=rt.versions, refuse_held=True) as mover:
             records = []
             taken: set[str] = set()

@@ -907,7 +907,7 @@ def _write_and_report(
             # The files that left are remembered, so that their pointers go once a write
             # succeeds (a full disk after a dream's moves must not leave them for good).
             # (If the state cannot be saved either, `seen` still names them, or the dream
-            # pass's journal does: see dream.run._apply.)
+            # pass's journal does: see dream.write.apply.)
             state.note_gone(left, now)
             with contextlib.suppress(OSError):
                 rt.store.save(md.real_path, state)

@@ -9,7 +9,7 @@ from memoryd.conflicts import MARK, conflict_message_short
 from memoryd.dirlabel import label as dir_label
 from memoryd.display import shown
 from memoryd.dream.plan import Flag, Move
-from memoryd.dream.run import DreamResult
+from memoryd.dream.result import DreamResult
 from memoryd.secrets import summary as secret_summary
 from memoryd.trash.store import stored_label
 

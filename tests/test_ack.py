@@ -102,3 +102,28 @@ def test_only_a_flagged_memory_can_be_acknowledged(env: Env, cli, repo: Path) ->
     missing = cli("ack", folder / "nope.md")
     assert missing.code == 1 and "nope.md" in missing.err
     assert not [r for r in env.audit_rows() if r["event"] == "flag.acknowledged"]
+
+
+def test_the_pass_explain_and_ack_plan_with_one_read(
+    env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dream`, `dream explain` and `ack` each plan the dir once, through the one read and
+    plan a pass makes (dream.read.read_and_plan): what explain and ack say of a flag is what
+    the pass decides, not a second reading of their own."""
+    from memoryd.dream import read
+
+    planned: list[str] = []
+    real = read.plan_pass  # type: ignore[attr-defined]  # patched where the read calls it
+
+    def counted(*args, **kwargs):
+        planned.append("plan")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(read, "plan_pass", counted)
+    folder = repo / ".claude" / "memory"
+    half = folder / "half.md"
+    for args in (("dream", "--dry-run", folder), ("explain", half), ("ack", half)):
+        planned.clear()
+        result = cli(*args)
+        assert result.code == 0, result.err
+        assert planned == ["plan"], args

@@ -16,9 +16,11 @@ from rapidfuzz import process
 
 from memoryd.config import Config, DreamConfig, build_config
 from memoryd.discover.found import MemoryDir
+from memoryd.dream.budget import PassBudget
 from memoryd.dream.consult import ConsultLog, Subject
 from memoryd.dream.refs import extract_refs
-from memoryd.dream.run import RepoCache, dream_dir
+from memoryd.dream.repocache import RepoCache
+from memoryd.dream.run import dream_dir
 from memoryd.errors import ConfigError
 from memoryd.memfile import MAX_FILE_BYTES, MAX_FRONTMATTER_BYTES, Memory, parse_memory
 from tests.conftest import Env, tree_digest, write_memory
@@ -197,7 +199,9 @@ def test_a_pass_over_its_time_budget_stops_and_moves_nothing(
     index_first = dream_dir(rt, md, repos=RepoCache.of(rt), dry_run=True)
     assert index_first.plan is not None and len(index_first.plan.moves) == 4  # would move
     before = tree_digest(md.real_path)
-    result = dream_dir(rt, md, repos=RepoCache.of(rt), clock=StepClock(step))
+    result = dream_dir(
+        rt, md, repos=RepoCache.of(rt), budget=PassBudget.of(rt, clock=StepClock(step))
+    )
     assert result.status == "failed"
     assert key in result.message and "moved nothing" in result.message
     assert result.moved == []
@@ -206,7 +210,9 @@ def test_a_pass_over_its_time_budget_stops_and_moves_nothing(
     assert len(failed) == 1 and key in str(failed[0]["error"])
     assert not [r for r in env.audit_rows() if r["event"] == "trash.moved"]
     # Within budget, the same pass moves the duplicates.
-    done = dream_dir(rt, md, repos=RepoCache.of(rt), clock=StepClock(0.001))
+    done = dream_dir(
+        rt, md, repos=RepoCache.of(rt), budget=PassBudget.of(rt, clock=StepClock(0.001))
+    )
     assert done.status == "completed" and len(done.moved) == 4
 
 
@@ -216,7 +222,9 @@ def test_a_pass_asked_to_stop_stops_before_its_moves(env: Env, tmp_path: Path) -
     rt = env.runtime(Config(dream=DreamConfig(breaker_min=10)))
     before = tree_digest(md.real_path)
     asked = iter([False, False, True])  # set while the pass is reading files
-    result = dream_dir(rt, md, repos=RepoCache.of(rt), stop=lambda: next(asked, True))
+    result = dream_dir(
+        rt, md, repos=RepoCache.of(rt), budget=PassBudget.of(rt, stop=lambda: next(asked, True))
+    )
     assert result.status == "failed" and "stopping" in result.message
     assert result.moved == [] and tree_digest(md.real_path) == before
 

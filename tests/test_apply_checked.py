@@ -13,7 +13,9 @@ import pytest
 
 from memoryd import fsops, journal
 from memoryd.discover.found import MemoryDir
-from memoryd.dream.run import DreamResult, RepoCache, dream_dir
+from memoryd.dream.repocache import RepoCache
+from memoryd.dream.result import DreamResult
+from memoryd.dream.run import dream_dir
 from memoryd.runtime import Runtime
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import store as trash

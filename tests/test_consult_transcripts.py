@@ -11,7 +11,8 @@ import pytest
 from memoryd.config import build_config
 from memoryd.discover.slugs import slugify
 from memoryd.dream import transcripts
-from memoryd.dream.run import RepoCache, dream_dir
+from memoryd.dream.repocache import RepoCache
+from memoryd.dream.run import dream_dir
 from tests.conftest import Env
 from tests.helpers import (
     DAY,

@@ -155,7 +155,10 @@ import os, sys, time
 from pathlib import Path
 from memoryd.config import Config
 from memoryd.discover.finder import discover
-from memoryd.dream.run import RepoCache, dream_dir
+from memoryd.dream.run import dream_dir
+from memoryd.discover.finder import discover
+from memoryd.dream.repocache import RepoCache
+from memoryd.dream.run import dream_dir
 from memoryd.paths import app_paths
 from memoryd.recovery import recover
 from memoryd.runtime import Runtime

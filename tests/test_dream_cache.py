@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 
 from memoryd.config import Config, ParseConfig
-from memoryd.dream import run as run_module
+from memoryd.dream import inventory as inventory_module
 from memoryd.dream.facts import FactsCache, derive
+from memoryd.dream.inventory import Inventory, inventory
 from memoryd.dream.memo import DreamMemo
 from memoryd.dream.refs import Classification, RefChecker
 from memoryd.dream.repo import RepoIndex, tree_signature
-from memoryd.dream.run import Inventory, RepoCache, inventory
+from memoryd.dream.repocache import RepoCache
 from memoryd.dream.similar import Vocabulary
 from memoryd.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
@@ -49,7 +50,7 @@ def derived(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         seen.append(memory.body.strip())
         return derive(memory, vocabulary)
 
-    monkeypatch.setattr(run_module, "derive", counting)
+    monkeypatch.setattr(inventory_module, "derive", counting)
     return seen
 
 
@@ -205,17 +206,6 @@ def test_other_parse_limits_parse_again(env: Env, repo: Path) -> None:
     inv = take(env, repo, small)
     assert inv.items == [] and inv.unparseable == ["a.md"]
     assert len(take(env, repo).items) == 1
-
-
-def test_explain_parses_every_file(env: Env, repo: Path, derived: list[str]) -> None:
-    """`keep` hands back each Memory, so it never takes facts from the cache."""
-    mem(repo, "a.md", "A body to explain.")
-    take(env, repo)
-    rt = runtime(env)
-    inv = inventory(
-        memory_dir(folder(repo), repo_root=repo), rt, RepoCache.of(rt).checker(repo), keep=True
-    )
-    assert list(inv.memories) == ["a.md"] and len(derived) == 2
 
 
 def test_facts_match_a_direct_parse(repo: Path) -> None:

@@ -388,7 +388,7 @@ def test_a_dir_that_vanishes_before_the_pass_is_a_failed_pass(
 ) -> None:
     """Whatever stops a pass before its inventory (the dir gone, the repo unreadable) ends in
     `dream.failed` with the error, and the other dirs of the run still get their pass."""
-    from memoryd.dream import run as run_module
+    from memoryd.dream import read as read_module
 
     mem(repo, "a.md", "Lived in `src/removed.py`.")
     other = repo.parent / "other"
@@ -399,8 +399,8 @@ def test_a_dir_that_vanishes_before_the_pass_is_a_failed_pass(
             raise FileNotFoundError(2, "No such file or directory", str(md.path))
         return real(rt, md)
 
-    real = run_module.probe_index
-    monkeypatch.setattr(run_module, "probe_index", gone)
+    real = read_module.probe_index
+    monkeypatch.setattr(read_module, "probe_index", gone)
     result = cli("dream", "--json", repo / ".claude" / "memory", other)
     assert result.code == 1, result.err
     statuses = {Path(d["dir"]).name: d["status"] for d in json.loads(result.out)["dirs"]}
@@ -491,7 +491,8 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     look again), its dream pass is skipped and said, and recovery leaves that pass's journal
     alone."""
     from memoryd import journal
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
     from memoryd.indexer import index_dir
     from memoryd.recovery import recover
 
@@ -504,7 +505,7 @@ def test_a_dir_another_process_works_on_is_left_to_it(
         outcome = index_dir(rt, md, wait_lock=False)
         assert outcome.status == "busy" and outcome.retry_after is not None
         assert not (folder / "MEMORY.md").exists()
-        result = dream_dir(rt, md, repos=RepoCache(), wait_lock=False)
+        result = dream_dir(rt, md, repos=RepoCache(), trigger="pile-up")  # the daemon's: no wait
         assert result.status == "skipped"
         assert recover(rt) == [] and journal.pending(rt.paths.state_dir) == [live.pass_id]
     skipped = [r for r in env.audit_rows() if r["event"] == "dream.skipped"]

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd.dream import similar
+from memoryd.dream import pairs_numpy, similar
 from memoryd.dream.similar import (
     HAVE_NUMPY,
     STOPWORDS,
@@ -175,7 +175,7 @@ def test_numpy_engine_in_small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     docs += [(t, words[: len(words) * 3 // 4 + 1]) for t, words in docs[:10]]
     expected = brute_pairs(docs, 0.4)
     assert len(expected) >= 10
-    monkeypatch.setattr(similar, "_RANGE_STEP", 3)
+    monkeypatch.setattr(pairs_numpy, "_RANGE_STEP", 3)
     for kernel in ("gemm", "popcount") if HAVE_POPCOUNT else ("gemm",):
         for fraction in (0.0, 0.2):
             tuning = {"dense_kernel": kernel, "dense_fraction": fraction}
@@ -347,9 +347,9 @@ def test_ranges_are_exact_in_int32_and_past_it(monkeypatch: pytest.MonkeyPatch, 
     """The position ranges the numpy engine gathers with: int32 while every value fits."""
     import numpy as np
 
-    monkeypatch.setattr(similar, "_RANGE_STEP", step)
-    small = similar._ranges(np.array([5, 0, 40]), np.array([3, 0, 2]))
+    monkeypatch.setattr(pairs_numpy, "_RANGE_STEP", step)
+    small = pairs_numpy.ranges(np.array([5, 0, 40]), np.array([3, 0, 2]))
     assert small.dtype == np.int32 and small.tolist() == [5, 6, 7, 40, 41]
     top = 2**31 - 2
-    big = similar._ranges(np.array([7, top]), np.array([1, 4]))
+    big = pairs_numpy.ranges(np.array([7, top]), np.array([1, 4]))
     assert big.dtype == np.int64 and big.tolist() == [7, top, top + 1, top + 2, top + 3]

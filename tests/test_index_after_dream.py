@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from memoryd import indexer
 from memoryd.config import Config, IndexConfig
-from memoryd.dream.run import RepoCache, dream_dir, probe_ownership
+from memoryd.dream.read import probe_index
+from memoryd.dream.repocache import RepoCache
+from memoryd.dream.run import dream_dir
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.indexer import Basis, IndexStatus, index_after_dream, index_dir, update
 from memoryd.runtime import Runtime
@@ -192,9 +194,10 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
         twins, _, edited = _make_twins(rt, tmp, before, changes, new, hand_edit, young, ghost)
         held, full = twins
         md_held, md_full = memory_dir(held, CONFIG), memory_dir(full, CONFIG)
-        ownership, scan = probe_ownership(rt, md_held)
+        probe = probe_index(rt, md_held)
+        ownership, scan = probe.ownership, probe.scan
         assert ownership is not None and scan is not None
-        probe_full, _ = probe_ownership(rt, md_full)
+        probe_full = probe_index(rt, md_full).ownership
         assert probe_full is not None and probe_full.managed == ownership.managed
         if not ownership.managed:
             return
@@ -436,7 +439,7 @@ def test_an_archive_rewritten_in_place_with_its_stat_kept_gets_a_full_pass(
         f.write(b"\xff" + data[1:])
     os.utime(archive, ns=(st.st_atime_ns, st.st_mtime_ns))
     spy = Spy(monkeypatch)
-    ownership, _ = probe_ownership(rt, md)
+    ownership = probe_index(rt, md).ownership
     assert ownership is not None and not ownership.managed  # a pass would not even move
     memories = set(os.listdir(mem))
     got = index_after_dream(rt, md, frozenset(), Basis(frozenset(), frozenset(), frozenset()))
@@ -458,7 +461,8 @@ def test_a_daemon_pass_keeps_a_new_files_grace(
     update adds it. The same pass from the command line indexes it at once."""
     from dataclasses import replace
 
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
 
     now = 2_000_000_000.0
     results = {}

@@ -229,7 +229,8 @@ def test_a_pass_never_takes_an_index_that_stays_blank_while_written(
     """Still blank and still being written after the longest wait: the command writes
     nothing and says why (status `settling`); the daemon does not wait at all, it looks
     again when the file is due to settle. The dream pass's probe skips the pass."""
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
 
     folder, st = _truncated(tmp_path)
     before = tree_digest(folder)

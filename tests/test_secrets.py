@@ -208,7 +208,8 @@ def test_an_unchanged_memory_is_not_scanned_again_by_the_next_pass(
     """A process's second pass over the same bytes reuses the findings (by content hash) and
     still reports them; a changed file is scanned again."""
     from memoryd.discover.finder import discover
-    from memoryd.dream import run
+    from memoryd.dream import inventory, run
+    from memoryd.dream.repocache import RepoCache
 
     folder = repo / ".claude" / "memory"
     _plant(folder)
@@ -218,15 +219,15 @@ def test_an_unchanged_memory_is_not_scanned_again_by_the_next_pass(
         scanned.append(1)
         return secrets.find_bytes(data)
 
-    monkeypatch.setattr(run, "find_bytes", counted)
+    monkeypatch.setattr(inventory, "find_bytes", counted)
     rt = env.runtime()
     (md,) = discover(rt.config, [repo])
-    first = run.dream_dir(rt, md, repos=run.RepoCache.of(rt), dry_run=True)
+    first = run.dream_dir(rt, md, repos=RepoCache.of(rt), dry_run=True)
     assert len(scanned) == len(POSITIVES) and len(first.secrets) == len(POSITIVES)
-    second = run.dream_dir(rt, md, repos=run.RepoCache.of(rt), dry_run=True)
+    second = run.dream_dir(rt, md, repos=RepoCache.of(rt), dry_run=True)
     assert len(scanned) == len(POSITIVES) and second.secrets == first.secrets
     (folder / "user_secret_00.md").write_text((folder / "user_secret_00.md").read_text() + "x\n")
-    run.dream_dir(rt, md, repos=run.RepoCache.of(rt), dry_run=True)
+    run.dream_dir(rt, md, repos=RepoCache.of(rt), dry_run=True)
     assert len(scanned) == len(POSITIVES) + 1
 
 

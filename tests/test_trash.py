@@ -219,7 +219,8 @@ def test_a_pass_over_midnight_keeps_one_day_folder(env: Env, repo: Path) -> None
     date changes while the pass runs."""
     from dataclasses import replace as dc_replace
 
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
 
     filler(repo)
     body = "the staging deploy runs through the blue green pipeline every friday evening"
@@ -343,7 +344,8 @@ def _crashed_pass(env: Env, repo: Path, monkeypatch: pytest.MonkeyPatch):
     """A dream pass killed right after its first move (of stale.md): a journal is pending.
     Each patch is put back by name: monkeypatch.undo() would also undo the private HOME."""
 
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
 
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)
@@ -459,7 +461,8 @@ class FakeClocks:
 def _pass(rt: Runtime, repo: Path) -> Path:
     """What `memoryd dream` does: rotate, then a pass that trashes stale.md; its day folder."""
 
-    from memoryd.dream.run import RepoCache, dream_dir
+    from memoryd.dream.repocache import RepoCache
+    from memoryd.dream.run import dream_dir
 
     md = memory_dir(repo / ".claude" / "memory", repo_root=repo)
     housekeeping.rotate(rt, [md])

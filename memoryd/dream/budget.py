@@ -3,9 +3,13 @@
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from memoryd.config import format_duration
 from memoryd.errors import MemorydError
+
+if TYPE_CHECKING:
+    from memoryd.runtime import Runtime
 
 
 class PassStopped(MemorydError):
@@ -39,6 +43,17 @@ class PassBudget:
 
     def __post_init__(self) -> None:
         self.started = self.clock()
+
+    @classmethod
+    def of(
+        cls,
+        rt: "Runtime",
+        *,
+        stop: Callable[[], bool] = _never,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> "PassBudget":
+        """The config's budgets (`dream.file_budget`, `dream.pass_budget`), from now."""
+        return cls(rt.config.dream.file_budget, rt.config.dream.pass_budget, stop, clock)
 
     def check(self, step: str, step_started: float | None = None) -> None:
         """Raise PassStopped when asked to stop, over the pass budget, or (with the time

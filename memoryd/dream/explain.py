@@ -1,34 +1,70 @@
 """`memoryd explain FILE`: every fact and rule the dream pass would apply to one memory."""
 
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from memoryd.discover.finder import memory_dir_of
 from memoryd.discover.found import MemoryDir
 from memoryd.display import shown
-from memoryd.dream.plan import Item, guards_for, opposing, pair_kind, plan_pass
+from memoryd.dream.inventory import scan_of
+from memoryd.dream.kinds import FlagKind
+from memoryd.dream.plan import Item, Thresholds, guards_for, newer, opposing, pair_kind
+from memoryd.dream.read import Reading, read_and_plan, thresholds
 from memoryd.dream.refs import RefCheck, Scope, Status
 from memoryd.dream.repo import RepoIndex
-from memoryd.dream.run import (
-    Listing,
-    RepoCache,
-    consult_map,
-    consult_sources,
-    inventory,
-    probe_ownership,
-    restored_pins,
-    thresholds,
-)
+from memoryd.dream.repocache import RepoCache
 from memoryd.dream.similar import overlap
 from memoryd.errors import MemorydError
 from memoryd.indexer import agent_sees
 from memoryd.runtime import Runtime
-from memoryd.scan import DirScan, skip_reason
+from memoryd.scan import skip_reason
 
 
 def explain(
     rt: Runtime, file: Path, repos: RepoCache, repo_root: Path | None = None
 ) -> dict[str, Any]:
+    file = _checked(file)
+    md: MemoryDir = memory_dir_of(file, rt.config)
+    if repo_root is not None:
+        md = replace(md, repo_root=repo_root, repo_reason="given with --repo-root")
+    reading = read_and_plan(rt, md, repos)
+    item = reading.plan.items.get(file.name)
+    if item is None:
+        raise MemorydError(f"{file}: {_why_not_a_memory(rt, md, file.name)}")
+    t, consult = thresholds(rt), reading.consults.get(item.filename)
+    ownership = reading.ownership
+    return {
+        "file": str(file),
+        "dir": str(md.path),
+        "repo_root": str(md.repo_root) if md.repo_root else None,
+        "repo_reason": md.repo_reason,
+        # The type as the agent reads it (pairing goes by it); the guards' reading beside it.
+        "type": item.agent_type or None,
+        "guard_type": item.type or None,
+        "refs": [_ref(c, reading.checker.repo) for c in item.checks],
+        "classification": item.classification.value,
+        "guards": [
+            {"guard": g.name, "holds": g.holds, "detail": g.detail}
+            for g in guards_for(item, reading.now, t, consult, reading.pins.get(item.filename))
+        ],
+        "restored": reading.pins.get(item.filename),
+        "acknowledged": _acknowledged(rt, md, item),
+        "consult": consult,
+        "similar": _similar(item, reading.inv.items, t),
+        "decision": _decision(item, reading),
+        "breaker": reading.plan.refused or None,
+        "index": "managed"
+        if reading.managed
+        else f"not managed: {ownership.reason if ownership else '?'}",
+        "agent_sees": agent_sees(rt, md, item.filename),
+        "secrets": [f.to_json() for f in reading.inv.secrets.get(item.filename, [])],
+        "history": _history(md, item.filename),
+    }
+
+
+def _checked(file: Path) -> Path:
     file = file.expanduser().absolute()
     if file.is_symlink():
         raise MemorydError(
@@ -40,30 +76,24 @@ def explain(
         raise MemorydError(
             f"{file}: not a regular file (a folder, a FIFO or a device): memoryd never opens it"
         )
-    md: MemoryDir = memory_dir_of(file, rt.config)
-    if repo_root is not None:
-        from dataclasses import replace
+    return file
 
-        md = replace(md, repo_root=repo_root, repo_reason="given with --repo-root")
-    ownership, scan = probe_ownership(rt, md)
-    managed = bool(ownership and ownership.managed)
-    listing = Listing.of(scan) if scan is not None else None
-    checker = repos.checker(md.repo_root)
-    inv = inventory(md, rt, checker, listing=listing)
-    by_name = {i.filename: i for i in inv.items}
-    item = by_name.get(file.name)
-    if item is None:
-        raise MemorydError(f"{file}: {_why_not_a_memory(file.name, scan)}")
-    now = rt.clock()
-    t = thresholds(rt)
-    since = now - rt.config.dream.consult_window
-    consults = consult_map(inv.items, consult_sources(md, rt, save=False), since)
-    pins = restored_pins(rt, md, inv)
-    pin = pins.get(item.filename)
-    plan = plan_pass(inv.items, now, t, consults, pins)
-    move = next((m for m in plan.moves if m.filename == item.filename), None)
+
+def _ref(c: RefCheck, repo: RepoIndex | None) -> dict[str, Any]:
+    return {
+        "ref": c.ref,
+        "kind": c.kind,
+        "scope": c.scope.value,
+        "status": c.status.value,
+        **({"moved_to": c.moved_to} if c.moved_to else {}),
+        **_where(c, repo),
+    }
+
+
+def _similar(item: Item, items: Sequence[Item], t: Thresholds) -> list[dict[str, Any]]:
+    """The memories of its type that share at least the contradiction threshold's words."""
     similar = []
-    for other in inv.items:
+    for other in items:
         if other.filename == item.filename or other.agent_type != item.agent_type:
             continue
         score = overlap(item.words, other.words)
@@ -74,66 +104,34 @@ def explain(
                     "overlap": round(score, 3),
                     "kind": pair_kind(item, other, score, t),
                     "opposing_directives": sorted(opposing(item, other)),
-                    "newer": other.filename
-                    if (other.age_ts, other.filename) > (item.age_ts, item.filename)
-                    else item.filename,
+                    "newer": other.filename if newer(other, item) else item.filename,
                 }
             )
     similar.sort(key=lambda s: (-float(str(s["overlap"])), str(s["file"])))
-    if move is not None and not managed:
-        decision = (
+    return similar
+
+
+def _decision(item: Item, reading: Reading) -> str:
+    plan = reading.plan
+    move = next((m for m in plan.moves if m.filename == item.filename), None)
+    if move is not None and not reading.managed:
+        return (
             f"keep — it would move ({move.reason}: {move.detail}), but memoryd does not manage "
             "this dir's index, so the pass moves nothing"
         )
-    elif move is not None and plan.refused:
-        decision = "would move, but the circuit breaker refused the pass"
-    elif move is not None:
-        decision = f"move to trash — {move.reason}: {move.detail}"
-    else:
-        flag = next((f for f in plan.flagged if f.filename == item.filename), None)
-        if pin is not None:
-            decision = f"keep — {pin}"
-        elif flag and flag.guard:
-            decision = f"keep — fully stale, but guard {flag.guard} holds"
-        elif flag:
-            decision = "keep — partially stale: flagged for review"
-        else:
-            decision = "keep"
-    return {
-        "file": str(file),
-        "dir": str(md.path),
-        "repo_root": str(md.repo_root) if md.repo_root else None,
-        "repo_reason": md.repo_reason,
-        # The type as the agent reads it (pairing goes by it); the guards' reading beside it.
-        "type": item.agent_type or None,
-        "guard_type": item.type or None,
-        "refs": [
-            {
-                "ref": c.ref,
-                "kind": c.kind,
-                "scope": c.scope.value,
-                "status": c.status.value,
-                **({"moved_to": c.moved_to} if c.moved_to else {}),
-                **_where(c, checker.repo),
-            }
-            for c in item.checks
-        ],
-        "classification": item.classification.value,
-        "guards": [
-            {"guard": g.name, "holds": g.holds, "detail": g.detail}
-            for g in guards_for(item, now, t, consults.get(item.filename), pin)
-        ],
-        "restored": pin,
-        "acknowledged": _acknowledged(rt, md, item),
-        "consult": consults.get(item.filename),
-        "similar": similar,
-        "decision": decision,
-        "breaker": plan.refused or None,
-        "index": "managed" if managed else f"not managed: {ownership.reason if ownership else '?'}",
-        "agent_sees": agent_sees(rt, md, item.filename),
-        "secrets": [f.to_json() for f in inv.secrets.get(item.filename, [])],
-        "history": _history(md, item.filename),
-    }
+    if move is not None and plan.refused:
+        return "would move, but the circuit breaker refused the pass"
+    if move is not None:
+        return f"move to trash — {move.reason}: {move.detail}"
+    flag = next((f for f in plan.flagged if f.filename == item.filename), None)
+    pin = reading.pins.get(item.filename)
+    if pin is not None:
+        return f"keep — {pin}"
+    if flag is None:
+        return "keep"
+    if flag.kind is FlagKind.KEPT_BY_GUARD:
+        return f"keep — fully stale, but guard {flag.guard} holds"
+    return "keep — partially stale: flagged for review"
 
 
 def _acknowledged(rt: Runtime, md: MemoryDir, item: Item) -> str | None:
@@ -176,8 +174,10 @@ def _where(check: RefCheck, repo: RepoIndex | None) -> dict[str, str]:
     return {}
 
 
-def _why_not_a_memory(name: str, scan: DirScan | None) -> str:
-    found = scan.files.get(name) if scan else None
+def _why_not_a_memory(rt: Runtime, md: MemoryDir, name: str) -> str:
+    # The pass keeps only names of its scan: the file's own reading is taken again (from
+    # the scan cache, by its stat) to say why it is no memory.
+    found = scan_of(rt, md).files.get(name)
     if found is not None and found.kind == "problem":
         return f"memoryd cannot use it as a memory: {found.problem_message} ({found.problem_hint})"
     if found is not None and found.kind == "note":

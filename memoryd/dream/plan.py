@@ -5,6 +5,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from memoryd.dream.facts import Facts
+from memoryd.dream.kinds import FlagKind, MoveReason, PairKind
 from memoryd.dream.refs import Classification, RefCheck, RefChecker, Scope, Status, classify
 from memoryd.dream.similar import find_similar_pairs
 
@@ -112,7 +113,7 @@ def guards_for(
 class Move:
     filename: str
     sha256: str
-    reason: str  # stale | duplicate | contradiction
+    reason: MoveReason
     detail: str
     duplicate_of: str | None = None
     superseded_by: str | None = None
@@ -125,6 +126,10 @@ class Flag:
     classification: Classification
     missing: tuple[str, ...]
     guard: str  # the guard that kept it, or "" for a partially stale memory
+
+    @property
+    def kind(self) -> FlagKind:
+        return FlagKind.KEPT_BY_GUARD if self.guard else FlagKind.PARTIALLY_STALE
 
 
 @dataclass(slots=True)
@@ -139,10 +144,7 @@ class Plan:
 
     @property
     def by_reason(self) -> dict[str, int]:
-        out = {"stale": 0, "duplicate": 0, "contradiction": 0}
-        for move in self.moves:
-            out[move.reason] += 1
-        return out
+        return {reason.value: sum(m.reason == reason for m in self.moves) for reason in MoveReason}
 
 
 def newer(a: Item, b: Item) -> bool:
@@ -157,12 +159,12 @@ def opposing(a: Item, b: Item) -> frozenset[str]:
     return (a.positives & b.negatives) | (a.negatives & b.positives)
 
 
-def pair_kind(a: Item, b: Item, score: float, t: Thresholds) -> str:
+def pair_kind(a: Item, b: Item, score: float, t: Thresholds) -> PairKind:
     """How the pass reads two memories of one type at `score` overlap (at least
     `t.contradiction`): a contradiction, a duplicate or only a contradiction candidate."""
     if opposing(a, b):
-        return "contradiction"
-    return "duplicate" if score >= t.duplicate else "contradiction candidate"
+        return PairKind.CONTRADICTION
+    return PairKind.DUPLICATE if score >= t.duplicate else PairKind.CANDIDATE
 
 
 def breaker_limit(n: int, t: Thresholds) -> int:
@@ -182,22 +184,51 @@ def plan_pass(
     no move, neither as the one moved nor as the newer one that sends another to the trash
     (DESIGN §5, "Restores are final"); a fully stale one is kept by the guard `restored`."""
     pins = restored or {}
-    by_name = {i.filename: i for i in items}
-    plan = Plan(items=by_name)
+    plan = Plan(items={i.filename: i for i in items})
+    neighbours = _neighbours(items, t, plan)
+    # Newest first: a memory loses to its newest duplicate that survives itself.
+    newest_first = sorted(items, key=lambda i: (i.age_ts, i.filename), reverse=True)
+    moved: dict[str, Move] = {}
+    _duplicates(newest_first, neighbours, plan.items, pins, t, moved)
+    _contradictions(newest_first, neighbours, plan.items, pins, moved)
+    _staleness(plan, now, t, consults, pins, moved)
+    plan.moves = sorted(moved.values(), key=lambda m: m.filename)
+    plan.limit = breaker_limit(len(items), t)
+    if len(plan.moves) > plan.limit:
+        plan.refused = (
+            f"would move {len(plan.moves)} of {len(items)} memories, more than the "
+            f"limit of {plan.limit} (max({t.breaker_min}, "
+            f"{t.breaker_fraction:.0%})); nothing was moved"
+        )
+    return plan
+
+
+Neighbours = dict[str, list[tuple[str, float]]]
+
+
+def _neighbours(items: Sequence[Item], t: Thresholds, plan: Plan) -> Neighbours:
+    """Each memory's same-type memories at or above the contradiction threshold (also put in
+    `plan.similar`). Paired by the type the agent reads (memfile.agent_type): two memories
+    Claude Code files under different types are no duplicates of each other to it."""
     ordered = sorted(items, key=lambda i: i.filename)
-    # Paired by the type the agent reads (memfile.agent_type): two memories Claude Code files
-    # under different types are no duplicates of each other to it.
     pairs = find_similar_pairs([(i.agent_type, i.words) for i in ordered], t.contradiction)
-    neighbours: dict[str, list[tuple[str, float]]] = {}
+    neighbours: Neighbours = {}
     for pair in pairs:
         a, b = ordered[pair.a].filename, ordered[pair.b].filename
         neighbours.setdefault(a, []).append((b, pair.overlap))
         neighbours.setdefault(b, []).append((a, pair.overlap))
         plan.similar.append((a, b, pair.overlap))
+    return neighbours
 
-    moved: dict[str, Move] = {}
-    # Duplicates, newest first: a memory loses to its newest duplicate that survives itself.
-    newest_first = sorted(items, key=lambda i: (i.age_ts, i.filename), reverse=True)
+
+def _duplicates(
+    newest_first: Sequence[Item],
+    neighbours: Neighbours,
+    by_name: Mapping[str, Item],
+    pins: Mapping[str, str],
+    t: Thresholds,
+    moved: dict[str, Move],
+) -> None:
     for item in newest_first:
         if item.filename in pins:
             continue
@@ -215,20 +246,28 @@ def plan_pass(
             moved[item.filename] = Move(
                 item.filename,
                 item.sha256,
-                "duplicate",
+                MoveReason.DUPLICATE,
                 f"{score:.0%} of its significant words are in the newer {winner.filename}",
                 duplicate_of=winner.filename,
                 overlap=score,
             )
-    # Contradictions: same type, overlap of at least `low`, opposite directives on one object.
+
+
+def _contradictions(
+    newest_first: Sequence[Item],
+    neighbours: Neighbours,
+    by_name: Mapping[str, Item],
+    pins: Mapping[str, str],
+    moved: dict[str, Move],
+) -> None:
+    """Same type, overlap of at least the contradiction threshold, opposite directives on one
+    object: the older goes, superseded by the newer."""
     for item in newest_first:
         if item.filename in moved or item.filename in pins:
             continue
         for other, score in sorted(neighbours.get(item.filename, [])):
-            if other in moved or other in pins:
-                continue
             rival = by_name[other]
-            if not newer(rival, item):
+            if other in moved or other in pins or not newer(rival, item):
                 continue
             objects = opposing(item, rival)
             if objects:
@@ -236,14 +275,24 @@ def plan_pass(
                 moved[item.filename] = Move(
                     item.filename,
                     item.sha256,
-                    "contradiction",
+                    MoveReason.CONTRADICTION,
                     f"the newer {rival.filename} says the opposite about {what}",
                     superseded_by=rival.filename,
                     overlap=score,
                 )
                 break
-    # Staleness: FULLY_STALE goes unless a guard holds; the guards protect stale memories only.
-    for item in ordered:
+
+
+def _staleness(
+    plan: Plan,
+    now: float,
+    t: Thresholds,
+    consults: Mapping[str, str | None],
+    pins: Mapping[str, str],
+    moved: dict[str, Move],
+) -> None:
+    """FULLY_STALE goes unless a guard holds; the guards protect stale memories only."""
+    for item in sorted(plan.items.values(), key=lambda i: i.filename):
         plan.counts[item.classification.value] = plan.counts.get(item.classification.value, 0) + 1
         if item.filename in moved:
             continue
@@ -260,18 +309,9 @@ def plan_pass(
                 moved[item.filename] = Move(
                     item.filename,
                     item.sha256,
-                    "stale",
+                    MoveReason.STALE,
                     "every path it names is gone: " + ", ".join(item.missing),
                 )
-    plan.moves = sorted(moved.values(), key=lambda m: m.filename)
-    plan.limit = breaker_limit(len(items), t)
-    if len(plan.moves) > plan.limit:
-        plan.refused = (
-            f"would move {len(plan.moves)} of {len(items)} memories, more than the "
-            f"limit of {plan.limit} (max({t.breaker_min}, "
-            f"{t.breaker_fraction:.0%})); nothing was moved"
-        )
-    return plan
 
 
 def kept_by_guard(plan: Plan) -> list[Flag]:

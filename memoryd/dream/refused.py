@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import safejson
+from memoryd.dream.kinds import MoveReason
 from memoryd.dream.plan import Move, Plan
 from memoryd.errors import MemorydError
 from memoryd.state import dir_key
@@ -46,7 +47,7 @@ class StoredPlan:
             Move(
                 str(m["filename"]),
                 str(m["sha256"]),
-                str(m["reason"]),
+                MoveReason(str(m["reason"])),
                 str(m.get("detail") or ""),
                 m.get("duplicate_of"),
                 m.get("superseded_by"),

@@ -375,21 +375,13 @@ class RepoIndex:
                         read.append((rel, stamp, runs, False))
         sources = _merge_sources(read, words, previous, max_token_file_bytes)
         excluded = frozenset(memory)
-
-        grouped: dict[str, list[str]] = {}
-        for rel in files:
-            grouped.setdefault(rel.rpartition("/")[2], []).append(rel)
-        by_basename = {
-            name: tuple(sorted(paths, key=lambda p: (len(p), p)))
-            for name, paths in sorted(grouped.items())
-        }
         return cls(
             root=root,
             files=frozenset(files),
             # A folder found to hold a MEMORY.md was listed as a folder before it was entered.
             dirs=frozenset(dirs) - excluded,
             top_level=frozenset(top_level) - excluded,
-            by_basename=types.MappingProxyType(by_basename),
+            by_basename=types.MappingProxyType(_by_basename(files)),
             tokens=sources.tokens,
             opaque=frozenset(opaque),
             complete=complete,
@@ -510,3 +502,14 @@ def normalize_rel(rel: str) -> str | None:
     if ".." in parts:
         return None
     return "/".join(parts)
+
+
+def _by_basename(files: list[str]) -> dict[str, tuple[str, ...]]:
+    """Each base name's paths, shortest first."""
+    grouped: dict[str, list[str]] = {}
+    for rel in files:
+        grouped.setdefault(rel.rpartition("/")[2], []).append(rel)
+    return {
+        name: tuple(sorted(paths, key=lambda p: (len(p), p)))
+        for name, paths in sorted(grouped.items())
+    }

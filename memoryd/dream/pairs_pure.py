@@ -1,0 +1,256 @@
+"""The pure-Python duplicate search (see memoryd.dream.similar): each frequent word is one
+big-int bitset over a type's docs, a row's counts are kept bit-sliced with carry-save adders
+(about five big-int operations a word), and the rare words are counted from posting lists."""
+
+import math
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import chain
+from typing import Final
+
+_BITSET_MIN_DF: Final = 16  # words in at least this many docs get a bitset ...
+_BITSET_DF_DIVISOR: Final = 256  # ... and in at least 1/256 of the type's docs
+_QUERY_BITSET_MIN_DF: Final = 8  # query index: bitsets for words in this many docs
+
+
+def min_shared(low: float, size: int) -> int:
+    """Smallest shared-word count k with k / size >= low, exactly as the final check divides."""
+    k = max(1, math.ceil(low * size) - 1)
+    while k <= size and k / size < low:
+        k += 1
+    return k  # size + 1 when no count can reach low
+
+
+def need_table(low: float, max_size: int) -> list[int]:
+    return [max_size + 2] + [min_shared(low, m) for m in range(1, max_size + 1)]
+
+
+def bit_slices(vectors: list[int]) -> list[int]:
+    """Sum 0/1 vectors column-wise: slice ``l`` of the result holds bit ``l`` of every count.
+
+    A carry-save tree: each full adder folds three vectors of one weight into one of that
+    weight and one of the next, so n vectors cost about 5n big-int operations.
+    """
+    slices: list[int] = []
+    level = vectors
+    while level:
+        items = list(level)
+        carries: list[int] = []
+        i = 0
+        while len(items) - i >= 3:
+            a, b, c = items[i], items[i + 1], items[i + 2]
+            i += 3
+            t = a ^ b
+            items.append(t ^ c)
+            carry = (a & b) | (t & c)
+            if carry:
+                carries.append(carry)
+        rest = items[i:]
+        if len(rest) == 2:
+            slices.append(rest[0] ^ rest[1])
+            carry = rest[0] & rest[1]
+            if carry:
+                carries.append(carry)
+        else:
+            slices.append(rest[0] if rest else 0)
+        level = carries
+    return slices
+
+
+def at_least(slices: list[int], k: int) -> int:
+    """Bitset of the columns whose bit-sliced count is ≥ k (k ≥ 1)."""
+    if k.bit_length() > len(slices):
+        return 0
+    gt = 0
+    eq = -1  # every column ties so far; becomes a finite bitset at k's first 1 bit
+    for lvl in range(len(slices) - 1, -1, -1):
+        s = slices[lvl]
+        if (k >> lvl) & 1:
+            eq &= s
+            if not eq:
+                return gt
+        else:
+            gt |= eq & s
+            eq &= ~s
+    return gt | eq
+
+
+def bit_positions(x: int) -> list[int]:
+    """Indexes of the set bits of ``x`` ≥ 0, ascending (scans in C via ``bin``)."""
+    text = bin(x)[:1:-1]
+    out: list[int] = []
+    p = text.find("1")
+    while p >= 0:
+        out.append(p)
+        p = text.find("1", p + 1)
+    return out
+
+
+def bitset(positions: Iterable[int], nbits: int) -> int:
+    buf = bytearray((nbits + 7) // 8)
+    for p in positions:
+        buf[p >> 3] |= 1 << (p & 7)
+    return int.from_bytes(buf, "little")
+
+
+def bit_of(data: bytes, pos: int) -> int:
+    byte = pos >> 3
+    return (data[byte] >> (pos & 7)) & 1 if byte < len(data) else 0
+
+
+def to_bytes(x: int) -> bytes:
+    return x.to_bytes((x.bit_length() + 7) // 8, "little")
+
+
+def group_pairs(
+    members: list[int], rows: "list[array[int]]", low: float
+) -> list[tuple[int, int, float]]:
+    """All qualifying pairs inside one type (``rows[k]`` = sorted unique ids of members[k])."""
+    n = len(members)
+    order = sorted(range(n), key=lambda k: (len(rows[k]), members[k]))
+    members = [members[k] for k in order]
+    rows = [rows[k] for k in order]
+    sizes = [len(r) for r in rows]
+    need = need_table(low, sizes[-1] if sizes else 0)
+    bits, postings = _bits_and_postings(rows, n)
+    out: list[tuple[int, int, float]] = []
+    for i in range(n - 1):
+        row = rows[i]
+        shift = i + 1
+        vectors = [v for w in row if w in bits and (v := bits[w] >> shift)]
+        hits: list[int] = []
+        for plist in [postings[w] for w in row if w in postings]:
+            start = bisect_right(plist, i)
+            if start < len(plist):
+                hits.extend(plist[start:])
+        if not vectors and not hits:
+            continue
+        k = need[sizes[i]]
+        slices = bit_slices(vectors)
+        found = {shift + p for p in bit_positions(at_least(slices, k))}
+        if hits:
+            found |= _found_with_rare(Counter(hits), slices, k, shift)
+        if not found:
+            continue
+        mine = set(row)
+        for j in sorted(found):
+            ov = len(mine.intersection(rows[j])) / sizes[i]
+            if ov >= low:
+                a, b2 = members[i], members[j]
+                out.append((a, b2, ov) if a < b2 else (b2, a, ov))
+    return out
+
+
+def _bits_and_postings(
+    rows: "list[array[int]]", n: int
+) -> "tuple[dict[int, int], dict[int, array[int]]]":
+    """The words held by 2+ docs: the frequent ones as bitsets over the docs, the others as
+    posting lists (ascending doc positions)."""
+    df = Counter(chain.from_iterable(rows))
+    bitset_min = max(_BITSET_MIN_DF, n // _BITSET_DF_DIVISOR)
+    postings: dict[int, array[int]] = {}
+    for pos, row in enumerate(rows):
+        for w in row:
+            if df[w] >= 2:
+                plist = postings.get(w)
+                if plist is None:
+                    plist = postings[w] = array("I")
+                plist.append(pos)
+    bits = {w: bitset(p, n) for w, p in postings.items() if len(p) >= bitset_min}
+    for w in bits:
+        del postings[w]
+    return bits, postings
+
+
+def _found_with_rare(rare: "Counter[int]", slices: list[int], k: int, shift: int) -> set[int]:
+    """The docs that reach ``k`` shared words once their ``rare`` (posting-list) hits are
+    added to their frequent ones (bit-sliced in ``slices``, columns from ``shift``)."""
+    found: set[int] = set()
+    for r in set(rare.values()):
+        if r >= k:
+            found.update(j for j, c in rare.items() if c == r)
+            continue
+        enough = at_least(slices, k - r)
+        # Walk whichever side is smaller: the columns that qualify, or the hits.
+        if enough.bit_count() * 4 < len(rare):
+            found.update(shift + p for p in bit_positions(enough) if rare.get(shift + p) == r)
+        elif enough:
+            data = to_bytes(enough)
+            found.update(j for j, c in rare.items() if c == r and bit_of(data, j - shift))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class PureTypeIndex:
+    members: tuple[int, ...]
+    sizes: tuple[int, ...]
+    bits: dict[int, int]  # frequent word -> bitset over local positions
+    postings: "dict[int, array[int]]"  # other words -> local positions
+    size_steps: tuple[int, ...]  # distinct sizes, ascending
+    size_at_least: tuple[int, ...]  # [t]: bitset of docs with size >= size_steps[t]; [-1] = 0
+
+
+def build_index(members: list[int], rows: "list[array[int]]") -> PureTypeIndex:
+    """One type's docs prepared for `query` (``rows[k]``: the sorted unique ids of members[k])."""
+    n = len(members)
+    postings: dict[int, array[int]] = {}
+    for pos, row in enumerate(rows):
+        for w in row:
+            plist = postings.get(w)
+            if plist is None:
+                plist = postings[w] = array("I")
+            plist.append(pos)
+    bits = {w: bitset(p, n) for w, p in postings.items() if len(p) >= _QUERY_BITSET_MIN_DF}
+    for w in bits:
+        del postings[w]
+    sizes = tuple(len(r) for r in rows)
+    steps = tuple(sorted(set(sizes)))
+    by_size: dict[int, list[int]] = {}
+    for pos, size in enumerate(sizes):
+        by_size.setdefault(size, []).append(pos)
+    at_least = [0] * (len(steps) + 1)
+    for t in range(len(steps) - 1, -1, -1):
+        at_least[t] = at_least[t + 1] | bitset(by_size[steps[t]], n)
+    return PureTypeIndex(tuple(members), sizes, bits, postings, steps, tuple(at_least))
+
+
+def query(ix: PureTypeIndex, q: list[int], low: float) -> list[tuple[int, float]]:
+    """(doc index, overlap) of each doc of ``ix`` sharing at least ``low`` of the sorted
+    unique word ids ``q``."""
+    sq = len(q)
+    vectors = [ix.bits[w] for w in q if w in ix.bits]
+    hits: list[int] = []
+    for w in q:
+        plist = ix.postings.get(w)
+        if plist is not None:
+            hits.extend(plist)
+    slices = bit_slices(vectors)
+    # Docs at least as big as the query all need the same count; smaller ones need a count
+    # that depends on their own size, so they are taken one band of sizes at a time.
+    steps, sized = ix.size_steps, ix.size_at_least
+    split = bisect_left(steps, sq)
+    candidates = 0
+    if split < len(steps):
+        candidates |= at_least(slices, min_shared(low, sq)) & sized[split]
+    t = 0
+    while t < split:
+        k = min_shared(low, steps[t])
+        t2 = t + 1
+        while t2 < split and min_shared(low, steps[t2]) == k:
+            t2 += 1
+        candidates |= at_least(slices, k) & sized[t] & ~sized[t2]
+        t = t2
+    rare = Counter(hits)
+    slice_bytes = [to_bytes(s) for s in slices]
+    out: list[tuple[int, float]] = []
+    for pos in sorted(set(bit_positions(candidates)).union(rare)):
+        shared = rare.get(pos, 0) + sum(
+            bit_of(sb, pos) << lvl for lvl, sb in enumerate(slice_bytes)
+        )
+        ov = shared / min(sq, ix.sizes[pos])
+        if ov >= low:
+            out.append((ix.members[pos], ov))
+    return out

@@ -21,11 +21,11 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from memoryd import __version__
-from memoryd.cmd_recall import engine_for, find_dirs
 from memoryd.discover import MemoryDir
 from memoryd.fsops import libc_function
 from memoryd.recall import consults, stored
 from memoryd.recall.engine import DEFAULT_LIMIT, Engine, Hit
+from memoryd.recall.lookup import engine_for, find_dirs
 from memoryd.recall.query import Frame, parse_frame
 from memoryd.runtime import Runtime
 

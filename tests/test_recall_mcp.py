@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from memoryd.cmd_recall import MCP_MISSING
+from memoryd.commands.mcp import MCP_MISSING
 from memoryd.dream.consult import served_log
 from tests.conftest import Env, tree_digest
 

@@ -827,7 +827,7 @@ def test_two_runtimes_each_keep_only_the_versions_of_their_own_work(env: Env) ->
     the last one opened took the other's versions.)"""
     import argparse
 
-    from memoryd import cmd_versions
+    from memoryd.commands import versions as cmd_versions
 
     a, b = _dir(env, "a"), _dir(env, "b")
     in_a, in_b = _mem(a, "one.md", "lesson of a"), _mem(b, "two.md", "lesson of b")
@@ -849,7 +849,7 @@ def test_a_pass_given_no_store_keeps_nothing_while_another_thread_keeps_versions
     import argparse
     import threading
 
-    from memoryd import cmd_versions
+    from memoryd.commands import versions as cmd_versions
 
     a, c = _dir(env, "a"), _dir(env, "c")
     in_a = _mem(a, "one.md", "lesson of a")
@@ -886,7 +886,8 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
     up the environment once an object). Every version is still kept."""
     import argparse
 
-    from memoryd import cmd_versions, fsops
+    from memoryd import fsops
+    from memoryd.commands import versions as cmd_versions
 
     folder = env.home / "mem"
     _memories(folder, 300)

@@ -17,7 +17,6 @@ EXIT_OK, EXIT_FINDINGS = 0, 1
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser(
         "ack",
-        help="acknowledge a memory flagged for review (not listed again until it changes)",
         description="Record that a person saw the flag on each memory (partially stale, or "
         "fully stale and kept by a guard): dream reports do not list it again until its "
         "bytes or its references' status change. The record is memoryd's, in its state dir; "
@@ -37,8 +36,9 @@ def _checked(file: Path) -> Path:
     return file
 
 
-def cmd_ack(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
+def run(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     from memoryd import acked
+    from memoryd.commands.resolve import is_path, resolve
     from memoryd.discover import MemoryDir, memory_dir_of
     from memoryd.dream.plan import plan_pass
     from memoryd.dream.run import (
@@ -51,11 +51,10 @@ def cmd_ack(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
         restored_pins,
         thresholds,
     )
-    from memoryd.resolve import is_path, resolve
     from memoryd.restored import now_iso
 
     by_dir: dict[Path, tuple[MemoryDir, list[Path]]] = {}
-    for given in args.files:  # a path, or a name as memoryd.resolve finds it
+    for given in args.files:  # a path, or a name as memoryd.commands.resolve finds it
         file = _checked(given if is_path(str(given)) else resolve(rt, str(given)).path)
         md = memory_dir_of(file, rt.config)
         by_dir.setdefault(md.real_path, (md, []))[1].append(file)

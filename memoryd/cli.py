@@ -63,6 +63,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "register memoryd's hooks and MCP server in Claude Code (install, uninstall)",
     ),
 }
+# `memoryd hook EVENT`, dispatched before the parser (the post-write hook runs `index` through
+# `main` in its own process).
+HOOKS = "memoryd.hooks"
 READ_ONLY = frozenset({"status", "log", "dirs", "history"})  # and `trash list`
 CONFIG_PROBLEMS_SHOWN = 3
 
@@ -257,9 +260,8 @@ def main(
     err = err or sys.stderr
     words = sys.argv[1:] if argv is None else list(argv)
     if _named_command(words) == "hook":  # Claude Code's hooks: no parser, no config, always 0
-        from memoryd.hooks import main as hook_main
-
-        return hook_main(words[1:], out=out)
+        hooks: Any = importlib.import_module(HOOKS)  # by name, as every command's module
+        return int(hooks.main(words[1:], out=out))
     parser = _parser_for(words)
     try:
         # argparse prints help and usage errors itself; send them where the caller asked.

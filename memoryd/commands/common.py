@@ -1,7 +1,7 @@
 """What several commands share: their common arguments, discovery as a command does it (links
 refused are said once), crash recovery before a command writes, and the lines that say a
-refused link, an empty repo or auto memory turned off. Light to import: every command's parser
-module imports it, so anything heavy is imported inside the function that needs it."""
+refused link, an empty repo or auto memory turned off. Light to import (most command modules
+import it to build their parsers), so anything heavy is imported inside the function using it."""
 
 from __future__ import annotations
 

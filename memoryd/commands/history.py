@@ -14,6 +14,7 @@ from memoryd.display import shown
 from memoryd.errors import MemorydError
 
 if TYPE_CHECKING:
+    from memoryd.commands.resolve import Target
     from memoryd.runtime import Runtime
     from memoryd.versions import Version
 
@@ -88,7 +89,7 @@ def _chain_text(doc: dict[str, Any]) -> str:
 
 
 def _dump(
-    chain: dict[str, Any] | None, found: list[Version] | None, target: Any, out: TextIO
+    chain: dict[str, Any] | None, found: list[Version] | None, target: Target, out: TextIO
 ) -> None:
     from memoryd.commands.versions import versions_json
 

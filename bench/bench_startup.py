@@ -1,6 +1,7 @@
 """Whole-process start-up bench (issue 14): `memoryd --help`, `memoryd status`, `memoryd index`
-(first, nothing changed, after one change) and `memoryd search QUERY` on a synthetic home of N
-memories, each beside a naive baseline process in the same run: `python -c pass` (the
+(first, nothing changed, after one change), `memoryd search QUERY` and `memoryd mcp` until it
+answers `initialize` (issue 30) on a synthetic home of N memories, each beside a naive
+baseline process in the same run: `python -c pass` (the
 interpreter floor), a python-frontmatter script that parses every file and writes the index,
 and `grep -ril`. The first index is also set beside FLOOR_INDEX, the least any first index
 does (with and without the version store's part), timed in the same rounds.
@@ -99,6 +100,31 @@ def run(argv: Sequence[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     return time.perf_counter() - started
+
+
+INITIALIZE = (
+    b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": '
+    b'"2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}\n'
+)
+
+
+def handshake(argv: Sequence[str], env: dict[str, str]) -> float:
+    """From spawning `memoryd mcp` to its answer to `initialize` (the client's wait before
+    it can list the tools)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(INITIALIZE)
+    proc.stdin.flush()
+    answer = proc.stdout.readline()
+    took = time.perf_counter() - started
+    proc.stdin.close()
+    proc.wait()
+    if b'"result"' not in answer:
+        raise RuntimeError(f"memoryd mcp did not answer initialize: {answer[:200]!r}")
+    return took
 
 
 def memoryd_argv(given: str | None) -> list[str]:
@@ -209,6 +235,7 @@ def bench(n: int, args: argparse.Namespace) -> str:
             "naive_index": naive_index,
             "search": [*mem, "search", "session cache", str(folder)],
             "grep": ["grep", "-ril", word, str(folder)],
+            "mcp": [*mem, "mcp", str(folder)],
         }
         extra = ["index_old", "changed_old"] if old is not None else []
         samples: dict[str, list[float]] = {
@@ -231,6 +258,8 @@ def bench(n: int, args: argparse.Namespace) -> str:
                     append_line(old_folder, name, i)
                     samples[key].append(run([*old, "index", str(old_folder)], old_env))
                     run([*old, "index", str(old_folder)], old_env)  # untimed, as above
+                elif key == "mcp":
+                    samples[key].append(handshake(steps[key], env))
                 else:
                     samples[key].append(run(steps[key], env))
 
@@ -276,6 +305,10 @@ def bench(n: int, args: argparse.Namespace) -> str:
             "`memoryd index`, one change", "naive", med["changed_naive"], med["changed"], "≤ 200 ms"
         ),
         row("`memoryd search QUERY`", "grep -ril", med["grep"], med["search"], "≤ 150 ms"),
+        row(
+            "`memoryd search QUERY`", "python -c pass", floor, med["search"], "≤ 4× (ratio ≥ 0.25)"
+        ),
+        row("`memoryd mcp`, initialize answered", "python -c pass", floor, med["mcp"], "≤ 500 ms"),
     ]
     if args.old:
         rows += [

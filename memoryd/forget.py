@@ -1,4 +1,4 @@
-"""Forget on a person's request, thoroughly and undoably (`memoryd forget`, memoryd.cmd_forget).
+"""Forget on a person's request, thoroughly and undoably (`memoryd forget`).
 
 Every matching memory (by name, description and body words, or the files named) is listed,
 confirmed on a terminal (`--yes` for scripts), then moved to the trash with reason
@@ -281,7 +281,7 @@ def _where(t: Target) -> str:
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    """`memoryd forget` as the command line gives it (parsed by memoryd.cmd_forget)."""
+    """`memoryd forget` as the command line gives it (parsed by memoryd.commands.forget)."""
     query, files, dir_args = _split(args.terms)
     if files and query:
         raise UsageError(
@@ -292,7 +292,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         from memoryd.recovery import recover
 
         recover(rt)
-    from memoryd.resolve import is_path, resolve
+    from memoryd.commands.resolve import is_path, resolve
 
     # A file by its name alone: the one resolver's (nearest dirs first; ambiguous: exit 2).
     files = [f if is_path(str(f)) else resolve(rt, str(f), dir_args).path for f in files]

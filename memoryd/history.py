@@ -1,23 +1,18 @@
-"""A memory's history (`memoryd history FILE|NAME [DIR …]`, memoryd.cmd_history): its
+"""A memory's history (`memoryd history FILE|NAME [DIR …]`, memoryd.commands.history): its
 supersession history, from the trash manifests (memoryd.lineage), also for a file that is in
 the trash now. Reads only."""
 
-import argparse
-import json
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from memoryd import lineage
+from memoryd.commands.resolve import Target, is_path, resolve
 from memoryd.discover.finder import memory_dir_at
 from memoryd.discover.found import MemoryDir
-from memoryd.display import shown
 from memoryd.errors import MemorydError
-from memoryd.resolve import Target, is_path, resolve
 from memoryd.runtime import Runtime
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import store as trash
-
-EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def _entries(md: MemoryDir) -> list[trash_manifest.Entry]:
@@ -54,7 +49,7 @@ def history_of(md: MemoryDir, name: str) -> dict[str, Any]:
 
 def target_of(rt: Runtime, key: str, dirs: list[Path]) -> Target:
     """The memory `history` is about: a trashed file's path means the file it was (by its
-    trash record), anything else is memoryd.resolve's, deleted memories' names included."""
+    trash record), anything else is memoryd.commands.resolve's, deleted memories' names included."""
     path = Path(key).expanduser()
     if is_path(key) and trash.TRASH_DIR in path.absolute().parts:
         path = path.absolute()
@@ -88,26 +83,3 @@ def _in_state_trash(rt: Runtime, path: Path, dirs: list[Path]) -> Target | None:
             if trash_manifest.matches(md.real_path, entry, str(path)):
                 return Target(md.real_path, entry.record.original_name, md)
     raise MemorydError(f"{path}: no trash record names this file")
-
-
-def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    """`memoryd history` as the command line gives it (parsed by memoryd.cmd_history)."""
-    target: Target = args.target
-    found = [(target.md, target.name)] if target.md is not None else []
-    if not found:
-        raise MemorydError(
-            f"{args.key}: no memory of that name and no trash record naming it in the dirs "
-            "looked in (name its path, or the dir to look in)"
-        )
-    docs = [history_of(md, name) for md, name in found]
-    if args.json:
-        for doc in docs:
-            del doc["_history"]
-        json.dump({"histories": docs}, out, indent=2, ensure_ascii=False)
-        out.write("\n")
-        return EXIT_OK
-    for doc in docs:
-        where = f"{doc['dir']}/{doc['file']}" + ("" if doc["exists"] else " (not in the dir now)")
-        for line in lineage.render(doc["_history"], where):
-            out.write(f"{shown(line)}\n")
-    return EXIT_OK

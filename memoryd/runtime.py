@@ -47,7 +47,7 @@ class Runtime:
     dream: DreamMemo = field(default_factory=DreamMemo, repr=False, compare=False)
     # Told of each index write just before its swap (see fsops.OwnWrite): the daemon's.
     on_own_write: OwnWrite | None = field(default=None, repr=False, compare=False)
-    # The version store, for a command that keeps versions (cmd_versions.keeping) and the
+    # The version store, for a command that keeps versions (commands.versions.keeping) and the
     # daemon: passed to every scan, index read and index write made with this Runtime.
     versions: "VersionStore | None" = field(default=None, repr=False, compare=False)
     # The paths named on the command line of a command that writes (`index DIR`, `dream

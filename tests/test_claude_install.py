@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from memoryd import claude_settings as cs
-from memoryd.service import program
+from memoryd.commands.service import program
 from tests.conftest import Env, Result
 
 Cli = Callable[..., Result]

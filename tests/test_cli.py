@@ -282,6 +282,42 @@ def test_a_named_command_builds_only_its_own_parser_with_the_same_help(
     assert help_of(only) == help_of(build_parser())
 
 
+ONLY_OWN = [
+    (["--help"], set()),
+    (["--version"], set()),
+    (["search", "x"], {"search"}),
+    (["status"], {"status"}),
+    (["history", "x"], {"history"}),
+]
+
+
+@pytest.mark.parametrize(("words", "own"), ONLY_OWN)
+def test_a_run_imports_its_own_command_module_alone(
+    env: Env, words: list[str], own: set[str]
+) -> None:
+    """The command table imports a command's module when it runs (or when its arguments are
+    parsed): `memoryd --help` imports none, `memoryd search` only search's (and the modules
+    every command shares). The old cli imported five command shells to build any parser."""
+    probe = (
+        "import sys\nfrom memoryd.cli import main\n"
+        f"main({words!r})\n"
+        "names = [m.split('.')[-1].removeprefix('cmd_') for m in sys.modules\n"
+        "         if m.startswith(('memoryd.cmd_', 'memoryd.commands.'))]\n"
+        "print('LOADED', ' '.join(sorted(names)))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=os.environ.copy(),
+    )
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("LOADED"))
+    shared = {"common", "resolve", "versions"}
+    assert set(line.split()[1:]) - shared == own, (line, proc.stderr[-500:])
+
+
 def test_a_word_that_names_no_command_builds_every_parser() -> None:
     """The usage error lists every command, so a misspelt one gets them all."""
     sub = next(a for a in build_parser("indx")._actions if a.dest == "command")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import memoryd.cli as cli_module
+import memoryd.commands.dirs as dirs_command
 from memoryd.cli import build_parser
 from memoryd.discover.slugs import slugify
 from tests.claude_client import BIN_ENV
@@ -324,7 +324,7 @@ def test_an_error_no_step_handled_is_answered_by_what_the_system_said(
     def fails(*args: object) -> int:
         raise OSError(code, os.strerror(code), "/proc/1/fdinfo/MEMORY.md")
 
-    monkeypatch.setitem(cli_module.HANDLERS, "dirs", fails)
+    monkeypatch.setattr(dirs_command, "run", fails)
     done = cli("dirs")
     assert done.code == 1
     assert f"/proc/1/fdinfo/MEMORY.md: {os.strerror(code)}. {advice}" in done.err, done.err
@@ -432,7 +432,7 @@ def test_the_mcp_tools_refuse_what_the_cli_refuses_bound_every_list_and_read_the
 
     from mcp.client.stdio import StdioServerParameters
 
-    from memoryd.cmd_recall import TYPES
+    from memoryd.commands.search import TYPES
     from tests.helpers import mcp_drive, mcp_structured
 
     repo = tmp_path / "app"

@@ -13,12 +13,12 @@ from time import time_ns
 
 import pytest
 
-from memoryd.cmd_recall import engine_for
 from memoryd.config import Config, RecallConfig, build_config
 from memoryd.discover.finder import memory_dir_at
 from memoryd.discover.found import MemoryDir
 from memoryd.recall import listing, reads, records, store
 from memoryd.recall.engine import Engine
+from memoryd.recall.lookup import engine_for
 from memoryd.recall.query import Frame, parse_frame
 from memoryd.recall.store import DirIndex, IndexOptions, index_path, update_dir
 from tests.conftest import Env, tree_digest, write_memory
@@ -1311,7 +1311,8 @@ hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard))
 hold = []
 if sys.argv[2] == "exhaust":  # this process already holds all but two of its files
-    import memoryd.cli, memoryd.cmd_recall, memoryd.recall.engine, structlog  # loaded first
+    import memoryd.cli, memoryd.commands.search, memoryd.recall.engine, structlog  # loaded first
+    import memoryd.recall.lookup, memoryd.views.results
     import os
     try:
         while True:

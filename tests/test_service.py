@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import service
+from memoryd.commands import service
 from memoryd.paths import AppPaths
 from tests.conftest import Env, tree_digest
 

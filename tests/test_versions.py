@@ -822,7 +822,7 @@ def test_two_runtimes_each_keep_only_the_versions_of_their_own_work(env: Env) ->
     the last one opened took the other's versions.)"""
     import argparse
 
-    from memoryd import cmd_versions
+    from memoryd.commands import versions as cmd_versions
 
     a, b = home_folder(env, "a"), home_folder(env, "b")
     in_a, in_b = _mem(a, "one.md", "lesson of a"), _mem(b, "two.md", "lesson of b")
@@ -844,7 +844,7 @@ def test_a_pass_given_no_store_keeps_nothing_while_another_thread_keeps_versions
     import argparse
     import threading
 
-    from memoryd import cmd_versions
+    from memoryd.commands import versions as cmd_versions
 
     a, c = home_folder(env, "a"), home_folder(env, "c")
     in_a = _mem(a, "one.md", "lesson of a")
@@ -881,7 +881,8 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
     up the environment once an object). Every version is still kept."""
     import argparse
 
-    from memoryd import cmd_versions, fsops
+    from memoryd import fsops
+    from memoryd.commands import versions as cmd_versions
 
     folder = env.home / "mem"
     _memories(folder, 300)

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memoryd import cmd_versions, versions
+from memoryd import versions
+from memoryd.commands import versions as cmd_versions
 from memoryd.runtime import Runtime
 from memoryd.scan import scan_dir
 from tests.conftest import Env

@@ -64,7 +64,7 @@ def test_status_counts_nothing_from_a_damaged_cache(env: Env, cli) -> None:
 def test_status_shows_alarms_without_the_version_store(env: Env) -> None:
     """`status` reads the version store's alarms file itself: it shows a mass change of the
     last day without importing memoryd.versions (and through it the index machinery). The
-    old one went through cmd_versions, which imports both."""
+    old one went through the versions command module, which imports both."""
     import time
 
     from memoryd import versions
@@ -74,7 +74,7 @@ def test_status_shows_alarms_without_the_version_store(env: Env) -> None:
     rows = [{"dir": "/x/old", "t": time.time() - 2 * 86400, "deleted": 9, "rewritten": 0},
             {"dir": "/x/new", "t": time.time() - 60, "deleted": 5, "rewritten": 1}]  # fmt: skip
     alarms.write_text(json.dumps(rows))
-    watched = ("memoryd.versions", "memoryd.cmd_versions", "memoryd.index", "yaml")
+    watched = ("memoryd.versions", "memoryd.commands.versions", "memoryd.index", "yaml")
     loaded, out, _ = _probe(["status"], watched)
     assert loaded == []
     assert "ALARM /x/new: 5 memory files deleted and 1 rewritten" in out
@@ -313,10 +313,10 @@ def test_index_without_a_journal_imports_no_recovery(env: Env, cli) -> None:
     """With no pass journal left in the state dir there is nothing to recover: `index` does
     not import the recovery, the journal or the trash (~18 ms of start-up). The old one
     imported them to find the journal folder empty."""
-    from memoryd import cli as cli_module
     from memoryd import journal
+    from memoryd.commands import common
 
-    assert cli_module.JOURNALS == journal.TABLE
+    assert common.JOURNALS == journal.TABLE
     folder = env.claude / "agent-memory" / "reviewer"
     write_memory(folder, "a.md")
     assert cli("index", folder).code == 0

@@ -60,7 +60,7 @@ def read_and_plan(
     save: bool = False,
     budget: PassBudget | None = None,
 ) -> Reading:
-    """Read the dir as it is now and plan its pass (the caller holds `rt.store.reading`).
+    """Read the dir as it is now and plan its pass.
 
     `save` (a pass that is no dry run): keep the repo token cache, the derived facts and how
     far the transcripts were read, and make the index update's basis. `budget`: checked

@@ -1,6 +1,6 @@
 """`memoryd dirs` as a table: one row per memory dir, then a summary line.
 
-Rows are the dicts `memoryd dirs --json` prints (cli._dir_summary); the detail of one dir
+Rows are the dicts `memoryd dirs --json` prints (memoryd.commands.dirs); the detail of one dir
 (`memoryd dirs DIR`) is rendered by the command itself.
 """
 

@@ -4,6 +4,9 @@ Everything happens under one temporary folder (HOME, the Claude home, the state 
 point there), so nothing of the user's is read or written.
 """
 
+from __future__ import annotations
+
+import argparse
 import difflib
 import json
 import os
@@ -15,10 +18,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from memoryd import safejson
 from memoryd.discover.slugs import slugify
+
+if TYPE_CHECKING:
+    from memoryd.runtime import Runtime
 
 DAY = 86400
 CONFIG = """\
@@ -151,7 +157,7 @@ def _memoryd(env: dict[str, str], config: Path, *args: str) -> str:
     return result.stdout + result.stderr
 
 
-def _wait_for(predicate: "object", timeout: float = 15.0) -> bool:
+def _wait_for(predicate: object, timeout: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():  # type: ignore[operator]
@@ -160,7 +166,7 @@ def _wait_for(predicate: "object", timeout: float = 15.0) -> bool:
     return False
 
 
-def run(out: TextIO, keep: bool = False) -> int:
+def show(out: TextIO, keep: bool = False) -> int:
     root = Path(tempfile.mkdtemp(prefix="memoryd-demo-"))
     try:
         memory, config, env = build(root)
@@ -314,3 +320,19 @@ def _keep_text(root: Path, config: Path, env: dict[str, str]) -> str:
         f"  {run} log\n"
         f"Remove it with: rm -rf {shlex.quote(str(root))}\n"
     )
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "demo",
+        description="Build a sandbox (its own HOME, Claude home, repo and "
+        "memories with a duplicate, a stale reference, a contradiction and a "
+        "hand-written index), run the daemon against it, write a memory as an "
+        "agent would, and show the index change, a dream report, the log and a "
+        "restore. Nothing outside the sandbox is touched.",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the sandbox folder afterwards")
+
+
+def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    return show(out, keep=args.keep)

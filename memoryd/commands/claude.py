@@ -12,7 +12,6 @@ if TYPE_CHECKING:
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser(
         "claude",
-        help="register memoryd's hooks and MCP server in Claude Code (install, uninstall)",
         description="Register memoryd in Claude Code: its MCP server (`memoryd`) and three "
         "hooks (index a memory the agent writes at once; show the memories citing a file the "
         "agent opens; say at session start what is wrong with this project's memory). User "
@@ -33,16 +32,15 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
             help="user (default: every project) or project (the repo holding the cwd)",
         )
     actions.add_parser("plugin-path", help="print the Claude Code plugin folder memoryd ships")
-    p.set_defaults(handler=cmd_claude)
 
 
-def cmd_claude(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
-    from memoryd.claude_install import plugin_path, run
+def run(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
+    from memoryd import claude_install
 
     if args.claude_command == "plugin-path":
-        out.write(f"{plugin_path()}\n")
+        out.write(f"{claude_install.plugin_path()}\n")
         return 0
-    run(
+    claude_install.run(
         args.claude_command,
         args.scope,
         dry_run=args.dry_run,

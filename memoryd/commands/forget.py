@@ -11,7 +11,6 @@ if TYPE_CHECKING:
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser(
         "forget",
-        help="move memories a person asks to forget to the trash (restorable)",
         description="List the memories matching QUERY (every word in its name, description "
         "or body) or the FILEs named, ask for confirmation on a terminal, then move each to "
         "the trash with reason `forgotten` and remove its pointer lines from MEMORY.md and "
@@ -33,7 +32,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     )
 
 
-def cmd_forget(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
+def run(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     from memoryd import forget
 
     return forget.run(args, rt, out)

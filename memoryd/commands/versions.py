@@ -1,11 +1,11 @@
-"""The version store's commands: the versions section of `memoryd history` (memoryd.cmd_history
-parses it), `--diff` between versions, `--restore N` to write one back; and the store's part in
-`trash list` and `trash restore` (files deleted outside memoryd)."""
+"""The version store's part in the commands: keeping versions while a command runs, the versions
+section of `memoryd history` (memoryd.commands.history), `--diff` between versions, `--restore N`
+to write one back; and its part in `trash list` and `trash restore` (files deleted outside
+memoryd)."""
 
 import argparse
 import contextlib
 import errno
-import json
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -27,7 +27,7 @@ EXIT_OK, EXIT_FINDINGS = 0, 1
 def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
     """Keep versions of what this command reads (every command that may write, and the
     daemon); a dry run, a check and the read-only commands write nothing, so keep none."""
-    from memoryd.cli import VERSIONED  # the one list (cli looks at it before importing this)
+    from memoryd.commands.common import VERSIONED  # the one list (cli looks at it first)
 
     command = getattr(args, "command", "")
     if (
@@ -50,34 +50,38 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
         rt.versions = previous
 
 
-def cmd_history(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+def diff_or_restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    """`history FILE --diff [A[..B]]` or `--restore N`, on `args.target`
+    (memoryd.history.target_of)."""
     store = rt.versions or versions.for_runtime(rt)
-    folder, name = args.target.folder, args.target.name  # memoryd.history.target_of
+    folder, name = args.target.folder, args.target.name
     found = versions.versions_of(store, folder, name)
     if args.restore is not None:
         return _restore(rt, store, folder, name, found, args.restore, out)
-    if args.diff is not None:
-        out.write(shown(_diff(store, folder, name, found, args.diff), lines=True))
-        return EXIT_OK
-    if args.json:
-        rows = [
-            {
-                "version": v.number,
-                "sha256": v.sha256,
-                "size": v.size,
-                "seen": v.seen,
-                "until": v.until,
-                "by": v.by,
-                "ended_by": v.ended_by or None,
-                "restorable": v.stored,
-            }
-            for v in found
-        ]
-        json.dump({"dir": str(folder), "file": name, "versions": rows}, out, indent=2)
-        out.write("\n")
-        return EXIT_OK
-    out.write(render_versions(folder, name, found))
-    return EXIT_OK if found else EXIT_FINDINGS
+    out.write(shown(_diff(store, folder, name, found, args.diff), lines=True))
+    return EXIT_OK
+
+
+def kept_versions(rt: Runtime, folder: Path, name: str) -> list[versions.Version]:
+    """Every version of `folder/name` memoryd kept, oldest first."""
+    return list(versions.versions_of(rt.versions or versions.for_runtime(rt), folder, name))
+
+
+def versions_json(folder: Path, name: str, found: Sequence[versions.Version]) -> dict[str, object]:
+    rows = [
+        {
+            "version": v.number,
+            "sha256": v.sha256,
+            "size": v.size,
+            "seen": v.seen,
+            "until": v.until,
+            "by": v.by,
+            "ended_by": v.ended_by or None,
+            "restorable": v.stored,
+        }
+        for v in found
+    ]
+    return {"dir": str(folder), "file": name, "versions": rows}
 
 
 def render_versions(folder: Path, name: str, found: Sequence[versions.Version]) -> str:

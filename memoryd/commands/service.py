@@ -4,6 +4,9 @@ The templates live in the repo's `systemd/` and `launchd/` folders; a built pack
 under `<prefix>/share/memoryd/`.
 """
 
+from __future__ import annotations
+
+import argparse
 import contextlib
 import os
 import shutil
@@ -12,10 +15,15 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 from xml.sax.saxutils import escape
 
+from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK
 from memoryd.errors import MemorydError
 from memoryd.paths import AppPaths
+
+if TYPE_CHECKING:
+    from memoryd.runtime import Runtime
 
 UNIT_NAME = "memoryd.service"
 LABEL = "io.memoryd.daemon"
@@ -25,7 +33,7 @@ PLIST_NAME = f"{LABEL}.plist"
 def template(kind: str, name: str) -> str:
     """A template from the source checkout, else from the installed data files."""
     candidates = [
-        Path(__file__).resolve().parents[1] / kind / name,
+        Path(__file__).resolve().parents[2] / kind / name,
         Path(sysconfig.get_path("data")) / "share" / "memoryd" / kind / name,
         Path(sys.prefix) / "share" / "memoryd" / kind / name,
     ]
@@ -69,7 +77,7 @@ CARRIED_ENV = (
 )
 
 
-def carried_env(environ: "os._Environ[str] | dict[str, str] | None" = None) -> dict[str, str]:
+def carried_env(environ: os._Environ[str] | dict[str, str] | None = None) -> dict[str, str]:
     """The relocation settings of this environment the service must run with."""
     env = os.environ if environ is None else environ
     return {k: env[k] for k in CARRIED_ENV if env.get(k)}
@@ -306,3 +314,42 @@ def _roll_back(p: Plan, previous: str | None) -> None:
     if p.manager == "systemd":
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             _run(["systemctl", "--user", "daemon-reload"])
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "service",
+        description="Render the systemd user unit or the launchd agent with the "
+        "absolute path of this memoryd, write it, and enable and start it.",
+    )
+    p.add_argument("action", choices=["install", "uninstall", "status"], help="what to do")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the file and the commands instead of running them",
+    )
+    p.add_argument(
+        "--manager",
+        choices=["systemd", "launchd"],
+        default=None,
+        help="which service manager (default: launchd on macOS, else systemd)",
+    )
+
+
+def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    """`memoryd service ACTION`: the plan, printed (--dry-run) or carried out."""
+    manager = args.manager or default_manager()
+    config = args.config.expanduser().absolute() if args.config else None
+    planned = plan(args.action, manager, config, rt.paths)
+    if planned.note:
+        args.stderr.write(planned.note + "\n")
+    if args.dry_run:
+        if planned.content:
+            out.write(f"# would write {planned.file}:\n{planned.content}\n")
+        for cmd in planned.commands:
+            out.write(f"$ {' '.join(cmd)}\n")
+        return EXIT_OK
+    done = execute(planned, args.action)
+    for line in done.lines:
+        out.write(line + "\n")
+    return EXIT_OK if done.ok else EXIT_FINDINGS

@@ -17,7 +17,6 @@ EXIT_OK, EXIT_FINDINGS = 0, 1
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser(
         "ack",
-        help="acknowledge a memory flagged for review (not listed again until it changes)",
         description="Record that a person saw the flag on each memory (partially stale, or "
         "fully stale and kept by a guard): dream reports do not list it again until its "
         "bytes or its references' status change. The record is memoryd's, in its state dir; "
@@ -37,9 +36,9 @@ def _checked(file: Path) -> Path:
     return file
 
 
-def cmd_ack(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
+def run(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
+    from memoryd.commands.resolve import is_path, resolve
     from memoryd.dream.ack import acknowledge
-    from memoryd.resolve import is_path, resolve
 
     # A path, or a name as memoryd.resolve finds it.
     files = [

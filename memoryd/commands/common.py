@@ -1,0 +1,161 @@
+"""What several commands share: their common arguments, discovery as a command does it (links
+refused are said once), crash recovery before a command writes, and the lines that say a
+refused link, an empty repo or auto memory turned off. Light to import (most command modules
+import it to build their parsers), so anything heavy is imported inside the function using it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memoryd.display import shown
+
+if TYPE_CHECKING:
+    from memoryd.discover.found import Discovery, EmptyRepo, RefusedDir
+    from memoryd.runtime import Runtime
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+# The commands that may write in a memory dir (moves included), and so keep versions of what
+# they read and record their own moves (memoryd.commands.versions.keeping).
+VERSIONED = frozenset({"run", "index", "dream", "trash", "history", "forget"})
+JOURNALS = "journal_pass"  # journal.TABLE, spelled out here (a test checks they agree)
+
+
+def dirs_arg(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    parser.add_argument(
+        "dirs",
+        nargs="*",
+        default=[],  # never "required" in a usage error (argparse: `*` with no default)
+        type=Path,
+        metavar="DIR",
+        help=help
+        or "memory dirs, repos or Claude homes to work on (default: every discovered dir)",
+    )
+
+
+def repo_root_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repo-root",
+        type=Path,
+        metavar="PATH",
+        help="the code tree to check references against (overrides discovery)",
+    )
+
+
+def color_arg(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    """`--color`, on the top parser (default auto) and on each human view (where it wins)."""
+    parser.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default=default if default is not None else argparse.SUPPRESS,
+        help="colour: on a terminal only (auto, the default; NO_COLOR turns it off), always, never",
+    )
+
+
+def scope_arg(parser: argparse.ArgumentParser) -> None:
+    """`--scope`, for the JSONL record stores `search` and `recall` read."""
+    parser.add_argument(
+        "--scope",
+        nargs="+",
+        action="extend",
+        metavar="TERM",
+        help="the task's scope for JSONL record stores: only records whose scope holds one of "
+        "these entries (exactly)",
+    )
+
+
+LOOK_IN = "memory dirs, repos or Claude homes to look in (default: every discovered dir)"
+
+
+def discover_named(rt: Runtime, dirs: list[Path]) -> Discovery:
+    """The dirs to work on; links leading out of their repo or Claude home are said once."""
+    from memoryd.discover.finder import discover_all, report_refused
+
+    found = discover_all(rt.config, dirs)
+    report_refused(rt, found.refused)
+    rt.named = tuple(dirs)  # named: a dir git tracks is written (see gitwork.hands_off_reason)
+    return found
+
+
+def _journals_left(state_dir: Path) -> bool:
+    """Whether any pass journal is in the state store (what journal.pending lists): without
+    one there is nothing to recover, and the recovery's modules (the journal, the trash, the
+    version store: ~18 ms of start-up) are not imported at all."""
+    import sqlite3
+
+    from memoryd.storage.statedb import FILE_NAME, StateDB
+
+    if not (state_dir / FILE_NAME).exists():
+        return False
+    try:
+        rows = (
+            StateDB.in_state_dir(state_dir)
+            .connection()
+            .execute(
+                f"SELECT 1 FROM {JOURNALS} LIMIT 1"  # noqa: S608 (a constant of this module)
+            )
+        )
+    except sqlite3.OperationalError:
+        return False  # no such table: no pass ever wrote one
+    return rows.fetchone() is not None
+
+
+def recover(rt: Runtime) -> None:
+    """Finish what a crash left unfinished before doing anything else (DESIGN §2.3)."""
+    if not _journals_left(rt.paths.state_dir):
+        return
+    from memoryd.recovery import recover as recover_passes
+
+    for recovery in recover_passes(rt):
+        sys.stderr.write(
+            f"memoryd: recovered an unfinished pass in {recovery.journal.dir}: {recovery.outcome}\n"
+        )
+
+
+def refused_json(r: RefusedDir) -> dict[str, Any]:
+    return {
+        "path": str(r.path),
+        "target": str(r.target),
+        "kind": r.kind,
+        "label": r.label,
+        "within": str(r.within),
+        "reason": r.reason,
+        "hint": r.hint,
+    }
+
+
+def render_refused(refused: list[RefusedDir]) -> str:
+    return "".join(
+        f"{shown(str(r.path))} -> {shown(str(r.target))}\n"
+        f"  kind: {r.kind}  refused — {shown(r.reason)}\n  {shown(r.hint)}\n"
+        for r in refused
+    )
+
+
+def empty_json(e: EmptyRepo) -> dict[str, Any]:
+    return {"repo": str(e.path), "looked_in": e.looked_in}
+
+
+def render_empty(found: Discovery) -> str:
+    return "".join(f"{shown(e.message)}\n" for e in found.empty_repos)
+
+
+def auto_memory_off(rt: Runtime) -> str:
+    """What turned Claude Code's auto memory off where no project says otherwise, or "" (the
+    environment and the user's settings: memoryd.claude_env, no discovery)."""
+    from memoryd.claude_env import auto_memory_switch, user_settings
+
+    switch = auto_memory_switch(
+        rt.config.claude_env, [user_settings(rt.config.paths.claude_home, [])]
+    )
+    return "" if switch.on else switch.source
+
+
+def auto_memory_off_line(source: str) -> str:
+    return (
+        f"Auto memory is turned off ({shown(source)}): Claude Code loads no auto-memory "
+        "MEMORY.md; memoryd still maintains the files.\n"
+    )

@@ -1,0 +1,63 @@
+"""`memoryd status`: the daemon's heartbeat and its dirs (memoryd.statusview)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from memoryd.commands.common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    auto_memory_off,
+    auto_memory_off_line,
+    color_arg,
+)
+
+if TYPE_CHECKING:
+    from memoryd.runtime import Runtime
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "status",
+        description="Read the daemon's heartbeat (status.json). Exit 0 when it "
+        "runs with a fresh heartbeat, 1 otherwise.",
+    )
+    p.add_argument("--json", action="store_true", help="print the status document")
+    color_arg(p)
+
+
+def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    import os
+
+    from memoryd.humanize import Painter, terminal_width, use_color
+    from memoryd.logview import View
+    from memoryd.statusview import gather, render
+
+    now = rt.clock()
+    found = gather(rt, now)
+    off = auto_memory_off(rt)
+    if args.json:
+        json.dump({**found.as_json(), "auto_memory_off": off}, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        from memoryd.dirlabel import roots
+
+        view = View(
+            now=now,
+            home=str(Path.home()),
+            width=terminal_width(out, os.environ),
+            paint=Painter(use_color(args.color, out, os.environ)),
+            roots=roots([d.path for d in found.dirs], rt.config),
+        )
+        out.write(render(found, view))
+        if off:
+            out.write(auto_memory_off_line(off))
+        import time
+
+        from memoryd.statusview import alarm_lines
+
+        out.write(alarm_lines(rt, time.time()))  # mass changes by other processes, last day
+    return EXIT_OK if found.fresh else EXIT_FINDINGS

@@ -4,17 +4,21 @@ Four read-only tools over both tiers of every discovered dir (or the dirs named)
 `search_memories`, `recall_for_paths`, `read_memory`, `recent_memories`. Results carry the
 fields of the CLI's `--json`. Each answer is the agent consulting memory: it is recorded as
 consult evidence in the state dir (memoryd.recall.consults), which the dream pass's consult
-guard reads. The protocol is memoryd.recall.mcp_wire's (no SDK to import).
+guard reads. Needs the optional extra `memoryd[mcp]` (the official `mcp` SDK).
 """
 
 import contextlib
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
 
 from memoryd import __version__
 from memoryd.discover.found import MemoryDir
@@ -22,7 +26,6 @@ from memoryd.fsops import libc_function
 from memoryd.recall import consults, stored
 from memoryd.recall.engine import DEFAULT_LIMIT, Engine, Hit
 from memoryd.recall.lookup import engine_for, find_dirs
-from memoryd.recall.mcp_wire import Server, Tool, ToolError
 from memoryd.recall.query import Frame, parse_frame
 from memoryd.runtime import Runtime
 
@@ -37,28 +40,17 @@ BUSY_WAIT = 0.5
 
 # The tools' parameters as JSON Schema tells the client: a value the CLI refuses (a type that
 # is none, a time frame that is none, a limit under 1) is refused before the tool runs.
-MEMORY_TYPE = {"type": "string", "enum": ["user", "feedback", "project", "reference"]}
-TIMEFRAME: list[dict[str, Any]] = [
-    {"type": "string", "enum": ["recent", "last_quarter"]},
-    {"type": "string", "pattern": r"^[0-9]{4}-(0[1-9]|1[0-2])$", "description": "YYYY-MM"},
-]
-LIMIT = {
-    "type": "integer",
-    "minimum": 1,
-    "maximum": MAX_LIMIT,
-    "default": DEFAULT_LIMIT,
-    "description": f"at most this many (1-{MAX_LIMIT})",
-}
-STRINGS = {"type": "array", "items": {"type": "string"}}
-NULL = {"type": "null"}
+MemoryType = Literal["user", "feedback", "project", "reference"]  # the CLI's --type choices
+Timeframe = (
+    Literal["recent", "last_quarter"]
+    | Annotated[str, Field(pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])$", description="YYYY-MM")]
+)
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"at most this many (1-{MAX_LIMIT})")]
 PROJECT_DIR = "CLAUDE_PROJECT_DIR"  # Claude Code's project folder, in its MCP servers' env
 
-READ_ONLY = {
-    "readOnlyHint": True,
-    "destructiveHint": False,
-    "idempotentHint": True,
-    "openWorldHint": False,
-}
+READ_ONLY = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 
 INSTRUCTIONS = (
     "memoryd keeps this user's coding-agent memories (MEMORY.md and MEMORY-ARCHIVE.md with "
@@ -69,20 +61,12 @@ INSTRUCTIONS = (
 )
 
 
-def _optional(schema: Mapping[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
-    options = schema if isinstance(schema, list) else [dict(schema)]
-    return {"anyOf": [*options, NULL], "default": None}
-
-
-def _arguments(required: Sequence[str], **properties: Any) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": list(required)}
-
-
 class _Libc:
-    """glibc's allocator knobs, where there is glibc (elsewhere: nothing). What a query's
-    SQLite and FTS5 buffers freed stayed in the process (at 100,000 memories the server's RSS
-    grew by 30 MB over 20 queries, when the calls ran in worker threads with an arena each).
-    One arena, trimmed after each call, gives it back."""
+    """glibc's allocator knobs, where there is glibc (elsewhere: nothing). The tools run in
+    the SDK's worker threads: each thread's allocations went to an arena of its own, and
+    what a query's SQLite and FTS5 buffers freed stayed in the process (at 100,000 memories
+    the server's RSS grew by 30 MB over 20 queries). One arena, trimmed after each call,
+    gives it back."""
 
     M_ARENA_MAX = -8
 
@@ -252,77 +236,64 @@ class Recall:
             return {"timeframe": timeframe, "results": engine.results(hits)}
 
 
-def build(recall: Recall) -> Server:
+def build(recall: Recall) -> MCPServer[Any]:
     """The MCP server with its four read-only tools."""
-    tools = [
-        Tool(
-            "search_memories",
-            "Search the user's memories (MEMORY.md and the archive) by words or a memory's "
-            "name; typos and word forms match. timeframe: recent (30 days), last_quarter (90 "
-            "days) or YYYY-MM. type: user, feedback, project or reference. project: a "
-            "project's name. scope: the task's scope for JSONL record stores (records whose "
-            "scope holds one of these entries). Each result: file, dir, name, description, "
-            "type, tier (index / archive / unindexed / record), date, age_days, snippet, flags.",
-            _arguments(
-                ["query"],
-                query={"type": "string"},
-                timeframe=_optional(TIMEFRAME),
-                type=_optional(MEMORY_TYPE),
-                project=_optional({"type": "string"}),
-                limit=LIMIT,
-                scope=_optional(STRINGS),
-            ),
-            recall.search,
-            READ_ONLY,
-        ),
-        Tool(
-            "recall_for_paths",
-            "Memories to read before editing these files (absolute paths, or relative to your "
-            "project folder) or code symbols: memories citing the file, its folder, its old "
-            "place if it moved, or naming the symbols. Each result says why. Active records of "
-            "JSONL record stores whose scope holds an entry of `scope` (default: the paths and "
-            "symbols as given) come after them, up to `limit` results in all.",
-            _arguments(
-                ["paths"],
-                paths=STRINGS,
-                symbols=_optional(STRINGS),
-                scope=_optional(STRINGS),
-                limit=LIMIT,
-            ),
-            recall.recall,
-            READ_ONLY,
-        ),
-        Tool(
-            "read_memory",
-            "One memory as written (frontmatter and body) by its file path (absolute, or "
-            "relative to your project folder) or its name, with where it is indexed.",
-            _arguments(["file"], file={"type": "string"}),
-            recall.read,
-            READ_ONLY,
-        ),
-        Tool(
-            "recent_memories",
-            "Memories dated within a time frame, newest first: recent (30 days), last_quarter "
-            "(90 days) or YYYY-MM; at most `limit`.",
-            _arguments(
-                [],
-                timeframe={"anyOf": TIMEFRAME, "default": "recent"},
-                project=_optional({"type": "string"}),
-                limit=LIMIT,
-            ),
-            recall.recent,
-            READ_ONLY,
-        ),
-    ]
-    return Server({"name": "memoryd", "version": __version__}, INSTRUCTIONS, tools)
+    server: MCPServer[Any] = MCPServer("memoryd", version=__version__, instructions=INSTRUCTIONS)
+
+    @server.tool(annotations=READ_ONLY)
+    def search_memories(
+        query: str,
+        timeframe: Timeframe | None = None,
+        type: MemoryType | None = None,  # the tool parameter's name
+        project: str | None = None,
+        limit: Limit = DEFAULT_LIMIT,
+        scope: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Search the user's memories (MEMORY.md and the archive) by words or a memory's
+        name; typos and word forms match. timeframe: recent (30 days), last_quarter (90
+        days) or YYYY-MM. type: user, feedback, project or reference. project: a project's
+        name. scope: the task's scope for JSONL record stores (records whose scope holds one
+        of these entries). Each result: file, dir, name, description, type, tier (index /
+        archive / unindexed / record), date, age_days, snippet, flags."""
+        return recall.search(query, timeframe, type, project, limit, scope)
+
+    @server.tool(annotations=READ_ONLY)
+    def recall_for_paths(
+        paths: list[str],
+        symbols: list[str] | None = None,
+        scope: list[str] | None = None,
+        limit: Limit = DEFAULT_LIMIT,
+    ) -> dict[str, Any]:
+        """Memories to read before editing these files (absolute paths, or relative to your
+        project folder) or code symbols: memories citing the file, its folder, its old place
+        if it moved, or naming the symbols. Each result says why. Active records of JSONL
+        record stores whose scope holds an entry of `scope` (default: the paths and symbols
+        as given) come after them, up to `limit` results in all."""
+        return recall.recall(paths, symbols, scope, limit)
+
+    @server.tool(annotations=READ_ONLY)
+    def read_memory(file: str) -> dict[str, Any]:
+        """One memory as written (frontmatter and body) by its file path (absolute, or
+        relative to your project folder) or its name, with where it is indexed."""
+        return recall.read(file)
+
+    @server.tool(annotations=READ_ONLY)
+    def recent_memories(
+        timeframe: Timeframe = "recent", project: str | None = None, limit: Limit = DEFAULT_LIMIT
+    ) -> dict[str, Any]:
+        """Memories dated within a time frame, newest first: recent (30 days), last_quarter
+        (90 days) or YYYY-MM; at most `limit`."""
+        return recall.recent(timeframe, project, limit)
+
+    return server
 
 
 def serve(rt: Runtime, dirs: Sequence[Path]) -> int:
     """Run the server on stdin/stdout until the client closes it."""
-    LIBC.one_arena()
+    LIBC.one_arena()  # before the SDK starts its threads
     recall = Recall(rt, dirs)
     try:
-        build(recall).serve(sys.stdin.buffer, sys.stdout.buffer)
+        build(recall).run("stdio")
     finally:
         recall.close()
     return 0

@@ -174,6 +174,10 @@ class StateDB:
             self._ensured.add(schema.name)
         return conn
 
+    def in_transaction(self) -> bool:
+        """Whether this thread is inside a `transaction()` (what it writes is not committed)."""
+        return bool(getattr(self._local, "depth", 0))
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE … COMMIT (ROLLBACK on any exception); an inner one joins the outer."""

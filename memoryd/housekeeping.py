@@ -9,13 +9,14 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, restored, trash, versions, witness
+from memoryd import fsops, restored, trash
 from memoryd.discover import MemoryDir, memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.index import INDEX_NAME, Place, pointer_targets
 from memoryd.indexer import IndexKeeper, read_index_file, restore_pointers
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
+from memoryd.versions import kept, witness
 
 
 @dataclass(slots=True)
@@ -126,7 +127,7 @@ def _restore(rt: Runtime, listed: Listed) -> str:
         # another file's, pinned perhaps by an earlier restore.
         restored.record(rt.store, real, restored.Pin(planned, record.sha256, when, record.id))
     name = trash.restore(real, listed.entry)
-    versions.note_restored(rt.versions, real, name, record.sha256, record.size)
+    kept.note_restored(rt.versions, real, name, record.sha256, record.size)
     if name != planned:  # taken meanwhile (by another process: this one holds the lock)
         restored.record(rt.store, real, restored.Pin(name, record.sha256, when, record.id))
     rt.audit.write(
@@ -154,13 +155,12 @@ def _restore(rt: Runtime, listed: Listed) -> str:
 # and manifest inode, size, mtime) and the witnessed count when memoryd first saw them so: any
 # write to a folder (a move, a restore) starts its retention again.
 DAYS_SUFFIX = ".trash-days.json"
-CLOCK_FILE = witness.CLOCK_FILE
 Clock = witness.Clock
 _number = witness.number
 
 
 def _clock_record(rt: Runtime) -> dict[str, Any]:
-    return witness.read_record(rt.store, rt.paths.state_dir)
+    return witness.read_record(rt.paths.state_dir)
 
 
 def _last_run(rt: Runtime) -> date | None:
@@ -171,7 +171,7 @@ def _last_run(rt: Runtime) -> date | None:
 
 
 def _save_last_run(rt: Runtime, today: date) -> None:
-    with rt.store.lock(rt.paths.state_dir / CLOCK_FILE):
+    with witness.transaction(rt.paths.state_dir):
         record = _clock_record(rt)
         previous = _last_run(rt)
         if previous is None or today > previous:
@@ -180,7 +180,7 @@ def _save_last_run(rt: Runtime, today: date) -> None:
 
 def observe_clock(rt: Runtime, *, save: bool = True) -> Clock:
     """Take a reading of the clocks; `save=False` (a dry run) records nothing."""
-    return witness.observe(rt.store, rt.paths.state_dir, rt.clock(), rt.boot(), save=save)
+    return witness.observe(rt.paths.state_dir, rt.clock(), rt.boot(), save=save)
 
 
 def _days_path(rt: Runtime, md: MemoryDir) -> Path:

@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, gitwork, openfiles, safejson, versions
+from memoryd import fsops, gitwork, openfiles, safejson
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
 from memoryd.paths import (
     BoundedLines,
@@ -33,6 +33,7 @@ from memoryd.paths import (
 )
 from memoryd.scan import skip_reason
 from memoryd.state import dir_key
+from memoryd.versions import kept
 
 TRASH_DIR = ".trash"
 REPO_TRASH = "trash"  # the state dir's folder of the trashes of dirs in git work trees
@@ -365,7 +366,7 @@ class Mover:
         day: date,
         *,
         before_move: Callable[[str], None] | None = None,
-        versions: "versions.VersionStore | None" = None,
+        versions: "kept.VersionStore | None" = None,
         refuse_held: bool = False,
     ) -> None:
         self.memory_dir = memory_dir
@@ -445,7 +446,7 @@ class Mover:
                 f"{record.original_name} ({error.strerror}); the file was put back{back} and "
                 "nothing else moved. Free some disk space and rerun."
             ) from error
-        versions.note_moved(self.versions, self.memory_dir, record.original_name, record.sha256,
+        kept.note_moved(self.versions, self.memory_dir, record.original_name, record.sha256,
                             record.size, record.id)  # fmt: skip
         return record
 

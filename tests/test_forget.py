@@ -245,7 +245,7 @@ def test_forgetting_is_memoryds_own_move_no_outside_deletion_and_no_alarm(
     `versions.alarm_files` (set to 3), is memoryd's own move: the next pass writes no
     `memory.deleted_outside` and no `memory.mass_change`, `trash list` shows them trashed and not
     deleted elsewhere, and each one's history ends with the move."""
-    from memoryd import versions
+    from memoryd.versions import kept, listing
 
     env.config_dir.mkdir(parents=True, exist_ok=True)  # four is more than alarm_files here
     (env.config_dir / "config.toml").write_text("[versions]\nalarm_files = 3\n")
@@ -261,8 +261,8 @@ def test_forgetting_is_memoryds_own_move_no_outside_deletion_and_no_alarm(
     doc = json.loads(listed.out)
     assert sorted(r["file"] for r in doc["trash"]) == sorted(p.name for p in named)
     assert doc["deleted_outside"] == []
-    store = versions.for_runtime(env.runtime())
-    assert versions.deleted(store, folder.resolve()) == []
+    store = kept.for_runtime(env.runtime())
+    assert listing.deleted(store, folder.resolve()) == []
     for path in named:
-        ended = [v.ended_by for v in versions.versions_of(store, folder.resolve(), path.name)]
+        ended = [v.ended_by for v in listing.versions_of(store, folder.resolve(), path.name)]
         assert ended == ["moved"], (path.name, ended)

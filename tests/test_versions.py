@@ -73,7 +73,7 @@ def test_identical_bytes_are_stored_once_privately_and_nothing_in_the_memory_dir
     _mem(b, "two.md", "its own")
     before = (tree_digest(a), tree_digest(b), sorted(os.listdir(a)), sorted(os.listdir(b)))
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(a, versions=store)
         scan_dir(b, versions=store)
         scan_dir(b, versions=store)  # again: nothing new
@@ -98,7 +98,7 @@ def test_files_memoryd_will_not_parse_are_not_kept(env: Env) -> None:
     outside.write_bytes(b"---\nname: s\ndescription: s\n---\nsecret\n")
     (folder / "link.md").symlink_to(outside)
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan = scan_dir(folder, max_file_bytes=2048, versions=store)
     assert set(scan.problems) >= {"big.md", "bin.md", "bad.md", "pipe.md", "link.md"}
     assert set(_objects(store)) == {_sha(good)}
@@ -113,7 +113,7 @@ def test_deletions_and_rewrites_by_others_are_rows_and_a_burst_is_one_alarm(env:
     clock = Clock()
     events: Events = []
     store = _store(env, clock, events, alarm_files=3, alarm_window=600)
-    with versions.using(store):
+    with kept.using(store):
         previous = scan_dir(folder, versions=store)
         for i in range(3):  # spread out: 3 changes, 11 minutes apart, never 4 in 10 min
             clock.now += 660
@@ -138,7 +138,7 @@ def test_deletions_and_rewrites_by_others_are_rows_and_a_burst_is_one_alarm(env:
     assert names.count("memory.rewritten_outside") == 2
     alarm = next(f for e, f in events if e == "memory.mass_change")
     assert (alarm["deleted"], alarm["rewritten"]) == (2, 2)
-    assert versions.alarms(store)[-1]["dir"] == str(folder)
+    assert kept.alarms(store)[-1]["dir"] == str(folder)
 
 
 def test_a_rename_in_the_dir_is_no_deletion(env: Env) -> None:
@@ -147,15 +147,15 @@ def test_a_rename_in_the_dir_is_no_deletion(env: Env) -> None:
     _mem(folder, "old.md", "x")
     events: Events = []
     store = _store(env, Clock(), events)
-    with versions.using(store):
+    with kept.using(store):
         previous = scan_dir(folder, versions=store)
         (folder / "old.md").rename(folder / "new.md")
         scan_dir(
             folder, previous.files, previous=previous, only={"old.md", "new.md"}, versions=store
         )
     assert events == []
-    assert versions.deleted(store, folder) == []
-    assert versions.versions_of(store, folder, "old.md")[-1].ended_by == "renamed"
+    assert listing.deleted(store, folder) == []
+    assert listing.versions_of(store, folder, "old.md")[-1].ended_by == "renamed"
 
 
 def test_memoryds_own_trash_moves_are_recorded_as_memoryds(env: Env) -> None:
@@ -164,7 +164,7 @@ def test_memoryds_own_trash_moves_are_recorded_as_memoryds(env: Env) -> None:
     datas = {f"m{i}.md": _mem(folder, f"m{i}.md", f"l {i}") for i in range(5)}
     events: Events = []
     store = _store(env, Clock(), events, alarm_files=1)
-    with versions.using(store):
+    with kept.using(store):
         previous = scan_dir(folder, versions=store)
         with trash.Mover(folder, date(2026, 12, 1), versions=store) as mover:
             for name, data in datas.items():
@@ -173,8 +173,8 @@ def test_memoryds_own_trash_moves_are_recorded_as_memoryds(env: Env) -> None:
                 assert isinstance(mover.move(record), trash.TrashRecord)
         scan_dir(folder, previous.files, versions=store)
     assert events == []
-    assert versions.deleted(store, folder) == []
-    assert [v.ended_by for v in versions.versions_of(store, folder, "m0.md")] == ["moved"]
+    assert listing.deleted(store, folder) == []
+    assert [v.ended_by for v in listing.versions_of(store, folder, "m0.md")] == ["moved"]
 
 
 def test_retention_and_the_cap_with_a_fake_clock(env: Env) -> None:
@@ -185,7 +185,7 @@ def test_retention_and_the_cap_with_a_fake_clock(env: Env) -> None:
     clock = Clock()
     store = _store(env, clock, [], keep_days=30, max_bytes=10**9)
     live: list[bytes] = []
-    with versions.using(store):
+    with kept.using(store):
         a1 = _mem(folder, "a.md", "a first " + "a" * 3000)
         gone = _mem(folder, "gone.md", "deleted later " + "g" * 3000)
         previous = scan_dir(folder, versions=store)
@@ -204,18 +204,18 @@ def test_retention_and_the_cap_with_a_fake_clock(env: Env) -> None:
     assert {_sha(x) for x in (a1, a2, a3, gone)} <= set(_objects(store))
     # The cap: room for three objects; the oldest replaced version of a live file goes first.
     store.max_bytes = sum(len(x) for x in (a2, a3, gone)) + 10
-    result = versions.prune(store)
+    result = prune.prune(store)
     assert result.removed == [_sha(a1)]
     assert {_sha(a2), _sha(a3), _sha(gone)} <= set(_objects(store))
     # A cap below what must stay: only what may go goes; the deleted file's last version stays.
     store.max_bytes = 1
-    versions.prune(store)
+    prune.prune(store)
     assert set(_objects(store)) == {_sha(a3), _sha(gone)}
     # Retention: 31 days after it was deleted, the deleted file's version goes; a3 is current.
     clock.now += 31 * DAY
-    versions.prune(store)
+    prune.prune(store)
     assert set(_objects(store)) == {_sha(x) for x in live}
-    assert not versions.versions_of(store, folder, "gone.md")[-1].stored
+    assert not listing.versions_of(store, folder, "gone.md")[-1].stored
 
 
 CRASH_SCRIPT = """
@@ -224,9 +224,9 @@ from pathlib import Path
 from memoryd import versions
 from memoryd.scan import scan_dir
 import os, signal
-store = versions.VersionStore(Path(sys.argv[2]))
+store = kept.VersionStore(Path(sys.argv[2]))
 store.defer = len(sys.argv) > 3  # the daemon's way: objects put in place at the next flush
-with versions.using(store):
+with kept.using(store):
     scan_dir(Path(sys.argv[1]), versions=store)
     if store.defer:
         os.kill(os.getpid(), signal.SIGKILL)  # before any flush
@@ -315,7 +315,7 @@ def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None
     datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", f"lesson {i}") for i in range(300)}
     (folder / "twin.md").write_bytes(datas["m000.md"])
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         previous = scan_dir(folder, versions=store)
     assert len(store.pack_names()) == 1
     assert _objects(store) == {}  # nothing loose
@@ -324,13 +324,13 @@ def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None
     other = _dir(env, "other")
     for name, data in list(datas.items())[:50]:
         (other / name).write_bytes(data)
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(other, versions=store)
         new = _mem(folder, "m001.md", "rewritten by the agent")
         scan_dir(folder, previous.files, previous=previous, only={"m001.md"}, versions=store)
     assert len(store.pack_names()) == 1
     assert set(_objects(store)) == {_sha(new)}
-    found = versions.versions_of(store, folder, "m001.md")
+    found = listing.versions_of(store, folder, "m001.md")
     assert [store.read_object(v.sha256) for v in found] == [datas["m001.md"], new]
 
 
@@ -340,8 +340,8 @@ from pathlib import Path
 from memoryd import versions
 from memoryd.scan import scan_dir
 versions.PACK_FROM = 4  # a pack from 4 objects: the loop stays short
-store = versions.VersionStore(Path(sys.argv[2]))
-with versions.using(store):
+store = kept.VersionStore(Path(sys.argv[2]))
+with kept.using(store):
     scan_dir(Path(sys.argv[1]), versions=store)
 """
 
@@ -386,25 +386,25 @@ def test_a_scan_that_finds_nothing_changed_reads_no_log_and_a_change_still_count
     for i in range(5):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     events: Events = []
-    with versions.using(_store(env, Clock(), events)) as store:
+    with kept.using(_store(env, Clock(), events)) as store:
         cache = scan_dir(folder, versions=store).files
     quiet = _store(env, Clock(), events)
-    with versions.using(quiet):
+    with kept.using(quiet):
         scan_dir(folder, cache, versions=quiet)
     assert not quiet._dirs[folder].loaded
     (folder / "m0.md").unlink()  # while nothing of memoryd runs
-    with versions.using(_store(env, Clock(), events)) as store:
+    with kept.using(_store(env, Clock(), events)) as store:
         cache = scan_dir(folder, cache, versions=store).files
     assert [e for e, _ in events] == ["memory.deleted_outside"]
-    assert [d.name for d in versions.deleted(quiet, folder)] == ["m0.md"]
+    assert [d.name for d in listing.deleted(quiet, folder)] == ["m0.md"]
     again = _store(env, Clock(), events)
-    with versions.using(again):
+    with kept.using(again):
         scan_dir(folder, cache, versions=again)
     assert not again._dirs[folder].loaded  # the stamp the last scan left holds
     other = _store(env, Clock(), [])
     other.record(folder, "m1.md", _sha((folder / "m1.md").read_bytes()), 1, "restoring", "memoryd")
     after = _store(env, Clock(), events)
-    with versions.using(after):
+    with kept.using(after):
         scan_dir(folder, cache, versions=after)
     assert after._dirs[folder].loaded  # a line it did not write: read the whole way
 
@@ -421,14 +421,14 @@ def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
     store = _store(env, clock, events, keep_days=30)
     store.defer = True  # the daemon's
     runs: list[float] = []
-    real_prune = versions.prune
+    real_prune = prune.prune
 
-    def counting(s: VersionStore, now: float | None = None) -> versions.PruneResult:
+    def counting(s: VersionStore, now: float | None = None) -> prune.PruneResult:
         runs.append(clock.now)
         return real_prune(s, now)
 
     monkeypatch.setattr(versions, "prune", counting)
-    with versions.using(store):
+    with kept.using(store):
         store.flush()  # at start
         v1 = _mem(folder, "a.md", "first")
         previous = scan_dir(folder, versions=store)
@@ -445,7 +445,7 @@ def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
         clock.now += 30 * DAY
         store.flush()  # due: v1's bytes go; it stays listed, not restorable
         assert len(runs) == 3
-        assert [(v.sha256, v.stored) for v in versions.versions_of(store, folder, "a.md")] == [
+        assert [(v.sha256, v.stored) for v in listing.versions_of(store, folder, "a.md")] == [
             (_sha(v1), False), (_sha(v2), True)
         ]  # fmt: skip
         size = store.log_path(folder).stat().st_size
@@ -453,10 +453,10 @@ def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
         store.flush()  # due again: v1 ended 61 days ago, its lines leave the log
         assert len(runs) == 4
         assert store.log_path(folder).stat().st_size < size
-        assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2)]
+        assert [v.sha256 for v in listing.versions_of(store, folder, "a.md")] == [_sha(v2)]
         v3 = _mem(folder, "a.md", "third")
         scan_dir(folder, previous.files, previous=previous, only={"a.md"}, versions=store)
-    assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2), _sha(v3)]
+    assert [v.sha256 for v in listing.versions_of(store, folder, "a.md")] == [_sha(v2), _sha(v3)]
     rewritten = [f for e, f in events if e == "memory.rewritten_outside"]
     assert [(f["sha256"], f["previous"]) for f in rewritten][-1] == (_sha(v3), _sha(v2))
     first = store.log_path(folder).read_bytes().split(b"\n", 1)[0]
@@ -468,8 +468,8 @@ import sys
 from pathlib import Path
 from memoryd import versions
 now = float(sys.argv[2])
-store = versions.VersionStore(Path(sys.argv[1]), clock=lambda: now, boot=lambda: ("b", now))
-versions.prune(store)
+store = kept.VersionStore(Path(sys.argv[1]), clock=lambda: now, boot=lambda: ("b", now))
+prune.prune(store)
 """
 
 
@@ -481,13 +481,13 @@ def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_pat
     state = tmp_path / "state"
     clock = Clock()
     store = VersionStore(state, clock=clock, boot=lambda: ("b", clock.now))
-    with versions.using(store):
+    with kept.using(store):
         _mem(folder, "a.md", "first")
         previous = scan_dir(folder, versions=store)
         clock.now += DAY
         _mem(folder, "a.md", "second")
         scan_dir(folder, previous.files, previous=previous, only={"a.md"}, versions=store)
-    versions.prune(store)  # finds the first version replaced: memoryd watches it from here
+    prune.prune(store)  # finds the first version replaced: memoryd watches it from here
     log = store.log_path(folder.resolve())
     old = log.read_bytes()
     base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
@@ -580,9 +580,9 @@ def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
     kept: list[str] = []
     live: list[int] = []
     calls: list[str] = []
-    original = versions.Session.read
+    original = kept.Session.read
 
-    def read(self: versions.Session, name: str, data: bytes, sha: str, kind: str) -> None:
+    def read(self: kept.Session, name: str, data: bytes, sha: str, kind: str) -> None:
         calls.append(name)
         before = sys.getrefcount(data)
         original(self, name, data, sha, kind)
@@ -594,10 +594,10 @@ def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
             )
             live.append(sum(stat.count for stat in snapshot.statistics("filename")))
 
-    monkeypatch.setattr(versions.Session, "read", read)
+    monkeypatch.setattr(kept.Session, "read", read)
     tracemalloc.start()
     try:
-        with versions.using(store):
+        with kept.using(store):
             scan_dir(folder, versions=store)
     finally:
         tracemalloc.stop()
@@ -616,7 +616,7 @@ def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypat
     for i in range(3000):
         _mem(folder, f"m{i:04}.md", f"lesson {i}")
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(folder, versions=store)
     imports = []
     real_import = builtins.__import__
@@ -634,12 +634,12 @@ def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypat
 
 
 def _prune_in_another_process(state: Path, now: float) -> dict[str, Any]:
-    """`versions.prune` of the same state dir run by another process (the daemon's daily one),
+    """`prune.prune` of the same state dir run by another process (the daemon's daily one),
     with its own clock: what it removed and whether it found the store busy."""
     probe = (
         "import json, sys\nfrom pathlib import Path\nfrom memoryd import versions\n"
-        f"store = versions.VersionStore(Path({str(state)!r}), clock=lambda: {now!r})\n"
-        "r = versions.prune(store)\n"
+        f"store = kept.VersionStore(Path({str(state)!r}), clock=lambda: {now!r})\n"
+        "r = prune.prune(store)\n"
         "print(json.dumps({'removed': len(r.removed), 'busy': getattr(r, 'busy', False)}))"
     )
     proc = subprocess.run(
@@ -674,7 +674,7 @@ def test_a_prune_by_another_process_waits_while_a_scan_stores_a_pack(env: Env, m
         return name
 
     monkeypatch.setattr(versions._PackWriter, "commit", commit_then_prune)
-    with versions.using(_store(env, clock, [])) as store:
+    with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
     assert seen == [{"removed": 0, "busy": True}]
     fresh = _store(env, clock, [])
@@ -695,10 +695,10 @@ def test_a_prune_by_another_process_cannot_drop_an_object_a_scan_found_stored(
     data = b"---\nname: x\ndescription: d\ntype: project\n---\n\nsame lesson\n"
     clock = Clock()
     (folder / "x.md").write_bytes(data)
-    with versions.using(_store(env, clock, [])) as store:
+    with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
     (folder / "x.md").unlink()
-    with versions.using(_store(env, clock, [])) as store:
+    with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
     clock.now += 40 * DAY  # x.md's last version is past keep_days (30)
     (folder / "y.md").write_bytes(data)
@@ -710,10 +710,10 @@ def test_a_prune_by_another_process_cannot_drop_an_object_a_scan_found_stored(
         end_scan(self, *args, **kw)
 
     monkeypatch.setattr(VersionStore, "end_scan", prune_first)
-    with versions.using(_store(env, clock, [])) as store:
+    with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
     assert seen == [{"removed": 0, "busy": True}]
-    found = versions.versions_of(_store(env, clock, []), folder.resolve(), "y.md")
+    found = listing.versions_of(_store(env, clock, []), folder.resolve(), "y.md")
     assert [v.stored for v in found] == [True]
     assert _store(env, clock, []).read_object(hashlib.sha256(data).hexdigest()) == data
 
@@ -745,12 +745,12 @@ def test_a_damaged_size_in_a_packs_index_never_makes_prune_drop_kept_versions(
     folder = env.home / "mem"
     _memories(folder, 300)
     clock = Clock()
-    with versions.using(_store(env, clock, [], max_bytes=8 << 20)) as store:
+    with kept.using(_store(env, clock, [], max_bytes=8 << 20)) as store:
         scan_dir(folder, versions=store)
     clock.now += 3600
     for i in range(5):
         (folder / f"m{i:03}.md").write_bytes(f"---\nname: m{i}\n---\n\nrewritten {i}\n".encode())
-    with versions.using(_store(env, clock, [], max_bytes=8 << 20)) as store:
+    with kept.using(_store(env, clock, [], max_bytes=8 << 20)) as store:
         scan_dir(folder, versions=store)
     store = _store(env, clock, [], max_bytes=8 << 20)
     (pack,) = [store.packs / n for n in store.pack_names()]
@@ -760,8 +760,8 @@ def test_a_damaged_size_in_a_packs_index_never_makes_prune_drop_kept_versions(
     (size,) = struct.unpack(">Q", data[entry + 40 : entry + 48])
     data[entry + 40 : entry + 48] = struct.pack(">Q", size | (1 << 24))
     pack.write_bytes(bytes(data))
-    assert versions.prune(store, clock.now).removed == []
-    found = versions.versions_of(store, folder.resolve(), "m000.md")
+    assert prune.prune(store, clock.now).removed == []
+    found = listing.versions_of(store, folder.resolve(), "m000.md")
     assert [v.stored for v in found] == [True, True]
 
 
@@ -774,14 +774,14 @@ def test_a_prune_stores_again_a_current_version_whose_bytes_went_missing(env: En
     folder = env.home / "mem"
     _memories(folder, 5)
     clock = Clock()
-    with versions.using(_store(env, clock, [])) as store:
+    with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
     store = _store(env, clock, [])
     shas = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
     for sha in shas.values():
         (store.objects / sha).unlink()
     (folder / "m004.md").write_bytes(b"---\nname: m4\n---\n\nchanged since\n")
-    result = versions.prune(store, clock.now)
+    result = prune.prune(store, clock.now)
     for name, sha in shas.items():
         data = store.read_object(sha)
         if name == "m004.md":
@@ -789,7 +789,7 @@ def test_a_prune_stores_again_a_current_version_whose_bytes_went_missing(env: En
         else:
             assert data == (folder / name).read_bytes(), name
     assert result.repaired == 4
-    assert versions.prune(store, clock.now).repaired == 0
+    assert prune.prune(store, clock.now).repaired == 0
 
 
 def _own_runtime(root: Path) -> Any:
@@ -811,7 +811,7 @@ def _update(rt: Any, folder: Path) -> None:
 
 def _kept(rt: Any) -> tuple[list[Path], set[str]]:
     """The dirs a Runtime's store holds logs of, and its objects."""
-    store = versions.for_runtime(rt)
+    store = kept.for_runtime(rt)
     return store.known_dirs(), set(store.object_sizes())
 
 
@@ -907,7 +907,7 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
     monkeypatch.setattr(fsops, "crash_point", real_crash_point)
     assert hashed.count(_sha((folder / "MEMORY.md").read_bytes())) == 1
     assert steps.count("versions.writing") <= 2, len(steps)
-    store = versions.for_runtime(rt)
+    store = kept.for_runtime(rt)
     kept = set(_stored(store))
     assert {_sha(p.read_bytes()) for p in folder.iterdir() if p.is_file()} <= kept
 
@@ -918,7 +918,7 @@ def test_a_batch_of_log_lines_is_written_as_each_line_alone_would_be() -> None:
     names = ['plain.md', 'quo"te.md', "back\\slash.md", "ünï cödé.md", "tab\there.md",
              "\udcff-undecodable.md"]  # fmt: skip
     now = 1_800_000_000.25
-    plain = [(now, n, "ab" * 32, i, "seen", versions.OTHER, None) for i, n in enumerate(names)]
+    plain = [(now, n, "ab" * 32, i, "seen", records.OTHER, None) for i, n in enumerate(names)]
     mixed: list[Any] = [*plain, (now + 1.0, "x.md", "cd" * 32, 7, "gone", "memoryd", {"to": "y"})]
     for rows in (plain, mixed, plain[:1], []):
         assert versions._lines(rows) == b"".join(map(versions._line, rows))
@@ -951,14 +951,14 @@ def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env
     (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
     mine = b"- [a](a.md) - v1\n"
     first = _store(env, Clock(), [])
-    with versions.using(first):
+    with kept.using(first):
         scan_dir(folder, versions=first)
         with fsops.open_dir(folder) as fd:
             read_index_file(fd, "MEMORY.md", first)
         _write_index(folder, first, mine)
         later: Events = []  # another process (or the next start after a kill -9), meanwhile
         other = _store(env, Clock(), later)
-        with versions.using(other):
+        with kept.using(other):
             scan_dir(folder, versions=other)
             with fsops.open_dir(folder) as fd:
                 read_index_file(fd, "MEMORY.md", other)
@@ -974,12 +974,12 @@ def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
     (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
     one, two = b"- [a](a.md) - v1\n", b"- [a](a.md) - v2\n"
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(folder, versions=store)
         _write_index(folder, store, one)
         _write_index(folder, store, two)
     assert store.has_object(_sha(one)) and store.has_object(_sha(two))
-    kept = [v.sha256 for v in versions.versions_of(store, folder, "MEMORY.md")]
+    kept = [v.sha256 for v in listing.versions_of(store, folder, "MEMORY.md")]
     assert _sha(one) in kept and _sha(two) in kept
 
 
@@ -1031,9 +1031,9 @@ def test_a_scan_that_raises_after_writing_loose_temps_leaves_none(
     store = _store(env, Clock(), [])
     assert _scan_failing_at(folder, store, monkeypatch, 11) > 0, "no loose temp written yet"
     assert not list(store.root.rglob("*.tmp"))
-    assert versions.versions_of(store, folder, "m00.md") == []
+    assert listing.versions_of(store, folder, "m00.md") == []
     scan_dir(folder, versions=store)  # the next scan stores them all
-    assert len(versions.versions_of(store, folder, "m00.md")) == 1
+    assert len(listing.versions_of(store, folder, "m00.md")) == 1
 
 
 def test_history_prints_one_line_a_version_and_escapes_only_the_name(env: Env, cli: Any) -> None:
@@ -1103,7 +1103,7 @@ def test_listing_deletions_is_linear_in_a_long_log(env: Env) -> None:
     store.log_path(folder).write_text("\n".join(lines) + "\n")
     store.store_object(b"d7", _sha(b"d7"))  # the one deletion whose bytes are kept
     started = time.perf_counter()
-    listed = versions.deleted(store, folder)
+    listed = listing.deleted(store, folder)
     took = time.perf_counter() - started
     assert [d.name for d in listed] == ["m7.md"]
     assert took < 3.0, f"{took:.2f} s"
@@ -1145,7 +1145,7 @@ def test_a_history_lists_the_objects_folder_once_whatever_its_versions(
         return real(path)
 
     monkeypatch.setattr(os, "listdir", listdir)
-    found = versions.versions_of(store, folder, "MEMORY.md")
+    found = listing.versions_of(store, folder, "MEMORY.md")
     assert len(found) == 300 and not any(v.stored for v in found)
     assert len(listed) <= 1
 
@@ -1166,14 +1166,14 @@ def test_a_deletion_a_new_file_took_the_name_of_is_never_pruned_within_keep_days
     _mem(folder, "a.md", "Y" * 4000)
     clock.now += 10
     scan_dir(folder, versions=store)
-    assert [d.sha256 for d in versions.deleted(store, folder)] == [_sha(old)]
+    assert [d.sha256 for d in listing.deleted(store, folder)] == [_sha(old)]
     clock.now += 100
-    versions.prune(store)
-    assert [d.sha256 for d in versions.deleted(store, folder)] == [_sha(old)]
+    prune.prune(store)
+    assert [d.sha256 for d in listing.deleted(store, folder)] == [_sha(old)]
     assert store.read_object(_sha(old)) == old
     clock.now += 31 * DAY  # past keep_days it may go
-    versions.prune(store)
-    assert versions.deleted(store, folder) == []
+    prune.prune(store)
+    assert listing.deleted(store, folder) == []
 
 
 def test_trash_list_shows_a_deletion_outside_without_calling_the_trash_empty(
@@ -1218,7 +1218,7 @@ def test_history_restore_pins_the_memory_and_says_already_held_before_looking_fo
     assert (folder / "a.md").read_bytes() == first
     pins = restored.load(env.runtime().store, folder)
     assert [(p.file, p.sha256) for p in pins] == [("a.md", _sha(first))]
-    store = versions.for_runtime(env.runtime())
+    store = kept.for_runtime(env.runtime())
     (store.objects / _sha(first)).unlink()  # its bytes gone (pruned, say)
     again = cli("history", folder / "a.md", "--restore", "1")
     assert again.code == 0, again.err
@@ -1234,10 +1234,10 @@ def test_files_a_scan_took_from_a_cache_older_than_the_store_each_get_their_vers
     folder = _dir(env)
     kept = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)}
     cache = scan_dir(folder).files  # no store
-    with versions.using(_store(env, Clock(), [])) as store:
+    with kept.using(_store(env, Clock(), [])) as store:
         again = scan_dir(folder, cache, versions=store)
     assert all(again.files[n] is cache[n] for n in kept)  # taken from the cache, not parsed
-    assert {n: _sha(d) for n, d in kept.items()} == dict(store.table(folder).seen)
+    assert {n: _sha(d) for n, d in kept.items()} == dict(store.seen_of(folder))
     assert all(store.read_object(_sha(d)) == d for d in kept.values())
 
 
@@ -1260,7 +1260,7 @@ def test_a_pack_written_back_early_in_small_pieces_reads_back_whole(
     folder = _dir(env)
     datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", "x" * (i * 37)) for i in range(300)}
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(folder, versions=store)
     assert len(store.pack_names()) == 1
     assert _stored(store) == {_sha(d): d for d in datas.values()}
@@ -1318,12 +1318,12 @@ def test_a_damaged_object_of_a_current_version_is_stored_again_from_its_file(
     copy.write_bytes(datas["m2.md"])
     (objects / linked).unlink()
     (objects / linked).symlink_to(copy)
-    assert versions.prune(store).repaired == 3
+    assert prune.prune(store).repaired == 3
     assert any(str(objects / overwritten) in said for said in store._said), store._said
     for sha in (overwritten, fifo, linked):
         assert (objects / sha).is_file() and not (objects / sha).is_symlink()
         assert hashlib.sha256((objects / sha).read_bytes()).hexdigest() == sha
-    assert versions.prune(store).repaired == 0
+    assert prune.prune(store).repaired == 0
     for i in range(3):
         (folder / f"m{i}.md").unlink()
     assert cli("index", folder).code == 0
@@ -1391,7 +1391,7 @@ def _watched_by_processes(
 
     def look() -> None:
         store = _store(env, clock, events, alarm_files=3, alarm_window=600)
-        with versions.using(store):
+        with kept.using(store):
             scan_dir(folder, versions=store)
 
     look()
@@ -1447,20 +1447,20 @@ def test_an_over_long_line_in_a_log_is_skipped_once_and_the_stamp_holds_after_it
     for i in range(5):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     events: Events = []
-    with versions.using(_store(env, Clock(), events)) as store:
+    with kept.using(_store(env, Clock(), events)) as store:
         cache = scan_dir(folder, versions=store).files
     log = store.log_path(folder)
     with log.open("ab") as out:
         out.write(b'{"t":1.0,"f":"' + b"x" * (1 << 20) + b'"}\n')
     (folder / "m0.md").unlink()
-    with versions.using(_store(env, Clock(), events)) as store:
+    with kept.using(_store(env, Clock(), events)) as store:
         cache = scan_dir(folder, cache, versions=store).files
     assert [e for e, _ in events] == ["memory.deleted_outside"]
     again = _store(env, Clock(), events)
-    with versions.using(again):
+    with kept.using(again):
         scan_dir(folder, cache, versions=again)
     assert not again._dirs[folder].loaded  # the stamp the last scan left holds
-    assert [d.name for d in versions.deleted(again, folder)] == ["m0.md"]
+    assert [d.name for d in listing.deleted(again, folder)] == ["m0.md"]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "symlink", "fifo"])
@@ -1489,7 +1489,7 @@ def test_a_truncated_pack_is_said_and_its_current_versions_are_stored_again(
     shown = cli("history", folder / "m007.md")
     assert shown.code == 0
     assert str(path) in shown.err and "move it aside" in shown.err, shown.err
-    assert versions.prune(store).repaired == versions.PACK_FROM + 10
+    assert prune.prune(store).repaired == versions.PACK_FROM + 10
     assert any(str(path) in said for said in store._said), store._said
     kept = (folder / "m007.md").read_bytes()
     (folder / "m007.md").unlink()
@@ -1663,7 +1663,7 @@ def test_a_table_holding_what_memoryd_never_writes_is_not_taken_for_the_log(
     assert f"{table}: not a table memoryd wrote" in done.err
     said = [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
     assert said == ["m1.md"]
-    assert [d.name for d in versions.deleted(store, folder)] == ["m1.md"]
+    assert [d.name for d in listing.deleted(store, folder)] == ["m1.md"]
 
 
 @pytest.mark.parametrize("when", ["NaN", "Infinity", "-Infinity"])
@@ -1770,7 +1770,7 @@ def test_one_process_counts_the_changes_another_logs_after_it_looked(env: Env) -
     clock = Clock()
     events: Events = []
     daemon = _store(env, clock, events, alarm_files=3, alarm_window=600)
-    with versions.using(daemon):
+    with kept.using(daemon):
         cache = scan_dir(folder, versions=daemon).files
         (folder / "m0.md").unlink()
         cache = scan_dir(folder, cache, versions=daemon).files  # 1, looked at the log
@@ -1778,7 +1778,7 @@ def test_one_process_counts_the_changes_another_logs_after_it_looked(env: Env) -
         one_shot = _store(env, clock, events, alarm_files=3, alarm_window=600)
         (folder / "m1.md").unlink()
         _mem(folder, "m2.md", "rewritten by the agent")
-        with versions.using(one_shot):
+        with kept.using(one_shot):
             scan_dir(folder, versions=one_shot)  # 2 more, in another process's lines
         assert "memory.mass_change" not in [e for e, _ in events]
         clock.now += 10
@@ -1808,7 +1808,7 @@ def test_a_scan_after_a_first_start_reads_back_no_log_for_the_alarm(
         read.append(len(data))
         return data
 
-    with versions.using(daemon):
+    with kept.using(daemon):
         first = scan_dir(folder, versions=daemon)
         assert daemon.log_path(folder).stat().st_size > 300_000
         for k in range(3):
@@ -1820,7 +1820,7 @@ def test_a_scan_after_a_first_start_reads_back_no_log_for_the_alarm(
             assert sum(read) < 4096, (k, sum(read))
     later = _store(env, Clock(), [])
     _mem(folder, "m0002.md", "rewritten")
-    with versions.using(later):
+    with kept.using(later):
         calls: list[int] = []
         real_line_time = versions._line_time
 
@@ -1844,7 +1844,7 @@ def test_one_memory_rewritten_four_times_is_no_mass_change(env: Env) -> None:
     clock = Clock()
     events: Events = []
     store = _store(env, clock, events, alarm_files=3, alarm_window=600)
-    with versions.using(store):
+    with kept.using(store):
         cache = scan_dir(folder, versions=store).files
         for k in range(4):
             clock.now += 5
@@ -1867,30 +1867,30 @@ def test_a_log_this_process_compacted_is_read_again_from_its_start(env: Env) -> 
     from_daemon: Events = []
     from_other: Events = []
     daemon = _store(env, clock, from_daemon, keep_days=1)
-    with versions.using(daemon):
+    with kept.using(daemon):
         cache = scan_dir(folder, versions=daemon).files
     other = _store(env, clock, from_other, keep_days=1)
     other_cache: dict[str, Any] = {}
     for round_ in range(2):
-        with versions.using(other):
+        with kept.using(other):
             for k in range(40):  # old versions of one file, that age out
                 _mem(folder, "churn.md", f"churn {round_} {k} " + "x" * 100)
                 clock.now += 1
                 other_cache = scan_dir(folder, other_cache, versions=other).files
         if round_ == 0:
             daemon.table(folder)  # the daemon's last look
-        versions.prune(other)  # the churn's old versions found ended: memoryd watches them
+        prune.prune(other)  # the churn's old versions found ended: memoryd watches them
         clock.now += 3 * DAY
-        assert versions.prune(daemon).lines_dropped > 0
-    with versions.using(other):
+        assert prune.prune(daemon).lines_dropped > 0
+    with kept.using(other):
         (folder / "keep0.md").unlink()
         other_cache = scan_dir(folder, other_cache, versions=other).files
         for k in range(60):
             _mem(folder, "churn.md", f"more {k} " + "y" * 100)
             clock.now += 1
             other_cache = scan_dir(folder, other_cache, versions=other).files
-    assert "keep0.md" not in daemon.table(folder).seen
-    with versions.using(daemon):
+    assert "keep0.md" not in daemon.seen_of(folder)
+    with kept.using(daemon):
         scan_dir(folder, cache, versions=daemon)
     gone = [r for r in daemon.records(folder) if r.f == "keep0.md" and r.e == "gone"]
     assert len(gone) == 1
@@ -1906,7 +1906,7 @@ def test_listing_a_memory_dir_deleted_whole_opens_each_pack_once(
     folder = _dir(env)
     datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", f"lesson {i}") for i in range(300)}
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(folder, versions=store)
     assert len(store.pack_names()) == 1
     shutil.rmtree(folder)
@@ -1918,7 +1918,7 @@ def test_listing_a_memory_dir_deleted_whole_opens_each_pack_once(
         return real(self, name)
 
     monkeypatch.setattr(VersionStore, "_open_pack", counting)
-    listed = versions.deleted(_store(env, Clock(), []), folder)
+    listed = listing.deleted(_store(env, Clock(), []), folder)
     assert sorted(d.name for d in listed) == sorted(datas)
     assert all(d.vanished for d in listed)
     assert len(opened) <= 1
@@ -1968,7 +1968,7 @@ def test_no_memoryd_process_takes_anothers_index_write_for_an_outside_one(env: E
     )
     clock.now += 5
     one_shot = _store(env, clock, events)  # another process
-    with versions.using(one_shot):
+    with kept.using(one_shot):
         scan_dir(folder, versions=one_shot)
         _index_read_by(folder, one_shot)
         clock.now += 5
@@ -1980,7 +1980,7 @@ def test_no_memoryd_process_takes_anothers_index_write_for_an_outside_one(env: E
     _index_read_by(folder, daemon)
     scan_dir(folder, cache, versions=daemon)
     assert [e for e, _ in events] == []
-    history = versions.versions_of(daemon, folder, "MEMORY.md")
+    history = listing.versions_of(daemon, folder, "MEMORY.md")
     assert [v.sha256 for v in history][1:] == [_sha(by_daemon), _sha(by_command)]
     assert [v.by for v in history][1:] == ["memoryd", "memoryd"]
     assert [v.seen for v in history] == sorted(v.seen for v in history)
@@ -2012,7 +2012,7 @@ def test_a_persons_few_edits_in_ten_minutes_raise_no_alarm_an_agents_sweep_does(
     clock = Clock()
     events: Events = []
     store = _store(env, clock, events, alarm_files=cfg.alarm_files, alarm_window=cfg.alarm_window)
-    with versions.using(store):
+    with kept.using(store):
         cache = scan_dir(folder, versions=store).files
         for i in range(3):
             clock.now += 150

@@ -67,7 +67,7 @@ def test_status_shows_alarms_without_the_version_store(env: Env) -> None:
 
     from memoryd import versions
 
-    alarms = versions.for_runtime(env.runtime()).root / versions.ALARMS
+    alarms = kept.for_runtime(env.runtime()).root / versions.ALARMS
     alarms.parent.mkdir(parents=True)
     rows = [{"dir": "/x/old", "t": time.time() - 2 * 86400, "deleted": 9, "rewritten": 0},
             {"dir": "/x/new", "t": time.time() - 60, "deleted": 5, "rewritten": 1}]  # fmt: skip
@@ -206,8 +206,8 @@ def test_a_version_log_is_parsed_once_then_only_its_tail(tmp_path: Path, monkeyp
     folder = tmp_path / "mem"
     folder.mkdir()
 
-    def store() -> versions.VersionStore:
-        return versions.VersionStore(tmp_path / "state")
+    def store() -> kept.VersionStore:
+        return kept.VersionStore(tmp_path / "state")
 
     log = store().log_path(folder)
     log.parent.mkdir(parents=True)

@@ -3,8 +3,9 @@ folders, the version store's ended versions).
 
 Retention rests on time memoryd itself has watched pass, never on one reading of the wall
 clock (a clock a month fast would make everything "old"; a deletion seen while the clock was
-a year slow would look a year old once it is right). The clock record in the state dir
-(`trash-clock.json`, shared by every memoryd process) keeps:
+a year slow would look a year old once it is right). The clock record (the `witness_clock`
+table of `state.sqlite`, shared by every memoryd process; an older memoryd's
+`trash-clock.json` is taken in once and removed) keeps:
 - `wall`, `boot`: the wall clock and the boot clock (`Runtime.boot`) at the last reading;
 - `high_water`: the latest wall time memoryd ever recorded;
 - `witnessed`: a running count of the time memoryd can vouch for. Each reading adds the boot
@@ -21,15 +22,21 @@ seen (the wall clock now, the high-water mark) puts one of its own times within 
 import contextlib
 import json
 import math
+import os
+import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops
-from memoryd.state import StateStore
+from memoryd import fsops, safejson
+from memoryd.paths import read_bounded
+from memoryd.storage.statedb import Schema, StateDB
 
-CLOCK_FILE = "trash-clock.json"
+CLOCK_FILE = "trash-clock.json"  # an older memoryd's record, taken in once
+SCHEMA = Schema(
+    "witness", 1, "CREATE TABLE witness_clock (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+)
 MAX_STEP = 86400.0  # the longest wall-clock step taken on trust across a reboot
 Boot = tuple[str, float] | None
 
@@ -48,13 +55,50 @@ class Clock:
     witnessed: float  # the running count of time memoryd can vouch for, now
 
 
-def read_record(store: StateStore, state_dir: Path) -> dict[str, Any]:
-    data = store.read_json(state_dir / CLOCK_FILE)
-    return data if isinstance(data, dict) else {}
+def _db(state_dir: Path) -> sqlite3.Connection:
+    """The store's connection, with an older memoryd's clock file taken in (once: in the
+    transaction that writes its rows, then removed; a kill between the two leaves rows and a
+    file, and the file is then only removed)."""
+    db = StateDB.in_state_dir(state_dir)
+    conn = db.ensure(SCHEMA)
+    old = state_dir / CLOCK_FILE
+    if os.path.lexists(old):
+        with db.transaction() as tx:
+            if tx.execute("SELECT count(*) FROM witness_clock").fetchone()[0] == 0:
+                data: object = None
+                with contextlib.suppress(OSError, ValueError, RecursionError):
+                    data = safejson.loads(read_bounded(old, 1 << 20, follow=False))
+                if isinstance(data, dict):
+                    _write(tx, data)
+        fsops.crash_point("witness.imported")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(old)
+    return conn
+
+
+def _write(conn: sqlite3.Connection, record: dict[str, Any]) -> None:
+    conn.execute("DELETE FROM witness_clock")
+    conn.executemany(
+        "INSERT INTO witness_clock (key, value) VALUES (?, ?)",
+        [(str(k), json.dumps(v)) for k, v in record.items()],
+    )
+
+
+def transaction(state_dir: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    """One read-then-write of the record, as one transaction (no other process's between)."""
+    _db(state_dir)
+    return StateDB.in_state_dir(state_dir).transaction()
+
+
+def read_record(state_dir: Path) -> dict[str, Any]:
+    rows = _db(state_dir).execute("SELECT key, value FROM witness_clock")
+    return {key: json.loads(value) for key, value in rows}
 
 
 def write_record(state_dir: Path, record: dict[str, Any]) -> None:
-    fsops.write_private(state_dir / CLOCK_FILE, json.dumps(record, sort_keys=True).encode())
+    _db(state_dir)
+    with StateDB.in_state_dir(state_dir).transaction() as tx:
+        _write(tx, record)
 
 
 def credit(before: dict[str, Any], wall: float, boot: Boot) -> float:
@@ -73,26 +117,17 @@ def credit(before: dict[str, Any], wall: float, boot: Boot) -> float:
     return max(step if 0.0 <= step <= MAX_STEP else 0.0, boot[1] if boot is not None else 0.0)
 
 
-def observe(
-    store: StateStore, state_dir: Path, wall: float, boot: Boot, *, save: bool = True
-) -> Clock:
+def observe(state_dir: Path, wall: float, boot: Boot, *, save: bool = True) -> Clock:
     """Take a reading of the clocks; `save=False` (a dry run) records nothing."""
-    with store.lock(state_dir / CLOCK_FILE) if save else contextlib.nullcontext():
-        before = read_record(store, state_dir)
+    _db(state_dir)
+    with StateDB.in_state_dir(state_dir).transaction() as tx:
+        before = {k: json.loads(v) for k, v in tx.execute("SELECT key, value FROM witness_clock")}
         counted = number(before.get("witnessed"))
         witnessed = wall if counted is None else counted + credit(before, wall, boot)
         high_water = max(wall, number(before.get("high_water")) or wall)
         if save:
-            write_record(
-                state_dir,
-                {
-                    **before,
-                    "wall": wall,
-                    "boot": list(boot) if boot is not None else None,
-                    "high_water": high_water,
-                    "witnessed": witnessed,
-                },
-            )
+            after = {"wall": wall, "boot": list(boot) if boot is not None else None}
+            _write(tx, {**before, **after, "high_water": high_water, "witnessed": witnessed})
     return Clock(wall, high_water, witnessed)
 
 

@@ -295,14 +295,14 @@ def _indexes_back(rt: Runtime, store: kept.VersionStore, folder: Path) -> None:
     import os
 
     for name in records.INDEX_FILES:
-        kept = listing.versions_of(store, folder, name)
-        if not kept or os.path.lexists(folder / name):
+        found = listing.versions_of(store, folder, name)
+        if not found or os.path.lexists(folder / name):
             continue
-        data = store.read_object(kept[-1].sha256)
+        data = store.read_object(found[-1].sha256)
         if data is None:  # pruned: the index pass writes one anew
             continue
         pins = rt.store.load_pins(folder)
-        _write_back(rt, store, folder, name, (data, kept[-1].sha256), None, pins)
+        _write_back(rt, store, folder, name, (data, found[-1].sha256), None, pins)
 
 
 def _why(error: BaseException) -> str:

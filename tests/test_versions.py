@@ -1,5 +1,5 @@
-"""The version store (memoryd/versions.py): what scans read is kept by content, once, in the
-state dir; deletions and rewrites by others are recorded, a burst raises the alarm; retention
+"""The version store (memoryd/versions/): what scans read is kept by content, once, in the
+state store; deletions and rewrites by others are recorded, a burst raises the alarm; retention
 and the cap with a fake clock; a kill -9 while storing leaves no half version."""
 
 import hashlib
@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
-from memoryd import trash, versions
+from memoryd import trash
 from memoryd.scan import scan_dir
-from memoryd.versions import VersionStore
+from memoryd.storage.statedb import forget_shared
+from memoryd.versions import kept, listing, prune, records, scanned
+from memoryd.versions.kept import VersionStore
 from tests.conftest import Env, lock_held_elsewhere, tree_digest
 from tests.conftest import write_lesson as _mem
 from tests.helpers import memoryd_child
@@ -53,9 +55,8 @@ def _sha(data: bytes) -> str:
 
 
 def _objects(store: VersionStore) -> dict[str, bytes]:
-    if not store.objects.exists():
-        return {}
-    return {p.name: p.read_bytes() for p in store.objects.iterdir() if not p.name.startswith(".")}
+    rows = store.conn().execute("SELECT sha, data FROM versions_objects")
+    return {sha: bytes(data) for sha, data in rows}
 
 
 def _dir(env: Env, name: str = "mem") -> Path:
@@ -79,10 +80,9 @@ def test_identical_bytes_are_stored_once_privately_and_nothing_in_the_memory_dir
         scan_dir(b, versions=store)  # again: nothing new
     assert set(_objects(store)) == {_sha(same), _sha((b / "two.md").read_bytes())}
     assert before == (tree_digest(a), tree_digest(b), sorted(os.listdir(a)), sorted(os.listdir(b)))
-    for root, _dirs, files in os.walk(store.root):
-        assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
-        for f in files:
-            assert stat.S_IMODE(os.stat(Path(root) / f).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(env.state).st_mode) == 0o700
+    for f in env.state.glob("state.sqlite*"):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600
     assert [r.f for r in store.records(b)] == ["other.md", "two.md"]  # one line each
 
 
@@ -221,11 +221,11 @@ def test_retention_and_the_cap_with_a_fake_clock(env: Env) -> None:
 CRASH_SCRIPT = """
 import sys
 from pathlib import Path
-from memoryd import versions
+from memoryd.versions import kept
 from memoryd.scan import scan_dir
 import os, signal
 store = kept.VersionStore(Path(sys.argv[2]))
-store.defer = len(sys.argv) > 3  # the daemon's way: objects put in place at the next flush
+store.defer = len(sys.argv) > 3  # the daemon's way
 with kept.using(store):
     scan_dir(Path(sys.argv[1]), versions=store)
     if store.defer:
@@ -242,17 +242,21 @@ def _run_kill(folder: Path, state: Path, k: int, trace: Path) -> int:
     return proc.returncode
 
 
-def _check_no_half_object(state: Path) -> None:
-    objects = state / "versions" / "objects"
-    for p in objects.iterdir() if objects.exists() else []:
-        if not p.name.startswith("."):
-            assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name, f"half object {p}"
+def _check_no_half_object(state: Path) -> set[str]:
+    """Every object the store holds is whole (its bytes are its sha256); their shas."""
+    if not (state / "state.sqlite").exists():
+        return set()
+    forget_shared()
+    store = VersionStore(state)
+    for sha in store.object_sizes():
+        assert store.read_object(sha) is not None, f"half object {sha}"
+    return set(store.object_sizes())
 
 
 def test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version(tmp_path: Path) -> None:
-    """A real process killed at every crash point of storing (mid-write of an object, before
-    the renames), for a few files (fsync each) and a batch (one syncfs): no object under its
-    name is ever partial, and the next run stores every version."""
+    """A real process killed at every crash point of storing (a scan's one transaction,
+    before its commit), for a few files and a batch: no object is ever partial, and the
+    next run stores every version."""
     for count in (3, 20):
         folder = tmp_path / f"mem{count}"
         folder.mkdir()
@@ -267,17 +271,16 @@ def test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version(tmp_path:
             if code == 0:
                 break
             assert _run_kill(folder, state, 0, trace) == 0  # then a run that is not killed
-            _check_no_half_object(state)
-            stored = {p.name for p in (state / "versions" / "objects").iterdir()}
+            stored = _check_no_half_object(state)
             assert {_sha(d) for d in datas} <= stored
-        assert k > count  # every object's write and the rename step were crash points
+        assert k > 1  # the scan's commit was a crash point
         labels = trace.read_text()
-        assert "versions.writing" in labels and "versions.before_rename" in labels
+        assert "versions.end_scan" in labels
 
 
 def test_a_daemon_killed_before_its_flush_loses_no_version(tmp_path: Path) -> None:
-    """The daemon renames a pass's new objects into place at its next heartbeat; killed
-    before it, the next start puts every whole temp in place (none is left behind)."""
+    """The daemon's scan commits its versions at its end, not at the next heartbeat:
+    killed before any flush, every version read is kept."""
     folder = tmp_path / "mem"
     folder.mkdir()
     datas = [_mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)]
@@ -287,10 +290,9 @@ def test_a_daemon_killed_before_its_flush_loses_no_version(tmp_path: Path) -> No
     run = [sys.executable, "-c", CRASH_SCRIPT, str(folder), str(state)]
     killed = subprocess.run([*run, "defer"], env=env, capture_output=True, timeout=60, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    objects = state / "versions" / "objects"
-    assert not [p for p in objects.iterdir() if not p.name.startswith(".")]  # all temps
+    assert _check_no_half_object(state) == {_sha(d) for d in datas}
     assert subprocess.run(run, env=env, timeout=60, check=False).returncode == 0
-    assert sorted(p.name for p in objects.iterdir()) == sorted(_sha(d) for d in datas)
+    assert _check_no_half_object(state) == {_sha(d) for d in datas}
 
 
 def _stored(store: VersionStore) -> dict[str, bytes]:
@@ -307,7 +309,7 @@ def _created_files(root: Path) -> int:
     return sum(len(files) for _, _, files in os.walk(root))
 
 
-def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None:
+def test_a_first_start_over_many_files_stores_them_in_the_one_state_file(env: Env) -> None:
     """300 new files in one scan: one pack file (not 300 object files and a syncfs), each
     version read back byte-identical, identical bytes once; a second dir holding the same
     bytes adds nothing; a later scan's one new version is a loose object as before."""
@@ -317,9 +319,11 @@ def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None
     store = _store(env, Clock(), [])
     with kept.using(store):
         previous = scan_dir(folder, versions=store)
-    assert len(store.pack_names()) == 1
-    assert _objects(store) == {}  # nothing loose
-    assert _created_files(store.objects.parent) <= 4  # the pack, the log, its table, at most
+    # One file (and SQLite's WAL and shared-memory files beside it), not one a version.
+    assert sorted(p.name for p in env.state.glob("state.sqlite*")) == sorted(
+        p.name for p in env.state.iterdir() if p.name.startswith("state.sqlite")
+    )
+    assert _created_files(env.state) <= 8
     assert _stored(store) == {_sha(d): d for d in datas.values()}
     other = _dir(env, "other")
     for name, data in list(datas.items())[:50]:
@@ -328,93 +332,49 @@ def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None
         scan_dir(other, versions=store)
         new = _mem(folder, "m001.md", "rewritten by the agent")
         scan_dir(folder, previous.files, previous=previous, only={"m001.md"}, versions=store)
-    assert len(store.pack_names()) == 1
-    assert set(_objects(store)) == {_sha(new)}
+    assert set(_objects(store)) == {_sha(d) for d in datas.values()} | {_sha(new)}
     found = listing.versions_of(store, folder, "m001.md")
     assert [store.read_object(v.sha256) for v in found] == [datas["m001.md"], new]
 
 
-PACK_CRASH_SCRIPT = """
-import sys
-from pathlib import Path
-from memoryd import versions
-from memoryd.scan import scan_dir
-versions.PACK_FROM = 4  # a pack from 4 objects: the loop stays short
-store = kept.VersionStore(Path(sys.argv[2]))
-with kept.using(store):
-    scan_dir(Path(sys.argv[1]), versions=store)
-"""
-
-
-def test_kill_9_while_writing_a_pack_loses_nothing_and_leaves_no_half_pack(tmp_path: Path) -> None:
-    """A real process killed at every crash point of writing a pack (after each object, before
-    its rename): no pack under its name is ever partial, no version is logged that cannot be
-    read back, and the next run stores every version and removes the dead one's temp."""
-    folder = tmp_path / "mem"
-    folder.mkdir()
-    datas = [_mem(folder, f"m{i}.md", f"lesson {i} " + "z" * 3000) for i in range(6)]
-    base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    k = 0
-    while True:
-        k += 1
-        state = tmp_path / f"state-{k}"
-        run = [sys.executable, "-c", PACK_CRASH_SCRIPT, str(folder), str(state)]
-        crash = {**base, "MEMORYD_CRASH_AT": str(k)}
-        killed = subprocess.run(run, env=crash, capture_output=True, text=True, timeout=60)
-        assert killed.returncode in (0, -signal.SIGKILL), killed.stderr
-        store = VersionStore(state)
-        _stored(store)  # every pack under its name whole, every entry its bytes
-        logged = {r.h for r in store.records(folder.resolve())}
-        assert all(store.has_object(sha) for sha in logged)  # logged means restorable
-        if killed.returncode == 0:
-            break
-        clean = {k: v for k, v in base.items() if k != "MEMORYD_CRASH_AT"}
-        assert subprocess.run(run, env=clean, timeout=60, check=False).returncode == 0
-        assert set(_stored(store)) == {_sha(d) for d in datas}
-        assert [n for n in os.listdir(store.packs) if n.startswith(".")] == []
-    assert k > len(datas)  # each object's write and the rename were crash points
-    assert len(VersionStore(state).pack_names()) == 1
-
-
-def test_a_scan_that_finds_nothing_changed_reads_no_log_and_a_change_still_counts(
+def test_a_scan_that_finds_nothing_changed_adds_no_row_and_a_change_still_counts(
     env: Env,
 ) -> None:
     """A new process's store (a one-shot `memoryd index`) scanning a dir the scan cache says is
-    unchanged loads no table and parses no log line; a file deleted while no memoryd ran, and
-    a line another process appended, each still send the next scan the whole way."""
+    unchanged adds no row; a file deleted while no memoryd ran, and a row another process
+    added, are each still seen by the next scan."""
     folder = _dir(env)
     for i in range(5):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     events: Events = []
     with kept.using(_store(env, Clock(), events)) as store:
         cache = scan_dir(folder, versions=store).files
+    rows = len(store.records(folder))
     quiet = _store(env, Clock(), events)
     with kept.using(quiet):
         scan_dir(folder, cache, versions=quiet)
-    assert not quiet._dirs[folder].loaded
+    assert len(quiet.records(folder)) == rows
     (folder / "m0.md").unlink()  # while nothing of memoryd runs
     with kept.using(_store(env, Clock(), events)) as store:
         cache = scan_dir(folder, cache, versions=store).files
     assert [e for e, _ in events] == ["memory.deleted_outside"]
     assert [d.name for d in listing.deleted(quiet, folder)] == ["m0.md"]
-    again = _store(env, Clock(), events)
-    with kept.using(again):
-        scan_dir(folder, cache, versions=again)
-    assert not again._dirs[folder].loaded  # the stamp the last scan left holds
     other = _store(env, Clock(), [])
-    other.record(folder, "m1.md", _sha((folder / "m1.md").read_bytes()), 1, "restoring", "memoryd")
+    sha1 = _sha((folder / "m1.md").read_bytes())
+    other.record(folder, "m1.md", sha1, 1, "gone", "memoryd")
     after = _store(env, Clock(), events)
     with kept.using(after):
-        scan_dir(folder, cache, versions=after)
-    assert after._dirs[folder].loaded  # a line it did not write: read the whole way
+        scan_dir(folder, cache, versions=after, only={"m1.md"})
+    # The other's row is seen: the file is there again, so it is recorded so.
+    assert [r.e for r in after.records(folder) if r.f == "m1.md"][-2:] == ["gone", "seen"]
 
 
 def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
     env: Env, monkeypatch: Any
 ) -> None:
     """The daemon's store prunes at a flush once a day has passed (not at every heartbeat);
-    a version whose bytes were pruned stays listed for keep_days, then its lines leave the
-    log, which is rewritten shorter; the store goes on recording in the new log."""
+    a version whose bytes were pruned stays listed for keep_days, then its rows go; the
+    store goes on recording after them."""
     folder = _dir(env)
     clock = Clock()
     events: Events = []
@@ -427,7 +387,7 @@ def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
         runs.append(clock.now)
         return real_prune(s, now)
 
-    monkeypatch.setattr(versions, "prune", counting)
+    monkeypatch.setattr(prune, "prune", counting)
     with kept.using(store):
         store.flush()  # at start
         v1 = _mem(folder, "a.md", "first")
@@ -448,34 +408,33 @@ def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
         assert [(v.sha256, v.stored) for v in listing.versions_of(store, folder, "a.md")] == [
             (_sha(v1), False), (_sha(v2), True)
         ]  # fmt: skip
-        size = store.log_path(folder).stat().st_size
+        size = len(store.records(folder))
         clock.now += 30 * DAY
-        store.flush()  # due again: v1 ended 61 days ago, its lines leave the log
+        store.flush()  # due again: v1 ended 61 days ago, its rows go
         assert len(runs) == 4
-        assert store.log_path(folder).stat().st_size < size
+        assert len(store.records(folder)) < size
         assert [v.sha256 for v in listing.versions_of(store, folder, "a.md")] == [_sha(v2)]
         v3 = _mem(folder, "a.md", "third")
         scan_dir(folder, previous.files, previous=previous, only={"a.md"}, versions=store)
     assert [v.sha256 for v in listing.versions_of(store, folder, "a.md")] == [_sha(v2), _sha(v3)]
     rewritten = [f for e, f in events if e == "memory.rewritten_outside"]
     assert [(f["sha256"], f["previous"]) for f in rewritten][-1] == (_sha(v3), _sha(v2))
-    first = store.log_path(folder).read_bytes().split(b"\n", 1)[0]
-    assert first.startswith(b'{"dir"')
+    assert store.known_dirs() == [folder]
 
 
 COMPACT_CRASH_SCRIPT = """
 import sys
 from pathlib import Path
-from memoryd import versions
+from memoryd.versions import kept, prune
 now = float(sys.argv[2])
 store = kept.VersionStore(Path(sys.argv[1]), clock=lambda: now, boot=lambda: ("b", now))
 prune.prune(store)
 """
 
 
-def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_path: Path) -> None:
-    """A real process killed at every crash point of a prune that compacts a log: the log is
-    always whole, either as it was or compacted, and a run that is not killed compacts it."""
+def test_kill_9_while_compacting_leaves_the_old_rows_or_the_new_ones(tmp_path: Path) -> None:
+    """A real process killed at every crash point of a prune that compacts a dir's rows: the
+    rows are as they were or compacted, and a run that is not killed compacts them."""
     folder = tmp_path / "mem"
     folder.mkdir()
     state = tmp_path / "state"
@@ -488,8 +447,7 @@ def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_pat
         _mem(folder, "a.md", "second")
         scan_dir(folder, previous.files, previous=previous, only={"a.md"}, versions=store)
     prune.prune(store)  # finds the first version replaced: memoryd watches it from here
-    log = store.log_path(folder.resolve())
-    old = log.read_bytes()
+    old = store.records(folder.resolve())
     base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     run = [sys.executable, "-c", COMPACT_CRASH_SCRIPT, str(state), str(clock.now + 90 * DAY)]
     k = 0
@@ -498,16 +456,14 @@ def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_pat
         crash = {**base, "MEMORYD_CRASH_AT": str(k)}
         done = subprocess.run(run, env=crash, capture_output=True, text=True, timeout=60)
         assert done.returncode in (0, -signal.SIGKILL), done.stderr
-        now = log.read_bytes()
+        forget_shared()
+        now = VersionStore(state).records(folder.resolve())
         if done.returncode == 0:
             break
-        assert now == old  # killed before the rename: the old log, whole
-    assert k >= 3  # the new log's write and its rename were crash points
-    assert len(now) < len(old) and now.startswith(old.split(b"\n", 1)[0])
-    assert [r.h for r in VersionStore(state).records(folder.resolve())] == [
-        r.h for r in store.records(folder.resolve())
-    ][-1:]
-    assert [n for n in os.listdir(log.parent) if n.startswith(".")] == []
+        assert now == old  # killed before the commit: the rows as they were
+    assert k >= 2  # the commit was a crash point
+    assert len(now) < len(old)
+    assert [r.h for r in now] == [r.h for r in old][-1:]
 
 
 def test_an_indexs_history_lists_diffs_and_restores_through_the_check_and_swap_writer(
@@ -566,8 +522,8 @@ def test_an_indexs_history_lists_diffs_and_restores_through_the_check_and_swap_w
 def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
     env: Env, monkeypatch: Any
 ) -> None:
-    """A first start's reads (600 files, a pack): the store keeps no reference to any read's
-    bytes once it was told of them (they are copied into the pack's buffer or the spool), and
+    """A first start's reads (600 files): the store keeps no reference to any read's
+    bytes once it was told of them (they are copied into the scan's spool), and
     the objects it allocates while the scan runs do not grow with the reads (a tuple and a
     size per read, and each read's bytes held until a batch was written, left the daemon's
     heap megabytes bigger after its first start): 290 more reads, next to no more blocks
@@ -577,7 +533,7 @@ def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
     folder = _dir(env)
     datas = [_mem(folder, f"m{i:03}.md", f"lesson {i} " + "y" * 1500) for i in range(600)]
     store = _store(env, Clock(), [])
-    kept: list[str] = []
+    held: list[str] = []
     live: list[int] = []
     calls: list[str] = []
     original = kept.Session.read
@@ -587,10 +543,10 @@ def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
         before = sys.getrefcount(data)
         original(self, name, data, sha, kind)
         if sys.getrefcount(data) != before:
-            kept.append(name)
-        if len(calls) in (300, 590):  # past the pack's start, then late in the scan
+            held.append(name)
+        if len(calls) in (300, 590):  # early, then late in the scan
             snapshot = tracemalloc.take_snapshot().filter_traces(
-                [tracemalloc.Filter(True, versions.__file__)]
+                [tracemalloc.Filter(True, kept.__file__)]
             )
             live.append(sum(stat.count for stat in snapshot.statistics("filename")))
 
@@ -601,10 +557,9 @@ def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
             scan_dir(folder, versions=store)
     finally:
         tracemalloc.stop()
-    assert kept == []
+    assert held == []
     assert len(live) == 2 and live[1] - live[0] < 30, live  # the old code's: over 500 more
     assert _stored(store) == {_sha(d): d for d in datas}
-    assert len(store.pack_names()) == 1
 
 
 def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypatch: Any) -> None:
@@ -637,7 +592,7 @@ def _prune_in_another_process(state: Path, now: float) -> dict[str, Any]:
     """`prune.prune` of the same state dir run by another process (the daemon's daily one),
     with its own clock: what it removed and whether it found the store busy."""
     probe = (
-        "import json, sys\nfrom pathlib import Path\nfrom memoryd import versions\n"
+        "import json, sys\nfrom pathlib import Path\nfrom memoryd.versions import kept, prune\n"
         f"store = kept.VersionStore(Path({str(state)!r}), clock=lambda: {now!r})\n"
         "r = prune.prune(store)\n"
         "print(json.dumps({'removed': len(r.removed), 'busy': getattr(r, 'busy', False)}))"
@@ -657,39 +612,47 @@ def _memories(folder: Path, count: int) -> None:
         )
 
 
-def test_a_prune_by_another_process_waits_while_a_scan_stores_a_pack(env: Env, monkeypatch) -> None:
-    """A scan's pack is put in place before the log names its objects. A prune by another
-    process in between (the daemon's daily one against a command's first `index`) found
-    objects no log named and deleted all 300: every current version logged, none readable,
-    and no later scan stored them again. The store-wide lock makes that prune wait."""
+def test_a_prune_by_another_process_waits_while_a_scan_stores_its_versions(
+    env: Env, monkeypatch: Any
+) -> None:
+    """A prune by another process (the daemon's daily one against a command's first `index`)
+    started while a scan's transaction holds objects no row names yet: it waits for the
+    commit, then finds every object named, and drops none."""
     folder = env.home / "mem"
     _memories(folder, 300)
     clock = Clock()
-    seen: list[dict[str, Any]] = []
-    commit = versions._PackWriter.commit
+    started: list[subprocess.Popen[str]] = []
+    rows_of = scanned.rows_of
+    probe = (
+        "import json, sys\nfrom pathlib import Path\nfrom memoryd.versions import kept, prune\n"
+        f"store = kept.VersionStore(Path({str(env.state)!r}), clock=lambda: {clock.now!r})\n"
+        "print(json.dumps({'removed': len(prune.prune(store).removed)}))"
+    )
 
-    def commit_then_prune(self: Any) -> str:
-        name = commit(self)
-        seen.append(_prune_in_another_process(env.state, clock.now))
-        return name
+    def rows_then_prune(*args: Any) -> Any:
+        started.append(subprocess.Popen([sys.executable, "-c", probe], stdout=subprocess.PIPE,
+                                        text=True))  # fmt: skip
+        return rows_of(*args)
 
-    monkeypatch.setattr(versions._PackWriter, "commit", commit_then_prune)
+    monkeypatch.setattr(scanned, "rows_of", rows_then_prune)
     with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
-    assert seen == [{"removed": 0, "busy": True}]
+    (proc,) = started
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and json.loads(out) == {"removed": 0}
     fresh = _store(env, clock, [])
     for path in folder.iterdir():
         data = path.read_bytes()
         assert fresh.read_object(hashlib.sha256(data).hexdigest()) == data, path.name
-    assert _prune_in_another_process(env.state, clock.now) == {"removed": 0, "busy": False}
 
 
 def test_a_prune_by_another_process_cannot_drop_an_object_a_scan_found_stored(
     env: Env, monkeypatch
 ) -> None:
     """A scan that finds a version's bytes already stored (a file deleted past retention,
-    written again with the same bytes) writes them no more; a prune by another process
-    before the scan's log line dropped them, and the new file's only version was gone."""
+    written again with the same bytes): a prune by another process before the scan's
+    transaction may drop them; the scan stores them again, and the new file's only version
+    is kept."""
     folder = env.home / "mem"
     folder.mkdir()
     data = b"---\nname: x\ndescription: d\ntype: project\n---\n\nsame lesson\n"
@@ -712,62 +675,40 @@ def test_a_prune_by_another_process_cannot_drop_an_object_a_scan_found_stored(
     monkeypatch.setattr(VersionStore, "end_scan", prune_first)
     with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
-    assert seen == [{"removed": 0, "busy": True}]
+    assert len(seen) == 1  # it ran first, and may have dropped x.md's bytes
     found = listing.versions_of(_store(env, clock, []), folder.resolve(), "y.md")
     assert [v.stored for v in found] == [True]
     assert _store(env, clock, []).read_object(hashlib.sha256(data).hexdigest()) == data
 
 
-def test_a_busy_store_is_pruned_at_the_next_flush(env: Env) -> None:
-    """The daemon's daily prune that finds a writer holding the store tries again at the
-    next heartbeat's flush instead of waiting a day."""
+def test_a_busy_store_is_pruned_at_the_next_flush(env: Env, monkeypatch: Any) -> None:
+    """The daemon's daily prune that finds a writer holding the store past SQLite's wait
+    tries again at the next heartbeat's flush instead of waiting a day."""
+    import sqlite3
+
+    from memoryd.storage import statedb
+
+    monkeypatch.setattr(statedb, "BUSY_WAIT", 0.1)
+    forget_shared()
     clock = Clock()
     daemon = _store(env, clock, [])
     daemon.defer = True
-    held = _store(env, clock, []).lock_shared()  # another process's scan
+    daemon.conn()
+    other = sqlite3.connect(env.state / "state.sqlite", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's scan
     try:
         daemon.flush()
         assert daemon.pruned_at == -float("inf")
     finally:
-        os.close(held)
+        other.execute("ROLLBACK")
+        other.close()
     daemon.flush()
     assert daemon.pruned_at == clock.now
 
 
-def test_a_damaged_size_in_a_packs_index_never_makes_prune_drop_kept_versions(
-    env: Env,
-) -> None:
-    """One flipped bit in one size of a pack's index made that object look 16 MB, and a
-    prune under an 8 MB cap then dropped old versions still within retention. An entry
-    whose bytes would lie outside the pack's objects is not counted (nor copied on repack)."""
-    import struct
-
-    folder = env.home / "mem"
-    _memories(folder, 300)
-    clock = Clock()
-    with kept.using(_store(env, clock, [], max_bytes=8 << 20)) as store:
-        scan_dir(folder, versions=store)
-    clock.now += 3600
-    for i in range(5):
-        (folder / f"m{i:03}.md").write_bytes(f"---\nname: m{i}\n---\n\nrewritten {i}\n".encode())
-    with kept.using(_store(env, clock, [], max_bytes=8 << 20)) as store:
-        scan_dir(folder, versions=store)
-    store = _store(env, clock, [], max_bytes=8 << 20)
-    (pack,) = [store.packs / n for n in store.pack_names()]
-    data = bytearray(pack.read_bytes())
-    _, _, start = struct.unpack(">8sQQ", data[-24:])
-    entry = start + 100 * 48  # the 101st entry: sha256 (32 bytes), offset, size
-    (size,) = struct.unpack(">Q", data[entry + 40 : entry + 48])
-    data[entry + 40 : entry + 48] = struct.pack(">Q", size | (1 << 24))
-    pack.write_bytes(bytes(data))
-    assert prune.prune(store, clock.now).removed == []
-    found = listing.versions_of(store, folder.resolve(), "m000.md")
-    assert [v.stored for v in found] == [True, True]
-
-
 def test_a_prune_stores_again_a_current_version_whose_bytes_went_missing(env: Env) -> None:
-    """Objects gone from the state dir (damaged, restored from an older backup, removed by
-    hand) left current versions logged without their bytes; no scan stored them again
+    """Objects gone from the store (damaged, restored from an older backup, removed by
+    hand) left current versions recorded without their bytes; no scan stored them again
     (their version is already logged), so deleting such a file later lost it. The prune (at
     the daemon's start and daily) reads each one back from its file while the file still
     holds those bytes; a file changed since is left to the next scan."""
@@ -778,8 +719,7 @@ def test_a_prune_stores_again_a_current_version_whose_bytes_went_missing(env: En
         scan_dir(folder, versions=store)
     store = _store(env, clock, [])
     shas = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
-    for sha in shas.values():
-        (store.objects / sha).unlink()
+    store.drop_objects(set(shas.values()))
     (folder / "m004.md").write_bytes(b"---\nname: m4\n---\n\nchanged since\n")
     result = prune.prune(store, clock.now)
     for name, sha in shas.items():
@@ -908,8 +848,8 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
     assert hashed.count(_sha((folder / "MEMORY.md").read_bytes())) == 1
     assert steps.count("versions.writing") <= 2, len(steps)
     store = kept.for_runtime(rt)
-    kept = set(_stored(store))
-    assert {_sha(p.read_bytes()) for p in folder.iterdir() if p.is_file()} <= kept
+    held = set(_stored(store))
+    assert {_sha(p.read_bytes()) for p in folder.iterdir() if p.is_file()} <= held
 
 
 def test_a_batch_of_log_lines_is_written_as_each_line_alone_would_be() -> None:
@@ -968,7 +908,7 @@ def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env
 
 def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
     """Two passes that write MEMORY.md, each reading it back, before the store's next flush:
-    each version is kept (the first is stored when it is read back)."""
+    each version is held (the first is stored when it is read back)."""
     folder = _dir(env)
     _mem(folder, "a.md", "body")
     (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
@@ -979,8 +919,8 @@ def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
         _write_index(folder, store, one)
         _write_index(folder, store, two)
     assert store.has_object(_sha(one)) and store.has_object(_sha(two))
-    kept = [v.sha256 for v in listing.versions_of(store, folder, "MEMORY.md")]
-    assert _sha(one) in kept and _sha(two) in kept
+    held = [v.sha256 for v in listing.versions_of(store, folder, "MEMORY.md")]
+    assert _sha(one) in held and _sha(two) in held
 
 
 def _scan_failing_at(folder: Path, store: VersionStore, monkeypatch: Any, read: int) -> int:
@@ -1228,15 +1168,15 @@ def test_history_restore_pins_the_memory_and_says_already_held_before_looking_fo
 def test_files_a_scan_took_from_a_cache_older_than_the_store_each_get_their_version(
     env: Env,
 ) -> None:
-    """A scan cache filled while no store kept versions (or a log lost since): the first scan
+    """A scan cache filled while no store held versions (or a log lost since): the first scan
     with the store takes those files from the cache unread, and reads each once more so that
     its version is kept."""
     folder = _dir(env)
-    kept = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)}
+    held = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)}
     cache = scan_dir(folder).files  # no store
     with kept.using(_store(env, Clock(), [])) as store:
         again = scan_dir(folder, cache, versions=store)
-    assert all(again.files[n] is cache[n] for n in kept)  # taken from the cache, not parsed
+    assert all(again.files[n] is cache[n] for n in held)  # taken from the cache, not parsed
     assert {n: _sha(d) for n, d in kept.items()} == dict(store.seen_of(folder))
     assert all(store.read_object(_sha(d)) == d for d in kept.values())
 

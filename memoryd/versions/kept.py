@@ -95,7 +95,6 @@ class Session:
         self.spool = bytearray()
         self._pending: set[str] = set()
         self.known: dict[str, str] | None = None
-        self.any_stored = True
 
     @property
     def names(self) -> list[str]:
@@ -128,17 +127,14 @@ class Session:
     def _read(self, name: str, data: bytes, sha: str, kind: str) -> None:
         if self.known is None:
             self.known = self.store.seen_of(self.path)
-            self.any_stored = self.store.conn().execute(
-                "SELECT 1 FROM versions_objects LIMIT 1"
-            ).fetchone() is not None  # fmt: skip
         if self.known.get(name) == sha:
             return  # the version the store has (a restart without a parse cache)
         self.reads.append((name, sha, len(data), kind != "memory"))
         if sha in self._pending:
             return
+        # Held even when the store has these bytes now: a prune in another process may drop
+        # them before this scan's transaction, which then stores them again (INSERT OR IGNORE).
         self._pending.add(sha)
-        if self.any_stored and self.store.has_object(sha):
-            return
         self.held.append((sha, len(self.spool), len(data)))
         self.spool += data
 
@@ -461,8 +457,10 @@ class VersionStore:
                     for item in pending.values():
                         self._guard(self._flush_one, item, True)
             if self.defer and self.clock() - self.pruned_at >= PRUNE_EVERY:
-                self._guard(prune.prune, self)
-                self.pruned_at = self.clock()
+                done: list[prune.PruneResult] = []
+                self._guard(lambda: done.append(prune.prune(self)))
+                if done:  # else the store stayed busy (or failed): the next flush tries
+                    self.pruned_at = self.clock()
 
     def _flush_one(self, item: _Pending, current_only: bool = False) -> None:
         """Record memoryd's own write. `current_only` (a flush, not a read of the file): only
@@ -524,11 +522,14 @@ class VersionStore:
                 rows = [(t, f, h, n, e, by, {"git": at}) if f in made else (t, f, h, n, e, by, x)
                         for t, f, h, n, e, by, x in rows]  # fmt: skip
             self._append(tx, d, rows)
-            said = self._git_said(session.path, told, made, at)
-            for change in said:
-                self._outside(session.path, now, *change)
-            if any(t[5] for t in said):
-                self._alarm(tx, session.path, d, now)
+            fsops.crash_point("versions.end_scan")  # all of the scan is kept, or none of it
+        # Said once committed: a reader told of a change finds it in the store.
+        said = self._git_said(session.path, told, made, at)
+        for change in said:
+            self._outside(session.path, now, *change)
+        if any(t[5] for t in said):
+            with self._lock:
+                self._alarm(self.conn(), session.path, d, now)
 
     def _git_made(self, path: Path, told: Sequence[Told]) -> tuple[set[str], str]:
         """The names of the outside changes a git operation made (a checkout, merge, stash

@@ -47,7 +47,9 @@ def prune(store: "VersionStore", now: float | None = None) -> PruneResult:
     last version of a deleted file within keep_days. Objects no kept version names go."""
     with store.db.transaction() as tx:
         store.conn()
-        return _prune(store, tx, store.clock() if now is None else now)
+        result = _prune(store, tx, store.clock() if now is None else now)
+        fsops.crash_point("versions.pruned")  # all of the prune is done, or none of it
+        return result
 
 
 @dataclass(slots=True)

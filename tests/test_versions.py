@@ -3,7 +3,6 @@ state store; deletions and rewrites by others are recorded, a burst raises the a
 and the cap with a fake clock; a kill -9 while storing leaves no half version."""
 
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ import pytest
 from memoryd import trash
 from memoryd.scan import scan_dir
 from memoryd.storage.statedb import forget_shared
-from memoryd.versions import kept, listing, prune, records, scanned
+from memoryd.versions import importer, kept, listing, prune, scanned
 from memoryd.versions.kept import VersionStore
 from tests.conftest import Env, lock_held_elsewhere, tree_digest
 from tests.conftest import write_lesson as _mem
@@ -852,21 +851,6 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
     assert {_sha(p.read_bytes()) for p in folder.iterdir() if p.is_file()} <= held
 
 
-def test_a_batch_of_log_lines_is_written_as_each_line_alone_would_be() -> None:
-    """`_lines` (a scan's rows made in one go) gives `_line`'s bytes, row for row, for names
-    JSON must escape, with extra fields and mixed times too; each line reads back as its row."""
-    names = ['plain.md', 'quo"te.md', "back\\slash.md", "ünï cödé.md", "tab\there.md",
-             "\udcff-undecodable.md"]  # fmt: skip
-    now = 1_800_000_000.25
-    plain = [(now, n, "ab" * 32, i, "seen", records.OTHER, None) for i, n in enumerate(names)]
-    mixed: list[Any] = [*plain, (now + 1.0, "x.md", "cd" * 32, 7, "gone", "memoryd", {"to": "y"})]
-    for rows in (plain, mixed, plain[:1], []):
-        assert versions._lines(rows) == b"".join(map(versions._line, rows))
-    for raw, row in zip(versions._lines(plain).splitlines(), plain, strict=True):
-        back = json.loads(raw)
-        assert (back["t"], back["f"], back["h"], back["n"], back["e"], back["by"]) == row[:6]
-
-
 def _write_index(folder: Path, store: VersionStore, data: bytes) -> None:
     """memoryd's swap writer puts `data` in as MEMORY.md, and the pass reads it back."""
     from memoryd import fsops
@@ -923,18 +907,16 @@ def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
     assert _sha(one) in held and _sha(two) in held
 
 
-def _scan_failing_at(folder: Path, store: VersionStore, monkeypatch: Any, read: int) -> int:
-    """Scan `folder` with the store, the `read`-th file read raising an unexpected error; the
-    count of loose temps in the store's objects when it raised."""
+def _scan_failing_at(folder: Path, store: VersionStore, monkeypatch: Any, read: int) -> None:
+    """Scan `folder` with the store, the `read`-th file read raising an unexpected error."""
     import memoryd.scan as scan_module
 
     real = scan_module.read_one
-    count, temps = [0], [0]
+    count = [0]
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         count[0] += 1
         if count[0] == read:
-            temps[0] = len(list(store.objects.glob("*.tmp")))
             raise RuntimeError("a fault")
         return real(*args, **kwargs)
 
@@ -942,37 +924,29 @@ def _scan_failing_at(folder: Path, store: VersionStore, monkeypatch: Any, read: 
     with pytest.raises(RuntimeError):
         scan_dir(folder, versions=store)
     monkeypatch.setattr(scan_module, "read_one", real)
-    return temps[0]
 
 
-def test_a_scan_that_raises_lets_go_of_the_store_lock_at_once(env: Env, monkeypatch: Any) -> None:
+def test_a_scan_that_raises_holds_no_transaction_and_keeps_nothing_half(
+    env: Env, monkeypatch: Any
+) -> None:
     """A scan that raises part way (an unexpected error after some reads) gives up its session
-    then, not at the next scan: the store-wide lock is free for a prune, and no pack or temp
-    of its reads is left."""
+    then, not at the next scan: no transaction is left open (another process writes at
+    once), nothing of its reads is kept, and the next scan stores them all."""
+    import sqlite3
+
     folder = _dir(env)
     for i in range(30):
         _mem(folder, f"m{i:02}.md", f"l {i}")
     store = _store(env, Clock(), [])
     _scan_failing_at(folder, store, monkeypatch, 20)
-    fd = store.lock_exclusive()
-    assert fd is not None, "the raising scan still holds the store-wide lock"
-    os.close(fd)
-    assert not list(store.root.rglob("*.tmp")), "a temp of the raising scan was left"
-
-
-def test_a_scan_that_raises_after_writing_loose_temps_leaves_none(
-    env: Env, monkeypatch: Any
-) -> None:
-    """Fewer files than make a pack but more bytes than a scan holds are written as loose
-    temps as it goes; a scan that raises after that removes them (nothing logged names them)."""
-    folder = _dir(env)
-    for i in range(12):
-        _mem(folder, f"m{i:02}.md", f"{i}" + "x" * (versions.PACK_BUFFER // 8))
-    store = _store(env, Clock(), [])
-    assert _scan_failing_at(folder, store, monkeypatch, 11) > 0, "no loose temp written yet"
-    assert not list(store.root.rglob("*.tmp"))
+    assert not store.db.in_transaction()
+    other = sqlite3.connect(env.state / "state.sqlite", isolation_level=None, timeout=0)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ROLLBACK")
+    other.close()
+    assert _objects(store) == {}
     assert listing.versions_of(store, folder, "m00.md") == []
-    scan_dir(folder, versions=store)  # the next scan stores them all
+    scan_dir(folder, versions=store)
     assert len(listing.versions_of(store, folder, "m00.md")) == 1
 
 
@@ -1028,19 +1002,18 @@ def test_a_deletion_stays_restorable_after_a_new_file_takes_its_name(env: Env, c
 
 
 def test_listing_deletions_is_linear_in_a_long_log(env: Env) -> None:
-    """`trash list` over a log of 20,000 deletions and 40,000 later reads of other bytes
+    """`trash list` over a history of 20,000 deletions and 40,000 later reads of other bytes
     matches each read to the deletions of its sha256 directly: well under the 3 s budget (a
     scan of every open deletion for each read took ~13 s)."""
     import time
 
     folder = _dir(env)
     store = _store(env, Clock(), [])
-    store.logs.mkdir(parents=True)
-    lines = [json.dumps({"dir": str(folder)})]
-    row = '{{"t":1.0,"f":"{f}","h":"{h}","n":10,"e":"{e}","by":"other"}}'
-    lines += [row.format(f=f"m{i}.md", h=_sha(b"d%d" % i), e="gone") for i in range(20_000)]
-    lines += [row.format(f=f"n{i}.md", h=_sha(b"s%d" % i), e="seen") for i in range(40_000)]
-    store.log_path(folder).write_text("\n".join(lines) + "\n")
+    rows: list[kept.Row] = [
+        (1.0, f"m{i}.md", _sha(b"d%d" % i), 10, "gone", "other", None) for i in range(20_000)
+    ]
+    rows += [(1.0, f"n{i}.md", _sha(b"s%d" % i), 10, "seen", "other", None) for i in range(40_000)]
+    store.add_rows(folder, rows)
     store.store_object(b"d7", _sha(b"d7"))  # the one deletion whose bytes are kept
     started = time.perf_counter()
     listed = listing.deleted(store, folder)
@@ -1049,45 +1022,17 @@ def test_listing_deletions_is_linear_in_a_long_log(env: Env) -> None:
     assert took < 3.0, f"{took:.2f} s"
 
 
-def test_an_empty_memory_kept_in_a_pack_reads_back(env: Env) -> None:
-    """An empty file's version packed with a first start's others reads back as b"" (an
+def test_an_empty_memory_kept_with_a_first_starts_others_reads_back(env: Env) -> None:
+    """An empty file's version stored with a first start's others reads back as b"" (an
     empty version, restorable), not as a missing one."""
     folder = _dir(env)
-    for i in range(versions.PACK_FROM + 10):
+    for i in range(20):
         _mem(folder, f"m{i:03}.md", f"l {i}")
     (folder / "empty.md").write_bytes(b"")
     store = _store(env, Clock(), [])
     scan_dir(folder, versions=store)
-    assert store.pack_names() and not store.has_loose()
     assert store.read_object(_sha(b"")) == b""
-
-
-def test_a_history_lists_the_objects_folder_once_whatever_its_versions(
-    env: Env, monkeypatch: Any
-) -> None:
-    """Whether an unstored version waits in a temp is looked up by name in one listing of the
-    objects folder for the whole history, not one listing (and read) per version: 300 pruned
-    versions of MEMORY.md beside 10,000 loose objects took 3 s so."""
-    folder = _dir(env)
-    store = _store(env, Clock(), [])
-    for i in range(20):
-        store.store_object(b"%d" % i, _sha(b"%d" % i))
-    lines = [json.dumps({"dir": str(folder)})]
-    row = '{{"t":{t}.0,"f":"MEMORY.md","h":"{h}","n":5,"e":"seen","by":"memoryd"}}'
-    lines += [row.format(t=i, h=_sha(b"v%d" % i)) for i in range(300)]
-    store.logs.mkdir(parents=True)
-    store.log_path(folder).write_text("\n".join(lines) + "\n")
-    real, listed = os.listdir, []
-
-    def listdir(path: Any = ".") -> list[str]:
-        if Path(path) == store.objects:
-            listed.append(path)
-        return real(path)
-
-    monkeypatch.setattr(os, "listdir", listdir)
-    found = listing.versions_of(store, folder, "MEMORY.md")
-    assert len(found) == 300 and not any(v.stored for v in found)
-    assert len(listed) <= 1
+    assert store.has_object(_sha(b""))
 
 
 def test_a_deletion_a_new_file_took_the_name_of_is_never_pruned_within_keep_days(env: Env) -> None:
@@ -1159,7 +1104,7 @@ def test_history_restore_pins_the_memory_and_says_already_held_before_looking_fo
     pins = restored.load(env.runtime().store, folder)
     assert [(p.file, p.sha256) for p in pins] == [("a.md", _sha(first))]
     store = kept.for_runtime(env.runtime())
-    (store.objects / _sha(first)).unlink()  # its bytes gone (pruned, say)
+    store.drop_objects({_sha(first)})  # its bytes gone (pruned, say)
     again = cli("history", folder / "a.md", "--restore", "1")
     assert again.code == 0, again.err
     assert "already holds version 1" in again.out
@@ -1177,36 +1122,8 @@ def test_files_a_scan_took_from_a_cache_older_than_the_store_each_get_their_vers
     with kept.using(_store(env, Clock(), [])) as store:
         again = scan_dir(folder, cache, versions=store)
     assert all(again.files[n] is cache[n] for n in held)  # taken from the cache, not parsed
-    assert {n: _sha(d) for n, d in kept.items()} == dict(store.seen_of(folder))
-    assert all(store.read_object(_sha(d)) == d for d in kept.values())
-
-
-def test_a_pack_written_back_early_in_small_pieces_reads_back_whole(
-    env: Env, monkeypatch: Any
-) -> None:
-    """The pack's writeback is started every PACK_WRITEBACK bytes while the scan runs (a head
-    start for the commit's fsync): with pieces of 1 KB and a start after each, over objects
-    larger and smaller than a piece, every version still reads back byte-identical."""
-    monkeypatch.setattr(versions, "PACK_WRITE", 1024)
-    monkeypatch.setattr(versions, "PACK_WRITEBACK", 1)
-    started: list[tuple[int, int]] = []
-    real = versions._start_writeback
-
-    def start(fd: int, offset: int, length: int) -> None:
-        started.append((offset, length))
-        real(fd, offset, length)
-
-    monkeypatch.setattr(versions, "_start_writeback", start)
-    folder = _dir(env)
-    datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", "x" * (i * 37)) for i in range(300)}
-    store = _store(env, Clock(), [])
-    with kept.using(store):
-        scan_dir(folder, versions=store)
-    assert len(store.pack_names()) == 1
-    assert _stored(store) == {_sha(d): d for d in datas.values()}
-    # Ranges one after the other from the pack's start, none twice.
-    assert started[0][0] == 0
-    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(started))
+    assert {n: _sha(d) for n, d in held.items()} == dict(store.seen_of(folder))
+    assert all(store.read_object(_sha(d)) == d for d in held.values())
 
 
 def test_a_forget_killed_between_a_move_and_its_log_line_is_no_outside_deletion(
@@ -1239,82 +1156,33 @@ def test_a_forget_killed_between_a_move_and_its_log_line_is_no_outside_deletion(
 def test_a_damaged_object_of_a_current_version_is_stored_again_from_its_file(
     env: Env, cli: Any
 ) -> None:
-    """Three current versions' objects damaged in the state dir: one overwritten with other
-    bytes, one made a FIFO, one a symlink to a copy of its bytes. The store took each name
-    for the version's bytes (no scan or prune stored them again), so an agent deleting those
-    memories later lost them. The prune (the daemon's, at its start and daily) says the
-    overwritten one, stores all three again from their files, and each deletion restores
+    """Current versions' bytes damaged in the store (other bytes, cut short): never given
+    back as those versions; the prune (the daemon's, at its start and daily) says the one
+    whose size is wrong, stores both again from their files, and each deletion restores
     byte-identical."""
     folder = _dir(env)
     datas = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(4)}
     assert cli("index", folder).code == 0
     store = VersionStore(env.state)
-    objects = store.objects
-    overwritten, fifo, linked = (_sha(datas[f"m{i}.md"]) for i in range(3))
-    (objects / overwritten).write_bytes(b"something else")
-    (objects / fifo).unlink()
-    os.mkfifo(objects / fifo)
-    copy = env.home / "copy"
-    copy.write_bytes(datas["m2.md"])
-    (objects / linked).unlink()
-    (objects / linked).symlink_to(copy)
-    assert prune.prune(store).repaired == 3
-    assert any(str(objects / overwritten) in said for said in store._said), store._said
-    for sha in (overwritten, fifo, linked):
-        assert (objects / sha).is_file() and not (objects / sha).is_symlink()
-        assert hashlib.sha256((objects / sha).read_bytes()).hexdigest() == sha
+    overwritten, cut = (_sha(datas[f"m{i}.md"]) for i in range(2))
+    conn = store.conn()
+    conn.execute("UPDATE versions_objects SET data = ? WHERE sha = ?", (b"x" * 10, overwritten))
+    conn.execute("UPDATE versions_objects SET data = ?, size = 3 WHERE sha = ?", (b"abc", cut))
+    assert store.read_object(overwritten) is None and store.read_object(cut) is None
+    assert any(overwritten in said and "damaged" in said for said in store._said), store._said
+    assert prune.prune(store).repaired == 2
+    assert any(cut in said and "damaged" in said for said in store._said), store._said
+    assert store.read_object(overwritten) == datas["m0.md"]
+    assert store.read_object(cut) == datas["m1.md"]
     assert prune.prune(store).repaired == 0
-    for i in range(3):
+    for i in range(2):
         (folder / f"m{i}.md").unlink()
     assert cli("index", folder).code == 0
     for row in [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]:
         done = cli("trash", "restore", row["restore"].split()[-1], folder)
         assert done.code == 0, done.err
-    for i in range(3):
+    for i in range(2):
         assert (folder / f"m{i}.md").read_bytes() == datas[f"m{i}.md"]
-
-
-@pytest.mark.parametrize("planted", ["fifo", "symlink"])
-def test_a_log_that_is_no_regular_file_is_said_with_what_to_do_and_never_written(
-    env: Env, cli: Any, planted: str
-) -> None:
-    """A dir's version log replaced by a FIFO (a reader holding it open) or a symlink: an
-    index run and `history` finish, say the log is no regular file and to move it aside,
-    and write nothing through it (the old code appended the run's lines into the FIFO, where
-    they were lost, and said of the link only "Too many levels of symbolic links"); moved
-    aside, the next run starts a new log that holds every memory's version."""
-    folder = _dir(env)
-    _mem(folder, "a.md", "first")
-    assert cli("index", folder).code == 0
-    log = VersionStore(env.state).log_path(folder)
-    target = env.home / "elsewhere.jsonl"
-    log.rename(target)
-    reader = -1
-    if planted == "fifo":
-        os.mkfifo(log)
-        reader = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
-    else:
-        log.symlink_to(target)
-    before = target.read_bytes()
-    try:
-        new = _mem(folder, "b.md", "second")
-        done = cli("index", folder)
-        assert done.code == 0, done.err
-        shown = cli("history", folder / "b.md")
-        assert shown.code == 0
-        for said in (done.err, shown.err):
-            assert f"{log} is a " in said and "move it aside" in said, said
-            assert "Too many levels" not in said
-        if reader >= 0:
-            assert os.read(reader, 1 << 16) == b""  # no line was written into the pipe
-    finally:
-        if reader >= 0:
-            os.close(reader)
-    assert target.read_bytes() == before  # a link's target is never written through it
-    log.unlink()
-    assert cli("index", folder).code == 0
-    kept = {(r.f, r.h) for r in VersionStore(env.state).records(folder) if r.e == "seen"}
-    assert ("b.md", _sha(new)) in kept and "a.md" in {f for f, _ in kept}
 
 
 def _watched_by_processes(
@@ -1375,175 +1243,25 @@ def test_a_burst_split_between_memoryd_processes_is_one_alarm_in_whichever_sees_
     assert [e for e, _ in events].count("memory.deleted_outside") == 8
 
 
-def test_an_over_long_line_in_a_log_is_skipped_once_and_the_stamp_holds_after_it(
-    env: Env,
-) -> None:
-    """A damaged line of 1 MB (over LOG_LINE_MAX) in a dir's log, then more lines: a scan
-    reads past it once, records a deletion, and leaves a stamp, so the next process's scan
-    of the unchanged dir reads no log. The old reader did not count the skipped line in
-    where it had read to: its offset fell inside the log's lines, no stamp was ever saved
-    again, and every read went back over the line."""
-    folder = _dir(env)
-    for i in range(5):
-        _mem(folder, f"m{i}.md", f"lesson {i}")
-    events: Events = []
-    with kept.using(_store(env, Clock(), events)) as store:
-        cache = scan_dir(folder, versions=store).files
-    log = store.log_path(folder)
-    with log.open("ab") as out:
-        out.write(b'{"t":1.0,"f":"' + b"x" * (1 << 20) + b'"}\n')
-    (folder / "m0.md").unlink()
-    with kept.using(_store(env, Clock(), events)) as store:
-        cache = scan_dir(folder, cache, versions=store).files
-    assert [e for e, _ in events] == ["memory.deleted_outside"]
-    again = _store(env, Clock(), events)
-    with kept.using(again):
-        scan_dir(folder, cache, versions=again)
-    assert not again._dirs[folder].loaded  # the stamp the last scan left holds
-    assert [d.name for d in listing.deleted(again, folder)] == ["m0.md"]
-
-
-@pytest.mark.parametrize("damage", ["truncated", "symlink", "fifo"])
-def test_a_truncated_pack_is_said_and_its_current_versions_are_stored_again(
-    env: Env, cli: Any, damage: str
-) -> None:
-    """A first start's pack cut short (its index and trailer lost), or a symlink or a FIFO in
-    its place: `history` and the prune name the pack and say what to do (the old code said
-    nothing: every version in it was just "not restorable"), the prune stores each current
-    version again from its file, and a memory deleted afterwards comes back byte-identical."""
-    folder = _dir(env)
-    for i in range(versions.PACK_FROM + 10):
-        _mem(folder, f"m{i:03}.md", f"lesson {i}")
-    assert cli("index", folder).code == 0
-    store = VersionStore(env.state)
-    (pack,) = store.pack_names()
-    path = store.packs / pack
-    if damage == "truncated":
-        os.truncate(path, path.stat().st_size // 2)
-    else:
-        path.rename(env.home / "aside.pack")
-        if damage == "fifo":
-            os.mkfifo(path)
-        else:
-            path.symlink_to(env.home / "aside.pack")
-    shown = cli("history", folder / "m007.md")
-    assert shown.code == 0
-    assert str(path) in shown.err and "move it aside" in shown.err, shown.err
-    assert prune.prune(store).repaired == versions.PACK_FROM + 10
-    assert any(str(path) in said for said in store._said), store._said
-    kept = (folder / "m007.md").read_bytes()
-    (folder / "m007.md").unlink()
-    assert cli("index", folder).code == 0
-    (row,) = [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
-    assert cli("trash", "restore", row["restore"].split()[-1], folder).code == 0
-    assert (folder / "m007.md").read_bytes() == kept
-
-
 def test_a_version_whose_kept_bytes_are_not_its_own_is_refused_and_the_file_named(
     env: Env, cli: Any
 ) -> None:
-    """A rewritten memory's earlier version kept as an object overwritten with other bytes
-    of the same size (no size check can see it): `history --restore 1` writes nothing, the
-    memory keeps its bytes, and the damaged object is named with what to do (the old code
-    refused in silence as if the bytes had been pruned)."""
+    """A rewritten memory's earlier version kept with other bytes of the same size (no size
+    check can see it): `history --restore 1` writes nothing, the memory keeps its bytes, and
+    the damage is said, naming the store and the version (an older store refused in silence
+    as if the bytes had been pruned)."""
     folder = _dir(env)
     first = _mem(folder, "a.md", "the first lesson")
     assert cli("index", folder).code == 0
     now = _mem(folder, "a.md", "the second lesson")
     assert cli("index", folder).code == 0
-    damaged = VersionStore(env.state).objects / _sha(first)
-    damaged.write_bytes(bytes(len(first)))
+    sql = "UPDATE versions_objects SET data = ? WHERE sha = ?"
+    VersionStore(env.state).conn().execute(sql, (bytes(len(first)), _sha(first)))
     back = cli("history", folder / "a.md", "--restore", "1")
     assert back.code != 0
     assert (folder / "a.md").read_bytes() == now
-    assert f"{damaged}: its bytes are not the version" in back.err, back.err
-
-
-def test_a_packed_version_whose_bytes_are_not_its_own_is_refused_and_the_pack_named(
-    env: Env, cli: Any
-) -> None:
-    """The same for a version kept in a first start's pack, its bytes overwritten in place
-    (the pack's index lies about them): nothing written, the pack named."""
-    folder = _dir(env)
-    for i in range(versions.PACK_FROM + 10):
-        _mem(folder, f"m{i:03}.md", f"lesson {i}")
-    first = (folder / "m007.md").read_bytes()
-    assert cli("index", folder).code == 0
-    now = _mem(folder, "m007.md", "the second lesson")
-    assert cli("index", folder).code == 0
-    store = VersionStore(env.state)
-    where = store._packed(_sha(first))
-    assert where is not None
-    name, offset, size = where
-    with open(store.packs / name, "r+b") as pack:
-        pack.seek(offset)
-        pack.write(bytes(size))
-    back = cli("history", folder / "m007.md", "--restore", "1")
-    assert back.code != 0
-    assert (folder / "m007.md").read_bytes() == now
-    assert f"{store.packs / name}: the bytes its index gives" in back.err, back.err
-
-
-def test_a_fifo_as_a_dirs_table_or_stamp_hangs_no_command(env: Env, cli: Any) -> None:
-    """A dir's table and stamp (caches of its version log) replaced by FIFOs: `memoryd index`
-    in a child process finishes, records the deletion it finds, names each FIFO once, and
-    its saves put regular files in their place. The old code read them with a plain open,
-    which waits on a FIFO for ever (the child hung; a daemon start too)."""
-    folder = _dir(env)
-    for i in range(5):
-        _mem(folder, f"m{i}.md", f"lesson {i}")
-    assert cli("index", folder).code == 0
-    store = VersionStore(env.state)
-    row = '{{"t":1.0,"f":"x{i}.md","h":"{h}","n":1,"e":"moved","by":"memoryd"}}\n'
-    with store.log_path(folder).open("a") as log:  # a log long enough to have a table
-        log.write("".join(row.format(i=i, h="0" * 64) for i in range(2200)))
-    assert store.log_path(folder).stat().st_size >= versions.TABLE_MIN_BYTES
-    key = store.log_path(folder).stem
-    caches = [store.root / "tables" / f"{key}{suffix}" for suffix in (".table", ".stamp")]
-    for path in caches:
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        path.unlink(missing_ok=True)
-        os.mkfifo(path)
-    (folder / "m0.md").unlink()
-    done = memoryd_child(env, "index", folder)
-    assert done.returncode == 0, done.stderr
-    assert [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == [
-        "m0.md"
-    ]
-    assert all(done.stderr.count(f"{path} is a FIFO") == 1 for path in caches), done.stderr
-    assert all(path.is_file() for path in caches)
-
-
-@pytest.mark.parametrize("planted_name", ["objects", "logs", ".lock"])
-def test_a_file_in_place_of_a_store_folder_is_said_with_what_to_do(
-    env: Env, cli: Any, planted_name: str
-) -> None:
-    """`versions/objects` or `versions/logs` replaced by a regular file, the store-wide lock
-    file by a folder: `memoryd index` finishes and says what is in whose place and to move
-    it aside (the old message was a bare "Not a directory" or "Is a directory"); moved
-    aside, the next run keeps every version."""
-    folder = _dir(env)
-    _mem(folder, "a.md", "first")
-    assert cli("index", folder).code == 0
-    planted = env.state / "versions" / planted_name
-    planted.rename(env.home / "aside")
-    if planted_name == ".lock":
-        planted.mkdir()
-    else:
-        planted.write_text("not a folder")
-    new = _mem(folder, "b.md", "second")
-    done = cli("index", folder)
-    assert done.code == 0, done.err
-    wrong = "a folder is in place of" if planted_name == ".lock" else "a file is in place of"
-    assert wrong in done.err and "move it aside" in done.err, done.err
-    if planted_name == ".lock":
-        planted.rmdir()
-    else:
-        planted.unlink()
-    assert cli("index", folder).code == 0
-    store = VersionStore(env.state)
-    assert store.read_object(_sha(new)) == new
-    assert ("b.md", _sha(new)) in {(r.f, r.h) for r in store.records(folder) if r.e == "seen"}
+    said = f"state.sqlite: the bytes kept for {_sha(first)} are not that version (damaged)"
+    assert said in back.err, back.err
 
 
 def test_forgets_selection_records_no_deletion_while_another_pass_is_mid_move(
@@ -1572,66 +1290,10 @@ def test_forgets_selection_records_no_deletion_while_another_pass_is_mid_move(
     assert (folder / "m1.md").exists()
 
 
-def test_a_table_holding_what_memoryd_never_writes_is_not_taken_for_the_log(
-    env: Env, cli: Any
-) -> None:
-    """A dir's table sealed right and naming the log's prefix, but holding a number and a
-    None for sha256s (written by another program): `memoryd index` reads the log instead,
-    records the deletion it finds, and says the table is not memoryd's. The old code took
-    it: m1.md's deletion went unrecorded (no row, nothing for `trash list`) and a name only
-    the table held was logged as deleted with a null sha256."""
-    from memoryd.sealed import seal
-
-    folder = _dir(env)
-    for i in range(3):
-        _mem(folder, f"m{i}.md", f"lesson {i}")
-    assert cli("index", folder).code == 0
-    store = VersionStore(env.state)
-    log = store.log_path(folder)
-    row = '{{"t":1.0,"f":"x{i}.md","h":"{h}","n":1,"e":"moved","by":"memoryd"}}\n'
-    with log.open("a") as out:  # a log long enough to have a table
-        out.write("".join(row.format(i=i, h="0" * 64) for i in range(2200)))
-    prefix = log.read_bytes()
-    digest = hashlib.blake2b(prefix, digest_size=16).digest()
-    table = store.root / "tables" / f"{log.stem}.table"
-    table.parent.mkdir(mode=0o700, exist_ok=True)
-    forged: tuple[Any, ...] = (len(prefix), digest, {"m0.md": 5, "zz.md": None}, {})
-    table.write_bytes(seal(("memoryd version table", 1), forged))
-    (folder / "m1.md").unlink()
-    done = cli("index", folder)
-    assert done.code == 0, done.err
-    assert f"{table}: not a table memoryd wrote" in done.err
-    said = [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
-    assert said == ["m1.md"]
-    assert [d.name for d in listing.deleted(store, folder)] == ["m1.md"]
-
-
-@pytest.mark.parametrize("when", ["NaN", "Infinity", "-Infinity"])
-def test_a_log_line_whose_time_is_no_number_is_skipped_by_history_and_trash_list(
-    env: Env, cli: Any, when: str
-) -> None:
-    """A log line whose time json reads as NaN or an infinity (a damaged or hand-made line):
-    `history` and `trash list` skip it and list the rest (the old code raised "cannot convert
-    float NaN to integer" with a traceback)."""
-    folder = _dir(env)
-    for i in range(2):
-        _mem(folder, f"m{i}.md", f"lesson {i}")
-    assert cli("index", folder).code == 0
-    sha = _sha((folder / "m0.md").read_bytes())
-    (folder / "m1.md").unlink()
-    assert cli("index", folder).code == 0
-    row = '{{"t":{t},"f":"m0.md","h":"{h}","n":10,"e":"gone","by":"other"}}\n'
-    with VersionStore(env.state).log_path(folder).open("a") as log:
-        log.write(row.format(t=when, h=sha))
-    shown = cli("history", folder / "m0.md")
-    assert shown.code == 0 and "1 version kept" in shown.out and "current" in shown.out
-    listed = cli("trash", "list", folder)
-    assert listed.code == 0 and "m1.md" in listed.out and "m0.md" not in listed.out
-
-
 def test_status_skips_an_alarm_whose_time_is_no_number(env: Env, cli: Any) -> None:
-    """alarms.json holding alarms timed NaN and Infinity (damaged or hand-made) beside a real
-    one: `memoryd status` shows the real one only (the old code raised in `ago`)."""
+    """An older store's alarms.json holding alarms timed NaN and Infinity (damaged or
+    hand-made) beside a real one: imported, `memoryd status` shows the real one only (the
+    old code raised in `ago`)."""
     folder = _dir(env)
     _mem(folder, "a.md", "x")
     assert cli("index", folder).code == 0
@@ -1642,38 +1304,14 @@ def test_status_skips_an_alarm_whose_time_is_no_number(env: Env, cli: Any) -> No
         {"dir": str(folder / "inf"), "t": float("inf"), "deleted": 5, "rewritten": 0},
         {"dir": str(folder), "t": time.time() - 60, "deleted": 6, "rewritten": 1},
     ]
-    (env.state / "versions" / versions.ALARMS).write_text(json.dumps(alarms))
+    forget_shared()
+    importer._done.discard(env.state)
+    (env.state / "state.sqlite").unlink()  # a state dir an older memoryd kept
+    (env.state / "versions").mkdir(mode=0o700, exist_ok=True)
+    (env.state / "versions" / "alarms.json").write_text(json.dumps(alarms))
     shown = cli("status")
     assert "6 memory files deleted and 1 rewritten" in shown.out, shown.out + shown.err
     assert "nan" not in shown.out and "inf:" not in shown.out
-
-
-def test_the_alarm_reads_back_past_a_damaged_long_line_holding_none_of_it(env: Env) -> None:
-    """Between two processes' halves of a burst, a damaged 4 MB line (no newline: a torn
-    append of garbage) in the dir's log: the second half's alarm still counts the first
-    half's changes behind it, and reading back over it holds no piece of it longer than a
-    line may be (tracemalloc's peak well under 1 MB; holding the line's growing start and
-    copying it at each 64 KB read back made the peak ~8 MB and the time quadratic)."""
-    import tracemalloc
-
-    folder, clock, events, look = _watched_by_processes(env, 8)
-    for i in (0, 1):
-        (folder / f"m{i}.md").unlink()
-    look()
-    with VersionStore(env.state).log_path(folder).open("ab") as log:
-        log.write(b"x" * (4 << 20))
-    for i in (2, 3):
-        (folder / f"m{i}.md").unlink()
-    clock.now += 60
-    tracemalloc.start()
-    try:
-        look()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    (alarm,) = [f for e, f in events if e == "memory.mass_change"]
-    assert alarm["deleted"] == 4
-    assert peak < 1 << 20, peak
 
 
 @pytest.mark.parametrize("where", ["objects", "packs", "memory dir"])
@@ -1681,14 +1319,16 @@ def test_a_temp_name_with_a_pid_no_process_can_have_stops_no_command(
     env: Env, cli: Any, where: str
 ) -> None:
     """A file named like memoryd's temp but carrying a 20-digit (or 0) pid, an hour old, in
-    the store's objects or packs folder or in a memory dir (which agents write): `memoryd
-    index` runs and leaves it alone. The old code passed the number to os.kill, which raised
-    OverflowError: every versioned command, and the daemon at each start, died on it."""
+    an older store's objects or packs folder or in a memory dir (which agents write):
+    `memoryd index` runs; the memory dir's is left alone, the older store's goes with its
+    import. The old code passed the number to os.kill, which raised OverflowError: every
+    versioned command, and the daemon at each start, died on it."""
     folder = _dir(env)
     _mem(folder, "a.md", "first")
     assert cli("index", folder).code == 0
     place = folder if where == "memory dir" else env.state / "versions" / where
-    place.mkdir(mode=0o700, exist_ok=True)
+    place.mkdir(mode=0o700, parents=True, exist_ok=True)
+    importer._done.discard(env.state)  # the older store appears after this process looked
     planted = [place / f".a.md.memoryd-{pid}-abcd.tmp" for pid in ("9" * 20, "0")]
     for path in planted:
         path.write_text("not memoryd's")
@@ -1696,7 +1336,10 @@ def test_a_temp_name_with_a_pid_no_process_can_have_stops_no_command(
     new = _mem(folder, "b.md", "second")
     done = cli("index", folder)
     assert done.code == 0, done.err
-    assert all(path.read_text() == "not memoryd's" for path in planted)
+    if where == "memory dir":
+        assert all(path.read_text() == "not memoryd's" for path in planted)
+    else:
+        assert not (env.state / "versions").exists()
     assert VersionStore(env.state).read_object(_sha(new)) == new
 
 
@@ -1729,52 +1372,6 @@ def test_one_process_counts_the_changes_another_logs_after_it_looked(env: Env) -
     assert (alarms_raised[0]["deleted"], alarms_raised[0]["rewritten"]) == (3, 1)
 
 
-def test_a_scan_after_a_first_start_reads_back_no_log_for_the_alarm(
-    env: Env, monkeypatch: Any
-) -> None:
-    """After a first start of 3,000 files (a log of ~400 KB, every line within the alarm's
-    window), a daemon's scan of one changed file reads a few hundred bytes of the log, not
-    the whole window again (it was 9 ms of a 10 ms pass at 10,000 files); a new process's
-    first look reads the window once, passing over pieces that hold no counted change."""
-    folder = _dir(env)
-    for i in range(3000):
-        _mem(folder, f"m{i:04}.md", f"lesson {i}")
-    daemon = _store(env, Clock(), [])
-    read: list[int] = []
-    real_pread = os.pread
-
-    def counting_pread(fd: int, size: int, offset: int) -> bytes:
-        data = real_pread(fd, size, offset)
-        read.append(len(data))
-        return data
-
-    with kept.using(daemon):
-        first = scan_dir(folder, versions=daemon)
-        assert daemon.log_path(folder).stat().st_size > 300_000
-        for k in range(3):
-            _mem(folder, "m0001.md", f"rewritten {k}")
-            read.clear()
-            monkeypatch.setattr(os, "pread", counting_pread)
-            scan_dir(folder, first.files, previous=first, only={"m0001.md"}, versions=daemon)
-            monkeypatch.setattr(os, "pread", real_pread)
-            assert sum(read) < 4096, (k, sum(read))
-    later = _store(env, Clock(), [])
-    _mem(folder, "m0002.md", "rewritten")
-    with kept.using(later):
-        calls: list[int] = []
-        real_line_time = versions._line_time
-
-        def counting_line_time(raw: bytes) -> float | None:
-            calls.append(1)
-            return real_line_time(raw)
-
-        monkeypatch.setattr(versions, "_line_time", counting_line_time)
-        scan_dir(folder, first.files, previous=first, only={"m0002.md"}, versions=later)
-    # The first line of each piece, and every line of the one piece holding the rewrites
-    # (~480 lines of 64 KB): not each of the window's 3,000 lines.
-    assert len(calls) < 1000
-
-
 def test_one_memory_rewritten_four_times_is_no_mass_change(env: Env) -> None:
     """The alarm counts files: one memory an agent edits four times within the window is four
     rewrites (each its own row) of one file, not more than `alarm_files` files."""
@@ -1794,74 +1391,33 @@ def test_one_memory_rewritten_four_times_is_no_mass_change(env: Env) -> None:
     assert "memory.mass_change" not in [e for e, _ in events]
 
 
-def test_a_log_this_process_compacted_is_read_again_from_its_start(env: Env) -> None:
-    """The daemon's own daily prunes compact a dir's log twice between two of its looks; on
-    ext4 the second new log can take the first one's inode number again. What the daemon
-    had read (an inode and an offset) then matched another file, and it read on from the
-    old offset: a deletion another process logged was missed, and recorded a second time
-    (a second `memory.deleted_outside`). After its own compaction it reads the log anew."""
-    folder = _dir(env)
-    for i in range(6):
-        _mem(folder, f"keep{i}.md", "k" * 50 + str(i))
-    clock = Clock()
-    from_daemon: Events = []
-    from_other: Events = []
-    daemon = _store(env, clock, from_daemon, keep_days=1)
-    with kept.using(daemon):
-        cache = scan_dir(folder, versions=daemon).files
-    other = _store(env, clock, from_other, keep_days=1)
-    other_cache: dict[str, Any] = {}
-    for round_ in range(2):
-        with kept.using(other):
-            for k in range(40):  # old versions of one file, that age out
-                _mem(folder, "churn.md", f"churn {round_} {k} " + "x" * 100)
-                clock.now += 1
-                other_cache = scan_dir(folder, other_cache, versions=other).files
-        if round_ == 0:
-            daemon.table(folder)  # the daemon's last look
-        prune.prune(other)  # the churn's old versions found ended: memoryd watches them
-        clock.now += 3 * DAY
-        assert prune.prune(daemon).lines_dropped > 0
-    with kept.using(other):
-        (folder / "keep0.md").unlink()
-        other_cache = scan_dir(folder, other_cache, versions=other).files
-        for k in range(60):
-            _mem(folder, "churn.md", f"more {k} " + "y" * 100)
-            clock.now += 1
-            other_cache = scan_dir(folder, other_cache, versions=other).files
-    assert "keep0.md" not in daemon.seen_of(folder)
-    with kept.using(daemon):
-        scan_dir(folder, cache, versions=daemon)
-    gone = [r for r in daemon.records(folder) if r.f == "keep0.md" and r.e == "gone"]
-    assert len(gone) == 1
-    assert [e for e, _ in from_daemon].count("memory.deleted_outside") == 0
-
-
-def test_listing_a_memory_dir_deleted_whole_opens_each_pack_once(
-    env: Env, monkeypatch: Any
-) -> None:
+def test_listing_a_memory_dir_deleted_whole_asks_the_store_once(env: Env, monkeypatch: Any) -> None:
     """Every file of a dir deleted whole is listed (its last versions are kept): the store is
-    asked once for what it holds, not once a file (each of those opened every pack: ~0.5 s
-    for 10,000 files, paid three times by a `trash restore`)."""
+    asked once for what it holds, not once a file (the older store opened every pack for
+    each: ~0.5 s for 10,000 files, paid three times by a `trash restore`)."""
     folder = _dir(env)
     datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", f"lesson {i}") for i in range(300)}
     store = _store(env, Clock(), [])
     with kept.using(store):
         scan_dir(folder, versions=store)
-    assert len(store.pack_names()) == 1
     shutil.rmtree(folder)
-    opened: list[str] = []
-    real = VersionStore._open_pack
+    asked: list[str] = []
+    real_sizes, real_has = VersionStore.object_sizes, VersionStore.has_object
 
-    def counting(self: VersionStore, name: str) -> int:
-        opened.append(name)
-        return real(self, name)
+    def sizes(self: VersionStore) -> dict[str, int]:
+        asked.append("all")
+        return real_sizes(self)
 
-    monkeypatch.setattr(VersionStore, "_open_pack", counting)
+    def has(self: VersionStore, sha: str) -> bool:
+        asked.append(sha)
+        return real_has(self, sha)
+
+    monkeypatch.setattr(VersionStore, "object_sizes", sizes)
+    monkeypatch.setattr(VersionStore, "has_object", has)
     listed = listing.deleted(_store(env, Clock(), []), folder)
     assert sorted(d.name for d in listed) == sorted(datas)
     assert all(d.vanished for d in listed)
-    assert len(opened) <= 1
+    assert asked == ["all"]
 
 
 def _index_read_by(folder: Path, store: VersionStore) -> Any:

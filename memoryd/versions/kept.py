@@ -20,6 +20,7 @@ What memoryd cannot see it cannot keep: a version written and replaced while no 
 process ran is not in the store; the last version memoryd saw is what it can give back.
 """
 
+import array
 import contextlib
 import errno
 import hashlib
@@ -88,17 +89,30 @@ class Session:
     def __init__(self, store: "VersionStore", path: Path) -> None:
         self.store = store
         self.path = path
-        self.reads: list[tuple[str, str, int, bool]] = []  # name, sha, size, a note
+        # What each read found, in columns (a tuple a read, made among the scan's long-lived
+        # objects, left the daemon's heap bigger after a first start); the names and sha256
+        # strings are the scan's own. Kind: 0 a memory, 1 a note.
+        self.names: list[str] = []
+        self.shas: list[str] = []
+        self.sizes = array.array("q")
+        self.kinds = bytearray()
         # New objects' bytes, copied into one buffer: each read's own bytes are freed when
-        # the scan is done with them, as without the store.
-        self.held: list[tuple[str, int, int]] = []  # sha, start in the spool, size
+        # the scan is done with them, as without the store. Their sha256 and place in it.
+        self.held: list[str] = []
+        self.held_at = array.array("q")
         self.spool = bytearray()
         self._pending: set[str] = set()
         self.known: dict[str, str] | None = None
 
-    @property
-    def names(self) -> list[str]:
-        return [r[0] for r in self.reads]
+    def reads(self) -> Iterator[tuple[str, str, int, int]]:
+        """Each read: its name, sha256, size and kind (1: a note)."""
+        return zip(self.names, self.shas, self.sizes, self.kinds, strict=True)
+
+    def objects(self, view: memoryview) -> Iterator[tuple[str, int, memoryview]]:
+        """Each new object held: its sha256, size and bytes (a view into the spool)."""
+        ends = [*self.held_at[1:], len(self.spool)] if self.held else []
+        for sha, start, end in zip(self.held, self.held_at, ends, strict=True):
+            yield sha, end - start, view[start:end]
 
     def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
         """scan.ScanSeen's: a scan read `name` and found it a memory or a note (`kind`)."""
@@ -129,18 +143,22 @@ class Session:
             self.known = self.store.seen_of(self.path)
         if self.known.get(name) == sha:
             return  # the version the store has (a restart without a parse cache)
-        self.reads.append((name, sha, len(data), kind != "memory"))
+        self.names.append(name)
+        self.shas.append(sha)
+        self.sizes.append(len(data))
+        self.kinds.append(kind != "memory")
         if sha in self._pending:
             return
         # Held even when the store has these bytes now: a prune in another process may drop
         # them before this scan's transaction, which then stores them again (INSERT OR IGNORE).
         self._pending.add(sha)
-        self.held.append((sha, len(self.spool), len(data)))
+        self.held.append(sha)
+        self.held_at.append(len(self.spool))
         self.spool += data
 
     def abort(self) -> None:
         """The scan ended (or raised): what it held goes."""
-        self.held, self.spool = [], bytearray()
+        self.held, self.held_at, self.spool = [], array.array("q"), bytearray()
 
 
 @dataclass(eq=False)
@@ -196,8 +214,10 @@ class VersionStore:
         return int(row[0]) if row is not None else 0
 
     def object_sizes(self) -> dict[str, int]:
-        """Every stored object: sha256 -> size."""
-        return dict(self.conn().execute("SELECT sha, size FROM versions_objects").fetchall())
+        """Every stored object: sha256 -> size (of the bytes held: a damaged one's may not
+        be its version's)."""
+        sql = "SELECT sha, length(data) FROM versions_objects"
+        return dict(self.conn().execute(sql).fetchall())
 
     def store_object(self, data: fsops.Content, sha: str, *, again: bool = False) -> None:
         """Keep `data` under its sha256 (`again`: replace what is stored, found damaged).
@@ -513,7 +533,7 @@ class VersionStore:
             with memoryview(session.spool) as view:
                 tx.executemany(
                     "INSERT OR IGNORE INTO versions_objects (sha, size, data) VALUES (?, ?, ?)",
-                    [(sha, size, view[at : at + size]) for sha, at, size in session.held],
+                    session.objects(view),
                 )
             now = self.clock()
             rows, told = scanned.rows_of(self, d, session, (present, before, only), now)

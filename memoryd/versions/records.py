@@ -153,4 +153,9 @@ def alarms_in(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 
 def alarms(state_dir: Path) -> list[dict[str, Any]]:
     """`memoryd status`'s alarms, read without the scan machinery."""
-    return alarms_in(StateDB.in_state_dir(state_dir).ensure(SCHEMA))
+    from memoryd.versions import importer  # an older store's alarms are taken in first
+
+    db = StateDB.in_state_dir(state_dir)
+    conn = db.ensure(SCHEMA)
+    importer.ensure_imported(db, state_dir)
+    return alarms_in(conn)

@@ -25,7 +25,7 @@ def rows_of(
     present, before, only = found
     rows: list[Row] = []
     told: list[Told] = []
-    for name, sha, size, note in session.reads:
+    for name, sha, size, note in session.reads():
         had = d.seen.get(name)
         if had == sha:
             continue
@@ -67,7 +67,7 @@ def backfill(
 ) -> None:
     """Files a full scan took from its cache that the store never recorded (a cache older
     than the store, a history pruned or lost): read once, so that each has its version."""
-    read = {r[0] for r in session.reads}
+    read = set(session.names)
     for name, info in files.items():
         if info.kind not in ("memory", "note") or name in seen or name in read:
             continue

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TextIO
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
 from memoryd.runtime import Runtime
-from memoryd.versions import kept, listing, records
+from memoryd.versions import kept, listing, records, scanned
 
 if TYPE_CHECKING:
     from memoryd.fsops import FileIdentity
@@ -172,7 +172,7 @@ def _restore(
         if now is not None:  # what it replaces stays in the history, read by no scan or not
             store.keep_current(folder, name, now[0], now[1].sha256)
         pins = rt.store.load_pins(folder)
-        if name not in records.INDEX_FILES:  # a person chose these bytes, as a trash restore
+        if name not in scanned.INDEX_FILES:  # a person chose these bytes, as a trash restore
             when = restored.now_iso(rt.clock())
             # Its id names the file too: a pin replaces any of the same id, and another file
             # written back to the same bytes at the same version number must keep its own.
@@ -294,7 +294,7 @@ def _indexes_back(rt: Runtime, store: kept.VersionStore, folder: Path) -> None:
     restored yet go at the next pass; each comes back where it sat when its file does."""
     import os
 
-    for name in records.INDEX_FILES:
+    for name in scanned.INDEX_FILES:
         found = listing.versions_of(store, folder, name)
         if not found or os.path.lexists(folder / name):
             continue

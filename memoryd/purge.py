@@ -148,6 +148,7 @@ def purge_gone_secrets(
             keep = _current_shas(store, stored)
             doomed = {sha: kinds for sha, kinds in doomed.items() if sha not in keep}
         removed = store.drop_objects(set(doomed))
+    store.checkpoint()
     return _said(path, rows, removed, audit)
 
 
@@ -171,6 +172,7 @@ def purge_versions_of(
             if v.stored and v.sha256 not in keep
         ]
         removed = store.drop_objects({row[3] for row in rows})
+    store.checkpoint()
     return _said(path, rows, removed, audit)
 
 

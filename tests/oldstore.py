@@ -61,11 +61,15 @@ def log(state: Path, folder: Path, rows: list[dict[str, Any]], raw: str = "") ->
     return path
 
 
-def row(t: float, name: str, data: bytes, event: str, by: str = "other", **extra: Any) -> dict:
+def row(
+    t: float, name: str, data: bytes, event: str, by: str = "other", **extra: Any
+) -> dict[str, Any]:
     return {"t": t, "f": name, "h": sha(data), "n": len(data), "e": event, "by": by, **extra}
 
 
-def extras(state: Path, folder: Path, own: list[tuple[str, str]], alarms: list[dict]) -> None:
+def extras(
+    state: Path, folder: Path, own: list[tuple[str, str]], alarms: list[dict[str, Any]]
+) -> None:
     """The ledger of own writes, the alarms, a retention record and the trash's clock."""
     key = dir_key(folder)
     text = "".join(f"{h} {name}\n" for h, name in own)

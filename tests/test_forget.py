@@ -139,13 +139,17 @@ def test_on_a_terminal_purge_is_asked_for_by_name_and_no_keeps_every_copy(
     """`forget --purge` asks about the kept copies too; `n` leaves the files and the kept
     versions as they were; `y` forgets and purges."""
     assert _run("index", folder).returncode == 0
-    objects = env.state / "versions"
-    kept = sorted(p.name for p in objects.rglob("*") if p.is_file())
+    from memoryd.versions import kept as kept_module
+
+    def objects() -> list[str]:
+        return sorted(kept_module.VersionStore(env.state).object_sizes())
+
+    kept = objects()
     before = tree_digest(repo)
     code, output = _on_pty(["forget", "--purge", "pnpm", repo], b"n\n")
     assert code == 1 and "and every copy memoryd keeps" in output
     assert tree_digest(repo) == before
-    assert sorted(p.name for p in objects.rglob("*") if p.is_file()) == kept
+    assert objects() == kept
     code, output = _on_pty(["forget", "--purge", "pnpm", repo], b"y\n")
     assert code == 0, output
     assert "purged: 2 kept version(s)" in output  # one of each pnpm memory

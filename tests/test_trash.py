@@ -785,7 +785,7 @@ def test_a_huge_manifest_is_read_to_its_limit_and_the_rest_reported(
 
 def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> None:
     """Every state file a pass and a purge read (the dir's state, cache, facts and trash-days
-    record, the repo's tokens, the trash clock, a pending journal) replaced by a FIFO: `dream`
+    record, the repo's tokens, a pending journal) replaced by a FIFO: `dream`
     and `trash purge` finish, each FIFO is named once, and the pass's saves replace them. The
     old code waited on the first FIFO it read (the journal, at recovery) for ever."""
     folder = repo / ".claude" / "memory"
@@ -797,8 +797,8 @@ def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> No
         env.state / "dirs" / f"{key}{suffix}"
         for suffix in (".json", ".cache", ".facts", housekeeping.DAYS_SUFFIX)
     ]
-    fifos += [env.state / housekeeping.CLOCK_FILE, *(env.state / "repos").glob("*.tokens")]
-    assert all(p.is_file() for p in fifos) and len(fifos) == 6
+    fifos += [*(env.state / "repos").glob("*.tokens")]
+    assert all(p.is_file() for p in fifos) and len(fifos) == 5
     for path in fifos:
         path.unlink()
         os.mkfifo(path)

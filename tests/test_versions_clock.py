@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import cmd_versions
-from memoryd.versions import kept, listing, prune
 from memoryd.runtime import Runtime
 from memoryd.scan import scan_dir
+from memoryd.versions import kept, listing, prune
 from tests.conftest import Env
 from tests.conftest import write_lesson as _mem
 

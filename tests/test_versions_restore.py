@@ -17,7 +17,7 @@ import pytest
 from memoryd import fsops, restored
 from memoryd.scan import scan_dir
 from memoryd.storage.statedb import forget_shared
-from memoryd.versions import kept, listing, prune
+from memoryd.versions import kept, listing, prune, records
 from tests.conftest import Env, InjectedCrash, crash_at, lock_held_elsewhere
 from tests.conftest import write_lesson as _mem
 from tests.helpers import wait_for
@@ -360,7 +360,7 @@ def test_history_restore_over_what_it_must_not_replace_names_the_file(env: Env, 
     for make in (
         lambda p: os.mkfifo(p),
         lambda p: p.symlink_to(target),
-        lambda p: p.write_bytes(b"x" * (kept.OBJECT_MAX + 1)),
+        lambda p: p.write_bytes(b"x" * (records.OBJECT_MAX + 1)),
     ):
         (folder / "a.md").unlink()
         make(folder / "a.md")
@@ -368,7 +368,7 @@ def test_history_restore_over_what_it_must_not_replace_names_the_file(env: Env, 
         assert failed.code == 1, failed.err
         assert f"{folder}/a.md: " in failed.err and "Move it aside" in failed.err, failed.err
     assert target.read_bytes() == b"not a memory of this dir"
-    assert (folder / "a.md").stat().st_size == kept.OBJECT_MAX + 1
+    assert (folder / "a.md").stat().st_size == records.OBJECT_MAX + 1
     shutil.rmtree(folder)
     gone = cli("history", folder / "a.md", "--restore", "1")
     assert gone.code == 1 and f"{folder}: no such folder" in gone.err, gone.err

@@ -39,7 +39,6 @@ from memoryd.storage.statedb import StateDB
 from memoryd.versions import importer, prune, scanned, witness
 from memoryd.versions.records import (
     ALARMS_KEEP,
-    INDEX_FILES,
     MEMORYD,
     OBJECT_MAX,
     OTHER,
@@ -50,6 +49,7 @@ from memoryd.versions.records import (
     extra_json,
     to_record,
 )
+from memoryd.versions.scanned import INDEX_FILES
 
 if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
     from memoryd import scan
@@ -252,6 +252,12 @@ class VersionStore:
                 if tx.execute("DELETE FROM versions_objects WHERE sha = ?", (sha,)).rowcount:
                     dropped.add(sha)
         return dropped
+
+    def checkpoint(self) -> None:
+        """Write the WAL back into state.sqlite and empty it: after a purge, no old frame
+        holds what was deleted (secure_delete zeroes the pages themselves)."""
+        with contextlib.suppress(sqlite3.OperationalError):
+            self.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def read_object(self, sha: str) -> bytes | None:
         """A stored version's bytes, checked against their sha256; None if missing or damaged."""

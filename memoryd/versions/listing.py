@@ -12,7 +12,6 @@ from memoryd import gitwork
 from memoryd.versions.kept import Row, VersionStore
 from memoryd.versions.prune import bytes_if
 from memoryd.versions.records import (
-    INDEX_FILES,
     MEMORYD,
     OTHER,
     Record,
@@ -21,6 +20,7 @@ from memoryd.versions.records import (
     id_time,
     versions,
 )
+from memoryd.versions.scanned import INDEX_FILES
 
 
 def versions_of(store: VersionStore, path: Path, name: str) -> list[Version]:

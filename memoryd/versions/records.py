@@ -22,11 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.storage.statedb import Schema, StateDB
 
 MEMORYD, OTHER = "memoryd", "other"
-INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)
 EVENTS = ("seen", "gone", "moved", "restoring")
 ALARMS_KEEP = 50
 OBJECT_MAX = 64 << 20  # the archive's read limit is below this

@@ -6,12 +6,14 @@ from collections.abc import Mapping, Set
 from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops
-from memoryd.versions.records import INDEX_FILES, MEMORYD, OBJECT_MAX, OTHER
+from memoryd.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.versions.records import MEMORYD, OBJECT_MAX, OTHER
 
 if TYPE_CHECKING:
     from memoryd import scan
     from memoryd.versions.kept import Row, Session, Told, VersionStore, _Dir
 
+INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)  # kept as any memory, never counted toward an alarm
 COUNTS: Mapping[str, Any] = {"alarm": 1}
 # What a scan found: the names present, the files before it, the names it looked at (None:
 # all of them).

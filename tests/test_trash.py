@@ -16,6 +16,7 @@ from memoryd.config import Config
 from memoryd.discover import explicit_dirs
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
+from memoryd.versions import witness
 from tests.conftest import Env, InjectedCrash, crash_at, tree_digest, write_memory
 from tests.helpers import filler, mem, memoryd_child, plant_day, watched_for
 
@@ -82,7 +83,7 @@ def test_clock_gone_back_refuses_purge(env: Env, cli, repo: Path) -> None:
     day = _old_day(folder, 90)
     env.state.mkdir(parents=True, exist_ok=True)
     later = (date.today() + timedelta(days=5)).isoformat()
-    (env.state / "trash-clock.json").write_text(json.dumps({"last_run": later}))
+    witness.write_record(env.state, {"last_run": later})
     result = cli("trash", "purge", folder)
     assert result.code == 1 and "went back" in result.out
     assert day.exists()

@@ -31,6 +31,7 @@ from memoryd import fsops, safejson
 from memoryd.logsetup import get_logger
 from memoryd.paths import BoundedLines, open_regular, read_bounded
 from memoryd.storage.statedb import StateDB
+from memoryd.versions import witness
 
 OLD_ROOT = "versions"
 PARTS = ("objects", "packs", "logs", "own", "watched", "tables", "alarms.json", ".lock")
@@ -53,6 +54,8 @@ def ensure_imported(db: StateDB, state_dir: Path) -> None:
     """Take an older memoryd's store in (once a process looks; nothing when there is none)."""
     if state_dir in _done:
         return
+    if os.path.lexists(state_dir / witness.CLOCK_FILE):
+        witness.take_in(state_dir)
     root = state_dir / OLD_ROOT
     if os.path.lexists(root) and any(os.path.lexists(root / p) for p in PARTS):
         with db.transaction() as tx:

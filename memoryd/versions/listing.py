@@ -2,7 +2,6 @@
 deleted outside memoryd (`trash list`), a diff between versions, and the alarm for a memory
 dir deleted whole."""
 
-import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -243,8 +242,7 @@ def _checked_out(store: VersionStore, path: Path, gone: list[Deleted], now: floa
         return gone
     ours = [d for d in gone if d.name in made]
     rows: list[Row] = [(now, d.name, d.sha256, d.size, "gone", OTHER, {"git": at}) for d in ours]
-    with contextlib.suppress(OSError):
-        store._guard(store.add_rows, path, rows)
+    store._guard(store.add_rows, path, rows)
     if store.audit is not None:
         store.audit(
             "memory.checkout", dir=path, deleted=len(ours), rewritten=0, at=at,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memoryd.storage.statedb import Schema, StateDB
+from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 MEMORYD, OTHER = "memoryd", "other"
 EVENTS = ("seen", "gone", "moved", "restoring")
@@ -153,6 +153,8 @@ def alarms(state_dir: Path) -> list[dict[str, Any]]:
     """`memoryd status`'s alarms, read without the scan machinery."""
     from memoryd.versions import importer  # an older store's alarms are taken in first
 
+    if not (state_dir / FILE_NAME).exists() and not (state_dir / "versions").exists():
+        return []  # nothing kept yet: `status` makes no store
     db = StateDB.in_state_dir(state_dir)
     conn = db.ensure(SCHEMA)
     importer.ensure_imported(db, state_dir)

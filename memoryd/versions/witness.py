@@ -31,7 +31,7 @@ from typing import Any
 
 from memoryd import fsops, safejson
 from memoryd.paths import read_bounded
-from memoryd.storage.statedb import Schema, StateDB
+from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 CLOCK_FILE = "trash-clock.json"  # an older memoryd's record, taken in once
 SCHEMA = Schema(
@@ -55,25 +55,41 @@ class Clock:
     witnessed: float  # the running count of time memoryd can vouch for, now
 
 
-def _db(state_dir: Path) -> sqlite3.Connection:
+def _old_record(state_dir: Path) -> dict[str, Any] | None:
+    data: object = None
+    with contextlib.suppress(OSError, ValueError, RecursionError):
+        data = safejson.loads(read_bounded(state_dir / CLOCK_FILE, 1 << 20, follow=False))
+    return data if isinstance(data, dict) else None
+
+
+def take_in(state_dir: Path) -> sqlite3.Connection:
     """The store's connection, with an older memoryd's clock file taken in (once: in the
     transaction that writes its rows, then removed; a kill between the two leaves rows and a
     file, and the file is then only removed)."""
     db = StateDB.in_state_dir(state_dir)
     conn = db.ensure(SCHEMA)
-    old = state_dir / CLOCK_FILE
-    if os.path.lexists(old):
+    if os.path.lexists(state_dir / CLOCK_FILE):
         with db.transaction() as tx:
             if tx.execute("SELECT count(*) FROM witness_clock").fetchone()[0] == 0:
-                data: object = None
-                with contextlib.suppress(OSError, ValueError, RecursionError):
-                    data = safejson.loads(read_bounded(old, 1 << 20, follow=False))
-                if isinstance(data, dict):
-                    _write(tx, data)
-        fsops.crash_point("witness.imported")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(old)
+                _write(tx, _old_record(state_dir) or {})
+        if not db.in_transaction():  # else removed once the caller's commit holds the rows
+            fsops.crash_point("witness.imported")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(state_dir / CLOCK_FILE)
     return conn
+
+
+def _peek(state_dir: Path) -> dict[str, Any]:
+    """The record as it is, read without writing anything (a dry run's): no store made, no
+    table made, no older file taken in."""
+    old = _old_record(state_dir)
+    if old is not None or not (state_dir / FILE_NAME).exists():
+        return old or {}
+    conn = StateDB.in_state_dir(state_dir).connection()
+    sql = "SELECT name FROM sqlite_master WHERE name = 'witness_clock'"
+    if conn.execute(sql).fetchone() is None:
+        return {}
+    return {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM witness_clock")}
 
 
 def _write(conn: sqlite3.Connection, record: dict[str, Any]) -> None:
@@ -86,17 +102,16 @@ def _write(conn: sqlite3.Connection, record: dict[str, Any]) -> None:
 
 def transaction(state_dir: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
     """One read-then-write of the record, as one transaction (no other process's between)."""
-    _db(state_dir)
+    take_in(state_dir)
     return StateDB.in_state_dir(state_dir).transaction()
 
 
 def read_record(state_dir: Path) -> dict[str, Any]:
-    rows = _db(state_dir).execute("SELECT key, value FROM witness_clock")
-    return {key: json.loads(value) for key, value in rows}
+    return _peek(state_dir)
 
 
 def write_record(state_dir: Path, record: dict[str, Any]) -> None:
-    _db(state_dir)
+    take_in(state_dir)
     with StateDB.in_state_dir(state_dir).transaction() as tx:
         _write(tx, record)
 
@@ -119,16 +134,28 @@ def credit(before: dict[str, Any], wall: float, boot: Boot) -> float:
 
 def observe(state_dir: Path, wall: float, boot: Boot, *, save: bool = True) -> Clock:
     """Take a reading of the clocks; `save=False` (a dry run) records nothing."""
-    _db(state_dir)
-    with StateDB.in_state_dir(state_dir).transaction() as tx:
-        before = {k: json.loads(v) for k, v in tx.execute("SELECT key, value FROM witness_clock")}
-        counted = number(before.get("witnessed"))
-        witnessed = wall if counted is None else counted + credit(before, wall, boot)
-        high_water = max(wall, number(before.get("high_water")) or wall)
-        if save:
-            after = {"wall": wall, "boot": list(boot) if boot is not None else None}
-            _write(tx, {**before, **after, "high_water": high_water, "witnessed": witnessed})
-    return Clock(wall, high_water, witnessed)
+    if not save:
+        return _reading(_peek(state_dir), wall, boot)[0]
+    conn = take_in(state_dir)
+    with StateDB.in_state_dir(state_dir).transaction():
+        before = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM witness_clock")}
+        clock, after = _reading(before, wall, boot)
+        _write(conn, after)
+    return clock
+
+
+def _reading(before: dict[str, Any], wall: float, boot: Boot) -> tuple[Clock, dict[str, Any]]:
+    """The clock now, from the record `before`, and the record to keep."""
+    counted = number(before.get("witnessed"))
+    witnessed = wall if counted is None else counted + credit(before, wall, boot)
+    high_water = max(wall, number(before.get("high_water")) or wall)
+    after = {"wall": wall, "boot": list(boot) if boot is not None else None}
+    return Clock(wall, high_water, witnessed), {
+        **before,
+        **after,
+        "high_water": high_water,
+        "witnessed": witnessed,
+    }
 
 
 def seen_within(clock: Clock, times: Iterable[float], span: float) -> bool:

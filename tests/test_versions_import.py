@@ -171,23 +171,34 @@ def test_a_truncated_pack_imports_what_is_whole_and_the_file_is_stored_again(
     assert store.read_object(oldstore.sha(V2)) == V2
 
 
-def test_a_fifo_in_place_of_the_state_store_is_state_damaged_and_the_command_says_so(
-    env: Env, cli: Any
+@pytest.mark.parametrize("damage", ["fifo", "garbage"])
+def test_a_damaged_state_store_is_state_damaged_and_the_command_says_so(
+    env: Env, damage: str
 ) -> None:
-    """`state.sqlite` a FIFO: no command hangs or drops kept versions in silence; each says
-    the store is damaged, naming the file."""
+    """`state.sqlite` a FIFO, or bytes that are no SQLite file: no command hangs or drops
+    kept versions in silence (nor makes a new store over them); each says the store is
+    damaged, naming the file and what to do."""
     folder = env.home / "mem"
     folder.mkdir()
     _mem(folder, "a.md", "a lesson")
     env.state.mkdir(parents=True, exist_ok=True)
-    os.mkfifo(env.state / "state.sqlite")
+    db = env.state / "state.sqlite"
+    if damage == "fifo":
+        os.mkfifo(db)
+        why = "not a regular file"
+    else:
+        db.write_bytes(b"kept versions, damaged " * 1000)
+        why = "not a readable SQLite file"
     forget_shared()
-    with pytest.raises(StateDamaged, match="not a regular file"):
+    with pytest.raises(StateDamaged, match=why):
         kept.VersionStore(env.state).conn()
     for args in (("history", folder / "a.md"), ("trash", "list", folder)):
         child = memoryd_child(env, *args, timeout=30)
         assert child.returncode != 0 and "Traceback" not in child.stderr, child.stderr
-        assert "state.sqlite" in child.stderr and "not a regular file" in child.stderr
+        assert "state.sqlite" in child.stderr and why in child.stderr, child.stderr
+        assert "move the file aside" in child.stderr
+    if damage == "garbage":
+        assert db.read_bytes() == b"kept versions, damaged " * 1000
 
 
 def test_the_importer_has_nothing_to_do_without_an_old_layout(env: Env) -> None:

@@ -739,9 +739,10 @@ def note_restored(store: VersionStore | None, path: Path, name: str, sha: str, s
 
 @contextlib.contextmanager
 def using(store: VersionStore) -> Iterator[VersionStore]:
-    """A store's run (a command, the daemon): an older layout is taken in first; memoryd's
-    own index writes are stored at the end (or at each `flush`)."""
-    store.conn()
+    """A store's run (a command, the daemon): an older layout is taken in first (a state
+    folder that cannot be written is said once, and the command's own check names it);
+    memoryd's own index writes are stored at the end (or at each `flush`)."""
+    store._guard(store.conn)
     try:
         yield store
     finally:

@@ -472,16 +472,13 @@ class VersionStore:
             self._pending[(dir_path, name)] = _Pending(dir_path, name, held, sha, ident)
 
     def flush(self) -> None:
-        """Store the index versions memoryd wrote since the last flush (one transaction);
-        the daemon's store also prunes when PRUNE_EVERY has passed since it last did."""
+        """Store the index versions memoryd wrote since the last flush (a transaction each:
+        MEMORY.md, the archive); the daemon's store also prunes when PRUNE_EVERY has passed
+        since it last did."""
         with self._lock:
             pending, self._pending = self._pending, {}
-            if pending:
-                with contextlib.ExitStack() as stack:
-                    with contextlib.suppress(sqlite3.OperationalError):
-                        stack.enter_context(self.writing())
-                    for item in pending.values():
-                        self._guard(self._flush_one, item, True)
+            for item in pending.values():
+                self._guard(self._flush_one, item, True)
             if self.defer and self.clock() - self.pruned_at >= PRUNE_EVERY:
                 done: list[prune.PruneResult] = []
                 self._guard(lambda: done.append(prune.prune(self)))

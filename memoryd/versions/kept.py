@@ -70,6 +70,9 @@ class _Dir:
     seen: dict[str, str]  # names whose latest row is `seen` -> sha256
     other: dict[str, tuple[str, str]]  # the others -> (sha256, event)
     alarmed_until: float = 0.0
+    # The connection it was read on and that connection's PRAGMA data_version then: while
+    # both hold, no other connection committed since, and this one's rows were applied.
+    read_at: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -287,6 +290,9 @@ class VersionStore:
         """The dir's latest rows, as the file holds them now (another process may have
         added rows since this one last looked)."""
         d = self._dirs.get(path)
+        at = (id(tx), tx.execute("PRAGMA data_version").fetchone()[0])
+        if d is not None and d.read_at == at:
+            return d  # a daemon's pass over a big dir reads no row it has
         dir_id = d.id if d is not None else self._dir_id(tx, path)
         seen: dict[str, str] = {}
         other: dict[str, tuple[str, str]] = {}
@@ -300,7 +306,15 @@ class VersionStore:
             d = self._dirs[path] = _Dir(dir_id, seen, other)
         else:
             d.seen, d.other = seen, other
+        d.read_at = at
         return d
+
+    def stale(self, path: Path | None = None) -> None:
+        """What this process holds of a dir's latest rows (of every dir: None) is read
+        again at the next look: rows it applied were rolled back, or others deleted."""
+        for key, d in self._dirs.items():
+            if path is None or key == path:
+                d.read_at = None
 
     def latest_of(self, path: Path) -> dict[str, tuple[str, str]]:
         """Each name of the dir: the sha256 and event of its latest row."""
@@ -313,7 +327,8 @@ class VersionStore:
 
     def seen_of(self, path: Path) -> dict[str, str]:
         """The names of the dir whose latest row is `seen`, with their sha256."""
-        return {f: h for f, (h, e) in self.latest_of(path).items() if e == "seen"}
+        with self._lock:
+            return dict(self._load(self.conn(), path).seen)
 
     def _append(self, tx: sqlite3.Connection, d: _Dir, rows: Sequence[Row]) -> None:
         def plain(extra: Mapping[str, Any] | None) -> str | None:
@@ -383,8 +398,11 @@ class VersionStore:
         try:
             with self.db.transaction() as tx:
                 yield tx
-        except sqlite3.OperationalError as error:
-            raise OSError(errno.EIO, f"cannot write ({error})", str(self.db.path)) from error
+        except BaseException as error:
+            self.stale()  # what it applied to the latest rows was rolled back
+            if isinstance(error, sqlite3.OperationalError):
+                raise OSError(errno.EIO, f"cannot write ({error})", str(self.db.path)) from error
+            raise
 
     def restore_done(self, path: Path, name: str, sha: str, size: int) -> None:
         """The restore `intend_restore` announced is written: those bytes are the name's

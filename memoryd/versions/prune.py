@@ -190,6 +190,7 @@ def compact(
             "(SELECT f FROM versions_log WHERE dir = ?)",
             (rows[0][7], rows[0][7]),
         )
+        store.stale(path)
         return len(doomed)
 
 

@@ -149,12 +149,12 @@ def first_index(tmp: Path, template: Path, store: bool, k: int) -> tuple[float, 
     """In process: `indexer.update` over a fresh copy and an empty state dir, with the
     collector tuned as in every memoryd process (cli.main, the daemon): wall seconds, and the
     CPU seconds of this process meanwhile (the store's work, without the disk's moods)."""
-    from memoryd import versions
     from memoryd.config import Config, with_claude_home
     from memoryd.discover.finder import memory_dir_at
     from memoryd.indexer import update
     from memoryd.paths import AppPaths
     from memoryd.runtime import Runtime, tune_gc
+    from memoryd.versions import kept
 
     root = tmp / f"first-{int(store)}-{k}"
     folder = root / "memory"
@@ -167,7 +167,7 @@ def first_index(tmp: Path, template: Path, store: bool, k: int) -> tuple[float, 
     tune_gc()
     t, cpu = time.perf_counter(), cpu_seconds()
     if store:
-        with versions.using(versions.for_runtime(rt)) as rt.versions:
+        with kept.using(kept.for_runtime(rt)) as rt.versions:
             update(rt, md)
     else:
         update(rt, md)

@@ -39,7 +39,7 @@ from memoryd.scan import DirScan
 from memoryd.watch import Debouncer, Kind, Signal, Watcher, install_overflow_hook
 
 if TYPE_CHECKING:
-    from memoryd.versions import VersionStore
+    from memoryd.versions.kept import VersionStore
 
 HEARTBEAT_EVERY = 15.0
 STALE_AFTER = 300.0  # a worker silent this long is stuck: stop telling systemd we are alive
@@ -456,12 +456,12 @@ class Daemon:
     def _lose(self, session: DirSession, reason: str) -> None:
         """Drop the dir's session (and all it held) and its watch. A dir deleted whole
         (not replaced: the new folder's first pass finds its files gone) raises the alarm
-        for the memory files it held (versions.dir_deleted)."""
+        for the memory files it held (listing.dir_deleted)."""
         self.dirs.pop(session.md.real_path, None)
         self.watcher.remove(session.md.real_path, parent=False)
         self.rt.audit.write("dir.lost", dir=session.md.path, reason=reason)
         if self.rt.versions is not None:
-            from memoryd.versions import dir_deleted
+            from memoryd.versions.listing import dir_deleted
 
             dir_deleted(self.rt.versions, session.md.real_path)
 

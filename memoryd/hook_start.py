@@ -70,25 +70,36 @@ def _hidden_line(folder: str) -> str:
 
 
 def _alarm_line(dirs: list[str], state: str) -> str:
-    from memoryd import safejson
+    """The version store's alarm of the last day for one of `dirs`, read from state.sqlite
+    read-only (no table, no file, a file that is no regular file: no alarm; the hook never
+    makes the store, nor waits on a FIFO)."""
+    import sqlite3
+    import stat
+    import urllib.parse
 
+    path = os.path.join(state, "state.sqlite")
     try:
-        with open(os.path.join(state, "versions", "alarms.json"), "rb") as f:
-            alarms = safejson.loads(f.read(1 << 20))
-    except (OSError, ValueError):
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return ""
+        uri = f"file:{urllib.parse.quote(path)}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=1.0)
+        try:
+            sql = "SELECT dir, t, deleted, rewritten FROM versions_alarms ORDER BY seq"
+            alarms = conn.execute(sql).fetchall()
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
         return ""
     now = time.time()
     wanted = set(dirs) | {os.path.realpath(d) for d in dirs}
-    for alarm in alarms if isinstance(alarms, list) else []:
-        when = alarm.get("t") if isinstance(alarm, dict) else None
-        if not isinstance(when, int | float) or not math.isfinite(when) or now - when > ALARM_SHOWN:
+    for folder, when, deleted, rewritten in alarms:
+        if not math.isfinite(when) or now - when > ALARM_SHOWN or folder not in wanted:
             continue
-        if alarm.get("dir") in wanted:
-            return (
-                f"memoryd: ALARM: {alarm.get('deleted')} memory files deleted and "
-                f"{alarm.get('rewritten')} rewritten in {alarm.get('dir')} by another process "
-                "today; `memoryd trash list` and `memoryd history FILE` bring them back."
-            )
+        return (
+            f"memoryd: ALARM: {deleted} memory files deleted and {rewritten} rewritten in "
+            f"{folder} by another process today; `memoryd trash list` and `memoryd history "
+            "FILE` bring them back."
+        )
     return ""
 
 

@@ -9,7 +9,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, restored, versions, witness
+from memoryd import fsops, restored
 from memoryd.discover.finder import memory_dir_at
 from memoryd.discover.found import MemoryDir
 from memoryd.errors import MemorydError
@@ -20,6 +20,7 @@ from memoryd.state import dir_key
 from memoryd.trash import days as trash_days
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import store as trash
+from memoryd.versions import kept, witness
 
 
 @dataclass(slots=True)
@@ -127,7 +128,7 @@ def _restore(rt: Runtime, listed: Listed) -> str:
         # another file's, pinned perhaps by an earlier restore.
         restored.record(rt.store, real, restored.Pin(planned, record.sha256, when, record.id))
     name = trash_manifest.restore(real, listed.entry)
-    versions.note_restored(rt.versions, real, name, record.sha256, record.size)
+    kept.note_restored(rt.versions, real, name, record.sha256, record.size)
     if name != planned:  # taken meanwhile (by another process: this one holds the lock)
         restored.record(rt.store, real, restored.Pin(name, record.sha256, when, record.id))
     rt.audit.write(
@@ -155,13 +156,12 @@ def _restore(rt: Runtime, listed: Listed) -> str:
 # and manifest inode, size, mtime) and the witnessed count when memoryd first saw them so: any
 # write to a folder (a move, a restore) starts its retention again.
 DAYS_SUFFIX = ".trash-days.json"
-CLOCK_FILE = witness.CLOCK_FILE
 Clock = witness.Clock
 _number = witness.number
 
 
 def _clock_record(rt: Runtime) -> dict[str, Any]:
-    return witness.read_record(rt.store, rt.paths.state_dir)
+    return witness.read_record(rt.paths.state_dir)
 
 
 def _last_run(rt: Runtime) -> date | None:
@@ -172,7 +172,7 @@ def _last_run(rt: Runtime) -> date | None:
 
 
 def _save_last_run(rt: Runtime, today: date) -> None:
-    with rt.store.lock(rt.paths.state_dir / CLOCK_FILE):
+    with witness.transaction(rt.paths.state_dir):
         record = _clock_record(rt)
         previous = _last_run(rt)
         if previous is None or today > previous:
@@ -181,7 +181,7 @@ def _save_last_run(rt: Runtime, today: date) -> None:
 
 def observe_clock(rt: Runtime, *, save: bool = True) -> Clock:
     """Take a reading of the clocks; `save=False` (a dry run) records nothing."""
-    return witness.observe(rt.store, rt.paths.state_dir, rt.clock(), rt.boot(), save=save)
+    return witness.observe(rt.paths.state_dir, rt.clock(), rt.boot(), save=save)
 
 
 def _days_path(rt: Runtime, md: MemoryDir) -> Path:

@@ -4,7 +4,7 @@ A person told of a secret (`memory.secret_found`) takes it out of the memory by 
 version store still holds the versions before that, byte-exact, and `history --restore`
 would write the secret back. Once no current file of the dir (memory, note, MEMORY.md, the
 archive) holds a secret's value, every kept version holding it goes: its loose object is
-unlinked, its pack written anew without it (`VersionStore.repack`), and one `versions.purged`
+deleted (its bytes zeroed in the file: secure_delete), and one `versions.purged`
 row says the file, version number and kind (never the value). The version stays listed in
 `history`, as not restorable. A version that is the current one of any file in any dir is
 never removed (its bytes are that file's), and neither is anything in the memory dir's trash
@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops, secrets
 from memoryd.index import PREV_NAME
-
-# `_versions`: a file's versions from its log records, as `versions_of` makes them; called
-# with the records read once a dir (versions_of reads the whole log for each name).
-from memoryd.versions import Record, Version, VersionStore, _versions
+from memoryd.versions.kept import VersionStore
+from memoryd.versions.prune import histories
+from memoryd.versions.records import Version, versions
 
 if TYPE_CHECKING:
     from memoryd.discover.found import MemoryDir
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 
 Audit = Callable[..., Any]  # AuditLog.write's signature: (event, *, dir=..., **fields)
 MAX_BYTES = 64 * 1024 * 1024
-LOCK_WAIT = 30.0  # forget --purge waits this long for a writer (the daemon's flush) to finish
 
 
 @dataclass(slots=True)
@@ -45,7 +43,8 @@ class Purged:
 
     versions: list[tuple[str, int, str]] = field(default_factory=list)
     objects: set[str] = field(default_factory=set)
-    busy: bool = False  # a writer held the store: nothing was removed, the next pass tries
+    # Nothing was removed as the store stayed busy past SQLite's wait (statedb.BUSY_WAIT).
+    busy: bool = False
 
 
 def current_fingerprints(
@@ -69,12 +68,11 @@ def current_fingerprints(
 
 
 def _histories(store: VersionStore, path: Path, stored: Set[str]) -> dict[str, list[Version]]:
-    """Each file's versions in the dir at `path` (what `versions_of` gives one name), its log
-    read once. `stored`: the objects the store holds (`object_sizes`, looked up once)."""
-    by_name: dict[str, list[Record]] = {}
-    for rec in store.records(path):
-        by_name.setdefault(rec.f, []).append(rec)
-    return {name: _versions(store, recs, stored) for name, recs in by_name.items()}
+    """Each file's versions in the dir at `path` (what `versions_of` gives one name), its
+    rows read once. `stored`: the objects the store holds (`object_sizes`, looked up once)."""
+    return {
+        name: versions(recs, stored.__contains__) for name, recs in histories(store, path).items()
+    }
 
 
 def _current_shas(store: VersionStore, stored: Set[str]) -> set[str]:
@@ -140,34 +138,18 @@ def purge_gone_secrets(
     it holds (see the module docstring); a `versions.purged` row for each. `clean`: objects
     known to hold no secret, kept by the caller across calls (the dream memo's). `holding`:
     the only files that may hold one now, when the caller has looked (the dream pass: no
-    file is read twice); else every file is read. Under the store's lock, exclusive: while
-    a writer holds it nothing is done (`busy`)."""
+    file is read twice); else every file is read. One transaction (a writer's waits)."""
     clean = set() if clean is None else clean
     present = current_fingerprints(path, only=holding)
-    lock = store.lock_exclusive()
-    if lock is None:
-        return Purged(busy=True)
-    try:
+    with store.db.transaction():
         stored = store.object_sizes().keys()
         doomed, rows = _doomed(store, _histories(store, path, stored), present, clean)
         if doomed:  # never some file's current version, in any dir (its bytes are the file's)
             keep = _current_shas(store, stored)
             doomed = {sha: kinds for sha, kinds in doomed.items() if sha not in keep}
         removed = store.drop_objects(set(doomed))
-    finally:
-        os.close(lock)
+    store.checkpoint()
     return _said(path, rows, removed, audit)
-
-
-def _lock_waiting(store: VersionStore, wait: float) -> int | None:
-    """The store's lock, exclusive, waited for up to `wait` seconds (a writer holds it for
-    one scan's flush); None if it is still held."""
-    import time
-
-    deadline = time.monotonic() + wait
-    while (lock := store.lock_exclusive()) is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return lock
 
 
 def purge_versions_of(
@@ -175,16 +157,11 @@ def purge_versions_of(
     path: Path,
     names: Iterable[str],
     audit: Audit | None = None,
-    *,
-    wait: float = 0.0,
 ) -> Purged:
     """Remove every kept version of these files of the dir at `path` (`forget --purge`; the
     kind in each `versions.purged` row is `forgotten`), but one that is some file's current
-    version (its bytes are that file's). `wait`: how long to wait for a writer's lock."""
-    lock = _lock_waiting(store, wait)
-    if lock is None:
-        return Purged(busy=True)
-    try:
+    version (its bytes are that file's). One transaction: a writer's waits for it."""
+    with store.db.transaction():
         stored = store.object_sizes().keys()
         keep = _current_shas(store, stored)
         histories = _histories(store, path, stored)
@@ -195,8 +172,7 @@ def purge_versions_of(
             if v.stored and v.sha256 not in keep
         ]
         removed = store.drop_objects({row[3] for row in rows})
-    finally:
-        os.close(lock)
+    store.checkpoint()
     return _said(path, rows, removed, audit)
 
 
@@ -204,12 +180,12 @@ def purge_memories(rt: "Runtime", md: "MemoryDir", names: Iterable[str]) -> Purg
     """`forget --purge` after the files left for the trash: their kept versions, their rows
     in the search index (its segments merged, its WAL truncated) and the dir's dream facts
     cache (derived again by the next pass) go. The trash copy stays: it is the person's."""
-    from memoryd import versions
     from memoryd.recall.store import DirIndex, index_path
+    from memoryd.versions import kept
 
     names = sorted(set(names))
-    store = rt.versions or versions.for_runtime(rt)
-    result = purge_versions_of(store, md.real_path, names, rt.audit.write, wait=LOCK_WAIT)
+    store = rt.versions or kept.for_runtime(rt)
+    result = purge_versions_of(store, md.real_path, names, rt.audit.write)
     with DirIndex(index_path(rt.paths.state_dir, md.real_path), md.real_path) as index:
         index.update(names)
         index.scrub()

@@ -40,13 +40,13 @@ def _note_moves(rt: Runtime, path: Path, moved: list[TrashRecord]) -> None:
     store = rt.versions
     if store is None or not moved:
         return
-    from memoryd import versions  # imported already: there is a store
+    from memoryd.versions import kept  # imported already: there is a store
 
-    table = store.table(path)
+    latest = store.latest_of(path)
     for record in moved:
-        if store.latest(table, record.original_name) != (record.sha256, "moved"):
-            versions.note_moved(store, path, record.original_name, record.sha256,
-                                record.size, record.id)  # fmt: skip
+        if latest.get(record.original_name) != (record.sha256, "moved"):
+            kept.note_moved(store, path, record.original_name, record.sha256,
+                            record.size, record.id)  # fmt: skip
 
 
 def _recover_one(rt: Runtime, entry: journal.Journal) -> journal.Recovery | None:

@@ -16,7 +16,7 @@ from memoryd.paths import AppPaths, app_paths
 from memoryd.state import StateStore
 
 if TYPE_CHECKING:  # a command that keeps no versions never imports the store
-    from memoryd.versions import VersionStore
+    from memoryd.versions.kept import VersionStore
 
 
 def boot_clock() -> tuple[str, float] | None:

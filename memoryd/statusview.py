@@ -119,19 +119,14 @@ def _cached(rt: Any, folder: str) -> int | None:
 
 
 ALARM_SHOWN = 86400.0  # `status` shows a mass change for a day
-# memoryd.versions' alarms file under the state dir (its store's root and ALARMS; a test keeps
-# them equal): `status` reads it without importing the version store and the index machinery.
-ALARMS_FILE = Path("versions", "alarms.json")
-ALARMS_MAX_BYTES = 1 << 20  # versions.alarms reads as much
 
 
 def alarms(state_dir: Path) -> list[dict[str, Any]]:
-    """The last mass-change alarms (one per dir, the newest), oldest first (versions.alarms)."""
-    try:
-        data = safejson.loads(read_bounded(state_dir / ALARMS_FILE, ALARMS_MAX_BYTES, prefix=True))
-    except (OSError, ValueError):
-        return []
-    return [a for a in data if isinstance(a, dict)] if isinstance(data, list) else []
+    """The last mass-change alarms (one per dir, the newest), oldest first, read without
+    importing the version store and the index machinery."""
+    from memoryd.versions.records import alarms as kept_alarms
+
+    return kept_alarms(state_dir)
 
 
 def alarm_lines(rt: Any, now: float) -> str:

@@ -359,6 +359,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_versions",
             "test_versions_clock",
             "test_versions_restore",
+            "test_versions_import",
             "test_wholeproc_steps",
         }
     ),

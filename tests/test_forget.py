@@ -139,13 +139,17 @@ def test_on_a_terminal_purge_is_asked_for_by_name_and_no_keeps_every_copy(
     """`forget --purge` asks about the kept copies too; `n` leaves the files and the kept
     versions as they were; `y` forgets and purges."""
     assert _run("index", folder).returncode == 0
-    objects = env.state / "versions"
-    kept = sorted(p.name for p in objects.rglob("*") if p.is_file())
+    from memoryd.versions import kept as kept_module
+
+    def objects() -> list[str]:
+        return sorted(kept_module.VersionStore(env.state).object_sizes())
+
+    kept = objects()
     before = tree_digest(repo)
     code, output = _on_pty(["forget", "--purge", "pnpm", repo], b"n\n")
     assert code == 1 and "and every copy memoryd keeps" in output
     assert tree_digest(repo) == before
-    assert sorted(p.name for p in objects.rglob("*") if p.is_file()) == kept
+    assert objects() == kept
     code, output = _on_pty(["forget", "--purge", "pnpm", repo], b"y\n")
     assert code == 0, output
     assert "purged: 2 kept version(s)" in output  # one of each pnpm memory
@@ -245,7 +249,7 @@ def test_forgetting_is_memoryds_own_move_no_outside_deletion_and_no_alarm(
     `versions.alarm_files` (set to 3), is memoryd's own move: the next pass writes no
     `memory.deleted_outside` and no `memory.mass_change`, `trash list` shows them trashed and not
     deleted elsewhere, and each one's history ends with the move."""
-    from memoryd import versions
+    from memoryd.versions import kept, listing
 
     env.config_dir.mkdir(parents=True, exist_ok=True)  # four is more than alarm_files here
     (env.config_dir / "config.toml").write_text("[versions]\nalarm_files = 3\n")
@@ -261,8 +265,8 @@ def test_forgetting_is_memoryds_own_move_no_outside_deletion_and_no_alarm(
     doc = json.loads(listed.out)
     assert sorted(r["file"] for r in doc["trash"]) == sorted(p.name for p in named)
     assert doc["deleted_outside"] == []
-    store = versions.for_runtime(env.runtime())
-    assert versions.deleted(store, folder.resolve()) == []
+    store = kept.for_runtime(env.runtime())
+    assert listing.deleted(store, folder.resolve()) == []
     for path in named:
-        ended = [v.ended_by for v in versions.versions_of(store, folder.resolve(), path.name)]
+        ended = [v.ended_by for v in listing.versions_of(store, folder.resolve(), path.name)]
         assert ended == ["moved"], (path.name, ended)

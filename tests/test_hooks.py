@@ -194,10 +194,9 @@ def test_session_start_says_how_many_pointers_the_agent_does_not_see(env: Env, r
 def test_session_start_names_an_alarm_of_the_last_day(env: Env, repo: Path) -> None:
     folder = auto_dir(env, repo)
     folder.mkdir(parents=True)
-    alarms = env.state / "versions" / "alarms.json"
-    alarms.parent.mkdir(parents=True)
-    alarm = {"dir": str(folder), "t": time.time() - 60, "deleted": 40, "rewritten": 2}
-    alarms.write_text(json.dumps([alarm]))
+    from memoryd.versions import kept
+
+    kept.VersionStore(env.state)._keep_alarm(folder, time.time() - 60, 40, 2)
     said = context(hook("session-start", payload(env, repo, "SessionStart")), "SessionStart")
     assert said.startswith("memoryd: ALARM: 40 memory files deleted and 2 rewritten")
 

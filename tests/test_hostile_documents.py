@@ -201,7 +201,8 @@ def test_the_mcp_tools_serve_past_a_nested_record_store_line(env: Env, tmp_path:
 
 
 # memoryd's own state files (under the state dir), each with a nested line: a base file
-# replaced whole, a log or JSONL appended to.
+# replaced whole, a log or JSONL appended to (the clock file and the version log are an older
+# memoryd's, taken into state.sqlite at the next start: the nested line is skipped there).
 OWN_STATE = {
     "dirs/{key}.json": "replace",
     "dirs/{key}.0.log": "append",

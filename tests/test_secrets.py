@@ -99,15 +99,25 @@ def _digest(folder: Path) -> dict[str, str]:
 def _every_file_under(*roots: Path) -> bytes:
     """Every file memoryd wrote under `roots`, but the version store's objects: those are the
     memory files' own bytes, kept byte-exact so a deleted or rewritten memory comes back whole
-    (0600 in a 0700 folder, like the trash beside the memory); its logs are checked."""
+    (in state.sqlite, 0600 in a 0700 folder, like the trash beside the memory). Every other
+    row of state.sqlite is checked (its rows as SQL text, not its pages, which hold objects)."""
+    import contextlib
+    import sqlite3
+
     out = b""
     for root in roots:
         for dirpath, _, names in os.walk(root):
-            if Path(dirpath).parts[-2:] == ("versions", "objects"):
-                continue
             for name in names:
                 path = Path(dirpath) / name
-                if path.is_file() and not path.is_symlink():
+                if name == "state.sqlite":
+                    with contextlib.closing(sqlite3.connect(path)) as conn:
+                        dump = conn.iterdump()
+                        out += "\n".join(
+                            line for line in dump if '"versions_objects"' not in line
+                        ).encode()
+                elif name.startswith("state.sqlite"):
+                    continue  # its WAL and shared memory: their rows are in the dump above
+                elif path.is_file() and not path.is_symlink():
                     out += path.read_bytes()
     return out
 

@@ -17,6 +17,7 @@ from memoryd.state import dir_key
 from memoryd.trash import days as trash_days
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import store as trash
+from memoryd.versions import witness
 from tests.conftest import Env, InjectedCrash, crash_at, tree_digest, write_memory
 from tests.helpers import filler, mem, memory_dir, memoryd_child, plant_day, watched_for
 
@@ -85,7 +86,7 @@ def test_clock_gone_back_refuses_purge(env: Env, cli, repo: Path) -> None:
     day = _old_day(folder, 90)
     env.state.mkdir(parents=True, exist_ok=True)
     later = (date.today() + timedelta(days=5)).isoformat()
-    (env.state / "trash-clock.json").write_text(json.dumps({"last_run": later}))
+    witness.write_record(env.state, {"last_run": later})
     result = cli("trash", "purge", folder)
     assert result.code == 1 and "went back" in result.out
     assert day.exists()
@@ -786,7 +787,7 @@ def test_a_huge_manifest_is_read_to_its_limit_and_the_rest_reported(
 
 
 def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> None:
-    """Every state file a pass and a purge read (the dir's trash-days record, the trash clock,
+    """Every state file a pass and a purge read (the dir's trash-days record,
     a pending journal, the old layout's state, cache and facts) replaced by a FIFO: `dream`
     and `trash purge` finish, each FIFO is named once, and the pass's saves replace them. The
     old code waited on the first FIFO it read (the journal, at recovery) for ever."""
@@ -796,7 +797,6 @@ def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> No
     assert cli("dream", folder).code == 0 and cli("trash", "purge", folder).code == 0
     key = dir_key(folder.resolve())
     fifos = [env.state / "dirs" / f"{key}{housekeeping.DAYS_SUFFIX}"]
-    fifos += [env.state / housekeeping.CLOCK_FILE]
     assert all(p.is_file() for p in fifos)
     for path in fifos:
         path.unlink()

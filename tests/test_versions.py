@@ -1,9 +1,8 @@
-"""The version store (memoryd/versions.py): what scans read is kept by content, once, in the
-state dir; deletions and rewrites by others are recorded, a burst raises the alarm; retention
+"""The version store (memoryd/versions/): what scans read is kept by content, once, in the
+state store; deletions and rewrites by others are recorded, a burst raises the alarm; retention
 and the cap with a fake clock; a kill -9 while storing leaves no half version."""
 
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -18,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from memoryd import versions
 from memoryd.scan import scan_dir
+from memoryd.storage.statedb import forget_shared
 from memoryd.trash import store as trash
-from memoryd.versions import VersionStore
+from memoryd.versions import importer, kept, listing, prune, scanned
+from memoryd.versions.kept import VersionStore
 from tests.conftest import Env, lock_held_elsewhere, tree_digest
 from tests.conftest import write_lesson as _mem
 from tests.helpers import home_folder, memoryd_child
@@ -54,9 +54,8 @@ def _sha(data: bytes) -> str:
 
 
 def _objects(store: VersionStore) -> dict[str, bytes]:
-    if not store.objects.exists():
-        return {}
-    return {p.name: p.read_bytes() for p in store.objects.iterdir() if not p.name.startswith(".")}
+    rows = store.conn().execute("SELECT sha, data FROM versions_objects")
+    return {sha: bytes(data) for sha, data in rows}
 
 
 def test_identical_bytes_are_stored_once_privately_and_nothing_in_the_memory_dir(env: Env) -> None:
@@ -68,16 +67,15 @@ def test_identical_bytes_are_stored_once_privately_and_nothing_in_the_memory_dir
     _mem(b, "two.md", "its own")
     before = (tree_digest(a), tree_digest(b), sorted(os.listdir(a)), sorted(os.listdir(b)))
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(a, versions=store)
         scan_dir(b, versions=store)
         scan_dir(b, versions=store)  # again: nothing new
     assert set(_objects(store)) == {_sha(same), _sha((b / "two.md").read_bytes())}
     assert before == (tree_digest(a), tree_digest(b), sorted(os.listdir(a)), sorted(os.listdir(b)))
-    for root, _dirs, files in os.walk(store.root):
-        assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
-        for f in files:
-            assert stat.S_IMODE(os.stat(Path(root) / f).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(env.state).st_mode) == 0o700
+    for f in env.state.glob("state.sqlite*"):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600
     assert [r.f for r in store.records(b)] == ["other.md", "two.md"]  # one line each
 
 
@@ -93,7 +91,7 @@ def test_files_memoryd_will_not_parse_are_not_kept(env: Env) -> None:
     outside.write_bytes(b"---\nname: s\ndescription: s\n---\nsecret\n")
     (folder / "link.md").symlink_to(outside)
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan = scan_dir(folder, max_file_bytes=2048, versions=store)
     assert set(scan.problems) >= {"big.md", "bin.md", "bad.md", "pipe.md", "link.md"}
     assert set(_objects(store)) == {_sha(good)}
@@ -108,7 +106,7 @@ def test_deletions_and_rewrites_by_others_are_rows_and_a_burst_is_one_alarm(env:
     clock = Clock()
     events: Events = []
     store = _store(env, clock, events, alarm_files=3, alarm_window=600)
-    with versions.using(store):
+    with kept.using(store):
         previous = scan_dir(folder, versions=store)
         for i in range(3):  # spread out: 3 changes, 11 minutes apart, never 4 in 10 min
             clock.now += 660
@@ -133,7 +131,7 @@ def test_deletions_and_rewrites_by_others_are_rows_and_a_burst_is_one_alarm(env:
     assert names.count("memory.rewritten_outside") == 2
     alarm = next(f for e, f in events if e == "memory.mass_change")
     assert (alarm["deleted"], alarm["rewritten"]) == (2, 2)
-    assert versions.alarms(store)[-1]["dir"] == str(folder)
+    assert kept.alarms(store)[-1]["dir"] == str(folder)
 
 
 def test_a_rename_in_the_dir_is_no_deletion(env: Env) -> None:
@@ -142,15 +140,15 @@ def test_a_rename_in_the_dir_is_no_deletion(env: Env) -> None:
     _mem(folder, "old.md", "x")
     events: Events = []
     store = _store(env, Clock(), events)
-    with versions.using(store):
+    with kept.using(store):
         previous = scan_dir(folder, versions=store)
         (folder / "old.md").rename(folder / "new.md")
         scan_dir(
             folder, previous.files, previous=previous, only={"old.md", "new.md"}, versions=store
         )
     assert events == []
-    assert versions.deleted(store, folder) == []
-    assert versions.versions_of(store, folder, "old.md")[-1].ended_by == "renamed"
+    assert listing.deleted(store, folder) == []
+    assert listing.versions_of(store, folder, "old.md")[-1].ended_by == "renamed"
 
 
 def test_memoryds_own_trash_moves_are_recorded_as_memoryds(env: Env) -> None:
@@ -159,7 +157,7 @@ def test_memoryds_own_trash_moves_are_recorded_as_memoryds(env: Env) -> None:
     datas = {f"m{i}.md": _mem(folder, f"m{i}.md", f"l {i}") for i in range(5)}
     events: Events = []
     store = _store(env, Clock(), events, alarm_files=1)
-    with versions.using(store):
+    with kept.using(store):
         previous = scan_dir(folder, versions=store)
         with trash.Mover(folder, date(2026, 12, 1), versions=store) as mover:
             for name, data in datas.items():
@@ -168,8 +166,8 @@ def test_memoryds_own_trash_moves_are_recorded_as_memoryds(env: Env) -> None:
                 assert isinstance(mover.move(record), trash.TrashRecord)
         scan_dir(folder, previous.files, versions=store)
     assert events == []
-    assert versions.deleted(store, folder) == []
-    assert [v.ended_by for v in versions.versions_of(store, folder, "m0.md")] == ["moved"]
+    assert listing.deleted(store, folder) == []
+    assert [v.ended_by for v in listing.versions_of(store, folder, "m0.md")] == ["moved"]
 
 
 def test_retention_and_the_cap_with_a_fake_clock(env: Env) -> None:
@@ -180,7 +178,7 @@ def test_retention_and_the_cap_with_a_fake_clock(env: Env) -> None:
     clock = Clock()
     store = _store(env, clock, [], keep_days=30, max_bytes=10**9)
     live: list[bytes] = []
-    with versions.using(store):
+    with kept.using(store):
         a1 = _mem(folder, "a.md", "a first " + "a" * 3000)
         gone = _mem(folder, "gone.md", "deleted later " + "g" * 3000)
         previous = scan_dir(folder, versions=store)
@@ -199,29 +197,29 @@ def test_retention_and_the_cap_with_a_fake_clock(env: Env) -> None:
     assert {_sha(x) for x in (a1, a2, a3, gone)} <= set(_objects(store))
     # The cap: room for three objects; the oldest replaced version of a live file goes first.
     store.max_bytes = sum(len(x) for x in (a2, a3, gone)) + 10
-    result = versions.prune(store)
+    result = prune.prune(store)
     assert result.removed == [_sha(a1)]
     assert {_sha(a2), _sha(a3), _sha(gone)} <= set(_objects(store))
     # A cap below what must stay: only what may go goes; the deleted file's last version stays.
     store.max_bytes = 1
-    versions.prune(store)
+    prune.prune(store)
     assert set(_objects(store)) == {_sha(a3), _sha(gone)}
     # Retention: 31 days after it was deleted, the deleted file's version goes; a3 is current.
     clock.now += 31 * DAY
-    versions.prune(store)
+    prune.prune(store)
     assert set(_objects(store)) == {_sha(x) for x in live}
-    assert not versions.versions_of(store, folder, "gone.md")[-1].stored
+    assert not listing.versions_of(store, folder, "gone.md")[-1].stored
 
 
 CRASH_SCRIPT = """
 import sys
 from pathlib import Path
-from memoryd import versions
+from memoryd.versions import kept
 from memoryd.scan import scan_dir
 import os, signal
-store = versions.VersionStore(Path(sys.argv[2]))
-store.defer = len(sys.argv) > 3  # the daemon's way: objects put in place at the next flush
-with versions.using(store):
+store = kept.VersionStore(Path(sys.argv[2]))
+store.defer = len(sys.argv) > 3  # the daemon's way
+with kept.using(store):
     scan_dir(Path(sys.argv[1]), versions=store)
     if store.defer:
         os.kill(os.getpid(), signal.SIGKILL)  # before any flush
@@ -237,17 +235,21 @@ def _run_kill(folder: Path, state: Path, k: int, trace: Path) -> int:
     return proc.returncode
 
 
-def _check_no_half_object(state: Path) -> None:
-    objects = state / "versions" / "objects"
-    for p in objects.iterdir() if objects.exists() else []:
-        if not p.name.startswith("."):
-            assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name, f"half object {p}"
+def _check_no_half_object(state: Path) -> set[str]:
+    """Every object the store holds is whole (its bytes are its sha256); their shas."""
+    if not (state / "state.sqlite").exists():
+        return set()
+    forget_shared()
+    store = VersionStore(state)
+    for sha in store.object_sizes():
+        assert store.read_object(sha) is not None, f"half object {sha}"
+    return set(store.object_sizes())
 
 
 def test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version(tmp_path: Path) -> None:
-    """A real process killed at every crash point of storing (mid-write of an object, before
-    the renames), for a few files (fsync each) and a batch (one syncfs): no object under its
-    name is ever partial, and the next run stores every version."""
+    """A real process killed at every crash point of storing (a scan's one transaction,
+    before its commit), for a few files and a batch: no object is ever partial, and the
+    next run stores every version."""
     for count in (3, 20):
         folder = tmp_path / f"mem{count}"
         folder.mkdir()
@@ -262,17 +264,16 @@ def test_kill_9_while_storing_loses_nothing_and_leaves_no_half_version(tmp_path:
             if code == 0:
                 break
             assert _run_kill(folder, state, 0, trace) == 0  # then a run that is not killed
-            _check_no_half_object(state)
-            stored = {p.name for p in (state / "versions" / "objects").iterdir()}
+            stored = _check_no_half_object(state)
             assert {_sha(d) for d in datas} <= stored
-        assert k > count  # every object's write and the rename step were crash points
+        assert k > 1  # the scan's commit was a crash point
         labels = trace.read_text()
-        assert "versions.writing" in labels and "versions.before_rename" in labels
+        assert "versions.end_scan" in labels
 
 
 def test_a_daemon_killed_before_its_flush_loses_no_version(tmp_path: Path) -> None:
-    """The daemon renames a pass's new objects into place at its next heartbeat; killed
-    before it, the next start puts every whole temp in place (none is left behind)."""
+    """The daemon's scan commits its versions at its end, not at the next heartbeat:
+    killed before any flush, every version read is kept."""
     folder = tmp_path / "mem"
     folder.mkdir()
     datas = [_mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)]
@@ -282,14 +283,13 @@ def test_a_daemon_killed_before_its_flush_loses_no_version(tmp_path: Path) -> No
     run = [sys.executable, "-c", CRASH_SCRIPT, str(folder), str(state)]
     killed = subprocess.run([*run, "defer"], env=env, capture_output=True, timeout=60, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    objects = state / "versions" / "objects"
-    assert not [p for p in objects.iterdir() if not p.name.startswith(".")]  # all temps
+    assert _check_no_half_object(state) == {_sha(d) for d in datas}
     assert subprocess.run(run, env=env, timeout=60, check=False).returncode == 0
-    assert sorted(p.name for p in objects.iterdir()) == sorted(_sha(d) for d in datas)
+    assert _check_no_half_object(state) == {_sha(d) for d in datas}
 
 
 def _stored(store: VersionStore) -> dict[str, bytes]:
-    """Every object the store holds, loose or packed, read back (checked by sha256)."""
+    """Every object the store holds, read back (checked by sha256)."""
     out = {}
     for sha in store.object_sizes():
         data = store.read_object(sha)
@@ -302,128 +302,86 @@ def _created_files(root: Path) -> int:
     return sum(len(files) for _, _, files in os.walk(root))
 
 
-def test_a_first_start_over_many_files_stores_them_in_one_pack(env: Env) -> None:
-    """300 new files in one scan: one pack file (not 300 object files and a syncfs), each
-    version read back byte-identical, identical bytes once; a second dir holding the same
-    bytes adds nothing; a later scan's one new version is a loose object as before."""
+def test_a_first_start_over_many_files_stores_them_in_the_one_state_file(env: Env) -> None:
+    """300 new files in one scan: kept in state.sqlite (not 300 object files and a syncfs),
+    each version read back byte-identical, identical bytes once; a second dir holding the
+    same bytes adds nothing; a later scan's one new version is kept beside them."""
     folder = home_folder(env)
     datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", f"lesson {i}") for i in range(300)}
     (folder / "twin.md").write_bytes(datas["m000.md"])
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         previous = scan_dir(folder, versions=store)
-    assert len(store.pack_names()) == 1
-    assert _objects(store) == {}  # nothing loose
-    assert _created_files(store.objects.parent) <= 4  # the pack, the log, its table, at most
+    # One file (and SQLite's WAL and shared-memory files beside it), not one a version.
+    assert sorted(p.name for p in env.state.glob("state.sqlite*")) == sorted(
+        p.name for p in env.state.iterdir() if p.name.startswith("state.sqlite")
+    )
+    assert _created_files(env.state) <= 8
     assert _stored(store) == {_sha(d): d for d in datas.values()}
     other = home_folder(env, "other")
     for name, data in list(datas.items())[:50]:
         (other / name).write_bytes(data)
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(other, versions=store)
         new = _mem(folder, "m001.md", "rewritten by the agent")
         scan_dir(folder, previous.files, previous=previous, only={"m001.md"}, versions=store)
-    assert len(store.pack_names()) == 1
-    assert set(_objects(store)) == {_sha(new)}
-    found = versions.versions_of(store, folder, "m001.md")
+    assert set(_objects(store)) == {_sha(d) for d in datas.values()} | {_sha(new)}
+    found = listing.versions_of(store, folder, "m001.md")
     assert [store.read_object(v.sha256) for v in found] == [datas["m001.md"], new]
 
 
-PACK_CRASH_SCRIPT = """
-import sys
-from pathlib import Path
-from memoryd import versions
-from memoryd.scan import scan_dir
-versions.PACK_FROM = 4  # a pack from 4 objects: the loop stays short
-store = versions.VersionStore(Path(sys.argv[2]))
-with versions.using(store):
-    scan_dir(Path(sys.argv[1]), versions=store)
-"""
-
-
-def test_kill_9_while_writing_a_pack_loses_nothing_and_leaves_no_half_pack(tmp_path: Path) -> None:
-    """A real process killed at every crash point of writing a pack (after each object, before
-    its rename): no pack under its name is ever partial, no version is logged that cannot be
-    read back, and the next run stores every version and removes the dead one's temp."""
-    folder = tmp_path / "mem"
-    folder.mkdir()
-    datas = [_mem(folder, f"m{i}.md", f"lesson {i} " + "z" * 3000) for i in range(6)]
-    base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    k = 0
-    while True:
-        k += 1
-        state = tmp_path / f"state-{k}"
-        run = [sys.executable, "-c", PACK_CRASH_SCRIPT, str(folder), str(state)]
-        crash = {**base, "MEMORYD_CRASH_AT": str(k)}
-        killed = subprocess.run(run, env=crash, capture_output=True, text=True, timeout=60)
-        assert killed.returncode in (0, -signal.SIGKILL), killed.stderr
-        store = VersionStore(state)
-        _stored(store)  # every pack under its name whole, every entry its bytes
-        logged = {r.h for r in store.records(folder.resolve())}
-        assert all(store.has_object(sha) for sha in logged)  # logged means restorable
-        if killed.returncode == 0:
-            break
-        clean = {k: v for k, v in base.items() if k != "MEMORYD_CRASH_AT"}
-        assert subprocess.run(run, env=clean, timeout=60, check=False).returncode == 0
-        assert set(_stored(store)) == {_sha(d) for d in datas}
-        assert [n for n in os.listdir(store.packs) if n.startswith(".")] == []
-    assert k > len(datas)  # each object's write and the rename were crash points
-    assert len(VersionStore(state).pack_names()) == 1
-
-
-def test_a_scan_that_finds_nothing_changed_reads_no_log_and_a_change_still_counts(
+def test_a_scan_that_finds_nothing_changed_adds_no_row_and_a_change_still_counts(
     env: Env,
 ) -> None:
     """A new process's store (a one-shot `memoryd index`) scanning a dir the scan cache says is
-    unchanged loads no table and parses no log line; a file deleted while no memoryd ran, and
-    a line another process appended, each still send the next scan the whole way."""
+    unchanged adds no row; a file deleted while no memoryd ran, and a row another process
+    added, are each still seen by the next scan."""
     folder = home_folder(env)
     for i in range(5):
         _mem(folder, f"m{i}.md", f"lesson {i}")
     events: Events = []
-    with versions.using(_store(env, Clock(), events)) as store:
+    with kept.using(_store(env, Clock(), events)) as store:
         cache = scan_dir(folder, versions=store).files
+    rows = len(store.records(folder))
     quiet = _store(env, Clock(), events)
-    with versions.using(quiet):
+    with kept.using(quiet):
         scan_dir(folder, cache, versions=quiet)
-    assert not quiet._dirs[folder].loaded
+    assert len(quiet.records(folder)) == rows
     (folder / "m0.md").unlink()  # while nothing of memoryd runs
-    with versions.using(_store(env, Clock(), events)) as store:
+    with kept.using(_store(env, Clock(), events)) as store:
         cache = scan_dir(folder, cache, versions=store).files
     assert [e for e, _ in events] == ["memory.deleted_outside"]
-    assert [d.name for d in versions.deleted(quiet, folder)] == ["m0.md"]
-    again = _store(env, Clock(), events)
-    with versions.using(again):
-        scan_dir(folder, cache, versions=again)
-    assert not again._dirs[folder].loaded  # the stamp the last scan left holds
+    assert [d.name for d in listing.deleted(quiet, folder)] == ["m0.md"]
     other = _store(env, Clock(), [])
-    other.record(folder, "m1.md", _sha((folder / "m1.md").read_bytes()), 1, "restoring", "memoryd")
+    sha1 = _sha((folder / "m1.md").read_bytes())
+    other.record(folder, "m1.md", sha1, 1, "gone", "memoryd")
     after = _store(env, Clock(), events)
-    with versions.using(after):
-        scan_dir(folder, cache, versions=after)
-    assert after._dirs[folder].loaded  # a line it did not write: read the whole way
+    with kept.using(after):
+        scan_dir(folder, cache, versions=after, only={"m1.md"})
+    # The other's row is seen: the file is there again, so it is recorded so.
+    assert [r.e for r in after.records(folder) if r.f == "m1.md"][-2:] == ["gone", "seen"]
 
 
 def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
     env: Env, monkeypatch: Any
 ) -> None:
     """The daemon's store prunes at a flush once a day has passed (not at every heartbeat);
-    a version whose bytes were pruned stays listed for keep_days, then its lines leave the
-    log, which is rewritten shorter; the store goes on recording in the new log."""
+    a version whose bytes were pruned stays listed for keep_days, then its rows go; the
+    store goes on recording after them."""
     folder = home_folder(env)
     clock = Clock()
     events: Events = []
     store = _store(env, clock, events, keep_days=30)
     store.defer = True  # the daemon's
     runs: list[float] = []
-    real_prune = versions.prune
+    real_prune = prune.prune
 
-    def counting(s: VersionStore, now: float | None = None) -> versions.PruneResult:
+    def counting(s: VersionStore, now: float | None = None) -> prune.PruneResult:
         runs.append(clock.now)
         return real_prune(s, now)
 
-    monkeypatch.setattr(versions, "prune", counting)
-    with versions.using(store):
+    monkeypatch.setattr(prune, "prune", counting)
+    with kept.using(store):
         store.flush()  # at start
         v1 = _mem(folder, "a.md", "first")
         previous = scan_dir(folder, versions=store)
@@ -440,51 +398,49 @@ def test_the_daemons_store_prunes_daily_and_compacts_the_log_with_a_fake_clock(
         clock.now += 30 * DAY
         store.flush()  # due: v1's bytes go; it stays listed, not restorable
         assert len(runs) == 3
-        assert [(v.sha256, v.stored) for v in versions.versions_of(store, folder, "a.md")] == [
+        assert [(v.sha256, v.stored) for v in listing.versions_of(store, folder, "a.md")] == [
             (_sha(v1), False), (_sha(v2), True)
         ]  # fmt: skip
-        size = store.log_path(folder).stat().st_size
+        size = len(store.records(folder))
         clock.now += 30 * DAY
-        store.flush()  # due again: v1 ended 61 days ago, its lines leave the log
+        store.flush()  # due again: v1 ended 61 days ago, its rows go
         assert len(runs) == 4
-        assert store.log_path(folder).stat().st_size < size
-        assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2)]
+        assert len(store.records(folder)) < size
+        assert [v.sha256 for v in listing.versions_of(store, folder, "a.md")] == [_sha(v2)]
         v3 = _mem(folder, "a.md", "third")
         scan_dir(folder, previous.files, previous=previous, only={"a.md"}, versions=store)
-    assert [v.sha256 for v in versions.versions_of(store, folder, "a.md")] == [_sha(v2), _sha(v3)]
+    assert [v.sha256 for v in listing.versions_of(store, folder, "a.md")] == [_sha(v2), _sha(v3)]
     rewritten = [f for e, f in events if e == "memory.rewritten_outside"]
     assert [(f["sha256"], f["previous"]) for f in rewritten][-1] == (_sha(v3), _sha(v2))
-    first = store.log_path(folder).read_bytes().split(b"\n", 1)[0]
-    assert first.startswith(b'{"dir"')
+    assert store.known_dirs() == [folder]
 
 
 COMPACT_CRASH_SCRIPT = """
 import sys
 from pathlib import Path
-from memoryd import versions
+from memoryd.versions import kept, prune
 now = float(sys.argv[2])
-store = versions.VersionStore(Path(sys.argv[1]), clock=lambda: now, boot=lambda: ("b", now))
-versions.prune(store)
+store = kept.VersionStore(Path(sys.argv[1]), clock=lambda: now, boot=lambda: ("b", now))
+prune.prune(store)
 """
 
 
-def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_path: Path) -> None:
-    """A real process killed at every crash point of a prune that compacts a log: the log is
-    always whole, either as it was or compacted, and a run that is not killed compacts it."""
+def test_kill_9_while_compacting_leaves_the_old_rows_or_the_new_ones(tmp_path: Path) -> None:
+    """A real process killed at every crash point of a prune that compacts a dir's rows: the
+    rows are as they were or compacted, and a run that is not killed compacts them."""
     folder = tmp_path / "mem"
     folder.mkdir()
     state = tmp_path / "state"
     clock = Clock()
     store = VersionStore(state, clock=clock, boot=lambda: ("b", clock.now))
-    with versions.using(store):
+    with kept.using(store):
         _mem(folder, "a.md", "first")
         previous = scan_dir(folder, versions=store)
         clock.now += DAY
         _mem(folder, "a.md", "second")
         scan_dir(folder, previous.files, previous=previous, only={"a.md"}, versions=store)
-    versions.prune(store)  # finds the first version replaced: memoryd watches it from here
-    log = store.log_path(folder.resolve())
-    old = log.read_bytes()
+    prune.prune(store)  # finds the first version replaced: memoryd watches it from here
+    old = store.records(folder.resolve())
     base = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     run = [sys.executable, "-c", COMPACT_CRASH_SCRIPT, str(state), str(clock.now + 90 * DAY)]
     k = 0
@@ -493,16 +449,14 @@ def test_kill_9_while_compacting_a_log_leaves_the_old_log_or_the_new_one(tmp_pat
         crash = {**base, "MEMORYD_CRASH_AT": str(k)}
         done = subprocess.run(run, env=crash, capture_output=True, text=True, timeout=60)
         assert done.returncode in (0, -signal.SIGKILL), done.stderr
-        now = log.read_bytes()
+        forget_shared()
+        now = VersionStore(state).records(folder.resolve())
         if done.returncode == 0:
             break
-        assert now == old  # killed before the rename: the old log, whole
-    assert k >= 3  # the new log's write and its rename were crash points
-    assert len(now) < len(old) and now.startswith(old.split(b"\n", 1)[0])
-    assert [r.h for r in VersionStore(state).records(folder.resolve())] == [
-        r.h for r in store.records(folder.resolve())
-    ][-1:]
-    assert [n for n in os.listdir(log.parent) if n.startswith(".")] == []
+        assert now == old  # killed before the commit: the rows as they were
+    assert k >= 2  # the commit was a crash point
+    assert len(now) < len(old)
+    assert [r.h for r in now] == [r.h for r in old][-1:]
 
 
 def test_an_indexs_history_lists_diffs_and_restores_through_the_check_and_swap_writer(
@@ -561,8 +515,8 @@ def test_an_indexs_history_lists_diffs_and_restores_through_the_check_and_swap_w
 def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
     env: Env, monkeypatch: Any
 ) -> None:
-    """A first start's reads (600 files, a pack): the store keeps no reference to any read's
-    bytes once it was told of them (they are copied into the pack's buffer or the spool), and
+    """A first start's reads (600 files): the store keeps no reference to any read's
+    bytes once it was told of them (they are copied into the scan's spool), and
     the objects it allocates while the scan runs do not grow with the reads (a tuple and a
     size per read, and each read's bytes held until a batch was written, left the daemon's
     heap megabytes bigger after its first start): 290 more reads, next to no more blocks
@@ -572,34 +526,33 @@ def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
     folder = home_folder(env)
     datas = [_mem(folder, f"m{i:03}.md", f"lesson {i} " + "y" * 1500) for i in range(600)]
     store = _store(env, Clock(), [])
-    kept: list[str] = []
+    held: list[str] = []
     live: list[int] = []
     calls: list[str] = []
-    original = versions.Session.read
+    original = kept.Session.read
 
-    def read(self: versions.Session, name: str, data: bytes, sha: str, kind: str) -> None:
+    def read(self: kept.Session, name: str, data: bytes, sha: str, kind: str) -> None:
         calls.append(name)
         before = sys.getrefcount(data)
         original(self, name, data, sha, kind)
         if sys.getrefcount(data) != before:
-            kept.append(name)
-        if len(calls) in (300, 590):  # past the pack's start, then late in the scan
+            held.append(name)
+        if len(calls) in (300, 590):  # early, then late in the scan
             snapshot = tracemalloc.take_snapshot().filter_traces(
-                [tracemalloc.Filter(True, versions.__file__)]
+                [tracemalloc.Filter(True, kept.__file__)]
             )
             live.append(sum(stat.count for stat in snapshot.statistics("filename")))
 
-    monkeypatch.setattr(versions.Session, "read", read)
+    monkeypatch.setattr(kept.Session, "read", read)
     tracemalloc.start()
     try:
-        with versions.using(store):
+        with kept.using(store):
             scan_dir(folder, versions=store)
     finally:
         tracemalloc.stop()
-    assert kept == []
+    assert held == []
     assert len(live) == 2 and live[1] - live[0] < 30, live  # the old code's: over 500 more
     assert _stored(store) == {_sha(d): d for d in datas}
-    assert len(store.pack_names()) == 1
 
 
 def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypatch: Any) -> None:
@@ -611,7 +564,7 @@ def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypat
     for i in range(3000):
         _mem(folder, f"m{i:04}.md", f"lesson {i}")
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(folder, versions=store)
     imports = []
     real_import = builtins.__import__
@@ -629,12 +582,12 @@ def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypat
 
 
 def _prune_in_another_process(state: Path, now: float) -> dict[str, Any]:
-    """`versions.prune` of the same state dir run by another process (the daemon's daily one),
+    """`prune.prune` of the same state dir run by another process (the daemon's daily one),
     with its own clock: what it removed and whether it found the store busy."""
     probe = (
-        "import json, sys\nfrom pathlib import Path\nfrom memoryd import versions\n"
-        f"store = versions.VersionStore(Path({str(state)!r}), clock=lambda: {now!r})\n"
-        "r = versions.prune(store)\n"
+        "import json, sys\nfrom pathlib import Path\nfrom memoryd.versions import kept, prune\n"
+        f"store = kept.VersionStore(Path({str(state)!r}), clock=lambda: {now!r})\n"
+        "r = prune.prune(store)\n"
         "print(json.dumps({'removed': len(r.removed), 'busy': getattr(r, 'busy', False)}))"
     )
     proc = subprocess.run(
@@ -652,48 +605,56 @@ def _memories(folder: Path, count: int) -> None:
         )
 
 
-def test_a_prune_by_another_process_waits_while_a_scan_stores_a_pack(env: Env, monkeypatch) -> None:
-    """A scan's pack is put in place before the log names its objects. A prune by another
-    process in between (the daemon's daily one against a command's first `index`) found
-    objects no log named and deleted all 300: every current version logged, none readable,
-    and no later scan stored them again. The store-wide lock makes that prune wait."""
+def test_a_prune_by_another_process_waits_while_a_scan_stores_its_versions(
+    env: Env, monkeypatch: Any
+) -> None:
+    """A prune by another process (the daemon's daily one against a command's first `index`)
+    started while a scan's transaction holds objects no row names yet: it waits for the
+    commit, then finds every object named, and drops none."""
     folder = env.home / "mem"
     _memories(folder, 300)
     clock = Clock()
-    seen: list[dict[str, Any]] = []
-    commit = versions._PackWriter.commit
+    started: list[subprocess.Popen[str]] = []
+    rows_of = scanned.rows_of
+    probe = (
+        "import json, sys\nfrom pathlib import Path\nfrom memoryd.versions import kept, prune\n"
+        f"store = kept.VersionStore(Path({str(env.state)!r}), clock=lambda: {clock.now!r})\n"
+        "print(json.dumps({'removed': len(prune.prune(store).removed)}))"
+    )
 
-    def commit_then_prune(self: Any) -> str:
-        name = commit(self)
-        seen.append(_prune_in_another_process(env.state, clock.now))
-        return name
+    def rows_then_prune(*args: Any) -> Any:
+        started.append(subprocess.Popen([sys.executable, "-c", probe], stdout=subprocess.PIPE,
+                                        text=True))  # fmt: skip
+        return rows_of(*args)
 
-    monkeypatch.setattr(versions._PackWriter, "commit", commit_then_prune)
-    with versions.using(_store(env, clock, [])) as store:
+    monkeypatch.setattr(scanned, "rows_of", rows_then_prune)
+    with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
-    assert seen == [{"removed": 0, "busy": True}]
+    (proc,) = started
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and json.loads(out) == {"removed": 0}
     fresh = _store(env, clock, [])
     for path in folder.iterdir():
         data = path.read_bytes()
         assert fresh.read_object(hashlib.sha256(data).hexdigest()) == data, path.name
-    assert _prune_in_another_process(env.state, clock.now) == {"removed": 0, "busy": False}
 
 
 def test_a_prune_by_another_process_cannot_drop_an_object_a_scan_found_stored(
     env: Env, monkeypatch
 ) -> None:
     """A scan that finds a version's bytes already stored (a file deleted past retention,
-    written again with the same bytes) writes them no more; a prune by another process
-    before the scan's log line dropped them, and the new file's only version was gone."""
+    written again with the same bytes): a prune by another process before the scan's
+    transaction may drop them; the scan stores them again, and the new file's only version
+    is kept."""
     folder = env.home / "mem"
     folder.mkdir()
     data = b"---\nname: x\ndescription: d\ntype: project\n---\n\nsame lesson\n"
     clock = Clock()
     (folder / "x.md").write_bytes(data)
-    with versions.using(_store(env, clock, [])) as store:
+    with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
     (folder / "x.md").unlink()
-    with versions.using(_store(env, clock, [])) as store:
+    with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
     clock.now += 40 * DAY  # x.md's last version is past keep_days (30)
     (folder / "y.md").write_bytes(data)
@@ -705,78 +666,55 @@ def test_a_prune_by_another_process_cannot_drop_an_object_a_scan_found_stored(
         end_scan(self, *args, **kw)
 
     monkeypatch.setattr(VersionStore, "end_scan", prune_first)
-    with versions.using(_store(env, clock, [])) as store:
+    with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
-    assert seen == [{"removed": 0, "busy": True}]
-    found = versions.versions_of(_store(env, clock, []), folder.resolve(), "y.md")
+    assert len(seen) == 1  # it ran first, and may have dropped x.md's bytes
+    found = listing.versions_of(_store(env, clock, []), folder.resolve(), "y.md")
     assert [v.stored for v in found] == [True]
     assert _store(env, clock, []).read_object(hashlib.sha256(data).hexdigest()) == data
 
 
-def test_a_busy_store_is_pruned_at_the_next_flush(env: Env) -> None:
-    """The daemon's daily prune that finds a writer holding the store tries again at the
-    next heartbeat's flush instead of waiting a day."""
+def test_a_busy_store_is_pruned_at_the_next_flush(env: Env, monkeypatch: Any) -> None:
+    """The daemon's daily prune that finds a writer holding the store past SQLite's wait
+    tries again at the next heartbeat's flush instead of waiting a day."""
+    import sqlite3
+
+    from memoryd.storage import statedb
+
+    monkeypatch.setattr(statedb, "BUSY_WAIT", 0.1)
+    forget_shared()
     clock = Clock()
     daemon = _store(env, clock, [])
     daemon.defer = True
-    held = _store(env, clock, []).lock_shared()  # another process's scan
+    daemon.conn()
+    other = sqlite3.connect(env.state / "state.sqlite", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's scan
     try:
         daemon.flush()
         assert daemon.pruned_at == -float("inf")
     finally:
-        os.close(held)
+        other.execute("ROLLBACK")
+        other.close()
     daemon.flush()
     assert daemon.pruned_at == clock.now
 
 
-def test_a_damaged_size_in_a_packs_index_never_makes_prune_drop_kept_versions(
-    env: Env,
-) -> None:
-    """One flipped bit in one size of a pack's index made that object look 16 MB, and a
-    prune under an 8 MB cap then dropped old versions still within retention. An entry
-    whose bytes would lie outside the pack's objects is not counted (nor copied on repack)."""
-    import struct
-
-    folder = env.home / "mem"
-    _memories(folder, 300)
-    clock = Clock()
-    with versions.using(_store(env, clock, [], max_bytes=8 << 20)) as store:
-        scan_dir(folder, versions=store)
-    clock.now += 3600
-    for i in range(5):
-        (folder / f"m{i:03}.md").write_bytes(f"---\nname: m{i}\n---\n\nrewritten {i}\n".encode())
-    with versions.using(_store(env, clock, [], max_bytes=8 << 20)) as store:
-        scan_dir(folder, versions=store)
-    store = _store(env, clock, [], max_bytes=8 << 20)
-    (pack,) = [store.packs / n for n in store.pack_names()]
-    data = bytearray(pack.read_bytes())
-    _, _, start = struct.unpack(">8sQQ", data[-24:])
-    entry = start + 100 * 48  # the 101st entry: sha256 (32 bytes), offset, size
-    (size,) = struct.unpack(">Q", data[entry + 40 : entry + 48])
-    data[entry + 40 : entry + 48] = struct.pack(">Q", size | (1 << 24))
-    pack.write_bytes(bytes(data))
-    assert versions.prune(store, clock.now).removed == []
-    found = versions.versions_of(store, folder.resolve(), "m000.md")
-    assert [v.stored for v in found] == [True, True]
-
-
 def test_a_prune_stores_again_a_current_version_whose_bytes_went_missing(env: Env) -> None:
-    """Objects gone from the state dir (damaged, restored from an older backup, removed by
-    hand) left current versions logged without their bytes; no scan stored them again
+    """Objects gone from the store (damaged, restored from an older backup, removed by
+    hand) left current versions recorded without their bytes; no scan stored them again
     (their version is already logged), so deleting such a file later lost it. The prune (at
     the daemon's start and daily) reads each one back from its file while the file still
     holds those bytes; a file changed since is left to the next scan."""
     folder = env.home / "mem"
     _memories(folder, 5)
     clock = Clock()
-    with versions.using(_store(env, clock, [])) as store:
+    with kept.using(_store(env, clock, [])) as store:
         scan_dir(folder, versions=store)
     store = _store(env, clock, [])
     shas = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
-    for sha in shas.values():
-        (store.objects / sha).unlink()
+    store.drop_objects(set(shas.values()))
     (folder / "m004.md").write_bytes(b"---\nname: m4\n---\n\nchanged since\n")
-    result = versions.prune(store, clock.now)
+    result = prune.prune(store, clock.now)
     for name, sha in shas.items():
         data = store.read_object(sha)
         if name == "m004.md":
@@ -784,7 +722,7 @@ def test_a_prune_stores_again_a_current_version_whose_bytes_went_missing(env: En
         else:
             assert data == (folder / name).read_bytes(), name
     assert result.repaired == 4
-    assert versions.prune(store, clock.now).repaired == 0
+    assert prune.prune(store, clock.now).repaired == 0
 
 
 def _own_runtime(root: Path) -> Any:
@@ -806,7 +744,7 @@ def _update(rt: Any, folder: Path) -> None:
 
 def _kept(rt: Any) -> tuple[list[Path], set[str]]:
     """The dirs a Runtime's store holds logs of, and its objects."""
-    store = versions.for_runtime(rt)
+    store = kept.for_runtime(rt)
     return store.known_dirs(), set(store.object_sizes())
 
 
@@ -877,8 +815,8 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
 ) -> None:
     """A command's first `index` of 300 memories with the store: the MEMORY.md it writes is
     hashed once (the writer's sha256 goes with it to the store, which hashed it again), and
-    the pack's per-object work looks no crash point up when no crash loop runs (it looked
-    up the environment once an object). Every version is still kept."""
+    storing steps no crash point per object (the scan's one transaction has one). Every
+    version is still kept."""
     import argparse
 
     from memoryd import fsops
@@ -902,25 +840,10 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
         _update(rt, folder.resolve())
     monkeypatch.setattr(fsops, "crash_point", real_crash_point)
     assert hashed.count(_sha((folder / "MEMORY.md").read_bytes())) == 1
-    assert steps.count("versions.writing") <= 2, len(steps)
-    store = versions.for_runtime(rt)
-    kept = set(_stored(store))
-    assert {_sha(p.read_bytes()) for p in folder.iterdir() if p.is_file()} <= kept
-
-
-def test_a_batch_of_log_lines_is_written_as_each_line_alone_would_be() -> None:
-    """`_lines` (a scan's rows made in one go) gives `_line`'s bytes, row for row, for names
-    JSON must escape, with extra fields and mixed times too; each line reads back as its row."""
-    names = ['plain.md', 'quo"te.md', "back\\slash.md", "ünï cödé.md", "tab\there.md",
-             "\udcff-undecodable.md"]  # fmt: skip
-    now = 1_800_000_000.25
-    plain = [(now, n, "ab" * 32, i, "seen", versions.OTHER, None) for i, n in enumerate(names)]
-    mixed: list[Any] = [*plain, (now + 1.0, "x.md", "cd" * 32, 7, "gone", "memoryd", {"to": "y"})]
-    for rows in (plain, mixed, plain[:1], []):
-        assert versions._lines(rows) == b"".join(map(versions._line, rows))
-    for raw, row in zip(versions._lines(plain).splitlines(), plain, strict=True):
-        back = json.loads(raw)
-        assert (back["t"], back["f"], back["h"], back["n"], back["e"], back["by"]) == row[:6]
+    assert steps.count("versions.end_scan") <= 2, steps
+    store = kept.for_runtime(rt)
+    held = set(_stored(store))
+    assert {_sha(p.read_bytes()) for p in folder.iterdir() if p.is_file()} <= held
 
 
 def _write_index(folder: Path, store: VersionStore, data: bytes) -> None:
@@ -947,14 +870,14 @@ def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env
     (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
     mine = b"- [a](a.md) - v1\n"
     first = _store(env, Clock(), [])
-    with versions.using(first):
+    with kept.using(first):
         scan_dir(folder, versions=first)
         with fsops.open_dir(folder) as fd:
             read_index_file(fd, "MEMORY.md", first)
         _write_index(folder, first, mine)
         later: Events = []  # another process (or the next start after a kill -9), meanwhile
         other = _store(env, Clock(), later)
-        with versions.using(other):
+        with kept.using(other):
             scan_dir(folder, versions=other)
             with fsops.open_dir(folder) as fd:
                 read_index_file(fd, "MEMORY.md", other)
@@ -964,33 +887,31 @@ def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env
 
 def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
     """Two passes that write MEMORY.md, each reading it back, before the store's next flush:
-    each version is kept (the first is stored when it is read back)."""
+    each version is held (the first is stored when it is read back)."""
     folder = home_folder(env)
     _mem(folder, "a.md", "body")
     (folder / "MEMORY.md").write_bytes(b"- [a](a.md) - v0\n")
     one, two = b"- [a](a.md) - v1\n", b"- [a](a.md) - v2\n"
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(folder, versions=store)
         _write_index(folder, store, one)
         _write_index(folder, store, two)
     assert store.has_object(_sha(one)) and store.has_object(_sha(two))
-    kept = [v.sha256 for v in versions.versions_of(store, folder, "MEMORY.md")]
-    assert _sha(one) in kept and _sha(two) in kept
+    held = [v.sha256 for v in listing.versions_of(store, folder, "MEMORY.md")]
+    assert _sha(one) in held and _sha(two) in held
 
 
-def _scan_failing_at(folder: Path, store: VersionStore, monkeypatch: Any, read: int) -> int:
-    """Scan `folder` with the store, the `read`-th file read raising an unexpected error; the
-    count of loose temps in the store's objects when it raised."""
+def _scan_failing_at(folder: Path, store: VersionStore, monkeypatch: Any, read: int) -> None:
+    """Scan `folder` with the store, the `read`-th file read raising an unexpected error."""
     import memoryd.scan as scan_module
 
     real = scan_module.read_one
-    count, temps = [0], [0]
+    count = [0]
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         count[0] += 1
         if count[0] == read:
-            temps[0] = len(list(store.objects.glob("*.tmp")))
             raise RuntimeError("a fault")
         return real(*args, **kwargs)
 
@@ -998,38 +919,30 @@ def _scan_failing_at(folder: Path, store: VersionStore, monkeypatch: Any, read: 
     with pytest.raises(RuntimeError):
         scan_dir(folder, versions=store)
     monkeypatch.setattr(scan_module, "read_one", real)
-    return temps[0]
 
 
-def test_a_scan_that_raises_lets_go_of_the_store_lock_at_once(env: Env, monkeypatch: Any) -> None:
+def test_a_scan_that_raises_holds_no_transaction_and_keeps_nothing_half(
+    env: Env, monkeypatch: Any
+) -> None:
     """A scan that raises part way (an unexpected error after some reads) gives up its session
-    then, not at the next scan: the store-wide lock is free for a prune, and no pack or temp
-    of its reads is left."""
+    then, not at the next scan: no transaction is left open (another process writes at
+    once), nothing of its reads is kept, and the next scan stores them all."""
+    import sqlite3
+
     folder = home_folder(env)
     for i in range(30):
         _mem(folder, f"m{i:02}.md", f"l {i}")
     store = _store(env, Clock(), [])
     _scan_failing_at(folder, store, monkeypatch, 20)
-    fd = store.lock_exclusive()
-    assert fd is not None, "the raising scan still holds the store-wide lock"
-    os.close(fd)
-    assert not list(store.root.rglob("*.tmp")), "a temp of the raising scan was left"
-
-
-def test_a_scan_that_raises_after_writing_loose_temps_leaves_none(
-    env: Env, monkeypatch: Any
-) -> None:
-    """Fewer files than make a pack but more bytes than a scan holds are written as loose
-    temps as it goes; a scan that raises after that removes them (nothing logged names them)."""
-    folder = home_folder(env)
-    for i in range(12):
-        _mem(folder, f"m{i:02}.md", f"{i}" + "x" * (versions.PACK_BUFFER // 8))
-    store = _store(env, Clock(), [])
-    assert _scan_failing_at(folder, store, monkeypatch, 11) > 0, "no loose temp written yet"
-    assert not list(store.root.rglob("*.tmp"))
-    assert versions.versions_of(store, folder, "m00.md") == []
-    scan_dir(folder, versions=store)  # the next scan stores them all
-    assert len(versions.versions_of(store, folder, "m00.md")) == 1
+    assert not store.db.in_transaction()
+    other = sqlite3.connect(env.state / "state.sqlite", isolation_level=None, timeout=0)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ROLLBACK")
+    other.close()
+    assert _objects(store) == {}
+    assert listing.versions_of(store, folder, "m00.md") == []
+    scan_dir(folder, versions=store)
+    assert len(listing.versions_of(store, folder, "m00.md")) == 1
 
 
 def test_history_prints_one_line_a_version_and_escapes_only_the_name(env: Env, cli: Any) -> None:
@@ -1084,66 +997,37 @@ def test_a_deletion_stays_restorable_after_a_new_file_takes_its_name(env: Env, c
 
 
 def test_listing_deletions_is_linear_in_a_long_log(env: Env) -> None:
-    """`trash list` over a log of 20,000 deletions and 40,000 later reads of other bytes
+    """`trash list` over a history of 20,000 deletions and 40,000 later reads of other bytes
     matches each read to the deletions of its sha256 directly: well under the 3 s budget (a
     scan of every open deletion for each read took ~13 s)."""
     import time
 
     folder = home_folder(env)
     store = _store(env, Clock(), [])
-    store.logs.mkdir(parents=True)
-    lines = [json.dumps({"dir": str(folder)})]
-    row = '{{"t":1.0,"f":"{f}","h":"{h}","n":10,"e":"{e}","by":"other"}}'
-    lines += [row.format(f=f"m{i}.md", h=_sha(b"d%d" % i), e="gone") for i in range(20_000)]
-    lines += [row.format(f=f"n{i}.md", h=_sha(b"s%d" % i), e="seen") for i in range(40_000)]
-    store.log_path(folder).write_text("\n".join(lines) + "\n")
+    rows: list[kept.Row] = [
+        (1.0, f"m{i}.md", _sha(b"d%d" % i), 10, "gone", "other", None) for i in range(20_000)
+    ]
+    rows += [(1.0, f"n{i}.md", _sha(b"s%d" % i), 10, "seen", "other", None) for i in range(40_000)]
+    store.add_rows(folder, rows)
     store.store_object(b"d7", _sha(b"d7"))  # the one deletion whose bytes are kept
     started = time.perf_counter()
-    listed = versions.deleted(store, folder)
+    listed = listing.deleted(store, folder)
     took = time.perf_counter() - started
     assert [d.name for d in listed] == ["m7.md"]
     assert took < 3.0, f"{took:.2f} s"
 
 
-def test_an_empty_memory_kept_in_a_pack_reads_back(env: Env) -> None:
-    """An empty file's version packed with a first start's others reads back as b"" (an
+def test_an_empty_memory_kept_with_a_first_starts_others_reads_back(env: Env) -> None:
+    """An empty file's version stored with a first start's others reads back as b"" (an
     empty version, restorable), not as a missing one."""
     folder = home_folder(env)
-    for i in range(versions.PACK_FROM + 10):
+    for i in range(20):
         _mem(folder, f"m{i:03}.md", f"l {i}")
     (folder / "empty.md").write_bytes(b"")
     store = _store(env, Clock(), [])
     scan_dir(folder, versions=store)
-    assert store.pack_names() and not store.has_loose()
     assert store.read_object(_sha(b"")) == b""
-
-
-def test_a_history_lists_the_objects_folder_once_whatever_its_versions(
-    env: Env, monkeypatch: Any
-) -> None:
-    """Whether an unstored version waits in a temp is looked up by name in one listing of the
-    objects folder for the whole history, not one listing (and read) per version: 300 pruned
-    versions of MEMORY.md beside 10,000 loose objects took 3 s so."""
-    folder = home_folder(env)
-    store = _store(env, Clock(), [])
-    for i in range(20):
-        store.store_object(b"%d" % i, _sha(b"%d" % i))
-    lines = [json.dumps({"dir": str(folder)})]
-    row = '{{"t":{t}.0,"f":"MEMORY.md","h":"{h}","n":5,"e":"seen","by":"memoryd"}}'
-    lines += [row.format(t=i, h=_sha(b"v%d" % i)) for i in range(300)]
-    store.logs.mkdir(parents=True)
-    store.log_path(folder).write_text("\n".join(lines) + "\n")
-    real, listed = os.listdir, []
-
-    def listdir(path: Any = ".") -> list[str]:
-        if Path(path) == store.objects:
-            listed.append(path)
-        return real(path)
-
-    monkeypatch.setattr(os, "listdir", listdir)
-    found = versions.versions_of(store, folder, "MEMORY.md")
-    assert len(found) == 300 and not any(v.stored for v in found)
-    assert len(listed) <= 1
+    assert store.has_object(_sha(b""))
 
 
 def test_a_deletion_a_new_file_took_the_name_of_is_never_pruned_within_keep_days(env: Env) -> None:
@@ -1162,14 +1046,14 @@ def test_a_deletion_a_new_file_took_the_name_of_is_never_pruned_within_keep_days
     _mem(folder, "a.md", "Y" * 4000)
     clock.now += 10
     scan_dir(folder, versions=store)
-    assert [d.sha256 for d in versions.deleted(store, folder)] == [_sha(old)]
+    assert [d.sha256 for d in listing.deleted(store, folder)] == [_sha(old)]
     clock.now += 100
-    versions.prune(store)
-    assert [d.sha256 for d in versions.deleted(store, folder)] == [_sha(old)]
+    prune.prune(store)
+    assert [d.sha256 for d in listing.deleted(store, folder)] == [_sha(old)]
     assert store.read_object(_sha(old)) == old
     clock.now += 31 * DAY  # past keep_days it may go
-    versions.prune(store)
-    assert versions.deleted(store, folder) == []
+    prune.prune(store)
+    assert listing.deleted(store, folder) == []
 
 
 def test_trash_list_shows_a_deletion_outside_without_calling_the_trash_empty(
@@ -1214,8 +1098,8 @@ def test_history_restore_pins_the_memory_and_says_already_held_before_looking_fo
     assert (folder / "a.md").read_bytes() == first
     pins = restored.load(env.runtime().store, folder)
     assert [(p.file, p.sha256) for p in pins] == [("a.md", _sha(first))]
-    store = versions.for_runtime(env.runtime())
-    (store.objects / _sha(first)).unlink()  # its bytes gone (pruned, say)
+    store = kept.for_runtime(env.runtime())
+    store.drop_objects({_sha(first)})  # its bytes gone (pruned, say)
     again = cli("history", folder / "a.md", "--restore", "1")
     assert again.code == 0, again.err
     assert "already holds version 1" in again.out
@@ -1224,45 +1108,17 @@ def test_history_restore_pins_the_memory_and_says_already_held_before_looking_fo
 def test_files_a_scan_took_from_a_cache_older_than_the_store_each_get_their_version(
     env: Env,
 ) -> None:
-    """A scan cache filled while no store kept versions (or a log lost since): the first scan
+    """A scan cache filled while no store held versions (or a log lost since): the first scan
     with the store takes those files from the cache unread, and reads each once more so that
     its version is kept."""
     folder = home_folder(env)
-    kept = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)}
+    held = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(3)}
     cache = scan_dir(folder).files  # no store
-    with versions.using(_store(env, Clock(), [])) as store:
+    with kept.using(_store(env, Clock(), [])) as store:
         again = scan_dir(folder, cache, versions=store)
-    assert all(again.files[n] is cache[n] for n in kept)  # taken from the cache, not parsed
-    assert {n: _sha(d) for n, d in kept.items()} == dict(store.table(folder).seen)
-    assert all(store.read_object(_sha(d)) == d for d in kept.values())
-
-
-def test_a_pack_written_back_early_in_small_pieces_reads_back_whole(
-    env: Env, monkeypatch: Any
-) -> None:
-    """The pack's writeback is started every PACK_WRITEBACK bytes while the scan runs (a head
-    start for the commit's fsync): with pieces of 1 KB and a start after each, over objects
-    larger and smaller than a piece, every version still reads back byte-identical."""
-    monkeypatch.setattr(versions, "PACK_WRITE", 1024)
-    monkeypatch.setattr(versions, "PACK_WRITEBACK", 1)
-    started: list[tuple[int, int]] = []
-    real = versions._start_writeback
-
-    def start(fd: int, offset: int, length: int) -> None:
-        started.append((offset, length))
-        real(fd, offset, length)
-
-    monkeypatch.setattr(versions, "_start_writeback", start)
-    folder = home_folder(env)
-    datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", "x" * (i * 37)) for i in range(300)}
-    store = _store(env, Clock(), [])
-    with versions.using(store):
-        scan_dir(folder, versions=store)
-    assert len(store.pack_names()) == 1
-    assert _stored(store) == {_sha(d): d for d in datas.values()}
-    # Ranges one after the other from the pack's start, none twice.
-    assert started[0][0] == 0
-    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(started))
+    assert all(again.files[n] is cache[n] for n in held)  # taken from the cache, not parsed
+    assert {n: _sha(d) for n, d in held.items()} == dict(store.seen_of(folder))
+    assert all(store.read_object(_sha(d)) == d for d in held.values())
 
 
 def test_a_forget_killed_between_a_move_and_its_log_line_is_no_outside_deletion(
@@ -1295,82 +1151,33 @@ def test_a_forget_killed_between_a_move_and_its_log_line_is_no_outside_deletion(
 def test_a_damaged_object_of_a_current_version_is_stored_again_from_its_file(
     env: Env, cli: Any
 ) -> None:
-    """Three current versions' objects damaged in the state dir: one overwritten with other
-    bytes, one made a FIFO, one a symlink to a copy of its bytes. The store took each name
-    for the version's bytes (no scan or prune stored them again), so an agent deleting those
-    memories later lost them. The prune (the daemon's, at its start and daily) says the
-    overwritten one, stores all three again from their files, and each deletion restores
+    """Current versions' bytes damaged in the store (other bytes, cut short): never given
+    back as those versions; the prune (the daemon's, at its start and daily) says the one
+    whose size is wrong, stores both again from their files, and each deletion restores
     byte-identical."""
     folder = home_folder(env)
     datas = {f"m{i}.md": _mem(folder, f"m{i}.md", f"lesson {i}") for i in range(4)}
     assert cli("index", folder).code == 0
     store = VersionStore(env.state)
-    objects = store.objects
-    overwritten, fifo, linked = (_sha(datas[f"m{i}.md"]) for i in range(3))
-    (objects / overwritten).write_bytes(b"something else")
-    (objects / fifo).unlink()
-    os.mkfifo(objects / fifo)
-    copy = env.home / "copy"
-    copy.write_bytes(datas["m2.md"])
-    (objects / linked).unlink()
-    (objects / linked).symlink_to(copy)
-    assert versions.prune(store).repaired == 3
-    assert any(str(objects / overwritten) in said for said in store._said), store._said
-    for sha in (overwritten, fifo, linked):
-        assert (objects / sha).is_file() and not (objects / sha).is_symlink()
-        assert hashlib.sha256((objects / sha).read_bytes()).hexdigest() == sha
-    assert versions.prune(store).repaired == 0
-    for i in range(3):
+    overwritten, cut = (_sha(datas[f"m{i}.md"]) for i in range(2))
+    conn = store.conn()
+    conn.execute("UPDATE versions_objects SET data = ? WHERE sha = ?", (b"x" * 10, overwritten))
+    conn.execute("UPDATE versions_objects SET data = ?, size = 3 WHERE sha = ?", (b"abc", cut))
+    assert store.read_object(overwritten) is None and store.read_object(cut) is None
+    assert any(overwritten in said and "damaged" in said for said in store._said), store._said
+    assert prune.prune(store).repaired == 2
+    assert any(cut in said and "damaged" in said for said in store._said), store._said
+    assert store.read_object(overwritten) == datas["m0.md"]
+    assert store.read_object(cut) == datas["m1.md"]
+    assert prune.prune(store).repaired == 0
+    for i in range(2):
         (folder / f"m{i}.md").unlink()
     assert cli("index", folder).code == 0
     for row in [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]:
         done = cli("trash", "restore", row["restore"].split()[-1], folder)
         assert done.code == 0, done.err
-    for i in range(3):
+    for i in range(2):
         assert (folder / f"m{i}.md").read_bytes() == datas[f"m{i}.md"]
-
-
-@pytest.mark.parametrize("planted", ["fifo", "symlink"])
-def test_a_log_that_is_no_regular_file_is_said_with_what_to_do_and_never_written(
-    env: Env, cli: Any, planted: str
-) -> None:
-    """A dir's version log replaced by a FIFO (a reader holding it open) or a symlink: an
-    index run and `history` finish, say the log is no regular file and to move it aside,
-    and write nothing through it (the old code appended the run's lines into the FIFO, where
-    they were lost, and said of the link only "Too many levels of symbolic links"); moved
-    aside, the next run starts a new log that holds every memory's version."""
-    folder = home_folder(env)
-    _mem(folder, "a.md", "first")
-    assert cli("index", folder).code == 0
-    log = VersionStore(env.state).log_path(folder)
-    target = env.home / "elsewhere.jsonl"
-    log.rename(target)
-    reader = -1
-    if planted == "fifo":
-        os.mkfifo(log)
-        reader = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
-    else:
-        log.symlink_to(target)
-    before = target.read_bytes()
-    try:
-        new = _mem(folder, "b.md", "second")
-        done = cli("index", folder)
-        assert done.code == 0, done.err
-        shown = cli("history", folder / "b.md")
-        assert shown.code == 0
-        for said in (done.err, shown.err):
-            assert f"{log} is a " in said and "move it aside" in said, said
-            assert "Too many levels" not in said
-        if reader >= 0:
-            assert os.read(reader, 1 << 16) == b""  # no line was written into the pipe
-    finally:
-        if reader >= 0:
-            os.close(reader)
-    assert target.read_bytes() == before  # a link's target is never written through it
-    log.unlink()
-    assert cli("index", folder).code == 0
-    kept = {(r.f, r.h) for r in VersionStore(env.state).records(folder) if r.e == "seen"}
-    assert ("b.md", _sha(new)) in kept and "a.md" in {f for f, _ in kept}
 
 
 def _watched_by_processes(
@@ -1387,7 +1194,7 @@ def _watched_by_processes(
 
     def look() -> None:
         store = _store(env, clock, events, alarm_files=3, alarm_window=600)
-        with versions.using(store):
+        with kept.using(store):
             scan_dir(folder, versions=store)
 
     look()
@@ -1431,175 +1238,25 @@ def test_a_burst_split_between_memoryd_processes_is_one_alarm_in_whichever_sees_
     assert [e for e, _ in events].count("memory.deleted_outside") == 8
 
 
-def test_an_over_long_line_in_a_log_is_skipped_once_and_the_stamp_holds_after_it(
-    env: Env,
-) -> None:
-    """A damaged line of 1 MB (over LOG_LINE_MAX) in a dir's log, then more lines: a scan
-    reads past it once, records a deletion, and leaves a stamp, so the next process's scan
-    of the unchanged dir reads no log. The old reader did not count the skipped line in
-    where it had read to: its offset fell inside the log's lines, no stamp was ever saved
-    again, and every read went back over the line."""
-    folder = home_folder(env)
-    for i in range(5):
-        _mem(folder, f"m{i}.md", f"lesson {i}")
-    events: Events = []
-    with versions.using(_store(env, Clock(), events)) as store:
-        cache = scan_dir(folder, versions=store).files
-    log = store.log_path(folder)
-    with log.open("ab") as out:
-        out.write(b'{"t":1.0,"f":"' + b"x" * (1 << 20) + b'"}\n')
-    (folder / "m0.md").unlink()
-    with versions.using(_store(env, Clock(), events)) as store:
-        cache = scan_dir(folder, cache, versions=store).files
-    assert [e for e, _ in events] == ["memory.deleted_outside"]
-    again = _store(env, Clock(), events)
-    with versions.using(again):
-        scan_dir(folder, cache, versions=again)
-    assert not again._dirs[folder].loaded  # the stamp the last scan left holds
-    assert [d.name for d in versions.deleted(again, folder)] == ["m0.md"]
-
-
-@pytest.mark.parametrize("damage", ["truncated", "symlink", "fifo"])
-def test_a_truncated_pack_is_said_and_its_current_versions_are_stored_again(
-    env: Env, cli: Any, damage: str
-) -> None:
-    """A first start's pack cut short (its index and trailer lost), or a symlink or a FIFO in
-    its place: `history` and the prune name the pack and say what to do (the old code said
-    nothing: every version in it was just "not restorable"), the prune stores each current
-    version again from its file, and a memory deleted afterwards comes back byte-identical."""
-    folder = home_folder(env)
-    for i in range(versions.PACK_FROM + 10):
-        _mem(folder, f"m{i:03}.md", f"lesson {i}")
-    assert cli("index", folder).code == 0
-    store = VersionStore(env.state)
-    (pack,) = store.pack_names()
-    path = store.packs / pack
-    if damage == "truncated":
-        os.truncate(path, path.stat().st_size // 2)
-    else:
-        path.rename(env.home / "aside.pack")
-        if damage == "fifo":
-            os.mkfifo(path)
-        else:
-            path.symlink_to(env.home / "aside.pack")
-    shown = cli("history", folder / "m007.md")
-    assert shown.code == 0
-    assert str(path) in shown.err and "move it aside" in shown.err, shown.err
-    assert versions.prune(store).repaired == versions.PACK_FROM + 10
-    assert any(str(path) in said for said in store._said), store._said
-    kept = (folder / "m007.md").read_bytes()
-    (folder / "m007.md").unlink()
-    assert cli("index", folder).code == 0
-    (row,) = [r for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
-    assert cli("trash", "restore", row["restore"].split()[-1], folder).code == 0
-    assert (folder / "m007.md").read_bytes() == kept
-
-
 def test_a_version_whose_kept_bytes_are_not_its_own_is_refused_and_the_file_named(
     env: Env, cli: Any
 ) -> None:
-    """A rewritten memory's earlier version kept as an object overwritten with other bytes
-    of the same size (no size check can see it): `history --restore 1` writes nothing, the
-    memory keeps its bytes, and the damaged object is named with what to do (the old code
-    refused in silence as if the bytes had been pruned)."""
+    """A rewritten memory's earlier version kept with other bytes of the same size (no size
+    check can see it): `history --restore 1` writes nothing, the memory keeps its bytes, and
+    the damage is said, naming the store and the version (an older store refused in silence
+    as if the bytes had been pruned)."""
     folder = home_folder(env)
     first = _mem(folder, "a.md", "the first lesson")
     assert cli("index", folder).code == 0
     now = _mem(folder, "a.md", "the second lesson")
     assert cli("index", folder).code == 0
-    damaged = VersionStore(env.state).objects / _sha(first)
-    damaged.write_bytes(bytes(len(first)))
+    sql = "UPDATE versions_objects SET data = ? WHERE sha = ?"
+    VersionStore(env.state).conn().execute(sql, (bytes(len(first)), _sha(first)))
     back = cli("history", folder / "a.md", "--restore", "1")
     assert back.code != 0
     assert (folder / "a.md").read_bytes() == now
-    assert f"{damaged}: its bytes are not the version" in back.err, back.err
-
-
-def test_a_packed_version_whose_bytes_are_not_its_own_is_refused_and_the_pack_named(
-    env: Env, cli: Any
-) -> None:
-    """The same for a version kept in a first start's pack, its bytes overwritten in place
-    (the pack's index lies about them): nothing written, the pack named."""
-    folder = home_folder(env)
-    for i in range(versions.PACK_FROM + 10):
-        _mem(folder, f"m{i:03}.md", f"lesson {i}")
-    first = (folder / "m007.md").read_bytes()
-    assert cli("index", folder).code == 0
-    now = _mem(folder, "m007.md", "the second lesson")
-    assert cli("index", folder).code == 0
-    store = VersionStore(env.state)
-    where = store._packed(_sha(first))
-    assert where is not None
-    name, offset, size = where
-    with open(store.packs / name, "r+b") as pack:
-        pack.seek(offset)
-        pack.write(bytes(size))
-    back = cli("history", folder / "m007.md", "--restore", "1")
-    assert back.code != 0
-    assert (folder / "m007.md").read_bytes() == now
-    assert f"{store.packs / name}: the bytes its index gives" in back.err, back.err
-
-
-def test_a_fifo_as_a_dirs_table_or_stamp_hangs_no_command(env: Env, cli: Any) -> None:
-    """A dir's table and stamp (caches of its version log) replaced by FIFOs: `memoryd index`
-    in a child process finishes, records the deletion it finds, names each FIFO once, and
-    its saves put regular files in their place. The old code read them with a plain open,
-    which waits on a FIFO for ever (the child hung; a daemon start too)."""
-    folder = home_folder(env)
-    for i in range(5):
-        _mem(folder, f"m{i}.md", f"lesson {i}")
-    assert cli("index", folder).code == 0
-    store = VersionStore(env.state)
-    row = '{{"t":1.0,"f":"x{i}.md","h":"{h}","n":1,"e":"moved","by":"memoryd"}}\n'
-    with store.log_path(folder).open("a") as log:  # a log long enough to have a table
-        log.write("".join(row.format(i=i, h="0" * 64) for i in range(2200)))
-    assert store.log_path(folder).stat().st_size >= versions.TABLE_MIN_BYTES
-    key = store.log_path(folder).stem
-    caches = [store.root / "tables" / f"{key}{suffix}" for suffix in (".table", ".stamp")]
-    for path in caches:
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        path.unlink(missing_ok=True)
-        os.mkfifo(path)
-    (folder / "m0.md").unlink()
-    done = memoryd_child(env, "index", folder)
-    assert done.returncode == 0, done.stderr
-    assert [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"] == [
-        "m0.md"
-    ]
-    assert all(done.stderr.count(f"{path} is a FIFO") == 1 for path in caches), done.stderr
-    assert all(path.is_file() for path in caches)
-
-
-@pytest.mark.parametrize("planted_name", ["objects", "logs", ".lock"])
-def test_a_file_in_place_of_a_store_folder_is_said_with_what_to_do(
-    env: Env, cli: Any, planted_name: str
-) -> None:
-    """`versions/objects` or `versions/logs` replaced by a regular file, the store-wide lock
-    file by a folder: `memoryd index` finishes and says what is in whose place and to move
-    it aside (the old message was a bare "Not a directory" or "Is a directory"); moved
-    aside, the next run keeps every version."""
-    folder = home_folder(env)
-    _mem(folder, "a.md", "first")
-    assert cli("index", folder).code == 0
-    planted = env.state / "versions" / planted_name
-    planted.rename(env.home / "aside")
-    if planted_name == ".lock":
-        planted.mkdir()
-    else:
-        planted.write_text("not a folder")
-    new = _mem(folder, "b.md", "second")
-    done = cli("index", folder)
-    assert done.code == 0, done.err
-    wrong = "a folder is in place of" if planted_name == ".lock" else "a file is in place of"
-    assert wrong in done.err and "move it aside" in done.err, done.err
-    if planted_name == ".lock":
-        planted.rmdir()
-    else:
-        planted.unlink()
-    assert cli("index", folder).code == 0
-    store = VersionStore(env.state)
-    assert store.read_object(_sha(new)) == new
-    assert ("b.md", _sha(new)) in {(r.f, r.h) for r in store.records(folder) if r.e == "seen"}
+    said = f"state.sqlite: the bytes kept for {_sha(first)} are not that version (damaged)"
+    assert said in back.err, back.err
 
 
 def test_forgets_selection_records_no_deletion_while_another_pass_is_mid_move(
@@ -1628,66 +1285,10 @@ def test_forgets_selection_records_no_deletion_while_another_pass_is_mid_move(
     assert (folder / "m1.md").exists()
 
 
-def test_a_table_holding_what_memoryd_never_writes_is_not_taken_for_the_log(
-    env: Env, cli: Any
-) -> None:
-    """A dir's table sealed right and naming the log's prefix, but holding a number and a
-    None for sha256s (written by another program): `memoryd index` reads the log instead,
-    records the deletion it finds, and says the table is not memoryd's. The old code took
-    it: m1.md's deletion went unrecorded (no row, nothing for `trash list`) and a name only
-    the table held was logged as deleted with a null sha256."""
-    from memoryd.sealed import seal
-
-    folder = home_folder(env)
-    for i in range(3):
-        _mem(folder, f"m{i}.md", f"lesson {i}")
-    assert cli("index", folder).code == 0
-    store = VersionStore(env.state)
-    log = store.log_path(folder)
-    row = '{{"t":1.0,"f":"x{i}.md","h":"{h}","n":1,"e":"moved","by":"memoryd"}}\n'
-    with log.open("a") as out:  # a log long enough to have a table
-        out.write("".join(row.format(i=i, h="0" * 64) for i in range(2200)))
-    prefix = log.read_bytes()
-    digest = hashlib.blake2b(prefix, digest_size=16).digest()
-    table = store.root / "tables" / f"{log.stem}.table"
-    table.parent.mkdir(mode=0o700, exist_ok=True)
-    forged: tuple[Any, ...] = (len(prefix), digest, {"m0.md": 5, "zz.md": None}, {})
-    table.write_bytes(seal(("memoryd version table", 1), forged))
-    (folder / "m1.md").unlink()
-    done = cli("index", folder)
-    assert done.code == 0, done.err
-    assert f"{table}: not a table memoryd wrote" in done.err
-    said = [r["file"] for r in env.audit_rows() if r["event"] == "memory.deleted_outside"]
-    assert said == ["m1.md"]
-    assert [d.name for d in versions.deleted(store, folder)] == ["m1.md"]
-
-
-@pytest.mark.parametrize("when", ["NaN", "Infinity", "-Infinity"])
-def test_a_log_line_whose_time_is_no_number_is_skipped_by_history_and_trash_list(
-    env: Env, cli: Any, when: str
-) -> None:
-    """A log line whose time json reads as NaN or an infinity (a damaged or hand-made line):
-    `history` and `trash list` skip it and list the rest (the old code raised "cannot convert
-    float NaN to integer" with a traceback)."""
-    folder = home_folder(env)
-    for i in range(2):
-        _mem(folder, f"m{i}.md", f"lesson {i}")
-    assert cli("index", folder).code == 0
-    sha = _sha((folder / "m0.md").read_bytes())
-    (folder / "m1.md").unlink()
-    assert cli("index", folder).code == 0
-    row = '{{"t":{t},"f":"m0.md","h":"{h}","n":10,"e":"gone","by":"other"}}\n'
-    with VersionStore(env.state).log_path(folder).open("a") as log:
-        log.write(row.format(t=when, h=sha))
-    shown = cli("history", folder / "m0.md")
-    assert shown.code == 0 and "1 version kept" in shown.out and "current" in shown.out
-    listed = cli("trash", "list", folder)
-    assert listed.code == 0 and "m1.md" in listed.out and "m0.md" not in listed.out
-
-
 def test_status_skips_an_alarm_whose_time_is_no_number(env: Env, cli: Any) -> None:
-    """alarms.json holding alarms timed NaN and Infinity (damaged or hand-made) beside a real
-    one: `memoryd status` shows the real one only (the old code raised in `ago`)."""
+    """An older store's alarms.json holding alarms timed NaN and Infinity (damaged or
+    hand-made) beside a real one: imported, `memoryd status` shows the real one only (the
+    old code raised in `ago`)."""
     folder = home_folder(env)
     _mem(folder, "a.md", "x")
     assert cli("index", folder).code == 0
@@ -1698,38 +1299,14 @@ def test_status_skips_an_alarm_whose_time_is_no_number(env: Env, cli: Any) -> No
         {"dir": str(folder / "inf"), "t": float("inf"), "deleted": 5, "rewritten": 0},
         {"dir": str(folder), "t": time.time() - 60, "deleted": 6, "rewritten": 1},
     ]
-    (env.state / "versions" / versions.ALARMS).write_text(json.dumps(alarms))
+    forget_shared()
+    importer._done.discard(env.state)
+    (env.state / "state.sqlite").unlink()  # a state dir an older memoryd kept
+    (env.state / "versions").mkdir(mode=0o700, exist_ok=True)
+    (env.state / "versions" / "alarms.json").write_text(json.dumps(alarms))
     shown = cli("status")
     assert "6 memory files deleted and 1 rewritten" in shown.out, shown.out + shown.err
     assert "nan" not in shown.out and "inf:" not in shown.out
-
-
-def test_the_alarm_reads_back_past_a_damaged_long_line_holding_none_of_it(env: Env) -> None:
-    """Between two processes' halves of a burst, a damaged 4 MB line (no newline: a torn
-    append of garbage) in the dir's log: the second half's alarm still counts the first
-    half's changes behind it, and reading back over it holds no piece of it longer than a
-    line may be (tracemalloc's peak well under 1 MB; holding the line's growing start and
-    copying it at each 64 KB read back made the peak ~8 MB and the time quadratic)."""
-    import tracemalloc
-
-    folder, clock, events, look = _watched_by_processes(env, 8)
-    for i in (0, 1):
-        (folder / f"m{i}.md").unlink()
-    look()
-    with VersionStore(env.state).log_path(folder).open("ab") as log:
-        log.write(b"x" * (4 << 20))
-    for i in (2, 3):
-        (folder / f"m{i}.md").unlink()
-    clock.now += 60
-    tracemalloc.start()
-    try:
-        look()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    (alarm,) = [f for e, f in events if e == "memory.mass_change"]
-    assert alarm["deleted"] == 4
-    assert peak < 1 << 20, peak
 
 
 @pytest.mark.parametrize("where", ["objects", "packs", "memory dir"])
@@ -1737,14 +1314,16 @@ def test_a_temp_name_with_a_pid_no_process_can_have_stops_no_command(
     env: Env, cli: Any, where: str
 ) -> None:
     """A file named like memoryd's temp but carrying a 20-digit (or 0) pid, an hour old, in
-    the store's objects or packs folder or in a memory dir (which agents write): `memoryd
-    index` runs and leaves it alone. The old code passed the number to os.kill, which raised
-    OverflowError: every versioned command, and the daemon at each start, died on it."""
+    an older store's objects or packs folder or in a memory dir (which agents write):
+    `memoryd index` runs; the memory dir's is left alone, the older store's goes with its
+    import. The old code passed the number to os.kill, which raised OverflowError: every
+    versioned command, and the daemon at each start, died on it."""
     folder = home_folder(env)
     _mem(folder, "a.md", "first")
     assert cli("index", folder).code == 0
     place = folder if where == "memory dir" else env.state / "versions" / where
-    place.mkdir(mode=0o700, exist_ok=True)
+    place.mkdir(mode=0o700, parents=True, exist_ok=True)
+    importer._done.discard(env.state)  # the older store appears after this process looked
     planted = [place / f".a.md.memoryd-{pid}-abcd.tmp" for pid in ("9" * 20, "0")]
     for path in planted:
         path.write_text("not memoryd's")
@@ -1752,7 +1331,10 @@ def test_a_temp_name_with_a_pid_no_process_can_have_stops_no_command(
     new = _mem(folder, "b.md", "second")
     done = cli("index", folder)
     assert done.code == 0, done.err
-    assert all(path.read_text() == "not memoryd's" for path in planted)
+    if where == "memory dir":
+        assert all(path.read_text() == "not memoryd's" for path in planted)
+    else:
+        assert not (env.state / "versions").exists()
     assert VersionStore(env.state).read_object(_sha(new)) == new
 
 
@@ -1766,7 +1348,7 @@ def test_one_process_counts_the_changes_another_logs_after_it_looked(env: Env) -
     clock = Clock()
     events: Events = []
     daemon = _store(env, clock, events, alarm_files=3, alarm_window=600)
-    with versions.using(daemon):
+    with kept.using(daemon):
         cache = scan_dir(folder, versions=daemon).files
         (folder / "m0.md").unlink()
         cache = scan_dir(folder, cache, versions=daemon).files  # 1, looked at the log
@@ -1774,7 +1356,7 @@ def test_one_process_counts_the_changes_another_logs_after_it_looked(env: Env) -
         one_shot = _store(env, clock, events, alarm_files=3, alarm_window=600)
         (folder / "m1.md").unlink()
         _mem(folder, "m2.md", "rewritten by the agent")
-        with versions.using(one_shot):
+        with kept.using(one_shot):
             scan_dir(folder, versions=one_shot)  # 2 more, in another process's lines
         assert "memory.mass_change" not in [e for e, _ in events]
         clock.now += 10
@@ -1783,52 +1365,6 @@ def test_one_process_counts_the_changes_another_logs_after_it_looked(env: Env) -
     alarms_raised = [f for e, f in events if e == "memory.mass_change"]
     assert len(alarms_raised) == 1
     assert (alarms_raised[0]["deleted"], alarms_raised[0]["rewritten"]) == (3, 1)
-
-
-def test_a_scan_after_a_first_start_reads_back_no_log_for_the_alarm(
-    env: Env, monkeypatch: Any
-) -> None:
-    """After a first start of 3,000 files (a log of ~400 KB, every line within the alarm's
-    window), a daemon's scan of one changed file reads a few hundred bytes of the log, not
-    the whole window again (it was 9 ms of a 10 ms pass at 10,000 files); a new process's
-    first look reads the window once, passing over pieces that hold no counted change."""
-    folder = home_folder(env)
-    for i in range(3000):
-        _mem(folder, f"m{i:04}.md", f"lesson {i}")
-    daemon = _store(env, Clock(), [])
-    read: list[int] = []
-    real_pread = os.pread
-
-    def counting_pread(fd: int, size: int, offset: int) -> bytes:
-        data = real_pread(fd, size, offset)
-        read.append(len(data))
-        return data
-
-    with versions.using(daemon):
-        first = scan_dir(folder, versions=daemon)
-        assert daemon.log_path(folder).stat().st_size > 300_000
-        for k in range(3):
-            _mem(folder, "m0001.md", f"rewritten {k}")
-            read.clear()
-            monkeypatch.setattr(os, "pread", counting_pread)
-            scan_dir(folder, first.files, previous=first, only={"m0001.md"}, versions=daemon)
-            monkeypatch.setattr(os, "pread", real_pread)
-            assert sum(read) < 4096, (k, sum(read))
-    later = _store(env, Clock(), [])
-    _mem(folder, "m0002.md", "rewritten")
-    with versions.using(later):
-        calls: list[int] = []
-        real_line_time = versions._line_time
-
-        def counting_line_time(raw: bytes) -> float | None:
-            calls.append(1)
-            return real_line_time(raw)
-
-        monkeypatch.setattr(versions, "_line_time", counting_line_time)
-        scan_dir(folder, first.files, previous=first, only={"m0002.md"}, versions=later)
-    # The first line of each piece, and every line of the one piece holding the rewrites
-    # (~480 lines of 64 KB): not each of the window's 3,000 lines.
-    assert len(calls) < 1000
 
 
 def test_one_memory_rewritten_four_times_is_no_mass_change(env: Env) -> None:
@@ -1840,7 +1376,7 @@ def test_one_memory_rewritten_four_times_is_no_mass_change(env: Env) -> None:
     clock = Clock()
     events: Events = []
     store = _store(env, clock, events, alarm_files=3, alarm_window=600)
-    with versions.using(store):
+    with kept.using(store):
         cache = scan_dir(folder, versions=store).files
         for k in range(4):
             clock.now += 5
@@ -1850,74 +1386,33 @@ def test_one_memory_rewritten_four_times_is_no_mass_change(env: Env) -> None:
     assert "memory.mass_change" not in [e for e, _ in events]
 
 
-def test_a_log_this_process_compacted_is_read_again_from_its_start(env: Env) -> None:
-    """The daemon's own daily prunes compact a dir's log twice between two of its looks; on
-    ext4 the second new log can take the first one's inode number again. What the daemon
-    had read (an inode and an offset) then matched another file, and it read on from the
-    old offset: a deletion another process logged was missed, and recorded a second time
-    (a second `memory.deleted_outside`). After its own compaction it reads the log anew."""
-    folder = home_folder(env)
-    for i in range(6):
-        _mem(folder, f"keep{i}.md", "k" * 50 + str(i))
-    clock = Clock()
-    from_daemon: Events = []
-    from_other: Events = []
-    daemon = _store(env, clock, from_daemon, keep_days=1)
-    with versions.using(daemon):
-        cache = scan_dir(folder, versions=daemon).files
-    other = _store(env, clock, from_other, keep_days=1)
-    other_cache: dict[str, Any] = {}
-    for round_ in range(2):
-        with versions.using(other):
-            for k in range(40):  # old versions of one file, that age out
-                _mem(folder, "churn.md", f"churn {round_} {k} " + "x" * 100)
-                clock.now += 1
-                other_cache = scan_dir(folder, other_cache, versions=other).files
-        if round_ == 0:
-            daemon.table(folder)  # the daemon's last look
-        versions.prune(other)  # the churn's old versions found ended: memoryd watches them
-        clock.now += 3 * DAY
-        assert versions.prune(daemon).lines_dropped > 0
-    with versions.using(other):
-        (folder / "keep0.md").unlink()
-        other_cache = scan_dir(folder, other_cache, versions=other).files
-        for k in range(60):
-            _mem(folder, "churn.md", f"more {k} " + "y" * 100)
-            clock.now += 1
-            other_cache = scan_dir(folder, other_cache, versions=other).files
-    assert "keep0.md" not in daemon.table(folder).seen
-    with versions.using(daemon):
-        scan_dir(folder, cache, versions=daemon)
-    gone = [r for r in daemon.records(folder) if r.f == "keep0.md" and r.e == "gone"]
-    assert len(gone) == 1
-    assert [e for e, _ in from_daemon].count("memory.deleted_outside") == 0
-
-
-def test_listing_a_memory_dir_deleted_whole_opens_each_pack_once(
-    env: Env, monkeypatch: Any
-) -> None:
+def test_listing_a_memory_dir_deleted_whole_asks_the_store_once(env: Env, monkeypatch: Any) -> None:
     """Every file of a dir deleted whole is listed (its last versions are kept): the store is
-    asked once for what it holds, not once a file (each of those opened every pack: ~0.5 s
-    for 10,000 files, paid three times by a `trash restore`)."""
+    asked once for what it holds, not once a file (the older store opened every pack for
+    each: ~0.5 s for 10,000 files, paid three times by a `trash restore`)."""
     folder = home_folder(env)
     datas = {f"m{i:03}.md": _mem(folder, f"m{i:03}.md", f"lesson {i}") for i in range(300)}
     store = _store(env, Clock(), [])
-    with versions.using(store):
+    with kept.using(store):
         scan_dir(folder, versions=store)
-    assert len(store.pack_names()) == 1
     shutil.rmtree(folder)
-    opened: list[str] = []
-    real = VersionStore._open_pack
+    asked: list[str] = []
+    real_sizes, real_has = VersionStore.object_sizes, VersionStore.has_object
 
-    def counting(self: VersionStore, name: str) -> int:
-        opened.append(name)
-        return real(self, name)
+    def sizes(self: VersionStore) -> dict[str, int]:
+        asked.append("all")
+        return real_sizes(self)
 
-    monkeypatch.setattr(VersionStore, "_open_pack", counting)
-    listed = versions.deleted(_store(env, Clock(), []), folder)
+    def has(self: VersionStore, sha: str) -> bool:
+        asked.append(sha)
+        return real_has(self, sha)
+
+    monkeypatch.setattr(VersionStore, "object_sizes", sizes)
+    monkeypatch.setattr(VersionStore, "has_object", has)
+    listed = listing.deleted(_store(env, Clock(), []), folder)
     assert sorted(d.name for d in listed) == sorted(datas)
     assert all(d.vanished for d in listed)
-    assert len(opened) <= 1
+    assert asked == ["all"]
 
 
 def _index_read_by(folder: Path, store: VersionStore) -> Any:
@@ -1964,7 +1459,7 @@ def test_no_memoryd_process_takes_anothers_index_write_for_an_outside_one(env: E
     )
     clock.now += 5
     one_shot = _store(env, clock, events)  # another process
-    with versions.using(one_shot):
+    with kept.using(one_shot):
         scan_dir(folder, versions=one_shot)
         _index_read_by(folder, one_shot)
         clock.now += 5
@@ -1976,7 +1471,7 @@ def test_no_memoryd_process_takes_anothers_index_write_for_an_outside_one(env: E
     _index_read_by(folder, daemon)
     scan_dir(folder, cache, versions=daemon)
     assert [e for e, _ in events] == []
-    history = versions.versions_of(daemon, folder, "MEMORY.md")
+    history = listing.versions_of(daemon, folder, "MEMORY.md")
     assert [v.sha256 for v in history][1:] == [_sha(by_daemon), _sha(by_command)]
     assert [v.by for v in history][1:] == ["memoryd", "memoryd"]
     assert [v.seen for v in history] == sorted(v.seen for v in history)
@@ -2008,7 +1503,7 @@ def test_a_persons_few_edits_in_ten_minutes_raise_no_alarm_an_agents_sweep_does(
     clock = Clock()
     events: Events = []
     store = _store(env, clock, events, alarm_files=cfg.alarm_files, alarm_window=cfg.alarm_window)
-    with versions.using(store):
+    with kept.using(store):
         cache = scan_dir(folder, versions=store).files
         for i in range(3):
             clock.now += 150

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memoryd import versions
 from memoryd.commands import versions as cmd_versions
 from memoryd.runtime import Runtime
 from memoryd.scan import scan_dir
+from memoryd.versions import kept, listing, prune
 from tests.conftest import Env
 from tests.conftest import write_lesson as _mem
 
@@ -68,18 +68,18 @@ def test_a_deletion_seen_while_the_clock_was_a_year_slow_outlives_the_clock_put_
     folder.mkdir()
     folder = folder.resolve()
     now = time.time()
-    slow = versions.VersionStore(env.state, clock=lambda: now - 365 * DAY)
+    slow = kept.VersionStore(env.state, clock=lambda: now - 365 * DAY)
     deleted = _mem(folder, "a.md", "deleted while the clock was slow")
     first = _mem(folder, "b.md", "rewritten while the clock was slow")
-    with versions.using(slow):
+    with kept.using(slow):
         cache = scan_dir(folder, versions=slow).files
         (folder / "a.md").unlink()
         _mem(folder, "b.md", "its new text")
         scan_dir(folder, cache, versions=slow)
-    right = versions.VersionStore(env.state)  # the clock put right, in the daemon's prune
-    result = versions.prune(right)
+    right = kept.VersionStore(env.state)  # the clock put right, in the daemon's prune
+    result = prune.prune(right)
     assert result.removed == []
-    assert [d.name for d in versions.deleted(right, folder)] == ["a.md"]
-    assert right.read_object(versions.versions_of(right, folder, "a.md")[-1].sha256) == deleted
-    older = versions.versions_of(right, folder, "b.md")[0]
+    assert [d.name for d in listing.deleted(right, folder)] == ["a.md"]
+    assert right.read_object(listing.versions_of(right, folder, "a.md")[-1].sha256) == deleted
+    older = listing.versions_of(right, folder, "b.md")[0]
     assert older.stored and right.read_object(older.sha256) == first

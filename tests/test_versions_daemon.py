@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,8 +25,17 @@ def _memory(folder: Path, name: str, body: str) -> bytes:
     return data
 
 
-def _objects(running: Running) -> Path:
-    return running.state / "versions" / "objects"
+def _stored(running: Running) -> dict[str, bytes]:
+    """The kept versions' bytes by sha256, as state.sqlite holds them (read beside the
+    daemon: WAL lets a reader in while it writes)."""
+    path = running.state / "state.sqlite"
+    if not path.exists():
+        return {}
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        try:
+            return dict(conn.execute("SELECT sha, data FROM versions_objects").fetchall())
+        except sqlite3.OperationalError:  # no table yet
+            return {}
 
 
 @contextlib.contextmanager
@@ -57,7 +67,7 @@ def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
             ),
             what="all 8 indexed",
         )
-        wait_for(lambda: len(list(_objects(running).iterdir())) >= 9, what="versions stored")
+        wait_for(lambda: len(_stored(running)) >= 9, what="versions stored")
         outside = tmp_path / "elsewhere"
         outside.mkdir()
         # The alarm is raised by the pass that first sees more than alarm_files changes in
@@ -117,23 +127,19 @@ def test_an_agents_burst_is_an_alarm_and_every_version_comes_back(
         assert len(running.rows("memory.mass_change")) == 1
     finally:
         assert running.stop() == 0
-    objects = sorted(_objects(running).iterdir())
-    digests = {p.name for p in objects}
-    for p in objects:
-        assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name  # each once, by content
-        assert stat.S_IMODE(p.stat().st_mode) == 0o600
-    assert len(digests) == len(objects)
+    objects = _stored(running)
+    for sha, data in objects.items():
+        assert hashlib.sha256(data).hexdigest() == sha  # each once (its key), by content
     for data in original.values():
-        assert hashlib.sha256(data).hexdigest() in digests
-    for root, _dirs, files in os.walk(running.state / "versions"):
-        assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
-        for f in files:
-            assert stat.S_IMODE(os.stat(Path(root) / f).st_mode) == 0o600
+        assert hashlib.sha256(data).hexdigest() in objects
+    assert stat.S_IMODE(os.stat(running.state).st_mode) == 0o700
+    assert stat.S_IMODE((running.state / "state.sqlite").stat().st_mode) == 0o600
+    assert not (running.state / "versions").exists()
     kept = tree_digest(folder)
     assert not [n for n in kept if "versions" in n or n.startswith(".memoryd")]
-    log = next((running.state / "versions" / "logs").iterdir())
-    first = json.loads(log.read_text().splitlines()[0])
-    assert first == {"dir": str(folder.resolve())}
+    with contextlib.closing(sqlite3.connect(running.state / "state.sqlite")) as conn:
+        dirs = [p for (p,) in conn.execute("SELECT path FROM versions_dirs")]
+    assert dirs == [str(folder.resolve())]
 
 
 def test_memoryd_forget_while_the_daemon_runs_is_no_outside_deletion(
@@ -154,7 +160,7 @@ def test_memoryd_forget_while_the_daemon_runs_is_no_outside_deletion(
             ),
             what="all 8 indexed",
         )
-        wait_for(lambda: len(list(_objects(running).iterdir())) >= 9, what="versions stored")
+        wait_for(lambda: len(_stored(running)) >= 9, what="versions stored")
         named = [str(folder / f"m{i}.md") for i in range(4)]
         done = running.cli("forget", *named, "--yes")
         assert done.returncode == 0, done.stdout + done.stderr
@@ -179,10 +185,10 @@ def test_memoryd_forget_while_the_daemon_runs_is_no_outside_deletion(
 def test_a_version_the_daemon_read_moments_ago_is_restorable_before_its_heartbeat(
     tmp_path: Path, project: Callable[[Running, str], Path]
 ) -> None:
-    """The daemon renames a pass's new objects into place at its next heartbeat (15 s). An
-    agent rewrites a memory twice within that time: `history` said the middle version's
-    bytes were pruned and `history --restore` refused it, though they were on disk in the
-    daemon's temp. (The daemon is held stopped meanwhile, so no heartbeat can come first.)"""
+    """An agent rewrites a memory twice within one heartbeat (15 s): `history` lists the
+    middle version as restorable and `history --restore` writes it back before the daemon's
+    next heartbeat (an older store held a pass's objects under temp names until then). The
+    daemon is held stopped meanwhile, so no heartbeat can come first."""
     running = start(tmp_path)
     try:
         folder = project(running, "app")

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from memoryd import fsops, restored, versions
+from memoryd import fsops, restored
 from memoryd.scan import scan_dir
+from memoryd.storage.statedb import forget_shared
+from memoryd.versions import kept, listing, prune, records
 from tests.conftest import Env, InjectedCrash, crash_at, lock_held_elsewhere
 from tests.conftest import write_lesson as _mem
 from tests.helpers import home_folder, wait_for
@@ -105,30 +107,30 @@ def test_a_deletion_a_restore_announced_is_unlisted_while_its_bytes_are_in_place
     it, and again when the restored file goes before any scan saw it."""
     folder = home_folder(env)
     data = _mem(folder, "a.md", "a lesson")
-    store = versions.VersionStore(env.state)
+    store = kept.VersionStore(env.state)
     scan_dir(folder, versions=store)
     (folder / "a.md").unlink()
     scan_dir(folder, versions=store)
-    (listed,) = versions.deleted(store, folder)
+    (listed,) = listing.deleted(store, folder)
     store.intend_restore(folder, "a.md", data)
-    assert versions.deleted(store, folder) == [listed]
+    assert listing.deleted(store, folder) == [listed]
     (folder / "a.md").write_bytes(data)  # the swap, read by no scan yet
-    assert versions.deleted(store, folder) == []
+    assert listing.deleted(store, folder) == []
     (folder / "a.md").write_bytes(data + b"changed")
-    assert versions.deleted(store, folder) == [listed]
+    assert listing.deleted(store, folder) == [listed]
     (folder / "a.md").unlink()
-    assert versions.deleted(store, folder) == [listed]
+    assert listing.deleted(store, folder) == [listed]
     (folder / "a.md").write_bytes(data)
     scan_dir(folder, versions=store)  # read back: memoryd's, and no longer a deletion
     (folder / "a.md").unlink()
-    assert [d.name for d in versions.deleted(store, folder)] == []
+    assert [d.name for d in listing.deleted(store, folder)] == []
 
 
 def test_a_failed_history_restore_keeps_the_pins_and_the_files_deletion_seen(
     env: Env, cli: Any
 ) -> None:
     """`history FILE --restore N` that cannot write: exit 1 naming the file, the file and its
-    pin as they were; the log's latest record of the file is again its current version, so
+    pin as they were; the store's latest record of the file is again its current version, so
     that a deletion of it afterwards is still seen and listed."""
     folder = home_folder(env)
     _mem(folder, "a.md", "x" * (2 * LIMIT))
@@ -139,15 +141,17 @@ def test_a_failed_history_restore_keeps_the_pins_and_the_files_deletion_seen(
     restored.record(env.runtime().store, folder, pin)
     failed = _full_disk("history", folder / "a.md", "--restore", "1")
     assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
-    assert f"{folder}/a.md" in failed.stderr
+    # What could not be written is named: the state store (it holds the version's bytes, so
+    # a disk this full stops it before the memory file).
+    assert "state.sqlite" in failed.stderr and "rerun" in failed.stderr
     assert (folder / "a.md").read_bytes() == current
     assert restored.load(env.runtime().store, folder) == [pin]
-    store = versions.VersionStore(env.state)
-    assert store.latest(store.table(folder), "a.md") == (_sha(current), "seen")
+    store = kept.VersionStore(env.state)
+    assert store.latest_of(folder).get("a.md") == (_sha(current), "seen")
     previous = scan_dir(folder)
     (folder / "a.md").unlink()
     scan_dir(folder, previous=previous, only={"a.md"}, versions=store)  # the daemon's, of a.md
-    assert [d.sha256 for d in versions.deleted(store, folder)] == [_sha(current)]
+    assert [d.sha256 for d in listing.deleted(store, folder)] == [_sha(current)]
 
 
 def _waiting_on(lock: Path) -> int:
@@ -192,26 +196,6 @@ def test_two_restores_of_one_deletion_waiting_for_the_lock_restore_it_once(
     assert (folder / "big.md").read_bytes() == big
 
 
-def test_a_log_line_nested_past_jsons_depth_is_skipped_not_a_crash(env: Env, cli: Any) -> None:
-    """A version-log line of `[` (and one of `{"a":` pairs) just under the line limit: json
-    raises RecursionError, not ValueError, and `index`, `trash list`, `history` and `trash
-    restore` all died with a traceback. The line is skipped like any invalid one: the
-    deletion before it is still listed and restored."""
-    folder, big, restore_id = _deleted_big(env, cli)
-    log = versions.VersionStore(env.state).log_path(folder)
-    deep = '{"a":' * ((versions.LOG_LINE_MAX - 10) // 5)
-    with log.open("a") as out:
-        out.write("[" * (versions.LOG_LINE_MAX - 10) + "\n" + deep + "\n")
-    _mem(folder, "c.md", "a new lesson")
-    indexed = cli("index", folder)
-    assert indexed.code == 0, indexed.err
-    assert _deleted_ids(cli, folder) == [restore_id]
-    assert cli("history", folder / "a.md").code == 0
-    back = cli("trash", "restore", restore_id, folder)
-    assert back.code == 0, back.err
-    assert (folder / "big.md").read_bytes() == big
-
-
 def test_a_trash_manifest_line_nested_past_jsons_depth_breaks_nothing(env: Env, cli: Any) -> None:
     """A line of 100,000 `[` appended to a trash manifest (in the memory dir, where any
     process may write): `trash list`, `trash restore` and `dream` died with RecursionError;
@@ -248,55 +232,27 @@ def test_a_pins_file_nested_past_jsons_depth_is_no_pins_not_a_crash(env: Env, cl
     assert [p.file for p in restored.load(env.runtime().store, folder)] == ["a.md"]
 
 
-def test_version_log_lines_no_memoryd_wrote_are_never_used(env: Env, cli: Any) -> None:
-    """Lines planted in a dir's version log: a name with a lone surrogate (`index` died on
-    its id, UnicodeEncodeError, once the scan found it gone), one with a NUL, a sha256 that
-    is a path (`/etc/hostname` was listed as restorable, and read), a NaN time (the text
-    `trash list` died; `--json` wrote NaN, no JSON), a negative size. None is listed or
-    used; the real deletion is listed and restores."""
-    folder, big, restore_id = _deleted_big(env, cli)
-    sha = _sha(b"planted")
-    store = versions.VersionStore(env.state)
-    store.store_object(b"planted", sha)
-    planted = [
-        {"t": 1.0, "f": "\ud800x.md", "h": sha, "n": 7, "e": "seen", "by": "other"},
-        {"t": 1.0, "f": "nul\u0000.md", "h": sha, "n": 7, "e": "seen", "by": "other"},
-        {"t": 2.0, "f": "nul\u0000.md", "h": sha, "n": 7, "e": "gone", "by": "other"},
-        {"t": 2.0, "f": "path.md", "h": "/etc/hostname", "n": 7, "e": "gone", "by": "other"},
-        {"t": float("nan"), "f": "nan.md", "h": sha, "n": 7, "e": "gone", "by": "other"},
-        {"t": 2.0, "f": "neg.md", "h": sha, "n": -7, "e": "gone", "by": "other"},
-    ]
-    with store.log_path(folder).open("a") as out:
-        out.writelines(json.dumps(row) + "\n" for row in planted)
-    indexed = cli("index", folder)
-    assert indexed.code == 0, indexed.err
-    text = cli("trash", "list", folder)
-    assert text.code == 0 and "Traceback" not in text.err, text.err
-    assert _deleted_ids(cli, folder) == [restore_id]  # valid JSON, the one real deletion
-    assert "has kept no version of it" in cli("history", folder / "path.md").out
-    back = cli("trash", "restore", restore_id, folder)
-    assert back.code == 0, back.err
-    assert (folder / "big.md").read_bytes() == big
-
-
 def test_a_restore_the_version_store_refuses_leaves_the_pins_as_they_were(
     env: Env, cli: Any
 ) -> None:
-    """The store-wide lock in the state dir is a folder (a damaged state dir): `trash
-    restore ID` fails naming it, and neither it nor `history --restore` of a deleted file
-    leaves a pin behind for what it did not write; both work once the state dir is fixed."""
+    """The state store is a folder (a damaged state dir): `trash restore ID` fails naming
+    it, and neither it nor `history --restore` of a deleted file leaves a pin behind for
+    what it did not write; both work once the state dir is fixed."""
     folder, big, restore_id = _deleted_big(env, cli)
     pins_before = env.runtime().store.load_pins(folder)
-    lock = versions.VersionStore(env.state).root / versions.LOCK_NAME
-    lock.unlink(missing_ok=True)
-    lock.mkdir()
+    db = env.state / "state.sqlite"
+    forget_shared()
+    db.rename(db.with_name("aside"))
+    db.mkdir()
     failed = cli("trash", "restore", restore_id, folder)
-    assert failed.code == 1 and str(lock) in failed.err and restore_id in failed.err, failed.err
+    assert failed.code != 0 and str(db) in failed.err, failed.err
     again = cli("history", folder / "big.md", "--restore", "1")
-    assert again.code == 1 and str(lock) in again.err, again.err
+    assert again.code != 0 and str(db) in again.err, again.err
     assert env.runtime().store.load_pins(folder) in (pins_before, b"[]")
     assert restored.load(env.runtime().store, folder) == []
-    lock.rmdir()
+    db.rmdir()
+    db.with_name("aside").rename(db)
+    forget_shared()
     assert _deleted_ids(cli, folder) == [restore_id]
     assert cli("trash", "restore", restore_id, folder).code == 0
     assert (folder / "big.md").read_bytes() == big
@@ -398,7 +354,7 @@ def test_history_restore_over_what_it_must_not_replace_names_the_file(env: Env, 
     for make in (
         lambda p: os.mkfifo(p),
         lambda p: p.symlink_to(target),
-        lambda p: p.write_bytes(b"x" * (versions.OBJECT_MAX + 1)),
+        lambda p: p.write_bytes(b"x" * (records.OBJECT_MAX + 1)),
     ):
         (folder / "a.md").unlink()
         make(folder / "a.md")
@@ -406,30 +362,11 @@ def test_history_restore_over_what_it_must_not_replace_names_the_file(env: Env, 
         assert failed.code == 1, failed.err
         assert f"{folder}/a.md: " in failed.err and "Move it aside" in failed.err, failed.err
     assert target.read_bytes() == b"not a memory of this dir"
-    assert (folder / "a.md").stat().st_size == versions.OBJECT_MAX + 1
+    assert (folder / "a.md").stat().st_size == records.OBJECT_MAX + 1
     shutil.rmtree(folder)
     gone = cli("history", folder / "a.md", "--restore", "1")
     assert gone.code == 1 and f"{folder}: no such folder" in gone.err, gone.err
     assert "trash restore" in gone.err and not folder.exists()
-
-
-def test_a_planted_logs_first_line_names_no_dir(env: Env, cli: Any) -> None:
-    """Logs in the state dir whose first line names a dir with a lone surrogate (`trash
-    list`, `trash restore` and the daemon's prune died on its key, UnicodeEncodeError), a
-    relative dir, or a dir that is not the one the log's name is the key of: none is a
-    known dir; the real deletion lists and restores, and a prune runs."""
-    folder, big, restore_id = _deleted_big(env, cli)
-    store = versions.VersionStore(env.state)
-    for i, named in enumerate(["/tmp/\ud800", "relative/dir", str(env.home)]):
-        head = json.dumps({"dir": named}) + "\n"
-        (store.logs / f"planted{i}.jsonl").write_text(head)
-    assert store.known_dirs() == [folder]
-    assert _deleted_ids(cli, folder) == [restore_id]
-    assert cli("trash", "list").code == 0
-    versions.prune(store)
-    back = cli("trash", "restore", restore_id)
-    assert back.code == 0, back.err
-    assert (folder / "big.md").read_bytes() == big
 
 
 def test_two_memories_written_back_to_the_same_bytes_both_stay_pinned(env: Env, cli: Any) -> None:
@@ -516,18 +453,13 @@ def test_the_files_of_a_folder_deleted_long_after_they_were_seen_outlive_a_prune
     folder = home_folder(env)
     files = {n: _mem(folder, n, f"the lesson of {n}") for n in ("a.md", "b.md", "c.md")}
     assert cli("index", folder).code == 0
-    store = versions.VersionStore(env.state)
-    log = store.log_path(folder)
-    old = 40 * 86400.0
-    lines = log.read_text().splitlines()
-    rows = [json.loads(line) for line in lines[1:]]
-    aged = [json.dumps({**r, "t": r["t"] - old}) for r in rows]
-    log.write_text("\n".join([lines[0], *aged]) + "\n")
+    store = kept.VersionStore(env.state)
+    store.conn().execute("UPDATE versions_log SET t = t - ?", (40 * 86400.0,))
     shutil.rmtree(folder)
     listed = json.loads(cli("trash", "list", "--json").out)["deleted_outside"]
     assert len(listed) == 3
     assert cli("trash", "restore", listed[0]["id"]).code == 0
-    versions.prune(versions.VersionStore(env.state))
+    prune.prune(kept.VersionStore(env.state))
     for item in listed[1:]:
         back = cli("trash", "restore", item["id"])
         assert back.code == 0, back.err

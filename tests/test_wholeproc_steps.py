@@ -62,19 +62,17 @@ def test_status_counts_nothing_from_a_damaged_cache(env: Env, cli) -> None:
 
 
 def test_status_shows_alarms_without_the_version_store(env: Env) -> None:
-    """`status` reads the version store's alarms file itself: it shows a mass change of the
-    last day without importing memoryd.versions (and through it the index machinery). The
-    old one went through the versions command module, which imports both."""
+    """`status` reads the version store's alarms itself: it shows a mass change of the last
+    day without importing the version store (and through it the index machinery). The old
+    one went through cmd_versions, which imports both."""
     import time
 
-    from memoryd import versions
+    from memoryd.versions import kept
 
-    alarms = versions.for_runtime(env.runtime()).root / versions.ALARMS
-    alarms.parent.mkdir(parents=True)
-    rows = [{"dir": "/x/old", "t": time.time() - 2 * 86400, "deleted": 9, "rewritten": 0},
-            {"dir": "/x/new", "t": time.time() - 60, "deleted": 5, "rewritten": 1}]  # fmt: skip
-    alarms.write_text(json.dumps(rows))
-    watched = ("memoryd.versions", "memoryd.commands.versions", "memoryd.index", "yaml")
+    store = kept.for_runtime(env.runtime())
+    store._keep_alarm(Path("/x/old"), time.time() - 2 * 86400, 9, 0)
+    store._keep_alarm(Path("/x/new"), time.time() - 60, 5, 1)
+    watched = ("memoryd.versions.kept", "memoryd.commands.versions", "memoryd.index", "yaml")
     loaded, out, _ = _probe(["status"], watched)
     assert loaded == []
     assert "ALARM /x/new: 5 memory files deleted and 1 rewritten" in out
@@ -192,61 +190,6 @@ def test_the_secret_patterns_compile_at_their_first_use() -> None:
     at_import, kinds, compiled_later = json.loads(proc.stdout.strip().splitlines()[-1])
     assert at_import == 0
     assert kinds == ["AWS secret access key"] and compiled_later
-
-
-def _log_rows(path: Path, names: range, sha: str) -> bytes:
-    return b"".join(
-        json.dumps({"f": f"m{i:05}.md", "h": sha, "e": "seen", "t": 1.0}).encode() + b"\n"
-        for i in names
-    )
-
-
-def test_a_version_log_is_parsed_once_then_only_its_tail(tmp_path: Path, monkeypatch) -> None:
-    """The version store keeps a dir's table under the digest of the log prefix it came
-    from: a new process (a new store) parses only what was appended since, and gets the
-    table a whole parse gives. A prefix rewritten in place (same size) is parsed whole again.
-    The old store parsed the whole log in every process."""
-    from memoryd import versions
-
-    folder = tmp_path / "mem"
-    folder.mkdir()
-
-    def store() -> versions.VersionStore:
-        return versions.VersionStore(tmp_path / "state")
-
-    log = store().log_path(folder)
-    log.parent.mkdir(parents=True)
-    head = json.dumps({"dir": str(folder)}).encode() + b"\n"
-    log.write_bytes(head + _log_rows(folder, range(5000), "a" * 64))
-    assert log.stat().st_size >= getattr(versions, "TABLE_MIN_BYTES", 0)
-    first = store().table(folder)  # parses it all, keeps the table
-    parsed: list[int] = []
-    real = json.loads
-
-    def counting(data, *a, **k):
-        parsed.append(len(data))
-        return real(data, *a, **k)
-
-    monkeypatch.setattr(json, "loads", counting)
-    again = store().table(folder)
-    assert (again.seen, again.other) == (first.seen, first.other) and len(first.seen) == 5000
-    assert sum(parsed) < 100, parsed
-    with log.open("ab") as f:
-        f.write(_log_rows(folder, range(4990, 5010), "b" * 64))
-    parsed.clear()
-    tail = store().table(folder)
-    assert sum(parsed) < 20 * 120, parsed  # the 20 new rows only
-    monkeypatch.setattr(json, "loads", real)
-    for table in (store().root / "tables").iterdir():
-        table.unlink()
-    truth = store().table(folder)
-    assert (tail.seen, tail.other) == (truth.seen, truth.other)
-    assert truth.seen["m05009.md"] == "b" * 64
-    # The same bytes' length, another name in the first row: the kept table is not this log's.
-    data = log.read_bytes()
-    log.write_bytes(data.replace(b"m00000.md", b"x00000.md", 1))
-    changed = store().table(folder)
-    assert "x00000.md" in changed.seen and "m00000.md" not in changed.seen
 
 
 def test_a_first_index_reads_each_file_once(env: Env, cli, monkeypatch) -> None:

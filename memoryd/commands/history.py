@@ -16,7 +16,7 @@ from memoryd.errors import MemorydError
 if TYPE_CHECKING:
     from memoryd.commands.resolve import Target
     from memoryd.runtime import Runtime
-    from memoryd.versions import Version
+    from memoryd.versions.records import Version
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

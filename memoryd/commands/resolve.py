@@ -152,9 +152,9 @@ def _repo_of(folder: Path) -> Path | None:
 
 
 def _version_dirs(rt: Runtime) -> list[Path]:
-    from memoryd import versions
+    from memoryd.versions import kept
 
-    return (rt.versions or versions.for_runtime(rt)).known_dirs()
+    return (rt.versions or kept.for_runtime(rt)).known_dirs()
 
 
 def _matches(rt: Runtime, tier: list[Target], key: str, gone: bool) -> list[Target]:
@@ -180,14 +180,15 @@ def _matches(rt: Runtime, tier: list[Target], key: str, gone: bool) -> list[Targ
 
 def _restorable(rt: Runtime, tier: list[Target], key: str) -> list[Target]:
     """The files of the tier's dirs `key` names that `trash restore` could bring back."""
-    from memoryd import versions
-    from memoryd.trash import manifest as trash
 
-    store = rt.versions or versions.for_runtime(rt)
+    from memoryd.trash import manifest as trash
+    from memoryd.versions import kept, listing
+
+    store = rt.versions or kept.for_runtime(rt)
     names = [key] if key.endswith(".md") else [f"{key}.md", key]
     out = []
     for t in tier:
-        known = {d.name for d in versions.deleted(store, t.folder)}
+        known = {d.name for d in listing.deleted(store, t.folder)}
         if t.md is not None:
             try:
                 found = trash.contents(t.folder).entries
@@ -202,14 +203,15 @@ def _restorable(rt: Runtime, tier: list[Target], key: str) -> list[Target]:
 
 def _gone_names(rt: Runtime, t: Target) -> set[str]:
     """Names the dir's trash manifests or kept versions know (files gone from it now)."""
-    from memoryd import lineage, versions
+    from memoryd import lineage
     from memoryd.trash import manifest as trash
+    from memoryd.versions import kept
 
     out: set[str] = set()
     if t.md is not None:
         with contextlib.suppress(MemorydError):
             out |= lineage.names_in(trash.contents(t.folder).entries)
-    store = rt.versions or versions.for_runtime(rt)
+    store = rt.versions or kept.for_runtime(rt)
     out |= {rec.f for rec in store.records(t.folder)}
     return out
 

@@ -12,10 +12,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from memoryd import versions
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
 from memoryd.runtime import Runtime
+from memoryd.versions import kept, listing, records, scanned
 
 if TYPE_CHECKING:
     from memoryd.fsops import FileIdentity
@@ -38,10 +38,10 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
     ):
         yield
         return
-    store = versions.for_runtime(rt)
+    store = kept.for_runtime(rt)
     previous, rt.versions = rt.versions, store  # passed down from here (Runtime.versions)
     try:
-        with versions.using(store):
+        with kept.using(store):
             if command == "run":
                 store.defer = True  # the daemon: objects are put in place at each heartbeat,
                 store.flush()  # and pruned now, then daily (VersionStore.flush)
@@ -53,21 +53,21 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
 def diff_or_restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     """`history FILE --diff [A[..B]]` or `--restore N`, on `args.target`
     (memoryd.history.target_of)."""
-    store = rt.versions or versions.for_runtime(rt)
+    store = rt.versions or kept.for_runtime(rt)
     folder, name = args.target.folder, args.target.name
-    found = versions.versions_of(store, folder, name)
+    found = listing.versions_of(store, folder, name)
     if args.restore is not None:
         return _restore(rt, store, folder, name, found, args.restore, out)
     out.write(shown(_diff(store, folder, name, found, args.diff), lines=True))
     return EXIT_OK
 
 
-def kept_versions(rt: Runtime, folder: Path, name: str) -> list[versions.Version]:
+def kept_versions(rt: Runtime, folder: Path, name: str) -> list[records.Version]:
     """Every version of `folder/name` memoryd kept, oldest first."""
-    return list(versions.versions_of(rt.versions or versions.for_runtime(rt), folder, name))
+    return list(listing.versions_of(rt.versions or kept.for_runtime(rt), folder, name))
 
 
-def versions_json(folder: Path, name: str, found: Sequence[versions.Version]) -> dict[str, object]:
+def versions_json(folder: Path, name: str, found: Sequence[records.Version]) -> dict[str, object]:
     rows = [
         {
             "version": v.number,
@@ -84,8 +84,8 @@ def versions_json(folder: Path, name: str, found: Sequence[versions.Version]) ->
     return {"dir": str(folder), "file": name, "versions": rows}
 
 
-def render_versions(folder: Path, name: str, found: Sequence[versions.Version]) -> str:
-    return versions.render_versions(folder, name, found, time.time())
+def render_versions(folder: Path, name: str, found: Sequence[records.Version]) -> str:
+    return listing.render_versions(folder, name, found, time.time())
 
 
 def _current(folder: Path, name: str) -> bytes | None:
@@ -93,12 +93,12 @@ def _current(folder: Path, name: str) -> bytes | None:
 
     try:
         with fsops.open_dir(folder) as fd:
-            return fsops.read_regular(fd, name, versions.OBJECT_MAX)[0]
+            return fsops.read_regular(fd, name, records.OBJECT_MAX)[0]
     except (OSError, ValueError):
         return None
 
 
-def _pick(found: Sequence[versions.Version], number: int) -> versions.Version:
+def _pick(found: Sequence[records.Version], number: int) -> records.Version:
     for v in found:
         if v.number == number:
             return v
@@ -106,10 +106,10 @@ def _pick(found: Sequence[versions.Version], number: int) -> versions.Version:
 
 
 def _diff(
-    store: versions.VersionStore,
+    store: kept.VersionStore,
     folder: Path,
     name: str,
-    found: Sequence[versions.Version],
+    found: Sequence[records.Version],
     spec: str,
 ) -> str:
     """`history --diff`, every secret in it masked (memoryd.secrets.mask): a kept version is
@@ -120,10 +120,10 @@ def _diff(
 
 
 def _diff_text(
-    store: versions.VersionStore,
+    store: kept.VersionStore,
     folder: Path,
     name: str,
-    found: Sequence[versions.Version],
+    found: Sequence[records.Version],
     spec: str,
 ) -> str:
     if not found:
@@ -132,8 +132,8 @@ def _diff_text(
     gone = not os.path.lexists(folder / name)
     if not spec:
         if len(found) < 2:
-            return versions.diff(store, name, found[-1], None, _current(folder, name), gone=gone)
-        return versions.diff(store, name, found[-2], found[-1], None)
+            return listing.diff(store, name, found[-1], None, _current(folder, name), gone=gone)
+        return listing.diff(store, name, found[-2], found[-1], None)
     a, _, b = spec.partition("..")
     try:
         older = _pick(found, int(a))
@@ -141,15 +141,15 @@ def _diff_text(
     except ValueError as error:
         raise UsageError(f"--diff {spec}: give version numbers, A or A..B") from error
     now = _current(folder, name) if newer is None else None
-    return versions.diff(store, name, older, newer, now, gone=gone)
+    return listing.diff(store, name, older, newer, now, gone=gone)
 
 
 def _restore(
     rt: Runtime,
-    store: versions.VersionStore,
+    store: kept.VersionStore,
     folder: Path,
     name: str,
-    found: Sequence[versions.Version],
+    found: Sequence[records.Version],
     number: int,
     out: TextIO,
 ) -> int:
@@ -176,7 +176,7 @@ def _restore(
         if now is not None:  # what it replaces stays in the history, read by no scan or not
             store.keep_current(folder, name, now[0], now[1].sha256)
         pins = rt.store.load_pins(folder)
-        if name not in versions.INDEX_FILES:  # a person chose these bytes, as a trash restore
+        if name not in scanned.INDEX_FILES:  # a person chose these bytes, as a trash restore
             when = restored.now_iso(rt.clock())
             # Its id names the file too: a pin replaces any of the same id, and another file
             # written back to the same bytes at the same version number must keep its own.
@@ -204,9 +204,9 @@ def _current_of(folder: Path, dir_fd: int, name: str) -> "tuple[bytes, FileIdent
     from memoryd import fsops
 
     try:
-        return fsops.identity_of(dir_fd, name, versions.OBJECT_MAX)
+        return fsops.identity_of(dir_fd, name, records.OBJECT_MAX)
     except ValueError:
-        why = f"over {versions.OBJECT_MAX >> 20} MiB, more than memoryd keeps a version of"
+        why = f"over {records.OBJECT_MAX >> 20} MiB, more than memoryd keeps a version of"
     except OSError as error:
         why = "a symbolic link" if error.errno == errno.ELOOP else (error.strerror or str(error))
     raise MemorydError(
@@ -217,7 +217,7 @@ def _current_of(folder: Path, dir_fd: int, name: str) -> "tuple[bytes, FileIdent
 
 def _write_back(
     rt: Runtime,
-    store: versions.VersionStore,
+    store: kept.VersionStore,
     folder: Path,
     name: str,
     version: tuple[bytes, str],
@@ -264,7 +264,7 @@ def _still_real(folder: Path) -> None:
         )
 
 
-def _make_again(store: versions.VersionStore, folder: Path) -> None:
+def _make_again(store: kept.VersionStore, folder: Path) -> None:
     """The memory dir a deletion was in is gone (`rm -rf` of the folder): made again (0700,
     as everything memoryd creates) when its parent is there, after its files the log held as
     there are recorded gone under the ids `trash list` gave them."""
@@ -276,7 +276,7 @@ def _make_again(store: versions.VersionStore, folder: Path) -> None:
             f"{folder}: the memory dir is gone, and so is the folder it was in; make it "
             f"again (`mkdir -p {shown(folder)}`), then rerun"
         )
-    store.vanished(folder, [d for d in versions.deleted(store, folder) if d.vanished])
+    store.vanished(folder, [d for d in listing.deleted(store, folder) if d.vanished])
     try:
         os.mkdir(folder, 0o700)
     except FileExistsError:
@@ -292,21 +292,21 @@ def _make_again(store: versions.VersionStore, folder: Path) -> None:
         ) from error
 
 
-def _indexes_back(rt: Runtime, store: versions.VersionStore, folder: Path) -> None:
+def _indexes_back(rt: Runtime, store: kept.VersionStore, folder: Path) -> None:
     """A memory dir made again: its MEMORY.md and archive as their last kept versions (the
     person's sections with them), not indexes generated anew. The pointers of memories not
     restored yet go at the next pass; each comes back where it sat when its file does."""
     import os
 
-    for name in versions.INDEX_FILES:
-        kept = versions.versions_of(store, folder, name)
-        if not kept or os.path.lexists(folder / name):
+    for name in scanned.INDEX_FILES:
+        found = listing.versions_of(store, folder, name)
+        if not found or os.path.lexists(folder / name):
             continue
-        data = store.read_object(kept[-1].sha256)
+        data = store.read_object(found[-1].sha256)
         if data is None:  # pruned: the index pass writes one anew
             continue
         pins = rt.store.load_pins(folder)
-        _write_back(rt, store, folder, name, (data, kept[-1].sha256), None, pins)
+        _write_back(rt, store, folder, name, (data, found[-1].sha256), None, pins)
 
 
 def _why(error: BaseException) -> str:
@@ -327,12 +327,12 @@ def split_gone(rt: Runtime, dirs: Sequence[Path]) -> tuple[list[Path], list[Path
 
     if not dirs:
         return [], []
-    known = set(versions.for_runtime(rt).known_dirs())
+    known = set(kept.for_runtime(rt).known_dirs())
     gone = [d for d in dirs if not os.path.isdir(d) and Path(d).absolute() in known]
     return [d for d in dirs if d not in gone], gone
 
 
-def within(store: versions.VersionStore, dirs: Sequence[Path]) -> list[Path]:
+def within(store: kept.VersionStore, dirs: Sequence[Path]) -> list[Path]:
     """The dirs the store keeps versions of that DIR... names: each one named, or inside one
     (a repo, its `.claude/`, a Claude home: their memory dirs, those deleted whole too);
     every one when none is named."""
@@ -343,12 +343,12 @@ def within(store: versions.VersionStore, dirs: Sequence[Path]) -> list[Path]:
     return [p for p in known if any(p == w or p.is_relative_to(w) for w in wanted)]
 
 
-def deleted_rows(rt: Runtime, dirs: Sequence[Path]) -> list[versions.Deleted]:
-    store = rt.versions or versions.for_runtime(rt)
-    return [d for path in within(store, dirs) for d in versions.deleted(store, path)]
+def deleted_rows(rt: Runtime, dirs: Sequence[Path]) -> list[listing.Deleted]:
+    store = rt.versions or kept.for_runtime(rt)
+    return [d for path in within(store, dirs) for d in listing.deleted(store, path)]
 
 
-def render_deleted(items: Sequence[versions.Deleted]) -> str:
+def render_deleted(items: Sequence[listing.Deleted]) -> str:
     from memoryd.humanize import ago
 
     now = time.time()
@@ -369,8 +369,8 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     from memoryd.indexer import restore_pointers
     from memoryd.trash import manifest as trash
 
-    store = rt.versions or versions.for_runtime(rt)
-    item = versions.find_deleted(store, within(store, dirs), key)
+    store = rt.versions or kept.for_runtime(rt)
+    item = listing.find_deleted(store, within(store, dirs), key)
     if item is None:
         return False
     data = store.read_object(item.sha256)
@@ -383,7 +383,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
             _indexes_back(rt, store, item.dir)
     md = memory_dir_at(item.dir, rt.config)
     with rt.store.lock(item.dir):
-        if versions.find_deleted(store, [item.dir], item.id) is None:  # restored meanwhile
+        if listing.find_deleted(store, [item.dir], item.id) is None:  # restored meanwhile
             raise MemorydError(
                 f"{item.id} ({item.dir / item.name}) was restored by another memoryd command "
                 "while this one waited; nothing was done (`memoryd trash list` shows what is "
@@ -409,7 +409,7 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
         # Its pointer line, as the newest kept MEMORY.md that had one held it, where it sat.
         preferred: dict[str, str] = {}
         placements = {}
-        for v in reversed(versions.versions_of(store, item.dir, INDEX_NAME)[-20:]):
+        for v in reversed(listing.versions_of(store, item.dir, INDEX_NAME)[-20:]):
             text = (store.read_object(v.sha256) or b"").decode("utf-8", "replace")
             lines = [p.content for p in pointer_lines(text) if p.target == item.name]
             if lines:

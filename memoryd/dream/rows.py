@@ -136,9 +136,10 @@ def _purge_cleaned(rt: Runtime, md: MemoryDir, holding: set[str]) -> None:
     is read once a process: those with no secret are remembered in the dream memo.
     `holding`: the only files of the dir that may hold a secret now (read again for its
     value's fingerprint; the pass keeps none)."""
-    from memoryd import purge, versions
+    from memoryd import purge
+    from memoryd.versions import kept
 
-    store = rt.versions or versions.for_runtime(rt)
+    store = rt.versions or kept.for_runtime(rt)
     with contextlib.suppress(OSError):
         purge.purge_gone_secrets(
             store, md.real_path, rt.audit.write, clean=rt.dream.secretless, holding=holding

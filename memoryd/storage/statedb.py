@@ -17,7 +17,9 @@ versions are never dropped by an upgrade.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import resource
 import sqlite3
 import stat
 import threading
@@ -31,6 +33,22 @@ from memoryd.paths import ensure_private_dir
 FILE_NAME = "state.sqlite"
 # Writers wait this long for another process's transaction (a pass commits in well under it).
 BUSY_WAIT = 30.0
+
+
+def unwritable(path: Path, error: sqlite3.Error) -> OSError | None:
+    """A write SQLite could not make (a full disk, a file size limit, an I/O error) as the
+    OSError it comes from, naming the file: no damage, and said as any other file memoryd
+    could not write. None for any other error."""
+    name = getattr(error, "sqlite_errorname", "")
+    if name == "SQLITE_FULL":
+        code = errno.ENOSPC
+    elif name.startswith("SQLITE_IOERR"):
+        # SQLite says "I/O error" for a write past the file size limit (EFBIG) too.
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        code = errno.EIO if limit == resource.RLIM_INFINITY else errno.EFBIG
+    else:
+        return None
+    return OSError(code, f"{os.strerror(code)} ({error})", str(path))
 
 
 class StateDamaged(MemorydError):
@@ -108,6 +126,9 @@ class StateDB:
             self._check_once(conn)
         except sqlite3.DatabaseError as error:
             conn.close()
+            failed = unwritable(self.path, error)
+            if failed is not None:
+                raise failed from error
             raise StateDamaged(self.path, f"is not a readable SQLite file ({error})") from error
         except BaseException:
             conn.close()
@@ -174,6 +195,10 @@ class StateDB:
             self._ensured.add(schema.name)
         return conn
 
+    def in_transaction(self) -> bool:
+        """Whether this thread is inside a `transaction()` (what it writes is not committed)."""
+        return bool(getattr(self._local, "depth", 0))
+
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
         """Reads that see one commit (BEGIN DEFERRED … COMMIT: no write lock is taken);
@@ -205,18 +230,33 @@ class StateDB:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as error:
+            failed = unwritable(self.path, error)
+            if failed is not None:
+                raise failed from error
             if isinstance(error, sqlite3.OperationalError):
                 raise
             raise StateDamaged(self.path, f"cannot be written ({error})") from error
         self._local.depth = 1
         try:
             yield conn
-        except BaseException:
+        except BaseException as error:
             self._local.depth = 0
-            conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # a failed write may have ended it
+                conn.execute("ROLLBACK")
+            failed = unwritable(self.path, error) if isinstance(error, sqlite3.Error) else None
+            if failed is not None:
+                raise failed from error
             raise
         self._local.depth = 0
-        conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as error:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            failed = unwritable(self.path, error)
+            if failed is not None:
+                raise failed from error
+            raise
 
 
 _SHARED: dict[Path, StateDB] = {}

@@ -20,7 +20,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, gitwork, openfiles, versions
+from memoryd import fsops, gitwork, openfiles
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
 from memoryd.paths import (
     NotRegularFile,
@@ -29,6 +29,7 @@ from memoryd.paths import (
     regular_fd,
 )
 from memoryd.state import dir_key
+from memoryd.versions import kept
 
 TRASH_DIR = ".trash"
 REPO_TRASH = "trash"  # the state dir's folder of the trashes of dirs in git work trees
@@ -361,7 +362,7 @@ class Mover:
         day: date,
         *,
         before_move: Callable[[str], None] | None = None,
-        versions: "versions.VersionStore | None" = None,
+        versions: "kept.VersionStore | None" = None,
         refuse_held: bool = False,
     ) -> None:
         self.memory_dir = memory_dir
@@ -441,7 +442,7 @@ class Mover:
                 f"{record.original_name} ({error.strerror}); the file was put back{back} and "
                 "nothing else moved. Free some disk space and rerun."
             ) from error
-        versions.note_moved(self.versions, self.memory_dir, record.original_name, record.sha256,
+        kept.note_moved(self.versions, self.memory_dir, record.original_name, record.sha256,
                             record.size, record.id)  # fmt: skip
         return record
 

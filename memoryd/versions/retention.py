@@ -2,25 +2,18 @@
 watched pass since it first found it ended (`witness`, the trash's clock check), never by the
 wall clock's reading alone.
 
-A version's log line says when it ended by the wall clock of the process that saw it end; that
+A version's row says when it ended by the wall clock of the process that saw it end; that
 time may be a month ahead (a clock fault at a daemon's start) or a year behind (a machine
 booting before its clock syncs). So each prune records, per dir, the `witnessed` count when it
-first found each ended version (`<state>/versions/watched/<dir key>.json`, keyed by name,
-sha256 and end time): a version goes only once memoryd has watched it ended for the whole
-retention and no clock memoryd has seen puts its end within it. A lost or damaged record only
-starts the retention again (kept longer, never shorter).
+first found each ended version (`versions_watched`, keyed by name, sha256 and end time): a
+version goes only once memoryd has watched it ended for the whole retention and no clock
+memoryd has seen puts its end within it.
 """
 
-import contextlib
-import json
+import sqlite3
 from pathlib import Path
 
-from memoryd import fsops, safejson, witness
-from memoryd.paths import read_bounded
-from memoryd.state import dir_key
-
-WATCHED = "watched"
-RECORD_MAX = 64 << 20  # ~100 bytes an ended version: far past any real dir's
+from memoryd.versions import witness
 
 
 def _key(name: str, sha: str, until: float) -> str:
@@ -30,27 +23,19 @@ def _key(name: str, sha: str, until: float) -> str:
 class Ages:
     """The ended versions one prune looks at, with when memoryd first watched each ended."""
 
-    def __init__(self, root: Path, clock: witness.Clock) -> None:
-        self.folder = root / WATCHED
+    def __init__(self, conn: sqlite3.Connection, clock: witness.Clock) -> None:
+        self.conn = conn
         self.clock = clock
         self._known: dict[Path, dict[str, float]] = {}  # as recorded before this prune
         self._now: dict[Path, dict[str, float]] = {}  # what this prune found ended
 
-    def _path(self, path: Path) -> Path:
-        return self.folder / f"{dir_key(path)}.json"
-
     def _load(self, path: Path) -> dict[str, float]:
         known = self._known.get(path)
         if known is None:
-            known = {}
-            with contextlib.suppress(OSError, ValueError, RecursionError):
-                data = safejson.loads(read_bounded(self._path(path), RECORD_MAX, follow=False))
-                if isinstance(data, dict):
-                    for key, since in data.items():
-                        value = witness.number(since)
-                        if isinstance(key, str) and value is not None:
-                            known[key] = value
-            self._known[path] = known
+            rows = self.conn.execute(
+                "SELECT key, since FROM versions_watched WHERE dir = ?", (str(path),)
+            )
+            known = self._known[path] = dict(rows.fetchall())
             self._now[path] = {}
         return known
 
@@ -68,5 +53,8 @@ class Ages:
         for path, found in self._now.items():
             if found == self._known.get(path):
                 continue
-            with contextlib.suppress(OSError):
-                fsops.write_private(self._path(path), json.dumps(found, sort_keys=True).encode())
+            self.conn.execute("DELETE FROM versions_watched WHERE dir = ?", (str(path),))
+            self.conn.executemany(
+                "INSERT INTO versions_watched (dir, key, since) VALUES (?, ?, ?)",
+                [(str(path), key, since) for key, since in found.items()],
+            )

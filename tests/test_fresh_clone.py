@@ -26,7 +26,12 @@ def clone(tmp_path: Path) -> Path:
         pytest.skip(f"a shared/corpus lies above {tmp_path}: no place for a clone without one")
     (root / "tests").mkdir(parents=True)
     shutil.copy(ROOT / "pyproject.toml", root)
-    for name in ("__init__.py", "conftest.py", *(t.split("::")[0][6:] for t in CORPUS_TESTS)):
+    for name in (
+        "__init__.py",
+        "conftest.py",
+        "helpers.py",
+        *(t.split("::")[0][6:] for t in CORPUS_TESTS),
+    ):
         shutil.copy(ROOT / "tests" / name, root / "tests" / name)
     return root
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memoryd import safejson
 from memoryd.dream.consult import SERVED_SHOWN, ConsultLog
 from memoryd.state import dir_key
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
@@ -76,5 +77,5 @@ def served(state_dir: Path, real_path: Path) -> ConsultLog | None:
         return None
     log = ConsultLog(db.path, shown=SERVED_SHOWN)
     for ts, names, query in rows:
-        log.add({"ts": ts, "names": json.loads(names), "query": query})
+        log.add({"ts": ts, "names": safejson.loads(names), "query": query})
     return log

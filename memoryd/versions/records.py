@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memoryd import safejson
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 MEMORYD, OTHER = "memoryd", "other"
@@ -76,7 +77,7 @@ def extra_json(extra: Mapping[str, Any] | None) -> str | None:
 def to_record(row: Sequence[Any]) -> Record:
     """A `versions_log` row (t, f, h, n, e, by, extra) as a Record."""
     t, f, h, n, e, by, extra = row
-    return Record(t, f, h, n, e, by, json.loads(extra) if extra else {})
+    return Record(t, f, h, n, e, by, safejson.loads(extra) if extra else {})
 
 
 @dataclass(frozen=True, slots=True)

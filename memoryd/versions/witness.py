@@ -89,7 +89,7 @@ def _peek(state_dir: Path) -> dict[str, Any]:
     sql = "SELECT name FROM sqlite_master WHERE name = 'witness_clock'"
     if conn.execute(sql).fetchone() is None:
         return {}
-    return {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM witness_clock")}
+    return {k: safejson.loads(v) for k, v in conn.execute("SELECT key, value FROM witness_clock")}
 
 
 def _write(conn: sqlite3.Connection, record: dict[str, Any]) -> None:
@@ -138,7 +138,9 @@ def observe(state_dir: Path, wall: float, boot: Boot, *, save: bool = True) -> C
         return _reading(_peek(state_dir), wall, boot)[0]
     conn = take_in(state_dir)
     with StateDB.in_state_dir(state_dir).transaction():
-        before = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM witness_clock")}
+        before = {
+            k: safejson.loads(v) for k, v in conn.execute("SELECT key, value FROM witness_clock")
+        }
         clock, after = _reading(before, wall, boot)
         _write(conn, after)
     return clock

@@ -1022,7 +1022,7 @@ def _recover(rt: Runtime) -> None:
 def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from dataclasses import replace
 
-    from memoryd import housekeeping
+    from memoryd.daemon import housekeeping
     from memoryd.discover import discover
     from memoryd.dream.run import RepoCache, dream_dir
     from memoryd.report import render_text, result_json, totals
@@ -1166,8 +1166,9 @@ def _explain_store(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 def cmd_trash(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import time
 
-    from memoryd import housekeeping, trash
+    from memoryd import trash
     from memoryd.config import parse_duration
+    from memoryd.daemon import housekeeping
     from memoryd.discover import discover
 
     named, gone = list(args.dirs), list[Path]()
@@ -1316,7 +1317,7 @@ def _trashed_key(rt: Runtime, key: str, dirs: list[Path]) -> tuple[str, MemoryDi
 
 # --- run, status -------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import daemon
+    from memoryd.daemon import loop as daemon
 
     return daemon.run(args.config, rt.paths, rt.config, rt.versions)
 

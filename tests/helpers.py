@@ -10,13 +10,15 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import housekeeping, trash
+from memoryd import trash
 from memoryd.audit import iter_lines
 from memoryd.config import Config
+from memoryd.daemon import housekeeping
 from memoryd.discover import explicit_dirs
 from memoryd.index import Budget, Entry, IndexEdit, IndexInput, update_index
 from memoryd.paths import AppPaths
@@ -451,4 +453,94 @@ def memoryd_child(
         text=True,
         timeout=timeout,
         check=False,
+    )
+
+
+# --- the daemon's loop driven by a script on a fake clock ---------------------------------------
+Step = list[Any] | Callable[[], list[Any]]  # events, or what the test does then (and its events)
+
+
+@dataclass
+class FakeClock:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Scripted:
+    """An event source (memoryd.daemon.events.EventSource) for tests: batches at given times
+    of a fake clock, which it moves to the next step or to the loop's next deadline, whichever
+    comes first (so every debounce and timer in between fires as it would). A step may be a
+    function: the test acts then (writes a file, asserts) and returns the events. What the
+    daemon puts itself (an overflow warning, a stop) comes in the next batch. When the script
+    ends, the loop is stopped."""
+
+    clock: FakeClock
+    script: list[tuple[float, Step]]
+    put_events: list[Any] = dataclass_field(default_factory=list)
+
+    def put(self, event: Any) -> None:
+        self.put_events.append(event)
+
+    def batches(self, timeout: Callable[[], float | None]) -> Any:
+        from memoryd.daemon.events import Control
+
+        steps = sorted(self.script, key=lambda step: step[0])
+        while True:
+            if self.put_events:
+                taken, self.put_events = self.put_events, []
+                yield [(self.clock.now, event) for event in taken]
+                continue
+            wait = timeout()
+            if not steps:
+                yield [(self.clock.now, Control.STOP)]
+                continue
+            at, step = steps[0]
+            if wait is not None and self.clock.now + wait < at:
+                self.clock.now += wait
+                yield []
+                continue
+            steps.pop(0)
+            self.clock.now = max(self.clock.now, at)
+            events = step() if callable(step) else step
+            yield [(self.clock.now, event) for event in events]
+
+
+class NoEvents:
+    """A watch backend that arms nothing: the script is the only source of events."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def schedule(self, *_args: Any) -> object:
+        return object()
+
+    def unschedule(self, _watch: Any) -> None:
+        pass
+
+    def unschedule_all(self) -> None:
+        pass
+
+
+def scripted_daemon(rt: Runtime, clock: FakeClock, script: list[tuple[float, Step]]) -> Any:
+    """A Daemon whose events come from `script` on `clock`, its watches armed nowhere."""
+    from memoryd.daemon.loop import Daemon
+    from memoryd.daemon.watch import Watcher
+
+    class Unwatched(Watcher):
+        def start(self) -> None:
+            self.observer = NoEvents()
+
+    return Daemon(
+        None,
+        rt.paths,
+        rt,
+        mono=clock,
+        source=Scripted(clock, script),
+        make_watcher=lambda sink, reads: Unwatched(sink, reads=reads),
     )

@@ -349,7 +349,7 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path: Path) -> None:
 
 def test_abstract_notify_socket(tmp_path: Path) -> None:
     """An abstract `@name` NOTIFY_SOCKET works too."""
-    from memoryd.notify import notify
+    from memoryd.daemon.notify import notify
 
     name = f"memoryd-test-{os.getpid()}"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import fsops, housekeeping, trash
+from memoryd import fsops, trash
 from memoryd.config import Config
+from memoryd.daemon import housekeeping
 from memoryd.discover import explicit_dirs
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key

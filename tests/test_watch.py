@@ -4,7 +4,7 @@ hook driving a rescan, and watch-limit fallback (the daemon runs in-process here
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,18 +19,11 @@ from watchdog.events import (
 )
 
 from memoryd.config import build_config
-from memoryd.daemon import Daemon
-from memoryd.watch import Debouncer, Kind, Signal, Watcher, WatchError, classify
+from memoryd.daemon.events import Control, Overflow
+from memoryd.daemon.loop import Daemon
+from memoryd.daemon.watch import Debouncer, Kind, Signal, Watcher, WatchError, classify
 from tests.conftest import Env, write_memory
-from tests.helpers import wait_for
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import FakeClock, scripted_daemon, wait_for
 
 
 def test_debounce_waits_for_quiet() -> None:
@@ -114,7 +107,9 @@ def test_parent_event_table(event, expected) -> None:
 @pytest.fixture
 def embedded(env: Env, request: pytest.FixtureRequest) -> Iterator[Daemon]:
     """The real daemon loop on a thread of this process (signals are left to the test).
-    `@pytest.mark.parametrize("embedded", [signal], indirect=True)` sets watch.consult_signal."""
+    `@pytest.mark.parametrize("embedded", [signal], indirect=True)` sets watch.consult_signal.
+    Its monotonic clock is the real one plus `daemon.skew[0]`: a test moves it on rather than
+    sleep past a window."""
     watch: dict[str, object] = {"debounce": "100ms", "max_wait": "1s", "reconcile_every": "1h"}
     if getattr(request, "param", None):
         watch["consult_signal"] = request.param
@@ -126,39 +121,53 @@ def embedded(env: Env, request: pytest.FixtureRequest) -> Iterator[Daemon]:
         },
         "test",
     )
-    daemon = Daemon(None, env.runtime(cfg).paths, env.runtime(cfg))
+    skew = [0.0]
+    daemon = Daemon(
+        None, env.runtime(cfg).paths, env.runtime(cfg), mono=lambda: time.monotonic() + skew[0]
+    )
+    daemon.skew = skew  # type: ignore[attr-defined]
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not daemon.paths.status_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(daemon.paths.status_file.exists, what="the first heartbeat")
     yield daemon
     daemon.request_stop()
     thread.join(timeout=20)
     assert not thread.is_alive()
 
 
-@pytest.mark.parametrize("embedded", ["transcripts+reads"], indirect=True)
-def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(
-    env: Env, embedded: Daemon
-) -> None:
-    """Events are lost; the overflow warning (through watchdog's logger) triggers a rescan."""
+def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(env: Env) -> None:
+    """Events are lost (b.md is written and no event says so); the overflow warning (through
+    watchdog's logger) triggers a rescan that finds it, and read events stop counting."""
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
-    wait_for(lambda: (folder / "MEMORY.md").exists())
-    time.sleep(1.0)  # let every event of the set-up drain
-    embedded.watcher.observer.unschedule_all()  # from here on, every event is "lost"
-    time.sleep(0.3)
-    write_memory(folder, "b.md")
-    time.sleep(0.6)
-    assert "b.md" not in (folder / "MEMORY.md").read_text()
-    logging.getLogger("watchdog.observers.inotify_c").warning(
-        "Inotify queue overflowed; filesystem events were lost"
+    cfg = build_config(
+        {
+            "paths": {"claude_home": str(env.claude)},
+            "index": {"new_file_grace": "0s"},
+            "watch": {"consult_signal": "transcripts+reads", "reconcile_every": "1h"},
+        },
+        "test",
     )
-    wait_for(lambda: "b.md" in (folder / "MEMORY.md").read_text())
-    wait_for(lambda: "watch.rescanned" in [r["event"] for r in env.audit_rows()])
-    assert "watch.overflow" in [r["event"] for r in env.audit_rows()]
-    assert embedded.consult_signal is False
+
+    def lose_an_event() -> list[object]:
+        assert "a.md" in (folder / "MEMORY.md").read_text()  # found at start-up
+        write_memory(folder, "b.md")
+        return []
+
+    def overflow() -> list[object]:
+        assert "b.md" not in (folder / "MEMORY.md").read_text()  # no event, no look
+        logging.getLogger("watchdog.observers.inotify_c").warning(
+            "Inotify queue overflowed; filesystem events were lost"
+        )
+        return []
+
+    clock = FakeClock()
+    daemon = scripted_daemon(env.runtime(cfg), clock, [(1001.0, lose_an_event), (1010.0, overflow)])
+    assert daemon.run() == 0
+    assert "b.md" in (folder / "MEMORY.md").read_text()
+    events = [r["event"] for r in env.audit_rows()]
+    assert "watch.overflow" in events and "watch.rescanned" in events
+    assert daemon.consult_signal is False
 
 
 def test_watch_limit_is_reported_once_and_falls_back_to_polling(
@@ -184,6 +193,23 @@ def test_watch_limit_is_reported_once_and_falls_back_to_polling(
     assert (folder / "MEMORY.md").exists()  # the dir is still looked after
 
 
+def past_own_reads(daemon: Daemon, folder: Path) -> None:
+    """Move the daemon's clock past its own reads of `folder` (rather than sleep past them):
+    on, then once a pass has begun and ended on the new time, on again (a pass under way at
+    the first move ends on the moved clock, and its reads with it)."""
+    skew: list[float] = daemon.skew  # type: ignore[attr-defined]
+    skew[0] += 10.0
+    moved = time.monotonic() + skew[0]
+    write_memory(folder, "settle.md")
+
+    def pass_after_the_move() -> bool:
+        session = daemon.dirs.get(folder.resolve())
+        return session is not None and session.reading[0] >= moved
+
+    wait_for(pass_after_the_move, what="a pass on the moved clock")
+    skew[0] += 10.0
+
+
 @pytest.mark.parametrize("embedded", ["transcripts+reads"], indirect=True)
 def test_reads_by_the_agent_are_recorded_and_our_own_are_not(env: Env, embedded: Daemon) -> None:
     """Opted in (watch.consult_signal = "transcripts+reads"): reading a memory file (close
@@ -191,11 +217,9 @@ def test_reads_by_the_agent_are_recorded_and_our_own_are_not(env: Env, embedded:
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
     write_memory(folder, "b.md")
-    wait_for(lambda: (folder / "MEMORY.md").exists())
-    time.sleep(2.0)  # past the window of memoryd's own reads of the dir
+    past_own_reads(embedded, folder)
     (folder / "a.md").read_bytes()  # the agent consults a memory
-    time.sleep(0.3)
-    write_memory(folder, "c.md")  # any change makes the worker absorb pending reads
+    write_memory(folder, "c.md")  # any change makes the loop absorb pending reads
     store = embedded.rt.store
 
     wait_for(lambda: "a.md" in store.load(folder).reads)
@@ -210,13 +234,10 @@ def test_by_default_a_grep_of_the_memory_dir_is_no_consult(env: Env, embedded: D
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
     write_memory(folder, "b.md")
-    wait_for(lambda: (folder / "MEMORY.md").exists())
-    time.sleep(2.0)  # past the window of memoryd's own reads of the dir
+    past_own_reads(embedded, folder)
     subprocess.run(["grep", "-r", "a memory", str(folder)], capture_output=True, check=False)
-    time.sleep(0.3)
-    write_memory(folder, "c.md")  # any change makes the worker absorb pending reads
+    write_memory(folder, "c.md")  # any change makes the loop absorb pending reads
     wait_for(lambda: "c.md" in (folder / "MEMORY.md").read_text())
-    embedded.absorb_reads()  # what the worker does after a pass (the old code recorded it)
     assert embedded.rt.store.load(folder.resolve()).reads == {}
     assert embedded.consult_signal is False
 
@@ -230,7 +251,7 @@ def test_a_watch_whose_folder_went_is_made_again(env: Env, embedded: Daemon) -> 
     wait_for(lambda: (folder / "MEMORY.md").exists())
     key = (folder.resolve(), False)
     old_watch = embedded.watcher._watches[key]
-    embedded.on_signal(Signal(Kind.LOST, folder.resolve()))
+    embedded.events.put(Signal(Kind.LOST, folder.resolve()))  # as the event thread would
     # (Watches of one path compare equal: it is the object that must be new.)
     wait_for(lambda: embedded.watcher._watches.get(key, old_watch) is not old_watch)
     write_memory(folder, "b.md")
@@ -249,40 +270,90 @@ def test_merged_reader_events_never_leave_a_command_window_open(env: Env) -> Non
                       for kind in (Kind.READER_OPENED, Kind.READER_CLOSED))  # fmt: skip
     for stream in ([opened, opened, closed], [opened, closed, opened, opened, closed],
                    [opened, closed, closed], [opened, opened, closed, closed]):  # fmt: skip
-        daemon._reader_windows.clear()
-        for sig in stream:
-            daemon.on_signal(sig)
-        windows = daemon._reader_windows["k.readers"]
+        daemon.reader_windows.clear()
+        daemon.take([(float(i), sig) for i, sig in enumerate(stream)])
+        windows = daemon.reader_windows["k.readers"]
         assert windows and all(end != float("inf") for _, end in windows), stream
     daemon.on_signal(opened)  # and a command reading now is one
-    assert any(end == float("inf") for _, end in daemon._reader_windows["k.readers"])
+    assert any(end == float("inf") for _, end in daemon.reader_windows["k.readers"])
 
 
-def test_the_daemon_takes_its_event_source_and_clock_as_given(env: Env, tmp_path: Path) -> None:
-    """A scripted event source and a fake clock stand in for watchdog and time: two changes
-    in one dir make one batch, due once one of them has been quiet for the debounce (a
-    file's own quiet decides), never before."""
-    made: list[Callable[[Signal], None]] = []
-
-    class Scripted(Watcher):
-        def start(self) -> None:  # no observer thread: the test is the event source
-            pass
-
-    def make_watcher(sink: Callable[[Signal], None], reads: bool) -> Watcher:
-        made.append(sink)
-        return Scripted(sink, reads=reads)
-
-    now = [100.0]
-    cfg = build_config({"watch": {"debounce": "200ms", "max_wait": "2s"}}, "test")
-    rt = env.runtime(cfg)
-    daemon = Daemon(None, rt.paths, rt, mono=lambda: now[0], make_watcher=make_watcher)
-    assert isinstance(daemon.watcher, Scripted) and made == [daemon.on_signal]
+def test_the_loop_takes_batches_from_its_event_source_on_its_clock(
+    env: Env, tmp_path: Path
+) -> None:
+    """A scripted event source and a fake clock stand in for inotify and time: two changes
+    in one dir make one pass, due once one of them has been quiet for the debounce (a file's
+    own quiet decides), never before; the heartbeat comes every 15 s of that clock."""
     folder = tmp_path / "mem"
-    made[0](Signal(Kind.DIRTY, folder, "a.md"))
-    now[0] += 0.1
-    made[0](Signal(Kind.DIRTY, folder, "b.md"))
-    assert daemon.wake.is_set()
-    now[0] += 0.05
-    assert daemon.debouncer.pop_due() == []  # a.md 150 ms after its change: not quiet yet
-    now[0] += 0.1
-    assert daemon.debouncer.pop_due() == [folder]  # a.md quiet, b.md changed 150 ms ago
+    cfg = build_config({"watch": {"debounce": "200ms", "max_wait": "2s"}}, "test")
+    clock = FakeClock(100.0)
+    script: list[tuple[float, object]] = [
+        (100.0, [Signal(Kind.DIRTY, folder, "a.md")]),
+        (100.1, [Signal(Kind.DIRTY, folder, "b.md")]),
+        (131.0, []),
+    ]
+    daemon = scripted_daemon(env.runtime(cfg), clock, script)  # type: ignore[arg-type]
+    passes: list[tuple[float, list[Path]]] = []
+    beats: list[float] = []
+    daemon.process = lambda paths, full=False: passes.extend([(clock.now, paths)] if paths else [])
+    daemon.heartbeat = lambda: beats.append(clock.now)
+    assert daemon.run() == 0
+    # a.md quiet 200 ms after its change; b.md changed 100 ms later, one pass for both.
+    assert [(round(at, 3), paths) for at, paths in passes] == [(100.2, [folder])]
+    assert [round(at, 3) for at in beats[1:3]] == [115.0, 130.0]  # (0: at start-up)
+
+
+def test_an_overflow_a_reload_and_a_stop_are_events_of_a_batch(env: Env) -> None:
+    """What the process is told (SIGHUP, SIGTERM, a lost-events warning) reaches the loop
+    as events, taken in order with the file signals of the same batch."""
+    cfg = build_config({"paths": {"claude_home": str(env.claude)}}, "test")
+    clock = FakeClock()
+    calls: list[str] = []
+    daemon = scripted_daemon(env.runtime(cfg), clock, [
+        (1001.0, [Control.RELOAD, Overflow("lost")]),
+        (1002.0, [Control.STOP, Signal(Kind.DIRTY, env.claude, "late.md")]),
+        (1003.0, [Control.RELOAD]),  # never taken: the loop stopped
+    ])  # fmt: skip
+    daemon.reload = lambda: calls.append("reload")
+    daemon.rescan = lambda detail: calls.append(f"rescan {detail}")
+    assert daemon.run() == 0
+    assert calls == ["reload", "rescan lost"]
+    assert daemon.stopping.is_set()
+
+
+def test_one_inotify_descriptor_reads_every_watch(tmp_path: Path) -> None:
+    """A watched folder's own listing (an event with no name) says nothing; a file read,
+    written, moved in and deleted says what it is; the folder deleted says its watch is lost;
+    an interest in one folder by two watches shares the kernel's one watch."""
+    from memoryd.daemon.inotify import Inotify
+
+    signals: list[Signal] = []
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "a.md").write_text("x")
+    watcher = Watcher(signals.append, reads=True)
+    watcher.start()
+    try:
+        assert isinstance(watcher.observer, Inotify)
+        assert watcher.add(folder, parent=False) is None
+        assert watcher.add_readers(folder) is None
+        assert len(watcher.observer._by_wd) == 1
+        list(folder.iterdir())
+        (folder / "a.md").read_bytes()
+        (folder / "b.md").write_text("y")
+        (tmp_path / "c.md").write_text("z")
+        (tmp_path / "c.md").rename(folder / "c.md")
+        (folder / "b.md").unlink()
+        for name in ("a.md", "c.md"):
+            (folder / name).unlink()
+        folder.rmdir()
+        wait_for(lambda: Signal(Kind.LOST, folder) in signals, what="the watch lost")
+    finally:
+        watcher.stop()
+    assert signals[:5] == [
+        Signal(Kind.READ, folder, "a.md"),
+        Signal(Kind.DIRTY, folder, "b.md"),
+        Signal(Kind.DIRTY, folder, "c.md"),
+        Signal(Kind.DIRTY, folder, "b.md"),
+        Signal(Kind.DIRTY, folder, "a.md"),
+    ]

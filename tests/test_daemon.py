@@ -719,3 +719,26 @@ def test_the_daemon_keeps_the_search_index_in_step_in_the_same_pass(
     (folder / "deploys.md").unlink()
     wait_for(lambda: "deploys.md" not in index_text(folder), what="the pointer removed")
     wait_for(lambda: "deploys.md" not in indexed(), what="the memory out of the search index")
+
+
+def test_the_daemon_threads_do_not_grow_with_its_dirs(tmp_path: Path, project) -> None:
+    """One event thread reads every watch (one inotify descriptor): a daemon watching 40
+    memory dirs (and their project folders) runs as many threads as one watching one. The
+    old observer ran two threads per watched folder: 61 threads for 31 dirs."""
+    counts: dict[int, int] = {}
+    for n in (1, 10, 40):
+        running = start(tmp_path, name=f"t{n}")
+        try:
+            folders = [project(running, f"t{n}-p{i}") for i in range(n)]
+            for folder in folders:
+                agent_write(folder, "a.md")
+            wait_for(
+                lambda: all("a.md" in index_text(f) for f in folders),  # noqa: B023
+                timeout=60,
+                what=f"{n} dirs indexed",
+            )
+            counts[n] = len(os.listdir(f"/proc/{running.proc.pid}/task"))
+        finally:
+            assert running.stop() == 0
+    assert counts[1] == counts[10] == counts[40], counts
+    assert counts[1] <= 3, counts  # the loop's, the event thread, and no more than one other

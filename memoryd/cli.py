@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
@@ -423,8 +424,6 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
 def _git_drift(rt: Runtime, md: MemoryDir, outcome: Any) -> dict[str, int] | None:
     """For a dir left alone because git tracks it: what `memoryd index DIR` would change
     (pointers added, removed, moved to the archive); None for any other dir."""
-    from dataclasses import replace
-
     from memoryd import gitwork, indexer
 
     reason = outcome.ownership.reason if outcome.ownership else ""
@@ -520,7 +519,6 @@ def _discover(rt: Runtime, dirs: list[Path]) -> Discovery:
 
     found = discover_all(rt.config, dirs)
     report_refused(rt, found.refused)
-    rt.named = tuple(dirs)  # named: a dir git tracks is written (see gitwork.hands_off_reason)
     return found
 
 
@@ -536,7 +534,7 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd import findings
     from memoryd.discover import discover_all
 
-    rt.dry_run = True
+    rt = replace(rt, dry_run=True)
     named = [p for p in args.dirs if not findings.is_store_file(p)]
     found = discover_all(rt.config, named) if named or not args.dirs else _no_dirs()
     dirs = found.dirs
@@ -706,10 +704,9 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.check:
         _recover(rt)
     # --check changes nothing: not even the audit log. It shows what `index DIR` would do.
-    rt.named = tuple(args.dirs)
+    # named: a dir git tracks is written (see gitwork.hands_off_reason)
+    rt = replace(rt, named=() if args.not_named else tuple(args.dirs))
     found = discover_all(rt.config, args.dirs) if args.check else _discover(rt, args.dirs)
-    if args.not_named:
-        rt.named = ()
     dirs, refused = found.dirs, found.refused
     # Why a dir is unmanaged is said once (as its `index.unmanaged` row is), not at every run:
     # the run that records it in the dir's state says it; `-v` and `dirs DIR` say it again.
@@ -882,8 +879,6 @@ def cmd_log(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         found = str(row.get("dir", ""))
         return found == want_dir or found.startswith(want_dir.rstrip("/") + "/")
 
-    from dataclasses import replace
-
     from memoryd.logfollow import Follower
     from memoryd.logview import render_row, render_summary, summary_json
 
@@ -1020,8 +1015,6 @@ def _recover(rt: Runtime) -> None:
 
 
 def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from dataclasses import replace
-
     from memoryd.daemon import housekeeping
     from memoryd.discover import discover
     from memoryd.dream.run import RepoCache, dream_dir
@@ -1029,9 +1022,10 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     if args.apply:
         return _dream_apply(args, rt, out)
-    rt.dry_run = args.dry_run  # a dry run writes nothing at all: no state, no audit row
+    rt = replace(rt, dry_run=args.dry_run)  # a dry run writes nothing: no state, no audit row
     if not args.dry_run:
         _recover(rt)
+    rt = replace(rt, named=tuple(args.dirs))  # see cmd_index
     found = _discover(rt, args.dirs)  # a dry run says nothing (rt.dry_run)
     dirs, refused = found.dirs, found.refused
     if args.repo_root is not None:
@@ -1099,6 +1093,7 @@ def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.dirs:
         raise UsageError("--apply PASS_ID needs the DIR whose pass was refused")
     _recover(rt)
+    rt = replace(rt, named=tuple(args.dirs))  # see cmd_index
     dirs = _discover(rt, args.dirs).dirs
     held = [md for md in dirs if refused.exists(rt.paths.state_dir, md.real_path, args.apply)]
     md = held[0] if held else dirs[0] if len(dirs) == 1 else None
@@ -1126,7 +1121,7 @@ def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd.dream.explain import explain, render
     from memoryd.dream.run import RepoCache
 
-    rt.dry_run = True
+    rt = replace(rt, dry_run=True)
     if findings.is_store_file(args.file):
         return _explain_store(args, rt, out)
     from memoryd.resolve import is_path, resolve
@@ -1442,15 +1437,16 @@ def _looking_only(args: argparse.Namespace) -> Iterator[None]:
 
 def _keeping_versions(
     args: argparse.Namespace, rt: Runtime
-) -> contextlib.AbstractContextManager[None]:
-    """The version store for a command that may write (memoryd.cmd_versions.keeping); the
-    read-only commands do not even import it, nor a check or a dry run, which keep none."""
+) -> contextlib.AbstractContextManager[Runtime]:
+    """The Runtime with the version store for a command that may write
+    (memoryd.cmd_versions.keeping); the read-only commands do not even import it, nor a
+    check or a dry run, which keep none (`rt` as it is)."""
     if (
         args.command not in VERSIONED
         or getattr(args, "check", False)
         or getattr(args, "dry_run", False)
     ):
-        return contextlib.nullcontext()
+        return contextlib.nullcontext(rt)
     from memoryd.cmd_versions import keeping
 
     return keeping(args, rt)
@@ -1539,8 +1535,12 @@ def main(
         handler = getattr(args, "handler", None) or HANDLERS[args.command]
         from memoryd.pager import paged  # long output through $PAGER on a terminal
 
-        with _keeping_versions(args, rt), _looking_only(args), paged(args, out) as shown_out:
-            return handler(args, rt, shown_out)
+        with (
+            _keeping_versions(args, rt) as kept,
+            _looking_only(args),
+            paged(args, out) as shown_out,
+        ):
+            return handler(args, kept, shown_out)
     except UsageError as error:
         err.write(f"memoryd: {shown(error, lines=True)}\n")
         return EXIT_USAGE

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from datetime import date, datetime
 from pathlib import Path
@@ -169,14 +169,16 @@ def watched_for(state_dir: Path, folder: Path, days: float) -> None:
     logs = state_dir.parent / "aging-log"
     rt = Runtime.create(Config(), AppPaths(state_dir / "none.toml", state_dir, logs))
     back, now, real = days * 86400, time.time(), boot_clock()
-    rt.clock = lambda: now - back
-    rt.today = lambda: date.fromtimestamp(now - back)
-    rt.boot = lambda: (real[0], real[1] - back) if real else ("aged", 0.0)
+    rt = replace(
+        rt,
+        clock=lambda: now - back,
+        today=lambda: date.fromtimestamp(now - back),
+        boot=lambda: (real[0], real[1] - back) if real else ("aged", 0.0),
+    )
     md = explicit_dirs(folder, Config())[0]
     housekeeping.rotate(rt, [md], keep_days=36500)
     if real is None:  # no boot clock here: the aged boot's own reading, a moment ago
-        rt.clock, rt.today = (lambda: now), date.today
-        rt.boot = lambda: ("aged", back)
+        rt = replace(rt, clock=lambda: now, today=date.today, boot=lambda: ("aged", back))
         housekeeping.rotate(rt, [md], keep_days=36500)
 
 

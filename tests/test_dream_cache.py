@@ -2,6 +2,7 @@
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,7 @@ def memory_dir(repo: Path) -> MemoryDir:
 
 def runtime(env: Env, config: Config | None = None) -> Runtime:
     rt: Runtime = env.runtime(config)
-    rt.dream = Process.memo
-    return rt
+    return replace(rt, dream=Process.memo)
 
 
 def take(env: Env, repo: Path, config: Config | None = None, *, save: bool = False) -> Inventory:

@@ -546,3 +546,11 @@ def scripted_daemon(rt: Runtime, clock: FakeClock, script: list[tuple[float, Ste
         source=Scripted(clock, script),
         make_watcher=lambda sink, reads: Unwatched(sink, reads=reads),
     )
+
+
+def settled(folder: Path) -> None:
+    """Wait until a running daemon has taken in every change made to `folder` so far: a new
+    memory written now is indexed by a pass that comes after (events of a dir come in order)."""
+    probe = f"settled-{time.monotonic_ns()}.md"
+    agent_write(folder, probe, "a change the daemon must have seen")
+    wait_for(lambda: probe in index_text(folder), what="a pass after every change so far")

@@ -23,6 +23,7 @@ from tests.helpers import (
     agent_write,
     index_text,
     plant_day,
+    settled,
     snapshot,
     start,
     vault,
@@ -107,7 +108,8 @@ def test_a_dir_recreated_at_once_files_moved_in_and_a_late_link_are_seen(
     wait_for(lambda: "a.md" in index_text(folder), what="first index")
     shutil.rmtree(folder)
     folder.mkdir()
-    time.sleep(0.5)
+    # Written before or after the new watch stands: either way the lost watch's dir is
+    # looked at in full, and a move in below needs the new watch.
     agent_write(folder, "b.md")
     wait_for(lambda: "b.md" in index_text(folder), timeout=10, what="recreated dir re-armed")
     elsewhere = tmp_path / "drafts"
@@ -116,8 +118,7 @@ def test_a_dir_recreated_at_once_files_moved_in_and_a_late_link_are_seen(
     os.rename(elsewhere / "moved.md", folder / "moved.md")
     wait_for(lambda: "moved.md" in index_text(folder), timeout=10, what="a file moved in")
     slug = daemon.claude / "projects" / "-late-link"
-    slug.mkdir(parents=True)
-    time.sleep(0.5)  # the project folder first, its memory dir later (as Claude Code does)
+    slug.mkdir(parents=True)  # the project folder first, its memory dir later (as Claude Code)
     real = daemon.claude / "real-memory"  # inside the Claude home: followed
     real.mkdir()
     (slug / "memory").symlink_to(real)
@@ -144,7 +145,7 @@ def test_a_restore_while_the_daemon_runs_keeps_its_pointer(tmp_path: Path, proje
         wait_for(lambda: "old.md" not in index_text(folder), what="the pointer gone")
         assert running.cli("trash", "restore", change["id"]).returncode == 0
         assert "old.md" in index_text(folder)
-        time.sleep(1.5)  # the daemon's pass after the restore has run
+        settled(folder)  # the daemon's pass after the restore has run
         assert "old.md" in index_text(folder)
         assert running.cli("index", "--check", str(folder)).returncode == 0
     finally:
@@ -164,7 +165,7 @@ def test_a_memory_broken_for_a_while_is_still_one_memoryd_saw(daemon: Running, p
     wait_for(lambda: "second words" in index_text(folder), what="the generated line follows")
     assert "first words" not in index_text(folder)
     (folder / "b.md").write_text("---\nname: [unclosed\n---\nbody\n")
-    time.sleep(1.0)
+    wait_for(lambda: len(daemon.rows("file.unparseable")) == 2, what="broken again, seen")
     (folder / "b.md").unlink()
     wait_for(lambda: "b.md" not in index_text(folder), what="the pointer of a deleted file")
 
@@ -289,8 +290,7 @@ def test_sigterm_flushes_pending_work_and_exits_0(tmp_path: Path, project) -> No
     folder = project(running, "flush")
     write_memory(folder, "a.md")
     wait_for(lambda: "a.md" in index_text(folder), what="first index")
-    agent_write(folder, "b.md")
-    time.sleep(0.05)  # within the debounce: the work is pending
+    agent_write(folder, "b.md")  # within the debounce (or not yet seen): the shutdown's look
     started = time.monotonic()
     assert running.stop() == 0
     assert time.monotonic() - started < 10

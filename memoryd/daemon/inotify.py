@@ -185,9 +185,8 @@ class Inotify:
             wd = self._wd_of.get(path)
             others = self._by_wd.get(wd, []) if wd is not None else []
             new_wd = self._add(path, [*others, watch])
-            if wd is not None and new_wd != wd:  # the folder was replaced meanwhile
+            if wd is not None and new_wd != wd:  # the folder was replaced: all move to it
                 self._by_wd.pop(wd, None)
-                others = []
             self._wd_of[path] = new_wd
             self._by_wd[new_wd] = [*others, watch]
         return watch

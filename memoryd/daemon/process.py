@@ -48,13 +48,14 @@ M_ARENA_MAX = -8
 def tune_malloc() -> None:
     """Keep glibc's heap from holding what a long-running daemon has freed.
 
-    One arena: by default a thread that allocates gets an arena of its own (up to 8 per core);
-    the worker thread's then keeps the fragments of a 10,000-file pass (~7 MB of RSS measured,
-    for an idle daemon). Its few threads rarely allocate at once, so sharing one lock costs
-    nothing. A fixed mmap threshold: a pass copies a few 10,000-entry containers (hundreds of
-    KB each); glibc would otherwise raise the threshold after the first frees and carve them
-    from the heap, where they leave holes that malloc_trim cannot return (RSS grew ~6 MB over
-    30 changes). Mapped, each goes back to the system when freed.
+    One arena: by default a thread that allocates gets an arena of its own (up to 8 per core),
+    and one that ran a 10,000-file pass keeps its fragments (~7 MB of RSS measured, for an
+    idle daemon, when passes ran on a thread of their own). The event thread allocates too;
+    its events and the loop's passes rarely overlap, so sharing one lock costs nothing.
+    A fixed mmap threshold: a pass copies a few 10,000-entry containers (hundreds of KB
+    each); glibc would otherwise raise the threshold after the first frees and carve them
+    from the heap, where they leave holes that malloc_trim cannot return (RSS grew ~6 MB
+    over 30 changes). Mapped, each goes back to the system when freed.
     """
     mallopt = fsops.libc_function("mallopt")
     if mallopt is not None:  # not glibc: none of this applies

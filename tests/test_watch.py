@@ -4,7 +4,8 @@ hook driving a rescan, and watch-limit fallback (the daemon runs in-process here
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -357,3 +358,52 @@ def test_one_inotify_descriptor_reads_every_watch(tmp_path: Path) -> None:
         Signal(Kind.DIRTY, folder, "b.md"),
         Signal(Kind.DIRTY, folder, "a.md"),
     ]
+
+
+def test_a_pile_up_waits_for_five_changes_and_quiet_across_a_restart(env: Env) -> None:
+    """4 changes and an hour of quiet: no pass; a restart keeps the count; the 5th change: one
+    pass once the dir has been quiet for dream.quiet, and only one however long it idles. The
+    wall clock (the Runtime's) moves with the loop's fake one."""
+    folder = env.claude / "agent-memory" / "helper"
+    write_memory(folder, "base.md")
+    cfg = build_config(
+        {
+            "paths": {"claude_home": str(env.claude)},
+            "index": {"new_file_grace": "0s"},
+            "watch": {"reconcile_every": "1h"},
+            "dream": {"pile_up": 5, "quiet": "10m", "min_interval": "0s"},
+        },
+        "test",
+    )
+    clock = FakeClock()
+    start = time.time() - clock.now
+    rt = replace(env.runtime(cfg), clock=lambda: start + clock.now)
+
+    def passes() -> list[dict[str, object]]:
+        return [r for r in env.audit_rows() if r["event"] == "dream.completed"]
+
+    def change(i: int) -> Callable[[], list[object]]:
+        def write() -> list[object]:
+            write_memory(folder, f"c{i}.md", description=f"change {i}")
+            return [Signal(Kind.DIRTY, folder, f"c{i}.md")]
+
+        return write
+
+    def none_yet() -> list[object]:
+        assert passes() == []
+        return []
+
+    first = [(1000.0 + i, change(i)) for i in range(4)] + [(4600.0, none_yet)]
+    assert scripted_daemon(rt, clock, first).run() == 0  # type: ignore[arg-type]
+    assert env.runtime().store.load(folder).changed_since_dream == [f"c{i}.md" for i in range(4)]
+
+    def too_soon() -> list[object]:
+        assert passes() == []  # 5 changes, but the dir not quiet for 10 minutes yet
+        return []
+
+    second = [(5000.0, change(4)), (5500.0, too_soon), (9000.0, [])]
+    assert scripted_daemon(rt, clock, second).run() == 0  # type: ignore[arg-type]
+    assert len(passes()) == 1
+    [began] = [r for r in env.audit_rows() if r["event"] == "dream.started"]
+    assert began["trigger"] == "pile-up" and began["level"] == "info"
+    assert env.runtime().store.load(folder).changed_since_dream == []

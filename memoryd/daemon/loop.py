@@ -582,7 +582,7 @@ class Daemon:
     def check_pile_up(self) -> None:
         """Dream where enough changed, the dir is quiet and the last pass is old enough."""
         cfg = self.rt.config.dream
-        now = time.time()
+        now = self.rt.clock()  # the clock the indexer dated the changes by
         for path, session in sorted(self.dirs.items()):
             state = self.rt.store.load(path)
             count = len(state.changed_since_dream)

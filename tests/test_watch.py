@@ -1,7 +1,6 @@
 """The watch layer: the debounce contract on a fake clock, the pure event filter, the overflow
 hook driving a rescan, and watch-limit fallback (the daemon runs in-process here)."""
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -137,8 +136,8 @@ def embedded(env: Env, request: pytest.FixtureRequest) -> Iterator[Daemon]:
 
 
 def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(env: Env) -> None:
-    """Events are lost (b.md is written and no event says so); the overflow warning (through
-    watchdog's logger) triggers a rescan that finds it, and read events stop counting."""
+    """Events are lost (b.md is written and no event says so); the overflow the event thread
+    tells of triggers a rescan that finds it, and read events stop counting."""
     folder = env.claude / "agent-memory" / "helper"
     write_memory(folder, "a.md")
     cfg = build_config(
@@ -157,9 +156,7 @@ def test_overflow_warning_forces_a_rescan_that_catches_lost_changes(env: Env) ->
 
     def overflow() -> list[object]:
         assert "b.md" not in (folder / "MEMORY.md").read_text()  # no event, no look
-        logging.getLogger("watchdog.observers.inotify_c").warning(
-            "Inotify queue overflowed; filesystem events were lost"
-        )
+        daemon.on_overflow("inotify queue overflowed")  # as the event thread tells it
         return []
 
     clock = FakeClock()
@@ -407,3 +404,25 @@ def test_a_pile_up_waits_for_five_changes_and_quiet_across_a_restart(env: Env) -
     [began] = [r for r in env.audit_rows() if r["event"] == "dream.started"]
     assert began["trigger"] == "pile-up" and began["level"] == "info"
     assert env.runtime().store.load(folder).changed_since_dream == []
+
+
+def test_the_kernels_overflow_is_told_and_a_dropped_watch_forgotten(tmp_path: Path) -> None:
+    """IN_Q_OVERFLOW (no watch of its own) goes to the overflow callback; IN_IGNORED (the
+    kernel dropped a watch with its folder) forgets it, so a folder made again there gets a
+    watch of its own."""
+    from memoryd.daemon import inotify
+
+    told: list[str] = []
+    backend = inotify.Inotify(told.append)
+    backend.start()
+    try:
+        folder = tmp_path / "m"
+        folder.mkdir()
+        watch = backend.schedule(folder, [FileClosedEvent], lambda _event: None)
+        [wd] = backend._by_wd
+        backend._dispatch([(-1, inotify.IN_Q_OVERFLOW, ""), (wd, inotify.IN_IGNORED, "")])
+        assert len(told) == 1 and "overflow" in told[0]
+        assert backend._by_wd == {} and backend._wd_of == {}
+        backend.unschedule(watch)  # already gone: nothing to do, no error
+    finally:
+        backend.stop()

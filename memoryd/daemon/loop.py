@@ -37,10 +37,8 @@ from memoryd.daemon.session import DirSession, identity_of, make_readers_file
 from memoryd.daemon.watch import (
     Debouncer,
     Kind,
-    OverflowHook,
     Signal,
     Watcher,
-    install_overflow_hook,
 )
 from memoryd.discover import MemoryDir, discover_all, lock_is_fresh, report_refused
 from memoryd.errors import ConfigError, MemorydError
@@ -119,7 +117,6 @@ class Daemon:
     debouncer: Debouncer = field(init=False)
     watcher: Watcher = field(init=False)
     events: EventSource = field(init=False)
-    overflow_hook: OverflowHook | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         w = self.rt.config.watch
@@ -155,7 +152,6 @@ class Daemon:
         # Told of each index write (fsops.OwnWrite), to drop the events it raises: a Runtime
         # made for the run, passed down from here.
         self.rt = replace(self.rt, on_own_write=self._record_own_write)
-        self.overflow_hook = install_overflow_hook(self.on_overflow)
         self.watcher.start()
         ensure_private_dir(self.rt.store.root)
         problem = self.watcher.add_readers(self.rt.store.root)
@@ -295,8 +291,6 @@ class Daemon:
         # Flush: events may still be on their way, so look at every dir once more rather
         # than only at what the debounce holds.
         self.watcher.stop()
-        if self.overflow_hook is not None:
-            self.overflow_hook.remove()
         self.debouncer.pop_all()
         self.job(self.process, sorted(self.dirs), True)
         self.job(self.heartbeat)

@@ -1,4 +1,4 @@
-"""File events: the watches, a pure event filter, the overflow hook and the Debouncer.
+"""File events: the watches, a pure event filter and the Debouncer.
 
 A watch's handler runs on the event thread and must only classify and enqueue; every bit of
 file work happens later in the daemon's loop. Events are hints, never the truth: it re-stats.
@@ -6,7 +6,6 @@ file work happens later in the daemon's loop. Events are hints, never the truth:
 
 import contextlib
 import errno
-import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -57,7 +56,6 @@ PARENT_EVENTS: list[type[FileSystemEvent]] = [
     DirMovedEvent,
     FileCreatedEvent,
 ]
-INOTIFY_LOGGER = "watchdog.observers.inotify_c"
 
 
 class Kind(Enum):
@@ -183,30 +181,6 @@ class Debouncer:
     def pending(self) -> set[Any]:
         with self._lock:
             return set(self._last) | set(self._at)
-
-
-class OverflowHook(logging.Handler):
-    """watchdog only logs an inotify queue overflow; turn that warning into a callback."""
-
-    def __init__(self, on_overflow: Callable[[str], None]) -> None:
-        super().__init__(level=logging.WARNING)
-        self.on_overflow = on_overflow
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if "overflow" in message.lower():
-            self.on_overflow(message)
-
-    def remove(self) -> None:
-        logging.getLogger(INOTIFY_LOGGER).removeHandler(self)
-
-
-def install_overflow_hook(on_overflow: Callable[[str], None]) -> OverflowHook:
-    hook = OverflowHook(on_overflow)
-    logger = logging.getLogger(INOTIFY_LOGGER)
-    logger.addHandler(hook)
-    logger.setLevel(min(logger.level or logging.WARNING, logging.WARNING))
-    return hook
 
 
 def classify_readers(event: FileSystemEvent) -> list[Signal]:

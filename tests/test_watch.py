@@ -426,3 +426,28 @@ def test_the_kernels_overflow_is_told_and_a_dropped_watch_forgotten(tmp_path: Pa
         backend.unschedule(watch)  # already gone: nothing to do, no error
     finally:
         backend.stop()
+
+
+def test_a_memory_dir_linked_after_its_project_folder_is_found_by_its_event(
+    env: Env, embedded: Daemon
+) -> None:
+    """Claude Code makes the project folder first and its memory dir later: once the new
+    folder is watched, a symlinked memory dir made in it is found by that watch's event (the
+    reconcile is an hour away)."""
+    (env.claude / "projects").mkdir(parents=True)
+    slug = env.claude / "projects" / "-late-link"
+    slug.mkdir()
+
+    def watched() -> bool:
+        try:
+            return (slug, True) in embedded.watcher.watched()
+        except RuntimeError:  # read while the loop changes it: ask again
+            return False
+
+    wait_for(watched, what="the project folder watched")
+    real = env.claude / "real-memory"
+    real.mkdir()
+    write_memory(real, "c.md")
+    (slug / "memory").symlink_to(real)
+    wait_for(lambda: (real / "MEMORY.md").exists(), what="the linked dir indexed")
+    assert "c.md" in (real / "MEMORY.md").read_text()

@@ -451,3 +451,29 @@ def test_a_memory_dir_linked_after_its_project_folder_is_found_by_its_event(
     (slug / "memory").symlink_to(real)
     wait_for(lambda: (real / "MEMORY.md").exists(), what="the linked dir indexed")
     assert "c.md" in (real / "MEMORY.md").read_text()
+
+
+def test_no_inotify_instance_to_be_had_falls_back_to_one_a_watch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's inotify instances all taken (EMFILE at start): the watcher falls back to
+    watchdog's observer, which asks for one a watch, each failure then reported (and its
+    dir polled) as a watch that cannot be added; here the next one is free, so it works."""
+    import errno
+
+    from memoryd.daemon import inotify
+
+    def refuse(self: inotify.Inotify) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(inotify.Inotify, "start", refuse)
+    signals: list[Signal] = []
+    watcher = Watcher(signals.append, reads=False)
+    watcher.start()
+    try:
+        assert not isinstance(watcher.observer, inotify.Inotify)
+        assert watcher.add(tmp_path, parent=False) is None
+        (tmp_path / "a.md").write_text("x")
+        wait_for(lambda: Signal(Kind.DIRTY, tmp_path, "a.md") in signals, what="its event")
+    finally:
+        watcher.stop()

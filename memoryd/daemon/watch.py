@@ -261,7 +261,14 @@ class Watcher:
 
     def start(self) -> None:
         self.observer = _backend(self.on_overflow)
-        self.observer.start()
+        try:
+            self.observer.start()
+        except OSError:
+            # No inotify instance to be had (fs.inotify.max_user_instances): watchdog's
+            # observer asks for one a watch, so each that fails is reported and its dir
+            # polled (see sync), as when a watch cannot be added.
+            self.observer = _Observed()
+            self.observer.start()
 
     def stop(self) -> None:
         if self.observer is not None:

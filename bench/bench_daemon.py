@@ -419,15 +419,17 @@ def shim(counts_path: str, argv: list[str]) -> int:
     """Run `memoryd` in this process with counters around the daemon's event handler, its
     passes and its shutdown (timestamps only: nothing it does is changed)."""
     from memoryd import cli, indexer
-    from memoryd import daemon as dmod
+    from memoryd.daemon import loop as dmod
 
     record: dict[str, Any] = {"signals": {}, "overflows": [], "process": [], "index": []}
     on_signal, on_overflow = dmod.Daemon.on_signal, dmod.Daemon.on_overflow
     process, shut_down = dmod.Daemon.process, dmod.Daemon.shut_down
 
-    def patched_on_signal(self: Any, sig: Any) -> None:
-        record["signals"].setdefault(sig.kind.value, []).append(time.monotonic())
-        on_signal(self, sig)
+    def patched_on_signal(self: Any, sig: Any, when: float | None = None) -> None:
+        # When it arrived (the loop takes it later, with the rest of its batch).
+        arrived = time.monotonic() if when is None else when
+        record["signals"].setdefault(sig.kind.value, []).append(arrived)
+        on_signal(self, sig, when)
 
     def patched_on_overflow(self: Any, detail: str) -> None:
         record["overflows"].append(time.monotonic())

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,9 +49,9 @@ CONFIG = '[index]\nnew_file_grace = "0s"\n[watch]\ndebounce = "100ms"\nreconcile
 
 
 @contextlib.contextmanager
-def keeping_none(args: argparse.Namespace, rt: Any) -> Iterator[None]:
+def keeping_none(args: argparse.Namespace, rt: Any) -> Iterator[Any]:
     """`commands.versions.keeping` with the store off (the baseline's processes)."""
-    yield
+    yield rt
 
 
 def child(argv: list[str]) -> int:
@@ -167,8 +168,8 @@ def first_index(tmp: Path, template: Path, store: bool, k: int) -> tuple[float, 
     tune_gc()
     t, cpu = time.perf_counter(), cpu_seconds()
     if store:
-        with kept.using(kept.for_runtime(rt)) as rt.versions:
-            update(rt, md)
+        with kept.using(kept.for_runtime(rt)) as keeper:
+            update(replace(rt, versions=keeper), md)
     else:
         update(rt, md)
     took, used = time.perf_counter() - t, cpu_seconds() - cpu

@@ -193,9 +193,10 @@ def _looking_only(args: argparse.Namespace) -> Iterator[None]:
 
 def _keeping_versions(
     args: argparse.Namespace, rt: Runtime
-) -> contextlib.AbstractContextManager[None]:
-    """The version store for a command that may write (memoryd.commands.versions.keeping); the
-    read-only commands do not even import it, nor a check or a dry run, which keep none."""
+) -> contextlib.AbstractContextManager[Runtime]:
+    """The Runtime with the version store for a command that may write
+    (memoryd.commands.versions.keeping); the read-only commands do not even import it, nor a
+    check or a dry run, which keep none (`rt` as it is)."""
     from memoryd.commands.common import VERSIONED
 
     if (
@@ -203,7 +204,7 @@ def _keeping_versions(
         or getattr(args, "check", False)
         or getattr(args, "dry_run", False)
     ):
-        return contextlib.nullcontext()
+        return contextlib.nullcontext(rt)
     from memoryd.commands.versions import keeping
 
     return keeping(args, rt)
@@ -310,8 +311,12 @@ def _dispatch(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd.pager import paged  # long output through $PAGER on a terminal
 
     run = command(args.command).run
-    with _keeping_versions(args, rt), _looking_only(args), paged(args, out) as shown_out:
-        return run(args, rt, shown_out)
+    with (
+        _keeping_versions(args, rt) as kept,
+        _looking_only(args),
+        paged(args, out) as shown_out,
+    ):
+        return run(args, kept, shown_out)
 
 
 def _os_error_line(error: OSError) -> str:

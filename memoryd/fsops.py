@@ -234,7 +234,7 @@ def temp_name(name: str) -> str:
 
 # What a file is written from: its bytes, or pieces (the daemon's held archive lines) whose
 # concatenation they are. Pieces are written with writev and compared a block at a time: a
-# block is below the daemon's mmap threshold (daemon._tune_malloc), so its buffer comes from
+# block is below the daemon's mmap threshold (daemon.process.tune_malloc), so its buffer comes from
 # the heap and is reused, where one 2 MB buffer would be mapped, and page-faulted, each pass.
 Content = bytes | Sequence[bytes]
 _BLOCK = 1 << 16

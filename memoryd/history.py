@@ -69,8 +69,8 @@ def target_of(rt: Runtime, key: str, dirs: list[Path]) -> Target:
 def _in_state_trash(rt: Runtime, path: Path, dirs: list[Path]) -> Target | None:
     """A path into the state dir's trash (a repo dir's, as `trash list` prints it) means the
     file it was; None for any other path. The dir is the one whose trash holds it."""
+    from memoryd.daemon.housekeeping import known_dirs
     from memoryd.discover.finder import discover
-    from memoryd.housekeeping import known_dirs
     from memoryd.paths import app_paths
 
     folder = app_paths().state_dir / trash.REPO_TRASH

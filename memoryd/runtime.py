@@ -32,7 +32,7 @@ def boot_clock() -> tuple[str, float] | None:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Runtime:
     config: Config
     paths: AppPaths

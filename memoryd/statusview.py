@@ -13,11 +13,11 @@ from typing import Any
 
 from memoryd import safejson
 from memoryd.conflicts import HINT, MARK
+from memoryd.daemon.instance import lock_holder
 from memoryd.dirlabel import dir_label
 from memoryd.gitwork import OPT_IN as DETAIL
 from memoryd.gitwork import TRACKED, work_tree
 from memoryd.humanize import ago, clock_time, parse_ts, short_path, table
-from memoryd.instance import lock_holder
 from memoryd.logview import View
 from memoryd.paths import read_bounded
 

@@ -409,6 +409,7 @@ SLOW: frozenset[str] = frozenset(
         "test_daemon::test_burst_of_2000_files_gives_one_consistent_index",
         "test_daemon::test_pile_up_dreams_after_five_changes_and_survives_restart",
         "test_daemon::test_sigkill_during_a_pass_after_a_change_leaves_a_consistent_index",
+        "test_daemon::test_the_daemon_threads_do_not_grow_with_its_dirs",
         "test_dream_repo_memory::test_a_real_repo_flags_the_memory_citing_removed_code_and_no_other",
         "test_index_faults::test_a_tool_rewriting_the_index_in_place_loses_no_mark_to_concurrent_passes",
         "test_index_on_disk::test_odd_names_are_indexed_once_and_resolve",

@@ -10,13 +10,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import housekeeping
 from memoryd.audit import iter_lines
 from memoryd.config import Config
+from memoryd.daemon import housekeeping
 from memoryd.discover.finder import explicit_dirs
 from memoryd.discover.found import MemoryDir
 from memoryd.index import Budget, Entry, IndexEdit, IndexInput, update_index
@@ -317,14 +318,16 @@ def watched_for(state_dir: Path, folder: Path, days: float) -> None:
     logs = state_dir.parent / "aging-log"
     rt = Runtime.create(Config(), AppPaths(state_dir / "none.toml", state_dir, logs))
     back, now, real = days * 86400, time.time(), boot_clock()
-    rt.clock = lambda: now - back
-    rt.today = lambda: date.fromtimestamp(now - back)
-    rt.boot = lambda: (real[0], real[1] - back) if real else ("aged", 0.0)
+    rt = replace(
+        rt,
+        clock=lambda: now - back,
+        today=lambda: date.fromtimestamp(now - back),
+        boot=lambda: (real[0], real[1] - back) if real else ("aged", 0.0),
+    )
     md = memory_dir(folder)
     housekeeping.rotate(rt, [md], keep_days=36500)
     if real is None:  # no boot clock here: the aged boot's own reading, a moment ago
-        rt.clock, rt.today = (lambda: now), date.today
-        rt.boot = lambda: ("aged", back)
+        rt = replace(rt, clock=lambda: now, today=date.today, boot=lambda: ("aged", back))
         housekeeping.rotate(rt, [md], keep_days=36500)
 
 
@@ -696,3 +699,101 @@ def saved_blobs(state_dir: Path, kind: str) -> list[SavedBlob]:
     """The cache entries of one kind (`scan`, `facts`, `held`, `tokens`) in the state store."""
     rows = state_rows(state_dir, "SELECT key FROM cache_blob WHERE kind = ? ORDER BY key", kind)
     return [SavedBlob(state_dir, kind, key) for (key,) in rows]
+
+
+# --- the daemon's loop driven by a script on a fake clock ---------------------------------------
+Step = list[Any] | Callable[[], list[Any]]  # events, or what the test does then (and its events)
+
+
+@dataclass
+class FakeClock:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Scripted:
+    """An event source (memoryd.daemon.events.EventSource) for tests: batches at given times
+    of a fake clock, which it moves to the next step or to the loop's next deadline, whichever
+    comes first (so every debounce and timer in between fires as it would). A step may be a
+    function: the test acts then (writes a file, asserts) and returns the events. What the
+    daemon puts itself (an overflow warning, a stop) comes in the next batch. When the script
+    ends, the loop is stopped."""
+
+    clock: FakeClock
+    script: list[tuple[float, Step]]
+    put_events: list[Any] = dataclass_field(default_factory=list)
+
+    def put(self, event: Any) -> None:
+        self.put_events.append(event)
+
+    def batches(self, timeout: Callable[[], float | None]) -> Any:
+        from memoryd.daemon.events import Control
+
+        steps = sorted(self.script, key=lambda step: step[0])
+        while True:
+            if self.put_events:
+                taken, self.put_events = self.put_events, []
+                yield [(self.clock.now, event) for event in taken]
+                continue
+            wait = timeout()
+            if not steps:
+                yield [(self.clock.now, Control.STOP)]
+                continue
+            at, step = steps[0]
+            if wait is not None and self.clock.now + wait < at:
+                self.clock.now += wait
+                yield []
+                continue
+            steps.pop(0)
+            self.clock.now = max(self.clock.now, at)
+            events = step() if callable(step) else step
+            yield [(self.clock.now, event) for event in events]
+
+
+class NoEvents:
+    """A watch backend that arms nothing: the script is the only source of events."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def schedule(self, *_args: Any) -> object:
+        return object()
+
+    def unschedule(self, _watch: Any) -> None:
+        pass
+
+    def unschedule_all(self) -> None:
+        pass
+
+
+def scripted_daemon(rt: Runtime, clock: FakeClock, script: list[tuple[float, Step]]) -> Any:
+    """A Daemon whose events come from `script` on `clock`, its watches armed nowhere."""
+    from memoryd.daemon.loop import Daemon
+    from memoryd.daemon.watch import Watcher
+
+    class Unwatched(Watcher):
+        def start(self) -> None:
+            self.observer = NoEvents()
+
+    return Daemon(
+        None,
+        rt.paths,
+        rt,
+        mono=clock,
+        source=Scripted(clock, script),
+        make_watcher=Unwatched,
+    )
+
+
+def settled(folder: Path) -> None:
+    """Wait until a running daemon has taken in every change made to `folder` so far: a new
+    memory written now is indexed by a pass that comes after (events of a dir come in order)."""
+    probe = f"settled-{time.monotonic_ns()}.md"
+    agent_write(folder, probe, "a change the daemon must have seen")
+    wait_for(lambda: probe in index_text(folder), what="a pass after every change so far")

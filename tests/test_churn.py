@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memoryd.watch import Debouncer
+from memoryd.daemon.watch import Debouncer
 from tests.conftest import write_memory
 from tests.helpers import Running, agent_write, start, wait_for
 

@@ -233,7 +233,7 @@ HEAVY = (
     "memoryd.discover",
     "memoryd.scan",
     "memoryd.memfile",
-    "memoryd.daemon",
+    "memoryd.daemon.loop",
     "structlog",
     "yaml",
     "watchdog",

@@ -3,6 +3,7 @@
 import json
 import os
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -275,8 +276,7 @@ def test_the_14_day_window_with_a_fake_clock(env: Env, repo: Path) -> None:
     )
     os.utime(path, (now, now))
     cfg = build_config({"paths": {"claude_home": str(env.claude)}}, "test")
-    rt = env.runtime(cfg)
-    rt.clock = lambda: now
+    rt = replace(env.runtime(cfg), clock=lambda: now)
     md = memory_dir(folder, cfg)
     result = dream_dir(rt, md, repos=RepoCache.of(rt), dry_run=True)
     assert result.plan is not None

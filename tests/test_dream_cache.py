@@ -2,6 +2,7 @@
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,7 @@ def mem(repo: Path, name: str, body: str, *, age: float = 40) -> Path:
 
 def runtime(env: Env, config: Config | None = None) -> Runtime:
     rt: Runtime = env.runtime(config)
-    rt.dream = Process.memo
-    return rt
+    return replace(rt, dream=Process.memo)
 
 
 def take(env: Env, repo: Path, config: Config | None = None, *, save: bool = False) -> Inventory:

@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -215,8 +216,7 @@ def test_a_one_shot_pass_waits_for_a_just_truncated_index(env: Env, tmp_path: Pa
             os.utime(folder / INDEX_NAME, (now, now))
 
     clock.on_sleep.append(writer)
-    rt = env.runtime()
-    rt.clock, rt.sleep = clock, clock.sleep
+    rt = replace(env.runtime(), clock=clock, sleep=clock.sleep)
     outcome = index_dir(rt, memory_dir(folder))
     assert outcome.status == "updated", outcome.message
     assert (folder / INDEX_NAME).read_text() == mine + "- [b](b.md) — second\n"
@@ -241,8 +241,7 @@ def test_a_pass_never_takes_an_index_that_stays_blank_while_written(
         os.utime(folder / INDEX_NAME, (now, now))
 
     clock.on_sleep.append(truncating_again)
-    rt = env.runtime()
-    rt.clock, rt.sleep = clock, clock.sleep
+    rt = replace(env.runtime(), clock=clock, sleep=clock.sleep)
     md = memory_dir(folder)
     outcome = index_dir(rt, md)
     assert outcome.status == "settling" and "being written" in outcome.message
@@ -286,8 +285,7 @@ def test_bytes_written_to_the_old_index_during_the_swap_survive(
         real_point(label)
 
     monkeypatch.setattr(fsops, "crash_point", late_write)
-    rt = env.runtime()
-    rt.on_own_write = lambda dir_path, name, _identity: open_early(dir_path, name)
+    rt = replace(env.runtime(), on_own_write=lambda folder, name, _: open_early(folder, name))
     outcome = index_dir(rt, memory_dir(folder))
     assert outcome.status == "updated", outcome.message
     text = (folder / INDEX_NAME).read_text()
@@ -379,8 +377,7 @@ def test_a_slow_tool_writing_after_the_settle_wait_loses_no_mark(env: Env, tmp_p
     write_memory(folder, "a.md", description="first")
     write_memory(folder, "b.md", description="second")
     (folder / INDEX_NAME).write_text("# Made by a slow tool\n\n- [a](a.md) — the tool's\n")
-    rt = env.runtime()
-    rt.clock = lambda: time.time() + SETTLE_WAIT + 1.0  # every blank index is old to it
+    rt = replace(env.runtime(), clock=lambda: time.time() + SETTLE_WAIT + 1.0)  # all blanks old
     md = memory_dir(folder)
     lost, passes = _race(rt, md, SLOW_WRITER, folder / INDEX_NAME, "6", "0.3")
     assert lost == 0, f"{lost} of 6 hand-written marks lost over {passes} passes"

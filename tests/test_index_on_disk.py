@@ -5,6 +5,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -239,8 +240,7 @@ def test_concurrent_rename_over_between_read_and_swap_loses_nothing(
             tmp.write_text("# Notes\n\n- [alpha](alpha.md) — first memory\n- [Their line](x.md)\n")
             tmp.replace(folder / "MEMORY.md")
 
-    rt = env.runtime()
-    rt.on_own_write = lambda folder, name, _identity: other_writer(folder, name)
+    rt = replace(env.runtime(), on_own_write=lambda folder, name, _: other_writer(folder, name))
     outcome = index_dir(rt, memory_dir(mdir))
     assert outcome.status == "updated"
     text = (mdir / "MEMORY.md").read_text()
@@ -262,8 +262,7 @@ def test_in_place_truncate_and_write_is_detected(
                 handle.truncate(0)
                 handle.write("# Edited by hand\n- [alpha](alpha.md) — mine now\n")
 
-    rt = env.runtime()
-    rt.on_own_write = lambda folder, name, _identity: editor(folder, name)
+    rt = replace(env.runtime(), on_own_write=lambda folder, name, _identity: editor(folder, name))
     outcome = index_dir(rt, memory_dir(mdir))
     assert outcome.status == "updated"
     assert (mdir / "MEMORY.md").read_text() == (
@@ -509,7 +508,7 @@ def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
             handle.write(text.replace("prose", "PROSE"))
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
-    rt.on_own_write = lambda folder, name, _identity: same_size_editor(folder, name)
+    rt = replace(rt, on_own_write=lambda folder, name, _identity: same_size_editor(folder, name))
     outcome = index_dir(
         rt,
         memory_dir(mdir),
@@ -824,10 +823,12 @@ def test_own_writes_are_told_to_the_runtime_that_wrote_them(env: Env, mdir: Path
     """The writer tells its caller's callback (the daemon's runtime) the identity MEMORY.md has
     after the swap, and no other runtime's: there is no process-wide hook to leak."""
     told: list[tuple[str, tuple[int, int, int]]] = []
-    other = env.runtime()
-    other.on_own_write = lambda _folder, name, identity: told.append(("other", identity))
-    rt = env.runtime()
-    rt.on_own_write = lambda _folder, name, identity: told.append((name, identity))
+    _other = replace(  # a runtime made, never told: nothing leaks to it
+        env.runtime(), on_own_write=lambda _folder, name, identity: told.append(("other", identity))
+    )
+    rt = replace(
+        env.runtime(), on_own_write=lambda _folder, name, identity: told.append((name, identity))
+    )
     assert index_dir(rt, memory_dir(mdir)).status == "updated"
     st = (mdir / "MEMORY.md").stat()
     assert told == [("MEMORY.md", (st.st_ino, st.st_size, st.st_mtime_ns))]

@@ -3,6 +3,7 @@
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from memoryd import indexer
@@ -111,7 +112,7 @@ def test_a_burst_the_daemon_indexed_in_part_stays_managed(env: Env, tmp_path: Pa
         rt, md, grace=10.0, settle=0.0, previous=first.scan, changed=None, held=None
     )
     assert full.status is not IndexStatus.UNMANAGED, full.message
-    rt.clock = lambda: time.time() + 60  # past every file's grace
+    rt = replace(rt, clock=lambda: time.time() + 60)  # past every file's grace
     last = indexer.update_changed(
         rt, md, grace=10.0, settle=0.0, previous=full.scan, changed=None, held=None
     )

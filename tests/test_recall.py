@@ -7,6 +7,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from time import time_ns
@@ -174,8 +175,7 @@ def test_stale_after_comes_from_the_config(env: Env, mem: Path) -> None:
     """`recall.stale_after` moves the line: at 30d the 45-day-old memory is unconfirmed."""
     config = build_config({"recall": {"stale_after": "30d"}}, "test")
     assert config.recall == RecallConfig(stale_after=30 * DAY)
-    rt = env.runtime(config)
-    rt.clock = lambda: NOW
+    rt = replace(env.runtime(config), clock=lambda: NOW)
     with engine_for(rt, [md_of(mem)]) as e:
         e.refresh()
         (hit,) = e.results(e.search("grafana dashboards"))

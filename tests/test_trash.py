@@ -6,12 +6,14 @@ import json
 import os
 import stat
 import time
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from memoryd import fsops, housekeeping
+from memoryd import fsops
+from memoryd.daemon import housekeeping
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
 from memoryd.trash import days as trash_days
@@ -229,7 +231,7 @@ def test_a_pass_over_midnight_keeps_one_day_folder(env: Env, repo: Path) -> None
     mem(repo, "newer.md", body + " again", age=40)
     rt = env.runtime()
     days = iter([date(2026, 5, 1)] + [date(2026, 5, 2)] * 50)  # midnight after the first look
-    rt.today = lambda: next(days)
+    rt = replace(rt, today=lambda: next(days))
     md = memory_dir(repo / ".claude" / "memory")
     md = dc_replace(md, repo_root=repo, repo_reason="test")
     result = dream_dir(rt, md, repos=RepoCache())
@@ -455,9 +457,12 @@ class FakeClocks:
 
     def __init__(self, rt: Runtime, wall: float) -> None:
         self.wall, self.boot_id, self.uptime = wall, "boot-1", 1000.0
-        rt.clock = lambda: self.wall
-        rt.today = lambda: date.fromtimestamp(self.wall)
-        rt.boot = lambda: (self.boot_id, self.uptime)
+        self.rt = replace(  # the Runtime on these clocks
+            rt,
+            clock=lambda: self.wall,
+            today=lambda: date.fromtimestamp(self.wall),
+            boot=lambda: (self.boot_id, self.uptime),
+        )
 
     def advance(self, seconds: float, *, wall: float | None = None) -> None:
         """Real time passes; the wall clock says `wall` (else it keeps time too)."""
@@ -504,6 +509,7 @@ def test_a_pass_under_a_clock_set_in_the_past_is_not_purged_once_it_is_corrected
     rt = env.runtime()
     true_now = time.time()
     clocks = FakeClocks(rt, true_now)
+    rt = clocks.rt
     _rotate(rt, repo)  # memoryd ran before, with the clock right
     clocks.advance(600, wall=true_now - 100 * 86400)
     day = _pass(rt, repo)
@@ -530,6 +536,7 @@ def test_a_clock_a_year_ahead_purges_nothing_recent(env: Env, repo: Path, reboot
     filler(repo)
     rt = env.runtime()
     clocks = FakeClocks(rt, time.time())
+    rt = clocks.rt
     day = _pass(rt, repo)
     digest = tree_digest(day)
     if reboot:

@@ -5,6 +5,7 @@ retention keeps), never on one reading of the wall clock."""
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,7 @@ DAY = 86400.0
 def _daemon_start(env: Env, wall: float) -> Runtime:
     """What a daemon's start does to the store (it prunes at once), its wall clock at `wall`:
     the boot clock is the machine's, as for a real process whose clock is wrong."""
-    rt = env.runtime()
-    rt.clock = lambda: wall
+    rt = replace(env.runtime(), clock=lambda: wall)
     with cmd_versions.keeping(argparse.Namespace(command="run"), rt):
         pass
     return rt

@@ -39,8 +39,11 @@ def _stored(running: Running) -> dict[str, bytes]:
 
 
 @contextlib.contextmanager
-def _paused(running: Running) -> Iterator[None]:
-    """The daemon stopped (SIGSTOP) while the block runs, then let go on."""
+def _paused(running: Running, folder: Path | None = None) -> Iterator[None]:
+    """The daemon stopped (SIGSTOP) while the block runs, then let go on; with `folder`,
+    once its pass is over (stopped holding the dir's writer lock, a command would wait)."""
+    if folder is not None:
+        wait_for(lambda: _unlocked(running, folder), what="the daemon's pass over")
     os.kill(running.proc.pid, signal.SIGSTOP)
     try:
         yield
@@ -198,7 +201,7 @@ def test_a_version_the_daemon_read_moments_ago_is_restorable_before_its_heartbea
         wait_for(lambda: len(running.rows("memory.rewritten_outside")) == 1, what="a rewrite")
         _memory(folder, "b", "the third lesson")
         wait_for(lambda: len(running.rows("memory.rewritten_outside")) == 2, what="another")
-        with _paused(running):
+        with _paused(running, folder):
             listed = json.loads(running.cli("history", str(folder / "b.md"), "--json").stdout)
             kept = listed["versions"]["versions"]
             assert [v["sha256"] for v in kept][:2] == [_sha(first), _sha(middle)]
@@ -208,6 +211,13 @@ def test_a_version_the_daemon_read_moments_ago_is_restorable_before_its_heartbea
             assert (folder / "b.md").read_bytes() == middle
     finally:
         running.stop()
+
+
+def _unlocked(running: Running, folder: Path) -> bool:
+    from memoryd.state import StateStore
+
+    with StateStore(running.state).lock(folder.resolve(), wait=False) as got:
+        return got
 
 
 def _index(folder: Path) -> str:

@@ -71,12 +71,13 @@ LOOK_IN = "memory dirs, repos or Claude homes to look in (default: every discove
 
 
 def discover_named(rt: Runtime, dirs: list[Path]) -> Discovery:
-    """The dirs to work on; links leading out of their repo or Claude home are said once."""
+    """The dirs to work on; links leading out of their repo or Claude home are said once.
+    The caller's Runtime names them (`named`: a dir git tracks under one is written, see
+    gitwork.hands_off_reason)."""
     from memoryd.discover.finder import discover_all, report_refused
 
     found = discover_all(rt.config, dirs)
     report_refused(rt, found.refused)
-    rt.named = tuple(dirs)  # named: a dir git tracks is written (see gitwork.hands_off_reason)
     return found
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -101,7 +102,6 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
 def _git_drift(rt: Runtime, md: MemoryDir, outcome: Any) -> dict[str, int] | None:
     """For a dir left alone because git tracks it: what `memoryd index DIR` would change
     (pointers added, removed, moved to the archive); None for any other dir."""
-    from dataclasses import replace
 
     from memoryd import gitwork, indexer
 
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd import findings
     from memoryd.discover.finder import discover_all
 
-    rt.dry_run = True
+    rt = replace(rt, dry_run=True)
     named = [p for p in args.dirs if not findings.is_store_file(p)]
     found = discover_all(rt.config, named) if named or not args.dirs else _no_dirs()
     rows = [_dir_summary(rt, md) for md in found.dirs]

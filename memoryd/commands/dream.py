@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -51,9 +52,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from dataclasses import replace
 
-    from memoryd import housekeeping
+    from memoryd.daemon import housekeeping
     from memoryd.discover.finder import discover
     from memoryd.dream.repocache import RepoCache
     from memoryd.dream.run import dream_dir
@@ -61,7 +61,8 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     if args.apply:
         return _dream_apply(args, rt, out)
-    rt.dry_run = args.dry_run  # a dry run writes nothing at all: no state, no audit row
+    # A dry run writes nothing at all: no state, no audit row. The dirs named: see cmd_index.
+    rt = replace(rt, dry_run=args.dry_run, named=tuple(args.dirs))
     if not args.dry_run:
         recover(rt)
     found = discover_named(rt, args.dirs)  # a dry run says nothing (rt.dry_run)
@@ -131,6 +132,7 @@ def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.dirs:
         raise UsageError("--apply PASS_ID needs the DIR whose pass was refused")
     recover(rt)
+    rt = replace(rt, named=tuple(args.dirs))  # see cmd_index
     dirs = discover_named(rt, args.dirs).dirs
     held = [md for md in dirs if refused.exists(rt.paths.state_dir, md.real_path, args.apply)]
     md = held[0] if held else dirs[0] if len(dirs) == 1 else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from memoryd.commands.common import (
@@ -58,10 +59,9 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.check:
         recover(rt)
     # --check changes nothing: not even the audit log. It shows what `index DIR` would do.
-    rt.named = tuple(args.dirs)
+    # named: a dir git tracks is written (see gitwork.hands_off_reason)
+    rt = replace(rt, named=() if args.not_named else tuple(args.dirs))
     found = discover_all(rt.config, args.dirs) if args.check else discover_named(rt, args.dirs)
-    if args.not_named:
-        rt.named = ()
     dirs, refused = found.dirs, found.refused
     # Why a dir is unmanaged is said once (as its `index.unmanaged` row is), not at every run:
     # the run that records it in the dir's state says it; `-v` and `dirs DIR` say it again.

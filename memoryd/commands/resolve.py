@@ -105,7 +105,7 @@ def _tiers(rt: Runtime, dirs: Sequence[Path], here: Path, gone: bool) -> list[li
         every = discover(rt.config, there) if there else []  # a gone one: its versions
         wanted = {Path(os.path.realpath(d.expanduser())) for d in dirs}
     else:
-        from memoryd.housekeeping import known_dirs
+        from memoryd.daemon.housekeeping import known_dirs
 
         every = [*discover(rt.config), *known_dirs(rt)]
         wanted = set()

@@ -20,6 +20,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import daemon
+    from memoryd.daemon import loop
 
-    return daemon.run(args.config, rt.paths, rt.config, rt.versions)
+    return loop.run(args.config, rt.paths, rt.config, rt.versions)

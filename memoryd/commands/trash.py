@@ -83,8 +83,8 @@ def _named_dirs(args: argparse.Namespace, rt: Runtime) -> list[MemoryDir]:
 
 
 def _list(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import housekeeping
     from memoryd.commands.versions import deleted_rows, render_deleted
+    from memoryd.daemon import housekeeping
     from memoryd.trash import store as trash
 
     listing = housekeeping.list_trash(_named_dirs(args, rt))
@@ -148,7 +148,7 @@ def _rendered(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO)
 
 
 def _restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import housekeeping
+    from memoryd.daemon import housekeeping
 
     dirs = _named_dirs(args, rt)
     if not args.dirs:  # also every dir memoryd has worked on, wherever it was
@@ -179,8 +179,8 @@ def _restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def _purge(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import housekeeping
     from memoryd.config import parse_duration
+    from memoryd.daemon import housekeeping
     from memoryd.discover.finder import discover
 
     keep = None

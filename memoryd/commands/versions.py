@@ -9,6 +9,7 @@ import errno
 import os
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -24,9 +25,10 @@ EXIT_OK, EXIT_FINDINGS = 0, 1
 
 
 @contextlib.contextmanager
-def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
+def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[Runtime]:
     """Keep versions of what this command reads (every command that may write, and the
-    daemon); a dry run, a check and the read-only commands write nothing, so keep none."""
+    daemon); a dry run, a check and the read-only commands write nothing, so keep none.
+    Gives the Runtime to pass down: `rt` with the version store (Runtime.versions)."""
     from memoryd.commands.common import VERSIONED  # the one list (cli looks at it first)
 
     command = getattr(args, "command", "")
@@ -36,18 +38,14 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
         or getattr(args, "check", False)
         or (command == "trash" and getattr(args, "trash_command", "") == "list")
     ):
-        yield
+        yield rt
         return
     store = kept.for_runtime(rt)
-    previous, rt.versions = rt.versions, store  # passed down from here (Runtime.versions)
-    try:
-        with kept.using(store):
-            if command == "run":
-                store.defer = True  # the daemon: objects are put in place at each heartbeat,
-                store.flush()  # and pruned now, then daily (VersionStore.flush)
-            yield
-    finally:
-        rt.versions = previous
+    with kept.using(store):
+        if command == "run":
+            store.defer = True  # the daemon: objects are put in place at each heartbeat,
+            store.flush()  # and pruned now, then daily (VersionStore.flush)
+        yield replace(rt, versions=store)
 
 
 def diff_or_restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

@@ -1,144 +1,86 @@
-"""`memoryd run`: the composition root. Observer, debouncer, one-worker scheduler, signals.
+"""`memoryd run`: the daemon's loop. Batches of events in; indexes, passes and status out.
 
-Threads: the watchdog observer only classifies events and enqueues; the main thread waits for
-deadlines and hands work to the scheduler; the scheduler's single worker does every bit of file
-work, so work is serialised. Signal handlers only set flags.
+`for batch in source.batches(...)`: the loop takes what arrived (file signals, SIGTERM,
+SIGHUP, lost events) as one batch, notes what it asks for (`Todo`, the dirs' sessions, the
+debouncer), then does the work that is due on this one thread: the passes the debounce
+released, the jobs its timers hold. Events that arrive meanwhile wait in the source. The event
+thread only classifies and enqueues; a signal handler only enqueues (and sets `stopping`, so
+a dream pass under way stops before its moves).
 """
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from apscheduler.executors.pool import ThreadPoolExecutor
-from apscheduler.schedulers.background import BackgroundScheduler
-
-from memoryd import __version__, fsops, housekeeping, notify
+from memoryd import __version__, fsops
 from memoryd.config import Config, load_config
+from memoryd.daemon import housekeeping, notify
+from memoryd.daemon.events import Batch, Control, Event, EventSource, Overflow, Queued
+from memoryd.daemon.process import (
+    FolderUnusable,
+    acquire_lock,
+    check_own_folders,
+    return_freed_memory,
+    tune_malloc,
+    unusable,
+)
+from memoryd.daemon.session import DirSession, identity_of
+from memoryd.daemon.watch import (
+    Debouncer,
+    Kind,
+    Signal,
+    Watcher,
+)
 from memoryd.discover.finder import discover_all, report_refused
 from memoryd.discover.found import MemoryDir
 from memoryd.discover.locks import lock_is_fresh
 from memoryd.errors import ConfigError, MemorydError
 from memoryd.index import ARCHIVE_NAME, INDEX_NAME
-from memoryd.indexer import Held, IndexStatus, update_changed
-from memoryd.instance import lock_holder as lock_holder  # moved; still importable here
+from memoryd.indexer import IndexStatus, update_changed
 from memoryd.logsetup import configure, get_logger
-from memoryd.paths import AppPaths, NotRegularFile, ensure_private_dir, regular_fd
+from memoryd.paths import AppPaths
 from memoryd.recovery import recover
 from memoryd.runtime import Runtime, tune_gc
-from memoryd.scan import DirScan
-from memoryd.watch import Debouncer, Kind, Signal, Watcher, install_overflow_hook
 
 if TYPE_CHECKING:
     from memoryd.versions.kept import VersionStore
 
 HEARTBEAT_EVERY = 15.0
-STALE_AFTER = 300.0  # a worker silent this long is stuck: stop telling systemd we are alive
 SETTLE = 5.0  # an unparseable file younger than this may be half-written: look again later
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-class AlreadyRunning(MemorydError):
-    pass
+@dataclass
+class Todo:
+    """What the events of a batch asked for besides the dirs they named; taken each turn."""
+
+    reload: bool = False  # SIGHUP
+    rediscover: bool = False  # a folder appeared or went where memory dirs live
+    rescan: str = ""  # why events were lost (an overflow): look at every dir
+
+    def __bool__(self) -> bool:
+        return self.reload or self.rediscover or bool(self.rescan)
 
 
-def acquire_lock(paths: AppPaths) -> int:
-    """One instance per user: an exclusive flock on a file in the state dir, holding our pid."""
-    ensure_private_dir(paths.state_dir)
-    fd = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    try:
-        regular_fd(fd, paths.lock_file)  # a FIFO opened O_RDWR never blocks, but is no lock file
-    except NotRegularFile as error:
-        raise MemorydError(
-            f"{paths.lock_file} is {error.what}, not memoryd's lock file: remove it and start again"
-        ) from error
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-        os.close(fd)
-        raise AlreadyRunning(
-            f"memoryd is already running (pid {holder}, lock {paths.lock_file}); stop it first "
-            "(`systemctl --user stop memoryd`, or kill that pid)"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+@dataclass
+class Timer:
+    """A periodic job: due at `due` (the loop's clock), then every `period` seconds."""
 
+    period: float
+    job: Callable[[], None]
+    due: float
 
-@dataclass(slots=True)
-class DirSession:
-    """One memory dir as the daemon keeps it, from its discovery until it is lost: what the
-    events reported since its last pass (filled by the observer thread under the daemon's
-    lock, taken by the worker) and what that pass left for the next (the worker's only).
-    A dir that goes takes all of it with it; one found again starts a session afresh."""
-
-    md: MemoryDir
-    identity: tuple[int, int]
-    watch: str = "ok"  # ok | polling (no watch could be added) | lost
-    last_index_write: float = 0.0
-    last_status: str = ""
-    scan: DirScan | None = None  # the last full picture of the dir, for incremental passes
-    held: Held | None = None  # what the last pass left for one over just the changed files
-    managed: bool = False  # whether memoryd managed its index at the last pass
-    # From the observer thread (under the daemon's lock):
-    changed: set[str] | None = None  # the names events reported since the last pass
-    # Look at every file next time, not just those events named (a watch made anew).
-    rescan: bool = False
-    # The identity (inode, size, mtime_ns) each index file memoryd wrote has: its events
-    # are memoryd's own, not news.
-    own_writes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-
-    def take_changes(self) -> tuple[set[str] | None, bool]:
-        """The names reported since the last pass, and whether to look at every file (under
-        the daemon's lock)."""
-        names, self.changed = self.changed, None
-        rescan, self.rescan = self.rescan, False
-        return names, rescan
-
-    def forget_view(self) -> None:
-        """The files may have changed unseen (a dream pass's moves, a lost watch): the next
-        pass looks at the whole dir."""
-        self.scan, self.held = None, None
-
-    def is_own_write(self, name: str) -> bool:
-        """Whether `name` holds the content memoryd itself just wrote (same file, size and
-        mtime): its events are dropped."""
-        expected = self.own_writes.get(name)
-        if expected is None:
-            return False
-        try:
-            st = os.lstat(self.md.real_path / name)
-        except OSError:
-            return False
-        return (st.st_ino, st.st_size, st.st_mtime_ns) == expected
-
-
-def default_scheduler() -> BackgroundScheduler:
-    """One worker, so all file work runs on one thread; a job queued behind a long one is
-    never dropped as missed (APScheduler's 1 s misfire grace)."""
-    return BackgroundScheduler(
-        executors={"default": ThreadPoolExecutor(max_workers=1)},
-        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-        timezone="UTC",
-    )
-
-
-def identity_of(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
+    @classmethod
+    def every(cls, period: float, job: Callable[[], None], clock: Callable[[], float]) -> "Timer":
+        return cls(period, job, clock() + period)
 
 
 @dataclass
@@ -147,169 +89,172 @@ class Daemon:
     paths: AppPaths
     rt: Runtime
     mono: Callable[[], float] = time.monotonic
-    dirs: dict[Path, DirSession] = field(default_factory=dict)  # by real path
-    stop_event: threading.Event = field(default_factory=threading.Event)
-    wake: threading.Event = field(default_factory=threading.Event)
-    log: Any = field(default_factory=get_logger)
-    # The collaborators, passed in (tests give a scripted event source or a scheduler of
-    # their own): the watcher is made with the daemon's event sink.
+    # The collaborators, passed in (tests give a scripted event source and a fake clock):
+    # the source of batches (by default a queue the watcher and signal handlers feed), and
+    # the watcher, made with the daemon's event sink.
+    source: EventSource | None = None
     make_watcher: Callable[[Callable[[Signal], None]], Watcher] = Watcher
-    make_scheduler: Callable[[], BackgroundScheduler] = default_scheduler
-    _reload: bool = False
-    _rediscover: bool = True
-    _rescan_reason: str = ""
-    _lost_watches: set[tuple[Path, bool]] = field(default_factory=set)  # their folder went
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _last_beat: float = 0.0
-    _started: str = ""
-    _waiting_said: bool = False
-    _limit_said: bool = False
+    dirs: dict[Path, DirSession] = field(default_factory=dict)  # by real path
+    stopping: threading.Event = field(default_factory=threading.Event)
+    todo: Todo = field(default_factory=Todo)
+    timers: dict[str, Timer] = field(default_factory=dict)
+    lost_watches: set[tuple[Path, bool]] = field(default_factory=set)  # their folder went
+    said: set[str] = field(default_factory=set)  # said-once warnings ("waiting", "limit")
+    started: str = ""
+    log: Any = field(default_factory=get_logger)
     debouncer: Debouncer = field(init=False)
     watcher: Watcher = field(init=False)
-    scheduler: BackgroundScheduler = field(init=False)
+    events: EventSource = field(init=False)
 
     def __post_init__(self) -> None:
         w = self.rt.config.watch
         self.debouncer = Debouncer(w.debounce, w.max_wait, self.mono)
-        self.watcher = self.make_watcher(self.on_signal)
+        self.events = self.source if self.source is not None else Queued(self.mono)
+        self.watcher = self.make_watcher(self.events.put)
+        self.watcher.on_overflow = self.on_overflow
 
-    # --- observer thread: classify and enqueue only --------------------------------------------
-    def on_signal(self, sig: Signal) -> None:
+    # --- any thread: enqueue only --------------------------------------------------------------
+    def on_overflow(self, detail: str) -> None:
+        self.events.put(Overflow(detail))
+
+    def request_stop(self) -> None:
+        self.stopping.set()  # at once: a dream pass under way stops before its moves
+        self.events.put(Control.STOP)
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(self) -> int:
+        self.start()
+        self.job(self.start_up)
+        for batch in self.events.batches(self.until_due):
+            self.take(batch)
+            if self.stopping.is_set():
+                break
+            self.work()
+        return self.shut_down()
+
+    def start(self) -> None:
+        """Watch, take signals, arm the timers and tell systemd; the first look is the
+        loop's first job."""
+        self.started = datetime.now(UTC).isoformat(timespec="seconds")
+        # Told of each index write (fsops.OwnWrite), to drop the events it raises: a Runtime
+        # made for the run, passed down from here.
+        self.rt = replace(self.rt, on_own_write=self._record_own_write)
+        self.watcher.start()
+        self._install_signals()
+        jobs: dict[str, tuple[float, Callable[[], None]]] = {
+            "reconcile": (self.rt.config.watch.reconcile_every, self.reconcile),
+            "heartbeat": (HEARTBEAT_EVERY, self.heartbeat),
+            "trash-rotation": (86400.0, self.rotate_trash),
+            "audit-rotation": (3600.0, self.rotate_audit),
+        }
+        interval = notify.watchdog_interval()
+        if interval is not None:  # systemd's keep-alive: a loop stuck in a job sends none
+            jobs["watchdog"] = (interval, self.ping)
+        self.timers = {name: Timer.every(p, job, self.mono) for name, (p, job) in jobs.items()}
+        notify.notify("READY=1")
+
+    def ping(self) -> None:
+        notify.notify("WATCHDOG=1")
+
+    def until_due(self) -> float | None:
+        """Seconds until the loop has work (0: now); None: nothing until an event."""
+        if self.todo:
+            return 0.0
+        times = [timer.due for timer in self.timers.values()]
+        deadline = self.debouncer.next_deadline()
+        if deadline is not None:
+            times.append(deadline)
+        return max(0.0, min(times) - self.mono()) if times else None
+
+    def take(self, batch: Batch) -> None:
+        for when, event in batch:
+            self.apply(event, when)
+
+    def apply(self, event: Event, when: float) -> None:
+        if isinstance(event, Signal):
+            self.on_signal(event, when)
+        elif isinstance(event, Overflow):
+            self.todo.rescan = event.detail
+        elif event is Control.RELOAD:
+            self.todo.reload = True
+        elif event is Control.STOP:
+            self.stopping.set()
+
+    def work(self) -> None:
+        """What is due after a batch: what it asked for, the released dirs, the timers."""
+        todo, self.todo = self.todo, Todo()
+        if todo.reload:
+            self.job(self.reload)
+        if todo.rescan:
+            self.job(self.rescan, todo.rescan)
+        if todo.rediscover:
+            self.job(self.rediscover)
+        due = self.debouncer.pop_due()
+        if due:
+            self.job(self.process, due)
+        for timer in self.timers.values():
+            if timer.due <= self.mono():
+                timer.due = self.mono() + timer.period
+                self.job(timer.job)
+
+    def job(self, func: Callable[..., None], *args: Any) -> None:
+        """Every job runs through here: one failure is logged and the loop carries on."""
+        try:
+            func(*args)
+        except Exception as error:
+            self.log.error("job failed", job=func.__name__, error=str(error), exc_info=True)
+
+    def on_signal(self, sig: Signal, when: float | None = None) -> None:
+        """A file signal, as it arrived at `when`: into the dir's session and the debouncer."""
+        when = self.mono() if when is None else when
         if sig.kind is Kind.STRUCTURE:
-            self._rediscover = True
+            self.todo.rediscover = True
         elif sig.kind is Kind.LOST:
-            with self._lock:
-                self._lost_watches.add((sig.dir, sig.name == "parent"))
-            self._rediscover = True
+            self.lost_watches.add((sig.dir, sig.name == "parent"))
+            self.todo.rediscover = True
         else:
             session = self.dirs.get(sig.dir)
             if session is not None:
                 if session.is_own_write(sig.name):
                     return
-                with self._lock:
-                    if session.changed is None:
-                        session.changed = set()
-                    session.changed.add(sig.name)
-            self.debouncer.touch(sig.dir, sig.name)  # each file's own quiet decides
-        self.wake.set()
+                if session.changed is None:
+                    session.changed = set()
+                session.changed.add(sig.name)
+            self.debouncer.touch(sig.dir, sig.name, at=when)  # each file's own quiet decides
 
     def _record_own_write(self, folder: Path, name: str, identity: tuple[int, int, int]) -> None:
-        """The own-write callback (Runtime.on_own_write), on the worker thread. A dir with no
-        session has no watch yet (the recovery at start-up): no event will come."""
+        """The own-write callback (Runtime.on_own_write). A dir with no session has no watch
+        yet (the recovery at start-up): no event will come."""
         session = self.dirs.get(folder)
         if session is not None:
             session.own_writes[name] = identity
 
-    def on_overflow(self, detail: str) -> None:
-        self._rescan_reason = detail
-        self.wake.set()
-
-    # --- main thread ---------------------------------------------------------------------------
-    def submit(self, func: Callable[..., None], *args: Any) -> None:
-        self.scheduler.add_job(self._guarded, args=(func, *args), misfire_grace_time=None)
-
-    def _guarded(self, func: Callable[..., None], *args: Any) -> None:
-        """Every job runs through here: one failure is logged and the worker carries on."""
-        self._last_beat = self.mono()
-        try:
-            func(*args)
-        except Exception as error:
-            self.log.error("job failed", job=func.__name__, error=str(error), exc_info=True)
-        finally:
-            self._last_beat = self.mono()
-
-    def run(self) -> int:
-        self._started = datetime.now(UTC).isoformat(timespec="seconds")
-        self.scheduler = self.make_scheduler()
-        install_overflow_hook(self.on_overflow)
-        self.rt.on_own_write = self._record_own_write
-        self.watcher.start()
-        self._install_signals()
-        self.scheduler.start()
-        cfg = self.rt.config
-        self.scheduler.add_job(
-            self._guarded,
-            "interval",
-            args=(self.reconcile,),
-            seconds=cfg.watch.reconcile_every,
-            id="reconcile",
-        )
-        self.scheduler.add_job(
-            self._guarded,
-            "interval",
-            args=(self.heartbeat,),
-            seconds=HEARTBEAT_EVERY,
-            id="heartbeat",
-        )
-        self.scheduler.add_job(
-            self._guarded, "interval", args=(self.rotate_trash,), days=1, id="trash-rotation"
-        )
-        self.scheduler.add_job(
-            self._guarded, "interval", args=(self.rotate_audit,), hours=1, id="audit-rotation"
-        )
-        self.submit(self.start_up)
-        notify.notify("READY=1")
-        interval = notify.watchdog_interval()
-        next_ping = self.mono()
-        while not self.stop_event.is_set():
-            deadline = self.debouncer.next_deadline()
-            timeout = HEARTBEAT_EVERY if deadline is None else max(0.0, deadline - self.mono())
-            if interval is not None:
-                timeout = min(timeout, max(0.0, next_ping - self.mono()))
-            self.wake.wait(timeout)
-            self.wake.clear()
-            if interval is not None and self.mono() >= next_ping:
-                if self.mono() - self._last_beat < STALE_AFTER:
-                    notify.notify("WATCHDOG=1")
-                next_ping = self.mono() + interval
-            if self.stop_event.is_set():
-                break
-            if self._reload:
-                self._reload = False
-                self.submit(self.reload)
-            if self._rescan_reason:
-                reason, self._rescan_reason = self._rescan_reason, ""
-                self.submit(self.rescan, reason)
-            if self._rediscover:
-                self._rediscover = False
-                self.submit(self.rediscover)
-            due = self.debouncer.pop_due()
-            if due:
-                self.submit(self.process, due)
-        return self.shut_down()
-
     def _install_signals(self) -> None:
         def stop(signum: int, _frame: object) -> None:
-            self.stop_event.set()
-            self.wake.set()
+            self.request_stop()
 
         def reload(signum: int, _frame: object) -> None:
-            self._reload = True
-            self.wake.set()
+            self.events.put(Control.RELOAD)
 
         if threading.current_thread() is not threading.main_thread():
-            return  # embedded (tests): the owner stops us through stop_event
+            return  # embedded (tests): the owner stops us through request_stop
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGHUP, reload)
 
     def shut_down(self) -> int:
         notify.notify("STOPPING=1")
-        # Flush: events may still sit in watchdog's buffer (it holds them ~0.5 s to pair
-        # moves), so look at every dir once more rather than only at what the debounce holds.
+        # Flush: events may still be on their way, so look at every dir once more rather
+        # than only at what the debounce holds.
         self.watcher.stop()
         self.debouncer.pop_all()
-        # Finish the job in hand; queued ones are dropped by APScheduler's shutdown, so the
-        # flush runs here, after the worker is gone (still one thread doing file work).
-        self.scheduler.shutdown(wait=True)
-        self._guarded(self.process, sorted(self.dirs), True)
-        self._guarded(self.heartbeat)
-        self.rt.on_own_write = None
+        self.job(self.process, sorted(self.dirs), True)
+        self.job(self.heartbeat)
         self.rt.audit.write("daemon.stopped", reason="signal")
         self.log.info("memoryd stopped")
         return EXIT_OK
 
-    # --- worker jobs ---------------------------------------------------------------------------
+    # --- the jobs ------------------------------------------------------------------------------
     def start_up(self) -> None:
         for recovery in recover(self.rt):
             self.log.warning(
@@ -338,8 +283,7 @@ class Daemon:
         watch on their parent (`mkdir -p` of a whole new project) produce no event, so they
         are found by listing again once the watches stand.
         """
-        with self._lock:
-            lost, self._lost_watches = self._lost_watches, set()
+        lost, self.lost_watches = self.lost_watches, set()
         for path, parent in lost:
             # The kernel dropped the watch with the folder; a folder made in its place, even
             # one with the same inode number (the identity check cannot tell), needs a new
@@ -348,8 +292,7 @@ class Daemon:
             session = None if parent else self.dirs.get(path)
             if session is not None:
                 session.forget_view()
-                with self._lock:
-                    session.rescan = True
+                session.rescan = True
                 self.debouncer.schedule(path, self.mono())
         dirs_before = set(self.dirs)
         try:
@@ -366,12 +309,12 @@ class Daemon:
         cfg = self.rt.config
         home = cfg.paths.claude_home
         if not home.is_dir():
-            if not self._waiting_said:
-                self._waiting_said = True
+            if "waiting" not in self.said:
+                self.said.add("waiting")
                 self.rt.audit.write("daemon.waiting", path=str(home))
                 self.log.info("waiting for the Claude home to exist", path=str(home))
         else:
-            self._waiting_said = False
+            self.said.discard("waiting")
         discovery = discover_all(cfg)
         # A link out of its repo or Claude home (a notes vault): said once, never watched.
         report_refused(self.rt, discovery.refused)
@@ -441,8 +384,8 @@ class Daemon:
         for path, session in self.dirs.items():
             session.watch = "polling" if path in failed else "ok"
         limits = [e for e in errors if e.limit]
-        if limits and not self._limit_said:
-            self._limit_said = True
+        if limits and "limit" not in self.said:
+            self.said.add("limit")
             hint = (
                 "raise the inotify limits, e.g. `sudo sysctl fs.inotify.max_user_watches="
                 "524288 fs.inotify.max_user_instances=1024`; until then these dirs are "
@@ -456,7 +399,7 @@ class Daemon:
     def _lose(self, session: DirSession, reason: str) -> None:
         """Drop the dir's session (and all it held) and its watch. A dir deleted whole
         (not replaced: the new folder's first pass finds its files gone) raises the alarm
-        for the memory files it held (listing.dir_deleted)."""
+        for the memory files it held (versions.dir_deleted)."""
         self.dirs.pop(session.md.real_path, None)
         self.watcher.remove(session.md.real_path, parent=False)
         self.rt.audit.write("dir.lost", dir=session.md.path, reason=reason)
@@ -474,8 +417,7 @@ class Daemon:
             if identity_of(path) != session.identity:
                 # Deleted, or replaced: never write to a stale path.
                 self._lose(session, "it was deleted or replaced")
-                self._rediscover = True
-                self.wake.set()
+                self.todo.rediscover = True
                 continue
             self._index_pass(session, full)
         self.check_pile_up()
@@ -484,8 +426,7 @@ class Daemon:
         """One dir's change: what its session holds -> indexer.update_changed -> the outcome
         back into the session, the search index, the log and the debouncer."""
         path = session.md.real_path
-        with self._lock:
-            names, rescan = session.take_changes()
+        names, rescan = session.take_changes()
         # Someone else wrote the index (a `memoryd trash restore`, a person, the agent):
         # they may have changed files whose events were not ours to see (a move in from
         # the trash raises none on some systems), so every file is looked at (by stat).
@@ -517,7 +458,6 @@ class Daemon:
             self.log.warning("index not updated", dir=str(session.md.path), message=outcome.message)
         if outcome.retry_after is not None:
             self.debouncer.schedule(path, self.mono() + max(0.0, outcome.retry_after - time.time()))
-            self.wake.set()
 
     def _update_search(self, md: MemoryDir, names: set[str] | None) -> None:
         """The dir's search index (memoryd.recall) in step in the same pass: only the names
@@ -541,7 +481,7 @@ class Daemon:
     def check_pile_up(self) -> None:
         """Dream where enough changed, the dir is quiet and the last pass is old enough."""
         cfg = self.rt.config.dream
-        now = time.time()
+        now = self.rt.clock()  # the clock the indexer dated the changes by
         for path, session in sorted(self.dirs.items()):
             state = self.rt.store.load(path)
             count = len(state.changed_since_dream)
@@ -551,7 +491,6 @@ class Daemon:
                 self.debouncer.schedule(
                     path, self.mono() + cfg.quiet - (now - state.last_change_ts)
                 )
-                self.wake.set()
                 continue
             why = ""
             if now - state.last_dream_ts < cfg.min_interval:
@@ -576,6 +515,7 @@ class Daemon:
             from memoryd.dream.repocache import RepoCache
             from memoryd.dream.run import dream_dir
 
+            started = self.mono()
             # DESIGN §5: at the start of a later pass (a dir a command holds: next time).
             housekeeping.rotate(self.rt, [session.md], wait_lock=False)
             result = dream_dir(
@@ -584,17 +524,17 @@ class Daemon:
                 repos=RepoCache.of(self.rt),
                 trigger="pile-up",  # skipped when another process has the dir
                 # SIGTERM stops a pass before its moves.
-                budget=PassBudget.of(self.rt, stop=self.stop_event.is_set),
+                budget=PassBudget.of(self.rt, stop=self.stopping.is_set),
             )
             self.rt.dream.release_facts()  # a pass an hour or more apart gains little from them
-            _return_freed_memory()
+            return_freed_memory()
+            session.reading = (started, self.mono())
             session.forget_view()  # the pass moved files: the next look is a full one
             if result.index is not None and result.index.retry_after is not None:
                 # New files its index update left in their grace: indexed once out of it.
                 self.debouncer.schedule(
                     path, self.mono() + max(0.0, result.index.retry_after - time.time())
                 )
-                self.wake.set()
             state = self.rt.store.load(path)
             state.reported.pop("pile-up-skip", None)
             self.rt.store.save(path, state)
@@ -621,10 +561,6 @@ class Daemon:
     def rotate_trash(self) -> None:
         housekeeping.rotate(self.rt, [e.md for e in self.dirs.values()], wait_lock=False)
 
-    def request_stop(self) -> None:
-        self.stop_event.set()
-        self.wake.set()
-
     def rotate_audit(self) -> None:
         self.rt.audit.rotate_if_needed()
 
@@ -638,23 +574,22 @@ class Daemon:
                 "configuration invalid; keeping the previous one", problems=error.problems
             )
             return
-        self.rt.config = config
-        self.rt.audit = Runtime.create(config, self.paths).audit
+        # A new Runtime from here on (one made before keeps what it was made with).
+        self.rt = replace(self.rt, config=config, audit=Runtime.create(config, self.paths).audit)
         configure(config.log.level)
         self.debouncer.quiet = config.watch.debounce
         self.debouncer.max_wait = config.watch.max_wait
-        self.scheduler.reschedule_job(
-            "reconcile", trigger="interval", seconds=config.watch.reconcile_every
+        self.timers["reconcile"] = Timer.every(
+            config.watch.reconcile_every, self.reconcile, self.mono
         )
         self.rt.audit.write("config.reloaded", source=config.source)
         self.log.info("configuration reloaded", source=config.source)
         self.rediscover()
 
     def heartbeat(self) -> None:
-        self._last_beat = self.mono()
         if self.rt.versions is not None:  # the index versions memoryd wrote since
             self.rt.versions.flush()
-        _return_freed_memory()
+        return_freed_memory()
         for path, session in self.dirs.items():
             if session.scan is not None:  # the parse cache, for a fast restart
                 self.rt.store.save_cache(path, session.scan.files)
@@ -681,7 +616,7 @@ class Daemon:
         status = {
             "pid": os.getpid(),
             "version": __version__,
-            "started": self._started,
+            "started": self.started,
             "heartbeat": datetime.now(UTC).isoformat(timespec="seconds"),
             "heartbeat_every": HEARTBEAT_EVERY,
             "config": self.rt.config.source,
@@ -697,75 +632,8 @@ class Daemon:
         )
 
 
-# glibc's (None elsewhere, macOS or musl: nothing to do), from the process's own symbols.
-_malloc_trim: Callable[[int], int] | None = fsops.libc_function("malloc_trim")
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameters
-M_ARENA_MAX = -8
-
-
-def _tune_malloc() -> None:
-    """Keep glibc's heap from holding what a long-running daemon has freed.
-
-    One arena: by default a thread that allocates gets an arena of its own (up to 8 per core);
-    the worker thread's then keeps the fragments of a 10,000-file pass (~7 MB of RSS measured,
-    for an idle daemon). Its few threads rarely allocate at once, so sharing one lock costs
-    nothing. A fixed mmap threshold: a pass copies a few 10,000-entry containers (hundreds of
-    KB each); glibc would otherwise raise the threshold after the first frees and carve them
-    from the heap, where they leave holes that malloc_trim cannot return (RSS grew ~6 MB over
-    30 changes). Mapped, each goes back to the system when freed.
-    """
-    mallopt = fsops.libc_function("mallopt")
-    if mallopt is not None:  # not glibc: none of this applies
-        mallopt(M_ARENA_MAX, 1)
-        mallopt(M_MMAP_THRESHOLD, 128 * 1024)
-
-
-def _return_freed_memory() -> None:
-    """Hand memory freed after a big pass back to the OS (glibc keeps it otherwise).
-
-    A first pass over 10,000 files allocates tens of MB that are freed but stay in the
-    process's heap; for a daemon that then idles for weeks, that is RSS for nothing.
-    """
-    if _malloc_trim is not None:
-        _malloc_trim(0)
-
-
 def _iso(ts: float) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
-
-
-class FolderUnusable(MemorydError):
-    pass
-
-
-def check_own_folders(paths: AppPaths) -> None:
-    """Raise FolderUnusable naming the first of memoryd's own folders the daemon cannot write
-    (called once the instance lock, a file in the state dir, is held): it would otherwise die
-    on its first save, or run for weeks with no audit trail."""
-    state = paths.state_dir
-    for folder, what, probe in (
-        (state / "dirs", "state", None),
-        (state / "journal", "state", None),
-        (paths.log_dir, "log", paths.audit_log.name),
-    ):
-        try:
-            ensure_private_dir(folder)
-            if not folder.is_dir():
-                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(folder))
-            if probe is not None:  # opened as the audit writer opens it; nothing written
-                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-                os.close(os.open(folder / probe, flags, 0o600))
-        except OSError as error:
-            raise unusable(folder if what == "log" else state, what, error) from error
-
-
-def unusable(folder: Path, what: str, error: OSError) -> FolderUnusable:
-    where = f": {error.filename}" if error.filename and str(error.filename) != str(folder) else ""
-    return FolderUnusable(
-        f"{folder}: memoryd cannot write its {what} folder ({error.strerror}{where}). Make it "
-        "a folder this user can write (free disk space, fix its permissions, or move aside "
-        "a file in its place), or point XDG_STATE_HOME elsewhere; then start memoryd again."
-    )
 
 
 def run(
@@ -776,7 +644,7 @@ def run(
 ) -> int:
     """The daemon's run; `versions`: the version store it keeps versions in (the command's,
     cmd_versions.keeping), passed down with its Runtime."""
-    _tune_malloc()  # before any thread starts
+    tune_malloc()  # before any thread starts
     configure(config.log.level)
     tune_gc()  # also done by cli.main; here for callers that start the daemon directly
     try:
@@ -794,8 +662,7 @@ def run(
         get_logger().error(str(error))
         return EXIT_USAGE
     try:
-        rt = Runtime.create(config, paths)
-        rt.versions = versions
+        rt = replace(Runtime.create(config, paths), versions=versions)
         daemon = Daemon(config_path, paths, rt)
         return daemon.run()
     finally:

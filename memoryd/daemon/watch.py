@@ -1,12 +1,11 @@
-"""File events: watchdog wiring, a pure event filter, the overflow hook and the Debouncer.
+"""File events: the watches, a pure event filter and the Debouncer.
 
-The watchdog handler runs on the observer thread and must only filter and enqueue; every bit of
-file work happens later on the worker. Events are hints, never the truth: the worker re-stats.
+A watch's handler runs on the event thread and must only classify and enqueue; every bit of
+file work happens later in the daemon's loop. Events are hints, never the truth: it re-stats.
 """
 
 import contextlib
 import errno
-import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -36,7 +35,7 @@ from memoryd.scan import TRASH_DIR, skip_reason
 # save arrives as a move onto the file; an in-place write as a close-after-write.
 # FileCreatedEvent: watchdog's name for a file moved in from a folder it does not watch (a
 # restore from the trash, a `mv` from elsewhere), an unpaired IN_MOVED_TO. Not for IN_CREATE,
-# which on Linux is kept out of these watches (see _observer): every new file also closes.
+# which on Linux is kept out of these watches (inotify.MASKS): every new file also closes.
 MEMORY_DIR_EVENTS: list[type[FileSystemEvent]] = [
     FileClosedEvent,
     FileCreatedEvent,
@@ -52,7 +51,6 @@ PARENT_EVENTS: list[type[FileSystemEvent]] = [
     DirMovedEvent,
     FileCreatedEvent,
 ]
-INOTIFY_LOGGER = "watchdog.observers.inotify_c"
 
 
 class Kind(Enum):
@@ -124,8 +122,9 @@ class Debouncer:
         self._at: dict[Any, float] = {}
         self._lock = threading.Lock()
 
-    def touch(self, key: Any, part: Any = None) -> None:
-        now = self.clock()
+    def touch(self, key: Any, part: Any = None, at: float | None = None) -> None:
+        """`at`: when the change was seen, if not now (it waited in a queue)."""
+        now = self.clock() if at is None else at
         with self._lock:
             self._first.setdefault(key, now)
             self._last.setdefault(key, {})[part] = now
@@ -172,64 +171,50 @@ class Debouncer:
             return set(self._last) | set(self._at)
 
 
-class OverflowHook(logging.Handler):
-    """watchdog only logs an inotify queue overflow; turn that warning into a callback."""
-
-    def __init__(self, on_overflow: Callable[[str], None]) -> None:
-        super().__init__(level=logging.WARNING)
-        self.on_overflow = on_overflow
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if "overflow" in message.lower():
-            self.on_overflow(message)
-
-
-def install_overflow_hook(on_overflow: Callable[[str], None]) -> OverflowHook:
-    hook = OverflowHook(on_overflow)
-    logger = logging.getLogger(INOTIFY_LOGGER)
-    logger.addHandler(hook)
-    logger.setLevel(min(logger.level or logging.WARNING, logging.WARNING))
-    return hook
-
-
-class _Handler(FileSystemEventHandler):
-    def __init__(self, watched: Path, parent: bool, sink: Callable[[Signal], None]) -> None:
-        self.watched = watched
-        self.parent = parent
-        self.sink = sink
+class _Callback(FileSystemEventHandler):
+    def __init__(self, handler: Callable[[FileSystemEvent], None]) -> None:
+        self.handler = handler
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        for signal in classify(event, self.watched, parent=self.parent):
-            self.sink(signal)
+        self.handler(event)
 
 
-def _observer() -> Any:
-    """The platform's observer; on Linux one whose memory-dir watches leave out IN_CREATE.
+class _Observed:
+    """watchdog's observer where there is no inotify (macOS: FSEvents, one stream)."""
 
-    Asking watchdog for FileCreatedEvent (to learn of files moved in from elsewhere) also asks
-    the kernel for IN_CREATE on every new file, which a file's IN_CLOSE_WRITE reports anyway:
-    in a 10,000-file checkout that is 10,000 more events for the same queue. Should a watchdog
-    version not take the emitter this way, the watches simply get IN_CREATE too.
-    """
-    try:
-        from watchdog.observers.inotify import InotifyEmitter, InotifyObserver
-        from watchdog.observers.inotify_c import InotifyConstants
-    except ImportError:  # not Linux
-        return Observer()
+    def __init__(self) -> None:
+        self.observer: Any = Observer()
 
-    class MovesInEmitter(InotifyEmitter):
-        def get_event_mask_from_filter(self) -> Any:
-            mask = super().get_event_mask_from_filter()
-            wanted = self._event_filter
-            if wanted is not None and DirCreatedEvent not in wanted:
-                return mask & ~InotifyConstants.IN_CREATE
-            return mask
+    def start(self) -> None:
+        self.observer.daemon = True
+        self.observer.start()
 
-    observer = InotifyObserver()
-    if getattr(observer, "_emitter_class", None) is InotifyEmitter:
-        observer._emitter_class = MovesInEmitter
-    return observer
+    def stop(self) -> None:
+        self.observer.stop()
+        self.observer.join(timeout=5)
+
+    def schedule(
+        self, path: Path, kinds: list[type[FileSystemEvent]], handler: Callable[..., None]
+    ) -> Any:
+        return self.observer.schedule(
+            _Callback(handler), str(path), recursive=False, event_filter=kinds
+        )
+
+    def unschedule(self, watch: Any) -> None:
+        self.observer.unschedule(watch)
+
+    def unschedule_all(self) -> None:
+        self.observer.unschedule_all()
+
+
+def _backend(on_overflow: Callable[[str], None]) -> Any:
+    """One inotify descriptor and thread for every watch on Linux; watchdog's observer
+    elsewhere. Either way the thread count does not grow with the watched folders."""
+    if hasattr(os, "pipe2") and os.path.isdir("/proc/sys/fs/inotify"):
+        from memoryd.daemon.inotify import Inotify
+
+        return Inotify(on_overflow)
+    return _Observed()
 
 
 @dataclass(slots=True)
@@ -241,21 +226,27 @@ class WatchError:
 
 @dataclass
 class Watcher:
-    """Owns the watchdog observer; adds and removes non-recursive watches by real path."""
+    """Owns the event backend; adds and removes non-recursive watches by real path."""
 
     sink: Callable[[Signal], None]
+    on_overflow: Callable[[str], None] = lambda _detail: None
     observer: Any = field(default=None)
     _watches: dict[tuple[Path, bool], Any] = field(default_factory=dict)
 
     def start(self) -> None:
-        self.observer = _observer()
-        self.observer.daemon = True
-        self.observer.start()
+        self.observer = _backend(self.on_overflow)
+        try:
+            self.observer.start()
+        except OSError:
+            # No inotify instance to be had (fs.inotify.max_user_instances): watchdog's
+            # observer asks for one a watch, so each that fails is reported and its dir
+            # polled (see sync), as when a watch cannot be added.
+            self.observer = _Observed()
+            self.observer.start()
 
     def stop(self) -> None:
         if self.observer is not None:
             self.observer.stop()
-            self.observer.join(timeout=5)
 
     def watched(self) -> set[tuple[Path, bool]]:
         return set(self._watches)
@@ -266,10 +257,13 @@ class Watcher:
         if key in self._watches:
             return None
         kinds = PARENT_EVENTS if parent else MEMORY_DIR_EVENTS
+
+        def handler(event: FileSystemEvent) -> None:
+            for signal in classify(event, path, parent=parent):
+                self.sink(signal)
+
         try:
-            watch = self.observer.schedule(
-                _Handler(path, parent, self.sink), str(path), recursive=False, event_filter=kinds
-            )
+            watch = self.observer.schedule(path, kinds, handler)
         except OSError as error:
             limit = error.errno in (errno.ENOSPC, errno.EMFILE)
             return WatchError(path, error.strerror or str(error), limit)

@@ -63,7 +63,7 @@ from typing import Any
 import _synth
 from _stats import markdown_table, percentile, timed
 
-from memoryd import discover, indexer
+from memoryd import discover
 from memoryd.config import Config, with_claude_home
 from memoryd.dream.refs import Status, check_refs, extract_refs
 from memoryd.dream.repo import RepoIndex
@@ -76,8 +76,9 @@ from memoryd.dream.similar import (
     candidates_for,
     significant_words,
 )
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
-from memoryd.indexer import MAX_INDEX_BYTES
+from memoryd.indexing import passes
+from memoryd.indexing.read import MAX_INDEX_BYTES
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime
 from memoryd.state import StateStore
@@ -833,11 +834,11 @@ def carry_facts(store: StateStore, src: Path, dst: Path) -> None:
 
 def settle(rt: Runtime, md: discover.MemoryDir) -> str:
     """Index the dir until nothing changes, as the daemon would have before any pass."""
-    outcome = indexer.update(rt, md)
+    outcome = passes.update(rt, md)
     for _ in range(2):
         if outcome.status != "updated":
             break
-        outcome = indexer.update(rt, md)
+        outcome = passes.update(rt, md)
     return outcome.status + (f" ({outcome.message})" if outcome.message else "")
 
 
@@ -925,7 +926,7 @@ def phase_times(
         (run_mod, "load_sources", "repo token cache: read from the state dir"),
         (run_mod, "dump_sources", "repo token cache: written to the state dir"),
         (RepoIndex, "build", "RepoIndex.build (walk + tokens of changed sources)"),
-        (run_mod, "ownership_for_dream", "the ownership probe (indexer.ownership_for_dream)"),
+        (run_mod, "ownership_for_dream", "the ownership probe (passes.ownership_for_dream)"),
         (run_mod, "index_after_dream", "index update after the moves (held edit or full pass)"),
         (run_mod, "scan_dir", "scan_dir in inventory (stat, cache)"),
         (fsops, "read_regular", "fsops.read_regular (open + read)"),

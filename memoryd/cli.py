@@ -18,7 +18,7 @@ from memoryd.errors import ConfigError, MemorydError, UsageError
 
 if TYPE_CHECKING:
     from memoryd.discover import Discovery, EmptyRepo, MemoryDir, RefusedDir
-    from memoryd.indexer import IndexOutcome
+    from memoryd.indexing.outcome import IndexOutcome
     from memoryd.logview import View
     from memoryd.runtime import Runtime
 
@@ -367,11 +367,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 # --- dirs --------------------------------------------------------------------------------------
 def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    from memoryd import findings, fsops, indexer
-    from memoryd.index import INDEX_NAME
-    from memoryd.indexer import budget_use, read_index_file, view_kind
+    from memoryd import findings, fsops
+    from memoryd.indexing import passes
+    from memoryd.indexing.read import read_index_file, view_kind
+    from memoryd.indexing.window import budget_use
+    from memoryd.model.index import INDEX_NAME
 
-    outcome = indexer.check(rt, md)
+    outcome = passes.check(rt, md)
     scan = outcome.scan
     main_text = None
     with fsops.open_dir(md.real_path) as fd:
@@ -425,12 +427,13 @@ def _git_drift(rt: Runtime, md: MemoryDir, outcome: Any) -> dict[str, int] | Non
     (pointers added, removed, moved to the archive); None for any other dir."""
     from dataclasses import replace
 
-    from memoryd import gitwork, indexer
+    from memoryd import gitwork
+    from memoryd.indexing import passes
 
     reason = outcome.ownership.reason if outcome.ownership else ""
     if outcome.status != "unmanaged" or not reason.startswith(gitwork.TRACKED):
         return None
-    named = indexer.check(replace(rt, named=(md.real_path,)), md)
+    named = passes.check(replace(rt, named=(md.real_path,)), md)
     edit = named.edit
     if named.status != "would_change" or edit is None:
         return {"added": 0, "removed": 0, "demoted": 0}
@@ -700,8 +703,8 @@ def _outcome_json(o: IndexOutcome) -> dict[str, Any]:
 
 
 def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import indexer
     from memoryd.discover import discover_all
+    from memoryd.indexing import passes
 
     if not args.check:
         _recover(rt)
@@ -714,7 +717,7 @@ def cmd_index(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     # Why a dir is unmanaged is said once (as its `index.unmanaged` row is), not at every run:
     # the run that records it in the dir's state says it; `-v` and `dirs DIR` say it again.
     said = {md.real_path: rt.store.load(md.real_path).reported.get("unmanaged") for md in dirs}
-    use_case = indexer.check if args.check else indexer.update
+    use_case = passes.check if args.check else passes.update
     outcomes = [use_case(rt, md) for md in dirs]
     # A dir left to the program writing its index is not in step either: a failed action.
     failed = any(o.status in ("error", "conflict", "settling") for o in outcomes)

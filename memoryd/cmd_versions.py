@@ -361,8 +361,8 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     """`trash restore ID` for a file deleted outside memoryd: False when `key` names none."""
     from memoryd import restored, trash
     from memoryd.discover import memory_dir_at
-    from memoryd.index import INDEX_NAME, pointer_lines, pointer_places
-    from memoryd.indexer import restore_pointers
+    from memoryd.indexing.passes import restore_pointers
+    from memoryd.model.index import INDEX_NAME, pointer_lines, pointer_places
 
     store = rt.versions or versions.for_runtime(rt)
     item = versions.find_deleted(store, within(store, dirs), key)

@@ -28,14 +28,16 @@ from memoryd import __version__, fsops, housekeeping, notify
 from memoryd.config import Config, load_config
 from memoryd.discover import MemoryDir, discover_all, lock_is_fresh, report_refused
 from memoryd.errors import ConfigError, MemorydError
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
-from memoryd.indexer import Held, IndexStatus, update_changed
+from memoryd.indexing.outcome import IndexStatus
+from memoryd.indexing.passes import update_changed
+from memoryd.indexing.read import Held
+from memoryd.indexing.scan import DirScan
 from memoryd.instance import lock_holder as lock_holder  # moved; still importable here
 from memoryd.logsetup import configure, get_logger
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import AppPaths, NotRegularFile, ensure_private_dir, regular_fd
 from memoryd.recovery import recover
 from memoryd.runtime import Runtime, tune_gc
-from memoryd.scan import DirScan
 from memoryd.watch import Debouncer, Kind, Signal, Watcher, install_overflow_hook
 
 if TYPE_CHECKING:
@@ -541,7 +543,7 @@ class Daemon:
         self.check_pile_up()
 
     def _index_pass(self, session: DirSession, full: bool) -> None:
-        """One dir's change: what its session holds -> indexer.update_changed -> the outcome
+        """One dir's change: what its session holds -> indexing.passes.update_changed -> the outcome
         back into the session, the search index, the log and the debouncer."""
         path = session.md.real_path
         with self._lock:

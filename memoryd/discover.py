@@ -30,7 +30,7 @@ from memoryd.claude_env import (
 from memoryd.config import Config
 from memoryd.cwd_cache import CwdCache, Head, usable_cwd
 from memoryd.errors import UsageError
-from memoryd.index import INDEX_NAME
+from memoryd.model.index import INDEX_NAME
 from memoryd.paths import BoundedLines, expand, open_regular, read_bounded
 
 if TYPE_CHECKING:

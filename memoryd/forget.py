@@ -23,10 +23,10 @@ from memoryd import fsops, journal, trash
 from memoryd.discover import MemoryDir, discover, memory_dir_of
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.indexing.scan import scan_dir
 from memoryd.memfile import Memory, parse_memory
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.runtime import Runtime
-from memoryd.scan import scan_dir
 from memoryd.trash import TrashRecord
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -172,7 +172,7 @@ def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
     """Move the targets of one dir to the trash (each only if it still holds the bytes that
     were listed), journalled like a dream pass's moves, then update the index."""
     from memoryd.dream.run import _index_lines, probe_ownership
-    from memoryd.indexer import index_after_dream
+    from memoryd.indexing.passes import index_after_dream
 
     result = Forgotten()
     pass_id = "forget-" + datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)

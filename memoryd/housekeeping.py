@@ -12,8 +12,9 @@ from typing import Any
 from memoryd import fsops, restored, trash, versions, witness
 from memoryd.discover import MemoryDir, memory_dir_at
 from memoryd.errors import MemorydError
-from memoryd.index import INDEX_NAME, Place, pointer_targets
-from memoryd.indexer import IndexKeeper, read_index_file, restore_pointers
+from memoryd.indexing.passes import restore_pointers
+from memoryd.indexing.read import IndexKeeper, read_index_file
+from memoryd.model.index import INDEX_NAME, Place, pointer_targets
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops, secrets
-from memoryd.index import PREV_NAME
+from memoryd.model.index import PREV_NAME
 
 # `_versions`: a file's versions from its log records, as `versions_of` makes them; called
 # with the records read once a dir (versions_of reads the whole log for each name).

@@ -6,7 +6,7 @@ from pathlib import Path
 from memoryd import journal
 from memoryd.discover import memory_dir_at
 from memoryd.errors import MemorydError
-from memoryd.indexer import update
+from memoryd.indexing.passes import update
 from memoryd.runtime import Runtime
 from memoryd.trash import TrashRecord
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from memoryd import fsops, gitwork, openfiles, safejson, versions
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
+from memoryd.indexing.scan import skip_reason
 from memoryd.paths import (
     BoundedLines,
     NotRegularFile,
@@ -31,7 +32,6 @@ from memoryd.paths import (
     read_problem,
     regular_fd,
 )
-from memoryd.scan import skip_reason
 from memoryd.state import dir_key
 
 TRASH_DIR = ".trash"

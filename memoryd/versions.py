@@ -21,7 +21,7 @@ Layout, all 0700/0600, never in a memory dir:
 Where versions come from: the store is passed down (`Runtime.versions`) as the `versions`
 parameter of what reads and writes. A scan reads a changed file's bytes anyway
 (`scan.scan_dir`, one session per scan: `begin_scan`); an index file's bytes are read by
-`indexer.read_index_file` (`index_read`); memoryd's own index writes are told by
+`indexing.read.read_index_file` (`index_read`); memoryd's own index writes are told by
 `fsops.replace_file` (`own_content`) and stored at the next flush (the heartbeat, the end
 of a command, or before anyone else's version of that file is recorded). Their sha256 is
 noted before the swap in the dir's ledger of own writes (`<state>/versions/own/<dir
@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops, gitwork, retention, safejson, witness
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.logsetup import get_logger
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import (
     BoundedLines,
     FileTooLarge,
@@ -70,7 +70,7 @@ from memoryd.sealed import seal, unseal
 from memoryd.state import StateStore, dir_key
 
 if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
-    from memoryd import scan
+    from memoryd.indexing import scan
 
 MEMORYD, OTHER = "memoryd", "other"
 INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)
@@ -1251,7 +1251,7 @@ class VersionStore:
         except OSError as error:
             self._say(self._problem(error, self.log_path(path)))
             return []
-        from memoryd.scan import skip_reason
+        from memoryd.indexing.scan import skip_reason
 
         out = []
         try:
@@ -1462,7 +1462,7 @@ class VersionStore:
         return session
 
     def index_read(self, dir_fd: int, name: str, data: bytes, sha: str) -> None:
-        """An index file memoryd read (indexer.read_index_file's `versions`)."""
+        """An index file memoryd read (indexing.read.read_index_file's `versions`)."""
         self._guard(self.observe_index, dir_fd, name, data, sha)
 
     def end_scan(
@@ -2091,7 +2091,7 @@ def deleted_id(path: Path, name: str, when: float) -> str:
 
 # --- the hooks: what the store passed to a scan, an index read, a swap is told -------------
 # The store is a collaborator (`Runtime.versions`), passed down to `scan.scan_dir`,
-# `indexer.read_index_file` and `fsops.replace_file` as their `versions` parameter: no module
+# `indexing.read.read_index_file` and `fsops.replace_file` as their `versions` parameter: no module
 # global is switched while a command runs, so two stores (two Runtimes, two state dirs) in one
 # process each keep what their own Runtime's work read, and a scan given none records nothing.
 def note_moved(
@@ -2532,7 +2532,7 @@ def compact(
         fd = _open_log(log, create=False)
     except FileNotFoundError:
         return 0
-    from memoryd.scan import skip_reason
+    from memoryd.indexing.scan import skip_reason
 
     try:
         head = b""

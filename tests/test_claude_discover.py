@@ -19,8 +19,8 @@ from memoryd.agentview import ViewKind
 from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
 from memoryd.discover import MemoryDir, discover, discover_all, slugify
-from memoryd.index import INDEX_NAME
-from memoryd.indexer import view_kind
+from memoryd.indexing.read import view_kind
+from memoryd.model.index import INDEX_NAME
 from tests.claude_client import BIN_ENV, Captured, MemoryBlock, claude_bin, run_claude
 from tests.helpers import git
 

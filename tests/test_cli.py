@@ -229,9 +229,9 @@ def test_service_manager_detection() -> None:
 
 
 HEAVY = (
-    "memoryd.indexer",
+    "memoryd.indexing.passes",
     "memoryd.discover",
-    "memoryd.scan",
+    "memoryd.indexing.scan",
     "memoryd.memfile",
     "memoryd.daemon",
     "structlog",

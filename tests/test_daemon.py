@@ -207,7 +207,7 @@ def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project
         )
 
     def done() -> bool:
-        from memoryd.index import pointer_targets
+        from memoryd.model.index import pointer_targets
 
         text = index_text(folder)
         archive = folder / "MEMORY-ARCHIVE.md"
@@ -220,7 +220,7 @@ def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project
     time.sleep(1.0)
     writes = daemon.rows("index.updated")
     assert len(writes) <= 10, f"{len(writes)} index writes for one burst"
-    from memoryd.index import pointer_targets
+    from memoryd.model.index import pointer_targets
 
     text = index_text(folder)
     targets = pointer_targets(text) + pointer_targets(
@@ -377,7 +377,7 @@ SMALL_INDEX = 'max_lines = 12\nkeep_recent = "0s"\n'
 
 def consistent(folder: Path, hand: list[str]) -> bool:
     """Every memory file indexed once across both files, no dangling link, hand lines kept."""
-    from memoryd.index import verify
+    from memoryd.model.index import verify
 
     main = index_text(folder)
     archive_path = folder / "MEMORY-ARCHIVE.md"

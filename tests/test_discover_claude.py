@@ -21,7 +21,7 @@ from memoryd.discover import (
     project_repo_root,
     slugify,
 )
-from memoryd.indexer import view_kind
+from memoryd.indexing.read import view_kind
 from tests.conftest import Env, write_memory
 from tests.helpers import git
 

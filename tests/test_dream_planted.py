@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Env, lock_held_elsewhere, tree_digest, write_memory
-from tests.helpers import DAY, dream, explain, filler, make_planted_repo, mem, moved
+from tests.helpers import DAY, daemon_pass, dream, explain, filler, make_planted_repo, mem, moved
 
 
 @pytest.fixture
@@ -530,7 +530,6 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     from memoryd.config import Config
     from memoryd.discover import explicit_dirs
     from memoryd.dream.run import RepoCache, dream_dir
-    from memoryd.indexer import index_dir
     from memoryd.recovery import recover
 
     folder = repo / ".claude" / "memory"
@@ -539,7 +538,7 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     md = explicit_dirs(folder, Config())[0]
     live = journal.begin(rt.paths.state_dir, "p1", md.real_path, [])
     with lock_held_elsewhere(rt.paths.state_dir, md.real_path):
-        outcome = index_dir(rt, md, wait_lock=False)
+        outcome = daemon_pass(rt, md)
         assert outcome.status == "busy" and outcome.retry_after is not None
         assert not (folder / "MEMORY.md").exists()
         result = dream_dir(rt, md, repos=RepoCache(), wait_lock=False)
@@ -547,7 +546,7 @@ def test_a_dir_another_process_works_on_is_left_to_it(
         assert recover(rt) == [] and live.path.exists()
     skipped = [r for r in env.audit_rows() if r["event"] == "dream.skipped"]
     assert [r["why"] for r in skipped] == ["another memoryd process is working on this dir"]
-    assert index_dir(rt, md, wait_lock=False).status == "updated"
+    assert daemon_pass(rt, md).status == "updated"
 
 
 def test_a_project_dir_no_transcript_tells_of_is_unknown_not_checked(

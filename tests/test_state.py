@@ -259,7 +259,7 @@ def test_the_scan_cache_is_saved_without_fsyncs(tmp_path: Path, monkeypatch) -> 
     entry (scan checks each against its file's stat), a damaged one is read as none. Its
     fsyncs (a 2 MB file at 10,000 memories) were most of a one-change `memoryd index`; the old
     store made two per save. A fresh store reads back what was saved."""
-    from memoryd.scan import Scanned
+    from memoryd.indexing.scan import Scanned
 
     store = StateStore(tmp_path)
     folder = tmp_path / "memory"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from memoryd import trash, versions
-from memoryd.scan import scan_dir
+from memoryd.indexing.scan import scan_dir
 from memoryd.versions import VersionStore
 from tests.conftest import Env, lock_held_elsewhere, tree_digest
 from tests.conftest import write_lesson as _mem
@@ -222,7 +222,7 @@ CRASH_SCRIPT = """
 import sys
 from pathlib import Path
 from memoryd import versions
-from memoryd.scan import scan_dir
+from memoryd.indexing.scan import scan_dir
 import os, signal
 store = versions.VersionStore(Path(sys.argv[2]))
 store.defer = len(sys.argv) > 3  # the daemon's way: objects put in place at the next flush
@@ -338,7 +338,7 @@ PACK_CRASH_SCRIPT = """
 import sys
 from pathlib import Path
 from memoryd import versions
-from memoryd.scan import scan_dir
+from memoryd.indexing.scan import scan_dir
 versions.PACK_FROM = 4  # a pack from 4 objects: the loop stays short
 store = versions.VersionStore(Path(sys.argv[2]))
 with versions.using(store):
@@ -622,7 +622,7 @@ def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypat
     real_import = builtins.__import__
 
     def counting(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "memoryd.scan":
+        if name == "memoryd.indexing.scan":
             imports.append(name)
         return real_import(name, *args, **kwargs)
 
@@ -804,7 +804,7 @@ def _own_runtime(root: Path) -> Any:
 
 def _update(rt: Any, folder: Path) -> None:
     from memoryd.discover import memory_dir_at
-    from memoryd.indexer import update
+    from memoryd.indexing.passes import update
 
     update(rt, memory_dir_at(folder, rt.config))
 
@@ -930,7 +930,7 @@ def test_a_batch_of_log_lines_is_written_as_each_line_alone_would_be() -> None:
 def _write_index(folder: Path, store: VersionStore, data: bytes) -> None:
     """memoryd's swap writer puts `data` in as MEMORY.md, and the pass reads it back."""
     from memoryd import fsops
-    from memoryd.indexer import read_index_file
+    from memoryd.indexing.read import read_index_file
 
     with fsops.open_dir(folder) as fd:
         current = read_index_file(fd, "MEMORY.md").identity
@@ -944,7 +944,7 @@ def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env
     kill -9 before the flush, or another memoryd process reading the file, must not take it
     for another process's rewrite (a false alarm, and memoryd's version lost)."""
     from memoryd import fsops
-    from memoryd.indexer import read_index_file
+    from memoryd.indexing.read import read_index_file
 
     folder = _dir(env)
     _mem(folder, "a.md", "body")
@@ -986,7 +986,7 @@ def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
 def _scan_failing_at(folder: Path, store: VersionStore, monkeypatch: Any, read: int) -> int:
     """Scan `folder` with the store, the `read`-th file read raising an unexpected error; the
     count of loose temps in the store's objects when it raised."""
-    import memoryd.scan as scan_module
+    import memoryd.indexing.scan as scan_module
 
     real = scan_module.read_one
     count, temps = [0], [0]
@@ -1927,7 +1927,7 @@ def test_listing_a_memory_dir_deleted_whole_opens_each_pack_once(
 def _index_read_by(folder: Path, store: VersionStore) -> Any:
     """MEMORY.md read as an index pass reads it, the store told its bytes."""
     from memoryd import fsops
-    from memoryd.indexer import read_index_file
+    from memoryd.indexing.read import read_index_file
 
     with fsops.open_dir(folder) as dir_fd:
         return read_index_file(dir_fd, "MEMORY.md", store)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import cmd_versions, versions
+from memoryd.indexing.scan import scan_dir
 from memoryd.runtime import Runtime
-from memoryd.scan import scan_dir
 from tests.conftest import Env
 from tests.conftest import write_lesson as _mem
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from memoryd import fsops, restored, versions
-from memoryd.scan import scan_dir
+from memoryd.indexing.scan import scan_dir
 from tests.conftest import Env, InjectedCrash, crash_at, lock_held_elsewhere
 from tests.conftest import write_lesson as _mem
 from tests.helpers import wait_for

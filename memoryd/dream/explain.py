@@ -20,9 +20,9 @@ from memoryd.dream.run import (
 )
 from memoryd.dream.similar import overlap
 from memoryd.errors import MemorydError
-from memoryd.indexer import agent_sees
+from memoryd.indexing.scan import DirScan, skip_reason
+from memoryd.indexing.window import agent_sees
 from memoryd.runtime import Runtime
-from memoryd.scan import DirScan, skip_reason
 
 
 def explain(

@@ -42,21 +42,21 @@ from memoryd.dream.plan import (
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repo import RepoIndex, dump_sources, load_sources
 from memoryd.errors import MemorydError
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, Ownership, Place, pointer_lines, pointer_places
-from memoryd.indexer import (
-    Basis,
-    IndexKeeper,
-    IndexOutcome,
-    IndexStatus,
-    IndexText,
-    index_after_dream,
-    index_file_again,
-    ownership_for_dream,
-)
+from memoryd.indexing.outcome import IndexOutcome, IndexStatus
+from memoryd.indexing.passes import index_after_dream, ownership_for_dream
+from memoryd.indexing.read import Basis, IndexKeeper, IndexText, index_file_again
+from memoryd.indexing.scan import DirScan, scan_dir
 from memoryd.links import Dangling, links_in
 from memoryd.memfile import Memory, parse_memory
+from memoryd.model.index import (
+    ARCHIVE_NAME,
+    INDEX_NAME,
+    Ownership,
+    Place,
+    pointer_lines,
+    pointer_places,
+)
 from memoryd.runtime import Runtime
-from memoryd.scan import DirScan, scan_dir
 from memoryd.secrets import Finding, find, find_bytes
 from memoryd.state import DirState, StateStore
 from memoryd.trash import TrashRecord
@@ -846,7 +846,7 @@ def _logged_detail(move: Move, plan: Plan) -> str:
 def probe_ownership(rt: Runtime, md: MemoryDir) -> tuple[Ownership | None, DirScan | None]:
     """Whether memoryd manages the dir's index, and the scan made to find out.
 
-    The index edit is not made (indexer.ownership_for_dream stops once ownership is decided:
+    The index edit is not made (indexing.passes.ownership_for_dream stops once ownership is decided:
     the edit was a tenth of a 10,000-memory pass), and only these two are kept. Raises
     IndexBeingWritten when MEMORY.md stays blank while a program writes it.
     """
@@ -864,7 +864,7 @@ def probe_index(rt: Runtime, md: MemoryDir) -> IndexOutcome:
 
 
 class IndexBeingWritten(MemorydError):
-    """The dir's index is being written by another program (see indexer.settles_at)."""
+    """The dir's index is being written by another program (see indexing.read.settles_at)."""
 
 
 def _summary(result: DreamResult) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memoryd import fsops, safejson
 from memoryd.fdlimit import out_of_files
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
 from memoryd.paths import ensure_private_dir, file_kind
 
 if TYPE_CHECKING:
@@ -691,7 +691,7 @@ class DirIndex:
             for name in (INDEX_NAME, ARCHIVE_NAME)
         ) or (self.window is not None and meta.get("window") != _window_text(self.window))
         if changed:
-            from memoryd.scan import skip_reason
+            from memoryd.indexing.scan import skip_reason
 
             changed = [name for name in changed if skip_reason(name) is None]
         return _Plan(sorted(changed), sorted(gone), old, pointers, meta, listing)
@@ -1391,7 +1391,7 @@ def _hidden_pointers(text: str, window: Window) -> dict[str, str]:
     """The files MEMORY.md points at only on lines the agent does not see, each with why
     (the first hidden line's): what `memoryd dirs` counts as hidden pointers."""
     from memoryd.agentview import ViewKind
-    from memoryd.index import Budget, LinkKind, split_lines, view_of
+    from memoryd.model.index import Budget, LinkKind, split_lines, view_of
 
     kind, max_lines, max_units = window
     view = view_of(text, Budget(max_lines=max_lines, max_chars=max_units), ViewKind(kind))

@@ -20,20 +20,22 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from memoryd.agentview import ViewKind
-from memoryd.index import (
+from memoryd.model.index import (
     DEMOTED_HEADING,
     TRAILER,
-    IndexEdit,
-    IndexInput,
     Line,
     LinkKind,
-    SomeArchiveLines,
-    edit_lines,
     local_links,
     parse_line,
     split_lines,
-    view_reshaped,
     visible_local_links,
+)
+from memoryd.model.index_edit import (
+    IndexEdit,
+    IndexInput,
+    SomeArchiveLines,
+    edit_lines,
+    view_reshaped,
 )
 from memoryd.sealed import seal, unseal
 

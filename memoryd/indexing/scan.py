@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from memoryd import fsops
-from memoryd.index import Entry, linkable
+from memoryd.model.index import Entry, linkable
 from memoryd.sealed import seal, unseal
 
 # memoryd.memfile's limits, spelled out: the parser is imported by the first read, so a scan

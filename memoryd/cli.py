@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from memoryd.discover import Discovery, EmptyRepo, MemoryDir, RefusedDir
     from memoryd.indexing.outcome import IndexOutcome
     from memoryd.logview import View
-    from memoryd.runtime import Runtime
+    from memoryd.runtime import Effect, Runtime
 
 # Start-up time is the whole process's (`memoryd --help`, `status`): each handler imports what
 # it uses, so a command pays only for its own modules.
@@ -539,7 +539,6 @@ def cmd_dirs(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd import findings
     from memoryd.discover import discover_all
 
-    rt.dry_run = True
     named = [p for p in args.dirs if not findings.is_store_file(p)]
     found = discover_all(rt.config, named) if named or not args.dirs else _no_dirs()
     dirs = found.dirs
@@ -1032,7 +1031,7 @@ def cmd_dream(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     if args.apply:
         return _dream_apply(args, rt, out)
-    rt.dry_run = args.dry_run  # a dry run writes nothing at all: no state, no audit row
+    # A dry run writes nothing at all: no state, no audit row (rt.effect, see effect_of).
     if not args.dry_run:
         _recover(rt)
     found = _discover(rt, args.dirs)  # a dry run says nothing (rt.dry_run)
@@ -1129,7 +1128,6 @@ def cmd_explain(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd.dream.explain import explain, render
     from memoryd.dream.run import RepoCache
 
-    rt.dry_run = True
     if findings.is_store_file(args.file):
         return _explain_store(args, rt, out)
     from memoryd.resolve import is_path, resolve
@@ -1427,10 +1425,10 @@ HANDLERS: dict[str, Handler] = {
 
 
 @contextlib.contextmanager
-def _looking_only(args: argparse.Namespace) -> Iterator[None]:
+def _looking_only(effect: Effect) -> Iterator[None]:
     """A command that promises to write nothing (a read-only one, a dry run, `--check`) does
     not save even discovery's cache (memoryd.cwd_cache), for as long as it runs."""
-    if not (_read_only(args) or getattr(args, "dry_run", False) or getattr(args, "check", False)):
+    if effect.writes:
         yield
         return
     from memoryd.cwd_cache import LOOKING_ONLY
@@ -1445,13 +1443,9 @@ def _looking_only(args: argparse.Namespace) -> Iterator[None]:
 def _keeping_versions(
     args: argparse.Namespace, rt: Runtime
 ) -> contextlib.AbstractContextManager[None]:
-    """The version store for a command that may write (memoryd.cmd_versions.keeping); the
-    read-only commands do not even import it, nor a check or a dry run, which keep none."""
-    if (
-        args.command not in VERSIONED
-        or getattr(args, "check", False)
-        or getattr(args, "dry_run", False)
-    ):
+    """The version store for a command that may write in memory dirs (cmd_versions.keeping);
+    the others do not even import it: a check or a dry run keeps none."""
+    if not rt.effect.keeps_versions:
         return contextlib.nullcontext()
     from memoryd.cmd_versions import keeping
 
@@ -1473,11 +1467,18 @@ READ_ONLY = frozenset({"status", "log", "dirs", "history"})  # and `trash list`
 CONFIG_PROBLEMS_SHOWN = 3
 
 
-def _read_only(args: argparse.Namespace) -> bool:
-    """A command that only looks (it runs on the built-in defaults when the file is invalid)."""
-    if args.command == "history":  # `--restore` writes a version back
-        return getattr(args, "restore", None) is None
-    return args.command in READ_ONLY or (args.command == "trash" and args.trash_command == "list")
+def effect_of(args: argparse.Namespace) -> Effect:
+    """What this command may change (runtime.Effect), decided here once for the whole run."""
+    from memoryd.runtime import Effect
+
+    command = args.command
+    if command == "history":  # `--restore` writes a version back
+        return Effect.LOOKS if getattr(args, "restore", None) is None else Effect.KEEPS
+    if command in READ_ONLY or (command == "trash" and args.trash_command == "list"):
+        return Effect.LOOKS
+    if getattr(args, "dry_run", False) or getattr(args, "check", False) or command == "explain":
+        return Effect.DRY
+    return Effect.KEEPS if command in VERSIONED else Effect.WRITES
 
 
 def _config_warning(error: ConfigError) -> str:
@@ -1511,16 +1512,17 @@ def main(
     from memoryd.config import Config, load_config
     from memoryd.logsetup import configure
     from memoryd.paths import app_paths
-    from memoryd.runtime import Runtime, tune_gc
+    from memoryd.runtime import Effect, Runtime, tune_gc
 
     tune_gc()
+    effect = effect_of(args)
     # Warnings (an audit log that cannot be written) go where this run's errors go.
     configure(file=err)
     paths = app_paths()
     try:
         config = load_config(args.config, paths)
     except ConfigError as error:
-        if _read_only(args):
+        if effect is Effect.LOOKS:
             # A daemon may still run on the configuration it read before the file broke:
             # looking at it must not need the file fixed first.
             config = Config(source="built-in defaults (the configuration file is invalid)")
@@ -1535,13 +1537,13 @@ def main(
                         "config.invalid", source=error.source, problems=error.problems
                     )
             return EXIT_USAGE
-    rt = Runtime.create(config, paths)
+    rt = Runtime.create(config, paths, effect)
     args.stderr = err  # a handler's warnings go where this run's errors go
     try:
         handler = getattr(args, "handler", None) or HANDLERS[args.command]
         from memoryd.pager import paged  # long output through $PAGER on a terminal
 
-        with _keeping_versions(args, rt), _looking_only(args), paged(args, out) as shown_out:
+        with _keeping_versions(args, rt), _looking_only(effect), paged(args, out) as shown_out:
             return handler(args, rt, shown_out)
     except UsageError as error:
         err.write(f"memoryd: {shown(error, lines=True)}\n")

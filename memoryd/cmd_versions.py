@@ -25,17 +25,10 @@ EXIT_OK, EXIT_FINDINGS = 0, 1
 
 @contextlib.contextmanager
 def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[None]:
-    """Keep versions of what this command reads (every command that may write, and the
-    daemon); a dry run, a check and the read-only commands write nothing, so keep none."""
-    from memoryd.cli import VERSIONED  # the one list (cli looks at it before importing this)
-
+    """Keep versions of what this command reads (every command that may write in memory dirs,
+    and the daemon: rt.effect); a dry run, a check and the read-only commands keep none."""
     command = getattr(args, "command", "")
-    if (
-        command not in VERSIONED
-        or getattr(args, "dry_run", False)
-        or getattr(args, "check", False)
-        or (command == "trash" and getattr(args, "trash_command", "") == "list")
-    ):
+    if not rt.effect.keeps_versions:
         yield
         return
     store = versions.for_runtime(rt)

@@ -155,7 +155,7 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
     The held view (a pass over just the changed files) is tried first when the caller has one;
     where it does not apply (see _index_changed) or another writer got in, the full view runs.
     """
-    writes = not (req.check or rt.dry_run)
+    writes = not req.check and rt.effect.writes
     with contextlib.ExitStack() as stack:
         if not req.daemon:
             stack.enter_context(rt.store.reading(md.real_path))
@@ -243,7 +243,7 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
 
 def _index_once(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
     """The full view: read all of the dir, plan the whole edit, write, report."""
-    writes = not (req.check or rt.dry_run)
+    writes = not req.check and rt.effect.writes
     state = rt.store.load(md.real_path)
     if state.prev and writes:
         late_write(rt, md, state)

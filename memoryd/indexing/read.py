@@ -478,7 +478,7 @@ def settled_view(
     rt: Runtime, md: MemoryDir, basis: Basis, moved: Set[str], state: DirState
 ) -> tuple[Held, set[str]] | None:
     """read_settled, given the dir's state as loaded."""
-    if not (state.known and state.managed and state.settled) or rt.dry_run:
+    if not (state.known and state.managed and state.settled) or not rt.effect.writes:
         return None
     with fsops.open_dir(md.real_path) as dir_fd:
         main = index_file_again(dir_fd, INDEX_NAME, basis.main, rt.versions)

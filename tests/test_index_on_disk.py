@@ -698,7 +698,7 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     """Ownership in the daemon's pass after a change looks only at the changed files for
     memory files memoryd had not seen, and only while the saved state is the one the last
     pass wrote: after another process saved it, every file is looked at again."""
-    from memoryd.indexing import passes, read
+    from memoryd.indexing import read
     from memoryd.state import StateStore
 
     rt = env.runtime()
@@ -711,8 +711,7 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
         given.append(kwargs.get("arrived"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(passes, "decide_ownership", spy)  # the held view's
-    monkeypatch.setattr(read, "decide_ownership", spy)  # the full read's
+    monkeypatch.setattr(read, "decide_ownership", spy)  # the held read's and the full read's
     write_memory(mdir, "gamma.md", description="third memory")
     second = daemon_pass(
         rt, _dir(mdir), previous=first.held.scan, held=first.held, changed={"gamma.md"}

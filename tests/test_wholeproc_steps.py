@@ -285,7 +285,6 @@ def test_a_settled_index_scans_the_dir_once_per_pass(env: Env, cli, monkeypatch)
         return real(*args, **kwargs)
 
     monkeypatch.setattr("memoryd.indexing.read.scan_dir", counting)
-    monkeypatch.setattr("memoryd.indexing.passes.scan_dir", counting)
     write_memory(folder, "m0003.md", description="a new description")
     assert cli("index", folder).code == 0
     assert (

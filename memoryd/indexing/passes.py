@@ -11,52 +11,42 @@ import time
 from collections.abc import Mapping, Set
 from dataclasses import replace
 
-from memoryd import fsops, gitwork
+from memoryd import gitwork
 from memoryd.discover import MemoryDir
 from memoryd.errors import WriteConflict
 from memoryd.indexing.outcome import BUSY_RETRY, CONFLICT_RETRIES, IndexOutcome, IndexStatus
-from memoryd.indexing.plan import Plan, archive_lines, as_planned, plan_diff, plan_full
+from memoryd.indexing.plan import as_planned, plan_diff, plan_full, plan_held
 from memoryd.indexing.read import (
     SETTLE_WAIT,
     Basis,
     BeingWritten,
     Held,
-    IndexText,
     Request,
     as_left,
     being_written,
-    budget_of,
     local_of,
     read_full,
+    read_held,
     read_settled,
-    settled_view,
-    still_file,
-    view_kind,
+    read_settled_dir,
 )
-from memoryd.indexing.scan import DirScan, scan_dir
+from memoryd.indexing.scan import DirScan
 from memoryd.indexing.write import (
     count_changed,
-    encode,
     late_write,
     left_files,
     remove_stray_temps,
     report_conflict,
     report_problems,
     settling_outcome,
-    with_bom,
     write_and_report,
 )
-from memoryd.model import index_held
 from memoryd.model.index import (
-    ARCHIVE_NAME,
     INDEX_NAME,
-    PREV_NAME,
     Place,
-    decide_ownership,
     local_links,
     release_parsed,
 )
-from memoryd.model.index_edit import IndexInput
 from memoryd.runtime import Runtime
 from memoryd.state import DirState
 
@@ -130,7 +120,7 @@ def ownership_for_dream(rt: Runtime, md: MemoryDir) -> IndexOutcome:
                 snapshot = read_full(rt, md, state, Request(check=True))
                 # A dream pass acts on what it finds: a blank MEMORY.md that is being
                 # written is not "missing or blank, so managed". It waits a little for it.
-                busy = being_written(md, snapshot.texts, state.settled, rt.clock(), blank_only=True)
+                busy = being_written(md, snapshot.texts, state, rt.clock(), blank_only=True)
                 if busy is None:
                     break
                 pause = max(busy.due - rt.clock(), 0.05)
@@ -175,16 +165,7 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
         )
         if req.held is not None and req.only is not None and writes and not restoring:
             try:
-                fast = _index_changed(
-                    rt,
-                    md,
-                    req.held,
-                    req.only | req.forget,
-                    req.grace,
-                    req.settle,
-                    req.forget,
-                    req.mode,
-                )
+                fast = _index_changed(rt, md, req.held, req)
             except WriteConflict as conflict:
                 report_conflict(rt, md, 1, conflict)
                 fast = None
@@ -275,7 +256,7 @@ def _index_once(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
             outcome.diff = plan_diff(snapshot, plan)
         return outcome
     if plan.changed:
-        busy = being_written(md, snapshot.texts, state.settled, now)
+        busy = being_written(md, snapshot.texts, state, now)
         if busy is not None:
             # What this pass found out is kept (what it reported, the files that left); the
             # index is left to its writer.
@@ -290,161 +271,38 @@ def _index_changed(
     rt: Runtime,
     md: MemoryDir,
     held: Held,
-    only: Set[str],
-    grace: float,
-    settle: float,
-    forget: Set[str] = frozenset(),
-    mode: str | None = None,
+    req: Request,
     state: DirState | None = None,
     whole: DirScan | None = None,
 ) -> IndexOutcome | None:
-    """The held view: the pass after `only` changed, touching only what they touch; None:
-    run a full pass.
-
-    It gives what the full pass would (tests/test_index_held.py checks the edit against
-    update_index over random indexes): it applies while the index files are exactly as the
-    last pass left them, the dir is managed, and the settings are the same. `state`: the
-    dir's state as the caller loaded it. `whole`: a scan of the whole dir the caller made
-    (_index_settled): problems, stray temps and the pile-up count are of all of it, and its
-    cache is saved.
-    """
-    cfg = rt.config
-    if held.config != cfg.index or INDEX_NAME in only or ARCHIVE_NAME in only:
+    """The held view: the pass after `req.only` (and `req.forget`) changed, touching only
+    what they touch; None: run a full pass (read.read_held says when it applies). `state`:
+    the dir's state as the caller loaded it. `whole`: a scan of the whole dir the caller made
+    (the settled view): problems, stray temps and the pile-up count are of all of it, and its
+    cache is saved."""
+    only = (req.only or frozenset()) | req.forget
+    read = read_held(rt, md, held, only, state, whole, req.mode)
+    if read is None:
         return None
-    state = rt.store.load(md.real_path) if state is None else state
-    if not (state.known and state.managed):
+    plan = plan_held(rt, md, read, req.grace, req.forget)
+    if plan is None:
         return None
-    with fsops.open_dir(md.real_path) as dir_fd:
-        if not (
-            still_file(dir_fd, INDEX_NAME, held.main)
-            and still_file(dir_fd, ARCHIVE_NAME, held.archive)
-        ) or (
-            state.prev
-            and (
-                fsops.written_since(fsops.stat_id(dir_fd, PREV_NAME), state.prev[0])
-                or gitwork.work_tree(md.real_path) is not None
-            )
-        ):
-            return None  # (the full pass brings a writer's late bytes back: see late_write)
-    # Read: the changed files only; in the caller's whole scan of this pass they are read
-    # (and stat'ed) already.
-    scan = (
-        whole
-        if whole is not None
-        else scan_dir(
-            md.real_path,
-            max_file_bytes=cfg.parse.max_file_bytes,
-            max_frontmatter_bytes=cfg.parse.max_frontmatter_bytes,
-            previous=held.scan,
-            only=only,
-            versions=rt.versions,
-        )
-    )
-    memories = dict(held.memories)
-    local = local_of(rt, md)
-    changed_files = {n: scan.files[n] for n in only if n in scan.files}
-    for name in only:
-        info = changed_files.get(name)
-        if info is not None and info.kind == "memory":
-            memories[name] = local.entry(info)
-        else:
-            memories.pop(name, None)
-    index = held.index
-    override = mode or cfg.override_for(md.path).mode
-    arrived = None
-    if held.seen_token is not None and rt.store.seen_token(md.real_path) is held.seen_token:
-        # `seen` names the held memories: only a changed file can be new to it (no look at
-        # the 10,000 others, which costs more than the rest of the ownership check).
-        arrived = {n for n in only if n in memories and n not in state.seen}
-    ownership = decide_ownership(
-        index.main,
-        None,
-        {},
-        memories.keys(),
-        override,
-        state.seen.keys(),
-        archive_targets=index.where.keys(),
-        # The last pass gave every memory file a pointer but those still in their grace.
-        only_missing=only | held.waiting,
-        arrived=arrived,
-        as_left=as_left(state, held.main),
-    )
-    if not ownership.managed:
-        return None  # the full pass says why, once
-
-    # Plan: the edit of the lines the changed files touch.
-    now = rt.clock()
-    candidates = (only | held.waiting) & memories.keys()
-    ready = {n for n in candidates if now - scan.files[n].mtime_ns / 1e9 >= grace}
-    result = index_held.edit_changed(
-        index,
-        IndexInput(
-            main=index.main,
-            archive=None,  # not read: the held index has it
-            memories=memories,
-            present=scan.present,
-            # As the full pass: a file memoryd moved away counts as seen (its pointer goes).
-            seen=index_held.pairs(
-                state.seen,
-                {n for n in forget if n not in memories},
-                gone=state.gone.keys(),
-                present=scan.present,
-            ),
-            ready=ready,
-            heading=local.heading,
-            separator=cfg.index.separator,
-            budget=budget_of(cfg.index),
-            now=now,
-            today=local.today,
-            own=state.own,
-            view=view_kind(md),
-        ),
-        only,
-        held.waiting,
-    )
-    if result is None:
-        return None
-    edit = result.edit
-    main = IndexText(held.index.main, held.main, held.main_bom)
-    archive = IndexText(None, held.archive, held.archive_bom)  # its text is not needed
-    main_changed = edit.main != main.text
-    archive_changed = result.archive_changed
-    if (main_changed or archive_changed) and being_written(
-        md, ((INDEX_NAME, main), (ARCHIVE_NAME, archive)), state.settled, now
-    ):
+    state, now = read.state, rt.clock()
+    if plan.changed and being_written(md, plan.texts, state, now):
         return None  # the full pass waits for the other program, or says why it cannot
-    # The archive as its lines: joined, the new one and the held one would each be a 2 MB
-    # copy made for one write and one comparison.
-    old_lines = archive_lines(held.index) if archive_changed else None
-    plan = Plan(
-        edit,
-        main,
-        archive,
-        main_changed,
-        archive_changed,
-        scan,
-        memories,
-        only,
-        {n: s for n, s in changed_files.items() if s.kind == "problem"},
-        archive_data=archive_lines(result.held) if archive_changed else None,
-        expected=(
-            encode(held.index.main, held.main_bom) if held.index.main is not None else None,
-            None if old_lines is None else with_bom(old_lines, held.archive_bom),
-        ),
-        index=result.held,
-        vouches_for_seen=arrived is not None,
-    )
     # Report what the changed files are (the full view does this before it plans).
-    outcome = IndexOutcome(md, IndexStatus.UNCHANGED, ownership, edit, scan=scan, held_edit=True)
-    if whole is None:
-        outcome.retry_after = report_problems(rt, md, plan.problems, state, settle, scope=only)
-        count_changed(state, scan, memories.keys(), now)
-    else:
-        outcome.retry_after = report_problems(rt, md, whole.problems, state, settle)
+    outcome = IndexOutcome(
+        md, IndexStatus.UNCHANGED, read.ownership, plan.edit, scan=read.scan, held_edit=True
+    )
+    scan = whole or read.scan
+    problems = scan.problems if whole is not None else plan.problems
+    scope = None if whole is not None else only
+    outcome.retry_after = report_problems(rt, md, problems, state, req.settle, scope=scope)
+    if whole is not None:
         remove_stray_temps(rt, md, whole)
-        count_changed(state, whole, whole.memories.keys(), now)
+    count_changed(state, scan, (whole.memories if whole else read.memories).keys(), now)
     outcome = write_and_report(
-        rt, md, Request(grace=grace, forget=forget), state, plan, outcome, now
+        rt, md, Request(grace=req.grace, forget=req.forget), state, plan, outcome, now
     )
     if whole is not None:
         if not outcome.write_failed:  # (as the full pass, which saves it with the state)
@@ -456,41 +314,22 @@ def _index_changed(
 def _index_settled(
     rt: Runtime, md: MemoryDir, req: Request
 ) -> tuple[IndexOutcome | None, DirScan | None]:
-    """A one-shot update that costs what the changes since the last verified pass cost: while
-    MEMORY-ARCHIVE.md is the file that pass left (DirState.settled), a stat scan of the dir
-    finds the files new, gone, renamed or redescribed since, and the held edit looks at
-    their lines and at all of MEMORY.md (as the dream pass's update after its moves does).
-    None: the full pass (a writer's late bytes in .MEMORY.md.prev, no settled index...),
-    given the scan made here, if any, which it takes as it is (each file is read once a pass)."""
+    """A one-shot update that costs what the changes since the last verified pass cost
+    (read.read_settled_dir): the held edit looks at the lines of the files changed since and
+    at all of MEMORY.md (as the dream pass's update after its moves does). None: the full
+    pass, given the scan made here, if any, which it takes as it is (each file is read once
+    a pass)."""
     state = rt.store.load(md.real_path)
-    if state.prev:
-        if gitwork.work_tree(md.real_path) is not None:
-            return None, None  # a .MEMORY.md.prev in a work tree: late_write removes it
-        with fsops.open_dir(md.real_path) as dir_fd:
-            if fsops.stat_id(dir_fd, PREV_NAME) != state.prev[0]:
-                return None, None  # late_write's to look at
-    cfg = rt.config.parse
-    scan = scan_dir(
-        md.real_path,
-        rt.store.load_cache(md.real_path),
-        max_file_bytes=cfg.max_file_bytes,
-        max_frontmatter_bytes=cfg.max_frontmatter_bytes,
-        versions=rt.versions,
-    )
-    basis = Basis.of(scan, state.seen)
-    made = settled_view(rt, md, basis, req.forget, state)
-    if made is None:
-        return None, scan
-    held, changed = made
-    if not req.forget and _quiet(state, held, basis, scan):
-        planned = as_planned(rt, md, held, req.mode, scan)
+    read = read_settled_dir(rt, md, state, req.forget)
+    if read is None or read.view is None:
+        return None, read.scan if read is not None else None
+    held, changed = read.view
+    if not req.forget and _quiet(state, held, read.basis, read.scan):
+        planned = as_planned(rt, md, held, req.mode, read.scan)
         if planned is not None:
-            return planned, scan
-    only = changed | req.forget
-    outcome = _index_changed(
-        rt, md, held, only, req.grace, req.settle, req.forget, req.mode, state=state, whole=scan
-    )
-    return outcome, scan
+            return planned, read.scan
+    asked = replace(req, only=frozenset(changed))
+    return _index_changed(rt, md, held, asked, state=state, whole=read.scan), read.scan
 
 
 def _quiet(state: DirState, held: Held, basis: "Basis", scan: DirScan) -> bool:

@@ -29,6 +29,7 @@ from memoryd.model.index import (
     INDEX_NAME,
     MANAGE_MARK,
     OFF_MARK,
+    PREV_NAME,
     Budget,
     Entry,
     LinkKind,
@@ -114,29 +115,13 @@ def read_index_file(dir_fd: int, name: str, versions: IndexKeeper | None = None)
     return IndexText(text.removeprefix("\ufeff"), identity, bom, read_only=read_only)
 
 
-def _as_read(dir_fd: int, name: str, known: IndexText) -> bool:
-    """Whether an index file is still the one `known` was read from: the same inode, size and
-    mtime (the identities the held view trusts too; the swap checks the bytes), and as
-    writable as it was; or still missing."""
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return known.identity is None and not known.error
-    ident = known.identity
-    return (
-        ident is not None
-        and stat.S_ISREG(st.st_mode)
-        and (st.st_ino, st.st_size, st.st_mtime_ns) == (ident.ino, ident.size, ident.mtime_ns)
-        and known.read_only == (not st.st_mode & stat.S_IWUSR)
-    )
-
-
 def index_file_again(
     dir_fd: int, name: str, known: IndexText | None, versions: IndexKeeper | None = None
 ) -> IndexText:
     """An index file this pass read already (`known`), while it is still that file; else it
     is read now (read_index_file): each file is read once a pass."""
-    if known is not None and _as_read(dir_fd, name, known):
+    taken = known is not None and (known.identity is not None or not known.error)
+    if known is not None and taken and still(dir_fd, name, known.identity):
         return known
     return read_index_file(dir_fd, name, versions)
 
@@ -183,6 +168,16 @@ def _read_only_reason(md: MemoryDir, texts: Sequence[IndexText]) -> str:
 
 
 BOM = "\ufeff".encode()
+
+
+def encode(text: str, bom: bool) -> bytes:
+    return (("\ufeff" if bom else "") + text).encode("utf-8")
+
+
+def with_bom(data: fsops.Content, bom: bool) -> fsops.Content:
+    if not bom:
+        return data
+    return BOM + data if isinstance(data, bytes) else [BOM, *data]
 
 
 def _linked_texts(dir_fd: int, main: str, scan: DirScan) -> dict[str, str]:
@@ -244,18 +239,18 @@ class BeingWritten(Exception):
 def being_written(
     md: MemoryDir,
     texts: Sequence[tuple[str, IndexText]],
-    settled: list[Any],
+    state: DirState,
     now: float,
     *,
     blank_only: bool = False,
 ) -> BeingWritten | None:
     """The index file (of `texts`, MEMORY.md's then the archive's) that another program is
-    still writing, if any; a file memoryd's own last pass left (`settled`) never is."""
+    still writing, if any; a file memoryd's own last pass left (left_as) never is."""
     for position, (name, found) in enumerate(texts):
         identity = found.identity
         if identity is None:
             continue
-        if len(settled) > position and settled[position] == stat_key(identity):
+        if left_as(state, position, stat_key(identity)):
             continue  # as memoryd wrote it
         blank = found.text is not None and not found.text.strip()
         if blank_only and not blank:
@@ -382,21 +377,6 @@ def _tracked(
     return gitwork.hands_off_reason(md.real_path, rt.named, rt.config.paths.manage_repos)
 
 
-def still_file(dir_fd: int, name: str, identity: FileIdentity | None) -> bool:
-    """Whether a file is still the one identified (stat only; the swap re-checks its bytes)."""
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return identity is None
-    if identity is None or not st.st_mode & stat.S_IWUSR:
-        return False  # made read-only since (a chmod keeps the mtime): the full pass says so
-    return (st.st_ino, st.st_size, st.st_mtime_ns) == (
-        identity.ino,
-        identity.size,
-        identity.mtime_ns,
-    )
-
-
 @dataclass(slots=True)
 class Basis:
     """What a dream pass keeps of its ownership probe's scan for the index update after its
@@ -488,8 +468,10 @@ def settled_view(
     data, archive = found
     # MEMORY.md may have changed since (the agent writes its own pointers): the held edit
     # reads all of it, with every file it names (below). The archive it takes as it is.
-    mark = settled_mark(main.identity, archive.identity, rt.config.index, local_of(rt, md).heading)
-    if mark[1:] != state.settled[1:]:
+    if not (
+        left_as(state, 1, stat_key(archive.identity))
+        and settled_under(state, rt.config.index, local_of(rt, md).heading)
+    ):
         return None
     # The archive's positions as the last hold of these bytes found them, if any: a one-shot
     # `memoryd index` holds the same archive again and again.
@@ -540,7 +522,12 @@ def _archive_data(dir_fd: int, basis: Basis | None = None) -> tuple[bytes | None
     None when read_index_file would give an error. `basis`: the archive as this pass read it
     already (Basis.archive_data), taken while it is still that file."""
     known = basis.archive if basis is not None else None
-    if basis is not None and known is not None and _as_read(dir_fd, ARCHIVE_NAME, known):
+    if (
+        basis is not None
+        and known is not None
+        and (known.identity is not None or not known.error)
+        and still(dir_fd, ARCHIVE_NAME, known.identity)
+    ):
         if known.error:
             return None
         return basis.archive_data, IndexText(None, known.identity, known.bom)
@@ -556,29 +543,87 @@ def _archive_data(dir_fd: int, basis: Basis | None = None) -> tuple[bytes | None
     return (data[len(BOM) :] if bom else data), IndexText(None, identity, bom)
 
 
+# --- the one rule: "as memoryd's last pass left it" ---------------------------------------------
+# A file's stat identity, spelled one way: [inode, size, mtime_ns] (any rewrite changes one of
+# them; the swap checks the bytes). DirState.settled and DirState.prev keep it as JSON lists.
+Key = list[int]
+
+
+def stat_key(identity: FileIdentity | None) -> Key | None:
+    return None if identity is None else [identity.ino, identity.size, identity.mtime_ns]
+
+
+def key_now(dir_fd: int, name: str) -> Key | None:
+    """An index file's stat key as it is now; None: missing. One that is not a regular file,
+    or that its owner may not write (a person's "do not touch"; a chmod keeps the mtime),
+    gives [], which no key equals: memoryd leaves only writable regular files."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or not st.st_mode & stat.S_IWUSR:
+        return []
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def still(dir_fd: int, name: str, identity: FileIdentity | None) -> bool:
+    """Whether an index file is still the one a pass read or wrote as `identity` (None: still
+    missing): what it holds of that file may be taken instead of reading it again."""
+    return key_now(dir_fd, name) == stat_key(identity)
+
+
+def left_as(state: DirState, position: int, key: Key | None) -> bool:
+    """THE rule: whether the index file at `position` (0: MEMORY.md, 1: the archive) whose
+    stat key is `key` is the very file memoryd's last verified pass over the managed index
+    left (DirState.settled, None: left missing). Every view that takes what an earlier pass
+    knew instead of reading the dir again asks it: the daemon's held view, the settled view
+    of `memoryd index` and of the dream pass's update, ownership's "as left", the settle
+    wait (a file memoryd wrote is never "being written")."""
+    settled = state.settled
+    return bool(state.known and state.managed and settled) and settled[position] == key
+
+
+def settings_key(index: IndexConfig, heading: str) -> str:
+    """The settings a pass ran under, as DirState.settled records them: a reload that changes
+    them, or another title, means a pass over the whole index."""
+    return hashlib.sha256(repr((index, heading)).encode("utf-8")).hexdigest()[:16]
+
+
 def settled_mark(
     main: FileIdentity | None, archive: FileIdentity | None, index: IndexConfig, heading: str
 ) -> list[Any]:
-    """What DirState.settled records for index files a verified pass left as they are: their
-    identities (inode, size, mtime_ns, which any rewrite changes; the daemon's held index
-    trusts no more than that either), and the settings the pass ran under."""
-    settings = hashlib.sha256(repr((index, heading)).encode("utf-8")).hexdigest()[:16]
-    return [stat_key(main), stat_key(archive), settings]
+    """What DirState.settled records for the index files a verified pass left: their stat
+    keys and the settings it ran under (see left_as)."""
+    return [stat_key(main), stat_key(archive), settings_key(index, heading)]
+
+
+def settled_under(state: DirState, index: IndexConfig, heading: str) -> bool:
+    """Whether the settled record was made under these settings."""
+    return len(state.settled) > 2 and state.settled[2] == settings_key(index, heading)
 
 
 def as_left(state: DirState, main: FileIdentity | None) -> bool:
-    """Whether MEMORY.md is the file memoryd's last verified pass over a managed index left
-    (DirState.settled): its pointer lines are memoryd's own, whatever share of the files
-    they cover (a pass in the middle of a burst gives pointers only to the files past their
-    grace), so they are no sign of an index a person organised."""
-    return bool(
-        state.known and state.managed and state.settled and main is not None
-        and state.settled[0] == stat_key(main)
-    )  # fmt: skip
+    """Whether MEMORY.md is the file memoryd's last verified pass over a managed index left:
+    its pointer lines are memoryd's own, whatever share of the files they cover (a pass in
+    the middle of a burst gives pointers only to the files past their grace), so they are no
+    sign of an index a person organised."""
+    return main is not None and left_as(state, 0, stat_key(main))
 
 
-def stat_key(identity: FileIdentity | None) -> list[int] | None:
-    return None if identity is None else [identity.ino, identity.size, identity.mtime_ns]
+def held_as_left(
+    dir_fd: int, state: DirState, held: Held, local: "Local", index: IndexConfig
+) -> bool:
+    """Whether the daemon's held view still stands: both index files are as memoryd's last
+    pass left them (left_as), that pass is the one that made the view, and under the settings
+    of now (a reload means a full pass)."""
+    main, archive = key_now(dir_fd, INDEX_NAME), key_now(dir_fd, ARCHIVE_NAME)
+    return (
+        left_as(state, 0, main)
+        and left_as(state, 1, archive)
+        and main == stat_key(held.main)
+        and archive == stat_key(held.archive)
+        and settled_under(state, index, local.heading)
+    )
 
 
 def budget_of(index: IndexConfig) -> Budget:
@@ -590,3 +635,132 @@ def budget_of(index: IndexConfig) -> Budget:
 def view_kind(md: MemoryDir) -> ViewKind:
     """How Claude Code loads this dir's MEMORY.md (agentview.view_kind_of)."""
     return view_kind_of(md.path, md.kind)
+
+
+# --- the held read: the changed files only, over what an earlier pass left ----------------------
+def late_bytes_pending(dir_fd: int, md: MemoryDir, state: DirState) -> bool:
+    """Whether .MEMORY.md.prev is not as memoryd left it (a writer's late bytes, or one left in
+    a work tree): the full pass looks at it first (see write.late_write)."""
+    if not state.prev:
+        return False
+    if gitwork.work_tree(md.real_path) is not None:
+        return True
+    return bool(fsops.stat_id(dir_fd, PREV_NAME) != state.prev[0])
+
+
+@dataclass(slots=True)
+class HeldRead:
+    """The held view as one pass read it: the held index, the files named in `only` read
+    again (the scan of them, or of the whole dir), the memories with their entries as of now,
+    ownership, and the dir's state as loaded."""
+
+    held: Held
+    only: Set[str]
+    scan: DirScan
+    memories: dict[str, Entry]
+    changed_files: dict[str, Scanned]
+    ownership: Ownership
+    state: DirState
+    vouches_for_seen: bool  # `seen` named every held memory (see Held.seen_token)
+
+
+def read_held(
+    rt: Runtime,
+    md: MemoryDir,
+    held: Held,
+    only: Set[str],
+    state: DirState | None = None,
+    whole: DirScan | None = None,
+    mode: str | None = None,
+) -> HeldRead | None:
+    """Read for a pass over `held` after `only` changed; None: the full read is needed.
+
+    It applies while the index files are as the view has them: the daemon's as memoryd's last
+    pass left them (held_as_left), the settled view's as it just read them (`whole`: the scan
+    of the whole dir that view made, which holds the changed files already); while the dir is
+    managed and no late bytes wait in .MEMORY.md.prev."""
+    if INDEX_NAME in only or ARCHIVE_NAME in only:
+        return None
+    state = rt.store.load(md.real_path) if state is None else state
+    local = local_of(rt, md)
+    with fsops.open_dir(md.real_path) as dir_fd:
+        if whole is None:
+            valid = held_as_left(dir_fd, state, held, local, rt.config.index)
+        else:
+            valid = still(dir_fd, INDEX_NAME, held.main) and still(
+                dir_fd, ARCHIVE_NAME, held.archive
+            )
+        if not valid or late_bytes_pending(dir_fd, md, state):
+            return None
+    parse = rt.config.parse
+    scan = whole or scan_dir(
+        md.real_path,
+        max_file_bytes=parse.max_file_bytes,
+        max_frontmatter_bytes=parse.max_frontmatter_bytes,
+        previous=held.scan,
+        only=only,
+        versions=rt.versions,
+    )
+    memories = dict(held.memories)
+    changed_files = {n: scan.files[n] for n in only if n in scan.files}
+    for name in only:
+        info = changed_files.get(name)
+        if info is not None and info.kind == "memory":
+            memories[name] = local.entry(info)
+        else:
+            memories.pop(name, None)
+    arrived = None
+    if held.seen_token is not None and rt.store.seen_token(md.real_path) is held.seen_token:
+        # `seen` names the held memories: only a changed file can be new to it (no look at
+        # the 10,000 others, which costs more than the rest of the ownership check).
+        arrived = {n for n in only if n in memories and n not in state.seen}
+    ownership = decide_ownership(
+        held.index.main,
+        None,
+        {},
+        memories.keys(),
+        mode or rt.config.override_for(md.path).mode,
+        state.seen.keys(),
+        archive_targets=held.index.where.keys(),
+        # The last pass gave every memory file a pointer but those still in their grace.
+        only_missing=only | held.waiting,
+        arrived=arrived,
+        as_left=as_left(state, held.main),
+    )
+    if not ownership.managed:
+        return None  # the full pass says why, once
+    return HeldRead(
+        held, only, scan, memories, changed_files, ownership, state, arrived is not None
+    )
+
+
+@dataclass(slots=True)
+class SettledRead:
+    """A one-shot pass's read of a settled dir: the stat scan of the whole dir, what it holds
+    against memoryd's `seen` (Basis), and the held view of the index as it is with the names
+    whose lines a pass must look at (None: the index is not as memoryd's last pass left it)."""
+
+    scan: DirScan
+    basis: Basis
+    view: tuple[Held, set[str]] | None
+
+
+def read_settled_dir(
+    rt: Runtime, md: MemoryDir, state: DirState, forget: Set[str]
+) -> SettledRead | None:
+    """Read for `memoryd index` while the archive is as memoryd's last verified pass left it:
+    a stat scan of the dir finds the files new, gone, renamed or redescribed since, and the
+    held view takes the archive as it is. None: the full read (late bytes wait)."""
+    with fsops.open_dir(md.real_path) as dir_fd:
+        if late_bytes_pending(dir_fd, md, state):
+            return None
+    parse = rt.config.parse
+    scan = scan_dir(
+        md.real_path,
+        rt.store.load_cache(md.real_path),
+        max_file_bytes=parse.max_file_bytes,
+        max_frontmatter_bytes=parse.max_frontmatter_bytes,
+        versions=rt.versions,
+    )
+    basis = Basis.of(scan, state.seen)
+    return SettledRead(scan, basis, settled_view(rt, md, basis, forget, state))

@@ -17,16 +17,17 @@ from memoryd.fsops import FileIdentity
 from memoryd.indexing.outcome import IndexOutcome, IndexStatus
 from memoryd.indexing.plan import Plan
 from memoryd.indexing.read import (
-    BOM,
     BeingWritten,
     Held,
     IndexKeeper,
     Request,
+    encode,
     local_of,
     read_index_file,
     settled_mark,
     stat_key,
     view_kind,
+    with_bom,
 )
 from memoryd.indexing.scan import DirScan, Scanned
 from memoryd.model import index_held
@@ -39,10 +40,6 @@ from memoryd.model.index import (
 from memoryd.model.index_edit import IndexEdit, note_own
 from memoryd.runtime import Runtime
 from memoryd.state import DirState
-
-
-def encode(text: str, bom: bool) -> bytes:
-    return (("\ufeff" if bom else "") + text).encode("utf-8")
 
 
 def report_problems(
@@ -426,12 +423,6 @@ def remove_stray_temps(rt: Runtime, md: MemoryDir, scan: DirScan) -> None:
         stray = fsops.remove_stray_temps(md.real_path, scan.own_temps, time.time())
         if stray:
             rt.audit.write("index.temp_removed", dir=md.path, files=stray)
-
-
-def with_bom(data: fsops.Content, bom: bool) -> fsops.Content:
-    if not bom:
-        return data
-    return BOM + data if isinstance(data, bytes) else [BOM, *data]
 
 
 def _verify_changed(

@@ -8,7 +8,7 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Mapping, MutableMapping, Sequence, Set
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -209,6 +209,32 @@ class SomeArchiveLines:
     final_newline: bool
 
 
+@dataclass(slots=True)
+class _Work:
+    """The edit's working state: both files' lines as each step leaves them, and what the
+    steps need of the texts they came from."""
+
+    inp: IndexInput
+    edit: IndexEdit
+    main_text: str
+    blank_main: bool
+    eol: str
+    main_final_nl: bool
+    main: list[Line]
+    arch: list[Line]
+    archive_exists: bool
+    arch_eol: str
+    arch_final_nl: bool
+    # Lines the agent cannot see for what the text holds (a comment block, stripped
+    # frontmatter): hand-written, kept as they are, and no pointer of them indexes a memory.
+    # They are known by identity, so the filtering of each step keeps the mark (and `hidden`
+    # keeps them alive, so no line made later can take an identity over).
+    shadow: dict[int, Hidden] = field(default_factory=dict)
+    seen_view: View | None = None
+    rewrote: dict[int, str] = field(default_factory=dict)  # id of a line rewritten -> before
+    had_archive: bool = False
+
+
 def edit_lines(
     inp: IndexInput, some: SomeArchiveLines | None = None
 ) -> tuple[IndexEdit, list[Line]]:
@@ -218,41 +244,59 @@ def edit_lines(
     of `index_held`, which looks only at the lines a change can affect. The returned edit's
     `archive` is then the text of those lines after the edit, not of the whole archive.
     """
-    edit = IndexEdit(main=inp.main, archive=inp.archive)
+    work = _start(inp, some)
+    _drop_gone(work)
+    _follow_renames(work)
+    _collapse_duplicates(work)
+    _add_new(work)
+    _demote_over_budget(work)
+    _render(work, some)
+    return work.edit, work.arch
+
+
+def _start(inp: IndexInput, some: SomeArchiveLines | None) -> _Work:
+    """Both files as lines, their line endings, and the lines the agent cannot see."""
     main_text = inp.main or ""
     blank_main = not main_text.strip()
     eol = dominant_eol(main_text) if main_text else "\n"
-    main_final_nl = main_text.endswith("\n") if main_text else True
-    main_lines = split_lines(main_text) if not blank_main else []
+    work = _Work(
+        inp,
+        IndexEdit(main=inp.main, archive=inp.archive),
+        main_text,
+        blank_main,
+        eol,
+        main_text.endswith("\n") if main_text else True,
+        split_lines(main_text) if not blank_main else [],
+        [],
+        False,
+        eol,
+        True,
+    )
     if some is not None:
-        arch_lines = some.lines
-        archive_exists = some.exists
-        arch_eol = some.eol or eol
-        arch_final_nl = some.final_newline
-    else:
+        work.arch, work.archive_exists = some.lines, some.exists
+        work.arch_eol, work.arch_final_nl = some.eol or eol, some.final_newline
+    elif inp.archive is not None:
         arch_text = inp.archive
-        arch_lines = split_lines(arch_text) if arch_text is not None else []
-        archive_exists = arch_text is not None
-        arch_eol = dominant_eol(arch_text) if arch_text else eol
-        arch_final_nl = arch_text.endswith("\n") if arch_text else True
-        if arch_text is not None and not has_frontmatter(arch_text):
+        work.arch, work.archive_exists = split_lines(arch_text), True
+        if arch_text:
+            work.arch_eol, work.arch_final_nl = dominant_eol(arch_text), arch_text.endswith("\n")
+        if not has_frontmatter(arch_text):
             # An archive from before memoryd wrote one gets its frontmatter (once: then it
             # has one). The held edit (index_held) refuses such an archive, so this runs.
-            arch_lines = [*archive_frontmatter(inp.heading, arch_eol), *arch_lines]
-    had_archive = archive_exists
-    # Lines the agent cannot see for what the text holds (a comment block, stripped
-    # frontmatter): hand-written, kept as they are, and no pointer of them indexes a memory.
-    # They are known by identity, so the filtering below keeps the mark (and `hidden` keeps
-    # them alive, so no line made later can take an identity over).
-    shadow: dict[int, Hidden] = {}
-    seen_view: View | None = None
-    if main_lines and ("<!--" in main_text or main_text.startswith("---")):
-        seen_view = view_of(main_text, inp.budget, inp.view)
-        construct = seen_view.construct
-        hidden = [(main_lines[n], why) for n, why in construct.items() if n < len(main_lines)]
-        shadow = {id(line): why for line, why in hidden}
+            work.arch = [*archive_frontmatter(inp.heading, work.arch_eol), *work.arch]
+    work.had_archive = work.archive_exists
+    if work.main and ("<!--" in main_text or main_text.startswith("---")):
+        work.seen_view = view_of(main_text, inp.budget, inp.view)
+        lines = work.main
+        hidden = [(lines[n], why) for n, why in work.seen_view.construct.items() if n < len(lines)]
+        work.shadow = {id(line): why for line, why in hidden}
+    return work
 
-    # 1. Pointer lines of gone files go; dead and invalid links are reported and kept.
+
+def _drop_gone(work: _Work) -> None:
+    """1. Pointer lines of gone files go; dead and invalid links are reported and kept."""
+    inp, edit, shadow = work.inp, work.edit, work.shadow
+
     def keep(line: Line) -> bool:
         link = line.link
         if link is None or id(line) in shadow:
@@ -268,48 +312,54 @@ def edit_lines(
         edit.dead_links.append(link.target)
         return True
 
-    main_lines = [line for line in main_lines if keep(line)]
-    arch_lines = [line for line in arch_lines if keep(line)]
+    work.main = [line for line in work.main if keep(line)]
+    work.arch = [line for line in work.arch if keep(line)]
 
-    # 2. A line exactly as memoryd would have written it from the previous name/description
-    #    follows the file's new name/description; a person's wording is never touched.
-    rewrote: dict[int, str] = {}  # id of a line rewritten -> its content before
-    for line in (*main_lines, *arch_lines):
-        link = line.link
-        if link is None or link.kind is not LinkKind.LOCAL or link.target not in inp.memories:
+
+def _memory_pointer(work: _Work, line: Line) -> str | None:
+    """The memory a visible pointer line indexes (None: not one)."""
+    link = line.link
+    if link is None or link.kind is not LinkKind.LOCAL or link.target not in work.inp.memories:
+        return None
+    return None if id(line) in work.shadow else link.target
+
+
+def _follow_renames(work: _Work) -> None:
+    """2. A line exactly as memoryd would have written it from the previous name/description
+    follows the file's new name/description; a person's wording is never touched."""
+    inp = work.inp
+    for line in (*work.main, *work.arch):
+        target = _memory_pointer(work, line)
+        if target is None:
             continue
-        if id(line) in shadow:
-            continue
-        entry = inp.memories[link.target]
-        prev = inp.seen.get(link.target)
+        entry = inp.memories[target]
+        prev = inp.seen.get(target)
         if prev is None or prev == (entry.name, entry.description):
             continue
         if line.content == render_pointer(entry.filename, prev[0], prev[1], inp.separator):
-            rewrote[id(line)] = line.content
+            work.rewrote[id(line)] = line.content
             line.content = render_pointer(
                 entry.filename, entry.name, entry.description, inp.separator
             )
-            edit.rewritten.append(entry.filename)
+            work.edit.rewritten.append(entry.filename)
 
-    # 3. Duplicate pointers to one file collapse: memoryd's own line (the one its state
-    #    recorded, not one that merely looks like its template) loses to any other, and among
-    #    the others the first wins (MEMORY.md before the archive). The record follows: it
-    #    names the line left if memoryd wrote it (a rewrite above included), else nothing.
-    #    A hidden line takes no part: it is the person's and stays, and the visible pointer
-    #    beside it is the one that indexes the memory for the agent.
+
+def _collapse_duplicates(work: _Work) -> None:
+    """3. Duplicate pointers to one file collapse: memoryd's own line (the one its state
+    recorded, not one that merely looks like its template) loses to any other, and among the
+    others the first wins (MEMORY.md before the archive). The record follows: it names the
+    line left if memoryd wrote it (a rewrite above included), else nothing. A hidden line
+    takes no part: it is the person's and stays, and the visible pointer beside it is the one
+    that indexes the memory for the agent."""
     groups: dict[str, list[Line]] = {}
-    for line in (*main_lines, *arch_lines):
-        link = line.link
-        if (
-            link is not None
-            and link.kind is LinkKind.LOCAL
-            and link.target in inp.memories
-            and id(line) not in shadow
-        ):
-            groups.setdefault(link.target, []).append(line)
+    for line in (*work.main, *work.arch):
+        target = _memory_pointer(work, line)
+        if target is not None:
+            groups.setdefault(target, []).append(line)
     losers: set[int] = set()
+    edit, rewrote = work.edit, work.rewrote
     for target, group in groups.items():
-        record = inp.own.get(target)
+        record = work.inp.own.get(target)
         if len(group) < 2 and record is None and id(group[0]) not in rewrote:
             continue  # the agent's one line: nothing to decide, nothing to record
         mine = [_is_generated(rewrote.get(id(ln), ln.content), record) for ln in group]
@@ -324,115 +374,165 @@ def edit_lines(
         if now_own != record:
             edit.own[target] = now_own
     if losers:
-        main_lines = [ln for ln in main_lines if id(ln) not in losers]
-        arch_lines = [ln for ln in arch_lines if id(ln) not in losers]
+        work.main = [ln for ln in work.main if id(ln) not in losers]
+        work.arch = [ln for ln in work.arch if id(ln) not in losers]
 
-    # 4. New memory files past their grace get a pointer after the last pointer line (one
-    #    the agent can see); so does a memory whose only pointers are hidden.
+
+def _indexed(work: _Work) -> set[str]:
+    """The files a visible pointer of either file names."""
     indexed = {
         ln.link.target
-        for ln in (*main_lines, *arch_lines)
-        if ln.link is not None and ln.link.kind is LinkKind.LOCAL and id(ln) not in shadow
+        for ln in (*work.main, *work.arch)
+        if ln.link is not None and ln.link.kind is LinkKind.LOCAL and id(ln) not in work.shadow
     }
-    if "\r" in main_text:  # a pointer after a lone CR is one the agent reads (cr_links)
-        for ln in main_lines:
+    if "\r" in work.main_text:  # a pointer after a lone CR is one the agent reads (cr_links)
+        for ln in work.main:
             if "\r" in ln.content:
-                hiding = seen_view if id(ln) in shadow else None
+                hiding = work.seen_view if id(ln) in work.shadow else None
                 indexed.update(link.target for link in cr_visible(ln.content, hiding))
+    return indexed
+
+
+def _add_new(work: _Work) -> None:
+    """4. New memory files past their grace get a pointer after the last pointer line (one
+    the agent can see); so does a memory whose only pointers are hidden."""
+    inp, edit = work.inp, work.edit
+    indexed = _indexed(work)
     unindexed = sorted(set(inp.memories) - indexed)
-    for ln in main_lines:
-        why = shadow.get(id(ln))
+    for ln in work.main:
+        why = work.shadow.get(id(ln))
         link = ln.link
         if why is not None and link is not None and link.target in inp.memories.keys() - indexed:
             edit.shadowed.setdefault(link.target, why)
     new = [f for f in unindexed if f in inp.ready]
     edit.waiting = [f for f in unindexed if f not in inp.ready]
-    if new:
-        edit.added = new
-        # A restored pointer goes back where it was, when that place is still there.
-        placed = {} if blank_main else _put_back_placed(main_lines, new, inp, eol)
-        new = [f for f in new if f not in placed]
-        added = [_new_pointer(f, inp, eol) for f in new]
-    if new:
-        if blank_main:
-            heading = Line(f"# {inp.heading} Memory", eol)
-            main_lines = [heading, Line("", eol), *added]
-            main_final_nl = True
-        else:
-            # After the last pointer to a file of this dir; links to the web or elsewhere
-            # (a "## Links" section) are not where a new memory belongs.
-            last_pointer = max(
-                (
-                    i
-                    for i, ln in enumerate(main_lines)
-                    if ln.link is not None
-                    and ln.link.kind is LinkKind.LOCAL
-                    and id(ln) not in shadow
-                ),
-                default=None,
-            )
-            if last_pointer is None:
-                last_pointer = max(
-                    (
-                        i
-                        for i, ln in enumerate(main_lines)
-                        if ln.link is not None and id(ln) not in shadow
-                    ),
-                    default=None,
-                )
-            if last_pointer is None:
-                if main_lines and not main_lines[-1].eol:
-                    main_lines[-1].eol = eol
-                if main_lines and main_lines[-1].content.strip():
-                    main_lines.append(Line("", eol))
-                main_lines.extend(added)
-            else:
-                if not main_lines[last_pointer].eol:
-                    main_lines[last_pointer].eol = eol
-                main_lines[last_pointer + 1 : last_pointer + 1] = added
+    if not new:
+        return
+    edit.added = new
+    # A restored pointer goes back where it was, when that place is still there.
+    placed = {} if work.blank_main else _put_back_placed(work.main, new, inp, work.eol)
+    added = [_new_pointer(f, inp, work.eol) for f in new if f not in placed]
+    if added:
+        _insert_new(work, added)
 
-    # 5. Budget: demote the oldest eligible entries into the archive while over the window.
+
+def _insert_new(work: _Work, added: list[Line]) -> None:
+    eol, lines = work.eol, work.main
+    if work.blank_main:
+        work.main = [Line(f"# {work.inp.heading} Memory", eol), Line("", eol), *added]
+        work.main_final_nl = True
+        return
+    # After the last pointer to a file of this dir; links to the web or elsewhere (a
+    # "## Links" section) are not where a new memory belongs.
+    last = _last_pointer(work, local=True)
+    if last is None:
+        last = _last_pointer(work, local=False)
+    if last is None:
+        if lines and not lines[-1].eol:
+            lines[-1].eol = eol
+        if lines and lines[-1].content.strip():
+            lines.append(Line("", eol))
+        lines.extend(added)
+        return
+    if not lines[last].eol:
+        lines[last].eol = eol
+    lines[last + 1 : last + 1] = added
+
+
+def _last_pointer(work: _Work, *, local: bool) -> int | None:
+    """The last visible pointer line of MEMORY.md (`local`: to a file of this dir)."""
+    return max(
+        (
+            i
+            for i, ln in enumerate(work.main)
+            if ln.link is not None
+            and (not local or ln.link.kind is LinkKind.LOCAL)
+            and id(ln) not in work.shadow
+        ),
+        default=None,
+    )
+
+
+# --- 5. the budget ------------------------------------------------------------------------------
+def _with_trailer(work: _Work, lines: list[Line], force: bool = False) -> list[Line]:
+    """MEMORY.md's lines with the one trailer line that points to the archive, counting all
+    memories (when there is an archive, or one is made now)."""
+    inp, eol = work.inp, work.eol
     total = len(inp.memories) if inp.total is None else inp.total
-    trailer_line = Line(TRAILER_TEXT.format(n=total), eol)
-
-    def with_trailer(lines: list[Line], force: bool = False) -> list[Line]:
-        trailer_at = [i for i, ln in enumerate(lines) if TRAILER.match(ln.content)]
-        if not trailer_at:
-            if not (archive_exists or edit.demoted or force):
-                return lines
-            out = list(lines)
-            if out and not out[-1].eol:
-                out[-1] = Line(out[-1].content, eol, out[-1].link)
-            if out and out[-1].content.strip():
-                out.append(Line("", eol))
-            out.append(trailer_line)
-            return out
-        out = [ln for i, ln in enumerate(lines) if i == trailer_at[0] or i not in trailer_at]
-        first = out[trailer_at[0]]
-        match = TRAILER.match(first.content)
-        if match and int(match.group(1)) != total:
-            out[trailer_at[0]] = Line(TRAILER_TEXT.format(n=total), first.eol)
+    trailer_at = [i for i, ln in enumerate(lines) if TRAILER.match(ln.content)]
+    if not trailer_at:
+        if not (work.archive_exists or work.edit.demoted or force):
+            return lines
+        out = list(lines)
+        if out and not out[-1].eol:
+            out[-1] = Line(out[-1].content, eol, out[-1].link)
+        if out and out[-1].content.strip():
+            out.append(Line("", eol))
+        out.append(Line(TRAILER_TEXT.format(n=total), eol))
         return out
+    out = [ln for i, ln in enumerate(lines) if i == trailer_at[0] or i not in trailer_at]
+    first = out[trailer_at[0]]
+    match = TRAILER.match(first.content)
+    if match and int(match.group(1)) != total:
+        out[trailer_at[0]] = Line(TRAILER_TEXT.format(n=total), first.eol)
+    return out
 
-    def render_main(lines: list[Line], force_trailer: bool = False) -> str:
-        return _joined(with_trailer(lines, force_trailer), main_final_nl, eol)
 
-    target_mode = inp.budget.mode == "target"
-    first_text = render_main(main_lines) if inp.budget.mode != "never" and main_lines else ""
-    if first_text and not fits_view(
-        first_text, view_of(first_text, inp.budget, inp.view), inp.budget, target=target_mode
+def _render_main(work: _Work, lines: list[Line], force_trailer: bool = False) -> str:
+    return _joined(_with_trailer(work, lines, force_trailer), work.main_final_nl, work.eol)
+
+
+def _demote_over_budget(work: _Work) -> None:
+    """5. Budget: demote the oldest eligible entries into the archive while over the window."""
+    inp = work.inp
+    first_text = _render_main(work, work.main) if inp.budget.mode != "never" and work.main else ""
+    if not first_text or fits_view(
+        first_text,
+        view_of(first_text, inp.budget, inp.view),
+        inp.budget,
+        target=inp.budget.mode == "target",
     ):
-        main_lines = _split_lone_crs(main_lines, shadow, eol)
-        # (age, file, where) of the pointers that may go, oldest first: each line's entry is
-        # looked up once (a generator of four lookups a line was a tenth of a first index).
-        # Those changed within keep_recent go last, and only while the agent's window is
-        # exceeded (never for the soft target): a newer pointer is never left where the
-        # agent does not load it (DESIGN amendments, "Visibility over recency").
+        return
+    work.main = _split_lone_crs(work.main, work.shadow, work.eol)
+    demotion = _Demotion.of(work)
+    demotion.run()
+    demoted_at = demotion.demoted_at
+    if demoted_at:
+        moved = [ln for i, ln in enumerate(work.main) if i in demoted_at]
+        work.main = [ln for i, ln in enumerate(work.main) if i not in demoted_at]
+        work.arch = _append_to_archive(
+            work.arch, moved, inp.heading, inp.today, work.arch_eol, work.archive_exists
+        )
+        work.arch_final_nl = True
+        work.archive_exists = True
+
+
+MAX_ROUNDS = 10  # measurements of MEMORY.md while demoting (each after an estimate fell short)
+
+
+@dataclass(slots=True)
+class _Demotion:
+    """The pointers that may go, oldest first, taken until MEMORY.md fits."""
+
+    work: _Work
+    queue: Iterator[tuple[float, str, int]]
+    strict: bool  # the soft target (else the agent's window)
+    later: list[list[tuple[float, str, int]]]
+    demoted_at: set[int] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, work: _Work) -> "_Demotion":
+        """(age, file, where) of the pointers that may go, oldest first: each line's entry is
+        looked up once (a generator of four lookups a line was a tenth of a first index).
+        Those changed within keep_recent go last, and only while the agent's window is
+        exceeded (never for the soft target): a newer pointer is never left where the agent
+        does not load it (DESIGN amendments, "Visibility over recency")."""
+        inp = work.inp
         older: list[tuple[float, str, int]] = []
         recent: list[tuple[float, str, int]] = []
-        for index, ln in enumerate(main_lines):
+        for index, ln in enumerate(work.main):
             link = ln.link
-            if link is None or link.kind is not LinkKind.LOCAL or id(ln) in shadow:
+            if link is None or link.kind is not LinkKind.LOCAL or id(ln) in work.shadow:
                 continue
             mem = inp.memories.get(link.target)
             if mem is not None and mem.type != "user":
@@ -440,82 +540,84 @@ def edit_lines(
                 (recent if young else older).append((mem.age_ts, link.target, index))
         older.sort()
         recent.sort()
-        demoted_at: set[int] = set()
-        queue, strict, later = iter(older), target_mode, [recent]
-        rounds = 0
-        while True:
-            # Subtract each demoted line from one measurement of the agent's view instead of
-            # re-rendering per line (quadratic at 10,000 entries); then measure again exactly,
-            # and go on only if the estimate fell short (trimmed edges, lone CRs).
-            text = render_main(
-                [ln for i, ln in enumerate(main_lines) if i not in demoted_at], force_trailer=True
-            )
-            view = view_of(text, inp.budget, inp.view)
-            if fits_view(text, view, inp.budget, target=strict) or rounds > 8:
-                break
-            rounds += 1
+        return cls(work, iter(older), inp.budget.mode == "target", [recent])
+
+    def run(self) -> None:
+        """Subtract each demoted line from one measurement of the agent's view instead of
+        re-rendering per line (quadratic at 10,000 entries); then measure again exactly, and
+        go on only if the estimate fell short (trimmed edges, lone CRs)."""
+        work, budget = self.work, self.work.inp.budget
+        for rounds in range(MAX_ROUNDS):
+            kept = [ln for i, ln in enumerate(work.main) if i not in self.demoted_at]
+            text = _render_main(work, kept, force_trailer=True)
+            view = view_of(text, budget, work.inp.view)
+            if fits_view(text, view, budget, target=self.strict) or rounds == MAX_ROUNDS - 1:
+                return
             # Over 4 MiB the agent loads nothing: estimate from the raw text (never less).
             m = measure(text) if view.too_big else measure_view(text, view)
-            lines_left, chars, size = m.lines, m.chars, m.bytes
-            progressed = False
-            # Lines demoted whose characters and bytes are not subtracted yet: while the line
-            # count alone is over the window no estimate can fit, so they are subtracted in
-            # one go once it is not (9,870 demoted lines at a first index: one encode, not
-            # 20,000). The sums are the same either way.
-            pending: list[Line] = []
-            if not view.folded and lines_left > inp.budget.max_lines + 1:
-                # Each line takes exactly one off the count: the lines after which it is still
-                # over the window by more than one (the loop below goes on past them without a
-                # look) are taken in one go; the loop takes the next one.
-                bulk = list(itertools.islice(queue, lines_left - inp.budget.max_lines - 1))
-                demoted_at.update(index for _, _, index in bulk)
-                edit.demoted.extend(target for _, target, _ in bulk)
-                pending.extend(main_lines[index] for _, _, index in bulk)
-                lines_left -= len(bulk)
-                progressed = bool(bulk)
-            for _, target, index in queue:
-                line = main_lines[index]
-                demoted_at.add(index)
-                edit.demoted.append(target)
-                progressed = True
-                lines_left -= 1 + (line.content.count("\r") if view.folded else 0)
-                pending.append(line)
-                if lines_left > inp.budget.max_lines:
-                    continue
-                contents = "".join([ln.content for ln in pending])
-                ends = len(pending) if view.folded else sum(len(ln.eol or eol) for ln in pending)
-                chars -= utf16_len(contents) + ends
-                size -= len(contents.encode("utf-8")) + len(eol) * len(pending)
-                pending.clear()
-                estimate = Measure(lines_left, chars, size)
-                if fits(estimate, inp.budget, target=strict):
-                    break
-            if not progressed:
-                if not (later and later[-1]):
-                    break
-                queue, strict = iter(later.pop()), False  # the recent ones: for the window
-        if demoted_at:
-            moved = [ln for i, ln in enumerate(main_lines) if i in demoted_at]
-            main_lines = [ln for i, ln in enumerate(main_lines) if i not in demoted_at]
-            arch_lines = _append_to_archive(
-                arch_lines, moved, inp.heading, inp.today, arch_eol, archive_exists
-            )
-            arch_final_nl = True
-            archive_exists = True
+            if not self._take(view, m) and not self._next_queue():
+                return
 
-    if main_lines:
-        edit.main = render_main(main_lines)
-    elif blank_main:
-        edit.main = inp.main
+    def _next_queue(self) -> bool:
+        """Go on with the recent pointers, for the window only; False: none left."""
+        if not (self.later and self.later[-1]):
+            return False
+        self.queue, self.strict = iter(self.later.pop()), False
+        return True
+
+    def _take(self, view: View, m: Measure) -> bool:
+        """Demote from the queue until the estimate fits; whether any line was taken.
+
+        Lines demoted whose characters and bytes are not subtracted yet: while the line count
+        alone is over the window no estimate can fit, so they are subtracted in one go once
+        it is not (9,870 demoted lines at a first index: one encode, not 20,000). The sums
+        are the same either way."""
+        work, budget, eol = self.work, self.work.inp.budget, self.work.eol
+        lines_left, chars, size = m.lines, m.chars, m.bytes
+        pending: list[Line] = []
+        progressed = False
+        if not view.folded and lines_left > budget.max_lines + 1:
+            # Each line takes exactly one off the count: the lines after which it is still
+            # over the window by more than one are taken in one go; the loop takes the next.
+            bulk = list(itertools.islice(self.queue, lines_left - budget.max_lines - 1))
+            self._demote(bulk, pending)
+            lines_left -= len(bulk)
+            progressed = bool(bulk)
+        for item in self.queue:
+            line = work.main[item[2]]
+            self._demote([item], pending)
+            progressed = True
+            lines_left -= 1 + (line.content.count("\r") if view.folded else 0)
+            if lines_left > budget.max_lines:
+                continue
+            contents = "".join([ln.content for ln in pending])
+            ends = len(pending) if view.folded else sum(len(ln.eol or eol) for ln in pending)
+            chars -= utf16_len(contents) + ends
+            size -= len(contents.encode("utf-8")) + len(eol) * len(pending)
+            pending.clear()
+            if fits(Measure(lines_left, chars, size), budget, target=self.strict):
+                break
+        return progressed
+
+    def _demote(self, items: Sequence[tuple[float, str, int]], pending: list[Line]) -> None:
+        self.demoted_at.update(index for _, _, index in items)
+        self.work.edit.demoted.extend(target for _, target, _ in items)
+        pending.extend(self.work.main[index] for _, _, index in items)
+
+
+def _render(work: _Work, some: SomeArchiveLines | None) -> None:
+    """The texts of both files as the steps left them, measured against the window."""
+    inp, edit = work.inp, work.edit
+    if work.main:
+        edit.main = _render_main(work, work.main)
     else:
-        edit.main = ""
-    if had_archive or edit.demoted:
-        edit.archive = _finish(arch_lines, arch_final_nl, arch_eol)
+        edit.main = inp.main if work.blank_main else ""
+    if work.had_archive or edit.demoted:
+        edit.archive = _finish(work.arch, work.arch_final_nl, work.arch_eol)
         if some is None:
-            edit.archive_links = _links_as_written(arch_lines, {*edit.added, *edit.rewritten})
+            edit.archive_links = _links_as_written(work.arch, {*edit.added, *edit.rewritten})
     else:
         edit.archive = None
-
     if edit.main is not None:
         view = view_of(edit.main, inp.budget, inp.view)
         final = measure_view(edit.main, view)
@@ -526,14 +628,13 @@ def edit_lines(
             edit.outside = (
                 [] if edit.fits_window else outside_window(edit.main, inp.budget, view=view)
             )
-    if edit.dead_links and edit.main is not None and view_reshaped(main_text, edit.main):
+    if edit.dead_links and edit.main is not None and view_reshaped(work.main_text, edit.main):
         # Dead links are reported for the index as written: one the edit's own change hid
         # (removing a first pointer above a `---` line makes the rest frontmatter) is no
         # pointer of the agent's any more, and one it revealed is one.
         dead = {link.target for link in visible_local_links(edit.main, inp.view)}
-        dead.update(ln.link.target for ln in arch_lines if ln.link is not None)
+        dead.update(ln.link.target for ln in work.arch if ln.link is not None)
         edit.dead_links = [t for t in edit.dead_links if t in dead]
-    return edit, arch_lines
 
 
 def _split_lone_crs(lines: list[Line], shadow: Mapping[int, Hidden], eol: str) -> list[Line]:

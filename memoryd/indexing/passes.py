@@ -142,8 +142,9 @@ def ownership_for_dream(rt: Runtime, md: MemoryDir) -> IndexOutcome:
 def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
     """One index pass of one dir under its locks; retries from the other writer's version.
 
-    The held view (a pass over just the changed files) is tried first when the caller has one;
-    where it does not apply (see _index_changed) or another writer got in, the full view runs.
+    The held view (a pass over just the changed files) is tried first when the caller has one,
+    or the settled view for a one-shot update; where neither applies (read.read_held,
+    read.read_settled_dir) or another writer got in, the full view runs.
     """
     writes = not req.check and rt.effect.writes
     with contextlib.ExitStack() as stack:
@@ -156,70 +157,71 @@ def run_pass(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
                 message="another memoryd process is working on this dir; looking again shortly",
                 retry_after=time.time() + BUSY_RETRY,
             )
-        previous = req.previous
-        scanned: DirScan | None = None
-        # A restore, and a dir git tracks, take the full view: the held views know only that
-        # the dir was managed, not whether a tracked one is memoryd's to write (see read_full).
-        restoring = bool(req.preferred or req.placements) or bool(
-            gitwork.hands_off_reason(md.real_path, rt.named, rt.config.paths.manage_repos)
-        )
-        if req.held is not None and req.only is not None and writes and not restoring:
-            try:
-                fast = _index_changed(rt, md, req.held, req)
-            except WriteConflict as conflict:
-                report_conflict(rt, md, 1, conflict)
-                fast = None
-                previous = None  # the other writer may have changed anything: scan in full
-            if fast is not None:
-                return fast
-        elif req.settled and writes and not restoring and req.held is None and not req.hold:
-            try:
-                fast, scanned = _index_settled(rt, md, req)
-            except WriteConflict as conflict:
-                report_conflict(rt, md, 1, conflict)
-                fast, scanned = None, None  # the other writer may have changed anything
-            if fast is not None:
-                return fast
-        waited = 0.0
+        fast, req = _held_first(rt, md, req) if writes else (None, req)
+        if fast is not None:
+            return fast
         try:
-            attempt = 0
-            while attempt < CONFLICT_RETRIES:
-                attempt += 1
-                # After a conflict the other writer may have changed anything: scan in full.
-                first = attempt == 1
-                try:
-                    return _index_once(
-                        rt,
-                        md,
-                        replace(
-                            req,
-                            previous=previous if first else None,
-                            scanned=scanned if first else None,
-                            only=req.only if first else None,
-                            known=req.known if first else (None, None),
-                        ),
-                    )
-                except WriteConflict as conflict:
-                    report_conflict(rt, md, attempt, conflict)
-                except BeingWritten as busy:
-                    # Like a memory file still changing: the daemon looks again once it is
-                    # due; a command waits a little for it, then says so and leaves it.
-                    pause = max(busy.due - rt.clock(), 0.05)
-                    if req.daemon or waited + pause > SETTLE_WAIT:
-                        return settling_outcome(md, busy, req.daemon)
-                    rt.sleep(pause)
-                    waited += pause
-                    attempt -= 1  # not a conflict: the wait does not use up a retry
+            return _full_with_retries(rt, md, req)
         finally:
             release_parsed()
-        return IndexOutcome(
-            md,
-            IndexStatus.CONFLICT,
-            message=(
-                f"{md.path / INDEX_NAME}: another writer kept changing it; nothing was lost, "
-                "memoryd will try again on the next change"
-            ),
-        )
+
+
+def _held_first(rt: Runtime, md: MemoryDir, req: Request) -> tuple[IndexOutcome | None, Request]:
+    """The held or settled view's pass, if one applies; else None and the request for the full
+    pass (given the settled view's scan, or told to scan in full after a conflict)."""
+    # A restore, and a dir git tracks, take the full view: the held views know only that
+    # the dir was managed, not whether a tracked one is memoryd's to write (see read_full).
+    if req.preferred or req.placements:
+        return None, req
+    if gitwork.hands_off_reason(md.real_path, rt.named, rt.config.paths.manage_repos):
+        return None, req
+    if req.held is not None and req.only is not None:
+        try:
+            return _index_changed(rt, md, req.held, req), req
+        except WriteConflict as conflict:
+            report_conflict(rt, md, 1, conflict)
+            return None, replace(req, previous=None)  # they may have changed anything
+    if req.settled and req.held is None and not req.hold:
+        try:
+            fast, scanned = _index_settled(rt, md, req)
+        except WriteConflict as conflict:
+            report_conflict(rt, md, 1, conflict)
+            return None, req  # the other writer may have changed anything: scan in full
+        return fast, replace(req, scanned=scanned)
+    return None, req
+
+
+def _full_with_retries(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:
+    """The full view's pass, again from the other writer's version after a conflict, and
+    after a wait for an index file another program is writing."""
+    waited = 0.0
+    attempt = 0
+    while attempt < CONFLICT_RETRIES:
+        attempt += 1
+        # After a conflict the other writer may have changed anything: scan in full.
+        if attempt > 1:
+            req = replace(req, previous=None, scanned=None, only=None, known=(None, None))
+        try:
+            return _index_once(rt, md, req)
+        except WriteConflict as conflict:
+            report_conflict(rt, md, attempt, conflict)
+        except BeingWritten as busy:
+            # Like a memory file still changing: the daemon looks again once it is due; a
+            # command waits a little for it, then says so and leaves it.
+            pause = max(busy.due - rt.clock(), 0.05)
+            if req.daemon or waited + pause > SETTLE_WAIT:
+                return settling_outcome(md, busy, req.daemon)
+            rt.sleep(pause)
+            waited += pause
+            attempt -= 1  # not a conflict: the wait does not use up a retry
+    return IndexOutcome(
+        md,
+        IndexStatus.CONFLICT,
+        message=(
+            f"{md.path / INDEX_NAME}: another writer kept changing it; nothing was lost, "
+            "memoryd will try again on the next change"
+        ),
+    )
 
 
 def _index_once(rt: Runtime, md: MemoryDir, req: Request) -> IndexOutcome:

@@ -176,45 +176,56 @@ def write_and_report(
     state.settled = (
         [] if outcome.problems else settled_mark(main_id, archive_id, cfg, local_of(rt, md).heading)
     )
+    state.note_gone(left, now)
+    _remember(rt, md, req, state, plan)
+    held_ok = outcome.status in (IndexStatus.UPDATED, IndexStatus.UNCHANGED)
+    if (req.hold or plan.scope is not None) and held_ok and edit.main is not None:
+        outcome.held = _leave_held(rt, md, plan, main_id, archive_id)
+    return outcome
+
+
+def _remember(rt: Runtime, md: MemoryDir, req: Request, state: DirState, plan: Plan) -> None:
+    """Save what this pass over a managed index leaves in the dir's state (and its cache)."""
+    separator = rt.config.index.separator
     state.known = True
     state.managed = True
     state.reported.pop("unmanaged", None)
-    state.note_gone(left, now)
     if plan.scope is None:
-        _remember_all(state, plan, cfg.separator, req.preferred.keys())
+        _remember_all(state, plan, separator, req.preferred.keys())
         rt.store.save(md.real_path, state)
         if req.persist_cache:
-            rt.store.save_cache(md.real_path, scan.files)
+            rt.store.save_cache(md.real_path, plan.scan.files)
     else:
-        own_changed = _remember_changed(state, plan, cfg.separator)
+        own_changed = _remember_changed(state, plan, separator)
         rt.store.save(md.real_path, state, seen_changed=plan.scope, own_changed=own_changed)
-    if (
-        (req.hold or plan.scope is not None)
-        and outcome.status
-        in (
-            IndexStatus.UPDATED,
-            IndexStatus.UNCHANGED,
-        )
-        and edit.main is not None
-    ):
-        index = plan.index
-        if index is None:
-            index = index_held.hold(edit.main, edit.archive, set(edit.dead_links))
-        held_bom = (plan.main.bom, plan.archive.bom)
-        outcome.held = Held(
-            scan,
-            index,
-            plan.memories,
-            main_id,
-            archive_id,
-            *held_bom,
-            frozenset(edit.waiting),
-            cfg,
-            # Only a pass that began from its own `seen` leaves one that names `memories`
-            # (after another process's save, the next full pass makes them agree again).
-            rt.store.seen_token(md.real_path) if plan.vouches_for_seen else None,
-        )
-    return outcome
+
+
+def _leave_held(
+    rt: Runtime,
+    md: MemoryDir,
+    plan: Plan,
+    main_id: FileIdentity | None,
+    archive_id: FileIdentity | None,
+) -> Held:
+    """The held view this pass leaves for the next one of a caller that keeps it."""
+    edit = plan.edit
+    index = plan.index
+    if index is None:
+        index = index_held.hold(edit.main, edit.archive, set(edit.dead_links))
+    return Held(
+        plan.scan,
+        index,
+        plan.memories,
+        main_id,
+        archive_id,
+        plan.main.bom,
+        plan.archive.bom,
+        frozenset(edit.waiting),
+        rt.config.index,
+        # Only a pass that began from its own `seen` leaves one that names `memories`
+        # (after another process's save, the next full pass makes them agree again).
+        rt.store.seen_token(md.real_path) if plan.vouches_for_seen else None,
+    )
 
 
 def _remember_all(state: DirState, plan: Plan, separator: str, restored: Set[str]) -> None:

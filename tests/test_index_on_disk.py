@@ -708,7 +708,8 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     real = decide_ownership  # the function the pass's modules imported, and call by its name
 
     def spy(*args, **kwargs):
-        given.append(kwargs.get("arrived"))
+        last = args[5] if len(args) > 5 else kwargs.get("last")
+        given.append(last.arrived if last is not None else None)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(read, "decide_ownership", spy)  # the held read's and the full read's

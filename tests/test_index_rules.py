@@ -10,6 +10,7 @@ from memoryd.model import index, index_edit
 from memoryd.model.index import (
     TRAILER,
     Budget,
+    LastPass,
     LinkKind,
     classify_link,
     decide_ownership,
@@ -332,10 +333,10 @@ def test_ownership_stays_with_memoryd_when_many_new_files_arrive() -> None:
     files = known | {f"new{i}.md" for i in range(50)}
     ours = "- [a](a.md)\n- [b](b.md)\n"
     assert not decide_ownership(ours, None, {}, files).managed
-    assert decide_ownership(ours, None, {}, files, known=known).managed
-    assert decide_ownership(ours, None, {}, {"n1.md", "n2.md"}, known=known).managed
+    assert decide_ownership(ours, None, {}, files, last=LastPass(known)).managed
+    assert decide_ownership(ours, None, {}, {"n1.md", "n2.md"}, last=LastPass(known)).managed
     rewritten = "# My own tree\n- [topics](topics.md)\n"
-    assert not decide_ownership(rewritten, None, {}, files, known=known).managed
+    assert not decide_ownership(rewritten, None, {}, files, last=LastPass(known)).managed
 
 
 # Pointer-like lines of every form the two pointer scans must agree on.

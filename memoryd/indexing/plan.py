@@ -27,6 +27,7 @@ from memoryd.model.index import (
     ARCHIVE_NAME,
     INDEX_NAME,
     Entry,
+    LastPass,
     LinkKind,
     decide_ownership,
     split_lines,
@@ -152,7 +153,9 @@ def as_planned(
     None: plan (the config or a mark turned the dir off since, a file was made read-only)."""
     override = mode or rt.config.override_for(md.path).mode
     # The reason is the one a full pass gives (a manage mark or the config before "as left").
-    ownership = decide_ownership(held.index.main, None, {}, frozenset(), override, as_left=True)
+    ownership = decide_ownership(
+        held.index.main, None, {}, frozenset(), override, LastPass(as_left=True)
+    )
     if not ownership.managed:
         return None
     with fsops.open_dir(md.real_path) as dir_fd:  # (made read-only since: the pass says so)

@@ -32,6 +32,7 @@ from memoryd.model.index import (
     PREV_NAME,
     Budget,
     Entry,
+    LastPass,
     LinkKind,
     Ownership,
     Place,
@@ -344,10 +345,8 @@ def read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Snap
         else:
             override = req.mode or cfg.override_for(md.path).mode
             known = set(state.seen) if state.known and state.managed else None
-            ownership = decide_ownership(
-                main.text, archive.text, {}, memories, override, known,
-                as_left=as_left(state, main.identity),
-            )  # fmt: skip
+            last = LastPass(known, as_left(state, main.identity))
+            ownership = decide_ownership(main.text, archive.text, {}, memories, override, last)
             tracked = _tracked(rt, md, main.text, ownership, override)
             if tracked:
                 ownership = Ownership(False, tracked)
@@ -356,7 +355,7 @@ def read_full(rt: Runtime, md: MemoryDir, state: DirState, req: Request) -> Snap
                 # files): it costs a read of each, which most dirs never need.
                 linked = _linked_texts(dir_fd, main.text, scan)
                 ownership = decide_ownership(
-                    main.text, archive.text, linked, memories, override, known
+                    main.text, archive.text, linked, memories, override, LastPass(known)
                 )
         read_only = _read_only_reason(md, (main, archive))
         if read_only and ownership.managed:
@@ -720,12 +719,14 @@ def read_held(
         {},
         memories.keys(),
         mode or rt.config.override_for(md.path).mode,
-        state.seen.keys(),
-        archive_targets=held.index.where.keys(),
-        # The last pass gave every memory file a pointer but those still in their grace.
-        only_missing=only | held.waiting,
-        arrived=arrived,
-        as_left=as_left(state, held.main),
+        LastPass(
+            state.seen.keys(),
+            as_left(state, held.main),
+            archive_targets=held.index.where.keys(),
+            # The last pass gave every memory file a pointer but those still in their grace.
+            only_missing=only | held.waiting,
+            arrived=arrived,
+        ),
     )
     if not ownership.managed:
         return None  # the full pass says why, once

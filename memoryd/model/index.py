@@ -408,31 +408,71 @@ class Ownership:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class LastPass:
+    """What a caller knows of memoryd's last pass over this index (decide_ownership).
+
+    `known`: when memoryd managed this index at its last pass, the memory files it knew then.
+    Files that arrived since are what the index should gain, so they do not count against
+    ownership (a burst of new files must not turn a managed index into an unmanaged one); a
+    person rewriting the index into something else still does. `as_left`: MEMORY.md is the
+    file that pass left, so every pointer line in it is memoryd's own: managed. The held view
+    also knows `archive_targets` (the archive's pointer targets, not re-read from its text),
+    `only_missing` (no other memory file can lack a pointer: the daemon, after a pass that
+    gave every file one, knows only the changed and the waiting can) and `arrived` (the memory
+    files not in `known`, known without looking at every file).
+    """
+
+    known: Set[str] | None = None
+    as_left: bool = False
+    archive_targets: Set[str] | None = None
+    only_missing: Set[str] | None = None
+    arrived: Set[str] | None = None
+
+
 def decide_ownership(
     main: str | None,
     archive: str | None,
     linked: Mapping[str, str],
     memory_files: Set[str],
     override: str = "auto",
-    known: Set[str] | None = None,
-    archive_targets: Set[str] | None = None,
-    only_missing: Set[str] | None = None,
-    arrived: Set[str] | None = None,
-    as_left: bool = False,
+    last: LastPass = LastPass(),
 ) -> Ownership:
     """Is this index a list of pointers memoryd may edit? (DESIGN §3, "Whose index is it?").
+    A mark or the config decides first; else whether most memory files have a pointer."""
+    said = _ownership_said(main, archive, override, last.as_left)
+    if said is not None:
+        return said
+    assert main is not None  # (a missing MEMORY.md is said to be memoryd's above)
+    # The files that count are those memoryd knew; the set of those that arrived since is
+    # small, where a copy of the others would be 10,000 names on every daemon pass.
+    # (`memory_files - known` would copy all of them first: dict views subtract that way.)
+    known, arrived = last.known, last.arrived
+    if known is None:
+        arrived = frozenset[str]()
+    elif arrived is None:
+        arrived = set(itertools.filterfalse(known.__contains__, memory_files))
+    total = len(memory_files) - len(arrived)
+    if known is not None and not total:
+        return Ownership(True, "memoryd managed this index and every file since is new")
+    if not total:
+        return Ownership(True, "the dir has no memory files yet")
+    uncovered = _uncovered(main, archive, linked, memory_files, arrived, last)
+    covered = total - len(uncovered)
+    if covered * 2 >= total:
+        return Ownership(True, f"{covered} of {total} memory files have pointer lines")
+    return Ownership(
+        False,
+        f"only {covered} of {total} memory files are pointer targets: this index is "
+        f"hand-organised (add {MANAGE_MARK} to MEMORY.md to let memoryd manage it)",
+    )
 
-    `known`: when memoryd managed this index at its last pass, the memory files it knew then.
-    Files that arrived since are what the index should gain, so they do not count against
-    ownership (a burst of new files must not turn a managed index into an unmanaged one);
-    a person rewriting the index into something else still does. `archive_targets`: the
-    archive's pointer targets when the caller holds them already (not re-read from its text).
-    `only_missing`: when the caller knows that no other memory file can lack a pointer (the
-    daemon, after a pass that gave every file one: only the changed and the waiting can).
-    `arrived` (with `known`): the memory files not in `known`, from a caller that knows them
-    without looking at every file. `as_left`: MEMORY.md is the file memoryd's last pass over
-    this managed index left, so every pointer line in it is memoryd's own: managed.
-    """
+
+def _ownership_said(
+    main: str | None, archive: str | None, override: str, as_left: bool
+) -> Ownership | None:
+    """Ownership as a merge's conflict markers, a mark, the config or the last pass say it;
+    None: the pointers decide."""
     for label, text in ((INDEX_NAME, main), (ARCHIVE_NAME, archive)):
         line = conflict_line(text) if text else None
         if line is not None:  # either side's pointers may be meant: none are taken
@@ -449,18 +489,18 @@ def decide_ownership(
         return Ownership(True, f"MEMORY.md holds {MANAGE_MARK}")
     if as_left:
         return Ownership(True, "MEMORY.md is as memoryd's last pass left it")
-    # The files that count are those memoryd knew; the set of those that arrived since is
-    # small, where a copy of the others would be 10,000 names on every daemon pass.
-    # (`memory_files - known` would copy all of them first: dict views subtract that way.)
-    if known is None:
-        arrived = frozenset[str]()
-    elif arrived is None:
-        arrived = set(itertools.filterfalse(known.__contains__, memory_files))
-    total = len(memory_files) - len(arrived)
-    if known is not None and not total:
-        return Ownership(True, "memoryd managed this index and every file since is new")
-    if not total:
-        return Ownership(True, "the dir has no memory files yet")
+    return None
+
+
+def _uncovered(
+    main: str,
+    archive: str | None,
+    linked: Mapping[str, str],
+    memory_files: Set[str],
+    arrived: Set[str],
+    last: LastPass,
+) -> set[str]:
+    """The memory files that count (not `arrived`) with no pointer line anywhere."""
     # MEMORY.md's lines as the edit parses them (cached: the edit that follows takes them, so
     # a MEMORY.md of 10,000 lines at a first index is parsed once, not once more here).
     targets = {
@@ -469,30 +509,23 @@ def decide_ownership(
         if link is not None and link.kind is LinkKind.LOCAL
     }
     targets.update(link.target for link in cr_links(main))
+    archive_targets = last.archive_targets
     if archive is not None and archive_targets is None:
         targets.update(pointer_targets(archive))
     for name, text in linked.items():
         if name in targets or (archive_targets is not None and name in archive_targets):
             targets.update(pointer_targets(text))
     elsewhere = archive_targets if archive_targets is not None else frozenset()
-    if only_missing is not None:
-        uncovered = {
+    if last.only_missing is not None:
+        return {
             f
-            for f in only_missing
+            for f in last.only_missing
             if f in memory_files and f not in arrived and f not in targets and f not in elsewhere
         }
-    else:
-        uncovered = set(memory_files) - targets
-        uncovered.difference_update(arrived)
-        uncovered.difference_update(elsewhere)  # no copy of the archive's 10,000 targets
-    covered = total - len(uncovered)
-    if covered * 2 >= total:
-        return Ownership(True, f"{covered} of {total} memory files have pointer lines")
-    return Ownership(
-        False,
-        f"only {covered} of {total} memory files are pointer targets: this index is "
-        f"hand-organised (add {MANAGE_MARK} to MEMORY.md to let memoryd manage it)",
-    )
+    uncovered = set(memory_files) - targets
+    uncovered.difference_update(arrived)
+    uncovered.difference_update(elsewhere)  # no copy of the archive's 10,000 targets
+    return uncovered
 
 
 # --- budget ------------------------------------------------------------------------------------

@@ -5,10 +5,12 @@ import os
 import time
 from pathlib import Path
 
-from memoryd.config import Config
+from memoryd import fsops
+from memoryd.config import Config, IndexConfig
 from memoryd.discover import explicit_dirs
 from memoryd.indexing import passes
 from memoryd.indexing.outcome import IndexStatus
+from memoryd.indexing.read import key_now, left_as, settled_under
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, local_links
 from tests.conftest import Env, tree_digest, write_memory
 
@@ -128,3 +130,32 @@ def test_a_burst_the_daemon_indexed_in_part_stays_managed(env: Env, tmp_path: Pa
     events = [r.get("event") for r in env.audit_rows()]
     assert "index.unmanaged" not in events
     assert events.count("index.updated") <= 3, "a handful of writes for the burst"
+
+
+def test_one_rule_says_when_an_index_file_is_as_memoryds_last_pass_left_it(
+    env: Env, tmp_path: Path
+) -> None:
+    """read.left_as is the one rule the held, settled and dream views ask, over one stat
+    spelling: the file memoryd's last verified pass left, writable, under the same settings.
+    A chmod (which keeps the mtime) or a rewrite of the same bytes is no longer that file."""
+    folder = _folder(tmp_path)
+    rt, md = env.runtime(), _dir(folder)
+    assert passes.update(rt, md).status is IndexStatus.UPDATED
+    state = rt.store.load(md.real_path)
+    heading = md.heading
+    assert settled_under(state, rt.config.index, heading)
+    assert not settled_under(state, IndexConfig(separator=" -- "), heading)
+    with fsops.open_dir(folder) as dir_fd:
+        assert left_as(state, 0, key_now(dir_fd, INDEX_NAME))
+        assert left_as(state, 1, key_now(dir_fd, ARCHIVE_NAME))  # left missing, still missing
+        os.chmod(folder / INDEX_NAME, 0o444)
+        assert key_now(dir_fd, INDEX_NAME) == [] and not left_as(state, 0, [])
+        os.chmod(folder / INDEX_NAME, 0o644)
+        assert left_as(state, 0, key_now(dir_fd, INDEX_NAME))
+        text = (folder / INDEX_NAME).read_text()
+        (folder / "tmp").write_text(text)
+        (folder / "tmp").replace(folder / INDEX_NAME)  # the same bytes, another file
+        assert not left_as(state, 0, key_now(dir_fd, INDEX_NAME))
+    # An index another pass left is not this one's either, nor an unmanaged dir's.
+    state.managed = False
+    assert not left_as(state, 1, None)

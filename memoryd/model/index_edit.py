@@ -316,22 +316,27 @@ def _drop_gone(work: _Work) -> None:
     work.arch = [line for line in work.arch if keep(line)]
 
 
-def _memory_pointer(work: _Work, line: Line) -> str | None:
-    """The memory a visible pointer line indexes (None: not one)."""
-    link = line.link
-    if link is None or link.kind is not LinkKind.LOCAL or link.target not in work.inp.memories:
-        return None
-    return None if id(line) in work.shadow else link.target
+def _memory_pointers(work: _Work) -> list[tuple[Line, str]]:
+    """The visible pointer lines of both files to a memory file, with the memory each names
+    (one pass over the lines, locals only: an archive holds 10,000 of them)."""
+    memories, shadow, local = work.inp.memories, work.shadow, LinkKind.LOCAL
+    return [
+        (line, link.target)
+        for line in (*work.main, *work.arch)
+        if (link := line.link) is not None
+        and link.kind is local
+        and link.target in memories
+        and id(line) not in shadow
+    ]
 
 
 def _follow_renames(work: _Work) -> None:
     """2. A line exactly as memoryd would have written it from the previous name/description
     follows the file's new name/description; a person's wording is never touched."""
     inp = work.inp
-    for line in (*work.main, *work.arch):
-        target = _memory_pointer(work, line)
-        if target is None:
-            continue
+    if not inp.seen:
+        return  # nothing memoryd saw before: nothing to follow
+    for line, target in _memory_pointers(work):
         entry = inp.memories[target]
         prev = inp.seen.get(target)
         if prev is None or prev == (entry.name, entry.description):
@@ -352,10 +357,8 @@ def _collapse_duplicates(work: _Work) -> None:
     takes no part: it is the person's and stays, and the visible pointer beside it is the one
     that indexes the memory for the agent."""
     groups: dict[str, list[Line]] = {}
-    for line in (*work.main, *work.arch):
-        target = _memory_pointer(work, line)
-        if target is not None:
-            groups.setdefault(target, []).append(line)
+    for line, target in _memory_pointers(work):
+        groups.setdefault(target, []).append(line)
     losers: set[int] = set()
     edit, rewrote = work.edit, work.rewrote
     for target, group in groups.items():

@@ -58,7 +58,7 @@ def update(
     """`memoryd index` (and the index update after recovery, with the files it moved back as
     `forget`): bring MEMORY.md in step with the dir's files. While the index files are as
     memoryd's last verified pass left them, only the lines of files that changed since are
-    looked at (see _index_settled)."""
+    looked at (see read.read_settled_dir)."""
     return run_pass(rt, md, Request(grace=grace, forget=forget, settled=True))
 
 

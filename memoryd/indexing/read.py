@@ -298,7 +298,7 @@ class Request:
     hold: bool = False
     wait_lock: bool = True
     daemon: bool = False
-    # Try the held view of a settled index first (see _index_settled).
+    # Try the held view of a settled index first (see read.read_settled_dir).
     settled: bool = False
     # MEMORY.md and the archive as the caller read them (the dream pass's probe): taken
     # instead of read again while each is still that file (index_file_again).

@@ -8,7 +8,7 @@ from typing import Any
 
 import _synth
 
-from memoryd.index import INDEX_NAME
+from memoryd.model.index import INDEX_NAME
 
 try:
     import frontmatter

@@ -54,7 +54,7 @@ from _stats import markdown_table, percentile
 from memoryd.audit import iter_lines
 from memoryd.config import parse_duration
 from memoryd.discover.slugs import slugify
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, POINTER
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, POINTER
 
 MS = 1e-3
 MB = 1024 * 1024
@@ -418,8 +418,9 @@ def child_watch(path: str) -> None:
 def shim(counts_path: str, argv: list[str]) -> int:
     """Run `memoryd` in this process with counters around the daemon's event handler, its
     passes and its shutdown (timestamps only: nothing it does is changed)."""
-    from memoryd import cli, indexer
+    from memoryd import cli
     from memoryd.daemon import loop as dmod
+    from memoryd.indexing import passes
 
     record: dict[str, Any] = {"signals": {}, "overflows": [], "process": [], "index": []}
     on_signal, on_overflow = dmod.Daemon.on_signal, dmod.Daemon.on_overflow
@@ -447,7 +448,9 @@ def shim(counts_path: str, argv: list[str]) -> int:
         Path(counts_path).write_text(json.dumps(record))
         return code
 
-    update_changed = indexer.update_changed  # indexer's use case for the daemon, as it imports it
+    update_changed = (
+        passes.update_changed
+    )  # the index pass's use case for the daemon, as it imports it
 
     def patched_update_changed(*a: Any, **kw: Any) -> Any:
         start = time.monotonic()

@@ -63,7 +63,6 @@ from typing import Any
 import _synth
 from _stats import markdown_table, percentile, timed
 
-from memoryd import indexer
 from memoryd.config import Config, with_claude_home
 from memoryd.discover.finder import explicit_dirs
 from memoryd.discover.found import MemoryDir
@@ -80,8 +79,9 @@ from memoryd.dream.similar import (
     candidates_for,
     significant_words,
 )
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
-from memoryd.indexer import MAX_INDEX_BYTES
+from memoryd.indexing import passes
+from memoryd.indexing.read import MAX_INDEX_BYTES
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime
 from memoryd.state import StateStore
@@ -837,11 +837,11 @@ def carry_facts(store: StateStore, src: Path, dst: Path) -> None:
 
 def settle(rt: Runtime, md: MemoryDir) -> str:
     """Index the dir until nothing changes, as the daemon would have before any pass."""
-    outcome = indexer.update(rt, md)
+    outcome = passes.update(rt, md)
     for _ in range(2):
         if outcome.status != "updated":
             break
-        outcome = indexer.update(rt, md)
+        outcome = passes.update(rt, md)
     return outcome.status + (f" ({outcome.message})" if outcome.message else "")
 
 

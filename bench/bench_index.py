@@ -31,14 +31,17 @@ import _synth
 from _naive import naive_load_all, naive_rebuild
 from _stats import markdown_table, percentile, timed
 
-from memoryd import fsops, indexer
+from memoryd import fsops
 from memoryd.config import Config, with_claude_home
 from memoryd.discover.finder import explicit_dirs
 from memoryd.discover.found import MemoryDir
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, POINTER
+from memoryd.indexing import passes, plan, read, write
+from memoryd.indexing.outcome import IndexOutcome
+from memoryd.indexing.read import Held
+from memoryd.indexing.scan import scan_dir
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, POINTER
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, tune_gc
-from memoryd.scan import scan_dir
 from memoryd.state import StateStore
 
 MS = 1e-3
@@ -200,9 +203,9 @@ def run_index(
 ) -> IndexRun:
     """Time an index pass after each of `reps` changes; `between` runs untimed after each.
 
-    `daemon`: the daemon's path after its debounce (`indexer.update_changed`): it holds what
+    `daemon`: the daemon's path after its debounce (`passes.update_changed`): it holds what
     its last pass left and the names the file events reported. Otherwise a one-shot
-    `memoryd index` (`indexer.update`).
+    `memoryd index` (`passes.update`).
     """
     run = IndexRun()
     held = daemon_pass(rt, md, None, None).held if daemon else None
@@ -216,7 +219,7 @@ def run_index(
             outcome = daemon_pass(rt, md, held, names)
             held = outcome.held
         else:
-            outcome = indexer.update(rt, md)
+            outcome = passes.update(rt, md)
         run.samples.append(time.perf_counter() - start)
         if outcome.status != "updated":
             run.bad.append(f"{outcome.status}: {outcome.message or outcome.problems[:2]}")
@@ -224,10 +227,10 @@ def run_index(
 
 
 def daemon_pass(
-    rt: Runtime, md: MemoryDir, held: indexer.Held | None, names: set[str] | None
-) -> indexer.IndexOutcome:
+    rt: Runtime, md: MemoryDir, held: Held | None, names: set[str] | None
+) -> IndexOutcome:
     """The daemon's pass (no grace: the bench's new files are indexed at once)."""
-    return indexer.update_changed(
+    return passes.update_changed(
         rt,
         md,
         grace=0.0,
@@ -286,7 +289,9 @@ def phase_timer() -> Iterator[dict[str, list[float]]]:
         ("update_index", "update_index"),
         ("verify_on_disk", "verify_on_disk"),
     ):
-        wrap(indexer, attr, label)
+        for module in (read, plan, write, passes):  # wherever the pass calls it by its own name
+            if hasattr(module, attr):
+                wrap(module, attr, label)
     wrap(fsops, "replace_file", "fsops.replace_file (write, fsync, swap)")
     wrap(StateStore, "load", "StateStore.load (sqlite)")
     wrap(StateStore, "load_cache", "StateStore.load_cache (sqlite, marshal)")
@@ -375,13 +380,13 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         rt = make_runtime(tmp)
         md = explicit_dirs(path, Config())[0]
         first = time.perf_counter()
-        outcome = indexer.update(rt, md)
+        outcome = passes.update(rt, md)
         first_pass = time.perf_counter() - first
         demoted = len(outcome.edit.demoted) if outcome.edit else 0
-        settle = [indexer.update(rt, md).status for _ in range(2)]
+        settle = [passes.update(rt, md).status for _ in range(2)]
         if settle[-1] != "unchanged":
             print(f"warning: the index did not settle after the first pass: {settle}")
-        idle = timed(lambda: indexer.update(rt, md), min(repeat, 5))
+        idle = timed(lambda: passes.update(rt, md), min(repeat, 5))
         settled = f"MEMORY.md {len((path / INDEX_NAME).read_bytes().splitlines())} lines"
         if (path / ARCHIVE_NAME).exists():
             settled += f", archive {(path / ARCHIVE_NAME).stat().st_size / MB:.1f} MB"
@@ -499,19 +504,21 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
             names = change(10_000)
             print("-- cProfile, figure 3 (the daemon's pass after a description change) --")
             print(profile_top(lambda: daemon_pass(rt, md, held, names), args.profile_lines))
-            passes = 10
+            n_passes = 10
             with phase_timer() as spent:
-                total = run_index(rt, md, lambda k: change(20_000 + k), passes, daemon=True).samples
+                total = run_index(
+                    rt, md, lambda k: change(20_000 + k), n_passes, daemon=True
+                ).samples
             print(
-                f"-- figure 3, where the time goes (mean of {passes} passes after a description "
+                f"-- figure 3, where the time goes (mean of {n_passes} passes after a description "
                 "change; exclusive times) --"
             )
             mean_total = statistics.fmean(total)
             rest = mean_total
             for label, values in sorted(spent.items(), key=lambda kv: -sum(kv[1])):
-                per_pass = sum(values) / passes
+                per_pass = sum(values) / n_passes
                 rest -= per_pass
-                calls = len(values) / passes
+                calls = len(values) / n_passes
                 print(f"  {fmt(per_pass, 'time'):>9}  {label} ({calls:g} call(s) a pass)")
             print(f"  {fmt(rest, 'time'):>9}  the rest of the pass")
             median_total = fmt(statistics.median(total), "time")

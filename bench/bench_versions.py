@@ -1,6 +1,6 @@
 """The version store's costs (issue 18), each beside the same work without the store, in one run.
 
-1. First start ever at N memories: `indexer.update` (scan every file, write the index) on a
+1. First start ever at N memories: `indexing.passes.update` (scan every file, write the index) on a
    fresh copy of the dir and an empty state dir, in process, with the collector tuned as in
    every memoryd process; with the store every file is stored once. Target: at most 10 % more
    than without. Also as CPU time, which the disk's writeback does not blur.
@@ -147,12 +147,13 @@ def cpu_seconds() -> float:
 
 
 def first_index(tmp: Path, template: Path, store: bool, k: int) -> tuple[float, float]:
-    """In process: `indexer.update` over a fresh copy and an empty state dir, with the
+    """In process: `indexing.passes.update` over a fresh copy and an empty state dir, with the
     collector tuned as in every memoryd process (cli.main, the daemon): wall seconds, and the
     CPU seconds of this process meanwhile (the store's work, without the disk's moods)."""
+
     from memoryd.config import Config, with_claude_home
     from memoryd.discover.finder import memory_dir_at
-    from memoryd.indexer import update
+    from memoryd.indexing.passes import update
     from memoryd.paths import AppPaths
     from memoryd.runtime import Runtime, tune_gc
     from memoryd.versions import kept

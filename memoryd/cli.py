@@ -21,7 +21,7 @@ from memoryd.errors import ConfigError, MemorydError, UsageError
 if TYPE_CHECKING:
     from memoryd.config import Config
     from memoryd.paths import AppPaths
-    from memoryd.runtime import Runtime
+    from memoryd.runtime import Effect, Runtime
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -176,10 +176,10 @@ def _named_command(words: Sequence[str]) -> str | None:
 
 
 @contextlib.contextmanager
-def _looking_only(args: argparse.Namespace) -> Iterator[None]:
+def _looking_only(effect: Effect) -> Iterator[None]:
     """A command that promises to write nothing (a read-only one, a dry run, `--check`) does
     not save even discovery's cache (memoryd.cwd_cache), for as long as it runs."""
-    if not (_read_only(args) or getattr(args, "dry_run", False) or getattr(args, "check", False)):
+    if effect.writes:
         yield
         return
     from memoryd.cwd_cache import LOOKING_ONLY
@@ -197,24 +197,26 @@ def _keeping_versions(
     """The Runtime with the version store for a command that may write
     (memoryd.commands.versions.keeping); the read-only commands do not even import it, nor a
     check or a dry run, which keep none (`rt` as it is)."""
-    from memoryd.commands.common import VERSIONED
-
-    if (
-        args.command not in VERSIONED
-        or getattr(args, "check", False)
-        or getattr(args, "dry_run", False)
-    ):
+    if not rt.effect.keeps_versions:
         return contextlib.nullcontext(rt)
     from memoryd.commands.versions import keeping
 
     return keeping(args, rt)
 
 
-def _read_only(args: argparse.Namespace) -> bool:
-    """A command that only looks (it runs on the built-in defaults when the file is invalid)."""
-    if args.command == "history":  # `--restore` writes a version back
-        return getattr(args, "restore", None) is None
-    return args.command in READ_ONLY or (args.command == "trash" and args.trash_command == "list")
+def effect_of(args: argparse.Namespace) -> Effect:
+    """What this command may change (runtime.Effect), decided here once for the whole run."""
+    from memoryd.commands.common import VERSIONED
+    from memoryd.runtime import Effect
+
+    command = args.command
+    if command == "history":  # `--restore` writes a version back
+        return Effect.LOOKS if getattr(args, "restore", None) is None else Effect.KEEPS
+    if command in READ_ONLY or (command == "trash" and args.trash_command == "list"):
+        return Effect.LOOKS
+    if getattr(args, "dry_run", False) or getattr(args, "check", False) or command == "explain":
+        return Effect.DRY
+    return Effect.KEEPS if command in VERSIONED else Effect.WRITES
 
 
 def _config_warning(error: ConfigError) -> str:
@@ -229,14 +231,17 @@ def _config_warning(error: ConfigError) -> str:
     )
 
 
-def _config(args: argparse.Namespace, paths: AppPaths, err: TextIO) -> Config | None:
+def _config(
+    args: argparse.Namespace, effect: Effect, paths: AppPaths, err: TextIO
+) -> Config | None:
     """The configuration this run uses, or None when it cannot run (said on `err`)."""
     from memoryd.config import Config, load_config
+    from memoryd.runtime import Effect
 
     try:
         return load_config(args.config, paths)
     except ConfigError as error:
-        if _read_only(args):
+        if effect is Effect.LOOKS:
             # A daemon may still run on the configuration it read before the file broke:
             # looking at it must not need the file fixed first.
             err.write(_config_warning(error))
@@ -283,10 +288,11 @@ def main(
         gc.enable()
     configure(file=err)  # warnings (an audit log that cannot be written) go where errors go
     paths = app_paths()
-    config = _config(args, paths, err)
+    effect = effect_of(args)
+    config = _config(args, effect, paths, err)
     if config is None:
         return EXIT_USAGE
-    rt = Runtime.create(config, paths)
+    rt = Runtime.create(config, paths, effect)
     from memoryd.storage import legacy
 
     legacy.import_once(rt.store)  # the state files of older versions, once
@@ -313,7 +319,7 @@ def _dispatch(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     run = command(args.command).run
     with (
         _keeping_versions(args, rt) as kept,
-        _looking_only(args),
+        _looking_only(rt.effect),
         paged(args, out) as shown_out,
     ):
         return run(args, kept, shown_out)

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from memoryd import fsops, secrets
 from memoryd.config import Config
 from memoryd.discover.found import MemoryDir
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.indexing.scan import DirScan
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import open_regular, read_open, read_problem
 from memoryd.runtime import Runtime
-from memoryd.scan import DirScan
 
 
 def secret_names(scan: "DirScan | None") -> list[str]:
@@ -30,8 +30,8 @@ def secret_names(scan: "DirScan | None") -> list[str]:
 
 
 if TYPE_CHECKING:
+    from memoryd.indexing.scan import DirScan
     from memoryd.links import Dangling
-    from memoryd.scan import DirScan
 
 
 def dir_secrets(

@@ -24,10 +24,10 @@ from memoryd.discover.finder import discover, memory_dir_of
 from memoryd.discover.found import MemoryDir
 from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.indexing.scan import scan_dir
 from memoryd.memfile import Memory, parse_memory
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.runtime import Runtime
-from memoryd.scan import scan_dir
 from memoryd.trash import store as trash
 from memoryd.trash.store import TrashRecord
 
@@ -175,7 +175,7 @@ def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
     were listed), journalled like a dream pass's moves, then update the index."""
     from memoryd.dream.read import probe_index
     from memoryd.dream.write import index_lines
-    from memoryd.indexer import index_after_dream
+    from memoryd.indexing.passes import index_after_dream
 
     result = Forgotten()
     pass_id = "forget-" + datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)

@@ -384,7 +384,7 @@ def replace_file(
     `prev_was`: the [inode, size, mtime_ns] `keep_prev` had when memoryd put it there. If it
     is still that inode but its size or mtime changed, a program that had the old file open
     (`slow_tool > MEMORY.md`) wrote to it since: it is never replaced (WriteConflict; the
-    caller brings those bytes back, see indexer._late_write).
+    caller brings those bytes back, see indexing.write.late_write).
     `on_own_write`: see OwnWrite. `versions`: the version store, told what was written.
     `refuse_held`: a file another program holds open for writing (`tool > a.md` not done
     yet) is not swapped out, whose later bytes would land in an unlinked file: WriteConflict

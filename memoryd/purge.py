@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops, secrets
-from memoryd.index import PREV_NAME
+from memoryd.model.index import PREV_NAME
 from memoryd.versions.kept import VersionStore
 from memoryd.versions.prune import histories
 from memoryd.versions.records import Version, versions

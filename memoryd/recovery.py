@@ -5,7 +5,7 @@ from pathlib import Path
 from memoryd import journal
 from memoryd.discover.finder import memory_dir_at
 from memoryd.errors import MemorydError
-from memoryd.indexer import update
+from memoryd.indexing.passes import update
 from memoryd.runtime import Runtime
 from memoryd.trash.store import TrashRecord
 

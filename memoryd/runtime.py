@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,24 @@ def boot_clock() -> tuple[str, float] | None:
         return None
 
 
+class Effect(StrEnum):
+    """What a command may change: decided once, where it starts (cli.effect_of), and passed
+    down as Runtime.effect; every "does this write? does it keep versions?" asks it."""
+
+    LOOKS = "looks"  # a read-only command: writes nothing, runs on defaults if the config is bad
+    DRY = "dry"  # a dry run, a check, `explain`: what a command would do; writes nothing at all
+    WRITES = "writes"  # writes memoryd's own files (state, settings), keeps no versions
+    KEEPS = "keeps"  # may write in memory dirs (and the daemon): keeps versions of what it reads
+
+    @property
+    def writes(self) -> bool:
+        return self in (Effect.WRITES, Effect.KEEPS)
+
+    @property
+    def keeps_versions(self) -> bool:
+        return self is Effect.KEEPS
+
+
 @dataclass(frozen=True)
 class Runtime:
     config: Config
@@ -42,7 +61,7 @@ class Runtime:
     today: Callable[[], date] = field(default=date.today)
     boot: Callable[[], tuple[str, float] | None] = field(default=boot_clock)
     sleep: Callable[[float], None] = field(default=time.sleep)  # a one-shot command's waits
-    dry_run: bool = False
+    effect: Effect = Effect.KEEPS
     # What dream passes keep for later ones made with this Runtime (see DreamMemo).
     dream: DreamMemo = field(default_factory=DreamMemo, repr=False, compare=False)
     # Told of each index write just before its swap (see fsops.OwnWrite): the daemon's.
@@ -54,8 +73,15 @@ class Runtime:
     # DIR`): an explicit request, so a memory dir git tracks under one of them is written.
     named: tuple[Path, ...] = ()
 
+    @property
+    def dry_run(self) -> bool:
+        """Whether this command writes nothing at all (no state, no audit row): its effect."""
+        return not self.effect.writes
+
     @classmethod
-    def create(cls, config: Config, paths: AppPaths | None = None) -> "Runtime":
+    def create(
+        cls, config: Config, paths: AppPaths | None = None, effect: Effect = Effect.KEEPS
+    ) -> "Runtime":
         paths = paths or app_paths()
         audit = AuditLog(
             paths.audit_log,
@@ -63,7 +89,13 @@ class Runtime:
             backups=config.log.backups,
             level=config.log.level,
         )
-        return cls(config=config, paths=paths, audit=audit, store=StateStore(paths.state_dir))
+        return cls(
+            config=config,
+            paths=paths,
+            audit=audit,
+            store=StateStore(paths.state_dir),
+            effect=effect,
+        )
 
 
 # A pass over 10,000 files allocates ~100,000 short-lived objects; the default thresholds then

@@ -30,7 +30,7 @@ from memoryd.paths import ensure_private_dir, read_bounded, read_problem
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 if TYPE_CHECKING:  # the parse cache's module (and its YAML parser) loads with the first cache
-    from memoryd.scan import Scanned
+    from memoryd.indexing.scan import Scanned
 
 # Names of files that left a dir kept in its state (see DirState.gone): ~40 bytes each, and
 # more than the circuit breaker lets one pass move from a 10,000-memory dir many times over.
@@ -63,7 +63,7 @@ class DirState:
     # MEMORY.md's and the archive's [inode, size, mtime_ns] (null when missing) as memoryd's
     # last index pass left them, and the settings it ran under; [] when that pass did not end
     # verified. While the archive is still that file, each of its lines is as an index pass
-    # wants it (see indexer.index_after_dream).
+    # wants it (see indexing.passes.index_after_dream).
     settled: list[Any] = field(default_factory=list)
     # Files memoryd saw leave the dir (deleted, moved to the trash) -> when: their pointers
     # stay removable after the pass that saw them go (an index write that failed, an agent's
@@ -73,7 +73,7 @@ class DirState:
     # [the [inode, size, mtime_ns] of the file memoryd's last write of MEMORY.md put under
     # .MEMORY.md.prev, and MEMORY.md's as that write left it]; [] when none is kept. If the
     # old file is written to later (a slow `tool > MEMORY.md` that truncated it before the
-    # swap), those bytes were meant for MEMORY.md (see indexer._late_write).
+    # swap), those bytes were meant for MEMORY.md (see indexing.write.late_write).
     prev: list[Any] = field(default_factory=list)
 
     def note_gone(self, names: Iterable[str], when: float) -> None:
@@ -457,7 +457,7 @@ class StateStore:
         return stamp
 
     def load_cache(self, real_path: Path) -> "dict[str, Scanned]":
-        from memoryd.scan import load_cache
+        from memoryd.indexing.scan import load_cache
 
         held = self._caches.get(real_path)
         key = dir_key(real_path)
@@ -482,7 +482,7 @@ class StateStore:
         return None if found is None else found[1]
 
     def save_cache(self, real_path: Path, files: "dict[str, Scanned]") -> None:
-        from memoryd.scan import dump_cache
+        from memoryd.indexing.scan import dump_cache
 
         held = self._caches.get(real_path)
         if held is not None and (held[1] is files or held[1] == files):

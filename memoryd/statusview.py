@@ -93,9 +93,9 @@ def _iso(ts: float) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
 
 
-# memoryd.scan's _CACHE_HEADER, spelled out (a test keeps the two equal): `status` counts the
-# cache's "kind" column without importing the scan machinery (YAML, the parsers: a sixth of
-# the command) or making an entry per file.
+# memoryd.indexing.scan's _CACHE_HEADER, spelled out (a test keeps the two equal): `status`
+# counts the cache's "kind" column without importing the scan machinery (YAML, the parsers: a
+# sixth of the command) or making an entry per file.
 SCAN_CACHE_HEADER = ("memoryd scan cache", 7, (
     "filename", "ino", "size", "mtime_ns", "kind", "sha256", "name", "description", "type",
     "modified_ts", "problem_kind", "problem_message", "problem_hint",

@@ -1,6 +1,7 @@
 """Helpers shared by more than one test module, in one place (fixtures live in conftest.py):
 no test module imports another."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,7 +21,12 @@ from memoryd.config import Config
 from memoryd.daemon import housekeeping
 from memoryd.discover.finder import explicit_dirs
 from memoryd.discover.found import MemoryDir
-from memoryd.index import Budget, Entry, IndexEdit, IndexInput, update_index
+from memoryd.indexing.outcome import IndexOutcome, IndexStatus
+from memoryd.indexing.passes import run_pass, update_changed
+from memoryd.indexing.read import Held, Request
+from memoryd.indexing.scan import DirScan
+from memoryd.model.index import Budget, Entry
+from memoryd.model.index_edit import IndexEdit, IndexInput, update_index
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, boot_clock
 from memoryd.trash import store as trash
@@ -797,3 +803,33 @@ def settled(folder: Path) -> None:
     probe = f"settled-{time.monotonic_ns()}.md"
     agent_write(folder, probe, "a change the daemon must have seen")
     wait_for(lambda: probe in index_text(folder), what="a pass after every change so far")
+
+
+def daemon_pass(
+    rt: Runtime,
+    md: MemoryDir,
+    *,
+    changed: set[str] | None = None,
+    held: Held | None = None,
+    previous: DirScan | None = None,
+) -> IndexOutcome:
+    """The daemon's pass (update_changed) with no grace: `changed` and `held` as its session
+    would pass them after an earlier pass. An index file just written (by the test) is
+    "settling": as the daemon does, the pass looks again once it is due, on a clock moved on
+    to then rather than after a sleep."""
+    outcome = update_changed(
+        rt, md, grace=0.0, settle=0.0, previous=previous, changed=changed, held=held
+    )
+    due = outcome.retry_after
+    if outcome.status is IndexStatus.SETTLING and due is not None:
+        later = dataclasses.replace(rt, clock=lambda: max(rt.clock(), due))
+        outcome = update_changed(
+            later, md, grace=0.0, settle=0.0, previous=previous, changed=changed, held=held
+        )
+    return outcome
+
+
+def index_pass(rt: Runtime, md: MemoryDir, **asked: object) -> IndexOutcome:
+    """One full index pass asked for with Request's fields (e.g. the dream probe's `mode`),
+    where a test must compare the full view with a use case's held one."""
+    return run_pass(rt, md, Request(**asked))  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memoryd import memfile
-from memoryd.index import pointer_targets, verify
+from memoryd.model.index import pointer_targets, verify
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import store as trash
 from tests.conftest import Env, write_memory
@@ -154,7 +154,7 @@ def test_a_new_archive_names_what_it_holds_to_claudes_scan() -> None:
 def test_the_archive_description_survives_any_project_name(heading: str) -> None:
     """A project name with `---` (which would end Claude Code's frontmatter early), `: #`,
     quotes, a backslash or a newline still gives one description naming it."""
-    from memoryd.index import archive_frontmatter
+    from memoryd.model.index_edit import archive_frontmatter
 
     lines = archive_frontmatter(heading, "\n")
     fields = claude_frontmatter("".join(line.text for line in lines) + "# x\n")
@@ -390,7 +390,7 @@ def test_a_lone_cr_index_is_one_window_line_whose_pointers_the_agent_reads() -> 
     every piece as a line: each pointer indexes its memory, so memoryd adds none again and
     verify finds each once."""
     from memoryd.agentview import ViewKind, agent_view
-    from memoryd.index import split_lines, visible_local_links
+    from memoryd.model.index import split_lines, visible_local_links
 
     view = agent_view(LONE_CR, ViewKind.AUTO)
     assert (view.lines, view.visible, view.warned) == (3, frozenset({0}), False)
@@ -429,7 +429,7 @@ def test_lone_cr_pieces_after_a_comment_are_read_and_pieces_inside_it_are_not() 
     own pieces from the agent: the pointers after it index their memories; a pointer inside
     a comment that spans pieces gets a visible one."""
     from memoryd.agentview import ViewKind
-    from memoryd.index import visible_local_links
+    from memoryd.model.index import visible_local_links
 
     mems = [entry(n) for n in ("a.md", "b.md", "c.md")]
     after = "<!-- memoryd: manage -->\r" + LONE_CR

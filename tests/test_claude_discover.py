@@ -21,8 +21,8 @@ from memoryd.config import Config, with_claude_home
 from memoryd.discover.finder import discover, discover_all
 from memoryd.discover.found import MemoryDir
 from memoryd.discover.slugs import slugify
-from memoryd.index import INDEX_NAME
-from memoryd.indexer import view_kind
+from memoryd.indexing.read import view_kind
+from memoryd.model.index import INDEX_NAME
 from tests.claude_client import BIN_ENV, Captured, MemoryBlock, claude_bin, run_claude
 from tests.helpers import git
 

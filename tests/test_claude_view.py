@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.agentview import ViewKind, agent_view
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, TRAILER, local_links, split_lines
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, TRAILER, local_links, split_lines
 from tests.claude_client import BIN_ENV, claude_bin, run_claude
 from tests.conftest import Env, write_memory
 from tests.helpers import OBSERVED

@@ -1,5 +1,6 @@
 """The command line: help for every command, exit codes, `memoryd log` for a person."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.cli import build_parser
+from memoryd.cli import build_parser, effect_of
+from memoryd.runtime import Effect
 from tests.conftest import Env, write_memory
 
 
@@ -229,9 +231,9 @@ def test_service_manager_detection() -> None:
 
 
 HEAVY = (
-    "memoryd.indexer",
+    "memoryd.indexing.passes",
     "memoryd.discover",
-    "memoryd.scan",
+    "memoryd.indexing.scan",
     "memoryd.memfile",
     "memoryd.daemon.loop",
     "structlog",
@@ -322,3 +324,29 @@ def test_a_word_that_names_no_command_builds_every_parser() -> None:
     """The usage error lists every command, so a misspelt one gets them all."""
     sub = next(a for a in build_parser("indx")._actions if a.dest == "command")
     assert {"index", "dirs", "search", "history"} <= set(sub.choices)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("argv", "effect"),
+    [
+        (["status"], Effect.LOOKS),
+        (["history", "a.md"], Effect.LOOKS),
+        (["trash", "list"], Effect.LOOKS),
+        (["index", "--check"], Effect.DRY),
+        (["dream", "--dry-run"], Effect.DRY),
+        (["explain", "a.md"], Effect.DRY),
+        (["index"], Effect.KEEPS),
+        (["history", "a.md", "--restore", "1"], Effect.KEEPS),
+        (["config", "check"], Effect.WRITES),
+    ],
+)
+def test_what_a_command_may_change_is_decided_once(
+    env: Env, argv: list[str], effect: Effect
+) -> None:
+    """One policy for "writes?" and "keeps versions?", decided where the command starts and
+    carried by its Runtime (the index pass, the version store and discovery's cache ask it)."""
+    args = build_parser(argv[0]).parse_args(argv)
+    assert effect_of(args) is effect
+    rt = dataclasses.replace(env.runtime(), effect=effect)
+    assert rt.dry_run is not effect.writes
+    assert effect.keeps_versions is (effect is Effect.KEEPS)

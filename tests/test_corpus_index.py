@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.index import pointer_targets, split_lines
-from memoryd.scan import scan_dir
+from memoryd.indexing.scan import scan_dir
+from memoryd.model.index import pointer_targets, split_lines
 from tests.conftest import CORPUS, Env, copy_corpus, corpus_memory_dirs, needs_corpus, tree_digest
 
 pytestmark = needs_corpus

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from memoryd.audit import iter_lines
-from memoryd.index import pointer_targets, split_lines
-from memoryd.scan import scan_dir
+from memoryd.indexing.scan import scan_dir
+from memoryd.model.index import pointer_targets, split_lines
 from tests.helpers import filler, mem, plant_day, state_rows, watched_for
 
 JOURNALS = "SELECT pass_id FROM journal_pass"  # the pass journals left in a state store

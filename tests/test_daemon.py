@@ -180,7 +180,7 @@ def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project
         )
 
     def done() -> bool:
-        from memoryd.index import pointer_targets
+        from memoryd.model.index import pointer_targets
 
         text = index_text(folder)
         archive = folder / "MEMORY-ARCHIVE.md"
@@ -193,7 +193,7 @@ def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project
     settled(folder)  # every trailing write of the burst made (and one more: the probe's)
     writes = daemon.rows("index.updated")
     assert len(writes) <= 11, f"{len(writes)} index writes for one burst (and the probe)"
-    from memoryd.index import pointer_targets
+    from memoryd.model.index import pointer_targets
 
     text = index_text(folder)
     targets = pointer_targets(text) + pointer_targets(
@@ -353,7 +353,7 @@ SMALL_INDEX = 'max_lines = 12\nkeep_recent = "0s"\n'
 
 def consistent(folder: Path, hand: list[str]) -> bool:
     """Every memory file indexed once across both files, no dangling link, hand lines kept."""
-    from memoryd.index import verify
+    from memoryd.model.index import verify
 
     main = index_text(folder)
     archive_path = folder / "MEMORY-ARCHIVE.md"

@@ -16,7 +16,7 @@ from memoryd.config import Config, with_claude_home
 from memoryd.discover.finder import discover, discover_all, memory_dir_at
 from memoryd.discover.slugs import slugify
 from memoryd.discover.transcripts import Transcripts, project_repo_root
-from memoryd.indexer import view_kind
+from memoryd.indexing.read import view_kind
 from tests.conftest import Env, write_memory
 from tests.helpers import git
 

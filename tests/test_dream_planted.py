@@ -10,7 +10,17 @@ from typing import Any
 import pytest
 
 from tests.conftest import Env, lock_held_elsewhere, tree_digest, write_memory
-from tests.helpers import DAY, dream, explain, filler, make_planted_repo, mem, memory_dir, moved
+from tests.helpers import (
+    DAY,
+    daemon_pass,
+    dream,
+    explain,
+    filler,
+    make_planted_repo,
+    mem,
+    memory_dir,
+    moved,
+)
 
 pytestmark = pytest.mark.repo_tree.with_args(make_planted_repo)
 
@@ -490,10 +500,10 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     """While another memoryd holds a dir, the daemon's index pass says "busy" (and when to
     look again), its dream pass is skipped and said, and recovery leaves that pass's journal
     alone."""
+
     from memoryd import journal
     from memoryd.dream.repocache import RepoCache
     from memoryd.dream.run import dream_dir
-    from memoryd.indexer import index_dir
     from memoryd.recovery import recover
 
     folder = repo / ".claude" / "memory"
@@ -502,7 +512,7 @@ def test_a_dir_another_process_works_on_is_left_to_it(
     md = memory_dir(folder)
     live = journal.begin(rt.paths.state_dir, "p1", md.real_path, [])
     with lock_held_elsewhere(rt.paths.state_dir, md.real_path):
-        outcome = index_dir(rt, md, wait_lock=False)
+        outcome = daemon_pass(rt, md)
         assert outcome.status == "busy" and outcome.retry_after is not None
         assert not (folder / "MEMORY.md").exists()
         result = dream_dir(rt, md, repos=RepoCache(), trigger="pile-up")  # the daemon's: no wait
@@ -510,7 +520,7 @@ def test_a_dir_another_process_works_on_is_left_to_it(
         assert recover(rt) == [] and journal.pending(rt.paths.state_dir) == [live.pass_id]
     skipped = [r for r in env.audit_rows() if r["event"] == "dream.skipped"]
     assert [r["why"] for r in skipped] == ["another memoryd process is working on this dir"]
-    assert index_dir(rt, md, wait_lock=False).status == "updated"
+    assert daemon_pass(rt, md).status == "updated"
 
 
 def test_a_project_dir_no_transcript_tells_of_is_unknown_not_checked(

@@ -14,13 +14,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memoryd import indexer
 from memoryd.config import Config, IndexConfig
 from memoryd.dream.read import probe_index
 from memoryd.dream.repocache import RepoCache
 from memoryd.dream.run import dream_dir
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
-from memoryd.indexer import Basis, IndexStatus, index_after_dream, index_dir, update
+from memoryd.indexing import passes, read
+from memoryd.indexing.outcome import IndexStatus
+from memoryd.indexing.passes import index_after_dream, update
+from memoryd.indexing.read import Basis
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.runtime import Runtime
 from tests.conftest import (
     Env,
@@ -30,7 +32,7 @@ from tests.conftest import (
     tree_digest,
     write_memory,
 )
-from tests.helpers import memory_dir, state_rows
+from tests.helpers import daemon_pass, index_pass, memory_dir, state_rows
 
 NAMES = [f"m{i:02d}.md" for i in range(16)]
 # A budget small enough that the older memories are demoted into the archive.
@@ -49,14 +51,14 @@ class Spy:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.paths: list[bool] = []
-        real = indexer._settled_index
+        real = read.read_settled
 
         def spy(*args: Any) -> Any:
             made = real(*args)
             self.paths.append(made is not None)
             return made
 
-        monkeypatch.setattr(indexer, "_settled_index", spy)
+        monkeypatch.setattr(passes, "read_settled", spy)
 
 
 def _make_twins(
@@ -86,11 +88,11 @@ def _make_twins(
         for name, (type_, age, desc) in sorted(before.items()):
             write_memory(path, name, description=desc, type_=type_, age_days=age)
         for _ in range(2):
-            index_dir(rt, memory_dir(path, CONFIG))
+            update(rt, memory_dir(path, CONFIG))
         for name in sorted(young):  # seen, but left in their grace by the daemon's pass
             write_memory(path, name, description="just written", age_days=None)
         if young:
-            assert index_dir(rt, memory_dir(path, CONFIG), grace=60.0).edit.waiting  # type: ignore[union-attr]
+            assert update(rt, memory_dir(path, CONFIG), grace=60.0).edit.waiting  # type: ignore[union-attr]
     names = sorted(before)
     edited = False  # the archive edited by someone else
     for path in twins:
@@ -209,7 +211,7 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
                 (path / name).unlink()
         spy.paths.clear()
         got = index_after_dream(rt, md_held, moved, basis)
-        want = index_dir(rt, md_full, forget=moved, mode="manage")  # as the pass's probe found
+        want = index_pass(rt, md_full, forget=moved, mode="manage")  # as the pass's probe found
         assert _index_files(held) == _index_files(full)
         assert rt.store.load(md_held.real_path).seen == rt.store.load(md_full.real_path).seen
         assert (got.status, got.problems) == (want.status, want.problems)
@@ -222,7 +224,7 @@ def test_held_update_after_moves_gives_what_a_full_pass_gives(
         # reads all of MEMORY.md whatever happened to it).
         assert spy.paths == [not edited]
         # And a full pass over the result changes nothing: the update left the index settled.
-        assert index_dir(rt, md_held).status == "unchanged"
+        assert update(rt, md_held).status == "unchanged"
         assert rt.store.load(md_held.real_path).settled
 
 
@@ -266,7 +268,7 @@ def test_a_one_shot_update_of_a_settled_index_gives_what_a_full_pass_gives(
         rows = len(env.audit_rows())
         got = update(rt, md_held)
         got_rows = env.audit_rows()[rows:]
-        want = index_dir(rt, md_full)
+        want = update(rt, md_full)
         want_rows = env.audit_rows()[rows + len(got_rows) :]
         assert _index_files(held) == _index_files(full)
         states = [rt.store.load(md.real_path) for md in (md_held, md_full)]
@@ -291,7 +293,7 @@ def test_a_one_shot_update_of_a_settled_index_gives_what_a_full_pass_gives(
         # The held edit ran unless someone else edited the archive.
         if not edited:
             assert got.held_edit
-        assert index_dir(rt, md_held).status == "unchanged"
+        assert update(rt, md_held).status == "unchanged"
 
 
 def _written_earlier(path: Path) -> None:
@@ -342,10 +344,10 @@ def test_after_the_daemons_own_edit_a_dream_still_takes_the_held_update(
     mem = _duplicates_repo(tmp_path)
     rt = env.runtime()
     md = memory_dir(mem, Config())
-    first = index_dir(rt, md, hold=True, daemon=True)
+    first = daemon_pass(rt, md)
     assert first.held is not None
     write_memory(mem, "later.md", description="written later", body="Use uv for envs.\n")
-    after = index_dir(rt, md, held=first.held, only={"later.md"}, daemon=True)
+    after = daemon_pass(rt, md, held=first.held, changed={"later.md"})
     assert after.status == "updated" and after.held is not None  # the held edit wrote it
     spy = Spy(monkeypatch)
     assert cli("dream", mem).code == 0
@@ -365,13 +367,13 @@ def test_moves_that_leave_fewer_than_half_indexed_still_take_their_pointers_alon
     write_memory(mem, "keep.md", description="something else", body="Tabs, not spaces.\n")
     rt = env.runtime()
     md = memory_dir(mem, Config())
-    assert index_dir(rt, md).status == "updated"
+    assert update(rt, md).status == "updated"
     for i, topic in enumerate(("Prefer ripgrep over grep.", "Releases go out on Tuesdays.",
                                "The staging cluster lives in eu-west.")):  # fmt: skip
         write_memory(mem, f"young{i}.md", description=f"fresh {i}", body=topic, age_days=None)
-    assert index_dir(rt, md, grace=60.0).status == "unchanged"  # they wait for their pointers
+    assert update(rt, md, grace=60.0).status == "unchanged"  # they wait for their pointers
     if not settled:
-        monkeypatch.setattr(indexer, "_settled_index", lambda *args: None)
+        monkeypatch.setattr(passes, "read_settled", lambda *args: None)
     result = cli("dream", mem, "--json")
     assert result.code == 0, result.err
     assert [c["file"] for d in json.loads(result.out)["dirs"] for c in d["changes"]] == [
@@ -409,7 +411,7 @@ def test_dream_over_the_corpus_gives_the_same_index_either_way(
         moved += sum(len(d["changes"]) for d in report["dirs"])
     # Every managed dir's update was the held one (none was touched since its index pass).
     assert moved >= 10 and len(spy.paths) >= 10 and all(spy.paths)
-    monkeypatch.setattr(indexer, "_settled_index", lambda *args: None)
+    monkeypatch.setattr(passes, "read_settled", lambda *args: None)
     for repo in repos:
         cli("--config", "/dev/null", "dream", roots[1] / repo)
     held, full = (
@@ -431,7 +433,7 @@ def test_an_archive_rewritten_in_place_with_its_stat_kept_gets_a_full_pass(
     config = Config(index=IndexConfig(max_lines=4, keep_recent=86400.0))
     rt = env.runtime(config)
     md = memory_dir(mem, config)
-    index_dir(rt, md)
+    update(rt, md)
     archive = mem / ARCHIVE_NAME
     st = archive.stat()
     data = archive.read_bytes()
@@ -479,7 +481,7 @@ def test_a_daemon_pass_keeps_a_new_files_grace(
             os.utime(path / name, (now - age * 86400, now - age * 86400))
         if settled:
             for _ in range(2):
-                index_dir(rt, memory_dir(path, Config()))
+                update(rt, memory_dir(path, Config()))
         write_memory(path, "fresh.md", description="just written", age_days=None)
         os.utime(path / "fresh.md", (now - 6, now - 6))
         result = dream_dir(rt, memory_dir(path, Config()), repos=RepoCache.of(rt), trigger=trigger)
@@ -493,7 +495,7 @@ def test_a_daemon_pass_keeps_a_new_files_grace(
     assert outcome.retry_after == pytest.approx(now - 6 + 10)
     assert "deploy-again.md" in (path / INDEX_NAME).read_text()
     later = replace(rt, clock=lambda: now + 5)  # out of its grace: the daemon's next look
-    index_dir(later, memory_dir(path, Config()), grace=later.config.index.new_file_grace)
+    update(later, memory_dir(path, Config()), grace=later.config.index.new_file_grace)
     assert "fresh.md" in (path / INDEX_NAME).read_text()
     _, path, outcome = results["command"]
     assert "fresh.md" in (path / INDEX_NAME).read_text()
@@ -580,7 +582,7 @@ def test_a_dream_pass_reads_each_file_at_most_once(
     assert update(rt, md).status is IndexStatus.UPDATED
     assert (mem / ARCHIVE_NAME).exists() and "(m" in (mem / INDEX_NAME).read_text()
     if not settled:
-        monkeypatch.setattr(indexer, "_settled_index", lambda *args: None)
+        monkeypatch.setattr(passes, "read_settled", lambda *args: None)
     names = set(os.listdir(mem))
     _watching.append(mem.resolve())
     result = dream_dir(rt, md, repos=RepoCache.of(rt))

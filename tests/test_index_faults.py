@@ -15,11 +15,12 @@ import pytest
 
 from memoryd import fsops
 from memoryd.discover.found import MemoryDir
-from memoryd.index import INDEX_NAME
-from memoryd.indexer import BLANK_SETTLE, INDEX_SETTLE, SETTLE_WAIT, index_dir, settles_at
+from memoryd.indexing.passes import update, update_changed
+from memoryd.indexing.read import BLANK_SETTLE, INDEX_SETTLE, SETTLE_WAIT, settles_at
+from memoryd.model.index import INDEX_NAME
 from memoryd.runtime import Runtime
 from tests.conftest import Env, tree_digest, write_memory
-from tests.helpers import filler, mem, memory_dir, state_rows
+from tests.helpers import daemon_pass, filler, mem, memory_dir, state_rows
 
 DEPLOY = (
     "Deploy staging by running the release script with the canary flag enabled first then "
@@ -136,26 +137,26 @@ def test_a_pointer_put_back_to_a_file_memoryd_saw_leave_is_removed_later(
     write_memory(folder, "b.md", description="second")
     rt = env.runtime()
     md = memory_dir(folder)
-    first = index_dir(rt, md, hold=True)
+    first = daemon_pass(rt, md)
     stale = (folder / INDEX_NAME).read_text()  # what the agent read
     assert "(b.md)" in stale
     (folder / "b.md").unlink()
-    second = index_dir(rt, md, hold=True, held=first.held, only={"b.md"})
+    second = daemon_pass(rt, md, held=first.held, changed={"b.md"})
     assert second.status == "updated" and "(b.md)" not in (folder / INDEX_NAME).read_text()
     # The agent writes back its stale copy, with a line of its own.
     (folder / INDEX_NAME).write_text(stale + "- [c](c.md) — the agent's, file to come\n")
     if path == "held":
         # A daemon's pass holds the index it wrote; MEMORY.md changed: a full look follows.
-        third = index_dir(rt, md, hold=True, held=second.held, only={INDEX_NAME})
+        third = daemon_pass(rt, md, held=second.held, changed={INDEX_NAME})
     else:
-        third = index_dir(rt, md)
+        third = update(rt, md)
     assert third.status == "updated", third.message
     text = (folder / INDEX_NAME).read_text()
     assert "(b.md)" not in text and "- [c](c.md)" in text  # c.md was never seen: kept
     assert third.edit is not None and third.edit.removed == ["b.md"]
     write_memory(folder, "b.md", description="back again")
     (folder / INDEX_NAME).write_text(stale)
-    index_dir(rt, md)
+    update(rt, md)
     assert "(b.md)" in (folder / INDEX_NAME).read_text()
     assert "b.md" not in rt.store.load(md.real_path).gone
 
@@ -216,8 +217,9 @@ def test_a_one_shot_pass_waits_for_a_just_truncated_index(env: Env, tmp_path: Pa
             os.utime(folder / INDEX_NAME, (now, now))
 
     clock.on_sleep.append(writer)
-    rt = replace(env.runtime(), clock=clock, sleep=clock.sleep)
-    outcome = index_dir(rt, memory_dir(folder))
+    rt = env.runtime()
+    rt = replace(rt, clock=clock, sleep=clock.sleep)
+    outcome = update(rt, memory_dir(folder))
     assert outcome.status == "updated", outcome.message
     assert (folder / INDEX_NAME).read_text() == mine + "- [b](b.md) — second\n"
     assert clock.slept and sum(clock.slept) <= SETTLE_WAIT
@@ -241,14 +243,15 @@ def test_a_pass_never_takes_an_index_that_stays_blank_while_written(
         os.utime(folder / INDEX_NAME, (now, now))
 
     clock.on_sleep.append(truncating_again)
-    rt = replace(env.runtime(), clock=clock, sleep=clock.sleep)
+    rt = env.runtime()
+    rt = replace(rt, clock=clock, sleep=clock.sleep)
     md = memory_dir(folder)
-    outcome = index_dir(rt, md)
+    outcome = update(rt, md)
     assert outcome.status == "settling" and "being written" in outcome.message
     assert str(folder / INDEX_NAME) in outcome.message
     assert sum(clock.slept) <= SETTLE_WAIT
     clock.slept.clear()
-    daemon = index_dir(rt, md, daemon=True)
+    daemon = update_changed(rt, md, grace=0.0, settle=0.0, previous=None, changed=None, held=None)
     assert daemon.status == "settling" and not clock.slept
     assert daemon.retry_after == clock.now + BLANK_SETTLE  # the file was just truncated
     result = dream_dir(rt, md, repos=RepoCache.of(rt))
@@ -285,8 +288,9 @@ def test_bytes_written_to_the_old_index_during_the_swap_survive(
         real_point(label)
 
     monkeypatch.setattr(fsops, "crash_point", late_write)
-    rt = replace(env.runtime(), on_own_write=lambda folder, name, _: open_early(folder, name))
-    outcome = index_dir(rt, memory_dir(folder))
+    rt = env.runtime()
+    rt = replace(rt, on_own_write=lambda dir_path, name, _identity: open_early(dir_path, name))
+    outcome = update(rt, memory_dir(folder))
     assert outcome.status == "updated", outcome.message
     text = (folder / INDEX_NAME).read_text()
     assert "hand-written after the exchange\n" in text and "- [b](b.md) — second" in text
@@ -319,7 +323,7 @@ def _race(rt: Runtime, md: MemoryDir, script: str, index: Path, *args: str) -> t
     ) as writer:
         passes = 0
         while writer.poll() is None:
-            index_dir(rt, md)
+            update(rt, md)
             passes += 1
         assert writer.stdout is not None
         return int(writer.stdout.read()), passes
@@ -383,7 +387,7 @@ def test_a_slow_tool_writing_after_the_settle_wait_loses_no_mark(env: Env, tmp_p
     assert lost == 0, f"{lost} of 6 hand-written marks lost over {passes} passes"
     back = [r for r in env.audit_rows() if r["event"] == "index.conflict"]
     assert any("written to after memoryd replaced" in str(r["detail"]) for r in back)
-    index_dir(rt, md)
+    update(rt, md)
     text = (folder / INDEX_NAME).read_text()
     assert "mark-5 by hand" in text and "- [b](b.md) — second" in text
 
@@ -448,7 +452,7 @@ def test_a_kept_old_index_written_to_is_never_replaced(tmp_path: Path) -> None:
     swap that would replace it after it was written to in place refuses, and changes
     nothing; another file under that name (memoryd's own, after a crash) is replaced."""
     from memoryd.errors import WriteConflict
-    from memoryd.index import PREV_NAME
+    from memoryd.model.index import PREV_NAME
 
     (tmp_path / INDEX_NAME).write_text("index\n")
     (tmp_path / PREV_NAME).write_text("")
@@ -514,12 +518,12 @@ def test_the_daemons_held_pass_leaves_an_index_made_read_only_since(
     write_memory(folder, "a.md", description="first")
     rt = env.runtime()
     md = memory_dir(folder)
-    first = index_dir(rt, md, hold=True, daemon=True)
+    first = daemon_pass(rt, md)
     assert first.status == "updated" and first.held is not None
     os.chmod(folder / INDEX_NAME, 0o444)
     before = tree_digest(folder)
     write_memory(folder, "b.md", description="second")
-    after = index_dir(rt, md, hold=True, held=first.held, only={"b.md"}, daemon=True)
+    after = daemon_pass(rt, md, held=first.held, changed={"b.md"})
     assert after.status == "unmanaged" and "read-only" in after.message
     assert tree_digest(folder).items() >= before.items()
     assert "(b.md)" not in (folder / INDEX_NAME).read_text()

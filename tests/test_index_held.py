@@ -6,19 +6,16 @@ from datetime import date
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from memoryd.index import (
-    Budget,
-    Entry,
+from memoryd.model.index import Budget, Entry, dominant_eol, pointer_lines
+from memoryd.model.index_edit import (
     IndexEdit,
     IndexInput,
     archive_frontmatter,
-    dominant_eol,
     line_digest,
     note_own,
-    pointer_lines,
     update_index,
 )
-from memoryd.index_held import HeldIndex, check, edit_changed, hold, pairs
+from memoryd.model.index_held import HeldIndex, check, edit_changed, hold, pairs
 
 NOW = 1_800_000_000.0
 DAY = 86400.0

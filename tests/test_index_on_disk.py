@@ -11,13 +11,15 @@ from typing import Any
 
 import pytest
 
-from memoryd import fsops, index, indexer
+from memoryd import fsops
 from memoryd.config import Config, IndexConfig
 from memoryd.errors import WriteConflict
-from memoryd.index import ARCHIVE_NAME, decide_ownership
-from memoryd.indexer import index_dir
+from memoryd.indexing import passes, plan
+from memoryd.indexing.passes import update
+from memoryd.model import index
+from memoryd.model.index import ARCHIVE_NAME, decide_ownership
 from tests.conftest import Env, tree_digest, write_memory
-from tests.helpers import memory_dir
+from tests.helpers import daemon_pass, memory_dir
 
 
 @pytest.fixture
@@ -131,7 +133,7 @@ def test_odd_names_are_indexed_once_and_resolve(env: Env, cli, mdir: Path, filen
     for _ in range(3):
         assert cli("index", mdir).code == 0
     assert cli("index", "--check", mdir).code == 0
-    from memoryd.index import pointer_targets
+    from memoryd.model.index import pointer_targets
 
     targets = pointer_targets((mdir / "MEMORY.md").read_text())
     assert targets.count(filename) == 1
@@ -148,7 +150,7 @@ def test_a_memory_named_with_link_syntax_is_indexed_once(
     for _ in range(3):
         assert cli("index", mdir).code == 0
     assert cli("index", "--check", mdir).code == 0
-    from memoryd.index import pointer_targets
+    from memoryd.model.index import pointer_targets
 
     targets = pointer_targets((mdir / "MEMORY.md").read_text())
     assert targets.count("named.md") == 1 and len(targets) == len(set(targets))
@@ -204,7 +206,7 @@ def test_budget_target_demotes_down_to_the_soft_target(env: Env, cli, tmp_path: 
             folder, f"note_{i:03d}.md", description=f"memory {i} " + "w" * 90, age_days=400 - i
         )
     assert cli("index", folder).code == 0
-    from memoryd.index import measure
+    from memoryd.model.index import measure
 
     m = measure((folder / "MEMORY.md").read_text())
     assert m.bytes <= 17_408 and m.lines < 150
@@ -240,8 +242,9 @@ def test_concurrent_rename_over_between_read_and_swap_loses_nothing(
             tmp.write_text("# Notes\n\n- [alpha](alpha.md) — first memory\n- [Their line](x.md)\n")
             tmp.replace(folder / "MEMORY.md")
 
-    rt = replace(env.runtime(), on_own_write=lambda folder, name, _: other_writer(folder, name))
-    outcome = index_dir(rt, memory_dir(mdir))
+    rt = env.runtime()
+    rt = replace(rt, on_own_write=lambda folder, name, _identity: other_writer(folder, name))
+    outcome = update(rt, memory_dir(mdir))
     assert outcome.status == "updated"
     text = (mdir / "MEMORY.md").read_text()
     assert "- [Their line](x.md)\n" in text
@@ -262,8 +265,9 @@ def test_in_place_truncate_and_write_is_detected(
                 handle.truncate(0)
                 handle.write("# Edited by hand\n- [alpha](alpha.md) — mine now\n")
 
-    rt = replace(env.runtime(), on_own_write=lambda folder, name, _identity: editor(folder, name))
-    outcome = index_dir(rt, memory_dir(mdir))
+    rt = env.runtime()
+    rt = replace(rt, on_own_write=lambda folder, name, _identity: editor(folder, name))
+    outcome = update(rt, memory_dir(mdir))
     assert outcome.status == "updated"
     assert (mdir / "MEMORY.md").read_text() == (
         "# Edited by hand\n- [alpha](alpha.md) — mine now\n- [beta](beta.md) — second memory\n"
@@ -344,8 +348,8 @@ def test_budget_on_disk_250_memories(env: Env, cli, tmp_path: Path) -> None:
         )
     assert cli("index", folder).code == 0
     main = (folder / "MEMORY.md").read_text()
-    from memoryd.index import measure, verify
-    from memoryd.scan import scan_dir
+    from memoryd.indexing.scan import scan_dir
+    from memoryd.model.index import measure, verify
 
     m = measure(main)
     assert m.lines <= 200 and m.chars <= 25_000
@@ -382,7 +386,7 @@ def test_a_first_index_does_not_parse_the_archive_it_wrote_again(
 
     for name in ("local_links", "_parse_lines"):
         monkeypatch.setattr(index, name, spying(getattr(index, name)))
-    outcome = index_dir(env.runtime(), memory_dir(folder))
+    outcome = update(env.runtime(), memory_dir(folder))
     assert outcome.status == "updated" and outcome.problems == []
     archive = (folder / ARCHIVE_NAME).read_text()
     assert archive.count("](note_") >= 100
@@ -417,7 +421,7 @@ def test_a_first_index_parses_a_long_memory_md_once(
 
     for name in parsed:
         monkeypatch.setattr(index, name, spying(name))
-    outcome = index_dir(env.runtime(), memory_dir(folder))
+    outcome = update(env.runtime(), memory_dir(folder))
     assert outcome.status == "updated" and outcome.problems == []
     assert outcome.edit is not None and len(outcome.edit.demoted) > 100
     assert main in parsed["_parse_lines"]
@@ -447,7 +451,7 @@ def test_an_index_file_changed_in_place_after_the_swap_fails_verification(
             os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
     monkeypatch.setattr(fsops, "fsync_dir", then_in_place)
-    outcome = index_dir(rt, memory_dir(mdir))
+    outcome = update(rt, memory_dir(mdir))
     assert changed
     assert outcome.status == "error"
     assert outcome.problems == ["MEMORY.md on disk is not the text memoryd wrote"]
@@ -492,7 +496,7 @@ def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
     swap took out (or, without the exchange, by a read before the rename): nothing is lost."""
     monkeypatch.setattr(fsops, "use_renameat2", exchange and fsops.renameat2_available())
     rt = env.runtime()
-    first = index_dir(rt, memory_dir(mdir), hold=True)
+    first = daemon_pass(rt, memory_dir(mdir))
     assert first.status == "updated" and first.held is not None
     write_memory(mdir, "alpha.md", description="revised memory")
     calls: list[int] = []
@@ -509,13 +513,8 @@ def test_held_pass_detects_a_same_size_same_mtime_edit_in_place(
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
     rt = replace(rt, on_own_write=lambda folder, name, _identity: same_size_editor(folder, name))
-    outcome = index_dir(
-        rt,
-        memory_dir(mdir),
-        previous=first.held.scan,
-        only={"alpha.md"},
-        held=first.held,
-        hold=True,
+    outcome = daemon_pass(
+        rt, memory_dir(mdir), previous=first.held.scan, held=first.held, changed={"alpha.md"}
     )
     assert outcome.status == "updated"
     text = (mdir / "MEMORY.md").read_text()
@@ -531,7 +530,7 @@ def test_another_writer_right_after_our_swap_is_not_a_failed_verification(
     """Someone replaces MEMORY.md just after memoryd's swap: the read-back finds their file,
     which is not a write of ours gone wrong: no index.verify_failed, and their text stays."""
     rt = env.runtime()
-    first = index_dir(rt, memory_dir(mdir), hold=True)
+    first = daemon_pass(rt, memory_dir(mdir))
     assert first.held is not None
     write_memory(mdir, "alpha.md", description="revised memory")
     real_fsync_dir = fsops.fsync_dir
@@ -547,16 +546,11 @@ def test_another_writer_right_after_our_swap_is_not_a_failed_verification(
 
     monkeypatch.setattr(fsops, "fsync_dir", then_another_writer)
     if held:
-        outcome = index_dir(
-            rt,
-            memory_dir(mdir),
-            previous=first.held.scan,
-            only={"alpha.md"},
-            held=first.held,
-            hold=True,
+        outcome = daemon_pass(
+            rt, memory_dir(mdir), previous=first.held.scan, held=first.held, changed={"alpha.md"}
         )
     else:
-        outcome = index_dir(rt, memory_dir(mdir))
+        outcome = update(rt, memory_dir(mdir))
     assert calls and outcome.status == "updated", outcome.problems
     assert (mdir / "MEMORY.md").read_text() == "# Theirs\n\nwritten just after\n"
     assert "index.verify_failed" not in [r["event"] for r in env.audit_rows()]
@@ -566,13 +560,13 @@ def test_held_pass_with_nothing_to_do_writes_nothing(env: Env, mdir: Path) -> No
     """The daemon's pass after a change that moves no index line (a body edited): nothing is
     written in the memory dir, no temp file, no new mtime, no audit row (§2.6)."""
     rt = env.runtime()
-    first = index_dir(rt, memory_dir(mdir), hold=True)
+    first = daemon_pass(rt, memory_dir(mdir))
     assert first.held is not None
     rows = len(env.audit_rows())
     write_memory(mdir, "beta.md", description="second memory", body="Another body.\n")
     before = {k: v for k, v in tree_digest(mdir).items() if k != "beta.md"}
-    outcome = index_dir(
-        rt, memory_dir(mdir), previous=first.held.scan, only={"beta.md"}, held=first.held, hold=True
+    outcome = daemon_pass(
+        rt, memory_dir(mdir), previous=first.held.scan, held=first.held, changed={"beta.md"}
     )
     assert outcome.status == "unchanged" and outcome.held is not None
     assert {k: v for k, v in tree_digest(mdir).items() if k != "beta.md"} == before
@@ -700,28 +694,24 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     """Ownership in the daemon's pass after a change looks only at the changed files for
     memory files memoryd had not seen, and only while the saved state is the one the last
     pass wrote: after another process saved it, every file is looked at again."""
-    from memoryd import indexer
+    from memoryd.indexing import read
     from memoryd.state import StateStore
 
     rt = env.runtime()
-    first = index_dir(rt, memory_dir(mdir), hold=True)
+    first = daemon_pass(rt, memory_dir(mdir))
     assert first.held is not None
     given: list[object] = []
-    real = decide_ownership  # the function the indexer imported, and calls by its own name
+    real = decide_ownership  # the function the pass's modules imported, and call by its name
 
     def spy(*args, **kwargs):
-        given.append(kwargs.get("arrived"))
+        last = args[5] if len(args) > 5 else kwargs.get("last")
+        given.append(last.arrived if last is not None else None)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(indexer, "decide_ownership", spy)
+    monkeypatch.setattr(read, "decide_ownership", spy)  # the held read's and the full read's
     write_memory(mdir, "gamma.md", description="third memory")
-    second = index_dir(
-        rt,
-        memory_dir(mdir),
-        previous=first.held.scan,
-        only={"gamma.md"},
-        held=first.held,
-        hold=True,
+    second = daemon_pass(
+        rt, memory_dir(mdir), previous=first.held.scan, held=first.held, changed={"gamma.md"}
     )
     assert second.status == "updated" and second.held is not None
     assert given == [{"gamma.md"}]
@@ -731,13 +721,8 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     theirs.seen.pop("alpha.md")
     other.save(mdir.resolve(), theirs, seen_changed={"alpha.md"})
     write_memory(mdir, "delta.md", description="fourth memory")
-    third = index_dir(
-        rt,
-        memory_dir(mdir),
-        previous=second.held.scan,
-        only={"delta.md"},
-        held=second.held,
-        hold=True,
+    third = daemon_pass(
+        rt, memory_dir(mdir), previous=second.held.scan, held=second.held, changed={"delta.md"}
     )
     assert third.status == "updated" and third.held is not None
     assert given[1:] == [None]
@@ -745,18 +730,16 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     # The pass that began from their `seen` does not vouch for it either: the next pass
     # looks at every file too, until a full pass makes `seen` and the files agree again.
     write_memory(mdir, "eps.md", description="fifth memory")
-    fourth = index_dir(
-        rt, memory_dir(mdir), previous=third.held.scan, only={"eps.md"}, held=third.held, hold=True
+    fourth = daemon_pass(
+        rt, memory_dir(mdir), previous=third.held.scan, held=third.held, changed={"eps.md"}
     )
     assert fourth.status == "updated" and given[2:] == [None]
-    full = index_dir(rt, memory_dir(mdir), hold=True)
+    full = daemon_pass(rt, memory_dir(mdir))
     assert full.held is not None and set(rt.store.load(mdir.resolve()).seen) == set(
         full.held.memories
     )
     write_memory(mdir, "zeta.md", description="sixth memory")
-    index_dir(
-        rt, memory_dir(mdir), previous=full.held.scan, only={"zeta.md"}, held=full.held, hold=True
-    )
+    daemon_pass(rt, memory_dir(mdir), previous=full.held.scan, held=full.held, changed={"zeta.md"})
     assert given[4:] == [{"zeta.md"}]  # after the full pass's own look at every file
 
 
@@ -793,25 +776,25 @@ def test_the_line_memoryd_added_stays_its_own_across_a_restart_and_loses_to_the_
     (folder / "MEMORY.md").write_text("# Notes\n\n- [a](a.md) — first\n")
     rt = env.runtime()
     md = memory_dir(folder)
-    first = index_dir(rt, md, hold=True)
+    first = daemon_pass(rt, md)
     assert first.status == "unchanged" and first.held is not None
     taken: list[object] = []
-    real = indexer._index_changed
+    real = passes._index_changed
 
     def spy(*args, **kwargs):
         taken.append(made := real(*args, **kwargs))
         return made
 
-    monkeypatch.setattr(indexer, "_index_changed", spy)
+    monkeypatch.setattr(passes, "_index_changed", spy)
     write_memory(folder, "x.md", description="new one")
-    assert index_dir(rt, md, held=first.held, only={"x.md"}).status == "updated"
+    assert daemon_pass(rt, md, held=first.held, changed={"x.md"}).status == "updated"
     assert taken and taken[0] is not None  # the held edit wrote it, not a full pass
     assert (folder / "MEMORY.md").read_text() == (
         "# Notes\n\n- [a](a.md) — first\n- [x](x.md) — new one\n"
     )
     with (folder / "MEMORY.md").open("a") as handle:
         handle.write("- [X, as I put it](x.md) -- mine\n")
-    later = index_dir(env.runtime(Config(index=IndexConfig(separator=" -- "))), md)
+    later = update(env.runtime(Config(index=IndexConfig(separator=" -- "))), md)
     assert later.status == "updated" and later.edit is not None
     assert later.edit.collapsed == ["x.md"]
     assert (folder / "MEMORY.md").read_text() == (
@@ -829,7 +812,7 @@ def test_own_writes_are_told_to_the_runtime_that_wrote_them(env: Env, mdir: Path
     rt = replace(
         env.runtime(), on_own_write=lambda _folder, name, identity: told.append((name, identity))
     )
-    assert index_dir(rt, memory_dir(mdir)).status == "updated"
+    assert update(rt, memory_dir(mdir)).status == "updated"
     st = (mdir / "MEMORY.md").stat()
     assert told == [("MEMORY.md", (st.st_ino, st.st_size, st.st_mtime_ns))]
 
@@ -844,7 +827,7 @@ def test_a_repo_folder_named_with_a_line_break_gets_a_one_line_heading(env: Env,
     assert cli("index", folder).code == 0
     text = (folder / "MEMORY.md").read_text()
     assert text.splitlines()[0] == "# two - [ghost](ghost.md) Memory"
-    from memoryd.index import pointer_targets
+    from memoryd.model.index import pointer_targets
 
     assert pointer_targets(text) == ["a.md"]
 
@@ -852,7 +835,7 @@ def test_a_repo_folder_named_with_a_line_break_gets_a_one_line_heading(env: Env,
 def _visible_and_archived(folder: Path) -> tuple[set[str], set[str], set[str]]:
     """The memories whose pointer the agent loads, those past its window, and the archived."""
     from memoryd.agentview import ViewKind, agent_view
-    from memoryd.index import local_links, split_lines
+    from memoryd.model.index import local_links, split_lines
 
     main = (folder / "MEMORY.md").read_text()
     view = agent_view(main, ViewKind.PLAIN)
@@ -929,7 +912,7 @@ def test_an_index_that_cannot_fit_the_window_settles(
     says so; a rerun with nothing changed plans nothing again (it re-planned all of
     MEMORY.md at every run: 0.6 s at 10,000) and says the same; a new memory is still
     indexed by the next one."""
-    from memoryd.indexer import IndexStatus
+    from memoryd.indexing.outcome import IndexStatus
 
     folder = tmp_path / "repo" / ".claude" / "memory"
     for i in range(230):
@@ -942,23 +925,23 @@ def test_an_index_that_cannot_fit_the_window_settles(
     assert "never.md" in first.out
     rt, md = env.runtime(), memory_dir(folder)
     planned: list[str] = []
-    changed = indexer._index_changed
+    changed = passes._index_changed
 
     def spy(*args: Any, **kw: Any) -> Any:
         planned.append("held edit")
         return changed(*args, **kw)
 
-    monkeypatch.setattr(indexer, "_index_changed", spy)
-    monkeypatch.setattr(indexer, "update_index", lambda *a, **k: pytest.fail("a full pass"))
+    monkeypatch.setattr(passes, "_index_changed", spy)
+    monkeypatch.setattr(plan, "update_index", lambda *a, **k: pytest.fail("a full pass"))
     before = tree_digest(folder)
     for _ in range(2):
-        again = indexer.update(rt, md)
+        again = passes.update(rt, md)
         assert again.status is IndexStatus.UNCHANGED and again.edit is not None
         assert not again.edit.fits_window and again.edit.dead_links == ["never.md"]
     assert planned == [] and tree_digest(folder) == before
     assert cli("index", folder, "-v").out == first.out
     write_memory(folder, "new.md", description="a new one", type_="user")
-    assert indexer.update(rt, md).status is IndexStatus.UPDATED
+    assert passes.update(rt, md).status is IndexStatus.UPDATED
     assert planned and "](new.md)" in (folder / "MEMORY.md").read_text()
     monkeypatch.undo()
     assert cli("index", folder).code == 0

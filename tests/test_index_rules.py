@@ -6,19 +6,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd import index
-from memoryd.index import (
+from memoryd.model import index, index_edit
+from memoryd.model.index import (
     TRAILER,
     Budget,
+    LastPass,
     LinkKind,
     classify_link,
     decide_ownership,
     encode_target,
-    line_digest,
     linkable,
     local_links,
     measure,
-    note_own,
     parse_line,
     pointer_lines,
     pointer_targets,
@@ -26,6 +25,7 @@ from memoryd.index import (
     split_lines,
     verify,
 )
+from memoryd.model.index_edit import line_digest, note_own
 from tests.helpers import NOW, OLD, entry, many_entries, run
 
 
@@ -333,10 +333,10 @@ def test_ownership_stays_with_memoryd_when_many_new_files_arrive() -> None:
     files = known | {f"new{i}.md" for i in range(50)}
     ours = "- [a](a.md)\n- [b](b.md)\n"
     assert not decide_ownership(ours, None, {}, files).managed
-    assert decide_ownership(ours, None, {}, files, known=known).managed
-    assert decide_ownership(ours, None, {}, {"n1.md", "n2.md"}, known=known).managed
+    assert decide_ownership(ours, None, {}, files, last=LastPass(known)).managed
+    assert decide_ownership(ours, None, {}, {"n1.md", "n2.md"}, last=LastPass(known)).managed
     rewritten = "# My own tree\n- [topics](topics.md)\n"
-    assert not decide_ownership(rewritten, None, {}, files, known=known).managed
+    assert not decide_ownership(rewritten, None, {}, files, last=LastPass(known)).managed
 
 
 # Pointer-like lines of every form the two pointer scans must agree on.
@@ -434,7 +434,7 @@ def test_the_fast_look_at_a_plain_name_classifies_as_the_full_rules_do(raw: str)
     """A link target made of letters, digits, `_`, `.` and `-` only (not leading `.` or
     `-`) is taken for a file in the dir without the full rules; for every target the
     answer is the full rules' (near misses: traversal, encodings, schemes, look-alikes)."""
-    from memoryd import index
+    from memoryd.model import index
 
     assert classify_link(raw) == index._classify_link.__wrapped__(raw)
 
@@ -519,7 +519,7 @@ def test_the_archive_links_an_edit_vouches_for_are_a_parse_of_its_text_whatever_
     names = {e.filename for e in mems}
     assert verify(edit.main, edit.archive, names, names, archive_links=edit.archive_links) == []
     claimed = index.Line("- [a](b.md) c](m00.md) — d", "\n", parse_line("- [a](m00.md)")[2])
-    assert index._links_as_written([claimed], {"m00.md"}) is None
+    assert index_edit._links_as_written([claimed], {"m00.md"}) is None
 
 
 @settings(max_examples=400, deadline=None)
@@ -537,7 +537,7 @@ def test_a_heading_with_a_line_break_leaves_the_archive_links_to_a_parse() -> No
     edit does not vouch for links it did not parse; verification parses the text."""
     from datetime import date
 
-    from memoryd.index import IndexInput, update_index
+    from memoryd.model.index_edit import IndexInput, update_index
 
     mems = {e.filename: e for e in [entry(f"m{i:02d}.md", age=OLD - i) for i in range(8)]}
     inp = IndexInput(main=None, archive=None, memories=mems, present=frozenset(mems), seen={},

@@ -6,7 +6,8 @@ from datetime import date
 from pathlib import Path
 
 from memoryd.agentview import Hidden, ViewKind, agent_view
-from memoryd.index import Budget, Entry, IndexEdit, IndexInput, update_index, verify
+from memoryd.model.index import Budget, Entry, verify
+from memoryd.model.index_edit import IndexEdit, IndexInput, update_index
 from tests.conftest import Env, write_memory
 
 NOW = 1_800_000_000.0

@@ -552,10 +552,11 @@ def test_a_pointer_past_the_agents_window_is_flagged_hidden(env: Env, tmp_path: 
 
 
 def test_the_window_kind_is_the_indexers(tmp_path: Path) -> None:
-    """The engine's view kind of a dir is memoryd.indexer.view_kind's (kept apart so that a
+    """The engine's view kind of a dir is memoryd.indexing.read.view_kind's (kept apart so that a
     search need not import the indexer)."""
+
     from memoryd.discover.finder import discover_all
-    from memoryd.indexer import view_kind
+    from memoryd.indexing.read import view_kind
     from memoryd.recall.engine import _window
 
     auto = tmp_path / ".claude" / "projects" / "-src-app" / "memory"

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from memoryd.index import Entry as IndexEntry
-from memoryd.index import IndexInput, Place, update_index
+from memoryd.model.index import Entry as IndexEntry
+from memoryd.model.index import Place
+from memoryd.model.index_edit import IndexInput, update_index
 from memoryd.trash import store as trash
 from tests.conftest import Env, write_memory
 from tests.helpers import TOPICS, agent_write, index_text, start, wait_for

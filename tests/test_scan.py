@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd.scan import Names, dump_cache, load_cache, scan_dir
+from memoryd.indexing.scan import Names, dump_cache, load_cache, scan_dir
 from tests.conftest import write_memory
 
 

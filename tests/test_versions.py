@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from memoryd.scan import scan_dir
+from memoryd.indexing.scan import scan_dir
 from memoryd.storage.statedb import forget_shared
 from memoryd.trash import store as trash
 from memoryd.versions import importer, kept, listing, prune, scanned
@@ -215,7 +215,9 @@ CRASH_SCRIPT = """
 import sys
 from pathlib import Path
 from memoryd.versions import kept
-from memoryd.scan import scan_dir
+from memoryd.indexing.scan import scan_dir
+from memoryd import versions
+from memoryd.indexing.scan import scan_dir
 import os, signal
 store = kept.VersionStore(Path(sys.argv[2]))
 store.defer = len(sys.argv) > 3  # the daemon's way
@@ -570,7 +572,7 @@ def test_reading_a_log_imports_the_scan_once_not_once_a_line(env: Env, monkeypat
     real_import = builtins.__import__
 
     def counting(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "memoryd.scan":
+        if name == "memoryd.indexing.scan":
             imports.append(name)
         return real_import(name, *args, **kwargs)
 
@@ -736,8 +738,9 @@ def _own_runtime(root: Path) -> Any:
 
 
 def _update(rt: Any, folder: Path) -> None:
+
     from memoryd.discover.finder import memory_dir_at
-    from memoryd.indexer import update
+    from memoryd.indexing.passes import update
 
     update(rt, memory_dir_at(folder, rt.config))
 
@@ -849,7 +852,7 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
 def _write_index(folder: Path, store: VersionStore, data: bytes) -> None:
     """memoryd's swap writer puts `data` in as MEMORY.md, and the pass reads it back."""
     from memoryd import fsops
-    from memoryd.indexer import read_index_file
+    from memoryd.indexing.read import read_index_file
 
     with fsops.open_dir(folder) as fd:
         current = read_index_file(fd, "MEMORY.md").identity
@@ -863,7 +866,7 @@ def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env
     kill -9 before the flush, or another memoryd process reading the file, must not take it
     for another process's rewrite (a false alarm, and memoryd's version lost)."""
     from memoryd import fsops
-    from memoryd.indexer import read_index_file
+    from memoryd.indexing.read import read_index_file
 
     folder = home_folder(env)
     _mem(folder, "a.md", "body")
@@ -904,7 +907,7 @@ def test_two_index_writes_before_a_flush_keep_both_versions(env: Env) -> None:
 
 def _scan_failing_at(folder: Path, store: VersionStore, monkeypatch: Any, read: int) -> None:
     """Scan `folder` with the store, the `read`-th file read raising an unexpected error."""
-    import memoryd.scan as scan_module
+    import memoryd.indexing.scan as scan_module
 
     real = scan_module.read_one
     count = [0]
@@ -1418,7 +1421,7 @@ def test_listing_a_memory_dir_deleted_whole_asks_the_store_once(env: Env, monkey
 def _index_read_by(folder: Path, store: VersionStore) -> Any:
     """MEMORY.md read as an index pass reads it, the store told its bytes."""
     from memoryd import fsops
-    from memoryd.indexer import read_index_file
+    from memoryd.indexing.read import read_index_file
 
     with fsops.open_dir(folder) as dir_fd:
         return read_index_file(dir_fd, "MEMORY.md", store)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.commands import versions as cmd_versions
+from memoryd.indexing.scan import scan_dir
 from memoryd.runtime import Runtime
-from memoryd.scan import scan_dir
 from memoryd.versions import kept, listing, prune
 from tests.conftest import Env
 from tests.conftest import write_lesson as _mem

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from memoryd import fsops, restored
-from memoryd.scan import scan_dir
+from memoryd.indexing.scan import scan_dir
 from memoryd.storage.statedb import forget_shared
 from memoryd.versions import kept, listing, prune, records
 from tests.conftest import Env, InjectedCrash, crash_at, lock_held_elsewhere

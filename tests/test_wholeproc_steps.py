@@ -31,13 +31,15 @@ def _probe(words: list[str], watched: tuple[str, ...]) -> tuple[list[str], str, 
 def test_status_of_a_stopped_daemon_counts_files_without_the_scan_machinery(env: Env, cli) -> None:
     """`status` with no daemon gives each dir's memory count from its parse cache without
     importing the scanner (and with it YAML and the parsers) or making an entry per file.
-    The old one loaded the whole cache through memoryd.scan just to count it."""
+    The old one loaded the whole cache through memoryd.indexing.scan just to count it."""
     folder = env.claude / "agent-memory" / "reviewer"
     for name in ("a.md", "b.md", "c.md"):
         write_memory(folder, name)
     (folder / "notes.txt").write_text("not a memory\n")
     assert cli("index", folder).code == 0
-    loaded, out, code = _probe(["status", "--json"], ("memoryd.scan", "memoryd.memfile", "yaml"))
+    loaded, out, code = _probe(
+        ["status", "--json"], ("memoryd.indexing.scan", "memoryd.memfile", "yaml")
+    )
     assert code == 1 and loaded == []
     (row,) = json.loads(out)["dirs"]
     assert row["path"] == str(folder) and row["files"] == 3
@@ -45,7 +47,8 @@ def test_status_of_a_stopped_daemon_counts_files_without_the_scan_machinery(env:
 
 def test_status_cache_header_is_the_scanners() -> None:
     """statusview reads the scan cache by its header, spelled out: it must be scan's."""
-    from memoryd import scan, statusview
+    from memoryd import statusview
+    from memoryd.indexing import scan
 
     assert statusview.SCAN_CACHE_HEADER == scan._CACHE_HEADER
 
@@ -72,7 +75,7 @@ def test_status_shows_alarms_without_the_version_store(env: Env) -> None:
     store = kept.for_runtime(env.runtime())
     store._keep_alarm(Path("/x/old"), time.time() - 2 * 86400, 9, 0)
     store._keep_alarm(Path("/x/new"), time.time() - 60, 5, 1)
-    watched = ("memoryd.versions.kept", "memoryd.commands.versions", "memoryd.index", "yaml")
+    watched = ("memoryd.versions.kept", "memoryd.commands.versions", "memoryd.model.index", "yaml")
     loaded, out, _ = _probe(["status"], watched)
     assert loaded == []
     assert "ALARM /x/new: 5 memory files deleted and 1 rewritten" in out
@@ -86,7 +89,7 @@ def test_held_archive_split_is_the_line_split() -> None:
     import itertools
     import re
 
-    from memoryd.index_held import split_after_newlines
+    from memoryd.model.index_held import split_after_newlines
 
     old = re.compile(rb"(?<=\n)")
     pieces = (b"", b"a", b"\n", b"\r", b"\r\n", b"\n\n", b"- [x](x.md) \xe2\x80\x94 d")
@@ -113,13 +116,13 @@ def test_index_with_nothing_changed_parses_no_archive_line_again(
     """The held view keeps what it found in the archive under the digest of its bytes: the
     next `memoryd index` of the same archive splits its lines but parses only the few at its
     end the edit looks at. The old one parsed every archive line on every run (216 here)."""
-    from memoryd import index_held
+    from memoryd.model import index_held
 
     folder = _settled_dir(env, cli, "reviewer")
     assert cli("index", folder).code == 0  # the first held view saves what it found
     before = (folder / "MEMORY-ARCHIVE.md").read_bytes()
     calls = 0
-    from memoryd.index import parse_line as real  # what index_held calls
+    from memoryd.model.index import parse_line as real  # what index_held calls
 
     def counting(text: str):
         nonlocal calls
@@ -196,7 +199,7 @@ def test_a_first_index_reads_each_file_once(env: Env, cli, monkeypatch) -> None:
     """The first `memoryd index` of a dir: the settled view does not apply (nothing was
     settled yet), and the full pass takes the scan it made. The old one scanned again and
     read every memory twice."""
-    from memoryd import scan
+    from memoryd.indexing import scan
 
     folder = env.claude / "agent-memory" / "reviewer"
     for i in range(MANY):
@@ -218,7 +221,7 @@ def test_a_settled_index_scans_the_dir_once_per_pass(env: Env, cli, monkeypatch)
     """A settled dir's `memoryd index` after a memory changed stats each file once: the held
     edit takes the changed files from the pass's own scan. The old one stat'ed them and
     MEMORY.md's targets again (a second scan_dir over them)."""
-    from memoryd.scan import scan_dir as real
+    from memoryd.indexing.scan import scan_dir as real
 
     folder = _settled_dir(env, cli, "reviewer")
     assert cli("index", folder).code == 0
@@ -229,7 +232,7 @@ def test_a_settled_index_scans_the_dir_once_per_pass(env: Env, cli, monkeypatch)
         scans += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("memoryd.indexer.scan_dir", counting)
+    monkeypatch.setattr("memoryd.indexing.read.scan_dir", counting)
     write_memory(folder, "m0003.md", description="a new description")
     assert cli("index", folder).code == 0
     assert (
@@ -290,7 +293,8 @@ def test_index_imports_no_diff_subprocess_or_secret_patterns_it_does_not_use(env
 
 def test_the_scans_limits_are_the_parsers() -> None:
     """scan spells out memfile's limits (it imports the parser at its first read)."""
-    from memoryd import memfile, scan
+    from memoryd import memfile
+    from memoryd.indexing import scan
 
     assert scan.MAX_FILE_BYTES == memfile.MAX_FILE_BYTES
     assert scan.MAX_FRONTMATTER_BYTES == memfile.MAX_FRONTMATTER_BYTES

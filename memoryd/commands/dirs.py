@@ -46,11 +46,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    from memoryd import findings, fsops, indexer
-    from memoryd.index import INDEX_NAME
-    from memoryd.indexer import budget_use, read_index_file, view_kind
+    from memoryd import findings, fsops
+    from memoryd.indexing import passes
+    from memoryd.indexing.read import read_index_file, view_kind
+    from memoryd.indexing.window import budget_use
+    from memoryd.model.index import INDEX_NAME
 
-    outcome = indexer.check(rt, md)
+    outcome = passes.check(rt, md)
     scan = outcome.scan
     main_text = None
     with fsops.open_dir(md.real_path) as fd:
@@ -103,12 +105,13 @@ def _git_drift(rt: Runtime, md: MemoryDir, outcome: Any) -> dict[str, int] | Non
     """For a dir left alone because git tracks it: what `memoryd index DIR` would change
     (pointers added, removed, moved to the archive); None for any other dir."""
 
-    from memoryd import gitwork, indexer
+    from memoryd import gitwork
+    from memoryd.indexing import passes
 
     reason = outcome.ownership.reason if outcome.ownership else ""
     if outcome.status != "unmanaged" or not reason.startswith(gitwork.TRACKED):
         return None
-    named = indexer.check(replace(rt, named=(md.real_path,)), md)
+    named = passes.check(replace(rt, named=(md.real_path,)), md)
     edit = named.edit
     if named.status != "would_change" or edit is None:
         return {"added": 0, "removed": 0, "demoted": 0}
@@ -174,7 +177,6 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd import findings
     from memoryd.discover.finder import discover_all
 
-    rt = replace(rt, dry_run=True)
     named = [p for p in args.dirs if not findings.is_store_file(p)]
     found = discover_all(rt.config, named) if named or not args.dirs else _no_dirs()
     rows = [_dir_summary(rt, md) for md in found.dirs]

@@ -61,8 +61,8 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     if args.apply:
         return _dream_apply(args, rt, out)
-    # A dry run writes nothing at all: no state, no audit row. The dirs named: see cmd_index.
-    rt = replace(rt, dry_run=args.dry_run, named=tuple(args.dirs))
+    # A dry run writes nothing at all: no state, no audit row (rt.effect, cli.effect_of).
+    rt = replace(rt, named=tuple(args.dirs))  # see cmd_index
     if not args.dry_run:
         recover(rt)
     found = discover_named(rt, args.dirs)  # a dry run says nothing (rt.dry_run)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -42,7 +41,6 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd.dream.explain import explain, render
     from memoryd.dream.repocache import RepoCache
 
-    rt = replace(rt, dry_run=True)
     if findings.is_store_file(args.file):
         return _explain_store(args, rt, out)
     from memoryd.commands.resolve import is_path, resolve

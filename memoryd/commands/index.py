@@ -22,7 +22,7 @@ from memoryd.commands.common import (
 from memoryd.display import shown
 
 if TYPE_CHECKING:
-    from memoryd.indexer import IndexOutcome
+    from memoryd.indexing.outcome import IndexOutcome
     from memoryd.runtime import Runtime
 
 
@@ -53,8 +53,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import indexer
     from memoryd.discover.finder import discover_all
+    from memoryd.indexing import passes
 
     if not args.check:
         recover(rt)
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     # Why a dir is unmanaged is said once (as its `index.unmanaged` row is), not at every run:
     # the run that records it in the dir's state says it; `-v` and `dirs DIR` say it again.
     said = {md.real_path: rt.store.load(md.real_path).reported.get("unmanaged") for md in dirs}
-    use_case = indexer.check if args.check else indexer.update
+    use_case = passes.check if args.check else passes.update
     outcomes = [use_case(rt, md) for md in dirs]
     # A dir left to the program writing its index is not in step either: a failed action.
     failed = any(o.status in ("error", "conflict", "settling") for o in outcomes)

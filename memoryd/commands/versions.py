@@ -26,18 +26,11 @@ EXIT_OK, EXIT_FINDINGS = 0, 1
 
 @contextlib.contextmanager
 def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[Runtime]:
-    """Keep versions of what this command reads (every command that may write, and the
-    daemon); a dry run, a check and the read-only commands write nothing, so keep none.
+    """Keep versions of what this command reads (every command that may write in memory dirs,
+    and the daemon: rt.effect); a dry run, a check and the read-only commands keep none.
     Gives the Runtime to pass down: `rt` with the version store (Runtime.versions)."""
-    from memoryd.commands.common import VERSIONED  # the one list (cli looks at it first)
-
     command = getattr(args, "command", "")
-    if (
-        command not in VERSIONED
-        or getattr(args, "dry_run", False)
-        or getattr(args, "check", False)
-        or (command == "trash" and getattr(args, "trash_command", "") == "list")
-    ):
+    if not rt.effect.keeps_versions:
         yield rt
         return
     store = kept.for_runtime(rt)
@@ -363,8 +356,8 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
     """`trash restore ID` for a file deleted outside memoryd: False when `key` names none."""
     from memoryd import restored
     from memoryd.discover.finder import memory_dir_at
-    from memoryd.index import INDEX_NAME, pointer_lines, pointer_places
-    from memoryd.indexer import restore_pointers
+    from memoryd.indexing.passes import restore_pointers
+    from memoryd.model.index import INDEX_NAME, pointer_lines, pointer_places
     from memoryd.trash import manifest as trash
 
     store = rt.versions or kept.for_runtime(rt)

@@ -13,8 +13,9 @@ from memoryd import fsops, restored
 from memoryd.discover.finder import memory_dir_at
 from memoryd.discover.found import MemoryDir
 from memoryd.errors import MemorydError
-from memoryd.index import INDEX_NAME, Place, pointer_targets
-from memoryd.indexer import IndexKeeper, read_index_file, restore_pointers
+from memoryd.indexing.passes import restore_pointers
+from memoryd.indexing.read import IndexKeeper, read_index_file
+from memoryd.model.index import INDEX_NAME, Place, pointer_targets
 from memoryd.runtime import Runtime
 from memoryd.state import dir_key
 from memoryd.trash import days as trash_days

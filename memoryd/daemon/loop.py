@@ -43,9 +43,10 @@ from memoryd.discover.finder import discover_all, report_refused
 from memoryd.discover.found import MemoryDir
 from memoryd.discover.locks import lock_is_fresh
 from memoryd.errors import ConfigError, MemorydError
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
-from memoryd.indexer import IndexStatus, update_changed
+from memoryd.indexing.outcome import IndexStatus
+from memoryd.indexing.passes import update_changed
 from memoryd.logsetup import configure, get_logger
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import AppPaths
 from memoryd.recovery import recover
 from memoryd.runtime import Runtime, tune_gc

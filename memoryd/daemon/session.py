@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memoryd.discover.found import MemoryDir
-from memoryd.indexer import Held
-from memoryd.scan import DirScan
+from memoryd.indexing.read import Held
+from memoryd.indexing.scan import DirScan
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from memoryd import fsops, safejson
 from memoryd.config import Config
 from memoryd.cwd_cache import CwdCache
 from memoryd.errors import UsageError
-from memoryd.index import INDEX_NAME
+from memoryd.model.index import INDEX_NAME
 from memoryd.paths import expand, read_bounded
 
 if TYPE_CHECKING:

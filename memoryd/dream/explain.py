@@ -17,9 +17,9 @@ from memoryd.dream.repo import RepoIndex
 from memoryd.dream.repocache import RepoCache
 from memoryd.dream.similar import overlap
 from memoryd.errors import MemorydError
-from memoryd.indexer import agent_sees
+from memoryd.indexing.scan import skip_reason
+from memoryd.indexing.window import agent_sees
 from memoryd.runtime import Runtime
-from memoryd.scan import skip_reason
 
 
 def explain(

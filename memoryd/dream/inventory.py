@@ -15,11 +15,11 @@ from memoryd.dream.facts import Facts, FactsCache, derive, load_saved
 from memoryd.dream.memo import DreamMemo
 from memoryd.dream.plan import Item, make_item
 from memoryd.dream.refs import RefChecker
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.indexing.scan import DirScan, scan_dir
 from memoryd.links import Dangling, links_in
 from memoryd.memfile import Memory, parse_memory
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.runtime import Runtime
-from memoryd.scan import DirScan, scan_dir
 from memoryd.secrets import Finding, find, find_bytes
 
 

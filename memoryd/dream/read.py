@@ -23,10 +23,12 @@ from memoryd.dream.plan import Item, Plan, Thresholds, plan_pass
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repocache import RepoCache
 from memoryd.errors import MemorydError
-from memoryd.index import Ownership
-from memoryd.indexer import Basis, IndexOutcome, IndexStatus, ownership_for_dream
+from memoryd.indexing.outcome import IndexOutcome, IndexStatus
+from memoryd.indexing.passes import ownership_for_dream
+from memoryd.indexing.read import Basis
+from memoryd.indexing.scan import DirScan
+from memoryd.model.index import Ownership
 from memoryd.runtime import Runtime
-from memoryd.scan import DirScan
 
 
 @dataclass(slots=True)

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from memoryd.index import INDEX_NAME
+from memoryd.indexing.scan import TRASH_DIR
+from memoryd.model.index import INDEX_NAME
 from memoryd.paths import open_regular, read_open
-from memoryd.scan import TRASH_DIR
 from memoryd.sealed import seal, unseal
 
 # Folders that hold generated or vendored trees: walking them is slow and their contents say

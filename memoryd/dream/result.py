@@ -7,7 +7,7 @@ from memoryd.discover.found import MemoryDir
 from memoryd.dream.kinds import MoveReason, PassStatus
 from memoryd.dream.plan import Flag, Plan, kept_by_guard
 from memoryd.dream.refs import Classification
-from memoryd.indexer import IndexOutcome, IndexStatus
+from memoryd.indexing.outcome import IndexOutcome, IndexStatus
 from memoryd.links import Dangling
 from memoryd.secrets import Finding
 from memoryd.trash.store import TrashRecord

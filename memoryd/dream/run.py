@@ -19,7 +19,7 @@ from memoryd.dream.repocache import RepoCache
 from memoryd.dream.result import DreamResult
 from memoryd.dream.write import INDEX_NOT_UPDATED, IndexNotWritten, apply, index_failure
 from memoryd.errors import MemorydError
-from memoryd.indexer import index_after_dream
+from memoryd.indexing.passes import index_after_dream
 from memoryd.runtime import Runtime
 
 

@@ -16,15 +16,10 @@ from memoryd.dream.plan import Plan
 from memoryd.dream.read import probe_index
 from memoryd.dream.result import DreamResult
 from memoryd.errors import MemorydError
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, Place, pointer_lines, pointer_places
-from memoryd.indexer import (
-    Basis,
-    IndexKeeper,
-    IndexStatus,
-    IndexText,
-    index_after_dream,
-    index_file_again,
-)
+from memoryd.indexing.outcome import IndexStatus
+from memoryd.indexing.passes import index_after_dream
+from memoryd.indexing.read import Basis, IndexKeeper, IndexText, index_file_again
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, Place, pointer_lines, pointer_places
 from memoryd.runtime import Runtime
 from memoryd.trash import store as trash
 from memoryd.trash.store import TrashRecord

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from memoryd import fsops
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
 
 INDEX_MAX_BYTES = 64 * 1024 * 1024  # MEMORY.md / the archive, read to find pointers
 # How the agent loads the dir's MEMORY.md: (agentview.ViewKind's value, max lines, max UTF-16
@@ -197,7 +197,7 @@ def _hidden_pointers(text: str, window: Window) -> dict[str, str]:
     """The files MEMORY.md points at only on lines the agent does not see, each with why
     (the first hidden line's): what `memoryd dirs` counts as hidden pointers."""
     from memoryd.agentview import ViewKind
-    from memoryd.index import Budget, LinkKind, split_lines, view_of
+    from memoryd.model.index import Budget, LinkKind, split_lines, view_of
 
     kind, max_lines, max_units = window
     view = view_of(text, Budget(max_lines=max_lines, max_chars=max_units), ViewKind(kind))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops
 from memoryd.fdlimit import out_of_files
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import ensure_private_dir, file_kind
 from memoryd.recall.listing import (
     CHANGED,
@@ -492,7 +492,7 @@ class DirIndex(Searches):
             for name in (INDEX_NAME, ARCHIVE_NAME)
         ) or (self.window is not None and meta.get("window") != window_text(self.window))
         if changed:
-            from memoryd.scan import skip_reason
+            from memoryd.indexing.scan import skip_reason
 
             changed = [name for name in changed if skip_reason(name) is None]
         return _Plan(sorted(changed), sorted(gone), old, pointers, meta, listing)

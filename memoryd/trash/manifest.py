@@ -15,12 +15,12 @@ from typing import Any
 
 from memoryd import fsops, safejson
 from memoryd.errors import MemorydError
+from memoryd.indexing.scan import skip_reason
 from memoryd.paths import (
     BoundedLines,
     open_regular,
     read_problem,
 )
-from memoryd.scan import skip_reason
 from memoryd.trash.store import (
     MANIFEST,
     TRASHED_SUFFIX,

@@ -151,7 +151,7 @@ def _pack(path: Path) -> Iterator[tuple[str, bytes]]:
 
 def _log(log: Path) -> tuple[Path | None, list[tuple[Any, ...]]]:
     """The dir an old log names, and its valid rows, oldest first."""
-    from memoryd.scan import skip_reason
+    from memoryd.indexing.scan import skip_reason
 
     try:
         fd, _ = open_regular(log, follow=False)

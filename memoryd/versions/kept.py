@@ -52,7 +52,7 @@ from memoryd.versions.records import (
 from memoryd.versions.scanned import INDEX_FILES
 
 if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
-    from memoryd import scan
+    from memoryd.indexing import scan
 
 OWN_KEEP = 200  # index writes a dir's ledger keeps: far more than another process has left
 PRUNE_EVERY = 86400.0  # the daemon prunes at start, then at the first heartbeat a day after

@@ -6,11 +6,11 @@ from collections.abc import Mapping, Set
 from typing import TYPE_CHECKING, Any
 
 from memoryd import fsops
-from memoryd.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.versions.records import MEMORYD, OBJECT_MAX, OTHER
 
 if TYPE_CHECKING:
-    from memoryd import scan
+    from memoryd.indexing import scan
     from memoryd.versions.kept import Row, Session, Told, VersionStore, _Dir
 
 INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)  # kept as any memory, never counted toward an alarm

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from memoryd import fsops
-from memoryd.index import Entry, linkable
+from memoryd.model.index import Entry, linkable
 from memoryd.sealed import seal, unseal
 
 # memoryd.memfile's limits, spelled out: the parser is imported by the first read, so a scan
@@ -275,6 +275,13 @@ def read_one(
             f"cannot be read ({error.strerror})",
             "check the file's permissions",
         )
+    return _parsed(name, data, fst, max_file, max_fm, seen)
+
+
+def _parsed(
+    name: str, data: bytes, fst: os.stat_result, max_file: int, max_fm: int, seen: ScanSeen | None
+) -> Scanned:
+    """What one file's bytes are: a memory, a note, or a problem."""
     NotMemory, Summary, parse_date, parse_summary = _memfile or _load_memfile()
     parsed = parse_summary(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
     if seen is not None and isinstance(parsed, Summary | NotMemory):  # versions

@@ -15,25 +15,28 @@ those archive lines, and splices the result back. Anything the splice cannot pla
 """
 
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import Any
 
 from memoryd.agentview import ViewKind
-from memoryd.index import (
+from memoryd.model.index import (
     DEMOTED_HEADING,
     TRAILER,
-    IndexEdit,
-    IndexInput,
     Line,
+    Link,
     LinkKind,
-    SomeArchiveLines,
-    edit_lines,
     local_links,
     parse_line,
     split_lines,
-    view_reshaped,
     visible_local_links,
+)
+from memoryd.model.index_edit import (
+    IndexEdit,
+    IndexInput,
+    SomeArchiveLines,
+    edit_lines,
+    view_reshaped,
 )
 from memoryd.sealed import seal, unseal
 
@@ -236,6 +239,53 @@ def edit_changed(
         return None  # an archive without its frontmatter: the full edit gives it one
     main_targets = {link.target for link in local_links(held.main)} if held.main else set()
     wanted = (main_targets | changed | waiting) & inp.memories.keys()
+    positions = _lines_to_look_at(held, inp, changed, main_targets)
+    some = held.some(positions)
+    links = {line.origin: line.link for line in some.lines}  # before the edit changes them
+    restricted = replace(
+        inp,
+        main=held.main,
+        archive=None,
+        memories={name: inp.memories[name] for name in wanted},
+        total=len(inp.memories),
+    )
+    edit, out = edit_lines(restricted, some)
+    if view_reshaped(held.main or "", edit.main or ""):
+        return None  # what the agent cannot see changed shape: the full edit re-reads it all
+    splice = _Splice.of(held, held.exists != (edit.archive is not None))
+    taken = splice.keep(out)
+    if taken is None:
+        return None  # a line moved: not an edit this splice can express
+    kept, appended = taken
+    splice.drop(positions - kept, links)
+    splice.append(appended)
+    exists = edit.archive is not None
+    edit.archive = None  # see ChangedEdit
+    # The restricted edit saw only some archive lines: add what the others still report.
+    edit.invalid_links += [raw for p, raw in held.invalid.items() if p not in positions]
+    dead = frozenset(edit.dead_links) | (held.dead - changed)
+    edit.dead_links = sorted(dead)
+    after = HeldIndex(
+        edit.main,
+        exists,
+        splice.lines,
+        splice.where,
+        held.invalid,
+        splice.heading_at,
+        splice.offending_at,
+        dead,
+        splice.crlf,
+        splice.lf,
+    )
+    return ChangedEdit(edit, after, splice.changed)
+
+
+def _lines_to_look_at(
+    held: HeldIndex, inp: IndexInput, changed: Set[str], main_targets: Set[str]
+) -> set[int]:
+    """The archive lines a change can affect: the changed files' pointers, those of memories
+    MEMORY.md points to where the agent cannot see it, the demoted heading and what follows
+    it, and the lines from the end the edit may append after."""
     positions: set[int] = set()
     for target in changed:
         positions.update(held.where.get(target, ()))
@@ -250,76 +300,83 @@ def edit_changed(
         if position >= 0:
             positions.add(position)
     positions.update(_from_end(held, changed))
-    some = held.some(positions)
-    links = {line.origin: line.link for line in some.lines}  # before the edit changes them
-    restricted = replace(
-        inp,
-        main=held.main,
-        archive=None,
-        memories={name: inp.memories[name] for name in wanted},
-        total=len(inp.memories),
-    )
-    edit, out = edit_lines(restricted, some)
-    if view_reshaped(held.main or "", edit.main or ""):
-        return None  # what the agent cannot see changed shape: the full edit re-reads it all
+    return positions
 
-    lines = list(held.lines)
-    crlf, lf = held.crlf, held.lf
-    archive_changed = held.exists != (edit.archive is not None)
 
-    def put(position: int, data: bytes) -> None:
-        nonlocal crlf, lf, archive_changed
-        if data == lines[position]:
+@dataclass(slots=True)
+class _Splice:
+    """The held archive's lines as the restricted edit's result is spliced back into them."""
+
+    lines: list[bytes]
+    where: dict[str, list[int]]
+    heading_at: int
+    offending_at: int
+    crlf: int
+    lf: int
+    changed: bool
+
+    @classmethod
+    def of(cls, held: HeldIndex, changed: bool) -> "_Splice":
+        return cls(
+            list(held.lines),
+            dict(held.where),
+            held.heading_at,
+            held.offending_at,
+            held.crlf,
+            held.lf,
+            changed,
+        )
+
+    def put(self, position: int, data: bytes) -> None:
+        if data == self.lines[position]:
             return
-        old, new = _ending(lines[position]), _ending(data)
-        crlf += new[0] - old[0]
-        lf += new[1] - old[1]
-        lines[position] = data
-        archive_changed = True
+        old, new = _ending(self.lines[position]), _ending(data)
+        self.crlf += new[0] - old[0]
+        self.lf += new[1] - old[1]
+        self.lines[position] = data
+        self.changed = True
 
-    kept: set[int] = set()
-    appended: list[Line] = []
-    last = -1
-    for line in out:
-        if line.origin < 0:
-            appended.append(line)
-            continue
-        if appended or line.origin <= last:
-            return None  # a line moved: not an edit this splice can express
-        last = line.origin
-        kept.add(line.origin)
-        put(line.origin, (line.content + line.eol).encode("utf-8"))
-    where = dict(held.where)
-    for position in positions - kept:
-        put(position, b"")
-        link = links[position]
-        if link is not None and link.kind is LinkKind.LOCAL:
-            rest = [p for p in where[link.target] if p != position]
-            if rest:
-                where[link.target] = rest
-            else:
-                del where[link.target]
-    heading_at, offending_at = held.heading_at, held.offending_at
-    for line in appended:
-        position = len(lines)
-        lines.append(b"")
-        put(position, (line.content + line.eol).encode("utf-8"))
-        if line.link is not None and line.link.kind is LinkKind.LOCAL:
-            where[line.link.target] = [*where.get(line.link.target, ()), position]
-        elif DEMOTED_HEADING.match(line.content):
-            heading_at, offending_at = position, -1
-        elif heading_at >= 0 and offending_at < 0 and line.content.strip():
-            offending_at = position
-    exists = edit.archive is not None
-    edit.archive = None  # see ChangedEdit
-    # The restricted edit saw only some archive lines: add what the others still report.
-    edit.invalid_links += [raw for p, raw in held.invalid.items() if p not in positions]
-    dead = frozenset(edit.dead_links) | (held.dead - changed)
-    edit.dead_links = sorted(dead)
-    after = HeldIndex(
-        edit.main, exists, lines, where, held.invalid, heading_at, offending_at, dead, crlf, lf
-    )
-    return ChangedEdit(edit, after, archive_changed)
+    def keep(self, out: Sequence[Line]) -> tuple[set[int], list[Line]] | None:
+        """Put back the lines the edit kept, in their places; the positions kept and the lines
+        the edit added at the end. None: a line moved."""
+        kept: set[int] = set()
+        appended: list[Line] = []
+        last = -1
+        for line in out:
+            if line.origin < 0:
+                appended.append(line)
+                continue
+            if appended or line.origin <= last:
+                return None
+            last = line.origin
+            kept.add(line.origin)
+            self.put(line.origin, (line.content + line.eol).encode("utf-8"))
+        return kept, appended
+
+    def drop(self, positions: Set[int], links: Mapping[int, Link | None]) -> None:
+        """Blank the lines the edit removed, and forget where their pointers were."""
+        where = self.where
+        for position in positions:
+            self.put(position, b"")
+            link = links[position]
+            if link is not None and link.kind is LinkKind.LOCAL:
+                rest = [p for p in where[link.target] if p != position]
+                if rest:
+                    where[link.target] = rest
+                else:
+                    del where[link.target]
+
+    def append(self, appended: Sequence[Line]) -> None:
+        for line in appended:
+            position = len(self.lines)
+            self.lines.append(b"")
+            self.put(position, (line.content + line.eol).encode("utf-8"))
+            if line.link is not None and line.link.kind is LinkKind.LOCAL:
+                self.where[line.link.target] = [*self.where.get(line.link.target, ()), position]
+            elif DEMOTED_HEADING.match(line.content):
+                self.heading_at, self.offending_at = position, -1
+            elif self.heading_at >= 0 and self.offending_at < 0 and line.content.strip():
+                self.offending_at = position
 
 
 def check(

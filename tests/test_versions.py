@@ -769,9 +769,9 @@ def test_two_runtimes_each_keep_only_the_versions_of_their_own_work(env: Env) ->
     in_a, in_b = _mem(a, "one.md", "lesson of a"), _mem(b, "two.md", "lesson of b")
     rt_a, rt_b = _own_runtime(env.home / "rt-a"), _own_runtime(env.home / "rt-b")
     args = argparse.Namespace(command="index")
-    with cmd_versions.keeping(args, rt_a), cmd_versions.keeping(args, rt_b):
-        _update(rt_a, a)
-        _update(rt_b, b)
+    with cmd_versions.keeping(args, rt_a) as kept_a, cmd_versions.keeping(args, rt_b) as kept_b:
+        _update(kept_a, a)
+        _update(kept_b, b)
     assert _kept(rt_a) == ([a], _versions_in(a, in_a))
     assert _kept(rt_b) == ([b], _versions_in(b, in_b))
 
@@ -794,8 +794,8 @@ def test_a_pass_given_no_store_keeps_nothing_while_another_thread_keeps_versions
     opened, done = threading.Event(), threading.Event()
 
     def keeping() -> None:
-        with cmd_versions.keeping(argparse.Namespace(command="index"), keeper):
-            _update(keeper, a)
+        with cmd_versions.keeping(argparse.Namespace(command="index"), keeper) as keeping_rt:
+            _update(keeping_rt, a)
             opened.set()
             assert done.wait(60)
 
@@ -839,8 +839,8 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
     real_crash_point = fsops.crash_point
     monkeypatch.setattr(fsops, "_digest", digest)
     monkeypatch.setattr(fsops, "crash_point", lambda label: steps.append(label))
-    with cmd_versions.keeping(argparse.Namespace(command="index"), rt):
-        _update(rt, folder.resolve())
+    with cmd_versions.keeping(argparse.Namespace(command="index"), rt) as keeping_rt:
+        _update(keeping_rt, folder.resolve())
     monkeypatch.setattr(fsops, "crash_point", real_crash_point)
     assert hashed.count(_sha((folder / "MEMORY.md").read_bytes())) == 1
     assert steps.count("versions.end_scan") <= 2, steps

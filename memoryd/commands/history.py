@@ -47,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd import history
     from memoryd.commands import versions as kept
+    from memoryd.storage.statedb import StateDamaged
 
     args.target = history.target_of(rt, args.key, args.dirs)  # both sides': the one resolver
     if args.diff is not None or args.restore is not None:
@@ -65,6 +66,8 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     found: list[Version] | None = None
     try:
         found = kept.kept_versions(rt, target.folder, target.name)
+    except StateDamaged:
+        raise  # never a history without its versions in silence: the store needs a person
     except MemorydError as error:
         problems.append(error)
     if len(problems) == 2:

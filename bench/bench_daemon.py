@@ -51,10 +51,10 @@ from _claude_home import child_env
 from _naive import naive_load_all, naive_rebuild
 from _stats import markdown_table, percentile
 
-from memoryd.audit import iter_lines
 from memoryd.config import parse_duration
 from memoryd.discover.slugs import slugify
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, POINTER
+from memoryd.storage.audit import iter_lines
 
 MS = 1e-3
 MB = 1024 * 1024

@@ -22,9 +22,9 @@ from typing import Any
 from _claude_home import ClaudeHome, make_claude_home
 from _stats import markdown_table, timed
 
-from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
-from memoryd.cwd_cache import CwdCache
+from memoryd.discover.claude_env import ClaudeEnv
+from memoryd.discover.cwd_cache import CwdCache
 from memoryd.discover.finder import discover_all
 from memoryd.discover.found import Discovery
 from memoryd.runtime import tune_gc

@@ -84,7 +84,7 @@ from memoryd.indexing.read import MAX_INDEX_BYTES
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime
-from memoryd.state import StateStore
+from memoryd.storage.state import StateStore
 
 try:
     import frontmatter
@@ -890,7 +890,6 @@ def phase_times(
     The breakdown also goes into `sink` ("total", "phases"), even when `fn` is interrupted.
     Wrapping costs about a microsecond a call (~0.1 s of a 10,000-memory pass).
     """
-    from memoryd import fsops
     from memoryd.dream import facts as facts_mod
     from memoryd.dream import inventory as inventory_mod
     from memoryd.dream import plan as plan_mod
@@ -900,7 +899,8 @@ def phase_times(
     from memoryd.dream import run as run_mod
     from memoryd.dream import similar as similar_mod
     from memoryd.dream import write as write_mod
-    from memoryd.state import StateStore
+    from memoryd.storage import fsops
+    from memoryd.storage.state import StateStore
 
     # A running (seconds, calls) per label, not one sample per call: at 100,000 memories a list
     # per wrapped function would add tens of MB to the peak RSS of the pass being measured.
@@ -1430,7 +1430,7 @@ def bench_symbols(repo: Repo, args: argparse.Namespace) -> list[Row]:
 
 # --- figure 3: one changed memory against 10,000 -----------------------------------------------
 def bench_query(repo: Repo, work: Path, args: argparse.Namespace) -> list[Row]:
-    from memoryd.memfile import Memory, parse_memory
+    from memoryd.model.memfile import Memory, parse_memory
 
     n = 10_000
     path = work / f"memory-{n}"

@@ -31,7 +31,6 @@ import _synth
 from _naive import naive_load_all, naive_rebuild
 from _stats import markdown_table, percentile, timed
 
-from memoryd import fsops
 from memoryd.config import Config, with_claude_home
 from memoryd.discover.finder import explicit_dirs
 from memoryd.discover.found import MemoryDir
@@ -42,7 +41,8 @@ from memoryd.indexing.scan import scan_dir
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, POINTER
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, tune_gc
-from memoryd.state import StateStore
+from memoryd.storage import fsops
+from memoryd.storage.state import StateStore
 
 MS = 1e-3
 MB = 1024 * 1024

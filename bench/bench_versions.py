@@ -40,8 +40,8 @@ import _synth
 from _claude_home import child_env
 from _stats import markdown_table
 
-from memoryd.audit import iter_lines
 from memoryd.discover.slugs import slugify
+from memoryd.storage.audit import iter_lines
 
 MB = 1024 * 1024
 T = TypeVar("T")

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, cast
 
 from memoryd import __version__
-from memoryd.display import shown
 from memoryd.errors import ConfigError, MemorydError, UsageError
+from memoryd.views.display import shown
 
 if TYPE_CHECKING:
     from memoryd.config import Config
@@ -65,7 +65,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 # `memoryd hook EVENT`, dispatched before the parser (the post-write hook runs `index` through
 # `main` in its own process).
-HOOKS = "memoryd.hooks"
+HOOKS = "memoryd.claude.hooks"
 READ_ONLY = frozenset({"status", "log", "dirs", "history"})  # and `trash list`
 CONFIG_PROBLEMS_SHOWN = 3
 
@@ -178,11 +178,11 @@ def _named_command(words: Sequence[str]) -> str | None:
 @contextlib.contextmanager
 def _looking_only(effect: Effect) -> Iterator[None]:
     """A command that promises to write nothing (a read-only one, a dry run, `--check`) does
-    not save even discovery's cache (memoryd.cwd_cache), for as long as it runs."""
+    not save even discovery's cache (memoryd.discover.cwd_cache), for as long as it runs."""
     if effect.writes:
         yield
         return
-    from memoryd.cwd_cache import LOOKING_ONLY
+    from memoryd.discover.cwd_cache import LOOKING_ONLY
 
     token = LOOKING_ONLY.set(True)
     try:
@@ -314,7 +314,7 @@ def main(
 
 def _dispatch(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     """The command's module, imported now, run with the version store and the pager around it."""
-    from memoryd.pager import paged  # long output through $PAGER on a terminal
+    from memoryd.views.pager import paged  # long output through $PAGER on a terminal
 
     run = command(args.command).run
     with (
@@ -328,7 +328,7 @@ def _dispatch(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 def _os_error_line(error: OSError) -> str:
     """What no step turned into a message of its own (a state file on a full disk, say): still
     the file and what to do, not a traceback."""
-    from memoryd.fdlimit import out_of_files
+    from memoryd.storage.fdlimit import out_of_files
 
     where = f"{error.filename}: " if error.filename else ""
     fix = out_of_files(error)

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from memoryd import safejson
-from memoryd.claude_env import ClaudeEnv
+from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.errors import ConfigError
 from memoryd.paths import (
     AppPaths,
@@ -19,6 +18,7 @@ from memoryd.paths import (
     expand,
     read_bounded,
 )
+from memoryd.storage import safejson
 
 IndexMode = Literal["auto", "manage", "off"]
 BudgetMode = Literal["never", "hard", "target"]

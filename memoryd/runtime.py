@@ -9,12 +9,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memoryd.audit import AuditLog
 from memoryd.config import Config
 from memoryd.dream.memo import DreamMemo
-from memoryd.fsops import OwnWrite
 from memoryd.paths import AppPaths, app_paths
-from memoryd.state import StateStore
+from memoryd.storage.audit import AuditLog
+from memoryd.storage.fsops import OwnWrite
+from memoryd.storage.state import StateStore
 
 if TYPE_CHECKING:  # a command that keeps no versions never imports the store
     from memoryd.versions.kept import VersionStore

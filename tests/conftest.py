@@ -78,7 +78,7 @@ class Env:
         return self.logs / "audit.jsonl"
 
     def audit_rows(self) -> list[dict[str, Any]]:
-        from memoryd.audit import iter_lines
+        from memoryd.storage.audit import iter_lines
 
         return list(iter_lines(self.audit_path))
 
@@ -256,7 +256,7 @@ def corpus(tmp_path: Path) -> Iterator[Path]:
 def lock_held_elsewhere(state_dir: Path, real_path: Path) -> Iterator[None]:
     """Another process holds the dir's writer lock (StateStore.lock) until the block ends."""
     script = (
-        "import sys; from pathlib import Path; from memoryd.state import StateStore\n"
+        "import sys; from pathlib import Path; from memoryd.storage.state import StateStore\n"
         f"s = StateStore(Path({str(state_dir)!r}))\n"
         f"with s.lock(Path({str(real_path)!r})):\n"
         "    print('held', flush=True); sys.stdin.readline()\n"
@@ -317,6 +317,7 @@ TIERS: dict[str, frozenset[str]] = {
             "test_report_quiet",
             "test_safejson",
             "test_statedb",
+            "test_layout",
             "test_scan",
             "test_secrets",
             "test_secrets_purge",

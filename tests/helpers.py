@@ -16,7 +16,6 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd.audit import iter_lines
 from memoryd.config import Config
 from memoryd.daemon import housekeeping
 from memoryd.discover.finder import explicit_dirs
@@ -29,6 +28,7 @@ from memoryd.model.index import Budget, Entry
 from memoryd.model.index_edit import IndexEdit, IndexInput, update_index
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, boot_clock
+from memoryd.storage.audit import iter_lines
 from memoryd.trash import store as trash
 from tests.conftest import Env, write_memory
 

@@ -22,7 +22,7 @@ from memoryd.dream.refs import extract_refs
 from memoryd.dream.repocache import RepoCache
 from memoryd.dream.run import dream_dir
 from memoryd.errors import ConfigError
-from memoryd.memfile import MAX_FILE_BYTES, MAX_FRONTMATTER_BYTES, Memory, parse_memory
+from memoryd.model.memfile import MAX_FILE_BYTES, MAX_FRONTMATTER_BYTES, Memory, parse_memory
 from tests.conftest import Env, tree_digest, write_memory
 from tests.helpers import make_small_repo, memory_dir
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from memoryd.agentview import (
+from memoryd.discover.agentview import (
     MAX_LOAD_BYTES,
     Hidden,
     ViewKind,

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import fsops, journal
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.repocache import RepoCache
 from memoryd.dream.result import DreamResult
 from memoryd.dream.run import dream_dir
 from memoryd.runtime import Runtime
+from memoryd.storage import fsops, journal
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import store as trash
 from tests.conftest import Env, InjectedCrash, crash_at
@@ -181,7 +181,7 @@ def test_recovery_puts_back_an_unchecked_file_a_crash_left_in_the_trash(
     """A pass killed right after renaming a swapped-in version (before it looked at what it
     moved): recovery finds the trashed bytes are not the planned ones, puts the file back and
     records no move."""
-    from memoryd.recovery import recover
+    from memoryd.trash.recovery import recover
 
     path = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.audit import EVENTS, AuditLog, iter_lines, parse_since, read_rows
+from memoryd.storage.audit import EVENTS, AuditLog, iter_lines, parse_since, read_rows
 
 
 def test_rows_carry_the_common_fields_and_escape_non_ascii(tmp_path: Path) -> None:
@@ -126,7 +126,7 @@ def test_a_line_over_the_limit_is_skipped_as_torn(tmp_path: Path) -> None:
     """A row of MAX_LINE_BYTES (newline included) is read; one byte more and it is skipped
     like a torn line, never held whole; the rows around it are read. The old reader read any
     line whole and returned the over-long row."""
-    from memoryd.audit import MAX_LINE_BYTES
+    from memoryd.storage.audit import MAX_LINE_BYTES
 
     path = tmp_path / "audit.jsonl"
     path.write_bytes(

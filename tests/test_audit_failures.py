@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import audit
-from memoryd.audit import AuditLog
 from memoryd.discover.slugs import slugify
+from memoryd.storage import audit
+from memoryd.storage.audit import AuditLog
 from tests.conftest import Env
 from tests.helpers import (
     agent_write,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.agentview import ViewKind
-from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
+from memoryd.discover.agentview import ViewKind
+from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.discover.finder import discover, discover_all
 from memoryd.discover.found import MemoryDir
 from memoryd.discover.slugs import slugify

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from memoryd import claude_settings as cs
+from memoryd.claude import claude_settings as cs
 from memoryd.commands.service import program
 from tests.conftest import Env, Result
 

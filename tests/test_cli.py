@@ -89,7 +89,7 @@ def test_console_script_runs(env: Env) -> None:
 
 def test_readme_lists_every_audit_event_and_the_two_quick_start_commands() -> None:
     """The README's event table is the schema table; its quick start has the CI test command."""
-    from memoryd.audit import EVENTS
+    from memoryd.storage.audit import EVENTS
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()
@@ -107,7 +107,7 @@ def test_log_follow_survives_rotation(env: Env, tmp_path: Path) -> None:
     import os
     import time
 
-    from memoryd.audit import AuditLog
+    from memoryd.storage.audit import AuditLog
 
     log = AuditLog(env.audit_path, max_bytes=4096, backups=2)
     log.write("dream.skipped", why="before")
@@ -161,7 +161,7 @@ def test_why_a_file_is_no_memory_is_said_where_one_asks(env: Env, cli, tmp_path:
 
 
 def test_control_characters_in_names_are_shown_escaped(env: Env, cli, tmp_path: Path) -> None:
-    from memoryd.display import shown
+    from memoryd.views.display import shown
 
     assert shown("new\nline.md") == "new\\nline.md"
     assert shown("\x1b[31mred") == "\\x1b[31mred"
@@ -232,9 +232,9 @@ def test_service_manager_detection() -> None:
 
 HEAVY = (
     "memoryd.indexing.passes",
-    "memoryd.discover",
+    "memoryd.discover.finder",  # discovery (its package holds only a docstring)
     "memoryd.indexing.scan",
-    "memoryd.memfile",
+    "memoryd.model.memfile",
     "memoryd.daemon.loop",
     "structlog",
     "yaml",

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.audit import iter_lines
 from memoryd.indexing.scan import scan_dir
 from memoryd.model.index import pointer_targets, split_lines
+from memoryd.storage.audit import iter_lines
 from tests.helpers import filler, mem, plant_day, state_rows, watched_for
 
 JOURNALS = "SELECT pass_id FROM journal_pass"  # the pass journals left in a state store
@@ -160,7 +160,7 @@ from memoryd.discover.finder import discover
 from memoryd.dream.repocache import RepoCache
 from memoryd.dream.run import dream_dir
 from memoryd.paths import app_paths
-from memoryd.recovery import recover
+from memoryd.trash.recovery import recover
 from memoryd.runtime import Runtime
 
 folder, marker = Path(sys.argv[1]), Path(sys.argv[2])

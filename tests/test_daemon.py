@@ -231,7 +231,7 @@ def test_pile_up_dreams_after_five_changes_and_survives_restart(tmp_path: Path, 
         assert len(second.rows("dream.completed")) == 1
         [began] = second.rows("dream.started")  # a pass the daemon starts itself is news
         assert began["trigger"] == "pile-up" and began["level"] == "info"
-        from memoryd.state import StateStore
+        from memoryd.storage.state import StateStore
 
         state = StateStore(second.state).load(folder.resolve())
         assert state.known and state.changed_since_dream == []

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import cwd_cache
-from memoryd.claude_env import ClaudeEnv
 from memoryd.config import Config, with_claude_home
+from memoryd.discover import cwd_cache
+from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.discover.finder import discover_all
 from memoryd.discover.found import Discovery
 from memoryd.discover.slugs import slugify
@@ -34,7 +34,7 @@ def config_for(env: Env) -> Config:
 
 def uncached(config: Config) -> Discovery:
     """Discovery reading every transcript, keeping nothing (the reference result)."""
-    from memoryd.cwd_cache import CwdCache
+    from memoryd.discover.cwd_cache import CwdCache
 
     return discover_all(config, cache=CwdCache.off())
 

@@ -17,7 +17,7 @@ from memoryd.dream.refs import Classification, RefChecker
 from memoryd.dream.repo import RepoIndex, tree_signature
 from memoryd.dream.repocache import RepoCache
 from memoryd.dream.similar import Vocabulary
-from memoryd.memfile import Memory, parse_memory
+from memoryd.model.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from tests.conftest import Env
 from tests.helpers import SavedBlob, make_repo_memory_outside, memory_dir, saved_blobs
@@ -404,7 +404,7 @@ def test_rows_that_pass_the_checksum_but_not_the_format_are_derived_again(
     """A file with our header whose rows hold other types (another version's, a bug's) is
     not taken, and no pass fails on it."""
     from memoryd.dream import facts as facts_module
-    from memoryd.sealed import frame
+    from memoryd.storage.sealed import frame
 
     mem(repo, "a.md", "Keep `src/app.py` small.")
     first = take(env, repo, save=True)

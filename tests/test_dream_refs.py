@@ -235,7 +235,7 @@ def test_symbols_alone_never_make_a_memory_stale() -> None:
 def test_wikilinks_are_read_once_each_and_linearly() -> None:
     """`[[name]]`, `[[name|label]]`, `[[name#heading]]` name `name`; empty, multi-line or
     nested brackets name nothing; a megabyte of `[[` is read in one linear pass."""
-    from memoryd.links import dangling, links_in
+    from memoryd.model.links import dangling, links_in
 
     data = b"see [[a]], [[b|label]], [[c#part]], [[a]], [[]], [[x\ny]], [[[d]]] and [[ e ]]"
     assert links_in(data) == ("a", "b", "c", "d", "e")

@@ -15,7 +15,7 @@ from memoryd.dream import repo as repo_module
 from memoryd.dream.memo import DreamMemo
 from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sources
 from memoryd.dream.repocache import RepoCache
-from memoryd.state import StateStore
+from memoryd.storage.state import StateStore
 from tests.conftest import Result
 from tests.helpers import saved_blobs, write_file
 
@@ -239,7 +239,7 @@ def test_a_file_that_is_no_source_still_changes_the_snapshot(tree: Path) -> None
 
 
 def test_a_cache_file_with_the_right_header_but_wrong_fields_is_no_cache(tree: Path) -> None:
-    from memoryd.sealed import seal
+    from memoryd.storage.sealed import seal
 
     header = repo_module._SOURCES_HEADER
     root = str(tree)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import gitwork
-from memoryd.conflicts import conflict_line
+from memoryd.discover import gitwork
+from memoryd.model.conflicts import conflict_line
 from tests.conftest import Env, Result, write_memory
 from tests.helpers import git
 

@@ -1,5 +1,5 @@
 """`memoryd hook EVENT` as Claude Code runs it: a process given the hook's JSON on stdin (the
-fields 2.1.332 sends, see memoryd/hooks.py), whose stdout goes to the model."""
+fields 2.1.332 sends, see memoryd/claude/hooks.py), whose stdout goes to the model."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from memoryd.claude.hook_recall import MAX_CHARS
 from memoryd.discover.slugs import slugify
-from memoryd.hook_recall import MAX_CHARS
 from tests.conftest import Env, write_memory
 from tests.helpers import make_git_repo_without_memory, wait_for
 from tests.secret_samples import POSITIVES
@@ -237,10 +237,15 @@ def test_the_recall_hook_imports_none_of_memoryds_machinery(env: Env, repo: Path
     )
     found, modules = done.stdout.splitlines()
     assert found == "1", done.stdout
+    # The bounded parse of the hook's own input is safejson's; the folders' __init__ modules
+    # are docstrings only.
     assert set(modules.split()) == {
-        "memoryd", "memoryd.cli", "memoryd.display", "memoryd.errors",
-        "memoryd.hooks", "memoryd.hook_recall", "memoryd.secrets",
-        "memoryd.safejson", "memoryd.lazyre",  # the bounded parse of the hook's own input
+        "memoryd", "memoryd.cli", "memoryd.errors",
+        "memoryd.views", "memoryd.views.display",
+        "memoryd.claude", "memoryd.claude.hooks", "memoryd.claude.hookio",
+        "memoryd.claude.hook_recall",
+        "memoryd.discipline", "memoryd.discipline.secrets",
+        "memoryd.storage", "memoryd.storage.safejson", "memoryd.model", "memoryd.model.lazyre",
     }  # fmt: skip
 
 

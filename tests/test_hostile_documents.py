@@ -224,7 +224,7 @@ def test_nested_json_in_memoryds_own_state_is_done_without_and_rebuilt(
     indexes a new memory; `index`, `status`, `dream`, `log` and `dirs` run; the dir's state
     is said once on stderr as damaged (the old layout's base file, met at the import) and the
     dir's state in the state store stays."""
-    from memoryd.state import dir_key
+    from memoryd.storage.state import dir_key
 
     running = start(tmp_path)
     folder = project(running, "app")

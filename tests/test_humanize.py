@@ -5,7 +5,16 @@ import time
 
 import pytest
 
-from memoryd.humanize import Painter, ago, clip, clock_time, parse_ts, short_path, table, use_color
+from memoryd.views.humanize import (
+    Painter,
+    ago,
+    clip,
+    clock_time,
+    parse_ts,
+    short_path,
+    table,
+    use_color,
+)
 
 
 @pytest.mark.parametrize(

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import fsops
 from memoryd.discover.found import MemoryDir
 from memoryd.indexing.passes import update, update_changed
 from memoryd.indexing.read import BLANK_SETTLE, INDEX_SETTLE, SETTLE_WAIT, settles_at
 from memoryd.model.index import INDEX_NAME
 from memoryd.runtime import Runtime
+from memoryd.storage import fsops
 from tests.conftest import Env, tree_digest, write_memory
 from tests.helpers import daemon_pass, filler, mem, memory_dir, state_rows
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from memoryd import fsops
 from memoryd.config import Config, IndexConfig
 from memoryd.errors import WriteConflict
 from memoryd.indexing import passes, plan
 from memoryd.indexing.passes import update
 from memoryd.model import index
 from memoryd.model.index import ARCHIVE_NAME, decide_ownership
+from memoryd.storage import fsops
 from tests.conftest import Env, tree_digest, write_memory
 from tests.helpers import daemon_pass, memory_dir
 
@@ -695,7 +695,7 @@ def test_held_pass_counts_only_changed_files_as_new_while_seen_is_its_own(
     memory files memoryd had not seen, and only while the saved state is the one the last
     pass wrote: after another process saved it, every file is looked at again."""
     from memoryd.indexing import read
-    from memoryd.state import StateStore
+    from memoryd.storage.state import StateStore
 
     rt = env.runtime()
     first = daemon_pass(rt, memory_dir(mdir))
@@ -834,7 +834,7 @@ def test_a_repo_folder_named_with_a_line_break_gets_a_one_line_heading(env: Env,
 
 def _visible_and_archived(folder: Path) -> tuple[set[str], set[str], set[str]]:
     """The memories whose pointer the agent loads, those past its window, and the archived."""
-    from memoryd.agentview import ViewKind, agent_view
+    from memoryd.discover.agentview import ViewKind, agent_view
     from memoryd.model.index import local_links, split_lines
 
     main = (folder / "MEMORY.md").read_text()

@@ -6,12 +6,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from memoryd import fsops
 from memoryd.config import IndexConfig
 from memoryd.indexing import passes
 from memoryd.indexing.outcome import IndexStatus
 from memoryd.indexing.read import key_now, left_as, settled_under
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, local_links
+from memoryd.storage import fsops
 from tests.conftest import Env, tree_digest, write_memory
 from tests.helpers import memory_dir
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from memoryd.audit import AuditLog, read_rows
-from memoryd.humanize import Painter
-from memoryd.logfollow import Follower
-from memoryd.logview import View, dir_label, render_row, render_summary, summary_json
+from memoryd.storage.audit import AuditLog, read_rows
+from memoryd.views.humanize import Painter
+from memoryd.views.logfollow import Follower
+from memoryd.views.logview import View, dir_label, render_row, render_summary, summary_json
 from tests.conftest import Env
 from tests.helpers import wait_for
 
@@ -30,7 +30,7 @@ SHA = "9f" * 32
 WRITER = """
 import sys, time
 from pathlib import Path
-from memoryd.audit import AuditLog, read_rows
+from memoryd.storage.audit import AuditLog, read_rows
 log = AuditLog(Path(sys.argv[1]), max_bytes=int(sys.argv[2]), backups=int(sys.argv[3]))
 name, count = sys.argv[4], int(sys.argv[5])
 for i in range(count):

@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd.memfile import (
+from memoryd.model.memfile import (
     MAX_FRONTMATTER_BYTES,
     Memory,
     NotMemory,

@@ -1,4 +1,4 @@
-"""Long output through `$PAGER` on a terminal, never when piped (memoryd.pager): memoryd run
+"""Long output through `$PAGER` on a terminal, never when piped (memoryd.views.pager): memoryd run
 with its stdout on a pseudo-terminal, the pager a script recording what it was given."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.pager import wanted
+from memoryd.views.pager import wanted
 from tests.conftest import Env, write_memory
 
 MEMORYD = Path(sys.executable).parent / "memoryd"

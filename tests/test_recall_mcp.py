@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from memoryd.commands.mcp import MCP_MISSING
-from memoryd.state import dir_key
+from memoryd.storage.state import dir_key
 from tests.conftest import Env, tree_digest
 from tests.helpers import (
     make_served_repo,
@@ -138,7 +138,7 @@ def test_mcp_without_the_sdk_says_how_to_install_it(env: Env, tmp_path: Path) ->
 def test_the_server_refreshes_by_stat_at_most_every_few_seconds(env: Env, repo: Path) -> None:
     """Between refreshes a query costs the query: a file written meanwhile is found once
     REFRESH_EVERY has passed (an injected monotonic clock), not before."""
-    from memoryd import mcp_server
+    from memoryd.recall import mcp_server
 
     folder = repo / ".claude" / "memory"
     now = [100.0]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from memoryd import records
+from memoryd.discipline import records
 from tests.conftest import Env, Result, write_memory
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

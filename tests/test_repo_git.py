@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from memoryd import gitwork
+from memoryd.discover import gitwork
 from tests.conftest import CORPUS, Env, Result, needs_corpus, write_memory
 from tests.helpers import git, memoryd_child, start, wait_for
 
@@ -182,7 +182,7 @@ def test_a_leftover_prev_file_in_a_work_tree_goes(
     write_memory(other, "unit.md", description="about unit tests")
     (other / "MEMORY.md").write_text("")
     use_repos(env, root)
-    from memoryd import gitwork
+    from memoryd.discover import gitwork
 
     with monkeypatch.context() as patched:  # an older memoryd: it kept the old index as .prev
         patched.setattr(gitwork, "work_tree", lambda path: None)

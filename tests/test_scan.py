@@ -140,7 +140,7 @@ def test_files_removed_while_the_dir_is_scanned_are_simply_gone(
 ) -> None:
     """A file deleted between the listing and its stat (a skipped temp file) or its read (a
     new memory) is neither a crash nor a problem to report: it is not there."""
-    from memoryd import fsops
+    from memoryd.storage import fsops
 
     folder = tmp_path / "m"
     write_memory(folder, "kept.md")
@@ -176,7 +176,7 @@ def test_a_fifo_swapped_in_after_the_listing_is_reported_not_waited_on(
     and one whose cache entry no longer matches): the read opens it non-blocking and refuses
     it, the file is reported unreadable, the others are read. (fsops.read_regular held this
     already; without its O_NONBLOCK the scan waits here for ever.)"""
-    from memoryd import fsops
+    from memoryd.storage import fsops
 
     folder = tmp_path / "m"
     write_memory(folder, "a.md", description="first")

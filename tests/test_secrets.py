@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd import secrets
+from memoryd.discipline import secrets
 from tests.conftest import Env, Result, write_memory
 from tests.helpers import saved_blobs
 from tests.secret_samples import NEGATIVES, POSITIVES, planted_text
@@ -395,7 +395,7 @@ def test_a_name_and_description_with_no_hint_are_looked_at_once_and_every_secret
     """A memory's name and description are prechecked together (one search over both): 200
     memories with no hint of a secret call `mask` not at all; the old parse called it twice a
     memory. Each planted secret, in the name or the description, is masked as before."""
-    from memoryd import memfile
+    from memoryd.model import memfile
 
     calls: list[str] = []
 

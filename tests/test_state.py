@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.state import DirState, StateStore
+from memoryd.storage.state import DirState, StateStore
 from memoryd.storage.statedb import StateDamaged, forget_shared
 from tests.conftest import lock_held_elsewhere
 
@@ -215,7 +215,7 @@ def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
     the caches, the repo's tokens, the acknowledgements and a refused plan."""
     import json
 
-    from memoryd.state import dir_key
+    from memoryd.storage.state import dir_key
 
     key = dir_key(folder)
     dirs = state_dir / "dirs"
@@ -256,7 +256,7 @@ def test_the_old_files_are_imported_once_and_removed(tmp_path: Path) -> None:
     """On first start the old state (base and its log, the torn line and the older log
     skipped), the acknowledgements and the refused plan are imported in one go and every old
     file goes; the caches are dropped, not imported; the read events are not carried over."""
-    from memoryd import acked
+    from memoryd.discipline import acked
     from memoryd.dream import refused
     from memoryd.storage import legacy
 
@@ -300,8 +300,7 @@ def test_an_unfinished_passs_old_journal_is_imported_for_recovery(tmp_path: Path
     parse is left for a person."""
     import json
 
-    from memoryd import journal
-    from memoryd.storage import legacy
+    from memoryd.storage import journal, legacy
 
     forget_shared()
     folder = tmp_path / "journal"
@@ -331,8 +330,8 @@ def test_the_old_consult_evidence_is_imported(tmp_path: Path) -> None:
     from memoryd.dream import transcripts
     from memoryd.dream.consult import Subject
     from memoryd.recall import consults
-    from memoryd.state import dir_key
     from memoryd.storage import legacy
+    from memoryd.storage.state import dir_key
 
     forget_shared()
     folder = tmp_path / "memory"

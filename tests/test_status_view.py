@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.logview import View
-from memoryd.statusview import DirRow, Status, render
+from memoryd.views.logview import View
+from memoryd.views.statusview import DirRow, Status, render
 from tests.conftest import Env, write_memory
 from tests.helpers import agent_write, start, wait_for
 

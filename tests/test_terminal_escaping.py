@@ -1,7 +1,7 @@
-"""Every command's output for a terminal goes through one escaping step (memoryd.display.shown):
-names, paths, memory text and record stores that carry escape sequences, lone carriage
-returns, bidi controls or newlines are printed as escapes, never acted on, and never start a
-line of their own. `--json` stays JSON and keeps the values exact."""
+"""Every command's output for a terminal goes through one escaping step
+(memoryd.views.display.shown): names, paths, memory text and record stores that carry escape
+sequences, lone carriage returns, bidi controls or newlines are printed as escapes, never acted
+on, and never start a line of their own. `--json` stays JSON and keeps the values exact."""
 
 import json
 from collections.abc import Callable
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.display import shown
+from memoryd.views.display import shown
 from tests.conftest import Env, Result
 
 TITLE = "\x1b]0;owned\x07"  # sets the terminal's title

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import fsops
 from memoryd.daemon import housekeeping
 from memoryd.runtime import Runtime
-from memoryd.state import dir_key
+from memoryd.storage import fsops
+from memoryd.storage.state import dir_key
 from memoryd.trash import days as trash_days
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import store as trash
@@ -368,8 +368,8 @@ def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
     """A crash right after a move leaves a journal; recovery that cannot write the missing
     manifest record (disk full) neither crashes nor forgets it, and writes it, with the file's
     size, once it can."""
-    from memoryd import journal
-    from memoryd.recovery import recover
+    from memoryd.storage import journal
+    from memoryd.trash.recovery import recover
 
     rt, md, path = _crashed_pass(env, repo, monkeypatch)
     assert journal.pending(rt.paths.state_dir) and not path.exists()
@@ -393,8 +393,8 @@ def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
 def test_recovery_through_a_trash_made_a_symlink_since_neither_crashes_nor_follows_it(
     env: Env, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memoryd import journal
-    from memoryd.recovery import recover
+    from memoryd.storage import journal
+    from memoryd.trash.recovery import recover
 
     rt, _, _ = _crashed_pass(env, repo, monkeypatch)
     folder = repo / ".claude" / "memory"
@@ -411,7 +411,7 @@ def test_recovery_through_a_trash_made_a_symlink_since_neither_crashes_nor_follo
 def test_a_dry_purge_recovers_nothing_and_writes_nothing(
     env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memoryd import journal
+    from memoryd.storage import journal
 
     rt, _, _ = _crashed_pass(env, repo, monkeypatch)
 

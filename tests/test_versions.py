@@ -822,8 +822,8 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
     version is still kept."""
     import argparse
 
-    from memoryd import fsops
     from memoryd.commands import versions as cmd_versions
+    from memoryd.storage import fsops
 
     folder = env.home / "mem"
     _memories(folder, 300)
@@ -851,8 +851,8 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
 
 def _write_index(folder: Path, store: VersionStore, data: bytes) -> None:
     """memoryd's swap writer puts `data` in as MEMORY.md, and the pass reads it back."""
-    from memoryd import fsops
     from memoryd.indexing.read import read_index_file
+    from memoryd.storage import fsops
 
     with fsops.open_dir(folder) as fd:
         current = read_index_file(fd, "MEMORY.md").identity
@@ -865,8 +865,8 @@ def test_memoryds_own_index_write_read_back_is_its_own_before_any_flush(env: Env
     """A pass that wrote MEMORY.md and read it back has stored that version as memoryd's: a
     kill -9 before the flush, or another memoryd process reading the file, must not take it
     for another process's rewrite (a false alarm, and memoryd's version lost)."""
-    from memoryd import fsops
     from memoryd.indexing.read import read_index_file
+    from memoryd.storage import fsops
 
     folder = home_folder(env)
     _mem(folder, "a.md", "body")
@@ -1089,7 +1089,7 @@ def test_history_restore_pins_the_memory_and_says_already_held_before_looking_fo
     """`history FILE --restore N` of a memory is a person's choice, as a trash restore is: the
     file is pinned to those bytes (no dream pass moves it again until they change). Asked for
     the version the file already holds, it says so, even when those bytes are no longer kept."""
-    from memoryd import restored
+    from memoryd.trash import restored
 
     folder = home_folder(env)
     first = _mem(folder, "a.md", "the first lesson")
@@ -1420,8 +1420,8 @@ def test_listing_a_memory_dir_deleted_whole_asks_the_store_once(env: Env, monkey
 
 def _index_read_by(folder: Path, store: VersionStore) -> Any:
     """MEMORY.md read as an index pass reads it, the store told its bytes."""
-    from memoryd import fsops
     from memoryd.indexing.read import read_index_file
+    from memoryd.storage import fsops
 
     with fsops.open_dir(folder) as dir_fd:
         return read_index_file(dir_fd, "MEMORY.md", store)
@@ -1430,7 +1430,7 @@ def _index_read_by(folder: Path, store: VersionStore) -> Any:
 def _replace_index(folder: Path, store: VersionStore, text: str, *, daemon: bool) -> bytes:
     """MEMORY.md replaced as an index pass writes it (the daemon hands over the old bytes
     it holds, and hashes nothing itself)."""
-    from memoryd import fsops
+    from memoryd.storage import fsops
 
     found = _index_read_by(folder, store)
     old = found.text.encode() if daemon and found.text is not None else None

@@ -214,7 +214,7 @@ def test_a_version_the_daemon_read_moments_ago_is_restorable_before_its_heartbea
 
 
 def _unlocked(running: Running, folder: Path) -> bool:
-    from memoryd.state import StateStore
+    from memoryd.storage.state import StateStore
 
     with StateStore(running.state).lock(folder.resolve(), wait=False) as got:
         return got

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from memoryd import fsops, restored
 from memoryd.indexing.scan import scan_dir
+from memoryd.storage import fsops
 from memoryd.storage.statedb import forget_shared
+from memoryd.trash import restored
 from memoryd.versions import kept, listing, prune, records
 from tests.conftest import Env, InjectedCrash, crash_at, lock_held_elsewhere
 from tests.conftest import write_lesson as _mem
@@ -169,7 +170,7 @@ def test_two_restores_of_one_deletion_waiting_for_the_lock_restore_it_once(
     deletion before it waited; the second to get the lock looks again, says it was restored
     meanwhile (exit 1) and writes nothing (it used to restore it a second time, as
     big.restored-1.md)."""
-    from memoryd.state import dir_key
+    from memoryd.storage.state import dir_key
 
     folder, big, restore_id = _deleted_big(env, cli)
     rt = env.runtime()

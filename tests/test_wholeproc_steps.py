@@ -38,7 +38,7 @@ def test_status_of_a_stopped_daemon_counts_files_without_the_scan_machinery(env:
     (folder / "notes.txt").write_text("not a memory\n")
     assert cli("index", folder).code == 0
     loaded, out, code = _probe(
-        ["status", "--json"], ("memoryd.indexing.scan", "memoryd.memfile", "yaml")
+        ["status", "--json"], ("memoryd.indexing.scan", "memoryd.model.memfile", "yaml")
     )
     assert code == 1 and loaded == []
     (row,) = json.loads(out)["dirs"]
@@ -47,8 +47,8 @@ def test_status_of_a_stopped_daemon_counts_files_without_the_scan_machinery(env:
 
 def test_status_cache_header_is_the_scanners() -> None:
     """statusview reads the scan cache by its header, spelled out: it must be scan's."""
-    from memoryd import statusview
     from memoryd.indexing import scan
+    from memoryd.views import statusview
 
     assert statusview.SCAN_CACHE_HEADER == scan._CACHE_HEADER
 
@@ -169,7 +169,8 @@ def test_an_archive_rewritten_in_place_with_its_stat_kept_is_parsed_again(env: E
 
 
 def test_the_secret_patterns_compile_at_their_first_use() -> None:
-    """Importing memoryd.secrets compiles none of its patterns (~5 ms of every start-up that
+    """Importing memoryd.discipline.secrets compiles none of its patterns (~5 ms of every start-up
+    that
     reads no memory); the first search compiles what it uses and finds the same secrets. The
     old module compiled all of them at import."""
     probe = (
@@ -177,7 +178,7 @@ def test_the_secret_patterns_compile_at_their_first_use() -> None:
         "compiled = []\n"
         "real = re.compile\n"
         "def counting(*a, **k):\n"
-        "    if sys._getframe(1).f_globals.get('__name__') == 'memoryd.secrets':\n"
+        "    if sys._getframe(1).f_globals.get('__name__') == 'memoryd.discipline.secrets':\n"
         "        compiled.append(a[0])\n"
         "    return real(*a, **k)\n"
         "re.compile = counting\n"
@@ -250,7 +251,7 @@ def test_index_with_nothing_changed_imports_no_yaml_or_toml(env: Env, cli) -> No
     for name in ("a.md", "b.md"):
         write_memory(folder, name)
     assert cli("index", folder).code == 0
-    watched = ("yaml", "memoryd.yamlstrings", "tomllib")  # no config file either: no TOML
+    watched = ("yaml", "memoryd.model.yamlstrings", "tomllib")  # no config file either: no TOML
     loaded, _, code = _probe(["index", str(folder)], watched)
     assert code == 0 and loaded == []
 
@@ -259,14 +260,14 @@ def test_index_without_a_journal_imports_no_recovery(env: Env, cli) -> None:
     """With no pass journal left in the state dir there is nothing to recover: `index` does
     not import the recovery, the journal or the trash (~18 ms of start-up). The old one
     imported them to find the journal folder empty."""
-    from memoryd import journal
     from memoryd.commands import common
+    from memoryd.storage import journal
 
     assert common.JOURNALS == journal.TABLE
     folder = env.claude / "agent-memory" / "reviewer"
     write_memory(folder, "a.md")
     assert cli("index", folder).code == 0
-    watched = ("memoryd.recovery", "memoryd.journal", "memoryd.trash")
+    watched = ("memoryd.trash.recovery", "memoryd.storage.journal", "memoryd.trash")
     loaded, _, code = _probe(["index", str(folder)], watched)
     assert code == 0 and loaded == []
 
@@ -282,19 +283,25 @@ def test_index_imports_no_diff_subprocess_or_secret_patterns_it_does_not_use(env
     for name in ("a.md", "b.md"):
         write_memory(folder, name)
     assert cli("index", folder).code == 0
-    watched = ("difflib", "subprocess", "ctypes.util", "memoryd.secrets", "memoryd.memfile")
+    watched = (
+        "difflib",
+        "subprocess",
+        "ctypes.util",
+        "memoryd.discipline.secrets",
+        "memoryd.model.memfile",
+    )
     loaded, _, code = _probe(["index", "--check", str(folder)], watched)
     assert code == 0 and loaded == []
     write_memory(folder, "c.md")  # parsed: its name and description are masked
     loaded, out, code = _probe(["index", "--check", str(folder)], watched)
     assert code == 1 and "+- [" in out and "c.md" in out
-    assert loaded == ["difflib", "memoryd.memfile", "memoryd.secrets"]
+    assert loaded == ["difflib", "memoryd.model.memfile", "memoryd.discipline.secrets"]
 
 
 def test_the_scans_limits_are_the_parsers() -> None:
     """scan spells out memfile's limits (it imports the parser at its first read)."""
-    from memoryd import memfile
     from memoryd.indexing import scan
+    from memoryd.model import memfile
 
     assert scan.MAX_FILE_BYTES == memfile.MAX_FILE_BYTES
     assert scan.MAX_FRONTMATTER_BYTES == memfile.MAX_FRONTMATTER_BYTES

@@ -1,12 +1,13 @@
 """`memoryd ack FILE...`: a person saw a memory's flag for review; do not list it again until
-it changes (memoryd.acked). Writes memoryd's own record in the state dir, never the file."""
+it changes (memoryd.discipline.acked). Writes memoryd's own record in the state dir, never the
+file."""
 
 import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from memoryd.display import shown
 from memoryd.errors import MemorydError
+from memoryd.views.display import shown
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime

@@ -1,5 +1,6 @@
 """`memoryd claude install|uninstall|plugin-path`: the arguments. The work is in
-memoryd.claude_install, imported when the command runs, so other commands pay nothing for it."""
+memoryd.claude.claude_install, imported when the command runs, so other commands pay nothing for
+it."""
 
 import argparse
 from pathlib import Path
@@ -35,7 +36,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 
 
 def run(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
-    from memoryd import claude_install
+    from memoryd.claude import claude_install
 
     if args.claude_command == "plugin-path":
         out.write(f"{claude_install.plugin_path()}\n")

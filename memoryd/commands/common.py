@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd.display import shown
+from memoryd.views.display import shown
 
 if TYPE_CHECKING:
     from memoryd.discover.found import Discovery, EmptyRepo, RefusedDir
@@ -108,7 +108,7 @@ def recover(rt: Runtime) -> None:
     """Finish what a crash left unfinished before doing anything else (DESIGN §2.3)."""
     if not _journals_left(rt.paths.state_dir):
         return
-    from memoryd.recovery import recover as recover_passes
+    from memoryd.trash.recovery import recover as recover_passes
 
     for recovery in recover_passes(rt):
         sys.stderr.write(
@@ -146,8 +146,8 @@ def render_empty(found: Discovery) -> str:
 
 def auto_memory_off(rt: Runtime) -> str:
     """What turned Claude Code's auto memory off where no project says otherwise, or "" (the
-    environment and the user's settings: memoryd.claude_env, no discovery)."""
-    from memoryd.claude_env import auto_memory_switch, user_settings
+    environment and the user's settings: memoryd.discover.claude_env, no discovery)."""
+    from memoryd.discover.claude_env import auto_memory_switch, user_settings
 
     switch = auto_memory_switch(
         rt.config.claude_env, [user_settings(rt.config.paths.claude_home, [])]

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from memoryd import safejson
 from memoryd.discover.slugs import slugify
+from memoryd.storage import safejson
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime
@@ -268,7 +268,7 @@ def _started_text(started: bool, pid: int, memory: Path, env: dict[str, str]) ->
 
 
 def _short(path: Path, env: dict[str, str]) -> str:
-    from memoryd.humanize import short_path
+    from memoryd.views.humanize import short_path
 
     return short_path(path, env.get("HOME"))
 
@@ -277,7 +277,7 @@ def _compact_log(raw: str, memory: Path) -> str:
     """`memoryd log --json` as one line a row, for the demo (the log's own renderer prints the
     raw form): local time, level when not info, event, the fields that matter; no hashes,
     no empty fields, and the dir only when it is not the sandbox's one memory dir."""
-    from memoryd.humanize import clip, clock_time, parse_ts
+    from memoryd.views.humanize import clip, clock_time, parse_ts
 
     now = time.time()
     lines = []

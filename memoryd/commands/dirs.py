@@ -20,7 +20,7 @@ from memoryd.commands.common import (
     render_empty,
     render_refused,
 )
-from memoryd.display import shown
+from memoryd.views.display import shown
 
 if TYPE_CHECKING:
     from memoryd.discover.found import Discovery, MemoryDir
@@ -46,11 +46,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    from memoryd import findings, fsops
+    from memoryd.discipline import findings
     from memoryd.indexing import passes
     from memoryd.indexing.read import read_index_file, view_kind
     from memoryd.indexing.window import budget_use
     from memoryd.model.index import INDEX_NAME
+    from memoryd.storage import fsops
 
     outcome = passes.check(rt, md)
     scan = outcome.scan
@@ -105,7 +106,7 @@ def _git_drift(rt: Runtime, md: MemoryDir, outcome: Any) -> dict[str, int] | Non
     """For a dir left alone because git tracks it: what `memoryd index DIR` would change
     (pointers added, removed, moved to the archive); None for any other dir."""
 
-    from memoryd import gitwork
+    from memoryd.discover import gitwork
     from memoryd.indexing import passes
 
     reason = outcome.ownership.reason if outcome.ownership else ""
@@ -140,7 +141,7 @@ def _iso(ts: float) -> str | None:
 def _dir_history(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
     """Its label, and what the dir's state says of memoryd's last passes (absolute UTC
     times)."""
-    from memoryd.dirlabel import label
+    from memoryd.views.dirlabel import label
 
     state = rt.store.load(md.real_path)
     return {
@@ -174,7 +175,7 @@ def _no_dirs() -> Discovery:
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import findings
+    from memoryd.discipline import findings
     from memoryd.discover.finder import discover_all
 
     named = [p for p in args.dirs if not findings.is_store_file(p)]
@@ -230,8 +231,8 @@ def _table(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) ->
     import os
     import time
 
-    from memoryd.humanize import Painter, terminal_width, use_color
     from memoryd.views.dirs import render
+    from memoryd.views.humanize import Painter, terminal_width, use_color
 
     paint = Painter(use_color(args.color, out, os.environ))
     text = render(rows, time.time(), terminal_width(out, os.environ), paint)
@@ -292,13 +293,13 @@ def _index_lines(row: dict[str, Any]) -> str:
 
 
 def store_reports(rt: Runtime, dirs: list[MemoryDir], named: list[Path]) -> list[dict[str, Any]]:
-    """Every known JSONL record store, validated (memoryd.records), as JSON rows."""
-    from memoryd import findings
+    """Every known JSONL record store, validated (memoryd.discipline.records), as JSON rows."""
+    from memoryd.discipline import findings
 
     files = findings.store_files(rt.config, dirs, named)
     if not files:
         return []
-    from memoryd import records
+    from memoryd.discipline import records
 
     out = []
     for file in files:

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd.discover.finder import discover
     from memoryd.dream.repocache import RepoCache
     from memoryd.dream.run import dream_dir
-    from memoryd.report import render_text, result_json, totals
+    from memoryd.views.report import render_text, result_json, totals
 
     if args.apply:
         return _dream_apply(args, rt, out)
@@ -125,7 +125,7 @@ def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     """`dream DIR --apply PASS_ID`: the plan a refused pass kept, applied after review."""
     from memoryd.dream import refused
     from memoryd.dream.write import apply_refused
-    from memoryd.report import render_text, result_json
+    from memoryd.views.report import render_text, result_json
 
     if args.dry_run or args.repo_root is not None:
         raise UsageError("--apply takes no --dry-run or --repo-root: it applies a stored plan")

@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import findings
+    from memoryd.discipline import findings
     from memoryd.dream.explain import explain, render
     from memoryd.dream.repocache import RepoCache
 

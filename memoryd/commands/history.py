@@ -1,6 +1,6 @@
 """`memoryd history FILE|NAME [DIR …]`: the one command that joins a memory's two histories: what
-superseded it (memoryd.history, from the trash manifests) and the versions of its bytes memoryd
-kept (memoryd.commands.versions), each asked for its values and rendered here."""
+superseded it (memoryd.versions.history, from the trash manifests) and the versions of its bytes
+memoryd kept (memoryd.commands.versions), each asked for its values and rendered here."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK
-from memoryd.display import shown
 from memoryd.errors import MemorydError
+from memoryd.views.display import shown
 
 if TYPE_CHECKING:
     from memoryd.commands.resolve import Target
@@ -45,9 +45,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd import history
     from memoryd.commands import versions as kept
     from memoryd.storage.statedb import StateDamaged
+    from memoryd.versions import history
 
     args.target = history.target_of(rt, args.key, args.dirs)  # both sides': the one resolver
     if args.diff is not None or args.restore is not None:
@@ -84,8 +84,9 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def _chain_text(doc: dict[str, Any]) -> str:
-    """What superseded the memory and what it superseded (memoryd.lineage), for a person."""
-    from memoryd import lineage
+    """What superseded the memory and what it superseded (memoryd.versions.lineage), for a
+    person."""
+    from memoryd.versions import lineage
 
     where = f"{doc['dir']}/{doc['file']}" + ("" if doc["exists"] else " (not in the dir now)")
     return "".join(f"{shown(line)}\n" for line in lineage.render(doc["_history"], where))

@@ -19,7 +19,7 @@ from memoryd.commands.common import (
     render_empty,
     render_refused,
 )
-from memoryd.display import shown
+from memoryd.views.display import shown
 
 if TYPE_CHECKING:
     from memoryd.indexing.outcome import IndexOutcome
@@ -152,7 +152,7 @@ def _some(items: list[str], limit: int = 5) -> str:
 
 def _render_outcome(o: IndexOutcome) -> str:
     """One dir's outcome for a person: its one label and path, messages, names and diff `shown`."""
-    from memoryd.dirlabel import label
+    from memoryd.views.dirlabel import label
 
     where, message = f"{label(o.dir)} ({shown(o.dir.path)})", shown(o.message)
     if o.status == "unmanaged":

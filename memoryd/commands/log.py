@@ -16,9 +16,9 @@ from memoryd.commands.common import (
 from memoryd.errors import UsageError
 
 if TYPE_CHECKING:
-    from memoryd.logfollow import Follower
-    from memoryd.logview import View
     from memoryd.runtime import Runtime
+    from memoryd.views.logfollow import Follower
+    from memoryd.views.logview import View
 
 
 FOLLOW_EVERY = 0.25  # seconds between looks at the log while following
@@ -73,8 +73,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> View:
     import os
 
-    from memoryd.humanize import Painter, terminal_width, use_color
-    from memoryd.logview import View
+    from memoryd.views.humanize import Painter, terminal_width, use_color
+    from memoryd.views.logview import View
 
     # Piped into grep or a file, a row is never cut; on a terminal it fits the width.
     width = terminal_width(out, os.environ, default=1 << 20)
@@ -92,7 +92,7 @@ class _Filter:
     """Which rows a person asked for: newer than --since, of --event, about --dir."""
 
     def __init__(self, args: argparse.Namespace, rt: Runtime) -> None:
-        from memoryd import audit
+        from memoryd.storage import audit
 
         try:
             since = audit.parse_since(args.since, rt.clock()) if args.since else None
@@ -125,7 +125,7 @@ class _Filter:
 
 
 class _Printer:
-    """Rows out as JSON or for a person, each dir by its one label (memoryd.dirlabel)."""
+    """Rows out as JSON or for a person, each dir by its one label (memoryd.views.dirlabel)."""
 
     def __init__(self, args: argparse.Namespace, rt: Runtime, out: TextIO) -> None:
         from dataclasses import replace
@@ -138,7 +138,7 @@ class _Printer:
 
     def label_dirs(self, rows: list[dict[str, Any]]) -> None:
         """The repo roots of the project dirs these rows name, looked for once each."""
-        from memoryd.dirlabel import roots
+        from memoryd.views.dirlabel import roots
 
         named = {str(r["dir"]) for r in rows if isinstance(r.get("dir"), str)} - self.looked
         if named and not self.args.json:
@@ -146,7 +146,7 @@ class _Printer:
             self.known.update(roots(named, self.rt.config))
 
     def emit(self, row: dict[str, Any]) -> None:
-        from memoryd.logview import render_row
+        from memoryd.views.logview import render_row
 
         self.label_dirs([row])
         as_json = self.args.json
@@ -159,7 +159,7 @@ class _Printer:
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd.logfollow import Follower
+    from memoryd.views.logfollow import Follower
 
     wanted = _Filter(args, rt)
     printer = _Printer(args, rt, out)
@@ -192,7 +192,7 @@ def _history(
     to say (a summary, a --dir with no rows and no such folder), else None."""
     import os
 
-    from memoryd.logview import render_summary, summary_json
+    from memoryd.views.logview import render_summary, summary_json
 
     path, backups, err = rt.paths.audit_log, rt.config.log.backups, printer.err
     last = args.lines if args.lines != -1 else (FOLLOW_LAST if args.follow else None)

@@ -1,5 +1,5 @@
-"""`memoryd mcp [DIR …]`: the Model Context Protocol server on stdin/stdout (memoryd.mcp_server),
-or what to install when its SDK is missing."""
+"""`memoryd mcp [DIR …]`: the Model Context Protocol server on stdin/stdout
+(memoryd.recall.mcp_server), or what to install when its SDK is missing."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     try:
-        import memoryd.mcp_server as mcp_server
+        import memoryd.recall.mcp_server as mcp_server
     except ImportError as error:
         if "mcp" not in str(error.name or error):
             raise

@@ -19,9 +19,9 @@ from pathlib import Path
 from memoryd.discover.finder import discover, memory_dir_at
 from memoryd.discover.found import MemoryDir
 from memoryd.discover.look import is_repo
-from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
 from memoryd.runtime import Runtime
+from memoryd.views.display import shown
 
 HEAD_BYTES = 64 * 1024  # a memory's frontmatter is read from its head only
 CANDIDATES_SHOWN = 10
@@ -203,9 +203,8 @@ def _restorable(rt: Runtime, tier: list[Target], key: str) -> list[Target]:
 
 def _gone_names(rt: Runtime, t: Target) -> set[str]:
     """Names the dir's trash manifests or kept versions know (files gone from it now)."""
-    from memoryd import lineage
     from memoryd.trash import manifest as trash
-    from memoryd.versions import kept
+    from memoryd.versions import kept, lineage
 
     out: set[str] = set()
     if t.md is not None:
@@ -225,7 +224,7 @@ def _is_file(path: Path) -> bool:
 
 def _named(folder: Path, fits: Callable[[str], bool]) -> list[str]:
     """The memory files of the folder whose frontmatter `name:` fits."""
-    from memoryd.memfile import Summary, parse_summary
+    from memoryd.model.memfile import Summary, parse_summary
 
     out = []
     try:

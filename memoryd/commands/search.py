@@ -80,7 +80,7 @@ def answer(
         json.dump({**data, "results": hits}, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        from memoryd.humanize import use_color
+        from memoryd.views.humanize import use_color
         from memoryd.views.results import render_results
 
         colored = use_color(getattr(args, "color", "auto"), out, os.environ)

@@ -1,4 +1,4 @@
-"""`memoryd status`: the daemon's heartbeat and its dirs (memoryd.statusview)."""
+"""`memoryd status`: the daemon's heartbeat and its dirs (memoryd.views.statusview)."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import os
 
-    from memoryd.humanize import Painter, terminal_width, use_color
-    from memoryd.logview import View
-    from memoryd.statusview import gather, render
+    from memoryd.views.humanize import Painter, terminal_width, use_color
+    from memoryd.views.logview import View
+    from memoryd.views.statusview import gather, render
 
     now = rt.clock()
     found = gather(rt, now)
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         json.dump({**found.as_json(), "auto_memory_off": off}, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
-        from memoryd.dirlabel import roots
+        from memoryd.views.dirlabel import roots
 
         view = View(
             now=now,
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             out.write(auto_memory_off_line(off))
         import time
 
-        from memoryd.statusview import alarm_lines
+        from memoryd.views.statusview import alarm_lines
 
         out.write(alarm_lines(rt, time.time()))  # mass changes by other processes, last day
     return EXIT_OK if found.fresh else EXIT_FINDINGS

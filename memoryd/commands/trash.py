@@ -15,8 +15,8 @@ from memoryd.commands.common import (
     dirs_arg,
     recover,
 )
-from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
+from memoryd.views.display import shown
 
 if TYPE_CHECKING:
     from memoryd.discover.found import MemoryDir
@@ -141,7 +141,7 @@ def _rendered(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO)
     import os
     import time
 
-    from memoryd.humanize import Painter, use_color
+    from memoryd.views.humanize import Painter, use_color
     from memoryd.views.trash import render
 
     return render(rows, time.time(), Painter(use_color(args.color, out, os.environ)))

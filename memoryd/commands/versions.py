@@ -13,13 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from memoryd.display import shown
 from memoryd.errors import MemorydError, UsageError
 from memoryd.runtime import Runtime
 from memoryd.versions import kept, listing, records, scanned
+from memoryd.views.display import shown
 
 if TYPE_CHECKING:
-    from memoryd.fsops import FileIdentity
+    from memoryd.storage.fsops import FileIdentity
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 
@@ -43,7 +43,7 @@ def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[Runtime]:
 
 def diff_or_restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     """`history FILE --diff [A[..B]]` or `--restore N`, on `args.target`
-    (memoryd.history.target_of)."""
+    (memoryd.versions.history.target_of)."""
     store = rt.versions or kept.for_runtime(rt)
     folder, name = args.target.folder, args.target.name
     found = listing.versions_of(store, folder, name)
@@ -80,7 +80,7 @@ def render_versions(folder: Path, name: str, found: Sequence[records.Version]) -
 
 
 def _current(folder: Path, name: str) -> bytes | None:
-    from memoryd import fsops
+    from memoryd.storage import fsops
 
     try:
         with fsops.open_dir(folder) as fd:
@@ -103,9 +103,10 @@ def _diff(
     found: Sequence[records.Version],
     spec: str,
 ) -> str:
-    """`history --diff`, every secret in it masked (memoryd.secrets.mask): a kept version is
+    """`history --diff`, every secret in it masked (memoryd.discipline.secrets.mask): a kept version
+    is
     shown as any memory text is."""
-    from memoryd.secrets import mask
+    from memoryd.discipline.secrets import mask
 
     return mask(_diff_text(store, folder, name, found, spec))
 
@@ -144,7 +145,8 @@ def _restore(
     number: int,
     out: TextIO,
 ) -> int:
-    from memoryd import fsops, restored
+    from memoryd.storage import fsops
+    from memoryd.trash import restored
 
     version = _pick(found, number)
     _still_real(folder)
@@ -192,7 +194,7 @@ def _current_of(folder: Path, dir_fd: int, name: str) -> "tuple[bytes, FileIdent
     """What `history --restore` would replace; a file it must not write over (a link, a FIFO,
     a folder, one over the store's limit: no version of it could be kept) is an error that
     names it."""
-    from memoryd import fsops
+    from memoryd.storage import fsops
 
     try:
         return fsops.identity_of(dir_fd, name, records.OBJECT_MAX)
@@ -221,7 +223,7 @@ def _write_back(
     scan reading the bytes back takes them for memoryd's) and recorded as there once written.
     A write that fails is taken back before its error goes on: the pins as they were
     (`pins`, saved before the restore's own), and the log saying again what the dir holds."""
-    from memoryd import fsops
+    from memoryd.storage import fsops
 
     data, sha = version
     try:
@@ -340,7 +342,7 @@ def deleted_rows(rt: Runtime, dirs: Sequence[Path]) -> list[listing.Deleted]:
 
 
 def render_deleted(items: Sequence[listing.Deleted]) -> str:
-    from memoryd.humanize import ago
+    from memoryd.views.humanize import ago
 
     now = time.time()
     return "".join(
@@ -354,11 +356,11 @@ def render_deleted(items: Sequence[listing.Deleted]) -> str:
 
 def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) -> bool:
     """`trash restore ID` for a file deleted outside memoryd: False when `key` names none."""
-    from memoryd import restored
     from memoryd.discover.finder import memory_dir_at
     from memoryd.indexing.passes import restore_pointers
     from memoryd.model.index import INDEX_NAME, pointer_lines, pointer_places
     from memoryd.trash import manifest as trash
+    from memoryd.trash import restored
 
     store = rt.versions or kept.for_runtime(rt)
     item = listing.find_deleted(store, within(store, dirs), key)

@@ -1,4 +1,4 @@
-"""The long-running process: `memoryd run`'s event source, loop, sessions and housekeeping.
-
-May import any of memoryd's layers below it; nothing outside `cli` imports it but `instance`.
+"""The long-running process: a loop fed by batches of events (one thread reads them), the
+sessions it keeps per dir, its watches and housekeeping.
+May import every folder but commands and claude.
 """

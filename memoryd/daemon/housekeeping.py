@@ -9,7 +9,6 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, restored
 from memoryd.discover.finder import memory_dir_at
 from memoryd.discover.found import MemoryDir
 from memoryd.errors import MemorydError
@@ -17,9 +16,11 @@ from memoryd.indexing.passes import restore_pointers
 from memoryd.indexing.read import IndexKeeper, read_index_file
 from memoryd.model.index import INDEX_NAME, Place, pointer_targets
 from memoryd.runtime import Runtime
-from memoryd.state import dir_key
+from memoryd.storage import fsops
+from memoryd.storage.state import dir_key
 from memoryd.trash import days as trash_days
 from memoryd.trash import manifest as trash_manifest
+from memoryd.trash import restored
 from memoryd.trash import store as trash
 from memoryd.versions import kept, witness
 
@@ -112,7 +113,7 @@ def find_entry(rt: Runtime, dirs: Sequence[MemoryDir], key: str) -> Listed:
 
 def restore(rt: Runtime, listed: Listed) -> str:
     """Move the file back, pin it (a restore is final: no pass moves it again until its
-    bytes change; see memoryd.restored), and give it its pointer line again (the old wording
+    bytes change; see memoryd.trash.restored), and give it its pointer line again (the old wording
     if it had one) where it sat, if that place is still there."""
     with rt.store.lock(listed.dir.real_path):
         return _restore(rt, listed)

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import __version__, fsops
+from memoryd import __version__
 from memoryd.config import Config, load_config
 from memoryd.daemon import housekeeping, notify
 from memoryd.daemon.events import Batch, Control, Event, EventSource, Overflow, Queued
@@ -48,8 +48,9 @@ from memoryd.indexing.passes import update_changed
 from memoryd.logsetup import configure, get_logger
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import AppPaths
-from memoryd.recovery import recover
 from memoryd.runtime import Runtime, tune_gc
+from memoryd.storage import fsops
+from memoryd.trash.recovery import recover
 
 if TYPE_CHECKING:
     from memoryd.versions.kept import VersionStore

@@ -6,9 +6,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from memoryd import fsops
 from memoryd.errors import MemorydError
 from memoryd.paths import AppPaths, NotRegularFile, ensure_private_dir, regular_fd
+from memoryd.storage import fsops
 
 
 class AlreadyRunning(MemorydError):

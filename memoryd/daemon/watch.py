@@ -27,8 +27,8 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from memoryd.fsops import is_own_temp
 from memoryd.indexing.scan import TRASH_DIR, skip_reason
+from memoryd.storage.fsops import is_own_temp
 
 # Only close-after-write, delete and move: not every open, attribute change and modify. This is
 # what keeps a 10,000-file checkout from overflowing the inotify queue (DESIGN §10). An atomic

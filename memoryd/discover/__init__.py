@@ -1,5 +1,4 @@
-"""Discovery: which memory dirs there are, the code tree each talks about, Claude Code's view.
-
-May import memoryd's base modules (config, errors, paths, fsops, safejson), model/ (index)
-and its own neighbours (claude_env, cwd_cache, gitwork); the runtime only for type hints.
+"""Which memory dirs there are as Claude Code finds them: slugs, relocation settings, the
+code tree each talks about, git work trees, what the agent loads, open writers.
+May import model, storage and the flat plumbing modules.
 """

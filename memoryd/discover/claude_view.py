@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from memoryd.claude_env import (
+from memoryd.config import Config
+from memoryd.discover.claude_env import (
     COWORK_OVERRIDE,
     REMOTE_MEMORY_DIR,
     Settings,
@@ -16,8 +17,7 @@ from memoryd.claude_env import (
     setting_dir,
     user_settings,
 )
-from memoryd.config import Config
-from memoryd.cwd_cache import CwdCache
+from memoryd.discover.cwd_cache import CwdCache
 from memoryd.discover.dirs import make, named_dir, project_dirs
 from memoryd.discover.found import Found, MemoryDir, RefusedDir
 from memoryd.discover.look import (

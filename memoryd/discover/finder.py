@@ -12,12 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memoryd import fsops, safejson
 from memoryd.config import Config
-from memoryd.cwd_cache import CwdCache
+from memoryd.discover.cwd_cache import CwdCache
 from memoryd.errors import UsageError
 from memoryd.model.index import INDEX_NAME
 from memoryd.paths import expand, read_bounded
+from memoryd.storage import fsops, safejson
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime

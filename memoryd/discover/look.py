@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
 
-from memoryd.gitwork import GIT_FILE_BYTES, gitdir_of
+from memoryd.discover.gitwork import GIT_FILE_BYTES, gitdir_of
 from memoryd.paths import read_bounded
 
 

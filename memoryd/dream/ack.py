@@ -1,17 +1,18 @@
 """`memoryd ack`'s work: record that a person saw a memory's flag for review, checked against
-the flag as a pass sees it now (memoryd.acked). Writes memoryd's own record, never the file."""
+the flag as a pass sees it now (memoryd.discipline.acked). Writes memoryd's own record, never the
+file."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memoryd import acked
+from memoryd.discipline import acked
 from memoryd.discover.finder import memory_dir_of
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.read import read_and_plan
 from memoryd.dream.repocache import RepoCache
-from memoryd.restored import now_iso
 from memoryd.runtime import Runtime
+from memoryd.trash.restored import now_iso
 
 
 @dataclass(slots=True)

@@ -7,7 +7,6 @@ from typing import Any
 
 from memoryd.discover.finder import memory_dir_of
 from memoryd.discover.found import MemoryDir
-from memoryd.display import shown
 from memoryd.dream.inventory import scan_of
 from memoryd.dream.kinds import FlagKind
 from memoryd.dream.plan import Item, Thresholds, guards_for, newer, opposing, pair_kind
@@ -20,6 +19,7 @@ from memoryd.errors import MemorydError
 from memoryd.indexing.scan import skip_reason
 from memoryd.indexing.window import agent_sees
 from memoryd.runtime import Runtime
+from memoryd.views.display import shown
 
 
 def explain(
@@ -135,8 +135,8 @@ def _decision(item: Item, reading: Reading) -> str:
 
 
 def _acknowledged(rt: Runtime, md: MemoryDir, item: Item) -> str | None:
-    """What a person's `memoryd ack` of the memory says now (memoryd.acked), or None."""
-    from memoryd import acked
+    """What a person's `memoryd ack` of the memory says now (memoryd.discipline.acked), or None."""
+    from memoryd.discipline import acked
 
     ack = next((a for a in acked.load(rt.store, md.real_path) if a.file == item.filename), None)
     if ack is None:
@@ -150,9 +150,10 @@ def _acknowledged(rt: Runtime, md: MemoryDir, item: Item) -> str | None:
 
 
 def _history(md: MemoryDir, name: str) -> list[dict[str, Any]]:
-    """What this memory superseded and what superseded it (memoryd.lineage), from the trash."""
-    from memoryd import lineage
+    """What this memory superseded and what superseded it (memoryd.versions.lineage), from the
+    trash."""
     from memoryd.trash import manifest as trash
+    from memoryd.versions import lineage
 
     try:
         entries = trash.contents(md.real_path).entries

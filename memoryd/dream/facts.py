@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from memoryd.discipline.secrets import mask
 from memoryd.dream.refs import Refs, extract_refs
 from memoryd.dream.similar import Vocabulary, words_and_directives
-from memoryd.memfile import Memory, parse_date
-from memoryd.sealed import frame, frames
-from memoryd.secrets import mask
+from memoryd.model.memfile import Memory, parse_date
+from memoryd.storage.sealed import frame, frames
 
 _PROHIBITION: Final = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
 # Every match holds one of these once lower-cased (of the letters involved only "i" has
@@ -56,7 +56,7 @@ def prohibition(body: str) -> str:
 
 def derive(memory: Memory, vocabulary: Vocabulary) -> Facts:
     # Masked: its words and references are saved in the facts cache, which must not hold a
-    # secret (memoryd.secrets); a secret is no word two memories share by meaning anyway.
+    # secret (memoryd.discipline.secrets); a secret is no word two memories share by meaning anyway.
     body = mask(memory.body)
     refs = extract_refs(body)
     words, (positives, negatives) = words_and_directives(body)

@@ -7,8 +7,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memoryd import fsops
-from memoryd import links as memory_links
+from memoryd.discipline.secrets import Finding, find, find_bytes
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.budget import PassBudget
 from memoryd.dream.facts import Facts, FactsCache, derive, load_saved
@@ -16,11 +15,12 @@ from memoryd.dream.memo import DreamMemo
 from memoryd.dream.plan import Item, make_item
 from memoryd.dream.refs import RefChecker
 from memoryd.indexing.scan import DirScan, scan_dir
-from memoryd.links import Dangling, links_in
-from memoryd.memfile import Memory, parse_memory
+from memoryd.model import links as memory_links
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.model.links import Dangling, links_in
+from memoryd.model.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
-from memoryd.secrets import Finding, find, find_bytes
+from memoryd.storage import fsops
 
 
 @dataclass(slots=True)
@@ -32,7 +32,7 @@ class Inventory:
     secrets: dict[str, list[Finding]] = field(default_factory=dict)
     # The content hash of each file in `secrets` that is no memory (its said-once key).
     other_shas: dict[str, str] = field(default_factory=dict)
-    # file -> the names it links to as `[[name]]` (memoryd.links), for files with any.
+    # file -> the names it links to as `[[name]]` (memoryd.model.links), for files with any.
     links: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def dangling(self, moved: Iterable[str] = ()) -> list[Dangling]:

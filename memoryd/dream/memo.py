@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # not imported at run time: the facts module pulls in numpy
+    from memoryd.discipline.secrets import Finding
     from memoryd.dream.facts import FactsCache
     from memoryd.dream.refs import RefChecker
     from memoryd.dream.repo import SourceTokens
-    from memoryd.secrets import Finding
 
 
 @dataclass(eq=False)
@@ -30,10 +30,10 @@ class DreamMemo:
     facts: "FactsCache | None" = None
     saved_facts: dict[Path, frozenset[str]] = field(default_factory=dict)
     facts_lock: threading.Lock = field(default_factory=threading.Lock)
-    # Per dir, the secrets (memoryd.secrets.Finding) of each content hash the last pass read:
-    # scanning every byte of every memory again each pass was as much as reading them.
+    # Per dir, the secrets (memoryd.discipline.secrets.Finding) of each content hash the last pass
+    # read: scanning every byte of every memory again each pass was as much as reading them.
     secrets: "dict[Path, dict[str, tuple[Finding, ...]]]" = field(default_factory=dict)
-    # The kept versions (object sha256) found to hold no secret at all: memoryd.purge reads
+    # The kept versions (object sha256) found to hold no secret at all: memoryd.versions.purge reads
     # each only once a process.
     secretless: set[str] = field(default_factory=set)
 

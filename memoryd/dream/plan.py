@@ -76,7 +76,7 @@ def guards_for(
     item: Item, now: float, t: Thresholds, consult: str | None, restored: str | None = None
 ) -> list[Guard]:
     """Every prune guard of DESIGN §4.4 with whether it holds (all listed, for `explain`).
-    `restored`: what the pin of a memory a person restored says (memoryd.restored)."""
+    `restored`: what the pin of a memory a person restored says (memoryd.trash.restored)."""
     recent = now - item.age_ts < t.guard_recent
     # The type guards go by the protective reading (memfile.protective_type); where Claude
     # Code reads the type otherwise, the detail says which reading keeps the memory.

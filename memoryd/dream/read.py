@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memoryd import restored
 from memoryd.discover.found import MemoryDir
 from memoryd.dream import transcripts
 from memoryd.dream.budget import PassBudget
@@ -29,6 +28,7 @@ from memoryd.indexing.read import Basis
 from memoryd.indexing.scan import DirScan
 from memoryd.model.index import Ownership
 from memoryd.runtime import Runtime
+from memoryd.trash import restored
 
 
 @dataclass(slots=True)
@@ -140,7 +140,7 @@ class IndexBeingWritten(MemorydError):
 
 def restored_pins(rt: Runtime, md: MemoryDir, inv: Inventory) -> dict[str, str]:
     """The dir's memories a person restored that still hold the restored bytes -> what their
-    pin says (memoryd.restored): no pass moves them."""
+    pin says (memoryd.trash.restored): no pass moves them."""
     found = restored.pinned(
         restored.load(rt.store, md.real_path), ((i.filename, i.sha256) for i in inv.items)
     )
@@ -164,7 +164,7 @@ def consult_sources(md: MemoryDir, rt: Runtime, *, save: bool = True) -> list[Co
             "left, read by the next passes): unsure means kept"
         )
     sources: list[ConsultSource] = [RecordedConsults(found.evidence_for(md.real_path), unsure)]
-    # What memoryd's MCP server answered the agent about this dir (memoryd.mcp_server).
+    # What memoryd's MCP server answered the agent about this dir (memoryd.recall.mcp_server).
     from memoryd.recall.consults import served as served_by_mcp
 
     served = served_by_mcp(rt.paths.state_dir, md.real_path)

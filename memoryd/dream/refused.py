@@ -16,11 +16,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import safejson
 from memoryd.dream.kinds import MoveReason
 from memoryd.dream.plan import Move, Plan
 from memoryd.errors import MemorydError
-from memoryd.state import dir_key
+from memoryd.storage import safejson
+from memoryd.storage.state import dir_key
 from memoryd.storage.statedb import Schema, StateDB
 
 PLANS_KEEP = 10  # per dir: a person reviews the last few refusals, not a history

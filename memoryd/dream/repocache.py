@@ -8,7 +8,7 @@ from memoryd.dream.memo import DreamMemo
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repo import RepoIndex, dump_sources, load_sources
 from memoryd.runtime import Runtime
-from memoryd.state import StateStore
+from memoryd.storage.state import StateStore
 
 
 class RepoCache:

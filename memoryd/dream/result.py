@@ -3,13 +3,13 @@
 from collections import Counter
 from dataclasses import dataclass, field
 
+from memoryd.discipline.secrets import Finding
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.kinds import MoveReason, PassStatus
 from memoryd.dream.plan import Flag, Plan, kept_by_guard
 from memoryd.dream.refs import Classification
 from memoryd.indexing.outcome import IndexOutcome, IndexStatus
-from memoryd.links import Dangling
-from memoryd.secrets import Finding
+from memoryd.model.links import Dangling
 from memoryd.trash.store import TrashRecord
 
 
@@ -31,7 +31,7 @@ class DreamResult:
     unparseable: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     merge_conflicts: list[str] = field(default_factory=list)  # files with git's markers
-    # Flagged memories a person acknowledged as they are now (memoryd.acked): not listed.
+    # Flagged memories a person acknowledged as they are now (memoryd.discipline.acked): not listed.
     acknowledged: set[str] = field(default_factory=set)
     secrets: dict[str, list[Finding]] = field(default_factory=dict)  # file -> found
     dangling: list[Dangling] = field(default_factory=list)  # `[[name]]` links left naming none

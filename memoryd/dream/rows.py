@@ -14,7 +14,7 @@ from memoryd.dream.plan import Move, Plan
 from memoryd.dream.read import Reading
 from memoryd.dream.result import DreamResult
 from memoryd.runtime import Runtime
-from memoryd.state import DirState
+from memoryd.storage.state import DirState
 
 
 def started(rt: Runtime, md: MemoryDir, pass_id: str, trigger: str) -> None:
@@ -132,12 +132,11 @@ def report_secrets(rt: Runtime, md: MemoryDir, said: DirState, inv: Inventory) -
 
 def _purge_cleaned(rt: Runtime, md: MemoryDir, holding: set[str]) -> None:
     """The kept versions holding a secret no current file holds any more (taken out by
-    hand) are removed (memoryd.purge), each with a `versions.purged` row. Each kept version
+    hand) are removed (memoryd.versions.purge), each with a `versions.purged` row. Each kept version
     is read once a process: those with no secret are remembered in the dream memo.
     `holding`: the only files of the dir that may hold a secret now (read again for its
     value's fingerprint; the pass keeps none)."""
-    from memoryd import purge
-    from memoryd.versions import kept
+    from memoryd.versions import kept, purge
 
     store = rt.versions or kept.for_runtime(rt)
     with contextlib.suppress(OSError):

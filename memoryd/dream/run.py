@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from memoryd import acked
+from memoryd.discipline import acked
 from memoryd.discover.found import MemoryDir
 from memoryd.discover.locks import claude_lock
 from memoryd.dream import rows

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memoryd import safejson
 from memoryd.dream.consult import Seen, row_time
 from memoryd.paths import ensure_private_dir
+from memoryd.storage import safejson
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 FOLDER = "consults"  # in the state dir: the scanners' lock

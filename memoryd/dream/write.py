@@ -1,6 +1,6 @@
 """The write half of a dream pass: journal the plan, move each file to the trash (a rename,
 never a delete), update the index, then commit the journal. A crash anywhere leaves the
-journal, which the next memoryd command recovers (memoryd.recovery)."""
+journal, which the next memoryd command recovers (memoryd.trash.recovery)."""
 
 import hashlib
 import time
@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping, Set
 from datetime import datetime
 from pathlib import Path
 
-from memoryd import fsops, journal
 from memoryd.discover.found import MemoryDir
 from memoryd.dream import refused, rows
 from memoryd.dream.kinds import PassStatus
@@ -21,6 +20,7 @@ from memoryd.indexing.passes import index_after_dream
 from memoryd.indexing.read import Basis, IndexKeeper, IndexText, index_file_again
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, Place, pointer_lines, pointer_places
 from memoryd.runtime import Runtime
+from memoryd.storage import fsops, journal
 from memoryd.trash import store as trash
 from memoryd.trash.store import TrashRecord
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Set
 from dataclasses import replace
 
-from memoryd import gitwork
+from memoryd.discover import gitwork
 from memoryd.discover.found import MemoryDir
 from memoryd.errors import WriteConflict
 from memoryd.indexing.outcome import BUSY_RETRY, CONFLICT_RETRIES, IndexOutcome, IndexStatus
@@ -48,7 +48,7 @@ from memoryd.model.index import (
     release_parsed,
 )
 from memoryd.runtime import Runtime
-from memoryd.state import DirState
+from memoryd.storage.state import DirState
 
 
 # --- the use cases ------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
-from memoryd import fsops
 from memoryd.config import IndexConfig
 from memoryd.discover.found import MemoryDir
 from memoryd.indexing.outcome import IndexOutcome, IndexStatus
@@ -35,7 +34,8 @@ from memoryd.model.index import (
 )
 from memoryd.model.index_edit import IndexEdit, IndexInput, update_index
 from memoryd.runtime import Runtime
-from memoryd.state import DirState
+from memoryd.storage import fsops
+from memoryd.storage.state import DirState
 
 
 def _ready(memories: dict[str, Scanned], now: float, grace: float) -> set[str]:

@@ -16,14 +16,13 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any, Protocol
 
-from memoryd import fsops, gitwork
-from memoryd.agentview import ViewKind, view_kind_of
 from memoryd.config import IndexConfig
-from memoryd.conflicts import MARK as CONFLICT_MARK
+from memoryd.discover import gitwork
+from memoryd.discover.agentview import ViewKind, view_kind_of
 from memoryd.discover.found import MemoryDir
-from memoryd.fsops import FileIdentity
 from memoryd.indexing.scan import DirScan, Scanned, scan_dir
 from memoryd.model import index_held
+from memoryd.model.conflicts import MARK as CONFLICT_MARK
 from memoryd.model.index import (
     ARCHIVE_NAME,
     INDEX_NAME,
@@ -41,7 +40,9 @@ from memoryd.model.index import (
     split_lines,
 )
 from memoryd.runtime import Runtime
-from memoryd.state import DirState
+from memoryd.storage import fsops
+from memoryd.storage.fsops import FileIdentity
+from memoryd.storage.state import DirState
 
 MAX_INDEX_BYTES = 8 * 1024 * 1024
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from memoryd import fsops
 from memoryd.model.index import Entry, linkable
-from memoryd.sealed import seal, unseal
+from memoryd.storage import fsops
+from memoryd.storage.sealed import seal, unseal
 
-# memoryd.memfile's limits, spelled out: the parser is imported by the first read, so a scan
+# memoryd.model.memfile's limits, spelled out: the parser is imported by the first read, so a scan
 # that reads nothing (an `index` with nothing changed) loads none of it (~3 ms of start-up).
 # tests/test_wholeproc_steps.py checks they are memfile's.
 MAX_FILE_BYTES = 1024 * 1024
@@ -224,7 +224,7 @@ def _load_memfile() -> tuple[Any, ...]:
     """memfile's parser, imported at the first file read (see MAX_FILE_BYTES) and kept: an
     import statement in read_one cost half a microsecond a file."""
     global _memfile
-    from memoryd.memfile import NotMemory, Summary, parse_date, parse_summary
+    from memoryd.model.memfile import NotMemory, Summary, parse_date, parse_summary
 
     _memfile = (NotMemory, Summary, parse_date, parse_summary)
     return _memfile

@@ -4,8 +4,7 @@ budget's use (`dirs`, `status`).
 
 from typing import Any
 
-from memoryd import fsops
-from memoryd.agentview import Hidden, ViewKind
+from memoryd.discover.agentview import Hidden, ViewKind
 from memoryd.discover.found import MemoryDir
 from memoryd.indexing.read import budget_of, read_index_file, view_kind
 from memoryd.model.index import (
@@ -18,6 +17,7 @@ from memoryd.model.index import (
     view_of,
 )
 from memoryd.runtime import Runtime
+from memoryd.storage import fsops
 
 
 def agent_sees(rt: Runtime, md: MemoryDir, filename: str) -> str:

@@ -10,10 +10,9 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from memoryd import fsops, gitwork
+from memoryd.discover import gitwork
 from memoryd.discover.found import MemoryDir
 from memoryd.errors import MemorydError, WriteConflict
-from memoryd.fsops import FileIdentity
 from memoryd.indexing.outcome import IndexOutcome, IndexStatus
 from memoryd.indexing.plan import Plan
 from memoryd.indexing.read import (
@@ -39,7 +38,9 @@ from memoryd.model.index import (
 )
 from memoryd.model.index_edit import IndexEdit, note_own
 from memoryd.runtime import Runtime
-from memoryd.state import DirState
+from memoryd.storage import fsops
+from memoryd.storage.fsops import FileIdentity
+from memoryd.storage.state import DirState
 
 
 def report_problems(

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import unquote
 
-from memoryd.agentview import View, ViewKind, agent_view
-from memoryd.conflicts import HINT as CONFLICT_HINT
-from memoryd.conflicts import conflict_line, conflict_message
+from memoryd.discover.agentview import View, ViewKind, agent_view
+from memoryd.model.conflicts import HINT as CONFLICT_HINT
+from memoryd.model.conflicts import conflict_line, conflict_message
 
 INDEX_NAME = "MEMORY.md"
 

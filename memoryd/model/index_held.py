@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import Any
 
-from memoryd.agentview import ViewKind
+from memoryd.discover.agentview import ViewKind
 from memoryd.model.index import (
     DEMOTED_HEADING,
     TRAILER,
@@ -38,7 +38,7 @@ from memoryd.model.index_edit import (
     edit_lines,
     view_reshaped,
 )
-from memoryd.sealed import seal, unseal
+from memoryd.storage.sealed import seal, unseal
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,4 @@
-"""Recall: search, path-scoped recall and `show` over both tiers of a memory dir.
-
-`store` keeps one SQLite/FTS5 search index per memory dir in memoryd's state dir, brought up
-to date by stat (the dir's `listing`, its files' `records` and `rows`; searches: `reads`);
-`query` reads queries and time frames and ranks; `engine` ties discovery, the stores and the
-results together for the commands and the MCP server.
+"""Search and recall: an SQLite FTS5 index per memory dir, the query engine, consult
+evidence, and the MCP server (`mcp_server`, on the official SDK).
+May import indexing, discover, discipline, model, storage, views and the flat plumbing.
 """

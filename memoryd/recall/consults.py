@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memoryd import safejson
 from memoryd.dream.consult import SERVED_SHOWN, ConsultLog
-from memoryd.state import dir_key
+from memoryd.storage import safejson
+from memoryd.storage.state import dir_key
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 # Past this many rows a dir keeps its newer half (rows older than any consult window matter to

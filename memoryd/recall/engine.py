@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd.agentview import view_kind_of
-from memoryd.dirlabel import label
+from memoryd.discipline.secrets import mask
+from memoryd.discover.agentview import view_kind_of
 from memoryd.discover.found import MemoryDir
 from memoryd.recall.opened import OpenBounded
 from memoryd.recall.query import DAY, Frame, expressions, held_words, name_keys
@@ -26,7 +26,7 @@ from memoryd.recall.store import (
     Window,
     index_path,
 )
-from memoryd.secrets import mask
+from memoryd.views.dirlabel import label
 
 Result = dict[str, Any]
 
@@ -260,7 +260,7 @@ class Engine:
         if not found:
             return {"target": target, "memory": None, "problem": self._not_found(target, cwd)}
         hit = found[0]
-        from memoryd import fsops
+        from memoryd.storage import fsops
 
         try:
             with fsops.open_dir(hit.md.real_path) as dir_fd:
@@ -308,8 +308,8 @@ class Engine:
     # --- results --------------------------------------------------------------------------------
     def result(self, hit: Hit) -> Result:
         """One hit as the CLI's `--json` and the MCP tools give it. Its texts are masked
-        (memoryd.secrets.mask) here, where every output of a hit passes, whatever the index
-        holds; `show` masks the memory's text the same way."""
+        (memoryd.discipline.secrets.mask) here, where every output of a hit passes, whatever the
+        index holds; `show` masks the memory's text the same way."""
         row = hit.row
         now = self.clock()
         age = max(0, int((now - row.date) // DAY))

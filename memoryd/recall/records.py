@@ -13,12 +13,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import fsops
 from memoryd.paths import file_kind
+from memoryd.storage import fsops
 
 if TYPE_CHECKING:
     from memoryd.dream.refs import Refs
-    from memoryd.memfile import Memory
+    from memoryd.model.memfile import Memory
 
 # A file changed this close before it was read may change again within the same mtime tick
 # (file times are taken from a coarse clock): it is read again next time (mtime_ns -1).
@@ -134,7 +134,7 @@ def read_record(
 
 
 def _parsed(name: str, data: bytes, fst: os.stat_result, limits: tuple[int, int]) -> dict[str, Any]:
-    from memoryd.memfile import Memory, NotMemory, parse_date, parse_memory
+    from memoryd.model.memfile import Memory, NotMemory, parse_date, parse_memory
 
     parsed = parse_memory(name, data, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1])
     if isinstance(parsed, NotMemory):
@@ -145,8 +145,8 @@ def _parsed(name: str, data: bytes, fst: os.stat_result, limits: tuple[int, int]
         }
     if not isinstance(parsed, Memory):
         return {"kind": "problem", "problem": parsed.message, "hint": parsed.hint}
+    from memoryd.discipline.secrets import find, mask, summary
     from memoryd.dream.refs import extract_refs
-    from memoryd.secrets import find, mask, summary
 
     # The index holds every text field masked: its snippets are shown, and the file is kept
     # in the state dir. A secret is a flag of the memory's result, by line and kind.

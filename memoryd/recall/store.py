@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import fsops
-from memoryd.fdlimit import out_of_files
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import ensure_private_dir, file_kind
 from memoryd.recall.listing import (
@@ -45,6 +43,8 @@ from memoryd.recall.records import (
     worker_count,
 )
 from memoryd.recall.rows import RefIds, delete_doc, insert_record
+from memoryd.storage import fsops
+from memoryd.storage.fdlimit import out_of_files
 
 if TYPE_CHECKING:
     pass
@@ -52,11 +52,11 @@ if TYPE_CHECKING:
 # What other modules take from here: the index's rows and its first build's workers.
 __all__ = ["RACY_NS", "Excluded", "Row", "Vocabulary", "Window", "worker_count"]
 
-# The parser (memoryd.memfile) and the scan's rules are imported when a file is read, not
+# The parser (memoryd.model.memfile) and the scan's rules are imported when a file is read, not
 # by a search of an index already in step; the limits' None means memfile's defaults.
 
-# 5: texts held masked (memoryd.secrets), secrets flagged: an index of an older schema may
-# hold a secret's value, and is made anew.
+# 5: texts held masked (memoryd.discipline.secrets), secrets flagged: an index of an older schema
+# may hold a secret's value, and is made anew.
 SCHEMA = "5"  # 2: pointers.hidden, files_racy; 3: files_stat; 4: refs once, cited in cites
 INDEX_FOLDER = "recall"  # under the state dir
 # Commands wait this long for a writer (the daemon, another command) to finish; a reader that
@@ -151,7 +151,7 @@ def _warn_once(warn: Warn, message: str) -> None:
 
 def index_path(state_dir: Path, real_path: Path) -> Path:
     """Where the search index of the memory dir at `real_path` lives."""
-    from memoryd.state import dir_key
+    from memoryd.storage.state import dir_key
 
     return state_dir / INDEX_FOLDER / f"{dir_key(real_path)}.sqlite"
 
@@ -234,7 +234,7 @@ class DirIndex(Searches):
     @property
     def limits(self) -> tuple[int, int]:
         """(max file bytes, max frontmatter bytes): those given, else memfile's."""
-        from memoryd.memfile import MAX_FILE_BYTES, MAX_FRONTMATTER_BYTES
+        from memoryd.model.memfile import MAX_FILE_BYTES, MAX_FRONTMATTER_BYTES
 
         given_file, given_frontmatter = self._limits
         return (

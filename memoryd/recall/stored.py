@@ -1,12 +1,11 @@
 """JSONL record stores in `search` and `recall`: their active records as results.
 
-A store (`.agent/memory.jsonl`, memoryd.records) is read, never written, and serves only what
-`records.active` gives: records not superseded, confirmed within 90 days, whose scope shares
-an entry with the task's scope (`--scope TERM…`; exact string match, as the store's agents
-mean it). A record matches a query when every query word is a word of its id, rule, because
-or scope (a trailing plural `s` ignored), the rule a store's agents follow; the results carry
-the fields memory results carry, with tier `record`.
-"""
+A store (`.agent/memory.jsonl`, memoryd.discipline.records) is read, never written, and serves
+only what `records.active` gives: records not superseded, confirmed within 90 days, whose scope
+shares an entry with the task's scope (`--scope TERM…`; exact string match, as the store's agents
+mean it). A record matches a query when every query word is a word of its id, rule, because or
+scope (a trailing plural `s` ignored), the rule a store's agents follow; the results carry the
+fields memory results carry, with tier `record`."""
 
 import re
 from collections.abc import Iterable, Sequence
@@ -15,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from memoryd.discipline.records import Record
     from memoryd.discover.found import MemoryDir
-    from memoryd.records import Record
     from memoryd.runtime import Runtime
 
 DAY = 86400.0
@@ -37,7 +36,7 @@ def matches(record: "Record", query: str) -> bool:
 
 
 def _result(path: Path, origin: str, record: "Record", now: float) -> dict[str, Any]:
-    from memoryd.secrets import mask
+    from memoryd.discipline.secrets import mask
 
     age = max(0, int((now - record.last_confirmed_at) // DAY))
     when = datetime.fromtimestamp(record.last_confirmed_at, UTC).date().isoformat()
@@ -71,7 +70,7 @@ def results(
     that match `query` (any, when None) and were last confirmed `within` [since, until) (a
     time frame; open ends when None), in store and line order. A store that cannot be read
     or parsed serves nothing here (`memoryd dirs` says why)."""
-    from memoryd import findings, records
+    from memoryd.discipline import findings, records
 
     now = rt.clock()
     since, until = within

@@ -1,5 +1,4 @@
-"""memoryd's own storage: the one SQLite state store and the plumbing that writes files.
-
-Holds only storage mechanics (opening, schemas, transactions, atomic file writes); no rule
-about memories. May import `memoryd.errors`, `memoryd.paths`, `memoryd.logsetup` and the stdlib.
+"""memoryd's own storage: the one SQLite state store (`statedb`), per-dir state, the
+journal, the audit log, atomic file writes (`fsops`) and bounded parsing (`safejson`).
+May import model, memoryd.errors, memoryd.paths, memoryd.logsetup and the stdlib.
 """

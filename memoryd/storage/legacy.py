@@ -21,13 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import safejson
 from memoryd.paths import read_bounded, read_problem
+from memoryd.storage import safejson
 
 if TYPE_CHECKING:
     import sqlite3
 
-    from memoryd.state import StateStore
+    from memoryd.storage.state import StateStore
 
 # caches, rebuilt, not imported; and the readers file of the read-event signal, now gone
 DROPPED = (".cache", ".facts", ".held", ".readers")
@@ -67,9 +67,10 @@ def import_once(store: StateStore) -> None:
     """Import the old files into `store`'s state store, in one transaction, then remove them."""
     if not pending(store.state_dir):
         return
-    from memoryd import acked, journal
+    from memoryd.discipline import acked
     from memoryd.dream import refused, transcripts
     from memoryd.recall import consults
+    from memoryd.storage import journal
 
     db = store.db()
     schemas = (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA, consults.SCHEMA, transcripts.SCHEMA)
@@ -137,7 +138,7 @@ def _import_dirs(
 
 
 def _import_state(conn: sqlite3.Connection, key: str, data: dict[str, Any], root: Path) -> None:
-    from memoryd.state import DirState, put_whole
+    from memoryd.storage.state import DirState, put_whole
 
     state = DirState(path=data["path"])
     seen, own = dict(_mapping(data.get("seen"))), dict(_mapping(data.get("own")))

@@ -1,5 +1,4 @@
-"""The trash: where memoryd puts a memory instead of deleting it, and how it comes back.
-
-May import memoryd's base modules (errors, paths, fsops, safejson, state), scan, gitwork,
-openfiles and versions (a trashed file's kept versions).
+"""The trash: where memoryd puts a memory instead of deleting it, and how it comes back
+(restore, forget, crash recovery, pins).
+May import indexing, versions, discover, discipline, model, storage and the flat plumbing.
 """

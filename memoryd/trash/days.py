@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from memoryd import fsops
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
+from memoryd.storage import fsops
 from memoryd.trash.manifest import manifest_lines, record_problem
 from memoryd.trash.store import (
     FAR_FORWARD_DAYS,

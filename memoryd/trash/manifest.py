@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, safejson
 from memoryd.errors import MemorydError
 from memoryd.indexing.scan import skip_reason
 from memoryd.paths import (
@@ -21,6 +20,7 @@ from memoryd.paths import (
     open_regular,
     read_problem,
 )
+from memoryd.storage import fsops, safejson
 from memoryd.trash.store import (
     MANIFEST,
     TRASHED_SUFFIX,

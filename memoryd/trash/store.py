@@ -20,7 +20,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, gitwork, openfiles
+from memoryd.discover import gitwork, openfiles
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
 from memoryd.paths import (
     NotRegularFile,
@@ -28,7 +28,8 @@ from memoryd.paths import (
     ensure_private_dir,
     regular_fd,
 )
-from memoryd.state import dir_key
+from memoryd.storage import fsops
+from memoryd.storage.state import dir_key
 from memoryd.versions import kept
 
 TRASH_DIR = ".trash"

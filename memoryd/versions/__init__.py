@@ -1,3 +1,4 @@
-"""Kept versions: every version of a memory file memoryd read, by content, in `state.sqlite`
-(memoryd.storage.statedb), with their history, the mass-change alarm, retention and the clock
-check (witness). May import memoryd.storage, the model modules, fsops, gitwork and paths."""
+"""Kept versions of every memory and index memoryd reads, by content in `state.sqlite`;
+retention on a checked clock (`witness`), purges of secrets, a memory's history.
+May import indexing (the scan), discover, discipline, model, storage and the flat plumbing.
+"""

@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from memoryd import fsops, safejson
 from memoryd.logsetup import get_logger
 from memoryd.paths import BoundedLines, open_regular, read_bounded
+from memoryd.storage import fsops, safejson
 from memoryd.storage.statedb import StateDB
 from memoryd.versions import witness
 

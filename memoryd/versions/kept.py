@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd import fsops, gitwork
+from memoryd.discover import gitwork
 from memoryd.logsetup import get_logger
+from memoryd.storage import fsops
 from memoryd.storage.statedb import StateDB
 from memoryd.versions import importer, prune, scanned, witness
 from memoryd.versions.records import (

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memoryd import gitwork
+from memoryd.discover import gitwork
 from memoryd.versions.kept import Row, VersionStore
 from memoryd.versions.prune import bytes_if
 from memoryd.versions.records import (
@@ -148,8 +148,8 @@ def find_deleted(store: VersionStore, dirs: Sequence[Path], key: str) -> Deleted
 def render_versions(path: Path, name: str, found: Sequence[Version], now: float) -> str:
     """`memoryd history FILE`: one line per version, newest first (the file's path shown
     as a terminal should get it, its lines as lines)."""
-    from memoryd.display import shown
-    from memoryd.humanize import ago
+    from memoryd.views.display import shown
+    from memoryd.views.humanize import ago
 
     if not found:
         return (

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memoryd import fsops
+from memoryd.storage import fsops
 from memoryd.versions import retention
 from memoryd.versions.records import OBJECT_MAX, Record, versions
 

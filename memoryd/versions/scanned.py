@@ -5,8 +5,8 @@ import hashlib
 from collections.abc import Mapping, Set
 from typing import TYPE_CHECKING, Any
 
-from memoryd import fsops
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.storage import fsops
 from memoryd.versions.records import MEMORYD, OBJECT_MAX, OTHER
 
 if TYPE_CHECKING:

@@ -1,1 +1,4 @@
-"""Views for people: pure renderers, rows in and text out (memoryd.humanize does the layout)."""
+"""Pure renderers for people, rows in and text out: the one escaping step (`display`), the
+one label of a dir (`dirlabel`), status, log, reports, the pager.
+May import model, discipline (masking), discover (labels) and the flat plumbing modules.
+"""

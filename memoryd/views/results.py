@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memoryd.display import shown
+from memoryd.views.display import shown
 
 if TYPE_CHECKING:
     from memoryd.recall.engine import Result
@@ -17,8 +17,8 @@ def _marked(snippet: str, color: bool) -> str:
     `color`; else as they are."""
     if not color:
         return snippet
-    from memoryd.humanize import Painter
-    from memoryd.lazyre import lazy
+    from memoryd.model.lazyre import lazy
+    from memoryd.views.humanize import Painter
 
     paint = Painter(True)
     return lazy(r"\*\*(.+?)\*\*").sub(lambda m: paint(m[1], "match"), snippet)

@@ -5,8 +5,8 @@ relative time ("3 min ago"; `--json` keeps the absolute time), and the file's pa
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memoryd.display import shown
-from memoryd.humanize import Painter, ago, parse_ts
+from memoryd.views.display import shown
+from memoryd.views.humanize import Painter, ago, parse_ts
 
 HEADER = ("ID", "MOVED", "REASON", "FILE")
 

@@ -1,0 +1,204 @@
+"""Where Claude Code keeps auto memory and whether it loads it: its environment variables and
+its `settings.json` files, read the way the client reads them (checked against 2.1.332).
+
+The environment is read once, where memoryd starts (`ClaudeEnv.from_environ`, a default of
+`Config`), and passed down; tests build a `ClaudeEnv` by hand. Settings files are untrusted
+input: read bounded, and one that is not a JSON object is a warning naming the file, as if it
+said nothing.
+"""
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memoryd.paths import read_bounded, read_problem
+from memoryd.storage import safejson
+
+SETTINGS_MAX_BYTES = 1024 * 1024  # a settings file is a few KB
+REMOTE_MEMORY_DIR = "CLAUDE_CODE_REMOTE_MEMORY_DIR"  # base: <it>/projects/<slug>/memory/
+COWORK_OVERRIDE = "CLAUDE_COWORK_MEMORY_PATH_OVERRIDE"  # the memory dir itself
+DISABLE_AUTO_MEMORY = "CLAUDE_CODE_DISABLE_AUTO_MEMORY"
+_TRUE = frozenset({"1", "true", "yes", "on"})  # the client's own spellings of a switch
+# With one of these set (in the environment or a settings file's `env`), Claude Code loads no
+# MEMORY.md at all, whatever CLAUDE_CODE_DISABLE_AUTO_MEMORY says (observed, 2.1.332): simple
+# and safe mode, memory stores instead of files, a remote session without a memory dir, and
+# no CLAUDE.md-style files. CLAUDE_MEMORY_STORES counts with any value, the others when true.
+REMOTE = "CLAUDE_CODE_REMOTE"
+MEMORY_STORES = "CLAUDE_MEMORY_STORES"
+LOADS_NONE = (
+    "CLAUDE_CODE_SIMPLE",
+    "CLAUDE_CODE_SAFE_MODE",
+    MEMORY_STORES,
+    REMOTE,
+    "CLAUDE_CODE_DISABLE_CLAUDE_MDS",
+)
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+@dataclass(frozen=True, slots=True)
+class ClaudeEnv:
+    """The part of the environment that moves or turns off Claude Code's auto memory."""
+
+    home: Path = field(default_factory=Path.home)  # what a setting's `~/` means
+    remote_memory_dir: Path | None = None
+    cowork_override: Path | None = None
+    disable_auto_memory: str | None = None  # the raw value, for saying where it was turned off
+    loads_none: tuple[tuple[str, str], ...] = ()  # the LOADS_NONE variables set, raw values
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ClaudeEnv":
+        env = os.environ if environ is None else environ
+
+        def folder(name: str) -> Path | None:
+            value = env.get(name)
+            return Path(value).expanduser() if value else None
+
+        home = env.get("HOME")
+        return cls(
+            home=Path(home) if home else Path.home(),
+            remote_memory_dir=folder(REMOTE_MEMORY_DIR),
+            cowork_override=folder(COWORK_OVERRIDE),
+            disable_auto_memory=env.get(DISABLE_AUTO_MEMORY),
+            loads_none=tuple((name, env[name]) for name in LOADS_NONE if name in env),
+        )
+
+    def switch(self) -> bool | None:
+        """CLAUDE_CODE_DISABLE_AUTO_MEMORY: True turns auto memory off, False forces it on
+        (settings no longer count), None leaves it to the settings."""
+        value = (self.disable_auto_memory or "").strip().lower()
+        if value in _TRUE:
+            return True
+        if value in _FALSE and self.disable_auto_memory is not None:
+            return False
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """One settings file's two auto-memory keys (None: not set there, or not usable)."""
+
+    path: Path
+    enabled: bool | None = None  # autoMemoryEnabled
+    directory: str | None = None  # autoMemoryDirectory, as written
+    env: tuple[tuple[str, str], ...] = ()  # its `env` entries among LOADS_NONE
+
+
+def read_settings(path: Path, warnings: list[str]) -> Settings | None:
+    """A settings file's auto-memory keys; None when there is no such file. A file that cannot
+    be read or is not a JSON object adds a warning naming it and counts as saying nothing."""
+    try:
+        raw = read_bounded(path, SETTINGS_MAX_BYTES)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    except OSError as error:
+        warnings.append(
+            f"{path}: not read ({read_problem(error)}); its auto-memory settings are ignored"
+        )
+        return Settings(path)
+    try:
+        data = safejson.loads(raw.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError) as error:
+        warnings.append(
+            f"{path}: not valid JSON ({error}); its auto-memory settings are "
+            "ignored until it is fixed"
+        )
+        return Settings(path)
+    if not isinstance(data, dict):
+        warnings.append(f"{path}: not a JSON object; its auto-memory settings are ignored")
+        return Settings(path)
+    enabled = data.get("autoMemoryEnabled")
+    directory = data.get("autoMemoryDirectory")
+    env = data.get("env")
+    env = env if isinstance(env, dict) else {}
+    return Settings(
+        path,
+        enabled if isinstance(enabled, bool) else None,
+        directory if isinstance(directory, str) and directory else None,
+        tuple((n, str(env[n])) for n in LOADS_NONE if isinstance(env.get(n), str | int | bool)),
+    )
+
+
+def setting_dir(value: str, home: Path) -> Path | None:
+    """An `autoMemoryDirectory` value as the client takes it: `~/` is the home (a `~/..` that
+    climbs out of it is ignored), trailing slashes dropped; a relative path, the root or a
+    near-empty path is ignored (the client then uses the default place)."""
+    text = value
+    if text.startswith(("~/", "~\\")):
+        rest = os.path.normpath(text[2:] or ".")
+        if rest in (".", "..") or rest.startswith(("../", "..\\")):
+            return None
+        text = str(home / rest)
+    if not os.path.isabs(text) or "\x00" in text:
+        return None
+    normal = os.path.normpath(text)
+    if len(normal) < 3:
+        return None
+    return Path(normal)
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    """Whether auto memory is on, and what said so last (empty when nothing did)."""
+
+    on: bool
+    source: str = ""
+
+
+def _loads_none(env: ClaudeEnv, layers: list[Settings | None]) -> str:
+    """What makes Claude Code load no MEMORY.md at all (a LOADS_NONE variable set), or "".
+    A settings file's `env` is applied over the environment, the highest layer first."""
+    for name in LOADS_NONE:
+        found = [
+            (dict(s.env)[name], f"the env of {s.path}") for s in layers if s and name in dict(s.env)
+        ]
+        found += [(value, "memoryd's environment") for n, value in env.loads_none if n == name]
+        if not found:
+            continue
+        value, where = found[0]
+        on = bool(value.strip()) if name == MEMORY_STORES else value.strip().lower() in _TRUE
+        if name == REMOTE and (env.remote_memory_dir or env.cowork_override):
+            on = False  # a remote session with a memory dir of its own loads it
+        if on:
+            return f"{name}={value} in {where}"
+    return ""
+
+
+def auto_memory_switch(env: ClaudeEnv, layers: list[Settings | None]) -> Switch:
+    """On or off: a variable under which Claude Code loads no MEMORY.md at all (LOADS_NONE),
+    then CLAUDE_CODE_DISABLE_AUTO_MEMORY, else the first settings layer (highest precedence
+    first: local, project, user) that sets `autoMemoryEnabled`; on by default."""
+    loads_none = _loads_none(env, layers)
+    if loads_none:
+        return Switch(False, loads_none)
+    forced = env.switch()
+    if forced is not None:
+        return Switch(
+            not forced, f"{DISABLE_AUTO_MEMORY}={env.disable_auto_memory} in memoryd's environment"
+        )
+    for layer in layers:
+        if layer is not None and layer.enabled is not None:
+            return Switch(
+                layer.enabled, f"autoMemoryEnabled: {str(layer.enabled).lower()} in {layer.path}"
+            )
+    return Switch(True)
+
+
+def user_settings(claude_home: Path, warnings: list[str]) -> Settings | None:
+    return read_settings(claude_home / "settings.json", warnings)
+
+
+def project_settings(
+    cwd: Path, root: Path, warnings: list[str]
+) -> tuple[Settings | None, Settings | None, Settings | None]:
+    """A session's project layers, highest precedence first, as the client 2.1.332 reads them
+    (observed): the person's own `.claude/settings.local.json` of the canonical git root (a
+    worktree's main work tree), then the cwd's, then the cwd's checked-in
+    `.claude/settings.json` (a git root's `settings.json` does not count for a subfolder)."""
+    cwd_local = read_settings(cwd / ".claude" / "settings.local.json", warnings)
+    root_local = (
+        read_settings(root / ".claude" / "settings.local.json", warnings) if root != cwd else None
+    )
+    return root_local, cwd_local, read_settings(cwd / ".claude" / "settings.json", warnings)

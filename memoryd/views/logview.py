@@ -1,0 +1,543 @@
+"""The audit log for a person: one compact line per row, and a summary in sentences.
+
+Pure: rows (as `audit` reads them) and a `View` in, text out. What each event shows is one
+table (`_DETAILS`); an event missing from it is shown by its fields, generically.
+"""
+
+import re
+import textwrap
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memoryd.views.dirlabel import dir_label as dir_label  # where the log view had it
+from memoryd.views.display import shown
+from memoryd.views.humanize import Painter, ago, clip, clock_time, parse_ts, plural, short_path
+
+Row = Mapping[str, Any]
+EVENT_WIDTH = 17  # most event names fit; longer ones push the line on by a few columns
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HIDDEN = frozenset({"ts", "v", "event", "level", "pid", "dir"})
+_LEVEL_ROLE = {"warning": "warn", "error": "error", "debug": "dim"}
+_LEVEL_WORD = {"warning": "WARN", "error": "ERROR", "debug": "DEBUG"}
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """How to show rows: the clock (for today's rows as bare times), the zone, the home folder
+    (written `~`), the width, whether every field is shown, and colour."""
+
+    now: float
+    home: str | None = None
+    utc: bool = False
+    width: int = 100
+    verbose: bool = False
+    paint: Painter = field(default_factory=lambda: Painter(False))
+    # The repo root of each per-project dir the rows name (memoryd.views.dirlabel.roots): its label.
+    roots: Mapping[str, str] = field(default_factory=dict)
+
+
+def _names(items: object, limit: int = 2, unit: str = "") -> str:
+    """A list of file names: the names when few, else how many (of `unit`)."""
+    if not isinstance(items, list):
+        return str(items)
+    if len(items) <= limit:
+        return ", ".join(shown(i) for i in items)
+    return f"{len(items)} {unit}".rstrip()
+
+
+def _index_updated(row: Row, view: View) -> str:
+    parts = [
+        f"{word}{_names(row[key], unit='pointers' if len(word) == 1 else '')}"
+        for key, word in (
+            ("added", "+"),
+            ("removed", "−"),
+            ("rewritten", "rewrote "),
+            ("collapsed", "collapsed "),
+            ("demoted", "demoted "),
+        )
+        if row.get(key)
+    ]
+    text = "  ".join(parts)
+    before, after = row.get("bytes_before"), row.get("bytes_after")
+    if isinstance(before, int) and isinstance(after, int) and before != after:
+        text += f"  ({before} → {after} bytes)"
+    return text or "trailer only"
+
+
+def _dream_counts(row: Row, view: View) -> str:
+    counts = [
+        f"{row[key]} {word}"
+        for key, word in (("deleted", "moved"), ("flagged", "flagged"), ("kept", "kept"))
+        if row.get(key)
+    ]
+    status = row.get("status")
+    head = str(status) if status and status not in ("completed", "ok") else ""
+    took = row.get("duration_ms")
+    tail = f"{took} ms" if isinstance(took, int) else ""
+    text = ", ".join(x for x in (head, ", ".join(counts) or "nothing to do") if x)
+    if row.get("error"):
+        text = f"{row['error']} ({text})"
+    return f"{text}  {tail}".strip()
+
+
+def _field(*keys: str, sep: str = "  ") -> Callable[[Row, View], str]:
+    def render(row: Row, view: View) -> str:
+        return sep.join(_value(row[k], view) for k in keys if _shown_value(row.get(k)))
+
+    return render
+
+
+def _trash_moved(row: Row, view: View) -> str:
+    because = row.get("duplicate_of") or row.get("superseded_by")
+    link = {"duplicate": "of", "contradiction": "by"}.get(str(row.get("reason")), "of")
+    why = f"{row.get('reason', '')}" + (f" {link} {shown(because)}" if because else "")
+    return f"{shown(row.get('file', '?'))}  {why}  id {row.get('id', '?')}".rstrip()
+
+
+def _first(key: str) -> Callable[[Row, View], str]:
+    def render(row: Row, view: View) -> str:
+        value = row.get(key)
+        if isinstance(value, list):
+            more = f" (and {len(value) - 1} more)" if len(value) > 1 else ""
+            return (shown(value[0]) + more) if value else ""
+        return shown(value) if value is not None else ""
+
+    return render
+
+
+_DETAILS: dict[str, Callable[[Row, View], str]] = {
+    "daemon.started": lambda r, v: f"memoryd {r.get('version', '?')}, {r.get('dirs', '?')} dirs",
+    "daemon.stopped": _field("reason"),
+    "daemon.waiting": lambda r, v: f"for {short_path(str(r.get('path', '')), v.home)}",
+    "dir.discovered": _field("kind", "mode"),
+    "dir.lost": _field("reason"),
+    "dir.refused": lambda r, v: (
+        f"→ {short_path(str(r.get('target', '')), v.home)}  {shown(r.get('reason', ''))}"
+    ),
+    "index.updated": _index_updated,
+    "index.unmanaged": _field("reason"),
+    "index.over_budget": lambda r, v: (
+        f"{r.get('lines', '?')} lines, {r.get('chars', '?')} chars"
+        + (f"; {r['outside_window']} outside the window" if r.get("outside_window") else "")
+    ),
+    "index.demoted": lambda r, v: f"{r.get('count', '?')} entries to the archive",
+    "index.conflict": lambda r, v: f"attempt {r.get('attempt', '?')}",
+    "index.dead_link": _field("target"),
+    "index.invalid_link": _field("target"),
+    "index.verify_failed": _first("problems"),
+    "index.write_failed": _field("error"),
+    "index.temp_removed": lambda r, v: _names(r.get("files", [])),
+    "file.unparseable": lambda r, v: f"{shown(r.get('file', '?'))}: {shown(r.get('problem', ''))}",
+    "dream.started": _field("trigger"),
+    "dream.completed": _dream_counts,
+    "dream.failed": _dream_counts,
+    "dream.refused": lambda r, v: (
+        f"would move {r.get('would_move', '?')}, limit {r.get('limit', '?')}"
+    ),
+    "dream.skipped": _field("why"),
+    "dream.kept": _field("file", "guard"),
+    "dream.move_skipped": lambda r, v: (
+        f"{shown(r.get('file', '?'))}: {shown(r.get('why', ''))}"
+        + (f" (kept as {shown(r['kept_as'])})" if r.get("kept_as") else "")
+    ),
+    "trash.moved": _trash_moved,
+    "trash.restored": lambda r, v: (
+        f"{shown(r.get('file', '?'))}"
+        + (f" as {shown(r['as'])}" if r.get("as") and r.get("as") != r.get("file") else "")
+    ),
+    "version.restored": lambda r, v: f"{shown(r.get('file', '?'))} version {r.get('version', '?')}",
+    "trash.purged": lambda r, v: _names(r.get("days", []), 3) or shown(r.get("refused", "")),
+    "trash.kept": _field("day", "problem"),
+    "watch.overflow": _field("detail"),
+    "watch.rescanned": lambda r, v: f"{r.get('dirs', '?')} dirs, {r.get('changed', '?')} changed",
+    "watch.limit": _field("error"),
+    "pass.recovered": _field("outcome"),
+    "config.invalid": lambda r, v: f"{shown(r.get('source', ''))}: {_first('problems')(r, v)}",
+    "config.reloaded": _field("source"),
+}
+
+
+def _shown_value(value: object) -> bool:
+    """Whether a field is worth a person's column: not empty, not a content hash."""
+    if value is None or value == "" or value == [] or value == {}:
+        return False
+    return not (isinstance(value, str) and _HEX64.match(value))
+
+
+def _value(value: object, view: View) -> str:
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, list) and all(isinstance(v, str | int) for v in value):
+        return ",".join(shown(v) for v in value)
+    import json
+
+    return shown(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _generic(row: Row, view: View) -> str:
+    return "  ".join(
+        f"{k}={_value(v, view)}"
+        for k, v in row.items()
+        if k not in _HIDDEN and (view.verbose or _shown_value(v))
+    )
+
+
+def render_row(row: Row, view: View) -> str:
+    """One row as one line (no newline), at most `view.width` columns of text."""
+    ts = parse_ts(row.get("ts"))
+    when = clock_time(ts, view.now, utc=view.utc) if ts is not None else "?"
+    level = str(row.get("level", "info"))
+    event = str(row.get("event", "?"))
+    pieces: list[tuple[str, str, str | None]] = [("", when, "dim")]
+    if level != "info":
+        pieces.append((" ", _LEVEL_WORD.get(level, level.upper()), _LEVEL_ROLE.get(level)))
+    pieces.append((" ", shown(event), "name"))
+    gap = " " * max(2, EVENT_WIDTH - len(event) + 1)  # the next column starts aligned
+    if row.get("dir"):
+        where = str(row["dir"])
+        label = (
+            short_path(where, view.home)
+            if view.verbose
+            else dir_label(where, view.home, view.roots.get(where))
+        )
+        pieces.append((gap, label, "bold"))
+        gap = "  "
+    if view.verbose:
+        detail = f"{_generic(row, view)}  pid={row.get('pid', '?')}".strip()
+    else:
+        renderer = _DETAILS.get(event)
+        try:
+            detail = renderer(row, view) if renderer else _generic(row, view)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            detail = _generic(row, view)  # a row of an older or newer schema
+    if detail:
+        pieces.append((gap, detail, None))
+    return _layout(pieces, view)
+
+
+def _layout(pieces: Sequence[tuple[str, str, str | None]], view: View) -> str:
+    """Each piece after its gap, cut at the width, then coloured: escape codes never count as
+    columns."""
+    out: list[str] = []
+    used = 0
+    for gap, text, role in pieces:
+        room = view.width - used - len(gap)
+        if room <= 0:
+            break
+        piece = clip(text, room)
+        used += len(gap) + len(piece)
+        out.append(gap + (view.paint(piece, role) if role else piece))
+    return "".join(out).rstrip()
+
+
+# --- the summary ------------------------------------------------------------------------------
+
+
+@dataclass
+class DirTally:
+    """What memoryd did in one dir (or, with no dir, to itself), counted from its rows."""
+
+    moved: Counter[str] = field(default_factory=Counter)  # by reason
+    restored: int = 0
+    versions_restored: int = 0  # `history --restore`: written back, not out of the trash
+    added: int = 0
+    removed: int = 0
+    rewritten: int = 0
+    collapsed: int = 0
+    demotions: int = 0
+    demoted: int = 0
+    writes: int = 0
+    passes: int = 0
+    refused: int = 0
+    failed: int = 0
+    kept: int = 0
+    skipped_moves: int = 0
+    purged_days: int = 0
+    unparseable: set[str] = field(default_factory=set)
+    dead_links: set[str] = field(default_factory=set)
+    invalid_links: set[str] = field(default_factory=set)
+    over_budget: int = 0
+    write_errors: int = 0
+    deleted_outside: int = 0
+    rewritten_outside: int = 0
+    mass_changes: int = 0
+    forgotten: int = 0
+    secrets: set[str] = field(default_factory=set)
+    acknowledged: int = 0
+    other: Counter[str] = field(default_factory=Counter)  # events without a sentence
+
+    def add(self, row: Row) -> None:
+        event = str(row.get("event"))
+        count = _COUNTERS.get(event)
+        if count is None:
+            self.other[event] += 1
+        else:
+            count(self, row)
+
+    def sentence(self) -> str:
+        """Actions, then (after `;`) what needs a person; "" when nothing was counted."""
+        done, problems = self._actions(), self._problems()
+        others = [f"{n} {event}" for event, n in sorted(self.other.items())]
+        text = ", ".join(done)
+        if problems:
+            text = f"{text}; {', '.join(problems)}" if text else ", ".join(problems)
+        if others:
+            text = f"{text}; also {', '.join(others)}" if text else ", ".join(others)
+        return text
+
+    def _actions(self) -> list[str]:
+        """What memoryd did, most telling first."""
+        done = []
+        if self.moved:
+            total = sum(self.moved.values())
+            why = ", ".join(
+                plural(n, r, _REASON_PLURAL.get(r))
+                for r, n in sorted(self.moved.items(), key=lambda kv: (-kv[1], kv[0]))
+            )
+            done.append(f"{plural(total, 'memory', 'memories')} moved to the trash ({why})")
+        if self.restored:
+            done.append(f"{self.restored} restored from the trash")
+        if self.versions_restored:
+            done.append(f"{plural(self.versions_restored, 'earlier version')} written back")
+        for n, what in (
+            (self.added, "added"),
+            (self.removed, "removed"),
+            (self.rewritten, "rewritten"),
+            (self.collapsed, "collapsed"),
+        ):
+            if n:
+                done.append(f"{plural(n, 'pointer')} {what}")
+        if self.demotions:
+            done.append(
+                f"{plural(self.demotions, 'index', 'indexes')} demoted "
+                f"{plural(self.demoted, 'entry', 'entries')}"
+            )
+        if self.passes:
+            done.append(plural(self.passes, "dream pass", "dream passes"))
+        if self.kept:
+            done.append(f"{plural(self.kept, 'candidate')} kept by a guard")
+        if self.purged_days:
+            done.append(f"{plural(self.purged_days, 'trash day')} purged")
+        if self.forgotten:
+            done.append(f"{plural(self.forgotten, 'memory', 'memories')} forgotten on request")
+        if self.acknowledged:
+            done.append(f"{plural(self.acknowledged, 'flag')} acknowledged")
+        return done
+
+    def _problems(self) -> list[str]:
+        """What needs a person."""
+        problems = []
+        for n, words in (
+            (
+                self.mass_changes,
+                ("mass change by other processes", "mass changes by other processes"),
+            ),
+            (
+                self.deleted_outside,
+                ("memory deleted outside memoryd", "memories deleted outside memoryd"),
+            ),
+            (
+                self.rewritten_outside,
+                ("file rewritten outside memoryd", "files rewritten outside memoryd"),
+            ),
+            (len(self.secrets), ("secret found", "secrets found")),
+            (len(self.unparseable), ("file unparseable", "files unparseable")),
+            (
+                self.refused,
+                ("pass refused by the circuit breaker", "passes refused by the circuit breaker"),
+            ),
+            (self.failed, ("pass failed", "passes failed")),
+            (self.skipped_moves, ("planned move skipped", "planned moves skipped")),
+            (len(self.dead_links), ("dead link", "dead links")),
+            (len(self.invalid_links), ("invalid link", "invalid links")),
+            (self.over_budget, ("index write over the budget", "index writes over the budget")),
+            (self.write_errors, ("index write failed", "index writes failed")),
+        ):
+            if n:
+                problems.append(f"{n} {words[0] if n == 1 else words[1]}")
+        return problems
+
+
+_REASON_PLURAL = {"duplicate": "duplicates", "contradiction": "contradictions", "stale": "stale"}
+
+
+def _count_index(t: DirTally, row: Row) -> None:
+    t.writes += 1
+    for key in ("added", "removed", "rewritten", "collapsed"):
+        value = row.get(key)
+        setattr(t, key, getattr(t, key) + (len(value) if isinstance(value, list) else 0))
+
+
+def _count_demoted(t: DirTally, row: Row) -> None:
+    t.demotions += 1
+    count = row.get("count")
+    t.demoted += count if isinstance(count, int) else len(row.get("files") or [])
+
+
+def _count_purged(t: DirTally, row: Row) -> None:
+    days = row.get("days")
+    t.purged_days += len(days) if isinstance(days, list) else 0
+
+
+def _inc(name: str) -> Callable[[DirTally, Row], None]:
+    def count(t: DirTally, row: Row) -> None:
+        setattr(t, name, getattr(t, name) + 1)
+
+    return count
+
+
+def _named(name: str, key: str) -> Callable[[DirTally, Row], None]:
+    def count(t: DirTally, row: Row) -> None:
+        getattr(t, name).add(f"{row.get('file', '')}:{row.get(key, '')}")
+
+    return count
+
+
+def _ignore(t: DirTally, row: Row) -> None:
+    """Rows that are part of another's story (a pass's start, its moves' skips' reasons)."""
+
+
+_COUNTERS: dict[str, Callable[[DirTally, Row], None]] = {
+    "trash.moved": lambda t, r: t.moved.update([str(r.get("reason", "other"))]),
+    "trash.restored": _inc("restored"),
+    "version.restored": _inc("versions_restored"),
+    "index.updated": _count_index,
+    "index.demoted": _count_demoted,
+    "dream.completed": _inc("passes"),
+    "dream.refused": _inc("refused"),
+    "dream.failed": _inc("failed"),
+    "dream.kept": _inc("kept"),
+    "dream.move_skipped": _inc("skipped_moves"),
+    "trash.purged": _count_purged,
+    "memory.deleted_outside": _inc("deleted_outside"),
+    "memory.rewritten_outside": _inc("rewritten_outside"),
+    "memory.mass_change": _inc("mass_changes"),
+    "memory.checkout": _ignore,
+    "memory.forgotten": _inc("forgotten"),
+    "memory.secret_found": _named("secrets", "line"),
+    "flag.acknowledged": _inc("acknowledged"),
+    "file.unparseable": _named("unparseable", "file"),
+    "index.dead_link": _named("dead_links", "target"),
+    "index.invalid_link": _named("invalid_links", "target"),
+    "index.over_budget": _inc("over_budget"),
+    "index.write_failed": _inc("write_errors"),
+    "index.verify_failed": _inc("write_errors"),
+    "dream.started": _ignore,
+    "dream.skipped": _ignore,
+    "index.unmanaged": _ignore,
+    "dir.discovered": _ignore,
+    "index.conflict": _ignore,  # retried; a failure shows as index.write_failed
+}
+
+
+def tally(rows: Iterable[Row]) -> dict[str, DirTally]:
+    """Rows counted per dir ("" for memoryd's own rows), in order of first appearance."""
+    out: dict[str, DirTally] = defaultdict(DirTally)
+    for row in rows:
+        out[str(row.get("dir") or "")].add(row)
+    return dict(out)
+
+
+def _own_sentence(t: DirTally) -> str:
+    """memoryd's rows about itself, said in words where there are some."""
+    words = {
+        "daemon.started": ("start", "starts"),
+        "daemon.stopped": ("stop", "stops"),
+        "config.reloaded": ("configuration reload", "configuration reloads"),
+        "config.invalid": ("invalid configuration", "invalid configurations"),
+        "watch.overflow": ("lost batch of file events", "lost batches of file events"),
+        "pass.recovered": ("unfinished pass recovered", "unfinished passes recovered"),
+    }
+    said = []
+    for event, n in sorted(t.other.items()):
+        if event in words:
+            said.append(f"{n} {words[event][0] if n == 1 else words[event][1]}")
+        else:
+            said.append(f"{n} {event}")
+    rest = replace(t, other=Counter()).sentence()
+    return ", ".join(x for x in (", ".join(said), rest) if x)
+
+
+def render_summary(rows: Iterable[Row], view: View, *, since: float | None) -> str:
+    """What memoryd did, a sentence per dir with counts, dirs with news first."""
+    rows = list(rows)
+    tallies = tally(rows)
+    start = (
+        f"since {clock_time(since, view.now, utc=view.utc)} ({ago(since, view.now)})"
+        if since
+        else "in the whole log"
+    )
+    if not rows:
+        return f"Nothing logged {start}.\n"
+    lines = [
+        f"memoryd {start}: {plural(len(rows), 'row')}, "
+        f"{plural(len([d for d in tallies if d]), 'dir')}."
+    ]
+    quiet = []
+    for where, t in sorted(tallies.items(), key=lambda kv: (kv[0] == "", kv[0])):
+        if not where:
+            continue
+        text = t.sentence()
+        if not text:
+            quiet.append(dir_label(where, view.home, view.roots.get(where)))
+            continue
+        label = dir_label(where, view.home, view.roots.get(where))
+        full = short_path(where, view.home)
+        path_note = clip(f" ({full})", view.width - len(label)) if full != label else ""
+        lines.append(view.paint(label, "bold") + path_note)
+        lines.extend(
+            textwrap.wrap(
+                f"{text}.",
+                max(40, view.width),
+                initial_indent="  ",
+                subsequent_indent="  ",
+                break_on_hyphens=False,
+            )
+        )
+    if quiet:  # rows about them, none worth a sentence (a pass that found nothing to do)
+        lines.append(f"Nothing to report in {plural(len(quiet), 'other dir')}.")
+    if "" in tallies:
+        own = _own_sentence(tallies[""])
+        if own:
+            lines.extend(
+                textwrap.wrap(
+                    f"memoryd itself: {own}.",
+                    max(40, view.width),
+                    subsequent_indent="  ",
+                    break_on_hyphens=False,
+                )
+            )
+    return "\n".join(lines) + "\n"
+
+
+def summary_json(rows: Iterable[Row]) -> dict[str, Any]:
+    """The summary's counts, per dir, for `--json`."""
+    out = {}
+    for where, t in tally(rows).items():
+        out[where or "memoryd"] = {
+            "moved": dict(t.moved),
+            "restored": t.restored,
+            "versions_restored": t.versions_restored,
+            "pointers_added": t.added,
+            "pointers_removed": t.removed,
+            "pointers_rewritten": t.rewritten,
+            "pointers_collapsed": t.collapsed,
+            "demotions": t.demotions,
+            "demoted_entries": t.demoted,
+            "index_writes": t.writes,
+            "dream_passes": t.passes,
+            "refused": t.refused,
+            "failed": t.failed,
+            "kept": t.kept,
+            "skipped_moves": t.skipped_moves,
+            "purged_days": t.purged_days,
+            "unparseable": len(t.unparseable),
+            "dead_links": len(t.dead_links),
+            "invalid_links": len(t.invalid_links),
+            "over_budget": t.over_budget,
+            "index_write_errors": t.write_errors,
+            "other": dict(t.other),
+        }
+    return {"dirs": out}

@@ -1,0 +1,110 @@
+"""The shape of the code, as ARCHITECTURE.md promises it: folders by layer, few flat modules,
+no import cycle, and modules and functions small enough to read in one sitting (ruff's C901
+holds each function's complexity at 15: pyproject.toml).
+
+These read the source (ast), so they hold for every module, new ones included."""
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import memoryd
+
+PACKAGE = Path(memoryd.__file__).parent
+MAX_FLAT_MODULES = 12
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 80
+MAX_PARAMETERS = 7
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    args = node.args
+    count = len(args.posonlyargs) + len(args.args) + len(args.kwonlyargs)
+    count += (args.vararg is not None) + (args.kwarg is not None)
+    first = (args.posonlyargs + args.args)[:1]
+    return count - (first != [] and first[0].arg in ("self", "cls"))
+
+
+def imported(name: str, tree: ast.AST, known: set[str]) -> set[str]:
+    """The memoryd modules `name` imports anywhere but under `if TYPE_CHECKING:`."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(sub) for sub in ast.walk(node))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {module for module in found if module in known and module != name}
+
+
+def test_at_most_twelve_modules_lie_flat_and_every_folder_says_what_it_holds() -> None:
+    flat = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(flat) <= MAX_FLAT_MODULES, flat
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()):
+        tree = ast.parse((folder / "__init__.py").read_text())
+        doc = ast.get_docstring(tree)
+        assert doc and "May import" in doc, f"{folder.name}/__init__.py: say what it may import"
+        assert len(tree.body) == 1, f"{folder.name}/__init__.py holds code, not only its docstring"
+
+
+def test_no_module_is_over_800_lines() -> None:
+    sizes = {name: path.read_text().count("\n") for name, path in modules()}
+    assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_no_function_is_over_80_lines_or_takes_over_7_parameters() -> None:
+    long: list[str] = []
+    wide: list[str] = []
+    for name, path in modules():
+        for node in functions(ast.parse(path.read_text())):
+            assert node.end_lineno is not None
+            if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                long.append(f"{name}.{node.name}")
+            if parameters(node) > MAX_PARAMETERS:
+                wide.append(f"{name}.{node.name}")
+    assert (long, wide) == ([], [])
+
+
+def test_no_import_cycle() -> None:
+    trees = {name: ast.parse(path.read_text()) for name, path in modules()}
+    graph = {name: imported(name, tree, set(trees)) for name, tree in trees.items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    # A package imports nothing (its __init__ is a docstring), so `memoryd.x` -> `memoryd`
+    # edges never make a cycle by themselves.
+    assert cycles == []

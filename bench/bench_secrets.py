@@ -94,7 +94,7 @@ def main() -> None:
         (
             "memoryd.discipline.secrets",
             ours,
-            "from memoryd import secrets; secrets.find('password = x1Y2z3W4v5')",
+            "from memoryd.discipline import secrets; secrets.find('password = x1Y2z3W4v5')",
         ),
     ]
     ds = _detect_secrets()

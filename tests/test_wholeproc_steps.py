@@ -182,7 +182,7 @@ def test_the_secret_patterns_compile_at_their_first_use() -> None:
         "        compiled.append(a[0])\n"
         "    return real(*a, **k)\n"
         "re.compile = counting\n"
-        "from memoryd import secrets\n"
+        "from memoryd.discipline import secrets\n"
         "at_import = len(compiled)\n"
         "key = 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY'\n"
         "found = secrets.find('x\\naws_secret_access_key = ' + key)\n"
@@ -295,7 +295,7 @@ def test_index_imports_no_diff_subprocess_or_secret_patterns_it_does_not_use(env
     write_memory(folder, "c.md")  # parsed: its name and description are masked
     loaded, out, code = _probe(["index", "--check", str(folder)], watched)
     assert code == 1 and "+- [" in out and "c.md" in out
-    assert loaded == ["difflib", "memoryd.model.memfile", "memoryd.discipline.secrets"]
+    assert loaded == ["difflib", "memoryd.discipline.secrets", "memoryd.model.memfile"]
 
 
 def test_the_scans_limits_are_the_parsers() -> None:

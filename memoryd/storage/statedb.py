@@ -33,6 +33,7 @@ from memoryd.paths import ensure_private_dir
 FILE_NAME = "state.sqlite"
 # Writers wait this long for another process's transaction (a pass commits in well under it).
 BUSY_WAIT = 30.0
+PAGE_SIZE = 16384
 
 
 def unwritable(path: Path, error: sqlite3.Error) -> OSError | None:
@@ -117,6 +118,9 @@ class StateDB:
         except sqlite3.Error as error:
             raise StateDamaged(self.path, f"cannot be opened ({error})") from error
         try:
+            # Before WAL (a new file's only; an older file keeps its own): a kept version of
+            # a few KB fits in a page with others, never one page each nor an overflow page.
+            conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
             conn.execute("PRAGMA synchronous=NORMAL")
             # A deleted row's bytes are zeroed: a purged secret leaves nothing in free pages.
             conn.execute("PRAGMA secure_delete=ON")

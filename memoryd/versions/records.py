@@ -34,8 +34,7 @@ SCHEMA = Schema(
     "versions",
     1,
     """
-    CREATE TABLE versions_objects (sha TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL)
-        WITHOUT ROWID;
+    CREATE TABLE versions_objects (sha TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL);
     CREATE TABLE versions_dirs (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE);
     CREATE TABLE versions_log (
         seq INTEGER PRIMARY KEY AUTOINCREMENT, dir INTEGER NOT NULL REFERENCES versions_dirs,

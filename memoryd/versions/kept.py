@@ -332,13 +332,15 @@ class VersionStore:
             return dict(self._load(self.conn(), path).seen)
 
     def _append(self, tx: sqlite3.Connection, d: _Dir, rows: Sequence[Row]) -> None:
-        def plain(extra: Mapping[str, Any] | None) -> str | None:
-            return extra_json({k: v for k, v in extra.items() if k != "alarm"} if extra else None)
+        def plain(extra: Mapping[str, Any]) -> str | None:
+            return extra_json({k: v for k, v in extra.items() if k != "alarm"})
 
+        # Most rows (a first scan's every one) have no extra fields: no call for them.
         tx.executemany(
             "INSERT INTO versions_log (dir, t, f, h, n, e, by, alarm, extra) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(d.id, t, f, h, n, e, by, int(bool(x and x.get("alarm"))), plain(x))
+            [(d.id, t, f, h, n, e, by, 0, None) if not x else
+             (d.id, t, f, h, n, e, by, int(bool(x.get("alarm"))), plain(x))
              for t, f, h, n, e, by, x in rows],
         )  # fmt: skip
         tx.executemany(

@@ -42,7 +42,6 @@ SCHEMA = Schema(
         by TEXT NOT NULL, alarm INTEGER NOT NULL DEFAULT 0, extra TEXT);
     CREATE INDEX versions_log_dir ON versions_log (dir, f, seq);
     CREATE INDEX versions_log_alarm ON versions_log (dir, alarm, t);
-    CREATE INDEX versions_log_sha ON versions_log (h);
     CREATE TABLE versions_latest (dir INTEGER NOT NULL, f TEXT NOT NULL, h TEXT NOT NULL,
         e TEXT NOT NULL, PRIMARY KEY (dir, f)) WITHOUT ROWID;
     CREATE TABLE versions_own (seq INTEGER PRIMARY KEY AUTOINCREMENT, dir TEXT NOT NULL,

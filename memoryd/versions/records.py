@@ -41,7 +41,7 @@ SCHEMA = Schema(
         t REAL NOT NULL, f TEXT NOT NULL, h TEXT NOT NULL, n INTEGER NOT NULL, e TEXT NOT NULL,
         by TEXT NOT NULL, alarm INTEGER NOT NULL DEFAULT 0, extra TEXT);
     CREATE INDEX versions_log_dir ON versions_log (dir, f, seq);
-    CREATE INDEX versions_log_alarm ON versions_log (dir, alarm, t);
+    CREATE INDEX versions_log_alarm ON versions_log (dir, t) WHERE alarm = 1;
     CREATE TABLE versions_latest (dir INTEGER NOT NULL, f TEXT NOT NULL, h TEXT NOT NULL,
         e TEXT NOT NULL, PRIMARY KEY (dir, f)) WITHOUT ROWID;
     CREATE TABLE versions_own (seq INTEGER PRIMARY KEY AUTOINCREMENT, dir TEXT NOT NULL,

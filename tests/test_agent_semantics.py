@@ -389,7 +389,7 @@ def test_a_lone_cr_index_is_one_window_line_whose_pointers_the_agent_reads() -> 
     piece as a line (as Claude Code 2.1.328 does: the CRs become newlines), and the agent gets
     every piece as a line: each pointer indexes its memory, so memoryd adds none again and
     verify finds each once."""
-    from memoryd.discover.agentview import ViewKind, agent_view
+    from memoryd.model.agentview import ViewKind, agent_view
     from memoryd.model.index import split_lines, visible_local_links
 
     view = agent_view(LONE_CR, ViewKind.AUTO)
@@ -428,7 +428,7 @@ def test_lone_cr_pieces_after_a_comment_are_read_and_pieces_inside_it_are_not() 
     """A comment starting a lone-CR line hides that line from memoryd's model, but only its
     own pieces from the agent: the pointers after it index their memories; a pointer inside
     a comment that spans pieces gets a visible one."""
-    from memoryd.discover.agentview import ViewKind
+    from memoryd.model.agentview import ViewKind
     from memoryd.model.index import visible_local_links
 
     mems = [entry(n) for n in ("a.md", "b.md", "c.md")]

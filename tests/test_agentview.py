@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from memoryd.discover.agentview import (
+from memoryd.model.agentview import (
     MAX_LOAD_BYTES,
     Hidden,
     ViewKind,

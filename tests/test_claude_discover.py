@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import Config, with_claude_home
-from memoryd.discover.agentview import ViewKind
 from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.discover.finder import discover, discover_all
 from memoryd.discover.found import MemoryDir
 from memoryd.discover.slugs import slugify
 from memoryd.indexing.read import view_kind
+from memoryd.model.agentview import ViewKind
 from memoryd.model.index import INDEX_NAME
 from tests.claude_client import BIN_ENV, Captured, MemoryBlock, claude_bin, run_claude
 from tests.helpers import git

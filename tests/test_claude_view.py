@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.discover.agentview import ViewKind, agent_view
+from memoryd.model.agentview import ViewKind, agent_view
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, TRAILER, local_links, split_lines
 from tests.claude_client import BIN_ENV, claude_bin, run_claude
 from tests.conftest import Env, write_memory

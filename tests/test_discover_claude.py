@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import Config, with_claude_home
-from memoryd.discover.agentview import ViewKind
 from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.discover.finder import discover, discover_all, memory_dir_at
 from memoryd.discover.slugs import slugify
 from memoryd.discover.transcripts import Transcripts, project_repo_root
 from memoryd.indexing.read import view_kind
+from memoryd.model.agentview import ViewKind
 from tests.conftest import Env, write_memory
 from tests.helpers import git
 

@@ -834,7 +834,7 @@ def test_a_repo_folder_named_with_a_line_break_gets_a_one_line_heading(env: Env,
 
 def _visible_and_archived(folder: Path) -> tuple[set[str], set[str], set[str]]:
     """The memories whose pointer the agent loads, those past its window, and the archived."""
-    from memoryd.discover.agentview import ViewKind, agent_view
+    from memoryd.model.agentview import ViewKind, agent_view
     from memoryd.model.index import local_links, split_lines
 
     main = (folder / "MEMORY.md").read_text()

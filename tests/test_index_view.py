@@ -5,7 +5,7 @@ import json
 from datetime import date
 from pathlib import Path
 
-from memoryd.discover.agentview import Hidden, ViewKind, agent_view
+from memoryd.model.agentview import Hidden, ViewKind, agent_view
 from memoryd.model.index import Budget, Entry, verify
 from memoryd.model.index_edit import IndexEdit, IndexInput, update_index
 from tests.conftest import Env, write_memory

@@ -108,3 +108,36 @@ def test_no_import_cycle() -> None:
     # A package imports nothing (its __init__ is a docstring), so `memoryd.x` -> `memoryd`
     # edges never make a cycle by themselves.
     assert cycles == []
+
+
+def folder_imports() -> dict[str, set[str]]:
+    """Each folder of memoryd and the other folders its modules import (anywhere in a module:
+    an import made on first use is still a dependency)."""
+    found: dict[str, set[str]] = {}
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    for name, path in modules():
+        parts = name.split(".")
+        if len(parts) < 3 or parts[1] not in folders:
+            continue
+        found.setdefault(parts[1], set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            for target in targets:
+                bits = target.split(".")
+                if bits[0] == "memoryd" and len(bits) > 1 and bits[1] in folders - {parts[1]}:
+                    found[parts[1]].add(bits[1])
+    return found
+
+
+def test_each_folder_imports_exactly_the_folders_its_docstring_names() -> None:
+    """A new edge between layers is a change of the folder's `May import:` line, made on
+    purpose, not a side effect of an import added in passing."""
+    for folder, imported_now in sorted(folder_imports().items()):
+        doc = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text())) or ""
+        said = " ".join(doc.split()).partition("May import: ")[2].partition("and the flat")[0]
+        declared = {word.strip(" ,") for word in said.split(",") if word.strip(" ,")}
+        assert imported_now == declared, f"{folder}/__init__.py: imports {sorted(imported_now)}"

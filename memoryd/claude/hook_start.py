@@ -6,7 +6,7 @@ session loaded; the line says what the agent is missing and what puts it right:
 - auto memory turned off (the environment variable or an `autoMemoryEnabled: false`), so no
   MEMORY.md is loaded at all;
 - pointer lines of the project's MEMORY.md the agent does not see (past its window, in a
-  comment or in stripped frontmatter: memoryd.discover.agentview);
+  comment or in stripped frontmatter: memoryd.model.agentview);
 - a mass change alarm on one of the project's memory dirs within the last day.
 It also forgets the pre-tool-use hook's lists of what each old session was told.
 """
@@ -44,7 +44,7 @@ def _switch_line(data: dict[str, Any], auto: tuple[str, str]) -> str:
 
 
 def _hidden_line(folder: str) -> str:
-    from memoryd.discover.agentview import ViewKind, view_of_bytes
+    from memoryd.model.agentview import ViewKind, view_of_bytes
 
     path = os.path.join(folder, "MEMORY.md")
     try:

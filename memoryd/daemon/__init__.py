@@ -1,4 +1,6 @@
 """The long-running process: a loop fed by batches of events (one thread reads them), the
 sessions it keeps per dir, its watches and housekeeping.
-May import every folder but commands and claude.
+modules.
+May import: discover, dream, indexing, model, recall, storage, trash, versions, and the flat
+modules.
 """

@@ -1,4 +1,4 @@
 """Rules on memory content: secrets flagged and masked (`secrets.mask`, the one masking
 step), JSONL record stores, findings, acknowledged flags.
-May import model, storage, discover and the flat plumbing modules.
+May import: discover, dream, indexing, model, storage, and the flat modules.
 """

@@ -1,4 +1,4 @@
 """Which memory dirs there are as Claude Code finds them: slugs, relocation settings, the
 code tree each talks about, git work trees, what the agent loads, open writers.
-May import model, storage and the flat plumbing modules.
+May import: model, storage, and the flat modules.
 """

@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 from memoryd.config import IndexConfig
 from memoryd.discover import gitwork
-from memoryd.discover.agentview import ViewKind, view_kind_of
 from memoryd.discover.found import MemoryDir
 from memoryd.indexing.scan import DirScan, Scanned, scan_dir
 from memoryd.model import index_held
+from memoryd.model.agentview import ViewKind, view_kind_of
 from memoryd.model.conflicts import MARK as CONFLICT_MARK
 from memoryd.model.index import (
     ARCHIVE_NAME,

@@ -4,9 +4,9 @@ budget's use (`dirs`, `status`).
 
 from typing import Any
 
-from memoryd.discover.agentview import Hidden, ViewKind
 from memoryd.discover.found import MemoryDir
 from memoryd.indexing.read import budget_of, read_index_file, view_kind
+from memoryd.model.agentview import Hidden, ViewKind
 from memoryd.model.index import (
     ARCHIVE_NAME,
     INDEX_NAME,

@@ -1,4 +1,4 @@
 """Pure values in, values out: memory files, the index grammar and its edits, links.
 No disk and no clock but one passed in.
-May import only each other, the stdlib and PyYAML (`yamlstrings`, on first use).
+May import: discipline, storage, and the flat modules.
 """

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import unquote
 
-from memoryd.discover.agentview import View, ViewKind, agent_view
+from memoryd.model.agentview import View, ViewKind, agent_view
 from memoryd.model.conflicts import HINT as CONFLICT_HINT
 from memoryd.model.conflicts import conflict_line, conflict_message
 

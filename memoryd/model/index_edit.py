@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, MutableMapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import date
 
-from memoryd.discover.agentview import Hidden, View, ViewKind
+from memoryd.model.agentview import Hidden, View, ViewKind
 from memoryd.model.index import (
     DEMOTED_HEADING,
     TRAILER,

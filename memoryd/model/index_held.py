@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import Any
 
-from memoryd.discover.agentview import ViewKind
+from memoryd.model.agentview import ViewKind
 from memoryd.model.index import (
     DEMOTED_HEADING,
     TRAILER,

@@ -1,5 +1,5 @@
 """Regular expressions compiled at their first use, not at import: a pattern a command never uses
-costs it nothing at start-up (the block-level patterns of memoryd.discover.agentview took ~5 ms
+costs it nothing at start-up (the block-level patterns of memoryd.model.agentview took ~5 ms
 of every `memoryd index`, which measures a plain MEMORY.md without them)."""
 
 import re

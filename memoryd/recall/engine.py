@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.discipline.secrets import mask
-from memoryd.discover.agentview import view_kind_of
 from memoryd.discover.found import MemoryDir
+from memoryd.model.agentview import view_kind_of
 from memoryd.recall.opened import OpenBounded
 from memoryd.recall.query import DAY, Frame, expressions, held_words, name_keys
 from memoryd.recall.store import (

@@ -184,7 +184,7 @@ def window_of(text: str | None, memory_dir: Path) -> Window:
     """The window an index was last given (`meta.window`), else the default one: Claude
     Code's for an auto-memory dir (`projects/<slug>/memory`), the plain window elsewhere
     (agentview.view_kind_of, by the path alone)."""
-    from memoryd.discover.agentview import MAX_LINES, MAX_UNITS, ViewKind, view_kind_of
+    from memoryd.model.agentview import MAX_LINES, MAX_UNITS, ViewKind, view_kind_of
 
     kind, _, sizes = (text or "").partition(":")
     lines, _, units = sizes.partition(":")
@@ -196,7 +196,7 @@ def window_of(text: str | None, memory_dir: Path) -> Window:
 def _hidden_pointers(text: str, window: Window) -> dict[str, str]:
     """The files MEMORY.md points at only on lines the agent does not see, each with why
     (the first hidden line's): what `memoryd dirs` counts as hidden pointers."""
-    from memoryd.discover.agentview import ViewKind
+    from memoryd.model.agentview import ViewKind
     from memoryd.model.index import Budget, LinkKind, split_lines, view_of
 
     kind, max_lines, max_units = window

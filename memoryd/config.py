@@ -362,19 +362,7 @@ def build_config(data: Mapping[str, object], source: str) -> Config:
             continue
         sections[name] = cls(**_convert(name, table, converters, problems))
 
-    dirs: dict[Path, DirOverride] = {}
-    raw_dirs = data.get("dirs", {})
-    if not isinstance(raw_dirs, dict):
-        problems.append(f"dirs: expected a table of folders, got {_type_name(raw_dirs)}")
-        raw_dirs = {}
-    for dir_key, table in raw_dirs.items():
-        prefix = f'dirs."{dir_key}"'
-        if not isinstance(table, dict):
-            problems.append(f"{prefix}: expected a table with mode / repo_root")
-            continue
-        values = _convert(prefix, table, _DIR_KEYS, problems)
-        dirs[expand(dir_key)] = DirOverride(**values)  # type: ignore[arg-type]
-
+    dirs = _dir_overrides(data.get("dirs", {}), problems)
     watch = sections.get("watch")
     if isinstance(watch, WatchConfig) and watch.max_wait < watch.debounce:
         problems.append("watch.max_wait: must not be shorter than watch.debounce")
@@ -384,27 +372,6 @@ def build_config(data: Mapping[str, object], source: str) -> Config:
     if problems:
         raise ConfigError(source, problems)
     return Config(dirs=dirs, source=source, **sections)  # type: ignore[arg-type]
-
-
-def _converted(
-    table: Mapping[str, object],
-    converters: Mapping[str, Converter],
-    prefix: str,
-    problems: list[str],
-) -> dict[str, object]:
-    """A table's values, each by its key's converter; an unknown key or a bad value is a
-    problem (named `prefix.key`) and left out."""
-    values: dict[str, object] = {}
-    for key, raw in table.items():
-        converter = converters.get(key)
-        if converter is None:
-            problems.append(f"{prefix}.{key}: unknown key (known: {', '.join(converters)})")
-            continue
-        try:
-            values[key] = converter(raw)
-        except ValueError as error:
-            problems.append(f"{prefix}.{key}: {error}")
-    return values
 
 
 def _dir_overrides(raw_dirs: object, problems: list[str]) -> dict[Path, DirOverride]:
@@ -418,7 +385,7 @@ def _dir_overrides(raw_dirs: object, problems: list[str]) -> dict[Path, DirOverr
         if not isinstance(table, dict):
             problems.append(f"{prefix}: expected a table with mode / repo_root")
             continue
-        values = _converted(table, _DIR_KEYS, prefix, problems)
+        values = _convert(prefix, table, _DIR_KEYS, problems)
         dirs[expand(dir_key)] = DirOverride(**values)  # type: ignore[arg-type]
     return dirs
 

@@ -3,7 +3,6 @@ a dir's memories, their `[[name]]` links naming no memory, and the JSONL record 
 known repos. Reads only, bounded; writes
 nothing (the pure rules are memoryd.discipline.secrets and memoryd.discipline.records)."""
 
-import contextlib
 import glob
 import os
 from collections.abc import Iterable
@@ -71,14 +70,6 @@ def dir_dangling_links(rt: Runtime, md: MemoryDir, scan: "DirScan") -> list["Dan
     names = {name: entry.name for name, entry in scan.memories.items()}
     others = [n for n, s in scan.files.items() if n not in names]
     return links.dangling(found, names, others)
-
-
-def file_secrets(path: Path, limit: int) -> list[secrets.Finding]:
-    """The secrets of one file (none when it cannot be read as a regular file)."""
-    with contextlib.suppress(OSError, ValueError), fsops.open_dir(path.parent) as dir_fd:
-        data, _ = fsops.read_regular(dir_fd, path.name, limit)
-        return secrets.find_bytes(data)
-    return []
 
 
 # --- record stores -----------------------------------------------------------------------------

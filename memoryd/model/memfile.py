@@ -398,16 +398,6 @@ def _text_field(data: Mapping[str, Any], key: str) -> str:
     return " ".join(value.split())  # fold newlines and runs of space: an index line is one line
 
 
-def memory_type(data: Mapping[str, Any]) -> str:
-    """`type` top-level, or nested as `metadata.type`; "" when missing or not one we know.
-    The lenient reading: case and blanks do not matter, the top level comes first."""
-    meta = data.get("metadata")
-    for value in (data.get("type"), meta.get("type") if isinstance(meta, dict) else None):
-        if isinstance(value, str) and value.strip().lower() in MEMORY_TYPES:
-            return value.strip().lower()
-    return ""
-
-
 def merged_type(data: Mapping[str, Any]) -> str:
     """The type as Claude Code takes it from frontmatter fields: `metadata` merged over the top
     level (a `metadata.type`, even an empty one, beats a top-level `type`), then matched

@@ -292,17 +292,6 @@ class AuditLog:
             os.close(fd)
 
 
-class NullAudit(AuditLog):
-    """Writes nothing: for `--dry-run` and for pure computations that need an audit handle."""
-
-    def __init__(self) -> None:
-        super().__init__(Path(os.devnull))
-        self.rows: list[dict[str, Any]] = []
-
-    def _append(self, data: bytes) -> None:
-        self.rows.append(safejson.loads(data))
-
-
 # --- reading ----------------------------------------------------------------------------------
 
 _SINCE = re.compile(r"^(\d+)\s*([smhd])$")

@@ -3,6 +3,7 @@
 import contextlib
 import hashlib
 import json
+import math
 import os
 import signal
 import socket
@@ -174,10 +175,15 @@ def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project
     """2,000 files as fast as possible: every file indexed once, few index writes, no loop."""
     folder = project(daemon, "burst")
     wait_for(lambda: daemon.rows("dir.discovered"), what="discovery")
+    began = time.monotonic()
     for i in range(2000):
         (folder / f"m{i:04d}.md").write_text(
             f"---\nname: m{i}\ndescription: burst {i}\ntype: project\n---\nx\n"
         )
+    # A file quiet for the debounce (200 ms) makes the dir due, so a burst may be written once
+    # per debounce while it lasts (on a loaded machine 2,000 writes take seconds); then once
+    # when it ends, and once for the probe. A daemon writing per file would write ~2,000 times.
+    bound = math.ceil((time.monotonic() - began) / 0.2) + 2
 
     def done() -> bool:
         from memoryd.model.index import pointer_targets
@@ -192,7 +198,9 @@ def test_burst_of_2000_files_gives_one_consistent_index(daemon: Running, project
     wait_for(done, timeout=60, what="all 2,000 indexed")
     settled(folder)  # every trailing write of the burst made (and one more: the probe's)
     writes = daemon.rows("index.updated")
-    assert len(writes) <= 11, f"{len(writes)} index writes for one burst (and the probe)"
+    assert len(writes) <= max(bound, 11), (
+        f"{len(writes)} index writes for one burst (and the probe)"
+    )
     from memoryd.model.index import pointer_targets
 
     text = index_text(folder)

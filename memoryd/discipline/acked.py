@@ -58,14 +58,9 @@ def refs_digest(item: Item) -> str:
 
 def load(store: StateStore, real_path: Path) -> list[Ack]:
     """The dir's acknowledgements, oldest first."""
-    if not store.made():
-        return []  # (and a dry run makes no state store)
-    conn = store.db().ensure(SCHEMA)
-    rows = conn.execute(
-        "SELECT file, sha256, refs, time FROM acked WHERE dir = ? ORDER BY seq",
-        (dir_key(real_path),),
-    )
-    return [Ack(*row) for row in rows]
+    conn = store.reader(SCHEMA)
+    sql = "SELECT file, sha256, refs, time FROM acked WHERE dir = ? ORDER BY seq"
+    return [Ack(*row) for row in conn.execute(sql, (dir_key(real_path),))] if conn else []
 
 
 def record(store: StateStore, real_path: Path, acks: Iterable[Ack]) -> None:

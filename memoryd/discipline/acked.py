@@ -17,7 +17,7 @@ from pathlib import Path
 
 from memoryd.dream.plan import Item, Plan
 from memoryd.storage.state import StateStore, dir_key
-from memoryd.storage.statedb import Schema
+from memoryd.storage.statedb import Schema, StateDB
 
 ACKS_KEEP = 10_000  # a person's doing, one file at a time: the oldest go past this
 # `seq` orders a dir's acknowledgements oldest first (a new one for a file replaces its row).
@@ -58,7 +58,7 @@ def refs_digest(item: Item) -> str:
 
 def load(store: StateStore, real_path: Path) -> list[Ack]:
     """The dir's acknowledgements, oldest first."""
-    conn = store.reader(SCHEMA)
+    conn = StateDB.in_state_dir(store.state_dir).reader(SCHEMA)
     sql = "SELECT file, sha256, refs, time FROM acked WHERE dir = ? ORDER BY seq"
     return [Ack(*row) for row in conn.execute(sql, (dir_key(real_path),))] if conn else []
 

@@ -295,15 +295,6 @@ class StateStore:
         nothing in the state dir)."""
         return self._ready or (self.state_dir / FILE_NAME).exists()
 
-    def reader(self, schema: Schema) -> sqlite3.Connection | None:
-        """A connection to read `schema`'s tables (checked as `StateDB.ensure` checks them), or
-        None while they are not made: a read makes none (a dry run writes nothing)."""
-        if not self.made():
-            return None
-        sql = "SELECT 1 FROM sqlite_master WHERE name = ?"
-        found = self.db().connection().execute(sql, (schema.tables[0],)).fetchone()
-        return self.db().ensure(schema) if found else None
-
     def dirs(self) -> list[str]:
         """The path of every dir the store keeps state for, sorted."""
         if not self.made():

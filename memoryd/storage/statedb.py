@@ -70,6 +70,7 @@ class Schema:
 
     `version` is compared with what the file holds; a `disposable` schema (a cache anything
     can rebuild) is dropped (`tables`) and made again on a mismatch, any other is damage.
+    `reader` looks for the first of `tables`.
     """
 
     name: str
@@ -198,6 +199,18 @@ class StateDB:
         with self._lock:
             self._ensured.add(schema.name)
         return conn
+
+    def reader(self, schema: Schema) -> sqlite3.Connection | None:
+        """This thread's connection when the file holds `schema`'s tables, else None: a read
+        makes neither the file nor the tables, and takes no write lock (a dry run writes
+        nothing; a reader never waits on a writer)."""
+        if schema.name in self._ensured:
+            return self.connection()
+        if not self.path.exists():
+            return None
+        conn = self.connection()
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (schema.tables[0],))
+        return conn if found.fetchone() else None
 
     def in_transaction(self) -> bool:
         """Whether this thread is inside a `transaction()` (what it writes is not committed)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
 from memoryd.storage import fsops
 from memoryd.storage.state import StateStore, dir_key
-from memoryd.storage.statedb import Schema
+from memoryd.storage.statedb import Schema, StateDB
 from memoryd.trash.manifest import manifest_lines, record_problem
 from memoryd.trash.store import (
     FAR_FORWARD_DAYS,
@@ -91,7 +91,7 @@ class Watched:
 
 def watched(store: StateStore, real_path: Path) -> dict[str, Watched]:
     """The dir's day folders as recorded."""
-    conn = store.reader(SCHEMA)
+    conn = StateDB.in_state_dir(store.state_dir).reader(SCHEMA)
     sql = "SELECT day, identity, since, reported FROM trash_day WHERE dir = ?"
     rows = conn.execute(sql, (dir_key(real_path),)) if conn else ()
     return {day: Watched(*rest) for day, *rest in rows}

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from memoryd.storage.state import StateStore, dir_key
-from memoryd.storage.statedb import Schema
+from memoryd.storage.statedb import Schema, StateDB
 
 PINS_KEEP = 1_000  # restores are a person's doing, one at a time: the oldest go past this
 # `seq` orders a dir's pins oldest first; a dir holds one pin per name and per trash id.
@@ -50,7 +50,7 @@ class Pin:
 
 def load(store: StateStore, real_path: Path) -> list[Pin]:
     """The dir's pins, oldest first."""
-    conn = store.reader(SCHEMA)
+    conn = StateDB.in_state_dir(store.state_dir).reader(SCHEMA)
     sql = "SELECT file, sha256, time, id FROM pins WHERE dir = ? ORDER BY seq"
     return [Pin(*row) for row in conn.execute(sql, (dir_key(real_path),))] if conn else []
 

@@ -288,8 +288,8 @@ def test_the_old_files_are_imported_once_and_removed(tmp_path: Path) -> None:
         ("kept.md", "0123456789"), ("newer.md", "9876543210")
     ]  # fmt: skip
     assert days.watched(store, folder) == {
-        "2026-11-01": days.Watched("1 2 3 4 5 6", 86400.5),
-        "2026-11-02": days.Watched("", 99.0, "no manifest"),
+        "2026-11-01": ("1 2 3 4 5 6", 86400.5, ""),
+        "2026-11-02": ("", 99.0, "no manifest"),
     }
     plan = refused.load(tmp_path, folder, "20261130T100000-abcdef")
     assert [m.filename for m in plan.as_moves()] == ["stale.md"]

@@ -222,9 +222,8 @@ def _write_back(
     check-and-swap writer, over the file
     `replacing` (None: over no file), announced to the store first (`intend_restore`: a
     scan reading the bytes back takes them for memoryd's) and recorded as there once written.
-    A write that fails is taken back before its error goes on: the pins as they were
-    (`pins`, read before the restore's own was recorded; None: it recorded none), and the log
-    saying again what the dir holds."""
+    A write that fails is taken back before its error goes on: the pins as `pins` (read before
+    the restore's own; None: it made none), and the log saying again what the dir holds."""
     from memoryd.storage import fsops
     from memoryd.trash import restored
 

@@ -151,8 +151,7 @@ def _restore(rt: Runtime, listed: Listed) -> str:
 # change, never on the folder's name alone (a pass under a clock set in the past files its
 # moves under an old date) nor on the wall clock alone (a clock a year ahead makes the whole
 # trash "old"): the clock check of `witness`, which the version store shares. The clock
-# record also keeps the last run's date.
-# Each dir's day folders are recorded in the state store (trash.days.watched).
+# record also keeps the last run's date; `trash.days.watched`, each dir's day folders as seen.
 Clock = witness.Clock
 
 
@@ -275,9 +274,9 @@ def _rotate_one(
     purge: list[str] = []
     for day in names:
         facts = trash_days.day_facts(md.real_path, day)
-        old = known.get(day) or trash_days.Watched("", 0.0)
-        since = old.since if facts.identity == old.identity != "" else when.clock.witnessed
-        days[day] = trash_days.Watched(facts.identity, since)
+        identity, since, said = known.get(day, ("", 0.0, ""))
+        since = since if facts.identity == identity != "" else when.clock.witnessed
+        days[day] = (facts.identity, since, "")
         if day not in plan.purge:
             continue
         if facts.problem:  # said once a folder is past retention by its name, not before
@@ -286,8 +285,8 @@ def _rotate_one(
                 "and remove it by hand if it holds nothing you want"
             )
             result.problems.append(message)
-            days[day] = trash_days.Watched(facts.identity, since, facts.problem)
-            if not dry_run and old.reported != facts.problem:
+            days[day] = (facts.identity, since, facts.problem)
+            if not dry_run and said != facts.problem:
                 rt.audit.write("trash.kept", dir=md.path, day=day, problem=facts.problem)
         why = _held_because(day, facts, since, when, keep)
         if why is None:

@@ -67,9 +67,8 @@ def record(store: StateStore, real_path: Path, acks: Iterable[Ack]) -> None:
     """Add acknowledgements (each replacing one for the same file), in one transaction; the
     dir's oldest past ACKS_KEEP go. The caller holds the dir's writer lock."""
     key = dir_key(real_path)
-    db = store.db()
-    db.ensure(SCHEMA)
-    with db.transaction() as conn:
+    store.db().ensure(SCHEMA)
+    with store.db().transaction() as conn:
         (top,) = conn.execute("SELECT coalesce(max(seq), 0) FROM acked WHERE dir = ?", (key,))
         conn.executemany(
             "INSERT OR REPLACE INTO acked VALUES (?, ?, ?, ?, ?, ?)",

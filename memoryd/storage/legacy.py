@@ -180,33 +180,30 @@ def _mapping(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _rows(rows: list[Any], fields: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The rows that hold a string for each of `fields`, as those strings."""
+    ok = [r for r in rows if isinstance(r, dict) and all(isinstance(r.get(f), str) for f in fields)]
+    return [tuple(r[f] for f in fields) for r in ok]
+
+
 def _import_acks(conn: sqlite3.Connection, key: str, rows: list[Any]) -> None:
-    fields = ("file", "sha256", "refs", "time")
-    good = [
-        row
-        for row in rows
-        if isinstance(row, dict) and all(isinstance(row.get(f), str) for f in fields)
-    ]
+    good = _rows(rows, ("file", "sha256", "refs", "time"))
     conn.executemany(
         "INSERT OR REPLACE INTO acked VALUES (?, ?, ?, ?, ?, ?)",
-        [(key, seq, *(row[f] for f in fields)) for seq, row in enumerate(good, 1)],
+        [(key, seq, *row) for seq, row in enumerate(good, 1)],
     )
 
 
 def _import_pins(conn: sqlite3.Connection, key: str, rows: Any) -> bool:
     """Old pins (a JSON list, oldest first), each one older than any pin in the table: a pin
     for a name or trash id the table has is not added (the table's is the same or newer)."""
-    fields = ("file", "sha256", "time", "id")
-    if not isinstance(rows, list) or not all(
-        isinstance(row, dict) and sorted(row) == sorted(fields)
-        and all(isinstance(row[f], str) for f in fields)
-        for row in rows
-    ):  # fmt: skip
+    good = _rows(rows, ("file", "sha256", "time", "id")) if isinstance(rows, list) else None
+    if good is None or len(good) != len(rows):
         return False
     (low,) = conn.execute("SELECT coalesce(min(seq), 1) FROM pins WHERE dir = ?", (key,))
     conn.executemany(
         "INSERT OR IGNORE INTO pins VALUES (?, ?, ?, ?, ?, ?)",
-        [(key, low[0] - n, *(row[f] for f in fields)) for n, row in enumerate(rows[::-1], 1)],
+        [(key, low[0] - n, *row) for n, row in enumerate(good[::-1], 1)],
     )
     return True
 
@@ -214,14 +211,13 @@ def _import_pins(conn: sqlite3.Connection, key: str, rows: Any) -> bool:
 def _import_days(conn: sqlite3.Connection, key: str, data: Any) -> None:
     """An old record: {"days": {day: {"identity": [int, ...], "since": n}}, "reported":
     {day: problem}}; a day of another shape is left out (memoryd sees it as new)."""
-    days, said = (_mapping(_mapping(data).get(part)) for part in ("days", "reported"))
+    said = _mapping(_mapping(data).get("reported"))
     rows = []
-    for day, value in days.items():
-        identity, since = _mapping(value).get("identity"), _mapping(value).get("since")
-        if not isinstance(identity, list) or not isinstance(since, int | float):
-            continue
-        if all(type(n) is int for n in identity) and 0 < since < math.inf and since is not True:
-            problem = said.get(day) if isinstance(said.get(day), str) else ""
+    for day, value in _mapping(_mapping(data).get("days")).items():
+        identity, since = _mapping(value).get("identity", ()), _mapping(value).get("since", 0)
+        numbers = isinstance(identity, list) and all(type(n) is int for n in identity)
+        if numbers and type(since) in (int, float) and 0 < since < math.inf:
+            problem = str(said.get(day) or "")
             rows.append((key, str(day), " ".join(map(str, identity)), since, problem))
     conn.executemany("INSERT OR IGNORE INTO trash_day VALUES (?, ?, ?, ?, ?)", rows)
 

@@ -305,12 +305,8 @@ class StateStore:
     def _stamp_of(self, real_path: Path) -> int | None:
         if not self.made():
             return None
-        row = (
-            self.db()
-            .connection()
-            .execute("SELECT stamp FROM dirstate WHERE dir = ?", (dir_key(real_path),))
-        )
-        found = row.fetchone()
+        sql = "SELECT stamp FROM dirstate WHERE dir = ?"
+        found = self.db().connection().execute(sql, (dir_key(real_path),)).fetchone()
         return None if found is None else int(found[0])
 
     def load(self, real_path: Path) -> DirState:
@@ -399,12 +395,8 @@ class StateStore:
     def _blob(self, kind: str, key: str) -> tuple[int, bytes] | None:
         if not self.made():
             return None
-        row = (
-            self.db()
-            .connection()
-            .execute("SELECT stamp, data FROM cache_blob WHERE kind = ? AND key = ?", (kind, key))
-        )
-        found = row.fetchone()
+        sql = "SELECT stamp, data FROM cache_blob WHERE kind = ? AND key = ?"
+        found = self.db().connection().execute(sql, (kind, key)).fetchone()
         return None if found is None else (int(found[0]), bytes(found[1]))
 
     def _put_blob(self, kind: str, key: str, data: bytes) -> int:
@@ -423,12 +415,8 @@ class StateStore:
         held = self._caches.get(real_path)
         key = dir_key(real_path)
         if held is not None:
-            row = (
-                self.db()
-                .connection()
-                .execute("SELECT stamp FROM cache_blob WHERE kind = 'scan' AND key = ?", (key,))
-            )
-            if row.fetchone() == (held[0],):
+            sql = "SELECT stamp FROM cache_blob WHERE kind = 'scan' AND key = ?"
+            if self.db().connection().execute(sql, (key,)).fetchone() == (held[0],):
                 return held[1]  # read-only for callers: scan_dir only looks entries up
         found = self._blob("scan", key)
         if found is None:

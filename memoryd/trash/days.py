@@ -70,8 +70,9 @@ def _epoch(value: object) -> float | None:
 
 
 # Each dir's day folders as memoryd last saw them (`trash_day`, a row per folder): their
-# identity, the witnessed count when memoryd first saw them so (`since`: any write to a folder,
-# a move or a restore, starts its retention again) and the problem last said of one.
+# identity (DayFacts.identity), the witnessed count when memoryd first saw them so (`since`:
+# any write to a folder, a move or a restore, starts its retention again) and the problem
+# said of one ("" when none).
 SCHEMA = Schema(
     "trash_days",
     1,
@@ -80,13 +81,7 @@ SCHEMA = Schema(
                                PRIMARY KEY (dir, day)) WITHOUT ROWID""",
     ("trash_day",),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Watched:
-    identity: str  # DayFacts.identity
-    since: float
-    reported: str = ""  # the problem said of it, "" when none
+Watched = tuple[str, float, str]  # identity, since, the problem said
 
 
 def watched(store: StateStore, real_path: Path) -> dict[str, Watched]:
@@ -94,19 +89,16 @@ def watched(store: StateStore, real_path: Path) -> dict[str, Watched]:
     conn = StateDB.in_state_dir(store.state_dir).reader(SCHEMA)
     sql = "SELECT day, identity, since, reported FROM trash_day WHERE dir = ?"
     rows = conn.execute(sql, (dir_key(real_path),)) if conn else ()
-    return {day: Watched(*rest) for day, *rest in rows}
+    return {day: (identity, since, said) for day, identity, since, said in rows}
 
 
 def save_watched(store: StateStore, real_path: Path, days: dict[str, Watched]) -> None:
     key = dir_key(real_path)
-    db = store.db()
-    db.ensure(SCHEMA)
-    with db.transaction() as conn:
+    store.db().ensure(SCHEMA)
+    with store.db().transaction() as conn:
         conn.execute("DELETE FROM trash_day WHERE dir = ?", (key,))
-        conn.executemany(
-            "INSERT INTO trash_day VALUES (?, ?, ?, ?, ?)",
-            [(key, day, w.identity, w.since, w.reported) for day, w in days.items()],
-        )
+        rows = [(key, day, *row) for day, row in days.items()]
+        conn.executemany("INSERT INTO trash_day VALUES (?, ?, ?, ?, ?)", rows)
 
 
 def day_facts(memory_dir: Path, day: str) -> DayFacts:

@@ -61,12 +61,10 @@ def record(store: StateStore, real_path: Path, pin: Pin) -> None:
     pass can see the restored file unpinned. The caller holds the dir's writer lock (every
     pass that reads pins does too)."""
     key = dir_key(real_path)
-    db = store.db()
-    db.ensure(SCHEMA)
-    with db.durable() as conn:
-        conn.execute(
-            "DELETE FROM pins WHERE dir = ? AND (file = ? OR id = ?)", (key, pin.file, pin.id)
-        )
+    store.db().ensure(SCHEMA)
+    with store.db().durable() as conn:
+        replaced = "DELETE FROM pins WHERE dir = ? AND (file = ? OR id = ?)"
+        conn.execute(replaced, (key, pin.file, pin.id))
         conn.execute(
             "INSERT INTO pins SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM pins "
             "WHERE dir = ?",
@@ -82,9 +80,8 @@ def record(store: StateStore, real_path: Path, pin: Pin) -> None:
 def reset(store: StateStore, real_path: Path, pins: Sequence[Pin]) -> None:
     """Make the dir's pins `pins` again (as `load` gave them before a restore that failed)."""
     key = dir_key(real_path)
-    db = store.db()
-    db.ensure(SCHEMA)
-    with db.durable() as conn:
+    store.db().ensure(SCHEMA)
+    with store.db().durable() as conn:
         conn.execute("DELETE FROM pins WHERE dir = ?", (key,))
         conn.executemany(
             "INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?)",

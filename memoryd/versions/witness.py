@@ -34,12 +34,8 @@ from memoryd.storage import fsops, safejson
 from memoryd.storage.statedb import Schema, StateDB
 
 CLOCK_FILE = "trash-clock.json"  # an older memoryd's record, taken in once
-SCHEMA = Schema(
-    "witness",
-    1,
-    "CREATE TABLE witness_clock (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    ("witness_clock",),
-)
+_DDL = "CREATE TABLE witness_clock (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+SCHEMA = Schema("witness", 1, _DDL, ("witness_clock",))
 MAX_STEP = 86400.0  # the longest wall-clock step taken on trust across a reboot
 Boot = tuple[str, float] | None
 

@@ -305,3 +305,35 @@ def test_old_manifests_restore_as_before(env: Env, cli, folder: Path) -> None:
     assert (folder / "MEMORY.md").read_text() == (
         "# M\n\n## A\n\n## B\n- [other](other.md) — a memory\n- [mine](stale.md)\n"
     )
+
+
+def test_a_pin_replaces_the_one_of_its_name_or_trash_id_and_the_oldest_go_past_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dir's pins, oldest first: a new pin replaces the one of its name and the one of its
+    trash id (and goes last); past PINS_KEEP the oldest go; `reset` puts a list back whole
+    (a restore that could not write); another dir's pins are its own."""
+    from memoryd.storage.state import StateStore
+    from memoryd.storage.statedb import forget_shared
+    from memoryd.trash import restored
+
+    forget_shared()
+    monkeypatch.setattr(restored, "PINS_KEEP", 3)
+    store, here, there = StateStore(tmp_path), tmp_path / "here", tmp_path / "there"
+
+    def pin(file: str, trash_id: str) -> restored.Pin:
+        return restored.Pin(file, file[0] * 64, "2026-12-01T10:00:00+01:00", trash_id)
+
+    assert restored.load(store, here) == []
+    for file, trash_id in (("a.md", "1"), ("b.md", "2"), ("c.md", "3")):
+        restored.record(store, here, pin(file, trash_id))
+    restored.record(store, there, pin("a.md", "9"))
+    restored.record(store, here, pin("a.md", "4"))  # a.md's pin again: now the newest
+    restored.record(store, here, pin("d.md", "2"))  # b.md's trash id: b.md's pin goes
+    before = restored.load(store, here)
+    assert [(p.file, p.id) for p in before] == [("c.md", "3"), ("a.md", "4"), ("d.md", "2")]
+    restored.record(store, here, pin("e.md", "5"))  # a fourth: the oldest (c.md) goes
+    assert [p.file for p in restored.load(store, here)] == ["a.md", "d.md", "e.md"]
+    restored.reset(store, here, before)
+    assert restored.load(StateStore(tmp_path), here) == before
+    assert [p.id for p in restored.load(store, there)] == ["9"]

@@ -9,7 +9,8 @@ import pytest
 
 from memoryd.storage.state import DirState, StateStore
 from memoryd.storage.statedb import StateDamaged, forget_shared
-from tests.conftest import lock_held_elsewhere
+from tests.conftest import Env, lock_held_elsewhere
+from tests.helpers import memoryd_child
 
 
 def seen_of(n: int) -> dict[str, list[str]]:
@@ -212,7 +213,8 @@ def test_the_caches_are_dropped_and_rebuilt_when_their_format_changes(tmp_path: 
 def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
     """Every file the old store wrote for a dir, as it wrote them: the base state (generation
     1) with its log (lines of foreign shapes, a torn last line) and an older generation's log,
-    the caches, the repo's tokens, the acknowledgements and a refused plan."""
+    the caches, the repo's tokens, the acknowledgements, the restore pins, the trash's day
+    folders as seen and a refused plan."""
     import json
 
     from memoryd.storage.state import dir_key
@@ -239,6 +241,16 @@ def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
     ack = {"file": "half.md", "sha256": "a" * 64, "refs": "b" * 32, "time": when}
     files["acked"] = dirs / f"{key}.acked"
     files["acked"].write_text(json.dumps([ack, {**ack, "file": "other.md"}]))
+    pin = {"file": "kept.md", "sha256": "d" * 64, "time": when, "id": "0123456789"}
+    files["pins"] = dirs / f"{key}.restored"
+    files["pins"].write_text(json.dumps([pin, {**pin, "file": "newer.md", "id": "9876543210"}]))
+    days = {
+        "2026-11-01": {"identity": [1, 2, 3, 4, 5, 6], "since": 86400.5},
+        "2026-11-02": {"identity": [], "since": 99.0},
+        "2026-11-03": "not a day",
+    }
+    files["days"] = dirs / f"{key}.trash-days.json"
+    files["days"].write_text(json.dumps({"days": days, "reported": {"2026-11-02": "no manifest"}}))
     (state_dir / "refused").mkdir()
     pass_id = "20261130T100000-abcdef"
     plan = {"pass_id": pass_id, "dir": str(folder), "time": when,
@@ -254,11 +266,13 @@ def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
 
 def test_the_old_files_are_imported_once_and_removed(tmp_path: Path) -> None:
     """On first start the old state (base and its log, the torn line and the older log
-    skipped), the acknowledgements and the refused plan are imported in one go and every old
+    skipped), the acknowledgements, the restore pins (oldest first), the trash's day folders
+    (one of another shape left out) and the refused plan are imported in one go and every old
     file goes; the caches are dropped, not imported; the read events are not carried over."""
     from memoryd.discipline import acked
     from memoryd.dream import refused
     from memoryd.storage import legacy
+    from memoryd.trash import days, restored
 
     forget_shared()
     folder = tmp_path / "memory"
@@ -270,6 +284,13 @@ def test_the_old_files_are_imported_once_and_removed(tmp_path: Path) -> None:
     assert state.own == {"m0.md": "ab" * 8} and state.reported == {"x": "1"}
     assert (state.known, state.last_dream_ts, state.last_index_ts) == (True, 7.0, 3.5)
     assert [a.file for a in acked.load(store, folder)] == ["half.md", "other.md"]
+    assert [(p.file, p.id) for p in restored.load(store, folder)] == [
+        ("kept.md", "0123456789"), ("newer.md", "9876543210")
+    ]  # fmt: skip
+    assert days.watched(store, folder) == {
+        "2026-11-01": ("1 2 3 4 5 6", 86400.5, ""),
+        "2026-11-02": ("", 99.0, "no manifest"),
+    }
     plan = refused.load(tmp_path, folder, "20261130T100000-abcdef")
     assert [m.filename for m in plan.as_moves()] == ["stale.md"]
     assert store.load_cache(folder) == {} and store.load_facts(folder) is None
@@ -292,6 +313,60 @@ def test_an_acknowledgement_file_that_cannot_be_read_is_left_in_place(tmp_path: 
     assert said == [(files["acked"], "it is a FIFO (named pipe), not a regular file")]
     assert files["acked"].exists() and not files["base"].exists()
     assert fresh(tmp_path).load(folder).seen["m1.md"] == ["m1", "logged"]
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 100_000, '[{"file": "a.md"}]', "{}"], ids=["nested", "no-bytes", "not-a-list"]
+)
+def test_a_pins_file_that_cannot_be_parsed_is_left_in_place_and_named(
+    tmp_path: Path, text: str
+) -> None:
+    """A person's restore pins the import cannot take (nested past JSON's depth, a pin
+    without its bytes, not a list) are not removed, nor read as no pins: the file is named
+    and stays for a person to look at, the rest is imported; the next start says it again."""
+    from memoryd.storage import legacy
+    from memoryd.trash import restored
+
+    forget_shared()
+    folder = tmp_path / "memory"
+    files = _old_layout(tmp_path, folder)
+    files["pins"].write_text(text)
+    said: list[tuple[Path, str]] = []
+    legacy.import_once(StateStore(tmp_path, on_damaged=lambda p, why: said.append((p, why))))
+    assert [p for p, _ in said] == [files["pins"]]
+    assert files["pins"].read_text() == text and not files["acked"].exists()
+    assert restored.load(fresh(tmp_path), folder) == []
+    legacy.import_once(StateStore(tmp_path, on_damaged=lambda p, why: said.append((p, why))))
+    assert [p for p, _ in said] == [files["pins"]] * 2
+
+
+def test_an_import_killed_after_its_commit_adds_nothing_twice_at_the_next_start(
+    env: Env,
+) -> None:
+    """kill -9 between the import's commit and its removals leaves the old files with their
+    rows in; the next start imports them again and adds nothing twice: a pin the store has
+    for the same name or trash id (the same, or one recorded since) stays, newer ones stay
+    newer, and the files go."""
+    from memoryd.storage import legacy
+    from memoryd.trash import days, restored
+
+    folder = env.home / "memory"
+    files = _old_layout(env.state, folder)
+    killed = memoryd_child(env, "trash", "list", crash_at="1:legacy.removing")
+    assert killed.returncode == -9, killed.stderr
+    assert all(path.exists() for path in files.values())  # nothing removed
+    store = fresh(env.state)
+    before = restored.load(store, folder), days.watched(store, folder)
+    assert [p.file for p in before[0]] == ["kept.md", "newer.md"] and len(before[1]) == 2
+    late = restored.Pin("late.md", "e" * 64, "2026-12-01T10:00:00+01:00", "5555555555")
+    restored.record(store, folder, late)
+    again = memoryd_child(env, "trash", "list")
+    assert again.returncode == 0, again.stderr
+    store = fresh(env.state)
+    assert restored.load(store, folder) == [*before[0], late]
+    assert days.watched(store, folder) == before[1]
+    assert [name for name, path in files.items() if path.exists()] == []
+    assert not legacy.pending(env.state)
 
 
 def test_an_unfinished_passs_old_journal_is_imported_for_recovery(tmp_path: Path) -> None:

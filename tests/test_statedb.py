@@ -100,6 +100,28 @@ def test_a_snapshot_sees_one_commit_and_takes_no_write_lock(tmp_path: Path) -> N
     other.close()
 
 
+def test_a_reader_makes_neither_the_file_nor_the_tables_and_waits_on_no_writer(
+    tmp_path: Path,
+) -> None:
+    """`reader` of a concern whose tables are not made is None, and nothing is written (a
+    dry run's reads); once they are, it reads while another connection holds the write lock."""
+    path = tmp_path / "state.sqlite"
+    assert StateDB(path).reader(NOTES) is None and not path.exists()
+    StateDB(path).ensure(Schema("other", 1, "CREATE TABLE other (k)", ("other",)))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if not p.name.endswith("-shm")}
+    assert StateDB(path).reader(NOTES) is None
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if not p.name.endswith("-shm")}
+    assert after == before
+    StateDB(path).ensure(NOTES)
+    writer = sqlite3.connect(path, timeout=0, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO notes VALUES ('a', '1')")
+    conn = StateDB(path).reader(NOTES)
+    assert conn is not None and conn.execute("SELECT count(*) FROM notes").fetchone() == (0,)
+    writer.execute("COMMIT")
+    writer.close()
+
+
 def test_a_new_file_has_big_pages_and_kept_versions_stored_in_pieces_are_whole(
     tmp_path: Path,
 ) -> None:

@@ -594,7 +594,7 @@ def test_a_record_within_keep_days_of_the_high_water_mark_is_kept() -> None:
     also refuses while the clock is behind the last run's date; this holds without that.)"""
     now = time.time()
     ahead = now + 365 * 86400
-    facts = trash_days.DayFacts([1, 2, 3, 4, 5, 6], [ahead])
+    facts = trash_days.DayFacts("1 2 3 4 5 6", [ahead])
     clock = housekeeping.Clock(now, ahead, 40 * 86400)
     when = housekeeping._When(date.fromtimestamp(now), None, clock)
     why = housekeeping._held_because("2020-01-01", facts, 0.0, when, 30)
@@ -800,23 +800,21 @@ def test_a_huge_manifest_is_read_to_its_limit_and_the_rest_reported(
 
 
 def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> None:
-    """Every state file a pass and a purge read (the dir's trash-days record,
-    a pending journal, the old layout's state, cache and facts) replaced by a FIFO: `dream`
-    and `trash purge` finish, each FIFO is named once, and the pass's saves replace them. The
-    old code waited on the first FIFO it read (the journal, at recovery) for ever."""
+    """Every state file a pass and a purge read (a pending journal, the old layout's state,
+    trash-days record, cache, facts and restore pins) replaced by a FIFO: `dream` and `trash
+    purge` finish, each FIFO read is named, the old files of things memoryd rebuilds are gone
+    and the pins are left for a person (named by each command). The old code waited on the
+    first FIFO it read (the journal, at recovery) for ever."""
     folder = repo / ".claude" / "memory"
     mem(repo, "a.md", "Plain words.")
     filler(repo)
     assert cli("dream", folder).code == 0 and cli("trash", "purge", folder).code == 0
     key = dir_key(folder.resolve())
-    fifos = [env.state / "dirs" / f"{key}{housekeeping.DAYS_SUFFIX}"]
-    assert all(p.is_file() for p in fifos)
-    for path in fifos:
-        path.unlink()
-        os.mkfifo(path)
-    # The old layout's state, cache and facts files (imported once, then removed), as FIFOs.
-    old = [env.state / "dirs" / f"{key}{suffix}" for suffix in (".json", ".cache", ".facts")]
-    for path in old:
+    # The old layout's files (imported once, then removed), as FIFOs.
+    suffixes = (".json", ".trash-days.json", ".cache", ".facts")
+    old = [env.state / "dirs" / f"{key}{suffix}" for suffix in suffixes]
+    pins = env.state / "dirs" / f"{key}.restored"
+    for path in [*old, pins]:
         os.mkfifo(path)
     (env.state / "journal").mkdir(mode=0o700, exist_ok=True)
     os.mkfifo(env.state / "journal" / "0123456789.jsonl")
@@ -825,6 +823,6 @@ def test_fifos_in_the_state_dir_hang_no_command(env: Env, cli, repo: Path) -> No
     purged = memoryd_child(env, "trash", "purge", folder)
     assert purged.returncode == 0, purged.stderr
     said = dreamt.stderr + purged.stderr
-    assert all(said.count(str(p)) == 1 for p in [*fifos, old[0]]), said
-    assert all(p.is_file() for p in fifos)  # rebuilt by the saves
-    assert not any(os.path.lexists(p) for p in old)
+    assert all(said.count(str(p)) == 1 for p in old[:2]), said
+    assert dreamt.stderr.count(str(pins)) == purged.stderr.count(str(pins)) == 1
+    assert not any(os.path.lexists(p) for p in old) and stat.S_ISFIFO(pins.lstat().st_mode)

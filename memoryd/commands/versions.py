@@ -20,6 +20,7 @@ from memoryd.views.display import shown
 
 if TYPE_CHECKING:
     from memoryd.storage.fsops import FileIdentity
+    from memoryd.trash.restored import Pin
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 
@@ -168,7 +169,7 @@ def _restore(
             )
         if now is not None:  # what it replaces stays in the history, read by no scan or not
             store.keep_current(folder, name, now[0], now[1].sha256)
-        pins = rt.store.load_pins(folder)
+        pins = restored.load(rt.store, folder)
         if name not in scanned.INDEX_FILES:  # a person chose these bytes, as a trash restore
             when = restored.now_iso(rt.clock())
             # Its id names the file too: a pin replaces any of the same id, and another file
@@ -215,15 +216,16 @@ def _write_back(
     name: str,
     version: tuple[bytes, str],
     replacing: "FileIdentity | None",
-    pins: bytes | None,
+    pins: "Sequence[Pin] | None",
 ) -> None:
     """Write a kept version back (`version`: its bytes and sha256) as `name` with the
     check-and-swap writer, over the file
     `replacing` (None: over no file), announced to the store first (`intend_restore`: a
     scan reading the bytes back takes them for memoryd's) and recorded as there once written.
-    A write that fails is taken back before its error goes on: the pins as they were
-    (`pins`, saved before the restore's own), and the log saying again what the dir holds."""
+    A write that fails is taken back before its error goes on: the pins as `pins` (read before
+    the restore's own; None: it made none), and the log saying again what the dir holds."""
     from memoryd.storage import fsops
+    from memoryd.trash import restored
 
     data, sha = version
     try:
@@ -231,7 +233,8 @@ def _write_back(
         fsops.replace_file(folder, name, data, replacing, versions=rt.versions, refuse_held=True)
     except (MemorydError, OSError):
         with contextlib.suppress(OSError):  # neither may hide the error that brought us here
-            rt.store.save_pins(folder, pins if pins is not None else b"[]")
+            if pins is not None:
+                restored.reset(rt.store, folder, pins)
         with contextlib.suppress(OSError):
             current = (replacing.sha256, replacing.size) if replacing is not None else None
             store.restore_failed(folder, name, sha, len(data), current)
@@ -298,8 +301,7 @@ def _indexes_back(rt: Runtime, store: kept.VersionStore, folder: Path) -> None:
         data = store.read_object(found[-1].sha256)
         if data is None:  # pruned: the index pass writes one anew
             continue
-        pins = rt.store.load_pins(folder)
-        _write_back(rt, store, folder, name, (data, found[-1].sha256), None, pins)
+        _write_back(rt, store, folder, name, (data, found[-1].sha256), None, None)
 
 
 def _why(error: BaseException) -> str:
@@ -384,12 +386,12 @@ def restore_deleted(rt: Runtime, key: str, dirs: Sequence[Path], out: TextIO) ->
             )
         name = trash.restore_name(item.dir, item.name)
         when = restored.now_iso(rt.clock())
-        pins = rt.store.load_pins(item.dir)
-        restored.record(rt.store, item.dir, restored.Pin(name, item.sha256, when, item.id))
+        pins = restored.load(rt.store, item.dir)
         # Never over a file (a new name instead). Its bytes back in the dir under `name` (the
-        # record just made): no longer listed as deleted. Nothing is said of `item.name`,
+        # pin just recorded): no longer listed as deleted. Nothing is said of `item.name`,
         # which another file may hold now.
         try:
+            restored.record(rt.store, item.dir, restored.Pin(name, item.sha256, when, item.id))
             _write_back(rt, store, item.dir, name, (data, item.sha256), None, pins)
         except (MemorydError, OSError) as error:
             raise MemorydError(

@@ -1,7 +1,6 @@
 """Trash commands across dirs (list, restore with its pointer line, rotation) and pass hints."""
 
 import contextlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +16,6 @@ from memoryd.indexing.read import IndexKeeper, read_index_file
 from memoryd.model.index import INDEX_NAME, Place, pointer_targets
 from memoryd.runtime import Runtime
 from memoryd.storage import fsops
-from memoryd.storage.state import dir_key
 from memoryd.trash import days as trash_days
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import restored
@@ -153,13 +151,8 @@ def _restore(rt: Runtime, listed: Listed) -> str:
 # change, never on the folder's name alone (a pass under a clock set in the past files its
 # moves under an old date) nor on the wall clock alone (a clock a year ahead makes the whole
 # trash "old"): the clock check of `witness`, which the version store shares. The clock
-# record also keeps the last run's date.
-# Each dir's day folders are recorded (`<key>.trash-days.json`) with their identity (folder
-# and manifest inode, size, mtime) and the witnessed count when memoryd first saw them so: any
-# write to a folder (a move, a restore) starts its retention again.
-DAYS_SUFFIX = ".trash-days.json"
+# record also keeps the last run's date; `trash.days.watched`, each dir's day folders as seen.
 Clock = witness.Clock
-_number = witness.number
 
 
 def _clock_record(rt: Runtime) -> dict[str, Any]:
@@ -184,15 +177,6 @@ def _save_last_run(rt: Runtime, today: date) -> None:
 def observe_clock(rt: Runtime, *, save: bool = True) -> Clock:
     """Take a reading of the clocks; `save=False` (a dry run) records nothing."""
     return witness.observe(rt.paths.state_dir, rt.clock(), rt.boot(), save=save)
-
-
-def _days_path(rt: Runtime, md: MemoryDir) -> Path:
-    return rt.store.root / f"{dir_key(md.real_path)}{DAYS_SUFFIX}"
-
-
-def _load_days(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    data = rt.store.read_json(_days_path(rt, md))
-    return data if isinstance(data, dict) else {}
 
 
 @dataclass(slots=True)
@@ -285,20 +269,14 @@ def _rotate_one(
         return
     plan = trash_days.plan_purge(names, when.today, keep, when.last_run)
     result.refused = plan.refused
-    record = _load_days(rt, md)
-    known, reported = record.get("days"), record.get("reported")
-    known = known if isinstance(known, dict) else {}
-    reported = reported if isinstance(reported, dict) else {}
-    days: dict[str, Any] = {}
+    known = trash_days.watched(rt.store, md.real_path)
+    days: dict[str, trash_days.Watched] = {}
     purge: list[str] = []
-    new_reports: dict[str, str] = {}
     for day in names:
         facts = trash_days.day_facts(md.real_path, day)
-        old = known.get(day)
-        since = when.clock.witnessed
-        if isinstance(old, dict) and facts.identity and old.get("identity") == facts.identity:
-            since = _number(old.get("since")) or since
-        days[day] = {"identity": facts.identity, "since": since}
+        identity, since, said = known.get(day, ("", 0.0, ""))
+        since = since if facts.identity == identity != "" else when.clock.witnessed
+        days[day] = (facts.identity, since, "")
         if day not in plan.purge:
             continue
         if facts.problem:  # said once a folder is past retention by its name, not before
@@ -307,8 +285,8 @@ def _rotate_one(
                 "and remove it by hand if it holds nothing you want"
             )
             result.problems.append(message)
-            new_reports[day] = facts.problem
-            if not dry_run and reported.get(day) != facts.problem:
+            days[day] = (facts.identity, since, facts.problem)
+            if not dry_run and said != facts.problem:
                 rt.audit.write("trash.kept", dir=md.path, day=day, problem=facts.problem)
         why = _held_because(day, facts, since, when, keep)
         if why is None:
@@ -323,10 +301,8 @@ def _rotate_one(
         rt.audit.write("trash.purged", dir=md.path, days=result.purged, keep_days=keep)
     for day in result.purged:
         days.pop(day, None)
-        new_reports.pop(day, None)
-    fresh = {"days": days, "reported": new_reports}
-    if fresh != record:
-        fsops.write_private(_days_path(rt, md), json.dumps(fresh, sort_keys=True).encode())
+    if days != known:
+        trash_days.save_watched(rt.store, md.real_path, days)
     if plan.refused and names:
         rt.audit.write("trash.purged", dir=md.path, days=[], refused=plan.refused, level="warning")
 

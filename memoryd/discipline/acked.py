@@ -17,7 +17,7 @@ from pathlib import Path
 
 from memoryd.dream.plan import Item, Plan
 from memoryd.storage.state import StateStore, dir_key
-from memoryd.storage.statedb import Schema
+from memoryd.storage.statedb import Schema, StateDB
 
 ACKS_KEEP = 10_000  # a person's doing, one file at a time: the oldest go past this
 # `seq` orders a dir's acknowledgements oldest first (a new one for a file replaces its row).
@@ -58,23 +58,17 @@ def refs_digest(item: Item) -> str:
 
 def load(store: StateStore, real_path: Path) -> list[Ack]:
     """The dir's acknowledgements, oldest first."""
-    if not store.made():
-        return []  # (and a dry run makes no state store)
-    conn = store.db().ensure(SCHEMA)
-    rows = conn.execute(
-        "SELECT file, sha256, refs, time FROM acked WHERE dir = ? ORDER BY seq",
-        (dir_key(real_path),),
-    )
-    return [Ack(*row) for row in rows]
+    conn = StateDB.in_state_dir(store.state_dir).reader(SCHEMA)
+    sql = "SELECT file, sha256, refs, time FROM acked WHERE dir = ? ORDER BY seq"
+    return [Ack(*row) for row in conn.execute(sql, (dir_key(real_path),))] if conn else []
 
 
 def record(store: StateStore, real_path: Path, acks: Iterable[Ack]) -> None:
     """Add acknowledgements (each replacing one for the same file), in one transaction; the
     dir's oldest past ACKS_KEEP go. The caller holds the dir's writer lock."""
     key = dir_key(real_path)
-    db = store.db()
-    db.ensure(SCHEMA)
-    with db.transaction() as conn:
+    store.db().ensure(SCHEMA)
+    with store.db().transaction() as conn:
         (top,) = conn.execute("SELECT coalesce(max(seq), 0) FROM acked WHERE dir = ?", (key,))
         conn.executemany(
             "INSERT OR REPLACE INTO acked VALUES (?, ?, ?, ?, ?, ?)",

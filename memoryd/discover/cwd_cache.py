@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.paths import app_paths
-from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
+from memoryd.storage.statedb import Schema, StateDB
 
 CACHE_MAX_FILES = 20_000  # transcripts remembered at most (~200 bytes each)
 SCHEMA = Schema(
@@ -71,15 +71,11 @@ class CwdCache:
         return self._held
 
     def _load(self) -> dict[str, dict[str, Any]]:
-        if self.state_dir is None or not (self.state_dir / FILE_NAME).exists():
-            return {}
-        conn = StateDB.in_state_dir(self.state_dir).connection()
-        try:
-            rows = conn.execute(
-                "SELECT folder, slug, name, ino, size, mtime_ns, cwd, other FROM cache_cwd"
-            ).fetchall()
-        except sqlite3.OperationalError:
-            return {}  # no such table: none was saved
+        conn = StateDB.in_state_dir(self.state_dir).reader(SCHEMA) if self.state_dir else None
+        if conn is None:
+            return {}  # none was saved
+        sql = "SELECT folder, slug, name, ino, size, mtime_ns, cwd, other FROM cache_cwd"
+        rows = conn.execute(sql).fetchall()
         held: dict[str, dict[str, Any]] = {}
         for folder, slug, name, *value in rows:
             if isinstance(slug, str) and _valid(value, slug):

@@ -25,7 +25,6 @@ import contextlib
 import fcntl
 import os
 import shlex
-import sqlite3
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from typing import Any
 from memoryd.dream.consult import Seen, row_time
 from memoryd.paths import ensure_private_dir
 from memoryd.storage import safejson
-from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
+from memoryd.storage.statedb import Schema, StateDB
 
 FOLDER = "consults"  # in the state dir: the scanners' lock
 SCHEMA = Schema(
@@ -77,15 +76,11 @@ class Harvest:
 def load(state_dir: Path) -> Harvest:
     """The saved scan state; none yet is a fresh start (read from 0)."""
     out = Harvest()
-    if not (state_dir / FILE_NAME).exists():
-        return out  # (and a dry run makes no state store)
-    conn = StateDB.in_state_dir(state_dir).connection()
-    try:  # (not `ensure`: a dry run that reads this makes no table)
-        files = conn.execute("SELECT * FROM consult_transcript").fetchall()
-        seen = conn.execute("SELECT dir, file, at, session, tool, source FROM consult_seen")
-        rows = seen.fetchall()
-    except sqlite3.OperationalError:
-        return out  # no such table: never saved
+    conn = StateDB.in_state_dir(state_dir).reader(SCHEMA)
+    if conn is None:
+        return out  # never saved
+    files = conn.execute("SELECT * FROM consult_transcript").fetchall()
+    rows = conn.execute("SELECT dir, file, at, session, tool, source FROM consult_seen").fetchall()
     for name, *entry in files:
         if all(isinstance(v, int) for v in entry):
             out.files[name] = entry

@@ -4,7 +4,6 @@ state store (the `consult_served` table), in the format of the dream skill's
 reads (`served`). Nothing is written in the user's repo or memory dirs."""
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 from memoryd.dream.consult import SERVED_SHOWN, ConsultLog
 from memoryd.storage import safejson
 from memoryd.storage.state import dir_key
-from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
+from memoryd.storage.statedb import Schema, StateDB
 
 # Past this many rows a dir keeps its newer half (rows older than any consult window matter to
 # no guard; the newest rows are the ones that do).
@@ -59,20 +58,12 @@ def record(
 def served(state_dir: Path, real_path: Path) -> ConsultLog | None:
     """What memoryd's MCP server answered about the dir, as a consult log; None when it
     answered nothing (no evidence either way)."""
-    if not (state_dir / FILE_NAME).exists():
-        return None
     db = StateDB.in_state_dir(state_dir)
-    try:  # (not `ensure`: a dry run that reads this makes no table)
-        rows = (
-            db.connection()
-            .execute(
-                "SELECT ts, names, query FROM consult_served WHERE dir = ? ORDER BY seq",
-                (dir_key(real_path),),
-            )
-            .fetchall()
-        )
-    except sqlite3.OperationalError:
-        return None  # no such table: nothing was ever answered
+    conn = db.reader(SCHEMA)
+    if conn is None:
+        return None  # nothing was ever answered
+    sql = "SELECT ts, names, query FROM consult_served WHERE dir = ? ORDER BY seq"
+    rows = conn.execute(sql, (dir_key(real_path),)).fetchall()
     if not rows:
         return None
     log = ConsultLog(db.path, shown=SERVED_SHOWN)

@@ -3,9 +3,9 @@ no-replace moves, private temp files, and the crash points the crash-loop tests 
 
 Every write of an index file goes through `replace_file`, every move of a memory file through
 `move_no_replace`; both work relative to an open directory descriptor and never follow
-symlinks. Not every write of memoryd's is here: the state store, the journal and the trash
-manifest write their private files with `write_private`, the audit log appends on its own, and
-`service` and `demo` write outside memory dirs.
+symlinks. Not every write of memoryd's is here: the state store is SQLite's, the heartbeat and
+the record of refused links are written with `write_private`, the trash manifest and the
+audit log append on their own, and `service` and `demo` write outside memory dirs.
 """
 
 import contextlib

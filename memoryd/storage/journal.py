@@ -50,17 +50,11 @@ def _db(state_dir: Path) -> StateDB:
 def begin(state_dir: Path, pass_id: str, memory_dir: Path, moves: list[TrashRecord]) -> Journal:
     db = _db(state_dir)
     moves_json = json.dumps([safejson.loads(m.to_json()) for m in moves], ensure_ascii=True)
-    conn = db.connection()
-    # The intent is durable before the first move (a power cut after a move must find it):
-    # this one commit is synced in full, the store's others only as WAL's NORMAL does.
-    conn.execute("PRAGMA synchronous=FULL")
-    try:
-        with db.transaction() as tx:
-            tx.execute(
-                "INSERT INTO journal_pass VALUES (?, ?, ?)", (pass_id, str(memory_dir), moves_json)
-            )
-    finally:
-        conn.execute("PRAGMA synchronous=NORMAL")
+    # The intent is durable before the first move (a power cut after a move must find it).
+    with db.durable() as tx:
+        tx.execute(
+            "INSERT INTO journal_pass VALUES (?, ?, ?)", (pass_id, str(memory_dir), moves_json)
+        )
     fsops.crash_point("journal.begun")
     return Journal(state_dir, pass_id, memory_dir, moves)
 

@@ -1,20 +1,23 @@
 """memoryd's state files from before the state store, imported into it once and then removed.
 
 Per-dir state (`dirs/<key>.json` and the change log beside it), acknowledgements
-(`dirs/<key>.acked`), refused plans (`refused/*.json`), the journals of unfinished passes
-(`journal/*.jsonl`, for recovery to finish), what the MCP server answered
+(`dirs/<key>.acked`), restore pins (`dirs/<key>.restored`), the trash's day folders as seen
+(`dirs/<key>.trash-days.json`), refused plans (`refused/*.json`), the journals of unfinished
+passes (`journal/*.jsonl`, for recovery to finish), what the MCP server answered
 (`consults/mcp-<key>.jsonl`) and the transcripts' consult evidence and offsets
 (`consults/transcripts.json`) are imported in one transaction; the caches
 (`dirs/<key>.cache|.facts|.held`, `repos/*.tokens`, `transcript-cwds.json`) are dropped, to
 be rebuilt from the memory dirs and transcripts. A file that cannot be read is left where it
-is (a person's acknowledgement or plan is never removed unread) and said; the import is tried
-again at the next start.
+is (a person's acknowledgement, pin or plan is never removed unread) and said. Files go only
+after the commit; the import runs again at the next start while any is left, adding nothing
+twice.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -49,10 +52,11 @@ def pending(state_dir: Path) -> bool:
     return any((state_dir / folder).is_dir() for folder in ("refused", "repos", "journal"))
 
 
-# The old store's files of a dir: its key (state.dir_key), then what the file is. Other files
-# under dirs/ (the writer lock, restore pins, the trash days) stay.
+# The old store's files of a dir: its key (state.dir_key), then what the file is. The other
+# file under dirs/ (the writer lock) stays.
 _OLD_NAME = re.compile(
-    r"^[0-9a-f]{20}(\.json|\.[0-9]+\.log|\.acked|\.cache|\.facts|\.held|\.readers)$"
+    r"^[0-9a-f]{20}(\.json|\.[0-9]+\.log|\.acked|\.restored|\.trash-days\.json|\.cache|\.facts"
+    r"|\.held|\.readers)$"
 )
 
 
@@ -70,26 +74,23 @@ def import_once(store: StateStore) -> None:
     from memoryd.discipline import acked
     from memoryd.dream import refused, transcripts
     from memoryd.recall import consults
-    from memoryd.storage import journal
+    from memoryd.storage import fsops, journal
+    from memoryd.trash import days, restored
 
     db = store.db()
-    schemas = (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA, consults.SCHEMA, transcripts.SCHEMA)
-    for schema in schemas:
+    for schema in (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA, consults.SCHEMA,
+                   transcripts.SCHEMA, restored.SCHEMA, days.SCHEMA):  # fmt: skip
         db.ensure(schema)
     done: list[Path] = []
     say = store.on_damaged
-    conn = db.connection()
-    conn.execute("PRAGMA synchronous=FULL")  # a person's records and a pass's intent
-    try:
-        with db.transaction() as tx:
-            done += _import_dirs(tx, store.root, say)
-            done += _import_plans(tx, store.state_dir / "refused", say)
-            done += _import_journals(tx, store.state_dir / "journal", say)
-            done += _import_served(tx, store.state_dir / "consults", say)
-            done += _import_transcripts(tx, store.state_dir / "consults" / "transcripts.json", say)
-    finally:
-        conn.execute("PRAGMA synchronous=NORMAL")
+    with db.durable() as tx:  # a person's records and a pass's intent
+        done += _import_dirs(tx, store.root, say)
+        done += _import_plans(tx, store.state_dir / "refused", say)
+        done += _import_journals(tx, store.state_dir / "journal", say)
+        done += _import_served(tx, store.state_dir / "consults", say)
+        done += _import_transcripts(tx, store.state_dir / "consults" / "transcripts.json", say)
     for path in [*done, *(store.state_dir / name for name in DROPPED_FILES)]:
+        fsops.crash_point("legacy.removing")
         with contextlib.suppress(OSError):
             path.unlink()
     for folder in ("refused", "repos", "journal"):
@@ -131,6 +132,15 @@ def _import_dirs(
             if isinstance(rows, list):
                 _import_acks(conn, key, rows)
                 done.append(path)
+        elif kind == ".restored":
+            rows = _read(path, say)
+            if _import_pins(conn, key, rows):
+                done.append(path)
+            elif rows is not None:
+                say(path, "not restore pins memoryd wrote; left where it is for a person to see")
+        elif kind == ".trash-days.json":
+            _import_days(conn, key, _read(path, say))
+            done.append(path)  # what an unreadable one held is seen again, and ages again
     repos = root.parent / "repos"
     with contextlib.suppress(OSError):
         done += [repos / n for n in os.listdir(repos) if n.endswith(".tokens")]
@@ -170,17 +180,46 @@ def _mapping(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _rows(rows: list[Any], fields: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The rows that hold a string for each of `fields`, as those strings."""
+    ok = [r for r in rows if isinstance(r, dict) and all(isinstance(r.get(f), str) for f in fields)]
+    return [tuple(r[f] for f in fields) for r in ok]
+
+
 def _import_acks(conn: sqlite3.Connection, key: str, rows: list[Any]) -> None:
-    fields = ("file", "sha256", "refs", "time")
-    good = [
-        row
-        for row in rows
-        if isinstance(row, dict) and all(isinstance(row.get(f), str) for f in fields)
-    ]
+    good = _rows(rows, ("file", "sha256", "refs", "time"))
     conn.executemany(
         "INSERT OR REPLACE INTO acked VALUES (?, ?, ?, ?, ?, ?)",
-        [(key, seq, *(row[f] for f in fields)) for seq, row in enumerate(good, 1)],
+        [(key, seq, *row) for seq, row in enumerate(good, 1)],
     )
+
+
+def _import_pins(conn: sqlite3.Connection, key: str, rows: Any) -> bool:
+    """Old pins (a JSON list, oldest first), each one older than any pin in the table: a pin
+    for a name or trash id the table has is not added (the table's is the same or newer)."""
+    good = _rows(rows, ("file", "sha256", "time", "id")) if isinstance(rows, list) else None
+    if good is None or len(good) != len(rows):
+        return False
+    (low,) = conn.execute("SELECT coalesce(min(seq), 1) FROM pins WHERE dir = ?", (key,))
+    conn.executemany(
+        "INSERT OR IGNORE INTO pins VALUES (?, ?, ?, ?, ?, ?)",
+        [(key, low[0] - n, *row) for n, row in enumerate(good[::-1], 1)],
+    )
+    return True
+
+
+def _import_days(conn: sqlite3.Connection, key: str, data: Any) -> None:
+    """An old record: {"days": {day: {"identity": [int, ...], "since": n}}, "reported":
+    {day: problem}}; a day of another shape is left out (memoryd sees it as new)."""
+    said = _mapping(_mapping(data).get("reported"))
+    rows = []
+    for day, value in _mapping(_mapping(data).get("days")).items():
+        identity, since = _mapping(value).get("identity", ()), _mapping(value).get("since", 0)
+        numbers = isinstance(identity, list) and all(type(n) is int for n in identity)
+        if numbers and type(since) in (int, float) and 0 < since < math.inf:
+            problem = str(said.get(day) or "")
+            rows.append((key, str(day), " ".join(map(str, identity)), since, problem))
+    conn.executemany("INSERT OR IGNORE INTO trash_day VALUES (?, ?, ?, ?, ?)", rows)
 
 
 def _import_plans(

@@ -7,9 +7,7 @@ said once), pile-up counts for the daemon, and the caches for a fast restart (th
 dream facts, held archive positions, repo tokens).
 
 All of it is in `state.sqlite` (memoryd.storage.statedb): damage to that file is StateDamaged,
-never done without in silence. The dir's writer lock and its restore pins
-are files under `<state_dir>/dirs/`; the other state files the store reads (`read_file`) are
-read as regular files of bounded size, never through a symlink or blocking on a FIFO.
+never done without in silence. Only the dir's writer lock is a file, under `<state_dir>/dirs/`.
 """
 
 import contextlib
@@ -25,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memoryd.logsetup import get_logger
-from memoryd.paths import ensure_private_dir, read_bounded, read_problem
-from memoryd.storage import fsops, safejson
+from memoryd.paths import ensure_private_dir
+from memoryd.storage import safejson
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 if TYPE_CHECKING:  # the parse cache's module (and its YAML parser) loads with the first cache
@@ -208,11 +206,6 @@ def _stamp() -> int:
     return int.from_bytes(os.urandom(8), "little") >> 1
 
 
-# The most of one state file memoryd reads (the daemon's day counts, the trash clock): a bound,
-# so that nothing in the state dir is read without end.
-STATE_MAX_BYTES = 1 << 30
-
-
 def _say_on_stderr(path: Path, problem: str) -> None:
     """The default `on_damaged`: a structlog warning."""
     get_logger().warning(
@@ -238,7 +231,6 @@ class StateStore:
         self.state_dir = state_dir
         self.root = state_dir / "dirs"
         self.on_damaged = on_damaged
-        self._damaged: set[tuple[Path, str]] = set()  # said once each
         self._states: dict[Path, tuple[int, DirState]] = {}  # stamp, state
         self._caches: dict[Path, tuple[int, dict[str, Scanned]]] = {}
         # A new token each time a dir's `seen` may have changed (read from the store, or saved
@@ -259,37 +251,6 @@ class StateStore:
     def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One transaction for several saves (a pass's state and caches commit as one)."""
         return self.db().transaction()
-
-    def read_file(self, path: Path) -> bytes | None:
-        """One of memoryd's own state files, whole; None when it is missing or damaged (not a
-        regular file, a symlink, over STATE_MAX_BYTES, unreadable), which is said once."""
-        try:
-            return read_bounded(path, STATE_MAX_BYTES, follow=False)
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            self._damage(path, read_problem(error))
-            return None
-
-    def read_json(self, path: Path) -> Any:
-        """One of memoryd's own JSON state files, parsed (bounded: `safejson`); None when it is
-        missing or damaged, a file that does not parse (cut short, nested past any file
-        memoryd writes) too: said once, done without, and replaced by the next save."""
-        raw = self.read_file(path)
-        if raw is None:
-            return None
-        try:
-            return safejson.loads(raw, max_bytes=STATE_MAX_BYTES)
-        except ValueError as error:
-            self._damage(path, f"not memoryd's JSON ({error})")
-            return None
-
-    def _damage(self, path: Path, problem: str) -> None:
-        if (path, problem) in self._damaged:
-            return
-        self._damaged.add((path, problem))
-        with contextlib.suppress(Exception):  # telling must not fail the command
-            self.on_damaged(path, problem)
 
     @contextlib.contextmanager
     def lock(self, real_path: Path, *, wait: bool = True) -> Iterator[bool]:
@@ -344,12 +305,8 @@ class StateStore:
     def _stamp_of(self, real_path: Path) -> int | None:
         if not self.made():
             return None
-        row = (
-            self.db()
-            .connection()
-            .execute("SELECT stamp FROM dirstate WHERE dir = ?", (dir_key(real_path),))
-        )
-        found = row.fetchone()
+        sql = "SELECT stamp FROM dirstate WHERE dir = ?"
+        found = self.db().connection().execute(sql, (dir_key(real_path),)).fetchone()
         return None if found is None else int(found[0])
 
     def load(self, real_path: Path) -> DirState:
@@ -438,12 +395,8 @@ class StateStore:
     def _blob(self, kind: str, key: str) -> tuple[int, bytes] | None:
         if not self.made():
             return None
-        row = (
-            self.db()
-            .connection()
-            .execute("SELECT stamp, data FROM cache_blob WHERE kind = ? AND key = ?", (kind, key))
-        )
-        found = row.fetchone()
+        sql = "SELECT stamp, data FROM cache_blob WHERE kind = ? AND key = ?"
+        found = self.db().connection().execute(sql, (kind, key)).fetchone()
         return None if found is None else (int(found[0]), bytes(found[1]))
 
     def _put_blob(self, kind: str, key: str, data: bytes) -> int:
@@ -462,12 +415,8 @@ class StateStore:
         held = self._caches.get(real_path)
         key = dir_key(real_path)
         if held is not None:
-            row = (
-                self.db()
-                .connection()
-                .execute("SELECT stamp FROM cache_blob WHERE kind = 'scan' AND key = ?", (key,))
-            )
-            if row.fetchone() == (held[0],):
+            sql = "SELECT stamp FROM cache_blob WHERE kind = 'scan' AND key = ?"
+            if self.db().connection().execute(sql, (key,)).fetchone() == (held[0],):
                 return held[1]  # read-only for callers: scan_dir only looks entries up
         found = self._blob("scan", key)
         if found is None:
@@ -526,20 +475,6 @@ class StateStore:
 
     def save_repo_tokens(self, root: Path, data: bytes) -> None:
         self._put_blob("tokens", dir_key(root), data)
-
-    def load_pins(self, real_path: Path) -> bytes | None:
-        """The dir's restore pins (``restored.record``), or None."""
-        try:
-            return self._pins_path(real_path).read_bytes()
-        except OSError:
-            return None
-
-    def save_pins(self, real_path: Path, data: bytes) -> None:
-        # Durable: a pin is a person's decision, and it is written before the file moves back.
-        fsops.write_private(self._pins_path(real_path), data)
-
-    def _pins_path(self, real_path: Path) -> Path:
-        return self.root / f"{dir_key(real_path)}.restored"
 
 
 def _put_row(conn: sqlite3.Connection, key: str, path: str, rest: str) -> int:

@@ -1,11 +1,11 @@
 """The state store: memoryd's own state in one SQLite file, `state.sqlite` in the state dir.
 
-Every concern that keeps state (kept versions, per-dir state, caches, acknowledgements,
-refused plans, consult evidence, the pass journal, alarms, transcript offsets) owns its tables
-and declares them as a `Schema`; `StateDB.ensure` creates them once per file. WAL lets the
-daemon, commands, hooks and the MCP server read while one of them writes; a write is one
-`transaction()` (BEGIN IMMEDIATE), and nested `transaction()`s join the outer one, so a pass
-that touches several concerns commits once.
+Every concern that keeps state (kept versions, per-dir state, caches, acknowledgements, restore
+pins, trash days, refused plans, consult evidence, the pass journal, alarms, transcript offsets)
+owns its tables and declares them as a `Schema`; `StateDB.ensure` creates them once per file.
+WAL lets the daemon, commands, hooks and the MCP server read while one of them writes; a write
+is one `transaction()` (BEGIN IMMEDIATE), and nested `transaction()`s join the outer one, so a
+pass that touches several concerns commits once.
 
 Damage is never handled in silence: a path that is not a regular file, a file SQLite cannot
 read or `PRAGMA quick_check` failing on the first open in a process is `StateDamaged`, naming
@@ -70,6 +70,7 @@ class Schema:
 
     `version` is compared with what the file holds; a `disposable` schema (a cache anything
     can rebuild) is dropped (`tables`) and made again on a mismatch, any other is damage.
+    `reader` looks for the first of `tables`.
     """
 
     name: str
@@ -199,6 +200,18 @@ class StateDB:
             self._ensured.add(schema.name)
         return conn
 
+    def reader(self, schema: Schema) -> sqlite3.Connection | None:
+        """This thread's connection when the file holds `schema`'s tables, else None: a read
+        makes neither the file nor the tables, and takes no write lock (a dry run writes
+        nothing; a reader never waits on a writer)."""
+        if schema.name in self._ensured:
+            return self.connection()
+        if not self.path.exists():
+            return None
+        conn = self.connection()
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (schema.tables[0],))
+        return conn if found.fetchone() else None
+
     def in_transaction(self) -> bool:
         """Whether this thread is inside a `transaction()` (what it writes is not committed)."""
         return bool(getattr(self._local, "depth", 0))
@@ -218,6 +231,18 @@ class StateDB:
         finally:
             self._local.depth = 0
             conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def durable(self) -> Iterator[sqlite3.Connection]:
+        """A `transaction()` whose commit is synced in full, the store's others only as WAL's
+        NORMAL does: for what must survive a power cut (a pass's intent, a person's pin)."""
+        conn = self.connection()
+        conn.execute("PRAGMA synchronous=FULL")
+        try:
+            with self.transaction() as tx:
+                yield tx
+        finally:
+            conn.execute("PRAGMA synchronous=NORMAL")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

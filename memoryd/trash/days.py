@@ -12,6 +12,8 @@ from pathlib import Path
 
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
 from memoryd.storage import fsops
+from memoryd.storage.state import StateStore, dir_key
+from memoryd.storage.statedb import Schema, StateDB
 from memoryd.trash.manifest import manifest_lines, record_problem
 from memoryd.trash.store import (
     FAR_FORWARD_DAYS,
@@ -52,7 +54,7 @@ def plan_purge(
 class DayFacts:
     """What a day folder itself says about when memoryd wrote it, for retention."""
 
-    identity: list[int]  # folder dev, ino, mtime_ns; manifest ino, size, mtime_ns
+    identity: str  # folder dev, ino, mtime_ns; manifest ino, size, mtime_ns ("": unknown)
     times: list[float]  # every valid record's `time` (moves and restores), as epoch seconds
     problem: str = ""  # why nothing here can say when memoryd moved its files
 
@@ -67,6 +69,38 @@ def _epoch(value: object) -> float | None:
     return (when if when.tzinfo else when.astimezone()).timestamp()
 
 
+# Each dir's day folders as memoryd last saw them (`trash_day`, a row per folder): their
+# identity (DayFacts.identity), the witnessed count when memoryd first saw them so (`since`:
+# any write to a folder, a move or a restore, starts its retention again) and the problem
+# said of one ("" when none).
+SCHEMA = Schema(
+    "trash_days",
+    1,
+    """CREATE TABLE trash_day (dir TEXT NOT NULL, day TEXT NOT NULL, identity TEXT NOT NULL,
+                               since REAL NOT NULL, reported TEXT NOT NULL,
+                               PRIMARY KEY (dir, day)) WITHOUT ROWID""",
+    ("trash_day",),
+)
+Watched = tuple[str, float, str]  # identity, since, the problem said
+
+
+def watched(store: StateStore, real_path: Path) -> dict[str, Watched]:
+    """The dir's day folders as recorded."""
+    conn = StateDB.in_state_dir(store.state_dir).reader(SCHEMA)
+    sql = "SELECT day, identity, since, reported FROM trash_day WHERE dir = ?"
+    rows = conn.execute(sql, (dir_key(real_path),)) if conn else ()
+    return {day: (identity, since, said) for day, identity, since, said in rows}
+
+
+def save_watched(store: StateStore, real_path: Path, days: dict[str, Watched]) -> None:
+    key = dir_key(real_path)
+    store.db().ensure(SCHEMA)
+    with store.db().transaction() as conn:
+        conn.execute("DELETE FROM trash_day WHERE dir = ?", (key,))
+        rows = [(key, day, *row) for day, row in days.items()]
+        conn.executemany("INSERT INTO trash_day VALUES (?, ?, ?, ?, ?)", rows)
+
+
 def day_facts(memory_dir: Path, day: str) -> DayFacts:
     """The identity of a day folder and its manifest, and the times its records give.
 
@@ -77,13 +111,13 @@ def day_facts(memory_dir: Path, day: str) -> DayFacts:
             folder = os.fstat(day_fd)
             manifest = os.stat(MANIFEST, dir_fd=day_fd, follow_symlinks=False)
     except FileNotFoundError:
-        return DayFacts([], [], "it has no manifest.jsonl saying when memoryd moved its files")
+        return DayFacts("", [], "it has no manifest.jsonl saying when memoryd moved its files")
     except (OSError, MemorydError) as error:
-        return DayFacts([], [], f"its manifest cannot be read ({error})")
+        return DayFacts("", [], f"its manifest cannot be read ({error})")
     if not stat.S_ISREG(manifest.st_mode):
-        return DayFacts([], [], "its manifest.jsonl is not a regular file")
-    identity = [folder.st_dev, folder.st_ino, folder.st_mtime_ns]
-    identity += [manifest.st_ino, manifest.st_size, manifest.st_mtime_ns]
+        return DayFacts("", [], "its manifest.jsonl is not a regular file")
+    numbers = (folder.st_dev, folder.st_ino, folder.st_mtime_ns, manifest.st_ino)
+    identity = " ".join(map(str, (*numbers, manifest.st_size, manifest.st_mtime_ns)))
     times: list[float] = []
     records = 0
     for number, row in manifest_lines(memory_dir, day):

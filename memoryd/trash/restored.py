@@ -1,8 +1,8 @@
 """Restores are final (DESIGN §5, Amendments): a memory a person brought back from the trash
 is not moved again by any pass until its bytes change.
 
-`memoryd trash restore` records a pin in the state dir (one file per memory dir, beside its
-state): the file's name, the sha256 of the bytes restored, when, and the trash id. A dream
+`memoryd trash restore` records a pin in the state store (the `pins` table, a row per pin):
+the file's name, the sha256 of the bytes restored, when, and the trash id. A dream
 pass (a command's or the daemon's) leaves a pinned memory out of every move: not moved as the
 loser of a duplicate or a contradiction, nor as fully stale, and not the winner that sends
 another memory to the trash either (the person's choice was about this pair; the other one
@@ -15,17 +15,24 @@ bytes:
   same bytes written again are pinned again: they are what the person restored).
 """
 
-import contextlib
-import json
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import astuple, dataclass
 from datetime import datetime
 from pathlib import Path
 
-from memoryd.storage import safejson
-from memoryd.storage.state import StateStore
+from memoryd.storage.state import StateStore, dir_key
+from memoryd.storage.statedb import Schema, StateDB
 
 PINS_KEEP = 1_000  # restores are a person's doing, one at a time: the oldest go past this
+# `seq` orders a dir's pins oldest first; a dir holds one pin per name and per trash id.
+SCHEMA = Schema(
+    "pins",
+    1,
+    """CREATE TABLE pins (dir TEXT NOT NULL, seq INTEGER NOT NULL, file TEXT NOT NULL,
+                          sha256 TEXT NOT NULL, time TEXT NOT NULL, id TEXT NOT NULL,
+                          PRIMARY KEY (dir, seq), UNIQUE (dir, file), UNIQUE (dir, id))""",
+    ("pins",),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,29 +49,44 @@ class Pin:
 
 
 def load(store: StateStore, real_path: Path) -> list[Pin]:
-    """The dir's pins, oldest first; none when there are none or the file cannot be read."""
-    raw = store.load_pins(real_path)
-    try:
-        rows = safejson.loads(raw) if raw is not None else []
-    except (ValueError, RecursionError):
-        return []
-    out = []
-    for row in rows if isinstance(rows, list) else []:
-        with contextlib.suppress(TypeError):
-            pin = Pin(**row) if isinstance(row, dict) else None
-            if pin is not None and all(isinstance(v, str) for v in asdict(pin).values()):
-                out.append(pin)
-    return out
+    """The dir's pins, oldest first."""
+    conn = StateDB.in_state_dir(store.state_dir).reader(SCHEMA)
+    sql = "SELECT file, sha256, time, id FROM pins WHERE dir = ? ORDER BY seq"
+    return [Pin(*row) for row in conn.execute(sql, (dir_key(real_path),))] if conn else []
 
 
 def record(store: StateStore, real_path: Path, pin: Pin) -> None:
-    """Add a pin (replacing one for the same name or trash id), durably: written before the
-    file moves back, so that no pass can see the restored file unpinned. The caller holds the
-    dir's writer lock (every pass that reads pins does too)."""
-    kept = [p for p in load(store, real_path) if pin.file != p.file and pin.id != p.id]
-    pins = kept[-(PINS_KEEP - 1) :]
-    data = json.dumps([asdict(p) for p in (*pins, pin)], ensure_ascii=True, sort_keys=True)
-    store.save_pins(real_path, data.encode())
+    """Add a pin (replacing one for the same name or trash id; the dir's oldest past PINS_KEEP
+    go), in one transaction synced in full: committed before the file moves back, so that no
+    pass can see the restored file unpinned. The caller holds the dir's writer lock (every
+    pass that reads pins does too)."""
+    key = dir_key(real_path)
+    store.db().ensure(SCHEMA)
+    with store.db().durable() as conn:
+        replaced = "DELETE FROM pins WHERE dir = ? AND (file = ? OR id = ?)"
+        conn.execute(replaced, (key, pin.file, pin.id))
+        conn.execute(
+            "INSERT INTO pins SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM pins "
+            "WHERE dir = ?",
+            (key, *astuple(pin), key),
+        )
+        conn.execute(
+            "DELETE FROM pins WHERE dir = ? AND seq <= (SELECT seq FROM pins WHERE dir = ? "
+            "ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+            (key, key, PINS_KEEP),
+        )
+
+
+def reset(store: StateStore, real_path: Path, pins: Sequence[Pin]) -> None:
+    """Make the dir's pins `pins` again (as `load` gave them before a restore that failed)."""
+    key = dir_key(real_path)
+    store.db().ensure(SCHEMA)
+    with store.db().durable() as conn:
+        conn.execute("DELETE FROM pins WHERE dir = ?", (key,))
+        conn.executemany(
+            "INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?)",
+            [(key, seq, *astuple(pin)) for seq, pin in enumerate(pins, 1)],
+        )
 
 
 def pinned(pins: Iterable[Pin], files: Iterable[tuple[str, str]]) -> dict[str, Pin]:

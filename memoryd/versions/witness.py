@@ -31,12 +31,11 @@ from typing import Any
 
 from memoryd.paths import read_bounded
 from memoryd.storage import fsops, safejson
-from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
+from memoryd.storage.statedb import Schema, StateDB
 
 CLOCK_FILE = "trash-clock.json"  # an older memoryd's record, taken in once
-SCHEMA = Schema(
-    "witness", 1, "CREATE TABLE witness_clock (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-)
+_DDL = "CREATE TABLE witness_clock (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+SCHEMA = Schema("witness", 1, _DDL, ("witness_clock",))
 MAX_STEP = 86400.0  # the longest wall-clock step taken on trust across a reboot
 Boot = tuple[str, float] | None
 
@@ -83,12 +82,9 @@ def _peek(state_dir: Path) -> dict[str, Any]:
     """The record as it is, read without writing anything (a dry run's): no store made, no
     table made, no older file taken in."""
     old = _old_record(state_dir)
-    if old is not None or not (state_dir / FILE_NAME).exists():
+    conn = StateDB.in_state_dir(state_dir).reader(SCHEMA) if old is None else None
+    if conn is None:
         return old or {}
-    conn = StateDB.in_state_dir(state_dir).connection()
-    sql = "SELECT name FROM sqlite_master WHERE name = 'witness_clock'"
-    if conn.execute(sql).fetchone() is None:
-        return {}
     return {k: safejson.loads(v) for k, v in conn.execute("SELECT key, value FROM witness_clock")}
 
 

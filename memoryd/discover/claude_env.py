@@ -89,9 +89,7 @@ def read_settings(path: Path, warnings: list[str]) -> Settings | None:
     be read or is not a JSON object adds a warning naming it and counts as saying nothing."""
     try:
         raw = read_bounded(path, SETTINGS_MAX_BYTES)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as error:
         warnings.append(

@@ -134,22 +134,19 @@ class ClaudeView:
                 return where, f"autoMemoryDirectory in {self.user.path}"
         return None
 
+    def shared_dir(self, path: Path, source: str) -> MemoryDir:
+        """The one auto-memory dir `source` gives every project, at `path`."""
+        reason = f"one auto-memory dir for every project ({source})"
+        return named_dir(path, "project", path.name, None, reason, self.config)
+
     def relocated(self) -> Iterator[Found]:
         """The auto-memory dirs the environment and settings put somewhere else than
         `<claude_home>/projects/<slug>/memory/`, where they exist."""
-        config = self.config
         if self.env.remote_memory_dir is not None:
-            yield from project_dirs(self.env.remote_memory_dir, config, self.transcripts)
+            yield from project_dirs(self.env.remote_memory_dir, self.config, self.transcripts)
         shared = self.everywhere()
         if shared is not None and is_dir(shared[0]):
-            yield named_dir(
-                shared[0],
-                "project",
-                shared[0].name,
-                None,
-                f"one auto-memory dir for every project ({shared[1]})",
-                config,
-            )
+            yield self.shared_dir(shared[0], shared[1])
         for session, plan in self.plans():
             if not plan.source or plan.source == (shared or (None, ""))[1]:
                 continue
@@ -181,14 +178,7 @@ class ClaudeView:
         plan = self.plan(repo, canonical_root(repo))
         if plan.source and is_dir(plan.dir):
             if plan.source == (self.everywhere() or (None, ""))[1]:
-                yield named_dir(
-                    plan.dir,
-                    "project",
-                    plan.dir.name,
-                    None,
-                    f"one auto-memory dir for every project ({plan.source})",
-                    self.config,
-                )
+                yield self.shared_dir(plan.dir, plan.source)
             else:
                 yield self._relocated_dir(plan, canonical_root(repo), git_root(repo) or repo)
 

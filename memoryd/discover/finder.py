@@ -68,17 +68,11 @@ def memory_dir_at(path: Path, config: Config) -> MemoryDir:
     found = _layout_dir(path, config)
     if found is not None:
         return found
-    shared = ClaudeView(config).everywhere()
+    view = ClaudeView(config)
+    shared = view.everywhere()
     if shared is not None and resolved(shared[0]) == resolved(path):
         # An auto-memory dir by where Claude Code keeps it: loaded (and stripped) as one.
-        return named_dir(
-            path,
-            "project",
-            path.name,
-            None,
-            f"one auto-memory dir for every project ({shared[1]})",
-            config,
-        )
+        return view.shared_dir(path, shared[1])
     root, reason = repo_of(path)
     return named_dir(path, "explicit", path.name, root, reason, config)
 
@@ -181,17 +175,6 @@ def _explicit(
         f"{path}: no memory files here; name a memory dir (a folder of *.md memories), "
         "a repo with .claude/, or a Claude home"
     )
-
-
-def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
-    """The memory dirs of a folder named on the command line (refused links left out)."""
-    found, _ = _explicit(path, config)
-    dirs = [f for f in found if isinstance(f, MemoryDir)]
-    if not dirs and found:
-        refused = found[0]
-        assert isinstance(refused, RefusedDir)
-        raise UsageError(f"{refused.path}: not followed: {refused.reason}; {refused.hint}")
-    return dirs
 
 
 def discover_all(

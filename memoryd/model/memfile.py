@@ -69,16 +69,6 @@ class Problem:
 Parsed = Memory | NotMemory | Problem
 
 
-# --- YAML: strings only, no aliases (memoryd.model.yamlstrings, imported when first needed)
-# ---------
-def load_yaml_strings(text: str) -> Any:
-    """PyYAML's reading of a block, every scalar a string, aliases refused
-    (memoryd.model.yamlstrings); raises what yaml.load raises."""
-    from memoryd.model.yamlstrings import load_yaml_strings as load
-
-    return load(text)
-
-
 # --- the fast path: flat lines and one indented block ---------------------------------------
 
 
@@ -229,8 +219,7 @@ def parse_flat(text: str) -> dict[str, Any] | None:
 
 
 def _indented_block(lines: list[str], i: int) -> tuple[list[str], int]:
-    """The non-blank lines of the indented block that starts at line `i`, and the line after
-    it."""
+    """The non-blank lines of the indented block from line `i`, and the line after it."""
     block = []
     while i < len(lines) and (not lines[i].strip() or lines[i][0] == " "):
         if lines[i].strip():
@@ -261,9 +250,8 @@ def _block_value(block: list[str]) -> list[str] | dict[str, str] | None:
     return nested
 
 
-# `key:` at the start of a line, after any indent. What follows is read with str methods: a
-# regex for the value (`[ \t]+(.*?)[ \t]*$`) rescans the trailing blanks from every position of
-# a run of blanks, quadratic in it (15 KB of frontmatter took a second).
+# `key:` after any indent; the value is read with str methods (a regex for it rescans a run of
+# trailing blanks from each of its positions: 15 KB of frontmatter took a second).
 _LENIENT_KEY = re.compile(r"([ \t]*)([A-Za-z_][A-Za-z0-9_-]*):")
 _STRUCTURE_START = "[{&*!|>%@`"
 
@@ -308,8 +296,7 @@ def parse_lenient(text: str) -> dict[str, Any] | None:
 
 
 def _value_after_key(line: str, at: int) -> str | None:
-    """The value of a `key: value` line whose key ends at ``at``, blanks around it dropped;
-    None when a character other than a blank follows the colon."""
+    """The value after the key ending at `at`, stripped; None when no blank follows the `:`."""
     rest = line[at:]
     if rest and rest[0] not in " \t":
         return None
@@ -367,8 +354,7 @@ def _split_frontmatter(text: str, max_fm_bytes: int) -> tuple[str, int] | str | 
 
 
 def _find_closing(text: str) -> tuple[str, int] | str | None:
-    """`_split_frontmatter` for any header: the first closing line within 30, found with
-    str.find (a closing line is `---` or `...` with only whitespace after it)."""
+    """`_split_frontmatter` for any header: the first `---` or `...` line within 30."""
     if not text.startswith(("---\n", "---\r\n")):
         return None
     start = text.index("\n") + 1
@@ -391,8 +377,7 @@ def _text_field(data: Mapping[str, Any], key: str) -> str:
     value = data.get(key)
     if not isinstance(value, str):
         return ""
-    # Most values are one line already: printable (so the only whitespace is " "), with no run
-    # of spaces and none at either end. Checking that is cheaper than splitting and joining.
+    # Most values are one line already: checking is cheaper than splitting and joining.
     if value.isprintable() and "  " not in value and value[:1] != " " and value[-1:] != " ":
         return value
     return " ".join(value.split())  # fold newlines and runs of space: an index line is one line
@@ -432,10 +417,12 @@ def _agent_region(text: str) -> str | None:
 
 
 def _fields_of(fm_text: str) -> dict[str, Any]:
-    """Frontmatter fields of a block for a second reading; {} when they cannot be read."""
+    """A block's fields for a second reading; {} when they cannot be read."""
     fields = parse_flat(fm_text)
     if fields is None:
         from yaml import YAMLError
+
+        from memoryd.model.yamlstrings import load_yaml_strings
 
         try:
             loaded = load_yaml_strings(fm_text)
@@ -487,8 +474,7 @@ def protective_type(fields: Mapping[str, Any], agent: str) -> str:
 def _parse(
     filename: str, data: bytes, max_file_bytes: int, max_frontmatter_bytes: int
 ) -> tuple[str, dict[str, Any], str, int, str] | NotMemory | Problem:
-    """(sha256, frontmatter fields, text, where the body starts, the frontmatter's text), or
-    what the file is instead."""
+    """(sha256, fields, text, where the body starts, frontmatter text), or what it is instead."""
     digest = hashlib.sha256(data).hexdigest()
     text = _text_of(filename, data, max_file_bytes, digest)
     if isinstance(text, Problem):
@@ -573,11 +559,10 @@ def _frontmatter_fields(filename: str, fm_text: str, digest: str) -> dict[str, A
 
 
 def _loaded(filename: str, fm_text: str, digest: str) -> Any:
-    """The frontmatter as the YAML loader reads it (strings kept as written), else leniently;
-    a Problem when neither can."""
+    """The frontmatter as the YAML loader reads it, else leniently; a Problem when neither can."""
     from yaml import YAMLError
 
-    from memoryd.model.yamlstrings import hint_for_yaml
+    from memoryd.model.yamlstrings import hint_for_yaml, load_yaml_strings
 
     try:
         return load_yaml_strings(fm_text)
@@ -603,8 +588,7 @@ def _loaded(filename: str, fm_text: str, digest: str) -> Any:
 
 
 class Summary(NamedTuple):
-    """What the scanner keeps of a memory: `parse_memory`'s fields without the body and the
-    frontmatter (building those for every file of a cold scan costs a tenth of it)."""
+    """`parse_memory`'s fields but the body and frontmatter (a tenth of a cold scan's cost)."""
 
     sha256: str
     name: str
@@ -633,8 +617,8 @@ _no_hint: Callable[[str], bool] | None = None
 
 
 def mask(text: str) -> str:
-    """memoryd.discipline.secrets.mask, imported at the first memory parsed: a pass that parses none
-    (an `index` with nothing changed) does not compile the secret patterns' tries."""
+    """discipline.secrets.mask, imported at the first memory parsed (a pass that parses none
+    compiles no secret pattern)."""
     global _mask
     if _mask is None:
         from memoryd.discipline import secrets
@@ -644,8 +628,7 @@ def mask(text: str) -> str:
 
 
 def _mask_both(name: str, description: str) -> tuple[str, str]:
-    """`mask` of each, after one look at both for any hint of a secret (most have none): the
-    hints hold no line break, so none is found across the one joining the two."""
+    """`mask` of each, after one look at both for a hint of a secret (no hint spans a line)."""
     global _no_hint
     if _no_hint is None:
         from memoryd.discipline import secrets
@@ -685,19 +668,8 @@ def parse_memory(
     if not isinstance(parsed, tuple):
         return parsed
     digest, fields, text, body_start, fm_text = parsed
-    summary = _summarize(digest, fields, text, fm_text)
-    return Memory(
-        filename=filename,
-        name=summary.name,
-        description=summary.description,
-        type=summary.type,
-        frontmatter=fields,
-        body=text[body_start:],
-        sha256=digest,
-        size=len(data),
-        modified=summary.modified,
-        agent_type=summary.agent_type,
-    )
+    summary = _summarize(digest, fields, text, fm_text)._asdict()
+    return Memory(filename, frontmatter=fields, body=text[body_start:], size=len(data), **summary)
 
 
 def parse_summary(

@@ -30,7 +30,6 @@ from memoryd.model.index import (
     encode_target,
     fits,
     fits_view,
-    join_lines,
     measure,
     measure_view,
     outside_window,
@@ -180,7 +179,7 @@ def _finish(lines: list[Line], had_final_newline: bool, eol: str) -> str:
     for line in lines[:-1]:
         if not line.eol:
             line.eol = eol
-    return join_lines(lines)
+    return "".join(line.text for line in lines)
 
 
 def _joined(lines: Sequence[Line], had_final_newline: bool, eol: str) -> str:

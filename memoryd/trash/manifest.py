@@ -15,11 +15,7 @@ from typing import Any
 
 from memoryd.errors import MemorydError
 from memoryd.indexing.scan import skip_reason
-from memoryd.paths import (
-    BoundedLines,
-    open_regular,
-    read_problem,
-)
+from memoryd.paths import BoundedLines, open_regular, read_problem
 from memoryd.storage import fsops, safejson
 from memoryd.trash.store import (
     MANIFEST,
@@ -50,8 +46,8 @@ _ID = re.compile(r"^[0-9a-f]{10}$")
 _TEXT_FIELDS = ("id", "original_name", "stored_name", "day", "sha256", "reason", "pass_id", "time")
 
 
-def name_problem(name: object) -> str | None:
-    """Why `name` is not a name the mover could have written, or None when it is."""
+def _entry_problem(name: object) -> str | None:
+    """Why `name` is no single directory entry's name, or None."""
     if not isinstance(name, str) or not name:
         return "not a file name"
     if "/" in name or "\0" in name:
@@ -60,24 +56,22 @@ def name_problem(name: object) -> str | None:
         size = len(os.fsencode(name))
     except UnicodeError:
         return "not a file name this system can encode"
-    if size > NAME_MAX_BYTES:
-        return f"longer than {NAME_MAX_BYTES} bytes"
-    why = skip_reason(name)
-    if why is not None:
-        return f"not a memory file's name ({why})"
-    return None
+    return f"longer than {NAME_MAX_BYTES} bytes" if size > NAME_MAX_BYTES else None
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` is not a name the mover could have written, or None when it is."""
+    why = _entry_problem(name)
+    if why is None and (skipped := skip_reason(str(name))) is not None:
+        return f"not a memory file's name ({skipped})"
+    return why
 
 
 def stored_problem(name: object) -> str | None:
     """Why `name` is no name the mover could have stored a file under (`<memory
     name>.trashed`, or a plain memory name as memoryd stored them before), or None."""
     if isinstance(name, str) and name.endswith(TRASHED_SUFFIX):
-        try:
-            if len(os.fsencode(name)) > NAME_MAX_BYTES:
-                return f"longer than {NAME_MAX_BYTES} bytes"
-        except UnicodeError:
-            return "not a file name this system can encode"
-        return name_problem(name.removesuffix(TRASHED_SUFFIX))
+        return _entry_problem(name) or name_problem(name.removesuffix(TRASHED_SUFFIX))
     return name_problem(name)
 
 
@@ -125,8 +119,7 @@ class Invalid:
 
 @dataclass(slots=True)
 class Entry:
-    """A record with where its file is now; `restored_as` (and when: `restored_at`) once it
-    went back."""
+    """A record with where its file is now; `restored_as` and `restored_at` once it went back."""
 
     record: TrashRecord
     folder: Path
@@ -171,13 +164,8 @@ def manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
                 row = None
             yield number, row if isinstance(row, dict) else None
         if lines.cut:
-            yield (
-                lines.cut,
-                (
-                    f"the manifest is over {MANIFEST_MAX_BYTES} bytes: this line and all after it "
-                    "are not read"
-                ),
-            )
+            why = f"the manifest is over {MANIFEST_MAX_BYTES} bytes: this line and all after it"
+            yield lines.cut, why + " are not read"
     except OSError as error:
         yield 0, read_problem(error)
     finally:
@@ -244,8 +232,7 @@ def contents(memory_dir: Path) -> Contents:
 
 
 def entries(memory_dir: Path) -> list[Entry]:
-    """Every valid trashed file of a dir, oldest first, with its restore state (see
-    `contents`, which also gives the records memoryd will not act on)."""
+    """`contents(memory_dir).entries`: the valid records only."""
     return contents(memory_dir).entries
 
 
@@ -294,8 +281,7 @@ def find(memory_dir: Path, key: str) -> Entry | None:
 
 def restore_name(memory_dir: Path, original: str) -> str:
     """The original name, or `<stem>.restored-<n>.md` when that is taken again, the stem cut
-    to fit NAME_MAX_BYTES (`fsops.fit_name`): a name near the limit plus `.restored-1` was
-    too long for any file, and the restore failed every time it was tried."""
+    to fit NAME_MAX_BYTES (`fsops.fit_name`: else a long name could never be restored)."""
     if not os.path.lexists(memory_dir / original):
         return original
     stem = original.removesuffix(".md")
@@ -323,7 +309,8 @@ def restore(memory_dir: Path, entry: Entry) -> str:
             "does not act on it. If you trust the file it names, move it back by hand"
         )
     try:
-        data, _ = _read_stored(memory_dir, entry)
+        with open_day(memory_dir, entry.folder.name) as fd:
+            data, _ = fsops.read_regular(fd, entry.record.stored_name, 64 << 20)
     except FileNotFoundError as error:
         raise MemorydError(
             f"{entry.stored_path}: the trashed file is gone (purged or moved by hand); "
@@ -342,20 +329,7 @@ def restore(memory_dir: Path, entry: Entry) -> str:
         )
         fsops.fsync_dir(dir_fd)
         fsops.fsync_dir(day_fd)
-    append_record(
-        memory_dir,
-        entry.folder.name,
-        json.dumps(
-            {
-                "restored": entry.record.id,
-                "as": name,
-                "time": datetime.now().astimezone().isoformat(),
-            }
-        ),
-    )
+    now = datetime.now().astimezone().isoformat()
+    line = json.dumps({"restored": entry.record.id, "as": name, "time": now})
+    append_record(memory_dir, entry.folder.name, line)
     return name
-
-
-def _read_stored(memory_dir: Path, entry: Entry) -> tuple[bytes, os.stat_result]:
-    with open_day(memory_dir, entry.folder.name) as fd:
-        return fsops.read_regular(fd, entry.record.stored_name, 64 << 20)

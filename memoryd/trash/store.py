@@ -82,10 +82,9 @@ def trash_root(memory_dir: Path) -> Path:
     """Where a dir's trash is: `<memory dir>/.trash`; for a dir in a git work tree (whose
     `git status` must show only what memoryd changed), `trash/<dir key>` in the state dir.
 
-    A trash that is there already stays where it is, whatever the dir has become since (a
-    `.trash` an older memoryd made in a repo dir, a dir that entered or left a work tree):
-    no entry is ever left where no command looks. A state dir on another filesystem than the
-    memory dir cannot take a move (a rename): the trash is then `.trash` after all."""
+    A trash that exists stays where it is, whatever the dir has become since: no entry is
+    left where no command looks. A state dir on another filesystem cannot take a rename: the
+    trash is then `.trash` after all."""
     local = memory_dir / TRASH_DIR
     if os.path.lexists(local):
         return local
@@ -99,9 +98,8 @@ def trash_root(memory_dir: Path) -> Path:
 
 
 def _same_filesystem(memory_dir: Path, kept: Path) -> bool:
-    """Whether a rename from the memory dir can reach `kept` (the nearest folder of it that
-    exists is on the dir's filesystem); a dir that cannot be looked at counts as yes (the
-    move's own check says what is wrong)."""
+    """Whether the nearest existing folder of `kept` is on the memory dir's filesystem (when
+    unsure, yes: the move's own check says what is wrong)."""
     try:
         device = os.stat(memory_dir).st_dev
     except OSError:
@@ -117,8 +115,7 @@ def _same_filesystem(memory_dir: Path, kept: Path) -> bool:
 
 
 def stored_label(memory_dir: Path, day: str, stored_name: str) -> str:
-    """Where a trashed file is, as reports show it: relative to the memory dir (`.trash/...`),
-    or the full path of a trash in the state dir."""
+    """A trashed file as reports show it: `.trash/...`, or its full path in the state dir."""
     root = trash_root(memory_dir)
     if root.name == TRASH_DIR:
         return f"{TRASH_DIR}/{day}/{stored_name}"
@@ -149,11 +146,10 @@ _NO_FOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 @contextlib.contextmanager
 def open_trash(memory_dir: Path) -> Iterator[int | None]:
-    """The memory dir's `.trash`, opened without following a link; None when there is none.
+    """The dir's trash, opened without following a link; None when there is none.
 
-    Everything that reads, moves or removes in the trash goes through this descriptor (never
-    through a path), so a `.trash` that is, or becomes, a symlink can never lead a purge or a
-    restore out of the memory dir: it is refused.
+    Everything that reads, moves or removes in the trash goes through this descriptor, never
+    a path: a trash that is, or becomes, a symlink is refused, never followed out of the dir.
     """
     root = trash_root(memory_dir)
     holder = memory_dir if root.name == TRASH_DIR else root.parent
@@ -176,7 +172,7 @@ def open_trash(memory_dir: Path) -> Iterator[int | None]:
 @contextlib.contextmanager
 def open_day(memory_dir: Path, day: str) -> Iterator[int]:
     """A day folder of the trash, reached without following any link (raises when it is not
-    a plain folder, FileNotFoundError when it does not exist)."""
+    a plain folder or does not exist)."""
     with open_trash(memory_dir) as trash_fd:
         if trash_fd is None:
             raise FileNotFoundError(2, "No such file or directory", str(trash_root(memory_dir)))
@@ -216,12 +212,10 @@ def day_folder(memory_dir: Path, day: date) -> Path:
 
 def free_name(folder: Path, name: str, taken: Collection[str] = ()) -> str:
     """The name a trashed `name` is stored under: `<name>.trashed`, or `<stem>.2.md.trashed`,
-    `<stem>.3.md.trashed`... : never overwriting in the trash (a file of the older naming,
-    `<name>` itself, counts as taken too), never one of `taken`.
+    ...: never a name in the trash (of the older naming, `<name>`, too) nor one of `taken`.
 
-    No stored name ends in `.md`: Claude Code scans every `*.md` below the memory dir for
-    memories (2.1.197 dot-folders included, so `.trash/` too), and a trashed file must not
-    come back to the agent as a live memory."""
+    No stored name ends in `.md`: Claude Code scans every `*.md` below the memory dir, dot
+    folders included (2.1.197), and a trashed file must not come back as a live memory."""
     stem = name.removesuffix(".md")
     n = 1
     while True:
@@ -236,11 +230,9 @@ def open_manifest(dir_fd: int, folder: Path | None = None) -> int:
     """The manifest of the day folder open as `dir_fd` (`folder`, for messages), opened for
     appending lines.
 
-    A power cut can leave a manifest's last line torn (or, on some filesystems, its tail
-    zero-filled): a line appended to that would be glued to it and lost with it. So a
-    manifest that does not end in a newline gets one first; the torn line stays a line of
-    its own that readers skip. A manifest that is not a regular file (a FIFO planted there
-    would swallow the records, then block) is refused before anything moves.
+    A power cut can leave the last line torn: a manifest not ending in a newline gets one
+    first, so the next line is not glued to the torn one (which readers skip). One that is
+    not a regular file (a planted FIFO would swallow records, then block) is refused.
     """
     fd = os.open(
         MANIFEST,
@@ -267,16 +259,14 @@ def open_manifest(dir_fd: int, folder: Path | None = None) -> int:
 
 
 def _write_line(fd: int, line: str) -> None:
-    """One manifest line, whole or not at all as far as readers go: a short write (a full
-    disk) raises, and its torn piece is a line of its own for the next writer (open_manifest)."""
+    """One manifest line; a short write (a full disk) raises (its torn piece: open_manifest)."""
     data = (line + "\n").encode("ascii")
     if os.write(fd, data) != len(data):
         raise OSError(errno.ENOSPC, "the manifest line could not be written whole")
 
 
 def holds_planned(folder_fd: int, record: TrashRecord, ino: int | None = None) -> bool:
-    """Whether the record's stored file is a regular file holding the planned bytes (and,
-    given `ino`, is that inode)."""
+    """Whether the stored file is a regular file of the planned bytes (and inode `ino`)."""
     try:
         data, st = fsops.read_regular(folder_fd, record.stored_name, 64 << 20)
     except (OSError, ValueError):
@@ -287,10 +277,8 @@ def holds_planned(folder_fd: int, record: TrashRecord, ino: int | None = None) -
 
 
 def put_back(folder_fd: int, dir_fd: int, record: TrashRecord, where: tuple[Path, Path]) -> str:
-    """Move a file the checks refused from the trash back into the memory dir, under its
-    own name or, when a new file took that, `<stem>.kept-<n>.md`; the name it got.
-
-    Raises MemorydError when it cannot (the file is then named, for a person to move)."""
+    """Move a file the checks refused back into the memory dir, as its own name or, when a
+    new file took that, `<stem>.kept-<n>.md`; the name it got. MemorydError when it cannot."""
     try:
         name = fsops.rename_to_free(
             folder_fd, record.stored_name, dir_fd, record.original_name, KEPT_VARIANT, where=where
@@ -306,8 +294,7 @@ def put_back(folder_fd: int, dir_fd: int, record: TrashRecord, where: tuple[Path
 
 
 def put_back_unchecked(memory_dir: Path, record: TrashRecord) -> str | None:
-    """For recovery: if the record's stored file is not the planned bytes, put it back into
-    the dir (see `put_back`) and return the name it got; None when it is the planned file."""
+    """For recovery: `put_back` the stored file unless it holds the planned bytes (None)."""
     with fsops.open_dir(memory_dir) as dir_fd, open_day(memory_dir, record.day) as day_fd:
         if holds_planned(day_fd, record):
             return None
@@ -332,9 +319,8 @@ KEPT_VARIANT = ".kept-"  # `<stem>.kept-<n>.md`: a file put back whose name was 
 
 @dataclass(frozen=True, slots=True)
 class Unmoved:
-    """A planned move not made: why (MODIFIED or GONE), and `kept_as` when the file was
-    moved, found not to be the one checked, and put back under another name because a new
-    file had taken its own."""
+    """A planned move not made: why (MODIFIED, GONE, HELD), and `kept_as` when the file was
+    moved, found not to be the one checked, and put back under another name."""
 
     why: str
     kept_as: str | None = None
@@ -344,17 +330,13 @@ class Unmoved:
 class Mover:
     """Moves one pass's files into one day folder, syncing the disk once, at `close`.
 
-    Each move is a rename and a manifest line, neither fsynced on its own (four fsyncs a move
-    were most of a pass that moves hundreds of files). That is safe because the pass's intent
-    journal, fsynced before the first move, names every planned move: after a power cut,
-    recovery finds each file where it is and appends any manifest line that did not reach the
-    disk (journal.settle). `close` fsyncs the manifest, then both folders.
+    A move is a rename and a manifest line, neither fsynced on its own (four fsyncs a move
+    were most of a pass): the pass's journal, fsynced first, names every planned move, and
+    after a power cut recovery appends any line that did not reach the disk (journal.settle).
 
-    `before_move` is called with a file's name between its check and its rename (a test's
-    concurrent writer). `versions`: the version store, told of each move (memoryd's own).
-    `refuse_held`: a file another program holds open for writing (`tool > a.md` not done)
-    goes back, unmoved (HELD): its later bytes would make the trashed file one the manifest
-    does not describe, which `trash restore` refuses.
+    `before_move`: called between a file's check and its rename (a test's concurrent writer).
+    `versions`: told of each move. `refuse_held`: a file another program holds open for
+    writing goes back, unmoved (HELD): its later bytes would not match the manifest.
     """
 
     def __init__(
@@ -390,17 +372,13 @@ class Mover:
         self.close()
 
     def move(self, record: TrashRecord) -> TrashRecord | Unmoved:
-        """Move `record.original_name` to `record.stored_name` in the day folder if it still
-        holds the planned bytes (`record.sha256`), and log it. Returns the record with the
-        file's size, or why the move was not made.
+        """Move the file to its stored name if it still holds the planned bytes, and log it;
+        the record with the file's size, or why the move was not made.
 
-        The check and the rename are two steps, and a file renamed onto the name between them
-        would be moved unchecked. So what was moved is looked at again in the trash: it must
-        be the very file checked (its inode) and still hold the planned bytes. If not, it goes
-        back (under a `.kept-<n>` name if a new file took its own meanwhile), and the move
-        counts as not made: the trash never holds a file its manifest's sha256 does not match.
-        A move whose manifest line cannot be written (a full disk) is undone too: no file sits
-        in the trash without its record.
+        A file renamed onto the name between the check and the rename would move unchecked,
+        so the moved file is checked again (the inode checked, the planned bytes); if not, it
+        goes back and the move is not made. So is a move whose manifest line cannot be written
+        (a full disk): the trash never holds a file its manifest does not describe.
         """
         try:
             found = fsops.identity_of(self.dir_fd, record.original_name)

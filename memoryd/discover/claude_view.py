@@ -43,15 +43,13 @@ class Plan:
 
 
 class ClaudeView:
-    """How Claude Code finds auto memory on this machine, for one discovery: the Claude home's
-    transcripts, the environment (`config.claude_env`) and the settings files, each read once.
+    """How Claude Code finds auto memory on this machine, for one discovery: the transcripts,
+    the environment and the settings files, each read once.
 
-    Precedence as the client has it: CLAUDE_COWORK_MEMORY_PATH_OVERRIDE, else the first of the
-    canonical git root's `settings.local.json`, the cwd's `settings.local.json` and
-    `settings.json`, and the user's `settings.json` that sets `autoMemoryDirectory` (an
-    unusable value, a relative one say, means the default place), else
-    `<base>/projects/<slug of the cwd's canonical git root>/memory/`, the base being
-    CLAUDE_CODE_REMOTE_MEMORY_DIR or the Claude home."""
+    Precedence as the client has it: CLAUDE_COWORK_MEMORY_PATH_OVERRIDE, else the first
+    settings layer (`project_settings`, then the user's) setting `autoMemoryDirectory` (an
+    unusable value means the default place), else `<base>/projects/<slug of the canonical
+    git root>/memory/`, the base being CLAUDE_CODE_REMOTE_MEMORY_DIR or the Claude home."""
 
     def __init__(
         self, config: Config, claude_home: Path | None = None, cache: CwdCache | None = None
@@ -155,9 +153,8 @@ class ClaudeView:
             yield self._relocated_dir(plan, session.root, session.top)
 
     def _relocated_dir(self, plan: Plan, root: Path, top: Path) -> Found:
-        """A project's relocated auto-memory dir; one its checked-in settings name outside the
-        repo (its work tree `top` or main work tree `root`) and the Claude home is refused (a
-        repo's file does not get memoryd to edit folders elsewhere, as a link in it does not)."""
+        """A project's relocated auto-memory dir; refused when its checked-in settings name
+        it outside the repo (`top`, `root`) and the Claude home, as a link out would be."""
         reason = (
             f"the project whose {plan.source.removeprefix('autoMemoryDirectory in ')} "
             "puts its auto memory here"
@@ -183,9 +180,8 @@ class ClaudeView:
                 yield self._relocated_dir(plan, canonical_root(repo), git_root(repo) or repo)
 
     def known_repos(self) -> list[Path]:
-        """The folders the transcripts know sessions ran in, with their git roots (a worktree's
-        and its main work tree), that exist; once each by real path. Not the Claude home's
-        own parent (a session in the home folder: its `.claude/` is the Claude home)."""
+        """The folders sessions ran in and their git roots, that exist, once each by real
+        path; not the Claude home's parent (its `.claude/` is the Claude home)."""
         home_claude = resolved(self.home)
         roots: dict[Path, Path] = {}
         for session in self.transcripts.sessions():
@@ -242,10 +238,8 @@ class ClaudeView:
 def auto_memory_dirs(
     repo: Path, config: Config, view: "ClaudeView | None" = None
 ) -> Iterator[Found]:
-    """The user's auto-memory dirs for a repo, where they exist: `<base>/projects/<slug>/
-    memory/` for the slug of the repo's path and of its canonical git root (a worktree's main
-    work tree), the base being the Claude home and CLAUDE_CODE_REMOTE_MEMORY_DIR; and the dir
-    its settings or the environment relocate its auto memory to."""
+    """A repo's auto-memory dirs that exist: `<base>/projects/<slug>/memory/` for the slugs of
+    the repo and of its canonical git root, under each base; and where it is relocated to."""
     view = view if view is not None else ClaudeView(config)
     roots = [repo]
     main = git_common_root(repo)

@@ -1,11 +1,9 @@
-"""What discovery read from each session transcript, kept between runs: a transcript's first
-`cwd` matching its project folder's slug, by the transcript's identity (inode, size,
-mtime_ns), so that a discovery with nothing changed opens no transcript at all.
+"""What discovery read from each session transcript (its first `cwd` matching the project
+folder's slug), kept between runs by the transcript's identity: a discovery with nothing
+changed opens no transcript.
 
-The rows (the state store's `cache_cwd` table) are a cache: untrusted on read (an entry that
-does not check out is read again from its transcript), written only when what they hold
-changed and only where memoryd's state folder already exists (a read-only command never
-creates it, and one that cannot write it does without).
+The rows (table `cache_cwd`) are a cache: untrusted on read, written only when they changed
+and only where memoryd's state folder exists (a read-only command never creates it).
 """
 
 import os
@@ -15,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memoryd.discover.slugs import slugify
 from memoryd.paths import app_paths
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
@@ -163,12 +162,6 @@ def _valid(value: object, slug: str) -> bool:
     if any(type(v) is not int for v in value[:3]):
         return False
     cwd, other = value[3], value[4]
-    if cwd is not None and not (usable_cwd(cwd) and _slug(cwd) == slug):
+    if cwd is not None and not (usable_cwd(cwd) and slugify(cwd) == slug):
         return False
-    return other is None or (usable_cwd(other) and _slug(other) != slug)
-
-
-def _slug(path: str) -> str:
-    from memoryd.discover.slugs import slugify  # discover imports this module
-
-    return slugify(path)
+    return other is None or (usable_cwd(other) and slugify(other) != slug)

@@ -1,7 +1,5 @@
 """Find memory dirs: every one memoryd maintains (`discover_all`), or those a path names.
-
-Reads only, but for `report_refused`, which writes an audit row and memoryd's own record of
-what it said (in the state dir, never in a memory dir).
+Reads only, but `report_refused` (an audit row, and its record in the state dir).
 """
 
 import glob
@@ -41,13 +39,9 @@ def _layout_dir(path: Path, config: Config) -> MemoryDir | None:
         home = parent.name == "agent-memory" and resolved(parent.parent) == resolved(
             config.paths.claude_home
         )
-        kind = (
-            "agent"
-            if parent.parent.name != ".claude" or home
-            else ("repo-agent" if parent.name == "agent-memory" else "repo-agent-local")
-        )
-        if kind == "agent":
-            return named_dir(path, kind, path.name, None, "user-scope agent memory", config)
+        if parent.parent.name != ".claude" or home:
+            return named_dir(path, "agent", path.name, None, "user-scope agent memory", config)
+        kind = "repo-agent" if parent.name == "agent-memory" else "repo-agent-local"
         return named_dir(path, kind, path.name, parent.parent.parent, "repo-scope memory", config)
     if path.name == "memory" and parent.parent.name == "projects":
         root, reason = project_repo_root(parent, parent.name)
@@ -94,10 +88,9 @@ _SEARCH_SKIP = frozenset({"node_modules", "vendor", "target", "dist", "build", "
 
 
 def _search(top: Path, config: Config, view: ClaudeView) -> Iterator[Found]:
-    """The memory dirs below a folder, a few levels deep: each repo's (its `.claude/` dirs and
-    the user's auto-memory dir for it) and, outside repos, folders holding a MEMORY.md. Inside
-    a repo only `.claude/` dirs count (a sub-project's too): its other markdown is the repo's
-    own, never memories."""
+    """The memory dirs a few levels below a folder: each repo's (`.claude/` dirs, its
+    auto-memory dirs) and, outside repos, folders holding a MEMORY.md (a repo's other
+    markdown is its own, never memories)."""
     stack = [(top, 0, False)]
     while stack:
         folder, depth, in_repo = stack.pop()
@@ -181,10 +174,8 @@ def discover_all(
     config: Config, explicit: Iterable[Path] = (), *, cache: CwdCache | None = None
 ) -> Discovery:
     """Every memory dir, once each (by real path), nested ones included, in path order; and
-    the ones refused because their link leads out of their repo or Claude home.
-
-    `cache`: what earlier runs read of the transcripts (default: the one in memoryd's state
-    dir), saved again when this run read more; `CwdCache.off()` reads every transcript."""
+    those refused because their link leads out of their repo or Claude home. `cache`: the
+    transcripts' (default: in the state dir; `CwdCache.off()` reads every transcript)."""
     view = ClaudeView(config, cache=cache)
     with one_look():
         found = _discover_all(config, list(explicit), view)

@@ -21,12 +21,8 @@ class MemoryDir:
     def heading(self) -> str:
         """The `# <name> Memory` title of a new MEMORY.md, on one line (a folder's name may
         hold a line break, which would put lines of its own into the index)."""
-        if self.kind in ("agent", "repo-agent", "repo-agent-local"):
-            name = self.label
-        elif self.repo_root is not None:
-            name = self.repo_root.name
-        else:
-            name = self.label
+        agent = self.kind in ("agent", "repo-agent", "repo-agent-local")
+        name = self.label if agent or self.repo_root is None else self.repo_root.name
         return " ".join(name.splitlines()) if "\n" in name or "\r" in name else name
 
 

@@ -120,9 +120,8 @@ def _dot_git(folder: Path) -> int | None:
 
 
 def git_root(path: Path) -> Path | None:
-    """The nearest folder at or above `path` with a `.git` (a folder, or a worktree's file),
-    as the client finds it: a `.git` that is a symlink ends the search with none. Read from
-    the file system (no `git` process)."""
+    """The nearest folder at or above `path` with a `.git` (a folder or a file), as the client
+    finds it: a `.git` symlink ends the search with none."""
     for folder in (path, *path.parents):
         mode = _once(_dot_git, folder)
         if mode is None:
@@ -136,8 +135,7 @@ def git_root(path: Path) -> Path | None:
 
 def canonical_root(cwd: Path, top: Path | None = None) -> Path:
     """What Claude Code keys a session's auto memory by: the canonical git root of its cwd (a
-    subfolder maps to its repo, a worktree to the main work tree), else the cwd itself.
-    `top`: the cwd's git_root, when the caller has it."""
+    worktree's main work tree), else the cwd. `top`: the cwd's git_root, if known."""
     top = top if top is not None else git_root(cwd)
     if top is None:
         return cwd
@@ -168,9 +166,8 @@ def is_repo(path: Path) -> bool:
 
 
 def git_common_root(repo: Path) -> Path | None:
-    """For a git worktree (a `.git` file, `gitdir: <main>/.git/worktrees/<name>`): the main
-    work tree, whose path keys Claude Code's auto memory; None for anything else. Read from
-    the `.git` file and the `commondir` it leads to (no `git` process)."""
+    """A git worktree's main work tree (from its `.git` file and the `commondir` it leads
+    to), which keys Claude Code's auto memory; None for anything else."""
     return _once(_common_root, repo)
 
 

@@ -1,15 +1,10 @@
-"""Which programs hold a file open for writing (Linux `/proc`), for the writes and moves that
-would strand their later bytes.
+"""Which programs hold a file open for writing (Linux `/proc`).
 
-`tool > a.md` opens a.md (truncating it) and writes when the tool is done. A restore that
-swaps a.md out, or a move of it into the trash, leaves the tool writing to a file no one
-will read as a.md: the swapped-out file is unlinked (its bytes land nowhere), the trashed
-one no longer holds what its manifest says (`trash restore` refuses it). So those steps look,
-right after the swap or the move (from then on no new open by name reaches the old file),
-for a descriptor of another open file description on that very file (device and inode) with
-write access, and undo themselves when they find one. Best effort where `/proc` cannot say
-(another platform, another user's processes): what it finds is certain, what it misses was
-missed before too.
+`tool > a.md` writes when the tool is done: a restore that swaps a.md out, or a move into
+the trash, would strand those bytes. So those steps look, right after the swap or move, for
+another descriptor with write access on that very file (device and inode), and undo
+themselves when they find one. Best effort where `/proc` cannot say: what it finds is
+certain, what it misses was missed before too.
 """
 
 import os
@@ -52,9 +47,8 @@ def _command(pid: str) -> str:
 
 
 def writers(dir_fd: int, name: str) -> list[Writer]:
-    """The processes (this one included) holding the file `name` of the folder `dir_fd` open
-    for writing. Their descriptors are found by what they point at: a link ending in `name`
-    (the file's name now, however the folder is reached), then its device and inode."""
+    """The processes (this one included) holding file `name` of folder `dir_fd` open for
+    writing: descriptors whose link ends in `name`, then with its device and inode."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         pids = [entry.name for entry in os.scandir(PROC) if entry.name.isdigit()]

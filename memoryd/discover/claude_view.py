@@ -235,12 +235,9 @@ class ClaudeView:
         return ""
 
 
-def auto_memory_dirs(
-    repo: Path, config: Config, view: "ClaudeView | None" = None
-) -> Iterator[Found]:
+def auto_memory_dirs(repo: Path, config: Config, view: ClaudeView) -> Iterator[Found]:
     """A repo's auto-memory dirs that exist: `<base>/projects/<slug>/memory/` for the slugs of
     the repo and of its canonical git root, under each base; and where it is relocated to."""
-    view = view if view is not None else ClaudeView(config)
     roots = [repo]
     main = git_common_root(repo)
     if main is not None and main != repo:

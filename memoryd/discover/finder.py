@@ -142,12 +142,9 @@ def _is_claude_home(path: Path, config: Config) -> bool:
     )
 
 
-def _explicit(
-    path: Path, config: Config, view: ClaudeView | None = None
-) -> tuple[list[Found], bool]:
+def _explicit(path: Path, config: Config, view: ClaudeView) -> tuple[list[Found], bool]:
     """A folder named on the command line: a memory dir, a repo, a Claude home, or a folder
     holding any of those. Also whether it is a repo (which may have no memory dirs yet)."""
-    view = view if view is not None else ClaudeView(config)
     if not is_dir(path):
         raise UsageError(f"{path}: no such folder; name a memory dir, a repo or a Claude home")
     path = path.absolute()

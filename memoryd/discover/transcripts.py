@@ -163,12 +163,8 @@ class Transcripts:
         return None, said
 
 
-def project_repo_root(
-    project_dir: Path, slug: str, transcripts: Transcripts | None = None
-) -> tuple[Path | None, str]:
+def project_repo_root(project_dir: Path, slug: str) -> tuple[Path | None, str]:
     """The repo root of `<claude_home>/projects/<slug>/memory` (`Transcripts.repo_root`)."""
-    if transcripts is not None:
-        return transcripts.repo_root(slug, project_dir)
     transcripts = Transcripts(project_dir.parent)
     with one_look():
         found = transcripts.repo_root(slug, project_dir)

@@ -192,9 +192,7 @@ def dominant_eol(text: str) -> str:
     return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"
 
 
-# POINTER over a whole text at once: one C-level scan instead of a Python loop per line. A
-# line ends at "\n" only, as split_lines reads it, so its leading whitespace may hold a lone
-# "\r"; it never holds a "\n": no match spans two lines.
+# POINTER over a whole text at once (one C-level scan); no match spans two lines.
 _POINTER_IN_TEXT = re.compile(r"^[^\S\n]*[-*][^\S\n]+\[(.*?)\]\(([^()\s]+)\)", re.MULTILINE)
 
 

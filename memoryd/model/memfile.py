@@ -119,12 +119,10 @@ def _flow_list(value: str) -> list[str] | None:
     return None if any(v is None for v in out) else out  # type: ignore[return-value]
 
 
-# The commonest frontmatter, read with one regex pass instead of a loop over lines: each line is
-# `key: value`, `key:` opening a block, or an indented `key: value` inside that block. A value is
-# plain (no indicator first, not ending in `:` or a space) or double-quoted with no `"` or `\`
-# inside. A line of any other shape (blank, `- item`, trailing blanks, ...) leaves `key` empty.
-# The rules a regex would pay per character for (no tab, CR or ` #` anywhere, no `: ` inside a
-# plain value) are checked over the whole text instead: see `_simple_lines` and `parse_flat`.
+# The commonest frontmatter in one regex pass: each line `key: value`, `key:` opening a block,
+# or an indented `key: value` in it; a value plain or double-quoted with no `"` or `\`. Any
+# other line leaves `key` empty. No tab, CR or ` #`, and no `: ` in a plain value, are checked
+# over the whole text instead (`_simple_lines`, `parse_flat`).
 _SIMPLE_LINE = re.compile(
     r"^(?:( *)([A-Za-z_][A-Za-z0-9_-]*):"
     r"(?: +([^-?:,\[\]{}#&*!|>'\"%@`~\s].*(?<![: ]))| +(\"[^\"\\\n]*\"))?|.*)$",
@@ -308,12 +306,8 @@ _NOT_PLAIN_START = frozenset("'\"[{&*!|>#")
 
 
 def _keep_hash_text(fields: dict[str, Any], fm_text: str) -> None:
-    """`description: review of #2041 dedup` means the whole text, not a YAML comment.
-
-    Agents write `#123` issue numbers and `#tags` in plain values; YAML would cut the value at
-    ` #`, silently shortening the description memoryd shows in the index. For top-level plain
-    values, the text as written wins.
-    """
+    """`description: review of #2041 dedup` means the whole text, not a YAML comment: for
+    top-level plain values the text as written wins over YAML's cut at ` #`."""
     for line in fm_text.split("\n"):
         line = line.removesuffix("\r")
         match = _TOP_KEY.match(line)

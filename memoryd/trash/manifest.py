@@ -28,18 +28,14 @@ from memoryd.trash.store import (
     trash_root,
 )
 
-# --- reading manifests -----------------------------------------------------------------------
-# A manifest is a file in the memory dir: anyone who can write there can plant one. So every
-# name read from it must be one the mover could have written (DESIGN §2.7): a memory file's
-# plain name (what `scan.skip_reason` lets through: no leading dot, `*.md`, not an index), one
-# directory entry (no `/`, no NUL, not over NAME_MAX bytes), ids as `new_id` makes them. A
-# newline, a quote or a backslash are legal in a POSIX name and the mover does write them
-# (test_odd_names_move_and_come_back); they are harmless in a name used only relative to a
+# A manifest is a file anyone who can write the memory dir can plant. So every name read from
+# it must be one the mover could have written (DESIGN §2.7): a memory file's plain name
+# (`scan.skip_reason`), one directory entry (no `/` or NUL, at most NAME_MAX bytes), ids as
+# `new_id` makes them. A newline or a quote is legal in a POSIX name: harmless relative to a
 # folder descriptor, and shown escaped.
 NAME_MAX_BYTES = fsops.NAME_MAX_BYTES
-# A record is a few hundred bytes (its pointer line and details included): a line over this is
-# none the mover wrote, and a manifest over this (~100,000 records in one day folder) is read up
-# to here, the rest reported. Both keep a planted manifest from holding a reader for long.
+# A record is a few hundred bytes: a longer line is none the mover wrote, and a manifest is
+# read up to MANIFEST_MAX_BYTES (~100,000 records), so a planted one cannot hold a reader long.
 MANIFEST_LINE_MAX = 1 << 20
 MANIFEST_MAX_BYTES = 64 << 20
 _ID = re.compile(r"^[0-9a-f]{10}$")
@@ -191,8 +187,7 @@ class Contents:
 
 def contents(memory_dir: Path) -> Contents:
     """Every trashed file of a dir, oldest first, with its restore state, and every manifest
-    record memoryd will not act on. Raises UnsafeFilesystemOperation when `.trash` is a
-    symlink or a file."""
+    record memoryd will not act on (UnsafeFilesystemOperation: the trash is no folder)."""
     root = trash_root(memory_dir)
     out: dict[str, Entry] = {}
     invalid: list[Invalid] = []

@@ -1,9 +1,7 @@
 """The trash: `<memory dir>/.trash/YYYY-MM-DD/` day folders with a JSONL manifest each.
 
-memoryd never deletes a memory: it renames it into today's day folder (same filesystem, never
-overwriting) and appends a manifest record saying why (`Mover`). Restore renames it back
-(memoryd.trash.manifest); day folders past their retention are purged (memoryd.trash.days),
-but only when the clock looks sane.
+memoryd never deletes a memory: `Mover` renames it into today's day folder (never
+overwriting) and appends a manifest record saying why; `manifest` restores, `days` purges.
 """
 
 import contextlib

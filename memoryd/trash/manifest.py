@@ -132,10 +132,9 @@ Line = dict[str, Any] | str | None  # a row; why it was not read (str); no JSON 
 
 def manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
     """(line number, row) of a day folder's manifest, None for a line that is no JSON object.
-    Nothing when there is no manifest (or folder); (0, why) when it is not a regular file (a
-    symlink is never followed, a FIFO never waited on) or cannot be read; (n, why) for a line
-    over MANIFEST_LINE_MAX and for line n onwards past MANIFEST_MAX_BYTES. A last line without
-    its newline is torn (a power cut): not a line yet."""
+    Nothing when there is no manifest; (0, why) when it is no regular file or cannot be read;
+    (n, why) for a line over MANIFEST_LINE_MAX and from MANIFEST_MAX_BYTES on. A last line
+    without its newline is torn (a power cut): not a line yet."""
     try:
         with open_day(memory_dir, day) as day_fd:
             fd, _ = open_regular(
@@ -238,10 +237,9 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def matches(memory_dir: Path, entry: Entry, key: str) -> bool:
-    """Whether `key` names the entry in one of the forms `trash list` prints or a person types:
-    its trashed file's path (absolute, relative to the working folder or to the memory dir,
-    with or without the `.trash/` prefix), the path it had (`<dir>/<file>`, the dir through
-    a link or not), or its original or stored name."""
+    """Whether `key` names the entry as `trash list` prints it or a person types it: its
+    trashed file's path (absolute, or relative to the working folder, the memory dir or the
+    trash), the path it had, or its original or stored name."""
     record = entry.record
     if "/" not in key:
         return key in (record.original_name, record.stored_name)
@@ -251,19 +249,15 @@ def matches(memory_dir: Path, entry: Entry, key: str) -> bool:
         candidates = [memory_dir / path, trash_root(memory_dir) / path]
         with contextlib.suppress(OSError):  # a working folder that is gone
             candidates.append(Path.cwd() / path)
-    # The trashed file's path under the naming of older memoryd versions (its name without
-    # `.trashed`) still names it: a person may have that path from before.
+    # The path under the older naming (without `.trashed`) still names it.
     older = entry.folder / record.stored_name.removesuffix(TRASHED_SUFFIX)
     known = (entry.stored_path, older, memory_dir / record.original_name)
     return any(_same(c, k) for c in candidates for k in known)
 
 
 def find(memory_dir: Path, key: str) -> Entry | None:
-    """An entry by id, or by a path or a name (see `matches`; valid records only).
-
-    A path or a name can fit several entries (a stored name is used again once its file was
-    restored, a name trashed twice): it means the newest one still in the trash, else the
-    newest restored one (which `restore` refuses, saying when and as what it came back)."""
+    """An entry by id, or by a path or a name (`matches`; valid records only): of several,
+    the newest still in the trash, else the newest restored one (which `restore` refuses)."""
     found = entries(memory_dir)
     for entry in found:
         if entry.record.id == key:

@@ -49,8 +49,6 @@ class CwdCache:
     state_dir: Path | None  # None: no cache (every transcript is read, nothing is kept)
     _held: dict[str, dict[str, Any]] | None = None  # as loaded: folder -> entry
     _seen: dict[str, dict[str, Any]] = field(default_factory=dict)  # this run's folders
-    hits: int = 0
-    reads: int = 0
 
     @classmethod
     def off(cls) -> "CwdCache":
@@ -97,7 +95,6 @@ class CwdCache:
         if value is None or value[:3] != [st.st_ino, st.st_size, st.st_mtime_ns]:
             return None
         cwd, other = value[3], value[4]
-        self.hits += 1
         self.keep(folder, slug, name, st, (cwd, other))
         return cwd, other
 
@@ -115,12 +112,12 @@ class CwdCache:
             return
         held = self._loaded()
         changed = {f: e for f, e in self._seen.items() if held.get(f) != e}
-        count = sum(_files(e) for e in self._seen.values())
+        count = sum(len(e["files"]) for e in self._seen.values())
         dropped = []
         for folder, entry in sorted(held.items()):
             if folder not in self._seen:
-                if count + _files(entry) <= CACHE_MAX_FILES:
-                    count += _files(entry)
+                if count + len(entry["files"]) <= CACHE_MAX_FILES:
+                    count += len(entry["files"])
                 else:
                     dropped.append(folder)
         if not changed and not dropped:
@@ -147,11 +144,6 @@ def _write(db: StateDB, changed: dict[str, dict[str, Any]], dropped: list[str]) 
                 for name, value in entry["files"].items()
             ],
         )
-
-
-def _files(entry: dict[str, Any]) -> int:
-    files = entry.get("files")
-    return len(files) if isinstance(files, dict) else 0
 
 
 def _valid(value: object, slug: str) -> bool:

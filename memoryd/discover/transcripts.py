@@ -72,19 +72,17 @@ def _first_cwd(transcript: Path, slug: str) -> tuple[Head, bool]:
     return (None, other), True
 
 
-def _own_cwd(project_dir: Path, slug: str, cache: CwdCache | None = None) -> tuple[str | None, str]:
+def _own_cwd(project_dir: Path, slug: str, cache: CwdCache) -> tuple[str | None, str]:
     """The cwd the project's newest transcript recording one gives (matching its slug), and
     where, or why there is none. `cache`: what earlier runs read of each transcript."""
     transcripts = _transcripts(project_dir)
     if not transcripts:
         return None, "no session transcripts (*.jsonl) to read a cwd from"
-    cache = cache if cache is not None else CwdCache.off()
     least: str | None = None  # of the cwds that do not match the slug
     for name, st in transcripts:
         head = cache.head(project_dir, slug, name, st)
         if head is None:
             head, whole = _first_cwd(project_dir / name, slug)
-            cache.reads += 1
             if whole:
                 cache.keep(project_dir, slug, name, st, head)
         cwd, other = head

@@ -31,8 +31,7 @@ SCHEMA = Schema(
 # `index --check`): the cache is read, never saved.
 LOOKING_ONLY: ContextVar[bool] = ContextVar("memoryd_cwd_cache_looking_only", default=False)
 
-# What one transcript's first rows say, for the folder's slug: the first cwd matching it (None
-# when none does) and the least of the other cwds seen before it (None when there were none).
+# What a transcript's first rows say: the first cwd matching the slug, the least other before it.
 Head = tuple[str | None, str | None]
 
 

@@ -34,8 +34,7 @@ def _layout_dir(path: Path, config: Config) -> MemoryDir | None:
     (empty or not: a dir the agent has not written to yet is still a memory dir)."""
     parent = path.parent
     if parent.name in ("agent-memory", "agent-memory-local"):
-        # The Claude home's own agent-memory is the user's, not a repo's (its folder, say
-        # ~/.claude, is no repo's `.claude/`, and $HOME no repo root).
+        # The Claude home's own agent-memory is the user's, not a repo's.
         home = parent.name == "agent-memory" and resolved(parent.parent) == resolved(
             config.paths.claude_home
         )
@@ -133,8 +132,7 @@ def _is_claude_home(path: Path, config: Config) -> bool:
     """A folder with `projects/` or `agent-memory/` that is not a repo's own."""
     if not (is_dir(path / "projects") or is_dir(path / "agent-memory")):
         return False
-    # A repo may have a projects/ folder of its own; a Claude home kept in git (dotfiles)
-    # is still one when it is named .claude or is the configured one.
+    # A repo may have a projects/ folder; a Claude home in git (dotfiles) is still one.
     return (
         not is_repo(path)
         or path.name == ".claude"

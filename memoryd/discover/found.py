@@ -13,8 +13,7 @@ class MemoryDir:
     repo_root: Path | None
     repo_reason: str  # how the repo root was found, or why there is none
     via_symlink: bool = False
-    # Why Claude Code loads none of it into a session (auto memory off, or kept elsewhere);
-    # empty when it does, or when memoryd cannot tell. memoryd maintains it all the same.
+    # Why Claude Code loads none of it (auto memory off, kept elsewhere); "": it does, or unknown.
     not_loaded: str = ""
 
     @property

@@ -32,8 +32,7 @@ OPT_IN = "`memoryd dirs DIR` says how to have it written"
 # Settings that keep a read of someone's repo from running anything of theirs or writing.
 # A folder's name is a path, never a pattern (`--literal-pathspecs`).
 _SAFE = ("--literal-pathspecs", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
-# A commit or tree id as git writes them in HEAD files and reflogs (SHA-1 or SHA-256); anything
-# else read there is no id memoryd asks git about.
+# A commit id as git writes them in HEAD files and reflogs (SHA-1 or SHA-256): the only ones asked.
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 # Variables that would point git at another repo than the one asked about.
 _GIT_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_PREFIX")

@@ -54,8 +54,7 @@ class TrashRecord:
     duplicate_of: str | None = None
     superseded_by: str | None = None
     index_line: str | None = None  # the pointer line it had, so a restore can put it back
-    # Where that line sat in MEMORY.md (index.Place as JSON: the pointer line before it and the
-    # heading it was under), so a restore puts it back there; None in older manifests.
+    # Where that line sat in MEMORY.md (index.Place as JSON); None in older manifests.
     index_place: dict[str, str | None] | None = None
     details: dict[str, Any] = field(default_factory=dict)
 

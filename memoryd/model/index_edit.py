@@ -212,10 +212,10 @@ class _Work:
     eol: str
     main_final_nl: bool
     main: list[Line]
-    arch: list[Line]
-    archive_exists: bool
     arch_eol: str
-    arch_final_nl: bool
+    arch: list[Line] = field(default_factory=list)
+    archive_exists: bool = False
+    arch_final_nl: bool = True
     # Lines hidden by a construct (a comment block, stripped frontmatter): kept as they are,
     # and none indexes a memory. Known by identity, which each step's filtering keeps.
     shadow: dict[int, Hidden] = field(default_factory=dict)
@@ -247,19 +247,10 @@ def _start(inp: IndexInput, some: SomeArchiveLines | None) -> _Work:
     main_text = inp.main or ""
     blank_main = not main_text.strip()
     eol = dominant_eol(main_text) if main_text else "\n"
-    work = _Work(
-        inp,
-        IndexEdit(main=inp.main, archive=inp.archive),
-        main_text,
-        blank_main,
-        eol,
-        main_text.endswith("\n") if main_text else True,
-        split_lines(main_text) if not blank_main else [],
-        [],
-        False,
-        eol,
-        True,
-    )
+    final_nl = main_text.endswith("\n") if main_text else True
+    main = split_lines(main_text) if not blank_main else []
+    edit = IndexEdit(main=inp.main, archive=inp.archive)
+    work = _Work(inp, edit, main_text, blank_main, eol, final_nl, main, eol)
     if some is not None:
         work.arch, work.archive_exists = some.lines, some.exists
         work.arch_eol, work.arch_final_nl = some.eol or eol, some.final_newline

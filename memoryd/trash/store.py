@@ -400,19 +400,16 @@ class Mover:
         )
         fsops.crash_point("trash.after_move")
         if not holds_planned(self._folder_fd, record, checked.ino):
-            name = self._put_back(record)
-            return Unmoved(MODIFIED, None if name == record.original_name else name)
+            return Unmoved(MODIFIED, self._put_back(record))
         # After the rename: no new open by name reaches the moved file.
         held = openfiles.writers(self._folder_fd, record.stored_name) if self.refuse_held else []
         if held:
-            name = self._put_back(record)
-            kept_as = None if name == record.original_name else name
-            return Unmoved(HELD, kept_as, openfiles.describe(held))
+            return Unmoved(HELD, self._put_back(record), openfiles.describe(held))
         try:
             _write_line(self._manifest, record.to_json())
         except OSError as error:
-            name = self._put_back(record)
-            back = "" if name == record.original_name else f" as {name} (its name was taken)"
+            kept_as = self._put_back(record)
+            back = f" as {kept_as} (its name was taken)" if kept_as else ""
             raise MemorydError(
                 f"{self.folder / MANIFEST}: could not record the move of "
                 f"{record.original_name} ({error.strerror}); the file was put back{back} and "
@@ -422,8 +419,10 @@ class Mover:
                             record.size, record.id)  # fmt: skip
         return record
 
-    def _put_back(self, record: TrashRecord) -> str:
-        return put_back(self._folder_fd, self.dir_fd, record, (self.folder, self.memory_dir))
+    def _put_back(self, record: TrashRecord) -> str | None:
+        """`put_back`; the name it got if not its own (Unmoved.kept_as)."""
+        name = put_back(self._folder_fd, self.dir_fd, record, (self.folder, self.memory_dir))
+        return None if name == record.original_name else name
 
     def close(self) -> None:
         """Make every move so far durable: the manifest first, then both folders."""

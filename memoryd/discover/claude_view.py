@@ -185,8 +185,7 @@ class ClaudeView:
         home_claude = resolved(self.home)
         roots: dict[Path, Path] = {}
         for session in self.transcripts.sessions():
-            if not is_dir(session.cwd):
-                continue
+            # (A cwd gone is its own top and root: all three are skipped.)
             for root in dict.fromkeys((session.cwd, session.top, session.root)):
                 if not is_dir(root):
                     continue

@@ -210,12 +210,9 @@ _LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def cr_links(text: str) -> list[Link]:
-    """The LOCAL links of pointers that follow a lone `\r` inside a line of `text`.
-
-    A line split on `\n` only is what Claude Code's window counts (with no comment removed,
-    a lone-CR file is one line to it), but before sending the text it turns every `\r` into
-    `\n`: the agent reads each piece as a line of its own, and a pointer in one indexes its
-    memory. memoryd keeps such a line whole (its bytes are the person's)."""
+    """The LOCAL links of pointers that follow a lone `\r` inside a line of `text`: Claude
+    Code sends every `\r` as `\n`, so the agent reads each piece as a line, and a pointer in
+    one indexes its memory. memoryd keeps such a line whole (its bytes are the person's)."""
     if "\r" not in text or not _LONE_CR.search(text):
         return []
     out = []
@@ -230,9 +227,8 @@ def cr_links(text: str) -> list[Link]:
 
 
 def cr_visible(content: str, hiding: View | None) -> list[Link]:
-    """`cr_links(content)`; of a line a construct hides (`hiding`: the view that says so),
-    only those the agent's loaded text holds: the construct that starts the line (a comment)
-    may end before a later piece of it."""
+    """`cr_links(content)`; of a line a construct hides (`hiding`), only those the loaded
+    text holds (a comment starting the line may end before a later piece)."""
     links = cr_links(content)
     if hiding is None or not links:
         return links

@@ -171,8 +171,7 @@ def _simple_lines(text: str) -> tuple[dict[str, Any], int] | None:
 
 def _yaml_refuses(text: str) -> bool:
     """Whether YAML is sure to refuse this frontmatter: simple lines, but a plain value holds
-    `: `. YAML ends the plain scalar there and then meets a second mapping value on one line,
-    an error in any block mapping. (Characters YAML also takes as line breaks void that.)"""
+    `: ` (a second mapping value on one line), and no character YAML takes as a line break."""
     simple = _simple_lines(text)
     return (
         simple is not None
@@ -184,10 +183,9 @@ def _yaml_refuses(text: str) -> bool:
 def parse_flat(text: str) -> dict[str, Any] | None:
     """Read simple frontmatter exactly as the YAML loader would; None means ask the loader.
 
-    Simple: top-level `key: value` lines, where a value is a one-line scalar or a `[a, b]` list,
-    or empty and followed by one indented block of `key: value` lines (`metadata:`) or of
-    `- item` lines (`related:`). Anything else (comments, multi-line scalars, deeper nesting,
-    anchors) goes to the loader.
+    Simple: top-level `key: value` lines, a value a one-line scalar or a `[a, b]` list, or
+    empty and followed by one indented block of `key: value` lines (`metadata:`) or `- item`
+    lines (`related:`). Anything else (comments, multi-line scalars, anchors) is YAML's.
     """
     simple = _simple_lines(text)
     if simple is not None:
@@ -257,10 +255,9 @@ _STRUCTURE_START = "[{&*!|>%@`"
 def parse_lenient(text: str) -> dict[str, Any] | None:
     """`key: value` lines (one level of nesting) that strict YAML rejects for their values.
 
-    Agents write descriptions such as `avoid typing it as `: object`` or `"quoted" then more`:
-    strict YAML refuses them, the agent itself reads them fine. Values are taken verbatim, but
-    never when one opens a YAML structure (`[`, `{`, an anchor, a block scalar): then the author
-    may have meant YAML, and the file is reported instead.
+    Agents write descriptions such as `avoid typing it as `: object`` that YAML refuses and the
+    agent reads fine. Values are taken verbatim, but never one that opens a YAML structure (`[`,
+    `{`, an anchor, a block scalar): its author may have meant YAML, and it is reported.
     """
     out: dict[str, Any] = {}
     nested: dict[str, str] | None = None
@@ -427,11 +424,9 @@ def _fields_of(fm_text: str) -> dict[str, Any]:
 
 
 def agent_type(text: str, fm_text: str, fields: Mapping[str, Any]) -> str:
-    """The type Claude Code reads in a memory file whose text (BOM gone) is `text`, given
-    memoryd's own frontmatter block `fm_text` and its `fields`.
-
-    Where both find the same block (no `---` inside it, closed by a `---` line: nearly every
-    file), memoryd's fields are Claude Code's; else its own block is read again."""
+    """The type Claude Code reads in a memory file of `text` (BOM gone), given memoryd's own
+    frontmatter block `fm_text` and its `fields`: where both find the same block (no `---`
+    inside, closed by a `---` line: nearly every file), memoryd's fields are Claude Code's."""
     closing = 5 + len(fm_text)  # after `---\n`, the block and its `\n`
     if (
         text.startswith("---", closing)
@@ -634,9 +629,8 @@ def _mask_both(name: str, description: str) -> tuple[str, str]:
 
 
 def _summarize(digest: str, fields: Mapping[str, Any], text: str, fm_text: str) -> Summary:
-    """The frontmatter fields memoryd uses. A secret in the name or description is masked
-    (memoryd.discipline.secrets): they go into MEMORY.md pointer lines, the parse cache and search
-    results, and a credential must leave the memory file in none of them."""
+    """The frontmatter fields memoryd uses; a secret in the name or description is masked, as
+    they go into pointer lines, the parse cache and search results."""
     name, description = _text_field(fields, "name"), _text_field(fields, "description")
     name, description = _mask_both(name, description)
     # Most memories have neither date: look before calling. With both, the newer one counts

@@ -64,7 +64,7 @@ import _synth
 from _stats import markdown_table, percentile, timed
 
 from memoryd.config import Config, with_claude_home
-from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.finder import discover
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.refs import Status, check_refs, extract_refs
 from memoryd.dream.repo import RepoIndex
@@ -797,7 +797,7 @@ def make_runtime(root: Path) -> Runtime:
 
 
 def memory_dir(path: Path, repo_root: Path) -> MemoryDir:
-    found = explicit_dirs(path, Config())[0]
+    found = discover(Config(), [path])[0]
     return replace(found, repo_root=repo_root, repo_reason="bench")
 
 

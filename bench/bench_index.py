@@ -32,7 +32,7 @@ from _naive import naive_load_all, naive_rebuild
 from _stats import markdown_table, percentile, timed
 
 from memoryd.config import Config, with_claude_home
-from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.finder import discover
 from memoryd.discover.found import MemoryDir
 from memoryd.indexing import passes, plan, read, write
 from memoryd.indexing.outcome import IndexOutcome
@@ -378,7 +378,7 @@ def bench_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
 
         # 3. One change among n -> MEMORY.md replaced, with state warm from earlier passes.
         rt = make_runtime(tmp)
-        md = explicit_dirs(path, Config())[0]
+        md = discover(Config(), [path])[0]
         first = time.perf_counter()
         outcome = passes.update(rt, md)
         first_pass = time.perf_counter() - first

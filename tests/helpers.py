@@ -18,7 +18,7 @@ from typing import Any
 
 from memoryd.config import Config
 from memoryd.daemon import housekeeping
-from memoryd.discover.finder import explicit_dirs
+from memoryd.discover.finder import discover
 from memoryd.discover.found import MemoryDir
 from memoryd.indexing.outcome import IndexOutcome, IndexStatus
 from memoryd.indexing.passes import run_pass, update_changed
@@ -41,7 +41,7 @@ def memory_dir(
 ) -> MemoryDir:
     """The folder as memoryd finds a dir named on its command line (`repo_root`: the code tree
     it belongs to, as `--repo-root` would say)."""
-    md = explicit_dirs(path, config if config is not None else Config())[0]
+    md = discover(config if config is not None else Config(), [path])[0]
     return md if repo_root is None else replace(md, repo_root=repo_root, repo_reason="test")
 
 

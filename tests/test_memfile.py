@@ -15,10 +15,10 @@ from memoryd.model.memfile import (
     NotMemory,
     Problem,
     _yaml_refuses,
-    load_yaml_strings,
     parse_flat,
     parse_memory,
 )
+from memoryd.model.yamlstrings import load_yaml_strings
 
 
 def test_flat_frontmatter_is_read_without_yaml() -> None:

@@ -1,10 +1,8 @@
 """Where Claude Code keeps auto memory and whether it loads it: its environment variables and
-its `settings.json` files, read the way the client reads them (checked against 2.1.332).
+`settings.json` files, read as the client reads them (checked against 2.1.332).
 
-The environment is read once, where memoryd starts (`ClaudeEnv.from_environ`, a default of
-`Config`), and passed down; tests build a `ClaudeEnv` by hand. Settings files are untrusted
-input: read bounded, and one that is not a JSON object is a warning naming the file, as if it
-said nothing.
+The environment is read once (`ClaudeEnv.from_environ`, a default of `Config`) and passed
+down. Settings files are untrusted: read bounded; one that is no JSON object is a warning.
 """
 
 import os
@@ -89,9 +87,7 @@ def read_settings(path: Path, warnings: list[str]) -> Settings | None:
     be read or is not a JSON object adds a warning naming it and counts as saying nothing."""
     try:
         raw = read_bounded(path, SETTINGS_MAX_BYTES)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as error:
         warnings.append(
@@ -122,9 +118,8 @@ def read_settings(path: Path, warnings: list[str]) -> Settings | None:
 
 
 def setting_dir(value: str, home: Path) -> Path | None:
-    """An `autoMemoryDirectory` value as the client takes it: `~/` is the home (a `~/..` that
-    climbs out of it is ignored), trailing slashes dropped; a relative path, the root or a
-    near-empty path is ignored (the client then uses the default place)."""
+    """An `autoMemoryDirectory` value as the client takes it: `~/` is the home (climbing out
+    of it is ignored), trailing slashes dropped; a relative or near-empty path is ignored."""
     text = value
     if text.startswith(("~/", "~\\")):
         rest = os.path.normpath(text[2:] or ".")
@@ -167,9 +162,8 @@ def _loads_none(env: ClaudeEnv, layers: list[Settings | None]) -> str:
 
 
 def auto_memory_switch(env: ClaudeEnv, layers: list[Settings | None]) -> Switch:
-    """On or off: a variable under which Claude Code loads no MEMORY.md at all (LOADS_NONE),
-    then CLAUDE_CODE_DISABLE_AUTO_MEMORY, else the first settings layer (highest precedence
-    first: local, project, user) that sets `autoMemoryEnabled`; on by default."""
+    """On or off: a LOADS_NONE variable, then CLAUDE_CODE_DISABLE_AUTO_MEMORY, else the first
+    layer (local, project, user) that sets `autoMemoryEnabled`; on by default."""
     loads_none = _loads_none(env, layers)
     if loads_none:
         return Switch(False, loads_none)
@@ -193,10 +187,9 @@ def user_settings(claude_home: Path, warnings: list[str]) -> Settings | None:
 def project_settings(
     cwd: Path, root: Path, warnings: list[str]
 ) -> tuple[Settings | None, Settings | None, Settings | None]:
-    """A session's project layers, highest precedence first, as the client 2.1.332 reads them
-    (observed): the person's own `.claude/settings.local.json` of the canonical git root (a
-    worktree's main work tree), then the cwd's, then the cwd's checked-in
-    `.claude/settings.json` (a git root's `settings.json` does not count for a subfolder)."""
+    """A session's project layers, highest precedence first (2.1.332, observed): the canonical
+    git root's `.claude/settings.local.json`, the cwd's, then the cwd's checked-in
+    `.claude/settings.json` (a git root's does not count for a subfolder)."""
     cwd_local = read_settings(cwd / ".claude" / "settings.local.json", warnings)
     root_local = (
         read_settings(root / ".claude" / "settings.local.json", warnings) if root != cwd else None

@@ -43,15 +43,13 @@ class Plan:
 
 
 class ClaudeView:
-    """How Claude Code finds auto memory on this machine, for one discovery: the Claude home's
-    transcripts, the environment (`config.claude_env`) and the settings files, each read once.
+    """How Claude Code finds auto memory on this machine, for one discovery: the transcripts,
+    the environment and the settings files, each read once.
 
-    Precedence as the client has it: CLAUDE_COWORK_MEMORY_PATH_OVERRIDE, else the first of the
-    canonical git root's `settings.local.json`, the cwd's `settings.local.json` and
-    `settings.json`, and the user's `settings.json` that sets `autoMemoryDirectory` (an
-    unusable value, a relative one say, means the default place), else
-    `<base>/projects/<slug of the cwd's canonical git root>/memory/`, the base being
-    CLAUDE_CODE_REMOTE_MEMORY_DIR or the Claude home."""
+    Precedence as the client has it: CLAUDE_COWORK_MEMORY_PATH_OVERRIDE, else the first
+    settings layer (`project_settings`, then the user's) setting `autoMemoryDirectory` (an
+    unusable value means the default place), else `<base>/projects/<slug of the canonical
+    git root>/memory/`, the base being CLAUDE_CODE_REMOTE_MEMORY_DIR or the Claude home."""
 
     def __init__(
         self, config: Config, claude_home: Path | None = None, cache: CwdCache | None = None
@@ -134,22 +132,19 @@ class ClaudeView:
                 return where, f"autoMemoryDirectory in {self.user.path}"
         return None
 
+    def shared_dir(self, path: Path, source: str) -> MemoryDir:
+        """The one auto-memory dir `source` gives every project, at `path`."""
+        reason = f"one auto-memory dir for every project ({source})"
+        return named_dir(path, "project", path.name, None, reason, self.config)
+
     def relocated(self) -> Iterator[Found]:
         """The auto-memory dirs the environment and settings put somewhere else than
         `<claude_home>/projects/<slug>/memory/`, where they exist."""
-        config = self.config
         if self.env.remote_memory_dir is not None:
-            yield from project_dirs(self.env.remote_memory_dir, config, self.transcripts)
+            yield from project_dirs(self.env.remote_memory_dir, self.config, self.transcripts)
         shared = self.everywhere()
         if shared is not None and is_dir(shared[0]):
-            yield named_dir(
-                shared[0],
-                "project",
-                shared[0].name,
-                None,
-                f"one auto-memory dir for every project ({shared[1]})",
-                config,
-            )
+            yield self.shared_dir(shared[0], shared[1])
         for session, plan in self.plans():
             if not plan.source or plan.source == (shared or (None, ""))[1]:
                 continue
@@ -158,9 +153,8 @@ class ClaudeView:
             yield self._relocated_dir(plan, session.root, session.top)
 
     def _relocated_dir(self, plan: Plan, root: Path, top: Path) -> Found:
-        """A project's relocated auto-memory dir; one its checked-in settings name outside the
-        repo (its work tree `top` or main work tree `root`) and the Claude home is refused (a
-        repo's file does not get memoryd to edit folders elsewhere, as a link in it does not)."""
+        """A project's relocated auto-memory dir; refused when its checked-in settings name
+        it outside the repo (`top`, `root`) and the Claude home, as a link out would be."""
         reason = (
             f"the project whose {plan.source.removeprefix('autoMemoryDirectory in ')} "
             "puts its auto memory here"
@@ -181,26 +175,17 @@ class ClaudeView:
         plan = self.plan(repo, canonical_root(repo))
         if plan.source and is_dir(plan.dir):
             if plan.source == (self.everywhere() or (None, ""))[1]:
-                yield named_dir(
-                    plan.dir,
-                    "project",
-                    plan.dir.name,
-                    None,
-                    f"one auto-memory dir for every project ({plan.source})",
-                    self.config,
-                )
+                yield self.shared_dir(plan.dir, plan.source)
             else:
                 yield self._relocated_dir(plan, canonical_root(repo), git_root(repo) or repo)
 
     def known_repos(self) -> list[Path]:
-        """The folders the transcripts know sessions ran in, with their git roots (a worktree's
-        and its main work tree), that exist; once each by real path. Not the Claude home's
-        own parent (a session in the home folder: its `.claude/` is the Claude home)."""
+        """The folders sessions ran in and their git roots, that exist, once each by real
+        path; not the Claude home's parent (its `.claude/` is the Claude home)."""
         home_claude = resolved(self.home)
         roots: dict[Path, Path] = {}
         for session in self.transcripts.sessions():
-            if not is_dir(session.cwd):
-                continue
+            # (A cwd gone is its own top and root: all three are skipped.)
             for root in dict.fromkeys((session.cwd, session.top, session.root)):
                 if not is_dir(root):
                     continue
@@ -249,14 +234,9 @@ class ClaudeView:
         return ""
 
 
-def auto_memory_dirs(
-    repo: Path, config: Config, view: "ClaudeView | None" = None
-) -> Iterator[Found]:
-    """The user's auto-memory dirs for a repo, where they exist: `<base>/projects/<slug>/
-    memory/` for the slug of the repo's path and of its canonical git root (a worktree's main
-    work tree), the base being the Claude home and CLAUDE_CODE_REMOTE_MEMORY_DIR; and the dir
-    its settings or the environment relocate its auto memory to."""
-    view = view if view is not None else ClaudeView(config)
+def auto_memory_dirs(repo: Path, config: Config, view: ClaudeView) -> Iterator[Found]:
+    """A repo's auto-memory dirs that exist: `<base>/projects/<slug>/memory/` for the slugs of
+    the repo and of its canonical git root, under each base; and where it is relocated to."""
     roots = [repo]
     main = git_common_root(repo)
     if main is not None and main != repo:

@@ -1,11 +1,9 @@
-"""What discovery read from each session transcript, kept between runs: a transcript's first
-`cwd` matching its project folder's slug, by the transcript's identity (inode, size,
-mtime_ns), so that a discovery with nothing changed opens no transcript at all.
+"""What discovery read from each session transcript (its first `cwd` matching the project
+folder's slug), kept between runs by the transcript's identity: a discovery with nothing
+changed opens no transcript.
 
-The rows (the state store's `cache_cwd` table) are a cache: untrusted on read (an entry that
-does not check out is read again from its transcript), written only when what they hold
-changed and only where memoryd's state folder already exists (a read-only command never
-creates it, and one that cannot write it does without).
+The rows (table `cache_cwd`) are a cache: untrusted on read, written only when they changed
+and only where memoryd's state folder exists (a read-only command never creates it).
 """
 
 import os
@@ -15,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memoryd.discover.slugs import slugify
 from memoryd.paths import app_paths
 from memoryd.storage.statedb import Schema, StateDB
 
@@ -32,8 +31,7 @@ SCHEMA = Schema(
 # `index --check`): the cache is read, never saved.
 LOOKING_ONLY: ContextVar[bool] = ContextVar("memoryd_cwd_cache_looking_only", default=False)
 
-# What one transcript's first rows say, for the folder's slug: the first cwd matching it (None
-# when none does) and the least of the other cwds seen before it (None when there were none).
+# What a transcript's first rows say: the first cwd matching the slug, the least other before it.
 Head = tuple[str | None, str | None]
 
 
@@ -50,8 +48,6 @@ class CwdCache:
     state_dir: Path | None  # None: no cache (every transcript is read, nothing is kept)
     _held: dict[str, dict[str, Any]] | None = None  # as loaded: folder -> entry
     _seen: dict[str, dict[str, Any]] = field(default_factory=dict)  # this run's folders
-    hits: int = 0
-    reads: int = 0
 
     @classmethod
     def off(cls) -> "CwdCache":
@@ -94,7 +90,6 @@ class CwdCache:
         if value is None or value[:3] != [st.st_ino, st.st_size, st.st_mtime_ns]:
             return None
         cwd, other = value[3], value[4]
-        self.hits += 1
         self.keep(folder, slug, name, st, (cwd, other))
         return cwd, other
 
@@ -112,12 +107,12 @@ class CwdCache:
             return
         held = self._loaded()
         changed = {f: e for f, e in self._seen.items() if held.get(f) != e}
-        count = sum(_files(e) for e in self._seen.values())
+        count = sum(len(e["files"]) for e in self._seen.values())
         dropped = []
         for folder, entry in sorted(held.items()):
             if folder not in self._seen:
-                if count + _files(entry) <= CACHE_MAX_FILES:
-                    count += _files(entry)
+                if count + len(entry["files"]) <= CACHE_MAX_FILES:
+                    count += len(entry["files"])
                 else:
                     dropped.append(folder)
         if not changed and not dropped:
@@ -146,11 +141,6 @@ def _write(db: StateDB, changed: dict[str, dict[str, Any]], dropped: list[str]) 
         )
 
 
-def _files(entry: dict[str, Any]) -> int:
-    files = entry.get("files")
-    return len(files) if isinstance(files, dict) else 0
-
-
 def _valid(value: object, slug: str) -> bool:
     """A transcript's entry as `keep` writes it: [inode, size, mtime_ns, the cwd matching the
     slug or null, a cwd not matching it or null]."""
@@ -159,12 +149,6 @@ def _valid(value: object, slug: str) -> bool:
     if any(type(v) is not int for v in value[:3]):
         return False
     cwd, other = value[3], value[4]
-    if cwd is not None and not (usable_cwd(cwd) and _slug(cwd) == slug):
+    if cwd is not None and not (usable_cwd(cwd) and slugify(cwd) == slug):
         return False
-    return other is None or (usable_cwd(other) and _slug(other) != slug)
-
-
-def _slug(path: str) -> str:
-    from memoryd.discover.slugs import slugify  # discover imports this module
-
-    return slugify(path)
+    return other is None or (usable_cwd(other) and slugify(other) != slug)

@@ -97,12 +97,8 @@ def project_dirs(base: Path, config: Config, transcripts: Transcripts) -> Iterat
             yield make(memory, "project", project.name, root, reason, config, within)
 
 
-def home_dirs(
-    claude_home: Path, config: Config, transcripts: Transcripts | None = None
-) -> Iterator[Found]:
+def home_dirs(claude_home: Path, config: Config, transcripts: Transcripts) -> Iterator[Found]:
     """A Claude home's project and agent memory dirs; one leading out of it is refused."""
-    if transcripts is None:
-        transcripts = Transcripts(claude_home / "projects")
     yield from project_dirs(claude_home, config, transcripts)
     within = resolved(claude_home)
     for agent in subdirs(claude_home / "agent-memory"):

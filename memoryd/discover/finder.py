@@ -1,7 +1,5 @@
 """Find memory dirs: every one memoryd maintains (`discover_all`), or those a path names.
-
-Reads only, but for `report_refused`, which writes an audit row and memoryd's own record of
-what it said (in the state dir, never in a memory dir).
+Reads only, but `report_refused` (an audit row, and its record in the state dir).
 """
 
 import glob
@@ -36,18 +34,13 @@ def _layout_dir(path: Path, config: Config) -> MemoryDir | None:
     (empty or not: a dir the agent has not written to yet is still a memory dir)."""
     parent = path.parent
     if parent.name in ("agent-memory", "agent-memory-local"):
-        # The Claude home's own agent-memory is the user's, not a repo's (its folder, say
-        # ~/.claude, is no repo's `.claude/`, and $HOME no repo root).
+        # The Claude home's own agent-memory is the user's, not a repo's.
         home = parent.name == "agent-memory" and resolved(parent.parent) == resolved(
             config.paths.claude_home
         )
-        kind = (
-            "agent"
-            if parent.parent.name != ".claude" or home
-            else ("repo-agent" if parent.name == "agent-memory" else "repo-agent-local")
-        )
-        if kind == "agent":
-            return named_dir(path, kind, path.name, None, "user-scope agent memory", config)
+        if parent.parent.name != ".claude" or home:
+            return named_dir(path, "agent", path.name, None, "user-scope agent memory", config)
+        kind = "repo-agent" if parent.name == "agent-memory" else "repo-agent-local"
         return named_dir(path, kind, path.name, parent.parent.parent, "repo-scope memory", config)
     if path.name == "memory" and parent.parent.name == "projects":
         root, reason = project_repo_root(parent, parent.name)
@@ -68,17 +61,11 @@ def memory_dir_at(path: Path, config: Config) -> MemoryDir:
     found = _layout_dir(path, config)
     if found is not None:
         return found
-    shared = ClaudeView(config).everywhere()
+    view = ClaudeView(config)
+    shared = view.everywhere()
     if shared is not None and resolved(shared[0]) == resolved(path):
         # An auto-memory dir by where Claude Code keeps it: loaded (and stripped) as one.
-        return named_dir(
-            path,
-            "project",
-            path.name,
-            None,
-            f"one auto-memory dir for every project ({shared[1]})",
-            config,
-        )
+        return view.shared_dir(path, shared[1])
     root, reason = repo_of(path)
     return named_dir(path, "explicit", path.name, root, reason, config)
 
@@ -100,10 +87,9 @@ _SEARCH_SKIP = frozenset({"node_modules", "vendor", "target", "dist", "build", "
 
 
 def _search(top: Path, config: Config, view: ClaudeView) -> Iterator[Found]:
-    """The memory dirs below a folder, a few levels deep: each repo's (its `.claude/` dirs and
-    the user's auto-memory dir for it) and, outside repos, folders holding a MEMORY.md. Inside
-    a repo only `.claude/` dirs count (a sub-project's too): its other markdown is the repo's
-    own, never memories."""
+    """The memory dirs a few levels below a folder: each repo's (`.claude/` dirs, its
+    auto-memory dirs) and, outside repos, folders holding a MEMORY.md (a repo's other
+    markdown is its own, never memories)."""
     stack = [(top, 0, False)]
     while stack:
         folder, depth, in_repo = stack.pop()
@@ -146,8 +132,7 @@ def _is_claude_home(path: Path, config: Config) -> bool:
     """A folder with `projects/` or `agent-memory/` that is not a repo's own."""
     if not (is_dir(path / "projects") or is_dir(path / "agent-memory")):
         return False
-    # A repo may have a projects/ folder of its own; a Claude home kept in git (dotfiles)
-    # is still one when it is named .claude or is the configured one.
+    # A repo may have a projects/ folder; a Claude home in git (dotfiles) is still one.
     return (
         not is_repo(path)
         or path.name == ".claude"
@@ -155,12 +140,9 @@ def _is_claude_home(path: Path, config: Config) -> bool:
     )
 
 
-def _explicit(
-    path: Path, config: Config, view: ClaudeView | None = None
-) -> tuple[list[Found], bool]:
+def _explicit(path: Path, config: Config, view: ClaudeView) -> tuple[list[Found], bool]:
     """A folder named on the command line: a memory dir, a repo, a Claude home, or a folder
     holding any of those. Also whether it is a repo (which may have no memory dirs yet)."""
-    view = view if view is not None else ClaudeView(config)
     if not is_dir(path):
         raise UsageError(f"{path}: no such folder; name a memory dir, a repo or a Claude home")
     path = path.absolute()
@@ -183,25 +165,12 @@ def _explicit(
     )
 
 
-def explicit_dirs(path: Path, config: Config) -> list[MemoryDir]:
-    """The memory dirs of a folder named on the command line (refused links left out)."""
-    found, _ = _explicit(path, config)
-    dirs = [f for f in found if isinstance(f, MemoryDir)]
-    if not dirs and found:
-        refused = found[0]
-        assert isinstance(refused, RefusedDir)
-        raise UsageError(f"{refused.path}: not followed: {refused.reason}; {refused.hint}")
-    return dirs
-
-
 def discover_all(
     config: Config, explicit: Iterable[Path] = (), *, cache: CwdCache | None = None
 ) -> Discovery:
     """Every memory dir, once each (by real path), nested ones included, in path order; and
-    the ones refused because their link leads out of their repo or Claude home.
-
-    `cache`: what earlier runs read of the transcripts (default: the one in memoryd's state
-    dir), saved again when this run read more; `CwdCache.off()` reads every transcript."""
+    those refused because their link leads out of their repo or Claude home. `cache`: the
+    transcripts' (default: in the state dir; `CwdCache.off()` reads every transcript)."""
     view = ClaudeView(config, cache=cache)
     with one_look():
         found = _discover_all(config, list(explicit), view)

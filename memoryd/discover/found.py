@@ -13,20 +13,15 @@ class MemoryDir:
     repo_root: Path | None
     repo_reason: str  # how the repo root was found, or why there is none
     via_symlink: bool = False
-    # Why Claude Code loads none of it into a session (auto memory off, or kept elsewhere);
-    # empty when it does, or when memoryd cannot tell. memoryd maintains it all the same.
+    # Why Claude Code loads none of it (auto memory off, kept elsewhere); "": it does, or unknown.
     not_loaded: str = ""
 
     @property
     def heading(self) -> str:
         """The `# <name> Memory` title of a new MEMORY.md, on one line (a folder's name may
         hold a line break, which would put lines of its own into the index)."""
-        if self.kind in ("agent", "repo-agent", "repo-agent-local"):
-            name = self.label
-        elif self.repo_root is not None:
-            name = self.repo_root.name
-        else:
-            name = self.label
+        agent = self.kind in ("agent", "repo-agent", "repo-agent-local")
+        name = self.label if agent or self.repo_root is None else self.repo_root.name
         return " ".join(name.splitlines()) if "\n" in name or "\r" in name else name
 
 

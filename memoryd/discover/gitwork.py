@@ -1,11 +1,9 @@
 """What git knows of a memory dir: whether it lies in a work tree, which of its files git
-tracks, and whether files that vanished or changed hold the bytes of a recent commit (a
-checkout, merge, rebase, stash or pull did it, not a person or an agent).
+tracks, and whether files that vanished or changed hold a recent commit's bytes (a checkout,
+merge, rebase, stash or pull did it, not a person or an agent).
 
-Read-only: memoryd never runs a git command that writes (no index refresh, no lock taken:
-GIT_OPTIONAL_LOCKS=0), runs none of the repo's hooks or fsmonitor, and every call has a
-timeout. Outside a work tree a dir is untracked; in one where git cannot answer (no git
-binary, a failure, a timeout), a dir holding markdown may be tracked and is left alone; no
+Read-only (GIT_OPTIONAL_LOCKS=0), none of the repo's hooks or fsmonitor, every call timed
+out. Where git cannot answer, a dir holding markdown may be tracked and is left alone; no
 change is git's unless git says its bytes are a commit's."""
 
 import contextlib
@@ -23,8 +21,7 @@ from pathlib import Path
 from memoryd.paths import read_bounded
 
 GIT_TIMEOUT = 5.0
-# How long a pass waits for a git operation still running (its index.lock) to finish before
-# it looks at what git did (a checkout writes the files first, the index last).
+# How long a pass waits for a git operation's index.lock to go (the index is written last).
 LOCK_WAIT = 3.0
 # How many of HEAD's and the stash's last reflog entries count as "a recent commit".
 REFLOG_RECENT = 20
@@ -35,8 +32,7 @@ OPT_IN = "`memoryd dirs DIR` says how to have it written"
 # Settings that keep a read of someone's repo from running anything of theirs or writing.
 # A folder's name is a path, never a pattern (`--literal-pathspecs`).
 _SAFE = ("--literal-pathspecs", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
-# A commit or tree id as git writes them in HEAD files and reflogs (SHA-1 or SHA-256); anything
-# else read there is no id memoryd asks git about.
+# A commit id as git writes them in HEAD files and reflogs (SHA-1 or SHA-256): the only ones asked.
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 # Variables that would point git at another repo than the one asked about.
 _GIT_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_PREFIX")
@@ -46,10 +42,8 @@ GIT_FILE_BYTES = 4096  # a worktree's `.git` file and its `commondir`: one line 
 
 
 def gitdir_of(folder: Path, *, follow: bool = True) -> Path | None:
-    """The git dir the `.git` file in `folder` names (a linked worktree's or a submodule's:
-    `gitdir: <path>`), made absolute; None when the file names none. `follow`: a `.git` that
-    is a symlink is read through. Raises OSError when there is no such file to read (a `.git`
-    folder is none)."""
+    """The git dir a `.git` file names (`gitdir: <path>`), made absolute; None when it names
+    none. `follow`: read through a symlink. OSError when there is no such file."""
     head = read_bounded(folder / ".git", GIT_FILE_BYTES, follow=follow, prefix=True)
     line = head.decode("utf-8", "replace").strip()
     if not line.startswith("gitdir:"):
@@ -183,9 +177,8 @@ def tracked(folder: Path, tree: WorkTree | None = None) -> dict[str, str] | None
 
 
 def tracked_memory(folder: Path) -> tuple[WorkTree, list[str] | None] | None:
-    """The work tree and the markdown files of `folder` git tracks (MEMORY.md, memories);
-    None when it tracks none of them. The names are None when git cannot say (no git on
-    PATH, a failure, a timeout) and the folder holds markdown: it may be tracked."""
+    """The work tree and the markdown files of `folder` git tracks; None when it tracks none.
+    The names are None when git cannot say and the folder holds markdown."""
     tree = work_tree(folder)
     if tree is None:
         return None
@@ -214,9 +207,8 @@ def named_here(folder: Path, named: Iterable[Path], tree: WorkTree) -> bool:
 def hands_off_reason(
     folder: Path, named: Iterable[Path] = (), manage_repos: Sequence[str] = ()
 ) -> str:
-    """Why memoryd leaves a memory dir's files alone because git tracks them; "" when it
-    does not, when the dir was named on the command line (one explicit write) or its repo
-    matches one of `manage_repos` (globs: the user's own opt-in)."""
+    """Why memoryd leaves a dir's files alone because git tracks them; "" when it does not,
+    or the dir was named on the command line, or its repo matches `manage_repos` (globs)."""
     found = tracked_memory(folder)
     if found is None:
         return ""
@@ -332,11 +324,10 @@ def git_made(
     changes: Sequence[Change],
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[set[str], str]:
-    """The names among `changes` that a git operation made, and the branch or commit now
-    checked out. A vanished file is git's when its last bytes are those of a recent commit
-    and git's index no longer holds it (a tracked file a person deleted is still in the
-    index); a changed one when its old and its new bytes are each those of a recent commit
-    or of the index. Untracked or modified files were in no commit: they stay outside changes."""
+    """The names among `changes` a git operation made, and the branch or commit checked out.
+    A vanished file is git's when its last bytes are a recent commit's and the index no
+    longer holds it (one a person deleted still is); a changed one when its old and new bytes
+    are each a recent commit's or the index's."""
     tree = work_tree(folder)
     if tree is None or not changes:
         return set(), ""

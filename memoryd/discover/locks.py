@@ -9,16 +9,13 @@ from dataclasses import dataclass
 from memoryd.discover.found import MemoryDir
 from memoryd.paths import read_bounded
 
-CLAUDE_LOCK = ".consolidate-lock"  # Claude Code's own consolidation lock in a memory dir
+CLAUDE_LOCK = ".consolidate-lock"
 CLAUDE_LOCK_FRESH = 3600.0
 
-# --- Claude Code's `.consolidate-lock` ----------------------------------------------------------
 # As Claude Code 2.1.332 means it (its autoDream lock): held only while the file's mtime is under
-# an hour old AND the PID its body starts with (`parseInt(body.trim(), 10)`) is alive and above 1.
-# When a dream of its own finishes, the file stays: its mtime is then the last consolidation
-# (a failed one puts the mtime back). A body that gives no number (empty, garbage) holds
-# nothing. Liveness is `kill(pid, 0)`; unlike Claude Code, which counts EPERM (a process of
-# another user) as dead, memoryd counts it alive: deferring costs at most the hour.
+# an hour old AND the PID its body starts with (`parseInt(body.trim(), 10)`) is alive and above
+# 1. The file stays after a dream: its mtime is the last consolidation. Unlike Claude Code,
+# memoryd counts EPERM from `kill(pid, 0)` as alive: deferring costs at most the hour.
 _LOCK_PID = re.compile(rb"\s*([+-]?[0-9]+)")
 _LOCK_READ = 64  # a PID, a newline and a timestamp: all Claude Code writes
 

@@ -5,28 +5,22 @@ the git roots Claude Code keys auto memory by (read from the files; no `git` pro
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
+from typing import Any, TypeVar
 
 from memoryd.discover.gitwork import GIT_FILE_BYTES, gitdir_of
 from memoryd.paths import read_bounded
 
 
 class _Look:
-    """What one discovery learnt of the file system, so that it looks once at each thing:
-    the folders with no symlink on their way (their real path is themselves), each folder's
-    `.git`, each worktree's main work tree. A run is short; a change during it is a race the
-    uncached code has as well."""
+    """What one discovery learnt of the file system, so that it looks once at each thing. A
+    run is short; a change during it is a race the uncached code has as well."""
 
     def __init__(self) -> None:
-        self.plain: dict[str, bool] = {"/": True}
-        self.resolved: dict[str, Path] = {}
-        self.dot_git: dict[str, int | None] = {}  # folder -> st_mode of its .git, or None
-        self.common: dict[str, Path | None] = {}
-        self.is_dir: dict[str, bool] = {}
-        self.subdirs: dict[str, list[str]] = {}
-        self.no_claude: dict[str, bool] = {}
+        self.plain: dict[str, bool] = {"/": True}  # no symlink on the way: its own real path
+        self.known: dict[tuple[str, str], Any] = {}  # (what, path) -> what was found
 
     def is_plain(self, path: str) -> bool:
         """No component of the absolute, normal `path` is a symlink (a missing one is none)."""
@@ -42,6 +36,7 @@ class _Look:
 
 
 _LOOK: ContextVar[_Look | None] = ContextVar("memoryd_discover_look", default=None)
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -57,18 +52,22 @@ def one_look() -> Iterator[None]:
         _LOOK.reset(token)
 
 
-def is_dir(path: Path) -> bool:
+def _once(look_at: Callable[[Path], T], path: Path) -> T:
+    """`look_at(path)`, asked once within `one_look` (each time outside it)."""
     look = _LOOK.get()
     if look is None:
-        return _look_is_dir(path)
-    key = str(path)
-    known = look.is_dir.get(key)
-    if known is None:
-        known = look.is_dir[key] = _look_is_dir(path)
-    return known
+        return look_at(path)
+    key = (look_at.__name__, str(path))
+    if key not in look.known:
+        look.known[key] = look_at(path)
+    return look.known[key]  # type: ignore[no-any-return]
 
 
-def _look_is_dir(path: Path) -> bool:
+def is_dir(path: Path) -> bool:
+    return _once(_is_dir, path)
+
+
+def _is_dir(path: Path) -> bool:
     try:
         return path.is_dir()
     except OSError:
@@ -77,14 +76,7 @@ def _look_is_dir(path: Path) -> bool:
 
 def subdirs(path: Path) -> list[Path]:
     """The folders (or links to folders) in `path` but hidden ones, by name."""
-    look = _LOOK.get()
-    key = str(path)
-    names = look.subdirs.get(key) if look is not None else None
-    if names is None:
-        names = _subdir_names(path)
-        if look is not None:
-            look.subdirs[key] = names
-    return [path / name for name in names]
+    return [path / name for name in _once(_subdir_names, path)]
 
 
 def _subdir_names(path: Path) -> list[str]:
@@ -107,41 +99,31 @@ def _subdir_names(path: Path) -> list[str]:
 def no_claude(folder: Path) -> bool:
     """No `.claude/` folder here, so none of its settings files exist (a `.claude/` that
     cannot be looked at is no answer: its files are read, and fail, as they would)."""
-    look = _LOOK.get()
-    key = str(folder)
-    if look is not None and key in look.no_claude:
-        return look.no_claude[key]
+    return _once(_no_claude, folder)
+
+
+def _no_claude(folder: Path) -> bool:
     try:
-        none = not stat.S_ISDIR(os.stat(folder / ".claude").st_mode)
+        return not stat.S_ISDIR(os.stat(folder / ".claude").st_mode)
     except (FileNotFoundError, NotADirectoryError):
-        none = True
+        return True
     except OSError:
-        none = False
-    if look is not None:
-        look.no_claude[key] = none
-    return none
+        return False
 
 
 def _dot_git(folder: Path) -> int | None:
-    look = _LOOK.get()
-    key = str(folder)
-    if look is not None and key in look.dot_git:
-        return look.dot_git[key]
+    """The st_mode of the folder's `.git` (not followed), None when there is none."""
     try:
-        mode: int | None = os.lstat(folder / ".git").st_mode
+        return os.lstat(folder / ".git").st_mode
     except OSError:
-        mode = None
-    if look is not None:
-        look.dot_git[key] = mode
-    return mode
+        return None
 
 
 def git_root(path: Path) -> Path | None:
-    """The nearest folder at or above `path` with a `.git` (a folder, or a worktree's file),
-    as the client finds it: a `.git` that is a symlink ends the search with none. Read from
-    the file system (no `git` process)."""
+    """The nearest folder at or above `path` with a `.git` (a folder or a file), as the client
+    finds it: a `.git` symlink ends the search with none."""
     for folder in (path, *path.parents):
-        mode = _dot_git(folder)
+        mode = _once(_dot_git, folder)
         if mode is None:
             continue
         if stat.S_ISLNK(mode):
@@ -153,8 +135,7 @@ def git_root(path: Path) -> Path | None:
 
 def canonical_root(cwd: Path, top: Path | None = None) -> Path:
     """What Claude Code keys a session's auto memory by: the canonical git root of its cwd (a
-    subfolder maps to its repo, a worktree to the main work tree), else the cwd itself.
-    `top`: the cwd's git_root, when the caller has it."""
+    worktree's main work tree), else the cwd. `top`: the cwd's git_root, if known."""
     top = top if top is not None else git_root(cwd)
     if top is None:
         return cwd
@@ -163,22 +144,16 @@ def canonical_root(cwd: Path, top: Path | None = None) -> Path:
 
 
 def resolved(path: Path) -> Path:
-    look = _LOOK.get()
-    if look is None:
-        return _resolve(path)
-    key = str(path)
-    found = look.resolved.get(key)
-    if found is None:
-        absolute = os.path.abspath(key)
-        # A path with no link on its way is its own real path: one lstat for its last part
-        # (its parents are known), where resolve() looks at every part, every time.
-        plain = absolute == key and "/.." not in key and look.is_plain(key)
-        found = path if plain else _resolve(path)
-        look.resolved[key] = found
-    return found
+    return _once(_resolved, path)
 
 
-def _resolve(path: Path) -> Path:
+def _resolved(path: Path) -> Path:
+    look, key = _LOOK.get(), str(path)
+    # A path with no link on its way is its own real path: one lstat for its last part (its
+    # parents are known), where resolve() looks at every part, every time.
+    normal = os.path.abspath(key) == key and "/.." not in key
+    if look is not None and normal and look.is_plain(key):
+        return path
     try:
         return path.resolve()
     except (OSError, RuntimeError):  # a link loop: nothing resolves inside it
@@ -191,20 +166,13 @@ def is_repo(path: Path) -> bool:
 
 
 def git_common_root(repo: Path) -> Path | None:
-    """For a git worktree (a `.git` file, `gitdir: <main>/.git/worktrees/<name>`): the main
-    work tree, whose path keys Claude Code's auto memory; None for anything else. Read from
-    the `.git` file and the `commondir` it leads to (no `git` process)."""
-    look = _LOOK.get()
-    if look is None:
-        return _common_root(repo)
-    key = str(repo)
-    if key not in look.common:
-        look.common[key] = _common_root(repo)
-    return look.common[key]
+    """A git worktree's main work tree (from its `.git` file and the `commondir` it leads
+    to), which keys Claude Code's auto memory; None for anything else."""
+    return _once(_common_root, repo)
 
 
 def _common_root(repo: Path) -> Path | None:
-    mode = _dot_git(repo)
+    mode = _once(_dot_git, repo)
     if mode is None or not stat.S_ISREG(mode):
         return None  # a folder (an ordinary repo) or no `.git`: known without a read
     try:

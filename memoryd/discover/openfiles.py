@@ -1,30 +1,15 @@
-"""Which programs hold a file open for writing (Linux `/proc`), for the writes and moves that
-would strand their later bytes.
+"""Which programs hold a file open for writing (Linux `/proc`).
 
-`tool > a.md` opens a.md (truncating it) and writes when the tool is done. A restore that
-swaps a.md out, or a move of it into the trash, leaves the tool writing to a file no one
-will read as a.md: the swapped-out file is unlinked (its bytes land nowhere), the trashed
-one no longer holds what its manifest says (`trash restore` refuses it). So those steps look,
-right after the swap or the move (from then on no new open by name reaches the old file),
-for a descriptor of another open file description on that very file (device and inode) with
-write access, and undo themselves when they find one. Best effort where `/proc` cannot say
-(another platform, another user's processes): what it finds is certain, what it misses was
-missed before too.
+`tool > a.md` writes when the tool is done: a restore that swaps a.md out, or a move into
+the trash, would strand those bytes. So those steps look, right after the swap or move, for
+another descriptor with write access on that very file (device and inode), and undo
+themselves when they find one. Best effort where `/proc` cannot say: what it finds is
+certain, what it misses was missed before too.
 """
 
 import os
-from dataclasses import dataclass
 
 PROC = "/proc"
-
-
-@dataclass(frozen=True, slots=True)
-class Writer:
-    pid: int
-    command: str
-
-    def __str__(self) -> str:
-        return f"PID {self.pid} ({self.command})" if self.command else f"PID {self.pid}"
 
 
 def _writable(pid: str, fd: str) -> bool:
@@ -43,25 +28,26 @@ def _writable(pid: str, fd: str) -> bool:
     return False
 
 
-def _command(pid: str) -> str:
+def _process(pid: str) -> str:
+    """`PID 12 (sh)`, or `PID 12` when its command cannot be read."""
     try:
         with open(f"{PROC}/{pid}/comm", "rb") as handle:
-            return handle.read(64).decode("utf-8", "replace").strip()
+            command = handle.read(64).decode("utf-8", "replace").strip()
     except OSError:
-        return ""
+        command = ""
+    return f"PID {pid} ({command})" if command else f"PID {pid}"
 
 
-def writers(dir_fd: int, name: str) -> list[Writer]:
-    """The processes (this one included) holding the file `name` of the folder `dir_fd` open
-    for writing. Their descriptors are found by what they point at: a link ending in `name`
-    (the file's name now, however the folder is reached), then its device and inode."""
+def writers(dir_fd: int, name: str) -> list[str]:
+    """The processes (`PID 12 (sh)`, this one included) holding file `name` of folder `dir_fd`
+    open for writing: descriptors whose link ends in `name`, then with its device and inode."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         pids = [entry.name for entry in os.scandir(PROC) if entry.name.isdigit()]
     except OSError:
         return []
     tails = ("/" + name, "/" + name + " (deleted)")
-    found: list[Writer] = []
+    found: list[str] = []
     for pid in pids:
         fd_dir = f"{PROC}/{pid}/fd"
         try:
@@ -76,13 +62,13 @@ def writers(dir_fd: int, name: str) -> list[Writer]:
             except OSError:
                 continue
             if (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino) and _writable(pid, fd):
-                found.append(Writer(int(pid), _command(pid)))
+                found.append(_process(pid))
                 break
     return found
 
 
-def describe(found: list[Writer]) -> str:
+def describe(found: list[str]) -> str:
     """`PID 12 (sh)`, `PID 12 (sh) and PID 14 (tee)`."""
-    shown = [str(w) for w in found[:3]]
+    shown = found[:3]
     more = f" and {len(found) - 3} more" if len(found) > 3 else ""
     return (", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else shown[0]) + more

@@ -36,10 +36,9 @@ def _base36(number: int) -> str:
 
 
 def slugify(path: str) -> str:
-    """Claude Code's project slug (lossy): every UTF-16 code unit outside [A-Za-z0-9] becomes
-    `-` (an emoji two, a flag four); a slug over 200 characters is its first 200, `-` and the
-    base-36 of the absolute 32-bit string hash of the path. The path is taken as it is: no
-    Unicode normalisation (an NFD `e\u0301` gives `e-`, as the client does on Linux)."""
+    """Claude Code's project slug (lossy): each UTF-16 unit outside [A-Za-z0-9] becomes `-`;
+    over 200 characters, the first 200, `-` and the base-36 of the path's absolute 32-bit
+    string hash. No Unicode normalisation (as the client on Linux)."""
     slug = _NOT_SLUG.sub(_dashes, path)
     if len(slug) <= SLUG_MAX:
         return slug

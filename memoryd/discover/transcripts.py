@@ -41,9 +41,8 @@ class _HeadLines(BoundedLines):
 
 
 def _first_cwd(transcript: Path, slug: str) -> tuple[Head, bool]:
-    """The first recorded `cwd` whose slug is `slug`, read line by line up to it (it sits in
-    the first rows; the rest of a big transcript is never read), and the least of the other
-    cwds before it; and whether the read went through (a failed one is not remembered)."""
+    """The first recorded `cwd` whose slug is `slug` (read up to it only), the least other
+    cwd before it, and whether the read went through (a failed one is not remembered)."""
     try:
         # Never blocks on a FIFO swapped in since the listing, nor follows a link.
         fd, _ = open_regular(transcript, follow=False)
@@ -73,20 +72,17 @@ def _first_cwd(transcript: Path, slug: str) -> tuple[Head, bool]:
     return (None, other), True
 
 
-def _own_cwd(project_dir: Path, slug: str, cache: CwdCache | None = None) -> tuple[str | None, str]:
-    """The cwd the project's own transcripts record (matching its slug), and where, or why
-    there is none; the newest transcript that records one decides. `cache`: what earlier
-    runs read, by each transcript's identity (an unchanged transcript is not opened)."""
+def _own_cwd(project_dir: Path, slug: str, cache: CwdCache) -> tuple[str | None, str]:
+    """The cwd the project's newest transcript recording one gives (matching its slug), and
+    where, or why there is none. `cache`: what earlier runs read of each transcript."""
     transcripts = _transcripts(project_dir)
     if not transcripts:
         return None, "no session transcripts (*.jsonl) to read a cwd from"
-    cache = cache if cache is not None else CwdCache.off()
     least: str | None = None  # of the cwds that do not match the slug
     for name, st in transcripts:
         head = cache.head(project_dir, slug, name, st)
         if head is None:
             head, whole = _first_cwd(project_dir / name, slug)
-            cache.reads += 1
             if whole:
                 cache.keep(project_dir, slug, name, st, head)
         cwd, other = head
@@ -115,10 +111,8 @@ class Session:
 
 
 class Transcripts:
-    """The cwds a Claude home's session transcripts record, read once per discovery and only
-    as far as needed: a project folder's own cwd when its memory dir asks, every folder's when
-    a dir's repo root is to be found through another folder (subfolders, worktrees), or the
-    repos known from transcripts are wanted."""
+    """The cwds a Claude home's session transcripts record, read once per discovery and
+    only as far as asked: one project folder's, or every folder's (`sessions`)."""
 
     def __init__(self, projects: Path, cache: CwdCache | None = None) -> None:
         self.projects = projects  # <claude_home>/projects
@@ -152,9 +146,8 @@ class Transcripts:
         return self._sessions
 
     def repo_root(self, slug: str, own: Path | None = None) -> tuple[Path | None, str]:
-        """The repo root of the auto-memory dir with this slug: the cwd its own project folder
-        (`own`, default `projects/<slug>`) records, else the git root of a cwd another folder
-        records that maps to it."""
+        """The repo root of the auto-memory dir `slug`: the cwd its project folder (`own`)
+        records, else the git root of another folder's cwd that maps to it."""
         cwd, said = self.own(own if own is not None else self.projects / slug, slug)
         if cwd is not None and is_dir(Path(cwd)):
             return Path(cwd), f"cwd in {said}"
@@ -168,15 +161,8 @@ class Transcripts:
         return None, said
 
 
-def project_repo_root(
-    project_dir: Path, slug: str, transcripts: Transcripts | None = None
-) -> tuple[Path | None, str]:
-    """The repo root of `<claude_home>/projects/<slug>/memory`: the `cwd` recorded in the
-    project's session transcripts, checked against its slug; else the git root of a cwd that
-    another project folder's transcripts record, when that root's slug is this one (a session
-    in a subfolder or a worktree keeps its transcripts under its own slug)."""
-    if transcripts is not None:
-        return transcripts.repo_root(slug, project_dir)
+def project_repo_root(project_dir: Path, slug: str) -> tuple[Path | None, str]:
+    """The repo root of `<claude_home>/projects/<slug>/memory` (`Transcripts.repo_root`)."""
     transcripts = Transcripts(project_dir.parent)
     with one_look():
         found = transcripts.repo_root(slug, project_dir)

@@ -45,9 +45,8 @@ class ViewKind(StrEnum):
 
 
 def view_kind_of(path: PurePath, dir_kind: str = "") -> ViewKind:
-    """How Claude Code loads the MEMORY.md of the memory dir at `path`: an auto-memory dir
-    (`projects/<slug>/memory`, or discovery's kind "project") has its frontmatter and comment
-    blocks stripped; agent-memory and other dirs are only windowed."""
+    """How Claude Code loads the MEMORY.md of the dir at `path`: an auto-memory dir
+    (`projects/<slug>/memory`, or kind "project") is stripped, any other only windowed."""
     if dir_kind == "project" or (path.name == "memory" and path.parent.parent.name == "projects"):
         return ViewKind.AUTO
     return ViewKind.PLAIN
@@ -179,9 +178,8 @@ def agent_view(
         if lone_cr:
             return _window(folded, size, True, construct, max_lines, max_units)
     elif lone_cr:
-        # Claude Code ends a line at a lone `\r` for its window too (2.1.328 hid 51 of 250
-        # pointers on such lines past line 200): counted so, in either kind of dir, a
-        # pointer after one is never taken for loaded when it may not be.
+        # Claude Code's window ends a line at a lone `\r` too (2.1.328 hid 51 of 250 pointers
+        # so): counted so, a pointer after one is never taken for loaded when it may not be.
         folded = _folded(text, body_at, start_line, rest_of_first)
         return _window(folded, size, True, construct, max_lines, max_units)
     if rest_of_first is not None:
@@ -202,8 +200,8 @@ def agent_view(
 def _folded(
     text: str, body_at: int, first: int, rest_of_first: str | None
 ) -> list[tuple[str, int | None]]:
-    """The lexer's lines of the text from `body_at` (source line `first`), after what is
-    left of a line the frontmatter ends in: every `\\r\\n`, lone `\\r` and `\\n` ends one."""
+    """The lexer's lines of the text from `body_at` (source line `first`), after the rest of
+    the line the frontmatter ends in: every `\\r\\n`, lone `\\r` and `\\n` ends one."""
     body = text[body_at:].split("\n") if body_at < len(text) or rest_of_first is None else []
     final_newline = len(body) > 1 and body[-1] == ""
     if final_newline:
@@ -220,8 +218,7 @@ def _folded(
 def _strip_comments(
     lines: list[tuple[str, int | None]], construct: dict[int, Hidden]
 ) -> list[tuple[str, int | None]] | None:
-    """The lexer's lines (`_folded`'s) once top-level comment blocks are gone; None when
-    none is. Trailing newlines do not matter: the text is trimmed next."""
+    """`_folded`'s lines without top-level comment blocks; None when there is none."""
     spans = list(_comment_spans([content for content, _ in lines]))
     if not spans:
         return None
@@ -500,8 +497,8 @@ def _plain_window(
     max_lines: int,
     max_units: int,
 ) -> View:
-    """`_window` for a text whose lines are the source lines from `offset` on (nothing
-    stripped inside it), in C-level string calls: this is every edit's measurement."""
+    """`_window` for source lines from `offset` on, nothing stripped inside (every edit's
+    measurement): C-level string calls only."""
     left = text.lstrip(JS_SPACE)
     trimmed = left.rstrip(JS_SPACE)
     if not trimmed:
@@ -541,8 +538,8 @@ def _utf16_prefix(text: str, units: int) -> str:
 
 
 def _sanitise(text: str) -> str:
-    """What the binary sends of the kept text: line breaks as `\\n`, and no surrogates,
-    format characters or C0 controls but tab and newline."""
+    """The kept text as the binary sends it: line breaks as `\\n`; no surrogates, format
+    characters or C0 controls but tab and newline."""
     text = _LINE_BREAK.sub("\n", text)
     if text.isascii() and text.isprintable():
         return text

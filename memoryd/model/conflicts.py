@@ -3,9 +3,8 @@ taken as what a person meant (pure)."""
 
 import re
 
-# A conflicted hunk as git writes it: `<<<<<<< ours`, optionally `||||||| base`, `=======`,
-# `>>>>>>> theirs`, each at the start of a line. All three are needed: one such line alone
-# may be a memory quoting a marker.
+# A conflicted hunk as git writes it: `<<<<<<< ours`, (`||||||| base`), `=======`, `>>>>>>>
+# theirs`, each at the start of a line; all three, as one alone may be a quoted marker.
 _START = re.compile(r"^<{7}(?: |$)", re.MULTILINE)
 _MIDDLE = re.compile(r"^={7}\r?$", re.MULTILINE)
 _END = re.compile(r"^>{7}(?: |$)", re.MULTILINE)

@@ -7,7 +7,7 @@ byte-for-byte (order, CRLF, a missing final newline). See DESIGN §3. The edit i
 import functools
 import itertools
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import unquote
@@ -17,53 +17,36 @@ from memoryd.model.conflicts import HINT as CONFLICT_HINT
 from memoryd.model.conflicts import conflict_line, conflict_message
 
 INDEX_NAME = "MEMORY.md"
-
-
 ARCHIVE_NAME = "MEMORY-ARCHIVE.md"
-
-
 PREV_NAME = ".MEMORY.md.prev"
-
-
 MANAGE_MARK = "<!-- memoryd: manage -->"
-
-
 OFF_MARK = "<!-- memoryd: off -->"
 
-
 POINTER = re.compile(r"^\s*[-*]\s+\[(.*?)\]\(([^()\s]+)\)")
-
 
 TRAILER = re.compile(
     r"^> (\d+) memory files? total\. Every file is indexed exactly once across this file and "
     r"\[MEMORY-ARCHIVE\.md\]\(MEMORY-ARCHIVE\.md\)"
 )
 
-
 TRAILER_TEXT = (
     "> {n} memory files total. Every file is indexed exactly once across this file and "
     "[MEMORY-ARCHIVE.md](MEMORY-ARCHIVE.md); read the archive when a topic is not listed here."
 )
 
-
 # Dated, or not in a git work tree (the same bytes on every machine, every day).
 DEMOTED_HEADING = re.compile(r"^## Moved from MEMORY\.md (?:(\d{4}-\d{2}-\d{2}) )?\((\d+)\)\s*$")
 
-
 _SEPARATOR = re.compile(r"^\s*(?:—|–|--|-)\s*")
 
-
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-
 
 # `.`, `/` and NUL never need encoding in a basename: encoded, they can only hide a traversal.
 # (An encoded `\` can stand for a real backslash in a name; see the decoded check below.)
 _ENCODED_TRAVERSAL = re.compile(r"%(?:2e|2f|00)", re.IGNORECASE)
 
-
 # Characters that look like `.`, `/` or `\` but are not, used to smuggle traversal past checks.
 _LOOKALIKES = frozenset("\uff0e\uff0f\uff3c\u2215\u2044\u2024\u3002\ufe52\u29f8\u29f9\u2216")
-
 
 # Bytes a link target cannot hold raw under the pointer pattern, or that markdown would misread.
 # `:` would read as a URL scheme and `?` as a query; a leading `~` is encoded too (below).
@@ -164,10 +147,8 @@ ParsedLine = tuple[str, str, Link | None]
 
 @functools.lru_cache(maxsize=2)  # the two texts of a pass; a big one costs MBs
 def _parse_lines(text: str) -> tuple[ParsedLine, ...]:
-    """The lines of an index text, classified; cached, since the same text is read each pass.
-
-    What `parse_line` gives for each line, in one loop: at 10,000 lines a call per line and a
-    regex split were half of the parse. A pointer line holds `](`: no other is matched."""
+    """`parse_line` of each line of an index text, in one loop (a call per line was half the
+    parse at 10,000 lines); cached, since each pass reads the same text."""
     if not text:
         return ()
     # Split on "\n" only: str.splitlines would also split on \x0b, \x1c, U+2028 and others.
@@ -206,18 +187,12 @@ def split_lines(text: str) -> list[Line]:
     return [Line(content, eol, link) for content, eol, link in _parse_lines(text)]
 
 
-def join_lines(lines: Iterable[Line]) -> str:
-    return "".join(line.text for line in lines)
-
-
 def dominant_eol(text: str) -> str:
     crlf = text.count("\r\n")
     return "\r\n" if crlf and crlf >= text.count("\n") - crlf else "\n"
 
 
-# POINTER over a whole text at once: one C-level scan instead of a Python loop per line. A
-# line ends at "\n" only, as split_lines reads it, so its leading whitespace may hold a lone
-# "\r"; it never holds a "\n": no match spans two lines.
+# POINTER over a whole text at once (one C-level scan); no match spans two lines.
 _POINTER_IN_TEXT = re.compile(r"^[^\S\n]*[-*][^\S\n]+\[(.*?)\]\(([^()\s]+)\)", re.MULTILINE)
 
 
@@ -235,12 +210,9 @@ _LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def cr_links(text: str) -> list[Link]:
-    """The LOCAL links of pointers that follow a lone `\r` inside a line of `text`.
-
-    A line split on `\n` only is what Claude Code's window counts (with no comment removed,
-    a lone-CR file is one line to it), but before sending the text it turns every `\r` into
-    `\n`: the agent reads each piece as a line of its own, and a pointer in one indexes its
-    memory. memoryd keeps such a line whole (its bytes are the person's)."""
+    """The LOCAL links of pointers that follow a lone `\r` inside a line of `text`: Claude
+    Code sends every `\r` as `\n`, so the agent reads each piece as a line, and a pointer in
+    one indexes its memory. memoryd keeps such a line whole (its bytes are the person's)."""
     if "\r" not in text or not _LONE_CR.search(text):
         return []
     out = []
@@ -255,9 +227,8 @@ def cr_links(text: str) -> list[Link]:
 
 
 def cr_visible(content: str, hiding: View | None) -> list[Link]:
-    """`cr_links(content)`; of a line a construct hides (`hiding`: the view that says so),
-    only those the agent's loaded text holds: the construct that starts the line (a comment)
-    may end before a later piece of it."""
+    """`cr_links(content)`; of a line a construct hides (`hiding`), only those the loaded
+    text holds (a comment starting the line may end before a later piece)."""
     links = cr_links(content)
     if hiding is None or not links:
         return links
@@ -266,8 +237,7 @@ def cr_visible(content: str, hiding: View | None) -> list[Link]:
 
 
 def release_parsed() -> None:
-    """Drop the cached parses of the last texts and their links: at 10,000 memories they hold
-    ~12 MB, which a long-running process should not keep between passes."""
+    """Drop the cached parses (~12 MB at 10,000 memories) between a daemon's passes."""
     _parse_lines.cache_clear()
     local_links.cache_clear()
     _view.cache_clear()
@@ -281,8 +251,7 @@ class PointerLine:
 
 
 def pointer_lines(text: str) -> Iterator[PointerLine]:
-    """The pointer lines of an index text with a LOCAL link, in order, as `split_lines` reads
-    them (content without its ending), without splitting the text into line objects."""
+    """The LOCAL pointer lines of an index text, in order, without splitting it into Lines."""
     for found in _POINTER_IN_TEXT.finditer(text):
         link = classify_link(found.group(2))
         if link.kind is LinkKind.LOCAL:
@@ -298,9 +267,8 @@ HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
 
 @dataclass(frozen=True, slots=True)
 class Place:
-    """Where a pointer line sat in MEMORY.md, so that a restore can put it back there: the
-    pointer line just before it under the same heading (None: it was the first there), and
-    that heading's line (None: it sat above every heading)."""
+    """Where a pointer line sat in MEMORY.md, for a restore: the pointer line before it under
+    its heading (None: the first there), and that heading (None: above every heading)."""
 
     after: str | None
     heading: str | None
@@ -310,8 +278,7 @@ class Place:
 
     @classmethod
     def of(cls, value: object) -> "Place | None":
-        """A Place from a manifest's record, None when it has none or it is malformed (a
-        manifest is a file anyone who can write the dir can plant: one line each, or nothing)."""
+        """A Place from a manifest's record (untrusted: one line each), else None."""
         if not isinstance(value, dict):
             return None
         after, heading = value.get("after"), value.get("heading")
@@ -412,15 +379,12 @@ class Ownership:
 class LastPass:
     """What a caller knows of memoryd's last pass over this index (decide_ownership).
 
-    `known`: when memoryd managed this index at its last pass, the memory files it knew then.
-    Files that arrived since are what the index should gain, so they do not count against
-    ownership (a burst of new files must not turn a managed index into an unmanaged one); a
-    person rewriting the index into something else still does. `as_left`: MEMORY.md is the
-    file that pass left, so every pointer line in it is memoryd's own: managed. The held view
-    also knows `archive_targets` (the archive's pointer targets, not re-read from its text),
-    `only_missing` (no other memory file can lack a pointer: the daemon, after a pass that
-    gave every file one, knows only the changed and the waiting can) and `arrived` (the memory
-    files not in `known`, known without looking at every file).
+    `known`: the memory files of the last pass, if it managed the index; files that arrived
+    since do not count against ownership (a burst of new files must not unmanage an index; a
+    person's rewrite still does). `as_left`: MEMORY.md is the file that pass left: managed.
+    The held view also knows `archive_targets` (not re-read), `only_missing` (the only files
+    that can lack a pointer: the changed and the waiting) and `arrived` (the files not in
+    `known`, without looking at every file).
     """
 
     known: Set[str] | None = None
@@ -444,9 +408,8 @@ def decide_ownership(
     if said is not None:
         return said
     assert main is not None  # (a missing MEMORY.md is said to be memoryd's above)
-    # The files that count are those memoryd knew; the set of those that arrived since is
-    # small, where a copy of the others would be 10,000 names on every daemon pass.
-    # (`memory_files - known` would copy all of them first: dict views subtract that way.)
+    # The files that count are those memoryd knew; those that arrived are few (no copy of the
+    # 10,000 others: `memory_files - known` on dict views copies them all first).
     known, arrived = last.known, last.arrived
     if known is None:
         arrived = frozenset[str]()
@@ -501,8 +464,7 @@ def _uncovered(
     last: LastPass,
 ) -> set[str]:
     """The memory files that count (not `arrived`) with no pointer line anywhere."""
-    # MEMORY.md's lines as the edit parses them (cached: the edit that follows takes them, so
-    # a MEMORY.md of 10,000 lines at a first index is parsed once, not once more here).
+    # Parsed as the edit parses them (cached: the edit that follows reuses the parse).
     targets = {
         link.target
         for _, _, link in _parse_lines(main)
@@ -570,7 +532,7 @@ def _view(text: str, max_lines: int, max_units: int, kind: ViewKind) -> View:
 
 
 def measure_view(text: str, view: View) -> Measure:
-    """The window's measure of what the agent loads (not of the raw text: `measure`)."""
+    """The window's measure of what the agent loads (`measure` is of the raw text)."""
     size = len(text) if text.isascii() else len(text.encode("utf-8"))
     return Measure(view.lines, view.units, size)
 
@@ -626,11 +588,11 @@ def verify(
     kind: ViewKind = ViewKind.AUTO,
     archive_links: Sequence[Link] | None = None,
 ) -> list[str]:
-    """Problems with the index as it is on disk; an empty list means it is consistent.
+    """Problems with the index as it is on disk; none means it is consistent.
 
-    MEMORY.md's pointer lines count as the agent sees them: one hidden in a comment block or
-    in stripped frontmatter indexes nothing (and, hand-written, is not checked).
-    `archive_links`: `local_links(archive)` from a caller that knows them (IndexEdit's)."""
+    MEMORY.md's pointers count as the agent sees them: one in a comment block or stripped
+    frontmatter indexes nothing (and, hand-written, is not checked). `archive_links`:
+    `local_links(archive)` when the caller knows them (IndexEdit's)."""
     problems: list[str] = []
     counts: dict[str, int] = {}
     trailers = len(_TRAILER_IN_TEXT.findall(main)) if main else 0

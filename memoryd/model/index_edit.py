@@ -30,7 +30,6 @@ from memoryd.model.index import (
     encode_target,
     fits,
     fits_view,
-    join_lines,
     measure,
     measure_view,
     outside_window,
@@ -57,19 +56,16 @@ class IndexEdit:
     dead_links: list[str] = field(default_factory=list)
     invalid_links: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # new files still inside their grace
-    # Memories whose only pointers in MEMORY.md the agent cannot see, and why (the hand-written
-    # lines stay; each memory gets a visible pointer once past its grace).
+    # Memories whose only pointers the agent cannot see, and why (each gets a visible one).
     shadowed: dict[str, Hidden] = field(default_factory=dict)
     over_budget: Measure | None = None
     outside: list[str] = field(default_factory=list)
     fits_window: bool = True
     # What `IndexInput.own` becomes for the files whose lines the edit looked at: the digest of
-    # the line memoryd now owns, or None (its line is gone, or lost to another). The pointers
-    # the edit adds are not in it: see note_own.
+    # the line memoryd now owns, or None. The pointers added are not in it: see note_own.
     own: dict[str, str | None] = field(default_factory=dict)
-    # `local_links(archive)`, known from the lines the archive was made of (no parse of the
-    # whole archive again to verify it); None when not known (see _links_as_written). Derived
-    # from `archive`: no part of what an edit is when two are compared (the twin tests).
+    # `local_links(archive)`, known from the lines it was made of (see _links_as_written);
+    # derived from `archive`, so no part of an edit's equality.
     archive_links: tuple[Link, ...] | None = field(default=None, compare=False, repr=False)
 
 
@@ -90,12 +86,10 @@ class IndexInput:
     preferred: Mapping[str, str] = field(default_factory=dict)  # file -> pointer line to reuse
     # file -> where its pointer sat before it went to the trash (a restore; see Place)
     placements: Mapping[str, Place] = field(default_factory=dict)
-    # How many memory files the dir holds, when `memories` carries only the ones an edit
-    # restricted to changed files needs (index_held); None: len(memories).
+    # How many memory files the dir holds when `memories` is partial (index_held); None: all.
     total: int | None = None
-    # file -> line_digest of the pointer line memoryd itself wrote for it (DirState.own): only
-    # that line is memoryd's; any other, however much it looks like memoryd's template, is
-    # the agent's or a person's.
+    # file -> line_digest of the pointer line memoryd wrote for it (DirState.own): only that
+    # line is memoryd's; any other, however much it looks like its template, is not.
     own: Mapping[str, str] = field(default_factory=dict)
     view: ViewKind = ViewKind.AUTO  # how the agent loads this dir's MEMORY.md
 
@@ -118,9 +112,9 @@ def note_own(
     separator: str,
     restored: Set[str] = frozenset(),
 ) -> set[str]:
-    """Take `edit`'s word on memoryd's own lines into `own` (see IndexInput.own), with the
-    pointers it added: generated from the entry, except those of `restored` files (a line put
-    back from the trash is as the agent wrote it). The names whose record changed."""
+    """Take `edit`'s word on memoryd's own lines into `own` (IndexInput.own), with the
+    pointers it added but those of `restored` files (the agent's lines put back). The names
+    whose record changed."""
     changed: set[str] = set()
     for name, digest in edit.own.items():
         if digest is None:
@@ -151,9 +145,8 @@ def _new_pointer(filename: str, inp: IndexInput, eol: str) -> Line:
 def _put_back_placed(
     lines: list[Line], new: Sequence[str], inp: IndexInput, eol: str
 ) -> dict[str, int]:
-    """Insert the pointers of the `new` files that have a place (a restore) there, in place;
-    the files placed and where. Only a line's missing final ending is added to a line that
-    is there: every other byte of the person's text stays as it was."""
+    """Insert the pointers of the `new` files that have a place (a restore) there; the files
+    placed and where. Of the person's lines, only a missing final ending changes."""
     placed: dict[str, int] = {}
     for filename in new:
         place = inp.placements.get(filename)
@@ -174,13 +167,12 @@ def _finish(lines: list[Line], had_final_newline: bool, eol: str) -> str:
     if had_final_newline and not last.eol:
         last.eol = eol
     elif not had_final_newline and last.content:
-        # Keep "no final newline" as it was; but a blank last line would vanish without its
-        # line ending, and a person's line outranks the missing newline.
+        # Keep "no final newline"; but a blank last line keeps its ending, or it would vanish.
         last.eol = ""
     for line in lines[:-1]:
         if not line.eol:
             line.eol = eol
-    return join_lines(lines)
+    return "".join(line.text for line in lines)
 
 
 def _joined(lines: Sequence[Line], had_final_newline: bool, eol: str) -> str:
@@ -211,8 +203,7 @@ class SomeArchiveLines:
 
 @dataclass(slots=True)
 class _Work:
-    """The edit's working state: both files' lines as each step leaves them, and what the
-    steps need of the texts they came from."""
+    """The edit's working state: both files' lines as each step leaves them."""
 
     inp: IndexInput
     edit: IndexEdit
@@ -221,14 +212,12 @@ class _Work:
     eol: str
     main_final_nl: bool
     main: list[Line]
-    arch: list[Line]
-    archive_exists: bool
     arch_eol: str
-    arch_final_nl: bool
-    # Lines the agent cannot see for what the text holds (a comment block, stripped
-    # frontmatter): hand-written, kept as they are, and no pointer of them indexes a memory.
-    # They are known by identity, so the filtering of each step keeps the mark (and `hidden`
-    # keeps them alive, so no line made later can take an identity over).
+    arch: list[Line] = field(default_factory=list)
+    archive_exists: bool = False
+    arch_final_nl: bool = True
+    # Lines hidden by a construct (a comment block, stripped frontmatter): kept as they are,
+    # and none indexes a memory. Known by identity, which each step's filtering keeps.
     shadow: dict[int, Hidden] = field(default_factory=dict)
     seen_view: View | None = None
     rewrote: dict[int, str] = field(default_factory=dict)  # id of a line rewritten -> before
@@ -240,9 +229,8 @@ def edit_lines(
 ) -> tuple[IndexEdit, list[Line]]:
     """`update_index`, also returning the archive's final lines.
 
-    `some`: only some of the archive's lines instead of `inp.archive` (ignored then): the edit
-    of `index_held`, which looks only at the lines a change can affect. The returned edit's
-    `archive` is then the text of those lines after the edit, not of the whole archive.
+    `some`: only the archive lines a change can affect, instead of `inp.archive` (index_held's
+    edit); the returned edit's `archive` is then the text of those lines only.
     """
     work = _start(inp, some)
     _drop_gone(work)
@@ -259,19 +247,10 @@ def _start(inp: IndexInput, some: SomeArchiveLines | None) -> _Work:
     main_text = inp.main or ""
     blank_main = not main_text.strip()
     eol = dominant_eol(main_text) if main_text else "\n"
-    work = _Work(
-        inp,
-        IndexEdit(main=inp.main, archive=inp.archive),
-        main_text,
-        blank_main,
-        eol,
-        main_text.endswith("\n") if main_text else True,
-        split_lines(main_text) if not blank_main else [],
-        [],
-        False,
-        eol,
-        True,
-    )
+    final_nl = main_text.endswith("\n") if main_text else True
+    main = split_lines(main_text) if not blank_main else []
+    edit = IndexEdit(main=inp.main, archive=inp.archive)
+    work = _Work(inp, edit, main_text, blank_main, eol, final_nl, main, eol)
     if some is not None:
         work.arch, work.archive_exists = some.lines, some.exists
         work.arch_eol, work.arch_final_nl = some.eol or eol, some.final_newline
@@ -281,8 +260,7 @@ def _start(inp: IndexInput, some: SomeArchiveLines | None) -> _Work:
         if arch_text:
             work.arch_eol, work.arch_final_nl = dominant_eol(arch_text), arch_text.endswith("\n")
         if not has_frontmatter(arch_text):
-            # An archive from before memoryd wrote one gets its frontmatter (once: then it
-            # has one). The held edit (index_held) refuses such an archive, so this runs.
+            # An archive from before memoryd wrote one gets its frontmatter, once.
             work.arch = [*archive_frontmatter(inp.heading, work.arch_eol), *work.arch]
     work.had_archive = work.archive_exists
     if work.main and ("<!--" in main_text or main_text.startswith("---")):
@@ -317,8 +295,7 @@ def _drop_gone(work: _Work) -> None:
 
 
 def _memory_pointers(work: _Work) -> list[tuple[Line, str]]:
-    """The visible pointer lines of both files to a memory file, with the memory each names
-    (one pass over the lines, locals only: an archive holds 10,000 of them)."""
+    """The visible pointer lines of both files to a memory file, with the memory each names."""
     memories, shadow, local = work.inp.memories, work.shadow, LinkKind.LOCAL
     return [
         (line, link.target)
@@ -351,11 +328,9 @@ def _follow_renames(work: _Work) -> None:
 
 def _collapse_duplicates(work: _Work) -> None:
     """3. Duplicate pointers to one file collapse: memoryd's own line (the one its state
-    recorded, not one that merely looks like its template) loses to any other, and among the
-    others the first wins (MEMORY.md before the archive). The record follows: it names the
-    line left if memoryd wrote it (a rewrite above included), else nothing. A hidden line
-    takes no part: it is the person's and stays, and the visible pointer beside it is the one
-    that indexes the memory for the agent."""
+    recorded) loses to any other, and among the others the first wins (MEMORY.md before the
+    archive). The record names the line left if memoryd wrote it, else nothing. A hidden line
+    takes no part: it is the person's and stays."""
     groups: dict[str, list[Line]] = {}
     for line, target in _memory_pointers(work):
         groups.setdefault(target, []).append(line)
@@ -425,8 +400,7 @@ def _insert_new(work: _Work, added: list[Line]) -> None:
         work.main = [Line(f"# {work.inp.heading} Memory", eol), Line("", eol), *added]
         work.main_final_nl = True
         return
-    # After the last pointer to a file of this dir; links to the web or elsewhere (a
-    # "## Links" section) are not where a new memory belongs.
+    # After the last pointer to a file of this dir (not in a "## Links" section, say).
     last = _last_pointer(work, local=True)
     if last is None:
         last = _last_pointer(work, local=False)
@@ -458,8 +432,8 @@ def _last_pointer(work: _Work, *, local: bool) -> int | None:
 
 # --- 5. the budget ------------------------------------------------------------------------------
 def _with_trailer(work: _Work, lines: list[Line], force: bool = False) -> list[Line]:
-    """MEMORY.md's lines with the one trailer line that points to the archive, counting all
-    memories (when there is an archive, or one is made now)."""
+    """MEMORY.md's lines with one trailer line to the archive (when there is one), counting
+    all memories."""
     inp, eol = work.inp, work.eol
     total = len(inp.memories) if inp.total is None else inp.total
     trailer_at = [i for i, ln in enumerate(lines) if TRAILER.match(ln.content)]
@@ -525,11 +499,9 @@ class _Demotion:
 
     @classmethod
     def of(cls, work: _Work) -> "_Demotion":
-        """(age, file, where) of the pointers that may go, oldest first: each line's entry is
-        looked up once (a generator of four lookups a line was a tenth of a first index).
-        Those changed within keep_recent go last, and only while the agent's window is
-        exceeded (never for the soft target): a newer pointer is never left where the agent
-        does not load it (DESIGN amendments, "Visibility over recency")."""
+        """(age, file, where) of the pointers that may go, oldest first. Those changed within
+        keep_recent go last, and only while the agent's window is exceeded (never for the soft
+        target): DESIGN amendments, "Visibility over recency"."""
         inp = work.inp
         older: list[tuple[float, str, int]] = []
         recent: list[tuple[float, str, int]] = []
@@ -546,9 +518,8 @@ class _Demotion:
         return cls(work, iter(older), inp.budget.mode == "target", [recent])
 
     def run(self) -> None:
-        """Subtract each demoted line from one measurement of the agent's view instead of
-        re-rendering per line (quadratic at 10,000 entries); then measure again exactly, and
-        go on only if the estimate fell short (trimmed edges, lone CRs)."""
+        """Subtract each demoted line from one measurement instead of re-rendering per line
+        (quadratic at 10,000); then measure exactly, going on if the estimate fell short."""
         work, budget = self.work, self.work.inp.budget
         for rounds in range(MAX_ROUNDS):
             kept = [ln for i, ln in enumerate(work.main) if i not in self.demoted_at]
@@ -569,19 +540,15 @@ class _Demotion:
         return True
 
     def _take(self, view: View, m: Measure) -> bool:
-        """Demote from the queue until the estimate fits; whether any line was taken.
-
-        Lines demoted whose characters and bytes are not subtracted yet: while the line count
-        alone is over the window no estimate can fit, so they are subtracted in one go once
-        it is not (9,870 demoted lines at a first index: one encode, not 20,000). The sums
-        are the same either way."""
+        """Demote from the queue until the estimate fits; whether any line was taken. While
+        the line count alone is over the window, lines are taken in bulk and their size
+        subtracted in one go (one encode, not one per line; the sums are the same)."""
         work, budget, eol = self.work, self.work.inp.budget, self.work.eol
         lines_left, chars, size = m.lines, m.chars, m.bytes
         pending: list[Line] = []
         progressed = False
         if not view.folded and lines_left > budget.max_lines + 1:
-            # Each line takes exactly one off the count: the lines after which it is still
-            # over the window by more than one are taken in one go; the loop takes the next.
+            # Each line takes one off the count: those that leave it still over are bulk.
             bulk = list(itertools.islice(self.queue, lines_left - budget.max_lines - 1))
             self._demote(bulk, pending)
             lines_left -= len(bulk)
@@ -632,19 +599,16 @@ def _render(work: _Work, some: SomeArchiveLines | None) -> None:
                 [] if edit.fits_window else outside_window(edit.main, inp.budget, view=view)
             )
     if edit.dead_links and edit.main is not None and view_reshaped(work.main_text, edit.main):
-        # Dead links are reported for the index as written: one the edit's own change hid
-        # (removing a first pointer above a `---` line makes the rest frontmatter) is no
-        # pointer of the agent's any more, and one it revealed is one.
+        # Dead links are those of the index as written (the edit may hide or reveal lines:
+        # removing a first pointer above a `---` line makes the rest frontmatter).
         dead = {link.target for link in visible_local_links(edit.main, inp.view)}
         dead.update(ln.link.target for ln in work.arch if ln.link is not None)
         edit.dead_links = [t for t in edit.dead_links if t in dead]
 
 
 def _split_lone_crs(lines: list[Line], shadow: Mapping[int, Hidden], eol: str) -> list[Line]:
-    """`lines`, each one holding a lone CR (outside a comment or frontmatter) as the lines
-    the agent reads it as, ended by `eol` but the last: for an index over the agent's window,
-    so that their pointers can go to the archive one by one (the agent counts each piece as
-    a line; kept whole, such a line left its pointers past the window for good)."""
+    """`lines`, each holding a lone CR (not hidden) split into the lines the agent reads, so
+    that their pointers can be demoted one by one (whole, they stayed past the window)."""
     if not any("\r" in line.content for line in lines):
         return lines
     out: list[Line] = []
@@ -659,12 +623,10 @@ def _split_lone_crs(lines: list[Line], shadow: Mapping[int, Hidden], eol: str) -
 
 
 def _links_as_written(lines: Sequence[Line], rendered: Set[str]) -> tuple[Link, ...] | None:
-    """`local_links` of the text `lines` join into, from the links the lines carry: a line
-    parsed from the text read carries what its content reads as, and its content is as read
-    (only line endings change, and a line parses on its own). Lines the edit wrote itself
-    (the pointers of `rendered` files, and any other line with `](` but no link) are parsed
-    again: if one reads back as another link, or a line holds a line break, None, and the
-    verification parses the text."""
+    """`local_links` of the text `lines` join into, from the links the lines carry (a line
+    parsed from the text read is as read). Lines the edit wrote (the pointers of `rendered`
+    files, any line with `](` but no link) are parsed again: one reading back otherwise, or
+    holding a line break, gives None (the verification parses the text)."""
     out: list[Link] = []
     for line in lines:
         if "\n" in line.content or "\r" in line.content:
@@ -687,12 +649,9 @@ def view_reshaped(before: str, after: str) -> bool:
 
 
 def archive_frontmatter(heading: str, eol: str) -> list[Line]:
-    """The frontmatter the archive starts with: Claude Code's scan of the memory dir lists
-    the archive as a memory, and picks memories to read on demand by their description.
-
-    The values are YAML double-quoted (JSON) strings, so a `:` or a `#` in the project's name
-    cannot break them; a run of three dashes in the name would end the block early for Claude
-    Code (it closes frontmatter at the first `---` anywhere), so it becomes two."""
+    """The archive's frontmatter: Claude Code lists the archive as a memory and reads it on
+    demand by its description. Values are JSON strings (a `:` or `#` cannot break them); a
+    `---` in the name would end the block for Claude Code, so it becomes `--`."""
     project = re.sub(r"-{3,}", "--", " ".join(heading.split()))
     description = (
         f"Archived index entries for {project}: pointers to older memories, moved out of "

@@ -1,14 +1,12 @@
-"""Regular expressions compiled at their first use, not at import: a pattern a command never uses
-costs it nothing at start-up (the block-level patterns of memoryd.model.agentview took ~5 ms
-of every `memoryd index`, which measures a plain MEMORY.md without them)."""
+"""Regular expressions compiled at their first use, not at import: a pattern a command never
+uses costs it nothing at start-up (agentview's block patterns took ~5 ms of every index)."""
 
 import re
 from typing import Any, cast
 
 
 class _LazyPattern:
-    """Stands for `re.compile(pattern, flags)`; each attribute (`match`, `sub`...) is fetched
-    from the compiled pattern once, then kept here."""
+    """Stands for `re.compile(pattern, flags)`; each attribute is fetched once, then kept."""
 
     def __init__(self, pattern: str, flags: int) -> None:
         self._source = pattern

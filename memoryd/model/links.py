@@ -1,10 +1,8 @@
-"""`[[name]]` links between memories (Claude Code tells the agent to link memories so), and
-which of them name no memory of the dir (pure).
+"""`[[name]]` links between memories, and which of them name no memory of the dir (pure).
 
-A link names a memory by its frontmatter `name` or its file name without `.md`, compared
-without case; `[[name|label]]` and `[[name#heading]]` name `name`. A link is *dangling* when
-no file of the dir answers to it: after a pass moved its target to the trash, or ever since it
-was written. Reported, never acted on: the memory holding it is the agent's text.
+A link names a memory by its frontmatter `name` or its file name without `.md`, without case;
+`[[name|label]]` and `[[name#heading]]` name `name`. A *dangling* link (no file of the dir
+answers to it) is reported, never acted on: the memory holding it is the agent's text.
 """
 
 import re
@@ -50,9 +48,9 @@ def dangling(
     others: Iterable[str] = (),
     moved: Iterable[str] = (),
 ) -> list[Dangling]:
-    """The links of the memories that stay (`links`: file -> names linked) that no file staying
-    answers to. `names`: every memory file -> its frontmatter name; `others`: the dir's other
-    `*.md` files (unparseable, notes: they exist); `moved`: the memories the pass moves."""
+    """The links (`links`: file -> names) of the memories that stay that no staying file
+    answers to. `names`: file -> frontmatter name; `others`: the dir's other `*.md` files;
+    `moved`: the memories the pass moves."""
     gone = set(moved)
     staying: set[str] = set()
     leaving: dict[str, str] = {}

@@ -69,16 +69,6 @@ class Problem:
 Parsed = Memory | NotMemory | Problem
 
 
-# --- YAML: strings only, no aliases (memoryd.model.yamlstrings, imported when first needed)
-# ---------
-def load_yaml_strings(text: str) -> Any:
-    """PyYAML's reading of a block, every scalar a string, aliases refused
-    (memoryd.model.yamlstrings); raises what yaml.load raises."""
-    from memoryd.model.yamlstrings import load_yaml_strings as load
-
-    return load(text)
-
-
 # --- the fast path: flat lines and one indented block ---------------------------------------
 
 
@@ -129,12 +119,10 @@ def _flow_list(value: str) -> list[str] | None:
     return None if any(v is None for v in out) else out  # type: ignore[return-value]
 
 
-# The commonest frontmatter, read with one regex pass instead of a loop over lines: each line is
-# `key: value`, `key:` opening a block, or an indented `key: value` inside that block. A value is
-# plain (no indicator first, not ending in `:` or a space) or double-quoted with no `"` or `\`
-# inside. A line of any other shape (blank, `- item`, trailing blanks, ...) leaves `key` empty.
-# The rules a regex would pay per character for (no tab, CR or ` #` anywhere, no `: ` inside a
-# plain value) are checked over the whole text instead: see `_simple_lines` and `parse_flat`.
+# The commonest frontmatter in one regex pass: each line `key: value`, `key:` opening a block,
+# or an indented `key: value` in it; a value plain or double-quoted with no `"` or `\`. Any
+# other line leaves `key` empty. No tab, CR or ` #`, and no `: ` in a plain value, are checked
+# over the whole text instead (`_simple_lines`, `parse_flat`).
 _SIMPLE_LINE = re.compile(
     r"^(?:( *)([A-Za-z_][A-Za-z0-9_-]*):"
     r"(?: +([^-?:,\[\]{}#&*!|>'\"%@`~\s].*(?<![: ]))| +(\"[^\"\\\n]*\"))?|.*)$",
@@ -183,8 +171,7 @@ def _simple_lines(text: str) -> tuple[dict[str, Any], int] | None:
 
 def _yaml_refuses(text: str) -> bool:
     """Whether YAML is sure to refuse this frontmatter: simple lines, but a plain value holds
-    `: `. YAML ends the plain scalar there and then meets a second mapping value on one line,
-    an error in any block mapping. (Characters YAML also takes as line breaks void that.)"""
+    `: ` (a second mapping value on one line), and no character YAML takes as a line break."""
     simple = _simple_lines(text)
     return (
         simple is not None
@@ -196,10 +183,9 @@ def _yaml_refuses(text: str) -> bool:
 def parse_flat(text: str) -> dict[str, Any] | None:
     """Read simple frontmatter exactly as the YAML loader would; None means ask the loader.
 
-    Simple: top-level `key: value` lines, where a value is a one-line scalar or a `[a, b]` list,
-    or empty and followed by one indented block of `key: value` lines (`metadata:`) or of
-    `- item` lines (`related:`). Anything else (comments, multi-line scalars, deeper nesting,
-    anchors) goes to the loader.
+    Simple: top-level `key: value` lines, a value a one-line scalar or a `[a, b]` list, or
+    empty and followed by one indented block of `key: value` lines (`metadata:`) or `- item`
+    lines (`related:`). Anything else (comments, multi-line scalars, anchors) is YAML's.
     """
     simple = _simple_lines(text)
     if simple is not None:
@@ -229,8 +215,7 @@ def parse_flat(text: str) -> dict[str, Any] | None:
 
 
 def _indented_block(lines: list[str], i: int) -> tuple[list[str], int]:
-    """The non-blank lines of the indented block that starts at line `i`, and the line after
-    it."""
+    """The non-blank lines of the indented block from line `i`, and the line after it."""
     block = []
     while i < len(lines) and (not lines[i].strip() or lines[i][0] == " "):
         if lines[i].strip():
@@ -261,9 +246,8 @@ def _block_value(block: list[str]) -> list[str] | dict[str, str] | None:
     return nested
 
 
-# `key:` at the start of a line, after any indent. What follows is read with str methods: a
-# regex for the value (`[ \t]+(.*?)[ \t]*$`) rescans the trailing blanks from every position of
-# a run of blanks, quadratic in it (15 KB of frontmatter took a second).
+# `key:` after any indent; the value is read with str methods (a regex for it rescans a run of
+# trailing blanks from each of its positions: 15 KB of frontmatter took a second).
 _LENIENT_KEY = re.compile(r"([ \t]*)([A-Za-z_][A-Za-z0-9_-]*):")
 _STRUCTURE_START = "[{&*!|>%@`"
 
@@ -271,10 +255,9 @@ _STRUCTURE_START = "[{&*!|>%@`"
 def parse_lenient(text: str) -> dict[str, Any] | None:
     """`key: value` lines (one level of nesting) that strict YAML rejects for their values.
 
-    Agents write descriptions such as `avoid typing it as `: object`` or `"quoted" then more`:
-    strict YAML refuses them, the agent itself reads them fine. Values are taken verbatim, but
-    never when one opens a YAML structure (`[`, `{`, an anchor, a block scalar): then the author
-    may have meant YAML, and the file is reported instead.
+    Agents write descriptions such as `avoid typing it as `: object`` that YAML refuses and the
+    agent reads fine. Values are taken verbatim, but never one that opens a YAML structure (`[`,
+    `{`, an anchor, a block scalar): its author may have meant YAML, and it is reported.
     """
     out: dict[str, Any] = {}
     nested: dict[str, str] | None = None
@@ -308,8 +291,7 @@ def parse_lenient(text: str) -> dict[str, Any] | None:
 
 
 def _value_after_key(line: str, at: int) -> str | None:
-    """The value of a `key: value` line whose key ends at ``at``, blanks around it dropped;
-    None when a character other than a blank follows the colon."""
+    """The value after the key ending at `at`, stripped; None when no blank follows the `:`."""
     rest = line[at:]
     if rest and rest[0] not in " \t":
         return None
@@ -321,12 +303,8 @@ _NOT_PLAIN_START = frozenset("'\"[{&*!|>#")
 
 
 def _keep_hash_text(fields: dict[str, Any], fm_text: str) -> None:
-    """`description: review of #2041 dedup` means the whole text, not a YAML comment.
-
-    Agents write `#123` issue numbers and `#tags` in plain values; YAML would cut the value at
-    ` #`, silently shortening the description memoryd shows in the index. For top-level plain
-    values, the text as written wins.
-    """
+    """`description: review of #2041 dedup` means the whole text, not a YAML comment: for
+    top-level plain values the text as written wins over YAML's cut at ` #`."""
     for line in fm_text.split("\n"):
         line = line.removesuffix("\r")
         match = _TOP_KEY.match(line)
@@ -367,8 +345,7 @@ def _split_frontmatter(text: str, max_fm_bytes: int) -> tuple[str, int] | str | 
 
 
 def _find_closing(text: str) -> tuple[str, int] | str | None:
-    """`_split_frontmatter` for any header: the first closing line within 30, found with
-    str.find (a closing line is `---` or `...` with only whitespace after it)."""
+    """`_split_frontmatter` for any header: the first `---` or `...` line within 30."""
     if not text.startswith(("---\n", "---\r\n")):
         return None
     start = text.index("\n") + 1
@@ -391,8 +368,7 @@ def _text_field(data: Mapping[str, Any], key: str) -> str:
     value = data.get(key)
     if not isinstance(value, str):
         return ""
-    # Most values are one line already: printable (so the only whitespace is " "), with no run
-    # of spaces and none at either end. Checking that is cheaper than splitting and joining.
+    # Most values are one line already: checking is cheaper than splitting and joining.
     if value.isprintable() and "  " not in value and value[:1] != " " and value[-1:] != " ":
         return value
     return " ".join(value.split())  # fold newlines and runs of space: an index line is one line
@@ -432,10 +408,12 @@ def _agent_region(text: str) -> str | None:
 
 
 def _fields_of(fm_text: str) -> dict[str, Any]:
-    """Frontmatter fields of a block for a second reading; {} when they cannot be read."""
+    """A block's fields for a second reading; {} when they cannot be read."""
     fields = parse_flat(fm_text)
     if fields is None:
         from yaml import YAMLError
+
+        from memoryd.model.yamlstrings import load_yaml_strings
 
         try:
             loaded = load_yaml_strings(fm_text)
@@ -446,11 +424,9 @@ def _fields_of(fm_text: str) -> dict[str, Any]:
 
 
 def agent_type(text: str, fm_text: str, fields: Mapping[str, Any]) -> str:
-    """The type Claude Code reads in a memory file whose text (BOM gone) is `text`, given
-    memoryd's own frontmatter block `fm_text` and its `fields`.
-
-    Where both find the same block (no `---` inside it, closed by a `---` line: nearly every
-    file), memoryd's fields are Claude Code's; else its own block is read again."""
+    """The type Claude Code reads in a memory file of `text` (BOM gone), given memoryd's own
+    frontmatter block `fm_text` and its `fields`: where both find the same block (no `---`
+    inside, closed by a `---` line: nearly every file), memoryd's fields are Claude Code's."""
     closing = 5 + len(fm_text)  # after `---\n`, the block and its `\n`
     if (
         text.startswith("---", closing)
@@ -487,8 +463,7 @@ def protective_type(fields: Mapping[str, Any], agent: str) -> str:
 def _parse(
     filename: str, data: bytes, max_file_bytes: int, max_frontmatter_bytes: int
 ) -> tuple[str, dict[str, Any], str, int, str] | NotMemory | Problem:
-    """(sha256, frontmatter fields, text, where the body starts, the frontmatter's text), or
-    what the file is instead."""
+    """(sha256, fields, text, where the body starts, frontmatter text), or what it is instead."""
     digest = hashlib.sha256(data).hexdigest()
     text = _text_of(filename, data, max_file_bytes, digest)
     if isinstance(text, Problem):
@@ -573,11 +548,10 @@ def _frontmatter_fields(filename: str, fm_text: str, digest: str) -> dict[str, A
 
 
 def _loaded(filename: str, fm_text: str, digest: str) -> Any:
-    """The frontmatter as the YAML loader reads it (strings kept as written), else leniently;
-    a Problem when neither can."""
+    """The frontmatter as the YAML loader reads it, else leniently; a Problem when neither can."""
     from yaml import YAMLError
 
-    from memoryd.model.yamlstrings import hint_for_yaml
+    from memoryd.model.yamlstrings import hint_for_yaml, load_yaml_strings
 
     try:
         return load_yaml_strings(fm_text)
@@ -603,8 +577,7 @@ def _loaded(filename: str, fm_text: str, digest: str) -> Any:
 
 
 class Summary(NamedTuple):
-    """What the scanner keeps of a memory: `parse_memory`'s fields without the body and the
-    frontmatter (building those for every file of a cold scan costs a tenth of it)."""
+    """`parse_memory`'s fields but the body and frontmatter (a tenth of a cold scan's cost)."""
 
     sha256: str
     name: str
@@ -633,8 +606,8 @@ _no_hint: Callable[[str], bool] | None = None
 
 
 def mask(text: str) -> str:
-    """memoryd.discipline.secrets.mask, imported at the first memory parsed: a pass that parses none
-    (an `index` with nothing changed) does not compile the secret patterns' tries."""
+    """discipline.secrets.mask, imported at the first memory parsed (a pass that parses none
+    compiles no secret pattern)."""
     global _mask
     if _mask is None:
         from memoryd.discipline import secrets
@@ -644,8 +617,7 @@ def mask(text: str) -> str:
 
 
 def _mask_both(name: str, description: str) -> tuple[str, str]:
-    """`mask` of each, after one look at both for any hint of a secret (most have none): the
-    hints hold no line break, so none is found across the one joining the two."""
+    """`mask` of each, after one look at both for a hint of a secret (no hint spans a line)."""
     global _no_hint
     if _no_hint is None:
         from memoryd.discipline import secrets
@@ -657,9 +629,8 @@ def _mask_both(name: str, description: str) -> tuple[str, str]:
 
 
 def _summarize(digest: str, fields: Mapping[str, Any], text: str, fm_text: str) -> Summary:
-    """The frontmatter fields memoryd uses. A secret in the name or description is masked
-    (memoryd.discipline.secrets): they go into MEMORY.md pointer lines, the parse cache and search
-    results, and a credential must leave the memory file in none of them."""
+    """The frontmatter fields memoryd uses; a secret in the name or description is masked, as
+    they go into pointer lines, the parse cache and search results."""
     name, description = _text_field(fields, "name"), _text_field(fields, "description")
     name, description = _mask_both(name, description)
     # Most memories have neither date: look before calling. With both, the newer one counts
@@ -685,19 +656,8 @@ def parse_memory(
     if not isinstance(parsed, tuple):
         return parsed
     digest, fields, text, body_start, fm_text = parsed
-    summary = _summarize(digest, fields, text, fm_text)
-    return Memory(
-        filename=filename,
-        name=summary.name,
-        description=summary.description,
-        type=summary.type,
-        frontmatter=fields,
-        body=text[body_start:],
-        sha256=digest,
-        size=len(data),
-        modified=summary.modified,
-        agent_type=summary.agent_type,
-    )
+    summary = _summarize(digest, fields, text, fm_text)._asdict()
+    return Memory(filename, frontmatter=fields, body=text[body_start:], size=len(data), **summary)
 
 
 def parse_summary(

@@ -25,31 +25,22 @@ def _construct_str(loader: yaml.SafeLoader, node: yaml.Node) -> str:
     return str(loader.construct_scalar(node))  # type: ignore[arg-type]
 
 
-# Resolve every plain scalar as a string by removing the implicit resolvers; explicit tags
-# (`!!int 3`) are refused by routing every known scalar tag to the string constructor.
-_STRING_TAGS = (
-    "tag:yaml.org,2002:bool",
-    "tag:yaml.org,2002:int",
-    "tag:yaml.org,2002:float",
-    "tag:yaml.org,2002:null",
-    "tag:yaml.org,2002:timestamp",
-    "tag:yaml.org,2002:binary",
-    "tag:yaml.org,2002:str",
-)
-_StringOnlyLoader.yaml_implicit_resolvers = {}
-for _tag in _STRING_TAGS:
-    _StringOnlyLoader.add_constructor(_tag, _construct_str)
+def _strings_only(loader: Any) -> None:
+    """Every plain scalar a string (no implicit resolvers), and every scalar tag (`!!int 3`)
+    read by the string constructor."""
+    loader.yaml_implicit_resolvers = {}
+    for tag in ("bool", "int", "float", "null", "timestamp", "binary", "str"):
+        loader.add_constructor(f"tag:yaml.org,2002:{tag}", _construct_str)
 
 
+_strings_only(_StringOnlyLoader)
 _CStringOnlyLoader: Any = None
 if getattr(yaml, "__with_libyaml__", False):
 
     class _CStringOnlyLoader(yaml.CSafeLoader):  # type: ignore[no-redef]
         """The same rules, composed by libyaml; aliases are refused after composing."""
 
-    _CStringOnlyLoader.yaml_implicit_resolvers = {}
-    for _tag in _STRING_TAGS:
-        _CStringOnlyLoader.add_constructor(_tag, _construct_str)
+    _strings_only(_CStringOnlyLoader)
 
 
 def _refuse_aliases(root: yaml.Node) -> None:
@@ -97,9 +88,8 @@ YAML_CATEGORIES = (
 
 def hint_for_yaml(error: Exception) -> str:
     """The kind of a YAML error and where it is (line and column in the file), no text."""
-    category = next(
-        (what for kind, what in YAML_CATEGORIES if isinstance(error, kind)), "a YAML error"
-    )
+    kinds = (what for kind, what in YAML_CATEGORIES if isinstance(error, kind))
+    category = next(kinds, "a YAML error")
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
     if mark is None:
         return category

@@ -1,6 +1,5 @@
 """The trash: where memoryd puts a memory instead of deleting it, and how it comes back
 (restore, forget, crash recovery, pins).
-modules.
 May import: commands, discover, dream, indexing, model, storage, versions, views, and the flat
 modules.
 """

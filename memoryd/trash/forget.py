@@ -1,12 +1,9 @@
 """Forget on a person's request, thoroughly and undoably (`memoryd forget`).
 
 Every matching memory (by name, description and body words, or the files named) is listed,
-confirmed on a terminal (`--yes` for scripts), then moved to the trash with reason
-`forgotten` by the dream pass's checked mover (journalled, a manifest record, restorable with
-`memoryd trash restore`), and its pointer lines leave MEMORY.md and MEMORY-ARCHIVE.md through
-the index update that ends a dream pass. A query matching more than a quarter of a dir is
-refused (name the files instead); so is a dir whose index memoryd does not manage (its
-pointers would stay).
+confirmed (`--yes` for scripts), moved to the trash as a dream pass moves (journalled,
+restorable), and its pointer lines leave the index as after a dream pass. A query matching
+over a quarter of a dir is refused; so is a dir whose index memoryd does not manage.
 """
 
 import argparse
@@ -86,9 +83,8 @@ def _split(terms: list[str]) -> tuple[list[str], list[Path], list[Path]]:
 
 def _memories(rt: Runtime, md: MemoryDir) -> dict[str, Memory]:
     limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
-    # No versions kept by this scan: it runs without the dir's writer lock (before a prompt),
-    # and a pass of another memoryd process may be between a move and its log line, which
-    # it would record as a deletion by others. forget_in's scan, under the lock, keeps them.
+    # No versions kept: without the writer lock (before a prompt), another process's move
+    # could be seen between the rename and its log line, as a deletion by others.
     scan = scan_dir(md.real_path, {}, max_file_bytes=limits[0], max_frontmatter_bytes=limits[1])
     out: dict[str, Memory] = {}
     with fsops.open_dir(md.real_path) as dir_fd:
@@ -115,11 +111,10 @@ def select(rt: Runtime, query: list[str], files: list[Path], dirs: list[MemoryDi
     chosen = Selection()
     if files:
         for path in files:
+            name = path.name
             if "/" in str(path) or path.exists():
                 found = [memory_dir_of(path.absolute(), rt.config)]
-                name = path.name
             else:
-                name = path.name
                 found = [md for md in dirs if (md.real_path / name).exists()]
             if not found:
                 raise MemorydError(f"{path}: no memory of that name in the dirs looked in")
@@ -146,20 +141,6 @@ def select(rt: Runtime, query: list[str], files: list[Path], dirs: list[MemoryDi
             continue
         chosen.targets += [_target(md, m) for m in hits]
     return chosen
-
-
-def _confirm(out: TextIO, count: int, purge: bool = False) -> bool | None:
-    """The person's answer on a terminal; None when there is no terminal to ask on."""
-    stdin = sys.stdin
-    if stdin is None or not stdin.isatty():
-        return None
-    what = "this memory" if count == 1 else f"these {count} memories"
-    if purge:
-        what += " and every copy memoryd keeps (its kept versions cannot be restored after)"
-    out.write(f"Forget {what}? [y/N] ")
-    out.flush()
-    answer = stdin.readline().strip().lower()
-    return answer in ("y", "yes")
 
 
 @dataclass(slots=True)
@@ -276,10 +257,6 @@ def _purged(rt: Runtime, md: MemoryDir, done: Forgotten, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _where(t: Target) -> str:
-    return shown(t.md.path / t.name)
-
-
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     """`memoryd forget` as the command line gives it (parsed by memoryd.commands.forget)."""
     query, files, dir_args = _split(args.terms)
@@ -309,7 +286,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     head = "[DRY RUN] Would forget" if args.dry_run else "To forget"
     out.write(f"{head} ({len(chosen.targets)}):\n")
     for t in chosen.targets:
-        out.write(f"  {_where(t)} — {shown(t.description)}\n")
+        out.write(f"  {shown(t.md.path / t.name)} — {shown(t.description)}\n")
     if args.dry_run:
         return EXIT_OK
     if not args.yes and not _confirmed(out, len(chosen.targets), args.purge):
@@ -324,16 +301,23 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def _confirmed(out: TextIO, count: int, purge: bool) -> bool:
-    """The person's yes; a no, or no terminal to ask on, is said."""
-    answer = _confirm(out, count, purge)
-    if answer is None:
+    """The person's yes on a terminal; a no, or no terminal to ask on, is said."""
+    stdin = sys.stdin
+    if stdin is None or not stdin.isatty():
         out.write(
             "Not on a terminal, and --yes was not given: nothing was forgotten. Rerun with "
             "--yes to forget these.\n"
         )
-    elif not answer:
-        out.write("Nothing was forgotten.\n")
-    return bool(answer)
+        return False
+    what = "this memory" if count == 1 else f"these {count} memories"
+    if purge:
+        what += " and every copy memoryd keeps (its kept versions cannot be restored after)"
+    out.write(f"Forget {what}? [y/N] ")
+    out.flush()
+    if stdin.readline().strip().lower() in ("y", "yes"):
+        return True
+    out.write("Nothing was forgotten.\n")
+    return False
 
 
 def _forget_dir(rt: Runtime, targets: list[Target], purge: bool, out: TextIO) -> int:

@@ -15,11 +15,7 @@ from typing import Any
 
 from memoryd.errors import MemorydError
 from memoryd.indexing.scan import skip_reason
-from memoryd.paths import (
-    BoundedLines,
-    open_regular,
-    read_problem,
-)
+from memoryd.paths import BoundedLines, open_regular, read_problem
 from memoryd.storage import fsops, safejson
 from memoryd.trash.store import (
     MANIFEST,
@@ -32,26 +28,22 @@ from memoryd.trash.store import (
     trash_root,
 )
 
-# --- reading manifests -----------------------------------------------------------------------
-# A manifest is a file in the memory dir: anyone who can write there can plant one. So every
-# name read from it must be one the mover could have written (DESIGN §2.7): a memory file's
-# plain name (what `scan.skip_reason` lets through: no leading dot, `*.md`, not an index), one
-# directory entry (no `/`, no NUL, not over NAME_MAX bytes), ids as `new_id` makes them. A
-# newline, a quote or a backslash are legal in a POSIX name and the mover does write them
-# (test_odd_names_move_and_come_back); they are harmless in a name used only relative to a
+# A manifest is a file anyone who can write the memory dir can plant. So every name read from
+# it must be one the mover could have written (DESIGN §2.7): a memory file's plain name
+# (`scan.skip_reason`), one directory entry (no `/` or NUL, at most NAME_MAX bytes), ids as
+# `new_id` makes them. A newline or a quote is legal in a POSIX name: harmless relative to a
 # folder descriptor, and shown escaped.
 NAME_MAX_BYTES = fsops.NAME_MAX_BYTES
-# A record is a few hundred bytes (its pointer line and details included): a line over this is
-# none the mover wrote, and a manifest over this (~100,000 records in one day folder) is read up
-# to here, the rest reported. Both keep a planted manifest from holding a reader for long.
+# A record is a few hundred bytes: a longer line is none the mover wrote, and a manifest is
+# read up to MANIFEST_MAX_BYTES (~100,000 records), so a planted one cannot hold a reader long.
 MANIFEST_LINE_MAX = 1 << 20
 MANIFEST_MAX_BYTES = 64 << 20
 _ID = re.compile(r"^[0-9a-f]{10}$")
 _TEXT_FIELDS = ("id", "original_name", "stored_name", "day", "sha256", "reason", "pass_id", "time")
 
 
-def name_problem(name: object) -> str | None:
-    """Why `name` is not a name the mover could have written, or None when it is."""
+def _entry_problem(name: object) -> str | None:
+    """Why `name` is no single directory entry's name, or None."""
     if not isinstance(name, str) or not name:
         return "not a file name"
     if "/" in name or "\0" in name:
@@ -60,24 +52,22 @@ def name_problem(name: object) -> str | None:
         size = len(os.fsencode(name))
     except UnicodeError:
         return "not a file name this system can encode"
-    if size > NAME_MAX_BYTES:
-        return f"longer than {NAME_MAX_BYTES} bytes"
-    why = skip_reason(name)
-    if why is not None:
-        return f"not a memory file's name ({why})"
-    return None
+    return f"longer than {NAME_MAX_BYTES} bytes" if size > NAME_MAX_BYTES else None
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` is not a name the mover could have written, or None when it is."""
+    why = _entry_problem(name)
+    if why is None and (skipped := skip_reason(str(name))) is not None:
+        return f"not a memory file's name ({skipped})"
+    return why
 
 
 def stored_problem(name: object) -> str | None:
     """Why `name` is no name the mover could have stored a file under (`<memory
     name>.trashed`, or a plain memory name as memoryd stored them before), or None."""
     if isinstance(name, str) and name.endswith(TRASHED_SUFFIX):
-        try:
-            if len(os.fsencode(name)) > NAME_MAX_BYTES:
-                return f"longer than {NAME_MAX_BYTES} bytes"
-        except UnicodeError:
-            return "not a file name this system can encode"
-        return name_problem(name.removesuffix(TRASHED_SUFFIX))
+        return _entry_problem(name) or name_problem(name.removesuffix(TRASHED_SUFFIX))
     return name_problem(name)
 
 
@@ -125,8 +115,7 @@ class Invalid:
 
 @dataclass(slots=True)
 class Entry:
-    """A record with where its file is now; `restored_as` (and when: `restored_at`) once it
-    went back."""
+    """A record with where its file is now; `restored_as` and `restored_at` once it went back."""
 
     record: TrashRecord
     folder: Path
@@ -143,10 +132,9 @@ Line = dict[str, Any] | str | None  # a row; why it was not read (str); no JSON 
 
 def manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
     """(line number, row) of a day folder's manifest, None for a line that is no JSON object.
-    Nothing when there is no manifest (or folder); (0, why) when it is not a regular file (a
-    symlink is never followed, a FIFO never waited on) or cannot be read; (n, why) for a line
-    over MANIFEST_LINE_MAX and for line n onwards past MANIFEST_MAX_BYTES. A last line without
-    its newline is torn (a power cut): not a line yet."""
+    Nothing when there is no manifest; (0, why) when it is no regular file or cannot be read;
+    (n, why) for a line over MANIFEST_LINE_MAX and from MANIFEST_MAX_BYTES on. A last line
+    without its newline is torn (a power cut): not a line yet."""
     try:
         with open_day(memory_dir, day) as day_fd:
             fd, _ = open_regular(
@@ -171,13 +159,8 @@ def manifest_lines(memory_dir: Path, day: str) -> Iterator[tuple[int, Line]]:
                 row = None
             yield number, row if isinstance(row, dict) else None
         if lines.cut:
-            yield (
-                lines.cut,
-                (
-                    f"the manifest is over {MANIFEST_MAX_BYTES} bytes: this line and all after it "
-                    "are not read"
-                ),
-            )
+            why = f"the manifest is over {MANIFEST_MAX_BYTES} bytes: this line and all after it"
+            yield lines.cut, why + " are not read"
     except OSError as error:
         yield 0, read_problem(error)
     finally:
@@ -203,8 +186,7 @@ class Contents:
 
 def contents(memory_dir: Path) -> Contents:
     """Every trashed file of a dir, oldest first, with its restore state, and every manifest
-    record memoryd will not act on. Raises UnsafeFilesystemOperation when `.trash` is a
-    symlink or a file."""
+    record memoryd will not act on (UnsafeFilesystemOperation: the trash is no folder)."""
     root = trash_root(memory_dir)
     out: dict[str, Entry] = {}
     invalid: list[Invalid] = []
@@ -244,8 +226,7 @@ def contents(memory_dir: Path) -> Contents:
 
 
 def entries(memory_dir: Path) -> list[Entry]:
-    """Every valid trashed file of a dir, oldest first, with its restore state (see
-    `contents`, which also gives the records memoryd will not act on)."""
+    """`contents(memory_dir).entries`: the valid records only."""
     return contents(memory_dir).entries
 
 
@@ -256,10 +237,9 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def matches(memory_dir: Path, entry: Entry, key: str) -> bool:
-    """Whether `key` names the entry in one of the forms `trash list` prints or a person types:
-    its trashed file's path (absolute, relative to the working folder or to the memory dir,
-    with or without the `.trash/` prefix), the path it had (`<dir>/<file>`, the dir through
-    a link or not), or its original or stored name."""
+    """Whether `key` names the entry as `trash list` prints it or a person types it: its
+    trashed file's path (absolute, or relative to the working folder, the memory dir or the
+    trash), the path it had, or its original or stored name."""
     record = entry.record
     if "/" not in key:
         return key in (record.original_name, record.stored_name)
@@ -269,19 +249,15 @@ def matches(memory_dir: Path, entry: Entry, key: str) -> bool:
         candidates = [memory_dir / path, trash_root(memory_dir) / path]
         with contextlib.suppress(OSError):  # a working folder that is gone
             candidates.append(Path.cwd() / path)
-    # The trashed file's path under the naming of older memoryd versions (its name without
-    # `.trashed`) still names it: a person may have that path from before.
+    # The path under the older naming (without `.trashed`) still names it.
     older = entry.folder / record.stored_name.removesuffix(TRASHED_SUFFIX)
     known = (entry.stored_path, older, memory_dir / record.original_name)
     return any(_same(c, k) for c in candidates for k in known)
 
 
 def find(memory_dir: Path, key: str) -> Entry | None:
-    """An entry by id, or by a path or a name (see `matches`; valid records only).
-
-    A path or a name can fit several entries (a stored name is used again once its file was
-    restored, a name trashed twice): it means the newest one still in the trash, else the
-    newest restored one (which `restore` refuses, saying when and as what it came back)."""
+    """An entry by id, or by a path or a name (`matches`; valid records only): of several,
+    the newest still in the trash, else the newest restored one (which `restore` refuses)."""
     found = entries(memory_dir)
     for entry in found:
         if entry.record.id == key:
@@ -294,8 +270,7 @@ def find(memory_dir: Path, key: str) -> Entry | None:
 
 def restore_name(memory_dir: Path, original: str) -> str:
     """The original name, or `<stem>.restored-<n>.md` when that is taken again, the stem cut
-    to fit NAME_MAX_BYTES (`fsops.fit_name`): a name near the limit plus `.restored-1` was
-    too long for any file, and the restore failed every time it was tried."""
+    to fit NAME_MAX_BYTES (`fsops.fit_name`: else a long name could never be restored)."""
     if not os.path.lexists(memory_dir / original):
         return original
     stem = original.removesuffix(".md")
@@ -323,7 +298,8 @@ def restore(memory_dir: Path, entry: Entry) -> str:
             "does not act on it. If you trust the file it names, move it back by hand"
         )
     try:
-        data, _ = _read_stored(memory_dir, entry)
+        with open_day(memory_dir, entry.folder.name) as fd:
+            data, _ = fsops.read_regular(fd, entry.record.stored_name, 64 << 20)
     except FileNotFoundError as error:
         raise MemorydError(
             f"{entry.stored_path}: the trashed file is gone (purged or moved by hand); "
@@ -342,20 +318,7 @@ def restore(memory_dir: Path, entry: Entry) -> str:
         )
         fsops.fsync_dir(dir_fd)
         fsops.fsync_dir(day_fd)
-    append_record(
-        memory_dir,
-        entry.folder.name,
-        json.dumps(
-            {
-                "restored": entry.record.id,
-                "as": name,
-                "time": datetime.now().astimezone().isoformat(),
-            }
-        ),
-    )
+    now = datetime.now().astimezone().isoformat()
+    line = json.dumps({"restored": entry.record.id, "as": name, "time": now})
+    append_record(memory_dir, entry.folder.name, line)
     return name
-
-
-def _read_stored(memory_dir: Path, entry: Entry) -> tuple[bytes, os.stat_result]:
-    with open_day(memory_dir, entry.folder.name) as fd:
-        return fsops.read_regular(fd, entry.record.stored_name, 64 << 20)

@@ -12,10 +12,7 @@ from memoryd.trash.store import TrashRecord
 
 def recover(rt: Runtime) -> list[journal.Recovery]:
     """Finish or roll back every pass a crash left unfinished; log each as `pass.recovered`.
-
-    A journal whose dir another process holds (its writer lock) belongs to a pass running
-    now, not to a crashed one: it is left alone. One whose intent does not parse (none this
-    memoryd writes) is left for a person, as it is.
+    A journal whose dir's writer lock another process holds is a running pass's: left alone.
     """
     done = []
     for pass_id in journal.pending(rt.paths.state_dir):
@@ -33,10 +30,8 @@ def recover(rt: Runtime) -> list[journal.Recovery]:
 
 
 def _note_moves(rt: Runtime, path: Path, moved: list[TrashRecord]) -> None:
-    """Tell the version store the moves a killed pass made but did not log there (it died
-    between a move and its log line): else the next scan finds the file gone and says it
-    was deleted outside memoryd (a false `memory.deleted_outside`, listed by `trash list`
-    beside the move)."""
+    """Tell the version store the moves a killed pass made but did not log there: else the
+    next scan takes the file for deleted outside memoryd (a false `memory.deleted_outside`)."""
     store = rt.versions
     if store is None or not moved:
         return

@@ -1,9 +1,7 @@
 """The trash: `<memory dir>/.trash/YYYY-MM-DD/` day folders with a JSONL manifest each.
 
-memoryd never deletes a memory: it renames it into today's day folder (same filesystem, never
-overwriting) and appends a manifest record saying why (`Mover`). Restore renames it back
-(memoryd.trash.manifest); day folders past their retention are purged (memoryd.trash.days),
-but only when the clock looks sane.
+memoryd never deletes a memory: `Mover` renames it into today's day folder (never
+overwriting) and appends a manifest record saying why; `manifest` restores, `days` purges.
 """
 
 import contextlib
@@ -56,8 +54,7 @@ class TrashRecord:
     duplicate_of: str | None = None
     superseded_by: str | None = None
     index_line: str | None = None  # the pointer line it had, so a restore can put it back
-    # Where that line sat in MEMORY.md (index.Place as JSON: the pointer line before it and the
-    # heading it was under), so a restore puts it back there; None in older manifests.
+    # Where that line sat in MEMORY.md (index.Place as JSON); None in older manifests.
     index_place: dict[str, str | None] | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -82,10 +79,9 @@ def trash_root(memory_dir: Path) -> Path:
     """Where a dir's trash is: `<memory dir>/.trash`; for a dir in a git work tree (whose
     `git status` must show only what memoryd changed), `trash/<dir key>` in the state dir.
 
-    A trash that is there already stays where it is, whatever the dir has become since (a
-    `.trash` an older memoryd made in a repo dir, a dir that entered or left a work tree):
-    no entry is ever left where no command looks. A state dir on another filesystem than the
-    memory dir cannot take a move (a rename): the trash is then `.trash` after all."""
+    A trash that exists stays where it is, whatever the dir has become since: no entry is
+    left where no command looks. A state dir on another filesystem cannot take a rename: the
+    trash is then `.trash` after all."""
     local = memory_dir / TRASH_DIR
     if os.path.lexists(local):
         return local
@@ -99,9 +95,8 @@ def trash_root(memory_dir: Path) -> Path:
 
 
 def _same_filesystem(memory_dir: Path, kept: Path) -> bool:
-    """Whether a rename from the memory dir can reach `kept` (the nearest folder of it that
-    exists is on the dir's filesystem); a dir that cannot be looked at counts as yes (the
-    move's own check says what is wrong)."""
+    """Whether the nearest existing folder of `kept` is on the memory dir's filesystem (when
+    unsure, yes: the move's own check says what is wrong)."""
     try:
         device = os.stat(memory_dir).st_dev
     except OSError:
@@ -117,8 +112,7 @@ def _same_filesystem(memory_dir: Path, kept: Path) -> bool:
 
 
 def stored_label(memory_dir: Path, day: str, stored_name: str) -> str:
-    """Where a trashed file is, as reports show it: relative to the memory dir (`.trash/...`),
-    or the full path of a trash in the state dir."""
+    """A trashed file as reports show it: `.trash/...`, or its full path in the state dir."""
     root = trash_root(memory_dir)
     if root.name == TRASH_DIR:
         return f"{TRASH_DIR}/{day}/{stored_name}"
@@ -149,11 +143,10 @@ _NO_FOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 @contextlib.contextmanager
 def open_trash(memory_dir: Path) -> Iterator[int | None]:
-    """The memory dir's `.trash`, opened without following a link; None when there is none.
+    """The dir's trash, opened without following a link; None when there is none.
 
-    Everything that reads, moves or removes in the trash goes through this descriptor (never
-    through a path), so a `.trash` that is, or becomes, a symlink can never lead a purge or a
-    restore out of the memory dir: it is refused.
+    Everything that reads, moves or removes in the trash goes through this descriptor, never
+    a path: a trash that is, or becomes, a symlink is refused, never followed out of the dir.
     """
     root = trash_root(memory_dir)
     holder = memory_dir if root.name == TRASH_DIR else root.parent
@@ -176,7 +169,7 @@ def open_trash(memory_dir: Path) -> Iterator[int | None]:
 @contextlib.contextmanager
 def open_day(memory_dir: Path, day: str) -> Iterator[int]:
     """A day folder of the trash, reached without following any link (raises when it is not
-    a plain folder, FileNotFoundError when it does not exist)."""
+    a plain folder or does not exist)."""
     with open_trash(memory_dir) as trash_fd:
         if trash_fd is None:
             raise FileNotFoundError(2, "No such file or directory", str(trash_root(memory_dir)))
@@ -216,12 +209,10 @@ def day_folder(memory_dir: Path, day: date) -> Path:
 
 def free_name(folder: Path, name: str, taken: Collection[str] = ()) -> str:
     """The name a trashed `name` is stored under: `<name>.trashed`, or `<stem>.2.md.trashed`,
-    `<stem>.3.md.trashed`... : never overwriting in the trash (a file of the older naming,
-    `<name>` itself, counts as taken too), never one of `taken`.
+    ...: never a name in the trash (of the older naming, `<name>`, too) nor one of `taken`.
 
-    No stored name ends in `.md`: Claude Code scans every `*.md` below the memory dir for
-    memories (2.1.197 dot-folders included, so `.trash/` too), and a trashed file must not
-    come back to the agent as a live memory."""
+    No stored name ends in `.md`: Claude Code scans every `*.md` below the memory dir, dot
+    folders included (2.1.197), and a trashed file must not come back as a live memory."""
     stem = name.removesuffix(".md")
     n = 1
     while True:
@@ -236,11 +227,9 @@ def open_manifest(dir_fd: int, folder: Path | None = None) -> int:
     """The manifest of the day folder open as `dir_fd` (`folder`, for messages), opened for
     appending lines.
 
-    A power cut can leave a manifest's last line torn (or, on some filesystems, its tail
-    zero-filled): a line appended to that would be glued to it and lost with it. So a
-    manifest that does not end in a newline gets one first; the torn line stays a line of
-    its own that readers skip. A manifest that is not a regular file (a FIFO planted there
-    would swallow the records, then block) is refused before anything moves.
+    A power cut can leave the last line torn: a manifest not ending in a newline gets one
+    first, so the next line is not glued to the torn one (which readers skip). One that is
+    not a regular file (a planted FIFO would swallow records, then block) is refused.
     """
     fd = os.open(
         MANIFEST,
@@ -267,16 +256,14 @@ def open_manifest(dir_fd: int, folder: Path | None = None) -> int:
 
 
 def _write_line(fd: int, line: str) -> None:
-    """One manifest line, whole or not at all as far as readers go: a short write (a full
-    disk) raises, and its torn piece is a line of its own for the next writer (open_manifest)."""
+    """One manifest line; a short write (a full disk) raises (its torn piece: open_manifest)."""
     data = (line + "\n").encode("ascii")
     if os.write(fd, data) != len(data):
         raise OSError(errno.ENOSPC, "the manifest line could not be written whole")
 
 
 def holds_planned(folder_fd: int, record: TrashRecord, ino: int | None = None) -> bool:
-    """Whether the record's stored file is a regular file holding the planned bytes (and,
-    given `ino`, is that inode)."""
+    """Whether the stored file is a regular file of the planned bytes (and inode `ino`)."""
     try:
         data, st = fsops.read_regular(folder_fd, record.stored_name, 64 << 20)
     except (OSError, ValueError):
@@ -287,10 +274,8 @@ def holds_planned(folder_fd: int, record: TrashRecord, ino: int | None = None) -
 
 
 def put_back(folder_fd: int, dir_fd: int, record: TrashRecord, where: tuple[Path, Path]) -> str:
-    """Move a file the checks refused from the trash back into the memory dir, under its
-    own name or, when a new file took that, `<stem>.kept-<n>.md`; the name it got.
-
-    Raises MemorydError when it cannot (the file is then named, for a person to move)."""
+    """Move a file the checks refused back into the memory dir, as its own name or, when a
+    new file took that, `<stem>.kept-<n>.md`; the name it got. MemorydError when it cannot."""
     try:
         name = fsops.rename_to_free(
             folder_fd, record.stored_name, dir_fd, record.original_name, KEPT_VARIANT, where=where
@@ -306,8 +291,7 @@ def put_back(folder_fd: int, dir_fd: int, record: TrashRecord, where: tuple[Path
 
 
 def put_back_unchecked(memory_dir: Path, record: TrashRecord) -> str | None:
-    """For recovery: if the record's stored file is not the planned bytes, put it back into
-    the dir (see `put_back`) and return the name it got; None when it is the planned file."""
+    """For recovery: `put_back` the stored file unless it holds the planned bytes (None)."""
     with fsops.open_dir(memory_dir) as dir_fd, open_day(memory_dir, record.day) as day_fd:
         if holds_planned(day_fd, record):
             return None
@@ -332,9 +316,8 @@ KEPT_VARIANT = ".kept-"  # `<stem>.kept-<n>.md`: a file put back whose name was 
 
 @dataclass(frozen=True, slots=True)
 class Unmoved:
-    """A planned move not made: why (MODIFIED or GONE), and `kept_as` when the file was
-    moved, found not to be the one checked, and put back under another name because a new
-    file had taken its own."""
+    """A planned move not made: why (MODIFIED, GONE, HELD), and `kept_as` when the file was
+    moved, found not to be the one checked, and put back under another name."""
 
     why: str
     kept_as: str | None = None
@@ -344,17 +327,13 @@ class Unmoved:
 class Mover:
     """Moves one pass's files into one day folder, syncing the disk once, at `close`.
 
-    Each move is a rename and a manifest line, neither fsynced on its own (four fsyncs a move
-    were most of a pass that moves hundreds of files). That is safe because the pass's intent
-    journal, fsynced before the first move, names every planned move: after a power cut,
-    recovery finds each file where it is and appends any manifest line that did not reach the
-    disk (journal.settle). `close` fsyncs the manifest, then both folders.
+    A move is a rename and a manifest line, neither fsynced on its own (four fsyncs a move
+    were most of a pass): the pass's journal, fsynced first, names every planned move, and
+    after a power cut recovery appends any line that did not reach the disk (journal.settle).
 
-    `before_move` is called with a file's name between its check and its rename (a test's
-    concurrent writer). `versions`: the version store, told of each move (memoryd's own).
-    `refuse_held`: a file another program holds open for writing (`tool > a.md` not done)
-    goes back, unmoved (HELD): its later bytes would make the trashed file one the manifest
-    does not describe, which `trash restore` refuses.
+    `before_move`: called between a file's check and its rename (a test's concurrent writer).
+    `versions`: told of each move. `refuse_held`: a file another program holds open for
+    writing goes back, unmoved (HELD): its later bytes would not match the manifest.
     """
 
     def __init__(
@@ -390,17 +369,13 @@ class Mover:
         self.close()
 
     def move(self, record: TrashRecord) -> TrashRecord | Unmoved:
-        """Move `record.original_name` to `record.stored_name` in the day folder if it still
-        holds the planned bytes (`record.sha256`), and log it. Returns the record with the
-        file's size, or why the move was not made.
+        """Move the file to its stored name if it still holds the planned bytes, and log it;
+        the record with the file's size, or why the move was not made.
 
-        The check and the rename are two steps, and a file renamed onto the name between them
-        would be moved unchecked. So what was moved is looked at again in the trash: it must
-        be the very file checked (its inode) and still hold the planned bytes. If not, it goes
-        back (under a `.kept-<n>` name if a new file took its own meanwhile), and the move
-        counts as not made: the trash never holds a file its manifest's sha256 does not match.
-        A move whose manifest line cannot be written (a full disk) is undone too: no file sits
-        in the trash without its record.
+        A file renamed onto the name between the check and the rename would move unchecked,
+        so the moved file is checked again (the inode checked, the planned bytes); if not, it
+        goes back and the move is not made. So is a move whose manifest line cannot be written
+        (a full disk): the trash never holds a file its manifest does not describe.
         """
         try:
             found = fsops.identity_of(self.dir_fd, record.original_name)
@@ -425,19 +400,16 @@ class Mover:
         )
         fsops.crash_point("trash.after_move")
         if not holds_planned(self._folder_fd, record, checked.ino):
-            name = self._put_back(record)
-            return Unmoved(MODIFIED, None if name == record.original_name else name)
+            return Unmoved(MODIFIED, self._put_back(record))
         # After the rename: no new open by name reaches the moved file.
         held = openfiles.writers(self._folder_fd, record.stored_name) if self.refuse_held else []
         if held:
-            name = self._put_back(record)
-            kept_as = None if name == record.original_name else name
-            return Unmoved(HELD, kept_as, openfiles.describe(held))
+            return Unmoved(HELD, self._put_back(record), openfiles.describe(held))
         try:
             _write_line(self._manifest, record.to_json())
         except OSError as error:
-            name = self._put_back(record)
-            back = "" if name == record.original_name else f" as {name} (its name was taken)"
+            kept_as = self._put_back(record)
+            back = f" as {kept_as} (its name was taken)" if kept_as else ""
             raise MemorydError(
                 f"{self.folder / MANIFEST}: could not record the move of "
                 f"{record.original_name} ({error.strerror}); the file was put back{back} and "
@@ -447,8 +419,10 @@ class Mover:
                             record.size, record.id)  # fmt: skip
         return record
 
-    def _put_back(self, record: TrashRecord) -> str:
-        return put_back(self._folder_fd, self.dir_fd, record, (self.folder, self.memory_dir))
+    def _put_back(self, record: TrashRecord) -> str | None:
+        """`put_back`; the name it got if not its own (Unmoved.kept_as)."""
+        name = put_back(self._folder_fd, self.dir_fd, record, (self.folder, self.memory_dir))
+        return None if name == record.original_name else name
 
     def close(self) -> None:
         """Make every move so far durable: the manifest first, then both folders."""

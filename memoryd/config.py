@@ -4,7 +4,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -463,7 +463,3 @@ def config_as_dict(config: Config) -> dict[str, object]:
         for path, o in sorted(config.dirs.items())
     }
     return out
-
-
-def with_claude_home(config: Config, claude_home: Path) -> Config:
-    return replace(config, paths=replace(config.paths, claude_home=claude_home))

@@ -15,8 +15,6 @@ from typing import TextIO
 
 from memoryd.views.display import shown
 
-COLOR_MODES = ("auto", "always", "never")
-
 # ANSI SGR codes by the role a piece of text plays, not by hue: views ask for a role.
 _STYLES = {
     "dim": "2",

@@ -6,15 +6,18 @@ import it to build their parsers), so anything heavy is imported inside the func
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
+from memoryd.errors import UsageError
 from memoryd.views.display import shown
 
 if TYPE_CHECKING:
-    from memoryd.discover.found import Discovery, EmptyRepo, RefusedDir
+    from memoryd.discover.found import Discovery
     from memoryd.runtime import Runtime
+    from memoryd.views.humanize import Painter
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -116,32 +119,56 @@ def recover(rt: Runtime) -> None:
         )
 
 
-def refused_json(r: RefusedDir) -> dict[str, Any]:
-    return {
-        "path": str(r.path),
-        "target": str(r.target),
-        "kind": r.kind,
-        "label": r.label,
-        "within": str(r.within),
-        "reason": r.reason,
-        "hint": r.hint,
-    }
+def discovery_json(found: Discovery) -> dict[str, Any]:
+    """The links discovery refused and the repos with no memory, for `--json`."""
+    refused = [
+        {
+            "path": str(r.path),
+            "target": str(r.target),
+            "kind": r.kind,
+            "label": r.label,
+            "within": str(r.within),
+            "reason": r.reason,
+            "hint": r.hint,
+        }
+        for r in found.refused
+    ]
+    empty = [{"repo": str(e.path), "looked_in": e.looked_in} for e in found.empty_repos]
+    return {"refused": refused, "empty_repos": empty}
 
 
-def render_refused(refused: list[RefusedDir]) -> str:
+def render_discovery(found: Discovery) -> str:
+    """The links discovery refused and the repos with no memory, for a person."""
     return "".join(
         f"{shown(str(r.path))} -> {shown(str(r.target))}\n"
         f"  kind: {r.kind}  refused — {shown(r.reason)}\n  {shown(r.hint)}\n"
-        for r in refused
-    )
+        for r in found.refused
+    ) + "".join(f"{shown(e.message)}\n" for e in found.empty_repos)
 
 
-def empty_json(e: EmptyRepo) -> dict[str, Any]:
-    return {"repo": str(e.path), "looked_in": e.looked_in}
+def write_json(out: TextIO, doc: object) -> None:
+    """One JSON document, as every `--json` prints it."""
+    json.dump(doc, out, indent=2, ensure_ascii=False)
+    out.write("\n")
 
 
-def render_empty(found: Discovery) -> str:
-    return "".join(f"{shown(e.message)}\n" for e in found.empty_repos)
+def painter(args: argparse.Namespace, out: TextIO) -> Painter:
+    """Colour as `--color` asks for it on this stream (memoryd.views.humanize.use_color)."""
+    import os
+
+    from memoryd.views.humanize import Painter, use_color
+
+    return Painter(use_color(args.color, out, os.environ))
+
+
+def given_repo_root(args: argparse.Namespace) -> Path | None:
+    """`--repo-root` as an absolute folder (None when not given); UsageError when no folder."""
+    if args.repo_root is None:
+        return None
+    root = Path(args.repo_root).expanduser().absolute()
+    if not root.is_dir():
+        raise UsageError(f"{root}: --repo-root must be a folder")
+    return root
 
 
 def auto_memory_off(rt: Runtime) -> str:

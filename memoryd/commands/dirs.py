@@ -5,7 +5,6 @@ stores it knows, validated."""
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -15,10 +14,10 @@ from memoryd.commands.common import (
     auto_memory_off_line,
     color_arg,
     dirs_arg,
-    empty_json,
-    refused_json,
-    render_empty,
-    render_refused,
+    discovery_json,
+    painter,
+    render_discovery,
+    write_json,
 )
 from memoryd.views.display import shown
 
@@ -188,8 +187,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     out.write("".join(f"warning: {shown(w)}\n" for w in found.warnings))
     if found.auto_memory_off:
         out.write(auto_memory_off_line(found.auto_memory_off))
-    out.write(render_refused(found.refused))
-    out.write(render_empty(found))
+    out.write(render_discovery(found))
     render_stores(stores, out)
     if not rows and (found.empty_repos or stores):
         return EXIT_OK
@@ -218,12 +216,10 @@ def _dump_json(
         "auto_memory_off": found.auto_memory_off,
         "warnings": found.warnings,
         "dirs": rows,
-        "refused": [refused_json(r) for r in found.refused],
-        "empty_repos": [empty_json(e) for e in found.empty_repos],
+        **discovery_json(found),
         "record_stores": stores,
     }
-    json.dump(doc, out, indent=2, ensure_ascii=False)
-    out.write("\n")
+    write_json(out, doc)
 
 
 def _table(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) -> str:
@@ -232,10 +228,9 @@ def _table(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) ->
     import time
 
     from memoryd.views.dirs import render
-    from memoryd.views.humanize import Painter, terminal_width, use_color
+    from memoryd.views.humanize import terminal_width
 
-    paint = Painter(use_color(args.color, out, os.environ))
-    text = render(rows, time.time(), terminal_width(out, os.environ), paint)
+    text = render(rows, time.time(), terminal_width(out, os.environ), painter(args, out))
     return text + (_render_secrets(rows) if args.secrets else "")
 
 

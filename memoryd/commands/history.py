@@ -5,11 +5,9 @@ memoryd kept (memoryd.commands.versions), each asked for its values and rendered
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK
+from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK, dirs_arg, write_json
 from memoryd.errors import MemorydError
 from memoryd.views.display import shown
 
@@ -31,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "version. FILE may be a memory file, a trashed file (.trash/<day>/<file>) or a name.",
     )
     p.add_argument("key", metavar="FILE|NAME", help="a memory's path or its file name")
-    p.add_argument("dirs", nargs="*", default=[], type=Path, metavar="DIR", help="where to look")
+    dirs_arg(p, "where to look")
     p.add_argument(
         "--diff",
         nargs="?",
@@ -102,5 +100,4 @@ def _dump(
         "histories": histories,
         "versions": versions_json(target.folder, target.name, found) if found is not None else None,
     }
-    json.dump(doc, out, indent=2, ensure_ascii=False)
-    out.write("\n")
+    write_json(out, doc)

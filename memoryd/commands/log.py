@@ -8,11 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memoryd.commands.common import (
-    EXIT_FINDINGS,
-    EXIT_OK,
-    color_arg,
-)
+from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK, color_arg, painter, write_json
 from memoryd.errors import UsageError
 
 if TYPE_CHECKING:
@@ -73,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> View:
     import os
 
-    from memoryd.views.humanize import Painter, terminal_width, use_color
+    from memoryd.views.humanize import terminal_width
     from memoryd.views.logview import View
 
     # Piped into grep or a file, a row is never cut; on a terminal it fits the width.
@@ -84,7 +80,7 @@ def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> View:
         utc=args.utc,
         width=width,
         verbose=args.verbose,
-        paint=Painter(use_color(args.color, out, os.environ)),
+        paint=painter(args, out),
     )
 
 
@@ -213,8 +209,7 @@ def _history(
             return EXIT_FINDINGS
     if args.summary:
         if args.json:
-            json.dump(summary_json(history), printer.out, indent=2, ensure_ascii=False)
-            printer.out.write("\n")
+            write_json(printer.out, summary_json(history))
         else:
             printer.out.write(render_summary(history, printer.view, since=wanted.since))
         return EXIT_OK

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -13,6 +12,8 @@ from memoryd.commands.common import (
     auto_memory_off,
     auto_memory_off_line,
     color_arg,
+    painter,
+    write_json,
 )
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import os
 
-    from memoryd.views.humanize import Painter, terminal_width, use_color
+    from memoryd.views.humanize import terminal_width
     from memoryd.views.logview import View
     from memoryd.views.statusview import gather, render
 
@@ -40,8 +41,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     found = gather(rt, now)
     off = auto_memory_off(rt)
     if args.json:
-        json.dump({**found.as_json(), "auto_memory_off": off}, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        write_json(out, {**found.as_json(), "auto_memory_off": off})
     else:
         from memoryd.views.dirlabel import roots
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             now=now,
             home=str(Path.home()),
             width=terminal_width(out, os.environ),
-            paint=Painter(use_color(args.color, out, os.environ)),
+            paint=painter(args, out),
             roots=roots([d.path for d in found.dirs], rt.config),
         )
         out.write(render(found, view))

@@ -4,7 +4,6 @@ outside memoryd (the version store's) are listed and restored beside them."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -13,7 +12,9 @@ from memoryd.commands.common import (
     EXIT_OK,
     color_arg,
     dirs_arg,
+    painter,
     recover,
+    write_json,
 )
 from memoryd.errors import MemorydError, UsageError
 from memoryd.views.display import shown
@@ -43,14 +44,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "(relative or absolute, with or without .trash/), or its name; a path or a name means "
         "its newest entry still in the trash",
     )
-    q.add_argument(
-        "dirs",
-        nargs="*",
-        default=[],  # never "required" in a usage error (argparse: `*` with no default)
-        type=Path,
-        metavar="DIR",
-        help="where to look (default: every discovered dir)",
-    )
+    dirs_arg(q, "where to look (default: every discovered dir)")
     q = trash_sub.add_parser("purge", help="remove day folders past their retention")
     dirs_arg(q)
     q.add_argument(
@@ -126,8 +120,7 @@ def _list(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             for d in elsewhere
         ]
         document = {"trash": rows, "deleted_outside": outside, "invalid": invalid}
-        json.dump(document, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        write_json(out, document)
         return EXIT_FINDINGS if invalid else EXIT_OK
     if rows or not elsewhere:  # not "The trash is empty." above what is restorable
         out.write(_rendered(args, rows, out))
@@ -138,13 +131,11 @@ def _list(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def _rendered(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) -> str:
-    import os
     import time
 
-    from memoryd.views.humanize import Painter, use_color
     from memoryd.views.trash import render
 
-    return render(rows, time.time(), Painter(use_color(args.color, out, os.environ)))
+    return render(rows, time.time(), painter(args, out))
 
 
 def _restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

@@ -43,13 +43,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd.commands import versions as kept
+    import time
+
+    from memoryd.commands.versions import diff_or_restore
     from memoryd.storage.statedb import StateDamaged
-    from memoryd.versions import history
+    from memoryd.versions import history, listing
+    from memoryd.versions.kept import for_runtime
 
     args.target = history.target_of(rt, args.key, args.dirs)  # both sides': the one resolver
     if args.diff is not None or args.restore is not None:
-        return kept.diff_or_restore(args, rt, out)
+        return diff_or_restore(args, rt, out)
     target, problems = args.target, list[MemorydError]()
     chain: dict[str, Any] | None = None
     if target.md is not None:
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         )
     found: list[Version] | None = None
     try:
-        found = kept.kept_versions(rt, target.folder, target.name)
+        found = listing.versions_of(rt.versions or for_runtime(rt), target.folder, target.name)
     except StateDamaged:
         raise  # never a history without its versions in silence: the store needs a person
     except MemorydError as error:
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     text = _chain_text(chain) if chain is not None else ""
     out.write(text)
     if found is not None:
-        versions_text = kept.render_versions(target.folder, target.name, found)
+        versions_text = listing.render_versions(target.folder, target.name, found, time.time())
         out.write(("\n" if text else "") + "Versions:\n" + versions_text)
     return EXIT_OK if chain is not None or found else EXIT_FINDINGS
 

@@ -1,17 +1,10 @@
-"""memoryd's entries in Claude Code's settings, added and taken out again. Pure: JSON values
-in, JSON values out.
+"""memoryd's entries in Claude Code's settings, added and taken out again; pure, JSON in and out.
 
-What Claude Code 2.1.332 reads (checked against the binary: `claude mcp add --scope user`
-writes `mcpServers` in `<config>/.claude.json`, where `<config>` is `$CLAUDE_CONFIG_DIR` or the
-home folder itself; `--scope project` in `<project>/.mcp.json`):
-- hooks: `settings.json` → `"hooks": {"PreToolUse": [{"matcher": "Read|Edit", "hooks":
-  [{"type": "command", "command": "…"}]}], …}`;
-- the MCP server: `"mcpServers": {"memoryd": {"type": "stdio", "command": …, "args": […],
-  "env": {}}}`. Its name is `memoryd`: a server named `memory` breaks Desktop subagents.
-
-Everything else a file holds is kept as it is, in its order. An entry is memoryd's when its
-command is memoryd's hook (`… memoryd hook EVENT`) or memoryd's MCP server (`… mcp`); a
-server named `memoryd` that is neither is refused, never replaced.
+As Claude Code 2.1.332 reads them: hooks in `settings.json` (`"hooks": {"PreToolUse":
+[{"matcher": …, "hooks": [{"type": "command", "command": …}]}]}`); the MCP server `memoryd`
+(a server named `memory` breaks Desktop subagents) in `mcpServers` of `<$CLAUDE_CONFIG_DIR or
+home>/.claude.json`, or of `<project>/.mcp.json`. Everything else is kept, in its order; a
+`memoryd` server that does not run memoryd is refused, never replaced.
 """
 
 import copy

@@ -1,13 +1,10 @@
-"""The pre-tool-use hook's recall: the memories whose references cite the file the agent is
-about to read, edit or write, as a short text for the model (memoryd.claude.hooks).
+"""The pre-tool-use hook: the memories citing the file the agent is about to touch, as a short
+text for the model (memoryd.claude.hooks).
 
-It is `memoryd recall --path FILE` cut down to what a hook can afford on every file the agent
-opens: the project's memory dirs are found by their standard places (no discovery), their
-search indexes (memoryd.recall.store, in the state dir) are read as they are, read-only (no
-update by stat: the daemon's passes, the session-start hook's background refresh, the
-post-write hook and every `memoryd` search keep them current), and only citations of the file
-itself or of a folder above it count. Each memory is said once per session (a list of what was
-said, per session id, in the state dir), a few at most, within MAX_CHARS, secrets masked.
+`memoryd recall --path FILE` cut down to what a hook affords on every file: the project's
+memory dirs by their standard places (no discovery), their search indexes read as they are
+(others keep them current), citations of the file or a folder above it only. Each memory is
+said once per session, a few at most, within MAX_CHARS, secrets masked.
 """
 
 import hashlib
@@ -178,10 +175,8 @@ def _note_seen(path: str | None, files: list[str]) -> None:
 
 
 def key_lines(path: str, file: str) -> list[str]:
-    """A memory's lines most worth reading before touching `file`: the body's lines that name
-    it, else its first lines; each cut to LINE_CHARS, after its secrets are masked (a cut
-    value no longer looks like one). A link or any other special file in its place gives
-    none."""
+    """The body's lines naming `file`, else its first lines, cut to LINE_CHARS after secrets
+    are masked (a cut value no longer looks like one); none for a link or special file."""
     import stat
 
     from memoryd.discipline.secrets import mask

@@ -1,6 +1,5 @@
-"""What every hook shares, apart from its dispatch (memoryd.claude.hooks): where memoryd's state
-and log are, found without platformdirs on Linux, the one line a failed hook logs, and the file
-a tool call names. The hook modules import it, so that none of them imports the dispatcher."""
+"""What every hook shares apart from its dispatch: memoryd's state and log dirs (without
+platformdirs on Linux), the line a failed hook logs, and the file a tool call names."""
 
 import os
 import sys

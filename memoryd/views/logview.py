@@ -1,8 +1,5 @@
-"""The audit log for a person: one compact line per row, and a summary in sentences.
-
-Pure: rows (as `audit` reads them) and a `View` in, text out. What each event shows is one
-table (`_DETAILS`); an event missing from it is shown by its fields, generically.
-"""
+"""The audit log for a person, pure: one compact line per row (what each event shows is
+`_DETAILS`; others show their fields), and a summary in sentences."""
 
 import re
 import textwrap
@@ -25,8 +22,8 @@ _LEVEL_WORD = {"warning": "WARN", "error": "ERROR", "debug": "DEBUG"}
 
 @dataclass(frozen=True, slots=True)
 class View:
-    """How to show rows: the clock (for today's rows as bare times), the zone, the home folder
-    (written `~`), the width, whether every field is shown, and colour."""
+    """How to show rows: the clock, the zone, the home folder (`~`), the width, every field or
+    not, and colour."""
 
     now: float
     home: str | None = None

@@ -1,6 +1,5 @@
-"""`memoryd trash list` for a person: one line per trashed file, when it was moved as a
-relative time ("3 min ago"; `--json` keeps the absolute time), and the file's path last, as
-`trash restore` takes it."""
+"""`memoryd trash list` for a person: one line per trashed file, when it moved ("3 min ago"),
+and its path last, as `trash restore` takes it."""
 
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,15 +11,13 @@ HEADER = ("ID", "MOVED", "REASON", "FILE")
 
 
 def moved_cell(row: Mapping[str, Any], now: float) -> str:
-    """When memoryd moved it, relative to now; the day folder's name when the record has no
-    time memoryd can read."""
+    """When memoryd moved it, relative to now; else the day folder's name."""
     when = parse_ts(row.get("time"))
     return ago(when, now) if when is not None else str(row.get("day", "?"))
 
 
 def render(rows: Sequence[Mapping[str, Any]], now: float, paint: Painter | None = None) -> str:
-    """The listing: aligned id, moved and reason columns, then the path (never cut: it is what
-    `trash restore` takes) and what superseded it."""
+    """Aligned id, moved and reason columns, then the path (never cut) and what superseded it."""
     paint = paint or Painter(False)
     if not rows:
         return "The trash is empty.\n"

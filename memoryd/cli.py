@@ -1,7 +1,6 @@
-"""The `memoryd` command line: the table of commands and `main`. Each command is a module of
-memoryd.commands (its arguments, the use case it calls, its view), imported only when it runs or
-when a parser needs its arguments, so `memoryd --help` and each command pay for their own
-imports alone."""
+"""The `memoryd` command line: the table of commands and `main`. Each command's module in
+memoryd.commands is imported only when it runs or its parser is needed, so each command pays
+for its own imports alone."""
 
 from __future__ import annotations
 
@@ -89,9 +88,8 @@ def command(name: str) -> Command:
 
 
 class _Parser(argparse.ArgumentParser):
-    """A parser whose options go anywhere among its positionals (`forget NAME --dry-run DIR`):
-    argparse's intermixed parsing, for every command (each subparser is one of these). A
-    parser with subcommands of its own parses as before: it only picks the subcommand."""
+    """Options anywhere among the positionals (`forget NAME --dry-run DIR`): argparse's
+    intermixed parsing, but for a parser that only picks a subcommand."""
 
     _mixing = False
 
@@ -142,9 +140,8 @@ def _top() -> tuple[argparse.ArgumentParser, _Subparsers]:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command line; with `only`, the parser of that command alone (start-up pays for one
-    command's arguments). A name that is no command builds them all: the usage error lists
-    every one."""
+    """The command line; with `only`, that command's arguments alone (a name that is no
+    command builds them all, for the usage error)."""
     parser, sub = _top()
     for name in [only] if only in COMMANDS else COMMANDS:
         command(name).add_parser(sub)
@@ -152,8 +149,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _listing_parser() -> argparse.ArgumentParser:
-    """The parser of a command line naming no command (`memoryd --help`, `--version`, nothing):
-    every command's line in the help, none of their arguments, none of their modules."""
+    """For a command line naming no command (`--help`, `--version`): every command's help line,
+    none of their modules."""
     parser, sub = _top()
     for name in COMMANDS:
         sub.add_parser(name)
@@ -170,15 +167,15 @@ def _parser_for(words: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def _named_command(words: Sequence[str]) -> str | None:
-    """The command when it is the first word (`memoryd index ...`): no option before it can
-    ask for the list of every command (`memoryd --help index`)."""
+    """The command when it is the first word (an option before it, `--help index`, may ask
+    for every command)."""
     return words[0] if words and not words[0].startswith("-") else None
 
 
 @contextlib.contextmanager
 def _looking_only(effect: Effect) -> Iterator[None]:
-    """A command that promises to write nothing (a read-only one, a dry run, `--check`) does
-    not save even discovery's cache (memoryd.discover.cwd_cache), for as long as it runs."""
+    """A command that writes nothing (read-only, a dry run, `--check`) does not save even
+    discovery's cache while it runs."""
     if effect.writes:
         yield
         return
@@ -194,9 +191,8 @@ def _looking_only(effect: Effect) -> Iterator[None]:
 def _keeping_versions(
     args: argparse.Namespace, rt: Runtime
 ) -> contextlib.AbstractContextManager[Runtime]:
-    """The Runtime with the version store for a command that may write
-    (memoryd.commands.versions.keeping); the read-only commands do not even import it, nor a
-    check or a dry run, which keep none (`rt` as it is)."""
+    """commands.versions.keeping for a command that keeps versions; the others (`rt` as it is)
+    do not even import it."""
     if not rt.effect.keeps_versions:
         return contextlib.nullcontext(rt)
     from memoryd.commands.versions import keeping
@@ -326,8 +322,8 @@ def _dispatch(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def _os_error_line(error: OSError) -> str:
-    """What no step turned into a message of its own (a state file on a full disk, say): still
-    the file and what to do, not a traceback."""
+    """An OSError no step put in words (a state file on a full disk, say): the file and what
+    to do, not a traceback."""
     from memoryd.storage.fdlimit import out_of_files
 
     where = f"{error.filename}: " if error.filename else ""
@@ -338,8 +334,7 @@ def _os_error_line(error: OSError) -> str:
 
 
 def _advice(error: OSError) -> str:
-    """What to do about an error no step gave a message of its own, by what the system said
-    (a permission is no full disk)."""
+    """What to do, by what the system said."""
     import errno
 
     if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # EFBIG: a size limit
@@ -353,8 +348,7 @@ def _advice(error: OSError) -> str:
 
 def entry() -> None:
     code = main()
-    # What the command built (an entry per memory file...) is left to the process's end, not
-    # to the collector's last walk at exit, which would free it object by object (~15 ms at
-    # 10,000 memories). Files are flushed as before: every write closes its file.
+    # What the command built is left to the process's end, not freed object by object by the
+    # collector's last walk (~15 ms at 10,000 memories). Every write has closed its file.
     gc.freeze()
     sys.exit(code)

@@ -1,7 +1,5 @@
-"""What several commands share: their common arguments, discovery as a command does it (links
-refused are said once), crash recovery before a command writes, and the lines that say a
-refused link, an empty repo or auto memory turned off. Light to import (most command modules
-import it to build their parsers), so anything heavy is imported inside the function using it."""
+"""What several commands share: common arguments, discovery and its refusals, crash recovery,
+`--json` and colour. Light to import (parsers need it): heavy imports go inside functions."""
 
 from __future__ import annotations
 
@@ -74,9 +72,7 @@ LOOK_IN = "memory dirs, repos or Claude homes to look in (default: every discove
 
 
 def discover_named(rt: Runtime, dirs: list[Path]) -> Discovery:
-    """The dirs to work on; links leading out of their repo or Claude home are said once.
-    The caller's Runtime names them (`named`: a dir git tracks under one is written, see
-    gitwork.hands_off_reason)."""
+    """The dirs to work on; links leading out of their repo or Claude home are said once."""
     from memoryd.discover.finder import discover_all, report_refused
 
     found = discover_all(rt.config, dirs)
@@ -85,9 +81,8 @@ def discover_named(rt: Runtime, dirs: list[Path]) -> Discovery:
 
 
 def _journals_left(state_dir: Path) -> bool:
-    """Whether any pass journal is in the state store (what journal.pending lists): without
-    one there is nothing to recover, and the recovery's modules (the journal, the trash, the
-    version store: ~18 ms of start-up) are not imported at all."""
+    """Whether any pass journal is in the state store: without one, recovery's modules (~18 ms
+    of start-up) are not imported at all."""
     import sqlite3
 
     from memoryd.storage.statedb import FILE_NAME, StateDB
@@ -172,8 +167,7 @@ def given_repo_root(args: argparse.Namespace) -> Path | None:
 
 
 def auto_memory_off(rt: Runtime) -> str:
-    """What turned Claude Code's auto memory off where no project says otherwise, or "" (the
-    environment and the user's settings: memoryd.discover.claude_env, no discovery)."""
+    """What turned Claude Code's auto memory off for the user (environment, settings), or ""."""
     from memoryd.discover.claude_env import auto_memory_switch, user_settings
 
     switch = auto_memory_switch(

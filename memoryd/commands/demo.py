@@ -1,8 +1,5 @@
-"""`memoryd demo`: a throw-away sandbox that shows the index, the dream pass and the log at work.
-
-Everything happens under one temporary folder (HOME, the Claude home, the state and the log all
-point there), so nothing of the user's is read or written.
-"""
+"""`memoryd demo`: the index, the dream pass and the log at work in a throw-away sandbox (its
+own HOME, Claude home, state and log), so nothing of the user's is read or written."""
 
 from __future__ import annotations
 
@@ -274,9 +271,8 @@ def _short(path: Path, env: dict[str, str]) -> str:
 
 
 def _compact_log(raw: str, memory: Path) -> str:
-    """`memoryd log --json` as one line a row, for the demo (the log's own renderer prints the
-    raw form): local time, level when not info, event, the fields that matter; no hashes,
-    no empty fields, and the dir only when it is not the sandbox's one memory dir."""
+    """`memoryd log --json` as one line a row: time, level when not info, event, the fields
+    that matter, and the dir when it is not the sandbox's."""
     from memoryd.views.humanize import clip, clock_time, parse_ts
 
     now = time.time()
@@ -304,8 +300,7 @@ def _compact_log(raw: str, memory: Path) -> str:
 
 
 def _keep_text(root: Path, config: Path, env: dict[str, str]) -> str:
-    """Where the sandbox is and how to run memoryd in it: a shell with the sandbox's own HOME
-    and XDG dirs, and its configuration file (so that nothing of the user's is used)."""
+    """Where the sandbox is, and how to run memoryd in it (its HOME, XDG dirs and config)."""
     names = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
     assigned = " \\\n      ".join(f"{name}={shlex.quote(env[name])}" for name in names)
     memoryd = shutil.which("memoryd") or f"{shlex.quote(sys.executable)} -m memoryd"

@@ -1,6 +1,5 @@
-"""`memoryd dirs [DIR …]`: every memory dir memoryd finds as a table, or one dir's detail (repo
-root, why its index is managed or not, problems, secrets, budget use), and the JSONL record
-stores it knows, validated."""
+"""`memoryd dirs [DIR …]`: every memory dir as a table, or one dir's detail, and the JSONL record
+stores memoryd knows, validated."""
 
 from __future__ import annotations
 
@@ -102,9 +101,7 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
 
 
 def _git_drift(rt: Runtime, md: MemoryDir, outcome: Any) -> dict[str, int] | None:
-    """For a dir left alone because git tracks it: what `memoryd index DIR` would change
-    (pointers added, removed, moved to the archive); None for any other dir."""
-
+    """For a dir left alone because git tracks it, what `memoryd index DIR` would change."""
     from memoryd.discover import gitwork
     from memoryd.indexing import passes
 
@@ -138,8 +135,7 @@ def _iso(ts: float) -> str | None:
 
 
 def _dir_history(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    """Its label, and what the dir's state says of memoryd's last passes (absolute UTC
-    times)."""
+    """Its label, and memoryd's last passes as the dir's state says (UTC)."""
     from memoryd.views.dirlabel import label
 
     state = rt.store.load(md.real_path)
@@ -153,8 +149,8 @@ def _dir_history(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
 
 
 def _claude_lock_json(md: MemoryDir, rt: Runtime) -> dict[str, Any]:
-    """When Claude Code last consolidated the dir (its `.consolidate-lock`'s mtime, which
-    stays after a dream of its own), and whether it holds the lock now."""
+    """When Claude Code last consolidated the dir (its `.consolidate-lock`'s mtime), and
+    whether it holds the lock now."""
     from datetime import datetime
 
     from memoryd.discover.locks import claude_lock

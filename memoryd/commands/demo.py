@@ -32,23 +32,21 @@ debounce = "500ms"
 max_wait = "5s"
 """
 
+# The planted cases: near-duplicate deploy notes, a stale reference (legacy_cart) and a
+# contradiction (the package manager rules share all but their first word and tail).
+_DEPLOY = (
+    "Deploy staging by running the release script with the canary flag enabled first, then "
+    "promote production after the smoke checks pass"
+)
+_PNPM = "use pnpm for installing packages across the monorepo workspace lockfile registry cache"
 MEMORIES = {
-    "deploy_steps.md": (
-        "Deploy steps",
-        "how to ship to staging",
-        "project",
-        60,
-        "Deploy staging by running the release script with the canary flag "
-        "enabled first, then promote production after the smoke checks pass.",
-    ),
+    "deploy_steps.md": ("Deploy steps", "how to ship to staging", "project", 60, f"{_DEPLOY}."),
     "deploy_howto.md": (
         "Deploy how-to",
         "shipping to staging",
         "project",
         20,
-        "Deploy staging by running the release script with the canary flag "
-        "enabled first, then promote production after the smoke checks pass "
-        "cleanly.",
+        f"{_DEPLOY} cleanly.",
     ),
     "legacy_cart.md": (
         "Legacy cart",
@@ -69,18 +67,14 @@ MEMORIES = {
         "which installer to use",
         "feedback",
         50,
-        "Always use pnpm for installing packages across the monorepo "
-        "workspace lockfile registry cache offline mirror alpha bravo "
-        "charlie delta echo foxtrot golf hotel india",
+        f"Always {_PNPM} offline mirror alpha bravo charlie delta echo foxtrot golf hotel india",
     ),
     "pkg_manager_new.md": (
         "Package manager (new)",
         "which installer to use now",
         "feedback",
         5,
-        "Never use pnpm for installing packages across the monorepo "
-        "workspace lockfile registry cache offline mirror juliet kilo lima "
-        "mike november oscar papa quebec romeo",
+        f"Never {_PNPM} offline mirror juliet kilo lima mike november oscar papa quebec romeo",
     ),
     "user_role.md": (
         "Role",

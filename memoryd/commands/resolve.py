@@ -107,7 +107,7 @@ def _tiers(rt: Runtime, dirs: Sequence[Path], here: Path, gone: bool) -> list[li
     mine = [md for md in every if md.real_path == real_here]
     if not mine and not dirs and (here / "MEMORY.md").is_file():
         mine = [memory_dir_at(real_here, rt.config)]
-    repo = _repo_of(real_here)
+    repo = repo_of(real_here)
     near: list[MemoryDir] = []
     if repo is not None and not dirs:
         near = [*discover(rt.config, [repo]), *(md for md in every if md.repo_root == repo)]
@@ -138,7 +138,8 @@ def _unique(group: Iterable[MemoryDir], seen: set[Path]) -> list[MemoryDir]:
     return out
 
 
-def _repo_of(folder: Path) -> Path | None:
+def repo_of(folder: Path) -> Path | None:
+    """The innermost repo (a folder with `.git` or `.claude/`) at or above `folder`."""
     for candidate in (folder, *folder.parents):
         if is_repo(candidate):
             return candidate

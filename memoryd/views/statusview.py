@@ -159,18 +159,16 @@ def _from_disk(rt: Any, last: dict[str, Any] | None) -> list[DirRow]:
     for folder in rt.store.dirs():
         state = rt.store.load(Path(folder))
         seen = beat.get(folder, {})
-        rows.append(DirRow(
-            path=folder,
-            kind=str(seen.get("kind", "")),
-            files=seen["files"] if isinstance(seen.get("files"), int) else _cached(rt, folder),
-            index=str(seen.get("index") or ("managed" if state.managed else "")),
-            changed_since_dream=len(state.changed_since_dream),
-            queued=None,
-            last_index_write=_iso(state.last_index_ts),
-            last_pass=_iso(state.last_dream_ts),
-            last_pass_result=state.last_dream_result or None,
-            watch="",
-        ))  # fmt: skip
+        rows.append(_row({
+            "real_path": folder,
+            "kind": seen.get("kind", ""),
+            "files": seen["files"] if isinstance(seen.get("files"), int) else _cached(rt, folder),
+            "index": seen.get("index") or ("managed" if state.managed else ""),
+            "pending_changes": len(state.changed_since_dream),
+            "last_index_write": _iso(state.last_index_ts),
+            "last_pass": _iso(state.last_dream_ts),
+            "last_pass_result": state.last_dream_result or None,
+        }, live=False))  # fmt: skip
     return rows
 
 

@@ -12,7 +12,7 @@ import os
 import shlex
 from typing import Any
 
-from memoryd.claude.hooks import CLAUDE_EVENTS, EVENTS, MATCHERS
+from memoryd.claude.hooks import EVENTS
 from memoryd.errors import MemorydError
 
 SERVER = "memoryd"
@@ -88,7 +88,7 @@ def _without_ours(groups: list[Any]) -> list[Any]:
 
 def _our_group(program: list[str], event: str) -> Json:
     hook = {"type": "command", "command": hook_command(program, event), "timeout": HOOK_TIMEOUT}
-    matcher = MATCHERS[event]
+    matcher = EVENTS[event][1]
     return {"matcher": matcher, "hooks": [hook]} if matcher else {"hooks": [hook]}
 
 
@@ -100,7 +100,7 @@ def with_hooks(settings: Json, program: list[str], where: str) -> Json:
     if hooks is None:
         hooks = out["hooks"] = {}
     for event in EVENTS:
-        name = CLAUDE_EVENTS[event]
+        name = EVENTS[event][0]
         groups = _groups(hooks, name, where)
         wanted = _our_group(program, event)
         if (
@@ -120,7 +120,7 @@ def without_hooks(settings: Json, where: str, keep: frozenset[str] = frozenset()
     hooks = _object(out, "hooks", where)
     if hooks is None:
         return out
-    for name in CLAUDE_EVENTS.values():
+    for name, _ in EVENTS.values():
         groups = _groups(hooks, name, where)
         if groups is None:
             continue
@@ -141,7 +141,7 @@ def present_keys(data: Json) -> frozenset[str]:
     found: set[str] = {key for key in ("hooks", "mcpServers") if key in data}
     hooks = data.get("hooks")
     if isinstance(hooks, dict):
-        found |= {f"hooks.{name}" for name in CLAUDE_EVENTS.values() if name in hooks}
+        found |= {f"hooks.{name}" for name, _ in EVENTS.values() if name in hooks}
     return frozenset(found)
 
 

@@ -19,21 +19,15 @@ from memoryd.claude.hookio import log_failure, state_dir
 from memoryd.storage import safejson
 
 INPUT_MAX_BYTES = 4 * 1024 * 1024  # a Write's tool_input holds the file's whole content
-EVENTS = ("pre-tool-use", "post-tool-use", "session-start")
 # Not Claude Code's events: run by the hooks themselves, in the background (in_background).
 REFRESH = "refresh-search"
 INDEX_WRITTEN = "index-written"
 BACKGROUND = (REFRESH, INDEX_WRITTEN)
-# The tools each event is registered for (the matcher of its settings entry).
-MATCHERS = {
-    "pre-tool-use": "Read|Edit|Write|MultiEdit",
-    "post-tool-use": "Write|Edit|MultiEdit",
-    "session-start": "",
-}
-CLAUDE_EVENTS = {
-    "pre-tool-use": "PreToolUse",
-    "post-tool-use": "PostToolUse",
-    "session-start": "SessionStart",
+# Each event: Claude Code's name for it, and the tools it is registered for (its matcher).
+EVENTS = {
+    "pre-tool-use": ("PreToolUse", "Read|Edit|Write|MultiEdit"),
+    "post-tool-use": ("PostToolUse", "Write|Edit|MultiEdit"),
+    "session-start": ("SessionStart", ""),
 }
 
 
@@ -52,9 +46,7 @@ def context_output(event: str, text: str) -> str:
     """What a hook prints for the model: `additionalContext` for this event ("" for none)."""
     if not text:
         return ""
-    payload = {
-        "hookSpecificOutput": {"hookEventName": CLAUDE_EVENTS[event], "additionalContext": text}
-    }
+    payload = {"hookSpecificOutput": {"hookEventName": EVENTS[event][0], "additionalContext": text}}
     return json.dumps(payload, ensure_ascii=False)
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from memoryd.discover.found import Discovery
     from memoryd.runtime import Runtime
     from memoryd.views.humanize import Painter
+    from memoryd.views.logview import View
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -154,6 +155,18 @@ def painter(args: argparse.Namespace, out: TextIO) -> Painter:
     from memoryd.views.humanize import Painter, use_color
 
     return Painter(use_color(args.color, out, os.environ))
+
+
+def view_for(args: argparse.Namespace, out: TextIO, now: float, width: int, **more: Any) -> View:
+    """How a person's terminal gets rows (memoryd.views.logview.View): home as `~`, its width
+    (`width` when piped), colour as `--color` asks."""
+    import os
+
+    from memoryd.views.humanize import terminal_width
+    from memoryd.views.logview import View
+
+    columns = terminal_width(out, os.environ, default=width)
+    return View(now=now, home=str(Path.home()), width=columns, paint=painter(args, out), **more)
 
 
 def given_repo_root(args: argparse.Namespace) -> Path | None:

@@ -14,6 +14,7 @@ from memoryd.views.dirlabel import label as dir_label
 from memoryd.views.display import shown
 
 COUNT_LABELS = [
+    ("dirs", "dirs"),
     ("files", "memory files"),
     ("stale_pruned", "stale pruned"),
     ("duplicates_merged", "duplicates merged"),
@@ -23,6 +24,9 @@ COUNT_LABELS = [
     ("evergreen", "evergreen"),
     ("fresh", "fresh"),
     ("surviving", "surviving"),
+    ("flagged", "flagged for review"),
+    ("indexes_updated", "indexes updated"),
+    ("promotion_candidates", "promotion candidates"),
 ]
 
 
@@ -308,10 +312,5 @@ def _flag_lines(result: DreamResult) -> list[str]:
 
 def _totals_lines(t: dict[str, int], dry_run: bool) -> list[str]:
     """The counts, last: they stay on screen."""
-    lines = ["Would do:" if dry_run else "Totals:", f"  {'dirs':<26}{t['dirs']:>7}"]
-    for key, label in COUNT_LABELS:
-        lines.append(f"  {label:<26}{t.get(key, 0):>7}")
-    lines.append(f"  {'flagged for review':<26}{t.get('flagged', 0):>7}")
-    lines.append(f"  {'indexes updated':<26}{t['indexes_updated']:>7}")
-    lines.append(f"  {'promotion candidates':<26}{t['promotion_candidates']:>7}")
-    return lines
+    counts = [f"  {label:<26}{t.get(key, 0):>7}" for key, label in COUNT_LABELS]
+    return ["Would do:" if dry_run else "Totals:", *counts]

@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memoryd.views.display import shown
-from memoryd.views.humanize import Painter, ago, parse_ts
+from memoryd.views.humanize import Painter, ago, layout, parse_ts
 
 HEADER = ("ID", "MOVED", "REASON", "FILE")
 
@@ -21,21 +21,12 @@ def render(rows: Sequence[Mapping[str, Any]], now: float, paint: Painter | None 
     paint = paint or Painter(False)
     if not rows:
         return "The trash is empty.\n"
-    cells = [(str(r["id"]), moved_cell(r, now), str(r["reason"])) for r in rows]
-    widths = [max(len(c[i]) for c in [HEADER[:3], *cells]) for i in range(3)]
-    lines = [
-        "  ".join(paint(h.ljust(w), "bold") for h, w in zip(HEADER[:3], widths, strict=True))
-        + "  "
-        + paint(HEADER[3], "bold")
-    ]
-    for row, cell in zip(rows, cells, strict=True):
+    cells = [[str(r["id"]), moved_cell(r, now), str(r["reason"]), ""] for r in rows]
+    head, body = layout(HEADER, cells, 1 << 30)
+    lines = ["  ".join(paint(c, "bold") for c in head)]
+    for row, (rid, moved, reason, _) in zip(rows, body, strict=True):
         because = row.get("duplicate_of") or row.get("superseded_by")
         extra = paint(f" (kept: {shown(because)})", "dim") if because else ""
         where = shown(f"{row['dir']}/{row['file']}")
-        lead = [
-            paint(cell[0].ljust(widths[0]), "name"),
-            paint(cell[1].ljust(widths[1]), "dim"),
-            cell[2].ljust(widths[2]),
-        ]
-        lines.append("  ".join(lead) + "  " + where + extra)
+        lines.append(f"{paint(rid, 'name')}  {paint(moved, 'dim')}  {reason}  {where}{extra}")
     return "\n".join(lines) + "\n"

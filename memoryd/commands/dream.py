@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if args.apply:
         return _dream_apply(args, rt, out)
     # A dry run writes nothing at all: no state, no audit row (rt.effect, cli.effect_of).
-    rt = replace(rt, named=tuple(args.dirs))  # see cmd_index
+    rt = replace(rt, named=tuple(args.dirs))  # as in commands.index
     if not args.dry_run:
         recover(rt)
     found = discover_named(rt, args.dirs)  # a dry run says nothing (rt.dry_run)
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.dry_run:
         housekeeping.rotate(rt, dirs)
     repos = RepoCache.of(rt)
-    # Why a dir is unmanaged is said by the pass that records it (see cmd_index).
+    # Why a dir is unmanaged is said by the pass that records it (as in commands.index).
     said = {md.real_path: rt.store.load(md.real_path).reported.get("unmanaged") for md in dirs}
     results = [dream_dir(rt, md, repos=repos, dry_run=args.dry_run) for md in dirs]
     said_before = {
@@ -126,7 +126,7 @@ def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.dirs:
         raise UsageError("--apply PASS_ID needs the DIR whose pass was refused")
     recover(rt)
-    rt = replace(rt, named=tuple(args.dirs))  # see cmd_index
+    rt = replace(rt, named=tuple(args.dirs))  # as in commands.index
     dirs = discover_named(rt, args.dirs).dirs
     held = [md for md in dirs if refused.exists(rt.paths.state_dir, md.real_path, args.apply)]
     md = held[0] if held else dirs[0] if len(dirs) == 1 else None

@@ -56,8 +56,8 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     if not args.check:
         recover(rt)
-    # --check changes nothing: not even the audit log. It shows what `index DIR` would do.
-    # named: a dir git tracks is written (see gitwork.hands_off_reason)
+    # A dir git tracks is written when named (gitwork.hands_off_reason); --check says what
+    # `index DIR` would do, changing nothing, not even the audit log.
     rt = replace(rt, named=() if args.not_named else tuple(args.dirs))
     found = discover_all(rt.config, args.dirs) if args.check else discover_named(rt, args.dirs)
     dirs = found.dirs

@@ -148,21 +148,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _listing_parser() -> argparse.ArgumentParser:
-    """For a command line naming no command (`--help`, `--version`): every command's help line,
-    none of their modules."""
-    parser, sub = _top()
-    for name in COMMANDS:
-        sub.add_parser(name)
-    return parser
-
-
 def _parser_for(words: Sequence[str]) -> argparse.ArgumentParser:
     named = _named_command(words)
     if named in COMMANDS:
         return build_parser(named)
-    if all(w.startswith("-") for w in words):  # `memoryd --help`: nothing to parse but options
-        return _listing_parser()
+    if all(w.startswith("-") for w in words):  # `--help`, `--version`: no command's module
+        parser, sub = _top()
+        for name in COMMANDS:
+            sub.add_parser(name)  # its line in the help (the table's)
+        return parser
     return build_parser()  # an option before the command (`--config F index`), or a misspelling
 
 

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from memoryd.claude.hookio import log_failure, tool_path
+
 AGENT_GROUPS = ("agent-memory", "agent-memory-local")
 
 
@@ -30,8 +32,6 @@ def is_memory_layout(folder: str) -> bool:
 
 def written_memory_dir(data: dict[str, Any]) -> tuple[str, str] | None:
     """The memory dir and file a tool call wrote, (folder, file); None for any other file."""
-    from memoryd.claude.hookio import tool_path
-
     file = tool_path(data)
     if file is None or not file.endswith(".md"):
         return None
@@ -71,11 +71,5 @@ def _update_search(folder: Path, name: str) -> None:
         {name},
         max_file_bytes=parse.max_file_bytes,
         max_frontmatter_bytes=parse.max_frontmatter_bytes,
-        warn=_logged,
+        warn=lambda message: log_failure("post-tool-use", RuntimeError(message)),
     )
-
-
-def _logged(message: str) -> None:
-    from memoryd.claude.hookio import log_failure
-
-    log_failure("post-tool-use", RuntimeError(message))

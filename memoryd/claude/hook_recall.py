@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from memoryd.claude.hookio import abs_path, tool_path
+
 MAX_MEMORIES = 3
 MAX_CHARS = 1200  # ~300 tokens
 KEY_LINES = 2
@@ -46,8 +48,8 @@ def repo_root(path: str) -> str | None:
 
 def projects_dir(data: dict[str, Any]) -> str:
     """`<claude home>/projects`: where the session's transcript is, else the default home."""
-    transcript = data.get("transcript_path")
-    if isinstance(transcript, str) and os.path.isabs(transcript):
+    transcript = abs_path(data, "transcript_path")
+    if transcript is not None:
         return os.path.dirname(os.path.dirname(transcript))
     home = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.expanduser("~/.claude")
     return os.path.join(home, "projects")
@@ -56,14 +58,11 @@ def projects_dir(data: dict[str, Any]) -> str:
 def auto_memory_dir(data: dict[str, Any]) -> tuple[str, str] | None:
     """The session's auto-memory dir and the repo root it is keyed by (Claude Code's: the
     canonical git root of the cwd, a worktree's main work tree, else the cwd)."""
-    cwd = data.get("cwd")
-    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+    cwd, transcript = abs_path(data, "cwd"), abs_path(data, "transcript_path")
+    if cwd is None:
         return None
-    if os.path.isdir(os.path.join(cwd, ".git")):
-        root = cwd  # the common case: no discovery needed
-        transcript = data.get("transcript_path")
-        if isinstance(transcript, str) and os.path.isabs(transcript):
-            return os.path.join(os.path.dirname(transcript), "memory"), root
+    if transcript is not None and os.path.isdir(os.path.join(cwd, ".git")):
+        return os.path.join(os.path.dirname(transcript), "memory"), cwd  # no discovery needed
     from pathlib import Path
 
     from memoryd.discover.look import canonical_root
@@ -233,8 +232,6 @@ def render(file: str, found: list[Found], more: int) -> tuple[str, list[str]]:
 def recall_context(data: dict[str, Any], state: str) -> str:
     """The pre-tool-use hook's text: the memories citing the tool's file not yet said in this
     session ("" when there are none)."""
-    from memoryd.claude.hookio import tool_path
-
     file = tool_path(data)
     if file is None or f"{os.sep}.claude{os.sep}" in file:
         return ""  # a memory or a setting itself: its own memories are not recalled

@@ -116,12 +116,12 @@ def _forget_old_sessions(state: str) -> None:
 def refresh_search(data: dict[str, Any]) -> None:
     """Bring the search index of each of the project's memory dirs up to date by stat."""
     from memoryd.claude.hook_recall import memory_dirs
-    from memoryd.claude.hookio import log_failure
+    from memoryd.claude.hookio import abs_path, log_failure
     from memoryd.paths import app_paths
     from memoryd.recall.store import update_dir
 
-    cwd = data.get("cwd")
-    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+    cwd = abs_path(data, "cwd")
+    if cwd is None:
         return
     state = app_paths().state_dir
     for folder, _ in memory_dirs(os.path.join(cwd, "."), data):

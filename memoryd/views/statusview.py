@@ -121,16 +121,9 @@ def _cached(rt: Any, folder: str) -> int | None:
 ALARM_SHOWN = 86400.0  # `status` shows a mass change for a day
 
 
-def alarms(state_dir: Path) -> list[dict[str, Any]]:
-    """The last mass-change alarms (one per dir, the newest), oldest first, read without
-    importing the version store and the index machinery."""
-    from memoryd.versions.records import alarms as kept_alarms
-
-    return kept_alarms(state_dir)
-
-
 def alarm_lines(rt: Any, now: float) -> str:
     """`memoryd status`: the mass changes of the last day, and how to undo them."""
+    from memoryd.versions.records import alarms  # not the version store, nor the indexing
     from memoryd.views.display import shown
 
     out = []

@@ -204,7 +204,7 @@ def show(out: TextIO, keep: bool = False) -> int:
             )
             say(_memoryd(env, config, "dream", str(memory)))
             say("\n== 4. The audit log (`memoryd log`; `tail -F` works on the file too)\n")
-            say(_compact_log(_memoryd(env, config, "log", "--json"), memory))
+            say(_memoryd({**env, "COLUMNS": str(LOG_WIDTH)}, config, "log"))
             say("\n== 5. Nothing is lost: the trash, and how to restore\n")
             say(_memoryd(env, config, "trash", "list", str(memory)))
             listed = safejson.loads(_memoryd(env, config, "trash", "list", "--json", str(memory)))
@@ -238,12 +238,6 @@ def show(out: TextIO, keep: bool = False) -> int:
 
 
 LOG_WIDTH = 100  # a log row on one line of a 100-column terminal
-# Fields a person does not read in a log row: identities and hashes (`explain`, `trash list`
-# and `--json` have them).
-_LOG_HIDDEN = frozenset({
-    "ts", "v", "event", "level", "pid", "dir", "sha256", "real_path", "stored", "bytes_before",
-    "bytes_after", "duration_ms", "pass_id", "version", "config",
-})  # fmt: skip
 
 
 def _started_text(started: bool, pid: int, memory: Path, env: dict[str, str]) -> str:
@@ -262,35 +256,6 @@ def _short(path: Path, env: dict[str, str]) -> str:
     from memoryd.views.humanize import short_path
 
     return short_path(path, env.get("HOME"))
-
-
-def _compact_log(raw: str, memory: Path) -> str:
-    """`memoryd log --json` as one line a row: time, level when not info, event, the fields
-    that matter, and the dir when it is not the sandbox's."""
-    from memoryd.views.humanize import clip, clock_time, parse_ts
-
-    now = time.time()
-    lines = []
-    for text in raw.splitlines():
-        try:
-            row = safejson.loads(text)
-        except ValueError:
-            continue
-        if not isinstance(row, dict):
-            continue
-        when = parse_ts(row.get("ts"))
-        stamp = clock_time(when, now) if when is not None else "?"
-        level = "" if row.get("level") == "info" else f" {str(row.get('level')).upper()}"
-        fields = []
-        for key, value in row.items():
-            if key in _LOG_HIDDEN or value in (None, "", [], {}):
-                continue
-            shown = ",".join(map(str, value)) if isinstance(value, list) else str(value)
-            fields.append(f"{key}={shown}")
-        where = "" if row.get("dir") in (None, str(memory)) else f" {row['dir']}"
-        line = f"{stamp}{level} {row.get('event', '?')}{where}  {' '.join(fields)}".rstrip()
-        lines.append(clip(line, LOG_WIDTH))
-    return "".join(f"{line}\n" for line in lines)
 
 
 def _keep_text(root: Path, config: Path, env: dict[str, str]) -> str:

@@ -24,43 +24,28 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
-# Every command: its module in memoryd.commands and its line in `memoryd --help`, in that
-# order. A module gives `add_parser(sub)` (its arguments) and `run(args, rt, out)`.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "dirs": ("memoryd.commands.dirs", "list memory dirs, their kind, repo root, files and budget"),
-    "index": ("memoryd.commands.index", "bring MEMORY.md in step with the memory files"),
-    "run": ("memoryd.commands.run", "run the daemon in the foreground (as a user service does)"),
-    "status": ("memoryd.commands.status", "is the daemon running, and how are its dirs"),
-    "service": ("memoryd.commands.service", "install memoryd as a user service (systemd/launchd)"),
-    "demo": ("memoryd.commands.demo", "show memoryd at work in a throw-away sandbox"),
-    "dream": ("memoryd.commands.dream", "run the deterministic consolidation pass"),
-    "explain": ("memoryd.commands.explain", "show every check and rule applied to one memory"),
-    "trash": ("memoryd.commands.trash", "list, restore or purge trashed memories"),
-    "log": ("memoryd.commands.log", "show the audit log for a person"),
-    "config": ("memoryd.commands.config", "check or show the configuration"),
-    "ack": (
-        "memoryd.commands.ack",
-        "acknowledge a memory flagged for review (not listed again until it changes)",
-    ),
-    "forget": (
-        "memoryd.commands.forget",
-        "move memories a person asks to forget to the trash (restorable)",
-    ),
-    "history": (
-        "memoryd.commands.history",
-        "a memory's history: what superseded it, and the versions memoryd kept",
-    ),
-    "search": (
-        "memoryd.commands.search",
-        "search memories across both tiers (MEMORY.md and the archive)",
-    ),
-    "recall": ("memoryd.commands.recall", "memories to read before editing these files or symbols"),
-    "show": ("memoryd.commands.show", "one memory: frontmatter and body, and where it is indexed"),
-    "mcp": ("memoryd.commands.mcp", "serve memory search to an agent over MCP (stdio)"),
-    "claude": (
-        "memoryd.commands.claude",
-        "register memoryd's hooks and MCP server in Claude Code (install, uninstall)",
-    ),
+# Every command (its module is memoryd.commands.<name>) and its line in `memoryd --help`, in
+# that order. A module gives `add_parser(sub)` (its arguments) and `run(args, rt, out)`.
+COMMANDS = {
+    "dirs": "list memory dirs, their kind, repo root, files and budget",
+    "index": "bring MEMORY.md in step with the memory files",
+    "run": "run the daemon in the foreground (as a user service does)",
+    "status": "is the daemon running, and how are its dirs",
+    "service": "install memoryd as a user service (systemd/launchd)",
+    "demo": "show memoryd at work in a throw-away sandbox",
+    "dream": "run the deterministic consolidation pass",
+    "explain": "show every check and rule applied to one memory",
+    "trash": "list, restore or purge trashed memories",
+    "log": "show the audit log for a person",
+    "config": "check or show the configuration",
+    "ack": "acknowledge a memory flagged for review (not listed again until it changes)",
+    "forget": "move memories a person asks to forget to the trash (restorable)",
+    "history": "a memory's history: what superseded it, and the versions memoryd kept",
+    "search": "search memories across both tiers (MEMORY.md and the archive)",
+    "recall": "memories to read before editing these files or symbols",
+    "show": "one memory: frontmatter and body, and where it is indexed",
+    "mcp": "serve memory search to an agent over MCP (stdio)",
+    "claude": "register memoryd's hooks and MCP server in Claude Code (install, uninstall)",
 }
 # `memoryd hook EVENT`, dispatched before the parser (the post-write hook runs `index` through
 # `main` in its own process).
@@ -84,7 +69,7 @@ class Command(Protocol):
 
 def command(name: str) -> Command:
     """The module of a command, imported now (the table's lazy half)."""
-    return cast(Command, importlib.import_module(COMMANDS[name][0]))
+    return cast(Command, importlib.import_module(f"memoryd.commands.{name}"))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,7 +98,7 @@ class _Commands(_Subparsers):
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         if name in COMMANDS:
-            kwargs.setdefault("help", COMMANDS[name][1])
+            kwargs.setdefault("help", COMMANDS[name])
         return super().add_parser(name, **kwargs)
 
 

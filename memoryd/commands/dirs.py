@@ -53,7 +53,6 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
 
     outcome = passes.check(rt, md)
     scan = outcome.scan
-    main_text = None
     with fsops.open_dir(md.real_path) as fd:
         main_text = read_index_file(fd, INDEX_NAME, rt.versions).text
     return {

@@ -162,18 +162,13 @@ def _claude_lock_json(md: MemoryDir, rt: Runtime) -> dict[str, Any]:
     }
 
 
-def _no_dirs() -> Discovery:
-    from memoryd.discover.found import Discovery
-
-    return Discovery(dirs=[], refused=[])
-
-
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd.discipline import findings
     from memoryd.discover.finder import discover_all
+    from memoryd.discover.found import Discovery
 
     named = [p for p in args.dirs if not findings.is_store_file(p)]
-    found = discover_all(rt.config, named) if named or not args.dirs else _no_dirs()
+    found = discover_all(rt.config, named) if named or not args.dirs else Discovery([], [])
     rows = [_dir_summary(rt, md) for md in found.dirs]
     stores = store_reports(rt, found.dirs, args.dirs)
     if args.json:

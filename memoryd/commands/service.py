@@ -140,19 +140,11 @@ class Plan:
     note: str = ""  # said before an install: the command lives in a clone's venv
 
 
-def default_manager() -> str:
-    return "launchd" if sys.platform == "darwin" else "systemd"
-
-
-def unit_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "systemd" / "user"
-
-
 def plan(action: str, manager: str, config: Path | None, paths: AppPaths) -> Plan:
     command = program()
     if manager == "systemd":
-        file = unit_dir() / UNIT_NAME
+        base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+        file = Path(base) / "systemd" / "user" / UNIT_NAME
         content = render_unit(command, config, carried_env()) if action == "install" else ""
         commands = {
             "install": [
@@ -332,7 +324,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    manager = args.manager or default_manager()
+    manager = args.manager or ("launchd" if sys.platform == "darwin" else "systemd")
     config = args.config.expanduser().absolute() if args.config else None
     planned = plan(args.action, manager, config, rt.paths)
     if planned.note:

@@ -52,10 +52,6 @@ def is_our_server(entry: object) -> bool:
     return os.path.basename(command) == "memoryd" or "memoryd" in args
 
 
-def server_entry(program: list[str]) -> Json:
-    return {"type": "stdio", "command": program[0], "args": [*program[1:], "mcp"], "env": {}}
-
-
 def _object(parent: Json, key: str, where: str) -> Json | None:
     value = parent.get(key)
     if value is not None and not isinstance(value, dict):
@@ -158,7 +154,7 @@ def with_server(config: Json, program: list[str], where: str) -> Json:
             f"{where}: an MCP server named `{SERVER}` is there and does not run memoryd "
             f"({present!r}); rename or remove it, then install again"
         )
-    wanted = server_entry(program)
+    wanted = {"type": "stdio", "command": program[0], "args": [*program[1:], "mcp"], "env": {}}
     if present != wanted:
         servers[SERVER] = wanted
     return out

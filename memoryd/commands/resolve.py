@@ -118,9 +118,11 @@ def _tiers(rt: Runtime, dirs: Sequence[Path], here: Path, gone: bool) -> list[li
         if tier:
             out.append(tier)
     if gone:  # dirs deleted whole (or no longer discovered) whose versions are kept
+        from memoryd.versions import kept as kept_store
+
         kept = [
             Target(folder, "", None)
-            for folder in _version_dirs(rt)
+            for folder in (rt.versions or kept_store.for_runtime(rt)).known_dirs()
             if folder not in seen
             and (not wanted or any(folder == w or folder.is_relative_to(w) for w in wanted))
         ]
@@ -144,12 +146,6 @@ def repo_of(folder: Path) -> Path | None:
         if is_repo(candidate):
             return candidate
     return None
-
-
-def _version_dirs(rt: Runtime) -> list[Path]:
-    from memoryd.versions import kept
-
-    return (rt.versions or kept.for_runtime(rt)).known_dirs()
 
 
 def _matches(rt: Runtime, tier: list[Target], key: str, gone: bool) -> list[Target]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from memoryd.commands.common import (
     EXIT_FINDINGS,
@@ -77,9 +77,12 @@ def _named_dirs(args: argparse.Namespace, rt: Runtime) -> list[MemoryDir]:
 
 
 def _list(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    import time
+
     from memoryd.commands.versions import deleted_rows, render_deleted
     from memoryd.daemon import housekeeping
     from memoryd.trash import store as trash
+    from memoryd.views.trash import render
 
     listing = housekeeping.list_trash(_named_dirs(args, rt))
     rows = [
@@ -123,19 +126,11 @@ def _list(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         write_json(out, document)
         return EXIT_FINDINGS if invalid else EXIT_OK
     if rows or not elsewhere:  # not "The trash is empty." above what is restorable
-        out.write(_rendered(args, rows, out))
+        out.write(render(rows, time.time(), painter(args, out)))
     for bad in invalid:
         out.write(f"INVALID  {shown(bad['message'])}\n")
     out.write(render_deleted(elsewhere))
     return EXIT_FINDINGS if invalid else EXIT_OK
-
-
-def _rendered(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) -> str:
-    import time
-
-    from memoryd.views.trash import render
-
-    return render(rows, time.time(), painter(args, out))
 
 
 def _restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

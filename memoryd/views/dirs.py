@@ -46,11 +46,6 @@ def last_pass_cell(row: Mapping[str, Any], now: float) -> str:
     return f"{ago(when, now)}, {word}" if word else ago(when, now)
 
 
-def flagged_cell(row: Mapping[str, Any]) -> str:
-    flagged = row.get("flagged")
-    return "-" if flagged is None else str(flagged)
-
-
 def cells(row: Mapping[str, Any], now: float) -> list[str]:
     mode = str(row["mode"])
     if mode == "managed" and not row.get("in_sync", True):
@@ -61,7 +56,7 @@ def cells(row: Mapping[str, Any], now: float) -> list[str]:
         mode,
         str(row["memory_files"]),
         index_cell(row),
-        flagged_cell(row),
+        "-" if row.get("flagged") is None else str(row["flagged"]),
         last_pass_cell(row, now),
     ]
 

@@ -197,7 +197,10 @@ def render_text(
         lines += ["Housekeeping:"]
         lines += [f"  {h}" for h in housekeeping]
         lines.append("")
-    lines += _totals_lines(totals(results, promotion_candidates), dry_run)
+    # The counts last, so that they stay on screen.
+    t = totals(results, promotion_candidates)
+    lines += ["Would do:" if dry_run else "Totals:"]
+    lines += [f"  {label:<26}{t.get(key, 0):>7}" for key, label in COUNT_LABELS]
     return "\n".join(lines) + "\n"
 
 
@@ -308,9 +311,3 @@ def _flag_lines(result: DreamResult) -> list[str]:
     for name in result.conflicts:
         lines.append(f"  sync conflict copy (reported, never consolidated): {shown(name)}")
     return lines
-
-
-def _totals_lines(t: dict[str, int], dry_run: bool) -> list[str]:
-    """The counts, last: they stay on screen."""
-    counts = [f"  {label:<26}{t.get(key, 0):>7}" for key, label in COUNT_LABELS]
-    return ["Would do:" if dry_run else "Totals:", *counts]

@@ -22,7 +22,7 @@ from typing import Any
 from _claude_home import ClaudeHome, make_claude_home
 from _stats import markdown_table, timed
 
-from memoryd.config import Config, with_claude_home
+from memoryd.config import Config, PathsConfig
 from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.discover.cwd_cache import CwdCache
 from memoryd.discover.finder import discover_all
@@ -50,7 +50,7 @@ def environ(values: dict[str, str]) -> Iterator[None]:
 
 
 def config_for(home: ClaudeHome) -> Config:
-    return with_claude_home(Config(claude_env=ClaudeEnv(home=home.root)), home.claude)
+    return Config(paths=PathsConfig(claude_home=home.claude), claude_env=ClaudeEnv(home=home.root))
 
 
 def drop_cache(home: ClaudeHome) -> None:

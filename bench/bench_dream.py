@@ -63,7 +63,7 @@ from typing import Any
 import _synth
 from _stats import markdown_table, percentile, timed
 
-from memoryd.config import Config, with_claude_home
+from memoryd.config import Config, PathsConfig
 from memoryd.discover.finder import discover
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.refs import Status, check_refs, extract_refs
@@ -793,7 +793,7 @@ def run_child(job: dict[str, Any]) -> dict[str, Any]:
 def make_runtime(root: Path) -> Runtime:
     paths = AppPaths(config_file=root / "c.toml", state_dir=root / "state", log_dir=root / "log")
     # A Claude home of the bench's own: the consult scan must not read this user's transcripts.
-    return Runtime.create(with_claude_home(Config(), root / "claude"), paths)
+    return Runtime.create(Config(paths=PathsConfig(claude_home=root / "claude")), paths)
 
 
 def memory_dir(path: Path, repo_root: Path) -> MemoryDir:

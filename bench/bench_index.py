@@ -31,7 +31,7 @@ import _synth
 from _naive import naive_load_all, naive_rebuild
 from _stats import markdown_table, percentile, timed
 
-from memoryd.config import Config, with_claude_home
+from memoryd.config import Config, PathsConfig
 from memoryd.discover.finder import discover
 from memoryd.discover.found import MemoryDir
 from memoryd.indexing import passes, plan, read, write
@@ -175,7 +175,7 @@ def measure_memory(mode: str, path: Path, traced: bool) -> dict[str, int]:
 def make_runtime(tmp: Path) -> Runtime:
     paths = AppPaths(config_file=tmp / "c.toml", state_dir=tmp / "state", log_dir=tmp / "log")
     # A Claude home of the bench's own: the consult scan must not read this user's transcripts.
-    return Runtime.create(with_claude_home(Config(), tmp / "claude"), paths)
+    return Runtime.create(Config(paths=PathsConfig(claude_home=tmp / "claude")), paths)
 
 
 def pointer_targets(text: str) -> list[str]:

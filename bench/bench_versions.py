@@ -151,7 +151,7 @@ def first_index(tmp: Path, template: Path, store: bool, k: int) -> tuple[float, 
     collector tuned as in every memoryd process (cli.main, the daemon): wall seconds, and the
     CPU seconds of this process meanwhile (the store's work, without the disk's moods)."""
 
-    from memoryd.config import Config, with_claude_home
+    from memoryd.config import Config, PathsConfig
     from memoryd.discover.finder import memory_dir_at
     from memoryd.indexing.passes import update
     from memoryd.paths import AppPaths
@@ -164,7 +164,7 @@ def first_index(tmp: Path, template: Path, store: bool, k: int) -> tuple[float, 
     subprocess.run(["cp", "-a", str(template), str(folder)], check=True, capture_output=True)
     os.sync()  # as in Home: a first start does not follow a copy of 10,000 files
     paths = AppPaths(config_file=root / "c.toml", state_dir=root / "state", log_dir=root / "log")
-    rt = Runtime.create(with_claude_home(Config(), root / "claude"), paths)
+    rt = Runtime.create(Config(paths=PathsConfig(claude_home=root / "claude")), paths)
     md = memory_dir_at(folder, rt.config)
     tune_gc()
     t, cpu = time.perf_counter(), cpu_seconds()

@@ -1,7 +1,6 @@
-"""The `memoryd` command line: the table of commands and `main`. Each command is a module of
-memoryd.commands (its arguments, the use case it calls, its view), imported only when it runs or
-when a parser needs its arguments, so `memoryd --help` and each command pay for their own
-imports alone."""
+"""The `memoryd` command line: the table of commands and `main`. Each command's module in
+memoryd.commands is imported only when it runs or its parser is needed, so each command pays
+for its own imports alone."""
 
 from __future__ import annotations
 
@@ -25,43 +24,28 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
-# Every command: its module in memoryd.commands and its line in `memoryd --help`, in that
-# order. A module gives `add_parser(sub)` (its arguments) and `run(args, rt, out)`.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "dirs": ("memoryd.commands.dirs", "list memory dirs, their kind, repo root, files and budget"),
-    "index": ("memoryd.commands.index", "bring MEMORY.md in step with the memory files"),
-    "run": ("memoryd.commands.run", "run the daemon in the foreground (as a user service does)"),
-    "status": ("memoryd.commands.status", "is the daemon running, and how are its dirs"),
-    "service": ("memoryd.commands.service", "install memoryd as a user service (systemd/launchd)"),
-    "demo": ("memoryd.commands.demo", "show memoryd at work in a throw-away sandbox"),
-    "dream": ("memoryd.commands.dream", "run the deterministic consolidation pass"),
-    "explain": ("memoryd.commands.explain", "show every check and rule applied to one memory"),
-    "trash": ("memoryd.commands.trash", "list, restore or purge trashed memories"),
-    "log": ("memoryd.commands.log", "show the audit log for a person"),
-    "config": ("memoryd.commands.config", "check or show the configuration"),
-    "ack": (
-        "memoryd.commands.ack",
-        "acknowledge a memory flagged for review (not listed again until it changes)",
-    ),
-    "forget": (
-        "memoryd.commands.forget",
-        "move memories a person asks to forget to the trash (restorable)",
-    ),
-    "history": (
-        "memoryd.commands.history",
-        "a memory's history: what superseded it, and the versions memoryd kept",
-    ),
-    "search": (
-        "memoryd.commands.search",
-        "search memories across both tiers (MEMORY.md and the archive)",
-    ),
-    "recall": ("memoryd.commands.recall", "memories to read before editing these files or symbols"),
-    "show": ("memoryd.commands.show", "one memory: frontmatter and body, and where it is indexed"),
-    "mcp": ("memoryd.commands.mcp", "serve memory search to an agent over MCP (stdio)"),
-    "claude": (
-        "memoryd.commands.claude",
-        "register memoryd's hooks and MCP server in Claude Code (install, uninstall)",
-    ),
+# Every command (its module is memoryd.commands.<name>) and its line in `memoryd --help`, in
+# that order. A module gives `add_parser(sub)` (its arguments) and `run(args, rt, out)`.
+COMMANDS = {
+    "dirs": "list memory dirs, their kind, repo root, files and budget",
+    "index": "bring MEMORY.md in step with the memory files",
+    "run": "run the daemon in the foreground (as a user service does)",
+    "status": "is the daemon running, and how are its dirs",
+    "service": "install memoryd as a user service (systemd/launchd)",
+    "demo": "show memoryd at work in a throw-away sandbox",
+    "dream": "run the deterministic consolidation pass",
+    "explain": "show every check and rule applied to one memory",
+    "trash": "list, restore or purge trashed memories",
+    "log": "show the audit log for a person",
+    "config": "check or show the configuration",
+    "ack": "acknowledge a memory flagged for review (not listed again until it changes)",
+    "forget": "move memories a person asks to forget to the trash (restorable)",
+    "history": "a memory's history: what superseded it, and the versions memoryd kept",
+    "search": "search memories across both tiers (MEMORY.md and the archive)",
+    "recall": "memories to read before editing these files or symbols",
+    "show": "one memory: frontmatter and body, and where it is indexed",
+    "mcp": "serve memory search to an agent over MCP (stdio)",
+    "claude": "register memoryd's hooks and MCP server in Claude Code (install, uninstall)",
 }
 # `memoryd hook EVENT`, dispatched before the parser (the post-write hook runs `index` through
 # `main` in its own process).
@@ -85,13 +69,12 @@ class Command(Protocol):
 
 def command(name: str) -> Command:
     """The module of a command, imported now (the table's lazy half)."""
-    return cast(Command, importlib.import_module(COMMANDS[name][0]))
+    return cast(Command, importlib.import_module(f"memoryd.commands.{name}"))
 
 
 class _Parser(argparse.ArgumentParser):
-    """A parser whose options go anywhere among its positionals (`forget NAME --dry-run DIR`):
-    argparse's intermixed parsing, for every command (each subparser is one of these). A
-    parser with subcommands of its own parses as before: it only picks the subcommand."""
+    """Options anywhere among the positionals (`forget NAME --dry-run DIR`): argparse's
+    intermixed parsing, but for a parser that only picks a subcommand."""
 
     _mixing = False
 
@@ -115,7 +98,7 @@ class _Commands(_Subparsers):
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         if name in COMMANDS:
-            kwargs.setdefault("help", COMMANDS[name][1])
+            kwargs.setdefault("help", COMMANDS[name])
         return super().add_parser(name, **kwargs)
 
 
@@ -142,21 +125,11 @@ def _top() -> tuple[argparse.ArgumentParser, _Subparsers]:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command line; with `only`, the parser of that command alone (start-up pays for one
-    command's arguments). A name that is no command builds them all: the usage error lists
-    every one."""
+    """The command line; with `only`, that command's arguments alone (a name that is no
+    command builds them all, for the usage error)."""
     parser, sub = _top()
     for name in [only] if only in COMMANDS else COMMANDS:
         command(name).add_parser(sub)
-    return parser
-
-
-def _listing_parser() -> argparse.ArgumentParser:
-    """The parser of a command line naming no command (`memoryd --help`, `--version`, nothing):
-    every command's line in the help, none of their arguments, none of their modules."""
-    parser, sub = _top()
-    for name in COMMANDS:
-        sub.add_parser(name)
     return parser
 
 
@@ -164,21 +137,24 @@ def _parser_for(words: Sequence[str]) -> argparse.ArgumentParser:
     named = _named_command(words)
     if named in COMMANDS:
         return build_parser(named)
-    if all(w.startswith("-") for w in words):  # `memoryd --help`: nothing to parse but options
-        return _listing_parser()
+    if all(w.startswith("-") for w in words):  # `--help`, `--version`: no command's module
+        parser, sub = _top()
+        for name in COMMANDS:
+            sub.add_parser(name)  # its line in the help (the table's)
+        return parser
     return build_parser()  # an option before the command (`--config F index`), or a misspelling
 
 
 def _named_command(words: Sequence[str]) -> str | None:
-    """The command when it is the first word (`memoryd index ...`): no option before it can
-    ask for the list of every command (`memoryd --help index`)."""
+    """The command when it is the first word (an option before it, `--help index`, may ask
+    for every command)."""
     return words[0] if words and not words[0].startswith("-") else None
 
 
 @contextlib.contextmanager
 def _looking_only(effect: Effect) -> Iterator[None]:
-    """A command that promises to write nothing (a read-only one, a dry run, `--check`) does
-    not save even discovery's cache (memoryd.discover.cwd_cache), for as long as it runs."""
+    """A command that writes nothing (read-only, a dry run, `--check`) does not save even
+    discovery's cache while it runs."""
     if effect.writes:
         yield
         return
@@ -194,9 +170,8 @@ def _looking_only(effect: Effect) -> Iterator[None]:
 def _keeping_versions(
     args: argparse.Namespace, rt: Runtime
 ) -> contextlib.AbstractContextManager[Runtime]:
-    """The Runtime with the version store for a command that may write
-    (memoryd.commands.versions.keeping); the read-only commands do not even import it, nor a
-    check or a dry run, which keep none (`rt` as it is)."""
+    """commands.versions.keeping for a command that keeps versions; the others (`rt` as it is)
+    do not even import it."""
     if not rt.effect.keeps_versions:
         return contextlib.nullcontext(rt)
     from memoryd.commands.versions import keeping
@@ -326,8 +301,8 @@ def _dispatch(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def _os_error_line(error: OSError) -> str:
-    """What no step turned into a message of its own (a state file on a full disk, say): still
-    the file and what to do, not a traceback."""
+    """An OSError no step put in words (a state file on a full disk, say): the file and what
+    to do, not a traceback."""
     from memoryd.storage.fdlimit import out_of_files
 
     where = f"{error.filename}: " if error.filename else ""
@@ -338,8 +313,7 @@ def _os_error_line(error: OSError) -> str:
 
 
 def _advice(error: OSError) -> str:
-    """What to do about an error no step gave a message of its own, by what the system said
-    (a permission is no full disk)."""
+    """What to do, by what the system said."""
     import errno
 
     if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # EFBIG: a size limit
@@ -353,8 +327,7 @@ def _advice(error: OSError) -> str:
 
 def entry() -> None:
     code = main()
-    # What the command built (an entry per memory file...) is left to the process's end, not
-    # to the collector's last walk at exit, which would free it object by object (~15 ms at
-    # 10,000 memories). Files are flushed as before: every write closes its file.
+    # What the command built is left to the process's end, not freed object by object by the
+    # collector's last walk (~15 ms at 10,000 memories). Every write has closed its file.
     gc.freeze()
     sys.exit(code)

@@ -4,9 +4,9 @@ import os
 import re
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.errors import ConfigError
@@ -45,116 +45,6 @@ def format_duration(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{round(seconds * 1000)}ms"
-
-
-@dataclass(frozen=True, slots=True)
-class DirOverride:
-    """Per-dir settings from `[dirs."<path>"]`."""
-
-    mode: IndexMode = "auto"
-    repo_root: Path | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PathsConfig:
-    claude_home: Path = field(default_factory=default_claude_home)
-    repos: tuple[str, ...] = ()
-    extra_memory_dirs: tuple[Path, ...] = ()
-    record_stores: tuple[Path, ...] = ()  # JSONL record stores beyond <repo>/.agent/memory.jsonl
-    # Globs of git work trees whose tracked memory dirs memoryd manages for this user alone.
-    manage_repos: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class IndexConfig:
-    separator: str = " — "
-    new_file_grace: float = 10.0
-    budget: BudgetMode = "hard"
-    max_lines: int = 200
-    max_chars: int = 25_000
-    target_bytes: int = 17_408
-    keep_recent: float = 7 * 86400.0
-
-
-@dataclass(frozen=True, slots=True)
-class WatchConfig:
-    debounce: float = 2.0
-    max_wait: float = 30.0
-    reconcile_every: float = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class DreamConfig:
-    pile_up: int = 5
-    quiet: float = 600.0
-    min_interval: float = 3600.0
-    duplicate_threshold: float = 0.6
-    contradiction_threshold: float = 0.4
-    guard_recent: float = 14 * 86400.0
-    consult_window: float = 14 * 86400.0
-    breaker_min: int = 3
-    breaker_fraction: float = 0.2
-    file_budget: float = 10.0  # a pass that spends longer on one file stops, moving nothing
-    pass_budget: float = 600.0  # ... and one that runs longer in all
-
-
-@dataclass(frozen=True, slots=True)
-class TrashConfig:
-    keep_days: int = 30
-
-
-@dataclass(frozen=True, slots=True)
-class VersionsConfig:
-    keep_days: int = 30  # a replaced or deleted version is kept this long after it was
-    max_bytes: int = 512 * 1024 * 1024  # the store's cap (see memoryd.versions.prune)
-    # More memory files than this deleted or rewritten by others within alarm_window:
-    # memory.mass_change. An agent's clean-up touches many files within a minute or two; a
-    # person's editing (a few files, minutes apart) never reaches it.
-    alarm_files: int = 5
-    alarm_window: float = 120.0
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    level: LogLevel = "info"
-    max_bytes: int = 10_000_000
-    backups: int = 5
-
-
-@dataclass(frozen=True, slots=True)
-class ParseConfig:
-    max_file_bytes: int = 1024 * 1024
-    max_frontmatter_bytes: int = 16 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class RecallConfig:
-    stale_after: float = 90 * 86400.0  # older than this (newest of mtime and frontmatter dates)
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    index: IndexConfig = field(default_factory=IndexConfig)
-    watch: WatchConfig = field(default_factory=WatchConfig)
-    dream: DreamConfig = field(default_factory=DreamConfig)
-    trash: TrashConfig = field(default_factory=TrashConfig)
-    versions: VersionsConfig = field(default_factory=VersionsConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    parse: ParseConfig = field(default_factory=ParseConfig)
-    recall: RecallConfig = field(default_factory=RecallConfig)
-    dirs: Mapping[Path, DirOverride] = field(default_factory=dict)
-    source: str = "built-in defaults"
-    # Claude Code's variables that move or turn off its auto memory, as memoryd started with
-    # them (read once, here at the edge; tests pass their own).
-    claude_env: ClaudeEnv = field(default_factory=ClaudeEnv.from_environ)
-
-    def override_for(self, memory_dir: Path) -> DirOverride:
-        """The `[dirs]` entry for a dir, matched by its path or its resolved path."""
-        for candidate in (memory_dir, memory_dir.resolve()):
-            if candidate in self.dirs:
-                return self.dirs[candidate]
-        return DirOverride()
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -250,74 +140,141 @@ def _file_list(value: object) -> object:
     return tuple(out)
 
 
-_SECTIONS: dict[str, tuple[type[Any], dict[str, Converter]]] = {
-    "paths": (
-        PathsConfig,
-        {
-            "claude_home": _folder,
-            "repos": _str_list,
-            "extra_memory_dirs": _folder_list,
-            "record_stores": _file_list,
-            "manage_repos": _str_list,
-        },
-    ),
-    "index": (
-        IndexConfig,
-        {
-            "separator": _str,
-            "new_file_grace": _duration,
-            "budget": _choice("never", "hard", "target"),
-            "max_lines": _int(1),
-            "max_chars": _int(1),
-            "target_bytes": _int(1),
-            "keep_recent": _duration,
-        },
-    ),
-    "watch": (
-        WatchConfig,
-        {
-            "debounce": _duration,
-            "max_wait": _duration,
-            "reconcile_every": _duration,
-        },
-    ),
-    "dream": (
-        DreamConfig,
-        {
-            "pile_up": _int(1),
-            "quiet": _duration,
-            "min_interval": _duration,
-            "duplicate_threshold": _fraction,
-            "contradiction_threshold": _fraction,
-            "guard_recent": _duration,
-            "consult_window": _duration,
-            "breaker_min": _int(0),
-            "breaker_fraction": _fraction,
-            "file_budget": _positive_duration,
-            "pass_budget": _positive_duration,
-        },
-    ),
-    "trash": (TrashConfig, {"keep_days": _int(1)}),
-    "versions": (
-        VersionsConfig,
-        {
-            "keep_days": _int(1),
-            "max_bytes": _int(1024 * 1024),
-            "alarm_files": _int(0),
-            "alarm_window": _positive_duration,
-        },
-    ),
-    "log": (
-        LogConfig,
-        {
-            "level": _choice("debug", "info", "warning", "error"),
-            "max_bytes": _int(4096),
-            "backups": _int(1),
-        },
-    ),
-    "parse": (ParseConfig, {"max_file_bytes": _int(1024), "max_frontmatter_bytes": _int(256)}),
-    "recall": (RecallConfig, {"stale_after": _positive_duration}),
+def _setting(convert: Converter, default: Any = MISSING, *, factory: Any = MISSING) -> Any:
+    """A configuration key: its default, and the converter that checks a file's value."""
+    return field(default=default, default_factory=factory, metadata={"convert": convert})
+
+
+@dataclass(frozen=True, slots=True)
+class DirOverride:
+    """Per-dir settings from `[dirs."<path>"]`."""
+
+    mode: IndexMode = _setting(_choice(*get_args(IndexMode)), "auto")
+    repo_root: Path | None = _setting(_folder, None)
+
+
+@dataclass(frozen=True, slots=True)
+class PathsConfig:
+    claude_home: Path = _setting(_folder, factory=default_claude_home)
+    repos: tuple[str, ...] = _setting(_str_list, ())
+    extra_memory_dirs: tuple[Path, ...] = _setting(_folder_list, ())
+    # JSONL record stores beyond <repo>/.agent/memory.jsonl
+    record_stores: tuple[Path, ...] = _setting(_file_list, ())
+    # Globs of git work trees whose tracked memory dirs memoryd manages for this user alone.
+    manage_repos: tuple[str, ...] = _setting(_str_list, ())
+
+
+@dataclass(frozen=True, slots=True)
+class IndexConfig:
+    separator: str = _setting(_str, " — ")
+    new_file_grace: float = _setting(_duration, 10.0)
+    budget: BudgetMode = _setting(_choice(*get_args(BudgetMode)), "hard")
+    max_lines: int = _setting(_int(1), 200)
+    max_chars: int = _setting(_int(1), 25_000)
+    target_bytes: int = _setting(_int(1), 17_408)
+    keep_recent: float = _setting(_duration, 7 * 86400.0)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchConfig:
+    debounce: float = _setting(_duration, 2.0)
+    max_wait: float = _setting(_duration, 30.0)
+    reconcile_every: float = _setting(_duration, 300.0)
+
+
+@dataclass(frozen=True, slots=True)
+class DreamConfig:
+    pile_up: int = _setting(_int(1), 5)
+    quiet: float = _setting(_duration, 600.0)
+    min_interval: float = _setting(_duration, 3600.0)
+    duplicate_threshold: float = _setting(_fraction, 0.6)
+    contradiction_threshold: float = _setting(_fraction, 0.4)
+    guard_recent: float = _setting(_duration, 14 * 86400.0)
+    consult_window: float = _setting(_duration, 14 * 86400.0)
+    breaker_min: int = _setting(_int(0), 3)
+    breaker_fraction: float = _setting(_fraction, 0.2)
+    # A pass that spends longer on one file stops, moving nothing; and one that runs longer in all.
+    file_budget: float = _setting(_positive_duration, 10.0)
+    pass_budget: float = _setting(_positive_duration, 600.0)
+
+
+@dataclass(frozen=True, slots=True)
+class TrashConfig:
+    keep_days: int = _setting(_int(1), 30)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionsConfig:
+    keep_days: int = _setting(_int(1), 30)  # a replaced or deleted version is kept this long
+    max_bytes: int = _setting(_int(1024 * 1024), 512 * 1024 * 1024)  # see versions.prune
+    # More memory files than this deleted or rewritten by others within alarm_window:
+    # memory.mass_change. An agent's clean-up touches many files within a minute or two; a
+    # person's editing (a few files, minutes apart) never reaches it.
+    alarm_files: int = _setting(_int(0), 5)
+    alarm_window: float = _setting(_positive_duration, 120.0)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    level: LogLevel = _setting(_choice(*get_args(LogLevel)), "info")
+    max_bytes: int = _setting(_int(4096), 10_000_000)
+    backups: int = _setting(_int(1), 5)
+
+
+@dataclass(frozen=True, slots=True)
+class ParseConfig:
+    max_file_bytes: int = _setting(_int(1024), 1024 * 1024)
+    max_frontmatter_bytes: int = _setting(_int(256), 16 * 1024)
+
+
+@dataclass(frozen=True, slots=True)
+class RecallConfig:
+    # Older than this (newest of mtime and frontmatter dates): stale.
+    stale_after: float = _setting(_positive_duration, 90 * 86400.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    dream: DreamConfig = field(default_factory=DreamConfig)
+    trash: TrashConfig = field(default_factory=TrashConfig)
+    versions: VersionsConfig = field(default_factory=VersionsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    parse: ParseConfig = field(default_factory=ParseConfig)
+    recall: RecallConfig = field(default_factory=RecallConfig)
+    dirs: Mapping[Path, DirOverride] = field(default_factory=dict)
+    source: str = "built-in defaults"
+    # Claude Code's variables that move or turn off its auto memory, as memoryd started with
+    # them (read once, here at the edge; tests pass their own).
+    claude_env: ClaudeEnv = field(default_factory=ClaudeEnv.from_environ)
+
+    def override_for(self, memory_dir: Path) -> DirOverride:
+        """The `[dirs]` entry for a dir, matched by its path or its resolved path."""
+        for candidate in (memory_dir, memory_dir.resolve()):
+            if candidate in self.dirs:
+                return self.dirs[candidate]
+        return DirOverride()
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "paths": PathsConfig,
+    "index": IndexConfig,
+    "watch": WatchConfig,
+    "dream": DreamConfig,
+    "trash": TrashConfig,
+    "versions": VersionsConfig,
+    "log": LogConfig,
+    "parse": ParseConfig,
+    "recall": RecallConfig,
 }
+
+
+def _converters(cls: type[Any]) -> dict[str, Converter]:
+    return {f.name: f.metadata["convert"] for f in fields(cls)}
+
+
 # Keys memoryd no longer reads: an unknown key as any other (the configuration is refused, so
 # that nothing the file asks for is silently dropped), with what replaced it.
 _REMOVED: dict[str, str] = {
@@ -325,7 +282,6 @@ _REMOVED: dict[str, str] = {
     "the agent's tool calls in its session transcripts and memoryd's MCP server answers "
     "always do. Delete this line",
 }
-_DIR_KEYS: dict[str, Converter] = {"mode": _choice("auto", "manage", "off"), "repo_root": _folder}
 
 
 def _convert(
@@ -355,12 +311,12 @@ def build_config(data: Mapping[str, object], source: str) -> Config:
     sections: dict[str, object] = {}
     for key in sorted(set(data) - set(_SECTIONS) - {"dirs"}):
         problems.append(f"{key}: unknown section (known: {', '.join([*_SECTIONS, 'dirs'])})")
-    for name, (cls, converters) in _SECTIONS.items():
+    for name, cls in _SECTIONS.items():
         table = data.get(name, {})
         if not isinstance(table, dict):
             problems.append(f"{name}: expected a table, got {_type_name(table)}")
             continue
-        sections[name] = cls(**_convert(name, table, converters, problems))
+        sections[name] = cls(**_convert(name, table, _converters(cls), problems))
 
     dirs = _dir_overrides(data.get("dirs", {}), problems)
     watch = sections.get("watch")
@@ -385,7 +341,7 @@ def _dir_overrides(raw_dirs: object, problems: list[str]) -> dict[Path, DirOverr
         if not isinstance(table, dict):
             problems.append(f"{prefix}: expected a table with mode / repo_root")
             continue
-        values = _convert(prefix, table, _DIR_KEYS, problems)
+        values = _convert(prefix, table, _converters(DirOverride), problems)
         dirs[expand(dir_key)] = DirOverride(**values)  # type: ignore[arg-type]
     return dirs
 
@@ -446,8 +402,7 @@ def config_as_dict(config: Config) -> dict[str, object]:
         table: dict[str, object] = {}
         for item in fields(values):
             value = getattr(values, item.name)
-            converter = _SECTIONS[section][1][item.name]
-            if converter in (_duration, _positive_duration):
+            if item.metadata["convert"] in (_duration, _positive_duration):
                 value = format_duration(value)
             elif isinstance(value, Path):
                 value = str(value)
@@ -463,7 +418,3 @@ def config_as_dict(config: Config) -> dict[str, object]:
         for path, o in sorted(config.dirs.items())
     }
     return out
-
-
-def with_claude_home(config: Config, claude_home: Path) -> Config:
-    return replace(config, paths=replace(config.paths, claude_home=claude_home))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import Config, with_claude_home
+from memoryd.config import Config, PathsConfig
 from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.discover.finder import discover, discover_all
 from memoryd.discover.found import MemoryDir
@@ -50,7 +50,7 @@ def home(tmp_path: Path) -> Path:
 def config(home: Path, **env: object) -> Config:
     """memoryd's configuration for the binary's private HOME and the variables it ran with."""
     return replace(
-        with_claude_home(Config(), home / ".claude"),
+        Config(paths=PathsConfig(claude_home=home / ".claude")),
         claude_env=ClaudeEnv(home=home, **env),  # type: ignore[arg-type]
     )
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memoryd.config import Config, build_config, with_claude_home
+from memoryd.config import Config, PathsConfig, build_config
 from memoryd.discover.finder import discover
 from memoryd.discover.slugs import slugify
 from memoryd.discover.transcripts import project_repo_root
@@ -103,7 +103,7 @@ def test_symlinked_memory_folder_is_followed_once(env: Env, tmp_path: Path) -> N
     write_memory(real, "a.md")
     (env.claude / "agent-memory").mkdir(parents=True)
     os.symlink(real, env.claude / "agent-memory" / "linked")
-    dirs = discover(with_claude_home(Config(), env.claude))
+    dirs = discover(Config(paths=PathsConfig(claude_home=env.claude)))
     assert len(dirs) == 1
     assert dirs[0].real_path == real.resolve() and dirs[0].via_symlink
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import Config, with_claude_home
+from memoryd.config import Config, PathsConfig
 from memoryd.discover import cwd_cache
 from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.discover.finder import discover_all
@@ -29,7 +29,7 @@ def cached_files(env: Env) -> list[tuple[object, object]]:
 
 
 def config_for(env: Env) -> Config:
-    return with_claude_home(Config(claude_env=ClaudeEnv(home=env.home)), env.claude)
+    return Config(paths=PathsConfig(claude_home=env.claude), claude_env=ClaudeEnv(home=env.home))
 
 
 def uncached(config: Config) -> Discovery:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import Config, with_claude_home
+from memoryd.config import Config, PathsConfig
 from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.discover.finder import discover, discover_all, memory_dir_at
 from memoryd.discover.slugs import slugify
@@ -108,7 +108,7 @@ def test_an_nfd_project_folder_finds_its_repo_root(env: Env, tmp_path: Path) -> 
     project = env.claude / "projects" / slugify(str(code))
     write_memory(project / "memory", "a.md")
     (project / "s.jsonl").write_text(json.dumps({"cwd": str(code)}) + "\n")
-    [md] = discover(with_claude_home(Config(), env.claude))
+    [md] = discover(Config(paths=PathsConfig(claude_home=env.claude)))
     assert md.label.endswith("cafe-") and md.repo_root == code
 
 
@@ -149,7 +149,7 @@ def test_a_subfolder_session_gives_the_repo_memory_its_root(env: Env, git_repo: 
     root, reason = project_repo_root(memory.parent, memory.parent.name)
     assert root == git_repo.resolve()
     assert str(sub) in reason and slugify(str(sub)) in reason
-    [md] = discover(with_claude_home(Config(), env.claude))
+    [md] = discover(Config(paths=PathsConfig(claude_home=env.claude)))
     assert md.real_path == memory and md.repo_root == git_repo.resolve()
 
 
@@ -163,7 +163,7 @@ def test_a_worktree_session_gives_the_main_repo_memory_its_root(
     memory = env.claude / "projects" / slugify(str(git_repo)) / "memory"
     write_memory(memory, "deploy.md")
     transcript(env.claude, tree)
-    dirs = {md.real_path: md for md in discover(with_claude_home(Config(), env.claude))}
+    dirs = {md.real_path: md for md in discover(Config(paths=PathsConfig(claude_home=env.claude)))}
     assert dirs[memory].repo_root == git_repo.resolve()
     assert "git root of the cwd" in dirs[memory].repo_reason
 
@@ -230,7 +230,7 @@ def test_the_cwd_is_read_from_the_first_rows_only(
 def config_with(env: Env, **claude: object) -> Config:
     """The defaults for this HOME, with Claude Code's environment as given."""
     return replace(
-        with_claude_home(Config(), env.claude),
+        Config(paths=PathsConfig(claude_home=env.claude)),
         claude_env=ClaudeEnv(home=env.home, **claude),  # type: ignore[arg-type]
     )
 

@@ -729,12 +729,12 @@ def test_a_prune_stores_again_a_current_version_whose_bytes_went_missing(env: En
 
 def _own_runtime(root: Path) -> Any:
     """A Runtime with a state dir of its own under `root`."""
-    from memoryd.config import Config, with_claude_home
+    from memoryd.config import Config, PathsConfig
     from memoryd.paths import AppPaths
     from memoryd.runtime import Runtime
 
     paths = AppPaths(root / "memoryd.toml", root / "state", root / "log")
-    return Runtime.create(with_claude_home(Config(), root / "claude"), paths)
+    return Runtime.create(Config(paths=PathsConfig(claude_home=root / "claude")), paths)
 
 
 def _update(rt: Any, folder: Path) -> None:

@@ -1,12 +1,10 @@
 """`memoryd claude install|uninstall|plugin-path`: memoryd's hooks and MCP server in Claude
-Code's settings (memoryd.claude.claude_settings says what goes where), read → plan → write → report.
+Code's settings (claude_settings), read → plan → write → report.
 
-Every file is read and checked before any is written: a malformed one is an error naming it,
-and nothing changes. Each is written whole (a temp file renamed over it) after checking that
-nobody changed it since it was read (Claude Code rewrites `.claude.json` as it runs). Install
-keeps, in memoryd's state dir, each file's bytes from before it first touched it; uninstall
-puts those bytes back while the file is as install left it, else takes out memoryd's entries
-alone (and the containers install made for them).
+Every file is checked before any is written, and written whole only if nobody changed it since
+it was read (Claude Code rewrites `.claude.json` as it runs). Install keeps each file's bytes
+from before; uninstall puts them back while the file is as install left it, else takes out
+memoryd's entries alone.
 """
 
 import contextlib

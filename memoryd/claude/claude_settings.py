@@ -1,17 +1,10 @@
-"""memoryd's entries in Claude Code's settings, added and taken out again. Pure: JSON values
-in, JSON values out.
+"""memoryd's entries in Claude Code's settings, added and taken out again; pure, JSON in and out.
 
-What Claude Code 2.1.332 reads (checked against the binary: `claude mcp add --scope user`
-writes `mcpServers` in `<config>/.claude.json`, where `<config>` is `$CLAUDE_CONFIG_DIR` or the
-home folder itself; `--scope project` in `<project>/.mcp.json`):
-- hooks: `settings.json` → `"hooks": {"PreToolUse": [{"matcher": "Read|Edit", "hooks":
-  [{"type": "command", "command": "…"}]}], …}`;
-- the MCP server: `"mcpServers": {"memoryd": {"type": "stdio", "command": …, "args": […],
-  "env": {}}}`. Its name is `memoryd`: a server named `memory` breaks Desktop subagents.
-
-Everything else a file holds is kept as it is, in its order. An entry is memoryd's when its
-command is memoryd's hook (`… memoryd hook EVENT`) or memoryd's MCP server (`… mcp`); a
-server named `memoryd` that is neither is refused, never replaced.
+As Claude Code 2.1.332 reads them: hooks in `settings.json` (`"hooks": {"PreToolUse":
+[{"matcher": …, "hooks": [{"type": "command", "command": …}]}]}`); the MCP server `memoryd`
+(a server named `memory` breaks Desktop subagents) in `mcpServers` of `<$CLAUDE_CONFIG_DIR or
+home>/.claude.json`, or of `<project>/.mcp.json`. Everything else is kept, in its order; a
+`memoryd` server that does not run memoryd is refused, never replaced.
 """
 
 import copy
@@ -19,7 +12,7 @@ import os
 import shlex
 from typing import Any
 
-from memoryd.claude.hooks import CLAUDE_EVENTS, EVENTS, MATCHERS
+from memoryd.claude.hooks import EVENTS
 from memoryd.errors import MemorydError
 
 SERVER = "memoryd"
@@ -59,10 +52,6 @@ def is_our_server(entry: object) -> bool:
     return os.path.basename(command) == "memoryd" or "memoryd" in args
 
 
-def server_entry(program: list[str]) -> Json:
-    return {"type": "stdio", "command": program[0], "args": [*program[1:], "mcp"], "env": {}}
-
-
 def _object(parent: Json, key: str, where: str) -> Json | None:
     value = parent.get(key)
     if value is not None and not isinstance(value, dict):
@@ -95,7 +84,7 @@ def _without_ours(groups: list[Any]) -> list[Any]:
 
 def _our_group(program: list[str], event: str) -> Json:
     hook = {"type": "command", "command": hook_command(program, event), "timeout": HOOK_TIMEOUT}
-    matcher = MATCHERS[event]
+    matcher = EVENTS[event][1]
     return {"matcher": matcher, "hooks": [hook]} if matcher else {"hooks": [hook]}
 
 
@@ -107,7 +96,7 @@ def with_hooks(settings: Json, program: list[str], where: str) -> Json:
     if hooks is None:
         hooks = out["hooks"] = {}
     for event in EVENTS:
-        name = CLAUDE_EVENTS[event]
+        name = EVENTS[event][0]
         groups = _groups(hooks, name, where)
         wanted = _our_group(program, event)
         if (
@@ -127,7 +116,7 @@ def without_hooks(settings: Json, where: str, keep: frozenset[str] = frozenset()
     hooks = _object(out, "hooks", where)
     if hooks is None:
         return out
-    for name in CLAUDE_EVENTS.values():
+    for name, _ in EVENTS.values():
         groups = _groups(hooks, name, where)
         if groups is None:
             continue
@@ -148,7 +137,7 @@ def present_keys(data: Json) -> frozenset[str]:
     found: set[str] = {key for key in ("hooks", "mcpServers") if key in data}
     hooks = data.get("hooks")
     if isinstance(hooks, dict):
-        found |= {f"hooks.{name}" for name in CLAUDE_EVENTS.values() if name in hooks}
+        found |= {f"hooks.{name}" for name, _ in EVENTS.values() if name in hooks}
     return frozenset(found)
 
 
@@ -165,7 +154,7 @@ def with_server(config: Json, program: list[str], where: str) -> Json:
             f"{where}: an MCP server named `{SERVER}` is there and does not run memoryd "
             f"({present!r}); rename or remove it, then install again"
         )
-    wanted = server_entry(program)
+    wanted = {"type": "stdio", "command": program[0], "args": [*program[1:], "mcp"], "env": {}}
     if present != wanted:
         servers[SERVER] = wanted
     return out

@@ -1,24 +1,18 @@
 """The post-tool-use hook: a file the agent wrote in a memory dir has that dir's index brought
-up to date at once (memoryd.claude.hooks).
+up to date at once, without the daemon's grace (memoryd.claude.hooks).
 
-The hook only looks at the path and starts `memoryd hook index-written`, not waited for; that
-process runs `memoryd index DIR` (versions kept, audit rows written, as the command does),
-then the dir's search index takes in the written file, so the next pre-tool-use hook finds
-it. Two such passes for two writes in a row run one after the other (the dir's lock), and
-the later one sees both files. Without the daemon's 10 s grace, a new memory has its pointer
-within a moment, before the agent's next step; when the agent then writes its own pointer
-line in MEMORY.md, this hook runs again and the index pass keeps the agent's line over
-memoryd's (DirState.own), as the daemon does.
-
-Only the standard places are taken for memory dirs (a file elsewhere is no memory, whatever
-its name): `<claude home>/projects/<slug>/memory/`, `agent-memory[-local]/<agent>/` (a repo's
-or the Claude home's), a repo's `.claude/memory/`, and `$CLAUDE_COWORK_MEMORY_PATH_OVERRIDE`.
+The hook only checks the path and starts `memoryd hook index-written`, which runs `memoryd
+index DIR` (as the command does: versions, audit rows, the dir's lock) and then updates the
+dir's search index. A pointer line the agent then writes itself is kept over memoryd's
+(DirState.own). Only Claude Code's standard memory dir places count.
 """
 
 import io
 import os
 from pathlib import Path
 from typing import Any
+
+from memoryd.claude.hookio import log_failure, tool_path
 
 AGENT_GROUPS = ("agent-memory", "agent-memory-local")
 
@@ -38,8 +32,6 @@ def is_memory_layout(folder: str) -> bool:
 
 def written_memory_dir(data: dict[str, Any]) -> tuple[str, str] | None:
     """The memory dir and file a tool call wrote, (folder, file); None for any other file."""
-    from memoryd.claude.hookio import tool_path
-
     file = tool_path(data)
     if file is None or not file.endswith(".md"):
         return None
@@ -50,8 +42,7 @@ def written_memory_dir(data: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def index_after_write(data: dict[str, Any]) -> None:
-    """Index the memory dir the tool wrote in; nothing for any other file. Raises on a
-    failed pass (memoryd.claude.hooks logs it)."""
+    """Index the memory dir the tool wrote in, if any; raises on a failed pass."""
     found = written_memory_dir(data)
     if found is None:
         return
@@ -60,7 +51,7 @@ def index_after_write(data: dict[str, Any]) -> None:
 
     out, err = io.StringIO(), io.StringIO()
     code = main(["index", "--not-named", folder], out=out, err=err)
-    if code not in (0,):
+    if code != 0:
         said = (err.getvalue() or out.getvalue()).strip()
         raise RuntimeError(f"memoryd index {folder} exited {code}: {said}")
     _update_search(Path(folder), os.path.basename(file))
@@ -80,11 +71,5 @@ def _update_search(folder: Path, name: str) -> None:
         {name},
         max_file_bytes=parse.max_file_bytes,
         max_frontmatter_bytes=parse.max_frontmatter_bytes,
-        warn=_logged,
+        warn=lambda message: log_failure("post-tool-use", RuntimeError(message)),
     )
-
-
-def _logged(message: str) -> None:
-    from memoryd.claude.hookio import log_failure
-
-    log_failure("post-tool-use", RuntimeError(message))

@@ -1,19 +1,18 @@
-"""The pre-tool-use hook's recall: the memories whose references cite the file the agent is
-about to read, edit or write, as a short text for the model (memoryd.claude.hooks).
+"""The pre-tool-use hook: the memories citing the file the agent is about to touch, as a short
+text for the model (memoryd.claude.hooks).
 
-It is `memoryd recall --path FILE` cut down to what a hook can afford on every file the agent
-opens: the project's memory dirs are found by their standard places (no discovery), their
-search indexes (memoryd.recall.store, in the state dir) are read as they are, read-only (no
-update by stat: the daemon's passes, the session-start hook's background refresh, the
-post-write hook and every `memoryd` search keep them current), and only citations of the file
-itself or of a folder above it count. Each memory is said once per session (a list of what was
-said, per session id, in the state dir), a few at most, within MAX_CHARS, secrets masked.
+`memoryd recall --path FILE` cut down to what a hook affords on every file: the project's
+memory dirs by their standard places (no discovery), their search indexes read as they are
+(others keep them current), citations of the file or a folder above it only. Each memory is
+said once per session, a few at most, within MAX_CHARS, secrets masked.
 """
 
 import hashlib
 import os
 from collections.abc import Iterator
 from typing import Any, NamedTuple
+
+from memoryd.claude.hookio import abs_path, tool_path
 
 MAX_MEMORIES = 3
 MAX_CHARS = 1200  # ~300 tokens
@@ -49,8 +48,8 @@ def repo_root(path: str) -> str | None:
 
 def projects_dir(data: dict[str, Any]) -> str:
     """`<claude home>/projects`: where the session's transcript is, else the default home."""
-    transcript = data.get("transcript_path")
-    if isinstance(transcript, str) and os.path.isabs(transcript):
+    transcript = abs_path(data, "transcript_path")
+    if transcript is not None:
         return os.path.dirname(os.path.dirname(transcript))
     home = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.expanduser("~/.claude")
     return os.path.join(home, "projects")
@@ -59,14 +58,11 @@ def projects_dir(data: dict[str, Any]) -> str:
 def auto_memory_dir(data: dict[str, Any]) -> tuple[str, str] | None:
     """The session's auto-memory dir and the repo root it is keyed by (Claude Code's: the
     canonical git root of the cwd, a worktree's main work tree, else the cwd)."""
-    cwd = data.get("cwd")
-    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+    cwd, transcript = abs_path(data, "cwd"), abs_path(data, "transcript_path")
+    if cwd is None:
         return None
-    if os.path.isdir(os.path.join(cwd, ".git")):
-        root = cwd  # the common case: no discovery needed
-        transcript = data.get("transcript_path")
-        if isinstance(transcript, str) and os.path.isabs(transcript):
-            return os.path.join(os.path.dirname(transcript), "memory"), root
+    if transcript is not None and os.path.isdir(os.path.join(cwd, ".git")):
+        return os.path.join(os.path.dirname(transcript), "memory"), cwd  # no discovery needed
     from pathlib import Path
 
     from memoryd.discover.look import canonical_root
@@ -178,10 +174,8 @@ def _note_seen(path: str | None, files: list[str]) -> None:
 
 
 def key_lines(path: str, file: str) -> list[str]:
-    """A memory's lines most worth reading before touching `file`: the body's lines that name
-    it, else its first lines; each cut to LINE_CHARS, after its secrets are masked (a cut
-    value no longer looks like one). A link or any other special file in its place gives
-    none."""
+    """The body's lines naming `file`, else its first lines, cut to LINE_CHARS after secrets
+    are masked (a cut value no longer looks like one); none for a link or special file."""
     import stat
 
     from memoryd.discipline.secrets import mask
@@ -238,8 +232,6 @@ def render(file: str, found: list[Found], more: int) -> tuple[str, list[str]]:
 def recall_context(data: dict[str, Any], state: str) -> str:
     """The pre-tool-use hook's text: the memories citing the tool's file not yet said in this
     session ("" when there are none)."""
-    from memoryd.claude.hookio import tool_path
-
     file = tool_path(data)
     if file is None or f"{os.sep}.claude{os.sep}" in file:
         return ""  # a memory or a setting itself: its own memories are not recalled

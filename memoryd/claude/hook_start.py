@@ -1,14 +1,8 @@
-"""The session-start hook: one short line for the model when something is wrong for this
-project, nothing when all is well (memoryd.claude.hooks).
-
-Claude Code has read MEMORY.md before this hook runs, so nothing here can change what this
-session loaded; the line says what the agent is missing and what puts it right:
-- auto memory turned off (the environment variable or an `autoMemoryEnabled: false`), so no
-  MEMORY.md is loaded at all;
-- pointer lines of the project's MEMORY.md the agent does not see (past its window, in a
-  comment or in stripped frontmatter: memoryd.model.agentview);
-- a mass change alarm on one of the project's memory dirs within the last day.
-It also forgets the pre-tool-use hook's lists of what each old session was told.
+"""The session-start hook: one line for the model when something is wrong for this project
+(memoryd.claude.hooks): auto memory turned off, pointer lines of MEMORY.md the agent does not
+see (memoryd.model.agentview), or a mass change alarm within the last day. Claude Code read
+MEMORY.md already, so the line says what is missing and what puts it right. It also drops the
+pre-tool-use hook's lists of what old sessions were told.
 """
 
 import math
@@ -70,9 +64,8 @@ def _hidden_line(folder: str) -> str:
 
 
 def _alarm_line(dirs: list[str], state: str) -> str:
-    """The version store's alarm of the last day for one of `dirs`, read from state.sqlite
-    read-only (no table, no file, a file that is no regular file: no alarm; the hook never
-    makes the store, nor waits on a FIFO)."""
+    """The last day's alarm for one of `dirs`, read-only from state.sqlite (never making the
+    store, nor waiting on a FIFO)."""
     import sqlite3
     import stat
     import urllib.parse
@@ -123,12 +116,12 @@ def _forget_old_sessions(state: str) -> None:
 def refresh_search(data: dict[str, Any]) -> None:
     """Bring the search index of each of the project's memory dirs up to date by stat."""
     from memoryd.claude.hook_recall import memory_dirs
-    from memoryd.claude.hookio import log_failure
+    from memoryd.claude.hookio import abs_path, log_failure
     from memoryd.paths import app_paths
     from memoryd.recall.store import update_dir
 
-    cwd = data.get("cwd")
-    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+    cwd = abs_path(data, "cwd")
+    if cwd is None:
         return
     state = app_paths().state_dir
     for folder, _ in memory_dirs(os.path.join(cwd, "."), data):

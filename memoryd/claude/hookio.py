@@ -1,6 +1,5 @@
-"""What every hook shares, apart from its dispatch (memoryd.claude.hooks): where memoryd's state
-and log are, found without platformdirs on Linux, the one line a failed hook logs, and the file
-a tool call names. The hook modules import it, so that none of them imports the dispatcher."""
+"""What every hook shares apart from its dispatch: memoryd's state and log dirs (without
+platformdirs on Linux), the line a failed hook logs, and the file a tool call names."""
 
 import os
 import sys
@@ -51,12 +50,17 @@ def log_failure(event: str, error: BaseException) -> None:
         pass
 
 
+def abs_path(data: dict[str, Any], key: str) -> str | None:
+    """The input's `key` when it is an absolute path (`cwd`, `transcript_path`), else None."""
+    value = data.get(key)
+    return value if isinstance(value, str) and os.path.isabs(value) else None
+
+
 def tool_path(data: dict[str, Any]) -> str | None:
     """The absolute path of the file a tool call names (`tool_input.file_path`)."""
     tool_input = data.get("tool_input")
     path = tool_input.get("file_path") if isinstance(tool_input, dict) else None
     if not isinstance(path, str) or not path or "\x00" in path:
         return None
-    cwd = data.get("cwd")
-    base = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else os.getcwd()
+    base = abs_path(data, "cwd") or os.getcwd()
     return os.path.normpath(os.path.join(base, os.path.expanduser(path)))

@@ -1,20 +1,14 @@
 """`memoryd hook EVENT`: the Claude Code hooks `memoryd claude install` registers.
 
-Each hook is one short process that Claude Code starts with a JSON object on stdin
-(`hook_event_name`, `session_id`, `cwd`, `transcript_path`, `tool_name`, `tool_input`;
-checked against 2.1.332) and whose stdout, when it is a JSON object with
-`hookSpecificOutput.additionalContext`, is shown to the model:
+Claude Code (checked against 2.1.332) starts each with a JSON object on stdin and shows the
+model `hookSpecificOutput.additionalContext` of a JSON object on stdout:
+- `post-tool-use`: a memory file written has its dir indexed by a process not waited for
+  (hook_index);
+- `pre-tool-use`: the memories citing the file (hook_recall);
+- `session-start`: one line when something is wrong for this project (hook_start).
 
-- `post-tool-use` (Write, Edit, MultiEdit): a file written in a memory dir has that dir's index
-  brought up to date at once (`memoryd index DIR`, no grace for the new file), by a process
-  the hook starts and does not wait for (an index pass at 10,000 memories costs more than a
-  hook may);
-- `pre-tool-use` (Read, Edit, Write, MultiEdit): the memories citing the file (hook_recall);
-- `session-start`: one short line when something is wrong for this project (hook_start).
-
-A hook never fails the agent's action: it exits 0 whatever happens, prints nothing to the
-model on its own failure and logs it to `<log dir>/hooks.log`. Start-up is the whole cost of a
-hook, so this module imports only what every hook needs; the rest is imported when used.
+A hook always exits 0 and logs its own failure to `<log dir>/hooks.log`. Start-up is its
+whole cost, so this module imports only what every hook needs.
 """
 
 import json
@@ -25,22 +19,15 @@ from memoryd.claude.hookio import log_failure, state_dir
 from memoryd.storage import safejson
 
 INPUT_MAX_BYTES = 4 * 1024 * 1024  # a Write's tool_input holds the file's whole content
-EVENTS = ("pre-tool-use", "post-tool-use", "session-start")
-# Not a Claude Code hook: what session-start leaves running in the background.
+# Not Claude Code's events: run by the hooks themselves, in the background (in_background).
 REFRESH = "refresh-search"
 INDEX_WRITTEN = "index-written"
-# Run by the hooks themselves, in the background (in_background): not Claude Code's events.
 BACKGROUND = (REFRESH, INDEX_WRITTEN)
-# The tools each event is registered for (the matcher of its settings entry).
-MATCHERS = {
-    "pre-tool-use": "Read|Edit|Write|MultiEdit",
-    "post-tool-use": "Write|Edit|MultiEdit",
-    "session-start": "",
-}
-CLAUDE_EVENTS = {
-    "pre-tool-use": "PreToolUse",
-    "post-tool-use": "PostToolUse",
-    "session-start": "SessionStart",
+# Each event: Claude Code's name for it, and the tools it is registered for (its matcher).
+EVENTS = {
+    "pre-tool-use": ("PreToolUse", "Read|Edit|Write|MultiEdit"),
+    "post-tool-use": ("PostToolUse", "Write|Edit|MultiEdit"),
+    "session-start": ("SessionStart", ""),
 }
 
 
@@ -59,9 +46,7 @@ def context_output(event: str, text: str) -> str:
     """What a hook prints for the model: `additionalContext` for this event ("" for none)."""
     if not text:
         return ""
-    payload = {
-        "hookSpecificOutput": {"hookEventName": CLAUDE_EVENTS[event], "additionalContext": text}
-    }
+    payload = {"hookSpecificOutput": {"hookEventName": EVENTS[event][0], "additionalContext": text}}
     return json.dumps(payload, ensure_ascii=False)
 
 
@@ -97,9 +82,8 @@ REFRESH_KEYS = ("cwd", "transcript_path", "session_id")
 
 
 def in_background(event: str, data: dict[str, Any]) -> None:
-    """Start `memoryd hook EVENT` with `data` on its stdin, not waited for: work that takes
-    longer than a hook may (an index pass, a first search build) goes on after the hook has
-    answered; its own failure is logged as any hook's."""
+    """Start `memoryd hook EVENT` with `data` on stdin, not waited for: work longer than a hook
+    may take goes on after it answered."""
     import subprocess
 
     proc = subprocess.Popen(

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
     from memoryd.commands.resolve import is_path, resolve
     from memoryd.dream.ack import acknowledge
 
-    # A path, or a name as memoryd.resolve finds it.
+    # A path, or a name as memoryd.commands.resolve finds it.
     files = [
         _checked(given if is_path(str(given)) else resolve(rt, str(given)).path)
         for given in args.files

@@ -1,20 +1,22 @@
-"""What several commands share: their common arguments, discovery as a command does it (links
-refused are said once), crash recovery before a command writes, and the lines that say a
-refused link, an empty repo or auto memory turned off. Light to import (most command modules
-import it to build their parsers), so anything heavy is imported inside the function using it."""
+"""What several commands share: common arguments, discovery and its refusals, crash recovery,
+`--json` and colour. Light to import (parsers need it): heavy imports go inside functions."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
+from memoryd.errors import UsageError
 from memoryd.views.display import shown
 
 if TYPE_CHECKING:
-    from memoryd.discover.found import Discovery, EmptyRepo, RefusedDir
+    from memoryd.discover.found import Discovery
     from memoryd.runtime import Runtime
+    from memoryd.views.humanize import Painter
+    from memoryd.views.logview import View
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -71,9 +73,7 @@ LOOK_IN = "memory dirs, repos or Claude homes to look in (default: every discove
 
 
 def discover_named(rt: Runtime, dirs: list[Path]) -> Discovery:
-    """The dirs to work on; links leading out of their repo or Claude home are said once.
-    The caller's Runtime names them (`named`: a dir git tracks under one is written, see
-    gitwork.hands_off_reason)."""
+    """The dirs to work on; links leading out of their repo or Claude home are said once."""
     from memoryd.discover.finder import discover_all, report_refused
 
     found = discover_all(rt.config, dirs)
@@ -82,9 +82,8 @@ def discover_named(rt: Runtime, dirs: list[Path]) -> Discovery:
 
 
 def _journals_left(state_dir: Path) -> bool:
-    """Whether any pass journal is in the state store (what journal.pending lists): without
-    one there is nothing to recover, and the recovery's modules (the journal, the trash, the
-    version store: ~18 ms of start-up) are not imported at all."""
+    """Whether any pass journal is in the state store: without one, recovery's modules (~18 ms
+    of start-up) are not imported at all."""
     import sqlite3
 
     from memoryd.storage.statedb import FILE_NAME, StateDB
@@ -116,37 +115,72 @@ def recover(rt: Runtime) -> None:
         )
 
 
-def refused_json(r: RefusedDir) -> dict[str, Any]:
-    return {
-        "path": str(r.path),
-        "target": str(r.target),
-        "kind": r.kind,
-        "label": r.label,
-        "within": str(r.within),
-        "reason": r.reason,
-        "hint": r.hint,
-    }
+def discovery_json(found: Discovery) -> dict[str, Any]:
+    """The links discovery refused and the repos with no memory, for `--json`."""
+    refused = [
+        {
+            "path": str(r.path),
+            "target": str(r.target),
+            "kind": r.kind,
+            "label": r.label,
+            "within": str(r.within),
+            "reason": r.reason,
+            "hint": r.hint,
+        }
+        for r in found.refused
+    ]
+    empty = [{"repo": str(e.path), "looked_in": e.looked_in} for e in found.empty_repos]
+    return {"refused": refused, "empty_repos": empty}
 
 
-def render_refused(refused: list[RefusedDir]) -> str:
+def render_discovery(found: Discovery) -> str:
+    """The links discovery refused and the repos with no memory, for a person."""
     return "".join(
         f"{shown(str(r.path))} -> {shown(str(r.target))}\n"
         f"  kind: {r.kind}  refused — {shown(r.reason)}\n  {shown(r.hint)}\n"
-        for r in refused
-    )
+        for r in found.refused
+    ) + "".join(f"{shown(e.message)}\n" for e in found.empty_repos)
 
 
-def empty_json(e: EmptyRepo) -> dict[str, Any]:
-    return {"repo": str(e.path), "looked_in": e.looked_in}
+def write_json(out: TextIO, doc: object) -> None:
+    """One JSON document, as every `--json` prints it."""
+    json.dump(doc, out, indent=2, ensure_ascii=False)
+    out.write("\n")
 
 
-def render_empty(found: Discovery) -> str:
-    return "".join(f"{shown(e.message)}\n" for e in found.empty_repos)
+def painter(args: argparse.Namespace, out: TextIO) -> Painter:
+    """Colour as `--color` asks for it on this stream (memoryd.views.humanize.use_color)."""
+    import os
+
+    from memoryd.views.humanize import Painter, use_color
+
+    return Painter(use_color(args.color, out, os.environ))
+
+
+def view_for(args: argparse.Namespace, out: TextIO, now: float, width: int, **more: Any) -> View:
+    """How a person's terminal gets rows (memoryd.views.logview.View): home as `~`, its width
+    (`width` when piped), colour as `--color` asks."""
+    import os
+
+    from memoryd.views.humanize import terminal_width
+    from memoryd.views.logview import View
+
+    columns = terminal_width(out, os.environ, default=width)
+    return View(now=now, home=str(Path.home()), width=columns, paint=painter(args, out), **more)
+
+
+def given_repo_root(args: argparse.Namespace) -> Path | None:
+    """`--repo-root` as an absolute folder (None when not given); UsageError when no folder."""
+    if args.repo_root is None:
+        return None
+    root = Path(args.repo_root).expanduser().absolute()
+    if not root.is_dir():
+        raise UsageError(f"{root}: --repo-root must be a folder")
+    return root
 
 
 def auto_memory_off(rt: Runtime) -> str:
-    """What turned Claude Code's auto memory off where no project says otherwise, or "" (the
-    environment and the user's settings: memoryd.discover.claude_env, no discovery)."""
+    """What turned Claude Code's auto memory off for the user (environment, settings), or ""."""
     from memoryd.discover.claude_env import auto_memory_switch, user_settings
 
     switch = auto_memory_switch(

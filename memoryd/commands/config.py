@@ -6,9 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memoryd.commands.common import (
-    EXIT_OK,
-)
+from memoryd.commands.common import EXIT_OK
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime
@@ -45,13 +43,10 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     out.write(f"# effective configuration (from {rt.config.source})\n")
     for section, table in data.items():
         assert isinstance(table, dict)
-        if section == "dirs":
-            for path, values in table.items():
-                out.write(f"\n[dirs.{json.dumps(path)}]\n")
-                for key, value in values.items():
-                    out.write(f"{key} = {_toml_value(value)}\n")
-            continue
-        out.write(f"\n[{section}]\n")
-        for key, value in table.items():
-            out.write(f"{key} = {_toml_value(value)}\n")
+        if section == "dirs":  # a table per dir, named by its path
+            table = {f"dirs.{json.dumps(path)}": values for path, values in table.items()}
+        for name, values in (table if section == "dirs" else {section: table}).items():
+            out.write(f"\n[{name}]\n")
+            for key, value in values.items():
+                out.write(f"{key} = {_toml_value(value)}\n")
     return EXIT_OK

@@ -1,8 +1,5 @@
-"""`memoryd demo`: a throw-away sandbox that shows the index, the dream pass and the log at work.
-
-Everything happens under one temporary folder (HOME, the Claude home, the state and the log all
-point there), so nothing of the user's is read or written.
-"""
+"""`memoryd demo`: the index, the dream pass and the log at work in a throw-away sandbox (its
+own HOME, Claude home, state and log), so nothing of the user's is read or written."""
 
 from __future__ import annotations
 
@@ -35,23 +32,21 @@ debounce = "500ms"
 max_wait = "5s"
 """
 
+# The planted cases: near-duplicate deploy notes, a stale reference (legacy_cart) and a
+# contradiction (the package manager rules share all but their first word and tail).
+_DEPLOY = (
+    "Deploy staging by running the release script with the canary flag enabled first, then "
+    "promote production after the smoke checks pass"
+)
+_PNPM = "use pnpm for installing packages across the monorepo workspace lockfile registry cache"
 MEMORIES = {
-    "deploy_steps.md": (
-        "Deploy steps",
-        "how to ship to staging",
-        "project",
-        60,
-        "Deploy staging by running the release script with the canary flag "
-        "enabled first, then promote production after the smoke checks pass.",
-    ),
+    "deploy_steps.md": ("Deploy steps", "how to ship to staging", "project", 60, f"{_DEPLOY}."),
     "deploy_howto.md": (
         "Deploy how-to",
         "shipping to staging",
         "project",
         20,
-        "Deploy staging by running the release script with the canary flag "
-        "enabled first, then promote production after the smoke checks pass "
-        "cleanly.",
+        f"{_DEPLOY} cleanly.",
     ),
     "legacy_cart.md": (
         "Legacy cart",
@@ -72,18 +67,14 @@ MEMORIES = {
         "which installer to use",
         "feedback",
         50,
-        "Always use pnpm for installing packages across the monorepo "
-        "workspace lockfile registry cache offline mirror alpha bravo "
-        "charlie delta echo foxtrot golf hotel india",
+        f"Always {_PNPM} offline mirror alpha bravo charlie delta echo foxtrot golf hotel india",
     ),
     "pkg_manager_new.md": (
         "Package manager (new)",
         "which installer to use now",
         "feedback",
         5,
-        "Never use pnpm for installing packages across the monorepo "
-        "workspace lockfile registry cache offline mirror juliet kilo lima "
-        "mike november oscar papa quebec romeo",
+        f"Never {_PNPM} offline mirror juliet kilo lima mike november oscar papa quebec romeo",
     ),
     "user_role.md": (
         "Role",
@@ -213,7 +204,7 @@ def show(out: TextIO, keep: bool = False) -> int:
             )
             say(_memoryd(env, config, "dream", str(memory)))
             say("\n== 4. The audit log (`memoryd log`; `tail -F` works on the file too)\n")
-            say(_compact_log(_memoryd(env, config, "log", "--json"), memory))
+            say(_memoryd({**env, "COLUMNS": str(LOG_WIDTH)}, config, "log"))
             say("\n== 5. Nothing is lost: the trash, and how to restore\n")
             say(_memoryd(env, config, "trash", "list", str(memory)))
             listed = safejson.loads(_memoryd(env, config, "trash", "list", "--json", str(memory)))
@@ -247,12 +238,6 @@ def show(out: TextIO, keep: bool = False) -> int:
 
 
 LOG_WIDTH = 100  # a log row on one line of a 100-column terminal
-# Fields a person does not read in a log row: identities and hashes (`explain`, `trash list`
-# and `--json` have them).
-_LOG_HIDDEN = frozenset({
-    "ts", "v", "event", "level", "pid", "dir", "sha256", "real_path", "stored", "bytes_before",
-    "bytes_after", "duration_ms", "pass_id", "version", "config",
-})  # fmt: skip
 
 
 def _started_text(started: bool, pid: int, memory: Path, env: dict[str, str]) -> str:
@@ -273,39 +258,8 @@ def _short(path: Path, env: dict[str, str]) -> str:
     return short_path(path, env.get("HOME"))
 
 
-def _compact_log(raw: str, memory: Path) -> str:
-    """`memoryd log --json` as one line a row, for the demo (the log's own renderer prints the
-    raw form): local time, level when not info, event, the fields that matter; no hashes,
-    no empty fields, and the dir only when it is not the sandbox's one memory dir."""
-    from memoryd.views.humanize import clip, clock_time, parse_ts
-
-    now = time.time()
-    lines = []
-    for text in raw.splitlines():
-        try:
-            row = safejson.loads(text)
-        except ValueError:
-            continue
-        if not isinstance(row, dict):
-            continue
-        when = parse_ts(row.get("ts"))
-        stamp = clock_time(when, now) if when is not None else "?"
-        level = "" if row.get("level") == "info" else f" {str(row.get('level')).upper()}"
-        fields = []
-        for key, value in row.items():
-            if key in _LOG_HIDDEN or value in (None, "", [], {}):
-                continue
-            shown = ",".join(map(str, value)) if isinstance(value, list) else str(value)
-            fields.append(f"{key}={shown}")
-        where = "" if row.get("dir") in (None, str(memory)) else f" {row['dir']}"
-        line = f"{stamp}{level} {row.get('event', '?')}{where}  {' '.join(fields)}".rstrip()
-        lines.append(clip(line, LOG_WIDTH))
-    return "".join(f"{line}\n" for line in lines)
-
-
 def _keep_text(root: Path, config: Path, env: dict[str, str]) -> str:
-    """Where the sandbox is and how to run memoryd in it: a shell with the sandbox's own HOME
-    and XDG dirs, and its configuration file (so that nothing of the user's is used)."""
+    """Where the sandbox is, and how to run memoryd in it (its HOME, XDG dirs and config)."""
     names = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
     assigned = " \\\n      ".join(f"{name}={shlex.quote(env[name])}" for name in names)
     memoryd = shutil.which("memoryd") or f"{shlex.quote(sys.executable)} -m memoryd"

@@ -1,11 +1,9 @@
-"""`memoryd dirs [DIR …]`: every memory dir memoryd finds as a table, or one dir's detail (repo
-root, why its index is managed or not, problems, secrets, budget use), and the JSONL record
-stores it knows, validated."""
+"""`memoryd dirs [DIR …]`: every memory dir as a table, or one dir's detail, and the JSONL record
+stores memoryd knows, validated."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -15,10 +13,10 @@ from memoryd.commands.common import (
     auto_memory_off_line,
     color_arg,
     dirs_arg,
-    empty_json,
-    refused_json,
-    render_empty,
-    render_refused,
+    discovery_json,
+    painter,
+    render_discovery,
+    write_json,
 )
 from memoryd.views.display import shown
 
@@ -55,7 +53,6 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
 
     outcome = passes.check(rt, md)
     scan = outcome.scan
-    main_text = None
     with fsops.open_dir(md.real_path) as fd:
         main_text = read_index_file(fd, INDEX_NAME, rt.versions).text
     return {
@@ -103,9 +100,7 @@ def _dir_summary(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
 
 
 def _git_drift(rt: Runtime, md: MemoryDir, outcome: Any) -> dict[str, int] | None:
-    """For a dir left alone because git tracks it: what `memoryd index DIR` would change
-    (pointers added, removed, moved to the archive); None for any other dir."""
-
+    """For a dir left alone because git tracks it, what `memoryd index DIR` would change."""
     from memoryd.discover import gitwork
     from memoryd.indexing import passes
 
@@ -139,8 +134,7 @@ def _iso(ts: float) -> str | None:
 
 
 def _dir_history(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
-    """Its label, and what the dir's state says of memoryd's last passes (absolute UTC
-    times)."""
+    """Its label, and memoryd's last passes as the dir's state says (UTC)."""
     from memoryd.views.dirlabel import label
 
     state = rt.store.load(md.real_path)
@@ -154,8 +148,8 @@ def _dir_history(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
 
 
 def _claude_lock_json(md: MemoryDir, rt: Runtime) -> dict[str, Any]:
-    """When Claude Code last consolidated the dir (its `.consolidate-lock`'s mtime, which
-    stays after a dream of its own), and whether it holds the lock now."""
+    """When Claude Code last consolidated the dir (its `.consolidate-lock`'s mtime), and
+    whether it holds the lock now."""
     from datetime import datetime
 
     from memoryd.discover.locks import claude_lock
@@ -168,18 +162,13 @@ def _claude_lock_json(md: MemoryDir, rt: Runtime) -> dict[str, Any]:
     }
 
 
-def _no_dirs() -> Discovery:
-    from memoryd.discover.found import Discovery
-
-    return Discovery(dirs=[], refused=[])
-
-
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     from memoryd.discipline import findings
     from memoryd.discover.finder import discover_all
+    from memoryd.discover.found import Discovery
 
     named = [p for p in args.dirs if not findings.is_store_file(p)]
-    found = discover_all(rt.config, named) if named or not args.dirs else _no_dirs()
+    found = discover_all(rt.config, named) if named or not args.dirs else Discovery([], [])
     rows = [_dir_summary(rt, md) for md in found.dirs]
     stores = store_reports(rt, found.dirs, args.dirs)
     if args.json:
@@ -188,8 +177,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     out.write("".join(f"warning: {shown(w)}\n" for w in found.warnings))
     if found.auto_memory_off:
         out.write(auto_memory_off_line(found.auto_memory_off))
-    out.write(render_refused(found.refused))
-    out.write(render_empty(found))
+    out.write(render_discovery(found))
     render_stores(stores, out)
     if not rows and (found.empty_repos or stores):
         return EXIT_OK
@@ -218,12 +206,10 @@ def _dump_json(
         "auto_memory_off": found.auto_memory_off,
         "warnings": found.warnings,
         "dirs": rows,
-        "refused": [refused_json(r) for r in found.refused],
-        "empty_repos": [empty_json(e) for e in found.empty_repos],
+        **discovery_json(found),
         "record_stores": stores,
     }
-    json.dump(doc, out, indent=2, ensure_ascii=False)
-    out.write("\n")
+    write_json(out, doc)
 
 
 def _table(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) -> str:
@@ -232,10 +218,9 @@ def _table(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) ->
     import time
 
     from memoryd.views.dirs import render
-    from memoryd.views.humanize import Painter, terminal_width, use_color
+    from memoryd.views.humanize import terminal_width
 
-    paint = Painter(use_color(args.color, out, os.environ))
-    text = render(rows, time.time(), terminal_width(out, os.environ), paint)
+    text = render(rows, time.time(), terminal_width(out, os.environ), painter(args, out))
     return text + (_render_secrets(rows) if args.secrets else "")
 
 

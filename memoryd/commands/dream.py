@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -14,12 +13,12 @@ from memoryd.commands.common import (
     EXIT_OK,
     dirs_arg,
     discover_named,
-    empty_json,
+    discovery_json,
+    given_repo_root,
     recover,
-    refused_json,
-    render_empty,
-    render_refused,
+    render_discovery,
     repo_root_arg,
+    write_json,
 )
 from memoryd.errors import MemorydError, UsageError
 
@@ -62,20 +61,18 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if args.apply:
         return _dream_apply(args, rt, out)
     # A dry run writes nothing at all: no state, no audit row (rt.effect, cli.effect_of).
-    rt = replace(rt, named=tuple(args.dirs))  # see cmd_index
+    rt = replace(rt, named=tuple(args.dirs))  # as in commands.index
     if not args.dry_run:
         recover(rt)
     found = discover_named(rt, args.dirs)  # a dry run says nothing (rt.dry_run)
-    dirs, refused = found.dirs, found.refused
-    if args.repo_root is not None:
-        root = args.repo_root.expanduser().absolute()
-        if not root.is_dir():
-            raise UsageError(f"{root}: --repo-root must be a folder")
+    dirs = found.dirs
+    root = given_repo_root(args)
+    if root is not None:
         dirs = [replace(d, repo_root=root, repo_reason="given with --repo-root") for d in dirs]
     if not args.dry_run:
         housekeeping.rotate(rt, dirs)
     repos = RepoCache.of(rt)
-    # Why a dir is unmanaged is said by the pass that records it (see cmd_index).
+    # Why a dir is unmanaged is said by the pass that records it (as in commands.index).
     said = {md.real_path: rt.store.load(md.real_path).reported.get("unmanaged") for md in dirs}
     results = [dream_dir(rt, md, repos=repos, dry_run=args.dry_run) for md in dirs]
     said_before = {
@@ -108,15 +105,12 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             "promotion_candidates": [
                 {"dir": d, "file": f, "other_projects": n} for d, f, n in promos
             ],
-            "refused": [refused_json(r) for r in refused],
-            "empty_repos": [empty_json(e) for e in found.empty_repos],
+            **discovery_json(found),
         }
-        json.dump(doc, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        write_json(out, doc)
     else:
         out.write(render_text(results, hk, args.dry_run, len(promos), said_before))
-        out.write(render_refused(refused))
-        out.write(render_empty(found))
+        out.write(render_discovery(found))
     failed = any(r.status in ("failed", "refused") for r in results)
     return EXIT_FINDINGS if failed else EXIT_OK
 
@@ -132,7 +126,7 @@ def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if not args.dirs:
         raise UsageError("--apply PASS_ID needs the DIR whose pass was refused")
     recover(rt)
-    rt = replace(rt, named=tuple(args.dirs))  # see cmd_index
+    rt = replace(rt, named=tuple(args.dirs))  # as in commands.index
     dirs = discover_named(rt, args.dirs).dirs
     held = [md for md in dirs if refused.exists(rt.paths.state_dir, md.real_path, args.apply)]
     md = held[0] if held else dirs[0] if len(dirs) == 1 else None
@@ -143,13 +137,7 @@ def _dream_apply(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         )
     result = apply_refused(rt, md, args.apply)
     if args.json:
-        json.dump(
-            {"applied": args.apply, "dirs": [result_json(result)]},
-            out,
-            indent=2,
-            ensure_ascii=False,
-        )
-        out.write("\n")
+        write_json(out, {"applied": args.apply, "dirs": [result_json(result)]})
     else:
         out.write(render_text([result], [], False))
     return EXIT_OK if result.status == "completed" and not result.skipped_moves else EXIT_FINDINGS

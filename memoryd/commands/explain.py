@@ -4,15 +4,11 @@ or a JSONL record store's lines validated."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from memoryd.commands.common import (
-    EXIT_OK,
-    repo_root_arg,
-)
-from memoryd.errors import MemorydError, UsageError
+from memoryd.commands.common import EXIT_OK, given_repo_root, repo_root_arg, write_json
+from memoryd.errors import MemorydError
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime
@@ -47,13 +43,9 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     if not is_path(str(args.file)):  # a name, as memoryd.commands.resolve finds it
         args.file = resolve(rt, str(args.file)).path
-    root = args.repo_root.expanduser().absolute() if args.repo_root else None
-    if root is not None and not root.is_dir():
-        raise UsageError(f"{root}: --repo-root must be a folder")
-    data = explain(rt, args.file, RepoCache.of(rt), root)
+    data = explain(rt, args.file, RepoCache.of(rt), given_repo_root(args))
     if args.json:
-        json.dump(data, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        write_json(out, data)
     else:
         out.write(render(data))
     return EXIT_OK
@@ -68,8 +60,7 @@ def _explain_store(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         raise MemorydError(f"{path}: no such file (name a JSONL record store or a memory file)")
     (row,) = store_reports(rt, [], [path])
     if args.json:
-        json.dump(row, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        write_json(out, row)
     else:
         render_stores([row], out)
     if "problem" in row:

@@ -5,11 +5,9 @@ memoryd kept (memoryd.commands.versions), each asked for its values and rendered
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK
+from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK, dirs_arg, write_json
 from memoryd.errors import MemorydError
 from memoryd.views.display import shown
 
@@ -31,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "version. FILE may be a memory file, a trashed file (.trash/<day>/<file>) or a name.",
     )
     p.add_argument("key", metavar="FILE|NAME", help="a memory's path or its file name")
-    p.add_argument("dirs", nargs="*", default=[], type=Path, metavar="DIR", help="where to look")
+    dirs_arg(p, "where to look")
     p.add_argument(
         "--diff",
         nargs="?",
@@ -45,13 +43,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    from memoryd.commands import versions as kept
+    import time
+
+    from memoryd.commands.versions import diff_or_restore
     from memoryd.storage.statedb import StateDamaged
-    from memoryd.versions import history
+    from memoryd.versions import history, listing
+    from memoryd.versions.kept import for_runtime
 
     args.target = history.target_of(rt, args.key, args.dirs)  # both sides': the one resolver
     if args.diff is not None or args.restore is not None:
-        return kept.diff_or_restore(args, rt, out)
+        return diff_or_restore(args, rt, out)
     target, problems = args.target, list[MemorydError]()
     chain: dict[str, Any] | None = None
     if target.md is not None:
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         )
     found: list[Version] | None = None
     try:
-        found = kept.kept_versions(rt, target.folder, target.name)
+        found = listing.versions_of(rt.versions or for_runtime(rt), target.folder, target.name)
     except StateDamaged:
         raise  # never a history without its versions in silence: the store needs a person
     except MemorydError as error:
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     text = _chain_text(chain) if chain is not None else ""
     out.write(text)
     if found is not None:
-        versions_text = kept.render_versions(target.folder, target.name, found)
+        versions_text = listing.render_versions(target.folder, target.name, found, time.time())
         out.write(("\n" if text else "") + "Versions:\n" + versions_text)
     return EXIT_OK if chain is not None or found else EXIT_FINDINGS
 
@@ -102,5 +103,4 @@ def _dump(
         "histories": histories,
         "versions": versions_json(target.folder, target.name, found) if found is not None else None,
     }
-    json.dump(doc, out, indent=2, ensure_ascii=False)
-    out.write("\n")
+    write_json(out, doc)

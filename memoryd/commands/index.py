@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -13,11 +12,10 @@ from memoryd.commands.common import (
     EXIT_OK,
     dirs_arg,
     discover_named,
-    empty_json,
+    discovery_json,
     recover,
-    refused_json,
-    render_empty,
-    render_refused,
+    render_discovery,
+    write_json,
 )
 from memoryd.views.display import shown
 
@@ -58,11 +56,11 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
     if not args.check:
         recover(rt)
-    # --check changes nothing: not even the audit log. It shows what `index DIR` would do.
-    # named: a dir git tracks is written (see gitwork.hands_off_reason)
+    # A dir git tracks is written when named (gitwork.hands_off_reason); --check says what
+    # `index DIR` would do, changing nothing, not even the audit log.
     rt = replace(rt, named=() if args.not_named else tuple(args.dirs))
     found = discover_all(rt.config, args.dirs) if args.check else discover_named(rt, args.dirs)
-    dirs, refused = found.dirs, found.refused
+    dirs = found.dirs
     # Why a dir is unmanaged is said once (as its `index.unmanaged` row is), not at every run:
     # the run that records it in the dir's state says it; `-v` and `dirs DIR` say it again.
     said = {md.real_path: rt.store.load(md.real_path).reported.get("unmanaged") for md in dirs}
@@ -74,11 +72,9 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     if args.json:
         doc = {
             "dirs": [_outcome_json(o) for o in outcomes],
-            "refused": [refused_json(r) for r in refused],
-            "empty_repos": [empty_json(e) for e in found.empty_repos],
+            **discovery_json(found),
         }
-        json.dump(doc, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        write_json(out, doc)
     else:
         if not dirs and not found.empty_repos:
             out.write(f"No memory dirs found under {rt.config.paths.claude_home}.\n")
@@ -93,8 +89,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
                     quiet["unmanaged"] += 1
                     continue
             out.write(_render_outcome(o))
-        out.write(render_refused(refused))
-        out.write(render_empty(found))
+        out.write(render_discovery(found))
         out.write(_quiet_line(quiet))
     if failed or (args.check and would):
         return EXIT_FINDINGS

@@ -8,17 +8,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memoryd.commands.common import (
-    EXIT_FINDINGS,
-    EXIT_OK,
-    color_arg,
-)
+from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK, color_arg, view_for, write_json
 from memoryd.errors import UsageError
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime
     from memoryd.views.logfollow import Follower
-    from memoryd.views.logview import View
 
 
 FOLLOW_EVERY = 0.25  # seconds between looks at the log while following
@@ -70,24 +65,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--json", action="store_true", help="print the raw JSON rows")
 
 
-def _log_view(args: argparse.Namespace, rt: Runtime, out: TextIO) -> View:
-    import os
-
-    from memoryd.views.humanize import Painter, terminal_width, use_color
-    from memoryd.views.logview import View
-
-    # Piped into grep or a file, a row is never cut; on a terminal it fits the width.
-    width = terminal_width(out, os.environ, default=1 << 20)
-    return View(
-        now=rt.clock(),
-        home=str(Path.home()),
-        utc=args.utc,
-        width=width,
-        verbose=args.verbose,
-        paint=Painter(use_color(args.color, out, os.environ)),
-    )
-
-
 class _Filter:
     """Which rows a person asked for: newer than --since, of --event, about --dir."""
 
@@ -128,11 +105,12 @@ class _Printer:
     """Rows out as JSON or for a person, each dir by its one label (memoryd.views.dirlabel)."""
 
     def __init__(self, args: argparse.Namespace, rt: Runtime, out: TextIO) -> None:
-        from dataclasses import replace
-
         self.known: dict[str, str] = {}  # repo roots of the project dirs named so far
         self.looked: set[str] = set()  # the dirs whose repo root was looked for
-        self.view = replace(_log_view(args, rt, out), roots=self.known)
+        # Piped into grep or a file, a row is never cut; on a terminal it fits the width.
+        self.view = view_for(
+            args, out, rt.clock(), 1 << 20, utc=args.utc, verbose=args.verbose, roots=self.known
+        )
         self.args, self.rt, self.out = args, rt, out
         self.err: TextIO = getattr(args, "stderr", sys.stderr)
 
@@ -213,8 +191,7 @@ def _history(
             return EXIT_FINDINGS
     if args.summary:
         if args.json:
-            json.dump(summary_json(history), printer.out, indent=2, ensure_ascii=False)
-            printer.out.write("\n")
+            write_json(printer.out, summary_json(history))
         else:
             printer.out.write(render_summary(history, printer.view, since=wanted.since))
         return EXIT_OK

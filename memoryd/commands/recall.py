@@ -36,32 +36,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--json", action="store_true", help="print one JSON document")
 
 
-def _repos_of(paths: Sequence[str]) -> list[Path]:
-    """The repos (a folder with `.git` or `.claude/`) holding these paths, innermost each."""
-    from memoryd.discover.look import is_repo
-
-    found: list[Path] = []
-    for given in paths:
-        here = Path(os.path.realpath(given))
-        for folder in (here, *here.parents):
-            if folder.is_dir() and is_repo(folder):
-                if folder not in found:
-                    found.append(folder)
-                break
-    return found
-
-
 def _touched_dirs(rt: Runtime, paths: Sequence[str]) -> list[MemoryDir]:
     """The memory dirs of the repos holding these paths (repo-scope ones and the repo's
     auto-memory dir) and the discovered dirs whose repo root holds one: a hook before an edit
     refreshes one project's indexes, not every one; every discovered dir when none matches."""
+    from memoryd.commands.resolve import repo_of
     from memoryd.discover.finder import discover_all
     from memoryd.recall.lookup import find_dirs
 
     everything = find_dirs(rt, [])
-    repos = _repos_of(paths)
-    near = {md.real_path: md for md in discover_all(rt.config, repos).dirs} if repos else {}
     wanted = [os.path.realpath(p) for p in paths]
+    repos = list(dict.fromkeys(filter(None, (repo_of(Path(w)) for w in wanted))))
+    near = {md.real_path: md for md in discover_all(rt.config, repos).dirs} if repos else {}
     for md in everything:
         if md.repo_root is None:
             continue

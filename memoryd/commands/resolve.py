@@ -1,13 +1,9 @@
-"""What a memory named on the command line means: the one resolver of `show`, `history`,
-`explain`, `ack`, `forget` and `trash restore`.
+"""The one resolver of a memory named on the command line (`show`, `history`, `explain`, `ack`,
+`forget`, `trash restore`).
 
-A key is a path (anything with a `/`, or `~`), else a name: a file name with or without
-`.md`, or a memory's frontmatter `name:`. A name is looked for in tiers, nearest first: the
-memory dir the working folder is, then the memory dirs of the repo it is in, then every dir
-(those named, else every discovered one and every one memoryd has worked on). The first tier
-holding it answers; two candidates in that tier are ambiguous, a usage error listing them.
-With `gone`, a name the trash manifests or the version store know counts too (a deleted
-memory's history), and so does a dir deleted whole whose versions are kept."""
+A key with a `/` or `~` is a path; else a file name (`.md` optional) or a frontmatter `name:`,
+looked for in tiers, nearest first: the working folder's memory dir, its repo's, then every
+dir. The first tier holding it answers; two candidates there are a usage error listing them."""
 
 import contextlib
 import os
@@ -54,10 +50,9 @@ def resolve(
     gone: bool = False,
     trashed: bool = False,
 ) -> Target:
-    """The one memory `key` names (see the module); MemorydError when none, UsageError
-    (exit 2) listing the candidates when the nearest tier holding it holds several. With
-    `trashed`, only the names of files to restore count (in the trash, or deleted outside
-    memoryd with a version kept)."""
+    """The one memory `key` names; MemorydError when none, UsageError when ambiguous. With
+    `gone`, names the trash or the version store know count too (and dirs deleted whole);
+    with `trashed`, only the names of files to restore."""
     here = Path(os.path.abspath(cwd or Path.cwd()))
     if is_path(key):
         return _at_path(rt, Path(here, os.path.expanduser(key)))
@@ -82,8 +77,8 @@ def resolve(
 
 
 def _at_path(rt: Runtime, path: Path) -> Target:
-    """A path names its folder and file, the folder taken as a memory dir when it is one; a
-    path to nothing without `.md` names the `.md` file."""
+    """A path's folder (a memory dir when it is one) and file (`.md` added to a path to
+    nothing)."""
     path = Path(os.path.normpath(path))
     if not path.name.endswith(".md") and not os.path.lexists(path):
         path = path.with_name(f"{path.name}.md")  # a memory is a `.md` file: a gone one too
@@ -98,8 +93,7 @@ def _at_path(rt: Runtime, path: Path) -> Target:
 
 
 def _tiers(rt: Runtime, dirs: Sequence[Path], here: Path, gone: bool) -> list[list[Target]]:
-    """The dirs to look in, nearest first, each tier without those of the tiers before; a
-    Target's name is empty here (a dir, not yet a file)."""
+    """The dirs to look in, nearest first, each tier without those before (names empty)."""
     if dirs:
         there = [d.expanduser() for d in dirs if os.path.lexists(d.expanduser())]
         every = discover(rt.config, there) if there else []  # a gone one: its versions
@@ -113,7 +107,7 @@ def _tiers(rt: Runtime, dirs: Sequence[Path], here: Path, gone: bool) -> list[li
     mine = [md for md in every if md.real_path == real_here]
     if not mine and not dirs and (here / "MEMORY.md").is_file():
         mine = [memory_dir_at(real_here, rt.config)]
-    repo = _repo_of(real_here)
+    repo = repo_of(real_here)
     near: list[MemoryDir] = []
     if repo is not None and not dirs:
         near = [*discover(rt.config, [repo]), *(md for md in every if md.repo_root == repo)]
@@ -124,9 +118,11 @@ def _tiers(rt: Runtime, dirs: Sequence[Path], here: Path, gone: bool) -> list[li
         if tier:
             out.append(tier)
     if gone:  # dirs deleted whole (or no longer discovered) whose versions are kept
+        from memoryd.versions import kept as kept_store
+
         kept = [
             Target(folder, "", None)
-            for folder in _version_dirs(rt)
+            for folder in (rt.versions or kept_store.for_runtime(rt)).known_dirs()
             if folder not in seen
             and (not wanted or any(folder == w or folder.is_relative_to(w) for w in wanted))
         ]
@@ -144,17 +140,12 @@ def _unique(group: Iterable[MemoryDir], seen: set[Path]) -> list[MemoryDir]:
     return out
 
 
-def _repo_of(folder: Path) -> Path | None:
+def repo_of(folder: Path) -> Path | None:
+    """The innermost repo (a folder with `.git` or `.claude/`) at or above `folder`."""
     for candidate in (folder, *folder.parents):
         if is_repo(candidate):
             return candidate
     return None
-
-
-def _version_dirs(rt: Runtime) -> list[Path]:
-    from memoryd.versions import kept
-
-    return (rt.versions or kept.for_runtime(rt)).known_dirs()
 
 
 def _matches(rt: Runtime, tier: list[Target], key: str, gone: bool) -> list[Target]:

@@ -4,11 +4,10 @@ and the records of the JSONL stores that match."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK, LOOK_IN, dirs_arg, scope_arg
+from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK, LOOK_IN, dirs_arg, scope_arg, write_json
 from memoryd.errors import UsageError
 
 if TYPE_CHECKING:
@@ -77,8 +76,7 @@ def answer(
     """Print the results (else `empty`), as JSON or for a person (memoryd.views.results);
     exit 0 with results, 1 without."""
     if args.json:
-        json.dump({**data, "results": hits}, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        write_json(out, {**data, "results": hits})
     else:
         from memoryd.views.humanize import use_color
         from memoryd.views.results import render_results

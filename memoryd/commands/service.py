@@ -1,7 +1,5 @@
 """`memoryd service install|uninstall|status`: render the unit or plist, then ask the manager.
-
-The templates live in the repo's `systemd/` and `launchd/` folders; a built package carries them
-under `<prefix>/share/memoryd/`.
+The templates are the repo's `systemd/` and `launchd/`, in a package `<prefix>/share/memoryd/`.
 """
 
 from __future__ import annotations
@@ -48,8 +46,8 @@ def template(kind: str, name: str) -> str:
 
 def program() -> list[str]:
     """The absolute command that runs this memoryd, as stable as it can be: the `memoryd` on
-    PATH when it is this one (a tool install's `~/.local/bin/memoryd`, not the venv it links
-    into, which an upgrade replaces), else this console script, else python -m."""
+    PATH when it is this one (not the venv it links into, which an upgrade replaces), else
+    this console script, else python -m."""
     argv0 = Path(sys.argv[0])
     ours = argv0 if argv0.name == "memoryd" and argv0.exists() else None
     if ours is None:
@@ -84,8 +82,7 @@ def carried_env(environ: os._Environ[str] | dict[str, str] | None = None) -> dic
 
 
 def in_clone(command: list[str]) -> Path | None:
-    """The source checkout whose venv holds the command, if it is one (deleting the clone
-    would break the service)."""
+    """The source checkout whose venv holds the command, if any."""
     path = Path(command[0])
     for folder in path.parents:
         if (folder / "pyproject.toml").is_file() and (folder / "memoryd").is_dir():
@@ -143,19 +140,11 @@ class Plan:
     note: str = ""  # said before an install: the command lives in a clone's venv
 
 
-def default_manager() -> str:
-    return "launchd" if sys.platform == "darwin" else "systemd"
-
-
-def unit_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "systemd" / "user"
-
-
 def plan(action: str, manager: str, config: Path | None, paths: AppPaths) -> Plan:
     command = program()
     if manager == "systemd":
-        file = unit_dir() / UNIT_NAME
+        base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+        file = Path(base) / "systemd" / "user" / UNIT_NAME
         content = render_unit(command, config, carried_env()) if action == "install" else ""
         commands = {
             "install": [
@@ -241,10 +230,8 @@ def _unreachable(p: Plan, output: str) -> str:
 
 
 def execute(p: Plan, action: str) -> Done:
-    """Carry out a plan. A failed install leaves the service file as it was (none, or the old
-    one); a failed uninstall still removes it and says what is left to do by hand; a status
-    the manager cannot give (no user bus) is an error. Raises MemorydError when the manager
-    cannot be asked or refuses."""
+    """Carry out a plan; MemorydError when the manager cannot be asked or refuses. A failed
+    install leaves the service file as it was; a failed uninstall still removes it."""
     tool = p.commands[0][0]
     if shutil.which(tool) is None:
         raise MemorydError(f"`{tool}` is not available on this machine; by hand: {p.manual}")
@@ -290,7 +277,7 @@ def execute(p: Plan, action: str) -> Done:
 
 
 def _remove_service_file(p: Plan) -> list[str]:
-    """Remove the service file, and the link `systemctl enable` made to it; what was removed."""
+    """Remove the service file and the link `systemctl enable` made; what was removed."""
     removed = []
     candidates = [p.file]
     if p.manager == "systemd":
@@ -337,8 +324,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    """`memoryd service ACTION`: the plan, printed (--dry-run) or carried out."""
-    manager = args.manager or default_manager()
+    manager = args.manager or ("launchd" if sys.platform == "darwin" else "systemd")
     config = args.config.expanduser().absolute() if args.config else None
     planned = plan(args.action, manager, config, rt.paths)
     if planned.note:

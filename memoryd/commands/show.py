@@ -4,11 +4,10 @@ it is indexed (memoryd.recall's engine; a name as memoryd.commands.resolve finds
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK, LOOK_IN, dirs_arg
+from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK, LOOK_IN, dirs_arg, write_json
 from memoryd.errors import MemorydError, UsageError
 
 if TYPE_CHECKING:
@@ -63,8 +62,7 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         found = engine.show(target)
         found["target"] = args.target
     if args.json:
-        json.dump(found, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        write_json(out, found)
     else:
         out.write(render_shown(found))
     return EXIT_OK if found.get("memory") else EXIT_FINDINGS

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from memoryd.commands.common import (
@@ -13,6 +11,8 @@ from memoryd.commands.common import (
     auto_memory_off,
     auto_memory_off_line,
     color_arg,
+    view_for,
+    write_json,
 )
 
 if TYPE_CHECKING:
@@ -30,34 +30,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    import os
+    import time
 
-    from memoryd.views.humanize import Painter, terminal_width, use_color
-    from memoryd.views.logview import View
-    from memoryd.views.statusview import gather, render
+    from memoryd.views.dirlabel import roots
+    from memoryd.views.statusview import alarm_lines, gather, render
 
     now = rt.clock()
     found = gather(rt, now)
     off = auto_memory_off(rt)
     if args.json:
-        json.dump({**found.as_json(), "auto_memory_off": off}, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        write_json(out, {**found.as_json(), "auto_memory_off": off})
     else:
-        from memoryd.views.dirlabel import roots
-
-        view = View(
-            now=now,
-            home=str(Path.home()),
-            width=terminal_width(out, os.environ),
-            paint=Painter(use_color(args.color, out, os.environ)),
-            roots=roots([d.path for d in found.dirs], rt.config),
-        )
+        view = view_for(args, out, now, 100, roots=roots([d.path for d in found.dirs], rt.config))
         out.write(render(found, view))
         if off:
             out.write(auto_memory_off_line(off))
-        import time
-
-        from memoryd.views.statusview import alarm_lines
-
         out.write(alarm_lines(rt, time.time()))  # mass changes by other processes, last day
     return EXIT_OK if found.fresh else EXIT_FINDINGS

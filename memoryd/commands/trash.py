@@ -4,16 +4,17 @@ outside memoryd (the version store's) are listed and restored beside them."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from memoryd.commands.common import (
     EXIT_FINDINGS,
     EXIT_OK,
     color_arg,
     dirs_arg,
+    painter,
     recover,
+    write_json,
 )
 from memoryd.errors import MemorydError, UsageError
 from memoryd.views.display import shown
@@ -43,14 +44,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "(relative or absolute, with or without .trash/), or its name; a path or a name means "
         "its newest entry still in the trash",
     )
-    q.add_argument(
-        "dirs",
-        nargs="*",
-        default=[],  # never "required" in a usage error (argparse: `*` with no default)
-        type=Path,
-        metavar="DIR",
-        help="where to look (default: every discovered dir)",
-    )
+    dirs_arg(q, "where to look (default: every discovered dir)")
     q = trash_sub.add_parser("purge", help="remove day folders past their retention")
     dirs_arg(q)
     q.add_argument(
@@ -83,9 +77,12 @@ def _named_dirs(args: argparse.Namespace, rt: Runtime) -> list[MemoryDir]:
 
 
 def _list(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
+    import time
+
     from memoryd.commands.versions import deleted_rows, render_deleted
     from memoryd.daemon import housekeeping
     from memoryd.trash import store as trash
+    from memoryd.views.trash import render
 
     listing = housekeeping.list_trash(_named_dirs(args, rt))
     rows = [
@@ -126,25 +123,14 @@ def _list(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
             for d in elsewhere
         ]
         document = {"trash": rows, "deleted_outside": outside, "invalid": invalid}
-        json.dump(document, out, indent=2, ensure_ascii=False)
-        out.write("\n")
+        write_json(out, document)
         return EXIT_FINDINGS if invalid else EXIT_OK
     if rows or not elsewhere:  # not "The trash is empty." above what is restorable
-        out.write(_rendered(args, rows, out))
+        out.write(render(rows, time.time(), painter(args, out)))
     for bad in invalid:
         out.write(f"INVALID  {shown(bad['message'])}\n")
     out.write(render_deleted(elsewhere))
     return EXIT_FINDINGS if invalid else EXIT_OK
-
-
-def _rendered(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) -> str:
-    import os
-    import time
-
-    from memoryd.views.humanize import Painter, use_color
-    from memoryd.views.trash import render
-
-    return render(rows, time.time(), Painter(use_color(args.color, out, os.environ)))
 
 
 def _restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

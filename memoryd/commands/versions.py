@@ -1,7 +1,5 @@
-"""The version store's part in the commands: keeping versions while a command runs, the versions
-section of `memoryd history` (memoryd.commands.history), `--diff` between versions, `--restore N`
-to write one back; and its part in `trash list` and `trash restore` (files deleted outside
-memoryd)."""
+"""The version store's part in the commands: keeping versions while a command runs, `history`'s
+versions, `--diff` and `--restore N`, and files deleted outside memoryd in `trash list|restore`."""
 
 import argparse
 import contextlib
@@ -27,24 +25,21 @@ EXIT_OK, EXIT_FINDINGS = 0, 1
 
 @contextlib.contextmanager
 def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[Runtime]:
-    """Keep versions of what this command reads (every command that may write in memory dirs,
-    and the daemon: rt.effect); a dry run, a check and the read-only commands keep none.
-    Gives the Runtime to pass down: `rt` with the version store (Runtime.versions)."""
-    command = getattr(args, "command", "")
+    """`rt` with the version store while a command that may write runs (rt.effect); a dry run,
+    a check and the read-only commands keep none."""
     if not rt.effect.keeps_versions:
         yield rt
         return
     store = kept.for_runtime(rt)
     with kept.using(store):
-        if command == "run":
+        if getattr(args, "command", "") == "run":
             store.defer = True  # the daemon: objects are put in place at each heartbeat,
             store.flush()  # and pruned now, then daily (VersionStore.flush)
         yield replace(rt, versions=store)
 
 
 def diff_or_restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
-    """`history FILE --diff [A[..B]]` or `--restore N`, on `args.target`
-    (memoryd.versions.history.target_of)."""
+    """`history FILE --diff [A[..B]]` or `--restore N`, on `args.target`."""
     store = rt.versions or kept.for_runtime(rt)
     folder, name = args.target.folder, args.target.name
     found = listing.versions_of(store, folder, name)
@@ -52,11 +47,6 @@ def diff_or_restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
         return _restore(rt, store, folder, name, found, args.restore, out)
     out.write(shown(_diff(store, folder, name, found, args.diff), lines=True))
     return EXIT_OK
-
-
-def kept_versions(rt: Runtime, folder: Path, name: str) -> list[records.Version]:
-    """Every version of `folder/name` memoryd kept, oldest first."""
-    return list(listing.versions_of(rt.versions or kept.for_runtime(rt), folder, name))
 
 
 def versions_json(folder: Path, name: str, found: Sequence[records.Version]) -> dict[str, object]:
@@ -74,10 +64,6 @@ def versions_json(folder: Path, name: str, found: Sequence[records.Version]) -> 
         for v in found
     ]
     return {"dir": str(folder), "file": name, "versions": rows}
-
-
-def render_versions(folder: Path, name: str, found: Sequence[records.Version]) -> str:
-    return listing.render_versions(folder, name, found, time.time())
 
 
 def _current(folder: Path, name: str) -> bytes | None:
@@ -104,9 +90,7 @@ def _diff(
     found: Sequence[records.Version],
     spec: str,
 ) -> str:
-    """`history --diff`, every secret in it masked (memoryd.discipline.secrets.mask): a kept version
-    is
-    shown as any memory text is."""
+    """`history --diff`, its secrets masked as in any memory text shown."""
     from memoryd.discipline.secrets import mask
 
     return mask(_diff_text(store, folder, name, found, spec))
@@ -192,9 +176,8 @@ def _restore(
 
 
 def _current_of(folder: Path, dir_fd: int, name: str) -> "tuple[bytes, FileIdentity] | None":
-    """What `history --restore` would replace; a file it must not write over (a link, a FIFO,
-    a folder, one over the store's limit: no version of it could be kept) is an error that
-    names it."""
+    """What `history --restore` would replace; MemorydError for a file no version of could be
+    kept (a link, a FIFO, a folder, one over the store's limit)."""
     from memoryd.storage import fsops
 
     try:
@@ -218,12 +201,10 @@ def _write_back(
     replacing: "FileIdentity | None",
     pins: "Sequence[Pin] | None",
 ) -> None:
-    """Write a kept version back (`version`: its bytes and sha256) as `name` with the
-    check-and-swap writer, over the file
-    `replacing` (None: over no file), announced to the store first (`intend_restore`: a
-    scan reading the bytes back takes them for memoryd's) and recorded as there once written.
-    A write that fails is taken back before its error goes on: the pins as `pins` (read before
-    the restore's own; None: it made none), and the log saying again what the dir holds."""
+    """Write a kept version (bytes, sha256) back as `name` over `replacing` (None: no file),
+    announced to the store first so a scan takes the bytes for memoryd's. A failed write puts
+    back the pins as they were (`pins`; None: it made none) and the log's record of what the
+    dir holds."""
     from memoryd.storage import fsops
     from memoryd.trash import restored
 
@@ -243,12 +224,8 @@ def _write_back(
 
 
 def _still_real(folder: Path) -> None:
-    """A dir the store kept versions of is its real path (scans record that): one that has
-    become a symbolic link (or lies under one) since leads elsewhere, perhaps out of its
-    repo or the Claude home, where discovery refuses to follow it. Nothing is restored
-    through it."""
-    import os
-
+    """Refuse a dir that became (or lies under) a symbolic link since its versions were kept:
+    it may lead out of its repo or Claude home, where discovery does not follow."""
     # realpath resolves the part of the path that still exists: a gone dir under a folder
     # made a link since resolves elsewhere too, and would be made again there.
     real = Path(os.path.realpath(folder))
@@ -261,11 +238,8 @@ def _still_real(folder: Path) -> None:
 
 
 def _make_again(store: kept.VersionStore, folder: Path) -> None:
-    """The memory dir a deletion was in is gone (`rm -rf` of the folder): made again (0700,
-    as everything memoryd creates) when its parent is there, after its files the log held as
-    there are recorded gone under the ids `trash list` gave them."""
-    import os
-
+    """Make a deleted memory dir again (0700) when its parent is there, after recording its
+    files gone under the ids `trash list` gave them."""
     _still_real(folder)  # again, just before the folder is made (a link since the first look)
     if not folder.parent.is_dir():
         raise MemorydError(
@@ -289,11 +263,8 @@ def _make_again(store: kept.VersionStore, folder: Path) -> None:
 
 
 def _indexes_back(rt: Runtime, store: kept.VersionStore, folder: Path) -> None:
-    """A memory dir made again: its MEMORY.md and archive as their last kept versions (the
-    person's sections with them), not indexes generated anew. The pointers of memories not
-    restored yet go at the next pass; each comes back where it sat when its file does."""
-    import os
-
+    """A memory dir made again gets its MEMORY.md and archive as last kept (the person's
+    sections with them); pointers of memories not restored yet go at the next pass."""
     for name in scanned.INDEX_FILES:
         found = listing.versions_of(store, folder, name)
         if not found or os.path.lexists(folder / name):
@@ -315,11 +286,8 @@ def _why(error: BaseException) -> str:
 
 # --- trash list / restore: files deleted outside memoryd -------------------------------------
 def split_gone(rt: Runtime, dirs: Sequence[Path]) -> tuple[list[Path], list[Path]]:
-    """The DIRs named to `trash list` / `trash restore` that are there (or unknown: discovery
-    says what they are), and those that are gone but whose versions the store keeps (a
-    memory dir deleted whole): no trash of theirs is left, their files are still listed."""
-    import os
-
+    """The DIRs named to `trash list|restore` split into those there (or unknown) and those
+    deleted whole whose versions the store keeps."""
     if not dirs:
         return [], []
     known = set(kept.for_runtime(rt).known_dirs())
@@ -328,9 +296,8 @@ def split_gone(rt: Runtime, dirs: Sequence[Path]) -> tuple[list[Path], list[Path
 
 
 def within(store: kept.VersionStore, dirs: Sequence[Path]) -> list[Path]:
-    """The dirs the store keeps versions of that DIR... names: each one named, or inside one
-    (a repo, its `.claude/`, a Claude home: their memory dirs, those deleted whole too);
-    every one when none is named."""
+    """The dirs the store keeps versions of that are, or lie inside, one of `dirs` (all when
+    none is named)."""
     known = store.known_dirs()
     if not dirs:
         return known

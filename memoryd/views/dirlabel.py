@@ -1,9 +1,6 @@
-"""The one label a person knows a memory dir by, in every command (`status`, `log`, `dirs`,
-`index`, `dream`, `search`): the project's repo for Claude's per-project memory, the repo (and
-agent) for a repo's `.claude/` dirs, `agent/<name>` for the user's agents, `<repo>/<path>` for
-a dir named on its own inside a repo, else the path with `~`. `dir_label` is pure (a path, the
-home folder, the repo root when known); `label` is a MemoryDir's, and `roots` finds the repo
-roots of the dirs an audit log or a heartbeat names by path only."""
+"""The one label a person knows a memory dir by, in every command: the project's repo for Claude's
+per-project memory, the repo (and agent) for a repo's `.claude/` dirs, `agent/<name>` for the
+user's agents, `<repo>/<path>` for a dir named inside a repo, else the path with `~`."""
 
 import os
 import re
@@ -29,9 +26,8 @@ def _project_slug(parts: tuple[str, ...]) -> str | None:
 
 
 def dir_label(path: str, home: str | None, root: str | Path | None = None) -> str:
-    """A memory dir as a person names it (see the module); `root`: the repo root discovery
-    found for it (a per-project dir's slug spells the path only lossily; a dir named on its
-    own inside a repo is `<repo>/<its path in the repo>`)."""
+    """A memory dir as a person names it; `root`: the repo root discovery found for it (a
+    per-project dir's slug spells the path only lossily)."""
     parts = Path(path).parts
     slug = _project_slug(parts)
     if slug is not None:
@@ -74,9 +70,8 @@ def label(md: "MemoryDir", home: str | None = None) -> str:
 
 
 def roots(paths: Iterable[str], config: "Config") -> dict[str, str]:
-    """The repo root of each existing dir among `paths` as discovery finds it (a per-project
-    dir's by its transcripts), for labels of paths only (audit rows, the heartbeat's dirs).
-    A repo's `.claude/` dirs need none: their path names the repo."""
+    """The repo root of each existing dir among `paths` as discovery finds it, for labels of
+    paths only (audit rows, the heartbeat); a repo's `.claude/` dirs need none."""
     out: dict[str, str] = {}
     for path in set(paths):
         parts = Path(path).parts

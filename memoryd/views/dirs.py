@@ -1,8 +1,4 @@
-"""`memoryd dirs` as a table: one row per memory dir, then a summary line.
-
-Rows are the dicts `memoryd dirs --json` prints (memoryd.commands.dirs); the detail of one dir
-(`memoryd dirs DIR`) is rendered by the command itself.
-"""
+"""`memoryd dirs` as a table of the rows `--json` prints, one per memory dir, and a summary."""
 
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -15,9 +11,7 @@ HEADER = ("NAME", "KIND", "MODE", "MEMORIES", "INDEX", "FLAGGED", "LAST PASS")
 LEGEND = "INDEX: MEMORY.md's lines and the share of the agent's load window they take."
 DETAIL = "The detail of a dir, and why one is unmanaged: memoryd dirs DIR"
 
-# Last-pass results as a person says them (the state keeps the pass's status word).
-# A pass that did its work says nothing more than when; a report-only pass (an unmanaged
-# dir) says so in MODE already.
+# Last-pass results as a person says them; "" when MODE or the time says it all.
 RESULT_WORDS = {
     "completed": "",
     "unmanaged": "",
@@ -32,9 +26,8 @@ KIND_WORDS = {"repo-agent-local": "repo-local"}
 
 
 def index_cell(row: Mapping[str, Any]) -> str:
-    """MEMORY.md's lines and how much of the agent's load window it takes (lines or
-    characters, whichever is nearer its limit): `42 21%`; `none` without a MEMORY.md;
-    `not loaded` for a dir the agent does not load at all (auto memory off, or moved)."""
+    """MEMORY.md's lines and the larger share of the agent's line and character limits it
+    takes (`42 21%`), `none`, or `not loaded` (auto memory off, or moved)."""
     if row.get("not_loaded"):
         return "not loaded"  # the agent reads none of it: `dirs DIR` says why
     idx = row.get("index")
@@ -53,11 +46,6 @@ def last_pass_cell(row: Mapping[str, Any], now: float) -> str:
     return f"{ago(when, now)}, {word}" if word else ago(when, now)
 
 
-def flagged_cell(row: Mapping[str, Any]) -> str:
-    flagged = row.get("flagged")
-    return "-" if flagged is None else str(flagged)
-
-
 def cells(row: Mapping[str, Any], now: float) -> list[str]:
     mode = str(row["mode"])
     if mode == "managed" and not row.get("in_sync", True):
@@ -68,7 +56,7 @@ def cells(row: Mapping[str, Any], now: float) -> list[str]:
         mode,
         str(row["memory_files"]),
         index_cell(row),
-        flagged_cell(row),
+        "-" if row.get("flagged") is None else str(row["flagged"]),
         last_pass_cell(row, now),
     ]
 

@@ -1,19 +1,12 @@
-"""Text for a person's terminal: names and paths as they are, unless they would act on it.
-
-`shown` is the one escaping step for everything memoryd prints to a terminal that it did not
-write itself (a name, a path, a memory's text, a record store's line): what a terminal would
-act on (an escape sequence, a lone carriage return, a bidi control, a newline inside a name)
-is written out as an escape. `--json` output is JSON, whose encoder escapes control
-characters itself.
+"""`shown`: the one escaping step for everything memoryd prints to a terminal that it did not
+write itself. What a terminal would act on (an escape sequence, a lone carriage return, a bidi
+control, a newline in a name) is written out as an escape; `--json` output escapes its own.
 """
 
 
 def shown(text: object, *, lines: bool = False) -> str:
-    """A name or path as a terminal should get it: control characters (a newline in a file
-    name, an escape sequence in a folder's name) written as escapes, never acted on.
-
-    `lines`: text of many lines (a memory's body, a diff): its newlines and tabs stay, and so
-    does a carriage return just before a newline (a CRLF file); every other is escaped."""
+    """`text` with its control characters written as escapes. `lines`: text of many lines (a
+    body, a diff), whose newlines, tabs and CRLF endings stay."""
     value = str(text)
     if value.isprintable():
         return value

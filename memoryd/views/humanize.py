@@ -1,9 +1,5 @@
 """Text for people: relative and local times, short paths, colour on a terminal, plain tables.
-
-Pure functions of their inputs (the clock, the environment and the stream are passed in), so
-each view renders the same rows to the same text in a test as on a terminal. Nothing here
-decides *what* to show; the views do.
-"""
+Pure: the clock, the environment and the stream are passed in."""
 
 import os
 import time
@@ -14,8 +10,6 @@ from pathlib import Path
 from typing import TextIO
 
 from memoryd.views.display import shown
-
-COLOR_MODES = ("auto", "always", "never")
 
 # ANSI SGR codes by the role a piece of text plays, not by hue: views ask for a role.
 _STYLES = {
@@ -30,9 +24,7 @@ _STYLES = {
 
 
 def use_color(mode: str, stream: TextIO, env: Mapping[str, str]) -> bool:
-    """Whether to colour output: `always` and `never` win; `auto` colours only a terminal, and
-    never when `NO_COLOR` is set (to anything non-empty, as no-color.org asks) or TERM is
-    `dumb`."""
+    """`always`, `never`, or (`auto`) a terminal without a non-empty `NO_COLOR` or TERM=dumb."""
     if mode == "always":
         return True
     if mode == "never":
@@ -44,8 +36,7 @@ def use_color(mode: str, stream: TextIO, env: Mapping[str, str]) -> bool:
 
 
 def terminal_width(stream: TextIO, env: Mapping[str, str], default: int = 100) -> int:
-    """Columns of the terminal `stream` writes to; `COLUMNS` wins (as in shells and tests);
-    `default` when neither tells (a pipe)."""
+    """Columns of the terminal `stream` writes to; `COLUMNS` wins; `default` for a pipe."""
     columns = env.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
@@ -57,7 +48,7 @@ def terminal_width(stream: TextIO, env: Mapping[str, str], default: int = 100) -
 
 @dataclass(frozen=True, slots=True)
 class Painter:
-    """Wraps text in a role's colour when colour is on; otherwise returns it unchanged."""
+    """Wraps text in a role's colour when colour is on."""
 
     enabled: bool
 
@@ -68,8 +59,7 @@ class Painter:
 
 
 def ago(then: float, now: float) -> str:
-    """`then` relative to `now` as a person says it: "just now", "42 s ago", "3 min ago",
-    "5 h ago", "12 d ago" (and "in 3 min" for a time ahead of the clock)."""
+    """`then` relative to `now`: "just now", "42 s ago", "3 min ago", "5 h ago", "in 3 min"."""
     delta = now - then
     ahead = delta < 0
     seconds = abs(delta)
@@ -87,8 +77,7 @@ def ago(then: float, now: float) -> str:
 
 
 def parse_ts(value: object) -> float | None:
-    """An audit/state timestamp (ISO 8601, `Z` or offset; or epoch seconds) as epoch seconds;
-    None for anything else."""
+    """An ISO 8601 time or epoch seconds as epoch seconds; None for anything else."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, str) or not value:
@@ -164,12 +153,8 @@ def table(
     *,
     shrink: int = 0,
 ) -> list[str]:
-    """Rows as aligned columns separated by two spaces, each line at most `width` characters.
-
-    Column `shrink` (the one holding names or paths) gives up room first when the table is too
-    wide; the others keep their width. Cells hold plain text: colour is added by the caller
-    after layout so escape codes never count as columns.
-    """
+    """Rows as aligned columns two spaces apart, each line at most `width` characters; column
+    `shrink` (names or paths) gives up room first. Colour goes on after layout."""
     all_rows, widths = _columns(header, rows, width, shrink)
     count = len(header)
     lines = []
@@ -187,9 +172,8 @@ def layout(
     *,
     shrink: int = 0,
 ) -> tuple[list[str], list[list[str]]]:
-    """`table`'s layout as cells (the header's, then each row's), each clipped and padded to
-    its column's width but the last, for a caller that colours cells before joining them with
-    two spaces (escape codes then never count as columns)."""
+    """`table`'s layout as cells (the header's, then each row's), clipped and padded, for a
+    caller that colours cells before joining them with two spaces."""
     all_rows, widths = _columns(header, rows, width, shrink)
     count = len(header)
     # The last column takes what is left, so that no line is wider than `width`.

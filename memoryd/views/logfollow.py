@@ -1,9 +1,7 @@
 """Reading the audit log as `tail -n N -F` does, without losing or repeating a row.
 
-The writer (`audit.AuditLog`) appends with O_APPEND and rotates by renaming the file to
-`audit.jsonl.1`, then the next row creates a new file. A follower that reopens by name as soon
-as it sees the new inode loses what was written to the old file after its last read: so the
-old descriptor is kept and read to its end first, and kept a little longer still (a writer that
+The writer rotates by renaming the log to `audit.jsonl.1`; the next row makes a new file. The
+old descriptor is read to its end before the new file, and a little longer still (a writer that
 opened the file by name just before the rename appends to it just after).
 """
 
@@ -29,8 +27,7 @@ CHUNK = 1 << 16
 
 @dataclass
 class _Open:
-    """One open log file: its descriptor, identity, how far it was read, and the start of a
-    line not yet ended (held only while it is shorter than the line bound)."""
+    """One open log file: descriptor, identity, read position, and a line not yet ended."""
 
     fd: int
     ident: tuple[int, int]
@@ -51,13 +48,10 @@ def _parse(raw: bytes) -> Row | None:
 class Follower:
     """The rows of the audit log at `path`, in order, each once, across rotation and truncation.
 
-    `history()` returns the rows so far, `poll()` those written since the last call. The
-    rotated files `audit.jsonl.1` ... `.<backups>` are looked at when the log is rotated. A
-    last line without its newline is held until it ends (a writer mid-append); a line over
-    `max_line` bytes is dropped as it streams past (never held whole) and `warn` is told. A
-    path that is no regular file (a FIFO, a device) is never opened for reading: `warn` is
-    told once, `problem` says it, and the name is looked at again on the next poll. Reads
-    never block.
+    `history()` gives the rows so far, `poll()` those written since. A last line without its
+    newline is held until it ends; a line over `max_line` bytes is dropped as it streams past
+    (`warn` is told). A path that is no regular file is never opened (`warn` is told once,
+    `problem` says it). Reads never block.
     """
 
     def __init__(
@@ -86,9 +80,8 @@ class Follower:
         self.retired, self.current = [], None
 
     def history(self, last: int | None) -> list[Row]:
-        """Opens the log, then returns its rows so far (the rotated files' first, each once):
-        the last `last` of them, or all with None. Following goes on from there. Rotated files
-        are read only as far back as `last` needs."""
+        """Opens the log and gives its last `last` rows so far (all with None), rotated files
+        first and only as far back as needed; following goes on from there."""
         self._reopen()
         ident = self.current.ident if self.current else None
         newest: list[list[Row]] = [self._drain_current()]
@@ -156,10 +149,8 @@ class Follower:
         self.retired.append(handle)
 
     def _newer_than(self, ident: tuple[int, int]) -> list[_Open]:
-        """The log and its rotated files newer than the file `ident`, oldest first, opened.
-
-        Opened newest first (the log, then .1, .2, ...): a rotation meanwhile moves each file
-        on to a name still to be looked at, so none is missed (one met twice is one inode)."""
+        """The log and its rotated files newer than the file `ident`, opened, oldest first.
+        Opened newest first, so a rotation meanwhile moves each on to a name still to look at."""
         found: list[_Open] = []
         names = [self.path] + [
             self.path.with_name(f"{self.path.name}.{n}") for n in range(1, self.backups + 1)

@@ -1,8 +1,5 @@
-"""The audit log for a person: one compact line per row, and a summary in sentences.
-
-Pure: rows (as `audit` reads them) and a `View` in, text out. What each event shows is one
-table (`_DETAILS`); an event missing from it is shown by its fields, generically.
-"""
+"""The audit log for a person, pure: one compact line per row (what each event shows is
+`_DETAILS`; others show their fields), and a summary in sentences."""
 
 import re
 import textwrap
@@ -25,8 +22,8 @@ _LEVEL_WORD = {"warning": "WARN", "error": "ERROR", "debug": "DEBUG"}
 
 @dataclass(frozen=True, slots=True)
 class View:
-    """How to show rows: the clock (for today's rows as bare times), the zone, the home folder
-    (written `~`), the width, whether every field is shown, and colour."""
+    """How to show rows: the clock, the zone, the home folder (`~`), the width, every field or
+    not, and colour."""
 
     now: float
     home: str | None = None
@@ -235,50 +232,120 @@ def _layout(pieces: Sequence[tuple[str, str, str | None]], view: View) -> str:
 # --- the summary ------------------------------------------------------------------------------
 
 
+# What each event adds to a dir's tally: a count by this key, once a row; (key, field): the
+# distinct `file:field` values seen; None: part of another row's story. The four events whose
+# rows carry their own counts are counted in DirTally.add.
+_COUNTS: dict[str, str | tuple[str, str] | None] = {
+    "trash.restored": "restored",
+    "version.restored": "versions_restored",
+    "dream.completed": "dream_passes",
+    "dream.refused": "refused",
+    "dream.failed": "failed",
+    "dream.kept": "kept",
+    "dream.move_skipped": "skipped_moves",
+    "memory.deleted_outside": "deleted_outside",
+    "memory.rewritten_outside": "rewritten_outside",
+    "memory.mass_change": "mass_changes",
+    "memory.forgotten": "forgotten",
+    "memory.secret_found": ("secrets", "line"),
+    "flag.acknowledged": "acknowledged",
+    "file.unparseable": ("unparseable", "file"),
+    "index.dead_link": ("dead_links", "target"),
+    "index.invalid_link": ("invalid_links", "target"),
+    "index.over_budget": "over_budget",
+    "index.write_failed": "index_write_errors",
+    "index.verify_failed": "index_write_errors",
+    "memory.checkout": None,
+    "dream.started": None,
+    "dream.skipped": None,
+    "index.unmanaged": None,
+    "dir.discovered": None,
+    "index.conflict": None,  # retried; a failure shows as index.write_failed
+}
+# What memoryd did, most telling first, after the moves: (key, one, many).
+_ACTIONS = (
+    ("restored", "restored from the trash", "restored from the trash"),
+    ("versions_restored", "earlier version written back", "earlier versions written back"),
+    ("pointers_added", "pointer added", "pointers added"),
+    ("pointers_removed", "pointer removed", "pointers removed"),
+    ("pointers_rewritten", "pointer rewritten", "pointers rewritten"),
+    ("pointers_collapsed", "pointer collapsed", "pointers collapsed"),
+    ("demotions", "index demoted", "indexes demoted"),
+    ("dream_passes", "dream pass", "dream passes"),
+    ("kept", "candidate kept by a guard", "candidates kept by a guard"),
+    ("purged_days", "trash day purged", "trash days purged"),
+    ("forgotten", "memory forgotten on request", "memories forgotten on request"),
+    ("acknowledged", "flag acknowledged", "flags acknowledged"),
+)
+# What needs a person: (key, one, many).
+_PROBLEMS = (
+    ("mass_changes", "mass change by other processes", "mass changes by other processes"),
+    ("deleted_outside", "memory deleted outside memoryd", "memories deleted outside memoryd"),
+    ("rewritten_outside", "file rewritten outside memoryd", "files rewritten outside memoryd"),
+    ("secrets", "secret found", "secrets found"),
+    ("unparseable", "file unparseable", "files unparseable"),
+    ("refused", "pass refused by the circuit breaker", "passes refused by the circuit breaker"),
+    ("failed", "pass failed", "passes failed"),
+    ("skipped_moves", "planned move skipped", "planned moves skipped"),
+    ("dead_links", "dead link", "dead links"),
+    ("invalid_links", "invalid link", "invalid links"),
+    ("over_budget", "index write over the budget", "index writes over the budget"),
+    ("index_write_errors", "index write failed", "index writes failed"),
+)
+# The counts `log --summary --json` gives per dir, between `moved` and `other`.
+_JSON_COUNTS = (
+    "restored", "versions_restored", "pointers_added", "pointers_removed", "pointers_rewritten",
+    "pointers_collapsed", "demotions", "demoted_entries", "index_writes", "dream_passes",
+    "refused", "failed", "kept", "skipped_moves", "purged_days", "unparseable", "dead_links",
+    "invalid_links", "over_budget", "index_write_errors",
+)  # fmt: skip
+_REASON_PLURAL = {"duplicate": "duplicates", "contradiction": "contradictions", "stale": "stale"}
+
+
+def _length(value: object) -> int:
+    return len(value) if isinstance(value, list) else 0
+
+
 @dataclass
 class DirTally:
     """What memoryd did in one dir (or, with no dir, to itself), counted from its rows."""
 
+    n: Counter[str] = field(default_factory=Counter)  # by the keys of _COUNTS
     moved: Counter[str] = field(default_factory=Counter)  # by reason
-    restored: int = 0
-    versions_restored: int = 0  # `history --restore`: written back, not out of the trash
-    added: int = 0
-    removed: int = 0
-    rewritten: int = 0
-    collapsed: int = 0
-    demotions: int = 0
-    demoted: int = 0
-    writes: int = 0
-    passes: int = 0
-    refused: int = 0
-    failed: int = 0
-    kept: int = 0
-    skipped_moves: int = 0
-    purged_days: int = 0
-    unparseable: set[str] = field(default_factory=set)
-    dead_links: set[str] = field(default_factory=set)
-    invalid_links: set[str] = field(default_factory=set)
-    over_budget: int = 0
-    write_errors: int = 0
-    deleted_outside: int = 0
-    rewritten_outside: int = 0
-    mass_changes: int = 0
-    forgotten: int = 0
-    secrets: set[str] = field(default_factory=set)
-    acknowledged: int = 0
+    seen: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     other: Counter[str] = field(default_factory=Counter)  # events without a sentence
 
     def add(self, row: Row) -> None:
         event = str(row.get("event"))
-        count = _COUNTERS.get(event)
-        if count is None:
+        if event == "trash.moved":
+            self.moved.update([str(row.get("reason", "other"))])
+        elif event == "index.updated":
+            self.n["index_writes"] += 1
+            for key in ("added", "removed", "rewritten", "collapsed"):
+                self.n[f"pointers_{key}"] += _length(row.get(key))
+        elif event == "index.demoted":
+            count = row.get("count")
+            self.n["demotions"] += 1
+            self.n["demoted_entries"] += (
+                count if isinstance(count, int) else _length(row.get("files") or [])
+            )
+        elif event == "trash.purged":
+            self.n["purged_days"] += _length(row.get("days"))
+        elif event not in _COUNTS:
             self.other[event] += 1
-        else:
-            count(self, row)
+        elif isinstance(how := _COUNTS[event], tuple):
+            key, detail = how
+            self.seen[key].add(f"{row.get('file', '')}:{row.get(detail, '')}")
+            self.n[key] = len(self.seen[key])
+        elif how is not None:
+            self.n[how] += 1
 
     def sentence(self) -> str:
         """Actions, then (after `;`) what needs a person; "" when nothing was counted."""
-        done, problems = self._actions(), self._problems()
+        done, problems = (
+            self._actions(),
+            [plural(self.n[key], one, many) for key, one, many in _PROBLEMS if self.n[key]],
+        )
         others = [f"{n} {event}" for event, n in sorted(self.other.items())]
         text = ", ".join(done)
         if problems:
@@ -288,7 +355,6 @@ class DirTally:
         return text
 
     def _actions(self) -> list[str]:
-        """What memoryd did, most telling first."""
         done = []
         if self.moved:
             total = sum(self.moved.values())
@@ -297,139 +363,12 @@ class DirTally:
                 for r, n in sorted(self.moved.items(), key=lambda kv: (-kv[1], kv[0]))
             )
             done.append(f"{plural(total, 'memory', 'memories')} moved to the trash ({why})")
-        if self.restored:
-            done.append(f"{self.restored} restored from the trash")
-        if self.versions_restored:
-            done.append(f"{plural(self.versions_restored, 'earlier version')} written back")
-        for n, what in (
-            (self.added, "added"),
-            (self.removed, "removed"),
-            (self.rewritten, "rewritten"),
-            (self.collapsed, "collapsed"),
-        ):
-            if n:
-                done.append(f"{plural(n, 'pointer')} {what}")
-        if self.demotions:
-            done.append(
-                f"{plural(self.demotions, 'index', 'indexes')} demoted "
-                f"{plural(self.demoted, 'entry', 'entries')}"
-            )
-        if self.passes:
-            done.append(plural(self.passes, "dream pass", "dream passes"))
-        if self.kept:
-            done.append(f"{plural(self.kept, 'candidate')} kept by a guard")
-        if self.purged_days:
-            done.append(f"{plural(self.purged_days, 'trash day')} purged")
-        if self.forgotten:
-            done.append(f"{plural(self.forgotten, 'memory', 'memories')} forgotten on request")
-        if self.acknowledged:
-            done.append(f"{plural(self.acknowledged, 'flag')} acknowledged")
+        for key, one, many in _ACTIONS:
+            if self.n[key]:
+                done.append(plural(self.n[key], one, many))
+                if key == "demotions":
+                    done[-1] += f" {plural(self.n['demoted_entries'], 'entry', 'entries')}"
         return done
-
-    def _problems(self) -> list[str]:
-        """What needs a person."""
-        problems = []
-        for n, words in (
-            (
-                self.mass_changes,
-                ("mass change by other processes", "mass changes by other processes"),
-            ),
-            (
-                self.deleted_outside,
-                ("memory deleted outside memoryd", "memories deleted outside memoryd"),
-            ),
-            (
-                self.rewritten_outside,
-                ("file rewritten outside memoryd", "files rewritten outside memoryd"),
-            ),
-            (len(self.secrets), ("secret found", "secrets found")),
-            (len(self.unparseable), ("file unparseable", "files unparseable")),
-            (
-                self.refused,
-                ("pass refused by the circuit breaker", "passes refused by the circuit breaker"),
-            ),
-            (self.failed, ("pass failed", "passes failed")),
-            (self.skipped_moves, ("planned move skipped", "planned moves skipped")),
-            (len(self.dead_links), ("dead link", "dead links")),
-            (len(self.invalid_links), ("invalid link", "invalid links")),
-            (self.over_budget, ("index write over the budget", "index writes over the budget")),
-            (self.write_errors, ("index write failed", "index writes failed")),
-        ):
-            if n:
-                problems.append(f"{n} {words[0] if n == 1 else words[1]}")
-        return problems
-
-
-_REASON_PLURAL = {"duplicate": "duplicates", "contradiction": "contradictions", "stale": "stale"}
-
-
-def _count_index(t: DirTally, row: Row) -> None:
-    t.writes += 1
-    for key in ("added", "removed", "rewritten", "collapsed"):
-        value = row.get(key)
-        setattr(t, key, getattr(t, key) + (len(value) if isinstance(value, list) else 0))
-
-
-def _count_demoted(t: DirTally, row: Row) -> None:
-    t.demotions += 1
-    count = row.get("count")
-    t.demoted += count if isinstance(count, int) else len(row.get("files") or [])
-
-
-def _count_purged(t: DirTally, row: Row) -> None:
-    days = row.get("days")
-    t.purged_days += len(days) if isinstance(days, list) else 0
-
-
-def _inc(name: str) -> Callable[[DirTally, Row], None]:
-    def count(t: DirTally, row: Row) -> None:
-        setattr(t, name, getattr(t, name) + 1)
-
-    return count
-
-
-def _named(name: str, key: str) -> Callable[[DirTally, Row], None]:
-    def count(t: DirTally, row: Row) -> None:
-        getattr(t, name).add(f"{row.get('file', '')}:{row.get(key, '')}")
-
-    return count
-
-
-def _ignore(t: DirTally, row: Row) -> None:
-    """Rows that are part of another's story (a pass's start, its moves' skips' reasons)."""
-
-
-_COUNTERS: dict[str, Callable[[DirTally, Row], None]] = {
-    "trash.moved": lambda t, r: t.moved.update([str(r.get("reason", "other"))]),
-    "trash.restored": _inc("restored"),
-    "version.restored": _inc("versions_restored"),
-    "index.updated": _count_index,
-    "index.demoted": _count_demoted,
-    "dream.completed": _inc("passes"),
-    "dream.refused": _inc("refused"),
-    "dream.failed": _inc("failed"),
-    "dream.kept": _inc("kept"),
-    "dream.move_skipped": _inc("skipped_moves"),
-    "trash.purged": _count_purged,
-    "memory.deleted_outside": _inc("deleted_outside"),
-    "memory.rewritten_outside": _inc("rewritten_outside"),
-    "memory.mass_change": _inc("mass_changes"),
-    "memory.checkout": _ignore,
-    "memory.forgotten": _inc("forgotten"),
-    "memory.secret_found": _named("secrets", "line"),
-    "flag.acknowledged": _inc("acknowledged"),
-    "file.unparseable": _named("unparseable", "file"),
-    "index.dead_link": _named("dead_links", "target"),
-    "index.invalid_link": _named("invalid_links", "target"),
-    "index.over_budget": _inc("over_budget"),
-    "index.write_failed": _inc("write_errors"),
-    "index.verify_failed": _inc("write_errors"),
-    "dream.started": _ignore,
-    "dream.skipped": _ignore,
-    "index.unmanaged": _ignore,
-    "dir.discovered": _ignore,
-    "index.conflict": _ignore,  # retried; a failure shows as index.write_failed
-}
 
 
 def tally(rows: Iterable[Row]) -> dict[str, DirTally]:
@@ -516,28 +455,6 @@ def summary_json(rows: Iterable[Row]) -> dict[str, Any]:
     """The summary's counts, per dir, for `--json`."""
     out = {}
     for where, t in tally(rows).items():
-        out[where or "memoryd"] = {
-            "moved": dict(t.moved),
-            "restored": t.restored,
-            "versions_restored": t.versions_restored,
-            "pointers_added": t.added,
-            "pointers_removed": t.removed,
-            "pointers_rewritten": t.rewritten,
-            "pointers_collapsed": t.collapsed,
-            "demotions": t.demotions,
-            "demoted_entries": t.demoted,
-            "index_writes": t.writes,
-            "dream_passes": t.passes,
-            "refused": t.refused,
-            "failed": t.failed,
-            "kept": t.kept,
-            "skipped_moves": t.skipped_moves,
-            "purged_days": t.purged_days,
-            "unparseable": len(t.unparseable),
-            "dead_links": len(t.dead_links),
-            "invalid_links": len(t.invalid_links),
-            "over_budget": t.over_budget,
-            "index_write_errors": t.write_errors,
-            "other": dict(t.other),
-        }
+        counts = {key: t.n[key] for key in _JSON_COUNTS}
+        out[where or "memoryd"] = {"moved": dict(t.moved), **counts, "other": dict(t.other)}
     return {"dirs": out}

@@ -1,13 +1,7 @@
-"""Long output through a pager, as git does: on a terminal only, never when piped.
-
-`log` (not `-f`), `search`, `dream`, `history --diff` and `trash list` write through
-`$MEMORYD_PAGER`, else `$PAGER`, else `less` with `LESS=FRX` when LESS is unset (`-F`: a screen
-or less is printed and the pager quits; `-R`: colours pass; `-X`: the text stays on screen). An
-empty pager or `cat` means none. A pager that cannot be started is no error: the output goes
-to the terminal as it would have.
-
-The command still sees a terminal (`isatty()` is true for the pager's pipe), so its colours are
-those it gives a terminal; NO_COLOR and `--color` are honoured as before.
+"""Long output through a pager on a terminal, as git does: `$MEMORYD_PAGER`, else `$PAGER`, else
+`less` with `LESS=FRX` when LESS is unset; an empty pager or `cat` means none, and one that
+cannot start is no error. The command still sees a terminal (the pipe's `isatty()` is true),
+so its colours are a terminal's.
 """
 
 import argparse
@@ -63,8 +57,8 @@ def command(environ: "os._Environ[str] | dict[str, str]") -> list[str] | None:
 
 @contextlib.contextmanager
 def paged(args: argparse.Namespace, out: TextIO) -> Iterator[TextIO]:
-    """`out`, or a pager's stdin when `out` is this process's terminal and the command's
-    output is long; the pager is waited for (the person reads it) before the command ends."""
+    """`out`, or the stdin of a pager waited for when `out` is this process's terminal and the
+    output is long."""
     isatty = getattr(out, "isatty", None)
     if out is not sys.stdout or not (isatty and isatty()) or not wanted(args):
         yield out

@@ -14,6 +14,7 @@ from memoryd.views.dirlabel import label as dir_label
 from memoryd.views.display import shown
 
 COUNT_LABELS = [
+    ("dirs", "dirs"),
     ("files", "memory files"),
     ("stale_pruned", "stale pruned"),
     ("duplicates_merged", "duplicates merged"),
@@ -23,6 +24,9 @@ COUNT_LABELS = [
     ("evergreen", "evergreen"),
     ("fresh", "fresh"),
     ("surviving", "surviving"),
+    ("flagged", "flagged for review"),
+    ("indexes_updated", "indexes updated"),
+    ("promotion_candidates", "promotion candidates"),
 ]
 
 
@@ -193,7 +197,10 @@ def render_text(
         lines += ["Housekeeping:"]
         lines += [f"  {h}" for h in housekeeping]
         lines.append("")
-    lines += _totals_lines(totals(results, promotion_candidates), dry_run)
+    # The counts last, so that they stay on screen.
+    t = totals(results, promotion_candidates)
+    lines += ["Would do:" if dry_run else "Totals:"]
+    lines += [f"  {label:<26}{t.get(key, 0):>7}" for key, label in COUNT_LABELS]
     return "\n".join(lines) + "\n"
 
 
@@ -303,15 +310,4 @@ def _flag_lines(result: DreamResult) -> list[str]:
             lines.append(f"  unparseable (kept, not considered): {shown(name)}")
     for name in result.conflicts:
         lines.append(f"  sync conflict copy (reported, never consolidated): {shown(name)}")
-    return lines
-
-
-def _totals_lines(t: dict[str, int], dry_run: bool) -> list[str]:
-    """The counts, last: they stay on screen."""
-    lines = ["Would do:" if dry_run else "Totals:", f"  {'dirs':<26}{t['dirs']:>7}"]
-    for key, label in COUNT_LABELS:
-        lines.append(f"  {label:<26}{t.get(key, 0):>7}")
-    lines.append(f"  {'flagged for review':<26}{t.get('flagged', 0):>7}")
-    lines.append(f"  {'indexes updated':<26}{t['indexes_updated']:>7}")
-    lines.append(f"  {'promotion candidates':<26}{t['promotion_candidates']:>7}")
     return lines

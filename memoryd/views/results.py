@@ -1,6 +1,5 @@
-"""Recall's results for a person: one search or recall result, the list with what was not
-searched, and one memory as `show` prints it. Every value is `shown`: names, paths and text
-come from files anyone may have written."""
+"""Recall's results for a person: search and recall results, and one memory as `show` prints
+it; every value `shown` (anyone may have written the files)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ if TYPE_CHECKING:
 
 
 def _marked(snippet: str, color: bool) -> str:
-    """The snippet's matches (`**so**`) in the match colour, their marks dropped, when
-    `color`; else as they are."""
+    """With `color`, the snippet's `**matches**` in the match colour instead of their marks."""
     if not color:
         return snippet
     from memoryd.model.lazyre import lazy
@@ -25,8 +23,7 @@ def _marked(snippet: str, color: bool) -> str:
 
 
 def render_result(number: int, result: Result, color: bool = False) -> str:
-    """One result: title, file, facts, snippet (its matches in colour when `color`, else
-    marked `**so**`)."""
+    """One result: title, file, facts, snippet."""
     description = shown(result["description"])
     title = shown(result["name"]) + (f" — {description}" if description else "")
     facts = [result["dir"], result["type"] or "no type", result["tier"]]
@@ -47,8 +44,8 @@ def render_result(number: int, result: Result, color: bool = False) -> str:
 def render_results(
     hits: list[Result], excluded: list[dict[str, Any]], empty: str, color: bool
 ) -> str:
-    """The results, else `empty`; then each file that was not searched with why (notes
-    without frontmatter are only listed in --json: they are not memories)."""
+    """The results, else `empty`; then each file not searched, with why (notes without
+    frontmatter only in --json)."""
     text = "".join(render_result(number, result, color) for number, result in enumerate(hits, 1))
     if not hits:
         text += empty + "\n"

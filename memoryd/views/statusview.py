@@ -121,16 +121,9 @@ def _cached(rt: Any, folder: str) -> int | None:
 ALARM_SHOWN = 86400.0  # `status` shows a mass change for a day
 
 
-def alarms(state_dir: Path) -> list[dict[str, Any]]:
-    """The last mass-change alarms (one per dir, the newest), oldest first, read without
-    importing the version store and the index machinery."""
-    from memoryd.versions.records import alarms as kept_alarms
-
-    return kept_alarms(state_dir)
-
-
 def alarm_lines(rt: Any, now: float) -> str:
     """`memoryd status`: the mass changes of the last day, and how to undo them."""
+    from memoryd.versions.records import alarms  # not the version store, nor the indexing
     from memoryd.views.display import shown
 
     out = []
@@ -159,18 +152,16 @@ def _from_disk(rt: Any, last: dict[str, Any] | None) -> list[DirRow]:
     for folder in rt.store.dirs():
         state = rt.store.load(Path(folder))
         seen = beat.get(folder, {})
-        rows.append(DirRow(
-            path=folder,
-            kind=str(seen.get("kind", "")),
-            files=seen["files"] if isinstance(seen.get("files"), int) else _cached(rt, folder),
-            index=str(seen.get("index") or ("managed" if state.managed else "")),
-            changed_since_dream=len(state.changed_since_dream),
-            queued=None,
-            last_index_write=_iso(state.last_index_ts),
-            last_pass=_iso(state.last_dream_ts),
-            last_pass_result=state.last_dream_result or None,
-            watch="",
-        ))  # fmt: skip
+        rows.append(_row({
+            "real_path": folder,
+            "kind": seen.get("kind", ""),
+            "files": seen["files"] if isinstance(seen.get("files"), int) else _cached(rt, folder),
+            "index": seen.get("index") or ("managed" if state.managed else ""),
+            "pending_changes": len(state.changed_since_dream),
+            "last_index_write": _iso(state.last_index_ts),
+            "last_pass": _iso(state.last_dream_ts),
+            "last_pass_result": state.last_dream_result or None,
+        }, live=False))  # fmt: skip
     return rows
 
 

@@ -1,44 +1,32 @@
-"""`memoryd trash list` for a person: one line per trashed file, when it was moved as a
-relative time ("3 min ago"; `--json` keeps the absolute time), and the file's path last, as
-`trash restore` takes it."""
+"""`memoryd trash list` for a person: one line per trashed file, when it moved ("3 min ago"),
+and its path last, as `trash restore` takes it."""
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memoryd.views.display import shown
-from memoryd.views.humanize import Painter, ago, parse_ts
+from memoryd.views.humanize import Painter, ago, layout, parse_ts
 
 HEADER = ("ID", "MOVED", "REASON", "FILE")
 
 
 def moved_cell(row: Mapping[str, Any], now: float) -> str:
-    """When memoryd moved it, relative to now; the day folder's name when the record has no
-    time memoryd can read."""
+    """When memoryd moved it, relative to now; else the day folder's name."""
     when = parse_ts(row.get("time"))
     return ago(when, now) if when is not None else str(row.get("day", "?"))
 
 
 def render(rows: Sequence[Mapping[str, Any]], now: float, paint: Painter | None = None) -> str:
-    """The listing: aligned id, moved and reason columns, then the path (never cut: it is what
-    `trash restore` takes) and what superseded it."""
+    """Aligned id, moved and reason columns, then the path (never cut) and what superseded it."""
     paint = paint or Painter(False)
     if not rows:
         return "The trash is empty.\n"
-    cells = [(str(r["id"]), moved_cell(r, now), str(r["reason"])) for r in rows]
-    widths = [max(len(c[i]) for c in [HEADER[:3], *cells]) for i in range(3)]
-    lines = [
-        "  ".join(paint(h.ljust(w), "bold") for h, w in zip(HEADER[:3], widths, strict=True))
-        + "  "
-        + paint(HEADER[3], "bold")
-    ]
-    for row, cell in zip(rows, cells, strict=True):
+    cells = [[str(r["id"]), moved_cell(r, now), str(r["reason"]), ""] for r in rows]
+    head, body = layout(HEADER, cells, 1 << 30)
+    lines = ["  ".join(paint(c, "bold") for c in head)]
+    for row, (rid, moved, reason, _) in zip(rows, body, strict=True):
         because = row.get("duplicate_of") or row.get("superseded_by")
         extra = paint(f" (kept: {shown(because)})", "dim") if because else ""
         where = shown(f"{row['dir']}/{row['file']}")
-        lead = [
-            paint(cell[0].ljust(widths[0]), "name"),
-            paint(cell[1].ljust(widths[1]), "dim"),
-            cell[2].ljust(widths[2]),
-        ]
-        lines.append("  ".join(lead) + "  " + where + extra)
+        lines.append(f"{paint(rid, 'name')}  {paint(moved, 'dim')}  {reason}  {where}{extra}")
     return "\n".join(lines) + "\n"

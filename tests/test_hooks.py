@@ -191,6 +191,14 @@ def test_session_start_says_how_many_pointers_the_agent_does_not_see(env: Env, r
     assert "past line 200" in said
 
 
+def test_session_start_does_not_wait_on_a_fifo_as_memory_md(env: Env, repo: Path) -> None:
+    folder = auto_dir(env, repo)
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "MEMORY.md")
+    done = hook("session-start", payload(env, repo, "SessionStart"))  # a wait is a timeout
+    assert (done.returncode, context(done, "SessionStart")) == (0, "")
+
+
 def test_session_start_names_an_alarm_of_the_last_day(env: Env, repo: Path) -> None:
     folder = auto_dir(env, repo)
     folder.mkdir(parents=True)

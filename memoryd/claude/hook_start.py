@@ -39,11 +39,11 @@ def _switch_line(data: dict[str, Any], auto: tuple[str, str]) -> str:
 
 def _hidden_line(folder: str) -> str:
     from memoryd.model.agentview import ViewKind, view_of_bytes
+    from memoryd.paths import read_bounded
 
     path = os.path.join(folder, "MEMORY.md")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(INDEX_MAX_BYTES)
+    try:  # never a FIFO planted as MEMORY.md: the session would wait on it
+        data = read_bounded(Path(path), INDEX_MAX_BYTES, prefix=True)
     except OSError:
         return ""
     view = view_of_bytes(data, ViewKind.AUTO)

@@ -181,6 +181,43 @@ def test_a_link_out_of_the_repo_is_left_alone_by_index_dream_and_dirs(
     assert len(refused_rows(env)) == 1
 
 
+def test_the_links_said_are_kept_in_the_state_store(
+    env: Env, cli, linked_repo: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record of the refused links said is the state store's `refused_link` table: a dry
+    run says nothing and makes no store; a run says a link once and keeps its target; a new
+    target is said again and replaces it; a record past REFUSED_RECORD_MAX starts over."""
+    from memoryd.discover import finder
+    from memoryd.storage.statedb import StateDB
+
+    repo, notes, config = linked_repo
+    link, other = repo / ".claude" / "agent-memory" / "notes", notes.parent / "other"
+    db = StateDB.in_state_dir(env.state)
+
+    def said() -> tuple[list[str], dict[str, str]]:
+        conn = db.reader(finder.REFUSED)
+        kept = dict(conn.execute("SELECT link, target FROM refused_link")) if conn else {}
+        return [r["target"] for r in refused_rows(env)], kept
+
+    assert cli("--config", config, "dream", "--dry-run").code == 0
+    assert said() == ([], {}) and not (env.state / "state.sqlite").exists()
+    for _ in range(2):
+        assert cli("--config", config, "index").code == 0
+        assert said() == ([str(notes.resolve())], {str(link): str(notes.resolve())})
+    other.mkdir()
+    link.unlink()
+    link.symlink_to(other)
+    assert cli("--config", config, "index").code == 0
+    now = {str(link): str(other.resolve())}
+    assert said() == ([str(notes.resolve()), str(other.resolve())], now)
+    monkeypatch.setattr(finder, "REFUSED_RECORD_MAX", len(str(link)) + len(str(other.resolve())))
+    assert cli("--config", config, "index").code == 0 and len(said()[0]) == 2  # at it: not past
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO refused_link VALUES ('/gone/link', '/t')")
+    assert cli("--config", config, "index").code == 0
+    assert said() == ([str(notes.resolve()), *[str(other.resolve())] * 2], now)
+
+
 def test_a_link_named_in_extra_memory_dirs_is_followed(
     env: Env, cli, linked_repo: tuple[Path, Path, Path]
 ) -> None:

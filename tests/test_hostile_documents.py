@@ -203,12 +203,13 @@ def test_the_mcp_tools_serve_past_a_nested_record_store_line(env: Env, tmp_path:
 # memoryd's own state files (under the state dir), each with a nested line: a base file
 # replaced whole, a log or JSONL appended to (the dir's files, the clock file and the version
 # log are an older memoryd's, taken into state.sqlite at the next start: the nested line is
-# skipped there, and restore pins that do not parse are left for a person).
+# skipped there; restore pins and refused links that do not parse are left, and named).
 OWN_STATE = {
     "dirs/{key}.json": "replace",
     "dirs/{key}.0.log": "append",
     "dirs/{key}.trash-days.json": "replace",
     "dirs/{key}.restored": "replace",
+    "refused-links.json": "replace",
     "status.json": "replace",
     "trash-clock.json": "replace",
     "transcript-cwds.json": "replace",

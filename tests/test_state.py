@@ -214,7 +214,7 @@ def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
     """Every file the old store wrote for a dir, as it wrote them: the base state (generation
     1) with its log (lines of foreign shapes, a torn last line) and an older generation's log,
     the caches, the repo's tokens, the acknowledgements, the restore pins, the trash's day
-    folders as seen and a refused plan."""
+    folders as seen, a refused plan and the refused links said."""
     import json
 
     from memoryd.storage.state import dir_key
@@ -261,14 +261,29 @@ def _old_layout(state_dir: Path, folder: Path) -> dict[str, Path]:
     (state_dir / "repos").mkdir()
     files["tokens"] = state_dir / "repos" / f"{key}.tokens"
     files["tokens"].write_bytes(b"tokens")
+    files["links"] = state_dir / "refused-links.json"
+    files["links"].write_text(json.dumps(LINKS, indent=1, sort_keys=True))
     return files
+
+
+LINKS = {"/repo/.claude/agent-memory/notes": "/vault/notes", "/home/.claude/memo": "/elsewhere"}
+
+
+def said_links(state_dir: Path) -> dict[str, str]:
+    """The refused links said, as the state store holds them (none: no table)."""
+    from memoryd.discover.finder import REFUSED
+    from memoryd.storage.statedb import StateDB
+
+    conn = StateDB.in_state_dir(state_dir).reader(REFUSED)
+    return dict(conn.execute("SELECT link, target FROM refused_link")) if conn else {}
 
 
 def test_the_old_files_are_imported_once_and_removed(tmp_path: Path) -> None:
     """On first start the old state (base and its log, the torn line and the older log
     skipped), the acknowledgements, the restore pins (oldest first), the trash's day folders
-    (one of another shape left out) and the refused plan are imported in one go and every old
-    file goes; the caches are dropped, not imported; the read events are not carried over."""
+    (one of another shape left out), the refused plan and the refused links said are imported
+    in one go and every old file goes; the caches are dropped, not imported; the read events
+    are not carried over."""
     from memoryd.discipline import acked
     from memoryd.dream import refused
     from memoryd.storage import legacy
@@ -293,6 +308,7 @@ def test_the_old_files_are_imported_once_and_removed(tmp_path: Path) -> None:
     }
     plan = refused.load(tmp_path, folder, "20261130T100000-abcdef")
     assert [m.filename for m in plan.as_moves()] == ["stale.md"]
+    assert said_links(tmp_path) == LINKS
     assert store.load_cache(folder) == {} and store.load_facts(folder) is None
     assert [name for name, path in files.items() if path.exists()] == []
     assert not legacy.pending(tmp_path)
@@ -340,13 +356,36 @@ def test_a_pins_file_that_cannot_be_parsed_is_left_in_place_and_named(
     assert [p for p, _ in said] == [files["pins"]] * 2
 
 
+@pytest.mark.parametrize(
+    "text", ["[" * 100_000, '{"/a/link": 1}', "[]"], ids=["nested", "no-target", "not-a-map"]
+)
+def test_a_refused_links_file_that_cannot_be_parsed_is_left_in_place_and_named(
+    tmp_path: Path, text: str
+) -> None:
+    """An older memoryd's record of the refused links said, damaged (nested past JSON's
+    depth, a target that is no path, not a mapping): named and left where it is, nothing of
+    it imported (its links are said again), the rest imported; the next start says it again."""
+    from memoryd.storage import legacy
+
+    forget_shared()
+    files = _old_layout(tmp_path, tmp_path / "memory")
+    files["links"].write_text(text)
+    said: list[tuple[Path, str]] = []
+    legacy.import_once(StateStore(tmp_path, on_damaged=lambda p, why: said.append((p, why))))
+    assert [p for p, _ in said] == [files["links"]]
+    assert files["links"].read_text() == text and not files["pins"].exists()
+    assert said_links(tmp_path) == {} and legacy.pending(tmp_path)
+    legacy.import_once(StateStore(tmp_path, on_damaged=lambda p, why: said.append((p, why))))
+    assert [p for p, _ in said] == [files["links"]] * 2
+
+
 def test_an_import_killed_after_its_commit_adds_nothing_twice_at_the_next_start(
     env: Env,
 ) -> None:
     """kill -9 between the import's commit and its removals leaves the old files with their
     rows in; the next start imports them again and adds nothing twice: a pin the store has
     for the same name or trash id (the same, or one recorded since) stays, newer ones stay
-    newer, and the files go."""
+    newer, a link's target said since stays, and the files go."""
     from memoryd.storage import legacy
     from memoryd.trash import days, restored
 
@@ -360,11 +399,15 @@ def test_an_import_killed_after_its_commit_adds_nothing_twice_at_the_next_start(
     assert [p.file for p in before[0]] == ["kept.md", "newer.md"] and len(before[1]) == 2
     late = restored.Pin("late.md", "e" * 64, "2026-12-01T10:00:00+01:00", "5555555555")
     restored.record(store, folder, late)
+    assert said_links(env.state) == LINKS
+    with store.db().transaction() as tx:  # said again since, with its new target
+        tx.execute("UPDATE refused_link SET target = '/moved' WHERE link = '/home/.claude/memo'")
     again = memoryd_child(env, "trash", "list")
     assert again.returncode == 0, again.stderr
     store = fresh(env.state)
     assert restored.load(store, folder) == [*before[0], late]
     assert days.watched(store, folder) == before[1]
+    assert said_links(env.state) == {**LINKS, "/home/.claude/memo": "/moved"}
     assert [name for name, path in files.items() if path.exists()] == []
     assert not legacy.pending(env.state)
 

@@ -628,9 +628,7 @@ class Daemon:
             "dirs": dirs,
         }
         fsops.write_private(
-            self.paths.status_file,
-            json.dumps(status, indent=1, ensure_ascii=False).encode(),
-            durable=False,
+            self.paths.status_file, json.dumps(status, indent=1, ensure_ascii=False).encode()
         )
 
 

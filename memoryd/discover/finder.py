@@ -1,9 +1,9 @@
 """Find memory dirs: every one memoryd maintains (`discover_all`), or those a path names.
-Reads only, but `report_refused` (an audit row, and its record in the state dir).
+Reads only, but for `report_refused`, which writes an audit row and memoryd's own record of
+what it said (in the state store, never in a memory dir).
 """
 
 import glob
-import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -15,7 +15,7 @@ from memoryd.discover.cwd_cache import CwdCache
 from memoryd.errors import UsageError
 from memoryd.model.index import INDEX_NAME
 from memoryd.paths import expand, read_bounded
-from memoryd.storage import fsops, safejson
+from memoryd.storage.statedb import Schema, StateDB
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime
@@ -233,29 +233,29 @@ def discover(config: Config, explicit: Iterable[Path] = ()) -> list[MemoryDir]:
     return discover_all(config, explicit).dirs
 
 
-REFUSED_RECORD = "refused-links.json"  # in the state dir: which refusals were said, and where
-REFUSED_RECORD_MAX = 1024 * 1024
+# Which refused links were said, and the target each led to then (`refused_link`): a link is
+# said again when its target changes, and all of them once the record is past its bound.
+REFUSED = Schema(
+    "refused_links",
+    1,
+    "CREATE TABLE refused_link (link TEXT PRIMARY KEY, target TEXT NOT NULL) WITHOUT ROWID",
+    ("refused_link",),
+)
+REFUSED_RECORD_MAX = 1024 * 1024  # characters of paths: past it the record starts over
 
 
 def report_refused(rt: "Runtime", refused: Sequence[RefusedDir]) -> None:
     """Say once (an audit row `dir.refused`) that a link is left alone; again when its target
-    changes. A dry run says nothing."""
+    changes. A dry run says nothing and writes nothing."""
     if rt.dry_run or not refused:
         return
-    record_path = rt.paths.state_dir / REFUSED_RECORD
-    try:
-        record = safejson.loads(read_bounded(record_path, REFUSED_RECORD_MAX, follow=False))
-    except (OSError, ValueError):
-        record = {}
-    if not isinstance(record, dict):
-        record = {}
-    said = False
-    for r in refused:
-        key = str(r.path.absolute())
-        if record.get(key) == str(r.target):
-            continue
-        record[key] = str(r.target)
-        said = True
+    db = StateDB.in_state_dir(rt.paths.state_dir)
+    conn = db.reader(REFUSED)
+    record = dict(conn.execute("SELECT link, target FROM refused_link")) if conn else {}
+    full = sum(len(k) + len(v) for k, v in record.items()) > REFUSED_RECORD_MAX
+    said = {str(r.path.absolute()): r for r in refused}
+    said = {k: r for k, r in said.items() if full or record.get(k) != str(r.target)}
+    for r in said.values():
         rt.audit.write(
             "dir.refused",
             dir=r.path,
@@ -266,4 +266,8 @@ def report_refused(rt: "Runtime", refused: Sequence[RefusedDir]) -> None:
             hint=r.hint,
         )
     if said:
-        fsops.write_private(record_path, json.dumps(record, indent=1, sort_keys=True).encode())
+        db.ensure(REFUSED)
+        with db.transaction() as tx:
+            tx.execute("DELETE FROM refused_link WHERE ?", (full,))
+            rows = [(k, str(r.target)) for k, r in said.items()]
+            tx.executemany("INSERT OR REPLACE INTO refused_link VALUES (?, ?)", rows)

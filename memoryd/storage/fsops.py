@@ -3,9 +3,9 @@ no-replace moves, private temp files, and the crash points the crash-loop tests 
 
 Every write of an index file goes through `replace_file`, every move of a memory file through
 `move_no_replace`; both work relative to an open directory descriptor and never follow
-symlinks. Not every write of memoryd's is here: the state store is SQLite's, the heartbeat and
-the record of refused links are written with `write_private`, the trash manifest and the
-audit log append on their own, and `service` and `demo` write outside memory dirs.
+symlinks. Not every write of memoryd's is here: the state store is SQLite's, the heartbeat is
+written with `write_private`, the trash manifest and the audit log append on their own, and
+`service` and `demo` write outside memory dirs.
 """
 
 import contextlib
@@ -684,18 +684,13 @@ def rename_to_free(
     raise AssertionError("unreachable")  # itertools.count() never ends
 
 
-def write_private(path: Path, data: Content | Iterable[bytes], *, durable: bool = True) -> None:
-    """Atomically write one of memoryd's own files (status, trash days, pins…) as 0600.
-
-    `data` may be made as it is written (an iterator of pieces), for a big cache file.
-
-    `durable=False` skips the fsyncs: for a heartbeat rewritten every few seconds, where the
-    previous version is as good as the new one after a power cut.
-    """
+def write_private(path: Path, data: bytes) -> None:
+    """Atomically write one of memoryd's own files (the heartbeat) as 0600, without fsyncs: it
+    is rewritten every few seconds, and after a power cut the one before is as good."""
     ensure_private_dir(path.parent)
     with open_dir(path.parent) as dir_fd:
         try:
-            tmp = _write_temp(dir_fd, path.name, data, 0o600, sync=durable)
+            tmp = _write_temp(dir_fd, path.name, data, 0o600, sync=False)
         except OSError as error:
             if error.filename is not None:
                 raise
@@ -707,8 +702,6 @@ def write_private(path: Path, data: Content | Iterable[bytes], *, durable: bool 
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
-        if durable:
-            fsync_dir(dir_fd)
 
 
 def is_own_temp(name: str) -> bool:

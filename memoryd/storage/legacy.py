@@ -2,15 +2,15 @@
 
 Per-dir state (`dirs/<key>.json` and the change log beside it), acknowledgements
 (`dirs/<key>.acked`), restore pins (`dirs/<key>.restored`), the trash's day folders as seen
-(`dirs/<key>.trash-days.json`), refused plans (`refused/*.json`), the journals of unfinished
-passes (`journal/*.jsonl`, for recovery to finish), what the MCP server answered
-(`consults/mcp-<key>.jsonl`) and the transcripts' consult evidence and offsets
-(`consults/transcripts.json`) are imported in one transaction; the caches
-(`dirs/<key>.cache|.facts|.held`, `repos/*.tokens`, `transcript-cwds.json`) are dropped, to
-be rebuilt from the memory dirs and transcripts. A file that cannot be read is left where it
-is (a person's acknowledgement, pin or plan is never removed unread) and said. Files go only
-after the commit; the import runs again at the next start while any is left, adding nothing
-twice.
+(`dirs/<key>.trash-days.json`), refused plans (`refused/*.json`), the refused links said
+(`refused-links.json`), the journals of unfinished passes (`journal/*.jsonl`, for recovery to
+finish), what the MCP server answered (`consults/mcp-<key>.jsonl`) and the transcripts' consult
+evidence and offsets (`consults/transcripts.json`) are imported in one transaction; the caches
+(`dirs/<key>.cache|.facts|.held`, `repos/*.tokens`, `transcript-cwds.json`) are dropped, to be
+rebuilt from the memory dirs and transcripts. A file that cannot be read is left where it is (a
+person's acknowledgement, pin or plan is never removed unread) and said; so is a record of
+refused links or restore pins of another shape. Files go only after the commit; the import runs
+again at the next start while any is left, adding nothing twice.
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 # caches, rebuilt, not imported; and the readers file of the read-event signal, now gone
 DROPPED = (".cache", ".facts", ".held", ".readers")
 DROPPED_FILES = ("transcript-cwds.json",)  # the same, in the state dir itself
+LINKS = "refused-links.json"  # in the state dir: {link: its target when said}
 OLD_MAX_BYTES = 1 << 30  # what the old store read of one file at most
+Say = Callable[[Path, str], None]  # StateStore.on_damaged
 
 
 def pending(state_dir: Path) -> bool:
@@ -43,7 +45,7 @@ def pending(state_dir: Path) -> bool:
     with contextlib.suppress(OSError):
         if any(_kind(name) for name in os.listdir(state_dir / "dirs")):
             return True
-    if any(os.path.lexists(state_dir / name) for name in DROPPED_FILES):
+    if any(os.path.lexists(state_dir / name) for name in (*DROPPED_FILES, LINKS)):
         return True
     with contextlib.suppress(OSError):
         names = os.listdir(state_dir / "consults")
@@ -72,6 +74,7 @@ def import_once(store: StateStore) -> None:
     if not pending(store.state_dir):
         return
     from memoryd.discipline import acked
+    from memoryd.discover.finder import REFUSED
     from memoryd.dream import refused, transcripts
     from memoryd.recall import consults
     from memoryd.storage import fsops, journal
@@ -79,7 +82,7 @@ def import_once(store: StateStore) -> None:
 
     db = store.db()
     for schema in (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA, consults.SCHEMA,
-                   transcripts.SCHEMA, restored.SCHEMA, days.SCHEMA):  # fmt: skip
+                   transcripts.SCHEMA, restored.SCHEMA, days.SCHEMA, REFUSED):  # fmt: skip
         db.ensure(schema)
     done: list[Path] = []
     say = store.on_damaged
@@ -89,6 +92,7 @@ def import_once(store: StateStore) -> None:
         done += _import_journals(tx, store.state_dir / "journal", say)
         done += _import_served(tx, store.state_dir / "consults", say)
         done += _import_transcripts(tx, store.state_dir / "consults" / "transcripts.json", say)
+        done += _import_links(tx, store.state_dir / LINKS, say)
     for path in [*done, *(store.state_dir / name for name in DROPPED_FILES)]:
         fsops.crash_point("legacy.removing")
         with contextlib.suppress(OSError):
@@ -98,7 +102,7 @@ def import_once(store: StateStore) -> None:
             os.rmdir(store.state_dir / folder)  # left when a file in it was not imported
 
 
-def _read(path: Path, say: Callable[[Path, str], None]) -> Any:
+def _read(path: Path, say: Say) -> Any:
     try:
         return safejson.loads(read_bounded(path, OLD_MAX_BYTES, follow=False))
     except OSError as error:
@@ -108,9 +112,7 @@ def _read(path: Path, say: Callable[[Path, str], None]) -> Any:
     return None
 
 
-def _import_dirs(
-    conn: sqlite3.Connection, root: Path, say: Callable[[Path, str], None]
-) -> list[Path]:
+def _import_dirs(conn: sqlite3.Connection, root: Path, say: Say) -> list[Path]:
     done: list[Path] = []
     try:
         names = sorted(os.listdir(root))
@@ -222,9 +224,18 @@ def _import_days(conn: sqlite3.Connection, key: str, data: Any) -> None:
     conn.executemany("INSERT OR IGNORE INTO trash_day VALUES (?, ?, ?, ?, ?)", rows)
 
 
-def _import_plans(
-    conn: sqlite3.Connection, folder: Path, say: Callable[[Path, str], None]
-) -> list[Path]:
+def _import_links(conn: sqlite3.Connection, path: Path, say: Say) -> list[Path]:
+    """A link the table has is not replaced: its row is the same or newer."""
+    data = _read(path, say) if os.path.lexists(path) else None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        if data is not None:
+            say(path, "not a record of refused links memoryd wrote; left where it is")
+        return []
+    conn.executemany("INSERT OR IGNORE INTO refused_link VALUES (?, ?)", data.items())
+    return [path]
+
+
+def _import_plans(conn: sqlite3.Connection, folder: Path, say: Say) -> list[Path]:
     from memoryd.dream.refused import StoredPlan, keep
 
     done: list[Path] = []
@@ -241,9 +252,7 @@ def _import_plans(
     return done
 
 
-def _import_journals(
-    conn: sqlite3.Connection, folder: Path, say: Callable[[Path, str], None]
-) -> list[Path]:
+def _import_journals(conn: sqlite3.Connection, folder: Path, say: Say) -> list[Path]:
     """Old journals: an intent line (pass id, dir, moves), then a line per move made and a
     commit line; a committed one is dropped. One whose intent does not parse is left."""
     done: list[Path] = []
@@ -286,9 +295,7 @@ def _served_key(name: str) -> str:
     return found[1] if found else ""
 
 
-def _import_served(
-    conn: sqlite3.Connection, folder: Path, say: Callable[[Path, str], None]
-) -> list[Path]:
+def _import_served(conn: sqlite3.Connection, folder: Path, say: Say) -> list[Path]:
     """Old served logs: a JSON row a line (`ts`, `tool`, `names`, `query`); a torn or
     foreign line is skipped, as the consult guard skipped it."""
     done: list[Path] = []
@@ -311,17 +318,13 @@ def _import_served(
                         query = row.get("query") if isinstance(row.get("query"), str) else ""
                         tool = str(row.get("tool") or "")
                         rows.append((key, row["ts"], tool, json.dumps(names), query))
-            conn.executemany(
-                "INSERT INTO consult_served(dir, ts, tool, names, query) VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
+            sql = "INSERT INTO consult_served(dir, ts, tool, names, query) VALUES (?, ?, ?, ?, ?)"
+            conn.executemany(sql, rows)
             done.append(folder / name)
     return done
 
 
-def _import_transcripts(
-    conn: sqlite3.Connection, path: Path, say: Callable[[Path, str], None]
-) -> list[Path]:
+def _import_transcripts(conn: sqlite3.Connection, path: Path, say: Say) -> list[Path]:
     """The old scan state: {"files": {name: [device, inode, size, offset, skipping]},
     "dirs": {dir: {file: [when, session, tool, transcript]}}}; an entry of another shape is
     dropped (its transcript is read again from 0)."""
@@ -329,10 +332,8 @@ def _import_transcripts(
 
     if not os.path.lexists(path):
         return []
-    data = _read(path, say)
-    data = data if isinstance(data, dict) else {}
-    files: dict[str, Any] = data["files"] if isinstance(data.get("files"), dict) else {}
-    dirs: dict[str, Any] = data["dirs"] if isinstance(data.get("dirs"), dict) else {}
+    data = _mapping(_read(path, say))
+    files, dirs = _mapping(data.get("files")), _mapping(data.get("dirs"))
     conn.executemany(
         "INSERT OR REPLACE INTO consult_transcript VALUES (?, ?, ?, ?, ?, ?)",
         [

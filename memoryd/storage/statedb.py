@@ -1,11 +1,11 @@
 """The state store: memoryd's own state in one SQLite file, `state.sqlite` in the state dir.
 
 Every concern that keeps state (kept versions, per-dir state, caches, acknowledgements, restore
-pins, trash days, refused plans, consult evidence, the pass journal, alarms, transcript offsets)
-owns its tables and declares them as a `Schema`; `StateDB.ensure` creates them once per file.
-WAL lets the daemon, commands, hooks and the MCP server read while one of them writes; a write
-is one `transaction()` (BEGIN IMMEDIATE), and nested `transaction()`s join the outer one, so a
-pass that touches several concerns commits once.
+pins, trash days, refused plans and links, consult evidence, the pass journal, alarms,
+transcript offsets) owns its tables and declares them as a `Schema`; `StateDB.ensure` creates
+them once per file. WAL lets the daemon, commands, hooks and the MCP server read while one of
+them writes; a write is one `transaction()` (BEGIN IMMEDIATE), and nested `transaction()`s join
+the outer one, so a pass that touches several concerns commits once.
 
 Damage is never handled in silence: a path that is not a regular file, a file SQLite cannot
 read or `PRAGMA quick_check` failing on the first open in a process is `StateDamaged`, naming

@@ -142,10 +142,6 @@ class Plan:
     limit: int = 0
     similar: list[tuple[str, str, float]] = field(default_factory=list)
 
-    @property
-    def by_reason(self) -> dict[str, int]:
-        return {reason.value: sum(m.reason == reason for m in self.moves) for reason in MoveReason}
-
 
 def newer(a: Item, b: Item) -> bool:
     """Is `a` the newer of two memories? Ties go to the later file name, so it is deterministic."""

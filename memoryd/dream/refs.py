@@ -345,11 +345,6 @@ def _check_path(ref: str, repo: RepoIndex) -> RefCheck:
     return result(Scope.VERIFIABLE, Status.MISSING)
 
 
-def check_refs(refs: Refs, repo: RepoIndex | None) -> tuple[RefCheck, ...]:
-    """Scope and check every reference: paths first, then symbols, each in input order."""
-    return RefChecker(repo).check(refs)
-
-
 class RefChecker:
     """Checks references against one repo snapshot, each distinct reference once.
 

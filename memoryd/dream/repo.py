@@ -192,16 +192,6 @@ def _walk(root: Path, max_files: int) -> Iterator[tuple[int, str, str, os.stat_r
         stack.extend(reversed(subdirs))
 
 
-def tree_signature(root: Path, *, max_files: int = 200_000) -> int:
-    """A hash of what ``RepoIndex.build`` would see, from names and stats alone (no reads).
-
-    Equal signatures mean the same names, kinds and, for the text sources read for tokens,
-    the same inode, size, mtime, ctime and mode: a rebuild would read the same tree. A stat
-    walk costs a quarter of a build (about 50 ms for 5,000 files).
-    """
-    return hash(tuple(_stamp(what, rel, st) for what, rel, _, st in _walk(root, max_files)))
-
-
 def _stamp(what: int, rel: str, st: os.stat_result | None) -> tuple[object, ...]:
     if st is None:
         return (what, rel)
@@ -292,8 +282,8 @@ class RepoIndex:
     holds the folders that exist but were not looked inside (skipped names, symlinks to
     folders or anything else, unreadable folders): nothing can be said about paths below them.
     ``complete`` is False when the walk stopped at ``max_files`` or the root could not be
-    listed, so a path not seen may still exist. ``signature`` is the ``tree_signature`` of
-    the walk that built it (0 when not built from a disk).
+    listed, so a path not seen may still exist. ``signature`` hashes the names, kinds and
+    source stats the walk saw (0 when not built from a disk): equal signatures, same tree.
 
     Memory dirs (``memory_dirs``: see CLAUDE_MEMORY_FOLDERS) are in none of ``files``,
     ``dirs``, ``top_level``, ``by_basename`` or ``tokens``: what exists only as memory is no

@@ -107,10 +107,6 @@ class Vocabulary:
             self._words.append(w)
         return array("I", sorted(map(known.__getitem__, unique)))
 
-    def word(self, word_id: int) -> str:
-        """The word behind ``word_id``."""
-        return self._words[word_id]
-
 
 @dataclass(frozen=True, slots=True)
 class Pair:
@@ -181,59 +177,6 @@ def find_similar_pairs(
 
 
 # ---------------------------------------------------------------------------------------------
-# One doc against an existing set.
-
-
-class SimilarityIndex:
-    """A set of docs prepared once, to score one changed doc against all of them quickly."""
-
-    def __init__(
-        self, docs: Sequence[tuple[str, Sequence[int]]], *, use_numpy: bool | None = None
-    ) -> None:
-        self._numpy = _resolve_numpy(use_numpy)
-        self._size = len(docs)
-        grouped: dict[str, tuple[list[int], list[array[int]]]] = {}
-        for i, (doc_type, words) in enumerate(docs):
-            row = array("I", sorted(set(words)))
-            if row:
-                members, rows = grouped.setdefault(doc_type, ([], []))
-                members.append(i)
-                rows.append(row)
-        self._pure: dict[str, pairs_pure.PureTypeIndex] = {}
-        self._np: dict[str, pairs_numpy.NumpyTypeIndex] = {}
-        for doc_type, (members, rows) in grouped.items():
-            if self._numpy:
-                self._np[doc_type] = pairs_numpy.build_index(members, rows)
-            else:
-                self._pure[doc_type] = pairs_pure.build_index(members, rows)
-
-    def __len__(self) -> int:
-        return self._size
-
-    def query(self, doc: Sequence[int], doc_type: str, low: float) -> list[tuple[int, float]]:
-        """(doc index, overlap) for every indexed doc of ``doc_type`` at ``low`` or above."""
-        _check_low(low)
-        q = sorted(set(doc))
-        if not q:
-            return []
-        if self._numpy:
-            np_index = self._np.get(doc_type)
-            return [] if np_index is None else pairs_numpy.query(np_index, q, low)
-        pure_index = self._pure.get(doc_type)
-        return [] if pure_index is None else pairs_pure.query(pure_index, q, low)
-
-
-def candidates_for(
-    doc: Sequence[int], doc_type: str, index: SimilarityIndex, low: float
-) -> list[tuple[int, float]]:
-    """(doc index, overlap) of every doc in ``index`` of the same type with overlap ≥ ``low``.
-
-    Sorted by doc index. A copy of ``doc`` that is itself in the index is returned too.
-    """
-    return index.query(doc, doc_type, low)
-
-
-# ---------------------------------------------------------------------------------------------
 # Contradictions.
 
 _STRIP: Final = "\"'`*_~.,;:!?()[]{}<>«»“”‘’—–-"
@@ -298,10 +241,3 @@ def _directives(words: list[str]) -> tuple[frozenset[str], frozenset[str]]:
         (positive if is_positive else negative).add(tokens[j])
         resume = j  # the object may itself start a directive ("always avoid X")
     return frozenset(positive), frozenset(negative)
-
-
-def opposes(a_body: str, b_body: str) -> frozenset[str]:
-    """Objects that one body says to do/use and the other says not to."""
-    a_pos, a_neg = directives(a_body)
-    b_pos, b_neg = directives(b_body)
-    return (a_pos & b_neg) | (a_neg & b_pos)

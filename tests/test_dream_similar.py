@@ -1,4 +1,4 @@
-"""Significant words, exact duplicate search, one-doc queries and contradictions (§4.6-4.7)."""
+"""Significant words, exact duplicate search and contradictions (§4.6-4.7)."""
 
 import importlib
 import itertools
@@ -23,11 +23,11 @@ from memoryd.dream.similar import (
     STOPWORDS,
     Pair,
     Vocabulary,
-    directives,
     find_similar_pairs,
-    overlap,
     significant_words,
+    words_and_directives,
 )
+from tests.helpers import overlap
 
 ENGINES = [
     pytest.param(False, id="pure"),
@@ -277,7 +277,7 @@ def test_opposes_examples(a: str, b: str, objects: set[str]) -> None:
     """Opposite directives about the same object oppose, in either order, and nothing else."""
 
     def read(body: str) -> Item:
-        positives, negatives = directives(body)
+        positives, negatives = words_and_directives(body)[1]
         return cast(Item, SimpleNamespace(positives=positives, negatives=negatives))
 
     assert opposing(read(a), read(b)) == objects
@@ -297,7 +297,7 @@ def test_opposes_examples(a: str, b: str, objects: set[str]) -> None:
 )
 def test_directives(body: str, positive: set[str], negative: set[str]) -> None:
     """The object is the first significant word after a directive, skipping use/using."""
-    assert directives(body) == (frozenset(positive), frozenset(negative))
+    assert words_and_directives(body)[1] == (frozenset(positive), frozenset(negative))
 
 
 @pytest.mark.skipif(not HAVE_NUMPY, reason="no numpy")

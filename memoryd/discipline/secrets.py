@@ -31,25 +31,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, cast
+from typing import Final
 
-
-class _LazyPattern:
-    """A pattern compiled at its first use: the module's ~20 patterns cost ~5 ms to compile,
-    paid at every start-up by commands that never look for a secret (`index` with nothing
-    changed). Each attribute is fetched from the compiled pattern once, then kept here."""
-
-    def __init__(self, pattern: str) -> None:
-        self._source = pattern
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(re.compile(self._source), name)
-        setattr(self, name, value)
-        return value
-
-
-def _lazy(pattern: str) -> "re.Pattern[str]":
-    return cast("re.Pattern[str]", _LazyPattern(pattern))
+from memoryd.model.lazyre import lazy
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +78,8 @@ class Kind(StrEnum):
     PROSE_PASSWORD = "password in prose"  # noqa: S105 - a kind's name
 
 
-_BEGIN_KEY: Final = _lazy(r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
-_END_KEY: Final = _lazy(r"-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+_BEGIN_KEY: Final = lazy(r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+_END_KEY: Final = lazy(r"-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
 
 # (kind, hints, pattern): the value is group "v" when the pattern has one, else the whole
 # match; a text holding none of the hints (plain substrings) is not searched for that kind.
@@ -104,12 +88,12 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.AWS_ACCESS_KEY,
         ("AKIA", "ASIA", "ABIA", "ACCA"),
-        _lazy(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![A-Z0-9])"),
+        lazy(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![A-Z0-9])"),
     ),
     (
         Kind.AWS_SIGNING,
         ("aws", "AWS", "Aws"),
-        _lazy(
+        lazy(
             r"(?i:aws_?secret_?(?:access_?)?key)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})"
             r"(?![A-Za-z0-9/+])"
         ),
@@ -119,50 +103,50 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.AWS_SIGNING,
         ("aws", "AWS", "Aws", "AKIA", "ASIA"),
-        _lazy(r"(?<![A-Za-z0-9/+=])(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
+        lazy(r"(?<![A-Za-z0-9/+=])(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
     ),
     (
         Kind.GITHUB,
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
-        _lazy(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])"),
+        lazy(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])"),
     ),
     (
         Kind.GITHUB,
         ("github_pat_",),
-        _lazy(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{50,255}"),
+        lazy(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{50,255}"),
     ),
-    (Kind.GITLAB, ("glpat-",), _lazy(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,64}")),
+    (Kind.GITLAB, ("glpat-",), lazy(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,64}")),
     (
         Kind.SLACK,
         ("xox", "xapp-"),
-        _lazy(r"(?<![A-Za-z0-9])(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,250}"),
+        lazy(r"(?<![A-Za-z0-9])(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,250}"),
     ),
     (
         Kind.SLACK_WEBHOOK,
         ("hooks.slack.com",),
-        _lazy(r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}"),
+        lazy(r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}"),
     ),
-    (Kind.STRIPE_KEY, ("k_live_",), _lazy(r"(?<![A-Za-z0-9_])[rs]k_live_[A-Za-z0-9]{16,247}")),
+    (Kind.STRIPE_KEY, ("k_live_",), lazy(r"(?<![A-Za-z0-9_])[rs]k_live_[A-Za-z0-9]{16,247}")),
     (
         Kind.ANTHROPIC_KEY,
         ("sk-ant-",),
-        _lazy(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,255}"),
+        lazy(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,255}"),
     ),
     # sk- then 20+ characters; `_random` below keeps out words such as sk-learn-compatible.
     (
         Kind.OPENAI_KEY,
         ("sk-",),
-        _lazy(r"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-)?[A-Za-z0-9_-]{20,255}"),
+        lazy(r"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-)?[A-Za-z0-9_-]{20,255}"),
     ),
     (
         Kind.GOOGLE_API_KEY,
         ("AIza",),
-        _lazy(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"),
+        lazy(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"),
     ),
     (
         Kind.JWT,
         ("eyJ",),
-        _lazy(
+        lazy(
             r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,4096}"
             r"\.[A-Za-z0-9_-]{8,4096}"
         ),
@@ -170,47 +154,47 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.AZURE_KEY,
         ("AccountKey=", "SharedAccessKey="),
-        _lazy(r"(?:Account|SharedAccess)Key=(?P<v>[A-Za-z0-9+/]{30,256}={0,2})"),
+        lazy(r"(?:Account|SharedAccess)Key=(?P<v>[A-Za-z0-9+/]{30,256}={0,2})"),
     ),
     (
         Kind.HTTP_AUTH,
         ("uthorization", "UTHORIZATION"),
-        _lazy(
+        lazy(
             r"(?i:authorization)[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?(?i:basic|bearer|token)[ \t]+"
             r"(?P<v>[A-Za-z0-9+/._~-]{8,4096}={0,2})"
         ),
     ),
-    (Kind.HUGGING_FACE, ("hf_",), _lazy(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,40}(?![A-Za-z0-9_])")),
-    (Kind.GOOGLE_OAUTH, ("GOCSPX-",), _lazy(r"GOCSPX-[A-Za-z0-9_-]{24,40}")),
+    (Kind.HUGGING_FACE, ("hf_",), lazy(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,40}(?![A-Za-z0-9_])")),
+    (Kind.GOOGLE_OAUTH, ("GOCSPX-",), lazy(r"GOCSPX-[A-Za-z0-9_-]{24,40}")),
     (
         Kind.TELEGRAM,
         (":AA",),
-        _lazy(r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])"),
+        lazy(r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])"),
     ),
     (
         Kind.SENDGRID,
         ("SG.",),
-        _lazy(r"(?<![A-Za-z0-9_])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
+        lazy(r"(?<![A-Za-z0-9_])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
     ),
     # 32 hex digits after "twilio" or "auth token" on the same line (an Account SID, `AC` and
     # 32 hex, is no secret: its digits follow a letter).
     (
         Kind.TWILIO,
         ("twilio", "Twilio", "TWILIO", "uth token", "uth_token", "UTH_TOKEN"),
-        _lazy(
+        lazy(
             r"(?i:twilio|auth[ _-]token)[^\n]{0,80}?(?<![0-9A-Za-z])(?P<v>[0-9a-fA-F]{32})"
             r"(?![0-9A-Za-z])"
         ),
     ),
-    (Kind.NPM, ("npm_",), _lazy(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])")),
-    (Kind.PYPI, ("pypi-",), _lazy(r"(?<![A-Za-z0-9_-])pypi-AgE[A-Za-z0-9_-]{50,300}")),
-    (Kind.DIGITALOCEAN, ("_v1_",), _lazy(r"do[opr]_v1_[0-9a-f]{64}")),
-    (Kind.SHOPIFY, ("shp",), _lazy(r"(?<![A-Za-z0-9_])shp(?:at|ca|pa|ss)_[0-9a-fA-F]{32}")),
+    (Kind.NPM, ("npm_",), lazy(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])")),
+    (Kind.PYPI, ("pypi-",), lazy(r"(?<![A-Za-z0-9_-])pypi-AgE[A-Za-z0-9_-]{50,300}")),
+    (Kind.DIGITALOCEAN, ("_v1_",), lazy(r"do[opr]_v1_[0-9a-f]{64}")),
+    (Kind.SHOPIFY, ("shp",), lazy(r"(?<![A-Za-z0-9_])shp(?:at|ca|pa|ss)_[0-9a-fA-F]{32}")),
     # "the admin password is ...": the value must look generated (`_secret_value`).
     (
         Kind.PROSE_PASSWORD,
         ("assword", "ASSWORD", "assphrase"),
-        _lazy(
+        lazy(
             r"(?i:password|passphrase)[^\n:=]{0,24}?\b(?i:is|was|to)[ \t]+(?i:now[ \t]+)?"
             r"[\"'`]?(?P<v>[^\s\"'`,;]{8,128})"
         ),
@@ -218,12 +202,12 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.URL_LOGIN,
         ("://",),
-        _lazy(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@]{1,128}:(?P<v>[^\s:/@]{3,128})@[\w.-]"),
+        lazy(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@]{1,128}:(?P<v>[^\s:/@]{3,128})@[\w.-]"),
     ),
 )
 
 # `password = ...`, `api_key: ...`, `"client_secret": "..."`: a secret-like name, then a value.
-_ASSIGNMENT: Final = _lazy(
+_ASSIGNMENT: Final = lazy(
     r"(?i)(?:(?<=[_-])|(?<![A-Za-z0-9]))"
     r"(?:password|passwd|pwd|pass|pgpassword|mysql_pwd|secret|secret[_-]?key|api[_-]?key|apikey"
     r"|access[_-]?key"
@@ -231,7 +215,7 @@ _ASSIGNMENT: Final = _lazy(
     r"|private[_-]?key|credentials?)"
     r"[\"']?[ \t]{0,8}(?:[:=]|:=|=>)[ \t]{0,8}(?:bearer[ \t]+)?[\"'`]?(?P<v>[^\s\"'`,;]{8,256})"
 )
-_PLACEHOLDER: Final = _lazy(
+_PLACEHOLDER: Final = lazy(
     r"(?i)^(?:<.*>|\$\{?[A-Z_][A-Z0-9_]*\}?|\{\{.*\}\}|%\(?\w+\)?s?|x{4,}|\*{3,}|\.{3,}"
     r"|(?:your|my|the|some|example|dummy|fake|sample|test|changeme|placeholder|redacted|"
     r"none|null|true|false|undefined|secret|password|env|process\.env|os\.environ)\b.*)$"
@@ -271,14 +255,14 @@ def _trie(words: tuple[str, ...]) -> str:
 # It searches the lowered text for every hint lowered: a superset of the case-sensitive prefixes,
 # and the names in any case, for the cost of one `str.lower` (a case-insensitive pattern was
 # three times slower: it loses the regex engine's first-character scan).
-_ANY_HINT: Final = _lazy(_trie(tuple(sorted({h.lower() for h in (*_HINTS, *_NAME_HINTS)}))))
+_ANY_HINT: Final = lazy(_trie(tuple(sorted({h.lower() for h in (*_HINTS, *_NAME_HINTS)}))))
 _TOKEN_HINTS: Final = tuple(
-    (kind, _lazy("|".join(map(re.escape, hints))), pattern) for kind, hints, pattern in _TOKENS
+    (kind, lazy("|".join(map(re.escape, hints))), pattern) for kind, hints, pattern in _TOKENS
 )
 # Whether any token kind's hint is there at all: most texts past _ANY_HINT hold only a word
 # such as "through" (`gh`) or "secret", and the searches per kind are then skipped.
-_ANY_TOKEN_HINT: Final = _lazy(_trie(tuple(h for _, hints, _ in _TOKENS for h in hints)))
-_NOT_A_VALUE: Final = _lazy(
+_ANY_TOKEN_HINT: Final = lazy(_trie(tuple(h for _, hints, _ in _TOKENS for h in hints)))
+_NOT_A_VALUE: Final = lazy(
     r"[a-z]+(?:[._-][a-z]+)*|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
     r"|[A-Za-z_][\w.]*\(.*"
 )
@@ -326,7 +310,7 @@ def _secret_value(value: str) -> bool:
 
 
 _AWS_BARE: Final = _TOKENS[2][2]  # the unlabelled AWS secret access key
-_AWS_LINE: Final = _lazy(r"(?i:\baws\b|aws_)|(?:AKIA|ASIA)[0-9A-Z]{16}")
+_AWS_LINE: Final = lazy(r"(?i:\baws\b|aws_)|(?:AKIA|ASIA)[0-9A-Z]{16}")
 _CHECKED_VALUES: Final = (Kind.PROSE_PASSWORD, Kind.HTTP_AUTH)
 
 
@@ -416,7 +400,7 @@ def _spans(text: str) -> list[_Span]:
     return out
 
 
-_SEPARATOR: Final = _lazy(r"[:=]")
+_SEPARATOR: Final = lazy(r"[:=]")
 _KEYWORDS: Final = ("pass", "pwd", "secret", "key", "token", "bearer", "credential")
 _NAME_REACH: Final = 48  # the longest name + quote + blanks the assignment pattern takes
 _VALUE_REACH: Final = 300  # ... and the longest separator + value after the name

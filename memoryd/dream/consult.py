@@ -131,21 +131,11 @@ class ConsultLog:
 
     @classmethod
     def load(cls, repo_root: Path | None) -> "ConsultLog | None":
-        """None when there is no log (no evidence either way)."""
-        if repo_root is None:
-            return None
-        return cls.load_file(repo_root / CONSULT_LOG)
+        """The repo's log; None when there is none (no evidence either way)."""
+        return None if repo_root is None else cls.read(repo_root / CONSULT_LOG)
 
     @classmethod
-    def load_file(cls, path: Path, shown: str = "") -> "ConsultLog | None":
-        """A log of this format anywhere; None when there is none."""
-        log = cls._read(path)
-        if log is not None:
-            log.shown = shown
-        return log
-
-    @classmethod
-    def _read(cls, path: Path) -> "ConsultLog | None":
+    def read(cls, path: Path) -> "ConsultLog | None":
         try:
             st = os.lstat(path)
         except FileNotFoundError:

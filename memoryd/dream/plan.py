@@ -4,20 +4,11 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from memoryd.config import DreamConfig
 from memoryd.dream.facts import Facts
 from memoryd.dream.kinds import FlagKind, MoveReason, PairKind
 from memoryd.dream.refs import Classification, RefCheck, RefChecker, Scope, Status, classify
 from memoryd.dream.similar import find_similar_pairs
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    duplicate: float = 0.6
-    contradiction: float = 0.4
-    guard_recent: float = 14 * 86400.0
-    consult_window: float = 14 * 86400.0
-    breaker_min: int = 3
-    breaker_fraction: float = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +64,7 @@ class Guard:
 
 
 def guards_for(
-    item: Item, now: float, t: Thresholds, consult: str | None, restored: str | None = None
+    item: Item, now: float, t: DreamConfig, consult: str | None, restored: str | None = None
 ) -> list[Guard]:
     """Every prune guard of DESIGN §4.4 with whether it holds (all listed, for `explain`).
     `restored`: what the pin of a memory a person restored says (memoryd.trash.restored)."""
@@ -155,22 +146,22 @@ def opposing(a: Item, b: Item) -> frozenset[str]:
     return (a.positives & b.negatives) | (a.negatives & b.positives)
 
 
-def pair_kind(a: Item, b: Item, score: float, t: Thresholds) -> PairKind:
+def pair_kind(a: Item, b: Item, score: float, t: DreamConfig) -> PairKind:
     """How the pass reads two memories of one type at `score` overlap (at least
-    `t.contradiction`): a contradiction, a duplicate or only a contradiction candidate."""
+    `t.contradiction_threshold`): a contradiction, a duplicate or only a contradiction candidate."""
     if opposing(a, b):
         return PairKind.CONTRADICTION
-    return PairKind.DUPLICATE if score >= t.duplicate else PairKind.CANDIDATE
+    return PairKind.DUPLICATE if score >= t.duplicate_threshold else PairKind.CANDIDATE
 
 
-def breaker_limit(n: int, t: Thresholds) -> int:
+def breaker_limit(n: int, t: DreamConfig) -> int:
     return max(t.breaker_min, int(t.breaker_fraction * n))
 
 
 def plan_pass(
     items: Sequence[Item],
     now: float,
-    t: Thresholds,
+    t: DreamConfig,
     consults: Mapping[str, str | None],
     restored: Mapping[str, str] | None = None,
 ) -> Plan:
@@ -202,12 +193,14 @@ def plan_pass(
 Neighbours = dict[str, list[tuple[str, float]]]
 
 
-def _neighbours(items: Sequence[Item], t: Thresholds, plan: Plan) -> Neighbours:
+def _neighbours(items: Sequence[Item], t: DreamConfig, plan: Plan) -> Neighbours:
     """Each memory's same-type memories at or above the contradiction threshold (also put in
     `plan.similar`). Paired by the type the agent reads (memfile.agent_type): two memories
     Claude Code files under different types are no duplicates of each other to it."""
     ordered = sorted(items, key=lambda i: i.filename)
-    pairs = find_similar_pairs([(i.agent_type, i.words) for i in ordered], t.contradiction)
+    pairs = find_similar_pairs(
+        [(i.agent_type, i.words) for i in ordered], t.contradiction_threshold
+    )
     neighbours: Neighbours = {}
     for pair in pairs:
         a, b = ordered[pair.a].filename, ordered[pair.b].filename
@@ -222,7 +215,7 @@ def _duplicates(
     neighbours: Neighbours,
     by_name: Mapping[str, Item],
     pins: Mapping[str, str],
-    t: Thresholds,
+    t: DreamConfig,
     moved: dict[str, Move],
 ) -> None:
     for item in newest_first:
@@ -231,7 +224,7 @@ def _duplicates(
         winners = [
             (by_name[other], score)
             for other, score in neighbours.get(item.filename, [])
-            if score >= t.duplicate
+            if score >= t.duplicate_threshold
             and newer(by_name[other], item)
             and other not in moved
             and other not in pins
@@ -282,7 +275,7 @@ def _contradictions(
 def _staleness(
     plan: Plan,
     now: float,
-    t: Thresholds,
+    t: DreamConfig,
     consults: Mapping[str, str | None],
     pins: Mapping[str, str],
     moved: dict[str, Move],

@@ -10,21 +10,14 @@ Here a pair is found through its smaller doc's rarest words only, and only among
 a key. Exact (pigeonhole): a doc of `size` words needs `k` shared words with a larger one to
 reach the threshold, so at least one of any `size - k + 1` of its words is shared, and the
 rarest ones are taken since their posting lists are the shortest. Each candidate is then
-checked by its real overlap, computed as memoryd.dream.similar.overlap does, to the last bit.
+checked by its real overlap, |A∩B| / min(|A|,|B|) computed as the dream engines do.
 """
 
 from collections import Counter
 from collections.abc import Collection, Hashable, Sequence
 
+from memoryd.dream.pairs_pure import min_shared
 from memoryd.dream.similar import Pair
-
-
-def _min_shared(low: float, size: int) -> int:
-    """Smallest shared-word count k with k / size >= low (size + 1 when none reaches it)."""
-    k = 1
-    while k <= size and k / size < low:
-        k += 1
-    return k
 
 
 class Pairs(list[Pair]):
@@ -51,7 +44,7 @@ def pairs_sharing_a_key(
         row = sorted(set(words), key=lambda w: (df[w], w))
         if not row or not keys:
             continue
-        rows[i], keys_of[i], need[i] = row, frozenset(keys), _min_shared(low, len(row))
+        rows[i], keys_of[i], need[i] = row, frozenset(keys), min_shared(low, len(row))
         for w in row[: len(row) - need[i] + 1]:
             for key in keys_of[i]:
                 prefixes.setdefault((key, w), []).append(i)

@@ -18,7 +18,7 @@ from memoryd.dream.consult import (
     consulted,
 )
 from memoryd.dream.inventory import Inventory, Listing, inventory
-from memoryd.dream.plan import Item, Plan, Thresholds, plan_pass
+from memoryd.dream.plan import Item, Plan, plan_pass
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repocache import RepoCache
 from memoryd.errors import MemorydError
@@ -98,7 +98,7 @@ def read_and_plan(
     sources = consult_sources(md, rt, save=save)
     consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window, budget)
     pins = restored_pins(rt, md, inv)
-    plan = plan_pass(inv.items, now, thresholds(rt), consults, pins)
+    plan = plan_pass(inv.items, now, rt.config.dream, consults, pins)
     budget.check("the plan")
     return Reading(
         now, checker, ownership, inv, consults, pins, plan, basis, probed, merge_conflicts
@@ -109,18 +109,6 @@ def _merge_conflicts(scan: DirScan | None) -> list[str]:
     if scan is None:
         return []
     return sorted(n for n, f in scan.problems.items() if f.problem_kind == "conflict")
-
-
-def thresholds(rt: Runtime) -> Thresholds:
-    d = rt.config.dream
-    return Thresholds(
-        d.duplicate_threshold,
-        d.contradiction_threshold,
-        d.guard_recent,
-        d.consult_window,
-        d.breaker_min,
-        d.breaker_fraction,
-    )
 
 
 def probe_index(rt: Runtime, md: MemoryDir) -> IndexOutcome:

@@ -54,7 +54,10 @@ def _significant(tokens: list[str]) -> set[str]:
 
 
 def words_and_directives(body: str) -> tuple[set[str], tuple[frozenset[str], frozenset[str]]]:
-    """``significant_words`` and ``directives`` of one body, lower-cased and split once."""
+    """``significant_words`` of one body, and (objects it tells to do/use, objects it tells not
+    to), per DESIGN §4.7: the object is the first significant word after the directive,
+    skipping ``use``/``using``, punctuation stripped. Words between a directive and its object
+    are no directives themselves, so "don't use X" is never also "use X"."""
     text = body.lower()
     tokens = text.split()
     words = _significant(tokens)
@@ -115,14 +118,6 @@ class Pair:
     a: int
     b: int
     overlap: float
-
-
-def overlap(a: Sequence[int], b: Sequence[int]) -> float:
-    """|A∩B| / min(|A|,|B|) of two word-id collections; 0.0 when either is empty."""
-    sa, sb = set(a), set(b)
-    if not sa or not sb:
-        return 0.0
-    return len(sa & sb) / min(len(sa), len(sb))
 
 
 def _check_low(low: float) -> None:
@@ -202,21 +197,8 @@ def _directive_at(tokens: list[str], i: int) -> tuple[int, bool] | None:
     return None
 
 
-def directives(body: str) -> tuple[frozenset[str], frozenset[str]]:
-    """(objects the body tells to do/use, objects it tells not to), per DESIGN §4.7.
-
-    The object is the first significant word after the directive, skipping ``use``/``using``,
-    with surrounding punctuation removed. Words between a directive and its object are not
-    read as directives themselves, so "don't use X" is never also "use X".
-    """
-    text = body.lower()
-    if "’" in text or "‘" in text:
-        text = text.replace("’", "'").replace("‘", "'")
-    return _directives(text.split())
-
-
 def _directives(words: list[str]) -> tuple[frozenset[str], frozenset[str]]:
-    """``directives`` of a lower-cased body split on whitespace, curly quotes made straight."""
+    """The directives of a lower-cased body split on whitespace, curly quotes made straight."""
     tokens = [t.strip(_STRIP) for t in words]
     positive: set[str] = set()
     negative: set[str] = set()

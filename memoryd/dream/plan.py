@@ -1,6 +1,5 @@
 """The dream pass as a pure decision: memories in, a plan of moves and reasons out (DESIGN §4)."""
 
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -11,23 +10,15 @@ from memoryd.dream.refs import Classification, RefCheck, RefChecker, Scope, Stat
 from memoryd.dream.similar import find_similar_pairs
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
-    """One memory as the planner sees it: derived facts only, no body kept."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Item(Facts):
+    """One memory as the planner sees it: its facts (no body), references checked, age."""
 
     filename: str
-    name: str
-    type: str  # the protective reading: what the guards go by
     sha256: str
     age_ts: float  # newest of mtime and a frontmatter `modified`/`last_verified` date
     checks: tuple[RefCheck, ...]
     classification: Classification
-    words: "array[int]"
-    positives: frozenset[str]
-    negatives: frozenset[str]
-    prohibition: str  # the prohibition phrase found in the body, or ""
-    promotion_declined: bool = False
-    agent_type: str = ""  # the type as Claude Code reads it: what pairing goes by
 
     @property
     def missing(self) -> list[str]:
@@ -37,22 +28,14 @@ class Item:
 
 
 def make_item(filename: str, sha256: str, mtime: float, facts: Facts, checker: RefChecker) -> Item:
-    """The planner's view of one memory: its facts, its references checked, its age."""
     checks = checker.check(facts.refs)
     return Item(
+        *(getattr(facts, f) for f in Facts.__slots__),
         filename=filename,
-        name=facts.name,
-        type=facts.type,
         sha256=sha256,
         age_ts=max(mtime, facts.modified_ts),
         checks=checks,
         classification=classify(checks),
-        words=facts.words,
-        positives=facts.positives,
-        negatives=facts.negatives,
-        prohibition=facts.prohibition,
-        promotion_declined=facts.promotion_declined,
-        agent_type=facts.agent_type,
     )
 
 
@@ -68,7 +51,6 @@ def guards_for(
 ) -> list[Guard]:
     """Every prune guard of DESIGN §4.4 with whether it holds (all listed, for `explain`).
     `restored`: what the pin of a memory a person restored says (memoryd.trash.restored)."""
-    recent = now - item.age_ts < t.guard_recent
     # The type guards go by the protective reading (memfile.protective_type); where Claude
     # Code reads the type otherwise, the detail says which reading keeps the memory.
     differs = (
@@ -77,20 +59,24 @@ def guards_for(
         if item.type != item.agent_type
         else ""
     )
+
+    def by_type(name: str, types: tuple[str, ...], why: str) -> Guard:
+        held = item.type in types
+        return Guard(name, held, why + (differs if held else ""))
+
     return [
         Guard("restored", restored is not None, restored or "not restored by a person"),
-        Guard(
-            "type_user",
-            item.type == "user",
-            "user memories are never pruned as stale" + (differs if item.type == "user" else ""),
-        ),
-        Guard(
+        by_type("type_user", ("user",), "user memories are never pruned as stale"),
+        by_type(
             "type_feedback_or_reference",
-            item.type in ("feedback", "reference"),
-            "the lesson outlives its example paths"
-            + (differs if item.type in ("feedback", "reference") else ""),
+            ("feedback", "reference"),
+            "the lesson outlives its example paths",
         ),
-        Guard("recently_changed", recent, f"changed {(now - item.age_ts) / 86400:.1f} days ago"),
+        Guard(
+            "recently_changed",
+            now - item.age_ts < t.guard_recent,
+            f"changed {(now - item.age_ts) / 86400:.1f} days ago",
+        ),
         Guard(
             "prohibition",
             bool(item.prohibition),
@@ -154,10 +140,6 @@ def pair_kind(a: Item, b: Item, score: float, t: DreamConfig) -> PairKind:
     return PairKind.DUPLICATE if score >= t.duplicate_threshold else PairKind.CANDIDATE
 
 
-def breaker_limit(n: int, t: DreamConfig) -> int:
-    return max(t.breaker_min, int(t.breaker_fraction * n))
-
-
 def plan_pass(
     items: Sequence[Item],
     now: float,
@@ -180,7 +162,7 @@ def plan_pass(
     _contradictions(newest_first, neighbours, plan.items, pins, moved)
     _staleness(plan, now, t, consults, pins, moved)
     plan.moves = sorted(moved.values(), key=lambda m: m.filename)
-    plan.limit = breaker_limit(len(items), t)
+    plan.limit = max(t.breaker_min, int(t.breaker_fraction * len(items)))
     if len(plan.moves) > plan.limit:
         plan.refused = (
             f"would move {len(plan.moves)} of {len(items)} memories, more than the "
@@ -289,10 +271,10 @@ def _staleness(
             plan.flagged.append(Flag(item.filename, item.classification, tuple(item.missing), ""))
         elif item.classification is Classification.FULLY_STALE:
             guards = guards_for(item, now, t, consults.get(item.filename), pins.get(item.filename))
-            holding = [g for g in guards if g.holds]
-            if holding:
+            guard = next((g.name for g in guards if g.holds), "")
+            if guard:
                 plan.flagged.append(
-                    Flag(item.filename, item.classification, tuple(item.missing), holding[0].name)
+                    Flag(item.filename, item.classification, tuple(item.missing), guard)
                 )
             else:
                 moved[item.filename] = Move(

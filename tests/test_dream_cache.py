@@ -256,12 +256,12 @@ def test_snapshot_is_reused_while_the_tree_is_unchanged(
     # A source written just now (by ctime) would be read again by every build (racy).
     monkeypatch.setattr(repo_module, "_RACY_NS", 0)
     memo = DreamMemo()
-    first = RepoCache(memo=memo).get(repo)
-    assert first is not None and RepoCache(memo=memo).get(repo) is first
+    first = RepoCache(memo=memo).checker(repo).repo
+    assert first is not None and RepoCache(memo=memo).checker(repo).repo is first
     assert RepoCache(memo=memo).checker(repo) is RepoCache(memo=memo).checker(repo)
-    assert RepoCache().get(repo) is not first  # another process's memo holds nothing
+    assert RepoCache().checker(repo).repo is not first  # another process's memo holds nothing
     (repo / "src/more.py").write_text("def later_symbol(): pass\n")
-    second = RepoCache(memo=memo).get(repo)
+    second = RepoCache(memo=memo).checker(repo).repo
     assert second is not first and second is not None
     checker = RepoCache(memo=memo).checker(repo)  # more.py is read again (racy), checks kept
     assert checker is RepoCache(memo=memo).checker(repo) and checker.repo == second
@@ -281,7 +281,7 @@ def test_a_pass_sees_a_symbol_defined_since_the_last_pass(env: Env, repo: Path) 
 def test_a_missing_root_is_not_kept(tmp_path: Path) -> None:
     gone = tmp_path / "gone"
     memo = DreamMemo()
-    assert RepoCache(memo=memo).get(gone) is None
+    assert RepoCache(memo=memo).checker(gone).repo is None
     checker = RepoCache(memo=memo).checker(gone)
     assert isinstance(checker, RefChecker) and checker.repo is None
     assert memo.snapshots == {}

@@ -1,33 +1,27 @@
 """Secrets in memory text: where they are and of what kind, never what they are (pure).
 
 Memories are loaded into every session and often synced: a credential in one is a leak.
-`find(text)` gives each secret's line and kind, `mask(text)` the text with every secret
-replaced by `[secret: <kind>]`, for anything memoryd shows or keeps (a search index, a cache).
-No function here returns or logs a secret's value.
+`find(text)` gives each secret's line and kind, `mask(text)` the text with each secret replaced
+by `[secret: <kind>]`, for anything memoryd shows or keeps. Nothing here returns or logs a value.
 
-Why a hand-written pattern list and not the `detect-secrets` library: measured on the planted
-set of tests/secret_samples.py by bench/bench_secrets.py (then 24 secrets of 14 kinds, 26
-look-alike lines), detect-secrets 1.5.0 (default plugins and filters, a file scan) found 21
-(recall 0.88: it has no Anthropic or Google key pattern, and misses a JSON "auth_token") and
-flagged 6 look-alikes (precision 0.78: sha256 digests as memoryd's own manifests hold them,
-base64 of prose, and assignments of placeholders and expressions); this list found 24 and
-flagged none. It also costs ~130 ms of start-up (its plugins and `requests`) against ~17 ms,
-and ~3.3 s to scan 1 MiB against ~0.13 s. The patterns here are anchored on each provider's
-fixed prefix; only assignments to a secret-like name (`password = ...`), a password in prose,
-an authorization header and a bare AWS secret key (on a line naming AWS) fall back to an
-entropy or mixed-case check, so a digest named `sha256:` is never a finding. And it adds no
-dependency: another provider is one line. The set is now 41 secrets of 26 kinds and 42
-look-alikes: recall 1.00, no false positive (it was written with the patterns: a format
-missing from it is likely missed).
+Why not the `detect-secrets` library: on the planted set of tests/secret_samples.py
+(bench/bench_secrets.py; then 24 secrets, 26 look-alikes) detect-secrets 1.5.0 found 21 (no
+Anthropic or Google key pattern) and flagged 6 look-alikes (sha256 digests, base64 of prose,
+placeholders); this list found 24 and flagged none, starts in ~17 ms against ~130 ms and scans
+1 MiB in ~0.13 s against ~3.3 s. Patterns are anchored on each provider's fixed prefix; only
+secret-like assignments, a password in prose, an authorization header and a bare AWS secret key
+fall back to an entropy or mixed-case check, so a `sha256:` digest is never a finding. The set
+is now 41 secrets of 26 kinds and 42 look-alikes: recall 1.00, no false positive (it was
+written with the patterns: a format missing from it is likely missed).
 
-Every pattern is a plain regex without nested quantifiers; a kind is searched for only in a
-text holding one of its plain-substring hints, and assignments only just before a `:` or `=`
-with a keyword in reach (see `_assignments`): linear at the 1 MiB file limit, ~0.1 ms for a
-typical 2 KB memory. The dream pass keeps each content's findings by hash for its next pass.
+Every pattern is a plain regex without nested quantifiers, tried only on a text holding one of
+its kind's plain-substring hints (assignments only just before a `:` or `=` with a keyword in
+reach): linear at the 1 MiB file limit, ~0.1 ms for a typical 2 KB memory.
 """
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -236,10 +230,9 @@ MASK: Final = "[secret: {kind}]"
 
 
 def _trie(words: tuple[str, ...]) -> str:
-    """A pattern that finds where any of `words` occurs, as one alternative per first
-    character (`g(?:h|lpat\\-)|key|...`): a flat alternation of 29 literals is tried one by
-    one at every position of the text, which made this precheck a tenth of a cold scan. A word
-    that begins with a shorter one adds nothing to "does the text hold any": it is dropped."""
+    """A pattern finding any of `words`, one alternative per first character (`g(?:h|lpat)|...`):
+    a flat alternation is tried literal by literal at every position (a tenth of a cold scan).
+    A word that begins with a shorter one adds nothing: it is dropped."""
     heads: dict[str, list[str]] = {}
     for word in sorted(set(words)):
         heads.setdefault(word[0], []).append(word[1:])
@@ -251,10 +244,8 @@ def _trie(words: tuple[str, ...]) -> str:
 
 
 # One C-level scan for "could this text hold a secret at all" (most memories cannot), and one
-# per token kind: a Python loop of `in` tests over every description was a tenth of a cold scan.
-# It searches the lowered text for every hint lowered: a superset of the case-sensitive prefixes,
-# and the names in any case, for the cost of one `str.lower` (a case-insensitive pattern was
-# three times slower: it loses the regex engine's first-character scan).
+# per token kind. It searches the lowered text for every hint lowered: one `str.lower` is three
+# times cheaper than a case-insensitive pattern (which loses the first-character scan).
 _ANY_HINT: Final = lazy(_trie(tuple(sorted({h.lower() for h in (*_HINTS, *_NAME_HINTS)}))))
 _TOKEN_HINTS: Final = tuple(
     (kind, lazy("|".join(map(re.escape, hints))), pattern) for kind, hints, pattern in _TOKENS
@@ -270,11 +261,8 @@ _NOT_A_VALUE: Final = lazy(
 
 def _entropy(value: str) -> float:
     """Shannon entropy in bits per character."""
-    counts: dict[str, int] = {}
-    for ch in value:
-        counts[ch] = counts.get(ch, 0) + 1
     n = len(value)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
+    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
 
 
 def _random(value: str) -> bool:
@@ -315,15 +303,19 @@ _CHECKED_VALUES: Final = (Kind.PROSE_PASSWORD, Kind.HTTP_AUTH)
 
 
 def _plausible(kind: str, pattern: "re.Pattern[str]", value: str, text: str, at: int) -> bool:
-    """The checks a kind's match takes beyond its pattern: a bare 40-character AWS secret
-    looks generated and sits on a line naming AWS or holding an access key id; a Hugging Face
-    token has letters of both cases; a password in prose or a header's credential is not a
-    word, a placeholder or a variable."""
+    """The checks a kind's match takes beyond its pattern: a bare AWS secret looks generated
+    on a line naming AWS or holding an access key id; an OpenAI key looks generated, a Hugging
+    Face token has both cases; a URL's password, a password in prose or a header's credential
+    is no word, placeholder or variable."""
     if pattern is _AWS_BARE:
         start = text.rfind("\n", 0, at) + 1
         end = text.find("\n", at)
         line = text[start : len(text) if end < 0 else end]
         return _random(value) and _AWS_LINE.search(line) is not None
+    if kind == Kind.OPENAI_KEY:
+        return _random(value)
+    if kind == Kind.URL_LOGIN:
+        return not _PLACEHOLDER.match(value)
     if kind == Kind.HUGGING_FACE:
         return any(c.isupper() for c in value) and any(c.islower() for c in value)
     if kind in _CHECKED_VALUES:
@@ -344,10 +336,8 @@ _FOLD: Final = str.maketrans({"\u017f": "s", "\u0131": "i"})
 
 
 def _lowered(text: str) -> str:
-    """`text` lowered for the hint searches, one character for one (a position in it is a
-    position in `text`), with the letters `_ASSIGNMENT`'s case-insensitive names also take
-    folded to ASCII. `str.lower` alone makes `İ` two characters, so every later keyword was
-    looked for in the wrong place, and `ſ` stays `ſ`."""
+    """`text` lowered one character for one (positions stay those of `text`: `str.lower` makes
+    `İ` two), with the letters `_ASSIGNMENT`'s case-insensitive names take folded to ASCII."""
     lower = text.lower()
     if lower.isascii():
         return lower
@@ -357,9 +347,8 @@ def _lowered(text: str) -> str:
 
 
 def holds_no_hint(text: str) -> bool:
-    """Whether the cheap precheck proves that the text holds no secret (`mask` gives it back
-    as it is, `find` finds nothing). Its hints hold no line break: for texts joined with one,
-    it proves it of each."""
+    """Whether the cheap precheck proves the text holds no secret (its hints hold no line
+    break: for texts joined with one, it proves it of each)."""
     return _ANY_HINT.search(_lowered(text)) is None
 
 
@@ -380,14 +369,8 @@ def _spans(text: str) -> list[_Span]:
             continue
         for match in pattern.finditer(text):
             group = "v" if "v" in pattern.groupindex else 0
-            value = match.group(group)
-            if kind == Kind.OPENAI_KEY and not _random(value):
-                continue
-            if kind == Kind.URL_LOGIN and _PLACEHOLDER.match(value):
-                continue
-            if not _plausible(kind, pattern, value, text, match.start(group)):
-                continue
-            found.append(_Span(match.start(group), match.end(group), kind))
+            if _plausible(kind, pattern, match.group(group), text, match.start(group)):
+                found.append(_Span(match.start(group), match.end(group), kind))
     for match in _assignments(text, lower):
         if _secret_value(match.group("v")):
             found.append(_Span(match.start("v"), match.end("v"), Kind.ASSIGNMENT))
@@ -407,12 +390,10 @@ _VALUE_REACH: Final = 300  # ... and the longest separator + value after the nam
 
 
 def _assignments(text: str, lower: str | None = None) -> Iterator[re.Match[str]]:
-    """What `_ASSIGNMENT.finditer(text)` gives, tried only at the positions just before a `:`
-    or `=` that has a keyword within reach: one case-insensitive alternation tried at every
-    position was most of the scan. A match's separator is within `_NAME_REACH` of its start
-    and no separator lies between, so each position is tried once, for the first separator
-    after it: linear, however dense the separators (an adversarial text). `lower`: the
-    text's `_lowered`, when the caller has it."""
+    """What `_ASSIGNMENT.finditer(text)` gives, tried only just before a `:` or `=` with a
+    keyword within reach (tried everywhere it was most of the scan). A match's separator is
+    within `_NAME_REACH` of its start with none between, so each position is tried once, for
+    the first separator after it: linear however dense the separators. `lower`: `_lowered`."""
     lower = _lowered(text) if lower is None else lower
     if not any(k in lower for k in _KEYWORDS):
         return
@@ -447,9 +428,7 @@ def find(text: str) -> list[Finding]:
 
 
 def mask(text: str) -> str:
-    """The text with every secret replaced by `[secret: <kind>]`; the text itself when it
-    holds none. For anything memoryd shows (`show`, search results) or keeps (an index, a
-    cache): the value never leaves the memory file."""
+    """The text with every secret replaced by `[secret: <kind>]` (itself when it holds none)."""
     spans = _spans(text)
     if not spans:
         return text
@@ -464,8 +443,8 @@ def mask(text: str) -> str:
 
 
 def fingerprints(text: str) -> dict[str, str]:
-    """The secrets of a text as sha256 digests of their values, each with its kind: whether
-    two texts hold the same secret, told without holding either value (memoryd.versions.purge)."""
+    """sha256 of each secret's value -> its kind: whether two texts hold the same secret,
+    told without holding either value (memoryd.versions.purge)."""
     import hashlib
 
     return {

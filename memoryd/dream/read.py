@@ -33,8 +33,7 @@ from memoryd.trash import restored
 
 @dataclass(slots=True)
 class Reading:
-    """What one read of a dir found, and the plan made from it. Of the ownership probe's scan
-    it keeps only names (the scan holds ~90 MB at 100,000 memories)."""
+    """What one read of a dir found, and the plan made from it (of the probe's scan, names)."""
 
     now: float  # the pass's time (rt.clock): the plan's guards and consult window go by it
     checker: RefChecker
@@ -43,8 +42,6 @@ class Reading:
     consults: dict[str, str | None]
     pins: dict[str, str]  # restored memories -> what their pin says
     plan: Plan
-    # The index update's basis (the scan's names and the index files as the probe read them):
-    # for a saving pass over a managed dir only.
     basis: Basis | None = None
     probed_index: str | None = None  # MEMORY.md's text as the probe read it
     merge_conflicts: list[str] = field(default_factory=list)  # files with git's markers
@@ -62,36 +59,29 @@ def read_and_plan(
     save: bool = False,
     budget: PassBudget | None = None,
 ) -> Reading:
-    """Read the dir as it is now and plan its pass.
-
-    `save` (a pass that is no dry run): keep the repo token cache, the derived facts and how
-    far the transcripts were read, and make the index update's basis. `budget`: checked
-    between the steps and after each file. Raises IndexBeingWritten while a program writes
-    MEMORY.md (what it will hold decides whether a pass may move anything)."""
+    """Read the dir as it is now and plan its pass. `save` (no dry run): keep the repo token
+    cache, the facts and how far the transcripts were read, and make the index update's basis
+    (for a managed dir). `budget`: checked between steps and after each file. Raises
+    IndexBeingWritten while a program writes MEMORY.md."""
     budget = budget or PassBudget(math.inf, math.inf)
     now = rt.clock()
     budget.check("the start")
     checker = repos.checker(md.repo_root, save=save)
     budget.check("the repo snapshot")
-    # Ownership is decided by the index code; a pass may not move files whose pointer lines
-    # it is not allowed to remove.
+    # A pass may not move files whose pointer lines it may not remove: the index code decides.
     probe = probe_index(rt, md)
     ownership, scan = probe.ownership, probe.scan
     managed = bool(ownership and ownership.managed)
-    # The index files as the probe read them: looked at for secrets, not read again.
     texts = {} if probe.snapshot is None else {n: i.text for n, i in probe.snapshot.texts}
     listing = Listing.of(scan) if scan is not None else None
     merge_conflicts = _merge_conflicts(scan)
-    # The index update takes the index files as the probe read them (see Basis), not again.
     basis = (
         Basis.of(scan, rt.store.load(md.real_path).seen, probe.snapshot)
         if scan is not None and managed and save
         else None
     )
     probed = probe.snapshot.main.text if probe.snapshot is not None else None
-    # Nor does the store hold the parse cache past here (a full index pass, when one is
-    # needed after all, reads it again).
-    del scan, probe
+    del scan, probe  # nor is the parse cache held past here (an index pass reads it again)
     rt.store.release_cache(md.real_path)
     inv = inventory(md, rt, checker, listing=listing, save=save, budget=budget, read=texts)
     del listing
@@ -112,10 +102,9 @@ def _merge_conflicts(scan: DirScan | None) -> list[str]:
 
 
 def probe_index(rt: Runtime, md: MemoryDir) -> IndexOutcome:
-    """Whether memoryd manages the dir's index (`ownership`), the scan made to find out, and
-    the index files as it read them (`snapshot`), for a pass to take instead of reading them
-    again. The index edit is not made (indexer.ownership_for_dream stops once ownership is
-    decided). Raises IndexBeingWritten when MEMORY.md stays blank while a program writes it."""
+    """Whether memoryd manages the dir's index, the scan made to find out, and the index files
+    as read (`snapshot`); no edit is made. Raises IndexBeingWritten when MEMORY.md stays blank
+    while a program writes it."""
     probe = ownership_for_dream(rt, md)
     if probe.status is IndexStatus.SETTLING:
         raise IndexBeingWritten(probe.message)
@@ -127,8 +116,7 @@ class IndexBeingWritten(MemorydError):
 
 
 def restored_pins(rt: Runtime, md: MemoryDir, inv: Inventory) -> dict[str, str]:
-    """The dir's memories a person restored that still hold the restored bytes -> what their
-    pin says (memoryd.trash.restored): no pass moves them."""
+    """The memories a person restored, still as restored -> what their pin says."""
     found = restored.pinned(
         restored.load(rt.store, md.real_path), ((i.filename, i.sha256) for i in inv.items)
     )
@@ -136,9 +124,8 @@ def restored_pins(rt: Runtime, md: MemoryDir, inv: Inventory) -> dict[str, str]:
 
 
 def consult_sources(md: MemoryDir, rt: Runtime, *, save: bool = True) -> list[ConsultSource]:
-    """The agent's tool calls on the dir's files in the session transcripts (read on from
-    where the last scan stopped; `save`: keep how far, never for a dry run), the answers
-    memoryd's MCP server gave about the dir, and the consult log of the dir's repo."""
+    """The agent's tool calls on the dir's files in the transcripts (`save`: keep how far they
+    were read), memoryd's MCP server's answers about the dir, and the repo's consult log."""
     since = rt.clock() - rt.config.dream.consult_window
     known = {md.real_path, *(_real(p) for p in rt.config.paths.extra_memory_dirs)}
     found = transcripts.harvest(
@@ -152,7 +139,6 @@ def consult_sources(md: MemoryDir, rt: Runtime, *, save: bool = True) -> list[Co
             "left, read by the next passes): unsure means kept"
         )
     sources: list[ConsultSource] = [RecordedConsults(found.evidence_for(md.real_path), unsure)]
-    # What memoryd's MCP server answered the agent about this dir (memoryd.recall.mcp_server).
     from memoryd.recall.consults import served as served_by_mcp
 
     served = served_by_mcp(rt.paths.state_dir, md.real_path)

@@ -1,24 +1,19 @@
 """Consult evidence from Claude Code's session transcripts: the agent's own file tool calls.
 
-Every `<claude_home>/projects/<slug>/*.jsonl` (and a session's `subagents/*.jsonl`) records the
-tool calls of a session, one JSON object a line. A `Read`, `Edit`, `MultiEdit` or `Write` of a
+Every `<claude_home>/projects/<slug>/*.jsonl` (and a session's `subagents/*.jsonl`) records a
+session's tool calls, one JSON object a line. A `Read`, `Edit`, `MultiEdit` or `Write` of a
 memory file, a `Grep` or `Glob` naming one file, or a `cat`/`head`/`tail`/`less`/`more`/`bat` of
-one in a `Bash` command is the agent consulting that memory, with its time, session and tool.
-A `Grep` or `Glob` over the memory dir names no memory: no consult. Claude Code's own scan of
-memory frontmatter at session start is no tool call, so it never shows here.
+one in a `Bash` command is the agent consulting that memory (a search over the dir names none;
+Claude Code's own frontmatter scan at session start is no tool call).
 
-The transcripts of every project folder are read, not only the memory dir's own: the memory dir
-is keyed by the git root while a session in a subfolder writes under the subfolder's slug. A
-tool call's path (a relative one against the line's `cwd`) is matched by the real path of its
-folder, so a memory dir reached through a symlink matches too.
+Every project folder's transcripts are read: a session in a subfolder writes under its own slug.
+A call's path (relative ones against the line's `cwd`) is matched by its folder's real path.
 
 Reading is incremental: per transcript the (device, inode, size seen, offset) read to is kept
-in the state store (the `consult_transcript` table), each scan reads only what was
-appended since, from a complete line to a complete line (a torn last line is read again once it
-is finished), and starts from 0 when the file was replaced or shrank. A transcript last written
-before the consult window is never read. A scan reads at most `SCAN_BYTES`; what is left is
-read by the next scan, and until then "unsure means kept". What was found is kept compactly per
-memory dir (file -> newest time, session, tool, transcript), bounded (`consult_seen`).
+(`consult_transcript`); a scan reads what was appended since, whole lines only (a torn last
+line is read again once finished), from 0 when the file was replaced or shrank, never a file
+last written before the consult window, and at most `SCAN_BYTES` (the rest next time; until
+then "unsure means kept"). Evidence is kept per memory dir, bounded (`consult_seen`).
 """
 
 import contextlib
@@ -75,12 +70,12 @@ class Harvest:
 
 
 def load(state_dir: Path) -> Harvest:
-    """The saved scan state; none yet is a fresh start (read from 0)."""
+    """The saved scan state; none yet is a fresh start (read from 0). A dry run makes none."""
     out = Harvest()
     if not (state_dir / FILE_NAME).exists():
-        return out  # (and a dry run makes no state store)
+        return out
     conn = StateDB.in_state_dir(state_dir).connection()
-    try:  # (not `ensure`: a dry run that reads this makes no table)
+    try:
         files = conn.execute("SELECT * FROM consult_transcript").fetchall()
         seen = conn.execute("SELECT dir, file, at, session, tool, source FROM consult_seen")
         rows = seen.fetchall()
@@ -114,8 +109,7 @@ def _save(state_dir: Path, harvest: Harvest) -> None:
 
 
 def transcripts(claude_home: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """Each session transcript under `projects/`, as (name relative to it, lstat), in name
-    order. Only regular files: a link or a FIFO is never opened."""
+    """(name under `projects/`, lstat) of each transcript, a regular file, in name order."""
     root = claude_home / "projects"
     for project in _entries(root):
         if not project.is_dir(follow_symlinks=False):
@@ -164,10 +158,8 @@ def harvest(
 ) -> Harvest:
     """Read what the transcripts gained since the last scan; keep consults of memories.
 
-    `known`: real paths of memory dirs to keep evidence for besides those at a memory-dir
-    layout (a dir named in the config). `since`: the start of the consult window (older
-    evidence is dropped, older transcripts are not read). `save`: write the state back (never
-    for a dry run; then the next scan reads the same bytes again).
+    `known`: real paths of memory dirs besides those at a memory-dir layout (configured ones).
+    `since`: the consult window's start. `save`: write the state back (never for a dry run).
     """
     with contextlib.ExitStack() as held:
         if save:
@@ -272,9 +264,8 @@ class _Scan:
             os.close(fd)
 
     def _take(self, data: bytes, name: str, entry: list[int], *, more: bool, mtime: float) -> bool:
-        """Consume the complete lines of `data`, read at the entry's offset. False when what is
-        left is a torn last line: not consumed (read again next time), but a line finished
-        except for its newline counts now."""
+        """Consume the whole lines of `data` (read at the entry's offset). False when a torn
+        last line is left: read again next time, but taken now if only its newline is missing."""
         start = 0
         if entry[4]:  # inside a line too long to read: drop up to its end
             end = data.find(b"\n")

@@ -2,11 +2,9 @@
 or fully stale and kept by a guard) is listed by every pass's report until someone says they
 saw it; then it is not listed again until it changes.
 
-The record is memoryd's, in the state store (the `acked` table), never in the memory file:
-per file, the sha256 of its bytes and a digest of its references' status
-when it was acknowledged, and when. An acknowledgement holds while both are what they were:
-an edit to the file, or a reference found again or gone since (a repo change), lists it
-again.
+The record is memoryd's (the `acked` table), never in the memory file: per file, the sha256 of
+its bytes and a digest of its references' status when acknowledged, and when. It holds while
+both are what they were: an edit, or a reference found again or gone since, lists it again.
 """
 
 import hashlib
@@ -57,9 +55,9 @@ def refs_digest(item: Item) -> str:
 
 
 def load(store: StateStore, real_path: Path) -> list[Ack]:
-    """The dir's acknowledgements, oldest first."""
+    """The dir's acknowledgements, oldest first (a dry run makes no state store)."""
     if not store.made():
-        return []  # (and a dry run makes no state store)
+        return []
     conn = store.db().ensure(SCHEMA)
     rows = conn.execute(
         "SELECT file, sha256, refs, time FROM acked WHERE dir = ? ORDER BY seq",

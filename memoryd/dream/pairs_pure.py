@@ -27,11 +27,8 @@ def need_table(low: float, max_size: int) -> list[int]:
 
 
 def bit_slices(vectors: list[int]) -> list[int]:
-    """Sum 0/1 vectors column-wise: slice ``l`` of the result holds bit ``l`` of every count.
-
-    A carry-save tree: each full adder folds three vectors of one weight into one of that
-    weight and one of the next, so n vectors cost about 5n big-int operations.
-    """
+    """Sum 0/1 vectors column-wise: slice ``l`` holds bit ``l`` of every count. A carry-save
+    tree (full adders fold three vectors into one of that weight and one of the next): ~5n ops."""
     slices: list[int] = []
     level = vectors
     while level:

@@ -50,6 +50,10 @@ class Reading:
     def managed(self) -> bool:
         return bool(self.ownership and self.ownership.managed)
 
+    @property
+    def why_unmanaged(self) -> str:
+        return self.ownership.reason if self.ownership else "the index could not be read"
+
 
 def read_and_plan(
     rt: Runtime,

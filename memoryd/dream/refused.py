@@ -1,11 +1,10 @@
 """Plans the circuit breaker refused, kept so that a person can apply one after review
 (`memoryd dream DIR --apply PASS_ID`).
 
-A refused pass keeps its plan in the state store (the `refused_plan` table): each planned
-move with its reason, and the sha256 of every file the plan rests on (the files to move and
-the newer ones that keep their content). Applying it moves exactly those files, and only
-while every one of those files still holds those bytes. The newest plans of a dir are kept
-(PLANS_KEEP); an applied plan is removed.
+A refused pass keeps its plan (the `refused_plan` table): each move with its reason, and the
+sha256 of every file the plan rests on (those to move, the newer ones kept). Applying it moves
+exactly those files, only while all still hold those bytes. A dir's newest PLANS_KEEP are
+kept; an applied plan is removed.
 """
 
 import json

@@ -1,13 +1,11 @@
 """Significant words, exact duplicate search and contradiction search over memory bodies.
 
-Duplicate search is exact: every pair of the same type whose overlap coefficient
-|A∩B| / min(|A|,|B|) reaches the threshold is found, none missed, none approximated. At a
-0.4-0.6 threshold, candidate filters (prefix filtering) still leave a large share of all pairs,
-so both engines count the shared words of every same-type pair, but cheaply: the words held by
-many docs are counted densely, a whole row of pairs at a time, and the rest from posting lists.
-Docs are sorted by size, so min(|A|,|B|) is the size of the earlier doc of a pair. The engines:
-memoryd.dream.pairs_numpy (numpy, optional) and memoryd.dream.pairs_pure; same answers, to the
-last bit of every overlap.
+Duplicate search is exact: every same-type pair whose overlap coefficient |A∩B| / min(|A|,|B|)
+reaches the threshold is found. At 0.4-0.6, prefix filtering still leaves a large share of all
+pairs, so both engines count the shared words of every same-type pair, cheaply: words many
+docs hold densely, a row of pairs at a time, the rest from posting lists. Docs are sorted by
+size, so min(|A|,|B|) is the earlier doc's. Engines: pairs_numpy (numpy, optional) and
+pairs_pure, with the same answers to the last bit of every overlap.
 """
 
 import math
@@ -38,12 +36,8 @@ _NEGATIVE_WORDS: Final = frozenset(d for d in NEGATIVE_DIRECTIVES if " " not in 
 
 
 def significant_words(body: str) -> frozenset[str]:
-    """The body's significant words (DESIGN §4.6).
-
-    Lower-cased, split on whitespace, minus words of 2 characters or fewer and minus
-    ``STOPWORDS``. Punctuation is deliberately kept ("pnpm." and "pnpm" are different words):
-    the spec defines the split on whitespace alone.
-    """
+    """The body's significant words (DESIGN §4.6): lower-cased, split on whitespace alone (so
+    "pnpm." is not "pnpm"), minus words of 2 characters or fewer and ``STOPWORDS``."""
     return frozenset(_significant(body.lower().split()))
 
 
@@ -120,19 +114,6 @@ class Pair:
     overlap: float
 
 
-def _check_low(low: float) -> None:
-    if not 0.0 < low < math.inf:  # also refuses NaN
-        raise ValueError(f"overlap threshold must be a finite number > 0, got {low!r}")
-
-
-def _resolve_numpy(use_numpy: bool | None) -> bool:
-    if use_numpy is None:
-        return HAVE_NUMPY
-    if use_numpy and not HAVE_NUMPY:
-        raise RuntimeError("use_numpy=True but numpy is not installed")
-    return use_numpy
-
-
 def _pairs_numpy(
     docs: Sequence[tuple[str, Sequence[int]]], low: float, **tuning: Any
 ) -> list[Pair]:
@@ -165,8 +146,11 @@ def find_similar_pairs(
     ``docs[i]`` is (type, word ids); ids are treated as a set. Empty docs never pair. Exact.
     ``use_numpy`` None picks numpy when it is installed; both engines give the same list.
     """
-    _check_low(low)
-    if _resolve_numpy(use_numpy):
+    if not 0.0 < low < math.inf:  # also refuses NaN
+        raise ValueError(f"overlap threshold must be a finite number > 0, got {low!r}")
+    if use_numpy and not HAVE_NUMPY:
+        raise RuntimeError("use_numpy=True but numpy is not installed")
+    if HAVE_NUMPY if use_numpy is None else use_numpy:
         return _pairs_numpy(docs, low)
     return _pairs_pure(docs, low)
 

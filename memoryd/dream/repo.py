@@ -305,52 +305,38 @@ class RepoIndex:
         if previous is not None and previous.max_bytes != max_token_file_bytes:
             previous = None
         started_ns = time.time_ns()
-        files: list[str] = []
-        dirs: list[str] = []
-        top_level: list[str] = []
-        opaque: list[str] = []
+        # What the walk names, by kind; files are _FILE, _LINK (also opaque) and _SOURCE.
+        named: dict[int, list[str]] = {k: [] for k in range(8)}
+        files, opaque = named[_FILE], named[_OPAQUE]
         read: list[tuple[str, Stamp, bytes, bool]] = []  # rel, stamp, runs, read now
         words: set[bytes] = set()  # the runs of the sources read now
-        memory: list[str] = []
-        complete = True
         stamps: list[tuple[object, ...]] = []
         for what, rel, path, st in _walk(root, max_files):
             stamps.append(_stamp(what, rel, st))
-            if what == _TOP:
-                top_level.append(rel)
-            elif what == _DIR:
-                dirs.append(rel)
-            elif what == _OPAQUE:
+            named[_FILE if what in (_LINK, _SOURCE) else what].append(rel)
+            if what == _LINK:
                 opaque.append(rel)
-            elif what == _INCOMPLETE:
-                complete = False
-            elif what == _MEMORY:
-                memory.append(rel)
-            else:
-                files.append(rel)
-                if what == _LINK:
-                    opaque.append(rel)
-                elif what == _SOURCE and st is not None and stat.S_ISREG(st.st_mode):
-                    stamp, runs = _runs_of(rel, path, st, max_token_file_bytes, previous)
-                    if max(st.st_mtime_ns, st.st_ctime_ns) >= started_ns - _RACY_NS:
-                        stamp = _NEVER  # read again next time
-                    if isinstance(runs, set):  # joined now: kept as sets, +25 MB peak
-                        words.update(runs)
-                        read.append((rel, stamp, b" ".join(runs), True))
-                    else:
-                        read.append((rel, stamp, runs, False))
+            elif what == _SOURCE and st is not None and stat.S_ISREG(st.st_mode):
+                stamp, runs = _runs_of(rel, path, st, max_token_file_bytes, previous)
+                if max(st.st_mtime_ns, st.st_ctime_ns) >= started_ns - _RACY_NS:
+                    stamp = _NEVER  # read again next time
+                if isinstance(runs, set):  # joined now: kept as sets, +25 MB peak
+                    words.update(runs)
+                    read.append((rel, stamp, b" ".join(runs), True))
+                else:
+                    read.append((rel, stamp, runs, False))
         sources = _merge_sources(read, words, previous, max_token_file_bytes)
-        excluded = frozenset(memory)
+        excluded = frozenset(named[_MEMORY])
         return cls(
             root=root,
             files=frozenset(files),
             # A folder found to hold a MEMORY.md was listed as a folder before it was entered.
-            dirs=frozenset(dirs) - excluded,
-            top_level=frozenset(top_level) - excluded,
+            dirs=frozenset(named[_DIR]) - excluded,
+            top_level=frozenset(named[_TOP]) - excluded,
             by_basename=types.MappingProxyType(_by_basename(files)),
             tokens=sources.tokens,
             opaque=frozenset(opaque),
-            complete=complete,
+            complete=not named[_INCOMPLETE],
             signature=hash(tuple(stamps)),
             memory_dirs=excluded,
             sources=sources,

@@ -259,12 +259,6 @@ _NOT_A_VALUE: Final = lazy(
 )
 
 
-def _entropy(value: str) -> float:
-    """Shannon entropy in bits per character."""
-    n = len(value)
-    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
-
-
 def _random(value: str) -> bool:
     """Whether a token's tail looks generated, not written: digits and letters of both cases
     (an OpenAI key's body always has them; `sk-learn-compatible-estimators` has neither)."""
@@ -294,7 +288,9 @@ def _secret_value(value: str) -> bool:
     )  # fmt: skip
     if classes < 2 and not hexish:
         return False
-    return _entropy(value) >= (3.0 if hexish else 3.3)
+    n = len(value)
+    entropy = -sum(c / n * math.log2(c / n) for c in Counter(value).values())  # bits a char
+    return entropy >= (3.0 if hexish else 3.3)
 
 
 _AWS_BARE: Final = _TOKENS[2][2]  # the unlabelled AWS secret access key
@@ -414,17 +410,14 @@ def _assignments(text: str, lower: str | None = None) -> Iterator[re.Match[str]]
                 break
 
 
-def _line_starts(text: str, spans: list[_Span]) -> Iterator[tuple[_Span, int]]:
-    line, pos = 1, 0
-    for span in spans:
-        line += text.count("\n", pos, span.start)
-        pos = span.start
-        yield span, line
-
-
 def find(text: str) -> list[Finding]:
     """The secrets of a text: line (1-based) and kind of each, in order."""
-    return [Finding(line, span.kind) for span, line in _line_starts(text, _spans(text))]
+    found, line, pos = [], 1, 0
+    for span in _spans(text):
+        line += text.count("\n", pos, span.start)
+        pos = span.start
+        found.append(Finding(line, span.kind))
+    return found
 
 
 def mask(text: str) -> str:

@@ -25,7 +25,6 @@ from memoryd.errors import MemorydError
 from memoryd.indexing.outcome import IndexOutcome, IndexStatus
 from memoryd.indexing.passes import ownership_for_dream
 from memoryd.indexing.read import Basis
-from memoryd.indexing.scan import DirScan
 from memoryd.model.index import Ownership
 from memoryd.runtime import Runtime
 from memoryd.trash import restored
@@ -78,7 +77,9 @@ def read_and_plan(
     managed = bool(ownership and ownership.managed)
     texts = {} if probe.snapshot is None else {n: i.text for n, i in probe.snapshot.texts}
     listing = Listing.of(scan) if scan is not None else None
-    merge_conflicts = _merge_conflicts(scan)
+    merge_conflicts = sorted(
+        n for n, f in (scan.problems.items() if scan else ()) if f.problem_kind == "conflict"
+    )
     basis = (
         Basis.of(scan, rt.store.load(md.real_path).seen, probe.snapshot)
         if scan is not None and managed and save
@@ -97,12 +98,6 @@ def read_and_plan(
     return Reading(
         now, checker, ownership, inv, consults, pins, plan, basis, probed, merge_conflicts
     )
-
-
-def _merge_conflicts(scan: DirScan | None) -> list[str]:
-    if scan is None:
-        return []
-    return sorted(n for n, f in scan.problems.items() if f.problem_kind == "conflict")
 
 
 def probe_index(rt: Runtime, md: MemoryDir) -> IndexOutcome:

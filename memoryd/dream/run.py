@@ -50,10 +50,6 @@ def dream_dir(
     return result
 
 
-def new_pass_id() -> str:
-    return datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-
-
 def repo_note(md: MemoryDir, checker: RefChecker) -> str:
     """Why no reference of the dir can be checked, or "" when they can."""
     if md.repo_root is None:
@@ -77,7 +73,8 @@ class _Pass:
     def run(self) -> DreamResult:
         rt, md = self.rt, self.md
         started = time.monotonic()
-        result = self.result = DreamResult(md, new_pass_id(), PassStatus.COMPLETED)
+        pass_id = datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        result = self.result = DreamResult(md, pass_id, PassStatus.COMPLETED)
         now = rt.clock()
         lock = claude_lock(md, now)
         if lock is not None and lock.held:

@@ -189,23 +189,18 @@ def _why_not_a_memory(rt: Runtime, md: MemoryDir, name: str) -> str:
     return "memoryd cannot use this file as a memory"
 
 
-def _guard_reading(data: dict[str, Any]) -> str:
-    if data.get("guard_type") == data["type"]:
-        return ""
-    return (
-        f" (as Claude Code reads it); the guards take the protective reading: "
-        f"{data.get('guard_type') or 'none'}"
-    )
-
-
 def render(data: dict[str, Any]) -> str:
     """The explanation for a person, one fact a line; each line `shown` (names, paths and
     references come from files anyone may have written)."""
+    type_line = f"  type: {data['type'] or 'none'}"
+    if (guard_type := data.get("guard_type")) != data["type"]:
+        type_line += " (as Claude Code reads it); the guards take the protective reading: "
+        type_line += guard_type or "none"
     lines = [
         f"{data['file']}",
         f"  dir: {data['dir']}",
         f"  repo root: {data['repo_root'] or 'none'} ({data['repo_reason']})",
-        f"  type: {data['type'] or 'none'}" + _guard_reading(data),
+        type_line,
         "  references:",
     ]
     if not data["refs"]:
@@ -231,11 +226,7 @@ def render(data: dict[str, Any]) -> str:
     if not data["similar"]:
         lines.append("    (none at or above the contradiction threshold)")
     for s in data["similar"]:
-        opp = (
-            f"; opposing on {', '.join(s['opposing_directives'])}"
-            if s["opposing_directives"]
-            else ""
-        )
+        opp = f"; opposing on {', '.join(o)}" if (o := s["opposing_directives"]) else ""
         lines.append(
             f"    {s['file']}: overlap {s['overlap']:.2f}, {s['kind']}, newer: {s['newer']}{opp}"
         )
@@ -245,12 +236,9 @@ def render(data: dict[str, Any]) -> str:
             "out of the memory by hand)"
         )
     for link in data.get("history", []):
-        verb = "lost to" if link["kind"] == "superseded_by" else "won over"
-        a, b = (
-            (link["loser"], link["winner"])
-            if link["kind"] == "superseded_by"
-            else (link["winner"], link["loser"])
-        )
+        lost = link["kind"] == "superseded_by"
+        a, b = (link["loser"], link["winner"]) if lost else (link["winner"], link["loser"])
+        verb = "lost to" if lost else "won over"
         back = f"; restored as {link['restored_as']}" if link["restored_as"] else ""
         lines.append(
             f"  history: {a} {verb} {b} on {link['day']} ({link['reason']}, pass "

@@ -195,34 +195,30 @@ def _locked(state_dir: Path) -> Iterator[None]:
 
 
 def _prune(result: Harvest, since: float) -> None:
-    for folder in list(result.dirs):
-        seen = {f: s for f, s in result.dirs[folder].items() if s.when >= since}
+    """Drop evidence older than `since`; keep the newest of each dir and the newest dirs."""
+    kept: dict[str, dict[str, Seen]] = {}
+    for folder, files in result.dirs.items():
+        seen = {f: s for f, s in files.items() if s.when >= since}
         if len(seen) > MAX_FILES_PER_DIR:
             newest = sorted(seen.items(), key=lambda kv: (-kv[1].when, kv[0]))
             seen = dict(newest[:MAX_FILES_PER_DIR])
         if seen:
-            result.dirs[folder] = seen
-        else:
-            del result.dirs[folder]
-    if len(result.dirs) > MAX_DIRS:
-        by_newest = sorted(
-            result.dirs, key=lambda d: (-max(s.when for s in result.dirs[d].values()), d)
-        )
-        for folder in by_newest[MAX_DIRS:]:
-            del result.dirs[folder]
+            kept[folder] = seen
+    if len(kept) > MAX_DIRS:
+        newest_dirs = sorted(kept, key=lambda d: (-max(s.when for s in kept[d].values()), d))
+        kept = {d: kept[d] for d in newest_dirs[:MAX_DIRS]}
+    result.dirs = kept
 
 
+@dataclass(slots=True)
 class _Scan:
-    def __init__(
-        self, result: Harvest, since: float, known: set[str], budget: int, chunk: int
-    ) -> None:
-        self.result = result
-        self.since = since
-        self.known = known
-        self.budget = budget
-        self.chunk = chunk
-        self.changed = False
-        self._real: dict[str, str] = {}  # folder as written -> its real path
+    result: Harvest
+    since: float
+    known: set[str]
+    budget: int
+    chunk: int
+    changed: bool = False
+    real: dict[str, str] = field(default_factory=dict)  # folder as written -> its real path
 
     def transcript(self, path: Path, name: str, st: os.stat_result) -> None:
         entry = self.result.files.get(name)
@@ -331,9 +327,9 @@ class _Scan:
         folder, filename = os.path.split(target)
         if not filename.endswith(".md"):
             return
-        real = self._real.get(folder)
+        real = self.real.get(folder)
         if real is None:
-            real = self._real[folder] = os.path.realpath(folder)
+            real = self.real[folder] = os.path.realpath(folder)
         if not (
             looks_like_memory_dir(real)
             or looks_like_memory_dir(folder)

@@ -257,8 +257,4 @@ class RecordedConsults:
 
 
 def consulted(sources: Iterable[ConsultSource], subject: Subject, since: float) -> str | None:
-    for source in sources:
-        found = source.evidence(subject, since)
-        if found:
-            return found
-    return None
+    return next((found for s in sources if (found := s.evidence(subject, since))), None)

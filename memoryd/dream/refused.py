@@ -90,16 +90,9 @@ def save(state_dir: Path, real_path: Path, pass_id: str, plan: Plan) -> None:
         for other in (move.duplicate_of, move.superseded_by):
             if other and other in plan.items:
                 files[other] = plan.items[other].sha256
-    stored = StoredPlan(
-        pass_id,
-        str(real_path),
-        datetime.now().astimezone().isoformat(timespec="seconds"),
-        moves,
-        files,
-    )
-    db = _db(state_dir)
-    with db.transaction() as conn:
-        keep(conn, stored)
+    now = datetime.now().astimezone().isoformat(timespec="seconds")
+    with _db(state_dir).transaction() as conn:
+        keep(conn, StoredPlan(pass_id, str(real_path), now, moves, files))
 
 
 def load(state_dir: Path, real_path: Path, pass_id: str) -> StoredPlan:
@@ -132,20 +125,13 @@ def load(state_dir: Path, real_path: Path, pass_id: str) -> StoredPlan:
 def exists(state_dir: Path, real_path: Path, pass_id: str) -> bool:
     if not _PASS_ID.match(pass_id):
         return False
-    row = (
-        _db(state_dir)
-        .connection()
-        .execute(
-            "SELECT 1 FROM refused_plan WHERE dir = ? AND pass_id = ?",
-            (dir_key(real_path), pass_id),
-        )
-    )
-    return row.fetchone() is not None
+    query = "SELECT 1 FROM refused_plan WHERE dir = ? AND pass_id = ?"
+    found = _db(state_dir).connection().execute(query, (dir_key(real_path), pass_id))
+    return found.fetchone() is not None
 
 
 def remove(state_dir: Path, real_path: Path, pass_id: str) -> None:
-    db = _db(state_dir)
-    with db.transaction() as conn:
+    with _db(state_dir).transaction() as conn:
         conn.execute(
             "DELETE FROM refused_plan WHERE dir = ? AND pass_id = ?", (dir_key(real_path), pass_id)
         )

@@ -5,9 +5,9 @@ then the pure plan with its circuit breaker. Nothing here moves a file or writes
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from memoryd.discover.found import MemoryDir
+from memoryd.discover.look import resolved
 from memoryd.dream import transcripts
 from memoryd.dream.budget import PassBudget
 from memoryd.dream.consult import (
@@ -126,7 +126,7 @@ def consult_sources(md: MemoryDir, rt: Runtime, *, save: bool = True) -> list[Co
     """The agent's tool calls on the dir's files in the transcripts (`save`: keep how far they
     were read), memoryd's MCP server's answers about the dir, and the repo's consult log."""
     since = rt.clock() - rt.config.dream.consult_window
-    known = {md.real_path, *(_real(p) for p in rt.config.paths.extra_memory_dirs)}
+    known = {md.real_path, *(resolved(p) for p in rt.config.paths.extra_memory_dirs)}
     found = transcripts.harvest(
         rt.config.paths.claude_home, rt.paths.state_dir, since=since, known=known, save=save
     )
@@ -147,13 +147,6 @@ def consult_sources(md: MemoryDir, rt: Runtime, *, save: bool = True) -> list[Co
     if log is not None:
         sources.append(log)
     return sources
-
-
-def _real(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):
-        return path.absolute()
 
 
 def consult_map(

@@ -187,9 +187,7 @@ def apply_refused(
                 + "; ".join(f"{name} {why}" for name, why in changed)
                 + ". Run `memoryd dream` for a plan of the files as they are now"
             )
-        result = DreamResult(md, pass_id, PassStatus.COMPLETED)
-        plan = Plan(items={}, moves=stored.as_moves())
-        result.plan = plan
+        result = DreamResult(md, pass_id, PassStatus.COMPLETED, Plan({}, stored.as_moves()))
         result.files = len(scan.memories)
         basis = Basis.of(scan, rt.store.load(md.real_path).seen, probe.snapshot)
         del scan, probe

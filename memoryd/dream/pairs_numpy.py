@@ -145,12 +145,12 @@ class Tuning:
 
 
 def group_pairs(
-    members: "Arr", rows: "Sequence[Sequence[int]]", low: float, tuning: Tuning
-) -> list[tuple["Arr", "Arr", "Arr"]]:
-    """All qualifying pairs inside one type; ``members`` are doc indexes, none empty. Arrays
-    go once used (`del`): entry-long ones are the peak, and the order keeps few alive at once."""
+    doc_ids: Sequence[int], rows: "Sequence[Sequence[int]]", low: float, tuning: Tuning
+) -> list[tuple[int, int, float]]:
+    """All qualifying pairs (a, b, overlap) inside one type of docs, none empty. Arrays go once
+    used (`del`): entry-long ones are the peak, and the order keeps few alive at once."""
     kernel, fraction = tuning.dense()
-    members, sizes, words, n_words = _sorted_rows(members, rows)
+    members, sizes, words, n_words = _sorted_rows(np.array(doc_ids, dtype=np.int64), rows)
     n = int(members.size)
     df = np.bincount(words, minlength=n_words)
     rows_local = np.repeat(np.arange(n, dtype=np.int32), sizes)
@@ -176,7 +176,7 @@ def group_pairs(
     e_len -= e_lo
     rare = _Rare(e_row, e_lo, e_len, post)
     need = np.array(need_table(low, int(sizes[-1])), dtype=np.int64)
-    out: list[tuple[Arr, Arr, Arr]] = []
+    out: list[tuple[int, int, float]] = []
     r0 = 0
     while r0 < n - 1:
         width = n - r0
@@ -190,7 +190,8 @@ def group_pairs(
             ov = inter[bi, ci].astype(np.float64) / sizes[r0 + bi].astype(np.float64)
             ok = ov >= low
             a, c = members[r0 + bi[ok]], members[r0 + ci[ok]]
-            out.append((np.minimum(a, c), np.maximum(a, c), ov[ok]))
+            lists = np.minimum(a, c).tolist(), np.maximum(a, c).tolist(), ov[ok].tolist()
+            out.extend(zip(*lists, strict=True))
         r0 = r1
     return out
 
@@ -270,26 +271,3 @@ def _scatter_counts(inter: "Arr", rare: _Rare, r0: int, r1: int, gather_max: int
             else:
                 target += np.bincount(cols, minlength=target.size).astype(target.dtype)
         start = end
-
-
-def pairs(
-    docs: Sequence[tuple[str, Sequence[int]]], low: float, tuning: Tuning
-) -> list[tuple[int, int, float]]:
-    """Every pair of same-type docs at ``low`` overlap or above, sorted: (a, b, overlap)."""
-    groups: dict[str, list[int]] = {}
-    for i, (doc_type, words) in enumerate(docs):
-        if len(words):
-            groups.setdefault(doc_type, []).append(i)
-    parts: list[tuple[Arr, Arr, Arr]] = []
-    for doc_type in sorted(groups):
-        members = groups[doc_type]
-        if len(members) >= 2:
-            rows = [docs[i][1] for i in members]
-            parts.extend(group_pairs(np.array(members, dtype=np.int64), rows, low, tuning))
-    if not parts:
-        return []
-    a = np.concatenate([p[0] for p in parts])
-    b = np.concatenate([p[1] for p in parts])
-    ov = np.concatenate([p[2] for p in parts])
-    order = np.lexsort((b, a))
-    return list(zip(a[order].tolist(), b[order].tolist(), ov[order].tolist(), strict=True))

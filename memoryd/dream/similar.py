@@ -8,9 +8,10 @@ size, so min(|A|,|B|) is the earlier doc's. Engines: pairs_numpy (numpy, optiona
 pairs_pure, with the same answers to the last bit of every overlap.
 """
 
+import functools
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -114,28 +115,41 @@ class Pair:
     overlap: float
 
 
-def _pairs_numpy(
-    docs: Sequence[tuple[str, Sequence[int]]], low: float, **tuning: Any
+Docs = Sequence[tuple[str, Sequence[int]]]
+
+
+def _pairs(
+    docs: Docs, low: float, engine: Callable[..., list[tuple[int, int, float]]]
 ) -> list[Pair]:
-    """The numpy engine's pairs; `tuning`: pairs_numpy.Tuning's fields (tests make it small)."""
-    return [
-        Pair(a, b, ov) for a, b, ov in pairs_numpy.pairs(docs, low, pairs_numpy.Tuning(**tuning))
-    ]
-
-
-def _pairs_pure(docs: Sequence[tuple[str, Sequence[int]]], low: float) -> list[Pair]:
-    groups: dict[str, tuple[list[int], list[array[int]]]] = {}
+    """The pairs `engine` finds in each type's docs, none empty, sorted by (a, b)."""
+    groups: dict[str, list[int]] = {}
     for i, (doc_type, words) in enumerate(docs):
-        row = array("I", sorted(set(words)))
-        if row:
-            members, rows = groups.setdefault(doc_type, ([], []))
-            members.append(i)
-            rows.append(row)
-    found: list[tuple[int, int, float]] = []
-    for doc_type in sorted(groups):
-        found.extend(pairs_pure.group_pairs(*groups[doc_type], low))
+        if len(words):
+            groups.setdefault(doc_type, []).append(i)
+    found = [
+        pair
+        for ids in groups.values()
+        if len(ids) > 1
+        for pair in engine(ids, [docs[i][1] for i in ids], low)
+    ]
     found.sort()
     return [Pair(a, b, ov) for a, b, ov in found]
+
+
+def _pairs_numpy(docs: Docs, low: float, **tuning: Any) -> list[Pair]:
+    """The numpy engine's pairs; `tuning`: pairs_numpy.Tuning's fields (tests make it small)."""
+    return _pairs(
+        docs, low, functools.partial(pairs_numpy.group_pairs, tuning=pairs_numpy.Tuning(**tuning))
+    )
+
+
+def _pairs_pure(docs: Docs, low: float) -> list[Pair]:
+    def engine(
+        ids: list[int], rows: list[Sequence[int]], low: float
+    ) -> list[tuple[int, int, float]]:
+        return pairs_pure.group_pairs(ids, [array("I", sorted(set(r))) for r in rows], low)
+
+    return _pairs(docs, low, engine)
 
 
 def find_similar_pairs(

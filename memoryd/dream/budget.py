@@ -20,10 +20,6 @@ class PassStopped(MemorydError):
         self.budget = budget  # the config key that ran out, or "" when asked to stop
 
 
-def _never() -> bool:
-    return False
-
-
 @dataclass(slots=True)
 class PassBudget:
     """The time budgets of one pass (`dream.file_budget`, `dream.pass_budget`) and a stop flag.
@@ -36,7 +32,7 @@ class PassBudget:
 
     file_budget: float
     pass_budget: float
-    stop: Callable[[], bool] = _never
+    stop: Callable[[], bool] = lambda: False
     clock: Callable[[], float] = time.monotonic
     started: float = field(init=False)
 
@@ -48,7 +44,7 @@ class PassBudget:
         cls,
         rt: "Runtime",
         *,
-        stop: Callable[[], bool] = _never,
+        stop: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.monotonic,
     ) -> "PassBudget":
         return cls(rt.config.dream.file_budget, rt.config.dream.pass_budget, stop, clock)

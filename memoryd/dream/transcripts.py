@@ -21,14 +21,13 @@ import fcntl
 import os
 import shlex
 import sqlite3
-import stat
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memoryd.dream.consult import Seen, row_time
-from memoryd.paths import ensure_private_dir
+from memoryd.paths import ensure_private_dir, open_regular
 from memoryd.storage import safejson
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
@@ -241,11 +240,10 @@ class _Scan:
             self.result.unread[name] = st.st_size - entry[3]
 
     def _read(self, path: Path, name: str, entry: list[int], st: os.stat_result) -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, now = open_regular(path, follow=False, looked=st)  # never a FIFO or a link
         try:
-            now = os.fstat(fd)
-            if not stat.S_ISREG(now.st_mode) or now.st_ino != st.st_ino:
-                return  # swapped for something else since the listing
+            if now.st_ino != st.st_ino:
+                return  # swapped for another file since the listing
             while entry[3] < st.st_size and self.budget > 0:
                 want = min(self.chunk, st.st_size - entry[3], self.budget)
                 data = os.pread(fd, want, entry[3])

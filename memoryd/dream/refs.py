@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, Literal
 
-from memoryd.dream.repo import RepoIndex, normalize_rel
+from memoryd.dream.repo import TEXT_EXTENSIONS, TEXT_FILENAMES, RepoIndex, normalize_rel
 
 
 class Scope(StrEnum):
@@ -34,28 +34,20 @@ class Classification(StrEnum):
     FULLY_STALE = "fully_stale"
 
 
-# Lower-case extensions that make a token a file path.
-PATH_EXTENSIONS: Final = frozenset(
+# Lower-case extensions that make a token a file path: those of the text sources the repo
+# snapshot reads (but `m` and `r`, which are words), and data, media and build outputs.
+PATH_EXTENSIONS: Final = (TEXT_EXTENSIONS - {"m", "r"}) | frozenset(
     {
-        "py", "pyi", "ipynb", "ts", "tsx", "mts", "cts", "js", "jsx", "mjs", "cjs", "vue",
-        "svelte", "astro", "rs", "go", "java", "kt", "kts", "scala", "groovy", "gradle", "c",
-        "h", "cc", "cpp", "cxx", "hh", "hpp", "hxx", "mm", "cs", "fs", "swift", "rb", "php",
-        "pl", "pm", "lua", "jl", "dart", "ex", "exs", "erl", "hrl", "hs", "ml", "mli", "elm",
-        "clj", "cljs", "zig", "nim", "sh", "bash", "zsh", "fish", "ps1", "bat", "sql", "css",
-        "scss", "sass", "less", "html", "htm", "xml", "md", "mdx", "rst", "txt", "json",
-        "jsonc", "json5", "jsonl", "toml", "yaml", "yml", "ini", "cfg", "conf", "env", "proto",
-        "graphql", "gql", "tf", "hcl", "cmake", "mk", "properties", "lock", "log", "csv",
-        "tsv", "svg", "png", "jpg", "jpeg", "gif", "webp", "ico", "pdf", "wasm", "db",
-        "sqlite", "service", "plist", "patch", "diff",
+        "jsonl", "log", "csv", "tsv", "svg", "png", "jpg", "jpeg", "gif", "webp", "ico", "pdf",
+        "wasm", "db", "sqlite", "service", "plist", "patch", "diff",
     }
 )  # fmt: skip
 # Files that are paths without an extension (or are nothing but one).
-PATH_FILENAMES: Final = frozenset(
+PATH_FILENAMES: Final = TEXT_FILENAMES | frozenset(
     {
-        "Makefile", "GNUmakefile", "Dockerfile", "Justfile", "Rakefile", "Gemfile",
-        "Procfile", "Containerfile", "Vagrantfile", ".env", ".gitignore", ".gitattributes",
-        ".gitmodules", ".editorconfig", ".npmrc", ".nvmrc", ".prettierrc", ".eslintrc",
-        ".dockerignore", ".python-version", ".tool-versions", ".envrc",
+        "Containerfile", "Vagrantfile", ".env", ".gitignore", ".gitattributes", ".gitmodules",
+        ".editorconfig", ".npmrc", ".nvmrc", ".prettierrc", ".eslintrc", ".dockerignore",
+        ".python-version", ".tool-versions", ".envrc",
     }
 )  # fmt: skip
 

@@ -137,16 +137,11 @@ def consult_sources(md: MemoryDir, rt: Runtime, *, save: bool = True) -> list[Co
             f"{len(found.unread)} session transcript(s) not read to the end yet ({left} bytes "
             "left, read by the next passes): unsure means kept"
         )
-    sources: list[ConsultSource] = [RecordedConsults(found.evidence_for(md.real_path), unsure)]
-    from memoryd.recall.consults import served as served_by_mcp
+    from memoryd.recall.consults import served
 
-    served = served_by_mcp(rt.paths.state_dir, md.real_path)
-    if served is not None:
-        sources.append(served)
-    log = ConsultLog.load(md.repo_root)
-    if log is not None:
-        sources.append(log)
-    return sources
+    logs = served(rt.paths.state_dir, md.real_path), ConsultLog.load(md.repo_root)
+    recorded = RecordedConsults(found.evidence_for(md.real_path), unsure)
+    return [recorded, *(log for log in logs if log is not None)]
 
 
 def consult_map(

@@ -21,9 +21,7 @@ extrapolated; their cells say so.
    saved (the usual `memoryd dream`), "first ever" finds nothing saved at all.
    Naive: python-frontmatter on every file + all pairs of frozensets of str.
 2. Stale-symbol check: 1,000 memories naming a few symbols each vs the 5,000-file tree:
-   `RepoIndex.build` + `extract_refs`/`check_refs` vs one `grep -rqw` per symbol (sampled).
-3. Duplicate check of one changed memory against 10,000: `SimilarityIndex` + `candidates_for`
-   (numpy and pure engines) vs a Python loop over 10,000 frozensets of str.
+   `RepoIndex.build` + `extract_refs`/`RefChecker.check` vs one `grep -rqw` per symbol (sampled).
 
 Usage (from the repo root, with the dev venv and the `bench` extra installed):
 
@@ -66,7 +64,7 @@ from _stats import markdown_table, percentile, timed
 from memoryd.config import Config, PathsConfig
 from memoryd.discover.finder import discover
 from memoryd.discover.found import MemoryDir
-from memoryd.dream.refs import Status, check_refs, extract_refs
+from memoryd.dream.refs import RefChecker, Status, extract_refs
 from memoryd.dream.repo import RepoIndex
 from memoryd.dream.repocache import RepoCache
 from memoryd.dream.result import DreamResult
@@ -74,9 +72,6 @@ from memoryd.dream.run import dream_dir
 from memoryd.dream.similar import (
     HAVE_NUMPY,
     STOPWORDS,
-    SimilarityIndex,
-    Vocabulary,
-    candidates_for,
     significant_words,
 )
 from memoryd.indexing import passes
@@ -1033,7 +1028,7 @@ def child_pass(job: dict[str, Any]) -> dict[str, Any]:
         if k == 0:
             out["rss_first"] = peak_rss()
             if result.plan is not None:
-                out["plan"] = result.plan.by_reason
+                out["plan"] = dict(Counter(m.reason.value for m in result.plan.moves))
                 out["limit"] = result.plan.limit
                 out["counts"] = result.counts()
                 out["similar"] = len(result.plan.similar)
@@ -1370,7 +1365,8 @@ def bench_symbols(repo: Repo, args: argparse.Namespace) -> list[Row]:
 
     def check_all() -> tuple[RepoIndex, list[Any]]:
         index = RepoIndex.build(repo.root)
-        return index, [check_refs(extract_refs(body), index) for body in bodies]
+        checker = RefChecker(index)
+        return index, [checker.check(extract_refs(body)) for body in bodies]
 
     index, checks = check_all()
     symbols = sorted({c.ref for cs in checks for c in cs if c.kind == "symbol"})
@@ -1429,80 +1425,6 @@ def bench_symbols(repo: Repo, args: argparse.Namespace) -> list[Row]:
 
 
 # --- figure 3: one changed memory against 10,000 -----------------------------------------------
-def bench_query(repo: Repo, work: Path, args: argparse.Namespace) -> list[Row]:
-    from memoryd.model.memfile import Memory, parse_memory
-
-    n = 10_000
-    path = work / f"memory-{n}"
-    if not path.is_dir():
-        make_dream_dir(path, n, repo, seed=args.seed + n, now=time.time())
-    parsed = []
-    for name in sorted(os.listdir(path)):
-        if name.endswith(".md") and not name.startswith("MEMORY"):
-            memory = parse_memory(name, (path / name).read_bytes())
-            if isinstance(memory, Memory):
-                parsed.append((memory.type, memory.body))
-    vocabulary = Vocabulary()
-    docs = [(t, vocabulary.ids(significant_words(b))) for t, b in parsed]
-    strings = [(t, naive_words(b)) for t, b in parsed]
-
-    rng = random.Random(args.seed + 13)
-    writer = Writer(rng, repo)
-    picks = [rng.randrange(len(parsed)) for _ in range(args.queries)]
-    changed = [(parsed[i][0], writer.perturb(parsed[i][1], 0.05)) for i in picks]
-    queries = [(t, vocabulary.ids(significant_words(b))) for t, b in changed]
-    naive_queries = [(t, naive_words(b)) for t, b in changed[: args.naive_queries]]
-
-    def naive_one(doc_type: str, words: frozenset[str]) -> list[int]:
-        return [
-            i
-            for i, (t, other) in enumerate(strings)
-            if t == doc_type
-            and other
-            and words
-            and len(words & other) / min(len(words), len(other)) >= DUPLICATE
-        ]
-
-    naive = [timed(functools.partial(naive_one, *q), 1)[0] for q in naive_queries]
-    rows = []
-    engines = [("numpy", True), ("pure", False)] if HAVE_NUMPY else [("pure", False)]
-    notes = []
-    for engine, use_numpy in engines:
-        start = time.perf_counter()
-        index = SimilarityIndex(docs, use_numpy=use_numpy)
-        built = time.perf_counter() - start
-        samples = []
-        agree = 0
-        for k, (doc_type, words) in enumerate(queries):
-            gc.collect()
-            start = time.perf_counter()
-            found = candidates_for(words, doc_type, index, DUPLICATE)
-            samples.append(time.perf_counter() - start)
-            if k < len(naive_queries):
-                agree += sorted(i for i, _ in found) == naive_one(*naive_queries[k])
-        notes.append(
-            f"{engine}: index built once in {fmt(built, 'time')}; agrees with the naive loop on "
-            f"{agree}/{len(naive_queries)} queries"
-        )
-        for stat in ("median", "p99"):
-            rows.append(
-                Row(
-                    f"3. dup check, 1 changed vs {n:,} ({engine})",
-                    naive,
-                    samples,
-                    5 * MS,
-                    stat=stat,
-                )
-            )
-    print(
-        f"\n== 3. duplicate check of one changed memory against {n:,}: {len(queries)} queries "
-        f"(naive: {len(naive_queries)}), threshold {DUPLICATE} =="
-    )
-    for note in notes:
-        print("   " + note)
-    return rows
-
-
 # --- main --------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1528,8 +1450,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--naive-repeat", type=int, default=3, help="timed naive runs")
     parser.add_argument("--grep-sample", type=int, default=24, help="symbols grepped (figure 2)")
-    parser.add_argument("--queries", type=int, default=200, help="changed memories (figure 3)")
-    parser.add_argument("--naive-queries", type=int, default=40)
     parser.add_argument(
         "--engine",
         choices=("auto", "numpy", "pure"),
@@ -1597,12 +1517,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n in sizes:
             rows += bench_pass(n, repo, work, args)
         rows += bench_symbols(repo, args)
-        rows += bench_query(repo, work, args)
     print("\n" + render_table(rows))
     print(
         "ratio = naive / memoryd. Naive pass: python-frontmatter per file + all pairs of "
         "frozenset[str] (same type, overlap ≥ 0.4); naive symbol check: one `grep -rqw` per "
-        "symbol; naive duplicate check: a Python loop over every frozenset. Peak RSS is "
+        "symbol. Peak RSS is "
         "ru_maxrss after the first pass of a fresh process (dry and real passes each get one, "
         "with and without saved caches; the largest is shown), launched through /bin/sh so it "
         "does not start at this process's peak; the naive one holds every parsed file's word "

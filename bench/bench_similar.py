@@ -1,4 +1,4 @@
-"""Duplicate-search benchmarks (DESIGN §10): all pairs of a dir, and one changed doc vs 10,000.
+"""Duplicate-search benchmarks (DESIGN §10): all pairs of a dir.
 
 Each figure is the median of several runs, printed beside a naive baseline measured in the same
 run (all-pairs intersection of frozensets of str) with the ratio naive / memoryd. Every engine
@@ -28,9 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memoryd.dream.similar import (
     HAVE_NUMPY,
-    SimilarityIndex,
     Vocabulary,
-    candidates_for,
     find_similar_pairs,
     significant_words,
 )
@@ -41,8 +39,6 @@ VOCAB = 40_000
 ZIPF_S = 1.05
 DUP_RATE = 0.02
 NAIVE_SAMPLE = 2_000
-QUERIES = 200
-NAIVE_QUERIES = 40
 
 Docs = list[tuple[str, "array[int]"]]  # a string: array is not subscriptable at run time
 
@@ -141,34 +137,6 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
             return sum(len(vocab.ids(significant_words(b))) for b in bodies)
 
         out["text"] = timed(to_ids, runs)[:2]
-    elif kind.startswith("query"):
-        changed = corpus(QUERIES, seed=99)
-        low = job["lows"][0]
-        if kind == "query-naive":
-            strings = as_strings(docs)
-            probes = as_strings(changed[:NAIVE_QUERIES])
-            times = []
-            for doc_type, q in probes:
-                t0 = time.perf_counter()
-                _ = [
-                    i
-                    for i, (t, words) in enumerate(strings)
-                    if t == doc_type and len(q & words) / min(len(q), len(words)) >= low
-                ]
-                times.append(time.perf_counter() - t0)
-            out["build"] = 0.0
-        else:
-            t0 = time.perf_counter()
-            index = SimilarityIndex(docs, use_numpy=kind == "query-numpy")
-            out["build"] = time.perf_counter() - t0
-            times = []
-            for doc_type, ids in changed:
-                t0 = time.perf_counter()
-                candidates_for(ids, doc_type, index, low)
-                times.append(time.perf_counter() - t0)
-        times.sort()
-        out["median"] = statistics.median(times)
-        out["p99"] = times[min(len(times) - 1, int(len(times) * 0.99))]
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 
@@ -222,23 +190,6 @@ def bench_size(n: int, lows: Sequence[float], runs: int, engines: Sequence[str])
         )
 
 
-def bench_query(n: int, low: float, engines: Sequence[str]) -> None:
-    print(f"\n== one changed memory vs {n:,} (threshold {low}, {QUERIES} queries) ==")
-    naive = run_child({"kind": "query-naive", "n": n, "lows": [low], "runs": 1})
-    print(
-        f"  naive loop over frozenset[str]   median {fmt_s(naive['median'])}"
-        f"   p99 {fmt_s(naive['p99'])}  ({NAIVE_QUERIES} queries)"
-    )
-    for engine in engines:
-        res = run_child({"kind": f"query-{engine}", "n": n, "lows": [low], "runs": 1})
-        print(
-            f"  {engine:<6} SimilarityIndex         median {fmt_s(res['median'])}"
-            f"   p99 {fmt_s(res['p99'])}  ×{naive['median'] / res['median']:,.0f} vs naive"
-            f"   (index built once in {fmt_s(res['build']).strip()},"
-            f" peak RSS {res['peak_rss_mb']:.0f} MB)"
-        )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--big", action="store_true", help="also run 100,000 memories")
@@ -263,12 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for n in sorted(args.n):
         bench_size(n, (0.6, 0.4), args.runs, engines)
-    bench_query(largest, 0.6, engines)
     if args.big:
         # The pass asks once at the contradiction floor (0.4), a superset of the duplicates.
         bench_size(100_000, (0.4,), args.runs, engines)
     print("\ntargets (DESIGN §10): 1,000 ≤ 0.3 s and 10,000 ≤ 3 s for the whole pass;")
-    print("100,000 ≤ 3 min with RSS ≤ 500 MB; one changed memory vs 10,000 ≤ 5 ms.")
+    print("100,000 ≤ 3 min with RSS ≤ 500 MB.")
     return 0
 
 

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from datetime import date, datetime
@@ -833,3 +833,12 @@ def index_pass(rt: Runtime, md: MemoryDir, **asked: object) -> IndexOutcome:
     """One full index pass asked for with Request's fields (e.g. the dream probe's `mode`),
     where a test must compare the full view with a use case's held one."""
     return run_pass(rt, md, Request(**asked))  # type: ignore[arg-type]
+
+
+def overlap(a: Sequence[int], b: Sequence[int]) -> float:
+    """The overlap coefficient by its definition, |A∩B| / min(|A|,|B|) (0.0 when either is
+    empty): what the duplicate engines must give, to the last bit."""
+    sa, sb = set(a), set(b)
+    if not sa or not sb:
+        return 0.0
+    return len(sa & sb) / min(len(sa), len(sb))

@@ -14,13 +14,19 @@ from memoryd.dream.facts import FactsCache, derive
 from memoryd.dream.inventory import Inventory, inventory
 from memoryd.dream.memo import DreamMemo
 from memoryd.dream.refs import Classification, RefChecker
-from memoryd.dream.repo import RepoIndex, tree_signature
+from memoryd.dream.repo import RepoIndex
 from memoryd.dream.repocache import RepoCache
 from memoryd.dream.similar import Vocabulary
 from memoryd.model.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from tests.conftest import Env
 from tests.helpers import SavedBlob, make_repo_memory_outside, memory_dir, saved_blobs
+
+
+def signature(repo: Path) -> int:
+    """What a snapshot of the tree as it is now says of it (names, kinds, source stats)."""
+    return RepoIndex.build(repo).signature
+
 
 pytestmark = pytest.mark.repo_tree.with_args(make_repo_memory_outside)
 
@@ -87,7 +93,7 @@ def new_process() -> FactsCache:
 
 
 def words_of(inv: Inventory, vocabulary: Vocabulary) -> dict[str, list[str]]:
-    return {i.filename: sorted(vocabulary.word(w) for w in i.words) for i in inv.items}
+    return {i.filename: sorted(vocabulary.all_words()[w] for w in i.words) for i in inv.items}
 
 
 def facts_files(env: Env) -> list[SavedBlob]:
@@ -217,7 +223,7 @@ def test_facts_match_a_direct_parse(repo: Path) -> None:
     assert (facts.name, facts.type, facts.prohibition) == ("a", "project", "never")
     assert facts.refs.paths == ("src/app.py",)
     assert (facts.positives, facts.negatives) == (frozenset({"pnpm"}), frozenset({"yarn"}))
-    assert sorted(vocabulary.word(w) for w in facts.words) == sorted(
+    assert sorted(vocabulary.all_words()[w] for w in facts.words) == sorted(
         {"never", "use", "yarn;", "always", "`pnpm`", "`src/app.py`."}
     )
 
@@ -226,20 +232,20 @@ def test_facts_match_a_direct_parse(repo: Path) -> None:
 
 
 def test_signature_follows_names_kinds_and_sources(repo: Path) -> None:
-    before = tree_signature(repo)
-    assert tree_signature(repo) == before == RepoIndex.build(repo).signature
+    before = signature(repo)
+    assert signature(repo) == before
     source = repo / "src/app.py"
     stat = source.stat()
     source.write_text(source.read_text().replace("handle", "HANDLE"))
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # ctime still moves
-    changed = tree_signature(repo)
+    changed = signature(repo)
     assert changed != before
     (repo / "src/new.txt").write_text("")
-    assert tree_signature(repo) != changed
+    assert signature(repo) != changed
     (repo / "src/new.txt").unlink()
-    assert tree_signature(repo) == changed
+    assert signature(repo) == changed
     (repo / "src/new").mkdir()
-    assert tree_signature(repo) != changed
+    assert signature(repo) != changed
 
 
 def test_snapshot_is_reused_while_the_tree_is_unchanged(
@@ -250,12 +256,12 @@ def test_snapshot_is_reused_while_the_tree_is_unchanged(
     # A source written just now (by ctime) would be read again by every build (racy).
     monkeypatch.setattr(repo_module, "_RACY_NS", 0)
     memo = DreamMemo()
-    first = RepoCache(memo=memo).get(repo)
-    assert first is not None and RepoCache(memo=memo).get(repo) is first
+    first = RepoCache(memo=memo).checker(repo).repo
+    assert first is not None and RepoCache(memo=memo).checker(repo).repo is first
     assert RepoCache(memo=memo).checker(repo) is RepoCache(memo=memo).checker(repo)
-    assert RepoCache().get(repo) is not first  # another process's memo holds nothing
+    assert RepoCache().checker(repo).repo is not first  # another process's memo holds nothing
     (repo / "src/more.py").write_text("def later_symbol(): pass\n")
-    second = RepoCache(memo=memo).get(repo)
+    second = RepoCache(memo=memo).checker(repo).repo
     assert second is not first and second is not None
     checker = RepoCache(memo=memo).checker(repo)  # more.py is read again (racy), checks kept
     assert checker is RepoCache(memo=memo).checker(repo) and checker.repo == second
@@ -275,7 +281,7 @@ def test_a_pass_sees_a_symbol_defined_since_the_last_pass(env: Env, repo: Path) 
 def test_a_missing_root_is_not_kept(tmp_path: Path) -> None:
     gone = tmp_path / "gone"
     memo = DreamMemo()
-    assert RepoCache(memo=memo).get(gone) is None
+    assert RepoCache(memo=memo).checker(gone).repo is None
     checker = RepoCache(memo=memo).checker(gone)
     assert isinstance(checker, RefChecker) and checker.repo is None
     assert memo.snapshots == {}

@@ -7,10 +7,10 @@ import pytest
 from memoryd.dream.refs import (
     Classification,
     RefCheck,
+    RefChecker,
     Refs,
     Scope,
     Status,
-    check_refs,
     classify,
     extract_refs,
 )
@@ -155,13 +155,13 @@ def test_scope_and_check_paths(
     ref: str, scope: Scope, status: Status, moved_to: str | None
 ) -> None:
     """Each path is scoped against the repo's top level, then found, moved or missing."""
-    (check,) = check_refs(Refs(paths=(ref,), symbols=()), REPO)
+    (check,) = RefChecker(REPO).check(Refs(paths=(ref,), symbols=()))
     assert check == RefCheck(ref, "path", scope, status, moved_to)
 
 
 def test_symbols_are_looked_up_in_the_token_index() -> None:
     """A symbol is FOUND when the repo's token index holds it, MISSING otherwise."""
-    checks = check_refs(Refs(paths=(), symbols=("parse_config", "gone_func")), REPO)
+    checks = RefChecker(REPO).check(Refs(paths=(), symbols=("parse_config", "gone_func")))
     assert [(c.ref, c.kind, c.scope, c.status) for c in checks] == [
         ("parse_config", "symbol", Scope.VERIFIABLE, Status.FOUND),
         ("gone_func", "symbol", Scope.VERIFIABLE, Status.MISSING),
@@ -170,7 +170,7 @@ def test_symbols_are_looked_up_in_the_token_index() -> None:
 
 def test_without_a_repo_nothing_is_checked() -> None:
     """With no repo root every reference is unverifiable and unchecked, and the memory evergreen."""
-    checks = check_refs(Refs(paths=("src/app.py",), symbols=("parse_config",)), None)
+    checks = RefChecker(None).check(Refs(paths=("src/app.py",), symbols=("parse_config",)))
     assert {(c.scope, c.status) for c in checks} == {(Scope.UNVERIFIABLE, Status.UNCHECKED)}
     assert classify(checks) is Classification.EVERGREEN
 
@@ -178,7 +178,7 @@ def test_without_a_repo_nothing_is_checked() -> None:
 def test_an_incomplete_walk_never_reports_missing() -> None:
     """When the walk stopped early, a path not seen is unverifiable rather than missing."""
     repo = repo_of("src/app.py", complete=False)
-    (check,) = check_refs(Refs(paths=("src/gone.py",), symbols=()), repo)
+    (check,) = RefChecker(repo).check(Refs(paths=("src/gone.py",), symbols=()))
     assert (check.scope, check.status) == (Scope.UNVERIFIABLE, Status.UNCHECKED)
 
 
@@ -196,7 +196,7 @@ def test_an_incomplete_walk_never_reports_missing() -> None:
 )
 def test_classify_end_to_end(body: str, expected: Classification) -> None:
     """Extract, check against the repo and classify gives each class of DESIGN §4.3."""
-    assert classify(check_refs(extract_refs(body), REPO)) is expected
+    assert classify(RefChecker(REPO).check(extract_refs(body))) is expected
 
 
 def test_classify_counts_moved_as_found() -> None:

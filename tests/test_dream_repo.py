@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from memoryd.dream import repo as repo_module
-from memoryd.dream.refs import Refs, Status, check_refs
+from memoryd.dream.refs import RefChecker, Refs, Status
 from memoryd.dream.repo import RepoIndex
 from memoryd.paths import open_regular
 from tests.helpers import write_file
@@ -72,7 +72,7 @@ def test_symlinks_are_listed_but_never_entered(tree: Path) -> None:
     assert "linked/secret.py" not in index.files
     assert "outside_only" not in index.tokens
     assert index.under_opaque("linked/secret.py")
-    (check,) = check_refs(Refs(paths=("linked/secret.py",), symbols=()), index)
+    (check,) = RefChecker(index).check(Refs(paths=("linked/secret.py",), symbols=()))
     assert check.status is Status.UNCHECKED
 
 
@@ -113,7 +113,7 @@ def test_moved_picks_the_shortest_then_first_candidate(tmp_path: Path) -> None:
         write_file(tmp_path, rel)
     index = RepoIndex.build(tmp_path)
     assert index.by_basename["helpers.py"] == ("a/helpers.py", "c/helpers.py", "b/x/helpers.py")
-    (check,) = check_refs(Refs(paths=("src/helpers.py",), symbols=()), index)
+    (check,) = RefChecker(index).check(Refs(paths=("src/helpers.py",), symbols=()))
     assert (check.status, check.moved_to) == (Status.MOVED, "a/helpers.py")
 
 
@@ -150,7 +150,7 @@ def test_unreadable_entries_are_skipped(tree: Path, monkeypatch: pytest.MonkeyPa
     assert "src/app.py" in index.files
     assert "parse_config" not in index.tokens
     assert "kept_token" in index.tokens
-    (check,) = check_refs(Refs(paths=("src/lib/util.ts",), symbols=()), index)
+    (check,) = RefChecker(index).check(Refs(paths=("src/lib/util.ts",), symbols=()))
     assert check.status is Status.UNCHECKED
 
 

@@ -197,7 +197,7 @@ def test_a_real_pass_saves_the_cache_a_dry_run_only_reads_it(
     assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
     # A new process: nothing held in memory, the cache read from the state dir.
     process = DreamMemo()
-    repo = RepoCache(store, process).get(tree)
+    repo = RepoCache(store, process).checker(tree).repo
     assert reads == [] and repo == RepoIndex.build(tree)
     # Nothing changed: the saved entry is not written again.
     (tokens,) = saved_blobs(tmp_path / "state", "tokens")

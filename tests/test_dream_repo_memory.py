@@ -13,14 +13,19 @@ from memoryd.config import Config
 from memoryd.discover.dirs import nested_dirs, repo_dirs
 from memoryd.discover.found import Found, MemoryDir
 from memoryd.dream import repo as repo_module
-from memoryd.dream.refs import Refs, Scope, Status, check_refs
-from memoryd.dream.repo import RepoIndex, SourceTokens, tree_signature
+from memoryd.dream.refs import RefChecker, Refs, Scope, Status
+from memoryd.dream.repo import RepoIndex, SourceTokens
 from tests.conftest import CORPUS, Env, Result, needs_corpus, write_memory
 from tests.helpers import MEMORY_PLACES, make_repo_of_memory_places, write_file
 
 pytestmark = pytest.mark.repo_tree.with_args(make_repo_of_memory_places)
 
 Cli = Callable[..., Result]
+
+
+def signature(repo: Path) -> int:
+    """What a snapshot of the tree as it is now says of it (names, kinds, source stats)."""
+    return RepoIndex.build(repo).signature
 
 
 def test_no_memory_dir_is_in_the_snapshot(repo: Path) -> None:
@@ -78,7 +83,7 @@ def test_a_memory_dir_at_agent_memory_itself_and_as_a_symlink(tmp_path: Path) ->
     assert flat.in_memory_dir(".claude/logs/spawns.jsonl") and flat.in_memory_dir(".claude/memory")
     assert flat.in_memory_dir("src/.trash/2026-01-02/x.md")
     assert not flat.in_memory_dir(".claude/settings.json") and not flat.in_memory_dir("memory/a.md")
-    (check,) = check_refs(Refs(paths=(".claude/logs/spawns.jsonl",), symbols=()), flat)
+    (check,) = RefChecker(flat).check(Refs(paths=(".claude/logs/spawns.jsonl",), symbols=()))
     assert (check.scope, check.status) == (Scope.UNVERIFIABLE, Status.UNCHECKED)
     # The link's target is a plain folder of the tree (discovery does not look for it there).
     assert "linked_memory_token" in linked.tokens
@@ -99,7 +104,7 @@ def test_paths_inside_memory_dirs_are_unverifiable(repo: Path) -> None:
         ),
         symbols=(),
     )
-    checks = {c.ref: (c.scope, c.status) for c in check_refs(refs, index)}
+    checks = {c.ref: (c.scope, c.status) for c in RefChecker(index).check(refs)}
     unverifiable = (Scope.UNVERIFIABLE, Status.UNCHECKED)
     assert checks == {
         ".claude/agent-memory/reviewer/review.md": unverifiable,
@@ -135,15 +140,15 @@ def test_token_file_is_the_first_code_source_then_markup_then_prose(tmp_path: Pa
 def test_walk_signature_ignores_what_happens_inside_memory_dirs(repo: Path) -> None:
     """A dream pass moving memories to the trash changes no snapshot; a folder that gains a
     MEMORY.md (and so becomes a memory dir) does."""
-    before = tree_signature(repo)
+    before = signature(repo)
     trash = repo / ".claude/memory/.trash/2026-02-03"
     trash.mkdir(parents=True)
     (repo / ".claude/memory/project.md").rename(trash / "project.md")
     write_file(repo, ".claude/agent-memory/reviewer/new.md", "new_memory_token\n")
-    assert tree_signature(repo) == before == RepoIndex.build(repo).signature
+    assert signature(repo) == before
     write_file(repo, "notes/MEMORY.md", "- [Plan](plan.md) — plan\n")
     changed = RepoIndex.build(repo)
-    assert tree_signature(repo) != before and changed.signature != before
+    assert signature(repo) != before and changed.signature != before
     assert "notes" in changed.memory_dirs and "notes/plan.md" not in changed.files
 
 

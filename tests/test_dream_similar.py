@@ -1,4 +1,4 @@
-"""Significant words, exact duplicate search, one-doc queries and contradictions (§4.6-4.7)."""
+"""Significant words, exact duplicate search and contradictions (§4.6-4.7)."""
 
 import importlib
 import itertools
@@ -9,26 +9,25 @@ import textwrap
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memoryd.dream import pairs_numpy, similar
+from memoryd.dream.plan import Item, opposing
 from memoryd.dream.similar import (
     HAVE_NUMPY,
     STOPWORDS,
     Pair,
-    SimilarityIndex,
     Vocabulary,
-    candidates_for,
-    directives,
     find_similar_pairs,
-    opposes,
-    overlap,
     significant_words,
+    words_and_directives,
 )
+from tests.helpers import overlap
 
 ENGINES = [
     pytest.param(False, id="pure"),
@@ -78,16 +77,6 @@ def brute_pairs(docs: Docs, low: float) -> list[Pair]:
     return out
 
 
-def brute_query(
-    doc: Sequence[int], doc_type: str, docs: Docs, low: float
-) -> list[tuple[int, float]]:
-    return [
-        (i, overlap(doc, words))
-        for i, (t, words) in enumerate(docs)
-        if t == doc_type and doc and words and overlap(doc, words) >= low
-    ]
-
-
 def word_ids(max_id: int, max_len: int) -> st.SearchStrategy[list[int]]:
     return st.lists(st.integers(0, max_id), max_size=max_len)
 
@@ -122,7 +111,7 @@ def test_vocabulary_gives_sorted_unique_stable_ids() -> None:
     )
     assert vocab.ids(["alpha", "new"]) == array("I", [vocab.id("alpha"), 2])
     assert len(vocab) == 3
-    assert vocab.word(vocab.id("new")) == "new"
+    assert vocab.all_words()[vocab.id("new")] == "new"
 
 
 def test_overlap_coefficient() -> None:
@@ -223,43 +212,9 @@ def test_types_and_empty_sets_never_pair(use_numpy: bool) -> None:
 
 @pytest.mark.parametrize("low", [0.0, -0.5, float("nan"), float("inf")])
 def test_threshold_must_be_positive_and_finite(low: float) -> None:
-    """A threshold of 0 or below (or not a number) is refused by both entry points."""
+    """A threshold of 0 or below (or not a number) is refused."""
     with pytest.raises(ValueError, match="threshold"):
         find_similar_pairs([("a", [1])], low)
-    with pytest.raises(ValueError, match="threshold"):
-        candidates_for([1], "a", SimilarityIndex([("a", [1])]), low)
-
-
-@pytest.mark.parametrize("use_numpy", ENGINES)
-@settings(max_examples=100, deadline=None)
-@given(
-    docs=docs_strategy,
-    queries=st.lists(st.tuples(st.sampled_from("abc"), word_ids(45, 24)), max_size=6),
-    low=lows,
-)
-def test_candidates_for_matches_brute_force(
-    use_numpy: bool, docs: Docs, queries: list[tuple[str, list[int]]], low: float
-) -> None:
-    """One doc against an index returns exactly the docs the definition would pick."""
-    index = SimilarityIndex(docs, use_numpy=use_numpy)
-    for doc_type, doc in queries:
-        assert candidates_for(doc, doc_type, index, low) == brute_query(doc, doc_type, docs, low)
-
-
-@pytest.mark.parametrize("use_numpy", ENGINES)
-def test_candidates_for_on_a_larger_index(use_numpy: bool) -> None:
-    """With hundreds of docs (frequent words as bitsets) the query is still exact."""
-    rng = random.Random(3)
-    docs: Docs = [
-        (rng.choice("ab"), sorted({min(int(rng.expovariate(0.05)), 400) for _ in range(30)}))
-        for _ in range(600)
-    ]
-    index = SimilarityIndex(docs, use_numpy=use_numpy)
-    for doc_type, doc in docs[:40]:
-        for low in (0.4, 0.6):
-            assert candidates_for(doc, doc_type, index, low) == brute_query(
-                doc, doc_type, docs, low
-            )
 
 
 def test_engines_agree_on_a_zipf_corpus() -> None:
@@ -286,11 +241,10 @@ def test_works_without_numpy(tmp_path: Path) -> None:
         """
         import sys
         sys.modules["numpy"] = None
-        from memoryd.dream.similar import HAVE_NUMPY, SimilarityIndex, find_similar_pairs
+        from memoryd.dream.similar import HAVE_NUMPY, find_similar_pairs
         assert not HAVE_NUMPY
         docs = [("a", [1, 2, 3]), ("a", [1, 2, 3, 4]), ("b", [1, 2, 3])]
         assert [(p.a, p.b) for p in find_similar_pairs(docs, 0.6)] == [(0, 1)]
-        assert SimilarityIndex(docs).query([1, 2], "a", 0.6) == [(0, 1.0), (1, 1.0)]
         try:
             find_similar_pairs(docs, 0.6, use_numpy=True)
         except RuntimeError:
@@ -321,8 +275,13 @@ def test_works_without_numpy(tmp_path: Path) -> None:
 )
 def test_opposes_examples(a: str, b: str, objects: set[str]) -> None:
     """Opposite directives about the same object oppose, in either order, and nothing else."""
-    assert opposes(a, b) == objects
-    assert opposes(b, a) == objects
+
+    def read(body: str) -> Item:
+        positives, negatives = words_and_directives(body)[1]
+        return cast(Item, SimpleNamespace(positives=positives, negatives=negatives))
+
+    assert opposing(read(a), read(b)) == objects
+    assert opposing(read(b), read(a)) == objects
 
 
 @pytest.mark.parametrize(
@@ -338,7 +297,7 @@ def test_opposes_examples(a: str, b: str, objects: set[str]) -> None:
 )
 def test_directives(body: str, positive: set[str], negative: set[str]) -> None:
     """The object is the first significant word after a directive, skipping use/using."""
-    assert directives(body) == (frozenset(positive), frozenset(negative))
+    assert words_and_directives(body)[1] == (frozenset(positive), frozenset(negative))
 
 
 @pytest.mark.skipif(not HAVE_NUMPY, reason="no numpy")

@@ -307,7 +307,8 @@ def _alike_store(n: int, seed: int) -> list[dict[str, Any]]:
 
 def _every_pair(store: records.Store, threshold: float) -> list[tuple[str, str, float]]:
     """The duplicates by the rule's letter: every pair of active records, one by one."""
-    from memoryd.dream.similar import overlap, significant_words
+    from memoryd.dream.similar import significant_words
+    from tests.helpers import overlap
 
     live = records.active(store, None, NOW.timestamp())
     words = [sorted(significant_words(f"{r.rule} {r.because}")) for r in live]

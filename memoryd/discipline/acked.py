@@ -2,11 +2,9 @@
 or fully stale and kept by a guard) is listed by every pass's report until someone says they
 saw it; then it is not listed again until it changes.
 
-The record is memoryd's, in the state store (the `acked` table), never in the memory file:
-per file, the sha256 of its bytes and a digest of its references' status
-when it was acknowledged, and when. An acknowledgement holds while both are what they were:
-an edit to the file, or a reference found again or gone since (a repo change), lists it
-again.
+The record is memoryd's (the `acked` table), never in the memory file: per file, the sha256 of
+its bytes and a digest of its references' status when acknowledged, and when. It holds while
+both are what they were: an edit, or a reference found again or gone since, lists it again.
 """
 
 import hashlib

@@ -1,7 +1,6 @@
 """What `dirs` and `explain` read from disk for the memory-discipline findings: the secrets in
 a dir's memories, their `[[name]]` links naming no memory, and the JSONL record stores of
-known repos. Reads only, bounded; writes
-nothing (the pure rules are memoryd.discipline.secrets and memoryd.discipline.records)."""
+known repos. Reads only, bounded (the pure rules: discipline.secrets and discipline.records)."""
 
 import glob
 import os
@@ -19,26 +18,23 @@ from memoryd.paths import open_regular, read_open, read_problem
 from memoryd.runtime import Runtime
 from memoryd.storage import fsops
 
+if TYPE_CHECKING:
+    from memoryd.model.links import Dangling
 
-def secret_names(scan: "DirScan | None") -> list[str]:
-    """The files of a dir looked at for secrets: its memories, its notes (no frontmatter) and
-    the index files, MEMORY.md first: what the agent loads every session."""
+
+def secret_names(scan: DirScan | None) -> list[str]:
+    """The files of a dir looked at for secrets: the index files (MEMORY.md first), memories
+    and notes."""
     names = [INDEX_NAME, ARCHIVE_NAME]
     if scan is not None:
         names += sorted(n for n, s in scan.files.items() if s.kind in ("memory", "note"))
     return names
 
 
-if TYPE_CHECKING:
-    from memoryd.indexing.scan import DirScan
-    from memoryd.model.links import Dangling
-
-
 def dir_secrets(
     rt: Runtime, md: MemoryDir, names: Iterable[str]
 ) -> dict[str, list[secrets.Finding]]:
-    """file -> the secrets it holds (line and kind), for the named files of a dir (one that
-    is missing or cannot be read holds none here: it is reported elsewhere)."""
+    """file -> the secrets it holds (line and kind), for the named files of a dir."""
     out: dict[str, list[secrets.Finding]] = {}
     limit = rt.config.parse.max_file_bytes
     with fsops.open_dir(md.real_path) as dir_fd:
@@ -53,7 +49,7 @@ def dir_secrets(
     return out
 
 
-def dir_dangling_links(rt: Runtime, md: MemoryDir, scan: "DirScan") -> list["Dangling"]:
+def dir_dangling_links(rt: Runtime, md: MemoryDir, scan: DirScan) -> list["Dangling"]:
     """The `[[name]]` links of a dir's memories that no file of the dir answers to."""
     from memoryd.model import links
 
@@ -87,10 +83,9 @@ def is_store_file(path: Path) -> bool:
 def store_files(
     config: Config, dirs: Iterable[MemoryDir], explicit: Iterable[Path] = ()
 ) -> list[StoreFile]:
-    """The record stores to look at: `.agent/memory.jsonl` of every known repo (the repo roots
-    of the dirs, the configured repos, the repos named), and `paths.record_stores`. With
-    `explicit` paths, only those (stores named, and the stores of repos named or of the
-    named dirs' repos)."""
+    """The record stores to look at: `.agent/memory.jsonl` of every known repo (of the dirs,
+    configured, named) and `paths.record_stores`; with `explicit` paths, only the stores named
+    and those of the repos named or of the named dirs' repos."""
     explicit = list(explicit)
     roots: set[Path] = {md.repo_root for md in dirs if md.repo_root is not None}
     found: dict[Path, StoreFile] = {}

@@ -2,11 +2,9 @@
 
 Some agents keep memory as JSON lines, one record a line: `id`, `scope` (a list of strings),
 `rule`, `because`, `evidence`, `createdAt` and `lastConfirmedAt` (ISO times), and an optional
-`supersededBy` (another record's id). `parse(data)` gives the valid records and every problem
-with its line number; `active(store, scope, now)` is what recall serves from a store; `report`
-is what `memoryd dirs` and `explain STORE` show. Everything is linear in the store's size
-(a functional graph for supersession; exact pairs by prefix filtering for duplicates), and
-the caller reads the file through memoryd.paths (bounded, never a FIFO).
+`supersededBy` (another record's id). `parse` gives the valid records and each problem with its
+line; `active` is what recall serves; `report` what `dirs` and `explain STORE` show. All linear
+in the store's size; the caller reads the file (bounded, never a FIFO: discipline.findings).
 
 Semantics, decided once here:
 - A record is *superseded* when its `supersededBy` names another valid record of the store and
@@ -119,7 +117,7 @@ def _record(number: int, row: dict[str, Any]) -> Record | Problem:
 
 
 def _lines(data: bytes, max_line: int) -> Iterable[tuple[int, bytes | None]]:
-    """(number, line) of the data; None for a line over `max_line` (never decoded whole)."""
+    """(number, line) of the data; None for a line over `max_line`."""
     number, start, size = 0, 0, len(data)
     while start < size:
         end = data.find(b"\n", start)
@@ -171,8 +169,8 @@ def parse(data: bytes, *, cut: bool = False, max_line: int = MAX_LINE_BYTES) -> 
 
 
 def _links(store: Store) -> None:
-    """Check every supersededBy (known id, no cycle) and keep those that hold. Linear: each
-    record has at most one outgoing link, so walks are coloured and each record is left once."""
+    """Check every supersededBy (known id, no cycle) and keep those that hold. Linear: one link
+    out of each record, so each coloured walk leaves a record once."""
     by_id = store.by_id()
     nxt: dict[str, str] = {}
     for r in store.records:
@@ -284,14 +282,10 @@ class Duplicate:
 
 
 def duplicates(store: Store, now: float, threshold: float) -> list[Duplicate]:
-    """Pairs of active records (any scope) that say the same: the dream pass's overlap rule on
-    `rule` + `because`, among records whose scopes share an entry.
-
-    Records with the very same words (a record pasted again) are one group, each member paired
-    with the group's first only: n copies are n - 1 findings, not n²/2 pairs to enumerate.
-    Distinct word sets are paired exactly by prefix filtering (memoryd.dream.prefix_pairs)."""
-    # Here, not at the top: the similarity module imports numpy, which `memoryd search`
-    # (it reads stores through this module) would pay for at every start.
+    """Pairs of active records that say the same: the dream pass's overlap rule on `rule` +
+    `because`, among records whose scopes share an entry. Copies of one word set are paired
+    with its first only (n - 1 findings, not n²/2); distinct sets by prefix filtering."""
+    # Here: the similarity module imports numpy, which `memoryd search` would pay for.
     from memoryd.dream.prefix_pairs import pairs_sharing_a_key
     from memoryd.dream.similar import Vocabulary, significant_words
 
@@ -308,8 +302,6 @@ def duplicates(store: Store, now: float, threshold: float) -> list[Duplicate]:
         out += [
             Duplicate(members[0], m, 1.0) for m in members[1:] if _shares(members[0].scope, m.scope)
         ]
-    # Distinct word sets: paired through their rarest words, within a shared scope entry only
-    # (linear in the store for records that are not all alike).
     for pair in pairs_sharing_a_key([(groups[k][0].scope, k) for k in keys], threshold):
         out.append(Duplicate(groups[keys[pair.a]][0], groups[keys[pair.b]][0], pair.overlap))
     out.sort(key=lambda d: (d.a.line, d.b.line))
@@ -331,27 +323,22 @@ class Report:
         return len(self.problems) + len(self.unconfirmed) + len(self.duplicates)
 
     def to_json(self) -> dict[str, Any]:
+        def ref(r: Record) -> dict[str, Any]:
+            return {"line": r.line, "id": r.id}
+
         return {
             "records": self.records,
             "active": self.active,
             "problems": [p.to_json() for p in self.problems],
             "unconfirmed": [
-                {"line": r.line, "id": r.id, "last_confirmed_at": _iso(r.last_confirmed_at)}
-                for r in self.unconfirmed
+                {**ref(r), "last_confirmed_at": _iso(r.last_confirmed_at)} for r in self.unconfirmed
             ],
             "chains": [
-                {
-                    "head": {"line": c.head.line, "id": c.head.id},
-                    "superseded": [{"line": r.line, "id": r.id} for r in c.superseded],
-                }
+                {"head": ref(c.head), "superseded": [ref(r) for r in c.superseded]}
                 for c in self.chains
             ],
             "duplicates": [
-                {
-                    "a": {"line": d.a.line, "id": d.a.id},
-                    "b": {"line": d.b.line, "id": d.b.id},
-                    "overlap": round(d.overlap, 3),
-                }
+                {"a": ref(d.a), "b": ref(d.b), "overlap": round(d.overlap, 3)}
                 for d in self.duplicates
             ],
         }

@@ -1,55 +1,33 @@
 """Secrets in memory text: where they are and of what kind, never what they are (pure).
 
 Memories are loaded into every session and often synced: a credential in one is a leak.
-`find(text)` gives each secret's line and kind, `mask(text)` the text with every secret
-replaced by `[secret: <kind>]`, for anything memoryd shows or keeps (a search index, a cache).
-No function here returns or logs a secret's value.
+`find(text)` gives each secret's line and kind, `mask(text)` the text with each secret replaced
+by `[secret: <kind>]`, for anything memoryd shows or keeps. Nothing here returns or logs a value.
 
-Why a hand-written pattern list and not the `detect-secrets` library: measured on the planted
-set of tests/secret_samples.py by bench/bench_secrets.py (then 24 secrets of 14 kinds, 26
-look-alike lines), detect-secrets 1.5.0 (default plugins and filters, a file scan) found 21
-(recall 0.88: it has no Anthropic or Google key pattern, and misses a JSON "auth_token") and
-flagged 6 look-alikes (precision 0.78: sha256 digests as memoryd's own manifests hold them,
-base64 of prose, and assignments of placeholders and expressions); this list found 24 and
-flagged none. It also costs ~130 ms of start-up (its plugins and `requests`) against ~17 ms,
-and ~3.3 s to scan 1 MiB against ~0.13 s. The patterns here are anchored on each provider's
-fixed prefix; only assignments to a secret-like name (`password = ...`), a password in prose,
-an authorization header and a bare AWS secret key (on a line naming AWS) fall back to an
-entropy or mixed-case check, so a digest named `sha256:` is never a finding. And it adds no
-dependency: another provider is one line. The set is now 41 secrets of 26 kinds and 42
-look-alikes: recall 1.00, no false positive (it was written with the patterns: a format
-missing from it is likely missed).
+Why not the `detect-secrets` library: on the planted set of tests/secret_samples.py
+(bench/bench_secrets.py; then 24 secrets, 26 look-alikes) detect-secrets 1.5.0 found 21 (no
+Anthropic or Google key pattern) and flagged 6 look-alikes (sha256 digests, base64 of prose,
+placeholders); this list found 24 and flagged none, starts in ~17 ms against ~130 ms and scans
+1 MiB in ~0.13 s against ~3.3 s. Patterns are anchored on each provider's fixed prefix; only
+secret-like assignments, a password in prose, an authorization header and a bare AWS secret key
+fall back to an entropy or mixed-case check, so a `sha256:` digest is never a finding. The set
+is now 41 secrets of 26 kinds and 42 look-alikes: recall 1.00, no false positive (it was
+written with the patterns: a format missing from it is likely missed).
 
-Every pattern is a plain regex without nested quantifiers; a kind is searched for only in a
-text holding one of its plain-substring hints, and assignments only just before a `:` or `=`
-with a keyword in reach (see `_assignments`): linear at the 1 MiB file limit, ~0.1 ms for a
-typical 2 KB memory. The dream pass keeps each content's findings by hash for its next pass.
+Every pattern is a plain regex without nested quantifiers, tried only on a text holding one of
+its kind's plain-substring hints (assignments only just before a `:` or `=` with a keyword in
+reach): linear at the 1 MiB file limit, ~0.1 ms for a typical 2 KB memory.
 """
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, cast
+from typing import Final
 
-
-class _LazyPattern:
-    """A pattern compiled at its first use: the module's ~20 patterns cost ~5 ms to compile,
-    paid at every start-up by commands that never look for a secret (`index` with nothing
-    changed). Each attribute is fetched from the compiled pattern once, then kept here."""
-
-    def __init__(self, pattern: str) -> None:
-        self._source = pattern
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(re.compile(self._source), name)
-        setattr(self, name, value)
-        return value
-
-
-def _lazy(pattern: str) -> "re.Pattern[str]":
-    return cast("re.Pattern[str]", _LazyPattern(pattern))
+from memoryd.model.lazyre import lazy
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +72,8 @@ class Kind(StrEnum):
     PROSE_PASSWORD = "password in prose"  # noqa: S105 - a kind's name
 
 
-_BEGIN_KEY: Final = _lazy(r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
-_END_KEY: Final = _lazy(r"-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+_BEGIN_KEY: Final = lazy(r"-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+_END_KEY: Final = lazy(r"-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----")
 
 # (kind, hints, pattern): the value is group "v" when the pattern has one, else the whole
 # match; a text holding none of the hints (plain substrings) is not searched for that kind.
@@ -104,12 +82,12 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.AWS_ACCESS_KEY,
         ("AKIA", "ASIA", "ABIA", "ACCA"),
-        _lazy(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![A-Z0-9])"),
+        lazy(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![A-Z0-9])"),
     ),
     (
         Kind.AWS_SIGNING,
         ("aws", "AWS", "Aws"),
-        _lazy(
+        lazy(
             r"(?i:aws_?secret_?(?:access_?)?key)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+]{40})"
             r"(?![A-Za-z0-9/+])"
         ),
@@ -119,50 +97,50 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.AWS_SIGNING,
         ("aws", "AWS", "Aws", "AKIA", "ASIA"),
-        _lazy(r"(?<![A-Za-z0-9/+=])(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
+        lazy(r"(?<![A-Za-z0-9/+=])(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
     ),
     (
         Kind.GITHUB,
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
-        _lazy(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])"),
+        lazy(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])"),
     ),
     (
         Kind.GITHUB,
         ("github_pat_",),
-        _lazy(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{50,255}"),
+        lazy(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{50,255}"),
     ),
-    (Kind.GITLAB, ("glpat-",), _lazy(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,64}")),
+    (Kind.GITLAB, ("glpat-",), lazy(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,64}")),
     (
         Kind.SLACK,
         ("xox", "xapp-"),
-        _lazy(r"(?<![A-Za-z0-9])(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,250}"),
+        lazy(r"(?<![A-Za-z0-9])(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,250}"),
     ),
     (
         Kind.SLACK_WEBHOOK,
         ("hooks.slack.com",),
-        _lazy(r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}"),
+        lazy(r"https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]{16,}"),
     ),
-    (Kind.STRIPE_KEY, ("k_live_",), _lazy(r"(?<![A-Za-z0-9_])[rs]k_live_[A-Za-z0-9]{16,247}")),
+    (Kind.STRIPE_KEY, ("k_live_",), lazy(r"(?<![A-Za-z0-9_])[rs]k_live_[A-Za-z0-9]{16,247}")),
     (
         Kind.ANTHROPIC_KEY,
         ("sk-ant-",),
-        _lazy(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,255}"),
+        lazy(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,255}"),
     ),
     # sk- then 20+ characters; `_random` below keeps out words such as sk-learn-compatible.
     (
         Kind.OPENAI_KEY,
         ("sk-",),
-        _lazy(r"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-)?[A-Za-z0-9_-]{20,255}"),
+        lazy(r"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-)?[A-Za-z0-9_-]{20,255}"),
     ),
     (
         Kind.GOOGLE_API_KEY,
         ("AIza",),
-        _lazy(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"),
+        lazy(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])"),
     ),
     (
         Kind.JWT,
         ("eyJ",),
-        _lazy(
+        lazy(
             r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{8,4096}"
             r"\.[A-Za-z0-9_-]{8,4096}"
         ),
@@ -170,47 +148,47 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.AZURE_KEY,
         ("AccountKey=", "SharedAccessKey="),
-        _lazy(r"(?:Account|SharedAccess)Key=(?P<v>[A-Za-z0-9+/]{30,256}={0,2})"),
+        lazy(r"(?:Account|SharedAccess)Key=(?P<v>[A-Za-z0-9+/]{30,256}={0,2})"),
     ),
     (
         Kind.HTTP_AUTH,
         ("uthorization", "UTHORIZATION"),
-        _lazy(
+        lazy(
             r"(?i:authorization)[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?(?i:basic|bearer|token)[ \t]+"
             r"(?P<v>[A-Za-z0-9+/._~-]{8,4096}={0,2})"
         ),
     ),
-    (Kind.HUGGING_FACE, ("hf_",), _lazy(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,40}(?![A-Za-z0-9_])")),
-    (Kind.GOOGLE_OAUTH, ("GOCSPX-",), _lazy(r"GOCSPX-[A-Za-z0-9_-]{24,40}")),
+    (Kind.HUGGING_FACE, ("hf_",), lazy(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,40}(?![A-Za-z0-9_])")),
+    (Kind.GOOGLE_OAUTH, ("GOCSPX-",), lazy(r"GOCSPX-[A-Za-z0-9_-]{24,40}")),
     (
         Kind.TELEGRAM,
         (":AA",),
-        _lazy(r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])"),
+        lazy(r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_-]{33}(?![A-Za-z0-9_-])"),
     ),
     (
         Kind.SENDGRID,
         ("SG.",),
-        _lazy(r"(?<![A-Za-z0-9_])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
+        lazy(r"(?<![A-Za-z0-9_])SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
     ),
     # 32 hex digits after "twilio" or "auth token" on the same line (an Account SID, `AC` and
     # 32 hex, is no secret: its digits follow a letter).
     (
         Kind.TWILIO,
         ("twilio", "Twilio", "TWILIO", "uth token", "uth_token", "UTH_TOKEN"),
-        _lazy(
+        lazy(
             r"(?i:twilio|auth[ _-]token)[^\n]{0,80}?(?<![0-9A-Za-z])(?P<v>[0-9a-fA-F]{32})"
             r"(?![0-9A-Za-z])"
         ),
     ),
-    (Kind.NPM, ("npm_",), _lazy(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])")),
-    (Kind.PYPI, ("pypi-",), _lazy(r"(?<![A-Za-z0-9_-])pypi-AgE[A-Za-z0-9_-]{50,300}")),
-    (Kind.DIGITALOCEAN, ("_v1_",), _lazy(r"do[opr]_v1_[0-9a-f]{64}")),
-    (Kind.SHOPIFY, ("shp",), _lazy(r"(?<![A-Za-z0-9_])shp(?:at|ca|pa|ss)_[0-9a-fA-F]{32}")),
+    (Kind.NPM, ("npm_",), lazy(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])")),
+    (Kind.PYPI, ("pypi-",), lazy(r"(?<![A-Za-z0-9_-])pypi-AgE[A-Za-z0-9_-]{50,300}")),
+    (Kind.DIGITALOCEAN, ("_v1_",), lazy(r"do[opr]_v1_[0-9a-f]{64}")),
+    (Kind.SHOPIFY, ("shp",), lazy(r"(?<![A-Za-z0-9_])shp(?:at|ca|pa|ss)_[0-9a-fA-F]{32}")),
     # "the admin password is ...": the value must look generated (`_secret_value`).
     (
         Kind.PROSE_PASSWORD,
         ("assword", "ASSWORD", "assphrase"),
-        _lazy(
+        lazy(
             r"(?i:password|passphrase)[^\n:=]{0,24}?\b(?i:is|was|to)[ \t]+(?i:now[ \t]+)?"
             r"[\"'`]?(?P<v>[^\s\"'`,;]{8,128})"
         ),
@@ -218,12 +196,12 @@ _TOKENS: Final[tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...]] = (
     (
         Kind.URL_LOGIN,
         ("://",),
-        _lazy(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@]{1,128}:(?P<v>[^\s:/@]{3,128})@[\w.-]"),
+        lazy(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@]{1,128}:(?P<v>[^\s:/@]{3,128})@[\w.-]"),
     ),
 )
 
 # `password = ...`, `api_key: ...`, `"client_secret": "..."`: a secret-like name, then a value.
-_ASSIGNMENT: Final = _lazy(
+_ASSIGNMENT: Final = lazy(
     r"(?i)(?:(?<=[_-])|(?<![A-Za-z0-9]))"
     r"(?:password|passwd|pwd|pass|pgpassword|mysql_pwd|secret|secret[_-]?key|api[_-]?key|apikey"
     r"|access[_-]?key"
@@ -231,31 +209,25 @@ _ASSIGNMENT: Final = _lazy(
     r"|private[_-]?key|credentials?)"
     r"[\"']?[ \t]{0,8}(?:[:=]|:=|=>)[ \t]{0,8}(?:bearer[ \t]+)?[\"'`]?(?P<v>[^\s\"'`,;]{8,256})"
 )
-_PLACEHOLDER: Final = _lazy(
+_PLACEHOLDER: Final = lazy(
     r"(?i)^(?:<.*>|\$\{?[A-Z_][A-Z0-9_]*\}?|\{\{.*\}\}|%\(?\w+\)?s?|x{4,}|\*{3,}|\.{3,}"
     r"|(?:your|my|the|some|example|dummy|fake|sample|test|changeme|placeholder|redacted|"
     r"none|null|true|false|undefined|secret|password|env|process\.env|os\.environ)\b.*)$"
 )
-# Cheap substring hints: a text with none of them holds no secret these patterns find. The
-# tokens' prefixes are written as the tokens are (`AKIA`, `ghp_`); `_ASSIGNMENT` reads its names
-# in any case (`PWD=`, `Bearer:`), so the precheck looks for every hint in the lowered text.
-# GitHub's are whole (`ghp_`, not `gh`): "through" and "high" are in a fifth of descriptions.
-# Every token kind's own hints are added below.
-_HINTS: Final = (
-    "PRIVATE KEY", "AKIA", "ASIA", "ABIA", "ACCA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
-    "github_pat_", "glpat-", "xox", "hooks.slack", "_live_", "sk-", "AIza", "eyJ", "://",
-    *(hint for _, hints, _ in _TOKENS for hint in hints),
-)  # fmt: skip
+# Cheap substring hints: a text with none of them holds no secret these patterns find: a key
+# block's, and each token kind's own, written as the tokens are (`AKIA`, `ghp_`; GitHub's are
+# whole: "through" and "high" are in a fifth of descriptions). `_ASSIGNMENT` reads its names in
+# any case (`PWD=`), so the precheck looks for every hint in the lowered text.
+_HINTS: Final = ("PRIVATE KEY", *(hint for _, hints, _ in _TOKENS for hint in hints))
 # Every name in `_ASSIGNMENT` holds one of these (pass/passwd/password: "ass"; api_key: "key").
 _NAME_HINTS: Final = ("ass", "secret", "key", "token", "pwd", "bearer", "credential")
 MASK: Final = "[secret: {kind}]"
 
 
 def _trie(words: tuple[str, ...]) -> str:
-    """A pattern that finds where any of `words` occurs, as one alternative per first
-    character (`g(?:h|lpat\\-)|key|...`): a flat alternation of 29 literals is tried one by
-    one at every position of the text, which made this precheck a tenth of a cold scan. A word
-    that begins with a shorter one adds nothing to "does the text hold any": it is dropped."""
+    """A pattern finding any of `words`, one alternative per first character (`g(?:h|lpat)|...`):
+    a flat alternation is tried literal by literal at every position (a tenth of a cold scan).
+    A word that begins with a shorter one adds nothing: it is dropped."""
     heads: dict[str, list[str]] = {}
     for word in sorted(set(words)):
         heads.setdefault(word[0], []).append(word[1:])
@@ -267,30 +239,19 @@ def _trie(words: tuple[str, ...]) -> str:
 
 
 # One C-level scan for "could this text hold a secret at all" (most memories cannot), and one
-# per token kind: a Python loop of `in` tests over every description was a tenth of a cold scan.
-# It searches the lowered text for every hint lowered: a superset of the case-sensitive prefixes,
-# and the names in any case, for the cost of one `str.lower` (a case-insensitive pattern was
-# three times slower: it loses the regex engine's first-character scan).
-_ANY_HINT: Final = _lazy(_trie(tuple(sorted({h.lower() for h in (*_HINTS, *_NAME_HINTS)}))))
+# per token kind. It searches the lowered text for every hint lowered: one `str.lower` is three
+# times cheaper than a case-insensitive pattern (which loses the first-character scan).
+_ANY_HINT: Final = lazy(_trie(tuple(sorted({h.lower() for h in (*_HINTS, *_NAME_HINTS)}))))
 _TOKEN_HINTS: Final = tuple(
-    (kind, _lazy("|".join(map(re.escape, hints))), pattern) for kind, hints, pattern in _TOKENS
+    (kind, lazy("|".join(map(re.escape, hints))), pattern) for kind, hints, pattern in _TOKENS
 )
 # Whether any token kind's hint is there at all: most texts past _ANY_HINT hold only a word
 # such as "through" (`gh`) or "secret", and the searches per kind are then skipped.
-_ANY_TOKEN_HINT: Final = _lazy(_trie(tuple(h for _, hints, _ in _TOKENS for h in hints)))
-_NOT_A_VALUE: Final = _lazy(
+_ANY_TOKEN_HINT: Final = lazy(_trie(tuple(h for _, hints, _ in _TOKENS for h in hints)))
+_NOT_A_VALUE: Final = lazy(
     r"[a-z]+(?:[._-][a-z]+)*|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
     r"|[A-Za-z_][\w.]*\(.*"
 )
-
-
-def _entropy(value: str) -> float:
-    """Shannon entropy in bits per character."""
-    counts: dict[str, int] = {}
-    for ch in value:
-        counts[ch] = counts.get(ch, 0) + 1
-    n = len(value)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
 def _random(value: str) -> bool:
@@ -322,24 +283,30 @@ def _secret_value(value: str) -> bool:
     )  # fmt: skip
     if classes < 2 and not hexish:
         return False
-    return _entropy(value) >= (3.0 if hexish else 3.3)
+    n = len(value)
+    entropy = -sum(c / n * math.log2(c / n) for c in Counter(value).values())  # bits a char
+    return entropy >= (3.0 if hexish else 3.3)
 
 
 _AWS_BARE: Final = _TOKENS[2][2]  # the unlabelled AWS secret access key
-_AWS_LINE: Final = _lazy(r"(?i:\baws\b|aws_)|(?:AKIA|ASIA)[0-9A-Z]{16}")
+_AWS_LINE: Final = lazy(r"(?i:\baws\b|aws_)|(?:AKIA|ASIA)[0-9A-Z]{16}")
 _CHECKED_VALUES: Final = (Kind.PROSE_PASSWORD, Kind.HTTP_AUTH)
 
 
 def _plausible(kind: str, pattern: "re.Pattern[str]", value: str, text: str, at: int) -> bool:
-    """The checks a kind's match takes beyond its pattern: a bare 40-character AWS secret
-    looks generated and sits on a line naming AWS or holding an access key id; a Hugging Face
-    token has letters of both cases; a password in prose or a header's credential is not a
-    word, a placeholder or a variable."""
+    """The checks a kind's match takes beyond its pattern: a bare AWS secret looks generated
+    on a line naming AWS or holding an access key id; an OpenAI key looks generated, a Hugging
+    Face token has both cases; a URL's password, a password in prose or a header's credential
+    is no word, placeholder or variable."""
     if pattern is _AWS_BARE:
         start = text.rfind("\n", 0, at) + 1
         end = text.find("\n", at)
         line = text[start : len(text) if end < 0 else end]
         return _random(value) and _AWS_LINE.search(line) is not None
+    if kind == Kind.OPENAI_KEY:
+        return _random(value)
+    if kind == Kind.URL_LOGIN:
+        return not _PLACEHOLDER.match(value)
     if kind == Kind.HUGGING_FACE:
         return any(c.isupper() for c in value) and any(c.islower() for c in value)
     if kind in _CHECKED_VALUES:
@@ -360,10 +327,8 @@ _FOLD: Final = str.maketrans({"\u017f": "s", "\u0131": "i"})
 
 
 def _lowered(text: str) -> str:
-    """`text` lowered for the hint searches, one character for one (a position in it is a
-    position in `text`), with the letters `_ASSIGNMENT`'s case-insensitive names also take
-    folded to ASCII. `str.lower` alone makes `İ` two characters, so every later keyword was
-    looked for in the wrong place, and `ſ` stays `ſ`."""
+    """`text` lowered one character for one (positions stay those of `text`: `str.lower` makes
+    `İ` two), with the letters `_ASSIGNMENT`'s case-insensitive names take folded to ASCII."""
     lower = text.lower()
     if lower.isascii():
         return lower
@@ -373,9 +338,8 @@ def _lowered(text: str) -> str:
 
 
 def holds_no_hint(text: str) -> bool:
-    """Whether the cheap precheck proves that the text holds no secret (`mask` gives it back
-    as it is, `find` finds nothing). Its hints hold no line break: for texts joined with one,
-    it proves it of each."""
+    """Whether the cheap precheck proves the text holds no secret (its hints hold no line
+    break: for texts joined with one, it proves it of each)."""
     return _ANY_HINT.search(_lowered(text)) is None
 
 
@@ -396,14 +360,8 @@ def _spans(text: str) -> list[_Span]:
             continue
         for match in pattern.finditer(text):
             group = "v" if "v" in pattern.groupindex else 0
-            value = match.group(group)
-            if kind == Kind.OPENAI_KEY and not _random(value):
-                continue
-            if kind == Kind.URL_LOGIN and _PLACEHOLDER.match(value):
-                continue
-            if not _plausible(kind, pattern, value, text, match.start(group)):
-                continue
-            found.append(_Span(match.start(group), match.end(group), kind))
+            if _plausible(kind, pattern, match.group(group), text, match.start(group)):
+                found.append(_Span(match.start(group), match.end(group), kind))
     for match in _assignments(text, lower):
         if _secret_value(match.group("v")):
             found.append(_Span(match.start("v"), match.end("v"), Kind.ASSIGNMENT))
@@ -416,19 +374,17 @@ def _spans(text: str) -> list[_Span]:
     return out
 
 
-_SEPARATOR: Final = _lazy(r"[:=]")
+_SEPARATOR: Final = lazy(r"[:=]")
 _KEYWORDS: Final = ("pass", "pwd", "secret", "key", "token", "bearer", "credential")
 _NAME_REACH: Final = 48  # the longest name + quote + blanks the assignment pattern takes
 _VALUE_REACH: Final = 300  # ... and the longest separator + value after the name
 
 
 def _assignments(text: str, lower: str | None = None) -> Iterator[re.Match[str]]:
-    """What `_ASSIGNMENT.finditer(text)` gives, tried only at the positions just before a `:`
-    or `=` that has a keyword within reach: one case-insensitive alternation tried at every
-    position was most of the scan. A match's separator is within `_NAME_REACH` of its start
-    and no separator lies between, so each position is tried once, for the first separator
-    after it: linear, however dense the separators (an adversarial text). `lower`: the
-    text's `_lowered`, when the caller has it."""
+    """What `_ASSIGNMENT.finditer(text)` gives, tried only just before a `:` or `=` with a
+    keyword within reach (tried everywhere it was most of the scan). A match's separator is
+    within `_NAME_REACH` of its start with none between, so each position is tried once, for
+    the first separator after it: linear however dense the separators. `lower`: `_lowered`."""
     lower = _lowered(text) if lower is None else lower
     if not any(k in lower for k in _KEYWORDS):
         return
@@ -449,23 +405,18 @@ def _assignments(text: str, lower: str | None = None) -> Iterator[re.Match[str]]
                 break
 
 
-def _line_starts(text: str, spans: list[_Span]) -> Iterator[tuple[_Span, int]]:
-    line, pos = 1, 0
-    for span in spans:
-        line += text.count("\n", pos, span.start)
-        pos = span.start
-        yield span, line
-
-
 def find(text: str) -> list[Finding]:
     """The secrets of a text: line (1-based) and kind of each, in order."""
-    return [Finding(line, span.kind) for span, line in _line_starts(text, _spans(text))]
+    found, line, pos = [], 1, 0
+    for span in _spans(text):
+        line += text.count("\n", pos, span.start)
+        pos = span.start
+        found.append(Finding(line, span.kind))
+    return found
 
 
 def mask(text: str) -> str:
-    """The text with every secret replaced by `[secret: <kind>]`; the text itself when it
-    holds none. For anything memoryd shows (`show`, search results) or keeps (an index, a
-    cache): the value never leaves the memory file."""
+    """The text with every secret replaced by `[secret: <kind>]` (itself when it holds none)."""
     spans = _spans(text)
     if not spans:
         return text
@@ -480,8 +431,8 @@ def mask(text: str) -> str:
 
 
 def fingerprints(text: str) -> dict[str, str]:
-    """The secrets of a text as sha256 digests of their values, each with its kind: whether
-    two texts hold the same secret, told without holding either value (memoryd.versions.purge)."""
+    """sha256 of each secret's value -> its kind: whether two texts hold the same secret,
+    told without holding either value (memoryd.versions.purge)."""
     import hashlib
 
     return {

@@ -1,6 +1,5 @@
-"""`memoryd ack`'s work: record that a person saw a memory's flag for review, checked against
-the flag as a pass sees it now (memoryd.discipline.acked). Writes memoryd's own record, never the
-file."""
+"""`memoryd ack`: record that a person saw a memory's flag for review, as a pass sees it now
+(memoryd.discipline.acked). Writes memoryd's own record, never the file."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field

@@ -20,24 +20,19 @@ class PassStopped(MemorydError):
         self.budget = budget  # the config key that ran out, or "" when asked to stop
 
 
-def _never() -> bool:
-    return False
-
-
 @dataclass(slots=True)
 class PassBudget:
     """The time budgets of one pass (`dream.file_budget`, `dream.pass_budget`) and a stop flag.
 
-    Python cannot interrupt a step in the middle (a regex, say), so the pass checks between
-    steps: after each file it reads, after each memory's consult lookup, after the plan, and
-    before the first move. Over a budget, or asked to stop, it raises PassStopped; the pass
-    then moves nothing. The parsers are linear, so a step at the size limits takes well under
-    a second: the budgets bound the pass whatever it meets.
+    Python cannot interrupt a step (a regex, say), so the pass checks between steps: after each
+    file, each consult lookup, the plan, and before the first move; over a budget or asked to
+    stop, PassStopped, and nothing moves. The parsers are linear, so a step at the size limits
+    takes well under a second: the budgets bound the pass whatever it meets.
     """
 
     file_budget: float
     pass_budget: float
-    stop: Callable[[], bool] = _never
+    stop: Callable[[], bool] = lambda: False
     clock: Callable[[], float] = time.monotonic
     started: float = field(init=False)
 
@@ -49,15 +44,14 @@ class PassBudget:
         cls,
         rt: "Runtime",
         *,
-        stop: Callable[[], bool] = _never,
+        stop: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.monotonic,
     ) -> "PassBudget":
-        """The config's budgets (`dream.file_budget`, `dream.pass_budget`), from now."""
         return cls(rt.config.dream.file_budget, rt.config.dream.pass_budget, stop, clock)
 
     def check(self, step: str, step_started: float | None = None) -> None:
-        """Raise PassStopped when asked to stop, over the pass budget, or (with the time
-        ``step`` started) over the file budget; ``step`` names it (a file name, never text)."""
+        """Raise PassStopped when asked to stop or over a budget (the file budget: with the
+        time ``step`` started); ``step`` names it (a file name, never text)."""
         if self.stop():
             raise PassStopped(f"memoryd is stopping: the pass stopped at {step} and moved nothing")
         now = self.clock()

@@ -1,10 +1,8 @@
 """Evidence that the agent consulted a memory recently (a prune guard). Reads only.
 
-Sources plug in through `ConsultSource`. The primary one is `RecordedConsults`: the agent's own
-tool calls on memory files, each with its time, session and tool, as memoryd keeps them in its
-state dir (read from Claude Code's session transcripts by `dream.transcripts`). Then the calls
-memoryd's MCP server answered (`recall.consults.served`: rows of the consult log's format in
-the state store), and the repo's `memory-consult.jsonl` log.
+Sources (`ConsultSource`): the agent's own tool calls on memory files (`RecordedConsults`, from
+the session transcripts: `dream.transcripts`), the calls memoryd's MCP server answered
+(`recall.consults.served`, in the consult log's format), and the repo's `memory-consult.jsonl`.
 Unsure means consulted: a log that exists but cannot be read protects every memory.
 """
 
@@ -65,8 +63,8 @@ def row_time(row: Mapping[str, object]) -> float | None:
 
 # A row without a time counts at any `since`.
 _ALWAYS = float("inf")
-# fuzz.ratio is 2·LCS / (len(a) + len(b)): at the cutoff, the longer string is at most this many
-# times the shorter, so a string is compared only with those of the lengths in that window.
+# fuzz.ratio is 2·LCS / (len(a) + len(b)): at the cutoff the longer string is at most this many
+# times the shorter, so only strings of lengths in that window are compared.
 _LENGTH_SPAN = 200.0 / FUZZY_CUTOFF - 1.0
 
 
@@ -113,13 +111,9 @@ class _Window:
 
 @dataclass(slots=True)
 class ConsultLog:
-    """`<repo>/.claude/logs/memory-consult.jsonl`: rows with `names` and/or a `query`.
-
-    A log is read once and kept as its distinct names and query words, each with the newest
-    time a row gave it; a memory is then matched against those, not against every row: the
-    cost of a pass is linear in the log, not in the log times the memories (a 4 MB log of
-    rows naming memories took a 20-memory pass 8 s).
-    """
+    """`<repo>/.claude/logs/memory-consult.jsonl`: rows with `names` and/or a `query`, kept as
+    their distinct names and query words with the newest time of each: a pass is linear in the
+    log, not the log times the memories (a 4 MB log took a 20-memory pass 8 s)."""
 
     path: Path
     unreadable: str = ""  # why the log could not be read; then everything counts as consulted
@@ -131,21 +125,11 @@ class ConsultLog:
 
     @classmethod
     def load(cls, repo_root: Path | None) -> "ConsultLog | None":
-        """None when there is no log (no evidence either way)."""
-        if repo_root is None:
-            return None
-        return cls.load_file(repo_root / CONSULT_LOG)
+        """The repo's log; None when there is none (no evidence either way)."""
+        return None if repo_root is None else cls.read(repo_root / CONSULT_LOG)
 
     @classmethod
-    def load_file(cls, path: Path, shown: str = "") -> "ConsultLog | None":
-        """A log of this format anywhere; None when there is none."""
-        log = cls._read(path)
-        if log is not None:
-            log.shown = shown
-        return log
-
-    @classmethod
-    def _read(cls, path: Path) -> "ConsultLog | None":
+    def read(cls, path: Path) -> "ConsultLog | None":
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -259,10 +243,8 @@ class Seen:
 @dataclass(frozen=True, slots=True)
 class RecordedConsults:
     """The agent's tool calls on one memory dir's files (file -> newest), as recorded.
-
-    `unsure`: why the record may be missing recent calls (transcripts not read to the end);
-    then every memory counts as consulted, as for a log that cannot be read.
-    """
+    `unsure`: why recent calls may be missing (transcripts not read to the end): then every
+    memory counts as consulted."""
 
     seen: Mapping[str, Seen]
     unsure: str = ""
@@ -275,8 +257,4 @@ class RecordedConsults:
 
 
 def consulted(sources: Iterable[ConsultSource], subject: Subject, since: float) -> str | None:
-    for source in sources:
-        found = source.evidence(subject, since)
-        if found:
-            return found
-    return None
+    return next((found for s in sources if (found := s.evidence(subject, since))), None)

@@ -1,20 +1,19 @@
 """`memoryd explain FILE`: every fact and rule the dream pass would apply to one memory."""
 
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from memoryd.config import DreamConfig
 from memoryd.discover.finder import memory_dir_of
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.inventory import scan_of
 from memoryd.dream.kinds import FlagKind
-from memoryd.dream.plan import Item, Thresholds, guards_for, newer, opposing, pair_kind
-from memoryd.dream.read import Reading, read_and_plan, thresholds
+from memoryd.dream.plan import Item, guards_for, newer, opposing, pair_kind
+from memoryd.dream.read import Reading, read_and_plan
 from memoryd.dream.refs import RefCheck, Scope, Status
 from memoryd.dream.repo import RepoIndex
 from memoryd.dream.repocache import RepoCache
-from memoryd.dream.similar import overlap
 from memoryd.errors import MemorydError
 from memoryd.indexing.scan import skip_reason
 from memoryd.indexing.window import agent_sees
@@ -33,7 +32,7 @@ def explain(
     item = reading.plan.items.get(file.name)
     if item is None:
         raise MemorydError(f"{file}: {_why_not_a_memory(rt, md, file.name)}")
-    t, consult = thresholds(rt), reading.consults.get(item.filename)
+    t, consult = rt.config.dream, reading.consults.get(item.filename)
     ownership = reading.ownership
     return {
         "file": str(file),
@@ -52,7 +51,7 @@ def explain(
         "restored": reading.pins.get(item.filename),
         "acknowledged": _acknowledged(rt, md, item),
         "consult": consult,
-        "similar": _similar(item, reading.inv.items, t),
+        "similar": _similar(item, reading, t),
         "decision": _decision(item, reading),
         "breaker": reading.plan.refused or None,
         "index": "managed"
@@ -90,14 +89,12 @@ def _ref(c: RefCheck, repo: RepoIndex | None) -> dict[str, Any]:
     }
 
 
-def _similar(item: Item, items: Sequence[Item], t: Thresholds) -> list[dict[str, Any]]:
-    """The memories of its type that share at least the contradiction threshold's words."""
+def _similar(item: Item, reading: Reading, t: DreamConfig) -> list[dict[str, Any]]:
+    """The memories the pass paired with it (same type, at least the contradiction threshold)."""
     similar = []
-    for other in items:
-        if other.filename == item.filename or other.agent_type != item.agent_type:
-            continue
-        score = overlap(item.words, other.words)
-        if score >= t.contradiction:
+    for a, b, score in reading.plan.similar:
+        if item.filename in (a, b):
+            other = reading.plan.items[b if a == item.filename else a]
             similar.append(
                 {
                     "file": other.filename,
@@ -192,23 +189,18 @@ def _why_not_a_memory(rt: Runtime, md: MemoryDir, name: str) -> str:
     return "memoryd cannot use this file as a memory"
 
 
-def _guard_reading(data: dict[str, Any]) -> str:
-    if data.get("guard_type") == data["type"]:
-        return ""
-    return (
-        f" (as Claude Code reads it); the guards take the protective reading: "
-        f"{data.get('guard_type') or 'none'}"
-    )
-
-
 def render(data: dict[str, Any]) -> str:
     """The explanation for a person, one fact a line; each line `shown` (names, paths and
     references come from files anyone may have written)."""
+    type_line = f"  type: {data['type'] or 'none'}"
+    if (guard_type := data.get("guard_type")) != data["type"]:
+        type_line += " (as Claude Code reads it); the guards take the protective reading: "
+        type_line += guard_type or "none"
     lines = [
         f"{data['file']}",
         f"  dir: {data['dir']}",
         f"  repo root: {data['repo_root'] or 'none'} ({data['repo_reason']})",
-        f"  type: {data['type'] or 'none'}" + _guard_reading(data),
+        type_line,
         "  references:",
     ]
     if not data["refs"]:
@@ -234,11 +226,7 @@ def render(data: dict[str, Any]) -> str:
     if not data["similar"]:
         lines.append("    (none at or above the contradiction threshold)")
     for s in data["similar"]:
-        opp = (
-            f"; opposing on {', '.join(s['opposing_directives'])}"
-            if s["opposing_directives"]
-            else ""
-        )
+        opp = f"; opposing on {', '.join(o)}" if (o := s["opposing_directives"]) else ""
         lines.append(
             f"    {s['file']}: overlap {s['overlap']:.2f}, {s['kind']}, newer: {s['newer']}{opp}"
         )
@@ -248,12 +236,9 @@ def render(data: dict[str, Any]) -> str:
             "out of the memory by hand)"
         )
     for link in data.get("history", []):
-        verb = "lost to" if link["kind"] == "superseded_by" else "won over"
-        a, b = (
-            (link["loser"], link["winner"])
-            if link["kind"] == "superseded_by"
-            else (link["winner"], link["loser"])
-        )
+        lost = link["kind"] == "superseded_by"
+        a, b = (link["loser"], link["winner"]) if lost else (link["winner"], link["loser"])
+        verb = "lost to" if lost else "won over"
         back = f"; restored as {link['restored_as']}" if link["restored_as"] else ""
         lines.append(
             f"  history: {a} {verb} {b} on {link['day']} ({link['reason']}, pass "

@@ -1,9 +1,8 @@
 """What the planner needs from one memory file's bytes, derived once per content and reused.
 
-Everything here is a function of the file's bytes alone (and the parse limits): not of its
-name, its mtime or the repo. So it is keyed by the bytes' sha256, and an entry can never be
-stale: a file that changed has another key. The repo-dependent part (checking the references)
-and the time-dependent part (the age, the guards) are left to the planner.
+Everything here is a function of the bytes alone (and the parse limits), so it is keyed by
+their sha256 and never stale. Checking references (the repo) and age (the clock) is the
+planner's.
 """
 
 import re
@@ -21,8 +20,7 @@ from memoryd.model.memfile import Memory, parse_date
 from memoryd.storage.sealed import frame, frames
 
 _PROHIBITION: Final = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
-# Every match holds one of these once lower-cased (of the letters involved only "i" has
-# case-insensitive partners outside ASCII), so a body with none of them needs no regex search.
+# Every match holds one of these once lower-cased (only "i" has non-ASCII case partners here).
 _PROHIBITION_HINTS: Final = ("do not", "don", "never", "avo")
 # Most bodies name nothing and give no directive: they share these instead of empty copies.
 _NO_REFS: Final = Refs(paths=(), symbols=())
@@ -55,8 +53,7 @@ def prohibition(body: str) -> str:
 
 
 def derive(memory: Memory, vocabulary: Vocabulary) -> Facts:
-    # Masked: its words and references are saved in the facts cache, which must not hold a
-    # secret (memoryd.discipline.secrets); a secret is no word two memories share by meaning anyway.
+    # Masked: the facts cache must hold no secret, and a secret is no word shared by meaning.
     body = mask(memory.body)
     refs = extract_refs(body)
     words, (positives, negatives) = words_and_directives(body)
@@ -76,11 +73,8 @@ def derive(memory: Memory, vocabulary: Vocabulary) -> Facts:
 
 
 def _shared(refs: Refs) -> Refs:
-    """``refs`` holding one string per distinct reference across all memories.
-
-    Memories of one project name the same paths and symbols again and again (at 10,000
-    memories, 6,600 distinct paths among 16,500); each memory's own copies would all be kept.
-    """
+    """``refs`` holding one string per distinct reference across all memories (memories name
+    the same paths again and again: 6,600 distinct among 16,500 at 10,000)."""
     if not refs.paths and not refs.symbols:
         return _NO_REFS
     return Refs(tuple(map(sys.intern, refs.paths)), tuple(map(sys.intern, refs.symbols)))
@@ -89,10 +83,9 @@ def _shared(refs: Refs) -> Refs:
 class FactsCache:
     """Facts by sha256, kept between passes in one process, with the vocabulary of their ids.
 
-    Bounded by what the dirs hold: after a pass over a dir, entries that no dir's latest pass
-    used are dropped. The vocabulary still holds the words of dropped entries, so once more
-    entries were dropped than are kept, it starts again, empty, with an empty cache. A change
-    of parse limits (which decide what parses at all) also starts again.
+    After a pass over a dir, entries no dir's latest pass used are dropped; once more were
+    dropped than are kept (the vocabulary keeps their words), or the parse limits change, it
+    starts again empty.
     """
 
     __slots__ = ("_dropped", "_entries", "_limits", "_used", "vocabulary")
@@ -110,7 +103,7 @@ class FactsCache:
     def begin(self, limits: tuple[int, int]) -> None:
         """Start a pass parsed with these (max file, max frontmatter) byte limits."""
         if limits != self._limits:
-            self._reset()
+            self.clear()
             self._limits = limits
 
     def get(self, sha256: str) -> Facts | None:
@@ -127,15 +120,10 @@ class FactsCache:
             self._dropped += len(self._entries) - len(live)
             self._entries = {k: v for k, v in self._entries.items() if k in live}
         if self._dropped > len(self._entries):
-            self._reset()
-
-    def clear(self) -> None:
-        """Forget everything (the next pass derives every memory's facts again)."""
-        self._reset()
+            self.clear()
 
     def adopt(self, saved: "SavedFacts") -> frozenset[str]:
-        """Take the entries of a saved file that this cache does not hold yet; the contents
-        the file holds (those of its frames that were whole)."""
+        """Take the saved entries this cache lacks; returns the contents the file holds."""
         entries = self._entries
         held: set[str] = set()
         # A fresh cache takes the saved ids as they are; one that holds words renumbers them.
@@ -157,9 +145,8 @@ class FactsCache:
         return frozenset(held)
 
     def dump(self, used: Iterable[str]) -> Iterator[bytes]:
-        """The entries in ``used`` for the state dir (see ``load_saved``), a frame at a time:
-        at 100,000 memories the whole file at once would raise a pass's peak by ~80 MB, so
-        nothing here copies the entries or the vocabulary either."""
+        """The entries in ``used`` for the state dir (``load_saved``), a frame at a time and
+        copying nothing: the whole file at once is ~80 MB more peak at 100,000 memories."""
         shas = [sha for sha in used if sha in self._entries]
         words: Sequence[str] = self.vocabulary.all_words()
         renumber: dict[int, int] | None = None
@@ -188,7 +175,7 @@ class FactsCache:
                 )  # fmt: skip
             yield frame(tuple(rows))
 
-    def _reset(self) -> None:
+    def clear(self) -> None:
         self._entries = {}
         self._used = {}
         self._dropped = 0
@@ -212,10 +199,8 @@ class SavedFacts:
 
 
 def load_saved(data: bytes | None, limits: tuple[int, int]) -> SavedFacts | None:
-    """What ``FactsCache.dump`` wrote under these parse limits; None for anything else.
-
-    Rows are checked as their frame is taken: a row of the wrong shape, or with a word id
-    beyond the words, ends the file there."""
+    """What ``FactsCache.dump`` wrote under these parse limits; None for anything else. Rows
+    are checked as their frame is taken: a bad one ends the file there."""
     if not data:
         return None
     payloads = frames(data)

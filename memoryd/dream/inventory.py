@@ -43,7 +43,7 @@ class Inventory:
 
 
 def _facts_of(memo: DreamMemo) -> FactsCache:
-    """The memo's facts (made here, not with the memo: this module is the one that may)."""
+    """The memo's facts (made here: memo.py may not import the facts module)."""
     if memo.facts is None:
         memo.facts = FactsCache()
     return memo.facts
@@ -54,14 +54,12 @@ INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    """The names a scan found, without what it holds per file (which a pass would keep alive
-    with the scan: ~90 MB at 100,000 memories)."""
+    """The names a scan found, without the scan (~90 MB at 100,000 memories)."""
 
     memories: list[str]  # in name order
     problems: list[str]
     conflicts: list[str]
-    # Notes (no frontmatter) and the index files: looked at for secrets only. MEMORY.md is
-    # what the agent loads every session, and a note in the dir is as readable as a memory.
+    # Notes (no frontmatter) and the index files: looked at for secrets only.
     others: list[str] = field(default_factory=lambda: list(INDEX_FILES))
 
     @classmethod
@@ -94,15 +92,12 @@ def inventory(
     budget: PassBudget | None = None,
     read: Mapping[str, str | None] | None = None,
 ) -> Inventory:
-    """Read every memory file; parse it and derive its facts unless its content was seen before.
+    """Read and hash every memory file (a pass decides from the bytes as they are now); derive
+    its facts unless held, or saved in the state dir by the dir's last saving pass.
 
-    `listing`: what a scan of the dir just made found (the ownership probe's), so the listing
-    is not made twice. Each file is still read and hashed here (and re-hashed by the moves): a
-    pass decides from the bytes as they are now, not from the scan's stat-keyed cache. Facts
-    this process does not hold are looked up in those the dir's last saving pass left in the
-    state dir; `save` (not for a dry run) writes them back when the dir's contents changed.
-    `budget`: checked after each file. `read`: the index files' texts as the pass already read
-    them (None: missing), looked at for secrets without reading them again.
+    `listing`: the names a scan just found (the ownership probe's). `save` (no dry run): write
+    the facts back when the contents changed. `budget`: checked after each file. `read`: the
+    index files' texts as the pass read them (None: missing), looked at for secrets.
     """
     limits = rt.config.parse.max_file_bytes, rt.config.parse.max_frontmatter_bytes
     if listing is None:
@@ -197,10 +192,9 @@ class _Reader:
 def _other_secrets(
     reader: _Reader, names: Sequence[str], read: Mapping[str, str | None]
 ) -> dict[str, str]:
-    """Put in the inventory the secrets of the dir's files that are no memories (MEMORY.md,
-    the archive, notes), found by content as the memories' are; a missing file holds none.
-    `read`: texts the pass already read (not read again). Returns the content hash of each
-    file that holds one (of its text, so that a file read either way has one key)."""
+    """Put in the inventory the secrets of the files that are no memories (index files, notes;
+    `read`: texts the pass has). Returns the hash of each holding one (of its text, so that a
+    file read either way has one key)."""
     out: dict[str, str] = {}
     for name in names:
         if name in read:
@@ -222,7 +216,7 @@ def _other_secrets(
 
 
 def _adopt_saved(rt: Runtime, md: MemoryDir, limits: tuple[int, int]) -> None:
-    """Take the facts the dir's last saving pass left in the state dir (under the facts lock)."""
+    """Take the facts the dir's last saving pass saved (under the facts lock)."""
     saved = load_saved(rt.store.load_facts(md.real_path), limits)
     if saved is None:
         return

@@ -1,6 +1,5 @@
-"""The dream pass's named outcomes: how a pass ended, why a file moves, how two memories pair,
-why a memory is flagged. String enums, so that the report's JSON and the audit rows carry the
-same words as before and a comparison with the plain word still holds."""
+"""The dream pass's named outcomes, as string enums (the JSON and the audit rows carry the words;
+a comparison with the plain word holds)."""
 
 from enum import StrEnum
 

@@ -1,9 +1,5 @@
 """What dream passes keep for later passes in the same process: repo snapshots and facts.
-
-One lives in each Runtime, so the passes of a process share it and a new process starts with
-nothing (it reads what earlier passes saved in the state dir instead). Nothing here is a
-module global: two Runtimes, such as two tests, never see each other's.
-"""
+One lives in each Runtime (no module global: two Runtimes never see each other's)."""
 
 import threading
 from dataclasses import dataclass, field
@@ -30,16 +26,14 @@ class DreamMemo:
     facts: "FactsCache | None" = None
     saved_facts: dict[Path, frozenset[str]] = field(default_factory=dict)
     facts_lock: threading.Lock = field(default_factory=threading.Lock)
-    # Per dir, the secrets (memoryd.discipline.secrets.Finding) of each content hash the last pass
-    # read: scanning every byte of every memory again each pass was as much as reading them.
+    # Per dir, the secrets of each content hash the last pass read (a scan costs a read).
     secrets: "dict[Path, dict[str, tuple[Finding, ...]]]" = field(default_factory=dict)
-    # The kept versions (object sha256) found to hold no secret at all: memoryd.versions.purge reads
-    # each only once a process.
+    # The kept versions (sha256) found to hold no secret: versions.purge reads each once.
     secretless: set[str] = field(default_factory=set)
 
     def release_facts(self) -> None:
-        """Forget the facts kept for later passes (~2.3 KB a memory): for the daemon, which
-        dreams a dir now and then and should not hold 23 MB at 10,000 memories in between."""
+        """Forget the facts kept for later passes (~2.3 KB a memory): the daemon dreams now and
+        then and should not hold 23 MB at 10,000 memories in between."""
         with self.facts_lock:
             if self.facts is not None:
                 self.facts.clear()

@@ -37,12 +37,9 @@ _RANGE_STEP: Final = 1 << 20  # positions added at once by ranges (4-8 MB of tem
 
 
 def ranges(starts: "Arr", lens: "Arr") -> "Arr":
-    """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop.
-
-    int32 when every value fits (half the memory: at 100,000 memories this array is the
-    largest the duplicate search makes), and the running positions are added a slice at a
-    time rather than from one more array as long as the result.
-    """
+    """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop: int32
+    when every value fits (at 100,000 memories the search's largest array), positions added a
+    slice at a time rather than from one more array as long."""
     total = int(lens.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
@@ -57,10 +54,7 @@ def ranges(starts: "Arr", lens: "Arr") -> "Arr":
 
 
 def flatten(rows: Sequence[Sequence[int]]) -> tuple["Arr", "Arr"]:
-    """All rows' ids in one uint32 array (4 bytes an entry), and each row's length.
-
-    One join of the rows' buffers: the array is allocated once, at its final size.
-    """
+    """All rows' ids in one uint32 array (one join: allocated once), and each row's length."""
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
     joined = b"".join(
         r if isinstance(r, array) and r.typecode == "I" else array("I", r) for r in rows
@@ -90,11 +84,8 @@ def _dense_counter(
     rows: "Arr", cols: "Arr", n: int, n_cols: int, max_size: int, kernel: str
 ) -> "Callable[[int, int], Arr]":
     """A function giving, for rows r0..r1, the frequent words each shares with rows r0..n.
-
-    ``popcount`` (numpy ≥ 2) ANDs 64 words at a time and counts bits: single-threaded and
-    cheap per word. ``gemm`` is a float32 matrix product, exact for counts below 2**24; it is
-    the fallback for older numpy, because a multi-threaded BLAS spins badly on a busy machine.
-    """
+    ``popcount`` (numpy ≥ 2) ANDs 64 words at a time and counts bits, single-threaded. ``gemm``,
+    a float32 product exact below 2**24, is older numpy's (a threaded BLAS spins when busy)."""
     count_type = np.uint16 if max_size < 65_000 else np.uint32
     if n_cols == 0:
         return lambda r0, r1: np.zeros((r1 - r0, n - r0), dtype=count_type)
@@ -154,14 +145,12 @@ class Tuning:
 
 
 def group_pairs(
-    members: "Arr", rows: "Sequence[Sequence[int]]", low: float, tuning: Tuning
-) -> list[tuple["Arr", "Arr", "Arr"]]:
-    """All qualifying pairs inside one type; ``members`` are doc indexes, none empty.
-
-    The arrays are dropped as soon as they are used (`del`): entry-long ones are the search's
-    peak, and the order keeps few of them alive at once."""
+    doc_ids: Sequence[int], rows: "Sequence[Sequence[int]]", low: float, tuning: Tuning
+) -> list[tuple[int, int, float]]:
+    """All qualifying pairs (a, b, overlap) inside one type of docs, none empty. Arrays go once
+    used (`del`): entry-long ones are the peak, and the order keeps few alive at once."""
     kernel, fraction = tuning.dense()
-    members, sizes, words, n_words = _sorted_rows(members, rows)
+    members, sizes, words, n_words = _sorted_rows(np.array(doc_ids, dtype=np.int64), rows)
     n = int(members.size)
     df = np.bincount(words, minlength=n_words)
     rows_local = np.repeat(np.arange(n, dtype=np.int32), sizes)
@@ -174,7 +163,6 @@ def group_pairs(
     e_row = rows_local[sparse]
     e_word = words[sparse]
     del rows_local, words, sparse
-    # In an order that keeps few entry-long arrays alive at once (the search's peak).
     by_word = np.argsort(e_word, kind="stable").astype(np.int32)
     word_end = np.cumsum(np.bincount(e_word, minlength=n_words), dtype=np.int32)
     e_len = word_end[e_word]
@@ -188,7 +176,7 @@ def group_pairs(
     e_len -= e_lo
     rare = _Rare(e_row, e_lo, e_len, post)
     need = np.array(need_table(low, int(sizes[-1])), dtype=np.int64)
-    out: list[tuple[Arr, Arr, Arr]] = []
+    out: list[tuple[int, int, float]] = []
     r0 = 0
     while r0 < n - 1:
         width = n - r0
@@ -202,7 +190,8 @@ def group_pairs(
             ov = inter[bi, ci].astype(np.float64) / sizes[r0 + bi].astype(np.float64)
             ok = ov >= low
             a, c = members[r0 + bi[ok]], members[r0 + ci[ok]]
-            out.append((np.minimum(a, c), np.maximum(a, c), ov[ok]))
+            lists = np.minimum(a, c).tolist(), np.maximum(a, c).tolist(), ov[ok].tolist()
+            out.extend(zip(*lists, strict=True))
         r0 = r1
     return out
 
@@ -211,9 +200,8 @@ def _sorted_rows(
     members: "Arr", rows: "Sequence[Sequence[int]]"
 ) -> tuple["Arr", "Arr", "Arr", int]:
     """The members and their sizes in size order, all their word ids in one array in that
-    order, and how many word ids there are (renumbered when the id space is sparse)."""
-    # Only this type's rows are flattened, and the flat copy goes once they are in size order:
-    # the largest arrays of a 100,000-memory pass are made here.
+    order, and how many word ids there are (renumbered when the id space is sparse). Only this
+    type's rows are flattened: the largest arrays of a 100,000-memory pass are made here."""
     flat, lengths = _dedupe_rows(*flatten(rows))
     order = np.lexsort((members, lengths))
     members, sizes = members[order], lengths[order]
@@ -230,9 +218,8 @@ def _sorted_rows(
 def _dense_part(
     words: "Arr", rows_local: "Arr", df: "Arr", sizes: "Arr", fraction: float, kernel: str
 ) -> tuple["Callable[[int, int], Arr]", "Arr"]:
-    """The dense counter of the frequent words, and which entries it counts. Frequent words
-    are counted densely, a whole block of pairs at once; their posting lists would cost df²
-    scattered increments."""
+    """The dense counter of the frequent words (posting lists would cost df² increments), and
+    which entries it counts."""
     n = int(sizes.size)
     cutoff = max(2, math.ceil(fraction * n))
     dense_words = np.flatnonzero(df >= cutoff)
@@ -284,64 +271,3 @@ def _scatter_counts(inter: "Arr", rare: _Rare, r0: int, r1: int, gather_max: int
             else:
                 target += np.bincount(cols, minlength=target.size).astype(target.dtype)
         start = end
-
-
-def pairs(
-    docs: Sequence[tuple[str, Sequence[int]]], low: float, tuning: Tuning
-) -> list[tuple[int, int, float]]:
-    """Every pair of same-type docs at ``low`` overlap or above, sorted: (a, b, overlap)."""
-    groups: dict[str, list[int]] = {}
-    for i, (doc_type, words) in enumerate(docs):
-        if len(words):
-            groups.setdefault(doc_type, []).append(i)
-    parts: list[tuple[Arr, Arr, Arr]] = []
-    for doc_type in sorted(groups):
-        members = groups[doc_type]
-        if len(members) >= 2:
-            rows = [docs[i][1] for i in members]
-            parts.extend(group_pairs(np.array(members, dtype=np.int64), rows, low, tuning))
-    if not parts:
-        return []
-    a = np.concatenate([p[0] for p in parts])
-    b = np.concatenate([p[1] for p in parts])
-    ov = np.concatenate([p[2] for p in parts])
-    order = np.lexsort((b, a))
-    return list(zip(a[order].tolist(), b[order].tolist(), ov[order].tolist(), strict=True))
-
-
-@dataclass(frozen=True, slots=True)
-class NumpyTypeIndex:
-    members: "Arr"
-    sizes: "Arr"
-    words: "Arr"  # sorted distinct word ids
-    indptr: "Arr"
-    post: "Arr"  # local positions, grouped by word
-
-
-def build_index(members: list[int], rows: "list[array[int]]") -> NumpyTypeIndex:
-    """One type's docs prepared for `query` (``rows[k]``: the sorted unique ids of members[k])."""
-    flat, sizes = flatten(rows)
-    row_of = np.repeat(np.arange(len(rows), dtype=np.int64), sizes)
-    by_word = np.argsort(flat, kind="stable")
-    words, counts = np.unique(flat, return_counts=True)
-    indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    return NumpyTypeIndex(
-        np.array(members, dtype=np.int64), sizes, words.astype(np.int64), indptr,
-        row_of[by_word],
-    )  # fmt: skip
-
-
-def query(ix: NumpyTypeIndex, q: list[int], low: float) -> list[tuple[int, float]]:
-    qa = np.array(q, dtype=np.int64)
-    at = np.searchsorted(ix.words, qa)
-    known = at < ix.words.size
-    known[known] = ix.words[at[known]] == qa[known]
-    at = at[known]
-    counts = np.bincount(
-        ix.post[ranges(ix.indptr[at], ix.indptr[at + 1] - ix.indptr[at])],
-        minlength=ix.members.size,
-    )
-    hit = np.flatnonzero(counts)
-    ov = counts[hit].astype(np.float64) / np.minimum(ix.sizes[hit], len(q)).astype(np.float64)
-    ok = ov >= low
-    return list(zip(ix.members[hit[ok]].tolist(), ov[ok].tolist(), strict=True))

@@ -4,16 +4,14 @@ big-int bitset over a type's docs, a row's counts are kept bit-sliced with carry
 
 import math
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from itertools import chain
 from typing import Final
 
 _BITSET_MIN_DF: Final = 16  # words in at least this many docs get a bitset ...
 _BITSET_DF_DIVISOR: Final = 256  # ... and in at least 1/256 of the type's docs
-_QUERY_BITSET_MIN_DF: Final = 8  # query index: bitsets for words in this many docs
 
 
 def min_shared(low: float, size: int) -> int:
@@ -29,11 +27,8 @@ def need_table(low: float, max_size: int) -> list[int]:
 
 
 def bit_slices(vectors: list[int]) -> list[int]:
-    """Sum 0/1 vectors column-wise: slice ``l`` of the result holds bit ``l`` of every count.
-
-    A carry-save tree: each full adder folds three vectors of one weight into one of that
-    weight and one of the next, so n vectors cost about 5n big-int operations.
-    """
+    """Sum 0/1 vectors column-wise: slice ``l`` holds bit ``l`` of every count. A carry-save
+    tree (full adders fold three vectors into one of that weight and one of the next): ~5n ops."""
     slices: list[int] = []
     level = vectors
     while level:
@@ -181,76 +176,3 @@ def _found_with_rare(rare: "Counter[int]", slices: list[int], k: int, shift: int
             data = to_bytes(enough)
             found.update(j for j, c in rare.items() if c == r and bit_of(data, j - shift))
     return found
-
-
-@dataclass(frozen=True, slots=True)
-class PureTypeIndex:
-    members: tuple[int, ...]
-    sizes: tuple[int, ...]
-    bits: dict[int, int]  # frequent word -> bitset over local positions
-    postings: "dict[int, array[int]]"  # other words -> local positions
-    size_steps: tuple[int, ...]  # distinct sizes, ascending
-    size_at_least: tuple[int, ...]  # [t]: bitset of docs with size >= size_steps[t]; [-1] = 0
-
-
-def build_index(members: list[int], rows: "list[array[int]]") -> PureTypeIndex:
-    """One type's docs prepared for `query` (``rows[k]``: the sorted unique ids of members[k])."""
-    n = len(members)
-    postings: dict[int, array[int]] = {}
-    for pos, row in enumerate(rows):
-        for w in row:
-            plist = postings.get(w)
-            if plist is None:
-                plist = postings[w] = array("I")
-            plist.append(pos)
-    bits = {w: bitset(p, n) for w, p in postings.items() if len(p) >= _QUERY_BITSET_MIN_DF}
-    for w in bits:
-        del postings[w]
-    sizes = tuple(len(r) for r in rows)
-    steps = tuple(sorted(set(sizes)))
-    by_size: dict[int, list[int]] = {}
-    for pos, size in enumerate(sizes):
-        by_size.setdefault(size, []).append(pos)
-    at_least = [0] * (len(steps) + 1)
-    for t in range(len(steps) - 1, -1, -1):
-        at_least[t] = at_least[t + 1] | bitset(by_size[steps[t]], n)
-    return PureTypeIndex(tuple(members), sizes, bits, postings, steps, tuple(at_least))
-
-
-def query(ix: PureTypeIndex, q: list[int], low: float) -> list[tuple[int, float]]:
-    """(doc index, overlap) of each doc of ``ix`` sharing at least ``low`` of the sorted
-    unique word ids ``q``."""
-    sq = len(q)
-    vectors = [ix.bits[w] for w in q if w in ix.bits]
-    hits: list[int] = []
-    for w in q:
-        plist = ix.postings.get(w)
-        if plist is not None:
-            hits.extend(plist)
-    slices = bit_slices(vectors)
-    # Docs at least as big as the query all need the same count; smaller ones need a count
-    # that depends on their own size, so they are taken one band of sizes at a time.
-    steps, sized = ix.size_steps, ix.size_at_least
-    split = bisect_left(steps, sq)
-    candidates = 0
-    if split < len(steps):
-        candidates |= at_least(slices, min_shared(low, sq)) & sized[split]
-    t = 0
-    while t < split:
-        k = min_shared(low, steps[t])
-        t2 = t + 1
-        while t2 < split and min_shared(low, steps[t2]) == k:
-            t2 += 1
-        candidates |= at_least(slices, k) & sized[t] & ~sized[t2]
-        t = t2
-    rare = Counter(hits)
-    slice_bytes = [to_bytes(s) for s in slices]
-    out: list[tuple[int, float]] = []
-    for pos in sorted(set(bit_positions(candidates)).union(rare)):
-        shared = rare.get(pos, 0) + sum(
-            bit_of(sb, pos) << lvl for lvl, sb in enumerate(slice_bytes)
-        )
-        ov = shared / min(sq, ix.sizes[pos])
-        if ov >= low:
-            out.append((ix.members[pos], ov))
-    return out

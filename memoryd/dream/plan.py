@@ -1,42 +1,24 @@
 """The dream pass as a pure decision: memories in, a plan of moves and reasons out (DESIGN §4)."""
 
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from memoryd.config import DreamConfig
 from memoryd.dream.facts import Facts
 from memoryd.dream.kinds import FlagKind, MoveReason, PairKind
 from memoryd.dream.refs import Classification, RefCheck, RefChecker, Scope, Status, classify
 from memoryd.dream.similar import find_similar_pairs
 
 
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    duplicate: float = 0.6
-    contradiction: float = 0.4
-    guard_recent: float = 14 * 86400.0
-    consult_window: float = 14 * 86400.0
-    breaker_min: int = 3
-    breaker_fraction: float = 0.2
-
-
-@dataclass(frozen=True, slots=True)
-class Item:
-    """One memory as the planner sees it: derived facts only, no body kept."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Item(Facts):
+    """One memory as the planner sees it: its facts (no body), references checked, age."""
 
     filename: str
-    name: str
-    type: str  # the protective reading: what the guards go by
     sha256: str
     age_ts: float  # newest of mtime and a frontmatter `modified`/`last_verified` date
     checks: tuple[RefCheck, ...]
     classification: Classification
-    words: "array[int]"
-    positives: frozenset[str]
-    negatives: frozenset[str]
-    prohibition: str  # the prohibition phrase found in the body, or ""
-    promotion_declined: bool = False
-    agent_type: str = ""  # the type as Claude Code reads it: what pairing goes by
 
     @property
     def missing(self) -> list[str]:
@@ -46,22 +28,14 @@ class Item:
 
 
 def make_item(filename: str, sha256: str, mtime: float, facts: Facts, checker: RefChecker) -> Item:
-    """The planner's view of one memory: its facts, its references checked, its age."""
     checks = checker.check(facts.refs)
     return Item(
+        *(getattr(facts, f) for f in Facts.__slots__),
         filename=filename,
-        name=facts.name,
-        type=facts.type,
         sha256=sha256,
         age_ts=max(mtime, facts.modified_ts),
         checks=checks,
         classification=classify(checks),
-        words=facts.words,
-        positives=facts.positives,
-        negatives=facts.negatives,
-        prohibition=facts.prohibition,
-        promotion_declined=facts.promotion_declined,
-        agent_type=facts.agent_type,
     )
 
 
@@ -73,11 +47,10 @@ class Guard:
 
 
 def guards_for(
-    item: Item, now: float, t: Thresholds, consult: str | None, restored: str | None = None
+    item: Item, now: float, t: DreamConfig, consult: str | None, restored: str | None = None
 ) -> list[Guard]:
     """Every prune guard of DESIGN §4.4 with whether it holds (all listed, for `explain`).
     `restored`: what the pin of a memory a person restored says (memoryd.trash.restored)."""
-    recent = now - item.age_ts < t.guard_recent
     # The type guards go by the protective reading (memfile.protective_type); where Claude
     # Code reads the type otherwise, the detail says which reading keeps the memory.
     differs = (
@@ -86,20 +59,24 @@ def guards_for(
         if item.type != item.agent_type
         else ""
     )
+
+    def by_type(name: str, types: tuple[str, ...], why: str) -> Guard:
+        held = item.type in types
+        return Guard(name, held, why + (differs if held else ""))
+
     return [
         Guard("restored", restored is not None, restored or "not restored by a person"),
-        Guard(
-            "type_user",
-            item.type == "user",
-            "user memories are never pruned as stale" + (differs if item.type == "user" else ""),
-        ),
-        Guard(
+        by_type("type_user", ("user",), "user memories are never pruned as stale"),
+        by_type(
             "type_feedback_or_reference",
-            item.type in ("feedback", "reference"),
-            "the lesson outlives its example paths"
-            + (differs if item.type in ("feedback", "reference") else ""),
+            ("feedback", "reference"),
+            "the lesson outlives its example paths",
         ),
-        Guard("recently_changed", recent, f"changed {(now - item.age_ts) / 86400:.1f} days ago"),
+        Guard(
+            "recently_changed",
+            now - item.age_ts < t.guard_recent,
+            f"changed {(now - item.age_ts) / 86400:.1f} days ago",
+        ),
         Guard(
             "prohibition",
             bool(item.prohibition),
@@ -142,10 +119,6 @@ class Plan:
     limit: int = 0
     similar: list[tuple[str, str, float]] = field(default_factory=list)
 
-    @property
-    def by_reason(self) -> dict[str, int]:
-        return {reason.value: sum(m.reason == reason for m in self.moves) for reason in MoveReason}
-
 
 def newer(a: Item, b: Item) -> bool:
     """Is `a` the newer of two memories? Ties go to the later file name, so it is deterministic."""
@@ -159,22 +132,18 @@ def opposing(a: Item, b: Item) -> frozenset[str]:
     return (a.positives & b.negatives) | (a.negatives & b.positives)
 
 
-def pair_kind(a: Item, b: Item, score: float, t: Thresholds) -> PairKind:
+def pair_kind(a: Item, b: Item, score: float, t: DreamConfig) -> PairKind:
     """How the pass reads two memories of one type at `score` overlap (at least
-    `t.contradiction`): a contradiction, a duplicate or only a contradiction candidate."""
+    `t.contradiction_threshold`): a contradiction, a duplicate or only a contradiction candidate."""
     if opposing(a, b):
         return PairKind.CONTRADICTION
-    return PairKind.DUPLICATE if score >= t.duplicate else PairKind.CANDIDATE
-
-
-def breaker_limit(n: int, t: Thresholds) -> int:
-    return max(t.breaker_min, int(t.breaker_fraction * n))
+    return PairKind.DUPLICATE if score >= t.duplicate_threshold else PairKind.CANDIDATE
 
 
 def plan_pass(
     items: Sequence[Item],
     now: float,
-    t: Thresholds,
+    t: DreamConfig,
     consults: Mapping[str, str | None],
     restored: Mapping[str, str] | None = None,
 ) -> Plan:
@@ -193,7 +162,7 @@ def plan_pass(
     _contradictions(newest_first, neighbours, plan.items, pins, moved)
     _staleness(plan, now, t, consults, pins, moved)
     plan.moves = sorted(moved.values(), key=lambda m: m.filename)
-    plan.limit = breaker_limit(len(items), t)
+    plan.limit = max(t.breaker_min, int(t.breaker_fraction * len(items)))
     if len(plan.moves) > plan.limit:
         plan.refused = (
             f"would move {len(plan.moves)} of {len(items)} memories, more than the "
@@ -206,12 +175,14 @@ def plan_pass(
 Neighbours = dict[str, list[tuple[str, float]]]
 
 
-def _neighbours(items: Sequence[Item], t: Thresholds, plan: Plan) -> Neighbours:
+def _neighbours(items: Sequence[Item], t: DreamConfig, plan: Plan) -> Neighbours:
     """Each memory's same-type memories at or above the contradiction threshold (also put in
     `plan.similar`). Paired by the type the agent reads (memfile.agent_type): two memories
     Claude Code files under different types are no duplicates of each other to it."""
     ordered = sorted(items, key=lambda i: i.filename)
-    pairs = find_similar_pairs([(i.agent_type, i.words) for i in ordered], t.contradiction)
+    pairs = find_similar_pairs(
+        [(i.agent_type, i.words) for i in ordered], t.contradiction_threshold
+    )
     neighbours: Neighbours = {}
     for pair in pairs:
         a, b = ordered[pair.a].filename, ordered[pair.b].filename
@@ -226,7 +197,7 @@ def _duplicates(
     neighbours: Neighbours,
     by_name: Mapping[str, Item],
     pins: Mapping[str, str],
-    t: Thresholds,
+    t: DreamConfig,
     moved: dict[str, Move],
 ) -> None:
     for item in newest_first:
@@ -235,7 +206,7 @@ def _duplicates(
         winners = [
             (by_name[other], score)
             for other, score in neighbours.get(item.filename, [])
-            if score >= t.duplicate
+            if score >= t.duplicate_threshold
             and newer(by_name[other], item)
             and other not in moved
             and other not in pins
@@ -286,7 +257,7 @@ def _contradictions(
 def _staleness(
     plan: Plan,
     now: float,
-    t: Thresholds,
+    t: DreamConfig,
     consults: Mapping[str, str | None],
     pins: Mapping[str, str],
     moved: dict[str, Move],
@@ -300,10 +271,10 @@ def _staleness(
             plan.flagged.append(Flag(item.filename, item.classification, tuple(item.missing), ""))
         elif item.classification is Classification.FULLY_STALE:
             guards = guards_for(item, now, t, consults.get(item.filename), pins.get(item.filename))
-            holding = [g for g in guards if g.holds]
-            if holding:
+            guard = next((g.name for g in guards if g.holds), "")
+            if guard:
                 plan.flagged.append(
-                    Flag(item.filename, item.classification, tuple(item.missing), holding[0].name)
+                    Flag(item.filename, item.classification, tuple(item.missing), guard)
                 )
             else:
                 moved[item.filename] = Move(

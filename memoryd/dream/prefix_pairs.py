@@ -1,35 +1,25 @@
 """Exact pairs at a high overlap among docs that share a key, by prefix filtering.
 
 The dream pass's engine (memoryd.dream.similar) counts the shared words of every same-type
-pair, so that none is missed at its 0.4 contradiction threshold: quadratic in the docs, which
-one dir's memories afford. A JSONL record store pairs only records whose scopes share an
-entry, at the duplicate threshold, and holds up to 80,000 records: there, counting every pair
-took 13 s, growing with the square of the store.
+pair, quadratic in the docs; a JSONL record store of up to 80,000 records pairs only records
+sharing a scope entry, at the duplicate threshold: counting every pair there took 13 s.
 
-Here a pair is found through its smaller doc's rarest words only, and only among docs sharing
-a key. Exact (pigeonhole): a doc of `size` words needs `k` shared words with a larger one to
-reach the threshold, so at least one of any `size - k + 1` of its words is shared, and the
-rarest ones are taken since their posting lists are the shortest. Each candidate is then
-checked by its real overlap, computed as memoryd.dream.similar.overlap does, to the last bit.
+Here a pair is found through its smaller doc's rarest words only, among docs sharing a key.
+Exact (pigeonhole): a doc of `size` words needs `k` shared words to reach the threshold, so
+one of any `size - k + 1` of its words is shared; the rarest have the shortest posting lists.
+Each candidate is checked by its real overlap, computed as the dream engines do.
 """
 
 from collections import Counter
 from collections.abc import Collection, Hashable, Sequence
 
+from memoryd.dream.pairs_pure import min_shared
 from memoryd.dream.similar import Pair
 
 
-def _min_shared(low: float, size: int) -> int:
-    """Smallest shared-word count k with k / size >= low (size + 1 when none reaches it)."""
-    k = 1
-    while k <= size and k / size < low:
-        k += 1
-    return k
-
-
 class Pairs(list[Pair]):
-    """The pairs found, and how many candidate pairs were checked to find them (the work
-    done: about one per doc when few docs are alike, never every pair)."""
+    """The pairs found, and how many candidates were checked (about one per doc when few are
+    alike, never every pair)."""
 
     checked: int = 0
 
@@ -51,7 +41,7 @@ def pairs_sharing_a_key(
         row = sorted(set(words), key=lambda w: (df[w], w))
         if not row or not keys:
             continue
-        rows[i], keys_of[i], need[i] = row, frozenset(keys), _min_shared(low, len(row))
+        rows[i], keys_of[i], need[i] = row, frozenset(keys), min_shared(low, len(row))
         for w in row[: len(row) - need[i] + 1]:
             for key in keys_of[i]:
                 prefixes.setdefault((key, w), []).append(i)

@@ -5,9 +5,9 @@ then the pure plan with its circuit breaker. Nothing here moves a file or writes
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from memoryd.discover.found import MemoryDir
+from memoryd.discover.look import resolved
 from memoryd.dream import transcripts
 from memoryd.dream.budget import PassBudget
 from memoryd.dream.consult import (
@@ -18,14 +18,13 @@ from memoryd.dream.consult import (
     consulted,
 )
 from memoryd.dream.inventory import Inventory, Listing, inventory
-from memoryd.dream.plan import Item, Plan, Thresholds, plan_pass
+from memoryd.dream.plan import Item, Plan, plan_pass
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repocache import RepoCache
 from memoryd.errors import MemorydError
 from memoryd.indexing.outcome import IndexOutcome, IndexStatus
 from memoryd.indexing.passes import ownership_for_dream
 from memoryd.indexing.read import Basis
-from memoryd.indexing.scan import DirScan
 from memoryd.model.index import Ownership
 from memoryd.runtime import Runtime
 from memoryd.trash import restored
@@ -33,8 +32,7 @@ from memoryd.trash import restored
 
 @dataclass(slots=True)
 class Reading:
-    """What one read of a dir found, and the plan made from it. Of the ownership probe's scan
-    it keeps only names (the scan holds ~90 MB at 100,000 memories)."""
+    """What one read of a dir found, and the plan made from it (of the probe's scan, names)."""
 
     now: float  # the pass's time (rt.clock): the plan's guards and consult window go by it
     checker: RefChecker
@@ -43,8 +41,6 @@ class Reading:
     consults: dict[str, str | None]
     pins: dict[str, str]  # restored memories -> what their pin says
     plan: Plan
-    # The index update's basis (the scan's names and the index files as the probe read them):
-    # for a saving pass over a managed dir only.
     basis: Basis | None = None
     probed_index: str | None = None  # MEMORY.md's text as the probe read it
     merge_conflicts: list[str] = field(default_factory=list)  # files with git's markers
@@ -52,6 +48,10 @@ class Reading:
     @property
     def managed(self) -> bool:
         return bool(self.ownership and self.ownership.managed)
+
+    @property
+    def why_unmanaged(self) -> str:
+        return self.ownership.reason if self.ownership else "the index could not be read"
 
 
 def read_and_plan(
@@ -62,72 +62,48 @@ def read_and_plan(
     save: bool = False,
     budget: PassBudget | None = None,
 ) -> Reading:
-    """Read the dir as it is now and plan its pass.
-
-    `save` (a pass that is no dry run): keep the repo token cache, the derived facts and how
-    far the transcripts were read, and make the index update's basis. `budget`: checked
-    between the steps and after each file. Raises IndexBeingWritten while a program writes
-    MEMORY.md (what it will hold decides whether a pass may move anything)."""
+    """Read the dir as it is now and plan its pass. `save` (no dry run): keep the repo token
+    cache, the facts and how far the transcripts were read, and make the index update's basis
+    (for a managed dir). `budget`: checked between steps and after each file. Raises
+    IndexBeingWritten while a program writes MEMORY.md."""
     budget = budget or PassBudget(math.inf, math.inf)
     now = rt.clock()
     budget.check("the start")
     checker = repos.checker(md.repo_root, save=save)
     budget.check("the repo snapshot")
-    # Ownership is decided by the index code; a pass may not move files whose pointer lines
-    # it is not allowed to remove.
+    # A pass may not move files whose pointer lines it may not remove: the index code decides.
     probe = probe_index(rt, md)
     ownership, scan = probe.ownership, probe.scan
     managed = bool(ownership and ownership.managed)
-    # The index files as the probe read them: looked at for secrets, not read again.
     texts = {} if probe.snapshot is None else {n: i.text for n, i in probe.snapshot.texts}
     listing = Listing.of(scan) if scan is not None else None
-    merge_conflicts = _merge_conflicts(scan)
-    # The index update takes the index files as the probe read them (see Basis), not again.
+    merge_conflicts = sorted(
+        n for n, f in (scan.problems.items() if scan else ()) if f.problem_kind == "conflict"
+    )
     basis = (
         Basis.of(scan, rt.store.load(md.real_path).seen, probe.snapshot)
         if scan is not None and managed and save
         else None
     )
     probed = probe.snapshot.main.text if probe.snapshot is not None else None
-    # Nor does the store hold the parse cache past here (a full index pass, when one is
-    # needed after all, reads it again).
-    del scan, probe
+    del scan, probe  # nor is the parse cache held past here (an index pass reads it again)
     rt.store.release_cache(md.real_path)
     inv = inventory(md, rt, checker, listing=listing, save=save, budget=budget, read=texts)
     del listing
     sources = consult_sources(md, rt, save=save)
     consults = consult_map(inv.items, sources, now - rt.config.dream.consult_window, budget)
     pins = restored_pins(rt, md, inv)
-    plan = plan_pass(inv.items, now, thresholds(rt), consults, pins)
+    plan = plan_pass(inv.items, now, rt.config.dream, consults, pins)
     budget.check("the plan")
     return Reading(
         now, checker, ownership, inv, consults, pins, plan, basis, probed, merge_conflicts
     )
 
 
-def _merge_conflicts(scan: DirScan | None) -> list[str]:
-    if scan is None:
-        return []
-    return sorted(n for n, f in scan.problems.items() if f.problem_kind == "conflict")
-
-
-def thresholds(rt: Runtime) -> Thresholds:
-    d = rt.config.dream
-    return Thresholds(
-        d.duplicate_threshold,
-        d.contradiction_threshold,
-        d.guard_recent,
-        d.consult_window,
-        d.breaker_min,
-        d.breaker_fraction,
-    )
-
-
 def probe_index(rt: Runtime, md: MemoryDir) -> IndexOutcome:
-    """Whether memoryd manages the dir's index (`ownership`), the scan made to find out, and
-    the index files as it read them (`snapshot`), for a pass to take instead of reading them
-    again. The index edit is not made (indexer.ownership_for_dream stops once ownership is
-    decided). Raises IndexBeingWritten when MEMORY.md stays blank while a program writes it."""
+    """Whether memoryd manages the dir's index, the scan made to find out, and the index files
+    as read (`snapshot`); no edit is made. Raises IndexBeingWritten when MEMORY.md stays blank
+    while a program writes it."""
     probe = ownership_for_dream(rt, md)
     if probe.status is IndexStatus.SETTLING:
         raise IndexBeingWritten(probe.message)
@@ -139,8 +115,7 @@ class IndexBeingWritten(MemorydError):
 
 
 def restored_pins(rt: Runtime, md: MemoryDir, inv: Inventory) -> dict[str, str]:
-    """The dir's memories a person restored that still hold the restored bytes -> what their
-    pin says (memoryd.trash.restored): no pass moves them."""
+    """The memories a person restored, still as restored -> what their pin says."""
     found = restored.pinned(
         restored.load(rt.store, md.real_path), ((i.filename, i.sha256) for i in inv.items)
     )
@@ -148,11 +123,10 @@ def restored_pins(rt: Runtime, md: MemoryDir, inv: Inventory) -> dict[str, str]:
 
 
 def consult_sources(md: MemoryDir, rt: Runtime, *, save: bool = True) -> list[ConsultSource]:
-    """The agent's tool calls on the dir's files in the session transcripts (read on from
-    where the last scan stopped; `save`: keep how far, never for a dry run), the answers
-    memoryd's MCP server gave about the dir, and the consult log of the dir's repo."""
+    """The agent's tool calls on the dir's files in the transcripts (`save`: keep how far they
+    were read), memoryd's MCP server's answers about the dir, and the repo's consult log."""
     since = rt.clock() - rt.config.dream.consult_window
-    known = {md.real_path, *(_real(p) for p in rt.config.paths.extra_memory_dirs)}
+    known = {md.real_path, *(resolved(p) for p in rt.config.paths.extra_memory_dirs)}
     found = transcripts.harvest(
         rt.config.paths.claude_home, rt.paths.state_dir, since=since, known=known, save=save
     )
@@ -163,24 +137,11 @@ def consult_sources(md: MemoryDir, rt: Runtime, *, save: bool = True) -> list[Co
             f"{len(found.unread)} session transcript(s) not read to the end yet ({left} bytes "
             "left, read by the next passes): unsure means kept"
         )
-    sources: list[ConsultSource] = [RecordedConsults(found.evidence_for(md.real_path), unsure)]
-    # What memoryd's MCP server answered the agent about this dir (memoryd.recall.mcp_server).
-    from memoryd.recall.consults import served as served_by_mcp
+    from memoryd.recall.consults import served
 
-    served = served_by_mcp(rt.paths.state_dir, md.real_path)
-    if served is not None:
-        sources.append(served)
-    log = ConsultLog.load(md.repo_root)
-    if log is not None:
-        sources.append(log)
-    return sources
-
-
-def _real(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):
-        return path.absolute()
+    logs = served(rt.paths.state_dir, md.real_path), ConsultLog.load(md.repo_root)
+    recorded = RecordedConsults(found.evidence_for(md.real_path), unsure)
+    return [recorded, *(log for log in logs if log is not None)]
 
 
 def consult_map(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, Literal
 
-from memoryd.dream.repo import RepoIndex, normalize_rel
+from memoryd.dream.repo import TEXT_EXTENSIONS, TEXT_FILENAMES, RepoIndex, normalize_rel
 
 
 class Scope(StrEnum):
@@ -34,28 +34,20 @@ class Classification(StrEnum):
     FULLY_STALE = "fully_stale"
 
 
-# Lower-case extensions that make a token a file path.
-PATH_EXTENSIONS: Final = frozenset(
+# Lower-case extensions that make a token a file path: those of the text sources the repo
+# snapshot reads (but `m` and `r`, which are words), and data, media and build outputs.
+PATH_EXTENSIONS: Final = (TEXT_EXTENSIONS - {"m", "r"}) | frozenset(
     {
-        "py", "pyi", "ipynb", "ts", "tsx", "mts", "cts", "js", "jsx", "mjs", "cjs", "vue",
-        "svelte", "astro", "rs", "go", "java", "kt", "kts", "scala", "groovy", "gradle", "c",
-        "h", "cc", "cpp", "cxx", "hh", "hpp", "hxx", "mm", "cs", "fs", "swift", "rb", "php",
-        "pl", "pm", "lua", "jl", "dart", "ex", "exs", "erl", "hrl", "hs", "ml", "mli", "elm",
-        "clj", "cljs", "zig", "nim", "sh", "bash", "zsh", "fish", "ps1", "bat", "sql", "css",
-        "scss", "sass", "less", "html", "htm", "xml", "md", "mdx", "rst", "txt", "json",
-        "jsonc", "json5", "jsonl", "toml", "yaml", "yml", "ini", "cfg", "conf", "env", "proto",
-        "graphql", "gql", "tf", "hcl", "cmake", "mk", "properties", "lock", "log", "csv",
-        "tsv", "svg", "png", "jpg", "jpeg", "gif", "webp", "ico", "pdf", "wasm", "db",
-        "sqlite", "service", "plist", "patch", "diff",
+        "jsonl", "log", "csv", "tsv", "svg", "png", "jpg", "jpeg", "gif", "webp", "ico", "pdf",
+        "wasm", "db", "sqlite", "service", "plist", "patch", "diff",
     }
 )  # fmt: skip
 # Files that are paths without an extension (or are nothing but one).
-PATH_FILENAMES: Final = frozenset(
+PATH_FILENAMES: Final = TEXT_FILENAMES | frozenset(
     {
-        "Makefile", "GNUmakefile", "Dockerfile", "Justfile", "Rakefile", "Gemfile",
-        "Procfile", "Containerfile", "Vagrantfile", ".env", ".gitignore", ".gitattributes",
-        ".gitmodules", ".editorconfig", ".npmrc", ".nvmrc", ".prettierrc", ".eslintrc",
-        ".dockerignore", ".python-version", ".tool-versions", ".envrc",
+        "Containerfile", "Vagrantfile", ".env", ".gitignore", ".gitattributes", ".gitmodules",
+        ".editorconfig", ".npmrc", ".nvmrc", ".prettierrc", ".eslintrc", ".dockerignore",
+        ".python-version", ".tool-versions", ".envrc",
     }
 )  # fmt: skip
 
@@ -130,13 +122,10 @@ def _clean_run(run: str) -> str:
 
 
 def _strip_line_suffix(tok: str) -> str:
-    """``tok`` without its line or anchor suffix (`:12`, `:12-30`, `:12:5`, `#L12`, `#anchor`).
-
-    The suffix starts at the leftmost `:` followed by nothing but digit groups joined by `-` or
-    `:`, or at the leftmost `#` with no `/` after it. A regex searched for that at every
-    position rescans the rest of the run from each one: quadratic on runs like `x.md:1:1:…:1a`
-    (a 1 MiB memory of them took an hour). Here each is found with one scan of the run.
-    """
+    """``tok`` without its line or anchor suffix (`:12`, `:12-30`, `:12:5`, `#L12`, `#anchor`):
+    from the leftmost `:` followed only by digit groups joined by `-` or `:`, or the leftmost
+    `#` with no `/` after it. One scan each: a regex tried at every position is quadratic on
+    runs like `x.md:1:1:…:1a` (a 1 MiB memory of them took an hour)."""
     cut = len(tok)
     digits = _LINE_SUFFIX_REVERSED_RE.match(tok[::-1])
     if digits is not None:
@@ -180,9 +169,7 @@ def extract_refs(body: str) -> Refs:
     """Find the file paths and code symbols a memory body mentions."""
     paths: list[tuple[int, str]] = []
     symbols: list[tuple[int, str]] = []
-    # Each run cleaned, by its text: a path in backticks is most often a run as well, and
-    # cleaning it is most of the work (at 10,000 synthetic memories, half of it was a run
-    # cleaned a second time).
+    # Each run cleaned once, by its text: a path in backticks is most often a run as well.
     cleaned: dict[str, str] = {}
 
     for start, run in _path_runs(body):
@@ -223,12 +210,9 @@ def extract_refs(body: str) -> Refs:
 def _path_runs(body: str) -> list[tuple[int, str]]:
     """(offset, run) of each run of path characters that holds an inner dot or "file".
 
-    Most runs are plain words: a path needs a dot before its end (an extension) or one of the
-    extension-less names, all of which end in "file" (Makefile, Dockerfile, ...). So runs are
-    found from those dots and "file"s, which are few, in a copy of the body where every other
-    character is a space (non-ASCII characters end a run, and so do their UTF-8 bytes): the
-    run around a hit is then two searches for a space, in C. Each run is located again in the
-    text, in order: a run that holds a dot or "file" cannot sit inside a run that holds neither.
+    A path needs an extension or one of the extension-less names, which all end in "file". So
+    runs are found from those few hits, in a copy of the body where every other byte is a space:
+    the run around a hit is two searches for a space, in C. Each is then located in the text.
     """
     # Markdown bold is not part of a path (a lone `*` is kept: it makes a glob).
     text = body.replace("**", "  ")
@@ -312,12 +296,12 @@ def _outside_repo(ref: str) -> bool:
     )
 
 
-def _check_path(ref: str, repo: RepoIndex) -> RefCheck:
+def _check_path(ref: str, repo: RepoIndex | None) -> RefCheck:
     def result(scope: Scope, status: Status, moved_to: str | None = None) -> RefCheck:
         return RefCheck(ref, "path", scope, status, moved_to)
 
     unverifiable = result(Scope.UNVERIFIABLE, Status.UNCHECKED)
-    if _outside_repo(ref):
+    if repo is None or _outside_repo(ref):
         return unverifiable
     rel = normalize_rel(ref)
     if not rel:
@@ -345,19 +329,9 @@ def _check_path(ref: str, repo: RepoIndex) -> RefCheck:
     return result(Scope.VERIFIABLE, Status.MISSING)
 
 
-def check_refs(refs: Refs, repo: RepoIndex | None) -> tuple[RefCheck, ...]:
-    """Scope and check every reference: paths first, then symbols, each in input order."""
-    return RefChecker(repo).check(refs)
-
-
 class RefChecker:
-    """Checks references against one repo snapshot, each distinct reference once.
-
-    Memories of one project name the same paths and symbols again and again (at 10,000
-    memories, 6,600 distinct paths among 16,500), and a check is a pure function of the
-    reference and the snapshot: its outcome is kept, and the same value is shared by every
-    memory that names it.
-    """
+    """Checks references against one repo snapshot (None: no repo), each distinct one once:
+    memories name the same paths again and again (6,600 distinct among 16,500 at 10,000)."""
 
     __slots__ = ("_paths", "_symbols", "repo")
 
@@ -373,7 +347,7 @@ class RefChecker:
         for p in refs.paths:
             found = paths.get(p)
             if found is None:
-                found = paths[p] = self._check_path(p)
+                found = paths[p] = _check_path(p, self.repo)
             out.append(found)
         for s in refs.symbols:
             found = symbols.get(s)
@@ -381,11 +355,6 @@ class RefChecker:
                 found = symbols[s] = self._check_symbol(s)
             out.append(found)
         return tuple(out)
-
-    def _check_path(self, ref: str) -> RefCheck:
-        if self.repo is None:
-            return RefCheck(ref, "path", Scope.UNVERIFIABLE, Status.UNCHECKED)
-        return _check_path(ref, self.repo)
 
     def _check_symbol(self, name: str) -> RefCheck:
         if self.repo is None:

@@ -1,11 +1,10 @@
 """Plans the circuit breaker refused, kept so that a person can apply one after review
 (`memoryd dream DIR --apply PASS_ID`).
 
-A refused pass keeps its plan in the state store (the `refused_plan` table): each planned
-move with its reason, and the sha256 of every file the plan rests on (the files to move and
-the newer ones that keep their content). Applying it moves exactly those files, and only
-while every one of those files still holds those bytes. The newest plans of a dir are kept
-(PLANS_KEEP); an applied plan is removed.
+A refused pass keeps its plan (the `refused_plan` table): each move with its reason, and the
+sha256 of every file the plan rests on (those to move, the newer ones kept). Applying it moves
+exactly those files, only while all still hold those bytes. A dir's newest PLANS_KEEP are
+kept; an applied plan is removed.
 """
 
 import json
@@ -91,16 +90,9 @@ def save(state_dir: Path, real_path: Path, pass_id: str, plan: Plan) -> None:
         for other in (move.duplicate_of, move.superseded_by):
             if other and other in plan.items:
                 files[other] = plan.items[other].sha256
-    stored = StoredPlan(
-        pass_id,
-        str(real_path),
-        datetime.now().astimezone().isoformat(timespec="seconds"),
-        moves,
-        files,
-    )
-    db = _db(state_dir)
-    with db.transaction() as conn:
-        keep(conn, stored)
+    now = datetime.now().astimezone().isoformat(timespec="seconds")
+    with _db(state_dir).transaction() as conn:
+        keep(conn, StoredPlan(pass_id, str(real_path), now, moves, files))
 
 
 def load(state_dir: Path, real_path: Path, pass_id: str) -> StoredPlan:
@@ -133,20 +125,13 @@ def load(state_dir: Path, real_path: Path, pass_id: str) -> StoredPlan:
 def exists(state_dir: Path, real_path: Path, pass_id: str) -> bool:
     if not _PASS_ID.match(pass_id):
         return False
-    row = (
-        _db(state_dir)
-        .connection()
-        .execute(
-            "SELECT 1 FROM refused_plan WHERE dir = ? AND pass_id = ?",
-            (dir_key(real_path), pass_id),
-        )
-    )
-    return row.fetchone() is not None
+    query = "SELECT 1 FROM refused_plan WHERE dir = ? AND pass_id = ?"
+    found = _db(state_dir).connection().execute(query, (dir_key(real_path), pass_id))
+    return found.fetchone() is not None
 
 
 def remove(state_dir: Path, real_path: Path, pass_id: str) -> None:
-    db = _db(state_dir)
-    with db.transaction() as conn:
+    with _db(state_dir).transaction() as conn:
         conn.execute(
             "DELETE FROM refused_plan WHERE dir = ? AND pass_id = ?", (dir_key(real_path), pass_id)
         )

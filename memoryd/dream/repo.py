@@ -36,10 +36,9 @@ SKIP_DIRS: Final = frozenset(
     }
 )
 
-# Memory dirs are left out of the snapshot: a memory's own text (or a copy of it in the trash, or
-# a log quoting it) is no evidence that the code it cites exists. A memory dir is what discovery
-# takes for one (discover.repo_dirs, nested_dirs): a folder of a `.claude/` folder with one of
-# these names, or any folder below the root that holds a MEMORY.md; and every `.trash/`.
+# Memory dirs are left out of the snapshot: a memory's own text (or its copy in the trash, or a
+# log quoting it) is no evidence that the code it cites exists. As discovery finds them: a folder
+# of `.claude/` with one of these names, any folder below the root holding a MEMORY.md, `.trash/`.
 CLAUDE_MEMORY_FOLDERS: Final = frozenset({"memory", "agent-memory", "agent-memory-local", "logs"})
 
 # Files whose identifiers feed the token index (lower-case extension without the dot).
@@ -59,18 +58,16 @@ TEXT_FILENAMES: Final = frozenset(
     {"Makefile", "GNUmakefile", "Dockerfile", "Justfile", "Rakefile", "Gemfile", "Procfile"}
 )
 
-# Every byte that cannot be part of an ASCII identifier becomes a space, so that one
-# translate + split (both in C) cuts a file into identifier runs; short runs and runs that
-# start with a digit are dropped once, from the set of distinct runs.
+# Every byte that cannot be in an ASCII identifier becomes a space: one translate + split (in C)
+# cuts a file into identifier runs (short ones and those starting with a digit go later, once).
 _IDENT_BYTES: Final = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
 _SPACE_OUT_NON_IDENT: Final = bytes(c if c in _IDENT_BYTES else 0x20 for c in range(256))
 _MIN_TOKEN_LEN: Final = 3
 _BINARY_PROBE_BYTES: Final = 8192
 
 
-# Where a token is shown as found (``RepoIndex.token_file``), a person judging the evidence wants
-# the code, not a page or a changelog that mentions it: code first, then markup and data, then
-# prose (lower-case extensions; anything else is code).
+# Where a token is shown as found (``RepoIndex.token_file``), a person wants the code, not a page
+# that mentions it: code first, then markup and data, then prose (anything else is code).
 _MARKUP_EXTENSIONS: Final = frozenset(
     {
         "html", "htm", "xml", "svg", "css", "scss", "sass", "less", "json", "jsonc", "json5",
@@ -81,14 +78,13 @@ _PROSE_EXTENSIONS: Final = frozenset({"md", "mdx", "rst", "txt"})
 
 
 def _evidence_rank(rel: str) -> int:
-    """0 for code, 1 for markup and data, 2 for prose."""
     _, dot, ext = rel.rpartition(".")
     ext = ext.lower() if dot and "/" not in ext else ""
     return 2 if ext in _PROSE_EXTENSIONS else 1 if ext in _MARKUP_EXTENSIONS else 0
 
 
 def _is_memory_folder(parent: str, name: str) -> bool:
-    """A folder (or a link to one) that is memory by its name alone (see CLAUDE_MEMORY_FOLDERS)."""
+    """A folder (or a link to one) that is memory by its name alone."""
     return name == TRASH_DIR or (parent == ".claude" and name in CLAUDE_MEMORY_FOLDERS)
 
 
@@ -100,10 +96,8 @@ def _is_text_source(name: str) -> bool:
 
 
 def _read_runs(path: str, st: os.stat_result, max_bytes: int) -> list[bytes] | None:
-    """Identifier runs of one file (`st`: the walk's lstat of it): none when it is too big or
-    binary, None when it could not be read (which may pass: such a file is read again by the
-    next build). A FIFO, socket or device renamed onto the name since the walk looked is
-    opened non-blocking and refused, never waited on; a symlink is not followed."""
+    """Identifier runs of one file (`st`: the walk's lstat): none when too big or binary, None
+    when unreadable (read again by the next build). Never follows a link or waits on a FIFO."""
     if st.st_size > max_bytes:
         return []
     try:
@@ -126,16 +120,13 @@ _TOP, _DIR, _OPAQUE, _FILE, _LINK, _SOURCE, _INCOMPLETE, _MEMORY = range(8)
 
 
 def _walk(root: Path, max_files: int) -> Iterator[tuple[int, str, str, os.stat_result | None]]:
-    """Walk ``root`` once, depth-first with sorted entries, no symlinks followed.
+    """Walk ``root`` once, depth-first in name order (a walk cut at ``max_files`` keeps the
+    same files; two walks of one tree say the same), no symlinks followed.
 
-    Yields (what, relative path, absolute path, stat): the top-level names, every folder
-    (then ``_OPAQUE`` when it is not entered), every file, and for each regular text source
-    (``_SOURCE``) its stat, or None when it cannot be had. ``_MEMORY`` names a memory dir,
-    which is not entered: a folder named as one (instead of ``_DIR``, or ``_LINK`` for a link),
-    or a folder below the root found to hold a MEMORY.md when it is listed (after its
-    ``_DIR``). ``_INCOMPLETE`` ends the walk when it stopped at ``max_files`` or the root could
-    not be listed. Sorting makes a walk cut short by max_files always keep the same files, and
-    two walks of an unchanged tree say the same.
+    Yields (what, relative path, absolute path, stat of a text source or None): each top-level
+    name, folder (then ``_OPAQUE`` when not entered) and file. ``_MEMORY`` names a memory dir,
+    not entered: instead of its ``_DIR``/``_LINK``, or after the ``_DIR`` of a folder found to
+    hold a MEMORY.md. ``_INCOMPLETE`` ends a walk cut at ``max_files`` or of an unlistable root.
     """
     files = 0
     stack: list[tuple[str, str]] = [(os.fspath(root), "")]
@@ -192,16 +183,6 @@ def _walk(root: Path, max_files: int) -> Iterator[tuple[int, str, str, os.stat_r
         stack.extend(reversed(subdirs))
 
 
-def tree_signature(root: Path, *, max_files: int = 200_000) -> int:
-    """A hash of what ``RepoIndex.build`` would see, from names and stats alone (no reads).
-
-    Equal signatures mean the same names, kinds and, for the text sources read for tokens,
-    the same inode, size, mtime, ctime and mode: a rebuild would read the same tree. A stat
-    walk costs a quarter of a build (about 50 ms for 5,000 files).
-    """
-    return hash(tuple(_stamp(what, rel, st) for what, rel, _, st in _walk(root, max_files)))
-
-
 def _stamp(what: int, rel: str, st: os.stat_result | None) -> tuple[object, ...]:
     if st is None:
         return (what, rel)
@@ -218,13 +199,11 @@ _NEVER: Final[Stamp] = (0, -1, 0, 0, 0)  # a stamp no file has: its source is re
 
 @dataclass(frozen=True, slots=True)
 class SourceTokens:
-    """The identifier runs of every text source a build read, for the next build to reuse.
+    """The identifier runs of every text source a build read, for the next build to reuse
+    (it reads again only sources whose stamp changed; between processes: ``dump_sources``).
 
-    ``files`` maps each source's relative path to the stat stamp it was read under and its
-    distinct runs joined by spaces (one bytes object a file, not a set: a set per file would
-    hold ~25 MB for a 5,000-file tree); ``tokens`` is what the index keeps of their union. A
-    build reads again only the sources whose stamp changed (``RepoIndex.build(previous=...)``);
-    between processes they travel through ``dump_sources`` and ``load_sources``.
+    ``files``: relative path -> (stat stamp, distinct runs joined by spaces: a set per file
+    would hold ~25 MB for 5,000 files); ``tokens``: what the index keeps of their union.
     """
 
     max_bytes: int  # the size cap the runs were read under
@@ -270,8 +249,7 @@ def load_sources(root: Path, data: bytes | None) -> SourceTokens | None:
 def _runs_of(
     rel: str, path: str, st: os.stat_result, max_bytes: int, previous: SourceTokens | None
 ) -> tuple[Stamp, "set[bytes] | bytes"]:
-    """A source's stamp and its distinct runs: the previous build's (joined bytes) when the
-    stamp is the same, else a fresh read (a set)."""
+    """A source's stamp and distinct runs: the previous build's (joined) if unchanged, else read."""
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
     if previous is not None:
         kept = previous.files.get(rel)
@@ -287,17 +265,11 @@ def _runs_of(
 class RepoIndex:
     """What exists under a repo root, for checking memories' references against it.
 
-    ``files`` and ``dirs`` are posix paths relative to ``root``. ``by_basename`` maps a file
-    name to every file with that name, shortest path first, then lexicographic. ``opaque``
-    holds the folders that exist but were not looked inside (skipped names, symlinks to
-    folders or anything else, unreadable folders): nothing can be said about paths below them.
-    ``complete`` is False when the walk stopped at ``max_files`` or the root could not be
-    listed, so a path not seen may still exist. ``signature`` is the ``tree_signature`` of
-    the walk that built it (0 when not built from a disk).
-
-    Memory dirs (``memory_dirs``: see CLAUDE_MEMORY_FOLDERS) are in none of ``files``,
-    ``dirs``, ``top_level``, ``by_basename`` or ``tokens``: what exists only as memory is no
-    evidence, and nothing is said about paths at or below them (``under_opaque``).
+    Paths are posix, relative to ``root``; ``by_basename``: name -> files, shortest first.
+    ``opaque``: what exists but was not entered (skipped names, links, unreadable folders):
+    nothing is said below it. ``complete`` is False when the walk was cut or the root unlistable.
+    ``signature`` hashes the names, kinds and source stats seen (0: not built from a disk).
+    Memory dirs (``memory_dirs``) are in no other field: memory is no evidence of code.
     """
 
     root: Path
@@ -323,13 +295,9 @@ class RepoIndex:
         max_token_file_bytes: int = 512 * 1024,
         previous: SourceTokens | None = None,
     ) -> "RepoIndex":
-        """Walk ``root`` once (no symlinks followed) and index it.
-
-        ``previous``: the ``sources`` of an earlier build of this root; sources whose stat
-        stamp is unchanged are not read again. Raises ``NotADirectoryError`` or
-        ``FileNotFoundError`` when ``root`` is not a folder; anything unreadable below it is
-        skipped.
-        """
+        """Walk ``root`` and index it, reading again only the sources of ``previous`` (an
+        earlier build's) whose stamp changed. Raises NotADirectoryError or FileNotFoundError
+        when ``root`` is no folder; anything unreadable below it is skipped."""
         if not root.is_dir():
             if root.exists():
                 raise NotADirectoryError(f"repo root is not a folder: {root}")
@@ -337,54 +305,38 @@ class RepoIndex:
         if previous is not None and previous.max_bytes != max_token_file_bytes:
             previous = None
         started_ns = time.time_ns()
-        files: list[str] = []
-        dirs: list[str] = []
-        top_level: list[str] = []
-        opaque: list[str] = []
+        # What the walk names, by kind; files are _FILE, _LINK (also opaque) and _SOURCE.
+        named: dict[int, list[str]] = {k: [] for k in range(8)}
+        files, opaque = named[_FILE], named[_OPAQUE]
         read: list[tuple[str, Stamp, bytes, bool]] = []  # rel, stamp, runs, read now
         words: set[bytes] = set()  # the runs of the sources read now
-        memory: list[str] = []
-        complete = True
         stamps: list[tuple[object, ...]] = []
         for what, rel, path, st in _walk(root, max_files):
             stamps.append(_stamp(what, rel, st))
-            if what == _TOP:
-                top_level.append(rel)
-            elif what == _DIR:
-                dirs.append(rel)
-            elif what == _OPAQUE:
+            named[_FILE if what in (_LINK, _SOURCE) else what].append(rel)
+            if what == _LINK:
                 opaque.append(rel)
-            elif what == _INCOMPLETE:
-                complete = False
-            elif what == _MEMORY:
-                memory.append(rel)
-            else:
-                files.append(rel)
-                if what == _LINK:
-                    opaque.append(rel)
-                elif what == _SOURCE and st is not None and stat.S_ISREG(st.st_mode):
-                    stamp, runs = _runs_of(rel, path, st, max_token_file_bytes, previous)
-                    if max(st.st_mtime_ns, st.st_ctime_ns) >= started_ns - _RACY_NS:
-                        stamp = _NEVER  # read again next time
-                    if isinstance(runs, set):
-                        # Joined at once: a set per file kept to the end would raise the
-                        # peak by ~25 MB for a 5,000-file tree.
-                        words.update(runs)
-                        read.append((rel, stamp, b" ".join(runs), True))
-                    else:
-                        read.append((rel, stamp, runs, False))
+            elif what == _SOURCE and st is not None and stat.S_ISREG(st.st_mode):
+                stamp, runs = _runs_of(rel, path, st, max_token_file_bytes, previous)
+                if max(st.st_mtime_ns, st.st_ctime_ns) >= started_ns - _RACY_NS:
+                    stamp = _NEVER  # read again next time
+                if isinstance(runs, set):  # joined now: kept as sets, +25 MB peak
+                    words.update(runs)
+                    read.append((rel, stamp, b" ".join(runs), True))
+                else:
+                    read.append((rel, stamp, runs, False))
         sources = _merge_sources(read, words, previous, max_token_file_bytes)
-        excluded = frozenset(memory)
+        excluded = frozenset(named[_MEMORY])
         return cls(
             root=root,
             files=frozenset(files),
             # A folder found to hold a MEMORY.md was listed as a folder before it was entered.
-            dirs=frozenset(dirs) - excluded,
-            top_level=frozenset(top_level) - excluded,
+            dirs=frozenset(named[_DIR]) - excluded,
+            top_level=frozenset(named[_TOP]) - excluded,
             by_basename=types.MappingProxyType(_by_basename(files)),
             tokens=sources.tokens,
             opaque=frozenset(opaque),
-            complete=complete,
+            complete=not named[_INCOMPLETE],
             signature=hash(tuple(stamps)),
             memory_dirs=excluded,
             sources=sources,
@@ -396,16 +348,15 @@ class RepoIndex:
         return norm is not None and (norm == "" or norm in self.files or norm in self.dirs)
 
     def under_opaque(self, rel: str) -> bool:
-        """True when ``rel`` lies strictly inside a folder the walk did not enter, or is a
-        memory dir or lies inside one."""
+        """True when ``rel`` lies inside a folder the walk did not enter, or in a memory dir."""
         norm = normalize_rel(rel)
         if not norm:
             return False
         return self.in_memory_dir(norm) or _has_folder_above(norm, self.opaque)
 
     def in_memory_dir(self, rel: str) -> bool:
-        """True when ``rel`` is a memory dir of the tree or lies inside one, or would be one by
-        its name (a `.claude/logs/` or `.trash/` the checkout does not hold is still no code)."""
+        """True when ``rel`` is or lies in a memory dir of the tree, or in a folder named as one
+        (a `.claude/logs/` or `.trash/` the checkout does not hold is still no code)."""
         norm = normalize_rel(rel)
         if not norm:
             return False
@@ -417,14 +368,9 @@ class RepoIndex:
         )
 
     def token_file(self, token: str) -> str | None:
-        """The source shown as holding ``token``: the first in walk order among those whose
-        identifiers include it, code before markup and data before prose (see
-        _evidence_rank). None when no source holds it, or the index was not built from a disk.
-
-        A search of the runs kept for the next build, made only when asked (``explain``): a
-        pass needs only whether a token is there, and a token-to-file map made by every build
-        would cost it more than a tenth of its time.
-        """
+        """The first source in walk order holding ``token``, code before markup before prose;
+        None when none does. Searched in the kept runs when ``explain`` asks: a token-to-file
+        map made by every build would cost a pass more than a tenth of its time."""
         if self.sources is None or token not in self.tokens:
             return None
         needle = token.encode("ascii")  # every token is an ASCII identifier
@@ -455,8 +401,7 @@ def _merge_sources(
     previous: SourceTokens | None,
     max_bytes: int,
 ) -> SourceTokens:
-    """The sources of one build: `words` holds the runs of those read now, the runs of the
-    others are in their kept bytes. ``previous`` itself when nothing changed."""
+    """The sources of one build (`words`: the runs of those read now); ``previous`` if the same."""
     if (
         previous is not None
         and not any(fresh for _, _, _, fresh in read)
@@ -473,11 +418,8 @@ def _merge_sources(
 
 def _has_folder_above(norm: str, folders: frozenset[str]) -> bool:
     """True when a folder in ``folders`` lies strictly above ``norm`` (a normalized path).
-
-    Only the prefixes no longer than the longest folder are looked up: hashing every prefix
-    is quadratic in the path's length, and a memory's body can hold one 1 MiB `a/a/a/…` path
-    (``explain`` took minutes on it).
-    """
+    Only prefixes up to the longest folder are looked up: all of them is quadratic in a 1 MiB
+    `a/a/a/…` path a memory may hold."""
     if not folders:
         return False
     longest = _longest(folders)
@@ -491,8 +433,6 @@ def _has_folder_above(norm: str, folders: frozenset[str]) -> bool:
 
 @functools.lru_cache(maxsize=8)
 def _longest(folders: frozenset[str]) -> int:
-    """The length of the longest path in ``folders``, once per set (a frozenset keeps its
-    hash, so the look-up is cheap)."""
     return max(map(len, folders), default=0)
 
 

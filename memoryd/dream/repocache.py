@@ -1,5 +1,5 @@
-"""The repo snapshots of a run, with their reference checkers: one per repo root per run,
-kept between runs in the Runtime's dream memo and, as a token cache, in the state dir."""
+"""The repo snapshots of a run with their reference checkers, one per repo root, kept between
+runs in the Runtime's dream memo and, as a token cache, in the state dir."""
 
 import contextlib
 from pathlib import Path
@@ -12,12 +12,11 @@ from memoryd.storage.state import StateStore
 
 
 class RepoCache:
-    """One repo snapshot, with its reference checker, per repo root per run (not per dir).
+    """One repo snapshot with its reference checker per repo root per run (not per dir).
 
-    Snapshots outlive the run in `memo` (the Runtime's): the next run rebuilds from the held
-    one, reading only the sources whose stat changed, and keeps the checker (with every
-    reference it already checked) when nothing did. A process that holds none starts from the
-    token cache saved in `store`'s state dir. Without a memo, nothing outlives the run.
+    Snapshots outlive the run in `memo`: the next run rebuilds from the held one, reading only
+    sources whose stat changed, and keeps the checker (and its checks) when nothing did. A
+    process holding none starts from the token cache in `store`'s state dir.
     """
 
     def __init__(self, store: StateStore | None = None, memo: DreamMemo | None = None) -> None:
@@ -29,9 +28,6 @@ class RepoCache:
     def of(cls, rt: Runtime) -> "RepoCache":
         """The cache a command's run uses: the Runtime's memo and state dir."""
         return cls(rt.store, rt.dream)
-
-    def get(self, root: Path | None) -> RepoIndex | None:
-        return self.checker(root).repo
 
     def checker(self, root: Path | None, *, save: bool = False) -> RefChecker:
         """`save`: write the token cache back when it changed (never for a dry run, which
@@ -77,17 +73,15 @@ def _snapshot(memo: DreamMemo, root: Path, store: StateStore | None, *, save: bo
 
 
 def _same_tree(a: RepoIndex, b: RepoIndex) -> bool:
-    """Whether every reference check made against ``a`` holds against ``b``: the same names,
-    kinds and stats (the signature: a file that is no source, a folder, a link count too),
-    and the same tokens (sources read again, racy ones say, may have changed unseen)."""
+    """Whether every check made against ``a`` holds against ``b``: the same walk (signature)
+    and tokens (sources read again, racy ones say, may have changed unseen)."""
     return a.signature == b.signature and (a.sources is b.sources or a.tokens == b.tokens)
 
 
 def _snapshot_saved(
     memo: DreamMemo, root: Path, checker: RefChecker, store: StateStore | None
 ) -> None:
-    """Write the snapshot's token cache to the state dir unless it is what is there (under
-    the memo's repo lock)."""
+    """Write the token cache unless the state dir holds it (under the memo's repo lock)."""
     sources = checker.repo.sources if checker.repo is not None else None
     if store is None or sources is None or memo.on_disk.get(root) is sources:
         return

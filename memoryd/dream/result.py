@@ -40,10 +40,8 @@ class DreamResult:
 
     @property
     def index_text(self) -> str | None:
-        """MEMORY.md's text as the pass left it, for what looks at it after the pass (the
-        promotion candidates) instead of reading it again: the index update's text when it
-        wrote or checked the index, else the probe's when no update ran (a dry run, an
-        unmanaged dir); None when the pass holds no current text (a failed update)."""
+        """MEMORY.md's text as the pass left it (for the promotion candidates): the index
+        update's when it wrote or checked it, the probe's when none ran; None after a failed one."""
         outcome = self.index
         if outcome is None:
             return self.probed_index
@@ -78,8 +76,7 @@ class DreamResult:
 
     @property
     def flags_listed(self) -> list[Flag]:
-        """The flags the report lists for review: every flag of the plan but those a person
-        acknowledged as the memory is now. A dry run lists exactly what its pass would."""
+        """The plan's flags but those a person acknowledged as the memory is now."""
         plan = self.plan
         return [f for f in plan.flagged if f.filename not in self.acknowledged] if plan else []
 

@@ -30,10 +30,9 @@ def started(rt: Runtime, md: MemoryDir, pass_id: str, trigger: str) -> None:
 
 
 def said_of_plan(rt: Runtime, result: DreamResult, reading: Reading, said: DirState) -> None:
-    """The rows of what the plan decided: the memories a guard kept, the secrets found, and
-    why nothing moves (the dir unmanaged, the breaker refused); `result.status` says the
-    latter, and a refused plan is kept for a person to apply after review (`dream --apply`).
-    What was already said lives in `said`, the dir's state, saved by the caller."""
+    """The rows of what the plan decided: the memories a guard kept, the secrets found, why
+    nothing moves (`result.status`: unmanaged, refused; a refused plan is kept for `dream
+    --apply`). What was already said is in `said`, the dir's state the caller saves."""
     md, plan = result.dir, reading.plan
     for flag in plan.flagged:
         signature = f"{plan.items[flag.filename].sha256}:{flag.guard}"
@@ -50,7 +49,7 @@ def said_of_plan(rt: Runtime, result: DreamResult, reading: Reading, said: DirSt
     report_secrets(rt, md, said, reading.inv)
     if result.status is PassStatus.UNMANAGED:
         # As an index pass says it (DESIGN §3: once, with the reason).
-        reason = reading.ownership.reason if reading.ownership else "the index could not be read"
+        reason = reading.why_unmanaged
         if said.report_once("unmanaged", re.sub(r"\d+", "N", reason)):
             rt.audit.write("index.unmanaged", dir=md.path, reason=reason)
     elif result.status is PassStatus.REFUSED:
@@ -80,8 +79,7 @@ def _said_refused(rt: Runtime, pass_id: str, md: MemoryDir, plan: Plan, said: Di
 def completed(rt: Runtime, result: DreamResult, trigger: str, now: float) -> None:
     """`dream.completed`, and the dir state's record of the pass."""
     md = result.dir
-    # A pass someone asked for by piling up changes is news; a rerun with nothing to do
-    # from the command line is not (DESIGN §2.6).
+    # A pass the daemon started, or one that moved, is news; a quiet rerun is not (DESIGN §2.6).
     acted = bool(result.moved or result.skipped_moves) or trigger != "command"
     rt.audit.write(
         "dream.completed",
@@ -100,8 +98,8 @@ def completed(rt: Runtime, result: DreamResult, trigger: str, now: float) -> Non
 
 
 def failed(rt: Runtime, result: DreamResult, now: float, *, counted: bool) -> None:
-    """`dream.failed`; `counted` (a pass stopped by a time budget) also records the pass for
-    `dream.min_interval`: the daemon must not spend the whole budget again at its next look."""
+    """`dream.failed`; `counted` (stopped by a time budget) also records the pass, so that the
+    daemon waits `dream.min_interval` before spending the budget again."""
     md = result.dir
     rt.audit.write("dream.failed", dir=md.path, error=result.message, **summary(result))
     if counted:
@@ -111,8 +109,8 @@ def failed(rt: Runtime, result: DreamResult, now: float, *, counted: bool) -> No
 
 
 def report_secrets(rt: Runtime, md: MemoryDir, said: DirState, inv: Inventory) -> None:
-    """`memory.secret_found` for each secret (file, line, kind: never the value), said once
-    per file version: a file is said again only once its bytes change and still hold one."""
+    """`memory.secret_found` for each secret (file, line, kind: never the value), once per
+    file version."""
     sha = {i.filename: i.sha256 for i in inv.items} | inv.other_shas
     current = set()
     for name, found in sorted(inv.secrets.items()):
@@ -125,17 +123,14 @@ def report_secrets(rt: Runtime, md: MemoryDir, said: DirState, inv: Inventory) -
                     kind=finding.kind,
                 )  # fmt: skip
     said.forget_reports("secret:", current)
-    # The files that may hold a secret now: those the pass found one in, and those it could
-    # not read as memories (looked at by the purge itself); every other file holds none.
+    # Only the files the pass found one in, or could not read as memories, may hold one now.
     _purge_cleaned(rt, md, {*inv.secrets, *inv.unparseable, *inv.conflicts})
 
 
 def _purge_cleaned(rt: Runtime, md: MemoryDir, holding: set[str]) -> None:
-    """The kept versions holding a secret no current file holds any more (taken out by
-    hand) are removed (memoryd.versions.purge), each with a `versions.purged` row. Each kept version
-    is read once a process: those with no secret are remembered in the dream memo.
-    `holding`: the only files of the dir that may hold a secret now (read again for its
-    value's fingerprint; the pass keeps none)."""
+    """Remove the kept versions holding a secret no current file holds (taken out by hand),
+    each with a `versions.purged` row (memoryd.versions.purge; versions with none are noted in
+    the dream memo). `holding`: the only files that may hold one now (read for fingerprints)."""
     from memoryd.versions import kept, purge
 
     store = rt.versions or kept.for_runtime(rt)
@@ -146,8 +141,7 @@ def _purge_cleaned(rt: Runtime, md: MemoryDir, holding: set[str]) -> None:
 
 
 def _logged_detail(move: Move, plan: Plan) -> str:
-    """A move's detail as the audit log may carry it: names and counts, never the paths or
-    words of the memory's body that the report shows (DESIGN §2.8)."""
+    """A move's detail for the audit log: names and counts, never the body's words (§2.8)."""
     if move.reason is MoveReason.STALE:
         return f"all {len(plan.items[move.filename].missing)} paths it names are gone"
     if move.superseded_by:

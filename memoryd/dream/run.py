@@ -33,13 +33,10 @@ def dream_dir(
     before_move: Callable[[str], None] | None = None,
     budget: PassBudget | None = None,
 ) -> DreamResult:
-    """One pass; every decision, including each decision not to act, is logged. A real pass
-    holds the dir's writer lock throughout (its moves, journal and index update are one
-    piece of work); a pass the daemon starts (`trigger` other than "command") skips the dir
-    when another process has it. `before_move`: see trash.Mover (a test's concurrent writer).
-    Past `budget` (by default the config's `dream.file_budget` and `dream.pass_budget`), or
-    once it is asked to stop (the daemon's SIGTERM), the pass stops before its first move: it
-    fails and moves nothing.
+    """One pass; every decision, including each not to act, is logged. A real pass holds the
+    dir's writer lock throughout; one the daemon starts (`trigger` not "command") skips a dir
+    another process has. `before_move`: see trash.Mover. Past `budget` (the config's by
+    default) or asked to stop (SIGTERM), it stops before its first move: it fails, moving nothing.
     """
     one = _Pass(rt, md, repos, dry_run, trigger, before_move, budget or PassBudget.of(rt))
     if dry_run:
@@ -51,10 +48,6 @@ def dream_dir(
     result.message = "another memoryd process is working on this dir"
     rt.audit.write("dream.skipped", dir=md.path, why=result.message)
     return result
-
-
-def new_pass_id() -> str:
-    return datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
 
 
 def repo_note(md: MemoryDir, checker: RefChecker) -> str:
@@ -80,7 +73,8 @@ class _Pass:
     def run(self) -> DreamResult:
         rt, md = self.rt, self.md
         started = time.monotonic()
-        result = self.result = DreamResult(md, new_pass_id(), PassStatus.COMPLETED)
+        pass_id = datetime.now().strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        result = self.result = DreamResult(md, pass_id, PassStatus.COMPLETED)
         now = rt.clock()
         lock = claude_lock(md, now)
         if lock is not None and lock.held:
@@ -93,8 +87,8 @@ class _Pass:
                     rt, md, self.repos, save=not self.dry_run, budget=self.budget
                 )
             except IndexBeingWritten as busy:
-                # MEMORY.md is blank because a program is writing it: what it will hold
-                # decides whether this pass may move anything. Next time.
+                # MEMORY.md is blank while a program writes it: what it will hold decides
+                # whether this pass may move anything. Next time.
                 result.repo_note = repo_note(md, self.repos.checker(md.repo_root))
                 return self._skipped(str(busy))
             self._act(reading)
@@ -122,26 +116,18 @@ class _Pass:
         result.repo_note = repo_note(md, reading.checker)
         result.probed_index, result.merge_conflicts = reading.probed_index, reading.merge_conflicts
         inv = reading.inv
-        result.files, result.unparseable, result.conflicts = (
-            len(inv.items),
-            inv.unparseable,
-            inv.conflicts,
-        )
-        result.secrets, result.plan = inv.secrets, plan
+        result.files, result.secrets, result.plan = len(inv.items), inv.secrets, plan
+        result.unparseable, result.conflicts = inv.unparseable, inv.conflicts
         result.acknowledged = acked.acknowledged(acked.load(rt.store, md.real_path), plan)
         if not reading.managed:
-            reason = (
-                reading.ownership.reason if reading.ownership else "the index could not be read"
-            )
             result.status = PassStatus.UNMANAGED
-            result.message = reason + "; the pass reports and moves nothing"
+            result.message = reading.why_unmanaged + "; the pass reports and moves nothing"
         elif plan.refused:
             result.status, result.message = PassStatus.REFUSED, plan.refused
         elif self.dry_run:
             result.status = PassStatus.DRY_RUN
         if not self.dry_run:
-            # What was already said lives in the dir's state: loaded once and saved once, not
-            # per row (a save per kept memory was most of a 10,000-memory pass).
+            # Loaded and saved once, not per row (a save per row was most of a 10,000 pass).
             said = rt.store.load(md.real_path)
             rows.said_of_plan(rt, result, reading, said)
             rt.store.save(md.real_path, said)
@@ -159,9 +145,7 @@ class _Pass:
         """The moves and the index update of a pass that is no dry run."""
         if not reading.managed:
             return
-        # The daemon's pass leaves a just-written file its grace for the agent's own
-        # pointer, as the daemon's index updates do; a pass on the command line indexes it
-        # at once.
+        # The daemon leaves a just-written file its grace for the agent's own pointer.
         grace = 0.0 if self.trigger == "command" else self.rt.config.index.new_file_grace
         if reading.plan.moves and not reading.plan.refused:
             self.budget.check("the first move")

@@ -1,18 +1,17 @@
 """Significant words, exact duplicate search and contradiction search over memory bodies.
 
-Duplicate search is exact: every pair of the same type whose overlap coefficient
-|A∩B| / min(|A|,|B|) reaches the threshold is found, none missed, none approximated. At a
-0.4-0.6 threshold, candidate filters (prefix filtering) still leave a large share of all pairs,
-so both engines count the shared words of every same-type pair, but cheaply: the words held by
-many docs are counted densely, a whole row of pairs at a time, and the rest from posting lists.
-Docs are sorted by size, so min(|A|,|B|) is the size of the earlier doc of a pair. The engines:
-memoryd.dream.pairs_numpy (numpy, optional) and memoryd.dream.pairs_pure; same answers, to the
-last bit of every overlap.
+Duplicate search is exact: every same-type pair whose overlap coefficient |A∩B| / min(|A|,|B|)
+reaches the threshold is found. At 0.4-0.6, prefix filtering still leaves a large share of all
+pairs, so both engines count the shared words of every same-type pair, cheaply: words many
+docs hold densely, a row of pairs at a time, the rest from posting lists. Docs are sorted by
+size, so min(|A|,|B|) is the earlier doc's. Engines: pairs_numpy (numpy, optional) and
+pairs_pure, with the same answers to the last bit of every overlap.
 """
 
+import functools
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -38,12 +37,8 @@ _NEGATIVE_WORDS: Final = frozenset(d for d in NEGATIVE_DIRECTIVES if " " not in 
 
 
 def significant_words(body: str) -> frozenset[str]:
-    """The body's significant words (DESIGN §4.6).
-
-    Lower-cased, split on whitespace, minus words of 2 characters or fewer and minus
-    ``STOPWORDS``. Punctuation is deliberately kept ("pnpm." and "pnpm" are different words):
-    the spec defines the split on whitespace alone.
-    """
+    """The body's significant words (DESIGN §4.6): lower-cased, split on whitespace alone (so
+    "pnpm." is not "pnpm"), minus words of 2 characters or fewer and ``STOPWORDS``."""
     return frozenset(_significant(body.lower().split()))
 
 
@@ -54,7 +49,10 @@ def _significant(tokens: list[str]) -> set[str]:
 
 
 def words_and_directives(body: str) -> tuple[set[str], tuple[frozenset[str], frozenset[str]]]:
-    """``significant_words`` and ``directives`` of one body, lower-cased and split once."""
+    """``significant_words`` of one body, and (objects it tells to do/use, objects it tells not
+    to), per DESIGN §4.7: the object is the first significant word after the directive,
+    skipping ``use``/``using``, punctuation stripped. Words between a directive and its object
+    are no directives themselves, so "don't use X" is never also "use X"."""
     text = body.lower()
     tokens = text.split()
     words = _significant(tokens)
@@ -107,10 +105,6 @@ class Vocabulary:
             self._words.append(w)
         return array("I", sorted(map(known.__getitem__, unique)))
 
-    def word(self, word_id: int) -> str:
-        """The word behind ``word_id``."""
-        return self._words[word_id]
-
 
 @dataclass(frozen=True, slots=True)
 class Pair:
@@ -121,49 +115,41 @@ class Pair:
     overlap: float
 
 
-def overlap(a: Sequence[int], b: Sequence[int]) -> float:
-    """|A∩B| / min(|A|,|B|) of two word-id collections; 0.0 when either is empty."""
-    sa, sb = set(a), set(b)
-    if not sa or not sb:
-        return 0.0
-    return len(sa & sb) / min(len(sa), len(sb))
+Docs = Sequence[tuple[str, Sequence[int]]]
 
 
-def _check_low(low: float) -> None:
-    if not 0.0 < low < math.inf:  # also refuses NaN
-        raise ValueError(f"overlap threshold must be a finite number > 0, got {low!r}")
-
-
-def _resolve_numpy(use_numpy: bool | None) -> bool:
-    if use_numpy is None:
-        return HAVE_NUMPY
-    if use_numpy and not HAVE_NUMPY:
-        raise RuntimeError("use_numpy=True but numpy is not installed")
-    return use_numpy
-
-
-def _pairs_numpy(
-    docs: Sequence[tuple[str, Sequence[int]]], low: float, **tuning: Any
+def _pairs(
+    docs: Docs, low: float, engine: Callable[..., list[tuple[int, int, float]]]
 ) -> list[Pair]:
-    """The numpy engine's pairs; `tuning`: pairs_numpy.Tuning's fields (tests make it small)."""
-    return [
-        Pair(a, b, ov) for a, b, ov in pairs_numpy.pairs(docs, low, pairs_numpy.Tuning(**tuning))
-    ]
-
-
-def _pairs_pure(docs: Sequence[tuple[str, Sequence[int]]], low: float) -> list[Pair]:
-    groups: dict[str, tuple[list[int], list[array[int]]]] = {}
+    """The pairs `engine` finds in each type's docs, none empty, sorted by (a, b)."""
+    groups: dict[str, list[int]] = {}
     for i, (doc_type, words) in enumerate(docs):
-        row = array("I", sorted(set(words)))
-        if row:
-            members, rows = groups.setdefault(doc_type, ([], []))
-            members.append(i)
-            rows.append(row)
-    found: list[tuple[int, int, float]] = []
-    for doc_type in sorted(groups):
-        found.extend(pairs_pure.group_pairs(*groups[doc_type], low))
+        if len(words):
+            groups.setdefault(doc_type, []).append(i)
+    found = [
+        pair
+        for ids in groups.values()
+        if len(ids) > 1
+        for pair in engine(ids, [docs[i][1] for i in ids], low)
+    ]
     found.sort()
     return [Pair(a, b, ov) for a, b, ov in found]
+
+
+def _pairs_numpy(docs: Docs, low: float, **tuning: Any) -> list[Pair]:
+    """The numpy engine's pairs; `tuning`: pairs_numpy.Tuning's fields (tests make it small)."""
+    return _pairs(
+        docs, low, functools.partial(pairs_numpy.group_pairs, tuning=pairs_numpy.Tuning(**tuning))
+    )
+
+
+def _pairs_pure(docs: Docs, low: float) -> list[Pair]:
+    def engine(
+        ids: list[int], rows: list[Sequence[int]], low: float
+    ) -> list[tuple[int, int, float]]:
+        return pairs_pure.group_pairs(ids, [array("I", sorted(set(r))) for r in rows], low)
+
+    return _pairs(docs, low, engine)
 
 
 def find_similar_pairs(
@@ -174,63 +160,13 @@ def find_similar_pairs(
     ``docs[i]`` is (type, word ids); ids are treated as a set. Empty docs never pair. Exact.
     ``use_numpy`` None picks numpy when it is installed; both engines give the same list.
     """
-    _check_low(low)
-    if _resolve_numpy(use_numpy):
+    if not 0.0 < low < math.inf:  # also refuses NaN
+        raise ValueError(f"overlap threshold must be a finite number > 0, got {low!r}")
+    if use_numpy and not HAVE_NUMPY:
+        raise RuntimeError("use_numpy=True but numpy is not installed")
+    if HAVE_NUMPY if use_numpy is None else use_numpy:
         return _pairs_numpy(docs, low)
     return _pairs_pure(docs, low)
-
-
-# ---------------------------------------------------------------------------------------------
-# One doc against an existing set.
-
-
-class SimilarityIndex:
-    """A set of docs prepared once, to score one changed doc against all of them quickly."""
-
-    def __init__(
-        self, docs: Sequence[tuple[str, Sequence[int]]], *, use_numpy: bool | None = None
-    ) -> None:
-        self._numpy = _resolve_numpy(use_numpy)
-        self._size = len(docs)
-        grouped: dict[str, tuple[list[int], list[array[int]]]] = {}
-        for i, (doc_type, words) in enumerate(docs):
-            row = array("I", sorted(set(words)))
-            if row:
-                members, rows = grouped.setdefault(doc_type, ([], []))
-                members.append(i)
-                rows.append(row)
-        self._pure: dict[str, pairs_pure.PureTypeIndex] = {}
-        self._np: dict[str, pairs_numpy.NumpyTypeIndex] = {}
-        for doc_type, (members, rows) in grouped.items():
-            if self._numpy:
-                self._np[doc_type] = pairs_numpy.build_index(members, rows)
-            else:
-                self._pure[doc_type] = pairs_pure.build_index(members, rows)
-
-    def __len__(self) -> int:
-        return self._size
-
-    def query(self, doc: Sequence[int], doc_type: str, low: float) -> list[tuple[int, float]]:
-        """(doc index, overlap) for every indexed doc of ``doc_type`` at ``low`` or above."""
-        _check_low(low)
-        q = sorted(set(doc))
-        if not q:
-            return []
-        if self._numpy:
-            np_index = self._np.get(doc_type)
-            return [] if np_index is None else pairs_numpy.query(np_index, q, low)
-        pure_index = self._pure.get(doc_type)
-        return [] if pure_index is None else pairs_pure.query(pure_index, q, low)
-
-
-def candidates_for(
-    doc: Sequence[int], doc_type: str, index: SimilarityIndex, low: float
-) -> list[tuple[int, float]]:
-    """(doc index, overlap) of every doc in ``index`` of the same type with overlap ≥ ``low``.
-
-    Sorted by doc index. A copy of ``doc`` that is itself in the index is returned too.
-    """
-    return index.query(doc, doc_type, low)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,21 +195,8 @@ def _directive_at(tokens: list[str], i: int) -> tuple[int, bool] | None:
     return None
 
 
-def directives(body: str) -> tuple[frozenset[str], frozenset[str]]:
-    """(objects the body tells to do/use, objects it tells not to), per DESIGN §4.7.
-
-    The object is the first significant word after the directive, skipping ``use``/``using``,
-    with surrounding punctuation removed. Words between a directive and its object are not
-    read as directives themselves, so "don't use X" is never also "use X".
-    """
-    text = body.lower()
-    if "’" in text or "‘" in text:
-        text = text.replace("’", "'").replace("‘", "'")
-    return _directives(text.split())
-
-
 def _directives(words: list[str]) -> tuple[frozenset[str], frozenset[str]]:
-    """``directives`` of a lower-cased body split on whitespace, curly quotes made straight."""
+    """The directives of a lower-cased body split on whitespace, curly quotes made straight."""
     tokens = [t.strip(_STRIP) for t in words]
     positive: set[str] = set()
     negative: set[str] = set()
@@ -298,10 +221,3 @@ def _directives(words: list[str]) -> tuple[frozenset[str], frozenset[str]]:
         (positive if is_positive else negative).add(tokens[j])
         resume = j  # the object may itself start a directive ("always avoid X")
     return frozenset(positive), frozenset(negative)
-
-
-def opposes(a_body: str, b_body: str) -> frozenset[str]:
-    """Objects that one body says to do/use and the other says not to."""
-    a_pos, a_neg = directives(a_body)
-    b_pos, b_neg = directives(b_body)
-    return (a_pos & b_neg) | (a_neg & b_pos)

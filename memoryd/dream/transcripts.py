@@ -1,38 +1,32 @@
 """Consult evidence from Claude Code's session transcripts: the agent's own file tool calls.
 
-Every `<claude_home>/projects/<slug>/*.jsonl` (and a session's `subagents/*.jsonl`) records the
-tool calls of a session, one JSON object a line. A `Read`, `Edit`, `MultiEdit` or `Write` of a
+Every `<claude_home>/projects/<slug>/*.jsonl` (and a session's `subagents/*.jsonl`) records a
+session's tool calls, one JSON object a line. A `Read`, `Edit`, `MultiEdit` or `Write` of a
 memory file, a `Grep` or `Glob` naming one file, or a `cat`/`head`/`tail`/`less`/`more`/`bat` of
-one in a `Bash` command is the agent consulting that memory, with its time, session and tool.
-A `Grep` or `Glob` over the memory dir names no memory: no consult. Claude Code's own scan of
-memory frontmatter at session start is no tool call, so it never shows here.
+one in a `Bash` command is the agent consulting that memory (a search over the dir names none;
+Claude Code's own frontmatter scan at session start is no tool call).
 
-The transcripts of every project folder are read, not only the memory dir's own: the memory dir
-is keyed by the git root while a session in a subfolder writes under the subfolder's slug. A
-tool call's path (a relative one against the line's `cwd`) is matched by the real path of its
-folder, so a memory dir reached through a symlink matches too.
+Every project folder's transcripts are read: a session in a subfolder writes under its own slug.
+A call's path (relative ones against the line's `cwd`) is matched by its folder's real path.
 
 Reading is incremental: per transcript the (device, inode, size seen, offset) read to is kept
-in the state store (the `consult_transcript` table), each scan reads only what was
-appended since, from a complete line to a complete line (a torn last line is read again once it
-is finished), and starts from 0 when the file was replaced or shrank. A transcript last written
-before the consult window is never read. A scan reads at most `SCAN_BYTES`; what is left is
-read by the next scan, and until then "unsure means kept". What was found is kept compactly per
-memory dir (file -> newest time, session, tool, transcript), bounded (`consult_seen`).
+(`consult_transcript`); a scan reads what was appended since, whole lines only (a torn last
+line is read again once finished), from 0 when the file was replaced or shrank, never a file
+last written before the consult window, and at most `SCAN_BYTES` (the rest next time; until
+then "unsure means kept"). Evidence is kept per memory dir, bounded (`consult_seen`).
 """
 
 import contextlib
 import fcntl
 import os
 import shlex
-import stat
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memoryd.dream.consult import Seen, row_time
-from memoryd.paths import ensure_private_dir
+from memoryd.paths import ensure_private_dir, open_regular
 from memoryd.storage import safejson
 from memoryd.storage.statedb import Schema, StateDB
 
@@ -74,7 +68,7 @@ class Harvest:
 
 
 def load(state_dir: Path) -> Harvest:
-    """The saved scan state; none yet is a fresh start (read from 0)."""
+    """The saved scan state; none yet is a fresh start (read from 0). A dry run makes none."""
     out = Harvest()
     conn = StateDB.in_state_dir(state_dir).reader(SCHEMA)
     if conn is None:
@@ -109,8 +103,7 @@ def _save(state_dir: Path, harvest: Harvest) -> None:
 
 
 def transcripts(claude_home: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """Each session transcript under `projects/`, as (name relative to it, lstat), in name
-    order. Only regular files: a link or a FIFO is never opened."""
+    """(name under `projects/`, lstat) of each transcript, a regular file, in name order."""
     root = claude_home / "projects"
     for project in _entries(root):
         if not project.is_dir(follow_symlinks=False):
@@ -159,10 +152,8 @@ def harvest(
 ) -> Harvest:
     """Read what the transcripts gained since the last scan; keep consults of memories.
 
-    `known`: real paths of memory dirs to keep evidence for besides those at a memory-dir
-    layout (a dir named in the config). `since`: the start of the consult window (older
-    evidence is dropped, older transcripts are not read). `save`: write the state back (never
-    for a dry run; then the next scan reads the same bytes again).
+    `known`: real paths of memory dirs besides those at a memory-dir layout (configured ones).
+    `since`: the consult window's start. `save`: write the state back (never for a dry run).
     """
     with contextlib.ExitStack() as held:
         if save:
@@ -198,34 +189,30 @@ def _locked(state_dir: Path) -> Iterator[None]:
 
 
 def _prune(result: Harvest, since: float) -> None:
-    for folder in list(result.dirs):
-        seen = {f: s for f, s in result.dirs[folder].items() if s.when >= since}
+    """Drop evidence older than `since`; keep the newest of each dir and the newest dirs."""
+    kept: dict[str, dict[str, Seen]] = {}
+    for folder, files in result.dirs.items():
+        seen = {f: s for f, s in files.items() if s.when >= since}
         if len(seen) > MAX_FILES_PER_DIR:
             newest = sorted(seen.items(), key=lambda kv: (-kv[1].when, kv[0]))
             seen = dict(newest[:MAX_FILES_PER_DIR])
         if seen:
-            result.dirs[folder] = seen
-        else:
-            del result.dirs[folder]
-    if len(result.dirs) > MAX_DIRS:
-        by_newest = sorted(
-            result.dirs, key=lambda d: (-max(s.when for s in result.dirs[d].values()), d)
-        )
-        for folder in by_newest[MAX_DIRS:]:
-            del result.dirs[folder]
+            kept[folder] = seen
+    if len(kept) > MAX_DIRS:
+        newest_dirs = sorted(kept, key=lambda d: (-max(s.when for s in kept[d].values()), d))
+        kept = {d: kept[d] for d in newest_dirs[:MAX_DIRS]}
+    result.dirs = kept
 
 
+@dataclass(slots=True)
 class _Scan:
-    def __init__(
-        self, result: Harvest, since: float, known: set[str], budget: int, chunk: int
-    ) -> None:
-        self.result = result
-        self.since = since
-        self.known = known
-        self.budget = budget
-        self.chunk = chunk
-        self.changed = False
-        self._real: dict[str, str] = {}  # folder as written -> its real path
+    result: Harvest
+    since: float
+    known: set[str]
+    budget: int
+    chunk: int
+    changed: bool = False
+    real: dict[str, str] = field(default_factory=dict)  # folder as written -> its real path
 
     def transcript(self, path: Path, name: str, st: os.stat_result) -> None:
         entry = self.result.files.get(name)
@@ -248,11 +235,10 @@ class _Scan:
             self.result.unread[name] = st.st_size - entry[3]
 
     def _read(self, path: Path, name: str, entry: list[int], st: os.stat_result) -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, now = open_regular(path, follow=False, looked=st)  # never a FIFO or a link
         try:
-            now = os.fstat(fd)
-            if not stat.S_ISREG(now.st_mode) or now.st_ino != st.st_ino:
-                return  # swapped for something else since the listing
+            if now.st_ino != st.st_ino:
+                return  # swapped for another file since the listing
             while entry[3] < st.st_size and self.budget > 0:
                 want = min(self.chunk, st.st_size - entry[3], self.budget)
                 data = os.pread(fd, want, entry[3])
@@ -267,9 +253,8 @@ class _Scan:
             os.close(fd)
 
     def _take(self, data: bytes, name: str, entry: list[int], *, more: bool, mtime: float) -> bool:
-        """Consume the complete lines of `data`, read at the entry's offset. False when what is
-        left is a torn last line: not consumed (read again next time), but a line finished
-        except for its newline counts now."""
+        """Consume the whole lines of `data` (read at the entry's offset). False when a torn
+        last line is left: read again next time, but taken now if only its newline is missing."""
         start = 0
         if entry[4]:  # inside a line too long to read: drop up to its end
             end = data.find(b"\n")
@@ -335,9 +320,9 @@ class _Scan:
         folder, filename = os.path.split(target)
         if not filename.endswith(".md"):
             return
-        real = self._real.get(folder)
+        real = self.real.get(folder)
         if real is None:
-            real = self._real[folder] = os.path.realpath(folder)
+            real = self.real[folder] = os.path.realpath(folder)
         if not (
             looks_like_memory_dir(real)
             or looks_like_memory_dir(folder)

@@ -35,8 +35,7 @@ def _trash_records(
     versions: IndexKeeper | None = None,
 ) -> list[TrashRecord]:
     """One manifest record per planned move, each with a free name in the day folder.
-    `missing`: each move's missing references, for a plan without its items (a stored one).
-    `known`: the index files as the pass's probe read them."""
+    `missing`: for a stored plan (no items). `known`: the index files as the probe read them."""
     lines, places = index_lines(md, {move.filename for move in plan.moves}, known, versions)
     records: list[TrashRecord] = []
     taken: set[str] = set()
@@ -79,9 +78,8 @@ def apply(
     before_move: Callable[[str], None] | None = None,
     missing: Mapping[str, list[str]] | None = None,
 ) -> None:
-    """Journal the moves of `result.plan`, then make each one whose file is still what was
-    planned, then update the index; the journal is committed once the index is written.
-    `missing`: each move's missing references, for a plan without its items (a stored one)."""
+    """Journal the moves of `result.plan`, make each whose file is still what was planned,
+    update the index, then commit the journal. `missing`: see _trash_records."""
     md, plan = result.dir, result.plan
     assert plan is not None
     # The date is taken once: a pass running over midnight keeps one day folder.
@@ -97,9 +95,8 @@ def apply(
     result.index = index_after_dream(rt, md, moved, basis, grace=grace)
     if not result.index.write_failed:
         journal.commit(entry)
-    # Else the journal stays: the next memoryd command recovers the pass, which removes the
-    # moved files' pointers once the index can be written (DirState.gone says so too, but
-    # the state dir may be on the disk that is full).
+    # Else the journal stays: the next command's recovery removes the moved files' pointers
+    # once the index can be written (DirState.gone says so too, but it may be on a full disk).
 
 
 # Index outcomes after which the pass's pointer edits are not on disk: a failed pass. (Its
@@ -127,8 +124,7 @@ def index_failure(md: MemoryDir, result: DreamResult) -> str:
 def _move_all(
     rt: Runtime, md: MemoryDir, mover: trash.Mover, records: list[TrashRecord], result: DreamResult
 ) -> journal.Journal:
-    """Journal the records, then move each file that is still what was planned (the mover
-    checks it, and checks what it moved)."""
+    """Journal the records, then move each file that is still what was planned."""
     entry = journal.begin(rt.paths.state_dir, result.pass_id, md.real_path, records)
     for record in records:
         outcome = mover.move(record)
@@ -169,11 +165,10 @@ def apply_refused(
     *,
     before_move: Callable[[str], None] | None = None,
 ) -> DreamResult:
-    """Apply exactly the plan a refused pass kept (memoryd.dream.refused), after a person's
-    review: the same journalled, checked moves and index update as a pass's, under the dir's
-    writer lock. Nothing moves unless every file the plan rests on still holds the bytes it
-    was planned from (PlanChanged names those that do not), and the dir's index is still
-    memoryd's. The plan is removed once applied."""
+    """Apply exactly the plan a refused pass kept (memoryd.dream.refused), with a pass's
+    journalled, checked moves and index update, under the dir's writer lock; only while the
+    index is memoryd's and every file the plan rests on holds the bytes it was planned from
+    (PlanChanged names those that do not). The plan is removed once applied."""
     started = time.monotonic()
     with rt.store.lock(md.real_path):
         stored = refused.load(rt.paths.state_dir, md.real_path, pass_id)
@@ -192,9 +187,7 @@ def apply_refused(
                 + "; ".join(f"{name} {why}" for name, why in changed)
                 + ". Run `memoryd dream` for a plan of the files as they are now"
             )
-        result = DreamResult(md, pass_id, PassStatus.COMPLETED)
-        plan = Plan(items={}, moves=stored.as_moves())
-        result.plan = plan
+        result = DreamResult(md, pass_id, PassStatus.COMPLETED, Plan({}, stored.as_moves()))
         result.files = len(scan.memories)
         basis = Basis.of(scan, rt.store.load(md.real_path).seen, probe.snapshot)
         del scan, probe
@@ -244,13 +237,10 @@ def index_lines(
     known: Basis | None = None,
     versions: IndexKeeper | None = None,
 ) -> tuple[dict[str, str], dict[str, Place]]:
-    """The pointer line of each of `wanted` in MEMORY.md or the archive, and where it sits in
-    MEMORY.md (index.Place), to give back on restore where it was. `known`: the index files as
-    the pass's probe read them, taken while they are still those files.
-
-    Only the pointer lines of the archive are looked at, one regex scan of its text (the
-    archive of a 100,000-memory dir holds 100,000 lines: split into objects they cost ~100
-    MB); MEMORY.md, which the agent loads, is read line by line for the headings."""
+    """The pointer line of each of `wanted` in MEMORY.md or the archive, and its place in
+    MEMORY.md (for a restore). `known`: the index files as the probe read them, taken while
+    they are still those files. The archive gets one regex scan for pointer lines (its 100,000
+    lines as objects cost ~100 MB); MEMORY.md is read line by line for the headings."""
     out: dict[str, str] = {}
     places: dict[str, Place] = {}
     texts: dict[str, IndexText | None] = {

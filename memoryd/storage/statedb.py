@@ -8,12 +8,11 @@ daemon, commands, hooks and the MCP server read while one of them writes; a writ
 that touches several concerns commits once.
 
 Damage is never handled in silence: a path that is not a regular file, a file SQLite cannot
-read, `PRAGMA quick_check` failing on the first open in a process, or a damaged page met later
-is `StateDamaged`, naming the file and what to do. The check covers every table but the kept
-versions' bytes (`UNCHECKED`), the one that grows with the memories: each object read from it
-is checked against its sha256 (memoryd.versions.kept.read_object). A schema marked
-`disposable` (a cache) is dropped and made again when its version changes; any other schema
-of another version is `StateDamaged` too, so kept versions are never dropped by an upgrade.
+read, a damaged page met, or `PRAGMA quick_check` failing at a process's first open (of every
+table but the kept versions' bytes, `UNCHECKED`, each checked against its sha256 when read) is
+`StateDamaged`, naming the file and what to do. A `disposable` schema (a cache) is dropped and
+made again when its version changes; any other of another version is `StateDamaged` too, so
+kept versions are never dropped by an upgrade.
 """
 
 from __future__ import annotations
@@ -36,19 +35,16 @@ FILE_NAME = "state.sqlite"
 # Writers wait this long for another process's transaction (a pass commits in well under it).
 BUSY_WAIT = 30.0
 PAGE_SIZE = 16384
-# Left out of the first open's check: content-addressed blobs, ~90% of the file and of the
-# check's time at 10,000 memories, each verified by its sha256 when read.
-UNCHECKED = frozenset({"versions_objects"})
+UNCHECKED = frozenset({"versions_objects"})  # ~90% of the file at 10,000 memories
 
 
-def named(path: Path, error: sqlite3.Error) -> Exception | None:
-    """A write SQLite could not make (a full disk, a file size limit, an I/O error) as the
-    OSError it comes from, naming the file: no damage, and said as any other file memoryd
-    could not write. A damaged page SQLite met (in a table the first open leaves unchecked,
-    say) is StateDamaged. None for any other error."""
+def raise_named(path: Path, error: BaseException) -> None:
+    """Raise what a failed statement means, naming the file: a write SQLite could not make (a
+    full disk, a file size limit, an I/O error) as its OSError, said as for any other file; a
+    damaged page (say in an UNCHECKED table) as StateDamaged. Returns for any other error."""
     name = getattr(error, "sqlite_errorname", "")
     if name.startswith("SQLITE_CORRUPT"):
-        return StateDamaged(path, f"is damaged ({error})")
+        raise StateDamaged(path, f"is damaged ({error})") from error
     if name == "SQLITE_FULL":
         code = errno.ENOSPC
     elif name.startswith("SQLITE_IOERR"):
@@ -56,8 +52,8 @@ def named(path: Path, error: sqlite3.Error) -> Exception | None:
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         code = errno.EIO if limit == resource.RLIM_INFINITY else errno.EFBIG
     else:
-        return None
-    return OSError(code, f"{os.strerror(code)} ({error})", str(path))
+        return
+    raise OSError(code, f"{os.strerror(code)} ({error})", str(path)) from error
 
 
 class StateDamaged(MemorydError):
@@ -138,9 +134,7 @@ class StateDB:
             self._check_once(conn)
         except sqlite3.DatabaseError as error:
             conn.close()
-            failed = named(self.path, error)
-            if failed is not None:
-                raise failed from error
+            raise_named(self.path, error)
             raise StateDamaged(self.path, f"is not a readable SQLite file ({error})") from error
         except BaseException:
             conn.close()
@@ -148,8 +142,7 @@ class StateDB:
         return conn
 
     def _check_once(self, conn: sqlite3.Connection) -> None:
-        """`PRAGMA quick_check` of each table but the UNCHECKED, with its indexes, at the
-        process's first open (linear in their size)."""
+        """`PRAGMA quick_check` of each table but the UNCHECKED at the process's first open."""
         with self._lock:
             if self._checked:
                 return
@@ -245,9 +238,7 @@ class StateDB:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as error:
-            failed = named(self.path, error)
-            if failed is not None:
-                raise failed from error
+            raise_named(self.path, error)
             if isinstance(error, sqlite3.OperationalError):
                 raise
             raise StateDamaged(self.path, f"cannot be written ({error})") from error
@@ -258,9 +249,7 @@ class StateDB:
             self._local.depth = 0
             with contextlib.suppress(sqlite3.Error):  # a failed write may have ended it
                 conn.execute("ROLLBACK")
-            failed = named(self.path, error) if isinstance(error, sqlite3.Error) else None
-            if failed is not None:
-                raise failed from error
+            raise_named(self.path, error)
             raise
         self._local.depth = 0
         try:
@@ -268,9 +257,7 @@ class StateDB:
         except sqlite3.Error as error:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            failed = named(self.path, error)
-            if failed is not None:
-                raise failed from error
+            raise_named(self.path, error)
             raise
 
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from memoryd.discover import gitwork
 from memoryd.logsetup import get_logger
 from memoryd.storage import fsops
-from memoryd.storage.statedb import StateDB, named
+from memoryd.storage.statedb import StateDB, raise_named
 from memoryd.versions import importer, prune, scanned, witness
 from memoryd.versions.records import (
     ALARMS_KEEP,
@@ -269,7 +269,8 @@ class VersionStore:
         try:
             row = self.conn().execute(sql, (sha,)).fetchone()
         except sqlite3.DatabaseError as error:  # a damaged page (see statedb.UNCHECKED)
-            raise named(self.db.path, error) or error from error
+            raise_named(self.db.path, error)
+            raise
         if row is None or row[0] > OBJECT_MAX:
             return None
         data = bytes(row[1])

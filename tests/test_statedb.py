@@ -136,3 +136,47 @@ def test_a_new_file_has_big_pages_and_kept_versions_stored_in_pieces_are_whole(
     store.store_object(pieces, sha)
     assert store.read_object(sha) == data
     assert store.conn().execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE > 4096
+
+
+def _damage_root_page(db: StateDB, table: str) -> None:
+    """Scribble over the first bytes of `table`'s root page in the file (written back first)."""
+    conn = db.connection()
+    sql = "SELECT rootpage FROM sqlite_schema WHERE name = ?"
+    root = conn.execute(sql, (table,)).fetchone()[0]
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    with open(db.path, "r+b") as f:
+        f.seek((root - 1) * PAGE_SIZE)
+        f.write(b"\xff" * 16)
+
+
+def test_damage_in_a_checked_table_is_named_at_the_first_open(tmp_path: Path) -> None:
+    db = StateDB(tmp_path / "state.sqlite")
+    db.ensure(NOTES)
+    with db.transaction() as tx:
+        tx.executemany("INSERT INTO notes VALUES (?, ?)", [(str(i), "x" * 100) for i in range(9)])
+    _damage_root_page(db, "notes")
+    with pytest.raises(StateDamaged, match="move the file aside") as caught:
+        StateDB(db.path).connection()  # no statement but the check reads the table
+    assert str(db.path) in str(caught.value)
+
+
+def test_damage_among_kept_versions_bytes_is_named_when_met(tmp_path: Path) -> None:
+    """The first open leaves the kept versions' bytes unchecked (each is checked against its
+    sha256 when read); a damaged page there is StateDamaged naming the file once met."""
+    from memoryd.storage.statedb import forget_shared
+    from memoryd.versions.kept import VersionStore
+
+    data = b"a version\n" * 300
+    sha = hashlib.sha256(data).hexdigest()
+    VersionStore(tmp_path).store_object(data, sha)
+    _damage_root_page(StateDB.in_state_dir(tmp_path), "versions_objects")
+    forget_shared()
+    store = VersionStore(tmp_path)
+    store.conn()  # opens: the objects are not part of the first open's check
+    with pytest.raises(StateDamaged, match="is damaged") as caught:
+        store.read_object(sha)
+    assert str(tmp_path / "state.sqlite") in str(caught.value)
+    with pytest.raises(StateDamaged, match="is damaged"):
+        store.store_object(b"another", hashlib.sha256(b"another").hexdigest())
+    forget_shared()

@@ -8,10 +8,11 @@ them writes; a write is one `transaction()` (BEGIN IMMEDIATE), and nested `trans
 the outer one, so a pass that touches several concerns commits once.
 
 Damage is never handled in silence: a path that is not a regular file, a file SQLite cannot
-read or `PRAGMA quick_check` failing on the first open in a process is `StateDamaged`, naming
-the file and what to do. A schema marked `disposable` (a cache) is dropped and made again when
-its version changes; any other schema of another version is `StateDamaged` too, so kept
-versions are never dropped by an upgrade.
+read, a damaged page met, or `PRAGMA quick_check` failing at a process's first open (of every
+table but the kept versions' bytes, `UNCHECKED`, each checked against its sha256 when read) is
+`StateDamaged`, naming the file and what to do. A `disposable` schema (a cache) is dropped and
+made again when its version changes; any other of another version is `StateDamaged` too, so
+kept versions are never dropped by an upgrade.
 """
 
 from __future__ import annotations
@@ -34,13 +35,16 @@ FILE_NAME = "state.sqlite"
 # Writers wait this long for another process's transaction (a pass commits in well under it).
 BUSY_WAIT = 30.0
 PAGE_SIZE = 16384
+UNCHECKED = frozenset({"versions_objects"})  # ~90% of the file at 10,000 memories
 
 
-def unwritable(path: Path, error: sqlite3.Error) -> OSError | None:
-    """A write SQLite could not make (a full disk, a file size limit, an I/O error) as the
-    OSError it comes from, naming the file: no damage, and said as any other file memoryd
-    could not write. None for any other error."""
+def raise_named(path: Path, error: BaseException) -> None:
+    """Raise what a failed statement means, naming the file: a write SQLite could not make (a
+    full disk, a file size limit, an I/O error) as its OSError, said as for any other file; a
+    damaged page (say in an UNCHECKED table) as StateDamaged. Returns for any other error."""
     name = getattr(error, "sqlite_errorname", "")
+    if name.startswith("SQLITE_CORRUPT"):
+        raise StateDamaged(path, f"is damaged ({error})") from error
     if name == "SQLITE_FULL":
         code = errno.ENOSPC
     elif name.startswith("SQLITE_IOERR"):
@@ -48,8 +52,8 @@ def unwritable(path: Path, error: sqlite3.Error) -> OSError | None:
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         code = errno.EIO if limit == resource.RLIM_INFINITY else errno.EFBIG
     else:
-        return None
-    return OSError(code, f"{os.strerror(code)} ({error})", str(path))
+        return
+    raise OSError(code, f"{os.strerror(code)} ({error})", str(path)) from error
 
 
 class StateDamaged(MemorydError):
@@ -131,9 +135,7 @@ class StateDB:
             self._check_once(conn)
         except sqlite3.DatabaseError as error:
             conn.close()
-            failed = unwritable(self.path, error)
-            if failed is not None:
-                raise failed from error
+            raise_named(self.path, error)
             raise StateDamaged(self.path, f"is not a readable SQLite file ({error})") from error
         except BaseException:
             conn.close()
@@ -141,13 +143,15 @@ class StateDB:
         return conn
 
     def _check_once(self, conn: sqlite3.Connection) -> None:
-        """`PRAGMA quick_check` at the process's first open (linear in the file's size)."""
+        """`PRAGMA quick_check` of each table but the UNCHECKED at the process's first open."""
         with self._lock:
             if self._checked:
                 return
-            result = conn.execute("PRAGMA quick_check").fetchone()[0]
-            if result != "ok":
-                raise StateDamaged(self.path, f"fails its check ({result})")
+            rows = conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
+            for table in [name for (name,) in rows if name not in UNCHECKED]:
+                result = conn.execute(f'PRAGMA quick_check("{table}")').fetchone()[0]
+                if result != "ok":
+                    raise StateDamaged(self.path, f"fails its check ({result})")
             self._checked = True
 
     def _refuse_special(self) -> None:
@@ -259,9 +263,7 @@ class StateDB:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as error:
-            failed = unwritable(self.path, error)
-            if failed is not None:
-                raise failed from error
+            raise_named(self.path, error)
             if isinstance(error, sqlite3.OperationalError):
                 raise
             raise StateDamaged(self.path, f"cannot be written ({error})") from error
@@ -272,9 +274,7 @@ class StateDB:
             self._local.depth = 0
             with contextlib.suppress(sqlite3.Error):  # a failed write may have ended it
                 conn.execute("ROLLBACK")
-            failed = unwritable(self.path, error) if isinstance(error, sqlite3.Error) else None
-            if failed is not None:
-                raise failed from error
+            raise_named(self.path, error)
             raise
         self._local.depth = 0
         try:
@@ -282,9 +282,7 @@ class StateDB:
         except sqlite3.Error as error:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            failed = unwritable(self.path, error)
-            if failed is not None:
-                raise failed from error
+            raise_named(self.path, error)
             raise
 
 

@@ -1,5 +1,7 @@
 """The collaborators every command needs, built once and passed down (no globals)."""
 
+from __future__ import annotations
+
 import gc
 import time
 from collections.abc import Callable
@@ -9,14 +11,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memoryd.config import Config
-from memoryd.dream.memo import DreamMemo
-from memoryd.paths import AppPaths, app_paths
-from memoryd.storage.audit import AuditLog
-from memoryd.storage.fsops import OwnWrite
-from memoryd.storage.state import StateStore
-
-if TYPE_CHECKING:  # a command that keeps no versions never imports the store
+if TYPE_CHECKING:  # imported where used: a command pays only for what it runs
+    from memoryd.config import Config
+    from memoryd.dream.memo import DreamMemo
+    from memoryd.paths import AppPaths
+    from memoryd.storage.audit import AuditLog
+    from memoryd.storage.fsops import OwnWrite
+    from memoryd.storage.state import StateStore
     from memoryd.versions.kept import VersionStore
 
 
@@ -31,6 +32,12 @@ def boot_clock() -> tuple[str, float] | None:
         return boot_id, time.clock_gettime(time.CLOCK_BOOTTIME)
     except (OSError, AttributeError, ValueError):
         return None
+
+
+def _dream_memo() -> DreamMemo:
+    from memoryd.dream.memo import DreamMemo
+
+    return DreamMemo()
 
 
 class Effect(StrEnum):
@@ -63,12 +70,12 @@ class Runtime:
     sleep: Callable[[float], None] = field(default=time.sleep)  # a one-shot command's waits
     effect: Effect = Effect.KEEPS
     # What dream passes keep for later ones made with this Runtime (see DreamMemo).
-    dream: DreamMemo = field(default_factory=DreamMemo, repr=False, compare=False)
+    dream: DreamMemo = field(default_factory=_dream_memo, repr=False, compare=False)
     # Told of each index write just before its swap (see fsops.OwnWrite): the daemon's.
     on_own_write: OwnWrite | None = field(default=None, repr=False, compare=False)
     # The version store, for a command that keeps versions (commands.versions.keeping) and the
     # daemon: passed to every scan, index read and index write made with this Runtime.
-    versions: "VersionStore | None" = field(default=None, repr=False, compare=False)
+    versions: VersionStore | None = field(default=None, repr=False, compare=False)
     # The paths named on the command line of a command that writes (`index DIR`, `dream
     # DIR`): an explicit request, so a memory dir git tracks under one of them is written.
     named: tuple[Path, ...] = ()
@@ -81,7 +88,11 @@ class Runtime:
     @classmethod
     def create(
         cls, config: Config, paths: AppPaths | None = None, effect: Effect = Effect.KEEPS
-    ) -> "Runtime":
+    ) -> Runtime:
+        from memoryd.paths import app_paths
+        from memoryd.storage.audit import AuditLog
+        from memoryd.storage.state import StateStore
+
         paths = paths or app_paths()
         audit = AuditLog(
             paths.audit_log,

@@ -9,7 +9,7 @@ from memoryd.config import Config
 from memoryd.discover.found import Found, MemoryDir, RefusedDir
 from memoryd.discover.look import is_dir, resolved, subdirs
 from memoryd.discover.transcripts import Transcripts
-from memoryd.model.index import INDEX_NAME
+from memoryd.model.agentview import INDEX_NAME
 
 NESTED_DEPTH = 4
 

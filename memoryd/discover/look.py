@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
 
-from memoryd.discover.gitwork import GIT_FILE_BYTES, gitdir_of
 from memoryd.paths import read_bounded
 
 
@@ -247,6 +246,8 @@ def _common_root(repo: Path) -> Path | None:
     mode = _dot_git(repo)
     if mode is None or not stat.S_ISREG(mode):
         return None  # a folder (an ordinary repo) or no `.git`: known without a read
+    from memoryd.discover.gitwork import GIT_FILE_BYTES, gitdir_of  # a worktree's `.git` file
+
     try:
         gitdir = gitdir_of(repo, follow=False)
     except OSError:

@@ -237,7 +237,7 @@ def bench(n: int, args: argparse.Namespace) -> str:
             "grep": ["grep", "-ril", word, str(folder)],
             "mcp": [*mem, "mcp", str(folder)],
         }
-        extra = ["index_old", "changed_old"] if old is not None else []
+        extra = ["index_old", "changed_old", "search_old", "mcp_old"] if old is not None else []
         samples: dict[str, list[float]] = {
             k: [] for k in [*steps, "changed", "changed_naive", *extra]
         }
@@ -258,6 +258,11 @@ def bench(n: int, args: argparse.Namespace) -> str:
                     append_line(old_folder, name, i)
                     samples[key].append(run([*old, "index", str(old_folder)], old_env))
                     run([*old, "index", str(old_folder)], old_env)  # untimed, as above
+                elif key == "search_old" and old is not None:
+                    argv = [*old, "search", "session cache", str(old_folder)]
+                    samples[key].append(run(argv, old_env))
+                elif key == "mcp_old" and old is not None:
+                    samples[key].append(handshake([*old, "mcp", str(old_folder)], old_env))
                 elif key == "mcp":
                     samples[key].append(handshake(steps[key], env))
                 else:
@@ -321,6 +326,8 @@ def bench(n: int, args: argparse.Namespace) -> str:
             ),
             row("`index`, nothing changed: old ÷ this", "old", med["index_old"], med["index"], ""),
             row("`index`, one change: old ÷ this", "old", med["changed_old"], med["changed"], ""),
+            row("`search QUERY`: old ÷ this", "old", med["search_old"], med["search"], ""),
+            row("`mcp`, initialize: old ÷ this", "old", med["mcp_old"], med["mcp"], ""),
         ]
     table = markdown_table(["figure [median]", "baseline", "memoryd", "ratio", "target"], rows)
     return (

@@ -465,7 +465,7 @@ class DirIndex(Searches):
         return self._planned(conn, changed, gone, old, listing)
 
     def _compare(self, conn: sqlite3.Connection, listing: "Listing") -> _Plan:
-        """What to do for the whole dir: its listing (in the connection's temp table) against
+        """What to do for the whole dir: its listing (in the attached listing table) against
         the index's files, compared in SQLite (no file's row is held in Python)."""
         changed: dict[str, None] = {}
         old = {}

@@ -101,10 +101,10 @@ def test_discover_finds_every_location(env: Env, tmp_path: Path) -> None:
 def test_a_folder_whose_links_say_it_holds_no_folder_is_not_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Nested dirs are looked for without listing a memory dir that holds no folder, where its
-    file system counts folders in its link count (listing 10,000 memories took ~8 ms); a
-    folder made in it is found, and on a file system that does not count them (an SMB mount
-    says 2 links whatever it holds) the dir is listed."""
+    """Nested dirs are looked for without listing a memory dir that holds no folder (but its
+    hidden trash), where its file system counts folders in its link count (listing 10,000
+    memories took ~8 ms); a folder made in it is found, and on a file system that does not
+    count them (an SMB mount says 2 links whatever it holds) the dir is listed."""
     from memoryd.discover import look
 
     memory = tmp_path / "memory"
@@ -122,6 +122,8 @@ def test_a_folder_whose_links_say_it_holds_no_folder_is_not_listed(
     types = look._fs_types()
     if types.get(os.stat(memory).st_dev) not in look._COUNTS_SUBDIRS:
         pytest.skip("the tests' folder is on a file system that does not count its folders")
+    assert list(nested_dirs(md, cfg)) == [] and listed == []
+    (memory / ".trash").mkdir()  # memoryd's own, hidden: still nothing to list
     assert list(nested_dirs(md, cfg)) == [] and listed == []
     nested = memory / "sub"
     write_memory(nested, "n.md")

@@ -91,17 +91,19 @@ def subdirs(path: Path) -> list[Path]:
 # links there holds no folder, and a 10,000-memory dir need not be listed (~8 ms) to see it.
 # Elsewhere (btrfs says 1, an SMB mount may say 2 whatever it holds) the folder is listed.
 _COUNTS_SUBDIRS = frozenset({"ext2", "ext3", "ext4", "xfs", "tmpfs"})
+_TRASH = ".trash"  # memoryd's trash in a memory dir (trash.store.TRASH_DIR): hidden, not listed
 
 
 def holds_no_folder(path: Path) -> bool:
-    """Whether `path` surely holds no folder (links to folders aside): its link count says
-    so, on a file system that counts them (as /proc/self/mountinfo names it). False when
-    unsure."""
+    """Whether `path` surely holds no folder `subdirs` lists (links to folders aside; the
+    trash, hidden, may be there): its link count says so, on a file system that counts them
+    (as /proc/self/mountinfo names it). False when unsure."""
     try:
         st = os.stat(path)
+        trash = st.st_nlink == 3 and stat.S_ISDIR(os.lstat(path / _TRASH).st_mode)
     except OSError:
         return False
-    if st.st_nlink != 2:
+    if st.st_nlink != 2 and not trash:
         return False
     look = _LOOK.get()
     types = look.fs_types if look is not None else None

@@ -11,9 +11,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memoryd.dream.memo import DreamMemo
+
 if TYPE_CHECKING:  # imported where used: a command pays only for what it runs
     from memoryd.config import Config
-    from memoryd.dream.memo import DreamMemo
     from memoryd.paths import AppPaths
     from memoryd.storage.audit import AuditLog
     from memoryd.storage.fsops import OwnWrite
@@ -32,12 +33,6 @@ def boot_clock() -> tuple[str, float] | None:
         return boot_id, time.clock_gettime(time.CLOCK_BOOTTIME)
     except (OSError, AttributeError, ValueError):
         return None
-
-
-def _dream_memo() -> DreamMemo:
-    from memoryd.dream.memo import DreamMemo
-
-    return DreamMemo()
 
 
 class Effect(StrEnum):
@@ -70,7 +65,7 @@ class Runtime:
     sleep: Callable[[float], None] = field(default=time.sleep)  # a one-shot command's waits
     effect: Effect = Effect.KEEPS
     # What dream passes keep for later ones made with this Runtime (see DreamMemo).
-    dream: DreamMemo = field(default_factory=_dream_memo, repr=False, compare=False)
+    dream: DreamMemo = field(default_factory=DreamMemo, repr=False, compare=False)
     # Told of each index write just before its swap (see fsops.OwnWrite): the daemon's.
     on_own_write: OwnWrite | None = field(default=None, repr=False, compare=False)
     # The version store, for a command that keeps versions (commands.versions.keeping) and the

@@ -120,18 +120,20 @@ class Listing:
                     if len(stats) == 4 * HELD_MAX:
                         self._hash()
                         self._to_table(conn)
-            self._hash()
-            if self._tabled:
-                self._to_table(conn)
-                conn.execute("COMMIT")
         except BaseException:
             self._rollback(conn)
             raise
+        self._hash()
+        if self._tabled:
+            self._commit(conn)
 
     def table(self, conn: sqlite3.Connection) -> None:
         """The whole listing in the listing table, for the compare (CHANGED, GONE)."""
-        if self._tabled:
-            return
+        if not self._tabled:
+            self._commit(conn)
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        """The entries still held into the table, and the listing's transaction committed."""
         try:
             self._to_table(conn)
             conn.execute("COMMIT")

@@ -247,7 +247,7 @@ def bench(n: int, args: argparse.Namespace) -> str:
             "grep": ["grep", "-ril", word, str(folder)],
             "mcp": [*mem, "mcp", str(folder)],
         }
-        extra = ["index_old", "changed_old"] if old is not None else []
+        extra = ["index_old", "changed_old", "search_old", "mcp_old"] if old is not None else []
         samples: dict[str, list[float]] = {
             k: [] for k in [*steps, "changed", "changed_naive", *extra]
         }
@@ -268,6 +268,11 @@ def bench(n: int, args: argparse.Namespace) -> str:
                     append_line(old_folder, name, i)
                     samples[key].append(run([*old, "index", str(old_folder)], old_env))
                     run([*old, "index", str(old_folder)], old_env)  # untimed, as above
+                elif key == "search_old" and old is not None:
+                    argv = [*old, "search", "session cache", str(old_folder)]
+                    samples[key].append(run(argv, old_env))
+                elif key == "mcp_old" and old is not None:
+                    samples[key].append(handshake([*old, "mcp", str(old_folder)], old_env))
                 elif key == "mcp":
                     samples[key].append(handshake(steps[key], env))
                 else:
@@ -333,6 +338,8 @@ def bench(n: int, args: argparse.Namespace) -> str:
             row("old `index`, first", "naive", percentile(first_naive, 50), first_old_med, ""),
             row("old `index`, nothing changed", "naive", med["naive_index"], med["index_old"], ""),
             row("old `index`, one change", "naive", med["changed_naive"], med["changed_old"], ""),
+            row("`search QUERY`: old ÷ this", "old", med["search_old"], med["search"], ""),
+            row("`mcp`, initialize: old ÷ this", "old", med["mcp_old"], med["mcp"], ""),
         ]
     table = markdown_table(["figure [median]", "baseline", "memoryd", "ratio", "target"], rows)
     return (

@@ -1,5 +1,7 @@
 """The collaborators every command needs, built once and passed down (no globals)."""
 
+from __future__ import annotations
+
 import gc
 import time
 from collections.abc import Callable
@@ -9,14 +11,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memoryd.config import Config
 from memoryd.dream.memo import DreamMemo
-from memoryd.paths import AppPaths, app_paths
-from memoryd.storage.audit import AuditLog
-from memoryd.storage.fsops import OwnWrite
-from memoryd.storage.state import StateStore
 
-if TYPE_CHECKING:  # a command that keeps no versions never imports the store
+if TYPE_CHECKING:  # imported where used: a command pays only for what it runs
+    from memoryd.config import Config
+    from memoryd.paths import AppPaths
+    from memoryd.storage.audit import AuditLog
+    from memoryd.storage.fsops import OwnWrite
+    from memoryd.storage.state import StateStore
     from memoryd.versions.kept import VersionStore
 
 
@@ -68,7 +70,7 @@ class Runtime:
     on_own_write: OwnWrite | None = field(default=None, repr=False, compare=False)
     # The version store, for a command that keeps versions (commands.versions.keeping) and the
     # daemon: passed to every scan, index read and index write made with this Runtime.
-    versions: "VersionStore | None" = field(default=None, repr=False, compare=False)
+    versions: VersionStore | None = field(default=None, repr=False, compare=False)
     # The paths named on the command line of a command that writes (`index DIR`, `dream
     # DIR`): an explicit request, so a memory dir git tracks under one of them is written.
     named: tuple[Path, ...] = ()
@@ -81,7 +83,11 @@ class Runtime:
     @classmethod
     def create(
         cls, config: Config, paths: AppPaths | None = None, effect: Effect = Effect.KEEPS
-    ) -> "Runtime":
+    ) -> Runtime:
+        from memoryd.paths import app_paths
+        from memoryd.storage.audit import AuditLog
+        from memoryd.storage.state import StateStore
+
         paths = paths or app_paths()
         audit = AuditLog(
             paths.audit_log,

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from memoryd.config import Config, PathsConfig, build_config
-from memoryd.discover.finder import discover
+from memoryd.discover.dirs import nested_dirs
+from memoryd.discover.finder import discover, memory_dir_at
 from memoryd.discover.slugs import slugify
 from memoryd.discover.transcripts import project_repo_root
 from tests.conftest import Env, Result, copy_corpus, corpus_memory_dirs, needs_corpus, write_memory
@@ -95,6 +96,45 @@ def test_discover_finds_every_location(env: Env, tmp_path: Path) -> None:
     assert found[("project", project.name)].heading == "my.app"
     assert found[("repo-agent", "planner")].repo_root == repo
     assert found[("agent", "reviewer")].repo_root is None
+
+
+def test_a_folder_whose_links_say_it_holds_no_folder_is_not_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nested dirs are looked for without listing a memory dir that holds no folder (but its
+    hidden trash), where its file system counts folders in its link count (listing 10,000
+    memories took ~8 ms); a folder made in it is found, and on a file system that does not
+    count them (an SMB mount says 2 links whatever it holds) the dir is listed."""
+    from memoryd.discover import look
+
+    memory = tmp_path / "memory"
+    write_memory(memory, "a.md")
+    cfg = Config()
+    md = memory_dir_at(memory, cfg)
+    listed: list[object] = []
+    scandir = os.scandir
+
+    def counted(path: Any) -> Any:
+        listed.append(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    types = look._fs_types()
+    if types.get(os.stat(memory).st_dev) not in look._COUNTS_SUBDIRS:
+        pytest.skip("the tests' folder is on a file system that does not count its folders")
+    assert list(nested_dirs(md, cfg)) == [] and listed == []
+    (memory / ".trash").mkdir()  # memoryd's own, hidden: still nothing to list
+    assert list(nested_dirs(md, cfg)) == [] and listed == []
+    nested = memory / "sub"
+    write_memory(nested, "n.md")
+    (nested / "MEMORY.md").write_text("- [n](n.md)\n")
+    assert [d.label for d in nested_dirs(md, cfg)] == ["sub"] and listed
+    (nested / "MEMORY.md").unlink()
+    (nested / "n.md").unlink()
+    nested.rmdir()
+    listed.clear()
+    monkeypatch.setattr(look, "_fs_types", lambda: dict.fromkeys(types, "cifs"))
+    assert list(nested_dirs(md, cfg)) == [] and listed
 
 
 def test_symlinked_memory_folder_is_followed_once(env: Env, tmp_path: Path) -> None:

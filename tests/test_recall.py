@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from time import time_ns
+from types import SimpleNamespace
 
 import pytest
 
@@ -659,6 +660,35 @@ def test_an_index_in_step_is_not_compared_file_by_file(
     assert files(search(env, mem, "panex")) == [path.name]
 
 
+def test_a_refresh_in_step_fills_no_table(
+    env: Env, mem: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refresh that finds the index in step puts no entry in a table (filling it was 10 ms
+    of a 45 ms refresh at 10,000 files). A dir of more than HELD_MAX entries goes to the
+    table as it is read: its digest is the same, found in step or changed all the same."""
+    real = mem.resolve()
+    statements: list[str] = []
+    later = lambda: time_ns() + 10 * store.RACY_NS  # noqa: E731 - the files are not racy
+    with DirIndex(index_path(env.state, real), real, IndexOptions(clock_ns=later)) as index:
+        assert index.update().read == 5
+        index.conn.set_trace_callback(statements.append)
+        assert not index.update().any
+        assert not [s for s in statements if s.startswith(("ATTACH", "INSERT", "BEGIN"))]
+        monkeypatch.setattr(listing, "HELD_MAX", 2)
+        statements.clear()
+        assert not index.update().any
+        assert [s for s in statements if s.startswith("INSERT INTO listing.listing")]
+        assert not [s for s in statements if s.startswith("BEGIN IMMEDIATE")]  # in step
+        path = mem / "reference_dashboards.md"
+        path.write_text(path.read_text().replace("ops board", "ops panel"))
+        assert index.update().read == 1
+        monkeypatch.setattr(listing, "HELD_MAX", 16_384)
+        statements.clear()
+        assert not index.update().any
+        assert not [s for s in statements if s.startswith(("ATTACH", "BEGIN"))]
+    assert files(search(env, mem, "panel")) == [path.name]
+
+
 def test_a_refresh_holds_nothing_per_file(env: Env, tmp_path: Path) -> None:
     """Bringing an index of 3,000 files up to date (in step, then with one change) holds no
     Python object per file: the listing is hashed as it is read and compared in SQLite.
@@ -855,15 +885,26 @@ def test_a_name_listed_twice_is_read_once(
         assert index.update().read == 5
     path = mem / "reference_dashboards.md"
     path.write_text(path.read_text().replace("ops board", "ops panel"))
-    entries = listing.Listing.entries
+    scandir = os.scandir
 
-    def twice(self: listing.Listing, dir_fd: int) -> object:
-        for row in entries(self, dir_fd):
-            yield row
-            if row[0] == path.name:
-                yield (row[0], row[1] + 1, row[2], row[3], row[4])
+    def twice(fd: int) -> contextlib.nullcontext[list[object]]:
+        listed: list[object] = []
+        with scandir(fd) as found:
+            for entry in found:
+                listed.append(entry)
+                if entry.name == path.name:
+                    st = entry.stat(follow_symlinks=False)
+                    moved = SimpleNamespace(
+                        st_ino=st.st_ino + 1,
+                        st_size=st.st_size,
+                        st_mtime_ns=st.st_mtime_ns,
+                        st_mode=st.st_mode,
+                    )
+                    again = SimpleNamespace(name=entry.name, stat=lambda m=moved, **_: m)
+                    listed.append(again)
+        return contextlib.nullcontext(listed)
 
-    monkeypatch.setattr(listing.Listing, "entries", twice)
+    monkeypatch.setattr(os, "scandir", twice)
     warned: list[str] = []
     with DirIndex(index_path(env.state, real), real, IndexOptions(warn=warned.append)) as index:
         change = index.update()
@@ -1257,7 +1298,9 @@ def test_a_refresh_lists_the_dir_in_a_file_not_in_memory(
 ) -> None:
     """The listing a refresh compares goes to a temporary file (SQLite's, removed as it is
     made) past a small page cache, not into memory: in memory, 100,000 entries were 2 MB more
-    of the MCP server's peak at each refresh. Here 1,000 entries past a 1 KiB cache."""
+    of the MCP server's peak at each refresh. Here 1,000 entries past a 1 KiB cache, compared
+    after a change; and a dir of more than HELD_MAX entries, whose listing goes there as it
+    is read, in step."""
     monkeypatch.setattr(listing, "LISTING_CACHE_KIB", 1)  # old code: none
     folder = tmp_path / "mem"
     folder.mkdir()
@@ -1265,18 +1308,27 @@ def test_a_refresh_lists_the_dir_in_a_file_not_in_memory(
         (folder / f"n_{i:04d}.md").write_text(f"---\nname: N {i}\ndescription: d\n---\nb\n")
     real = folder.resolve()
     seen: list[set[str]] = []
-    in_step = DirIndex._in_step
+    compare, in_step = DirIndex._compare, DirIndex._in_step
+
+    def compared(self: DirIndex, conn: sqlite3.Connection, found: listing.Listing) -> object:
+        seen.append(deleted_files_open())  # the listing is filled and still attached
+        return compare(self, conn, found)
 
     def looked(self: DirIndex, conn: sqlite3.Connection, digest: str) -> bool:
-        seen.append(deleted_files_open())  # the listing is filled and still attached
+        seen.append(deleted_files_open())
         return in_step(self, conn, digest)
 
-    with DirIndex(index_path(env.state, real), real) as index:
+    later = lambda: time_ns() + 10 * store.RACY_NS  # noqa: E731 - the files are not racy
+    with DirIndex(index_path(env.state, real), real, IndexOptions(clock_ns=later)) as index:
         index.update()
         before = deleted_files_open()
+        monkeypatch.setattr(DirIndex, "_compare", compared)
+        (folder / "n_0007.md").write_text("---\nname: N 7\ndescription: e\n---\nb\n")
+        assert index.update().read == 1
+        monkeypatch.setattr(listing, "HELD_MAX", 100)
         monkeypatch.setattr(DirIndex, "_in_step", looked)
-        index.update()
-    assert seen and seen[0] - before
+        assert not index.update().any
+    assert len(seen) == 2 and all(s - before for s in seen)
     assert deleted_files_open() <= before  # detached: the file is gone with it
 
 

@@ -2,6 +2,8 @@
 a dir's memories, their `[[name]]` links naming no memory, and the JSONL record stores of
 known repos. Reads only, bounded (the pure rules: discipline.secrets and discipline.records)."""
 
+from __future__ import annotations
+
 import glob
 import os
 from collections.abc import Iterable
@@ -12,19 +14,19 @@ from typing import TYPE_CHECKING
 from memoryd.config import Config
 from memoryd.discipline import secrets
 from memoryd.discover.found import MemoryDir
-from memoryd.indexing.scan import DirScan
-from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.model.agentview import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import open_regular, read_open, read_problem
-from memoryd.runtime import Runtime
 from memoryd.storage import fsops
 
 if TYPE_CHECKING:
+    from memoryd.indexing.scan import DirScan
     from memoryd.model.links import Dangling
+    from memoryd.runtime import Runtime
 
 
 def secret_names(scan: DirScan | None) -> list[str]:
-    """The files of a dir looked at for secrets: the index files (MEMORY.md first), memories
-    and notes."""
+    """The files of a dir looked at for secrets: its memories, its notes (no frontmatter) and
+    the index files, MEMORY.md first: what the agent loads every session."""
     names = [INDEX_NAME, ARCHIVE_NAME]
     if scan is not None:
         names += sorted(n for n, s in scan.files.items() if s.kind in ("memory", "note"))
@@ -49,7 +51,7 @@ def dir_secrets(
     return out
 
 
-def dir_dangling_links(rt: Runtime, md: MemoryDir, scan: DirScan) -> list["Dangling"]:
+def dir_dangling_links(rt: Runtime, md: MemoryDir, scan: DirScan) -> list[Dangling]:
     """The `[[name]]` links of a dir's memories that no file of the dir answers to."""
     from memoryd.model import links
 
@@ -69,6 +71,9 @@ def dir_dangling_links(rt: Runtime, md: MemoryDir, scan: DirScan) -> list["Dangl
 
 
 # --- record stores -----------------------------------------------------------------------------
+STORE_PATH = ".agent/memory.jsonl"  # a repo's record store (memoryd.discipline.records)
+
+
 @dataclass(frozen=True, slots=True)
 class StoreFile:
     path: Path
@@ -102,8 +107,6 @@ def store_files(
                     roots.add(Path(match).absolute())
         for path in config.paths.record_stores:
             found.setdefault(path, StoreFile(path, "paths.record_stores"))
-    from memoryd.discipline.records import STORE_PATH
-
     for root in sorted(roots):
         candidate = root / STORE_PATH
         if os.path.lexists(candidate):

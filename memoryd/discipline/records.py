@@ -26,7 +26,6 @@ from typing import Any, Final
 
 from memoryd.storage import safejson
 
-STORE_PATH: Final = ".agent/memory.jsonl"  # in a repo
 MAX_STORE_BYTES: Final = 16 << 20  # the most of a store memoryd reads
 MAX_LINE_BYTES: Final = 256 << 10  # a longer line is reported, never parsed
 UNCONFIRMED_AFTER: Final = 90 * 86400.0

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from memoryd.config import Config
 from memoryd.discover.found import Found, MemoryDir, RefusedDir
-from memoryd.discover.look import is_dir, resolved, subdirs
+from memoryd.discover.look import holds_no_folder, is_dir, resolved, subdirs
 from memoryd.discover.transcripts import Transcripts
-from memoryd.model.index import INDEX_NAME
+from memoryd.model.agentview import INDEX_NAME
 
 NESTED_DEPTH = 4
 
@@ -52,7 +52,7 @@ def nested_dirs(parent: MemoryDir, config: Config) -> Iterator[MemoryDir]:
     stack = [(parent.real_path, 0)]
     while stack:
         folder, depth = stack.pop()
-        if depth >= NESTED_DEPTH:
+        if depth >= NESTED_DEPTH or holds_no_folder(folder):
             continue
         for sub in subdirs(folder):
             if sub.is_symlink():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from memoryd.config import Config
 from memoryd.discover.cwd_cache import CwdCache
 from memoryd.errors import UsageError
-from memoryd.model.index import INDEX_NAME
+from memoryd.model.agentview import INDEX_NAME
 from memoryd.paths import expand, read_bounded
 from memoryd.storage.statedb import Schema, StateDB
 

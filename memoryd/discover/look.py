@@ -10,7 +10,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memoryd.discover.gitwork import GIT_FILE_BYTES, gitdir_of
 from memoryd.paths import read_bounded
 
 
@@ -21,6 +20,7 @@ class _Look:
     def __init__(self) -> None:
         self.plain: dict[str, bool] = {"/": True}  # no symlink on the way: its own real path
         self.known: dict[tuple[str, str], Any] = {}  # (what, path) -> what was found
+        self.fs_types: dict[int, str] | None = None  # device -> its file system's type
 
     def is_plain(self, path: str) -> bool:
         """No component of the absolute, normal `path` is a symlink (a missing one is none)."""
@@ -77,6 +77,47 @@ def _is_dir(path: Path) -> bool:
 def subdirs(path: Path) -> list[Path]:
     """The folders (or links to folders) in `path` but hidden ones, by name."""
     return [path / name for name in _once(_subdir_names, path)]
+
+
+# File systems whose folders have 2 links and one more for each subfolder: a folder with 2
+# links there holds no folder, and a 10,000-memory dir need not be listed (~8 ms) to see it.
+# Elsewhere (btrfs says 1, an SMB mount may say 2 whatever it holds) the folder is listed.
+_COUNTS_SUBDIRS = frozenset({"ext2", "ext3", "ext4", "xfs", "tmpfs"})
+_TRASH = ".trash"  # memoryd's trash in a memory dir (trash.store.TRASH_DIR): hidden, not listed
+
+
+def holds_no_folder(path: Path) -> bool:
+    """Whether `path` surely holds no folder `subdirs` lists (links to folders aside; the
+    trash, hidden, may be there): its link count says so, on a file system that counts them
+    (as /proc/self/mountinfo names it). False when unsure."""
+    try:
+        st = os.stat(path)
+        trash = st.st_nlink == 3 and stat.S_ISDIR(os.lstat(path / _TRASH).st_mode)
+    except OSError:
+        return False
+    if st.st_nlink != 2 and not trash:
+        return False
+    look = _LOOK.get()
+    types = look.fs_types if look is not None else None
+    if types is None:  # read once a discovery: a mount made meanwhile is a new run's
+        types = _fs_types()
+        if look is not None:
+            look.fs_types = types
+    return types.get(st.st_dev) in _COUNTS_SUBDIRS
+
+
+def _fs_types() -> dict[int, str]:
+    """Each mounted device's file system type (Linux; empty elsewhere)."""
+    out: dict[int, str] = {}
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                fields = line.split()  # ID PARENT MAJOR:MINOR ROOT MOUNT OPTIONS... - TYPE ...
+                major, _, minor = fields[2].partition(":")
+                out[os.makedev(int(major), int(minor))] = fields[fields.index("-") + 1]
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
 
 
 def _subdir_names(path: Path) -> list[str]:
@@ -175,6 +216,8 @@ def _common_root(repo: Path) -> Path | None:
     mode = _once(_dot_git, repo)
     if mode is None or not stat.S_ISREG(mode):
         return None  # a folder (an ordinary repo) or no `.git`: known without a read
+    from memoryd.discover.gitwork import GIT_FILE_BYTES, gitdir_of  # a worktree's `.git` file
+
     try:
         gitdir = gitdir_of(repo, follow=False)
     except OSError:

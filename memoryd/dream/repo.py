@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from memoryd.indexing.scan import TRASH_DIR
-from memoryd.model.index import INDEX_NAME
+from memoryd.model.agentview import INDEX_NAME
 from memoryd.paths import open_regular, read_open
 from memoryd.storage.sealed import seal, unseal
 

@@ -6,11 +6,14 @@ import stat
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from memoryd.model.index import Entry, linkable
 from memoryd.storage import fsops
 from memoryd.storage.sealed import seal, unseal
+
+# The index grammar is imported by the first read: a search's skip_reason needs none of it.
+if TYPE_CHECKING:
+    from memoryd.model.index import Entry
 
 # memoryd.model.memfile's limits, spelled out: the parser is imported by the first read, so a scan
 # that reads nothing (an `index` with nothing changed) loads none of it (~3 ms of start-up).
@@ -93,7 +96,9 @@ class Scanned:
     def age_ts(self) -> float:
         return max(self.mtime_ns / 1e9, self.modified_ts)
 
-    def entry(self) -> Entry:
+    def entry(self) -> "Entry":
+        from memoryd.model.index import Entry
+
         return Entry(self.filename, self.name, self.description, self.type, self.age_ts)
 
     def as_tuple(self) -> tuple[object, ...]:
@@ -282,6 +287,8 @@ def _parsed(
     name: str, data: bytes, fst: os.stat_result, max_file: int, max_fm: int, seen: ScanSeen | None
 ) -> Scanned:
     """What one file's bytes are: a memory, a note, or a problem."""
+    from memoryd.model.index import linkable
+
     NotMemory, Summary, parse_date, parse_summary = _memfile or _load_memfile()
     parsed = parse_summary(name, data, max_file_bytes=max_file, max_frontmatter_bytes=max_fm)
     if seen is not None and isinstance(parsed, Summary | NotMemory):  # versions

@@ -34,6 +34,10 @@ from pathlib import PurePath
 
 from memoryd.model.lazyre import lazy
 
+# The index the agent loads, and the one that holds the pointers moved out of it. Named here,
+# not in memoryd.model.index: a search that finds its index in step never imports the grammar.
+INDEX_NAME = "MEMORY.md"
+ARCHIVE_NAME = "MEMORY-ARCHIVE.md"
 MAX_LOAD_BYTES = 4 * 1024 * 1024
 MAX_LINES = 200
 MAX_UNITS = 25_000

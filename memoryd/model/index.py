@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import unquote
 
+from memoryd.model.agentview import ARCHIVE_NAME as ARCHIVE_NAME  # named there, used from here
+from memoryd.model.agentview import INDEX_NAME as INDEX_NAME
 from memoryd.model.agentview import View, ViewKind, agent_view
 from memoryd.model.conflicts import HINT as CONFLICT_HINT
 from memoryd.model.conflicts import conflict_line, conflict_message
 
-INDEX_NAME = "MEMORY.md"
-ARCHIVE_NAME = "MEMORY-ARCHIVE.md"
 PREV_NAME = ".MEMORY.md.prev"
 MANAGE_MARK = "<!-- memoryd: manage -->"
 OFF_MARK = "<!-- memoryd: off -->"

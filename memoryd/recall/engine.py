@@ -16,7 +16,7 @@ from memoryd.discipline.secrets import mask
 from memoryd.discover.found import MemoryDir
 from memoryd.model.agentview import view_kind_of
 from memoryd.recall.opened import OpenBounded
-from memoryd.recall.query import DAY, Frame, expressions, held_words, name_keys
+from memoryd.recall.query import DAY, DEFAULT_LIMIT, Frame, expressions, held_words, name_keys
 from memoryd.recall.store import (
     BUSY_WAIT,
     Change,
@@ -32,7 +32,6 @@ Result = dict[str, Any]
 
 # Recall by path: how strongly a memory touches the file (lower first).
 EXACT, MOVED, FOLDER, INSIDE, SYMBOL, MENTION = range(6)
-DEFAULT_LIMIT = 10
 # The flag of a memory whose MEMORY.md pointer the agent does not see in what it loads.
 HIDDEN = "hidden by the agent's view"
 NO_FRAME = Frame()

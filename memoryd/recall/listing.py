@@ -1,18 +1,21 @@
 """What a search index compares with its memory dir: the dir's listing, and its index files.
 
-`Listing` streams the dir's entries into an attached table and hashes them as it goes;
+`Listing` hashes the dir's entries, and puts them in an attached table for a compare;
 `write_pointers` records which index file points at which memory, and which pointers the
 agent does not see in what it loads (its window).
 """
 
 import contextlib
 import os
+import re
 import sqlite3
 import stat
+from array import array
 from collections.abc import Iterator
+from operator import methodcaller
 from pathlib import Path
 
-from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, pointer_lines
+from memoryd.model.agentview import ARCHIVE_NAME, INDEX_NAME
 from memoryd.storage import fsops
 
 INDEX_MAX_BYTES = 64 * 1024 * 1024  # MEMORY.md / the archive, read to find pointers
@@ -20,13 +23,21 @@ INDEX_MAX_BYTES = 64 * 1024 * 1024  # MEMORY.md / the archive, read to find poin
 # units), memoryd's index.max_lines / index.max_chars.
 Window = tuple[str, int, int]
 
-# The listing is kept in a database of its own, attached for one update and detached after
-# it: its memory is then freed (a temp table's stayed with the connection: 6 MB at 100,000
-# files in the MCP server). That database is a temporary file (SQLite's, removed as it is
-# made; 0600) behind a page cache of LISTING_CACHE_KIB: in memory, 100,000 entries were
+# A dir of up to HELD_MAX entries is listed into Python (its names in one buffer, their stats
+# in an array: ~70 bytes an entry, no object per file) and hashed: found in step, as most
+# refreshes find it, it costs no table at all (at 10,000 files, filling the table was 10 ms of
+# a 45 ms refresh). The table is filled only for the compare, or as the dir is read when it
+# holds more entries: then memory stays flat whatever the dir's size.
+HELD_MAX = 16_384
+_NAMES = re.compile(rb"([^/]*)/")  # the names held, each ended by "/"
+_NAME = methodcaller("group", 1)
+# The listing's table is kept in a database of its own, attached for one update and detached
+# after it: its memory is then freed (a temp table's stayed with the connection: 6 MB at
+# 100,000 files in the MCP server). That database is a temporary file (SQLite's, removed as
+# it is made; 0600) behind a page cache of LISTING_CACHE_KIB: in memory, 100,000 entries were
 # 2 MB more of the server's peak at each refresh that lists them. No key: appended in the
-# dir's order, 10,000 rows cost 9 ms, kept sorted by name 14 ms (most refreshes never look
-# at it). The compare looks each entry up in `files` instead.
+# dir's order, 10,000 rows cost 9 ms, kept sorted by name 14 ms. The compare looks each
+# entry up in `files` instead.
 LISTING_CACHE_KIB = 256
 _LISTING_TABLE = (
     "CREATE TABLE listing.listing(name TEXT NOT NULL, ino INTEGER, size INTEGER, "
@@ -64,40 +75,95 @@ def nameable(name: str) -> bool:
 
 
 class Listing:
-    """One pass over the dir's `*.md` entries (lstat), streamed into the connection's temp
-    table `listing` and hashed as it goes: a digest of them all (names, inode, size, mtime,
-    type, in the dir's order), and the index files' stats. Nothing is kept per file in
-    Python: at 100,000 files a listing held in Python was 30 MB. When the digest is the one
-    the index last matched, the table is not looked at (see store.DirIndex._in_step). The
-    same entries listed in another order only cost a compare: one running hash costs half
-    what a sum of a hash per entry did."""
+    """One pass over the dir's `*.md` entries (lstat), hashed: a digest of them all (names,
+    inode, size, mtime, type, in the dir's order) and the index files' stats. When the digest
+    is the one the index last matched, nothing more is done (see store.DirIndex._in_step);
+    else `table` puts the entries in the connection's listing table, compared in SQLite. Up
+    to HELD_MAX entries are held here meanwhile; a larger dir's go to the table as they are
+    read. No Python object is kept per file: at 100,000 files a listing held as objects was
+    30 MB."""
 
-    __slots__ = ("hashed", "indexes")
+    __slots__ = ("_hashed", "_names", "_stats", "_tabled", "indexes")
 
     def __init__(self) -> None:
         from hashlib import blake2b
 
-        self.hashed = blake2b(digest_size=16)
+        # The names, each ended by "/" (no name holds one), and the stats, fixed-size: each
+        # stream says where each entry ends, however the entries were held on the way.
+        self._hashed = (blake2b(digest_size=16), blake2b(digest_size=16))
         self.indexes: dict[str, os.stat_result] = {}
+        self._names = bytearray()  # each held entry's name and a "/"
+        self._stats = array("q")  # each held entry's inode, size, mtime and mode
+        self._tabled = False  # the listing table is attached and holds what is not held
 
-    def entries(self, dir_fd: int) -> Iterator[tuple[str, int, int, int, int]]:
-        update = self.hashed.update
-        with os.scandir(dir_fd) as found:
-            for entry in found:
-                name = entry.name
-                if not name.endswith(".md") or name[0] == "." or not nameable(name):
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if name in (INDEX_NAME, ARCHIVE_NAME):
-                    self.indexes[name] = st
-                row = (name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
-                # A name holds no "/" and its stats no "\n": the text says where each ends.
-                text = f"{name}/{row[1]}:{row[2]}:{row[3]}:{row[4]}\n"
-                update(text.encode("utf-8", "surrogateescape"))
-                yield row
+    def fill(self, conn: sqlite3.Connection, dir_fd: int) -> None:
+        """List the dir (a dir of more than HELD_MAX entries into the listing table, in one
+        transaction: row by row in autocommit, 10,000 rows took 14-240 ms; in one, 7-8 ms)."""
+        names, stats = self._names, self._stats
+        add = stats.extend
+        try:
+            with os.scandir(dir_fd) as found:
+                for entry in found:
+                    name = entry.name
+                    if not name.endswith(".md") or name[0] == ".":
+                        continue
+                    try:
+                        encoded = name.encode()  # strict: a name `nameable` refuses is left out
+                        st = entry.stat(follow_symlinks=False)
+                    except (UnicodeEncodeError, FileNotFoundError):
+                        continue
+                    if name in (INDEX_NAME, ARCHIVE_NAME):
+                        self.indexes[name] = st
+                    names += encoded
+                    names += b"/"
+                    add((st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode))
+                    if len(stats) == 4 * HELD_MAX:
+                        self._hash()
+                        self._to_table(conn)
+        except BaseException:
+            self._rollback(conn)
+            raise
+        self._hash()
+        if self._tabled:
+            self._commit(conn)
+
+    def table(self, conn: sqlite3.Connection) -> None:
+        """The whole listing in the listing table, for the compare (CHANGED, GONE)."""
+        if not self._tabled:
+            self._commit(conn)
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        """The entries still held into the table, and the listing's transaction committed."""
+        try:
+            self._to_table(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            self._rollback(conn)
+            raise
+
+    def _hash(self) -> None:
+        self._hashed[0].update(self._names)
+        self._hashed[1].update(self._stats)
+
+    def _to_table(self, conn: sqlite3.Connection) -> None:
+        """Put the entries held in the listing table (attached first, in a transaction)."""
+        if not self._tabled:
+            self.attach(conn)
+            conn.execute("BEGIN")
+            self._tabled = True
+        conn.executemany("INSERT INTO listing.listing VALUES (?, ?, ?, ?, ?)", self._rows())
+        del self._names[:], self._stats[:]
+
+    def _rows(self) -> Iterator[tuple[str, int, int, int, int]]:
+        """The entries held, one at a time (no list of them), in C: 10,000 rows in ~3 ms."""
+        names = map(bytes.decode, map(_NAME, _NAMES.finditer(self._names)))
+        stats = iter(self._stats)  # four a row
+        return zip(names, stats, stats, stats, stats, strict=True)
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        if self._tabled:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
 
     @staticmethod
     def attach(conn: sqlite3.Connection) -> None:
@@ -118,23 +184,9 @@ class Listing:
         with contextlib.suppress(sqlite3.Error):  # not to hide what failed before
             conn.execute("DETACH listing")
 
-    def fill(self, conn: sqlite3.Connection, dir_fd: int) -> None:
-        """List the dir into a listing table just attached, in one transaction (row by row
-        in autocommit, 10,000 rows took 14-240 ms; in one, 7-8 ms)."""
-        self.attach(conn)
-        conn.execute("BEGIN")
-        try:
-            conn.executemany("INSERT INTO listing.listing VALUES (?, ?, ?, ?, ?)",
-                             self.entries(dir_fd))  # fmt: skip
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-
     @property
     def digest(self) -> str:
-        return self.hashed.hexdigest()
+        return "".join(h.hexdigest() for h in self._hashed)
 
 
 def write_pointers(
@@ -142,6 +194,8 @@ def write_pointers(
 ) -> dict[str, str]:
     """Which index file points at which memory: MEMORY.md (`index`), else the archive; and
     which of MEMORY.md's the agent does not see in what it loads (`window`)."""
+    from memoryd.model.index import pointer_lines
+
     rows: dict[str, tuple[str, int]] = {}
     hidden: dict[str, str] = {}
     for name, tier in ((ARCHIVE_NAME, "archive"), (INDEX_NAME, "index")):

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -21,13 +21,13 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from memoryd import __version__
-from memoryd.discover.found import MemoryDir
-from memoryd.recall import consults, stored
-from memoryd.recall.engine import DEFAULT_LIMIT, Engine, Hit
-from memoryd.recall.lookup import engine_for, find_dirs
-from memoryd.recall.query import Frame, parse_frame
-from memoryd.runtime import Runtime
+from memoryd.recall.query import DEFAULT_LIMIT, Frame, parse_frame
 from memoryd.storage.fsops import libc_function
+
+if TYPE_CHECKING:  # imported by the first tool call: `initialize` is answered without them
+    from memoryd.discover.found import MemoryDir
+    from memoryd.recall.engine import Engine, Hit
+    from memoryd.runtime import Runtime
 
 # The server answers from the index as it is, brought up to date by stat at most this often
 # (seconds): a query then costs the query, not a stat of every memory file.
@@ -98,7 +98,7 @@ class Recall:
 
     def __init__(
         self,
-        rt: Runtime,
+        rt: "Runtime",
         dirs: Sequence[Path],
         *,
         monotonic: Callable[[], float] = time.monotonic,
@@ -121,9 +121,11 @@ class Recall:
             finally:
                 LIBC.trim()
 
-    def engine(self) -> Engine:
+    def engine(self) -> "Engine":
         """The engine, its dirs found again now and then and its indexes brought up to date
         by stat at most every REFRESH_EVERY seconds."""
+        from memoryd.recall.lookup import engine_for, find_dirs
+
         now = self.monotonic()
         if self._engine is None or now - self._found_at >= REDISCOVER_EVERY:
             dirs = find_dirs(self.rt, self.named)
@@ -140,8 +142,10 @@ class Recall:
             self._fresh_at = self.monotonic()
         return self._engine
 
-    def answered(self, tool: str, hits: Sequence[Hit], query: str) -> None:
+    def answered(self, tool: str, hits: "Sequence[Hit]", query: str) -> None:
         """Record what the agent was shown, per dir, as consult evidence."""
+        from memoryd.recall import consults
+
         by_dir: dict[Path, tuple[MemoryDir, list[str]]] = {}
         for hit in hits:
             by_dir.setdefault(hit.md.real_path, (hit.md, []))[1].append(hit.row.file)
@@ -178,6 +182,8 @@ class Recall:
         limit: int = DEFAULT_LIMIT,
         scope: list[str] | None = None,
     ) -> dict[str, Any]:
+        from memoryd.recall import stored
+
         limit = max(1, min(limit, MAX_LIMIT))
         with self._calling():
             engine = self.engine()
@@ -205,6 +211,8 @@ class Recall:
         scope: list[str] | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> dict[str, Any]:
+        from memoryd.recall import stored
+
         limit = max(1, min(limit, MAX_LIMIT))
         with self._calling():
             engine = self.engine()
@@ -288,7 +296,7 @@ def build(recall: Recall) -> MCPServer[Any]:
     return server
 
 
-def serve(rt: Runtime, dirs: Sequence[Path]) -> int:
+def serve(rt: "Runtime", dirs: Sequence[Path]) -> int:
     """Run the server on stdin/stdout until the client closes it."""
     LIBC.one_arena()  # before the SDK starts its threads
     recall = Recall(rt, dirs)

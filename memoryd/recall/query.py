@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from memoryd.recall.store import DirIndex
 
 DAY = 86400.0
+DEFAULT_LIMIT = 10  # results of a search, a recall, a listing
 TIMEFRAMES = {"recent": 30 * DAY, "last_quarter": 90 * DAY}
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 _WORD = re.compile(r"\w+")

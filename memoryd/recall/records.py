@@ -6,9 +6,7 @@ worker processes (`records_in_workers`) with the same result. Nothing here touch
 
 import json
 import os
-import pickle
 import stat
-from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -203,6 +201,8 @@ def records_in_workers(
     not yet put in are what is held). A pool that breaks, or a worker that finds another dir
     at the path (DirReplaced), leaves the rest to be read here, through `dir_fd`."""
     import multiprocessing
+    import pickle
+    from collections import deque
     from concurrent.futures import Future, ProcessPoolExecutor
 
     chunks = [names[i : i + READ_CHUNK] for i in range(0, len(names), READ_CHUNK)]

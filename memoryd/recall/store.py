@@ -13,16 +13,15 @@ their names, and only those are looked at.
 
 import contextlib
 import os
-import shutil
 import sqlite3
 import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
+from memoryd.model.agentview import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import ensure_private_dir, file_kind
 from memoryd.recall.listing import (
     CHANGED,
@@ -45,9 +44,6 @@ from memoryd.recall.records import (
 from memoryd.recall.rows import RefIds, delete_doc, insert_record
 from memoryd.storage import fsops
 from memoryd.storage.fdlimit import out_of_files
-
-if TYPE_CHECKING:
-    pass
 
 # What other modules take from here: the index's rows and its first build's workers.
 __all__ = ["RACY_NS", "Excluded", "Row", "Vocabulary", "Window", "worker_count"]
@@ -291,6 +287,8 @@ class DirIndex(Searches):
             except FileNotFoundError:
                 continue
             if stat.S_ISDIR(st.st_mode):
+                import shutil
+
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 with contextlib.suppress(FileNotFoundError):
@@ -467,7 +465,7 @@ class DirIndex(Searches):
         return self._planned(conn, changed, gone, old, listing)
 
     def _compare(self, conn: sqlite3.Connection, listing: "Listing") -> _Plan:
-        """What to do for the whole dir: its listing (in the connection's temp table) against
+        """What to do for the whole dir: its listing (in the attached listing table) against
         the index's files, compared in SQLite (no file's row is held in Python)."""
         changed: dict[str, None] = {}
         old = {}
@@ -509,13 +507,13 @@ class DirIndex(Searches):
         with fsops.open_dir(self.memory_dir) as dir_fd:
             listing: Listing | None = None
             if only is None:
-                # One pass of stats, into the temp table and hashed as it goes. Most
-                # refreshes find the dir as the index last matched it: the digest says so,
-                # and the table is not compared.
+                # One pass of stats, hashed. Most refreshes find the dir as the index last
+                # matched it: the digest says so, and no table is filled or compared.
                 listing = Listing()
                 listing.fill(conn, dir_fd)
                 if self._in_step(conn, listing.digest):
                     return Change()
+                listing.table(conn)
 
             def plan() -> _Plan:
                 if listing is not None:

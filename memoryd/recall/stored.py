@@ -70,7 +70,7 @@ def results(
     that match `query` (any, when None) and were last confirmed `within` [since, until) (a
     time frame; open ends when None), in store and line order. A store that cannot be read
     or parsed serves nothing here (`memoryd dirs` says why)."""
-    from memoryd.discipline import findings, records
+    from memoryd.discipline import findings
 
     now = rt.clock()
     since, until = within
@@ -79,6 +79,8 @@ def results(
         read = findings.read_store(file)
         if read.data is None:
             continue
+        from memoryd.discipline import records  # a repo with a store is the rare one
+
         store = records.parse(read.data, cut=read.cut)
         for record in records.active(store, scope, now):
             when = record.last_confirmed_at

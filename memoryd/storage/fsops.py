@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypedDict, Unpack
 
-from memoryd.discover import openfiles
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation, WriteConflict
 from memoryd.paths import ensure_private_dir
 
@@ -583,6 +582,8 @@ def _swap(at: _At, swap: _Swap) -> None:
 def _refuse_held(dir_fd: int, now_as: str, name: str, dir_path: Path) -> None:
     """WriteConflict when another program holds the file now under `now_as` (was `name`)
     open for writing: its later bytes would land in a file memoryd is about to drop."""
+    from memoryd.discover import openfiles
+
     held = openfiles.writers(dir_fd, now_as)
     if held:
         raise WriteConflict(

@@ -1,4 +1,4 @@
-"""memoryd.discipline.secrets against detect-secrets on the planted set of tests/secret_samples.py.
+"""memoryd.model.secrets against detect-secrets on the planted set of tests/secret_samples.py.
 
 Recall (planted secrets found) and precision (of the samples flagged, how many hold a secret),
 start-up (a fresh interpreter importing the scanner and scanning one line) and scan time (the
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memoryd.discipline import secrets  # noqa: E402
+from memoryd.model import secrets  # noqa: E402
 from tests.secret_samples import NEGATIVES, POSITIVES  # noqa: E402
 
 Scanner = Callable[[str], int]  # text -> number of findings
@@ -92,9 +92,9 @@ def main() -> None:
     big = (prose * ((1 << 20) // len(prose) + 1))[: 1 << 20]
     engines: list[tuple[str, Scanner, str]] = [
         (
-            "memoryd.discipline.secrets",
+            "memoryd.model.secrets",
             ours,
-            "from memoryd.discipline import secrets; secrets.find('password = x1Y2z3W4v5')",
+            "from memoryd.model import secrets; secrets.find('password = x1Y2z3W4v5')",
         ),
     ]
     ds = _detect_secrets()
@@ -113,7 +113,7 @@ def main() -> None:
             )
         )
     else:
-        print("detect-secrets is not installed: only memoryd.discipline.secrets is measured")
+        print("detect-secrets is not installed: only memoryd.model.secrets is measured")
     baseline = _startup("pass")
     print(
         f"{'engine':<18}{'recall':>8}{'precision':>11}{'start-up':>11}{'planted':>10}{'1 MiB':>10}"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO, cast
 
 from memoryd import __version__
 from memoryd.errors import ConfigError, MemorydError, UsageError
-from memoryd.views.display import shown
+from memoryd.model.display import shown
 
 if TYPE_CHECKING:
     from memoryd.config import Config

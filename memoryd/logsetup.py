@@ -20,7 +20,7 @@ def _json_default(value: object) -> str:
 def _escape_for_terminal(_logger: object, _method: str, event: dict[str, Any]) -> dict[str, Any]:
     """Readable lines go to a terminal: every text in them `shown` (a path or name with an
     escape sequence in it is printed as its escape). JSON lines escape it themselves."""
-    from memoryd.views.display import shown
+    from memoryd.model.display import shown
 
     return {
         k: shown(v, lines=k == "exception") if isinstance(v, str) else v for k, v in event.items()

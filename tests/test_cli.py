@@ -161,7 +161,7 @@ def test_why_a_file_is_no_memory_is_said_where_one_asks(env: Env, cli, tmp_path:
 
 
 def test_control_characters_in_names_are_shown_escaped(env: Env, cli, tmp_path: Path) -> None:
-    from memoryd.views.display import shown
+    from memoryd.model.display import shown
 
     assert shown("new\nline.md") == "new\\nline.md"
     assert shown("\x1b[31mred") == "\\x1b[31mred"

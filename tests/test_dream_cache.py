@@ -410,7 +410,7 @@ def test_rows_that_pass_the_checksum_but_not_the_format_are_derived_again(
     """A file with our header whose rows hold other types (another version's, a bug's) is
     not taken, and no pass fails on it."""
     from memoryd.dream import facts as facts_module
-    from memoryd.storage.sealed import frame
+    from memoryd.model.sealed import frame
 
     mem(repo, "a.md", "Keep `src/app.py` small.")
     first = take(env, repo, save=True)

@@ -239,7 +239,7 @@ def test_a_file_that_is_no_source_still_changes_the_snapshot(tree: Path) -> None
 
 
 def test_a_cache_file_with_the_right_header_but_wrong_fields_is_no_cache(tree: Path) -> None:
-    from memoryd.storage.sealed import seal
+    from memoryd.model.sealed import seal
 
     header = repo_module._SOURCES_HEADER
     root = str(tree)

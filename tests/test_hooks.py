@@ -249,10 +249,10 @@ def test_the_recall_hook_imports_none_of_memoryds_machinery(env: Env, repo: Path
     # are docstrings only.
     assert set(modules.split()) == {
         "memoryd", "memoryd.cli", "memoryd.errors",
-        "memoryd.views", "memoryd.views.display",
+        "memoryd.model.display",
         "memoryd.claude", "memoryd.claude.hooks", "memoryd.claude.hookio",
         "memoryd.claude.hook_recall",
-        "memoryd.discipline", "memoryd.discipline.secrets",
+        "memoryd.model.secrets",
         "memoryd.storage", "memoryd.storage.safejson", "memoryd.model", "memoryd.model.lazyre",
     }  # fmt: skip
 

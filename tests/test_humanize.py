@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from memoryd.views.humanize import (
+from memoryd.model.humanize import (
     Painter,
     ago,
     clip,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from memoryd.model.humanize import Painter
 from memoryd.storage.audit import AuditLog, read_rows
-from memoryd.views.humanize import Painter
 from memoryd.views.logfollow import Follower
 from memoryd.views.logview import View, dir_label, render_row, render_summary, summary_json
 from tests.conftest import Env

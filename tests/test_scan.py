@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd.indexing.scan import Names, dump_cache, load_cache, scan_dir
+from memoryd.indexing.scan import Names, scan_dir
+from memoryd.model.scanned import dump_cache, load_cache
 from tests.conftest import write_memory
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd.discipline import secrets
+from memoryd.model import secrets
 from tests.conftest import Env, Result, write_memory
 from tests.helpers import saved_blobs
 from tests.secret_samples import NEGATIVES, POSITIVES, planted_text

@@ -1,6 +1,6 @@
 """A secret in a memory reaches no output and no file memoryd keeps: `show`, `search`, their
 --json, the MCP tools, the search index's file on disk, `history --diff`. All pass through
-the one masking step (memoryd.discipline.secrets.mask)."""
+the one masking step (memoryd.model.secrets.mask)."""
 
 import asyncio
 import json

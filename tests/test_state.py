@@ -163,7 +163,7 @@ def test_the_dir_lock_is_one_writer_across_processes_and_reentrant_within_one(
 def test_the_scan_cache_is_read_back_and_held_while_its_row_is_unchanged(tmp_path: Path) -> None:
     """The parse cache is a cache: a fresh store reads back what was saved; the store that
     saved it hands out its own copy until another process saves a new one."""
-    from memoryd.indexing.scan import Scanned
+    from memoryd.model.scanned import Scanned
 
     store = StateStore(tmp_path)
     folder = tmp_path / "memory"

@@ -1,5 +1,5 @@
 """Every command's output for a terminal goes through one escaping step
-(memoryd.views.display.shown): names, paths, memory text and record stores that carry escape
+(memoryd.model.display.shown): names, paths, memory text and record stores that carry escape
 sequences, lone carriage returns, bidi controls or newlines are printed as escapes, never acted
 on, and never start a line of their own. `--json` stays JSON and keeps the values exact."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.views.display import shown
+from memoryd.model.display import shown
 from tests.conftest import Env, Result
 
 TITLE = "\x1b]0;owned\x07"  # sets the terminal's title

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from memoryd.model.humanize import Painter
 from memoryd.views.dirs import render
-from memoryd.views.humanize import Painter
 from tests.conftest import Env, write_memory
 
 NOW = 1_800_000_000.0

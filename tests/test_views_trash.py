@@ -5,7 +5,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from memoryd.views.humanize import Painter
+from memoryd.model.humanize import Painter
 from memoryd.views.trash import render
 from tests.conftest import Env, write_memory
 

@@ -46,15 +46,15 @@ def test_status_of_a_stopped_daemon_counts_files_without_the_scan_machinery(env:
 
 
 def test_status_cache_header_is_the_scanners() -> None:
-    """statusview reads the scan cache by its header, spelled out: it must be scan's."""
-    from memoryd.indexing import scan
+    """statusview reads the scan cache by its header, spelled out: it must be scanned's."""
+    from memoryd.model import scanned
     from memoryd.views import statusview
 
-    assert statusview.SCAN_CACHE_HEADER == scan._CACHE_HEADER
+    assert statusview.SCAN_CACHE_HEADER == scanned._CACHE_HEADER
 
 
 def test_status_counts_nothing_from_a_damaged_cache(env: Env, cli) -> None:
-    """A damaged cache is no count (as scan.load_cache takes it as no cache), not an error."""
+    """A damaged cache is no count (as scanned.load_cache takes it as no cache), not an error."""
     folder = env.claude / "agent-memory" / "reviewer"
     write_memory(folder, "a.md")
     assert cli("index", folder).code == 0
@@ -169,9 +169,8 @@ def test_an_archive_rewritten_in_place_with_its_stat_kept_is_parsed_again(env: E
 
 
 def test_the_secret_patterns_compile_at_their_first_use() -> None:
-    """Importing memoryd.discipline.secrets compiles none of its patterns (~5 ms of every start-up
-    that
-    reads no memory); the first search compiles what it uses and finds the same secrets. The
+    """Importing memoryd.model.secrets compiles none of its patterns (~5 ms of every start-up
+    that reads no memory); the first search compiles what it uses and finds the same secrets. The
     old module compiled all of them at import."""
     probe = (
         "import re, json, sys\n"
@@ -179,11 +178,11 @@ def test_the_secret_patterns_compile_at_their_first_use() -> None:
         "real = re.compile\n"
         "def counting(*a, **k):\n"
         "    caller = sys._getframe(1).f_globals.get('__name__')\n"
-        "    if caller in ('memoryd.discipline.secrets', 'memoryd.model.lazyre'):\n"
+        "    if caller in ('memoryd.model.secrets', 'memoryd.model.lazyre'):\n"
         "        compiled.append(a[0])\n"
         "    return real(*a, **k)\n"
         "re.compile = counting\n"
-        "from memoryd.discipline import secrets\n"
+        "from memoryd.model import secrets\n"
         "at_import = len(compiled)\n"
         "key = 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY'\n"
         "found = secrets.find('x\\naws_secret_access_key = ' + key)\n"
@@ -202,6 +201,7 @@ def test_a_first_index_reads_each_file_once(env: Env, cli, monkeypatch) -> None:
     settled yet), and the full pass takes the scan it made. The old one scanned again and
     read every memory twice."""
     from memoryd.indexing import scan
+    from memoryd.model.scanned import Scanned
 
     folder = env.claude / "agent-memory" / "reviewer"
     for i in range(MANY):
@@ -209,7 +209,7 @@ def test_a_first_index_reads_each_file_once(env: Env, cli, monkeypatch) -> None:
     reads: list[str] = []
     real = scan.read_one
 
-    def counting(dir_fd: int, name: str, *args: object) -> scan.Scanned:
+    def counting(dir_fd: int, name: str, *args: object) -> Scanned:
         reads.append(name)
         return real(dir_fd, name, *args)  # type: ignore[arg-type]
 
@@ -288,7 +288,7 @@ def test_index_imports_no_diff_subprocess_or_secret_patterns_it_does_not_use(env
         "difflib",
         "subprocess",
         "ctypes.util",
-        "memoryd.discipline.secrets",
+        "memoryd.model.secrets",
         "memoryd.model.memfile",
     )
     loaded, _, code = _probe(["index", "--check", str(folder)], watched)
@@ -296,7 +296,7 @@ def test_index_imports_no_diff_subprocess_or_secret_patterns_it_does_not_use(env
     write_memory(folder, "c.md")  # parsed: its name and description are masked
     loaded, out, code = _probe(["index", "--check", str(folder)], watched)
     assert code == 1 and "+- [" in out and "c.md" in out
-    assert loaded == ["difflib", "memoryd.discipline.secrets", "memoryd.model.memfile"]
+    assert loaded == ["difflib", "memoryd.model.memfile", "memoryd.model.secrets"]
 
 
 def test_the_scans_limits_are_the_parsers() -> None:

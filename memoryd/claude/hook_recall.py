@@ -178,7 +178,7 @@ def key_lines(path: str, file: str) -> list[str]:
     are masked (a cut value no longer looks like one); none for a link or special file."""
     import stat
 
-    from memoryd.discipline.secrets import mask
+    from memoryd.model.secrets import mask
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -206,7 +206,7 @@ def key_lines(path: str, file: str) -> list[str]:
 
 def render(file: str, found: list[Found], more: int) -> tuple[str, list[str]]:
     """The text for the model, within MAX_CHARS, and the memories it shows."""
-    from memoryd.views.display import shown as one_line  # a name with a newline stays one line
+    from memoryd.model.display import shown as one_line  # a name with a newline stays one line
 
     head = f"memoryd: memories that cite {one_line(file)} (read before changing it):"
     parts = [head]
@@ -254,6 +254,6 @@ def recall_context(data: dict[str, Any], state: str) -> str:
     if not text:
         return ""
     _note_seen(seen_path, shown)
-    from memoryd.discipline.secrets import mask
+    from memoryd.model.secrets import mask
 
     return mask(text)

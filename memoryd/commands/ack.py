@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from memoryd.errors import MemorydError
-from memoryd.views.display import shown
+from memoryd.model.display import shown
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime

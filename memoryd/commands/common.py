@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from memoryd.errors import UsageError
-from memoryd.views.display import shown
+from memoryd.model.display import shown
 
 if TYPE_CHECKING:
     from memoryd.discover.found import Discovery
+    from memoryd.model.humanize import Painter
     from memoryd.runtime import Runtime
-    from memoryd.views.humanize import Painter
     from memoryd.views.logview import View
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -149,10 +149,10 @@ def write_json(out: TextIO, doc: object) -> None:
 
 
 def painter(args: argparse.Namespace, out: TextIO) -> Painter:
-    """Colour as `--color` asks for it on this stream (memoryd.views.humanize.use_color)."""
+    """Colour as `--color` asks for it on this stream (memoryd.model.humanize.use_color)."""
     import os
 
-    from memoryd.views.humanize import Painter, use_color
+    from memoryd.model.humanize import Painter, use_color
 
     return Painter(use_color(args.color, out, os.environ))
 
@@ -162,7 +162,7 @@ def view_for(args: argparse.Namespace, out: TextIO, now: float, width: int, **mo
     (`width` when piped), colour as `--color` asks."""
     import os
 
-    from memoryd.views.humanize import terminal_width
+    from memoryd.model.humanize import terminal_width
     from memoryd.views.logview import View
 
     columns = terminal_width(out, os.environ, default=width)

@@ -253,7 +253,7 @@ def _started_text(started: bool, pid: int, memory: Path, env: dict[str, str]) ->
 
 
 def _short(path: Path, env: dict[str, str]) -> str:
-    from memoryd.views.humanize import short_path
+    from memoryd.model.humanize import short_path
 
     return short_path(path, env.get("HOME"))
 

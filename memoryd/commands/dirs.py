@@ -18,7 +18,7 @@ from memoryd.commands.common import (
     render_discovery,
     write_json,
 )
-from memoryd.views.display import shown
+from memoryd.model.display import shown
 
 if TYPE_CHECKING:
     from memoryd.discover.found import Discovery, MemoryDir
@@ -135,7 +135,7 @@ def _iso(ts: float) -> str | None:
 
 def _dir_history(rt: Runtime, md: MemoryDir) -> dict[str, Any]:
     """Its label, and memoryd's last passes as the dir's state says (UTC)."""
-    from memoryd.views.dirlabel import label
+    from memoryd.discover.dirlabel import label
 
     state = rt.store.load(md.real_path)
     return {
@@ -217,8 +217,8 @@ def _table(args: argparse.Namespace, rows: list[dict[str, Any]], out: TextIO) ->
     import os
     import time
 
+    from memoryd.model.humanize import terminal_width
     from memoryd.views.dirs import render
-    from memoryd.views.humanize import terminal_width
 
     text = render(rows, time.time(), terminal_width(out, os.environ), painter(args, out))
     return text + (_render_secrets(rows) if args.secrets else "")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK, dirs_arg, write_json
 from memoryd.errors import MemorydError
-from memoryd.views.display import shown
+from memoryd.model.display import shown
 
 if TYPE_CHECKING:
     from memoryd.commands.resolve import Target

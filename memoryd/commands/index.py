@@ -17,7 +17,7 @@ from memoryd.commands.common import (
     render_discovery,
     write_json,
 )
-from memoryd.views.display import shown
+from memoryd.model.display import shown
 
 if TYPE_CHECKING:
     from memoryd.indexing.outcome import IndexOutcome
@@ -147,7 +147,7 @@ def _some(items: list[str], limit: int = 5) -> str:
 
 def _render_outcome(o: IndexOutcome) -> str:
     """One dir's outcome for a person: its one label and path, messages, names and diff `shown`."""
-    from memoryd.views.dirlabel import label
+    from memoryd.discover.dirlabel import label
 
     where, message = f"{label(o.dir)} ({shown(o.dir.path)})", shown(o.message)
     if o.status == "unmanaged":

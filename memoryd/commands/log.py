@@ -102,7 +102,7 @@ class _Filter:
 
 
 class _Printer:
-    """Rows out as JSON or for a person, each dir by its one label (memoryd.views.dirlabel)."""
+    """Rows out as JSON or for a person, each dir by its one label (memoryd.discover.dirlabel)."""
 
     def __init__(self, args: argparse.Namespace, rt: Runtime, out: TextIO) -> None:
         self.known: dict[str, str] = {}  # repo roots of the project dirs named so far
@@ -116,7 +116,7 @@ class _Printer:
 
     def label_dirs(self, rows: list[dict[str, Any]]) -> None:
         """The repo roots of the project dirs these rows name, looked for once each."""
-        from memoryd.views.dirlabel import roots
+        from memoryd.discover.dirlabel import roots
 
         named = {str(r["dir"]) for r in rows if isinstance(r.get("dir"), str)} - self.looked
         if named and not self.args.json:

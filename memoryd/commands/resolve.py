@@ -16,8 +16,8 @@ from memoryd.discover.finder import discover, memory_dir_at
 from memoryd.discover.found import MemoryDir
 from memoryd.discover.look import is_repo
 from memoryd.errors import MemorydError, UsageError
+from memoryd.model.display import shown
 from memoryd.runtime import Runtime
-from memoryd.views.display import shown
 
 HEAD_BYTES = 64 * 1024  # a memory's frontmatter is read from its head only
 CANDIDATES_SHOWN = 10

@@ -78,7 +78,7 @@ def answer(
     if args.json:
         write_json(out, {**data, "results": hits})
     else:
-        from memoryd.views.humanize import use_color
+        from memoryd.model.humanize import use_color
         from memoryd.views.results import render_results
 
         colored = use_color(getattr(args, "color", "auto"), out, os.environ)

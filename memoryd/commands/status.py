@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import time
 
-    from memoryd.views.dirlabel import roots
+    from memoryd.discover.dirlabel import roots
     from memoryd.views.statusview import alarm_lines, gather, render
 
     now = rt.clock()

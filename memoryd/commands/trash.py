@@ -17,7 +17,7 @@ from memoryd.commands.common import (
     write_json,
 )
 from memoryd.errors import MemorydError, UsageError
-from memoryd.views.display import shown
+from memoryd.model.display import shown
 
 if TYPE_CHECKING:
     from memoryd.discover.found import MemoryDir

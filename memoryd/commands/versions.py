@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from memoryd.errors import MemorydError, UsageError
+from memoryd.model.display import shown
 from memoryd.runtime import Runtime
 from memoryd.versions import kept, listing, records, scanned
-from memoryd.views.display import shown
 
 if TYPE_CHECKING:
     from memoryd.storage.fsops import FileIdentity
@@ -91,7 +91,7 @@ def _diff(
     spec: str,
 ) -> str:
     """`history --diff`, its secrets masked as in any memory text shown."""
-    from memoryd.discipline.secrets import mask
+    from memoryd.model.secrets import mask
 
     return mask(_diff_text(store, folder, name, found, spec))
 
@@ -311,7 +311,7 @@ def deleted_rows(rt: Runtime, dirs: Sequence[Path]) -> list[listing.Deleted]:
 
 
 def render_deleted(items: Sequence[listing.Deleted]) -> str:
-    from memoryd.views.humanize import ago
+    from memoryd.model.humanize import ago
 
     now = time.time()
     return "".join(

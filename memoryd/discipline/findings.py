@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memoryd.config import Config
-from memoryd.discipline import secrets
 from memoryd.discover.found import MemoryDir
+from memoryd.model import secrets
 from memoryd.model.agentview import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import open_regular, read_open, read_problem
 from memoryd.storage import fsops

@@ -17,8 +17,8 @@ from memoryd.dream.repocache import RepoCache
 from memoryd.errors import MemorydError
 from memoryd.indexing.scan import skip_reason
 from memoryd.indexing.window import agent_sees
+from memoryd.model.display import shown
 from memoryd.runtime import Runtime
-from memoryd.views.display import shown
 
 
 def explain(

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from memoryd.discipline.secrets import mask
 from memoryd.dream.refs import Refs, extract_refs
 from memoryd.dream.similar import Vocabulary, words_and_directives
 from memoryd.model.memfile import Memory, parse_date
-from memoryd.storage.sealed import frame, frames
+from memoryd.model.sealed import frame, frames
+from memoryd.model.secrets import mask
 
 _PROHIBITION: Final = re.compile(r"\b(?:do not|don['’]t|never|avoid)\b", re.IGNORECASE)
 # Every match holds one of these once lower-cased (only "i" has non-ASCII case partners here).

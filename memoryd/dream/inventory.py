@@ -7,7 +7,6 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memoryd.discipline.secrets import Finding, find, find_bytes
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.budget import PassBudget
 from memoryd.dream.facts import Facts, FactsCache, derive, load_saved
@@ -19,6 +18,7 @@ from memoryd.model import links as memory_links
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.model.links import Dangling, links_in
 from memoryd.model.memfile import Memory, parse_memory
+from memoryd.model.secrets import Finding, find, find_bytes
 from memoryd.runtime import Runtime
 from memoryd.storage import fsops
 

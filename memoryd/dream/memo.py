@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # not imported at run time: the facts module pulls in numpy
-    from memoryd.discipline.secrets import Finding
     from memoryd.dream.facts import FactsCache
     from memoryd.dream.refs import RefChecker
     from memoryd.dream.repo import SourceTokens
+    from memoryd.model.secrets import Finding
 
 
 @dataclass(eq=False)

@@ -12,8 +12,8 @@ from typing import Any, Final
 
 from memoryd.indexing.scan import TRASH_DIR
 from memoryd.model.agentview import INDEX_NAME
+from memoryd.model.sealed import seal, unseal
 from memoryd.paths import open_regular, read_open
-from memoryd.storage.sealed import seal, unseal
 
 # Folders that hold generated or vendored trees: walking them is slow and their contents say
 # nothing about whether a memory's reference to the project's own code is still true.

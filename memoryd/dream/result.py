@@ -3,13 +3,13 @@
 from collections import Counter
 from dataclasses import dataclass, field
 
-from memoryd.discipline.secrets import Finding
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.kinds import MoveReason, PassStatus
 from memoryd.dream.plan import Flag, Plan, kept_by_guard
 from memoryd.dream.refs import Classification
 from memoryd.indexing.outcome import IndexOutcome, IndexStatus
 from memoryd.model.links import Dangling
+from memoryd.model.secrets import Finding
 from memoryd.trash.store import TrashRecord
 
 

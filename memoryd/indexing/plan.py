@@ -20,7 +20,7 @@ from memoryd.indexing.read import (
     view_kind,
     with_bom,
 )
-from memoryd.indexing.scan import DirScan, Scanned
+from memoryd.indexing.scan import DirScan
 from memoryd.model import index_held
 from memoryd.model.index import (
     ARCHIVE_NAME,
@@ -33,6 +33,7 @@ from memoryd.model.index import (
     view_of,
 )
 from memoryd.model.index_edit import IndexEdit, IndexInput, update_index
+from memoryd.model.scanned import Scanned
 from memoryd.runtime import Runtime
 from memoryd.storage import fsops
 from memoryd.storage.state import DirState

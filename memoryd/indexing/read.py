@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from memoryd.config import IndexConfig
 from memoryd.discover import gitwork
 from memoryd.discover.found import MemoryDir
-from memoryd.indexing.scan import DirScan, Scanned, scan_dir
+from memoryd.indexing.scan import DirScan, scan_dir
 from memoryd.model import index_held
 from memoryd.model.agentview import ViewKind, view_kind_of
 from memoryd.model.conflicts import MARK as CONFLICT_MARK
@@ -39,6 +39,7 @@ from memoryd.model.index import (
     local_links,
     split_lines,
 )
+from memoryd.model.scanned import Scanned
 from memoryd.runtime import Runtime
 from memoryd.storage import fsops
 from memoryd.storage.fsops import FileIdentity

@@ -1,19 +1,14 @@
 """Read one memory dir safely: list and classify every entry, parse what changed since last time."""
 
-import operator
 import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from memoryd.model.scanned import Scanned
 from memoryd.storage import fsops
-from memoryd.storage.sealed import seal, unseal
-
-# The index grammar is imported by the first read: a search's skip_reason needs none of it.
-if TYPE_CHECKING:
-    from memoryd.model.index import Entry
 
 # memoryd.model.memfile's limits, spelled out: the parser is imported by the first read, so a scan
 # that reads nothing (an `index` with nothing changed) loads none of it (~3 ms of start-up).
@@ -72,40 +67,6 @@ def skip_reason(name: str) -> str | None:
     if not name.endswith(".md"):
         return "not markdown"
     return None
-
-
-@dataclass(slots=True)
-class Scanned:
-    """What memoryd keeps per file between scans: small, no body (bodies are re-read by dream)."""
-
-    filename: str
-    ino: int
-    size: int
-    mtime_ns: int
-    kind: str  # "memory" | "note" | "problem"
-    sha256: str = ""
-    name: str = ""
-    description: str = ""
-    type: str = ""
-    modified_ts: float = 0.0
-    problem_kind: str = ""
-    problem_message: str = ""
-    problem_hint: str = ""
-
-    @property
-    def age_ts(self) -> float:
-        return max(self.mtime_ns / 1e9, self.modified_ts)
-
-    def entry(self) -> "Entry":
-        from memoryd.model.index import Entry
-
-        return Entry(self.filename, self.name, self.description, self.type, self.age_ts)
-
-    def as_tuple(self) -> tuple[object, ...]:
-        return _scanned_fields(self)
-
-
-_scanned_fields = operator.attrgetter(*Scanned.__slots__)
 
 
 _T = TypeVar("_T")
@@ -496,28 +457,3 @@ def _scan(
     if seen is not None:  # versions
         seen.end(dir_fd, result.files, result.present, cache, None)
     return result
-
-
-# The cache file (sealed.py): a header naming the format and Scanned's fields, and one column
-# per field, which marshal loads faster than a tuple per file.
-_CACHE_HEADER = ("memoryd scan cache", 7, Scanned.__slots__)  # 7: names with ı, ſ, İ
-
-
-_COLUMNS = tuple(operator.attrgetter(name) for name in Scanned.__slots__)
-
-
-def dump_cache(files: Mapping[str, Scanned]) -> bytes:
-    # Column by column, in C: no tuple per file to transpose (~2 ms of a one-change `index`).
-    entries = files.values()
-    return seal(_CACHE_HEADER, tuple(tuple(map(column, entries)) for column in _COLUMNS))
-
-
-def load_cache(data: bytes) -> dict[str, Scanned]:
-    """The files of a saved cache; {} for anything unreadable, so a bad cache means a re-parse."""
-    columns = unseal(_CACHE_HEADER, data)
-    try:
-        if not isinstance(columns, tuple) or len(columns) != len(Scanned.__slots__):
-            return {}
-        return dict(zip(columns[0], map(Scanned, *columns), strict=True))
-    except (ValueError, TypeError, LookupError):
-        return {}

@@ -28,7 +28,7 @@ from memoryd.indexing.read import (
     view_kind,
     with_bom,
 )
-from memoryd.indexing.scan import DirScan, Scanned
+from memoryd.indexing.scan import DirScan
 from memoryd.model import index_held
 from memoryd.model.index import (
     ARCHIVE_NAME,
@@ -37,6 +37,7 @@ from memoryd.model.index import (
     verify,
 )
 from memoryd.model.index_edit import IndexEdit, note_own
+from memoryd.model.scanned import Scanned
 from memoryd.runtime import Runtime
 from memoryd.storage import fsops
 from memoryd.storage.fsops import FileIdentity

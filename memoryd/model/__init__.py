@@ -1,4 +1,6 @@
-"""Pure values in, values out: memory files, the index grammar and its edits, links.
+"""Pure values in, values out: memory files, the index grammar and its edits, links, what a
+scan keeps of a file (`scanned`), secrets flagged and masked (`secrets.mask`, the one masking
+step), the one escaping step for the terminal (`display`), `humanize`, `sealed` bytes.
 No disk and no clock but one passed in.
-May import: discipline, storage, and the flat modules.
+May import: only the flat modules.
 """

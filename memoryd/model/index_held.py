@@ -38,7 +38,7 @@ from memoryd.model.index_edit import (
     edit_lines,
     view_reshaped,
 )
-from memoryd.storage.sealed import seal, unseal
+from memoryd.model.sealed import seal, unseal
 
 
 @dataclass(frozen=True, slots=True)

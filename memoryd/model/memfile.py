@@ -610,7 +610,7 @@ def mask(text: str) -> str:
     compiles no secret pattern)."""
     global _mask
     if _mask is None:
-        from memoryd.discipline import secrets
+        from memoryd.model import secrets
 
         _mask = secrets.mask
     return _mask(text)
@@ -620,7 +620,7 @@ def _mask_both(name: str, description: str) -> tuple[str, str]:
     """`mask` of each, after one look at both for a hint of a secret (no hint spans a line)."""
     global _no_hint
     if _no_hint is None:
-        from memoryd.discipline import secrets
+        from memoryd.model import secrets
 
         _no_hint = secrets.holds_no_hint
     if _no_hint(f"{name}\n{description}"):

@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd.discipline.secrets import mask
+from memoryd.discover.dirlabel import label
 from memoryd.discover.found import MemoryDir
 from memoryd.model.agentview import view_kind_of
+from memoryd.model.secrets import mask
 from memoryd.recall.opened import OpenBounded
 from memoryd.recall.query import DAY, DEFAULT_LIMIT, Frame, expressions, held_words, name_keys
 from memoryd.recall.store import (
@@ -26,7 +27,6 @@ from memoryd.recall.store import (
     Window,
     index_path,
 )
-from memoryd.views.dirlabel import label
 
 Result = dict[str, Any]
 
@@ -307,7 +307,7 @@ class Engine:
     # --- results --------------------------------------------------------------------------------
     def result(self, hit: Hit) -> Result:
         """One hit as the CLI's `--json` and the MCP tools give it. Its texts are masked
-        (memoryd.discipline.secrets.mask) here, where every output of a hit passes, whatever the
+        (memoryd.model.secrets.mask) here, where every output of a hit passes, whatever the
         index holds; `show` masks the memory's text the same way."""
         row = hit.row
         now = self.clock()

@@ -143,8 +143,8 @@ def _parsed(name: str, data: bytes, fst: os.stat_result, limits: tuple[int, int]
         }
     if not isinstance(parsed, Memory):
         return {"kind": "problem", "problem": parsed.message, "hint": parsed.hint}
-    from memoryd.discipline.secrets import find, mask, summary
     from memoryd.dream.refs import extract_refs
+    from memoryd.model.secrets import find, mask, summary
 
     # The index holds every text field masked: its snippets are shown, and the file is kept
     # in the state dir. A secret is a flag of the memory's result, by line and kind.

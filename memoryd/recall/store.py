@@ -51,7 +51,7 @@ __all__ = ["RACY_NS", "Excluded", "Row", "Vocabulary", "Window", "worker_count"]
 # The parser (memoryd.model.memfile) and the scan's rules are imported when a file is read, not
 # by a search of an index already in step; the limits' None means memfile's defaults.
 
-# 5: texts held masked (memoryd.discipline.secrets), secrets flagged: an index of an older schema
+# 5: texts held masked (memoryd.model.secrets), secrets flagged: an index of an older schema
 # may hold a secret's value, and is made anew.
 SCHEMA = "5"  # 2: pointers.hidden, files_racy; 3: files_stat; 4: refs once, cited in cites
 INDEX_FOLDER = "recall"  # under the state dir

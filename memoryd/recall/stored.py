@@ -36,7 +36,7 @@ def matches(record: "Record", query: str) -> bool:
 
 
 def _result(path: Path, origin: str, record: "Record", now: float) -> dict[str, Any]:
-    from memoryd.discipline.secrets import mask
+    from memoryd.model.secrets import mask
 
     age = max(0, int((now - record.last_confirmed_at) // DAY))
     when = datetime.fromtimestamp(record.last_confirmed_at, UTC).date().isoformat()

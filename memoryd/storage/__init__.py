@@ -1,4 +1,5 @@
 """memoryd's own storage: the one SQLite state store (`statedb`), per-dir state, the
-journal, the audit log, atomic file writes (`fsops`) and bounded parsing (`safejson`).
-May import: discipline, discover, dream, indexing, model, recall, trash, and the flat modules.
+journal, the audit log, atomic file writes (`fsops`, refusing a file a program holds open
+for writing: `openfiles`) and bounded parsing (`safejson`).
+May import: discipline, discover, dream, model, recall, trash, and the flat modules.
 """

@@ -582,7 +582,7 @@ def _swap(at: _At, swap: _Swap) -> None:
 def _refuse_held(dir_fd: int, now_as: str, name: str, dir_path: Path) -> None:
     """WriteConflict when another program holds the file now under `now_as` (was `name`)
     open for writing: its later bytes would land in a file memoryd is about to drop."""
-    from memoryd.discover import openfiles
+    from memoryd.storage import openfiles
 
     held = openfiles.writers(dir_fd, now_as)
     if held:

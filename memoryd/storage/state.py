@@ -28,7 +28,7 @@ from memoryd.storage import safejson
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 if TYPE_CHECKING:  # the parse cache's module (and its YAML parser) loads with the first cache
-    from memoryd.indexing.scan import Scanned
+    from memoryd.model.scanned import Scanned
 
 # Names of files that left a dir kept in its state (see DirState.gone): ~40 bytes each, and
 # more than the circuit breaker lets one pass move from a 10,000-memory dir many times over.
@@ -410,7 +410,7 @@ class StateStore:
         return stamp
 
     def load_cache(self, real_path: Path) -> "dict[str, Scanned]":
-        from memoryd.indexing.scan import load_cache
+        from memoryd.model.scanned import load_cache
 
         held = self._caches.get(real_path)
         key = dir_key(real_path)
@@ -431,7 +431,7 @@ class StateStore:
         return None if found is None else found[1]
 
     def save_cache(self, real_path: Path, files: "dict[str, Scanned]") -> None:
-        from memoryd.indexing.scan import dump_cache
+        from memoryd.model.scanned import dump_cache
 
         held = self._caches.get(real_path)
         if held is not None and (held[1] is files or held[1] == files):

@@ -20,13 +20,13 @@ from memoryd.discover.finder import discover, memory_dir_of
 from memoryd.discover.found import MemoryDir
 from memoryd.errors import MemorydError, UsageError
 from memoryd.indexing.scan import scan_dir
+from memoryd.model.display import shown
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.model.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
 from memoryd.storage import fsops, journal
 from memoryd.trash import store as trash
 from memoryd.trash.store import TrashRecord
-from memoryd.views.display import shown
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 REASON = "forgotten"

@@ -18,7 +18,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from memoryd.discover import gitwork, openfiles
+from memoryd.discover import gitwork
 from memoryd.errors import MemorydError, UnsafeFilesystemOperation
 from memoryd.paths import (
     NotRegularFile,
@@ -26,7 +26,7 @@ from memoryd.paths import (
     ensure_private_dir,
     regular_fd,
 )
-from memoryd.storage import fsops
+from memoryd.storage import fsops, openfiles
 from memoryd.storage.state import dir_key
 from memoryd.versions import kept
 

@@ -53,7 +53,7 @@ from memoryd.versions.records import (
 from memoryd.versions.scanned import INDEX_FILES
 
 if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
-    from memoryd.indexing import scan
+    from memoryd.model.scanned import Scanned
 
 OWN_KEEP = 200  # index writes a dir's ledger keeps: far more than another process has left
 PRUNE_EVERY = 86400.0  # the daemon prunes at start, then at the first heartbeat a day after
@@ -128,9 +128,9 @@ class Session:
     def end(
         self,
         dir_fd: int,
-        files: Mapping[str, "scan.Scanned"],
+        files: Mapping[str, "Scanned"],
         present: Set[str],
-        before: Mapping[str, "scan.Scanned"],
+        before: Mapping[str, "Scanned"],
         only: Set[str] | None,
     ) -> None:
         """scan.ScanSeen's: the scan is done; what it read and found is recorded."""
@@ -546,9 +546,9 @@ class VersionStore:
         self,
         session: Session,
         dir_fd: int,
-        files: Mapping[str, "scan.Scanned"],
+        files: Mapping[str, "Scanned"],
         present: Set[str],
-        before: Mapping[str, "scan.Scanned"],
+        before: Mapping[str, "Scanned"],
         only: Set[str] | None,
     ) -> None:
         """Record what one scan found, new versions and files gone since, in one transaction."""

@@ -148,8 +148,8 @@ def find_deleted(store: VersionStore, dirs: Sequence[Path], key: str) -> Deleted
 def render_versions(path: Path, name: str, found: Sequence[Version], now: float) -> str:
     """`memoryd history FILE`: one line per version, newest first (the file's path shown
     as a terminal should get it, its lines as lines)."""
-    from memoryd.views.display import shown
-    from memoryd.views.humanize import ago
+    from memoryd.model.display import shown
+    from memoryd.model.humanize import ago
 
     if not found:
         return (

@@ -11,8 +11,8 @@ never removed (its bytes are that file's), and neither is anything in the memory
 (the person's own).
 
 What else memoryd keeps of a memory's text (the search index, the dream facts cache, the parse
-cache) is taken from the masked text (memoryd.discipline.secrets.mask), so holds no value to purge.
-Values are compared as sha256 digests (memoryd.discipline.secrets.fingerprints): none is held here.
+cache) is taken from the masked text (memoryd.model.secrets.mask), so holds no value to purge.
+Values are compared as sha256 digests (memoryd.model.secrets.fingerprints): none is held here.
 """
 
 import contextlib
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd.discipline import secrets
+from memoryd.model import secrets
 from memoryd.model.index import PREV_NAME
 from memoryd.storage import fsops
 from memoryd.versions.kept import VersionStore

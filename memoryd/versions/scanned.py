@@ -10,14 +10,14 @@ from memoryd.storage import fsops
 from memoryd.versions.records import MEMORYD, OBJECT_MAX, OTHER
 
 if TYPE_CHECKING:
-    from memoryd.indexing import scan
+    from memoryd.model.scanned import Scanned
     from memoryd.versions.kept import Row, Session, Told, VersionStore, _Dir
 
 INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)  # kept as any memory, never counted toward an alarm
 COUNTS: Mapping[str, Any] = {"alarm": 1}
 # What a scan found: the names present, the files before it, the names it looked at (None:
 # all of them).
-Found = tuple[Set[str], Mapping[str, "scan.Scanned"], Set[str] | None]
+Found = tuple[Set[str], Mapping[str, "Scanned"], Set[str] | None]
 
 
 def rows_of(
@@ -65,7 +65,7 @@ def rows_of(
 
 
 def backfill(
-    session: "Session", dir_fd: int, files: Mapping[str, "scan.Scanned"], seen: Mapping[str, str]
+    session: "Session", dir_fd: int, files: Mapping[str, "Scanned"], seen: Mapping[str, str]
 ) -> None:
     """Files a full scan took from its cache that the store never recorded (a cache older
     than the store, a history pruned or lost): read once, so that each has its version."""

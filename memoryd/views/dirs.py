@@ -4,8 +4,8 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memoryd.views.display import shown
-from memoryd.views.humanize import Painter, ago, layout, parse_ts, plural
+from memoryd.model.display import shown
+from memoryd.model.humanize import Painter, ago, layout, parse_ts, plural
 
 HEADER = ("NAME", "KIND", "MODE", "MEMORIES", "INDEX", "FLAGGED", "LAST PASS")
 LEGEND = "INDEX: MEMORY.md's lines and the share of the agent's load window they take."

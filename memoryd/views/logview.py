@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memoryd.views.dirlabel import dir_label as dir_label  # where the log view had it
-from memoryd.views.display import shown
-from memoryd.views.humanize import Painter, ago, clip, clock_time, parse_ts, plural, short_path
+from memoryd.discover.dirlabel import dir_label as dir_label  # where the log view had it
+from memoryd.model.display import shown
+from memoryd.model.humanize import Painter, ago, clip, clock_time, parse_ts, plural, short_path
 
 Row = Mapping[str, Any]
 EVENT_WIDTH = 17  # most event names fit; longer ones push the line on by a few columns
@@ -31,7 +31,7 @@ class View:
     width: int = 100
     verbose: bool = False
     paint: Painter = field(default_factory=lambda: Painter(False))
-    # The repo root of each per-project dir the rows name (memoryd.views.dirlabel.roots): its label.
+    # The repo root of each per-project dir the rows name (discover.dirlabel.roots): its label.
     roots: Mapping[str, str] = field(default_factory=dict)
 
 

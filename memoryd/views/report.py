@@ -4,14 +4,14 @@ from collections.abc import Sequence, Set
 from pathlib import Path
 from typing import Any
 
-from memoryd.discipline.secrets import summary as secret_summary
+from memoryd.discover.dirlabel import label as dir_label
 from memoryd.dream.plan import Flag, Move
 from memoryd.dream.result import DreamResult
 from memoryd.model.conflicts import HINT as CONFLICT_HINT
 from memoryd.model.conflicts import MARK, conflict_message_short
+from memoryd.model.display import shown
+from memoryd.model.secrets import summary as secret_summary
 from memoryd.trash.store import stored_label
-from memoryd.views.dirlabel import label as dir_label
-from memoryd.views.display import shown
 
 COUNT_LABELS = [
     ("dirs", "dirs"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memoryd.views.display import shown
+from memoryd.model.display import shown
 
 if TYPE_CHECKING:
     from memoryd.recall.engine import Result
@@ -15,8 +15,8 @@ def _marked(snippet: str, color: bool) -> str:
     """With `color`, the snippet's `**matches**` in the match colour instead of their marks."""
     if not color:
         return snippet
+    from memoryd.model.humanize import Painter
     from memoryd.model.lazyre import lazy
-    from memoryd.views.humanize import Painter
 
     paint = Painter(True)
     return lazy(r"\*\*(.+?)\*\*").sub(lambda m: paint(m[1], "match"), snippet)

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.daemon.instance import lock_holder
+from memoryd.discover.dirlabel import dir_label
 from memoryd.discover.gitwork import OPT_IN as DETAIL
 from memoryd.discover.gitwork import TRACKED, work_tree
 from memoryd.model.conflicts import HINT, MARK
+from memoryd.model.humanize import ago, clock_time, parse_ts, short_path, table
 from memoryd.paths import read_bounded
 from memoryd.storage import safejson
-from memoryd.views.dirlabel import dir_label
-from memoryd.views.humanize import ago, clock_time, parse_ts, short_path, table
 from memoryd.views.logview import View
 
 STATUS_MAX_BYTES = 64 << 20  # status.json: a few hundred bytes a dir
@@ -93,7 +93,7 @@ def _iso(ts: float) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
 
 
-# memoryd.indexing.scan's _CACHE_HEADER, spelled out (a test keeps the two equal): `status`
+# memoryd.model.scanned's _CACHE_HEADER, spelled out (a test keeps the two equal): `status`
 # counts the cache's "kind" column without importing the scan machinery (YAML, the parsers: a
 # sixth of the command) or making an entry per file.
 SCAN_CACHE_HEADER = ("memoryd scan cache", 7, (
@@ -104,8 +104,8 @@ SCAN_CACHE_HEADER = ("memoryd scan cache", 7, (
 
 def _cached(rt: Any, folder: str) -> int | None:
     """Memory files in the dir's parse cache (what the last scan found), None without one (or
-    with one scan.load_cache would not take)."""
-    from memoryd.storage.sealed import unseal
+    with one scanned.load_cache would not take)."""
+    from memoryd.model.sealed import unseal
 
     data = rt.store.cache_data(Path(folder))
     columns = unseal(SCAN_CACHE_HEADER, data) if data else None
@@ -123,8 +123,8 @@ ALARM_SHOWN = 86400.0  # `status` shows a mass change for a day
 
 def alarm_lines(rt: Any, now: float) -> str:
     """`memoryd status`: the mass changes of the last day, and how to undo them."""
+    from memoryd.model.display import shown
     from memoryd.versions.records import alarms  # not the version store, nor the indexing
-    from memoryd.views.display import shown
 
     out = []
     for a in alarms(rt.paths.state_dir):

@@ -4,8 +4,8 @@ and its path last, as `trash restore` takes it."""
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memoryd.views.display import shown
-from memoryd.views.humanize import Painter, ago, layout, parse_ts
+from memoryd.model.display import shown
+from memoryd.model.humanize import Painter, ago, layout, parse_ts
 
 HEADER = ("ID", "MOVED", "REASON", "FILE")
 

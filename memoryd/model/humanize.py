@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from memoryd.views.display import shown
+from memoryd.model.display import shown
 
 # ANSI SGR codes by the role a piece of text plays, not by hue: views ask for a role.
 _STYLES = {

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memoryd.views.display import shown
-from memoryd.views.humanize import short_path
+from memoryd.model.display import shown
+from memoryd.model.humanize import short_path
 
 if TYPE_CHECKING:
     from memoryd.config import Config

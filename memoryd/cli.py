@@ -268,7 +268,7 @@ def main(
     if config is None:
         return EXIT_USAGE
     rt = Runtime.create(config, paths, effect)
-    from memoryd.storage import legacy
+    from memoryd.commands import legacy
 
     legacy.import_once(rt.store)  # the state files of older versions, once
     args.stderr = err  # a handler's warnings go where this run's errors go

@@ -4,7 +4,9 @@ named by the config or found on disk (never a FIFO or a device)."""
 import contextlib
 import errno
 import os
+import shutil
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,3 +267,29 @@ class BoundedLines:
                     held.clear()
                 else:
                     held += chunk[start:]
+
+
+def program() -> list[str]:
+    """The absolute command that runs this memoryd, as stable as it can be: the `memoryd` on
+    PATH when it is this one (not the venv it links into, which an upgrade replaces), else
+    this console script, else python -m."""
+    argv0 = Path(sys.argv[0])
+    ours = argv0 if argv0.name == "memoryd" and argv0.exists() else None
+    if ours is None:
+        beside = Path(sys.executable).parent / "memoryd"
+        ours = beside if beside.exists() else None
+    found = shutil.which("memoryd")
+    if found and ours is not None and Path(found).resolve() == ours.resolve():
+        return [os.path.abspath(found)]
+    if ours is not None:
+        return [os.path.abspath(ours)]
+    return [str(Path(sys.executable).absolute()), "-m", "memoryd"]
+
+
+def in_clone(command: list[str]) -> Path | None:
+    """The source checkout whose venv holds the command, if any."""
+    path = Path(command[0])
+    for folder in path.parents:
+        if (folder / "pyproject.toml").is_file() and (folder / "memoryd").is_dir():
+            return folder
+    return None

@@ -16,7 +16,8 @@ from memoryd.dream.repocache import RepoCache
 from memoryd.dream.result import DreamResult
 from memoryd.dream.run import dream_dir
 from memoryd.runtime import Runtime
-from memoryd.storage import fsops, journal
+from memoryd.storage import fsops
+from memoryd.trash import journal
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import store as trash
 from tests.conftest import Env, InjectedCrash, crash_at

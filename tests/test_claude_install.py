@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from memoryd.claude import claude_settings as cs
-from memoryd.commands.service import program
+from memoryd.paths import program
 from tests.conftest import Env, Result
 
 Cli = Callable[..., Result]

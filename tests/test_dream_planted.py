@@ -296,7 +296,7 @@ def test_circuit_breaker_moves_nothing_and_reports_the_plan(env: Env, cli, repo:
 
 def test_modified_since_plan_is_skipped(env: Env, cli, repo: Path, monkeypatch) -> None:
     """A file that changes between plan and apply is not moved, and that is reported."""
-    from memoryd.storage import journal
+    from memoryd.trash import journal
 
     target = mem(repo, "stale.md", "Lived in `src/removed.py`.")
     filler(repo)
@@ -503,7 +503,7 @@ def test_a_dir_another_process_works_on_is_left_to_it(
 
     from memoryd.dream.repocache import RepoCache
     from memoryd.dream.run import dream_dir
-    from memoryd.storage import journal
+    from memoryd.trash import journal
     from memoryd.trash.recovery import recover
 
     folder = repo / ".claude" / "memory"

@@ -195,8 +195,8 @@ def test_a_file_changed_since_it_was_listed_is_not_moved(
     env: Env, repo: Path, folder: Path
 ) -> None:
     """The move checks the bytes that were listed: a file the agent rewrote meanwhile stays."""
+    from memoryd.commands.forgetting import forget_in, select
     from memoryd.discover.finder import discover
-    from memoryd.trash.forget import forget_in, select
 
     rt = env.runtime()
     dirs = discover(rt.config, [repo])

@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from memoryd.trash import lineage
 from memoryd.trash.manifest import Entry
 from memoryd.trash.store import TrashRecord
-from memoryd.versions import lineage
 from tests.conftest import Env, Result, tree_digest, write_memory
 
 BODY = (

@@ -160,8 +160,8 @@ def test_the_served_log_keeps_its_newer_half_past_its_size(
 ) -> None:
     """A dir's served rows never grow past MAX_ROWS: the newer half is kept, and the guard
     still reads the newest."""
+    from memoryd.dream import consults
     from memoryd.dream.consult import Subject
-    from memoryd.recall import consults
 
     monkeypatch.setattr(consults, "MAX_ROWS", 40)
     real = tmp_path / "mem"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from memoryd import paths
 from memoryd.commands import service
 from memoryd.paths import AppPaths
 from tests.conftest import Env, tree_digest
@@ -287,8 +288,8 @@ def test_the_unit_runs_the_memoryd_on_path_not_the_venv_it_links_into(
     (bin_dir / "memoryd").symlink_to(script)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin")
     monkeypatch.setattr("sys.argv", [str(script), "service", "install"])
-    assert service.program() == [str(bin_dir / "memoryd")]
-    unit = service.render_unit(service.program(), None)
+    assert paths.program() == [str(bin_dir / "memoryd")]
+    unit = service.render_unit(paths.program(), None)
     assert f"ExecStart={bin_dir / 'memoryd'} run" in unit
 
 
@@ -296,5 +297,5 @@ def test_a_memoryd_in_a_source_checkout_is_said(tmp_path: Path) -> None:
     clone = tmp_path / "memoryd-clone"
     (clone / "memoryd").mkdir(parents=True)
     (clone / "pyproject.toml").write_text("")
-    assert service.in_clone([str(clone / ".venv" / "bin" / "memoryd")]) == clone
-    assert service.in_clone([str(tmp_path / "home" / ".local" / "bin" / "memoryd")]) is None
+    assert paths.in_clone([str(clone / ".venv" / "bin" / "memoryd")]) == clone
+    assert paths.in_clone([str(tmp_path / "home" / ".local" / "bin" / "memoryd")]) is None

@@ -284,9 +284,8 @@ def test_the_old_files_are_imported_once_and_removed(tmp_path: Path) -> None:
     (one of another shape left out), the refused plan and the refused links said are imported
     in one go and every old file goes; the caches are dropped, not imported; the read events
     are not carried over."""
-    from memoryd.discipline import acked
-    from memoryd.dream import refused
-    from memoryd.storage import legacy
+    from memoryd.commands import legacy
+    from memoryd.dream import acked, refused
     from memoryd.trash import days, restored
 
     forget_shared()
@@ -317,7 +316,7 @@ def test_the_old_files_are_imported_once_and_removed(tmp_path: Path) -> None:
 def test_an_acknowledgement_file_that_cannot_be_read_is_left_in_place(tmp_path: Path) -> None:
     """A person's record the import cannot read (here a FIFO, never waited on) is not removed:
     it is said, and stays for a person to look at; the rest is imported."""
-    from memoryd.storage import legacy
+    from memoryd.commands import legacy
 
     forget_shared()
     folder = tmp_path / "memory"
@@ -340,7 +339,7 @@ def test_a_pins_file_that_cannot_be_parsed_is_left_in_place_and_named(
     """A person's restore pins the import cannot take (nested past JSON's depth, a pin
     without its bytes, not a list) are not removed, nor read as no pins: the file is named
     and stays for a person to look at, the rest is imported; the next start says it again."""
-    from memoryd.storage import legacy
+    from memoryd.commands import legacy
     from memoryd.trash import restored
 
     forget_shared()
@@ -365,7 +364,7 @@ def test_a_refused_links_file_that_cannot_be_parsed_is_left_in_place_and_named(
     """An older memoryd's record of the refused links said, damaged (nested past JSON's
     depth, a target that is no path, not a mapping): named and left where it is, nothing of
     it imported (its links are said again), the rest imported; the next start says it again."""
-    from memoryd.storage import legacy
+    from memoryd.commands import legacy
 
     forget_shared()
     files = _old_layout(tmp_path, tmp_path / "memory")
@@ -386,7 +385,7 @@ def test_an_import_killed_after_its_commit_adds_nothing_twice_at_the_next_start(
     rows in; the next start imports them again and adds nothing twice: a pin the store has
     for the same name or trash id (the same, or one recorded since) stays, newer ones stay
     newer, a link's target said since stays, and the files go."""
-    from memoryd.storage import legacy
+    from memoryd.commands import legacy
     from memoryd.trash import days, restored
 
     folder = env.home / "memory"
@@ -418,7 +417,8 @@ def test_an_unfinished_passs_old_journal_is_imported_for_recovery(tmp_path: Path
     parse is left for a person."""
     import json
 
-    from memoryd.storage import journal, legacy
+    from memoryd.commands import legacy
+    from memoryd.trash import journal
 
     forget_shared()
     folder = tmp_path / "journal"
@@ -445,10 +445,9 @@ def test_the_old_consult_evidence_is_imported(tmp_path: Path) -> None:
     (consults/transcripts.json) are imported too, an entry of another shape dropped."""
     import json
 
-    from memoryd.dream import transcripts
+    from memoryd.commands import legacy
+    from memoryd.dream import consults, transcripts
     from memoryd.dream.consult import Subject
-    from memoryd.recall import consults
-    from memoryd.storage import legacy
     from memoryd.storage.state import dir_key
 
     forget_shared()

@@ -368,7 +368,7 @@ def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
     """A crash right after a move leaves a journal; recovery that cannot write the missing
     manifest record (disk full) neither crashes nor forgets it, and writes it, with the file's
     size, once it can."""
-    from memoryd.storage import journal
+    from memoryd.trash import journal
     from memoryd.trash.recovery import recover
 
     rt, md, path = _crashed_pass(env, repo, monkeypatch)
@@ -393,7 +393,7 @@ def test_recovery_on_a_full_disk_keeps_the_journal_and_finishes_later(
 def test_recovery_through_a_trash_made_a_symlink_since_neither_crashes_nor_follows_it(
     env: Env, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memoryd.storage import journal
+    from memoryd.trash import journal
     from memoryd.trash.recovery import recover
 
     rt, _, _ = _crashed_pass(env, repo, monkeypatch)
@@ -411,7 +411,7 @@ def test_recovery_through_a_trash_made_a_symlink_since_neither_crashes_nor_follo
 def test_a_dry_purge_recovers_nothing_and_writes_nothing(
     env: Env, cli, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memoryd.storage import journal
+    from memoryd.trash import journal
 
     rt, _, _ = _crashed_pass(env, repo, monkeypatch)
 

@@ -262,13 +262,13 @@ def test_index_without_a_journal_imports_no_recovery(env: Env, cli) -> None:
     not import the recovery, the journal or the trash (~18 ms of start-up). The old one
     imported them to find the journal folder empty."""
     from memoryd.commands import common
-    from memoryd.storage import journal
+    from memoryd.trash import journal
 
     assert common.JOURNALS == journal.TABLE
     folder = env.claude / "agent-memory" / "reviewer"
     write_memory(folder, "a.md")
     assert cli("index", folder).code == 0
-    watched = ("memoryd.trash.recovery", "memoryd.storage.journal", "memoryd.trash")
+    watched = ("memoryd.trash.recovery", "memoryd.trash.journal", "memoryd.trash")
     loaded, _, code = _probe(["index", str(folder)], watched)
     assert code == 0 and loaded == []
 

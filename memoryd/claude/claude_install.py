@@ -195,7 +195,7 @@ def diff(edit: Edit) -> str:
 
 def run(action: str, scope: str, *, dry_run: bool, state_dir: Path, cwd: Path, out: TextIO) -> None:
     """Plan every file, then write them (nothing written when one cannot be planned)."""
-    from memoryd.commands.service import program
+    from memoryd.paths import program
 
     stable = ["memoryd"] if scope == "project" else program()
     for attempt in range(RETRIES):
@@ -230,7 +230,7 @@ def run(action: str, scope: str, *, dry_run: bool, state_dir: Path, cwd: Path, o
             f"memoryd is registered in Claude Code ({scope} scope): MCP server `memoryd` and the "
             f"hooks `{cs.hook_command(stable, 'EVENT')}`. New sessions use them.\n"
         )
-        from memoryd.commands.service import in_clone
+        from memoryd.paths import in_clone
 
         clone = in_clone(stable) if scope == "user" else None
         if clone is not None:

@@ -1,5 +1,5 @@
 """`memoryd ack FILE...`: a person saw a memory's flag for review; do not list it again until
-it changes (memoryd.discipline.acked). Writes memoryd's own record in the state dir, never the
+it changes (memoryd.dream.acked). Writes memoryd's own record in the state dir, never the
 file."""
 
 import argparse

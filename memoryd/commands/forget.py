@@ -1,4 +1,4 @@
-"""`memoryd forget QUERY|FILE… [DIR …]`: its arguments; the work is memoryd.trash.forget's, imported
+"""`memoryd forget QUERY|FILE… [DIR …]`: its arguments; the work is `forgetting`'s, imported
 when the command runs (so `memoryd --help` does not pay for it)."""
 
 import argparse
@@ -33,6 +33,6 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 
 
 def run(args: argparse.Namespace, rt: "Runtime", out: TextIO) -> int:
-    from memoryd.trash import forget
+    from memoryd.commands import forgetting
 
-    return forget.run(args, rt, out)
+    return forgetting.run(args, rt, out)

@@ -1,5 +1,5 @@
 """`memoryd history FILE|NAME [DIR …]`: the one command that joins a memory's two histories: what
-superseded it (memoryd.versions.history, from the trash manifests) and the versions of its bytes
+superseded it (`supersession`, from the trash manifests) and the versions of its bytes
 memoryd kept (memoryd.commands.versions), each asked for its values and rendered here."""
 
 from __future__ import annotations
@@ -45,18 +45,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
     import time
 
+    from memoryd.commands import supersession
     from memoryd.commands.versions import diff_or_restore
     from memoryd.storage.statedb import StateDamaged
-    from memoryd.versions import history, listing
+    from memoryd.versions import listing
     from memoryd.versions.kept import for_runtime
 
-    args.target = history.target_of(rt, args.key, args.dirs)  # both sides': the one resolver
+    args.target = supersession.target_of(rt, args.key, args.dirs)  # both sides': the one resolver
     if args.diff is not None or args.restore is not None:
         return diff_or_restore(args, rt, out)
     target, problems = args.target, list[MemorydError]()
     chain: dict[str, Any] | None = None
     if target.md is not None:
-        chain = history.history_of(target.md, target.name)
+        chain = supersession.history_of(target.md, target.name)
     else:  # no trash record: the versions may still know it
         problems.append(
             MemorydError(
@@ -85,9 +86,9 @@ def run(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:
 
 
 def _chain_text(doc: dict[str, Any]) -> str:
-    """What superseded the memory and what it superseded (memoryd.versions.lineage), for a
+    """What superseded the memory and what it superseded (memoryd.trash.lineage), for a
     person."""
-    from memoryd.versions import lineage
+    from memoryd.trash import lineage
 
     where = f"{doc['dir']}/{doc['file']}" + ("" if doc["exists"] else " (not in the dir now)")
     return "".join(f"{shown(line)}\n" for line in lineage.render(doc["_history"], where))

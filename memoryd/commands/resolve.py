@@ -194,8 +194,9 @@ def _restorable(rt: Runtime, tier: list[Target], key: str) -> list[Target]:
 
 def _gone_names(rt: Runtime, t: Target) -> set[str]:
     """Names the dir's trash manifests or kept versions know (files gone from it now)."""
+    from memoryd.trash import lineage
     from memoryd.trash import manifest as trash
-    from memoryd.versions import kept, lineage
+    from memoryd.versions import kept
 
     out: set[str] = set()
     if t.md is not None:

@@ -18,7 +18,7 @@ from xml.sax.saxutils import escape
 
 from memoryd.commands.common import EXIT_FINDINGS, EXIT_OK
 from memoryd.errors import MemorydError
-from memoryd.paths import AppPaths
+from memoryd.paths import AppPaths, in_clone, program
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime
@@ -44,23 +44,6 @@ def template(kind: str, name: str) -> str:
     )
 
 
-def program() -> list[str]:
-    """The absolute command that runs this memoryd, as stable as it can be: the `memoryd` on
-    PATH when it is this one (not the venv it links into, which an upgrade replaces), else
-    this console script, else python -m."""
-    argv0 = Path(sys.argv[0])
-    ours = argv0 if argv0.name == "memoryd" and argv0.exists() else None
-    if ours is None:
-        beside = Path(sys.executable).parent / "memoryd"
-        ours = beside if beside.exists() else None
-    found = shutil.which("memoryd")
-    if found and ours is not None and Path(found).resolve() == ours.resolve():
-        return [os.path.abspath(found)]
-    if ours is not None:
-        return [os.path.abspath(ours)]
-    return [str(Path(sys.executable).absolute()), "-m", "memoryd"]
-
-
 # What moves Claude Code's memory or memoryd's own folders: a service started by the manager
 # does not inherit the shell's environment, so install carries these into the unit.
 CARRIED_ENV = (
@@ -79,15 +62,6 @@ def carried_env(environ: os._Environ[str] | dict[str, str] | None = None) -> dic
     """The relocation settings of this environment the service must run with."""
     env = os.environ if environ is None else environ
     return {k: env[k] for k in CARRIED_ENV if env.get(k)}
-
-
-def in_clone(command: list[str]) -> Path | None:
-    """The source checkout whose venv holds the command, if any."""
-    path = Path(command[0])
-    for folder in path.parents:
-        if (folder / "pyproject.toml").is_file() and (folder / "memoryd").is_dir():
-            return folder
-    return None
 
 
 def _quote_systemd(arg: str) -> str:

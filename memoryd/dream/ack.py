@@ -1,13 +1,13 @@
 """`memoryd ack`: record that a person saw a memory's flag for review, as a pass sees it now
-(memoryd.discipline.acked). Writes memoryd's own record, never the file."""
+(memoryd.dream.acked). Writes memoryd's own record, never the file."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memoryd.discipline import acked
 from memoryd.discover.finder import memory_dir_of
 from memoryd.discover.found import MemoryDir
+from memoryd.dream import acked
 from memoryd.dream.read import read_and_plan
 from memoryd.dream.repocache import RepoCache
 from memoryd.runtime import Runtime

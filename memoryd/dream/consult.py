@@ -2,7 +2,7 @@
 
 Sources (`ConsultSource`): the agent's own tool calls on memory files (`RecordedConsults`, from
 the session transcripts: `dream.transcripts`), the calls memoryd's MCP server answered
-(`recall.consults.served`, in the consult log's format), and the repo's `memory-consult.jsonl`.
+(`dream.consults.served`, in the consult log's format), and the repo's `memory-consult.jsonl`.
 Unsure means consulted: a log that exists but cannot be read protects every memory.
 """
 

@@ -132,8 +132,8 @@ def _decision(item: Item, reading: Reading) -> str:
 
 
 def _acknowledged(rt: Runtime, md: MemoryDir, item: Item) -> str | None:
-    """What a person's `memoryd ack` of the memory says now (memoryd.discipline.acked), or None."""
-    from memoryd.discipline import acked
+    """What a person's `memoryd ack` of the memory says now (memoryd.dream.acked), or None."""
+    from memoryd.dream import acked
 
     ack = next((a for a in acked.load(rt.store, md.real_path) if a.file == item.filename), None)
     if ack is None:
@@ -147,10 +147,10 @@ def _acknowledged(rt: Runtime, md: MemoryDir, item: Item) -> str | None:
 
 
 def _history(md: MemoryDir, name: str) -> list[dict[str, Any]]:
-    """What this memory superseded and what superseded it (memoryd.versions.lineage), from the
+    """What this memory superseded and what superseded it (memoryd.trash.lineage), from the
     trash."""
+    from memoryd.trash import lineage
     from memoryd.trash import manifest as trash
-    from memoryd.versions import lineage
 
     try:
         entries = trash.contents(md.real_path).entries

@@ -137,7 +137,7 @@ def consult_sources(md: MemoryDir, rt: Runtime, *, save: bool = True) -> list[Co
             f"{len(found.unread)} session transcript(s) not read to the end yet ({left} bytes "
             "left, read by the next passes): unsure means kept"
         )
-    from memoryd.recall.consults import served
+    from memoryd.dream.consults import served
 
     logs = served(rt.paths.state_dir, md.real_path), ConsultLog.load(md.repo_root)
     recorded = RecordedConsults(found.evidence_for(md.real_path), unsure)

@@ -31,7 +31,7 @@ class DreamResult:
     unparseable: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     merge_conflicts: list[str] = field(default_factory=list)  # files with git's markers
-    # Flagged memories a person acknowledged as they are now (memoryd.discipline.acked): not listed.
+    # Flagged memories a person acknowledged as they are now (memoryd.dream.acked): not listed.
     acknowledged: set[str] = field(default_factory=set)
     secrets: dict[str, list[Finding]] = field(default_factory=dict)  # file -> found
     dangling: list[Dangling] = field(default_factory=list)  # `[[name]]` links left naming none

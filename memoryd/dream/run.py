@@ -7,10 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from memoryd.discipline import acked
 from memoryd.discover.found import MemoryDir
 from memoryd.discover.locks import claude_lock
-from memoryd.dream import rows
+from memoryd.dream import acked, rows
 from memoryd.dream.budget import PassBudget, PassStopped
 from memoryd.dream.kinds import PassStatus
 from memoryd.dream.read import IndexBeingWritten, Reading, read_and_plan

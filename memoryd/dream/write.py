@@ -20,7 +20,8 @@ from memoryd.indexing.passes import index_after_dream
 from memoryd.indexing.read import Basis, IndexKeeper, IndexText, index_file_again
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME, Place, pointer_lines, pointer_places
 from memoryd.runtime import Runtime
-from memoryd.storage import fsops, journal
+from memoryd.storage import fsops
+from memoryd.trash import journal
 from memoryd.trash import store as trash
 from memoryd.trash.store import TrashRecord
 

@@ -2,5 +2,5 @@
 scan keeps of a file (`scanned`), secrets flagged and masked (`secrets.mask`, the one masking
 step), the one escaping step for the terminal (`display`), `humanize`, `sealed` bytes.
 No disk and no clock but one passed in.
-May import: only the flat modules.
+May import: the flat modules.
 """

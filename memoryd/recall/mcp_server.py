@@ -3,7 +3,7 @@
 Four read-only tools over both tiers of every discovered dir (or the dirs named):
 `search_memories`, `recall_for_paths`, `read_memory`, `recent_memories`. Results carry the
 fields of the CLI's `--json`. Each answer is the agent consulting memory: it is recorded as
-consult evidence in the state dir (memoryd.recall.consults), which the dream pass's consult
+consult evidence in the state dir (memoryd.dream.consults), which the dream pass's consult
 guard reads. Needs the optional extra `memoryd[mcp]` (the official `mcp` SDK).
 """
 
@@ -144,7 +144,7 @@ class Recall:
 
     def answered(self, tool: str, hits: "Sequence[Hit]", query: str) -> None:
         """Record what the agent was shown, per dir, as consult evidence."""
-        from memoryd.recall import consults
+        from memoryd.dream import consults
 
         by_dir: dict[Path, tuple[MemoryDir, list[str]]] = {}
         for hit in hits:

@@ -1,5 +1,5 @@
 """memoryd's own storage: the one SQLite state store (`statedb`), per-dir state, the
-journal, the audit log, atomic file writes (`fsops`, refusing a file a program holds open
+audit log, atomic file writes (`fsops`, refusing a file a program holds open
 for writing: `openfiles`) and bounded parsing (`safejson`).
-May import: discipline, discover, dream, model, recall, trash, and the flat modules.
+May import: model, and the flat modules.
 """

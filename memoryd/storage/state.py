@@ -54,7 +54,7 @@ class DirState:
     last_dream_ts: float = 0.0
     last_dream_result: str = ""
     # Memories the last pass flagged for review and no person has acknowledged
-    # (memoryd.discipline.acked); -1 before any pass counted them.
+    # (memoryd.dream.acked); -1 before any pass counted them.
     last_dream_flagged: int = -1
     last_index_ts: float = 0.0
     last_change_ts: float = 0.0

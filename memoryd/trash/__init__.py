@@ -1,5 +1,5 @@
 """The trash: where memoryd puts a memory instead of deleting it, and how it comes back
-(restore, forget, crash recovery, pins).
-May import: commands, discover, dream, indexing, model, storage, versions, and the flat
-modules.
+(restore, crash recovery, pins); the journal of a pass's moves (`journal`) and what
+superseded what, from the manifests (`lineage`).
+May import: discover, indexing, storage, versions, and the flat modules.
 """

@@ -6,7 +6,7 @@ from memoryd.discover.finder import memory_dir_at
 from memoryd.errors import MemorydError
 from memoryd.indexing.passes import update
 from memoryd.runtime import Runtime
-from memoryd.storage import journal
+from memoryd.trash import journal
 from memoryd.trash.store import TrashRecord
 
 

@@ -30,8 +30,7 @@ from memoryd.versions.prune import histories
 from memoryd.versions.records import Version, versions
 
 if TYPE_CHECKING:
-    from memoryd.discover.found import MemoryDir
-    from memoryd.runtime import Runtime
+    pass
 
 Audit = Callable[..., Any]  # AuditLog.write's signature: (event, *, dir=..., **fields)
 MAX_BYTES = 64 * 1024 * 1024
@@ -175,21 +174,3 @@ def purge_versions_of(
         removed = store.drop_objects({row[3] for row in rows})
     store.checkpoint()
     return _said(path, rows, removed, audit)
-
-
-def purge_memories(rt: "Runtime", md: "MemoryDir", names: Iterable[str]) -> Purged:
-    """`forget --purge` after the files left for the trash: their kept versions, their rows
-    in the search index (its segments merged, its WAL truncated) and the dir's dream facts
-    cache (derived again by the next pass) go. The trash copy stays: it is the person's."""
-    from memoryd.recall.store import DirIndex, index_path
-    from memoryd.versions import kept
-
-    names = sorted(set(names))
-    store = rt.versions or kept.for_runtime(rt)
-    result = purge_versions_of(store, md.real_path, names, rt.audit.write)
-    with DirIndex(index_path(rt.paths.state_dir, md.real_path), md.real_path) as index:
-        index.update(names)
-        index.scrub()
-    with contextlib.suppress(FileNotFoundError):
-        rt.store.drop_facts(md.real_path)
-    return result

@@ -1,5 +1,5 @@
 """A memory's history (`memoryd history FILE|NAME [DIR …]`, memoryd.commands.history): its
-supersession history, from the trash manifests (memoryd.versions.lineage), also for a file that
+supersession history, from the trash manifests (memoryd.trash.lineage), also for a file that
 is in the trash now. Reads only."""
 
 from pathlib import Path
@@ -10,9 +10,9 @@ from memoryd.discover.finder import memory_dir_at
 from memoryd.discover.found import MemoryDir
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
+from memoryd.trash import lineage
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import store as trash
-from memoryd.versions import lineage
 
 
 def _entries(md: MemoryDir) -> list[trash_manifest.Entry]:

@@ -7,14 +7,16 @@ over a quarter of a dir is refused; so is a dir whose index memoryd does not man
 """
 
 import argparse
+import contextlib
 import re
 import secrets
 import sqlite3
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from memoryd.discover.finder import discover, memory_dir_of
 from memoryd.discover.found import MemoryDir
@@ -24,9 +26,13 @@ from memoryd.model.display import shown
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.model.memfile import Memory, parse_memory
 from memoryd.runtime import Runtime
-from memoryd.storage import fsops, journal
+from memoryd.storage import fsops
+from memoryd.trash import journal
 from memoryd.trash import store as trash
 from memoryd.trash.store import TrashRecord
+
+if TYPE_CHECKING:
+    from memoryd.versions.purge import Purged
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 REASON = "forgotten"
@@ -230,10 +236,27 @@ def forget_in(rt: Runtime, md: MemoryDir, targets: list[Target]) -> Forgotten:
     return result
 
 
-def _purged(rt: Runtime, md: MemoryDir, done: Forgotten, out: TextIO) -> int:
-    """`--purge`: what memoryd keeps of the forgotten files goes (memoryd.versions.purge)."""
-    from memoryd.versions.purge import purge_memories
+def purge_memories(rt: Runtime, md: MemoryDir, names: Iterable[str]) -> "Purged":
+    """`forget --purge` after the files left for the trash: their kept versions, their rows
+    in the search index (its segments merged, its WAL truncated) and the dir's dream facts
+    cache (derived again by the next pass) go. The trash copy stays: it is the person's."""
+    from memoryd.recall.store import DirIndex, index_path
+    from memoryd.versions import kept
+    from memoryd.versions.purge import purge_versions_of
 
+    names = sorted(set(names))
+    store = rt.versions or kept.for_runtime(rt)
+    result = purge_versions_of(store, md.real_path, names, rt.audit.write)
+    with DirIndex(index_path(rt.paths.state_dir, md.real_path), md.real_path) as index:
+        index.update(names)
+        index.scrub()
+    with contextlib.suppress(FileNotFoundError):
+        rt.store.drop_facts(md.real_path)
+    return result
+
+
+def _purged(rt: Runtime, md: MemoryDir, done: Forgotten, out: TextIO) -> int:
+    """`--purge`: what memoryd keeps of the forgotten files goes (`purge_memories`)."""
     names = [r.original_name for r in done.moved]
     try:
         purged = purge_memories(rt, md, names)

@@ -73,12 +73,10 @@ def import_once(store: StateStore) -> None:
     """Import the old files into `store`'s state store, in one transaction, then remove them."""
     if not pending(store.state_dir):
         return
-    from memoryd.discipline import acked
     from memoryd.discover.finder import REFUSED
-    from memoryd.dream import refused, transcripts
-    from memoryd.recall import consults
-    from memoryd.storage import fsops, journal
-    from memoryd.trash import days, restored
+    from memoryd.dream import acked, consults, refused, transcripts
+    from memoryd.storage import fsops
+    from memoryd.trash import days, journal, restored
 
     db = store.db()
     for schema in (acked.SCHEMA, refused.SCHEMA, journal.SCHEMA, consults.SCHEMA,

@@ -110,27 +110,75 @@ def test_no_import_cycle() -> None:
     assert cycles == []
 
 
+# The folders bottom -> top: each imports only folders below it (and the flat modules).
+ORDER = [
+    "model",  # pure values, and the pure text helpers every layer uses
+    "storage",  # the state store, atomic file writes, the audit log
+    "discover",  # which memory dirs there are
+    "indexing",  # the index pass
+    "versions",  # kept versions of what memoryd reads
+    "trash",  # moves out and back, the pass journal
+    "dream",  # the dream pass
+    "discipline",  # record stores and findings
+    "recall",  # search and the MCP server
+    "daemon",  # the long-running process
+    "views",  # renderers for people
+    "claude",  # Claude Code's hooks and settings
+    "commands",  # one module per command, and the use cases joining several layers
+]
+
+
+def folder_names() -> set[str]:
+    return {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+
+
+def memoryd_imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) of every memoryd import in a module, wherever it is (an import made on
+    first use, or only for the type checker, is still a dependency)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "memoryd" and not node.level:
+            targets = [f"memoryd.{alias.name}" for alias in node.names]  # from memoryd import x
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            targets = [node.module]
+        elif isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            continue
+        yield from ((node.lineno, t) for t in targets if t.split(".")[0] == "memoryd")
+
+
 def folder_imports() -> dict[str, set[str]]:
-    """Each folder of memoryd and the other folders its modules import (anywhere in a module:
-    an import made on first use is still a dependency)."""
+    """Each folder of memoryd and the other folders its modules import."""
     found: dict[str, set[str]] = {}
-    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    folders = folder_names()
     for name, path in modules():
         parts = name.split(".")
         if len(parts) < 3 or parts[1] not in folders:
             continue
         found.setdefault(parts[1], set())
-        for node in ast.walk(ast.parse(path.read_text())):
-            targets: list[str] = []
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                targets = [node.module]
-            elif isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            for target in targets:
-                bits = target.split(".")
-                if bits[0] == "memoryd" and len(bits) > 1 and bits[1] in folders - {parts[1]}:
-                    found[parts[1]].add(bits[1])
+        for _, target in memoryd_imports(path):
+            bits = target.split(".")
+            if len(bits) > 1 and bits[1] in folders - {parts[1]}:
+                found[parts[1]].add(bits[1])
     return found
+
+
+def test_the_folders_form_a_stack() -> None:
+    """Every folder has its place in ORDER and imports no folder above it: what a layer needs
+    from above moves up into the layer that joins them, what layers below need moves down."""
+    assert folder_names() == set(ORDER)
+    rank = {folder: place for place, folder in enumerate(ORDER)}
+    upward: list[str] = []
+    for name, path in modules():
+        parts = name.split(".")
+        if len(parts) < 3:
+            continue
+        for line, target in memoryd_imports(path):
+            bits = target.split(".")
+            if len(bits) > 1 and rank.get(bits[1], -1) > rank[parts[1]]:
+                where = path.relative_to(PACKAGE.parent)
+                upward.append(f"{where}:{line}: {parts[1]} imports {target}, above it")
+    assert upward == [], "\n".join(upward)
 
 
 def test_each_folder_imports_exactly_the_folders_its_docstring_names() -> None:

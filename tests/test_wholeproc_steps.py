@@ -45,14 +45,6 @@ def test_status_of_a_stopped_daemon_counts_files_without_the_scan_machinery(env:
     assert row["path"] == str(folder) and row["files"] == 3
 
 
-def test_status_cache_header_is_the_scanners() -> None:
-    """statusview reads the scan cache by its header, spelled out: it must be scanned's."""
-    from memoryd.model import scanned
-    from memoryd.views import statusview
-
-    assert statusview.SCAN_CACHE_HEADER == scanned._CACHE_HEADER
-
-
 def test_status_counts_nothing_from_a_damaged_cache(env: Env, cli) -> None:
     """A damaged cache is no count (as scanned.load_cache takes it as no cache), not an error."""
     folder = env.claude / "agent-memory" / "reviewer"

@@ -51,7 +51,7 @@ _scanned_fields = operator.attrgetter(*Scanned.__slots__)
 
 # The cache file (sealed.py): a header naming the format and Scanned's fields, and one column
 # per field, which marshal loads faster than a tuple per file.
-_CACHE_HEADER = ("memoryd scan cache", 7, Scanned.__slots__)  # 7: names with ı, ſ, İ
+CACHE_HEADER = ("memoryd scan cache", 7, Scanned.__slots__)  # 7: names with ı, ſ, İ
 
 
 _COLUMNS = tuple(operator.attrgetter(name) for name in Scanned.__slots__)
@@ -60,12 +60,12 @@ _COLUMNS = tuple(operator.attrgetter(name) for name in Scanned.__slots__)
 def dump_cache(files: Mapping[str, Scanned]) -> bytes:
     # Column by column, in C: no tuple per file to transpose (~2 ms of a one-change `index`).
     entries = files.values()
-    return seal(_CACHE_HEADER, tuple(tuple(map(column, entries)) for column in _COLUMNS))
+    return seal(CACHE_HEADER, tuple(tuple(map(column, entries)) for column in _COLUMNS))
 
 
 def load_cache(data: bytes) -> dict[str, Scanned]:
     """The files of a saved cache; {} for anything unreadable, so a bad cache means a re-parse."""
-    columns = unseal(_CACHE_HEADER, data)
+    columns = unseal(CACHE_HEADER, data)
     try:
         if not isinstance(columns, tuple) or len(columns) != len(Scanned.__slots__):
             return {}

@@ -93,23 +93,16 @@ def _iso(ts: float) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
 
 
-# memoryd.model.scanned's _CACHE_HEADER, spelled out (a test keeps the two equal): `status`
-# counts the cache's "kind" column without importing the scan machinery (YAML, the parsers: a
-# sixth of the command) or making an entry per file.
-SCAN_CACHE_HEADER = ("memoryd scan cache", 7, (
-    "filename", "ino", "size", "mtime_ns", "kind", "sha256", "name", "description", "type",
-    "modified_ts", "problem_kind", "problem_message", "problem_hint",
-))  # fmt: skip
-
-
 def _cached(rt: Any, folder: str) -> int | None:
     """Memory files in the dir's parse cache (what the last scan found), None without one (or
-    with one scanned.load_cache would not take)."""
+    with one scanned.load_cache would not take). Only the "kind" column is counted: no entry
+    per file, and no scanner (YAML, the parsers: a sixth of the command) imported."""
+    from memoryd.model.scanned import CACHE_HEADER
     from memoryd.model.sealed import unseal
 
     data = rt.store.cache_data(Path(folder))
-    columns = unseal(SCAN_CACHE_HEADER, data) if data else None
-    fields = SCAN_CACHE_HEADER[2]
+    columns = unseal(CACHE_HEADER, data) if data else None
+    fields = CACHE_HEADER[2]
     if not (isinstance(columns, tuple) and len(columns) == len(fields)
             and all(isinstance(c, tuple) for c in columns)
             and len({len(c) for c in columns}) == 1 and columns[0]):  # fmt: skip

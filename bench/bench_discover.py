@@ -22,8 +22,7 @@ from typing import Any
 from _claude_home import ClaudeHome, make_claude_home
 from _stats import markdown_table, timed
 
-from memoryd.config import Config, PathsConfig
-from memoryd.discover.claude_env import ClaudeEnv
+from memoryd.config import ClaudeEnv, Config, PathsConfig
 from memoryd.discover.cwd_cache import CwdCache
 from memoryd.discover.finder import discover_all
 from memoryd.discover.found import Discovery

@@ -1,4 +1,5 @@
-"""TOML configuration: load once into a frozen dataclass; validation reports every problem."""
+"""TOML configuration: load once into a frozen dataclass; validation reports every problem.
+With it, Claude Code's environment as memoryd reads it once (`ClaudeEnv`): what the user set."""
 
 import os
 import re
@@ -8,8 +9,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.errors import ConfigError
+from memoryd.model import safejson
 from memoryd.paths import (
     AppPaths,
     FileTooLarge,
@@ -18,7 +19,6 @@ from memoryd.paths import (
     expand,
     read_bounded,
 )
-from memoryd.storage import safejson
 
 IndexMode = Literal["auto", "manage", "off"]
 BudgetMode = Literal["never", "hard", "target"]
@@ -29,6 +29,65 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 # A configuration is a few KB; a bigger file is the wrong file (read whole, it would be held
 # in memory, and a device such as /dev/zero never ends).
 CONFIG_MAX_BYTES = 1024 * 1024
+
+
+# --- Claude Code's environment: where it keeps auto memory, and whether it loads it ----------
+REMOTE_MEMORY_DIR = "CLAUDE_CODE_REMOTE_MEMORY_DIR"  # base: <it>/projects/<slug>/memory/
+COWORK_OVERRIDE = "CLAUDE_COWORK_MEMORY_PATH_OVERRIDE"  # the memory dir itself
+DISABLE_AUTO_MEMORY = "CLAUDE_CODE_DISABLE_AUTO_MEMORY"
+ON_WORDS = frozenset({"1", "true", "yes", "on"})  # the client's own spellings of a switch
+# With one of these set (in the environment or a settings file's `env`), Claude Code loads no
+# MEMORY.md at all, whatever CLAUDE_CODE_DISABLE_AUTO_MEMORY says (observed, 2.1.332): simple
+# and safe mode, memory stores instead of files, a remote session without a memory dir, and
+# no CLAUDE.md-style files. CLAUDE_MEMORY_STORES counts with any value, the others when true.
+REMOTE = "CLAUDE_CODE_REMOTE"
+MEMORY_STORES = "CLAUDE_MEMORY_STORES"
+LOADS_NONE = (
+    "CLAUDE_CODE_SIMPLE",
+    "CLAUDE_CODE_SAFE_MODE",
+    MEMORY_STORES,
+    REMOTE,
+    "CLAUDE_CODE_DISABLE_CLAUDE_MDS",
+)
+OFF_WORDS = frozenset({"0", "false", "no", "off"})
+
+
+@dataclass(frozen=True, slots=True)
+class ClaudeEnv:
+    """The part of the environment that moves or turns off Claude Code's auto memory."""
+
+    home: Path = field(default_factory=Path.home)  # what a setting's `~/` means
+    remote_memory_dir: Path | None = None
+    cowork_override: Path | None = None
+    disable_auto_memory: str | None = None  # the raw value, for saying where it was turned off
+    loads_none: tuple[tuple[str, str], ...] = ()  # the LOADS_NONE variables set, raw values
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ClaudeEnv":
+        env = os.environ if environ is None else environ
+
+        def folder(name: str) -> Path | None:
+            value = env.get(name)
+            return Path(value).expanduser() if value else None
+
+        home = env.get("HOME")
+        return cls(
+            home=Path(home) if home else Path.home(),
+            remote_memory_dir=folder(REMOTE_MEMORY_DIR),
+            cowork_override=folder(COWORK_OVERRIDE),
+            disable_auto_memory=env.get(DISABLE_AUTO_MEMORY),
+            loads_none=tuple((name, env[name]) for name in LOADS_NONE if name in env),
+        )
+
+    def switch(self) -> bool | None:
+        """CLAUDE_CODE_DISABLE_AUTO_MEMORY: True turns auto memory off, False forces it on
+        (settings no longer count), None leaves it to the settings."""
+        value = (self.disable_auto_memory or "").strip().lower()
+        if value in ON_WORDS:
+            return True
+        if value in OFF_WORDS and self.disable_auto_memory is not None:
+            return False
+        return None
 
 
 def parse_duration(text: str) -> float:

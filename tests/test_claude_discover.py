@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import Config, PathsConfig
-from memoryd.discover.claude_env import ClaudeEnv
+from memoryd.config import ClaudeEnv, Config, PathsConfig
 from memoryd.discover.finder import discover, discover_all
 from memoryd.discover.found import MemoryDir
 from memoryd.discover.slugs import slugify

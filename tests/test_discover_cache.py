@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import Config, PathsConfig
+from memoryd.config import ClaudeEnv, Config, PathsConfig
 from memoryd.discover import cwd_cache
-from memoryd.discover.claude_env import ClaudeEnv
 from memoryd.discover.finder import discover_all
 from memoryd.discover.found import Discovery
 from memoryd.discover.slugs import slugify

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import Config, PathsConfig
-from memoryd.discover.claude_env import ClaudeEnv
+from memoryd.config import ClaudeEnv, Config, PathsConfig
 from memoryd.discover.finder import discover, discover_all, memory_dir_at
 from memoryd.discover.slugs import slugify
 from memoryd.discover.transcripts import Transcripts, project_repo_root

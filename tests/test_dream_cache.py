@@ -12,13 +12,12 @@ from memoryd.config import Config, ParseConfig
 from memoryd.dream import inventory as inventory_module
 from memoryd.dream.facts import FactsCache, derive
 from memoryd.dream.inventory import Inventory, inventory
-from memoryd.dream.memo import DreamMemo
 from memoryd.dream.refs import Classification, RefChecker
 from memoryd.dream.repo import RepoIndex
 from memoryd.dream.repocache import RepoCache
 from memoryd.dream.similar import Vocabulary
 from memoryd.model.memfile import Memory, parse_memory
-from memoryd.runtime import Runtime
+from memoryd.runtime import DreamMemo, Runtime
 from tests.conftest import Env
 from tests.helpers import SavedBlob, make_repo_memory_outside, memory_dir, saved_blobs
 

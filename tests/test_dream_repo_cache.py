@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memoryd.dream import repo as repo_module
-from memoryd.dream.memo import DreamMemo
 from memoryd.dream.repo import RepoIndex, SourceTokens, dump_sources, load_sources
 from memoryd.dream.repocache import RepoCache
+from memoryd.runtime import DreamMemo
 from memoryd.storage.state import StateStore
 from tests.conftest import Result
 from tests.helpers import saved_blobs, write_file

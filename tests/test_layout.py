@@ -181,6 +181,40 @@ def test_the_folders_form_a_stack() -> None:
     assert upward == [], "\n".join(upward)
 
 
+def test_the_flat_plumbing_reaches_no_folder_above_its_importers() -> None:
+    """A folder imports a flat module as plumbing; were `config` or `runtime` to import a
+    higher folder at run time, every folder importing them would hide an upward edge. Imports
+    for the type checker only (under TYPE_CHECKING) name types and load nothing."""
+    known = {name for name, _ in modules()}
+    flat = {name: path for name, path in modules() if path.parent == PACKAGE and "." in name}
+    direct = {n: imported(n, ast.parse(p.read_text()), known) for n, p in flat.items()}
+
+    def reach(name: str, seen: set[str]) -> set[str]:
+        out: set[str] = set()
+        for target in direct[name]:
+            module = ".".join(target.split(".")[:2])
+            if module in flat and module not in seen:
+                out |= reach(module, seen | {module})
+            elif module not in flat:
+                out.add(target.split(".")[1])
+        return out
+
+    rank = {folder: place for place, folder in enumerate(ORDER)}
+    upward: list[str] = []
+    for name, path in modules():
+        parts = name.split(".")
+        if len(parts) < 3:
+            continue
+        for line, target in memoryd_imports(path):
+            module = ".".join(target.split(".")[:2])
+            if module in flat and module != "memoryd.cli":
+                above = sorted(f for f in reach(module, {module}) if rank[f] > rank[parts[1]])
+                if above:
+                    where = path.relative_to(PACKAGE.parent)
+                    upward.append(f"{where}:{line}: {module} reaches {above}, above {parts[1]}")
+    assert upward == [], "\n".join(upward)
+
+
 def test_each_folder_imports_exactly_the_folders_its_docstring_names() -> None:
     """A new edge between layers is a change of the folder's `May import:` line, made on
     purpose, not a side effect of an import added in passing."""

@@ -1,4 +1,4 @@
-"""The bounded JSON and TOML readers (memoryd.storage.safejson): a document nested past the bound or
+"""The bounded JSON and TOML readers (memoryd.model.safejson): a document nested past the bound or
 over its size is an OverLimit (a ValueError) before json or tomllib recurse into it; every other
 document parses exactly as json and tomllib parse it; and no other module parses either."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import memoryd
-from memoryd.storage.safejson import MAX_DEPTH, OverLimit, loads, loads_toml
+from memoryd.model.safejson import MAX_DEPTH, OverLimit, loads, loads_toml
 
 DEEP = MAX_DEPTH + 1
 

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from memoryd.claude import claude_settings as cs
 from memoryd.errors import MemorydError
-from memoryd.storage import safejson
+from memoryd.model import safejson
 
 SETTINGS_MAX_BYTES = 16 * 1024 * 1024  # `.claude.json` grows with every project
 RECORD_FOLDER = "claude-install"

@@ -17,8 +17,8 @@ INDEX_MAX_BYTES = 8 * 1024 * 1024
 
 
 def _switch_line(data: dict[str, Any], auto: tuple[str, str]) -> str:
+    from memoryd.config import ClaudeEnv
     from memoryd.discover.claude_env import (
-        ClaudeEnv,
         auto_memory_switch,
         project_settings,
         user_settings,

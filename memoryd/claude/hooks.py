@@ -16,7 +16,7 @@ import sys
 from typing import Any, TextIO
 
 from memoryd.claude.hookio import log_failure, state_dir
-from memoryd.storage import safejson
+from memoryd.model import safejson
 
 INPUT_MAX_BYTES = 4 * 1024 * 1024  # a Write's tool_input holds the file's whole content
 # Not Claude Code's events: run by the hooks themselves, in the background (in_background).

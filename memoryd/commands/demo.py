@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from memoryd.discover.slugs import slugify
-from memoryd.storage import safejson
+from memoryd.model import safejson
 
 if TYPE_CHECKING:
     from memoryd.runtime import Runtime

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memoryd.model import safejson
 from memoryd.paths import read_bounded, read_problem
-from memoryd.storage import safejson
 
 if TYPE_CHECKING:
     import sqlite3

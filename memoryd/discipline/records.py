@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from memoryd.storage import safejson
+from memoryd.model import safejson
 
 MAX_STORE_BYTES: Final = 16 << 20  # the most of a store memoryd reads
 MAX_LINE_BYTES: Final = 256 << 10  # a longer line is reported, never parsed

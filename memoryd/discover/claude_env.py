@@ -1,75 +1,26 @@
 """Where Claude Code keeps auto memory and whether it loads it: its environment variables and
 `settings.json` files, read as the client reads them (checked against 2.1.332).
 
-The environment is read once (`ClaudeEnv.from_environ`, a default of `Config`) and passed
+The environment is read once (`config.ClaudeEnv.from_environ`, a default of `Config`) and passed
 down. Settings files are untrusted: read bounded; one that is no JSON object is a warning.
 """
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from memoryd.config import (
+    DISABLE_AUTO_MEMORY,
+    LOADS_NONE,
+    MEMORY_STORES,
+    ON_WORDS,
+    REMOTE,
+    ClaudeEnv,
+)
+from memoryd.model import safejson
 from memoryd.paths import read_bounded, read_problem
-from memoryd.storage import safejson
 
 SETTINGS_MAX_BYTES = 1024 * 1024  # a settings file is a few KB
-REMOTE_MEMORY_DIR = "CLAUDE_CODE_REMOTE_MEMORY_DIR"  # base: <it>/projects/<slug>/memory/
-COWORK_OVERRIDE = "CLAUDE_COWORK_MEMORY_PATH_OVERRIDE"  # the memory dir itself
-DISABLE_AUTO_MEMORY = "CLAUDE_CODE_DISABLE_AUTO_MEMORY"
-_TRUE = frozenset({"1", "true", "yes", "on"})  # the client's own spellings of a switch
-# With one of these set (in the environment or a settings file's `env`), Claude Code loads no
-# MEMORY.md at all, whatever CLAUDE_CODE_DISABLE_AUTO_MEMORY says (observed, 2.1.332): simple
-# and safe mode, memory stores instead of files, a remote session without a memory dir, and
-# no CLAUDE.md-style files. CLAUDE_MEMORY_STORES counts with any value, the others when true.
-REMOTE = "CLAUDE_CODE_REMOTE"
-MEMORY_STORES = "CLAUDE_MEMORY_STORES"
-LOADS_NONE = (
-    "CLAUDE_CODE_SIMPLE",
-    "CLAUDE_CODE_SAFE_MODE",
-    MEMORY_STORES,
-    REMOTE,
-    "CLAUDE_CODE_DISABLE_CLAUDE_MDS",
-)
-_FALSE = frozenset({"0", "false", "no", "off"})
-
-
-@dataclass(frozen=True, slots=True)
-class ClaudeEnv:
-    """The part of the environment that moves or turns off Claude Code's auto memory."""
-
-    home: Path = field(default_factory=Path.home)  # what a setting's `~/` means
-    remote_memory_dir: Path | None = None
-    cowork_override: Path | None = None
-    disable_auto_memory: str | None = None  # the raw value, for saying where it was turned off
-    loads_none: tuple[tuple[str, str], ...] = ()  # the LOADS_NONE variables set, raw values
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ClaudeEnv":
-        env = os.environ if environ is None else environ
-
-        def folder(name: str) -> Path | None:
-            value = env.get(name)
-            return Path(value).expanduser() if value else None
-
-        home = env.get("HOME")
-        return cls(
-            home=Path(home) if home else Path.home(),
-            remote_memory_dir=folder(REMOTE_MEMORY_DIR),
-            cowork_override=folder(COWORK_OVERRIDE),
-            disable_auto_memory=env.get(DISABLE_AUTO_MEMORY),
-            loads_none=tuple((name, env[name]) for name in LOADS_NONE if name in env),
-        )
-
-    def switch(self) -> bool | None:
-        """CLAUDE_CODE_DISABLE_AUTO_MEMORY: True turns auto memory off, False forces it on
-        (settings no longer count), None leaves it to the settings."""
-        value = (self.disable_auto_memory or "").strip().lower()
-        if value in _TRUE:
-            return True
-        if value in _FALSE and self.disable_auto_memory is not None:
-            return False
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +104,7 @@ def _loads_none(env: ClaudeEnv, layers: list[Settings | None]) -> str:
         if not found:
             continue
         value, where = found[0]
-        on = bool(value.strip()) if name == MEMORY_STORES else value.strip().lower() in _TRUE
+        on = bool(value.strip()) if name == MEMORY_STORES else value.strip().lower() in ON_WORDS
         if name == REMOTE and (env.remote_memory_dir or env.cowork_override):
             on = False  # a remote session with a memory dir of its own loads it
         if on:

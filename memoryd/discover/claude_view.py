@@ -6,10 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from memoryd.config import Config
+from memoryd.config import COWORK_OVERRIDE, REMOTE_MEMORY_DIR, Config
 from memoryd.discover.claude_env import (
-    COWORK_OVERRIDE,
-    REMOTE_MEMORY_DIR,
     Settings,
     Switch,
     auto_memory_switch,

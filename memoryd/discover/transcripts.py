@@ -8,8 +8,8 @@ from pathlib import Path
 from memoryd.discover.cwd_cache import CwdCache, Head, usable_cwd
 from memoryd.discover.look import canonical_root, git_root, is_dir, one_look, subdirs
 from memoryd.discover.slugs import slugify
+from memoryd.model import safejson
 from memoryd.paths import BoundedLines, open_regular
-from memoryd.storage import safejson
 
 TRANSCRIPT_FILES = 20  # newest session transcripts read per project
 TRANSCRIPT_BYTES = 256 * 1024  # read at most this much of each

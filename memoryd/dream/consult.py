@@ -18,7 +18,7 @@ from typing import Protocol
 
 from rapidfuzz import fuzz, process, utils
 
-from memoryd.storage import safejson
+from memoryd.model import safejson
 
 CONSULT_LOG = Path(".claude") / "logs" / "memory-consult.jsonl"
 MAX_LOG_BYTES = 32 * 1024 * 1024

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from memoryd.dream.consult import SERVED_SHOWN, ConsultLog
-from memoryd.storage import safejson
+from memoryd.model import safejson
 from memoryd.storage.state import dir_key
 from memoryd.storage.statedb import Schema, StateDB
 

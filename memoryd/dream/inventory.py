@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from memoryd.discover.found import MemoryDir
 from memoryd.dream.budget import PassBudget
 from memoryd.dream.facts import Facts, FactsCache, derive, load_saved
-from memoryd.dream.memo import DreamMemo
 from memoryd.dream.plan import Item, make_item
 from memoryd.dream.refs import RefChecker
 from memoryd.indexing.scan import DirScan, scan_dir
@@ -19,7 +18,7 @@ from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.model.links import Dangling, links_in
 from memoryd.model.memfile import Memory, parse_memory
 from memoryd.model.secrets import Finding, find, find_bytes
-from memoryd.runtime import Runtime
+from memoryd.runtime import DreamMemo, Runtime
 from memoryd.storage import fsops
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from memoryd.dream.kinds import MoveReason
 from memoryd.dream.plan import Move, Plan
 from memoryd.errors import MemorydError
-from memoryd.storage import safejson
+from memoryd.model import safejson
 from memoryd.storage.state import dir_key
 from memoryd.storage.statedb import Schema, StateDB
 

@@ -4,10 +4,9 @@ runs in the Runtime's dream memo and, as a token cache, in the state dir."""
 import contextlib
 from pathlib import Path
 
-from memoryd.dream.memo import DreamMemo
 from memoryd.dream.refs import RefChecker
 from memoryd.dream.repo import RepoIndex, dump_sources, load_sources
-from memoryd.runtime import Runtime
+from memoryd.runtime import DreamMemo, Runtime
 from memoryd.storage.state import StateStore
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.dream.consult import Seen, row_time
+from memoryd.model import safejson
 from memoryd.paths import ensure_private_dir, open_regular
-from memoryd.storage import safejson
 from memoryd.storage.statedb import Schema, StateDB
 
 FOLDER = "consults"  # in the state dir: the scanners' lock

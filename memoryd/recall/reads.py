@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from memoryd.storage import safejson
+from memoryd.model import safejson
 
 RANK_ALL = 1000  # see Searches.match
 VOCABULARY_PIECE = 256  # see Vocabulary

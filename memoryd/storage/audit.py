@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from memoryd.errors import MemorydError
 from memoryd.logsetup import get_logger
+from memoryd.model import safejson
 from memoryd.paths import (
     BoundedLines,
     NotRegularFile,
@@ -24,7 +25,6 @@ from memoryd.paths import (
     open_regular,
     read_problem,
 )
-from memoryd.storage import safejson
 
 SCHEMA_VERSION = 1
 

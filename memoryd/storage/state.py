@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memoryd.logsetup import get_logger
+from memoryd.model import safejson
 from memoryd.paths import ensure_private_dir
-from memoryd.storage import safejson
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 if TYPE_CHECKING:  # the parse cache's module (and its YAML parser) loads with the first cache

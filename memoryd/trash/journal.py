@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from memoryd.errors import MemorydError
-from memoryd.storage import fsops, safejson
+from memoryd.model import safejson
+from memoryd.storage import fsops
 from memoryd.storage.statedb import Schema, StateDB
 from memoryd.trash import manifest as trash_manifest
 from memoryd.trash import store as trash

@@ -15,8 +15,9 @@ from typing import Any
 
 from memoryd.errors import MemorydError
 from memoryd.indexing.scan import skip_reason
+from memoryd.model import safejson
 from memoryd.paths import BoundedLines, open_regular, read_problem
-from memoryd.storage import fsops, safejson
+from memoryd.storage import fsops
 from memoryd.trash.store import (
     MANIFEST,
     TRASHED_SUFFIX,

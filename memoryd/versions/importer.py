@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.logsetup import get_logger
+from memoryd.model import safejson
 from memoryd.paths import BoundedLines, open_regular, read_bounded
-from memoryd.storage import fsops, safejson
+from memoryd.storage import fsops
 from memoryd.storage.statedb import StateDB
 from memoryd.versions import witness
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memoryd.storage import safejson
+from memoryd.model import safejson
 from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
 
 MEMORYD, OTHER = "memoryd", "other"

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memoryd.model import safejson
 from memoryd.paths import read_bounded
-from memoryd.storage import fsops, safejson
+from memoryd.storage import fsops
 from memoryd.storage.statedb import Schema, StateDB
 
 CLOCK_FILE = "trash-clock.json"  # an older memoryd's record, taken in once

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.errors import MemorydError
+from memoryd.model import safejson
 from memoryd.paths import NotRegularFile, open_regular, read_problem
-from memoryd.storage import safejson
 from memoryd.storage.audit import MAX_LINE_BYTES, iter_lines
 
 Row = dict[str, Any]

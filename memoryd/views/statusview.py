@@ -15,10 +15,10 @@ from memoryd.daemon.instance import lock_holder
 from memoryd.discover.dirlabel import dir_label
 from memoryd.discover.gitwork import OPT_IN as DETAIL
 from memoryd.discover.gitwork import TRACKED, work_tree
+from memoryd.model import safejson
 from memoryd.model.conflicts import HINT, MARK
 from memoryd.model.humanize import ago, clock_time, parse_ts, short_path, table
 from memoryd.paths import read_bounded
-from memoryd.storage import safejson
 from memoryd.views.logview import View
 
 STATUS_MAX_BYTES = 64 << 20  # status.json: a few hundred bytes a dir

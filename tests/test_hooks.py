@@ -253,7 +253,7 @@ def test_the_recall_hook_imports_none_of_memoryds_machinery(env: Env, repo: Path
         "memoryd.claude", "memoryd.claude.hooks", "memoryd.claude.hookio",
         "memoryd.claude.hook_recall",
         "memoryd.model.secrets",
-        "memoryd.storage", "memoryd.model.safejson", "memoryd.model", "memoryd.model.lazyre",
+        "memoryd.model.safejson", "memoryd.model", "memoryd.model.lazyre",
     }  # fmt: skip
 
 

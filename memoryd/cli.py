@@ -161,18 +161,37 @@ def _listing_parser() -> argparse.ArgumentParser:
 
 
 def _parser_for(words: Sequence[str]) -> argparse.ArgumentParser:
-    named = _named_command(words)
+    named = _named_command(_after_top_options(words))
     if named in COMMANDS:
         return build_parser(named)
     if all(w.startswith("-") for w in words):  # `memoryd --help`: nothing to parse but options
         return _listing_parser()
-    return build_parser()  # an option before the command (`--config F index`), or a misspelling
+    return build_parser()  # a misspelling, or an option that lists them all (`--help index`)
 
 
 def _named_command(words: Sequence[str]) -> str | None:
     """The command when it is the first word (`memoryd index ...`): no option before it can
     ask for the list of every command (`memoryd --help index`)."""
     return words[0] if words and not words[0].startswith("-") else None
+
+
+_TOP_VALUED = ("--config", "--color")  # the top parser's options that take a value
+
+
+def _after_top_options(words: Sequence[str]) -> Sequence[str]:
+    """`words` from the first one that is not `--config FILE` or `--color WHEN`: the service
+    runs `memoryd --config F run`, which builds only the daemon's parser (every command's
+    would import modules a daemon then holds for weeks)."""
+    at = 0
+    while at < len(words):
+        word = words[at]
+        if word in _TOP_VALUED:
+            at += 2
+        elif word.startswith(tuple(f"{o}=" for o in _TOP_VALUED)):
+            at += 1
+        else:
+            break
+    return words[at:]
 
 
 @contextlib.contextmanager

@@ -423,6 +423,14 @@ class Daemon:
                 continue
             self._index_pass(session, full)
         self.check_pile_up()
+        self.release_memory()
+
+    def release_memory(self) -> None:
+        """After a pass: its garbage (and the search index's) leaves free pages in the heap
+        that glibc would keep, and SQLite keeps its page cache; an idle daemon holds what its
+        dirs need, not what its last pass used."""
+        self.rt.store.db().shrink()
+        return_freed_memory()
 
     def _index_pass(self, session: DirSession, full: bool) -> None:
         """One dir's change: what its session holds -> indexer.update_changed -> the outcome
@@ -591,10 +599,10 @@ class Daemon:
     def heartbeat(self) -> None:
         if self.rt.versions is not None:  # the index versions memoryd wrote since
             self.rt.versions.flush()
-        return_freed_memory()
         for path, session in self.dirs.items():
             if session.scan is not None:  # the parse cache, for a fast restart
                 self.rt.store.save_cache(path, session.scan.files)
+        self.release_memory()  # after the saves: serialising 10,000 entries leaves MBs free
         dirs = []
         queued = self.debouncer.pending()  # dirs whose changes wait out the debounce
         for path, session in sorted(self.dirs.items()):

@@ -179,18 +179,12 @@ _TOP_VALUED = ("--config", "--color")  # the top parser's options that take a va
 
 
 def _after_top_options(words: Sequence[str]) -> Sequence[str]:
-    """`words` from the first one that is not `--config FILE` or `--color WHEN`: the service
-    runs `memoryd --config F run`, which builds only the daemon's parser (every command's
-    would import modules a daemon then holds for weeks)."""
+    """`words` after the leading `--config FILE` and `--color WHEN`: the service runs
+    `memoryd --config F run`, which then builds only run's parser (every command's would
+    import modules the daemon holds for weeks)."""
     at = 0
-    while at < len(words):
-        word = words[at]
-        if word in _TOP_VALUED:
-            at += 2
-        elif word.startswith(tuple(f"{o}=" for o in _TOP_VALUED)):
-            at += 1
-        else:
-            break
+    while at < len(words) and words[at].split("=")[0] in _TOP_VALUED:
+        at += 1 if "=" in words[at] else 2
     return words[at:]
 
 

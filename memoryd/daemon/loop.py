@@ -50,6 +50,7 @@ from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, tune_gc
 from memoryd.storage import fsops
+from memoryd.storage.statedb import StateDB
 from memoryd.trash.recovery import recover
 
 if TYPE_CHECKING:
@@ -438,7 +439,7 @@ class Daemon:
         """Once the loop is quiet after a pass: its garbage (and the search index's) leaves
         free pages in the heap that glibc would keep, and SQLite keeps its page cache; an idle
         daemon holds what its dirs need, not what its last pass used."""
-        self.rt.store.db().shrink()
+        StateDB.in_state_dir(self.rt.store.state_dir).shrink()  # (makes no state file)
         return_freed_memory()
 
     def _index_pass(self, session: DirSession, full: bool) -> None:

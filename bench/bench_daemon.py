@@ -20,7 +20,8 @@ ratio naive / memoryd. Run `python bench/bench_daemon.py --help`.
 
 The daemon runs through a small launcher (`--_shim`) that timestamps its event handler, passes,
 index passes and garbage collections into a JSON file read after it stops; it changes
-nothing the daemon does.
+nothing the daemon does, and imports no baseline (python-frontmatter and PyYAML would be
+~4 MB of the daemon's RSS).
 """
 
 import argparse
@@ -48,7 +49,6 @@ from typing import Any
 
 import _synth
 from _claude_home import child_env
-from _naive import naive_load_all, naive_rebuild
 from _stats import markdown_table, percentile
 
 from memoryd.config import parse_duration
@@ -334,6 +334,8 @@ def with_description(text: str, description: str) -> bytes:
 
 # --- naive baselines ----------------------------------------------------------------------------
 def timed_naive(path: Path, out_dir: Path) -> float:
+    from _naive import naive_rebuild
+
     gc.collect()
     start = time.perf_counter()
     naive_rebuild(path, out_dir)
@@ -366,6 +368,8 @@ def child_poll(path: str) -> None:
 
 def child_hold(path: str) -> None:
     """Baseline of the RSS row: a fresh interpreter holding every file's python-frontmatter Post."""
+    from _naive import naive_load_all
+
     posts, _ = naive_load_all(Path(path))
     gc.collect()
     print(json.dumps({"rss": proc_status(os.getpid(), "VmRSS"), "posts": len(posts)}), flush=True)
@@ -1005,6 +1009,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if argv[:1] == ["--_shim"]:
         return shim(argv[1], argv[2:])
+    import _naive  # noqa: F401  # the baselines' python-frontmatter: said now if it is missing
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--n",

@@ -134,7 +134,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _parser_for(words: Sequence[str]) -> argparse.ArgumentParser:
-    named = _named_command(words)
+    named = _named_command(_after_top_options(words))
     if named in COMMANDS:
         return build_parser(named)
     if all(w.startswith("-") for w in words):  # `--help`, `--version`: no command's module
@@ -142,13 +142,26 @@ def _parser_for(words: Sequence[str]) -> argparse.ArgumentParser:
         for name in COMMANDS:
             sub.add_parser(name)  # its line in the help (the table's)
         return parser
-    return build_parser()  # an option before the command (`--config F index`), or a misspelling
+    return build_parser()  # a misspelling, or an option that lists them all (`--help index`)
 
 
 def _named_command(words: Sequence[str]) -> str | None:
     """The command when it is the first word (an option before it, `--help index`, may ask
     for every command)."""
     return words[0] if words and not words[0].startswith("-") else None
+
+
+_TOP_VALUED = ("--config", "--color")  # the top parser's options that take a value
+
+
+def _after_top_options(words: Sequence[str]) -> Sequence[str]:
+    """`words` after the leading `--config FILE` and `--color WHEN`: the service runs
+    `memoryd --config F run`, which then builds only run's parser (every command's would
+    import modules the daemon holds for weeks)."""
+    at = 0
+    while at < len(words) and words[at].split("=")[0] in _TOP_VALUED:
+        at += 1 if "=" in words[at] else 2
+    return words[at:]
 
 
 @contextlib.contextmanager

@@ -290,6 +290,9 @@ ONLY_OWN = [
     (["search", "x"], {"search"}),
     (["status"], {"status"}),
     (["history", "x"], {"history", "supersession"}),  # its use case, beside it
+    # As the service runs the daemon (`memoryd --config F run`): the top options first.
+    (["--config", "absent.toml", "--color", "never", "status"], {"status"}),
+    (["--config=absent.toml", "search", "x"], {"search"}),
 ]
 
 

@@ -219,6 +219,27 @@ def test_the_loop_takes_batches_from_its_event_source_on_its_clock(
     assert [round(at, 3) for at in beats[1:3]] == [115.0, 130.0]  # (0: at start-up)
 
 
+def test_memory_a_pass_used_goes_back_once_the_loop_is_quiet(env: Env, tmp_path: Path) -> None:
+    """What a pass used is let go RELEASE_AFTER after it (a change within that postpones
+    it: a pass just after a release would fault its pages in again), and by each heartbeat."""
+    folder = tmp_path / "mem"
+    cfg = build_config({"watch": {"debounce": "200ms", "max_wait": "2s"}}, "test")
+    clock = FakeClock(100.0)
+    script: list[tuple[float, object]] = [
+        (100.0, [Signal(Kind.DIRTY, folder, "a.md")]),
+        (103.0, [Signal(Kind.DIRTY, folder, "b.md")]),
+        (120.0, [Signal(Kind.DIRTY, folder, "c.md")]),
+        (131.0, []),
+    ]
+    daemon = scripted_daemon(env.runtime(cfg), clock, script)  # type: ignore[arg-type]
+    released: list[float] = []
+    daemon.start_up = lambda: None
+    daemon.release_memory = lambda: released.append(round(clock.now, 3))
+    assert daemon.run() == 0
+    # Passes at 100.2, 103.2 and 120.2; heartbeats at 115, 130 and the last at the stop.
+    assert released == [108.2, 115.0, 125.2, 130.0, 131.0]
+
+
 def test_an_overflow_a_reload_and_a_stop_are_events_of_a_batch(env: Env) -> None:
     """What the process is told (SIGHUP, SIGTERM, a lost-events warning) reaches the loop
     as events, taken in order with the file signals of the same batch."""

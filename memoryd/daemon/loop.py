@@ -50,12 +50,16 @@ from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
 from memoryd.paths import AppPaths
 from memoryd.runtime import Runtime, tune_gc
 from memoryd.storage import fsops
+from memoryd.storage.statedb import StateDB
 from memoryd.trash.recovery import recover
 
 if TYPE_CHECKING:
     from memoryd.versions.kept import VersionStore
 
 HEARTBEAT_EVERY = 15.0
+# Seconds after a pass before the memory it used goes back (the heartbeat's at the latest):
+# not at once, or a change that follows within the debounce pays the page faults again.
+RELEASE_AFTER = 5.0
 SETTLE = 5.0  # an unparseable file younger than this may be half-written: look again later
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -100,6 +104,7 @@ class Daemon:
     stopping: threading.Event = field(default_factory=threading.Event)
     todo: Todo = field(default_factory=Todo)
     timers: dict[str, Timer] = field(default_factory=dict)
+    release_at: float | None = None  # when to let go of what the last pass used
     lost_watches: set[tuple[Path, bool]] = field(default_factory=set)  # their folder went
     said: set[str] = field(default_factory=set)  # said-once warnings ("waiting", "limit")
     started: str = ""
@@ -166,6 +171,8 @@ class Daemon:
         deadline = self.debouncer.next_deadline()
         if deadline is not None:
             times.append(deadline)
+        if self.release_at is not None:
+            times.append(self.release_at)
         return max(0.0, min(times) - self.mono()) if times else None
 
     def take(self, batch: Batch) -> None:
@@ -198,6 +205,9 @@ class Daemon:
             if timer.due <= self.mono():
                 timer.due = self.mono() + timer.period
                 self.job(timer.job)
+        if self.release_at is not None and self.release_at <= self.mono():
+            self.release_at = None
+            self.job(self.release_memory)
 
     def job(self, func: Callable[..., None], *args: Any) -> None:
         """Every job runs through here: one failure is logged and the loop carries on."""
@@ -423,6 +433,14 @@ class Daemon:
                 continue
             self._index_pass(session, full)
         self.check_pile_up()
+        self.release_at = self.mono() + RELEASE_AFTER
+
+    def release_memory(self) -> None:
+        """Once the loop is quiet after a pass: its garbage (and the search index's) leaves
+        free pages in the heap that glibc would keep, and SQLite keeps its page cache; an idle
+        daemon holds what its dirs need, not what its last pass used."""
+        StateDB.in_state_dir(self.rt.store.state_dir).shrink()  # (makes no state file)
+        return_freed_memory()
 
     def _index_pass(self, session: DirSession, full: bool) -> None:
         """One dir's change: what its session holds -> indexer.update_changed -> the outcome
@@ -591,10 +609,13 @@ class Daemon:
     def heartbeat(self) -> None:
         if self.rt.versions is not None:  # the index versions memoryd wrote since
             self.rt.versions.flush()
-        return_freed_memory()
         for path, session in self.dirs.items():
             if session.scan is not None:  # the parse cache, for a fast restart
                 self.rt.store.save_cache(path, session.scan.files)
+        # After the saves (serialising 10,000 entries leaves MBs free), and at least this
+        # often while changes keep the loop from being quiet for RELEASE_AFTER.
+        self.release_at = None
+        self.release_memory()
         dirs = []
         queued = self.debouncer.pending()  # dirs whose changes wait out the debounce
         for path, session in sorted(self.dirs.items()):

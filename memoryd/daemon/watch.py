@@ -25,7 +25,6 @@ from watchdog.events import (
     FileSystemEvent,
     FileSystemEventHandler,
 )
-from watchdog.observers import Observer
 
 from memoryd.indexing.scan import TRASH_DIR, skip_reason
 from memoryd.storage.fsops import is_own_temp
@@ -183,6 +182,9 @@ class _Observed:
     """watchdog's observer where there is no inotify (macOS: FSEvents, one stream)."""
 
     def __init__(self) -> None:
+        # Imported here: on Linux (inotify) a daemon never needs it, and holds it for weeks.
+        from watchdog.observers import Observer
+
         self.observer: Any = Observer()
 
     def start(self) -> None:

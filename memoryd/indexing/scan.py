@@ -2,6 +2,7 @@
 
 import os
 import stat
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,7 +277,7 @@ def _parsed(
             digest,
             title,
             description,
-            type_,
+            sys.intern(type_),  # a few kinds among 10,000 files held: one string each
             parse_date(modified),
         )
     if isinstance(parsed, NotMemory):

@@ -467,3 +467,6 @@ class _Pairs(Mapping[str, tuple[str, str]]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:  # not through __len__: one look, not 10,000 (`if inp.seen`)
+        return next(iter(self), None) is not None

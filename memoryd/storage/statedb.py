@@ -162,6 +162,13 @@ class StateDB:
         if not stat.S_ISREG(info.st_mode):
             raise StateDamaged(self.path, "is not a regular file")
 
+    def shrink(self) -> None:
+        """Let go of this thread's page cache (`PRAGMA shrink_memory`): a process that
+        idles between passes holds no pages the next pass reads again from the OS's cache."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and not self._local.depth:
+            conn.execute("PRAGMA shrink_memory")
+
     def close(self) -> None:
         """Close this thread's connection (others close when their thread's objects go)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

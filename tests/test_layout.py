@@ -147,19 +147,26 @@ def memoryd_imports(path: Path) -> Iterator[tuple[int, str]]:
         yield from ((node.lineno, t) for t in targets if t.split(".")[0] == "memoryd")
 
 
-def folder_imports() -> dict[str, set[str]]:
-    """Each folder of memoryd and the other folders its modules import."""
-    found: dict[str, set[str]] = {}
-    folders = folder_names()
+def folder_module_imports() -> Iterator[tuple[str, Path, int, str]]:
+    """(folder, module path, line, imported module) for every memoryd import in a folder."""
     for name, path in modules():
         parts = name.split(".")
-        if len(parts) < 3 or parts[1] not in folders:
-            continue
-        found.setdefault(parts[1], set())
-        for _, target in memoryd_imports(path):
-            bits = target.split(".")
-            if len(bits) > 1 and bits[1] in folders - {parts[1]}:
-                found[parts[1]].add(bits[1])
+        if len(parts) >= 3:
+            yield from ((parts[1], path, line, target) for line, target in memoryd_imports(path))
+
+
+def folder_of(module: str) -> str:
+    """`memoryd.<folder>...` -> its folder (or flat module) name; "" for `memoryd` itself."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def folder_imports() -> dict[str, set[str]]:
+    """Each folder of memoryd and the other folders its modules import."""
+    folders = folder_names()
+    found: dict[str, set[str]] = {folder: set() for folder in folders}
+    for folder, _, _, target in folder_module_imports():
+        if folder_of(target) in folders - {folder}:
+            found[folder].add(folder_of(target))
     return found
 
 
@@ -168,16 +175,11 @@ def test_the_folders_form_a_stack() -> None:
     from above moves up into the layer that joins them, what layers below need moves down."""
     assert folder_names() == set(ORDER)
     rank = {folder: place for place, folder in enumerate(ORDER)}
-    upward: list[str] = []
-    for name, path in modules():
-        parts = name.split(".")
-        if len(parts) < 3:
-            continue
-        for line, target in memoryd_imports(path):
-            bits = target.split(".")
-            if len(bits) > 1 and rank.get(bits[1], -1) > rank[parts[1]]:
-                where = path.relative_to(PACKAGE.parent)
-                upward.append(f"{where}:{line}: {parts[1]} imports {target}, above it")
+    upward = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {folder} imports {target}, above it"
+        for folder, path, line, target in folder_module_imports()
+        if rank.get(folder_of(target), -1) > rank[folder]
+    ]
     assert upward == [], "\n".join(upward)
 
 
@@ -201,17 +203,13 @@ def test_the_flat_plumbing_reaches_no_folder_above_its_importers() -> None:
 
     rank = {folder: place for place, folder in enumerate(ORDER)}
     upward: list[str] = []
-    for name, path in modules():
-        parts = name.split(".")
-        if len(parts) < 3:
-            continue
-        for line, target in memoryd_imports(path):
-            module = ".".join(target.split(".")[:2])
-            if module in flat and module != "memoryd.cli":
-                above = sorted(f for f in reach(module, {module}) if rank[f] > rank[parts[1]])
-                if above:
-                    where = path.relative_to(PACKAGE.parent)
-                    upward.append(f"{where}:{line}: {module} reaches {above}, above {parts[1]}")
+    for folder, path, line, target in folder_module_imports():
+        module = ".".join(target.split(".")[:2])
+        if module in flat and module != "memoryd.cli":
+            above = sorted(f for f in reach(module, {module}) if rank[f] > rank[folder])
+            if above:
+                where = path.relative_to(PACKAGE.parent)
+                upward.append(f"{where}:{line}: {module} reaches {above}, above {folder}")
     assert upward == [], "\n".join(upward)
 
 

@@ -1,6 +1,6 @@
 """What `dirs` and `explain` read from disk for the memory-discipline findings: the secrets in
 a dir's memories, their `[[name]]` links naming no memory, and the JSONL record stores of
-known repos. Reads only, bounded (the pure rules: discipline.secrets and discipline.records)."""
+known repos. Reads only, bounded (the pure rules: model.secrets and discipline.records)."""
 
 from __future__ import annotations
 

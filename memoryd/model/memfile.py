@@ -606,7 +606,7 @@ _no_hint: Callable[[str], bool] | None = None
 
 
 def mask(text: str) -> str:
-    """discipline.secrets.mask, imported at the first memory parsed (a pass that parses none
+    """model.secrets.mask, imported at the first memory parsed (a pass that parses none
     compiles no secret pattern)."""
     global _mask
     if _mask is None:

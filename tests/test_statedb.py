@@ -150,7 +150,12 @@ def _damage_root_page(db: StateDB, table: str) -> None:
         f.write(b"\xff" * 16)
 
 
-def test_damage_in_a_checked_table_is_named_at_the_first_open(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sqlite", [sqlite3.sqlite_version_info, (3, 32, 0)])
+def test_damage_in_a_checked_table_is_named_at_the_first_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite: tuple[int, int, int]
+) -> None:
+    """(An SQLite before 3.33, with no per-table check, checks the whole file.)"""
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", sqlite)
     db = StateDB(tmp_path / "state.sqlite")
     db.ensure(NOTES)
     with db.transaction() as tx:
@@ -180,3 +185,26 @@ def test_damage_among_kept_versions_bytes_is_named_when_met(tmp_path: Path) -> N
     with pytest.raises(StateDamaged, match="is damaged"):
         store.store_object(b"another", hashlib.sha256(b"another").hexdigest())
     forget_shared()
+
+
+def test_a_reader_of_another_version_is_named_damage_or_an_empty_cache(tmp_path: Path) -> None:
+    """A downgrade or an upgrade met by a read: kept state of another version is the same
+    named error `ensure` raises, never a raw "no such column"; a cache of one reads as none."""
+    path = tmp_path / "state.sqlite"
+    cache = Schema("cache", 1, "CREATE TABLE cache (k TEXT)", ("cache",), disposable=True)
+    first = StateDB(path)
+    first.ensure(NOTES)
+    first.ensure(cache)
+    later = StateDB(path)
+    with pytest.raises(StateDamaged, match="notes tables of version 1"):
+        later.reader(Schema("notes", 2, "CREATE TABLE notes (k TEXT, w TEXT)", ("notes",)))
+    assert later.reader(Schema("cache", 2, "CREATE TABLE cache (k, v)", ("cache",), True)) is None
+    assert later.reader(NOTES) is not None
+
+
+def test_a_durable_transaction_inside_another_is_refused_by_name(tmp_path: Path) -> None:
+    """SQLite cannot sync one commit in full inside another transaction: said, not half done."""
+    db = StateDB(tmp_path / "state.sqlite")
+    db.ensure(NOTES)
+    with db.transaction(), pytest.raises(RuntimeError, match="outermost"), db.durable():
+        pass

@@ -147,9 +147,13 @@ class StateDB:
         with self._lock:
             if self._checked:
                 return
-            rows = conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
-            for table in [name for (name,) in rows if name not in UNCHECKED]:
-                result = conn.execute(f'PRAGMA quick_check("{table}")').fetchone()[0]
+            if sqlite3.sqlite_version_info < (3, 33):  # no quick_check(TABLE): the whole file
+                tables = [""]
+            else:
+                rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                tables = [f'("{name}")' for (name,) in rows if name not in UNCHECKED]
+            for table in tables:
+                result = conn.execute(f"PRAGMA quick_check{table}").fetchone()[0]
                 if result != "ok":
                     raise StateDamaged(self.path, f"fails its check ({result})")
             self._checked = True
@@ -221,7 +225,19 @@ class StateDB:
             return None
         conn = self.connection()
         found = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (schema.tables[0],))
-        return conn if found.fetchone() else None
+        if not found.fetchone():
+            return None
+        row = conn.execute("SELECT version FROM schemas WHERE name = ?", (schema.name,))
+        version = row.fetchone()
+        if version is not None and version[0] != schema.version:
+            if schema.disposable:
+                return None  # a cache of another version: the next write rebuilds it
+            raise StateDamaged(
+                self.path,
+                f"holds {schema.name} tables of version {version[0]}, and this memoryd "
+                f"reads version {schema.version}",
+            )
+        return conn
 
     def in_transaction(self) -> bool:
         """Whether this thread is inside a `transaction()` (what it writes is not committed)."""
@@ -245,8 +261,11 @@ class StateDB:
 
     @contextlib.contextmanager
     def durable(self) -> Iterator[sqlite3.Connection]:
-        """A `transaction()` whose commit is synced in full, the store's others only as WAL's
-        NORMAL does: for what must survive a power cut (a pass's intent, a person's pin)."""
+        """An outermost `transaction()` whose commit is synced in full, the store's others only
+        as WAL's NORMAL does: for what must survive a power cut (a pass's intent, a person's
+        pin)."""
+        if self.in_transaction():  # SQLite changes no safety level inside a transaction
+            raise RuntimeError("durable() must be the outermost transaction")
         conn = self.connection()
         conn.execute("PRAGMA synchronous=FULL")
         try:

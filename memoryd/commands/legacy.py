@@ -10,7 +10,9 @@ evidence and offsets (`consults/transcripts.json`) are imported in one transacti
 rebuilt from the memory dirs and transcripts. A file that cannot be read is left where it is (a
 person's acknowledgement, pin or plan is never removed unread) and said; so is a record of
 refused links or restore pins of another shape. Files go only after the commit; the import runs
-again at the next start while any is left, adding nothing twice.
+again at the next start while any is left. A rerun adds no pin, trash day or refused link twice;
+a crash between the commit and the removals can still add the MCP served log's rows again and
+put back a dir's state as the old files had it.
 """
 
 from __future__ import annotations

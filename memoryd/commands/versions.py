@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import errno
 import os
+import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -213,10 +214,11 @@ def _write_back(
         store.intend_restore(folder, name, data)
         fsops.replace_file(folder, name, data, replacing, versions=rt.versions, refuse_held=True)
     except (MemorydError, OSError):
-        with contextlib.suppress(OSError):  # neither may hide the error that brought us here
+        # Neither may hide the error that brought us here (both write the state store).
+        with contextlib.suppress(OSError, MemorydError, sqlite3.Error):
             if pins is not None:
                 restored.reset(rt.store, folder, pins)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, MemorydError, sqlite3.Error):
             current = (replacing.sha256, replacing.size) if replacing is not None else None
             store.restore_failed(folder, name, sha, len(data), current)
         raise

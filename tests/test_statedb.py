@@ -4,6 +4,7 @@ import hashlib
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -166,21 +167,24 @@ def test_damage_in_a_checked_table_is_named_at_the_first_open(
     assert str(db.path) in str(caught.value)
 
 
-def test_damage_among_kept_versions_bytes_is_named_when_met(tmp_path: Path) -> None:
+@pytest.mark.parametrize("read", ["read_object", "has_object", "stored_size", "object_sizes"])
+def test_damage_among_kept_versions_bytes_is_named_when_met(tmp_path: Path, read: str) -> None:
     """The first open leaves the kept versions' bytes unchecked (each is checked against its
-    sha256 when read); a damaged page there is StateDamaged naming the file once met."""
+    sha256 when read); a damaged page there is StateDamaged naming the file once met, by
+    any read of them (the objects' table and its index), not only `read_object`."""
     from memoryd.storage.statedb import forget_shared
     from memoryd.versions.kept import VersionStore
 
     data = b"a version\n" * 300
     sha = hashlib.sha256(data).hexdigest()
     VersionStore(tmp_path).store_object(data, sha)
-    _damage_root_page(StateDB.in_state_dir(tmp_path), "versions_objects")
+    for table in ("versions_objects", "sqlite_autoindex_versions_objects_1"):
+        _damage_root_page(StateDB.in_state_dir(tmp_path), table)
     forget_shared()
     store = VersionStore(tmp_path)
     store.conn()  # opens: the objects are not part of the first open's check
     with pytest.raises(StateDamaged, match="is damaged") as caught:
-        store.read_object(sha)
+        getattr(store, read)(*(() if read == "object_sizes" else (sha,)))
     assert str(tmp_path / "state.sqlite") in str(caught.value)
     with pytest.raises(StateDamaged, match="is damaged"):
         store.store_object(b"another", hashlib.sha256(b"another").hexdigest())
@@ -208,3 +212,71 @@ def test_a_durable_transaction_inside_another_is_refused_by_name(tmp_path: Path)
     db.ensure(NOTES)
     with db.transaction(), pytest.raises(RuntimeError, match="outermost"), db.durable():
         pass
+
+
+def test_a_damaged_page_met_by_any_read_is_named_in_or_out_of_a_transaction(
+    tmp_path: Path,
+) -> None:
+    """Damage met after the first open's check (another process's write, a disk going bad):
+    a read on a `reader`'s or a `snapshot`'s connection, by a statement or a row fetched one
+    at a time, in a loop or all at once, is StateDamaged naming the file, as a write's is;
+    the file is left as it was (it may hold kept versions)."""
+    db = StateDB(tmp_path / "state.sqlite")
+    db.ensure(NOTES)
+    with db.transaction() as tx:
+        tx.executemany("INSERT INTO notes VALUES (?, ?)", [(str(i), "x" * 999) for i in range(99)])
+    conn = db.reader(NOTES)  # opened and checked while whole
+    assert conn is not None
+    _damage_root_page(db, "notes")
+    before = db.path.read_bytes()
+    conn = db.reader(NOTES)
+    assert conn is not None
+    # (`v`: the table's own pages; `k` alone is read from its primary key's index)
+    reads: dict[str, Callable[[], object]] = {
+        "fetchone": lambda: conn.execute("SELECT v FROM notes WHERE k = ?", ("7",)).fetchone(),
+        "fetchall": lambda: conn.execute("SELECT k, v FROM notes").fetchall(),
+        "fetchmany": lambda: conn.execute("SELECT v FROM notes").fetchmany(5),
+        "loop": lambda: [v for (v,) in conn.execute("SELECT v FROM notes")],
+        "dict": lambda: dict(conn.execute("SELECT k, v FROM notes")),
+        "next": lambda: next(conn.execute("SELECT v FROM notes")),
+        "cursor": lambda: conn.cursor().execute("SELECT max(v) FROM notes").fetchone(),
+    }
+    for what, read in reads.items():
+        with pytest.raises(StateDamaged, match="is damaged") as caught:
+            read()
+        assert str(db.path) in str(caught.value), what
+    with pytest.raises(StateDamaged, match="is damaged"), db.snapshot() as snap:
+        snap.execute("SELECT max(v) FROM notes").fetchone()
+    with pytest.raises(StateDamaged, match="is damaged"), db.transaction() as tx:
+        tx.execute("SELECT v FROM notes").fetchall()
+    assert not db.in_transaction()  # each ended: the next statement is no nested BEGIN
+    db.close()
+    assert db.path.read_bytes() == before
+
+
+def test_a_damaged_page_met_midway_through_the_rows_is_named(tmp_path: Path) -> None:
+    """The statement ran and the first rows came back whole: a damaged page further on is
+    StateDamaged when the loop (or fetchall) reaches it, not a raw sqlite3 error."""
+    db = StateDB(tmp_path / "state.sqlite")
+    conn = db.ensure(NOTES)
+    with db.transaction() as tx:
+        tx.executemany("INSERT INTO notes VALUES (?, ?)", [(str(i), "x" * 999) for i in range(99)])
+    try:
+        sql = "SELECT max(pageno) FROM dbstat WHERE name = 'notes' AND pagetype = 'leaf'"
+        last_leaf = conn.execute(sql).fetchone()[0]
+    except sqlite3.OperationalError:  # an SQLite built without the dbstat table
+        pytest.skip("no dbstat in this SQLite")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    with open(db.path, "r+b") as f:
+        f.seek((last_leaf - 1) * PAGE_SIZE)
+        f.write(b"\xff" * 16)
+    conn = db.connection()
+    rows = conn.execute("SELECT v FROM notes")  # the first leaf is whole
+    read = []
+    with pytest.raises(StateDamaged, match="is damaged") as caught:
+        for (v,) in rows:
+            read.append(v)
+    assert read and str(db.path) in str(caught.value)
+    with pytest.raises(StateDamaged, match="is damaged"):
+        conn.execute("SELECT v FROM notes").fetchall()

@@ -5,12 +5,13 @@ step finishes at the next start. Lines memoryd never wrote in an old log are nev
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memoryd.storage.statedb import StateDamaged, forget_shared
+from memoryd.storage.statedb import PAGE_SIZE, StateDamaged, forget_shared
 from memoryd.versions import importer, kept, listing, prune, witness
 from memoryd.versions.records import deleted_id
 from tests import oldstore
@@ -199,6 +200,39 @@ def test_a_damaged_state_store_is_state_damaged_and_the_command_says_so(
         assert "move the file aside" in child.stderr
     if damage == "garbage":
         assert db.read_bytes() == b"kept versions, damaged " * 1000
+
+
+def test_a_damaged_page_among_the_kept_bytes_is_named_by_history_and_trash_list(
+    env: Env, cli: Any
+) -> None:
+    """Damage the first open's check leaves to be met (the kept versions' bytes: their
+    index here), met by a read-only command's lookup of whether a version's bytes are kept
+    (`has_object`): the named error, naming the file and what to do, exit code 1, no
+    traceback; the state file and the memory dir are left as they were."""
+    folder = env.home / "mem"
+    folder.mkdir()
+    _mem(folder, "a.md", "a lesson")
+    _mem(folder, "b.md", "an agent deletes it")
+    assert cli("index", folder).code == 0
+    (folder / "b.md").unlink()
+    assert cli("index", folder).code == 0  # b.md recorded as deleted outside memoryd
+    forget_shared()
+    db = env.state / "state.sqlite"
+    with sqlite3.connect(db) as conn:
+        sql = "SELECT rootpage FROM sqlite_schema WHERE name = ?"
+        root = conn.execute(sql, ("sqlite_autoindex_versions_objects_1",)).fetchone()[0]
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    with open(db, "r+b") as f:
+        f.seek((root - 1) * PAGE_SIZE)
+        f.write(b"\xff" * 16)
+    before, files = db.read_bytes(), sorted(os.listdir(folder))
+    for args in (("history", folder / "a.md"), ("trash", "list", folder)):
+        child = memoryd_child(env, *args, timeout=30)
+        assert child.returncode == 1 and "Traceback" not in child.stderr, child.stderr
+        assert f"memoryd: {db}: memoryd's state store is damaged" in child.stderr, child.stderr
+        assert "move the file aside" in child.stderr
+    assert db.read_bytes() == before and sorted(os.listdir(folder)) == files
 
 
 def test_the_importer_has_nothing_to_do_without_an_old_layout(env: Env) -> None:

@@ -8,7 +8,8 @@ them writes; a write is one `transaction()` (BEGIN IMMEDIATE), and nested `trans
 the outer one, so a pass that touches several concerns commits once.
 
 Damage is never handled in silence: a path that is not a regular file, a file SQLite cannot
-read, a damaged page met, or `PRAGMA quick_check` failing at a process's first open (of every
+read, a damaged page met by any statement or row fetched on the store's connections (a read
+outside a transaction too), or `PRAGMA quick_check` failing at a process's first open (of every
 table but the kept versions' bytes, `UNCHECKED`, each checked against its sha256 when read) is
 `StateDamaged`, naming the file and what to do. A `disposable` schema (a cache) is dropped and
 made again when its version changes; any other of another version is `StateDamaged` too, so
@@ -27,6 +28,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Self, cast
 
 from memoryd.errors import MemorydError
 from memoryd.paths import ensure_private_dir
@@ -38,13 +40,22 @@ PAGE_SIZE = 16384
 UNCHECKED = frozenset({"versions_objects"})  # ~90% of the file at 10,000 memories
 
 
-def raise_named(path: Path, error: BaseException) -> None:
-    """Raise what a failed statement means, naming the file: a write SQLite could not make (a
-    full disk, a file size limit, an I/O error) as its OSError, said as for any other file; a
-    damaged page (say in an UNCHECKED table) as StateDamaged. Returns for any other error."""
+def raise_damaged(path: Path, error: BaseException) -> None:
+    """Raise StateDamaged naming the file for a damaged page (say in an UNCHECKED table) or a
+    file SQLite does not take for a database; returns for any other error."""
     name = getattr(error, "sqlite_errorname", "")
     if name.startswith("SQLITE_CORRUPT"):
         raise StateDamaged(path, f"is damaged ({error})") from error
+    if name == "SQLITE_NOTADB":
+        raise StateDamaged(path, f"is not a readable SQLite file ({error})") from error
+
+
+def raise_named(path: Path, error: BaseException) -> None:
+    """Raise what a failed statement means, naming the file: a write SQLite could not make (a
+    full disk, a file size limit, an I/O error) as its OSError, said as for any other file;
+    damage as StateDamaged (`raise_damaged`). Returns for any other error."""
+    raise_damaged(path, error)
+    name = getattr(error, "sqlite_errorname", "")
     if name == "SQLITE_FULL":
         code = errno.ENOSPC
     elif name.startswith("SQLITE_IOERR"):
@@ -66,6 +77,96 @@ class StateDamaged(MemorydError):
             f"(it may hold kept versions: keep it) and start again; memoryd makes a new one "
             f"and rebuilds its caches from the memory dirs"
         )
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor on the state file: a damaged page met by a statement or by a row fetched is
+    StateDamaged naming the file (`raise_damaged`), whoever reads, inside a transaction or
+    not; any other error is raised as it is."""
+
+    def _path(self) -> Path:
+        return cast(_Connection, self.connection).state_path
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Self:
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.DatabaseError as error:
+            raise_damaged(self._path(), error)
+            raise
+
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> Self:
+        try:
+            super().executemany(sql, seq_of_parameters)
+        except sqlite3.DatabaseError as error:
+            raise_damaged(self._path(), error)
+            raise
+        return self
+
+    def executescript(self, sql_script: str, /) -> Self:
+        try:
+            super().executescript(sql_script)
+        except sqlite3.DatabaseError as error:
+            raise_damaged(self._path(), error)
+            raise
+        return self
+
+    def fetchone(self) -> Any:
+        try:
+            return super().fetchone()
+        except sqlite3.DatabaseError as error:
+            raise_damaged(self._path(), error)
+            raise
+
+    def fetchmany(self, size: int | None = None) -> list[Any]:
+        try:
+            return super().fetchmany(self.arraysize if size is None else size)
+        except sqlite3.DatabaseError as error:
+            raise_damaged(self._path(), error)
+            raise
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return super().fetchall()
+        except sqlite3.DatabaseError as error:
+            raise_damaged(self._path(), error)
+            raise
+
+    def __next__(self) -> Any:
+        try:
+            return super().__next__()
+        except sqlite3.DatabaseError as error:
+            raise_damaged(self._path(), error)
+            raise
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        """The rows, each stepped to in C (a `__next__` of its own costs a call a row)."""
+        step = super().__next__
+        try:
+            while True:
+                yield step()
+        except StopIteration:
+            return
+        except sqlite3.DatabaseError as error:
+            raise_damaged(self._path(), error)
+            raise
+
+
+class _Connection(sqlite3.Connection):
+    """A connection to the state file whose statements run on `_Cursor`s."""
+
+    state_path: Path
+
+    def cursor(self, factory: Any = _Cursor) -> Any:
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        return cast(_Cursor, self.cursor()).execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> _Cursor:
+        return cast(_Cursor, self.cursor()).executemany(sql, parameters)
+
+    def executescript(self, sql_script: str, /) -> _Cursor:
+        return cast(_Cursor, self.cursor()).executescript(sql_script)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +219,15 @@ class StateDB:
             os.close(os.open(self.path, flags, 0o600))
         try:
             conn = sqlite3.connect(
-                self.path, timeout=BUSY_WAIT, isolation_level=None, check_same_thread=False
+                self.path,
+                timeout=BUSY_WAIT,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=_Connection,
             )
         except sqlite3.Error as error:
             raise StateDamaged(self.path, f"cannot be opened ({error})") from error
+        conn.state_path = self.path
         try:
             # Before WAL (a new file's only; an older file keeps its own): a kept version of
             # a few KB fits in a page with others, never one page each nor an overflow page.
@@ -255,9 +361,13 @@ class StateDB:
         self._local.depth = 1
         try:
             yield conn
-        finally:
+        except BaseException:
             self._local.depth = 0
-            conn.execute("COMMIT")
+            with contextlib.suppress(sqlite3.Error, StateDamaged):  # not to hide what failed
+                conn.execute("ROLLBACK")
+            raise
+        self._local.depth = 0
+        conn.execute("COMMIT")
 
     @contextlib.contextmanager
     def durable(self) -> Iterator[sqlite3.Connection]:
@@ -298,15 +408,15 @@ class StateDB:
             yield conn
         except BaseException as error:
             self._local.depth = 0
-            with contextlib.suppress(sqlite3.Error):  # a failed write may have ended it
-                conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error, StateDamaged):  # a failed write may have
+                conn.execute("ROLLBACK")  # ended it
             raise_named(self.path, error)
             raise
         self._local.depth = 0
         try:
             conn.execute("COMMIT")
-        except sqlite3.Error as error:
-            with contextlib.suppress(sqlite3.Error):
+        except (sqlite3.Error, StateDamaged) as error:
+            with contextlib.suppress(sqlite3.Error, StateDamaged):
                 conn.execute("ROLLBACK")
             raise_named(self.path, error)
             raise

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from memoryd.discover import gitwork
 from memoryd.logsetup import get_logger
 from memoryd.storage import fsops
-from memoryd.storage.statedb import StateDB, raise_named
+from memoryd.storage.statedb import StateDB
 from memoryd.versions import importer, prune, scanned, witness
 from memoryd.versions.records import (
     ALARMS_KEEP,
@@ -266,11 +266,7 @@ class VersionStore:
     def read_object(self, sha: str) -> bytes | None:
         """A stored version's bytes, checked against their sha256; None if missing or damaged."""
         sql = "SELECT size, data FROM versions_objects WHERE sha = ?"
-        try:
-            row = self.conn().execute(sql, (sha,)).fetchone()
-        except sqlite3.DatabaseError as error:  # a damaged page (see statedb.UNCHECKED)
-            raise_named(self.db.path, error)
-            raise
+        row = self.conn().execute(sql, (sha,)).fetchone()  # a damaged page: StateDamaged
         if row is None or row[0] > OBJECT_MAX:
             return None
         data = bytes(row[1])

@@ -3,14 +3,17 @@
 import dataclasses
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memoryd.cli import build_parser, effect_of
 from memoryd.runtime import Effect
+from memoryd.storage.statedb import Schema
 from tests.conftest import Env, write_memory
 
 
@@ -353,3 +356,46 @@ def test_what_a_command_may_change_is_decided_once(
     rt = dataclasses.replace(env.runtime(), effect=effect)
     assert rt.dry_run is not effect.writes
     assert effect.keeps_versions is (effect is Effect.KEEPS)
+
+
+def test_a_command_that_writes_nothing_makes_no_state(env: Env, cli: Any) -> None:
+    """The read-only commands (Effect.LOOKS), dry runs and checks (Effect.DRY) in a fresh
+    state dir: nothing kept reads as nothing kept, nothing trashed as nothing trashed, and
+    no state.sqlite (nor its tables, in a state file of other concerns) is made. The search
+    index (`recall/`, a cache any command may write) is the one thing they may leave."""
+    folder = env.home / "mem"
+    write_memory(folder, "a.md", description="a thing to find")
+    a = folder / "a.md"
+    runs: list[tuple[str | Path, ...]] = [
+        ("status",), ("status", "--json"), ("log",), ("dirs", folder),
+        ("history", a), ("history", "a.md", folder), ("history", a, "--json"),
+        ("history", a, "--diff"), ("trash", "list"), ("trash", "list", folder, "--json"),
+        ("explain", a), ("index", "--check", folder), ("dream", "--dry-run", folder),
+        ("trash", "purge", "--dry-run", folder), ("forget", "--dry-run", a),
+        ("search", "thing", folder), ("show", a), ("recall", "--path", "x.py", folder),
+    ]  # fmt: skip
+    for args in runs:
+        result = cli(*args)
+        assert "Traceback" not in result.err, (args, result.err)
+        left = {p.relative_to(env.state).parts[0] for p in env.state.rglob("*")}
+        assert left <= {"recall"}, (args, sorted(env.state.rglob("*")))
+        if args[0] == "history" and "--json" in args:
+            assert json.loads(result.out)["versions"]["versions"] == [], result.out
+        elif args[0] == "history" and "--diff" not in args:
+            assert "memoryd has kept no version of it" in result.out, result.out
+        elif args[:2] == ("trash", "list") and "--json" in args:
+            doc = json.loads(result.out)
+            assert (doc["trash"], doc["deleted_outside"]) == ([], []), result.out
+        elif args[:2] == ("trash", "list"):
+            assert result.code == 0 and result.out == "The trash is empty.\n", result.out
+    # A state file of other concerns (no kept versions yet) gets no tables of theirs.
+    from memoryd.storage.statedb import StateDB, forget_shared
+    from memoryd.versions.records import SCHEMA
+
+    StateDB.in_state_dir(env.state).ensure(Schema("other", 1, "CREATE TABLE other (k)", ("other",)))
+    forget_shared()
+    for args in [("status",), ("history", a), ("trash", "list", folder)]:
+        cli(*args)
+    tables = {row[0] for row in sqlite3.connect(env.state / "state.sqlite").execute(
+        "SELECT name FROM sqlite_schema WHERE type = 'table'")}  # fmt: skip
+    assert tables == {"schemas", "other"} and not tables & set(SCHEMA.tables)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from memoryd.logsetup import get_logger
 from memoryd.model import safejson
 from memoryd.paths import ensure_private_dir
-from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
+from memoryd.storage.statedb import Schema, StateDB
 
 if TYPE_CHECKING:  # the parse cache's module (and its YAML parser) loads with the first cache
     from memoryd.model.scanned import Scanned
@@ -290,23 +290,27 @@ class StateStore:
         finally:
             os.close(fd)  # and with it the lock
 
-    def made(self) -> bool:
-        """Whether the state store exists: a read before it does makes none (a dry run writes
-        nothing in the state dir)."""
-        return self._ready or (self.state_dir / FILE_NAME).exists()
+    def _reading(self, schema: Schema = SCHEMA) -> sqlite3.Connection | None:
+        """This thread's connection for a read of `schema`'s tables, None while the state
+        store or they are not made: a read makes neither (a dry run and a read-only command
+        write nothing in the state dir)."""
+        db = StateDB.in_state_dir(self.state_dir)
+        return db.connection() if self._ready else db.reader(schema)
 
     def dirs(self) -> list[str]:
         """The path of every dir the store keeps state for, sorted."""
-        if not self.made():
+        conn = self._reading()
+        if conn is None:
             return []
-        rows = self.db().connection().execute("SELECT path FROM dirstate ORDER BY path")
+        rows = conn.execute("SELECT path FROM dirstate ORDER BY path")
         return [path for (path,) in rows]
 
     def _stamp_of(self, real_path: Path) -> int | None:
-        if not self.made():
+        conn = self._reading()
+        if conn is None:
             return None
         sql = "SELECT stamp FROM dirstate WHERE dir = ?"
-        found = self.db().connection().execute(sql, (dir_key(real_path),)).fetchone()
+        found = conn.execute(sql, (dir_key(real_path),)).fetchone()
         return None if found is None else int(found[0])
 
     def load(self, real_path: Path) -> DirState:
@@ -315,10 +319,10 @@ class StateStore:
             return _copy(held[1])
         key = dir_key(real_path)
         state = DirState(path=str(real_path))
-        if not self.made():
+        conn = self._reading()
+        if conn is None:
             return state
-        conn = self.db().connection()
-        with self.db().snapshot():  # the three tables as one commit left them
+        with StateDB.in_state_dir(self.state_dir).snapshot():  # as one commit left the three
             row = conn.execute("SELECT stamp, fields FROM dirstate WHERE dir = ?", (key,))
             found = row.fetchone()
             if found is None:
@@ -393,10 +397,11 @@ class StateStore:
         self._caches.pop(real_path, None)
 
     def _blob(self, kind: str, key: str) -> tuple[int, bytes] | None:
-        if not self.made():
+        conn = self._reading(CACHE)
+        if conn is None:
             return None
         sql = "SELECT stamp, data FROM cache_blob WHERE kind = ? AND key = ?"
-        found = self.db().connection().execute(sql, (kind, key)).fetchone()
+        found = conn.execute(sql, (kind, key)).fetchone()
         return None if found is None else (int(found[0]), bytes(found[1]))
 
     def _put_blob(self, kind: str, key: str, data: bytes) -> int:
@@ -414,9 +419,10 @@ class StateStore:
 
         held = self._caches.get(real_path)
         key = dir_key(real_path)
-        if held is not None:
+        conn = self._reading(CACHE) if held is not None else None
+        if held is not None and conn is not None:
             sql = "SELECT stamp FROM cache_blob WHERE kind = 'scan' AND key = ?"
-            if self.db().connection().execute(sql, (key,)).fetchone() == (held[0],):
+            if conn.execute(sql, (key,)).fetchone() == (held[0],):
                 return held[1]  # read-only for callers: scan_dir only looks entries up
         found = self._blob("scan", key)
         if found is None:

@@ -343,6 +343,9 @@ class StateDB:
                 f"holds {schema.name} tables of version {version[0]}, and this memoryd "
                 f"reads version {schema.version}",
             )
+        if version is not None and not schema.disposable:
+            with self._lock:  # made, and never dropped: the next read looks no more
+                self._ensured.add(schema.name)
         return conn
 
     def in_transaction(self) -> bool:

@@ -51,6 +51,17 @@ def _dir_key(path: Path) -> str:
     return hashlib.sha256(str(path).encode("utf-8", "surrogateescape")).hexdigest()[:20]
 
 
+def pending(state_dir: Path) -> bool:
+    """Whether an older store is left to take in (this process has not taken it in, and its
+    files are there): a read takes it in first, as a write does."""
+    if state_dir in _done:
+        return False
+    if os.path.lexists(state_dir / witness.CLOCK_FILE):
+        return True
+    root = state_dir / OLD_ROOT
+    return os.path.lexists(root) and any(os.path.lexists(root / p) for p in PARTS)
+
+
 def ensure_imported(db: StateDB, state_dir: Path) -> None:
     """Take an older memoryd's store in (once a process looks; nothing when there is none)."""
     if state_dir in _done:

@@ -198,6 +198,20 @@ class VersionStore:
         importer.ensure_imported(self.db, self.state_dir)
         return conn
 
+    def reading(self) -> sqlite3.Connection | None:
+        """This thread's connection for a read, None while the store keeps nothing: a read
+        makes neither `state.sqlite` nor the tables (a read-only command's, `history` or
+        `trash list`, writes no state). An older layout left is taken in first (as every
+        command takes in the state files of older versions): it is what the store keeps."""
+        if importer.pending(self.state_dir):
+            return self.conn()
+        return self.db.reader(SCHEMA)
+
+    def _read(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        """A read's rows; none while the store keeps nothing (`reading`)."""
+        conn = self.reading()
+        return conn.execute(sql, args).fetchall() if conn is not None else []
+
     def observe_clock(self, wall: float) -> witness.Clock:
         """A reading of the clocks retention rests on (shared with the trash's)."""
         if self.boot is None:
@@ -208,20 +222,17 @@ class VersionStore:
 
     # --- objects -------------------------------------------------------------------------------
     def has_object(self, sha: str) -> bool:
-        sql = "SELECT 1 FROM versions_objects WHERE sha = ?"
-        return self.conn().execute(sql, (sha,)).fetchone() is not None
+        return bool(self._read("SELECT 1 FROM versions_objects WHERE sha = ?", (sha,)))
 
     def stored_size(self, sha: str) -> int:
         """The size of a stored version (0 when the store holds none)."""
-        sql = "SELECT size FROM versions_objects WHERE sha = ?"
-        row = self.conn().execute(sql, (sha,)).fetchone()
-        return int(row[0]) if row is not None else 0
+        rows = self._read("SELECT size FROM versions_objects WHERE sha = ?", (sha,))
+        return int(rows[0][0]) if rows else 0
 
     def object_sizes(self) -> dict[str, int]:
         """Every stored object: sha256 -> size (of the bytes held: a damaged one's may not
         be its version's)."""
-        sql = "SELECT sha, length(data) FROM versions_objects"
-        return dict(self.conn().execute(sql).fetchall())
+        return dict(self._read("SELECT sha, length(data) FROM versions_objects"))
 
     def store_object(self, data: fsops.Content, sha: str, *, again: bool = False) -> None:
         """Keep `data` under its sha256 (`again`: replace what is stored, found damaged).
@@ -265,11 +276,10 @@ class VersionStore:
 
     def read_object(self, sha: str) -> bytes | None:
         """A stored version's bytes, checked against their sha256; None if missing or damaged."""
-        sql = "SELECT size, data FROM versions_objects WHERE sha = ?"
-        row = self.conn().execute(sql, (sha,)).fetchone()  # a damaged page: StateDamaged
-        if row is None or row[0] > OBJECT_MAX:
+        rows = self._read("SELECT size, data FROM versions_objects WHERE sha = ?", (sha,))
+        if not rows or rows[0][0] > OBJECT_MAX:  # (a damaged page: StateDamaged)
             return None
-        data = bytes(row[1])
+        data = bytes(rows[0][1])
         if hashlib.sha256(data).hexdigest() == sha:
             return data
         self._say(
@@ -318,7 +328,7 @@ class VersionStore:
 
     def latest_of(self, path: Path) -> dict[str, tuple[str, str]]:
         """Each name of the dir: the sha256 and event of its latest row."""
-        rows = self.conn().execute(
+        rows = self._read(
             "SELECT l.f, l.h, l.e FROM versions_latest l JOIN versions_dirs d ON d.id = l.dir "
             "WHERE d.path = ?",
             (str(path),),
@@ -368,7 +378,7 @@ class VersionStore:
 
     def records(self, path: Path) -> list[Record]:
         """Every row of a dir's history, oldest first."""
-        rows = self.conn().execute(
+        rows = self._read(
             "SELECT t, f, h, n, e, by, extra FROM versions_log WHERE dir = "
             "(SELECT id FROM versions_dirs WHERE path = ?) ORDER BY seq",
             (str(path),),
@@ -377,7 +387,7 @@ class VersionStore:
 
     def known_dirs(self) -> list[Path]:
         """The memory dirs the store holds versions of."""
-        rows = self.conn().execute(
+        rows = self._read(
             "SELECT path FROM versions_dirs d WHERE EXISTS "
             "(SELECT 1 FROM versions_log WHERE dir = d.id) ORDER BY path"
         )
@@ -472,7 +482,7 @@ class VersionStore:
     def _own_wrote(self, path: Path, name: str, sha: str) -> bool:
         """Whether a memoryd process wrote these bytes as `name` in the dir at `path`."""
         sql = "SELECT 1 FROM versions_own WHERE dir = ? AND f = ? AND h = ?"
-        return self.conn().execute(sql, (str(path), name, sha)).fetchone() is not None
+        return bool(self._read(sql, (str(path), name, sha)))
 
     def own_content(
         self,
@@ -732,7 +742,8 @@ class VersionStore:
 
 def alarms(store: VersionStore) -> list[dict[str, Any]]:
     """The last mass-change alarms (one per dir, the newest), oldest first."""
-    return alarms_in(store.conn())
+    conn = store.reading()
+    return alarms_in(conn) if conn is not None else []
 
 
 # --- the hooks: what the store passed to a scan, an index read, a swap is told -------------

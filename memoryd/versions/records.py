@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.model import safejson
-from memoryd.storage.statedb import FILE_NAME, Schema, StateDB
+from memoryd.storage.statedb import Schema, StateDB
 
 MEMORYD, OTHER = "memoryd", "other"
 EVENTS = ("seen", "gone", "moved", "restoring")
@@ -53,7 +53,9 @@ SCHEMA = Schema(
         PRIMARY KEY (dir, key)) WITHOUT ROWID;
     CREATE TABLE versions_meta (key TEXT PRIMARY KEY, value TEXT)
     """,
-)
+    ("versions_objects", "versions_dirs", "versions_log", "versions_latest", "versions_own",
+     "versions_alarms", "versions_watched", "versions_meta"),
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +154,10 @@ def alarms(state_dir: Path) -> list[dict[str, Any]]:
     """`memoryd status`'s alarms, read without the scan machinery."""
     from memoryd.versions import importer  # an older store's alarms are taken in first
 
-    if not (state_dir / FILE_NAME).exists() and not (state_dir / "versions").exists():
-        return []  # nothing kept yet: `status` makes no store
     db = StateDB.in_state_dir(state_dir)
-    conn = db.ensure(SCHEMA)
-    importer.ensure_imported(db, state_dir)
-    return alarms_in(conn)
+    if importer.pending(state_dir):
+        conn: sqlite3.Connection | None = db.ensure(SCHEMA)
+        importer.ensure_imported(db, state_dir)
+    else:
+        conn = db.reader(SCHEMA)  # nothing kept yet: `status` makes no store, nor its tables
+    return alarms_in(conn) if conn is not None else []

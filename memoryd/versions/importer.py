@@ -53,13 +53,18 @@ def _dir_key(path: Path) -> str:
 
 def pending(state_dir: Path) -> bool:
     """Whether an older store is left to take in (this process has not taken it in, and its
-    files are there): a read takes it in first, as a write does."""
+    files are there): a read takes it in first, as a write does. Looked for once a process,
+    as `ensure_imported` does."""
     if state_dir in _done:
         return False
-    if os.path.lexists(state_dir / witness.CLOCK_FILE):
-        return True
     root = state_dir / OLD_ROOT
-    return os.path.lexists(root) and any(os.path.lexists(root / p) for p in PARTS)
+    if os.path.lexists(state_dir / witness.CLOCK_FILE) or (
+        os.path.lexists(root) and any(os.path.lexists(root / p) for p in PARTS)
+    ):
+        return True
+    with _done_lock:
+        _done.add(state_dir)
+    return False
 
 
 def ensure_imported(db: StateDB, state_dir: Path) -> None:

@@ -1,5 +1,6 @@
 """The command line: help for every command, exit codes, `memoryd log` for a person."""
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -13,8 +14,10 @@ import pytest
 
 from memoryd.cli import build_parser, effect_of
 from memoryd.runtime import Effect
-from memoryd.storage.statedb import Schema
+from memoryd.storage.statedb import Schema, StateDB, forget_shared
+from memoryd.versions.records import SCHEMA as VERSIONS
 from tests.conftest import Env, write_memory
+from tests.helpers import git, make_small_repo
 
 
 def _commands() -> list[list[str]]:
@@ -362,11 +365,19 @@ def test_a_command_that_writes_nothing_makes_no_state(env: Env, cli: Any) -> Non
     """The read-only commands (Effect.LOOKS), dry runs and checks (Effect.DRY) in a fresh
     state dir: nothing kept reads as nothing kept, nothing trashed as nothing trashed, and
     no state.sqlite (nor its tables, in a state file of other concerns) is made. The search
-    index (`recall/`, a cache any command may write) is the one thing they may leave."""
+    index (`recall/`, a cache any command may write) is the one thing they may leave; a repo
+    dir's trash (in the state dir) is not made either."""
     folder = env.home / "mem"
     write_memory(folder, "a.md", description="a thing to find")
     a = folder / "a.md"
+    repo = make_small_repo(env.home)
+    write_memory(repo / ".claude" / "memory", "r.md", description="a repo thing")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "memories")
+    r = repo / ".claude" / "memory"
     runs: list[tuple[str | Path, ...]] = [
+        ("trash", "list", r), ("history", r / "r.md"), ("dirs", r), ("dream", "--dry-run", r),
         ("status",), ("status", "--json"), ("log",), ("dirs", folder),
         ("history", a), ("history", "a.md", folder), ("history", a, "--json"),
         ("history", a, "--diff"), ("trash", "list"), ("trash", "list", folder, "--json"),
@@ -389,13 +400,10 @@ def test_a_command_that_writes_nothing_makes_no_state(env: Env, cli: Any) -> Non
         elif args[:2] == ("trash", "list"):
             assert result.code == 0 and result.out == "The trash is empty.\n", result.out
     # A state file of other concerns (no kept versions yet) gets no tables of theirs.
-    from memoryd.storage.statedb import StateDB, forget_shared
-    from memoryd.versions.records import SCHEMA
-
     StateDB.in_state_dir(env.state).ensure(Schema("other", 1, "CREATE TABLE other (k)", ("other",)))
     forget_shared()
     for args in [("status",), ("history", a), ("trash", "list", folder)]:
         cli(*args)
-    tables = {row[0] for row in sqlite3.connect(env.state / "state.sqlite").execute(
-        "SELECT name FROM sqlite_schema WHERE type = 'table'")}  # fmt: skip
-    assert tables == {"schemas", "other"} and not tables & set(SCHEMA.tables)
+    with contextlib.closing(sqlite3.connect(env.state / "state.sqlite")) as conn:
+        tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    assert tables == {"schemas", "other"} and not tables & set(VERSIONS.tables)

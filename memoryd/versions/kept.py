@@ -29,15 +29,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd.discover import gitwork
 from memoryd.logsetup import get_logger
 from memoryd.storage import fsops
 from memoryd.storage.statedb import StateDB, raise_named
-from memoryd.versions import importer, prune, scanned, witness
+from memoryd.versions import importer, scanned, witness
 from memoryd.versions.records import (
     ALARMS_KEEP,
     MEMORYD,
@@ -54,6 +53,7 @@ from memoryd.versions.scanned import INDEX_FILES
 
 if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
     from memoryd.model.scanned import Scanned
+    from memoryd.runtime import Runtime
 
 OWN_KEEP = 200  # index writes a dir's ledger keeps: far more than another process has left
 PRUNE_EVERY = 86400.0  # the daemon prunes at start, then at the first heartbeat a day after
@@ -504,6 +504,8 @@ class VersionStore:
             for item in pending.values():
                 self._guard(self._flush_one, item, True)
             if self.defer and self.clock() - self.pruned_at >= PRUNE_EVERY:
+                from memoryd.versions import prune  # the daemon's, once a day
+
                 done: list[prune.PruneResult] = []
                 self._guard(lambda: done.append(prune.prune(self)))
                 if done:  # else the store stayed busy (or failed): the next flush tries
@@ -581,6 +583,8 @@ class VersionStore:
     def _git_made(self, path: Path, told: Sequence[Told]) -> tuple[set[str], str]:
         """The names of the outside changes a git operation made (a checkout, merge, stash
         or pull: their bytes are a recent commit's), and the branch or commit checked out."""
+        from memoryd.discover import gitwork  # only where others changed files
+
         if not told or gitwork.work_tree(path) is None:
             return set(), ""
         changes = [
@@ -783,3 +787,14 @@ def for_runtime(rt: Any) -> VersionStore:
         audit=lambda event, **fields: rt.audit.write(event, **fields),
         boot=rt.boot,
     )
+
+
+@contextlib.contextmanager
+def keeping(rt: "Runtime", *, daemon: bool = False) -> Iterator["Runtime"]:
+    """`rt` with its state dir's store (`Runtime.versions`), for a run that may write; the
+    daemon's puts objects in place at each heartbeat and prunes now, then daily (`flush`)."""
+    with using(for_runtime(rt)) as store:
+        if daemon:
+            store.defer = True
+            store.flush()
+        yield replace(rt, versions=store)

@@ -6,7 +6,7 @@
    than without. Also as CPU time, which the disk's writeback does not blur.
 2. The daemon's first start: `memoryd run` from spawn to its first `index.updated` row, on a
    fresh copy and an empty state dir (a real process; without the store through this file's
-   `--_child nostore` launcher, which turns `commands.versions.keeping` off).
+   `--_child nostore` launcher, which turns `versions.kept.keeping` off).
 3. The daemon's RSS once settled (VmRSS, the same processes as 2). Target: unchanged.
 4. A one-shot `memoryd index DIR` with nothing changed, whole process (the store loads, finds
    nothing to do). The whole process's own target is 150 ms (bench_startup); the store's
@@ -49,17 +49,17 @@ CONFIG = '[index]\nnew_file_grace = "0s"\n[watch]\ndebounce = "100ms"\nreconcile
 
 
 @contextlib.contextmanager
-def keeping_none(args: argparse.Namespace, rt: Any) -> Iterator[Any]:
-    """`commands.versions.keeping` with the store off (the baseline's processes)."""
+def keeping_none(rt: Any, *, daemon: bool = False) -> Iterator[Any]:
+    """`versions.kept.keeping` with the store off (the baseline's processes)."""
     yield rt
 
 
 def child(argv: list[str]) -> int:
     """`--_child store|nostore ARGS`: memoryd's CLI, with or without the version store."""
     if argv[0] == "nostore":
-        from memoryd.commands import versions as cmd_versions
+        from memoryd.versions import kept
 
-        cmd_versions.keeping = keeping_none
+        kept.keeping = keeping_none
     from memoryd.cli import main
 
     return main(argv[1:])

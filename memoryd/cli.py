@@ -183,13 +183,13 @@ def _looking_only(effect: Effect) -> Iterator[None]:
 def _keeping_versions(
     args: argparse.Namespace, rt: Runtime
 ) -> contextlib.AbstractContextManager[Runtime]:
-    """commands.versions.keeping for a command that keeps versions; the others (`rt` as it is)
-    do not even import it."""
+    """versions.kept.keeping for a command that keeps versions; the others (`rt` as it is) do
+    not even import it."""
     if not rt.effect.keeps_versions:
         return contextlib.nullcontext(rt)
-    from memoryd.commands.versions import keeping
+    from memoryd.versions import kept
 
-    return keeping(args, rt)
+    return kept.keeping(rt, daemon=args.command == "run")
 
 
 def effect_of(args: argparse.Namespace) -> Effect:

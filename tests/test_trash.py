@@ -168,8 +168,12 @@ def test_collision_in_the_trash_never_overwrites(env: Env, repo: Path) -> None:
     assert trash.free_name(day, "x.md") == "x.3.md.trashed"
     assert trash.free_name(day, "x.md", {"x.3.md.trashed"}) == "x.4.md.trashed"
     write_memory(folder, "x.md")
-    with pytest.raises(FileExistsError):
-        fsops.move_no_replace(folder, "x.md", day, "x.md")
+    with (
+        fsops.open_dir(folder) as src,
+        fsops.open_dir(day) as dst,
+        pytest.raises(FileExistsError),
+    ):
+        fsops.rename_no_replace(src, "x.md", dst, "x.md", where=(folder, day))
     assert (day / "x.md").read_text() == "first"
 
 

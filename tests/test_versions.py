@@ -761,15 +761,10 @@ def test_two_runtimes_each_keep_only_the_versions_of_their_own_work(env: Env) ->
     """Two commands' stores open at once in one process (two Runtimes, two state dirs): what
     each Runtime's pass reads goes into its own store only. (With one process-wide store,
     the last one opened took the other's versions.)"""
-    import argparse
-
-    from memoryd.commands import versions as cmd_versions
-
     a, b = home_folder(env, "a"), home_folder(env, "b")
     in_a, in_b = _mem(a, "one.md", "lesson of a"), _mem(b, "two.md", "lesson of b")
     rt_a, rt_b = _own_runtime(env.home / "rt-a"), _own_runtime(env.home / "rt-b")
-    args = argparse.Namespace(command="index")
-    with cmd_versions.keeping(args, rt_a) as kept_a, cmd_versions.keeping(args, rt_b) as kept_b:
+    with kept.keeping(rt_a) as kept_a, kept.keeping(rt_b) as kept_b:
         _update(kept_a, a)
         _update(kept_b, b)
     assert _kept(rt_a) == ([a], _versions_in(a, in_a))
@@ -782,10 +777,7 @@ def test_a_pass_given_no_store_keeps_nothing_while_another_thread_keeps_versions
     """A command keeping versions on one thread; a pass of a Runtime with no store on another
     (as a read-only command would make) records nothing in it, nor anywhere. (A store switched
     on for the whole process took the versions of every scan in it.)"""
-    import argparse
     import threading
-
-    from memoryd.commands import versions as cmd_versions
 
     a, c = home_folder(env, "a"), home_folder(env, "c")
     in_a = _mem(a, "one.md", "lesson of a")
@@ -794,7 +786,7 @@ def test_a_pass_given_no_store_keeps_nothing_while_another_thread_keeps_versions
     opened, done = threading.Event(), threading.Event()
 
     def keeping() -> None:
-        with cmd_versions.keeping(argparse.Namespace(command="index"), keeper) as keeping_rt:
+        with kept.keeping(keeper) as keeping_rt:
             _update(keeping_rt, a)
             opened.set()
             assert done.wait(60)
@@ -820,9 +812,7 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
     hashed once (the writer's sha256 goes with it to the store, which hashed it again), and
     storing steps no crash point per object (the scan's one transaction has one). Every
     version is still kept."""
-    import argparse
 
-    from memoryd.commands import versions as cmd_versions
     from memoryd.storage import fsops
 
     folder = env.home / "mem"
@@ -839,7 +829,7 @@ def test_a_first_start_hashes_each_index_file_it_writes_once_and_steps_no_crash_
     real_crash_point = fsops.crash_point
     monkeypatch.setattr(fsops, "_digest", digest)
     monkeypatch.setattr(fsops, "crash_point", lambda label: steps.append(label))
-    with cmd_versions.keeping(argparse.Namespace(command="index"), rt) as keeping_rt:
+    with kept.keeping(rt) as keeping_rt:
         _update(keeping_rt, folder.resolve())
     monkeypatch.setattr(fsops, "crash_point", real_crash_point)
     assert hashed.count(_sha((folder / "MEMORY.md").read_bytes())) == 1

@@ -2,14 +2,12 @@
 has watched it ended for versions.keep_days (the boot clock, the clock record the trash's
 retention keeps), never on one reading of the wall clock."""
 
-import argparse
 import json
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from memoryd.commands import versions as cmd_versions
 from memoryd.indexing.scan import scan_dir
 from memoryd.runtime import Runtime
 from memoryd.versions import kept, listing, prune
@@ -23,7 +21,7 @@ def _daemon_start(env: Env, wall: float) -> Runtime:
     """What a daemon's start does to the store (it prunes at once), its wall clock at `wall`:
     the boot clock is the machine's, as for a real process whose clock is wrong."""
     rt = replace(env.runtime(), clock=lambda: wall)
-    with cmd_versions.keeping(argparse.Namespace(command="run"), rt):
+    with kept.keeping(rt, daemon=True):
         pass
     return rt
 

@@ -265,6 +265,27 @@ def test_index_without_a_journal_imports_no_recovery(env: Env, cli) -> None:
     assert code == 0 and loaded == []
 
 
+def test_index_keeping_versions_imports_no_prune_or_listing(env: Env, cli) -> None:
+    """A command that keeps versions imports the store alone, not the daemon's prune nor
+    `history`'s listing (~4 ms of start-up, five dataclasses), a deletion by others
+    included. The old keeping() lived in commands.versions, beside everything `history`
+    and `trash list` use."""
+    folder = env.claude / "agent-memory" / "reviewer"
+    write_memory(folder, "a.md")
+    assert cli("index", folder).code == 0
+    watched = (
+        "memoryd.versions.kept",
+        "memoryd.versions.prune",
+        "memoryd.versions.listing",
+        "memoryd.commands.versions",
+    )
+    write_memory(folder, "b.md")
+    (folder / "a.md").unlink()  # a deletion by others, told to the store
+    loaded, _, code = _probe(["index", str(folder)], watched)
+    assert code == 0 and loaded == ["memoryd.versions.kept"]
+    assert "a.md" in cli("trash", "list", folder).out  # the store took the deletion
+
+
 def test_index_imports_no_diff_subprocess_or_secret_patterns_it_does_not_use(env: Env, cli) -> None:
     """The index pass loads no difflib (only a check that finds a change shows a diff), no
     subprocess (fsops found renameat2 through ctypes.util.find_library, which imports it and

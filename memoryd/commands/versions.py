@@ -1,5 +1,6 @@
-"""The version store's part in the commands: keeping versions while a command runs, `history`'s
-versions, `--diff` and `--restore N`, and files deleted outside memoryd in `trash list|restore`."""
+"""The version store's part in the commands: `history`'s versions, `--diff` and `--restore N`,
+and files deleted outside memoryd in `trash list|restore` (`cli` keeps versions while a
+command runs)."""
 
 import argparse
 import contextlib
@@ -7,8 +8,7 @@ import errno
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -22,21 +22,6 @@ if TYPE_CHECKING:
     from memoryd.trash.restored import Pin
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
-
-
-@contextlib.contextmanager
-def keeping(args: argparse.Namespace, rt: Runtime) -> Iterator[Runtime]:
-    """`rt` with the version store while a command that may write runs (rt.effect); a dry run,
-    a check and the read-only commands keep none."""
-    if not rt.effect.keeps_versions:
-        yield rt
-        return
-    store = kept.for_runtime(rt)
-    with kept.using(store):
-        if getattr(args, "command", "") == "run":
-            store.defer = True  # the daemon: objects are put in place at each heartbeat,
-            store.flush()  # and pruned now, then daily (VersionStore.flush)
-        yield replace(rt, versions=store)
 
 
 def diff_or_restore(args: argparse.Namespace, rt: Runtime, out: TextIO) -> int:

@@ -2,10 +2,11 @@
 no-replace moves, private temp files, and the crash points the crash-loop tests kill at.
 
 Every write of an index file goes through `replace_file`, every move of a memory file through
-`move_no_replace`; both work relative to an open directory descriptor and never follow
-symlinks. Not every write of memoryd's is here: the state store is SQLite's, the heartbeat is
-written with `write_private`, the trash manifest and the audit log append on their own, and
-`service` and `demo` write outside memory dirs.
+`rename_no_replace` (or `rename_to_free`, which picks a free name with it); both work relative
+to an open directory descriptor and never follow symlinks. Not every write of memoryd's is
+here: the state store is SQLite's, the heartbeat is written with `write_private`, the trash
+manifest and the audit log append on their own, and `service` and `demo` write outside
+memory dirs.
 """
 
 import contextlib
@@ -622,19 +623,6 @@ def remove_leftovers(dir_path: Path, names: list[str]) -> None:
                 os.unlink(name, dir_fd=dir_fd)
 
 
-def move_no_replace(src_dir: Path, src: str, dst_dir: Path, dst: str) -> None:
-    """Rename a file between two folders of one filesystem; never overwrite, never copy.
-
-    Raises FileExistsError when `dst` exists and UnsafeFilesystemOperation across filesystems.
-    Both folders are fsynced before it returns.
-    """
-    with open_dir(src_dir) as src_fd, open_dir(dst_dir) as dst_fd:
-        check_same_filesystem(src_fd, src_dir, dst_fd, dst_dir)
-        rename_no_replace(src_fd, src, dst_fd, dst, where=(src_dir, dst_dir))
-        fsync_dir(dst_fd)
-        fsync_dir(src_fd)
-
-
 def check_same_filesystem(src_fd: int, src_dir: Path, dst_fd: int, dst_dir: Path) -> None:
     if os.fstat(src_fd).st_dev != os.fstat(dst_fd).st_dev:
         raise UnsafeFilesystemOperation(
@@ -646,8 +634,9 @@ def check_same_filesystem(src_fd: int, src_dir: Path, dst_fd: int, dst_dir: Path
 def rename_no_replace(
     src_fd: int, src: str, dst_fd: int, dst: str, *, where: tuple[Path, Path]
 ) -> None:
-    """The rename of `move_no_replace` relative to two open folders, with no fsync: for a
-    caller that moves many files and syncs both folders once at the end."""
+    """Rename a file between two open folders of one filesystem; never overwrite, never copy
+    (FileExistsError when `dst` exists, UnsafeFilesystemOperation across filesystems). No
+    fsync: a caller moves many files and syncs both folders once at the end."""
     try:
         try:
             renameat2(src_fd, src, dst_fd, dst, RENAME_NOREPLACE)

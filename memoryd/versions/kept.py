@@ -2,22 +2,16 @@
 and of MEMORY.md / MEMORY-ARCHIVE.md, that memoryd reads is kept by content in `state.sqlite`
 (the tables of memoryd.versions.records), never in a memory dir.
 
-Where versions come from: the store is passed down (`Runtime.versions`) as the `versions`
-parameter of what reads and writes. A scan reads a changed file's bytes anyway
-(`scan.scan_dir`, one session per scan: `begin_scan`, recorded in one transaction at its
-end); an index file's bytes are read by `indexer.read_index_file` (`index_read`); memoryd's
-own index writes are told by `fsops.replace_file` (`own_content`) and stored at the next flush
-(the heartbeat, the end of a command, or before anyone else's version of that file is
-recorded). Their sha256 is noted before the swap in the ledger of own writes (`own_intent`),
-which every memoryd process reads before it calls a version of an index file another
-process's: no memoryd write is ever an outside change. Deletions are names a scan no longer
-finds. Nothing is ever re-read for the store's sake. A scan, read or write given no store
-keeps nothing. SQLite's transactions (BEGIN IMMEDIATE, WAL) are the store's only lock: a
-prune in another process cannot drop an object between a scan's "is it stored" and the row
-naming it, as both are one transaction.
-
-What memoryd cannot see it cannot keep: a version written and replaced while no memoryd
-process ran is not in the store; the last version memoryd saw is what it can give back.
+The store is passed down (`Runtime.versions`, set by `keeping`) as the `versions` parameter of
+what reads and writes: a scan keeps the changed files it reads anyway (one session a scan,
+recorded in one transaction at its end), `indexing.read.read_index_file` the index files
+(`index_read`), and `fsops.replace_file` tells memoryd's own index writes (`own_content`,
+stored at the next flush), their sha256 noted before the swap (`own_intent`), so that no
+memoryd write is ever taken for an outside change by any memoryd process. Deletions are names
+a scan no longer finds; nothing is re-read for the store's sake. SQLite's transactions are
+the store's only lock: a prune cannot drop an object between a scan's "is it stored" and the
+row naming it. What memoryd cannot see it cannot keep: a version written and replaced while
+no memoryd process ran is not in the store.
 """
 
 import array
@@ -29,15 +23,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memoryd.discover import gitwork
 from memoryd.logsetup import get_logger
 from memoryd.storage import fsops
 from memoryd.storage.statedb import StateDB
-from memoryd.versions import importer, prune, scanned, witness
+from memoryd.versions import importer, scanned, witness
 from memoryd.versions.records import (
     ALARMS_KEEP,
     MEMORYD,
@@ -54,6 +47,7 @@ from memoryd.versions.scanned import INDEX_FILES
 
 if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
     from memoryd.model.scanned import Scanned
+    from memoryd.runtime import Runtime
 
 OWN_KEEP = 200  # index writes a dir's ledger keeps: far more than another process has left
 PRUNE_EVERY = 86400.0  # the daemon prunes at start, then at the first heartbeat a day after
@@ -510,6 +504,8 @@ class VersionStore:
             for item in pending.values():
                 self._guard(self._flush_one, item, True)
             if self.defer and self.clock() - self.pruned_at >= PRUNE_EVERY:
+                from memoryd.versions import prune  # the daemon's, once a day
+
                 done: list[prune.PruneResult] = []
                 self._guard(lambda: done.append(prune.prune(self)))
                 if done:  # else the store stayed busy (or failed): the next flush tries
@@ -545,7 +541,7 @@ class VersionStore:
         return session
 
     def index_read(self, dir_fd: int, name: str, data: bytes, sha: str) -> None:
-        """An index file memoryd read (indexer.read_index_file's `versions`)."""
+        """An index file memoryd read (indexing.read.read_index_file's `versions`)."""
         self._guard(self.observe_index, dir_fd, name, data, sha)
 
     def end_scan(
@@ -587,6 +583,8 @@ class VersionStore:
     def _git_made(self, path: Path, told: Sequence[Told]) -> tuple[set[str], str]:
         """The names of the outside changes a git operation made (a checkout, merge, stash
         or pull: their bytes are a recent commit's), and the branch or commit checked out."""
+        from memoryd.discover import gitwork  # only where others changed files
+
         if not told or gitwork.work_tree(path) is None:
             return set(), ""
         changes = [
@@ -747,10 +745,8 @@ def alarms(store: VersionStore) -> list[dict[str, Any]]:
 
 
 # --- the hooks: what the store passed to a scan, an index read, a swap is told -------------
-# The store is a collaborator (`Runtime.versions`), passed down to `scan.scan_dir`,
-# `indexer.read_index_file` and `fsops.replace_file` as their `versions` parameter: no module
-# global is switched while a command runs, so two stores (two Runtimes, two state dirs) in one
-# process each keep what their own Runtime's work read, and a scan given none records nothing.
+# A collaborator, no module global: two stores (two Runtimes) in one process each keep what
+# their own Runtime's work read, and a scan given none records nothing.
 def note_moved(
     store: VersionStore | None, path: Path, name: str, sha: str, size: int, trash_id: str
 ) -> None:
@@ -790,3 +786,14 @@ def for_runtime(rt: Any) -> VersionStore:
         audit=lambda event, **fields: rt.audit.write(event, **fields),
         boot=rt.boot,
     )
+
+
+@contextlib.contextmanager
+def keeping(rt: "Runtime", *, daemon: bool = False) -> Iterator["Runtime"]:
+    """`rt` with its state dir's store (`Runtime.versions`), for a run that may write; the
+    daemon's puts objects in place at each heartbeat and prunes now, then daily (`flush`)."""
+    with using(for_runtime(rt)) as store:
+        if daemon:
+            store.defer = True
+            store.flush()
+        yield replace(rt, versions=store)

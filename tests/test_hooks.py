@@ -209,6 +209,38 @@ def test_session_start_names_an_alarm_of_the_last_day(env: Env, repo: Path) -> N
     assert said.startswith("memoryd: ALARM: 40 memory files deleted and 2 rewritten")
 
 
+@pytest.mark.parametrize("damage", ["not a database", "a damaged page"])
+def test_session_start_says_the_state_store_is_damaged(env: Env, repo: Path, damage: str) -> None:
+    """A state.sqlite SQLite cannot read is said, not taken for "no alarm"; the file is left
+    as it was (it may hold kept versions)."""
+    folder = auto_dir(env, repo)
+    folder.mkdir(parents=True)
+    from memoryd.versions import kept
+
+    store = kept.VersionStore(env.state)
+    store._keep_alarm(folder, time.time() - 60, 40, 2)
+    conn = store.conn()
+    sql = "SELECT rootpage FROM sqlite_schema WHERE name = 'versions_alarms'"
+    root = conn.execute(sql).fetchone()[0]
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.db.close()
+    path = env.state / "state.sqlite"
+    with open(path, "r+b") as file:
+        if damage == "not a database":
+            file.write(b"not SQLite at all\n")
+        else:
+            file.seek((root - 1) * page_size)
+            file.write(b"\xff" * 16)
+    before = path.read_bytes()
+    done = hook("session-start", payload(env, repo, "SessionStart"))
+    said = context(done, "SessionStart")
+    assert done.returncode == 0
+    assert said.startswith(f"memoryd: its state store {path} is damaged"), said
+    assert "`memoryd status`" in said and "\n" not in said
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("given", ["{not json", '{"tool_input": {"file_path": 7}}', "[]"])
 def test_a_hook_that_fails_exits_0_prints_nothing_and_logs_why(env: Env, given: str) -> None:
     done = hook("pre-tool-use", given)

@@ -1,6 +1,7 @@
 """The session-start hook: one line for the model when something is wrong for this project
 (memoryd.claude.hooks): auto memory turned off, pointer lines of MEMORY.md the agent does not
-see (memoryd.model.agentview), or a mass change alarm within the last day. Claude Code read
+see (memoryd.model.agentview), a mass change alarm within the last day, or a damaged state
+store. Claude Code read
 MEMORY.md already, so the line says what is missing and what puts it right. It also drops the
 pre-tool-use hook's lists of what old sessions were told.
 """
@@ -65,7 +66,8 @@ def _hidden_line(folder: str) -> str:
 
 def _alarm_line(dirs: list[str], state: str) -> str:
     """The last day's alarm for one of `dirs`, read-only from state.sqlite (never making the
-    store, nor waiting on a FIFO)."""
+    store, nor waiting on a FIFO); or that the file is damaged, never passed over in silence
+    (statedb.StateDamaged's advice is `memoryd status`'s to give: a hook's line is short)."""
     import sqlite3
     import stat
     import urllib.parse
@@ -81,6 +83,14 @@ def _alarm_line(dirs: list[str], state: str) -> str:
             alarms = conn.execute(sql).fetchall()
         finally:
             conn.close()
+    except sqlite3.DatabaseError as error:  # not busy, not a store without alarms yet
+        name = getattr(error, "sqlite_errorname", "")
+        if name.startswith("SQLITE_CORRUPT") or name == "SQLITE_NOTADB":
+            return (
+                f"memoryd: its state store {path} is damaged (kept versions may be in it); "
+                "`memoryd status` says what to do. The memory files are not affected."
+            )
+        return ""
     except (OSError, sqlite3.Error):
         return ""
     now = time.time()

@@ -232,8 +232,9 @@ def test_release_lets_go_of_the_values_a_prepared_statement_was_last_given(
 ) -> None:
     """An idle daemon held its last pass's scan cache and index versions a second time:
     SQLite keeps its own copy of the values bound to a prepared statement, and the sqlite3
-    module keeps the statement prepared. `release` lets go of them (outside a transaction);
-    what was written stays, and the next use opens the connection again."""
+    module keeps the statement prepared. `release` lets go of them (outside a transaction)
+    by closing a connection that wrote; what was written stays, and the next use opens the
+    connection again. One that only read keeps its connection."""
     memory_used = _sqlite_memory_used()
     db = StateDB(tmp_path / "state.sqlite")
     db.ensure(NOTES)
@@ -248,5 +249,8 @@ def test_release_lets_go_of_the_values_a_prepared_statement_was_last_given(
     db.release()
     if memory_used is not None:
         assert held - memory_used() >= len(blob), (held, memory_used())
-    assert db.connection() is not first
-    assert db.connection().execute("SELECT v FROM notes").fetchone() == (blob,)
+    second = db.connection()
+    assert second is not first
+    assert second.execute("SELECT v FROM notes").fetchone() == (blob,)
+    db.release()  # it only read since it was opened: it stays open (a quiet heartbeat's)
+    assert db.connection() is second

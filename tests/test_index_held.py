@@ -15,7 +15,7 @@ from memoryd.model.index_edit import (
     note_own,
     update_index,
 )
-from memoryd.model.index_held import HeldIndex, check, edit_changed, hold, pairs
+from memoryd.model.index_held import HeldIndex, check, edit_changed, hold, pairs, positions_of
 
 NOW = 1_800_000_000.0
 DAY = 86400.0
@@ -279,3 +279,14 @@ def test_the_splice_keeps_every_untouched_archive_line_byte_for_byte() -> None:
     result.edit.archive = expected
     assert result.edit == update_index(inp)
     assert result.held.where["m1500.md"] == held.where["m1500.md"]
+
+
+def test_an_archive_target_with_one_pointer_is_held_as_its_position_alone() -> None:
+    """`where` holds a lone position as an int (one list per target was ~1 MB of a daemon
+    holding 10,000 archive lines); a target with several keeps their list."""
+    archive = "- [A](a.md) — one\n- [B](b.md) — two\ntext\n- [B again](b.md) — three\n"
+    held = hold(None, archive, set())
+    assert held.where == {"a.md": 0, "b.md": [1, 3]}
+    assert positions_of(held.where, "a.md") == (0,)
+    assert list(positions_of(held.where, "b.md")) == [1, 3]
+    assert positions_of(held.where, "c.md") == ()

@@ -243,3 +243,18 @@ def test_a_scan_lstats_each_listed_file_once_and_never_through_its_dir_entry(
     assert entry_stats == []
     assert sorted(lstats) == sorted(cache)  # once each
     assert result.changed == ["m05.md"] and result.files["m05.md"].description == "d9"
+
+
+def test_a_scan_from_the_cache_holds_each_name_once(tmp_path: Path) -> None:
+    """A restart's scan takes its files from the saved cache: the names it holds (its files'
+    keys, each file's own and the dir's listing) are the cache's strings, not the listing's
+    equal copies beside them."""
+    folder = tmp_path / "m"
+    for i in range(5):
+        write_memory(folder, f"m{i}.md", description=f"d{i}")
+    (folder / "notes.md").write_text("no frontmatter\n")
+    again = scan_dir(folder, load_cache(dump_cache(scan_dir(folder).files)))
+    assert again.reread == 0 and again.present == set(again.files)
+    ids = {id(s.filename) for s in again.files.values()}
+    assert {id(n) for n in again.files} == ids
+    assert {id(n) for n in again.present if n in again.files} == ids

@@ -467,3 +467,27 @@ def test_the_old_consult_evidence_is_imported(tmp_path: Path) -> None:
     assert found.files == {"p/s.jsonl": [1, 2, 300, 250, 0]}
     assert found.evidence_for(folder)["a.md"].session == "sess"
     assert not old.exists() and not (served / "transcripts.json").exists()
+
+
+def test_a_save_that_changes_nothing_holds_the_callers_texts_not_a_second_copy(
+    tmp_path: Path,
+) -> None:
+    """A restarted daemon's first pass rebuilds `seen` from its scan, equal to what the store
+    read from the file: the save writes nothing, and the store then holds the pass's strings
+    (which its scan holds too) instead of the file's equal copies (~3 MB at 10,000)."""
+    _, folder, _ = saved_once(tmp_path, 30)
+    store = fresh(tmp_path)
+    state = store.load(folder)
+    rebuilt = {n: ["".join(list(t)), "".join(list(d))] for n, (t, d) in state.seen.items()}
+    assert rebuilt == state.seen and rebuilt["m1.md"][1] is not state.seen["m1.md"][1]
+    state.seen = rebuilt
+    token = store.seen_token(folder)
+    before = rows_written(store)
+    store.save(folder, state)
+    assert rows_written(store) == before  # nothing written
+    again = store.load(folder)
+    assert again.seen["m1.md"][1] is rebuilt["m1.md"][1]
+    assert again == fresh(tmp_path).load(folder)
+    assert store.seen_token(folder) is token
+    state.seen["m1.md"] = ["m1", "the caller's own change"]  # never reaches the store
+    assert store.load(folder).seen["m1.md"] == ["m1", "description 1"]

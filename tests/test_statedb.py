@@ -1,5 +1,6 @@
 """The state store's opener: damage is named, schemas are versioned, transactions nest."""
 
+import ctypes
 import hashlib
 import os
 import sqlite3
@@ -280,3 +281,47 @@ def test_a_damaged_page_met_midway_through_the_rows_is_named(tmp_path: Path) -> 
     assert read and str(db.path) in str(caught.value)
     with pytest.raises(StateDamaged, match="is damaged"):
         conn.execute("SELECT v FROM notes").fetchall()
+
+
+def _sqlite_memory_used() -> Callable[[], int] | None:
+    """SQLite's own count of the bytes it holds (sqlite3_memory_used), from the library the
+    sqlite3 module uses; None where it cannot be found (not Linux, or linked in statically)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            found = next((line.split()[-1] for line in maps if "libsqlite3" in line), None)
+    except OSError:
+        return None
+    if found is None:
+        return None
+    used = ctypes.CDLL(found).sqlite3_memory_used
+    used.restype = ctypes.c_int64
+    return lambda: int(used())
+
+
+def test_release_lets_go_of_the_values_a_prepared_statement_was_last_given(
+    tmp_path: Path,
+) -> None:
+    """An idle daemon held its last pass's scan cache and index versions a second time:
+    SQLite keeps its own copy of the values bound to a prepared statement, and the sqlite3
+    module keeps the statement prepared. `release` lets go of them (outside a transaction)
+    by closing a connection that wrote; what was written stays, and the next use opens the
+    connection again. One that only read keeps its connection."""
+    memory_used = _sqlite_memory_used()
+    db = StateDB(tmp_path / "state.sqlite")
+    db.ensure(NOTES)
+    blob = os.urandom(4 << 20)
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO notes VALUES (?, ?)", ("big", blob))
+    first = db.connection()
+    with db.transaction():
+        db.release()  # inside a transaction: nothing is let go
+        assert db.connection() is first and db.in_transaction()
+    held = memory_used() if memory_used else 0
+    db.release()
+    if memory_used is not None:
+        assert held - memory_used() >= len(blob), (held, memory_used())
+    second = db.connection()
+    assert second is not first
+    assert second.execute("SELECT v FROM notes").fetchone() == (blob,)
+    db.release()  # it only read since it was opened: it stays open (a quiet heartbeat's)
+    assert db.connection() is second

@@ -437,9 +437,10 @@ class Daemon:
 
     def release_memory(self) -> None:
         """Once the loop is quiet after a pass: its garbage (and the search index's) leaves
-        free pages in the heap that glibc would keep, and SQLite keeps its page cache; an idle
-        daemon holds what its dirs need, not what its last pass used."""
-        StateDB.in_state_dir(self.rt.store.state_dir).shrink()  # (makes no state file)
+        free pages in the heap that glibc would keep, and SQLite keeps its page cache and the
+        statements the pass prepared, with the values last bound to them; an idle daemon holds
+        what its dirs need, not what its last pass used."""
+        StateDB.in_state_dir(self.rt.store.state_dir).release()  # (makes no state file)
         return_freed_memory()
 
     def _index_pass(self, session: DirSession, full: bool) -> None:

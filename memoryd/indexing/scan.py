@@ -5,6 +5,7 @@ import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -451,10 +452,12 @@ def _scan(
             and cached.size == st.st_size
             and not is_dir(st.st_mode)
         ):
-            files[name] = cached
+            files[cached.filename] = cached  # its name, not the listing's equal copy
         else:
             _take(result, dir_fd, name, st, cache, limits, seen)
-    result.present = frozenset(listing).difference(removed, result.vanished)
+    # The names `files` holds first: a restart's 10,000 cached names are then held once,
+    # not beside the listing's equal ones (~0.6 MB).
+    result.present = frozenset(chain(files, listing)).difference(removed, result.vanished)
     if seen is not None:  # versions
         seen.end(dir_fd, result.files, result.present, cache, None)
     return result

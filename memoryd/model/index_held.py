@@ -48,7 +48,9 @@ class HeldIndex:
     # The archive's lines with their endings, in UTF-8 (half the memory of text, and a write
     # joins them instead of encoding 2 MB); b"" where a line was removed.
     lines: list[bytes]
-    where: dict[str, list[int]]  # each local pointer target -> its positions in `lines`
+    # Each local pointer target -> its position in `lines`, or a list of them when it has
+    # several (an int for the one of nearly every target: a list each was ~1 MB at 10,000).
+    where: dict[str, int | list[int]]
     invalid: dict[int, str]  # position -> raw link, for the archive's invalid links
     heading_at: int  # the last "## Moved from MEMORY.md" heading, or -1
     offending_at: int  # the first line after it that is neither a pointer nor blank, or -1
@@ -75,6 +77,19 @@ class HeldIndex:
         )
 
 
+def positions_of(where: Mapping[str, int | list[int]], target: str) -> Sequence[int]:
+    """The positions `where` holds for `target` (none: ())."""
+    found = where.get(target)
+    if found is None:
+        return ()
+    return (found,) if isinstance(found, int) else found
+
+
+def _with(where: dict[str, int | list[int]], target: str, position: int) -> None:
+    found = where.get(target)
+    where[target] = position if found is None else [*positions_of(where, target), position]
+
+
 def _ending(data: bytes) -> tuple[int, int]:
     if data.endswith(b"\r\n"):
         return 1, 0
@@ -93,8 +108,8 @@ def hold(main: str | None, archive: str | None, dead: Set[str]) -> HeldIndex:
 
 # What hold_data derives from an archive's lines (the lines aside): each target's positions,
 # the invalid links, the heading and the line that offends it.
-Positions = tuple[dict[str, list[int]], dict[int, str], int, int]
-_POSITIONS_HEADER = ("memoryd held archive", 1)
+Positions = tuple[dict[str, int | list[int]], dict[int, str], int, int]
+_POSITIONS_HEADER = ("memoryd held archive", 2)  # 2: a lone position as an int
 
 
 def archive_digest(archive: bytes) -> bytes:
@@ -144,7 +159,7 @@ def hold_data(
     lf = data.count(b"\n") - crlf
     if known is not None:
         return HeldIndex(main, archive is not None, lines, *known, frozenset(dead), crlf, lf)
-    where: dict[str, list[int]] = {}
+    where: dict[str, int | list[int]] = {}
     invalid: dict[int, str] = {}
     heading_at = offending_at = -1
     # Line by line, nothing kept but the maps: split_lines would hold every line of a
@@ -153,7 +168,7 @@ def hold_data(
         content, _, link = parse_line(chunk.decode("utf-8"))
         if link is not None:
             if link.kind is LinkKind.LOCAL:
-                where.setdefault(link.target, []).append(position)
+                _with(where, link.target, position)
             elif link.kind is LinkKind.INVALID:
                 invalid[position] = link.raw
         elif DEMOTED_HEADING.match(content):
@@ -288,14 +303,14 @@ def _lines_to_look_at(
     it, and the lines from the end the edit may append after."""
     positions: set[int] = set()
     for target in changed:
-        positions.update(held.where.get(target, ()))
+        positions.update(positions_of(held.where, target))
     if held.main and main_targets:
         # A memory whose pointers in MEMORY.md the agent cannot see (in a comment block, in
         # stripped frontmatter) is indexed by its archive line, if any: the edit must see it,
         # or it would give the memory a second pointer.
         seen = {link.target for link in visible_local_links(held.main, inp.view)}
         for target in main_targets - seen:
-            positions.update(held.where.get(target, ()))
+            positions.update(positions_of(held.where, target))
     for position in (held.heading_at, held.offending_at):
         if position >= 0:
             positions.add(position)
@@ -308,7 +323,7 @@ class _Splice:
     """The held archive's lines as the restricted edit's result is spliced back into them."""
 
     lines: list[bytes]
-    where: dict[str, list[int]]
+    where: dict[str, int | list[int]]
     heading_at: int
     offending_at: int
     crlf: int
@@ -360,9 +375,9 @@ class _Splice:
             self.put(position, b"")
             link = links[position]
             if link is not None and link.kind is LinkKind.LOCAL:
-                rest = [p for p in where[link.target] if p != position]
+                rest = [p for p in positions_of(where, link.target) if p != position]
                 if rest:
-                    where[link.target] = rest
+                    where[link.target] = rest[0] if len(rest) == 1 else rest
                 else:
                     del where[link.target]
 
@@ -372,7 +387,7 @@ class _Splice:
             self.lines.append(b"")
             self.put(position, (line.content + line.eol).encode("utf-8"))
             if line.link is not None and line.link.kind is LinkKind.LOCAL:
-                self.where[line.link.target] = [*self.where.get(line.link.target, ()), position]
+                _with(self.where, line.link.target, position)
             elif DEMOTED_HEADING.match(line.content):
                 self.heading_at, self.offending_at = position, -1
             elif self.heading_at >= 0 and self.offending_at < 0 and line.content.strip():
@@ -398,7 +413,7 @@ def check(
         if link.target not in present and link.target not in allowed_dead:
             problems.append(f"MEMORY.md: link {link.raw} does not resolve (exact case)")
     for name in sorted(targets):
-        n = in_main.get(name, 0) + len(held.where.get(name, ()))
+        n = in_main.get(name, 0) + len(positions_of(held.where, name))
         if n != 1:
             problems.append(f"{name} is indexed {n} times across MEMORY.md and the archive")
     trailers = sum(1 for line in split_lines(held.main or "") if TRAILER.match(line.content))

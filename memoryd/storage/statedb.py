@@ -208,6 +208,7 @@ class StateDB:
             conn = self._open()
             self._local.conn = conn
             self._local.depth = 0
+            self._local.changes = conn.total_changes  # what it wrote since (see release)
         return conn
 
     def _open(self) -> sqlite3.Connection:
@@ -272,12 +273,23 @@ class StateDB:
         if not stat.S_ISREG(info.st_mode):
             raise StateDamaged(self.path, "is not a regular file")
 
-    def shrink(self) -> None:
-        """Let go of this thread's page cache (`PRAGMA shrink_memory`): a process that
-        idles between passes holds no pages the next pass reads again from the OS's cache."""
+    def release(self) -> None:
+        """Let go of what this thread's connection holds, outside a transaction: a process
+        that idles between passes holds no pages the next pass reads again from the OS's
+        cache, nor the values its pass wrote. SQLite keeps its own copy of the values last
+        bound to a prepared statement until the statement is finalized, and the sqlite3
+        module keeps each statement prepared: a pass's scan cache and index versions (~5 MB
+        at 10,000 memories) stayed in an idle daemon. So a connection that wrote since it
+        was opened is closed (which finalizes them; the next use opens it again, the file's
+        check not repeated); one that only read (a quiet heartbeat's) lets go of its page
+        cache (`PRAGMA shrink_memory`) and stays open."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None and not self._local.depth:
+        if conn is None or self._local.depth:
+            return
+        if conn.total_changes == self._local.changes:
             conn.execute("PRAGMA shrink_memory")
+        else:
+            self.close()
 
     def close(self) -> None:
         """Close this thread's connection (others close when their thread's objects go)."""

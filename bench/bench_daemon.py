@@ -18,10 +18,10 @@ ratio naive / memoryd. Run `python bench/bench_daemon.py --help`.
    exited the index was consistent. Baseline: watchdog with its default event mask, counting
    how many of the changed files it reported at all.
 
-The daemon runs through a small launcher (`--_shim`) that timestamps its event handler, passes,
-index passes and garbage collections into a JSON file read after it stops; it changes
-nothing the daemon does, and imports no baseline (python-frontmatter and PyYAML would be
-~4 MB of the daemon's RSS).
+The daemon runs through a small launcher (`_daemon_shim.py`) that timestamps its event handler,
+passes, index passes and garbage collections into a JSON file read after it stops; it changes
+nothing the daemon does, and imports nothing of the bench's (python-frontmatter and PyYAML
+would be ~4 MB of the daemon's RSS; this file's own imports, compiled from source, were 3.6 MB).
 """
 
 import argparse
@@ -203,9 +203,14 @@ class Home:
         return [r for r in rows if event is None or r["event"] == event]
 
 
-def write_config(config: Path, debounce: str) -> None:
+def write_config(config: Path, debounce: str, manage: Path | None = None) -> None:
+    """The daemon's config; `manage`: a git work tree whose tracked memories memoryd is to
+    index all the same (paths.manage_repos: else it reads such a dir and writes nothing)."""
     max_wait = debounce if parse_duration(debounce) > 30 else "30s"
-    config.write_text(CONFIG.format(debounce=debounce, max_wait=max_wait))
+    text = CONFIG.format(debounce=debounce, max_wait=max_wait)
+    if manage is not None:
+        text += f"[paths]\nmanage_repos = [{json.dumps(str(manage))}]\n"
+    config.write_text(text)
 
 
 def make_home(tmp: Path, name: str, debounce: str) -> Home:
@@ -221,7 +226,7 @@ def make_home(tmp: Path, name: str, debounce: str) -> Home:
 
 
 class DaemonProc:
-    """`memoryd run` as a child process, through this file's --_shim launcher when `counts` is
+    """`memoryd run` as a child process, through the _daemon_shim launcher when `counts` is
     given (it records what the daemon's handler and worker did into that file)."""
 
     def __init__(self, home: Home, log: Path, counts: Path | None = None) -> None:
@@ -231,8 +236,7 @@ class DaemonProc:
         else:
             args = [
                 sys.executable,
-                str(Path(__file__).resolve()),
-                "--_shim",
+                str(Path(__file__).resolve().with_name("_daemon_shim.py")),
                 str(counts),
                 "--config",
                 str(home.config),
@@ -417,69 +421,6 @@ def child_watch(path: str) -> None:
             counts.update(events=0, overflows=0)
     observer.stop()
     observer.join()
-
-
-def shim(counts_path: str, argv: list[str]) -> int:
-    """Run `memoryd` in this process with counters around the daemon's event handler, its
-    passes and its shutdown (timestamps only: nothing it does is changed)."""
-    from memoryd import cli
-    from memoryd.daemon import loop as dmod
-    from memoryd.indexing import passes
-
-    record: dict[str, Any] = {"signals": {}, "overflows": [], "process": [], "index": []}
-    on_signal, on_overflow = dmod.Daemon.on_signal, dmod.Daemon.on_overflow
-    process, shut_down = dmod.Daemon.process, dmod.Daemon.shut_down
-
-    def patched_on_signal(self: Any, sig: Any, when: float | None = None) -> None:
-        # When it arrived (the loop takes it later, with the rest of its batch).
-        arrived = time.monotonic() if when is None else when
-        record["signals"].setdefault(sig.kind.value, []).append(arrived)
-        on_signal(self, sig, when)
-
-    def patched_on_overflow(self: Any, detail: str) -> None:
-        record["overflows"].append(time.monotonic())
-        on_overflow(self, detail)
-
-    def patched_process(self: Any, *a: Any, **kw: Any) -> None:
-        start = time.monotonic()
-        try:
-            process(self, *a, **kw)
-        finally:
-            record["process"].append([start, time.monotonic() - start])
-
-    def patched_shut_down(self: Any) -> int:
-        code: int = shut_down(self)
-        Path(counts_path).write_text(json.dumps(record))
-        return code
-
-    update_changed = (
-        passes.update_changed
-    )  # the index pass's use case for the daemon, as it imports it
-
-    def patched_update_changed(*a: Any, **kw: Any) -> Any:
-        start = time.monotonic()
-        outcome = update_changed(*a, **kw)
-        record["index"].append([start, time.monotonic() - start, outcome.status, False])
-        return outcome
-
-    # The daemon calls its own binding of the name: that is the one to replace.
-    dmod.update_changed = patched_update_changed  # type: ignore[attr-defined]  # imported, not exported
-    gc_started = [0.0]
-
-    def on_gc(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            gc_started[0] = time.monotonic()
-        else:
-            took = time.monotonic() - gc_started[0]
-            if took >= 0.0005:  # collections that cost something: when, how long, generation
-                record.setdefault("gc", []).append([gc_started[0], took, info["generation"]])
-
-    gc.callbacks.append(on_gc)
-    dmod.Daemon.on_signal = patched_on_signal  # type: ignore[method-assign]
-    dmod.Daemon.on_overflow = patched_on_overflow  # type: ignore[method-assign]
-    dmod.Daemon.process = patched_process  # type: ignore[method-assign]
-    dmod.Daemon.shut_down = patched_shut_down  # type: ignore[method-assign]
-    return cli.main(argv)
 
 
 # --- figure 1: event-to-index latency ------------------------------------------------------------
@@ -848,7 +789,7 @@ class StormRun:
 def storm_daemon(home: Home, tree: Tree, args: argparse.Namespace, tmp: Path) -> StormRun:
     reset_tree(tree)
     shutil.rmtree(home.root / ".local" / "state", ignore_errors=True)
-    write_config(home.config, args.debounce)
+    write_config(home.config, args.debounce, manage=tree.memory)  # a work tree, tracked
     counts = tmp / "storm.json"
     daemon = DaemonProc(home, tmp / "daemon-storm.log", counts)
     run = StormRun()
@@ -1007,8 +948,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--_child"]:
         {"poll": child_poll, "hold": child_hold, "watch": child_watch}[argv[1]](argv[2])
         return 0
-    if argv[:1] == ["--_shim"]:
-        return shim(argv[1], argv[2:])
     import _naive  # noqa: F401  # the baselines' python-frontmatter: said now if it is missing
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

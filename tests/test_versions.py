@@ -532,9 +532,9 @@ def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
     held: list[str] = []
     live: list[int] = []
     calls: list[str] = []
-    original = kept.Session.read
+    original = scanned.Session.read
 
-    def read(self: kept.Session, name: str, data: bytes, sha: str, kind: str) -> None:
+    def read(self: scanned.Session, name: str, data: bytes, sha: str, kind: str) -> None:
         calls.append(name)
         before = sys.getrefcount(data)
         original(self, name, data, sha, kind)
@@ -546,7 +546,7 @@ def test_a_scans_reads_keep_no_bytes_and_no_object_per_read_while_it_runs(
             )
             live.append(sum(stat.count for stat in snapshot.statistics("filename")))
 
-    monkeypatch.setattr(kept.Session, "read", read)
+    monkeypatch.setattr(scanned.Session, "read", read)
     tracemalloc.start()
     try:
         with kept.using(store):

@@ -14,7 +14,6 @@ row naming it. What memoryd cannot see it cannot keep: a version written and rep
 no memoryd process ran is not in the store.
 """
 
-import array
 import contextlib
 import errno
 import hashlib
@@ -43,7 +42,7 @@ from memoryd.versions.records import (
     extra_json,
     to_record,
 )
-from memoryd.versions.scanned import INDEX_FILES
+from memoryd.versions.scanned import INDEX_FILES, Session
 
 if TYPE_CHECKING:  # `memoryd status` reads the alarms without the scan machinery
     from memoryd.model.scanned import Scanned
@@ -88,84 +87,6 @@ class _Pending:
     data: bytes | tuple[bytes, ...]
     sha: str = ""
     ident: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) as written
-
-
-class Session:
-    """One scan's reads, recorded in one transaction when the scan ends (`begin_scan`)."""
-
-    def __init__(self, store: "VersionStore", path: Path) -> None:
-        self.store = store
-        self.path = path
-        # What each read found, in columns (a tuple a read, made among the scan's long-lived
-        # objects, left the daemon's heap bigger after a first start); the names and sha256
-        # strings are the scan's own. Kind: 0 a memory, 1 a note.
-        self.names: list[str] = []
-        self.shas: list[str] = []
-        self.sizes = array.array("q")
-        self.kinds = bytearray()
-        # New objects' bytes, copied into one buffer: each read's own bytes are freed when
-        # the scan is done with them, as without the store. Their sha256 and place in it.
-        self.held: list[str] = []
-        self.held_at = array.array("q")
-        self.spool = bytearray()
-        self._pending: set[str] = set()
-        self.known: dict[str, str] | None = None
-
-    def reads(self) -> Iterator[tuple[str, str, int, int]]:
-        """Each read: its name, sha256, size and kind (1: a note)."""
-        return zip(self.names, self.shas, self.sizes, self.kinds, strict=True)
-
-    def objects(self, view: memoryview) -> Iterator[tuple[str, int, memoryview]]:
-        """Each new object held: its sha256, size and bytes (a view into the spool)."""
-        ends = [*self.held_at[1:], len(self.spool)] if self.held else []
-        for sha, start, end in zip(self.held, self.held_at, ends, strict=True):
-            yield sha, end - start, view[start:end]
-
-    def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
-        """scan.ScanSeen's: a scan read `name` and found it a memory or a note (`kind`)."""
-        try:
-            self._read(name, data, sha, kind)
-        except sqlite3.OperationalError as error:
-            self.store._say(f"{self.store.db.path}: {error}")
-
-    def end(
-        self,
-        dir_fd: int,
-        files: Mapping[str, "Scanned"],
-        present: Set[str],
-        before: Mapping[str, "Scanned"],
-        only: Set[str] | None,
-    ) -> None:
-        """scan.ScanSeen's: the scan is done; what it read and found is recorded."""
-        store = self.store
-        if getattr(store._scans, "session", None) is self:
-            store._scans.session = None
-        try:
-            store._guard(store.end_scan, self, dir_fd, files, present, before, only)
-        finally:
-            self.abort()
-
-    def _read(self, name: str, data: bytes, sha: str, kind: str) -> None:
-        if self.known is None:
-            self.known = self.store.seen_of(self.path)
-        if self.known.get(name) == sha:
-            return  # the version the store has (a restart without a parse cache)
-        self.names.append(name)
-        self.shas.append(sha)
-        self.sizes.append(len(data))
-        self.kinds.append(kind != "memory")
-        if sha in self._pending:
-            return
-        # Held even when the store has these bytes now: a prune in another process may drop
-        # them before this scan's transaction, which then stores them again (INSERT OR IGNORE).
-        self._pending.add(sha)
-        self.held.append(sha)
-        self.held_at.append(len(self.spool))
-        self.spool += data
-
-    def abort(self) -> None:
-        """The scan ended (or raised): what it held goes."""
-        self.held, self.held_at, self.spool = [], array.array("q"), bytearray()
 
 
 @dataclass(eq=False)

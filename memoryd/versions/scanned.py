@@ -1,8 +1,12 @@
-"""What one scan's end adds to a dir's history: the rows of its new versions and of the
-files gone since, and the outside changes among them (memoryd.versions.kept.end_scan)."""
+"""One scan's part in a dir's history: its reads (`Session`, recorded in one transaction
+when the scan ends), and what they add (memoryd.versions.kept.end_scan): the rows of its new
+versions and of the files gone since, and the outside changes among them."""
 
+import array
 import hashlib
-from collections.abc import Mapping, Set
+import sqlite3
+from collections.abc import Iterator, Mapping, Set
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memoryd.model.index import ARCHIVE_NAME, INDEX_NAME
@@ -11,13 +15,91 @@ from memoryd.versions.records import MEMORYD, OBJECT_MAX, OTHER
 
 if TYPE_CHECKING:
     from memoryd.model.scanned import Scanned
-    from memoryd.versions.kept import Row, Session, Told, VersionStore, _Dir
+    from memoryd.versions.kept import Row, Told, VersionStore, _Dir
 
 INDEX_FILES = (INDEX_NAME, ARCHIVE_NAME)  # kept as any memory, never counted toward an alarm
 COUNTS: Mapping[str, Any] = {"alarm": 1}
 # What a scan found: the names present, the files before it, the names it looked at (None:
 # all of them).
 Found = tuple[Set[str], Mapping[str, "Scanned"], Set[str] | None]
+
+
+class Session:
+    """One scan's reads, recorded in one transaction when the scan ends (`begin_scan`)."""
+
+    def __init__(self, store: "VersionStore", path: Path) -> None:
+        self.store = store
+        self.path = path
+        # What each read found, in columns (a tuple a read, made among the scan's long-lived
+        # objects, left the daemon's heap bigger after a first start); the names and sha256
+        # strings are the scan's own. Kind: 0 a memory, 1 a note.
+        self.names: list[str] = []
+        self.shas: list[str] = []
+        self.sizes = array.array("q")
+        self.kinds = bytearray()
+        # New objects' bytes, copied into one buffer: each read's own bytes are freed when
+        # the scan is done with them, as without the store. Their sha256 and place in it.
+        self.held: list[str] = []
+        self.held_at = array.array("q")
+        self.spool = bytearray()
+        self._pending: set[str] = set()
+        self.known: dict[str, str] | None = None
+
+    def reads(self) -> Iterator[tuple[str, str, int, int]]:
+        """Each read: its name, sha256, size and kind (1: a note)."""
+        return zip(self.names, self.shas, self.sizes, self.kinds, strict=True)
+
+    def objects(self, view: memoryview) -> Iterator[tuple[str, int, memoryview]]:
+        """Each new object held: its sha256, size and bytes (a view into the spool)."""
+        ends = [*self.held_at[1:], len(self.spool)] if self.held else []
+        for sha, start, end in zip(self.held, self.held_at, ends, strict=True):
+            yield sha, end - start, view[start:end]
+
+    def read(self, name: str, data: bytes, sha: str, kind: str) -> None:
+        """scan.ScanSeen's: a scan read `name` and found it a memory or a note (`kind`)."""
+        try:
+            self._read(name, data, sha, kind)
+        except sqlite3.OperationalError as error:
+            self.store._say(f"{self.store.db.path}: {error}")
+
+    def end(
+        self,
+        dir_fd: int,
+        files: Mapping[str, "Scanned"],
+        present: Set[str],
+        before: Mapping[str, "Scanned"],
+        only: Set[str] | None,
+    ) -> None:
+        """scan.ScanSeen's: the scan is done; what it read and found is recorded."""
+        store = self.store
+        if getattr(store._scans, "session", None) is self:
+            store._scans.session = None
+        try:
+            store._guard(store.end_scan, self, dir_fd, files, present, before, only)
+        finally:
+            self.abort()
+
+    def _read(self, name: str, data: bytes, sha: str, kind: str) -> None:
+        if self.known is None:
+            self.known = self.store.seen_of(self.path)
+        if self.known.get(name) == sha:
+            return  # the version the store has (a restart without a parse cache)
+        self.names.append(name)
+        self.shas.append(sha)
+        self.sizes.append(len(data))
+        self.kinds.append(kind != "memory")
+        if sha in self._pending:
+            return
+        # Held even when the store has these bytes now: a prune in another process may drop
+        # them before this scan's transaction, which then stores them again (INSERT OR IGNORE).
+        self._pending.add(sha)
+        self.held.append(sha)
+        self.held_at.append(len(self.spool))
+        self.spool += data
+
+    def abort(self) -> None:
+        """The scan ended (or raised): what it held goes."""
+        self.held, self.held_at, self.spool = [], array.array("q"), bytearray()
 
 
 def rows_of(

@@ -84,8 +84,9 @@ def _alarm_line(dirs: list[str], state: str) -> str:
         finally:
             conn.close()
     except sqlite3.DatabaseError as error:  # not busy, not a store without alarms yet
-        name = getattr(error, "sqlite_errorname", "")
-        if name.startswith("SQLITE_CORRUPT") or name == "SQLITE_NOTADB":
+        from memoryd.storage.statedb import is_damage  # only when something failed
+
+        if is_damage(error):
             return (
                 f"memoryd: its state store {path} is damaged (kept versions may be in it); "
                 "`memoryd status` says what to do. The memory files are not affected."

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import resource
 import sqlite3
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self, cast
+from typing import Any, cast
 
 from memoryd.errors import MemorydError
 from memoryd.paths import ensure_private_dir
@@ -40,14 +41,21 @@ PAGE_SIZE = 16384
 UNCHECKED = frozenset({"versions_objects"})  # ~90% of the file at 10,000 memories
 
 
-def raise_damaged(path: Path, error: BaseException) -> None:
-    """Raise StateDamaged naming the file for a damaged page (say in an UNCHECKED table) or a
-    file SQLite does not take for a database; returns for any other error."""
+def is_damage(error: BaseException) -> bool:
+    """Whether SQLite's error is damage: a damaged page (say in an UNCHECKED table), or a file
+    SQLite does not take for a database."""
     name = getattr(error, "sqlite_errorname", "")
-    if name.startswith("SQLITE_CORRUPT"):
-        raise StateDamaged(path, f"is damaged ({error})") from error
-    if name == "SQLITE_NOTADB":
+    return name.startswith("SQLITE_CORRUPT") or name == "SQLITE_NOTADB"
+
+
+def raise_damaged(path: Path, error: BaseException) -> None:
+    """Raise StateDamaged naming the file for damage (`is_damage`); returns for any other
+    error."""
+    if not is_damage(error):
+        return
+    if getattr(error, "sqlite_errorname", "") == "SQLITE_NOTADB":
         raise StateDamaged(path, f"is not a readable SQLite file ({error})") from error
+    raise StateDamaged(path, f"is damaged ({error})") from error
 
 
 def raise_named(path: Path, error: BaseException) -> None:
@@ -79,64 +87,35 @@ class StateDamaged(MemorydError):
         )
 
 
+def _naming_damage(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A method of sqlite3.Cursor whose damage met is StateDamaged naming the file."""
+
+    @functools.wraps(method)
+    def named(self: _Cursor, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as error:
+            raise_damaged(self._path(), error)
+            raise
+
+    return named
+
+
 class _Cursor(sqlite3.Cursor):
     """A cursor on the state file: a damaged page met by a statement or by a row fetched is
     StateDamaged naming the file (`raise_damaged`), whoever reads, inside a transaction or
     not; any other error is raised as it is."""
 
+    execute = _naming_damage(sqlite3.Cursor.execute)
+    executemany = _naming_damage(sqlite3.Cursor.executemany)
+    executescript = _naming_damage(sqlite3.Cursor.executescript)
+    fetchone = _naming_damage(sqlite3.Cursor.fetchone)
+    fetchmany = _naming_damage(sqlite3.Cursor.fetchmany)
+    fetchall = _naming_damage(sqlite3.Cursor.fetchall)
+    __next__ = _naming_damage(sqlite3.Cursor.__next__)
+
     def _path(self) -> Path:
         return cast(_Connection, self.connection).state_path
-
-    def execute(self, sql: str, parameters: Any = (), /) -> Self:
-        try:
-            return super().execute(sql, parameters)
-        except sqlite3.DatabaseError as error:
-            raise_damaged(self._path(), error)
-            raise
-
-    def executemany(self, sql: str, seq_of_parameters: Any, /) -> Self:
-        try:
-            super().executemany(sql, seq_of_parameters)
-        except sqlite3.DatabaseError as error:
-            raise_damaged(self._path(), error)
-            raise
-        return self
-
-    def executescript(self, sql_script: str, /) -> Self:
-        try:
-            super().executescript(sql_script)
-        except sqlite3.DatabaseError as error:
-            raise_damaged(self._path(), error)
-            raise
-        return self
-
-    def fetchone(self) -> Any:
-        try:
-            return super().fetchone()
-        except sqlite3.DatabaseError as error:
-            raise_damaged(self._path(), error)
-            raise
-
-    def fetchmany(self, size: int | None = None) -> list[Any]:
-        try:
-            return super().fetchmany(self.arraysize if size is None else size)
-        except sqlite3.DatabaseError as error:
-            raise_damaged(self._path(), error)
-            raise
-
-    def fetchall(self) -> list[Any]:
-        try:
-            return super().fetchall()
-        except sqlite3.DatabaseError as error:
-            raise_damaged(self._path(), error)
-            raise
-
-    def __next__(self) -> Any:
-        try:
-            return super().__next__()
-        except sqlite3.DatabaseError as error:
-            raise_damaged(self._path(), error)
-            raise
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """The rows, each stepped to in C (a `__next__` of its own costs a call a row)."""
@@ -160,13 +139,13 @@ class _Connection(sqlite3.Connection):
         return super().cursor(factory)
 
     def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
-        return cast(_Cursor, self.cursor()).execute(sql, parameters)
+        return cast(_Cursor, self.cursor().execute(sql, parameters))
 
     def executemany(self, sql: str, parameters: Any, /) -> _Cursor:
-        return cast(_Cursor, self.cursor()).executemany(sql, parameters)
+        return cast(_Cursor, self.cursor().executemany(sql, parameters))
 
     def executescript(self, sql_script: str, /) -> _Cursor:
-        return cast(_Cursor, self.cursor()).executescript(sql_script)
+        return cast(_Cursor, self.cursor().executescript(sql_script))
 
 
 @dataclass(frozen=True, slots=True)
